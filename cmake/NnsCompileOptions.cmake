@@ -1,0 +1,15 @@
+# Warning and sanitizer flags shared by every target of the project (not exported to installed users).
+add_compile_options(-Wall -Wextra)
+if(NNS_WERROR)
+  add_compile_options(-Werror)
+endif()
+
+if(NNS_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+elseif(NNS_SANITIZE STREQUAL "thread")
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+elseif(NOT NNS_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "NNS_SANITIZE must be empty, 'address' or 'thread', not '${NNS_SANITIZE}'")
+endif()

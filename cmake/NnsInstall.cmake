@@ -1,0 +1,12 @@
+# Installs the CMake package (find_package(nccl_net_sdk)) and the pkg-config file (nccl-net-sdk.pc).
+include(CMakePackageConfigHelpers)
+set(NNS_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/nccl_net_sdk)
+install(EXPORT nccl_net_sdkTargets NAMESPACE nccl_net_sdk:: DESTINATION ${NNS_CMAKE_DIR})
+configure_package_config_file(cmake/nccl_net_sdkConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/nccl_net_sdkConfig.cmake INSTALL_DESTINATION ${NNS_CMAKE_DIR})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/nccl_net_sdkConfigVersion.cmake
+  COMPATIBILITY SameMajorVersion ARCH_INDEPENDENT)
+install(FILES ${PROJECT_BINARY_DIR}/nccl_net_sdkConfig.cmake ${PROJECT_BINARY_DIR}/nccl_net_sdkConfigVersion.cmake
+  DESTINATION ${NNS_CMAKE_DIR})
+configure_file(cmake/nccl-net-sdk.pc.in ${PROJECT_BINARY_DIR}/nccl-net-sdk.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/nccl-net-sdk.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,0 +1,9 @@
+// nccl_net/sdk.hpp: the whole plugin SDK in one include.
+#pragma once
+
+#include "sdk/handle.hpp"
+#include "sdk/log.hpp"
+#include "sdk/plugin.hpp"
+#include "sdk/request_pool.hpp"
+#include "sdk/result.hpp"
+#include "sdk/sysfs.hpp"

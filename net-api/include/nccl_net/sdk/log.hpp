@@ -1,0 +1,74 @@
+// nccl_net/sdk/log.hpp: logging over the host's ncclDebugLogger_t, safe before init and with a NULL logger.
+#pragma once
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "../net.h"
+#include "visibility.hpp"
+
+namespace nccl_net::sdk NCCL_NET_SDK_HIDDEN_NAMESPACE {
+
+namespace detail {
+inline std::atomic<ncclDebugLogger_t>& loggerSlot() {
+  static std::atomic<ncclDebugLogger_t> slot{nullptr};
+  return slot;
+}
+inline std::atomic<const char*>& prefixSlot() {
+  static std::atomic<const char*> prefix{"NET/SDK"};
+  return prefix;
+}
+// Without a host logger, WARN still reaches stderr; INFO/TRACE only when NCCL_DEBUG asks for them.
+inline int fallbackLevel() {
+  static const int level = [] {
+    const char* env = std::getenv("NCCL_DEBUG");
+    if (env == nullptr) return static_cast<int>(NCCL_LOG_WARN);
+    if (strcasecmp(env, "TRACE") == 0) return static_cast<int>(NCCL_LOG_TRACE);
+    if (strcasecmp(env, "INFO") == 0) return static_cast<int>(NCCL_LOG_INFO);
+    if (strcasecmp(env, "VERSION") == 0) return static_cast<int>(NCCL_LOG_VERSION);
+    return static_cast<int>(NCCL_LOG_WARN);
+  }();
+  return level;
+}
+}  // namespace detail
+
+// The first non-NULL logger wins; later inits (one per communicator since v11) pass the same function.
+inline void setLogger(ncclDebugLogger_t logger) {
+  if (logger == nullptr) return;
+  ncclDebugLogger_t expected = nullptr;
+  detail::loggerSlot().compare_exchange_strong(expected, logger);
+}
+inline ncclDebugLogger_t logger() { return detail::loggerSlot().load(std::memory_order_acquire); }
+
+// Every message starts with this prefix, e.g. "NET/Socket". Must point to storage that outlives the plugin.
+inline void setLogPrefix(const char* prefix) { detail::prefixSlot().store(prefix); }
+
+__attribute__((format(printf, 5, 6))) inline void logMessage(ncclDebugLogLevel level, unsigned long flags,
+                                                              const char* file, int line, const char* fmt, ...) {
+  char message[1024];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(message, sizeof(message), fmt, args);
+  va_end(args);
+  const char* prefix = detail::prefixSlot().load();
+  ncclDebugLogger_t host = logger();
+  if (host != nullptr) {
+    host(level, flags, file, line, "%s : %s", prefix, message);
+    return;
+  }
+  if (static_cast<int>(level) > detail::fallbackLevel()) return;
+  const char* tag = level == NCCL_LOG_WARN ? "WARN" : level == NCCL_LOG_TRACE ? "TRACE" : "INFO";
+  std::fprintf(stderr, "%s %s : %s\n", tag, prefix, message);
+}
+
+}  // namespace nccl_net::sdk
+
+#define NCCL_NET_WARN(fmt, ...) \
+  ::nccl_net::sdk::logMessage(NCCL_LOG_WARN, NCCL_ALL, __FILE__, __LINE__, fmt, ##__VA_ARGS__)
+#define NCCL_NET_INFO(flags, fmt, ...) \
+  ::nccl_net::sdk::logMessage(NCCL_LOG_INFO, (flags), __FILE__, __LINE__, fmt, ##__VA_ARGS__)
+#define NCCL_NET_TRACE(flags, fmt, ...) \
+  ::nccl_net::sdk::logMessage(NCCL_LOG_TRACE, (flags), __FILE__, __LINE__, fmt, ##__VA_ARGS__)

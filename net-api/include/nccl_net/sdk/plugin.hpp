@@ -1,0 +1,761 @@
+// nccl_net/sdk/plugin.hpp: write one class against the newest ncclNet interface; export every ABI version.
+//
+// A vendor class `Net` provides (all return ncclResult_t; pointers are NCCL's opaque objects):
+//
+//   static constexpr const char kName[] = "mynet";       // what users put in NCCL_NET=
+//   init(const nccl_net::sdk::InitArgs& args, void** ctx) // per communicator (v11+ hosts) or once (older hosts)
+//   devices(int* ndev)
+//   getProperties(int dev, ncclNetProperties_v12_t* props) // props arrives pre-filled with safe defaults
+//   listen(void* ctx, int dev, void* handle, void** listenComm)
+//   connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t** sendDevComm)
+//   accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** recvDevComm)
+//   regMr(void* comm, void* data, size_t size, int type, void** mhandle)
+//   deregMr(void* comm, void* mhandle)
+//   isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request)
+//   irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
+//         void** request)
+//   test(void* request, int* done, nccl_net::sdk::CompletedSizes sizes)
+//   closeSend(void* sendComm), closeRecv(void* recvComm), closeListen(void* listenComm)
+//
+// and optionally: regMrDmaBuf, iflush, getDeviceMr, irecvConsumed, makeVDevice(int*, ncclNetVDeviceProps_v12_t*),
+// finalize(void* ctx), setNetAttr(void* ctx, ncclNetAttr_v12_t*), each with its v12 signature. Absent optional
+// functions are NULL in the exported tables where NCCL checks for NULL (getDeviceMr, irecvConsumed, makeVDevice,
+// setNetAttr); otherwise the SDK supplies the behaviour NCCL expects (see the defaults below).
+//
+// NCCL_NET_SDK_EXPORT(Net) then emits ncclNetPlugin_v6 .. ncclNetPlugin_v12. Every down-conversion lives here:
+// property structs per version, int vs size_t sizes (a value that cannot be represented is an error, never a
+// truncation), arguments a version lacks, functions a version lacks. C++ exceptions never cross the ABI: they
+// become an ncclResult_t and one WARN line.
+#pragma once
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+#include "../net.h"
+#include "log.hpp"
+#include "result.hpp"
+#include "visibility.hpp"
+
+namespace nccl_net::sdk NCCL_NET_SDK_HIDDEN_NAMESPACE {
+
+// Largest n accepted for a grouped irecv (NCCL groups at most NCCL_PROXY_MAX_SUBS = 64 receives).
+inline constexpr int kMaxGroupedRecvs = 64;
+
+// What the host told init(). Older hosts lack some of it; the SDK fills the newest meaning.
+struct InitArgs {
+  int abiVersion = NCCL_NET_NEWEST_VERSION;         // the ncclNet_vN table the host called through
+  uint64_t commId = 0;                              // the communicator's hash (v11+), 0 before
+  int trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;  // comm config (v10 passed it per connect)
+  ncclProfilerCallback_t profiler = nullptr;        // v10+
+};
+
+// The sizes test() reports. NCCL's ABI carries them as int in every version, so a completed size above INT_MAX
+// cannot be reported: set() refuses it and the SDK turns the test() into an error instead of truncating.
+class CompletedSizes {
+ public:
+  explicit CompletedSizes(int* sizes) : sizes_(sizes) {}
+  // NCCL passes NULL when it does not want sizes (flush requests); setting them is then a no-op.
+  bool wanted() const { return sizes_ != nullptr; }
+  bool set(int index, size_t bytes) {
+    if (bytes > static_cast<size_t>(INT_MAX)) {
+      overflowIndex_ = index;
+      overflowBytes_ = bytes;
+      return false;
+    }
+    if (sizes_ != nullptr) sizes_[index] = static_cast<int>(bytes);
+    return true;
+  }
+  bool overflowed() const { return overflowIndex_ >= 0; }
+  int overflowIndex() const { return overflowIndex_; }
+  size_t overflowBytes() const { return overflowBytes_; }
+
+ private:
+  int* sizes_;
+  int overflowIndex_ = -1;
+  size_t overflowBytes_ = 0;
+};
+
+namespace detail {
+
+// ---- detection of optional members -------------------------------------------------------------------------
+#define NCCL_NET_SDK_DETECT(member)                                                            \
+  template <class T, class = void>                                                              \
+  struct has_##member : std::false_type {};                                                     \
+  template <class T>                                                                            \
+  struct has_##member<T, std::void_t<decltype(&T::member)>> : std::true_type {};                \
+  template <class T>                                                                            \
+  inline constexpr bool has_##member##_v = has_##member<T>::value;
+NCCL_NET_SDK_DETECT(regMrDmaBuf)
+NCCL_NET_SDK_DETECT(iflush)
+NCCL_NET_SDK_DETECT(getDeviceMr)
+NCCL_NET_SDK_DETECT(irecvConsumed)
+NCCL_NET_SDK_DETECT(makeVDevice)
+NCCL_NET_SDK_DETECT(finalize)
+NCCL_NET_SDK_DETECT(setNetAttr)
+NCCL_NET_SDK_DETECT(iallgather)
+NCCL_NET_SDK_DETECT(ireducescatter)
+#undef NCCL_NET_SDK_DETECT
+
+// ---- the exception boundary ----------------------------------------------------------------------------------
+template <class F>
+ncclResult_t guard(const char* function, F&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    NCCL_NET_WARN("%s: out of memory", function);
+    return ncclSystemError;
+  } catch (const std::exception& e) {
+    NCCL_NET_WARN("%s: unexpected exception: %s", function, e.what());
+    return ncclInternalError;
+  } catch (...) {
+    NCCL_NET_WARN("%s: unexpected non-standard exception", function);
+    return ncclInternalError;
+  }
+}
+
+#define NCCL_NET_SDK_REQUIRE(cond, result, ...) \
+  do {                                          \
+    if (!(cond)) {                              \
+      NCCL_NET_WARN(__VA_ARGS__);               \
+      return (result);                          \
+    }                                           \
+  } while (0)
+
+// Defaults the SDK puts in a properties struct before the vendor fills it, so a field the vendor forgets is
+// something NCCL accepts rather than garbage.
+inline void defaultProperties(int dev, ncclNetProperties_v12_t* props) {
+  std::memset(props, 0, sizeof(*props));
+  props->ptrSupport = NCCL_PTR_HOST;
+  props->speed = 10000;
+  props->maxComms = 65536;
+  props->maxRecvs = 1;
+  props->netDeviceType = NCCL_NET_DEVICE_HOST;
+  props->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
+  props->vProps.ndevs = 1;
+  props->vProps.devs[0] = dev;
+  props->maxP2pBytes = NCCL_MAX_NET_SIZE_BYTES;
+  props->maxCollBytes = NCCL_MAX_NET_SIZE_BYTES;
+  props->maxMultiRequestSize = 1;
+  props->railId = NCCL_NET_ID_UNDEF;
+  props->planeId = NCCL_NET_ID_UNDEF;
+}
+
+// Copies the newest properties into an older version's struct, field by field where the version has it.
+template <int V, class Props>
+ncclResult_t downgradeProperties(const ncclNetProperties_v12_t& in, Props* out) {
+  std::memset(out, 0, sizeof(*out));
+  out->name = in.name;
+  out->pciPath = in.pciPath;
+  out->guid = in.guid;
+  out->ptrSupport = in.ptrSupport;
+  out->speed = in.speed;
+  out->port = in.port;
+  out->latency = in.latency;
+  out->maxComms = in.maxComms;
+  out->maxRecvs = in.maxRecvs;
+  if constexpr (V >= 7) {
+    out->netDeviceType = in.netDeviceType;
+    out->netDeviceVersion = in.netDeviceVersion;
+  }
+  if constexpr (V >= 8) out->regIsGlobal = in.regIsGlobal;
+  if constexpr (V >= 9) {
+    constexpr int kMaxDevs = static_cast<int>(sizeof(out->vProps.devs) / sizeof(out->vProps.devs[0]));
+    NCCL_NET_SDK_REQUIRE(in.vProps.ndevs >= 0 && in.vProps.ndevs <= kMaxDevs, ncclInternalError,
+                         "device %s fuses %d physical devices; ncclNet_v%d carries at most %d", in.name,
+                         in.vProps.ndevs, V, kMaxDevs);
+    out->forceFlush = in.forceFlush;
+    out->vProps.ndevs = in.vProps.ndevs;
+    for (int i = 0; i < in.vProps.ndevs; ++i) out->vProps.devs[i] = in.vProps.devs[i];
+    out->maxP2pBytes = in.maxP2pBytes;
+    out->maxCollBytes = in.maxCollBytes;
+  }
+  if constexpr (V >= 11) out->maxMultiRequestSize = in.maxMultiRequestSize;
+  if constexpr (V >= 12) {
+    out->railId = in.railId;
+    out->planeId = in.planeId;
+  }
+  return ncclSuccess;
+}
+
+// ---- one process-wide instance of the vendor class, plus contexts for hosts older than v11 ----------------------
+template <class Net>
+struct NetState {
+  static Net& instance() {
+    static Net net;
+    return net;
+  }
+
+  // Hosts before v11 call init once and pass no ctx to listen/connect; v10 passes a config per connect. Keep one
+  // vendor ctx per traffic class seen, created on first use with that class.
+  struct LegacyContext {
+    int trafficClass;
+    void* ctx;
+  };
+  static constexpr int kMaxLegacyContexts = 8;
+  static std::mutex& legacyMutex() {
+    static std::mutex m;
+    return m;
+  }
+  static LegacyContext* legacyContexts() {
+    static LegacyContext contexts[kMaxLegacyContexts];
+    return contexts;
+  }
+  static int& legacyCount() {
+    static int count = 0;
+    return count;
+  }
+  static int& legacyVersion() {
+    static int version = 0;
+    return version;
+  }
+  static ncclProfilerCallback_t& legacyProfiler() {
+    static ncclProfilerCallback_t profiler = nullptr;
+    return profiler;
+  }
+
+  static ncclResult_t legacyInit(int version, ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {
+    setLogger(logger);
+    std::lock_guard<std::mutex> lock(legacyMutex());
+    legacyVersion() = version;
+    legacyProfiler() = profiler;
+    if (legacyCount() > 0) return ncclSuccess;  // init is once per process for these versions
+    return createLegacyContextLocked(NCCL_NET_TRAFFIC_CLASS_UNDEF, nullptr);
+  }
+
+  static ncclResult_t createLegacyContextLocked(int trafficClass, void** ctxOut) {
+    NCCL_NET_SDK_REQUIRE(legacyCount() < kMaxLegacyContexts, ncclInternalError,
+                         "more than %d distinct traffic classes requested through ncclNet_v10 connect",
+                         kMaxLegacyContexts);
+    InitArgs args;
+    args.abiVersion = legacyVersion();
+    args.trafficClass = trafficClass;
+    args.profiler = legacyProfiler();
+    void* ctx = nullptr;
+    NCCL_NET_CHECK(instance().init(args, &ctx));
+    legacyContexts()[legacyCount()++] = LegacyContext{trafficClass, ctx};
+    if (ctxOut != nullptr) *ctxOut = ctx;
+    return ncclSuccess;
+  }
+
+  static ncclResult_t legacyContext(int trafficClass, void** ctx) {
+    std::lock_guard<std::mutex> lock(legacyMutex());
+    NCCL_NET_SDK_REQUIRE(legacyCount() > 0, ncclInternalError, "called before init");
+    for (int i = 0; i < legacyCount(); ++i) {
+      if (legacyContexts()[i].trafficClass == trafficClass) {
+        *ctx = legacyContexts()[i].ctx;
+        return ncclSuccess;
+      }
+    }
+    return createLegacyContextLocked(trafficClass, ctx);
+  }
+};
+
+// ---- shared argument conversions --------------------------------------------------------------------------------
+inline ncclResult_t intSizeToSize(const char* function, int size, size_t* out) {
+  NCCL_NET_SDK_REQUIRE(size >= 0, ncclInvalidArgument,
+                       "%s: size %d is negative: a size above 2 GiB cannot pass through this int-sized ABI version",
+                       function, size);
+  *out = static_cast<size_t>(size);
+  return ncclSuccess;
+}
+
+template <class Net>
+ncclResult_t checkDevice(const char* function, int dev) {
+  int ndev = 0;
+  NCCL_NET_CHECK(NetState<Net>::instance().devices(&ndev));
+  NCCL_NET_SDK_REQUIRE(dev >= 0 && dev < ndev, ncclInvalidArgument, "%s: device %d out of range [0, %d)", function,
+                       dev, ndev);
+  return ncclSuccess;
+}
+
+// ---- the entry points, one template per call; V is the ABI version the host called through ----------------------
+template <class Net>
+struct NetEntry {
+  static Net& net() { return NetState<Net>::instance(); }
+
+  static ncclResult_t initV11(int version, void** ctx, uint64_t commId, const ncclNetCommConfig_v12_t* config,
+                              ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {
+    return guard("init", [&] {
+      setLogger(logger);
+      NCCL_NET_SDK_REQUIRE(ctx != nullptr, ncclInvalidArgument, "init: ctx out-pointer is NULL");
+      InitArgs args;
+      args.abiVersion = version;
+      args.commId = commId;
+      args.trafficClass = config != nullptr ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF;
+      args.profiler = profiler;
+      *ctx = nullptr;
+      return net().init(args, ctx);
+    });
+  }
+  static ncclResult_t initLegacy(int version, ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {
+    return guard("init", [&] { return NetState<Net>::legacyInit(version, logger, profiler); });
+  }
+
+  static ncclResult_t devices(int* ndev) {
+    return guard("devices", [&] {
+      NCCL_NET_SDK_REQUIRE(ndev != nullptr, ncclInvalidArgument, "devices: ndev is NULL");
+      return net().devices(ndev);
+    });
+  }
+
+  static ncclResult_t properties(int dev, ncclNetProperties_v12_t* props) {
+    NCCL_NET_SDK_REQUIRE(props != nullptr, ncclInvalidArgument, "getProperties: props is NULL");
+    NCCL_NET_CHECK(checkDevice<Net>("getProperties", dev));
+    defaultProperties(dev, props);
+    NCCL_NET_CHECK(net().getProperties(dev, props));
+    NCCL_NET_SDK_REQUIRE(props->maxP2pBytes > 0 && props->maxP2pBytes <= NCCL_MAX_NET_SIZE_BYTES, ncclInternalError,
+                         "getProperties: device %d reports maxP2pBytes %zu outside (0, 1 TiB]", dev,
+                         props->maxP2pBytes);
+    if constexpr (!has_iflush_v<Net>) {
+      NCCL_NET_SDK_REQUIRE((props->ptrSupport & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) == 0, ncclInternalError,
+                           "getProperties: device %d supports GPU memory but the plugin has no iflush", dev);
+    }
+    return ncclSuccess;
+  }
+  template <int V, class Props>
+  static ncclResult_t getProperties(int dev, Props* props) {
+    return guard("getProperties", [&] {
+      if constexpr (V == 12) {
+        return properties(dev, props);
+      } else {
+        NCCL_NET_SDK_REQUIRE(props != nullptr, ncclInvalidArgument, "getProperties: props is NULL");
+        ncclNetProperties_v12_t newest;
+        NCCL_NET_CHECK(properties(dev, &newest));
+        return downgradeProperties<V>(newest, props);
+      }
+    });
+  }
+
+  static ncclResult_t listenCtx(void* ctx, int dev, void* handle, void** listenComm) {
+    return guard("listen", [&] {
+      NCCL_NET_SDK_REQUIRE(handle != nullptr && listenComm != nullptr, ncclInvalidArgument,
+                           "listen: handle or listenComm is NULL");
+      NCCL_NET_CHECK(checkDevice<Net>("listen", dev));
+      *listenComm = nullptr;
+      return net().listen(ctx, dev, handle, listenComm);
+    });
+  }
+  static ncclResult_t listenLegacy(int dev, void* handle, void** listenComm) {
+    void* ctx = nullptr;
+    NCCL_NET_CHECK(guard("listen", [&] { return NetState<Net>::legacyContext(NCCL_NET_TRAFFIC_CLASS_UNDEF, &ctx); }));
+    return listenCtx(ctx, dev, handle, listenComm);
+  }
+
+  static ncclResult_t connectCtx(void* ctx, int dev, void* handle, void** sendComm,
+                                 ncclNetDeviceHandle_v12_t** sendDevComm) {
+    return guard("connect", [&] {
+      NCCL_NET_SDK_REQUIRE(handle != nullptr && sendComm != nullptr, ncclInvalidArgument,
+                           "connect: handle or sendComm is NULL");
+      NCCL_NET_CHECK(checkDevice<Net>("connect", dev));
+      *sendComm = nullptr;
+      return net().connect(ctx, dev, handle, sendComm, sendDevComm);
+    });
+  }
+  static ncclResult_t connectLegacy(int trafficClass, int dev, void* handle, void** sendComm,
+                                    ncclNetDeviceHandle_v12_t** sendDevComm) {
+    void* ctx = nullptr;
+    NCCL_NET_CHECK(guard("connect", [&] { return NetState<Net>::legacyContext(trafficClass, &ctx); }));
+    return connectCtx(ctx, dev, handle, sendComm, sendDevComm);
+  }
+
+  static ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** recvDevComm) {
+    return guard("accept", [&] {
+      NCCL_NET_SDK_REQUIRE(listenComm != nullptr && recvComm != nullptr, ncclInvalidArgument,
+                           "accept: listenComm or recvComm is NULL");
+      *recvComm = nullptr;
+      return net().accept(listenComm, recvComm, recvDevComm);
+    });
+  }
+
+  static ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+    return guard("regMr", [&] {
+      NCCL_NET_SDK_REQUIRE(comm != nullptr && mhandle != nullptr, ncclInvalidArgument,
+                           "regMr: comm or mhandle is NULL");
+      return net().regMr(comm, data, size, type, mhandle);
+    });
+  }
+  static ncclResult_t regMrInt(void* comm, void* data, int size, int type, void** mhandle) {
+    size_t bytes = 0;
+    NCCL_NET_CHECK(intSizeToSize("regMr", size, &bytes));
+    return regMr(comm, data, bytes, type, mhandle);
+  }
+  static ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                                  void** mhandle) {
+    return guard("regMrDmaBuf", [&]() -> ncclResult_t {
+      NCCL_NET_SDK_REQUIRE(comm != nullptr && mhandle != nullptr, ncclInvalidArgument,
+                           "regMrDmaBuf: comm or mhandle is NULL");
+      if constexpr (has_regMrDmaBuf_v<Net>) {
+        return net().regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
+      } else {
+        (void)data, (void)size, (void)type, (void)offset, (void)fd;
+        NCCL_NET_WARN("regMrDmaBuf: this plugin does not support DMA-BUF registration (NCCL_PTR_DMABUF not set)");
+        return ncclInvalidUsage;
+      }
+    });
+  }
+  static ncclResult_t deregMr(void* comm, void* mhandle) {
+    return guard("deregMr", [&] {
+      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInvalidArgument, "deregMr: comm is NULL");
+      return net().deregMr(comm, mhandle);
+    });
+  }
+
+  static ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle,
+                            void** request) {
+    return guard("isend", [&] {
+      NCCL_NET_SDK_REQUIRE(sendComm != nullptr && request != nullptr, ncclInvalidArgument,
+                           "isend: sendComm or request is NULL");
+      NCCL_NET_SDK_REQUIRE(data != nullptr || size == 0, ncclInvalidArgument, "isend: NULL data for %zu bytes", size);
+      *request = nullptr;
+      return net().isend(sendComm, data, size, tag, mhandle, phandle, request);
+    });
+  }
+  static ncclResult_t isendNoPhandle(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
+    return isend(sendComm, data, size, tag, mhandle, nullptr, request);
+  }
+  static ncclResult_t isendInt(void* sendComm, void* data, int size, int tag, void* mhandle, void** request) {
+    size_t bytes = 0;
+    NCCL_NET_CHECK(intSizeToSize("isend", size, &bytes));
+    return isend(sendComm, data, bytes, tag, mhandle, nullptr, request);
+  }
+
+  static ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                            void** phandles, void** request) {
+    return guard("irecv", [&] {
+      NCCL_NET_SDK_REQUIRE(recvComm != nullptr && request != nullptr, ncclInvalidArgument,
+                           "irecv: recvComm or request is NULL");
+      NCCL_NET_SDK_REQUIRE(n >= 1 && n <= kMaxGroupedRecvs, ncclInvalidArgument,
+                           "irecv: n = %d grouped receives, expected 1..%d", n, kMaxGroupedRecvs);
+      NCCL_NET_SDK_REQUIRE(data != nullptr && sizes != nullptr && tags != nullptr, ncclInvalidArgument,
+                           "irecv: data, sizes or tags is NULL");
+      *request = nullptr;
+      return net().irecv(recvComm, n, data, sizes, tags, mhandles, phandles, request);
+    });
+  }
+  static ncclResult_t irecvNoPhandles(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                                      void** request) {
+    return irecv(recvComm, n, data, sizes, tags, mhandles, nullptr, request);
+  }
+  static ncclResult_t irecvInt(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
+                               void** request) {
+    NCCL_NET_SDK_REQUIRE(n >= 1 && n <= kMaxGroupedRecvs, ncclInvalidArgument,
+                         "irecv: n = %d grouped receives, expected 1..%d", n, kMaxGroupedRecvs);
+    NCCL_NET_SDK_REQUIRE(sizes != nullptr, ncclInvalidArgument, "irecv: sizes is NULL");
+    size_t wide[kMaxGroupedRecvs];
+    for (int i = 0; i < n; ++i) NCCL_NET_CHECK(intSizeToSize("irecv", sizes[i], &wide[i]));
+    return irecv(recvComm, n, data, wide, tags, mhandles, nullptr, request);
+  }
+
+  static ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
+    return guard("iflush", [&]() -> ncclResult_t {
+      NCCL_NET_SDK_REQUIRE(recvComm != nullptr && request != nullptr, ncclInvalidArgument,
+                           "iflush: recvComm or request is NULL");
+      if constexpr (has_iflush_v<Net>) {
+        *request = nullptr;
+        return net().iflush(recvComm, n, data, sizes, mhandles, request);
+      } else {
+        // A plugin without iflush only handles host memory (getProperties enforces it): CPU-written data is
+        // already visible, so there is nothing to flush and a NULL request tells NCCL the flush is complete.
+        (void)n, (void)data, (void)sizes, (void)mhandles;
+        *request = nullptr;
+        return ncclSuccess;
+      }
+    });
+  }
+
+  static ncclResult_t test(void* request, int* done, int* sizes) {
+    return guard("test", [&] {
+      NCCL_NET_SDK_REQUIRE(request != nullptr && done != nullptr, ncclInvalidArgument,
+                           "test: request or done is NULL");
+      CompletedSizes completed(sizes);
+      *done = 0;
+      NCCL_NET_CHECK(net().test(request, done, completed));
+      NCCL_NET_SDK_REQUIRE(!completed.overflowed(), ncclInvalidUsage,
+                           "test: completed size %zu (receive %d) exceeds INT_MAX, which test() cannot report; "
+                           "keep messages below 2 GiB",
+                           completed.overflowBytes(), completed.overflowIndex());
+      return ncclSuccess;
+    });
+  }
+
+  static ncclResult_t closeSend(void* comm) {
+    return guard("closeSend", [&] {
+      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInvalidArgument, "closeSend: comm is NULL");
+      return net().closeSend(comm);
+    });
+  }
+  static ncclResult_t closeRecv(void* comm) {
+    return guard("closeRecv", [&] {
+      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInvalidArgument, "closeRecv: comm is NULL");
+      return net().closeRecv(comm);
+    });
+  }
+  static ncclResult_t closeListen(void* comm) {
+    return guard("closeListen", [&] {
+      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInvalidArgument, "closeListen: comm is NULL");
+      return net().closeListen(comm);
+    });
+  }
+
+  static ncclResult_t getDeviceMr(void* comm, void* mhandle, void** dptrMhandle) {
+    return guard("getDeviceMr", [&] { return net().getDeviceMr(comm, mhandle, dptrMhandle); });
+  }
+  static ncclResult_t irecvConsumed(void* recvComm, int n, void* request) {
+    return guard("irecvConsumed", [&] { return net().irecvConsumed(recvComm, n, request); });
+  }
+
+  template <class VProps>
+  static ncclResult_t makeVDevice(int* d, VProps* props) {
+    return guard("makeVDevice", [&] {
+      NCCL_NET_SDK_REQUIRE(d != nullptr && props != nullptr, ncclInvalidArgument, "makeVDevice: d or props is NULL");
+      constexpr int kMaxDevs = static_cast<int>(sizeof(props->devs) / sizeof(props->devs[0]));
+      NCCL_NET_SDK_REQUIRE(props->ndevs >= 1 && props->ndevs <= kMaxDevs, ncclInvalidArgument,
+                           "makeVDevice: ndevs %d outside 1..%d", props->ndevs, kMaxDevs);
+      ncclNetVDeviceProps_v12_t newest{};
+      newest.ndevs = props->ndevs;
+      for (int i = 0; i < props->ndevs; ++i) {
+        NCCL_NET_CHECK(checkDevice<Net>("makeVDevice", props->devs[i]));
+        newest.devs[i] = props->devs[i];
+      }
+      return net().makeVDevice(d, &newest);
+    });
+  }
+
+  static ncclResult_t finalize(void* ctx) {
+    return guard("finalize", [&]() -> ncclResult_t {
+      if constexpr (has_finalize_v<Net>) {
+        return net().finalize(ctx);
+      } else {
+        (void)ctx;  // a plugin without per-communicator state has nothing to release
+        return ncclSuccess;
+      }
+    });
+  }
+  static ncclResult_t setNetAttr(void* ctx, ncclNetAttr_v12_t* attr) {
+    return guard("setNetAttr", [&] {
+      NCCL_NET_SDK_REQUIRE(attr != nullptr, ncclInvalidArgument, "setNetAttr: attr is NULL");
+      return net().setNetAttr(ctx, attr);
+    });
+  }
+  static ncclResult_t setNetAttrV11(void* ctx, ncclNetAttr_v11_t* attr) {
+    return setNetAttr(ctx, reinterpret_cast<ncclNetAttr_v12_t*>(attr));
+  }
+};
+
+// ---- the tables ---------------------------------------------------------------------------------------------------
+// ncclNetAttr_v11_t and _v12_t, and the device handles of every version, share one layout (pinned in
+// abi_checks.h), so those pointers pass through unchanged.
+template <class Net>
+struct NetTables {
+  using E = NetEntry<Net>;
+// An optional entry point: the function when the vendor class has it, else NULL (the body is never instantiated).
+#define NCCL_NET_SDK_OPTIONAL(present, function)           \
+  [] {                                                     \
+    if constexpr (present) {                               \
+      return &function;                                    \
+    } else {                                               \
+      return static_cast<decltype(&function)>(nullptr);    \
+    }                                                      \
+  }()
+
+  static constexpr ncclNet_v12_t v12 = {
+      Net::kName,
+      [](void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
+         ncclProfilerCallback_t profiler) { return E::initV11(12, ctx, commId, config, logger, profiler); },
+      E::devices,
+      E::template getProperties<12, ncclNetProperties_v12_t>,
+      E::listenCtx,
+      E::connectCtx,
+      E::accept,
+      E::regMr,
+      E::regMrDmaBuf,
+      E::deregMr,
+      E::isend,
+      E::irecv,
+      E::iflush,
+      E::test,
+      E::closeSend,
+      E::closeRecv,
+      E::closeListen,
+      NCCL_NET_SDK_OPTIONAL(has_getDeviceMr_v<Net>, E::getDeviceMr),
+      NCCL_NET_SDK_OPTIONAL(has_irecvConsumed_v<Net>, E::irecvConsumed),
+      NCCL_NET_SDK_OPTIONAL(has_makeVDevice_v<Net>, E::template makeVDevice<ncclNetVDeviceProps_v12_t>),
+      E::finalize,
+      NCCL_NET_SDK_OPTIONAL(has_setNetAttr_v<Net>, E::setNetAttr),
+  };
+
+  static constexpr ncclNet_v11_t v11 = {
+      Net::kName,
+      [](void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t logger,
+         ncclProfilerCallback_t profiler) {
+        return E::initV11(11, ctx, commId, reinterpret_cast<ncclNetCommConfig_v12_t*>(config), logger, profiler);
+      },
+      E::devices,
+      E::template getProperties<11, ncclNetProperties_v11_t>,
+      E::listenCtx,
+      E::connectCtx,
+      E::accept,
+      E::regMr,
+      E::regMrDmaBuf,
+      E::deregMr,
+      E::isend,
+      E::irecv,
+      E::iflush,
+      E::test,
+      E::closeSend,
+      E::closeRecv,
+      E::closeListen,
+      NCCL_NET_SDK_OPTIONAL(has_getDeviceMr_v<Net>, E::getDeviceMr),
+      NCCL_NET_SDK_OPTIONAL(has_irecvConsumed_v<Net>, E::irecvConsumed),
+      NCCL_NET_SDK_OPTIONAL(has_makeVDevice_v<Net>, E::template makeVDevice<ncclNetVDeviceProps_v11_t>),
+      E::finalize,
+      NCCL_NET_SDK_OPTIONAL(has_setNetAttr_v<Net>, E::setNetAttrV11),
+  };
+
+  static constexpr ncclNet_v10_t v10 = {
+      Net::kName,
+      [](ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) { return E::initLegacy(10, logger, profiler); },
+      E::devices,
+      E::template getProperties<10, ncclNetProperties_v10_t>,
+      E::listenLegacy,
+      [](int dev, ncclNetCommConfig_v10_t* config, void* handle, void** sendComm,
+         ncclNetDeviceHandle_v10_t** sendDevComm) {
+        int trafficClass = config != nullptr ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF;
+        return E::connectLegacy(trafficClass, dev, handle, sendComm, sendDevComm);
+      },
+      E::accept,
+      E::regMr,
+      E::regMrDmaBuf,
+      E::deregMr,
+      E::isend,
+      E::irecv,
+      E::iflush,
+      E::test,
+      E::closeSend,
+      E::closeRecv,
+      E::closeListen,
+      NCCL_NET_SDK_OPTIONAL(has_getDeviceMr_v<Net>, E::getDeviceMr),
+      NCCL_NET_SDK_OPTIONAL(has_irecvConsumed_v<Net>, E::irecvConsumed),
+      NCCL_NET_SDK_OPTIONAL(has_makeVDevice_v<Net>, E::template makeVDevice<ncclNetVDeviceProps_v10_t>),
+  };
+
+  static constexpr ncclNet_v9_t v9 = {
+      Net::kName,
+      [](ncclDebugLogger_t logger) { return E::initLegacy(9, logger, nullptr); },
+      E::devices,
+      E::template getProperties<9, ncclNetProperties_v9_t>,
+      E::listenLegacy,
+      [](int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v9_t** sendDevComm) {
+        return E::connectLegacy(NCCL_NET_TRAFFIC_CLASS_UNDEF, dev, handle, sendComm, sendDevComm);
+      },
+      E::accept,
+      E::regMr,
+      E::regMrDmaBuf,
+      E::deregMr,
+      E::isendNoPhandle,
+      E::irecvNoPhandles,
+      E::iflush,
+      E::test,
+      E::closeSend,
+      E::closeRecv,
+      E::closeListen,
+      NCCL_NET_SDK_OPTIONAL(has_getDeviceMr_v<Net>, E::getDeviceMr),
+      NCCL_NET_SDK_OPTIONAL(has_irecvConsumed_v<Net>, E::irecvConsumed),
+      NCCL_NET_SDK_OPTIONAL(has_makeVDevice_v<Net>, E::template makeVDevice<ncclNetVDeviceProps_v9_t>),
+  };
+
+  static constexpr ncclNet_v8_t v8 = {
+      Net::kName,
+      [](ncclDebugLogger_t logger) { return E::initLegacy(8, logger, nullptr); },
+      E::devices,
+      E::template getProperties<8, ncclNetProperties_v8_t>,
+      E::listenLegacy,
+      [](int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v8_t** sendDevComm) {
+        return E::connectLegacy(NCCL_NET_TRAFFIC_CLASS_UNDEF, dev, handle, sendComm, sendDevComm);
+      },
+      E::accept,
+      E::regMr,
+      E::regMrDmaBuf,
+      E::deregMr,
+      E::isendInt,
+      E::irecvInt,
+      E::iflush,
+      E::test,
+      E::closeSend,
+      E::closeRecv,
+      E::closeListen,
+      NCCL_NET_SDK_OPTIONAL(has_getDeviceMr_v<Net>, E::getDeviceMr),
+      NCCL_NET_SDK_OPTIONAL(has_irecvConsumed_v<Net>, E::irecvConsumed),
+  };
+
+  static constexpr ncclNet_v7_t v7 = {
+      Net::kName,
+      [](ncclDebugLogger_t logger) { return E::initLegacy(7, logger, nullptr); },
+      E::devices,
+      E::template getProperties<7, ncclNetProperties_v7_t>,
+      E::listenLegacy,
+      [](int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v7_t** sendDevComm) {
+        return E::connectLegacy(NCCL_NET_TRAFFIC_CLASS_UNDEF, dev, handle, sendComm, sendDevComm);
+      },
+      E::accept,
+      E::regMrInt,
+      E::regMrDmaBuf,
+      E::deregMr,
+      E::isendInt,
+      E::irecvInt,
+      E::iflush,
+      E::test,
+      E::closeSend,
+      E::closeRecv,
+      E::closeListen,
+      NCCL_NET_SDK_OPTIONAL(has_getDeviceMr_v<Net>, E::getDeviceMr),
+      NCCL_NET_SDK_OPTIONAL(has_irecvConsumed_v<Net>, E::irecvConsumed),
+  };
+
+  static constexpr ncclNet_v6_t v6 = {
+      Net::kName,
+      [](ncclDebugLogger_t logger) { return E::initLegacy(6, logger, nullptr); },
+      E::devices,
+      E::template getProperties<6, ncclNetProperties_v6_t>,
+      E::listenLegacy,
+      [](int dev, void* handle, void** sendComm) {
+        return E::connectLegacy(NCCL_NET_TRAFFIC_CLASS_UNDEF, dev, handle, sendComm, nullptr);
+      },
+      [](void* listenComm, void** recvComm) { return E::accept(listenComm, recvComm, nullptr); },
+      E::regMrInt,
+      E::regMrDmaBuf,
+      E::deregMr,
+      E::isendInt,
+      E::irecvInt,
+      E::iflush,
+      E::test,
+      E::closeSend,
+      E::closeRecv,
+      E::closeListen,
+  };
+};
+
+}  // namespace detail
+}  // namespace nccl_net::sdk
+
+// Exports ncclNetPlugin_v6 .. ncclNetPlugin_v12 for the vendor class `Net`. Use once, at namespace scope, in one
+// translation unit of the plugin.
+#define NCCL_NET_SDK_EXPORT_NET_VERSION(Net, V)                                                  \
+  extern "C" NCCL_NET_SDK_EXPORT_SYMBOL const ncclNet_v##V##_t ncclNetPlugin_v##V =             \
+      ::nccl_net::sdk::detail::NetTables<Net>::v##V;
+
+#define NCCL_NET_SDK_EXPORT(Net)            \
+  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 12)  \
+  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 11)  \
+  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 10)  \
+  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 9)   \
+  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 8)   \
+  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 7)   \
+  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 6)

@@ -1,0 +1,33 @@
+// nccl_net/sdk/result.hpp: names for ncclResult_t and the propagate-on-error macro.
+#pragma once
+
+#include "../net.h"
+#include "visibility.hpp"
+
+namespace nccl_net::sdk NCCL_NET_SDK_HIDDEN_NAMESPACE {
+
+constexpr const char* resultName(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "ncclSuccess";
+    case ncclUnhandledCudaError: return "ncclUnhandledCudaError";
+    case ncclSystemError: return "ncclSystemError";
+    case ncclInternalError: return "ncclInternalError";
+    case ncclInvalidArgument: return "ncclInvalidArgument";
+    case ncclInvalidUsage: return "ncclInvalidUsage";
+    case ncclRemoteError: return "ncclRemoteError";
+    case ncclInProgress: return "ncclInProgress";
+    case ncclTimeout: return "ncclTimeout";
+    default: return "unknown ncclResult_t";
+  }
+}
+
+}  // namespace nccl_net::sdk
+
+// Returns the failing status of `call` from the enclosing function.
+#define NCCL_NET_CHECK(call)                        \
+  do {                                              \
+    ncclResult_t nccl_net_check_result_ = (call);   \
+    if (nccl_net_check_result_ != ncclSuccess) {    \
+      return nccl_net_check_result_;                \
+    }                                               \
+  } while (0)

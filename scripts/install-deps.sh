@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package nccl-net-sdk needs to build, test and benchmark. Idempotent.
+set -euo pipefail
+
+packages=(
+  # build
+  build-essential cmake ninja-build pkg-config git python3
+  # libraries the project links
+  libgtest-dev libgmock-dev libbenchmark-dev libpugixml-dev libcli11-dev nlohmann-json3-dev
+  libhwloc-dev hwloc libibverbs-dev ibverbs-providers rdma-core libucx-dev ucx-utils
+  # sanitizers and fuzzing (clang's runtime for libFuzzer)
+  clang libclang-rt-14-dev
+  # tools used by tests and benchmarks
+  iproute2 iperf3 procps graphviz
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
