@@ -10,7 +10,7 @@
 #include "log.hpp"
 #include "visibility.hpp"
 
-namespace nccl_net::sdk NCCL_NET_SDK_HIDDEN_NAMESPACE {
+NCCL_NET_SDK_NAMESPACE_BEGIN
 
 // FNV-1a, 32 bit: small, deterministic and good enough to catch corruption and foreign handles (not an attacker).
 constexpr uint32_t fnv1a(const unsigned char* data, size_t size, uint32_t hash = 2166136261u) {
@@ -25,6 +25,9 @@ constexpr uint32_t fnv1a(const char* text, uint32_t hash = 2166136261u) {
 // A plugin's magic number derived from its name, so two plugins never accept each other's handles.
 constexpr uint32_t handleMagic(const char* pluginName) { return fnv1a(pluginName); }
 
+// The last bytes of the 128-byte handle are reserved for ConnectStage (see below).
+inline constexpr size_t kConnectStageBytes = 16;
+
 struct HandleHeader {
   uint32_t magic;     // identifies the plugin that wrote the handle
   uint16_t version;   // the plugin's wire version of the payload
@@ -38,8 +41,8 @@ static_assert(sizeof(HandleHeader) == 16, "HandleHeader is part of the wire form
 template <class Payload>
 class HandleCodec {
   static_assert(std::is_trivially_copyable_v<Payload>, "a handle payload travels as bytes");
-  static_assert(sizeof(HandleHeader) + sizeof(Payload) <= NCCL_NET_HANDLE_MAXSIZE,
-                "the handle must fit in NCCL_NET_HANDLE_MAXSIZE (128) bytes");
+  static_assert(sizeof(HandleHeader) + sizeof(Payload) <= NCCL_NET_HANDLE_MAXSIZE - kConnectStageBytes,
+                "the handle payload must fit in NCCL_NET_HANDLE_MAXSIZE (128) bytes, less the connect stage");
 
  public:
   static constexpr size_t kEncodedSize = sizeof(HandleHeader) + sizeof(Payload);
@@ -54,6 +57,7 @@ class HandleCodec {
     HandleHeader header{magic_, version_, static_cast<uint16_t>(sizeof(Payload)), 0, 0};
     header.checksum = checksum(header, reinterpret_cast<const unsigned char*>(&payload));
     auto* out = static_cast<unsigned char*>(handle);
+    std::memset(out, 0, NCCL_NET_HANDLE_MAXSIZE);  // also clears the connect stage
     std::memcpy(out, &header, sizeof(header));
     std::memcpy(out + sizeof(header), &payload, sizeof(Payload));
     return ncclSuccess;
@@ -101,4 +105,38 @@ class HandleCodec {
   uint16_t version_;
 };
 
-}  // namespace nccl_net::sdk
+// NCCL calls connect() again and again with the same handle buffer until it returns a comm. A non-blocking
+// connect keeps its in-progress state in the tail of that buffer (NCCL's own transports do the same); the state
+// pointer is stored with a check word so a handle that never carried one (zeroed by encode()) reads as "no stage".
+template <class State>
+class ConnectStage {
+ public:
+  static State* get(const void* handle) {
+    Slot slot;
+    std::memcpy(&slot, tail(handle), sizeof(slot));
+    if (slot.pointer == 0 || slot.check != (slot.pointer ^ kCheck)) return nullptr;
+    return reinterpret_cast<State*>(slot.pointer);
+  }
+  static void set(void* handle, State* state) {
+    auto pointer = reinterpret_cast<uint64_t>(state);
+    Slot slot{pointer, pointer ^ kCheck};
+    std::memcpy(tail(handle), &slot, sizeof(slot));
+  }
+  static void clear(void* handle) { std::memset(tail(handle), 0, sizeof(Slot)); }
+
+ private:
+  struct Slot {
+    uint64_t pointer;
+    uint64_t check;
+  };
+  static_assert(sizeof(Slot) == kConnectStageBytes);
+  static constexpr uint64_t kCheck = 0x6e6e732d73746167ull;  // "nns-stag"
+  static unsigned char* tail(void* handle) {
+    return static_cast<unsigned char*>(handle) + NCCL_NET_HANDLE_MAXSIZE - kConnectStageBytes;
+  }
+  static const unsigned char* tail(const void* handle) {
+    return static_cast<const unsigned char*>(handle) + NCCL_NET_HANDLE_MAXSIZE - kConnectStageBytes;
+  }
+};
+
+NCCL_NET_SDK_NAMESPACE_END

@@ -10,7 +10,7 @@
 #include "../net.h"
 #include "visibility.hpp"
 
-namespace nccl_net::sdk NCCL_NET_SDK_HIDDEN_NAMESPACE {
+NCCL_NET_SDK_NAMESPACE_BEGIN
 
 namespace detail {
 inline std::atomic<ncclDebugLogger_t>& loggerSlot() {
@@ -64,7 +64,7 @@ __attribute__((format(printf, 5, 6))) inline void logMessage(ncclDebugLogLevel l
   std::fprintf(stderr, "%s %s : %s\n", tag, prefix, message);
 }
 
-}  // namespace nccl_net::sdk
+NCCL_NET_SDK_NAMESPACE_END
 
 #define NCCL_NET_WARN(fmt, ...) \
   ::nccl_net::sdk::logMessage(NCCL_LOG_WARN, NCCL_ALL, __FILE__, __LINE__, fmt, ##__VA_ARGS__)

@@ -43,7 +43,7 @@
 #include "result.hpp"
 #include "visibility.hpp"
 
-namespace nccl_net::sdk NCCL_NET_SDK_HIDDEN_NAMESPACE {
+NCCL_NET_SDK_NAMESPACE_BEGIN
 
 // Largest n accepted for a grouped irecv (NCCL groups at most NCCL_PROXY_MAX_SUBS = 64 receives).
 inline constexpr int kMaxGroupedRecvs = 64;
@@ -743,7 +743,7 @@ struct NetTables {
 };
 
 }  // namespace detail
-}  // namespace nccl_net::sdk
+NCCL_NET_SDK_NAMESPACE_END
 
 // Exports ncclNetPlugin_v6 .. ncclNetPlugin_v12 for the vendor class `Net`. Use once, at namespace scope, in one
 // translation unit of the plugin.

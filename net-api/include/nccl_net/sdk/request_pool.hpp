@@ -9,7 +9,7 @@
 
 #include "visibility.hpp"
 
-namespace nccl_net::sdk NCCL_NET_SDK_HIDDEN_NAMESPACE {
+NCCL_NET_SDK_NAMESPACE_BEGIN
 
 // A pool of Capacity objects of type T. acquire() returns nullptr when full, which a plugin turns into
 // "*request = NULL" (the host retries later). owns() tells a live request of this pool from a stale, foreign or
@@ -80,4 +80,4 @@ class RequestPool {
   size_t freeCount_ = Capacity;
 };
 
-}  // namespace nccl_net::sdk
+NCCL_NET_SDK_NAMESPACE_END

@@ -4,7 +4,7 @@
 #include "../net.h"
 #include "visibility.hpp"
 
-namespace nccl_net::sdk NCCL_NET_SDK_HIDDEN_NAMESPACE {
+NCCL_NET_SDK_NAMESPACE_BEGIN
 
 constexpr const char* resultName(ncclResult_t result) {
   switch (result) {
@@ -21,7 +21,7 @@ constexpr const char* resultName(ncclResult_t result) {
   }
 }
 
-}  // namespace nccl_net::sdk
+NCCL_NET_SDK_NAMESPACE_END
 
 // Returns the failing status of `call` from the enclosing function.
 #define NCCL_NET_CHECK(call)                        \

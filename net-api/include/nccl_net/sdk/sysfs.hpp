@@ -11,7 +11,7 @@
 
 #include "visibility.hpp"
 
-namespace nccl_net::sdk NCCL_NET_SDK_HIDDEN_NAMESPACE {
+NCCL_NET_SDK_NAMESPACE_BEGIN
 
 inline std::optional<std::string> readSysfsString(const std::string& path) {
   std::ifstream in(path);
@@ -73,4 +73,4 @@ inline int netDeviceSpeedMbps(const std::string& ifname, int fallback) {
   return static_cast<int>(*speed);
 }
 
-}  // namespace nccl_net::sdk
+NCCL_NET_SDK_NAMESPACE_END

@@ -10,3 +10,11 @@
 #define NCCL_NET_SDK_HIDDEN_NAMESPACE
 #define NCCL_NET_SDK_EXPORT_SYMBOL
 #endif
+
+// namespace nccl_net::sdk, hidden. (C++17 forbids attributes on a nested namespace definition, hence two levels.)
+#define NCCL_NET_SDK_NAMESPACE_BEGIN \
+  namespace nccl_net {               \
+  namespace sdk NCCL_NET_SDK_HIDDEN_NAMESPACE {
+#define NCCL_NET_SDK_NAMESPACE_END \
+  }                                \
+  }
