@@ -1,0 +1,38 @@
+// nns/core/loader.hpp: finds and opens ncclNet plugins the way NCCL does (NCCL_NET_PLUGIN), newest version first.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nns/core/net.hpp"
+
+namespace nns::core {
+
+struct LoadOptions {
+  // Plugin spec with NCCL_NET_PLUGIN semantics (a name gives libnccl-net-NAME.so, a path is used as is, "none",
+  // comma-separated lists). Empty: read NCCL_NET_PLUGIN from the environment; unset there: the project default.
+  std::string plugin;
+  // Extra directories searched before the dynamic linker's path (e.g. the build tree's lib/).
+  std::vector<std::string> searchDirs;
+};
+
+// Why each candidate was taken or rejected: the paths tried, dlopen's text, the symbols found, what init returned.
+struct CandidateReport {
+  std::string requested;                // the list entry as the user wrote it
+  std::vector<std::string> triedPaths;  // every file name handed to dlopen, in order
+  std::string loadedPath;               // the library that opened, if any
+  std::vector<int> exportedVersions;    // ncclNetPlugin_vN found, newest first
+  int chosenVersion = 0;                // 0 when rejected
+  std::string rejectReason;             // empty when chosen
+};
+
+struct LoadReport {
+  std::vector<CandidateReport> candidates;
+};
+
+// Loads the first candidate that opens, exports a known ncclNetPlugin_vN and has devices. Returns nullptr (with
+// every rejection explained in `report`) when none does. The returned Net owns the library handle.
+std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report);
+
+}  // namespace nns::core
