@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine, builds one CMake preset and runs every test of it. Usage: scripts/test.sh [PRESET]
+# PRESET defaults to "ci" (release, warnings are errors); "ci-asan" is the ASan+UBSan build, "tsan" the TSan one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+preset="${1:-ci}"
+
+bash scripts/install-deps.sh
+cmake --preset "$preset"
+cmake --build --preset "$preset" -j "$(nproc)"
+# Tests are light on CPU but some spawn several processes; two at a time fits a 2-core machine.
+ctest --preset "$preset" -j 2 --timeout 600 ${NNS_CTEST_ARGS:-}
