@@ -388,7 +388,7 @@ class MinimalNet {
     return post(static_cast<Comm*>(recvComm), data[0], sizes[0], tags[0], request);
   }
 
-  ncclResult_t test(void* request, int* done, sdk::CompletedSizes sizes) {
+  ncclResult_t test(void* request, int* done, sdk::CompletedSizes& sizes) {
     auto* r = static_cast<Request*>(request);
     if (r->magic != Request::kMagic || !r->comm->requests.owns(r)) {
       NCCL_NET_WARN("test: %p is not a live request of this plugin", request);

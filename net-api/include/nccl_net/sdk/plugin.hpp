@@ -14,7 +14,7 @@
 //   isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request)
 //   irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
 //         void** request)
-//   test(void* request, int* done, nccl_net::sdk::CompletedSizes sizes)
+//   test(void* request, int* done, nccl_net::sdk::CompletedSizes& sizes)
 //   closeSend(void* sendComm), closeRecv(void* recvComm), closeListen(void* listenComm)
 //
 // and optionally: regMrDmaBuf, iflush, getDeviceMr, irecvConsumed, makeVDevice(int*, ncclNetVDeviceProps_v12_t*),
@@ -61,6 +61,9 @@ struct InitArgs {
 class CompletedSizes {
  public:
   explicit CompletedSizes(int* sizes) : sizes_(sizes) {}
+  // Taken by reference so the SDK sees an overflow the plugin ran into.
+  CompletedSizes(const CompletedSizes&) = delete;
+  CompletedSizes& operator=(const CompletedSizes&) = delete;
   // NCCL passes NULL when it does not want sizes (flush requests); setting them is then a no-op.
   bool wanted() const { return sizes_ != nullptr; }
   bool set(int index, size_t bytes) {

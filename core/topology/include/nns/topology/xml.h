@@ -1,0 +1,66 @@
+// NCCL topology XML (NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE / NCCL_GRAPH_FILE) as a small DOM: read, edit, write.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace nns::topo {
+
+// Every error of the topology engine: one line that names the input (file:line when known) and what is wrong.
+class TopologyError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One element. Attributes keep their insertion order because NCCL's dump format is order-sensitive and a round trip
+// must give the same text back.
+struct XmlElement {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> attrs;
+  std::vector<XmlElement> children;
+  int line = 0;  // 1-based line in the source text, 0 when created in memory
+
+  // First attribute with that name (NCCL reads the first occurrence), or nullptr.
+  const std::string* attr(std::string_view key) const;
+  bool hasAttr(std::string_view key) const { return attr(key) != nullptr; }
+  // Sets (replaces the first occurrence or appends) an attribute.
+  void setAttr(std::string_view key, std::string value);
+  void removeAttr(std::string_view key);
+  // First child with that element name, or nullptr.
+  const XmlElement* child(std::string_view childName) const;
+  XmlElement* child(std::string_view childName);
+  XmlElement& addChild(std::string childName);
+};
+
+struct XmlDocument {
+  XmlElement root;
+  std::string sourceName;  // file name or "<memory>", used in error messages
+};
+
+// Bounds that keep a hostile file from exhausting memory or the stack; real machine dumps are far below them.
+inline constexpr std::size_t kMaxXmlBytes = 16u << 20;
+inline constexpr int kMaxXmlDepth = 64;
+inline constexpr std::size_t kMaxXmlElements = 1u << 18;
+
+// Parses text; throws TopologyError("<source>:<line>: ...") on malformed XML.
+XmlDocument parseXml(std::string_view text, std::string sourceName = "<memory>");
+// Reads and parses a file; throws TopologyError when it cannot be read or parsed.
+XmlDocument readXmlFile(const std::string& path);
+// Writes in NCCL's dump format: 2-space indentation, attributes in order, leaf elements as <x .../>, no declaration.
+std::string writeXml(const XmlElement& root);
+void writeXmlFile(const XmlElement& root, const std::string& path);
+
+// Strict numeric attribute reading with NCCL's base auto-detection (0x.. hex, else decimal). Errors name the line.
+std::int64_t parseIntAttr(const XmlElement& element, std::string_view key, const std::string& source);
+std::optional<std::int64_t> parseOptionalIntAttr(const XmlElement& element, std::string_view key,
+                                                 const std::string& source);
+std::optional<double> parseOptionalFloatAttr(const XmlElement& element, std::string_view key,
+                                             const std::string& source);
+const std::string& requireAttr(const XmlElement& element, std::string_view key, const std::string& source);
+
+}  // namespace nns::topo

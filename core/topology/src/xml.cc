@@ -1,0 +1,258 @@
+// XML DOM for topology files: parsing through pugixml with line numbers, NCCL-style writing, strict attribute reads.
+#include "nns/topology/xml.h"
+
+#include <pugixml.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace nns::topo {
+
+const std::string* XmlElement::attr(std::string_view key) const {
+  for (const auto& [k, v] : attrs)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+void XmlElement::setAttr(std::string_view key, std::string value) {
+  for (auto& [k, v] : attrs) {
+    if (k == key) {
+      v = std::move(value);
+      return;
+    }
+  }
+  attrs.emplace_back(std::string(key), std::move(value));
+}
+
+void XmlElement::removeAttr(std::string_view key) {
+  attrs.erase(std::remove_if(attrs.begin(), attrs.end(), [&](const auto& kv) { return kv.first == key; }),
+              attrs.end());
+}
+
+const XmlElement* XmlElement::child(std::string_view childName) const {
+  for (const auto& c : children)
+    if (c.name == childName) return &c;
+  return nullptr;
+}
+
+XmlElement* XmlElement::child(std::string_view childName) {
+  for (auto& c : children)
+    if (c.name == childName) return &c;
+  return nullptr;
+}
+
+XmlElement& XmlElement::addChild(std::string childName) {
+  children.emplace_back();
+  children.back().name = std::move(childName);
+  return children.back();
+}
+
+namespace {
+
+// Maps byte offsets to 1-based line numbers; pugixml only reports offsets.
+class LineIndex {
+ public:
+  explicit LineIndex(std::string_view text) {
+    for (std::size_t i = 0; i < text.size(); ++i)
+      if (text[i] == '\n') newlines_.push_back(i);
+  }
+  int lineOf(std::ptrdiff_t offset) const {
+    if (offset < 0) return 0;
+    auto it = std::lower_bound(newlines_.begin(), newlines_.end(), static_cast<std::size_t>(offset));
+    return static_cast<int>(it - newlines_.begin()) + 1;
+  }
+
+ private:
+  std::vector<std::size_t> newlines_;
+};
+
+struct ConvertState {
+  const LineIndex& lines;
+  const std::string& source;
+  std::size_t elements = 0;
+};
+
+void convertElement(const pugi::xml_node& from, XmlElement& to, int depth, ConvertState& state) {
+  if (depth > kMaxXmlDepth)
+    throw TopologyError(state.source + ":" + std::to_string(state.lines.lineOf(from.offset_debug())) +
+                        ": elements nested deeper than " + std::to_string(kMaxXmlDepth) + " levels");
+  if (++state.elements > kMaxXmlElements)
+    throw TopologyError(state.source + ": more than " + std::to_string(kMaxXmlElements) + " elements");
+  to.name = from.name();
+  to.line = state.lines.lineOf(from.offset_debug());
+  for (const auto& a : from.attributes()) to.attrs.emplace_back(a.name(), a.value());
+  for (const auto& c : from.children()) {
+    if (c.type() == pugi::node_element) {
+      to.children.emplace_back();
+      convertElement(c, to.children.back(), depth + 1, state);
+    } else if (c.type() == pugi::node_pcdata || c.type() == pugi::node_cdata) {
+      // NCCL's reader has no text content; whitespace is normal, anything else is a sign of a wrong file.
+      std::string_view text = c.value();
+      if (text.find_first_not_of(" \t\r\n") != std::string_view::npos)
+        throw TopologyError(state.source + ":" + std::to_string(state.lines.lineOf(c.offset_debug())) +
+                            ": unexpected text inside <" + to.name + ">");
+    }
+  }
+}
+
+}  // namespace
+
+XmlDocument parseXml(std::string_view text, std::string sourceName) {
+  if (text.size() > kMaxXmlBytes)
+    throw TopologyError(sourceName + ": file is larger than " + std::to_string(kMaxXmlBytes) + " bytes");
+  pugi::xml_document doc;
+  // parse_default without escapes of unusual kinds; comments and declarations are skipped like NCCL does.
+  pugi::xml_parse_result result = doc.load_buffer(text.data(), text.size(), pugi::parse_default, pugi::encoding_utf8);
+  LineIndex lines(text);
+  if (!result)
+    throw TopologyError(sourceName + ":" + std::to_string(lines.lineOf(result.offset)) +
+                        ": malformed XML: " + result.description());
+  pugi::xml_node rootNode;
+  int roots = 0;
+  for (const auto& c : doc.children()) {
+    if (c.type() == pugi::node_element) {
+      rootNode = c;
+      ++roots;
+    }
+  }
+  if (roots == 0) throw TopologyError(sourceName + ":1: no root element");
+  if (roots > 1)
+    throw TopologyError(sourceName + ":" + std::to_string(lines.lineOf(rootNode.offset_debug())) +
+                        ": more than one root element");
+  XmlDocument out;
+  out.sourceName = std::move(sourceName);
+  ConvertState state{lines, out.sourceName};
+  convertElement(rootNode, out.root, 0, state);
+  return out;
+}
+
+XmlDocument readXmlFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw TopologyError(path + ": cannot open: " + std::strerror(errno));
+  in.seekg(0, std::ios::end);
+  std::streamoff size = in.tellg();
+  if (size < 0) throw TopologyError(path + ": cannot read");
+  if (static_cast<std::size_t>(size) > kMaxXmlBytes)
+    throw TopologyError(path + ": file is larger than " + std::to_string(kMaxXmlBytes) + " bytes");
+  in.seekg(0);
+  std::string text(static_cast<std::size_t>(size), '\0');
+  in.read(text.data(), size);
+  if (!in) throw TopologyError(path + ": cannot read");
+  return parseXml(text, path);
+}
+
+namespace {
+
+void appendEscaped(std::string& out, const std::string& value) {
+  for (char c : value) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+}
+
+void writeElement(const XmlElement& e, int depth, std::string& out) {
+  out.append(static_cast<std::size_t>(depth) * 2, ' ');
+  out += '<';
+  out += e.name;
+  for (const auto& [k, v] : e.attrs) {
+    out += ' ';
+    out += k;
+    out += "=\"";
+    appendEscaped(out, v);
+    out += '"';
+  }
+  if (e.children.empty()) {
+    out += "/>\n";
+    return;
+  }
+  out += ">\n";
+  for (const auto& c : e.children) writeElement(c, depth + 1, out);
+  out.append(static_cast<std::size_t>(depth) * 2, ' ');
+  out += "</";
+  out += e.name;
+  out += ">\n";
+}
+
+}  // namespace
+
+std::string writeXml(const XmlElement& root) {
+  std::string out;
+  writeElement(root, 0, out);
+  return out;
+}
+
+void writeXmlFile(const XmlElement& root, const std::string& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw TopologyError(path + ": cannot write: " + std::strerror(errno));
+  out << writeXml(root);
+  if (!out) throw TopologyError(path + ": write failed");
+}
+
+namespace {
+
+std::string where(const XmlElement& e, const std::string& source) {
+  return source + ":" + std::to_string(e.line) + ": <" + e.name + ">";
+}
+
+std::int64_t parseIntText(const XmlElement& e, std::string_view key, const std::string& text,
+                          const std::string& source) {
+  // Base auto-detection like NCCL's strtol(str, NULL, 0), but a value must be a whole number in range: silently
+  // reading "12abc" as 12 (what strtol does) hides broken files.
+  std::size_t b = text.find_first_not_of(" \t");
+  std::size_t e = text.find_last_not_of(" \t");
+  std::string trimmed = b == std::string::npos ? std::string() : text.substr(b, e - b + 1);
+  if (trimmed.empty())
+    throw TopologyError(where(e, source) + " attribute " + std::string(key) + " is empty, expected an integer");
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(trimmed.c_str(), &end, 0);
+  if (errno == ERANGE)
+    throw TopologyError(where(e, source) + " attribute " + std::string(key) + "=\"" + text + "\" is out of range");
+  if (end == trimmed.c_str() || *end != '\0')
+    throw TopologyError(where(e, source) + " attribute " + std::string(key) + "=\"" + text +
+                        "\" is not an integer");
+  return v;
+}
+
+}  // namespace
+
+const std::string& requireAttr(const XmlElement& element, std::string_view key, const std::string& source) {
+  const std::string* v = element.attr(key);
+  if (!v) throw TopologyError(where(element, source) + " is missing required attribute " + std::string(key));
+  return *v;
+}
+
+std::int64_t parseIntAttr(const XmlElement& element, std::string_view key, const std::string& source) {
+  return parseIntText(element, key, requireAttr(element, key, source), source);
+}
+
+std::optional<std::int64_t> parseOptionalIntAttr(const XmlElement& element, std::string_view key,
+                                                 const std::string& source) {
+  const std::string* v = element.attr(key);
+  if (!v) return std::nullopt;
+  return parseIntText(element, key, *v, source);
+}
+
+std::optional<double> parseOptionalFloatAttr(const XmlElement& element, std::string_view key,
+                                             const std::string& source) {
+  const std::string* v = element.attr(key);
+  if (!v) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  double d = std::strtod(v->c_str(), &end);
+  if (end == v->c_str() || *end != '\0' || errno == ERANGE || !std::isfinite(d))
+    throw TopologyError(where(element, source) + " attribute " + std::string(key) + "=\"" + *v +
+                        "\" is not a finite number");
+  return d;
+}
+
+}  // namespace nns::topo

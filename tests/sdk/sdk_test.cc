@@ -1,0 +1,391 @@
+// sdk_test.cc: unit tests of the plugin SDK: handle codec, connect stage, request pool, logging, and the
+// down-conversions of NCCL_NET_SDK_EXPORT, driven through in-process test-double plugin classes.
+#include <climits>
+#include <cstdarg>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nccl_net/sdk.hpp>
+
+namespace sdk = nccl_net::sdk;
+using sdk::detail::NetTables;
+
+namespace {
+
+// ---- a host logger that records what the plugin said -----------------------------------------------------------------
+std::vector<std::string>& logLines() {
+  static std::vector<std::string> lines;
+  return lines;
+}
+void recordingLogger(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
+  char text[2048];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(text, sizeof(text), fmt, args);
+  va_end(args);
+  logLines().push_back(std::string(level == NCCL_LOG_WARN ? "WARN " : "INFO ") + text);
+}
+bool logged(const std::string& needle) {
+  for (const auto& line : logLines())
+    if (line.find(needle) != std::string::npos) return true;
+  return false;
+}
+
+// ---- test doubles: vendor classes that record how the SDK called them ---------------------------------------------------
+struct Calls {
+  int inits = 0;
+  int lastTrafficClass = -100;
+  int lastAbi = 0;
+  size_t lastSendSize = 0;
+  size_t lastRecvSizes[4] = {};
+  void* lastPhandle = reinterpret_cast<void*>(0x1);
+  size_t reportSize = 0;   // what test() reports
+  int vdevs = 1;           // ndevs getProperties reports
+  bool throwInListen = false;
+};
+Calls calls;
+
+// Test double: a plugin class with every mandatory call and no optional one.
+struct RecordingNet {
+  static constexpr const char kName[] = "recording";
+  ncclResult_t init(const sdk::InitArgs& args, void** ctx) {
+    ++calls.inits;
+    calls.lastTrafficClass = args.trafficClass;
+    calls.lastAbi = args.abiVersion;
+    *ctx = reinterpret_cast<void*>(static_cast<intptr_t>(1000 + calls.inits));
+    return ncclSuccess;
+  }
+  ncclResult_t devices(int* ndev) {
+    *ndev = 9;
+    return ncclSuccess;
+  }
+  ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
+    props->name = const_cast<char*>("rec0");
+    props->speed = 200000 + dev;
+    props->maxRecvs = 8;
+    props->vProps.ndevs = calls.vdevs;
+    for (int i = 0; i < calls.vdevs; ++i) props->vProps.devs[i] = i;
+    return ncclSuccess;
+  }
+  ncclResult_t listen(void* ctx, int, void*, void** listenComm) {
+    if (calls.throwInListen) throw std::runtime_error("listen exploded");
+    *listenComm = ctx;
+    return ncclSuccess;
+  }
+  ncclResult_t connect(void* ctx, int, void*, void** sendComm, ncclNetDeviceHandle_v12_t**) {
+    *sendComm = ctx;  // lets the test see which ctx connect got
+    return ncclSuccess;
+  }
+  ncclResult_t accept(void*, void** recvComm, ncclNetDeviceHandle_v12_t**) {
+    *recvComm = reinterpret_cast<void*>(0x2);
+    return ncclSuccess;
+  }
+  ncclResult_t regMr(void*, void*, size_t, int, void** mhandle) {
+    *mhandle = reinterpret_cast<void*>(0x3);
+    return ncclSuccess;
+  }
+  ncclResult_t deregMr(void*, void*) { return ncclSuccess; }
+  ncclResult_t isend(void*, void*, size_t size, int, void*, void* phandle, void** request) {
+    calls.lastSendSize = size;
+    calls.lastPhandle = phandle;
+    *request = reinterpret_cast<void*>(0x4);
+    return ncclSuccess;
+  }
+  ncclResult_t irecv(void*, int n, void**, size_t* sizes, int*, void**, void**, void** request) {
+    for (int i = 0; i < n && i < 4; ++i) calls.lastRecvSizes[i] = sizes[i];
+    *request = reinterpret_cast<void*>(0x5);
+    return ncclSuccess;
+  }
+  ncclResult_t test(void*, int* done, sdk::CompletedSizes& sizes) {
+    if (!sizes.set(0, calls.reportSize)) return ncclSuccess;
+    *done = 1;
+    return ncclSuccess;
+  }
+  ncclResult_t closeSend(void*) { return ncclSuccess; }
+  ncclResult_t closeRecv(void*) { return ncclSuccess; }
+  ncclResult_t closeListen(void*) { return ncclSuccess; }
+};
+
+// Test double: claims GPU memory support without an iflush, which the SDK must refuse.
+struct GpuWithoutFlushNet : RecordingNet {
+  static constexpr const char kName[] = "gpu-no-flush";
+  ncclResult_t getProperties(int, ncclNetProperties_v12_t* props) {
+    props->ptrSupport = NCCL_PTR_HOST | NCCL_PTR_CUDA;
+    return ncclSuccess;
+  }
+};
+
+// Test double: provides the optional calls.
+struct FullNet : RecordingNet {
+  static constexpr const char kName[] = "full";
+  ncclResult_t makeVDevice(int* d, ncclNetVDeviceProps_v12_t* props) {
+    *d = 100 + props->ndevs;
+    return ncclSuccess;
+  }
+  ncclResult_t setNetAttr(void*, ncclNetAttr_v12_t* attr) {
+    lastOp = attr->op;
+    return ncclSuccess;
+  }
+  ncclResult_t finalize(void* ctx) {
+    finalized = ctx;
+    return ncclSuccess;
+  }
+  static inline uint32_t lastOp = 0;
+  static inline void* finalized = nullptr;
+};
+
+}  // namespace
+
+// ---- handle codec -----------------------------------------------------------------------------------------------------
+struct Address {
+  uint32_t ip;
+  uint16_t port;
+  uint64_t id;
+};
+constexpr sdk::HandleCodec<Address> kCodec(sdk::handleMagic("test-plugin"), 3);
+
+TEST(HandleCodec, RoundTrips) {
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+  std::memset(handle, 0xee, sizeof(handle));
+  Address in{0x7f000001, 4242, 0x1122334455667788ull};
+  ASSERT_EQ(kCodec.encode(in, handle), ncclSuccess);
+  Address out{};
+  ASSERT_EQ(kCodec.decode(handle, &out), ncclSuccess);
+  EXPECT_EQ(out.ip, in.ip);
+  EXPECT_EQ(out.port, in.port);
+  EXPECT_EQ(out.id, in.id);
+  EXPECT_LE(kCodec.kEncodedSize, NCCL_NET_HANDLE_MAXSIZE - sdk::kConnectStageBytes);
+}
+
+TEST(HandleCodec, RejectsEveryKindOfBadHandle) {
+  sdk::setLogger(recordingLogger);
+  unsigned char good[NCCL_NET_HANDLE_MAXSIZE];
+  ASSERT_EQ(kCodec.encode(Address{1, 2, 3}, good), ncclSuccess);
+  Address out{};
+  for (size_t byte = 0; byte < kCodec.kEncodedSize; ++byte) {
+    unsigned char bad[NCCL_NET_HANDLE_MAXSIZE];
+    std::memcpy(bad, good, sizeof(bad));
+    bad[byte] ^= 0x01;
+    EXPECT_NE(kCodec.decode(bad, &out), ncclSuccess) << "a flipped bit in byte " << byte << " went unnoticed";
+  }
+  logLines().clear();
+  constexpr sdk::HandleCodec<Address> otherPlugin(sdk::handleMagic("other-plugin"), 3);
+  unsigned char foreign[NCCL_NET_HANDLE_MAXSIZE];
+  ASSERT_EQ(otherPlugin.encode(Address{1, 2, 3}, foreign), ncclSuccess);
+  EXPECT_EQ(kCodec.decode(foreign, &out), ncclInvalidArgument);
+  EXPECT_TRUE(logged("a handle from another plugin"));
+  constexpr sdk::HandleCodec<Address> newerBuild(sdk::handleMagic("test-plugin"), 4);
+  unsigned char newer[NCCL_NET_HANDLE_MAXSIZE];
+  ASSERT_EQ(newerBuild.encode(Address{1, 2, 3}, newer), ncclSuccess);
+  EXPECT_EQ(kCodec.decode(newer, &out), ncclInvalidUsage);
+  EXPECT_TRUE(logged("version 4"));
+  EXPECT_EQ(kCodec.decode(nullptr, &out), ncclInvalidArgument);
+  EXPECT_EQ(kCodec.encode(Address{}, nullptr), ncclInvalidArgument);
+}
+
+TEST(ConnectStage, StoresStateOnlyInAHandleThatCarriesIt) {
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+  ASSERT_EQ(kCodec.encode(Address{1, 2, 3}, handle), ncclSuccess);
+  using Stage = sdk::ConnectStage<int>;
+  EXPECT_EQ(Stage::get(handle), nullptr) << "encode() must leave no stage";
+  int state = 5;
+  Stage::set(handle, &state);
+  EXPECT_EQ(Stage::get(handle), &state);
+  Address out{};
+  EXPECT_EQ(kCodec.decode(handle, &out), ncclSuccess) << "the stage lives outside the checksummed payload";
+  handle[NCCL_NET_HANDLE_MAXSIZE - 1] ^= 0x10;  // damage the check word
+  EXPECT_EQ(Stage::get(handle), nullptr);
+  Stage::clear(handle);
+  EXPECT_EQ(Stage::get(handle), nullptr);
+}
+
+// ---- request pool -----------------------------------------------------------------------------------------------------
+TEST(RequestPool, FixedCapacityAndOwnership) {
+  struct Request {
+    int value;
+  };
+  sdk::RequestPool<Request, 4> pool;
+  std::vector<Request*> taken;
+  for (int i = 0; i < 4; ++i) {
+    Request* r = pool.acquire(Request{i});
+    ASSERT_NE(r, nullptr);
+    EXPECT_TRUE(pool.owns(r));
+    taken.push_back(r);
+  }
+  EXPECT_EQ(pool.acquire(), nullptr) << "full pool means retry later, not allocate";
+  EXPECT_EQ(pool.inUse(), 4u);
+  Request outsider{7};
+  EXPECT_FALSE(pool.owns(&outsider));
+  EXPECT_FALSE(pool.release(&outsider));
+  EXPECT_FALSE(pool.owns(reinterpret_cast<char*>(taken[1]) + 1)) << "a pointer into the middle of a slot";
+  EXPECT_TRUE(pool.release(taken[2]));
+  EXPECT_FALSE(pool.owns(taken[2])) << "a released request is stale";
+  EXPECT_FALSE(pool.release(taken[2])) << "double release";
+  int visited = 0;
+  pool.forEachLive([&](Request&) { ++visited; });
+  EXPECT_EQ(visited, 3);
+  EXPECT_NE(pool.acquire(), nullptr);
+}
+
+// ---- logging ----------------------------------------------------------------------------------------------------------
+TEST(Logging, NullLoggerFallsBackToStderrAndHostLoggerGetsPrefix) {
+  sdk::detail::loggerSlot().store(nullptr);  // as before any init
+  sdk::setLogPrefix("NET/test");
+  testing::internal::CaptureStderr();
+  NCCL_NET_WARN("before init %d", 1);
+  NCCL_NET_INFO(NCCL_NET, "info is quiet without NCCL_DEBUG=INFO");
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "WARN NET/test : before init 1\n");
+
+  sdk::setLogger(nullptr);  // a NULL logger from init changes nothing
+  sdk::setLogger(recordingLogger);
+  logLines().clear();
+  testing::internal::CaptureStderr();
+  NCCL_NET_WARN("value %d", 42);
+  err = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(logged("WARN NET/test : value 42"));
+  EXPECT_TRUE(err.empty()) << "with a host logger nothing goes to stderr";
+}
+
+// ---- down-conversions through the exported tables ------------------------------------------------------------------------
+TEST(Export, PropertiesAreDowngradedFieldByField) {
+  calls.vdevs = 1;
+  ncclNetProperties_v6_t v6;
+  ASSERT_EQ(NetTables<RecordingNet>::v6.getProperties(2, &v6), ncclSuccess);
+  EXPECT_STREQ(v6.name, "rec0");
+  EXPECT_EQ(v6.speed, 200002);
+  EXPECT_EQ(v6.maxRecvs, 8);
+  ncclNetProperties_v9_t v9;
+  ASSERT_EQ(NetTables<RecordingNet>::v9.getProperties(0, &v9), ncclSuccess);
+  EXPECT_EQ(v9.maxP2pBytes, NCCL_MAX_NET_SIZE_BYTES);
+  EXPECT_EQ(v9.vProps.ndevs, 1);
+  ncclNetProperties_v12_t v12;
+  ASSERT_EQ(NetTables<RecordingNet>::v12.getProperties(0, &v12), ncclSuccess);
+  EXPECT_EQ(v12.railId, -1);
+  EXPECT_EQ(v12.maxMultiRequestSize, 1);
+}
+
+TEST(Export, EightDeviceVNicCannotBeShownToAFourDeviceVersion) {
+  calls.vdevs = 8;
+  ncclNetProperties_v12_t v12;
+  EXPECT_EQ(NetTables<RecordingNet>::v12.getProperties(0, &v12), ncclSuccess);
+  EXPECT_EQ(v12.vProps.ndevs, 8);
+  ncclNetProperties_v11_t v11;
+  EXPECT_EQ(NetTables<RecordingNet>::v11.getProperties(0, &v11), ncclInternalError);
+  calls.vdevs = 1;
+}
+
+TEST(Export, LegacyInitIsOnceAndV10ConfigSelectsAContextPerTrafficClass) {
+  int before = calls.inits;
+  ASSERT_EQ(NetTables<RecordingNet>::v10.init(recordingLogger, nullptr), ncclSuccess);
+  ASSERT_EQ(NetTables<RecordingNet>::v10.init(recordingLogger, nullptr), ncclSuccess);
+  EXPECT_EQ(calls.inits, before + 1);
+  EXPECT_EQ(calls.lastAbi, 10);
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* defaultComm = nullptr;
+  void* tc5Comm = nullptr;
+  void* tc5Again = nullptr;
+  ncclNetCommConfig_v10_t tc5{5};
+  ASSERT_EQ(NetTables<RecordingNet>::v10.connect(0, nullptr, handle, &defaultComm, nullptr), ncclSuccess);
+  ASSERT_EQ(NetTables<RecordingNet>::v10.connect(0, &tc5, handle, &tc5Comm, nullptr), ncclSuccess);
+  EXPECT_EQ(calls.lastTrafficClass, 5);
+  ASSERT_EQ(NetTables<RecordingNet>::v10.connect(0, &tc5, handle, &tc5Again, nullptr), ncclSuccess);
+  EXPECT_NE(defaultComm, tc5Comm) << "traffic class 5 gets its own context";
+  EXPECT_EQ(tc5Comm, tc5Again);
+  EXPECT_EQ(calls.inits, before + 2);
+}
+
+TEST(Export, V11InitPassesCommIdAndConfig) {
+  void* ctx = nullptr;
+  ncclNetCommConfig_v11_t config{3};
+  ASSERT_EQ(NetTables<RecordingNet>::v11.init(&ctx, 77, &config, recordingLogger, nullptr), ncclSuccess);
+  EXPECT_EQ(calls.lastTrafficClass, 3);
+  EXPECT_EQ(calls.lastAbi, 11);
+  EXPECT_NE(ctx, nullptr);
+}
+
+TEST(Export, IntSizesWidenAndPhandleIsNullBeforeV10) {
+  void* request = nullptr;
+  char byte = 0;
+  ASSERT_EQ(NetTables<RecordingNet>::v8.isend(reinterpret_cast<void*>(1), &byte, 1234, 0, nullptr, &request),
+            ncclSuccess);
+  EXPECT_EQ(calls.lastSendSize, 1234u);
+  EXPECT_EQ(calls.lastPhandle, nullptr);
+  int sizes[2] = {10, INT_MAX};
+  void* data[2] = {&byte, &byte};
+  int tags[2] = {0, 1};
+  ASSERT_EQ(NetTables<RecordingNet>::v7.irecv(reinterpret_cast<void*>(1), 2, data, sizes, tags, nullptr, &request),
+            ncclSuccess);
+  EXPECT_EQ(calls.lastRecvSizes[1], static_cast<size_t>(INT_MAX));
+  sizes[1] = -1;
+  EXPECT_EQ(NetTables<RecordingNet>::v7.irecv(reinterpret_cast<void*>(1), 2, data, sizes, tags, nullptr, &request),
+            ncclInvalidArgument);
+}
+
+TEST(Export, CompletedSizeAboveIntMaxIsAnErrorNotATruncation) {
+  sdk::setLogger(recordingLogger);
+  logLines().clear();
+  calls.reportSize = (3ull << 30);
+  int done = 0;
+  int size = 0;
+  EXPECT_EQ(NetTables<RecordingNet>::v12.test(reinterpret_cast<void*>(4), &done, &size), ncclInvalidUsage);
+  EXPECT_EQ(done, 0);
+  EXPECT_TRUE(logged("exceeds INT_MAX"));
+  calls.reportSize = 99;
+  EXPECT_EQ(NetTables<RecordingNet>::v12.test(reinterpret_cast<void*>(4), &done, &size), ncclSuccess);
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(size, 99);
+  EXPECT_EQ(NetTables<RecordingNet>::v12.test(reinterpret_cast<void*>(4), &done, nullptr), ncclSuccess)
+      << "NCCL passes NULL sizes for flush requests";
+}
+
+TEST(Export, ExceptionsBecomeAnErrorAndOneWarn) {
+  sdk::setLogger(recordingLogger);
+  logLines().clear();
+  calls.throwInListen = true;
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listenComm = nullptr;
+  EXPECT_EQ(NetTables<RecordingNet>::v12.listen(nullptr, 0, handle, &listenComm), ncclInternalError);
+  EXPECT_TRUE(logged("listen: unexpected exception: listen exploded"));
+  calls.throwInListen = false;
+}
+
+TEST(Export, OptionalCallsAreNullWhenAbsentAndWiredWhenPresent) {
+  EXPECT_EQ(NetTables<RecordingNet>::v12.makeVDevice, nullptr);
+  EXPECT_EQ(NetTables<RecordingNet>::v12.setNetAttr, nullptr);
+  EXPECT_EQ(NetTables<RecordingNet>::v12.getDeviceMr, nullptr);
+  EXPECT_EQ(NetTables<RecordingNet>::v12.irecvConsumed, nullptr);
+  EXPECT_NE(NetTables<RecordingNet>::v12.finalize, nullptr) << "NCCL calls finalize without a NULL check";
+  EXPECT_EQ(NetTables<RecordingNet>::v12.finalize(nullptr), ncclSuccess);
+  void* request = reinterpret_cast<void*>(0x9);
+  EXPECT_EQ(NetTables<RecordingNet>::v12.iflush(reinterpret_cast<void*>(1), 1, nullptr, nullptr, nullptr, &request),
+            ncclSuccess);
+  EXPECT_EQ(request, nullptr) << "a host-only plugin's flush completes at once";
+
+  ASSERT_NE(NetTables<FullNet>::v12.makeVDevice, nullptr);
+  ASSERT_NE(NetTables<FullNet>::v9.makeVDevice, nullptr);
+  ncclNetVDeviceProps_v9_t props9{2, {0, 1, 0, 0}};
+  int d = 0;
+  EXPECT_EQ(NetTables<FullNet>::v9.makeVDevice(&d, &props9), ncclSuccess);
+  EXPECT_EQ(d, 102);
+  ncclNetVDeviceProps_v12_t tooMany{9, {}};
+  EXPECT_EQ(NetTables<FullNet>::v12.makeVDevice(&d, &tooMany), ncclInvalidArgument);
+  ncclNetVDeviceProps_v12_t badDev{2, {0, 42}};
+  EXPECT_EQ(NetTables<FullNet>::v12.makeVDevice(&d, &badDev), ncclInvalidArgument);
+  ncclNetAttr_v11_t attr{};
+  attr.op = 7;
+  ASSERT_NE(NetTables<FullNet>::v11.setNetAttr, nullptr);
+  EXPECT_EQ(NetTables<FullNet>::v11.setNetAttr(nullptr, &attr), ncclSuccess);
+  EXPECT_EQ(FullNet::lastOp, 7u);
+  EXPECT_EQ(NetTables<FullNet>::v12.finalize(reinterpret_cast<void*>(0x77)), ncclSuccess);
+  EXPECT_EQ(FullNet::finalized, reinterpret_cast<void*>(0x77));
+  EXPECT_EQ(NetTables<FullNet>::v8.getDeviceMr, nullptr);
+}
+
+TEST(Export, GpuSupportWithoutIflushIsRefused) {
+  ncclNetProperties_v12_t props;
+  EXPECT_EQ(NetTables<GpuWithoutFlushNet>::v12.getProperties(0, &props), ncclInternalError);
+}
