@@ -8,5 +8,7 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/nccl_net_sdkConfigVersion
   COMPATIBILITY SameMajorVersion ARCH_INDEPENDENT)
 install(FILES ${PROJECT_BINARY_DIR}/nccl_net_sdkConfig.cmake ${PROJECT_BINARY_DIR}/nccl_net_sdkConfigVersion.cmake
   DESTINATION ${NNS_CMAKE_DIR})
+# Relocatable: the prefix is found relative to the .pc file, so an install can be moved.
+file(RELATIVE_PATH NNS_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 configure_file(cmake/nccl-net-sdk.pc.in ${PROJECT_BINARY_DIR}/nccl-net-sdk.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/nccl-net-sdk.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
