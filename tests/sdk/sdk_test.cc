@@ -389,3 +389,122 @@ TEST(Export, GpuSupportWithoutIflushIsRefused) {
   ncclNetProperties_v12_t props;
   EXPECT_EQ(NetTables<GpuWithoutFlushNet>::v12.getProperties(0, &props), ncclInternalError);
 }
+
+// ---- collNet: in-network collectives need switch hardware (SHARP-class) that cannot run here, so the SDK's collNet
+// conversions are checked against a test double.
+namespace {
+struct CollCalls {
+  size_t lastCount = 0;
+  size_t lastPartSizes[3] = {};
+  int lastParts = 0;
+  int reduceQueries = 0;
+};
+CollCalls collCalls;
+
+// Test double: records what the SDK passes through each collNet call.
+struct RecordingColl {
+  static constexpr const char kName[] = "recording-coll";
+  ncclResult_t init(const sdk::InitArgs&, void** ctx) {
+    *ctx = reinterpret_cast<void*>(0x10);
+    return ncclSuccess;
+  }
+  ncclResult_t devices(int* ndev) {
+    *ndev = 1;
+    return ncclSuccess;
+  }
+  ncclResult_t getProperties(int, ncclNetProperties_v12_t* props) {
+    props->name = const_cast<char*>("coll0");
+    return ncclSuccess;
+  }
+  ncclResult_t listen(void* ctx, int, void*, void** listenComm) {
+    *listenComm = ctx;
+    return ncclSuccess;
+  }
+  ncclResult_t connect(void**, int, int, void*, void** collComm) {
+    *collComm = reinterpret_cast<void*>(0x11);
+    return ncclSuccess;
+  }
+  ncclResult_t reduceSupport(ncclDataType_t, ncclRedOp_t op, int* supported) {
+    ++collCalls.reduceQueries;
+    *supported = op == ncclSum;
+    return ncclSuccess;
+  }
+  ncclResult_t regMr(void*, void*, size_t, int, void** mhandle) {
+    *mhandle = reinterpret_cast<void*>(0x12);
+    return ncclSuccess;
+  }
+  ncclResult_t deregMr(void*, void*) { return ncclSuccess; }
+  ncclResult_t iallreduce(void*, void*, void*, size_t count, ncclDataType_t, ncclRedOp_t, void*, void*,
+                          void** request) {
+    collCalls.lastCount = count;
+    *request = reinterpret_cast<void*>(0x13);
+    return ncclSuccess;
+  }
+  ncclResult_t iallgather(void*, void*, int n, ncclNetSGE_v12_t* parts, size_t, size_t, size_t, void*,
+                          void** request) {
+    collCalls.lastParts = n;
+    for (int i = 0; i < n && i < 3; ++i) collCalls.lastPartSizes[i] = parts[i].size;
+    *request = reinterpret_cast<void*>(0x14);
+    return ncclSuccess;
+  }
+  ncclResult_t test(void*, int* done, sdk::CompletedSizes& sizes) {
+    sizes.set(0, 64);
+    *done = 1;
+    return ncclSuccess;
+  }
+  ncclResult_t closeColl(void*) { return ncclSuccess; }
+  ncclResult_t closeListen(void*) { return ncclSuccess; }
+};
+using Coll = sdk::detail::CollNetTables<RecordingColl>;
+}  // namespace
+
+TEST(CollNetExport, TablesPerVersionWithOptionalCollectives) {
+  void* ctx = nullptr;
+  ASSERT_EQ(Coll::v12.init(&ctx, 5, recordingLogger), ncclSuccess);
+  EXPECT_EQ(ctx, reinterpret_cast<void*>(0x10));
+  EXPECT_NE(Coll::v12.iallgather, nullptr);
+  EXPECT_EQ(Coll::v12.ireducescatter, nullptr) << "absent in the class, so NULL in the table";
+  EXPECT_EQ(Coll::v12.makeVDevice, nullptr);
+  ASSERT_EQ(Coll::v6.init(recordingLogger), ncclSuccess);
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listenComm = nullptr;
+  ASSERT_EQ(Coll::v6.listen(0, handle, &listenComm), ncclSuccess);
+  EXPECT_EQ(listenComm, reinterpret_cast<void*>(0x10)) << "legacy listen gets the process-wide context";
+  ncclNetProperties_v7_t props;
+  ASSERT_EQ(Coll::v7.getProperties(0, &props), ncclSuccess);
+  EXPECT_STREQ(props.name, "coll0");
+}
+
+TEST(CollNetExport, CountsAndScatterGatherPartsWiden) {
+  void* request = nullptr;
+  ASSERT_EQ(Coll::v8.iallreduce(reinterpret_cast<void*>(1), nullptr, nullptr, 1000, ncclFloat32, ncclSum, nullptr,
+                                nullptr, &request),
+            ncclSuccess);
+  EXPECT_EQ(collCalls.lastCount, 1000u);
+  EXPECT_EQ(Coll::v7.iallreduce(reinterpret_cast<void*>(1), nullptr, nullptr, -4, ncclFloat32, ncclSum, nullptr,
+                                nullptr, &request),
+            ncclInvalidArgument);
+  ncclNetSGE_v8_t parts[3] = {{nullptr, nullptr, 10}, {nullptr, nullptr, 20}, {nullptr, nullptr, 4000000000u}};
+  ASSERT_EQ(Coll::v8.iallgather(reinterpret_cast<void*>(1), nullptr, 3, parts, 10, 0, 30, nullptr, &request),
+            ncclSuccess);
+  EXPECT_EQ(collCalls.lastParts, 3);
+  EXPECT_EQ(collCalls.lastPartSizes[2], 4000000000u);
+  EXPECT_EQ(Coll::v8.iallgather(reinterpret_cast<void*>(1), nullptr, 0, parts, 10, 0, 30, nullptr, &request),
+            ncclInvalidArgument);
+}
+
+TEST(CollNetExport, ReduceSupportNeverClaimsUserOpsOrUnknownTypes) {
+  int supported = -1;
+  int before = collCalls.reduceQueries;
+  ASSERT_EQ(Coll::v12.reduceSupport(ncclFloat32, static_cast<ncclRedOp_t>(ncclNumOps + 3), &supported), ncclSuccess);
+  EXPECT_EQ(supported, 0);
+  ASSERT_EQ(Coll::v12.reduceSupport(static_cast<ncclDataType_t>(40), ncclSum, &supported), ncclSuccess);
+  EXPECT_EQ(supported, 0);
+  EXPECT_EQ(collCalls.reduceQueries, before) << "the plugin is not even asked";
+  ASSERT_EQ(Coll::v12.reduceSupport(ncclFloat32, ncclSum, &supported), ncclSuccess);
+  EXPECT_EQ(supported, 1);
+  int done = 0;
+  int size = 0;
+  ASSERT_EQ(Coll::v12.test(reinterpret_cast<void*>(0x13), &done, &size), ncclSuccess);
+  EXPECT_EQ(size, 64);
+}

@@ -1,6 +1,7 @@
 // nccl_net/sdk.hpp: the whole plugin SDK in one include.
 #pragma once
 
+#include "sdk/collnet.hpp"
 #include "sdk/handle.hpp"
 #include "sdk/log.hpp"
 #include "sdk/plugin.hpp"

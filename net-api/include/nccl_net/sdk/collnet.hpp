@@ -1,0 +1,399 @@
+// nccl_net/sdk/collnet.hpp: write one in-network-collectives class against ncclCollNet_v12; export every version.
+//
+// A vendor class `Coll` provides (ncclCollNet_v12 semantics, all return ncclResult_t):
+//
+//   static constexpr const char kName[] = "mycoll";
+//   init(const nccl_net::sdk::InitArgs& args, void** ctx)
+//   devices(int* ndev), getProperties(int dev, ncclNetProperties_v12_t* props)
+//   listen(void* ctx, int dev, void* handle, void** listenComm)
+//   connect(void* handles[], int nranks, int rank, void* listenComm, void** collComm)
+//   reduceSupport(ncclDataType_t dataType, ncclRedOp_t redOp, int* supported)
+//   regMr(void* collComm, void* data, size_t size, int type, void** mhandle), deregMr(void* collComm, void* mhandle)
+//   iallreduce(void* collComm, void* sendData, void* recvData, size_t count, ncclDataType_t, ncclRedOp_t,
+//              void* sendMhandle, void* recvMhandle, void** request)
+//   test(void* request, int* done, nccl_net::sdk::CompletedSizes& sizes)
+//   closeColl(void* collComm), closeListen(void* listenComm)
+//
+// optionally iallgather / ireducescatter (with ncclNetSGE_v12_t parts), regMrDmaBuf, iflush, makeVDevice, finalize.
+// NCCL_NET_SDK_EXPORT_COLLNET(Coll) emits ncclCollNetPlugin_v6 .. ncclCollNetPlugin_v12.
+#pragma once
+
+#include "plugin.hpp"
+
+NCCL_NET_SDK_NAMESPACE_BEGIN
+namespace detail {
+
+// Most scatter-gather parts one iallgather/ireducescatter may carry through an old (v8) table; the SGEs are widened
+// into a stack array, so the data path stays allocation-free.
+inline constexpr int kMaxSgeParts = 256;
+
+template <class Coll>
+struct CollEntry {
+  static Coll& coll() { return NetState<Coll>::instance(); }
+
+  static ncclResult_t initCtx(int version, void** ctx, uint64_t commId, ncclDebugLogger_t logger) {
+    return guard("collnet init", [&] {
+      setLogger(logger);
+      NCCL_NET_SDK_REQUIRE(ctx != nullptr, ncclInvalidArgument, "collnet init: ctx out-pointer is NULL");
+      InitArgs args;
+      args.abiVersion = version;
+      args.commId = commId;
+      *ctx = nullptr;
+      return coll().init(args, ctx);
+    });
+  }
+  static ncclResult_t initLegacy(int version, ncclDebugLogger_t logger) {
+    return guard("collnet init", [&] { return NetState<Coll>::legacyInit(version, logger, nullptr); });
+  }
+
+  static ncclResult_t listenCtx(void* ctx, int dev, void* handle, void** listenComm) {
+    return guard("collnet listen", [&] {
+      NCCL_NET_SDK_REQUIRE(handle != nullptr && listenComm != nullptr, ncclInvalidArgument,
+                           "collnet listen: handle or listenComm is NULL");
+      NCCL_NET_CHECK(checkDevice<Coll>("collnet listen", dev));
+      *listenComm = nullptr;
+      return coll().listen(ctx, dev, handle, listenComm);
+    });
+  }
+  static ncclResult_t listenLegacy(int dev, void* handle, void** listenComm) {
+    void* ctx = nullptr;
+    NCCL_NET_CHECK(
+        guard("collnet listen", [&] { return NetState<Coll>::legacyContext(NCCL_NET_TRAFFIC_CLASS_UNDEF, &ctx); }));
+    return listenCtx(ctx, dev, handle, listenComm);
+  }
+
+  static ncclResult_t connect(void* handles[], int nranks, int rank, void* listenComm, void** collComm) {
+    return guard("collnet connect", [&] {
+      NCCL_NET_SDK_REQUIRE(handles != nullptr && collComm != nullptr && listenComm != nullptr, ncclInvalidArgument,
+                           "collnet connect: handles, listenComm or collComm is NULL");
+      NCCL_NET_SDK_REQUIRE(nranks > 0 && rank >= 0 && rank < nranks, ncclInvalidArgument,
+                           "collnet connect: rank %d of %d", rank, nranks);
+      *collComm = nullptr;
+      return coll().connect(handles, nranks, rank, listenComm, collComm);
+    });
+  }
+
+  static ncclResult_t reduceSupport(ncclDataType_t dataType, ncclRedOp_t redOp, int* supported) {
+    return guard("reduceSupport", [&] {
+      NCCL_NET_SDK_REQUIRE(supported != nullptr, ncclInvalidArgument, "reduceSupport: supported is NULL");
+      *supported = 0;
+      // User-created ops (>= ncclNumOps) and unknown types are never supported by a network.
+      if (static_cast<int>(redOp) < 0 || redOp >= ncclNumOps || static_cast<int>(dataType) < 0 ||
+          dataType >= ncclNumTypes)
+        return ncclSuccess;
+      return coll().reduceSupport(dataType, redOp, supported);
+    });
+  }
+
+  static ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+    return guard("collnet regMr", [&] {
+      NCCL_NET_SDK_REQUIRE(comm != nullptr && mhandle != nullptr, ncclInvalidArgument,
+                           "collnet regMr: collComm or mhandle is NULL");
+      return coll().regMr(comm, data, size, type, mhandle);
+    });
+  }
+  static ncclResult_t regMrInt(void* comm, void* data, int size, int type, void** mhandle) {
+    size_t bytes = 0;
+    NCCL_NET_CHECK(intSizeToSize("collnet regMr", size, &bytes));
+    return regMr(comm, data, bytes, type, mhandle);
+  }
+  static ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                                  void** mhandle) {
+    return guard("collnet regMrDmaBuf", [&]() -> ncclResult_t {
+      if constexpr (has_regMrDmaBuf_v<Coll>) {
+        return coll().regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
+      } else {
+        (void)comm, (void)data, (void)size, (void)type, (void)offset, (void)fd, (void)mhandle;
+        NCCL_NET_WARN("collnet regMrDmaBuf: this plugin does not support DMA-BUF registration");
+        return ncclInvalidUsage;
+      }
+    });
+  }
+  static ncclResult_t deregMr(void* comm, void* mhandle) {
+    return guard("collnet deregMr", [&] { return coll().deregMr(comm, mhandle); });
+  }
+
+  static ncclResult_t iallreduce(void* comm, void* sendData, void* recvData, size_t count, ncclDataType_t dataType,
+                                 ncclRedOp_t redOp, void* sendMhandle, void* recvMhandle, void** request) {
+    return guard("iallreduce", [&] {
+      NCCL_NET_SDK_REQUIRE(comm != nullptr && request != nullptr, ncclInvalidArgument,
+                           "iallreduce: collComm or request is NULL");
+      *request = nullptr;
+      return coll().iallreduce(comm, sendData, recvData, count, dataType, redOp, sendMhandle, recvMhandle, request);
+    });
+  }
+  static ncclResult_t iallreduceInt(void* comm, void* sendData, void* recvData, int count, ncclDataType_t dataType,
+                                    ncclRedOp_t redOp, void* sendMhandle, void* recvMhandle, void** request) {
+    size_t wide = 0;
+    NCCL_NET_CHECK(intSizeToSize("iallreduce", count, &wide));
+    return iallreduce(comm, sendData, recvData, wide, dataType, redOp, sendMhandle, recvMhandle, request);
+  }
+
+  static ncclResult_t iallgather(void* comm, void* sendData, int nRecvParts, ncclNetSGE_v12_t* recvParts,
+                                 size_t bytesPerRank, size_t windowOffset, size_t windowBytes, void* sendMhandle,
+                                 void** request) {
+    return guard("iallgather", [&] {
+      NCCL_NET_SDK_REQUIRE(comm != nullptr && request != nullptr && recvParts != nullptr && nRecvParts > 0,
+                           ncclInvalidArgument, "iallgather: NULL argument or %d parts", nRecvParts);
+      *request = nullptr;
+      return coll().iallgather(comm, sendData, nRecvParts, recvParts, bytesPerRank, windowOffset, windowBytes,
+                               sendMhandle, request);
+    });
+  }
+  static ncclResult_t ireducescatter(void* comm, int nSendParts, ncclNetSGE_v12_t* sendParts, void* recvData,
+                                     size_t bytesPerRank, size_t windowOffset, size_t windowBytes,
+                                     ncclDataType_t dataType, ncclRedOp_t redOp, void* recvMhandle, void** request) {
+    return guard("ireducescatter", [&] {
+      NCCL_NET_SDK_REQUIRE(comm != nullptr && request != nullptr && sendParts != nullptr && nSendParts > 0,
+                           ncclInvalidArgument, "ireducescatter: NULL argument or %d parts", nSendParts);
+      *request = nullptr;
+      return coll().ireducescatter(comm, nSendParts, sendParts, recvData, bytesPerRank, windowOffset, windowBytes,
+                                   dataType, redOp, recvMhandle, request);
+    });
+  }
+  // v9..v11 declare their own SGE structs with the v12 layout (pinned in abi_checks.h): pass them through.
+  template <class Sge>
+  static ncclResult_t iallgatherSameLayout(void* comm, void* sendData, int nRecvParts, Sge* recvParts,
+                                           size_t bytesPerRank, size_t windowOffset, size_t windowBytes,
+                                           void* sendMhandle, void** request) {
+    static_assert(sizeof(Sge) == sizeof(ncclNetSGE_v12_t));
+    return iallgather(comm, sendData, nRecvParts, reinterpret_cast<ncclNetSGE_v12_t*>(recvParts), bytesPerRank,
+                      windowOffset, windowBytes, sendMhandle, request);
+  }
+  template <class Sge>
+  static ncclResult_t ireducescatterSameLayout(void* comm, int nSendParts, Sge* sendParts, void* recvData,
+                                               size_t bytesPerRank, size_t windowOffset, size_t windowBytes,
+                                               ncclDataType_t dataType, ncclRedOp_t redOp, void* recvMhandle,
+                                               void** request) {
+    static_assert(sizeof(Sge) == sizeof(ncclNetSGE_v12_t));
+    return ireducescatter(comm, nSendParts, reinterpret_cast<ncclNetSGE_v12_t*>(sendParts), recvData, bytesPerRank,
+                          windowOffset, windowBytes, dataType, redOp, recvMhandle, request);
+  }
+  // v8 scatter-gather entries carry uint32_t sizes; widen them.
+  static ncclResult_t widenSges(const char* function, int n, const ncclNetSGE_v8_t* in, ncclNetSGE_v12_t* out) {
+    NCCL_NET_SDK_REQUIRE(in != nullptr && n > 0 && n <= kMaxSgeParts, ncclInvalidArgument,
+                         "%s: %d scatter-gather parts, expected 1..%d", function, n, kMaxSgeParts);
+    for (int i = 0; i < n; ++i) out[i] = ncclNetSGE_v12_t{in[i].mhandle, in[i].address, in[i].size};
+    return ncclSuccess;
+  }
+  static ncclResult_t iallgatherV8(void* comm, void* sendData, int nRecvParts, ncclNetSGE_v8_t* recvParts,
+                                   size_t bytesPerRank, size_t windowOffset, size_t windowBytes, void* sendMhandle,
+                                   void** request) {
+    ncclNetSGE_v12_t parts[kMaxSgeParts];
+    NCCL_NET_CHECK(widenSges("iallgather", nRecvParts, recvParts, parts));
+    return iallgather(comm, sendData, nRecvParts, parts, bytesPerRank, windowOffset, windowBytes, sendMhandle,
+                      request);
+  }
+  static ncclResult_t ireducescatterV8(void* comm, int nSendParts, ncclNetSGE_v8_t* sendParts, void* recvData,
+                                       size_t bytesPerRank, size_t windowOffset, size_t windowBytes,
+                                       ncclDataType_t dataType, ncclRedOp_t redOp, void* recvMhandle,
+                                       void** request) {
+    ncclNetSGE_v12_t parts[kMaxSgeParts];
+    NCCL_NET_CHECK(widenSges("ireducescatter", nSendParts, sendParts, parts));
+    return ireducescatter(comm, nSendParts, parts, recvData, bytesPerRank, windowOffset, windowBytes, dataType, redOp,
+                          recvMhandle, request);
+  }
+
+  static ncclResult_t iflush(void* comm, void* data, int size, void* mhandle, void** request) {
+    return guard("collnet iflush", [&]() -> ncclResult_t {
+      NCCL_NET_SDK_REQUIRE(request != nullptr, ncclInvalidArgument, "collnet iflush: request is NULL");
+      *request = nullptr;
+      if constexpr (has_iflush_v<Coll>) {
+        return coll().iflush(comm, data, size, mhandle, request);
+      } else {
+        (void)comm, (void)data, (void)size, (void)mhandle;
+        return ncclSuccess;  // host memory only (enforced by getProperties): nothing to flush
+      }
+    });
+  }
+
+  static ncclResult_t test(void* request, int* done, int* size) {
+    return guard("collnet test", [&] {
+      NCCL_NET_SDK_REQUIRE(request != nullptr && done != nullptr, ncclInvalidArgument,
+                           "collnet test: request or done is NULL");
+      CompletedSizes completed(size);
+      *done = 0;
+      NCCL_NET_CHECK(coll().test(request, done, completed));
+      NCCL_NET_SDK_REQUIRE(!completed.overflowed(), ncclInvalidUsage,
+                           "collnet test: completed size %zu exceeds INT_MAX, which test() cannot report",
+                           completed.overflowBytes());
+      return ncclSuccess;
+    });
+  }
+  static ncclResult_t closeColl(void* comm) {
+    return guard("closeColl", [&] {
+      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInvalidArgument, "closeColl: collComm is NULL");
+      return coll().closeColl(comm);
+    });
+  }
+  static ncclResult_t closeListen(void* comm) {
+    return guard("collnet closeListen", [&] {
+      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInvalidArgument, "collnet closeListen: listenComm is NULL");
+      return coll().closeListen(comm);
+    });
+  }
+};
+
+template <class Coll>
+struct CollNetTables {
+  using E = CollEntry<Coll>;
+  using N = NetEntry<Coll>;  // devices, getProperties, makeVDevice and finalize are shared with ncclNet
+
+  static constexpr ncclCollNet_v12_t v12 = {
+      Coll::kName,
+      [](void** ctx, uint64_t commId, ncclDebugLogger_t logger) { return E::initCtx(12, ctx, commId, logger); },
+      N::devices,
+      N::template getProperties<12, ncclNetProperties_v12_t>,
+      E::listenCtx,
+      E::connect,
+      E::reduceSupport,
+      E::regMr,
+      E::regMrDmaBuf,
+      E::deregMr,
+      E::iallreduce,
+      NCCL_NET_SDK_OPTIONAL(has_iallgather_v<Coll>, E::iallgather),
+      NCCL_NET_SDK_OPTIONAL(has_ireducescatter_v<Coll>, E::ireducescatter),
+      E::iflush,
+      E::test,
+      E::closeColl,
+      E::closeListen,
+      NCCL_NET_SDK_OPTIONAL(has_makeVDevice_v<Coll>, N::template makeVDevice<ncclNetVDeviceProps_v12_t>),
+      N::finalize,
+  };
+  static constexpr ncclCollNet_v11_t v11 = {
+      Coll::kName,
+      [](void** ctx, uint64_t commId, ncclDebugLogger_t logger) { return E::initCtx(11, ctx, commId, logger); },
+      N::devices,
+      N::template getProperties<11, ncclNetProperties_v11_t>,
+      E::listenCtx,
+      E::connect,
+      E::reduceSupport,
+      E::regMr,
+      E::regMrDmaBuf,
+      E::deregMr,
+      E::iallreduce,
+      NCCL_NET_SDK_OPTIONAL(has_iallgather_v<Coll>, E::template iallgatherSameLayout<ncclNetSGE_v11_t>),
+      NCCL_NET_SDK_OPTIONAL(has_ireducescatter_v<Coll>, E::template ireducescatterSameLayout<ncclNetSGE_v11_t>),
+      E::iflush,
+      E::test,
+      E::closeColl,
+      E::closeListen,
+      NCCL_NET_SDK_OPTIONAL(has_makeVDevice_v<Coll>, N::template makeVDevice<ncclNetVDeviceProps_v11_t>),
+      N::finalize,
+  };
+  static constexpr ncclCollNet_v10_t v10 = {
+      Coll::kName,
+      [](ncclDebugLogger_t logger) { return E::initLegacy(10, logger); },
+      N::devices,
+      N::template getProperties<10, ncclNetProperties_v10_t>,
+      E::listenLegacy,
+      E::connect,
+      E::reduceSupport,
+      E::regMr,
+      E::regMrDmaBuf,
+      E::deregMr,
+      E::iallreduce,
+      NCCL_NET_SDK_OPTIONAL(has_iallgather_v<Coll>, E::template iallgatherSameLayout<ncclNetSGE_v10_t>),
+      NCCL_NET_SDK_OPTIONAL(has_ireducescatter_v<Coll>, E::template ireducescatterSameLayout<ncclNetSGE_v10_t>),
+      E::iflush,
+      E::test,
+      E::closeColl,
+      E::closeListen,
+      NCCL_NET_SDK_OPTIONAL(has_makeVDevice_v<Coll>, N::template makeVDevice<ncclNetVDeviceProps_v10_t>),
+  };
+  static constexpr ncclCollNet_v9_t v9 = {
+      Coll::kName,
+      [](ncclDebugLogger_t logger) { return E::initLegacy(9, logger); },
+      N::devices,
+      N::template getProperties<9, ncclNetProperties_v9_t>,
+      E::listenLegacy,
+      E::connect,
+      E::reduceSupport,
+      E::regMr,
+      E::regMrDmaBuf,
+      E::deregMr,
+      E::iallreduce,
+      NCCL_NET_SDK_OPTIONAL(has_iallgather_v<Coll>, E::template iallgatherSameLayout<ncclNetSGE_v9_t>),
+      NCCL_NET_SDK_OPTIONAL(has_ireducescatter_v<Coll>, E::template ireducescatterSameLayout<ncclNetSGE_v9_t>),
+      E::iflush,
+      E::test,
+      E::closeColl,
+      E::closeListen,
+      NCCL_NET_SDK_OPTIONAL(has_makeVDevice_v<Coll>, N::template makeVDevice<ncclNetVDeviceProps_v9_t>),
+  };
+  static constexpr ncclCollNet_v8_t v8 = {
+      Coll::kName,
+      [](ncclDebugLogger_t logger) { return E::initLegacy(8, logger); },
+      N::devices,
+      N::template getProperties<8, ncclNetProperties_v8_t>,
+      E::listenLegacy,
+      E::connect,
+      E::reduceSupport,
+      E::regMr,
+      E::regMrDmaBuf,
+      E::deregMr,
+      E::iallreduceInt,
+      NCCL_NET_SDK_OPTIONAL(has_iallgather_v<Coll>, E::iallgatherV8),
+      NCCL_NET_SDK_OPTIONAL(has_ireducescatter_v<Coll>, E::ireducescatterV8),
+      E::iflush,
+      E::test,
+      E::closeColl,
+      E::closeListen,
+  };
+  static constexpr ncclCollNet_v7_t v7 = {
+      Coll::kName,
+      [](ncclDebugLogger_t logger) { return E::initLegacy(7, logger); },
+      N::devices,
+      N::template getProperties<7, ncclNetProperties_v7_t>,
+      E::listenLegacy,
+      E::connect,
+      E::reduceSupport,
+      E::regMrInt,
+      E::regMrDmaBuf,
+      E::deregMr,
+      E::iallreduceInt,
+      E::iflush,
+      E::test,
+      E::closeColl,
+      E::closeListen,
+  };
+  static constexpr ncclCollNet_v6_t v6 = {
+      Coll::kName,
+      [](ncclDebugLogger_t logger) { return E::initLegacy(6, logger); },
+      N::devices,
+      N::template getProperties<6, ncclNetProperties_v6_t>,
+      E::listenLegacy,
+      E::connect,
+      E::reduceSupport,
+      E::regMrInt,
+      E::regMrDmaBuf,
+      E::deregMr,
+      E::iallreduceInt,
+      E::iflush,
+      E::test,
+      E::closeColl,
+      E::closeListen,
+  };
+};
+
+}  // namespace detail
+NCCL_NET_SDK_NAMESPACE_END
+
+#define NCCL_NET_SDK_EXPORT_COLLNET_VERSION(Coll, V)                                               \
+  extern "C" NCCL_NET_SDK_EXPORT_SYMBOL const ncclCollNet_v##V##_t ncclCollNetPlugin_v##V =       \
+      ::nccl_net::sdk::detail::CollNetTables<Coll>::v##V;
+
+// Exports ncclCollNetPlugin_v6 .. ncclCollNetPlugin_v12 for the vendor class `Coll` (beside NCCL_NET_SDK_EXPORT).
+#define NCCL_NET_SDK_EXPORT_COLLNET(Coll)       \
+  NCCL_NET_SDK_EXPORT_COLLNET_VERSION(Coll, 12) \
+  NCCL_NET_SDK_EXPORT_COLLNET_VERSION(Coll, 11) \
+  NCCL_NET_SDK_EXPORT_COLLNET_VERSION(Coll, 10) \
+  NCCL_NET_SDK_EXPORT_COLLNET_VERSION(Coll, 9)  \
+  NCCL_NET_SDK_EXPORT_COLLNET_VERSION(Coll, 8)  \
+  NCCL_NET_SDK_EXPORT_COLLNET_VERSION(Coll, 7)  \
+  NCCL_NET_SDK_EXPORT_COLLNET_VERSION(Coll, 6)
+
+// Both at once: ncclNetPlugin_v6..v12 for Net and ncclCollNetPlugin_v6..v12 for Coll.
+#define NCCL_NET_SDK_EXPORT_WITH_COLLNET(Net, Coll) \
+  NCCL_NET_SDK_EXPORT(Net)                          \
+  NCCL_NET_SDK_EXPORT_COLLNET(Coll)
