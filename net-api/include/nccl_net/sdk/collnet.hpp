@@ -77,10 +77,13 @@ struct CollEntry {
     return guard("reduceSupport", [&] {
       NCCL_NET_SDK_REQUIRE(supported != nullptr, ncclInvalidArgument, "reduceSupport: supported is NULL");
       *supported = 0;
-      // User-created ops (>= ncclNumOps) and unknown types are never supported by a network.
-      if (static_cast<int>(redOp) < 0 || redOp >= ncclNumOps || static_cast<int>(dataType) < 0 ||
-          dataType >= ncclNumTypes)
-        return ncclSuccess;
+      // User-created ops (>= ncclNumOps) and unknown types are never supported by a network. The host is C: read
+      // the raw values, since an out-of-range value is not a valid C++ ncclDataType_t.
+      int type = 0;
+      int op = 0;
+      std::memcpy(&type, &dataType, sizeof(type));
+      std::memcpy(&op, &redOp, sizeof(op));
+      if (op < 0 || op >= ncclNumOps || type < 0 || type >= ncclNumTypes) return ncclSuccess;
       return coll().reduceSupport(dataType, redOp, supported);
     });
   }
