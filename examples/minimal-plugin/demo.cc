@@ -1,5 +1,6 @@
 // demo.cc: drives a plugin's ncclNetPlugin_v12 table the way NCCL's proxy does, between two processes, and prints
-// the bandwidth per message size. Usage: minimal-plugin-demo PATH/TO/libnccl-net-X.so
+// the bandwidth per message size beside a single-thread memcpy of the same size measured in the same run.
+// Usage: minimal-plugin-demo PATH/TO/libnccl-net-X.so
 #include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,6 +41,18 @@ int waitFor(const ncclNet_v12_t* net, void* request, int* size) {
 
 constexpr size_t kMaxBytes = 64u << 20;
 
+// The reference: one thread copying the same bytes between two buffers of this process.
+double memcpyGbps(size_t bytes, int iterations) {
+  static std::vector<unsigned char> from(kMaxBytes, 1), to(kMaxBytes);
+  auto start = Clock::now();
+  for (int i = 0; i < iterations; ++i) {
+    std::memcpy(to.data(), from.data(), bytes);
+    asm volatile("" : : "r"(to.data()) : "memory");  // keep the copy
+  }
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return static_cast<double>(bytes) * iterations / seconds / 1e9;
+}
+
 int iterationsFor(size_t bytes) { return bytes <= (64u << 10) ? 2000 : bytes <= (4u << 20) ? 200 : 20; }
 
 int runSender(const ncclNet_v12_t* net, void* ctx, unsigned char* handle) {
@@ -75,7 +88,7 @@ int runReceiver(const ncclNet_v12_t* net, void* listenComm) {
   std::vector<unsigned char> buffer(kMaxBytes);
   void* mhandle = nullptr;
   DEMO_CHECK(net->regMr(recvComm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mhandle));
-  std::printf("%12s %8s %12s %10s\n", "bytes", "iters", "time(us)", "GB/s");
+  std::printf("%12s %8s %12s %10s %12s %8s\n", "bytes", "iters", "time(us)", "GB/s", "memcpy GB/s", "ratio");
   for (size_t bytes = 8; bytes <= kMaxBytes; bytes *= 8) {
     int iterations = iterationsFor(bytes);
     auto start = Clock::now();
@@ -94,8 +107,10 @@ int runReceiver(const ncclNet_v12_t* net, void* listenComm) {
       }
     }
     double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    std::printf("%12zu %8d %12.2f %10.3f\n", bytes, iterations, seconds / iterations * 1e6,
-                static_cast<double>(bytes) * iterations / seconds / 1e9);
+    double gbps = static_cast<double>(bytes) * iterations / seconds / 1e9;
+    double reference = memcpyGbps(bytes, iterations);
+    std::printf("%12zu %8d %12.2f %10.3f %12.3f %8.2f\n", bytes, iterations, seconds / iterations * 1e6, gbps,
+                reference, gbps / reference);
   }
   DEMO_CHECK(net->deregMr(recvComm, mhandle));
   DEMO_CHECK(net->closeRecv(recvComm));
