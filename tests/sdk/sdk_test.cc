@@ -508,3 +508,42 @@ TEST(CollNetExport, ReduceSupportNeverClaimsUserOpsOrUnknownTypes) {
   ASSERT_EQ(Coll::v12.test(reinterpret_cast<void*>(0x13), &done, &size), ncclSuccess);
   EXPECT_EQ(size, 64);
 }
+
+// ---- sysfs helpers, on this machine's real /sys ---------------------------------------------------------------------------
+TEST(Sysfs, VirtualDevicesHaveNoPciPathAndFallbackSpeed) {
+  EXPECT_EQ(sdk::pciPathOfNetDevice("lo"), "") << "loopback is not a PCI device";
+  EXPECT_EQ(sdk::pciPathOfNetDevice("no-such-interface"), "");
+  EXPECT_EQ(sdk::netDeviceSpeedMbps("lo", 12345), 12345) << "lo reports no speed";
+  EXPECT_EQ(sdk::netDeviceSpeedMbps("no-such-interface", 777), 777);
+  EXPECT_FALSE(sdk::readSysfsLong("/sys/class/net/lo/no-such-attribute").has_value());
+  auto mtu = sdk::readSysfsLong("/sys/class/net/lo/mtu");
+  ASSERT_TRUE(mtu.has_value());
+  EXPECT_GT(*mtu, 0);
+}
+
+TEST(Sysfs, PciBusIdShape) {
+  EXPECT_TRUE(sdk::isPciBusId("0000:3b:00.0"));
+  EXPECT_TRUE(sdk::isPciBusId("000a:ff:1f.7"));
+  EXPECT_FALSE(sdk::isPciBusId("virtio0"));
+  EXPECT_FALSE(sdk::isPciBusId("0000:3b:00"));
+  EXPECT_FALSE(sdk::isPciBusId("0000-3b:00.0"));
+  EXPECT_FALSE(sdk::isPciBusId("pci0000:00"));
+}
+
+TEST(Sysfs, PhysicalNicsResolveToAPciFunction) {
+  // Every interface with a device link on a PCI bus must resolve to a path ending in a bus id (virtio NICs walk up
+  // from ".../0000:00:03.0/virtio0").
+  int checked = 0;
+  for (const char* ifname : {"eth0", "eth1", "ens3", "ens4", "enp0s3", "eno1"}) {
+    std::string link = std::string("/sys/class/net/") + ifname + "/device";
+    char resolved[PATH_MAX];
+    if (realpath(link.c_str(), resolved) == nullptr) continue;
+    std::string target(resolved);
+    if (target.find("/pci") == std::string::npos) continue;
+    std::string path = sdk::pciPathOfNetDevice(ifname);
+    ASSERT_FALSE(path.empty()) << ifname << " -> " << target;
+    EXPECT_TRUE(sdk::isPciBusId(path.substr(path.rfind('/') + 1))) << path;
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no PCI network interface on this machine";
+}
