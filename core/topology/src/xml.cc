@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -207,9 +208,9 @@ std::int64_t parseIntText(const XmlElement& e, std::string_view key, const std::
                           const std::string& source) {
   // Base auto-detection like NCCL's strtol(str, NULL, 0), but a value must be a whole number in range: silently
   // reading "12abc" as 12 (what strtol does) hides broken files.
-  std::size_t b = text.find_first_not_of(" \t");
-  std::size_t e = text.find_last_not_of(" \t");
-  std::string trimmed = b == std::string::npos ? std::string() : text.substr(b, e - b + 1);
+  std::size_t first = text.find_first_not_of(" \t");
+  std::size_t last = text.find_last_not_of(" \t");
+  std::string trimmed = first == std::string::npos ? std::string() : text.substr(first, last - first + 1);
   if (trimmed.empty())
     throw TopologyError(where(e, source) + " attribute " + std::string(key) + " is empty, expected an integer");
   errno = 0;

@@ -1,0 +1,73 @@
+// The whole pipeline (load, complete, build, paths, trim, decisions, searches) and its human-readable outputs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "nns/topology/fusion.h"
+#include "nns/topology/model.h"
+#include "nns/topology/paths.h"
+#include "nns/topology/search.h"
+
+namespace nns::topo {
+
+struct AnalysisOptions {
+  TopoSettings settings;
+  int rank = -1;         // our rank for trimming and per-rank logs; -1: the first GPU's rank
+  int nRanks = 0;        // communicator size; 0: twice the local GPU count (a multi-node job)
+  bool search = true;    // run ring and tree searches
+  int channels = 4;      // channels shown for NIC choices
+  std::string forceMerge;  // NCCL_NET_FORCE_MERGE
+};
+
+struct PxnRelay {
+  int rank = -1;
+  int netDev = -1;
+  int relayRank = -1;
+};
+
+struct SearchResult {
+  bool inter = false;
+  float maxBw = 0, totalBw = 0;
+  Graph ring, tree;
+};
+
+struct Analysis {
+  std::string sourceName;
+  XmlElement xml;  // the (completed) topology, as it would be dumped
+  System system;
+  TrimResult trim;
+  std::vector<int> gpuRanks;                           // in system (NCCL sorted) order
+  std::vector<int> netDevs;                            // in system order
+  std::vector<std::vector<P2pDecision>> p2p;           // [gpu][gpu] by system index
+  std::vector<std::vector<GdrDecision>> gdrRead;       // [gpu][net] send side
+  std::vector<std::vector<GdrDecision>> gdrWrite;      // [gpu][net] receive side
+  std::vector<std::vector<LocalNetChoice>> localNets;  // [gpu][channel]
+  std::vector<int> netLocalGpuRank;                    // [net] owner GPU rank, -1 when none
+  std::vector<PxnRelay> pxn;                           // every GPU->NET path of type PXN
+  std::vector<FusionGroup> fusion;
+  std::vector<SearchResult> searches;  // single node (inter=0), then multi-node (inter=1) when there are NETs
+};
+
+// Runs the pipeline on a topology document (which it completes in place when options ask for it).
+Analysis analyze(XmlDocument doc, const AnalysisOptions& options);
+
+// NCCL log shapes.
+std::vector<std::string> systemLogLines(const System& sys);  // "=== System : maxBw ..." tree
+std::vector<std::string> pathLogLines(const System& sys);    // "GPU/0-17000 :GPU/0-17000 (0/5000.0/LOC) ..."
+
+// Human outputs.
+std::string formatSummary(const Analysis& a);
+std::string formatPathMatrix(const Analysis& a);
+std::string formatSearches(const Analysis& a, int rank);
+std::string formatDot(const Analysis& a);
+
+}  // namespace nns::topo
+
+namespace nns::topo {
+
+// A synthetic machine for scale tests: `sockets` Intel SPR CPUs, `nics` PCIe Gen5 switches spread over them, GPUs
+// spread over the switches (one NIC per switch), every GPU sm90 with 18 NVLinks to one NVSwitch.
+XmlDocument makeSyntheticTopology(int gpus, int nics, int sockets = 2);
+
+}  // namespace nns::topo

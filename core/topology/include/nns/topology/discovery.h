@@ -1,0 +1,42 @@
+// Discovery of the local machine: NUMA nodes, CPUs and the PCI tree through hwloc, NICs placed from a NicInfo list.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nns/topology/xml.h"
+
+namespace nns::topo {
+
+// What a net plugin's getProperties reports for one device; the loader will fill these from a plugin later.
+struct NicInfo {
+  std::string name;
+  std::string pciPath;   // sysfs path of the device (any path under the PCI device), empty for virtual NICs
+  int speedMbps = 0;     // <= 0: unknown (NCCL assumes 10 Gb/s)
+  int port = 0;
+  std::uint64_t guid = 0;  // 0: unknown (NCCL then uses the device index)
+  int maxComms = 0;        // 0: not reported
+  float latency = 0;
+  bool gpuDirect = false;  // ptrSupport includes CUDA (or DMA-BUF) pointers
+};
+
+// Network interfaces from /sys/class/net except loopback, sorted by name: what the tool uses until a plugin is loaded.
+std::vector<NicInfo> listSysfsNics(const std::string& sysfsRoot = "/sys");
+
+struct DiscoveryReport {
+  int numaNodes = 0;
+  int cpuCores = 0;
+  int processingUnits = 0;
+  std::string cpuVendor;
+  std::string cpuModelName;
+  std::vector<std::string> notes;  // what could not be read, and what was assumed instead
+};
+
+// Builds a <system version="1"> document the way NCCL's own detection writes it: <cpu> per NUMA node (affinity,
+// arch, vendor, family, model), the PCI bridges leading to each NIC and NVIDIA GPU, a <nic><net> per NicInfo (dev in
+// list order). GPUs are left as bare <pci> leaves: without NVML their compute capability is unknown (see
+// CompletionOptions). Throws TopologyError when hwloc cannot load the topology.
+XmlDocument discoverTopology(const std::vector<NicInfo>& nics, DiscoveryReport* report = nullptr);
+
+}  // namespace nns::topo

@@ -1,0 +1,97 @@
+// Path computation and NCCL's per-pair decisions: P2P, GDR, PXN, local NIC per GPU, trimming (paths.cc rules).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "nns/topology/model.h"
+
+namespace nns::topo {
+
+// NCCL's environment knobs that change topology decisions. Defaults are NCCL 2.29's.
+struct TopoSettings {
+  int p2pLevel = -2;        // NCCL_P2P_LEVEL / NCCL_P2P_DISABLE; -2 = automatic
+  bool nvbDisable = false;  // NCCL_NVB_DISABLE
+  int netGdrLevel = -2;     // NCCL_NET_GDR_LEVEL; -2 = automatic (P2C with GDR_C2C, else PXB)
+  int netGdrRead = -2;      // NCCL_NET_GDR_READ; -2 = automatic
+  bool netGdrC2c = true;    // NCCL_NET_GDR_C2C
+  bool pxnDisable = false;  // NCCL_PXN_DISABLE
+  bool pxnC2c = true;       // NCCL_PXN_C2C
+  int p2pPxnLevel = 2;      // NCCL_P2P_PXN_LEVEL
+  int crossNic = 2;         // NCCL_CROSS_NIC
+  int netMergeLevel = PATH_PORT;  // NCCL_NET_MERGE_LEVEL
+  int netDevsPolicyMax = 0;       // NCCL_NETDEVS_POLICY: 0 = AUTO, -1 = ALL, n > 0 = MAX:n
+  bool ignoreCpuAffinity = false;
+
+  // Reads the NCCL_* variables above from the environment; throws TopologyError on an unknown value.
+  static TopoSettings fromEnvironment();
+};
+
+int mergePathType(int a, int b);
+
+// Paths from every node to every CPU, GPU, NIC, NET and NVS, then NCCL's post-processing (P2P reroute, P2C, PXN,
+// GDR reroute). Safe to call again after trimming.
+void computePaths(System& sys, const TopoSettings& settings);
+// Index of the CPU with the fewest hops from GPU g (first on ties), -1 when none.
+int localCpu(const System& sys, int g);
+
+struct TrimResult {
+  std::vector<int> removedRanks;  // GPUs not in our rank's NVLink/PCI domain
+  bool inter = false;             // the network is needed: fewer local GPUs than ranks
+  std::string reason;
+};
+// Removes GPUs outside the domain of `rank`, sets sys.inter = (local GPUs != nRanks), recomputes paths.
+TrimResult trimSystem(System& sys, const TopoSettings& settings, int rank, int nRanks);
+
+struct P2pDecision {
+  bool p2p = false;
+  bool read = false;
+  int intermediateRank = -1;
+  int pathType = PATH_DIS;
+  int level = PATH_PXB;
+  std::string reason;
+};
+P2pDecision checkP2p(const System& sys, const TopoSettings& settings, int rank1, int rank2);
+
+enum class GdrMode { Disabled, Default, Pci };
+struct GdrDecision {
+  GdrMode mode = GdrMode::Disabled;
+  int distance = PATH_DIS;
+  int level = PATH_P2C;
+  int proxyRank = -1;  // PXN: the GPU that does the RDMA
+  std::string reason;
+  std::string ncclLog;  // NCCL's INFO line when it would print one
+};
+// read = true: the NIC reads GPU memory (send side); false: the NIC writes it (receive side).
+GdrDecision checkGdr(const System& sys, const TopoSettings& settings, int rank, int netDev, bool read);
+bool needsFlush(const System& sys, int rank, int netDev);
+
+// NCCL's ncclTopoGetLocal: indices of result nodes with the best (bw, then type) path from (type, index).
+std::vector<int> localNodes(const System& sys, int type, int index, int resultType, int* pathType = nullptr);
+struct LocalNetChoice {
+  int netDev = -1;
+  int netIndex = -1;
+  std::vector<int> localNetDevs;
+  int localPathType = PATH_DIS;
+  float localBw = 0;
+  int netsPerGpu = 1;
+  int mirroredIndex = 0;
+  std::string reason;
+};
+// ncclTopoGetLocalNet: the NET a GPU (by rank) uses on a channel.
+LocalNetChoice localNet(const System& sys, const TopoSettings& settings, int rank, int channel);
+// ncclTopoGetLocalGpu: index of the GPU that "owns" a NET (first GPU whose local NET it is), -1 when none.
+int localGpuOfNet(const System& sys, const TopoSettings& settings, int netIndex);
+// ncclTopoGetIntermediateRank: the relay GPU when the path to the NET is PXN, else the rank itself.
+int intermediateRank(const System& sys, int rank, int netDev);
+
+struct NetDevChoice {
+  int netDev = -1;
+  int proxyRank = -1;
+  std::string reason;
+};
+// ncclTopoGetNetDev without a graph (p2p operations): the NIC and proxy rank used to reach peerRank's GPU with the
+// same NVML index on another node.
+NetDevChoice netDevForPeer(const System& sys, const TopoSettings& settings, int rank, int channel, int peerDev);
+
+}  // namespace nns::topo

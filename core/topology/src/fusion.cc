@@ -1,0 +1,143 @@
+// NIC fusion groups: XML ancestor-chain distances between NET devices and NCCL's greedy merge up to 4 per vNIC.
+#include "nns/topology/fusion.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "nns/topology/model.h"
+
+namespace nns::topo {
+
+namespace {
+
+bool chainTo(const XmlElement& node, const XmlElement& target, std::vector<const XmlElement*>& chain) {
+  chain.push_back(&node);
+  if (&node == &target) return true;
+  for (const auto& c : node.children)
+    if (chainTo(c, target, chain)) return true;
+  chain.pop_back();
+  return false;
+}
+
+void collectNets(const XmlElement& e, std::vector<FusionDevice>& out) {
+  if (e.name == "net" && e.hasAttr("dev")) {
+    FusionDevice d;
+    d.dev = std::atoi(e.attr("dev")->c_str());
+    if (const std::string* n = e.attr("name")) d.name = *n;
+    d.net = &e;
+    out.push_back(d);
+  }
+  for (const auto& c : e.children) collectNets(c, out);
+}
+
+bool differOnlyInFunction(const XmlElement& a, const XmlElement& b) {
+  const std::string* ba = a.attr("busid");
+  const std::string* bb = b.attr("busid");
+  if (!ba || !bb || ba->size() != bb->size() || ba->empty()) return false;
+  return ba->compare(0, ba->size() - 1, *bb, 0, bb->size() - 1) == 0;
+}
+
+// The <pci> element a <net> hangs off (parent of its <nic>), or nullptr.
+const XmlElement* nicPciOf(const std::vector<const XmlElement*>& chain) {
+  for (std::size_t i = chain.size(); i-- > 0;)
+    if (chain[i]->name == "pci") return chain[i];
+  return nullptr;
+}
+
+std::string levelName(int level) { return level == PATH_PORT ? "PORT" : std::string(pathTypeName(level)); }
+
+}  // namespace
+
+std::vector<FusionDevice> listNetDevices(const XmlElement& systemRoot) {
+  std::vector<FusionDevice> out;
+  collectNets(systemRoot, out);
+  return out;
+}
+
+int netDistance(const XmlElement& root, const XmlElement& a, const XmlElement& b) {
+  std::vector<const XmlElement*> ca, cb;
+  if (!chainTo(root, a, ca) || !chainTo(root, b, cb)) return PATH_DIS;
+  std::size_t i = 0;
+  while (i < ca.size() && i < cb.size() && ca[i] == cb[i]) ++i;
+  if (i < ca.size() && i < cb.size() && differOnlyInFunction(*ca[i], *cb[i])) return PATH_PORT;
+  if (i == 0) return PATH_DIS;
+  const XmlElement* common = ca[i - 1];
+  if (common->name == "system") return PATH_SYS;
+  if (common->name == "cpu") return PATH_PHB;
+  if (common->name == "nic" || common->name == "net") return PATH_PORT;
+  if (common->name == "pci") {
+    // PIX when the common switch is the direct parent of both NICs' PCI devices.
+    ca.pop_back();
+    cb.pop_back();
+    const XmlElement* pa = nicPciOf(ca);
+    const XmlElement* pb = nicPciOf(cb);
+    auto parentOf = [&](const std::vector<const XmlElement*>& chain, const XmlElement* node) -> const XmlElement* {
+      for (std::size_t k = 1; k < chain.size(); ++k)
+        if (chain[k] == node) return chain[k - 1];
+      return nullptr;
+    };
+    if (pa && pb && parentOf(ca, pa) == common && parentOf(cb, pb) == common) return PATH_PIX;
+    return PATH_PXB;
+  }
+  return PATH_SYS;
+}
+
+std::vector<FusionGroup> computeFusionGroups(const XmlElement& root, int mergeLevel, const std::string& forceMerge) {
+  std::vector<FusionDevice> devs = listNetDevices(root);
+  std::vector<bool> placed(devs.size(), false);
+  std::vector<FusionGroup> groups;
+  auto matches = [](const FusionDevice& d, const std::string& token) {
+    if (token == d.name) return true;
+    const std::string* port = d.net->attr("port");
+    return port && token == d.name + ":" + *port;
+  };
+  if (!forceMerge.empty()) {
+    std::stringstream groupsIn(forceMerge);
+    std::string groupText;
+    while (std::getline(groupsIn, groupText, ';')) {
+      std::stringstream namesIn(groupText);
+      std::string name;
+      FusionGroup g;
+      int wanted = 0;
+      while (std::getline(namesIn, name, ',')) {
+        if (name.empty()) continue;
+        ++wanted;
+        for (std::size_t i = 0; i < devs.size(); ++i)
+          if (!placed[i] && matches(devs[i], name)) {
+            placed[i] = true;
+            g.devs.push_back(devs[i].dev);
+            break;
+          }
+      }
+      if (static_cast<int>(g.devs.size()) != wanted)
+        throw TopologyError("NCCL_NET_FORCE_MERGE group \"" + groupText + "\" matches " +
+                            std::to_string(g.devs.size()) + " of " + std::to_string(wanted) + " devices");
+      g.reason = "forced by NCCL_NET_FORCE_MERGE";
+      if (g.devs.size() > 1) groups.push_back(std::move(g));
+    }
+  }
+  if (mergeLevel <= PATH_LOC) return groups;
+  for (std::size_t i = 0; i < devs.size(); ++i) {
+    if (placed[i]) continue;
+    placed[i] = true;
+    FusionGroup g;
+    g.devs.push_back(devs[i].dev);
+    for (std::size_t j = i + 1; j < devs.size() && g.devs.size() < static_cast<std::size_t>(kMaxDevsPerNic); ++j) {
+      if (placed[j]) continue;
+      int d = netDistance(root, *devs[i].net, *devs[j].net);
+      if (d <= mergeLevel) {
+        placed[j] = true;
+        g.devs.push_back(devs[j].dev);
+        g.distance = std::max(g.distance, d);
+      }
+    }
+    if (g.devs.size() > 1) {
+      g.reason = "distance " + levelName(g.distance) + " <= NCCL_NET_MERGE_LEVEL " + levelName(mergeLevel) +
+                 " (at most " + std::to_string(kMaxDevsPerNic) + " devices per vNIC)";
+      groups.push_back(std::move(g));
+    }
+  }
+  return groups;
+}
+
+}  // namespace nns::topo

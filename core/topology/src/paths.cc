@@ -1,0 +1,512 @@
+// Widest-path computation per base node and NCCL's P2P/GDR/PXN/local-NIC decisions over those paths.
+#include "nns/topology/paths.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace nns::topo {
+
+namespace {
+
+std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string fmt(const char* format, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, format);
+  std::vsnprintf(buf, sizeof buf, format, ap);
+  va_end(ap);
+  return buf;
+}
+
+std::string nameOf(int pathType) { return std::string(pathTypeName(pathType)); }
+
+int envLevel(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  int level = parsePathLevel(v);
+  if (level < 0) throw TopologyError(std::string(name) + "=" + v + ": unknown level (LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS)");
+  return level;
+}
+
+int envInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 0);
+  if (*end != '\0') throw TopologyError(std::string(name) + "=" + v + ": not an integer");
+  return static_cast<int>(x);
+}
+
+}  // namespace
+
+TopoSettings TopoSettings::fromEnvironment() {
+  TopoSettings s;
+  if (envInt("NCCL_P2P_DISABLE", 0) == 1) s.p2pLevel = PATH_LOC;
+  else s.p2pLevel = envLevel("NCCL_P2P_LEVEL", -2);
+  s.nvbDisable = envInt("NCCL_NVB_DISABLE", 0) == 1;
+  s.netGdrLevel = envLevel("NCCL_NET_GDR_LEVEL", -2);
+  s.netGdrRead = envInt("NCCL_NET_GDR_READ", -2);
+  s.netGdrC2c = envInt("NCCL_NET_GDR_C2C", 1) != 0;
+  s.pxnDisable = envInt("NCCL_PXN_DISABLE", 0) == 1;
+  s.pxnC2c = envInt("NCCL_PXN_C2C", 1) != 0;
+  s.p2pPxnLevel = envInt("NCCL_P2P_PXN_LEVEL", 2);
+  s.crossNic = envInt("NCCL_CROSS_NIC", 2);
+  if (const char* m = std::getenv("NCCL_NET_MERGE_LEVEL"); m && *m) {
+    std::string v = m;
+    if (v == "PORT") s.netMergeLevel = PATH_PORT;
+    else if ((s.netMergeLevel = parsePathLevel(v)) < 0)
+      throw TopologyError("NCCL_NET_MERGE_LEVEL=" + v + ": unknown level");
+  }
+  if (const char* p = std::getenv("NCCL_NETDEVS_POLICY"); p && *p) {
+    std::string v = p;
+    if (v == "AUTO") s.netDevsPolicyMax = 0;
+    else if (v == "ALL") s.netDevsPolicyMax = -1;
+    else if (v.rfind("MAX:", 0) == 0 && std::atoi(v.c_str() + 4) > 0) s.netDevsPolicyMax = std::atoi(v.c_str() + 4);
+    else throw TopologyError("NCCL_NETDEVS_POLICY=" + v + ": expected AUTO, ALL or MAX:<n>");
+  }
+  return s;
+}
+
+int mergePathType(int a, int b) {
+  if ((a == PATH_PHB && b == PATH_C2C) || (a == PATH_C2C && b == PATH_PHB)) return PATH_P2C;
+  return std::max(a, b);
+}
+
+namespace {
+
+Path& pathOf(System& sys, int type, int index, int baseType, int baseIndex) {
+  return sys.node(type, index).paths[baseType][static_cast<std::size_t>(baseIndex)];
+}
+
+// Level-by-level relaxation from the base node: each node keeps the widest path to the base, but never one with
+// more hops than a path it already has. Paths do not go through GPUs except one NVLink GPU->GPU relay (NVB).
+void setPaths(System& sys, const TopoSettings& settings, int baseType, int baseIndex) {
+  const std::size_t nBase = static_cast<std::size_t>(sys.count(baseType));
+  for (auto& nodes : sys.nodes)
+    for (auto& n : nodes)
+      if (n.paths[baseType].size() != nBase) n.paths[baseType].assign(nBase, Path{});
+  Path& basePath = pathOf(sys, baseType, baseIndex, baseType, baseIndex);
+  basePath.links.clear();
+  basePath.bw = LOC_BW;
+  basePath.type = PATH_LOC;
+
+  std::vector<std::pair<int, int>> frontier{{baseType, baseIndex}}, next;
+  while (!frontier.empty()) {
+    next.clear();
+    for (auto [type, index] : frontier) {
+      Node& node = sys.node(type, index);
+      for (Link& link : node.links) {
+        Path& path = node.paths[baseType][static_cast<std::size_t>(baseIndex)];
+        Node& rem = sys.node(link.remType, link.remIndex);
+        Path& remPath = rem.paths[baseType][static_cast<std::size_t>(baseIndex)];
+        float bw = std::min(path.bw, link.bw);
+        bool isBase = type == baseType && index == baseIndex;
+        if (!isBase && type == GPU &&
+            (settings.nvbDisable || link.type != LINK_NVL || link.remType != GPU || path.count() > 1))
+          continue;
+        if ((remPath.bw == 0 || remPath.count() > path.count()) && remPath.bw < bw) {
+          Link* reverse = nullptr;
+          for (Link& rl : rem.links)
+            if (rl.remType == type && rl.remIndex == index && rl.type == link.type) {
+              reverse = &rl;
+              break;
+            }
+          if (!reverse)
+            throw TopologyError("no reverse link from " + sys.idString(link.remType, link.remIndex) + " to " +
+                                sys.idString(type, index) + " (links must exist in both directions)");
+          std::vector<Link*> links;
+          links.reserve(path.links.size() + 1);
+          links.push_back(reverse);
+          links.insert(links.end(), path.links.begin(), path.links.end());
+          remPath.links = std::move(links);
+          remPath.bw = bw;
+          // The hop's type, with NCCL's refinements: the NIC->NET hop does not count, switch->switch is PXB,
+          // a PCI hop touching a CPU is PHB, and an NVLink hop after an NVLink hop through a GPU is NVB.
+          int t = link.type == LINK_NET ? PATH_LOC : link.type;
+          if (type == PCI && link.remType == PCI) t = PATH_PXB;
+          if (link.type == LINK_PCI && (type == CPU || link.remType == CPU)) t = PATH_PHB;
+          if (type == GPU && path.type == PATH_NVL && t == PATH_NVL && remPath.count() > 1) t = PATH_NVB;
+          remPath.type = std::max(path.type, t);
+          if (std::find(next.begin(), next.end(), std::make_pair(link.remType, link.remIndex)) == next.end())
+            next.emplace_back(link.remType, link.remIndex);
+        }
+      }
+    }
+    std::swap(frontier, next);
+  }
+}
+
+// Reroutes the path (t1,i1) -> (t2,i2) through (tx,ix): path(1->x) + path(x->2).
+void addInterStep(System& sys, int tx, int ix, int t1, int i1, int t2, int i2) {
+  Node& src = sys.node(t1, i1);
+  Node& mid = sys.node(tx, ix);
+  const Path& first = src.paths[tx][static_cast<std::size_t>(ix)];
+  const Path& second = mid.paths[t2][static_cast<std::size_t>(i2)];
+  Path merged;
+  merged.links = first.links;
+  merged.links.insert(merged.links.end(), second.links.begin(), second.links.end());
+  merged.type = tx == GPU ? PATH_PXN : mergePathType(first.type, second.type);
+  merged.bw = std::min(first.bw, second.bw);
+  src.paths[t2][static_cast<std::size_t>(i2)] = std::move(merged);
+}
+
+const Path& gpuPath(const System& sys, int g, int type, int index) {
+  return sys.node(GPU, g).paths[type][static_cast<std::size_t>(index)];
+}
+
+int cpuTypeVendorAmd(const System& sys) {
+  if (sys.count(CPU) == 0) return 0;
+  const CpuInfo& c = sys.node(CPU, 0).cpu;
+  return c.arch == CpuArch::X86 && c.vendor == CpuVendor::Amd;
+}
+
+bool isPow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
+int mirrorBits(int val, int pow2) {
+  int mirror = 0;
+  for (int b = 1, mb = (pow2 >> 1); b < pow2; b <<= 1, mb >>= 1)
+    if (val & b) mirror |= mb;
+  return mirror;
+}
+
+}  // namespace
+
+int localCpu(const System& sys, int g) {
+  int best = -1, minHops = 0;
+  const auto& paths = sys.node(GPU, g).paths[CPU];
+  for (int c = 0; c < static_cast<int>(paths.size()); ++c) {
+    int hops = paths[static_cast<std::size_t>(c)].count();
+    if (hops > 0 && (minHops == 0 || hops < minHops)) {
+      best = c;
+      minHops = hops;
+    }
+  }
+  return best;
+}
+
+std::vector<int> localNodes(const System& sys, int type, int index, int resultType, int* pathType) {
+  std::vector<int> out;
+  const auto& paths = sys.node(type, index).paths[resultType];
+  float maxBw = 0;
+  int minType = PATH_DIS;
+  if (pathType) *pathType = PATH_DIS;
+  for (int i = 0; i < static_cast<int>(paths.size()); ++i) {
+    const Path& p = paths[static_cast<std::size_t>(i)];
+    if (p.bw > maxBw || (p.bw == maxBw && p.type < minType)) {
+      maxBw = p.bw;
+      minType = p.type;
+      if (pathType) *pathType = minType;
+      out.clear();
+    }
+    if (p.bw == maxBw && p.type == minType) out.push_back(i);
+  }
+  return out;
+}
+
+LocalNetChoice localNet(const System& sys, const TopoSettings& settings, int rank, int channel) {
+  LocalNetChoice c;
+  int g = sys.gpuIndexOfRank(rank);
+  if (g < 0) throw TopologyError("rank " + std::to_string(rank) + " is not a GPU of this system");
+  std::vector<int> nets = localNodes(sys, GPU, g, NET, &c.localPathType);
+  if (nets.empty()) throw TopologyError("no path from GPU rank " + std::to_string(rank) + " to any NET");
+  c.localBw = gpuPath(sys, g, NET, nets[0]).bw;
+  for (int n : nets) c.localNetDevs.push_back(sys.node(NET, n).net.dev);
+  std::vector<int> gpus = localNodes(sys, NET, nets[0], GPU);
+  int count = static_cast<int>(nets.size());
+  int localGpuCount = std::max<int>(1, static_cast<int>(gpus.size()));
+  if (settings.netDevsPolicyMax == 0) c.netsPerGpu = (count + localGpuCount - 1) / localGpuCount;
+  else if (settings.netDevsPolicyMax < 0) c.netsPerGpu = count;
+  else c.netsPerGpu = std::min(settings.netDevsPolicyMax, count);
+  int idx = sys.node(GPU, g).gpu.dev;
+  if (isPow2(count)) idx = mirrorBits(idx, count);
+  c.mirroredIndex = idx;
+  idx += channel % c.netsPerGpu;
+  c.netIndex = nets[static_cast<std::size_t>(idx % count)];
+  c.netDev = sys.node(NET, c.netIndex).net.dev;
+  c.reason = fmt("%d NET(s) at the best bw %.1f/%s from this GPU, shared by %d GPU(s) -> %d net(s) per GPU; "
+                 "index = dev %d%s + channel %% %d = %d, mod %d",
+                 count, c.localBw, nameOf(c.localPathType).c_str(), localGpuCount, c.netsPerGpu,
+                 sys.node(GPU, g).gpu.dev, isPow2(count) ? " bit-mirrored" : "", c.netsPerGpu, idx, count);
+  return c;
+}
+
+int localGpuOfNet(const System& sys, const TopoSettings& settings, int netIndex) {
+  std::vector<int> gpus = localNodes(sys, NET, netIndex, GPU);
+  for (int c = 0; c < kMaxChannels; ++c)
+    for (int g : gpus)
+      if (localNet(sys, settings, sys.node(GPU, g).gpu.rank, c).netIndex == netIndex) return g;
+  return -1;
+}
+
+int intermediateRank(const System& sys, int rank, int netDev) {
+  int g = sys.gpuIndexOfRank(rank);
+  int n = sys.netIndexOfDev(netDev);
+  if (g < 0 || n < 0) return rank;
+  const Path& p = gpuPath(sys, g, NET, n);
+  if (p.type != PATH_PXN) return rank;
+  // Walk from the start skipping NVSwitches; the first other node is the relay GPU.
+  int curType = GPU, curIndex = g;
+  for (const Link* l : p.links) {
+    curType = l->remType;
+    curIndex = l->remIndex;
+    if (curType != NVS) break;
+  }
+  if (curType != GPU) throw TopologyError("PXN path of rank " + std::to_string(rank) + " does not start at a GPU");
+  return sys.node(GPU, curIndex).gpu.rank;
+}
+
+P2pDecision checkP2p(const System& sys, const TopoSettings& settings, int rank1, int rank2) {
+  P2pDecision d;
+  int g1 = sys.gpuIndexOfRank(rank1), g2 = sys.gpuIndexOfRank(rank2);
+  if (g1 < 0 || g2 < 0) {
+    d.reason = "GPU not in this system";
+    return d;
+  }
+  const Path& path = gpuPath(sys, g1, GPU, g2);
+  if (path.count() == 2 && path.links[0]->remType == GPU)
+    d.intermediateRank = sys.node(GPU, path.links[0]->remIndex).gpu.rank;
+  d.pathType = path.type;
+  std::string levelWhy = "default level PXB (no P2P across a CPU host bridge)";
+  d.level = PATH_PXB;
+  if (cpuTypeVendorAmd(sys) && sys.count(GPU) <= 2) {
+    d.level = PATH_SYS;
+    levelWhy = "level SYS (AMD CPU and at most 2 GPUs)";
+  }
+  if (settings.p2pLevel != -2) {
+    d.level = settings.p2pLevel;
+    levelWhy = "user level " + nameOf(d.level) + " (NCCL_P2P_LEVEL/NCCL_P2P_DISABLE)";
+  }
+  d.p2p = path.type <= d.level;
+  if (path.type == PATH_NVL) {
+    const Node& a = sys.node(GPU, g1);
+    const Node& b = sys.node(GPU, g2);
+    d.read = a.gpu.sm == b.gpu.sm && a.gpu.sm == 80;
+  }
+  d.reason = fmt("path %s %s %s: %s", nameOf(path.type).c_str(), d.p2p ? "<=" : ">", levelWhy.c_str(),
+                 d.p2p ? "P2P" : "no P2P, traffic goes through the CPU");
+  if (d.read) d.reason += "; P2P read (NVLink between two sm80 GPUs)";
+  if (d.intermediateRank != -1) d.reason += "; relayed by rank " + std::to_string(d.intermediateRank) + " (NVB)";
+  return d;
+}
+
+GdrDecision checkGdr(const System& sys, const TopoSettings& settings, int rank, int netDev, bool read) {
+  GdrDecision d;
+  int g = sys.gpuIndexOfRank(rank);
+  int n = sys.netIndexOfDev(netDev);
+  if (g < 0 || n < 0) {
+    d.reason = "GPU or NET not in this system";
+    return d;
+  }
+  const Node& gpu = sys.node(GPU, g);
+  const Node& net = sys.node(NET, n);
+  if (net.net.gdr == 0) {
+    d.reason = "the NIC does not support GPU memory (gdr=0)";
+    return d;
+  }
+  if (gpu.gpu.gdr == 0) {
+    d.reason = "the GPU does not support GPU Direct RDMA (gdr=0)";
+    return d;
+  }
+  if (read) {
+    if (settings.netGdrRead == 0) {
+      d.reason = "GDR reads disabled by NCCL_NET_GDR_READ=0";
+      return d;
+    }
+    if (settings.netGdrRead < 0 && gpu.gpu.sm < 80) {
+      bool nvlink = sys.count(GPU) == 1;
+      for (int i = 0; i < sys.count(GPU) && !nvlink; ++i)
+        if (i != g && gpuPath(sys, g, GPU, i).type == PATH_NVL) nvlink = true;
+      if (!nvlink) {
+        d.reason = "pre-Ampere GPU (sm < 80) without NVLink: reads stay off to keep PCI free for other flows";
+        return d;
+      }
+    }
+  }
+  d.level = settings.netGdrC2c ? PATH_P2C : PATH_PXB;
+  std::string levelWhy = settings.netGdrC2c ? "default P2C" : "PXB (NCCL_NET_GDR_C2C=0)";
+  if (settings.netGdrLevel != -2) {
+    d.level = settings.netGdrLevel;
+    levelWhy = "NCCL_NET_GDR_LEVEL";
+  }
+  d.distance = gpuPath(sys, g, NET, n).type;
+  int gg = g;
+  std::string pxn;
+  if (d.distance == PATH_PXN) {
+    d.proxyRank = intermediateRank(sys, rank, netDev);
+    gg = sys.gpuIndexOfRank(d.proxyRank);
+    d.distance = gpuPath(sys, gg, NET, n).type;
+    pxn = " using PXN via " + sys.idString(GPU, gg) + ",";
+  }
+  auto idDec = [&](int type, int index) {
+    const Node& x = sys.node(type, index);
+    return fmt("%s/%d-%lld", std::string(nodeTypeName(type)).c_str(), topoIdSystem(x.id),
+               static_cast<long long>(topoIdLocal(x.id)));
+  };
+  if (d.distance > d.level) {
+    d.reason = fmt("distance %s > level %s (%s)", nameOf(d.distance).c_str(), nameOf(d.level).c_str(),
+                   levelWhy.c_str());
+    d.ncclLog = fmt("GPU Direct RDMA Disabled for %s (rank %d) - %s (distance %d > %d)", idDec(GPU, g).c_str(), rank,
+                    idDec(NET, n).c_str(), d.distance, d.level);
+    return d;
+  }
+  int c = localCpu(sys, gg);
+  d.mode = (c >= 0 && gpuPath(sys, gg, CPU, c).type == PATH_C2C && d.distance != PATH_P2C) ? GdrMode::Pci
+                                                                                           : GdrMode::Default;
+  d.reason = fmt("distance %s <= level %s (%s)%s%s", nameOf(d.distance).c_str(), nameOf(d.level).c_str(),
+                 levelWhy.c_str(), d.proxyRank >= 0 ? (", done by PXN relay rank " + std::to_string(d.proxyRank)).c_str() : "",
+                 d.mode == GdrMode::Pci ? ", PCI BAR mapping forced (GPU reaches its CPU by C2C)" : "");
+  d.ncclLog = fmt("GPU Direct RDMA Enabled for %s (rank %d) - %s (%sdistance %d <= %d, read %d, mode %s)",
+                  idDec(GPU, g).c_str(), rank, idDec(NET, n).c_str(), pxn.empty() ? "" : (pxn.substr(1) + " ").c_str(),
+                  d.distance, d.level, read ? 1 : 0, d.mode == GdrMode::Pci ? "PCI" : "Default");
+  return d;
+}
+
+bool needsFlush(const System& sys, int rank, int netDev) {
+  int g = sys.gpuIndexOfRank(rank);
+  int n = sys.netIndexOfDev(netDev);
+  if (g < 0 || n < 0) return false;
+  if (sys.node(GPU, g).gpu.sm < 90) return true;
+  int c = localCpu(sys, g);
+  return gpuPath(sys, g, NET, n).type <= PATH_PXB && c >= 0 && gpuPath(sys, g, CPU, c).type == PATH_C2C;
+}
+
+void computePaths(System& sys, const TopoSettings& settings) {
+  sys.clearPaths();
+  // Paths to every base node of these types; each base is independent of the others.
+  for (int type : {CPU, GPU, NIC, NET, NVS})
+    for (int i = 0; i < sys.count(type); ++i) setPaths(sys, settings, type, i);
+  // Make sure every node has (possibly empty) tables for every type, even with no base of that type.
+  for (auto& nodes : sys.nodes)
+    for (auto& n : nodes)
+      for (int type : {CPU, GPU, NIC, NET, NVS})
+        if (n.paths[type].size() != static_cast<std::size_t>(sys.count(type)))
+          n.paths[type].assign(static_cast<std::size_t>(sys.count(type)), Path{});
+
+  // 1. GPU pairs without P2P go through the destination's local CPU.
+  for (int g = 0; g < sys.count(GPU); ++g) {
+    for (int p = 0; p < sys.count(GPU); ++p) {
+      P2pDecision d = checkP2p(sys, settings, sys.node(GPU, p).gpu.rank, sys.node(GPU, g).gpu.rank);
+      if (!d.p2p) {
+        int c = localCpu(sys, g);
+        if (c < 0) throw TopologyError("no CPU close to " + sys.idString(GPU, g));
+        addInterStep(sys, CPU, c, GPU, p, GPU, g);
+      }
+    }
+  }
+  // 2. A GPU on C2C whose NIC reaches the same CPU over PCI gets the P2C type for its closest NETs.
+  for (int g = 0; g < sys.count(GPU); ++g) {
+    int c = localCpu(sys, g);
+    if (c < 0) continue;
+    for (int n : localNodes(sys, GPU, g, NET)) {
+      if (mergePathType(gpuPath(sys, g, CPU, c).type, sys.node(NET, n).paths[CPU][static_cast<std::size_t>(c)].type) ==
+          PATH_P2C) {
+        Path& gn = pathOf(sys, GPU, g, NET, n);
+        gn.type = std::min<int>(PATH_P2C, gn.type);
+        Path& ng = pathOf(sys, NET, n, GPU, g);
+        ng.type = std::min<int>(PATH_P2C, ng.type);
+      }
+    }
+  }
+  // 3. PXN, then 4. GDR fallback, per NET and GPU in NCCL's order (later decisions see earlier rewrites).
+  for (int n = 0; n < sys.count(NET); ++n) {
+    for (int g = 0; g < sys.count(GPU); ++g) {
+      if (!settings.pxnDisable) {
+        int peer = localGpuOfNet(sys, settings, n);
+        if (peer != g && peer != -1) {
+          int pxnType = settings.pxnC2c ? PATH_P2C : PATH_PXB;
+          const Path& peerNet = gpuPath(sys, peer, NET, n);
+          const Path& gNet = gpuPath(sys, g, NET, n);
+          if (peerNet.type <= pxnType && gpuPath(sys, peer, GPU, g).type <= PATH_NVL &&
+              topoIdSystem(sys.node(GPU, peer).id) == topoIdSystem(sys.node(GPU, g).id) &&
+              (peerNet.bw > gNet.bw || gNet.type > PATH_PXN))
+            addInterStep(sys, GPU, peer, GPU, g, NET, n);
+        }
+      }
+      if (gpuPath(sys, g, NET, n).type < PATH_PHB) {
+        GdrDecision gdr = checkGdr(sys, settings, sys.node(GPU, g).gpu.rank, sys.node(NET, n).net.dev, false);
+        if (gdr.mode == GdrMode::Disabled) {
+          int c = localCpu(sys, g);
+          if (c < 0) throw TopologyError("no CPU close to " + sys.idString(GPU, g));
+          addInterStep(sys, CPU, c, NET, n, GPU, g);
+          addInterStep(sys, CPU, c, GPU, g, NET, n);
+        }
+      }
+    }
+  }
+}
+
+TrimResult trimSystem(System& sys, const TopoSettings& settings, int rank, int nRanks) {
+  TrimResult r;
+  int ngpus = sys.count(GPU);
+  std::vector<int> domains(static_cast<std::size_t>(ngpus));
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(ngpus));
+  int myDomain = 0;
+  for (int g = 0; g < ngpus; ++g) {
+    domains[static_cast<std::size_t>(g)] = g;
+    ids[static_cast<std::size_t>(g)] = sys.node(GPU, g).id;
+    for (int p = 0; p < g; ++p)
+      if (gpuPath(sys, g, GPU, p).type < PATH_NET)
+        domains[static_cast<std::size_t>(g)] = std::min(domains[static_cast<std::size_t>(g)], domains[static_cast<std::size_t>(p)]);
+    if (sys.node(GPU, g).gpu.rank == rank) myDomain = domains[static_cast<std::size_t>(g)];
+  }
+  for (int i = 0; i < ngpus; ++i) {
+    if (domains[static_cast<std::size_t>(i)] == myDomain) continue;
+    int g = sys.indexOf(GPU, ids[static_cast<std::size_t>(i)]);
+    r.removedRanks.push_back(sys.node(GPU, g).gpu.rank);
+    sys.removeNode(GPU, g);
+  }
+  sys.inter = sys.count(GPU) != nRanks;
+  r.inter = sys.inter;
+  r.reason = fmt("%d GPU(s) reachable from rank %d without the network, %d removed; %d local GPU(s) %s %d rank(s): %s",
+                 sys.count(GPU), rank, static_cast<int>(r.removedRanks.size()), sys.count(GPU),
+                 sys.inter ? "!=" : "==", nRanks, sys.inter ? "the network is used" : "single node, no network");
+  computePaths(sys, settings);
+  return r;
+}
+
+NetDevChoice netDevForPeer(const System& sys, const TopoSettings& settings, int rank, int channel, int peerDev) {
+  NetDevChoice c;
+  LocalNetChoice mine = localNet(sys, settings, rank, channel);
+  c.netDev = mine.netDev;
+  c.proxyRank = rank;
+  c.reason = "own local NIC";
+  int pxnLevel = settings.pxnDisable ? 0 : settings.p2pPxnLevel;
+  if (settings.crossNic != 0 && pxnLevel == 0) return c;
+  // The GPU on our node with the peer's NVML index: the NIC it would use is the one on the peer's rail.
+  int equivalent = -1;
+  for (int g = 0; g < sys.count(GPU); ++g)
+    if (sys.node(GPU, g).gpu.dev == peerDev) equivalent = g;
+  if (equivalent < 0) return c;
+  int railNet = localNet(sys, settings, sys.node(GPU, equivalent).gpu.rank, channel).netDev;
+  if (settings.crossNic == 0) {
+    c.netDev = railNet;
+    c.reason = "NCCL_CROSS_NIC=0: the NIC of the peer's rail";
+    return c;
+  }
+  int g = sys.gpuIndexOfRank(rank);
+  int n = sys.netIndexOfDev(railNet);
+  if (pxnLevel == 1) {
+    if (gpuPath(sys, g, NET, n).type <= PATH_PXN) {
+      c.netDev = railNet;
+      c.proxyRank = intermediateRank(sys, rank, railNet);
+      c.reason = "PXN level 1: the rail NIC is reachable with a path <= PXN";
+    }
+  } else if (pxnLevel == 2) {
+    int owner = localGpuOfNet(sys, settings, n);
+    if (owner >= 0) {
+      int maxType = settings.pxnC2c ? PATH_P2C : PATH_PXB;
+      if (gpuPath(sys, owner, GPU, g).type <= PATH_NVL && gpuPath(sys, owner, NET, n).type <= maxType) {
+        c.netDev = railNet;
+        c.proxyRank = sys.node(GPU, owner).gpu.rank;
+        c.reason = owner == g ? "the rail NIC is our own"
+                              : "PXN: rank " + std::to_string(c.proxyRank) +
+                                    " owns the rail NIC and is NVLink-connected to us";
+      }
+    }
+  }
+  return c;
+}
+
+}  // namespace nns::topo

@@ -1,0 +1,262 @@
+// nccl-net-topo: shows NCCL's view of a machine (from a topology file or discovery): NICs, GDR, PXN, paths, rings.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "nns/topology/analysis.h"
+#include "nns/topology/discovery.h"
+
+namespace {
+
+using nns::topo::Analysis;
+using nns::topo::TopologyError;
+using json = nlohmann::ordered_json;
+
+std::string pathName(int t) { return std::string(nns::topo::pathTypeName(t)); }
+
+json graphJson(const Analysis& a, const nns::topo::Graph& g, bool inter) {
+  json j;
+  j["pattern"] = std::string(nns::topo::patternName(g.pattern));
+  j["nChannels"] = g.nChannels;
+  j["bwIntra"] = g.bwIntra;
+  j["bwInter"] = g.bwInter;
+  j["typeIntra"] = pathName(g.typeIntra);
+  j["typeInter"] = pathName(g.typeInter);
+  j["sameChannels"] = g.sameChannels;
+  j["crossNic"] = g.crossNic;
+  j["fallback"] = g.fallback;
+  int n = a.system.count(nns::topo::GPU);
+  json channels = json::array();
+  for (int c = 0; c < g.nChannels; ++c) {
+    json ch;
+    json ranks = json::array();
+    for (int i = 0; i < n; ++i) ranks.push_back(g.intra[static_cast<std::size_t>(c * n + i)]);
+    ch["ranks"] = ranks;
+    if (inter) {
+      ch["netIn"] = nns::topo::topoIdLocal(g.inter[static_cast<std::size_t>(2 * c)]);
+      ch["netOut"] = nns::topo::topoIdLocal(g.inter[static_cast<std::size_t>(2 * c + 1)]);
+    }
+    channels.push_back(ch);
+  }
+  j["channels"] = channels;
+  json tried = json::array();
+  for (const auto& at : g.attempts)
+    tried.push_back({{"pass", at.pass},
+                     {"pattern", at.pattern},
+                     {"bwIntra", at.bwIntra},
+                     {"bwInter", at.bwInter},
+                     {"typeIntra", pathName(at.typeIntra)},
+                     {"typeInter", pathName(at.typeInter)},
+                     {"sameChannels", at.sameChannels},
+                     {"crossNic", at.crossNic},
+                     {"bestChannels", at.bestChannels},
+                     {"outcome", at.outcome}});
+  j["tried"] = tried;
+  return j;
+}
+
+json analysisJson(const Analysis& a) {
+  using namespace nns::topo;
+  const System& sys = a.system;
+  json j;
+  j["source"] = a.sourceName;
+  j["trim"] = {{"reason", a.trim.reason}, {"removedRanks", a.trim.removedRanks}, {"inter", a.trim.inter}};
+  json cpus = json::array();
+  for (int c = 0; c < sys.count(CPU); ++c)
+    cpus.push_back({{"id", sys.idString(CPU, c)}, {"numaId", sys.node(CPU, c).cpu.numaId},
+                    {"affinity", sys.node(CPU, c).cpu.affinity}});
+  j["cpus"] = cpus;
+  json gpus = json::array();
+  for (int g = 0; g < sys.count(GPU); ++g) {
+    const Node& n = sys.node(GPU, g);
+    json gj = {{"rank", n.gpu.rank}, {"dev", n.gpu.dev}, {"id", sys.idString(GPU, g)}, {"busId", n.busId},
+               {"sm", n.gpu.sm}, {"gdr", n.gpu.gdr}};
+    if (!a.localNets.empty()) {
+      json nets = json::array();
+      for (const auto& c : a.localNets[static_cast<std::size_t>(g)]) nets.push_back(c.netDev);
+      gj["netPerChannel"] = nets;
+      gj["netReason"] = a.localNets[static_cast<std::size_t>(g)][0].reason;
+      gj["localNets"] = a.localNets[static_cast<std::size_t>(g)][0].localNetDevs;
+      json gdr = json::array();
+      for (std::size_t n2 = 0; n2 < a.netDevs.size(); ++n2) {
+        const auto& r = a.gdrRead[static_cast<std::size_t>(g)][n2];
+        const auto& w = a.gdrWrite[static_cast<std::size_t>(g)][n2];
+        gdr.push_back({{"net", a.netDevs[n2]},
+                       {"read", r.mode != GdrMode::Disabled},
+                       {"write", w.mode != GdrMode::Disabled},
+                       {"pciMode", w.mode == GdrMode::Pci},
+                       {"readReason", r.reason},
+                       {"writeReason", w.reason}});
+      }
+      gj["gdr"] = gdr;
+    }
+    json p2p = json::array();
+    for (int p = 0; p < sys.count(GPU); ++p) {
+      const auto& d = a.p2p[static_cast<std::size_t>(g)][static_cast<std::size_t>(p)];
+      p2p.push_back({{"peer", a.gpuRanks[static_cast<std::size_t>(p)]}, {"p2p", d.p2p}, {"read", d.read},
+                     {"intermediateRank", d.intermediateRank}, {"path", pathName(d.pathType)}, {"reason", d.reason}});
+    }
+    gj["p2p"] = p2p;
+    gpus.push_back(gj);
+  }
+  j["gpus"] = gpus;
+  json nets = json::array();
+  for (int n = 0; n < sys.count(NET); ++n) {
+    const NetInfo& net = sys.node(NET, n).net;
+    nets.push_back({{"dev", net.dev}, {"name", net.name}, {"id", sys.idString(NET, n)}, {"bw", net.bw},
+                    {"port", net.port}, {"guid", net.asic}, {"gdr", net.gdr}, {"maxconn", net.maxChannels},
+                    {"ownerRank", a.netLocalGpuRank.empty() ? -1 : a.netLocalGpuRank[static_cast<std::size_t>(n)]}});
+  }
+  j["nets"] = nets;
+  json pxn = json::array();
+  for (const auto& p : a.pxn) pxn.push_back({{"rank", p.rank}, {"net", p.netDev}, {"relayRank", p.relayRank}});
+  j["pxn"] = pxn;
+  json fusion = json::array();
+  for (const auto& f : a.fusion) fusion.push_back({{"devs", f.devs}, {"reason", f.reason}});
+  j["fusion"] = fusion;
+  json paths = json::object();
+  for (int t : {GPU, NET}) {
+    for (int i = 0; i < sys.count(t); ++i) {
+      json row = json::object();
+      for (int ct : {GPU, NET, CPU})
+        for (int ci = 0; ci < sys.count(ct); ++ci) {
+          const Path& p = sys.node(t, i).paths[ct][static_cast<std::size_t>(ci)];
+          row[sys.idString(ct, ci)] = {{"type", pathName(p.type)}, {"bw", p.bw}, {"hops", p.count()}};
+        }
+      paths[sys.idString(t, i)] = row;
+    }
+  }
+  j["paths"] = paths;
+  json searches = json::array();
+  for (const auto& s : a.searches)
+    searches.push_back({{"inter", s.inter}, {"maxBw", s.maxBw}, {"totalBw", s.totalBw},
+                        {"ring", graphJson(a, s.ring, s.inter)}, {"tree", graphJson(a, s.tree, s.inter)}});
+  j["searches"] = searches;
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"nccl-net-topo: NCCL's topology model of a machine, every decision with its reason"};
+  std::string topoFile, dumpXml, dumpGraph, graphFile;
+  bool jsonOut = false, dotOut = false, ncclLog = false, noSearch = false, ignoreEnv = false, showPaths = true;
+  nns::topo::CompletionOptions fill;
+  nns::topo::AnalysisOptions opts;
+  int benchIterations = 0;
+  std::vector<int> synthetic;
+  app.add_option("--topo-file", topoFile, "NCCL topology XML (NCCL_TOPO_FILE format); default: discover this machine")
+      ->check(CLI::ExistingFile);
+  app.add_option("--synthetic", synthetic, "use a synthetic machine: GPUS NICS (e.g. --synthetic 72 18)")
+      ->expected(2)
+      ->excludes("--topo-file");
+  app.add_option("--gpu-sm", fill.gpuSm, "add <gpu> with this sm to GPU-class PCI leaves (partial files, discovery)");
+  app.add_option("--gpu-nvlinks", fill.gpuNvlinks, "NVLinks to an NVSwitch for each added GPU");
+  app.add_option("--gpu-gdr", fill.gpuGdr, "gdr attribute of added GPUs (0/1)");
+  app.add_option("--nic-speed", fill.nicSpeedMbps, "add <nic><net> with this speed (Mb/s) to NIC-class PCI leaves");
+  app.add_option("--nic-port", fill.nicPort, "port attribute of added NETs");
+  app.add_option("--nic-maxconn", fill.nicMaxConn, "maxconn attribute of added NETs");
+  app.add_option("--nic-gdr", fill.nicGdr, "gdr attribute of added NETs (0/1)");
+  app.add_option("--rank", opts.rank, "our rank (trimming and per-rank Ring/Trees lines); default: first GPU");
+  app.add_option("--nranks", opts.nRanks, "communicator size; default: twice the local GPUs (multi-node)");
+  app.add_option("--channels", opts.channels, "channels shown for the NIC choice of each GPU")->check(CLI::Range(1, 64));
+  app.add_flag("--json", jsonOut, "machine-readable output");
+  app.add_flag("--dot", dotOut, "Graphviz DOT of the graph and each GPU's NIC (render with dot -Tpng)");
+  app.add_flag("--nccl-log", ncclLog, "also print NCCL's own GRAPH log lines (system tree, paths, GDR, graphs)");
+  app.add_flag("--no-search", noSearch, "skip the ring/tree searches");
+  app.add_flag("!--no-paths", showPaths, "skip the path matrix");
+  app.add_flag("--ignore-env", ignoreEnv, "ignore NCCL_* variables (P2P/GDR/PXN levels, CROSS_NIC, ...)");
+  app.add_option("--dump-xml", dumpXml, "write the (completed) topology in NCCL_TOPO_DUMP_FILE format");
+  app.add_option("--dump-graph", dumpGraph, "write the searched graphs in NCCL_GRAPH_DUMP_FILE format");
+  app.add_option("--graph-file", graphFile, "read an NCCL_GRAPH_FILE and show its channels for this topology")
+      ->check(CLI::ExistingFile);
+  app.add_option("--bench", benchIterations, "time N runs of paths + decisions + search and print the mean");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (!ignoreEnv) opts.settings = nns::topo::TopoSettings::fromEnvironment();
+    if (const char* fm = std::getenv("NCCL_NET_FORCE_MERGE"); fm && !ignoreEnv) opts.forceMerge = fm;
+    opts.search = !noSearch;
+    nns::topo::XmlDocument doc;
+    nns::topo::DiscoveryReport discovery;
+    bool discovered = false;
+    if (!synthetic.empty()) {
+      doc = nns::topo::makeSyntheticTopology(synthetic[0], synthetic[1]);
+    } else if (!topoFile.empty()) {
+      doc = nns::topo::readXmlFile(topoFile);
+    } else {
+      doc = nns::topo::discoverTopology(nns::topo::listSysfsNics(), &discovery);
+      discovered = true;
+    }
+    if (doc.root.name == "system") nns::topo::completeTopology(doc.root, fill);
+    if (!dumpXml.empty()) nns::topo::writeXmlFile(doc.root, dumpXml);
+
+    if (benchIterations > 0) {
+      // Paths, trimming, decisions and both searches, from the parsed document each time.
+      auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < benchIterations; ++i) {
+        Analysis a = nns::topo::analyze(doc, opts);
+        if (a.system.count(nns::topo::GPU) < 0) return 1;
+      }
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      std::printf("%s: %d run(s), %.3f ms per run (paths + trim + decisions + ring/tree searches)\n",
+                  doc.sourceName.c_str(), benchIterations, ms / benchIterations);
+      return 0;
+    }
+
+    Analysis a = nns::topo::analyze(std::move(doc), opts);
+    int rank = opts.rank >= 0 ? opts.rank : (a.gpuRanks.empty() ? 0 : a.gpuRanks[0]);
+    if (!dumpGraph.empty() && !a.searches.empty()) {
+      const auto& s = a.searches.back();
+      a.system.inter = s.inter;
+      nns::topo::writeXmlFile(nns::topo::graphsToXml(a.system, {&s.ring, &s.tree}), dumpGraph);
+      a.system.inter = a.trim.inter;
+    }
+    if (jsonOut) {
+      json j = analysisJson(a);
+      if (discovered)
+        j["discovery"] = {{"numaNodes", discovery.numaNodes}, {"cores", discovery.cpuCores},
+                          {"processingUnits", discovery.processingUnits}, {"cpuVendor", discovery.cpuVendor},
+                          {"cpuModel", discovery.cpuModelName}, {"notes", discovery.notes}};
+      std::cout << j.dump(2) << "\n";
+      return 0;
+    }
+    if (dotOut) {
+      std::cout << nns::topo::formatDot(a);
+      return 0;
+    }
+    if (discovered) {
+      std::cout << "Discovered this machine (hwloc + sysfs): " << discovery.numaNodes << " NUMA node(s), "
+                << discovery.cpuCores << " core(s), " << discovery.processingUnits << " hardware thread(s), "
+                << discovery.cpuVendor << " " << discovery.cpuModelName << "\n";
+      for (const auto& note : discovery.notes) std::cout << "  note: " << note << "\n";
+      std::cout << "\n";
+    }
+    std::cout << nns::topo::formatSummary(a);
+    if (showPaths) std::cout << "\n" << nns::topo::formatPathMatrix(a);
+    if (!a.searches.empty()) std::cout << "\n" << nns::topo::formatSearches(a, rank);
+    if (!graphFile.empty()) {
+      auto graphs = nns::topo::loadGraphXml(nns::topo::readXmlFile(graphFile), &a.system);
+      std::cout << "\nGraphs from " << graphFile << ":\n";
+      for (const auto& g : graphs) {
+        std::cout << "  Search " << g.id << " : " << g.nChannels << " channels loaded from XML graph\n";
+        for (const auto& line : nns::topo::graphLogLines(a.system, g)) std::cout << "    " << line << "\n";
+      }
+    }
+    if (ncclLog) {
+      std::cout << "\nNCCL log lines:\n";
+      for (const auto& l : nns::topo::systemLogLines(a.system)) std::cout << l << "\n";
+      for (const auto& l : nns::topo::pathLogLines(a.system)) std::cout << l << "\n";
+      for (const auto& row : a.gdrRead)
+        for (const auto& d : row)
+          if (!d.ncclLog.empty()) std::cout << d.ncclLog << "\n";
+    }
+  } catch (const TopologyError& e) {
+    std::cerr << "nccl-net-topo: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
