@@ -2,6 +2,8 @@
 #include "nns/topology/model.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 
@@ -297,8 +299,12 @@ struct Builder {
     net.dev = dev;
     if (const std::string* name = xmlNet.attr("name")) net.name = *name;
     if (const std::string* guid = xmlNet.attr("guid")) {
-      net.asic = static_cast<std::uint64_t>(parseIntAttr(xmlNet, "guid", source));
-      (void)guid;
+      // GUIDs use all 64 bits, beyond what a signed read accepts.
+      errno = 0;
+      char* end = nullptr;
+      net.asic = std::strtoull(guid->c_str(), &end, 0);
+      if (guid->empty() || *end != '\0' || errno == ERANGE || (*guid)[0] == '-')
+        throw TopologyError(at(xmlNet) + " attribute guid=\"" + *guid + "\" is not a 64-bit number");
     } else {
       net.asic = static_cast<std::uint64_t>(dev);
     }

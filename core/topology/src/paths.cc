@@ -233,10 +233,25 @@ LocalNetChoice localNet(const System& sys, const TopoSettings& settings, int ran
 }
 
 int localGpuOfNet(const System& sys, const TopoSettings& settings, int netIndex) {
-  std::vector<int> gpus = localNodes(sys, NET, netIndex, GPU);
+  // Same result as asking localNet() for every channel and candidate GPU, but each GPU's local NET list is computed
+  // once: the choice on channel c is locals[(base + c % netsPerGpu) % count].
+  struct Plan {
+    int g;
+    std::vector<int> nets;
+    int base;
+    int netsPerGpu;
+  };
+  std::vector<Plan> plans;
+  for (int g : localNodes(sys, NET, netIndex, GPU)) {
+    LocalNetChoice c = localNet(sys, settings, sys.node(GPU, g).gpu.rank, 0);
+    std::vector<int> nets = localNodes(sys, GPU, g, NET);
+    plans.push_back({g, std::move(nets), c.mirroredIndex, c.netsPerGpu});
+  }
   for (int c = 0; c < kMaxChannels; ++c)
-    for (int g : gpus)
-      if (localNet(sys, settings, sys.node(GPU, g).gpu.rank, c).netIndex == netIndex) return g;
+    for (const Plan& p : plans) {
+      int count = static_cast<int>(p.nets.size());
+      if (p.nets[static_cast<std::size_t>((p.base + c % p.netsPerGpu) % count)] == netIndex) return p.g;
+    }
   return -1;
 }
 

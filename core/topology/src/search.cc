@@ -231,8 +231,27 @@ class Searcher {
     const auto& paths = sys_.node(GPU, gpu).paths[GPU];
     const std::vector<Path>* netPaths = nullptr;
     if (sortNet) netPaths = &sys_.node(NET, netIndexOfId(g.inter[static_cast<std::size_t>(g.nChannels * 2)])).paths[GPU];
-    std::vector<GpuScore> scores;
     int n = ngpus();
+    auto candidate = [&](int idx) {
+      return paths[static_cast<std::size_t>(idx)].count() != 0 && !(sys_.node(GPU, idx).used & flag);
+    };
+    if (sys_.count(NVS)) {
+      // With an NVSwitch, talking to few peers is best: only the index neighbours are tried, the one moved to the
+      // front last first. The score order does not change which of them are tried, so no sort is needed.
+      int prevGpu = (gpu - 1 + n) % n;
+      int nextGpu = (gpu + 1) % n;
+      std::vector<int> firstGpus;
+      if (g.pattern == PATTERN_RING) firstGpus = {nextGpu, prevGpu};
+      else if (g.pattern == PATTERN_SPLIT_TREE || g.pattern == PATTERN_BALANCED_TREE) firstGpus = {prevGpu, nextGpu};
+      else firstGpus = {nextGpu};
+      if (nextGpu == prevGpu && firstGpus.size() == 2) firstGpus.resize(1);
+      std::vector<int> next;
+      for (int fg : firstGpus)
+        if (fg != gpu && candidate(fg)) next.insert(next.begin(), fg);
+      return next;
+    }
+    std::vector<GpuScore> scores;
+    scores.reserve(static_cast<std::size_t>(n));
     for (int i = 1; i < n; ++i) {
       int idx = (gpu + i) % n;
       const Path& p = paths[static_cast<std::size_t>(idx)];
@@ -247,7 +266,8 @@ class Searcher {
       }
       scores.push_back(s);
     }
-    std::stable_sort(scores.begin(), scores.end(), [](const GpuScore& a, const GpuScore& b) {
+    // startIndex is unique, so the order is total and an unstable sort gives the same result as qsort.
+    std::sort(scores.begin(), scores.end(), [](const GpuScore& a, const GpuScore& b) {
       if (a.interBw != b.interBw) return a.interBw > b.interBw;
       if (a.interPciBw != b.interPciBw) return a.interPciBw > b.interPciBw;
       if (a.interNhops != b.interNhops) return a.interNhops < b.interNhops;
@@ -264,26 +284,6 @@ class Searcher {
     else
       for (const auto& s : scores) next.push_back(s.g);
 
-    if (sys_.count(NVS)) {
-      // With an NVSwitch, talking to few peers is best: only the index neighbours are tried.
-      int prevGpu = (gpu - 1 + n) % n;
-      int nextGpu = (gpu + 1) % n;
-      std::vector<int> firstGpus;
-      if (g.pattern == PATTERN_RING) firstGpus = {nextGpu, prevGpu};
-      else if (g.pattern == PATTERN_SPLIT_TREE || g.pattern == PATTERN_BALANCED_TREE) firstGpus = {prevGpu, nextGpu};
-      else firstGpus = {nextGpu};
-      if (nextGpu == prevGpu && firstGpus.size() == 2) firstGpus.resize(1);
-      int realCount = 0;
-      for (int fg : firstGpus) {
-        auto it = std::find(next.begin(), next.end(), fg);
-        if (it != next.end()) {
-          next.erase(it);
-          next.insert(next.begin(), fg);
-          ++realCount;
-        }
-      }
-      next.resize(static_cast<std::size_t>(realCount));
-    }
     return next;
   }
 

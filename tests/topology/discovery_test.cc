@@ -1,0 +1,105 @@
+// Discovery of this machine (no GPU needed): its NUMA nodes, CPUs and network interfaces must all show up.
+#include <hwloc.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "nns/topology/discovery.h"
+#include "topology_test_util.h"
+
+namespace nns::topo::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::set<std::string> sysfsInterfacesWithoutLoopback() {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator("/sys/class/net")) {
+    std::string name = e.path().filename().string();
+    std::ifstream flags(e.path() / "flags");
+    long f = 0;
+    if (flags >> std::hex >> f; f & 0x8) continue;  // IFF_LOOPBACK
+    out.insert(name);
+  }
+  return out;
+}
+
+int sysfsNumaNodes() {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/sys/devices/system/node", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind("node", 0) == 0 && name.size() > 4 && std::isdigit(static_cast<unsigned char>(name[4]))) ++n;
+  }
+  return n == 0 ? 1 : n;  // kernels without NUMA support still have one memory node
+}
+
+TEST(TopologyDiscovery, ShowsThisMachinesCpusNumaNodesAndNics) {
+  std::vector<NicInfo> nics = listSysfsNics();
+  std::set<std::string> names;
+  for (const auto& n : nics) names.insert(n.name);
+  EXPECT_EQ(names, sysfsInterfacesWithoutLoopback());
+
+  DiscoveryReport report;
+  XmlDocument doc = discoverTopology(nics, &report);
+  EXPECT_EQ(report.numaNodes, sysfsNumaNodes());
+  EXPECT_GE(report.cpuCores, 1);
+  EXPECT_GE(report.processingUnits, report.cpuCores);
+  EXPECT_EQ(static_cast<int>(doc.root.children.size()), report.numaNodes);
+
+  AnalysisOptions o;
+  Analysis a = analyze(doc, o);
+  EXPECT_EQ(a.system.count(CPU), report.numaNodes);
+  EXPECT_EQ(a.system.count(NET), static_cast<int>(nics.size()));
+  for (int c = 0; c < a.system.count(CPU); ++c) {
+    EXPECT_FALSE(a.system.node(CPU, c).cpu.affinity.empty());
+    EXPECT_NE(a.system.node(CPU, c).cpu.arch, CpuArch::Unknown);
+  }
+  // Every interface is a NET of the system, with a path to every CPU.
+  for (const auto& nic : nics) {
+    int found = -1;
+    for (int n = 0; n < a.system.count(NET); ++n)
+      if (a.system.node(NET, n).net.name == nic.name) found = n;
+    ASSERT_GE(found, 0) << nic.name;
+    for (int c = 0; c < a.system.count(CPU); ++c)
+      EXPECT_LT(a.system.node(NET, found).paths[CPU][static_cast<std::size_t>(c)].type, PATH_NET);
+  }
+  // A NIC with a PCI device sits under a <pci> with that bus id.
+  std::string xml = writeXml(doc.root);
+  for (const auto& nic : nics) {
+    if (nic.pciPath.empty()) continue;
+    std::string busId;
+    for (const auto& part : fs::path(nic.pciPath))
+      if (part.string().size() == 12 && part.string()[4] == ':') busId = part.string();
+    if (!busId.empty()) {
+      EXPECT_NE(xml.find("busid=\"" + busId + "\""), std::string::npos) << nic.name;
+    }
+  }
+  // Without a GPU nothing is searched, and the summary still prints the machine.
+  std::string summary = formatSummary(a);
+  EXPECT_NE(summary.find("NUMA node(s)"), std::string::npos);
+}
+
+TEST(TopologyDiscovery, PluginSuppliedNicsArePlacedByPciPath) {
+  // The API takes what a plugin's getProperties reports; a NIC with an unknown PCI path is attached to a CPU.
+  std::vector<NicInfo> nics(2);
+  nics[0].name = "fake0";
+  nics[0].speedMbps = 200000;
+  nics[0].guid = 0xabc;
+  nics[0].gpuDirect = true;
+  nics[1].name = "fake1";
+  DiscoveryReport report;
+  XmlDocument doc = discoverTopology(nics, &report);
+  System s = buildSystem(doc);
+  ASSERT_EQ(s.count(NET), 2);
+  EXPECT_EQ(s.node(NET, 0).net.name, "fake0");
+  EXPECT_FLOAT_EQ(s.node(NET, 0).net.bw, 25.0f);
+  EXPECT_EQ(s.node(NET, 0).net.asic, 0xabcu);
+  EXPECT_EQ(s.node(NET, 0).net.gdr, 1);
+  EXPECT_FLOAT_EQ(s.node(NET, 1).net.bw, 1.25f);  // unknown speed: NCCL's 10 Gb/s
+  EXPECT_FALSE(report.notes.empty());
+}
+
+}  // namespace
+}  // namespace nns::topo::testing

@@ -1,0 +1,37 @@
+// libFuzzer target: any bytes through the XML reader, system builder, path computation and (small) searches.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "nns/topology/paths.h"
+#include "nns/topology/search.h"
+#include "nns/topology/fusion.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace nns::topo;
+  try {
+    XmlDocument doc = parseXml(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.xml");
+    if (doc.root.name == "graphs") {
+      loadGraphXml(doc, nullptr);
+      return 0;
+    }
+    (void)writeXml(doc.root);
+    computeFusionGroups(doc.root, PATH_SYS);
+    System sys = buildSystem(doc);
+    TopoSettings settings;
+    computePaths(sys, settings);
+    if (sys.count(GPU) == 0) return 0;
+    trimSystem(sys, settings, sys.node(GPU, 0).gpu.rank, 2 * sys.count(GPU));
+    for (int n = 0; n < sys.count(NET); ++n)
+      checkGdr(sys, settings, sys.node(GPU, 0).gpu.rank, sys.node(NET, n).net.dev, true);
+    // The search's cost grows with the GPU count; small systems keep each input fast.
+    if (sys.count(GPU) <= 8) {
+      searchInit(sys);
+      Graph ring;
+      computeGraph(sys, settings, ring);
+    }
+  } catch (const TopologyError&) {
+    // One clear error is the expected outcome for malformed input.
+  }
+  return 0;
+}

@@ -1,0 +1,194 @@
+// Every public machine file: expectations derived by hand from NCCL's rules, each with the rule that makes it so.
+#include "topology_test_util.h"
+
+namespace nns::topo::testing {
+namespace {
+
+// azure-ndv2.xml: 8 V100 and one IB NIC, all directly under the two Intel Skylake CPUs (no PCI switch). The NVLink
+// cube mesh cannot be expressed by completion (it only adds NVSwitch links), so this is the PCI-only view.
+class Ndv2 : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    CompletionOptions f;
+    f.gpuSm = 70;
+    f.nicSpeedMbps = 100000;
+    analysis = new Analysis(analyzeFile("azure-ndv2.xml", f));
+  }
+  static void TearDownTestSuite() {
+    delete analysis;
+    analysis = nullptr;
+  }
+  static Analysis* analysis;
+};
+Analysis* Ndv2::analysis = nullptr;
+
+TEST_F(Ndv2, ShapeAndRanksFollowBusIdOrder) {
+  const System& s = analysis->system;
+  EXPECT_EQ(s.count(GPU), 8);
+  EXPECT_EQ(s.count(NET), 1);
+  EXPECT_EQ(s.count(PCI), 0);  // GPUs and NIC hang directly off the CPUs
+  // Rule: completion numbers GPUs in bus-id order; the file lists them in that order too.
+  EXPECT_EQ(analysis->gpuRanks, ints("0 1 2 3 4 5 6 7"));
+}
+
+TEST_F(Ndv2, GpuToNicPathTypes) {
+  // Rule: a PCI hop that touches a CPU is PHB; GPU -> CPU0 -> NIC is PHB, bottleneck the NET link (100 Gb/s = 12.5).
+  EXPECT_EQ(pathText(gpuToNet(*analysis, 0, 0)), "PHB/12.50");
+  EXPECT_EQ(pathText(gpuToNet(*analysis, 3, 0)), "PHB/12.50");
+  // Rule: crossing the inter-CPU link is SYS; Skylake QPI is 10 GB/s, the bottleneck.
+  EXPECT_EQ(pathText(gpuToNet(*analysis, 4, 0)), "SYS/10.00");
+  EXPECT_EQ(pathText(gpuToNet(*analysis, 7, 0)), "SYS/10.00");
+}
+
+TEST_F(Ndv2, EveryGpuUsesTheOnlyNicAndGdrIsOff) {
+  for (std::size_t g = 0; g < 8; ++g) {
+    // Rule: ncclTopoGetLocalNet picks among the NETs with the best path; there is one NET.
+    EXPECT_EQ(analysis->localNets[g][0].netDev, 0);
+    // Rule (GDR read): sm < 80 without an NVLink peer keeps GDR reads off.
+    EXPECT_EQ(analysis->gdrRead[g][0].mode, GdrMode::Disabled);
+    EXPECT_NE(analysis->gdrRead[g][0].reason.find("pre-Ampere"), std::string::npos) << analysis->gdrRead[g][0].reason;
+    // Rule (GDR level): distance PHB (or SYS) > default level P2C.
+    EXPECT_EQ(analysis->gdrWrite[g][0].mode, GdrMode::Disabled);
+    EXPECT_NE(analysis->gdrWrite[g][0].reason.find("> level P2C"), std::string::npos);
+  }
+  // Rule: the owner of a NET is the first of its closest GPUs (PHB, in index order) whose local NET it is.
+  EXPECT_EQ(analysis->netLocalGpuRank, ints("0"));
+  // Rule: PXN needs an NVLink path between the GPUs; there is none.
+  EXPECT_TRUE(analysis->pxn.empty());
+}
+
+TEST_F(Ndv2, NoP2pThroughTheHostBridge) {
+  // Rule: default P2P level is PXB (the CPU is Intel); two GPUs under one CPU meet at PHB -> no P2P.
+  EXPECT_FALSE(analysis->p2p[0][1].p2p);
+  EXPECT_EQ(pathTypeName(analysis->p2p[0][1].pathType), "PHB");
+  // Rerouted through the destination's CPU: still PHB, 24 GB/s ("16 GT/s" x16).
+  EXPECT_EQ(pathText(gpuToGpu(*analysis, 0, 1)), "PHB/24.00");
+  EXPECT_EQ(pathText(gpuToGpu(*analysis, 0, 4)), "SYS/10.00");
+  // Rule: a GPU's path to itself is LOC and always P2P.
+  EXPECT_TRUE(analysis->p2p[0][0].p2p);
+}
+
+TEST_F(Ndv2, SearchesCrossTheSockets) {
+  ASSERT_EQ(analysis->searches.size(), 2u);
+  for (const SearchResult& r : analysis->searches) {
+    // Rule: the ring must include GPUs of both sockets, so the intra type is raised until SYS.
+    EXPECT_EQ(pathTypeName(r.ring.typeIntra), "SYS");
+    EXPECT_GE(r.ring.nChannels, 1);
+    EXPECT_FALSE(r.ring.fallback);
+  }
+}
+
+// azure-ncv4.xml: 4 A100 PCIe, one per AMD NUMA node, and one virtual NIC (eth0) directly under CPU 0.
+class Ncv4 : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { analysis = new Analysis(analyzeFile("azure-ncv4.xml", {})); }
+  static void TearDownTestSuite() {
+    delete analysis;
+    analysis = nullptr;
+  }
+  static Analysis* analysis;
+};
+Analysis* Ncv4::analysis = nullptr;
+
+TEST_F(Ncv4, VirtualNicAndUnknownLinkSpeed) {
+  const System& s = analysis->system;
+  EXPECT_EQ(s.count(GPU), 4);
+  EXPECT_EQ(s.count(NIC), 1);
+  EXPECT_EQ(s.node(NET, 0).net.name, "eth0");
+  // Rule: link_width "0" means x16 and an empty link_speed falls back to Gen3: 12 GB/s per GPU.
+  // Rule: a <nic> directly under <cpu> is linked with LOC_BW, so GPU0 -> NET0 is PHB at the GPU's 12 GB/s.
+  EXPECT_EQ(pathText(gpuToNet(*analysis, 0, 0)), "PHB/12.00");
+  // Rule: other GPUs cross the AMD inter-CPU link (16 GB/s): SYS, still bottlenecked by their 12 GB/s PCI link.
+  EXPECT_EQ(pathText(gpuToNet(*analysis, 2, 0)), "SYS/12.00");
+  // Rule: the file's <nvlink> targets the GPU itself; NCCL adds it as a link (12 x 20 GB/s), which only shows in
+  // totalBw (max of NVLink sum and PCI bw) and never in a path.
+  EXPECT_FLOAT_EQ(s.totalBw, 240.0f);
+}
+
+TEST_F(Ncv4, GdrOffP2pOffSingleNic) {
+  for (std::size_t g = 0; g < 4; ++g) {
+    // Rule: the NIC's gdr attribute is 0, which disables GDR before any distance check.
+    EXPECT_EQ(analysis->gdrRead[g][0].mode, GdrMode::Disabled);
+    EXPECT_EQ(analysis->gdrWrite[g][0].reason, "the NIC does not support GPU memory (gdr=0)");
+    EXPECT_EQ(analysis->localNets[g][0].netDev, 0);
+    // Rule: AMD raises the P2P level to SYS only with <= 2 GPUs; with 4, PXB applies and SYS paths have no P2P.
+    for (std::size_t p = 0; p < 4; ++p) {
+      if (p != g) {
+        EXPECT_FALSE(analysis->p2p[g][p].p2p);
+      }
+    }
+  }
+  EXPECT_EQ(pathTypeName(analysis->localNets[0][0].localPathType), "PHB");
+  EXPECT_EQ(pathTypeName(analysis->localNets[1][0].localPathType), "SYS");
+  // Rule: the NET's closest GPU (PHB beats SYS at equal bandwidth) owns it.
+  EXPECT_EQ(analysis->netLocalGpuRank, ints("0"));
+}
+
+TEST_F(Ncv4, SingleNodeRingIsOneSysChannel) {
+  // Rule: every GPU has one 12 GB/s PCI link each way; a ring at 12 uses all of it, so one channel, typeIntra SYS.
+  const Graph& ring = analysis->searches[0].ring;
+  EXPECT_EQ(ring.nChannels, 1);
+  EXPECT_FLOAT_EQ(ring.bwIntra, 12.0f);
+  EXPECT_EQ(pathTypeName(ring.typeIntra), "SYS");
+  EXPECT_EQ(channelText(*analysis, ring, 0, false), "0 1 2 3");
+}
+
+TEST_F(Ncv4, GraphFileLoadsAgainstTheSystem) {
+  XmlDocument doc = readXmlFile(dataPath("azure-ncv4-graph.xml"));
+  std::vector<Graph> graphs = loadGraphXml(doc, &analysis->system);
+  ASSERT_EQ(graphs.size(), 3u);
+  EXPECT_EQ(graphs[0].id, 0);
+  EXPECT_EQ(graphs[0].pattern, PATTERN_RING);
+  EXPECT_EQ(graphs[0].nChannels, 2);
+  EXPECT_FLOAT_EQ(graphs[0].bwIntra, 12.0f);
+  EXPECT_EQ(pathTypeName(graphs[0].typeIntra), "SYS");
+  EXPECT_EQ(pathTypeName(graphs[0].typeInter), "PIX");
+  // gpu dev values map to ranks through the GPUs' NVML index (dev == rank in this file).
+  EXPECT_EQ(std::vector<int>(graphs[0].intra.begin() + 4, graphs[0].intra.end()), ints("0 3 2 1"));
+  EXPECT_EQ(graphs[1].pattern, PATTERN_BALANCED_TREE);
+  EXPECT_EQ(graphs[1].nChannels, 4);
+  EXPECT_EQ(graphs[2].pattern, PATTERN_TREE);
+  // Written back out, the graphs read in again identically.
+  std::vector<const Graph*> ptrs{&graphs[0], &graphs[1], &graphs[2]};
+  bool savedInter = analysis->system.inter;
+  analysis->system.inter = false;
+  XmlDocument again = parseXml(writeXml(graphsToXml(analysis->system, ptrs)), "<written>");
+  analysis->system.inter = savedInter;
+  std::vector<Graph> reread = loadGraphXml(again, &analysis->system);
+  ASSERT_EQ(reread.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(reread[i].intra, graphs[i].intra);
+    EXPECT_EQ(reread[i].nChannels, graphs[i].nChannels);
+  }
+}
+
+TEST(G5Skeleton, FailsWithOneClearErrorNamingTheLine) {
+  // The file only declares <cpu numaid> and bare <pci busid>: NCCL's required reads (arch first) fail on it alone.
+  try {
+    analyzeFile("aws-g5.48xlarge.xml", {});
+    FAIL() << "expected an error";
+  } catch (const TopologyError& e) {
+    EXPECT_NE(std::string(e.what()).find("aws-g5.48xlarge.xml:13: <cpu> is missing required attribute arch"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(G5Skeleton, WithArchTheBarePciLeavesStillNeedAClass) {
+  XmlDocument doc = readXmlFile(dataPath("aws-g5.48xlarge.xml"));
+  for (auto& cpu : doc.root.children) {
+    cpu.setAttr("arch", "x86_64");
+    cpu.setAttr("vendor", "AuthenticAMD");
+  }
+  // Rule: <pci> requires class (read before anything else), so the skeleton is still rejected, at the pci's line.
+  EXPECT_THROW(buildSystem(doc), TopologyError);
+  try {
+    buildSystem(doc);
+  } catch (const TopologyError& e) {
+    EXPECT_NE(std::string(e.what()).find(":14: <pci> is missing required attribute class"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace nns::topo::testing

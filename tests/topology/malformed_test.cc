@@ -1,0 +1,160 @@
+// Malformed input: truncated files, wrong attributes, cycles, huge numbers; one clear error each, never a crash.
+#include <chrono>
+#include <fstream>
+#include <iterator>
+
+#include "topology_test_util.h"
+
+namespace nns::topo::testing {
+namespace {
+
+// Runs the whole pipeline on text; returns the error message, or "" when it loaded fine.
+std::string loadError(const std::string& text) {
+  try {
+    XmlDocument doc = parseXml(text, "bad.xml");
+    AnalysisOptions o;
+    o.nRanks = 16;
+    analyze(std::move(doc), o);
+    return "";
+  } catch (const TopologyError& e) {
+    return e.what();
+  }
+}
+
+std::string fileText(const std::string& name) {
+  std::ifstream in(dataPath(name));
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+const std::string kCpu = "<cpu numaid=\"0\" arch=\"x86_64\" vendor=\"GenuineIntel\" familyid=\"6\" modelid=\"85\">";
+std::string wrap(const std::string& body) { return "<system version=\"1\">\n" + kCpu + "\n" + body + "\n</cpu>\n</system>\n"; }
+std::string gpuPci(const std::string& busId, const std::string& gpuAttrs, const std::string& inner = "") {
+  return "<pci busid=\"" + busId + "\" class=\"0x030200\" link_speed=\"8 GT/s\" link_width=\"16\"><gpu " + gpuAttrs +
+         ">" + inner + "</gpu></pci>";
+}
+
+TEST(TopologyMalformed, EveryTruncationGivesOneErrorOrAValidSystem) {
+  std::string text = fileText("aws-p4d.24xlarge.xml");
+  int errors = 0;
+  for (std::size_t len = 0; len < text.size(); len += 37) {
+    std::string cut = text.substr(0, len);
+    std::string err = loadError(cut);
+    if (!err.empty()) {
+      ++errors;
+      EXPECT_EQ(err.find('\n'), std::string::npos) << "error must be one line: " << err;
+      EXPECT_EQ(err.rfind("bad.xml:", 0), 0u) << err;
+    }
+  }
+  EXPECT_GT(errors, 0);
+}
+
+TEST(TopologyMalformed, TruncatedFileNamesTheLine) {
+  std::string text = fileText("azure-ndv4.xml");
+  std::string cut = text.substr(0, text.find("<pci busid=\"0001:00:00.0\"") + 10);
+  EXPECT_NE(loadError(cut).find("bad.xml:12: malformed XML"), std::string::npos) << loadError(cut);
+}
+
+TEST(TopologyMalformed, NotXmlEmptyAndTwoRoots) {
+  EXPECT_NE(loadError("").find("bad.xml:1: malformed XML"), std::string::npos) << loadError("");
+  EXPECT_NE(loadError("hello").find("bad.xml:1"), std::string::npos) << loadError("hello");
+  EXPECT_NE(loadError("<system version=\"1\"/><system version=\"1\"/>").find("more than one root"),
+            std::string::npos);
+  EXPECT_NE(loadError("<topology/>").find("root element is <topology>, expected <system>"), std::string::npos);
+  EXPECT_NE(loadError("<system version=\"1\">text</system>").find("unexpected text"), std::string::npos);
+}
+
+TEST(TopologyMalformed, WrongAttributes) {
+  EXPECT_NE(loadError("<system version=\"2\"/>").find("wrong version 2"), std::string::npos);
+  EXPECT_NE(loadError("<system/>").find("missing required attribute version"), std::string::npos);
+  EXPECT_NE(loadError("<system version=\"1\"><cpu numaid=\"zero\" arch=\"x86_64\"/></system>")
+                .find("numaid=\"zero\" is not an integer"),
+            std::string::npos);
+  EXPECT_NE(loadError(wrap(gpuPci("0000:01:00.0", "dev=\"0\" rank=\"0\" gdr=\"1\""))).find("missing required attribute sm"),
+            std::string::npos);
+  EXPECT_NE(loadError(wrap("<pci busid=\"0000:01:00.0\" class=\"0x060400\" link_speed=\"8 GT/s\" link_width=\"-4\"/>"))
+                .find("link_width=\"-4\" is invalid"),
+            std::string::npos);
+  EXPECT_NE(loadError(wrap("<pci busid=\"0000:01:00.0\" class=\"0x020000\" link_speed=\"\" link_width=\"16\"><nic><net "
+                           "dev=\"x\"/></nic></pci>"))
+                .find("dev=\"x\" is not an integer"),
+            std::string::npos);
+  // A <graphs> file given as a topology says so.
+  EXPECT_NE(loadError(fileText("azure-ncv4-graph.xml")).find("this is a graph file"), std::string::npos);
+  // Errors carry the element's line.
+  EXPECT_NE(loadError("<system version=\"1\">\n\n<cpu numaid=\"0\"/>\n</system>").find("bad.xml:3: <cpu>"),
+            std::string::npos);
+}
+
+TEST(TopologyMalformed, DuplicatesAreRejected) {
+  std::string two = gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"") +
+                    gpuPci("0000:01:00.0", "dev=\"1\" sm=\"80\" rank=\"1\" gdr=\"1\"");
+  EXPECT_NE(loadError(wrap(two)).find("duplicate node GPU/0-1000"), std::string::npos) << loadError(wrap(two));
+  std::string sameRank = gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"") +
+                         gpuPci("0000:02:00.0", "dev=\"1\" sm=\"80\" rank=\"0\" gdr=\"1\"");
+  EXPECT_NE(loadError(wrap(sameRank)).find("rank 0 is used by two GPUs"), std::string::npos);
+}
+
+TEST(TopologyMalformed, HugeNumbers) {
+  EXPECT_NE(loadError("<system version=\"99999999999999999999999\"/>").find("out of range"), std::string::npos);
+  EXPECT_NE(loadError("<system version=\"1\"><cpu numaid=\"4294967296\" arch=\"x86_64\"/></system>").find("out of range"),
+            std::string::npos);
+  EXPECT_NE(loadError(wrap(gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"",
+                                  "<nvlink target=\"0000:02:00.0\" count=\"100000000\" tclass=\"0x068000\"/>")))
+                .find("count=100000000 is invalid"),
+            std::string::npos);
+  EXPECT_NE(loadError(wrap("<pci busid=\"0000:01:00.0\" class=\"0x060400\" link_speed=\"8 GT/s\" "
+                           "link_width=\"99999999\"/>"))
+                .find("is invalid"),
+            std::string::npos);
+  // A huge NIC speed is a valid number; it just gives a huge NET bandwidth, and nothing overflows.
+  std::string fast = wrap("<nic><net dev=\"0\" speed=\"2147483647\" gdr=\"1\"/></nic>" +
+                          gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\""));
+  EXPECT_EQ(loadError(fast), "");
+  EXPECT_NE(loadError(wrap("<nic><net dev=\"0\" latency=\"1e999\"/></nic>")).find("is not a finite number"),
+            std::string::npos);
+}
+
+TEST(TopologyMalformed, DeepNestingIsBounded) {
+  std::string text = "<system version=\"1\">" + kCpu;
+  for (int i = 0; i < 200; ++i) text += "<pci busid=\"0000:01:00." + std::to_string(i % 8) + "\" class=\"0x060400\">";
+  for (int i = 0; i < 200; ++i) text += "</pci>";
+  text += "</cpu></system>";
+  EXPECT_NE(loadError(text).find("nested deeper than"), std::string::npos) << loadError(text);
+}
+
+TEST(TopologyMalformed, LinkCyclesTerminate) {
+  // pcilinks both ways between two switches, NVLinks in a triangle and to the GPU itself: the widest-path
+  // relaxation and the search must terminate and give sane types.
+  auto sw = [](int n, const std::string& other, const std::string& gpu) {
+    return "<pci busid=\"0000:0" + std::to_string(n) +
+           ":00.0\" class=\"0x060400\" vendor=\"0x1000\" device=\"0xc030\" subsystem_vendor=\"0x1000\" "
+           "subsystem_device=\"0x0000\" link_speed=\"32.0 GT/s PCIe\" link_width=\"16\"><pcilink target=\"" +
+           other + "\"/>" + gpu + "</pci>";
+  };
+  auto nvl = [](const std::string& target) {
+    return "<nvlink target=\"" + target + "\" count=\"2\" tclass=\"0x030200\"/>";
+  };
+  std::string g1 = gpuPci("0000:11:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"",
+                          nvl("0000:12:00.0") + nvl("0000:11:00.0") + nvl("0000:13:00.0"));
+  std::string g2 = gpuPci("0000:12:00.0", "dev=\"1\" sm=\"80\" rank=\"1\" gdr=\"1\"", nvl("0000:13:00.0") + nvl("0000:11:00.0"));
+  std::string g3 = gpuPci("0000:13:00.0", "dev=\"2\" sm=\"80\" rank=\"2\" gdr=\"1\"", nvl("0000:11:00.0") + nvl("0000:12:00.0"));
+  std::string text = wrap(sw(1, "0000:02:00.0", g1 + g2) + sw(2, "0000:01:00.0", g3));
+  auto start = std::chrono::steady_clock::now();
+  XmlDocument doc = parseXml(text, "cycle.xml");
+  Analysis a = analyze(std::move(doc), {});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_EQ(pathTypeName(gpuToGpu(a, 0, 2).type), "NVL");
+  EXPECT_FALSE(a.searches.empty());
+}
+
+TEST(TopologyMalformed, NonexistentFileIsOneError) {
+  try {
+    readXmlFile("/nonexistent/topo.xml");
+    FAIL();
+  } catch (const TopologyError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/topo.xml: cannot open"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace nns::topo::testing

@@ -1,0 +1,273 @@
+// Small hand-built machines, one NCCL rule each: link rates, PXB, NVB, C2C/P2C, Broadcom switches, fusion, levels.
+#include "topology_test_util.h"
+
+namespace nns::topo::testing {
+namespace {
+
+std::string cpuOpen(int numa, const std::string& arch = "x86_64", const std::string& vendor = "GenuineIntel") {
+  return "<cpu numaid=\"" + std::to_string(numa) + "\" arch=\"" + arch + "\" vendor=\"" + vendor +
+         "\" familyid=\"6\" modelid=\"143\">";
+}
+std::string pci(const std::string& busId, const std::string& cls, const std::string& inner = "",
+                const std::string& speed = "32.0 GT/s PCIe", int width = 16, const std::string& ids = "") {
+  return "<pci busid=\"" + busId + "\" class=\"" + cls + "\" " + ids + " link_speed=\"" + speed +
+         "\" link_width=\"" + std::to_string(width) + "\">" + inner + "</pci>";
+}
+std::string gpu(int rank, int sm = 90, const std::string& inner = "") {
+  return "<gpu dev=\"" + std::to_string(rank) + "\" sm=\"" + std::to_string(sm) + "\" rank=\"" + std::to_string(rank) +
+         "\" gdr=\"1\">" + inner + "</gpu>";
+}
+std::string net(int dev, const std::string& name = "", int speed = 400000) {
+  return "<nic><net name=\"" + (name.empty() ? "n" + std::to_string(dev) : name) + "\" dev=\"" + std::to_string(dev) +
+         "\" speed=\"" + std::to_string(speed) + "\" gdr=\"1\"/></nic>";
+}
+std::string nvlink(const std::string& target, int count = 4) {
+  return "<nvlink target=\"" + target + "\" count=\"" + std::to_string(count) + "\" tclass=\"0x030200\"/>";
+}
+Analysis run(const std::string& body, TopoSettings settings = {}, int nRanks = 0) {
+  AnalysisOptions o;
+  o.settings = settings;
+  o.nRanks = nRanks;
+  return analyze(parseXml("<system version=\"1\">" + body + "</system>", "rule.xml"), o);
+}
+
+TEST(TopologyRules, PciLaneRates) {
+  // Rule: bw = width * lane rate / 80, lane rate by prefix of link_speed; unknown strings fall back to Gen3.
+  std::string body = cpuOpen(0) + pci("0000:01:00.0", "0x030200", gpu(0), "16 GT/s", 8) +
+                     pci("0000:02:00.0", "0x030200", gpu(1), "32.0 GT/s PCIe", 16) +
+                     pci("0000:03:00.0", "0x030200", gpu(2), "weird", 16) + "</cpu>";
+  Analysis a = run(body);
+  EXPECT_FLOAT_EQ(gpuToCpu(a, 0, 0).bw, 12.0f);
+  EXPECT_FLOAT_EQ(gpuToCpu(a, 1, 0).bw, 48.0f);
+  EXPECT_FLOAT_EQ(gpuToCpu(a, 2, 0).bw, 12.0f);
+}
+
+TEST(TopologyRules, TwoSwitchLevelsArePxbAndKeepGdr) {
+  // Rule: a switch->switch hop is PXB; PXB <= P2C so GDR stays on, and P2P (level PXB) too.
+  std::string body = cpuOpen(0) +
+                     pci("0000:10:00.0", "0x060400",
+                         pci("0000:11:00.0", "0x060400", pci("0000:12:00.0", "0x030200", gpu(0))) +
+                             pci("0000:13:00.0", "0x060400", pci("0000:14:00.0", "0x020700", net(0)) +
+                                                                 pci("0000:15:00.0", "0x030200", gpu(1)))) +
+                     "</cpu>";
+  Analysis a = run(body);
+  EXPECT_EQ(pathTypeName(gpuToNet(a, 0, 0).type), "PXB");
+  EXPECT_EQ(pathTypeName(gpuToNet(a, 1, 0).type), "PIX");
+  EXPECT_EQ(pathTypeName(gpuToGpu(a, 0, 1).type), "PXB");
+  EXPECT_TRUE(a.p2p[0][1].p2p);
+  EXPECT_NE(a.gdrRead[0][0].mode, GdrMode::Disabled);
+  // Rule: the local NET of GPU 0 is its only one even though GPU 1 is closer to it.
+  EXPECT_EQ(a.localNets[0][0].netDev, 0);
+  // Rule: no NVLink between the GPUs, so no PXN.
+  EXPECT_TRUE(a.pxn.empty());
+}
+
+TEST(TopologyRules, NvlinkThroughOneGpuIsNvb) {
+  // Rule: a path may cross one GPU over NVLink (NVB); P2P applies (NVB <= PXB) with that GPU as relay.
+  std::string body = cpuOpen(0) + pci("0000:01:00.0", "0x030200", gpu(0, 80, nvlink("0000:02:00.0"))) +
+                     pci("0000:02:00.0", "0x030200", gpu(1, 80, nvlink("0000:01:00.0") + nvlink("0000:03:00.0"))) +
+                     pci("0000:03:00.0", "0x030200", gpu(2, 80, nvlink("0000:02:00.0"))) + "</cpu>";
+  Analysis a = run(body);
+  EXPECT_EQ(pathText(gpuToGpu(a, 0, 1)), "NVL/80.00");
+  EXPECT_EQ(pathText(gpuToGpu(a, 0, 2)), "NVB/80.00");
+  P2pDecision d = checkP2p(a.system, {}, 0, 2);
+  EXPECT_TRUE(d.p2p);
+  EXPECT_EQ(d.intermediateRank, 1);
+  EXPECT_FALSE(d.read);  // P2P read only for direct NVLink between sm80 GPUs
+  EXPECT_TRUE(checkP2p(a.system, {}, 0, 1).read);
+  // Rule: NCCL_NVB_DISABLE removes the relay; the path falls back to PCI through the CPU (no P2P at PHB).
+  TopoSettings noNvb;
+  noNvb.nvbDisable = true;
+  Analysis b = run(body, noNvb);
+  EXPECT_EQ(pathTypeName(gpuToGpu(b, 0, 2).type), "PHB");
+  EXPECT_FALSE(b.p2p[0][2].p2p);
+}
+
+TEST(TopologyRules, GraceC2cGivesP2cAndGdr) {
+  // Grace-Hopper: the GPU reaches its CPU over C2C (here 900 GB/s), the NIC hangs off the same CPU over PCI.
+  std::string c2c = "<c2c bw=\"50000\" count=\"18\"/>";
+  std::string body = "<cpu numaid=\"0\" arch=\"arm64\">" + pci("0009:01:00.0", "0x030200", gpu(0, 90, c2c)) +
+                     pci("0000:01:00.0", "0x020700", net(0)) + "</cpu>";
+  Analysis a = run(body);
+  EXPECT_EQ(pathText(gpuToCpu(a, 0, 0)), "C2C/900.00");
+  // Rule: GPU->CPU is C2C and NIC->CPU is PHB: merged, that is P2C.
+  EXPECT_EQ(pathTypeName(gpuToNet(a, 0, 0).type), "P2C");
+  // Rule: default GDR level is P2C (NCCL_NET_GDR_C2C=1); mode stays Default because the distance is P2C.
+  EXPECT_EQ(a.gdrRead[0][0].mode, GdrMode::Default);
+  TopoSettings noC2c;
+  noC2c.netGdrC2c = false;
+  Analysis b = run(body, noC2c);
+  EXPECT_EQ(b.gdrWrite[0][0].mode, GdrMode::Disabled);
+  EXPECT_NE(b.gdrWrite[0][0].reason.find("level PXB"), std::string::npos) << b.gdrWrite[0][0].reason;
+  // Rule: flush is needed for GDR receives before sm90, or on C2C systems when the NIC is PCI-close.
+  EXPECT_FALSE(needsFlush(a.system, 0, 0));
+}
+
+TEST(TopologyRules, BroadcomGen5SwitchLevelsAreFlattened) {
+  // Rule: a Broadcom Gen5 switch shows as two levels with the same id; NCCL folds the lower level into the upper,
+  // so a GPU and a NIC behind the two levels are PIX, not PXB.
+  std::string upper = "vendor=\"0x1000\" device=\"0xc030\" subsystem_vendor=\"0x1000\" subsystem_device=\"0x0000\"";
+  std::string lower = "vendor=\"0x1000\" device=\"0xc030\" subsystem_vendor=\"0x1000\" subsystem_device=\"0x1000\"";
+  std::string body = cpuOpen(0) +
+                     pci("0000:10:00.0", "0x060400",
+                         pci("0000:11:00.0", "0x060400", pci("0000:12:00.0", "0x030200", gpu(0)), "32.0 GT/s PCIe",
+                             16, lower) +
+                             pci("0000:13:00.0", "0x060400", pci("0000:14:00.0", "0x020700", net(0)),
+                                 "32.0 GT/s PCIe", 16, lower),
+                         "32.0 GT/s PCIe", 16, upper) +
+                     "</cpu>";
+  Analysis a = run(body);
+  EXPECT_EQ(a.system.count(PCI), 1);
+  EXPECT_EQ(pathTypeName(gpuToNet(a, 0, 0).type), "PIX");
+}
+
+TEST(TopologyRules, PciLinkBetweenSwitchesAvoidsTheCpu) {
+  // Rule: <pcilink> adds a LOC_BW link between two switches; a switch->switch hop counts as PXB, so the GPUs meet
+  // at PXB instead of PHB, and P2P is allowed.
+  std::string body =
+      cpuOpen(0) +
+      pci("0000:10:00.0", "0x060400", "<pcilink target=\"0000:20:00.0\"/>" + pci("0000:11:00.0", "0x030200", gpu(0))) +
+      pci("0000:20:00.0", "0x060400", "<pcilink target=\"0000:10:00.0\"/>" + pci("0000:21:00.0", "0x030200", gpu(1))) +
+      "</cpu>";
+  Analysis a = run(body);
+  EXPECT_EQ(pathText(gpuToGpu(a, 0, 1)), "PXB/48.00");
+  EXPECT_TRUE(a.p2p[0][1].p2p);
+}
+
+TEST(TopologyRules, AmdWithTwoGpusAllowsP2pAcrossSockets) {
+  // Rule: x86 AMD with at most 2 GPUs raises the P2P level to SYS.
+  std::string body = cpuOpen(0, "x86_64", "AuthenticAMD") + pci("0000:01:00.0", "0x030200", gpu(0)) + "</cpu>" +
+                     cpuOpen(1, "x86_64", "AuthenticAMD") + pci("0000:81:00.0", "0x030200", gpu(1)) + "</cpu>";
+  Analysis a = run(body);
+  EXPECT_EQ(pathText(gpuToGpu(a, 0, 1)), "SYS/16.00");  // AMD inter-socket bw
+  EXPECT_TRUE(a.p2p[0][1].p2p);
+  EXPECT_EQ(a.p2p[0][1].level, PATH_SYS);
+  // Rule: NCCL_P2P_LEVEL overrides it.
+  TopoSettings user;
+  user.p2pLevel = PATH_PHB;
+  EXPECT_FALSE(run(body, user).p2p[0][1].p2p);
+}
+
+TEST(TopologyRules, LocalNetMirrorsTheDevIndex) {
+  // Rule: with 4 local NETs (a power of two) the GPU's dev index is bit-mirrored: dev 1 -> 2, dev 2 -> 1, 3 -> 3;
+  // 4 NETs shared by 4 GPUs give one NET per GPU.
+  std::string leaves;
+  for (int i = 0; i < 4; ++i) leaves += pci("0000:1" + std::to_string(i) + ":00.0", "0x030200", gpu(i));
+  for (int i = 0; i < 4; ++i) leaves += pci("0000:2" + std::to_string(i) + ":00.0", "0x020700", net(i));
+  Analysis a = run(cpuOpen(0) + pci("0000:01:00.0", "0x060400", leaves) + "</cpu>");
+  std::vector<int> chosen;
+  for (int g = 0; g < 4; ++g) chosen.push_back(a.localNets[g][0].netDev);
+  EXPECT_EQ(chosen, ints("0 2 1 3"));
+  // Rule: NCCL_NETDEVS_POLICY=ALL lets a GPU rotate over all its local NETs by channel.
+  TopoSettings all;
+  all.netDevsPolicyMax = -1;
+  Analysis b = run(cpuOpen(0) + pci("0000:01:00.0", "0x060400", leaves) + "</cpu>", all);
+  std::vector<int> rotation;
+  for (int c = 0; c < 4; ++c) rotation.push_back(b.localNets[1][c].netDev);
+  EXPECT_EQ(rotation, ints("2 3 0 1"));
+}
+
+TEST(TopologyRules, FusionGroupsByDistance) {
+  // Two ports of one NIC (PCI functions .0 and .1), a second NIC on the same switch, a third NIC under the other CPU.
+  std::string body = cpuOpen(0) +
+                     pci("0000:10:00.0", "0x060400",
+                         pci("0000:11:00.0", "0x020700", net(0, "mlx5_0")) +
+                             pci("0000:11:00.1", "0x020700", net(1, "mlx5_1")) +
+                             pci("0000:12:00.0", "0x020700", net(2, "mlx5_2"))) +
+                     "</cpu>" + cpuOpen(1) + pci("0000:81:00.0", "0x020700", net(3, "mlx5_3")) + "</cpu>";
+  XmlDocument doc = parseXml("<system version=\"1\">" + body + "</system>");
+  auto devs = listNetDevices(doc.root);
+  ASSERT_EQ(devs.size(), 4u);
+  EXPECT_EQ(netDistance(doc.root, *devs[0].net, *devs[1].net), PATH_PORT);
+  EXPECT_EQ(netDistance(doc.root, *devs[0].net, *devs[2].net), PATH_PIX);
+  EXPECT_EQ(netDistance(doc.root, *devs[0].net, *devs[3].net), PATH_SYS);
+  // Rule: default merge level PORT fuses only the two ports.
+  auto port = computeFusionGroups(doc.root, PATH_PORT);
+  ASSERT_EQ(port.size(), 1u);
+  EXPECT_EQ(port[0].devs, ints("0 1"));
+  // PIX adds the other NIC on the switch; SYS would take all four (the limit is 4 per vNIC).
+  EXPECT_EQ(computeFusionGroups(doc.root, PATH_PIX)[0].devs, ints("0 1 2"));
+  EXPECT_EQ(computeFusionGroups(doc.root, PATH_SYS)[0].devs, ints("0 1 2 3"));
+  // LOC disables fusion; a forced group is applied first and must match every name.
+  EXPECT_TRUE(computeFusionGroups(doc.root, PATH_LOC).empty());
+  EXPECT_EQ(computeFusionGroups(doc.root, PATH_LOC, "mlx5_0,mlx5_3")[0].devs, ints("0 3"));
+  EXPECT_THROW(computeFusionGroups(doc.root, PATH_LOC, "mlx5_0,nope"), TopologyError);
+}
+
+TEST(TopologyRules, TrimKeepsTheDomainAndDecidesInter) {
+  std::string body = cpuOpen(0) + pci("0000:01:00.0", "0x030200", gpu(0)) + pci("0000:02:00.0", "0x030200", gpu(1)) +
+                     pci("0000:03:00.0", "0x020700", net(0)) + "</cpu>";
+  // Rule: every local GPU is reachable without the network, so all stay; inter = (local GPUs != ranks).
+  Analysis single = run(body, {}, 2);
+  EXPECT_TRUE(single.trim.removedRanks.empty());
+  EXPECT_FALSE(single.trim.inter);
+  Analysis multi = run(body, {}, 4);
+  EXPECT_TRUE(multi.trim.inter);
+  AnalysisOptions bad;
+  bad.rank = 7;
+  EXPECT_THROW(analyze(parseXml("<system version=\"1\">" + body + "</system>"), bad), TopologyError);
+}
+
+TEST(TopologyRules, GdrReadPreAmpereNeedsNvlink) {
+  // Rule: sm < 80 GPUs only allow GDR reads when they have an NVLink peer (or are alone).
+  std::string nvl = cpuOpen(0) +
+                    pci("0000:10:00.0", "0x060400",
+                        pci("0000:01:00.0", "0x030200", gpu(0, 70, nvlink("0000:02:00.0"))) +
+                            pci("0000:02:00.0", "0x030200", gpu(1, 70, nvlink("0000:01:00.0"))) +
+                            pci("0000:03:00.0", "0x020700", net(0))) +
+                    "</cpu>";
+  Analysis a = run(nvl);
+  EXPECT_NE(a.gdrRead[0][0].mode, GdrMode::Disabled);
+  std::string pcie = cpuOpen(0) +
+                     pci("0000:10:00.0", "0x060400",
+                         pci("0000:01:00.0", "0x030200", gpu(0, 70)) + pci("0000:02:00.0", "0x030200", gpu(1, 70)) +
+                             pci("0000:03:00.0", "0x020700", net(0))) +
+                     "</cpu>";
+  Analysis b = run(pcie);
+  EXPECT_EQ(b.gdrRead[0][0].mode, GdrMode::Disabled);
+  EXPECT_NE(b.gdrWrite[0][0].mode, GdrMode::Disabled);  // writes do not have that restriction
+  TopoSettings noRead;
+  noRead.netGdrRead = 0;
+  EXPECT_EQ(run(nvl, noRead).gdrRead[0][0].mode, GdrMode::Disabled);
+}
+
+TEST(TopologyRules, NcclLogShapes) {
+  Analysis a = analyzeFile("aws-p4d.24xlarge.xml", [] {
+    CompletionOptions f;
+    f.gpuSm = 80;
+    f.gpuNvlinks = 12;
+    f.nicSpeedMbps = 100000;
+    return f;
+  }());
+  auto sysLines = systemLogLines(a.system);
+  EXPECT_EQ(sysLines[0], "=== System : maxBw 12.0 totalBw 240.0 ===");
+  EXPECT_EQ(sysLines[1], "CPU/0-0 (1/1/2)");
+  auto paths = pathLogLines(a.system);
+  EXPECT_EQ(paths[0].rfind("GPU/0-101c0 :GPU/0-101c0 (0/5000.0/LOC) GPU/0-101d0 (2/240.0/NVL) ", 0), 0u) << paths[0];
+  EXPECT_EQ(a.gdrRead[0][0].ncclLog,
+            "GPU Direct RDMA Enabled for GPU/0-65984 (rank 0) - NET/0-0 (distance 4 <= 6, read 1, mode Default)");
+  EXPECT_NE(a.gdrRead[0][1].ncclLog.find("(using PXN via GPU/0-201c0, distance 4 <= 6"), std::string::npos)
+      << a.gdrRead[0][1].ncclLog;
+  a.system.inter = true;
+  auto graph = graphLogLines(a.system, a.searches[1].ring);
+  EXPECT_EQ(graph[0], "Pattern 4, crossNic 0, nChannels 4, bw 12.000000/12.000000, type NVL/PIX, sameChannels 0");
+  EXPECT_EQ(graph[1],
+            " 0 : NET/0-0 GPU/0-101c0 GPU/0-a01d0 GPU/0-a01c0 GPU/0-901d0 GPU/0-901c0 GPU/0-201d0 GPU/0-201c0 "
+            "GPU/0-101d0 NET/0-0");
+  EXPECT_EQ(ringLogLines(a.system, a.searches[1].ring, 0)[0], "Ring 00 : NET -> 0 -> 7");
+  std::string dot = formatDot(a);
+  EXPECT_EQ(dot.rfind("digraph topology {", 0), 0u);
+  EXPECT_NE(dot.find("GPU_0 -> NET_0 [style=dashed"), std::string::npos);
+}
+
+TEST(TopologyRules, SyntheticScaleSystem) {
+  Analysis a = analyze(makeSyntheticTopology(72, 18), {});
+  EXPECT_EQ(a.system.count(GPU), 72);
+  EXPECT_EQ(a.system.count(NET), 18);
+  // Rule: 4 GPUs share each switch's NIC; each GPU's local NET is its switch's.
+  EXPECT_EQ(a.localNets[5][0].netDev, 1);
+  for (const auto& s : a.searches) EXPECT_GE(s.ring.nChannels, 1);
+}
+
+}  // namespace
+}  // namespace nns::topo::testing

@@ -1,0 +1,46 @@
+// Google Benchmark of the topology pipeline: the largest public file and a synthetic 72-GPU, 18-NIC machine.
+#include <benchmark/benchmark.h>
+
+#include "nns/topology/analysis.h"
+
+namespace {
+
+using namespace nns::topo;
+
+XmlDocument ndv4() {
+  XmlDocument doc = readXmlFile(std::string(NNS_TOPOLOGY_DATA_DIR) + "/azure-ndv4.xml");
+  CompletionOptions f;
+  f.gpuSm = 80;
+  f.gpuNvlinks = 12;
+  f.nicSpeedMbps = 200000;
+  f.nicPort = 1;
+  f.nicMaxConn = 131072;
+  completeTopology(doc.root, f);
+  return doc;
+}
+
+// Paths + trimming + every decision + ring and tree searches for one node and for several nodes.
+void pipeline(benchmark::State& state, const XmlDocument& doc) {
+  AnalysisOptions options;
+  for (auto _ : state) {
+    Analysis a = analyze(doc, options);
+    benchmark::DoNotOptimize(a.searches.size());
+  }
+}
+
+void BM_Ndv4Pipeline(benchmark::State& state) { pipeline(state, ndv4()); }
+void BM_Synthetic72x18Pipeline(benchmark::State& state) { pipeline(state, makeSyntheticTopology(72, 18)); }
+
+void BM_Synthetic72x18Paths(benchmark::State& state) {
+  XmlDocument doc = makeSyntheticTopology(72, 18);
+  System sys = buildSystem(doc);
+  TopoSettings settings;
+  for (auto _ : state) computePaths(sys, settings);
+}
+
+}  // namespace
+
+BENCHMARK(BM_Ndv4Pipeline)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Synthetic72x18Pipeline)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Synthetic72x18Paths)->Unit(benchmark::kMillisecond);
+BENCHMARK_MAIN();
