@@ -248,7 +248,6 @@ TEST(TopologyRules, NcclLogShapes) {
             "GPU Direct RDMA Enabled for GPU/0-65984 (rank 0) - NET/0-0 (distance 4 <= 6, read 1, mode Default)");
   EXPECT_NE(a.gdrRead[0][1].ncclLog.find("(using PXN via GPU/0-201c0, distance 4 <= 6"), std::string::npos)
       << a.gdrRead[0][1].ncclLog;
-  a.system.inter = true;
   auto graph = graphLogLines(a.system, a.searches[1].ring);
   EXPECT_EQ(graph[0], "Pattern 4, crossNic 0, nChannels 4, bw 12.000000/12.000000, type NVL/PIX, sameChannels 0");
   EXPECT_EQ(graph[1],

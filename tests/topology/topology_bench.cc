@@ -28,6 +28,15 @@ void pipeline(benchmark::State& state, const XmlDocument& doc) {
   }
 }
 
+// Reference in the same run: only reading and parsing the file (what any tool has to do before modelling anything).
+void BM_Ndv4ParseOnly(benchmark::State& state) {
+  std::string path = std::string(NNS_TOPOLOGY_DATA_DIR) + "/azure-ndv4.xml";
+  for (auto _ : state) {
+    XmlDocument doc = readXmlFile(path);
+    benchmark::DoNotOptimize(doc.root.children.size());
+  }
+}
+
 void BM_Ndv4Pipeline(benchmark::State& state) { pipeline(state, ndv4()); }
 void BM_Synthetic72x18Pipeline(benchmark::State& state) { pipeline(state, makeSyntheticTopology(72, 18)); }
 
@@ -40,6 +49,7 @@ void BM_Synthetic72x18Paths(benchmark::State& state) {
 
 }  // namespace
 
+BENCHMARK(BM_Ndv4ParseOnly)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Ndv4Pipeline)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Synthetic72x18Pipeline)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Synthetic72x18Paths)->Unit(benchmark::kMillisecond);

@@ -211,9 +211,7 @@ int main(int argc, char** argv) {
     int rank = opts.rank >= 0 ? opts.rank : (a.gpuRanks.empty() ? 0 : a.gpuRanks[0]);
     if (!dumpGraph.empty() && !a.searches.empty()) {
       const auto& s = a.searches.back();
-      a.system.inter = s.inter;
       nns::topo::writeXmlFile(nns::topo::graphsToXml(a.system, {&s.ring, &s.tree}), dumpGraph);
-      a.system.inter = a.trim.inter;
     }
     if (jsonOut) {
       json j = analysisJson(a);

@@ -5,6 +5,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <map>
+#include <tuple>
 #include <sstream>
 
 namespace nns::topo {
@@ -41,6 +42,7 @@ std::string devList(std::vector<int> devs) {
 Analysis analyze(XmlDocument doc, const AnalysisOptions& options) {
   Analysis a;
   a.sourceName = doc.sourceName;
+  a.settings = options.settings;
   a.system = buildSystem(doc);
   a.xml = std::move(doc.root);
   System& sys = a.system;
@@ -237,8 +239,8 @@ std::string formatSummary(const Analysis& a) {
       o << "\n";
     }
     if (!a.pxn.empty())
-      o << "      why: the owner GPU of the NIC reaches it at <= " << (a.system.count(GPU) ? "P2C" : "")
-        << " and is NVLink-connected, and our own path is slower or crosses the CPU\n";
+      o << "      why: the GPU that owns the NIC reaches it at <= " << (a.settings.pxnC2c ? "P2C" : "PXB")
+        << ", is NVLink-connected to us, and our own path is slower or worse than PXN\n";
   }
   o << "\nNIC fusion (vNIC groups at NCCL_NET_MERGE_LEVEL):\n";
   if (a.fusion.empty()) o << "  none (no two devices close enough)\n";
@@ -302,10 +304,7 @@ std::string formatPathMatrix(const Analysis& a) {
 std::string formatSearches(const Analysis& a, int rank) {
   const System& sys = a.system;
   std::ostringstream o;
-  System& mutableSys = const_cast<System&>(sys);  // inter flag only, for the per-mode log shapes
-  bool saved = sys.inter;
   for (const auto& r : a.searches) {
-    mutableSys.inter = r.inter;
     o << (r.inter ? "Search with the network (several nodes)" : "Search within one node") << fmt(": maxBw %.1f totalBw %.1f\n", r.maxBw, r.totalBw);
     for (const Graph* g : {&r.ring, &r.tree}) {
       o << "  " << patternName(g->pattern) << (g->fallback ? " (no path found: simple order fallback)" : "") << "\n";
@@ -329,7 +328,6 @@ std::string formatSearches(const Analysis& a, int rank) {
     for (const auto& line : ringLogLines(sys, r.ring, rank)) o << "    " << line << "\n";
     o << "    " << treeLogLine(sys, r.tree, rank) << "\n";
   }
-  mutableSys.inter = saved;
   return o.str();
 }
 
@@ -357,16 +355,26 @@ std::string formatDot(const Analysis& a) {
     for (int i = 0; i < sys.count(t); ++i)
       o << "  " << id(t, i) << " [label=\"" << label(t, i) << "\", shape=" << kShape[t] << ", fillcolor=\""
         << kColor[t] << "\"];\n";
+  if (sys.count(CPU) > 1) {
+    o << "  { rank=same;";
+    for (int c = 0; c < sys.count(CPU); ++c) o << ' ' << id(CPU, c) << ';';
+    o << " }\n";
+  }
   // One undirected edge per linked pair; bidirectional links have the same bandwidth both ways in NCCL's model.
   for (int t = 0; t < kNodeTypeCount; ++t)
     for (int i = 0; i < sys.count(t); ++i)
       for (const Link& l : sys.node(t, i).links) {
-        if (std::make_pair(l.remType, l.remIndex) < std::make_pair(t, i)) continue;
+        // Draw each pair once, from the upper layer (CPU) down to the lower one (NET), so dot lays the tree out
+        // top-down: CPU, switches, GPUs and NICs, then NETs and the NVSwitch.
+        static const int kLayer[] = {2, 1, 3, 0, 2, 3};
+        auto key = [&](int type, int index) { return std::make_tuple(kLayer[type], type, index); };
+        if (key(l.remType, l.remIndex) < key(t, i)) continue;
         if (l.remType == t && l.remIndex == i) continue;
         static const char* kLinkColor[] = {"gray", "#76b900", "", "purple", "black", "", "", "", "", "red", "blue"};
         o << "  " << id(t, i) << " -> " << id(l.remType, l.remIndex) << " [dir=none, color=\"" << kLinkColor[l.type]
           << "\", label=\"" << linkTypeName(l.type) << fmt(" %.1f", l.bw) << "\"";
         if (l.type == LINK_NVL) o << ", penwidth=2";
+        if (l.type == LINK_SYS) o << ", constraint=false";
         o << "];\n";
       }
   if (!a.localNets.empty())

@@ -460,6 +460,7 @@ void Searcher::compute(Graph& graph) {
   graph.nChannels = 0;
   graph.nHops = 0;
   graph.fallback = false;
+  graph.withNets = net;
   graph.attempts.clear();
   graph.intra.assign(static_cast<std::size_t>(kMaxChannels * std::max(n, 1)), -1);
   graph.inter.assign(static_cast<std::size_t>(kMaxChannels * 2), 0);
@@ -670,7 +671,7 @@ std::vector<std::string> graphLogLines(const System& sys, const Graph& g) {
                      g.crossNic, g.nChannels, g.bwIntra, g.bwInter, std::string(pathTypeName(g.typeIntra)).c_str(),
                      std::string(pathTypeName(g.typeInter)).c_str(), g.sameChannels));
   int n = sys.count(GPU);
-  bool net = useNet(sys);
+  bool net = g.withNets;
   for (int c = 0; c < g.nChannels; ++c) {
     std::string line = fmtf("%2d :", c);
     // Appending piecewise: GCC 12 at -O3 raises a false -Wrestrict on `" " + std::string` temporaries.
@@ -688,7 +689,7 @@ std::vector<std::string> graphLogLines(const System& sys, const Graph& g) {
 std::vector<std::string> ringLogLines(const System& sys, const Graph& ring, int rank) {
   std::vector<std::string> out;
   int n = sys.count(GPU);
-  bool net = useNet(sys);
+  bool net = ring.withNets;
   for (int c = 0; c < ring.nChannels; ++c) {
     int pos = -1;
     for (int i = 0; i < n; ++i)
@@ -705,7 +706,6 @@ std::vector<std::string> ringLogLines(const System& sys, const Graph& ring, int 
 std::string treeLogLine(const System& sys, const Graph& tree, int rank) {
   std::string line = "Trees";
   int n = sys.count(GPU);
-  bool net = useNet(sys);
   for (int c = 0; c < tree.nChannels; ++c) {
     int pos = -1;
     for (int i = 0; i < n; ++i)
@@ -715,7 +715,6 @@ std::string treeLogLine(const System& sys, const Graph& tree, int rank) {
     // (another node) in multi-node runs, printed as -1 here because remote ranks depend on the node count.
     int up = pos > 0 ? tree.intra[static_cast<std::size_t>(c * n + pos - 1)] : -1;
     int down = pos < n - 1 ? tree.intra[static_cast<std::size_t>(c * n + pos + 1)] : -1;
-    (void)net;
     line += fmtf(" [%d] %d/-1/-1->%d->%d", c, down, rank, up);
   }
   return line;
@@ -786,6 +785,7 @@ std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys) {
       if (width == 0) width = static_cast<int>(ranks.size());
       if (static_cast<int>(ranks.size()) != width)
         throw TopologyError(src + ":" + std::to_string(ch.line) + ": channels have different GPU counts");
+      if (!nets.empty()) g.withNets = true;
       inter.push_back(nets.empty() ? 0 : nets.front());
       inter.push_back(nets.empty() ? 0 : nets.back());
       channels.push_back(std::move(ranks));
@@ -806,8 +806,8 @@ XmlElement graphsToXml(const System& sys, const std::vector<const Graph*>& graph
   root.name = "graphs";
   root.setAttr("version", "1");
   int n = sys.count(GPU);
-  bool net = useNet(sys);
   for (const Graph* g : graphs) {
+    bool net = g->withNets;
     XmlElement& ge = root.addChild("graph");
     ge.setAttr("id", std::to_string(g->id));
     ge.setAttr("pattern", std::to_string(g->pattern));

@@ -34,6 +34,7 @@ struct SearchResult {
 
 struct Analysis {
   std::string sourceName;
+  TopoSettings settings;
   XmlElement xml;  // the (completed) topology, as it would be dumped
   System system;
   TrimResult trim;

@@ -49,6 +49,8 @@ struct Graph {
   std::vector<int> intra;           // ranks, nGpus per channel
   std::vector<std::int64_t> inter;  // NET ids, 2 per channel (in, out)
   bool fallback = false;            // no path found: simple order at 0.1 GB/s
+  bool withNets = false;            // channels enter and leave through NETs (searched with the network, or a
+                                    // graph file whose channels list <net> elements)
   std::vector<SearchAttempt> attempts;
 
   int ranksAt(int channel, int step, int nGpus) const { return intra[static_cast<std::size_t>(channel * nGpus + step)]; }
