@@ -63,7 +63,7 @@ Analysis* Ndv4Expected::analysis = nullptr;
 
 // The switch that holds each rank's two NICs (same NUMA node); NET dev == rank for the NIC a GPU uses.
 const std::map<int, std::vector<int>> kNdv4LocalNets = {{2, {2, 3}}, {3, {2, 3}}, {0, {0, 1}}, {1, {0, 1}},
-                                                         {6, {6, 7}}, {7, {6, 7}}, {4, {4, 5}}, {5, {4, 5}}};
+                                                        {6, {6, 7}}, {7, {6, 7}}, {4, {4, 5}}, {5, {4, 5}}};
 
 TEST_F(Ndv4Expected, SystemShapeAndGpuOrder) {
   const System& s = analysis->system;
@@ -102,8 +102,7 @@ TEST_F(Ndv4Expected, PathsGpuNetGpuCpu) {
   const std::map<int, int> localCpuOfRank = {{2, 0}, {3, 0}, {0, 1}, {1, 1}, {6, 2}, {7, 2}, {4, 3}, {5, 3}};
   for (const auto& [rank, cpu] : localCpuOfRank) {
     EXPECT_EQ(localCpu(analysis->system, analysis->system.gpuIndexOfRank(rank)), cpu);
-    for (int c = 0; c < 4; ++c)
-      EXPECT_EQ(pathText(gpuToCpu(*analysis, rank, c)), c == cpu ? "PHB/24.00" : "SYS/16.00");
+    for (int c = 0; c < 4; ++c) EXPECT_EQ(pathText(gpuToCpu(*analysis, rank, c)), c == cpu ? "PHB/24.00" : "SYS/16.00");
   }
 }
 
@@ -152,12 +151,24 @@ TEST_F(Ndv4Expected, SearchMultiNode) {
   EXPECT_FLOAT_EQ(r.maxBw, 24.0f);
   EXPECT_FLOAT_EQ(r.totalBw, 240.0f);
   expectGraph(*analysis, r.ring, true,
-              {8, 24, 24, "NVL", "PIX", 0, 0,
+              {8,
+               24,
+               24,
+               "NVL",
+               "PIX",
+               0,
+               0,
                {"NET/2 2 5 4 7 6 1 0 3 NET/2", "NET/3 3 0 1 6 7 4 5 2 NET/3", "NET/0 0 3 2 5 4 7 6 1 NET/0",
                 "NET/1 1 6 7 4 5 2 3 0 NET/1", "NET/6 6 1 0 3 2 5 4 7 NET/6", "NET/7 7 4 5 2 3 0 1 6 NET/7",
                 "NET/4 4 7 6 1 0 3 2 5 NET/4", "NET/5 5 2 3 0 1 6 7 4 NET/5"}});
   expectGraph(*analysis, r.tree, true,
-              {8, 30, 24, "NVL", "PIX", 0, 0,
+              {8,
+               30,
+               24,
+               "NVL",
+               "PIX",
+               0,
+               0,
                {"NET/2 2 3 0 1 6 7 4 5 NET/2", "NET/3 3 2 5 4 7 6 1 0 NET/3", "NET/0 0 1 6 7 4 5 2 3 NET/0",
                 "NET/1 1 0 3 2 5 4 7 6 NET/1", "NET/6 6 7 4 5 2 3 0 1 NET/6", "NET/7 7 6 1 0 3 2 5 4 NET/7",
                 "NET/4 4 5 2 3 0 1 6 7 NET/4", "NET/5 5 4 7 6 1 0 3 2 NET/5"}});
@@ -265,11 +276,23 @@ TEST_F(P4dExpected, Searches) {
   expectGraph(*analysis, intra.tree, false, {12, 20, 20, "NVL", "PIX", 1, 0, {"0 1 2 3 4 5 6 7"}});
   const SearchResult& inter = analysis->searches[1];
   expectGraph(*analysis, inter.ring, true,
-              {4, 12, 12, "NVL", "PIX", 0, 0,
+              {4,
+               12,
+               12,
+               "NVL",
+               "PIX",
+               0,
+               0,
                {"NET/0 0 7 6 5 4 3 2 1 NET/0", "NET/1 2 1 0 7 6 5 4 3 NET/1", "NET/2 4 3 2 1 0 7 6 5 NET/2",
                 "NET/3 6 5 4 3 2 1 0 7 NET/3"}});
   expectGraph(*analysis, inter.tree, true,
-              {4, 24, 12, "NVL", "PIX", 0, 0,
+              {4,
+               24,
+               12,
+               "NVL",
+               "PIX",
+               0,
+               0,
                {"NET/0 0 1 2 3 4 5 6 7 NET/0", "NET/1 2 3 4 5 6 7 0 1 NET/1", "NET/2 4 5 6 7 0 1 2 3 NET/2",
                 "NET/3 6 7 0 1 2 3 4 5 NET/3"}});
 }

@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <string_view>
 
+#include "nns/topology/fusion.h"
 #include "nns/topology/paths.h"
 #include "nns/topology/search.h"
-#include "nns/topology/fusion.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace nns::topo;

@@ -27,7 +27,9 @@ std::string fileText(const std::string& name) {
 }
 
 const std::string kCpu = "<cpu numaid=\"0\" arch=\"x86_64\" vendor=\"GenuineIntel\" familyid=\"6\" modelid=\"85\">";
-std::string wrap(const std::string& body) { return "<system version=\"1\">\n" + kCpu + "\n" + body + "\n</cpu>\n</system>\n"; }
+std::string wrap(const std::string& body) {
+  return "<system version=\"1\">\n" + kCpu + "\n" + body + "\n</cpu>\n</system>\n";
+}
 std::string gpuPci(const std::string& busId, const std::string& gpuAttrs, const std::string& inner = "") {
   return "<pci busid=\"" + busId + "\" class=\"0x030200\" link_speed=\"8 GT/s\" link_width=\"16\"><gpu " + gpuAttrs +
          ">" + inner + "</gpu></pci>";
@@ -57,8 +59,7 @@ TEST(TopologyMalformed, TruncatedFileNamesTheLine) {
 TEST(TopologyMalformed, NotXmlEmptyAndTwoRoots) {
   EXPECT_NE(loadError("").find("bad.xml:1: malformed XML"), std::string::npos) << loadError("");
   EXPECT_NE(loadError("hello").find("bad.xml:1"), std::string::npos) << loadError("hello");
-  EXPECT_NE(loadError("<system version=\"1\"/><system version=\"1\"/>").find("more than one root"),
-            std::string::npos);
+  EXPECT_NE(loadError("<system version=\"1\"/><system version=\"1\"/>").find("more than one root"), std::string::npos);
   EXPECT_NE(loadError("<topology/>").find("root element is <topology>, expected <system>"), std::string::npos);
   EXPECT_NE(loadError("<system version=\"1\">text</system>").find("unexpected text"), std::string::npos);
 }
@@ -69,8 +70,9 @@ TEST(TopologyMalformed, WrongAttributes) {
   EXPECT_NE(loadError("<system version=\"1\"><cpu numaid=\"zero\" arch=\"x86_64\"/></system>")
                 .find("numaid=\"zero\" is not an integer"),
             std::string::npos);
-  EXPECT_NE(loadError(wrap(gpuPci("0000:01:00.0", "dev=\"0\" rank=\"0\" gdr=\"1\""))).find("missing required attribute sm"),
-            std::string::npos);
+  EXPECT_NE(
+      loadError(wrap(gpuPci("0000:01:00.0", "dev=\"0\" rank=\"0\" gdr=\"1\""))).find("missing required attribute sm"),
+      std::string::npos);
   EXPECT_NE(loadError(wrap("<pci busid=\"0000:01:00.0\" class=\"0x060400\" link_speed=\"8 GT/s\" link_width=\"-4\"/>"))
                 .find("link_width=\"-4\" is invalid"),
             std::string::npos);
@@ -96,8 +98,9 @@ TEST(TopologyMalformed, DuplicatesAreRejected) {
 
 TEST(TopologyMalformed, HugeNumbers) {
   EXPECT_NE(loadError("<system version=\"99999999999999999999999\"/>").find("out of range"), std::string::npos);
-  EXPECT_NE(loadError("<system version=\"1\"><cpu numaid=\"4294967296\" arch=\"x86_64\"/></system>").find("out of range"),
-            std::string::npos);
+  EXPECT_NE(
+      loadError("<system version=\"1\"><cpu numaid=\"4294967296\" arch=\"x86_64\"/></system>").find("out of range"),
+      std::string::npos);
   EXPECT_NE(loadError(wrap(gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"",
                                   "<nvlink target=\"0000:02:00.0\" count=\"100000000\" tclass=\"0x068000\"/>")))
                 .find("count=100000000 is invalid"),
@@ -136,8 +139,10 @@ TEST(TopologyMalformed, LinkCyclesTerminate) {
   };
   std::string g1 = gpuPci("0000:11:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"",
                           nvl("0000:12:00.0") + nvl("0000:11:00.0") + nvl("0000:13:00.0"));
-  std::string g2 = gpuPci("0000:12:00.0", "dev=\"1\" sm=\"80\" rank=\"1\" gdr=\"1\"", nvl("0000:13:00.0") + nvl("0000:11:00.0"));
-  std::string g3 = gpuPci("0000:13:00.0", "dev=\"2\" sm=\"80\" rank=\"2\" gdr=\"1\"", nvl("0000:11:00.0") + nvl("0000:12:00.0"));
+  std::string g2 =
+      gpuPci("0000:12:00.0", "dev=\"1\" sm=\"80\" rank=\"1\" gdr=\"1\"", nvl("0000:13:00.0") + nvl("0000:11:00.0"));
+  std::string g3 =
+      gpuPci("0000:13:00.0", "dev=\"2\" sm=\"80\" rank=\"2\" gdr=\"1\"", nvl("0000:11:00.0") + nvl("0000:12:00.0"));
   std::string text = wrap(sw(1, "0000:02:00.0", g1 + g2) + sw(2, "0000:01:00.0", g3));
   auto start = std::chrono::steady_clock::now();
   XmlDocument doc = parseXml(text, "cycle.xml");

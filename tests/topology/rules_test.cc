@@ -10,8 +10,8 @@ std::string cpuOpen(int numa, const std::string& arch = "x86_64", const std::str
 }
 std::string pci(const std::string& busId, const std::string& cls, const std::string& inner = "",
                 const std::string& speed = "32.0 GT/s PCIe", int width = 16, const std::string& ids = "") {
-  return "<pci busid=\"" + busId + "\" class=\"" + cls + "\" " + ids + " link_speed=\"" + speed +
-         "\" link_width=\"" + std::to_string(width) + "\">" + inner + "</pci>";
+  return "<pci busid=\"" + busId + "\" class=\"" + cls + "\" " + ids + " link_speed=\"" + speed + "\" link_width=\"" +
+         std::to_string(width) + "\">" + inner + "</pci>";
 }
 std::string gpu(int rank, int sm = 90, const std::string& inner = "") {
   return "<gpu dev=\"" + std::to_string(rank) + "\" sm=\"" + std::to_string(sm) + "\" rank=\"" + std::to_string(rank) +
@@ -47,8 +47,8 @@ TEST(TopologyRules, TwoSwitchLevelsArePxbAndKeepGdr) {
   std::string body = cpuOpen(0) +
                      pci("0000:10:00.0", "0x060400",
                          pci("0000:11:00.0", "0x060400", pci("0000:12:00.0", "0x030200", gpu(0))) +
-                             pci("0000:13:00.0", "0x060400", pci("0000:14:00.0", "0x020700", net(0)) +
-                                                                 pci("0000:15:00.0", "0x030200", gpu(1)))) +
+                             pci("0000:13:00.0", "0x060400",
+                                 pci("0000:14:00.0", "0x020700", net(0)) + pci("0000:15:00.0", "0x030200", gpu(1)))) +
                      "</cpu>";
   Analysis a = run(body);
   EXPECT_EQ(pathTypeName(gpuToNet(a, 0, 0).type), "PXB");
@@ -108,14 +108,13 @@ TEST(TopologyRules, BroadcomGen5SwitchLevelsAreFlattened) {
   // so a GPU and a NIC behind the two levels are PIX, not PXB.
   std::string upper = "vendor=\"0x1000\" device=\"0xc030\" subsystem_vendor=\"0x1000\" subsystem_device=\"0x0000\"";
   std::string lower = "vendor=\"0x1000\" device=\"0xc030\" subsystem_vendor=\"0x1000\" subsystem_device=\"0x1000\"";
-  std::string body = cpuOpen(0) +
-                     pci("0000:10:00.0", "0x060400",
-                         pci("0000:11:00.0", "0x060400", pci("0000:12:00.0", "0x030200", gpu(0)), "32.0 GT/s PCIe",
-                             16, lower) +
-                             pci("0000:13:00.0", "0x060400", pci("0000:14:00.0", "0x020700", net(0)),
-                                 "32.0 GT/s PCIe", 16, lower),
-                         "32.0 GT/s PCIe", 16, upper) +
-                     "</cpu>";
+  std::string body =
+      cpuOpen(0) +
+      pci("0000:10:00.0", "0x060400",
+          pci("0000:11:00.0", "0x060400", pci("0000:12:00.0", "0x030200", gpu(0)), "32.0 GT/s PCIe", 16, lower) +
+              pci("0000:13:00.0", "0x060400", pci("0000:14:00.0", "0x020700", net(0)), "32.0 GT/s PCIe", 16, lower),
+          "32.0 GT/s PCIe", 16, upper) +
+      "</cpu>";
   Analysis a = run(body);
   EXPECT_EQ(a.system.count(PCI), 1);
   EXPECT_EQ(pathTypeName(gpuToNet(a, 0, 0).type), "PIX");
@@ -169,12 +168,12 @@ TEST(TopologyRules, LocalNetMirrorsTheDevIndex) {
 
 TEST(TopologyRules, FusionGroupsByDistance) {
   // Two ports of one NIC (PCI functions .0 and .1), a second NIC on the same switch, a third NIC under the other CPU.
-  std::string body = cpuOpen(0) +
-                     pci("0000:10:00.0", "0x060400",
-                         pci("0000:11:00.0", "0x020700", net(0, "mlx5_0")) +
-                             pci("0000:11:00.1", "0x020700", net(1, "mlx5_1")) +
-                             pci("0000:12:00.0", "0x020700", net(2, "mlx5_2"))) +
-                     "</cpu>" + cpuOpen(1) + pci("0000:81:00.0", "0x020700", net(3, "mlx5_3")) + "</cpu>";
+  std::string body =
+      cpuOpen(0) +
+      pci("0000:10:00.0", "0x060400",
+          pci("0000:11:00.0", "0x020700", net(0, "mlx5_0")) + pci("0000:11:00.1", "0x020700", net(1, "mlx5_1")) +
+              pci("0000:12:00.0", "0x020700", net(2, "mlx5_2"))) +
+      "</cpu>" + cpuOpen(1) + pci("0000:81:00.0", "0x020700", net(3, "mlx5_3")) + "</cpu>";
   XmlDocument doc = parseXml("<system version=\"1\">" + body + "</system>");
   auto devs = listNetDevices(doc.root);
   ASSERT_EQ(devs.size(), 4u);

@@ -37,8 +37,12 @@ void BM_Ndv4ParseOnly(benchmark::State& state) {
   }
 }
 
-void BM_Ndv4Pipeline(benchmark::State& state) { pipeline(state, ndv4()); }
-void BM_Synthetic72x18Pipeline(benchmark::State& state) { pipeline(state, makeSyntheticTopology(72, 18)); }
+void BM_Ndv4Pipeline(benchmark::State& state) {
+  pipeline(state, ndv4());
+}
+void BM_Synthetic72x18Pipeline(benchmark::State& state) {
+  pipeline(state, makeSyntheticTopology(72, 18));
+}
 
 void BM_Synthetic72x18Paths(benchmark::State& state) {
   XmlDocument doc = makeSyntheticTopology(72, 18);

@@ -11,7 +11,9 @@
 
 namespace nns::topo::testing {
 
-inline std::string dataPath(const std::string& file) { return std::string(NNS_TOPOLOGY_DATA_DIR) + "/" + file; }
+inline std::string dataPath(const std::string& file) {
+  return std::string(NNS_TOPOLOGY_DATA_DIR) + "/" + file;
+}
 
 // Loads a file from tests/data/topologies, completes it like the EXPECTED harness did, runs the whole pipeline with
 // NCCL's defaults (environment ignored) as rank 0 of a 16-rank (two-node) communicator.

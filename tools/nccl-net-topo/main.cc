@@ -15,7 +15,9 @@ using nns::topo::Analysis;
 using nns::topo::TopologyError;
 using json = nlohmann::ordered_json;
 
-std::string pathName(int t) { return std::string(nns::topo::pathTypeName(t)); }
+std::string pathName(int t) {
+  return std::string(nns::topo::pathTypeName(t));
+}
 
 json graphJson(const Analysis& a, const nns::topo::Graph& g, bool inter) {
   json j;
@@ -66,14 +68,15 @@ json analysisJson(const Analysis& a) {
   j["trim"] = {{"reason", a.trim.reason}, {"removedRanks", a.trim.removedRanks}, {"inter", a.trim.inter}};
   json cpus = json::array();
   for (int c = 0; c < sys.count(CPU); ++c)
-    cpus.push_back({{"id", sys.idString(CPU, c)}, {"numaId", sys.node(CPU, c).cpu.numaId},
+    cpus.push_back({{"id", sys.idString(CPU, c)},
+                    {"numaId", sys.node(CPU, c).cpu.numaId},
                     {"affinity", sys.node(CPU, c).cpu.affinity}});
   j["cpus"] = cpus;
   json gpus = json::array();
   for (int g = 0; g < sys.count(GPU); ++g) {
     const Node& n = sys.node(GPU, g);
-    json gj = {{"rank", n.gpu.rank}, {"dev", n.gpu.dev}, {"id", sys.idString(GPU, g)}, {"busId", n.busId},
-               {"sm", n.gpu.sm}, {"gdr", n.gpu.gdr}};
+    json gj = {{"rank", n.gpu.rank}, {"dev", n.gpu.dev}, {"id", sys.idString(GPU, g)},
+               {"busId", n.busId},   {"sm", n.gpu.sm},   {"gdr", n.gpu.gdr}};
     if (!a.localNets.empty()) {
       json nets = json::array();
       for (const auto& c : a.localNets[static_cast<std::size_t>(g)]) nets.push_back(c.netDev);
@@ -96,8 +99,12 @@ json analysisJson(const Analysis& a) {
     json p2p = json::array();
     for (int p = 0; p < sys.count(GPU); ++p) {
       const auto& d = a.p2p[static_cast<std::size_t>(g)][static_cast<std::size_t>(p)];
-      p2p.push_back({{"peer", a.gpuRanks[static_cast<std::size_t>(p)]}, {"p2p", d.p2p}, {"read", d.read},
-                     {"intermediateRank", d.intermediateRank}, {"path", pathName(d.pathType)}, {"reason", d.reason}});
+      p2p.push_back({{"peer", a.gpuRanks[static_cast<std::size_t>(p)]},
+                     {"p2p", d.p2p},
+                     {"read", d.read},
+                     {"intermediateRank", d.intermediateRank},
+                     {"path", pathName(d.pathType)},
+                     {"reason", d.reason}});
     }
     gj["p2p"] = p2p;
     gpus.push_back(gj);
@@ -106,8 +113,14 @@ json analysisJson(const Analysis& a) {
   json nets = json::array();
   for (int n = 0; n < sys.count(NET); ++n) {
     const NetInfo& net = sys.node(NET, n).net;
-    nets.push_back({{"dev", net.dev}, {"name", net.name}, {"id", sys.idString(NET, n)}, {"bw", net.bw},
-                    {"port", net.port}, {"guid", net.asic}, {"gdr", net.gdr}, {"maxconn", net.maxChannels},
+    nets.push_back({{"dev", net.dev},
+                    {"name", net.name},
+                    {"id", sys.idString(NET, n)},
+                    {"bw", net.bw},
+                    {"port", net.port},
+                    {"guid", net.asic},
+                    {"gdr", net.gdr},
+                    {"maxconn", net.maxChannels},
                     {"ownerRank", a.netLocalGpuRank.empty() ? -1 : a.netLocalGpuRank[static_cast<std::size_t>(n)]}});
   }
   j["nets"] = nets;
@@ -132,8 +145,11 @@ json analysisJson(const Analysis& a) {
   j["paths"] = paths;
   json searches = json::array();
   for (const auto& s : a.searches)
-    searches.push_back({{"inter", s.inter}, {"maxBw", s.maxBw}, {"totalBw", s.totalBw},
-                        {"ring", graphJson(a, s.ring, s.inter)}, {"tree", graphJson(a, s.tree, s.inter)}});
+    searches.push_back({{"inter", s.inter},
+                        {"maxBw", s.maxBw},
+                        {"totalBw", s.totalBw},
+                        {"ring", graphJson(a, s.ring, s.inter)},
+                        {"tree", graphJson(a, s.tree, s.inter)}});
   j["searches"] = searches;
   return j;
 }
@@ -142,7 +158,7 @@ json analysisJson(const Analysis& a) {
 
 int main(int argc, char** argv) {
   CLI::App app{"nccl-net-topo: NCCL's topology model of a machine, every decision with its reason"};
-  std::string topoFile, dumpXml, dumpGraph, graphFile;
+  std::string topoFile, dumpXml, dumpGraph, graphFile, netName = "IB";
   bool jsonOut = false, dotOut = false, ncclLog = false, noSearch = false, ignoreEnv = false, showPaths = true;
   nns::topo::CompletionOptions fill;
   nns::topo::AnalysisOptions opts;
@@ -162,10 +178,12 @@ int main(int argc, char** argv) {
   app.add_option("--nic-gdr", fill.nicGdr, "gdr attribute of added NETs (0/1)");
   app.add_option("--rank", opts.rank, "our rank (trimming and per-rank Ring/Trees lines); default: first GPU");
   app.add_option("--nranks", opts.nRanks, "communicator size; default: twice the local GPUs (multi-node)");
-  app.add_option("--channels", opts.channels, "channels shown for the NIC choice of each GPU")->check(CLI::Range(1, 64));
+  app.add_option("--channels", opts.channels, "channels shown for the NIC choice of each GPU")
+      ->check(CLI::Range(1, 64));
   app.add_flag("--json", jsonOut, "machine-readable output");
   app.add_flag("--dot", dotOut, "Graphviz DOT of the graph and each GPU's NIC (render with dot -Tpng)");
   app.add_flag("--nccl-log", ncclLog, "also print NCCL's own GRAPH log lines (system tree, paths, GDR, graphs)");
+  app.add_option("--net-name", netName, "net plugin name in NCCL's transport lines (NET/<name>/<dev>)");
   app.add_flag("--no-search", noSearch, "skip the ring/tree searches");
   app.add_flag("!--no-paths", showPaths, "skip the path matrix");
   app.add_flag("--ignore-env", ignoreEnv, "ignore NCCL_* variables (P2P/GDR/PXN levels, CROSS_NIC, ...)");
@@ -216,9 +234,12 @@ int main(int argc, char** argv) {
     if (jsonOut) {
       json j = analysisJson(a);
       if (discovered)
-        j["discovery"] = {{"numaNodes", discovery.numaNodes}, {"cores", discovery.cpuCores},
-                          {"processingUnits", discovery.processingUnits}, {"cpuVendor", discovery.cpuVendor},
-                          {"cpuModel", discovery.cpuModelName}, {"notes", discovery.notes}};
+        j["discovery"] = {{"numaNodes", discovery.numaNodes},
+                          {"cores", discovery.cpuCores},
+                          {"processingUnits", discovery.processingUnits},
+                          {"cpuVendor", discovery.cpuVendor},
+                          {"cpuModel", discovery.cpuModelName},
+                          {"notes", discovery.notes}};
       std::cout << j.dump(2) << "\n";
       return 0;
     }
@@ -251,6 +272,7 @@ int main(int argc, char** argv) {
       for (const auto& row : a.gdrRead)
         for (const auto& d : row)
           if (!d.ncclLog.empty()) std::cout << d.ncclLog << "\n";
+      for (const auto& l : nns::topo::transportLogLines(a, netName)) std::cout << l << "\n";
     }
   } catch (const TopologyError& e) {
     std::cerr << "nccl-net-topo: " << e.what() << "\n";

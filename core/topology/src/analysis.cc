@@ -5,8 +5,8 @@
 #include <cstdarg>
 #include <cstdio>
 #include <map>
-#include <tuple>
 #include <sstream>
+#include <tuple>
 
 namespace nns::topo {
 
@@ -22,7 +22,9 @@ std::string fmt(const char* format, ...) {
   return buf;
 }
 
-std::string pn(int type) { return std::string(pathTypeName(type)); }
+std::string pn(int type) {
+  return std::string(pathTypeName(type));
+}
 
 std::string devList(std::vector<int> devs) {
   std::sort(devs.begin(), devs.end());
@@ -62,7 +64,9 @@ Analysis analyze(XmlDocument doc, const AnalysisOptions& options) {
   for (int n = 0; n < nn; ++n) a.netDevs.push_back(sys.node(NET, n).net.dev);
   a.p2p.assign(static_cast<std::size_t>(ng), {});
   for (int g = 0; g < ng; ++g)
-    for (int p = 0; p < ng; ++p) a.p2p[static_cast<std::size_t>(g)].push_back(checkP2p(sys, st, a.gpuRanks[static_cast<std::size_t>(g)], a.gpuRanks[static_cast<std::size_t>(p)]));
+    for (int p = 0; p < ng; ++p)
+      a.p2p[static_cast<std::size_t>(g)].push_back(
+          checkP2p(sys, st, a.gpuRanks[static_cast<std::size_t>(g)], a.gpuRanks[static_cast<std::size_t>(p)]));
   if (nn > 0) {
     a.gdrRead.assign(static_cast<std::size_t>(ng), {});
     a.gdrWrite.assign(static_cast<std::size_t>(ng), {});
@@ -70,12 +74,16 @@ Analysis analyze(XmlDocument doc, const AnalysisOptions& options) {
     for (int g = 0; g < ng; ++g) {
       int rank = a.gpuRanks[static_cast<std::size_t>(g)];
       for (int n = 0; n < nn; ++n) {
-        a.gdrRead[static_cast<std::size_t>(g)].push_back(checkGdr(sys, st, rank, a.netDevs[static_cast<std::size_t>(n)], true));
-        a.gdrWrite[static_cast<std::size_t>(g)].push_back(checkGdr(sys, st, rank, a.netDevs[static_cast<std::size_t>(n)], false));
+        a.gdrRead[static_cast<std::size_t>(g)].push_back(
+            checkGdr(sys, st, rank, a.netDevs[static_cast<std::size_t>(n)], true));
+        a.gdrWrite[static_cast<std::size_t>(g)].push_back(
+            checkGdr(sys, st, rank, a.netDevs[static_cast<std::size_t>(n)], false));
         if (sys.node(GPU, g).paths[NET][static_cast<std::size_t>(n)].type == PATH_PXN)
-          a.pxn.push_back({rank, a.netDevs[static_cast<std::size_t>(n)], intermediateRank(sys, rank, a.netDevs[static_cast<std::size_t>(n)])});
+          a.pxn.push_back({rank, a.netDevs[static_cast<std::size_t>(n)],
+                           intermediateRank(sys, rank, a.netDevs[static_cast<std::size_t>(n)])});
       }
-      for (int c = 0; c < std::max(1, options.channels); ++c) a.localNets[static_cast<std::size_t>(g)].push_back(localNet(sys, st, rank, c));
+      for (int c = 0; c < std::max(1, options.channels); ++c)
+        a.localNets[static_cast<std::size_t>(g)].push_back(localNet(sys, st, rank, c));
     }
     for (int n = 0; n < nn; ++n) {
       int owner = localGpuOfNet(sys, st, n);
@@ -105,8 +113,8 @@ Analysis analyze(XmlDocument doc, const AnalysisOptions& options) {
       a.searches.push_back(std::move(r));
     }
     sys.inter = savedInter;
-    searchInit(sys);
   }
+  searchInit(sys);  // maxBw/totalBw of the trimmed system, as NCCL prints it
   return a;
 }
 
@@ -119,24 +127,29 @@ std::vector<std::string> systemLogLines(const System& sys) {
     void rec(int type, int index, int prevType, int prevIndex, const std::string& prefix, int depth) {
       const Node& n = sys.node(type, index);
       std::string line = prefix + sys.idString(type, index);
-      if (type == GPU) line += fmt(" (%d)", n.gpu.rank);
+      if (type == GPU)
+        line += fmt(" (%d)", n.gpu.rank);
       else if (type == CPU)
-        line += fmt(" (%d/%d/%d)", static_cast<int>(n.cpu.arch), static_cast<int>(n.cpu.vendor), static_cast<int>(n.cpu.model));
-      else if (type == PCI) line += fmt(" (%llx)", static_cast<unsigned long long>(n.pciDevice));
+        line += fmt(" (%d/%d/%d)", static_cast<int>(n.cpu.arch), static_cast<int>(n.cpu.vendor),
+                    static_cast<int>(n.cpu.model));
+      else if (type == PCI)
+        line += fmt(" (%llx)", static_cast<unsigned long long>(n.pciDevice));
       out.push_back(line);
       if (depth > 64) return;
       std::string pad(prefix.size(), ' ');
       for (const Link& l : n.links) {
         if (l.type == LINK_LOC) {
-          out.push_back(pad + fmt("+ %s[%2.1f] - ", std::string(linkTypeName(l.type)).c_str(), l.bw) + sys.idString(l.remType, l.remIndex));
+          out.push_back(pad + fmt("+ %s[%2.1f] - ", std::string(linkTypeName(l.type)).c_str(), l.bw) +
+                        sys.idString(l.remType, l.remIndex));
         } else if (l.type != LINK_PCI || !(l.remType == prevType && l.remIndex == prevIndex)) {
           std::string head = pad + fmt("+ %s[%2.1f] - ", std::string(linkTypeName(l.type)).c_str(), l.bw);
           if (l.type == LINK_PCI) {
             rec(l.remType, l.remIndex, type, index, head, depth + 1);
           } else if (l.remType == NET) {
             const NetInfo& net = sys.node(NET, l.remIndex).net;
-            out.push_back(head + sys.idString(NET, l.remIndex) +
-                          fmt(" (%d/%llx/%d/%f)", net.coll, static_cast<unsigned long long>(net.asic), net.port, net.bw));
+            out.push_back(
+                head + sys.idString(NET, l.remIndex) +
+                fmt(" (%d/%llx/%d/%f)", net.coll, static_cast<unsigned long long>(net.asic), net.port, net.bw));
           } else {
             out.push_back(head + sys.idString(l.remType, l.remIndex));
           }
@@ -168,6 +181,30 @@ std::vector<std::string> pathLogLines(const System& sys) {
   return out;
 }
 
+std::vector<std::string> transportLogLines(const Analysis& a, const std::string& netName) {
+  std::vector<std::string> out;
+  const System& sys = a.system;
+  if (sys.count(NET) == 0) return out;
+  int n = sys.count(GPU);
+  for (int g = 0; g < n; ++g) {
+    const Node& gpu = sys.node(GPU, g);
+    int peer = gpu.gpu.rank + n;
+    NetDevChoice send = netDevForPeer(sys, a.settings, gpu.gpu.rank, 0, gpu.gpu.dev);
+    GdrDecision sendGdr = checkGdr(sys, a.settings, gpu.gpu.rank, send.netDev, true);
+    out.push_back(fmt("Channel 00/0 : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s%s", gpu.gpu.rank, gpu.gpu.dev, peer,
+                      gpu.gpu.dev, netName.c_str(), send.netDev,
+                      send.proxyRank != gpu.gpu.rank ? fmt("(%d)", send.proxyRank).c_str() : "",
+                      sendGdr.mode != GdrMode::Disabled ? "/GDRDMA" : "", sendGdr.mode == GdrMode::Pci ? "(PCI)" : ""));
+    // Receives stay on our own local NIC: PXN only rewrites the GPU->NIC direction.
+    int recvDev = localNet(sys, a.settings, gpu.gpu.rank, 0).netDev;
+    GdrDecision recvGdr = checkGdr(sys, a.settings, gpu.gpu.rank, recvDev, false);
+    out.push_back(fmt("Channel 00/0 : %d[%d] -> %d[%d] [receive] via NET/%s/%d%s%s", peer, gpu.gpu.dev, gpu.gpu.rank,
+                      gpu.gpu.dev, netName.c_str(), recvDev, recvGdr.mode != GdrMode::Disabled ? "/GDRDMA" : "",
+                      recvGdr.mode == GdrMode::Pci ? "(PCI)" : ""));
+  }
+  return out;
+}
+
 std::string formatSummary(const Analysis& a) {
   const System& sys = a.system;
   std::ostringstream o;
@@ -189,6 +226,8 @@ std::string formatSummary(const Analysis& a) {
     o << "\n";
   }
   o << "\nGPUs (NCCL order):\n";
+  if (sys.count(GPU) == 0)
+    o << "  none (discovery cannot read a GPU's compute capability without NVML: see --gpu-sm)\n";
   for (int g = 0; g < sys.count(GPU); ++g) {
     const Node& n = sys.node(GPU, g);
     int c = localCpu(sys, g);
@@ -220,7 +259,8 @@ std::string formatSummary(const Analysis& a) {
         if (a.gdrRead[static_cast<std::size_t>(g)][n].mode != GdrMode::Disabled) rd.push_back(a.netDevs[n]);
         if (a.gdrWrite[static_cast<std::size_t>(g)][n].mode != GdrMode::Disabled) wr.push_back(a.netDevs[n]);
       }
-      o << fmt("  rank %d: read {%s} write {%s}\n", a.gpuRanks[static_cast<std::size_t>(g)], devList(rd).c_str(), devList(wr).c_str());
+      o << fmt("  rank %d: read {%s} write {%s}\n", a.gpuRanks[static_cast<std::size_t>(g)], devList(rd).c_str(),
+               devList(wr).c_str());
       // One reason line per distinct reason keeps 8x8 machines readable.
       std::map<std::string, std::vector<int>> reasons;
       for (std::size_t n = 0; n < a.netDevs.size(); ++n)
@@ -305,14 +345,15 @@ std::string formatSearches(const Analysis& a, int rank) {
   const System& sys = a.system;
   std::ostringstream o;
   for (const auto& r : a.searches) {
-    o << (r.inter ? "Search with the network (several nodes)" : "Search within one node") << fmt(": maxBw %.1f totalBw %.1f\n", r.maxBw, r.totalBw);
+    o << (r.inter ? "Search with the network (several nodes)" : "Search within one node")
+      << fmt(": maxBw %.1f totalBw %.1f\n", r.maxBw, r.totalBw);
     for (const Graph* g : {&r.ring, &r.tree}) {
       o << "  " << patternName(g->pattern) << (g->fallback ? " (no path found: simple order fallback)" : "") << "\n";
       o << "    tried:";
       for (const auto& at : g->attempts)
-        o << fmt(" [%s %s/%s bw %g/%g same %d xnic %d -> %d%s%s]", at.pass == 2 ? "p2" : "p1",
-                 pn(at.typeIntra).c_str(), pn(at.typeInter).c_str(), at.bwIntra, at.bwInter, at.sameChannels,
-                 at.crossNic, at.bestChannels, at.outcome.empty() ? "" : " ", at.outcome.c_str());
+        o << fmt(" [%s %s/%s bw %g/%g same %d xnic %d -> %d%s%s]", at.pass == 2 ? "p2" : "p1", pn(at.typeIntra).c_str(),
+                 pn(at.typeInter).c_str(), at.bwIntra, at.bwInter, at.sameChannels, at.crossNic, at.bestChannels,
+                 at.outcome.empty() ? "" : " ", at.outcome.c_str());
       o << "\n";
       for (const auto& line : graphLogLines(sys, *g)) o << "    " << line << "\n";
       int n = sys.count(GPU);
@@ -338,12 +379,18 @@ std::string formatDot(const Analysis& a) {
   auto label = [&](int t, int i) {
     const Node& n = sys.node(t, i);
     switch (t) {
-      case GPU: return fmt("GPU rank %d\\ndev %d sm %d\\n%s", n.gpu.rank, n.gpu.dev, n.gpu.sm, n.busId.c_str());
-      case NET: return fmt("NET %d %s\\n%.1f GB/s gdr %d", n.net.dev, n.net.name.c_str(), n.net.bw, n.net.gdr);
-      case CPU: return fmt("CPU numa %d", n.cpu.numaId);
-      case NIC: return fmt("NIC\\n%s", n.busId.empty() ? "(virtual)" : n.busId.c_str());
-      case NVS: return std::string("NVSwitch");
-      default: return fmt("PCI switch\\n%s", n.busId.c_str());
+      case GPU:
+        return fmt("GPU rank %d\\ndev %d sm %d\\n%s", n.gpu.rank, n.gpu.dev, n.gpu.sm, n.busId.c_str());
+      case NET:
+        return fmt("NET %d %s\\n%.1f GB/s gdr %d", n.net.dev, n.net.name.c_str(), n.net.bw, n.net.gdr);
+      case CPU:
+        return fmt("CPU numa %d", n.cpu.numaId);
+      case NIC:
+        return fmt("NIC\\n%s", n.busId.empty() ? "(virtual)" : n.busId.c_str());
+      case NVS:
+        return std::string("NVSwitch");
+      default:
+        return fmt("PCI switch\\n%s", n.busId.c_str());
     }
   };
   static const char* kShape[] = {"box", "ellipse", "hexagon", "octagon", "component", "doublecircle"};
@@ -353,8 +400,8 @@ std::string formatDot(const Analysis& a) {
   o << "  label=\"" << a.sourceName << ": links (solid), NIC used by each GPU on channel 0 (dashed, path type)\";\n";
   for (int t = 0; t < kNodeTypeCount; ++t)
     for (int i = 0; i < sys.count(t); ++i)
-      o << "  " << id(t, i) << " [label=\"" << label(t, i) << "\", shape=" << kShape[t] << ", fillcolor=\""
-        << kColor[t] << "\"];\n";
+      o << "  " << id(t, i) << " [label=\"" << label(t, i) << "\", shape=" << kShape[t] << ", fillcolor=\"" << kColor[t]
+        << "\"];\n";
   if (sys.count(CPU) > 1) {
     o << "  { rank=same;";
     for (int c = 0; c < sys.count(CPU); ++c) o << ' ' << id(CPU, c) << ';';
@@ -381,8 +428,8 @@ std::string formatDot(const Analysis& a) {
     for (int g = 0; g < sys.count(GPU); ++g) {
       const auto& c = a.localNets[static_cast<std::size_t>(g)][0];
       const Path& p = sys.node(GPU, g).paths[NET][static_cast<std::size_t>(c.netIndex)];
-      o << "  " << id(GPU, g) << " -> " << id(NET, c.netIndex) << " [style=dashed, color=\"#e6550d\", constraint=false, label=\""
-        << pn(p.type) << "\"];\n";
+      o << "  " << id(GPU, g) << " -> " << id(NET, c.netIndex)
+        << " [style=dashed, color=\"#e6550d\", constraint=false, label=\"" << pn(p.type) << "\"];\n";
     }
   o << "}\n";
   return o.str();

@@ -42,8 +42,8 @@ std::string busIdOfPath(const std::string& path) {
 }
 
 int laneRateOf(const std::string& speed) {
-  static const std::pair<const char*, int> kRates[] = {{"2.5 GT/s", 15}, {"5", 30}, {"8", 60}, {"16", 120},
-                                                        {"32", 240},     {"64", 480}};
+  static const std::pair<const char*, int> kRates[] = {{"2.5 GT/s", 15}, {"5", 30},   {"8", 60},
+                                                       {"16", 120},      {"32", 240}, {"64", 480}};
   for (const auto& [prefix, rate] : kRates)
     if (speed.rfind(prefix, 0) == 0) return rate;
   return 0;
@@ -149,7 +149,7 @@ XmlDocument discoverTopology(const std::vector<NicInfo>& nics, DiscoveryReport* 
   doc.root.name = "system";
   doc.root.setAttr("version", "1");
 
-  struct utsname uts{};
+  struct utsname uts {};
   std::string arch = uname(&uts) == 0 ? uts.machine : "";
   if (arch == "aarch64") arch = "arm64";
   hwloc_obj_t package = hwloc_get_next_obj_by_type(h.topo, HWLOC_OBJ_PACKAGE, nullptr);
@@ -210,8 +210,9 @@ XmlDocument discoverTopology(const std::vector<NicInfo>& nics, DiscoveryReport* 
       pci.setAttr("busid", busId);
       pci.setAttr("class", readLine(fs::path(sysfsRoot) / "bus/pci/devices" / busId / "class"));
       pci.setAttr("link_speed", readLine(fs::path(sysfsRoot) / "bus/pci/devices" / busId / "max_link_speed"));
-      pci.setAttr("link_width", std::to_string(std::atoi(
-                                    readLine(fs::path(sysfsRoot) / "bus/pci/devices" / busId / "max_link_width").c_str())));
+      pci.setAttr("link_width",
+                  std::to_string(
+                      std::atoi(readLine(fs::path(sysfsRoot) / "bus/pci/devices" / busId / "max_link_width").c_str())));
       return &pci;
     }
     // PCI-to-PCI bridges between the host bridge and the device, top-down.
@@ -256,7 +257,9 @@ XmlDocument discoverTopology(const std::vector<NicInfo>& nics, DiscoveryReport* 
     } else {
       host = placePci(busId);
     }
-    XmlElement* nicElement = host->child("nic");
+    // Ports of one PCI device share a <nic>; virtual NICs get one each, so fusion does not take them for ports
+    // (the system still merges CPU-attached NICs of one NUMA node into one NIC node, as NCCL does).
+    XmlElement* nicElement = busId.empty() ? nullptr : host->child("nic");
     if (!nicElement) nicElement = &host->addChild("nic");
     XmlElement& net = nicElement->addChild("net");
     net.setAttr("name", nic.name);

@@ -44,7 +44,9 @@ const XmlElement* nicPciOf(const std::vector<const XmlElement*>& chain) {
   return nullptr;
 }
 
-std::string levelName(int level) { return level == PATH_PORT ? "PORT" : std::string(pathTypeName(level)); }
+std::string levelName(int level) {
+  return level == PATH_PORT ? "PORT" : std::string(pathTypeName(level));
+}
 
 }  // namespace
 

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 
 namespace nns::topo {
@@ -15,7 +15,9 @@ constexpr std::array<std::string_view, 11> kLinkNames = {"LOC", "NVL", "", "C2C"
 constexpr std::array<std::string_view, 12> kPathNames = {"LOC", "NVL", "NVB", "C2C", "PIX", "PXB",
                                                          "P2C", "PXN", "PHB", "SYS", "NET", "DIS"};
 
-bool startsWith(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+bool startsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
 }  // namespace
 
 std::string_view nodeTypeName(int type) {
@@ -56,10 +58,14 @@ std::int64_t busIdToInt64(std::string_view busId) {
   for (char c : busId) {
     if (c == '.' || c == ':') continue;
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else break;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      break;
     if (++digits > 16) break;  // NCCL keeps at most 16 hex digits
     v = (v << 4) | static_cast<std::uint64_t>(d);
   }
@@ -76,9 +82,12 @@ float interCpuBandwidth(const CpuInfo& cpu) {
                : cpu.model == CpuModel::IntelSrp ? SRP_QPI_BW
                : cpu.model == CpuModel::IntelSkl ? SKL_QPI_BW
                                                  : BDW_QPI_BW;
-      case CpuVendor::Amd: return AMD_BW;
-      case CpuVendor::Zhaoxin: return cpu.model == CpuModel::Yongfeng ? YONGFENG_ZPI_BW : ZPI_BW;
-      default: break;
+      case CpuVendor::Amd:
+        return AMD_BW;
+      case CpuVendor::Zhaoxin:
+        return cpu.model == CpuModel::Yongfeng ? YONGFENG_ZPI_BW : ZPI_BW;
+      default:
+        break;
     }
   }
   return LOC_BW;
@@ -254,8 +263,8 @@ int pciClassToType(std::string_view cls) {
 int pciLaneRate(std::string_view speed) {
   // Per-lane rate in 100 Mb/s units; short forms are kernels <= 5.6, " PCIe" suffixed ones newer kernels.
   static const std::pair<std::string_view, int> kRates[] = {
-      {"2.5 GT/s", 15},        {"5 GT/s", 30},          {"8 GT/s", 60},           {"16 GT/s", 120},
-      {"32 GT/s", 240},        {"2.5 GT/s PCIe", 15},   {"5.0 GT/s PCIe", 30},    {"8.0 GT/s PCIe", 60},
+      {"2.5 GT/s", 15},        {"5 GT/s", 30},          {"8 GT/s", 60},         {"16 GT/s", 120},
+      {"32 GT/s", 240},        {"2.5 GT/s PCIe", 15},   {"5.0 GT/s PCIe", 30},  {"8.0 GT/s PCIe", 60},
       {"16.0 GT/s PCIe", 120}, {"32.0 GT/s PCIe", 240}, {"64.0 GT/s PCIe", 480}};
   for (const auto& [s, v] : kRates)
     if (startsWith(speed, s)) return v;
@@ -349,8 +358,8 @@ struct Builder {
     }
     if (const XmlElement* xmlNic = xmlPci.child("nic")) {
       // Multi-port NICs share one NIC node; the id carries the NUMA node so one PCI NIC is distinct per NUMA.
-      std::int64_t localNicId = static_cast<std::int64_t>((static_cast<std::uint64_t>(numaId) << 56) +
-                                                          static_cast<std::uint64_t>(busId));
+      std::int64_t localNicId =
+          static_cast<std::int64_t>((static_cast<std::uint64_t>(numaId) << 56) + static_cast<std::uint64_t>(busId));
       std::int64_t id = makeTopoId(systemId, localNicId);
       int nic = sys.indexOf(NIC, id);
       if (nic == -1) {
@@ -393,14 +402,14 @@ struct Builder {
     cpu.numaId = numaId;
     if (const std::string* aff = xmlCpu.attr("affinity")) cpu.affinity = *aff;
     const std::string& arch = requireAttr(xmlCpu, "arch", source);
-    cpu.arch = startsWith(arch, "x86_64") ? CpuArch::X86
+    cpu.arch = startsWith(arch, "x86_64")  ? CpuArch::X86
                : startsWith(arch, "arm64") ? CpuArch::Arm
                : startsWith(arch, "ppc64") ? CpuArch::Power
                                            : CpuArch::Unknown;
     if (cpu.arch == CpuArch::X86) {
       const std::string& vendor = requireAttr(xmlCpu, "vendor", source);
-      cpu.vendor = startsWith(vendor, "GenuineIntel")   ? CpuVendor::Intel
-                   : startsWith(vendor, "AuthenticAMD") ? CpuVendor::Amd
+      cpu.vendor = startsWith(vendor, "GenuineIntel")                                           ? CpuVendor::Intel
+                   : startsWith(vendor, "AuthenticAMD")                                         ? CpuVendor::Amd
                    : (startsWith(vendor, "CentaurHauls") || startsWith(vendor, "  Shanghai  ")) ? CpuVendor::Zhaoxin
                                                                                                 : CpuVendor::Unknown;
       if (cpu.vendor == CpuVendor::Intel) {
@@ -419,8 +428,7 @@ struct Builder {
       if (sub.name == "pci") addPci(sub, CPU, c, numaId);
       if (sub.name == "nic") {
         // A NIC without a PCI parent (virtual) hangs off the CPU with a local-bandwidth link.
-        std::int64_t id =
-            makeTopoId(systemId, static_cast<std::int64_t>(static_cast<std::uint64_t>(numaId) << 56));
+        std::int64_t id = makeTopoId(systemId, static_cast<std::int64_t>(static_cast<std::uint64_t>(numaId) << 56));
         int nic = sys.indexOf(NIC, id);
         if (nic == -1) {
           nic = sys.addNode(NIC, id);
@@ -512,8 +520,7 @@ struct Builder {
 
   static int bcmGen(std::uint64_t id, int level) {
     if ((id & 0xfffffffffffff000ULL) == 0x1000c0101000a000ULL) return 4;
-    if ((id & 0xfffffffffffff000ULL) == (0x1000c03010000000ULL | static_cast<std::uint64_t>(level) * 0x1000))
-      return 5;
+    if ((id & 0xfffffffffffff000ULL) == (0x1000c03010000000ULL | static_cast<std::uint64_t>(level) * 0x1000)) return 5;
     return 0;
   }
 
@@ -551,7 +558,7 @@ struct Builder {
       }
       int parent = sys.indexOf(PCI, parentId);
       sys.node(PCI, parent).pciDevice |= 0xffff;  // never merge this switch again
-      s = -1;                                        // node indices changed: start over
+      s = -1;                                     // node indices changed: start over
     }
   }
 
@@ -606,6 +613,8 @@ System buildSystem(const XmlElement& root, const std::string& sourceName) {
   return std::move(b.sys);
 }
 
-System buildSystem(const XmlDocument& doc) { return buildSystem(doc.root, doc.sourceName); }
+System buildSystem(const XmlDocument& doc) {
+  return buildSystem(doc.root, doc.sourceName);
+}
 
 }  // namespace nns::topo

@@ -21,13 +21,16 @@ std::string fmt(const char* format, ...) {
   return buf;
 }
 
-std::string nameOf(int pathType) { return std::string(pathTypeName(pathType)); }
+std::string nameOf(int pathType) {
+  return std::string(pathTypeName(pathType));
+}
 
 int envLevel(const char* name, int fallback) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
   int level = parsePathLevel(v);
-  if (level < 0) throw TopologyError(std::string(name) + "=" + v + ": unknown level (LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS)");
+  if (level < 0)
+    throw TopologyError(std::string(name) + "=" + v + ": unknown level (LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS)");
   return level;
 }
 
@@ -44,8 +47,10 @@ int envInt(const char* name, int fallback) {
 
 TopoSettings TopoSettings::fromEnvironment() {
   TopoSettings s;
-  if (envInt("NCCL_P2P_DISABLE", 0) == 1) s.p2pLevel = PATH_LOC;
-  else s.p2pLevel = envLevel("NCCL_P2P_LEVEL", -2);
+  if (envInt("NCCL_P2P_DISABLE", 0) == 1)
+    s.p2pLevel = PATH_LOC;
+  else
+    s.p2pLevel = envLevel("NCCL_P2P_LEVEL", -2);
   s.nvbDisable = envInt("NCCL_NVB_DISABLE", 0) == 1;
   s.netGdrLevel = envLevel("NCCL_NET_GDR_LEVEL", -2);
   s.netGdrRead = envInt("NCCL_NET_GDR_READ", -2);
@@ -56,16 +61,21 @@ TopoSettings TopoSettings::fromEnvironment() {
   s.crossNic = envInt("NCCL_CROSS_NIC", 2);
   if (const char* m = std::getenv("NCCL_NET_MERGE_LEVEL"); m && *m) {
     std::string v = m;
-    if (v == "PORT") s.netMergeLevel = PATH_PORT;
+    if (v == "PORT")
+      s.netMergeLevel = PATH_PORT;
     else if ((s.netMergeLevel = parsePathLevel(v)) < 0)
       throw TopologyError("NCCL_NET_MERGE_LEVEL=" + v + ": unknown level");
   }
   if (const char* p = std::getenv("NCCL_NETDEVS_POLICY"); p && *p) {
     std::string v = p;
-    if (v == "AUTO") s.netDevsPolicyMax = 0;
-    else if (v == "ALL") s.netDevsPolicyMax = -1;
-    else if (v.rfind("MAX:", 0) == 0 && std::atoi(v.c_str() + 4) > 0) s.netDevsPolicyMax = std::atoi(v.c_str() + 4);
-    else throw TopologyError("NCCL_NETDEVS_POLICY=" + v + ": expected AUTO, ALL or MAX:<n>");
+    if (v == "AUTO")
+      s.netDevsPolicyMax = 0;
+    else if (v == "ALL")
+      s.netDevsPolicyMax = -1;
+    else if (v.rfind("MAX:", 0) == 0 && std::atoi(v.c_str() + 4) > 0)
+      s.netDevsPolicyMax = std::atoi(v.c_str() + 4);
+    else
+      throw TopologyError("NCCL_NETDEVS_POLICY=" + v + ": expected AUTO, ALL or MAX:<n>");
   }
   return s;
 }
@@ -163,7 +173,9 @@ int cpuTypeVendorAmd(const System& sys) {
   return c.arch == CpuArch::X86 && c.vendor == CpuVendor::Amd;
 }
 
-bool isPow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
+bool isPow2(int v) {
+  return v > 0 && (v & (v - 1)) == 0;
+}
 int mirrorBits(int val, int pow2) {
   int mirror = 0;
   for (int b = 1, mb = (pow2 >> 1); b < pow2; b <<= 1, mb >>= 1)
@@ -216,19 +228,23 @@ LocalNetChoice localNet(const System& sys, const TopoSettings& settings, int ran
   std::vector<int> gpus = localNodes(sys, NET, nets[0], GPU);
   int count = static_cast<int>(nets.size());
   int localGpuCount = std::max<int>(1, static_cast<int>(gpus.size()));
-  if (settings.netDevsPolicyMax == 0) c.netsPerGpu = (count + localGpuCount - 1) / localGpuCount;
-  else if (settings.netDevsPolicyMax < 0) c.netsPerGpu = count;
-  else c.netsPerGpu = std::min(settings.netDevsPolicyMax, count);
+  if (settings.netDevsPolicyMax == 0)
+    c.netsPerGpu = (count + localGpuCount - 1) / localGpuCount;
+  else if (settings.netDevsPolicyMax < 0)
+    c.netsPerGpu = count;
+  else
+    c.netsPerGpu = std::min(settings.netDevsPolicyMax, count);
   int idx = sys.node(GPU, g).gpu.dev;
   if (isPow2(count)) idx = mirrorBits(idx, count);
   c.mirroredIndex = idx;
   idx += channel % c.netsPerGpu;
   c.netIndex = nets[static_cast<std::size_t>(idx % count)];
   c.netDev = sys.node(NET, c.netIndex).net.dev;
-  c.reason = fmt("%d NET(s) at the best bw %.1f/%s from this GPU, shared by %d GPU(s) -> %d net(s) per GPU; "
-                 "index = dev %d%s + channel %% %d = %d, mod %d",
-                 count, c.localBw, nameOf(c.localPathType).c_str(), localGpuCount, c.netsPerGpu,
-                 sys.node(GPU, g).gpu.dev, isPow2(count) ? " bit-mirrored" : "", c.netsPerGpu, idx, count);
+  c.reason =
+      fmt("%d NET(s) at the best bw %.1f/%s from this GPU, shared by %d GPU(s) -> %d net(s) per GPU; "
+          "index = dev %d%s + channel %% %d = %d, mod %d",
+          count, c.localBw, nameOf(c.localPathType).c_str(), localGpuCount, c.netsPerGpu, sys.node(GPU, g).gpu.dev,
+          isPow2(count) ? " bit-mirrored" : "", c.netsPerGpu, idx, count);
   return c;
 }
 
@@ -360,18 +376,19 @@ GdrDecision checkGdr(const System& sys, const TopoSettings& settings, int rank, 
                static_cast<long long>(topoIdLocal(x.id)));
   };
   if (d.distance > d.level) {
-    d.reason = fmt("distance %s > level %s (%s)", nameOf(d.distance).c_str(), nameOf(d.level).c_str(),
-                   levelWhy.c_str());
+    d.reason =
+        fmt("distance %s > level %s (%s)", nameOf(d.distance).c_str(), nameOf(d.level).c_str(), levelWhy.c_str());
     d.ncclLog = fmt("GPU Direct RDMA Disabled for %s (rank %d) - %s (distance %d > %d)", idDec(GPU, g).c_str(), rank,
                     idDec(NET, n).c_str(), d.distance, d.level);
     return d;
   }
   int c = localCpu(sys, gg);
-  d.mode = (c >= 0 && gpuPath(sys, gg, CPU, c).type == PATH_C2C && d.distance != PATH_P2C) ? GdrMode::Pci
-                                                                                           : GdrMode::Default;
-  d.reason = fmt("distance %s <= level %s (%s)%s%s", nameOf(d.distance).c_str(), nameOf(d.level).c_str(),
-                 levelWhy.c_str(), d.proxyRank >= 0 ? (", done by PXN relay rank " + std::to_string(d.proxyRank)).c_str() : "",
-                 d.mode == GdrMode::Pci ? ", PCI BAR mapping forced (GPU reaches its CPU by C2C)" : "");
+  d.mode =
+      (c >= 0 && gpuPath(sys, gg, CPU, c).type == PATH_C2C && d.distance != PATH_P2C) ? GdrMode::Pci : GdrMode::Default;
+  d.reason =
+      fmt("distance %s <= level %s (%s)%s%s", nameOf(d.distance).c_str(), nameOf(d.level).c_str(), levelWhy.c_str(),
+          d.proxyRank >= 0 ? (", done by PXN relay rank " + std::to_string(d.proxyRank)).c_str() : "",
+          d.mode == GdrMode::Pci ? ", PCI BAR mapping forced (GPU reaches its CPU by C2C)" : "");
   d.ncclLog = fmt("GPU Direct RDMA Enabled for %s (rank %d) - %s (%sdistance %d <= %d, read %d, mode %s)",
                   idDec(GPU, g).c_str(), rank, idDec(NET, n).c_str(), pxn.empty() ? "" : (pxn.substr(1) + " ").c_str(),
                   d.distance, d.level, read ? 1 : 0, d.mode == GdrMode::Pci ? "PCI" : "Default");
@@ -463,7 +480,8 @@ TrimResult trimSystem(System& sys, const TopoSettings& settings, int rank, int n
     ids[static_cast<std::size_t>(g)] = sys.node(GPU, g).id;
     for (int p = 0; p < g; ++p)
       if (gpuPath(sys, g, GPU, p).type < PATH_NET)
-        domains[static_cast<std::size_t>(g)] = std::min(domains[static_cast<std::size_t>(g)], domains[static_cast<std::size_t>(p)]);
+        domains[static_cast<std::size_t>(g)] =
+            std::min(domains[static_cast<std::size_t>(g)], domains[static_cast<std::size_t>(p)]);
     if (sys.node(GPU, g).gpu.rank == rank) myDomain = domains[static_cast<std::size_t>(g)];
   }
   for (int i = 0; i < ngpus; ++i) {

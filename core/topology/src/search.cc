@@ -2,8 +2,8 @@
 #include "nns/topology/search.h"
 
 #include <algorithm>
-#include <cstdarg>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -12,13 +12,20 @@ namespace nns::topo {
 
 std::string_view patternName(int pattern) {
   switch (pattern) {
-    case PATTERN_BALANCED_TREE: return "BALANCED_TREE";
-    case PATTERN_SPLIT_TREE: return "SPLIT_TREE";
-    case PATTERN_TREE: return "TREE";
-    case PATTERN_RING: return "RING";
-    case PATTERN_NVLS: return "NVLS";
-    case PATTERN_COLLNET_DIRECT: return "COLLNET_DIRECT";
-    default: return "?";
+    case PATTERN_BALANCED_TREE:
+      return "BALANCED_TREE";
+    case PATTERN_SPLIT_TREE:
+      return "SPLIT_TREE";
+    case PATTERN_TREE:
+      return "TREE";
+    case PATTERN_RING:
+      return "RING";
+    case PATTERN_NVLS:
+      return "NVLS";
+    case PATTERN_COLLNET_DIRECT:
+      return "COLLNET_DIRECT";
+    default:
+      return "?";
   }
 }
 
@@ -30,7 +37,8 @@ constexpr float kSpeedInter[] = {48.0f, 30.0f, 28.0f, 24.0f, 20.0f, 18.0f, 15.0f
 constexpr float kSm90SpeedIntra[] = {60.0f, 50.0f, 40.0f, 30.0f, 24.0f, 20.0f, 15.0f, 12.0f, 11.0f, 6.0f, 3.0f};
 constexpr float kSm90SpeedInter[] = {48.0f, 45.0f, 42.0f, 40.0f, 30.0f, 24.0f, 22.0f, 20.0f, 17.5f,
                                      15.0f, 12.0f, 6.0f,  3.0f,  2.4f,  1.2f,  0.24f, 0.12f};
-constexpr float kSm100SpeedIntra[] = {90.0f, 80.0f, 70.0f, 60.0f, 50.0f, 45.0f, 40.0f, 30.0f, 24.0f, 20.0f, 19.0f, 18.0f};
+constexpr float kSm100SpeedIntra[] = {90.0f, 80.0f, 70.0f, 60.0f, 50.0f, 45.0f,
+                                      40.0f, 30.0f, 24.0f, 20.0f, 19.0f, 18.0f};
 constexpr float kSm100SpeedInter[] = {96.0f, 80.0f, 48.0f, 45.1f, 42.0f, 40.0f, 30.0f, 24.0f, 22.0f, 20.0f,
                                       17.5f, 15.0f, 12.0f, 6.0f,  3.0f,  2.4f,  1.2f,  0.24f, 0.12f};
 
@@ -42,9 +50,13 @@ constexpr int kForcedOrderPci = 1;
 constexpr int kForcedOrderReplay = 2;
 
 // Float bookkeeping on link bandwidths drifts; NCCL rounds every subtraction to 1/1000.
-void subRound(float& a, float b) { a = std::round((a - b) * 1000.0f) / 1000.0f; }
+void subRound(float& a, float b) {
+  a = std::round((a - b) * 1000.0f) / 1000.0f;
+}
 
-bool useNet(const System& sys) { return sys.inter && sys.count(NET) > 0; }
+bool useNet(const System& sys) {
+  return sys.inter && sys.count(NET) > 0;
+}
 
 struct GpuScore {
   int g;
@@ -230,7 +242,8 @@ class Searcher {
     const std::uint64_t flag = 1ULL << g.nChannels;
     const auto& paths = sys_.node(GPU, gpu).paths[GPU];
     const std::vector<Path>* netPaths = nullptr;
-    if (sortNet) netPaths = &sys_.node(NET, netIndexOfId(g.inter[static_cast<std::size_t>(g.nChannels * 2)])).paths[GPU];
+    if (sortNet)
+      netPaths = &sys_.node(NET, netIndexOfId(g.inter[static_cast<std::size_t>(g.nChannels * 2)])).paths[GPU];
     int n = ngpus();
     auto candidate = [&](int idx) {
       return paths[static_cast<std::size_t>(idx)].count() != 0 && !(sys_.node(GPU, idx).used & flag);
@@ -241,9 +254,12 @@ class Searcher {
       int prevGpu = (gpu - 1 + n) % n;
       int nextGpu = (gpu + 1) % n;
       std::vector<int> firstGpus;
-      if (g.pattern == PATTERN_RING) firstGpus = {nextGpu, prevGpu};
-      else if (g.pattern == PATTERN_SPLIT_TREE || g.pattern == PATTERN_BALANCED_TREE) firstGpus = {prevGpu, nextGpu};
-      else firstGpus = {nextGpu};
+      if (g.pattern == PATTERN_RING)
+        firstGpus = {nextGpu, prevGpu};
+      else if (g.pattern == PATTERN_SPLIT_TREE || g.pattern == PATTERN_BALANCED_TREE)
+        firstGpus = {prevGpu, nextGpu};
+      else
+        firstGpus = {nextGpu};
       if (nextGpu == prevGpu && firstGpus.size() == 2) firstGpus.resize(1);
       std::vector<int> next;
       for (int fg : firstGpus)
@@ -287,8 +303,8 @@ class Searcher {
     return next;
   }
 
-  void tryGpu(Graph& g, Graph& save, int step, int backToNet, int backToFirstRank, int forcedOrder, int& time,
-              int type, int index, int gpu) {
+  void tryGpu(Graph& g, Graph& save, int step, int backToNet, int backToFirstRank, int forcedOrder, int& time, int type,
+              int index, int gpu) {
     const std::uint64_t flag = 1ULL << g.nChannels;
     if (!followTopoPath(g, type, index, GPU, gpu, 1)) return;
     Node& node = sys_.node(GPU, gpu);
@@ -332,8 +348,10 @@ class Searcher {
         float bwInterSave = g.bwInter;
         if (g.pattern == PATTERN_BALANCED_TREE) {
           // Balanced tree: half of the NET traffic on each of the first two GPUs.
-          if (step == 0) nextBackToNet = 1;
-          else if (net.id != g.inter[static_cast<std::size_t>(g.nChannels * 2 + 1)]) continue;
+          if (step == 0)
+            nextBackToNet = 1;
+          else if (net.id != g.inter[static_cast<std::size_t>(g.nChannels * 2 + 1)])
+            continue;
           g.bwInter /= 2;
         }
         bool ok = followTopoPath(g, GPU, gpu, NET, netIdx, 1);
@@ -348,9 +366,12 @@ class Searcher {
       }
     } else if (step < n - 1) {
       std::vector<int> next;
-      if (forcedOrder == kForcedOrderPci) next = {step + 1};
-      else if (forcedOrder == kForcedOrderReplay) next = {replayGpu(g, step)};
-      else next = nextGpuSort(g, gpu, backToNet == -1 ? 0 : backToNet == step + 1 ? 1 : -1);
+      if (forcedOrder == kForcedOrderPci)
+        next = {step + 1};
+      else if (forcedOrder == kForcedOrderReplay)
+        next = {replayGpu(g, step)};
+      else
+        next = nextGpuSort(g, gpu, backToNet == -1 ? 0 : backToNet == step + 1 ? 1 : -1);
       for (int nx : next) tryGpu(g, save, step + 1, backToNet, backToFirstRank, forcedOrder, time, GPU, gpu, nx);
     } else if (step == backToFirstRank) {
       int p = sys_.gpuIndexOfRank(g.intra[static_cast<std::size_t>(g.nChannels * n)]);
@@ -408,8 +429,10 @@ class Searcher {
       recNet(g, save, backToNet, backToFirstRank, time);
       return;
     }
-    if (g.nChannels == 0) tryGpu(g, save, 0, backToNet, backToFirstRank, kForcedOrderPci, time, -1, -1, 0);
-    else tryGpu(g, save, 0, backToNet, backToFirstRank, kForcedOrderReplay, time, -1, -1, replayGpu(g, -1));
+    if (g.nChannels == 0)
+      tryGpu(g, save, 0, backToNet, backToFirstRank, kForcedOrderPci, time, -1, -1, 0);
+    else
+      tryGpu(g, save, 0, backToNet, backToFirstRank, kForcedOrderReplay, time, -1, -1, replayGpu(g, -1));
     if (g.sameChannels == 0 || g.nChannels == 0)
       for (int gi = 0; gi < ngpus(); ++gi) tryGpu(g, save, 0, backToNet, backToFirstRank, 0, time, -1, -1, gi);
   }
@@ -449,11 +472,11 @@ class Searcher {
 void Searcher::compute(Graph& graph) {
   int n = ngpus();
   bool net = useNet(sys_);
-  int crossNic = (net && sys_.count(NET) > 1 &&
-                  (graph.pattern == PATTERN_RING || graph.pattern == PATTERN_BALANCED_TREE ||
-                   graph.pattern == PATTERN_SPLIT_TREE))
-                     ? settings_.crossNic
-                     : 0;
+  int crossNic =
+      (net && sys_.count(NET) > 1 &&
+       (graph.pattern == PATTERN_RING || graph.pattern == PATTERN_BALANCED_TREE || graph.pattern == PATTERN_SPLIT_TREE))
+          ? settings_.crossNic
+          : 0;
   graph.crossNic = crossNic == 1 ? 1 : 0;
   graph.bwIntra = graph.bwInter = 0;
   graph.latencyInter = 0;
@@ -489,10 +512,14 @@ void Searcher::compute(Graph& graph) {
   int nspeeds;
   if (!net) {
     speeds = ccMin >= 100 ? kSm100SpeedIntra : ccMin >= 90 ? kSm90SpeedIntra : kSpeedIntra;
-    nspeeds = ccMin >= 100 ? std::size(kSm100SpeedIntra) : ccMin >= 90 ? std::size(kSm90SpeedIntra) : std::size(kSpeedIntra);
+    nspeeds = ccMin >= 100  ? std::size(kSm100SpeedIntra)
+              : ccMin >= 90 ? std::size(kSm90SpeedIntra)
+                            : std::size(kSpeedIntra);
   } else {
     speeds = ccMin >= 100 ? kSm100SpeedInter : ccMin >= 90 ? kSm90SpeedInter : kSpeedInter;
-    nspeeds = ccMin >= 100 ? std::size(kSm100SpeedInter) : ccMin >= 90 ? std::size(kSm90SpeedInter) : std::size(kSpeedInter);
+    nspeeds = ccMin >= 100  ? std::size(kSm100SpeedInter)
+              : ccMin >= 90 ? std::size(kSm90SpeedInter)
+                            : std::size(kSpeedInter);
   }
   int pass = 1;
   int speedIndex = 0;
@@ -508,14 +535,25 @@ void Searcher::compute(Graph& graph) {
 
   for (;;) {
     // search:
-    time = tmp.sameChannels ? kSearchTimeoutSameChannels
-                            : tmp.pattern == PATTERN_TREE ? kSearchTimeoutTree : kSearchTimeout;
+    time = tmp.sameChannels              ? kSearchTimeoutSameChannels
+           : tmp.pattern == PATTERN_TREE ? kSearchTimeoutTree
+                                         : kSearchTimeout;
     tmp.nChannels = 0;
     globalTimeout -= time;
     searchRec(tmp, graph, time);
-    SearchAttempt attempt{pass,         tmp.pattern,  tmp.crossNic,     tmp.bwIntra, tmp.bwInter, tmp.typeIntra,
-                          tmp.typeInter, tmp.sameChannels, tmp.minChannels, graph.nChannels,
-                          time == 0 ? "TIMEOUT" : time == -1 ? "PERFECT" : ""};
+    SearchAttempt attempt{pass,
+                          tmp.pattern,
+                          tmp.crossNic,
+                          tmp.bwIntra,
+                          tmp.bwInter,
+                          tmp.typeIntra,
+                          tmp.typeInter,
+                          tmp.sameChannels,
+                          tmp.minChannels,
+                          graph.nChannels,
+                          time == 0    ? "TIMEOUT"
+                          : time == -1 ? "PERFECT"
+                                       : ""};
     graph.attempts.push_back(attempt);
 
     bool done = time == -1 || graph.nChannels * graph.bwInter >= sys_.totalBw;
@@ -525,8 +563,10 @@ void Searcher::compute(Graph& graph) {
         continue;
       }
       tmp.sameChannels = trySameChannels;
-      if (time != -1) globalTimeout += time;
-      else globalTimeout = kSearchGlobalTimeout;
+      if (time != -1)
+        globalTimeout += time;
+      else
+        globalTimeout = kSearchGlobalTimeout;
       if (globalTimeout < 0 && graph.nChannels) {
         done = true;
       } else {
@@ -740,7 +780,8 @@ std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys) {
     Graph g;
     auto intOf = [&](const char* key) {
       std::int64_t v = parseIntAttr(ge, key, src);
-      if (v < 0 || v > (1 << 20)) throw TopologyError(src + ":" + std::to_string(ge.line) + ": " + key + " out of range");
+      if (v < 0 || v > (1 << 20))
+        throw TopologyError(src + ":" + std::to_string(ge.line) + ": " + key + " out of range");
       return static_cast<int>(v);
     };
     g.id = intOf("id");
@@ -821,13 +862,18 @@ XmlElement graphsToXml(const System& sys, const std::vector<const Graph*>& graph
     ge.setAttr("samechannels", std::to_string(g->sameChannels));
     for (int c = 0; c < g->nChannels; ++c) {
       XmlElement& ch = ge.addChild("channel");
-      if (net) ch.addChild("net").setAttr("dev", fmtf("%llx", static_cast<unsigned long long>(g->inter[static_cast<std::size_t>(2 * c)])));
+      if (net)
+        ch.addChild("net").setAttr(
+            "dev", fmtf("%llx", static_cast<unsigned long long>(g->inter[static_cast<std::size_t>(2 * c)])));
       for (int i = 0; i < n; ++i) {
         int idx = sys.gpuIndexOfRank(g->intra[static_cast<std::size_t>(c * n + i)]);
         const Node& gpu = sys.node(GPU, idx);
-        ch.addChild("gpu").setAttr("dev", fmtf("%llx", static_cast<unsigned long long>(makeTopoId(topoIdSystem(gpu.id), gpu.gpu.dev))));
+        ch.addChild("gpu").setAttr(
+            "dev", fmtf("%llx", static_cast<unsigned long long>(makeTopoId(topoIdSystem(gpu.id), gpu.gpu.dev))));
       }
-      if (net) ch.addChild("net").setAttr("dev", fmtf("%llx", static_cast<unsigned long long>(g->inter[static_cast<std::size_t>(2 * c + 1)])));
+      if (net)
+        ch.addChild("net").setAttr(
+            "dev", fmtf("%llx", static_cast<unsigned long long>(g->inter[static_cast<std::size_t>(2 * c + 1)])));
     }
   }
   return root;

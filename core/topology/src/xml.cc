@@ -30,8 +30,7 @@ void XmlElement::setAttr(std::string_view key, std::string value) {
 }
 
 void XmlElement::removeAttr(std::string_view key) {
-  attrs.erase(std::remove_if(attrs.begin(), attrs.end(), [&](const auto& kv) { return kv.first == key; }),
-              attrs.end());
+  attrs.erase(std::remove_if(attrs.begin(), attrs.end(), [&](const auto& kv) { return kv.first == key; }), attrs.end());
 }
 
 const XmlElement* XmlElement::child(std::string_view childName) const {
@@ -151,11 +150,20 @@ namespace {
 void appendEscaped(std::string& out, const std::string& value) {
   for (char c : value) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
 }
@@ -219,8 +227,7 @@ std::int64_t parseIntText(const XmlElement& e, std::string_view key, const std::
   if (errno == ERANGE)
     throw TopologyError(where(e, source) + " attribute " + std::string(key) + "=\"" + text + "\" is out of range");
   if (end == trimmed.c_str() || *end != '\0')
-    throw TopologyError(where(e, source) + " attribute " + std::string(key) + "=\"" + text +
-                        "\" is not an integer");
+    throw TopologyError(where(e, source) + " attribute " + std::string(key) + "=\"" + text + "\" is not an integer");
   return v;
 }
 

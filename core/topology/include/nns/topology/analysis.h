@@ -13,10 +13,10 @@ namespace nns::topo {
 
 struct AnalysisOptions {
   TopoSettings settings;
-  int rank = -1;         // our rank for trimming and per-rank logs; -1: the first GPU's rank
-  int nRanks = 0;        // communicator size; 0: twice the local GPU count (a multi-node job)
-  bool search = true;    // run ring and tree searches
-  int channels = 4;      // channels shown for NIC choices
+  int rank = -1;           // our rank for trimming and per-rank logs; -1: the first GPU's rank
+  int nRanks = 0;          // communicator size; 0: twice the local GPU count (a multi-node job)
+  bool search = true;      // run ring and tree searches
+  int channels = 4;        // channels shown for NIC choices
   std::string forceMerge;  // NCCL_NET_FORCE_MERGE
 };
 
@@ -56,6 +56,10 @@ Analysis analyze(XmlDocument doc, const AnalysisOptions& options);
 // NCCL log shapes.
 std::vector<std::string> systemLogLines(const System& sys);  // "=== System : maxBw ..." tree
 std::vector<std::string> pathLogLines(const System& sys);    // "GPU/0-17000 :GPU/0-17000 (0/5000.0/LOC) ..."
+
+// NCCL's transport lines for a p2p send/receive on channel 0 to the GPU with the same NVML index on the next node
+// (ranks numbered node by node): "Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/1(2)/GDRDMA".
+std::vector<std::string> transportLogLines(const Analysis& a, const std::string& netName = "IB");
 
 // Human outputs.
 std::string formatSummary(const Analysis& a);

@@ -12,8 +12,8 @@ namespace nns::topo {
 // What a net plugin's getProperties reports for one device; the loader will fill these from a plugin later.
 struct NicInfo {
   std::string name;
-  std::string pciPath;   // sysfs path of the device (any path under the PCI device), empty for virtual NICs
-  int speedMbps = 0;     // <= 0: unknown (NCCL assumes 10 Gb/s)
+  std::string pciPath;  // sysfs path of the device (any path under the PCI device), empty for virtual NICs
+  int speedMbps = 0;    // <= 0: unknown (NCCL assumes 10 Gb/s)
   int port = 0;
   std::uint64_t guid = 0;  // 0: unknown (NCCL then uses the device index)
   int maxComms = 0;        // 0: not reported

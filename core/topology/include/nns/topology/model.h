@@ -70,8 +70,12 @@ enum class CpuModel : int { Unknown = 0, IntelBdw = 1, IntelSkl = 2, IntelSrp = 
 inline constexpr std::int64_t makeTopoId(int systemId, std::int64_t localId) {
   return (static_cast<std::int64_t>(systemId) << 56) + localId;
 }
-inline constexpr int topoIdSystem(std::int64_t id) { return static_cast<int>(static_cast<std::uint64_t>(id) >> 56); }
-inline constexpr std::int64_t topoIdLocal(std::int64_t id) { return id & 0x00ffffffffffffffLL; }
+inline constexpr int topoIdSystem(std::int64_t id) {
+  return static_cast<int>(static_cast<std::uint64_t>(id) >> 56);
+}
+inline constexpr std::int64_t topoIdLocal(std::int64_t id) {
+  return id & 0x00ffffffffffffffLL;
+}
 // "0000:17:00.0" -> 0x17000: the hex digits with ':' and '.' removed (NCCL busIdToInt64).
 std::int64_t busIdToInt64(std::string_view busId);
 
@@ -161,12 +165,12 @@ class System {
 
 // Options for files that only list the PCI tree (cloud files): what NVML and the net plugin would add.
 struct CompletionOptions {
-  int gpuSm = 0;          // 0: do not add <gpu> to GPU-class leaves
-  int gpuNvlinks = 0;     // NVLinks to an NVSwitch per GPU (tclass 0x068000), as NCCL adds in VMs
+  int gpuSm = 0;       // 0: do not add <gpu> to GPU-class leaves
+  int gpuNvlinks = 0;  // NVLinks to an NVSwitch per GPU (tclass 0x068000), as NCCL adds in VMs
   int gpuGdr = 1;
-  int nicSpeedMbps = 0;   // 0: do not add <nic><net> to NIC-class leaves
+  int nicSpeedMbps = 0;  // 0: do not add <nic><net> to NIC-class leaves
   int nicPort = 0;
-  int nicMaxConn = 0;     // 0: leave maxconn out (NCCL default 64)
+  int nicMaxConn = 0;  // 0: leave maxconn out (NCCL default 64)
   int nicGdr = 1;
   std::string nicNamePrefix = "net";
 };

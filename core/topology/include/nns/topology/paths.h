@@ -10,15 +10,15 @@ namespace nns::topo {
 
 // NCCL's environment knobs that change topology decisions. Defaults are NCCL 2.29's.
 struct TopoSettings {
-  int p2pLevel = -2;        // NCCL_P2P_LEVEL / NCCL_P2P_DISABLE; -2 = automatic
-  bool nvbDisable = false;  // NCCL_NVB_DISABLE
-  int netGdrLevel = -2;     // NCCL_NET_GDR_LEVEL; -2 = automatic (P2C with GDR_C2C, else PXB)
-  int netGdrRead = -2;      // NCCL_NET_GDR_READ; -2 = automatic
-  bool netGdrC2c = true;    // NCCL_NET_GDR_C2C
-  bool pxnDisable = false;  // NCCL_PXN_DISABLE
-  bool pxnC2c = true;       // NCCL_PXN_C2C
-  int p2pPxnLevel = 2;      // NCCL_P2P_PXN_LEVEL
-  int crossNic = 2;         // NCCL_CROSS_NIC
+  int p2pLevel = -2;              // NCCL_P2P_LEVEL / NCCL_P2P_DISABLE; -2 = automatic
+  bool nvbDisable = false;        // NCCL_NVB_DISABLE
+  int netGdrLevel = -2;           // NCCL_NET_GDR_LEVEL; -2 = automatic (P2C with GDR_C2C, else PXB)
+  int netGdrRead = -2;            // NCCL_NET_GDR_READ; -2 = automatic
+  bool netGdrC2c = true;          // NCCL_NET_GDR_C2C
+  bool pxnDisable = false;        // NCCL_PXN_DISABLE
+  bool pxnC2c = true;             // NCCL_PXN_C2C
+  int p2pPxnLevel = 2;            // NCCL_P2P_PXN_LEVEL
+  int crossNic = 2;               // NCCL_CROSS_NIC
   int netMergeLevel = PATH_PORT;  // NCCL_NET_MERGE_LEVEL
   int netDevsPolicyMax = 0;       // NCCL_NETDEVS_POLICY: 0 = AUTO, -1 = ALL, n > 0 = MAX:n
   bool ignoreCpuAffinity = false;

@@ -53,7 +53,9 @@ struct Graph {
                                     // graph file whose channels list <net> elements)
   std::vector<SearchAttempt> attempts;
 
-  int ranksAt(int channel, int step, int nGpus) const { return intra[static_cast<std::size_t>(channel * nGpus + step)]; }
+  int ranksAt(int channel, int step, int nGpus) const {
+    return intra[static_cast<std::size_t>(channel * nGpus + step)];
+  }
 };
 
 // Runs ncclTopoCompute for the graph's pattern, min/max channels on the current sys.inter setting.
