@@ -19,6 +19,17 @@ XmlDocument ndv4() {
   return doc;
 }
 
+XmlDocument p4d() {
+  XmlDocument doc = readXmlFile(std::string(NNS_TOPOLOGY_DATA_DIR) + "/aws-p4d.24xlarge.xml");
+  CompletionOptions f;
+  f.gpuSm = 80;
+  f.gpuNvlinks = 12;
+  f.nicSpeedMbps = 100000;
+  f.nicMaxConn = 1024;
+  completeTopology(doc.root, f);
+  return doc;
+}
+
 // Paths + trimming + every decision + ring and tree searches for one node and for several nodes.
 void pipeline(benchmark::State& state, const XmlDocument& doc) {
   AnalysisOptions options;
@@ -40,6 +51,9 @@ void BM_Ndv4ParseOnly(benchmark::State& state) {
 void BM_Ndv4Pipeline(benchmark::State& state) {
   pipeline(state, ndv4());
 }
+void BM_P4dPipeline(benchmark::State& state) {
+  pipeline(state, p4d());
+}
 void BM_Synthetic72x18Pipeline(benchmark::State& state) {
   pipeline(state, makeSyntheticTopology(72, 18));
 }
@@ -55,6 +69,7 @@ void BM_Synthetic72x18Paths(benchmark::State& state) {
 
 BENCHMARK(BM_Ndv4ParseOnly)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Ndv4Pipeline)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_P4dPipeline)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Synthetic72x18Pipeline)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Synthetic72x18Paths)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();
