@@ -253,6 +253,15 @@ TEST(TopologyRules, NcclLogShapes) {
             " 0 : NET/0-0 GPU/0-101c0 GPU/0-a01d0 GPU/0-a01c0 GPU/0-901d0 GPU/0-901c0 GPU/0-201d0 GPU/0-201c0 "
             "GPU/0-101d0 NET/0-0");
   EXPECT_EQ(ringLogLines(a.system, a.searches[1].ring, 0)[0], "Ring 00 : NET -> 0 -> 7");
+  auto transport = transportLogLines(a);
+  EXPECT_EQ(transport[0], "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read");
+  auto has = [&](const std::string& line) {
+    return std::find(transport.begin(), transport.end(), line) != transport.end();
+  };
+  EXPECT_TRUE(has("Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA"));
+  // PXN level 2: rank 1's rail NIC is owned by rank 0, which proxies the send.
+  EXPECT_TRUE(has("Channel 00/0 : 1[1] -> 9[1] [send] via NET/IB/0(0)/GDRDMA"));
+  EXPECT_TRUE(has("Channel 00/0 : 9[1] -> 1[1] [receive] via NET/IB/0/GDRDMA"));
   std::string dot = formatDot(a);
   EXPECT_EQ(dot.rfind("digraph topology {", 0), 0u);
   EXPECT_NE(dot.find("GPU_0 -> NET_0 [style=dashed"), std::string::npos);

@@ -184,8 +184,22 @@ std::vector<std::string> pathLogLines(const System& sys) {
 std::vector<std::string> transportLogLines(const Analysis& a, const std::string& netName) {
   std::vector<std::string> out;
   const System& sys = a.system;
-  if (sys.count(NET) == 0) return out;
   int n = sys.count(GPU);
+  // Ring neighbours inside the node (channel 0 of the single-node ring): P2P when allowed (cuMem is NCCL's default
+  // since 2.19, hence CUMEM), else shared memory through the CPU.
+  if (!a.searches.empty() && a.searches[0].ring.nChannels > 0 && n > 1) {
+    const Graph& ring = a.searches[0].ring;
+    for (int i = 0; i < n; ++i) {
+      int from = ring.intra[static_cast<std::size_t>(i)];
+      int to = ring.intra[static_cast<std::size_t>((i + 1) % n)];
+      P2pDecision d = checkP2p(sys, a.settings, from, to);
+      int fromDev = sys.node(GPU, sys.gpuIndexOfRank(from)).gpu.dev;
+      int toDev = sys.node(GPU, sys.gpuIndexOfRank(to)).gpu.dev;
+      out.push_back(fmt("Channel 00/0 : %d[%d] -> %d[%d] via %s", from, fromDev, to, toDev,
+                        d.p2p ? (d.read ? "P2P/CUMEM/read" : "P2P/CUMEM") : "SHM/direct/direct"));
+    }
+  }
+  if (sys.count(NET) == 0) return out;
   for (int g = 0; g < n; ++g) {
     const Node& gpu = sys.node(GPU, g);
     int peer = gpu.gpu.rank + n;
