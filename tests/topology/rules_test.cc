@@ -278,3 +278,55 @@ TEST(TopologyRules, SyntheticScaleSystem) {
 
 }  // namespace
 }  // namespace nns::topo::testing
+
+namespace nns::topo::testing {
+namespace {
+
+// Sets NCCL_* variables for one test and restores them, so other tests keep NCCL's defaults.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_.empty())
+      ::unsetenv(name_);
+    else
+      ::setenv(name_, old_.c_str(), 1);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+};
+
+TEST(TopologySettings, ReadsNcclVariablesLikeNccl) {
+  {
+    ScopedEnv a("NCCL_P2P_LEVEL", "NVL");
+    ScopedEnv b("NCCL_NET_GDR_LEVEL", "2");  // old integer level 2 = PXB
+    ScopedEnv c("NCCL_PXN_DISABLE", "1");
+    ScopedEnv d("NCCL_NET_MERGE_LEVEL", "PIX");
+    ScopedEnv e("NCCL_NETDEVS_POLICY", "MAX:2");
+    TopoSettings s = TopoSettings::fromEnvironment();
+    EXPECT_EQ(s.p2pLevel, PATH_NVL);
+    EXPECT_EQ(s.netGdrLevel, PATH_PXB);
+    EXPECT_TRUE(s.pxnDisable);
+    EXPECT_EQ(s.netMergeLevel, PATH_PIX);
+    EXPECT_EQ(s.netDevsPolicyMax, 2);
+  }
+  {
+    ScopedEnv a("NCCL_P2P_DISABLE", "1");
+    EXPECT_EQ(TopoSettings::fromEnvironment().p2pLevel, PATH_LOC);
+  }
+  {
+    ScopedEnv a("NCCL_P2P_LEVEL", "FAST");
+    EXPECT_THROW(TopoSettings::fromEnvironment(), TopologyError);
+  }
+  TopoSettings defaults = TopoSettings::fromEnvironment();
+  EXPECT_EQ(defaults.p2pLevel, -2);
+  EXPECT_EQ(defaults.crossNic, 2);
+}
+
+}  // namespace
+}  // namespace nns::topo::testing
