@@ -275,12 +275,21 @@ std::string formatSummary(const Analysis& a) {
       }
       o << fmt("  rank %d: read {%s} write {%s}\n", a.gpuRanks[static_cast<std::size_t>(g)], devList(rd).c_str(),
                devList(wr).c_str());
-      // One reason line per distinct reason keeps 8x8 machines readable.
+      // One reason line per distinct reason keeps 8x8 machines readable; which GPU relays a PXN transfer is listed
+      // in the PXN section, so it is left out here.
+      auto shortReason = [](std::string why) {
+        std::size_t relay = why.find(", done by PXN relay rank");
+        if (relay != std::string::npos) {
+          std::size_t end = why.find(',', relay + 2);
+          why.replace(relay, end == std::string::npos ? std::string::npos : end - relay, ", done by the PXN relay");
+        }
+        return why;
+      };
       std::map<std::string, std::vector<int>> reasons;
       for (std::size_t n = 0; n < a.netDevs.size(); ++n)
-        reasons["read: " + a.gdrRead[static_cast<std::size_t>(g)][n].reason].push_back(a.netDevs[n]);
+        reasons["read: " + shortReason(a.gdrRead[static_cast<std::size_t>(g)][n].reason)].push_back(a.netDevs[n]);
       for (std::size_t n = 0; n < a.netDevs.size(); ++n)
-        reasons["write: " + a.gdrWrite[static_cast<std::size_t>(g)][n].reason].push_back(a.netDevs[n]);
+        reasons["write: " + shortReason(a.gdrWrite[static_cast<std::size_t>(g)][n].reason)].push_back(a.netDevs[n]);
       for (const auto& [why, devs] : reasons) o << "      nets " << devList(devs) << " " << why << "\n";
     }
     o << "\nPXN (GPU reaches a NIC through an NVLink peer):\n";
