@@ -91,6 +91,7 @@ json analysisJson(const Analysis& a) {
                        {"read", r.mode != GdrMode::Disabled},
                        {"write", w.mode != GdrMode::Disabled},
                        {"pciMode", w.mode == GdrMode::Pci},
+                       {"flushOnReceive", w.mode != GdrMode::Disabled && needsFlush(sys, n.gpu.rank, a.netDevs[n2])},
                        {"readReason", r.reason},
                        {"writeReason", w.reason}});
       }
