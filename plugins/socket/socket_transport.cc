@@ -1,0 +1,410 @@
+// socket_transport.cc: the socket plugin's data path: messages over a control socket plus striped data sockets.
+#include "socket_transport.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace nns_socket {
+
+namespace {
+
+long envLong(const char* name, long fallback, long minimum, long maximum) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  long value = std::strtol(text, &end, 0);
+  if (end == text || *end != '\0' || value < minimum || value > maximum) {
+    NCCL_NET_WARN("%s=%s is not an integer in [%ld, %ld]; using %ld", name, text, minimum, maximum, fallback);
+    return fallback;
+  }
+  return value;
+}
+
+// How long a helper thread sleeps in poll() before looking at its queues and the stop flag again.
+constexpr int kHelperPollMs = 100;
+
+}  // namespace
+
+const Config& Config::get() {
+  static const Config config = [] {
+    Config c{};
+    c.helperThreads = static_cast<int>(envLong("NNS_SOCKET_NTHREADS", 2, 0, kMaxHelperThreads));
+    c.socketsPerThread = static_cast<int>(envLong("NNS_SOCKET_NSOCKS_PERTHREAD", 1, 0, kMaxDataSockets));
+    if (c.helperThreads > 0 && c.socketsPerThread == 0) c.socketsPerThread = 1;
+    if (c.dataSockets() > kMaxDataSockets) {
+      NCCL_NET_WARN("NNS_SOCKET_NTHREADS x NNS_SOCKET_NSOCKS_PERTHREAD = %d exceeds %d sockets; using %d per thread",
+                    c.dataSockets(), kMaxDataSockets, kMaxDataSockets / std::max(1, c.helperThreads));
+      c.socketsPerThread = kMaxDataSockets / std::max(1, c.helperThreads);
+    }
+    c.inlineBytes = static_cast<size_t>(envLong("NNS_SOCKET_INLINE_BYTES", 64 << 10, 0, 1L << 30));
+    c.minChunkBytes = static_cast<size_t>(envLong("NNS_SOCKET_MIN_CHUNK_BYTES", 64 << 10, 4096, 1L << 30));
+    c.deadPeerTimeoutMs = static_cast<int>(envLong("NNS_SOCKET_TIMEOUT_MS", 10000, 1000, 3600 * 1000));
+    c.connectTimeoutMs = static_cast<int>(envLong("NNS_SOCKET_CONNECT_TIMEOUT_MS", 30000, 100, 3600 * 1000));
+    c.retryIntervalMs = static_cast<int>(envLong("NNS_SOCKET_RETRY_INTERVAL_MS", 100, 1, 60 * 1000));
+    c.sendBufferBytes = static_cast<int>(envLong("NNS_SOCKET_SNDBUF", 0, 0, 1L << 30));
+    c.receiveBufferBytes = static_cast<int>(envLong("NNS_SOCKET_RCVBUF", 0, 0, 1L << 30));
+    return c;
+  }();
+  return config;
+}
+
+ChunkPlan planChunks(size_t size, int sockets, size_t minChunkBytes, uint32_t sequence) {
+  size_t even = (size + static_cast<size_t>(sockets) - 1) / static_cast<size_t>(sockets);
+  // Rotate the first socket so messages smaller than sockets x minChunkBytes still spread over all of them.
+  return ChunkPlan{std::max(even, minChunkBytes), static_cast<int>(sequence % static_cast<uint32_t>(sockets))};
+}
+
+// ---- data sockets and their helper threads ---------------------------------------------------------------------------
+
+sdk::IoStatus DataSocket::drive(int* error) {
+  for (ChunkTask* task = tasks.front(); task != nullptr; task = tasks.front()) {
+    sdk::IoStatus status = sending ? sdk::sendSome(fd, task->data, task->size, &task->done, error)
+                                   : sdk::recvSome(fd, task->data, task->size, &task->done, error);
+    if (status != sdk::IoStatus::kDone) return status;
+    // Free the ring slot before publishing completion: once `pending` hits zero the request (and, through a new
+    // post, this ring) may be reused at once.
+    std::atomic<size_t>* pending = task->pending;
+    size_t bytes = task->size;
+    tasks.pop();
+    pending->fetch_sub(bytes, std::memory_order_release);
+  }
+  return sdk::IoStatus::kDone;
+}
+
+HelperThread::HelperThread(Comm* comm, std::vector<DataSocket*> sockets)
+    : comm_(comm), sockets_(std::move(sockets)), thread_([this] { run(); }) {}
+
+HelperThread::~HelperThread() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wakeup_.notify_one();
+  thread_.join();
+}
+
+void HelperThread::wake() {
+  // Taking the mutex orders this wake-up after the waiter's predicate check, so it cannot be lost.
+  { std::lock_guard<std::mutex> lock(mutex_); }
+  wakeup_.notify_one();
+}
+
+bool HelperThread::hasWork() const {
+  for (const DataSocket* socket : sockets_)
+    if (!socket->tasks.empty()) return true;
+  return false;
+}
+
+void HelperThread::run() {
+  pollfd waiters[kMaxDataSockets];
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      // After a failure the comm is dead: stop touching its sockets and wait to be closed.
+      wakeup_.wait(lock, [&] { return stopping_ || (comm_->failure() == ncclSuccess && hasWork()); });
+      if (stopping_) return;
+    }
+    int blocked = 0;
+    for (DataSocket* socket : sockets_) {
+      if (socket->tasks.empty()) continue;
+      int error = 0;
+      sdk::IoStatus status = socket->drive(&error);
+      if (status == sdk::IoStatus::kWouldBlock) {
+        waiters[blocked++] = pollfd{socket->fd, static_cast<short>(socket->sending ? POLLOUT : POLLIN), 0};
+      } else if (status != sdk::IoStatus::kDone) {
+        comm_->failSocket(*socket, status, error);
+        break;
+      }
+    }
+    if (blocked > 0) poll(waiters, static_cast<nfds_t>(blocked), kHelperPollMs);
+  }
+}
+
+// ---- Comm -------------------------------------------------------------------------------------------------------------
+
+Comm::Comm(bool sending, int controlFd, std::vector<int> dataFds, const Welcome& parameters, std::string peer)
+    : sending_(sending),
+      controlFd_(controlFd),
+      inlineBytes_(parameters.inlineBytes),
+      minChunkBytes_(parameters.minChunkBytes),
+      peer_(std::move(peer)) {
+  const Config& config = Config::get();
+  for (int fd : dataFds) {
+    auto socket = std::make_unique<DataSocket>();
+    socket->fd = fd;
+    socket->sending = sending;
+    dataSockets_.push_back(std::move(socket));
+  }
+  int threads = std::min<int>(config.helperThreads, static_cast<int>(dataSockets_.size()));
+  helperOfSocket_.assign(dataSockets_.size(), -1);
+  for (int t = 0; t < threads; ++t) {
+    std::vector<DataSocket*> mine;
+    for (size_t s = static_cast<size_t>(t); s < dataSockets_.size(); s += static_cast<size_t>(threads)) {
+      mine.push_back(dataSockets_[s].get());
+      helperOfSocket_[s] = t;
+    }
+    helpers_.push_back(std::make_unique<HelperThread>(this, std::move(mine)));
+  }
+}
+
+Comm::~Comm() {
+  // Unblock and stop the helpers before the sockets and requests they use go away; pending requests simply die,
+  // and the errors the shutdown causes in the helpers are ours, not the peer's: no WARN for them.
+  closing_.store(true, std::memory_order_release);
+  shutdown(controlFd_, SHUT_RDWR);
+  for (auto& socket : dataSockets_) shutdown(socket->fd, SHUT_RDWR);
+  helpers_.clear();
+  close(controlFd_);
+  for (auto& socket : dataSockets_) close(socket->fd);
+}
+
+void Comm::fail(ncclResult_t result, const std::string& what) {
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  if (failure_.load(std::memory_order_relaxed) != ncclSuccess) return;
+  if (closing_.load(std::memory_order_acquire)) return;
+  NCCL_NET_WARN("%s with peer %s: %s", sending_ ? "send" : "receive", peer_.c_str(), what.c_str());
+  failure_.store(result, std::memory_order_release);
+}
+
+void Comm::failSocket(const DataSocket& socket, sdk::IoStatus status, int error) {
+  size_t index = 0;
+  while (index < dataSockets_.size() && dataSockets_[index].get() != &socket) ++index;
+  sdk::SocketAddress local = sdk::localAddressOf(socket.fd);
+  std::string where = "data socket " + std::to_string(index) + " (local " + local.toString() + ")";
+  if (status == sdk::IoStatus::kClosed) {
+    fail(ncclRemoteError, where + ": the peer closed the connection in the middle of a message");
+  } else if (error == ETIMEDOUT) {
+    fail(ncclRemoteError, where + ": no answer from the peer for " +
+                              std::to_string(Config::get().deadPeerTimeoutMs) + " ms (peer or link down)");
+  } else {
+    fail(ncclRemoteError, where + ": " + sdk::errnoText(error));
+  }
+}
+
+bool Comm::queueChunks(unsigned char* data, size_t size, uint32_t sequence, std::atomic<size_t>* pending) {
+  int sockets = static_cast<int>(dataSockets_.size());
+  ChunkPlan plan = planChunks(size, sockets, minChunkBytes_, sequence);
+  bool wake[kMaxHelperThreads] = {};
+  size_t offset = 0;
+  for (int k = 0; offset < size; ++k) {
+    size_t index = static_cast<size_t>((plan.firstSocket + k) % sockets);
+    size_t bytes = std::min(plan.chunkBytes, size - offset);
+    // Cannot fail: each message queues at most one piece per socket and requests are bounded by the pools.
+    if (!dataSockets_[index]->tasks.push(ChunkTask{data + offset, bytes, 0, pending})) return false;
+    offset += bytes;
+    int helper = helperOfSocket_[index];
+    if (helper >= 0) wake[helper] = true;
+  }
+  // Wake only after every piece is queued: a helper woken earlier could drain its first socket, find the next one
+  // still empty and go back to sleep before that socket's piece arrives.
+  for (size_t helper = 0; helper < helpers_.size(); ++helper)
+    if (wake[helper]) helpers_[helper]->wake();
+  return true;
+}
+
+void Comm::driveDataSocketsInline() {
+  if (!helpers_.empty()) return;
+  for (auto& socket : dataSockets_) {
+    if (socket->tasks.empty()) continue;
+    int error = 0;
+    sdk::IoStatus status = socket->drive(&error);
+    if (status == sdk::IoStatus::kClosed || status == sdk::IoStatus::kFailed) {
+      failSocket(*socket, status, error);
+      return;
+    }
+  }
+}
+
+// ---- SendComm ---------------------------------------------------------------------------------------------------------
+
+SendComm::~SendComm() = default;
+
+ncclResult_t SendComm::post(void* data, size_t size, int tag, void** request) {
+  if (failure() != ncclSuccess) return failure();
+  SendRequest* r = requests_.acquire();
+  if (r == nullptr) return ncclSuccess;  // every slot in flight: *request stays NULL and NCCL retries later
+  r->header.isSend = true;
+  r->header.comm = this;
+  r->data = static_cast<unsigned char*>(data);
+  r->size = size;
+  r->wire = MessageHeader{size, tag, nextSequence_++};
+  if (!isInline(size)) {
+    r->pendingBytes.store(size, std::memory_order_relaxed);
+    if (!queueChunks(r->data, size, r->wire.sequence, &r->pendingBytes)) {
+      fail(ncclInternalError, "a data socket's task queue overflowed");
+      return ncclInternalError;
+    }
+  }
+  controlQueue_[(controlHead_ + controlCount_) % kMaxSendRequests] = r;
+  ++controlCount_;
+  *request = r;
+  // Write the header (and a small payload) now: a message should not wait for the next test() to leave.
+  return progress();
+}
+
+ncclResult_t SendComm::progress() {
+  while (controlCount_ > 0) {
+    SendRequest* r = controlQueue_[controlHead_];
+    iovec parts[2] = {{&r->wire, sizeof(MessageHeader)}, {r->data, isInline(r->size) ? r->size : 0}};
+    int error = 0;
+    sdk::IoStatus status = sdk::sendSomeGather(controlFd_, parts, 2, &r->controlOffset, &error);
+    if (status == sdk::IoStatus::kWouldBlock) break;
+    if (status != sdk::IoStatus::kDone) {
+      fail(ncclRemoteError, "control socket: " + (error == ETIMEDOUT
+                                                      ? "no answer from the peer for " +
+                                                            std::to_string(Config::get().deadPeerTimeoutMs) + " ms"
+                                                      : sdk::errnoText(error)));
+      return failure();
+    }
+    r->controlDone = true;
+    controlHead_ = (controlHead_ + 1) % kMaxSendRequests;
+    --controlCount_;
+  }
+  driveDataSocketsInline();
+  return failure();
+}
+
+ncclResult_t SendComm::test(SendRequest* r, int* done, sdk::CompletedSizes& sizes) {
+  NCCL_NET_CHECK(progress());
+  if (!r->controlDone || r->pendingBytes.load(std::memory_order_acquire) != 0) return failure();
+  if (!sizes.set(0, r->size)) return ncclSuccess;  // the SDK turns the overflow into an error
+  *done = 1;
+  r->header.magic = 0;
+  requests_.release(r);
+  return ncclSuccess;
+}
+
+// ---- RecvComm ---------------------------------------------------------------------------------------------------------
+
+RecvComm::~RecvComm() = default;
+
+ncclResult_t RecvComm::post(int n, void** data, size_t* sizes, int* tags, void** request) {
+  if (failure() != ncclSuccess) return failure();
+  if (n > kMaxRecvs) {
+    NCCL_NET_WARN("irecv: %d grouped receives, this plugin advertises maxRecvs %d", n, kMaxRecvs);
+    return ncclInvalidArgument;
+  }
+  RecvRequest* r = requests_.acquire();
+  if (r == nullptr) return ncclSuccess;  // NCCL_NET_MAX_REQUESTS in flight: NCCL retries later
+  r->header.isSend = false;
+  r->header.comm = this;
+  r->count = n;
+  r->unmatched = n;
+  for (int i = 0; i < n; ++i) r->slots[i] = RecvSlot{static_cast<unsigned char*>(data[i]), sizes[i], tags[i], 0, false};
+  posted_[postedCount_++] = r;
+  *request = r;
+  return progress();
+}
+
+bool RecvComm::anyUnmatchedSlot() const {
+  for (int i = 0; i < postedCount_; ++i)
+    if (posted_[i]->unmatched > 0) return true;
+  return false;
+}
+
+// Gives the header just read to the first unmatched slot with its tag, oldest receive first.
+ncclResult_t RecvComm::matchHeader(bool* matched) {
+  *matched = false;
+  for (int i = 0; i < postedCount_; ++i) {
+    RecvRequest* r = posted_[i];
+    for (int s = 0; s < r->count; ++s) {
+      RecvSlot& slot = r->slots[s];
+      if (slot.matched || slot.tag != header_.tag) continue;
+      if (header_.sequence != expectedSequence_) {
+        fail(ncclInternalError, "message sequence " + std::to_string(header_.sequence) + " where " +
+                                    std::to_string(expectedSequence_) + " was due: the stream is corrupt");
+        return failure();
+      }
+      if (header_.size > slot.capacity) {
+        // The rest of the stream can no longer be delimited: the comm is unusable, which fail() records.
+        fail(ncclInvalidUsage, "message of " + std::to_string(header_.size) + " bytes (tag " +
+                                   std::to_string(header_.tag) + ") is larger than the " +
+                                   std::to_string(slot.capacity) + "-byte receive buffer posted for it");
+        return failure();
+      }
+      slot.matched = true;
+      slot.size = header_.size;
+      --r->unmatched;
+      ++expectedSequence_;
+      size_t size = header_.size;
+      if (size > 0) r->pendingBytes.fetch_add(size, std::memory_order_relaxed);
+      if (isInline(size)) {
+        if (size > 0) {
+          inlineRequest_ = r;
+          inlineData_ = slot.data;
+          inlineSize_ = size;
+          inlineOffset_ = 0;
+        }
+      } else if (!queueChunks(slot.data, size, header_.sequence, &r->pendingBytes)) {
+        fail(ncclInternalError, "a data socket's task queue overflowed");
+        return failure();
+      }
+      *matched = true;
+      return ncclSuccess;
+    }
+  }
+  return ncclSuccess;  // no receive for this tag yet: keep the header until one is posted
+}
+
+ncclResult_t RecvComm::progress() {
+  for (;;) {
+    int error = 0;
+    if (inlineRequest_ != nullptr) {
+      sdk::IoStatus status = sdk::recvSome(controlFd_, inlineData_, inlineSize_, &inlineOffset_, &error);
+      if (status == sdk::IoStatus::kWouldBlock) break;
+      if (status != sdk::IoStatus::kDone) {
+        fail(ncclRemoteError, status == sdk::IoStatus::kClosed
+                                  ? "the peer closed the connection in the middle of a message"
+                                  : "control socket: " + sdk::errnoText(error));
+        return failure();
+      }
+      inlineRequest_->pendingBytes.fetch_sub(inlineSize_, std::memory_order_relaxed);
+      inlineRequest_ = nullptr;
+      continue;
+    }
+    if (!anyUnmatchedSlot()) break;  // nothing to receive into: leave the stream in the kernel
+    if (headerOffset_ < sizeof(MessageHeader)) {
+      sdk::IoStatus status = sdk::recvSome(controlFd_, &header_, sizeof(header_), &headerOffset_, &error);
+      if (status == sdk::IoStatus::kWouldBlock) break;
+      if (status == sdk::IoStatus::kClosed) {
+        fail(ncclRemoteError, "the peer closed the connection while a receive was posted");
+        return failure();
+      }
+      if (status == sdk::IoStatus::kFailed) {
+        fail(ncclRemoteError, "control socket: " + (error == ETIMEDOUT
+                                                        ? "no answer from the peer for " +
+                                                              std::to_string(Config::get().deadPeerTimeoutMs) + " ms"
+                                                        : sdk::errnoText(error)));
+        return failure();
+      }
+    }
+    bool matched = false;
+    NCCL_NET_CHECK(matchHeader(&matched));
+    if (!matched) break;
+    headerOffset_ = 0;
+  }
+  driveDataSocketsInline();
+  return failure();
+}
+
+ncclResult_t RecvComm::test(RecvRequest* r, int* done, sdk::CompletedSizes& sizes) {
+  NCCL_NET_CHECK(progress());
+  if (r->unmatched > 0 || r->pendingBytes.load(std::memory_order_acquire) != 0) return failure();
+  for (int i = 0; i < r->count; ++i)
+    if (!sizes.set(i, r->slots[i].size)) return ncclSuccess;  // the SDK turns the overflow into an error
+  *done = 1;
+  int position = 0;
+  while (posted_[position] != r) ++position;
+  for (int i = position + 1; i < postedCount_; ++i) posted_[i - 1] = posted_[i];
+  --postedCount_;
+  r->header.magic = 0;
+  requests_.release(r);
+  return ncclSuccess;
+}
+
+}  // namespace nns_socket

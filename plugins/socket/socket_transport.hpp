@@ -1,0 +1,266 @@
+// socket_transport.hpp: the socket plugin's knobs, wire formats and data path (send/receive comms, helper threads).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nccl_net/sdk.hpp>
+
+namespace nns_socket {
+
+namespace sdk = nccl_net::sdk;
+using Clock = std::chrono::steady_clock;
+
+inline constexpr const char kPluginName[] = "nns-socket";
+inline constexpr int kMaxRecvs = 8;           // grouped receives per irecv (advertised maxRecvs)
+inline constexpr int kMaxHelperThreads = 16;  // per comm, as NCCL's socket transport
+inline constexpr int kMaxDataSockets = 64;    // per comm, as NCCL's socket transport
+inline constexpr int kMaxDeviceChildren = NCCL_NET_MAX_DEVS_PER_NIC;
+// NCCL keeps at most NCCL_NET_MAX_REQUESTS requests per comm, each up to kMaxRecvs messages; a sender sees them as
+// single-message isends, so it needs room for all of them.
+inline constexpr size_t kMaxSendRequests = NCCL_NET_MAX_REQUESTS * kMaxRecvs;
+inline constexpr size_t kMaxRecvRequests = NCCL_NET_MAX_REQUESTS;
+inline constexpr size_t kMaxMessagesInFlight = kMaxSendRequests;
+
+// ---- knobs (environment variables, read once; documented in README.md) ------------------------------------------------
+struct Config {
+  int helperThreads;        // NNS_SOCKET_NTHREADS
+  int socketsPerThread;     // NNS_SOCKET_NSOCKS_PERTHREAD
+  size_t inlineBytes;       // NNS_SOCKET_INLINE_BYTES: messages up to this size travel whole on the control socket
+  size_t minChunkBytes;     // NNS_SOCKET_MIN_CHUNK_BYTES: smallest piece of a message given to one data socket
+  int deadPeerTimeoutMs;    // NNS_SOCKET_TIMEOUT_MS
+  int connectTimeoutMs;     // NNS_SOCKET_CONNECT_TIMEOUT_MS
+  int retryIntervalMs;      // NNS_SOCKET_RETRY_INTERVAL_MS
+  int sendBufferBytes;      // NNS_SOCKET_SNDBUF (0 = kernel default)
+  int receiveBufferBytes;   // NNS_SOCKET_RCVBUF (0 = kernel default)
+
+  int dataSockets() const { return helperThreads > 0 ? helperThreads * socketsPerThread : socketsPerThread; }
+  static const Config& get();
+};
+
+// ---- wire formats ---------------------------------------------------------------------------------------------------
+inline constexpr uint32_t kWireMagic = sdk::handleMagic("nns-socket/wire/1");
+
+enum SocketRole : uint32_t { kControlSocket = 1, kDataSocket = 2 };
+
+// First bytes on every socket a connector opens: which listener it is for, which sender, and which socket.
+struct Hello {
+  uint32_t magic;
+  uint32_t role;       // SocketRole
+  uint64_t listenId;   // the random id from the listener's handle
+  uint64_t senderId;   // random per connect(), groups a sender's sockets on a shared listener
+  uint32_t dataIndex;  // data sockets: 0 .. dataSockets-1
+  uint32_t reserved;
+};
+
+// The listener's answer on the control socket: how many data sockets, where to open them, and how to cut messages.
+struct Welcome {
+  uint32_t magic;
+  uint32_t dataSockets;
+  uint64_t inlineBytes;
+  uint64_t minChunkBytes;
+  uint32_t addressCount;
+  uint32_t reserved;
+  sdk::SocketAddress addresses[kMaxDeviceChildren];  // one listening address per child interface
+};
+
+// Precedes every message on the control socket; the payload follows it there when size <= inlineBytes.
+struct MessageHeader {
+  uint64_t size;
+  int32_t tag;
+  uint32_t sequence;  // catches a desynchronised stream instead of delivering garbage
+};
+
+// How a message of `size` bytes is cut over `sockets` data sockets; both ends compute the same pieces.
+struct ChunkPlan {
+  size_t chunkBytes;
+  int firstSocket;
+};
+ChunkPlan planChunks(size_t size, int sockets, size_t minChunkBytes, uint32_t sequence);
+
+// ---- the data path ----------------------------------------------------------------------------------------------------
+
+// A piece of a message moved by one data socket. `pending` is the owning request's outstanding byte count.
+struct ChunkTask {
+  unsigned char* data;
+  size_t size;
+  size_t done;
+  std::atomic<size_t>* pending;
+};
+
+// Single-producer (the thread calling isend/irecv/test) single-consumer (the socket's driver) queue.
+class TaskRing {
+ public:
+  static constexpr size_t kCapacity = kMaxMessagesInFlight;
+  bool push(const ChunkTask& task) {
+    size_t tail = tail_.load(std::memory_order_relaxed);
+    if (tail - head_.load(std::memory_order_acquire) >= kCapacity) return false;
+    tasks_[tail % kCapacity] = task;
+    tail_.store(tail + 1, std::memory_order_release);
+    return true;
+  }
+  ChunkTask* front() {
+    size_t head = head_.load(std::memory_order_relaxed);
+    if (head == tail_.load(std::memory_order_acquire)) return nullptr;
+    return &tasks_[head % kCapacity];
+  }
+  void pop() { head_.store(head_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+  bool empty() const { return head_.load(std::memory_order_acquire) == tail_.load(std::memory_order_acquire); }
+
+ private:
+  std::atomic<size_t> head_{0};
+  std::atomic<size_t> tail_{0};
+  ChunkTask tasks_[kCapacity];
+};
+
+struct DataSocket {
+  int fd = -1;
+  bool sending = false;
+  TaskRing tasks;
+  // Moves bytes of queued tasks until the queue is empty (kDone) or the socket would block. *error on failure.
+  sdk::IoStatus drive(int* error);
+};
+
+class Comm;
+
+// Drives a few data sockets of one comm with blocking-free IO and poll(); sleeps when none has work.
+class HelperThread {
+ public:
+  HelperThread(Comm* comm, std::vector<DataSocket*> sockets);
+  ~HelperThread();
+  void wake();
+
+ private:
+  void run();
+  bool hasWork() const;
+  Comm* comm_;
+  std::vector<DataSocket*> sockets_;
+  std::mutex mutex_;
+  std::condition_variable wakeup_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+// What a send and a receive comm share: the sockets, the helper threads and the first failure.
+class Comm {
+ public:
+  Comm(bool sending, int controlFd, std::vector<int> dataFds, const Welcome& parameters, std::string peer);
+  virtual ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  // Records the first failure (later ones are consequences) and WARNs it with the peer's address.
+  void fail(ncclResult_t result, const std::string& what);
+  ncclResult_t failure() const { return failure_.load(std::memory_order_acquire); }
+  const std::string& peer() const { return peer_; }
+  // Reports a data socket error from whichever thread drove it.
+  void failSocket(const DataSocket& socket, sdk::IoStatus status, int error);
+
+ protected:
+  // Queues a message's pieces on the data sockets (after `pending` was raised by `size`).
+  bool queueChunks(unsigned char* data, size_t size, uint32_t sequence, std::atomic<size_t>* pending);
+  // Without helper threads the caller's thread drives the data sockets here.
+  void driveDataSocketsInline();
+  bool isInline(size_t size) const { return dataSockets_.empty() || size <= inlineBytes_; }
+
+  const bool sending_;
+  const int controlFd_;
+  const size_t inlineBytes_;
+  const size_t minChunkBytes_;
+  std::vector<std::unique_ptr<DataSocket>> dataSockets_;
+  std::vector<std::unique_ptr<HelperThread>> helpers_;
+  std::vector<int> helperOfSocket_;
+
+ private:
+  const std::string peer_;
+  std::atomic<ncclResult_t> failure_{ncclSuccess};
+  std::atomic<bool> closing_{false};
+  std::mutex failureMutex_;
+};
+
+struct RequestHeader {
+  static constexpr uint32_t kLiveMagic = 0x6e6e7372;  // "nnsr"
+  uint32_t magic = kLiveMagic;
+  bool isSend = false;
+  Comm* comm = nullptr;
+};
+
+struct SendRequest {
+  RequestHeader header;
+  unsigned char* data = nullptr;
+  size_t size = 0;
+  MessageHeader wire{};
+  size_t controlOffset = 0;  // bytes of header (+ inline payload) written to the control socket
+  bool controlDone = false;
+  std::atomic<size_t> pendingBytes{0};  // bytes still owned by data sockets
+};
+
+struct RecvSlot {
+  unsigned char* data;
+  size_t capacity;
+  int tag;
+  size_t size;
+  bool matched;
+};
+
+struct RecvRequest {
+  RequestHeader header;
+  int count = 0;
+  int unmatched = 0;  // slots whose message header has not arrived
+  RecvSlot slots[kMaxRecvs];
+  std::atomic<size_t> pendingBytes{0};
+};
+
+class SendComm : public Comm {
+ public:
+  SendComm(int controlFd, std::vector<int> dataFds, const Welcome& parameters, std::string peer)
+      : Comm(true, controlFd, std::move(dataFds), parameters, std::move(peer)) {}
+  ~SendComm() override;
+  ncclResult_t post(void* data, size_t size, int tag, void** request);
+  ncclResult_t test(SendRequest* request, int* done, sdk::CompletedSizes& sizes);
+  bool owns(const void* request) const { return requests_.owns(request); }
+
+ private:
+  ncclResult_t progress();
+  sdk::RequestPool<SendRequest, kMaxSendRequests> requests_;
+  SendRequest* controlQueue_[kMaxSendRequests];  // waiting for their header on the control socket, oldest first
+  size_t controlHead_ = 0;
+  size_t controlCount_ = 0;
+  uint32_t nextSequence_ = 0;
+};
+
+class RecvComm : public Comm {
+ public:
+  RecvComm(int controlFd, std::vector<int> dataFds, const Welcome& parameters, std::string peer)
+      : Comm(false, controlFd, std::move(dataFds), parameters, std::move(peer)) {}
+  ~RecvComm() override;
+  ncclResult_t post(int n, void** data, size_t* sizes, int* tags, void** request);
+  ncclResult_t test(RecvRequest* request, int* done, sdk::CompletedSizes& sizes);
+  bool owns(const void* request) const { return requests_.owns(request); }
+
+ private:
+  ncclResult_t progress();
+  bool anyUnmatchedSlot() const;
+  ncclResult_t matchHeader(bool* matched);
+  sdk::RequestPool<RecvRequest, kMaxRecvRequests> requests_;
+  RecvRequest* posted_[kMaxRecvRequests];  // oldest first
+  int postedCount_ = 0;
+  MessageHeader header_{};
+  size_t headerOffset_ = 0;
+  uint32_t expectedSequence_ = 0;
+  // An inline payload being read from the control socket.
+  RecvRequest* inlineRequest_ = nullptr;
+  unsigned char* inlineData_ = nullptr;
+  size_t inlineSize_ = 0;
+  size_t inlineOffset_ = 0;
+};
+
+}  // namespace nns_socket

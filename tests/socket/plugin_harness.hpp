@@ -1,0 +1,160 @@
+// plugin_harness.hpp: loads libnccl-net-socket.so and drives its ncclNet_v12 table the way NCCL's proxy does, with a
+// timeout on every wait (shared by the socket plugin's tests).
+#pragma once
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nccl_net/net.h>
+
+namespace socket_test {
+
+using Clock = std::chrono::steady_clock;
+
+// WARN lines the plugin logged through our logger (so tests can check that a fault names the peer).
+inline std::mutex& warningsMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+inline std::vector<std::string>& warnings() {
+  static std::vector<std::string> lines;
+  return lines;
+}
+inline void collectingLogger(ncclDebugLogLevel level, unsigned long /*flags*/, const char* /*file*/, int /*line*/,
+                             const char* fmt, ...) {
+  if (level != NCCL_LOG_WARN) return;
+  char text[1024];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(text, sizeof(text), fmt, args);
+  va_end(args);
+  std::fprintf(stderr, "[plugin WARN] %s\n", text);
+  std::lock_guard<std::mutex> lock(warningsMutex());
+  warnings().push_back(text);
+}
+inline bool warnedAbout(const std::string& needle) {
+  std::lock_guard<std::mutex> lock(warningsMutex());
+  for (const std::string& line : warnings())
+    if (line.find(needle) != std::string::npos) return true;
+  return false;
+}
+
+inline void* openPlugin() {
+  static void* library = dlopen(NNS_SOCKET_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  return library;
+}
+
+inline const ncclNet_v12_t* plugin() {
+  void* library = openPlugin();
+  if (library == nullptr) return nullptr;
+  return static_cast<const ncclNet_v12_t*>(dlsym(library, "ncclNetPlugin_v12"));
+}
+
+// init once per process with the collecting logger; returns the ctx.
+inline void* initPlugin(const ncclNet_v12_t* net, ncclResult_t* result) {
+  void* ctx = nullptr;
+  *result = net->init(&ctx, 0x5eed, nullptr, collectingLogger, nullptr);
+  return ctx;
+}
+
+// Polls test() until done, an error, or the timeout (ncclTimeout).
+inline ncclResult_t waitRequest(const ncclNet_v12_t* net, void* request, int* sizes,
+                                std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  auto deadline = Clock::now() + timeout;
+  int done = 0;
+  while (!done) {
+    ncclResult_t result = net->test(request, &done, sizes);
+    if (result != ncclSuccess) return result;
+    if (!done && Clock::now() > deadline) return ncclTimeout;
+  }
+  return ncclSuccess;
+}
+
+// Posts an isend, retrying while the plugin answers "not now" (NULL request).
+inline ncclResult_t postSend(const ncclNet_v12_t* net, void* comm, void* data, size_t size, int tag, void** request,
+                             std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  auto deadline = Clock::now() + timeout;
+  *request = nullptr;
+  while (*request == nullptr) {
+    ncclResult_t result = net->isend(comm, data, size, tag, nullptr, nullptr, request);
+    if (result != ncclSuccess) return result;
+    if (*request == nullptr && Clock::now() > deadline) return ncclTimeout;
+  }
+  return ncclSuccess;
+}
+
+inline ncclResult_t postRecv(const ncclNet_v12_t* net, void* comm, int n, void** data, size_t* sizes, int* tags,
+                             void** request, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  auto deadline = Clock::now() + timeout;
+  *request = nullptr;
+  void* mhandles[8] = {};
+  while (*request == nullptr) {
+    ncclResult_t result = net->irecv(comm, n, data, sizes, tags, mhandles, nullptr, request);
+    if (result != ncclSuccess) return result;
+    if (*request == nullptr && Clock::now() > deadline) return ncclTimeout;
+  }
+  return ncclSuccess;
+}
+
+// connect() until it yields a sendComm (both ends in other processes, or accept driven elsewhere).
+inline ncclResult_t connectUntilDone(const ncclNet_v12_t* net, void* ctx, int dev, void* handle, void** sendComm,
+                                     std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  auto deadline = Clock::now() + timeout;
+  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+  *sendComm = nullptr;
+  while (*sendComm == nullptr) {
+    ncclResult_t result = net->connect(ctx, dev, handle, sendComm, &devHandle);
+    if (result != ncclSuccess) return result;
+    if (*sendComm == nullptr && Clock::now() > deadline) return ncclTimeout;
+  }
+  return ncclSuccess;
+}
+
+inline ncclResult_t acceptUntilDone(const ncclNet_v12_t* net, void* listenComm, void** recvComm,
+                                    std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  auto deadline = Clock::now() + timeout;
+  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+  *recvComm = nullptr;
+  while (*recvComm == nullptr) {
+    ncclResult_t result = net->accept(listenComm, recvComm, &devHandle);
+    if (result != ncclSuccess) return result;
+    if (*recvComm == nullptr && Clock::now() > deadline) return ncclTimeout;
+  }
+  return ncclSuccess;
+}
+
+// In one process: listen on `dev`, then drive connect and accept alternately until both comms exist.
+inline ncclResult_t connectPair(const ncclNet_v12_t* net, void* ctx, int dev, void** sendComm, void** recvComm,
+                                void** listenComm) {
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  ncclResult_t result = net->listen(ctx, dev, handle, listenComm);
+  if (result != ncclSuccess) return result;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+  *sendComm = nullptr;
+  *recvComm = nullptr;
+  while (*sendComm == nullptr || *recvComm == nullptr) {
+    if (*sendComm == nullptr) {
+      result = net->connect(ctx, dev, handle, sendComm, &devHandle);
+      if (result != ncclSuccess) return result;
+    }
+    if (*recvComm == nullptr) {
+      result = net->accept(*listenComm, recvComm, &devHandle);
+      if (result != ncclSuccess) return result;
+    }
+    if (Clock::now() > deadline) return ncclTimeout;
+  }
+  return ncclSuccess;
+}
+
+inline unsigned char patternByte(size_t index, size_t seed) {
+  return static_cast<unsigned char>((index * 2654435761u + seed * 40503u) >> 7);
+}
+
+}  // namespace socket_test

@@ -1,0 +1,411 @@
+// socket_plugin_test.cc: the nns-socket plugin in one process over loopback: exports, properties, every message
+// size, grouped receives, the full request window, several senders per listener, misuse and teardown.
+#include <dlfcn.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "plugin_harness.hpp"
+
+namespace {
+
+using namespace socket_test;
+
+class SocketPlugin : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    net = plugin();
+    ASSERT_NE(net, nullptr) << dlerror();
+    ncclResult_t result;
+    ctx = initPlugin(net, &result);
+    ASSERT_EQ(result, ncclSuccess);
+  }
+  void connect() { ASSERT_EQ(connectPair(net, ctx, 0, &sendComm, &recvComm, &listenComm), ncclSuccess); }
+  void TearDown() override {
+    if (sendComm != nullptr) {
+      EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+    }
+    if (recvComm != nullptr) {
+      EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
+    }
+    if (listenComm != nullptr) {
+      EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+    }
+  }
+
+  // Moves one message: posts the receive and the send, then tests both until done.
+  void transfer(size_t size, size_t capacity, int tag, int* receivedSize) {
+    std::vector<unsigned char> source(size), target(capacity + 1, 0xee);
+    for (size_t i = 0; i < size; ++i) source[i] = patternByte(i, size);
+    void* recvRequest = nullptr;
+    void* sendRequest = nullptr;
+    void* data[1] = {target.data()};
+    size_t sizes[1] = {capacity};
+    int tags[1] = {tag};
+    ASSERT_EQ(postRecv(net, recvComm, 1, data, sizes, tags, &recvRequest), ncclSuccess);
+    ASSERT_EQ(postSend(net, sendComm, source.data(), size, tag, &sendRequest), ncclSuccess);
+    int sendDone = 0, recvDone = 0, sendSize = -1;
+    auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (!sendDone || !recvDone) {
+      if (!sendDone) {
+        ASSERT_EQ(net->test(sendRequest, &sendDone, &sendSize), ncclSuccess);
+      }
+      if (!recvDone) {
+        ASSERT_EQ(net->test(recvRequest, &recvDone, receivedSize), ncclSuccess);
+      }
+      ASSERT_LT(Clock::now(), deadline) << "transfer of " << size << " bytes did not finish";
+    }
+    EXPECT_EQ(sendSize, static_cast<int>(size));
+    EXPECT_EQ(*receivedSize, static_cast<int>(size));
+    EXPECT_TRUE(std::equal(source.begin(), source.end(), target.begin())) << "corrupt payload, size " << size;
+    EXPECT_EQ(target[capacity], 0xee) << "wrote past the posted buffer";
+  }
+
+  const ncclNet_v12_t* net = nullptr;
+  void* ctx = nullptr;
+  void* sendComm = nullptr;
+  void* recvComm = nullptr;
+  void* listenComm = nullptr;
+};
+
+TEST(SocketPluginExports, EveryVersionIsExportedAsNnsSocket) {
+  void* library = openPlugin();
+  ASSERT_NE(library, nullptr) << dlerror();
+  for (int version = 6; version <= 12; ++version) {
+    std::string symbol = "ncclNetPlugin_v" + std::to_string(version);
+    // Every ncclNet_vN_t starts with `const char* name`.
+    auto* table = static_cast<const char* const*>(dlsym(library, symbol.c_str()));
+    ASSERT_NE(table, nullptr) << symbol;
+    EXPECT_STREQ(*table, "nns-socket") << symbol;
+  }
+  EXPECT_EQ(dlsym(library, "ncclCollNetPlugin_v12"), nullptr);
+}
+
+TEST_F(SocketPlugin, LoopbackDeviceProperties) {
+  int ndev = 0;
+  ASSERT_EQ(net->devices(&ndev), ncclSuccess);
+  ASSERT_EQ(ndev, 1) << "NCCL_SOCKET_IFNAME=lo selects exactly the loopback interface";
+  ncclNetProperties_v12_t props;
+  std::memset(&props, 0xcc, sizeof(props));
+  ASSERT_EQ(net->getProperties(0, &props), ncclSuccess);
+  EXPECT_STREQ(props.name, "lo");
+  EXPECT_EQ(props.pciPath, nullptr) << "loopback is virtual: no PCI path";
+  EXPECT_EQ(props.ptrSupport, NCCL_PTR_HOST);
+  EXPECT_EQ(props.speed, 10000) << "lo has no link speed: the documented default";
+  EXPECT_EQ(props.maxRecvs, 8);
+  EXPECT_EQ(props.maxComms, 65536);
+  EXPECT_EQ(props.latency, 0);
+  EXPECT_EQ(props.vProps.ndevs, 1);
+  EXPECT_EQ(props.vProps.devs[0], 0);
+  EXPECT_EQ(props.maxP2pBytes, NCCL_MAX_NET_SIZE_BYTES);
+  EXPECT_EQ(props.railId, NCCL_NET_ID_UNDEF);
+  EXPECT_EQ(props.netDeviceType, NCCL_NET_DEVICE_HOST);
+}
+
+TEST_F(SocketPlugin, EveryMessageSizeArrivesIntactAndSized) {
+  connect();
+  for (size_t size : {size_t{0}, size_t{1}, size_t{8}, size_t{127}, size_t{4096}, size_t{65536}, size_t{65537},
+                      size_t{200000}, (size_t{1} << 20) + 3, (size_t{9} << 20) + 5, size_t{64} << 20}) {
+    int received = -1;
+    transfer(size, size + 13, 3, &received);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_F(SocketPlugin, GroupedReceiveMatchesMessagesToBuffersByTag) {
+  connect();
+  constexpr int kGroup = 8;
+  std::vector<std::vector<unsigned char>> targets(kGroup), sources(kGroup);
+  void* data[kGroup];
+  size_t capacities[kGroup];
+  int tags[kGroup];
+  for (int i = 0; i < kGroup; ++i) {
+    size_t size = static_cast<size_t>(i) * 50000 + 1;  // inline and striped sizes
+    sources[static_cast<size_t>(i)].resize(size);
+    for (size_t b = 0; b < size; ++b) sources[static_cast<size_t>(i)][b] = patternByte(b, static_cast<size_t>(i));
+    targets[static_cast<size_t>(i)].assign(size + 100, 0);
+    data[i] = targets[static_cast<size_t>(i)].data();
+    capacities[i] = size + 100;
+    tags[i] = 100 + i;
+  }
+  void* recvRequest = nullptr;
+  ASSERT_EQ(postRecv(net, recvComm, kGroup, data, capacities, tags, &recvRequest), ncclSuccess);
+  std::vector<void*> sendRequests;
+  for (int i = kGroup - 1; i >= 0; --i) {  // reverse order: matching is by tag, not position
+    void* request = nullptr;
+    ASSERT_EQ(postSend(net, sendComm, sources[static_cast<size_t>(i)].data(), sources[static_cast<size_t>(i)].size(),
+                       100 + i, &request),
+              ncclSuccess);
+    sendRequests.push_back(request);
+  }
+  int sizes[NCCL_NET_MAX_REQUESTS] = {};
+  int recvDone = 0;
+  std::vector<int> sendDone(kGroup, 0);
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (!recvDone || std::count(sendDone.begin(), sendDone.end(), 1) < kGroup) {
+    for (int i = 0; i < kGroup; ++i) {
+      if (sendDone[static_cast<size_t>(i)]) continue;
+      ASSERT_EQ(net->test(sendRequests[static_cast<size_t>(i)], &sendDone[static_cast<size_t>(i)], nullptr),
+                ncclSuccess);
+    }
+    if (!recvDone) {
+      ASSERT_EQ(net->test(recvRequest, &recvDone, sizes), ncclSuccess);
+    }
+    ASSERT_LT(Clock::now(), deadline);
+  }
+  for (int i = 0; i < kGroup; ++i) {
+    EXPECT_EQ(sizes[i], static_cast<int>(sources[static_cast<size_t>(i)].size())) << "buffer " << i;
+    EXPECT_TRUE(std::equal(sources[static_cast<size_t>(i)].begin(), sources[static_cast<size_t>(i)].end(),
+                           targets[static_cast<size_t>(i)].begin()))
+        << "buffer " << i;
+  }
+}
+
+// NCCL_NET_MAX_REQUESTS receives of maxRecvs buffers each, and as many sends, all in flight at once; one more of
+// either is refused with a NULL request (NCCL's "retry later"), never an error.
+TEST_F(SocketPlugin, FullRequestWindowInFlight) {
+  connect();
+  constexpr int kRequests = NCCL_NET_MAX_REQUESTS;
+  constexpr int kGroup = 8;
+  constexpr int kMessages = kRequests * kGroup;
+  auto sizeOf = [](int message) { return static_cast<size_t>(message % 3 == 0 ? 150000 : 700 + message); };
+  std::vector<std::vector<unsigned char>> sources(kMessages), targets(kMessages);
+  for (int m = 0; m < kMessages; ++m) {
+    sources[static_cast<size_t>(m)].assign(sizeOf(m), static_cast<unsigned char>(m));
+    targets[static_cast<size_t>(m)].assign(sizeOf(m), 0);
+  }
+  std::vector<void*> recvRequests(kRequests), sendRequests(kMessages);
+  for (int r = 0; r < kRequests; ++r) {
+    void* data[kGroup];
+    size_t capacities[kGroup];
+    int tags[kGroup];
+    for (int s = 0; s < kGroup; ++s) {
+      int m = r * kGroup + s;
+      data[s] = targets[static_cast<size_t>(m)].data();
+      capacities[s] = sizeOf(m);
+      tags[s] = 9;
+    }
+    void* mhandles[kGroup] = {};
+    ASSERT_EQ(net->irecv(recvComm, kGroup, data, capacities, tags, mhandles, nullptr, &recvRequests[static_cast<size_t>(r)]),
+              ncclSuccess);
+    ASSERT_NE(recvRequests[static_cast<size_t>(r)], nullptr) << "receive " << r << " refused";
+  }
+  {
+    unsigned char spare[16];
+    void* data[1] = {spare};
+    size_t capacities[1] = {sizeof(spare)};
+    int tags[1] = {9};
+    void* mhandles[1] = {};
+    void* extra = reinterpret_cast<void*>(0x1);  // NCCL's optional-completion hint must be overwritten
+    ASSERT_EQ(net->irecv(recvComm, 1, data, capacities, tags, mhandles, nullptr, &extra), ncclSuccess);
+    EXPECT_EQ(extra, nullptr) << "a receive beyond NCCL_NET_MAX_REQUESTS must be refused with NULL";
+  }
+  for (int m = 0; m < kMessages; ++m) {
+    ASSERT_EQ(net->isend(sendComm, sources[static_cast<size_t>(m)].data(), sizeOf(m), 9, nullptr, nullptr,
+                         &sendRequests[static_cast<size_t>(m)]),
+              ncclSuccess);
+    ASSERT_NE(sendRequests[static_cast<size_t>(m)], nullptr) << "send " << m << " refused";
+  }
+  void* extraSend = nullptr;
+  unsigned char spare[4] = {};
+  ASSERT_EQ(net->isend(sendComm, spare, sizeof(spare), 9, nullptr, nullptr, &extraSend), ncclSuccess);
+  EXPECT_EQ(extraSend, nullptr) << "a send beyond NCCL_NET_MAX_REQUESTS x maxRecvs must be refused with NULL";
+
+  std::vector<int> recvDone(kRequests, 0), sendDone(kMessages, 0);
+  auto deadline = Clock::now() + std::chrono::seconds(30);
+  int remaining = kRequests + kMessages;
+  while (remaining > 0) {
+    for (int m = 0; m < kMessages; ++m) {
+      if (sendDone[static_cast<size_t>(m)]) continue;
+      int size = -1;
+      ASSERT_EQ(net->test(sendRequests[static_cast<size_t>(m)], &sendDone[static_cast<size_t>(m)], &size), ncclSuccess);
+      if (sendDone[static_cast<size_t>(m)]) {
+        EXPECT_EQ(size, static_cast<int>(sizeOf(m)));
+        --remaining;
+      }
+    }
+    for (int r = 0; r < kRequests; ++r) {
+      if (recvDone[static_cast<size_t>(r)]) continue;
+      int sizes[kGroup] = {};
+      ASSERT_EQ(net->test(recvRequests[static_cast<size_t>(r)], &recvDone[static_cast<size_t>(r)], sizes), ncclSuccess);
+      if (recvDone[static_cast<size_t>(r)]) {
+        for (int s = 0; s < kGroup; ++s) EXPECT_EQ(sizes[s], static_cast<int>(sizeOf(r * kGroup + s)));
+        --remaining;
+      }
+    }
+    ASSERT_LT(Clock::now(), deadline) << remaining << " requests still pending";
+  }
+  for (int m = 0; m < kMessages; ++m)
+    EXPECT_EQ(targets[static_cast<size_t>(m)], sources[static_cast<size_t>(m)]) << "message " << m;
+}
+
+TEST_F(SocketPlugin, ReceiveBufferSmallerThanMessageIsInvalidUsage) {
+  connect();
+  for (size_t size : {size_t{200}, size_t{1} << 20}) {
+    std::vector<unsigned char> source(size, 1), target(size / 2, 0);
+    void* recvRequest = nullptr;
+    void* sendRequest = nullptr;
+    void* data[1] = {target.data()};
+    size_t capacities[1] = {target.size()};
+    int tags[1] = {1};
+    ASSERT_EQ(postRecv(net, recvComm, 1, data, capacities, tags, &recvRequest), ncclSuccess);
+    ASSERT_EQ(postSend(net, sendComm, source.data(), size, 1, &sendRequest), ncclSuccess);
+    int received = -1;
+    EXPECT_EQ(waitRequest(net, recvRequest, &received), ncclInvalidUsage) << size;
+    EXPECT_TRUE(warnedAbout("larger than the " + std::to_string(target.size()) + "-byte receive buffer"));
+    EXPECT_TRUE(std::all_of(target.begin(), target.end(), [](unsigned char b) { return b == 0; }))
+        << "nothing may be written into a buffer that is too small";
+    // The stream cannot be resynchronised: this pair of comms is finished; make a fresh one.
+    TearDown();
+    sendComm = recvComm = listenComm = nullptr;
+    connect();
+  }
+}
+
+TEST_F(SocketPlugin, SeveralSendersOnOneListenComm) {
+  constexpr int kSenders = 3;
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  void* senders[kSenders] = {};
+  void* receivers[kSenders] = {};
+  unsigned char copies[kSenders][NCCL_NET_HANDLE_MAXSIZE];
+  for (auto& copy : copies) std::memcpy(copy, handle, sizeof(handle));  // each peer gets its own copy, as in NCCL
+  int accepted = 0;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (accepted < kSenders || std::count(senders, senders + kSenders, nullptr) > 0) {
+    for (int i = 0; i < kSenders; ++i) {
+      ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+      if (senders[i] == nullptr) {
+        ASSERT_EQ(net->connect(ctx, 0, copies[i], &senders[i], &devHandle), ncclSuccess);
+      }
+    }
+    if (accepted < kSenders) {
+      ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+      ASSERT_EQ(net->accept(listenComm, &receivers[accepted], &devHandle), ncclSuccess);
+      if (receivers[accepted] != nullptr) ++accepted;
+    }
+    ASSERT_LT(Clock::now(), deadline);
+  }
+  // Each sender says who it is; every receiver must hear exactly one of them.
+  std::vector<int> heard;
+  for (int i = 0; i < kSenders; ++i) {
+    int identity = 1000 + i;
+    void* request = nullptr;
+    ASSERT_EQ(postSend(net, senders[i], &identity, sizeof(identity), 5, &request), ncclSuccess);
+    ASSERT_EQ(waitRequest(net, request, nullptr), ncclSuccess);
+  }
+  for (int i = 0; i < kSenders; ++i) {
+    int identity = 0;
+    void* data[1] = {&identity};
+    size_t capacities[1] = {sizeof(identity)};
+    int tags[1] = {5};
+    void* request = nullptr;
+    ASSERT_EQ(postRecv(net, receivers[i], 1, data, capacities, tags, &request), ncclSuccess);
+    int size = 0;
+    ASSERT_EQ(waitRequest(net, request, &size), ncclSuccess);
+    heard.push_back(identity);
+  }
+  std::sort(heard.begin(), heard.end());
+  EXPECT_EQ(heard, (std::vector<int>{1000, 1001, 1002}));
+  for (int i = 0; i < kSenders; ++i) {
+    EXPECT_EQ(net->closeSend(senders[i]), ncclSuccess);
+    EXPECT_EQ(net->closeRecv(receivers[i]), ncclSuccess);
+  }
+}
+
+TEST_F(SocketPlugin, ClosingCommsWithRequestsInFlightIsSafe) {
+  connect();
+  std::vector<unsigned char> source(size_t{64} << 20, 7), target(size_t{64} << 20, 0);
+  void* sendRequest = nullptr;
+  void* recvRequest = nullptr;
+  void* data[1] = {target.data()};
+  size_t capacities[1] = {target.size()};
+  int tags[1] = {0};
+  ASSERT_EQ(postRecv(net, recvComm, 1, data, capacities, tags, &recvRequest), ncclSuccess);
+  ASSERT_EQ(postSend(net, sendComm, source.data(), source.size(), 0, &sendRequest), ncclSuccess);
+  int done = 0;
+  ASSERT_EQ(net->test(recvRequest, &done, nullptr), ncclSuccess);
+  ASSERT_EQ(net->test(sendRequest, &done, nullptr), ncclSuccess);
+  // Helper threads are in the middle of the 64 MiB; both ends close now, as NCCL does on an abort.
+  EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+  recvComm = sendComm = nullptr;
+}
+
+TEST_F(SocketPlugin, PeerClosingMidMessageFailsThePendingReceive) {
+  connect();
+  std::vector<unsigned char> source(size_t{32} << 20, 7), target(size_t{32} << 20, 0);
+  void* sendRequest = nullptr;
+  void* recvRequest = nullptr;
+  void* data[1] = {target.data()};
+  size_t capacities[1] = {target.size()};
+  int tags[1] = {0};
+  ASSERT_EQ(postRecv(net, recvComm, 1, data, capacities, tags, &recvRequest), ncclSuccess);
+  ASSERT_EQ(postSend(net, sendComm, source.data(), source.size(), 0, &sendRequest), ncclSuccess);
+  int done = 0;
+  ASSERT_EQ(net->test(recvRequest, &done, nullptr), ncclSuccess);  // the header is in: the message is due
+  ASSERT_EQ(net->closeSend(sendComm), ncclSuccess);
+  sendComm = nullptr;
+  auto start = Clock::now();
+  EXPECT_EQ(waitRequest(net, recvRequest, nullptr, std::chrono::seconds(10)), ncclRemoteError);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
+  EXPECT_TRUE(warnedAbout("peer 127.0.0.1:")) << "the WARN names the peer";
+}
+
+TEST_F(SocketPlugin, ConnectToAClosedListenerTimesOutWithAnError) {
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  ASSERT_EQ(net->closeListen(listenComm), ncclSuccess);
+  listenComm = nullptr;
+  auto start = Clock::now();
+  EXPECT_EQ(connectUntilDone(net, ctx, 0, handle, &sendComm, std::chrono::seconds(15)), ncclRemoteError);
+  auto elapsed = Clock::now() - start;
+  EXPECT_GE(elapsed, std::chrono::milliseconds(1500)) << "refused connects are retried until the timeout";
+  EXPECT_LT(elapsed, std::chrono::seconds(5)) << "NNS_SOCKET_CONNECT_TIMEOUT_MS=2000 bounds the wait";
+  EXPECT_TRUE(warnedAbout("connect to 127.0.0.1:"));
+  sendComm = nullptr;
+}
+
+TEST_F(SocketPlugin, ForeignHandleIsRejected) {
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+  for (size_t i = 0; i < sizeof(handle); ++i) handle[i] = static_cast<unsigned char>(i * 7 + 1);
+  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+  EXPECT_EQ(net->connect(ctx, 0, handle, &sendComm, &devHandle), ncclInvalidArgument);
+  EXPECT_EQ(sendComm, nullptr);
+}
+
+TEST_F(SocketPlugin, OnlyHostMemoryRegisters) {
+  connect();
+  char buffer[64];
+  void* mhandle = nullptr;
+  EXPECT_EQ(net->regMr(sendComm, buffer, sizeof(buffer), NCCL_PTR_HOST, &mhandle), ncclSuccess);
+  EXPECT_NE(mhandle, nullptr);
+  EXPECT_EQ(net->deregMr(sendComm, mhandle), ncclSuccess);
+  EXPECT_EQ(net->regMr(sendComm, buffer, sizeof(buffer), NCCL_PTR_CUDA, &mhandle), ncclInvalidArgument);
+}
+
+TEST_F(SocketPlugin, VirtualDeviceRefusesDuplicateChildren) {
+  if (net->makeVDevice == nullptr) GTEST_FAIL() << "makeVDevice must be exported";
+  ncclNetVDeviceProps_v12_t props{};
+  props.ndevs = 2;
+  props.devs[0] = 0;
+  props.devs[1] = 0;
+  int vdev = -1;
+  EXPECT_EQ(net->makeVDevice(&vdev, &props), ncclInvalidArgument);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Read once by the plugin: loopback only (the only address this machine's tests may target), short timeouts.
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  setenv("NNS_SOCKET_TIMEOUT_MS", "2000", 1);
+  setenv("NNS_SOCKET_CONNECT_TIMEOUT_MS", "2000", 1);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,165 @@
+// socket_sdk_helpers_test.cc: nccl_net/sdk/socket.hpp: interface filters, addresses, non-blocking connect/accept
+// with retries and timeouts, and the send/receive helpers' end-of-stream and error reporting.
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nccl_net/sdk/socket.hpp>
+
+namespace {
+
+namespace sdk = nccl_net::sdk;
+using Clock = std::chrono::steady_clock;
+
+TEST(SocketInterfaceFilter, PrefixListMatchesByPrefix) {
+  sdk::InterfaceFilter filter("eth,ib");
+  EXPECT_TRUE(filter.matches("eth0"));
+  EXPECT_TRUE(filter.matches("ib1"));
+  EXPECT_FALSE(filter.matches("lo"));
+  EXPECT_FALSE(filter.matches("veth0")) << "prefix, not substring";
+}
+
+TEST(SocketInterfaceFilter, CaretExcludes) {
+  sdk::InterfaceFilter filter("^docker,lo");
+  EXPECT_TRUE(filter.matches("eth0"));
+  EXPECT_FALSE(filter.matches("docker0"));
+  EXPECT_FALSE(filter.matches("lo"));
+}
+
+TEST(SocketInterfaceFilter, EqualsMeansExactNames) {
+  sdk::InterfaceFilter filter("=eth0,eth2");
+  EXPECT_TRUE(filter.matches("eth0"));
+  EXPECT_FALSE(filter.matches("eth01"));
+  EXPECT_FALSE(filter.matches("eth1"));
+  sdk::InterfaceFilter notExactly("^=eth0");
+  EXPECT_FALSE(notExactly.matches("eth0"));
+  EXPECT_TRUE(notExactly.matches("eth01"));
+}
+
+TEST(SocketInterfaceSelection, VariableSelectsLoopbackAndFamily) {
+  setenv("SOCKET_TEST_IFNAME", "=lo", 1);
+  unsetenv("SOCKET_TEST_FAMILY");
+  auto found = sdk::findInterfaces("SOCKET_TEST_IFNAME", "SOCKET_TEST_FAMILY", 16);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].name, "lo");
+  EXPECT_EQ(found[0].address.family(), AF_INET) << "IPv4 is preferred";
+  EXPECT_EQ(found[0].address.toString(), "127.0.0.1:0");
+
+  setenv("SOCKET_TEST_FAMILY", "AF_INET6", 1);
+  found = sdk::findInterfaces("SOCKET_TEST_IFNAME", "SOCKET_TEST_FAMILY", 16);
+  ASSERT_EQ(found.size(), 1u) << "lo has ::1";
+  EXPECT_EQ(found[0].address.toString(), "[::1]:0");
+
+  setenv("SOCKET_TEST_FAMILY", "bogus", 1);
+  bool unknown = false;
+  EXPECT_EQ(sdk::socketFamilyFromEnv("SOCKET_TEST_FAMILY", &unknown), AF_UNSPEC);
+  EXPECT_TRUE(unknown);
+}
+
+TEST(SocketInterfaceSelection, AutomaticChoiceSkipsLoopbackWhenAnythingElseIsUp) {
+  unsetenv("SOCKET_TEST_IFNAME");
+  unsetenv("SOCKET_TEST_FAMILY");
+  auto found = sdk::findInterfaces("SOCKET_TEST_IFNAME", "SOCKET_TEST_FAMILY", 16);
+  ASSERT_FALSE(found.empty()) << "at worst loopback is chosen";
+  auto others = sdk::listInterfaces(sdk::InterfaceFilter("^lo"), AF_UNSPEC, 16);
+  if (others.empty()) {
+    EXPECT_EQ(found[0].name, "lo");
+  } else {
+    for (const auto& i : found) EXPECT_NE(i.name, "lo");
+  }
+}
+
+TEST(SocketAddress, PortAndText) {
+  sdk::SocketAddress v4 = sdk::SocketAddress::loopback(AF_INET);
+  v4.setPort(4242);
+  EXPECT_EQ(v4.port(), 4242);
+  EXPECT_TRUE(v4.isLoopback());
+  EXPECT_EQ(v4.toString(), "127.0.0.1:4242");
+  sdk::SocketAddress v6 = sdk::SocketAddress::loopback(AF_INET6);
+  v6.setPort(7);
+  EXPECT_EQ(v6.toString(), "[::1]:7");
+  EXPECT_EQ(v6.length(), sizeof(sockaddr_in6));
+  EXPECT_EQ(sdk::SocketAddress{}.toString(), "<invalid>");
+}
+
+// Connect before anyone listens: refused attempts are retried until the listener appears.
+TEST(SocketConnector, RetriesRefusedConnectsUntilTheListenerAppears) {
+  std::string error;
+  sdk::SocketAddress bound;
+  int probe = sdk::listenTcp(sdk::SocketAddress::loopback(AF_INET), 1, &bound, &error);
+  ASSERT_GE(probe, 0) << error;
+  close(probe);  // the port is free again and nothing listens on it
+
+  sdk::TcpConnector connector;
+  connector.start(bound, sdk::SocketAddress{}, std::chrono::seconds(10), std::chrono::milliseconds(20));
+  auto start = Clock::now();
+  int listener = -1;
+  sdk::IoStatus status = sdk::IoStatus::kWouldBlock;
+  while (status == sdk::IoStatus::kWouldBlock && Clock::now() - start < std::chrono::seconds(10)) {
+    status = connector.progress();
+    if (listener < 0 && Clock::now() - start > std::chrono::milliseconds(150)) {
+      listener = sdk::listenTcp(bound, 4, nullptr, &error);
+      ASSERT_GE(listener, 0) << error;
+    }
+  }
+  ASSERT_EQ(status, sdk::IoStatus::kDone) << connector.error();
+  EXPECT_GT(connector.attempts(), 1);
+  int client = connector.release();
+  int server = -1;
+  sdk::SocketAddress peer;
+  while (sdk::acceptTcp(listener, &server, &peer, &error) == sdk::IoStatus::kWouldBlock) {
+    ASSERT_TRUE(sdk::waitForSocket(listener, POLLIN, 5000));
+  }
+  EXPECT_TRUE(peer.isLoopback());
+  close(client);
+  close(server);
+  close(listener);
+}
+
+TEST(SocketConnector, GivesUpAfterTheTimeoutWithTheAddressInTheError) {
+  std::string error;
+  sdk::SocketAddress bound;
+  int probe = sdk::listenTcp(sdk::SocketAddress::loopback(AF_INET), 1, &bound, &error);
+  ASSERT_GE(probe, 0);
+  close(probe);
+  sdk::TcpConnector connector;
+  connector.start(bound, sdk::SocketAddress{}, std::chrono::milliseconds(300), std::chrono::milliseconds(20));
+  auto start = Clock::now();
+  sdk::IoStatus status;
+  do {
+    status = connector.progress();
+  } while (status == sdk::IoStatus::kWouldBlock && Clock::now() - start < std::chrono::seconds(5));
+  EXPECT_EQ(status, sdk::IoStatus::kFailed);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+  EXPECT_NE(connector.error().find("timed out"), std::string::npos) << connector.error();
+  EXPECT_NE(connector.error().find(bound.toString()), std::string::npos) << connector.error();
+}
+
+TEST(SocketIo, PartialProgressThenEndOfStream) {
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, pair), 0);
+  const char message[] = "0123456789";
+  iovec parts[2] = {{const_cast<char*>(message), 4}, {const_cast<char*>(message) + 4, 6}};
+  size_t sent = 0;
+  int error = 0;
+  ASSERT_EQ(sdk::sendSomeGather(pair[0], parts, 2, &sent, &error), sdk::IoStatus::kDone);
+  EXPECT_EQ(sent, 10u);
+  char buffer[16] = {};
+  size_t received = 0;
+  EXPECT_EQ(sdk::recvSome(pair[1], buffer, 16, &received, &error), sdk::IoStatus::kWouldBlock);
+  EXPECT_EQ(received, 10u);
+  EXPECT_EQ(std::string(buffer, 10), "0123456789");
+  close(pair[0]);
+  EXPECT_EQ(sdk::recvSome(pair[1], buffer, 16, &received, &error), sdk::IoStatus::kClosed);
+  size_t offset = 0;
+  EXPECT_EQ(sdk::sendSome(pair[1], message, 10, &offset, &error), sdk::IoStatus::kFailed);
+  EXPECT_EQ(error, EPIPE) << "no SIGPIPE, an error instead";
+  close(pair[1]);
+}
+
+}  // namespace
