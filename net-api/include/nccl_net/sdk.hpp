@@ -7,4 +7,5 @@
 #include "sdk/plugin.hpp"
 #include "sdk/request_pool.hpp"
 #include "sdk/result.hpp"
+#include "sdk/socket.hpp"
 #include "sdk/sysfs.hpp"
