@@ -117,6 +117,12 @@ TEST(TopologyMalformed, HugeNumbers) {
             std::string::npos);
 }
 
+TEST(TopologyMalformed, TooManyNodesOfOneType) {
+  std::string nets;
+  for (int i = 0; i <= kMaxNodesPerType; ++i) nets += "<nic><net dev=\"" + std::to_string(i) + "\"/></nic>";
+  EXPECT_NE(loadError(wrap(nets)).find("more than 640 NET nodes"), std::string::npos) << loadError(wrap(nets));
+}
+
 TEST(TopologyMalformed, DeepNestingIsBounded) {
   std::string text = "<system version=\"1\">" + kCpu;
   for (int i = 0; i < 200; ++i) text += "<pci busid=\"0000:01:00." + std::to_string(i % 8) + "\" class=\"0x060400\">";

@@ -119,6 +119,9 @@ int System::addNode(int type, std::int64_t id) {
                   static_cast<unsigned long long>(topoIdLocal(id)));
     throw TopologyError(std::string("duplicate node ") + buf);
   }
+  if (count(type) >= kMaxNodesPerType)
+    throw TopologyError("more than " + std::to_string(kMaxNodesPerType) + " " + std::string(nodeTypeName(type)) +
+                        " nodes (NCCL_TOPO_MAX_NODES)");
   Node n;
   n.type = type;
   n.id = id;
@@ -363,7 +366,7 @@ struct Builder {
       std::int64_t id = makeTopoId(systemId, localNicId);
       int nic = sys.indexOf(NIC, id);
       if (nic == -1) {
-        nic = sys.addNode(NIC, id);
+        nic = addNodeAt(xmlPci, NIC, id);
         sys.node(NIC, nic).busId = busIdText;
         nodeType = NIC;
         nodeIndex = nic;
@@ -431,7 +434,7 @@ struct Builder {
         std::int64_t id = makeTopoId(systemId, static_cast<std::int64_t>(static_cast<std::uint64_t>(numaId) << 56));
         int nic = sys.indexOf(NIC, id);
         if (nic == -1) {
-          nic = sys.addNode(NIC, id);
+          nic = addNodeAt(sub, NIC, id);
           sys.connect(CPU, c, NIC, nic, LINK_PCI, LOC_BW);
           sys.connect(NIC, nic, CPU, c, LINK_PCI, LOC_BW);
         }

@@ -58,6 +58,9 @@ inline constexpr float YONGFENG_ZPI_BW = 9.0f;
 inline constexpr float P9_BW = 32.0f;
 inline constexpr float ARM_BW = 6.0f;
 inline constexpr int kMaxChannels = 64;
+// NCCL_TOPO_MAX_NODES of NCCL 2.30 (576 GPUs of an NVL144-class system plus headroom): more nodes of one type is
+// rejected, which also bounds the memory of the per-node path tables.
+inline constexpr int kMaxNodesPerType = 640;
 
 float nvlinkBandwidth(int sm);
 
