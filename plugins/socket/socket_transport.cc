@@ -269,9 +269,24 @@ ncclResult_t SendComm::progress() {
   return failure();
 }
 
+// The receiver never writes on the control socket, so anything readable there is its close or a socket error. A
+// sender stuck behind a dead link learns this way that the receiver gave up, without waiting for TCP's own timers.
+ncclResult_t SendComm::checkReceiverAlive() {
+  auto now = Clock::now();
+  if (now - lastLivenessCheck_ < kLivenessCheckInterval) return ncclSuccess;
+  lastLivenessCheck_ = now;
+  char byte;
+  ssize_t got = recv(controlFd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (got == 0) fail(ncclRemoteError, "the receiver closed the connection with sends pending");
+  if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+    fail(ncclRemoteError, "control socket: " + sdk::errnoText(errno));
+  if (got > 0) fail(ncclInternalError, "unexpected bytes from the receiver on the control socket");
+  return failure();
+}
+
 ncclResult_t SendComm::test(SendRequest* r, int* done, sdk::CompletedSizes& sizes) {
   NCCL_NET_CHECK(progress());
-  if (!r->controlDone || r->pendingBytes.load(std::memory_order_acquire) != 0) return failure();
+  if (!r->controlDone || r->pendingBytes.load(std::memory_order_acquire) != 0) return checkReceiverAlive();
   if (!sizes.set(0, r->size)) return ncclSuccess;  // the SDK turns the overflow into an error
   *done = 1;
   r->header.magic = 0;

@@ -230,6 +230,9 @@ class SendComm : public Comm {
 
  private:
   ncclResult_t progress();
+  ncclResult_t checkReceiverAlive();
+  static constexpr auto kLivenessCheckInterval = std::chrono::milliseconds(10);
+  Clock::time_point lastLivenessCheck_ = Clock::now();
   sdk::RequestPool<SendRequest, kMaxSendRequests> requests_;
   SendRequest* controlQueue_[kMaxSendRequests];  // waiting for their header on the control socket, oldest first
   size_t controlHead_ = 0;

@@ -355,6 +355,9 @@ TEST_F(SocketPlugin, PeerClosingMidMessageFailsThePendingReceive) {
   EXPECT_EQ(waitRequest(net, recvRequest, nullptr, std::chrono::seconds(10)), ncclRemoteError);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
   EXPECT_TRUE(warnedAbout("peer 127.0.0.1:")) << "the WARN names the peer";
+  // Close before `target` goes away: the other data socket may still be writing into it.
+  EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  recvComm = nullptr;
 }
 
 TEST_F(SocketPlugin, ConnectToAClosedListenerTimesOutWithAnError) {

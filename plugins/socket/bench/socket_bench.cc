@@ -28,6 +28,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The receiver keeps one slot per message in flight; above this much memory the window shrinks (big messages need
+// no deep window to fill the pipe).
+constexpr size_t kReceiveMemoryBytes = size_t{512} << 20;
+int windowFor(size_t size, int window) {
+  return static_cast<int>(std::clamp<size_t>(kReceiveMemoryBytes / size, 1, static_cast<size_t>(window)));
+}
+
 struct Options {
   std::string plugin;
   size_t minBytes = 1024;
@@ -150,7 +157,8 @@ void receiveBurst(Endpoint& e, std::vector<unsigned char>& buffer, size_t size, 
   std::vector<void*> inFlight;
   for (long posted = 0; posted < count || !inFlight.empty();) {
     while (posted < count && static_cast<int>(inFlight.size()) < window) {
-      inFlight.push_back(e.recv(buffer.data(), size));
+      // Receives in flight land in distinct slots, as NCCL's do: two never write the same bytes at once.
+      inFlight.push_back(e.recv(buffer.data() + static_cast<size_t>(posted % window) * size, size));
       ++posted;
     }
     int received = 0;
@@ -165,19 +173,21 @@ void receiveBurst(Endpoint& e, std::vector<unsigned char>& buffer, size_t size, 
 // The initiator of each bandwidth point picks the message count from a short calibration and tells the peer.
 void bandwidthInitiator(Endpoint& e, const Options& options) {
   std::vector<unsigned char> buffer(options.maxBytes, 1);
-  std::printf("# bandwidth: window %d, sender -> receiver, one-directional\n", options.window);
-  std::printf("%12s %10s %10s %10s\n", "bytes", "count", "seconds", "GB/s");
+  std::printf("# bandwidth: up to %d messages in flight (fewer above %zu MiB of receive slots), one direction\n",
+              options.window, kReceiveMemoryBytes >> 20);
+  std::printf("%12s %10s %10s %10s %10s\n", "bytes", "count", "window", "seconds", "GB/s");
   for (size_t size = options.minBytes; size <= options.maxBytes; size *= 4) {
     long calibration = 4;
     uint64_t header[2] = {size, static_cast<uint64_t>(calibration)};
     e.wait(e.send(header, sizeof(header)), nullptr);
-    double perMessage = timedBurst(e, buffer, size, calibration, options.window) / static_cast<double>(calibration);
+    int window = windowFor(size, options.window);
+    double perMessage = timedBurst(e, buffer, size, calibration, window) / static_cast<double>(calibration);
     long count = std::clamp(static_cast<long>(options.seconds / perMessage), 4L, 2000000L);
     header[1] = static_cast<uint64_t>(count);
     e.wait(e.send(header, sizeof(header)), nullptr);
-    double seconds = timedBurst(e, buffer, size, count, options.window);
+    double seconds = timedBurst(e, buffer, size, count, window);
     double gbps = static_cast<double>(size) * static_cast<double>(count) / seconds / 1e9;
-    std::printf("%12zu %10ld %10.4f %10.3f\n", size, count, seconds, gbps);
+    std::printf("%12zu %10ld %10d %10.4f %10.3f\n", size, count, window, seconds, gbps);
     std::printf("BW %zu %.4f\n", size, gbps);
     std::fflush(stdout);
   }
@@ -186,12 +196,13 @@ void bandwidthInitiator(Endpoint& e, const Options& options) {
 }
 
 void bandwidthResponder(Endpoint& e, const Options& options) {
-  std::vector<unsigned char> buffer(options.maxBytes);
+  std::vector<unsigned char> buffer(std::min(options.maxBytes * static_cast<size_t>(options.window),
+                                            std::max(kReceiveMemoryBytes, options.maxBytes)));
   for (;;) {
     uint64_t header[2];
     e.wait(e.recv(header, sizeof(header)), nullptr);
     if (header[1] == 0) return;
-    receiveBurst(e, buffer, header[0], static_cast<long>(header[1]), options.window);
+    receiveBurst(e, buffer, header[0], static_cast<long>(header[1]), windowFor(header[0], options.window));
   }
 }
 
