@@ -54,12 +54,13 @@ class HandleCodec {
       NCCL_NET_WARN("cannot write a connection handle to a NULL buffer");
       return ncclInvalidArgument;
     }
-    HandleHeader header{magic_, version_, static_cast<uint16_t>(sizeof(Payload)), 0, 0};
-    header.checksum = checksum(header, reinterpret_cast<const unsigned char*>(&payload));
     auto* out = static_cast<unsigned char*>(handle);
     std::memset(out, 0, NCCL_NET_HANDLE_MAXSIZE);  // also clears the connect stage
+    std::memcpy(out + sizeof(HandleHeader), &payload, sizeof(Payload));
+    // Checksum the bytes as they travel (a payload's padding is copied, not reinterpreted).
+    HandleHeader header{magic_, version_, static_cast<uint16_t>(sizeof(Payload)), 0, 0};
+    header.checksum = checksum(header, out + sizeof(HandleHeader));
     std::memcpy(out, &header, sizeof(header));
-    std::memcpy(out + sizeof(header), &payload, sizeof(Payload));
     return ncclSuccess;
   }
 
