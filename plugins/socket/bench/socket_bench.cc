@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -94,6 +95,8 @@ struct Endpoint {
     while (!done) {
       check(net->test(request, &done, size), "test");
       if (!done && Clock::now() > deadline) die("a request did not complete within 60 s");
+      // As NCCL's proxy thread does when a pass made no progress: let the plugin's helper threads run.
+      if (!done) sched_yield();
     }
   }
   void* send(void* data, size_t size) {
@@ -177,12 +180,21 @@ void bandwidthInitiator(Endpoint& e, const Options& options) {
               options.window, kReceiveMemoryBytes >> 20);
   std::printf("%12s %10s %10s %10s %10s\n", "bytes", "count", "window", "seconds", "GB/s");
   for (size_t size = options.minBytes; size <= options.maxBytes; size *= 4) {
-    long calibration = 4;
-    uint64_t header[2] = {size, static_cast<uint64_t>(calibration)};
-    e.wait(e.send(header, sizeof(header)), nullptr);
+    // Calibrate with bursts that double until one takes a tenth of the target time, so the final ack's round
+    // trip does not distort the per-message estimate of small messages.
     int window = windowFor(size, options.window);
-    double perMessage = timedBurst(e, buffer, size, calibration, window) / static_cast<double>(calibration);
-    long count = std::clamp(static_cast<long>(options.seconds / perMessage), 4L, 2000000L);
+    long calibration = 4;
+    double perMessage = 0;
+    uint64_t header[2] = {size, 0};
+    for (;;) {
+      header[1] = static_cast<uint64_t>(calibration);
+      e.wait(e.send(header, sizeof(header)), nullptr);
+      double seconds = timedBurst(e, buffer, size, calibration, window);
+      perMessage = seconds / static_cast<double>(calibration);
+      if (seconds >= options.seconds / 10 || calibration >= 1000000) break;
+      calibration *= 2;
+    }
+    long count = std::clamp(static_cast<long>(options.seconds / perMessage), 4L, 4000000L);
     header[1] = static_cast<uint64_t>(count);
     e.wait(e.send(header, sizeof(header)), nullptr);
     double seconds = timedBurst(e, buffer, size, count, window);
