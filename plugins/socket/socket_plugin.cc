@@ -432,8 +432,9 @@ class SocketNet {
   static ncclResult_t progressConnect(PendingConnect* p, void** sendComm) {
     std::string error;
     if (Clock::now() > p->deadline) {
+      std::string last = p->control.error().empty() ? "" : "; last error: " + p->control.error();
       return connectFailed(p, "not connected within " + std::to_string(Config::get().connectTimeoutMs) +
-                                  " ms (NNS_SOCKET_CONNECT_TIMEOUT_MS)");
+                                  " ms (NNS_SOCKET_CONNECT_TIMEOUT_MS)" + last);
     }
     if (p->phase == PendingConnect::Phase::kControl) {
       if (p->controlFd < 0) {

@@ -86,6 +86,64 @@ TEST(SocketPluginExports, EveryVersionIsExportedAsNnsSocket) {
   EXPECT_EQ(dlsym(library, "ncclCollNetPlugin_v12"), nullptr);
 }
 
+// NCCL 2.12-era hosts call through ncclNet_v6: int sizes, no context, the oldest properties struct.
+TEST(SocketPluginOldestAbi, MovesAGroupedReceiveThroughV6) {
+  void* library = openPlugin();
+  ASSERT_NE(library, nullptr) << dlerror();
+  auto* net = static_cast<const ncclNet_v6_t*>(dlsym(library, "ncclNetPlugin_v6"));
+  ASSERT_NE(net, nullptr);
+  ASSERT_EQ(net->init(collectingLogger), ncclSuccess);
+  ncclNetProperties_v6_t props;
+  std::memset(&props, 0xcc, sizeof(props));
+  ASSERT_EQ(net->getProperties(0, &props), ncclSuccess);
+  EXPECT_STREQ(props.name, "lo");
+  EXPECT_EQ(props.maxRecvs, 8);
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void *listenComm = nullptr, *sendComm = nullptr, *recvComm = nullptr;
+  ASSERT_EQ(net->listen(0, handle, &listenComm), ncclSuccess);
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (sendComm == nullptr || recvComm == nullptr) {
+    if (sendComm == nullptr) {
+      ASSERT_EQ(net->connect(0, handle, &sendComm), ncclSuccess);
+    }
+    if (recvComm == nullptr) {
+      ASSERT_EQ(net->accept(listenComm, &recvComm), ncclSuccess);
+    }
+    ASSERT_LT(Clock::now(), deadline);
+  }
+  std::vector<unsigned char> small(100, 1), large(300000, 2), smallIn(200, 0), largeIn(400000, 0);
+  void* data[2] = {smallIn.data(), largeIn.data()};
+  int capacities[2] = {200, 400000};
+  int tags[2] = {4, 5};
+  void* mhandles[2] = {};
+  void *recvRequest = nullptr, *sendLarge = nullptr, *sendSmall = nullptr;
+  ASSERT_EQ(net->irecv(recvComm, 2, data, capacities, tags, mhandles, &recvRequest), ncclSuccess);
+  ASSERT_NE(recvRequest, nullptr);
+  ASSERT_EQ(net->isend(sendComm, large.data(), 300000, 5, nullptr, &sendLarge), ncclSuccess);
+  ASSERT_EQ(net->isend(sendComm, small.data(), 100, 4, nullptr, &sendSmall), ncclSuccess);
+  ASSERT_TRUE(sendLarge != nullptr && sendSmall != nullptr);
+  int sizes[2] = {}, recvDone = 0, largeDone = 0, smallDone = 0;
+  while (!recvDone || !largeDone || !smallDone) {
+    if (!largeDone) {
+      ASSERT_EQ(net->test(sendLarge, &largeDone, nullptr), ncclSuccess);
+    }
+    if (!smallDone) {
+      ASSERT_EQ(net->test(sendSmall, &smallDone, nullptr), ncclSuccess);
+    }
+    if (!recvDone) {
+      ASSERT_EQ(net->test(recvRequest, &recvDone, sizes), ncclSuccess);
+    }
+    ASSERT_LT(Clock::now(), deadline);
+  }
+  EXPECT_EQ(sizes[0], 100);
+  EXPECT_EQ(sizes[1], 300000);
+  EXPECT_TRUE(std::equal(small.begin(), small.end(), smallIn.begin()));
+  EXPECT_TRUE(std::equal(large.begin(), large.end(), largeIn.begin()));
+  EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+  EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+}
+
 TEST_F(SocketPlugin, LoopbackDeviceProperties) {
   int ndev = 0;
   ASSERT_EQ(net->devices(&ndev), ncclSuccess);
