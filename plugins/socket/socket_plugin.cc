@@ -23,13 +23,14 @@ constexpr int kMaxPhysicalDevices = 64;
 constexpr int kDefaultSpeedMbps = 10000;  // what NCCL assumes too when a link does not say
 constexpr int kListenBacklog = 512;
 
-// ---- devices ----------------------------------------------------------------------------------------------------------
+// ---- devices
+// ----------------------------------------------------------------------------------------------------------
 
 struct Device {
-  std::string name;                         // interface name, or "a+b" for a fused device
-  std::vector<int> children;                // physical devices behind it ({self} for a physical one)
+  std::string name;                           // interface name, or "a+b" for a fused device
+  std::vector<int> children;                  // physical devices behind it ({self} for a physical one)
   std::vector<sdk::SocketAddress> addresses;  // one per child
-  std::string pciPath;                      // empty: virtual interface
+  std::string pciPath;                        // empty: virtual interface
   int speedMbps = kDefaultSpeedMbps;
   uint64_t guid = 0;
 };
@@ -44,8 +45,10 @@ class DeviceTable {
   // Interfaces are chosen once per process, as NCCL does; NNS_SOCKET_IFNAME/FAMILY override NCCL's variables.
   void discoverOnce() {
     std::call_once(discovered_, [this] {
-      const char* ifnameVariable = std::getenv("NNS_SOCKET_IFNAME") != nullptr ? "NNS_SOCKET_IFNAME" : "NCCL_SOCKET_IFNAME";
-      const char* familyVariable = std::getenv("NNS_SOCKET_FAMILY") != nullptr ? "NNS_SOCKET_FAMILY" : "NCCL_SOCKET_FAMILY";
+      const char* ifnameVariable =
+          std::getenv("NNS_SOCKET_IFNAME") != nullptr ? "NNS_SOCKET_IFNAME" : "NCCL_SOCKET_IFNAME";
+      const char* familyVariable =
+          std::getenv("NNS_SOCKET_FAMILY") != nullptr ? "NNS_SOCKET_FAMILY" : "NCCL_SOCKET_FAMILY";
       bool unknownFamily = false;
       sdk::socketFamilyFromEnv(familyVariable, &unknownFamily);
       if (unknownFamily)
@@ -129,7 +132,8 @@ uint64_t randomId() {
   return id;
 }
 
-// ---- handle ------------------------------------------------------------------------------------------------------------
+// ---- handle
+// ------------------------------------------------------------------------------------------------------------
 
 struct HandlePayload {
   uint64_t listenId;                  // random; a connector proves with it that it holds this listener's handle
@@ -143,7 +147,8 @@ void configureSocket(int fd) {
   sdk::setSocketBuffers(fd, config.sendBufferBytes, config.receiveBufferBytes);
 }
 
-// ---- listen side --------------------------------------------------------------------------------------------------------
+// ---- listen side
+// --------------------------------------------------------------------------------------------------------
 
 // A socket accepted but not yet identified by its Hello.
 struct IncomingSocket {
@@ -178,7 +183,8 @@ void closeIfOpen(int fd) {
   if (fd >= 0) close(fd);
 }
 
-// ---- connect side -------------------------------------------------------------------------------------------------------
+// ---- connect side
+// -------------------------------------------------------------------------------------------------------
 
 struct PendingConnect {
   enum class Phase { kControl, kWelcome, kData } phase = Phase::kControl;
@@ -222,11 +228,14 @@ sdk::IoStatus recvMessage(int fd, Message* message, size_t* offset, std::string*
   return status;
 }
 
-bool failed(sdk::IoStatus status) { return status == sdk::IoStatus::kFailed || status == sdk::IoStatus::kClosed; }
+bool failed(sdk::IoStatus status) {
+  return status == sdk::IoStatus::kFailed || status == sdk::IoStatus::kClosed;
+}
 
 }  // namespace
 
-// ---- the plugin class ---------------------------------------------------------------------------------------------------
+// ---- the plugin class
+// ---------------------------------------------------------------------------------------------------
 class SocketNet {
  public:
   // Not "Socket": that is NCCL's internal transport, and NCCL_NET= selects by name.
@@ -285,7 +294,7 @@ class SocketNet {
     // Every child interface needs at least one data socket for the traffic to be striped over all of them.
     int children = static_cast<int>(device.children.size());
     int sockets = config.dataSockets();
-    if (sockets > 0 && sockets < children) sockets = children;
+    if (children > 1 && sockets < children) sockets = children;
     welcome.dataSockets = static_cast<uint32_t>(sockets);
     welcome.inlineBytes = config.inlineBytes;
     welcome.minChunkBytes = config.minChunkBytes;
@@ -304,8 +313,8 @@ class SocketNet {
     }
     HandlePayload payload{listener->listenId, welcome.addresses[0]};
     NCCL_NET_CHECK(kHandleCodec.encode(payload, handle));
-    NCCL_NET_INFO(NCCL_NET, "listening on %s (device %d %s, %d data socket(s))", welcome.addresses[0].toString().c_str(),
-                  dev, device.name.c_str(), sockets);
+    NCCL_NET_INFO(NCCL_NET, "listening on %s (device %d %s, %d data socket(s))",
+                  welcome.addresses[0].toString().c_str(), dev, device.name.c_str(), sockets);
     *listenComm = listener.release();
     return ncclSuccess;
   }
@@ -481,7 +490,8 @@ class SocketNet {
           allDone = false;
           continue;
         }
-        if (status != sdk::IoStatus::kDone) return connectFailed(p, "data socket " + std::to_string(i) + ": " + p->data[i]->error());
+        if (status != sdk::IoStatus::kDone)
+          return connectFailed(p, "data socket " + std::to_string(i) + ": " + p->data[i]->error());
         p->dataFds[i] = p->data[i]->release();
         configureSocket(p->dataFds[i]);
       }
@@ -532,14 +542,16 @@ class SocketNet {
   static bool fileSocket(ListenComm* listener, const IncomingSocket& socket, std::string* problem) {
     const Hello& hello = socket.hello;
     if (hello.role == kControlSocket) {
-      PendingSender sender{hello.senderId, socket.fd, socket.peer, listener->welcome, 0,
-                           std::vector<int>(listener->welcome.dataSockets, -1), Clock::now()};
+      PendingSender sender{hello.senderId,    socket.fd, socket.peer,
+                           listener->welcome, 0,         std::vector<int>(listener->welcome.dataSockets, -1),
+                           Clock::now()};
       listener->senders.push_back(std::move(sender));
       return true;
     }
     for (PendingSender& sender : listener->senders) {
       if (sender.senderId != hello.senderId) continue;
-      if (hello.role != kDataSocket || hello.dataIndex >= sender.dataFds.size() || sender.dataFds[hello.dataIndex] >= 0) {
+      if (hello.role != kDataSocket || hello.dataIndex >= sender.dataFds.size() ||
+          sender.dataFds[hello.dataIndex] >= 0) {
         *problem = "duplicate or out-of-range data socket index " + std::to_string(hello.dataIndex);
         return false;
       }

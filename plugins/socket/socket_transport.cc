@@ -59,7 +59,8 @@ ChunkPlan planChunks(size_t size, int sockets, size_t minChunkBytes, uint32_t se
   return ChunkPlan{std::max(even, minChunkBytes), static_cast<int>(sequence % static_cast<uint32_t>(sockets))};
 }
 
-// ---- data sockets and their helper threads ---------------------------------------------------------------------------
+// ---- data sockets and their helper threads
+// ---------------------------------------------------------------------------
 
 sdk::IoStatus DataSocket::drive(int* error) {
   for (ChunkTask* task = tasks.front(); task != nullptr; task = tasks.front()) {
@@ -125,7 +126,8 @@ void HelperThread::run() {
   }
 }
 
-// ---- Comm -------------------------------------------------------------------------------------------------------------
+// ---- Comm
+// -------------------------------------------------------------------------------------------------------------
 
 Comm::Comm(bool sending, int controlFd, std::vector<int> dataFds, const Welcome& parameters, std::string peer)
     : sending_(sending),
@@ -179,8 +181,8 @@ void Comm::failSocket(const DataSocket& socket, sdk::IoStatus status, int error)
   if (status == sdk::IoStatus::kClosed) {
     fail(ncclRemoteError, where + ": the peer closed the connection in the middle of a message");
   } else if (error == ETIMEDOUT) {
-    fail(ncclRemoteError, where + ": no answer from the peer for " +
-                              std::to_string(Config::get().deadPeerTimeoutMs) + " ms (peer or link down)");
+    fail(ncclRemoteError, where + ": no answer from the peer for " + std::to_string(Config::get().deadPeerTimeoutMs) +
+                              " ms (peer or link down)");
   } else {
     fail(ncclRemoteError, where + ": " + sdk::errnoText(error));
   }
@@ -220,7 +222,8 @@ void Comm::driveDataSocketsInline() {
   }
 }
 
-// ---- SendComm ---------------------------------------------------------------------------------------------------------
+// ---- SendComm
+// ---------------------------------------------------------------------------------------------------------
 
 SendComm::~SendComm() = default;
 
@@ -255,10 +258,10 @@ ncclResult_t SendComm::progress() {
     sdk::IoStatus status = sdk::sendSomeGather(controlFd_, parts, 2, &r->controlOffset, &error);
     if (status == sdk::IoStatus::kWouldBlock) break;
     if (status != sdk::IoStatus::kDone) {
-      fail(ncclRemoteError, "control socket: " + (error == ETIMEDOUT
-                                                      ? "no answer from the peer for " +
-                                                            std::to_string(Config::get().deadPeerTimeoutMs) + " ms"
-                                                      : sdk::errnoText(error)));
+      fail(ncclRemoteError,
+           "control socket: " + (error == ETIMEDOUT ? "no answer from the peer for " +
+                                                          std::to_string(Config::get().deadPeerTimeoutMs) + " ms"
+                                                    : sdk::errnoText(error)));
       return failure();
     }
     r->controlDone = true;
@@ -294,7 +297,8 @@ ncclResult_t SendComm::test(SendRequest* r, int* done, sdk::CompletedSizes& size
   return ncclSuccess;
 }
 
-// ---- RecvComm ---------------------------------------------------------------------------------------------------------
+// ---- RecvComm
+// ---------------------------------------------------------------------------------------------------------
 
 RecvComm::~RecvComm() = default;
 
@@ -391,10 +395,10 @@ ncclResult_t RecvComm::progress() {
         return failure();
       }
       if (status == sdk::IoStatus::kFailed) {
-        fail(ncclRemoteError, "control socket: " + (error == ETIMEDOUT
-                                                        ? "no answer from the peer for " +
-                                                              std::to_string(Config::get().deadPeerTimeoutMs) + " ms"
-                                                        : sdk::errnoText(error)));
+        fail(ncclRemoteError,
+             "control socket: " + (error == ETIMEDOUT ? "no answer from the peer for " +
+                                                            std::to_string(Config::get().deadPeerTimeoutMs) + " ms"
+                                                      : sdk::errnoText(error)));
         return failure();
       }
     }

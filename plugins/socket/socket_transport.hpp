@@ -30,17 +30,18 @@ inline constexpr size_t kMaxSendRequests = NCCL_NET_MAX_REQUESTS * kMaxRecvs;
 inline constexpr size_t kMaxRecvRequests = NCCL_NET_MAX_REQUESTS;
 inline constexpr size_t kMaxMessagesInFlight = kMaxSendRequests;
 
-// ---- knobs (environment variables, read once; documented in README.md) ------------------------------------------------
+// ---- knobs (environment variables, read once; documented in README.md)
+// ------------------------------------------------
 struct Config {
-  int helperThreads;        // NNS_SOCKET_NTHREADS
-  int socketsPerThread;     // NNS_SOCKET_NSOCKS_PERTHREAD
-  size_t inlineBytes;       // NNS_SOCKET_INLINE_BYTES: messages up to this size travel whole on the control socket
-  size_t minChunkBytes;     // NNS_SOCKET_MIN_CHUNK_BYTES: smallest piece of a message given to one data socket
-  int deadPeerTimeoutMs;    // NNS_SOCKET_TIMEOUT_MS
-  int connectTimeoutMs;     // NNS_SOCKET_CONNECT_TIMEOUT_MS
-  int retryIntervalMs;      // NNS_SOCKET_RETRY_INTERVAL_MS
-  int sendBufferBytes;      // NNS_SOCKET_SNDBUF (0 = kernel default)
-  int receiveBufferBytes;   // NNS_SOCKET_RCVBUF (0 = kernel default)
+  int helperThreads;       // NNS_SOCKET_NTHREADS
+  int socketsPerThread;    // NNS_SOCKET_NSOCKS_PERTHREAD
+  size_t inlineBytes;      // NNS_SOCKET_INLINE_BYTES: messages up to this size travel whole on the control socket
+  size_t minChunkBytes;    // NNS_SOCKET_MIN_CHUNK_BYTES: smallest piece of a message given to one data socket
+  int deadPeerTimeoutMs;   // NNS_SOCKET_TIMEOUT_MS
+  int connectTimeoutMs;    // NNS_SOCKET_CONNECT_TIMEOUT_MS
+  int retryIntervalMs;     // NNS_SOCKET_RETRY_INTERVAL_MS
+  int sendBufferBytes;     // NNS_SOCKET_SNDBUF (0 = kernel default)
+  int receiveBufferBytes;  // NNS_SOCKET_RCVBUF (0 = kernel default)
 
   int dataSockets() const { return helperThreads > 0 ? helperThreads * socketsPerThread : socketsPerThread; }
   static const Config& get();
@@ -86,7 +87,8 @@ struct ChunkPlan {
 };
 ChunkPlan planChunks(size_t size, int sockets, size_t minChunkBytes, uint32_t sequence);
 
-// ---- the data path ----------------------------------------------------------------------------------------------------
+// ---- the data path
+// ----------------------------------------------------------------------------------------------------
 
 // A piece of a message moved by one data socket. `pending` is the owning request's outstanding byte count.
 struct ChunkTask {

@@ -249,8 +249,9 @@ TEST_F(SocketPlugin, FullRequestWindowInFlight) {
       tags[s] = 9;
     }
     void* mhandles[kGroup] = {};
-    ASSERT_EQ(net->irecv(recvComm, kGroup, data, capacities, tags, mhandles, nullptr, &recvRequests[static_cast<size_t>(r)]),
-              ncclSuccess);
+    ASSERT_EQ(
+        net->irecv(recvComm, kGroup, data, capacities, tags, mhandles, nullptr, &recvRequests[static_cast<size_t>(r)]),
+        ncclSuccess);
     ASSERT_NE(recvRequests[static_cast<size_t>(r)], nullptr) << "receive " << r << " refused";
   }
   {

@@ -36,7 +36,8 @@ using Env = std::vector<std::pair<std::string, std::string>>;
 
 constexpr int kDeadPeerTimeoutMs = 2000;  // NNS_SOCKET_TIMEOUT_MS in every child
 
-// ---- processes and pipes ----------------------------------------------------------------------------------------------
+// ---- processes and pipes
+// ----------------------------------------------------------------------------------------------
 
 struct Pipe {
   int read = -1, write = -1;
@@ -103,9 +104,12 @@ int waitChild(pid_t pid, std::chrono::milliseconds timeout) {
   }
 }
 
-bool shell(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
+bool shell(const std::string& command) {
+  return std::system((command + " >/dev/null 2>&1").c_str()) == 0;
+}
 
-// ---- what a child does ------------------------------------------------------------------------------------------------
+// ---- what a child does
+// ------------------------------------------------------------------------------------------------
 
 struct Role {
   std::string netns;          // empty: stay in this namespace
@@ -133,13 +137,13 @@ unsigned long long receivedBytesOf(const std::string& interfaceName) {
   return 0;
 }
 
-#define CHILD_CHECK(cond, code, ...)                      \
-  do {                                                    \
-    if (!(cond)) {                                        \
+#define CHILD_CHECK(cond, code, ...)                            \
+  do {                                                          \
+    if (!(cond)) {                                              \
       std::fprintf(stderr, "child check failed: " __VA_ARGS__); \
-      std::fprintf(stderr, " (%s)\n", #cond);             \
-      return code;                                        \
-    }                                                     \
+      std::fprintf(stderr, " (%s)\n", #cond);                   \
+      return code;                                              \
+    }                                                           \
   } while (0)
 
 // Enters the namespace, sets the environment, loads and initialises the plugin, and picks the device.
@@ -236,8 +240,8 @@ int receiverMain(const Role& role, int handleOut, int progressOut) {
   for (size_t i = 0; i < role.stripeInterfaces.size(); ++i) {
     unsigned long long carried = receivedBytesOf(role.stripeInterfaces[i]) - before[i];
     std::fprintf(stderr, "%s carried %llu of %zu payload bytes\n", role.stripeInterfaces[i].c_str(), carried, total);
-    CHILD_CHECK(carried > total / 4, 18, "interface %s carried only %llu of %zu bytes", role.stripeInterfaces[i].c_str(),
-                carried, total);
+    CHILD_CHECK(carried > total / 4, 18, "interface %s carried only %llu of %zu bytes",
+                role.stripeInterfaces[i].c_str(), carried, total);
   }
   CHILD_CHECK(net->closeRecv(recvComm) == ncclSuccess && net->closeListen(listenComm) == ncclSuccess, 19, "close");
   return 0;
@@ -311,13 +315,16 @@ Env withCommon(Env env) {
 
 const std::vector<size_t> kSizes = {0, 1, 4097, 65536, 65537, (size_t{3} << 20) + 1, (size_t{32} << 20) + 7};
 
-// ---- loopback -----------------------------------------------------------------------------------------------------------
+// ---- loopback
+// -----------------------------------------------------------------------------------------------------------
 
 struct LoopbackCase {
   const char* name;
   Env env;
 };
-void PrintTo(const LoopbackCase& c, std::ostream* out) { *out << c.name; }
+void PrintTo(const LoopbackCase& c, std::ostream* out) {
+  *out << c.name;
+}
 
 class SocketTwoProcessLoopback : public ::testing::TestWithParam<LoopbackCase> {};
 
@@ -338,8 +345,10 @@ INSTANTIATE_TEST_SUITE_P(
         LoopbackCase{"CallerDrivesTwoSockets", {{"NNS_SOCKET_NTHREADS", "0"}, {"NNS_SOCKET_NSOCKS_PERTHREAD", "2"}}},
         LoopbackCase{"ControlSocketOnly", {{"NNS_SOCKET_NTHREADS", "0"}, {"NNS_SOCKET_NSOCKS_PERTHREAD", "0"}}},
         LoopbackCase{"FourThreadsEightSockets",
-                     {{"NNS_SOCKET_NTHREADS", "4"}, {"NNS_SOCKET_NSOCKS_PERTHREAD", "2"},
-                      {"NNS_SOCKET_MIN_CHUNK_BYTES", "4096"}, {"NNS_SOCKET_INLINE_BYTES", "0"}}},
+                     {{"NNS_SOCKET_NTHREADS", "4"},
+                      {"NNS_SOCKET_NSOCKS_PERTHREAD", "2"},
+                      {"NNS_SOCKET_MIN_CHUNK_BYTES", "4096"},
+                      {"NNS_SOCKET_INLINE_BYTES", "0"}}},
         LoopbackCase{"IPv6", {{"NCCL_SOCKET_FAMILY", "AF_INET6"}}}),
     [](const ::testing::TestParamInfo<LoopbackCase>& info) { return std::string(info.param.name); });
 
@@ -367,10 +376,15 @@ void killMidTransfer(bool killSender) {
   std::printf("peer death seen after %ld ms\n", detected);
 }
 
-TEST(SocketFaults, KillSenderMidTransfer) { killMidTransfer(true); }
-TEST(SocketFaults, KillReceiverMidTransfer) { killMidTransfer(false); }
+TEST(SocketFaults, KillSenderMidTransfer) {
+  killMidTransfer(true);
+}
+TEST(SocketFaults, KillReceiverMidTransfer) {
+  killMidTransfer(false);
+}
 
-// ---- two hosts: network namespaces joined by two veth pairs ------------------------------------------------------------
+// ---- two hosts: network namespaces joined by two veth pairs
+// ------------------------------------------------------------
 
 // Host A (namespace ...-a) has vna0 10.201.0.1 and vna1 10.201.1.1; host B has vnb0 10.201.0.2 and vnb1 10.201.1.2.
 class TwoHosts : public ::testing::Test {

@@ -90,7 +90,7 @@ TEST(SocketAddress, PortAndText) {
 // Connect before anyone listens: refused attempts are retried until the listener appears.
 TEST(SocketConnector, RetriesRefusedConnectsUntilTheListenerAppears) {
   std::string error;
-  sdk::SocketAddress bound;
+  sdk::SocketAddress bound{};
   int probe = sdk::listenTcp(sdk::SocketAddress::loopback(AF_INET), 1, &bound, &error);
   ASSERT_GE(probe, 0) << error;
   close(probe);  // the port is free again and nothing listens on it
@@ -111,7 +111,7 @@ TEST(SocketConnector, RetriesRefusedConnectsUntilTheListenerAppears) {
   EXPECT_GT(connector.attempts(), 1);
   int client = connector.release();
   int server = -1;
-  sdk::SocketAddress peer;
+  sdk::SocketAddress peer{};
   while (sdk::acceptTcp(listener, &server, &peer, &error) == sdk::IoStatus::kWouldBlock) {
     ASSERT_TRUE(sdk::waitForSocket(listener, POLLIN, 5000));
   }
@@ -123,7 +123,7 @@ TEST(SocketConnector, RetriesRefusedConnectsUntilTheListenerAppears) {
 
 TEST(SocketConnector, GivesUpAfterTheTimeoutWithTheAddressInTheError) {
   std::string error;
-  sdk::SocketAddress bound;
+  sdk::SocketAddress bound{};
   int probe = sdk::listenTcp(sdk::SocketAddress::loopback(AF_INET), 1, &bound, &error);
   ASSERT_GE(probe, 0);
   close(probe);

@@ -209,7 +209,7 @@ void bandwidthInitiator(Endpoint& e, const Options& options) {
 
 void bandwidthResponder(Endpoint& e, const Options& options) {
   std::vector<unsigned char> buffer(std::min(options.maxBytes * static_cast<size_t>(options.window),
-                                            std::max(kReceiveMemoryBytes, options.maxBytes)));
+                                             std::max(kReceiveMemoryBytes, options.maxBytes)));
   for (;;) {
     uint64_t header[2];
     e.wait(e.recv(header, sizeof(header)), nullptr);
@@ -294,7 +294,8 @@ void rawTcpPingPong(const Options& options) {
   int status = 0;
   waitpid(echo, &status, 0);
   LatencySummary s = summarize(samples);
-  std::printf("# latency 8 B over raw TCP (blocking, TCP_NODELAY), one-way, %d iterations\n", options.latencyIterations);
+  std::printf("# latency 8 B over raw TCP (blocking, TCP_NODELAY), one-way, %d iterations\n",
+              options.latencyIterations);
   std::printf("LAT raw p50 %.2f avg %.2f min %.2f us\n", s.p50, s.average, s.minimum);
   std::fflush(stdout);
 }
@@ -305,13 +306,20 @@ Options parse(int argc, char** argv) {
     std::string flag = argv[i];
     if (i + 1 >= argc) die(("missing value after " + flag).c_str());
     const char* value = argv[++i];
-    if (flag == "--plugin") o.plugin = value;
-    else if (flag == "--min-bytes") o.minBytes = std::strtoull(value, nullptr, 0);
-    else if (flag == "--max-bytes") o.maxBytes = std::strtoull(value, nullptr, 0);
-    else if (flag == "--seconds") o.seconds = std::strtod(value, nullptr);
-    else if (flag == "--window") o.window = std::atoi(value);
-    else if (flag == "--latency-iterations") o.latencyIterations = std::atoi(value);
-    else die(("unknown option " + flag).c_str());
+    if (flag == "--plugin")
+      o.plugin = value;
+    else if (flag == "--min-bytes")
+      o.minBytes = std::strtoull(value, nullptr, 0);
+    else if (flag == "--max-bytes")
+      o.maxBytes = std::strtoull(value, nullptr, 0);
+    else if (flag == "--seconds")
+      o.seconds = std::strtod(value, nullptr);
+    else if (flag == "--window")
+      o.window = std::atoi(value);
+    else if (flag == "--latency-iterations")
+      o.latencyIterations = std::atoi(value);
+    else
+      die(("unknown option " + flag).c_str());
   }
   if (o.plugin.empty() || o.minBytes == 0 || o.maxBytes < o.minBytes || o.window < 1 || o.latencyIterations < 1)
     die("usage: nns-socket-bench --plugin PATH [--min-bytes N] [--max-bytes N] [--seconds S] [--window W] "

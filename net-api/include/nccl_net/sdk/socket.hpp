@@ -18,8 +18,8 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -29,7 +29,8 @@
 
 NCCL_NET_SDK_NAMESPACE_BEGIN
 
-// ---- addresses -------------------------------------------------------------------------------------------------------
+// ---- addresses
+// -------------------------------------------------------------------------------------------------------
 
 // An IPv4 or IPv6 socket address that is trivially copyable, so it can travel inside a connection handle.
 struct SocketAddress {
@@ -116,7 +117,8 @@ inline SocketAddress peerAddressOf(int fd) {
   return SocketAddress::fromSockaddr(reinterpret_cast<sockaddr*>(&address));
 }
 
-// ---- interface selection (NCCL_SOCKET_IFNAME semantics) ---------------------------------------------------------------
+// ---- interface selection (NCCL_SOCKET_IFNAME semantics)
+// ---------------------------------------------------------------
 
 // "eth,ib" selects interfaces whose name starts with eth or ib; "^docker,lo" every interface except those prefixes;
 // "=eth0,eth1" exactly those names; "^=eth0" every interface but eth0. Empty entries are ignored.
@@ -226,7 +228,9 @@ inline std::vector<NetInterface> findInterfaces(const char* ifnameVariable, cons
 
 // ---- sockets -------------------------------------------------------------------------------------------------------
 
-inline std::string errnoText(int error) { return std::string(std::strerror(error)) + " (errno " + std::to_string(error) + ")"; }
+inline std::string errnoText(int error) {
+  return std::string(std::strerror(error)) + " (errno " + std::to_string(error) + ")";
+}
 
 // A non-blocking, close-on-exec TCP socket with Nagle off (small control messages must leave at once).
 inline int openTcpSocket(int family, std::string* error) {
