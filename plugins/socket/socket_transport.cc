@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 
@@ -370,11 +371,44 @@ ncclResult_t RecvComm::matchHeader(bool* matched) {
   return ncclSuccess;  // no receive for this tag yet: keep the header until one is posted
 }
 
+// Fills bytes [*offset, size) of `target` from the control stream: bytes already staged first, then the socket.
+// A header is read with one recv of up to kStageBytes, so a small message's payload (and the next headers) usually
+// arrive in the same system call; a payload is otherwise read straight into the posted buffer.
+sdk::IoStatus RecvComm::readControl(void* target, size_t size, size_t* offset, bool readAhead, int* error) {
+  auto* bytes = static_cast<unsigned char*>(target);
+  size_t staged = stageEnd_ - stageBegin_;
+  if (staged > 0) {
+    size_t take = std::min(staged, size - *offset);
+    std::memcpy(bytes + *offset, stage_ + stageBegin_, take);
+    *offset += take;
+    stageBegin_ += take;
+  }
+  if (*offset == size) return sdk::IoStatus::kDone;
+  if (!readAhead) return sdk::recvSome(controlFd_, target, size, offset, error);
+  stageBegin_ = stageEnd_ = 0;
+  ssize_t received;
+  do {
+    received = ::recv(controlFd_, stage_, kStageBytes, MSG_DONTWAIT);
+  } while (received < 0 && errno == EINTR);
+  if (received == 0) return sdk::IoStatus::kClosed;
+  if (received < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return sdk::IoStatus::kWouldBlock;
+    *error = errno;
+    return sdk::IoStatus::kFailed;
+  }
+  stageEnd_ = static_cast<size_t>(received);
+  size_t take = std::min(stageEnd_, size - *offset);
+  std::memcpy(bytes + *offset, stage_, take);
+  *offset += take;
+  stageBegin_ = take;
+  return *offset == size ? sdk::IoStatus::kDone : sdk::IoStatus::kWouldBlock;
+}
+
 ncclResult_t RecvComm::progress() {
   for (;;) {
     int error = 0;
     if (inlineRequest_ != nullptr) {
-      sdk::IoStatus status = sdk::recvSome(controlFd_, inlineData_, inlineSize_, &inlineOffset_, &error);
+      sdk::IoStatus status = readControl(inlineData_, inlineSize_, &inlineOffset_, false, &error);
       if (status == sdk::IoStatus::kWouldBlock) break;
       if (status != sdk::IoStatus::kDone) {
         fail(ncclRemoteError, status == sdk::IoStatus::kClosed
@@ -388,7 +422,7 @@ ncclResult_t RecvComm::progress() {
     }
     if (!anyUnmatchedSlot()) break;  // nothing to receive into: leave the stream in the kernel
     if (headerOffset_ < sizeof(MessageHeader)) {
-      sdk::IoStatus status = sdk::recvSome(controlFd_, &header_, sizeof(header_), &headerOffset_, &error);
+      sdk::IoStatus status = readControl(&header_, sizeof(header_), &headerOffset_, true, &error);
       if (status == sdk::IoStatus::kWouldBlock) break;
       if (status == sdk::IoStatus::kClosed) {
         fail(ncclRemoteError, "the peer closed the connection while a receive was posted");

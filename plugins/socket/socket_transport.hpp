@@ -253,6 +253,7 @@ class RecvComm : public Comm {
 
  private:
   ncclResult_t progress();
+  sdk::IoStatus readControl(void* target, size_t size, size_t* offset, bool readAhead, int* error);
   bool anyUnmatchedSlot() const;
   ncclResult_t matchHeader(bool* matched);
   sdk::RequestPool<RecvRequest, kMaxRecvRequests> requests_;
@@ -261,6 +262,11 @@ class RecvComm : public Comm {
   MessageHeader header_{};
   size_t headerOffset_ = 0;
   uint32_t expectedSequence_ = 0;
+  // Control-stream bytes read ahead of need (see readControl).
+  static constexpr size_t kStageBytes = 1024;
+  unsigned char stage_[kStageBytes];
+  size_t stageBegin_ = 0;
+  size_t stageEnd_ = 0;
   // An inline payload being read from the control socket.
   RecvRequest* inlineRequest_ = nullptr;
   unsigned char* inlineData_ = nullptr;

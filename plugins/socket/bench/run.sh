@@ -32,7 +32,7 @@ done
 python3 - "$out" "$rounds" "$streams" <<'PY'
 import json, statistics, sys
 out, rounds, streams = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-bw, lat_plugin, lat_raw, iperf = {}, [], [], []
+bw, lat_plugin, lat_raw, lat_raw2, iperf = {}, [], [], [], []
 for r in range(1, rounds + 1):
     for line in open(f"{out}/bench.{r}"):
         f = line.split()
@@ -42,6 +42,8 @@ for r in range(1, rounds + 1):
             lat_plugin.append((float(f[3]), float(f[5])))
         elif f[:2] == ["LAT", "raw"]:
             lat_raw.append((float(f[3]), float(f[5])))
+        elif f[:2] == ["LAT", "raw2"]:
+            lat_raw2.append((float(f[3]), float(f[5])))
     result = json.load(open(f"{out}/iperf.{r}"))
     iperf.append(result["end"]["sum_received"]["bits_per_second"] / 8e9)
 def fmt(values):
@@ -54,12 +56,14 @@ print("| message | nns-socket GB/s median [min-max] | ratio to iperf3 -P %d |" %
 print("|---|---|---|")
 for n in sorted(bw):
     print(f"| {size(n)} | {fmt(bw[n])} | {statistics.median(bw[n]) / ip:.2f} |")
-p50p = statistics.median(v[0] for v in lat_plugin); p50r = statistics.median(v[0] for v in lat_raw)
-avgp = statistics.median(v[1] for v in lat_plugin); avgr = statistics.median(v[1] for v in lat_raw)
+def med(samples, i):
+    return statistics.median(v[i] for v in samples)
+plugin, raw, raw2 = [(med(x, 0), med(x, 1)) for x in (lat_plugin, lat_raw, lat_raw2)]
 print()
-print("| 8 B one-way latency | p50 us (median of rounds) | avg us (median of rounds) |")
-print("|---|---|---|")
-print(f"| nns-socket | {p50p:.2f} | {avgp:.2f} |")
-print(f"| raw TCP ping-pong | {p50r:.2f} | {avgr:.2f} |")
-print(f"| ratio | {p50p / p50r:.2f} | {avgp / avgr:.2f} |")
+print("| 8 B one-way latency | p50 us | avg us | plugin ratio p50 / avg |")
+print("|---|---|---|---|")
+print(f"| nns-socket | {plugin[0]:.2f} | {plugin[1]:.2f} | |")
+print(f"| raw TCP ping-pong, one connection | {raw[0]:.2f} | {raw[1]:.2f} | {plugin[0] / raw[0]:.2f} / {plugin[1] / raw[1]:.2f} |")
+print(f"| raw TCP ping-pong, one connection per direction | {raw2[0]:.2f} | {raw2[1]:.2f} | {plugin[0] / raw2[0]:.2f} / {plugin[1] / raw2[1]:.2f} |")
+print("(p50 and avg are medians over the rounds)")
 PY

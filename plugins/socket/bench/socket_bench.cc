@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -255,48 +256,88 @@ void latencyResponder(Endpoint& e, const Options& options) {
   }
 }
 
-// The same ping-pong over one plain blocking TCP socket on 127.0.0.1 with Nagle off: the floor for the plugin.
-void rawTcpPingPong(const Options& options) {
+// Receives exactly `size` bytes by polling a non-blocking recv and yielding in between, the way the plugin's
+// requests are waited for above: the raw baseline then differs from the plugin only by the plugin's own work.
+bool pollingReceive(int fd, void* data, size_t size) {
+  auto* bytes = static_cast<unsigned char*>(data);
+  auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (size > 0) {
+    ssize_t n = ::recv(fd, bytes, size, MSG_DONTWAIT);
+    if (n > 0) {
+      bytes += n;
+      size -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
+    if (Clock::now() > deadline) return false;
+    sched_yield();
+  }
+  return true;
+}
+
+int rawListen(sockaddr_in* address) {
   int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  if (bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(listener, 1) != 0 ||
-      getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+  *address = sockaddr_in{};
+  address->sin_family = AF_INET;
+  address->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(*address);
+  if (bind(listener, reinterpret_cast<sockaddr*>(address), sizeof(*address)) != 0 || ::listen(listener, 2) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(address), &length) != 0)
     die("raw TCP listen");
+  return listener;
+}
+int rawConnect(const sockaddr_in& address) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) die("raw TCP connect");
+  return fd;
+}
+int rawAccept(int listener) {
+  int fd = accept(listener, nullptr, nullptr);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+// The same ping-pong over plain TCP sockets on 127.0.0.1 with Nagle off: the floor for the plugin. With one
+// connection the reply rides the same socket (the classic ping-pong: data and ACKs share packets); with two, each
+// direction has its own connection, the only shape a net plugin has (its send and receive comms are one-way).
+void rawTcpPingPong(const Options& options, bool twoConnections) {
+  sockaddr_in forward{}, backward{};
+  int forwardListener = rawListen(&forward);
+  int backwardListener = twoConnections ? rawListen(&backward) : -1;
   int warmup = std::max(10, options.latencyIterations / 10);
   int total = warmup + options.latencyIterations;
   std::fflush(stdout);
   pid_t echo = fork();
   if (echo == 0) {
-    int fd = accept(listener, nullptr, nullptr);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    int in = rawAccept(forwardListener);
+    int out = twoConnections ? rawConnect(backward) : in;
     uint64_t value;
     for (int i = 0; i < total; ++i)
-      if (!readAll(fd, &value, sizeof(value)) || !writeAll(fd, &value, sizeof(value))) _exit(1);
+      if (!pollingReceive(in, &value, sizeof(value)) || !writeAll(out, &value, sizeof(value))) _exit(1);
     _exit(0);
   }
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) die("raw TCP connect");
+  int out = rawConnect(forward);
+  int in = twoConnections ? rawAccept(backwardListener) : out;
   std::vector<double> samples;
   uint64_t value = 0;
   for (int i = 0; i < total; ++i) {
     auto start = Clock::now();
-    if (!writeAll(fd, &value, sizeof(value)) || !readAll(fd, &value, sizeof(value))) die("raw TCP ping-pong");
+    if (!writeAll(out, &value, sizeof(value)) || !pollingReceive(in, &value, sizeof(value))) die("raw TCP ping-pong");
     if (i >= warmup) samples.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count() / 2);
   }
-  close(fd);
-  close(listener);
+  close(out);
+  if (twoConnections) close(in);
+  close(forwardListener);
+  if (twoConnections) close(backwardListener);
   int status = 0;
   waitpid(echo, &status, 0);
   LatencySummary s = summarize(samples);
-  std::printf("# latency 8 B over raw TCP (blocking, TCP_NODELAY), one-way, %d iterations\n",
-              options.latencyIterations);
-  std::printf("LAT raw p50 %.2f avg %.2f min %.2f us\n", s.p50, s.average, s.minimum);
+  std::printf("# latency 8 B over raw TCP, %s (polled non-blocking recv, TCP_NODELAY), one-way, %d iterations\n",
+              twoConnections ? "one connection per direction" : "one connection", options.latencyIterations);
+  std::printf("LAT %s p50 %.2f avg %.2f min %.2f us\n", twoConnections ? "raw2" : "raw", s.p50, s.average, s.minimum);
   std::fflush(stdout);
 }
 
@@ -349,6 +390,7 @@ int main(int argc, char** argv) {
   int status = 0;
   waitpid(responder, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die("the responder process failed");
-  rawTcpPingPong(options);
+  rawTcpPingPong(options, false);
+  rawTcpPingPong(options, true);
   return 0;
 }
