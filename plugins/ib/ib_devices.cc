@@ -1,0 +1,209 @@
+// ib_devices.cc: HCA/port enumeration, GID choice, link speed and sysfs facts for each device.
+#include "ib_devices.hpp"
+
+#include <arpa/inet.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <nccl_net/sdk/log.hpp>
+#include <nccl_net/sdk/sysfs.hpp>
+
+#include "hca_filter.hpp"
+
+namespace nns_ib {
+namespace sdk = nccl_net::sdk;
+
+int portSpeedMbps(int activeSpeed, int activeWidth) {
+  int laneMbps = 0;
+  switch (activeSpeed) {
+    case 1: laneMbps = 2500; break;     // SDR
+    case 2: laneMbps = 5000; break;     // DDR
+    case 4: laneMbps = 10000; break;    // QDR
+    case 8: laneMbps = 10000; break;    // FDR10
+    case 16: laneMbps = 14000; break;   // FDR
+    case 32: laneMbps = 25000; break;   // EDR
+    case 64: laneMbps = 50000; break;   // HDR
+    case 128: laneMbps = 100000; break; // NDR
+    default: return 0;
+  }
+  int lanes = 0;
+  switch (activeWidth) {
+    case 1: lanes = 1; break;
+    case 2: lanes = 4; break;
+    case 4: lanes = 8; break;
+    case 8: lanes = 12; break;
+    case 16: lanes = 2; break;
+    default: return 0;
+  }
+  return laneMbps * lanes;
+}
+
+std::string gidText(const ibv_gid& gid) {
+  char text[INET6_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET6, gid.raw, text, sizeof(text));
+  return text;
+}
+
+namespace {
+
+bool isZeroGid(const ibv_gid& gid) {
+  for (unsigned char byte : gid.raw)
+    if (byte != 0) return false;
+  return true;
+}
+
+bool isIpv4Mapped(const ibv_gid& gid) {
+  static const unsigned char prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(gid.raw, prefix, sizeof(prefix)) == 0;
+}
+
+// NCCL's probe: a dmabuf registration with fd -1 fails with EBADF where the stack supports dmabuf, and with
+// EOPNOTSUPP/EPROTONOSUPPORT where the provider or kernel does not (rxe on Linux 6.1 does not).
+bool probeDmabuf(const Verbs& verbs, ibv_pd* pd) {
+  if (verbs.regDmabufMr == nullptr) return false;
+  errno = 0;
+  ibv_mr* mr = verbs.regDmabufMr(pd, 0, 0, 0, -1, 0);
+  if (mr != nullptr) {
+    verbs.deregMr(mr);
+    return true;
+  }
+  return errno != EOPNOTSUPP && errno != EPROTONOSUPPORT && errno != ENOSYS;
+}
+
+}  // namespace
+
+bool gdrKernelSupport() {
+  for (const char* path : {"/sys/kernel/mm/memory_peers/nv_mem/version", "/sys/module/nvidia_peermem/version",
+                           "/sys/module/nv_peer_mem/version"}) {
+    if (sdk::readSysfsString(path)) return true;
+  }
+  return false;
+}
+
+bool nvidiaDriverPresent() { return sdk::readSysfsString("/proc/driver/nvidia/version").has_value(); }
+
+int chooseGidIndex(const Verbs& verbs, ibv_context* context, const std::string& hcaName, int port, int tableLength,
+                   std::string* type) {
+  int best = -1;
+  int bestScore = -1;
+  std::string bestType;
+  for (int index = 0; index < tableLength; ++index) {
+    ibv_gid gid{};
+    if (verbs.queryGid(context, static_cast<uint8_t>(port), index, &gid) != 0 || isZeroGid(gid)) continue;
+    auto gidType = sdk::readSysfsString("/sys/class/infiniband/" + hcaName + "/ports/" + std::to_string(port) +
+                                        "/gid_attrs/types/" + std::to_string(index));
+    std::string typeText = gidType ? *gidType : "";
+    bool v2 = typeText.find("v2") != std::string::npos;
+    int score = (v2 ? 2 : 0) + (isIpv4Mapped(gid) ? 1 : 0);
+    if (score > bestScore) {
+      best = index;
+      bestScore = score;
+      bestType = typeText;
+    }
+  }
+  if (type != nullptr) *type = bestType;
+  return best < 0 ? 0 : best;
+}
+
+std::vector<Port> discoverPorts(const Verbs& verbs, const DiscoveryOptions& options, std::vector<Hca*>* hcas,
+                                std::string* why) {
+  std::vector<Port> ports;
+  HcaFilter filter(options.hcaSpec);
+  for (const std::string& bad : filter.invalid())
+    NCCL_NET_WARN("NCCL_IB_HCA entry \"%s\" is not dev[:port] with a port in 1..255; ignored", bad.c_str());
+
+  int count = 0;
+  ibv_device** list = verbs.getDeviceList(&count);
+  if (list == nullptr) {
+    // ENOSYS: the kernel has no RDMA support loaded (no ib_uverbs), the usual case on a host without HCAs.
+    *why = std::string("no RDMA device: ibv_get_device_list failed: ") + std::strerror(errno) +
+           (errno == ENOSYS ? " (no RDMA support in this kernel: ib_uverbs not loaded)" : "");
+    return ports;
+  }
+  std::string seen;
+  for (int i = 0; i < count; ++i) {
+    std::string hcaName = verbs.getDeviceName(list[i]);
+    ibv_context* context = verbs.openDevice(list[i]);
+    if (context == nullptr) {
+      seen += " " + hcaName + "(cannot open: " + std::strerror(errno) + ")";
+      continue;
+    }
+    auto* hca = new Hca;
+    hca->name = hcaName;
+    hca->context = context;
+    if (verbs.queryDevice(context, &hca->attr) != 0) {
+      seen += " " + hcaName + "(ibv_query_device failed)";
+      verbs.closeDevice(context);
+      delete hca;
+      continue;
+    }
+    std::vector<Port> hcaPorts;
+    for (int p = 1; p <= hca->attr.phys_port_cnt; ++p) {
+      Port port;
+      port.hca = hca;
+      port.port = p;
+      if (verbs.queryPort(context, static_cast<uint8_t>(p), &port.attr) != 0) continue;
+      std::string where = hcaName + ":" + std::to_string(p);
+      if (port.attr.state != IBV_PORT_ACTIVE) {
+        seen += " " + where + "(not active)";
+        continue;
+      }
+      if (port.attr.link_layer != IBV_LINK_LAYER_INFINIBAND && port.attr.link_layer != IBV_LINK_LAYER_ETHERNET) {
+        seen += " " + where + "(link layer " + std::to_string(port.attr.link_layer) + ")";
+        continue;
+      }
+      if (!filter.selects(hcaName, p)) {
+        seen += " " + where + "(not selected by NCCL_IB_HCA)";
+        continue;
+      }
+      if (options.gidIndex >= 0) {
+        port.gidIndex = options.gidIndex;
+        auto type = sdk::readSysfsString("/sys/class/infiniband/" + hcaName + "/ports/" + std::to_string(p) +
+                                         "/gid_attrs/types/" + std::to_string(options.gidIndex));
+        port.gidType = type ? *type : "";
+      } else if (port.isEthernet()) {
+        port.gidIndex = chooseGidIndex(verbs, context, hcaName, p, port.attr.gid_tbl_len, &port.gidType);
+      }
+      if (verbs.queryGid(context, static_cast<uint8_t>(p), port.gidIndex, &port.gid) != 0) {
+        seen += " " + where + "(GID index " + std::to_string(port.gidIndex) + " unreadable)";
+        continue;
+      }
+      if (port.isEthernet() && isZeroGid(port.gid)) {
+        seen += " " + where + "(GID index " + std::to_string(port.gidIndex) + " empty: no IP address on the netdev?)";
+        continue;
+      }
+      port.speedMbps = portSpeedMbps(port.attr.active_speed, port.attr.active_width);
+      port.pciPath = sdk::pciPathOfIbDevice(hcaName);
+      port.guid = hca->attr.node_guid;
+      hcaPorts.push_back(port);
+    }
+    if (hcaPorts.empty()) {
+      verbs.closeDevice(context);
+      delete hca;
+      continue;
+    }
+    hca->pd = verbs.allocPd(context);
+    if (hca->pd == nullptr) {
+      seen += " " + hcaName + "(ibv_alloc_pd failed: " + std::strerror(errno) + ")";
+      verbs.closeDevice(context);
+      delete hca;
+      continue;
+    }
+    hca->dmabufSupported = probeDmabuf(verbs, hca->pd);
+    for (Port& port : hcaPorts) {
+      port.name = hcaPorts.size() > 1 ? hcaName + ":" + std::to_string(port.port) : hcaName;
+      ports.push_back(port);
+    }
+    hcas->push_back(hca);
+  }
+  verbs.freeDeviceList(list);
+  if (ports.empty()) {
+    *why = count == 0 ? "no RDMA device found (ibv_get_device_list lists none; is a driver such as mlx5_ib or "
+                        "rdma_rxe loaded?)"
+                      : "no usable port among " + std::to_string(count) + " RDMA device(s):" + seen;
+  }
+  return ports;
+}
+
+}  // namespace nns_ib

@@ -1,0 +1,62 @@
+// ib_devices.hpp: discovery of the plugin's devices: every active port of every HCA that NCCL_IB_HCA selects.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "verbs_loader.hpp"
+
+namespace nns_ib {
+
+// One opened HCA: its context and protection domain are shared by every port and every comm using it.
+struct Hca {
+  std::string name;
+  ibv_context* context = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_device_attr attr{};
+  bool dmabufSupported = false;  // ibv_reg_dmabuf_mr accepted by libibverbs, the provider and the kernel
+};
+
+// One active port: what the plugin calls a physical device.
+struct Port {
+  Hca* hca = nullptr;
+  std::string name;  // "mlx5_0", or "mlx5_0:2" when the HCA has several selected ports
+  int port = 1;
+  ibv_port_attr attr{};
+  int gidIndex = 0;
+  ibv_gid gid{};
+  std::string gidType;  // "RoCE v2", "IB/RoCE v1", or "" for InfiniBand
+  int speedMbps = 0;
+  std::string pciPath;
+  uint64_t guid = 0;
+  bool isEthernet() const { return attr.link_layer == IBV_LINK_LAYER_ETHERNET; }
+};
+
+struct DiscoveryOptions {
+  std::string hcaSpec;    // NCCL_IB_HCA
+  int gidIndex = -1;      // NCCL_IB_GID_INDEX; -1 = automatic
+};
+
+// GPUDirect RDMA kernel support (nvidia-peermem / nv_peer_mem): CUDA pointers can go to ibv_reg_mr.
+bool gdrKernelSupport();
+// The NVIDIA driver is loaded, so CUDA memory can be exported as a dmabuf.
+bool nvidiaDriverPresent();
+
+// Opens every HCA and lists the active ports the filter selects. On an empty result *why says what was seen.
+std::vector<Port> discoverPorts(const Verbs& verbs, const DiscoveryOptions& options, std::vector<Hca*>* hcas,
+                                std::string* why);
+
+// Mbps from the port's active_speed/active_width codes (0 when a code is unknown).
+int portSpeedMbps(int activeSpeed, int activeWidth);
+
+// Picks a GID index for a RoCE port: RoCE v2 with an IPv4-mapped address, then RoCE v2, then v1, then index 0.
+int chooseGidIndex(const Verbs& verbs, ibv_context* context, const std::string& hcaName, int port, int tableLength,
+                   std::string* type);
+
+// "::ffff:10.0.0.1"-style text of a GID.
+std::string gidText(const ibv_gid& gid);
+
+}  // namespace nns_ib

@@ -1,0 +1,1394 @@
+// ib_plugin.cc: the "nns-ib" verbs plugin: RC QPs, a receiver-driven CTS FIFO, RDMA WRITE(+IMM) data, RDMA READ flush.
+//
+// How a message moves (NCCL's own IB transport works the same way; see README.md):
+//   1. irecv writes one FIFO entry per grouped receive (address, size, rkey per device, tag, sequence) into the
+//      sender's FIFO slot with an RDMA WRITE.
+//   2. isend waits until its slot's entries are there, matches its tag, and once every entry of the slot has a send
+//      it RDMA-WRITEs the data (split into chunks over the connection's QPs). Each QP that carried data ends with a
+//      WRITE_WITH_IMM; QP 0's carries the sizes of the slot into the receiver's size record. The immediate value
+//      names the slot and how many immediates the slot produces.
+//   3. The receiver completes the slot when all immediates arrived; the sizes come from its size record.
+// Nothing on this path allocates or registers memory: requests come from fixed pools, work requests from
+// per-comm arrays, and the FIFO/size records live in one block registered at connect time.
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nccl_net/sdk.hpp>
+#include <nccl_net/sdk/socket.hpp>
+
+#include "ib_devices.hpp"
+#include "verbs_loader.hpp"
+
+namespace {
+
+namespace sdk = nccl_net::sdk;
+using Clock = std::chrono::steady_clock;
+using nns_ib::Port;
+using nns_ib::Verbs;
+
+constexpr int kSlots = NCCL_NET_MAX_REQUESTS;  // FIFO slots = receives in flight per comm
+constexpr int kMaxRecvs = 8;                    // grouped receives per irecv (props.maxRecvs)
+constexpr int kMaxQps = 32;                     // QPs per connection
+constexpr int kMaxDevs = NCCL_NET_MAX_DEVS_PER_NIC;
+constexpr int kRecvDepth = 2 * kSlots;         // receive WRs kept posted per QP (one immediate per slot per QP)
+constexpr size_t kChunkAlign = 128;
+constexpr int kSendPoolSize = kSlots * kMaxRecvs;
+constexpr int kRecvPoolSize = 2 * kSlots;  // receives plus flushes
+constexpr auto kSideChannelCheckInterval = std::chrono::milliseconds(100);
+
+// wr_id layout: the kind in the top byte, an index below.
+constexpr uint64_t kWrData = 1ull << 56;   // sender: last WR of a slot on one QP; index = slot
+constexpr uint64_t kWrFifo = 2ull << 56;   // receiver: FIFO entry write; index = slot
+constexpr uint64_t kWrRecv = 3ull << 56;   // receiver: receive WR consumed by an immediate; index = QP
+constexpr uint64_t kWrKindMask = 0xffull << 56;
+
+// ---- parameters, read once at init ------------------------------------------------------------------------------------
+long envLong(const char* name, long fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  long value = std::strtol(text, &end, 0);
+  if (*end != '\0') {
+    NCCL_NET_WARN("%s=\"%s\" is not a number; using %ld", name, text, fallback);
+    return fallback;
+  }
+  return value;
+}
+
+struct Params {
+  std::string hcaSpec;
+  int gidIndex = -1;
+  int qpsPerConnection = 1;
+  int timeout = 20;
+  int retryCount = 7;
+  int serviceLevel = 0;
+  int trafficClass = 0;
+  int pkeyIndex = 0;
+  bool splitDataOnQps = true;
+  size_t splitMinBytes = 16384;
+  bool gdrFlushDisable = false;
+  int peerTimeoutMs = 10000;
+  int connectTimeoutMs = 120000;
+
+  static Params fromEnvironment() {
+    Params p;
+    const char* hca = std::getenv("NCCL_IB_HCA");
+    p.hcaSpec = hca != nullptr ? hca : "";
+    p.gidIndex = static_cast<int>(envLong("NCCL_IB_GID_INDEX", -1));
+    p.qpsPerConnection = static_cast<int>(std::clamp(envLong("NCCL_IB_QPS_PER_CONNECTION", 1), 1L, long{kMaxQps}));
+    p.timeout = static_cast<int>(std::clamp(envLong("NCCL_IB_TIMEOUT", 20), 1L, 31L));
+    p.retryCount = static_cast<int>(std::clamp(envLong("NCCL_IB_RETRY_CNT", 7), 0L, 7L));
+    p.serviceLevel = static_cast<int>(std::clamp(envLong("NCCL_IB_SL", 0), 0L, 15L));
+    p.trafficClass = static_cast<int>(std::clamp(envLong("NCCL_IB_TC", 0), 0L, 255L));
+    p.pkeyIndex = static_cast<int>(std::max(envLong("NCCL_IB_PKEY", 0), 0L));
+    p.splitDataOnQps = envLong("NCCL_IB_SPLIT_DATA_ON_QPS", 1) != 0;
+    p.splitMinBytes = static_cast<size_t>(std::max(envLong("NNS_IB_SPLIT_MIN_BYTES", 16384), 128L));
+    p.gdrFlushDisable = envLong("NCCL_GDR_FLUSH_DISABLE", 0) != 0;
+    p.peerTimeoutMs = static_cast<int>(std::max(envLong("NNS_IB_PEER_TIMEOUT_MS", 10000), 0L));
+    p.connectTimeoutMs = static_cast<int>(std::max(envLong("NNS_IB_CONNECT_TIMEOUT_MS", 120000), 1000L));
+    return p;
+  }
+};
+
+// ---- wire formats --------------------------------------------------------------------------------------------------
+// One posted receive as the receiver describes it to the sender (64 bytes; `idx` last so it lands last).
+struct FifoEntry {
+  uint64_t addr;
+  uint64_t size;
+  uint32_t rkeys[kMaxDevs];  // the receive buffer's rkey on each of the receiver's devices
+  uint32_t nreqs;            // receives grouped in this slot
+  int32_t tag;
+  uint64_t idx;  // sequence + 1 when the entry is valid
+};
+static_assert(sizeof(FifoEntry) == 64, "FIFO entries are 64 bytes");
+
+// Registered once per comm: the sender's FIFO and size staging, the receiver's FIFO staging, size record and the
+// flush target.
+struct ControlBlock {
+  FifoEntry fifo[kSlots][kMaxRecvs];     // sender: written remotely by the receiver
+  FifoEntry staging[kSlots][kMaxRecvs];  // receiver: what irecv RDMA-writes into the sender's FIFO
+  uint64_t sizes[kSlots][kMaxRecvs];     // sender: staging; receiver: written remotely by the sender
+  uint64_t flushTarget[kMaxDevs];        // receiver: RDMA READ destination of iflush
+};
+
+struct QpWire {
+  uint32_t qpn;
+  uint32_t device;  // index into the owner's comm devices
+  uint16_t lid;
+  uint8_t linkLayer;
+  uint8_t mtu;
+  uint8_t gid[16];
+  uint32_t reserved;
+};
+
+// Exchanged over the TCP side channel, sender first.
+struct ConnectInfo {
+  uint32_t magic;
+  uint32_t nqps;
+  uint32_t ndevs;
+  uint32_t reserved;
+  QpWire qps[kMaxQps];
+  uint64_t controlAddr;  // sender: its FIFO; receiver: its size record
+  uint32_t controlRkey;  // on the device of QP 0
+  uint32_t ready;
+  char deviceName[64];
+};
+constexpr uint32_t kConnectMagic = sdk::handleMagic("nns-ib-connect-v1");
+
+struct HandlePayload {
+  sdk::SocketAddress address;
+  uint32_t ndevs;  // physical devices behind the listening device (so the connector sizes its QP set)
+  uint32_t reserved;
+};
+constexpr sdk::HandleCodec<HandlePayload> kHandleCodec(sdk::handleMagic("nns-ib"), 1);
+
+// ---- devices as the plugin exposes them: physical ports, then fused vNICs ----------------------------------------------
+struct NetDevice {
+  std::string name;
+  std::vector<int> ports;  // indices into the port table
+};
+
+struct Context {
+  int trafficClass;
+};
+
+struct MemoryHandle;
+struct Request;
+
+struct CommDevice {
+  Port* port = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_mr* controlMr = nullptr;
+  ibv_cq* flushCq = nullptr;  // receiver, only once a GPU buffer was registered
+  ibv_qp* flushQp = nullptr;
+};
+
+struct QpSlot {
+  ibv_qp* qp = nullptr;
+  int device = 0;          // local comm device
+  uint32_t remoteDevice = 0;
+};
+
+struct Comm {
+  bool isSender = false;
+  int ndevs = 0;
+  CommDevice devs[kMaxDevs];
+  int nqps = 0;
+  QpSlot qps[kMaxQps];
+  int fd = -1;  // TCP side channel: kept open so a dead peer is noticed
+  std::string peer;
+  ControlBlock* control = nullptr;
+  uint64_t remoteControlAddr = 0;
+  uint32_t remoteControlRkey = 0;
+  bool failed = false;
+  ncclResult_t failure = ncclSuccess;
+  Clock::time_point lastSideChannelCheck = Clock::now();
+  int pending = 0;  // requests handed out and not yet completed by test()
+};
+
+struct MemoryHandle {
+  static constexpr uint32_t kMagic = 0x6e6d6869;  // "nmhi"
+  uint32_t magic = kMagic;
+  Comm* comm = nullptr;
+  int type = NCCL_PTR_HOST;
+  int ndevs = 0;
+  ibv_mr* mrs[kMaxDevs] = {};
+};
+
+struct Request {
+  static constexpr uint32_t kMagic = 0x6e697271;  // "niqr"
+  enum Kind { kSend, kRecv, kFlush };
+  uint32_t magic = kMagic;
+  Kind kind = kSend;
+  Comm* comm = nullptr;
+  int slot = 0;
+  int nreqs = 0;
+  size_t size = 0;  // send
+  unsigned char* data = nullptr;        // send
+  const MemoryHandle* mhandle = nullptr;  // send
+  bool done = false;
+  int pendingReads = 0;  // flush
+};
+
+struct SendSlot {
+  int nreqs = 0;  // 0: not yet matched
+  int matched = 0;
+  Request* reqs[kMaxRecvs] = {};
+  int pendingCompletions = 0;
+};
+
+struct SendComm : Comm {
+  uint64_t sequence = 0;  // next FIFO slot to consume
+  uint64_t roundRobin = 0;
+  SendSlot slots[kSlots];
+  sdk::RequestPool<Request, kSendPoolSize> requests;
+  // Work requests of one slot, per QP (never allocated on the data path).
+  ibv_send_wr wrs[kMaxQps][kMaxRecvs + 1];
+  ibv_sge sges[kMaxQps][kMaxRecvs + 1];
+  int wrCount[kMaxQps] = {};
+};
+
+struct RecvSlot {
+  Request* request = nullptr;
+  int immediatesExpected = 0;
+  int immediatesReceived = 0;
+  bool fifoWritten = false;
+};
+
+struct RecvComm : Comm {
+  uint64_t sequence = 0;
+  RecvSlot slots[kSlots];
+  sdk::RequestPool<Request, kRecvPoolSize> requests;
+};
+
+// ---- the plugin-wide state ---------------------------------------------------------------------------------------------
+struct Global {
+  std::mutex mutex;
+  bool initialised = false;
+  std::string initError;
+  const Verbs* verbs = nullptr;
+  Params params;
+  std::vector<nns_ib::Hca*> hcas;
+  std::deque<Port> ports;          // stable addresses: comms point at them
+  std::deque<NetDevice> devices;   // physical ports first, then vNICs
+  bool gdr = false;
+  bool nvidiaDriver = false;
+};
+Global& global() {
+  static Global* g = new Global;  // never destroyed: comms may outlive static destruction order
+  return *g;
+}
+const Verbs& verbs() { return *global().verbs; }
+const Params& params() { return global().params; }
+
+std::string errnoText(int error) { return std::string(std::strerror(error)) + " (errno " + std::to_string(error) + ")"; }
+
+// Marks the comm failed, logs once, and tells the peer by shutting the side channel down.
+ncclResult_t fail(Comm* comm, ncclResult_t code, const std::string& what) {
+  if (!comm->failed) {
+    comm->failed = true;
+    comm->failure = code;
+    NCCL_NET_WARN("%s with peer %s: %s", comm->isSender ? "send" : "receive", comm->peer.c_str(), what.c_str());
+    if (comm->fd >= 0) shutdown(comm->fd, SHUT_RDWR);
+  }
+  return comm->failure;
+}
+
+ncclResult_t failedResult(Comm* comm) {
+  NCCL_NET_WARN("%s comm with peer %s already failed", comm->isSender ? "send" : "receive", comm->peer.c_str());
+  return comm->failure;
+}
+
+// ---- QP setup -------------------------------------------------------------------------------------------------------
+ibv_qp* createQp(Port* port, ibv_cq* cq, int maxSendWr, int maxRecvWr, std::string* error) {
+  ibv_qp_init_attr init{};
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.qp_type = IBV_QPT_RC;
+  int maxWr = port->hca->attr.max_qp_wr;
+  init.cap.max_send_wr = static_cast<uint32_t>(std::min(maxSendWr, maxWr));
+  init.cap.max_recv_wr = static_cast<uint32_t>(std::min(maxRecvWr, maxWr));
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  ibv_qp* qp = verbs().createQp(port->hca->pd, &init);
+  if (qp == nullptr) {
+    *error = "ibv_create_qp on " + port->name + ": " + errnoText(errno);
+    return nullptr;
+  }
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.pkey_index = static_cast<uint16_t>(params().pkeyIndex);
+  attr.port_num = static_cast<uint8_t>(port->port);
+  attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  int rc = verbs().modifyQp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (rc != 0) {
+    *error = "ibv_modify_qp to INIT on " + port->name + ": " + errnoText(rc);
+    verbs().destroyQp(qp);
+    return nullptr;
+  }
+  return qp;
+}
+
+QpWire describeQp(ibv_qp* qp, int device, Port* port) {
+  QpWire wire{};
+  wire.qpn = qp->qp_num;
+  wire.device = static_cast<uint32_t>(device);
+  wire.lid = port->attr.lid;
+  wire.linkLayer = port->attr.link_layer;
+  wire.mtu = static_cast<uint8_t>(port->attr.active_mtu);
+  std::memcpy(wire.gid, port->gid.raw, 16);
+  return wire;
+}
+
+// INIT -> RTR -> RTS towards `remote`.
+bool connectQp(ibv_qp* qp, Port* port, const QpWire& remote, int trafficClass, std::string* error) {
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RTR;
+  attr.path_mtu = static_cast<ibv_mtu>(std::min<int>(port->attr.active_mtu, remote.mtu));
+  attr.dest_qp_num = remote.qpn;
+  attr.rq_psn = 0;
+  attr.max_dest_rd_atomic = 1;
+  attr.min_rnr_timer = 12;
+  attr.ah_attr.port_num = static_cast<uint8_t>(port->port);
+  attr.ah_attr.sl = static_cast<uint8_t>(params().serviceLevel);
+  if (port->isEthernet()) {
+    attr.ah_attr.is_global = 1;
+    std::memcpy(attr.ah_attr.grh.dgid.raw, remote.gid, 16);
+    attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(port->gidIndex);
+    attr.ah_attr.grh.hop_limit = 255;
+    attr.ah_attr.grh.traffic_class = static_cast<uint8_t>(trafficClass);
+  } else {
+    attr.ah_attr.dlid = remote.lid;
+  }
+  int rc = verbs().modifyQp(qp, &attr,
+                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  if (rc != 0) {
+    *error = "ibv_modify_qp to RTR on " + port->name + " (remote QP " + std::to_string(remote.qpn) +
+             "): " + errnoText(rc);
+    return false;
+  }
+  attr = ibv_qp_attr{};
+  attr.qp_state = IBV_QPS_RTS;
+  attr.timeout = static_cast<uint8_t>(params().timeout);
+  attr.retry_cnt = static_cast<uint8_t>(params().retryCount);
+  attr.rnr_retry = 7;
+  attr.sq_psn = 0;
+  attr.max_rd_atomic = 1;
+  rc = verbs().modifyQp(qp, &attr,
+                        IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                            IBV_QP_MAX_QP_RD_ATOMIC);
+  if (rc != 0) {
+    *error = "ibv_modify_qp to RTS on " + port->name + ": " + errnoText(rc);
+    return false;
+  }
+  return true;
+}
+
+void destroyComm(Comm* comm) {
+  for (int i = 0; i < comm->nqps; ++i)
+    if (comm->qps[i].qp != nullptr) verbs().destroyQp(comm->qps[i].qp);
+  for (int d = 0; d < comm->ndevs; ++d) {
+    CommDevice& dev = comm->devs[d];
+    if (dev.flushQp != nullptr) verbs().destroyQp(dev.flushQp);
+    if (dev.flushCq != nullptr) verbs().destroyCq(dev.flushCq);
+    if (dev.cq != nullptr) verbs().destroyCq(dev.cq);
+    if (dev.controlMr != nullptr) verbs().deregMr(dev.controlMr);
+  }
+  if (comm->fd >= 0) close(comm->fd);
+  std::free(comm->control);
+  if (comm->isSender) {
+    delete static_cast<SendComm*>(comm);
+  } else {
+    delete static_cast<RecvComm*>(comm);
+  }
+}
+
+// CQs, the control block and `nqps` QPs (QP i on local device i % ndevs), all in INIT.
+bool buildComm(Comm* comm, const NetDevice& device, int nqps, std::string* error) {
+  comm->ndevs = static_cast<int>(device.ports.size());
+  comm->nqps = nqps;
+  void* control = nullptr;
+  if (posix_memalign(&control, 4096, sizeof(ControlBlock)) != 0) {
+    *error = "cannot allocate the control block";
+    return false;
+  }
+  std::memset(control, 0, sizeof(ControlBlock));
+  comm->control = static_cast<ControlBlock*>(control);
+  int qpsPerDevice = (nqps + comm->ndevs - 1) / comm->ndevs;
+  int sendDepth = kSlots * (kMaxRecvs + 1) + kSlots;
+  for (int d = 0; d < comm->ndevs; ++d) {
+    CommDevice& dev = comm->devs[d];
+    dev.port = &global().ports[device.ports[d]];
+    int cqDepth = std::min(qpsPerDevice * (kRecvDepth + sendDepth), dev.port->hca->attr.max_cqe);
+    dev.cq = verbs().createCq(dev.port->hca->context, cqDepth, nullptr, nullptr, 0);
+    if (dev.cq == nullptr) {
+      *error = "ibv_create_cq(" + std::to_string(cqDepth) + ") on " + dev.port->name + ": " + errnoText(errno);
+      return false;
+    }
+    dev.controlMr = verbs().regMr(dev.port->hca->pd, comm->control, sizeof(ControlBlock),
+                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+    if (dev.controlMr == nullptr) {
+      *error = "ibv_reg_mr of the control block on " + dev.port->name + ": " + errnoText(errno);
+      return false;
+    }
+  }
+  for (int i = 0; i < nqps; ++i) {
+    QpSlot& slot = comm->qps[i];
+    slot.device = i % comm->ndevs;
+    CommDevice& dev = comm->devs[slot.device];
+    slot.qp = createQp(dev.port, dev.cq, sendDepth, comm->isSender ? 1 : kRecvDepth, error);
+    if (slot.qp == nullptr) return false;
+  }
+  return true;
+}
+
+void describeComm(const Comm* comm, ConnectInfo* info, uint64_t controlAddr) {
+  std::memset(info, 0, sizeof(*info));
+  info->magic = kConnectMagic;
+  info->nqps = static_cast<uint32_t>(comm->nqps);
+  info->ndevs = static_cast<uint32_t>(comm->ndevs);
+  for (int i = 0; i < comm->nqps; ++i)
+    info->qps[i] = describeQp(comm->qps[i].qp, comm->qps[i].device, comm->devs[comm->qps[i].device].port);
+  info->controlAddr = controlAddr;
+  info->controlRkey = comm->devs[comm->qps[0].device].controlMr->rkey;
+  std::snprintf(info->deviceName, sizeof(info->deviceName), "%s", comm->devs[0].port->name.c_str());
+}
+
+bool connectAllQps(Comm* comm, const ConnectInfo& remote, int trafficClass, std::string* error) {
+  for (int i = 0; i < comm->nqps; ++i) {
+    QpSlot& slot = comm->qps[i];
+    slot.remoteDevice = remote.qps[i].device;
+    if (!connectQp(slot.qp, comm->devs[slot.device].port, remote.qps[i], trafficClass, error)) return false;
+  }
+  return true;
+}
+
+bool validRemoteInfo(const ConnectInfo& info, std::string* error) {
+  if (info.magic != kConnectMagic) {
+    *error = "the peer sent connection info with a wrong magic (not an nns-ib peer, or another plugin version)";
+    return false;
+  }
+  if (info.nqps < 1 || info.nqps > kMaxQps || info.ndevs < 1 || info.ndevs > kMaxDevs) {
+    *error = "the peer sent " + std::to_string(info.nqps) + " QPs over " + std::to_string(info.ndevs) +
+             " devices, outside 1.." + std::to_string(kMaxQps) + " / 1.." + std::to_string(kMaxDevs);
+    return false;
+  }
+  for (uint32_t i = 0; i < info.nqps; ++i) {
+    if (info.qps[i].device >= info.ndevs) {
+      *error = "the peer's QP " + std::to_string(i) + " names device " + std::to_string(info.qps[i].device);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool postReceives(RecvComm* comm, int qpIndex, int count, std::string* error) {
+  for (int i = 0; i < count; ++i) {
+    ibv_recv_wr wr{};
+    wr.wr_id = kWrRecv | static_cast<uint64_t>(qpIndex);
+    wr.num_sge = 0;
+    ibv_recv_wr* bad = nullptr;
+    int rc = ibv_post_recv(comm->qps[qpIndex].qp, &wr, &bad);
+    if (rc != 0) {
+      *error = "ibv_post_recv on QP " + std::to_string(comm->qps[qpIndex].qp->qp_num) + ": " + errnoText(rc);
+      return false;
+    }
+  }
+  return true;
+}
+
+// A QP connected to itself, for iflush's RDMA READ (the read completing proves earlier PCIe writes landed).
+bool ensureFlushQps(RecvComm* comm, std::string* error) {
+  for (int d = 0; d < comm->ndevs; ++d) {
+    CommDevice& dev = comm->devs[d];
+    if (dev.flushQp != nullptr) continue;
+    dev.flushCq = verbs().createCq(dev.port->hca->context, kSlots * 2, nullptr, nullptr, 0);
+    if (dev.flushCq == nullptr) {
+      *error = "ibv_create_cq for the flush QP on " + dev.port->name + ": " + errnoText(errno);
+      return false;
+    }
+    dev.flushQp = createQp(dev.port, dev.flushCq, kSlots * 2, 1, error);
+    if (dev.flushQp == nullptr) return false;
+    if (!connectQp(dev.flushQp, dev.port, describeQp(dev.flushQp, d, dev.port), params().trafficClass, error))
+      return false;
+  }
+  return true;
+}
+
+// ---- progress -------------------------------------------------------------------------------------------------------
+std::string qpWhere(const Comm* comm, uint32_t qpNum) {
+  for (int i = 0; i < comm->nqps; ++i)
+    if (comm->qps[i].qp->qp_num == qpNum)
+      return "QP " + std::to_string(i) + " (0x" + [&] {
+        char hex[16];
+        std::snprintf(hex, sizeof(hex), "%x", qpNum);
+        return std::string(hex);
+      }() + ") on " + comm->devs[comm->qps[i].device].port->name;
+  return "QP 0x" + std::to_string(qpNum);
+}
+
+ncclResult_t completionError(Comm* comm, const ibv_wc& wc) {
+  return fail(comm, ncclRemoteError,
+              "completion error " + nns_ib::completionStatusText(verbs(), wc.status) + ", vendor error 0x" +
+                  [&] {
+                    char hex[16];
+                    std::snprintf(hex, sizeof(hex), "%x", wc.vendor_err);
+                    return std::string(hex);
+                  }() +
+                  " on " + qpWhere(comm, wc.qp_num));
+}
+
+// Notices a peer that closed or lost the side channel while requests wait (verbs alone cannot tell that a receiver
+// which posted nothing is gone). Rate-limited: a syscall per test() would cost more than the data path.
+ncclResult_t checkSideChannel(Comm* comm) {
+  auto now = Clock::now();
+  if (now - comm->lastSideChannelCheck < kSideChannelCheckInterval) return ncclSuccess;
+  comm->lastSideChannelCheck = now;
+  char byte;
+  ssize_t got = recv(comm->fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+  if (got == 0)
+    return fail(comm, ncclRemoteError,
+                "the peer closed the connection (process exited or failed) with " + std::to_string(comm->pending) +
+                    " request(s) pending");
+  if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+    return fail(comm, ncclRemoteError,
+                "side channel to the peer failed (" + errnoText(errno) + ") with " + std::to_string(comm->pending) +
+                    " request(s) pending: peer dead or unreachable");
+  return ncclSuccess;
+}
+
+ncclResult_t progressSend(SendComm* comm) {
+  ibv_wc wcs[16];
+  bool any = false;
+  for (int d = 0; d < comm->ndevs; ++d) {
+    int n = ibv_poll_cq(comm->devs[d].cq, 16, wcs);
+    if (n < 0) return fail(comm, ncclSystemError, "ibv_poll_cq on " + comm->devs[d].port->name + " failed");
+    for (int i = 0; i < n; ++i) {
+      if (wcs[i].status != IBV_WC_SUCCESS) return completionError(comm, wcs[i]);
+      any = true;
+      if ((wcs[i].wr_id & kWrKindMask) != kWrData) continue;
+      SendSlot& slot = comm->slots[wcs[i].wr_id & 0xffff];
+      if (--slot.pendingCompletions > 0) continue;
+      for (int r = 0; r < slot.nreqs; ++r) slot.reqs[r]->done = true;
+      slot = SendSlot{};
+    }
+  }
+  if (!any && comm->pending > 0) return checkSideChannel(comm);
+  return ncclSuccess;
+}
+
+ncclResult_t progressRecv(RecvComm* comm) {
+  ibv_wc wcs[16];
+  bool any = false;
+  for (int d = 0; d < comm->ndevs; ++d) {
+    int n = ibv_poll_cq(comm->devs[d].cq, 16, wcs);
+    if (n < 0) return fail(comm, ncclSystemError, "ibv_poll_cq on " + comm->devs[d].port->name + " failed");
+    for (int i = 0; i < n; ++i) {
+      const ibv_wc& wc = wcs[i];
+      if (wc.status != IBV_WC_SUCCESS) return completionError(comm, wc);
+      any = true;
+      uint64_t kind = wc.wr_id & kWrKindMask;
+      if (kind == kWrFifo) {
+        RecvSlot& slot = comm->slots[wc.wr_id & 0xffff];
+        slot.fifoWritten = true;
+      } else if (kind == kWrRecv) {
+        uint32_t imm = ntohl(wc.imm_data);
+        RecvSlot& slot = comm->slots[imm & 0xff];
+        slot.immediatesExpected = static_cast<int>(imm >> 8);
+        ++slot.immediatesReceived;
+        std::string error;
+        if (!postReceives(comm, static_cast<int>(wc.wr_id & 0xffff), 1, &error))
+          return fail(comm, ncclSystemError, error);
+      }
+    }
+    if (comm->devs[d].flushCq != nullptr) {
+      n = ibv_poll_cq(comm->devs[d].flushCq, 16, wcs);
+      for (int i = 0; i < n; ++i) {
+        if (wcs[i].status != IBV_WC_SUCCESS) return completionError(comm, wcs[i]);
+        any = true;
+        auto* request = reinterpret_cast<Request*>(wcs[i].wr_id);
+        if (--request->pendingReads == 0) request->done = true;
+      }
+    }
+  }
+  for (RecvSlot& slot : comm->slots) {
+    if (slot.request != nullptr && slot.fifoWritten && slot.immediatesExpected > 0 &&
+        slot.immediatesReceived >= slot.immediatesExpected)
+      slot.request->done = true;
+  }
+  if (!any && comm->pending > 0) return checkSideChannel(comm);
+  return ncclSuccess;
+}
+
+// Posts every write of a fully matched FIFO slot: data chunks, then on every QP that carried data a final
+// WRITE_WITH_IMM (QP 0's carries the slot's sizes into the receiver's size record).
+ncclResult_t postSlot(SendComm* comm, int slotIndex) {
+  SendSlot& slot = comm->slots[slotIndex];
+  const FifoEntry* entries = comm->control->fifo[slotIndex];
+  uint64_t* sizes = comm->control->sizes[slotIndex];
+  for (int q = 0; q < comm->nqps; ++q) comm->wrCount[q] = 0;
+  auto addWrite = [&](int q, uint64_t local, uint32_t length, uint32_t lkey, uint64_t remote, uint32_t rkey) {
+    int k = comm->wrCount[q]++;
+    ibv_sge& sge = comm->sges[q][k];
+    sge.addr = local;
+    sge.length = length;
+    sge.lkey = lkey;
+    ibv_send_wr& wr = comm->wrs[q][k];
+    std::memset(&wr, 0, sizeof(wr));
+    wr.sg_list = length > 0 ? &sge : nullptr;
+    wr.num_sge = length > 0 ? 1 : 0;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.wr.rdma.remote_addr = remote;
+    wr.wr.rdma.rkey = rkey;
+  };
+  // With splitting, an entry is cut into at most nqps chunks of >= NNS_IB_SPLIT_MIN_BYTES (128-byte aligned) on
+  // consecutive QPs; without, each entry goes whole to the next QP in round-robin order. A QP gets at most one
+  // chunk per entry, so kMaxRecvs data WRs plus the immediate fit its row of `wrs`.
+  for (int r = 0; r < slot.nreqs; ++r) {
+    const Request* request = slot.reqs[r];
+    size_t size = request->size;
+    sizes[r] = size;
+    if (size == 0) continue;
+    int chunks = 1;
+    int firstQp;
+    if (params().splitDataOnQps) {
+      size_t wanted = (size + params().splitMinBytes - 1) / params().splitMinBytes;
+      chunks = static_cast<int>(std::min<size_t>(wanted, static_cast<size_t>(comm->nqps)));
+      firstQp = r % comm->nqps;
+    } else {
+      firstQp = static_cast<int>(comm->roundRobin++ % static_cast<uint64_t>(comm->nqps));
+    }
+    size_t chunk = (size + chunks - 1) / chunks;
+    chunk = (chunk + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
+    for (int c = 0; c < chunks; ++c) {
+      size_t offset = static_cast<size_t>(c) * chunk;
+      if (offset >= size) break;
+      size_t length = std::min(chunk, size - offset);
+      int q = (firstQp + c) % comm->nqps;
+      const QpSlot& qp = comm->qps[q];
+      addWrite(q, reinterpret_cast<uint64_t>(request->data + offset), static_cast<uint32_t>(length),
+               request->mhandle->mrs[qp.device]->lkey, entries[r].addr + offset, entries[r].rkeys[qp.remoteDevice]);
+    }
+  }
+  // QP 0 always finishes with the sizes; other QPs finish by turning their last data write into the immediate.
+  const QpSlot& qp0 = comm->qps[0];
+  addWrite(0, reinterpret_cast<uint64_t>(sizes), static_cast<uint32_t>(slot.nreqs * sizeof(uint64_t)),
+           comm->devs[qp0.device].controlMr->lkey,
+           comm->remoteControlAddr + static_cast<uint64_t>(slotIndex) * kMaxRecvs * sizeof(uint64_t),
+           comm->remoteControlRkey);  // the receiver's size record, slot by slot
+  int immediates = 0;
+  for (int q = 0; q < comm->nqps; ++q)
+    if (comm->wrCount[q] > 0) ++immediates;
+  uint32_t imm = htonl(static_cast<uint32_t>(slotIndex) | (static_cast<uint32_t>(immediates) << 8));
+  slot.pendingCompletions = immediates;
+  for (int q = 0; q < comm->nqps; ++q) {
+    int count = comm->wrCount[q];
+    if (count == 0) continue;
+    for (int k = 0; k + 1 < count; ++k) comm->wrs[q][k].next = &comm->wrs[q][k + 1];
+    ibv_send_wr& last = comm->wrs[q][count - 1];
+    last.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+    last.imm_data = imm;
+    last.send_flags = IBV_SEND_SIGNALED;
+    last.wr_id = kWrData | static_cast<uint64_t>(slotIndex);
+    ibv_send_wr* bad = nullptr;
+    int rc = ibv_post_send(comm->qps[q].qp, &comm->wrs[q][0], &bad);
+    if (rc != 0)
+      return fail(comm, ncclSystemError, "ibv_post_send of " + std::to_string(count) + " write(s) on " +
+                                             qpWhere(comm, comm->qps[q].qp->qp_num) + ": " + errnoText(rc));
+  }
+  return ncclSuccess;
+}
+
+// Loads a value the NIC writes by DMA: the compiler must not cache it, and reads after it must not move before it.
+template <class T>
+T loadAcquire(const T* address) {
+  return __atomic_load_n(address, __ATOMIC_ACQUIRE);
+}
+
+// ---- connection establishment -----------------------------------------------------------------------------------------
+struct ListenComm {
+  int fd = -1;
+  int dev = 0;
+  struct PendingAccept* pending = nullptr;
+};
+
+// Exchanges raw bytes in one direction without blocking.
+struct Transfer {
+  size_t offset = 0;
+  sdk::IoStatus send(int fd, const void* data, size_t size, int* error) {
+    return sdk::sendSome(fd, data, size, &offset, error);
+  }
+  sdk::IoStatus recv(int fd, void* data, size_t size, int* error) {
+    return sdk::recvSome(fd, data, size, &offset, error);
+  }
+};
+
+struct PendingConnect {
+  enum Stage { kConnecting, kSendInfo, kRecvInfo, kSendReady } stage = kConnecting;
+  sdk::TcpConnector connector;
+  int dev = 0;
+  int trafficClass = 0;
+  uint32_t remoteDevs = 1;
+  SendComm* comm = nullptr;
+  ConnectInfo local{};
+  ConnectInfo remote{};
+  Transfer transfer;
+};
+
+struct PendingAccept {
+  enum Stage { kAccepting, kRecvInfo, kSendInfo, kRecvReady } stage = kAccepting;
+  RecvComm* comm = nullptr;
+  int fd = -1;
+  std::string peerAddress;
+  ConnectInfo local{};
+  ConnectInfo remote{};
+  uint32_t ready = 0;
+  Transfer transfer;
+};
+
+std::string ioFailure(sdk::IoStatus status, int error) {
+  return status == sdk::IoStatus::kClosed ? std::string("the peer closed the connection") : errnoText(error);
+}
+
+}  // namespace
+
+// ---- the plugin class ---------------------------------------------------------------------------------------------------
+class IbNet {
+ public:
+  // Not "IB": NCCL's built-in IB transport is named "IB", and NCCL_NET selects by name (case-insensitively), so a
+  // plugin called IB would be indistinguishable from the internal one.
+  static constexpr const char kName[] = "nns-ib";
+
+  ncclResult_t init(const sdk::InitArgs& args, void** ctx) {
+    sdk::setLogPrefix("NET/nns-ib");
+    Global& g = global();
+    std::lock_guard<std::mutex> lock(g.mutex);
+    if (!g.initialised) {
+      g.initialised = true;
+      g.params = Params::fromEnvironment();
+      g.verbs = nns_ib::loadVerbs(&g.initError);
+      if (g.verbs != nullptr) {
+        nns_ib::DiscoveryOptions options;
+        options.hcaSpec = g.params.hcaSpec;
+        options.gidIndex = g.params.gidIndex;
+        std::vector<Port> found = nns_ib::discoverPorts(*g.verbs, options, &g.hcas, &g.initError);
+        g.gdr = nns_ib::gdrKernelSupport();
+        g.nvidiaDriver = nns_ib::nvidiaDriverPresent();
+        for (Port& port : found) {
+          g.ports.push_back(port);
+          g.devices.push_back(NetDevice{port.name, {static_cast<int>(g.ports.size() - 1)}});
+          NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "device %zu: %s port %d, %s, GID %d %s (%s), %d Mbps, %s",
+                        g.devices.size() - 1, port.hca->name.c_str(), port.port,
+                        port.isEthernet() ? "RoCE" : "InfiniBand", port.gidIndex,
+                        nns_ib::gidText(port.gid).c_str(), port.gidType.c_str(), port.speedMbps,
+                        port.pciPath.empty() ? "no PCI path" : port.pciPath.c_str());
+        }
+      }
+    }
+    if (g.devices.empty()) {
+      NCCL_NET_WARN("init failed: %s", g.initError.c_str());
+      return ncclSystemError;
+    }
+    int trafficClass = args.trafficClass != NCCL_NET_TRAFFIC_CLASS_UNDEF ? args.trafficClass : g.params.trafficClass;
+    *ctx = new Context{trafficClass};
+    return ncclSuccess;
+  }
+
+  ncclResult_t finalize(void* ctx) {
+    delete static_cast<Context*>(ctx);
+    return ncclSuccess;
+  }
+
+  ncclResult_t devices(int* ndev) {
+    Global& g = global();
+    std::lock_guard<std::mutex> lock(g.mutex);
+    *ndev = static_cast<int>(g.devices.size());
+    return ncclSuccess;
+  }
+
+  ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
+    Global& g = global();
+    std::lock_guard<std::mutex> lock(g.mutex);
+    NetDevice& device = g.devices[static_cast<size_t>(dev)];
+    const Port& first = g.ports[static_cast<size_t>(device.ports[0])];
+    props->name = const_cast<char*>(device.name.c_str());
+    props->pciPath = first.pciPath.empty() ? nullptr : const_cast<char*>(first.pciPath.c_str());
+    props->guid = first.guid;
+    int ptrSupport = NCCL_PTR_HOST;
+    bool cuda = g.gdr, dmabuf = g.nvidiaDriver;
+    int speed = 0;
+    for (int p : device.ports) {
+      const Port& port = g.ports[static_cast<size_t>(p)];
+      dmabuf = dmabuf && port.hca->dmabufSupported;
+      speed += port.speedMbps;
+    }
+    if (cuda) ptrSupport |= NCCL_PTR_CUDA;
+    if (dmabuf) ptrSupport |= NCCL_PTR_DMABUF;
+    props->ptrSupport = ptrSupport;
+    props->regIsGlobal = 0;
+    props->forceFlush = 0;
+    props->speed = speed > 0 ? speed : 10000;
+    props->port = first.port;
+    props->latency = 0;
+    props->maxComms = first.hca->attr.max_qp / std::max(1, g.params.qpsPerConnection);
+    props->maxRecvs = kMaxRecvs;
+    props->netDeviceType = NCCL_NET_DEVICE_HOST;
+    props->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
+    props->vProps.ndevs = static_cast<int>(device.ports.size());
+    for (size_t i = 0; i < device.ports.size(); ++i) props->vProps.devs[i] = device.ports[i];
+    props->maxP2pBytes = NCCL_MAX_NET_SIZE_BYTES;
+    props->maxCollBytes = 512ull << 20;  // NCCL's MAX_COLLNET_SIZE; no collNet here
+    props->maxMultiRequestSize = 1;
+    return ncclSuccess;
+  }
+
+  ncclResult_t makeVDevice(int* d, ncclNetVDeviceProps_v12_t* props) {
+    Global& g = global();
+    std::lock_guard<std::mutex> lock(g.mutex);
+    NetDevice fused;
+    for (int i = 0; i < props->ndevs; ++i) {
+      int dev = props->devs[i];
+      if (dev < 0 || dev >= static_cast<int>(g.ports.size())) {
+        NCCL_NET_WARN("makeVDevice: device %d is not a physical port (0..%zu); vNICs fuse physical ports only", dev,
+                      g.ports.size() - 1);
+        return ncclInvalidArgument;
+      }
+      if (std::find(fused.ports.begin(), fused.ports.end(), dev) != fused.ports.end()) {
+        NCCL_NET_WARN("makeVDevice: device %d listed twice", dev);
+        return ncclInvalidArgument;
+      }
+      fused.ports.push_back(dev);
+      fused.name += (i > 0 ? "+" : "") + g.ports[static_cast<size_t>(dev)].name;
+    }
+    g.devices.push_back(fused);
+    *d = static_cast<int>(g.devices.size() - 1);
+    NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "vNIC %d fuses %s", *d, fused.name.c_str());
+    return ncclSuccess;
+  }
+
+  ncclResult_t listen(void* /*ctx*/, int dev, void* handle, void** listenComm) {
+    auto interfaces = sdk::findInterfaces("NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY", 1);
+    if (interfaces.empty()) {
+      NCCL_NET_WARN("listen: no network interface for the side channel (check NCCL_SOCKET_IFNAME)");
+      return ncclSystemError;
+    }
+    sdk::SocketAddress bound{};
+    std::string error;
+    int fd = sdk::listenTcp(interfaces[0].address, 128, &bound, &error);
+    if (fd < 0) {
+      NCCL_NET_WARN("listen on %s (%s): %s", interfaces[0].name.c_str(), interfaces[0].address.toString().c_str(),
+                    error.c_str());
+      return ncclSystemError;
+    }
+    HandlePayload payload{};
+    payload.address = bound;
+    {
+      std::lock_guard<std::mutex> lock(global().mutex);
+      payload.ndevs = static_cast<uint32_t>(global().devices[static_cast<size_t>(dev)].ports.size());
+    }
+    ncclResult_t result = kHandleCodec.encode(payload, handle);
+    if (result != ncclSuccess) {
+      close(fd);
+      return result;
+    }
+    *listenComm = new ListenComm{fd, dev, nullptr};
+    return ncclSuccess;
+  }
+
+  ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t** /*devComm*/) {
+    using Stage = sdk::ConnectStage<PendingConnect>;
+    PendingConnect* pending = Stage::get(handle);
+    if (pending == nullptr) {
+      HandlePayload payload;
+      NCCL_NET_CHECK(kHandleCodec.decode(handle, &payload));
+      pending = new PendingConnect;
+      pending->dev = dev;
+      pending->remoteDevs = payload.ndevs;
+      pending->trafficClass = ctx != nullptr ? static_cast<Context*>(ctx)->trafficClass : params().trafficClass;
+      pending->connector.start(payload.address, sdk::SocketAddress{},
+                               std::chrono::milliseconds(params().connectTimeoutMs), std::chrono::milliseconds(50));
+      Stage::set(handle, pending);
+    }
+    std::string error;
+    ncclResult_t result = connectStep(pending, &error);
+    if (result != ncclSuccess || !error.empty()) {
+      NCCL_NET_WARN("connect to %s: %s", pending->connector.remote().toString().c_str(), error.c_str());
+      if (pending->comm != nullptr) destroyComm(pending->comm);
+      Stage::clear(handle);
+      delete pending;
+      return result != ncclSuccess ? result : ncclSystemError;
+    }
+    if (pending->stage == PendingConnect::kSendReady && pending->transfer.offset == sizeof(uint32_t)) {
+      *sendComm = pending->comm;
+      NCCL_NET_INFO(NCCL_NET, "connected to %s with %d QP(s)", pending->comm->peer.c_str(), pending->comm->nqps);
+      Stage::clear(handle);
+      delete pending;
+    }
+    return ncclSuccess;
+  }
+
+  ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** /*devComm*/) {
+    auto* listen = static_cast<ListenComm*>(listenComm);
+    if (listen->pending == nullptr) listen->pending = new PendingAccept;
+    PendingAccept* pending = listen->pending;
+    std::string error;
+    bool finished = false;
+    ncclResult_t result = acceptStep(listen, pending, &finished, &error);
+    if (result != ncclSuccess || !error.empty()) {
+      NCCL_NET_WARN("accept from %s: %s", pending->peerAddress.empty() ? "?" : pending->peerAddress.c_str(),
+                    error.c_str());
+      if (pending->comm != nullptr) {
+        destroyComm(pending->comm);
+      } else if (pending->fd >= 0) {
+        close(pending->fd);
+      }
+      delete pending;
+      listen->pending = nullptr;
+      return result != ncclSuccess ? result : ncclSystemError;
+    }
+    if (finished) {
+      *recvComm = pending->comm;
+      NCCL_NET_INFO(NCCL_NET, "accepted %s with %d QP(s)", pending->comm->peer.c_str(), pending->comm->nqps);
+      delete pending;
+      listen->pending = nullptr;
+    }
+    return ncclSuccess;
+  }
+
+  ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+    return registerMemory(static_cast<Comm*>(comm), data, size, type, -1, 0, mhandle);
+  }
+
+  ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
+    return registerMemory(static_cast<Comm*>(comm), data, size, type, fd, offset, mhandle);
+  }
+
+  ncclResult_t deregMr(void* /*comm*/, void* mhandle) {
+    auto* mh = static_cast<MemoryHandle*>(mhandle);
+    if (mh == nullptr) return ncclSuccess;
+    if (mh->magic != MemoryHandle::kMagic) {
+      NCCL_NET_WARN("deregMr: %p is not a memory handle of this plugin", mhandle);
+      return ncclInvalidArgument;
+    }
+    for (int d = 0; d < mh->ndevs; ++d)
+      if (mh->mrs[d] != nullptr) verbs().deregMr(mh->mrs[d]);
+    mh->magic = 0;
+    delete mh;
+    return ncclSuccess;
+  }
+
+  ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* /*phandle*/,
+                     void** request) {
+    auto* comm = static_cast<SendComm*>(sendComm);
+    if (comm->failed) return failedResult(comm);
+    int slotIndex = static_cast<int>(comm->sequence % kSlots);
+    SendSlot& slot = comm->slots[slotIndex];
+    if (slot.pendingCompletions > 0) {
+      NCCL_NET_CHECK(progressSend(comm));  // this slot's previous round has not completed locally yet
+      if (slot.pendingCompletions > 0) return ncclSuccess;
+    }
+    const FifoEntry* entries = comm->control->fifo[slotIndex];
+    uint64_t expected = comm->sequence + 1;
+    if (loadAcquire(&entries[0].idx) != expected) return ncclSuccess;  // receiver has not posted yet
+    if (slot.nreqs == 0) {
+      uint32_t nreqs = loadAcquire(&entries[0].nreqs);
+      if (nreqs < 1 || nreqs > kMaxRecvs)
+        return fail(comm, ncclInternalError, "FIFO slot " + std::to_string(slotIndex) + " announces " +
+                                                 std::to_string(nreqs) + " receives (corrupt FIFO entry)");
+      slot.nreqs = static_cast<int>(nreqs);
+    }
+    for (int r = 1; r < slot.nreqs; ++r)
+      if (loadAcquire(&entries[r].idx) != expected) return ncclSuccess;  // rest of the slot still in flight
+    int match = -1;
+    for (int r = 0; r < slot.nreqs; ++r) {
+      if (slot.reqs[r] == nullptr && entries[r].tag == tag) {
+        match = r;
+        break;
+      }
+    }
+    if (match < 0) return ncclSuccess;  // no receive with this tag in the current slot (yet)
+    if (size > entries[match].size)
+      return fail(comm, ncclInvalidUsage,
+                  "message of " + std::to_string(size) + " bytes (tag " + std::to_string(tag) +
+                      ") exceeds the receive buffer the peer posted (" + std::to_string(entries[match].size) +
+                      " bytes)");
+    auto* mh = static_cast<const MemoryHandle*>(mhandle);
+    if (size > 0 && (mh == nullptr || mh->magic != MemoryHandle::kMagic || mh->comm != comm)) {
+      NCCL_NET_WARN("isend: %zu bytes with memory handle %p, which is not registered on this comm", size, mhandle);
+      return ncclInvalidArgument;
+    }
+    Request* req = comm->requests.acquire();
+    if (req == nullptr) return ncclSuccess;
+    req->kind = Request::kSend;
+    req->comm = comm;
+    req->slot = slotIndex;
+    req->size = size;
+    req->data = static_cast<unsigned char*>(data);
+    req->mhandle = mh;
+    slot.reqs[match] = req;
+    ++comm->pending;
+    if (++slot.matched == slot.nreqs) {
+      ++comm->sequence;
+      NCCL_NET_CHECK(postSlot(comm, slotIndex));
+    }
+    *request = req;
+    return ncclSuccess;
+  }
+
+  ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                     void** /*phandles*/, void** request) {
+    auto* comm = static_cast<RecvComm*>(recvComm);
+    if (comm->failed) return failedResult(comm);
+    if (n > kMaxRecvs) {
+      NCCL_NET_WARN("irecv: %d grouped receives, this plugin advertises maxRecvs %d", n, kMaxRecvs);
+      return ncclInvalidArgument;
+    }
+    int slotIndex = static_cast<int>(comm->sequence % kSlots);
+    RecvSlot& slot = comm->slots[slotIndex];
+    if (slot.request != nullptr) return ncclSuccess;  // kSlots receives in flight
+    for (int r = 0; r < n; ++r) {
+      auto* mh = mhandles != nullptr ? static_cast<const MemoryHandle*>(mhandles[r]) : nullptr;
+      if (sizes[r] > 0 && (mh == nullptr || mh->magic != MemoryHandle::kMagic || mh->comm != comm)) {
+        NCCL_NET_WARN("irecv: receive %d of %zu bytes with memory handle %p, which is not registered on this comm",
+                      r, sizes[r], mh);
+        return ncclInvalidArgument;
+      }
+    }
+    Request* req = comm->requests.acquire();
+    if (req == nullptr) return ncclSuccess;
+    req->kind = Request::kRecv;
+    req->comm = comm;
+    req->slot = slotIndex;
+    req->nreqs = n;
+    FifoEntry* staging = comm->control->staging[slotIndex];
+    for (int r = 0; r < n; ++r) {
+      auto* mh = mhandles != nullptr ? static_cast<const MemoryHandle*>(mhandles[r]) : nullptr;
+      FifoEntry& entry = staging[r];
+      std::memset(&entry, 0, sizeof(entry));
+      entry.addr = reinterpret_cast<uint64_t>(data[r]);
+      entry.size = sizes[r];
+      for (int d = 0; d < comm->ndevs && mh != nullptr; ++d) entry.rkeys[d] = mh->mrs[d]->rkey;
+      entry.nreqs = static_cast<uint32_t>(n);
+      entry.tag = tags[r];
+      entry.idx = comm->sequence + 1;
+    }
+    slot = RecvSlot{};
+    slot.request = req;
+    const QpSlot& qp0 = comm->qps[0];
+    ibv_sge sge{};
+    sge.addr = reinterpret_cast<uint64_t>(staging);
+    sge.length = static_cast<uint32_t>(n * sizeof(FifoEntry));
+    sge.lkey = comm->devs[qp0.device].controlMr->lkey;
+    ibv_send_wr wr{};
+    wr.wr_id = kWrFifo | static_cast<uint64_t>(slotIndex);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = comm->remoteControlAddr + static_cast<uint64_t>(slotIndex) * kMaxRecvs * sizeof(FifoEntry);
+    wr.wr.rdma.rkey = comm->remoteControlRkey;
+    ibv_send_wr* bad = nullptr;
+    int rc = ibv_post_send(qp0.qp, &wr, &bad);
+    if (rc != 0) {
+      slot = RecvSlot{};
+      comm->requests.release(req);
+      return fail(comm, ncclSystemError, "ibv_post_send of the FIFO entry: " + errnoText(rc));
+    }
+    ++comm->sequence;
+    ++comm->pending;
+    *request = req;
+    return ncclSuccess;
+  }
+
+  ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
+    auto* comm = static_cast<RecvComm*>(recvComm);
+    if (comm->failed) return failedResult(comm);
+    if (params().gdrFlushDisable || mhandles == nullptr) return ncclSuccess;  // NULL request: nothing to wait for
+    // Host memory written by the NIC is coherent; only GPU memory needs the read-back.
+    int target = -1;
+    for (int r = 0; r < n; ++r) {
+      auto* mh = static_cast<const MemoryHandle*>(mhandles[r]);
+      if (mh != nullptr && sizes[r] > 0 && (mh->type & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0) {
+        target = r;
+        break;
+      }
+    }
+    if (target < 0) return ncclSuccess;
+    auto* mh = static_cast<const MemoryHandle*>(mhandles[target]);
+    if (comm->devs[0].flushQp == nullptr) {
+      NCCL_NET_WARN("iflush: no flush QP (GPU buffer registered before the comm existed?)");
+      return ncclInternalError;
+    }
+    Request* req = comm->requests.acquire();
+    if (req == nullptr) return ncclSuccess;
+    req->kind = Request::kFlush;
+    req->comm = comm;
+    req->pendingReads = comm->ndevs;
+    for (int d = 0; d < comm->ndevs; ++d) {
+      ibv_sge sge{};
+      sge.addr = reinterpret_cast<uint64_t>(&comm->control->flushTarget[d]);
+      sge.length = 1;
+      sge.lkey = comm->devs[d].controlMr->lkey;
+      ibv_send_wr wr{};
+      wr.wr_id = reinterpret_cast<uint64_t>(req);
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.opcode = IBV_WR_RDMA_READ;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(data[target]);
+      wr.wr.rdma.rkey = mh->mrs[d]->rkey;
+      ibv_send_wr* bad = nullptr;
+      int rc = ibv_post_send(comm->devs[d].flushQp, &wr, &bad);
+      if (rc != 0) {
+        if (d == 0) comm->requests.release(req);
+        return fail(comm, ncclSystemError, "ibv_post_send of the flush read: " + errnoText(rc));
+      }
+    }
+    ++comm->pending;
+    *request = req;
+    return ncclSuccess;
+  }
+
+  ncclResult_t test(void* request, int* done, sdk::CompletedSizes& sizes) {
+    auto* req = static_cast<Request*>(request);
+    if (req->magic != Request::kMagic) {
+      NCCL_NET_WARN("test: %p is not a live request of this plugin", request);
+      return ncclInvalidArgument;
+    }
+    Comm* comm = req->comm;
+    if (comm->failed) return failedResult(comm);
+    if (!req->done) {
+      NCCL_NET_CHECK(comm->isSender ? progressSend(static_cast<SendComm*>(comm))
+                                    : progressRecv(static_cast<RecvComm*>(comm)));
+      if (!req->done) return ncclSuccess;
+    }
+    if (req->kind == Request::kSend) {
+      if (!sizes.set(0, req->size)) return ncclSuccess;
+    } else if (req->kind == Request::kRecv) {
+      const uint64_t* record = comm->control->sizes[req->slot];
+      for (int r = 0; r < req->nreqs; ++r)
+        if (!sizes.set(r, loadAcquire(&record[r]))) return ncclSuccess;
+      static_cast<RecvComm*>(comm)->slots[req->slot] = RecvSlot{};
+    }
+    *done = 1;
+    --comm->pending;
+    req->magic = 0;
+    if (comm->isSender) {
+      static_cast<SendComm*>(comm)->requests.release(req);
+    } else {
+      static_cast<RecvComm*>(comm)->requests.release(req);
+    }
+    return ncclSuccess;
+  }
+
+  ncclResult_t closeSend(void* sendComm) {
+    destroyComm(static_cast<Comm*>(sendComm));
+    return ncclSuccess;
+  }
+  ncclResult_t closeRecv(void* recvComm) {
+    destroyComm(static_cast<Comm*>(recvComm));
+    return ncclSuccess;
+  }
+  ncclResult_t closeListen(void* listenComm) {
+    auto* listen = static_cast<ListenComm*>(listenComm);
+    if (listen->pending != nullptr) {
+      if (listen->pending->comm != nullptr) {
+        destroyComm(listen->pending->comm);
+      } else if (listen->pending->fd >= 0) {
+        close(listen->pending->fd);
+      }
+      delete listen->pending;
+    }
+    close(listen->fd);
+    delete listen;
+    return ncclSuccess;
+  }
+
+ private:
+  static NetDevice deviceCopy(int dev) {
+    std::lock_guard<std::mutex> lock(global().mutex);
+    return global().devices[static_cast<size_t>(dev)];
+  }
+
+  static ncclResult_t registerMemory(Comm* comm, void* data, size_t size, int type, int fd, uint64_t offset,
+                                     void** mhandle) {
+    auto mh = std::make_unique<MemoryHandle>();
+    mh->comm = comm;
+    mh->type = type;
+    mh->ndevs = comm->ndevs;
+    int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    for (int d = 0; d < comm->ndevs; ++d) {
+      Port* port = comm->devs[d].port;
+      ibv_mr* mr = nullptr;
+      std::string dmabufError;
+      if (fd >= 0) {
+        if (verbs().regDmabufMr != nullptr) {
+          mr = verbs().regDmabufMr(port->hca->pd, offset, size, reinterpret_cast<uint64_t>(data), fd, access);
+          if (mr == nullptr) dmabufError = errnoText(errno);
+        } else {
+          dmabufError = "libibverbs has no ibv_reg_dmabuf_mr";
+        }
+        // A refused dmabuf registration falls back to the address (works with nvidia-peermem loaded).
+        if (mr == nullptr)
+          NCCL_NET_INFO(NCCL_NET, "regMrDmaBuf on %s refused (%s); falling back to ibv_reg_mr", port->name.c_str(),
+                        dmabufError.c_str());
+      }
+      if (mr == nullptr) mr = verbs().regMr(port->hca->pd, data, size, access);
+      if (mr == nullptr) {
+        int error = errno;
+        NCCL_NET_WARN("regMr of %zu bytes at %p (type %d) on %s failed: %s%s%s", size, data, type,
+                      port->name.c_str(), errnoText(error).c_str(),
+                      dmabufError.empty() ? "" : "; dmabuf registration also failed: ", dmabufError.c_str());
+        for (int k = 0; k < d; ++k) verbs().deregMr(mh->mrs[k]);
+        return ncclSystemError;
+      }
+      mh->mrs[d] = mr;
+    }
+    if (!comm->isSender && (type & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0) {
+      std::string error;
+      if (!ensureFlushQps(static_cast<RecvComm*>(comm), &error)) {
+        NCCL_NET_WARN("regMr: cannot create the flush QP: %s", error.c_str());
+        for (int d = 0; d < comm->ndevs; ++d) verbs().deregMr(mh->mrs[d]);
+        return ncclSystemError;
+      }
+    }
+    *mhandle = mh.release();
+    return ncclSuccess;
+  }
+
+  // One non-blocking step of connect(). A non-empty *error ends the attempt.
+  static ncclResult_t connectStep(PendingConnect* p, std::string* error) {
+    int ioError = 0;
+    sdk::IoStatus status;
+    switch (p->stage) {
+      case PendingConnect::kConnecting: {
+        status = p->connector.progress();
+        if (status == sdk::IoStatus::kWouldBlock) return ncclSuccess;
+        if (status != sdk::IoStatus::kDone) {
+          *error = p->connector.error();
+          return ncclSystemError;
+        }
+        NetDevice device = deviceCopy(p->dev);
+        auto* comm = new SendComm;
+        comm->isSender = true;
+        comm->fd = p->connector.release();
+        p->comm = comm;
+        sdk::setDeadPeerTimeout(comm->fd, params().peerTimeoutMs);
+        int nqps = std::max({params().qpsPerConnection, static_cast<int>(device.ports.size()),
+                             static_cast<int>(p->remoteDevs)});
+        nqps = std::min(nqps, kMaxQps);
+        if (!buildComm(comm, device, nqps, error)) return ncclSystemError;
+        describeComm(comm, &p->local, reinterpret_cast<uint64_t>(comm->control->fifo));
+        p->stage = PendingConnect::kSendInfo;
+        p->transfer = Transfer{};
+      }
+        [[fallthrough]];
+      case PendingConnect::kSendInfo:
+        status = p->transfer.send(p->comm->fd, &p->local, sizeof(p->local), &ioError);
+        if (status == sdk::IoStatus::kWouldBlock) return ncclSuccess;
+        if (status != sdk::IoStatus::kDone) {
+          *error = "sending QP info: " + ioFailure(status, ioError);
+          return ncclSystemError;
+        }
+        p->stage = PendingConnect::kRecvInfo;
+        p->transfer = Transfer{};
+        [[fallthrough]];
+      case PendingConnect::kRecvInfo: {
+        status = p->transfer.recv(p->comm->fd, &p->remote, sizeof(p->remote), &ioError);
+        if (status == sdk::IoStatus::kWouldBlock) return ncclSuccess;
+        if (status != sdk::IoStatus::kDone) {
+          *error = "receiving the peer's QP info: " + ioFailure(status, ioError);
+          return ncclRemoteError;
+        }
+        if (!validRemoteInfo(p->remote, error)) return ncclRemoteError;
+        if (p->remote.nqps != static_cast<uint32_t>(p->comm->nqps)) {
+          *error = "the peer answered with " + std::to_string(p->remote.nqps) + " QPs for our " +
+                   std::to_string(p->comm->nqps);
+          return ncclRemoteError;
+        }
+        SendComm* comm = p->comm;
+        p->remote.deviceName[sizeof(p->remote.deviceName) - 1] = '\0';
+        comm->peer = p->connector.remote().toString() + " (" + p->remote.deviceName + ")";
+        comm->remoteControlAddr = p->remote.controlAddr;
+        comm->remoteControlRkey = p->remote.controlRkey;
+        if (!connectAllQps(comm, p->remote, p->trafficClass, error)) return ncclSystemError;
+        p->stage = PendingConnect::kSendReady;
+        p->transfer = Transfer{};
+        p->local.ready = 1;
+      }
+        [[fallthrough]];
+      case PendingConnect::kSendReady:
+        status = p->transfer.send(p->comm->fd, &p->local.ready, sizeof(uint32_t), &ioError);
+        if (status == sdk::IoStatus::kWouldBlock) return ncclSuccess;
+        if (status != sdk::IoStatus::kDone) {
+          *error = "sending ready: " + ioFailure(status, ioError);
+          return ncclRemoteError;
+        }
+        return ncclSuccess;
+    }
+    return ncclSuccess;
+  }
+
+  static ncclResult_t acceptStep(ListenComm* listen, PendingAccept* p, bool* finished, std::string* error) {
+    int ioError = 0;
+    sdk::IoStatus status;
+    switch (p->stage) {
+      case PendingAccept::kAccepting: {
+        sdk::SocketAddress peer{};
+        status = sdk::acceptTcp(listen->fd, &p->fd, &peer, error);
+        if (status == sdk::IoStatus::kWouldBlock) return ncclSuccess;
+        if (status != sdk::IoStatus::kDone) return ncclSystemError;
+        p->peerAddress = peer.toString();
+        sdk::setDeadPeerTimeout(p->fd, params().peerTimeoutMs);
+        p->stage = PendingAccept::kRecvInfo;
+        p->transfer = Transfer{};
+      }
+        [[fallthrough]];
+      case PendingAccept::kRecvInfo: {
+        status = p->transfer.recv(p->fd, &p->remote, sizeof(p->remote), &ioError);
+        if (status == sdk::IoStatus::kWouldBlock) return ncclSuccess;
+        if (status != sdk::IoStatus::kDone) {
+          *error = "receiving the peer's QP info: " + ioFailure(status, ioError);
+          return ncclRemoteError;
+        }
+        if (!validRemoteInfo(p->remote, error)) return ncclRemoteError;
+        NetDevice device = deviceCopy(listen->dev);
+        auto* comm = new RecvComm;
+        comm->isSender = false;
+        comm->fd = p->fd;
+        p->fd = -1;
+        p->comm = comm;
+        p->remote.deviceName[sizeof(p->remote.deviceName) - 1] = '\0';
+        comm->peer = p->peerAddress + " (" + p->remote.deviceName + ")";
+        comm->remoteControlAddr = p->remote.controlAddr;
+        comm->remoteControlRkey = p->remote.controlRkey;
+        if (!buildComm(comm, device, static_cast<int>(p->remote.nqps), error)) return ncclSystemError;
+        if (!connectAllQps(comm, p->remote, params().trafficClass, error)) return ncclSystemError;
+        for (int q = 0; q < comm->nqps; ++q)
+          if (!postReceives(comm, q, kRecvDepth, error)) return ncclSystemError;
+        describeComm(comm, &p->local, reinterpret_cast<uint64_t>(comm->control->sizes));
+        p->stage = PendingAccept::kSendInfo;
+        p->transfer = Transfer{};
+      }
+        [[fallthrough]];
+      case PendingAccept::kSendInfo:
+        status = p->transfer.send(p->comm->fd, &p->local, sizeof(p->local), &ioError);
+        if (status == sdk::IoStatus::kWouldBlock) return ncclSuccess;
+        if (status != sdk::IoStatus::kDone) {
+          *error = "sending QP info: " + ioFailure(status, ioError);
+          return ncclRemoteError;
+        }
+        p->stage = PendingAccept::kRecvReady;
+        p->transfer = Transfer{};
+        [[fallthrough]];
+      case PendingAccept::kRecvReady:
+        // The sender's QPs reach RTR before it says ready, so our first FIFO write cannot hit a QP in INIT.
+        status = p->transfer.recv(p->comm->fd, &p->ready, sizeof(p->ready), &ioError);
+        if (status == sdk::IoStatus::kWouldBlock) return ncclSuccess;
+        if (status != sdk::IoStatus::kDone) {
+          *error = "waiting for the peer's ready: " + ioFailure(status, ioError);
+          return ncclRemoteError;
+        }
+        *finished = true;
+        return ncclSuccess;
+    }
+    return ncclSuccess;
+  }
+};
+
+NCCL_NET_SDK_EXPORT(IbNet)

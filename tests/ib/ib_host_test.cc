@@ -1,0 +1,161 @@
+// ib_host_test.cc: what the nns-ib plugin must do on a host without RDMA: load, export every ABI version, and fail
+// init with a reason; plus NCCL_IB_HCA parsing. Needs no verbs device (runs in CI and on this machine).
+#include <dlfcn.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <nccl_net/net.h>
+
+#include "hca_filter.hpp"
+
+namespace {
+
+std::vector<std::string>& warnings() {
+  static std::vector<std::string> lines;
+  return lines;
+}
+void collectWarnings(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
+  if (level != NCCL_LOG_WARN) return;
+  char text[1024];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(text, sizeof(text), fmt, args);
+  va_end(args);
+  warnings().push_back(text);
+}
+
+void* plugin() {
+  static void* library = dlopen(NNS_IB_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  return library;
+}
+
+bool hostHasActiveRdmaPort() {
+  // The init test below expects a failure; on a host with a working verbs device it would (rightly) succeed.
+  FILE* pipe = popen("ls /sys/class/infiniband 2>/dev/null | head -n 1", "r");
+  if (pipe == nullptr) return false;
+  char line[128] = {};
+  bool any = std::fgets(line, sizeof(line), pipe) != nullptr;
+  pclose(pipe);
+  return any;
+}
+
+TEST(IbPluginHost, LoadsAndExportsEveryVersion) {
+  ASSERT_NE(plugin(), nullptr) << dlerror();
+  for (int v = 6; v <= 12; ++v) {
+    std::string symbol = "ncclNetPlugin_v" + std::to_string(v);
+    void* table = dlsym(plugin(), symbol.c_str());
+    ASSERT_NE(table, nullptr) << symbol;
+    // Every version's table starts with the name.
+    EXPECT_STREQ(*static_cast<const char* const*>(table), "nns-ib") << symbol;
+  }
+}
+
+TEST(IbPluginHost, DoesNotLinkLibibverbs) {
+  // libibverbs is dlopen'ed at init, so the plugin loads where it is not installed.
+  FILE* pipe = popen("ldd " NNS_IB_PLUGIN_PATH, "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char line[512];
+  while (std::fgets(line, sizeof(line), pipe) != nullptr) output += line;
+  pclose(pipe);
+  EXPECT_EQ(output.find("libibverbs"), std::string::npos) << output;
+}
+
+TEST(IbPluginHost, InitFailsWithAReasonWithoutDevices) {
+  if (hostHasActiveRdmaPort()) GTEST_SKIP() << "this host has RDMA devices; the VM test covers init there";
+  auto* net = static_cast<const ncclNet_v12_t*>(dlsym(plugin(), "ncclNetPlugin_v12"));
+  ASSERT_NE(net, nullptr);
+  void* ctx = nullptr;
+  warnings().clear();
+  EXPECT_NE(net->init(&ctx, 1, nullptr, collectWarnings, nullptr), ncclSuccess);
+  ASSERT_FALSE(warnings().empty());
+  const std::string& why = warnings().back();
+  EXPECT_NE(why.find("init failed"), std::string::npos) << why;
+  // Either libibverbs is missing or no device exists: both say so.
+  bool explained = why.find("libibverbs") != std::string::npos || why.find("no RDMA device") != std::string::npos ||
+                   why.find("no usable port") != std::string::npos;
+  EXPECT_TRUE(explained) << why;
+  // A second init (NCCL calls init per communicator) fails the same way rather than crashing.
+  EXPECT_NE(net->init(&ctx, 2, nullptr, collectWarnings, nullptr), ncclSuccess);
+  // Legacy versions fail too.
+  auto* v6 = static_cast<const ncclNet_v6_t*>(dlsym(plugin(), "ncclNetPlugin_v6"));
+  ASSERT_NE(v6, nullptr);
+  EXPECT_NE(v6->init(collectWarnings), ncclSuccess);
+}
+
+using nns_ib::HcaFilter;
+
+TEST(IbHcaFilter, EmptySelectsEverything) {
+  HcaFilter filter("");
+  EXPECT_TRUE(filter.selects("mlx5_0", 1));
+  EXPECT_TRUE(filter.selects("rxe1", 2));
+  EXPECT_TRUE(HcaFilter("^").selects("mlx5_0", 1));
+}
+
+TEST(IbHcaFilter, PrefixMatchesByDefault) {
+  HcaFilter filter("mlx5");
+  EXPECT_TRUE(filter.selects("mlx5_0", 1));
+  EXPECT_TRUE(filter.selects("mlx5_10", 2));
+  EXPECT_FALSE(filter.selects("rxe0", 1));
+  EXPECT_FALSE(filter.selects("mlx4_0", 1));
+}
+
+TEST(IbHcaFilter, ExactMatchWithEquals) {
+  HcaFilter filter("=mlx5_1,rxe0");
+  EXPECT_TRUE(filter.exact());
+  EXPECT_TRUE(filter.selects("mlx5_1", 1));
+  EXPECT_FALSE(filter.selects("mlx5_10", 1));
+  EXPECT_TRUE(filter.selects("rxe0", 1));
+  EXPECT_FALSE(filter.selects("rxe01", 1));
+}
+
+TEST(IbHcaFilter, PortRestrictsToOnePort) {
+  HcaFilter filter("mlx5_0:1,mlx5_1:2");
+  ASSERT_EQ(filter.entries().size(), 2u);
+  EXPECT_EQ(filter.entries()[0].port, 1);
+  EXPECT_TRUE(filter.selects("mlx5_0", 1));
+  EXPECT_FALSE(filter.selects("mlx5_0", 2));
+  EXPECT_FALSE(filter.selects("mlx5_1", 1));
+  EXPECT_TRUE(filter.selects("mlx5_1", 2));
+}
+
+TEST(IbHcaFilter, CaretExcludes) {
+  HcaFilter filter("^mlx5_0:1,rxe");
+  EXPECT_TRUE(filter.excludes());
+  EXPECT_FALSE(filter.selects("mlx5_0", 1));
+  EXPECT_TRUE(filter.selects("mlx5_0", 2));
+  EXPECT_FALSE(filter.selects("rxe0", 1));
+  EXPECT_TRUE(filter.selects("mlx5_1", 1));
+}
+
+TEST(IbHcaFilter, CaretEqualsExcludesExactNames) {
+  HcaFilter filter("^=rxe0");
+  EXPECT_TRUE(filter.excludes());
+  EXPECT_TRUE(filter.exact());
+  EXPECT_FALSE(filter.selects("rxe0", 1));
+  EXPECT_TRUE(filter.selects("rxe01", 1));
+  EXPECT_TRUE(filter.selects("rxe1", 1));
+}
+
+TEST(IbHcaFilter, BadPortsAreReportedNotGuessed) {
+  HcaFilter filter("mlx5_0:x,mlx5_1:0,mlx5_2:,:1,mlx5_3:2");
+  ASSERT_EQ(filter.entries().size(), 1u);
+  EXPECT_EQ(filter.entries()[0].name, "mlx5_3");
+  EXPECT_EQ(filter.invalid().size(), 4u);
+  EXPECT_FALSE(filter.selects("mlx5_0", 1));
+}
+
+TEST(IbHcaFilter, EmptyEntriesAndSpacesAreIgnored) {
+  HcaFilter filter(" mlx5_0 ,, rxe1:1 ");
+  ASSERT_EQ(filter.entries().size(), 2u);
+  EXPECT_TRUE(filter.selects("mlx5_0", 3));
+  EXPECT_TRUE(filter.selects("rxe1", 1));
+  EXPECT_FALSE(filter.selects("rxe1", 2));
+}
+
+}  // namespace

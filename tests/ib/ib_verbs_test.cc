@@ -1,0 +1,501 @@
+// ib_verbs_test.cc: the nns-ib plugin on real verbs (soft-RoCE in the rxe VM: rxe0 on veth0, rxe1 on veth1): two
+// processes through every ABI version, random sizes with grouped receives on one device, across two and through a
+// fused vNIC, the RDMA READ flush, and faults (link down mid-transfer, peer killed) ending in an error in bounded time.
+// Skips where the host has no RDMA device (run it through tests/ib/rxe-vm/run-rxe-vm.sh).
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "../example-plugin/versioned_table.hpp"
+#include "two_process.hpp"
+
+namespace {
+
+using namespace nns_ib_pair;
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+bool haveDevices(int wanted) {
+  int count = 0;
+  for (const char* name : {"rxe0", "rxe1"})
+    if (access((std::string("/sys/class/infiniband/") + name).c_str(), F_OK) == 0) ++count;
+  return count >= wanted;
+}
+#define REQUIRE_RXE(n)                                                                               \
+  if (!haveDevices(n))                                                                               \
+  GTEST_SKIP() << "needs " << (n) << " rxe device(s) (rxe0, rxe1): run tests/ib/rxe-vm/run-rxe-vm.sh"
+
+// Short QP timeouts keep fault detection quick (4.096 us * 2^14 = 67 ms per try, 7 retries).
+Env baseEnv(const std::string& hca) {
+  Env env{{"NCCL_IB_TIMEOUT", "14"}, {"NCCL_IB_RETRY_CNT", "7"}, {"NNS_IB_PEER_TIMEOUT_MS", "3000"}};
+  if (!hca.empty()) env.emplace_back("NCCL_IB_HCA", hca);
+  return env;
+}
+
+unsigned char patternByte(size_t index, uint64_t seed) {
+  return static_cast<unsigned char>((index * 2654435761u + seed * 40503u) >> 7);
+}
+
+#define CHILD_CHECK(call)                                                                        \
+  do {                                                                                           \
+    ncclResult_t result_ = (call);                                                               \
+    if (result_ != ncclSuccess) {                                                                \
+      std::fprintf(stderr, "ib-test: %s failed with %d at line %d\n", #call, result_, __LINE__); \
+      return 10;                                                                                 \
+    }                                                                                            \
+  } while (0)
+#define CHILD_EXPECT(cond, ...)                                   \
+  do {                                                            \
+    if (!(cond)) {                                                \
+      std::fprintf(stderr, "ib-test: check failed: " __VA_ARGS__); \
+      std::fprintf(stderr, " (line %d)\n", __LINE__);             \
+      return 11;                                                  \
+    }                                                             \
+  } while (0)
+
+// ---- every ABI version, between two processes ----------------------------------------------------------------------
+template <int V>
+int versionedSide(const Channel& channel, bool receiver) {
+  void* library = dlopen(NNS_IB_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  CHILD_EXPECT(library != nullptr, "dlopen: %s", dlerror());
+  auto* table = VersionedNet<V>::resolve(library);
+  CHILD_EXPECT(table != nullptr, "no ncclNetPlugin_v%d", V);
+  VersionedNet<V> net(table);
+  CHILD_CHECK(net.init(logger));
+  int ndev = 0;
+  CHILD_CHECK(net.devices(&ndev));
+  CHILD_EXPECT(ndev >= 1, "no device");
+  typename VersionedNet<V>::Props props{};
+  CHILD_CHECK(net.getProperties(0, &props));
+  CHILD_EXPECT(std::strcmp(props.name, "rxe0") == 0, "device 0 is %s", props.name);
+  CHILD_EXPECT((props.ptrSupport & NCCL_PTR_HOST) != 0, "no host pointers");
+  const size_t sizes[] = {0, 1, 4096, 100000, 1 << 20};
+  const size_t capacity = 1 << 20;
+  std::vector<unsigned char> buffer(capacity);
+  void* comm = nullptr;
+  void* listenComm = nullptr;
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  if (receiver) {
+    CHILD_CHECK(net.listen(0, handle, &listenComm));
+    CHILD_EXPECT(channel.send(handle, sizeof(handle)), "handle");
+    while (comm == nullptr && Clock::now() < deadline) CHILD_CHECK(net.accept(listenComm, &comm));
+  } else {
+    CHILD_EXPECT(channel.recv(handle, sizeof(handle)), "handle");
+    while (comm == nullptr && Clock::now() < deadline) CHILD_CHECK(net.connect(0, handle, &comm));
+  }
+  CHILD_EXPECT(comm != nullptr, "no connection within 60 s");
+  void* mh = nullptr;
+  CHILD_CHECK(net.regMr(comm, buffer.data(), static_cast<RegSizeT<V>>(capacity), &mh));
+  for (size_t round = 0; round < sizeof(sizes) / sizeof(sizes[0]); ++round) {
+    size_t size = sizes[round];
+    void* request = nullptr;
+    if (receiver) {
+      std::memset(buffer.data(), 0, capacity);
+      while (request == nullptr && Clock::now() < deadline)
+        CHILD_CHECK(net.irecv(comm, buffer.data(), static_cast<SizeT<V>>(capacity), 7, mh, &request));
+    } else {
+      for (size_t i = 0; i < size; ++i) buffer[i] = patternByte(i, round + V);
+      while (request == nullptr && Clock::now() < deadline)
+        CHILD_CHECK(net.isend(comm, buffer.data(), static_cast<SizeT<V>>(size), 7, mh, &request));
+    }
+    CHILD_EXPECT(request != nullptr, "could not post round %zu", round);
+    int done = 0, reported = -1;
+    while (!done && Clock::now() < deadline) CHILD_CHECK(net.test(request, &done, &reported));
+    CHILD_EXPECT(done, "round %zu did not complete", round);
+    CHILD_EXPECT(reported == static_cast<int>(size), "v%d round %zu: size %d reported, %zu sent", V, round, reported,
+                 size);
+    if (receiver) {
+      for (size_t i = 0; i < size; ++i)
+        CHILD_EXPECT(buffer[i] == patternByte(i, round + V), "v%d byte %zu of %zu differs", V, i, size);
+    }
+  }
+  char sync = 0;
+  channel.sendValue(sync);
+  channel.recvValue(&sync);
+  CHILD_CHECK(net.deregMr(comm, mh));
+  CHILD_CHECK(receiver ? net.closeRecv(comm) : net.closeSend(comm));
+  if (listenComm != nullptr) CHILD_CHECK(net.closeListen(listenComm));
+  return 0;
+}
+
+template <int V>
+void checkVersion() {
+  PairResult r = runPair(
+      baseEnv("=rxe0"), [](const Channel& c) { return versionedSide<V>(c, true); }, baseEnv("=rxe0"),
+      [](const Channel& c) { return versionedSide<V>(c, false); }, std::chrono::seconds(90));
+  EXPECT_FALSE(r.timedOut) << "ncclNet_v" << V;
+  EXPECT_EQ(r.first, 0) << "receiver through ncclNet_v" << V;
+  EXPECT_EQ(r.second, 0) << "sender through ncclNet_v" << V;
+}
+
+TEST(IbVerbs, TransfersThroughEveryAbiVersion) {
+  REQUIRE_RXE(1);
+  checkVersion<6>();
+  checkVersion<7>();
+  checkVersion<8>();
+  checkVersion<9>();
+  checkVersion<10>();
+  checkVersion<11>();
+  checkVersion<12>();
+}
+
+// ---- random sizes with grouped receives -----------------------------------------------------------------------------
+struct IntegrityPlan {
+  bool fuse = false;
+  int rounds = 40;
+  int window = 4;      // rounds in flight
+  size_t maxBytes = 192 * 1024;
+  uint64_t seed = 1;
+};
+
+// One round: n grouped receives with posted capacities and the (smaller or equal) sizes the sender sends.
+struct Round {
+  int n;
+  size_t capacity[8];
+  size_t size[8];
+  int tag[8];
+};
+
+std::vector<Round> makeRounds(const IntegrityPlan& plan) {
+  std::mt19937_64 random(plan.seed);
+  std::vector<Round> rounds(static_cast<size_t>(plan.rounds));
+  for (Round& round : rounds) {
+    round.n = 1 + static_cast<int>(random() % 8);
+    for (int r = 0; r < round.n; ++r) {
+      round.capacity[r] = random() % (plan.maxBytes + 1);
+      round.size[r] = random() % 4 == 0 ? round.capacity[r] : random() % (round.capacity[r] + 1);
+      round.tag[r] = 100 + r;
+    }
+  }
+  return rounds;
+}
+
+int integritySide(const Channel& channel, const IntegrityPlan& plan, bool receiver) {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  int dev = 0;
+  if (plan.fuse) {
+    int ndev = 0;
+    peer.net->devices(&ndev);
+    CHILD_EXPECT(ndev >= 2, "fusing needs two devices, have %d", ndev);
+    dev = receiver ? peer.fuse({1, 0}) : peer.fuse({0, 1});
+    CHILD_EXPECT(dev >= 2, "makeVDevice failed");
+    ncclNetProperties_v12_t props{};
+    CHILD_CHECK(peer.net->getProperties(dev, &props));
+    CHILD_EXPECT(props.vProps.ndevs == 2, "vNIC lists %d devices", props.vProps.ndevs);
+  }
+  void *comm = nullptr, *listenComm = nullptr;
+  if (receiver) {
+    CHILD_CHECK(peer.acceptFrom(channel, dev, &comm, &listenComm));
+  } else {
+    CHILD_CHECK(peer.connectTo(channel, dev, &comm));
+  }
+  std::vector<Round> rounds = makeRounds(plan);
+  size_t stride = plan.maxBytes + 64;
+  size_t total = stride * 8 * static_cast<size_t>(plan.window);
+  auto* buffer = static_cast<unsigned char*>(
+      mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  void* mh = nullptr;
+  CHILD_CHECK(peer.net->regMr(comm, buffer, total, NCCL_PTR_HOST, &mh));
+  auto slice = [&](int round, int r) {
+    return buffer + (static_cast<size_t>(round % plan.window) * 8 + static_cast<size_t>(r)) * stride;
+  };
+  uint64_t bytesMoved = 0;
+  auto start = Clock::now();
+  if (receiver) {
+    std::vector<void*> requests(static_cast<size_t>(plan.rounds), nullptr);
+    int posted = 0;
+    for (int done = 0; done < plan.rounds; ++done) {
+      while (posted < plan.rounds && posted < done + plan.window) {
+        const Round& round = rounds[static_cast<size_t>(posted)];
+        void* data[8];
+        size_t sizes[8];
+        int tags[8];
+        void* mhs[8];
+        for (int r = 0; r < round.n; ++r) {
+          data[r] = slice(posted, r);
+          std::memset(data[r], 0xee, round.capacity[r]);
+          sizes[r] = round.capacity[r];
+          tags[r] = round.tag[r];
+          mhs[r] = mh;
+        }
+        CHILD_CHECK(peer.postRecv(comm, round.n, data, sizes, tags, mhs, &requests[static_cast<size_t>(posted)]));
+        ++posted;
+      }
+      const Round& round = rounds[static_cast<size_t>(done)];
+      int reported[64] = {};
+      CHILD_CHECK(peer.wait(requests[static_cast<size_t>(done)], reported));
+      for (int r = 0; r < round.n; ++r) {
+        CHILD_EXPECT(reported[r] == static_cast<int>(round.size[r]), "round %d recv %d: size %d, sent %zu", done, r,
+                     reported[r], round.size[r]);
+        const unsigned char* got = slice(done, r);
+        for (size_t i = 0; i < round.size[r]; ++i)
+          CHILD_EXPECT(got[i] == patternByte(i, static_cast<uint64_t>(done * 8 + r)),
+                       "round %d recv %d byte %zu of %zu differs", done, r, i, round.size[r]);
+        bytesMoved += round.size[r];
+      }
+    }
+  } else {
+    // Sends each round's messages in reverse tag order, so the plugin must match by tag.
+    std::vector<std::vector<void*>> requests(static_cast<size_t>(plan.rounds));
+    int posted = 0;
+    for (int done = 0; done < plan.rounds; ++done) {
+      while (posted < plan.rounds && posted < done + plan.window) {
+        const Round& round = rounds[static_cast<size_t>(posted)];
+        for (int r = round.n - 1; r >= 0; --r) {
+          unsigned char* data = slice(posted, r);
+          for (size_t i = 0; i < round.size[r]; ++i) data[i] = patternByte(i, static_cast<uint64_t>(posted * 8 + r));
+          void* request = nullptr;
+          CHILD_CHECK(peer.postSend(comm, data, round.size[r], round.tag[r], mh, &request));
+          requests[static_cast<size_t>(posted)].push_back(request);
+        }
+        ++posted;
+      }
+      size_t k = 0;
+      for (void* request : requests[static_cast<size_t>(done)]) {
+        const Round& round = rounds[static_cast<size_t>(done)];
+        int reported = -1;
+        CHILD_CHECK(peer.wait(request, &reported));
+        size_t r = static_cast<size_t>(round.n) - 1 - k++;
+        CHILD_EXPECT(reported == static_cast<int>(round.size[r]), "send size %d, expected %zu", reported,
+                     round.size[r]);
+      }
+    }
+  }
+  if (receiver) {
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    std::printf("ib-test: integrity %s: %d rounds, %llu bytes verified in %.2f s\n", plan.fuse ? "fused" : "plain",
+                plan.rounds, static_cast<unsigned long long>(bytesMoved), seconds);
+  }
+  char sync = 0;
+  channel.sendValue(sync);
+  channel.recvValue(&sync);
+  CHILD_CHECK(peer.net->deregMr(comm, mh));
+  CHILD_CHECK(receiver ? peer.net->closeRecv(comm) : peer.net->closeSend(comm));
+  if (listenComm != nullptr) CHILD_CHECK(peer.net->closeListen(listenComm));
+  return 0;
+}
+
+void checkIntegrity(const Env& receiverEnv, const Env& senderEnv, const IntegrityPlan& plan) {
+  PairResult r = runPair(
+      receiverEnv, [&](const Channel& c) { return integritySide(c, plan, true); }, senderEnv,
+      [&](const Channel& c) { return integritySide(c, plan, false); }, std::chrono::seconds(120));
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.first, 0) << "receiver";
+  EXPECT_EQ(r.second, 0) << "sender";
+}
+
+TEST(IbVerbs, RandomSizesGroupedReceivesOneDevice) {
+  REQUIRE_RXE(1);
+  IntegrityPlan plan;
+  plan.seed = 11;
+  checkIntegrity(baseEnv("=rxe0"), baseEnv("=rxe0"), plan);
+}
+
+TEST(IbVerbs, RandomSizesGroupedReceivesOneDeviceFourQps) {
+  REQUIRE_RXE(1);
+  IntegrityPlan plan;
+  plan.seed = 12;
+  Env env = baseEnv("=rxe0");
+  env.emplace_back("NCCL_IB_QPS_PER_CONNECTION", "4");
+  checkIntegrity(env, env, plan);
+}
+
+TEST(IbVerbs, RandomSizesGroupedReceivesAcrossTwoDevices) {
+  REQUIRE_RXE(2);
+  IntegrityPlan plan;
+  plan.seed = 13;
+  checkIntegrity(baseEnv("=rxe1"), baseEnv("=rxe0"), plan);
+}
+
+TEST(IbVerbs, RandomSizesGroupedReceivesThroughFusedVnic) {
+  REQUIRE_RXE(2);
+  IntegrityPlan plan;
+  plan.seed = 14;
+  plan.fuse = true;
+  checkIntegrity(baseEnv(""), baseEnv(""), plan);
+}
+
+// ---- iflush -----------------------------------------------------------------------------------------------------------
+int flushSide(const Channel& channel, bool receiver) {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  void *comm = nullptr, *listenComm = nullptr;
+  if (receiver) {
+    CHILD_CHECK(peer.acceptFrom(channel, 0, &comm, &listenComm));
+  } else {
+    CHILD_CHECK(peer.connectTo(channel, 0, &comm));
+  }
+  std::vector<unsigned char> host(8192), device(8192);
+  void *hostMh = nullptr, *deviceMh = nullptr;
+  CHILD_CHECK(peer.net->regMr(comm, host.data(), host.size(), NCCL_PTR_HOST, &hostMh));
+  // soft-RoCE has no GPU; memory registered as NCCL_PTR_CUDA still takes the GPU flush path (a real RDMA READ on the
+  // loopback QP), which is what this checks.
+  CHILD_CHECK(peer.net->regMr(comm, device.data(), device.size(), NCCL_PTR_CUDA, &deviceMh));
+  for (int round = 0; round < 2; ++round) {
+    void* mh = round == 0 ? hostMh : deviceMh;
+    unsigned char* data = round == 0 ? host.data() : device.data();
+    void* request = nullptr;
+    int size = 0;
+    if (receiver) {
+      void* datas[1] = {data};
+      size_t sizes[1] = {4096};
+      int tags[1] = {3};
+      CHILD_CHECK(peer.postRecv(comm, 1, datas, sizes, tags, &mh, &request));
+      CHILD_CHECK(peer.wait(request, &size));
+      int flushSizes[1] = {size};
+      void* flush = nullptr;
+      CHILD_CHECK(peer.net->iflush(comm, 1, datas, flushSizes, &mh, &flush));
+      bool disabled = std::getenv("NCCL_GDR_FLUSH_DISABLE") != nullptr;
+      if (round == 0 || disabled) {
+        CHILD_EXPECT(flush == nullptr, "iflush of host memory (or with NCCL_GDR_FLUSH_DISABLE) returned a request");
+      } else {
+        CHILD_EXPECT(flush != nullptr, "iflush of a CUDA-registered buffer returned no request");
+        CHILD_CHECK(peer.wait(flush, nullptr));
+        std::printf("ib-test: flush RDMA READ completed\n");
+      }
+      for (int i = 0; i < 4096; ++i) CHILD_EXPECT(data[i] == static_cast<unsigned char>(i * 7), "byte %d", i);
+    } else {
+      for (int i = 0; i < 4096; ++i) data[i] = static_cast<unsigned char>(i * 7);
+      CHILD_CHECK(peer.postSend(comm, data, 4096, 3, mh, &request));
+      CHILD_CHECK(peer.wait(request, &size));
+    }
+  }
+  char sync = 0;
+  channel.sendValue(sync);
+  channel.recvValue(&sync);
+  CHILD_CHECK(peer.net->deregMr(comm, hostMh));
+  CHILD_CHECK(peer.net->deregMr(comm, deviceMh));
+  CHILD_CHECK(receiver ? peer.net->closeRecv(comm) : peer.net->closeSend(comm));
+  return 0;
+}
+
+TEST(IbVerbs, FlushReadsBackGpuRegisteredBuffersOnly) {
+  REQUIRE_RXE(1);
+  for (bool disable : {false, true}) {
+    Env env = baseEnv("=rxe0");
+    if (disable) env.emplace_back("NCCL_GDR_FLUSH_DISABLE", "1");
+    PairResult r = runPair(
+        env, [](const Channel& c) { return flushSide(c, true); }, env,
+        [](const Channel& c) { return flushSide(c, false); }, std::chrono::seconds(60));
+    EXPECT_FALSE(r.timedOut);
+    EXPECT_EQ(r.first, 0) << "receiver, NCCL_GDR_FLUSH_DISABLE=" << disable;
+    EXPECT_EQ(r.second, 0) << "sender";
+  }
+}
+
+// ---- faults -----------------------------------------------------------------------------------------------------------
+// Streams until an error; exit 0 when an error came within `boundSeconds` of the first failure signal and named the
+// peer, 20 when the stream finished without any error, 21 when it hung past the bound.
+int streamUntilError(const Channel& channel, bool receiver, const char* dev, double boundSeconds) {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  void *comm = nullptr, *listenComm = nullptr;
+  if (receiver) {
+    CHILD_CHECK(peer.acceptFrom(channel, 0, &comm, &listenComm));
+  } else {
+    CHILD_CHECK(peer.connectTo(channel, 0, &comm));
+  }
+  const size_t bytes = 256 * 1024;
+  const int window = 4;
+  std::vector<unsigned char> buffer(bytes * window);
+  void* mh = nullptr;
+  CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
+  char ready = 1;
+  channel.sendValue(ready);  // the parent injects the fault once both sides stream
+  std::vector<void*> inflight(window, nullptr);
+  auto start = Clock::now();
+  auto lastCompletion = Clock::now();
+  ncclResult_t error = ncclSuccess;
+  long completed = 0;
+  while (error == ncclSuccess) {
+    for (int w = 0; w < window && error == ncclSuccess; ++w) {
+      void*& request = inflight[static_cast<size_t>(w)];
+      void* slice = buffer.data() + static_cast<size_t>(w) * bytes;
+      if (request == nullptr) {
+        if (receiver) {
+          size_t size = bytes;
+          int tag = 5;
+          error = peer.net->irecv(comm, 1, &slice, &size, &tag, &mh, nullptr, &request);
+        } else {
+          error = peer.net->isend(comm, slice, bytes, 5, mh, nullptr, &request);
+        }
+      }
+      if (request != nullptr && error == ncclSuccess) {
+        int done = 0, sizes[8] = {};
+        error = peer.net->test(request, &done, sizes);
+        if (done) {
+          request = nullptr;
+          ++completed;
+          lastCompletion = Clock::now();
+        }
+      }
+    }
+    double stalled = std::chrono::duration<double>(Clock::now() - lastCompletion).count();
+    if (error == ncclSuccess && stalled > boundSeconds) {
+      std::printf("ib-test: %s on %s: no completion and no error for %.1f s (hang)\n",
+                  receiver ? "receiver" : "sender", dev, stalled);
+      return 21;
+    }
+    if (std::chrono::duration<double>(Clock::now() - start).count() > 120) return 20;
+  }
+  double detection = std::chrono::duration<double>(Clock::now() - lastCompletion).count();
+  std::printf("ib-test: %s on %s: error %d after %ld transfers, %.2f s after the last completion\n",
+              receiver ? "receiver" : "sender", dev, static_cast<int>(error), completed, detection);
+  CHILD_EXPECT(warnedAbout("peer 10.0.0."), "no WARN named the peer");
+  return 0;
+}
+
+void runCommand(const std::string& command) {
+  int status = std::system(command.c_str());
+  if (status != 0) std::fprintf(stderr, "ib-test: '%s' exited %d\n", command.c_str(), status);
+}
+
+TEST(IbVerbs, PeerKilledMidTransferFailsWithinBound) {
+  REQUIRE_RXE(2);
+  pid_t receiverPid = 0;
+  PairResult r = runPair(
+      baseEnv("=rxe1"),
+      [](const Channel& c) {
+        streamUntilError(c, true, "rxe1", 30);
+        return 0;
+      },
+      baseEnv("=rxe0"), [](const Channel& c) { return streamUntilError(c, false, "rxe0", 20); },
+      std::chrono::seconds(60), &receiverPid, nullptr, [&] {
+        // Let the stream run a moment, then kill the receiver outright (no close, no goodbye).
+        std::this_thread::sleep_for(std::chrono::seconds(3));
+        kill(receiverPid, SIGKILL);
+      });
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.second, 0) << "the sender must fail with an error naming the peer within 20 s (20: no error, 21: hang)";
+}
+
+TEST(IbVerbs, LinkDownMidTransferFailsWithinBound) {
+  REQUIRE_RXE(2);
+  if (std::getenv("NNS_IB_TEST_IN_VM") == nullptr) GTEST_SKIP() << "brings veth0 down: only inside the rxe VM";
+  PairResult r = runPair(
+      baseEnv("=rxe1"), [](const Channel& c) { return streamUntilError(c, true, "rxe1", 25); }, baseEnv("=rxe0"),
+      [](const Channel& c) { return streamUntilError(c, false, "rxe0", 25); }, std::chrono::seconds(90), nullptr,
+      nullptr, [] {
+        std::this_thread::sleep_for(std::chrono::seconds(3));
+        runCommand("/sbin/ip link set veth0 down");
+      });
+  // Restore the link and the policy route the kernel dropped with it, for whatever runs next.
+  runCommand("/sbin/ip link set veth0 up");
+  runCommand("/sbin/ip route replace 10.0.0.2 dev veth0 src 10.0.0.1 table 100");
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.first, 0) << "receiver: 20 = no error, 21 = hang past the bound";
+  EXPECT_EQ(r.second, 0) << "sender: 20 = no error, 21 = hang past the bound";
+}
+
+}  // namespace
