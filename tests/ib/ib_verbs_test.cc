@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -61,6 +62,77 @@ unsigned char patternByte(size_t index, uint64_t seed) {
       return 11;                                                  \
     }                                                             \
   } while (0)
+
+// ---- devices ----------------------------------------------------------------------------------------------------------
+// Runs `body` in a child with `env` (the plugin reads its environment once, at init).
+int inChild(const Env& env, const std::function<int()>& body) {
+  PairResult r = runPair(
+      env, [&](const Channel&) { return body(); }, {}, [](const Channel&) { return 0; }, std::chrono::seconds(60));
+  return r.timedOut ? -2 : r.first;
+}
+
+TEST(IbVerbs, DevicesDescribeEveryActivePort) {
+  REQUIRE_RXE(2);
+  int status = inChild(baseEnv(""), [] {
+    Peer peer;
+    CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+    int ndev = 0;
+    CHILD_CHECK(peer.net->devices(&ndev));
+    CHILD_EXPECT(ndev == 2, "%d devices, expected rxe0 and rxe1", ndev);
+    for (int d = 0; d < ndev; ++d) {
+      ncclNetProperties_v12_t props{};
+      CHILD_CHECK(peer.net->getProperties(d, &props));
+      std::printf("ib-test: device %d: name %s port %d speed %d Mbps guid 0x%llx ptrSupport 0x%x pciPath %s "
+                  "maxRecvs %d maxComms %d\n",
+                  d, props.name, props.port, props.speed, static_cast<unsigned long long>(props.guid),
+                  props.ptrSupport, props.pciPath != nullptr ? props.pciPath : "(none: virtual device)",
+                  props.maxRecvs, props.maxComms);
+      CHILD_EXPECT(std::strcmp(props.name, d == 0 ? "rxe0" : "rxe1") == 0, "device %d is %s", d, props.name);
+      CHILD_EXPECT(props.port == 1 && props.speed > 0 && props.guid != 0, "port/speed/guid of %s", props.name);
+      // soft-RoCE: no GPU, and rxe refuses dmabuf registration, so host memory only.
+      CHILD_EXPECT(props.ptrSupport == NCCL_PTR_HOST, "ptrSupport 0x%x", props.ptrSupport);
+      CHILD_EXPECT(props.maxRecvs == 8 && props.vProps.ndevs == 1 && props.vProps.devs[0] == d, "maxRecvs/vProps");
+      CHILD_EXPECT(props.railId == -1 && props.planeId == -1 && props.maxP2pBytes > 0, "v12 fields");
+    }
+    // Automatic GID choice on RoCE: the RoCE v2 entry carrying the IPv4 address (index 1 on rxe).
+    CHILD_EXPECT(informedAbout("GID 1 ::ffff:10.0.0.1 (RoCE v2)"), "rxe0 did not get GID 1 (RoCE v2, IPv4-mapped)");
+    int fused = peer.fuse({0, 1});
+    CHILD_EXPECT(fused == 2, "makeVDevice gave %d", fused);
+    CHILD_CHECK(peer.net->devices(&ndev));
+    CHILD_EXPECT(ndev == 3, "devices() after makeVDevice: %d", ndev);
+    ncclNetProperties_v12_t props{};
+    CHILD_CHECK(peer.net->getProperties(fused, &props));
+    CHILD_EXPECT(std::strcmp(props.name, "rxe0+rxe1") == 0 && props.vProps.ndevs == 2, "vNIC %s", props.name);
+    return 0;
+  });
+  EXPECT_EQ(status, 0);
+}
+
+TEST(IbVerbs, HcaFilterAndGidIndexFromEnvironment) {
+  REQUIRE_RXE(2);
+  Env env = baseEnv("^=rxe0");
+  env.emplace_back("NCCL_IB_GID_INDEX", "0");
+  int status = inChild(env, [] {
+    Peer peer;
+    CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+    int ndev = 0;
+    CHILD_CHECK(peer.net->devices(&ndev));
+    ncclNetProperties_v12_t props{};
+    CHILD_CHECK(peer.net->getProperties(0, &props));
+    CHILD_EXPECT(ndev == 1 && std::strcmp(props.name, "rxe1") == 0, "^=rxe0 left %d device(s), first %s", ndev,
+                 props.name);
+    CHILD_EXPECT(informedAbout("GID 0 fe80:"), "NCCL_IB_GID_INDEX=0 not honoured");
+    return 0;
+  });
+  EXPECT_EQ(status, 0);
+  status = inChild(baseEnv("=rxe9"), [] {
+    Peer peer;
+    CHILD_EXPECT(!peer.load(NNS_IB_PLUGIN_PATH), "init succeeded with NCCL_IB_HCA==rxe9");
+    CHILD_EXPECT(warnedAbout("not selected by NCCL_IB_HCA"), "the init failure does not say why");
+    return 0;
+  });
+  EXPECT_EQ(status, 0);
+}
 
 // ---- every ABI version, between two processes ----------------------------------------------------------------------
 template <int V>

@@ -31,20 +31,31 @@ inline std::vector<std::string>& warnings() {
   static std::vector<std::string> lines;
   return lines;
 }
+// INFO lines (device discovery: the chosen GID, speed, PCI path).
+inline std::vector<std::string>& infos() {
+  static std::vector<std::string> lines;
+  return lines;
+}
 inline void logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char* /*file*/, int /*line*/,
                    const char* fmt, ...) {
-  if (level != NCCL_LOG_WARN && std::getenv("NNS_IB_TEST_VERBOSE") == nullptr) return;
+  if (level != NCCL_LOG_WARN && level != NCCL_LOG_INFO) return;
   char text[1024];
   va_list args;
   va_start(args, fmt);
   std::vsnprintf(text, sizeof(text), fmt, args);
   va_end(args);
-  std::fprintf(stderr, "[pid %d plugin %s] %s\n", static_cast<int>(getpid()), level == NCCL_LOG_WARN ? "WARN" : "INFO",
-               text);
-  if (level == NCCL_LOG_WARN) warnings().push_back(text);
+  if (level == NCCL_LOG_WARN || std::getenv("NNS_IB_TEST_VERBOSE") != nullptr)
+    std::fprintf(stderr, "[pid %d plugin %s] %s\n", static_cast<int>(getpid()), level == NCCL_LOG_WARN ? "WARN" : "INFO",
+                 text);
+  (level == NCCL_LOG_WARN ? warnings() : infos()).push_back(text);
 }
 inline bool warnedAbout(const std::string& needle) {
   for (const std::string& line : warnings())
+    if (line.find(needle) != std::string::npos) return true;
+  return false;
+}
+inline bool informedAbout(const std::string& needle) {
+  for (const std::string& line : infos())
     if (line.find(needle) != std::string::npos) return true;
   return false;
 }

@@ -40,18 +40,32 @@ result rxe_setup PASS "rxe0 on veth0 (10.0.0.1), rxe1 on veth1 (10.0.0.2), ready
 
 # ---- perftest references (same device, GID index 1 = RoCE v2 IPv4-mapped) ---------------------------------------------
 if wanted perftest; then
-  ib_write_bw -d rxe0 -x 1 -F -s 65536 -n 2000 >"$out/ib_write_bw.server" 2>&1 &
+  # One device (client and server on rxe0) and across two (server rxe1, client rxe0), like the benchmark's modes.
+  for pair in "same rxe0 rxe0" "two rxe1 rxe0"; do
+    set -- $pair
+    ib_write_bw -d $2 -x 1 -F -s 65536 -n 2000 >"$out/ib_write_bw.$1.server" 2>&1 &
+    sleep 0.5
+    timeout 60 ib_write_bw -d $3 -x 1 -F -s 65536 -n 2000 127.0.0.1 >"$out/ib_write_bw.$1.txt" 2>&1
+    wait
+    bw=$(awk '$1 == 65536 {print $4}' "$out/ib_write_bw.$1.txt")
+    [ -n "$bw" ] && result perftest.ib_write_bw.$1 PASS "65536 B x2000: ${bw} MB/s average" ||
+      result perftest.ib_write_bw.$1 FAIL "see $out/ib_write_bw.$1.txt"
+    ib_send_lat -d $2 -x 1 -F -s 8 -n 1000 >"$out/ib_send_lat.$1.server" 2>&1 &
+    sleep 0.5
+    timeout 60 ib_send_lat -d $3 -x 1 -F -s 8 -n 1000 127.0.0.1 >"$out/ib_send_lat.$1.txt" 2>&1
+    wait
+    lat=$(awk '$1 == 8 {print $5 " typical, " $6 " average"}' "$out/ib_send_lat.$1.txt")
+    [ -n "$lat" ] && result perftest.ib_send_lat.$1 PASS "8 B x1000: ${lat} us" ||
+      result perftest.ib_send_lat.$1 FAIL "see $out/ib_send_lat.$1.txt"
+  done
+  # Large messages on one device.
+  ib_write_bw -d rxe0 -x 1 -F -s 1048576 -n 300 >"$out/ib_write_bw.1m.server" 2>&1 &
   sleep 0.5
-  timeout 60 ib_write_bw -d rxe0 -x 1 -F -s 65536 -n 2000 127.0.0.1 >"$out/ib_write_bw.txt" 2>&1
+  timeout 60 ib_write_bw -d rxe0 -x 1 -F -s 1048576 -n 300 127.0.0.1 >"$out/ib_write_bw.1m.txt" 2>&1
   wait
-  bw=$(awk '$1 == 65536 {print $4}' "$out/ib_write_bw.txt")
-  [ -n "$bw" ] && result perftest.ib_write_bw PASS "65536 B x2000: ${bw} MB/s average" || result perftest.ib_write_bw FAIL "see $out/ib_write_bw.txt"
-  ib_send_lat -d rxe0 -x 1 -F -s 8 -n 1000 >"$out/ib_send_lat.server" 2>&1 &
-  sleep 0.5
-  timeout 60 ib_send_lat -d rxe0 -x 1 -F -s 8 -n 1000 127.0.0.1 >"$out/ib_send_lat.txt" 2>&1
-  wait
-  lat=$(awk '$1 == 8 {print $5 " typical, " $6 " average"}' "$out/ib_send_lat.txt")
-  [ -n "$lat" ] && result perftest.ib_send_lat PASS "8 B x1000: ${lat} us" || result perftest.ib_send_lat FAIL "see $out/ib_send_lat.txt"
+  bw=$(awk '$1 == 1048576 {print $4}' "$out/ib_write_bw.1m.txt")
+  [ -n "$bw" ] && result perftest.ib_write_bw.same.1m PASS "1048576 B x300: ${bw} MB/s average" ||
+    result perftest.ib_write_bw.same.1m FAIL "see $out/ib_write_bw.1m.txt"
 fi
 
 # ---- the plugin's GoogleTest binary ------------------------------------------------------------------------------------
@@ -80,6 +94,11 @@ if wanted bench; then
     line=$(grep '^bench:' "$out/bench.$mode.txt" | tr '\n' ' ')
     [ $status -eq 0 ] && result "bench.$mode" PASS "$line" || { result "bench.$mode" FAIL "status $status"; tail -n 20 "$out/bench.$mode.txt"; }
   done
+  timeout 90 "$bench" --send-hca =rxe0 --recv-hca =rxe0 --bytes 1048576 --iterations 300 --window 8 \
+    --latency-iterations 10 >"$out/bench.same.1m.txt" 2>&1
+  status=$?
+  line=$(grep '^bench:' "$out/bench.same.1m.txt" | tr '\n' ' ')
+  [ $status -eq 0 ] && result "bench.same.1m" PASS "$line" || { result "bench.same.1m" FAIL "status $status"; tail -n 20 "$out/bench.same.1m.txt"; }
 fi
 rdma statistic show link rxe0/1 >"$out/rxe0.stats" 2>&1
 $IP -s link show veth0 >"$out/veth0.stats" 2>&1
