@@ -155,13 +155,17 @@ Comm::Comm(bool sending, int controlFd, std::vector<int> dataFds, const Welcome&
   }
 }
 
-Comm::~Comm() {
+void Comm::stopHelpers() {
   // Unblock and stop the helpers before the sockets and requests they use go away; pending requests simply die,
   // and the errors the shutdown causes in the helpers are ours, not the peer's: no WARN for them.
-  closing_.store(true, std::memory_order_release);
+  if (closing_.exchange(true, std::memory_order_acq_rel)) return;
   shutdown(controlFd_, SHUT_RDWR);
   for (auto& socket : dataSockets_) shutdown(socket->fd, SHUT_RDWR);
   helpers_.clear();
+}
+
+Comm::~Comm() {
+  stopHelpers();
   close(controlFd_);
   for (auto& socket : dataSockets_) close(socket->fd);
 }
@@ -226,7 +230,8 @@ void Comm::driveDataSocketsInline() {
 // ---- SendComm
 // ---------------------------------------------------------------------------------------------------------
 
-SendComm::~SendComm() = default;
+// The helpers hold pointers into this comm's requests: stop them before the request pool is destroyed.
+SendComm::~SendComm() { stopHelpers(); }
 
 ncclResult_t SendComm::post(void* data, size_t size, int tag, void** request) {
   if (failure() != ncclSuccess) return failure();
@@ -247,8 +252,10 @@ ncclResult_t SendComm::post(void* data, size_t size, int tag, void** request) {
   controlQueue_[(controlHead_ + controlCount_) % kMaxSendRequests] = r;
   ++controlCount_;
   *request = r;
-  // Write the header (and a small payload) now: a message should not wait for the next test() to leave.
-  return progress();
+  // Write the header (and a small payload) now: a message should not wait for the next test() to leave. A failure
+  // found here belongs to the request just handed out: its test() reports it.
+  progress();
+  return ncclSuccess;
 }
 
 ncclResult_t SendComm::progress() {
@@ -301,7 +308,7 @@ ncclResult_t SendComm::test(SendRequest* r, int* done, sdk::CompletedSizes& size
 // ---- RecvComm
 // ---------------------------------------------------------------------------------------------------------
 
-RecvComm::~RecvComm() = default;
+RecvComm::~RecvComm() { stopHelpers(); }
 
 ncclResult_t RecvComm::post(int n, void** data, size_t* sizes, int* tags, void** request) {
   if (failure() != ncclSuccess) return failure();
@@ -318,7 +325,9 @@ ncclResult_t RecvComm::post(int n, void** data, size_t* sizes, int* tags, void**
   for (int i = 0; i < n; ++i) r->slots[i] = RecvSlot{static_cast<unsigned char*>(data[i]), sizes[i], tags[i], 0, false};
   posted_[postedCount_++] = r;
   *request = r;
-  return progress();
+  // A failure found here belongs to the request just handed out: its test() reports it.
+  progress();
+  return ncclSuccess;
 }
 
 bool RecvComm::anyUnmatchedSlot() const {

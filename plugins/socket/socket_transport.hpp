@@ -171,6 +171,8 @@ class Comm {
   bool queueChunks(unsigned char* data, size_t size, uint32_t sequence, std::atomic<size_t>* pending);
   // Without helper threads the caller's thread drives the data sockets here.
   void driveDataSocketsInline();
+  // Shuts the sockets down and joins the helpers; the derived comms call it first, as their requests die first.
+  void stopHelpers();
   bool isInline(size_t size) const { return dataSockets_.empty() || size <= inlineBytes_; }
 
   const bool sending_;
