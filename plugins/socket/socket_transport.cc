@@ -231,7 +231,9 @@ void Comm::driveDataSocketsInline() {
 // ---------------------------------------------------------------------------------------------------------
 
 // The helpers hold pointers into this comm's requests: stop them before the request pool is destroyed.
-SendComm::~SendComm() { stopHelpers(); }
+SendComm::~SendComm() {
+  stopHelpers();
+}
 
 ncclResult_t SendComm::post(void* data, size_t size, int tag, void** request) {
   if (failure() != ncclSuccess) return failure();
@@ -308,7 +310,9 @@ ncclResult_t SendComm::test(SendRequest* r, int* done, sdk::CompletedSizes& size
 // ---- RecvComm
 // ---------------------------------------------------------------------------------------------------------
 
-RecvComm::~RecvComm() { stopHelpers(); }
+RecvComm::~RecvComm() {
+  stopHelpers();
+}
 
 ncclResult_t RecvComm::post(int n, void** data, size_t* sizes, int* tags, void** request) {
   if (failure() != ncclSuccess) return failure();
