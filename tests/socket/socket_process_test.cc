@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -425,6 +426,60 @@ class TwoHosts : public ::testing::Test {
   std::string hostA, hostB;
   bool created = false;
 };
+
+// Host A has lo, vna0 and vna1. Each selection runs in its own child (the plugin reads its environment once).
+TEST_F(TwoHosts, InterfaceSelectionFollowsNcclSocketIfname) {
+  struct Case {
+    const char* ifname;  // nullptr: unset
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {nullptr, {"vna0", "vna1"}},  // automatic: loopback only when nothing else is up
+      {"vna", {"vna0", "vna1"}},    // prefix
+      {"=vna1", {"vna1"}},          // exact
+      {"=vna", {}},                 // exact names only: no interface is called "vna"
+      {"^vna1", {"lo", "vna0"}},    // exclusion keeps everything else, loopback included
+      {"lo", {"lo"}},               // asked for
+  };
+  for (const Case& c : cases) {
+    pid_t child = spawn([&] {
+      int fd = open(("/var/run/netns/" + hostA).c_str(), O_RDONLY | O_CLOEXEC);
+      CHILD_CHECK(fd >= 0 && setns(fd, CLONE_NEWNET) == 0, 2, "entering netns");
+      close(fd);
+      if (c.ifname != nullptr) {
+        setenv("NCCL_SOCKET_IFNAME", c.ifname, 1);
+      } else {
+        unsetenv("NCCL_SOCKET_IFNAME");
+      }
+      const ncclNet_v12_t* net = plugin();
+      CHILD_CHECK(net != nullptr, 3, "loading the plugin");
+      void* ctx = nullptr;
+      ncclResult_t result = net->init(&ctx, 1, nullptr, collectingLogger, nullptr);
+      if (c.expected.empty()) {
+        CHILD_CHECK(result != ncclSuccess, 4, "init must fail when no interface matches");
+        CHILD_CHECK(warnedAbout("no usable network interface"), 4, "a WARN says why");
+        return 0;
+      }
+      CHILD_CHECK(result == ncclSuccess, 4, "init");
+      int ndev = 0;
+      net->devices(&ndev);
+      std::vector<std::string> names;
+      for (int d = 0; d < ndev; ++d) {
+        ncclNetProperties_v12_t props{};
+        net->getProperties(d, &props);
+        names.push_back(props.name);
+      }
+      std::sort(names.begin(), names.end());
+      std::string seen;
+      for (const std::string& name : names) seen += name + " ";
+      CHILD_CHECK(names == c.expected, 5, "NCCL_SOCKET_IFNAME=%s selected %s", c.ifname ? c.ifname : "<unset>",
+                  seen.c_str());
+      return 0;
+    });
+    EXPECT_EQ(waitChild(child, std::chrono::seconds(20)), 0)
+        << "NCCL_SOCKET_IFNAME=" << (c.ifname ? c.ifname : "<unset>");
+  }
+}
 
 TEST_F(TwoHosts, MovesEverySizeOverOneInterface) {
   Pair pair;
