@@ -6,7 +6,8 @@
 //   2. isend waits until its slot's entries are there, matches its tag, and once every entry of the slot has a send
 //      it RDMA-WRITEs the data (split into chunks over the connection's QPs). Each QP that carried data ends with a
 //      WRITE_WITH_IMM; QP 0's carries the sizes of the slot into the receiver's size record. The immediate value
-//      names the slot and how many immediates the slot produces.
+//      names the slot and how many immediates the slot produces (and a single receive's size below 1 MiB, in which
+//      case the size-record write is skipped).
 //   3. The receiver completes the slot when all immediates arrived; the sizes come from its size record.
 // Nothing on this path allocates or registers memory: requests come from fixed pools, work requests from
 // per-comm arrays, and the FIFO/size records live in one block registered at connect time.
@@ -55,6 +56,17 @@ constexpr uint64_t kWrData = 1ull << 56;   // sender: last WR of a slot on one Q
 constexpr uint64_t kWrFifo = 2ull << 56;   // receiver: FIFO entry write; index = slot
 constexpr uint64_t kWrRecv = 3ull << 56;   // receiver: receive WR consumed by an immediate; index = QP
 constexpr uint64_t kWrKindMask = 0xffull << 56;
+
+// The immediate value of a slot's WRITE_WITH_IMMs: slot (5 bits), immediates the slot sends (6 bits), and for a single
+// receive below 1 MiB its size (flag bit + 20 bits), which spares the size-record write (one packet less per message).
+constexpr uint32_t kImmSizeFlag = 1u << 11;
+constexpr size_t kImmMaxSize = (1u << 20) - 1;
+static_assert(kSlots <= 32 && kMaxQps <= 63, "slot and immediate count must fit the immediate layout");
+uint32_t encodeImmediate(int slot, int immediates, bool sizeInline, size_t size) {
+  uint32_t imm = static_cast<uint32_t>(slot) | (static_cast<uint32_t>(immediates) << 5);
+  if (sizeInline) imm |= kImmSizeFlag | (static_cast<uint32_t>(size) << 12);
+  return imm;
+}
 
 // ---- parameters, read once at init ------------------------------------------------------------------------------------
 long envLong(const char* name, long fallback) {
@@ -247,6 +259,8 @@ struct RecvSlot {
   int immediatesExpected = 0;
   int immediatesReceived = 0;
   bool fifoWritten = false;
+  bool sizeInline = false;  // the size came in the immediate; the size record was not written
+  size_t inlineSize = 0;
 };
 
 struct RecvComm : Comm {
@@ -588,8 +602,12 @@ ncclResult_t progressRecv(RecvComm* comm) {
         slot.fifoWritten = true;
       } else if (kind == kWrRecv) {
         uint32_t imm = ntohl(wc.imm_data);
-        RecvSlot& slot = comm->slots[imm & 0xff];
-        slot.immediatesExpected = static_cast<int>(imm >> 8);
+        RecvSlot& slot = comm->slots[imm & 31];
+        slot.immediatesExpected = static_cast<int>((imm >> 5) & 63);
+        if ((imm & kImmSizeFlag) != 0) {
+          slot.sizeInline = true;
+          slot.inlineSize = imm >> 12;
+        }
         ++slot.immediatesReceived;
         std::string error;
         if (!postReceives(comm, static_cast<int>(wc.wr_id & 0xffff), 1, &error))
@@ -665,16 +683,22 @@ ncclResult_t postSlot(SendComm* comm, int slotIndex) {
                request->mhandle->mrs[qp.device]->lkey, entries[r].addr + offset, entries[r].rkeys[qp.remoteDevice]);
     }
   }
-  // QP 0 always finishes with the sizes; other QPs finish by turning their last data write into the immediate.
+  // QP 0 finishes with the sizes (into the receiver's size record, slot by slot), unless a single size rides in the
+  // immediate; then QP 0 needs a write only if it carried no data (a zero-length one). Every QP with writes turns
+  // its last one into the immediate.
   const QpSlot& qp0 = comm->qps[0];
-  addWrite(0, reinterpret_cast<uint64_t>(sizes), static_cast<uint32_t>(slot.nreqs * sizeof(uint64_t)),
-           comm->devs[qp0.device].controlMr->lkey,
-           comm->remoteControlAddr + static_cast<uint64_t>(slotIndex) * kMaxRecvs * sizeof(uint64_t),
-           comm->remoteControlRkey);  // the receiver's size record, slot by slot
+  bool sizeInline = slot.nreqs == 1 && slot.reqs[0]->size <= kImmMaxSize;
+  uint64_t sizeRecord = comm->remoteControlAddr + static_cast<uint64_t>(slotIndex) * kMaxRecvs * sizeof(uint64_t);
+  if (!sizeInline) {
+    addWrite(0, reinterpret_cast<uint64_t>(sizes), static_cast<uint32_t>(slot.nreqs * sizeof(uint64_t)),
+             comm->devs[qp0.device].controlMr->lkey, sizeRecord, comm->remoteControlRkey);
+  } else if (comm->wrCount[0] == 0) {
+    addWrite(0, 0, 0, 0, sizeRecord, comm->remoteControlRkey);
+  }
   int immediates = 0;
   for (int q = 0; q < comm->nqps; ++q)
     if (comm->wrCount[q] > 0) ++immediates;
-  uint32_t imm = htonl(static_cast<uint32_t>(slotIndex) | (static_cast<uint32_t>(immediates) << 8));
+  uint32_t imm = htonl(encodeImmediate(slotIndex, immediates, sizeInline, slot.reqs[0]->size));
   slot.pendingCompletions = immediates;
   for (int q = 0; q < comm->nqps; ++q) {
     int count = comm->wrCount[q];
@@ -1160,10 +1184,15 @@ class IbNet {
     if (req->kind == Request::kSend) {
       if (!sizes.set(0, req->size)) return ncclSuccess;
     } else if (req->kind == Request::kRecv) {
+      RecvSlot& slot = static_cast<RecvComm*>(comm)->slots[req->slot];
       const uint64_t* record = comm->control->sizes[req->slot];
-      for (int r = 0; r < req->nreqs; ++r)
-        if (!sizes.set(r, loadAcquire(&record[r]))) return ncclSuccess;
-      static_cast<RecvComm*>(comm)->slots[req->slot] = RecvSlot{};
+      if (slot.sizeInline) {
+        if (!sizes.set(0, slot.inlineSize)) return ncclSuccess;
+      } else {
+        for (int r = 0; r < req->nreqs; ++r)
+          if (!sizes.set(r, loadAcquire(&record[r]))) return ncclSuccess;
+      }
+      slot = RecvSlot{};
     }
     *done = 1;
     --comm->pending;

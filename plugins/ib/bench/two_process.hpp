@@ -4,6 +4,7 @@
 
 #include <dlfcn.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -228,6 +229,7 @@ struct Peer {
       ncclResult_t result = net->test(request, &done, sizes);
       if (result != ncclSuccess) return result;
       if (!done && Clock::now() > deadline) return ncclTimeout;
+      if (!done) sched_yield();  // as NCCL's proxy thread does when idle: soft-RoCE's kernel work needs the CPU
     }
     return ncclSuccess;
   }
@@ -240,6 +242,7 @@ struct Peer {
       ncclResult_t result = net->isend(comm, data, size, tag, mhandle, nullptr, request);
       if (result != ncclSuccess) return result;
       if (*request == nullptr && Clock::now() > deadline) return ncclTimeout;
+      if (*request == nullptr) sched_yield();
     }
     return ncclSuccess;
   }
@@ -252,6 +255,7 @@ struct Peer {
       ncclResult_t result = net->irecv(comm, n, data, sizes, tags, mhandles, nullptr, request);
       if (result != ncclSuccess) return result;
       if (*request == nullptr && Clock::now() > deadline) return ncclTimeout;
+      if (*request == nullptr) sched_yield();
     }
     return ncclSuccess;
   }

@@ -38,34 +38,43 @@ done
 ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE || { result rxe_setup FAIL "rxe0 port not active"; exit 0; }
 result rxe_setup PASS "rxe0 on veth0 (10.0.0.1), rxe1 on veth1 (10.0.0.2), ready at $(uptime_s) s"
 
-# ---- perftest references (same device, GID index 1 = RoCE v2 IPv4-mapped) ---------------------------------------------
-if wanted perftest; then
-  # One device (client and server on rxe0) and across two (server rxe1, client rxe0), like the benchmark's modes.
-  for pair in "same rxe0 rxe0" "two rxe1 rxe0"; do
-    set -- $pair
-    ib_write_bw -d $2 -x 1 -F -s 65536 -n 2000 >"$out/ib_write_bw.$1.server" 2>&1 &
-    sleep 0.5
-    timeout 60 ib_write_bw -d $3 -x 1 -F -s 65536 -n 2000 127.0.0.1 >"$out/ib_write_bw.$1.txt" 2>&1
-    wait
-    bw=$(awk '$1 == 65536 {print $4}' "$out/ib_write_bw.$1.txt")
-    [ -n "$bw" ] && result perftest.ib_write_bw.$1 PASS "65536 B x2000: ${bw} MB/s average" ||
-      result perftest.ib_write_bw.$1 FAIL "see $out/ib_write_bw.$1.txt"
-    ib_send_lat -d $2 -x 1 -F -s 8 -n 1000 >"$out/ib_send_lat.$1.server" 2>&1 &
-    sleep 0.5
-    timeout 60 ib_send_lat -d $3 -x 1 -F -s 8 -n 1000 127.0.0.1 >"$out/ib_send_lat.$1.txt" 2>&1
-    wait
-    lat=$(awk '$1 == 8 {print $5 " typical, " $6 " average"}' "$out/ib_send_lat.$1.txt")
-    [ -n "$lat" ] && result perftest.ib_send_lat.$1 PASS "8 B x1000: ${lat} us" ||
-      result perftest.ib_send_lat.$1 FAIL "see $out/ib_send_lat.$1.txt"
-  done
-  # Large messages on one device.
-  ib_write_bw -d rxe0 -x 1 -F -s 1048576 -n 300 >"$out/ib_write_bw.1m.server" 2>&1 &
+# ---- performance: perftest and nns-ib-bench interleaved, round by round (before the fault tests flap veth0) -------
+# perftest uses GID index 1 (RoCE v2, IPv4-mapped), the one the plugin picks by itself. Modes: one device (both ends on
+# rxe0), two devices (rxe0 -> rxe1 over the veth wire), and the plugin through a vNIC fusing both.
+perftest_pair() {  # name tool server-dev client-dev size iterations -> prints the client's output file
+  "$2" -d "$3" -x 1 -F -s "$5" -n "$6" >"$out/$1.server" 2>&1 &
   sleep 0.5
-  timeout 60 ib_write_bw -d rxe0 -x 1 -F -s 1048576 -n 300 127.0.0.1 >"$out/ib_write_bw.1m.txt" 2>&1
+  timeout 60 "$2" -d "$4" -x 1 -F -s "$5" -n "$6" 127.0.0.1 >"$out/$1.txt" 2>&1
   wait
-  bw=$(awk '$1 == 1048576 {print $4}' "$out/ib_write_bw.1m.txt")
-  [ -n "$bw" ] && result perftest.ib_write_bw.same.1m PASS "1048576 B x300: ${bw} MB/s average" ||
-    result perftest.ib_write_bw.same.1m FAIL "see $out/ib_write_bw.1m.txt"
+}
+bench_run() {  # name args...
+  name=$1; shift
+  timeout 90 "$NNS_IB_BUILD/plugins/ib/bench/nns-ib-bench" "$@" >"$out/$name.txt" 2>&1
+  status=$?
+  line=$(grep '^bench:' "$out/$name.txt" | tr '\n' ' ')
+  [ $status -eq 0 ] && result "$name" PASS "$line" || { result "$name" FAIL "status $status"; tail -n 20 "$out/$name.txt"; }
+}
+if wanted perf; then
+  round=1
+  while [ $round -le "${NNS_IB_VM_PERF_ROUNDS:-1}" ]; do
+    r=perf.r$round
+    for pair in "same rxe0 rxe0" "two rxe1 rxe0"; do
+      set -- $pair
+      perftest_pair "$r.ib_write_bw.$1" ib_write_bw $2 $3 65536 2000
+      bw=$(awk '$1 == 65536 {print $4}' "$out/$r.ib_write_bw.$1.txt")
+      [ -n "$bw" ] && result "$r.ib_write_bw.$1" PASS "65536 B x2000: ${bw} MB/s average" || result "$r.ib_write_bw.$1" FAIL ""
+      perftest_pair "$r.ib_send_lat.$1" ib_send_lat $2 $3 8 1000
+      lat=$(awk '$1 == 8 {print $5 " typical, " $6 " average"}' "$out/$r.ib_send_lat.$1.txt")
+      [ -n "$lat" ] && result "$r.ib_send_lat.$1" PASS "8 B x1000: ${lat} us" || result "$r.ib_send_lat.$1" FAIL ""
+      bench_run "$r.bench.$1" --send-hca "=$3" --recv-hca "=$2" --bytes 65536 --iterations 2000 --latency-iterations 1000
+    done
+    bench_run "$r.bench.fused" --fuse --bytes 65536 --iterations 2000 --latency-iterations 1000
+    perftest_pair "$r.ib_write_bw.same.1m" ib_write_bw rxe0 rxe0 1048576 300
+    bw=$(awk '$1 == 1048576 {print $4}' "$out/$r.ib_write_bw.same.1m.txt")
+    [ -n "$bw" ] && result "$r.ib_write_bw.same.1m" PASS "1048576 B x300: ${bw} MB/s average" || result "$r.ib_write_bw.same.1m" FAIL ""
+    bench_run "$r.bench.same.1m" --send-hca =rxe0 --recv-hca =rxe0 --bytes 1048576 --iterations 300 --window 8 --latency-iterations 10
+    round=$((round + 1))
+  done
 fi
 
 # ---- the plugin's GoogleTest binary ------------------------------------------------------------------------------------
@@ -80,25 +89,5 @@ if wanted gtest; then
   [ $status -eq 0 ] || { result ib_verbs_test FAIL "exit status $status"; tail -n 40 "$out/ib_verbs_test.txt"; }
 fi
 
-# ---- benchmark: one device, across two devices, through a fused vNIC of both ------------------------------------------
-if wanted bench; then
-  bench="$NNS_IB_BUILD/plugins/ib/bench/nns-ib-bench"
-  for mode in same two fused; do
-    case $mode in
-      same) args="--send-hca =rxe0 --recv-hca =rxe0" ;;
-      two) args="--send-hca =rxe0 --recv-hca =rxe1" ;;
-      fused) args="--fuse" ;;
-    esac
-    timeout 90 "$bench" $args --bytes 65536 --iterations 2000 --latency-iterations 1000 >"$out/bench.$mode.txt" 2>&1
-    status=$?
-    line=$(grep '^bench:' "$out/bench.$mode.txt" | tr '\n' ' ')
-    [ $status -eq 0 ] && result "bench.$mode" PASS "$line" || { result "bench.$mode" FAIL "status $status"; tail -n 20 "$out/bench.$mode.txt"; }
-  done
-  timeout 90 "$bench" --send-hca =rxe0 --recv-hca =rxe0 --bytes 1048576 --iterations 300 --window 8 \
-    --latency-iterations 10 >"$out/bench.same.1m.txt" 2>&1
-  status=$?
-  line=$(grep '^bench:' "$out/bench.same.1m.txt" | tr '\n' ' ')
-  [ $status -eq 0 ] && result "bench.same.1m" PASS "$line" || { result "bench.same.1m" FAIL "status $status"; tail -n 20 "$out/bench.same.1m.txt"; }
-fi
 rdma statistic show link rxe0/1 >"$out/rxe0.stats" 2>&1
 $IP -s link show veth0 >"$out/veth0.stats" 2>&1

@@ -6,7 +6,8 @@
 #
 # Exit: 0 all passed, 1 a test failed or the VM misbehaved, 77 skipped (packages cannot be installed, no kernel,
 # qemu cannot boot). Environment: NNS_IB_VM_NO_INSTALL=1 never runs apt-get; NNS_IB_VM_TIMEOUT (seconds, default
-# 420) bounds the VM; NNS_IB_VM_SMP (default 2) vCPUs; NNS_IB_VM_ONLY=<regex> runs only matching guest steps.
+# 420) bounds the VM; NNS_IB_VM_SMP (default 2) vCPUs; NNS_IB_VM_ONLY=<regex> runs only matching guest steps (gtest,
+# perf); NNS_IB_VM_PERF_ROUNDS (default 1) rounds of the interleaved perftest / nns-ib-bench comparison.
 set -uo pipefail
 
 SKIP=77
@@ -128,6 +129,7 @@ chmod +x "$root/init"
 cp "$here/guest.sh" "$work/guest.sh"
 echo "NNS_IB_BUILD=$build" >"$work/guest.env"
 echo "NNS_IB_VM_ONLY='${NNS_IB_VM_ONLY:-}'" >>"$work/guest.env"
+echo "NNS_IB_VM_PERF_ROUNDS=${NNS_IB_VM_PERF_ROUNDS:-1}" >>"$work/guest.env"
 log "initramfs $(du -h "$work/initramfs.cpio.gz" | cut -f1) for kernel $kver, ${#modules[@]} modules ($(($(date +%s) - started)) s)"
 
 # ---- boot ----------------------------------------------------------------------------------------------------------
