@@ -135,8 +135,10 @@ int runSide(const Options& o, const Channel& channel, bool streamReceiver) {
   int pingTag = 2;
   void* pending = nullptr;
   BENCH_CHECK(peer.postRecv(recvComm, 1, &pingData, &pingSize, &pingTag, &smallRecvMh, &pending));
+  std::vector<double> roundTrips(static_cast<size_t>(o.latencyIterations));  // allocated before timing
   auto start = Clock::now();
   for (int i = 0; i < o.latencyIterations; ++i) {
+    auto iterationStart = Clock::now();
     void* request = nullptr;
     int size = 0;
     bool more = i + 1 < o.latencyIterations;
@@ -151,13 +153,18 @@ int runSide(const Options& o, const Channel& channel, bool streamReceiver) {
       BENCH_CHECK(peer.wait(pending, &size));
       if (more) BENCH_CHECK(peer.postRecv(recvComm, 1, &pingData, &pingSize, &pingTag, &smallRecvMh, &pending));
     }
+    roundTrips[static_cast<size_t>(i)] = seconds(iterationStart);
   }
   double latencyUs = seconds(start) * 1e6 / (2.0 * o.latencyIterations);
+  // The median half round trip is what ib_send_lat calls "typical".
+  std::sort(roundTrips.begin(), roundTrips.end());
+  double medianUs = roundTrips[roundTrips.size() / 2] * 1e6 / 2.0;
   if (!streamReceiver) {
     ncclNetProperties_v12_t props{};
     peer.net->getProperties(dev, &props);
-    std::printf("bench: device=%s bw_MBps=%.2f (%zu B x %d, window %d) lat_us=%.2f (8 B x %d, half round trip)\n",
-                props.name, mbps, o.bytes, o.iterations, o.window, latencyUs, o.latencyIterations);
+    std::printf("bench: device=%s bw_MBps=%.2f (%zu B x %d, window %d) lat_us=%.2f typical, %.2f average "
+                "(8 B x %d, half round trip)\n",
+                props.name, mbps, o.bytes, o.iterations, o.window, medianUs, latencyUs, o.latencyIterations);
   }
   channel.sendValue(sync);
   channel.recvValue(&sync);
