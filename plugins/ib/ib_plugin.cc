@@ -1175,8 +1175,9 @@ class IbNet {
       return ncclInvalidArgument;
     }
     Comm* comm = req->comm;
-    if (comm->failed) return failedResult(comm);
     if (!req->done) {
+      // A request that completed before the comm failed is still reported as done.
+      if (comm->failed) return failedResult(comm);
       NCCL_NET_CHECK(comm->isSender ? progressSend(static_cast<SendComm*>(comm))
                                     : progressRecv(static_cast<RecvComm*>(comm)));
       if (!req->done) return ncclSuccess;
