@@ -36,8 +36,8 @@ struct Port {
 };
 
 struct DiscoveryOptions {
-  std::string hcaSpec;    // NCCL_IB_HCA
-  int gidIndex = -1;      // NCCL_IB_GID_INDEX; -1 = automatic
+  std::string hcaSpec;  // NCCL_IB_HCA
+  int gidIndex = -1;    // NCCL_IB_GID_INDEX; -1 = automatic
 };
 
 // GPUDirect RDMA kernel support (nvidia-peermem / nv_peer_mem): CUDA pointers can go to ibv_reg_mr.

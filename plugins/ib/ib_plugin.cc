@@ -42,19 +42,19 @@ using nns_ib::Port;
 using nns_ib::Verbs;
 
 constexpr int kSlots = NCCL_NET_MAX_REQUESTS;  // FIFO slots = receives in flight per comm
-constexpr int kMaxRecvs = 8;                    // grouped receives per irecv (props.maxRecvs)
-constexpr int kMaxQps = 32;                     // QPs per connection
+constexpr int kMaxRecvs = 8;                   // grouped receives per irecv (props.maxRecvs)
+constexpr int kMaxQps = 32;                    // QPs per connection
 constexpr int kMaxDevs = NCCL_NET_MAX_DEVS_PER_NIC;
-constexpr int kRecvDepth = 2 * kSlots;         // receive WRs kept posted per QP (one immediate per slot per QP)
+constexpr int kRecvDepth = 2 * kSlots;  // receive WRs kept posted per QP (one immediate per slot per QP)
 constexpr size_t kChunkAlign = 128;
 constexpr int kSendPoolSize = kSlots * kMaxRecvs;
 constexpr int kRecvPoolSize = 2 * kSlots;  // receives plus flushes
 constexpr auto kSideChannelCheckInterval = std::chrono::milliseconds(100);
 
 // wr_id layout: the kind in the top byte, an index below.
-constexpr uint64_t kWrData = 1ull << 56;   // sender: last WR of a slot on one QP; index = slot
-constexpr uint64_t kWrFifo = 2ull << 56;   // receiver: FIFO entry write; index = slot
-constexpr uint64_t kWrRecv = 3ull << 56;   // receiver: receive WR consumed by an immediate; index = QP
+constexpr uint64_t kWrData = 1ull << 56;  // sender: last WR of a slot on one QP; index = slot
+constexpr uint64_t kWrFifo = 2ull << 56;  // receiver: FIFO entry write; index = slot
+constexpr uint64_t kWrRecv = 3ull << 56;  // receiver: receive WR consumed by an immediate; index = QP
 constexpr uint64_t kWrKindMask = 0xffull << 56;
 
 // The immediate value of a slot's WRITE_WITH_IMMs: slot (5 bits), immediates the slot sends (6 bits), and for a single
@@ -68,7 +68,8 @@ uint32_t encodeImmediate(int slot, int immediates, bool sizeInline, size_t size)
   return imm;
 }
 
-// ---- parameters, read once at init ------------------------------------------------------------------------------------
+// ---- parameters, read once at init
+// ------------------------------------------------------------------------------------
 long envLong(const char* name, long fallback) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return fallback;
@@ -168,7 +169,8 @@ struct HandlePayload {
 };
 constexpr sdk::HandleCodec<HandlePayload> kHandleCodec(sdk::handleMagic("nns-ib"), 1);
 
-// ---- devices as the plugin exposes them: physical ports, then fused vNICs ----------------------------------------------
+// ---- devices as the plugin exposes them: physical ports, then fused vNICs
+// ----------------------------------------------
 struct NetDevice {
   std::string name;
   std::vector<int> ports;  // indices into the port table
@@ -191,7 +193,7 @@ struct CommDevice {
 
 struct QpSlot {
   ibv_qp* qp = nullptr;
-  int device = 0;          // local comm device
+  int device = 0;  // local comm device
   uint32_t remoteDevice = 0;
 };
 
@@ -229,8 +231,8 @@ struct Request {
   Comm* comm = nullptr;
   int slot = 0;
   int nreqs = 0;
-  size_t size = 0;  // send
-  unsigned char* data = nullptr;        // send
+  size_t size = 0;                        // send
+  unsigned char* data = nullptr;          // send
   const MemoryHandle* mhandle = nullptr;  // send
   bool done = false;
   int pendingReads = 0;  // flush
@@ -269,7 +271,8 @@ struct RecvComm : Comm {
   sdk::RequestPool<Request, kRecvPoolSize> requests;
 };
 
-// ---- the plugin-wide state ---------------------------------------------------------------------------------------------
+// ---- the plugin-wide state
+// ---------------------------------------------------------------------------------------------
 struct Global {
   std::mutex mutex;
   bool initialised = false;
@@ -277,8 +280,8 @@ struct Global {
   const Verbs* verbs = nullptr;
   Params params;
   std::vector<nns_ib::Hca*> hcas;
-  std::deque<Port> ports;          // stable addresses: comms point at them
-  std::deque<NetDevice> devices;   // physical ports first, then vNICs
+  std::deque<Port> ports;         // stable addresses: comms point at them
+  std::deque<NetDevice> devices;  // physical ports first, then vNICs
   bool gdr = false;
   bool nvidiaDriver = false;
 };
@@ -286,10 +289,16 @@ Global& global() {
   static Global* g = new Global;  // never destroyed: comms may outlive static destruction order
   return *g;
 }
-const Verbs& verbs() { return *global().verbs; }
-const Params& params() { return global().params; }
+const Verbs& verbs() {
+  return *global().verbs;
+}
+const Params& params() {
+  return global().params;
+}
 
-std::string errnoText(int error) { return std::string(std::strerror(error)) + " (errno " + std::to_string(error) + ")"; }
+std::string errnoText(int error) {
+  return std::string(std::strerror(error)) + " (errno " + std::to_string(error) + ")";
+}
 
 // Marks the comm failed, logs once, and tells the peer by shutting the side channel down.
 ncclResult_t fail(Comm* comm, ncclResult_t code, const std::string& what) {
@@ -372,8 +381,8 @@ bool connectQp(ibv_qp* qp, Port* port, const QpWire& remote, int trafficClass, s
                             IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                                 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
   if (rc != 0) {
-    *error = "ibv_modify_qp to RTR on " + port->name + " (remote QP " + std::to_string(remote.qpn) +
-             "): " + errnoText(rc);
+    *error =
+        "ibv_modify_qp to RTR on " + port->name + " (remote QP " + std::to_string(remote.qpn) + "): " + errnoText(rc);
     return false;
   }
   attr = ibv_qp_attr{};
@@ -383,9 +392,9 @@ bool connectQp(ibv_qp* qp, Port* port, const QpWire& remote, int trafficClass, s
   attr.rnr_retry = 7;
   attr.sq_psn = 0;
   attr.max_rd_atomic = 1;
-  rc = verbs().modifyQp(qp, &attr,
-                        IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                            IBV_QP_MAX_QP_RD_ATOMIC);
+  rc = verbs().modifyQp(
+      qp, &attr,
+      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
   if (rc != 0) {
     *error = "ibv_modify_qp to RTS on " + port->name + ": " + errnoText(rc);
     return false;
@@ -528,23 +537,26 @@ bool ensureFlushQps(RecvComm* comm, std::string* error) {
 std::string qpWhere(const Comm* comm, uint32_t qpNum) {
   for (int i = 0; i < comm->nqps; ++i)
     if (comm->qps[i].qp->qp_num == qpNum)
-      return "QP " + std::to_string(i) + " (0x" + [&] {
-        char hex[16];
-        std::snprintf(hex, sizeof(hex), "%x", qpNum);
-        return std::string(hex);
-      }() + ") on " + comm->devs[comm->qps[i].device].port->name;
+      return "QP " + std::to_string(i) + " (0x" +
+             [&] {
+               char hex[16];
+               std::snprintf(hex, sizeof(hex), "%x", qpNum);
+               return std::string(hex);
+             }() +
+             ") on " + comm->devs[comm->qps[i].device].port->name;
   return "QP 0x" + std::to_string(qpNum);
 }
 
 ncclResult_t completionError(Comm* comm, const ibv_wc& wc) {
-  return fail(comm, ncclRemoteError,
-              "completion error " + nns_ib::completionStatusText(verbs(), wc.status) + ", vendor error 0x" +
-                  [&] {
-                    char hex[16];
-                    std::snprintf(hex, sizeof(hex), "%x", wc.vendor_err);
-                    return std::string(hex);
-                  }() +
-                  " on " + qpWhere(comm, wc.qp_num));
+  return fail(
+      comm, ncclRemoteError,
+      "completion error " + nns_ib::completionStatusText(verbs(), wc.status) + ", vendor error 0x" +
+          [&] {
+            char hex[16];
+            std::snprintf(hex, sizeof(hex), "%x", wc.vendor_err);
+            return std::string(hex);
+          }() +
+          " on " + qpWhere(comm, wc.qp_num));
 }
 
 // Notices a peer that closed or lost the side channel while requests wait (verbs alone cannot tell that a receiver
@@ -712,8 +724,9 @@ ncclResult_t postSlot(SendComm* comm, int slotIndex) {
     ibv_send_wr* bad = nullptr;
     int rc = ibv_post_send(comm->qps[q].qp, &comm->wrs[q][0], &bad);
     if (rc != 0)
-      return fail(comm, ncclSystemError, "ibv_post_send of " + std::to_string(count) + " write(s) on " +
-                                             qpWhere(comm, comm->qps[q].qp->qp_num) + ": " + errnoText(rc));
+      return fail(comm, ncclSystemError,
+                  "ibv_post_send of " + std::to_string(count) + " write(s) on " +
+                      qpWhere(comm, comm->qps[q].qp->qp_num) + ": " + errnoText(rc));
   }
   return ncclSuccess;
 }
@@ -724,7 +737,8 @@ T loadAcquire(const T* address) {
   return __atomic_load_n(address, __ATOMIC_ACQUIRE);
 }
 
-// ---- connection establishment -----------------------------------------------------------------------------------------
+// ---- connection establishment
+// -----------------------------------------------------------------------------------------
 struct ListenComm {
   int fd = -1;
   int dev = 0;
@@ -771,7 +785,8 @@ std::string ioFailure(sdk::IoStatus status, int error) {
 
 }  // namespace
 
-// ---- the plugin class ---------------------------------------------------------------------------------------------------
+// ---- the plugin class
+// ---------------------------------------------------------------------------------------------------
 class IbNet {
  public:
   // Not "IB": NCCL's built-in IB transport is named "IB", and NCCL_NET selects by name (case-insensitively), so a
@@ -798,8 +813,8 @@ class IbNet {
           g.devices.push_back(NetDevice{port.name, {static_cast<int>(g.ports.size() - 1)}});
           NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "device %zu: %s port %d, %s, GID %d %s (%s), %d Mbps, %s",
                         g.devices.size() - 1, port.hca->name.c_str(), port.port,
-                        port.isEthernet() ? "RoCE" : "InfiniBand", port.gidIndex,
-                        nns_ib::gidText(port.gid).c_str(), port.gidType.c_str(), port.speedMbps,
+                        port.isEthernet() ? "RoCE" : "InfiniBand", port.gidIndex, nns_ib::gidText(port.gid).c_str(),
+                        port.gidType.c_str(), port.speedMbps,
                         port.pciPath.empty() ? "no PCI path" : port.pciPath.c_str());
         }
       }
@@ -1012,8 +1027,9 @@ class IbNet {
     if (slot.nreqs == 0) {
       uint32_t nreqs = loadAcquire(&entries[0].nreqs);
       if (nreqs < 1 || nreqs > kMaxRecvs)
-        return fail(comm, ncclInternalError, "FIFO slot " + std::to_string(slotIndex) + " announces " +
-                                                 std::to_string(nreqs) + " receives (corrupt FIFO entry)");
+        return fail(comm, ncclInternalError,
+                    "FIFO slot " + std::to_string(slotIndex) + " announces " + std::to_string(nreqs) +
+                        " receives (corrupt FIFO entry)");
       slot.nreqs = static_cast<int>(nreqs);
     }
     for (int r = 1; r < slot.nreqs; ++r)
@@ -1054,8 +1070,8 @@ class IbNet {
     return ncclSuccess;
   }
 
-  ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
-                     void** /*phandles*/, void** request) {
+  ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** /*phandles*/,
+                     void** request) {
     auto* comm = static_cast<RecvComm*>(recvComm);
     if (comm->failed) return failedResult(comm);
     if (n > kMaxRecvs) {
@@ -1068,8 +1084,8 @@ class IbNet {
     for (int r = 0; r < n; ++r) {
       auto* mh = mhandles != nullptr ? static_cast<const MemoryHandle*>(mhandles[r]) : nullptr;
       if (sizes[r] > 0 && (mh == nullptr || mh->magic != MemoryHandle::kMagic || mh->comm != comm)) {
-        NCCL_NET_WARN("irecv: receive %d of %zu bytes with memory handle %p, which is not registered on this comm",
-                      r, sizes[r], mh);
+        NCCL_NET_WARN("irecv: receive %d of %zu bytes with memory handle %p, which is not registered on this comm", r,
+                      sizes[r], mh);
         return ncclInvalidArgument;
       }
     }
@@ -1261,8 +1277,8 @@ class IbNet {
       if (mr == nullptr) mr = verbs().regMr(port->hca->pd, data, size, access);
       if (mr == nullptr) {
         int error = errno;
-        NCCL_NET_WARN("regMr of %zu bytes at %p (type %d) on %s failed: %s%s%s", size, data, type,
-                      port->name.c_str(), errnoText(error).c_str(),
+        NCCL_NET_WARN("regMr of %zu bytes at %p (type %d) on %s failed: %s%s%s", size, data, type, port->name.c_str(),
+                      errnoText(error).c_str(),
                       dmabufError.empty() ? "" : "; dmabuf registration also failed: ", dmabufError.c_str());
         for (int k = 0; k < d; ++k) verbs().deregMr(mh->mrs[k]);
         return ncclSystemError;
@@ -1299,8 +1315,8 @@ class IbNet {
         comm->fd = p->connector.release();
         p->comm = comm;
         sdk::setDeadPeerTimeout(comm->fd, params().peerTimeoutMs);
-        int nqps = std::max({params().qpsPerConnection, static_cast<int>(device.ports.size()),
-                             static_cast<int>(p->remoteDevs)});
+        int nqps = std::max(
+            {params().qpsPerConnection, static_cast<int>(device.ports.size()), static_cast<int>(p->remoteDevs)});
         nqps = std::min(nqps, kMaxQps);
         if (!buildComm(comm, device, nqps, error)) return ncclSystemError;
         describeComm(comm, &p->local, reinterpret_cast<uint64_t>(comm->control->fifo));

@@ -31,8 +31,8 @@ bool haveDevices(int wanted) {
     if (access((std::string("/sys/class/infiniband/") + name).c_str(), F_OK) == 0) ++count;
   return count >= wanted;
 }
-#define REQUIRE_RXE(n)                                                                               \
-  if (!haveDevices(n))                                                                               \
+#define REQUIRE_RXE(n) \
+  if (!haveDevices(n)) \
   GTEST_SKIP() << "needs " << (n) << " rxe device(s) (rxe0, rxe1): run tests/ib/rxe-vm/run-rxe-vm.sh"
 
 // Short QP timeouts keep fault detection quick (4.096 us * 2^14 = 67 ms per try, 7 retries).
@@ -54,17 +54,18 @@ unsigned char patternByte(size_t index, uint64_t seed) {
       return 10;                                                                                 \
     }                                                                                            \
   } while (0)
-#define CHILD_EXPECT(cond, ...)                                   \
-  do {                                                            \
-    if (!(cond)) {                                                \
+#define CHILD_EXPECT(cond, ...)                                    \
+  do {                                                             \
+    if (!(cond)) {                                                 \
       std::fprintf(stderr, "ib-test: check failed: " __VA_ARGS__); \
-      std::fprintf(stderr, " (line %d)\n", __LINE__);             \
-      return 11;                                                  \
-    }                                                             \
+      std::fprintf(stderr, " (line %d)\n", __LINE__);              \
+      return 11;                                                   \
+    }                                                              \
   } while (0)
 
-// ---- devices ----------------------------------------------------------------------------------------------------------
-// Runs `body` in a child with `env` (the plugin reads its environment once, at init).
+// ---- devices
+// ---------------------------------------------------------------------------------------------------------- Runs
+// `body` in a child with `env` (the plugin reads its environment once, at init).
 int inChild(const Env& env, const std::function<int()>& body) {
   PairResult r = runPair(
       env, [&](const Channel&) { return body(); }, {}, [](const Channel&) { return 0; }, std::chrono::seconds(60));
@@ -82,11 +83,11 @@ TEST(IbVerbs, DevicesDescribeEveryActivePort) {
     for (int d = 0; d < ndev; ++d) {
       ncclNetProperties_v12_t props{};
       CHILD_CHECK(peer.net->getProperties(d, &props));
-      std::printf("ib-test: device %d: name %s port %d speed %d Mbps guid 0x%llx ptrSupport 0x%x pciPath %s "
-                  "maxRecvs %d maxComms %d\n",
-                  d, props.name, props.port, props.speed, static_cast<unsigned long long>(props.guid),
-                  props.ptrSupport, props.pciPath != nullptr ? props.pciPath : "(none: virtual device)",
-                  props.maxRecvs, props.maxComms);
+      std::printf(
+          "ib-test: device %d: name %s port %d speed %d Mbps guid 0x%llx ptrSupport 0x%x pciPath %s "
+          "maxRecvs %d maxComms %d\n",
+          d, props.name, props.port, props.speed, static_cast<unsigned long long>(props.guid), props.ptrSupport,
+          props.pciPath != nullptr ? props.pciPath : "(none: virtual device)", props.maxRecvs, props.maxComms);
       CHILD_EXPECT(std::strcmp(props.name, d == 0 ? "rxe0" : "rxe1") == 0, "device %d is %s", d, props.name);
       CHILD_EXPECT(props.port == 1 && props.speed > 0 && props.guid != 0, "port/speed/guid of %s", props.name);
       // soft-RoCE: no GPU, and rxe refuses dmabuf registration, so host memory only.
@@ -225,7 +226,7 @@ TEST(IbVerbs, TransfersThroughEveryAbiVersion) {
 struct IntegrityPlan {
   bool fuse = false;
   int rounds = 40;
-  int window = 4;      // rounds in flight
+  int window = 4;  // rounds in flight
   size_t maxBytes = 192 * 1024;
   uint64_t seed = 1;
 };
@@ -275,8 +276,8 @@ int integritySide(const Channel& channel, const IntegrityPlan& plan, bool receiv
   std::vector<Round> rounds = makeRounds(plan);
   size_t stride = plan.maxBytes + 64;
   size_t total = stride * 8 * static_cast<size_t>(plan.window);
-  auto* buffer = static_cast<unsigned char*>(
-      mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  auto* buffer =
+      static_cast<unsigned char*>(mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   void* mh = nullptr;
   CHILD_CHECK(peer.net->regMr(comm, buffer, total, NCCL_PTR_HOST, &mh));
   auto slice = [&](int round, int r) {
@@ -398,7 +399,8 @@ TEST(IbVerbs, RandomSizesGroupedReceivesThroughFusedVnic) {
   checkIntegrity(baseEnv(""), baseEnv(""), plan);
 }
 
-// ---- iflush -----------------------------------------------------------------------------------------------------------
+// ---- iflush
+// -----------------------------------------------------------------------------------------------------------
 int flushSide(const Channel& channel, bool receiver) {
   Peer peer;
   CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
@@ -466,9 +468,10 @@ TEST(IbVerbs, FlushReadsBackGpuRegisteredBuffersOnly) {
   }
 }
 
-// ---- faults -----------------------------------------------------------------------------------------------------------
-// Streams until an error; exit 0 when an error came within `boundSeconds` of the first failure signal and named the
-// peer, 20 when the stream finished without any error, 21 when it hung past the bound.
+// ---- faults
+// ----------------------------------------------------------------------------------------------------------- Streams
+// until an error; exit 0 when an error came within `boundSeconds` of the first failure signal and named the peer, 20
+// when the stream finished without any error, 21 when it hung past the bound.
 int streamUntilError(const Channel& channel, bool receiver, const char* dev, double boundSeconds) {
   Peer peer;
   CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
@@ -515,8 +518,8 @@ int streamUntilError(const Channel& channel, bool receiver, const char* dev, dou
     }
     double stalled = std::chrono::duration<double>(Clock::now() - lastCompletion).count();
     if (error == ncclSuccess && stalled > boundSeconds) {
-      std::printf("ib-test: %s on %s: no completion and no error for %.1f s (hang)\n",
-                  receiver ? "receiver" : "sender", dev, stalled);
+      std::printf("ib-test: %s on %s: no completion and no error for %.1f s (hang)\n", receiver ? "receiver" : "sender",
+                  dev, stalled);
       return 21;
     }
     if (std::chrono::duration<double>(Clock::now() - start).count() > 120) return 20;
@@ -543,7 +546,8 @@ TEST(IbVerbs, PeerKilledMidTransferFailsWithinBound) {
         return 0;
       },
       baseEnv("=rxe0"), [](const Channel& c) { return streamUntilError(c, false, "rxe0", 20); },
-      std::chrono::seconds(60), &receiverPid, nullptr, [&] {
+      std::chrono::seconds(60), &receiverPid, nullptr,
+      [&] {
         // Let the stream run a moment, then kill the receiver outright (no close, no goodbye).
         std::this_thread::sleep_for(std::chrono::seconds(3));
         kill(receiverPid, SIGKILL);
@@ -558,7 +562,8 @@ TEST(IbVerbs, LinkDownMidTransferFailsWithinBound) {
   PairResult r = runPair(
       baseEnv("=rxe1"), [](const Channel& c) { return streamUntilError(c, true, "rxe1", 25); }, baseEnv("=rxe0"),
       [](const Channel& c) { return streamUntilError(c, false, "rxe0", 25); }, std::chrono::seconds(90), nullptr,
-      nullptr, [] {
+      nullptr,
+      [] {
         std::this_thread::sleep_for(std::chrono::seconds(3));
         runCommand("/sbin/ip link set veth0 down");
       });

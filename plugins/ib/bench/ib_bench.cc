@@ -47,15 +47,17 @@ int pickDevice(Peer& peer, bool fuse, bool reverse) {
   return peer.fuse(devs);
 }
 
-double seconds(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+double seconds(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
-#define BENCH_CHECK(call)                                                             \
-  do {                                                                                \
-    ncclResult_t result_ = (call);                                                    \
-    if (result_ != ncclSuccess) {                                                     \
-      std::fprintf(stderr, "%s failed: %d (line %d)\n", #call, result_, __LINE__);    \
-      return 1;                                                                       \
-    }                                                                                 \
+#define BENCH_CHECK(call)                                                          \
+  do {                                                                             \
+    ncclResult_t result_ = (call);                                                 \
+    if (result_ != ncclSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %d (line %d)\n", #call, result_, __LINE__); \
+      return 1;                                                                    \
+    }                                                                              \
   } while (0)
 
 // One side. The receiver of the stream is also the one answering pings.
@@ -162,9 +164,10 @@ int runSide(const Options& o, const Channel& channel, bool streamReceiver) {
   if (!streamReceiver) {
     ncclNetProperties_v12_t props{};
     peer.net->getProperties(dev, &props);
-    std::printf("bench: device=%s bw_MBps=%.2f (%zu B x %d, window %d) lat_us=%.2f typical, %.2f average "
-                "(8 B x %d, half round trip)\n",
-                props.name, mbps, o.bytes, o.iterations, o.window, medianUs, latencyUs, o.latencyIterations);
+    std::printf(
+        "bench: device=%s bw_MBps=%.2f (%zu B x %d, window %d) lat_us=%.2f typical, %.2f average "
+        "(8 B x %d, half round trip)\n",
+        props.name, mbps, o.bytes, o.iterations, o.window, medianUs, latencyUs, o.latencyIterations);
   }
   channel.sendValue(sync);
   channel.recvValue(&sync);
@@ -190,15 +193,24 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (arg == "--plugin") o.plugin = value();
-    else if (arg == "--send-hca") o.sendHca = value();
-    else if (arg == "--recv-hca") o.recvHca = value();
-    else if (arg == "--fuse") o.fuse = true;
-    else if (arg == "--bytes") o.bytes = std::strtoull(value().c_str(), nullptr, 0);
-    else if (arg == "--iterations") o.iterations = std::atoi(value().c_str());
-    else if (arg == "--window") o.window = std::atoi(value().c_str());
-    else if (arg == "--latency-iterations") o.latencyIterations = std::atoi(value().c_str());
-    else if (arg == "--qps") o.qps = value();
+    if (arg == "--plugin")
+      o.plugin = value();
+    else if (arg == "--send-hca")
+      o.sendHca = value();
+    else if (arg == "--recv-hca")
+      o.recvHca = value();
+    else if (arg == "--fuse")
+      o.fuse = true;
+    else if (arg == "--bytes")
+      o.bytes = std::strtoull(value().c_str(), nullptr, 0);
+    else if (arg == "--iterations")
+      o.iterations = std::atoi(value().c_str());
+    else if (arg == "--window")
+      o.window = std::atoi(value().c_str());
+    else if (arg == "--latency-iterations")
+      o.latencyIterations = std::atoi(value().c_str());
+    else if (arg == "--qps")
+      o.qps = value();
     else {
       std::fprintf(stderr, "unknown option %s (see the comment atop ib_bench.cc)\n", arg.c_str());
       return 2;

@@ -46,8 +46,8 @@ inline void logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char*
   std::vsnprintf(text, sizeof(text), fmt, args);
   va_end(args);
   if (level == NCCL_LOG_WARN || std::getenv("NNS_IB_TEST_VERBOSE") != nullptr)
-    std::fprintf(stderr, "[pid %d plugin %s] %s\n", static_cast<int>(getpid()), level == NCCL_LOG_WARN ? "WARN" : "INFO",
-                 text);
+    std::fprintf(stderr, "[pid %d plugin %s] %s\n", static_cast<int>(getpid()),
+                 level == NCCL_LOG_WARN ? "WARN" : "INFO", text);
   (level == NCCL_LOG_WARN ? warnings() : infos()).push_back(text);
 }
 inline bool warnedAbout(const std::string& needle) {
@@ -78,7 +78,8 @@ struct Channel {
     auto* bytes = static_cast<unsigned char*>(data);
     auto deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
     while (size > 0) {
-      int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      int left =
+          static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
       pollfd waiter{fd, POLLIN, 0};
       if (left <= 0 || poll(&waiter, 1, left) <= 0) return false;
       ssize_t n = ::read(fd, bytes, size);
@@ -99,7 +100,7 @@ struct Channel {
 };
 
 struct PairResult {
-  int first = -1;   // exit status of each child; -1 killed at the timeout
+  int first = -1;  // exit status of each child; -1 killed at the timeout
   int second = -1;
   bool timedOut = false;
 };
@@ -156,7 +157,8 @@ inline PairResult runPair(const std::vector<std::pair<std::string, std::string>>
   return result;
 }
 
-// ---- one peer's view of the plugin ------------------------------------------------------------------------------------
+// ---- one peer's view of the plugin
+// ------------------------------------------------------------------------------------
 struct Peer {
   const ncclNet_v12_t* net = nullptr;
   void* ctx = nullptr;
