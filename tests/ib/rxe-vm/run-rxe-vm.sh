@@ -7,7 +7,8 @@
 # Exit: 0 all passed, 1 a test failed or the VM misbehaved, 77 skipped (packages cannot be installed, no kernel,
 # qemu cannot boot). Environment: NNS_IB_VM_NO_INSTALL=1 never runs apt-get; NNS_IB_VM_TIMEOUT (seconds, default
 # 420) bounds the VM; NNS_IB_VM_SMP (default 2) vCPUs; NNS_IB_VM_ONLY=<regex> runs only matching guest steps (gtest,
-# perf); NNS_IB_VM_PERF_ROUNDS (default 1) rounds of the interleaved perftest / nns-ib-bench comparison.
+# perf); NNS_IB_VM_PERF_ROUNDS (default 1) rounds of the interleaved perftest / nns-ib-bench comparison;
+# NNS_IB_VM_QEMU another qemu-system-x86_64 binary.
 set -uo pipefail
 
 SKIP=77
@@ -18,6 +19,7 @@ build="${1:-}"
 build="$(cd "$build" && pwd)"
 work="$build/ib-rxe-vm"
 timeout_s="${NNS_IB_VM_TIMEOUT:-420}"
+qemu="${NNS_IB_VM_QEMU:-qemu-system-x86_64}"
 smp="${NNS_IB_VM_SMP:-2}"
 started=$(date +%s)
 
@@ -134,7 +136,7 @@ log "initramfs $(du -h "$work/initramfs.cpio.gz" | cut -f1) for kernel $kver, ${
 
 # ---- boot ----------------------------------------------------------------------------------------------------------
 console="$work/console.log"
-timeout --foreground -k 5 "$timeout_s" qemu-system-x86_64 -accel tcg,thread=multi -M pc -m 2048 -smp "$smp" \
+timeout --foreground -k 5 "$timeout_s" "$qemu" -accel tcg,thread=multi -M pc -m 2048 -smp "$smp" \
   -nographic -nodefaults -no-reboot -kernel "$vmlinuz" -initrd "$work/initramfs.cpio.gz" \
   -append "console=ttyS0 panic=-1 quiet loglevel=3" -serial stdio \
   -virtfs "local,path=$build,mount_tag=host0,security_model=none,id=host0" </dev/null >"$console" 2>&1
