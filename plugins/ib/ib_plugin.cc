@@ -47,6 +47,8 @@ constexpr int kMaxQps = 32;                    // QPs per connection
 constexpr int kMaxDevs = NCCL_NET_MAX_DEVS_PER_NIC;
 constexpr int kRecvDepth = 2 * kSlots;  // receive WRs kept posted per QP (one immediate per slot per QP)
 constexpr size_t kChunkAlign = 128;
+// A work request's length is 32 bits and test() reports sizes as int: NCCL cuts its transfers at maxP2pBytes.
+constexpr size_t kMaxMessageBytes = size_t{1} << 30;
 constexpr int kSendPoolSize = kSlots * kMaxRecvs;
 constexpr int kRecvPoolSize = 2 * kSlots;  // receives plus flushes
 constexpr auto kSideChannelCheckInterval = std::chrono::milliseconds(100);
@@ -870,7 +872,7 @@ class IbNet {
     props->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
     props->vProps.ndevs = static_cast<int>(device.ports.size());
     for (size_t i = 0; i < device.ports.size(); ++i) props->vProps.devs[i] = device.ports[i];
-    props->maxP2pBytes = NCCL_MAX_NET_SIZE_BYTES;
+    props->maxP2pBytes = kMaxMessageBytes;
     props->maxCollBytes = 512ull << 20;  // NCCL's MAX_COLLNET_SIZE; no collNet here
     props->maxMultiRequestSize = 1;
     return ncclSuccess;
@@ -1015,6 +1017,10 @@ class IbNet {
                      void** request) {
     auto* comm = static_cast<SendComm*>(sendComm);
     if (comm->failed) return failedResult(comm);
+    if (size > kMaxMessageBytes) {
+      NCCL_NET_WARN("isend: %zu bytes exceeds maxP2pBytes (%zu): split the message", size, kMaxMessageBytes);
+      return ncclInvalidArgument;
+    }
     int slotIndex = static_cast<int>(comm->sequence % kSlots);
     SendSlot& slot = comm->slots[slotIndex];
     if (slot.pendingCompletions > 0) {

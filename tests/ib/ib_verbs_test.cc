@@ -3,6 +3,7 @@
 // fused vNIC, the RDMA READ flush, and faults (link down mid-transfer, peer killed) ending in an error in bounded time.
 // Skips where the host has no RDMA device (run it through tests/ib/rxe-vm/run-rxe-vm.sh).
 #include <sys/mman.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -434,8 +435,13 @@ int flushSide(const Channel& channel, bool receiver) {
   void *hostMh = nullptr, *deviceMh = nullptr;
   CHILD_CHECK(peer.net->regMr(comm, host.data(), host.size(), NCCL_PTR_HOST, &hostMh));
   // soft-RoCE has no GPU; memory registered as NCCL_PTR_CUDA still takes the GPU flush path (a real RDMA READ on the
-  // loopback QP), which is what this checks.
-  CHILD_CHECK(peer.net->regMr(comm, device.data(), device.size(), NCCL_PTR_CUDA, &deviceMh));
+  // loopback QP), which is what this checks. It goes through regMrDmaBuf with a memfd: rxe refuses dmabuf MRs
+  // (EOPNOTSUPP), so this also proves the fallback to ibv_reg_mr of the address.
+  int fd = memfd_create("nns-ib-dmabuf-stand-in", MFD_CLOEXEC);
+  CHILD_EXPECT(fd >= 0, "memfd_create failed");
+  CHILD_CHECK(peer.net->regMrDmaBuf(comm, device.data(), device.size(), NCCL_PTR_CUDA, 0, fd, &deviceMh));
+  close(fd);
+  CHILD_EXPECT(informedAbout("falling back to ibv_reg_mr"), "regMrDmaBuf did not report its fallback");
   for (int round = 0; round < 2; ++round) {
     void* mh = round == 0 ? hostMh : deviceMh;
     unsigned char* data = round == 0 ? host.data() : device.data();
