@@ -562,7 +562,7 @@ void runCommand(const std::string& command) {
   if (status != 0) std::fprintf(stderr, "ib-test: '%s' exited %d\n", command.c_str(), status);
 }
 
-TEST(IbVerbs, PeerKilledMidTransferFailsWithinBound) {
+TEST(IbVerbs, ReceiverKilledMidTransferFailsSenderWithinBound) {
   REQUIRE_RXE(2);
   pid_t receiverPid = 0;
   PairResult r = runPair(
@@ -580,6 +580,24 @@ TEST(IbVerbs, PeerKilledMidTransferFailsWithinBound) {
       });
   EXPECT_FALSE(r.timedOut);
   EXPECT_EQ(r.second, 0) << "the sender must fail with an error naming the peer within 20 s (20: no error, 21: hang)";
+}
+
+TEST(IbVerbs, SenderKilledMidTransferFailsReceiverWithinBound) {
+  REQUIRE_RXE(2);
+  pid_t senderPid = 0;
+  PairResult r = runPair(
+      baseEnv("=rxe1"), [](const Channel& c) { return streamUntilError(c, true, "rxe1", 20); }, baseEnv("=rxe0"),
+      [](const Channel& c) {
+        streamUntilError(c, false, "rxe0", 30);
+        return 0;
+      },
+      std::chrono::seconds(60), nullptr, &senderPid,
+      [&] {
+        std::this_thread::sleep_for(std::chrono::seconds(3));
+        kill(senderPid, SIGKILL);
+      });
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.first, 0) << "the receiver must fail with an error naming the peer within 20 s (20: no error, 21: hang)";
 }
 
 TEST(IbVerbs, LinkDownMidTransferFailsWithinBound) {
