@@ -128,32 +128,38 @@ int runSide(const Options& o, const Channel& channel, bool streamReceiver) {
   if (stream(o.iterations, &elapsed) != 0) return 1;
   double mbps = static_cast<double>(o.bytes) * o.iterations / elapsed / (1024.0 * 1024.0);
 
-  // Latency: 8-byte ping-pong; half the round trip is what ib_send_lat reports. Each side keeps its next receive
-  // posted before it sends (as NCCL's proxy does), so the receiver's FIFO entry is not on the critical path.
+  // Latency: 8-byte ping-pong; half the round trip is what ib_send_lat reports. Like ib_send_lat (and NCCL's proxy,
+  // which posts receives steps ahead) each side keeps two receives posted and re-posts after it has answered, so a
+  // receiver's FIFO entry travels off the critical path.
   channel.sendValue(sync);
   channel.recvValue(&sync);
-  void* pingData = small + 32;
+  constexpr int kDepth = 2;
+  void* pingData[kDepth] = {small + 32, small + 48};
   size_t pingSize = 8;
   int pingTag = 2;
-  void* pending = nullptr;
-  BENCH_CHECK(peer.postRecv(recvComm, 1, &pingData, &pingSize, &pingTag, &smallRecvMh, &pending));
+  void* pending[kDepth] = {};
+  for (int k = 0; k < kDepth && k < o.latencyIterations; ++k)
+    BENCH_CHECK(peer.postRecv(recvComm, 1, &pingData[k], &pingSize, &pingTag, &smallRecvMh, &pending[k]));
   std::vector<double> roundTrips(static_cast<size_t>(o.latencyIterations));  // allocated before timing
   auto start = Clock::now();
   for (int i = 0; i < o.latencyIterations; ++i) {
     auto iterationStart = Clock::now();
     void* request = nullptr;
     int size = 0;
-    bool more = i + 1 < o.latencyIterations;
+    int k = i % kDepth;
+    bool repost = i + kDepth < o.latencyIterations;
     if (streamReceiver) {
-      BENCH_CHECK(peer.wait(pending, &size));
-      if (more) BENCH_CHECK(peer.postRecv(recvComm, 1, &pingData, &pingSize, &pingTag, &smallRecvMh, &pending));
+      BENCH_CHECK(peer.wait(pending[k], &size));
       BENCH_CHECK(peer.postSend(sendComm, small, 8, 2, smallSendMh, &request));
+      if (repost) BENCH_CHECK(peer.postRecv(recvComm, 1, &pingData[k], &pingSize, &pingTag, &smallRecvMh, &pending[k]));
       BENCH_CHECK(peer.wait(request, &size));
     } else {
       BENCH_CHECK(peer.postSend(sendComm, small, 8, 2, smallSendMh, &request));
+      BENCH_CHECK(peer.wait(pending[k], &size));
+      roundTrips[static_cast<size_t>(i)] = seconds(iterationStart);
       BENCH_CHECK(peer.wait(request, &size));
-      BENCH_CHECK(peer.wait(pending, &size));
-      if (more) BENCH_CHECK(peer.postRecv(recvComm, 1, &pingData, &pingSize, &pingTag, &smallRecvMh, &pending));
+      if (repost) BENCH_CHECK(peer.postRecv(recvComm, 1, &pingData[k], &pingSize, &pingTag, &smallRecvMh, &pending[k]));
+      continue;
     }
     roundTrips[static_cast<size_t>(i)] = seconds(iterationStart);
   }
