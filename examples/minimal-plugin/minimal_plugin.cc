@@ -455,4 +455,9 @@ class MinimalNet {
   }
 };
 
+#ifdef NNS_MINIMAL_ONLY_VERSION
+// Test builds export one old version alone, so hosts' adapters for it can be exercised (tests/loader).
+NCCL_NET_SDK_EXPORT_NET_VERSION(MinimalNet, NNS_MINIMAL_ONLY_VERSION)
+#else
 NCCL_NET_SDK_EXPORT(MinimalNet)
+#endif

@@ -382,7 +382,8 @@ struct CollNetTables {
 }  // namespace detail
 NCCL_NET_SDK_NAMESPACE_END
 
-#define NCCL_NET_SDK_EXPORT_COLLNET_VERSION(Coll, V)                                               \
+#define NCCL_NET_SDK_EXPORT_COLLNET_VERSION(Coll, V) NCCL_NET_SDK_EXPORT_COLLNET_VERSION_(Coll, V)
+#define NCCL_NET_SDK_EXPORT_COLLNET_VERSION_(Coll, V)                                              \
   extern "C" NCCL_NET_SDK_EXPORT_SYMBOL const ncclCollNet_v##V##_t ncclCollNetPlugin_v##V =       \
       ::nccl_net::sdk::detail::CollNetTables<Coll>::v##V;
 

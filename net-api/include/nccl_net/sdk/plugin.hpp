@@ -750,7 +750,9 @@ NCCL_NET_SDK_NAMESPACE_END
 
 // Exports ncclNetPlugin_v6 .. ncclNetPlugin_v12 for the vendor class `Net`. Use once, at namespace scope, in one
 // translation unit of the plugin.
-#define NCCL_NET_SDK_EXPORT_NET_VERSION(Net, V)                                                  \
+// One version's table (V may itself be a macro: it is expanded before pasting).
+#define NCCL_NET_SDK_EXPORT_NET_VERSION(Net, V) NCCL_NET_SDK_EXPORT_NET_VERSION_(Net, V)
+#define NCCL_NET_SDK_EXPORT_NET_VERSION_(Net, V)                                                 \
   extern "C" NCCL_NET_SDK_EXPORT_SYMBOL const ncclNet_v##V##_t ncclNetPlugin_v##V =             \
       ::nccl_net::sdk::detail::NetTables<Net>::v##V;
 

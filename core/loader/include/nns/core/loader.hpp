@@ -35,4 +35,26 @@ struct LoadReport {
 // every rejection explained in `report`) when none does. The returned Net owns the library handle.
 std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report);
 
+// The plugin list NCCL would try for `options` (NCCL_NET_PLUGIN semantics): empty for "none".
+std::vector<std::string> pluginSpecEntries(const LoadOptions& options);
+
+// What one library exports, found without initialising it.
+struct LibraryExports {
+  std::string path;
+  std::vector<int> netVersions;      // ncclNetPlugin_vN, newest first
+  std::vector<int> collNetVersions;  // ncclCollNetPlugin_vN, newest first
+  std::string error;                 // dlopen's text when it did not open
+};
+LibraryExports inspectLibrary(const std::string& path);
+
+// Every libnccl-net*.so in `dirs` (and the directories of LD_LIBRARY_PATH), sorted, without duplicates.
+std::vector<std::string> findPluginLibraries(const std::vector<std::string>& dirs);
+
+// Opens `path` through exactly ncclNetPlugin_v<version> (e.g. to compare versions of one plugin). nullptr and
+// `error` set when the library or that symbol is missing.
+std::unique_ptr<Net> openNetVersion(const std::string& path, int version, std::string* error);
+
+// The versions this host understands, newest first: 12 .. 6.
+const std::vector<int>& knownNetVersions();
+
 }  // namespace nns::core

@@ -1,0 +1,321 @@
+// adapters.cc: the per-version adapters from ncclNet_v6..v12 tables to nns::core::Net (v12 semantics).
+#include "adapters.hpp"
+
+#include <dlfcn.h>
+
+#include <climits>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <type_traits>
+
+namespace nns::core::detail {
+
+Library::~Library() {
+  if (handle != nullptr) dlclose(handle);
+}
+
+namespace {
+
+template <int V> struct Table;
+template <> struct Table<6> { using Net = ncclNet_v6_t; using Props = ncclNetProperties_v6_t; };
+template <> struct Table<7> { using Net = ncclNet_v7_t; using Props = ncclNetProperties_v7_t; };
+template <> struct Table<8> { using Net = ncclNet_v8_t; using Props = ncclNetProperties_v8_t; };
+template <> struct Table<9> { using Net = ncclNet_v9_t; using Props = ncclNetProperties_v9_t; };
+template <> struct Table<10> { using Net = ncclNet_v10_t; using Props = ncclNetProperties_v10_t; };
+template <> struct Table<11> { using Net = ncclNet_v11_t; using Props = ncclNetProperties_v11_t; };
+template <> struct Table<12> { using Net = ncclNet_v12_t; using Props = ncclNetProperties_v12_t; };
+
+void warn(const char* plugin, const char* format, ...) __attribute__((format(printf, 2, 3)));
+void warn(const char* plugin, const char* format, ...) {
+  char text[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(text, sizeof(text), format, args);
+  va_end(args);
+  std::fprintf(stderr, "WARN NET/Loader : plugin %s: %s\n", plugin, text);
+}
+
+template <int V>
+class NetAdapter final : public Net {
+  using T = typename Table<V>::Net;
+  using Props = typename Table<V>::Props;
+
+ public:
+  NetAdapter(const T* table, std::shared_ptr<Library> library) : t_(table), library_(std::move(library)) {}
+
+  const char* name() const override { return t_->name; }
+  int version() const override { return V; }
+  const std::string& path() const override { return library_->path; }
+
+  ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
+                    ncclProfilerCallback_t profiler) override {
+    if constexpr (V == 12) {
+      return t_->init(ctx, commId, config, logger, profiler);
+    } else if constexpr (V == 11) {
+      return t_->init(ctx, commId, reinterpret_cast<ncclNetCommConfig_v11_t*>(config), logger, profiler);
+    } else {
+      // Before v11 a plugin is initialised once per process; the ctx is the host's own record of the config,
+      // which v10's connect takes.
+      (void)commId;
+      std::lock_guard<std::mutex> lock(initMutex_);
+      if (!initialised_) {
+        ncclResult_t result;
+        if constexpr (V == 10) {
+          result = t_->init(logger, profiler);
+        } else {
+          (void)profiler;
+          result = t_->init(logger);
+        }
+        if (result != ncclSuccess) return result;
+        initialised_ = true;
+      }
+      if (ctx != nullptr) *ctx = config != nullptr ? new ncclNetCommConfig_v12_t(*config) : nullptr;
+      return ncclSuccess;
+    }
+  }
+
+  ncclResult_t devices(int* ndev) override { return t_->devices(ndev); }
+
+  ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* out) override {
+    if constexpr (V == 12) {
+      return t_->getProperties(dev, out);
+    } else {
+      Props in;
+      std::memset(&in, 0, sizeof(in));
+      ncclResult_t result = t_->getProperties(dev, &in);
+      if (result != ncclSuccess) return result;
+      std::memset(out, 0, sizeof(*out));
+      out->name = in.name;
+      out->pciPath = in.pciPath;
+      out->guid = in.guid;
+      out->ptrSupport = in.ptrSupport;
+      out->speed = in.speed;
+      out->port = in.port;
+      out->latency = in.latency;
+      out->maxComms = in.maxComms;
+      out->maxRecvs = in.maxRecvs;
+      out->railId = NCCL_NET_ID_UNDEF;
+      out->planeId = NCCL_NET_ID_UNDEF;
+      if constexpr (V >= 7) {
+        out->netDeviceType = in.netDeviceType;
+        out->netDeviceVersion = in.netDeviceVersion;
+      } else {
+        out->netDeviceType = NCCL_NET_DEVICE_HOST;
+        out->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
+      }
+      if constexpr (V >= 8) out->regIsGlobal = in.regIsGlobal;
+      if constexpr (V >= 9) {
+        out->forceFlush = in.forceFlush;
+        out->vProps.ndevs = in.vProps.ndevs;
+        for (int i = 0; i < in.vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC_V11; ++i)
+          out->vProps.devs[i] = in.vProps.devs[i];
+        out->maxP2pBytes = in.maxP2pBytes;
+        out->maxCollBytes = in.maxCollBytes;
+      } else {
+        out->vProps.ndevs = 1;
+        out->vProps.devs[0] = dev;
+        out->maxP2pBytes = kLegacyMaxP2pBytes;
+        out->maxCollBytes = kLegacyMaxCollBytes;
+      }
+      if constexpr (V >= 11) {
+        out->maxMultiRequestSize = in.maxMultiRequestSize;
+      } else {
+        out->maxMultiRequestSize = 1;
+      }
+      return ncclSuccess;
+    }
+  }
+
+  ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) override {
+    if constexpr (V >= 11) {
+      return t_->listen(ctx, dev, handle, listenComm);
+    } else {
+      (void)ctx;
+      return t_->listen(dev, handle, listenComm);
+    }
+  }
+
+  ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
+                       ncclNetDeviceHandle_v12_t** sendDevComm) override {
+    if constexpr (V >= 11) {
+      return t_->connect(ctx, dev, handle, sendComm, sendDevComm);
+    } else if constexpr (V == 10) {
+      return t_->connect(dev, static_cast<ncclNetCommConfig_v10_t*>(ctx), handle, sendComm, sendDevComm);
+    } else if constexpr (V >= 7) {
+      (void)ctx;
+      return t_->connect(dev, handle, sendComm, sendDevComm);
+    } else {
+      (void)ctx, (void)sendDevComm;
+      return t_->connect(dev, handle, sendComm);
+    }
+  }
+
+  ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** recvDevComm) override {
+    if constexpr (V >= 7) {
+      return t_->accept(listenComm, recvComm, recvDevComm);
+    } else {
+      (void)recvDevComm;
+      return t_->accept(listenComm, recvComm);
+    }
+  }
+
+  ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) override {
+    if constexpr (V >= 8) {
+      return t_->regMr(comm, data, size, type, mhandle);
+    } else {
+      if (size > static_cast<size_t>(INT_MAX)) {
+        warn(t_->name, "regMr of %zu bytes does not fit ncclNet_v%d's int size", size, V);
+        return ncclInternalError;
+      }
+      return t_->regMr(comm, data, static_cast<int>(size), type, mhandle);
+    }
+  }
+
+  ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                           void** mhandle) override {
+    if (t_->regMrDmaBuf == nullptr) {
+      warn(t_->name, "has no regMrDmaBuf");
+      return ncclInvalidUsage;
+    }
+    return t_->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
+  }
+
+  ncclResult_t deregMr(void* comm, void* mhandle) override { return t_->deregMr(comm, mhandle); }
+
+  ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle,
+                     void** request) override {
+    if constexpr (V >= 10) {
+      return t_->isend(sendComm, data, size, tag, mhandle, phandle, request);
+    } else if constexpr (V == 9) {
+      (void)phandle;
+      return t_->isend(sendComm, data, size, tag, mhandle, request);
+    } else {
+      (void)phandle;
+      if (size > kLegacyMaxP2pBytes) {
+        warn(t_->name, "isend of %zu bytes exceeds the %zu-byte limit of ncclNet_v%d's int sizes", size,
+             kLegacyMaxP2pBytes, V);
+        return ncclInternalError;
+      }
+      return t_->isend(sendComm, data, static_cast<int>(size), tag, mhandle, request);
+    }
+  }
+
+  ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                     void** phandles, void** request) override {
+    if constexpr (V >= 10) {
+      return t_->irecv(recvComm, n, data, sizes, tags, mhandles, phandles, request);
+    } else if constexpr (V == 9) {
+      (void)phandles;
+      return t_->irecv(recvComm, n, data, sizes, tags, mhandles, request);
+    } else {
+      (void)phandles;
+      constexpr int kMaxRecvs = 64;
+      if (n < 1 || n > kMaxRecvs) {
+        warn(t_->name, "irecv of %d grouped receives (1..%d)", n, kMaxRecvs);
+        return ncclInternalError;
+      }
+      int narrow[kMaxRecvs];
+      for (int i = 0; i < n; ++i) {
+        if (sizes[i] > kLegacyMaxP2pBytes) {
+          warn(t_->name, "irecv of %zu bytes exceeds the %zu-byte limit of ncclNet_v%d's int sizes", sizes[i],
+               kLegacyMaxP2pBytes, V);
+          return ncclInternalError;
+        }
+        narrow[i] = static_cast<int>(sizes[i]);
+      }
+      *request = nullptr;  // these versions know no "optional completion" hint in *request
+      return t_->irecv(recvComm, n, data, narrow, tags, mhandles, request);
+    }
+  }
+
+  ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) override {
+    return t_->iflush(recvComm, n, data, sizes, mhandles, request);
+  }
+  ncclResult_t test(void* request, int* done, int* sizes) override { return t_->test(request, done, sizes); }
+  ncclResult_t closeSend(void* sendComm) override { return t_->closeSend(sendComm); }
+  ncclResult_t closeRecv(void* recvComm) override { return t_->closeRecv(recvComm); }
+  ncclResult_t closeListen(void* listenComm) override { return t_->closeListen(listenComm); }
+
+  bool hasMakeVDevice() const override {
+    if constexpr (V >= 9) return t_->makeVDevice != nullptr;
+    return false;
+  }
+  ncclResult_t makeVDevice(int* d, ncclNetVDeviceProps_v12_t* props) override {
+    if constexpr (V >= 9) {
+      if (t_->makeVDevice == nullptr) return absent("makeVDevice");
+      if constexpr (V == 12) {
+        return t_->makeVDevice(d, props);
+      } else {
+        if (props->ndevs > NCCL_NET_MAX_DEVS_PER_NIC_V11) {
+          warn(t_->name, "a vNIC of %d devices does not fit ncclNet_v%d (at most %d)", props->ndevs, V,
+               NCCL_NET_MAX_DEVS_PER_NIC_V11);
+          return ncclInvalidUsage;
+        }
+        using OldProps = std::conditional_t<V == 11, ncclNetVDeviceProps_v11_t,
+                                            std::conditional_t<V == 10, ncclNetVDeviceProps_v10_t, ncclNetVDeviceProps_v9_t>>;
+        OldProps old{};
+        return t_->makeVDevice(d, &old);
+      }
+    } else {
+      (void)d, (void)props;
+      return absent("makeVDevice");
+    }
+  }
+
+  bool hasSetNetAttr() const override {
+    if constexpr (V >= 11) return t_->setNetAttr != nullptr;
+    return false;
+  }
+  ncclResult_t setNetAttr(void* ctx, ncclNetAttr_v12_t* attr) override {
+    if constexpr (V >= 11) {
+      if (t_->setNetAttr == nullptr) return absent("setNetAttr");
+      if constexpr (V == 11) {
+        return t_->setNetAttr(ctx, reinterpret_cast<ncclNetAttr_v11_t*>(attr));
+      } else {
+        return t_->setNetAttr(ctx, attr);
+      }
+    } else {
+      (void)ctx, (void)attr;
+      return absent("setNetAttr");
+    }
+  }
+
+  ncclResult_t finalize(void* ctx) override {
+    if constexpr (V >= 11) {
+      return t_->finalize(ctx);
+    } else {
+      delete static_cast<ncclNetCommConfig_v12_t*>(ctx);
+      return ncclSuccess;
+    }
+  }
+
+ private:
+  ncclResult_t absent(const char* function) {
+    warn(t_->name, "has no %s (ncclNet_v%d)", function, V);
+    return ncclInvalidUsage;
+  }
+
+  const T* t_;
+  std::shared_ptr<Library> library_;
+  std::mutex initMutex_;
+  bool initialised_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Net> makeNetAdapter(int version, const void* table, std::shared_ptr<Library> library) {
+  switch (version) {
+    case 12: return std::make_unique<NetAdapter<12>>(static_cast<const ncclNet_v12_t*>(table), std::move(library));
+    case 11: return std::make_unique<NetAdapter<11>>(static_cast<const ncclNet_v11_t*>(table), std::move(library));
+    case 10: return std::make_unique<NetAdapter<10>>(static_cast<const ncclNet_v10_t*>(table), std::move(library));
+    case 9: return std::make_unique<NetAdapter<9>>(static_cast<const ncclNet_v9_t*>(table), std::move(library));
+    case 8: return std::make_unique<NetAdapter<8>>(static_cast<const ncclNet_v8_t*>(table), std::move(library));
+    case 7: return std::make_unique<NetAdapter<7>>(static_cast<const ncclNet_v7_t*>(table), std::move(library));
+    case 6: return std::make_unique<NetAdapter<6>>(static_cast<const ncclNet_v6_t*>(table), std::move(library));
+    default: return nullptr;
+  }
+}
+
+}  // namespace nns::core::detail

@@ -1,0 +1,29 @@
+// adapters.hpp: one nns::core::Net per ABI version, each turning an ncclNet_vN table into the v12 view — the only
+// place in the host where version differences live (filled the way NCCL 2.30 fills them, see net-abi.md §5.3).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "nns/core/net.hpp"
+
+namespace nns::core::detail {
+
+// Keeps the dlopen'ed library alive as long as any Net made from it.
+struct Library {
+  explicit Library(void* handle, std::string path) : handle(handle), path(std::move(path)) {}
+  ~Library();
+  Library(const Library&) = delete;
+  Library& operator=(const Library&) = delete;
+  void* handle;
+  std::string path;
+};
+
+// Wraps the table `table` (an ncclNet_v<version>_t) of `library`. Returns nullptr for an unknown version.
+std::unique_ptr<Net> makeNetAdapter(int version, const void* table, std::shared_ptr<Library> library);
+
+// The host-side ceiling NCCL puts on v6..v8 plugins' messages (MAX_NET_SIZE) and collectives (MAX_COLLNET_SIZE).
+inline constexpr size_t kLegacyMaxP2pBytes = 1ull << 30;
+inline constexpr size_t kLegacyMaxCollBytes = 512ull << 20;
+
+}  // namespace nns::core::detail

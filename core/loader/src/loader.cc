@@ -1,0 +1,204 @@
+// loader.cc: resolves NCCL_NET_PLUGIN as NCCL 2.30 does, probes ncclNetPlugin_v12..v6 newest first and explains
+// every candidate it rejects.
+#include "nns/core/loader.hpp"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <strings.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+#include "adapters.hpp"
+
+namespace nns::core {
+
+namespace {
+
+constexpr const char* kDefaultLibrary = "libnccl-net.so";  // NCCL's choice when NCCL_NET_PLUGIN is unset
+constexpr size_t kMaxEntries = NCCL_NET_MAX_PLUGINS - 2;      // NCCL keeps two slots for its internal nets
+
+bool isLibSoName(const std::string& name) {
+  return name.size() > 6 && name.rfind("lib", 0) == 0 && name.compare(name.size() - 3, 3, ".so") == 0;
+}
+
+// The file names NCCL hands to dlopen for one list entry, in order; search directories first for bare names.
+std::vector<std::string> fileNamesFor(const std::string& entry, const std::vector<std::string>& searchDirs) {
+  std::vector<std::string> names{entry};
+  if (entry.find('/') == std::string::npos && !isLibSoName(entry)) names.push_back("libnccl-net-" + entry + ".so");
+  std::vector<std::string> tried;
+  for (const auto& name : names) {
+    if (name.find('/') == std::string::npos) {
+      for (const auto& dir : searchDirs) tried.push_back(dir + "/" + name);
+    }
+    tried.push_back(name);
+  }
+  return tried;
+}
+
+std::string trimmed(std::string text) {
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.pop_back();
+  size_t first = text.find_first_not_of(" \t");
+  return first == std::string::npos ? std::string() : text.substr(first);
+}
+
+std::string resultText(ncclResult_t result) {
+  static const char* names[] = {"ncclSuccess",        "ncclUnhandledCudaError", "ncclSystemError",
+                                "ncclInternalError",  "ncclInvalidArgument",    "ncclInvalidUsage",
+                                "ncclRemoteError",    "ncclInProgress",         "ncclTimeout"};
+  int value = static_cast<int>(result);
+  return value >= 0 && value < 9 ? names[value] : "ncclResult_t " + std::to_string(value);
+}
+
+std::vector<int> exportedVersions(void* handle, const char* prefix) {
+  std::vector<int> versions;
+  for (int version : knownNetVersions()) {
+    std::string symbol = prefix + std::to_string(version);
+    if (dlsym(handle, symbol.c_str()) != nullptr) versions.push_back(version);
+  }
+  return versions;
+}
+
+}  // namespace
+
+const std::vector<int>& knownNetVersions() {
+  static const std::vector<int> versions{12, 11, 10, 9, 8, 7, 6};
+  return versions;
+}
+
+std::vector<std::string> pluginSpecEntries(const LoadOptions& options) {
+  std::string spec = options.plugin;
+  if (spec.empty()) {
+    const char* env = std::getenv("NCCL_NET_PLUGIN");
+    spec = env != nullptr ? env : kDefaultLibrary;
+  }
+  if (strcasecmp(trimmed(spec).c_str(), "none") == 0) return {};
+  std::vector<std::string> entries;
+  std::stringstream stream(spec);
+  std::string entry;
+  while (std::getline(stream, entry, ',') && entries.size() < kMaxEntries) {
+    entry = trimmed(entry);
+    if (!entry.empty() && entry.size() < 255) entries.push_back(entry);
+  }
+  return entries;
+}
+
+LibraryExports inspectLibrary(const std::string& path) {
+  LibraryExports exports;
+  exports.path = path;
+  dlerror();
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* text = dlerror();
+    exports.error = text != nullptr ? text : "dlopen failed";
+    return exports;
+  }
+  exports.netVersions = exportedVersions(handle, "ncclNetPlugin_v");
+  exports.collNetVersions = exportedVersions(handle, "ncclCollNetPlugin_v");
+  dlclose(handle);
+  return exports;
+}
+
+std::vector<std::string> findPluginLibraries(const std::vector<std::string>& dirs) {
+  std::vector<std::string> searched = dirs;
+  if (const char* path = std::getenv("LD_LIBRARY_PATH")) {
+    std::stringstream stream(path);
+    std::string dir;
+    while (std::getline(stream, dir, ':'))
+      if (!dir.empty()) searched.push_back(dir);
+  }
+  std::set<std::string> found;
+  for (const auto& dir : searched) {
+    DIR* directory = opendir(dir.c_str());
+    if (directory == nullptr) continue;
+    while (dirent* item = readdir(directory)) {
+      std::string name = item->d_name;
+      if (name.rfind("libnccl-net", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".so") == 0)
+        found.insert(dir + "/" + name);
+    }
+    closedir(directory);
+  }
+  return {found.begin(), found.end()};
+}
+
+std::unique_ptr<Net> openNetVersion(const std::string& path, int version, std::string* error) {
+  dlerror();
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* text = dlerror();
+    if (error != nullptr) *error = text != nullptr ? text : "dlopen failed";
+    return nullptr;
+  }
+  auto library = std::make_shared<detail::Library>(handle, path);
+  std::string symbol = "ncclNetPlugin_v" + std::to_string(version);
+  const void* table = dlsym(handle, symbol.c_str());
+  if (table == nullptr) {
+    if (error != nullptr) *error = path + " does not export " + symbol;
+    return nullptr;
+  }
+  auto net = detail::makeNetAdapter(version, table, library);
+  if (net == nullptr && error != nullptr) *error = "ncclNet_v" + std::to_string(version) + " is not a known version";
+  return net;
+}
+
+std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
+  LoadReport local;
+  LoadReport& out = report != nullptr ? *report : local;
+  for (const std::string& entry : pluginSpecEntries(options)) {
+    CandidateReport candidate;
+    candidate.requested = entry;
+    void* handle = nullptr;
+    std::string errors;
+    for (const std::string& file : fileNamesFor(entry, options.searchDirs)) {
+      candidate.triedPaths.push_back(file);
+      dlerror();
+      handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (handle != nullptr) {
+        candidate.loadedPath = file;
+        break;
+      }
+      const char* text = dlerror();
+      errors += (errors.empty() ? "" : "; ") + std::string(text != nullptr ? text : file + ": dlopen failed");
+    }
+    if (handle == nullptr) {
+      candidate.rejectReason = "could not open: " + errors;
+      out.candidates.push_back(std::move(candidate));
+      continue;
+    }
+    auto library = std::make_shared<detail::Library>(handle, candidate.loadedPath);
+    candidate.exportedVersions = exportedVersions(handle, "ncclNetPlugin_v");
+    if (candidate.exportedVersions.empty()) {
+      candidate.rejectReason = candidate.loadedPath + " exports no ncclNetPlugin_v12..v6: not a net plugin (or one "
+                               "for a version this host does not know)";
+      out.candidates.push_back(std::move(candidate));
+      continue;
+    }
+    int version = candidate.exportedVersions.front();
+    std::string symbol = "ncclNetPlugin_v" + std::to_string(version);
+    auto net = detail::makeNetAdapter(version, dlsym(handle, symbol.c_str()), library);
+    // As NCCL does: init, then devices; a failure or no device rejects the plugin and finalizes it.
+    void* ctx = nullptr;
+    ncclResult_t result = net->init(&ctx, 0, nullptr, nullptr, nullptr);
+    if (result != ncclSuccess) {
+      candidate.rejectReason = "init through ncclNet_v" + std::to_string(version) + " returned " + resultText(result);
+      out.candidates.push_back(std::move(candidate));
+      continue;
+    }
+    int ndev = 0;
+    result = net->devices(&ndev);
+    net->finalize(ctx);
+    if (result != ncclSuccess || ndev <= 0) {
+      candidate.rejectReason = result != ncclSuccess ? "devices returned " + resultText(result) : "no devices";
+      out.candidates.push_back(std::move(candidate));
+      continue;
+    }
+    candidate.chosenVersion = version;
+    out.candidates.push_back(std::move(candidate));
+    return net;
+  }
+  return nullptr;
+}
+
+}  // namespace nns::core

@@ -1,0 +1,227 @@
+// loader_test.cc: the loader on real libraries: NCCL_NET_PLUGIN forms, newest-first probing, rejections with their
+// reasons, and each old version's adapter filling the v12 view as NCCL does, with data moved through it.
+#include <dlfcn.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "nns/core/loader.hpp"
+
+using namespace nns::core;
+
+namespace {
+
+const std::string kDir = NNS_PLUGIN_DIR;
+using Clock = std::chrono::steady_clock;
+
+LoadOptions inBuildTree(const std::string& plugin) {
+  LoadOptions options;
+  options.plugin = plugin;
+  options.searchDirs = {kDir};
+  return options;
+}
+
+std::string reasons(const LoadReport& report) {
+  std::string text;
+  for (const auto& c : report.candidates) text += c.requested + ": " + c.rejectReason + "\n";
+  return text;
+}
+
+// Connects a send/recv pair of `net` in this process and moves `bytes`; returns the size test() reported.
+int roundTrip(Net& net, void* ctx, size_t bytes) {
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listenComm = nullptr;
+  EXPECT_EQ(net.listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  void* sendComm = nullptr;
+  void* recvComm = nullptr;
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while ((sendComm == nullptr || recvComm == nullptr) && Clock::now() < deadline) {
+    if (sendComm == nullptr) {
+      EXPECT_EQ(net.connect(ctx, 0, handle, &sendComm, nullptr), ncclSuccess);
+    }
+    if (recvComm == nullptr) {
+      EXPECT_EQ(net.accept(listenComm, &recvComm, nullptr), ncclSuccess);
+    }
+  }
+  if (sendComm == nullptr || recvComm == nullptr) return -1;
+  std::vector<unsigned char> out(bytes, 0xab), in(bytes + 16, 0);
+  void* sendRequest = nullptr;
+  void* recvRequest = nullptr;
+  void* data = in.data();
+  size_t capacity = in.size();
+  int tag = 5;
+  while (sendRequest == nullptr) {
+    EXPECT_EQ(net.isend(sendComm, out.data(), bytes, tag, nullptr, nullptr, &sendRequest), ncclSuccess);
+  }
+  while (recvRequest == nullptr) {
+    EXPECT_EQ(net.irecv(recvComm, 1, &data, &capacity, &tag, nullptr, nullptr, &recvRequest), ncclSuccess);
+  }
+  int sendDone = 0, recvDone = 0, sendSize = -1, recvSize = -1;
+  while ((!sendDone || !recvDone) && Clock::now() < deadline) {
+    if (!sendDone) {
+      EXPECT_EQ(net.test(sendRequest, &sendDone, &sendSize), ncclSuccess);
+    }
+    if (!recvDone) {
+      EXPECT_EQ(net.test(recvRequest, &recvDone, &recvSize), ncclSuccess);
+    }
+  }
+  EXPECT_TRUE(sendDone && recvDone);
+  EXPECT_EQ(std::memcmp(in.data(), out.data(), bytes), 0);
+  net.closeSend(sendComm);
+  net.closeRecv(recvComm);
+  net.closeListen(listenComm);
+  return recvSize;
+}
+
+}  // namespace
+
+TEST(Resolution, NameBecomesLibNcclNetNameSo) {
+  auto entries = pluginSpecEntries(inBuildTree("minimal"));
+  ASSERT_EQ(entries.size(), 1u);
+  LoadReport report;
+  auto net = loadNet(inBuildTree("minimal"), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  EXPECT_STREQ(net->name(), "minimal");
+  EXPECT_EQ(net->path(), kDir + "/libnccl-net-minimal.so");
+  ASSERT_EQ(report.candidates.size(), 1u);
+  const auto& tried = report.candidates[0].triedPaths;
+  EXPECT_EQ(tried.back(), kDir + "/libnccl-net-minimal.so") << "bare name first, then libnccl-net-NAME.so";
+  EXPECT_EQ(report.candidates[0].exportedVersions, (std::vector<int>{12, 11, 10, 9, 8, 7, 6}));
+  EXPECT_EQ(report.candidates[0].chosenVersion, 12) << "newest first";
+}
+
+TEST(Resolution, PathIsUsedAsIs) {
+  LoadReport report;
+  auto net = loadNet(inBuildTree(kDir + "/libnccl-net-minimal-v9.so"), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  EXPECT_EQ(net->version(), 9);
+  EXPECT_EQ(report.candidates[0].triedPaths.size(), 1u) << "a path is never rewritten";
+}
+
+TEST(Resolution, NoneMeansNoExternalPlugin) {
+  EXPECT_TRUE(pluginSpecEntries(inBuildTree("none")).empty());
+  EXPECT_TRUE(pluginSpecEntries(inBuildTree("NONE")).empty());
+  LoadReport report;
+  EXPECT_EQ(loadNet(inBuildTree("None"), &report), nullptr);
+  EXPECT_TRUE(report.candidates.empty());
+}
+
+TEST(Resolution, UnsetMeansLibNcclNetSo) {
+  unsetenv("NCCL_NET_PLUGIN");
+  EXPECT_EQ(pluginSpecEntries(LoadOptions{}), std::vector<std::string>{"libnccl-net.so"});
+  setenv("NCCL_NET_PLUGIN", "minimal", 1);
+  EXPECT_EQ(pluginSpecEntries(LoadOptions{}), std::vector<std::string>{"minimal"});
+  unsetenv("NCCL_NET_PLUGIN");
+}
+
+TEST(Resolution, ListTriesInOrderAndReportsEveryRejection) {
+  LoadReport report;
+  auto net = loadNet(inBuildTree("does-not-exist, " + kDir + "/../CMakeCache.txt,minimal-v8,minimal"), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  EXPECT_EQ(net->version(), 8) << "first candidate that loads wins";
+  ASSERT_EQ(report.candidates.size(), 3u);
+  EXPECT_NE(report.candidates[0].rejectReason.find("libnccl-net-does-not-exist.so"), std::string::npos)
+      << report.candidates[0].rejectReason;
+  EXPECT_NE(report.candidates[0].rejectReason.find("No such file"), std::string::npos) << "dlopen's own text";
+  EXPECT_NE(report.candidates[1].rejectReason.find("could not open"), std::string::npos);
+  EXPECT_EQ(report.candidates[2].chosenVersion, 8);
+}
+
+TEST(Resolution, ALibraryThatIsNotAPluginIsRejectedWithTheReason) {
+  LoadReport report;
+  EXPECT_EQ(loadNet(inBuildTree("libm.so.6"), &report), nullptr);
+  ASSERT_EQ(report.candidates.size(), 1u);
+  EXPECT_NE(report.candidates[0].rejectReason.find("exports no ncclNetPlugin"), std::string::npos)
+      << report.candidates[0].rejectReason;
+}
+
+TEST(Resolution, InitFailureRejectsTheCandidate) {
+  if (dlopen((kDir + "/libnccl-net-socket.so").c_str(), RTLD_NOW | RTLD_NOLOAD) == nullptr &&
+      access((kDir + "/libnccl-net-socket.so").c_str(), F_OK) != 0)
+    GTEST_SKIP() << "socket plugin not built";
+  setenv("NNS_SOCKET_IFNAME", "=no-such-interface", 1);  // the real plugin finds no device and init fails
+  LoadReport report;
+  auto net = loadNet(inBuildTree("socket,minimal"), &report);
+  unsetenv("NNS_SOCKET_IFNAME");
+  ASSERT_NE(net, nullptr) << reasons(report);
+  EXPECT_STREQ(net->name(), "minimal");
+  EXPECT_NE(report.candidates[0].rejectReason.find("init through ncclNet_v12 returned ncclSystemError"),
+            std::string::npos)
+      << report.candidates[0].rejectReason;
+}
+
+TEST(Inspect, ListsPluginsAndTheirVersions) {
+  auto libraries = findPluginLibraries({kDir});
+  bool sawV6 = false;
+  for (const auto& path : libraries) {
+    auto exports = inspectLibrary(path);
+    if (path == kDir + "/libnccl-net-minimal-v6.so") {
+      sawV6 = true;
+      EXPECT_EQ(exports.netVersions, std::vector<int>{6});
+      EXPECT_TRUE(exports.collNetVersions.empty());
+    }
+  }
+  EXPECT_TRUE(sawV6);
+  EXPECT_FALSE(inspectLibrary(kDir + "/missing.so").error.empty());
+}
+
+// Properties of an old plugin come back filled the way NCCL 2.30 fills them (net-abi.md §5.3).
+TEST(Adapters, OldVersionsPropertiesAreFilledAsNcclDoes) {
+  for (int version : {6, 8, 9, 11}) {
+    std::string error;
+    auto net = openNetVersion(kDir + "/libnccl-net-minimal-v" + std::to_string(version) + ".so", version, &error);
+    ASSERT_NE(net, nullptr) << error;
+    void* ctx = nullptr;
+    ASSERT_EQ(net->init(&ctx, 1, nullptr, nullptr, nullptr), ncclSuccess);
+    ncclNetProperties_v12_t props;
+    std::memset(&props, 0x5a, sizeof(props));
+    ASSERT_EQ(net->getProperties(0, &props), ncclSuccess);
+    SCOPED_TRACE("ncclNet_v" + std::to_string(version));
+    EXPECT_STREQ(props.name, "shm0");
+    EXPECT_EQ(props.railId, -1);
+    EXPECT_EQ(props.planeId, -1);
+    EXPECT_EQ(props.netDeviceType, NCCL_NET_DEVICE_HOST);
+    EXPECT_EQ(props.maxMultiRequestSize, 1);
+    EXPECT_EQ(props.vProps.ndevs, 1);
+    EXPECT_EQ(props.vProps.devs[0], 0);
+    if (version <= 8) {
+      EXPECT_EQ(props.maxP2pBytes, 1ull << 30) << "MAX_NET_SIZE for v6..v8";
+      EXPECT_EQ(props.maxCollBytes, 512ull << 20);
+      EXPECT_EQ(props.forceFlush, 0);
+    } else {
+      EXPECT_EQ(props.maxP2pBytes, NCCL_MAX_NET_SIZE_BYTES) << "copied from the plugin";
+    }
+    EXPECT_FALSE(net->hasSetNetAttr()) << "the minimal plugin has none";
+    EXPECT_EQ(roundTrip(*net, ctx, 100000), 100000);
+    EXPECT_EQ(net->finalize(ctx), ncclSuccess);
+  }
+}
+
+TEST(Adapters, SizesAnIntSizedVersionCannotCarryAreErrors) {
+  std::string error;
+  auto net = openNetVersion(kDir + "/libnccl-net-minimal-v8.so", 8, &error);
+  ASSERT_NE(net, nullptr) << error;
+  void* ctx = nullptr;
+  ASSERT_EQ(net->init(&ctx, 1, nullptr, nullptr, nullptr), ncclSuccess);
+  void* request = nullptr;
+  char byte = 0;
+  // Refused before the plugin sees the call, so any comm pointer will do.
+  EXPECT_EQ(net->isend(&byte, &byte, (3ull << 30), 0, nullptr, nullptr, &request), ncclInternalError);
+  void* data = &byte;
+  size_t size = (2ull << 30);
+  int tag = 0;
+  EXPECT_EQ(net->irecv(&byte, 1, &data, &size, &tag, nullptr, nullptr, &request), ncclInternalError);
+  EXPECT_EQ(net->makeVDevice(nullptr, nullptr), ncclInvalidUsage) << "v8 has no makeVDevice";
+  auto v6 = openNetVersion(kDir + "/libnccl-net-minimal-v6.so", 6, &error);
+  ASSERT_NE(v6, nullptr) << error;
+  void* mhandle = nullptr;
+  EXPECT_EQ(v6->regMr(&byte, &byte, static_cast<size_t>(INT_MAX) + 1, NCCL_PTR_HOST, &mhandle), ncclInternalError);
+  EXPECT_EQ(openNetVersion(kDir + "/libnccl-net-minimal-v6.so", 12, &error), nullptr);
+  EXPECT_NE(error.find("does not export ncclNetPlugin_v12"), std::string::npos) << error;
+}
