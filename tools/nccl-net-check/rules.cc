@@ -1,0 +1,897 @@
+// rules.cc: the conformance rules, each named after what it checks, and the process machinery that runs them.
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+
+namespace nns::check {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using core::Net;
+
+// ---- per-call watchdog: a call that does not return in time ends the process with a verdict -----------------------
+int gResultFd = -1;               // where the rule process writes its verdict
+const char* gCurrentCall = "";    // the plugin call in progress
+int gCallTimeout = 5;
+
+void onAlarm(int) {
+  char text[256];
+  int n = std::snprintf(text, sizeof(text), "FAIL|%s did not return within %d s (a blocking call)", gCurrentCall,
+                        gCallTimeout);
+  if (gResultFd >= 0 && n > 0) (void)!write(gResultFd, text, static_cast<size_t>(n));
+  _exit(3);
+}
+
+#define CALL(name, expr)            \
+  ([&]() -> ncclResult_t {          \
+    gCurrentCall = name;            \
+    alarm(gCallTimeout);            \
+    ncclResult_t call_result_ = (expr); \
+    alarm(0);                       \
+    return call_result_;            \
+  }())
+
+struct Verdict {
+  Status status;
+  std::string evidence;
+};
+Verdict pass(std::string evidence) { return {Status::kPass, std::move(evidence)}; }
+Verdict skip(std::string evidence) { return {Status::kSkip, std::move(evidence)}; }
+Verdict fail(const char* format, ...) __attribute__((format(printf, 1, 2)));
+Verdict fail(const char* format, ...) {
+  char text[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(text, sizeof(text), format, args);
+  va_end(args);
+  return {Status::kFail, text};
+}
+
+struct Context {
+  Net* net;
+  void* ctx;
+  int dev;
+  ncclNetProperties_v12_t props;
+};
+
+// ---- building blocks -------------------------------------------------------------------------------------------
+unsigned char patternByte(size_t index, uint64_t seed) { return static_cast<unsigned char>((index * 2654435761u) ^ seed); }
+void fill(std::vector<unsigned char>& buffer, size_t bytes, uint64_t seed) {
+  for (size_t i = 0; i < bytes; ++i) buffer[i] = patternByte(i, seed);
+}
+long firstMismatch(const std::vector<unsigned char>& buffer, size_t bytes, uint64_t seed) {
+  for (size_t i = 0; i < bytes; ++i)
+    if (buffer[i] != patternByte(i, seed)) return static_cast<long>(i);
+  return -1;
+}
+
+// Polls test() until done, an error, or `seconds`; returns the plugin's result or ncclTimeout.
+ncclResult_t waitDone(Context& c, void* request, int* size, double seconds) {
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  int done = 0;
+  while (!done) {
+    ncclResult_t result = CALL("test", c.net->test(request, &done, size));
+    if (result != ncclSuccess) return result;
+    if (!done && Clock::now() > deadline) return ncclTimeout;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t postSend(Context& c, void* comm, void* data, size_t size, int tag, void** request, double seconds = 10) {
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  *request = nullptr;
+  while (*request == nullptr) {
+    ncclResult_t result = CALL("isend", c.net->isend(comm, data, size, tag, nullptr, nullptr, request));
+    if (result != ncclSuccess) return result;
+    if (*request == nullptr && Clock::now() > deadline) return ncclTimeout;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t postRecv(Context& c, void* comm, int n, void** data, size_t* sizes, int* tags, void** request,
+                      double seconds = 10) {
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  *request = nullptr;
+  while (*request == nullptr) {
+    ncclResult_t result = CALL("irecv", c.net->irecv(comm, n, data, sizes, tags, nullptr, nullptr, request));
+    if (result != ncclSuccess) return result;
+    if (*request == nullptr && Clock::now() > deadline) return ncclTimeout;
+  }
+  return ncclSuccess;
+}
+
+// A peer process: runs `body` (which returns an exit code) with the per-call watchdog active.
+pid_t startPeer(const std::function<int()>& body) {
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    gResultFd = -1;
+    _exit(body());
+  }
+  return pid;
+}
+
+// The peer's exit code, -signal if it died, or 124 if it did not finish within `seconds` (then it is killed).
+int waitPeer(pid_t pid, double seconds) {
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (Clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return 124;
+    }
+    usleep(1000);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+void* connectWithin(Context& c, void* handle, double seconds) {
+  void* sendComm = nullptr;
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (sendComm == nullptr && Clock::now() < deadline) {
+    if (CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, nullptr)) != ncclSuccess) return nullptr;
+  }
+  return sendComm;
+}
+
+void* acceptWithin(Context& c, void* listenComm, double seconds) {
+  void* recvComm = nullptr;
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (recvComm == nullptr && Clock::now() < deadline) {
+    if (CALL("accept", c.net->accept(listenComm, &recvComm, nullptr)) != ncclSuccess) return nullptr;
+  }
+  return recvComm;
+}
+
+// The usual shape: this process listens and receives, a peer process connects and runs `sender`.
+struct Pair {
+  void* listenComm = nullptr;
+  void* recvComm = nullptr;
+  pid_t peer = -1;
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+};
+
+bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& sender, std::string* why) {
+  if (CALL("listen", c.net->listen(c.ctx, c.dev, pair.handle, &pair.listenComm)) != ncclSuccess) {
+    *why = "listen failed";
+    return false;
+  }
+  pair.peer = startPeer([&]() {
+    void* sendComm = connectWithin(c, pair.handle, 20);
+    if (sendComm == nullptr) return 20;
+    int code = sender(sendComm);
+    CALL("closeSend", c.net->closeSend(sendComm));
+    return code;
+  });
+  pair.recvComm = acceptWithin(c, pair.listenComm, 20);
+  if (pair.recvComm == nullptr) {
+    *why = "accept did not complete within 20 s";
+    return false;
+  }
+  return true;
+}
+
+int closePair(Context& c, Pair& pair, double peerSeconds = 30) {
+  int code = pair.peer > 0 ? waitPeer(pair.peer, peerSeconds) : 0;
+  if (pair.recvComm != nullptr) CALL("closeRecv", c.net->closeRecv(pair.recvComm));
+  if (pair.listenComm != nullptr) CALL("closeListen", c.net->closeListen(pair.listenComm));
+  return code;
+}
+
+// Sends each (size, seed) message in order, 8 in flight at most; exit code 0 when all completed with the right size.
+int sendMessages(Context& c, void* comm, const std::vector<std::pair<size_t, uint64_t>>& messages, int tag = 1) {
+  size_t largest = 0;
+  for (auto& m : messages) largest = std::max(largest, m.first);
+  constexpr size_t kInFlight = 8;
+  std::vector<std::vector<unsigned char>> buffers(kInFlight, std::vector<unsigned char>(largest));
+  std::vector<void*> requests(kInFlight, nullptr);
+  std::vector<size_t> sizes(kInFlight, 0);
+  for (size_t i = 0; i < messages.size() + kInFlight; ++i) {
+    size_t slot = i % kInFlight;
+    if (requests[slot] != nullptr) {
+      int size = -1;
+      if (waitDone(c, requests[slot], &size, 30) != ncclSuccess) return 30;
+      if (size != static_cast<int>(sizes[slot])) return 31;
+      requests[slot] = nullptr;
+    }
+    if (i >= messages.size()) continue;
+    fill(buffers[slot], messages[i].first, messages[i].second);
+    sizes[slot] = messages[i].first;
+    if (postSend(c, comm, buffers[slot].data(), messages[i].first, tag, &requests[slot]) != ncclSuccess) return 32;
+  }
+  return 0;
+}
+
+// Receives the same messages in order into buffers of `capacity`, checking sizes and bytes.
+Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size_t, uint64_t>>& messages,
+                        size_t capacity, int tag = 1) {
+  constexpr size_t kInFlight = 8;
+  std::vector<std::vector<unsigned char>> buffers(kInFlight, std::vector<unsigned char>(capacity));
+  std::vector<void*> requests(kInFlight, nullptr);
+  for (size_t i = 0; i < messages.size() + kInFlight; ++i) {
+    size_t slot = i % kInFlight;
+    if (requests[slot] != nullptr) {
+      size_t index = i - kInFlight;
+      int size = -1;
+      ncclResult_t result = waitDone(c, requests[slot], &size, 30);
+      if (result != ncclSuccess) return fail("message %zu (%zu B): test returned %d", index, messages[index].first, result);
+      if (size != static_cast<int>(messages[index].first))
+        return fail("message %zu: test reported %d bytes, %zu were sent", index, size, messages[index].first);
+      long bad = firstMismatch(buffers[slot], messages[index].first, messages[index].second);
+      if (bad >= 0) return fail("message %zu (%zu B): wrong byte at offset %ld", index, messages[index].first, bad);
+      requests[slot] = nullptr;
+    }
+    if (i >= messages.size()) continue;
+    void* data = buffers[slot].data();
+    size_t size = capacity;
+    int tags[1] = {tag};
+    if (postRecv(c, comm, 1, &data, &size, tags, &requests[slot]) != ncclSuccess) return fail("irecv %zu failed", i);
+  }
+  return pass("");
+}
+
+std::string peerText(int code) {
+  if (code == 0) return "peer ok";
+  if (code == 124) return "peer did not finish (killed)";
+  if (code < 0) return "peer died with signal " + std::to_string(-code);
+  if (code == 3) return "peer: a plugin call did not return in time";
+  return "peer exit code " + std::to_string(code);
+}
+
+// ---- the rules -------------------------------------------------------------------------------------------------
+Verdict propertiesSane(Context& c) {
+  int ndev = 0;
+  if (CALL("devices", c.net->devices(&ndev)) != ncclSuccess || ndev <= 0) return fail("devices gave %d", ndev);
+  std::set<std::string> names;
+  std::string summary;
+  for (int dev = 0; dev < ndev; ++dev) {
+    ncclNetProperties_v12_t p;
+    if (CALL("getProperties", c.net->getProperties(dev, &p)) != ncclSuccess) return fail("getProperties(%d) failed", dev);
+    if (p.name == nullptr || !names.insert(p.name).second)
+      return fail("device %d: name %s is missing or not unique (NCCL keys NICs by name)", dev, p.name ? p.name : "NULL");
+    if (p.pciPath != nullptr && std::strncmp(p.pciPath, "/sys/", 5) != 0)
+      return fail("device %d: pciPath %s is not a /sys path", dev, p.pciPath);
+    if (p.speed <= 0) return fail("device %d: speed %d Mbps", dev, p.speed);
+    if (!(p.ptrSupport & NCCL_PTR_HOST)) return fail("device %d: ptrSupport 0x%x lacks NCCL_PTR_HOST", dev, p.ptrSupport);
+    if (p.maxComms <= 0 || p.maxRecvs < 1 || p.maxRecvs > 64)
+      return fail("device %d: maxComms %d, maxRecvs %d", dev, p.maxComms, p.maxRecvs);
+    if (p.latency < 0) return fail("device %d: latency %f", dev, p.latency);
+    if (p.maxP2pBytes == 0 || p.maxP2pBytes > NCCL_MAX_NET_SIZE_BYTES)
+      return fail("device %d: maxP2pBytes %zu outside (0, 1 TiB] (NCCL refuses the connection)", dev, p.maxP2pBytes);
+    if (p.vProps.ndevs < 1 || p.vProps.ndevs > NCCL_NET_MAX_DEVS_PER_NIC)
+      return fail("device %d: vProps.ndevs %d", dev, p.vProps.ndevs);
+    if (p.netDeviceType != NCCL_NET_DEVICE_HOST &&
+        !(p.netDeviceType == NCCL_NET_DEVICE_UNPACK && p.netDeviceVersion == NCCL_NET_DEVICE_UNPACK_VERSION))
+      return fail("device %d: netDeviceType %d version %d is not one NCCL accepts for ncclNet", dev,
+                  p.netDeviceType, p.netDeviceVersion);
+    summary += std::string(dev ? "; " : "") + p.name + " " + std::to_string(p.speed) + " Mbps maxRecvs " +
+               std::to_string(p.maxRecvs);
+  }
+  return pass(std::to_string(ndev) + " device(s): " + summary);
+}
+
+Verdict listenHandleFits(Context& c) {
+  unsigned char buffer[2 * NCCL_NET_HANDLE_MAXSIZE];
+  std::memset(buffer, 0xa5, sizeof(buffer));
+  void* listenComm = nullptr;
+  if (CALL("listen", c.net->listen(c.ctx, c.dev, buffer, &listenComm)) != ncclSuccess || listenComm == nullptr)
+    return fail("listen failed or returned no listenComm");
+  CALL("closeListen", c.net->closeListen(listenComm));
+  for (size_t i = NCCL_NET_HANDLE_MAXSIZE; i < sizeof(buffer); ++i)
+    if (buffer[i] != 0xa5) return fail("listen wrote byte %zu of the handle (NCCL ships only 128)", i);
+  return pass("listen wrote within the 128-byte handle");
+}
+
+Verdict connectIsNonblocking(Context& c) {
+  // The listener never accepts: connect must keep returning (NULL comm, or a comm) rather than wait for it.
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listenComm = nullptr;
+  if (CALL("listen", c.net->listen(c.ctx, c.dev, handle, &listenComm)) != ncclSuccess) return fail("listen failed");
+  void* sendComm = nullptr;
+  double slowest = 0;
+  for (int i = 0; i < 50 && sendComm == nullptr; ++i) {
+    auto start = Clock::now();
+    if (CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, nullptr)) != ncclSuccess)
+      return fail("connect returned an error while the peer had not accepted yet");
+    slowest = std::max(slowest, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  if (slowest > 1.0) return fail("a connect call took %.2f s with no accept on the other side", slowest);
+  // Complete the pair so the plugin can clean up: both sides progress together from here.
+  void* recvComm = nullptr;
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while ((sendComm == nullptr || recvComm == nullptr) && Clock::now() < deadline) {
+    if (recvComm == nullptr && CALL("accept", c.net->accept(listenComm, &recvComm, nullptr)) != ncclSuccess) break;
+    if (sendComm == nullptr && CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, nullptr)) != ncclSuccess)
+      break;
+  }
+  if (sendComm != nullptr) CALL("closeSend", c.net->closeSend(sendComm));
+  if (recvComm != nullptr) CALL("closeRecv", c.net->closeRecv(recvComm));
+  CALL("closeListen", c.net->closeListen(listenComm));
+  char text[96];
+  std::snprintf(text, sizeof(text), "slowest connect call %.1f ms before accept", slowest * 1e3);
+  return pass(text);
+}
+
+Verdict acceptIsNonblocking(Context& c) {
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listenComm = nullptr;
+  if (CALL("listen", c.net->listen(c.ctx, c.dev, handle, &listenComm)) != ncclSuccess) return fail("listen failed");
+  double slowest = 0;
+  for (int i = 0; i < 20; ++i) {
+    void* recvComm = nullptr;
+    auto start = Clock::now();
+    if (CALL("accept", c.net->accept(listenComm, &recvComm, nullptr)) != ncclSuccess) return fail("accept returned an error");
+    slowest = std::max(slowest, std::chrono::duration<double>(Clock::now() - start).count());
+    if (recvComm != nullptr) return fail("accept returned a comm although nobody connected");
+  }
+  CALL("closeListen", c.net->closeListen(listenComm));
+  if (slowest > 1.0) return fail("an accept call took %.2f s with nobody connecting", slowest);
+  char text[96];
+  std::snprintf(text, sizeof(text), "20 accepts with nobody connecting, slowest %.1f ms", slowest * 1e3);
+  return pass(text);
+}
+
+Verdict maxRequestsInFlight(Context& c) {
+  // NCCL keeps up to NCCL_NET_MAX_REQUESTS receives posted per comm; they must all be accepted, then complete.
+  constexpr int kRequests = NCCL_NET_MAX_REQUESTS;
+  std::vector<std::pair<size_t, uint64_t>> messages;
+  for (int i = 0; i < kRequests; ++i) messages.push_back({static_cast<size_t>(1000 + i), static_cast<uint64_t>(i)});
+  Pair pair;
+  std::string why;
+  int goPipe[2];
+  if (pipe(goPipe) != 0) return fail("pipe failed");
+  if (!openPair(c, pair, [&](void* comm) {
+        char go;
+        if (read(goPipe[0], &go, 1) != 1) return 40;  // wait until every receive is posted
+        return sendMessages(c, comm, messages);
+      }, &why))
+    return fail("%s", why.c_str());
+  std::vector<std::vector<unsigned char>> buffers(kRequests, std::vector<unsigned char>(4096));
+  std::vector<void*> requests(kRequests, nullptr);
+  int accepted = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    void* data = buffers[i].data();
+    size_t size = buffers[i].size();
+    int tag = 1;
+    if (CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, nullptr, nullptr, &requests[i])) != ncclSuccess)
+      return fail("irecv %d returned an error", i);
+    if (requests[i] == nullptr) break;
+    ++accepted;
+  }
+  (void)!write(goPipe[1], "g", 1);
+  if (accepted < kRequests) {
+    closePair(c, pair, 5);
+    return fail("only %d of %d receives could be posted at once (NCCL_NET_MAX_REQUESTS)", accepted, kRequests);
+  }
+  for (int i = 0; i < kRequests; ++i) {
+    int size = -1;
+    ncclResult_t result = waitDone(c, requests[i], &size, 30);
+    if (result != ncclSuccess) return fail("receive %d: test returned %d", i, result);
+    if (size != 1000 + i || firstMismatch(buffers[i], size, i) >= 0) return fail("receive %d: wrong size %d or bytes", i, size);
+  }
+  int code = closePair(c, pair);
+  if (code != 0) return fail("%s", peerText(code).c_str());
+  return pass("32 receives posted at once, all completed in order with the right sizes and bytes");
+}
+
+Verdict nullRequestMeansRetry(Context& c) {
+  // Post sends with nobody receiving until the plugin says "not now" (NULL request) or 4x the limit is in flight;
+  // then everything posted must still complete once receives arrive.
+  constexpr int kLimit = 4 * NCCL_NET_MAX_REQUESTS;
+  Pair pair;
+  std::string why;
+  int goPipe[2];
+  if (pipe(goPipe) != 0) return fail("pipe failed");
+  int resultPipe[2];
+  if (pipe(resultPipe) != 0) return fail("pipe failed");
+  if (!openPair(c, pair, [&](void* comm) {
+        std::vector<unsigned char> byte(16, 7);
+        std::vector<void*> requests;
+        for (int i = 0; i < kLimit; ++i) {
+          void* request = nullptr;
+          if (CALL("isend", c.net->isend(comm, byte.data(), byte.size(), 1, nullptr, nullptr, &request)) != ncclSuccess)
+            return 41;
+          if (request == nullptr) break;
+          requests.push_back(request);
+        }
+        int posted = static_cast<int>(requests.size());
+        (void)!write(resultPipe[1], &posted, sizeof(posted));
+        for (void* r : requests) {
+          int size = -1;
+          if (waitDone(c, r, &size, 30) != ncclSuccess || size != 16) return 42;
+        }
+        return 0;
+      }, &why))
+    return fail("%s", why.c_str());
+  int posted = 0;
+  pollfd wait{resultPipe[0], POLLIN, 0};
+  if (poll(&wait, 1, 20000) != 1 || read(resultPipe[0], &posted, sizeof(posted)) != sizeof(posted))
+    return fail("the sender did not report how many sends it could post");
+  std::vector<std::pair<size_t, uint64_t>> none;
+  std::vector<unsigned char> buffer(64);
+  for (int i = 0; i < posted; ++i) {
+    void* request = nullptr;
+    void* data = buffer.data();
+    size_t size = buffer.size();
+    int tag = 1;
+    if (postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request) != ncclSuccess) return fail("irecv %d failed", i);
+    int got = -1;
+    if (waitDone(c, request, &got, 30) != ncclSuccess || got != 16) return fail("receive %d: size %d", i, got);
+  }
+  int code = closePair(c, pair);
+  if (code != 0) return fail("%s", peerText(code).c_str());
+  if (posted < NCCL_NET_MAX_REQUESTS) return fail("only %d sends accepted before a NULL request (< %d)", posted, NCCL_NET_MAX_REQUESTS);
+  return pass(posted < kLimit ? "isend returned a NULL request after " + std::to_string(posted) +
+                                    " in flight; all completed once received"
+                              : "accepted " + std::to_string(posted) + " sends in flight; all completed");
+}
+
+Verdict testReportsSizes(Context& c) {
+  std::vector<std::pair<size_t, uint64_t>> messages{{1, 1}, {7, 2}, {4096, 3}, {65537, 4}, {(1u << 20) + 3, 5}};
+  Pair pair;
+  std::string why;
+  if (!openPair(c, pair, [&](void* comm) { return sendMessages(c, comm, messages); }, &why))
+    return fail("%s", why.c_str());
+  Verdict v = receiveMessages(c, pair.recvComm, messages, 2u << 20);
+  int code = closePair(c, pair);
+  if (v.status != Status::kPass) return v;
+  if (code != 0) return fail("sender: %s (sizes reported on the send side were wrong if code 31)", peerText(code).c_str());
+  return pass("1, 7, 4096, 65537 and 1 MiB+3 bytes into 2 MiB buffers: both sides reported the sent size");
+}
+
+Verdict zeroByte(Context& c) {
+  std::vector<std::pair<size_t, uint64_t>> messages{{0, 0}, {5, 9}, {0, 0}};
+  Pair pair;
+  std::string why;
+  if (!openPair(c, pair, [&](void* comm) { return sendMessages(c, comm, messages); }, &why))
+    return fail("%s", why.c_str());
+  Verdict v = receiveMessages(c, pair.recvComm, messages, 64);
+  int code = closePair(c, pair);
+  if (v.status != Status::kPass) return v;
+  if (code != 0) return fail("%s", peerText(code).c_str());
+  return pass("0-byte messages complete with size 0, in order with others");
+}
+
+Verdict truncationIsAnError(Context& c) {
+  Pair pair;
+  std::string why;
+  if (!openPair(c, pair, [&](void* comm) {
+        std::vector<unsigned char> big(1000, 1);
+        void* request = nullptr;
+        if (postSend(c, comm, big.data(), big.size(), 1, &request) != ncclSuccess) return 0;
+        int size = -1;
+        waitDone(c, request, &size, 5);  // may fail once the receiver rejects the message: either is fine
+        return 0;
+      }, &why))
+    return fail("%s", why.c_str());
+  std::vector<unsigned char> small(100 + 64, 0);
+  void* data = small.data();
+  size_t size = 100;
+  int tag = 1;
+  void* request = nullptr;
+  ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request);
+  int got = -1;
+  if (result == ncclSuccess) result = waitDone(c, request, &got, 10);
+  closePair(c, pair, 10);
+  if (result == ncclSuccess)
+    return fail("a 1000-byte message into a 100-byte receive completed (size %d): silent truncation", got);
+  if (result == ncclTimeout) return fail("a 1000-byte message into a 100-byte receive never completed nor failed");
+  for (size_t i = 100; i < small.size(); ++i)
+    if (small[i] != 0) return fail("the plugin wrote past the 100-byte receive buffer (byte %zu)", i);
+  return pass("test/irecv returned error " + std::to_string(result) + " and wrote nothing past the buffer");
+}
+
+Verdict multiRecvTags(Context& c) {
+  int n = std::min(c.props.maxRecvs, 8);
+  if (n < 2) return skip("maxRecvs is " + std::to_string(c.props.maxRecvs) + ": no grouped receives to check");
+  Pair pair;
+  std::string why;
+  int goPipe[2];
+  if (pipe(goPipe) != 0) return fail("pipe failed");
+  // The sender sends one message per tag, in reverse tag order, sizes differing per tag.
+  if (!openPair(c, pair, [&](void* comm) {
+        char go;
+        if (read(goPipe[0], &go, 1) != 1) return 40;
+        std::vector<std::vector<unsigned char>> buffers(n);
+        std::vector<void*> requests(n, nullptr);
+        for (int k = n - 1; k >= 0; --k) {
+          buffers[k].resize(100 * (k + 1) + 3);
+          fill(buffers[k], buffers[k].size(), 50 + k);
+          if (postSend(c, comm, buffers[k].data(), buffers[k].size(), 10 + k, &requests[k]) != ncclSuccess) return 41;
+        }
+        for (int k = 0; k < n; ++k) {
+          int size = -1;
+          if (waitDone(c, requests[k], &size, 20) != ncclSuccess) return 42;
+        }
+        return 0;
+      }, &why))
+    return fail("%s", why.c_str());
+  std::vector<std::vector<unsigned char>> buffers(n, std::vector<unsigned char>(4096));
+  std::vector<void*> data(n);
+  std::vector<size_t> sizes(n, 4096);
+  std::vector<int> tags(n);
+  for (int k = 0; k < n; ++k) {
+    data[k] = buffers[k].data();
+    tags[k] = 10 + k;
+  }
+  void* request = nullptr;
+  ncclResult_t result = postRecv(c, pair.recvComm, n, data.data(), sizes.data(), tags.data(), &request);
+  (void)!write(goPipe[1], "g", 1);
+  std::vector<int> got(64, -1);
+  if (result == ncclSuccess) result = waitDone(c, request, got.data(), 20);
+  int code = closePair(c, pair);
+  if (result != ncclSuccess) return fail("grouped irecv of %d: result %d", n, result);
+  for (int k = 0; k < n; ++k) {
+    int expected = 100 * (k + 1) + 3;
+    if (got[k] != expected) return fail("receive %d (tag %d): size %d, expected %d", k, 10 + k, got[k], expected);
+    if (firstMismatch(buffers[k], expected, 50 + k) >= 0) return fail("receive %d (tag %d): wrong bytes (matched by tag?)", k, 10 + k);
+  }
+  if (code != 0) return fail("%s", peerText(code).c_str());
+  return pass("irecv of " + std::to_string(n) + " tags, sent in reverse order: every buffer got its tag's message");
+}
+
+Verdict oneGibMessage(Context& c) {
+  constexpr size_t kBytes = 1ull << 30;
+  if (c.props.maxP2pBytes < kBytes) return skip("maxP2pBytes " + std::to_string(c.props.maxP2pBytes) + " < 1 GiB");
+  Pair pair;
+  std::string why;
+  if (!openPair(c, pair, [&](void* comm) {
+        std::vector<unsigned char> big(kBytes);
+        for (size_t i = 0; i < kBytes; i += 4096) big[i] = patternByte(i, 77);
+        void* request = nullptr;
+        if (postSend(c, comm, big.data(), kBytes, 1, &request) != ncclSuccess) return 41;
+        int size = -1;
+        if (waitDone(c, request, &size, 60) != ncclSuccess) return 42;
+        return size == static_cast<int>(kBytes) ? 0 : 43;
+      }, &why))
+    return fail("%s", why.c_str());
+  std::vector<unsigned char> big(kBytes);
+  void* data = big.data();
+  size_t size = kBytes;
+  int tag = 1;
+  void* request = nullptr;
+  auto start = Clock::now();
+  ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request);
+  int got = -1;
+  if (result == ncclSuccess) result = waitDone(c, request, &got, 60);
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  int code = closePair(c, pair, 60);
+  if (result != ncclSuccess) return fail("1 GiB receive: result %d", result);
+  if (got != static_cast<int>(kBytes)) return fail("1 GiB receive reported %d bytes", got);
+  for (size_t i = 0; i < kBytes; i += 4096)
+    if (big[i] != patternByte(i, 77)) return fail("1 GiB receive: wrong byte at %zu", i);
+  if (code != 0) return fail("%s", peerText(code).c_str());
+  char text[96];
+  std::snprintf(text, sizeof(text), "1 GiB in %.2f s (%.2f GB/s), sampled every 4 KiB", seconds, kBytes / seconds / 1e9);
+  return pass(text);
+}
+
+Verdict randomSizesIntegrity(Context& c) {
+  std::mt19937_64 random(12345);
+  std::vector<std::pair<size_t, uint64_t>> messages;
+  for (int i = 0; i < 300; ++i) {
+    size_t size = random() % 4 == 0 ? random() % (4u << 20) : random() % 70000;
+    messages.push_back({size, random()});
+  }
+  Pair pair;
+  std::string why;
+  if (!openPair(c, pair, [&](void* comm) { return sendMessages(c, comm, messages); }, &why))
+    return fail("%s", why.c_str());
+  Verdict v = receiveMessages(c, pair.recvComm, messages, 4u << 20);
+  int code = closePair(c, pair);
+  if (v.status != Status::kPass) return v;
+  if (code != 0) return fail("%s", peerText(code).c_str());
+  return pass("300 messages of random sizes up to 4 MiB, 8 in flight: every byte checked");
+}
+
+long residentKiB() {
+  FILE* status = std::fopen("/proc/self/status", "r");
+  if (status == nullptr) return -1;
+  char line[256];
+  long kib = -1;
+  while (std::fgets(line, sizeof(line), status))
+    if (std::sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  std::fclose(status);
+  return kib;
+}
+
+Verdict regmrDeregBalance(Context& c) {
+  Pair pair;
+  std::string why;
+  if (!openPair(c, pair, [&](void*) { return 0; }, &why)) return fail("%s", why.c_str());
+  std::vector<unsigned char> buffer(1 << 20);
+  long before = residentKiB();
+  for (int i = 0; i < 2000; ++i) {
+    void* mhandle = nullptr;
+    if (CALL("regMr", c.net->regMr(pair.recvComm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mhandle)) != ncclSuccess)
+      return fail("regMr %d failed", i);
+    if (CALL("deregMr", c.net->deregMr(pair.recvComm, mhandle)) != ncclSuccess) return fail("deregMr %d failed", i);
+  }
+  long grown = residentKiB() - before;
+  closePair(c, pair);
+  if (grown > 16 * 1024) return fail("2000 regMr/deregMr pairs grew the process by %ld KiB", grown);
+  return pass("2000 regMr/deregMr pairs of 1 MiB, resident memory grew " + std::to_string(grown) + " KiB");
+}
+
+Verdict closeWithRequestsInFlight(Context& c) {
+  Pair pair;
+  std::string why;
+  if (!openPair(c, pair, [&](void* comm) {
+        std::vector<unsigned char> buffer(1 << 20, 3);
+        for (int i = 0; i < 4; ++i) {
+          void* request = nullptr;
+          if (CALL("isend", c.net->isend(comm, buffer.data(), buffer.size(), 1, nullptr, nullptr, &request)) != ncclSuccess)
+            return 0;
+        }
+        return 0;  // closeSend follows with the sends in flight
+      }, &why))
+    return fail("%s", why.c_str());
+  std::vector<std::vector<unsigned char>> buffers(8, std::vector<unsigned char>(64));
+  for (int i = 0; i < 8; ++i) {
+    void* data = buffers[i].data();
+    size_t size = 64;
+    int tag = 99;  // nobody sends this tag: these stay pending
+    void* request = nullptr;
+    CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, nullptr, nullptr, &request));
+  }
+  int code = waitPeer(pair.peer, 20);
+  pair.peer = -1;
+  ncclResult_t result = CALL("closeRecv", c.net->closeRecv(pair.recvComm));
+  pair.recvComm = nullptr;
+  closePair(c, pair);
+  if (code != 0) return fail("sender closing with sends in flight: %s", peerText(code).c_str());
+  if (result != ncclSuccess) return fail("closeRecv with receives in flight returned %d", result);
+  return pass("closeSend with 4 sends and closeRecv with 8 receives in flight returned, no crash");
+}
+
+Verdict peerDeathIsAnError(Context& c) {
+  Pair pair;
+  std::string why;
+  if (!openPair(c, pair, [&](void* comm) {
+        std::vector<unsigned char> big(64u << 20, 1);
+        void* request = nullptr;
+        postSend(c, comm, big.data(), big.size(), 1, &request);
+        for (;;) pause();  // stalls mid-transfer until killed
+        return 0;
+      }, &why))
+    return fail("%s", why.c_str());
+  std::vector<unsigned char> big(64u << 20);
+  void* data = big.data();
+  size_t size = big.size();
+  int tag = 1;
+  void* request = nullptr;
+  if (postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request) != ncclSuccess) return fail("irecv failed");
+  usleep(200000);
+  kill(pair.peer, SIGKILL);
+  waitPeer(pair.peer, 5);
+  pair.peer = -1;
+  auto killed = Clock::now();
+  int got = -1;
+  ncclResult_t result = waitDone(c, request, &got, 30);
+  double seconds = std::chrono::duration<double>(Clock::now() - killed).count();
+  closePair(c, pair);
+  if (result == ncclSuccess) return fail("the receive completed although the sender died mid-transfer");
+  if (result == ncclTimeout) return fail("no error within 30 s of the peer's death: the receive would hang NCCL");
+  char text[128];
+  std::snprintf(text, sizeof(text), "test returned %d %.2f s after the sender was killed", result, seconds);
+  return pass(text);
+}
+
+Verdict everyVersionAgrees(Context& c) {
+  auto exports = core::inspectLibrary(c.net->path());
+  std::string summary;
+  for (int version : exports.netVersions) {
+    std::string error;
+    auto net = core::openNetVersion(c.net->path(), version, &error);
+    if (net == nullptr) return fail("ncclNet_v%d: %s", version, error.c_str());
+    void* ctx = nullptr;
+    if (CALL("init", net->init(&ctx, 1, nullptr, nullptr, nullptr)) != ncclSuccess) return fail("ncclNet_v%d: init failed", version);
+    ncclNetProperties_v12_t p;
+    if (CALL("getProperties", net->getProperties(c.dev, &p)) != ncclSuccess) return fail("ncclNet_v%d: getProperties failed", version);
+    if (std::strcmp(p.name, c.props.name) != 0 || p.speed != c.props.speed || p.ptrSupport != c.props.ptrSupport ||
+        p.maxComms != c.props.maxComms || p.maxRecvs != c.props.maxRecvs || p.guid != c.props.guid)
+      return fail("ncclNet_v%d reports %s %d Mbps ptr 0x%x maxRecvs %d, v%d reports %s %d Mbps ptr 0x%x maxRecvs %d",
+                  version, p.name, p.speed, p.ptrSupport, p.maxRecvs, c.net->version(), c.props.name, c.props.speed,
+                  c.props.ptrSupport, c.props.maxRecvs);
+    if (std::strcmp(net->name(), c.net->name()) != 0) return fail("ncclNet_v%d is named %s, not %s", version, net->name(), c.net->name());
+    Context other{net.get(), ctx, c.dev, p};
+    std::vector<std::pair<size_t, uint64_t>> messages{{3, 1}, {70000, 2}};
+    Pair pair;
+    std::string why;
+    if (!openPair(other, pair, [&](void* comm) { return sendMessages(other, comm, messages); }, &why))
+      return fail("ncclNet_v%d: %s", version, why.c_str());
+    Verdict v = receiveMessages(other, pair.recvComm, messages, 1 << 17);
+    int code = closePair(other, pair);
+    if (v.status != Status::kPass) return fail("ncclNet_v%d: %s", version, v.evidence.c_str());
+    if (code != 0) return fail("ncclNet_v%d: %s", version, peerText(code).c_str());
+    CALL("finalize", net->finalize(ctx));
+    summary += "v" + std::to_string(version) + " ";
+  }
+  return pass("same name and properties, data moved through " + summary);
+}
+
+Verdict everyCallReturns(Context& c) {
+  // The watchdog guards every plugin call of every rule; this rule drives one full lifecycle under it.
+  std::vector<std::pair<size_t, uint64_t>> messages{{10, 1}};
+  Pair pair;
+  std::string why;
+  if (!openPair(c, pair, [&](void* comm) { return sendMessages(c, comm, messages); }, &why))
+    return fail("%s", why.c_str());
+  void* mhandle = nullptr;
+  std::vector<unsigned char> buffer(64);
+  if (CALL("regMr", c.net->regMr(pair.recvComm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mhandle)) != ncclSuccess)
+    return fail("regMr failed");
+  Verdict v = receiveMessages(c, pair.recvComm, messages, 64);
+  CALL("deregMr", c.net->deregMr(pair.recvComm, mhandle));
+  int code = closePair(c, pair);
+  if (v.status != Status::kPass) return v;
+  if (code != 0) return fail("%s", peerText(code).c_str());
+  return pass("listen, connect, accept, regMr, isend, irecv, test, deregMr, close* each returned within " +
+              std::to_string(gCallTimeout) + " s");
+}
+
+struct Rule {
+  RuleInfo info;
+  Verdict (*run)(Context&);
+};
+
+const std::vector<Rule>& rules() {
+  static const std::vector<Rule> list{
+      {{"properties-sane", "every device's properties are values NCCL accepts (unique name, /sys pciPath, speed, "
+                           "HOST pointers, maxP2pBytes in (0, 1 TiB], device type)"}, propertiesSane},
+      {{"listen-handle-fits", "listen writes at most NCCL_NET_HANDLE_MAXSIZE (128) bytes of handle"}, listenHandleFits},
+      {{"connect-is-nonblocking", "connect returns promptly while the peer has not accepted"}, connectIsNonblocking},
+      {{"accept-is-nonblocking", "accept returns promptly with no comm while nobody connects"}, acceptIsNonblocking},
+      {{"null-request-means-retry", "a full plugin answers isend with a NULL request, and posted sends complete"},
+       nullRequestMeansRetry},
+      {{"test-reports-sizes", "test reports the sent size on both sides, into larger buffers"}, testReportsSizes},
+      {{"multi-recv-tags", "a grouped irecv matches messages to buffers by tag"}, multiRecvTags},
+      {{"truncation-is-an-error", "a message larger than the posted buffer is an error, never a truncation"},
+       truncationIsAnError},
+      {{"max-requests-in-flight", "NCCL_NET_MAX_REQUESTS (32) receives can be posted at once and all complete"},
+       maxRequestsInFlight},
+      {{"zero-byte", "0-byte messages complete with size 0"}, zeroByte},
+      {{"one-gib-message", "a 1 GiB message arrives whole"}, oneGibMessage},
+      {{"random-sizes-integrity", "300 random-size messages arrive in order, every byte right"}, randomSizesIntegrity},
+      {{"regmr-dereg-balance", "regMr/deregMr pairs do not leak"}, regmrDeregBalance},
+      {{"close-with-requests-in-flight", "closing comms with requests pending returns and does not crash"},
+       closeWithRequestsInFlight},
+      {{"every-version-agrees", "every exported ncclNetPlugin_vN reports the same device and moves data"},
+       everyVersionAgrees},
+      {{"peer-death-is-an-error", "a peer killed mid-transfer makes the pending test fail within 30 s"},
+       peerDeathIsAnError},
+      {{"every-call-returns", "each plugin call returns within the call timeout (a watchdog guards every rule)"},
+       everyCallReturns},
+  };
+  return list;
+}
+
+// Runs one rule in this (child) process and writes "STATUS|evidence" to `fd`.
+[[noreturn]] void runRuleProcess(const Rule& rule, const Options& options, int fd) {
+  gResultFd = fd;
+  gCallTimeout = options.callTimeoutSeconds;
+  signal(SIGALRM, onAlarm);
+  signal(SIGPIPE, SIG_IGN);
+  auto writeVerdict = [&](const Verdict& v) {
+    std::string text = std::string(statusText(v.status)) + "|" + v.evidence;
+    (void)!write(fd, text.data(), text.size());
+    _exit(0);
+  };
+  core::LoadReport report;
+  auto net = core::loadNet(options.load, &report);
+  if (net == nullptr) writeVerdict(fail("the plugin did not load"));
+  Context c{net.get(), nullptr, 0, {}};
+  if (CALL("init", net->init(&c.ctx, 0x6e6e73, nullptr, nullptr, nullptr)) != ncclSuccess) writeVerdict(fail("init failed"));
+  if (CALL("getProperties", net->getProperties(0, &c.props)) != ncclSuccess) writeVerdict(fail("getProperties(0) failed"));
+  Verdict verdict = rule.run(c);
+  CALL("finalize", net->finalize(c.ctx));
+  writeVerdict(verdict);
+  _exit(0);  // writeVerdict exits; this keeps [[noreturn]] visibly true
+}
+
+}  // namespace
+
+const char* statusText(Status status) {
+  switch (status) {
+    case Status::kPass: return "PASS";
+    case Status::kSkip: return "SKIP";
+    case Status::kFail: return "FAIL";
+  }
+  return "FAIL";
+}
+
+const std::vector<RuleInfo>& allRules() {
+  static const std::vector<RuleInfo> infos = [] {
+    std::vector<RuleInfo> out;
+    for (const auto& r : rules()) out.push_back(r.info);
+    return out;
+  }();
+  return infos;
+}
+
+std::vector<RuleResult> runRules(const Options& options) {
+  std::vector<RuleResult> results;
+  for (const auto& rule : rules()) {
+    if (!options.only.empty() &&
+        std::find(options.only.begin(), options.only.end(), rule.info.name) == options.only.end())
+      continue;
+    RuleResult result;
+    result.rule = rule.info.name;
+    int fds[2];
+    if (pipe(fds) != 0) {
+      result.evidence = "pipe failed";
+      results.push_back(result);
+      continue;
+    }
+    auto start = Clock::now();
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      setpgid(0, 0);  // the rule and its peers form one group, killed together on a hang
+      runRuleProcess(rule, options, fds[1]);
+    }
+    close(fds[1]);
+    std::string text;
+    char buffer[1024];
+    auto deadline = start + std::chrono::seconds(options.ruleTimeoutSeconds);
+    bool hung = false;
+    for (;;) {
+      int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      if (left <= 0) {
+        hung = true;
+        break;
+      }
+      pollfd wait{fds[0], POLLIN, 0};
+      if (poll(&wait, 1, left) <= 0) continue;
+      ssize_t n = read(fds[0], buffer, sizeof(buffer));
+      if (n <= 0) break;
+      text.append(buffer, static_cast<size_t>(n));
+    }
+    close(fds[0]);
+    if (hung) {
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    kill(-pid, SIGKILL);  // leftover peers of the rule
+    result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    size_t bar = text.find('|');
+    if (hung) {
+      result.status = Status::kFail;
+      result.evidence = "hung: the rule did not finish within " + std::to_string(options.ruleTimeoutSeconds) + " s";
+    } else if (WIFSIGNALED(status)) {
+      result.status = Status::kFail;
+      result.evidence = "the plugin crashed the process (signal " + std::to_string(WTERMSIG(status)) + ", " +
+                        strsignal(WTERMSIG(status)) + ")";
+    } else if (bar == std::string::npos) {
+      result.status = Status::kFail;
+      result.evidence = "the rule process exited with status " + std::to_string(WEXITSTATUS(status)) + " and no verdict";
+    } else {
+      std::string status = text.substr(0, bar);
+      result.status = status == "PASS" ? Status::kPass : status == "SKIP" ? Status::kSkip : Status::kFail;
+      result.evidence = text.substr(bar + 1);
+    }
+    results.push_back(result);
+  }
+  return results;
+}
+
+}  // namespace nns::check
