@@ -1,0 +1,48 @@
+// nns/core/bootstrap.hpp: rank/size from the launcher's environment and a TCP rendezvous through rank 0 that
+// all-gathers small blobs (plugin connection handles). Every wait has a deadline.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace nns::core {
+
+struct LaunchInfo {
+  int rank = -1;
+  int size = -1;
+  std::string rootHost;  // where rank 0 listens
+  int rootPort = 0;
+  std::string source;    // which launcher's variables were used
+};
+
+// Reads NNS_RANK/NNS_WORLD_SIZE/NNS_ROOT_ADDR, Open MPI's OMPI_COMM_WORLD_*, Slurm's SLURM_PROCID/SLURM_NTASKS,
+// PMI_RANK/PMI_SIZE, torchrun's RANK/WORLD_SIZE; the root from NNS_ROOT_ADDR (host:port) or MASTER_ADDR/MASTER_PORT.
+// Returns false with `error` set when something is missing or inconsistent.
+bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error);
+
+class Bootstrap {
+ public:
+  // Rendezvous of `info.size` ranks through rank 0; throws std::runtime_error (naming the missing ranks) when not
+  // every rank arrives within `timeout`.
+  Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout);
+  ~Bootstrap();
+  Bootstrap(const Bootstrap&) = delete;
+  Bootstrap& operator=(const Bootstrap&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Every rank contributes `mine` (same length on every rank); returns all contributions in rank order.
+  std::vector<std::string> allGather(const std::string& mine);
+  void barrier() { allGather(std::string()); }
+
+ private:
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+  int rootSocket_ = -1;              // non-root: connection to the root
+  std::vector<int> memberSockets_;   // root: connection to each rank (index = rank, own slot -1)
+};
+
+}  // namespace nns::core

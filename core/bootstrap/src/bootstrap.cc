@@ -1,0 +1,256 @@
+// bootstrap.cc: launcher environment parsing and the rank-0 TCP rendezvous (length-prefixed messages, deadlines).
+#include "nns/core/bootstrap.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace nns::core {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* firstSet(std::initializer_list<const char*> names, const char** which) {
+  for (const char* name : names) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') {
+      if (which != nullptr) *which = name;
+      return value;
+    }
+  }
+  return nullptr;
+}
+
+bool parseInt(const char* text, int* out) {
+  char* end = nullptr;
+  long value = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || value < 0 || value > 1 << 24) return false;
+  *out = static_cast<int>(value);
+  return true;
+}
+
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error("bootstrap: " + what); }
+
+int remainingMs(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left > 0 ? static_cast<int>(left) : 0;
+}
+
+void waitFor(int fd, short events, Clock::time_point deadline, const char* what) {
+  pollfd p{fd, events, 0};
+  for (;;) {
+    int ready = poll(&p, 1, remainingMs(deadline));
+    if (ready > 0) return;
+    if (ready == 0) fail(std::string("timed out ") + what);
+    if (errno != EINTR) fail(std::string("poll failed ") + what + ": " + std::strerror(errno));
+  }
+}
+
+void sendAll(int fd, const void* data, size_t bytes, Clock::time_point deadline) {
+  auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    waitFor(fd, POLLOUT, deadline, "sending");
+    ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) fail(std::string("send failed: ") + std::strerror(errno));
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+void recvAll(int fd, void* data, size_t bytes, Clock::time_point deadline) {
+  auto* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    waitFor(fd, POLLIN, deadline, "receiving");
+    ssize_t n = recv(fd, p, bytes, 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n == 0) fail("a peer closed the bootstrap connection (rank died?)");
+    if (n < 0) fail(std::string("recv failed: ") + std::strerror(errno));
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+void sendMessage(int fd, const std::string& text, Clock::time_point deadline) {
+  uint32_t length = static_cast<uint32_t>(text.size());
+  sendAll(fd, &length, sizeof(length), deadline);
+  sendAll(fd, text.data(), text.size(), deadline);
+}
+
+std::string recvMessage(int fd, Clock::time_point deadline) {
+  uint32_t length = 0;
+  recvAll(fd, &length, sizeof(length), deadline);
+  if (length > (64u << 20)) fail("oversized bootstrap message");
+  std::string text(length, '\0');
+  recvAll(fd, text.data(), length, deadline);
+  return text;
+}
+
+sockaddr_storage resolve(const std::string& host, int port, socklen_t* length) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* result = nullptr;
+  int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
+  if (rc != 0 || result == nullptr) fail("cannot resolve root address " + host + ": " + gai_strerror(rc));
+  sockaddr_storage address{};
+  std::memcpy(&address, result->ai_addr, result->ai_addrlen);
+  *length = result->ai_addrlen;
+  freeaddrinfo(result);
+  return address;
+}
+
+}  // namespace
+
+bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
+  const char* rankVar = nullptr;
+  const char* sizeVar = nullptr;
+  const char* rank = firstSet({"NNS_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK", "RANK"}, &rankVar);
+  const char* size =
+      firstSet({"NNS_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE", "WORLD_SIZE"}, &sizeVar);
+  if (rank == nullptr || size == nullptr) {
+    *error = "no rank/size in the environment (set NNS_RANK and NNS_WORLD_SIZE, or run under mpirun, srun or "
+             "torchrun, or use nccl-net-run)";
+    return false;
+  }
+  if (!parseInt(rank, &info->rank) || !parseInt(size, &info->size) || info->size < 1 || info->rank >= info->size) {
+    *error = std::string("bad rank/size: ") + rankVar + "=" + rank + " " + sizeVar + "=" + size;
+    return false;
+  }
+  info->source = std::string(rankVar) + "/" + sizeVar;
+  if (const char* root = std::getenv("NNS_ROOT_ADDR")) {
+    std::string text(root);
+    size_t colon = text.rfind(':');
+    if (colon == std::string::npos || !parseInt(text.c_str() + colon + 1, &info->rootPort)) {
+      *error = "NNS_ROOT_ADDR must be host:port, not " + text;
+      return false;
+    }
+    info->rootHost = text.substr(0, colon);
+    if (info->rootHost.size() > 2 && info->rootHost.front() == '[') info->rootHost = info->rootHost.substr(1, info->rootHost.size() - 2);
+  } else if (const char* host = std::getenv("MASTER_ADDR")) {
+    const char* port = std::getenv("MASTER_PORT");
+    info->rootHost = host;
+    if (port == nullptr || !parseInt(port, &info->rootPort)) {
+      *error = "MASTER_ADDR is set but MASTER_PORT is missing or bad";
+      return false;
+    }
+  } else {
+    *error = "no root address: set NNS_ROOT_ADDR=host:port (or MASTER_ADDR and MASTER_PORT)";
+    return false;
+  }
+  return true;
+}
+
+Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
+    : rank_(info.rank), size_(info.size), timeout_(timeout) {
+  auto deadline = Clock::now() + timeout_;
+  socklen_t length = 0;
+  sockaddr_storage root = resolve(info.rootHost, info.rootPort, &length);
+  if (size_ == 1) return;
+  if (rank_ == 0) {
+    int listener = socket(root.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int on = 1;
+    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    if (bind(listener, reinterpret_cast<sockaddr*>(&root), length) != 0 || ::listen(listener, size_) != 0) {
+      int err = errno;
+      close(listener);
+      fail("rank 0 cannot listen on " + info.rootHost + ":" + std::to_string(info.rootPort) + ": " + std::strerror(err));
+    }
+    memberSockets_.assign(size_, -1);
+    int arrived = 1;
+    while (arrived < size_) {
+      try {
+        waitFor(listener, POLLIN, deadline, "waiting for ranks");
+      } catch (const std::runtime_error&) {
+        std::string missing;
+        for (int r = 1; r < size_; ++r)
+          if (memberSockets_[r] < 0) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+        close(listener);
+        fail("rank(s) " + missing + " did not arrive within " + std::to_string(timeout_.count()) + " ms");
+      }
+      int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      int peer = -1;
+      recvAll(fd, &peer, sizeof(peer), deadline);
+      if (peer <= 0 || peer >= size_ || memberSockets_[peer] >= 0) {
+        close(fd);
+        close(listener);
+        fail("unexpected rank " + std::to_string(peer) + " joined (size " + std::to_string(size_) + ")");
+      }
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      memberSockets_[peer] = fd;
+      ++arrived;
+    }
+    close(listener);
+    return;
+  }
+  // Non-root: retry while rank 0 is not listening yet.
+  for (;;) {
+    int fd = socket(root.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&root), length) == 0) {
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      rootSocket_ = fd;
+      sendAll(fd, &rank_, sizeof(rank_), deadline);
+      return;
+    }
+    int err = errno;
+    close(fd);
+    if (Clock::now() > deadline)
+      fail("rank " + std::to_string(rank_) + " could not reach rank 0 at " + info.rootHost + ":" +
+           std::to_string(info.rootPort) + " within " + std::to_string(timeout_.count()) + " ms: " + std::strerror(err));
+    usleep(20000);
+  }
+}
+
+Bootstrap::~Bootstrap() {
+  if (rootSocket_ >= 0) close(rootSocket_);
+  for (int fd : memberSockets_)
+    if (fd >= 0) close(fd);
+}
+
+std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
+  auto deadline = Clock::now() + timeout_;
+  std::vector<std::string> all(size_);
+  if (size_ == 1) {
+    all[0] = mine;
+    return all;
+  }
+  if (rank_ == 0) {
+    all[0] = mine;
+    for (int r = 1; r < size_; ++r) all[r] = recvMessage(memberSockets_[r], deadline);
+    std::string packed;
+    for (const auto& part : all) {
+      uint32_t length = static_cast<uint32_t>(part.size());
+      packed.append(reinterpret_cast<const char*>(&length), sizeof(length));
+      packed += part;
+    }
+    for (int r = 1; r < size_; ++r) sendMessage(memberSockets_[r], packed, deadline);
+    return all;
+  }
+  sendMessage(rootSocket_, mine, deadline);
+  std::string packed = recvMessage(rootSocket_, deadline);
+  size_t offset = 0;
+  for (int r = 0; r < size_; ++r) {
+    uint32_t length = 0;
+    if (offset + sizeof(length) > packed.size()) fail("truncated all-gather from rank 0");
+    std::memcpy(&length, packed.data() + offset, sizeof(length));
+    offset += sizeof(length);
+    if (offset + length > packed.size()) fail("truncated all-gather from rank 0");
+    all[r] = packed.substr(offset, length);
+    offset += length;
+  }
+  return all;
+}
+
+}  // namespace nns::core

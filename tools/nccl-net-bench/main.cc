@@ -1,0 +1,232 @@
+// nccl-net-bench: nccl-tests-style benchmark of the collectives over any net plugin: same flags (-b -e -f -n -w -c
+// -d -o -r) and columns (size, count, type, redop, root, time, algbw, busbw, #wrong). Run it under nccl-net-run,
+// mpirun, srun or torchrun; rank 0 prints the table.
+#include <limits.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "nns/coll/collectives.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace nns;
+
+size_t parseBytes(const std::string& text) {
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  switch (end != nullptr ? *end : '\0') {
+    case 'K': case 'k': value *= 1024; break;
+    case 'M': case 'm': value *= 1024 * 1024; break;
+    case 'G': case 'g': value *= 1024.0 * 1024 * 1024; break;
+    default: break;
+  }
+  return static_cast<size_t>(value);
+}
+
+std::string libDir() {
+  char path[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return "../lib";
+  path[n] = '\0';
+  std::string dir = std::string(path).substr(0, std::string(path).rfind('/')) + "/../lib";
+  char resolved[PATH_MAX];
+  return realpath(dir.c_str(), resolved) != nullptr ? resolved : dir;
+}
+
+// Input value of element i on rank r: small integers, so every type and op has an exact expected result.
+double inputValue(int r, size_t i, ncclRedOp_t op, bool isUnsigned) {
+  if (op == ncclProd) return ((r + i) % 3 == 0) ? 2.0 : 1.0;
+  int v = static_cast<int>((r * 7 + i * 3) % 9);
+  return isUnsigned ? v : v - 4;
+}
+
+void store(void* buffer, size_t i, ncclDataType_t type, double v) {
+  switch (type) {
+    case ncclInt8: static_cast<int8_t*>(buffer)[i] = static_cast<int8_t>(v); break;
+    case ncclUint8: static_cast<uint8_t*>(buffer)[i] = static_cast<uint8_t>(v); break;
+    case ncclInt32: static_cast<int32_t*>(buffer)[i] = static_cast<int32_t>(v); break;
+    case ncclUint32: static_cast<uint32_t*>(buffer)[i] = static_cast<uint32_t>(v); break;
+    case ncclInt64: static_cast<int64_t*>(buffer)[i] = static_cast<int64_t>(v); break;
+    case ncclUint64: static_cast<uint64_t*>(buffer)[i] = static_cast<uint64_t>(v); break;
+    case ncclFloat16: static_cast<uint16_t*>(buffer)[i] = coll::floatToHalf(static_cast<float>(v)); break;
+    case ncclBfloat16: static_cast<uint16_t*>(buffer)[i] = coll::floatToBfloat16(static_cast<float>(v)); break;
+    case ncclFloat32: static_cast<float*>(buffer)[i] = static_cast<float>(v); break;
+    case ncclFloat64: static_cast<double*>(buffer)[i] = v; break;
+    default: break;
+  }
+}
+
+double load(const void* buffer, size_t i, ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8: return static_cast<const int8_t*>(buffer)[i];
+    case ncclUint8: return static_cast<const uint8_t*>(buffer)[i];
+    case ncclInt32: return static_cast<const int32_t*>(buffer)[i];
+    case ncclUint32: return static_cast<const uint32_t*>(buffer)[i];
+    case ncclInt64: return static_cast<double>(static_cast<const int64_t*>(buffer)[i]);
+    case ncclUint64: return static_cast<double>(static_cast<const uint64_t*>(buffer)[i]);
+    case ncclFloat16: return coll::halfToFloat(static_cast<const uint16_t*>(buffer)[i]);
+    case ncclBfloat16: return coll::bfloat16ToFloat(static_cast<const uint16_t*>(buffer)[i]);
+    case ncclFloat32: return static_cast<const float*>(buffer)[i];
+    case ncclFloat64: return static_cast<const double*>(buffer)[i];
+    default: return 0;
+  }
+}
+
+double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type, bool isUnsigned) {
+  double acc = inputValue(0, i, op, isUnsigned);
+  for (int r = 1; r < n; ++r) {
+    double v = inputValue(r, i, op, isUnsigned);
+    switch (op) {
+      case ncclSum: case ncclAvg: acc += v; break;
+      case ncclProd: acc *= v; break;
+      case ncclMax: acc = std::max(acc, v); break;
+      case ncclMin: acc = std::min(acc, v); break;
+      default: break;
+    }
+  }
+  if (op == ncclAvg) {
+    bool integer = type != ncclFloat16 && type != ncclBfloat16 && type != ncclFloat32 && type != ncclFloat64;
+    acc = integer ? std::trunc(acc / n) : acc / n;
+  }
+  return acc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"nccl-net-bench: collective benchmark over an ncclNet plugin, nccl-tests columns"};
+  std::string collective = "allreduce", minText = "8", maxText = "64M", typeText = "float", opText = "sum", plugin;
+  double factor = 2;
+  int iterations = 20, warmup = 5, check = 1, root = 0;
+  app.add_option("collective", collective, "allreduce, allgather, reducescatter, broadcast or reduce")
+      ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "broadcast", "reduce"}));
+  app.add_option("-b,--minbytes", minText, "smallest size (K/M/G suffixes)");
+  app.add_option("-e,--maxbytes", maxText, "largest size");
+  app.add_option("-f,--stepfactor", factor, "size multiplier between rows");
+  app.add_option("-n,--iters", iterations, "timed iterations per size");
+  app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size");
+  app.add_option("-c,--check", check, "check results (1) or not (0)");
+  app.add_option("-d,--datatype", typeText, "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double");
+  app.add_option("-o,--op", opText, "sum prod max min avg");
+  app.add_option("-r,--root", root, "root rank of broadcast/reduce");
+  app.add_option("-p,--plugin", plugin, "net plugin (default: NCCL_NET_PLUGIN, else socket)");
+  CLI11_PARSE(app, argc, argv);
+
+  ncclDataType_t type;
+  ncclRedOp_t op;
+  if (!coll::parseType(typeText.c_str(), &type) || !coll::parseOp(opText.c_str(), &op)) {
+    std::fprintf(stderr, "nccl-net-bench: unknown type %s or op %s\n", typeText.c_str(), opText.c_str());
+    return 2;
+  }
+  core::LaunchInfo launch;
+  std::string error;
+  if (!core::launchInfoFromEnvironment(&launch, &error)) {
+    std::fprintf(stderr, "nccl-net-bench: %s\n", error.c_str());
+    return 2;
+  }
+  try {
+    core::CommOptions options;
+    if (!plugin.empty()) options.plugin = plugin;
+    options.searchDirs = {libDir()};
+    core::Communicator comm(launch, options);
+    const int n = comm.size(), rank = comm.rank();
+    const size_t es = coll::typeSize(type);
+    const bool isUnsigned = type == ncclUint8 || type == ncclUint32 || type == ncclUint64;
+    const bool rooted = collective == "broadcast" || collective == "reduce";
+    const bool reducing = collective != "allgather" && collective != "broadcast";
+    // nccl-tests' bus bandwidth factors.
+    double busFactor = collective == "allreduce" ? 2.0 * (n - 1) / n
+                       : (collective == "allgather" || collective == "reducescatter") ? double(n - 1) / n
+                                                                                        : 1.0;
+    if (rank == 0) {
+      std::printf("# nccl-net-bench %s over %s (ncclNet_v%d, %s), %d ranks\n", collective.c_str(), comm.net().name(),
+                  comm.net().version(), comm.net().path().c_str(), n);
+      std::printf("#%11s %12s %8s %6s %5s %10s %8s %8s %7s\n", "size", "count", "type", "redop", "root", "time",
+                  "algbw", "busbw", "#wrong");
+      std::printf("#%11s %12s %8s %6s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
+                  "(GB/s)", "");
+    }
+    size_t maxBytes = parseBytes(maxText);
+    std::vector<unsigned char> sendBuffer(maxBytes + 64), recvBuffer(maxBytes + 64);
+    for (double bytesD = static_cast<double>(parseBytes(minText)); bytesD <= maxBytes; bytesD *= factor) {
+      size_t count = static_cast<size_t>(bytesD) / es;
+      if ((collective == "allgather" || collective == "reducescatter")) count -= count % n;
+      size_t bytes = count * es;
+      size_t perRank = count / n;  // allgather send / reducescatter recv
+      size_t inputCount = collective == "allgather" ? perRank : count;
+      for (size_t i = 0; i < inputCount; ++i) {
+        size_t element = collective == "allgather" ? rank * perRank + i : i;
+        store(sendBuffer.data(), i, type, reducing ? inputValue(rank, element, op, isUnsigned)
+                                                   : inputValue(rank == root || !rooted ? rank : root, element, ncclSum, true));
+      }
+      auto runOnce = [&] {
+        if (collective == "allreduce") coll::allReduce(comm, sendBuffer.data(), recvBuffer.data(), count, type, op);
+        else if (collective == "allgather") coll::allGather(comm, sendBuffer.data(), recvBuffer.data(), perRank, type);
+        else if (collective == "reducescatter") coll::reduceScatter(comm, sendBuffer.data(), recvBuffer.data(), perRank, type, op);
+        else if (collective == "broadcast") coll::broadcast(comm, sendBuffer.data(), recvBuffer.data(), count, type, root);
+        else coll::reduce(comm, sendBuffer.data(), recvBuffer.data(), count, type, op, root);
+      };
+      for (int i = 0; i < warmup; ++i) runOnce();
+      comm.bootstrap().barrier();
+      auto start = Clock::now();
+      for (int i = 0; i < iterations; ++i) runOnce();
+      double seconds = std::chrono::duration<double>(Clock::now() - start).count() / std::max(iterations, 1);
+      long wrong = 0;
+      if (check) {
+        for (size_t i = 0; i < count; ++i) {
+          double expected, got;
+          if (collective == "allreduce") {
+            expected = expectedReduction(n, i, op, type, isUnsigned);
+          } else if (collective == "allgather") {
+            expected = inputValue(static_cast<int>(i / perRank), i, ncclSum, true);
+          } else if (collective == "reducescatter") {
+            if (i >= perRank) break;
+            expected = expectedReduction(n, rank * perRank + i, op, type, isUnsigned);
+          } else if (collective == "broadcast") {
+            expected = inputValue(root, i, ncclSum, true);
+          } else {
+            if (rank != root) break;
+            expected = expectedReduction(n, i, op, type, isUnsigned);
+          }
+          got = load(recvBuffer.data(), i, type);
+          double tolerance = (type == ncclFloat16 || type == ncclBfloat16) ? 1e-2 * std::max(1.0, std::fabs(expected)) : 1e-6;
+          if (std::fabs(got - expected) > tolerance) ++wrong;
+        }
+      }
+      // The slowest rank's time and every rank's wrong count.
+      char mine[64];
+      std::snprintf(mine, sizeof(mine), "%.9f %ld", seconds, wrong);
+      auto all = comm.bootstrap().allGather(std::string(mine, sizeof(mine)));
+      double slowest = 0;
+      long totalWrong = 0;
+      for (const auto& entry : all) {
+        double s = 0;
+        long w = 0;
+        std::sscanf(entry.c_str(), "%lf %ld", &s, &w);
+        slowest = std::max(slowest, s);
+        totalWrong += w;
+      }
+      if (rank == 0) {
+        double algbw = bytes / slowest / 1e9;
+        std::printf(" %11zu %12zu %8s %6s %5s %10.1f %8.3f %8.3f %7s\n", bytes, count, coll::typeName(type),
+                    reducing ? coll::opName(op) : "none", rooted ? std::to_string(root).c_str() : "-", slowest * 1e6,
+                    algbw, algbw * busFactor, check ? std::to_string(totalWrong).c_str() : "N/A");
+        std::fflush(stdout);
+      }
+      if (bytesD * factor <= bytesD) break;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nccl-net-bench: rank %d: %s\n", launch.rank, e.what());
+    return 1;
+  }
+  return 0;
+}
