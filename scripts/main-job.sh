@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The main job on a fresh Debian 12 machine: installs, builds (release) and runs the example plugin's two-process
-# bandwidth demo, printing a table. (Replaced by the multi-rank collective benchmark once the engine lands.)
+# The main job on a fresh Debian 12 machine: installs, builds (release) and runs a 4-rank allreduce benchmark over
+# the socket plugin on loopback, printing the nccl-tests-style table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake --preset release
-cmake --build --preset release -j "$(nproc)" --target minimal-plugin-demo nccl-net-minimal
-build/release/bin/minimal-plugin-demo build/release/lib/libnccl-net-minimal.so
+cmake --build --preset release -j "$(nproc)" --target nccl-net-run nccl-net-bench nccl-net-socket
+NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} build/release/bin/nccl-net-run -n 4 --timeout 600 \
+  build/release/bin/nccl-net-bench allreduce -b 8 -e 64M -f 4 -n 20 -w 5 -c 1

@@ -99,7 +99,18 @@ void* mapShared(const std::string& name, size_t bytes, bool create) {
   return memory;
 }
 
-bool processAlive(int pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+// A peer that exited but was not reaped yet (a zombie) counts as dead.
+bool processAlive(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE* stat = std::fopen(path, "r");
+  if (stat == nullptr) return true;  // cannot tell: assume alive, the close flags still apply
+  char state = '?';
+  int fields = std::fscanf(stat, "%*d (%*[^)]) %c", &state);
+  std::fclose(stat);
+  return fields != 1 || (state != 'Z' && state != 'X');
+}
 
 // ---- plugin objects -------------------------------------------------------------------------------------------------
 struct ListenComm {

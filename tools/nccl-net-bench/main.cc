@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "nccl-net-bench: %s\n", error.c_str());
     return 2;
   }
+  long wrongTotal = 0;
   try {
     core::CommOptions options;
     if (!plugin.empty()) options.plugin = plugin;
@@ -215,6 +216,7 @@ int main(int argc, char** argv) {
         slowest = std::max(slowest, s);
         totalWrong += w;
       }
+      wrongTotal += totalWrong;
       if (rank == 0) {
         double algbw = bytes / slowest / 1e9;
         std::printf(" %11zu %12zu %8s %6s %5s %10.1f %8.3f %8.3f %7s\n", bytes, count, coll::typeName(type),
@@ -227,6 +229,10 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nccl-net-bench: rank %d: %s\n", launch.rank, e.what());
     return 1;
+  }
+  if (wrongTotal > 0) {
+    std::fprintf(stderr, "nccl-net-bench: rank %d: %ld wrong elements in all\n", launch.rank, wrongTotal);
+    return 3;
   }
   return 0;
 }

@@ -1,0 +1,138 @@
+// collectives_test.cc: 16-bit float rounding, launcher environments, and failures that must surface as errors in
+// bounded time: a rank that never arrives, a rank killed mid-collective.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "nns/coll/reduce.hpp"
+#include "nns/core/bootstrap.hpp"
+
+using namespace nns;
+
+TEST(Rounding, HalfAndBfloat16RoundToNearestEven) {
+  EXPECT_EQ(coll::floatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(coll::floatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(coll::floatToHalf(65520.0f), 0x7c00) << "rounds to infinity";
+  EXPECT_EQ(coll::floatToHalf(1.0f + 1.0f / 2048), 0x3c00) << "halfway rounds to even (down)";
+  EXPECT_EQ(coll::floatToHalf(1.0f + 3.0f / 2048), 0x3c02) << "halfway rounds to even (up)";
+  EXPECT_EQ(coll::floatToHalf(std::ldexp(1.0f, -24)), 0x0001) << "smallest subnormal";
+  EXPECT_EQ(coll::floatToHalf(std::ldexp(1.0f, -25)), 0x0000) << "half of it rounds to even zero";
+  EXPECT_EQ(coll::floatToHalf(-0.0f), 0x8000);
+  EXPECT_TRUE(std::isnan(coll::halfToFloat(coll::floatToHalf(NAN))));
+  for (uint32_t h = 0; h < 0x7c00; ++h)
+    ASSERT_EQ(coll::floatToHalf(coll::halfToFloat(static_cast<uint16_t>(h))), h) << "every finite half round-trips";
+  EXPECT_EQ(coll::floatToBfloat16(1.0f), 0x3f80);
+  EXPECT_EQ(coll::floatToBfloat16(1.0f + 1.0f / 256), 0x3f80) << "halfway to even";
+  EXPECT_EQ(coll::floatToBfloat16(1.0f + 3.0f / 256), 0x3f82);
+  EXPECT_TRUE(std::isnan(coll::bfloat16ToFloat(coll::floatToBfloat16(NAN))));
+}
+
+TEST(Kernels, SixteenBitSumIsComputedInFloatAndRoundedOnce) {
+  uint16_t a[3] = {coll::floatToHalf(1.0f), coll::floatToHalf(2048.0f), coll::floatToHalf(-3.5f)};
+  uint16_t b[3] = {coll::floatToHalf(1.0f / 1024), coll::floatToHalf(1.0f), coll::floatToHalf(3.5f)};
+  coll::hostKernels().reduce(a, b, 3, ncclFloat16, ncclSum);
+  EXPECT_EQ(a[0], coll::floatToHalf(1.0f + 1.0f / 1024));
+  EXPECT_EQ(a[1], coll::floatToHalf(2048.0f)) << "2049 is halfway between 2048 and 2050: ties to even";
+  EXPECT_EQ(a[2], 0);
+}
+
+TEST(Launch, EnvironmentOfEachLauncher) {
+  struct Case {
+    std::vector<std::pair<const char*, const char*>> vars;
+    int rank, size;
+    const char* source;
+  };
+  const char* all[] = {"NNS_RANK", "NNS_WORLD_SIZE", "NNS_ROOT_ADDR", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                       "SLURM_PROCID", "SLURM_NTASKS", "PMI_RANK", "PMI_SIZE", "RANK", "WORLD_SIZE", "MASTER_ADDR",
+                       "MASTER_PORT"};
+  Case cases[] = {
+      {{{"NNS_RANK", "2"}, {"NNS_WORLD_SIZE", "4"}, {"NNS_ROOT_ADDR", "127.0.0.1:5000"}}, 2, 4, "NNS_RANK/NNS_WORLD_SIZE"},
+      {{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "7"}}, 1, 2,
+       "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE"},
+      {{{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"}, {"NNS_ROOT_ADDR", "[::1]:9"}}, 3, 8, "SLURM_PROCID/SLURM_NTASKS"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "localhost"}, {"MASTER_PORT", "29500"}}, 0, 1,
+       "RANK/WORLD_SIZE"},
+  };
+  for (const auto& c : cases) {
+    for (const char* v : all) unsetenv(v);
+    for (const auto& [name, value] : c.vars) setenv(name, value, 1);
+    core::LaunchInfo info;
+    std::string error;
+    ASSERT_TRUE(core::launchInfoFromEnvironment(&info, &error)) << error;
+    EXPECT_EQ(info.rank, c.rank);
+    EXPECT_EQ(info.size, c.size);
+    EXPECT_EQ(info.source, c.source);
+  }
+  for (const char* v : all) unsetenv(v);
+  core::LaunchInfo info;
+  std::string error;
+  EXPECT_FALSE(core::launchInfoFromEnvironment(&info, &error));
+  EXPECT_NE(error.find("no rank/size"), std::string::npos);
+  setenv("NNS_RANK", "4", 1);
+  setenv("NNS_WORLD_SIZE", "4", 1);
+  EXPECT_FALSE(core::launchInfoFromEnvironment(&info, &error)) << "rank must be below size";
+  for (const char* v : all) unsetenv(v);
+}
+
+TEST(Bootstrap, ARankThatNeverArrivesIsANamedErrorAfterTheTimeout) {
+  core::LaunchInfo info{0, 3, "127.0.0.1", 0, "test"};
+  info.rootPort = 20000 + getpid() % 20000;
+  auto start = std::chrono::steady_clock::now();
+  try {
+    core::Bootstrap bootstrap(info, std::chrono::milliseconds(500));
+    FAIL() << "ranks 1 and 2 never came";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank(s) 1,2 did not arrive within 500 ms"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(Failure, ADeadRankMakesEverySurvivorFailOnItsOwnInBoundedTime) {
+  // Four ranks started directly (no launcher to stop the others) run a long allreduce loop; rank 2 is killed. Each
+  // survivor must notice through the plugin (a dead peer, or a neighbour that left) and exit non-zero, not hang.
+  const int ranks = 4;
+  std::string root = "127.0.0.1:" + std::to_string(20000 + (getpid() + 7) % 20000);
+  std::string bench = std::string(NNS_BIN_DIR) + "/nccl-net-bench";
+  pid_t pids[ranks];
+  for (int r = 0; r < ranks; ++r) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      setenv("NNS_RANK", std::to_string(r).c_str(), 1);
+      setenv("NNS_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
+      setenv("NNS_ROOT_ADDR", root.c_str(), 1);
+      freopen("/dev/null", "w", stdout);
+      freopen("/dev/null", "w", stderr);
+      execl(bench.c_str(), bench.c_str(), "allreduce", "-p", "minimal", "-b", "1M", "-e", "1M", "-n", "1000000", "-w",
+            "0", "-c", "0", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  sleep(2);
+  kill(pids[2], SIGKILL);
+  waitpid(pids[2], nullptr, 0);  // reaped at once, as any launcher does
+  auto killed = std::chrono::steady_clock::now();
+  for (int r = 0; r < ranks; ++r) {
+    if (r == 2) continue;
+    int status = 0;
+    pid_t done = 0;
+    while ((done = waitpid(pids[r], &status, WNOHANG)) == 0 &&
+           std::chrono::steady_clock::now() - killed < std::chrono::seconds(30))
+      usleep(10000);
+    if (done == 0) {
+      kill(pids[r], SIGKILL);
+      waitpid(pids[r], &status, 0);
+      ADD_FAILURE() << "rank " << r << " still running 30 s after rank 2 died";
+      continue;
+    }
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "rank " << r << " status " << status;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(10));
+}
