@@ -98,6 +98,7 @@ struct Params {
   bool gdrFlushDisable = false;
   int peerTimeoutMs = 10000;
   int connectTimeoutMs = 120000;
+  bool mergeDevices = false;
 
   static Params fromEnvironment() {
     Params p;
@@ -115,6 +116,7 @@ struct Params {
     p.gdrFlushDisable = envLong("NCCL_GDR_FLUSH_DISABLE", 0) != 0;
     p.peerTimeoutMs = static_cast<int>(std::max(envLong("NNS_IB_PEER_TIMEOUT_MS", 10000), 0L));
     p.connectTimeoutMs = static_cast<int>(std::max(envLong("NNS_IB_CONNECT_TIMEOUT_MS", 120000), 1000L));
+    p.mergeDevices = envLong("NNS_IB_MERGE_DEVICES", 0) != 0;
     return p;
   }
 };
@@ -175,7 +177,9 @@ constexpr sdk::HandleCodec<HandlePayload> kHandleCodec(sdk::handleMagic("nns-ib"
 // ----------------------------------------------
 struct NetDevice {
   std::string name;
-  std::vector<int> ports;  // indices into the port table
+  std::vector<int> ports;    // indices into the port table: where QPs and memory registrations go
+  std::vector<int> members;  // what getProperties lists in vProps: itself, or the devices a vNIC fuses
+  bool fused = false;        // made by makeVDevice (cannot be fused again)
 };
 
 struct Context {
@@ -812,12 +816,27 @@ class IbNet {
         g.nvidiaDriver = nns_ib::nvidiaDriverPresent();
         for (Port& port : found) {
           g.ports.push_back(port);
-          g.devices.push_back(NetDevice{port.name, {static_cast<int>(g.ports.size() - 1)}});
+          int index = static_cast<int>(g.ports.size() - 1);
+          if (!g.params.mergeDevices) g.devices.push_back(NetDevice{port.name, {index}, {index}, false});
           NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "device %zu: %s port %d, %s, GID %d %s (%s), %d Mbps, %s",
                         g.devices.size() - 1, port.hca->name.c_str(), port.port,
                         port.isEthernet() ? "RoCE" : "InfiniBand", port.gidIndex, nns_ib::gidText(port.gid).c_str(),
                         port.gidType.c_str(), port.speedMbps,
                         port.pciPath.empty() ? "no PCI path" : port.pciPath.c_str());
+        }
+        if (g.params.mergeDevices && !g.ports.empty()) {
+          // One device over every selected port (at most kMaxDevs): for hosts whose NCCL predates makeVDevice
+          // (ncclNet_v8 and older) and for tools that drive device 0 only.
+          NetDevice merged;
+          for (size_t p = 0; p < g.ports.size() && p < static_cast<size_t>(kMaxDevs); ++p) {
+            merged.ports.push_back(static_cast<int>(p));
+            merged.name += (p > 0 ? "+" : "") + g.ports[p].name;
+          }
+          if (g.ports.size() > static_cast<size_t>(kMaxDevs))
+            NCCL_NET_WARN("NNS_IB_MERGE_DEVICES: %zu ports selected, merging the first %d", g.ports.size(), kMaxDevs);
+          merged.members = {0};
+          g.devices.push_back(merged);
+          NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "NNS_IB_MERGE_DEVICES: device 0 is %s", merged.name.c_str());
         }
       }
     }
@@ -870,8 +889,8 @@ class IbNet {
     props->maxRecvs = kMaxRecvs;
     props->netDeviceType = NCCL_NET_DEVICE_HOST;
     props->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
-    props->vProps.ndevs = static_cast<int>(device.ports.size());
-    for (size_t i = 0; i < device.ports.size(); ++i) props->vProps.devs[i] = device.ports[i];
+    props->vProps.ndevs = static_cast<int>(device.members.size());
+    for (size_t i = 0; i < device.members.size(); ++i) props->vProps.devs[i] = device.members[i];
     props->maxP2pBytes = kMaxMessageBytes;
     props->maxCollBytes = 512ull << 20;  // NCCL's MAX_COLLNET_SIZE; no collNet here
     props->maxMultiRequestSize = 1;
@@ -882,19 +901,27 @@ class IbNet {
     Global& g = global();
     std::lock_guard<std::mutex> lock(g.mutex);
     NetDevice fused;
+    fused.fused = true;
     for (int i = 0; i < props->ndevs; ++i) {
       int dev = props->devs[i];
-      if (dev < 0 || dev >= static_cast<int>(g.ports.size())) {
-        NCCL_NET_WARN("makeVDevice: device %d is not a physical port (0..%zu); vNICs fuse physical ports only", dev,
-                      g.ports.size() - 1);
+      if (dev < 0 || dev >= static_cast<int>(g.devices.size()) || g.devices[static_cast<size_t>(dev)].fused) {
+        NCCL_NET_WARN("makeVDevice: device %d is not a device of this plugin, or is a vNIC already", dev);
         return ncclInvalidArgument;
       }
-      if (std::find(fused.ports.begin(), fused.ports.end(), dev) != fused.ports.end()) {
-        NCCL_NET_WARN("makeVDevice: device %d listed twice", dev);
-        return ncclInvalidArgument;
+      for (int port : g.devices[static_cast<size_t>(dev)].ports) {
+        if (std::find(fused.ports.begin(), fused.ports.end(), port) != fused.ports.end()) {
+          NCCL_NET_WARN("makeVDevice: device %d listed twice (or shares port %s with another)", dev,
+                        g.ports[static_cast<size_t>(port)].name.c_str());
+          return ncclInvalidArgument;
+        }
+        fused.ports.push_back(port);
       }
-      fused.ports.push_back(dev);
-      fused.name += (i > 0 ? "+" : "") + g.ports[static_cast<size_t>(dev)].name;
+      fused.members.push_back(dev);
+      fused.name += (i > 0 ? "+" : "") + g.devices[static_cast<size_t>(dev)].name;
+    }
+    if (fused.ports.size() > static_cast<size_t>(kMaxDevs)) {
+      NCCL_NET_WARN("makeVDevice: %zu ports, at most %d per vNIC", fused.ports.size(), kMaxDevs);
+      return ncclInvalidArgument;
     }
     g.devices.push_back(fused);
     *d = static_cast<int>(g.devices.size() - 1);

@@ -77,6 +77,30 @@ if wanted perf; then
   done
 fi
 
+# ---- the conformance harness (tools/nccl-net-check, every rule) on one device and on a device merging both ports ------
+# The harness drives device 0 from both sides of each rule, so "one device" is rxe0 alone and the two-port case is
+# NNS_IB_MERGE_DEVICES=1 (device 0 = rxe0+rxe1, each connection with a QP on each port).
+if wanted check && [ "${NNS_IB_VM_CHECK:-0}" = 1 ]; then
+  check="$NNS_IB_BUILD/bin/nccl-net-check"
+  if [ -x "$check" ]; then
+    for mode in one merged; do
+      case $mode in
+        one) setting="NCCL_IB_HCA==rxe0" ;;
+        merged) setting="NNS_IB_MERGE_DEVICES=1" ;;
+      esac
+      env $setting NCCL_IB_TIMEOUT=14 timeout 400 "$check" "$NNS_IB_BUILD/lib/libnccl-net-ib.so" \
+        >"$out/check.$mode.txt" 2>&1
+      status=$?
+      grep -E '^(PASS|FAIL|SKIP) ' "$out/check.$mode.txt" | while read -r verdict rule rest; do
+        result "check.$mode.$rule" "$verdict" "$(echo "$rest" | cut -c1-160)"
+      done
+      [ $status -eq 0 ] || { result "check.$mode" FAIL "exit status $status"; tail -n 5 "$out/check.$mode.txt"; }
+    done
+  else
+    result check SKIP "tools/nccl-net-check is not built in $NNS_IB_BUILD"
+  fi
+fi
+
 # ---- the plugin's GoogleTest binary ------------------------------------------------------------------------------------
 if wanted gtest; then
   NNS_IB_TEST_IN_VM=1 timeout 200 "$NNS_IB_BUILD/tests/ib/ib_verbs_test" --gtest_color=no >"$out/ib_verbs_test.txt" 2>&1

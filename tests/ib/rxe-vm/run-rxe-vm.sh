@@ -8,7 +8,7 @@
 # qemu cannot boot). Environment: NNS_IB_VM_NO_INSTALL=1 never runs apt-get; NNS_IB_VM_TIMEOUT (seconds, default
 # 420) bounds the VM; NNS_IB_VM_SMP (default 2) vCPUs; NNS_IB_VM_ONLY=<regex> runs only matching guest steps (gtest,
 # perf); NNS_IB_VM_PERF_ROUNDS (default 1) rounds of the interleaved perftest / nns-ib-bench comparison;
-# NNS_IB_VM_QEMU another qemu-system-x86_64 binary.
+# NNS_IB_VM_QEMU another qemu-system-x86_64 binary; NNS_IB_VM_CHECK=1 also runs tools/nccl-net-check (step "check").
 set -uo pipefail
 
 SKIP=77
@@ -94,7 +94,9 @@ copy_with_libs /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
 cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
 copy_with_libs /usr/lib/x86_64-linux-gnu/libibverbs.so.1
 # Libraries our host-built C++ binaries need (libstdc++, libgcc_s, ...), which the share does not carry.
-for binary in "$build/lib/libnccl-net-ib.so" "$build/tests/ib/ib_verbs_test" "$build/plugins/ib/bench/nns-ib-bench"; do
+for binary in "$build/lib/libnccl-net-ib.so" "$build/tests/ib/ib_verbs_test" "$build/plugins/ib/bench/nns-ib-bench" \
+  "$build/bin/nccl-net-check"; do
+  [ -f "$binary" ] || continue  # the harness is optional (needs CLI11 and nlohmann-json)
   ldd "$binary" | awk '/=>/ && $3 ~ /^\// {print $3}' | while read -r lib; do
     [ -e "$root$lib" ] || { mkdir -p "$root$(dirname "$lib")"; cp -L "$lib" "$root$lib"; }
   done
@@ -132,11 +134,12 @@ cp "$here/guest.sh" "$work/guest.sh"
 echo "NNS_IB_BUILD=$build" >"$work/guest.env"
 echo "NNS_IB_VM_ONLY='${NNS_IB_VM_ONLY:-}'" >>"$work/guest.env"
 echo "NNS_IB_VM_PERF_ROUNDS=${NNS_IB_VM_PERF_ROUNDS:-1}" >>"$work/guest.env"
+echo "NNS_IB_VM_CHECK=${NNS_IB_VM_CHECK:-0}" >>"$work/guest.env"
 log "initramfs $(du -h "$work/initramfs.cpio.gz" | cut -f1) for kernel $kver, ${#modules[@]} modules ($(($(date +%s) - started)) s)"
 
 # ---- boot ----------------------------------------------------------------------------------------------------------
 console="$work/console.log"
-timeout --foreground -k 5 "$timeout_s" "$qemu" -accel tcg,thread=multi -M pc -m 2048 -smp "$smp" \
+timeout --foreground -k 5 "$timeout_s" "$qemu" -accel tcg,thread=multi -M pc -m 4096 -smp "$smp" \
   -nographic -nodefaults -no-reboot -kernel "$vmlinuz" -initrd "$work/initramfs.cpio.gz" \
   -append "console=ttyS0 panic=-1 quiet loglevel=3" -serial stdio \
   -virtfs "local,path=$build,mount_tag=host0,security_model=none,id=host0" </dev/null >"$console" 2>&1
