@@ -125,8 +125,9 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
   comm.chain(bytes, position > 0, !isRoot, position == 0 ? send : nullptr,
              [&](size_t offset, const void* piece, size_t length) -> const void* {
                if (position == 0) return own + offset;  // the chain starts with this rank's data
-               kernels.copy(partial + offset, piece, length);
-               kernels.reduce(partial + offset, own + offset, length / es, type, op);
+               // partial = own op piece; in place (the root's recv is its send) own already sits in partial.
+               kernels.copy(partial + offset, own + offset, length);
+               kernels.reduce(partial + offset, piece, length / es, type, op);
                return partial + offset;
              });
   if (isRoot && op == ncclAvg) kernels.divide(recv, count, type, n);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every collective x type x op x rank count, odd element counts, checked against the serial reference inside
+# Every collective x type x op x rank count x in/out-of-place, odd element counts, checked against the serial reference inside
 # nccl-net-bench (-c 1; exit status 3 on any wrong element), through real processes and a real plugin.
 set -euo pipefail
 bin="$1"; plugin="$2"; collective="$3"
@@ -10,11 +10,13 @@ runs=0
 for ranks in 1 2 3 5 8; do
   for type in $types; do
     for op in $ops; do
-      # 1001 elements' worth of bytes of the widest type: odd, not a multiple of any rank count or vector width.
-      "$bin/nccl-net-run" -n "$ranks" --timeout 60 "$bin/nccl-net-bench" "$collective" -p "$plugin" \
-        -b 8008 -e 8008 -n 1 -w 0 -c 1 -d "$type" -o "$op" -r $((ranks - 1)) > /dev/null \
-        || { echo "FAILED: $collective $type $op on $ranks ranks (status $?)"; exit 1; }
-      runs=$((runs + 1))
+      for inplace in 0 1; do
+        # 1001 elements' worth of bytes of the widest type: odd, not a multiple of any rank count or vector width.
+        "$bin/nccl-net-run" -n "$ranks" --timeout 60 "$bin/nccl-net-bench" "$collective" -p "$plugin" \
+          -b 8008 -e 8008 -n 1 -w 0 -c 1 -i "$inplace" -d "$type" -o "$op" -r $((ranks - 1)) > /dev/null \
+          || { echo "FAILED: $collective $type $op on $ranks ranks, in place $inplace (status $?)"; exit 1; }
+        runs=$((runs + 1))
+      done
     done
   done
 done

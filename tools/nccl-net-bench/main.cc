@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
   CLI::App app{"nccl-net-bench: collective benchmark over an ncclNet plugin, nccl-tests columns"};
   std::string collective = "allreduce", minText = "8", maxText = "64M", typeText = "float", opText = "sum", plugin;
   double factor = 2;
-  int iterations = 20, warmup = 5, check = 1, root = 0;
+  int iterations = 20, warmup = 5, check = 1, root = 0, inPlace = 0;
   app.add_option("collective", collective, "allreduce, allgather, reducescatter, broadcast or reduce")
       ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "broadcast", "reduce"}));
   app.add_option("-b,--minbytes", minText, "smallest size (K/M/G suffixes)");
@@ -118,6 +118,7 @@ int main(int argc, char** argv) {
   app.add_option("-d,--datatype", typeText, "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double");
   app.add_option("-o,--op", opText, "sum prod max min avg");
   app.add_option("-r,--root", root, "root rank of broadcast/reduce");
+  app.add_option("-i,--inplace", inPlace, "1: in place (the input lives inside the output buffer, as nccl.h defines)");
   app.add_option("-p,--plugin", plugin, "net plugin (default: NCCL_NET_PLUGIN, else socket)");
   CLI11_PARSE(app, argc, argv);
 
@@ -164,24 +165,41 @@ int main(int argc, char** argv) {
       size_t bytes = count * es;
       size_t perRank = count / n;  // allgather send / reducescatter recv
       size_t inputCount = collective == "allgather" ? perRank : count;
+      // In place, nccl.h's way: allgather's input is the rank's block of the output, reducescatter's output is the
+      // rank's block of the input, every other collective's input is the output buffer itself.
+      unsigned char* input = sendBuffer.data();
+      unsigned char* output = recvBuffer.data();
+      if (inPlace) {
+        input = collective == "allgather" ? recvBuffer.data() + rank * perRank * es : recvBuffer.data();
+        if (collective == "reducescatter") output = recvBuffer.data() + rank * perRank * es;
+      }
       for (size_t i = 0; i < inputCount; ++i) {
         size_t element = collective == "allgather" ? rank * perRank + i : i;
-        store(sendBuffer.data(), i, type, reducing ? inputValue(rank, element, op, isUnsigned)
-                                                   : inputValue(rank == root || !rooted ? rank : root, element, ncclSum, true));
+        store(input, i, type, reducing ? inputValue(rank, element, op, isUnsigned)
+                                       : inputValue(rank == root || !rooted ? rank : root, element, ncclSum, true));
       }
       auto runOnce = [&] {
-        if (collective == "allreduce") coll::allReduce(comm, sendBuffer.data(), recvBuffer.data(), count, type, op);
-        else if (collective == "allgather") coll::allGather(comm, sendBuffer.data(), recvBuffer.data(), perRank, type);
-        else if (collective == "reducescatter") coll::reduceScatter(comm, sendBuffer.data(), recvBuffer.data(), perRank, type, op);
-        else if (collective == "broadcast") coll::broadcast(comm, sendBuffer.data(), recvBuffer.data(), count, type, root);
-        else coll::reduce(comm, sendBuffer.data(), recvBuffer.data(), count, type, op, root);
+        if (collective == "allreduce") coll::allReduce(comm, input, output, count, type, op);
+        else if (collective == "allgather") coll::allGather(comm, input, output, perRank, type);
+        else if (collective == "reducescatter") coll::reduceScatter(comm, input, output, perRank, type, op);
+        else if (collective == "broadcast") coll::broadcast(comm, input, output, count, type, root);
+        else coll::reduce(comm, input, output, count, type, op, root);
       };
+      // In place, every run overwrites its own input: time the runs, then restore the input for the checked one.
       for (int i = 0; i < warmup; ++i) runOnce();
       comm.bootstrap().barrier();
       auto start = Clock::now();
       for (int i = 0; i < iterations; ++i) runOnce();
       double seconds = std::chrono::duration<double>(Clock::now() - start).count() / std::max(iterations, 1);
       long wrong = 0;
+      if (check && (inPlace || iterations == 0)) {
+        for (size_t i = 0; i < inputCount; ++i) {
+          size_t element = collective == "allgather" ? rank * perRank + i : i;
+          store(input, i, type, reducing ? inputValue(rank, element, op, isUnsigned)
+                                         : inputValue(rank == root || !rooted ? rank : root, element, ncclSum, true));
+        }
+        runOnce();
+      }
       if (check) {
         for (size_t i = 0; i < count; ++i) {
           double expected, got;
@@ -192,6 +210,10 @@ int main(int argc, char** argv) {
           } else if (collective == "reducescatter") {
             if (i >= perRank) break;
             expected = expectedReduction(n, rank * perRank + i, op, type, isUnsigned);
+            got = load(output, i, type);
+            double tolerance = (type == ncclFloat16 || type == ncclBfloat16) ? 1e-2 * std::max(1.0, std::fabs(expected)) : 1e-6;
+            if (std::fabs(got - expected) > tolerance) ++wrong;
+            continue;
           } else if (collective == "broadcast") {
             expected = inputValue(root, i, ncclSum, true);
           } else {
