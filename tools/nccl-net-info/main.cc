@@ -112,10 +112,19 @@ int main(int argc, char** argv) {
   json found = json::array();
   for (const auto& path : nns::core::findPluginLibraries(dirs)) {
     auto exports = nns::core::inspectLibrary(path);
+    // The verdict NCCL would reach on this library alone: loads (and through which version), or why not.
+    nns::core::LoadOptions alone;
+    alone.plugin = path;
+    nns::core::LoadReport verdictReport;
+    auto loaded = nns::core::loadNet(alone, &verdictReport);
+    std::string verdict = loaded != nullptr ? "loads through ncclNet_v" + std::to_string(loaded->version())
+                          : verdictReport.candidates.empty() ? "not tried"
+                                                             : "rejected: " + verdictReport.candidates[0].rejectReason;
     found.push_back({{"path", path},
                      {"netVersions", versionsJson(exports.netVersions)},
                      {"collNetVersions", versionsJson(exports.collNetVersions)},
-                     {"error", exports.error}});
+                     {"error", exports.error},
+                     {"verdict", verdict}});
   }
   out["found"] = found;
 
@@ -165,11 +174,10 @@ int main(int argc, char** argv) {
   std::printf("\n\nPlugin libraries found:\n");
   if (found.empty()) std::printf("  (none)\n");
   for (const auto& f : found) {
-    std::printf("  %s\n    ncclNet %s; ncclCollNet %s%s%s\n", f["path"].get<std::string>().c_str(),
+    std::printf("  %s\n    ncclNet %s; ncclCollNet %s\n    %s\n", f["path"].get<std::string>().c_str(),
                 versionsText(f["netVersions"].get<std::vector<int>>()).c_str(),
                 versionsText(f["collNetVersions"].get<std::vector<int>>()).c_str(),
-                f["error"].get<std::string>().empty() ? "" : "; cannot open: ",
-                f["error"].get<std::string>().c_str());
+                f["verdict"].get<std::string>().c_str());
   }
   std::printf("\nCandidates, in the order NCCL tries them:\n");
   if (report.candidates.empty()) std::printf("  (none: NCCL_NET_PLUGIN=none, only NCCL's internal nets)\n");
