@@ -218,6 +218,9 @@ struct Comm {
   ncclResult_t failure = ncclSuccess;
   Clock::time_point lastSideChannelCheck = Clock::now();
   int pending = 0;  // requests handed out and not yet completed by test()
+  // Buffers a caller passed without a memory handle, registered on first use and kept until close. NCCL always
+  // registers (regMr) before isend/irecv, so it never takes this path; tools and tests that skip regMr do.
+  std::vector<MemoryHandle*> implicitRegistrations;
 };
 
 struct MemoryHandle {
@@ -227,6 +230,7 @@ struct MemoryHandle {
   int type = NCCL_PTR_HOST;
   int ndevs = 0;
   ibv_mr* mrs[kMaxDevs] = {};
+  uintptr_t begin = 0, end = 0;  // registered range (used to find on-the-fly registrations)
 };
 
 struct Request {
@@ -290,6 +294,7 @@ struct Global {
   std::deque<NetDevice> devices;  // physical ports first, then vNICs
   bool gdr = false;
   bool nvidiaDriver = false;
+  pid_t owner = 0;  // the process whose HCA contexts these are (see reopenAfterFork)
 };
 Global& global() {
   static Global* g = new Global;  // never destroyed: comms may outlive static destruction order
@@ -301,6 +306,12 @@ const Verbs& verbs() {
 const Params& params() {
   return global().params;
 }
+
+// A verbs context belongs to the process that opened it: the kernel refuses commands a forked child sends through
+// the parent's context (EACCES). NCCL never forks after init, but tools do (a conformance harness forks each rule's
+// peer after init), so a child re-opens every HCA and PD on its first listen/connect/accept. Comms and memory
+// registrations of the parent stay unusable in the child; the parent's own are untouched.
+ncclResult_t reopenAfterFork();
 
 std::string errnoText(int error) {
   return std::string(std::strerror(error)) + " (errno " + std::to_string(error) + ")";
@@ -320,6 +331,42 @@ ncclResult_t fail(Comm* comm, ncclResult_t code, const std::string& what) {
 ncclResult_t failedResult(Comm* comm) {
   NCCL_NET_WARN("%s comm with peer %s already failed", comm->isSender ? "send" : "receive", comm->peer.c_str());
   return comm->failure;
+}
+
+ncclResult_t reopenAfterFork() {
+  Global& g = global();
+  std::lock_guard<std::mutex> lock(g.mutex);
+  if (g.owner == getpid()) return ncclSuccess;
+  int count = 0;
+  ibv_device** list = verbs().getDeviceList(&count);
+  if (list == nullptr) {
+    NCCL_NET_WARN("re-opening HCAs in forked process %d: ibv_get_device_list: %s", static_cast<int>(getpid()),
+                  std::strerror(errno));
+    return ncclSystemError;
+  }
+  ncclResult_t result = ncclSuccess;
+  for (nns_ib::Hca* hca : g.hcas) {
+    ibv_context* context = nullptr;
+    for (int i = 0; i < count && context == nullptr; ++i)
+      if (hca->name == verbs().getDeviceName(list[i])) context = verbs().openDevice(list[i]);
+    ibv_pd* pd = context != nullptr ? verbs().allocPd(context) : nullptr;
+    if (pd == nullptr) {
+      NCCL_NET_WARN("re-opening %s in forked process %d failed: %s", hca->name.c_str(), static_cast<int>(getpid()),
+                    std::strerror(errno));
+      result = ncclSystemError;
+      break;
+    }
+    // The parent's context and PD are left alone: releasing them from here would be refused as well.
+    hca->context = context;
+    hca->pd = pd;
+  }
+  verbs().freeDeviceList(list);
+  if (result == ncclSuccess) {
+    NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "process %d forked after init: re-opened %zu HCA(s)",
+                  static_cast<int>(getpid()), g.hcas.size());
+    g.owner = getpid();
+  }
+  return result;
 }
 
 // ---- QP setup -------------------------------------------------------------------------------------------------------
@@ -409,6 +456,11 @@ bool connectQp(ibv_qp* qp, Port* port, const QpWire& remote, int trafficClass, s
 }
 
 void destroyComm(Comm* comm) {
+  for (MemoryHandle* mh : comm->implicitRegistrations) {
+    for (int d = 0; d < mh->ndevs; ++d)
+      if (mh->mrs[d] != nullptr) verbs().deregMr(mh->mrs[d]);
+    delete mh;
+  }
   for (int i = 0; i < comm->nqps; ++i)
     if (comm->qps[i].qp != nullptr) verbs().destroyQp(comm->qps[i].qp);
   for (int d = 0; d < comm->ndevs; ++d) {
@@ -814,6 +866,7 @@ class IbNet {
         std::vector<Port> found = nns_ib::discoverPorts(*g.verbs, options, &g.hcas, &g.initError);
         g.gdr = nns_ib::gdrKernelSupport();
         g.nvidiaDriver = nns_ib::nvidiaDriverPresent();
+        g.owner = getpid();
         for (Port& port : found) {
           g.ports.push_back(port);
           int index = static_cast<int>(g.ports.size() - 1);
@@ -930,6 +983,7 @@ class IbNet {
   }
 
   ncclResult_t listen(void* /*ctx*/, int dev, void* handle, void** listenComm) {
+    NCCL_NET_CHECK(reopenAfterFork());
     auto interfaces = sdk::findInterfaces("NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY", 1);
     if (interfaces.empty()) {
       NCCL_NET_WARN("listen: no network interface for the side channel (check NCCL_SOCKET_IFNAME)");
@@ -959,6 +1013,7 @@ class IbNet {
   }
 
   ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t** /*devComm*/) {
+    NCCL_NET_CHECK(reopenAfterFork());
     using Stage = sdk::ConnectStage<PendingConnect>;
     PendingConnect* pending = Stage::get(handle);
     if (pending == nullptr) {
@@ -991,6 +1046,7 @@ class IbNet {
   }
 
   ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** /*devComm*/) {
+    NCCL_NET_CHECK(reopenAfterFork());
     auto* listen = static_cast<ListenComm*>(listenComm);
     if (listen->pending == nullptr) listen->pending = new PendingAccept;
     PendingAccept* pending = listen->pending;
@@ -1081,6 +1137,7 @@ class IbNet {
                       ") exceeds the receive buffer the peer posted (" + std::to_string(entries[match].size) +
                       " bytes)");
     auto* mh = static_cast<const MemoryHandle*>(mhandle);
+    if (size > 0 && mh == nullptr) mh = implicitRegistration(comm, data, size);
     if (size > 0 && (mh == nullptr || mh->magic != MemoryHandle::kMagic || mh->comm != comm)) {
       NCCL_NET_WARN("isend: %zu bytes with memory handle %p, which is not registered on this comm", size, mhandle);
       return ncclInvalidArgument;
@@ -1114,8 +1171,11 @@ class IbNet {
     int slotIndex = static_cast<int>(comm->sequence % kSlots);
     RecvSlot& slot = comm->slots[slotIndex];
     if (slot.request != nullptr) return ncclSuccess;  // kSlots receives in flight
+    const MemoryHandle* handles[kMaxRecvs];
     for (int r = 0; r < n; ++r) {
       auto* mh = mhandles != nullptr ? static_cast<const MemoryHandle*>(mhandles[r]) : nullptr;
+      if (sizes[r] > 0 && mh == nullptr) mh = implicitRegistration(comm, data[r], sizes[r]);
+      handles[r] = mh;
       if (sizes[r] > 0 && (mh == nullptr || mh->magic != MemoryHandle::kMagic || mh->comm != comm)) {
         NCCL_NET_WARN("irecv: receive %d of %zu bytes with memory handle %p, which is not registered on this comm", r,
                       sizes[r], mh);
@@ -1130,7 +1190,7 @@ class IbNet {
     req->nreqs = n;
     FifoEntry* staging = comm->control->staging[slotIndex];
     for (int r = 0; r < n; ++r) {
-      auto* mh = mhandles != nullptr ? static_cast<const MemoryHandle*>(mhandles[r]) : nullptr;
+      const MemoryHandle* mh = handles[r];
       FifoEntry& entry = staging[r];
       std::memset(&entry, 0, sizeof(entry));
       entry.addr = reinterpret_cast<uint64_t>(data[r]);
@@ -1326,8 +1386,37 @@ class IbNet {
         return ncclSystemError;
       }
     }
+    mh->begin = reinterpret_cast<uintptr_t>(data);
+    mh->end = mh->begin + size;
     *mhandle = mh.release();
     return ncclSuccess;
+  }
+
+  // A registration covering [data, data + size) for a caller that passed no memory handle: an earlier one that
+  // covers it, or a new one over the whole pages (which are mapped, since the buffer lies in them).
+  static const MemoryHandle* implicitRegistration(Comm* comm, void* data, size_t size) {
+    auto begin = reinterpret_cast<uintptr_t>(data);
+    for (const MemoryHandle* mh : comm->implicitRegistrations)
+      if (mh->begin <= begin && begin + size <= mh->end) return mh;
+    constexpr size_t kMaxImplicitRegistrations = 4096;
+    if (comm->implicitRegistrations.size() >= kMaxImplicitRegistrations) {
+      NCCL_NET_WARN("%zu buffers passed without a memory handle on one comm: register them with regMr",
+                    comm->implicitRegistrations.size());
+      return nullptr;
+    }
+    if (comm->implicitRegistrations.empty())
+      NCCL_NET_INFO(NCCL_NET,
+                    "a buffer came without a memory handle: registering it on the fly (NCCL always calls "
+                    "regMr first; this path serves tools and costs a registration per new buffer)");
+    uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    uintptr_t first = begin / page * page;
+    uintptr_t last = (begin + size + page - 1) / page * page;
+    void* handle = nullptr;
+    if (registerMemory(comm, reinterpret_cast<void*>(first), last - first, NCCL_PTR_HOST, -1, 0, &handle) !=
+        ncclSuccess)
+      return nullptr;
+    comm->implicitRegistrations.push_back(static_cast<MemoryHandle*>(handle));
+    return static_cast<MemoryHandle*>(handle);
   }
 
   // One non-blocking step of connect(). A non-empty *error ends the attempt.
