@@ -155,6 +155,7 @@ if ! grep -q "IBVM: done" "$console"; then
   exit 1
 fi
 log "VM run finished in ${elapsed} s"
-if tr -d '\r' <"$console" | grep -q 'IBVM-RESULT: .* FAIL'; then exit 1; fi
-tr -d '\r' <"$console" | grep -q 'IBVM-RESULT: .* PASS' || { echo "IBVM-RESULT: rxe_vm FAIL no test ran"; exit 1; }
+# grep the file itself: with pipefail, `tr | grep -q` can fail on tr's SIGPIPE once grep has found its line.
+if grep -aq 'IBVM-RESULT: [^ ]* FAIL' "$console"; then exit 1; fi
+grep -aq 'IBVM-RESULT: [^ ]* PASS' "$console" || { echo "IBVM-RESULT: rxe_vm FAIL no test ran"; exit 1; }
 exit 0
