@@ -661,35 +661,43 @@ Verdict closeWithRequestsInFlight(Context& c) {
 }
 
 Verdict peerDeathIsAnError(Context& c) {
+  // The sender posts a large message and stops itself at once, so the transfer is surely unfinished; then it is
+  // killed. The pending receive must fail (not complete, not hang).
+  constexpr size_t kBytes = 256u << 20;
   Pair pair;
   std::string why;
   if (!openPair(c, pair, [&](void* comm) {
-        std::vector<unsigned char> big(64u << 20, 1);
+        static std::vector<unsigned char> big(kBytes, 1);
         void* request = nullptr;
         postSend(c, comm, big.data(), big.size(), 1, &request);
-        for (;;) pause();  // stalls mid-transfer until killed
+        raise(SIGSTOP);
+        for (;;) pause();
         return 0;
       }, &why))
     return fail("%s", why.c_str());
-  std::vector<unsigned char> big(64u << 20);
+  std::vector<unsigned char> big(kBytes);
   void* data = big.data();
   size_t size = big.size();
   int tag = 1;
   void* request = nullptr;
   if (postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request) != ncclSuccess) return fail("irecv failed");
-  usleep(200000);
+  int status = 0;
+  if (waitpid(pair.peer, &status, WUNTRACED) != pair.peer || !WIFSTOPPED(status))
+    return fail("the sender did not reach its stop (status %d)", status);
   kill(pair.peer, SIGKILL);
-  waitPeer(pair.peer, 5);
+  waitpid(pair.peer, nullptr, 0);
   pair.peer = -1;
   auto killed = Clock::now();
   int got = -1;
   ncclResult_t result = waitDone(c, request, &got, 30);
   double seconds = std::chrono::duration<double>(Clock::now() - killed).count();
   closePair(c, pair);
-  if (result == ncclSuccess) return fail("the receive completed although the sender died mid-transfer");
+  if (result == ncclSuccess)
+    return fail("a %zu-byte receive completed (size %d) although the sender was killed before sending it all",
+                kBytes, got);
   if (result == ncclTimeout) return fail("no error within 30 s of the peer's death: the receive would hang NCCL");
   char text[128];
-  std::snprintf(text, sizeof(text), "test returned %d %.2f s after the sender was killed", result, seconds);
+  std::snprintf(text, sizeof(text), "test returned %d %.2f s after the sender was killed mid-message", result, seconds);
   return pass(text);
 }
 
