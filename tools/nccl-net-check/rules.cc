@@ -254,6 +254,21 @@ std::string peerText(int code) {
   return "peer exit code " + std::to_string(code);
 }
 
+// A peer process sends `messages` (size, seed) and this one receives them into `capacity`-byte buffers, checking
+// sizes on both sides and every byte. Empty evidence on success.
+Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t>>& messages, size_t capacity) {
+  Pair pair;
+  std::string why;
+  if (!openPair(c, pair, [&](void* comm) { return sendMessages(c, comm, messages); }, &why))
+    return fail("%s", why.c_str());
+  Verdict v = receiveMessages(c, pair.recvComm, messages, capacity);
+  int code = closePair(c, pair);
+  if (v.status != Status::kPass) return v;
+  if (code == 31) return fail("the sender's test reported a size other than the one it sent");
+  if (code != 0) return fail("%s", peerText(code).c_str());
+  return v;
+}
+
 // ---- the rules -------------------------------------------------------------------------------------------------
 Verdict propertiesSane(Context& c) {
   int ndev = 0;
@@ -444,28 +459,14 @@ Verdict nullRequestMeansRetry(Context& c) {
 
 Verdict testReportsSizes(Context& c) {
   std::vector<std::pair<size_t, uint64_t>> messages{{1, 1}, {7, 2}, {4096, 3}, {65537, 4}, {(1u << 20) + 3, 5}};
-  Pair pair;
-  std::string why;
-  if (!openPair(c, pair, [&](void* comm) { return sendMessages(c, comm, messages); }, &why))
-    return fail("%s", why.c_str());
-  Verdict v = receiveMessages(c, pair.recvComm, messages, 2u << 20);
-  int code = closePair(c, pair);
-  if (v.status != Status::kPass) return v;
-  if (code != 0) return fail("sender: %s (sizes reported on the send side were wrong if code 31)", peerText(code).c_str());
-  return pass("1, 7, 4096, 65537 and 1 MiB+3 bytes into 2 MiB buffers: both sides reported the sent size");
+  Verdict v = transferChecked(c, messages, 2u << 20);
+  return v.status == Status::kPass ? pass("1, 7, 4096, 65537 and 1 MiB+3 bytes into 2 MiB buffers: both sides reported the sent size") : v;
 }
 
 Verdict zeroByte(Context& c) {
   std::vector<std::pair<size_t, uint64_t>> messages{{0, 0}, {5, 9}, {0, 0}};
-  Pair pair;
-  std::string why;
-  if (!openPair(c, pair, [&](void* comm) { return sendMessages(c, comm, messages); }, &why))
-    return fail("%s", why.c_str());
-  Verdict v = receiveMessages(c, pair.recvComm, messages, 64);
-  int code = closePair(c, pair);
-  if (v.status != Status::kPass) return v;
-  if (code != 0) return fail("%s", peerText(code).c_str());
-  return pass("0-byte messages complete with size 0, in order with others");
+  Verdict v = transferChecked(c, messages, 64);
+  return v.status == Status::kPass ? pass("0-byte messages complete with size 0, in order with others") : v;
 }
 
 Verdict truncationIsAnError(Context& c) {
@@ -589,15 +590,9 @@ Verdict randomSizesIntegrity(Context& c) {
     size_t size = random() % 4 == 0 ? random() % (4u << 20) : random() % 70000;
     messages.push_back({size, random()});
   }
-  Pair pair;
-  std::string why;
-  if (!openPair(c, pair, [&](void* comm) { return sendMessages(c, comm, messages); }, &why))
-    return fail("%s", why.c_str());
-  Verdict v = receiveMessages(c, pair.recvComm, messages, 4u << 20);
-  int code = closePair(c, pair);
-  if (v.status != Status::kPass) return v;
-  if (code != 0) return fail("%s", peerText(code).c_str());
-  return pass("300 messages of random sizes up to 4 MiB, 8 in flight: every byte checked");
+  Verdict v = transferChecked(c, messages, 4u << 20);
+  return v.status == Status::kPass ? pass("300 messages of random sizes up to 4 MiB, 8 in flight: every byte checked")
+                                   : v;
 }
 
 long residentKiB() {
@@ -719,15 +714,8 @@ Verdict everyVersionAgrees(Context& c) {
                   c.props.ptrSupport, c.props.maxRecvs);
     if (std::strcmp(net->name(), c.net->name()) != 0) return fail("ncclNet_v%d is named %s, not %s", version, net->name(), c.net->name());
     Context other{net.get(), ctx, c.dev, p};
-    std::vector<std::pair<size_t, uint64_t>> messages{{3, 1}, {70000, 2}};
-    Pair pair;
-    std::string why;
-    if (!openPair(other, pair, [&](void* comm) { return sendMessages(other, comm, messages); }, &why))
-      return fail("ncclNet_v%d: %s", version, why.c_str());
-    Verdict v = receiveMessages(other, pair.recvComm, messages, 1 << 17);
-    int code = closePair(other, pair);
+    Verdict v = transferChecked(other, {{3, 1}, {70000, 2}}, 1 << 17);
     if (v.status != Status::kPass) return fail("ncclNet_v%d: %s", version, v.evidence.c_str());
-    if (code != 0) return fail("ncclNet_v%d: %s", version, peerText(code).c_str());
     CALL("finalize", net->finalize(ctx));
     summary += "v" + std::to_string(version) + " ";
   }
