@@ -28,7 +28,8 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     : rank_(launch.rank), size_(launch.size), options_(options) {
   bootstrap_ = std::make_unique<Bootstrap>(launch, options.timeout);
   LoadOptions load;
-  load.plugin = std::getenv("NCCL_NET_PLUGIN") != nullptr ? "" : options.plugin;
+  const char* env = std::getenv("NCCL_NET_PLUGIN");
+  load.plugin = !options.plugin.empty() ? options.plugin : env != nullptr ? env : "socket";
   load.searchDirs = options.searchDirs;
   LoadReport report;
   net_ = loadNet(load, &report);

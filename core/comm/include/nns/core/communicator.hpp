@@ -15,7 +15,7 @@
 namespace nns::core {
 
 struct CommOptions {
-  std::string plugin = "socket";       // NCCL_NET_PLUGIN semantics; NCCL_NET_PLUGIN in the environment wins
+  std::string plugin;                   // NCCL_NET_PLUGIN semantics; empty: $NCCL_NET_PLUGIN if set, else "socket"
   std::vector<std::string> searchDirs;  // where to look for libnccl-net-*.so first
   size_t slotBytes = 1u << 20;          // one pipelined piece
   int slots = 4;                        // pieces in flight per direction
