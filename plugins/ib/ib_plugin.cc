@@ -294,10 +294,17 @@ struct Global {
   std::deque<NetDevice> devices;  // physical ports first, then vNICs
   bool gdr = false;
   bool nvidiaDriver = false;
-  pid_t owner = 0;  // the process whose HCA contexts these are (see reopenAfterFork)
+  pid_t owner = 0;                // the process whose HCA contexts these are (see reopenAfterFork)
+  std::atomic<int> liveComms{0};  // send/recv comms not yet closed
 };
+// A plain pointer (trivially destructible), so no static destructor runs before a late call into the plugin.
+Global*& globalSlot() {
+  static Global* g = nullptr;
+  return g;
+}
 Global& global() {
-  static Global* g = new Global;  // never destroyed: comms may outlive static destruction order
+  Global*& g = globalSlot();
+  if (g == nullptr) g = new Global;
   return *g;
 }
 const Verbs& verbs() {
@@ -472,6 +479,7 @@ void destroyComm(Comm* comm) {
   }
   if (comm->fd >= 0) close(comm->fd);
   std::free(comm->control);
+  --global().liveComms;
   if (comm->isSender) {
     delete static_cast<SendComm*>(comm);
   } else {
@@ -842,6 +850,26 @@ std::string ioFailure(sdk::IoStatus status, int error) {
 }
 
 }  // namespace
+
+// NCCL dlcloses a plugin when its last communicator is finalized and may load it again later: close the HCAs then,
+// or every load/unload cycle would leak device file descriptors. Comms still open (a caller that skipped close*)
+// keep them alive until the process exits.
+struct ReleaseOnUnload {
+  ~ReleaseOnUnload() {
+    Global* g = globalSlot();
+    if (g == nullptr || g->liveComms.load() != 0) return;
+    for (nns_ib::Hca* hca : g->hcas) {
+      if (g->verbs != nullptr && g->owner == getpid()) {
+        if (hca->pd != nullptr) g->verbs->deallocPd(hca->pd);
+        if (hca->context != nullptr) g->verbs->closeDevice(hca->context);
+      }
+      delete hca;
+    }
+    delete g;
+    globalSlot() = nullptr;
+  }
+};
+ReleaseOnUnload releaseOnUnload;
 
 // ---- the plugin class
 // ---------------------------------------------------------------------------------------------------
@@ -1434,6 +1462,7 @@ class IbNet {
         NetDevice device = deviceCopy(p->dev);
         auto* comm = new SendComm;
         comm->isSender = true;
+        ++global().liveComms;
         comm->fd = p->connector.release();
         p->comm = comm;
         sdk::setDeadPeerTimeout(comm->fd, params().peerTimeoutMs);
@@ -1518,6 +1547,7 @@ class IbNet {
         NetDevice device = deviceCopy(listen->dev);
         auto* comm = new RecvComm;
         comm->isSender = false;
+        ++global().liveComms;
         comm->fd = p->fd;
         p->fd = -1;
         p->comm = comm;
