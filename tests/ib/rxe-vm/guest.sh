@@ -86,13 +86,17 @@ fi
 if wanted check && [ "${NNS_IB_VM_CHECK:-1}" = 1 ]; then
   check="$NNS_IB_BUILD/bin/nccl-net-check"
   if [ -x "$check" ]; then
+    # The merged device runs every rule but the 1 GiB one (15-45 s under TCG, already run on rxe0), to keep the VM
+    # within its time budget.
+    all_but_gib=$("$check" --list | awk '$1 != "one-gib-message" {print $1}' | tr '\n' ',' | sed 's/,$//')
     for mode in one merged; do
       case $mode in
-        one) setting="NCCL_IB_HCA==rxe0" ;;
-        merged) setting="NNS_IB_MERGE_DEVICES=1" ;;
+        one) setting="NCCL_IB_HCA==rxe0" rules="" ;;
+        merged) setting="NNS_IB_MERGE_DEVICES=1" rules="--rules=$all_but_gib" ;;
       esac
-      env $setting NCCL_IB_TIMEOUT=14 timeout 400 "$check" --call-timeout 30 --rule-timeout 120 \
-        "$NNS_IB_BUILD/lib/libnccl-net-ib.so" >"$out/check.$mode.txt" 2>&1
+      # The plugin first: --rules takes a list and would swallow a path after it.
+      env $setting NCCL_IB_TIMEOUT=14 timeout 400 "$check" "$NNS_IB_BUILD/lib/libnccl-net-ib.so" --call-timeout 30 \
+        --rule-timeout 120 $rules >"$out/check.$mode.txt" 2>&1
       status=$?
       grep -E '^(PASS|FAIL|SKIP) ' "$out/check.$mode.txt" | while read -r verdict rule rest; do
         detail="$(echo "$rest" | cut -c1-160)"
