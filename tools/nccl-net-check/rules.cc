@@ -428,14 +428,27 @@ Verdict nullRequestMeansRetry(Context& c) {
         (void)!write(resultPipe[1], &posted, sizeof(posted));
         char go;
         if (read(goPipe[0], &go, 1) != 1) return 40;
-        for (int i = 0; i < kMore; ++i) {
+        // Retry as NCCL's proxy does: keep testing what is in flight while a new send is refused.
+        size_t oldest = 0;
+        auto deadline = Clock::now() + std::chrono::seconds(20);
+        for (int i = 0; i < kMore;) {
           void* request = nullptr;
-          if (postSend(c, comm, bytes.data(), bytes.size(), 1, &request) != ncclSuccess) return 43;
-          requests.push_back(request);
+          if (CALL("isend", c.net->isend(comm, bytes.data(), bytes.size(), 1, nullptr, nullptr, &request)) != ncclSuccess)
+            return 41;
+          if (request != nullptr) {
+            requests.push_back(request);
+            ++i;
+          } else if (oldest < requests.size()) {
+            int done = 0, size = -1;
+            if (CALL("test", c.net->test(requests[oldest], &done, &size)) != ncclSuccess) return 42;
+            if (done && size != 16) return 42;
+            if (done) ++oldest;
+          }
+          if (Clock::now() > deadline) return 43;
         }
-        for (void* r : requests) {
+        for (; oldest < requests.size(); ++oldest) {
           int size = -1;
-          if (waitDone(c, r, &size, 30) != ncclSuccess || size != 16) return 42;
+          if (waitDone(c, requests[oldest], &size, 30) != ncclSuccess || size != 16) return 42;
         }
         return 0;
       }, &why))
