@@ -35,7 +35,15 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
   return result;
 }
 ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t** devComm) {
+#ifdef NNS_BUG_BLOCKING_CONNECT
+  for (;;) {  // waits for the peer to accept instead of returning NULL (a socket connect left in blocking mode)
+    ncclResult_t result = real()->connect(ctx, dev, handle, sendComm, devComm);
+    if (result != ncclSuccess || *sendComm != nullptr) return result;
+    usleep(1000);
+  }
+#else
   return real()->connect(ctx, dev, handle, sendComm, devComm);
+#endif
 }
 ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** devComm) {
 #ifdef NNS_BUG_BLOCKING_ACCEPT
