@@ -1,0 +1,62 @@
+// check_main.cc: nns-cuda-reduce-check: PASS/FAIL per type x op (every count and misalignment), exit 1 on any failure.
+#include <cstdio>
+#include <string>
+
+#include "nns/cuda/kernels.hpp"
+#include "reduce_check.hpp"
+
+using namespace nns::cuda::check;
+
+int main() {
+  if (!nns::cuda::deviceAvailable()) {
+    std::printf("SKIP: no CUDA device\n");
+    return 0;
+  }
+  int failures = 0, checks = 0;
+  // (dst, a, b) element offsets: aligned, all shifted alike (vector path after a scalar head), all different (scalar).
+  const size_t offsets[][3] = {{0, 0, 0}, {1, 1, 1}, {3, 3, 3}, {0, 1, 2}, {5, 2, 0}};
+  for (ncclDataType_t type : kTypes) {
+    for (ncclRedOp_t op : kOps) {
+      std::string failure;
+      unsigned seed = 1;
+      for (size_t count : kCounts) {
+        for (const auto& offset : offsets) {
+          for (bool inPlace : {false, true}) {
+            ++checks;
+            std::string error = checkReduce(type, op, count, offset[0], offset[1], offset[2], inPlace, seed++);
+            if (!error.empty() && failure.empty())
+              failure = "count " + std::to_string(count) + " offsets " + std::to_string(offset[0]) + "/" +
+                        std::to_string(offset[1]) + "/" + std::to_string(offset[2]) + (inPlace ? " in place" : "") +
+                        ": " + error;
+          }
+        }
+      }
+      std::printf("%s reduce %-8s %-5s %s\n", failure.empty() ? "PASS" : "FAIL", typeName(type), opName(op),
+                  failure.c_str());
+      failures += !failure.empty();
+    }
+    std::string failure;
+    for (int divisor : {2, 3, 7}) {
+      for (size_t count : kCounts) {
+        ++checks;
+        std::string error = checkDivide(type, count, divisor, static_cast<unsigned>(count) + divisor);
+        if (!error.empty() && failure.empty())
+          failure = "divisor " + std::to_string(divisor) + " count " + std::to_string(count) + ": " + error;
+      }
+    }
+    std::printf("%s divide %-8s %s\n", failure.empty() ? "PASS" : "FAIL", typeName(type), failure.c_str());
+    failures += !failure.empty();
+  }
+  std::string failure;
+  for (size_t bytes : {size_t{1}, size_t{15}, size_t{4097}, size_t{(1u << 22) + 5}}) {
+    for (size_t offset : {size_t{0}, size_t{3}}) {
+      ++checks;
+      std::string error = checkCopy(bytes, offset, offset == 0 ? 0 : 7, static_cast<unsigned>(bytes));
+      if (!error.empty() && failure.empty()) failure = "bytes " + std::to_string(bytes) + ": " + error;
+    }
+  }
+  std::printf("%s copy %s\n", failure.empty() ? "PASS" : "FAIL", failure.c_str());
+  failures += !failure.empty();
+  std::printf("%s: %d checks, %d failing groups\n", failures ? "FAIL" : "PASS", checks, failures);
+  return failures ? 1 : 0;
+}

@@ -1,0 +1,70 @@
+// cuda_kernels_test.cc: every type x op x count x misalignment of the CUDA kernels against the CPU reference.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+
+#include "nns/cuda/kernels.hpp"
+#include "reduce_check.hpp"
+
+namespace {
+
+using namespace nns::cuda::check;
+
+#define SKIP_WITHOUT_CUDA_DEVICE() \
+  if (!nns::cuda::deviceAvailable()) GTEST_SKIP() << "no CUDA device"
+
+class CudaReduce : public ::testing::TestWithParam<std::tuple<ncclDataType_t, ncclRedOp_t>> {};
+
+TEST_P(CudaReduce, MatchesReferenceAtEveryCountAndOffset) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  auto [type, op] = GetParam();
+  const size_t offsets[][3] = {{0, 0, 0}, {1, 1, 1}, {3, 3, 3}, {0, 1, 2}, {5, 2, 0}};
+  unsigned seed = 1;
+  for (size_t count : kCounts)
+    for (const auto& offset : offsets)
+      for (bool inPlace : {false, true})
+        EXPECT_EQ(checkReduce(type, op, count, offset[0], offset[1], offset[2], inPlace, seed++), "")
+            << "count " << count << " offsets " << offset[0] << "/" << offset[1] << "/" << offset[2]
+            << (inPlace ? " in place" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, CudaReduce, ::testing::Combine(::testing::ValuesIn(kTypes),
+                                                                        ::testing::ValuesIn(kOps)),
+                         [](const auto& info) {
+                           return std::string(typeName(std::get<0>(info.param))) + "_" +
+                                  opName(std::get<1>(info.param));
+                         });
+
+class CudaDivide : public ::testing::TestWithParam<ncclDataType_t> {};
+
+TEST_P(CudaDivide, AvgFinalizeMatchesReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (int divisor : {2, 3, 7})
+    for (size_t count : kCounts)
+      EXPECT_EQ(checkDivide(GetParam(), count, divisor, static_cast<unsigned>(count) + divisor), "")
+          << "divisor " << divisor << " count " << count;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, CudaDivide, ::testing::ValuesIn(kTypes),
+                         [](const auto& info) { return std::string(typeName(info.param)); });
+
+TEST(CudaCopy, CopiesEveryByteAtAnyOffset) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (size_t bytes : {size_t{1}, size_t{15}, size_t{4097}, size_t{(1u << 22) + 5}})
+    for (size_t offset : {size_t{0}, size_t{3}})
+      EXPECT_EQ(checkCopy(bytes, offset, offset == 0 ? 0 : 7, static_cast<unsigned>(bytes)), "") << bytes;
+}
+
+TEST(CudaPointer, HostMemoryIsNotDeviceMemory) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  int onStack = 0;
+  EXPECT_FALSE(nns::cuda::isDevicePointer(&onStack));
+  void* device = nullptr;
+  ASSERT_EQ(cudaMalloc(&device, 64), cudaSuccess);
+  EXPECT_TRUE(nns::cuda::isDevicePointer(device));
+  EXPECT_TRUE(nns::cuda::isDevicePointer(static_cast<char*>(device) + 3));
+  cudaFree(device);
+}
+
+}  // namespace
