@@ -899,7 +899,8 @@ std::vector<RuleResult> runRules(const Options& options) {
                         strsignal(WTERMSIG(status)) + ")";
     } else if (bar == std::string::npos) {
       result.status = Status::kFail;
-      result.evidence = "the rule process exited with status " + std::to_string(WEXITSTATUS(status)) + " and no verdict";
+      result.evidence = "the rule process ended without a verdict (exit status " + std::to_string(WEXITSTATUS(status)) +
+                        "): the plugin crashed it and a sanitizer reported the crash";
     } else {
       std::string status = text.substr(0, bar);
       result.status = status == "PASS" ? Status::kPass : status == "SKIP" ? Status::kSkip : Status::kFail;
