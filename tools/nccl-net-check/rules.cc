@@ -493,7 +493,7 @@ Verdict truncationIsAnError(Context& c) {
   Pair pair;
   std::string why;
   if (!openPair(c, pair, [&](void* comm) {
-        std::vector<unsigned char> big(1000, 1);
+        static std::vector<unsigned char> big(1000, 1);  // may still be read until closeSend
         void* request = nullptr;
         if (postSend(c, comm, big.data(), big.size(), 1, &request) != ncclSuccess) return 0;
         int size = -1;
@@ -648,7 +648,8 @@ Verdict closeWithRequestsInFlight(Context& c) {
   Pair pair;
   std::string why;
   if (!openPair(c, pair, [&](void* comm) {
-        std::vector<unsigned char> buffer(1 << 20, 3);
+        // Outlives the lambda: the plugin may read it until closeSend, which openPair calls after this returns.
+        static std::vector<unsigned char> buffer(1 << 20, 3);
         for (int i = 0; i < 4; ++i) {
           void* request = nullptr;
           if (CALL("isend", c.net->isend(comm, buffer.data(), buffer.size(), 1, nullptr, nullptr, &request)) != ncclSuccess)
