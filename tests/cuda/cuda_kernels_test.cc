@@ -4,6 +4,7 @@
 #include <string>
 #include <tuple>
 
+#include "nns/cuda/kernel_layer.hpp"
 #include "nns/cuda/kernels.hpp"
 #include "reduce_check.hpp"
 
@@ -65,6 +66,32 @@ TEST(CudaPointer, HostMemoryIsNotDeviceMemory) {
   EXPECT_TRUE(nns::cuda::isDevicePointer(device));
   EXPECT_TRUE(nns::cuda::isDevicePointer(static_cast<char*>(device) + 3));
   cudaFree(device);
+}
+
+// Needs no device: a host buffer must always get the host layer, GPU or not.
+TEST(CudaKernelLayer, HostBufferGetsHostKernels) {
+  int onStack = 0;
+  EXPECT_EQ(&nns::cuda::kernelsFor(&onStack), &nns::coll::hostKernels());
+}
+
+TEST(CudaKernelLayer, DeviceBufferAvgReducesThenDivides) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const float host[4] = {1, 2, 3, 4}, other[4] = {3, 4, 5, 8};
+  void *dst = nullptr, *src = nullptr;
+  ASSERT_EQ(cudaMalloc(&dst, sizeof(host)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&src, sizeof(other)), cudaSuccess);
+  nns::coll::KernelLayer& layer = nns::cuda::kernelsFor(dst);
+  EXPECT_EQ(&layer, &nns::cuda::deviceKernels());
+  layer.copy(dst, host, sizeof(host));
+  layer.copy(src, other, sizeof(other));
+  layer.reduce(dst, src, 4, ncclFloat32, ncclAvg);
+  layer.divide(dst, 4, ncclFloat32, 2);
+  float result[4];
+  layer.copy(result, dst, sizeof(result));
+  EXPECT_EQ(result[0], 2.0f);
+  EXPECT_EQ(result[3], 6.0f);
+  cudaFree(dst);
+  cudaFree(src);
 }
 
 }  // namespace

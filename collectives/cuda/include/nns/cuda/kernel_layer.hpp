@@ -1,0 +1,16 @@
+// nns/cuda/kernel_layer.hpp: the collectives' KernelLayer over the CUDA kernels, and the choice of layer by buffer.
+#pragma once
+
+#include "nns/coll/reduce.hpp"
+
+namespace nns::cuda {
+
+// Device buffers: each call launches on this thread's default stream (cudaStreamPerThread) and waits for it, since
+// KernelLayer's contract is that the result is in place on return. A CUDA failure throws std::runtime_error naming
+// the call and cudaGetErrorString's text (KernelLayer has no error return).
+coll::KernelLayer& deviceKernels();
+
+// The layer for a buffer: deviceKernels() for device memory, coll::hostKernels() otherwise.
+coll::KernelLayer& kernelsFor(const void* buffer);
+
+}  // namespace nns::cuda

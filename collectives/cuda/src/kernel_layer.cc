@@ -1,0 +1,44 @@
+// kernel_layer.cc: KernelLayer over the CUDA kernels, synchronous per call, so the schedules stay unchanged.
+#include "nns/cuda/kernel_layer.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include "nns/cuda/kernels.hpp"
+
+namespace nns::cuda {
+namespace {
+
+void throwOnError(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + what + ": " + cudaGetErrorString(status));
+}
+
+class DeviceKernels final : public coll::KernelLayer {
+ public:
+  void reduce(void* dst, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) override {
+    throwOnError(cuda::reduce(dst, dst, src, count, type, op, cudaStreamPerThread), "reduce launch");
+    throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "reduce");
+  }
+  void divide(void* buf, size_t count, ncclDataType_t type, int divisor) override {
+    throwOnError(cuda::divide(buf, count, type, divisor, cudaStreamPerThread), "divide launch");
+    throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "divide");
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    // cudaMemcpyAsync with cudaMemcpyDefault also covers a host buffer on one side (staging).
+    throwOnError(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamPerThread), "copy launch");
+    throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "copy");
+  }
+};
+
+}  // namespace
+
+coll::KernelLayer& deviceKernels() {
+  static DeviceKernels kernels;
+  return kernels;
+}
+
+coll::KernelLayer& kernelsFor(const void* buffer) {
+  return isDevicePointer(buffer) ? deviceKernels() : coll::hostKernels();
+}
+
+}  // namespace nns::cuda
