@@ -1,13 +1,14 @@
-// ring.cc: ring allreduce (reduce-scatter then all-gather), all-gather, reduce-scatter, and chain broadcast/reduce.
+// ring.cc: ring allreduce (reduce-scatter then all-gather), all-gather and reduce-scatter, each one pipelined plan
+// per channel; chain broadcast and reduce.
 #include <algorithm>
 
-#include "nns/coll/collectives.hpp"
+#include "schedule.hpp"
 
-namespace nns::coll {
+namespace nns::coll::detail {
 
 namespace {
 
-// Block b of `count` elements split over n ranks: the first count % n blocks get one element more.
+// Block b of `count` elements split over n parts: the first count % n blocks get one element more.
 struct Blocks {
   size_t count;
   int n;
@@ -15,122 +16,132 @@ struct Blocks {
   size_t length(int b) const { return count / n + (static_cast<size_t>(b) < count % n ? 1 : 0); }
 };
 
-unsigned char* at(void* base, size_t elements, size_t elementSize) {
-  return static_cast<unsigned char*>(base) + elements * elementSize;
-}
-
-void checkType(ncclDataType_t type) {
-  if (typeSize(type) == 0 || type == ncclFloat8e4m3 || type == ncclFloat8e5m2)
-    throw core::CommError(std::string("data type ") + std::to_string(static_cast<int>(type)) +
-                          " is not supported by the host kernels");
-}
+int mod(int a, int n) { return ((a % n) + n) % n; }
 
 }  // namespace
 
-void allReduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
-               KernelLayer& kernels) {
-  checkType(type);
-  const size_t es = typeSize(type);
+// One ring over elements [first, first + count) on `channel`, added to `plan`. Step s of the reduce-scatter sends
+// block r-s and reduces block r-s-1 arriving from the previous rank; the all-gather then forwards the finished
+// blocks. The block sent at step s+1 is the block received at step s, so each send segment waits on the previous
+// receive segment piece by piece: the whole allreduce is one pipeline, with no barrier between steps.
+void ringAllReduce(Communicator& comm, core::Plan& plan, const Call& call, size_t first, size_t count, int channel) {
   const int n = comm.size(), r = comm.rank();
-  kernels.copy(recv, send, count * es);
-  if (n > 1) {
-    Blocks blocks{count, n};
-    // Reduce-scatter: after n-1 steps this rank holds the full reduction of block r+1.
-    for (int s = 0; s < n - 1; ++s) {
-      int sendBlock = (r - s + n) % n, recvBlock = (r - s - 1 + 2 * n) % n;
-      unsigned char* target = at(recv, blocks.offset(recvBlock), es);
-      comm.exchange(at(recv, blocks.offset(sendBlock), es), blocks.length(sendBlock) * es,
-                    blocks.length(recvBlock) * es, [&](size_t offset, const void* piece, size_t bytes) {
-                      kernels.reduce(target + offset, piece, bytes / es, type, op);
-                    });
-    }
-    int owned = (r + 1) % n;
-    if (op == ncclAvg) kernels.divide(at(recv, blocks.offset(owned), es), blocks.length(owned), type, n);
-    // All-gather of the reduced blocks.
-    for (int s = 0; s < n - 1; ++s) {
-      int sendBlock = (r + 1 - s + n) % n, recvBlock = (r - s + n) % n;
-      unsigned char* target = at(recv, blocks.offset(recvBlock), es);
-      comm.exchange(at(recv, blocks.offset(sendBlock), es), blocks.length(sendBlock) * es,
-                    blocks.length(recvBlock) * es, [&](size_t offset, const void* piece, size_t bytes) {
-                      kernels.copy(target + offset, piece, bytes);
-                    });
-    }
-  } else if (op == ncclAvg) {
-    kernels.divide(recv, count, type, 1);
-  }
-}
-
-void allGather(Communicator& comm, const void* send, void* recv, size_t sendCount, ncclDataType_t type,
-               KernelLayer& kernels) {
-  checkType(type);
-  const size_t es = typeSize(type), block = sendCount * es;
-  const int n = comm.size(), r = comm.rank();
-  kernels.copy(at(recv, r * sendCount, es), send, block);
+  const size_t es = typeSize(call.type);
+  const Blocks blocks{count, n};
+  auto in = [&](int b) { return call.in + (first + blocks.offset(b)) * es; };
+  auto out = [&](int b) { return call.out + (first + blocks.offset(b)) * es; };
+  auto bytes = [&](int b) { return blocks.length(b) * es; };
+  core::Plan::RecvRef previous;
   for (int s = 0; s < n - 1; ++s) {
-    int sendBlock = (r - s + n) % n, recvBlock = (r - s - 1 + n) % n;
-    unsigned char* target = at(recv, recvBlock * sendCount, es);
-    comm.exchange(at(recv, sendBlock * sendCount, es), block, block,
-                  [&](size_t offset, const void* piece, size_t bytes) { kernels.copy(target + offset, piece, bytes); });
+    const int sendBlock = mod(r - s, n), recvBlock = mod(r - s - 1, n);
+    if (s == 0) {
+      plan.send(comm.next(), channel, in(sendBlock), bytes(sendBlock));
+    } else {
+      plan.send(comm.next(), channel, out(sendBlock), bytes(sendBlock), {previous});
+    }
+    unsigned char* target = out(recvBlock);
+    const unsigned char* own = in(recvBlock);
+    const bool last = s == n - 2;
+    previous = plan.recv(comm.prev(), channel, bytes(recvBlock), [=, &call](size_t offset, const void* piece, size_t len) {
+      // out = own op piece (own is out itself in place), then, for avg, the finished block is divided.
+      call.kernels->copy(target + offset, own + offset, len);
+      call.kernels->reduce(target + offset, piece, len / es, call.type, call.op);
+      if (last && call.op == ncclAvg) call.kernels->divide(target + offset, len / es, call.type, n);
+    });
   }
-}
-
-void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recvCount, ncclDataType_t type,
-                   ncclRedOp_t op, KernelLayer& kernels) {
-  checkType(type);
-  const size_t es = typeSize(type), block = recvCount * es;
-  const int n = comm.size(), r = comm.rank();
-  // A working copy, so the input stays untouched and in-place (recv inside send) works.
-  void* work = comm.scratch(block * n);
-  kernels.copy(work, send, block * n);
   for (int s = 0; s < n - 1; ++s) {
-    int sendBlock = (r - s - 1 + n) % n, recvBlock = (r - s - 2 + 2 * n) % n;
-    unsigned char* target = at(work, recvBlock * recvCount, es);
-    comm.exchange(at(work, sendBlock * recvCount, es), block, block,
-                  [&](size_t offset, const void* piece, size_t bytes) {
-                    kernels.reduce(target + offset, piece, bytes / es, type, op);
-                  });
+    const int sendBlock = mod(r + 1 - s, n), recvBlock = mod(r - s, n);
+    plan.send(comm.next(), channel, out(sendBlock), bytes(sendBlock), {previous});
+    unsigned char* target = out(recvBlock);
+    previous = plan.recv(comm.prev(), channel, bytes(recvBlock), [=, &call](size_t offset, const void* piece, size_t len) {
+      call.kernels->copy(target + offset, piece, len);
+    });
   }
-  kernels.copy(recv, at(work, r * recvCount, es), block);
-  if (op == ncclAvg) kernels.divide(recv, recvCount, type, n);
 }
 
-void broadcast(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root,
-               KernelLayer& kernels) {
-  checkType(type);
-  const size_t bytes = count * typeSize(type);
-  const int n = comm.size(), position = (comm.rank() - root + n) % n;
-  if (n == 1 || position == 0) kernels.copy(recv, send, bytes);
-  if (n == 1) return;
-  auto* out = static_cast<unsigned char*>(recv);
-  comm.chain(bytes, position > 0, position < n - 1, position == 0 ? recv : nullptr,
-             [&](size_t offset, const void* piece, size_t length) -> const void* {
-               if (position > 0) kernels.copy(out + offset, piece, length);
-               return out + offset;
-             });
+void ringAllGather(Communicator& comm, core::Plan& plan, const Call& call, size_t blockCount, size_t first,
+                   size_t count, int channel) {
+  // Block b of the output lives at b * blockCount; this channel moves elements [first, first + count) of each.
+  const int n = comm.size(), r = comm.rank();
+  const size_t es = typeSize(call.type);
+  auto out = [&](int b) { return call.out + (b * blockCount + first) * es; };
+  core::Plan::RecvRef previous;
+  for (int s = 0; s < n - 1; ++s) {
+    const int sendBlock = mod(r - s, n), recvBlock = mod(r - s - 1, n);
+    if (s == 0) {
+      plan.send(comm.next(), channel, call.in + first * es, count * es);
+    } else {
+      plan.send(comm.next(), channel, out(sendBlock), count * es, {previous});
+    }
+    unsigned char* target = out(recvBlock);
+    previous = plan.recv(comm.prev(), channel, count * es, [=, &call](size_t offset, const void* piece, size_t len) {
+      call.kernels->copy(target + offset, piece, len);
+    });
+  }
 }
 
-void reduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
-            int root, KernelLayer& kernels) {
-  checkType(type);
-  const size_t es = typeSize(type), bytes = count * es;
-  const int n = comm.size(), position = (comm.rank() - root - 1 + 2 * n) % n;  // the root comes last
-  if (n == 1) {
-    kernels.copy(recv, send, bytes);
-    if (op == ncclAvg) kernels.divide(recv, count, type, 1);
+void ringReduceScatter(Communicator& comm, core::Plan& plan, const Call& call, size_t blockCount, size_t first,
+                       size_t count, unsigned char* work, int channel) {
+  // Step s sends block r-s-1 (the rank's own input at s = 0, the partial sum received at s-1 after that) and
+  // reduces block r-s-2; the last step's block is r itself, reduced straight into the output. Partial sums live in
+  // `work` (blockCount elements per block), never in the input, so the input stays untouched.
+  const int n = comm.size(), r = comm.rank();
+  const size_t es = typeSize(call.type);
+  auto in = [&](int b) { return call.in + (b * blockCount + first) * es; };
+  auto partial = [&](int b) { return work + (b * blockCount + first) * es; };
+  core::Plan::RecvRef previous;
+  for (int s = 0; s < n - 1; ++s) {
+    const int sendBlock = mod(r - s - 1, n), recvBlock = mod(r - s - 2, n);
+    if (s == 0) {
+      plan.send(comm.next(), channel, in(sendBlock), count * es);
+    } else {
+      plan.send(comm.next(), channel, partial(sendBlock), count * es, {previous});
+    }
+    const bool last = s == n - 2;
+    unsigned char* target = last ? call.out + first * es : partial(recvBlock);
+    const unsigned char* own = in(recvBlock);
+    previous = plan.recv(comm.prev(), channel, count * es, [=, &call](size_t offset, const void* piece, size_t len) {
+      call.kernels->copy(target + offset, own + offset, len);
+      call.kernels->reduce(target + offset, piece, len / es, call.type, call.op);
+      if (last && call.op == ncclAvg) call.kernels->divide(target + offset, len / es, call.type, n);
+    });
+  }
+}
+
+void chainBroadcast(Communicator& comm, core::Plan& plan, const Call& call, int root, size_t first, size_t count,
+                    int channel) {
+  // Ranks in ring order from the root; each forwards piece by piece what it received.
+  const int n = comm.size(), position = mod(comm.rank() - root, n);
+  const size_t es = typeSize(call.type);
+  unsigned char* out = call.out + first * es;
+  if (position == 0) {
+    plan.send(comm.next(), channel, call.in + first * es, count * es);
     return;
   }
-  const bool isRoot = comm.rank() == root;
-  auto* partial = static_cast<unsigned char*>(isRoot ? recv : comm.scratch(bytes));
-  const auto* own = static_cast<const unsigned char*>(send);
-  comm.chain(bytes, position > 0, !isRoot, position == 0 ? send : nullptr,
-             [&](size_t offset, const void* piece, size_t length) -> const void* {
-               if (position == 0) return own + offset;  // the chain starts with this rank's data
-               // partial = own op piece; in place (the root's recv is its send) own already sits in partial.
-               kernels.copy(partial + offset, own + offset, length);
-               kernels.reduce(partial + offset, piece, length / es, type, op);
-               return partial + offset;
-             });
-  if (isRoot && op == ncclAvg) kernels.divide(recv, count, type, n);
+  auto received = plan.recv(comm.prev(), channel, count * es, [=, &call](size_t offset, const void* piece, size_t len) {
+    call.kernels->copy(out + offset, piece, len);
+  });
+  if (position < n - 1) plan.send(comm.next(), channel, out, count * es, {received});
 }
 
-}  // namespace nns::coll
+void chainReduce(Communicator& comm, core::Plan& plan, const Call& call, int root, size_t first, size_t count,
+                 unsigned char* work, int channel) {
+  // The chain starts after the root and ends at it: each rank adds its input to the partial result and passes it on.
+  const int n = comm.size(), position = mod(comm.rank() - root - 1, n);
+  const bool isRoot = comm.rank() == root;
+  const size_t es = typeSize(call.type);
+  const unsigned char* own = call.in + first * es;
+  if (position == 0) {
+    plan.send(comm.next(), channel, own, count * es);
+    return;
+  }
+  unsigned char* target = (isRoot ? call.out : work) + first * es;
+  auto received = plan.recv(comm.prev(), channel, count * es, [=, &call](size_t offset, const void* piece, size_t len) {
+    call.kernels->copy(target + offset, own + offset, len);
+    call.kernels->reduce(target + offset, piece, len / es, call.type, call.op);
+    if (isRoot && call.op == ncclAvg) call.kernels->divide(target + offset, len / es, call.type, n);
+  });
+  if (!isRoot) plan.send(comm.next(), channel, target, count * es, {received});
+}
+
+}  // namespace nns::coll::detail

@@ -105,10 +105,11 @@ double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type, b
 int main(int argc, char** argv) {
   CLI::App app{"nccl-net-bench: collective benchmark over an ncclNet plugin, nccl-tests columns"};
   std::string collective = "allreduce", minText = "8", maxText = "64M", typeText = "float", opText = "sum", plugin;
+  std::string algoText = "auto";
   double factor = 2;
   int iterations = 20, warmup = 5, check = 1, root = 0, inPlace = 0;
-  app.add_option("collective", collective, "allreduce, allgather, reducescatter, broadcast or reduce")
-      ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "broadcast", "reduce"}));
+  app.add_option("collective", collective, "allreduce, allgather, reducescatter, broadcast, reduce or sendrecv")
+      ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "sendrecv"}));
   app.add_option("-b,--minbytes", minText, "smallest size (K/M/G suffixes)");
   app.add_option("-e,--maxbytes", maxText, "largest size");
   app.add_option("-f,--stepfactor", factor, "size multiplier between rows");
@@ -120,12 +121,16 @@ int main(int argc, char** argv) {
   app.add_option("-r,--root", root, "root rank of broadcast/reduce");
   app.add_option("-i,--inplace", inPlace, "1: in place (the input lives inside the output buffer, as nccl.h defines)");
   app.add_option("-p,--plugin", plugin, "net plugin (default: NCCL_NET_PLUGIN, else socket)");
+  app.add_option("-A,--algo", algoText, "allreduce algorithm: auto (by size), ring or tree");
   CLI11_PARSE(app, argc, argv);
 
   ncclDataType_t type;
   ncclRedOp_t op;
-  if (!coll::parseType(typeText.c_str(), &type) || !coll::parseOp(opText.c_str(), &op)) {
-    std::fprintf(stderr, "nccl-net-bench: unknown type %s or op %s\n", typeText.c_str(), opText.c_str());
+  coll::Algorithm algorithm;
+  if (!coll::parseType(typeText.c_str(), &type) || !coll::parseOp(opText.c_str(), &op) ||
+      !coll::parseAlgorithm(algoText.c_str(), &algorithm)) {
+    std::fprintf(stderr, "nccl-net-bench: unknown type %s, op %s or algorithm %s\n", typeText.c_str(), opText.c_str(),
+                 algoText.c_str());
     return 2;
   }
   core::LaunchInfo launch;
@@ -144,14 +149,20 @@ int main(int argc, char** argv) {
     const size_t es = coll::typeSize(type);
     const bool isUnsigned = type == ncclUint8 || type == ncclUint32 || type == ncclUint64;
     const bool rooted = collective == "broadcast" || collective == "reduce";
-    const bool reducing = collective != "allgather" && collective != "broadcast";
+    const bool reducing = collective != "allgather" && collective != "broadcast" && collective != "sendrecv";
+    const bool p2p = collective == "sendrecv";
+    if (p2p) inPlace = 0;  // send/recv has no in-place form
     // nccl-tests' bus bandwidth factors.
     double busFactor = collective == "allreduce" ? 2.0 * (n - 1) / n
                        : (collective == "allgather" || collective == "reducescatter") ? double(n - 1) / n
                                                                                         : 1.0;
     if (rank == 0) {
-      std::printf("# nccl-net-bench %s over %s (ncclNet_v%d, %s), %d ranks\n", collective.c_str(), comm.net().name(),
-                  comm.net().version(), comm.net().path().c_str(), n);
+      std::printf("# nccl-net-bench %s over %s (ncclNet_v%d, %s), %d ranks, %d channel(s), %zu B pieces x %d\n",
+                  collective.c_str(), comm.net().name(), comm.net().version(), comm.net().path().c_str(), n,
+                  comm.channels(), comm.options().slotBytes, comm.options().slots);
+      if (collective == "allreduce")
+        std::printf("# algorithm: %s%s\n", coll::algorithmName(algorithm),
+                    algorithm == coll::Algorithm::Auto ? " (tree up to NNS_TREE_MAX_BYTES when > 2 ranks, else ring)" : "");
       std::printf("#%11s %12s %8s %6s %5s %10s %8s %8s %7s\n", "size", "count", "type", "redop", "root", "time",
                   "algbw", "busbw", "#wrong");
       std::printf("#%11s %12s %8s %6s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
@@ -179,7 +190,9 @@ int main(int argc, char** argv) {
                                        : inputValue(rank == root || !rooted ? rank : root, element, ncclSum, true));
       }
       auto runOnce = [&] {
-        if (collective == "allreduce") coll::allReduce(comm, input, output, count, type, op);
+        if (collective == "allreduce") coll::allReduce(comm, input, output, count, type, op, coll::hostKernels(), algorithm);
+        else if (p2p) coll::sendRecv(comm, {{coll::P2POp::Send, comm.next(), input, count, type},
+                                            {coll::P2POp::Recv, comm.prev(), output, count, type}});
         else if (collective == "allgather") coll::allGather(comm, input, output, perRank, type);
         else if (collective == "reducescatter") coll::reduceScatter(comm, input, output, perRank, type, op);
         else if (collective == "broadcast") coll::broadcast(comm, input, output, count, type, root);
@@ -216,11 +229,13 @@ int main(int argc, char** argv) {
             continue;
           } else if (collective == "broadcast") {
             expected = inputValue(root, i, ncclSum, true);
+          } else if (p2p) {
+            expected = inputValue(comm.prev(), i, ncclSum, true);
           } else {
             if (rank != root) break;
             expected = expectedReduction(n, i, op, type, isUnsigned);
           }
-          got = load(recvBuffer.data(), i, type);
+          got = load(output, i, type);
           double tolerance = (type == ncclFloat16 || type == ncclBfloat16) ? 1e-2 * std::max(1.0, std::fabs(expected)) : 1e-6;
           if (std::fabs(got - expected) > tolerance) ++wrong;
         }

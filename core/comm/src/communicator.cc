@@ -1,4 +1,5 @@
-// communicator.cc: connection setup over the plugin and the pipelined piece transfers under the collectives.
+// communicator.cc: connection setup over the plugin, the progress thread, and the pipelined plan runner under the
+// collectives.
 #include "nns/core/communicator.hpp"
 
 #include <sched.h>
@@ -16,66 +17,277 @@ const char* resultName(ncclResult_t r) {
                                 "ncclRemoteError",     "ncclInProgress",         "ncclTimeout"};
   return static_cast<int>(r) >= 0 && static_cast<int>(r) < 9 ? names[r] : "unknown ncclResult_t";
 }
+
+// Reads a positive integer knob from the environment; keeps `fallback` when unset, throws when malformed.
+long long envKnob(const char* name, long long fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  long long value = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || value <= 0) throw CommError(std::string(name) + "=" + text + " is not a positive integer");
+  return value;
+}
 }  // namespace
 
-void Communicator::check(ncclResult_t result, const char* call) {
-  if (result != ncclSuccess)
-    throw CommError("rank " + std::to_string(rank_) + ": " + net_->name() + " " + call + " returned " +
-                    resultName(result));
+// ---- Plan ----
+
+int Plan::flowFor(int peer, int channel, bool sending) {
+  for (size_t i = 0; i < flows_.size(); ++i)
+    if (flows_[i].peer == peer && flows_[i].channel == channel && flows_[i].sending == sending) return static_cast<int>(i);
+  flows_.push_back(Flow{peer, channel, sending, {}});
+  return static_cast<int>(flows_.size() - 1);
 }
+
+Plan::RecvRef Plan::recv(int peer, int channel, size_t bytes, PieceHandler onPiece) {
+  int flow = flowFor(peer, channel, false);
+  Segment segment;
+  segment.bytes = bytes;
+  segment.onPiece = std::move(onPiece);
+  flows_[flow].segments.push_back(std::move(segment));
+  return RecvRef{flow, static_cast<int>(flows_[flow].segments.size() - 1)};
+}
+
+void Plan::send(int peer, int channel, const void* data, size_t bytes, std::vector<RecvRef> after) {
+  int flow = flowFor(peer, channel, true);
+  Segment segment;
+  segment.data = static_cast<const unsigned char*>(data);
+  segment.bytes = bytes;
+  segment.after = std::move(after);
+  flows_[flow].segments.push_back(std::move(segment));
+}
+
+// ---- Communicator: setup and teardown ----
+
+void Communicator::check(ncclResult_t result, const char* call, int peer) {
+  if (result != ncclSuccess)
+    fail(std::string(net_->name()) + " " + call + (peer >= 0 ? " (peer rank " + std::to_string(peer) + ")" : "") +
+         " returned " + resultName(result));
+}
+
+void Communicator::fail(const std::string& what) { throw CommError("rank " + std::to_string(rank_) + ": " + what); }
 
 Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     : rank_(launch.rank), size_(launch.size), options_(options) {
-  bootstrap_ = std::make_unique<Bootstrap>(launch, options.timeout);
+  options_.slotBytes = static_cast<size_t>(envKnob("NNS_SLOT_BYTES", static_cast<long long>(options_.slotBytes)));
+  options_.slots = static_cast<int>(envKnob("NNS_SLOTS", options_.slots));
+  options_.channels = static_cast<int>(envKnob("NNS_NCHANNELS", options_.channels));
+  options_.timeout = std::chrono::milliseconds(envKnob("NNS_COMM_TIMEOUT_MS", options_.timeout.count()));
+  if (const char* dev = std::getenv("NNS_NET_DEVICE"); dev != nullptr && *dev != '\0')
+    options_.device = static_cast<int>(std::strtol(dev, nullptr, 10));
+  if (options_.slots < 1 || options_.slots > 64 || options_.channels < 1 || options_.channels > 32 ||
+      options_.slotBytes < 1024 || options_.slotBytes > (size_t{1} << 30))
+    throw CommError("communicator options out of range: slots 1..64, channels 1..32, slot bytes 1 KiB..1 GiB");
+
+  bootstrap_ = std::make_unique<Bootstrap>(launch, options_.timeout);
   LoadOptions load;
   const char* env = std::getenv("NCCL_NET_PLUGIN");
-  load.plugin = !options.plugin.empty() ? options.plugin : env != nullptr ? env : "socket";
-  load.searchDirs = options.searchDirs;
+  load.plugin = !options_.plugin.empty() ? options_.plugin : env != nullptr ? env : "socket";
+  load.searchDirs = options_.searchDirs;
   LoadReport report;
   net_ = loadNet(load, &report);
   if (net_ == nullptr) {
     std::string why;
     for (const auto& c : report.candidates) why += "; " + c.requested + ": " + c.rejectReason;
-    throw CommError("rank " + std::to_string(rank_) + ": no net plugin loaded" + why);
+    fail("no net plugin loaded" + why);
   }
   check(net_->init(&ctx_, 0x6e6e73, nullptr, nullptr, nullptr), "init");
-  if (size_ == 1) return;
+  check(net_->devices(&devices_), "devices");
+  if (devices_ < 1) fail(std::string(net_->name()) + " has no device");
+  if (options_.device < 0 || options_.device >= devices_)
+    fail("device " + std::to_string(options_.device) + " out of range (the plugin has " + std::to_string(devices_) + ")");
 
-  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-  check(net_->listen(ctx_, 0, handle, &listenComm_), "listen");
-  auto handles = bootstrap_->allGather(std::string(reinterpret_cast<char*>(handle), sizeof(handle)));
-  unsigned char nextHandle[NCCL_NET_HANDLE_MAXSIZE];
-  std::memcpy(nextHandle, handles[next()].data(), sizeof(nextHandle));
+  if (size_ > 1) {
+    // One listen per peer and channel, so an accepted connection's peer and channel are known without asking the
+    // plugin (ncclNet's accept does not say who connected). Every rank's handles travel in one all-gather.
+    const int channels = options_.channels;
+    listenComms_.assign(static_cast<size_t>(size_) * channels, nullptr);
+    std::string mine(static_cast<size_t>(size_) * channels * NCCL_NET_HANDLE_MAXSIZE, '\0');
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      for (int c = 0; c < channels; ++c) {
+        size_t index = static_cast<size_t>(peer) * channels + c;
+        check(net_->listen(ctx_, deviceOf(c), mine.data() + index * NCCL_NET_HANDLE_MAXSIZE, &listenComms_[index]),
+              "listen");
+      }
+    }
+    for (const auto& blob : bootstrap_->allGather(mine)) peerHandles_ += blob;
+    // The ring is what most schedules use: connect it now; other peers are connected on first use.
+    std::vector<ConnKey> ring;
+    for (int c = 0; c < channels; ++c) {
+      ring.push_back({next(), c, true});
+      ring.push_back({prev(), c, false});
+    }
+    establish(ring);
+    bootstrap_->barrier();
+  }
+  progress_ = std::thread([this] { progressLoop(); });
+}
+
+unsigned char* Communicator::handleOf(int peer, int channel) {
+  // The handle `peer` made for this rank on `channel`. Connect may keep its state in the handle's tail between
+  // calls (the SDK's connect stage), so this is the stored copy, not a temporary.
+  size_t perRank = static_cast<size_t>(size_) * options_.channels * NCCL_NET_HANDLE_MAXSIZE;
+  size_t index = static_cast<size_t>(rank_) * options_.channels + channel;
+  return reinterpret_cast<unsigned char*>(peerHandles_.data()) + peer * perRank + index * NCCL_NET_HANDLE_MAXSIZE;
+}
+
+void Communicator::registerSlots(Connection& conn, bool sending, int peer) {
+  const size_t bytes = options_.slotBytes * options_.slots;
+  conn.memory.reset(static_cast<unsigned char*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096)));
+  if (!conn.memory) fail("cannot allocate " + std::to_string(bytes) + " bytes of slots");
+  check(net_->regMr(conn.comm, conn.memory.get(), bytes, NCCL_PTR_HOST, &conn.mhandle), "regMr", peer);
+  conn.slots.resize(options_.slots);
+  for (int i = 0; i < options_.slots; ++i) conn.slots[i].memory = conn.memory.get() + i * options_.slotBytes;
+  (void)sending;
+}
+
+void Communicator::establish(const std::vector<ConnKey>& keys) {
   auto deadline = Clock::now() + options_.timeout;
-  while (sendComm_ == nullptr || recvComm_ == nullptr) {
-    if (sendComm_ == nullptr) check(net_->connect(ctx_, 0, nextHandle, &sendComm_, nullptr), "connect");
-    if (recvComm_ == nullptr) check(net_->accept(listenComm_, &recvComm_, nullptr), "accept");
-    if (Clock::now() > deadline) throw CommError("rank " + std::to_string(rank_) + ": ring connection timed out");
+  for (;;) {
+    bool all = true;
+    for (const auto& key : keys) {
+      Connection& conn = connections_[key];
+      if (conn.comm != nullptr) continue;
+      if (key.peer < 0 || key.peer >= size_ || key.peer == rank_ || key.channel < 0 || key.channel >= options_.channels)
+        fail("no connection to rank " + std::to_string(key.peer) + " channel " + std::to_string(key.channel));
+      if (key.sending) {
+        check(net_->connect(ctx_, deviceOf(key.channel), handleOf(key.peer, key.channel), &conn.comm, nullptr),
+              "connect", key.peer);
+      } else {
+        check(net_->accept(listenComms_[static_cast<size_t>(key.peer) * options_.channels + key.channel], &conn.comm,
+                           nullptr),
+              "accept", key.peer);
+      }
+      if (conn.comm != nullptr) {
+        registerSlots(conn, key.sending, key.peer);
+      } else {
+        all = false;
+      }
+    }
+    if (all) return;
+    if (Clock::now() > deadline) {
+      std::string missing;
+      for (const auto& key : keys)
+        if (connections_[key].comm == nullptr)
+          missing += std::string(missing.empty() ? "" : ", ") + (key.sending ? "to" : "from") + " rank " +
+                     std::to_string(key.peer);
+      fail("connections not made within " + std::to_string(options_.timeout.count()) + " ms: " + missing);
+    }
+    sched_yield();
   }
-  // Fixed slots, registered once: nothing is allocated or registered while collectives run.
-  sendSlots_.resize(options_.slots);
-  recvSlots_.resize(options_.slots);
-  for (auto& slot : sendSlots_) {
-    slot.memory.resize(options_.slotBytes);
-    check(net_->regMr(sendComm_, slot.memory.data(), slot.memory.size(), NCCL_PTR_HOST, &slot.mhandle), "regMr");
+}
+
+void Communicator::closeConnections() {
+  if (net_ == nullptr) return;
+  for (auto& [key, conn] : connections_) {
+    if (conn.comm == nullptr) continue;
+    if (conn.mhandle != nullptr) net_->deregMr(conn.comm, conn.mhandle);
+    if (key.sending) {
+      net_->closeSend(conn.comm);
+    } else {
+      net_->closeRecv(conn.comm);
+    }
   }
-  for (auto& slot : recvSlots_) {
-    slot.memory.resize(options_.slotBytes);
-    check(net_->regMr(recvComm_, slot.memory.data(), slot.memory.size(), NCCL_PTR_HOST, &slot.mhandle), "regMr");
+  connections_.clear();
+  for (void*& listen : listenComms_) {
+    if (listen != nullptr) net_->closeListen(listen);
+    listen = nullptr;
   }
-  bootstrap_->barrier();
 }
 
 Communicator::~Communicator() {
-  if (net_ == nullptr) return;
-  for (auto& slot : sendSlots_)
-    if (slot.mhandle != nullptr) net_->deregMr(sendComm_, slot.mhandle);
-  for (auto& slot : recvSlots_)
-    if (slot.mhandle != nullptr) net_->deregMr(recvComm_, slot.mhandle);
-  if (sendComm_ != nullptr) net_->closeSend(sendComm_);
-  if (recvComm_ != nullptr) net_->closeRecv(recvComm_);
-  if (listenComm_ != nullptr) net_->closeListen(listenComm_);
-  net_->finalize(ctx_);
+  bool stuck = false;
+  {
+    std::unique_lock lock(mutex_);
+    stopping_ = true;
+    wake_.notify_all();
+    // An operation still running is bounded by its own no-progress timeout; one stuck inside a plugin call is not,
+    // and then this thread leaves it (and the plugin) alone rather than hang.
+    stuck = !done_.wait_for(lock, options_.timeout + std::chrono::seconds(5), [this] { return !busy_; });
+  }
+  if (stuck) {
+    progress_.detach();
+    (void)net_.release();  // still in use by the stuck call
+    return;
+  }
+  if (progress_.joinable()) progress_.join();
+  closeConnections();
+  if (net_ != nullptr) net_->finalize(ctx_);
+}
+
+// ---- The progress thread ----
+
+void Communicator::progressLoop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, nothing left
+    Task* task = queue_.front();
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    std::string error;
+    if (failed_.load() && !task->always) {
+      error = "communicator failed earlier: " + asyncError();
+    } else {
+      try {
+        (*task->operation)();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      if (!error.empty() && !task->always) abort(error);
+    }
+    lock.lock();
+    busy_ = false;
+    task->error = std::move(error);
+    task->done = true;
+    done_.notify_all();
+  }
+}
+
+void Communicator::submit(const std::function<void()>& operation) {
+  if (failed_.load()) throw CommError("rank " + std::to_string(rank_) + ": communicator failed earlier: " + asyncError());
+  Task task{&operation, false, false, {}};
+  std::unique_lock lock(mutex_);
+  queue_.push_back(&task);
+  wake_.notify_one();
+  // The operation is bounded by its no-progress timeout; the margin covers the plugin calls around it.
+  if (!done_.wait_for(lock, options_.timeout * 4 + std::chrono::seconds(30), [&] { return task.done; })) {
+    std::string why = "operation did not finish (a plugin call that never returns?)";
+    {
+      std::lock_guard errorLock(errorMutex_);
+      if (asyncError_.empty()) asyncError_ = why;
+    }
+    failed_ = true;
+    // The task stays queued or running and its storage is this frame: wait for it after all, it cannot be dropped.
+    done_.wait(lock, [&] { return task.done; });
+  }
+  if (!task.error.empty()) throw CommError(task.error);
+}
+
+std::string Communicator::asyncError() const {
+  std::lock_guard lock(errorMutex_);
+  return asyncError_;
+}
+
+void Communicator::abort(const std::string& why) {
+  {
+    std::lock_guard lock(errorMutex_);
+    if (asyncError_.empty()) asyncError_ = why;
+  }
+  failed_ = true;
+  // Closing every connection makes the peers' pending requests fail now instead of at their timeout, so one
+  // rank's error reaches the whole communicator quickly. Only the progress thread touches plugin comms.
+  if (std::this_thread::get_id() == progress_.get_id()) {
+    closeConnections();
+  } else {
+    std::function<void()> close = [this] { closeConnections(); };
+    Task task{&close, true, false, {}};
+    std::unique_lock lock(mutex_);
+    queue_.push_front(&task);
+    wake_.notify_one();
+    done_.wait(lock, [&] { return task.done; });
+  }
 }
 
 void* Communicator::scratch(size_t bytes) {
@@ -83,95 +295,117 @@ void* Communicator::scratch(size_t bytes) {
   return scratch_.data();
 }
 
-void Communicator::exchange(const void* send, size_t sendBytes, size_t recvBytes, const PieceHandler& onPiece) {
-  transfer(send, sendBytes, true, recvBytes, true, onPiece);
-}
+// ---- The plan runner ----
 
-void Communicator::transfer(const void* send, size_t sendBytes, bool sending, size_t recvBytes, bool receiving,
-                            const PieceHandler& onPiece) {
+void Communicator::run(Plan& plan) {
+  if (plan.empty()) return;
+  if (failed_.load()) fail("communicator failed: " + asyncError());
   const size_t piece = options_.slotBytes;
-  const auto* source = static_cast<const unsigned char*>(send);
-  // A zero-byte message still travels as one empty piece, so both sides agree on every step.
-  size_t sendPieces = !sending ? 0 : sendBytes == 0 ? 1 : (sendBytes + piece - 1) / piece;
-  size_t recvPieces = !receiving ? 0 : recvBytes == 0 ? 1 : (recvBytes + piece - 1) / piece;
-  size_t sentPieces = 0, recvIndex = 0, sendDoneIndex = 0, recvDoneIndex = 0;
-  auto deadline = Clock::now() + options_.timeout;
-  const int slots = options_.slots;
-  while (sendDoneIndex < sendPieces || recvDoneIndex < recvPieces) {
-    bool progressed = false;
-    // Post receives into free slots (slot = piece index mod slots, completed in order).
-    while (recvIndex < recvPieces && recvIndex - recvDoneIndex < static_cast<size_t>(slots)) {
-      Slot& slot = recvSlots_[recvIndex % slots];
-      slot.offset = recvIndex * piece;
-      slot.bytes = std::min(piece, recvBytes - std::min(recvBytes, slot.offset));
-      void* data = slot.memory.data();
-      size_t capacity = slot.memory.size();
-      int tag = prev();
-      check(net_->irecv(recvComm_, 1, &data, &capacity, &tag, &slot.mhandle, nullptr, &slot.request), "irecv");
-      if (slot.request == nullptr) break;
-      ++recvIndex;
-      progressed = true;
-    }
-    while (sentPieces < sendPieces && sentPieces - sendDoneIndex < static_cast<size_t>(slots)) {
-      Slot& slot = sendSlots_[sentPieces % slots];
-      slot.offset = sentPieces * piece;
-      slot.bytes = std::min(piece, sendBytes - std::min(sendBytes, slot.offset));
-      if (slot.bytes > 0) std::memcpy(slot.memory.data(), source + slot.offset, slot.bytes);
-      check(net_->isend(sendComm_, slot.memory.data(), slot.bytes, rank_, slot.mhandle, nullptr, &slot.request),
-            "isend");
-      if (slot.request == nullptr) break;
-      ++sentPieces;
-      progressed = true;
-    }
-    if (recvDoneIndex < recvIndex) {
-      Slot& slot = recvSlots_[recvDoneIndex % slots];
-      int done = 0, size = 0;
-      check(net_->test(slot.request, &done, &size), "test(recv)");
-      if (done) {
-        if (static_cast<size_t>(size) != slot.bytes)
-          throw CommError("rank " + std::to_string(rank_) + ": received " + std::to_string(size) + " bytes from rank " +
-                          std::to_string(prev()) + ", expected " + std::to_string(slot.bytes));
-        onPiece(slot.offset, slot.memory.data(), slot.bytes);
-        ++recvDoneIndex;
-        progressed = true;
-      }
-    }
-    if (sendDoneIndex < sentPieces) {
-      Slot& slot = sendSlots_[sendDoneIndex % slots];
-      int done = 0, size = 0;
-      check(net_->test(slot.request, &done, &size), "test(send)");
-      if (done) {
-        ++sendDoneIndex;
-        progressed = true;
-      }
-    }
-    if (progressed) {
-      deadline = Clock::now() + options_.timeout;
-    } else {
-      if (Clock::now() > deadline)
-        throw CommError("rank " + std::to_string(rank_) + ": no progress for " +
-                        std::to_string(options_.timeout.count()) + " ms (rank " + std::to_string(prev()) + " or " +
-                        std::to_string(next()) + " dead or stuck?)");
-      sched_yield();
+  const size_t slots = static_cast<size_t>(options_.slots);
+  std::vector<ConnKey> keys;
+  for (auto& flow : plan.flows_) {
+    keys.push_back({flow.peer, flow.channel, flow.sending});
+    for (auto& segment : flow.segments) {
+      segment.pieces = segment.bytes == 0 ? 1 : (segment.bytes + piece - 1) / piece;
+      segment.piecesDone = 0;
     }
   }
-}
+  for (auto& flow : plan.flows_) {
+    for (auto& segment : flow.segments)
+      for (const auto& ref : segment.after) {
+        if (ref.flow < 0 || ref.flow >= static_cast<int>(plan.flows_.size()) || plan.flows_[ref.flow].sending ||
+            ref.segment < 0 || ref.segment >= static_cast<int>(plan.flows_[ref.flow].segments.size()) ||
+            plan.flows_[ref.flow].segments[ref.segment].bytes != segment.bytes)
+          fail("internal: a send waits on a receive that is not of the same size in the same plan");
+      }
+  }
+  establish(keys);
 
-void Communicator::chain(size_t bytes, bool receive, bool forward, const void* source, const ForwardHandler& onPiece) {
-  const size_t piece = options_.slotBytes;
-  size_t pieces = bytes == 0 ? 1 : (bytes + piece - 1) / piece;
-  const auto* src = static_cast<const unsigned char*>(source);
-  for (size_t i = 0; i < pieces; ++i) {
-    size_t offset = i * piece;
-    size_t length = std::min(piece, bytes - std::min(bytes, offset));
-    const void* outgoing = src != nullptr ? src + offset : nullptr;
-    if (receive) {
-      transfer(nullptr, 0, false, length, true,
-               [&](size_t, const void* data, size_t n) { outgoing = onPiece(offset, data, n); });
-    } else {
-      outgoing = onPiece(offset, outgoing, length);
+  struct Cursor {
+    Connection* conn;
+    size_t postSegment = 0, postPiece = 0;  // next piece to post
+    size_t head = 0, tail = 0;              // slots posted / completed (mod slots)
+  };
+  std::vector<Cursor> cursors;
+  for (const auto& key : keys) cursors.push_back(Cursor{&connections_[key]});
+
+  auto lastProgress = Clock::now();
+  for (;;) {
+    bool progressed = false, finished = true;
+    for (size_t f = 0; f < plan.flows_.size(); ++f) {
+      auto& flow = plan.flows_[f];
+      Cursor& cursor = cursors[f];
+      Connection& conn = *cursor.conn;
+      // Post pieces into free slots, in order.
+      while (cursor.head - cursor.tail < slots && cursor.postSegment < flow.segments.size()) {
+        Plan::Segment& segment = flow.segments[cursor.postSegment];
+        const size_t offset = cursor.postPiece * piece;
+        const size_t bytes = std::min(piece, segment.bytes - std::min(segment.bytes, offset));
+        Slot& slot = conn.slots[cursor.head % slots];
+        if (flow.sending) {
+          bool ready = true;
+          for (const auto& ref : segment.after)
+            ready = ready && plan.flows_[ref.flow].segments[ref.segment].piecesDone > cursor.postPiece;
+          if (!ready) break;
+          if (bytes > 0) std::memcpy(slot.memory, segment.data + offset, bytes);
+          check(net_->isend(conn.comm, slot.memory, bytes, rank_, conn.mhandle, nullptr, &slot.request), "isend",
+                flow.peer);
+        } else {
+          void* data = slot.memory;
+          size_t capacity = piece;
+          int tag = flow.peer;
+          check(net_->irecv(conn.comm, 1, &data, &capacity, &tag, &conn.mhandle, nullptr, &slot.request), "irecv",
+                flow.peer);
+        }
+        if (slot.request == nullptr) break;  // the plugin asks us to retry later
+        slot.bytes = bytes;
+        slot.segment = static_cast<int>(cursor.postSegment);
+        slot.offset = offset;
+        ++cursor.head;
+        if (++cursor.postPiece == segment.pieces) {
+          ++cursor.postSegment;
+          cursor.postPiece = 0;
+        }
+        progressed = true;
+      }
+      // Complete in order: a receive's piece is handed on before the next one.
+      while (cursor.tail < cursor.head) {
+        Slot& slot = conn.slots[cursor.tail % slots];
+        int done = 0, size = 0;
+        check(net_->test(slot.request, &done, &size), flow.sending ? "test(send)" : "test(recv)", flow.peer);
+        if (!done) break;
+        slot.request = nullptr;
+        if (!flow.sending) {
+          if (static_cast<size_t>(size) != slot.bytes)
+            fail("received " + std::to_string(size) + " bytes from rank " + std::to_string(flow.peer) + ", expected " +
+                 std::to_string(slot.bytes));
+          Plan::Segment& segment = flow.segments[slot.segment];
+          if (segment.onPiece) segment.onPiece(slot.offset, slot.memory, slot.bytes);
+          ++segment.piecesDone;
+        }
+        ++cursor.tail;
+        progressed = true;
+      }
+      if (cursor.postSegment < flow.segments.size() || cursor.tail < cursor.head) finished = false;
     }
-    if (forward) transfer(outgoing, length, true, 0, false, nullptr);
+    if (finished) return;
+    if (progressed) {
+      lastProgress = Clock::now();
+      continue;
+    }
+    if (failed_.load()) fail("aborted: " + asyncError());
+    if (Clock::now() - lastProgress > options_.timeout) {
+      std::string waiting;
+      for (size_t f = 0; f < plan.flows_.size(); ++f) {
+        const auto& flow = plan.flows_[f];
+        if (cursors[f].postSegment < flow.segments.size() || cursors[f].tail < cursors[f].head)
+          waiting += std::string(waiting.empty() ? "" : ", ") + (flow.sending ? "send to" : "receive from") +
+                     " rank " + std::to_string(flow.peer);
+      }
+      fail("no progress for " + std::to_string(options_.timeout.count()) + " ms (" + waiting +
+           "; a rank dead or stuck?)");
+    }
+    sched_yield();
   }
 }
 

@@ -1,8 +1,12 @@
-// nns/coll/collectives.hpp: ring collectives over a Communicator. Schedules only move pieces and call the kernel
-// layer, so they do not know where buffers live. In-place when send == recv (as nccl.h defines it per call).
+// nns/coll/collectives.hpp: collectives over a Communicator: ring and double-binary-tree allreduce, ring allgather
+// and reduce-scatter, pipelined chain broadcast and reduce, and grouped send/recv. Schedules only describe which
+// pieces move where and call the kernel layer, so they do not know where buffers live. In-place when the input is
+// the output (or the rank's block of it), as nccl.h defines it per call. Every call runs on the communicator's
+// progress thread and throws core::CommError on failure.
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "nns/coll/reduce.hpp"
 #include "nns/core/communicator.hpp"
@@ -11,8 +15,18 @@ namespace nns::coll {
 
 using core::Communicator;
 
+enum class Algorithm { Auto, Ring, Tree };
+const char* algorithmName(Algorithm algorithm);
+bool parseAlgorithm(const char* text, Algorithm* algorithm);  // "auto", "ring", "tree" (any case)
+
+// Allreduces of at most this many bytes use the double binary tree when more than two ranks take part
+// ($NNS_TREE_MAX_BYTES overrides; measured on loopback, docs/performance.md).
+constexpr size_t kDefaultTreeMaxBytes = 256 * 1024;
+// What Algorithm::Auto resolves to for `bytes` on `comm`; an explicit request wins, then $NNS_ALGO, then the size.
+Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requested);
+
 void allReduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
-               KernelLayer& kernels = hostKernels());
+               KernelLayer& kernels = hostKernels(), Algorithm algorithm = Algorithm::Auto);
 // recv holds size() blocks of sendCount elements, in rank order.
 void allGather(Communicator& comm, const void* send, void* recv, size_t sendCount, ncclDataType_t type,
                KernelLayer& kernels = hostKernels());
@@ -23,5 +37,29 @@ void broadcast(Communicator& comm, const void* send, void* recv, size_t count, n
                KernelLayer& kernels = hostKernels());
 void reduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
             int root, KernelLayer& kernels = hostKernels());
+
+// Point to point, grouped like ncclGroupStart/End: every operation of the list progresses at once, so a rank may
+// send to and receive from the same peers without deadlock. Operations with the same peer and direction are
+// matched in list order on both sides; a rank may send to itself (matched with its own receives in order).
+struct P2POp {
+  enum Kind { Send, Recv } kind;
+  int peer;
+  void* buffer;  // const for sends
+  size_t count;
+  ncclDataType_t type;
+};
+void sendRecv(Communicator& comm, const std::vector<P2POp>& ops, KernelLayer& kernels = hostKernels());
+void send(Communicator& comm, const void* buffer, size_t count, ncclDataType_t type, int peer,
+          KernelLayer& kernels = hostKernels());
+void recv(Communicator& comm, void* buffer, size_t count, ncclDataType_t type, int peer,
+          KernelLayer& kernels = hostKernels());
+
+// NCCL's double binary tree over `size` ranks: tree 0 is an in-order binary tree, tree 1 the same tree mirrored
+// (even size) or shifted by one (odd size), so a rank that is a leaf in one tree is inside the other. -1: none.
+struct TreeLinks {
+  int parent = -1;
+  int children[2] = {-1, -1};
+};
+void doubleBinaryTree(int size, int rank, TreeLinks trees[2]);
 
 }  // namespace nns::coll

@@ -1,12 +1,21 @@
-// nns/core/communicator.hpp: a communicator over any loaded net plugin: bootstrap, ring connections to both
-// neighbours, fixed registered slots, and the piece-wise send/receive pipeline the collective schedules drive.
+// nns/core/communicator.hpp: a communicator over any loaded net plugin: bootstrap, one plugin connection per peer,
+// direction and channel (made when first needed), fixed registered slots per connection, a progress thread that
+// runs pipelined transfer plans, and a sticky asynchronous error (like ncclCommGetAsyncError).
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <condition_variable>
+#include <deque>
 #include <functional>
+#include <algorithm>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nns/core/bootstrap.hpp"
@@ -17,15 +26,57 @@ namespace nns::core {
 struct CommOptions {
   std::string plugin;                   // NCCL_NET_PLUGIN semantics; empty: $NCCL_NET_PLUGIN if set, else "socket"
   std::vector<std::string> searchDirs;  // where to look for libnccl-net-*.so first
-  size_t slotBytes = 1u << 20;          // one pipelined piece
-  int slots = 4;                        // pieces in flight per direction
-  std::chrono::milliseconds timeout{60000};  // bootstrap and every transfer wait
+  size_t slotBytes = 1u << 20;          // one pipelined piece; $NNS_SLOT_BYTES overrides
+  int slots = 4;                        // pieces in flight per connection; $NNS_SLOTS overrides
+  int channels = 1;                     // parallel rings / tree pairs, each on connections of its own; $NNS_NCHANNELS
+  int device = 0;                       // the plugin device every connection uses; $NNS_NET_DEVICE overrides
+  // No progress for this long (a dead or stuck rank) fails the operation; bootstrap waits use it too.
+  // $NNS_COMM_TIMEOUT_MS overrides.
+  std::chrono::milliseconds timeout{60000};
 };
 
-// Thrown on any failure: a plugin error (with the call and result), a timeout (a dead or stuck rank).
+// Thrown on any failure: a plugin error (with the call and result), a timeout (a dead or stuck rank), or a
+// communicator that failed earlier (the error is sticky, as NCCL's asynchronous errors are).
 class CommError : public std::runtime_error {
  public:
   explicit CommError(const std::string& what) : std::runtime_error(what) {}
+};
+
+// One pipelined step of a schedule: for each connection an ordered list of segments. Both ends of a connection
+// describe the same segments in the same order (the schedules are symmetric), so both cut them into the same
+// pieces. A send segment can wait on receive segments of the same plan: its piece i goes out once piece i of each
+// of them has been handed to its handler (the piece was reduced or copied into the buffer the send reads).
+class Plan {
+ public:
+  // Called with each received piece, in order: its byte offset in the segment, the slot holding it, its size.
+  using PieceHandler = std::function<void(size_t offset, const void* piece, size_t bytes)>;
+  struct RecvRef {
+    int flow = -1;
+    int segment = -1;
+  };
+
+  RecvRef recv(int peer, int channel, size_t bytes, PieceHandler onPiece);
+  void send(int peer, int channel, const void* data, size_t bytes, std::vector<RecvRef> after = {});
+  bool empty() const { return flows_.empty(); }
+
+ private:
+  friend class Communicator;
+  struct Segment {
+    const unsigned char* data = nullptr;  // send: where the bytes are read from
+    size_t bytes = 0;
+    PieceHandler onPiece;                 // recv
+    std::vector<RecvRef> after;           // send
+    size_t pieces = 0;                    // set when the plan runs
+    size_t piecesDone = 0;                // recv: pieces handed to onPiece
+  };
+  struct Flow {
+    int peer;
+    int channel;
+    bool sending;
+    std::vector<Segment> segments;
+  };
+  int flowFor(int peer, int channel, bool sending);
+  std::vector<Flow> flows_;
 };
 
 class Communicator {
@@ -37,38 +88,61 @@ class Communicator {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  int channels() const { return options_.channels; }
   int next() const { return (rank_ + 1) % size_; }
   int prev() const { return (rank_ + size_ - 1) % size_; }
   const Net& net() const { return *net_; }
+  const CommOptions& options() const { return options_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
 
-  // Called with each received piece: its byte offset in the message, the slot holding it, its size.
-  using PieceHandler = std::function<void(size_t offset, const void* piece, size_t bytes)>;
-
-  // Sends `sendBytes` from `send` to next() while receiving `recvBytes` from prev(), `slots` pieces in flight each
-  // way, copying each outgoing piece into a registered slot. Either size may be 0.
-  void exchange(const void* send, size_t sendBytes, size_t recvBytes, const PieceHandler& onPiece);
-
-  // Chain step for rooted collectives: receive piece by piece from prev() (if `receive`), hand each to `onPiece`,
-  // which returns the bytes to forward to next() (if `forward`).
-  using ForwardHandler = std::function<const void*(size_t offset, const void* piece, size_t bytes)>;
-  void chain(size_t bytes, bool receive, bool forward, const void* source, const ForwardHandler& onPiece);
-
+  // Runs `operation` on the progress thread and waits for it; an exception there (a CommError from run(), a plugin
+  // error) fails the communicator for good: every rank's later operations throw at once with the first error.
+  void submit(const std::function<void()>& operation);
+  // Moves everything `plan` describes, all connections at once, pieces pipelined, slots reused. Progress-thread
+  // only (inside submit). Connections the plan needs that do not exist yet are made first.
+  void run(Plan& plan);
   // Scratch memory owned by the communicator (grows, never shrinks), for schedules that need a working copy.
+  // Progress-thread only.
   void* scratch(size_t bytes);
 
- private:
-  void check(ncclResult_t result, const char* call);
-  void transfer(const void* send, size_t sendBytes, bool sending, size_t recvBytes, bool receiving,
-                const PieceHandler& onPiece);
+  // The first error this communicator hit, or empty: what ncclCommGetAsyncError reports.
+  std::string asyncError() const;
+  // Fails the communicator now (ncclCommAbort): closes every connection so peers see the error too.
+  void abort(const std::string& why);
 
+ private:
   struct Slot {
-    std::vector<unsigned char> memory;
-    void* mhandle = nullptr;
+    unsigned char* memory = nullptr;
     void* request = nullptr;
+    size_t bytes = 0;  // the piece this slot carries
+    int segment = 0;
     size_t offset = 0;
-    size_t bytes = 0;
   };
+  struct FreeDeleter {
+    void operator()(unsigned char* p) const { std::free(p); }
+  };
+  struct Connection {
+    void* comm = nullptr;
+    void* mhandle = nullptr;  // one registration covers every slot
+    std::vector<Slot> slots;
+    std::unique_ptr<unsigned char, FreeDeleter> memory;
+  };
+  struct ConnKey {
+    int peer, channel;
+    bool sending;
+    bool operator<(const ConnKey& o) const {
+      return peer != o.peer ? peer < o.peer : channel != o.channel ? channel < o.channel : sending < o.sending;
+    }
+  };
+
+  void check(ncclResult_t result, const char* call, int peer = -1);
+  [[noreturn]] void fail(const std::string& what);
+  void establish(const std::vector<ConnKey>& keys);
+  void registerSlots(Connection& conn, bool sending, int peer);
+  void closeConnections();
+  void progressLoop();
+  unsigned char* handleOf(int peer, int channel);
+  int deviceOf(int channel) const { return (options_.device + channel) % std::max(devices_, 1); }
 
   int rank_;
   int size_;
@@ -76,12 +150,29 @@ class Communicator {
   std::unique_ptr<Bootstrap> bootstrap_;
   std::unique_ptr<Net> net_;
   void* ctx_ = nullptr;
-  void* listenComm_ = nullptr;
-  void* sendComm_ = nullptr;
-  void* recvComm_ = nullptr;
-  std::vector<Slot> sendSlots_;
-  std::vector<Slot> recvSlots_;
+  int devices_ = 1;
+  std::vector<void*> listenComms_;     // [peer * channels + channel]: where that peer connects to this rank
+  std::string peerHandles_;            // every rank's listen handles, rank-major, as all-gathered
+  std::map<ConnKey, Connection> connections_;
   std::vector<unsigned char> scratch_;
+
+  // The progress thread and its queue: one operation at a time, in submission order.
+  std::thread progress_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  struct Task {
+    const std::function<void()>* operation;
+    bool always = false;  // runs even on a failed communicator (the abort's close)
+    bool done = false;
+    std::string error;
+  };
+  std::deque<Task*> queue_;
+  bool stopping_ = false;
+  bool busy_ = false;  // an operation is running on the progress thread
+  mutable std::mutex errorMutex_;
+  std::string asyncError_;
+  std::atomic<bool> failed_{false};
 };
 
 }  // namespace nns::core

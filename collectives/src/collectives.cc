@@ -1,0 +1,257 @@
+// collectives.cc: the public collective calls: argument checks, the one-rank cases, the algorithm choice, channel
+// split, and running the schedules' plans on the communicator's progress thread.
+#include <strings.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "schedule.hpp"
+
+namespace nns::coll {
+
+using detail::Call;
+
+namespace {
+
+void checkArguments(ncclDataType_t type, const void* send, const void* recv, size_t count) {
+  if (typeSize(type) == 0 || type == ncclFloat8e4m3 || type == ncclFloat8e5m2)
+    throw core::CommError(std::string("data type ") + std::to_string(static_cast<int>(type)) +
+                          " is not supported by the host kernels");
+  if (count > 0 && (send == nullptr || recv == nullptr)) throw core::CommError("a buffer is NULL");
+}
+
+void checkRoot(const Communicator& comm, int root) {
+  if (root < 0 || root >= comm.size())
+    throw core::CommError("root " + std::to_string(root) + " is not a rank of this communicator of " +
+                          std::to_string(comm.size()));
+}
+
+// Part c of `count` elements split over the channels (contiguous, the first parts one element longer).
+std::pair<size_t, size_t> channelPart(size_t count, int channels, int c) {
+  size_t base = count / channels, extra = count % channels;
+  size_t first = c * base + std::min<size_t>(c, extra);
+  return {first, base + (static_cast<size_t>(c) < extra ? 1 : 0)};
+}
+
+Call makeCall(const void* send, void* recv, ncclDataType_t type, ncclRedOp_t op, KernelLayer& kernels) {
+  return Call{static_cast<const unsigned char*>(send), static_cast<unsigned char*>(recv), type, op, &kernels};
+}
+
+size_t envBytes(const char* name, size_t fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  unsigned long long value = std::strtoull(text, &end, 10);
+  if (end == text || *end != '\0') throw core::CommError(std::string(name) + "=" + text + " is not a byte count");
+  return value;
+}
+
+}  // namespace
+
+const char* algorithmName(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::Ring: return "ring";
+    case Algorithm::Tree: return "tree";
+    default: return "auto";
+  }
+}
+
+bool parseAlgorithm(const char* text, Algorithm* algorithm) {
+  for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::Tree}) {
+    if (strcasecmp(text, algorithmName(a)) == 0) {
+      *algorithm = a;
+      return true;
+    }
+  }
+  return false;
+}
+
+Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requested) {
+  if (requested != Algorithm::Auto) return requested;
+  if (const char* env = std::getenv("NNS_ALGO"); env != nullptr && *env != '\0') {
+    Algorithm fromEnv;
+    if (!parseAlgorithm(env, &fromEnv)) throw core::CommError(std::string("NNS_ALGO=") + env + ": ring, tree or auto");
+    if (fromEnv != Algorithm::Auto) return fromEnv;
+  }
+  // Two ranks: the tree is the ring. Beyond, the tree's 2 log2(n) hops beat the ring's 2(n-1) for small messages,
+  // and the ring's full-duplex use of every link wins for large ones.
+  return comm.size() > 2 && bytes <= envBytes("NNS_TREE_MAX_BYTES", kDefaultTreeMaxBytes) ? Algorithm::Tree
+                                                                                          : Algorithm::Ring;
+}
+
+void allReduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+               KernelLayer& kernels, Algorithm algorithm) {
+  checkArguments(type, send, recv, count);
+  const size_t es = typeSize(type);
+  const int n = comm.size();
+  const Call call = makeCall(send, recv, type, op, kernels);
+  const Algorithm chosen = chooseAllReduce(comm, count * es, algorithm);
+  comm.submit([&] {
+    if (n == 1) {
+      kernels.copy(recv, send, count * es);
+      if (op == ncclAvg) kernels.divide(recv, count, type, 1);
+      return;
+    }
+    if (chosen == Algorithm::Ring) {
+      core::Plan plan;
+      for (int c = 0; c < comm.channels(); ++c) {
+        auto [first, part] = channelPart(count, comm.channels(), c);
+        detail::ringAllReduce(comm, plan, call, first, part, c);
+      }
+      comm.run(plan);
+      return;
+    }
+    // Double binary tree: half of the data (per channel) goes up and down each tree, both at once.
+    TreeLinks trees[2];
+    doubleBinaryTree(n, comm.rank(), trees);
+    kernels.copy(recv, send, count * es);
+    for (int phase = 0; phase < 2; ++phase) {
+      core::Plan plan;
+      for (int c = 0; c < comm.channels(); ++c) {
+        auto [first, part] = channelPart(count, comm.channels(), c);
+        for (int t = 0; t < 2; ++t) {
+          auto [offset, half] = channelPart(part, 2, t);
+          detail::treeAllReduce(comm, plan, call, trees[t], phase, first + offset, half, c);
+        }
+      }
+      comm.run(plan);
+      if (phase == 0 && op == ncclAvg) {
+        for (int c = 0; c < comm.channels(); ++c) {
+          auto [first, part] = channelPart(count, comm.channels(), c);
+          for (int t = 0; t < 2; ++t) {
+            auto [offset, half] = channelPart(part, 2, t);
+            if (trees[t].parent < 0) kernels.divide(static_cast<unsigned char*>(recv) + (first + offset) * es, half, type, n);
+          }
+        }
+      }
+    }
+  });
+}
+
+void allGather(Communicator& comm, const void* send, void* recv, size_t sendCount, ncclDataType_t type,
+               KernelLayer& kernels) {
+  checkArguments(type, send, recv, sendCount);
+  const size_t es = typeSize(type);
+  const Call call = makeCall(send, recv, type, ncclSum, kernels);
+  comm.submit([&] {
+    kernels.copy(static_cast<unsigned char*>(recv) + comm.rank() * sendCount * es, send, sendCount * es);
+    if (comm.size() == 1) return;
+    core::Plan plan;
+    for (int c = 0; c < comm.channels(); ++c) {
+      auto [first, part] = channelPart(sendCount, comm.channels(), c);
+      detail::ringAllGather(comm, plan, call, sendCount, first, part, c);
+    }
+    comm.run(plan);
+  });
+}
+
+void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recvCount, ncclDataType_t type,
+                   ncclRedOp_t op, KernelLayer& kernels) {
+  checkArguments(type, send, recv, recvCount);
+  const size_t es = typeSize(type);
+  const Call call = makeCall(send, recv, type, op, kernels);
+  comm.submit([&] {
+    const int n = comm.size();
+    if (n == 1) {
+      kernels.copy(recv, send, recvCount * es);
+      if (op == ncclAvg) kernels.divide(recv, recvCount, type, 1);
+      return;
+    }
+    auto* work = static_cast<unsigned char*>(comm.scratch(n * recvCount * es));
+    core::Plan plan;
+    for (int c = 0; c < comm.channels(); ++c) {
+      auto [first, part] = channelPart(recvCount, comm.channels(), c);
+      detail::ringReduceScatter(comm, plan, call, recvCount, first, part, work, c);
+    }
+    comm.run(plan);
+  });
+}
+
+void broadcast(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root,
+               KernelLayer& kernels) {
+  checkArguments(type, comm.rank() == root ? send : recv, recv, count);
+  checkRoot(comm, root);
+  const Call call = makeCall(send, recv, type, ncclSum, kernels);
+  comm.submit([&] {
+    if (comm.rank() == root) kernels.copy(recv, send, count * typeSize(type));
+    if (comm.size() == 1) return;
+    core::Plan plan;
+    for (int c = 0; c < comm.channels(); ++c) {
+      auto [first, part] = channelPart(count, comm.channels(), c);
+      detail::chainBroadcast(comm, plan, call, root, first, part, c);
+    }
+    comm.run(plan);
+  });
+}
+
+void reduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+            int root, KernelLayer& kernels) {
+  checkArguments(type, send, comm.rank() == root ? recv : send, count);
+  checkRoot(comm, root);
+  const size_t es = typeSize(type);
+  const Call call = makeCall(send, recv, type, op, kernels);
+  comm.submit([&] {
+    if (comm.size() == 1) {
+      kernels.copy(recv, send, count * es);
+      if (op == ncclAvg) kernels.divide(recv, count, type, 1);
+      return;
+    }
+    auto* work = comm.rank() == root ? nullptr : static_cast<unsigned char*>(comm.scratch(count * es));
+    core::Plan plan;
+    for (int c = 0; c < comm.channels(); ++c) {
+      auto [first, part] = channelPart(count, comm.channels(), c);
+      detail::chainReduce(comm, plan, call, root, first, part, work, c);
+    }
+    comm.run(plan);
+  });
+}
+
+void sendRecv(Communicator& comm, const std::vector<P2POp>& ops, KernelLayer& kernels) {
+  for (const auto& op : ops) {
+    checkArguments(op.type, op.buffer, op.buffer, op.count);
+    if (op.peer < 0 || op.peer >= comm.size())
+      throw core::CommError("peer " + std::to_string(op.peer) + " is not a rank of this communicator of " +
+                            std::to_string(comm.size()));
+  }
+  comm.submit([&] {
+    // Sends to this rank are matched with its receives from itself, in order, by a copy.
+    std::vector<const P2POp*> selfSends, selfRecvs;
+    core::Plan plan;
+    for (const auto& op : ops) {
+      const size_t bytes = op.count * typeSize(op.type);
+      if (op.peer == comm.rank()) {
+        (op.kind == P2POp::Send ? selfSends : selfRecvs).push_back(&op);
+      } else if (op.kind == P2POp::Send) {
+        plan.send(op.peer, 0, op.buffer, bytes);
+      } else {
+        auto* target = static_cast<unsigned char*>(op.buffer);
+        plan.recv(op.peer, 0, bytes, [target, &kernels](size_t offset, const void* piece, size_t len) {
+          kernels.copy(target + offset, piece, len);
+        });
+      }
+    }
+    if (selfSends.size() != selfRecvs.size())
+      throw core::CommError("rank " + std::to_string(comm.rank()) + ": " + std::to_string(selfSends.size()) +
+                            " sends to itself but " + std::to_string(selfRecvs.size()) + " receives from itself");
+    for (size_t i = 0; i < selfSends.size(); ++i) {
+      size_t sendBytes = selfSends[i]->count * typeSize(selfSends[i]->type);
+      size_t recvBytes = selfRecvs[i]->count * typeSize(selfRecvs[i]->type);
+      if (sendBytes != recvBytes)
+        throw core::CommError("rank " + std::to_string(comm.rank()) + ": a send to itself of " +
+                              std::to_string(sendBytes) + " bytes meets a receive of " + std::to_string(recvBytes));
+      kernels.copy(selfRecvs[i]->buffer, selfSends[i]->buffer, sendBytes);
+    }
+    comm.run(plan);
+  });
+}
+
+void send(Communicator& comm, const void* buffer, size_t count, ncclDataType_t type, int peer, KernelLayer& kernels) {
+  sendRecv(comm, {P2POp{P2POp::Send, peer, const_cast<void*>(buffer), count, type}}, kernels);
+}
+
+void recv(Communicator& comm, void* buffer, size_t count, ncclDataType_t type, int peer, KernelLayer& kernels) {
+  sendRecv(comm, {P2POp{P2POp::Recv, peer, buffer, count, type}}, kernels);
+}
+
+}  // namespace nns::coll

@@ -1,0 +1,31 @@
+// schedule.hpp: what the schedule builders share: one collective call's arguments and the plan builders that add
+// its transfers, per channel, to a core::Plan.
+#pragma once
+
+#include "nns/coll/collectives.hpp"
+
+namespace nns::coll::detail {
+
+struct Call {
+  const unsigned char* in;
+  unsigned char* out;
+  ncclDataType_t type;
+  ncclRedOp_t op;
+  KernelLayer* kernels;
+};
+
+void ringAllReduce(Communicator& comm, core::Plan& plan, const Call& call, size_t first, size_t count, int channel);
+void ringAllGather(Communicator& comm, core::Plan& plan, const Call& call, size_t blockCount, size_t first,
+                   size_t count, int channel);
+void ringReduceScatter(Communicator& comm, core::Plan& plan, const Call& call, size_t blockCount, size_t first,
+                       size_t count, unsigned char* work, int channel);
+void chainBroadcast(Communicator& comm, core::Plan& plan, const Call& call, int root, size_t first, size_t count,
+                    int channel);
+void chainReduce(Communicator& comm, core::Plan& plan, const Call& call, int root, size_t first, size_t count,
+                 unsigned char* work, int channel);
+// Tree allreduce of elements [first, first + count) over one tree: a reduce towards the root, then a broadcast
+// back down, as two plans (phase 0 and 1).
+void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const TreeLinks& tree, int phase,
+                   size_t first, size_t count, int channel);
+
+}  // namespace nns::coll::detail
