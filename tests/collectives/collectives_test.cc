@@ -12,7 +12,10 @@
 
 #include <gtest/gtest.h>
 
-#include "nns/coll/reduce.hpp"
+#include <thread>
+#include <vector>
+
+#include "nns/coll/collectives.hpp"
 #include "nns/core/bootstrap.hpp"
 
 using namespace nns;
@@ -135,4 +138,107 @@ TEST(Failure, ADeadRankMakesEverySurvivorFailOnItsOwnInBoundedTime) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "rank " << r << " status " << status;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(10));
+}
+
+TEST(Trees, DoubleBinaryTreeIsTwoTreesOverEveryRank) {
+  for (int n = 1; n <= 130; ++n) {
+    std::vector<coll::TreeLinks> links[2];
+    for (int r = 0; r < n; ++r) {
+      coll::TreeLinks both[2];
+      coll::doubleBinaryTree(n, r, both);
+      links[0].push_back(both[0]);
+      links[1].push_back(both[1]);
+    }
+    for (int t = 0; t < 2; ++t) {
+      int roots = 0, edges = 0;
+      for (int r = 0; r < n; ++r) {
+        const auto& l = links[t][r];
+        if (l.parent < 0) ++roots;
+        for (int c : l.children) {
+          if (c < 0) continue;
+          ASSERT_LT(c, n);
+          ASSERT_EQ(links[t][c].parent, r) << "n " << n << " tree " << t << ": child " << c << " of " << r;
+          ++edges;
+        }
+        // Every rank reaches the root: no cycles.
+        int hops = 0;
+        for (int up = r; links[t][up].parent >= 0; up = links[t][up].parent) ASSERT_LT(++hops, n) << "cycle";
+      }
+      EXPECT_EQ(roots, 1) << "n " << n << " tree " << t;
+      EXPECT_EQ(edges, n - 1) << "n " << n << " tree " << t;
+    }
+    // The point of two trees: with an even rank count no rank has children in both, so every rank's links carry
+    // about the same load.
+    if (n % 2 == 0) {
+      for (int r = 0; r < n; ++r) {
+        bool inner0 = links[0][r].children[0] >= 0 || links[0][r].children[1] >= 0;
+        bool inner1 = links[1][r].children[0] >= 0 || links[1][r].children[1] >= 0;
+        EXPECT_FALSE(inner0 && inner1) << "n " << n << ": rank " << r << " is inside both trees";
+      }
+    }
+  }
+  coll::TreeLinks four[2];
+  coll::doubleBinaryTree(4, 2, four);
+  EXPECT_EQ(four[0].parent, 0);
+  EXPECT_EQ(four[0].children[0], 1);
+  EXPECT_EQ(four[0].children[1], 3);
+}
+
+TEST(Failure, AnAbortedRankFailsItsPeersQuicklyAndTheErrorSticks) {
+  // Three ranks in threads over the socket plugin, a generous 20 s timeout: rank 2 aborts instead of joining an
+  // allreduce; its closed connections must fail ranks 0 and 1 long before their timeout, and a failed
+  // communicator refuses later calls at once with the first error.
+  const int ranks = 3;
+  core::LaunchInfo base{0, ranks, "127.0.0.1", 20000 + (getpid() + 11) % 20000, "test"};
+  core::CommOptions options;
+  options.plugin = "socket";
+  options.searchDirs = {std::string(NNS_BIN_DIR) + "/../lib"};
+  options.timeout = std::chrono::milliseconds(20000);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  std::string errors[ranks], async[ranks], later[ranks];
+  double seconds[ranks] = {};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      core::LaunchInfo launch = base;
+      launch.rank = r;
+      try {
+        core::Communicator comm(launch, options);
+        std::vector<float> data(1 << 20, 1.0f);
+        coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum);  // all three, healthy
+        comm.bootstrap().barrier();
+        auto start = std::chrono::steady_clock::now();
+        if (r == 2) {
+          comm.abort("rank 2 gives up (test)");
+        } else {
+          try {
+            for (int i = 0; i < 100; ++i)
+              coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum);
+          } catch (const core::CommError& e) {
+            errors[r] = e.what();
+          }
+        }
+        seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        async[r] = comm.asyncError();
+        try {
+          coll::allReduce(comm, data.data(), data.data(), 8, ncclFloat32, ncclSum);
+        } catch (const core::CommError& e) {
+          later[r] = e.what();
+        }
+      } catch (const std::exception& e) {
+        errors[r] = std::string("setup: ") + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) {
+    if (r < 2) {
+      EXPECT_NE(errors[r], "") << "rank " << r << " did not see rank 2 abort";
+      EXPECT_EQ(errors[r].find("setup"), std::string::npos) << errors[r];
+      EXPECT_LT(seconds[r], 10.0) << "rank " << r << " took until near its timeout: " << errors[r];
+    }
+    EXPECT_NE(async[r], "") << "rank " << r << " has no asynchronous error";
+    EXPECT_NE(later[r].find("failed earlier"), std::string::npos) << "rank " << r << ": " << later[r];
+  }
+  EXPECT_EQ(async[2], "rank 2 gives up (test)");
 }
