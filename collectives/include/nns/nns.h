@@ -1,0 +1,67 @@
+/* nns/nns.h: the collective engine's C API, shaped like nccl.h: a unique id or the launcher's environment makes a
+ * communicator, and ncclAllReduce-style calls run on it over whichever ncclNet plugin the loader picked
+ * (NCCL_NET_PLUGIN; default socket). Calls block until the operation is complete: host buffers need no stream, and
+ * the `stream` argument, kept where nccl.h has one, must be NULL. Link with -lnns. */
+#ifndef NNS_NNS_H_
+#define NNS_NNS_H_
+
+#include <stddef.h>
+
+#include <nccl_net/err.h>
+#include <nccl_net/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NNS_VERSION_CODE 100 /* 0.1.0 */
+#define NNS_UNIQUE_ID_BYTES 128
+
+typedef struct nnsComm* nnsComm_t;
+/* Where rank 0's bootstrap listens ("host:port", NUL-terminated); made by nnsGetUniqueId on one rank and handed to
+ * the others out of band, as ncclUniqueId is. */
+typedef struct {
+  char internal[NNS_UNIQUE_ID_BYTES];
+} nnsUniqueId;
+
+ncclResult_t nnsGetVersion(int* version);
+/* Rank 0's address: $NNS_ROOT_ADDR if set, else this host's first non-loopback IPv4 address (127.0.0.1 if none)
+ * and a free port. */
+ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId);
+ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, int rank);
+/* Rank, size and root from the launcher: NNS_RANK/NNS_WORLD_SIZE/NNS_ROOT_ADDR, Open MPI, Slurm, PMI, torchrun. */
+ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm);
+ncclResult_t nnsCommDestroy(nnsComm_t comm);
+/* Fails the communicator now and frees it; its peers' pending and later operations fail too. */
+ncclResult_t nnsCommAbort(nnsComm_t comm);
+/* ncclSuccess, or the error that failed the communicator (a dead peer, a plugin error, a timeout). */
+ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError);
+ncclResult_t nnsCommCount(const nnsComm_t comm, int* count);
+ncclResult_t nnsCommUserRank(const nnsComm_t comm, int* rank);
+const char* nnsGetErrorString(ncclResult_t result);
+/* The text of the last error on this thread (what failed and why), or "". */
+const char* nnsGetLastError(void);
+
+ncclResult_t nnsAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                          nnsComm_t comm, void* stream);
+ncclResult_t nnsBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                          nnsComm_t comm, void* stream);
+ncclResult_t nnsReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                       int root, nnsComm_t comm, void* stream);
+ncclResult_t nnsAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                          nnsComm_t comm, void* stream);
+ncclResult_t nnsReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                              ncclRedOp_t op, nnsComm_t comm, void* stream);
+ncclResult_t nnsSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm,
+                     void* stream);
+ncclResult_t nnsRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm, void* stream);
+/* Between these, operations are queued per communicator and run at nnsGroupEnd, in order; consecutive sends and
+ * receives progress together (a ring exchange needs a group, as with NCCL). Groups nest. */
+ncclResult_t nnsGroupStart(void);
+ncclResult_t nnsGroupEnd(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NNS_NNS_H_ */

@@ -1,0 +1,319 @@
+// nns_api.cc: the C API of nns/nns.h over the C++ communicator and collectives: argument checks, error codes,
+// the per-thread last error, and group queues.
+#include "nns/nns.h"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nns/coll/collectives.hpp"
+
+struct nnsComm {
+  std::unique_ptr<nns::core::Communicator> comm;
+};
+
+namespace {
+
+using nns::coll::P2POp;
+using nns::core::CommError;
+
+thread_local std::string lastError;
+
+ncclResult_t failWith(ncclResult_t result, const std::string& what) {
+  lastError = what;
+  std::fprintf(stderr, "NNS WARN %s\n", what.c_str());
+  return result;
+}
+
+// Runs `body`, turning exceptions into the error code of their kind: a failed operation (a peer, the plugin, a
+// timeout) is a remote error, anything else a system error.
+ncclResult_t guarded(const std::function<void()>& body) {
+  try {
+    body();
+    return ncclSuccess;
+  } catch (const CommError& e) {
+    return failWith(ncclRemoteError, e.what());
+  } catch (const std::exception& e) {
+    return failWith(ncclSystemError, e.what());
+  }
+}
+
+ncclResult_t checkCall(nnsComm_t comm, void* stream, ncclDataType_t type) {
+  if (comm == nullptr || !comm->comm) return failWith(ncclInvalidArgument, "the communicator is NULL or destroyed");
+  if (stream != nullptr) return failWith(ncclInvalidArgument, "streams are not supported: pass NULL (calls block)");
+  if (nns::coll::typeSize(type) == 0)
+    return failWith(ncclInvalidArgument, "unknown data type " + std::to_string(static_cast<int>(type)));
+  return ncclSuccess;
+}
+
+// Group queues: each operation is a closure; consecutive point-to-point operations of a communicator are merged
+// into one sendRecv so they progress together.
+struct Queued {
+  nnsComm_t comm;
+  std::function<void()> collective;  // empty for a point-to-point operation
+  P2POp p2p;
+};
+thread_local int groupDepth = 0;
+thread_local std::vector<Queued> groupQueue;
+
+ncclResult_t enqueueOrRun(nnsComm_t comm, std::function<void()> collective) {
+  if (groupDepth > 0) {
+    groupQueue.push_back(Queued{comm, std::move(collective), {}});
+    return ncclSuccess;
+  }
+  return guarded(collective);
+}
+
+ncclResult_t enqueueOrRunP2P(nnsComm_t comm, const P2POp& op) {
+  if (groupDepth > 0) {
+    groupQueue.push_back(Queued{comm, {}, op});
+    return ncclSuccess;
+  }
+  return guarded([&] { nns::coll::sendRecv(*comm->comm, {op}); });
+}
+
+std::string firstIPv4() {
+  ifaddrs* list = nullptr;
+  std::string found = "127.0.0.1";
+  if (getifaddrs(&list) != 0) return found;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || (a->ifa_flags & IFF_LOOPBACK) ||
+        !(a->ifa_flags & IFF_UP))
+      continue;
+    char text[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof(text));
+    found = text;
+    break;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  socklen_t length = sizeof(address);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0)
+    port = ntohs(address.sin_port);
+  close(fd);
+  return port;
+}
+
+// Plugins are installed beside libnns.so: look there first, then where dlopen looks.
+std::string libraryDir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&nnsGetVersion), &info) == 0 || info.dli_fname == nullptr) return ".";
+  std::string path = info.dli_fname;
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+ncclResult_t makeComm(nnsComm_t* out, const nns::core::LaunchInfo& launch) {
+  if (out == nullptr) return failWith(ncclInvalidArgument, "comm is NULL");
+  *out = nullptr;
+  auto holder = std::make_unique<nnsComm>();
+  nns::core::CommOptions options;
+  options.searchDirs = {libraryDir()};
+  ncclResult_t result = guarded([&] { holder->comm = std::make_unique<nns::core::Communicator>(launch, options); });
+  if (result == ncclSuccess) *out = holder.release();
+  return result;
+}
+
+}  // namespace
+
+extern "C" {
+
+ncclResult_t nnsGetVersion(int* version) {
+  if (version == nullptr) return failWith(ncclInvalidArgument, "version is NULL");
+  *version = NNS_VERSION_CODE;
+  return ncclSuccess;
+}
+
+ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
+  if (uniqueId == nullptr) return failWith(ncclInvalidArgument, "uniqueId is NULL");
+  std::string address;
+  if (const char* root = std::getenv("NNS_ROOT_ADDR"); root != nullptr && *root != '\0') {
+    address = root;
+  } else {
+    int port = freePort();
+    if (port < 0) return failWith(ncclSystemError, std::string("no free port for the bootstrap: ") + std::strerror(errno));
+    address = firstIPv4() + ":" + std::to_string(port);
+  }
+  if (address.size() >= sizeof(uniqueId->internal)) return failWith(ncclInvalidArgument, "NNS_ROOT_ADDR is too long");
+  std::memset(uniqueId->internal, 0, sizeof(uniqueId->internal));
+  std::memcpy(uniqueId->internal, address.c_str(), address.size());
+  return ncclSuccess;
+}
+
+ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, int rank) {
+  if (nranks < 1 || rank < 0 || rank >= nranks)
+    return failWith(ncclInvalidArgument, "rank " + std::to_string(rank) + " of " + std::to_string(nranks));
+  std::string address(commId.internal, strnlen(commId.internal, sizeof(commId.internal)));
+  size_t colon = address.rfind(':');
+  if (address.empty() || colon == std::string::npos || colon + 1 == address.size())
+    return failWith(ncclInvalidArgument, "the unique id holds no host:port (was it made by nnsGetUniqueId?)");
+  nns::core::LaunchInfo launch;
+  launch.rank = rank;
+  launch.size = nranks;
+  launch.rootHost = address.substr(0, colon);
+  if (launch.rootHost.size() > 2 && launch.rootHost.front() == '[' && launch.rootHost.back() == ']')
+    launch.rootHost = launch.rootHost.substr(1, launch.rootHost.size() - 2);
+  launch.rootPort = std::atoi(address.c_str() + colon + 1);
+  launch.source = "nnsCommInitRank";
+  if (launch.rootPort <= 0 || launch.rootPort > 65535)
+    return failWith(ncclInvalidArgument, "the unique id's port is not valid: " + address);
+  return makeComm(comm, launch);
+}
+
+ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm) {
+  nns::core::LaunchInfo launch;
+  std::string error;
+  if (!nns::core::launchInfoFromEnvironment(&launch, &error)) return failWith(ncclInvalidUsage, error);
+  return makeComm(comm, launch);
+}
+
+ncclResult_t nnsCommDestroy(nnsComm_t comm) {
+  if (comm == nullptr) return failWith(ncclInvalidArgument, "comm is NULL");
+  delete comm;
+  return ncclSuccess;
+}
+
+ncclResult_t nnsCommAbort(nnsComm_t comm) {
+  if (comm == nullptr) return failWith(ncclInvalidArgument, "comm is NULL");
+  if (comm->comm) comm->comm->abort("aborted by nnsCommAbort");
+  delete comm;
+  return ncclSuccess;
+}
+
+ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError) {
+  if (comm == nullptr || !comm->comm || asyncError == nullptr)
+    return failWith(ncclInvalidArgument, "comm or asyncError is NULL");
+  *asyncError = comm->comm->asyncError().empty() ? ncclSuccess : ncclRemoteError;
+  return ncclSuccess;
+}
+
+ncclResult_t nnsCommCount(const nnsComm_t comm, int* count) {
+  if (comm == nullptr || !comm->comm || count == nullptr) return failWith(ncclInvalidArgument, "comm or count is NULL");
+  *count = comm->comm->size();
+  return ncclSuccess;
+}
+
+ncclResult_t nnsCommUserRank(const nnsComm_t comm, int* rank) {
+  if (comm == nullptr || !comm->comm || rank == nullptr) return failWith(ncclInvalidArgument, "comm or rank is NULL");
+  *rank = comm->comm->rank();
+  return ncclSuccess;
+}
+
+const char* nnsGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error";
+    case ncclSystemError: return "unhandled system error (see nnsGetLastError)";
+    case ncclInternalError: return "internal error";
+    case ncclInvalidArgument: return "invalid argument (see nnsGetLastError)";
+    case ncclInvalidUsage: return "invalid usage (see nnsGetLastError)";
+    case ncclRemoteError: return "remote process exited, a network error occurred or an operation timed out";
+    case ncclInProgress: return "operation in progress";
+    case ncclTimeout: return "timeout";
+    default: return "unknown result code";
+  }
+}
+
+const char* nnsGetLastError(void) { return lastError.c_str(); }
+
+ncclResult_t nnsAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                          nnsComm_t comm, void* stream) {
+  if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  return enqueueOrRun(comm, [=] { nns::coll::allReduce(*comm->comm, sendbuff, recvbuff, count, datatype, op); });
+}
+
+ncclResult_t nnsBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                          nnsComm_t comm, void* stream) {
+  if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  return enqueueOrRun(comm, [=] { nns::coll::broadcast(*comm->comm, sendbuff, recvbuff, count, datatype, root); });
+}
+
+ncclResult_t nnsReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                       int root, nnsComm_t comm, void* stream) {
+  if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  return enqueueOrRun(comm, [=] { nns::coll::reduce(*comm->comm, sendbuff, recvbuff, count, datatype, op, root); });
+}
+
+ncclResult_t nnsAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                          nnsComm_t comm, void* stream) {
+  if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  return enqueueOrRun(comm, [=] { nns::coll::allGather(*comm->comm, sendbuff, recvbuff, sendcount, datatype); });
+}
+
+ncclResult_t nnsReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                              ncclRedOp_t op, nnsComm_t comm, void* stream) {
+  if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  return enqueueOrRun(comm,
+                      [=] { nns::coll::reduceScatter(*comm->comm, sendbuff, recvbuff, recvcount, datatype, op); });
+}
+
+ncclResult_t nnsSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm,
+                     void* stream) {
+  if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  return enqueueOrRunP2P(comm, P2POp{P2POp::Send, peer, const_cast<void*>(sendbuff), count, datatype});
+}
+
+ncclResult_t nnsRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm, void* stream) {
+  if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  return enqueueOrRunP2P(comm, P2POp{P2POp::Recv, peer, recvbuff, count, datatype});
+}
+
+ncclResult_t nnsGroupStart(void) {
+  ++groupDepth;
+  return ncclSuccess;
+}
+
+ncclResult_t nnsGroupEnd(void) {
+  if (groupDepth == 0) return failWith(ncclInvalidUsage, "nnsGroupEnd without nnsGroupStart");
+  if (--groupDepth > 0) return ncclSuccess;
+  std::vector<Queued> queue;
+  queue.swap(groupQueue);
+  ncclResult_t result = ncclSuccess;
+  // Per communicator, in order of first appearance; within one, in call order with point-to-point runs merged.
+  std::vector<nnsComm_t> comms;
+  for (const auto& q : queue)
+    if (std::find(comms.begin(), comms.end(), q.comm) == comms.end()) comms.push_back(q.comm);
+  for (nnsComm_t comm : comms) {
+    std::vector<P2POp> p2p;
+    auto flush = [&] {
+      if (p2p.empty()) return ncclSuccess;
+      ncclResult_t r = guarded([&] { nns::coll::sendRecv(*comm->comm, p2p); });
+      p2p.clear();
+      return r;
+    };
+    for (const auto& q : queue) {
+      if (q.comm != comm || result != ncclSuccess) continue;
+      if (q.collective) {
+        result = flush();
+        if (result == ncclSuccess) result = guarded(q.collective);
+      } else {
+        p2p.push_back(q.p2p);
+      }
+    }
+    if (result == ncclSuccess) result = flush();
+  }
+  return result;
+}
+
+}  // extern "C"

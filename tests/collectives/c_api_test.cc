@@ -1,0 +1,100 @@
+// c_api_test.cc: the C API (nns/nns.h) through libnns.so: a unique id made on one rank, communicators made from it
+// in threads, errors with codes and text, groups, and an abort seen by the peers.
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "nns/nns.h"
+
+namespace {
+
+// Runs `body(rank, comm)` on `ranks` threads, each with its communicator made from one unique id.
+template <class Body>
+void onRanks(int ranks, const Body& body) {
+  setenv("NCCL_NET_PLUGIN", "socket", 1);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  setenv("NNS_ROOT_ADDR", ("127.0.0.1:" + std::to_string(20000 + (getpid() * 7 + ranks) % 20000)).c_str(), 1);
+  nnsUniqueId id;
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess);
+  unsetenv("NNS_ROOT_ADDR");
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      nnsComm_t comm = nullptr;
+      ASSERT_EQ(nnsCommInitRank(&comm, ranks, id, r), ncclSuccess) << nnsGetLastError();
+      body(r, comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace
+
+TEST(CApi, ArgumentErrorsAreCodesWithText) {
+  int version = 0;
+  EXPECT_EQ(nnsGetVersion(&version), ncclSuccess);
+  EXPECT_EQ(version, NNS_VERSION_CODE);
+  EXPECT_EQ(nnsGetVersion(nullptr), ncclInvalidArgument);
+  EXPECT_EQ(nnsGroupEnd(), ncclInvalidUsage);
+  EXPECT_NE(std::string(nnsGetLastError()).find("without nnsGroupStart"), std::string::npos);
+  nnsUniqueId junk;
+  std::memset(&junk, 0, sizeof(junk));
+  nnsComm_t comm = nullptr;
+  EXPECT_EQ(nnsCommInitRank(&comm, 2, junk, 0), ncclInvalidArgument);
+  EXPECT_NE(std::string(nnsGetLastError()).find("host:port"), std::string::npos);
+  EXPECT_EQ(nnsCommInitRank(&comm, 2, junk, 2), ncclInvalidArgument);
+  float x = 0;
+  EXPECT_EQ(nnsAllReduce(&x, &x, 1, ncclFloat32, ncclSum, nullptr, nullptr), ncclInvalidArgument);
+  EXPECT_STRNE(nnsGetErrorString(ncclRemoteError), "");
+}
+
+TEST(CApi, CollectivesAndAGroupedRingExchangeOnThreeRanks) {
+  onRanks(3, [](int rank, nnsComm_t comm) {
+    int size = 0;
+    ASSERT_EQ(nnsCommCount(comm, &size), ncclSuccess);
+    std::vector<double> data(777, rank + 1.0);
+    ASSERT_EQ(nnsAllReduce(data.data(), data.data(), data.size(), ncclFloat64, ncclMax, comm, nullptr), ncclSuccess);
+    EXPECT_EQ(data[776], 3.0);
+    std::vector<int> gathered(3 * 5), mine(5, rank);
+    ASSERT_EQ(nnsAllGather(mine.data(), gathered.data(), 5, ncclInt32, comm, nullptr), ncclSuccess);
+    EXPECT_EQ(gathered[14], 2);
+    // A group with a collective between point-to-point runs: all run at nnsGroupEnd, in order.
+    std::vector<int> out(9, rank), in(9, -1), bcast(4, rank == 1 ? 42 : 0);
+    ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+    ASSERT_EQ(nnsSend(out.data(), out.size(), ncclInt32, (rank + 1) % 3, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(nnsRecv(in.data(), in.size(), ncclInt32, (rank + 2) % 3, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(nnsBroadcast(bcast.data(), bcast.data(), bcast.size(), ncclInt32, 1, comm, nullptr), ncclSuccess);
+    EXPECT_EQ(in[0], -1) << "nothing runs before nnsGroupEnd";
+    ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+    EXPECT_EQ(in[8], (rank + 2) % 3);
+    EXPECT_EQ(bcast[3], 42);
+    ncclResult_t async = ncclInternalError;
+    ASSERT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess);
+    EXPECT_EQ(async, ncclSuccess);
+    EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  });
+}
+
+TEST(CApi, AnAbortFailsThePeersWithARemoteError) {
+  onRanks(2, [](int rank, nnsComm_t comm) {
+    std::vector<float> data(1 << 18, 1.0f);
+    ASSERT_EQ(nnsAllReduce(data.data(), data.data(), data.size(), ncclFloat32, ncclSum, comm, nullptr), ncclSuccess);
+    if (rank == 1) {
+      EXPECT_EQ(nnsCommAbort(comm), ncclSuccess);
+      return;
+    }
+    ncclResult_t result = ncclSuccess;
+    for (int i = 0; i < 1000 && result == ncclSuccess; ++i)
+      result = nnsAllReduce(data.data(), data.data(), data.size(), ncclFloat32, ncclSum, comm, nullptr);
+    EXPECT_EQ(result, ncclRemoteError) << nnsGetLastError();
+    ncclResult_t async = ncclSuccess;
+    ASSERT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess);
+    EXPECT_EQ(async, ncclRemoteError);
+    EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  });
+}
