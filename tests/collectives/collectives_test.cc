@@ -98,7 +98,9 @@ TEST(Bootstrap, ARankThatNeverArrivesIsANamedErrorAfterTheTimeout) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
-TEST(Failure, ADeadRankMakesEverySurvivorFailOnItsOwnInBoundedTime) {
+class DeadRank : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
   // Four ranks started directly (no launcher to stop the others) run a long allreduce loop; rank 2 is killed. Each
   // survivor must notice through the plugin (a dead peer, or a neighbour that left) and exit non-zero, not hang.
   const int ranks = 4;
@@ -113,7 +115,8 @@ TEST(Failure, ADeadRankMakesEverySurvivorFailOnItsOwnInBoundedTime) {
       setenv("NNS_ROOT_ADDR", root.c_str(), 1);
       freopen("/dev/null", "w", stdout);
       freopen("/dev/null", "w", stderr);
-      execl(bench.c_str(), bench.c_str(), "allreduce", "-p", "minimal", "-b", "1M", "-e", "1M", "-n", "1000000", "-w",
+      setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+      execl(bench.c_str(), bench.c_str(), "allreduce", "-p", GetParam(), "-b", "1M", "-e", "1M", "-n", "1000000", "-w",
             "0", "-c", "0", static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -139,6 +142,8 @@ TEST(Failure, ADeadRankMakesEverySurvivorFailOnItsOwnInBoundedTime) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(10));
 }
+
+INSTANTIATE_TEST_SUITE_P(Failure, DeadRank, ::testing::Values("minimal", "socket"));
 
 TEST(Trees, DoubleBinaryTreeIsTwoTreesOverEveryRank) {
   for (int n = 1; n <= 130; ++n) {
