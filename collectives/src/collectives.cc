@@ -53,12 +53,17 @@ const char* algorithmName(Algorithm algorithm) {
   switch (algorithm) {
     case Algorithm::Ring: return "ring";
     case Algorithm::Tree: return "tree";
+    case Algorithm::Doubling: return "doubling";
     default: return "auto";
   }
 }
 
 bool parseAlgorithm(const char* text, Algorithm* algorithm) {
-  for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::Tree}) {
+  if (strcasecmp(text, "rd") == 0) {
+    *algorithm = Algorithm::Doubling;
+    return true;
+  }
+  for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::Tree, Algorithm::Doubling}) {
     if (strcasecmp(text, algorithmName(a)) == 0) {
       *algorithm = a;
       return true;
@@ -71,11 +76,14 @@ Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requ
   if (requested != Algorithm::Auto) return requested;
   if (const char* env = std::getenv("NNS_ALGO"); env != nullptr && *env != '\0') {
     Algorithm fromEnv;
-    if (!parseAlgorithm(env, &fromEnv)) throw core::CommError(std::string("NNS_ALGO=") + env + ": ring, tree or auto");
+    if (!parseAlgorithm(env, &fromEnv))
+      throw core::CommError(std::string("NNS_ALGO=") + env + ": ring, tree, doubling or auto");
     if (fromEnv != Algorithm::Auto) return fromEnv;
   }
-  // Two ranks: the tree is the ring. Beyond, the tree's 2 log2(n) hops beat the ring's 2(n-1) for small messages,
-  // and the ring's full-duplex use of every link wins for large ones.
+  // Latency first: recursive doubling's log2(n) exchanges beat the tree's 2 log2(n) hops and the ring's 2(n-1) for
+  // small messages; the tree moves half the data per tree; the ring uses every link fully both ways for large ones.
+  // Two ranks: the tree is the ring.
+  if (bytes <= envBytes("NNS_DOUBLING_MAX_BYTES", kDefaultDoublingMaxBytes)) return Algorithm::Doubling;
   return comm.size() > 2 && bytes <= envBytes("NNS_TREE_MAX_BYTES", kDefaultTreeMaxBytes) ? Algorithm::Tree
                                                                                           : Algorithm::Ring;
 }
@@ -100,6 +108,22 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
         detail::ringAllReduce(comm, plan, call, first, part, c);
       }
       comm.run(plan);
+      return;
+    }
+    if (chosen == Algorithm::Doubling) {
+      auto* work = static_cast<unsigned char*>(comm.scratch((detail::doublingRounds(n) + 1) * count * es));
+      core::Plan plan;
+      std::vector<std::pair<size_t, unsigned char*>> results;  // per channel: first element, where the result is
+      for (int c = 0; c < comm.channels(); ++c) {
+        auto [first, part] = channelPart(count, comm.channels(), c);
+        results.emplace_back(first, detail::doublingAllReduce(comm, plan, call, first, part, count, work, c));
+      }
+      comm.run(plan);
+      for (int c = 0; c < comm.channels(); ++c) {
+        auto [first, part] = channelPart(count, comm.channels(), c);
+        if (results[c].second != nullptr)
+          kernels.copy(static_cast<unsigned char*>(recv) + first * es, results[c].second, part * es);
+      }
       return;
     }
     // Double binary tree: half of the data (per channel) goes up and down each tree, both at once.

@@ -28,4 +28,11 @@ void chainReduce(Communicator& comm, core::Plan& plan, const Call& call, int roo
 void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const TreeLinks& tree, int phase,
                    size_t first, size_t count, int channel);
 
+// Recursive doubling over elements [first, first + count); `work` holds (doublingRounds(n) + 1) buffers of
+// `totalCount` elements. Returns where this rank's result is once the plan has run (to be copied to the output),
+// or nullptr when the plan delivers it to the output itself.
+int doublingRounds(int n);
+unsigned char* doublingAllReduce(Communicator& comm, core::Plan& plan, const Call& call, size_t first, size_t count,
+                                 size_t totalCount, unsigned char* work, int channel);
+
 }  // namespace nns::coll::detail

@@ -2,6 +2,7 @@
 // in threads, errors with codes and text, groups, and an abort seen by the peers.
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -81,9 +82,14 @@ TEST(CApi, CollectivesAndAGroupedRingExchangeOnThreeRanks) {
 }
 
 TEST(CApi, AnAbortFailsThePeersWithARemoteError) {
-  onRanks(2, [](int rank, nnsComm_t comm) {
+  std::atomic<int> healthy{0};
+  onRanks(2, [&](int rank, nnsComm_t comm) {
     std::vector<float> data(1 << 18, 1.0f);
     ASSERT_EQ(nnsAllReduce(data.data(), data.data(), data.size(), ncclFloat32, ncclSum, comm, nullptr), ncclSuccess);
+    // An allreduce returns on one rank before the other has seen its last send complete: abort only once both
+    // are through the healthy one.
+    ++healthy;
+    while (healthy.load() < 2) std::this_thread::yield();
     if (rank == 1) {
       EXPECT_EQ(nnsCommAbort(comm), ncclSuccess);
       return;

@@ -11,6 +11,9 @@ namespace nns::core {
 namespace {
 using Clock = std::chrono::steady_clock;
 
+// A receive that completed while the segments it waits on were behind: its piece stays in the slot until then.
+void* const kArrived = reinterpret_cast<void*>(uintptr_t{1});
+
 const char* resultName(ncclResult_t r) {
   static const char* names[] = {"ncclSuccess",         "ncclUnhandledCudaError", "ncclSystemError",
                                 "ncclInternalError",   "ncclInvalidArgument",    "ncclInvalidUsage",
@@ -38,11 +41,12 @@ int Plan::flowFor(int peer, int channel, bool sending) {
   return static_cast<int>(flows_.size() - 1);
 }
 
-Plan::RecvRef Plan::recv(int peer, int channel, size_t bytes, PieceHandler onPiece) {
+Plan::RecvRef Plan::recv(int peer, int channel, size_t bytes, PieceHandler onPiece, std::vector<RecvRef> after) {
   int flow = flowFor(peer, channel, false);
   Segment segment;
   segment.bytes = bytes;
   segment.onPiece = std::move(onPiece);
+  segment.after = std::move(after);
   flows_[flow].segments.push_back(std::move(segment));
   return RecvRef{flow, static_cast<int>(flows_[flow].segments.size() - 1)};
 }
@@ -316,7 +320,7 @@ void Communicator::run(Plan& plan) {
         if (ref.flow < 0 || ref.flow >= static_cast<int>(plan.flows_.size()) || plan.flows_[ref.flow].sending ||
             ref.segment < 0 || ref.segment >= static_cast<int>(plan.flows_[ref.flow].segments.size()) ||
             plan.flows_[ref.flow].segments[ref.segment].bytes != segment.bytes)
-          fail("internal: a send waits on a receive that is not of the same size in the same plan");
+          fail("internal: a segment waits on a receive that is not of the same size in the same plan");
       }
   }
   establish(keys);
@@ -372,14 +376,27 @@ void Communicator::run(Plan& plan) {
       while (cursor.tail < cursor.head) {
         Slot& slot = conn.slots[cursor.tail % slots];
         int done = 0, size = 0;
-        check(net_->test(slot.request, &done, &size), flow.sending ? "test(send)" : "test(recv)", flow.peer);
+        if (slot.request == kArrived) {
+          done = 1;
+          size = slot.arrivedBytes;
+        } else {
+          check(net_->test(slot.request, &done, &size), flow.sending ? "test(send)" : "test(recv)", flow.peer);
+        }
         if (!done) break;
         slot.request = nullptr;
         if (!flow.sending) {
+          Plan::Segment& segment = flow.segments[slot.segment];
+          bool ready = true;
+          for (const auto& ref : segment.after)
+            ready = ready && plan.flows_[ref.flow].segments[ref.segment].piecesDone > segment.piecesDone;
+          if (!ready) {
+            slot.request = kArrived;  // keep the piece in its slot; test() must not be called on it again
+            slot.arrivedBytes = size;
+            break;
+          }
           if (static_cast<size_t>(size) != slot.bytes)
             fail("received " + std::to_string(size) + " bytes from rank " + std::to_string(flow.peer) + ", expected " +
                  std::to_string(slot.bytes));
-          Plan::Segment& segment = flow.segments[slot.segment];
           if (segment.onPiece) segment.onPiece(slot.offset, slot.memory, slot.bytes);
           ++segment.piecesDone;
         }

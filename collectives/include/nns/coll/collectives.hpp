@@ -15,12 +15,15 @@ namespace nns::coll {
 
 using core::Communicator;
 
-enum class Algorithm { Auto, Ring, Tree };
+enum class Algorithm { Auto, Ring, Tree, Doubling };
 const char* algorithmName(Algorithm algorithm);
-bool parseAlgorithm(const char* text, Algorithm* algorithm);  // "auto", "ring", "tree" (any case)
+// "auto", "ring", "tree", "doubling" (recursive doubling; also "rd"), any case.
+bool parseAlgorithm(const char* text, Algorithm* algorithm);
 
-// Allreduces of at most this many bytes use the double binary tree when more than two ranks take part
-// ($NNS_TREE_MAX_BYTES overrides; measured on loopback, docs/performance.md).
+// Auto: recursive doubling up to kDefaultDoublingMaxBytes ($NNS_DOUBLING_MAX_BYTES), then the double binary tree
+// up to kDefaultTreeMaxBytes when more than two ranks take part ($NNS_TREE_MAX_BYTES), then the ring. Measured on
+// loopback (docs/performance.md).
+constexpr size_t kDefaultDoublingMaxBytes = 16 * 1024;
 constexpr size_t kDefaultTreeMaxBytes = 256 * 1024;
 // What Algorithm::Auto resolves to for `bytes` on `comm`; an explicit request wins, then $NNS_ALGO, then the size.
 Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requested);

@@ -44,8 +44,9 @@ class CommError : public std::runtime_error {
 
 // One pipelined step of a schedule: for each connection an ordered list of segments. Both ends of a connection
 // describe the same segments in the same order (the schedules are symmetric), so both cut them into the same
-// pieces. A send segment can wait on receive segments of the same plan: its piece i goes out once piece i of each
-// of them has been handed to its handler (the piece was reduced or copied into the buffer the send reads).
+// pieces. A segment can wait on receive segments of the same plan (of the same size): a send's piece i goes out,
+// and a receive's piece i is handed to its handler, once piece i of each of them has been handed to its handler
+// (the piece was reduced or copied into the buffer this one reads).
 class Plan {
  public:
   // Called with each received piece, in order: its byte offset in the segment, the slot holding it, its size.
@@ -55,7 +56,7 @@ class Plan {
     int segment = -1;
   };
 
-  RecvRef recv(int peer, int channel, size_t bytes, PieceHandler onPiece);
+  RecvRef recv(int peer, int channel, size_t bytes, PieceHandler onPiece, std::vector<RecvRef> after = {});
   void send(int peer, int channel, const void* data, size_t bytes, std::vector<RecvRef> after = {});
   bool empty() const { return flows_.empty(); }
 
@@ -65,7 +66,7 @@ class Plan {
     const unsigned char* data = nullptr;  // send: where the bytes are read from
     size_t bytes = 0;
     PieceHandler onPiece;                 // recv
-    std::vector<RecvRef> after;           // send
+    std::vector<RecvRef> after;           // receive segments this one waits on, piece by piece
     size_t pieces = 0;                    // set when the plan runs
     size_t piecesDone = 0;                // recv: pieces handed to onPiece
   };
@@ -115,6 +116,7 @@ class Communicator {
     unsigned char* memory = nullptr;
     void* request = nullptr;
     size_t bytes = 0;  // the piece this slot carries
+    int arrivedBytes = 0;  // what test() reported for a piece kept waiting on its segment's dependencies
     int segment = 0;
     size_t offset = 0;
   };
