@@ -76,6 +76,8 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
   options_.slots = static_cast<int>(envKnob("NNS_SLOTS", options_.slots));
   options_.channels = static_cast<int>(envKnob("NNS_NCHANNELS", options_.channels));
   options_.timeout = std::chrono::milliseconds(envKnob("NNS_COMM_TIMEOUT_MS", options_.timeout.count()));
+  if (const char* spin = std::getenv("NNS_PROGRESS_SPIN_US"); spin != nullptr && *spin != '\0')
+    spin_ = std::chrono::microseconds(std::strtol(spin, nullptr, 10));
   if (const char* dev = std::getenv("NNS_NET_DEVICE"); dev != nullptr && *dev != '\0')
     options_.device = static_cast<int>(std::strtol(dev, nullptr, 10));
   if (options_.slots < 1 || options_.slots > 64 || options_.channels < 1 || options_.channels > 32 ||
@@ -221,13 +223,21 @@ Communicator::~Communicator() {
 
 // ---- The progress thread ----
 
+// Both sides poll for a short while before sleeping: back-to-back operations (a training step's many allreduces)
+// then pass from the caller to this thread and back without a futex wake-up each way.
 void Communicator::progressLoop() {
   std::unique_lock lock(mutex_);
   for (;;) {
+    if (queue_.empty() && !stopping_) {
+      lock.unlock();
+      for (auto until = Clock::now() + spin_; queued_.load() == 0 && Clock::now() < until;) sched_yield();
+      lock.lock();
+    }
     wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, nothing left
     Task* task = queue_.front();
     queue_.pop_front();
+    --queued_;
     busy_ = true;
     lock.unlock();
     std::string error;
@@ -245,16 +255,23 @@ void Communicator::progressLoop() {
     busy_ = false;
     task->error = std::move(error);
     task->done = true;
+    task->finished.store(true, std::memory_order_release);  // the last touch of *task: its submitter may return now
     done_.notify_all();
   }
 }
 
 void Communicator::submit(const std::function<void()>& operation) {
   if (failed_.load()) throw CommError("rank " + std::to_string(rank_) + ": communicator failed earlier: " + asyncError());
-  Task task{&operation, false, false, {}};
-  std::unique_lock lock(mutex_);
-  queue_.push_back(&task);
+  Task task{&operation, false, false, {}, {}};
+  {
+    std::lock_guard guard(mutex_);
+    queue_.push_back(&task);
+    ++queued_;
+  }
   wake_.notify_one();
+  for (auto until = Clock::now() + spin_; !task.finished.load(std::memory_order_acquire) && Clock::now() < until;)
+    sched_yield();
+  std::unique_lock lock(mutex_);
   // The operation is bounded by its no-progress timeout; the margin covers the plugin calls around it.
   if (!done_.wait_for(lock, options_.timeout * 4 + std::chrono::seconds(30), [&] { return task.done; })) {
     std::string why = "operation did not finish (a plugin call that never returns?)";
@@ -286,9 +303,10 @@ void Communicator::abort(const std::string& why) {
     closeConnections();
   } else {
     std::function<void()> close = [this] { closeConnections(); };
-    Task task{&close, true, false, {}};
+    Task task{&close, true, false, {}, {}};
     std::unique_lock lock(mutex_);
     queue_.push_front(&task);
+    ++queued_;
     wake_.notify_one();
     done_.wait(lock, [&] { return task.done; });
   }

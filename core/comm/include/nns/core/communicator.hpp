@@ -168,10 +168,13 @@ class Communicator {
     bool always = false;  // runs even on a failed communicator (the abort's close)
     bool done = false;
     std::string error;
+    std::atomic<bool> finished{false};  // `done`, readable without the lock (the submitter's short spin)
   };
   std::deque<Task*> queue_;
   bool stopping_ = false;
   bool busy_ = false;  // an operation is running on the progress thread
+  std::atomic<int> queued_{0};  // queue_.size(), readable without the lock (the progress thread's short spin)
+  std::chrono::microseconds spin_{50};  // $NNS_PROGRESS_SPIN_US: how long each side polls before sleeping
   mutable std::mutex errorMutex_;
   std::string asyncError_;
   std::atomic<bool> failed_{false};
