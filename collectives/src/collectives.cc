@@ -130,26 +130,15 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
     TreeLinks trees[2];
     doubleBinaryTree(n, comm.rank(), trees);
     kernels.copy(recv, send, count * es);
-    for (int phase = 0; phase < 2; ++phase) {
-      core::Plan plan;
-      for (int c = 0; c < comm.channels(); ++c) {
-        auto [first, part] = channelPart(count, comm.channels(), c);
-        for (int t = 0; t < 2; ++t) {
-          auto [offset, half] = channelPart(part, 2, t);
-          detail::treeAllReduce(comm, plan, call, trees[t], phase, first + offset, half, c);
-        }
-      }
-      comm.run(plan);
-      if (phase == 0 && op == ncclAvg) {
-        for (int c = 0; c < comm.channels(); ++c) {
-          auto [first, part] = channelPart(count, comm.channels(), c);
-          for (int t = 0; t < 2; ++t) {
-            auto [offset, half] = channelPart(part, 2, t);
-            if (trees[t].parent < 0) kernels.divide(static_cast<unsigned char*>(recv) + (first + offset) * es, half, type, n);
-          }
-        }
+    core::Plan plan;
+    for (int c = 0; c < comm.channels(); ++c) {
+      auto [first, part] = channelPart(count, comm.channels(), c);
+      for (int t = 0; t < 2; ++t) {
+        auto [offset, half] = channelPart(part, 2, t);
+        detail::treeAllReduce(comm, plan, call, trees[t], first + offset, half, c);
       }
     }
+    comm.run(plan);
   });
 }
 

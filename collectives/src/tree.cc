@@ -1,4 +1,6 @@
 // tree.cc: NCCL's double binary tree and the tree allreduce over it (reduce up, broadcast down, piece-pipelined).
+#include <memory>
+
 #include "schedule.hpp"
 
 namespace nns::coll {
@@ -44,31 +46,43 @@ void doubleBinaryTree(int size, int rank, TreeLinks trees[2]) {
 
 namespace detail {
 
-void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const TreeLinks& tree, int phase,
-                   size_t first, size_t count, int channel) {
-  (void)comm;
+void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const TreeLinks& tree, size_t first,
+                   size_t count, int channel) {
+  // One plan for both directions: the output already holds this rank's input; children's partial results are
+  // reduced into it as they arrive, each piece goes up once both children's piece is in, and comes back down from
+  // the parent into the same place. The root's pieces turn around as soon as they are complete, so the broadcast of
+  // the first pieces overlaps the reduction of the later ones.
   const size_t es = typeSize(call.type), bytes = count * es;
   unsigned char* out = call.out + first * es;
-  if (phase == 0) {
-    // The output already holds this rank's input; children's partial results are reduced into it as they arrive,
-    // and each piece goes up once both children's pieces are in.
-    std::vector<core::Plan::RecvRef> children;
-    for (int child : tree.children) {
-      if (child < 0) continue;
-      children.push_back(plan.recv(child, channel, bytes, [=, &call](size_t offset, const void* piece, size_t len) {
-        call.kernels->reduce(out + offset, piece, len / es, call.type, call.op);
-      }));
-    }
-    if (tree.parent >= 0) plan.send(tree.parent, channel, out, bytes, std::move(children));
-    return;
+  const int children = (tree.children[0] >= 0) + (tree.children[1] >= 0);
+  const bool root = tree.parent < 0;
+  // avg: the root divides each piece once its last child's share is in (children complete pieces independently).
+  std::shared_ptr<std::vector<int>> arrived;
+  if (root && call.op == ncclAvg) {
+    const size_t piece = comm.options().slotBytes;
+    arrived = std::make_shared<std::vector<int>>(bytes == 0 ? 1 : (bytes + piece - 1) / piece, 0);
   }
-  std::vector<core::Plan::RecvRef> fromParent;
-  if (tree.parent >= 0)
-    fromParent.push_back(plan.recv(tree.parent, channel, bytes, [=, &call](size_t offset, const void* piece, size_t len) {
-      call.kernels->copy(out + offset, piece, len);
-    }));
+  const int n = comm.size();
+  const size_t piece = comm.options().slotBytes;
+  std::vector<core::Plan::RecvRef> fromChildren;
+  for (int child : tree.children) {
+    if (child < 0) continue;
+    fromChildren.push_back(
+        plan.recv(child, channel, bytes, [=, &call](size_t offset, const void* data, size_t len) {
+          call.kernels->reduce(out + offset, data, len / es, call.type, call.op);
+          if (arrived && ++(*arrived)[offset / piece] == children)
+            call.kernels->divide(out + offset, len / es, call.type, n);
+        }));
+  }
+  std::vector<core::Plan::RecvRef> down = fromChildren;
+  if (!root) {
+    plan.send(tree.parent, channel, out, bytes, fromChildren);
+    down = {plan.recv(tree.parent, channel, bytes, [=, &call](size_t offset, const void* data, size_t len) {
+      call.kernels->copy(out + offset, data, len);
+    })};
+  }
   for (int child : tree.children)
-    if (child >= 0) plan.send(child, channel, out, bytes, fromParent);
+    if (child >= 0) plan.send(child, channel, out, bytes, down);
 }
 
 }  // namespace detail
