@@ -47,6 +47,17 @@ size_t envBytes(const char* name, size_t fallback) {
   return value;
 }
 
+// The pipeline piece for a schedule that forwards `bytes` per hop: about 1/`depth` of it so that several pieces are
+// in flight along a path, at least `minimum` (per-message costs), at most a slot; a multiple of 4 KiB, so no piece
+// splits an element. $NNS_PIECE_BYTES fixes it.
+size_t pieceFor(const Communicator& comm, size_t bytes, size_t depth, size_t minimum) {
+  const size_t slot = comm.options().slotBytes;
+  size_t piece = envBytes("NNS_PIECE_BYTES", 0);
+  if (piece == 0) piece = std::max(minimum, (bytes / depth + 4095) / 4096 * 4096);
+  piece = std::min(piece, slot);
+  return piece - piece % 64 == 0 ? slot : piece - piece % 64;
+}
+
 }  // namespace
 
 const char* algorithmName(Algorithm algorithm) {
@@ -103,6 +114,7 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
     }
     if (chosen == Algorithm::Ring) {
       core::Plan plan;
+      plan.setPieceBytes(pieceFor(comm, count * es / n / comm.channels(), 4, 64 * 1024));
       for (int c = 0; c < comm.channels(); ++c) {
         auto [first, part] = channelPart(count, comm.channels(), c);
         detail::ringAllReduce(comm, plan, call, first, part, c);
@@ -131,11 +143,13 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
     doubleBinaryTree(n, comm.rank(), trees);
     kernels.copy(recv, send, count * es);
     core::Plan plan;
+    const size_t piece = pieceFor(comm, count * es / 2 / comm.channels(), 8, 32 * 1024);
+    plan.setPieceBytes(piece);
     for (int c = 0; c < comm.channels(); ++c) {
       auto [first, part] = channelPart(count, comm.channels(), c);
       for (int t = 0; t < 2; ++t) {
         auto [offset, half] = channelPart(part, 2, t);
-        detail::treeAllReduce(comm, plan, call, trees[t], first + offset, half, c);
+        detail::treeAllReduce(comm, plan, call, trees[t], first + offset, half, c, piece);
       }
     }
     comm.run(plan);

@@ -24,9 +24,9 @@ void chainBroadcast(Communicator& comm, core::Plan& plan, const Call& call, int 
 void chainReduce(Communicator& comm, core::Plan& plan, const Call& call, int root, size_t first, size_t count,
                  unsigned char* work, int channel);
 // Tree allreduce of elements [first, first + count) over one tree: a reduce towards the root and the broadcast
-// back down, in one plan. The output must hold this rank's input before the plan runs.
+// back down, in one plan cut into `piece`-byte pieces. The output must hold this rank's input before the plan runs.
 void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const TreeLinks& tree, size_t first,
-                   size_t count, int channel);
+                   size_t count, int channel, size_t piece);
 
 // Recursive doubling over elements [first, first + count); `work` holds (doublingRounds(n) + 1) buffers of
 // `totalCount` elements. Returns where this rank's result is once the plan has run (to be copied to the output),

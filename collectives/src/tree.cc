@@ -47,7 +47,7 @@ void doubleBinaryTree(int size, int rank, TreeLinks trees[2]) {
 namespace detail {
 
 void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const TreeLinks& tree, size_t first,
-                   size_t count, int channel) {
+                   size_t count, int channel, size_t piece) {
   // One plan for both directions: the output already holds this rank's input; children's partial results are
   // reduced into it as they arrive, each piece goes up once both children's piece is in, and comes back down from
   // the parent into the same place. The root's pieces turn around as soon as they are complete, so the broadcast of
@@ -59,11 +59,9 @@ void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const
   // avg: the root divides each piece once its last child's share is in (children complete pieces independently).
   std::shared_ptr<std::vector<int>> arrived;
   if (root && call.op == ncclAvg) {
-    const size_t piece = comm.options().slotBytes;
     arrived = std::make_shared<std::vector<int>>(bytes == 0 ? 1 : (bytes + piece - 1) / piece, 0);
   }
   const int n = comm.size();
-  const size_t piece = comm.options().slotBytes;
   std::vector<core::Plan::RecvRef> fromChildren;
   for (int child : tree.children) {
     if (child < 0) continue;

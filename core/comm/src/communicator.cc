@@ -81,8 +81,9 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
   if (const char* dev = std::getenv("NNS_NET_DEVICE"); dev != nullptr && *dev != '\0')
     options_.device = static_cast<int>(std::strtol(dev, nullptr, 10));
   if (options_.slots < 1 || options_.slots > 64 || options_.channels < 1 || options_.channels > 32 ||
-      options_.slotBytes < 1024 || options_.slotBytes > (size_t{1} << 30))
-    throw CommError("communicator options out of range: slots 1..64, channels 1..32, slot bytes 1 KiB..1 GiB");
+      options_.slotBytes < 1024 || options_.slotBytes > (size_t{1} << 30) || options_.slotBytes % 64 != 0)
+    throw CommError("communicator options out of range: slots 1..64, channels 1..32, slot bytes 1 KiB..1 GiB and a "
+                    "multiple of 64");
 
   bootstrap_ = std::make_unique<Bootstrap>(launch, options_.timeout);
   LoadOptions load;
@@ -322,7 +323,7 @@ void* Communicator::scratch(size_t bytes) {
 void Communicator::run(Plan& plan) {
   if (plan.empty()) return;
   if (failed_.load()) fail("communicator failed: " + asyncError());
-  const size_t piece = options_.slotBytes;
+  const size_t piece = plan.pieceBytes_ == 0 ? options_.slotBytes : std::min(plan.pieceBytes_, options_.slotBytes);
   const size_t slots = static_cast<size_t>(options_.slots);
   std::vector<ConnKey> keys;
   for (auto& flow : plan.flows_) {

@@ -59,6 +59,10 @@ class Plan {
   RecvRef recv(int peer, int channel, size_t bytes, PieceHandler onPiece, std::vector<RecvRef> after = {});
   void send(int peer, int channel, const void* data, size_t bytes, std::vector<RecvRef> after = {});
   bool empty() const { return flows_.empty(); }
+  // Pieces smaller than a slot deepen the pipeline (a forwarded piece leaves sooner); both ends must choose the same
+  // (schedules derive it from the message size). 0: a whole slot.
+  void setPieceBytes(size_t bytes) { pieceBytes_ = bytes; }
+  size_t pieceBytes() const { return pieceBytes_; }
 
  private:
   friend class Communicator;
@@ -78,6 +82,7 @@ class Plan {
   };
   int flowFor(int peer, int channel, bool sending);
   std::vector<Flow> flows_;
+  size_t pieceBytes_ = 0;
 };
 
 class Communicator {
