@@ -4,6 +4,7 @@
 
 #include <sched.h>
 
+#include <cstdio>
 #include <cstring>
 
 namespace nns::core {
@@ -98,6 +99,18 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     fail("no net plugin loaded" + why);
   }
   check(net_->init(&ctx_, 0x6e6e73, nullptr, nullptr, nullptr), "init");
+  try {
+    connectRing();
+  } catch (...) {
+    // No destructor runs for a constructor that throws: close what was opened before the plugin is unloaded.
+    closeConnections();
+    net_->finalize(ctx_);
+    throw;
+  }
+  progress_ = std::thread([this] { progressLoop(); });
+}
+
+void Communicator::connectRing() {
   check(net_->devices(&devices_), "devices");
   if (devices_ < 1) fail(std::string(net_->name()) + " has no device");
   if (options_.device < 0 || options_.device >= devices_)
@@ -127,7 +140,6 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     establish(ring);
     bootstrap_->barrier();
   }
-  progress_ = std::thread([this] { progressLoop(); });
 }
 
 unsigned char* Communicator::handleOf(int peer, int channel) {
@@ -172,6 +184,7 @@ void Communicator::establish(const std::vector<ConnKey>& keys) {
       }
     }
     if (all) return;
+    if (failed_.load()) fail("aborted: " + asyncError());
     if (Clock::now() > deadline) {
       std::string missing;
       for (const auto& key : keys)
@@ -309,7 +322,13 @@ void Communicator::abort(const std::string& why) {
     queue_.push_front(&task);
     ++queued_;
     wake_.notify_one();
-    done_.wait(lock, [&] { return task.done; });
+    // The operation in flight sees the failure at its next idle poll; one stuck in a plugin call is waited for as
+    // long as submit() would, and then this thread gives up on it (the task stays queued: wait for it all the same,
+    // since its storage is this frame, but only after saying so).
+    if (!done_.wait_for(lock, options_.timeout * 4 + std::chrono::seconds(30), [&] { return task.done; })) {
+      std::fprintf(stderr, "nns: rank %d: abort is waiting for a plugin call that does not return\n", rank_);
+      done_.wait(lock, [&] { return task.done; });
+    }
   }
 }
 

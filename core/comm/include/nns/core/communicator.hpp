@@ -144,6 +144,7 @@ class Communicator {
 
   void check(ncclResult_t result, const char* call, int peer = -1);
   [[noreturn]] void fail(const std::string& what);
+  void connectRing();  // listens, exchanges handles, connects the ring (constructor)
   void establish(const std::vector<ConnKey>& keys);
   void registerSlots(Connection& conn, bool sending, int peer);
   void closeConnections();
