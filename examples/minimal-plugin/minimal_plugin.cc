@@ -238,7 +238,10 @@ ncclResult_t progress(Comm* comm) {
   auto now = Clock::now();
   if (now - comm->lastPeerCheck > kPeerCheckInterval) {
     comm->lastPeerCheck = now;
-    if (!processAlive(peer) && drained) {
+    // Whether the ring is empty is read again after the peer is known dead: a sender can write its last message
+    // and exit between the first read and the liveness check, and that message must still be delivered.
+    if (!processAlive(peer) &&
+        (comm->isSender || area->head.load(std::memory_order_acquire) == area->tail.load())) {
       NCCL_NET_WARN("peer pid %d exited with a request pending", peer);
       return ncclRemoteError;
     }
