@@ -1,13 +1,17 @@
-// reduce_cpu.cc: host reductions for every type and op; plain loops the compiler vectorizes, float16/bfloat16
-// computed in float and rounded to nearest even.
-#include <algorithm>
-#include <cmath>
-#include <cstring>
+// reduce_cpu.cc: host reductions for every type and op; plain loops the compiler vectorizes, float16/bfloat16/fp8
+// computed in float and rounded to nearest even (fp8 saturating, as the CUDA kernels).
 #include <strings.h>
 
-#include "nns/coll/reduce.hpp"
+#include <cstdint>
+#include <cstring>
 
-#pragma GCC optimize("O3")
+// O3 vectorizes the loops. no-trapping-math lets GCC if-convert the branch-free conversions in float_convert.hpp
+// (it computes a float candidate that only some lanes use, which GCC will not speculate while traps may be on);
+// results are unchanged, nothing here enables traps or reads the exception flags. Placed before the project
+// headers so that the inline conversions get the same options as the loops they are inlined into.
+#pragma GCC optimize("O3", "no-trapping-math")
+
+#include "nns/coll/reduce.hpp"
 
 namespace nns::coll {
 
@@ -27,7 +31,7 @@ constexpr TypeText kTypes[] = {
     {ncclInt8, "int8", "char"},         {ncclUint8, "uint8", "uchar"},     {ncclInt32, "int32", "int"},
     {ncclUint32, "uint32", "uint"},     {ncclInt64, "int64", "long"},      {ncclUint64, "uint64", "ulong"},
     {ncclFloat16, "half", "float16"},   {ncclFloat32, "float", "float32"}, {ncclFloat64, "double", "float64"},
-    {ncclBfloat16, "bfloat16", "bf16"}};
+    {ncclBfloat16, "bfloat16", "bf16"}, {ncclFloat8e4m3, "fp8e4m3", "f8e4m3"}, {ncclFloat8e5m2, "fp8e5m2", "f8e5m2"}};
 struct OpText { ncclRedOp_t op; const char* name; };
 constexpr OpText kOps[] = {{ncclSum, "sum"}, {ncclProd, "prod"}, {ncclMax, "max"}, {ncclMin, "min"}, {ncclAvg, "avg"}};
 }  // namespace
@@ -61,78 +65,40 @@ bool parseOp(const char* text, ncclRedOp_t* op) {
   return false;
 }
 
-float halfToFloat(uint16_t h) {
-  uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ffu, bits;
-  if (exponent == 0) {
-    if (mantissa == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      int shift = 0;
-      while (!(mantissa & 0x400u)) {
-        mantissa <<= 1;
-        ++shift;
-      }
-      bits = sign | ((113u - shift) << 23) | ((mantissa & 0x3ffu) << 13);
-    }
-  } else if (exponent == 0x1f) {
-    bits = sign | 0x7f800000u | (mantissa << 13);
-  } else {
-    bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-uint16_t floatToHalf(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  uint32_t sign = (bits >> 16) & 0x8000u;
-  uint32_t abs = bits & 0x7fffffffu;
-  if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to infinity
-  if (abs < 0x38800000u) {  // subnormal or zero in half
-    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);
-    uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
-    int shift = 126 - static_cast<int>(abs >> 23);  // 14 + (113 - exponent)
-    uint32_t half = mantissa >> (shift);
-    uint32_t rest = mantissa & ((1u << shift) - 1);
-    uint32_t halfway = 1u << (shift - 1);
-    if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);  // round to nearest even on the 13 dropped bits
-  return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
-}
-
-float bfloat16ToFloat(uint16_t b) {
-  uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-uint16_t floatToBfloat16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 namespace {
 
-template <class T>
-struct Ops {
-  static T sum(T a, T b) { return static_cast<T>(a + b); }
-  static T prod(T a, T b) { return static_cast<T>(a * b); }
-  static T max(T a, T b) { return a > b ? a : b; }
-  static T min(T a, T b) { return a < b ? a : b; }
+// Integer sum and prod wrap around (two's complement) through the unsigned type, as the CUDA kernels do: signed
+// overflow would be undefined.
+template <class T> struct Arithmetic { using type = T; };
+template <> struct Arithmetic<int8_t> { using type = uint8_t; };
+template <> struct Arithmetic<int32_t> { using type = uint32_t; };
+template <> struct Arithmetic<int64_t> { using type = uint64_t; };
+
+struct Sum {
+  template <class T> static T apply(T a, T b) {
+    using U = typename Arithmetic<T>::type;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  }
+};
+struct Prod {
+  template <class T> static T apply(T a, T b) {
+    using U = typename Arithmetic<T>::type;
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+  }
+};
+// With a NaN the result is the second operand, as on the GPU.
+struct Max {
+  template <class T> static T apply(T a, T b) { return a > b ? a : b; }
+  static bool takeFirst(float a, float b) { return a > b; }
+};
+struct Min {
+  template <class T> static T apply(T a, T b) { return a < b ? a : b; }
+  static bool takeFirst(float a, float b) { return a < b; }
 };
 
-template <class T, T (*F)(T, T)>
+template <class T, class Op>
 void apply(T* __restrict dst, const T* __restrict src, size_t count) {
-  for (size_t i = 0; i < count; ++i) dst[i] = F(dst[i], src[i]);
+  for (size_t i = 0; i < count; ++i) dst[i] = Op::apply(dst[i], src[i]);
 }
 
 template <class T>
@@ -140,29 +106,64 @@ void reduceTyped(void* dst, const void* src, size_t count, ncclRedOp_t op) {
   auto* d = static_cast<T*>(dst);
   auto* s = static_cast<const T*>(src);
   switch (op) {
-    case ncclSum: case ncclAvg: apply<T, Ops<T>::sum>(d, s, count); break;
-    case ncclProd: apply<T, Ops<T>::prod>(d, s, count); break;
-    case ncclMax: apply<T, Ops<T>::max>(d, s, count); break;
-    case ncclMin: apply<T, Ops<T>::min>(d, s, count); break;
+    case ncclSum: case ncclAvg: apply<T, Sum>(d, s, count); break;
+    case ncclProd: apply<T, Prod>(d, s, count); break;
+    case ncclMax: apply<T, Max>(d, s, count); break;
+    case ncclMin: apply<T, Min>(d, s, count); break;
     default: break;
   }
 }
 
-// 16-bit floats: widen a block to float, reduce, narrow with correct rounding.
-template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
-void reduce16(void* dst, const void* src, size_t count, ncclRedOp_t op) {
-  auto* d = static_cast<uint16_t*>(dst);
-  auto* s = static_cast<const uint16_t*>(src);
-  constexpr size_t kBlock = 256;
-  float a[kBlock], b[kBlock];
-  for (size_t base = 0; base < count; base += kBlock) {
-    size_t n = std::min(kBlock, count - base);
-    for (size_t i = 0; i < n; ++i) {
-      a[i] = Widen(d[base + i]);
-      b[i] = Widen(s[base + i]);
-    }
-    reduceTyped<float>(a, b, n, op);
-    for (size_t i = 0; i < n; ++i) d[base + i] = Narrow(a[i]);
+// Formats below float: their storage type and exact conversions (float_convert.hpp).
+struct Half {
+  using Bits = uint16_t;
+  static float widen(Bits v) { return halfToFloat(v); }
+  static Bits narrow(float f) { return floatToHalf(f); }
+};
+struct Bfloat16 {
+  using Bits = uint16_t;
+  static float widen(Bits v) { return bfloat16ToFloat(v); }
+  static Bits narrow(float f) { return floatToBfloat16(f); }
+};
+struct Fp8e4m3 {
+  using Bits = uint8_t;
+  static float widen(Bits v) { return fp8e4m3ToFloat(v); }
+  static Bits narrow(float f) { return floatToFp8e4m3(f); }
+};
+struct Fp8e5m2 {
+  using Bits = uint8_t;
+  static float widen(Bits v) { return fp8e5m2ToFloat(v); }
+  static Bits narrow(float f) { return floatToFp8e5m2(f); }
+};
+
+// Sum and prod: widen (exact), one float operation, narrow. Rounding twice (to float, then to the format) gives
+// the correctly rounded result because float's 24 bits >= 2p + 2 for every format here (p <= 11).
+// One fused loop: the conversions are branch-free inline code, so it vectorizes as a whole.
+template <class Format, class Op>
+void applySmall(typename Format::Bits* __restrict dst, const typename Format::Bits* __restrict src, size_t count) {
+  for (size_t i = 0; i < count; ++i)
+    dst[i] = Format::narrow(Op::apply(Format::widen(dst[i]), Format::widen(src[i])));
+}
+
+// Max and min keep one input's bits (no narrowing), as the CUDA kernels do.
+template <class Format, class Op>
+void selectSmall(typename Format::Bits* __restrict dst, const typename Format::Bits* __restrict src, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    auto a = dst[i], b = src[i];
+    dst[i] = Op::takeFirst(Format::widen(a), Format::widen(b)) ? a : b;
+  }
+}
+
+template <class Format>
+void reduceSmall(void* dst, const void* src, size_t count, ncclRedOp_t op) {
+  auto* d = static_cast<typename Format::Bits*>(dst);
+  auto* s = static_cast<const typename Format::Bits*>(src);
+  switch (op) {
+    case ncclSum: case ncclAvg: applySmall<Format, Sum>(d, s, count); break;
+    case ncclProd: applySmall<Format, Prod>(d, s, count); break;
+    case ncclMax: selectSmall<Format, Max>(d, s, count); break;
+    case ncclMin: selectSmall<Format, Min>(d, s, count); break;
+    default: break;
   }
 }
 
@@ -172,10 +173,12 @@ void divideTyped(void* buf, size_t count, int divisor) {
   for (size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(divisor));
 }
 
-template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
-void divide16(void* buf, size_t count, int divisor) {
-  auto* p = static_cast<uint16_t*>(buf);
-  for (size_t i = 0; i < count; ++i) p[i] = Narrow(Widen(p[i]) / static_cast<float>(divisor));
+// A true division (not a multiplication by 1/n, which would round twice), as the CUDA kernels do.
+template <class Format>
+void divideSmall(void* buf, size_t count, int divisor) {
+  auto* p = static_cast<typename Format::Bits*>(buf);
+  const float d = static_cast<float>(divisor);
+  for (size_t i = 0; i < count; ++i) p[i] = Format::narrow(Format::widen(p[i]) / d);
 }
 
 class HostKernels final : public KernelLayer {
@@ -190,8 +193,10 @@ class HostKernels final : public KernelLayer {
       case ncclUint64: reduceTyped<uint64_t>(dst, src, count, op); break;
       case ncclFloat32: reduceTyped<float>(dst, src, count, op); break;
       case ncclFloat64: reduceTyped<double>(dst, src, count, op); break;
-      case ncclFloat16: reduce16<halfToFloat, floatToHalf>(dst, src, count, op); break;
-      case ncclBfloat16: reduce16<bfloat16ToFloat, floatToBfloat16>(dst, src, count, op); break;
+      case ncclFloat16: reduceSmall<Half>(dst, src, count, op); break;
+      case ncclBfloat16: reduceSmall<Bfloat16>(dst, src, count, op); break;
+      case ncclFloat8e4m3: reduceSmall<Fp8e4m3>(dst, src, count, op); break;
+      case ncclFloat8e5m2: reduceSmall<Fp8e5m2>(dst, src, count, op); break;
       default: break;
     }
   }
@@ -205,8 +210,10 @@ class HostKernels final : public KernelLayer {
       case ncclUint64: divideTyped<uint64_t>(buf, count, divisor); break;
       case ncclFloat32: divideTyped<float>(buf, count, divisor); break;
       case ncclFloat64: divideTyped<double>(buf, count, divisor); break;
-      case ncclFloat16: divide16<halfToFloat, floatToHalf>(buf, count, divisor); break;
-      case ncclBfloat16: divide16<bfloat16ToFloat, floatToBfloat16>(buf, count, divisor); break;
+      case ncclFloat16: divideSmall<Half>(buf, count, divisor); break;
+      case ncclBfloat16: divideSmall<Bfloat16>(buf, count, divisor); break;
+      case ncclFloat8e4m3: divideSmall<Fp8e4m3>(buf, count, divisor); break;
+      case ncclFloat8e5m2: divideSmall<Fp8e5m2>(buf, count, divisor); break;
       default: break;
     }
   }
