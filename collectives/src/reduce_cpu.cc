@@ -3,13 +3,18 @@
 #include <strings.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+#endif
 
-// O3 vectorizes the loops. no-trapping-math lets GCC if-convert the branch-free conversions in float_convert.hpp
+// O3 vectorizes the loops. fp-contract=off: no a*b+c fused into an FMA by the AVX2/AVX-512 variants (each float
+// operation rounds on its own, as the reference and the GPU do). no-trapping-math lets GCC if-convert the branch-free conversions in float_convert.hpp
 // (it computes a float candidate that only some lanes use, which GCC will not speculate while traps may be on);
 // results are unchanged, nothing here enables traps or reads the exception flags. Placed before the project
 // headers so that the inline conversions get the same options as the loops they are inlined into.
-#pragma GCC optimize("O3", "no-trapping-math")
+#pragma GCC optimize("O3", "no-trapping-math", "fp-contract=off")
 
 #include "nns/coll/reduce.hpp"
 
@@ -138,20 +143,61 @@ struct Fp8e5m2 {
 
 // Sum and prod: widen (exact), one float operation, narrow. Rounding twice (to float, then to the format) gives
 // the correctly rounded result because float's 24 bits >= 2p + 2 for every format here (p <= 11).
-// One fused loop: the conversions are branch-free inline code, so it vectorizes as a whole.
+//
+// The loops walk 32-bit words holding 2 (16-bit formats) or 4 (fp8) elements and take each element out with a
+// shift, which the vectorizer turns into in-lane shifts and masks: a loop over the narrow type would instead
+// widen and narrow with unpack/pack shuffles, which cost more than the arithmetic (bfloat16's widening becomes a
+// single shift or mask). Element order inside a word does not matter, so this holds on either endianness. The
+// conversions are branch-free inline code (float_convert.hpp), so each loop vectorizes as a whole.
+template <class Format>
+struct Packed {
+  using Bits = typename Format::Bits;
+  static constexpr size_t kPerWord = 4 / sizeof(Bits);
+  static constexpr unsigned kWidth = 8 * sizeof(Bits);
+  static Bits element(uint32_t word, size_t k) { return static_cast<Bits>(word >> (k * kWidth)); }
+  static uint32_t place(Bits v, size_t k) { return static_cast<uint32_t>(v) << (k * kWidth); }
+  static uint32_t load(const Bits* p) {
+    uint32_t word;
+    std::memcpy(&word, p, sizeof(word));
+    return word;
+  }
+  static void store(Bits* p, uint32_t word) { std::memcpy(p, &word, sizeof(word)); }
+};
+
+template <class Format, class Op>
+typename Format::Bits combine(typename Format::Bits a, typename Format::Bits b) {
+  return Format::narrow(Op::apply(Format::widen(a), Format::widen(b)));
+}
+
 template <class Format, class Op>
 void applySmall(typename Format::Bits* __restrict dst, const typename Format::Bits* __restrict src, size_t count) {
-  for (size_t i = 0; i < count; ++i)
-    dst[i] = Format::narrow(Op::apply(Format::widen(dst[i]), Format::widen(src[i])));
+  using P = Packed<Format>;
+  const size_t words = count / P::kPerWord;
+  for (size_t w = 0; w < words; ++w) {
+    uint32_t a = P::load(dst + w * P::kPerWord), b = P::load(src + w * P::kPerWord), r = 0;
+    for (size_t k = 0; k < P::kPerWord; ++k)
+      r |= P::place(combine<Format, Op>(P::element(a, k), P::element(b, k)), k);
+    P::store(dst + w * P::kPerWord, r);
+  }
+  for (size_t i = words * P::kPerWord; i < count; ++i) dst[i] = combine<Format, Op>(dst[i], src[i]);
 }
 
 // Max and min keep one input's bits (no narrowing), as the CUDA kernels do.
 template <class Format, class Op>
+typename Format::Bits pick(typename Format::Bits a, typename Format::Bits b) {
+  return Op::takeFirst(Format::widen(a), Format::widen(b)) ? a : b;
+}
+
+template <class Format, class Op>
 void selectSmall(typename Format::Bits* __restrict dst, const typename Format::Bits* __restrict src, size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    auto a = dst[i], b = src[i];
-    dst[i] = Op::takeFirst(Format::widen(a), Format::widen(b)) ? a : b;
+  using P = Packed<Format>;
+  const size_t words = count / P::kPerWord;
+  for (size_t w = 0; w < words; ++w) {
+    uint32_t a = P::load(dst + w * P::kPerWord), b = P::load(src + w * P::kPerWord), r = 0;
+    for (size_t k = 0; k < P::kPerWord; ++k) r |= P::place(pick<Format, Op>(P::element(a, k), P::element(b, k)), k);
+    P::store(dst + w * P::kPerWord, r);
   }
+  for (size_t i = words * P::kPerWord; i < count; ++i) dst[i] = pick<Format, Op>(dst[i], src[i]);
 }
 
 template <class Format>
@@ -181,41 +227,156 @@ void divideSmall(void* buf, size_t count, int divisor) {
   for (size_t i = 0; i < count; ++i) p[i] = Format::narrow(Format::widen(p[i]) / d);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define NNS_HOST_X86_VARIANTS 1
+// float16 sum, prod and divide in the x86-64-v3/v4 variants: F16C converts 8 elements per instruction, where the
+// branch-free bit code (still used by the baseline, for max/min and for tails) needs some 30 vector operations per
+// element and stays compute-bound even beyond the LLC. Same bits as the bit code: vcvtph2ps is exact; vcvtps2ph
+// rounds to nearest even by its immediate (not by MXCSR), gives infinity on overflow and exact subnormals; NaN is
+// then made floatToHalf's sign | 0x7e00. dst = dst op src, or dst / divisor when src is null.
+__attribute__((target("avx2,f16c"))) void halfF16c(uint16_t* __restrict dst, const uint16_t* __restrict src,
+                                                   size_t count, bool prod, int divisor) {
+  const __m256 d = _mm256_set1_ps(static_cast<float>(divisor));
+  const __m128i absMask = _mm_set1_epi16(0x7fff), infinity = _mm_set1_epi16(0x7c00);
+  const __m128i signMask = _mm_set1_epi16(static_cast<int16_t>(0x8000)), quietNan = _mm_set1_epi16(0x7e00);
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dst + i)));
+    __m256 r;
+    if (!src) {
+      r = _mm256_div_ps(a, d);
+    } else {
+      __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+      r = prod ? _mm256_mul_ps(a, b) : _mm256_add_ps(a, b);
+    }
+    __m128i h = _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m128i isNan = _mm_cmpgt_epi16(_mm_and_si128(h, absMask), infinity);  // signed compare: both <= 0x7fff
+    __m128i canonical = _mm_or_si128(_mm_and_si128(h, signMask), quietNan);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm_blendv_epi8(h, canonical, isNan));
+  }
+  for (; i < count; ++i) {
+    float a = halfToFloat(dst[i]);
+    float r = !src ? a / static_cast<float>(divisor) : prod ? a * halfToFloat(src[i]) : a + halfToFloat(src[i]);
+    dst[i] = floatToHalf(r);
+  }
+}
+#endif
+
+template <bool F16c>
+void reduceAny(void* dst, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) {
+  switch (type) {
+    case ncclInt8: reduceTyped<int8_t>(dst, src, count, op); break;
+    case ncclUint8: reduceTyped<uint8_t>(dst, src, count, op); break;
+    case ncclInt32: reduceTyped<int32_t>(dst, src, count, op); break;
+    case ncclUint32: reduceTyped<uint32_t>(dst, src, count, op); break;
+    case ncclInt64: reduceTyped<int64_t>(dst, src, count, op); break;
+    case ncclUint64: reduceTyped<uint64_t>(dst, src, count, op); break;
+    case ncclFloat32: reduceTyped<float>(dst, src, count, op); break;
+    case ncclFloat64: reduceTyped<double>(dst, src, count, op); break;
+    case ncclFloat16:
+#ifdef NNS_HOST_X86_VARIANTS
+      if constexpr (F16c) {
+        if (op == ncclSum || op == ncclAvg || op == ncclProd) {
+          halfF16c(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, op == ncclProd, 0);
+          break;
+        }
+      }
+#endif
+      reduceSmall<Half>(dst, src, count, op);
+      break;
+    case ncclBfloat16: reduceSmall<Bfloat16>(dst, src, count, op); break;
+    case ncclFloat8e4m3: reduceSmall<Fp8e4m3>(dst, src, count, op); break;
+    case ncclFloat8e5m2: reduceSmall<Fp8e5m2>(dst, src, count, op); break;
+    default: break;
+  }
+}
+
+template <bool F16c>
+void divideAny(void* buf, size_t count, ncclDataType_t type, int divisor) {
+  switch (type) {
+    case ncclInt8: divideTyped<int8_t>(buf, count, divisor); break;
+    case ncclUint8: divideTyped<uint8_t>(buf, count, divisor); break;
+    case ncclInt32: divideTyped<int32_t>(buf, count, divisor); break;
+    case ncclUint32: divideTyped<uint32_t>(buf, count, divisor); break;
+    case ncclInt64: divideTyped<int64_t>(buf, count, divisor); break;
+    case ncclUint64: divideTyped<uint64_t>(buf, count, divisor); break;
+    case ncclFloat32: divideTyped<float>(buf, count, divisor); break;
+    case ncclFloat64: divideTyped<double>(buf, count, divisor); break;
+    case ncclFloat16:
+#ifdef NNS_HOST_X86_VARIANTS
+      if constexpr (F16c) {
+        halfF16c(static_cast<uint16_t*>(buf), nullptr, count, false, divisor);
+        break;
+      }
+#endif
+      divideSmall<Half>(buf, count, divisor);
+      break;
+    case ncclBfloat16: divideSmall<Bfloat16>(buf, count, divisor); break;
+    case ncclFloat8e4m3: divideSmall<Fp8e4m3>(buf, count, divisor); break;
+    case ncclFloat8e5m2: divideSmall<Fp8e5m2>(buf, count, divisor); break;
+    default: break;
+  }
+}
+
+// Runtime dispatch: the same loops compiled for the baseline (x86-64: SSE2) and, on x86-64 with GCC, for
+// x86-64-v3 (AVX2) and x86-64-v4 (AVX-512), picked once by CPUID. flatten inlines every loop into each variant
+// so each is compiled for that variant's ISA. Manual rather than target_clones so that NNS_HOST_ISA can force a
+// lower variant: tests run every variant on one machine, and benchmarks can compare them. Every variant computes
+// the same bits (integer and IEEE operations only, no contraction into FMA: see the pragma above).
+using ReduceFn = void (*)(void*, const void*, size_t, ncclDataType_t, ncclRedOp_t);
+using DivideFn = void (*)(void*, size_t, ncclDataType_t, int);
+struct Variant {
+  const char* isa;
+  ReduceFn reduce;
+  DivideFn divide;
+};
+
+__attribute__((flatten)) void reduceBaseline(void* d, const void* s, size_t n, ncclDataType_t t, ncclRedOp_t o) {
+  reduceAny<false>(d, s, n, t, o);
+}
+__attribute__((flatten)) void divideBaseline(void* b, size_t n, ncclDataType_t t, int divisor) {
+  divideAny<false>(b, n, t, divisor);
+}
+#ifdef NNS_HOST_X86_VARIANTS
+__attribute__((target("arch=x86-64-v3"), flatten)) void reduceV3(void* d, const void* s, size_t n, ncclDataType_t t,
+                                                                  ncclRedOp_t o) {
+  reduceAny<true>(d, s, n, t, o);
+}
+__attribute__((target("arch=x86-64-v3"), flatten)) void divideV3(void* b, size_t n, ncclDataType_t t, int divisor) {
+  divideAny<true>(b, n, t, divisor);
+}
+__attribute__((target("arch=x86-64-v4"), flatten)) void reduceV4(void* d, const void* s, size_t n, ncclDataType_t t,
+                                                                  ncclRedOp_t o) {
+  reduceAny<true>(d, s, n, t, o);
+}
+__attribute__((target("arch=x86-64-v4"), flatten)) void divideV4(void* b, size_t n, ncclDataType_t t, int divisor) {
+  divideAny<true>(b, n, t, divisor);
+}
+#endif
+
+const Variant& variant() {
+  static const Variant chosen = [] {
+#ifdef NNS_HOST_X86_VARIANTS
+    // NNS_HOST_ISA caps the choice (baseline or x86-64-v3); anything else, or unset, takes the best the CPU has.
+    const char* wanted = std::getenv("NNS_HOST_ISA");
+    bool capBaseline = wanted && std::strcmp(wanted, "baseline") == 0;
+    bool capV3 = capBaseline || (wanted && std::strcmp(wanted, "x86-64-v3") == 0);
+    __builtin_cpu_init();
+    if (!capV3 && __builtin_cpu_supports("x86-64-v4")) return Variant{"x86-64-v4", reduceV4, divideV4};
+    if (!capBaseline && __builtin_cpu_supports("x86-64-v3")) return Variant{"x86-64-v3", reduceV3, divideV3};
+#endif
+    return Variant{"baseline", reduceBaseline, divideBaseline};
+  }();
+  return chosen;
+}
+
 class HostKernels final : public KernelLayer {
  public:
   void reduce(void* dst, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) override {
-    switch (type) {
-      case ncclInt8: reduceTyped<int8_t>(dst, src, count, op); break;
-      case ncclUint8: reduceTyped<uint8_t>(dst, src, count, op); break;
-      case ncclInt32: reduceTyped<int32_t>(dst, src, count, op); break;
-      case ncclUint32: reduceTyped<uint32_t>(dst, src, count, op); break;
-      case ncclInt64: reduceTyped<int64_t>(dst, src, count, op); break;
-      case ncclUint64: reduceTyped<uint64_t>(dst, src, count, op); break;
-      case ncclFloat32: reduceTyped<float>(dst, src, count, op); break;
-      case ncclFloat64: reduceTyped<double>(dst, src, count, op); break;
-      case ncclFloat16: reduceSmall<Half>(dst, src, count, op); break;
-      case ncclBfloat16: reduceSmall<Bfloat16>(dst, src, count, op); break;
-      case ncclFloat8e4m3: reduceSmall<Fp8e4m3>(dst, src, count, op); break;
-      case ncclFloat8e5m2: reduceSmall<Fp8e5m2>(dst, src, count, op); break;
-      default: break;
-    }
+    variant().reduce(dst, src, count, type, op);
   }
   void divide(void* buf, size_t count, ncclDataType_t type, int divisor) override {
-    switch (type) {
-      case ncclInt8: divideTyped<int8_t>(buf, count, divisor); break;
-      case ncclUint8: divideTyped<uint8_t>(buf, count, divisor); break;
-      case ncclInt32: divideTyped<int32_t>(buf, count, divisor); break;
-      case ncclUint32: divideTyped<uint32_t>(buf, count, divisor); break;
-      case ncclInt64: divideTyped<int64_t>(buf, count, divisor); break;
-      case ncclUint64: divideTyped<uint64_t>(buf, count, divisor); break;
-      case ncclFloat32: divideTyped<float>(buf, count, divisor); break;
-      case ncclFloat64: divideTyped<double>(buf, count, divisor); break;
-      case ncclFloat16: divideSmall<Half>(buf, count, divisor); break;
-      case ncclBfloat16: divideSmall<Bfloat16>(buf, count, divisor); break;
-      case ncclFloat8e4m3: divideSmall<Fp8e4m3>(buf, count, divisor); break;
-      case ncclFloat8e5m2: divideSmall<Fp8e5m2>(buf, count, divisor); break;
-      default: break;
-    }
+    variant().divide(buf, count, type, divisor);
   }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (dst != src) std::memcpy(dst, src, bytes);
@@ -223,6 +384,8 @@ class HostKernels final : public KernelLayer {
 };
 
 }  // namespace
+
+const char* hostKernelIsa() { return variant().isa; }
 
 KernelLayer& hostKernels() {
   static HostKernels kernels;

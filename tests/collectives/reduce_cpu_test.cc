@@ -3,6 +3,8 @@
 // every op and divide on every type, type names; and cuda_fp8.h's own conversions where the CUDA headers exist.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -512,6 +514,17 @@ TEST(HostKernels, DivideMatchesTheScalarReference) {
           ADD_FAILURE() << coll::typeName(type) << " / " << divisor << " element " << i;
       EXPECT_EQ(wrong, 0u) << coll::typeName(type) << " / " << divisor;
     }
+  }
+}
+
+TEST(HostKernels, RunsTheVariantAskedFor) {
+  const char* wanted = std::getenv("NNS_HOST_ISA");
+  std::printf("host kernel variant: %s\n", coll::hostKernelIsa());
+  if (wanted && std::strcmp(wanted, "baseline") == 0) {
+    EXPECT_STREQ(coll::hostKernelIsa(), "baseline");
+  }
+  if (wanted && std::strcmp(wanted, "x86-64-v3") == 0) {
+    EXPECT_STRNE(coll::hostKernelIsa(), "x86-64-v4");
   }
 }
 

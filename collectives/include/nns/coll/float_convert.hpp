@@ -39,15 +39,20 @@ struct SmallFormat {
 };
 
 // float -> small format code without the sign, rounding to nearest even; codes above the largest finite one are
-// left for the caller (saturate or infinity). abs is |f|'s bits and not NaN.
+// left for the caller (saturate or infinity). abs is |f|'s bits and not NaN. Comparisons and clamps are on int32_t
+// (abs < 2^31): SSE2 has signed 32-bit compares but no unsigned ones and no 32-bit min, and a loop with one
+// operation the target lacks does not vectorize at all.
 template <class Format>
-inline uint32_t narrowMagnitude(uint32_t abs) {
-  uint32_t lsb = (abs >> Format::kShift) & 1u;
+inline int32_t narrowMagnitude(int32_t abs) {
+  auto bits = static_cast<uint32_t>(abs);
+  uint32_t lsb = (bits >> Format::kShift) & 1u;
   // Normal: add just under half an ulp plus the kept lsb (ties to even), truncate, rebias. abs <= 0x7f800000, so
-  // the addition cannot carry out of the word.
-  uint32_t normal = ((abs + ((1u << (Format::kShift - 1)) - 1u) + lsb) >> Format::kShift) - Format::kRebias;
-  uint32_t subnormal = floatToBits(bitsToFloat(abs) + bitsToFloat(Format::kSubnormalMagic)) - Format::kSubnormalMagic;
-  return abs < Format::kMinNormal ? subnormal : normal;
+  // the addition cannot carry out of the word (the difference wraps for small abs, which then takes the other arm).
+  auto normal = static_cast<int32_t>((((bits + ((1u << (Format::kShift - 1)) - 1u) + lsb) >> Format::kShift) -
+                                      Format::kRebias));
+  auto subnormal = static_cast<int32_t>(floatToBits(bitsToFloat(bits) + bitsToFloat(Format::kSubnormalMagic)) -
+                                        Format::kSubnormalMagic);
+  return abs < static_cast<int32_t>(Format::kMinNormal) ? subnormal : normal;
 }
 using E4m3 = SmallFormat<4, 3>;
 using E5m2 = SmallFormat<5, 2>;
@@ -71,13 +76,13 @@ inline float halfToFloat(uint16_t h) {
 inline uint16_t floatToHalf(float f) {
   uint32_t bits = detail::floatToBits(f);
   uint32_t sign = (bits >> 16) & 0x8000u;
-  uint32_t abs = bits & 0x7fffffffu;
-  uint32_t magnitude = detail::narrowMagnitude<detail::Half>(abs);
+  auto abs = static_cast<int32_t>(bits & 0x7fffffffu);
+  int32_t magnitude = detail::narrowMagnitude<detail::Half>(abs);
   // Finite values at or above 65520 round past 0x7bff into 0x7c00 (infinity) by themselves; bigger ones and
   // infinity are clamped there.
-  magnitude = magnitude > 0x7c00u ? 0x7c00u : magnitude;
-  magnitude = abs > 0x7f800000u ? 0x7e00u : magnitude;
-  return static_cast<uint16_t>(sign | magnitude);
+  magnitude = magnitude > 0x7c00 ? 0x7c00 : magnitude;
+  magnitude = abs > 0x7f800000 ? 0x7e00 : magnitude;
+  return static_cast<uint16_t>(sign | static_cast<uint32_t>(magnitude));
 }
 
 // bfloat16: float's top half, rounded to nearest even; NaN stays NaN (quieted, sign and payload top kept).
@@ -108,11 +113,11 @@ inline float fp8e4m3ToFloat(uint8_t v) {
 
 inline uint8_t floatToFp8e4m3(float f) {
   uint32_t bits = detail::floatToBits(f);
-  uint32_t abs = bits & 0x7fffffffu;
-  uint32_t magnitude = detail::narrowMagnitude<detail::E4m3>(abs);
-  magnitude = magnitude > 0x7eu ? 0x7eu : magnitude;  // 0x7f is NaN: 464 and above saturate to 448
-  uint32_t code = ((bits >> 24) & 0x80u) | magnitude;
-  return static_cast<uint8_t>(abs > 0x7f800000u ? 0x7fu : code);
+  auto abs = static_cast<int32_t>(bits & 0x7fffffffu);
+  int32_t magnitude = detail::narrowMagnitude<detail::E4m3>(abs);
+  magnitude = magnitude > 0x7e ? 0x7e : magnitude;  // 0x7f is NaN: 464 and above saturate to 448
+  uint32_t code = ((bits >> 24) & 0x80u) | static_cast<uint32_t>(magnitude);
+  return static_cast<uint8_t>(abs > 0x7f800000 ? 0x7fu : code);
 }
 
 // e5m2 is float16's top byte, so it widens through float16.
@@ -122,11 +127,11 @@ inline float fp8e5m2ToFloat(uint8_t v) {
 
 inline uint8_t floatToFp8e5m2(float f) {
   uint32_t bits = detail::floatToBits(f);
-  uint32_t abs = bits & 0x7fffffffu;
-  uint32_t magnitude = detail::narrowMagnitude<detail::E5m2>(abs);
-  magnitude = magnitude > 0x7bu ? 0x7bu : magnitude;  // 0x7c is infinity: 61440 and above saturate to 57344
-  uint32_t code = ((bits >> 24) & 0x80u) | magnitude;
-  return static_cast<uint8_t>(abs > 0x7f800000u ? 0x7fu : code);
+  auto abs = static_cast<int32_t>(bits & 0x7fffffffu);
+  int32_t magnitude = detail::narrowMagnitude<detail::E5m2>(abs);
+  magnitude = magnitude > 0x7b ? 0x7b : magnitude;  // 0x7c is infinity: 61440 and above saturate to 57344
+  uint32_t code = ((bits >> 24) & 0x80u) | static_cast<uint32_t>(magnitude);
+  return static_cast<uint8_t>(abs > 0x7f800000 ? 0x7fu : code);
 }
 
 }  // namespace nns::coll

@@ -35,7 +35,11 @@ class KernelLayer {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
 };
 
-// Host memory: vectorized by the compiler (plain loops over restrict pointers at -O3).
+// Host memory: vectorized by the compiler (plain loops over restrict pointers at -O3), compiled for the baseline
+// ISA and, on x86-64, also for x86-64-v3 (AVX2) and x86-64-v4 (AVX-512), one picked at first use by CPUID; the
+// environment variable NNS_HOST_ISA=baseline|x86-64-v3 forces a lower one. All compute the same bits.
 KernelLayer& hostKernels();
+// The variant hostKernels() runs: "baseline", "x86-64-v3" or "x86-64-v4".
+const char* hostKernelIsa();
 
 }  // namespace nns::coll
