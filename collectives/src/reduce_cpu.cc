@@ -10,11 +10,13 @@
 #endif
 
 // O3 vectorizes the loops. fp-contract=off: no a*b+c fused into an FMA by the AVX2/AVX-512 variants (each float
-// operation rounds on its own, as the reference and the GPU do). no-trapping-math lets GCC if-convert the branch-free conversions in float_convert.hpp
-// (it computes a float candidate that only some lanes use, which GCC will not speculate while traps may be on);
-// results are unchanged, nothing here enables traps or reads the exception flags. Placed before the project
-// headers so that the inline conversions get the same options as the loops they are inlined into.
-#pragma GCC optimize("O3", "no-trapping-math", "fp-contract=off")
+// operation rounds on its own, as the reference and the GPU do). no-trapping-math lets GCC if-convert the
+// branch-free conversions in float_convert.hpp (they compute a float candidate that only some lanes use, which
+// GCC will not speculate while traps may be on); results are unchanged, nothing here enables traps or reads the
+// exception flags. align-loops=32: a 4-instruction loop that straddled a 64-byte boundary ran at half speed in L2
+// on Zen 4 (host_reduce_bench, baseline variant). Placed before the project headers so that the inline conversions
+// get the same options as the loops they are inlined into.
+#pragma GCC optimize("O3", "no-trapping-math", "fp-contract=off", "align-loops=32")
 
 #include "nns/coll/reduce.hpp"
 
