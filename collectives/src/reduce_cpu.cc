@@ -232,8 +232,8 @@ void divideSmall(void* buf, size_t count, int divisor) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define NNS_HOST_X86_VARIANTS 1
 // float16 sum, prod and divide in the x86-64-v3/v4 variants: F16C converts 8 elements per instruction, where the
-// branch-free bit code (still used by the baseline, for max/min and for tails) needs some 30 vector operations per
-// element and stays compute-bound even beyond the LLC. Same bits as the bit code: vcvtph2ps is exact; vcvtps2ph
+// branch-free bit code (still used by the baseline, for max/min and for tails) needs about 40 vector operations
+// per vector of elements and stayed compute-bound even beyond the LLC (0.27 of the streaming bound with AVX-512). Same bits as the bit code: vcvtph2ps is exact; vcvtps2ph
 // rounds to nearest even by its immediate (not by MXCSR), gives infinity on overflow and exact subnormals; NaN is
 // then made floatToHalf's sign | 0x7e00. dst = dst op src, or dst / divisor when src is null.
 __attribute__((target("avx2,f16c"))) void halfF16c(uint16_t* __restrict dst, const uint16_t* __restrict src,
