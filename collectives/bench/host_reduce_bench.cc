@@ -29,7 +29,7 @@ using nns::coll::hostKernels;
 __attribute__((noinline)) void streamAddBaseline(float* __restrict a, const float* __restrict b, size_t n) {
   for (size_t i = 0; i < n; ++i) a[i] += b[i];
 }
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
 __attribute__((noinline, target("arch=x86-64-v3"))) void streamAddV3(float* __restrict a, const float* __restrict b,
                                                                      size_t n) {
   for (size_t i = 0; i < n; ++i) a[i] += b[i];
@@ -41,7 +41,7 @@ __attribute__((noinline, target("arch=x86-64-v4"))) void streamAddV4(float* __re
 #endif
 using StreamFn = void (*)(float* __restrict, const float* __restrict, size_t);
 StreamFn streamFor(const char* isa) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
   if (std::strcmp(isa, "x86-64-v4") == 0) return streamAddV4;
   if (std::strcmp(isa, "x86-64-v3") == 0) return streamAddV3;
 #endif

@@ -5,7 +5,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// The x86-64-v3/v4 variants need GCC 12 (target "arch=x86-64-v4", __builtin_cpu_supports("x86-64-v4")); clang
+// and other targets build the baseline only.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define NNS_HOST_X86_VARIANTS 1
 #include <immintrin.h>
 #endif
 
@@ -16,7 +19,9 @@
 // exception flags. align-loops=32: a 4-instruction loop that straddled a 64-byte boundary ran at half speed in L2
 // on Zen 4 (host_reduce_bench, baseline variant). Placed before the project headers so that the inline conversions
 // get the same options as the loops they are inlined into.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no such pragma (and vectorizes at -O2 already)
 #pragma GCC optimize("O3", "no-trapping-math", "fp-contract=off", "align-loops=32")
+#endif
 
 #include "nns/coll/reduce.hpp"
 
@@ -229,8 +234,7 @@ void divideSmall(void* buf, size_t count, int divisor) {
   for (size_t i = 0; i < count; ++i) p[i] = Format::narrow(Format::widen(p[i]) / d);
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define NNS_HOST_X86_VARIANTS 1
+#ifdef NNS_HOST_X86_VARIANTS
 // float16 sum, prod and divide in the x86-64-v3/v4 variants: F16C converts 8 elements per instruction, where the
 // branch-free bit code (still used by the baseline, for max/min and for tails) needs about 40 vector operations
 // per vector of elements and stayed compute-bound even beyond the LLC (0.27 of the streaming bound with AVX-512). Same bits as the bit code: vcvtph2ps is exact; vcvtps2ph
