@@ -11,7 +11,7 @@ packages=(
   # sanitizers and fuzzing (clang's runtime for libFuzzer)
   clang libclang-rt-14-dev
   # tools used by tests and benchmarks
-  iproute2 iperf3 procps graphviz openmpi-bin libopenmpi-dev
+  iproute2 iperf3 procps graphviz openmpi-bin libopenmpi-dev libgloo-dev
   # the IB plugin's soft-RoCE VM (tests/ib/rxe-vm/run-rxe-vm.sh)
   qemu-system-x86 linux-image-amd64 busybox-static cpio kmod perftest ibverbs-utils
 )

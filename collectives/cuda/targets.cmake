@@ -22,6 +22,8 @@ target_compile_options(nns_cuda_kernels PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptx
 
 add_library(nns_cuda_check STATIC ${_nns_cuda_dir}/check/reduce_check.cc)
 target_include_directories(nns_cuda_check PUBLIC ${_nns_cuda_dir}/check)
+# The host kernel layer's header-only conversions (nns/coll/float_convert.hpp): the reference rounds as the CPU does.
+target_include_directories(nns_cuda_check PRIVATE ${_nns_cuda_dir}/../include)
 target_link_libraries(nns_cuda_check PUBLIC nns_cuda_kernels)
 
 add_executable(nns-cuda-reduce-check ${_nns_cuda_dir}/check/check_main.cc)

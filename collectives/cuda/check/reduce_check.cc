@@ -1,7 +1,7 @@
-// reduce_check.cc: CPU references (double precision, then correctly rounded to the type) and device runs to compare.
+// reduce_check.cc: CPU references (double precision, then correctly rounded to the type with the host kernel
+// layer's conversions) and device runs to compare.
 #include "reduce_check.hpp"
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -9,68 +9,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "nns/coll/float_convert.hpp"
 #include "nns/cuda/kernels.hpp"
 
 namespace nns::cuda::check {
 namespace {
-
-// A small float format: exponent and mantissa widths; e4m3 has no infinity and its top mantissa at the top exponent
-// is NaN, so its largest finite value is 448.
-struct Format {
-  int expBits, mantBits;
-  bool ieeeTop;      // top exponent reserved for inf/NaN
-  bool saturate;     // out-of-range rounds to the largest finite value (cuda_fp8.h's __NV_SATFINITE)
-};
-constexpr Format kHalf{5, 10, true, false}, kBf16{8, 7, true, false}, kE4m3{4, 3, false, true}, kE5m2{5, 2, true, true};
-
-int bias(const Format& f) { return (1 << (f.expBits - 1)) - 1; }
-double maxFinite(const Format& f) {
-  int maxExp = (f.ieeeTop ? (1 << f.expBits) - 2 : (1 << f.expBits) - 1) - bias(f);
-  double maxMant = f.ieeeTop ? 2.0 - std::ldexp(1.0, -f.mantBits) : 2.0 - std::ldexp(2.0, -f.mantBits);
-  return std::ldexp(maxMant, maxExp);
-}
-
-double decode(const Format& f, uint32_t bits) {
-  uint32_t mantMask = (1u << f.mantBits) - 1, expMask = (1u << f.expBits) - 1;
-  bool negative = (bits >> (f.expBits + f.mantBits)) & 1u;
-  uint32_t e = (bits >> f.mantBits) & expMask, m = bits & mantMask;
-  double v;
-  if (f.ieeeTop && e == expMask) v = m ? NAN : INFINITY;
-  else if (!f.ieeeTop && e == expMask && m == mantMask) v = NAN;
-  else if (e == 0) v = std::ldexp(static_cast<double>(m), 1 - bias(f) - f.mantBits);
-  else v = std::ldexp(1.0 + std::ldexp(static_cast<double>(m), -f.mantBits), static_cast<int>(e) - bias(f));
-  return negative ? -v : v;
-}
-
-// Round to nearest even onto the format's grid; x must not be NaN (the generators never make one).
-uint32_t encode(const Format& f, double x) {
-  uint32_t sign = std::signbit(x) ? 1u << (f.expBits + f.mantBits) : 0u;
-  double ax = std::fabs(x);
-  int minExp = 1 - bias(f);
-  uint32_t expMask = (1u << f.expBits) - 1;
-  double rounded = 0;
-  if (ax != 0 && std::isfinite(ax)) {
-    int e;
-    std::frexp(ax, &e);
-    e -= 1;
-    if (e < minExp) e = minExp;
-    double quantum = std::ldexp(1.0, e - f.mantBits);
-    rounded = std::nearbyint(ax / quantum) * quantum;  // exact: scaling by powers of two; nearbyint ties to even
-  } else {
-    rounded = ax;
-  }
-  if (rounded > maxFinite(f)) {
-    if (f.saturate || !f.ieeeTop) return sign | encode(f, maxFinite(f));
-    return sign | (expMask << f.mantBits);
-  }
-  if (rounded == 0) return sign;
-  int e;
-  double m = std::frexp(rounded, &e);  // rounded = m * 2^e, m in [0.5, 1)
-  e -= 1;
-  if (e < minExp) return sign | static_cast<uint32_t>(std::ldexp(rounded, f.mantBits - minExp));
-  uint32_t mant = static_cast<uint32_t>(std::ldexp(m * 2.0 - 1.0, f.mantBits));
-  return sign | (static_cast<uint32_t>(e + bias(f)) << f.mantBits) | mant;
-}
 
 size_t sizeOf(ncclDataType_t type) {
   switch (type) {
@@ -81,13 +24,30 @@ size_t sizeOf(ncclDataType_t type) {
   }
 }
 
-const Format* smallFloat(ncclDataType_t type) {
+bool isSmallFloat(ncclDataType_t type) {
+  return type == ncclFloat16 || type == ncclBfloat16 || type == ncclFloat8e4m3 || type == ncclFloat8e5m2;
+}
+
+// The formats below float go through the host kernel layer's conversions (nns/coll/float_convert.hpp), so this
+// check holds the GPU to the CPU's bits. Widening is exact.
+double widenSmall(ncclDataType_t type, uint32_t bits) {
   switch (type) {
-    case ncclFloat16: return &kHalf;
-    case ncclBfloat16: return &kBf16;
-    case ncclFloat8e4m3: return &kE4m3;
-    case ncclFloat8e5m2: return &kE5m2;
-    default: return nullptr;
+    case ncclFloat16: return nns::coll::halfToFloat(static_cast<uint16_t>(bits));
+    case ncclBfloat16: return nns::coll::bfloat16ToFloat(static_cast<uint16_t>(bits));
+    case ncclFloat8e4m3: return nns::coll::fp8e4m3ToFloat(static_cast<uint8_t>(bits));
+    default: return nns::coll::fp8e5m2ToFloat(static_cast<uint8_t>(bits));
+  }
+}
+// x is one operation's result on values of the format (or one of them over an integer), computed in double.
+// Rounding it to float and then to the format rounds as the exact result would: 53 >= 2 * 24 + 2 and
+// 24 >= 2 * 11 + 2, so neither double rounding can land on a false tie.
+uint32_t narrowSmall(ncclDataType_t type, double x) {
+  float f = static_cast<float>(x);
+  switch (type) {
+    case ncclFloat16: return nns::coll::floatToHalf(f);
+    case ncclBfloat16: return nns::coll::floatToBfloat16(f);
+    case ncclFloat8e4m3: return nns::coll::floatToFp8e4m3(f);
+    default: return nns::coll::floatToFp8e5m2(f);
   }
 }
 
@@ -100,8 +60,8 @@ void fill(ncclDataType_t type, uint8_t* p, size_t count, std::mt19937_64& rng) {
   std::uniform_real_distribution<double> real(-12.0, 12.0);
   for (size_t i = 0; i < count; ++i) {
     uint8_t* e = p + i * sizeOf(type);
-    if (const Format* f = smallFloat(type)) {
-      uint32_t bits = encode(*f, real(rng));
+    if (isSmallFloat(type)) {
+      uint32_t bits = narrowSmall(type, real(rng));
       if (sizeOf(type) == 1) store<uint8_t>(e, static_cast<uint8_t>(bits));
       else store<uint16_t>(e, static_cast<uint16_t>(bits));
     } else if (type == ncclFloat32) {
@@ -147,13 +107,13 @@ void referenceOne(ncclDataType_t type, ncclRedOp_t op, const uint8_t* a, const u
     case ncclFloat32: store(out, static_cast<float>(realOp(load<float>(a), load<float>(b), op))); break;
     case ncclFloat64: store(out, realOp(load<double>(a), load<double>(b), op)); break;
     default: {
-      const Format& f = *smallFloat(type);
       bool wide = sizeOf(type) == 2;
       uint32_t x = wide ? load<uint16_t>(a) : load<uint8_t>(a), y = wide ? load<uint16_t>(b) : load<uint8_t>(b);
-      double r = realOp(decode(f, x), decode(f, y), op);
+      double dx = widenSmall(type, x), dy = widenSmall(type, y);
       // max/min hand back one input's bits as the kernel does (x when it compares greater/less, else y).
-      double dx = decode(f, x), dy = decode(f, y);
-      uint32_t bits = op == ncclMax ? (dx > dy ? x : y) : op == ncclMin ? (dx < dy ? x : y) : encode(f, r);
+      uint32_t bits = op == ncclMax   ? (dx > dy ? x : y)
+                      : op == ncclMin ? (dx < dy ? x : y)
+                                      : narrowSmall(type, realOp(dx, dy, op));
       if (wide) store<uint16_t>(out, static_cast<uint16_t>(bits));
       else store<uint8_t>(out, static_cast<uint8_t>(bits));
     }
@@ -251,9 +211,8 @@ std::string checkDivide(ncclDataType_t type, size_t count, int divisor, unsigned
       case ncclFloat32: store<float>(w, static_cast<float>(static_cast<double>(load<float>(x)) / divisor)); break;
       case ncclFloat64: store<double>(w, load<double>(x) / divisor); break;
       default: {
-        const Format& f = *smallFloat(type);
         bool wide = es == 2;
-        uint32_t bits = encode(f, decode(f, wide ? load<uint16_t>(x) : load<uint8_t>(x)) / divisor);
+        uint32_t bits = narrowSmall(type, widenSmall(type, wide ? load<uint16_t>(x) : load<uint8_t>(x)) / divisor);
         if (wide) store<uint16_t>(w, static_cast<uint16_t>(bits));
         else store<uint8_t>(w, static_cast<uint8_t>(bits));
       }

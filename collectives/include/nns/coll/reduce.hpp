@@ -7,6 +7,8 @@
 
 #include <nccl_net/types.h>
 
+#include "nns/coll/float_convert.hpp"
+
 namespace nns::coll {
 
 size_t typeSize(ncclDataType_t type);
@@ -15,11 +17,12 @@ const char* opName(ncclRedOp_t op);
 bool parseType(const char* text, ncclDataType_t* type);
 bool parseOp(const char* text, ncclRedOp_t* op);
 
-// float16 / bfloat16 conversions, round to nearest even (NaN stays NaN).
-float halfToFloat(uint16_t h);
-uint16_t floatToHalf(float f);
-float bfloat16ToFloat(uint16_t b);
-uint16_t floatToBfloat16(float f);
+// Conversions, inline in float_convert.hpp (shared with the CUDA kernels' check), all rounding to nearest even:
+//   float halfToFloat(uint16_t);     uint16_t floatToHalf(float);      overflow -> infinity, NaN stays NaN
+//   float bfloat16ToFloat(uint16_t); uint16_t floatToBfloat16(float);  NaN stays NaN
+//   float fp8e4m3ToFloat(uint8_t);   uint8_t floatToFp8e4m3(float);    saturating at +-448, NaN -> 0x7f
+//   float fp8e5m2ToFloat(uint8_t);   uint8_t floatToFp8e5m2(float);    saturating at +-57344, NaN -> 0x7f
+// The fp8 rules are cuda_fp8.h's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, kind), which the CUDA kernels use.
 
 // What the schedules need from wherever the buffers live.
 class KernelLayer {
@@ -32,7 +35,11 @@ class KernelLayer {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
 };
 
-// Host memory: vectorized by the compiler (plain loops over restrict pointers at -O3).
+// Host memory: vectorized by the compiler (plain loops over restrict pointers at -O3), compiled for the baseline
+// ISA and, on x86-64, also for x86-64-v3 (AVX2) and x86-64-v4 (AVX-512), one picked at first use by CPUID; the
+// environment variable NNS_HOST_ISA=baseline|x86-64-v3 forces a lower one. All compute the same bits.
 KernelLayer& hostKernels();
+// The variant hostKernels() runs: "baseline", "x86-64-v3" or "x86-64-v4".
+const char* hostKernelIsa();
 
 }  // namespace nns::coll
