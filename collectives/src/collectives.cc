@@ -14,10 +14,12 @@ using detail::Call;
 
 namespace {
 
-void checkArguments(ncclDataType_t type, const void* send, const void* recv, size_t count) {
-  if (typeSize(type) == 0 || type == ncclFloat8e4m3 || type == ncclFloat8e5m2)
-    throw core::CommError(std::string("data type ") + std::to_string(static_cast<int>(type)) +
-                          " is not supported by the host kernels");
+void checkArguments(ncclDataType_t type, const void* send, const void* recv, size_t count,
+                    ncclRedOp_t op = ncclSum) {
+  if (typeSize(type) == 0)
+    throw core::CommError("data type " + std::to_string(static_cast<int>(type)) + " is not supported");
+  if (op != ncclSum && op != ncclProd && op != ncclMax && op != ncclMin && op != ncclAvg)
+    throw core::CommError("reduction op " + std::to_string(static_cast<int>(op)) + " is not supported");
   if (count > 0 && (send == nullptr || recv == nullptr)) throw core::CommError("a buffer is NULL");
 }
 
@@ -101,7 +103,7 @@ Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requ
 
 void allReduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                KernelLayer& kernels, Algorithm algorithm) {
-  checkArguments(type, send, recv, count);
+  checkArguments(type, send, recv, count, op);
   const size_t es = typeSize(type);
   const int n = comm.size();
   const Call call = makeCall(send, recv, type, op, kernels);
@@ -175,7 +177,7 @@ void allGather(Communicator& comm, const void* send, void* recv, size_t sendCoun
 
 void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recvCount, ncclDataType_t type,
                    ncclRedOp_t op, KernelLayer& kernels) {
-  checkArguments(type, send, recv, recvCount);
+  checkArguments(type, send, recv, recvCount, op);
   const size_t es = typeSize(type);
   const Call call = makeCall(send, recv, type, op, kernels);
   comm.submit([&] {
@@ -214,7 +216,7 @@ void broadcast(Communicator& comm, const void* send, void* recv, size_t count, n
 
 void reduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
             int root, KernelLayer& kernels) {
-  checkArguments(type, send, comm.rank() == root ? recv : send, count);
+  checkArguments(type, send, comm.rank() == root ? recv : send, count, op);
   checkRoot(comm, root);
   const size_t es = typeSize(type);
   const Call call = makeCall(send, recv, type, op, kernels);

@@ -5,7 +5,7 @@
 set -euo pipefail
 bin="$1"; plugin="$2"; collective="$3"; rank_counts="${4:-1 2 3 5 8}"
 shift $(( $# < 4 ? $# : 4 ))
-types="int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double"
+types="int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double fp8e4m3 fp8e5m2"
 ops="sum prod max min avg"
 places="0 1"
 case "$collective" in allgather|broadcast|sendrecv) ops="sum" ;; esac

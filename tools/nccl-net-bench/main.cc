@@ -42,11 +42,27 @@ std::string libDir() {
   return realpath(dir.c_str(), resolved) != nullptr ? resolved : dir;
 }
 
-// Input value of element i on rank r: small integers, so every type and op has an exact expected result.
-double inputValue(int r, size_t i, ncclRedOp_t op, bool isUnsigned) {
+bool isFp8(ncclDataType_t type) { return type == ncclFloat8e4m3 || type == ncclFloat8e5m2; }
+
+// Input value of element i on rank r: small integers, so every type and op has an exact expected result (for fp8,
+// -1..1, so that every partial sum of up to 8 ranks is exact in e5m2's 2 mantissa bits).
+double inputValue(int r, size_t i, ncclRedOp_t op, bool isUnsigned, bool tiny = false) {
   if (op == ncclProd) return ((r + i) % 3 == 0) ? 2.0 : 1.0;
+  if (tiny) return static_cast<int>((r + i) % 3) - 1;
   int v = static_cast<int>((r * 7 + i * 3) % 9);
   return isUnsigned ? v : v - 4;
+}
+
+// How far a result may be from the exact one: nothing for exact types; for the narrow floats, the rounding of the
+// final avg division (half an ulp) with margin.
+double tolerance(ncclDataType_t type, double expected) {
+  double scale = std::max(1.0, std::fabs(expected));
+  switch (type) {
+    case ncclFloat16: case ncclBfloat16: return 1e-2 * scale;
+    case ncclFloat8e4m3: return 0.07 * scale;
+    case ncclFloat8e5m2: return 0.13 * scale;
+    default: return 1e-6;
+  }
 }
 
 void store(void* buffer, size_t i, ncclDataType_t type, double v) {
@@ -61,6 +77,8 @@ void store(void* buffer, size_t i, ncclDataType_t type, double v) {
     case ncclBfloat16: static_cast<uint16_t*>(buffer)[i] = coll::floatToBfloat16(static_cast<float>(v)); break;
     case ncclFloat32: static_cast<float*>(buffer)[i] = static_cast<float>(v); break;
     case ncclFloat64: static_cast<double*>(buffer)[i] = v; break;
+    case ncclFloat8e4m3: static_cast<uint8_t*>(buffer)[i] = coll::floatToFp8e4m3(static_cast<float>(v)); break;
+    case ncclFloat8e5m2: static_cast<uint8_t*>(buffer)[i] = coll::floatToFp8e5m2(static_cast<float>(v)); break;
     default: break;
   }
 }
@@ -77,14 +95,16 @@ double load(const void* buffer, size_t i, ncclDataType_t type) {
     case ncclBfloat16: return coll::bfloat16ToFloat(static_cast<const uint16_t*>(buffer)[i]);
     case ncclFloat32: return static_cast<const float*>(buffer)[i];
     case ncclFloat64: return static_cast<const double*>(buffer)[i];
+    case ncclFloat8e4m3: return coll::fp8e4m3ToFloat(static_cast<const uint8_t*>(buffer)[i]);
+    case ncclFloat8e5m2: return coll::fp8e5m2ToFloat(static_cast<const uint8_t*>(buffer)[i]);
     default: return 0;
   }
 }
 
 double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type, bool isUnsigned) {
-  double acc = inputValue(0, i, op, isUnsigned);
+  double acc = inputValue(0, i, op, isUnsigned, isFp8(type));
   for (int r = 1; r < n; ++r) {
-    double v = inputValue(r, i, op, isUnsigned);
+    double v = inputValue(r, i, op, isUnsigned, isFp8(type));
     switch (op) {
       case ncclSum: case ncclAvg: acc += v; break;
       case ncclProd: acc *= v; break;
@@ -94,7 +114,8 @@ double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type, b
     }
   }
   if (op == ncclAvg) {
-    bool integer = type != ncclFloat16 && type != ncclBfloat16 && type != ncclFloat32 && type != ncclFloat64;
+    bool integer = type != ncclFloat16 && type != ncclBfloat16 && type != ncclFloat32 && type != ncclFloat64 &&
+                   !isFp8(type);
     acc = integer ? std::trunc(acc / n) : acc / n;
   }
   return acc;
@@ -116,7 +137,7 @@ int main(int argc, char** argv) {
   app.add_option("-n,--iters", iterations, "timed iterations per size");
   app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size");
   app.add_option("-c,--check", check, "check results (1) or not (0)");
-  app.add_option("-d,--datatype", typeText, "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double");
+  app.add_option("-d,--datatype", typeText, "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double fp8e4m3 fp8e5m2");
   app.add_option("-o,--op", opText, "sum prod max min avg");
   app.add_option("-r,--root", root, "root rank of broadcast/reduce");
   app.add_option("-i,--inplace", inPlace, "1: in place (the input lives inside the output buffer, as nccl.h defines)");
@@ -186,7 +207,7 @@ int main(int argc, char** argv) {
       }
       for (size_t i = 0; i < inputCount; ++i) {
         size_t element = collective == "allgather" ? rank * perRank + i : i;
-        store(input, i, type, reducing ? inputValue(rank, element, op, isUnsigned)
+        store(input, i, type, reducing ? inputValue(rank, element, op, isUnsigned, isFp8(type))
                                        : inputValue(rank == root || !rooted ? rank : root, element, ncclSum, true));
       }
       auto runOnce = [&] {
@@ -208,7 +229,7 @@ int main(int argc, char** argv) {
       if (check && (inPlace || iterations == 0)) {
         for (size_t i = 0; i < inputCount; ++i) {
           size_t element = collective == "allgather" ? rank * perRank + i : i;
-          store(input, i, type, reducing ? inputValue(rank, element, op, isUnsigned)
+          store(input, i, type, reducing ? inputValue(rank, element, op, isUnsigned, isFp8(type))
                                          : inputValue(rank == root || !rooted ? rank : root, element, ncclSum, true));
         }
         runOnce();
@@ -224,8 +245,7 @@ int main(int argc, char** argv) {
             if (i >= perRank) break;
             expected = expectedReduction(n, rank * perRank + i, op, type, isUnsigned);
             got = load(output, i, type);
-            double tolerance = (type == ncclFloat16 || type == ncclBfloat16) ? 1e-2 * std::max(1.0, std::fabs(expected)) : 1e-6;
-            if (std::fabs(got - expected) > tolerance) ++wrong;
+            if (std::fabs(got - expected) > tolerance(type, expected)) ++wrong;
             continue;
           } else if (collective == "broadcast") {
             expected = inputValue(root, i, ncclSum, true);
@@ -236,8 +256,7 @@ int main(int argc, char** argv) {
             expected = expectedReduction(n, i, op, type, isUnsigned);
           }
           got = load(output, i, type);
-          double tolerance = (type == ncclFloat16 || type == ncclBfloat16) ? 1e-2 * std::max(1.0, std::fabs(expected)) : 1e-6;
-          if (std::fabs(got - expected) > tolerance) ++wrong;
+          if (std::fabs(got - expected) > tolerance(type, expected)) ++wrong;
         }
       }
       // The slowest rank's time and every rank's wrong count.
