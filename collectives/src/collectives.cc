@@ -94,11 +94,12 @@ Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requ
     if (fromEnv != Algorithm::Auto) return fromEnv;
   }
   // Latency first: recursive doubling's log2(n) exchanges beat the tree's 2 log2(n) hops and the ring's 2(n-1) for
-  // small messages; the tree moves half the data per tree; the ring uses every link fully both ways for large ones.
-  // Two ranks: the tree is the ring.
+  // small messages; the tree moves half the data per tree with log-depth latency; the ring uses every link fully
+  // both ways, which wins for large messages.
   if (bytes <= envBytes("NNS_DOUBLING_MAX_BYTES", kDefaultDoublingMaxBytes)) return Algorithm::Doubling;
-  return comm.size() > 2 && bytes <= envBytes("NNS_TREE_MAX_BYTES", kDefaultTreeMaxBytes) ? Algorithm::Tree
-                                                                                          : Algorithm::Ring;
+  if (comm.size() >= kTreeMinRanks && bytes <= envBytes("NNS_TREE_MAX_BYTES", kDefaultTreeMaxBytes))
+    return Algorithm::Tree;
+  return Algorithm::Ring;
 }
 
 void allReduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,

@@ -183,7 +183,10 @@ int main(int argc, char** argv) {
                   comm.channels(), comm.options().slotBytes, comm.options().slots);
       if (collective == "allreduce")
         std::printf("# algorithm: %s%s\n", coll::algorithmName(algorithm),
-                    algorithm == coll::Algorithm::Auto ? " (tree up to NNS_TREE_MAX_BYTES when > 2 ranks, else ring)" : "");
+                    algorithm == coll::Algorithm::Auto
+                        ? " (recursive doubling to NNS_DOUBLING_MAX_BYTES, the tree to NNS_TREE_MAX_BYTES on 8+ ranks, "
+                          "then the ring)"
+                        : "");
       std::printf("#%11s %12s %8s %6s %5s %10s %8s %8s %7s\n", "size", "count", "type", "redop", "root", "time",
                   "algbw", "busbw", "#wrong");
       std::printf("#%11s %12s %8s %6s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
