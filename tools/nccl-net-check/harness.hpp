@@ -22,6 +22,7 @@ struct Options {
   nns::core::LoadOptions load;
   int callTimeoutSeconds = 5;   // every plugin call must return within this
   int ruleTimeoutSeconds = 60;  // a whole rule, peer included
+  int peerDeathSeconds = 30;    // peer-death-is-an-error: time a pending test has to report the dead peer
   std::vector<std::string> only;  // rule names to run (all when empty)
 };
 

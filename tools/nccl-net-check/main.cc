@@ -50,6 +50,9 @@ int main(int argc, char** argv) {
   app.add_option("--rules", options.only, "run only these rules")->delimiter(',');
   app.add_option("--call-timeout", options.callTimeoutSeconds, "seconds any one plugin call may take (default 5)");
   app.add_option("--rule-timeout", options.ruleTimeoutSeconds, "seconds one rule may take (default 60)");
+  app.add_option("--peer-death-timeout", options.peerDeathSeconds,
+                 "seconds a pending test may take to report a killed peer (default 30: an RDMA NIC's retry timeout)")
+      ->check(CLI::Range(1, 3600));
   app.add_flag("--json", asJson, "machine-readable output");
   app.add_option("--junit", junit, "also write JUnit XML to this file");
   app.add_flag("--list", list, "list the rules and what each checks");

@@ -28,6 +28,7 @@ using core::Net;
 int gResultFd = -1;               // where the rule process writes its verdict
 const char* gCurrentCall = "";    // the plugin call in progress
 int gCallTimeout = 5;
+int gPeerDeathSeconds = 30;       // how long a pending test may take to notice a dead peer
 
 void onAlarm(int) {
   char text[256];
@@ -111,6 +112,26 @@ ncclResult_t postRecv(Context& c, void* comm, int n, void** data, size_t* sizes,
     ncclResult_t result = CALL("irecv", c.net->irecv(comm, n, data, sizes, tags, nullptr, nullptr, request));
     if (result != ncclSuccess) return result;
     if (*request == nullptr && Clock::now() > deadline) return ncclTimeout;
+  }
+  return ncclSuccess;
+}
+
+// Like waitDone, but also watches the peer process: when it exits with a non-zero code before the request is done,
+// returns ncclTimeout at once with the code in *peerCode and `peer` set to -1 (reaped).
+ncclResult_t waitDoneWatchingPeer(Context& c, void* request, int* size, double seconds, pid_t& peer, int* peerCode) {
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  int done = 0;
+  while (!done) {
+    ncclResult_t result = CALL("test", c.net->test(request, &done, size));
+    if (result != ncclSuccess) return result;
+    if (done) break;
+    int status = 0;
+    if (peer > 0 && waitpid(peer, &status, WNOHANG) == peer) {
+      peer = -1;
+      *peerCode = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      if (*peerCode != 0) return ncclTimeout;
+    }
+    if (Clock::now() > deadline) return ncclTimeout;
   }
   return ncclSuccess;
 }
@@ -259,10 +280,22 @@ std::string peerText(int code) {
 Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t>>& messages, size_t capacity) {
   Pair pair;
   std::string why;
-  if (!openPair(c, pair, [&](void* comm) { return sendMessages(c, comm, messages); }, &why))
+  // The sender keeps its comm open until the receiver has checked everything (as NCCL closes comms only when the
+  // communicator goes): a plugin may rightly fail pending receives once the sender closed.
+  int checkedPipe[2];
+  if (pipe(checkedPipe) != 0) return fail("pipe failed");
+  if (!openPair(c, pair, [&](void* comm) {
+        int code = sendMessages(c, comm, messages);
+        pollfd checked{checkedPipe[0], POLLIN, 0};
+        poll(&checked, 1, 60000);
+        return code;
+      }, &why))
     return fail("%s", why.c_str());
   Verdict v = receiveMessages(c, pair.recvComm, messages, capacity);
+  (void)!write(checkedPipe[1], "c", 1);
   int code = closePair(c, pair);
+  close(checkedPipe[0]);
+  close(checkedPipe[1]);
   if (v.status != Status::kPass) return v;
   if (code == 31) return fail("the sender's test reported a size other than the one it sent");
   if (code != 0) return fail("%s", peerText(code).c_str());
@@ -291,6 +324,11 @@ Verdict propertiesSane(Context& c) {
       return fail("device %d: maxP2pBytes %zu outside (0, 1 TiB] (NCCL refuses the connection)", dev, p.maxP2pBytes);
     if (p.vProps.ndevs < 1 || p.vProps.ndevs > NCCL_NET_MAX_DEVS_PER_NIC)
       return fail("device %d: vProps.ndevs %d", dev, p.vProps.ndevs);
+    // NCCL 2.30 takes a v12 plugin's fields verbatim: these must be filled (-1 = undefined ids; 1 if unsure).
+    if (p.maxMultiRequestSize < 1)
+      return fail("device %d: maxMultiRequestSize %d (at least 1)", dev, p.maxMultiRequestSize);
+    if (p.railId < NCCL_NET_ID_UNDEF || p.planeId < NCCL_NET_ID_UNDEF)
+      return fail("device %d: railId %d / planeId %d (-1 when undefined)", dev, p.railId, p.planeId);
     if (p.netDeviceType != NCCL_NET_DEVICE_HOST &&
         !(p.netDeviceType == NCCL_NET_DEVICE_UNPACK && p.netDeviceVersion == NCCL_NET_DEVICE_UNPACK_VERSION))
       return fail("device %d: netDeviceType %d version %d is not one NCCL accepts for ncclNet", dev,
@@ -410,6 +448,7 @@ Verdict nullRequestMeansRetry(Context& c) {
   // plugin may say so at once) or 4x the request limit is in flight. Then the receiver posts its receives, the
   // sender retries and posts 4 more: everything accepted must complete.
   constexpr int kLimit = 4 * NCCL_NET_MAX_REQUESTS, kMore = 4;
+  constexpr int kRetrySeconds = 10;  // a posted receive must let a refused send through well within this
   Pair pair;
   std::string why;
   int resultPipe[2], goPipe[2];
@@ -430,7 +469,7 @@ Verdict nullRequestMeansRetry(Context& c) {
         if (read(goPipe[0], &go, 1) != 1) return 40;
         // Retry as NCCL's proxy does: keep testing what is in flight while a new send is refused.
         size_t oldest = 0;
-        auto deadline = Clock::now() + std::chrono::seconds(20);
+        auto deadline = Clock::now() + std::chrono::seconds(kRetrySeconds);
         for (int i = 0; i < kMore;) {
           void* request = nullptr;
           if (CALL("isend", c.net->isend(comm, bytes.data(), bytes.size(), 1, nullptr, nullptr, &request)) != ncclSuccess)
@@ -459,18 +498,35 @@ Verdict nullRequestMeansRetry(Context& c) {
     return fail("the sender did not report how many sends it could post");
   (void)!write(goPipe[1], "g", 1);
   std::vector<unsigned char> buffer(64);
-  for (int i = 0; i < posted + kMore; ++i) {
+  int peerCode = 0;
+  bool peerFailed = false;
+  for (int i = 0; i < posted + kMore && !peerFailed; ++i) {
     void* request = nullptr;
     void* data = buffer.data();
     size_t size = buffer.size();
     int tag = 1;
     if (postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request) != ncclSuccess) return fail("irecv %d failed", i);
     int got = -1;
-    ncclResult_t result = waitDone(c, request, &got, 30);
-    if (result != ncclSuccess || got != 16) return fail("receive %d: result %d, size %d", i, result, got);
+    // A sender that gave up explains a receive that never completes better than the receive's timeout does.
+    ncclResult_t result = waitDoneWatchingPeer(c, request, &got, 30, pair.peer, &peerCode);
+    if (result != ncclSuccess && pair.peer > 0) {
+      // The receive failed, perhaps because the sender gave up and closed: its exit code says so, if it has one.
+      int status = 0;
+      for (int tries = 0; tries < 200 && pair.peer > 0; ++tries, usleep(10000)) {
+        if (waitpid(pair.peer, &status, WNOHANG) != pair.peer) continue;
+        pair.peer = -1;
+        peerCode = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      }
+    }
+    peerFailed = result != ncclSuccess && pair.peer < 0 && peerCode != 0;
+    if (!peerFailed && (result != ncclSuccess || got != 16))
+      return fail("receive %d: result %d, size %d", i, result, got);
   }
-  int code = closePair(c, pair);
-  if (code == 43) return fail("after a NULL request, isend never accepted a send once receives were posted");
+  int code = peerFailed ? peerCode : closePair(c, pair);
+  if (peerFailed) closePair(c, pair);
+  if (code == 43)
+    return fail("after a NULL request, isend never accepted a send within %d s once receives were posted",
+                kRetrySeconds);
   if (code != 0) return fail("%s", peerText(code).c_str());
   return pass(posted < kLimit ? "isend returned a NULL request after " + std::to_string(posted) +
                                     " in flight; retried sends were accepted once receives were posted; all completed"
@@ -705,13 +761,15 @@ Verdict peerDeathIsAnError(Context& c) {
   pair.peer = -1;
   auto killed = Clock::now();
   int got = -1;
-  ncclResult_t result = waitDone(c, request, &got, 30);
+  ncclResult_t result = waitDone(c, request, &got, gPeerDeathSeconds);
   double seconds = std::chrono::duration<double>(Clock::now() - killed).count();
   closePair(c, pair);
   if (result == ncclSuccess)
     return fail("a %zu-byte receive completed (size %d) although the sender was killed before sending it all",
                 kBytes, got);
-  if (result == ncclTimeout) return fail("no error within 30 s of the peer's death: the receive would hang NCCL");
+  if (result == ncclTimeout)
+    return fail("test still said 'not done' %d s after the peer's death, never an error: the receive would hang NCCL",
+                gPeerDeathSeconds);
   char text[128];
   std::snprintf(text, sizeof(text), "test returned %d %.2f s after the sender was killed mid-message", result, seconds);
   return pass(text);
@@ -794,7 +852,7 @@ const std::vector<Rule>& rules() {
        closeWithRequestsInFlight},
       {{"every-version-agrees", "every exported ncclNetPlugin_vN reports the same device and moves data"},
        everyVersionAgrees},
-      {{"peer-death-is-an-error", "a peer killed mid-transfer makes the pending test fail within 30 s"},
+      {{"peer-death-is-an-error", "a peer killed mid-transfer makes the pending test fail (within 30 s by default)"},
        peerDeathIsAnError},
       {{"every-call-returns", "each plugin call returns within the call timeout (a watchdog guards every rule)"},
        everyCallReturns},
@@ -806,6 +864,7 @@ const std::vector<Rule>& rules() {
 [[noreturn]] void runRuleProcess(const Rule& rule, const Options& options, int fd) {
   gResultFd = fd;
   gCallTimeout = options.callTimeoutSeconds;
+  gPeerDeathSeconds = options.peerDeathSeconds;
   signal(SIGALRM, onAlarm);
   signal(SIGPIPE, SIG_IGN);
   auto writeVerdict = [&](const Verdict& v) {
