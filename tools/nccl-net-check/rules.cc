@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "netns.hpp"
 
 namespace nns::check {
 namespace {
@@ -29,6 +30,9 @@ int gResultFd = -1;               // where the rule process writes its verdict
 const char* gCurrentCall = "";    // the plugin call in progress
 int gCallTimeout = 5;
 int gPeerDeathSeconds = 30;       // how long a pending test may take to notice a dead peer
+std::string gPeerNetns;           // --netns: the namespace peers enter
+std::string gPeerLibrary;         // --netns: the copy of the plugin peers open
+volatile sig_atomic_t gRunningRule = 0;  // process group of the rule in progress (the harness's parent process)
 
 void onAlarm(int) {
   char text[256];
@@ -136,12 +140,39 @@ ncclResult_t waitDoneWatchingPeer(Context& c, void* request, int* size, double s
   return ncclSuccess;
 }
 
+constexpr int kPeerNetnsFailed = 50, kPeerReopenFailed = 51;
+
+// With --netns, turns the forked peer into a host of its own: it enters the peer namespace and swaps `c` (its copy
+// of the rule's context) for a fresh instance of the plugin, through the same ABI version, initialised there.
+int becomeNetnsPeer(Context& c) {
+  std::string error;
+  if (!enterNetns(gPeerNetns, &error)) {
+    std::fprintf(stderr, "nccl-net-check peer: %s\n", error.c_str());
+    return kPeerNetnsFailed;
+  }
+  auto net = core::openNetVersion(gPeerLibrary, c.net->version(), &error);
+  void* ctx = nullptr;
+  ncclNetProperties_v12_t props;
+  if (net == nullptr || CALL("init", net->init(&ctx, 0x6e6e73, nullptr, nullptr, nullptr)) != ncclSuccess ||
+      CALL("getProperties", net->getProperties(c.dev, &props)) != ncclSuccess) {
+    std::fprintf(stderr, "nccl-net-check peer: %s in namespace %s: %s\n", gPeerLibrary.c_str(), gPeerNetns.c_str(),
+                 net == nullptr ? error.c_str() : "init or getProperties failed");
+    return kPeerReopenFailed;
+  }
+  c = Context{net.release(), ctx, c.dev, props};  // lives until the peer exits
+  return 0;
+}
+
 // A peer process: runs `body` (which returns an exit code) with the per-call watchdog active.
-pid_t startPeer(const std::function<int()>& body) {
+pid_t startPeer(Context& c, const std::function<int()>& body) {
   std::fflush(nullptr);
   pid_t pid = fork();
   if (pid == 0) {
     gResultFd = -1;
+    if (!gPeerNetns.empty()) {
+      int code = becomeNetnsPeer(c);
+      if (code != 0) _exit(code);
+    }
     _exit(body());
   }
   return pid;
@@ -193,7 +224,7 @@ bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& 
     *why = "listen failed";
     return false;
   }
-  pair.peer = startPeer([&]() {
+  pair.peer = startPeer(c, [&]() {
     void* sendComm = connectWithin(c, pair.handle, 20);
     if (sendComm == nullptr) return 20;
     int code = sender(sendComm);
@@ -272,6 +303,8 @@ std::string peerText(int code) {
   if (code == 124) return "peer did not finish (killed)";
   if (code < 0) return "peer died with signal " + std::to_string(-code);
   if (code == 3) return "peer: a plugin call did not return in time";
+  if (code == kPeerNetnsFailed) return "peer: could not enter its network namespace";
+  if (code == kPeerReopenFailed) return "peer: the plugin did not load or init in the peer's network namespace";
   return "peer exit code " + std::to_string(code);
 }
 
@@ -872,6 +905,11 @@ const std::vector<Rule>& rules() {
     (void)!write(fd, text.data(), text.size());
     _exit(0);
   };
+  gPeerNetns = options.peerNetns;
+  gPeerLibrary = options.peerLibrary;
+  std::string netnsError;
+  if (!options.listenerNetns.empty() && !enterNetns(options.listenerNetns, &netnsError))
+    writeVerdict(fail("could not enter network namespace %s: %s", options.listenerNetns.c_str(), netnsError.c_str()));
   core::LoadReport report;
   auto net = core::loadNet(options.load, &report);
   if (net == nullptr) writeVerdict(fail("the plugin did not load"));
@@ -893,6 +931,11 @@ const char* statusText(Status status) {
     case Status::kFail: return "FAIL";
   }
   return "FAIL";
+}
+
+void killRunningRule() {
+  pid_t group = gRunningRule;
+  if (group > 0) kill(-group, SIGKILL);
 }
 
 const std::vector<RuleInfo>& allRules() {
@@ -927,6 +970,7 @@ std::vector<RuleResult> runRules(const Options& options) {
       runRuleProcess(rule, options, fds[1]);
     }
     close(fds[1]);
+    gRunningRule = pid;
     std::string text;
     char buffer[1024];
     auto deadline = start + std::chrono::seconds(options.ruleTimeoutSeconds);
@@ -951,6 +995,7 @@ std::vector<RuleResult> runRules(const Options& options) {
     int status = 0;
     waitpid(pid, &status, 0);
     kill(-pid, SIGKILL);  // leftover peers of the rule
+    gRunningRule = 0;
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     size_t bar = text.find('|');
     if (hung) {
