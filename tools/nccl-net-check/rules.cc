@@ -318,6 +318,7 @@ Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t
   int checkedPipe[2];
   if (pipe(checkedPipe) != 0) return fail("pipe failed");
   if (!openPair(c, pair, [&](void* comm) {
+        close(checkedPipe[1]);  // so a receiver that dies reads as a hang-up, not as silence
         int code = sendMessages(c, comm, messages);
         pollfd checked{checkedPipe[0], POLLIN, 0};
         poll(&checked, 1, 60000);
