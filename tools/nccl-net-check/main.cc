@@ -128,8 +128,16 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (plugin.empty()) {
-    std::fprintf(stderr, "nccl-net-check: name a plugin (see --help)\n");
+    std::fprintf(stderr, "nccl-net-check: name a plugin, before --rules (which takes a list; see --help)\n");
     return 2;
+  }
+  for (const auto& wanted : options.only) {
+    bool known = false;
+    for (const auto& rule : nns::check::allRules()) known = known || wanted == rule.name;
+    if (!known) {
+      std::fprintf(stderr, "nccl-net-check: no rule named '%s' (--list shows them)\n", wanted.c_str());
+      return 2;
+    }
   }
   options.load.plugin = plugin;
   if (options.load.searchDirs.empty()) options.load.searchDirs.push_back(libDirBesideExecutable());
