@@ -164,7 +164,12 @@ int main(int argc, char** argv) {
     }
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, onTerminate);
     std::string error;
-    if (!namespaces.create(&error)) {
+    bool unsupported = false;
+    if (!namespaces.create(&error, &unsupported)) {
+      if (unsupported) {
+        std::printf("nccl-net-check: --netns unavailable: no network-namespace support here (%s)\n", error.c_str());
+        return kExitNetnsUnavailable;
+      }
       std::fprintf(stderr, "nccl-net-check: --netns setup failed: %s\n", error.c_str());
       return kExitNetnsSetupFailed;
     }

@@ -118,7 +118,8 @@ NetnsPair::NetnsPair() {
 
 NetnsPair::~NetnsPair() { remove(); }
 
-bool NetnsPair::create(std::string* error) {
+bool NetnsPair::create(std::string* error, bool* unsupported) {
+  *unsupported = false;
   std::string ip = findIp();
   if (ip.empty() || ip.size() >= sizeof(gIpPath)) {
     *error = "the `ip` command (iproute2) is not installed";
@@ -140,8 +141,10 @@ bool NetnsPair::create(std::string* error) {
       {"-n", nsA_, "link", "set", "lo", "up"},
       {"-n", nsB_, "link", "set", "lo", "up"},
   };
-  for (const auto& step : steps) {
-    if (!runIp(step, error)) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (!runIp(steps[i], error)) {
+      // The very first namespace failing means this machine (a container without CAP_SYS_ADMIN, say) has none.
+      *unsupported = i == 0;
       remove();
       return false;
     }

@@ -18,8 +18,9 @@ class NetnsPair {
   NetnsPair& operator=(const NetnsPair&) = delete;
 
   // Makes both namespaces, the veth pair between them (10.251.0.1/24 and 10.251.0.2/24) and brings the links up.
-  // On failure returns false with the failing command and its output in `error`, having removed what it made.
-  bool create(std::string* error);
+  // On failure returns false with the failing command and its output in `error`, having removed what it made;
+  // `unsupported` is set when not even the first namespace could be made (no namespace support here).
+  bool create(std::string* error, bool* unsupported);
   void remove();
   // Bytes the listener's veth end received and sent so far: evidence that the two sides talked across the pair.
   bool listenerTraffic(uint64_t* rxBytes, uint64_t* txBytes, std::string* error) const;
