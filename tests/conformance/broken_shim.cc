@@ -1,11 +1,20 @@
 // broken_shim.cc: deliberately broken plugins for the harness's own tests. Each build forwards to the real minimal
 // example plugin (NNS_REAL_PLUGIN) through its ncclNetPlugin_v12 table and injects ONE bug (NNS_BUG_*), so the
-// harness must name the rule it breaks.
+// harness must name the rule it breaks. Each bug imitates a mistake real plugins make; the comment at each says which.
+#include <arpa/inet.h>
 #include <dlfcn.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <map>
+#include <set>
+#include <thread>
+#include <vector>
 
 #include <nccl_net/net.h>
 
@@ -19,18 +28,134 @@ const ncclNet_v12_t* real() {
   return table;
 }
 
+#ifdef NNS_BUG_LIMITED_REQUESTS
+// The receive pool was sized with the v6-era limit (NCCL_NET_MAX_REQUESTS_V6 = 8) instead of NCCL_NET_MAX_REQUESTS
+// (32): a 9th receive in flight is refused although NCCL may post 32.
+std::set<void*> gPendingRecvs;
+#endif
+
+#ifdef NNS_BUG_LEAKED_MHANDLE
+// regMr builds a per-page descriptor table (as an RDMA plugin does for its translation entries); deregMr frees the
+// registration but forgets the table.
+struct PageDescriptor {
+  uint64_t address;
+  uint64_t dmaAddress;
+  uint64_t reserved[6];
+};
+struct Registration {
+  void* realHandle;
+  PageDescriptor* pages;
+};
+#endif
+
+#ifdef NNS_BUG_CRASH_ON_CLOSE
+// Each receive comm has a completion page where posted receives get a slot; closeRecv unmaps the page first and
+// then "cancels" the pending receives by writing into their slots.
+struct RecvState {
+  uint32_t* completionPage;
+  std::vector<void*> pending;
+};
+std::map<void*, RecvState> gRecvStates;
+constexpr size_t kPageBytes = 4096;
+#endif
+
+#ifdef NNS_BUG_ZERO_BYTE_ELIDED
+// 0-byte sends are "optimised away": completed locally, never put on the wire, so the receiver's 0-byte receive
+// takes the next message instead.
+std::set<void*> gElidedSends;
+#endif
+
+#ifdef NNS_BUG_TAGS_IGNORED
+// The wire header carries no tag: a grouped receive (this build advertises maxRecvs 8) fills its buffers in arrival
+// order, whatever their tags.
+constexpr int kMaxRecvs = 8;
+struct GroupRequest {
+  int n;
+  void* parts[kMaxRecvs];
+  int sizes[kMaxRecvs];
+  bool done[kMaxRecvs];
+};
+std::set<GroupRequest*> gGroups;
+#endif
+
+#ifdef NNS_BUG_NULL_REQUEST_FOREVER
+// A "pool exhausted" flag set when isend runs out of requests, and never cleared when test frees them.
+bool gSendPoolExhausted = false;
+#endif
+
+#ifdef NNS_BUG_BLOCKING_CLOSE_LISTEN
+// Each listener has a helper thread blocked in accept(2) on a side socket; closeListen joins it without waking it
+// (no shutdown of the socket), so closeListen never returns.
+struct ListenHelper {
+  int fd;
+  std::thread thread;
+};
+std::map<void*, ListenHelper*> gListenHelpers;
+#endif
+
+#ifdef NNS_BUG_SIZE_FIELD_30_BITS
+// The wire header packs two flag bits beside a 30-bit size: a message of 1 GiB or more goes out with its size
+// modulo 2^30.
+constexpr size_t kSizeFieldMask = (size_t{1} << 30) - 1;
+#endif
+
 ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
                   ncclProfilerCallback_t profiler) {
-  if (real() == nullptr) return ncclSystemError;
+  if (real() == nullptr) {
+    std::fprintf(stderr, "WARN %s: cannot open %s: %s\n", NNS_BUG_NAME, NNS_REAL_PLUGIN, dlerror());
+    return ncclSystemError;
+  }
   return real()->init(ctx, commId, config, logger, profiler);
 }
 ncclResult_t devices(int* ndev) { return real()->devices(ndev); }
-ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) { return real()->getProperties(dev, props); }
+ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
+  ncclResult_t result = real()->getProperties(dev, props);
+#ifdef NNS_BUG_TAGS_IGNORED
+  props->maxRecvs = kMaxRecvs;
+#endif
+#ifdef NNS_BUG_INSANE_PROPERTIES
+  // A port from an old raw-table plugin to v12: it clears the struct and fills only the fields v8 had, leaving
+  // maxP2pBytes, vProps, maxMultiRequestSize and railId/planeId at 0.
+  ncclNetProperties_v12_t v8Fields = *props;
+  std::memset(props, 0, sizeof(*props));
+  props->name = v8Fields.name;
+  props->pciPath = v8Fields.pciPath;
+  props->guid = v8Fields.guid;
+  props->ptrSupport = v8Fields.ptrSupport;
+  props->regIsGlobal = v8Fields.regIsGlobal;
+  props->speed = v8Fields.speed;
+  props->port = v8Fields.port;
+  props->latency = v8Fields.latency;
+  props->maxComms = v8Fields.maxComms;
+  props->maxRecvs = v8Fields.maxRecvs;
+  props->netDeviceType = v8Fields.netDeviceType;
+  props->netDeviceVersion = v8Fields.netDeviceVersion;
+#endif
+  return result;
+}
 
 ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
   ncclResult_t result = real()->listen(ctx, dev, handle, listenComm);
 #ifdef NNS_BUG_HANDLE_OVERFLOW
   std::memset(static_cast<char*>(handle) + NCCL_NET_HANDLE_MAXSIZE, 0x42, 16);  // 144-byte handle
+#endif
+#ifdef NNS_BUG_BLOCKING_CLOSE_LISTEN
+  if (result == ncclSuccess) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(fd, 4) != 0) {
+      if (fd >= 0) close(fd);
+      return ncclSystemError;
+    }
+    auto* helper = new ListenHelper{fd, {}};
+    helper->thread = std::thread([fd] {
+      int peer = accept(fd, nullptr, nullptr);  // blocks until someone connects to the side socket: nobody does
+      if (peer >= 0) close(peer);
+    });
+    gListenHelpers[*listenComm] = helper;
+  }
 #endif
   return result;
 }
@@ -53,27 +178,159 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t
     usleep(1000);
   }
 #else
-  return real()->accept(listenComm, recvComm, devComm);
+  ncclResult_t result = real()->accept(listenComm, recvComm, devComm);
+#ifdef NNS_BUG_CRASH_ON_CLOSE
+  if (result == ncclSuccess && *recvComm != nullptr) {
+    void* page = mmap(nullptr, kPageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED) return ncclSystemError;
+    gRecvStates[*recvComm] = RecvState{static_cast<uint32_t*>(page), {}};
+  }
+#endif
+  return result;
 #endif
 }
 ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+#ifdef NNS_BUG_LEAKED_MHANDLE
+  void* realHandle = nullptr;
+  ncclResult_t result = real()->regMr(comm, data, size, type, &realHandle);
+  if (result != ncclSuccess) return result;
+  size_t pages = (size + 4095) / 4096;
+  auto* registration = new Registration{realHandle, new PageDescriptor[pages]};
+  for (size_t i = 0; i < pages; ++i)
+    registration->pages[i] = PageDescriptor{reinterpret_cast<uint64_t>(data) + i * 4096, 0, {}};
+  *mhandle = registration;
+  return ncclSuccess;
+#else
   return real()->regMr(comm, data, size, type, mhandle);
+#endif
 }
 ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
   return real()->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
 }
-ncclResult_t deregMr(void* comm, void* mhandle) { return real()->deregMr(comm, mhandle); }
+#ifdef NNS_BUG_LEAKED_MHANDLE
+void* realMhandle(void* mhandle) {
+  return mhandle != nullptr ? static_cast<Registration*>(mhandle)->realHandle : nullptr;
+}
+#endif
+ncclResult_t deregMr(void* comm, void* mhandle) {
+#ifdef NNS_BUG_LEAKED_MHANDLE
+  auto* registration = static_cast<Registration*>(mhandle);
+  ncclResult_t result = real()->deregMr(comm, registration->realHandle);
+  delete registration;  // registration->pages is never freed
+  return result;
+#else
+  return real()->deregMr(comm, mhandle);
+#endif
+}
 ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request) {
+#ifdef NNS_BUG_LEAKED_MHANDLE
+  mhandle = realMhandle(mhandle);
+#endif
+#ifdef NNS_BUG_ZERO_BYTE_ELIDED
+  if (size == 0) {
+    *request = new char;  // a request of our own, completed by test at once
+    gElidedSends.insert(*request);
+    return ncclSuccess;
+  }
+#endif
+#ifdef NNS_BUG_TAGS_IGNORED
+  tag = 0;
+#endif
+#ifdef NNS_BUG_SIZE_FIELD_30_BITS
+  size &= kSizeFieldMask;
+#endif
+#ifdef NNS_BUG_NULL_REQUEST_FOREVER
+  if (gSendPoolExhausted) {
+    *request = nullptr;
+    return ncclSuccess;
+  }
+  ncclResult_t result = real()->isend(comm, data, size, tag, mhandle, phandle, request);
+  if (result == ncclSuccess && *request == nullptr) gSendPoolExhausted = true;
+  return result;
+#else
   return real()->isend(comm, data, size, tag, mhandle, phandle, request);
+#endif
 }
 ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                    void** request) {
-  return real()->irecv(comm, n, data, sizes, tags, mhandles, phandles, request);
+#ifdef NNS_BUG_LEAKED_MHANDLE
+  void* unwrapped[64];
+  for (int i = 0; mhandles != nullptr && i < n && i < 64; ++i) unwrapped[i] = realMhandle(mhandles[i]);
+  if (mhandles != nullptr) mhandles = unwrapped;
+#endif
+#ifdef NNS_BUG_LIMITED_REQUESTS
+  if (gPendingRecvs.size() >= NCCL_NET_MAX_REQUESTS_V6) {
+    *request = nullptr;
+    return ncclSuccess;
+  }
+#endif
+#ifdef NNS_BUG_TAGS_IGNORED
+  (void)tags, (void)phandles;  // the bug: the tags never reach the wire
+  if (n < 1 || n > kMaxRecvs) return ncclInvalidArgument;
+  auto* group = new GroupRequest{n, {}, {}, {}};
+  for (int i = 0; i < n; ++i) {
+    int anyTag = 0;
+    void* part = nullptr;
+    ncclResult_t result =
+        real()->irecv(comm, 1, &data[i], &sizes[i], &anyTag, mhandles ? &mhandles[i] : nullptr, nullptr, &part);
+    if (result != ncclSuccess || part == nullptr) {
+      // Parts already posted cannot be withdrawn: fail the call rather than pretend.
+      std::fprintf(stderr, "WARN %s: grouped irecv part %d of %d could not be posted\n", NNS_BUG_NAME, i, n);
+      return result != ncclSuccess ? result : ncclInternalError;
+    }
+    group->parts[i] = part;
+  }
+  gGroups.insert(group);
+  *request = group;
+  return ncclSuccess;
+#else
+  ncclResult_t result = real()->irecv(comm, n, data, sizes, tags, mhandles, phandles, request);
+#ifdef NNS_BUG_LIMITED_REQUESTS
+  if (result == ncclSuccess && *request != nullptr) gPendingRecvs.insert(*request);
+#endif
+#ifdef NNS_BUG_CRASH_ON_CLOSE
+  if (result == ncclSuccess && *request != nullptr) {
+    RecvState& state = gRecvStates[comm];
+    state.completionPage[state.pending.size() % (kPageBytes / sizeof(uint32_t))] = 1;  // slot: posted
+    state.pending.push_back(*request);
+  }
+#endif
+  return result;
+#endif
 }
 ncclResult_t iflush(void* comm, int n, void** data, int* sizes, void** mhandles, void** request) {
   return real()->iflush(comm, n, data, sizes, mhandles, request);
 }
 ncclResult_t test(void* request, int* done, int* sizes) {
+#ifdef NNS_BUG_ZERO_BYTE_ELIDED
+  if (gElidedSends.erase(request) == 1) {
+    delete static_cast<char*>(request);
+    *done = 1;
+    if (sizes != nullptr) sizes[0] = 0;
+    return ncclSuccess;
+  }
+#endif
+#ifdef NNS_BUG_TAGS_IGNORED
+  auto* group = static_cast<GroupRequest*>(request);
+  if (gGroups.count(group) == 1) {
+    *done = 0;
+    bool all = true;
+    for (int i = 0; i < group->n; ++i) {
+      if (group->done[i]) continue;
+      int partDone = 0;
+      ncclResult_t result = real()->test(group->parts[i], &partDone, &group->sizes[i]);
+      if (result != ncclSuccess) return result;
+      group->done[i] = partDone != 0;
+      all = all && group->done[i];
+    }
+    if (!all) return ncclSuccess;
+    for (int i = 0; sizes != nullptr && i < group->n; ++i) sizes[i] = group->sizes[i];
+    gGroups.erase(group);
+    delete group;
+    *done = 1;
+    return ncclSuccess;
+  }
+#endif
 #ifdef NNS_BUG_LOST_COMPLETION
   // Under load the 100th completion is never reported (a completion-queue entry dropped): that request, and any
   // later one the plugin's pool puts at the same address, stays "not done" forever.
@@ -97,21 +354,91 @@ ncclResult_t test(void* request, int* done, int* sizes) {
     return ncclSuccess;
   }
 #endif
+#ifdef NNS_BUG_PEER_DEATH_HIDDEN
+  if (result == ncclRemoteError) {  // "the peer may come back": a remote error is treated as not done yet
+    *done = 0;
+    return ncclSuccess;
+  }
+#endif
 #ifdef NNS_BUG_CRASH_IN_TEST
   if (*done) raise(SIGSEGV);
 #endif
 #ifdef NNS_BUG_WRONG_SIZES
   if (*done && sizes != nullptr && sizes[0] > 1) sizes[0] -= 1;
 #endif
+#ifdef NNS_BUG_LIMITED_REQUESTS
+  if (result == ncclSuccess && *done) gPendingRecvs.erase(request);
+#endif
+#ifdef NNS_BUG_CRASH_ON_CLOSE
+  if (result == ncclSuccess && *done) {
+    for (auto& [comm, state] : gRecvStates) std::erase(state.pending, request);
+  }
+#endif
   return result;
 }
 ncclResult_t closeSend(void* comm) { return real()->closeSend(comm); }
-ncclResult_t closeRecv(void* comm) { return real()->closeRecv(comm); }
-ncclResult_t closeListen(void* comm) { return real()->closeListen(comm); }
+ncclResult_t closeRecv(void* comm) {
+#ifdef NNS_BUG_CRASH_ON_CLOSE
+  auto state = gRecvStates.find(comm);
+  if (state != gRecvStates.end()) {
+    munmap(state->second.completionPage, kPageBytes);  // released too early ...
+    ncclResult_t result = real()->closeRecv(comm);
+    for (size_t i = 0; i < state->second.pending.size(); ++i)
+      state->second.completionPage[i % (kPageBytes / sizeof(uint32_t))] = 2;  // ... then written: cancelled
+    gRecvStates.erase(state);
+    return result;
+  }
+#endif
+  return real()->closeRecv(comm);
+}
+ncclResult_t closeListen(void* comm) {
+  ncclResult_t result = real()->closeListen(comm);
+#ifdef NNS_BUG_BLOCKING_CLOSE_LISTEN
+  auto helper = gListenHelpers.find(comm);
+  if (helper != gListenHelpers.end()) {
+    helper->second->thread.join();  // never returns: nothing wakes the accept(2) (a shutdown(fd) is missing)
+    close(helper->second->fd);
+    delete helper->second;
+    gListenHelpers.erase(helper);
+  }
+#endif
+  return result;
+}
 ncclResult_t finalize(void* ctx) { return real()->finalize(ctx); }
+
+#ifdef NNS_BUG_OLD_VERSION_DIFFERS
+// The v6..v8 tables of this plugin are kept by hand beside the v12 one, and its getProperties reports speed in
+// Gb/s where the newer versions report Mb/s: an NCCL that loads v8 sees a 1000x slower NIC.
+const ncclNet_v8_t* realV8() {
+  static const ncclNet_v8_t* table = [] {
+    void* library = dlopen(NNS_REAL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+    return library ? static_cast<const ncclNet_v8_t*>(dlsym(library, "ncclNetPlugin_v8")) : nullptr;
+  }();
+  return table;
+}
+ncclResult_t legacyInit(ncclDebugLogger_t logger) { return realV8() ? realV8()->init(logger) : ncclSystemError; }
+ncclResult_t legacyGetProperties(int dev, ncclNetProperties_v8_t* props) {
+  ncclResult_t result = realV8()->getProperties(dev, props);
+  props->speed /= 1000;
+  return result;
+}
+#endif
 
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
     NNS_BUG_NAME, init,   devices, getProperties, listen, connect,  accept,    regMr,   regMrDmaBuf, deregMr, isend,
     irecv,        iflush, test,    closeSend,     closeRecv, closeListen, nullptr, nullptr, nullptr, finalize, nullptr};
+
+#ifdef NNS_BUG_OLD_VERSION_DIFFERS
+// Filled when the library is loaded: the real plugin's own v8 table with the hand-kept getProperties.
+extern "C" {
+__attribute__((visibility("default"))) ncclNet_v8_t ncclNetPlugin_v8 = {};
+}
+__attribute__((constructor)) void fillLegacyTable() {
+  if (realV8() != nullptr) ncclNetPlugin_v8 = *realV8();
+  ncclNetPlugin_v8.name = NNS_BUG_NAME;  // without the real table only init is set: it reports the missing library
+  ncclNetPlugin_v8.init = legacyInit;
+  ncclNetPlugin_v8.getProperties = legacyGetProperties;
+}
+#endif

@@ -225,3 +225,166 @@ TEST(Adapters, SizesAnIntSizedVersionCannotCarryAreErrors) {
   EXPECT_EQ(openNetVersion(kDir + "/libnccl-net-minimal-v6.so", 12, &error), nullptr);
   EXPECT_NE(error.find("does not export ncclNetPlugin_v12"), std::string::npos) << error;
 }
+
+// ---- collNet: probed newest first in the net's own library, each version adapted to the v12 view -----------------
+
+namespace {
+
+// One rank's whole collNet lifecycle through `coll`: listen, connect, a checked all-reduce, teardown.
+void reduceOnOneRank(CollNet& coll, void* ctx) {
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* listenComm = nullptr;
+  ASSERT_EQ(coll.listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  void* handles[1] = {handle};
+  void* collComm = nullptr;
+  ASSERT_EQ(coll.connect(handles, 1, 0, listenComm, &collComm), ncclSuccess);
+  ASSERT_NE(collComm, nullptr);
+  int supported = -1;
+  EXPECT_EQ(coll.reduceSupport(ncclFloat32, ncclSum, &supported), ncclSuccess);
+  EXPECT_EQ(supported, 1);
+  EXPECT_EQ(coll.reduceSupport(ncclFloat32, static_cast<ncclRedOp_t>(ncclNumOps + 2), &supported), ncclSuccess);
+  EXPECT_EQ(supported, 0) << "a user-defined op is never reduced by a network";
+  std::vector<float> in(1000), out(1000, -1.0f);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = 0.5f * static_cast<float>(i);
+  void* sendMr = nullptr;
+  void* recvMr = nullptr;
+  ASSERT_EQ(coll.regMr(collComm, in.data(), in.size() * sizeof(float), NCCL_PTR_HOST, &sendMr), ncclSuccess);
+  ASSERT_EQ(coll.regMr(collComm, out.data(), out.size() * sizeof(float), NCCL_PTR_HOST, &recvMr), ncclSuccess);
+  void* request = nullptr;
+  ASSERT_EQ(coll.iallreduce(collComm, in.data(), out.data(), in.size(), ncclFloat32, ncclSum, sendMr, recvMr,
+                            &request),
+            ncclSuccess);
+  ASSERT_NE(request, nullptr);
+  int done = 0, size = -1;
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (!done && Clock::now() < deadline) ASSERT_EQ(coll.test(request, &done, &size), ncclSuccess);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(size, static_cast<int>(in.size() * sizeof(float)));
+  EXPECT_EQ(in, out) << "the all-reduce of one rank's contribution is that contribution";
+  EXPECT_EQ(coll.deregMr(collComm, sendMr), ncclSuccess);
+  EXPECT_EQ(coll.deregMr(collComm, recvMr), ncclSuccess);
+  EXPECT_EQ(coll.closeColl(collComm), ncclSuccess);
+  EXPECT_EQ(coll.closeListen(listenComm), ncclSuccess);
+}
+
+}  // namespace
+
+TEST(CollNet, ProbedNewestFirstInTheNetsLibrary) {
+  LoadReport report;
+  auto net = loadNet(inBuildTree("one-rank-coll"), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  CollNetReport collReport;
+  auto coll = loadCollNet(*net, &collReport);
+  ASSERT_NE(coll, nullptr) << collReport.rejectReason;
+  EXPECT_EQ(collReport.exportedVersions, (std::vector<int>{12, 11, 10, 9, 8, 7, 6}));
+  EXPECT_EQ(collReport.chosenVersion, 12);
+  EXPECT_EQ(coll->version(), 12);
+  EXPECT_STREQ(coll->name(), "one-rank-coll");
+  EXPECT_EQ(coll->path(), net->path());
+}
+
+TEST(CollNet, AnOldOnlyCollNetLoadsThroughItsVersion) {
+  LoadReport report;
+  auto net = loadNet(inBuildTree("one-rank-coll-v6"), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  EXPECT_EQ(net->version(), 6);
+  CollNetReport collReport;
+  auto coll = loadCollNet(*net, &collReport);
+  ASSERT_NE(coll, nullptr) << collReport.rejectReason;
+  EXPECT_EQ(collReport.exportedVersions, std::vector<int>{6});
+  EXPECT_EQ(coll->version(), 6);
+  void* ctx = reinterpret_cast<void*>(0x1);
+  ASSERT_EQ(coll->init(&ctx, 7, nullptr), ncclSuccess);
+  EXPECT_EQ(ctx, nullptr) << "before v11 a collNet has no per-communicator context";
+  reduceOnOneRank(*coll, ctx);
+  EXPECT_EQ(coll->finalize(ctx), ncclSuccess);
+}
+
+// Each ncclCollNetPlugin_vN of one library, opened through exactly that version, reports the same device filled
+// as NCCL fills it and reduces.
+TEST(CollNet, EveryVersionLoadsAndReduces) {
+  for (int version : knownNetVersions()) {
+    SCOPED_TRACE("ncclCollNet_v" + std::to_string(version));
+    std::string error;
+    auto coll = openCollNetVersion(kDir + "/libnccl-net-one-rank-coll.so", version, &error);
+    ASSERT_NE(coll, nullptr) << error;
+    EXPECT_EQ(coll->version(), version);
+    void* ctx = nullptr;
+    ASSERT_EQ(coll->init(&ctx, 1, nullptr), ncclSuccess);
+    int ndev = 0;
+    ASSERT_EQ(coll->devices(&ndev), ncclSuccess);
+    EXPECT_EQ(ndev, 1);
+    ncclNetProperties_v12_t props;
+    std::memset(&props, 0x5a, sizeof(props));
+    ASSERT_EQ(coll->getProperties(0, &props), ncclSuccess);
+    EXPECT_STREQ(props.name, "coll0");
+    EXPECT_EQ(props.speed, 100000);
+    EXPECT_EQ(props.railId, -1);
+    EXPECT_EQ(props.planeId, -1);
+    EXPECT_EQ(props.netDeviceType, NCCL_NET_DEVICE_HOST);
+    EXPECT_EQ(props.maxMultiRequestSize, 1);
+    EXPECT_EQ(props.maxCollBytes, 512ull << 20);
+    EXPECT_EQ(props.vProps.ndevs, 1);
+    EXPECT_FALSE(coll->hasIallgather()) << "the one-rank collNet offers all-reduce only";
+    EXPECT_FALSE(coll->hasMakeVDevice());
+    reduceOnOneRank(*coll, ctx);
+    EXPECT_EQ(coll->finalize(ctx), ncclSuccess);
+  }
+}
+
+TEST(CollNet, MoreThanOneRankIsAClearError) {
+  std::string error;
+  auto coll = openCollNetVersion(kDir + "/libnccl-net-one-rank-coll.so", 12, &error);
+  ASSERT_NE(coll, nullptr) << error;
+  void* ctx = nullptr;
+  ASSERT_EQ(coll->init(&ctx, 1, nullptr), ncclSuccess);
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* listenComm = nullptr;
+  ASSERT_EQ(coll->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  void* handles[2] = {handle, handle};
+  void* collComm = nullptr;
+  EXPECT_EQ(coll->connect(handles, 2, 0, listenComm, &collComm), ncclInvalidUsage);
+  EXPECT_EQ(collComm, nullptr);
+  EXPECT_EQ(coll->closeListen(listenComm), ncclSuccess);
+}
+
+TEST(CollNet, RejectionsSayWhy) {
+  LoadReport report;
+  auto net = loadNet(inBuildTree("minimal"), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  CollNetReport collReport;
+  EXPECT_EQ(loadCollNet(*net, &collReport), nullptr);
+  EXPECT_TRUE(collReport.exportedVersions.empty());
+  EXPECT_NE(collReport.rejectReason.find("exports no ncclCollNetPlugin_v12..v6"), std::string::npos)
+      << collReport.rejectReason;
+
+  auto withColl = loadNet(inBuildTree("one-rank-coll"), &report);
+  ASSERT_NE(withColl, nullptr) << reasons(report);
+  setenv("NNS_TEST_COLLNET_DEVICES", "0", 1);
+  EXPECT_EQ(loadCollNet(*withColl, &collReport), nullptr);
+  unsetenv("NNS_TEST_COLLNET_DEVICES");
+  EXPECT_EQ(collReport.chosenVersion, 0);
+  EXPECT_EQ(collReport.rejectReason, "no devices") << "as NCCL, a collNet without devices is disabled";
+}
+
+TEST(CollNet, ValuesAnOldVersionCannotCarryAreErrors) {
+  std::string error;
+  char byte = 0;
+  void* request = nullptr;
+  auto v8 = openCollNetVersion(kDir + "/libnccl-net-one-rank-coll.so", 8, &error);
+  ASSERT_NE(v8, nullptr) << error;
+  // Refused before the plugin sees the call, so any comm pointer will do.
+  EXPECT_EQ(v8->iallreduce(&byte, &byte, &byte, (2ull << 30), ncclInt8, ncclSum, nullptr, nullptr, &request),
+            ncclInternalError);
+  ncclNetSGE_v12_t parts[2] = {{nullptr, &byte, 1}, {nullptr, &byte, 1}};
+  EXPECT_EQ(v8->iallgather(&byte, &byte, 2, parts, 1, 0, 1, nullptr, &request), ncclInvalidUsage)
+      << "this collNet has no iallgather";
+  auto v6 = openCollNetVersion(kDir + "/libnccl-net-one-rank-coll.so", 6, &error);
+  ASSERT_NE(v6, nullptr) << error;
+  void* mhandle = nullptr;
+  EXPECT_EQ(v6->regMr(&byte, &byte, static_cast<size_t>(INT_MAX) + 1, NCCL_PTR_HOST, &mhandle), ncclInternalError);
+  EXPECT_EQ(v6->iallgather(&byte, &byte, 1, parts, 1, 0, 1, nullptr, &request), ncclInvalidUsage)
+      << "v6 has no iallgather";
+  EXPECT_EQ(openCollNetVersion(kDir + "/libnccl-net-minimal.so", 12, &error), nullptr);
+  EXPECT_NE(error.find("does not export ncclCollNetPlugin_v12"), std::string::npos) << error;
+}

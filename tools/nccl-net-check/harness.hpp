@@ -22,7 +22,12 @@ struct Options {
   nns::core::LoadOptions load;
   int callTimeoutSeconds = 5;   // every plugin call must return within this
   int ruleTimeoutSeconds = 60;  // a whole rule, peer included
+  int peerDeathSeconds = 30;    // peer-death-is-an-error: time a pending test has to report the dead peer
   std::vector<std::string> only;  // rule names to run (all when empty)
+  // --netns: each rule process enters `listenerNetns` before loading the plugin; each peer enters `peerNetns` and
+  // opens its own copy of the plugin (`peerLibrary`, a copy of the file so it starts fresh rather than inheriting
+  // the listener's interface choice). Empty: both sides share this host's network.
+  std::string listenerNetns, peerNetns, peerLibrary;
 };
 
 struct RuleInfo {
@@ -35,5 +40,8 @@ const std::vector<RuleInfo>& allRules();
 std::vector<RuleResult> runRules(const Options& options);
 
 const char* statusText(Status status);
+
+// Kills the rule in progress with its peers (async-signal-safe): for a run interrupted by a signal.
+void killRunningRule();
 
 }  // namespace nns::check

@@ -1,16 +1,77 @@
 // nccl-net-check: the conformance harness a vendor runs against their plugin: one line per rule (PASS, FAIL or SKIP
-// with the evidence), --json and --junit FILE; exit status 1 on any FAIL, 2 when the plugin does not load.
+// with the evidence), --json and --junit FILE, --netns to put the two sides in two network namespaces; exit status 1
+// on any FAIL, 2 when the plugin does not load, 3 when --netns setup fails, 4 when --netns cannot run here.
+#include <dlfcn.h>
 #include <limits.h>
+#include <link.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "harness.hpp"
+#include "netns.hpp"
 
 namespace {
+
+constexpr int kExitNetnsSetupFailed = 3;
+constexpr int kExitNetnsUnavailable = 4;
+
+// The peers' copy of the plugin (--netns), kept in paths a signal handler can remove without allocating.
+char gPeerCopyFile[PATH_MAX] = "";
+char gPeerCopyDir[PATH_MAX] = "";
+
+void removePeerCopy() {
+  if (gPeerCopyFile[0] != '\0') unlink(gPeerCopyFile);
+  if (gPeerCopyDir[0] != '\0') rmdir(gPeerCopyDir);
+  gPeerCopyFile[0] = gPeerCopyDir[0] = '\0';
+}
+
+// Interrupted: stop the rule in progress, remove the namespaces and the copy, and go.
+void onTerminate(int sig) {
+  nns::check::killRunningRule();
+  nns::check::removeNetnsFromSignalHandler();
+  removePeerCopy();
+  _exit(128 + sig);
+}
+
+// The file the dynamic linker opened for `loaded` (which may be a bare name it found on its path).
+std::string realLibraryPath(const std::string& loaded) {
+  void* handle = dlopen(loaded.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (handle == nullptr) return loaded;
+  link_map* map = nullptr;
+  std::string path = dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr ? map->l_name : loaded;
+  dlclose(handle);
+  return path;
+}
+
+// Copies the plugin into a fresh directory so that each peer opens a distinct instance (dlopen of the same file
+// would return the already-initialised one). Empty on failure, with the reason in `error`.
+std::string copyPluginForPeers(const std::string& path, std::string* error) {
+  char dir[] = "/tmp/nccl-net-check-XXXXXX";
+  if (mkdtemp(dir) == nullptr) {
+    *error = std::string("mkdtemp: ") + std::strerror(errno);
+    return "";
+  }
+  std::string copy = std::string(dir) + "/" + std::filesystem::path(path).filename().string();
+  std::snprintf(gPeerCopyDir, sizeof(gPeerCopyDir), "%s", dir);
+  std::error_code failed;
+  std::filesystem::copy_file(path, copy, failed);
+  if (failed) {
+    *error = "copying " + path + " to " + copy + ": " + failed.message();
+    removePeerCopy();
+    return "";
+  }
+  std::snprintf(gPeerCopyFile, sizeof(gPeerCopyFile), "%s", copy.c_str());
+  return copy;
+}
 
 std::string xmlEscape(const std::string& text) {
   std::string out;
@@ -50,9 +111,16 @@ int main(int argc, char** argv) {
   app.add_option("--rules", options.only, "run only these rules")->delimiter(',');
   app.add_option("--call-timeout", options.callTimeoutSeconds, "seconds any one plugin call may take (default 5)");
   app.add_option("--rule-timeout", options.ruleTimeoutSeconds, "seconds one rule may take (default 60)");
+  app.add_option("--peer-death-timeout", options.peerDeathSeconds,
+                 "seconds a pending test may take to report a killed peer (default 30: an RDMA NIC's retry timeout)")
+      ->check(CLI::Range(1, 3600));
   app.add_flag("--json", asJson, "machine-readable output");
   app.add_option("--junit", junit, "also write JUnit XML to this file");
   app.add_flag("--list", list, "list the rules and what each checks");
+  bool netns = false;
+  app.add_flag("--netns", netns,
+               "run the two sides in two network namespaces joined by a veth pair (needs root and iproute2); "
+               "sets NCCL_SOCKET_IFNAME and NNS_SOCKET_IFNAME to the veth names unless already set");
   CLI11_PARSE(app, argc, argv);
 
   if (list) {
@@ -60,8 +128,16 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (plugin.empty()) {
-    std::fprintf(stderr, "nccl-net-check: name a plugin (see --help)\n");
+    std::fprintf(stderr, "nccl-net-check: name a plugin, before --rules (which takes a list; see --help)\n");
     return 2;
+  }
+  for (const auto& wanted : options.only) {
+    bool known = false;
+    for (const auto& rule : nns::check::allRules()) known = known || wanted == rule.name;
+    if (!known) {
+      std::fprintf(stderr, "nccl-net-check: no rule named '%s' (--list shows them)\n", wanted.c_str());
+      return 2;
+    }
   }
   options.load.plugin = plugin;
   if (options.load.searchDirs.empty()) options.load.searchDirs.push_back(libDirBesideExecutable());
@@ -75,12 +151,76 @@ int main(int argc, char** argv) {
   std::string name = net->name();
   std::string path = net->path();
   int version = net->version();
+  std::string filePath = realLibraryPath(path);
   net.reset();  // each rule loads the plugin in its own process
 
+  nns::check::NetnsPair namespaces;
+  nlohmann::json netnsJson = nullptr;
+  if (netns) {
+    std::string reason = nns::check::NetnsPair::unavailableReason();
+    if (!reason.empty()) {
+      std::printf("nccl-net-check: --netns unavailable: %s\n", reason.c_str());
+      return kExitNetnsUnavailable;
+    }
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, onTerminate);
+    std::string error;
+    bool unsupported = false;
+    if (!namespaces.create(&error, &unsupported)) {
+      if (unsupported) {
+        std::printf("nccl-net-check: --netns unavailable: no network-namespace support here (%s)\n", error.c_str());
+        return kExitNetnsUnavailable;
+      }
+      std::fprintf(stderr, "nccl-net-check: --netns setup failed: %s\n", error.c_str());
+      return kExitNetnsSetupFailed;
+    }
+    options.peerLibrary = copyPluginForPeers(filePath, &error);
+    if (options.peerLibrary.empty()) {
+      std::fprintf(stderr, "nccl-net-check: --netns: %s\n", error.c_str());
+      return kExitNetnsSetupFailed;
+    }
+    options.listenerNetns = namespaces.listenerNamespace();
+    options.peerNetns = namespaces.peerNamespace();
+    // Both veth ends share a prefix, so one value selects the right interface on either side.
+    setenv("NCCL_SOCKET_IFNAME", namespaces.interfacePrefix().c_str(), 0);
+    setenv("NNS_SOCKET_IFNAME", namespaces.interfacePrefix().c_str(), 0);
+    netnsJson = {{"listener", {{"namespace", namespaces.listenerNamespace()},
+                               {"interface", namespaces.listenerInterface()},
+                               {"address", nns::check::NetnsPair::kListenerAddress}}},
+                 {"peer", {{"namespace", namespaces.peerNamespace()},
+                           {"interface", namespaces.peerInterface()},
+                           {"address", nns::check::NetnsPair::kPeerAddress}}},
+                 {"NCCL_SOCKET_IFNAME", std::getenv("NCCL_SOCKET_IFNAME")},
+                 {"NNS_SOCKET_IFNAME", std::getenv("NNS_SOCKET_IFNAME")}};
+  }
+
   if (!asJson) std::printf("nccl-net-check: %s (%s) through ncclNet_v%d\n", name.c_str(), path.c_str(), version);
+  if (!asJson && netns)
+    std::printf("netns: listener in %s (%s %s), peer in %s (%s %s), NCCL_SOCKET_IFNAME=%s NNS_SOCKET_IFNAME=%s\n",
+                namespaces.listenerNamespace().c_str(), namespaces.listenerInterface().c_str(),
+                nns::check::NetnsPair::kListenerAddress, namespaces.peerNamespace().c_str(),
+                namespaces.peerInterface().c_str(), nns::check::NetnsPair::kPeerAddress,
+                std::getenv("NCCL_SOCKET_IFNAME"), std::getenv("NNS_SOCKET_IFNAME"));
   auto results = nns::check::runRules(options);
+  std::string trafficLine;
+  if (netns) {
+    uint64_t rx = 0, tx = 0;
+    std::string error;
+    char text[256];
+    if (namespaces.listenerTraffic(&rx, &tx, &error)) {
+      netnsJson["listenerRxBytes"] = rx;
+      netnsJson["listenerTxBytes"] = tx;
+      std::snprintf(text, sizeof(text), "netns: %s received %.1f MB and sent %.1f MB across the veth pair\n",
+                    namespaces.listenerInterface().c_str(), rx / 1e6, tx / 1e6);
+      trafficLine = text;
+    } else {
+      trafficLine = "netns: no traffic counters: " + error + "\n";
+    }
+  }
+  removePeerCopy();
+  namespaces.remove();
   int failed = 0, passed = 0, skipped = 0;
-  nlohmann::json out = {{"plugin", name}, {"path", path}, {"version", version}, {"rules", nlohmann::json::array()}};
+  nlohmann::json out = {{"plugin", name}, {"path", path}, {"version", version}, {"netns", netnsJson},
+                        {"rules", nlohmann::json::array()}};
   for (const auto& r : results) {
     failed += r.status == nns::check::Status::kFail;
     passed += r.status == nns::check::Status::kPass;
@@ -98,6 +238,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
     std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    std::printf("%s", trafficLine.c_str());
   }
   if (!junit.empty()) {
     std::ofstream xml(junit);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "netns.hpp"
 
 namespace nns::check {
 namespace {
@@ -28,6 +29,10 @@ using core::Net;
 int gResultFd = -1;               // where the rule process writes its verdict
 const char* gCurrentCall = "";    // the plugin call in progress
 int gCallTimeout = 5;
+int gPeerDeathSeconds = 30;       // how long a pending test may take to notice a dead peer
+std::string gPeerNetns;           // --netns: the namespace peers enter
+std::string gPeerLibrary;         // --netns: the copy of the plugin peers open
+volatile sig_atomic_t gRunningRule = 0;  // process group of the rule in progress (the harness's parent process)
 
 void onAlarm(int) {
   char text[256];
@@ -115,12 +120,59 @@ ncclResult_t postRecv(Context& c, void* comm, int n, void** data, size_t* sizes,
   return ncclSuccess;
 }
 
+// Like waitDone, but also watches the peer process: when it exits with a non-zero code before the request is done,
+// returns ncclTimeout at once with the code in *peerCode and `peer` set to -1 (reaped).
+ncclResult_t waitDoneWatchingPeer(Context& c, void* request, int* size, double seconds, pid_t& peer, int* peerCode) {
+  auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  int done = 0;
+  while (!done) {
+    ncclResult_t result = CALL("test", c.net->test(request, &done, size));
+    if (result != ncclSuccess) return result;
+    if (done) break;
+    int status = 0;
+    if (peer > 0 && waitpid(peer, &status, WNOHANG) == peer) {
+      peer = -1;
+      *peerCode = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      if (*peerCode != 0) return ncclTimeout;
+    }
+    if (Clock::now() > deadline) return ncclTimeout;
+  }
+  return ncclSuccess;
+}
+
+constexpr int kPeerNetnsFailed = 50, kPeerReopenFailed = 51;
+
+// With --netns, turns the forked peer into a host of its own: it enters the peer namespace and swaps `c` (its copy
+// of the rule's context) for a fresh instance of the plugin, through the same ABI version, initialised there.
+int becomeNetnsPeer(Context& c) {
+  std::string error;
+  if (!enterNetns(gPeerNetns, &error)) {
+    std::fprintf(stderr, "nccl-net-check peer: %s\n", error.c_str());
+    return kPeerNetnsFailed;
+  }
+  auto net = core::openNetVersion(gPeerLibrary, c.net->version(), &error);
+  void* ctx = nullptr;
+  ncclNetProperties_v12_t props;
+  if (net == nullptr || CALL("init", net->init(&ctx, 0x6e6e73, nullptr, nullptr, nullptr)) != ncclSuccess ||
+      CALL("getProperties", net->getProperties(c.dev, &props)) != ncclSuccess) {
+    std::fprintf(stderr, "nccl-net-check peer: %s in namespace %s: %s\n", gPeerLibrary.c_str(), gPeerNetns.c_str(),
+                 net == nullptr ? error.c_str() : "init or getProperties failed");
+    return kPeerReopenFailed;
+  }
+  c = Context{net.release(), ctx, c.dev, props};  // lives until the peer exits
+  return 0;
+}
+
 // A peer process: runs `body` (which returns an exit code) with the per-call watchdog active.
-pid_t startPeer(const std::function<int()>& body) {
+pid_t startPeer(Context& c, const std::function<int()>& body) {
   std::fflush(nullptr);
   pid_t pid = fork();
   if (pid == 0) {
     gResultFd = -1;
+    if (!gPeerNetns.empty()) {
+      int code = becomeNetnsPeer(c);
+      if (code != 0) _exit(code);
+    }
     _exit(body());
   }
   return pid;
@@ -172,7 +224,7 @@ bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& 
     *why = "listen failed";
     return false;
   }
-  pair.peer = startPeer([&]() {
+  pair.peer = startPeer(c, [&]() {
     void* sendComm = connectWithin(c, pair.handle, 20);
     if (sendComm == nullptr) return 20;
     int code = sender(sendComm);
@@ -251,6 +303,8 @@ std::string peerText(int code) {
   if (code == 124) return "peer did not finish (killed)";
   if (code < 0) return "peer died with signal " + std::to_string(-code);
   if (code == 3) return "peer: a plugin call did not return in time";
+  if (code == kPeerNetnsFailed) return "peer: could not enter its network namespace";
+  if (code == kPeerReopenFailed) return "peer: the plugin did not load or init in the peer's network namespace";
   return "peer exit code " + std::to_string(code);
 }
 
@@ -259,10 +313,23 @@ std::string peerText(int code) {
 Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t>>& messages, size_t capacity) {
   Pair pair;
   std::string why;
-  if (!openPair(c, pair, [&](void* comm) { return sendMessages(c, comm, messages); }, &why))
+  // The sender keeps its comm open until the receiver has checked everything (as NCCL closes comms only when the
+  // communicator goes): a plugin may rightly fail pending receives once the sender closed.
+  int checkedPipe[2];
+  if (pipe(checkedPipe) != 0) return fail("pipe failed");
+  if (!openPair(c, pair, [&](void* comm) {
+        close(checkedPipe[1]);  // so a receiver that dies reads as a hang-up, not as silence
+        int code = sendMessages(c, comm, messages);
+        pollfd checked{checkedPipe[0], POLLIN, 0};
+        poll(&checked, 1, 60000);
+        return code;
+      }, &why))
     return fail("%s", why.c_str());
   Verdict v = receiveMessages(c, pair.recvComm, messages, capacity);
+  (void)!write(checkedPipe[1], "c", 1);
   int code = closePair(c, pair);
+  close(checkedPipe[0]);
+  close(checkedPipe[1]);
   if (v.status != Status::kPass) return v;
   if (code == 31) return fail("the sender's test reported a size other than the one it sent");
   if (code != 0) return fail("%s", peerText(code).c_str());
@@ -291,6 +358,11 @@ Verdict propertiesSane(Context& c) {
       return fail("device %d: maxP2pBytes %zu outside (0, 1 TiB] (NCCL refuses the connection)", dev, p.maxP2pBytes);
     if (p.vProps.ndevs < 1 || p.vProps.ndevs > NCCL_NET_MAX_DEVS_PER_NIC)
       return fail("device %d: vProps.ndevs %d", dev, p.vProps.ndevs);
+    // NCCL 2.30 takes a v12 plugin's fields verbatim: these must be filled (-1 = undefined ids; 1 if unsure).
+    if (p.maxMultiRequestSize < 1)
+      return fail("device %d: maxMultiRequestSize %d (at least 1)", dev, p.maxMultiRequestSize);
+    if (p.railId < NCCL_NET_ID_UNDEF || p.planeId < NCCL_NET_ID_UNDEF)
+      return fail("device %d: railId %d / planeId %d (-1 when undefined)", dev, p.railId, p.planeId);
     if (p.netDeviceType != NCCL_NET_DEVICE_HOST &&
         !(p.netDeviceType == NCCL_NET_DEVICE_UNPACK && p.netDeviceVersion == NCCL_NET_DEVICE_UNPACK_VERSION))
       return fail("device %d: netDeviceType %d version %d is not one NCCL accepts for ncclNet", dev,
@@ -410,6 +482,7 @@ Verdict nullRequestMeansRetry(Context& c) {
   // plugin may say so at once) or 4x the request limit is in flight. Then the receiver posts its receives, the
   // sender retries and posts 4 more: everything accepted must complete.
   constexpr int kLimit = 4 * NCCL_NET_MAX_REQUESTS, kMore = 4;
+  constexpr int kRetrySeconds = 10;  // a posted receive must let a refused send through well within this
   Pair pair;
   std::string why;
   int resultPipe[2], goPipe[2];
@@ -430,7 +503,7 @@ Verdict nullRequestMeansRetry(Context& c) {
         if (read(goPipe[0], &go, 1) != 1) return 40;
         // Retry as NCCL's proxy does: keep testing what is in flight while a new send is refused.
         size_t oldest = 0;
-        auto deadline = Clock::now() + std::chrono::seconds(20);
+        auto deadline = Clock::now() + std::chrono::seconds(kRetrySeconds);
         for (int i = 0; i < kMore;) {
           void* request = nullptr;
           if (CALL("isend", c.net->isend(comm, bytes.data(), bytes.size(), 1, nullptr, nullptr, &request)) != ncclSuccess)
@@ -459,18 +532,35 @@ Verdict nullRequestMeansRetry(Context& c) {
     return fail("the sender did not report how many sends it could post");
   (void)!write(goPipe[1], "g", 1);
   std::vector<unsigned char> buffer(64);
-  for (int i = 0; i < posted + kMore; ++i) {
+  int peerCode = 0;
+  bool peerFailed = false;
+  for (int i = 0; i < posted + kMore && !peerFailed; ++i) {
     void* request = nullptr;
     void* data = buffer.data();
     size_t size = buffer.size();
     int tag = 1;
     if (postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request) != ncclSuccess) return fail("irecv %d failed", i);
     int got = -1;
-    ncclResult_t result = waitDone(c, request, &got, 30);
-    if (result != ncclSuccess || got != 16) return fail("receive %d: result %d, size %d", i, result, got);
+    // A sender that gave up explains a receive that never completes better than the receive's timeout does.
+    ncclResult_t result = waitDoneWatchingPeer(c, request, &got, 30, pair.peer, &peerCode);
+    if (result != ncclSuccess && pair.peer > 0) {
+      // The receive failed, perhaps because the sender gave up and closed: its exit code says so, if it has one.
+      int status = 0;
+      for (int tries = 0; tries < 200 && pair.peer > 0; ++tries, usleep(10000)) {
+        if (waitpid(pair.peer, &status, WNOHANG) != pair.peer) continue;
+        pair.peer = -1;
+        peerCode = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      }
+    }
+    peerFailed = result != ncclSuccess && pair.peer < 0 && peerCode != 0;
+    if (!peerFailed && (result != ncclSuccess || got != 16))
+      return fail("receive %d: result %d, size %d", i, result, got);
   }
-  int code = closePair(c, pair);
-  if (code == 43) return fail("after a NULL request, isend never accepted a send once receives were posted");
+  int code = peerFailed ? peerCode : closePair(c, pair);
+  if (peerFailed) closePair(c, pair);
+  if (code == 43)
+    return fail("after a NULL request, isend never accepted a send within %d s once receives were posted",
+                kRetrySeconds);
   if (code != 0) return fail("%s", peerText(code).c_str());
   return pass(posted < kLimit ? "isend returned a NULL request after " + std::to_string(posted) +
                                     " in flight; retried sends were accepted once receives were posted; all completed"
@@ -567,6 +657,20 @@ Verdict multiRecvTags(Context& c) {
   return pass("irecv of " + std::to_string(n) + " tags, sent in reverse order: every buffer got its tag's message");
 }
 
+// The 1 GiB rule stamps every 4 KiB with an 8-byte value derived from its offset: a byte pattern that repeats
+// would not show data landing at the wrong offset (a wrapped 32-bit offset, a chunk counter that overflows).
+constexpr size_t kStampEvery = 4096;
+uint64_t stampFor(size_t offset) { return (offset * 0x9e3779b97f4a7c15ull) ^ 0x6e6e73; }
+void stampAt(std::vector<unsigned char>& buffer, size_t offset) {
+  uint64_t stamp = stampFor(offset);
+  std::memcpy(&buffer[offset], &stamp, sizeof(stamp));
+}
+bool stampedAt(const std::vector<unsigned char>& buffer, size_t offset) {
+  uint64_t stamp;
+  std::memcpy(&stamp, &buffer[offset], sizeof(stamp));
+  return stamp == stampFor(offset);
+}
+
 Verdict oneGibMessage(Context& c) {
   constexpr size_t kBytes = 1ull << 30;
   if (c.props.maxP2pBytes < kBytes) return skip("maxP2pBytes " + std::to_string(c.props.maxP2pBytes) + " < 1 GiB");
@@ -574,7 +678,7 @@ Verdict oneGibMessage(Context& c) {
   std::string why;
   if (!openPair(c, pair, [&](void* comm) {
         std::vector<unsigned char> big(kBytes);
-        for (size_t i = 0; i < kBytes; i += 4096) big[i] = patternByte(i, 77);
+        for (size_t i = 0; i < kBytes; i += kStampEvery) stampAt(big, i);
         void* request = nullptr;
         if (postSend(c, comm, big.data(), kBytes, 1, &request) != ncclSuccess) return 41;
         int size = -1;
@@ -595,11 +699,12 @@ Verdict oneGibMessage(Context& c) {
   int code = closePair(c, pair, 60);
   if (result != ncclSuccess) return fail("1 GiB receive: result %d", result);
   if (got != static_cast<int>(kBytes)) return fail("1 GiB receive reported %d bytes", got);
-  for (size_t i = 0; i < kBytes; i += 4096)
-    if (big[i] != patternByte(i, 77)) return fail("1 GiB receive: wrong byte at %zu", i);
+  for (size_t i = 0; i < kBytes; i += kStampEvery)
+    if (!stampedAt(big, i)) return fail("1 GiB receive: the 8 bytes at offset %zu are not the ones sent there", i);
   if (code != 0) return fail("%s", peerText(code).c_str());
   char text[96];
-  std::snprintf(text, sizeof(text), "1 GiB in %.2f s (%.2f GB/s), sampled every 4 KiB", seconds, kBytes / seconds / 1e9);
+  std::snprintf(text, sizeof(text), "1 GiB in %.2f s (%.2f GB/s), offset stamps checked every 4 KiB", seconds,
+                kBytes / seconds / 1e9);
   return pass(text);
 }
 
@@ -705,13 +810,15 @@ Verdict peerDeathIsAnError(Context& c) {
   pair.peer = -1;
   auto killed = Clock::now();
   int got = -1;
-  ncclResult_t result = waitDone(c, request, &got, 30);
+  ncclResult_t result = waitDone(c, request, &got, gPeerDeathSeconds);
   double seconds = std::chrono::duration<double>(Clock::now() - killed).count();
   closePair(c, pair);
   if (result == ncclSuccess)
     return fail("a %zu-byte receive completed (size %d) although the sender was killed before sending it all",
                 kBytes, got);
-  if (result == ncclTimeout) return fail("no error within 30 s of the peer's death: the receive would hang NCCL");
+  if (result == ncclTimeout)
+    return fail("test still said 'not done' %d s after the peer's death, never an error: the receive would hang NCCL",
+                gPeerDeathSeconds);
   char text[128];
   std::snprintf(text, sizeof(text), "test returned %d %.2f s after the sender was killed mid-message", result, seconds);
   return pass(text);
@@ -794,7 +901,7 @@ const std::vector<Rule>& rules() {
        closeWithRequestsInFlight},
       {{"every-version-agrees", "every exported ncclNetPlugin_vN reports the same device and moves data"},
        everyVersionAgrees},
-      {{"peer-death-is-an-error", "a peer killed mid-transfer makes the pending test fail within 30 s"},
+      {{"peer-death-is-an-error", "a peer killed mid-transfer makes the pending test fail (within 30 s by default)"},
        peerDeathIsAnError},
       {{"every-call-returns", "each plugin call returns within the call timeout (a watchdog guards every rule)"},
        everyCallReturns},
@@ -806,6 +913,7 @@ const std::vector<Rule>& rules() {
 [[noreturn]] void runRuleProcess(const Rule& rule, const Options& options, int fd) {
   gResultFd = fd;
   gCallTimeout = options.callTimeoutSeconds;
+  gPeerDeathSeconds = options.peerDeathSeconds;
   signal(SIGALRM, onAlarm);
   signal(SIGPIPE, SIG_IGN);
   auto writeVerdict = [&](const Verdict& v) {
@@ -813,6 +921,11 @@ const std::vector<Rule>& rules() {
     (void)!write(fd, text.data(), text.size());
     _exit(0);
   };
+  gPeerNetns = options.peerNetns;
+  gPeerLibrary = options.peerLibrary;
+  std::string netnsError;
+  if (!options.listenerNetns.empty() && !enterNetns(options.listenerNetns, &netnsError))
+    writeVerdict(fail("could not enter network namespace %s: %s", options.listenerNetns.c_str(), netnsError.c_str()));
   core::LoadReport report;
   auto net = core::loadNet(options.load, &report);
   if (net == nullptr) writeVerdict(fail("the plugin did not load"));
@@ -834,6 +947,11 @@ const char* statusText(Status status) {
     case Status::kFail: return "FAIL";
   }
   return "FAIL";
+}
+
+void killRunningRule() {
+  pid_t group = gRunningRule;
+  if (group > 0) kill(-group, SIGKILL);
 }
 
 const std::vector<RuleInfo>& allRules() {
@@ -868,6 +986,7 @@ std::vector<RuleResult> runRules(const Options& options) {
       runRuleProcess(rule, options, fds[1]);
     }
     close(fds[1]);
+    gRunningRule = pid;
     std::string text;
     char buffer[1024];
     auto deadline = start + std::chrono::seconds(options.ruleTimeoutSeconds);
@@ -892,6 +1011,7 @@ std::vector<RuleResult> runRules(const Options& options) {
     int status = 0;
     waitpid(pid, &status, 0);
     kill(-pid, SIGKILL);  // leftover peers of the rule
+    gRunningRule = 0;
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     size_t bar = text.find('|');
     if (hung) {

@@ -1,5 +1,6 @@
 // nccl-net-info: what a cluster engineer runs first: which net plugins are found, which ABI versions each exports,
-// which one is chosen and why, and every device's properties. Human table by default, --json for machines.
+// which one is chosen and why, every device's properties, and the chosen plugin's collNet (versions, the one taken or
+// why none, its devices). Human table by default, --json for machines.
 #include <limits.h>
 #include <unistd.h>
 
@@ -81,6 +82,8 @@ json deviceJson(int dev, const ncclNetProperties_v12_t& p) {
               {"planeId", p.planeId},
               {"vProps", vdevs}};
 }
+
+void printDevices(const json& devices);  // one line per device, below main
 
 }  // namespace
 
@@ -164,6 +167,40 @@ int main(int argc, char** argv) {
   }
   out["devices"] = devices;
 
+  // NCCL looks for a collNet in the chosen net's library only; without one (or with one that fails) it runs
+  // without in-network collectives.
+  json collNet = nullptr;
+  if (net != nullptr) {
+    nns::core::CollNetReport collReport;
+    auto coll = nns::core::loadCollNet(*net, &collReport);
+    json collDevices = json::array();
+    std::string collError;
+    if (coll != nullptr) {
+      void* ctx = nullptr;
+      ncclResult_t result = coll->init(&ctx, 0, nullptr);
+      int ndev = 0;
+      if (result == ncclSuccess) result = coll->devices(&ndev);
+      for (int dev = 0; result == ncclSuccess && dev < ndev; ++dev) {
+        ncclNetProperties_v12_t props;
+        if (coll->getProperties(dev, &props) == ncclSuccess) {
+          collDevices.push_back(deviceJson(dev, props));
+        } else {
+          collDevices.push_back({{"dev", dev}, {"error", "getProperties failed"}});
+        }
+      }
+      if (result != ncclSuccess) collError = "init/devices returned " + std::to_string(static_cast<int>(result));
+      coll->finalize(ctx);
+    }
+    collNet = {{"path", collReport.path},
+               {"exportedVersions", versionsJson(collReport.exportedVersions)},
+               {"chosenVersion", collReport.chosenVersion},
+               {"name", coll != nullptr ? json(coll->name()) : json(nullptr)},
+               {"rejectReason", collReport.rejectReason},
+               {"error", collError},
+               {"devices", collDevices}};
+  }
+  out["collNet"] = collNet;
+
   if (asJson) {
     std::printf("%s\n", out.dump(2).c_str());
     return net != nullptr ? 0 : 1;
@@ -198,6 +235,24 @@ int main(int argc, char** argv) {
   }
   std::printf("\nDevices of %s (ncclNet_v%d):\n", net->name(), net->version());
   if (!deviceError.empty()) std::printf("  %s\n", deviceError.c_str());
+  printDevices(devices);
+
+  std::printf("\nCollNet (in-network collectives) of %s:\n  exports ncclCollNet %s\n", net->path().c_str(),
+              versionsText(collNet["exportedVersions"].get<std::vector<int>>()).c_str());
+  if (collNet["chosenVersion"].get<int>() == 0) {
+    std::printf("  not used: %s\n", collNet["rejectReason"].get<std::string>().c_str());
+    return 0;
+  }
+  std::printf("  CHOSEN %s through ncclCollNet_v%d (the newest it exports that this host knows)\n",
+              collNet["name"].get<std::string>().c_str(), collNet["chosenVersion"].get<int>());
+  if (!collNet["error"].get<std::string>().empty()) std::printf("  %s\n", collNet["error"].get<std::string>().c_str());
+  printDevices(collNet["devices"]);
+  return 0;
+}
+
+namespace {
+
+void printDevices(const json& devices) {
   std::printf("  %-3s %-14s %-9s %-7s %-5s %-4s %-8s %-8s %-17s %-6s %-5s %-8s %-11s %-11s %s\n", "dev", "name",
               "speed", "latency", "port", "recv", "maxComms", "guid", "ptrSupport", "regGlb", "flush", "devType",
               "maxP2p", "maxColl", "vProps / pciPath");
@@ -218,5 +273,6 @@ int main(int argc, char** argv) {
                 d["regIsGlobal"].get<int>(), d["forceFlush"].get<int>(), d["netDeviceType"].get<std::string>().c_str(),
                 d["maxP2pBytes"].get<size_t>(), d["maxCollBytes"].get<size_t>(), vprops.c_str(), pci.c_str());
   }
-  return 0;
 }
+
+}  // namespace

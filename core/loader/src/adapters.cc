@@ -1,4 +1,5 @@
-// adapters.cc: the per-version adapters from ncclNet_v6..v12 tables to nns::core::Net (v12 semantics).
+// adapters.cc: the per-version adapters from ncclNet_v6..v12 and ncclCollNet_v6..v12 tables to nns::core::Net and
+// nns::core::CollNet (v12 semantics).
 #include "adapters.hpp"
 
 #include <dlfcn.h>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <tuple>
 #include <type_traits>
 
 namespace nns::core::detail {
@@ -19,13 +21,47 @@ Library::~Library() {
 namespace {
 
 template <int V> struct Table;
-template <> struct Table<6> { using Net = ncclNet_v6_t; using Props = ncclNetProperties_v6_t; };
-template <> struct Table<7> { using Net = ncclNet_v7_t; using Props = ncclNetProperties_v7_t; };
-template <> struct Table<8> { using Net = ncclNet_v8_t; using Props = ncclNetProperties_v8_t; };
-template <> struct Table<9> { using Net = ncclNet_v9_t; using Props = ncclNetProperties_v9_t; };
-template <> struct Table<10> { using Net = ncclNet_v10_t; using Props = ncclNetProperties_v10_t; };
-template <> struct Table<11> { using Net = ncclNet_v11_t; using Props = ncclNetProperties_v11_t; };
-template <> struct Table<12> { using Net = ncclNet_v12_t; using Props = ncclNetProperties_v12_t; };
+template <> struct Table<6> {
+  using Net = ncclNet_v6_t;
+  using Coll = ncclCollNet_v6_t;
+  using Props = ncclNetProperties_v6_t;
+};
+template <> struct Table<7> {
+  using Net = ncclNet_v7_t;
+  using Coll = ncclCollNet_v7_t;
+  using Props = ncclNetProperties_v7_t;
+};
+template <> struct Table<8> {
+  using Net = ncclNet_v8_t;
+  using Coll = ncclCollNet_v8_t;
+  using Props = ncclNetProperties_v8_t;
+};
+template <> struct Table<9> {
+  using Net = ncclNet_v9_t;
+  using Coll = ncclCollNet_v9_t;
+  using Props = ncclNetProperties_v9_t;
+};
+template <> struct Table<10> {
+  using Net = ncclNet_v10_t;
+  using Coll = ncclCollNet_v10_t;
+  using Props = ncclNetProperties_v10_t;
+};
+template <> struct Table<11> {
+  using Net = ncclNet_v11_t;
+  using Coll = ncclCollNet_v11_t;
+  using Props = ncclNetProperties_v11_t;
+};
+template <> struct Table<12> {
+  using Net = ncclNet_v12_t;
+  using Coll = ncclCollNet_v12_t;
+  using Props = ncclNetProperties_v12_t;
+};
+
+#define NNS_LOADER_CHECK(call)              \
+  do {                                      \
+    ncclResult_t check_result_ = (call);    \
+    if (check_result_ != ncclSuccess) return check_result_; \
+  } while (0)
 
 void warn(const char* plugin, const char* format, ...) __attribute__((format(printf, 2, 3)));
 void warn(const char* plugin, const char* format, ...) {
@@ -37,10 +73,63 @@ void warn(const char* plugin, const char* format, ...) {
   std::fprintf(stderr, "WARN NET/Loader : plugin %s: %s\n", plugin, text);
 }
 
+// Calls an ncclNet_vN or ncclCollNet_vN getProperties and fills the v12 view, with what version V lacks filled the
+// way NCCL 2.30 fills it (net-abi.md §5.3). ncclNet and ncclCollNet share the properties struct of each version.
+template <int V, class GetProperties>
+ncclResult_t readProperties(GetProperties getProperties, int dev, ncclNetProperties_v12_t* out) {
+  using Props = typename Table<V>::Props;
+  if constexpr (V == 12) {
+    return getProperties(dev, out);
+  } else {
+    Props in;
+    std::memset(&in, 0, sizeof(in));
+    ncclResult_t result = getProperties(dev, &in);
+    if (result != ncclSuccess) return result;
+    std::memset(out, 0, sizeof(*out));
+    out->name = in.name;
+    out->pciPath = in.pciPath;
+    out->guid = in.guid;
+    out->ptrSupport = in.ptrSupport;
+    out->speed = in.speed;
+    out->port = in.port;
+    out->latency = in.latency;
+    out->maxComms = in.maxComms;
+    out->maxRecvs = in.maxRecvs;
+    out->railId = NCCL_NET_ID_UNDEF;
+    out->planeId = NCCL_NET_ID_UNDEF;
+    if constexpr (V >= 7) {
+      out->netDeviceType = in.netDeviceType;
+      out->netDeviceVersion = in.netDeviceVersion;
+    } else {
+      out->netDeviceType = NCCL_NET_DEVICE_HOST;
+      out->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
+    }
+    if constexpr (V >= 8) out->regIsGlobal = in.regIsGlobal;
+    if constexpr (V >= 9) {
+      out->forceFlush = in.forceFlush;
+      out->vProps.ndevs = in.vProps.ndevs;
+      for (int i = 0; i < in.vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC_V11; ++i)
+        out->vProps.devs[i] = in.vProps.devs[i];
+      out->maxP2pBytes = in.maxP2pBytes;
+      out->maxCollBytes = in.maxCollBytes;
+    } else {
+      out->vProps.ndevs = 1;
+      out->vProps.devs[0] = dev;
+      out->maxP2pBytes = kLegacyMaxP2pBytes;
+      out->maxCollBytes = kLegacyMaxCollBytes;
+    }
+    if constexpr (V >= 11) {
+      out->maxMultiRequestSize = in.maxMultiRequestSize;
+    } else {
+      out->maxMultiRequestSize = 1;
+    }
+    return ncclSuccess;
+  }
+}
+
 template <int V>
 class NetAdapter final : public Net {
   using T = typename Table<V>::Net;
-  using Props = typename Table<V>::Props;
 
  public:
   NetAdapter(const T* table, std::shared_ptr<Library> library) : t_(table), library_(std::move(library)) {}
@@ -79,53 +168,7 @@ class NetAdapter final : public Net {
   ncclResult_t devices(int* ndev) override { return t_->devices(ndev); }
 
   ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* out) override {
-    if constexpr (V == 12) {
-      return t_->getProperties(dev, out);
-    } else {
-      Props in;
-      std::memset(&in, 0, sizeof(in));
-      ncclResult_t result = t_->getProperties(dev, &in);
-      if (result != ncclSuccess) return result;
-      std::memset(out, 0, sizeof(*out));
-      out->name = in.name;
-      out->pciPath = in.pciPath;
-      out->guid = in.guid;
-      out->ptrSupport = in.ptrSupport;
-      out->speed = in.speed;
-      out->port = in.port;
-      out->latency = in.latency;
-      out->maxComms = in.maxComms;
-      out->maxRecvs = in.maxRecvs;
-      out->railId = NCCL_NET_ID_UNDEF;
-      out->planeId = NCCL_NET_ID_UNDEF;
-      if constexpr (V >= 7) {
-        out->netDeviceType = in.netDeviceType;
-        out->netDeviceVersion = in.netDeviceVersion;
-      } else {
-        out->netDeviceType = NCCL_NET_DEVICE_HOST;
-        out->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
-      }
-      if constexpr (V >= 8) out->regIsGlobal = in.regIsGlobal;
-      if constexpr (V >= 9) {
-        out->forceFlush = in.forceFlush;
-        out->vProps.ndevs = in.vProps.ndevs;
-        for (int i = 0; i < in.vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC_V11; ++i)
-          out->vProps.devs[i] = in.vProps.devs[i];
-        out->maxP2pBytes = in.maxP2pBytes;
-        out->maxCollBytes = in.maxCollBytes;
-      } else {
-        out->vProps.ndevs = 1;
-        out->vProps.devs[0] = dev;
-        out->maxP2pBytes = kLegacyMaxP2pBytes;
-        out->maxCollBytes = kLegacyMaxCollBytes;
-      }
-      if constexpr (V >= 11) {
-        out->maxMultiRequestSize = in.maxMultiRequestSize;
-      } else {
-        out->maxMultiRequestSize = 1;
-      }
-      return ncclSuccess;
-    }
+    return readProperties<V>(t_->getProperties, dev, out);
   }
 
   ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) override {
@@ -303,6 +346,223 @@ class NetAdapter final : public Net {
   bool initialised_ = false;
 };
 
+
+// One adapter per ncclCollNet_vN: the v12 view of a collNet, filled as NCCL 2.30's src/plugin/net/net_vN.cc do.
+template <int V>
+class CollNetAdapter final : public CollNet {
+  using T = typename Table<V>::Coll;
+
+ public:
+  CollNetAdapter(const T* table, std::shared_ptr<Library> library) : t_(table), library_(std::move(library)) {}
+
+  const char* name() const override { return t_->name; }
+  int version() const override { return V; }
+  const std::string& path() const override { return library_->path; }
+
+  ncclResult_t init(void** ctx, uint64_t commId, ncclDebugLogger_t logger) override {
+    if constexpr (V >= 11) {
+      return t_->init(ctx, commId, logger);
+    } else {
+      // Before v11 a collNet is initialised once per process and has no per-communicator context.
+      (void)commId;
+      std::lock_guard<std::mutex> lock(initMutex_);
+      if (!initialised_) {
+        ncclResult_t result = t_->init(logger);
+        if (result != ncclSuccess) return result;
+        initialised_ = true;
+      }
+      if (ctx != nullptr) *ctx = nullptr;
+      return ncclSuccess;
+    }
+  }
+
+  ncclResult_t devices(int* ndev) override { return t_->devices(ndev); }
+
+  ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* out) override {
+    ncclResult_t result = readProperties<V>(t_->getProperties, dev, out);
+    if constexpr (V == 7) {
+      // NCCL's v7 collNet adapter does not copy the device type: a collNet is a host-driven device there.
+      out->netDeviceType = NCCL_NET_DEVICE_HOST;
+      out->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
+    }
+    return result;
+  }
+
+  ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) override {
+    if constexpr (V >= 11) {
+      return t_->listen(ctx, dev, handle, listenComm);
+    } else {
+      (void)ctx;
+      return t_->listen(dev, handle, listenComm);
+    }
+  }
+
+  ncclResult_t connect(void* handles[], int nranks, int rank, void* listenComm, void** collComm) override {
+    return t_->connect(handles, nranks, rank, listenComm, collComm);
+  }
+  ncclResult_t reduceSupport(ncclDataType_t dataType, ncclRedOp_t redOp, int* supported) override {
+    return t_->reduceSupport(dataType, redOp, supported);
+  }
+
+  ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) override {
+    if constexpr (V >= 8) {
+      return t_->regMr(comm, data, size, type, mhandle);
+    } else {
+      if (size > static_cast<size_t>(INT_MAX)) {
+        warn(t_->name, "collNet regMr of %zu bytes does not fit ncclCollNet_v%d's int size", size, V);
+        return ncclInternalError;
+      }
+      return t_->regMr(comm, data, static_cast<int>(size), type, mhandle);
+    }
+  }
+  ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                           void** mhandle) override {
+    if (t_->regMrDmaBuf == nullptr) {
+      warn(t_->name, "collNet has no regMrDmaBuf");
+      return ncclInvalidUsage;
+    }
+    return t_->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
+  }
+  ncclResult_t deregMr(void* comm, void* mhandle) override { return t_->deregMr(comm, mhandle); }
+
+  ncclResult_t iallreduce(void* comm, void* sendData, void* recvData, size_t count, ncclDataType_t dataType,
+                          ncclRedOp_t redOp, void* sendMhandle, void* recvMhandle, void** request) override {
+    if constexpr (V >= 9) {
+      return t_->iallreduce(comm, sendData, recvData, count, dataType, redOp, sendMhandle, recvMhandle, request);
+    } else {
+      if (count > kLegacyMaxP2pBytes) {
+        warn(t_->name, "iallreduce of %zu elements exceeds the limit of ncclCollNet_v%d's int count", count, V);
+        return ncclInternalError;
+      }
+      return t_->iallreduce(comm, sendData, recvData, static_cast<int>(count), dataType, redOp, sendMhandle,
+                            recvMhandle, request);
+    }
+  }
+
+  bool hasIallgather() const override {
+    if constexpr (V >= 8) return t_->iallgather != nullptr;
+    return false;
+  }
+  ncclResult_t iallgather(void* comm, void* sendData, int nRecvParts, ncclNetSGE_v12_t* recvParts,
+                          size_t bytesPerRank, size_t windowOffset, size_t windowBytes, void* sendMhandle,
+                          void** request) override {
+    if constexpr (V >= 8) {
+      if (t_->iallgather == nullptr) return absent("iallgather");
+      if constexpr (V >= 9) {
+        using Sge = std::remove_pointer_t<std::tuple_element_t<3, Args<decltype(t_->iallgather)>>>;
+        static_assert(sizeof(Sge) == sizeof(ncclNetSGE_v12_t), "v9..v11 SGEs have the v12 layout");
+        return t_->iallgather(comm, sendData, nRecvParts, reinterpret_cast<Sge*>(recvParts), bytesPerRank,
+                              windowOffset, windowBytes, sendMhandle, request);
+      } else {
+        ncclNetSGE_v8_t part;
+        NNS_LOADER_CHECK(narrowSge("iallgather", nRecvParts, recvParts, &part));
+        return t_->iallgather(comm, sendData, 1, &part, bytesPerRank, windowOffset, windowBytes, sendMhandle,
+                              request);
+      }
+    } else {
+      (void)comm, (void)sendData, (void)nRecvParts, (void)recvParts, (void)bytesPerRank, (void)windowOffset;
+      (void)windowBytes, (void)sendMhandle, (void)request;
+      return absent("iallgather");
+    }
+  }
+
+  bool hasIreducescatter() const override {
+    if constexpr (V >= 8) return t_->ireducescatter != nullptr;
+    return false;
+  }
+  ncclResult_t ireducescatter(void* comm, int nSendParts, ncclNetSGE_v12_t* sendParts, void* recvData,
+                              size_t bytesPerRank, size_t windowOffset, size_t windowBytes, ncclDataType_t dataType,
+                              ncclRedOp_t redOp, void* recvMhandle, void** request) override {
+    if constexpr (V >= 8) {
+      if (t_->ireducescatter == nullptr) return absent("ireducescatter");
+      if constexpr (V >= 9) {
+        using Sge = std::remove_pointer_t<std::tuple_element_t<2, Args<decltype(t_->ireducescatter)>>>;
+        static_assert(sizeof(Sge) == sizeof(ncclNetSGE_v12_t), "v9..v11 SGEs have the v12 layout");
+        return t_->ireducescatter(comm, nSendParts, reinterpret_cast<Sge*>(sendParts), recvData, bytesPerRank,
+                                  windowOffset, windowBytes, dataType, redOp, recvMhandle, request);
+      } else {
+        ncclNetSGE_v8_t part;
+        NNS_LOADER_CHECK(narrowSge("ireducescatter", nSendParts, sendParts, &part));
+        return t_->ireducescatter(comm, 1, &part, recvData, bytesPerRank, windowOffset, windowBytes, dataType, redOp,
+                                  recvMhandle, request);
+      }
+    } else {
+      (void)comm, (void)nSendParts, (void)sendParts, (void)recvData, (void)bytesPerRank, (void)windowOffset;
+      (void)windowBytes, (void)dataType, (void)redOp, (void)recvMhandle, (void)request;
+      return absent("ireducescatter");
+    }
+  }
+
+  ncclResult_t iflush(void* comm, void* data, int size, void* mhandle, void** request) override {
+    return t_->iflush(comm, data, size, mhandle, request);
+  }
+  ncclResult_t test(void* request, int* done, int* size) override { return t_->test(request, done, size); }
+  ncclResult_t closeColl(void* comm) override { return t_->closeColl(comm); }
+  ncclResult_t closeListen(void* comm) override { return t_->closeListen(comm); }
+
+  bool hasMakeVDevice() const override {
+    if constexpr (V >= 9) return t_->makeVDevice != nullptr;
+    return false;
+  }
+  ncclResult_t makeVDevice(int* d, ncclNetVDeviceProps_v12_t* props) override {
+    if constexpr (V >= 9) {
+      if (t_->makeVDevice == nullptr) return absent("makeVDevice");
+      if constexpr (V == 12) {
+        return t_->makeVDevice(d, props);
+      } else {
+        if (props->ndevs > NCCL_NET_MAX_DEVS_PER_NIC_V11) {
+          warn(t_->name, "a collNet vNIC of %d devices does not fit ncclCollNet_v%d (at most %d)", props->ndevs, V,
+               NCCL_NET_MAX_DEVS_PER_NIC_V11);
+          return ncclInvalidUsage;
+        }
+        using OldProps = std::remove_pointer_t<std::tuple_element_t<1, Args<decltype(t_->makeVDevice)>>>;
+        OldProps old{};
+        old.ndevs = props->ndevs;
+        for (int i = 0; i < props->ndevs; ++i) old.devs[i] = props->devs[i];
+        return t_->makeVDevice(d, &old);
+      }
+    } else {
+      (void)d, (void)props;
+      return absent("makeVDevice");
+    }
+  }
+
+  ncclResult_t finalize(void* ctx) override {
+    if constexpr (V >= 11) {
+      return t_->finalize(ctx);
+    } else {
+      (void)ctx;
+      return ncclSuccess;
+    }
+  }
+
+ private:
+  // The parameter types of a function-pointer type, to name each version's own SGE / vProps struct.
+  template <class F> struct ArgsOf;
+  template <class R, class... A> struct ArgsOf<R (*)(A...)> { using type = std::tuple<A...>; };
+  template <class F> using Args = typename ArgsOf<F>::type;
+
+  // v8 carries one scatter-gather part with a 32-bit size; NCCL refuses anything else there (ncclInternalError).
+  ncclResult_t narrowSge(const char* function, int n, const ncclNetSGE_v12_t* parts, ncclNetSGE_v8_t* out) {
+    if (n != 1 || parts == nullptr || parts[0].size > kLegacyMaxCollBytes) {
+      warn(t_->name, "%s through ncclCollNet_v8 takes one part of at most %zu bytes (got %d part(s), %zu bytes)",
+           function, kLegacyMaxCollBytes, n, parts != nullptr && n > 0 ? parts[0].size : size_t{0});
+      return ncclInternalError;
+    }
+    *out = ncclNetSGE_v8_t{parts[0].mhandle, parts[0].address, static_cast<uint32_t>(parts[0].size)};
+    return ncclSuccess;
+  }
+  ncclResult_t absent(const char* function) {
+    warn(t_->name, "collNet has no %s (ncclCollNet_v%d)", function, V);
+    return ncclInvalidUsage;
+  }
+
+  const T* t_;
+  std::shared_ptr<Library> library_;
+  std::mutex initMutex_;
+  bool initialised_ = false;
+};
+
 }  // namespace
 
 std::unique_ptr<Net> makeNetAdapter(int version, const void* table, std::shared_ptr<Library> library) {
@@ -314,6 +574,37 @@ std::unique_ptr<Net> makeNetAdapter(int version, const void* table, std::shared_
     case 8: return std::make_unique<NetAdapter<8>>(static_cast<const ncclNet_v8_t*>(table), std::move(library));
     case 7: return std::make_unique<NetAdapter<7>>(static_cast<const ncclNet_v7_t*>(table), std::move(library));
     case 6: return std::make_unique<NetAdapter<6>>(static_cast<const ncclNet_v6_t*>(table), std::move(library));
+    default: return nullptr;
+  }
+}
+
+}  // namespace nns::core::detail
+
+namespace nns::core::detail {
+
+std::unique_ptr<CollNet> makeCollNetAdapter(int version, const void* table, std::shared_ptr<Library> library) {
+  switch (version) {
+    case 12:
+      return std::make_unique<CollNetAdapter<12>>(static_cast<const ncclCollNet_v12_t*>(table),
+                                                      std::move(library));
+    case 11:
+      return std::make_unique<CollNetAdapter<11>>(static_cast<const ncclCollNet_v11_t*>(table),
+                                                      std::move(library));
+    case 10:
+      return std::make_unique<CollNetAdapter<10>>(static_cast<const ncclCollNet_v10_t*>(table),
+                                                      std::move(library));
+    case 9:
+      return std::make_unique<CollNetAdapter<9>>(static_cast<const ncclCollNet_v9_t*>(table),
+                                                    std::move(library));
+    case 8:
+      return std::make_unique<CollNetAdapter<8>>(static_cast<const ncclCollNet_v8_t*>(table),
+                                                    std::move(library));
+    case 7:
+      return std::make_unique<CollNetAdapter<7>>(static_cast<const ncclCollNet_v7_t*>(table),
+                                                    std::move(library));
+    case 6:
+      return std::make_unique<CollNetAdapter<6>>(static_cast<const ncclCollNet_v6_t*>(table),
+                                                    std::move(library));
     default: return nullptr;
   }
 }

@@ -1,10 +1,12 @@
-// adapters.hpp: one nns::core::Net per ABI version, each turning an ncclNet_vN table into the v12 view — the only
-// place in the host where version differences live (filled the way NCCL 2.30 fills them, see net-abi.md §5.3).
+// adapters.hpp: one nns::core::Net (and one nns::core::CollNet) per ABI version, each turning an ncclNet_vN
+// (ncclCollNet_vN) table into the v12 view — the only place in the host where version differences live (filled the
+// way NCCL 2.30 fills them, see net-abi.md §5.3).
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "nns/core/collnet.hpp"
 #include "nns/core/net.hpp"
 
 namespace nns::core::detail {
@@ -21,6 +23,9 @@ struct Library {
 
 // Wraps the table `table` (an ncclNet_v<version>_t) of `library`. Returns nullptr for an unknown version.
 std::unique_ptr<Net> makeNetAdapter(int version, const void* table, std::shared_ptr<Library> library);
+
+// Wraps the table `table` (an ncclCollNet_v<version>_t) of `library`. Returns nullptr for an unknown version.
+std::unique_ptr<CollNet> makeCollNetAdapter(int version, const void* table, std::shared_ptr<Library> library);
 
 // The host-side ceiling NCCL puts on v6..v8 plugins' messages (MAX_NET_SIZE) and collectives (MAX_COLLNET_SIZE).
 inline constexpr size_t kLegacyMaxP2pBytes = 1ull << 30;

@@ -1,5 +1,5 @@
-// loader.cc: resolves NCCL_NET_PLUGIN as NCCL 2.30 does, probes ncclNetPlugin_v12..v6 newest first and explains
-// every candidate it rejects.
+// loader.cc: resolves NCCL_NET_PLUGIN as NCCL 2.30 does, probes ncclNetPlugin_v12..v6 (and ncclCollNetPlugin_v12..v6
+// beside it) newest first and explains every candidate it rejects.
 #include "nns/core/loader.hpp"
 
 #include <dirent.h>
@@ -141,6 +141,66 @@ std::unique_ptr<Net> openNetVersion(const std::string& path, int version, std::s
   auto net = detail::makeNetAdapter(version, table, library);
   if (net == nullptr && error != nullptr) *error = "ncclNet_v" + std::to_string(version) + " is not a known version";
   return net;
+}
+
+std::unique_ptr<CollNet> openCollNetVersion(const std::string& path, int version, std::string* error) {
+  dlerror();
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* text = dlerror();
+    if (error != nullptr) *error = text != nullptr ? text : "dlopen failed";
+    return nullptr;
+  }
+  auto library = std::make_shared<detail::Library>(handle, path);
+  std::string symbol = "ncclCollNetPlugin_v" + std::to_string(version);
+  const void* table = dlsym(handle, symbol.c_str());
+  if (table == nullptr) {
+    if (error != nullptr) *error = path + " does not export " + symbol;
+    return nullptr;
+  }
+  auto coll = detail::makeCollNetAdapter(version, table, library);
+  if (coll == nullptr && error != nullptr)
+    *error = "ncclCollNet_v" + std::to_string(version) + " is not a known version";
+  return coll;
+}
+
+std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
+  CollNetReport local;
+  CollNetReport& out = report != nullptr ? *report : local;
+  out = CollNetReport{};
+  out.path = net.path();
+  dlerror();
+  void* handle = dlopen(out.path.c_str(), RTLD_NOW | RTLD_LOCAL);  // the net's own library: already loaded
+  if (handle == nullptr) {
+    const char* text = dlerror();
+    out.rejectReason = "could not open: " + std::string(text != nullptr ? text : "dlopen failed");
+    return nullptr;
+  }
+  auto library = std::make_shared<detail::Library>(handle, out.path);
+  out.exportedVersions = exportedVersions(handle, "ncclCollNetPlugin_v");
+  if (out.exportedVersions.empty()) {
+    out.rejectReason = "exports no ncclCollNetPlugin_v12..v6: no collNet (NCCL runs without in-network collectives)";
+    return nullptr;
+  }
+  int version = out.exportedVersions.front();
+  std::string symbol = "ncclCollNetPlugin_v" + std::to_string(version);
+  auto coll = detail::makeCollNetAdapter(version, dlsym(handle, symbol.c_str()), library);
+  // As NCCL does: init, then devices; a failure or no device disables collNet only.
+  void* ctx = nullptr;
+  ncclResult_t result = coll->init(&ctx, 0, nullptr);
+  if (result != ncclSuccess) {
+    out.rejectReason = "init through ncclCollNet_v" + std::to_string(version) + " returned " + resultText(result);
+    return nullptr;
+  }
+  int ndev = 0;
+  result = coll->devices(&ndev);
+  coll->finalize(ctx);
+  if (result != ncclSuccess || ndev <= 0) {
+    out.rejectReason = result != ncclSuccess ? "devices returned " + resultText(result) : "no devices";
+    return nullptr;
+  }
+  out.chosenVersion = version;
+  return coll;
 }
 
 std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {

@@ -1,10 +1,12 @@
-// nns/core/loader.hpp: finds and opens ncclNet plugins the way NCCL does (NCCL_NET_PLUGIN), newest version first.
+// nns/core/loader.hpp: finds and opens ncclNet plugins the way NCCL does (NCCL_NET_PLUGIN), newest version first,
+// and the collNet beside a plugin's net.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "nns/core/collnet.hpp"
 #include "nns/core/net.hpp"
 
 namespace nns::core {
@@ -53,6 +55,24 @@ std::vector<std::string> findPluginLibraries(const std::vector<std::string>& dir
 // Opens `path` through exactly ncclNetPlugin_v<version> (e.g. to compare versions of one plugin). nullptr and
 // `error` set when the library or that symbol is missing.
 std::unique_ptr<Net> openNetVersion(const std::string& path, int version, std::string* error);
+
+// Why a library's collNet was taken or not. NCCL looks for ncclCollNetPlugin_vN in the library its net came from;
+// a missing or failing collNet only disables collNet, the net is still used.
+struct CollNetReport {
+  std::string path;                   // the library probed
+  std::vector<int> exportedVersions;  // ncclCollNetPlugin_vN found, newest first
+  int chosenVersion = 0;              // 0 when none was taken
+  std::string rejectReason;           // empty when chosen; says why otherwise (none exported, init, devices)
+};
+
+// Loads the collNet of the library `net` was loaded from: probes ncclCollNetPlugin_v12..v6 newest first, adapts the
+// chosen version to the v12 view, then calls init and devices as NCCL does (a failure or no device rejects it).
+// nullptr, with the reason in `report`, when there is none to use.
+std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report);
+
+// Opens `path` through exactly ncclCollNetPlugin_v<version>. nullptr and `error` set when the library or that
+// symbol is missing.
+std::unique_ptr<CollNet> openCollNetVersion(const std::string& path, int version, std::string* error);
 
 // The versions this host understands, newest first: 12 .. 6.
 const std::vector<int>& knownNetVersions();
