@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# plugins/ucx/bench/run.sh: nns-ucx (nccl-net-perf) beside ucx_perftest (tag_bw, tag_lat), same UCX_TLS, same run.
+#
+# Usage: plugins/ucx/bench/run.sh [BUILD_DIR]     (default build/ci; needs bin/nccl-net-perf and lib/libnccl-net-ucx.so)
+# Environment: TLS="tcp sm" (tcp runs on lo), SIZES="1M 4M 16M" (bandwidth), LAT_SIZE=8, REPS=3,
+#              BW_ITERS=200, LAT_ITERS=20000.
+# Each repetition runs ucx_perftest and then nccl-net-perf on the same size back to back, so both see the same machine
+# load; the table shows the median over REPS of each and their ratio (ours / ucx_perftest). Bandwidth: ucx_perftest's
+# "overall" MB/s (MiB/s) converted to GB/s (1e9 B/s, nccl-net-perf's unit), nccl-net-perf with 8 receives in flight.
+# Latency: one-way (half a round trip), lower is better, so its ratio is ours / theirs too (target <= 1.5). Ours is
+# nccl-net-perf's mean; ucx_perftest's is its median (50.0%ile), which is below its mean, so the ratio never flatters
+# us. On a loaded machine ucx_perftest's mean ("overall") swings by 10x and more from busy-polling stalls.
+set -euo pipefail
+build="${1:-build/ci}"
+perf="$build/bin/nccl-net-perf"
+[ -x "$perf" ] || { echo "run.sh: $perf not found (build the nccl-net-perf and nccl-net-ucx targets)" >&2; exit 2; }
+command -v ucx_perftest >/dev/null || { echo "run.sh: ucx_perftest not found (apt-get install ucx-utils)" >&2; exit 2; }
+TLS="${TLS:-tcp sm}"; SIZES="${SIZES:-1M 4M 16M}"; LAT_SIZE="${LAT_SIZE:-8}"; REPS="${REPS:-3}"
+BW_ITERS="${BW_ITERS:-200}"; LAT_ITERS="${LAT_ITERS:-20000}"
+
+bytes() { numfmt --from=iec "$1"; }
+median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+
+# ucx_perftest TEST SIZE ITERS -> "latency_us bandwidth_GBs" (median latency, overall bandwidth of the final row)
+ucx_run() {
+  local port=$((20000 + RANDOM % 20000))
+  ucx_perftest -p "$port" >/dev/null 2>&1 &
+  local server=$!
+  sleep 0.3
+  local row
+  row=$(ucx_perftest 127.0.0.1 -p "$port" -t "$1" -s "$2" -n "$3" -w $(($3 / 10 + 1)) -f 2>/dev/null | tail -1)
+  wait "$server" || true
+  awk '{printf "%s %.4f\n", $2, $6 * 1048576 / 1e9}' <<<"$row"
+}
+# nccl-net-perf SIZE ITERS -> "latency_us bandwidth_GBs"
+ours_run() {
+  "$perf" ucx -b "$2" -e "$2" -n "$3" -w $(($3 / 10 + 1)) 2>/dev/null | awk '!/^#/ && NF == 3 {print $2, $3}'
+}
+
+echo "# $(date -u +%FT%TZ) $(ucx_info -v | head -1 | tr -d '#'), reps $REPS, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf "%-4s %-9s %-9s %12s %12s %8s\n" TLS metric size ucx_perftest nns-ucx ratio
+for tls in $TLS; do
+  if [ "$tls" = tcp ]; then export UCX_TLS=tcp UCX_NET_DEVICES=lo; else export UCX_TLS="$tls"; unset UCX_NET_DEVICES; fi
+  for size in $LAT_SIZE $SIZES; do
+    n=$BW_ITERS; test=tag_bw; metric=bw_GB/s; col=2
+    if [ "$size" = "$LAT_SIZE" ]; then n=$LAT_ITERS; test=tag_lat; metric=lat_us; col=1; fi
+    b=$(bytes "$size")
+    theirs=(); ours=()
+    for _ in $(seq "$REPS"); do
+      theirs+=("$(ucx_run "$test" "$b" "$n" | awk -v c=$col '{print $c}')")
+      ours+=("$(ours_run "$test" "$b" "$n" | awk -v c=$col '{print $c}')")
+    done
+    t=$(printf '%s\n' "${theirs[@]}" | median); o=$(printf '%s\n' "${ours[@]}" | median)
+    printf "%-4s %-9s %-9s %12.3f %12.3f %7.2fx   (runs: ucx %s / ours %s)\n" "$tls" "$metric" "$size" "$t" "$o" \
+      "$(awk -v o="$o" -v t="$t" 'BEGIN {print (t > 0 ? o / t : 0)}')" "${theirs[*]}" "${ours[*]}"
+  done
+done
