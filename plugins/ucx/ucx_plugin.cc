@@ -54,6 +54,7 @@ struct Config {
   int closeTimeoutMs;
   int retryIntervalMs;
   int sharedMemorySpeedMbps;
+  bool peerErrors;  // UCP_ERR_HANDLING_MODE_PEER on every endpoint (NNS_UCX_PEER_ERRORS=0: NONE)
   MemMap memMap;
 
   static const Config& get() {
@@ -64,6 +65,7 @@ struct Config {
       c.closeTimeoutMs = envInt("NNS_UCX_CLOSE_TIMEOUT_MS", 500, 0);
       c.retryIntervalMs = envInt("NNS_UCX_RETRY_INTERVAL_MS", 100, 1);
       c.sharedMemorySpeedMbps = envInt("NNS_UCX_SHM_SPEED_MBPS", 100000, 1);
+      c.peerErrors = envInt("NNS_UCX_PEER_ERRORS", 1, 0) != 0;
       c.memMap = MemMap::kAuto;
       const char* map = std::getenv("NNS_UCX_MEM_MAP");
       if (map != nullptr && *map != '\0') {
@@ -86,10 +88,10 @@ struct Config {
 
 class DeviceTable {
  public:
-  // Never destroyed: exit-time destructors would race proxy threads still calling in.
+  // A static object, not a leaked one: the plugin may be dlclose()d, and LeakSanitizer would then see a leak.
   static DeviceTable& get() {
-    static DeviceTable* table = new DeviceTable;
-    return *table;
+    static DeviceTable table;
+    return table;
   }
 
   void discoverOnce() {
@@ -120,7 +122,7 @@ class DeviceTable {
   // thread), never over a value the user set, only when UCX selected a shared-memory transport (UCX would otherwise
   // warn about unused variables), and not at all with NNS_UCX_SHM_ERROR_HANDLING=0.
   void enableSharedMemoryErrorHandling() {
-    if (envInt("NNS_UCX_SHM_ERROR_HANDLING", 1, 0) == 0) return;
+    if (envInt("NNS_UCX_SHM_ERROR_HANDLING", 1, 0) == 0 || !Config::get().peerErrors) return;
     bool sharedMemory = false;
     for (const UcxDevice& device : devices_) sharedMemory = sharedMemory || device.sharedMemoryTransports;
     if (!sharedMemory) return;
@@ -144,10 +146,9 @@ struct DeviceContext {
 
 class ContextTable {
  public:
-  // Never destroyed, so UCX's objects stay reachable (and unreported by LeakSanitizer) until the process ends.
   static ContextTable& get() {
-    static ContextTable* table = new ContextTable;
-    return *table;
+    static ContextTable table;
+    return table;
   }
 
   // The device's context, created on first use; every successful acquire is paired with a release.
@@ -362,7 +363,9 @@ ncclResult_t createEndpoint(Comm* comm, const std::vector<char>& remoteAddress) 
   params.field_mask =
       UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params.address = reinterpret_cast<const ucp_address_t*>(remoteAddress.data());
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;  // a dead peer fails the endpoint's requests instead of hanging them
+  // A dead peer fails the endpoint's requests instead of hanging them. NNS_UCX_PEER_ERRORS=0 trades that for speed
+  // where UCX's peer mode is slow (its shared-memory transports), and a dead peer may then hang NCCL.
+  params.err_mode = Config::get().peerErrors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   params.err_handler.cb = onEndpointError;
   params.err_handler.arg = comm;
   ucs_status_t status = ucp_ep_create(comm->worker, &params, &comm->ep);
