@@ -1,7 +1,9 @@
 // ucx_plugin.cc: the "nns-ucx" NCCL net plugin: UCP tagged messages, one worker per comm, worker addresses exchanged
 // over a non-blocking TCP side channel, peer failures surfaced through UCX's peer error handling.
-#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <chrono>
@@ -53,6 +55,7 @@ struct Config {
   int connectTimeoutMs;
   int closeTimeoutMs;
   int retryIntervalMs;
+  int deadPeerMs;
   int sharedMemorySpeedMbps;
   bool peerErrors;  // UCP_ERR_HANDLING_MODE_PEER on every endpoint (NNS_UCX_PEER_ERRORS=0: NONE)
   MemMap memMap;
@@ -64,6 +67,7 @@ struct Config {
       c.connectTimeoutMs = envInt("NNS_UCX_CONNECT_TIMEOUT_MS", 30000, 1);
       c.closeTimeoutMs = envInt("NNS_UCX_CLOSE_TIMEOUT_MS", 500, 0);
       c.retryIntervalMs = envInt("NNS_UCX_RETRY_INTERVAL_MS", 100, 1);
+      c.deadPeerMs = envInt("NNS_UCX_DEAD_PEER_MS", 10000, 1000);
       c.sharedMemorySpeedMbps = envInt("NNS_UCX_SHM_SPEED_MBPS", 100000, 1);
       c.peerErrors = envInt("NNS_UCX_PEER_ERRORS", 1, 0) != 0;
       c.memMap = MemMap::kAuto;
@@ -318,18 +322,50 @@ struct Comm {
   uint32_t connectionTag = 0;
   std::atomic<int> failure{UCS_OK};  // the first error UCX reported on the endpoint
   std::string peer;                  // side-channel address of the peer, for messages
+  int sideFd = -1;                   // the side channel, kept open as a process-death detector (see checkSideChannel)
+  bool peerClosed = false;           // the peer said goodbye on the side channel: its end closed in order
+  Clock::time_point nextSideCheck{};
   sdk::RequestPool<Request, kRequestsPerComm> requests;
 
   explicit Comm(bool send, int device) : isSend(send), dev(device) {}
   uint64_t tagFor(int tag) const { return (static_cast<uint64_t>(connectionTag) << 32) | static_cast<uint32_t>(tag); }
 };
 
-void onEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
-  auto* comm = static_cast<Comm*>(arg);
+void markFailed(Comm* comm, ucs_status_t status, const char* who) {
   int expected = UCS_OK;
   if (comm->failure.compare_exchange_strong(expected, status))
-    NCCL_NET_WARN("%s comm to %s: UCX reported the peer failed: %s", comm->isSend ? "send" : "receive",
-                  comm->peer.c_str(), ucs_status_string(status));
+    NCCL_NET_WARN("%s comm to %s: %s the peer failed: %s", comm->isSend ? "send" : "receive", comm->peer.c_str(), who,
+                  ucs_status_string(status));
+}
+
+void onEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  markFailed(static_cast<Comm*>(arg), status, "UCX reported");
+}
+
+constexpr char kGoodbye = 'B';
+
+// The second fault detector. UCX's peer error handling reports a dead peer per endpoint, but UCX 1.13's shared-memory
+// keepalive does not fire for a sender whose receiver died while a rendezvous send waits on it (tests/ucx
+// ucx_fault_test showed no error in 10 s). The side channel stays open for the comm's life: a comm closed in order
+// writes a goodbye byte first, so end-of-stream without it means the peer process is gone (the kernel closed its
+// socket). A dead host rather than a dead process is found by TCP keepalive on the socket (NNS_UCX_DEAD_PEER_MS).
+// Checked from test() while a request is incomplete, at most every 50 ms.
+void checkSideChannel(Comm* comm) {
+  if (comm->sideFd < 0 || comm->peerClosed || comm->failure.load() != UCS_OK) return;
+  auto now = Clock::now();
+  if (now < comm->nextSideCheck) return;
+  comm->nextSideCheck = now + std::chrono::milliseconds(50);
+  char byte = 0;
+  ssize_t n = recv(comm->sideFd, &byte, 1, MSG_DONTWAIT);
+  if (n == 1 && byte == kGoodbye) {
+    comm->peerClosed = true;
+    return;
+  }
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  markFailed(comm, UCS_ERR_CONNECTION_RESET,
+             n == 0   ? "the side channel closed without a goodbye:"
+             : n == 1 ? "the side channel carried a stray byte:"
+                      : "the side channel failed:");
 }
 
 ncclResult_t createWorker(int dev, Comm* comm) {
@@ -423,6 +459,11 @@ void destroyComm(Comm* comm) {
     ucp_worker_destroy(comm->worker);
     comm->worker = nullptr;
     ContextTable::get().release(comm->context);
+  }
+  if (comm->sideFd >= 0) {
+    // Best effort: a full socket buffer or a dead peer only means the peer sees a failure instead of a goodbye.
+    (void)!send(comm->sideFd, &kGoodbye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    close(comm->sideFd);
   }
   delete comm;
 }
@@ -659,7 +700,8 @@ class UcxNet {
         ++i;
         continue;
       }
-      closeIfOpen(in.fd);
+      in.comm->sideFd = in.fd;
+      sdk::setDeadPeerTimeout(in.fd, Config::get().deadPeerMs);
       *recvComm = in.comm;
       NCCL_NET_INFO(NCCL_NET, "accepted %s on device %d", in.comm->peer.c_str(), listener->dev);
       listener->incoming.erase(listener->incoming.begin() + static_cast<long>(i));
@@ -801,6 +843,7 @@ class UcxNet {
     for (int i = 0; i < req->count; ++i) all = all && req->subs[i].done;
     if (!all) {
       // The endpoint failed: what has not completed never will. The request stays live; close cleans it up.
+      checkSideChannel(comm);
       if (comm->failure.load() != UCS_OK) return commFailed(comm, "test");
       return ncclSuccess;
     }
@@ -892,6 +935,9 @@ class UcxNet {
     comm->connectionTag = p->reply.connectionTag;
     NCCL_NET_CHECK(createEndpoint(comm, p->remoteAddress));
     p->comm = nullptr;
+    comm->sideFd = p->fd;
+    p->fd = -1;
+    sdk::setDeadPeerTimeout(comm->sideFd, Config::get().deadPeerMs);
     NCCL_NET_INFO(NCCL_NET, "connected to %s (worker address %zu bytes)", comm->peer.c_str(), p->remoteAddress.size());
     *sendComm = comm;
     return ncclSuccess;

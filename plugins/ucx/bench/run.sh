@@ -4,8 +4,9 @@
 # Usage: plugins/ucx/bench/run.sh [BUILD_DIR]     (default build/ci; needs bin/nccl-net-perf and lib/libnccl-net-ucx.so)
 # Environment: TLS="tcp sm" (tcp runs on lo), SIZES="1M 4M 16M" (bandwidth), LAT_SIZE=8, REPS=3,
 #              BW_ITERS=200, LAT_ITERS=20000.
-# Each repetition runs ucx_perftest and then nccl-net-perf on the same size back to back, so both see the same machine
-# load; the table shows the median over REPS of each and their ratio (ours / ucx_perftest). Bandwidth: ucx_perftest's
+# Each repetition runs ucx_perftest, ucx_perftest -e (endpoints with peer error handling, as nns-ucx creates them)
+# and nccl-net-perf on the same size back to back, so all see the same machine load; the table shows the median over
+# REPS of each and the ratios ours / ucx_perftest and ours / ucx_perftest -e. Bandwidth: ucx_perftest's
 # "overall" MB/s (MiB/s) converted to GB/s (1e9 B/s, nccl-net-perf's unit), nccl-net-perf with 8 receives in flight.
 # Latency: one-way (half a round trip), lower is better, so its ratio is ours / theirs too (target <= 1.5). Ours is
 # nccl-net-perf's mean; ucx_perftest's is its median (50.0%ile), which is below its mean, so the ratio never flatters
@@ -21,14 +22,15 @@ BW_ITERS="${BW_ITERS:-200}"; LAT_ITERS="${LAT_ITERS:-20000}"
 bytes() { numfmt --from=iec "$1"; }
 median() { sort -g | awk '{v[NR]=$1} END {if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
 
-# ucx_perftest TEST SIZE ITERS -> "latency_us bandwidth_GBs" (median latency, overall bandwidth of the final row)
+# ucx_perftest TEST SIZE ITERS [-e] -> "latency_us bandwidth_GBs" (median latency, overall bandwidth of the final row)
 ucx_run() {
   local port=$((20000 + RANDOM % 20000))
   ucx_perftest -p "$port" >/dev/null 2>&1 &
   local server=$!
   sleep 0.3
   local row
-  row=$(ucx_perftest 127.0.0.1 -p "$port" -t "$1" -s "$2" -n "$3" -w $(($3 / 10 + 1)) -f 2>/dev/null | tail -1)
+  row=$(timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t "$1" -s "$2" -n "$3" -w $(($3 / 10 + 1)) -f ${4:-} 2>/dev/null |
+    tail -1)
   wait "$server" || true
   awk '{printf "%s %.4f\n", $2, $6 * 1048576 / 1e9}' <<<"$row"
 }
@@ -38,20 +40,25 @@ ours_run() {
 }
 
 echo "# $(date -u +%FT%TZ) $(ucx_info -v | head -1 | tr -d '#'), reps $REPS, load: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf "%-4s %-9s %-9s %12s %12s %8s\n" TLS metric size ucx_perftest nns-ucx ratio
+printf "%-9s %-9s %-6s %12s %15s %10s %8s %11s\n" TLS metric size ucx_perftest "ucx_perftest-e" nns-ucx ratio "ratio(-e)"
 for tls in $TLS; do
   if [ "$tls" = tcp ]; then export UCX_TLS=tcp UCX_NET_DEVICES=lo; else export UCX_TLS="$tls"; unset UCX_NET_DEVICES; fi
+  # What nns-ucx sets for its shared-memory endpoints (plugins/ucx/README.md, Faults), so -e can run at all over sm.
+  export UCX_POSIX_ERROR_HANDLING=y UCX_SYSV_ERROR_HANDLING=y
   for size in $LAT_SIZE $SIZES; do
     n=$BW_ITERS; test=tag_bw; metric=bw_GB/s; col=2
     if [ "$size" = "$LAT_SIZE" ]; then n=$LAT_ITERS; test=tag_lat; metric=lat_us; col=1; fi
     b=$(bytes "$size")
-    theirs=(); ours=()
+    theirs=(); peer=(); ours=()
     for _ in $(seq "$REPS"); do
       theirs+=("$(ucx_run "$test" "$b" "$n" | awk -v c=$col '{print $c}')")
+      peer+=("$(ucx_run "$test" "$b" "$n" -e | awk -v c=$col '{print $c}')")
       ours+=("$(ours_run "$test" "$b" "$n" | awk -v c=$col '{print $c}')")
     done
-    t=$(printf '%s\n' "${theirs[@]}" | median); o=$(printf '%s\n' "${ours[@]}" | median)
-    printf "%-4s %-9s %-9s %12.3f %12.3f %7.2fx   (runs: ucx %s / ours %s)\n" "$tls" "$metric" "$size" "$t" "$o" \
-      "$(awk -v o="$o" -v t="$t" 'BEGIN {print (t > 0 ? o / t : 0)}')" "${theirs[*]}" "${ours[*]}"
+    t=$(printf '%s\n' "${theirs[@]}" | median); e=$(printf '%s\n' "${peer[@]}" | median)
+    o=$(printf '%s\n' "${ours[@]}" | median)
+    ratio() { awk -v o="$1" -v t="$2" 'BEGIN {printf "%.2fx", (t > 0 ? o / t : 0)}'; }
+    printf "%-9s %-9s %-6s %12.3f %15.3f %10.3f %8s %11s   runs: %s | %s | %s\n" "$tls" "$metric" "$size" "$t" "$e" "$o" \
+      "$(ratio "$o" "$t")" "$(ratio "$o" "$e")" "${theirs[*]}" "${peer[*]}" "${ours[*]}"
   done
 done
