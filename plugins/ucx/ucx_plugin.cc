@@ -806,28 +806,16 @@ class UcxNet {
       sub.owner = req;
       sub.capacity = sizes[i];
       ucp_request_param_t param{};
-      // A message that already waits in the unexpected queue completes at once (no UCP request, no callback): its
-      // length lands in sub.info, which saves the ping-pong path a progress round.
-      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_RECV_INFO;
+      // Always through the callback, so a receive that matched an already-arrived message is handled like any other.
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
       param.cb.recv = onRecvDone;
       param.user_data = &sub;
-      param.recv_info.tag_info = &sub.info;
       if (ucp_mem_h memh = memoryHandleFor(mhandles != nullptr ? mhandles[i] : nullptr, data[i], sizes[i])) {
         param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         param.memh = memh;
       }
       ucs_status_ptr_t posted =
           ucp_tag_recv_nbx(comm->worker, data[i], sizes[i], comm->tagFor(tags[i]), ~static_cast<ucp_tag_t>(0), &param);
-      if (posted == nullptr) {
-        sub.done = true;
-        sub.bytes = sub.info.length;
-        continue;
-      }
-      if (UCS_PTR_STATUS(posted) == UCS_ERR_MESSAGE_TRUNCATED) {  // completed at once, too large: test() reports it
-        sub.done = true;
-        sub.status = UCS_ERR_MESSAGE_TRUNCATED;
-        continue;
-      }
       if (UCS_PTR_IS_ERR(posted)) {
         // Earlier subs are in flight: leave the request live (closeRecv cancels them) and fail the comm.
         sub.done = true;
