@@ -838,9 +838,19 @@ class UcxNet {
       return ncclInvalidArgument;
     }
     Comm* comm = req->comm;
-    progress(comm);
-    bool all = true;
-    for (int i = 0; i < req->count; ++i) all = all && req->subs[i].done;
+    auto allDone = [req] {
+      for (int i = 0; i < req->count; ++i)
+        if (!req->subs[i].done) return false;
+      return true;
+    };
+    // One progress call always (the worker may owe UCX work even when this request is done), then more only while
+    // they find events and the request is still incomplete: stopping at completion saves a poll per message.
+    unsigned events = ucp_worker_progress(comm->worker);
+    bool all = allDone();
+    for (int i = 0; i < 64 && !all && events != 0; ++i) {
+      events = ucp_worker_progress(comm->worker);
+      all = allDone();
+    }
     if (!all) {
       // The endpoint failed: what has not completed never will. The request stays live; close cleans it up.
       checkSideChannel(comm);
