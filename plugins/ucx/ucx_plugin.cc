@@ -1,0 +1,1001 @@
+// ucx_plugin.cc: the "nns-ucx" NCCL net plugin: UCP tagged messages, one worker per comm, worker addresses exchanged
+// over a non-blocking TCP side channel, peer failures surfaced through UCX's peer error handling.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <ucp/api/ucp.h>
+#include <nccl_net/sdk.hpp>
+
+#include "ucx_devices.hpp"
+
+namespace nns_ucx {
+namespace sdk = nccl_net::sdk;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char kPluginName[] = "nns-ucx";
+constexpr int kMaxRecvs = 8;                  // grouped receives per irecv, as NCCL's IB transport
+constexpr size_t kRequestsPerComm = 64;       // NCCL keeps at most NCCL_NET_MAX_REQUESTS (32) in flight per comm
+constexpr uint32_t kWireMagic = 0x4e55435au;  // "NUCZ"
+constexpr uint32_t kWireVersion = 1;
+constexpr uint32_t kMaxWorkerAddressBytes = 64 * 1024;
+constexpr int kListenBacklog = 512;
+
+// ---- configuration (read once; every variable is documented in plugins/ucx/README.md)
+// ------------------------------------------
+
+int envInt(const char* name, int fallback, int minimum) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  long value = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || value < minimum || value > 1000000000) {
+    NCCL_NET_WARN("%s=%s is not an integer >= %d; using %d", name, text, minimum, fallback);
+    return fallback;
+  }
+  return static_cast<int>(value);
+}
+
+struct Config {
+  enum class MemMap { kAuto, kAlways, kNever };
+  int keepaliveMs;
+  int connectTimeoutMs;
+  int closeTimeoutMs;
+  int retryIntervalMs;
+  int deadPeerMs;
+  int sharedMemorySpeedMbps;
+  bool peerErrors;  // UCP_ERR_HANDLING_MODE_PEER on every endpoint (NNS_UCX_PEER_ERRORS=0: NONE)
+  MemMap memMap;
+
+  static const Config& get() {
+    static const Config config = [] {
+      Config c{};
+      c.keepaliveMs = envInt("NNS_UCX_KEEPALIVE_MS", 1000, 1);
+      c.connectTimeoutMs = envInt("NNS_UCX_CONNECT_TIMEOUT_MS", 30000, 1);
+      c.closeTimeoutMs = envInt("NNS_UCX_CLOSE_TIMEOUT_MS", 500, 0);
+      c.retryIntervalMs = envInt("NNS_UCX_RETRY_INTERVAL_MS", 100, 1);
+      c.deadPeerMs = envInt("NNS_UCX_DEAD_PEER_MS", 10000, 1000);
+      c.sharedMemorySpeedMbps = envInt("NNS_UCX_SHM_SPEED_MBPS", 100000, 1);
+      c.peerErrors = envInt("NNS_UCX_PEER_ERRORS", 1, 0) != 0;
+      c.memMap = MemMap::kAuto;
+      const char* map = std::getenv("NNS_UCX_MEM_MAP");
+      if (map != nullptr && *map != '\0') {
+        std::string value = map;
+        if (value == "1" || value == "yes" || value == "always")
+          c.memMap = MemMap::kAlways;
+        else if (value == "0" || value == "no" || value == "never")
+          c.memMap = MemMap::kNever;
+        else if (value != "auto")
+          NCCL_NET_WARN("NNS_UCX_MEM_MAP=%s is not auto, yes or no; using auto", map);
+      }
+      return c;
+    }();
+    return config;
+  }
+};
+
+// ---- devices and per-process UCP contexts
+// --------------------------------------------------------------------------
+
+class DeviceTable {
+ public:
+  // A static object, not a leaked one: the plugin may be dlclose()d, and LeakSanitizer would then see a leak.
+  static DeviceTable& get() {
+    static DeviceTable table;
+    return table;
+  }
+
+  void discoverOnce() {
+    std::call_once(discovered_, [this] {
+      std::string error;
+      devices_ = discoverDevices(Config::get().sharedMemorySpeedMbps, &error);
+      if (!error.empty()) NCCL_NET_WARN("device discovery: %s", error.c_str());
+      enableSharedMemoryErrorHandling();
+      std::string list;
+      for (size_t i = 0; i < devices_.size(); ++i) {
+        list += " [" + std::to_string(i) + "]" + devices_[i].name + "(";
+        for (size_t t = 0; t < devices_[i].transports.size(); ++t) list += (t ? "," : "") + devices_[i].transports[t];
+        list += ")";
+      }
+      if (!devices_.empty())
+        NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "UCX %s devices:%s", ucp_get_version_string(), list.c_str());
+    });
+  }
+  int count() const { return static_cast<int>(devices_.size()); }
+  const UcxDevice& device(int dev) const { return devices_[static_cast<size_t>(dev)]; }
+  bool valid(int dev) const { return dev >= 0 && dev < count(); }
+
+ private:
+  // UCX 1.13's shared-memory transports take part in peer error handling only when UCX_POSIX_ERROR_HANDLING and
+  // UCX_SYSV_ERROR_HANDLING say so (default "n"); without them UCX_TLS=sm leaves no transport for an endpoint in
+  // UCP_ERR_HANDLING_MODE_PEER. Transport (UCT) options are read from the environment only (ucp_config_modify does
+  // not reach them), so they are set there: once, in init (NCCL calls it under its plugin lock, before any proxy
+  // thread), never over a value the user set, only when UCX selected a shared-memory transport (UCX would otherwise
+  // warn about unused variables), and not at all with NNS_UCX_SHM_ERROR_HANDLING=0.
+  void enableSharedMemoryErrorHandling() {
+    if (envInt("NNS_UCX_SHM_ERROR_HANDLING", 1, 0) == 0 || !Config::get().peerErrors) return;
+    bool sharedMemory = false;
+    for (const UcxDevice& device : devices_) sharedMemory = sharedMemory || device.sharedMemoryTransports;
+    if (!sharedMemory) return;
+    setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+    setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+  }
+
+  std::once_flag discovered_;
+  std::vector<UcxDevice> devices_;  // fixed after discovery: no vNICs (UCX stripes over devices itself)
+};
+
+// One ucp_context per device and process, restricted to that device with NET_DEVICES so a comm on device d moves its
+// bytes over d. Created on first use, not in init: NCCL's tools and our harness fork after init, and a UCP context
+// (its shared-memory segments, sockets, async thread) does not survive into a forked child. A child notices the
+// fork by its pid and builds its own contexts, leaving the parent's untouched (they belong to the parent).
+struct DeviceContext {
+  ucp_context_h handle = nullptr;
+  int workers = 0;         // live comms on it (under ContextTable's mutex): cleaned up when none is left
+  bool mapMemory = false;  // regMr pins and registers with ucp_mem_map (RDMA devices, or NNS_UCX_MEM_MAP=yes)
+};
+
+class ContextTable {
+ public:
+  static ContextTable& get() {
+    static ContextTable table;
+    return table;
+  }
+
+  // The device's context, created on first use; every successful acquire is paired with a release.
+  ncclResult_t acquire(int dev, DeviceContext** out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pid_t self = getpid();
+    if (owner_ != self) {
+      // Kept reachable on purpose (never cleaned up here): the parent's UCX objects are not ours to tear down.
+      for (auto& context : contexts_)
+        if (context) abandoned_.push_back(std::move(context));
+      contexts_.clear();
+      owner_ = self;
+    }
+    if (contexts_.size() <= static_cast<size_t>(dev)) contexts_.resize(static_cast<size_t>(dev) + 1);
+    auto& slot = contexts_[static_cast<size_t>(dev)];
+    if (!slot) {
+      auto created = std::make_unique<DeviceContext>();
+      NCCL_NET_CHECK(create(DeviceTable::get().device(dev), created.get()));
+      slot = std::move(created);
+    }
+    ++slot->workers;
+    *out = slot.get();
+    return ncclSuccess;
+  }
+
+  // The last comm of a context gone: clean the context up, so a process with no comms holds no UCX state (no async
+  // thread, no sockets) and can fork a child that uses UCX afresh. NCCL keeps its comms for the communicator's life,
+  // so this costs one ucp_init per communicator, not per connection.
+  void release(DeviceContext* context) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--context->workers > 0) return;
+    for (auto& slot : contexts_) {
+      if (slot.get() != context) continue;
+      ucp_cleanup(slot->handle);
+      slot.reset();
+      return;
+    }
+    // Not among ours: a context inherited from the parent process; leave it alone.
+  }
+
+ private:
+  static ncclResult_t modify(ucp_config_t* config, const char* name, const std::string& value) {
+    ucs_status_t status = ucp_config_modify(config, name, value.c_str());
+    if (status != UCS_OK) {
+      NCCL_NET_WARN("ucp_config_modify(%s=%s): %s", name, value.c_str(), ucs_status_string(status));
+      return ncclSystemError;
+    }
+    return ncclSuccess;
+  }
+
+  static ncclResult_t create(const UcxDevice& device, DeviceContext* context) {
+    const Config& settings = Config::get();
+    ucp_config_t* config = nullptr;
+    ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
+    if (status != UCS_OK) {
+      NCCL_NET_WARN("ucp_config_read: %s", ucs_status_string(status));
+      return ncclSystemError;
+    }
+    ncclResult_t result = ncclSuccess;
+    if (!device.sharedMemory && result == ncclSuccess) result = modify(config, "NET_DEVICES", device.name);
+    // Peer failures are found by UCX's keepalive; its 20 s default is too slow to be a useful error for NCCL.
+    if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr && result == ncclSuccess)
+      result = modify(config, "KEEPALIVE_INTERVAL", std::to_string(settings.keepaliveMs) + "ms");
+    if (result != ncclSuccess) {
+      ucp_config_release(config);
+      return result;
+    }
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.features = UCP_FEATURE_TAG;
+    params.mt_workers_shared = 1;  // comms (workers) of one context are driven by different proxy threads
+    status = ucp_init(&params, config, &context->handle);
+    ucp_config_release(config);
+    if (status != UCS_OK) {
+      NCCL_NET_WARN("ucp_init for device %s: %s", device.name.c_str(), ucs_status_string(status));
+      return ncclSystemError;
+    }
+    context->mapMemory =
+        settings.memMap == Config::MemMap::kAlways || (settings.memMap == Config::MemMap::kAuto && device.rdma);
+    NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "UCP context for device %s (pid %d)%s", device.name.c_str(),
+                  static_cast<int>(getpid()), context->mapMemory ? ", regMr maps memory" : "");
+    return ncclSuccess;
+  }
+
+  std::mutex mutex_;
+  pid_t owner_ = getpid();
+  std::vector<std::unique_ptr<DeviceContext>> contexts_;
+  std::vector<std::unique_ptr<DeviceContext>> abandoned_;
+};
+
+uint64_t randomId() {
+  static std::mutex mutex;
+  static std::mt19937_64 generator{std::random_device{}() ^ (static_cast<uint64_t>(getpid()) << 32)};
+  std::lock_guard<std::mutex> lock(mutex);
+  uint64_t id = 0;
+  while (id == 0) id = generator();
+  return id;
+}
+
+// ---- handle and side-channel messages
+// ------------------------------------------------------------------------------
+
+struct HandlePayload {
+  uint64_t listenId;               // random; a connector proves with it that it holds this listener's handle
+  sdk::SocketAddress sideChannel;  // where the listener accepts the worker-address exchange
+};
+constexpr sdk::HandleCodec<HandlePayload> kHandleCodec(sdk::handleMagic(kPluginName), 1);
+
+// connector -> listener, followed by the sender worker's address
+struct Hello {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t listenId;
+  uint32_t addressBytes;
+  uint32_t reserved;
+};
+// listener -> connector, followed by the receiver worker's address
+struct Reply {
+  uint32_t magic;
+  uint32_t connectionTag;  // the high 32 bits of every UCP tag on this connection
+  uint32_t addressBytes;
+  uint32_t reserved;
+};
+
+// ---- comms, workers, requests
+// --------------------------------------------------------------------------------------
+
+struct Comm;
+
+struct Request;
+struct SubRequest {
+  Request* owner = nullptr;
+  void* ucx = nullptr;  // the UCP request while in flight
+  bool done = false;
+  ucs_status_t status = UCS_OK;
+  size_t bytes = 0;
+  size_t capacity = 0;
+  ucp_tag_recv_info_t info{};
+};
+
+struct Request {
+  static constexpr uint32_t kLiveMagic = 0x55435852u;  // "UCXR"
+  uint32_t magic = kLiveMagic;
+  Comm* comm = nullptr;
+  bool isSend = false;
+  int count = 0;
+  SubRequest subs[kMaxRecvs];
+  ~Request() { magic = 0; }
+};
+
+struct MemoryHandle {
+  void* base;
+  size_t size;
+  ucp_mem_h memh;  // NULL when registration does not pay off for the device (tcp, shared memory)
+  ucp_context_h context;
+};
+
+// A send or receive comm: its own worker (progressed only by the thread that drives the comm, so the data path takes no
+// lock) and one endpoint to the peer's worker in peer error-handling mode.
+struct Comm {
+  bool isSend;
+  int dev;
+  DeviceContext* context = nullptr;
+  ucp_worker_h worker = nullptr;
+  ucp_ep_h ep = nullptr;
+  std::vector<char> address;  // this worker's address
+  uint32_t connectionTag = 0;
+  std::atomic<int> failure{UCS_OK};  // the first error UCX reported on the endpoint
+  std::string peer;                  // side-channel address of the peer, for messages
+  int sideFd = -1;                   // the side channel, kept open as a process-death detector (see checkSideChannel)
+  bool peerClosed = false;           // the peer said goodbye on the side channel: its end closed in order
+  Clock::time_point nextSideCheck{};
+  sdk::RequestPool<Request, kRequestsPerComm> requests;
+
+  explicit Comm(bool send, int device) : isSend(send), dev(device) {}
+  uint64_t tagFor(int tag) const { return (static_cast<uint64_t>(connectionTag) << 32) | static_cast<uint32_t>(tag); }
+};
+
+void markFailed(Comm* comm, ucs_status_t status, const char* who) {
+  int expected = UCS_OK;
+  if (comm->failure.compare_exchange_strong(expected, status))
+    NCCL_NET_WARN("%s comm to %s: %s the peer failed: %s", comm->isSend ? "send" : "receive", comm->peer.c_str(), who,
+                  ucs_status_string(status));
+}
+
+void onEndpointError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  markFailed(static_cast<Comm*>(arg), status, "UCX reported");
+}
+
+constexpr char kGoodbye = 'B';
+
+// The second fault detector. UCX's peer error handling reports a dead peer per endpoint, but UCX 1.13's shared-memory
+// keepalive does not fire for a sender whose receiver died while a rendezvous send waits on it (tests/ucx
+// ucx_fault_test showed no error in 10 s). The side channel stays open for the comm's life: a comm closed in order
+// writes a goodbye byte first, so end-of-stream without it means the peer process is gone (the kernel closed its
+// socket). A dead host rather than a dead process is found by TCP keepalive on the socket (NNS_UCX_DEAD_PEER_MS).
+// Checked from test() while a request is incomplete, at most every 50 ms.
+void checkSideChannel(Comm* comm) {
+  if (comm->sideFd < 0 || comm->peerClosed || comm->failure.load() != UCS_OK) return;
+  auto now = Clock::now();
+  if (now < comm->nextSideCheck) return;
+  comm->nextSideCheck = now + std::chrono::milliseconds(50);
+  char byte = 0;
+  ssize_t n = recv(comm->sideFd, &byte, 1, MSG_DONTWAIT);
+  if (n == 1 && byte == kGoodbye) {
+    comm->peerClosed = true;
+    return;
+  }
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  markFailed(comm, UCS_ERR_CONNECTION_RESET,
+             n == 0   ? "the side channel closed without a goodbye:"
+             : n == 1 ? "the side channel carried a stray byte:"
+                      : "the side channel failed:");
+}
+
+ncclResult_t createWorker(int dev, Comm* comm) {
+  NCCL_NET_CHECK(ContextTable::get().acquire(dev, &comm->context));
+  ucp_worker_params_t params{};
+  params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  params.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // NCCL may connect from one thread and progress from another
+  ucs_status_t status = ucp_worker_create(comm->context->handle, &params, &comm->worker);
+  if (status != UCS_OK) {
+    NCCL_NET_WARN("ucp_worker_create: %s", ucs_status_string(status));
+    ContextTable::get().release(comm->context);
+    comm->context = nullptr;
+    return ncclSystemError;
+  }
+  ucp_address_t* address = nullptr;
+  size_t length = 0;
+  status = ucp_worker_get_address(comm->worker, &address, &length);
+  if (status != UCS_OK || length > kMaxWorkerAddressBytes) {
+    NCCL_NET_WARN("ucp_worker_get_address: %s (%zu bytes)", ucs_status_string(status), length);
+    if (status == UCS_OK) ucp_worker_release_address(comm->worker, address);
+    return ncclSystemError;
+  }
+  const char* bytes = reinterpret_cast<const char*>(address);
+  comm->address.assign(bytes, bytes + length);
+  ucp_worker_release_address(comm->worker, address);
+  return ncclSuccess;
+}
+
+ncclResult_t createEndpoint(Comm* comm, const std::vector<char>& remoteAddress) {
+  ucp_ep_params_t params{};
+  params.field_mask =
+      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(remoteAddress.data());
+  // A dead peer fails the endpoint's requests instead of hanging them. NNS_UCX_PEER_ERRORS=0 trades that for speed
+  // where UCX's peer mode is slow (its shared-memory transports), and a dead peer may then hang NCCL.
+  params.err_mode = Config::get().peerErrors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+  params.err_handler.cb = onEndpointError;
+  params.err_handler.arg = comm;
+  ucs_status_t status = ucp_ep_create(comm->worker, &params, &comm->ep);
+  if (status != UCS_OK) {
+    NCCL_NET_WARN("ucp_ep_create to %s: %s", comm->peer.c_str(), ucs_status_string(status));
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+// Drains the worker's pending events (bounded, so one busy comm cannot trap the caller).
+void progress(Comm* comm) {
+  for (int i = 0; i < 64 && ucp_worker_progress(comm->worker) != 0; ++i) {
+  }
+}
+
+// Waits for a UCP request (ep close) with a deadline; frees it either way.
+void waitRequest(Comm* comm, void* request, Clock::time_point deadline) {
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
+  while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < deadline) progress(comm);
+  ucp_request_free(request);
+}
+
+// Tears a comm down without hanging: cancel what can be cancelled, close the endpoint (flushing when nothing is
+// pending, forcing otherwise or when the flush outlives NNS_UCX_CLOSE_TIMEOUT_MS), then destroy the worker while the
+// comm's request slots still exist, so late UCX callbacks never see freed memory.
+void destroyComm(Comm* comm) {
+  if (comm->worker != nullptr) {
+    auto deadline = Clock::now() + std::chrono::milliseconds(Config::get().closeTimeoutMs);
+    bool pending = false;
+    comm->requests.forEachLive([&](Request& request) {
+      for (int i = 0; i < request.count; ++i) {
+        if (request.subs[i].ucx == nullptr) continue;
+        pending = true;
+        if (!request.isSend) ucp_request_cancel(comm->worker, request.subs[i].ucx);
+      }
+    });
+    if (comm->ep != nullptr) {
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      bool force = pending || comm->failure.load() != UCS_OK;
+      param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+      waitRequest(comm, ucp_ep_close_nbx(comm->ep, &param), deadline);
+      comm->ep = nullptr;
+    }
+    // Cancelled receives and failed sends complete through their callbacks; give them until the deadline.
+    auto inFlight = [&] {
+      bool any = false;
+      comm->requests.forEachLive([&](Request& request) {
+        for (int i = 0; i < request.count; ++i) any = any || request.subs[i].ucx != nullptr;
+      });
+      return any;
+    };
+    while (inFlight() && Clock::now() < deadline) progress(comm);
+    ucp_worker_destroy(comm->worker);
+    comm->worker = nullptr;
+    ContextTable::get().release(comm->context);
+  }
+  if (comm->sideFd >= 0) {
+    // Best effort: a full socket buffer or a dead peer only means the peer sees a failure instead of a goodbye.
+    (void)!send(comm->sideFd, &kGoodbye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    close(comm->sideFd);
+  }
+  delete comm;
+}
+
+void onSendDone(void* ucx, ucs_status_t status, void* user) {
+  auto* sub = static_cast<SubRequest*>(user);
+  sub->status = status;
+  sub->done = true;
+  sub->ucx = nullptr;
+  ucp_request_free(ucx);
+}
+
+void onRecvDone(void* ucx, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+  auto* sub = static_cast<SubRequest*>(user);
+  sub->status = status;
+  if (status == UCS_OK && info != nullptr) sub->bytes = info->length;
+  sub->done = true;
+  sub->ucx = nullptr;
+  ucp_request_free(ucx);
+}
+
+ncclResult_t commFailed(Comm* comm, const char* what) {
+  NCCL_NET_WARN("%s on the %s comm to %s: the connection failed earlier (%s)", what, comm->isSend ? "send" : "receive",
+                comm->peer.c_str(), ucs_status_string(static_cast<ucs_status_t>(comm->failure.load())));
+  return ncclRemoteError;
+}
+
+ucp_mem_h memoryHandleFor(void* mhandle, const void* data, size_t size) {
+  auto* memory = static_cast<MemoryHandle*>(mhandle);
+  if (memory == nullptr || memory->memh == nullptr) return nullptr;
+  auto begin = static_cast<const char*>(data);
+  auto base = static_cast<const char*>(memory->base);
+  if (begin < base || begin + size > base + memory->size) return nullptr;  // outside the region: let UCX register
+  return memory->memh;
+}
+
+// ---- connection establishment state
+// --------------------------------------------------------------------------------
+
+void closeIfOpen(int fd) {
+  if (fd >= 0) close(fd);
+}
+
+struct PendingConnect {
+  enum class Phase { kConnecting, kSending, kReceiving } phase = Phase::kConnecting;
+  HandlePayload target{};
+  Clock::time_point deadline{};
+  sdk::TcpConnector connector;
+  int fd = -1;
+  std::vector<char> outgoing;  // Hello + our worker address
+  size_t sent = 0;
+  Reply reply{};
+  size_t replyReceived = 0;
+  std::vector<char> remoteAddress;
+  size_t addressReceived = 0;
+  Comm* comm = nullptr;
+
+  ~PendingConnect() {
+    closeIfOpen(fd);
+    if (comm != nullptr) destroyComm(comm);
+  }
+};
+using ConnectStage = sdk::ConnectStage<PendingConnect>;
+
+// An accepted side-channel connection on its way to becoming a receive comm.
+struct Incoming {
+  int fd = -1;
+  sdk::SocketAddress peer{};
+  Clock::time_point since{};
+  Hello hello{};
+  size_t helloReceived = 0;
+  std::vector<char> remoteAddress;
+  size_t addressReceived = 0;
+  Comm* comm = nullptr;        // created once the sender's address is in
+  std::vector<char> outgoing;  // Reply + our worker address
+  size_t sent = 0;
+};
+
+struct ListenComm {
+  int dev = 0;
+  uint64_t listenId = 0;
+  int fd = -1;
+  sdk::SocketAddress address{};
+  std::vector<Incoming> incoming;
+};
+
+// Reads into `buffer` until `size` bytes are in; kWouldBlock while partial.
+sdk::IoStatus readSome(int fd, void* buffer, size_t size, size_t* offset, std::string* error) {
+  int code = 0;
+  sdk::IoStatus status = sdk::recvSome(fd, buffer, size, offset, &code);
+  if (status == sdk::IoStatus::kFailed) *error = sdk::errnoText(code);
+  if (status == sdk::IoStatus::kClosed) *error = "connection closed by the peer";
+  return status;
+}
+sdk::IoStatus writeSome(int fd, const void* buffer, size_t size, size_t* offset, std::string* error) {
+  int code = 0;
+  sdk::IoStatus status = sdk::sendSome(fd, buffer, size, offset, &code);
+  if (status == sdk::IoStatus::kFailed) *error = sdk::errnoText(code);
+  if (status == sdk::IoStatus::kClosed) *error = "connection closed by the peer";
+  return status;
+}
+bool failed(sdk::IoStatus status) {
+  return status == sdk::IoStatus::kFailed || status == sdk::IoStatus::kClosed;
+}
+
+}  // namespace
+
+// ---- the plugin class
+// ----------------------------------------------------------------------------------------------
+class UcxNet {
+ public:
+  static constexpr const char kName[] = "nns-ucx";
+
+  ncclResult_t init(const sdk::InitArgs& args, void** ctx) {
+    sdk::setLogPrefix("NET/nns-ucx");
+    DeviceTable::get().discoverOnce();
+    const Config& config = Config::get();
+    NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "ncclNet_v%d over UCX %s; keepalive %d ms, connect timeout %d ms",
+                  args.abiVersion, ucp_get_version_string(), config.keepaliveMs, config.connectTimeoutMs);
+    *ctx = nullptr;  // UCP contexts are per device and process, held by the comms (see ContextTable)
+    if (DeviceTable::get().count() == 0) return ncclSystemError;
+    return ncclSuccess;
+  }
+
+  ncclResult_t devices(int* ndev) {
+    *ndev = DeviceTable::get().count();
+    return ncclSuccess;
+  }
+
+  ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
+    if (!DeviceTable::get().valid(dev)) return badDevice("getProperties", dev);
+    const UcxDevice& device = DeviceTable::get().device(dev);
+    props->name = const_cast<char*>(device.name.c_str());
+    props->pciPath = device.pciPath.empty() ? nullptr : const_cast<char*>(device.pciPath.c_str());
+    props->guid = device.guid;
+    // Host memory only: the UCX this was written against (Debian's) has no CUDA transports, and GPU buffers would
+    // also need an iflush that proves PCIe writes landed, which this plugin does not implement.
+    props->ptrSupport = NCCL_PTR_HOST;
+    props->regIsGlobal = 0;
+    props->forceFlush = 0;
+    props->speed = device.speedMbps;
+    props->port = device.port;
+    props->latency = 0;
+    props->maxComms = 1024;  // one UCP worker per comm: bounded by what a process can hold, not by the wire
+    props->maxRecvs = kMaxRecvs;
+    return ncclSuccess;
+  }
+
+  ncclResult_t listen(void* /*ctx*/, int dev, void* handle, void** listenComm) {
+    if (!DeviceTable::get().valid(dev)) return badDevice("listen", dev);
+    const UcxDevice& device = DeviceTable::get().device(dev);
+    auto listener = std::make_unique<ListenComm>();
+    listener->dev = dev;
+    listener->listenId = randomId();
+    std::string error;
+    listener->fd = sdk::listenTcp(device.sideChannel, kListenBacklog, &listener->address, &error);
+    if (listener->fd < 0) {
+      NCCL_NET_WARN("listen on device %d (%s): side channel: %s", dev, device.name.c_str(), error.c_str());
+      return ncclSystemError;
+    }
+    NCCL_NET_CHECK(kHandleCodec.encode(HandlePayload{listener->listenId, listener->address}, handle));
+    NCCL_NET_INFO(NCCL_NET, "listening on device %d (%s), side channel %s", dev, device.name.c_str(),
+                  listener->address.toString().c_str());
+    *listenComm = listener.release();
+    return ncclSuccess;
+  }
+
+  ncclResult_t connect(void* /*ctx*/, int dev, void* handle, void** sendComm,
+                       ncclNetDeviceHandle_v12_t** /*sendDevComm*/) {
+    *sendComm = nullptr;
+    if (!DeviceTable::get().valid(dev)) return badDevice("connect", dev);
+    PendingConnect* pending = ConnectStage::get(handle);
+    if (pending == nullptr) {
+      auto fresh = std::make_unique<PendingConnect>();
+      NCCL_NET_CHECK(kHandleCodec.decode(handle, &fresh->target));
+      if (!fresh->target.sideChannel.valid()) {
+        NCCL_NET_WARN("connect: the handle carries no valid address");
+        return ncclInvalidArgument;
+      }
+      const Config& config = Config::get();
+      fresh->deadline = Clock::now() + std::chrono::milliseconds(config.connectTimeoutMs);
+      fresh->comm = new Comm(true, dev);
+      fresh->comm->peer = fresh->target.sideChannel.toString();
+      NCCL_NET_CHECK(createWorker(dev, fresh->comm));
+      Hello hello{kWireMagic, kWireVersion, fresh->target.listenId, static_cast<uint32_t>(fresh->comm->address.size()),
+                  0};
+      fresh->outgoing.resize(sizeof(hello));
+      std::memcpy(fresh->outgoing.data(), &hello, sizeof(hello));
+      fresh->outgoing.insert(fresh->outgoing.end(), fresh->comm->address.begin(), fresh->comm->address.end());
+      fresh->connector.start(fresh->target.sideChannel, sdk::SocketAddress{},
+                             std::chrono::milliseconds(config.connectTimeoutMs),
+                             std::chrono::milliseconds(config.retryIntervalMs));
+      pending = fresh.release();
+      ConnectStage::set(handle, pending);
+    }
+    ncclResult_t result = progressConnect(pending, sendComm);
+    if (result != ncclSuccess || *sendComm != nullptr) {
+      ConnectStage::clear(handle);
+      delete pending;
+    }
+    return result;
+  }
+
+  ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** /*recvDevComm*/) {
+    *recvComm = nullptr;
+    auto* listener = static_cast<ListenComm*>(listenComm);
+    for (;;) {
+      Incoming incoming;
+      std::string error;
+      sdk::IoStatus status = sdk::acceptTcp(listener->fd, &incoming.fd, &incoming.peer, &error);
+      if (status == sdk::IoStatus::kWouldBlock) break;
+      if (status != sdk::IoStatus::kDone) {
+        NCCL_NET_WARN("accept on %s: %s", listener->address.toString().c_str(), error.c_str());
+        return ncclSystemError;
+      }
+      incoming.since = Clock::now();
+      listener->incoming.push_back(std::move(incoming));
+    }
+    const auto timeout = std::chrono::milliseconds(Config::get().connectTimeoutMs);
+    for (size_t i = 0; i < listener->incoming.size();) {
+      Incoming& in = listener->incoming[i];
+      std::string problem;
+      bool complete = progressIncoming(listener, in, &problem);
+      if (problem.empty() && !complete && Clock::now() - in.since > timeout)
+        problem = "did not complete the address exchange within NNS_UCX_CONNECT_TIMEOUT_MS";
+      if (!problem.empty()) {
+        NCCL_NET_WARN("accept: dropping connection from %s: %s", in.peer.toString().c_str(), problem.c_str());
+        closeIfOpen(in.fd);
+        if (in.comm != nullptr) destroyComm(in.comm);
+        listener->incoming.erase(listener->incoming.begin() + static_cast<long>(i));
+        continue;
+      }
+      if (!complete) {
+        ++i;
+        continue;
+      }
+      in.comm->sideFd = in.fd;
+      sdk::setDeadPeerTimeout(in.fd, Config::get().deadPeerMs);
+      *recvComm = in.comm;
+      NCCL_NET_INFO(NCCL_NET, "accepted %s on device %d", in.comm->peer.c_str(), listener->dev);
+      listener->incoming.erase(listener->incoming.begin() + static_cast<long>(i));
+      return ncclSuccess;  // one comm per accept call, as NCCL expects
+    }
+    return ncclSuccess;
+  }
+
+  ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+    if (type != NCCL_PTR_HOST) {
+      NCCL_NET_WARN("regMr: memory type %d is not supported; this plugin moves host memory only", type);
+      return ncclInvalidArgument;
+    }
+    auto* owner = static_cast<Comm*>(comm);
+    auto memory = std::make_unique<MemoryHandle>(MemoryHandle{data, size, nullptr, owner->context->handle});
+    // Over RDMA, pinning and registering once here keeps registration off the data path. tcp and shared memory
+    // register nothing (they copy, or use CMA), so mapping there would only cost time and pinned pages.
+    if (owner->context->mapMemory && size > 0) {
+      ucp_mem_map_params_t params{};
+      params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+      params.address = data;
+      params.length = size;
+      ucs_status_t status = ucp_mem_map(owner->context->handle, &params, &memory->memh);
+      if (status != UCS_OK) {
+        NCCL_NET_WARN("regMr: ucp_mem_map(%p, %zu): %s", data, size, ucs_status_string(status));
+        return ncclSystemError;
+      }
+    }
+    *mhandle = memory.release();
+    return ncclSuccess;
+  }
+
+  ncclResult_t deregMr(void* /*comm*/, void* mhandle) {
+    auto* memory = static_cast<MemoryHandle*>(mhandle);
+    if (memory == nullptr) return ncclSuccess;
+    ncclResult_t result = ncclSuccess;
+    if (memory->memh != nullptr) {
+      ucs_status_t status = ucp_mem_unmap(memory->context, memory->memh);
+      if (status != UCS_OK) {
+        NCCL_NET_WARN("deregMr: ucp_mem_unmap: %s", ucs_status_string(status));
+        result = ncclSystemError;
+      }
+    }
+    delete memory;
+    return result;
+  }
+
+  ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* /*phandle*/,
+                     void** request) {
+    *request = nullptr;
+    auto* comm = static_cast<Comm*>(sendComm);
+    if (comm->failure.load() != UCS_OK) return commFailed(comm, "isend");
+    Request* req = comm->requests.acquire();
+    if (req == nullptr) return ncclSuccess;  // full: NCCL retries later
+    req->comm = comm;
+    req->isSend = true;
+    req->count = 1;
+    SubRequest& sub = req->subs[0];
+    sub.owner = req;
+    sub.bytes = size;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = onSendDone;
+    param.user_data = &sub;
+    if (ucp_mem_h memh = memoryHandleFor(mhandle, data, size)) {
+      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+      param.memh = memh;
+    }
+    ucs_status_ptr_t posted = ucp_tag_send_nbx(comm->ep, data, size, comm->tagFor(tag), &param);
+    if (UCS_PTR_IS_ERR(posted)) {
+      comm->requests.release(req);
+      NCCL_NET_WARN("isend of %zu bytes to %s: %s", size, comm->peer.c_str(),
+                    ucs_status_string(UCS_PTR_STATUS(posted)));
+      return ncclRemoteError;
+    }
+    if (posted == nullptr) {
+      sub.done = true;  // sent at once (small eager message): the buffer is free again
+    } else {
+      sub.ucx = posted;
+    }
+    *request = req;
+    return ncclSuccess;
+  }
+
+  ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** /*phandles*/,
+                     void** request) {
+    *request = nullptr;
+    auto* comm = static_cast<Comm*>(recvComm);
+    if (n < 1 || n > kMaxRecvs) {
+      NCCL_NET_WARN("irecv: %d grouped receives; this plugin takes 1 to %d (maxRecvs)", n, kMaxRecvs);
+      return ncclInvalidArgument;
+    }
+    // A failed comm still takes receives: messages the peer sent before it went away may wait in the worker's
+    // unexpected queue. test() reports an error for whatever does not arrive.
+    Request* req = comm->requests.acquire();
+    if (req == nullptr) return ncclSuccess;
+    req->comm = comm;
+    req->isSend = false;
+    req->count = n;
+    for (int i = 0; i < n; ++i) {
+      SubRequest& sub = req->subs[i];
+      sub.owner = req;
+      sub.capacity = sizes[i];
+      ucp_request_param_t param{};
+      // Always through the callback, so a receive that matched an already-arrived message is handled like any other.
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+      param.cb.recv = onRecvDone;
+      param.user_data = &sub;
+      if (ucp_mem_h memh = memoryHandleFor(mhandles != nullptr ? mhandles[i] : nullptr, data[i], sizes[i])) {
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        param.memh = memh;
+      }
+      ucs_status_ptr_t posted =
+          ucp_tag_recv_nbx(comm->worker, data[i], sizes[i], comm->tagFor(tags[i]), ~static_cast<ucp_tag_t>(0), &param);
+      if (UCS_PTR_IS_ERR(posted)) {
+        // Earlier subs are in flight: leave the request live (closeRecv cancels them) and fail the comm.
+        sub.done = true;
+        sub.status = UCS_PTR_STATUS(posted);
+        for (int rest = i + 1; rest < n; ++rest) req->subs[rest].done = true;
+        NCCL_NET_WARN("irecv %d/%d of %zu bytes: %s", i, n, sizes[i], ucs_status_string(UCS_PTR_STATUS(posted)));
+        return ncclSystemError;
+      }
+      sub.ucx = posted;
+    }
+    *request = req;
+    return ncclSuccess;
+  }
+
+  ncclResult_t test(void* request, int* done, sdk::CompletedSizes& sizes) {
+    *done = 0;
+    auto* req = static_cast<Request*>(request);
+    if (req->magic != Request::kLiveMagic || req->comm == nullptr || !req->comm->requests.owns(req)) {
+      NCCL_NET_WARN("test: %p is not a live request of this plugin (already completed?)", request);
+      return ncclInvalidArgument;
+    }
+    Comm* comm = req->comm;
+    auto allDone = [req] {
+      for (int i = 0; i < req->count; ++i)
+        if (!req->subs[i].done) return false;
+      return true;
+    };
+    // One progress call always (the worker may owe UCX work even when this request is done), then more only while
+    // they find events and the request is still incomplete: stopping at completion saves a poll per message.
+    unsigned events = ucp_worker_progress(comm->worker);
+    bool all = allDone();
+    for (int i = 0; i < 64 && !all && events != 0; ++i) {
+      events = ucp_worker_progress(comm->worker);
+      all = allDone();
+    }
+    if (!all) {
+      // The endpoint failed: what has not completed never will. The request stays live; close cleans it up.
+      checkSideChannel(comm);
+      if (comm->failure.load() != UCS_OK) return commFailed(comm, "test");
+      return ncclSuccess;
+    }
+    for (int i = 0; i < req->count; ++i) {
+      const SubRequest& sub = req->subs[i];
+      if (sub.status == UCS_OK) continue;
+      ncclResult_t result = ncclRemoteError;
+      if (sub.status == UCS_ERR_MESSAGE_TRUNCATED) {
+        NCCL_NET_WARN("test: receive %d of %d: the message is larger than the %zu-byte buffer posted for it", i,
+                      req->count, sub.capacity);
+        result = ncclInvalidUsage;
+      } else {
+        NCCL_NET_WARN("test: %s %d of %d with %s: %s", req->isSend ? "send" : "receive", i, req->count,
+                      comm->peer.c_str(), ucs_status_string(sub.status));
+      }
+      comm->requests.release(req);
+      return result;
+    }
+    for (int i = 0; i < req->count; ++i)
+      if (!sizes.set(i, req->subs[i].bytes)) return ncclSuccess;  // the SDK reports the overflow
+    comm->requests.release(req);
+    *done = 1;
+    return ncclSuccess;
+  }
+
+  ncclResult_t closeSend(void* sendComm) {
+    destroyComm(static_cast<Comm*>(sendComm));
+    return ncclSuccess;
+  }
+  ncclResult_t closeRecv(void* recvComm) {
+    destroyComm(static_cast<Comm*>(recvComm));
+    return ncclSuccess;
+  }
+  ncclResult_t closeListen(void* listenComm) {
+    auto* listener = static_cast<ListenComm*>(listenComm);
+    closeIfOpen(listener->fd);
+    for (Incoming& in : listener->incoming) {
+      closeIfOpen(in.fd);
+      if (in.comm != nullptr) destroyComm(in.comm);
+    }
+    delete listener;
+    return ncclSuccess;
+  }
+
+ private:
+  static ncclResult_t badDevice(const char* call, int dev) {
+    NCCL_NET_WARN("%s: device %d does not exist (%d devices)", call, dev, DeviceTable::get().count());
+    return ncclInvalidArgument;
+  }
+
+  static ncclResult_t connectFailed(PendingConnect* pending, const std::string& what) {
+    NCCL_NET_WARN("connect to %s failed: %s", pending->target.sideChannel.toString().c_str(), what.c_str());
+    return ncclRemoteError;
+  }
+
+  static ncclResult_t progressConnect(PendingConnect* p, void** sendComm) {
+    std::string error;
+    if (Clock::now() > p->deadline) {
+      std::string last = p->connector.error().empty() ? "" : "; last error: " + p->connector.error();
+      return connectFailed(p, "no answer within " + std::to_string(Config::get().connectTimeoutMs) +
+                                  " ms (NNS_UCX_CONNECT_TIMEOUT_MS)" + last);
+    }
+    if (p->phase == PendingConnect::Phase::kConnecting) {
+      sdk::IoStatus status = p->connector.progress();
+      if (status == sdk::IoStatus::kWouldBlock) return ncclSuccess;
+      if (status != sdk::IoStatus::kDone) return connectFailed(p, p->connector.error());
+      p->fd = p->connector.release();
+      p->phase = PendingConnect::Phase::kSending;
+    }
+    if (p->phase == PendingConnect::Phase::kSending) {
+      sdk::IoStatus status = writeSome(p->fd, p->outgoing.data(), p->outgoing.size(), &p->sent, &error);
+      if (failed(status)) return connectFailed(p, "sending our worker address: " + error);
+      if (status != sdk::IoStatus::kDone) return ncclSuccess;
+      p->phase = PendingConnect::Phase::kReceiving;
+    }
+    if (p->replyReceived < sizeof(p->reply)) {
+      sdk::IoStatus status = readSome(p->fd, &p->reply, sizeof(p->reply), &p->replyReceived, &error);
+      if (failed(status)) return connectFailed(p, "waiting for the listener's worker address: " + error);
+      if (status != sdk::IoStatus::kDone) return ncclSuccess;
+      if (p->reply.magic != kWireMagic || p->reply.addressBytes == 0 || p->reply.addressBytes > kMaxWorkerAddressBytes)
+        return connectFailed(p, "the listener answered with a malformed reply (another plugin version?)");
+      p->remoteAddress.resize(p->reply.addressBytes);
+    }
+    sdk::IoStatus status =
+        readSome(p->fd, p->remoteAddress.data(), p->remoteAddress.size(), &p->addressReceived, &error);
+    if (failed(status)) return connectFailed(p, "reading the listener's worker address: " + error);
+    if (status != sdk::IoStatus::kDone) return ncclSuccess;
+    Comm* comm = p->comm;
+    comm->connectionTag = p->reply.connectionTag;
+    NCCL_NET_CHECK(createEndpoint(comm, p->remoteAddress));
+    p->comm = nullptr;
+    comm->sideFd = p->fd;
+    p->fd = -1;
+    sdk::setDeadPeerTimeout(comm->sideFd, Config::get().deadPeerMs);
+    NCCL_NET_INFO(NCCL_NET, "connected to %s (worker address %zu bytes)", comm->peer.c_str(), p->remoteAddress.size());
+    *sendComm = comm;
+    return ncclSuccess;
+  }
+
+  // Advances one side-channel exchange; true once the reply is fully written and the comm is ready.
+  static bool progressIncoming(ListenComm* listener, Incoming& in, std::string* problem) {
+    std::string error;
+    if (in.helloReceived < sizeof(in.hello)) {
+      sdk::IoStatus status = readSome(in.fd, &in.hello, sizeof(in.hello), &in.helloReceived, &error);
+      if (failed(status)) *problem = "before identifying itself: " + error;
+      if (status != sdk::IoStatus::kDone) return false;
+      if (in.hello.magic != kWireMagic || in.hello.version != kWireVersion || in.hello.listenId != listener->listenId) {
+        *problem = "not a connection for this listener (wrong magic, version or listen id)";
+        return false;
+      }
+      if (in.hello.addressBytes == 0 || in.hello.addressBytes > kMaxWorkerAddressBytes) {
+        *problem = "announced a worker address of " + std::to_string(in.hello.addressBytes) + " bytes";
+        return false;
+      }
+      in.remoteAddress.resize(in.hello.addressBytes);
+    }
+    if (in.comm == nullptr) {
+      sdk::IoStatus status =
+          readSome(in.fd, in.remoteAddress.data(), in.remoteAddress.size(), &in.addressReceived, &error);
+      if (failed(status)) *problem = "while sending its worker address: " + error;
+      if (status != sdk::IoStatus::kDone) return false;
+      auto* comm = new Comm(false, listener->dev);
+      comm->peer = in.peer.toString();
+      comm->connectionTag = static_cast<uint32_t>(randomId());
+      in.comm = comm;
+      // The receiver's own endpoint to the sender exists for one reason: UCX reports a dead peer per endpoint, and
+      // a tagged receive belongs to no endpoint until a message matches it.
+      if (createWorker(listener->dev, comm) != ncclSuccess || createEndpoint(comm, in.remoteAddress) != ncclSuccess) {
+        *problem = "could not create the UCP worker or endpoint (see above)";
+        return false;
+      }
+      Reply reply{kWireMagic, comm->connectionTag, static_cast<uint32_t>(comm->address.size()), 0};
+      in.outgoing.resize(sizeof(reply));
+      std::memcpy(in.outgoing.data(), &reply, sizeof(reply));
+      in.outgoing.insert(in.outgoing.end(), comm->address.begin(), comm->address.end());
+    }
+    sdk::IoStatus status = writeSome(in.fd, in.outgoing.data(), in.outgoing.size(), &in.sent, &error);
+    if (failed(status)) *problem = "answering: " + error;
+    return status == sdk::IoStatus::kDone;
+  }
+};
+
+}  // namespace nns_ucx
+
+NCCL_NET_SDK_EXPORT(nns_ucx::UcxNet)

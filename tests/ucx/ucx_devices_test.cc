@@ -1,0 +1,65 @@
+// ucx_devices_test.cc: nns-ucx device discovery: parsing UCX's resource list, and what UCX_TLS/UCX_NET_DEVICES select.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "ucx_devices.hpp"
+
+namespace {
+
+// Verbatim shape of ucp_context_print_info() in UCX 1.13.1.
+constexpr const char kPrinted[] =
+    "#\n# UCP context\n#\n#     component 0  :  self\n#     component 1  :  tcp\n"
+    "#            md 0  :  component 0  self \n#            md 1  :  component 1  tcp \n#\n"
+    "#      resource 0  :  md 0  dev 0  flags -- self/memory0\n"
+    "#      resource 1  :  md 1  dev 1  flags -- tcp/lo\n"
+    "#      resource 2  :  md 1  dev 2  flags -- tcp/eth0\n"
+    "#      resource 3  :  md 2  dev 3  flags -- rc_mlx5/mlx5_0:1\n"
+    "#      resource 4  :  md 3  dev 4  flags -- posix/memory\n#\n";
+
+TEST(UcxDevices, ParsesEveryResourceLine) {
+  auto resources = nns_ucx::parseResources(kPrinted);
+  ASSERT_EQ(resources.size(), 5u);
+  EXPECT_EQ(resources[0], std::make_pair(std::string("self"), std::string("memory0")));
+  EXPECT_EQ(resources[2], std::make_pair(std::string("tcp"), std::string("eth0")));
+  EXPECT_EQ(resources[3], std::make_pair(std::string("rc_mlx5"), std::string("mlx5_0:1")));
+  EXPECT_TRUE(nns_ucx::parseResources("garbage\n# resource 1 : no dashes\n").empty());
+}
+
+// Each environment is set before the first UCX call in a fresh gtest process (gtest_discover_tests runs every test in
+// its own process), so UCX reads it as a plugin would.
+TEST(UcxDevices, TcpOnLoopbackGivesLo) {
+  setenv("UCX_TLS", "tcp", 1);
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  std::string error;
+  auto devices = nns_ucx::discoverDevices(1234, &error);
+  ASSERT_EQ(devices.size(), 1u) << error;
+  EXPECT_EQ(devices[0].name, "lo");
+  EXPECT_FALSE(devices[0].sharedMemory);
+  EXPECT_FALSE(devices[0].sharedMemoryTransports);
+  EXPECT_TRUE(devices[0].pciPath.empty());  // loopback is no PCI function
+  EXPECT_GT(devices[0].speedMbps, 0);
+  EXPECT_TRUE(devices[0].sideChannel.isLoopback());
+}
+
+TEST(UcxDevices, SharedMemoryOnlyGivesOneMemoryDevice) {
+  setenv("UCX_TLS", "sm", 1);
+  unsetenv("UCX_NET_DEVICES");
+  std::string error;
+  auto devices = nns_ucx::discoverDevices(1234, &error);
+  ASSERT_EQ(devices.size(), 1u) << error;
+  EXPECT_EQ(devices[0].name, "memory");
+  EXPECT_TRUE(devices[0].sharedMemory);
+  EXPECT_EQ(devices[0].speedMbps, 1234);
+  EXPECT_FALSE(devices[0].transports.empty());
+}
+
+TEST(UcxDevices, SelfOnlyGivesNoDeviceAndSaysWhy) {
+  setenv("UCX_TLS", "self", 1);
+  std::string error;
+  auto devices = nns_ucx::discoverDevices(1234, &error);
+  EXPECT_TRUE(devices.empty());
+  EXPECT_NE(error.find("UCX_TLS=self"), std::string::npos) << error;
+}
+
+}  // namespace

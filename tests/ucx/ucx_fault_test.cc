@@ -1,0 +1,151 @@
+// ucx_fault_test.cc: nns-ucx between two processes when one is killed mid-message: the survivor's test() must fail
+// (not hang, not succeed) within a bound, in both directions, over UCX's tcp and shared-memory transports.
+//
+// Every process loads the plugin itself after fork and after setting UCX_TLS, so UCX reads the environment of the
+// test (gtest_discover_tests runs each test in its own process).
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#define NNS_SOCKET_PLUGIN_PATH NNS_UCX_PLUGIN_PATH  // plugin_harness.hpp loads the plugin named by this macro
+#include "../socket/plugin_harness.hpp"
+
+namespace {
+
+using namespace socket_test;
+constexpr size_t kBytes = 64u << 20;  // above every eager threshold: the transfer needs both peers to the end
+constexpr auto kBound = std::chrono::seconds(10);
+
+struct Transport {
+  const char* name;
+  std::vector<std::pair<const char*, const char*>> env;
+};
+
+void applyEnv(const Transport& transport) {
+  for (const auto& [key, value] : transport.env) setenv(key, value, 1);
+}
+
+bool writeAll(int fd, const void* data, size_t size) {
+  return write(fd, data, size) == static_cast<ssize_t>(size);
+}
+bool readAll(int fd, void* data, size_t size) {
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = read(fd, static_cast<char*>(data) + got, size - got);
+    if (n <= 0) return false;
+    got += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The child: the peer that will be killed. It listens (and receives nothing) or connects (and sends kBytes), reports
+// its handle or readiness on `out`, then waits to be killed.
+[[noreturn]] void runVictim(const Transport& transport, bool victimReceives, int in, int out) {
+  applyEnv(transport);
+  const ncclNet_v12_t* net = plugin();
+  ncclResult_t result = ncclSuccess;
+  void* ctx = net != nullptr ? initPlugin(net, &result) : nullptr;
+  if (net == nullptr || result != ncclSuccess) _exit(2);
+  static std::vector<unsigned char> buffer(kBytes, 7);
+  if (victimReceives) {
+    unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    void* listenComm = nullptr;
+    void* recvComm = nullptr;
+    if (net->listen(ctx, 0, handle, &listenComm) != ncclSuccess || !writeAll(out, handle, sizeof(handle))) _exit(3);
+    if (acceptUntilDone(net, listenComm, &recvComm) != ncclSuccess) _exit(4);
+    // Posts no receive: the survivor's large send waits for one, with UCX's rendezvous under way.
+  } else {
+    unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+    void* sendComm = nullptr;
+    void* request = nullptr;
+    if (!readAll(in, handle, sizeof(handle)) || connectUntilDone(net, ctx, 0, handle, &sendComm) != ncclSuccess)
+      _exit(5);
+    if (postSend(net, sendComm, buffer.data(), kBytes, 1, &request) != ncclSuccess) _exit(6);
+  }
+  char ready = 'r';
+  if (!writeAll(out, &ready, 1)) _exit(7);
+  for (;;) pause();
+}
+
+// Returns the survivor's verdict: the test() result and how long after the kill it came.
+void runSurvivor(const Transport& transport, bool victimReceives) {
+  int toVictim[2], fromVictim[2];
+  ASSERT_EQ(pipe(toVictim), 0);
+  ASSERT_EQ(pipe(fromVictim), 0);
+  pid_t victim = fork();
+  ASSERT_GE(victim, 0);
+  if (victim == 0) runVictim(transport, victimReceives, toVictim[0], fromVictim[1]);
+  applyEnv(transport);
+  const ncclNet_v12_t* net = plugin();
+  ASSERT_NE(net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  void* ctx = initPlugin(net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  std::vector<unsigned char> buffer(kBytes, 1);
+  void* comm = nullptr;
+  void* listenComm = nullptr;
+  void* request = nullptr;
+  if (victimReceives) {
+    unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+    ASSERT_TRUE(readAll(fromVictim[0], handle, sizeof(handle)));
+    ASSERT_EQ(connectUntilDone(net, ctx, 0, handle, &comm), ncclSuccess);
+    ASSERT_EQ(postSend(net, comm, buffer.data(), kBytes, 1, &request), ncclSuccess);
+  } else {
+    unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+    ASSERT_TRUE(writeAll(toVictim[1], handle, sizeof(handle)));
+    ASSERT_EQ(acceptUntilDone(net, listenComm, &comm), ncclSuccess);
+    void* data = buffer.data();
+    size_t size = kBytes;
+    int tag = 1;
+    ASSERT_EQ(postRecv(net, comm, 1, &data, &size, &tag, &request), ncclSuccess);
+  }
+  char ready = 0;
+  ASSERT_TRUE(readAll(fromVictim[0], &ready, 1));
+  // Progress a little so the transfer is surely under way, then kill the peer.
+  int done = 0;
+  int sizes[8] = {};
+  for (int i = 0; i < 100 && !done; ++i) ASSERT_EQ(net->test(request, &done, sizes), ncclSuccess);
+  ASSERT_FALSE(done) << "the transfer completed although the peer never did its part";
+  kill(victim, SIGKILL);
+  waitpid(victim, nullptr, 0);
+  auto killed = Clock::now();
+  result = waitRequest(net, request, sizes, kBound);
+  double seconds = std::chrono::duration<double>(Clock::now() - killed).count();
+  EXPECT_NE(result, ncclSuccess) << "a " << kBytes << "-byte transfer completed with its peer dead";
+  EXPECT_NE(result, ncclTimeout) << "no error within " << kBound.count() << " s of the peer's death";
+  std::printf("%s, %s killed: test() returned %d after %.3f s\n", transport.name,
+              victimReceives ? "receiver" : "sender", result, seconds);
+  EXPECT_TRUE(warnedAbout("failed")) << "the error was not explained in a WARN";
+  if (victimReceives) {
+    EXPECT_EQ(net->closeSend(comm), ncclSuccess);
+  } else {
+    EXPECT_EQ(net->closeRecv(comm), ncclSuccess);
+    EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+  }
+}
+
+const Transport kTcp{"tcp", {{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}}};
+const Transport kSharedMemory{"sm", {{"UCX_TLS", "sm"}}};
+
+TEST(UcxFaults, TcpSenderSeesReceiverDeath) {
+  runSurvivor(kTcp, true);
+}
+TEST(UcxFaults, TcpReceiverSeesSenderDeath) {
+  runSurvivor(kTcp, false);
+}
+TEST(UcxFaults, SharedMemorySenderSeesReceiverDeath) {
+  runSurvivor(kSharedMemory, true);
+}
+TEST(UcxFaults, SharedMemoryReceiverSeesSenderDeath) {
+  runSurvivor(kSharedMemory, false);
+}
+
+}  // namespace
