@@ -26,8 +26,8 @@ namespace nns::core {
 struct CommOptions {
   std::string plugin;                   // NCCL_NET_PLUGIN semantics; empty: $NCCL_NET_PLUGIN if set, else "socket"
   std::vector<std::string> searchDirs;  // where to look for libnccl-net-*.so first
-  size_t slotBytes = 1u << 20;          // one pipelined piece; $NNS_SLOT_BYTES overrides
-  int slots = 4;                        // pieces in flight per connection; $NNS_SLOTS overrides
+  size_t slotBytes = 512u << 10;        // the largest pipelined piece; $NNS_SLOT_BYTES overrides
+  int slots = 8;                        // pieces in flight per connection; $NNS_SLOTS overrides
   int channels = 1;                     // parallel rings / tree pairs, each on connections of its own; $NNS_NCHANNELS
   int device = 0;                       // the plugin device every connection uses; $NNS_NET_DEVICE overrides
   // No progress for this long (a dead or stuck rank) fails the operation; bootstrap waits use it too.
