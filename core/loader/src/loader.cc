@@ -123,7 +123,11 @@ std::vector<std::string> findPluginLibraries(const std::vector<std::string>& dir
   return {found.begin(), found.end()};
 }
 
-std::unique_ptr<Net> openNetVersion(const std::string& path, int version, std::string* error) {
+namespace {
+// dlopens `path` and finds `symbol`: the library (kept alive by whatever adapts the table) and the table, or
+// nullptr with *error set.
+const void* openTable(const std::string& path, const std::string& symbol, std::shared_ptr<detail::Library>* library,
+                      std::string* error) {
   dlerror();
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
@@ -131,33 +135,26 @@ std::unique_ptr<Net> openNetVersion(const std::string& path, int version, std::s
     if (error != nullptr) *error = text != nullptr ? text : "dlopen failed";
     return nullptr;
   }
-  auto library = std::make_shared<detail::Library>(handle, path);
-  std::string symbol = "ncclNetPlugin_v" + std::to_string(version);
+  *library = std::make_shared<detail::Library>(handle, path);
   const void* table = dlsym(handle, symbol.c_str());
-  if (table == nullptr) {
-    if (error != nullptr) *error = path + " does not export " + symbol;
-    return nullptr;
-  }
+  if (table == nullptr && error != nullptr) *error = path + " does not export " + symbol;
+  return table;
+}
+}  // namespace
+
+std::unique_ptr<Net> openNetVersion(const std::string& path, int version, std::string* error) {
+  std::shared_ptr<detail::Library> library;
+  const void* table = openTable(path, "ncclNetPlugin_v" + std::to_string(version), &library, error);
+  if (table == nullptr) return nullptr;
   auto net = detail::makeNetAdapter(version, table, library);
   if (net == nullptr && error != nullptr) *error = "ncclNet_v" + std::to_string(version) + " is not a known version";
   return net;
 }
 
 std::unique_ptr<CollNet> openCollNetVersion(const std::string& path, int version, std::string* error) {
-  dlerror();
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* text = dlerror();
-    if (error != nullptr) *error = text != nullptr ? text : "dlopen failed";
-    return nullptr;
-  }
-  auto library = std::make_shared<detail::Library>(handle, path);
-  std::string symbol = "ncclCollNetPlugin_v" + std::to_string(version);
-  const void* table = dlsym(handle, symbol.c_str());
-  if (table == nullptr) {
-    if (error != nullptr) *error = path + " does not export " + symbol;
-    return nullptr;
-  }
+  std::shared_ptr<detail::Library> library;
+  const void* table = openTable(path, "ncclCollNetPlugin_v" + std::to_string(version), &library, error);
+  if (table == nullptr) return nullptr;
   auto coll = detail::makeCollNetAdapter(version, table, library);
   if (coll == nullptr && error != nullptr)
     *error = "ncclCollNet_v" + std::to_string(version) + " is not a known version";
