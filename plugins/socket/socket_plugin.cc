@@ -210,27 +210,16 @@ struct PendingConnect {
 };
 using ConnectStage = sdk::ConnectStage<PendingConnect>;
 
-// Writes the fixed-size `message` on a non-blocking socket; false and *error set on failure.
+// Writes / reads the fixed-size `message` on a non-blocking socket; *error set on failure.
 template <class Message>
 sdk::IoStatus sendMessage(int fd, const Message& message, size_t* offset, std::string* error) {
-  int code = 0;
-  sdk::IoStatus status = sdk::sendSome(fd, &message, sizeof(message), offset, &code);
-  if (status == sdk::IoStatus::kFailed) *error = sdk::errnoText(code);
-  if (status == sdk::IoStatus::kClosed) *error = "connection closed by the peer";
-  return status;
+  return sdk::sendSome(fd, &message, sizeof(message), offset, error);
 }
 template <class Message>
 sdk::IoStatus recvMessage(int fd, Message* message, size_t* offset, std::string* error) {
-  int code = 0;
-  sdk::IoStatus status = sdk::recvSome(fd, message, sizeof(*message), offset, &code);
-  if (status == sdk::IoStatus::kFailed) *error = sdk::errnoText(code);
-  if (status == sdk::IoStatus::kClosed) *error = "connection closed by the peer";
-  return status;
+  return sdk::recvSome(fd, message, sizeof(*message), offset, error);
 }
-
-bool failed(sdk::IoStatus status) {
-  return status == sdk::IoStatus::kFailed || status == sdk::IoStatus::kClosed;
-}
+using sdk::failed;
 
 }  // namespace
 

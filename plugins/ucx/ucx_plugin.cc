@@ -552,22 +552,12 @@ struct ListenComm {
 
 // Reads into `buffer` until `size` bytes are in; kWouldBlock while partial.
 sdk::IoStatus readSome(int fd, void* buffer, size_t size, size_t* offset, std::string* error) {
-  int code = 0;
-  sdk::IoStatus status = sdk::recvSome(fd, buffer, size, offset, &code);
-  if (status == sdk::IoStatus::kFailed) *error = sdk::errnoText(code);
-  if (status == sdk::IoStatus::kClosed) *error = "connection closed by the peer";
-  return status;
+  return sdk::recvSome(fd, buffer, size, offset, error);
 }
 sdk::IoStatus writeSome(int fd, const void* buffer, size_t size, size_t* offset, std::string* error) {
-  int code = 0;
-  sdk::IoStatus status = sdk::sendSome(fd, buffer, size, offset, &code);
-  if (status == sdk::IoStatus::kFailed) *error = sdk::errnoText(code);
-  if (status == sdk::IoStatus::kClosed) *error = "connection closed by the peer";
-  return status;
+  return sdk::sendSome(fd, buffer, size, offset, error);
 }
-bool failed(sdk::IoStatus status) {
-  return status == sdk::IoStatus::kFailed || status == sdk::IoStatus::kClosed;
-}
+using sdk::failed;
 
 }  // namespace
 

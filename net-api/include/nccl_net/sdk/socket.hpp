@@ -502,6 +502,23 @@ inline IoStatus recvSome(int fd, void* data, size_t size, size_t* offset, int* e
   return IoStatus::kDone;
 }
 
+// sendSome/recvSome with the failure as text for a WARN: errno's text, or "connection closed by the peer".
+inline IoStatus sendSome(int fd, const void* data, size_t size, size_t* offset, std::string* error) {
+  int code = 0;
+  IoStatus status = sendSome(fd, data, size, offset, &code);
+  if (status == IoStatus::kFailed) *error = errnoText(code);
+  if (status == IoStatus::kClosed) *error = "connection closed by the peer";
+  return status;
+}
+inline IoStatus recvSome(int fd, void* data, size_t size, size_t* offset, std::string* error) {
+  int code = 0;
+  IoStatus status = recvSome(fd, data, size, offset, &code);
+  if (status == IoStatus::kFailed) *error = errnoText(code);
+  if (status == IoStatus::kClosed) *error = "connection closed by the peer";
+  return status;
+}
+inline bool failed(IoStatus status) { return status == IoStatus::kFailed || status == IoStatus::kClosed; }
+
 // Waits up to `timeoutMs` for `events` on fd. True when ready (or in error: the next IO call reports it).
 inline bool waitForSocket(int fd, short events, int timeoutMs) {
   pollfd waiter{fd, events, 0};
