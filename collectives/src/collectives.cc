@@ -50,14 +50,15 @@ size_t envBytes(const char* name, size_t fallback) {
 }
 
 // The pipeline piece for a schedule that forwards `bytes` per hop: about 1/`depth` of it so that several pieces are
-// in flight along a path, at least `minimum` (per-message costs), at most a slot; a multiple of 4 KiB, so no piece
-// splits an element. $NNS_PIECE_BYTES fixes it.
+// in flight along a path, at least `minimum` (per-message costs), at most a slot; a multiple of 64 bytes (as slots
+// are), so no piece splits an element. $NNS_PIECE_BYTES fixes it (rounded the same way).
 size_t pieceFor(const Communicator& comm, size_t bytes, size_t depth, size_t minimum) {
   const size_t slot = comm.options().slotBytes;
   size_t piece = envBytes("NNS_PIECE_BYTES", 0);
   if (piece == 0) piece = std::max(minimum, (bytes / depth + 4095) / 4096 * 4096);
   piece = std::min(piece, slot);
-  return piece - piece % 64 == 0 ? slot : piece - piece % 64;
+  piece -= piece % 64;
+  return piece == 0 ? slot : piece;
 }
 
 }  // namespace
