@@ -1,6 +1,9 @@
 // collectives_test.cc: 16-bit float rounding, launcher environments, and failures that must surface as errors in
 // bounded time: a rank that never arrives, a rank killed mid-collective.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -144,6 +147,53 @@ TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Failure, DeadRank, ::testing::Values("minimal", "socket"));
+
+TEST(Bootstrap, AStrangerOnTheRootPortIsTurnedAwayAndTheRealRankStillJoins) {
+  // Two launches that picked the same port (or a reused MASTER_PORT): rank 0 must not take another job's rank for
+  // its own, nor give up; it turns the stranger away and waits for the rank it expects.
+  core::LaunchInfo root{0, 2, "127.0.0.1", 20000 + (getpid() + 23) % 20000, "test"};
+  std::string rootError = "still running";
+  std::thread rankZero([&] {
+    try {
+      core::Bootstrap bootstrap(root, std::chrono::milliseconds(10000));
+      auto all = bootstrap.allGather("zero");
+      rootError = all[1] == "one!" ? "" : "wrong contribution from rank 1: " + all[1];
+    } catch (const std::exception& e) {
+      rootError = e.what();
+    }
+  });
+  // The stranger: claims rank 1 of a 3-rank job.
+  int stranger = -1;
+  for (int attempt = 0; attempt < 200 && stranger < 0; ++attempt) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(root.rootPort));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
+      stranger = fd;
+    } else {
+      close(fd);
+      usleep(10000);
+    }
+  }
+  ASSERT_GE(stranger, 0);
+  const int32_t claim[4] = {1, 3, 0, 0};  // rank, size, job (64 bits)
+  ASSERT_EQ(send(stranger, claim, sizeof(claim), 0), static_cast<ssize_t>(sizeof(claim)));
+  core::LaunchInfo one = root;
+  one.rank = 1;
+  std::string oneError;
+  try {
+    core::Bootstrap bootstrap(one, std::chrono::milliseconds(10000));
+    bootstrap.allGather("one!");
+  } catch (const std::exception& e) {
+    oneError = e.what();
+  }
+  rankZero.join();
+  close(stranger);
+  EXPECT_EQ(oneError, "");
+  EXPECT_EQ(rootError, "");
+}
 
 TEST(Trees, DoubleBinaryTreeIsTwoTreesOverEveryRank) {
   for (int n = 1; n <= 130; ++n) {

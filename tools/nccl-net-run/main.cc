@@ -15,19 +15,22 @@
 
 namespace {
 
-int freePort() {
+// A listening socket on a free loopback port, kept open and handed to rank 0 (NNS_ROOT_LISTEN_FD), so the port
+// cannot be taken by another process between choosing it and rank 0's listen. -1 on failure.
+int rootListener(int ranks, int* port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t length = sizeof(address);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || listen(fd, ranks) != 0 ||
       getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
     close(fd);
-    return 0;
+    return -1;
   }
-  close(fd);
-  return ntohs(address.sin_port);
+  *port = ntohs(address.sin_port);
+  return fd;
 }
 
 void usage(const char* self) {
@@ -56,12 +59,15 @@ int main(int argc, char** argv) {
     usage(argv[0]);
     return 2;
   }
-  int port = freePort();
-  if (port == 0) {
+  int port = 0;
+  int listener = rootListener(ranks, &port);
+  if (listener < 0) {
     std::perror("nccl-net-run: no free port on 127.0.0.1");
     return 1;
   }
   std::string root = "127.0.0.1:" + std::to_string(port);
+  std::string job = std::to_string(getpid()) + "-" +
+                    std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
   std::vector<pid_t> children;
   for (int rank = 0; rank < ranks; ++rank) {
     pid_t pid = fork();
@@ -69,6 +75,12 @@ int main(int argc, char** argv) {
       setenv("NNS_RANK", std::to_string(rank).c_str(), 1);
       setenv("NNS_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
       setenv("NNS_ROOT_ADDR", root.c_str(), 1);
+      setenv("NNS_JOB_ID", job.c_str(), 1);
+      if (rank == 0) {
+        setenv("NNS_ROOT_LISTEN_FD", std::to_string(listener).c_str(), 1);
+      } else {
+        close(listener);
+      }
       setenv("NCCL_SOCKET_IFNAME", "lo", 0);  // one host: keep the socket plugin on loopback unless told otherwise
       execvp(argv[first], argv + first);
       std::fprintf(stderr, "nccl-net-run: cannot run %s: %s\n", argv[first], std::strerror(errno));
@@ -76,6 +88,7 @@ int main(int argc, char** argv) {
     }
     children.push_back(pid);
   }
+  close(listener);
   auto start = std::chrono::steady_clock::now();
   int exitCode = 0;
   size_t running = children.size();

@@ -7,9 +7,13 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -109,6 +113,47 @@ sockaddr_storage resolve(const std::string& host, int port, socklen_t* length) {
   return address;
 }
 
+// What a rank tells rank 0 when it joins: who it is, the size it expects, and its job ($NNS_JOB_ID), so that a
+// rank of another job that reached this port (a reused MASTER_PORT, two launches at once) is turned away.
+struct JoinMessage {
+  int32_t rank;
+  int32_t size;
+  uint64_t job;
+};
+
+uint64_t jobId() {
+  const char* text = std::getenv("NNS_JOB_ID");
+  if (text == nullptr) return 0;
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (const char* c = text; *c != '\0'; ++c) hash = (hash ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  return hash;
+}
+
+// A listening socket handed down by the launcher ($NNS_ROOT_LISTEN_FD, nccl-net-run): the port stays reserved from
+// the moment it is chosen, so no other process can take it before rank 0 listens. Taken once per process.
+// It is used only if it listens on the root's port; otherwise it is closed and rank 0 binds as usual.
+int inheritedListener(int port) {
+  const char* text = std::getenv("NNS_ROOT_LISTEN_FD");
+  if (text == nullptr) return -1;
+  int fd = std::atoi(text);
+  unsetenv("NNS_ROOT_LISTEN_FD");
+  int accepting = 0;
+  socklen_t size = sizeof(accepting);
+  if (fd <= 2 || getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &size) != 0 || !accepting) return -1;
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  int boundPort = -1;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) == 0)
+    boundPort = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                  : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  if (boundPort != port) {
+    close(fd);
+    return -1;
+  }
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  return fd;
+}
+
 }  // namespace
 
 bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
@@ -156,14 +201,19 @@ Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
   socklen_t length = 0;
   sockaddr_storage root = resolve(info.rootHost, info.rootPort, &length);
   if (size_ == 1) return;
+  const JoinMessage mine{rank_, size_, jobId()};
   if (rank_ == 0) {
-    int listener = socket(root.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int on = 1;
-    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-    if (bind(listener, reinterpret_cast<sockaddr*>(&root), length) != 0 || ::listen(listener, size_) != 0) {
-      int err = errno;
-      close(listener);
-      fail("rank 0 cannot listen on " + info.rootHost + ":" + std::to_string(info.rootPort) + ": " + std::strerror(err));
+    int listener = inheritedListener(info.rootPort);
+    if (listener < 0) {
+      listener = socket(root.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      int on = 1;
+      setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+      if (bind(listener, reinterpret_cast<sockaddr*>(&root), length) != 0 || ::listen(listener, size_) != 0) {
+        int err = errno;
+        close(listener);
+        fail("rank 0 cannot listen on " + info.rootHost + ":" + std::to_string(info.rootPort) + ": " +
+             std::strerror(err));
+      }
     }
     memberSockets_.assign(size_, -1);
     int arrived = 1;
@@ -179,12 +229,20 @@ Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
       }
       int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;
-      int peer = -1;
-      recvAll(fd, &peer, sizeof(peer), deadline);
-      if (peer <= 0 || peer >= size_ || memberSockets_[peer] >= 0) {
+      JoinMessage join{-1, -1, 0};
+      try {
+        recvAll(fd, &join, sizeof(join), std::min(deadline, Clock::now() + std::chrono::seconds(5)));
+      } catch (const std::runtime_error&) {
+        join.rank = -1;  // said nothing in time: not one of ours
+      }
+      const int peer = join.rank;
+      if (peer <= 0 || peer >= size_ || join.size != size_ || join.job != mine.job || memberSockets_[peer] >= 0) {
+        // Another job's rank on a reused port, or a stray connection: turn it away and keep waiting for ours.
+        std::fprintf(stderr, "nns bootstrap: rank 0 turned away a connection claiming rank %d of %d (job %llx, ours "
+                     "%llx, size %d)\n", peer, join.size, static_cast<unsigned long long>(join.job),
+                     static_cast<unsigned long long>(mine.job), size_);
         close(fd);
-        close(listener);
-        fail("unexpected rank " + std::to_string(peer) + " joined (size " + std::to_string(size_) + ")");
+        continue;
       }
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -201,7 +259,7 @@ Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       rootSocket_ = fd;
-      sendAll(fd, &rank_, sizeof(rank_), deadline);
+      sendAll(fd, &mine, sizeof(mine), deadline);
       return;
     }
     int err = errno;

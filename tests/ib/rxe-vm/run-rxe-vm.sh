@@ -122,6 +122,7 @@ export PATH=/sbin:/usr/sbin:/bin:/usr/bin LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev; mount -t tmpfs tmp /tmp
 echo "IBVM: init start \$(cut -d' ' -f1 /proc/uptime)"
 for m in ${modules[*]}; do insmod \$m || echo "IBVM: insmod \$m failed"; done
+mkdir -p $build  # again: a build tree under /tmp lies below the tmpfs just mounted there
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 host0 $build || echo "IBVM: 9p mount failed"
 /bin/sh $work/guest.sh
 echo "IBVM: done \$(cut -d' ' -f1 /proc/uptime)"
