@@ -178,9 +178,10 @@ int main(int argc, char** argv) {
                        : (collective == "allgather" || collective == "reducescatter") ? double(n - 1) / n
                                                                                         : 1.0;
     if (rank == 0) {
-      std::printf("# nccl-net-bench %s over %s (ncclNet_v%d, %s), %d ranks, %d channel(s), %zu B pieces x %d\n",
+      std::printf("# nccl-net-bench %s over %s (ncclNet_v%d, %s), %d ranks, %d channel(s), %d slots of %zu B per "
+                  "connection\n",
                   collective.c_str(), comm.net().name(), comm.net().version(), comm.net().path().c_str(), n,
-                  comm.channels(), comm.options().slotBytes, comm.options().slots);
+                  comm.channels(), comm.options().slots, comm.options().slotBytes);
       if (collective == "allreduce")
         std::printf("# algorithm: %s%s\n", coll::algorithmName(algorithm),
                     algorithm == coll::Algorithm::Auto
