@@ -20,42 +20,22 @@ Library::~Library() {
 
 namespace {
 
+// Each ABI version's table, collNet table and properties types.
 template <int V> struct Table;
-template <> struct Table<6> {
-  using Net = ncclNet_v6_t;
-  using Coll = ncclCollNet_v6_t;
-  using Props = ncclNetProperties_v6_t;
-};
-template <> struct Table<7> {
-  using Net = ncclNet_v7_t;
-  using Coll = ncclCollNet_v7_t;
-  using Props = ncclNetProperties_v7_t;
-};
-template <> struct Table<8> {
-  using Net = ncclNet_v8_t;
-  using Coll = ncclCollNet_v8_t;
-  using Props = ncclNetProperties_v8_t;
-};
-template <> struct Table<9> {
-  using Net = ncclNet_v9_t;
-  using Coll = ncclCollNet_v9_t;
-  using Props = ncclNetProperties_v9_t;
-};
-template <> struct Table<10> {
-  using Net = ncclNet_v10_t;
-  using Coll = ncclCollNet_v10_t;
-  using Props = ncclNetProperties_v10_t;
-};
-template <> struct Table<11> {
-  using Net = ncclNet_v11_t;
-  using Coll = ncclCollNet_v11_t;
-  using Props = ncclNetProperties_v11_t;
-};
-template <> struct Table<12> {
-  using Net = ncclNet_v12_t;
-  using Coll = ncclCollNet_v12_t;
-  using Props = ncclNetProperties_v12_t;
-};
+#define NNS_LOADER_TABLE(V)                   \
+  template <> struct Table<V> {               \
+    using Net = ncclNet_v##V##_t;             \
+    using Coll = ncclCollNet_v##V##_t;        \
+    using Props = ncclNetProperties_v##V##_t; \
+  };
+NNS_LOADER_TABLE(6)
+NNS_LOADER_TABLE(7)
+NNS_LOADER_TABLE(8)
+NNS_LOADER_TABLE(9)
+NNS_LOADER_TABLE(10)
+NNS_LOADER_TABLE(11)
+NNS_LOADER_TABLE(12)
+#undef NNS_LOADER_TABLE
 
 #define NNS_LOADER_CHECK(call)              \
   do {                                      \
