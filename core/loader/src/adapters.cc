@@ -53,6 +53,32 @@ void warn(const char* plugin, const char* format, ...) {
   std::fprintf(stderr, "WARN NET/Loader : plugin %s: %s\n", plugin, text);
 }
 
+// regMr and regMrDmaBuf as every net and collNet version has them: v6..v7 take an int size (a larger one is an
+// error, never a truncation); regMrDmaBuf may be absent.
+template <int V, class TableT>
+ncclResult_t adaptRegMr(const TableT* t, const char* abi, void* comm, void* data, size_t size, int type,
+                        void** mhandle) {
+  if constexpr (V >= 8) {
+    return t->regMr(comm, data, size, type, mhandle);
+  } else {
+    if (size > static_cast<size_t>(INT_MAX)) {
+      warn(t->name, "regMr of %zu bytes does not fit %s_v%d's int size", size, abi, V);
+      return ncclInternalError;
+    }
+    return t->regMr(comm, data, static_cast<int>(size), type, mhandle);
+  }
+}
+
+template <class TableT>
+ncclResult_t adaptRegMrDmaBuf(const TableT* t, const char* abi, void* comm, void* data, size_t size, int type,
+                              uint64_t offset, int fd, void** mhandle) {
+  if (t->regMrDmaBuf == nullptr) {
+    warn(t->name, "%s table has no regMrDmaBuf", abi);
+    return ncclInvalidUsage;
+  }
+  return t->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
+}
+
 // Calls an ncclNet_vN or ncclCollNet_vN getProperties and fills the v12 view, with what version V lacks filled the
 // way NCCL 2.30 fills it (net-abi.md §5.3). ncclNet and ncclCollNet share the properties struct of each version.
 template <int V, class GetProperties>
@@ -185,24 +211,12 @@ class NetAdapter final : public Net {
   }
 
   ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) override {
-    if constexpr (V >= 8) {
-      return t_->regMr(comm, data, size, type, mhandle);
-    } else {
-      if (size > static_cast<size_t>(INT_MAX)) {
-        warn(t_->name, "regMr of %zu bytes does not fit ncclNet_v%d's int size", size, V);
-        return ncclInternalError;
-      }
-      return t_->regMr(comm, data, static_cast<int>(size), type, mhandle);
-    }
+    return adaptRegMr<V>(t_, "ncclNet", comm, data, size, type, mhandle);
   }
 
   ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
                            void** mhandle) override {
-    if (t_->regMrDmaBuf == nullptr) {
-      warn(t_->name, "has no regMrDmaBuf");
-      return ncclInvalidUsage;
-    }
-    return t_->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
+    return adaptRegMrDmaBuf(t_, "ncclNet", comm, data, size, type, offset, fd, mhandle);
   }
 
   ncclResult_t deregMr(void* comm, void* mhandle) override { return t_->deregMr(comm, mhandle); }
@@ -385,23 +399,11 @@ class CollNetAdapter final : public CollNet {
   }
 
   ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) override {
-    if constexpr (V >= 8) {
-      return t_->regMr(comm, data, size, type, mhandle);
-    } else {
-      if (size > static_cast<size_t>(INT_MAX)) {
-        warn(t_->name, "collNet regMr of %zu bytes does not fit ncclCollNet_v%d's int size", size, V);
-        return ncclInternalError;
-      }
-      return t_->regMr(comm, data, static_cast<int>(size), type, mhandle);
-    }
+    return adaptRegMr<V>(t_, "ncclCollNet", comm, data, size, type, mhandle);
   }
   ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
                            void** mhandle) override {
-    if (t_->regMrDmaBuf == nullptr) {
-      warn(t_->name, "collNet has no regMrDmaBuf");
-      return ncclInvalidUsage;
-    }
-    return t_->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
+    return adaptRegMrDmaBuf(t_, "ncclCollNet", comm, data, size, type, offset, fd, mhandle);
   }
   ncclResult_t deregMr(void* comm, void* mhandle) override { return t_->deregMr(comm, mhandle); }
 
