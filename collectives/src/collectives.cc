@@ -118,9 +118,9 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
     }
     if (chosen == Algorithm::Ring) {
       core::Plan plan;
-      // 64 KiB pieces measured best on loopback TCP for 2 and 4 ranks from 1 to 64 MiB (performance.md): a deep
+      // 32 KiB pieces measured best on loopback TCP for 2 and 4 ranks from 2 to 16 MiB (performance.md): a deep
       // pipeline along the ring beats fewer, larger messages.
-      plan.setPieceBytes(pieceFor(comm, count * es / n / comm.channels(), size_t{1} << 40, 64 * 1024));
+      plan.setPieceBytes(pieceFor(comm, count * es / n / comm.channels(), size_t{1} << 40, 32 * 1024));
       for (int c = 0; c < comm.channels(); ++c) {
         auto [first, part] = channelPart(count, comm.channels(), c);
         detail::ringAllReduce(comm, plan, call, first, part, c);
@@ -259,9 +259,12 @@ void sendRecv(Communicator& comm, const std::vector<P2POp>& ops, KernelLayer& ke
         plan.send(op.peer, 0, op.buffer, bytes);
       } else {
         auto* target = static_cast<unsigned char*>(op.buffer);
-        plan.recv(op.peer, 0, bytes, [target, &kernels](size_t offset, const void* piece, size_t len) {
-          kernels.copy(target + offset, piece, len);
-        });
+        plan.recv(
+            op.peer, 0, bytes,
+            [target, &kernels](size_t offset, const void* piece, size_t len) {
+              kernels.copy(target + offset, piece, len);
+            },
+            {}, target);
       }
     }
     if (selfSends.size() != selfRecvs.size())

@@ -24,9 +24,10 @@ unsigned char* doublingAllReduce(Communicator& comm, core::Plan& plan, const Cal
   if (r < 2 * extra && r % 2 == 0) {
     // Folded: hand the input to the odd neighbour, receive the result from it.
     plan.send(r + 1, channel, in, bytes);
-    plan.recv(r + 1, channel, bytes, [=, &call](size_t offset, const void* piece, size_t len) {
-      call.kernels->copy(out + offset, piece, len);
-    });
+    plan.recv(
+        r + 1, channel, bytes,
+        [=, &call](size_t offset, const void* piece, size_t len) { call.kernels->copy(out + offset, piece, len); },
+        {}, out);
     return nullptr;
   }
   const int virtualRank = r < 2 * extra ? r / 2 : r - extra;

@@ -208,6 +208,19 @@ ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError) {
   return ncclSuccess;
 }
 
+ncclResult_t nnsCommRegister(const nnsComm_t comm, void* buff, size_t size, void** handle) {
+  if (comm == nullptr || !comm->comm || buff == nullptr || size == 0 || handle == nullptr)
+    return failWith(ncclInvalidArgument, "comm, buff or handle is NULL, or size is 0");
+  return guarded([&] { *handle = comm->comm->registerBuffer(buff, size); });
+}
+
+ncclResult_t nnsCommDeregister(const nnsComm_t comm, void* handle) {
+  if (comm == nullptr || !comm->comm || handle == nullptr) return failWith(ncclInvalidArgument, "comm or handle is NULL");
+  bool found = true;
+  if (ncclResult_t r = guarded([&] { found = comm->comm->deregisterBuffer(handle); }); r != ncclSuccess) return r;
+  return found ? ncclSuccess : failWith(ncclInvalidArgument, "handle is not a registration of this communicator");
+}
+
 ncclResult_t nnsCommCount(const nnsComm_t comm, int* count) {
   if (comm == nullptr || !comm->comm || count == nullptr) return failWith(ncclInvalidArgument, "comm or count is NULL");
   *count = comm->comm->size();

@@ -53,9 +53,10 @@ void ringAllReduce(Communicator& comm, core::Plan& plan, const Call& call, size_
     const int sendBlock = mod(r + 1 - s, n), recvBlock = mod(r - s, n);
     plan.send(comm.next(), channel, out(sendBlock), bytes(sendBlock), {previous});
     unsigned char* target = out(recvBlock);
-    previous = plan.recv(comm.prev(), channel, bytes(recvBlock), [=, &call](size_t offset, const void* piece, size_t len) {
-      call.kernels->copy(target + offset, piece, len);
-    });
+    previous = plan.recv(
+        comm.prev(), channel, bytes(recvBlock),
+        [=, &call](size_t offset, const void* piece, size_t len) { call.kernels->copy(target + offset, piece, len); },
+        {}, target);
   }
 }
 
@@ -74,9 +75,10 @@ void ringAllGather(Communicator& comm, core::Plan& plan, const Call& call, size_
       plan.send(comm.next(), channel, out(sendBlock), count * es, {previous});
     }
     unsigned char* target = out(recvBlock);
-    previous = plan.recv(comm.prev(), channel, count * es, [=, &call](size_t offset, const void* piece, size_t len) {
-      call.kernels->copy(target + offset, piece, len);
-    });
+    previous = plan.recv(
+        comm.prev(), channel, count * es,
+        [=, &call](size_t offset, const void* piece, size_t len) { call.kernels->copy(target + offset, piece, len); },
+        {}, target);
   }
 }
 
@@ -118,9 +120,10 @@ void chainBroadcast(Communicator& comm, core::Plan& plan, const Call& call, int 
     plan.send(comm.next(), channel, call.in + first * es, count * es);
     return;
   }
-  auto received = plan.recv(comm.prev(), channel, count * es, [=, &call](size_t offset, const void* piece, size_t len) {
-    call.kernels->copy(out + offset, piece, len);
-  });
+  auto received = plan.recv(
+      comm.prev(), channel, count * es,
+      [=, &call](size_t offset, const void* piece, size_t len) { call.kernels->copy(out + offset, piece, len); }, {},
+      out);
   if (position < n - 1) plan.send(comm.next(), channel, out, count * es, {received});
 }
 

@@ -75,9 +75,12 @@ void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const
   std::vector<core::Plan::RecvRef> down = fromChildren;
   if (!root) {
     plan.send(tree.parent, channel, out, bytes, fromChildren);
-    down = {plan.recv(tree.parent, channel, bytes, [=, &call](size_t offset, const void* data, size_t len) {
-      call.kernels->copy(out + offset, data, len);
-    })};
+    // Straight into the output when it is registered: the parent's piece can only arrive after this rank's piece
+    // went up, so it never overwrites bytes a send still reads.
+    down = {plan.recv(
+        tree.parent, channel, bytes,
+        [=, &call](size_t offset, const void* data, size_t len) { call.kernels->copy(out + offset, data, len); }, {},
+        out)};
   }
   for (int child : tree.children)
     if (child >= 0) plan.send(child, channel, out, bytes, down);

@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   std::string collective = "allreduce", minText = "8", maxText = "64M", typeText = "float", opText = "sum", plugin;
   std::string algoText = "auto";
   double factor = 2;
-  int iterations = 20, warmup = 5, check = 1, root = 0, inPlace = 0;
+  int iterations = 20, warmup = 5, check = 1, root = 0, inPlace = 0, registerBuffers = 0;
   app.add_option("collective", collective, "allreduce, allgather, reducescatter, broadcast, reduce or sendrecv")
       ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "sendrecv"}));
   app.add_option("-b,--minbytes", minText, "smallest size (K/M/G suffixes)");
@@ -141,6 +141,9 @@ int main(int argc, char** argv) {
   app.add_option("-o,--op", opText, "sum prod max min avg");
   app.add_option("-r,--root", root, "root rank of broadcast/reduce");
   app.add_option("-i,--inplace", inPlace, "1: in place (the input lives inside the output buffer, as nccl.h defines)");
+  app.add_option("-R,--local_register", registerBuffers,
+                 "1: register the send and receive buffers with the communicator once (zero-copy transfers, like "
+                 "ncclCommRegister)");
   app.add_option("-p,--plugin", plugin, "net plugin (default: NCCL_NET_PLUGIN, else socket)");
   app.add_option("-A,--algo", algoText, "allreduce algorithm: auto (by size), ring or tree");
   CLI11_PARSE(app, argc, argv);
@@ -179,9 +182,10 @@ int main(int argc, char** argv) {
                                                                                         : 1.0;
     if (rank == 0) {
       std::printf("# nccl-net-bench %s over %s (ncclNet_v%d, %s), %d ranks, %d channel(s), %d slots of %zu B per "
-                  "connection\n",
+                  "connection%s\n",
                   collective.c_str(), comm.net().name(), comm.net().version(), comm.net().path().c_str(), n,
-                  comm.channels(), comm.options().slots, comm.options().slotBytes);
+                  comm.channels(), comm.options().slots, comm.options().slotBytes,
+                  registerBuffers ? ", buffers registered (zero-copy)" : "");
       if (collective == "allreduce")
         std::printf("# algorithm: %s%s\n", coll::algorithmName(algorithm),
                     algorithm == coll::Algorithm::Auto
@@ -195,6 +199,10 @@ int main(int argc, char** argv) {
     }
     size_t maxBytes = parseBytes(maxText);
     std::vector<unsigned char> sendBuffer(maxBytes + 64), recvBuffer(maxBytes + 64);
+    if (registerBuffers) {
+      comm.registerBuffer(sendBuffer.data(), sendBuffer.size());
+      comm.registerBuffer(recvBuffer.data(), recvBuffer.size());
+    }
     for (double bytesD = static_cast<double>(parseBytes(minText)); bytesD <= maxBytes; bytesD *= factor) {
       size_t count = static_cast<size_t>(bytesD) / es;
       if ((collective == "allgather" || collective == "reducescatter")) count -= count % n;

@@ -36,6 +36,11 @@ ncclResult_t nnsCommDestroy(nnsComm_t comm);
 ncclResult_t nnsCommAbort(nnsComm_t comm);
 /* ncclSuccess, or the error that failed the communicator (a dead peer, a plugin error, a timeout). */
 ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError);
+/* Registers host memory with the communicator, as ncclCommRegister does: collectives then send from it and receive
+ * into it directly instead of through the communicator's staging slots. The memory must stay valid until
+ * nnsCommDeregister or nnsCommDestroy. */
+ncclResult_t nnsCommRegister(const nnsComm_t comm, void* buff, size_t size, void** handle);
+ncclResult_t nnsCommDeregister(const nnsComm_t comm, void* handle);
 ncclResult_t nnsCommCount(const nnsComm_t comm, int* count);
 ncclResult_t nnsCommUserRank(const nnsComm_t comm, int* rank);
 const char* nnsGetErrorString(ncclResult_t result);

@@ -42,9 +42,11 @@ int Plan::flowFor(int peer, int channel, bool sending) {
   return static_cast<int>(flows_.size() - 1);
 }
 
-Plan::RecvRef Plan::recv(int peer, int channel, size_t bytes, PieceHandler onPiece, std::vector<RecvRef> after) {
+Plan::RecvRef Plan::recv(int peer, int channel, size_t bytes, PieceHandler onPiece, std::vector<RecvRef> after,
+                         void* direct) {
   int flow = flowFor(peer, channel, false);
   Segment segment;
+  segment.data = static_cast<const unsigned char*>(direct);
   segment.bytes = bytes;
   segment.onPiece = std::move(onPiece);
   segment.after = std::move(after);
@@ -79,6 +81,8 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
   options_.timeout = std::chrono::milliseconds(envKnob("NNS_COMM_TIMEOUT_MS", options_.timeout.count()));
   if (const char* spin = std::getenv("NNS_PROGRESS_SPIN_US"); spin != nullptr && *spin != '\0')
     spin_ = std::chrono::microseconds(std::strtol(spin, nullptr, 10));
+  if (const char* mode = std::getenv("NNS_PROGRESS_INLINE"); mode != nullptr && *mode != '\0')
+    inline_ = std::strcmp(mode, "0") != 0;
   if (const char* dev = std::getenv("NNS_NET_DEVICE"); dev != nullptr && *dev != '\0')
     options_.device = static_cast<int>(std::strtol(dev, nullptr, 10));
   if (options_.slots < 1 || options_.slots > 64 || options_.channels < 1 || options_.channels > 32 ||
@@ -199,6 +203,7 @@ void Communicator::establish(const std::vector<ConnKey>& keys) {
 
 void Communicator::closeConnections() {
   if (net_ == nullptr) return;
+  for (auto& registration : registrations_) deregister(*registration);
   for (auto& [key, conn] : connections_) {
     if (conn.comm == nullptr) continue;
     if (conn.mhandle != nullptr) net_->deregMr(conn.comm, conn.mhandle);
@@ -247,24 +252,15 @@ void Communicator::progressLoop() {
       for (auto until = Clock::now() + spin_; queued_.load() == 0 && Clock::now() < until;) sched_yield();
       lock.lock();
     }
-    wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    // An operation running inline on its caller's thread has the communicator: queued tasks wait for it.
+    wake_.wait(lock, [this] { return (stopping_ && !busy_) || (!queue_.empty() && !busy_); });
     if (queue_.empty()) return;  // stopping, nothing left
     Task* task = queue_.front();
     queue_.pop_front();
     --queued_;
     busy_ = true;
     lock.unlock();
-    std::string error;
-    if (failed_.load() && !task->always) {
-      error = "communicator failed earlier: " + asyncError();
-    } else {
-      try {
-        (*task->operation)();
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-      if (!error.empty() && !task->always) abort(error);
-    }
+    std::string error = execute(*task->operation, task->always);
     lock.lock();
     busy_ = false;
     task->error = std::move(error);
@@ -274,8 +270,28 @@ void Communicator::progressLoop() {
   }
 }
 
+// The operation runs on this thread itself when nothing else is queued or running (NCCL's model for a blocking
+// call: no handoff, and the progress thread stays asleep instead of competing for the cores); otherwise it is
+// queued for the progress thread, which runs operations one at a time in submission order. $NNS_PROGRESS_INLINE=0
+// sends every operation through the progress thread.
 void Communicator::submit(const std::function<void()>& operation) {
   if (failed_.load()) throw CommError("rank " + std::to_string(rank_) + ": communicator failed earlier: " + asyncError());
+  if (inline_) {
+    std::unique_lock lock(mutex_);
+    if (queue_.empty() && !busy_ && !stopping_) {
+      busy_ = true;
+      lock.unlock();
+      std::string error = execute(operation, false);
+      lock.lock();
+      busy_ = false;
+      // A task queued meanwhile (another thread's, or an abort's close) may run now, and a destructor may go on.
+      // Only then: waking the sleeping progress thread for nothing would cost every call a context switch.
+      if (!queue_.empty() || stopping_) wake_.notify_all();
+      done_.notify_all();
+      if (!error.empty()) throw CommError(error);
+      return;
+    }
+  }
   Task task{&operation, false, false, {}, {}};
   {
     std::lock_guard guard(mutex_);
@@ -300,6 +316,26 @@ void Communicator::submit(const std::function<void()>& operation) {
   if (!task.error.empty()) throw CommError(task.error);
 }
 
+namespace {
+// The communicator whose operation this thread is running, if any (abort() from inside an operation closes the
+// connections itself instead of queueing the close behind the running operation).
+thread_local const Communicator* tlsRunning = nullptr;
+}  // namespace
+
+std::string Communicator::execute(const std::function<void()>& operation, bool always) {
+  std::string error;
+  if (failed_.load() && !always) return "communicator failed earlier: " + asyncError();
+  tlsRunning = this;
+  try {
+    operation();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!error.empty() && !always) abort(error);
+  tlsRunning = nullptr;
+  return error;
+}
+
 std::string Communicator::asyncError() const {
   std::lock_guard lock(errorMutex_);
   return asyncError_;
@@ -313,7 +349,7 @@ void Communicator::abort(const std::string& why) {
   failed_ = true;
   // Closing every connection makes the peers' pending requests fail now instead of at their timeout, so one
   // rank's error reaches the whole communicator quickly. Only the progress thread touches plugin comms.
-  if (std::this_thread::get_id() == progress_.get_id()) {
+  if (tlsRunning == this) {
     closeConnections();
   } else {
     std::function<void()> close = [this] { closeConnections(); };
@@ -330,6 +366,56 @@ void Communicator::abort(const std::string& why) {
       done_.wait(lock, [&] { return task.done; });
     }
   }
+}
+
+void* Communicator::registeredHandle(const ConnKey& key, const void* data, size_t bytes) {
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  for (auto& registration : registrations_) {
+    if (begin < registration->begin || begin + bytes > registration->end) continue;
+    auto found = registration->mhandles.find(key);
+    if (found != registration->mhandles.end()) return found->second;
+    void* mhandle = nullptr;
+    check(net_->regMr(connections_[key].comm, reinterpret_cast<void*>(registration->begin),
+                      registration->end - registration->begin, NCCL_PTR_HOST, &mhandle),
+          "regMr(user buffer)", key.peer);
+    registration->mhandles[key] = mhandle;
+    return mhandle;
+  }
+  return nullptr;
+}
+
+void Communicator::deregister(Registration& registration) {
+  for (auto& [key, mhandle] : registration.mhandles) {
+    auto conn = connections_.find(key);
+    if (conn != connections_.end() && conn->second.comm != nullptr) net_->deregMr(conn->second.comm, mhandle);
+  }
+  registration.mhandles.clear();
+}
+
+void* Communicator::registerBuffer(void* data, size_t bytes) {
+  if (data == nullptr || bytes == 0) throw CommError("registerBuffer: a NULL or empty buffer");
+  auto registration = std::make_unique<Registration>();
+  registration->begin = reinterpret_cast<uintptr_t>(data);
+  registration->end = registration->begin + bytes;
+  Registration* handle = registration.get();
+  submit([&] { registrations_.push_back(std::move(registration)); });
+  return handle;
+}
+
+bool Communicator::deregisterBuffer(void* handle) {
+  // A wrong handle is the caller's mistake, not the communicator's: it must not fail the communicator (an
+  // exception inside the operation would), so the operation only reports whether it found it.
+  bool found = false;
+  submit([&] {
+    for (auto it = registrations_.begin(); it != registrations_.end(); ++it) {
+      if (it->get() != handle) continue;
+      deregister(**it);
+      registrations_.erase(it);
+      found = true;
+      return;
+    }
+  });
+  return found;
 }
 
 void* Communicator::scratch(size_t bytes) {
@@ -362,6 +448,11 @@ void Communicator::run(Plan& plan) {
       }
   }
   establish(keys);
+  for (size_t f = 0; f < plan.flows_.size(); ++f)
+    for (auto& segment : plan.flows_[f].segments)
+      segment.mhandle = segment.data == nullptr || registrations_.empty()
+                            ? nullptr
+                            : registeredHandle(keys[f], segment.data, segment.bytes);
 
   struct Cursor {
     Connection* conn;
@@ -389,14 +480,22 @@ void Communicator::run(Plan& plan) {
           for (const auto& ref : segment.after)
             ready = ready && plan.flows_[ref.flow].segments[ref.segment].piecesDone > cursor.postPiece;
           if (!ready) break;
-          if (bytes > 0) std::memcpy(slot.memory, segment.data + offset, bytes);
-          check(net_->isend(conn.comm, slot.memory, bytes, rank_, conn.mhandle, nullptr, &slot.request), "isend",
-                flow.peer);
+          if (segment.mhandle != nullptr) {  // registered: straight from the user's memory
+            check(net_->isend(conn.comm, const_cast<unsigned char*>(segment.data) + offset, bytes, rank_,
+                              segment.mhandle, nullptr, &slot.request),
+                  "isend", flow.peer);
+          } else {
+            if (bytes > 0) std::memcpy(slot.memory, segment.data + offset, bytes);
+            check(net_->isend(conn.comm, slot.memory, bytes, rank_, conn.mhandle, nullptr, &slot.request), "isend",
+                  flow.peer);
+          }
         } else {
-          void* data = slot.memory;
-          size_t capacity = piece;
+          const bool direct = segment.mhandle != nullptr;  // registered: straight into the user's memory
+          void* data = direct ? const_cast<unsigned char*>(segment.data) + offset : slot.memory;
+          size_t capacity = direct ? bytes : piece;
+          void* mhandle = direct ? segment.mhandle : conn.mhandle;
           int tag = flow.peer;
-          check(net_->irecv(conn.comm, 1, &data, &capacity, &tag, &conn.mhandle, nullptr, &slot.request), "irecv",
+          check(net_->irecv(conn.comm, 1, &data, &capacity, &tag, &mhandle, nullptr, &slot.request), "irecv",
                 flow.peer);
         }
         if (slot.request == nullptr) break;  // the plugin asks us to retry later
@@ -435,7 +534,7 @@ void Communicator::run(Plan& plan) {
           if (static_cast<size_t>(size) != slot.bytes)
             fail("received " + std::to_string(size) + " bytes from rank " + std::to_string(flow.peer) + ", expected " +
                  std::to_string(slot.bytes));
-          if (segment.onPiece) segment.onPiece(slot.offset, slot.memory, slot.bytes);
+          if (segment.onPiece && segment.mhandle == nullptr) segment.onPiece(slot.offset, slot.memory, slot.bytes);
           ++segment.piecesDone;
         }
         ++cursor.tail;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <condition_variable>
 #include <deque>
@@ -56,7 +57,12 @@ class Plan {
     int segment = -1;
   };
 
-  RecvRef recv(int peer, int channel, size_t bytes, PieceHandler onPiece, std::vector<RecvRef> after = {});
+  // `direct`: where the received bytes end up when the handler is a plain copy (offset for offset). When that
+  // memory is registered with the communicator (registerBuffer), pieces are received straight into it and the
+  // handler is not called; otherwise they land in a slot and go through the handler.
+  RecvRef recv(int peer, int channel, size_t bytes, PieceHandler onPiece, std::vector<RecvRef> after = {},
+               void* direct = nullptr);
+  // Sends from registered memory go out from it directly; from other memory through a slot.
   void send(int peer, int channel, const void* data, size_t bytes, std::vector<RecvRef> after = {});
   bool empty() const { return flows_.empty(); }
   // Pieces smaller than a slot deepen the pipeline (a forwarded piece leaves sooner); both ends must choose the same
@@ -67,12 +73,13 @@ class Plan {
  private:
   friend class Communicator;
   struct Segment {
-    const unsigned char* data = nullptr;  // send: where the bytes are read from
+    const unsigned char* data = nullptr;  // send: where the bytes are read from; recv: the direct target or null
     size_t bytes = 0;
     PieceHandler onPiece;                 // recv
     std::vector<RecvRef> after;           // receive segments this one waits on, piece by piece
     size_t pieces = 0;                    // set when the plan runs
     size_t piecesDone = 0;                // recv: pieces handed to onPiece
+    void* mhandle = nullptr;              // set when the plan runs: `data` is registered (no slot, no copy)
   };
   struct Flow {
     int peer;
@@ -101,15 +108,26 @@ class Communicator {
   const CommOptions& options() const { return options_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
 
-  // Runs `operation` on the progress thread and waits for it; an exception there (a CommError from run(), a plugin
-  // error) fails the communicator for good: every rank's later operations throw at once with the first error.
+  // Runs `operation` with the communicator to itself and waits for it: on the calling thread when nothing else is
+  // queued or running, otherwise on the progress thread in submission order. An exception there (a CommError from
+  // run(), a plugin error) fails the communicator for good: every rank's later operations throw at once with the
+  // first error.
   void submit(const std::function<void()>& operation);
-  // Moves everything `plan` describes, all connections at once, pieces pipelined, slots reused. Progress-thread
-  // only (inside submit). Connections the plan needs that do not exist yet are made first.
+  // Moves everything `plan` describes, all connections at once, pieces pipelined, slots reused. Only inside an
+  // operation given to submit(). Connections the plan needs that do not exist yet are made first.
   void run(Plan& plan);
   // Scratch memory owned by the communicator (grows, never shrinks), for schedules that need a working copy.
-  // Progress-thread only.
+  // Only inside an operation given to submit().
   void* scratch(size_t bytes);
+
+  // Registers host memory for zero-copy transfers, like ncclCommRegister: sends from it and plain-copy receives
+  // into it then skip the slots (and the copies through them). Each connection registers it with the plugin on
+  // first use (regMr), so the cost is paid once per connection, not per call. The memory must stay valid until
+  // deregisterBuffer (or the communicator's end). Returns the handle for deregisterBuffer. Any thread, not inside
+  // an operation; throws CommError (a failed communicator, a NULL or empty buffer).
+  void* registerBuffer(void* data, size_t bytes);
+  // False when `handle` is not a live registration of this communicator (the communicator stays usable).
+  bool deregisterBuffer(void* handle);
 
   // The first error this communicator hit, or empty: what ncclCommGetAsyncError reports.
   std::string asyncError() const;
@@ -141,6 +159,13 @@ class Communicator {
       return peer != o.peer ? peer < o.peer : channel != o.channel ? channel < o.channel : sending < o.sending;
     }
   };
+  struct Registration {
+    uintptr_t begin = 0, end = 0;
+    std::map<ConnKey, void*> mhandles;  // the plugin's handle per connection, made on first use
+  };
+  // The plugin handle of the registration covering [data, data + bytes) on `key`'s connection, or null.
+  void* registeredHandle(const ConnKey& key, const void* data, size_t bytes);
+  void deregister(Registration& registration);
 
   void check(ncclResult_t result, const char* call, int peer = -1);
   [[noreturn]] void fail(const std::string& what);
@@ -149,6 +174,8 @@ class Communicator {
   void registerSlots(Connection& conn, bool sending, int peer);
   void closeConnections();
   void progressLoop();
+  // Runs one operation (the caller holds busy_); an error fails the communicator unless `always`. Returns the error.
+  std::string execute(const std::function<void()>& operation, bool always);
   unsigned char* handleOf(int peer, int channel);
   int deviceOf(int channel) const { return (options_.device + channel) % std::max(devices_, 1); }
 
@@ -163,6 +190,7 @@ class Communicator {
   std::string peerHandles_;            // every rank's listen handles, rank-major, as all-gathered
   std::map<ConnKey, Connection> connections_;
   std::vector<unsigned char> scratch_;
+  std::vector<std::unique_ptr<Registration>> registrations_;  // changed only inside operations
 
   // The progress thread and its queue: one operation at a time, in submission order.
   std::thread progress_;
@@ -178,7 +206,8 @@ class Communicator {
   };
   std::deque<Task*> queue_;
   bool stopping_ = false;
-  bool busy_ = false;  // an operation is running on the progress thread
+  bool busy_ = false;  // an operation is running (on the progress thread or inline on its caller's thread)
+  bool inline_ = true;  // $NNS_PROGRESS_INLINE=0: every operation goes through the progress thread
   std::atomic<int> queued_{0};  // queue_.size(), readable without the lock (the progress thread's short spin)
   std::chrono::microseconds spin_{50};  // $NNS_PROGRESS_SPIN_US: how long each side polls before sleeping
   mutable std::mutex errorMutex_;
