@@ -36,7 +36,27 @@ std::pair<size_t, size_t> channelPart(size_t count, int channels, int c) {
   return {first, base + (static_cast<size_t>(c) < extra ? 1 : 0)};
 }
 
-Call makeCall(const void* send, void* recv, ncclDataType_t type, ncclRedOp_t op, KernelLayer& kernels) {
+// The slots must be memory the kernel layer can read: GPU slots (GPU Direct) serve GPU buffers only; host slots that
+// are not pinned serve host buffers only.
+void checkPlacement(const Communicator& comm, KernelLayer& kernels) {
+  if (kernels.onDevice() && !comm.slotsDeviceReadable())
+    throw core::CommError("GPU buffers on a communicator whose slots the GPU cannot read (" +
+                          comm.slotMemoryDescription() +
+                          "): make it with CommOptions::slotMemory = nns::cuda::chooseSlotMemory");
+  if (!kernels.onDevice() && !comm.slotsHostReadable())
+    throw core::CommError("host buffers on a communicator whose slots are GPU memory (" +
+                          comm.slotMemoryDescription() + ")");
+}
+
+// Working memory where the kernel layer's buffers live: the layer's own (GPU), or the communicator's (host).
+unsigned char* workspace(Communicator& comm, KernelLayer& kernels, size_t bytes) {
+  void* memory = kernels.scratch(bytes);
+  return static_cast<unsigned char*>(memory != nullptr ? memory : comm.scratch(bytes));
+}
+
+Call makeCall(const Communicator& comm, const void* send, void* recv, ncclDataType_t type, ncclRedOp_t op,
+              KernelLayer& kernels) {
+  checkPlacement(comm, kernels);
   return Call{static_cast<const unsigned char*>(send), static_cast<unsigned char*>(recv), type, op, &kernels};
 }
 
@@ -108,7 +128,7 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
   checkArguments(type, send, recv, count, op);
   const size_t es = typeSize(type);
   const int n = comm.size();
-  const Call call = makeCall(send, recv, type, op, kernels);
+  const Call call = makeCall(comm, send, recv, type, op, kernels);
   const Algorithm chosen = chooseAllReduce(comm, count * es, algorithm);
   comm.submit([&] {
     if (n == 1) {
@@ -129,7 +149,7 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
       return;
     }
     if (chosen == Algorithm::Doubling) {
-      auto* work = static_cast<unsigned char*>(comm.scratch((detail::doublingRounds(n) + 1) * count * es));
+      auto* work = workspace(comm, kernels, (detail::doublingRounds(n) + 1) * count * es);
       core::Plan plan;
       std::vector<std::pair<size_t, unsigned char*>> results;  // per channel: first element, where the result is
       for (int c = 0; c < comm.channels(); ++c) {
@@ -166,7 +186,7 @@ void allGather(Communicator& comm, const void* send, void* recv, size_t sendCoun
                KernelLayer& kernels) {
   checkArguments(type, send, recv, sendCount);
   const size_t es = typeSize(type);
-  const Call call = makeCall(send, recv, type, ncclSum, kernels);
+  const Call call = makeCall(comm, send, recv, type, ncclSum, kernels);
   comm.submit([&] {
     kernels.copy(static_cast<unsigned char*>(recv) + comm.rank() * sendCount * es, send, sendCount * es);
     if (comm.size() == 1) return;
@@ -183,7 +203,7 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
                    ncclRedOp_t op, KernelLayer& kernels) {
   checkArguments(type, send, recv, recvCount, op);
   const size_t es = typeSize(type);
-  const Call call = makeCall(send, recv, type, op, kernels);
+  const Call call = makeCall(comm, send, recv, type, op, kernels);
   comm.submit([&] {
     const int n = comm.size();
     if (n == 1) {
@@ -191,7 +211,7 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
       if (op == ncclAvg) kernels.divide(recv, recvCount, type, 1);
       return;
     }
-    auto* work = static_cast<unsigned char*>(comm.scratch(n * recvCount * es));
+    auto* work = workspace(comm, kernels, n * recvCount * es);
     core::Plan plan;
     for (int c = 0; c < comm.channels(); ++c) {
       auto [first, part] = channelPart(recvCount, comm.channels(), c);
@@ -205,7 +225,7 @@ void broadcast(Communicator& comm, const void* send, void* recv, size_t count, n
                KernelLayer& kernels) {
   checkArguments(type, comm.rank() == root ? send : recv, recv, count);
   checkRoot(comm, root);
-  const Call call = makeCall(send, recv, type, ncclSum, kernels);
+  const Call call = makeCall(comm, send, recv, type, ncclSum, kernels);
   comm.submit([&] {
     if (comm.rank() == root) kernels.copy(recv, send, count * typeSize(type));
     if (comm.size() == 1) return;
@@ -223,14 +243,14 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
   checkArguments(type, send, comm.rank() == root ? recv : send, count, op);
   checkRoot(comm, root);
   const size_t es = typeSize(type);
-  const Call call = makeCall(send, recv, type, op, kernels);
+  const Call call = makeCall(comm, send, recv, type, op, kernels);
   comm.submit([&] {
     if (comm.size() == 1) {
       kernels.copy(recv, send, count * es);
       if (op == ncclAvg) kernels.divide(recv, count, type, 1);
       return;
     }
-    auto* work = comm.rank() == root ? nullptr : static_cast<unsigned char*>(comm.scratch(count * es));
+    auto* work = comm.rank() == root ? nullptr : workspace(comm, kernels, count * es);
     core::Plan plan;
     for (int c = 0; c < comm.channels(); ++c) {
       auto [first, part] = channelPart(count, comm.channels(), c);
@@ -241,6 +261,7 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
 }
 
 void sendRecv(Communicator& comm, const std::vector<P2POp>& ops, KernelLayer& kernels) {
+  checkPlacement(comm, kernels);
   for (const auto& op : ops) {
     checkArguments(op.type, op.buffer, op.buffer, op.count);
     if (op.peer < 0 || op.peer >= comm.size())

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -296,4 +297,119 @@ TEST(Failure, AnAbortedRankFailsItsPeersQuicklyAndTheErrorSticks) {
     EXPECT_NE(later[r].find("failed earlier"), std::string::npos) << "rank " << r << ": " << later[r];
   }
   EXPECT_EQ(async[2], "rank 2 gives up (test)");
+}
+
+namespace {
+
+// TEST DOUBLE for a GPU's copy engine (CI has no GPU): host slots whose copies into them finish only after a few
+// polls, and whose received pieces must be flushed, so the runner's asynchronous staging (post a piece only once
+// its copy is done, keep earlier pieces moving meanwhile) and its iflush step run for real over the socket plugin.
+class SlowCopySlots final : public core::SlotMemory {
+ public:
+  std::string describe() const override { return "host memory, slow copies (test double)"; }
+  int ptrType() const override { return NCCL_PTR_HOST; }
+  void* allocate(size_t bytes) override { return std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096); }
+  void release(void* memory) noexcept override { std::free(memory); }
+  void* startCopy(void* dst, const void* src, size_t bytes) override {
+    auto* copy = new Copy{dst, src, bytes, 3};
+    ++started;
+    return copy;
+  }
+  bool copyDone(void* token) override {
+    auto* copy = static_cast<Copy*>(token);
+    if (--copy->pollsLeft > 0) return false;
+    std::memcpy(copy->dst, copy->src, copy->bytes);  // lands only now: a piece posted early would carry stale bytes
+    delete copy;
+    return true;
+  }
+  bool flushReceives() const override { return true; }
+  std::atomic<long> started{0};
+
+ private:
+  struct Copy {
+    void* dst;
+    const void* src;
+    size_t bytes;
+    int pollsLeft;
+  };
+};
+
+}  // namespace
+
+TEST(SlotMemory, AsynchronousCopiesIntoSlotsAndFlushedReceivesGiveExactResults) {
+  const int ranks = 3;
+  core::LaunchInfo base{0, ranks, "127.0.0.1", 20000 + (getpid() + 13) % 20000, "test"};
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  std::string errors[ranks];
+  long copies[ranks] = {};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      core::LaunchInfo launch = base;
+      launch.rank = r;
+      auto slots = std::make_shared<SlowCopySlots>();
+      core::CommOptions options;
+      options.plugin = "socket";
+      options.searchDirs = {std::string(NNS_BIN_DIR) + "/../lib"};
+      options.timeout = std::chrono::milliseconds(20000);
+      options.slotBytes = 4096;  // many pieces per message, every slot reused
+      options.slots = 3;
+      options.slotMemory = [slots](core::Net&, int) { return slots; };
+      try {
+        core::Communicator comm(launch, options);
+        if (comm.slotMemoryDescription() != slots->describe()) throw std::runtime_error("description not used");
+        std::vector<int32_t> in(50001), out(in.size(), -1);
+        for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(i * (r + 1));
+        coll::allReduce(comm, in.data(), out.data(), in.size(), ncclInt32, ncclSum, coll::hostKernels(),
+                        coll::Algorithm::Ring);
+        for (size_t i = 0; i < out.size(); ++i)
+          if (out[i] != static_cast<int32_t>(i * 6)) throw std::runtime_error("allreduce wrong at " + std::to_string(i));
+        std::vector<int32_t> gathered(3 * 1001, -1);
+        coll::allGather(comm, in.data(), gathered.data(), 1001, ncclInt32);
+        for (int p = 0; p < ranks; ++p)
+          if (gathered[p * 1001 + 1000] != 1000 * (p + 1)) throw std::runtime_error("allgather wrong");
+        copies[r] = slots->started.load();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    // The ring allreduce alone sends 2(n-1) blocks of a third of 200 KB each, in 4 KiB pieces.
+    EXPECT_GE(copies[r], 2 * (ranks - 1) * (50001 / ranks * 4 / 4096))
+        << "rank " << r << ": the sends did not go through the slot memory";
+  }
+}
+
+// TEST DOUBLE for a GPU kernel layer (CI has no GPU): says its buffers are GPU memory; host slots that the GPU
+// cannot read must be refused with a clear error before anything moves.
+class DeviceLayerStandIn final : public coll::KernelLayer {
+ public:
+  void reduce(void*, const void*, size_t, ncclDataType_t, ncclRedOp_t) override { ADD_FAILURE() << "ran"; }
+  void divide(void*, size_t, ncclDataType_t, int) override { ADD_FAILURE() << "ran"; }
+  void copy(void*, const void*, size_t) override { ADD_FAILURE() << "ran"; }
+  bool onDevice() const override { return true; }
+};
+
+TEST(SlotMemory, GpuBuffersOnACommunicatorWithHostSlotsAreAClearError) {
+  core::LaunchInfo launch{0, 1, "127.0.0.1", 20000 + (getpid() + 17) % 20000, "test"};
+  core::CommOptions options;
+  options.plugin = "socket";
+  options.searchDirs = {std::string(NNS_BIN_DIR) + "/../lib"};
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  core::Communicator comm(launch, options);
+  EXPECT_EQ(comm.slotMemoryDescription(), "host memory");
+  DeviceLayerStandIn device;
+  float x = 1;
+  try {
+    coll::allReduce(comm, &x, &x, 1, ncclFloat32, ncclSum, device);
+    FAIL() << "accepted";
+  } catch (const core::CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("slots the GPU cannot read"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(comm.asyncError(), "") << "an argument error must not fail the communicator";
+  coll::allReduce(comm, &x, &x, 1, ncclFloat32, ncclSum);
+  EXPECT_EQ(x, 1.0f);
 }

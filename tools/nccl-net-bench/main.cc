@@ -10,10 +10,20 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "nns/coll/collectives.hpp"
+
+#ifdef NNS_BENCH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "nns/cuda/kernel_layer.hpp"
+#include "nns/cuda/kernels.hpp"
+#include "nns/cuda/slot_memory.hpp"
+#endif
 
 namespace {
 
@@ -128,7 +138,7 @@ int main(int argc, char** argv) {
   std::string collective = "allreduce", minText = "8", maxText = "64M", typeText = "float", opText = "sum", plugin;
   std::string algoText = "auto";
   double factor = 2;
-  int iterations = 20, warmup = 5, check = 1, root = 0, inPlace = 0, registerBuffers = 0;
+  int iterations = 20, warmup = 5, check = 1, root = 0, inPlace = 0, registerBuffers = 0, deviceBuffers = 0;
   app.add_option("collective", collective, "allreduce, allgather, reducescatter, broadcast, reduce or sendrecv")
       ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "sendrecv"}));
   app.add_option("-b,--minbytes", minText, "smallest size (K/M/G suffixes)");
@@ -144,6 +154,10 @@ int main(int argc, char** argv) {
   app.add_option("-R,--local_register", registerBuffers,
                  "1: register the send and receive buffers with the communicator once (zero-copy transfers, like "
                  "ncclCommRegister)");
+  // -d is nccl-tests' data type, so GPU buffers get a flag of their own.
+  app.add_option("-G,--device-buffers", deviceBuffers,
+                 "1: buffers in GPU memory (the current CUDA device), reduced by the CUDA kernels, moved by GPU Direct "
+                 "RDMA where the plugin supports CUDA pointers, else staged through pinned host slots");
   app.add_option("-p,--plugin", plugin, "net plugin (default: NCCL_NET_PLUGIN, else socket)");
   app.add_option("-A,--algo", algoText, "allreduce algorithm: auto (by size), ring or tree");
   CLI11_PARSE(app, argc, argv);
@@ -167,6 +181,18 @@ int main(int argc, char** argv) {
   try {
     core::CommOptions options;
     if (!plugin.empty()) options.plugin = plugin;
+    if (deviceBuffers) {
+#ifdef NNS_BENCH_CUDA
+      if (!cuda::deviceAvailable()) {
+        std::fprintf(stderr, "nccl-net-bench: -G 1: no CUDA device\n");
+        return 4;
+      }
+      options.slotMemory = cuda::chooseSlotMemory;
+#else
+      std::fprintf(stderr, "nccl-net-bench: -G 1: this build has no CUDA (configure with NNS_WITH_CUDA=ON)\n");
+      return 2;
+#endif
+    }
     options.searchDirs = {libDir()};
     core::Communicator comm(launch, options);
     const int n = comm.size(), rank = comm.rank();
@@ -186,6 +212,8 @@ int main(int argc, char** argv) {
                   collective.c_str(), comm.net().name(), comm.net().version(), comm.net().path().c_str(), n,
                   comm.channels(), comm.options().slots, comm.options().slotBytes,
                   registerBuffers ? ", buffers registered (zero-copy)" : "");
+      std::printf("# buffers in %s; slots in %s\n", deviceBuffers ? "GPU memory" : "host memory",
+                  comm.slotMemoryDescription().c_str());
       if (collective == "allreduce")
         std::printf("# algorithm: %s%s\n", coll::algorithmName(algorithm),
                     algorithm == coll::Algorithm::Auto
@@ -199,6 +227,44 @@ int main(int argc, char** argv) {
     }
     size_t maxBytes = parseBytes(maxText);
     std::vector<unsigned char> sendBuffer(maxBytes + 64), recvBuffer(maxBytes + 64);
+    // With -G 1 the host vectors are the mirrors where inputs are written and results checked; `onDevice` maps a
+    // pointer into them to the same offset of the GPU buffers, and `upload`/`download` move a range.
+    coll::KernelLayer* kernels = &coll::hostKernels();
+    std::function<unsigned char*(unsigned char*)> onDevice = [](unsigned char* p) { return p; };
+    std::function<void(unsigned char*, size_t)> upload = [](unsigned char*, size_t) {};
+    std::function<void(unsigned char*, size_t)> download = [](unsigned char*, size_t) {};
+#ifdef NNS_BENCH_CUDA
+    struct DeviceBuffer {
+      void* p = nullptr;
+      unsigned char* at(ptrdiff_t offset) const { return static_cast<unsigned char*>(p) + offset; }
+      ~DeviceBuffer() {
+        if (p != nullptr) cudaFree(p);
+      }
+    } sendDevice, recvDevice;
+    if (deviceBuffers) {
+      if (cudaMalloc(&sendDevice.p, sendBuffer.size()) != cudaSuccess ||
+          cudaMalloc(&recvDevice.p, recvBuffer.size()) != cudaSuccess)
+        throw std::runtime_error("cudaMalloc of the buffers failed");
+      kernels = &cuda::deviceKernels();
+      onDevice = [&](unsigned char* p) {
+        if (p >= sendBuffer.data() && p <= sendBuffer.data() + sendBuffer.size())
+          return sendDevice.at(p - sendBuffer.data());
+        return recvDevice.at(p - recvBuffer.data());
+      };
+      upload = [&](unsigned char* p, size_t bytes) {
+        if (cudaMemcpy(onDevice(p), p, bytes, cudaMemcpyHostToDevice) != cudaSuccess)
+          throw std::runtime_error("cudaMemcpy to the GPU failed");
+      };
+      download = [&](unsigned char* p, size_t bytes) {
+        if (cudaMemcpy(p, onDevice(p), bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+          throw std::runtime_error("cudaMemcpy from the GPU failed");
+      };
+    }
+#endif
+    if (registerBuffers && deviceBuffers) {
+      std::fprintf(stderr, "nccl-net-bench: -R 1 registers host buffers; not with -G 1\n");
+      return 2;
+    }
     if (registerBuffers) {
       comm.registerBuffer(sendBuffer.data(), sendBuffer.size());
       comm.registerBuffer(recvBuffer.data(), recvBuffer.size());
@@ -222,14 +288,18 @@ int main(int argc, char** argv) {
         store(input, i, type, reducing ? inputValue(rank, element, op, isUnsigned, isFp8(type))
                                        : inputValue(rank == root || !rooted ? rank : root, element, ncclSum, true));
       }
+      upload(input, inputCount * es);
+      unsigned char* in = onDevice(input);
+      unsigned char* out = onDevice(output);
       auto runOnce = [&] {
-        if (collective == "allreduce") coll::allReduce(comm, input, output, count, type, op, coll::hostKernels(), algorithm);
-        else if (p2p) coll::sendRecv(comm, {{coll::P2POp::Send, comm.next(), input, count, type},
-                                            {coll::P2POp::Recv, comm.prev(), output, count, type}});
-        else if (collective == "allgather") coll::allGather(comm, input, output, perRank, type);
-        else if (collective == "reducescatter") coll::reduceScatter(comm, input, output, perRank, type, op);
-        else if (collective == "broadcast") coll::broadcast(comm, input, output, count, type, root);
-        else coll::reduce(comm, input, output, count, type, op, root);
+        coll::KernelLayer& k = *kernels;
+        if (collective == "allreduce") coll::allReduce(comm, in, out, count, type, op, k, algorithm);
+        else if (p2p) coll::sendRecv(comm, {{coll::P2POp::Send, comm.next(), in, count, type},
+                                            {coll::P2POp::Recv, comm.prev(), out, count, type}}, k);
+        else if (collective == "allgather") coll::allGather(comm, in, out, perRank, type, k);
+        else if (collective == "reducescatter") coll::reduceScatter(comm, in, out, perRank, type, op, k);
+        else if (collective == "broadcast") coll::broadcast(comm, in, out, count, type, root, k);
+        else coll::reduce(comm, in, out, count, type, op, root, k);
       };
       // In place, every run overwrites its own input: time the runs, then restore the input for the checked one.
       for (int i = 0; i < warmup; ++i) runOnce();
@@ -244,9 +314,11 @@ int main(int argc, char** argv) {
           store(input, i, type, reducing ? inputValue(rank, element, op, isUnsigned, isFp8(type))
                                          : inputValue(rank == root || !rooted ? rank : root, element, ncclSum, true));
         }
+        upload(input, inputCount * es);
         runOnce();
       }
       if (check) {
+        download(output, (collective == "reducescatter" ? perRank : count) * es);
         for (size_t i = 0; i < count; ++i) {
           double expected, got;
           if (collective == "allreduce") {

@@ -28,6 +28,26 @@ class DeviceKernels final : public coll::KernelLayer {
     throwOnError(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamPerThread), "copy launch");
     throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "copy");
   }
+  bool onDevice() const override { return true; }
+  void* scratch(size_t bytes) override {
+    // One grow-only buffer per thread: an operation runs on one thread from start to end.
+    struct Buffer {
+      void* memory = nullptr;
+      size_t bytes = 0;
+      ~Buffer() {
+        if (memory != nullptr) cudaFree(memory);
+      }
+    };
+    thread_local Buffer buffer;
+    if (buffer.bytes < bytes) {
+      if (buffer.memory != nullptr) cudaFree(buffer.memory);
+      buffer.memory = nullptr;
+      buffer.bytes = 0;
+      throwOnError(cudaMalloc(&buffer.memory, bytes), "cudaMalloc of scratch");
+      buffer.bytes = bytes;
+    }
+    return buffer.memory;
+  }
 };
 
 }  // namespace

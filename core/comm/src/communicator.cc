@@ -31,6 +31,23 @@ long long envKnob(const char* name, long long fallback) {
   if (end == text || *end != '\0' || value <= 0) throw CommError(std::string(name) + "=" + text + " is not a positive integer");
   return value;
 }
+// Host memory: page-aligned slots, plain memcpy.
+class HostSlots final : public SlotMemory {
+ public:
+  std::string describe() const override { return "host memory"; }
+  int ptrType() const override { return NCCL_PTR_HOST; }
+  void* allocate(size_t bytes) override {
+    void* memory = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    if (memory == nullptr) throw CommError("cannot allocate " + std::to_string(bytes) + " bytes of slots");
+    return memory;
+  }
+  void release(void* memory) noexcept override { std::free(memory); }
+  void* startCopy(void* dst, const void* src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+    return nullptr;
+  }
+  bool copyDone(void*) override { return true; }
+};
 }  // namespace
 
 // ---- Plan ----
@@ -104,6 +121,9 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
   }
   check(net_->init(&ctx_, 0x6e6e73, nullptr, nullptr, nullptr), "init");
   try {
+    if (options_.slotMemory) slotMemory_ = options_.slotMemory(*net_, options_.device);
+    if (!slotMemory_) slotMemory_ = std::make_shared<HostSlots>();
+    slotMemoryDescription_ = slotMemory_->describe();
     connectRing();
   } catch (...) {
     // No destructor runs for a constructor that throws: close what was opened before the plugin is unloaded.
@@ -156,11 +176,10 @@ unsigned char* Communicator::handleOf(int peer, int channel) {
 
 void Communicator::registerSlots(Connection& conn, bool sending, int peer) {
   const size_t bytes = options_.slotBytes * options_.slots;
-  conn.memory.reset(static_cast<unsigned char*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096)));
-  if (!conn.memory) fail("cannot allocate " + std::to_string(bytes) + " bytes of slots");
-  check(net_->regMr(conn.comm, conn.memory.get(), bytes, NCCL_PTR_HOST, &conn.mhandle), "regMr", peer);
+  conn.memory = static_cast<unsigned char*>(slotMemory_->allocate(bytes));
+  check(net_->regMr(conn.comm, conn.memory, bytes, slotMemory_->ptrType(), &conn.mhandle), "regMr", peer);
   conn.slots.resize(options_.slots);
-  for (int i = 0; i < options_.slots; ++i) conn.slots[i].memory = conn.memory.get() + i * options_.slotBytes;
+  for (int i = 0; i < options_.slots; ++i) conn.slots[i].memory = conn.memory + i * options_.slotBytes;
   (void)sending;
 }
 
@@ -201,6 +220,28 @@ void Communicator::establish(const std::vector<ConnKey>& keys) {
   }
 }
 
+void Communicator::releaseSlots(Connection& conn) {
+  for (Slot& slot : conn.slots) {
+    // A copy still running into the slot (a failed operation left it) must end before its memory goes.
+    while (slot.copy != nullptr && !slotMemory_->copyDone(slot.copy)) sched_yield();
+    slot.copy = nullptr;
+  }
+  if (conn.memory != nullptr) slotMemory_->release(conn.memory);
+  conn.memory = nullptr;
+}
+
+void Communicator::flush(Connection& conn, void* data, int bytes, int peer) {
+  // As NCCL does after a GPU Direct receive: the plugin makes the received bytes visible to the GPU before they are
+  // read. A NULL request means the flush is complete (or the plugin needs none).
+  void* request = nullptr;
+  check(net_->iflush(conn.comm, 1, &data, &bytes, &conn.mhandle, &request), "iflush", peer);
+  auto deadline = Clock::now() + options_.timeout;
+  for (int done = 0; request != nullptr && !done;) {
+    check(net_->test(request, &done, nullptr), "test(flush)", peer);
+    if (!done && Clock::now() > deadline) fail("iflush did not complete within the timeout");
+  }
+}
+
 void Communicator::closeConnections() {
   if (net_ == nullptr) return;
   for (auto& registration : registrations_) deregister(*registration);
@@ -212,6 +253,7 @@ void Communicator::closeConnections() {
     } else {
       net_->closeRecv(conn.comm);
     }
+    releaseSlots(conn);
   }
   connections_.clear();
   for (void*& listen : listenComms_) {
@@ -376,7 +418,7 @@ void* Communicator::registeredHandle(const ConnKey& key, const void* data, size_
     if (found != registration->mhandles.end()) return found->second;
     void* mhandle = nullptr;
     check(net_->regMr(connections_[key].comm, reinterpret_cast<void*>(registration->begin),
-                      registration->end - registration->begin, NCCL_PTR_HOST, &mhandle),
+                      registration->end - registration->begin, registration->type, &mhandle),
           "regMr(user buffer)", key.peer);
     registration->mhandles[key] = mhandle;
     return mhandle;
@@ -392,11 +434,12 @@ void Communicator::deregister(Registration& registration) {
   registration.mhandles.clear();
 }
 
-void* Communicator::registerBuffer(void* data, size_t bytes) {
+void* Communicator::registerBuffer(void* data, size_t bytes, int type) {
   if (data == nullptr || bytes == 0) throw CommError("registerBuffer: a NULL or empty buffer");
   auto registration = std::make_unique<Registration>();
   registration->begin = reinterpret_cast<uintptr_t>(data);
   registration->end = registration->begin + bytes;
+  registration->type = type;
   Registration* handle = registration.get();
   submit([&] { registrations_.push_back(std::move(registration)); });
   return handle;
@@ -485,9 +528,19 @@ void Communicator::run(Plan& plan) {
                               segment.mhandle, nullptr, &slot.request),
                   "isend", flow.peer);
           } else {
-            if (bytes > 0) std::memcpy(slot.memory, segment.data + offset, bytes);
+            // Through the slot: the copy may run asynchronously (a GPU's copy engine) while earlier pieces are on
+            // the wire; the piece is posted once it is in the slot.
+            if (!slot.staged) {
+              slot.copy = slotMemory_->startCopy(slot.memory, segment.data + offset, bytes);
+              slot.staged = true;
+            }
+            if (slot.copy != nullptr) {
+              if (!slotMemory_->copyDone(slot.copy)) break;
+              slot.copy = nullptr;
+            }
             check(net_->isend(conn.comm, slot.memory, bytes, rank_, conn.mhandle, nullptr, &slot.request), "isend",
                   flow.peer);
+            if (slot.request != nullptr) slot.staged = false;
           }
         } else {
           const bool direct = segment.mhandle != nullptr;  // registered: straight into the user's memory
@@ -534,6 +587,8 @@ void Communicator::run(Plan& plan) {
           if (static_cast<size_t>(size) != slot.bytes)
             fail("received " + std::to_string(size) + " bytes from rank " + std::to_string(flow.peer) + ", expected " +
                  std::to_string(slot.bytes));
+          if (size > 0 && segment.mhandle == nullptr && slotMemory_->flushReceives())
+            flush(conn, slot.memory, size, flow.peer);
           if (segment.onPiece && segment.mhandle == nullptr) segment.onPiece(slot.offset, slot.memory, slot.bytes);
           ++segment.piecesDone;
         }

@@ -19,8 +19,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-COLUMNS = ["ours", "ompi_tcp", "ompi_sm", "gloo_ring", "gloo_ring_chunked"]
-TITLES = {"ours": "ours", "ompi_tcp": "OMPI-tcp", "ompi_sm": "OMPI-sm", "gloo_ring": "gloo ring",
+COLUMNS = ["ours", "ours_reg", "ompi_tcp", "ompi_sm", "gloo_ring", "gloo_ring_chunked"]
+TITLES = {"ours": "ours", "ours_reg": "ours -R 1", "ompi_tcp": "OMPI-tcp", "ompi_sm": "OMPI-sm", "gloo_ring": "gloo ring",
           "gloo_ring_chunked": "gloo ring_chunked"}
 
 
@@ -117,6 +117,10 @@ def main():
                     ("ours", lambda: run([launcher, "-n", str(n), bench, "allreduce", "-p", "socket", "-b", args.b,
                                           "-e", args.e, "-f", str(args.f), "-n", str(args.n), "-w", str(args.w),
                                           "-c", "0"], env=ours_env)[0], (0, 5, 7)),
+                    # The same with the buffers registered once (zero-copy sends and plain-copy receives).
+                    ("ours_reg", lambda: run([launcher, "-n", str(n), bench, "allreduce", "-p", "socket", "-b", args.b,
+                                              "-e", args.e, "-f", str(args.f), "-n", str(args.n), "-w", str(args.w),
+                                              "-c", "0", "-R", "1"], env=ours_env)[0], (0, 5, 7)),
                     ("ompi_tcp", lambda: run(mpirun + ["-np", str(n), "--mca", "pml", "ob1", "--mca", "btl",
                                                        "tcp,self", "--mca", "btl_tcp_if_include", "lo"] + mpi_args)[0],
                      (0, 1, 3)),
@@ -156,8 +160,9 @@ def print_table(n, result, rounds):
     # size are ratios of times.
     sizes = sorted(set().union(*(result[c].keys() for c in COLUMNS)))
     print(f"\n### {n} ranks: busbw GB/s (size / time x 2(n-1)/n), median time of {rounds} round(s)\n")
-    print("| size (B) | ours | OMPI-tcp | OMPI-sm | gloo ring | gloo ring_chunked | ours/gloo-best | ours/OMPI-tcp |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| size (B) | ours | ours -R 1 | OMPI-tcp | OMPI-sm | gloo ring | gloo ring_chunked | ours/gloo-best | "
+          "ours/OMPI-tcp |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for size in sizes:
         t = {c: median(result[c].get(size, []), 0) for c in COLUMNS}
         bw = {c: size / (t[c] * 1e-6) / 1e9 * 2 * (n - 1) / n if t[c] else None for c in COLUMNS}

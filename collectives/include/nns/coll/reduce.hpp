@@ -33,6 +33,12 @@ class KernelLayer {
   // buf[i] = buf[i] / divisor, for avg.
   virtual void divide(void* buf, size_t count, ncclDataType_t type, int divisor) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // True when the buffers this layer works on are GPU memory (its kernels also read the communicator's slots, so
+  // those must be memory the GPU can read).
+  virtual bool onDevice() const { return false; }
+  // Working memory of at least `bytes` where this layer's buffers live, owned by the layer (grows, never shrinks;
+  // one per thread). nullptr: host memory, and the communicator's scratch serves.
+  virtual void* scratch(size_t /*bytes*/) { return nullptr; }
 };
 
 // Host memory: vectorized by the compiler (plain loops over restrict pointers at -O3), compiled for the baseline

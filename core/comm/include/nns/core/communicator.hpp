@@ -24,6 +24,28 @@
 
 namespace nns::core {
 
+// Where a communicator's slots live and how bytes get into them. The default is host memory (memcpy). The CUDA layer
+// supplies GPU memory (GPU Direct RDMA: the plugin reads and writes the GPU's memory, receives flushed where NCCL
+// would) or pinned host memory (staging: copies between the GPU and the slots overlap the network).
+class SlotMemory {
+ public:
+  virtual ~SlotMemory() = default;
+  // One line for logs: where the slots are and why.
+  virtual std::string describe() const = 0;
+  virtual int ptrType() const = 0;  // what regMr is told: NCCL_PTR_HOST or NCCL_PTR_CUDA
+  virtual void* allocate(size_t bytes) = 0;  // throws on failure
+  virtual void release(void* memory) noexcept = 0;
+  // Starts copying `bytes` from `src` (the user's buffer) into slot memory `dst`. Returns nullptr when the copy is
+  // already complete, else a token to poll with copyDone (which releases it once it returns true).
+  virtual void* startCopy(void* dst, const void* src, size_t bytes) = 0;
+  virtual bool copyDone(void* token) = 0;
+  // Received pieces must be flushed (iflush) before they are read (GPU Direct where NCCL would flush).
+  virtual bool flushReceives() const { return false; }
+  // Whether GPU kernels can read the slots (GPU memory, or mapped pinned host memory). Host code can read them when
+  // ptrType() is NCCL_PTR_HOST.
+  virtual bool deviceReadable() const { return false; }
+};
+
 struct CommOptions {
   std::string plugin;                   // NCCL_NET_PLUGIN semantics; empty: $NCCL_NET_PLUGIN if set, else "socket"
   std::vector<std::string> searchDirs;  // where to look for libnccl-net-*.so first
@@ -34,6 +56,9 @@ struct CommOptions {
   // No progress for this long (a dead or stuck rank) fails the operation; bootstrap waits use it too.
   // $NNS_COMM_TIMEOUT_MS overrides.
   std::chrono::milliseconds timeout{60000};
+  // Chooses the slots' memory once the plugin is loaded (from its properties for `device`); unset or returning
+  // nullptr: host memory.
+  std::function<std::shared_ptr<SlotMemory>(Net& net, int device)> slotMemory;
 };
 
 // Thrown on any failure: a plugin error (with the call and result), a timeout (a dead or stuck rank), or a
@@ -107,6 +132,10 @@ class Communicator {
   const Net& net() const { return *net_; }
   const CommOptions& options() const { return options_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
+  // Where the slots live and why (SlotMemory::describe()).
+  const std::string& slotMemoryDescription() const { return slotMemoryDescription_; }
+  bool slotsHostReadable() const { return slotMemory_->ptrType() == NCCL_PTR_HOST; }
+  bool slotsDeviceReadable() const { return slotMemory_->deviceReadable(); }
 
   // Runs `operation` with the communicator to itself and waits for it: on the calling thread when nothing else is
   // queued or running, otherwise on the progress thread in submission order. An exception there (a CommError from
@@ -125,7 +154,8 @@ class Communicator {
   // first use (regMr), so the cost is paid once per connection, not per call. The memory must stay valid until
   // deregisterBuffer (or the communicator's end). Returns the handle for deregisterBuffer. Any thread, not inside
   // an operation; throws CommError (a failed communicator, a NULL or empty buffer).
-  void* registerBuffer(void* data, size_t bytes);
+  // `type` is what regMr is told: NCCL_PTR_HOST, or NCCL_PTR_CUDA for GPU memory (the plugin must support it).
+  void* registerBuffer(void* data, size_t bytes, int type = NCCL_PTR_HOST);
   // False when `handle` is not a live registration of this communicator (the communicator stays usable).
   bool deregisterBuffer(void* handle);
 
@@ -138,19 +168,18 @@ class Communicator {
   struct Slot {
     unsigned char* memory = nullptr;
     void* request = nullptr;
+    void* copy = nullptr;  // a copy into this slot still running (SlotMemory::startCopy's token)
+    bool staged = false;   // the piece at the head of the flow is in this slot (or on its way): post it
     size_t bytes = 0;  // the piece this slot carries
     int arrivedBytes = 0;  // what test() reported for a piece kept waiting on its segment's dependencies
     int segment = 0;
     size_t offset = 0;
   };
-  struct FreeDeleter {
-    void operator()(unsigned char* p) const { std::free(p); }
-  };
   struct Connection {
     void* comm = nullptr;
     void* mhandle = nullptr;  // one registration covers every slot
     std::vector<Slot> slots;
-    std::unique_ptr<unsigned char, FreeDeleter> memory;
+    unsigned char* memory = nullptr;  // from slotMemory_
   };
   struct ConnKey {
     int peer, channel;
@@ -161,6 +190,7 @@ class Communicator {
   };
   struct Registration {
     uintptr_t begin = 0, end = 0;
+    int type = NCCL_PTR_HOST;
     std::map<ConnKey, void*> mhandles;  // the plugin's handle per connection, made on first use
   };
   // The plugin handle of the registration covering [data, data + bytes) on `key`'s connection, or null.
@@ -173,6 +203,8 @@ class Communicator {
   void establish(const std::vector<ConnKey>& keys);
   void registerSlots(Connection& conn, bool sending, int peer);
   void closeConnections();
+  void releaseSlots(Connection& conn);
+  void flush(Connection& conn, void* data, int bytes, int peer);
   void progressLoop();
   // Runs one operation (the caller holds busy_); an error fails the communicator unless `always`. Returns the error.
   std::string execute(const std::function<void()>& operation, bool always);
@@ -191,6 +223,8 @@ class Communicator {
   std::map<ConnKey, Connection> connections_;
   std::vector<unsigned char> scratch_;
   std::vector<std::unique_ptr<Registration>> registrations_;  // changed only inside operations
+  std::shared_ptr<SlotMemory> slotMemory_;
+  std::string slotMemoryDescription_;
 
   // The progress thread and its queue: one operation at a time, in submission order.
   std::thread progress_;

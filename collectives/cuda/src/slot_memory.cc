@@ -1,0 +1,138 @@
+// slot_memory.cc: the communicator's slots for GPU buffers: GPU memory (GPU Direct RDMA) or pinned host memory
+// (staging), with copies into them on a stream of their own, polled through events.
+#include "nns/cuda/slot_memory.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+namespace nns::cuda {
+namespace {
+
+void throwOnError(cudaError_t status, const std::string& what) {
+  if (status != cudaSuccess) throw core::CommError("CUDA " + what + ": " + cudaGetErrorString(status));
+}
+
+bool envIs(const char* name, const char* value) {
+  const char* text = std::getenv(name);
+  return text != nullptr && std::strcmp(text, value) == 0;
+}
+
+class CudaSlots final : public core::SlotMemory {
+ public:
+  CudaSlots(bool gpuMemory, bool flush, std::string why) : gpuMemory_(gpuMemory), flush_(flush), why_(std::move(why)) {
+    throwOnError(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream for slot copies");
+  }
+  ~CudaSlots() override {
+    for (cudaEvent_t event : events_) cudaEventDestroy(event);
+    cudaStreamDestroy(stream_);
+  }
+  std::string describe() const override { return why_; }
+  int ptrType() const override { return gpuMemory_ ? NCCL_PTR_CUDA : NCCL_PTR_HOST; }
+  void* allocate(size_t bytes) override {
+    void* memory = nullptr;
+    if (gpuMemory_) {
+      throwOnError(cudaMalloc(&memory, bytes), "cudaMalloc of " + std::to_string(bytes) + " bytes of slots");
+    } else {
+      // Mapped: with unified addressing the GPU reads a received piece at the same address, no copy first.
+      throwOnError(cudaHostAlloc(&memory, bytes, cudaHostAllocPortable | cudaHostAllocMapped),
+                   "cudaHostAlloc of " + std::to_string(bytes) + " bytes of slots");
+    }
+    return memory;
+  }
+  void release(void* memory) noexcept override {
+    if (memory == nullptr) return;
+    if (gpuMemory_) {
+      cudaFree(memory);
+    } else {
+      cudaFreeHost(memory);
+    }
+  }
+  void* startCopy(void* dst, const void* src, size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    throwOnError(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "copy into a slot");
+    cudaEvent_t event = takeEvent();
+    throwOnError(cudaEventRecord(event, stream_), "event record");
+    return event;
+  }
+  bool copyDone(void* token) override {
+    auto event = static_cast<cudaEvent_t>(token);
+    cudaError_t status = cudaEventQuery(event);
+    if (status == cudaErrorNotReady) return false;
+    giveEvent(event);
+    throwOnError(status, "copy into a slot");
+    return true;
+  }
+  bool flushReceives() const override { return flush_; }
+  bool deviceReadable() const override { return true; }
+
+ private:
+  cudaEvent_t takeEvent() {
+    std::lock_guard lock(mutex_);
+    if (!free_.empty()) {
+      cudaEvent_t event = free_.back();
+      free_.pop_back();
+      return event;
+    }
+    cudaEvent_t event = nullptr;
+    throwOnError(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "event create");
+    events_.push_back(event);
+    return event;
+  }
+  void giveEvent(cudaEvent_t event) {
+    std::lock_guard lock(mutex_);
+    free_.push_back(event);
+  }
+
+  bool gpuMemory_;
+  bool flush_;
+  std::string why_;
+  cudaStream_t stream_ = nullptr;
+  std::mutex mutex_;
+  std::vector<cudaEvent_t> events_;  // every event made (destroyed at the end)
+  std::vector<cudaEvent_t> free_;    // those not recording a copy now
+};
+
+}  // namespace
+
+std::shared_ptr<core::SlotMemory> chooseSlotMemory(core::Net& net, int netDevice) {
+  int cudaDevice = 0, count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) throw core::CommError("no CUDA device");
+  throwOnError(cudaGetDevice(&cudaDevice), "cudaGetDevice");
+  cudaDeviceProp gpu{};
+  throwOnError(cudaGetDeviceProperties(&gpu, cudaDevice), "cudaGetDeviceProperties");
+  ncclNetProperties_v12_t props{};
+  if (net.getProperties(netDevice, &props) != ncclSuccess)
+    throw core::CommError(std::string(net.name()) + " getProperties(" + std::to_string(netDevice) + ") failed");
+  const std::string nic = std::string(net.name()) + " device " + std::to_string(netDevice) + " (" +
+                          (props.name ? props.name : "?") + ")";
+  const std::string where = "GPU " + std::to_string(cudaDevice) + " (" + gpu.name + ", sm_" +
+                            std::to_string(gpu.major) + std::to_string(gpu.minor) + ")";
+  const bool canGdr = (props.ptrSupport & NCCL_PTR_CUDA) != 0;
+  const bool gdr = canGdr && !envIs("NNS_GDR", "0");
+  std::string why;
+  bool flush = false;
+  if (gdr) {
+    // NCCL's rule (net-abi.md 5.4): always when the device asks (forceFlush) or NCCL_NET_FORCE_FLUSH=1, otherwise on
+    // GPUs before compute capability 9.0.
+    const char* flushWhy = props.forceFlush ? "the device sets forceFlush"
+                           : envIs("NNS_NET_FORCE_FLUSH", "1") ? "NNS_NET_FORCE_FLUSH=1"
+                           : gpu.major < 9 ? "compute capability below 9.0"
+                                           : nullptr;
+    flush = flushWhy != nullptr;
+    why = "GPU Direct RDMA enabled: slots in " + where + " memory, " + nic + " supports CUDA pointers; " +
+          (flush ? std::string("receives flushed (") + flushWhy + ")" : "no flush (compute capability 9.0+)");
+  } else {
+    why = "GPU Direct RDMA disabled: " + nic +
+          (canGdr ? " supports CUDA pointers but NNS_GDR=0" : " moves host memory only (ptrSupport has no CUDA)") +
+          "; staging " + where + " buffers through pinned host slots";
+  }
+  if (envIs("NNS_DEBUG", "INFO") || envIs("NCCL_DEBUG", "INFO")) std::fprintf(stderr, "nns INFO %s\n", why.c_str());
+  return std::make_shared<CudaSlots>(gdr, flush, why);
+}
+
+}  // namespace nns::cuda
