@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 preset="${1:-ci}"
 
 bash scripts/install-deps.sh
+# nvcc is not on Debian's PATH: point CMake at the toolkit when it is installed, so the CUDA kernels, the GPU
+# buffer path and their tests are built (and skip at run time without a GPU).
+if [ -z "${CUDACXX:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then export CUDACXX=/usr/local/cuda/bin/nvcc; fi
 cmake --preset "$preset"
 cmake --build --preset "$preset" -j "$(nproc)"
 # Tests are light on CPU but some spawn several processes; two at a time fits a 2-core machine.
