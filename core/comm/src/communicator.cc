@@ -390,7 +390,8 @@ void Communicator::abort(const std::string& why) {
   }
   failed_ = true;
   // Closing every connection makes the peers' pending requests fail now instead of at their timeout, so one
-  // rank's error reaches the whole communicator quickly. Only the progress thread touches plugin comms.
+  // rank's error reaches the whole communicator quickly. Only the thread running an operation touches plugin
+  // comms: from inside one, close now; from elsewhere, queue the close behind the operation running.
   if (tlsRunning == this) {
     closeConnections();
   } else {
