@@ -110,6 +110,10 @@ TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
   const int ranks = 4;
   std::string root = "127.0.0.1:" + std::to_string(20000 + (getpid() + 7) % 20000);
   std::string bench = std::string(NNS_BIN_DIR) + "/nccl-net-bench";
+  // Rank 0 prints its header once every rank has joined and the ring is connected: the kill waits for it, so a
+  // slow machine cannot kill rank 2 during setup (which the bootstrap's own timeout covers, not this test).
+  const std::string header = ::testing::TempDir() + "deadrank-" + std::to_string(getpid()) + "-" + GetParam();
+  std::remove(header.c_str());
   pid_t pids[ranks];
   for (int r = 0; r < ranks; ++r) {
     pids[r] = fork();
@@ -117,7 +121,7 @@ TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
       setenv("NNS_RANK", std::to_string(r).c_str(), 1);
       setenv("NNS_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
       setenv("NNS_ROOT_ADDR", root.c_str(), 1);
-      freopen("/dev/null", "w", stdout);
+      freopen(r == 0 ? header.c_str() : "/dev/null", "w", stdout);
       freopen("/dev/null", "w", stderr);
       setenv("NCCL_SOCKET_IFNAME", "lo", 1);
       execl(bench.c_str(), bench.c_str(), "allreduce", "-p", GetParam(), "-b", "1M", "-e", "1M", "-n", "1000000", "-w",
@@ -125,7 +129,19 @@ TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
       _exit(127);
     }
   }
-  sleep(2);
+  auto isSetUp = [&] {
+    FILE* file = std::fopen(header.c_str(), "r");
+    if (file == nullptr) return false;
+    char line[64] = {};
+    bool ready = std::fgets(line, sizeof(line), file) != nullptr && std::strstr(line, "nccl-net-bench") != nullptr;
+    std::fclose(file);
+    return ready;
+  };
+  for (auto begin = std::chrono::steady_clock::now();
+       !isSetUp() && std::chrono::steady_clock::now() - begin < std::chrono::seconds(60);)
+    usleep(20000);
+  EXPECT_TRUE(isSetUp()) << "the ranks did not get through setup in 60 s";
+  sleep(1);  // well inside the allreduce loop
   kill(pids[2], SIGKILL);
   waitpid(pids[2], nullptr, 0);  // reaped at once, as any launcher does
   auto killed = std::chrono::steady_clock::now();
@@ -145,6 +161,7 @@ TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "rank " << r << " status " << status;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(10));
+  std::remove(header.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Failure, DeadRank, ::testing::Values("minimal", "socket"));

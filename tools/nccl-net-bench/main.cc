@@ -224,6 +224,7 @@ int main(int argc, char** argv) {
                   "algbw", "busbw", "#wrong");
       std::printf("#%11s %12s %8s %6s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
                   "(GB/s)", "");
+      std::fflush(stdout);  // the header says setup is done (a file or pipe would hold it back)
     }
     size_t maxBytes = parseBytes(maxText);
     std::vector<unsigned char> sendBuffer(maxBytes + 64), recvBuffer(maxBytes + 64);
