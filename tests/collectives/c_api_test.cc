@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "nns/nns.h"
+#include "free_port.hpp"
 
 namespace {
 
@@ -19,7 +20,7 @@ template <class Body>
 void onRanks(int ranks, const Body& body) {
   setenv("NCCL_NET_PLUGIN", "socket", 1);
   setenv("NCCL_SOCKET_IFNAME", "lo", 1);
-  setenv("NNS_ROOT_ADDR", ("127.0.0.1:" + std::to_string(20000 + (getpid() * 7 + ranks) % 20000)).c_str(), 1);
+  setenv("NNS_ROOT_ADDR", ("127.0.0.1:" + std::to_string(nns::test::freeLoopbackPort())).c_str(), 1);
   nnsUniqueId id;
   ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess);
   unsetenv("NNS_ROOT_ADDR");

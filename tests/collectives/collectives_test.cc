@@ -21,6 +21,7 @@
 
 #include "nns/coll/collectives.hpp"
 #include "nns/core/bootstrap.hpp"
+#include "free_port.hpp"
 
 using namespace nns;
 
@@ -91,7 +92,7 @@ TEST(Launch, EnvironmentOfEachLauncher) {
 
 TEST(Bootstrap, ARankThatNeverArrivesIsANamedErrorAfterTheTimeout) {
   core::LaunchInfo info{0, 3, "127.0.0.1", 0, "test"};
-  info.rootPort = 20000 + getpid() % 20000;
+  info.rootPort = test::freeLoopbackPort();
   auto start = std::chrono::steady_clock::now();
   try {
     core::Bootstrap bootstrap(info, std::chrono::milliseconds(500));
@@ -108,7 +109,7 @@ TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
   // Four ranks started directly (no launcher to stop the others) run a long allreduce loop; rank 2 is killed. Each
   // survivor must notice through the plugin (a dead peer, or a neighbour that left) and exit non-zero, not hang.
   const int ranks = 4;
-  std::string root = "127.0.0.1:" + std::to_string(20000 + (getpid() + 7) % 20000);
+  std::string root = "127.0.0.1:" + std::to_string(test::freeLoopbackPort());
   std::string bench = std::string(NNS_BIN_DIR) + "/nccl-net-bench";
   // Rank 0 prints its header once every rank has joined and the ring is connected: the kill waits for it, so a
   // slow machine cannot kill rank 2 during setup (which the bootstrap's own timeout covers, not this test).
@@ -169,7 +170,7 @@ INSTANTIATE_TEST_SUITE_P(Failure, DeadRank, ::testing::Values("minimal", "socket
 TEST(Bootstrap, AStrangerOnTheRootPortIsTurnedAwayAndTheRealRankStillJoins) {
   // Two launches that picked the same port (or a reused MASTER_PORT): rank 0 must not take another job's rank for
   // its own, nor give up; it turns the stranger away and waits for the rank it expects.
-  core::LaunchInfo root{0, 2, "127.0.0.1", 20000 + (getpid() + 23) % 20000, "test"};
+  core::LaunchInfo root{0, 2, "127.0.0.1", test::freeLoopbackPort(), "test"};
   std::string rootError = "still running";
   std::thread rankZero([&] {
     try {
@@ -262,7 +263,7 @@ TEST(Failure, AnAbortedRankFailsItsPeersQuicklyAndTheErrorSticks) {
   // allreduce; its closed connections must fail ranks 0 and 1 long before their timeout, and a failed
   // communicator refuses later calls at once with the first error.
   const int ranks = 3;
-  core::LaunchInfo base{0, ranks, "127.0.0.1", 20000 + (getpid() + 11) % 20000, "test"};
+  core::LaunchInfo base{0, ranks, "127.0.0.1", test::freeLoopbackPort(), "test"};
   core::CommOptions options;
   options.plugin = "socket";
   options.searchDirs = {std::string(NNS_BIN_DIR) + "/../lib"};
@@ -355,7 +356,7 @@ class SlowCopySlots final : public core::SlotMemory {
 
 TEST(SlotMemory, AsynchronousCopiesIntoSlotsAndFlushedReceivesGiveExactResults) {
   const int ranks = 3;
-  core::LaunchInfo base{0, ranks, "127.0.0.1", 20000 + (getpid() + 13) % 20000, "test"};
+  core::LaunchInfo base{0, ranks, "127.0.0.1", test::freeLoopbackPort(), "test"};
   setenv("NCCL_SOCKET_IFNAME", "lo", 1);
   std::string errors[ranks];
   long copies[ranks] = {};
@@ -411,7 +412,7 @@ class DeviceLayerStandIn final : public coll::KernelLayer {
 };
 
 TEST(SlotMemory, GpuBuffersOnACommunicatorWithHostSlotsAreAClearError) {
-  core::LaunchInfo launch{0, 1, "127.0.0.1", 20000 + (getpid() + 17) % 20000, "test"};
+  core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
   core::CommOptions options;
   options.plugin = "socket";
   options.searchDirs = {std::string(NNS_BIN_DIR) + "/../lib"};
