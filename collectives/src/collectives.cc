@@ -138,9 +138,9 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
     }
     if (chosen == Algorithm::Ring) {
       core::Plan plan;
-      // 32 KiB pieces measured best on loopback TCP for 2 and 4 ranks from 2 to 16 MiB (performance.md): a deep
-      // pipeline along the ring beats fewer, larger messages.
-      plan.setPieceBytes(pieceFor(comm, count * es / n / comm.channels(), size_t{1} << 40, 32 * 1024));
+      // Whole blocks up to a slot (512 KiB) per message measured best on loopback TCP for 2 and 4 ranks from 256 KiB
+      // to 16 MiB (performance.md): the per-message cost (system calls, TCP segments) outweighs a deeper pipeline.
+      plan.setPieceBytes(pieceFor(comm, count * es / n / comm.channels(), 1, 32 * 1024));
       for (int c = 0; c < comm.channels(); ++c) {
         auto [first, part] = channelPart(count, comm.channels(), c);
         detail::ringAllReduce(comm, plan, call, first, part, c);

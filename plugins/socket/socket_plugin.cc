@@ -235,8 +235,9 @@ class SocketNet {
     DeviceTable::get().discoverOnce();
     const Config& config = Config::get();
     NCCL_NET_INFO(NCCL_INIT | NCCL_NET,
-                  "ncclNet_v%d; %d helper thread(s) x %d data socket(s), inline <= %zu B, dead-peer timeout %d ms",
-                  args.abiVersion, config.helperThreads, config.socketsPerThread, config.inlineBytes,
+                  "ncclNet_v%d; %d helper thread(s) (%d usable CPUs) x %d data socket(s), inline <= %zu B, "
+                  "dead-peer timeout %d ms",
+                  args.abiVersion, config.helperThreads, config.usableCpus, config.socketsPerThread, config.inlineBytes,
                   config.deadPeerTimeoutMs);
     *ctx = nullptr;  // no per-communicator state
     if (DeviceTable::get().count() == 0) return ncclSystemError;

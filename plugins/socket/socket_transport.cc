@@ -2,6 +2,7 @@
 #include "socket_transport.hpp"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,12 +30,26 @@ long envLong(const char* name, long fallback, long minimum, long maximum) {
 // How long a helper thread sleeps in poll() before looking at its queues and the stop flag again.
 constexpr int kHelperPollMs = 100;
 
+// Helper threads pay off only with cores to spare: each one needs a core of its own beside the ranks' threads. With
+// fewer usable CPUs than this, the calling thread drives the data sockets itself (on 2 cores, handing pieces to
+// helpers halved an allreduce's bandwidth; performance.md).
+constexpr int kMinCpusForHelpers = 4;
+
+int countUsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return CPU_COUNT(&set);
+}
+
 }  // namespace
 
 const Config& Config::get() {
   static const Config config = [] {
     Config c{};
-    c.helperThreads = static_cast<int>(envLong("NNS_SOCKET_NTHREADS", 2, 0, kMaxHelperThreads));
+    c.usableCpus = countUsableCpus();
+    c.helperThreads = static_cast<int>(
+        envLong("NNS_SOCKET_NTHREADS", c.usableCpus >= kMinCpusForHelpers ? 2 : 0, 0, kMaxHelperThreads));
     c.socketsPerThread = static_cast<int>(envLong("NNS_SOCKET_NSOCKS_PERTHREAD", 1, 0, kMaxDataSockets));
     if (c.helperThreads > 0 && c.socketsPerThread == 0) c.socketsPerThread = 1;
     if (c.dataSockets() > kMaxDataSockets) {

@@ -33,7 +33,8 @@ inline constexpr size_t kMaxMessagesInFlight = kMaxSendRequests;
 // ---- knobs (environment variables, read once; documented in README.md)
 // ------------------------------------------------
 struct Config {
-  int helperThreads;       // NNS_SOCKET_NTHREADS
+  int helperThreads;       // NNS_SOCKET_NTHREADS (default: 2 with 4 or more usable CPUs, else 0)
+  int usableCpus;          // CPUs this process may run on, when the configuration was read
   int socketsPerThread;    // NNS_SOCKET_NSOCKS_PERTHREAD
   size_t inlineBytes;      // NNS_SOCKET_INLINE_BYTES: messages up to this size travel whole on the control socket
   size_t minChunkBytes;    // NNS_SOCKET_MIN_CHUNK_BYTES: smallest piece of a message given to one data socket
