@@ -108,20 +108,36 @@ struct Min {
   static bool takeFirst(float a, float b) { return a < b; }
 };
 
+// Every reduction loop computes dst = first op src. `first` is either dst itself (kInPlace: the pointer passed is
+// null and dst is read) or a third buffer overlapping neither, which lets the ring write a partial sum without
+// copying its own input into place first. Each loop is compiled once per case, so both stay vectorized.
+template <bool kInPlace, class T>
+const T* firstOperand(T* dst, const T* first) {
+  return kInPlace ? dst : first;
+}
+
+template <class T, class Op, bool kInPlace>
+void applyLoop(T* __restrict dst, const T* __restrict first, const T* __restrict src, size_t count) {
+  const T* a = firstOperand<kInPlace>(dst, first);
+  for (size_t i = 0; i < count; ++i) dst[i] = Op::apply(a[i], src[i]);
+}
+
 template <class T, class Op>
-void apply(T* __restrict dst, const T* __restrict src, size_t count) {
-  for (size_t i = 0; i < count; ++i) dst[i] = Op::apply(dst[i], src[i]);
+void apply(T* dst, const T* first, const T* src, size_t count) {
+  if (first == nullptr) applyLoop<T, Op, true>(dst, nullptr, src, count);
+  else applyLoop<T, Op, false>(dst, first, src, count);
 }
 
 template <class T>
-void reduceTyped(void* dst, const void* src, size_t count, ncclRedOp_t op) {
+void reduceTyped(void* dst, const void* first, const void* src, size_t count, ncclRedOp_t op) {
   auto* d = static_cast<T*>(dst);
+  auto* f = static_cast<const T*>(first);
   auto* s = static_cast<const T*>(src);
   switch (op) {
-    case ncclSum: case ncclAvg: apply<T, Sum>(d, s, count); break;
-    case ncclProd: apply<T, Prod>(d, s, count); break;
-    case ncclMax: apply<T, Max>(d, s, count); break;
-    case ncclMin: apply<T, Min>(d, s, count); break;
+    case ncclSum: case ncclAvg: apply<T, Sum>(d, f, s, count); break;
+    case ncclProd: apply<T, Prod>(d, f, s, count); break;
+    case ncclMax: apply<T, Max>(d, f, s, count); break;
+    case ncclMin: apply<T, Min>(d, f, s, count); break;
     default: break;
   }
 }
@@ -176,17 +192,19 @@ typename Format::Bits combine(typename Format::Bits a, typename Format::Bits b) 
   return Format::narrow(Op::apply(Format::widen(a), Format::widen(b)));
 }
 
-template <class Format, class Op>
-void applySmall(typename Format::Bits* __restrict dst, const typename Format::Bits* __restrict src, size_t count) {
+template <class Format, class Op, bool kInPlace>
+void applySmallLoop(typename Format::Bits* __restrict dst, const typename Format::Bits* __restrict first,
+                    const typename Format::Bits* __restrict src, size_t count) {
   using P = Packed<Format>;
+  const typename Format::Bits* in = firstOperand<kInPlace>(dst, first);
   const size_t words = count / P::kPerWord;
   for (size_t w = 0; w < words; ++w) {
-    uint32_t a = P::load(dst + w * P::kPerWord), b = P::load(src + w * P::kPerWord), r = 0;
+    uint32_t a = P::load(in + w * P::kPerWord), b = P::load(src + w * P::kPerWord), r = 0;
     for (size_t k = 0; k < P::kPerWord; ++k)
       r |= P::place(combine<Format, Op>(P::element(a, k), P::element(b, k)), k);
     P::store(dst + w * P::kPerWord, r);
   }
-  for (size_t i = words * P::kPerWord; i < count; ++i) dst[i] = combine<Format, Op>(dst[i], src[i]);
+  for (size_t i = words * P::kPerWord; i < count; ++i) dst[i] = combine<Format, Op>(in[i], src[i]);
 }
 
 // Max and min keep one input's bits (no narrowing), as the CUDA kernels do.
@@ -195,27 +213,46 @@ typename Format::Bits pick(typename Format::Bits a, typename Format::Bits b) {
   return Op::takeFirst(Format::widen(a), Format::widen(b)) ? a : b;
 }
 
-template <class Format, class Op>
-void selectSmall(typename Format::Bits* __restrict dst, const typename Format::Bits* __restrict src, size_t count) {
+template <class Format, class Op, bool kInPlace>
+void selectSmallLoop(typename Format::Bits* __restrict dst, const typename Format::Bits* __restrict first,
+                     const typename Format::Bits* __restrict src, size_t count) {
   using P = Packed<Format>;
+  const typename Format::Bits* in = firstOperand<kInPlace>(dst, first);
   const size_t words = count / P::kPerWord;
   for (size_t w = 0; w < words; ++w) {
-    uint32_t a = P::load(dst + w * P::kPerWord), b = P::load(src + w * P::kPerWord), r = 0;
+    uint32_t a = P::load(in + w * P::kPerWord), b = P::load(src + w * P::kPerWord), r = 0;
     for (size_t k = 0; k < P::kPerWord; ++k) r |= P::place(pick<Format, Op>(P::element(a, k), P::element(b, k)), k);
     P::store(dst + w * P::kPerWord, r);
   }
-  for (size_t i = words * P::kPerWord; i < count; ++i) dst[i] = pick<Format, Op>(dst[i], src[i]);
+  for (size_t i = words * P::kPerWord; i < count; ++i) dst[i] = pick<Format, Op>(in[i], src[i]);
+}
+
+// Sum and prod combine (widen, operate, narrow); max and min select.
+template <class Format, class Op, bool kSelect, bool kInPlace>
+void smallLoop(typename Format::Bits* dst, const typename Format::Bits* first, const typename Format::Bits* src,
+               size_t count) {
+  if constexpr (kSelect) selectSmallLoop<Format, Op, kInPlace>(dst, first, src, count);
+  else applySmallLoop<Format, Op, kInPlace>(dst, first, src, count);
+}
+
+template <class Format, class Op, bool kSelect>
+void small(typename Format::Bits* dst, const typename Format::Bits* first, const typename Format::Bits* src,
+           size_t count) {
+  if (first == nullptr) smallLoop<Format, Op, kSelect, true>(dst, nullptr, src, count);
+  else smallLoop<Format, Op, kSelect, false>(dst, first, src, count);
 }
 
 template <class Format>
-void reduceSmall(void* dst, const void* src, size_t count, ncclRedOp_t op) {
-  auto* d = static_cast<typename Format::Bits*>(dst);
-  auto* s = static_cast<const typename Format::Bits*>(src);
+void reduceSmall(void* dst, const void* first, const void* src, size_t count, ncclRedOp_t op) {
+  using Bits = typename Format::Bits;
+  auto* d = static_cast<Bits*>(dst);
+  auto* f = static_cast<const Bits*>(first);
+  auto* s = static_cast<const Bits*>(src);
   switch (op) {
-    case ncclSum: case ncclAvg: applySmall<Format, Sum>(d, s, count); break;
-    case ncclProd: applySmall<Format, Prod>(d, s, count); break;
-    case ncclMax: selectSmall<Format, Max>(d, s, count); break;
-    case ncclMin: selectSmall<Format, Min>(d, s, count); break;
+    case ncclSum: case ncclAvg: small<Format, Sum, false>(d, f, s, count); break;
+    case ncclProd: small<Format, Prod, false>(d, f, s, count); break;
+    case ncclMax: small<Format, Max, true>(d, f, s, count); break;
+    case ncclMin: small<Format, Min, true>(d, f, s, count); break;
     default: break;
   }
 }
@@ -239,15 +276,17 @@ void divideSmall(void* buf, size_t count, int divisor) {
 // branch-free bit code (still used by the baseline, for max/min and for tails) needs about 40 vector operations
 // per vector of elements and stayed compute-bound even beyond the LLC (0.27 of the streaming bound with AVX-512). Same bits as the bit code: vcvtph2ps is exact; vcvtps2ph
 // rounds to nearest even by its immediate (not by MXCSR), gives infinity on overflow and exact subnormals; NaN is
-// then made floatToHalf's sign | 0x7e00. dst = dst op src, or dst / divisor when src is null.
-__attribute__((target("avx2,f16c"))) void halfF16c(uint16_t* __restrict dst, const uint16_t* __restrict src,
+// then made floatToHalf's sign | 0x7e00. dst = first op src (first null: dst op src), or dst / divisor when src
+// is null.
+__attribute__((target("avx2,f16c"))) void halfF16c(uint16_t* dst, const uint16_t* first, const uint16_t* src,
                                                    size_t count, bool prod, int divisor) {
+  if (first == nullptr) first = dst;  // read before written, element by element: in place is safe here
   const __m256 d = _mm256_set1_ps(static_cast<float>(divisor));
   const __m128i absMask = _mm_set1_epi16(0x7fff), infinity = _mm_set1_epi16(0x7c00);
   const __m128i signMask = _mm_set1_epi16(static_cast<int16_t>(0x8000)), quietNan = _mm_set1_epi16(0x7e00);
   size_t i = 0;
   for (; i + 8 <= count; i += 8) {
-    __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(dst + i)));
+    __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(first + i)));
     __m256 r;
     if (!src) {
       r = _mm256_div_ps(a, d);
@@ -261,7 +300,7 @@ __attribute__((target("avx2,f16c"))) void halfF16c(uint16_t* __restrict dst, con
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm_blendv_epi8(h, canonical, isNan));
   }
   for (; i < count; ++i) {
-    float a = halfToFloat(dst[i]);
+    float a = halfToFloat(first[i]);
     float r = !src ? a / static_cast<float>(divisor) : prod ? a * halfToFloat(src[i]) : a + halfToFloat(src[i]);
     dst[i] = floatToHalf(r);
   }
@@ -269,30 +308,31 @@ __attribute__((target("avx2,f16c"))) void halfF16c(uint16_t* __restrict dst, con
 #endif
 
 template <bool F16c>
-void reduceAny(void* dst, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) {
+void reduceAny(void* dst, const void* first, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) {
   switch (type) {
-    case ncclInt8: reduceTyped<int8_t>(dst, src, count, op); break;
-    case ncclUint8: reduceTyped<uint8_t>(dst, src, count, op); break;
-    case ncclInt32: reduceTyped<int32_t>(dst, src, count, op); break;
-    case ncclUint32: reduceTyped<uint32_t>(dst, src, count, op); break;
-    case ncclInt64: reduceTyped<int64_t>(dst, src, count, op); break;
-    case ncclUint64: reduceTyped<uint64_t>(dst, src, count, op); break;
-    case ncclFloat32: reduceTyped<float>(dst, src, count, op); break;
-    case ncclFloat64: reduceTyped<double>(dst, src, count, op); break;
+    case ncclInt8: reduceTyped<int8_t>(dst, first, src, count, op); break;
+    case ncclUint8: reduceTyped<uint8_t>(dst, first, src, count, op); break;
+    case ncclInt32: reduceTyped<int32_t>(dst, first, src, count, op); break;
+    case ncclUint32: reduceTyped<uint32_t>(dst, first, src, count, op); break;
+    case ncclInt64: reduceTyped<int64_t>(dst, first, src, count, op); break;
+    case ncclUint64: reduceTyped<uint64_t>(dst, first, src, count, op); break;
+    case ncclFloat32: reduceTyped<float>(dst, first, src, count, op); break;
+    case ncclFloat64: reduceTyped<double>(dst, first, src, count, op); break;
     case ncclFloat16:
 #ifdef NNS_HOST_X86_VARIANTS
       if constexpr (F16c) {
         if (op == ncclSum || op == ncclAvg || op == ncclProd) {
-          halfF16c(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, op == ncclProd, 0);
+          halfF16c(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(first), static_cast<const uint16_t*>(src),
+                   count, op == ncclProd, 0);
           break;
         }
       }
 #endif
-      reduceSmall<Half>(dst, src, count, op);
+      reduceSmall<Half>(dst, first, src, count, op);
       break;
-    case ncclBfloat16: reduceSmall<Bfloat16>(dst, src, count, op); break;
-    case ncclFloat8e4m3: reduceSmall<Fp8e4m3>(dst, src, count, op); break;
-    case ncclFloat8e5m2: reduceSmall<Fp8e5m2>(dst, src, count, op); break;
+    case ncclBfloat16: reduceSmall<Bfloat16>(dst, first, src, count, op); break;
+    case ncclFloat8e4m3: reduceSmall<Fp8e4m3>(dst, first, src, count, op); break;
+    case ncclFloat8e5m2: reduceSmall<Fp8e5m2>(dst, first, src, count, op); break;
     default: break;
   }
 }
@@ -311,7 +351,7 @@ void divideAny(void* buf, size_t count, ncclDataType_t type, int divisor) {
     case ncclFloat16:
 #ifdef NNS_HOST_X86_VARIANTS
       if constexpr (F16c) {
-        halfF16c(static_cast<uint16_t*>(buf), nullptr, count, false, divisor);
+        halfF16c(static_cast<uint16_t*>(buf), nullptr, nullptr, count, false, divisor);
         break;
       }
 #endif
@@ -329,7 +369,7 @@ void divideAny(void* buf, size_t count, ncclDataType_t type, int divisor) {
 // so each is compiled for that variant's ISA. Manual rather than target_clones so that NNS_HOST_ISA can force a
 // lower variant: tests run every variant on one machine, and benchmarks can compare them. Every variant computes
 // the same bits (integer and IEEE operations only, no contraction into FMA: see the pragma above).
-using ReduceFn = void (*)(void*, const void*, size_t, ncclDataType_t, ncclRedOp_t);
+using ReduceFn = void (*)(void*, const void*, const void*, size_t, ncclDataType_t, ncclRedOp_t);
 using DivideFn = void (*)(void*, size_t, ncclDataType_t, int);
 struct Variant {
   const char* isa;
@@ -337,23 +377,24 @@ struct Variant {
   DivideFn divide;
 };
 
-__attribute__((flatten)) void reduceBaseline(void* d, const void* s, size_t n, ncclDataType_t t, ncclRedOp_t o) {
-  reduceAny<false>(d, s, n, t, o);
+__attribute__((flatten)) void reduceBaseline(void* d, const void* f, const void* s, size_t n, ncclDataType_t t,
+                                             ncclRedOp_t o) {
+  reduceAny<false>(d, f, s, n, t, o);
 }
 __attribute__((flatten)) void divideBaseline(void* b, size_t n, ncclDataType_t t, int divisor) {
   divideAny<false>(b, n, t, divisor);
 }
 #ifdef NNS_HOST_X86_VARIANTS
-__attribute__((target("arch=x86-64-v3"), flatten)) void reduceV3(void* d, const void* s, size_t n, ncclDataType_t t,
-                                                                  ncclRedOp_t o) {
-  reduceAny<true>(d, s, n, t, o);
+__attribute__((target("arch=x86-64-v3"), flatten)) void reduceV3(void* d, const void* f, const void* s, size_t n,
+                                                                  ncclDataType_t t, ncclRedOp_t o) {
+  reduceAny<true>(d, f, s, n, t, o);
 }
 __attribute__((target("arch=x86-64-v3"), flatten)) void divideV3(void* b, size_t n, ncclDataType_t t, int divisor) {
   divideAny<true>(b, n, t, divisor);
 }
-__attribute__((target("arch=x86-64-v4"), flatten)) void reduceV4(void* d, const void* s, size_t n, ncclDataType_t t,
-                                                                  ncclRedOp_t o) {
-  reduceAny<true>(d, s, n, t, o);
+__attribute__((target("arch=x86-64-v4"), flatten)) void reduceV4(void* d, const void* f, const void* s, size_t n,
+                                                                  ncclDataType_t t, ncclRedOp_t o) {
+  reduceAny<true>(d, f, s, n, t, o);
 }
 __attribute__((target("arch=x86-64-v4"), flatten)) void divideV4(void* b, size_t n, ncclDataType_t t, int divisor) {
   divideAny<true>(b, n, t, divisor);
@@ -379,7 +420,11 @@ const Variant& variant() {
 class HostKernels final : public KernelLayer {
  public:
   void reduce(void* dst, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) override {
-    variant().reduce(dst, src, count, type, op);
+    variant().reduce(dst, nullptr, src, count, type, op);
+  }
+  void reduceInto(void* dst, const void* a, const void* b, size_t count, ncclDataType_t type,
+                  ncclRedOp_t op) override {
+    variant().reduce(dst, a == dst ? nullptr : a, b, count, type, op);
   }
   void divide(void* buf, size_t count, ncclDataType_t type, int divisor) override {
     variant().divide(buf, count, type, divisor);

@@ -44,8 +44,7 @@ void ringAllReduce(Communicator& comm, core::Plan& plan, const Call& call, size_
     const bool last = s == n - 2;
     previous = plan.recv(comm.prev(), channel, bytes(recvBlock), [=, &call](size_t offset, const void* piece, size_t len) {
       // out = own op piece (own is out itself in place), then, for avg, the finished block is divided.
-      call.kernels->copy(target + offset, own + offset, len);
-      call.kernels->reduce(target + offset, piece, len / es, call.type, call.op);
+      call.kernels->reduceInto(target + offset, own + offset, piece, len / es, call.type, call.op);
       if (last && call.op == ncclAvg) call.kernels->divide(target + offset, len / es, call.type, n);
     });
   }
@@ -103,8 +102,7 @@ void ringReduceScatter(Communicator& comm, core::Plan& plan, const Call& call, s
     unsigned char* target = last ? call.out + first * es : partial(recvBlock);
     const unsigned char* own = in(recvBlock);
     previous = plan.recv(comm.prev(), channel, count * es, [=, &call](size_t offset, const void* piece, size_t len) {
-      call.kernels->copy(target + offset, own + offset, len);
-      call.kernels->reduce(target + offset, piece, len / es, call.type, call.op);
+      call.kernels->reduceInto(target + offset, own + offset, piece, len / es, call.type, call.op);
       if (last && call.op == ncclAvg) call.kernels->divide(target + offset, len / es, call.type, n);
     });
   }
@@ -140,8 +138,7 @@ void chainReduce(Communicator& comm, core::Plan& plan, const Call& call, int roo
   }
   unsigned char* target = (isRoot ? call.out : work) + first * es;
   auto received = plan.recv(comm.prev(), channel, count * es, [=, &call](size_t offset, const void* piece, size_t len) {
-    call.kernels->copy(target + offset, own + offset, len);
-    call.kernels->reduce(target + offset, piece, len / es, call.type, call.op);
+    call.kernels->reduceInto(target + offset, own + offset, piece, len / es, call.type, call.op);
     if (isRoot && call.op == ncclAvg) call.kernels->divide(target + offset, len / es, call.type, n);
   });
   if (!isRoot) plan.send(comm.next(), channel, target, count * es, {received});

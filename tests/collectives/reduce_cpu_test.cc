@@ -429,7 +429,10 @@ void makeInputs(ncclDataType_t type, std::vector<uint8_t>* a, std::vector<uint8_
   }
 }
 
-TEST(HostKernels, EveryOpOnEveryTypeMatchesTheScalarReference) {
+// reduce (dst = dst op src), and reduceInto with a third buffer (dst = a op src, a untouched) and in place.
+enum class Form { kReduce, kIntoThirdBuffer, kIntoInPlace };
+
+void checkEveryOpOnEveryType(Form form) {
   for (ncclDataType_t type : kAllTypes) {
     size_t es = elementSize(type), count = 0;
     std::vector<uint8_t> a, b;
@@ -438,10 +441,19 @@ TEST(HostKernels, EveryOpOnEveryTypeMatchesTheScalarReference) {
       std::vector<uint8_t> want(count * es);
       for (size_t i = 0; i < count; ++i) referenceOne(type, op, &a[i * es], &b[i * es], &want[i * es]);
       // Misaligned starts (one element in) and a guard past the end, so vector heads, tails and overruns show.
-      std::vector<uint8_t> dst(es + count * es + 64, 0xa5), src(es + count * es);
-      std::memcpy(dst.data() + es, a.data(), count * es);
+      std::vector<uint8_t> dst(es + count * es + 64, 0xa5), src(es + count * es), first(es + count * es);
       std::memcpy(src.data() + es, b.data(), count * es);
-      coll::hostKernels().reduce(dst.data() + es, src.data() + es, count, type, op);
+      if (form == Form::kIntoThirdBuffer) {
+        std::memcpy(first.data() + es, a.data(), count * es);
+        coll::hostKernels().reduceInto(dst.data() + es, first.data() + es, src.data() + es, count, type, op);
+        ASSERT_EQ(std::memcmp(first.data() + es, a.data(), count * es), 0) << "reduceInto wrote its first operand";
+      } else {
+        std::memcpy(dst.data() + es, a.data(), count * es);
+        if (form == Form::kReduce)
+          coll::hostKernels().reduce(dst.data() + es, src.data() + es, count, type, op);
+        else
+          coll::hostKernels().reduceInto(dst.data() + es, dst.data() + es, src.data() + es, count, type, op);
+      }
       size_t wrong = 0;
       for (size_t i = 0; i < count; ++i) {
         if (!sameResult(type, &dst[es + i * es], &want[i * es]) && wrong++ < 5) {
@@ -459,6 +471,18 @@ TEST(HostKernels, EveryOpOnEveryTypeMatchesTheScalarReference) {
       for (size_t k = es + count * es; k < dst.size(); ++k) ASSERT_EQ(dst[k], 0xa5) << "wrote past dst";
     }
   }
+}
+
+TEST(HostKernels, EveryOpOnEveryTypeMatchesTheScalarReference) {
+  checkEveryOpOnEveryType(Form::kReduce);
+}
+
+TEST(HostKernels, ReduceIntoAThirdBufferMatchesTheScalarReference) {
+  checkEveryOpOnEveryType(Form::kIntoThirdBuffer);
+}
+
+TEST(HostKernels, ReduceIntoInPlaceMatchesTheScalarReference) {
+  checkEveryOpOnEveryType(Form::kIntoInPlace);
 }
 
 TEST(HostKernels, DivideMatchesTheScalarReference) {

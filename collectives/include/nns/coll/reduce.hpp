@@ -30,6 +30,13 @@ class KernelLayer {
   virtual ~KernelLayer() = default;
   // dst[i] = dst[i] op src[i]; avg accumulates like sum (finalize divides).
   virtual void reduce(void* dst, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) = 0;
+  // dst[i] = a[i] op b[i], where a is dst itself or overlaps neither dst nor b (one pass where copy + reduce would
+  // take two). This default does exactly that copy and reduce.
+  virtual void reduceInto(void* dst, const void* a, const void* b, size_t count, ncclDataType_t type,
+                          ncclRedOp_t op) {
+    copy(dst, a, count * typeSize(type));
+    reduce(dst, b, count, type, op);
+  }
   // buf[i] = buf[i] / divisor, for avg.
   virtual void divide(void* buf, size_t count, ncclDataType_t type, int divisor) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
