@@ -9,7 +9,8 @@ seconds=${3:-1}
 bench=$build/bin/nns-socket-bench
 plugin=$build/lib/libnccl-net-socket.so
 export NCCL_SOCKET_IFNAME=lo  # loopback only: the one address every machine lets us target
-threads=${NNS_SOCKET_NTHREADS:-2}
+# The plugin's own default: 2 helper threads with 4 or more usable CPUs, else none (the caller drives one socket).
+threads=${NNS_SOCKET_NTHREADS:-$(( $(nproc) >= 4 ? 2 : 0 ))}
 per_thread=${NNS_SOCKET_NSOCKS_PERTHREAD:-1}
 streams=$(( threads > 0 ? threads * per_thread : per_thread ))
 (( streams >= 1 )) || streams=1
