@@ -16,7 +16,12 @@ void throwOnError(cudaError_t status, const char* what) {
 class DeviceKernels final : public coll::KernelLayer {
  public:
   void reduce(void* dst, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) override {
-    throwOnError(cuda::reduce(dst, dst, src, count, type, op, cudaStreamPerThread), "reduce launch");
+    reduceInto(dst, dst, src, count, type, op);
+  }
+  // The kernels take three operands (dst may alias a exactly), so this is one pass on the GPU too.
+  void reduceInto(void* dst, const void* a, const void* b, size_t count, ncclDataType_t type,
+                  ncclRedOp_t op) override {
+    throwOnError(cuda::reduce(dst, a, b, count, type, op, cudaStreamPerThread), "reduce launch");
     throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "reduce");
   }
   void divide(void* buf, size_t count, ncclDataType_t type, int divisor) override {
@@ -24,6 +29,7 @@ class DeviceKernels final : public coll::KernelLayer {
     throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "divide");
   }
   void copy(void* dst, const void* src, size_t bytes) override {
+    if (dst == src || bytes == 0) return;  // in place: nothing to move (and copies must not overlap)
     // cudaMemcpyAsync with cudaMemcpyDefault also covers a host buffer on one side (staging).
     throwOnError(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamPerThread), "copy launch");
     throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "copy");

@@ -34,7 +34,7 @@ class KernelLayer {
   // take two). This default does exactly that copy and reduce.
   virtual void reduceInto(void* dst, const void* a, const void* b, size_t count, ncclDataType_t type,
                           ncclRedOp_t op) {
-    copy(dst, a, count * typeSize(type));
+    if (dst != a) copy(dst, a, count * typeSize(type));
     reduce(dst, b, count, type, op);
   }
   // buf[i] = buf[i] / divisor, for avg.
