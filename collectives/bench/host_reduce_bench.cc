@@ -1,5 +1,6 @@
 // host_reduce_bench.cc: the host kernel layer's reduce (sum) per type against the streaming bound float a[i] += b[i]
-// on the same buffers, interleaved in every iteration so both see the same machine load.
+// on the same buffers, interleaved in every iteration so both see the same machine load; and reduceInto against
+// the copy-then-reduce it replaces.
 //
 // Counters: kernel and stream GB/s count 3 bytes per buffer byte (read dst, read src, write dst), as the CUDA bench
 // does; ratio = kernel GB/s / stream GB/s. Before each timed operation dst is restored from a pristine copy
@@ -130,6 +131,37 @@ void reduceVersusStream(benchmark::State& state, ncclDataType_t type) {
   state.counters["ratio"] = streamTime / kernelTime;
 }
 
+// reduceInto (dst = a + b in one pass, what a ring step does now) against the copy-then-reduce it replaced, on the
+// same three buffers, interleaved. Both write dst from a and b, so each counts 3 bytes per buffer byte;
+// speedup = two-pass time / one-pass time.
+void intoVersusTwoPass(benchmark::State& state, ncclDataType_t type) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  const size_t count = bytes / nns::coll::typeSize(type);
+  auto dst = allocate(bytes), a = allocate(bytes), b = allocate(bytes);
+  fill(a.get(), bytes, type, 1);
+  fill(b.get(), bytes, type, 2);
+  double twoPassTime = 0, intoTime = 0;
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    hostKernels().copy(dst.get(), a.get(), bytes);
+    hostKernels().reduce(dst.get(), b.get(), count, type, ncclSum);
+    benchmark::ClobberMemory();
+    twoPassTime += seconds(t0);
+
+    t0 = std::chrono::steady_clock::now();
+    hostKernels().reduceInto(dst.get(), a.get(), b.get(), count, type, ncclSum);
+    benchmark::ClobberMemory();
+    double t = seconds(t0);
+    intoTime += t;
+    state.SetIterationTime(t);
+  }
+  const double moved = 3.0 * static_cast<double>(bytes) * static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(moved));
+  state.counters["into_GBps"] = moved / intoTime / 1e9;
+  state.counters["two_pass_GBps"] = moved / twoPassTime / 1e9;
+  state.counters["speedup"] = twoPassTime / intoTime;
+}
+
 // 256 KiB per buffer: dst, src (and the pristine copy) fit in a 1 MiB L2. 64 MiB: twice a 32 MiB LLC.
 constexpr int64_t kSizes[] = {256 << 10, 64 << 20};
 
@@ -141,6 +173,12 @@ void registerAll() {
                {"int32", ncclInt32},     {"fp8e4m3", ncclFloat8e4m3}, {"fp8e5m2", ncclFloat8e5m2}};
   for (const auto& t : types) {
     auto* b = benchmark::RegisterBenchmark((std::string("sum/") + t.name).c_str(), reduceVersusStream, t.type);
+    for (int64_t size : kSizes) b->Arg(size);
+    b->UseManualTime()->Unit(benchmark::kMicrosecond);
+  }
+  for (const auto& t : types) {
+    if (t.type != ncclFloat32 && t.type != ncclBfloat16) continue;
+    auto* b = benchmark::RegisterBenchmark((std::string("sum_into/") + t.name).c_str(), intoVersusTwoPass, t.type);
     for (int64_t size : kSizes) b->Arg(size);
     b->UseManualTime()->Unit(benchmark::kMicrosecond);
   }
