@@ -99,6 +99,39 @@ double seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Runs `reference` and `measured` once each per iteration, interleaved, each after an untimed `prepare`; the
+// benchmark's own time is the measured one. Returns both totals in seconds.
+struct PairTimes {
+  double reference = 0, measured = 0;
+};
+template <class Prepare, class Reference, class Measured>
+PairTimes timeInterleaved(benchmark::State& state, Prepare prepare, Reference reference, Measured measured) {
+  PairTimes times;
+  for (auto _ : state) {
+    prepare();
+    auto t0 = std::chrono::steady_clock::now();
+    reference();
+    benchmark::ClobberMemory();
+    times.reference += seconds(t0);
+
+    prepare();
+    t0 = std::chrono::steady_clock::now();
+    measured();
+    benchmark::ClobberMemory();
+    double t = seconds(t0);
+    times.measured += t;
+    state.SetIterationTime(t);
+  }
+  return times;
+}
+
+// Bytes moved over all iterations at 3 bytes per buffer byte (two reads, one write), also set as the throughput.
+double bytesMoved(benchmark::State& state, size_t bytes) {
+  const double moved = 3.0 * static_cast<double>(bytes) * static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(moved));
+  return moved;
+}
+
 void reduceVersusStream(benchmark::State& state, ncclDataType_t type) {
   const size_t bytes = static_cast<size_t>(state.range(0));
   const size_t count = bytes / nns::coll::typeSize(type);
@@ -108,27 +141,14 @@ void reduceVersusStream(benchmark::State& state, ncclDataType_t type) {
   auto* dstFloat = reinterpret_cast<float*>(dst.get());
   auto* srcFloat = reinterpret_cast<const float*>(src.get());
   const StreamFn streamAdd = streamFor(nns::coll::hostKernelIsa());
-  double streamTime = 0, kernelTime = 0;
-  for (auto _ : state) {
-    std::memcpy(dst.get(), pristine.get(), bytes);
-    auto t0 = std::chrono::steady_clock::now();
-    streamAdd(dstFloat, srcFloat, bytes / sizeof(float));
-    benchmark::ClobberMemory();
-    streamTime += seconds(t0);
-
-    std::memcpy(dst.get(), pristine.get(), bytes);
-    t0 = std::chrono::steady_clock::now();
-    hostKernels().reduce(dst.get(), src.get(), count, type, ncclSum);
-    benchmark::ClobberMemory();
-    double t = seconds(t0);
-    kernelTime += t;
-    state.SetIterationTime(t);
-  }
-  const double moved = 3.0 * static_cast<double>(bytes) * static_cast<double>(state.iterations());
-  state.SetBytesProcessed(static_cast<int64_t>(moved));
-  state.counters["kernel_GBps"] = moved / kernelTime / 1e9;
-  state.counters["stream_GBps"] = moved / streamTime / 1e9;
-  state.counters["ratio"] = streamTime / kernelTime;
+  const PairTimes times = timeInterleaved(
+      state, [&] { std::memcpy(dst.get(), pristine.get(), bytes); },
+      [&] { streamAdd(dstFloat, srcFloat, bytes / sizeof(float)); },
+      [&] { hostKernels().reduce(dst.get(), src.get(), count, type, ncclSum); });
+  const double moved = bytesMoved(state, bytes);
+  state.counters["kernel_GBps"] = moved / times.measured / 1e9;
+  state.counters["stream_GBps"] = moved / times.reference / 1e9;
+  state.counters["ratio"] = times.reference / times.measured;
 }
 
 // reduceInto (dst = a + b in one pass, what a ring step does now) against the copy-then-reduce it replaced, on the
@@ -140,26 +160,17 @@ void intoVersusTwoPass(benchmark::State& state, ncclDataType_t type) {
   auto dst = allocate(bytes), a = allocate(bytes), b = allocate(bytes);
   fill(a.get(), bytes, type, 1);
   fill(b.get(), bytes, type, 2);
-  double twoPassTime = 0, intoTime = 0;
-  for (auto _ : state) {
-    auto t0 = std::chrono::steady_clock::now();
-    hostKernels().copy(dst.get(), a.get(), bytes);
-    hostKernels().reduce(dst.get(), b.get(), count, type, ncclSum);
-    benchmark::ClobberMemory();
-    twoPassTime += seconds(t0);
-
-    t0 = std::chrono::steady_clock::now();
-    hostKernels().reduceInto(dst.get(), a.get(), b.get(), count, type, ncclSum);
-    benchmark::ClobberMemory();
-    double t = seconds(t0);
-    intoTime += t;
-    state.SetIterationTime(t);
-  }
-  const double moved = 3.0 * static_cast<double>(bytes) * static_cast<double>(state.iterations());
-  state.SetBytesProcessed(static_cast<int64_t>(moved));
-  state.counters["into_GBps"] = moved / intoTime / 1e9;
-  state.counters["two_pass_GBps"] = moved / twoPassTime / 1e9;
-  state.counters["speedup"] = twoPassTime / intoTime;
+  const PairTimes times = timeInterleaved(
+      state, [] {},
+      [&] {
+        hostKernels().copy(dst.get(), a.get(), bytes);
+        hostKernels().reduce(dst.get(), b.get(), count, type, ncclSum);
+      },
+      [&] { hostKernels().reduceInto(dst.get(), a.get(), b.get(), count, type, ncclSum); });
+  const double moved = bytesMoved(state, bytes);
+  state.counters["into_GBps"] = moved / times.measured / 1e9;
+  state.counters["two_pass_GBps"] = moved / times.reference / 1e9;
+  state.counters["speedup"] = times.reference / times.measured;
 }
 
 // 256 KiB per buffer: dst, src (and the pristine copy) fit in a 1 MiB L2. 64 MiB: twice a 32 MiB LLC.
