@@ -81,6 +81,33 @@ size_t pieceFor(const Communicator& comm, size_t bytes, size_t depth, size_t min
   return piece == 0 ? slot : piece;
 }
 
+// Whether schedules send on received pieces from their slots (Plan::forward) instead of staging them again: for
+// host buffers, with at least two slots (a forward holds one), unless what would be forwarded is the output `out`
+// and it is registered (the plugin then reads and writes it in place already; no `out`: partial results, which
+// live in working memory otherwise). GPU kernel layers keep staging: their slots may be memory the kernels should
+// not write. A local choice: what goes on the wire is the same either way.
+bool forwardFromSlots(Communicator& comm, const KernelLayer& kernels, const void* out = nullptr, size_t bytes = 0) {
+  return !kernels.onDevice() && comm.options().slots >= 2 && (out == nullptr || !comm.registered(out, bytes));
+}
+
+// Elements per block in one round of a ring whose pieces are `piece` bytes: half the slots' pieces, so a rank's
+// forwards never hold all its slots (Plan::forward). Every rank cuts the same rounds whether it forwards or not,
+// since they decide the segments on the wire; 0 (one round) with a single slot.
+size_t roundElements(const Communicator& comm, size_t piece, size_t elementSize) {
+  const int slots = comm.options().slots;
+  return slots < 2 ? 0 : piece / elementSize * static_cast<size_t>(slots / 2);
+}
+
+// Calls step(first, count) for consecutive rounds of at most `round` elements over [first, first + count).
+template <class Step>
+void inRounds(size_t first, size_t count, size_t round, Step&& step) {
+  if (round == 0 || count <= round) {
+    step(first, count);
+    return;
+  }
+  for (size_t done = 0; done < count; done += round) step(first + done, std::min(round, count - done));
+}
+
 }  // namespace
 
 const char* algorithmName(Algorithm algorithm) {
@@ -140,10 +167,17 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
       core::Plan plan;
       // Whole blocks up to a slot (512 KiB) per message measured best on loopback TCP for 2 and 4 ranks from 256 KiB
       // to 16 MiB (performance.md): the per-message cost (system calls, TCP segments) outweighs a deeper pipeline.
-      plan.setPieceBytes(pieceFor(comm, count * es / n / comm.channels(), 1, 32 * 1024));
+      const size_t piece = pieceFor(comm, count * es / n / comm.channels(), 1, 32 * 1024);
+      plan.setPieceBytes(piece);
+      const bool forward = forwardFromSlots(comm, kernels, recv, count * es);
+      // Rounds of whole pieces per block (equal blocks, so the rounds stay the same on every rank); the last takes
+      // the rest.
+      const size_t round = static_cast<size_t>(n) * roundElements(comm, piece, es);
       for (int c = 0; c < comm.channels(); ++c) {
         auto [first, part] = channelPart(count, comm.channels(), c);
-        detail::ringAllReduce(comm, plan, call, first, part, c);
+        inRounds(first, part, round, [&](size_t from, size_t elements) {
+          detail::ringAllReduce(comm, plan, call, from, elements, c, forward);
+        });
       }
       comm.run(plan);
       return;
@@ -191,9 +225,13 @@ void allGather(Communicator& comm, const void* send, void* recv, size_t sendCoun
     kernels.copy(static_cast<unsigned char*>(recv) + comm.rank() * sendCount * es, send, sendCount * es);
     if (comm.size() == 1) return;
     core::Plan plan;
+    const bool forward = forwardFromSlots(comm, kernels, recv, comm.size() * sendCount * es);
+    const size_t round = roundElements(comm, comm.options().slotBytes, es);
     for (int c = 0; c < comm.channels(); ++c) {
       auto [first, part] = channelPart(sendCount, comm.channels(), c);
-      detail::ringAllGather(comm, plan, call, sendCount, first, part, c);
+      inRounds(first, part, round, [&](size_t from, size_t elements) {
+        detail::ringAllGather(comm, plan, call, sendCount, from, elements, c, forward);
+      });
     }
     comm.run(plan);
   });
@@ -211,11 +249,15 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
       if (op == ncclAvg) kernels.divide(recv, recvCount, type, 1);
       return;
     }
-    auto* work = workspace(comm, kernels, n * recvCount * es);
+    const bool forward = forwardFromSlots(comm, kernels);
+    auto* work = forward ? nullptr : workspace(comm, kernels, n * recvCount * es);
+    const size_t round = roundElements(comm, comm.options().slotBytes, es);
     core::Plan plan;
     for (int c = 0; c < comm.channels(); ++c) {
       auto [first, part] = channelPart(recvCount, comm.channels(), c);
-      detail::ringReduceScatter(comm, plan, call, recvCount, first, part, work, c);
+      inRounds(first, part, round, [&](size_t from, size_t elements) {
+        detail::ringReduceScatter(comm, plan, call, recvCount, from, elements, work, c, forward);
+      });
     }
     comm.run(plan);
   });
@@ -230,9 +272,10 @@ void broadcast(Communicator& comm, const void* send, void* recv, size_t count, n
     if (comm.rank() == root) kernels.copy(recv, send, count * typeSize(type));
     if (comm.size() == 1) return;
     core::Plan plan;
+    const bool forward = forwardFromSlots(comm, kernels, recv, count * typeSize(type));
     for (int c = 0; c < comm.channels(); ++c) {
       auto [first, part] = channelPart(count, comm.channels(), c);
-      detail::chainBroadcast(comm, plan, call, root, first, part, c);
+      detail::chainBroadcast(comm, plan, call, root, first, part, c, forward);
     }
     comm.run(plan);
   });
@@ -250,11 +293,13 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
       if (op == ncclAvg) kernels.divide(recv, count, type, 1);
       return;
     }
-    auto* work = comm.rank() == root ? nullptr : workspace(comm, kernels, count * es);
+    // Only the ranks between the chain's ends pass partial results on: from the slots, or from `work`.
+    const bool forward = forwardFromSlots(comm, kernels);
+    auto* work = comm.rank() == root || forward ? nullptr : workspace(comm, kernels, count * es);
     core::Plan plan;
     for (int c = 0; c < comm.channels(); ++c) {
       auto [first, part] = channelPart(count, comm.channels(), c);
-      detail::chainReduce(comm, plan, call, root, first, part, work, c);
+      detail::chainReduce(comm, plan, call, root, first, part, work, c, forward);
     }
     comm.run(plan);
   });

@@ -18,13 +18,33 @@ struct Blocks {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
+// A received piece reduced with this rank's own elements: into `target` + offset when given, else in the piece's
+// slot itself (piece op own; every op is commutative), for a forward to send on. Returns where the result is.
+void* reduceReceived(const Call& call, unsigned char* target, const unsigned char* own, size_t offset, void* piece,
+                     size_t len) {
+  const size_t count = len / typeSize(call.type);
+  if (target == nullptr) {
+    call.kernels->reduceInto(piece, piece, own + offset, count, call.type, call.op);
+    return piece;
+  }
+  call.kernels->reduceInto(target + offset, own + offset, piece, count, call.type, call.op);
+  return target + offset;
+}
+
 }  // namespace
 
 // One ring over elements [first, first + count) on `channel`, added to `plan`. Step s of the reduce-scatter sends
 // block r-s and reduces block r-s-1 arriving from the previous rank; the all-gather then forwards the finished
 // blocks. The block sent at step s+1 is the block received at step s, so each send segment waits on the previous
 // receive segment piece by piece: the whole allreduce is one pipeline, with no barrier between steps.
-void ringAllReduce(Communicator& comm, core::Plan& plan, const Call& call, size_t first, size_t count, int channel) {
+//
+// With `forward`, what a step sends on is never staged: each piece is reduced in the slot it arrived in (partial
+// sums do not go through the output) and sent on from there, and the all-gather forwards received slots as they
+// are. Only the rank's own first block and the finished blocks touch user memory (n + n-1 block copies saved per
+// rank, against the staging copies of plain buffers). A forward holds its slot until sent, so a block may span at
+// most slots-1 pieces (the caller cuts the message into rounds).
+void ringAllReduce(Communicator& comm, core::Plan& plan, const Call& call, size_t first, size_t count, int channel,
+                   bool forward) {
   const int n = comm.size(), r = comm.rank();
   const size_t es = typeSize(call.type);
   const Blocks blocks{count, n};
@@ -36,31 +56,40 @@ void ringAllReduce(Communicator& comm, core::Plan& plan, const Call& call, size_
     const int sendBlock = mod(r - s, n), recvBlock = mod(r - s - 1, n);
     if (s == 0) {
       plan.send(comm.next(), channel, in(sendBlock), bytes(sendBlock));
+    } else if (forward) {
+      plan.forward(comm.next(), channel, previous);
     } else {
       plan.send(comm.next(), channel, out(sendBlock), bytes(sendBlock), {previous});
     }
     unsigned char* target = out(recvBlock);
     const unsigned char* own = in(recvBlock);
     const bool last = s == n - 2;
-    previous = plan.recv(comm.prev(), channel, bytes(recvBlock), [=, &call](size_t offset, const void* piece, size_t len) {
-      // out = own op piece (own is out itself in place), then, for avg, the finished block is divided.
-      call.kernels->reduceInto(target + offset, own + offset, piece, len / es, call.type, call.op);
-      if (last && call.op == ncclAvg) call.kernels->divide(target + offset, len / es, call.type, n);
+    // Into the output (own is the output itself in place), or with `forward` in the piece's slot, the finished
+    // block then copied to the output too; for avg the finished block is divided.
+    previous = plan.recv(comm.prev(), channel, bytes(recvBlock), [=, &call](size_t offset, void* piece, size_t len) {
+      void* result = reduceReceived(call, forward ? nullptr : target, own, offset, piece, len);
+      if (!last) return;
+      if (call.op == ncclAvg) call.kernels->divide(result, len / es, call.type, n);
+      if (forward) call.kernels->copy(target + offset, piece, len);
     });
   }
   for (int s = 0; s < n - 1; ++s) {
     const int sendBlock = mod(r + 1 - s, n), recvBlock = mod(r - s, n);
-    plan.send(comm.next(), channel, out(sendBlock), bytes(sendBlock), {previous});
+    if (forward) {
+      plan.forward(comm.next(), channel, previous);
+    } else {
+      plan.send(comm.next(), channel, out(sendBlock), bytes(sendBlock), {previous});
+    }
     unsigned char* target = out(recvBlock);
     previous = plan.recv(
         comm.prev(), channel, bytes(recvBlock),
-        [=, &call](size_t offset, const void* piece, size_t len) { call.kernels->copy(target + offset, piece, len); },
+        [=, &call](size_t offset, void* piece, size_t len) { call.kernels->copy(target + offset, piece, len); },
         {}, target);
   }
 }
 
 void ringAllGather(Communicator& comm, core::Plan& plan, const Call& call, size_t blockCount, size_t first,
-                   size_t count, int channel) {
+                   size_t count, int channel, bool forward) {
   // Block b of the output lives at b * blockCount; this channel moves elements [first, first + count) of each.
   const int n = comm.size(), r = comm.rank();
   const size_t es = typeSize(call.type);
@@ -70,22 +99,25 @@ void ringAllGather(Communicator& comm, core::Plan& plan, const Call& call, size_
     const int sendBlock = mod(r - s, n), recvBlock = mod(r - s - 1, n);
     if (s == 0) {
       plan.send(comm.next(), channel, call.in + first * es, count * es);
+    } else if (forward) {
+      plan.forward(comm.next(), channel, previous);
     } else {
       plan.send(comm.next(), channel, out(sendBlock), count * es, {previous});
     }
     unsigned char* target = out(recvBlock);
     previous = plan.recv(
         comm.prev(), channel, count * es,
-        [=, &call](size_t offset, const void* piece, size_t len) { call.kernels->copy(target + offset, piece, len); },
+        [=, &call](size_t offset, void* piece, size_t len) { call.kernels->copy(target + offset, piece, len); },
         {}, target);
   }
 }
 
 void ringReduceScatter(Communicator& comm, core::Plan& plan, const Call& call, size_t blockCount, size_t first,
-                       size_t count, unsigned char* work, int channel) {
+                       size_t count, unsigned char* work, int channel, bool forward) {
   // Step s sends block r-s-1 (the rank's own input at s = 0, the partial sum received at s-1 after that) and
   // reduces block r-s-2; the last step's block is r itself, reduced straight into the output. Partial sums live in
-  // `work` (blockCount elements per block), never in the input, so the input stays untouched.
+  // `work` (blockCount elements per block), or with `forward` in the slots they arrived in, never in the input, so
+  // the input stays untouched.
   const int n = comm.size(), r = comm.rank();
   const size_t es = typeSize(call.type);
   auto in = [&](int b) { return call.in + (b * blockCount + first) * es; };
@@ -95,22 +127,25 @@ void ringReduceScatter(Communicator& comm, core::Plan& plan, const Call& call, s
     const int sendBlock = mod(r - s - 1, n), recvBlock = mod(r - s - 2, n);
     if (s == 0) {
       plan.send(comm.next(), channel, in(sendBlock), count * es);
+    } else if (forward) {
+      plan.forward(comm.next(), channel, previous);
     } else {
       plan.send(comm.next(), channel, partial(sendBlock), count * es, {previous});
     }
     const bool last = s == n - 2;
-    unsigned char* target = last ? call.out + first * es : partial(recvBlock);
+    unsigned char* target = last ? call.out + first * es : forward ? nullptr : partial(recvBlock);
     const unsigned char* own = in(recvBlock);
-    previous = plan.recv(comm.prev(), channel, count * es, [=, &call](size_t offset, const void* piece, size_t len) {
-      call.kernels->reduceInto(target + offset, own + offset, piece, len / es, call.type, call.op);
-      if (last && call.op == ncclAvg) call.kernels->divide(target + offset, len / es, call.type, n);
+    previous = plan.recv(comm.prev(), channel, count * es, [=, &call](size_t offset, void* piece, size_t len) {
+      void* result = reduceReceived(call, target, own, offset, piece, len);
+      if (last && call.op == ncclAvg) call.kernels->divide(result, len / es, call.type, n);
     });
   }
 }
 
 void chainBroadcast(Communicator& comm, core::Plan& plan, const Call& call, int root, size_t first, size_t count,
-                    int channel) {
-  // Ranks in ring order from the root; each forwards piece by piece what it received.
+                    int channel, bool forward) {
+  // Ranks in ring order from the root; each forwards piece by piece what it received (from the slot it arrived in,
+  // with `forward`).
   const int n = comm.size(), position = mod(comm.rank() - root, n);
   const size_t es = typeSize(call.type);
   unsigned char* out = call.out + first * es;
@@ -120,14 +155,19 @@ void chainBroadcast(Communicator& comm, core::Plan& plan, const Call& call, int 
   }
   auto received = plan.recv(
       comm.prev(), channel, count * es,
-      [=, &call](size_t offset, const void* piece, size_t len) { call.kernels->copy(out + offset, piece, len); }, {},
-      out);
-  if (position < n - 1) plan.send(comm.next(), channel, out, count * es, {received});
+      [=, &call](size_t offset, void* piece, size_t len) { call.kernels->copy(out + offset, piece, len); }, {}, out);
+  if (position == n - 1) return;
+  if (forward) {
+    plan.forward(comm.next(), channel, received);
+  } else {
+    plan.send(comm.next(), channel, out, count * es, {received});
+  }
 }
 
 void chainReduce(Communicator& comm, core::Plan& plan, const Call& call, int root, size_t first, size_t count,
-                 unsigned char* work, int channel) {
-  // The chain starts after the root and ends at it: each rank adds its input to the partial result and passes it on.
+                 unsigned char* work, int channel, bool forward) {
+  // The chain starts after the root and ends at it: each rank adds its input to the partial result and passes it on
+  // (from `work`, or with `forward` from the slot the partial result arrived in).
   const int n = comm.size(), position = mod(comm.rank() - root - 1, n);
   const bool isRoot = comm.rank() == root;
   const size_t es = typeSize(call.type);
@@ -136,12 +176,17 @@ void chainReduce(Communicator& comm, core::Plan& plan, const Call& call, int roo
     plan.send(comm.next(), channel, own, count * es);
     return;
   }
-  unsigned char* target = (isRoot ? call.out : work) + first * es;
-  auto received = plan.recv(comm.prev(), channel, count * es, [=, &call](size_t offset, const void* piece, size_t len) {
-    call.kernels->reduceInto(target + offset, own + offset, piece, len / es, call.type, call.op);
-    if (isRoot && call.op == ncclAvg) call.kernels->divide(target + offset, len / es, call.type, n);
+  unsigned char* target = isRoot ? call.out + first * es : forward ? nullptr : work + first * es;
+  auto received = plan.recv(comm.prev(), channel, count * es, [=, &call](size_t offset, void* piece, size_t len) {
+    void* result = reduceReceived(call, target, own, offset, piece, len);
+    if (isRoot && call.op == ncclAvg) call.kernels->divide(result, len / es, call.type, n);
   });
-  if (!isRoot) plan.send(comm.next(), channel, target, count * es, {received});
+  if (isRoot) return;
+  if (forward) {
+    plan.forward(comm.next(), channel, received);
+  } else {
+    plan.send(comm.next(), channel, target, count * es, {received});
+  }
 }
 
 }  // namespace nns::coll::detail

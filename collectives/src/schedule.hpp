@@ -14,15 +14,20 @@ struct Call {
   KernelLayer* kernels;
 };
 
-void ringAllReduce(Communicator& comm, core::Plan& plan, const Call& call, size_t first, size_t count, int channel);
+// `forward`: partial sums and gathered blocks go on from the slots they arrived in (plain host buffers); each
+// block of [first, first + count) must then span fewer pieces than the communicator has slots.
+void ringAllReduce(Communicator& comm, core::Plan& plan, const Call& call, size_t first, size_t count, int channel,
+                   bool forward);
+// The same for the ring all-gather and reduce-scatter (where `count` is what each block spans) and the chains
+// (`work` is then unused: partial results stay in the slots).
 void ringAllGather(Communicator& comm, core::Plan& plan, const Call& call, size_t blockCount, size_t first,
-                   size_t count, int channel);
+                   size_t count, int channel, bool forward);
 void ringReduceScatter(Communicator& comm, core::Plan& plan, const Call& call, size_t blockCount, size_t first,
-                       size_t count, unsigned char* work, int channel);
+                       size_t count, unsigned char* work, int channel, bool forward);
 void chainBroadcast(Communicator& comm, core::Plan& plan, const Call& call, int root, size_t first, size_t count,
-                    int channel);
+                    int channel, bool forward);
 void chainReduce(Communicator& comm, core::Plan& plan, const Call& call, int root, size_t first, size_t count,
-                 unsigned char* work, int channel);
+                 unsigned char* work, int channel, bool forward);
 // Tree allreduce of elements [first, first + count) over one tree: a reduce towards the root and the broadcast
 // back down, in one plan cut into `piece`-byte pieces. The output must hold this rank's input before the plan runs.
 void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const TreeLinks& tree, size_t first,

@@ -80,6 +80,18 @@ void Plan::send(int peer, int channel, const void* data, size_t bytes, std::vect
   flows_[flow].segments.push_back(std::move(segment));
 }
 
+void Plan::forward(int peer, int channel, RecvRef from, std::vector<RecvRef> after) {
+  int flow = flowFor(peer, channel, true);
+  Segment segment;
+  segment.from = from;
+  segment.after = std::move(after);
+  segment.after.push_back(from);
+  if (from.flow >= 0 && from.flow < static_cast<int>(flows_.size()) && from.segment >= 0 &&
+      from.segment < static_cast<int>(flows_[from.flow].segments.size()))
+    segment.bytes = flows_[from.flow].segments[from.segment].bytes;
+  flows_[flow].segments.push_back(std::move(segment));
+}
+
 // ---- Communicator: setup and teardown ----
 
 void Communicator::check(ncclResult_t result, const char* call, int peer) {
@@ -245,6 +257,11 @@ void Communicator::flush(Connection& conn, void* data, int bytes, int peer) {
 void Communicator::closeConnections() {
   if (net_ == nullptr) return;
   for (auto& registration : registrations_) deregister(*registration);
+  // Forward registrations cover other connections' slots: all go before any slot memory does.
+  for (auto& [key, conn] : connections_) {
+    for (auto& [source, mhandle] : conn.forwardHandles) net_->deregMr(conn.comm, mhandle);
+    conn.forwardHandles.clear();
+  }
   for (auto& [key, conn] : connections_) {
     if (conn.comm == nullptr) continue;
     if (conn.mhandle != nullptr) net_->deregMr(conn.comm, conn.mhandle);
@@ -253,8 +270,9 @@ void Communicator::closeConnections() {
     } else {
       net_->closeRecv(conn.comm);
     }
-    releaseSlots(conn);
   }
+  // Only once every comm is closed: a send still in flight may read another connection's slots (a forward).
+  for (auto& [key, conn] : connections_) releaseSlots(conn);
   connections_.clear();
   for (void*& listen : listenComms_) {
     if (listen != nullptr) net_->closeListen(listen);
@@ -427,6 +445,25 @@ void* Communicator::registeredHandle(const ConnKey& key, const void* data, size_
   return nullptr;
 }
 
+bool Communicator::registered(const void* data, size_t bytes) const {
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  for (const auto& registration : registrations_)
+    if (begin >= registration->begin && begin + bytes <= registration->end) return true;
+  return false;
+}
+
+void* Communicator::forwardHandle(const ConnKey& sendKey, const ConnKey& recvKey) {
+  Connection& conn = connections_[sendKey];
+  auto found = conn.forwardHandles.find(recvKey);
+  if (found != conn.forwardHandles.end()) return found->second;
+  void* mhandle = nullptr;
+  check(net_->regMr(conn.comm, connections_[recvKey].memory, options_.slotBytes * options_.slots,
+                    slotMemory_->ptrType(), &mhandle),
+        "regMr(forwarded slots)", sendKey.peer);
+  conn.forwardHandles[recvKey] = mhandle;
+  return mhandle;
+}
+
 void Communicator::deregister(Registration& registration) {
   for (auto& [key, mhandle] : registration.mhandles) {
     auto conn = connections_.find(key);
@@ -483,6 +520,12 @@ void Communicator::run(Plan& plan) {
     }
   }
   for (auto& flow : plan.flows_) {
+    for (auto& segment : flow.segments) {
+      segment.forwarded = false;
+      segment.fromSlots = false;
+    }
+  }
+  for (auto& flow : plan.flows_) {
     for (auto& segment : flow.segments)
       for (const auto& ref : segment.after) {
         if (ref.flow < 0 || ref.flow >= static_cast<int>(plan.flows_.size()) || plan.flows_[ref.flow].sending ||
@@ -497,14 +540,45 @@ void Communicator::run(Plan& plan) {
       segment.mhandle = segment.data == nullptr || registrations_.empty()
                             ? nullptr
                             : registeredHandle(keys[f], segment.data, segment.bytes);
+  // Forwards: from the registered memory a receive went straight into, else from its slots (held until sent).
+  for (size_t f = 0; f < plan.flows_.size(); ++f) {
+    size_t sendPieces = 0;
+    for (auto& segment : plan.flows_[f].segments) {
+      if (segment.from.flow >= 0) {
+        auto& fromFlow = plan.flows_[segment.from.flow];
+        Plan::Segment& source = fromFlow.segments[segment.from.segment];
+        if (source.mhandle != nullptr) {
+          segment.data = source.data;
+          segment.mhandle = registeredHandle(keys[f], segment.data, segment.bytes);
+        } else {
+          size_t recvPieces = 0;
+          for (int s = 0; s < segment.from.segment; ++s) recvPieces += fromFlow.segments[s].pieces;
+          if (sendPieces >= recvPieces + slots)
+            fail("internal: a forward would hold " + std::to_string(sendPieces - recvPieces + 1) +
+                 " slots of its receive, which has " + std::to_string(slots));
+          source.forwarded = true;
+          segment.fromSlots = true;
+          segment.mhandle = forwardHandle(keys[f], keys[segment.from.flow]);
+        }
+      }
+      sendPieces += segment.pieces;
+    }
+  }
 
   struct Cursor {
     Connection* conn;
     size_t postSegment = 0, postPiece = 0;  // next piece to post
     size_t head = 0, tail = 0;              // slots posted / completed (mod slots)
+    size_t released = 0;                    // slots free again: completed, and not held by a forward
   };
   std::vector<Cursor> cursors;
-  for (const auto& key : keys) cursors.push_back(Cursor{&connections_[key]});
+  for (const auto& key : keys) {
+    cursors.push_back(Cursor{&connections_[key]});
+    for (Slot& slot : connections_[key].slots) {
+      slot.held = false;
+      slot.source = nullptr;
+    }
+  }
 
   auto lastProgress = Clock::now();
   for (;;) {
@@ -513,8 +587,9 @@ void Communicator::run(Plan& plan) {
       auto& flow = plan.flows_[f];
       Cursor& cursor = cursors[f];
       Connection& conn = *cursor.conn;
+      while (cursor.released < cursor.tail && !conn.slots[cursor.released % slots].held) ++cursor.released;
       // Post pieces into free slots, in order.
-      while (cursor.head - cursor.tail < slots && cursor.postSegment < flow.segments.size()) {
+      while (cursor.head - cursor.released < slots && cursor.postSegment < flow.segments.size()) {
         Plan::Segment& segment = flow.segments[cursor.postSegment];
         const size_t offset = cursor.postPiece * piece;
         const size_t bytes = std::min(piece, segment.bytes - std::min(segment.bytes, offset));
@@ -524,7 +599,13 @@ void Communicator::run(Plan& plan) {
           for (const auto& ref : segment.after)
             ready = ready && plan.flows_[ref.flow].segments[ref.segment].piecesDone > cursor.postPiece;
           if (!ready) break;
-          if (segment.mhandle != nullptr) {  // registered: straight from the user's memory
+          if (segment.fromSlots) {  // forwarded: straight from the slot the piece arrived in
+            const Plan::Segment& source = plan.flows_[segment.from.flow].segments[segment.from.segment];
+            Slot& arrived = cursors[segment.from.flow].conn->slots[(source.firstSlot + cursor.postPiece) % slots];
+            check(net_->isend(conn.comm, arrived.memory, bytes, rank_, segment.mhandle, nullptr, &slot.request),
+                  "isend", flow.peer);
+            if (slot.request != nullptr) slot.source = &arrived;
+          } else if (segment.mhandle != nullptr) {  // registered: straight from the user's memory
             check(net_->isend(conn.comm, const_cast<unsigned char*>(segment.data) + offset, bytes, rank_,
                               segment.mhandle, nullptr, &slot.request),
                   "isend", flow.peer);
@@ -549,6 +630,7 @@ void Communicator::run(Plan& plan) {
           size_t capacity = direct ? bytes : piece;
           void* mhandle = direct ? segment.mhandle : conn.mhandle;
           int tag = flow.peer;
+          if (cursor.postPiece == 0) segment.firstSlot = cursor.head;
           check(net_->irecv(conn.comm, 1, &data, &capacity, &tag, &mhandle, nullptr, &slot.request), "irecv",
                 flow.peer);
         }
@@ -592,6 +674,10 @@ void Communicator::run(Plan& plan) {
             flush(conn, slot.memory, size, flow.peer);
           if (segment.onPiece && segment.mhandle == nullptr) segment.onPiece(slot.offset, slot.memory, slot.bytes);
           ++segment.piecesDone;
+          slot.held = segment.forwarded;
+        } else if (slot.source != nullptr) {
+          slot.source->held = false;  // the forwarded piece is out: its receive slot may take the next one
+          slot.source = nullptr;
         }
         ++cursor.tail;
         progressed = true;

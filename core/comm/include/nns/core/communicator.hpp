@@ -75,8 +75,9 @@ class CommError : public std::runtime_error {
 // (the piece was reduced or copied into the buffer this one reads).
 class Plan {
  public:
-  // Called with each received piece, in order: its byte offset in the segment, the slot holding it, its size.
-  using PieceHandler = std::function<void(size_t offset, const void* piece, size_t bytes)>;
+  // Called with each received piece, in order: its byte offset in the segment, the slot holding it, its size. The
+  // handler may rewrite the piece in its slot (a partial reduction that forward() then sends on).
+  using PieceHandler = std::function<void(size_t offset, void* piece, size_t bytes)>;
   struct RecvRef {
     int flow = -1;
     int segment = -1;
@@ -89,6 +90,13 @@ class Plan {
                void* direct = nullptr);
   // Sends from registered memory go out from it directly; from other memory through a slot.
   void send(int peer, int channel, const void* data, size_t bytes, std::vector<RecvRef> after = {});
+  // Sends on what receive segment `from` got, each piece once its handler has run, straight from the slot it
+  // arrived in (as the handler left it), so a forwarded piece is never copied; the slot is reused once the piece is
+  // sent. From a receive straight into registered memory (`direct`), that memory is sent instead.
+  // The slots a forward holds bound the schedule: on each connection, the pieces posted before this segment's piece
+  // p, less those received before `from`'s piece p, must be fewer than the slots (else a transport whose sends
+  // complete only once the receiver has posted, as RDMA's do, could deadlock the ring); run() checks it.
+  void forward(int peer, int channel, RecvRef from, std::vector<RecvRef> after = {});
   bool empty() const { return flows_.empty(); }
   // Pieces smaller than a slot deepen the pipeline (a forwarded piece leaves sooner); both ends must choose the same
   // (schedules derive it from the message size). 0: a whole slot.
@@ -105,6 +113,10 @@ class Plan {
     size_t pieces = 0;                    // set when the plan runs
     size_t piecesDone = 0;                // recv: pieces handed to onPiece
     void* mhandle = nullptr;              // set when the plan runs: `data` is registered (no slot, no copy)
+    RecvRef from;                         // forward: the receive segment whose pieces this one sends on
+    bool fromSlots = false;               // forward, set when the plan runs: from `from`'s slots (`mhandle` covers them)
+    bool forwarded = false;               // recv, set when the plan runs: a forward sends its pieces from the slots
+    size_t firstSlot = 0;                 // recv: the connection's slot count when piece 0 was posted
   };
   struct Flow {
     int peer;
@@ -158,6 +170,9 @@ class Communicator {
   void* registerBuffer(void* data, size_t bytes, int type = NCCL_PTR_HOST);
   // False when `handle` is not a live registration of this communicator (the communicator stays usable).
   bool deregisterBuffer(void* handle);
+  // Whether [data, data + bytes) lies in one registered buffer (schedules that choose by it). Only inside an
+  // operation given to submit().
+  bool registered(const void* data, size_t bytes) const;
 
   // The first error this communicator hit, or empty: what ncclCommGetAsyncError reports.
   std::string asyncError() const;
@@ -170,16 +185,12 @@ class Communicator {
     void* request = nullptr;
     void* copy = nullptr;  // a copy into this slot still running (SlotMemory::startCopy's token)
     bool staged = false;   // the piece at the head of the flow is in this slot (or on its way): post it
+    bool held = false;     // recv: a handled piece that a forward has yet to send; the slot is not reposted until then
+    Slot* source = nullptr;  // send: the receive slot this forwarded piece goes out from (released on completion)
     size_t bytes = 0;  // the piece this slot carries
     int arrivedBytes = 0;  // what test() reported for a piece kept waiting on its segment's dependencies
     int segment = 0;
     size_t offset = 0;
-  };
-  struct Connection {
-    void* comm = nullptr;
-    void* mhandle = nullptr;  // one registration covers every slot
-    std::vector<Slot> slots;
-    unsigned char* memory = nullptr;  // from slotMemory_
   };
   struct ConnKey {
     int peer, channel;
@@ -187,6 +198,14 @@ class Communicator {
     bool operator<(const ConnKey& o) const {
       return peer != o.peer ? peer < o.peer : channel != o.channel ? channel < o.channel : sending < o.sending;
     }
+  };
+  struct Connection {
+    void* comm = nullptr;
+    void* mhandle = nullptr;  // one registration covers every slot
+    // Sending connections: their registration of a receiving connection's slots, for forwards (made on first use).
+    std::map<ConnKey, void*> forwardHandles;
+    std::vector<Slot> slots;
+    unsigned char* memory = nullptr;  // from slotMemory_
   };
   struct Registration {
     uintptr_t begin = 0, end = 0;
@@ -196,6 +215,8 @@ class Communicator {
   // The plugin handle of the registration covering [data, data + bytes) on `key`'s connection, or null.
   void* registeredHandle(const ConnKey& key, const void* data, size_t bytes);
   void deregister(Registration& registration);
+  // The sending connection `sendKey`'s registration of the receiving connection `recvKey`'s slots (forwards).
+  void* forwardHandle(const ConnKey& sendKey, const ConnKey& recvKey);
 
   void check(ncclResult_t result, const char* call, int peer = -1);
   [[noreturn]] void fail(const std::string& what);
