@@ -433,3 +433,43 @@ TEST(SlotMemory, GpuBuffersOnACommunicatorWithHostSlotsAreAClearError) {
   coll::allReduce(comm, &x, &x, 1, ncclFloat32, ncclSum);
   EXPECT_EQ(x, 1.0f);
 }
+
+// A forward holds the slot its piece arrived in until the piece is sent on. A plan whose forward is more pieces
+// behind its receive than there are slots could hold every slot while waiting for the next rank, which an RDMA
+// transport (sends complete once the receiver posted) turns into a deadlock: run() refuses it before moving a byte.
+TEST(Plan, AForwardThatCouldHoldEverySlotIsRefused) {
+  const int ranks = 2;
+  core::LaunchInfo base{0, ranks, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  std::string errors[ranks];
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      core::LaunchInfo launch = base;
+      launch.rank = r;
+      core::CommOptions options;
+      options.plugin = "socket";
+      options.searchDirs = {std::string(NNS_BIN_DIR) + "/../lib"};
+      options.timeout = std::chrono::milliseconds(20000);
+      options.slotBytes = 4096;
+      options.slots = 2;
+      try {
+        core::Communicator comm(launch, options);
+        std::vector<unsigned char> own(3 * 4096, 1);
+        comm.submit([&] {
+          core::Plan plan;
+          auto received = plan.recv(comm.prev(), 0, own.size(), [](size_t, void*, size_t) {});
+          plan.send(comm.next(), 0, own.data(), own.size());  // three pieces ahead of the forward
+          plan.forward(comm.next(), 0, received);
+          comm.run(plan);
+        });
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r)
+    EXPECT_NE(errors[r].find("a forward would hold 4 slots of its receive, which has 2"), std::string::npos)
+        << "rank " << r << ": " << errors[r];
+}

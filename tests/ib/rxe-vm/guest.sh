@@ -107,6 +107,34 @@ if wanted check && [ "${NNS_IB_VM_CHECK:-1}" = 1 ]; then
   fi
 fi
 
+# ---- the collective engine over the plugin: every collective on 3 ranks, checked -------------------------------------
+# RDMA sends complete only once the receiver has posted, which is what a forwarding schedule (pieces sent on from the
+# slot they arrived in) could deadlock on: 1 KiB slots, two per connection, make every message many rounds.
+if wanted coll; then
+  run="$NNS_IB_BUILD/bin/nccl-net-run"
+  if [ -x "$run" ] && [ -x "$NNS_IB_BUILD/bin/nccl-net-bench" ]; then
+    for c in allreduce allgather reducescatter broadcast reduce sendrecv; do
+      for slots in small default; do
+        case $slots in
+          small) setting="NNS_SLOT_BYTES=1024 NNS_SLOTS=2" max=64K ;;
+          default) setting="NNS_X=1" max=4M ;;
+        esac
+        env $setting NCCL_NET_PLUGIN=ib NCCL_IB_HCA==rxe0 NCCL_SOCKET_IFNAME=lo timeout 150 "$run" -n 3 --timeout 120 \
+          "$NNS_IB_BUILD/bin/nccl-net-bench" $c -b 4 -e $max -f 16 -n 2 -w 1 -c 1 >"$out/coll.$c.$slots.txt" 2>&1
+        status=$?
+        wrong=$(awk '$1 ~ /^[0-9]+$/ {w += $NF} END {print w + 0}' "$out/coll.$c.$slots.txt")
+        if [ $status -eq 0 ] && grep -q "nns-ib" "$out/coll.$c.$slots.txt"; then
+          result "coll.$c.$slots" PASS "3 ranks over nns-ib, 4 B..$max, $wrong wrong"
+        else
+          result "coll.$c.$slots" FAIL "exit status $status"; tail -n 15 "$out/coll.$c.$slots.txt"
+        fi
+      done
+    done
+  else
+    result coll SKIP "nccl-net-run or nccl-net-bench is not built in $NNS_IB_BUILD"
+  fi
+fi
+
 # ---- the plugin's GoogleTest binary ------------------------------------------------------------------------------------
 if wanted gtest; then
   NNS_IB_TEST_IN_VM=1 timeout 200 "$NNS_IB_BUILD/tests/ib/ib_verbs_test" --gtest_color=no >"$out/ib_verbs_test.txt" 2>&1

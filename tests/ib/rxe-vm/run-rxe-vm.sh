@@ -95,8 +95,8 @@ cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
 copy_with_libs /usr/lib/x86_64-linux-gnu/libibverbs.so.1
 # Libraries our host-built C++ binaries need (libstdc++, libgcc_s, ...), which the share does not carry.
 for binary in "$build/lib/libnccl-net-ib.so" "$build/tests/ib/ib_verbs_test" "$build/plugins/ib/bench/nns-ib-bench" \
-  "$build/bin/nccl-net-check"; do
-  [ -f "$binary" ] || continue  # the harness is optional (needs CLI11 and nlohmann-json)
+  "$build/bin/nccl-net-check" "$build/bin/nccl-net-run" "$build/bin/nccl-net-bench"; do
+  [ -f "$binary" ] || continue  # the harness and the tools are optional (they need CLI11 and nlohmann-json)
   ldd "$binary" | awk '/=>/ && $3 ~ /^\// {print $3}' | while read -r lib; do
     [ -e "$root$lib" ] || { mkdir -p "$root$(dirname "$lib")"; cp -L "$lib" "$root$lib"; }
   done
