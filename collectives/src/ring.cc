@@ -40,8 +40,8 @@ void* reduceReceived(const Call& call, unsigned char* target, const unsigned cha
 //
 // With `forward`, what a step sends on is never staged: each piece is reduced in the slot it arrived in (partial
 // sums do not go through the output) and sent on from there, and the all-gather forwards received slots as they
-// are. Only the rank's own first block and the finished blocks touch user memory (n + n-1 block copies saved per
-// rank, against the staging copies of plain buffers). A forward holds its slot until sent, so a block may span at
+// are. Per rank and round, only its own first block is copied into a slot and only finished blocks out of one: n+1
+// block copies where staging every send took 3(n-1). A forward holds its slot until sent, so a block may span at
 // most slots-1 pieces (the caller cuts the message into rounds).
 void ringAllReduce(Communicator& comm, core::Plan& plan, const Call& call, size_t first, size_t count, int channel,
                    bool forward) {

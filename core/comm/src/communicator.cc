@@ -553,6 +553,7 @@ void Communicator::run(Plan& plan) {
         } else {
           size_t recvPieces = 0;
           for (int s = 0; s < segment.from.segment; ++s) recvPieces += fromFlow.segments[s].pieces;
+          if (source.forwarded) fail("internal: a receive is forwarded twice");
           if (sendPieces >= recvPieces + slots)
             fail("internal: a forward would hold " + std::to_string(sendPieces - recvPieces + 1) +
                  " slots of its receive, which has " + std::to_string(slots));

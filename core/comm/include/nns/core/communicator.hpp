@@ -95,7 +95,8 @@ class Plan {
   // sent. From a receive straight into registered memory (`direct`), that memory is sent instead.
   // The slots a forward holds bound the schedule: on each connection, the pieces posted before this segment's piece
   // p, less those received before `from`'s piece p, must be fewer than the slots (else a transport whose sends
-  // complete only once the receiver has posted, as RDMA's do, could deadlock the ring); run() checks it.
+  // complete only once the receiver has posted, as RDMA's do, could deadlock the ring); run() checks it. A receive
+  // kept in its slots is forwarded once.
   void forward(int peer, int channel, RecvRef from, std::vector<RecvRef> after = {});
   bool empty() const { return flows_.empty(); }
   // Pieces smaller than a slot deepen the pipeline (a forwarded piece leaves sooner); both ends must choose the same
