@@ -434,14 +434,16 @@ TEST(SlotMemory, GpuBuffersOnACommunicatorWithHostSlotsAreAClearError) {
   EXPECT_EQ(x, 1.0f);
 }
 
-// A forward holds the slot its piece arrived in until the piece is sent on. A plan whose forward is more pieces
-// behind its receive than there are slots could hold every slot while waiting for the next rank, which an RDMA
-// transport (sends complete once the receiver posted) turns into a deadlock: run() refuses it before moving a byte.
-TEST(Plan, AForwardThatCouldHoldEverySlotIsRefused) {
+namespace {
+
+// Runs the plan `build` describes on each rank of a 2-rank communicator over the socket plugin (two 4 KiB slots per
+// connection); returns each rank's error, empty when the plan ran.
+template <class Build>
+std::vector<std::string> runPlanOnTwoRanks(Build build) {
   const int ranks = 2;
   core::LaunchInfo base{0, ranks, "127.0.0.1", test::freeLoopbackPort(), "test"};
   setenv("NCCL_SOCKET_IFNAME", "lo", 1);
-  std::string errors[ranks];
+  std::vector<std::string> errors(ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
@@ -455,12 +457,9 @@ TEST(Plan, AForwardThatCouldHoldEverySlotIsRefused) {
       options.slots = 2;
       try {
         core::Communicator comm(launch, options);
-        std::vector<unsigned char> own(3 * 4096, 1);
         comm.submit([&] {
           core::Plan plan;
-          auto received = plan.recv(comm.prev(), 0, own.size(), [](size_t, void*, size_t) {});
-          plan.send(comm.next(), 0, own.data(), own.size());  // three pieces ahead of the forward
-          plan.forward(comm.next(), 0, received);
+          build(comm, plan);
           comm.run(plan);
         });
       } catch (const std::exception& e) {
@@ -469,7 +468,33 @@ TEST(Plan, AForwardThatCouldHoldEverySlotIsRefused) {
     });
   }
   for (auto& t : threads) t.join();
-  for (int r = 0; r < ranks; ++r)
+  return errors;
+}
+
+}  // namespace
+
+// A forward holds the slot its piece arrived in until the piece is sent on. A plan whose forward is more pieces
+// behind its receive than there are slots could hold every slot while waiting for the next rank, which an RDMA
+// transport (sends complete once the receiver posted) turns into a deadlock: run() refuses it before moving a byte.
+TEST(Plan, AForwardThatCouldHoldEverySlotIsRefused) {
+  std::vector<unsigned char> own(3 * 4096, 1);
+  auto errors = runPlanOnTwoRanks([&](core::Communicator& comm, core::Plan& plan) {
+    auto received = plan.recv(comm.prev(), 0, own.size(), [](size_t, void*, size_t) {});
+    plan.send(comm.next(), 0, own.data(), own.size());  // three pieces ahead of the forward
+    plan.forward(comm.next(), 0, received);
+  });
+  for (size_t r = 0; r < errors.size(); ++r)
     EXPECT_NE(errors[r].find("a forward would hold 4 slots of its receive, which has 2"), std::string::npos)
         << "rank " << r << ": " << errors[r];
+}
+
+// The first of two forwards to complete would release the slot the other still sends from.
+TEST(Plan, AReceiveForwardedTwiceIsRefused) {
+  auto errors = runPlanOnTwoRanks([&](core::Communicator& comm, core::Plan& plan) {
+    auto received = plan.recv(comm.prev(), 0, 4096, [](size_t, void*, size_t) {});
+    plan.forward(comm.next(), 0, received);
+    plan.forward(comm.next(), 0, received);
+  });
+  for (size_t r = 0; r < errors.size(); ++r)
+    EXPECT_NE(errors[r].find("a receive is forwarded twice"), std::string::npos) << "rank " << r << ": " << errors[r];
 }

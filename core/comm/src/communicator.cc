@@ -517,10 +517,6 @@ void Communicator::run(Plan& plan) {
     for (auto& segment : flow.segments) {
       segment.pieces = segment.bytes == 0 ? 1 : (segment.bytes + piece - 1) / piece;
       segment.piecesDone = 0;
-    }
-  }
-  for (auto& flow : plan.flows_) {
-    for (auto& segment : flow.segments) {
       segment.forwarded = false;
       segment.fromSlots = false;
     }
