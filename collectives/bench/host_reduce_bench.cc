@@ -43,7 +43,8 @@ __attribute__((noinline, target("arch=x86-64-v4"))) void streamAddV4(float* __re
 using StreamFn = void (*)(float* __restrict, const float* __restrict, size_t);
 StreamFn streamFor(const char* isa) {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
-  if (std::strcmp(isa, "x86-64-v4") == 0) return streamAddV4;
+  // "x86-64-v4+avx512bf16" streams with AVX-512 too (the extension adds only bfloat16 conversions).
+  if (std::strncmp(isa, "x86-64-v4", 9) == 0) return streamAddV4;
   if (std::strcmp(isa, "x86-64-v3") == 0) return streamAddV3;
 #endif
   (void)isa;

@@ -271,13 +271,28 @@ void divideSmall(void* buf, size_t count, int divisor) {
   for (size_t i = 0; i < count; ++i) p[i] = Format::narrow(Format::widen(p[i]) / d);
 }
 
-#ifdef NNS_HOST_X86_VARIANTS
-// float16 sum, prod and divide in the x86-64-v3/v4 variants: F16C converts 8 elements per instruction, where the
-// branch-free bit code (still used by the baseline, for max/min and for tails) needs about 40 vector operations
-// per vector of elements and stayed compute-bound even beyond the LLC (0.27 of the streaming bound with AVX-512). Same bits as the bit code: vcvtph2ps is exact; vcvtps2ph
-// rounds to nearest even by its immediate (not by MXCSR), gives infinity on overflow and exact subnormals; NaN is
-// then made floatToHalf's sign | 0x7e00. dst = first op src (first null: dst op src), or dst / divisor when src
+// Elements [from, to) of the conversion-instruction loops below, element by element with the bit code: the tails,
+// and whole vectors the instructions would get wrong. dst = first op src (sum or prod), or first / divisor when src
 // is null.
+template <class Format>
+void combineTail(typename Format::Bits* dst, const typename Format::Bits* first, const typename Format::Bits* src,
+                 size_t from, size_t to, bool prod, int divisor) {
+  for (size_t i = from; i < to; ++i) {
+    float a = Format::widen(first[i]);
+    float r = !src ? a / static_cast<float>(divisor) : prod ? a * Format::widen(src[i]) : a + Format::widen(src[i]);
+    dst[i] = Format::narrow(r);
+  }
+}
+
+#ifdef NNS_HOST_X86_VARIANTS
+// float16 and bfloat16 sum, prod and divide with conversion instructions: the branch-free bit code (still used by
+// the baseline, for max/min and for tails) needs about 30-40 vector operations per vector of elements, which keeps
+// those loops compute-bound in L2 (0.28-0.34 of the streaming bound with AVX-512). Each function computes
+// dst = first op src (first null: dst op src), or dst / divisor when src is null, and gives the bit code's bits.
+
+// x86-64-v3, F16C: 8 elements per instruction. vcvtph2ps is exact; vcvtps2ph rounds to nearest even by its
+// immediate (not by MXCSR), gives infinity on overflow and exact subnormals; NaN is then made floatToHalf's
+// sign | 0x7e00.
 __attribute__((target("avx2,f16c"))) void halfF16c(uint16_t* dst, const uint16_t* first, const uint16_t* src,
                                                    size_t count, bool prod, int divisor) {
   if (first == nullptr) first = dst;  // read before written, element by element: in place is safe here
@@ -299,16 +314,123 @@ __attribute__((target("avx2,f16c"))) void halfF16c(uint16_t* dst, const uint16_t
     __m128i canonical = _mm_or_si128(_mm_and_si128(h, signMask), quietNan);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm_blendv_epi8(h, canonical, isNan));
   }
-  for (; i < count; ++i) {
-    float a = halfToFloat(first[i]);
-    float r = !src ? a / static_cast<float>(divisor) : prod ? a * halfToFloat(src[i]) : a + halfToFloat(src[i]);
-    dst[i] = floatToHalf(r);
+  combineTail<Half>(dst, first, src, i, count, prod, divisor);
+}
+
+// x86-64-v4: the same with 16 elements per conversion, and NaN found by a mask compare on the float result. (The
+// all-ones masked forms of the intrinsics here and below: GCC 12 warns about the unmasked ones' undefined inputs.)
+__attribute__((target("arch=x86-64-v4"))) void halfAvx512(uint16_t* dst, const uint16_t* first,
+                                                          const uint16_t* src, size_t count, bool prod, int divisor) {
+  if (first == nullptr) first = dst;
+  const __m512 d = _mm512_set1_ps(static_cast<float>(divisor));
+  const __m256i signMask = _mm256_set1_epi16(static_cast<int16_t>(0x8000)), quietNan = _mm256_set1_epi16(0x7e00);
+  constexpr __mmask16 kAll = 0xffff;
+  size_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    __m512 a = _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(first + i)));
+    __m512 r;
+    if (!src) {
+      r = _mm512_div_ps(a, d);
+    } else {
+      __m512 b = _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+      r = prod ? _mm512_mul_ps(a, b) : _mm512_add_ps(a, b);
+    }
+    __m256i h = _mm512_maskz_cvtps_ph(kAll, r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __mmask16 isNan = _mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q);
+    __m256i canonical = _mm256_or_si256(_mm256_and_si256(h, signMask), quietNan);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_mask_blend_epi16(isNan, h, canonical));
   }
+  combineTail<Half>(dst, first, src, i, count, prod, divisor);
+}
+
+// x86-64-v4 with AVX512_BF16 (Zen 4, Sapphire Rapids and later): vcvtne2ps2bf16 narrows 32 floats at once, rounding
+// to nearest even, and quiets NaN exactly as floatToBfloat16 does (top half, 0x40 set). It flushes subnormal
+// results to zero, though: a vector with a subnormal float result (vfpclassps) takes the bit code instead, so the
+// bits stay those of the bit code. Widening is exact: each element's bits become a float's top half. In L2 this
+// runs at about 0.65 of the streaming bound against 0.28 for the bit code (performance.md): its ten vector
+// operations per 64 bytes, against the stream's one add, are what remains.
+enum class Arith { kSum, kProd, kDivide };
+
+template <Arith kArith>
+__attribute__((target("arch=x86-64-v4,avx512bf16"))) void bfloat16Avx512Loop(uint16_t* dst, const uint16_t* first,
+                                                                             const uint16_t* src, size_t count,
+                                                                             int divisor) {
+  const __m512 d = _mm512_set1_ps(static_cast<float>(divisor));
+  const __m512i oddMask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  // Packing puts the even elements' results in words 0-15 and the odd ones' in 16-31: interleave them back.
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                           21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                           11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i order = _mm512_load_si512(kInterleave);
+  constexpr int kDenormal = 0x20;  // vfpclassps category
+  constexpr __mmask16 kAll = 0xffff;
+  size_t i = 0;
+  for (; i + 32 <= count; i += 32) {
+    // Each 32-bit word holds two elements: the even one becomes a float by a shift, the odd one by a mask.
+    __m512i a = _mm512_loadu_si512(first + i);
+    __m512 aEven = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, a, 16));
+    __m512 aOdd = _mm512_castsi512_ps(_mm512_and_si512(a, oddMask));
+    __m512 even, odd;
+    if constexpr (kArith == Arith::kDivide) {
+      even = _mm512_div_ps(aEven, d);
+      odd = _mm512_div_ps(aOdd, d);
+    } else {
+      __m512i b = _mm512_loadu_si512(src + i);
+      __m512 bEven = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, b, 16));
+      __m512 bOdd = _mm512_castsi512_ps(_mm512_and_si512(b, oddMask));
+      even = kArith == Arith::kProd ? _mm512_mul_ps(aEven, bEven) : _mm512_add_ps(aEven, bEven);
+      odd = kArith == Arith::kProd ? _mm512_mul_ps(aOdd, bOdd) : _mm512_add_ps(aOdd, bOdd);
+    }
+    if ((_mm512_fpclass_ps_mask(even, kDenormal) | _mm512_fpclass_ps_mask(odd, kDenormal)) != 0) {
+      combineTail<Bfloat16>(dst, first, src, i, i + 32, kArith == Arith::kProd, divisor);
+      continue;
+    }
+    __m512i packed = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(odd, even));
+    _mm512_storeu_si512(dst + i, _mm512_maskz_permutexvar_epi16(~__mmask32{0}, order, packed));
+  }
+  combineTail<Bfloat16>(dst, first, src, i, count, kArith == Arith::kProd, divisor);
+}
+
+__attribute__((target("arch=x86-64-v4,avx512bf16"))) void bfloat16Avx512(uint16_t* dst, const uint16_t* first,
+                                                                         const uint16_t* src, size_t count,
+                                                                         bool prod, int divisor) {
+  if (first == nullptr) first = dst;
+  if (!src) bfloat16Avx512Loop<Arith::kDivide>(dst, first, src, count, divisor);
+  else if (prod) bfloat16Avx512Loop<Arith::kProd>(dst, first, src, count, divisor);
+  else bfloat16Avx512Loop<Arith::kSum>(dst, first, src, count, divisor);
 }
 #endif
 
-template <bool F16c>
+// The variants the loops are compiled for (see variant() below).
+enum class Isa { kBaseline, kV3, kV4, kV4Bf16 };
+
+// float16/bfloat16 sum, prod (src non-null) and divide (src null) with the conversion instructions this variant
+// has; false when it has none for the type, and the bit code is used.
+template <Isa kIsa>
+bool withConversionInstructions(void* dst, const void* first, const void* src, size_t count, ncclDataType_t type,
+                                bool prod, int divisor) {
+#ifdef NNS_HOST_X86_VARIANTS
+  auto* d = static_cast<uint16_t*>(dst);
+  auto* f = static_cast<const uint16_t*>(first);
+  auto* s = static_cast<const uint16_t*>(src);
+  if constexpr (kIsa == Isa::kV3) {
+    if (type == ncclFloat16) return halfF16c(d, f, s, count, prod, divisor), true;
+  } else if constexpr (kIsa == Isa::kV4 || kIsa == Isa::kV4Bf16) {
+    if (type == ncclFloat16) return halfAvx512(d, f, s, count, prod, divisor), true;
+  }
+  if constexpr (kIsa == Isa::kV4Bf16) {
+    if (type == ncclBfloat16) return bfloat16Avx512(d, f, s, count, prod, divisor), true;
+  }
+#endif
+  (void)dst, (void)first, (void)src, (void)count, (void)type, (void)prod, (void)divisor;
+  return false;
+}
+
+template <Isa kIsa>
 void reduceAny(void* dst, const void* first, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) {
+  if ((op == ncclSum || op == ncclAvg || op == ncclProd) &&
+      withConversionInstructions<kIsa>(dst, first, src, count, type, op == ncclProd, 0))
+    return;
   switch (type) {
     case ncclInt8: reduceTyped<int8_t>(dst, first, src, count, op); break;
     case ncclUint8: reduceTyped<uint8_t>(dst, first, src, count, op); break;
@@ -318,18 +440,7 @@ void reduceAny(void* dst, const void* first, const void* src, size_t count, nccl
     case ncclUint64: reduceTyped<uint64_t>(dst, first, src, count, op); break;
     case ncclFloat32: reduceTyped<float>(dst, first, src, count, op); break;
     case ncclFloat64: reduceTyped<double>(dst, first, src, count, op); break;
-    case ncclFloat16:
-#ifdef NNS_HOST_X86_VARIANTS
-      if constexpr (F16c) {
-        if (op == ncclSum || op == ncclAvg || op == ncclProd) {
-          halfF16c(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(first), static_cast<const uint16_t*>(src),
-                   count, op == ncclProd, 0);
-          break;
-        }
-      }
-#endif
-      reduceSmall<Half>(dst, first, src, count, op);
-      break;
+    case ncclFloat16: reduceSmall<Half>(dst, first, src, count, op); break;
     case ncclBfloat16: reduceSmall<Bfloat16>(dst, first, src, count, op); break;
     case ncclFloat8e4m3: reduceSmall<Fp8e4m3>(dst, first, src, count, op); break;
     case ncclFloat8e5m2: reduceSmall<Fp8e5m2>(dst, first, src, count, op); break;
@@ -337,8 +448,9 @@ void reduceAny(void* dst, const void* first, const void* src, size_t count, nccl
   }
 }
 
-template <bool F16c>
+template <Isa kIsa>
 void divideAny(void* buf, size_t count, ncclDataType_t type, int divisor) {
+  if (withConversionInstructions<kIsa>(buf, nullptr, nullptr, count, type, false, divisor)) return;
   switch (type) {
     case ncclInt8: divideTyped<int8_t>(buf, count, divisor); break;
     case ncclUint8: divideTyped<uint8_t>(buf, count, divisor); break;
@@ -348,15 +460,7 @@ void divideAny(void* buf, size_t count, ncclDataType_t type, int divisor) {
     case ncclUint64: divideTyped<uint64_t>(buf, count, divisor); break;
     case ncclFloat32: divideTyped<float>(buf, count, divisor); break;
     case ncclFloat64: divideTyped<double>(buf, count, divisor); break;
-    case ncclFloat16:
-#ifdef NNS_HOST_X86_VARIANTS
-      if constexpr (F16c) {
-        halfF16c(static_cast<uint16_t*>(buf), nullptr, nullptr, count, false, divisor);
-        break;
-      }
-#endif
-      divideSmall<Half>(buf, count, divisor);
-      break;
+    case ncclFloat16: divideSmall<Half>(buf, count, divisor); break;
     case ncclBfloat16: divideSmall<Bfloat16>(buf, count, divisor); break;
     case ncclFloat8e4m3: divideSmall<Fp8e4m3>(buf, count, divisor); break;
     case ncclFloat8e5m2: divideSmall<Fp8e5m2>(buf, count, divisor); break;
@@ -365,10 +469,11 @@ void divideAny(void* buf, size_t count, ncclDataType_t type, int divisor) {
 }
 
 // Runtime dispatch: the same loops compiled for the baseline (x86-64: SSE2) and, on x86-64 with GCC, for
-// x86-64-v3 (AVX2) and x86-64-v4 (AVX-512), picked once by CPUID. flatten inlines every loop into each variant
-// so each is compiled for that variant's ISA. Manual rather than target_clones so that NNS_HOST_ISA can force a
-// lower variant: tests run every variant on one machine, and benchmarks can compare them. Every variant computes
-// the same bits (integer and IEEE operations only, no contraction into FMA: see the pragma above).
+// x86-64-v3 (AVX2), x86-64-v4 (AVX-512) and x86-64-v4 with AVX512_BF16, picked once by CPUID. flatten inlines every
+// loop into each variant so each is compiled for that variant's ISA. Manual rather than target_clones so that
+// NNS_HOST_ISA can force a lower variant: tests run every variant on one machine, and benchmarks can compare them.
+// Every variant computes the same bits (integer and IEEE operations only, no contraction into FMA: see the pragma
+// above).
 using ReduceFn = void (*)(void*, const void*, const void*, size_t, ncclDataType_t, ncclRedOp_t);
 using DivideFn = void (*)(void*, size_t, ncclDataType_t, int);
 struct Variant {
@@ -377,38 +482,35 @@ struct Variant {
   DivideFn divide;
 };
 
-__attribute__((flatten)) void reduceBaseline(void* d, const void* f, const void* s, size_t n, ncclDataType_t t,
-                                             ncclRedOp_t o) {
-  reduceAny<false>(d, f, s, n, t, o);
-}
-__attribute__((flatten)) void divideBaseline(void* b, size_t n, ncclDataType_t t, int divisor) {
-  divideAny<false>(b, n, t, divisor);
-}
+#define NNS_HOST_VARIANT(name, isa, ...)                                                                          \
+  __attribute__((__VA_ARGS__ flatten)) void reduce##name(void* d, const void* f, const void* s, size_t n,       \
+                                                         ncclDataType_t t, ncclRedOp_t o) {                     \
+    reduceAny<isa>(d, f, s, n, t, o);                                                                            \
+  }                                                                                                              \
+  __attribute__((__VA_ARGS__ flatten)) void divide##name(void* b, size_t n, ncclDataType_t t, int divisor) {    \
+    divideAny<isa>(b, n, t, divisor);                                                                            \
+  }
+NNS_HOST_VARIANT(Baseline, Isa::kBaseline)
 #ifdef NNS_HOST_X86_VARIANTS
-__attribute__((target("arch=x86-64-v3"), flatten)) void reduceV3(void* d, const void* f, const void* s, size_t n,
-                                                                  ncclDataType_t t, ncclRedOp_t o) {
-  reduceAny<true>(d, f, s, n, t, o);
-}
-__attribute__((target("arch=x86-64-v3"), flatten)) void divideV3(void* b, size_t n, ncclDataType_t t, int divisor) {
-  divideAny<true>(b, n, t, divisor);
-}
-__attribute__((target("arch=x86-64-v4"), flatten)) void reduceV4(void* d, const void* f, const void* s, size_t n,
-                                                                  ncclDataType_t t, ncclRedOp_t o) {
-  reduceAny<true>(d, f, s, n, t, o);
-}
-__attribute__((target("arch=x86-64-v4"), flatten)) void divideV4(void* b, size_t n, ncclDataType_t t, int divisor) {
-  divideAny<true>(b, n, t, divisor);
-}
+NNS_HOST_VARIANT(V3, Isa::kV3, target("arch=x86-64-v3"),)
+NNS_HOST_VARIANT(V4, Isa::kV4, target("arch=x86-64-v4"),)
+NNS_HOST_VARIANT(V4Bf16, Isa::kV4Bf16, target("arch=x86-64-v4,avx512bf16"),)
 #endif
+#undef NNS_HOST_VARIANT
 
 const Variant& variant() {
   static const Variant chosen = [] {
 #ifdef NNS_HOST_X86_VARIANTS
-    // NNS_HOST_ISA caps the choice (baseline or x86-64-v3); anything else, or unset, takes the best the CPU has.
+    // NNS_HOST_ISA caps the choice (baseline, x86-64-v3 or x86-64-v4); anything else, or unset, takes the best the
+    // CPU has.
     const char* wanted = std::getenv("NNS_HOST_ISA");
-    bool capBaseline = wanted && std::strcmp(wanted, "baseline") == 0;
-    bool capV3 = capBaseline || (wanted && std::strcmp(wanted, "x86-64-v3") == 0);
+    auto capped = [wanted](const char* name) { return wanted != nullptr && std::strcmp(wanted, name) == 0; };
+    bool capBaseline = capped("baseline");
+    bool capV3 = capBaseline || capped("x86-64-v3");
+    bool capV4 = capV3 || capped("x86-64-v4");
     __builtin_cpu_init();
+    if (!capV4 && __builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16"))
+      return Variant{"x86-64-v4+avx512bf16", reduceV4Bf16, divideV4Bf16};
     if (!capV3 && __builtin_cpu_supports("x86-64-v4")) return Variant{"x86-64-v4", reduceV4, divideV4};
     if (!capBaseline && __builtin_cpu_supports("x86-64-v3")) return Variant{"x86-64-v3", reduceV3, divideV3};
 #endif

@@ -543,13 +543,59 @@ TEST(HostKernels, DivideMatchesTheScalarReference) {
 
 TEST(HostKernels, RunsTheVariantAskedFor) {
   const char* wanted = std::getenv("NNS_HOST_ISA");
-  std::printf("host kernel variant: %s\n", coll::hostKernelIsa());
+  const std::string isa = coll::hostKernelIsa();
+  std::printf("host kernel variant: %s\n", isa.c_str());
   if (wanted && std::strcmp(wanted, "baseline") == 0) {
-    EXPECT_STREQ(coll::hostKernelIsa(), "baseline");
+    EXPECT_EQ(isa, "baseline");
   }
   if (wanted && std::strcmp(wanted, "x86-64-v3") == 0) {
-    EXPECT_STRNE(coll::hostKernelIsa(), "x86-64-v4");
+    EXPECT_EQ(isa.find("x86-64-v4"), std::string::npos);
   }
+  if (wanted && std::strcmp(wanted, "x86-64-v4") == 0) {
+    EXPECT_EQ(isa.find("avx512bf16"), std::string::npos);
+  }
+}
+
+// The AVX512_BF16 conversion flushes subnormal results to zero; the kernels must not. Each case sits in one lane of
+// otherwise ordinary vectors (every position of a 32- and a 16-element vector, and in the tail), and the results
+// must be the scalar reference's bits, whichever variant runs.
+TEST(HostKernels, Bfloat16SubnormalResultsKeepTheirBits) {
+  struct Case {
+    ncclRedOp_t op;
+    uint16_t a, b;
+  };
+  const Case cases[] = {
+      {ncclSum, 0x0080, 0x8081},   // 2^-126 - (2^-126 + 2^-133) = -2^-133: bfloat16 0x8001
+      {ncclSum, 0x0001, 0x0002},   // subnormal + subnormal
+      {ncclProd, 0x3f81, 0x0003},  // 3 x 2^-133 x (1 + 2^-7): rounds to 0x0003
+      {ncclProd, 0x3f00, 0x0003},  // 1.5 x 2^-133: a tie, to even (0x0002)
+      {ncclProd, 0x0100, 0x3e80},  // a normal x a normal with a subnormal product
+  };
+  constexpr size_t kCount = 32 * 4 + 16 + 7;
+  for (const Case& c : cases) {
+    for (size_t lane = 0; lane < kCount; ++lane) {
+      std::vector<uint16_t> a(kCount), b(kCount), want(kCount);
+      for (size_t i = 0; i < kCount; ++i) {
+        a[i] = static_cast<uint16_t>(0x3f80 + i % 64);  // 1 + i/128, and a small addend
+        b[i] = static_cast<uint16_t>(0x3c00 + i % 32);
+      }
+      a[lane] = c.a;
+      b[lane] = c.b;
+      for (size_t i = 0; i < kCount; ++i)
+        referenceOne(ncclBfloat16, c.op, reinterpret_cast<const uint8_t*>(&a[i]),
+                     reinterpret_cast<const uint8_t*>(&b[i]), reinterpret_cast<uint8_t*>(&want[i]));
+      coll::hostKernels().reduce(a.data(), b.data(), kCount, ncclBfloat16, c.op);
+      for (size_t i = 0; i < kCount; ++i)
+        ASSERT_EQ(a[i], want[i]) << coll::opName(c.op) << " " << hex(c.a) << ", " << hex(c.b) << " in lane "
+                                 << lane << ": element " << i;
+    }
+  }
+  // Division: 3 x 2^-133 / 2 is a tie between two subnormals.
+  std::vector<uint16_t> buf(kCount, 0x4000), want(kCount, 0x3f80);
+  buf[37] = 0x0003;
+  want[37] = 0x0002;
+  coll::hostKernels().divide(buf.data(), kCount, ncclBfloat16, 2);
+  EXPECT_EQ(buf, want);
 }
 
 TEST(HostKernels, EmptyAndShortRangesTouchNothingElse) {
