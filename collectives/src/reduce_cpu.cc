@@ -490,11 +490,12 @@ struct Variant {
   __attribute__((__VA_ARGS__ flatten)) void divide##name(void* b, size_t n, ncclDataType_t t, int divisor) {    \
     divideAny<isa>(b, n, t, divisor);                                                                            \
   }
-NNS_HOST_VARIANT(Baseline, Isa::kBaseline)
+// The last argument is the variant's target attribute followed by a comma, or nothing for the baseline.
+NNS_HOST_VARIANT(Baseline, Isa::kBaseline, )
 #ifdef NNS_HOST_X86_VARIANTS
-NNS_HOST_VARIANT(V3, Isa::kV3, target("arch=x86-64-v3"),)
-NNS_HOST_VARIANT(V4, Isa::kV4, target("arch=x86-64-v4"),)
-NNS_HOST_VARIANT(V4Bf16, Isa::kV4Bf16, target("arch=x86-64-v4,avx512bf16"),)
+NNS_HOST_VARIANT(V3, Isa::kV3, target("arch=x86-64-v3"), )
+NNS_HOST_VARIANT(V4, Isa::kV4, target("arch=x86-64-v4"), )
+NNS_HOST_VARIANT(V4Bf16, Isa::kV4Bf16, target("arch=x86-64-v4,avx512bf16"), )
 #endif
 #undef NNS_HOST_VARIANT
 
