@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 // The x86-64-v3/v4 variants need GCC 12 (target "arch=x86-64-v4", __builtin_cpu_supports("x86-64-v4")); clang
 // and other targets build the baseline only.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
@@ -259,8 +260,11 @@ void reduceSmall(void* dst, const void* first, const void* src, size_t count, nc
 
 template <class T>
 void divideTyped(void* buf, size_t count, int divisor) {
+  // In int for the 8-bit types: a divisor of 128 ranks or more does not fit them (128 would become -128 in int8,
+  // and 256 zero in uint8).
+  using Wide = std::conditional_t<(sizeof(T) < sizeof(int)), int, T>;
   auto* p = static_cast<T*>(buf);
-  for (size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(divisor));
+  for (size_t i = 0; i < count; ++i) p[i] = static_cast<T>(static_cast<Wide>(p[i]) / static_cast<Wide>(divisor));
 }
 
 // A true division (not a multiplication by 1/n, which would round twice), as the CUDA kernels do.

@@ -41,7 +41,7 @@ class CudaDivide : public ::testing::TestWithParam<ncclDataType_t> {};
 
 TEST_P(CudaDivide, AvgFinalizeMatchesReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (int divisor : {2, 3, 7})
+  for (int divisor : {2, 3, 7, 128, 256})  // 128 and 256: more ranks than an 8-bit type holds
     for (size_t count : kCounts)
       EXPECT_EQ(checkDivide(GetParam(), count, divisor, static_cast<unsigned>(count) + divisor), "")
           << "divisor " << divisor << " count " << count;

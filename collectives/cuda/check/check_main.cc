@@ -36,7 +36,7 @@ int main() {
       failures += !failure.empty();
     }
     std::string failure;
-    for (int divisor : {2, 3, 7}) {
+    for (int divisor : {2, 3, 7, 128, 256}) {  // 128 and 256: more ranks than an 8-bit type holds
       for (size_t count : kCounts) {
         ++checks;
         std::string error = checkDivide(type, count, divisor, static_cast<unsigned>(count) + divisor);

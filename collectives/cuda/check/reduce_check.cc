@@ -203,7 +203,7 @@ std::string checkDivide(ncclDataType_t type, size_t count, int divisor, unsigned
     uint8_t* w = &want[i * es];
     switch (type) {
       case ncclInt8: store<int8_t>(w, static_cast<int8_t>(load<int8_t>(x) / divisor)); break;
-      case ncclUint8: store<uint8_t>(w, static_cast<uint8_t>(load<uint8_t>(x) / static_cast<uint8_t>(divisor))); break;
+      case ncclUint8: store<uint8_t>(w, static_cast<uint8_t>(load<uint8_t>(x) / divisor)); break;
       case ncclInt32: store<int32_t>(w, load<int32_t>(x) / divisor); break;
       case ncclUint32: store<uint32_t>(w, load<uint32_t>(x) / static_cast<uint32_t>(divisor)); break;
       case ncclInt64: store<int64_t>(w, load<int64_t>(x) / divisor); break;

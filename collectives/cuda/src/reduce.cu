@@ -2,6 +2,7 @@
 #include "nns/cuda/kernels.hpp"
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -175,7 +176,10 @@ cudaError_t launchOp(void* dst, const void* a, const void* b, size_t count, nccl
 }
 
 // Finalize for avg: runs once per collective over the result, so a plain scalar grid-stride loop is enough.
-template <class T> __device__ T divideOne(T x, int d) { return static_cast<T>(x / static_cast<T>(d)); }
+template <class T> __device__ T divideOne(T x, int d) {
+  using Wide = std::conditional_t<(sizeof(T) < sizeof(int)), int, T>;  // int8: 128 ranks must not become -128
+  return static_cast<T>(static_cast<Wide>(x) / static_cast<Wide>(d));
+}
 template <> __device__ __half divideOne(__half x, int d) { return __float2half_rn(__half2float(x) / d); }
 template <> __device__ Bf16 divideOne(Bf16 x, int d) { return __float2bfloat16_rn(__bfloat162float(x) / d); }
 template <> __device__ E4m3 divideOne(E4m3 x, int d) { return narrow<__NV_E4M3>(widen(x) / d); }
