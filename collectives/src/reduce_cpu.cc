@@ -282,9 +282,8 @@ template <class Format>
 void combineTail(typename Format::Bits* dst, const typename Format::Bits* first, const typename Format::Bits* src,
                  size_t from, size_t to, bool prod, int divisor) {
   for (size_t i = from; i < to; ++i) {
-    float a = Format::widen(first[i]);
-    float r = !src ? a / static_cast<float>(divisor) : prod ? a * Format::widen(src[i]) : a + Format::widen(src[i]);
-    dst[i] = Format::narrow(r);
+    if (!src) dst[i] = Format::narrow(Format::widen(first[i]) / static_cast<float>(divisor));  // as divideSmall
+    else dst[i] = prod ? combine<Format, Prod>(first[i], src[i]) : combine<Format, Sum>(first[i], src[i]);
   }
 }
 

@@ -429,28 +429,27 @@ void Communicator::abort(const std::string& why) {
   }
 }
 
-void* Communicator::registeredHandle(const ConnKey& key, const void* data, size_t bytes) {
+Communicator::Registration* Communicator::covering(const void* data, size_t bytes) const {
   const auto begin = reinterpret_cast<uintptr_t>(data);
-  for (auto& registration : registrations_) {
-    if (begin < registration->begin || begin + bytes > registration->end) continue;
-    auto found = registration->mhandles.find(key);
-    if (found != registration->mhandles.end()) return found->second;
-    void* mhandle = nullptr;
-    check(net_->regMr(connections_[key].comm, reinterpret_cast<void*>(registration->begin),
-                      registration->end - registration->begin, registration->type, &mhandle),
-          "regMr(user buffer)", key.peer);
-    registration->mhandles[key] = mhandle;
-    return mhandle;
-  }
+  for (const auto& registration : registrations_)
+    if (begin >= registration->begin && begin + bytes <= registration->end) return registration.get();
   return nullptr;
 }
 
-bool Communicator::registered(const void* data, size_t bytes) const {
-  const auto begin = reinterpret_cast<uintptr_t>(data);
-  for (const auto& registration : registrations_)
-    if (begin >= registration->begin && begin + bytes <= registration->end) return true;
-  return false;
+void* Communicator::registeredHandle(const ConnKey& key, const void* data, size_t bytes) {
+  Registration* registration = covering(data, bytes);
+  if (registration == nullptr) return nullptr;
+  auto found = registration->mhandles.find(key);
+  if (found != registration->mhandles.end()) return found->second;
+  void* mhandle = nullptr;
+  check(net_->regMr(connections_[key].comm, reinterpret_cast<void*>(registration->begin),
+                    registration->end - registration->begin, registration->type, &mhandle),
+        "regMr(user buffer)", key.peer);
+  registration->mhandles[key] = mhandle;
+  return mhandle;
 }
+
+bool Communicator::registered(const void* data, size_t bytes) const { return covering(data, bytes) != nullptr; }
 
 void* Communicator::forwardHandle(const ConnKey& sendKey, const ConnKey& recvKey) {
   Connection& conn = connections_[sendKey];

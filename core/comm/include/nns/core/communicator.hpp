@@ -213,6 +213,8 @@ class Communicator {
     int type = NCCL_PTR_HOST;
     std::map<ConnKey, void*> mhandles;  // the plugin's handle per connection, made on first use
   };
+  // The registration that [data, data + bytes) lies in, or null.
+  Registration* covering(const void* data, size_t bytes) const;
   // The plugin handle of the registration covering [data, data + bytes) on `key`'s connection, or null.
   void* registeredHandle(const ConnKey& key, const void* data, size_t bytes);
   void deregister(Registration& registration);
