@@ -34,10 +34,10 @@ unsigned char* doublingAllReduce(Communicator& comm, core::Plan& plan, const Cal
   auto realRank = [extra](int v) { return v < extra ? 2 * v + 1 : v + extra; };
   const unsigned char* current = in;
   std::vector<core::Plan::RecvRef> currentReady;
+  // One pass per received piece: target = source op piece, and for avg the last one divides.
   auto reduceInto = [&](unsigned char* target, const unsigned char* source, bool last) {
     return [=, &call](size_t offset, const void* piece, size_t len) {
-      call.kernels->copy(target + offset, source + offset, len);
-      call.kernels->reduce(target + offset, piece, len / es, call.type, call.op);
+      call.kernels->reduceInto(target + offset, source + offset, piece, len / es, call.type, call.op);
       if (last && call.op == ncclAvg) call.kernels->divide(target + offset, len / es, call.type, n);
     };
   };
@@ -49,12 +49,15 @@ unsigned char* doublingAllReduce(Communicator& comm, core::Plan& plan, const Cal
   for (int k = 0; k < rounds; ++k) {
     const int partner = realRank(virtualRank ^ (1 << k));
     plan.send(partner, channel, current, bytes, currentReady);
-    unsigned char* next = buffer(k + 1);
-    currentReady = {plan.recv(partner, channel, bytes, reduceInto(next, current, k == rounds - 1), currentReady)};
+    // Out of place, the last round writes the output itself. In place it may not: the output is the input, which
+    // an earlier send (to another partner) may not have read yet when this round's pieces arrive.
+    const bool last = k == rounds - 1;
+    unsigned char* next = last && call.in != call.out ? out : buffer(k + 1);
+    currentReady = {plan.recv(partner, channel, bytes, reduceInto(next, current, last), currentReady)};
     current = next;
   }
   if (r < 2 * extra) plan.send(r - 1, channel, current, bytes, currentReady);
-  return const_cast<unsigned char*>(current);
+  return current == out ? nullptr : const_cast<unsigned char*>(current);
 }
 
 }  // namespace nns::coll::detail
