@@ -29,7 +29,7 @@ void chainBroadcast(Communicator& comm, core::Plan& plan, const Call& call, int 
 void chainReduce(Communicator& comm, core::Plan& plan, const Call& call, int root, size_t first, size_t count,
                  unsigned char* work, int channel, bool forward);
 // Tree allreduce of elements [first, first + count) over one tree: a reduce towards the root and the broadcast
-// back down, in one plan cut into `piece`-byte pieces. The output must hold this rank's input before the plan runs.
+// back down, in one plan cut into `piece`-byte pieces (which the plan must use too).
 void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const TreeLinks& tree, size_t first,
                    size_t count, int channel, size_t piece);
 

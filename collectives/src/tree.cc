@@ -48,33 +48,39 @@ namespace detail {
 
 void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const TreeLinks& tree, size_t first,
                    size_t count, int channel, size_t piece) {
-  // One plan for both directions: the output already holds this rank's input; children's partial results are
-  // reduced into it as they arrive, each piece goes up once both children's piece is in, and comes back down from
-  // the parent into the same place. The root's pieces turn around as soon as they are complete, so the broadcast of
-  // the first pieces overlaps the reduction of the later ones.
+  // One plan for both directions: each piece of the output becomes this rank's input combined with its children's
+  // partial results as they arrive, goes up once both children's piece is in, and comes back down from the parent
+  // into the same place. The root's pieces turn around as soon as they are complete, so the broadcast of the first
+  // pieces overlaps the reduction of the later ones.
   const size_t es = typeSize(call.type), bytes = count * es;
+  const unsigned char* in = call.in + first * es;
   unsigned char* out = call.out + first * es;
   const int children = (tree.children[0] >= 0) + (tree.children[1] >= 0);
   const bool root = tree.parent < 0;
-  // avg: the root divides each piece once its last child's share is in (children complete pieces independently).
-  std::shared_ptr<std::vector<int>> arrived;
-  if (root && call.op == ncclAvg) {
-    arrived = std::make_shared<std::vector<int>>(bytes == 0 ? 1 : (bytes + piece - 1) / piece, 0);
-  }
   const int n = comm.size();
+  // Per piece, how many children's shares are in: the first one's handler combines the input with it into the
+  // output (one pass, no copy of the input beforehand), the second's adds to that; for avg the root divides once
+  // the last is in. Children complete pieces independently, so either may come first.
+  auto arrived = std::make_shared<std::vector<int>>(bytes == 0 ? 1 : (bytes + piece - 1) / piece, 0);
   std::vector<core::Plan::RecvRef> fromChildren;
   for (int child : tree.children) {
     if (child < 0) continue;
     fromChildren.push_back(
         plan.recv(child, channel, bytes, [=, &call](size_t offset, const void* data, size_t len) {
-          call.kernels->reduce(out + offset, data, len / es, call.type, call.op);
-          if (arrived && ++(*arrived)[offset / piece] == children)
+          const int shares = ++(*arrived)[offset / piece];
+          if (shares == 1) {
+            call.kernels->reduceInto(out + offset, in + offset, data, len / es, call.type, call.op);
+          } else {
+            call.kernels->reduce(out + offset, data, len / es, call.type, call.op);
+          }
+          if (root && call.op == ncclAvg && shares == children)
             call.kernels->divide(out + offset, len / es, call.type, n);
         }));
   }
   std::vector<core::Plan::RecvRef> down = fromChildren;
   if (!root) {
-    plan.send(tree.parent, channel, out, bytes, fromChildren);
+    // A leaf sends its input as it is; an inner rank sends what its children's shares made of it.
+    plan.send(tree.parent, channel, children == 0 ? in : out, bytes, fromChildren);
     // Straight into the output when it is registered: the parent's piece can only arrive after this rank's piece
     // went up, so it never overwrites bytes a send still reads.
     down = {plan.recv(
