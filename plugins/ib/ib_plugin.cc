@@ -808,7 +808,8 @@ T loadAcquire(const T* address) {
 struct ListenComm {
   int fd = -1;
   int dev = 0;
-  struct PendingAccept* pending = nullptr;
+  // Accepted connections on their way to a comm, each at its own stage: a stranger that says nothing holds up no one.
+  std::vector<struct PendingAccept*> pending;
 };
 
 // Exchanges raw bytes in one direction without blocking.
@@ -835,10 +836,12 @@ struct PendingConnect {
 };
 
 struct PendingAccept {
-  enum Stage { kAccepting, kRecvInfo, kSendInfo, kRecvReady } stage = kAccepting;
+  enum Stage { kRecvInfo, kSendInfo, kRecvReady } stage = kRecvInfo;
   RecvComm* comm = nullptr;
   int fd = -1;
   std::string peerAddress;
+  Clock::time_point since = Clock::now();
+  bool identified = false;  // its connection info was valid: an nns-ib sender, whose failure fails the accept
   ConnectInfo local{};
   ConnectInfo remote{};
   uint32_t ready = 0;
@@ -1036,7 +1039,7 @@ class IbNet {
       close(fd);
       return result;
     }
-    *listenComm = new ListenComm{fd, dev, nullptr};
+    *listenComm = new ListenComm{fd, dev, {}};
     return ncclSuccess;
   }
 
@@ -1073,31 +1076,57 @@ class IbNet {
     return ncclSuccess;
   }
 
+  // Takes every connection waiting on the listen socket, then moves each pending one on. What has not identified
+  // itself as an nns-ib sender (wrong magic, malformed or truncated info, nothing within the connect timeout) is a
+  // stranger: a port scanner, a stale process of another job. It is dropped with a WARN, and accept goes on. A
+  // failure after a valid identification is a real peer's and fails the accept, as before.
   ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** /*devComm*/) {
     NCCL_NET_CHECK(reopenAfterFork());
     auto* listen = static_cast<ListenComm*>(listenComm);
-    if (listen->pending == nullptr) listen->pending = new PendingAccept;
-    PendingAccept* pending = listen->pending;
     std::string error;
-    bool finished = false;
-    ncclResult_t result = acceptStep(listen, pending, &finished, &error);
-    if (result != ncclSuccess || !error.empty()) {
-      NCCL_NET_WARN("accept from %s: %s", pending->peerAddress.empty() ? "?" : pending->peerAddress.c_str(),
-                    error.c_str());
-      if (pending->comm != nullptr) {
-        destroyComm(pending->comm);
-      } else if (pending->fd >= 0) {
-        close(pending->fd);
+    for (;;) {
+      int fd = -1;
+      sdk::SocketAddress peer{};
+      sdk::IoStatus status = sdk::acceptTcp(listen->fd, &fd, &peer, &error);
+      if (status == sdk::IoStatus::kWouldBlock) break;
+      if (status != sdk::IoStatus::kDone) {
+        NCCL_NET_WARN("accept: %s", error.c_str());
+        return ncclSystemError;
       }
-      delete pending;
-      listen->pending = nullptr;
-      return result != ncclSuccess ? result : ncclSystemError;
+      sdk::setDeadPeerTimeout(fd, params().peerTimeoutMs);
+      auto* p = new PendingAccept;
+      p->fd = fd;
+      p->peerAddress = peer.toString();
+      listen->pending.push_back(p);
     }
-    if (finished) {
-      *recvComm = pending->comm;
-      NCCL_NET_INFO(NCCL_NET, "accepted %s with %d QP(s)", pending->comm->peer.c_str(), pending->comm->nqps);
-      delete pending;
-      listen->pending = nullptr;
+    const auto timeout = std::chrono::milliseconds(params().connectTimeoutMs);
+    for (size_t i = 0; i < listen->pending.size();) {
+      PendingAccept* p = listen->pending[i];
+      bool finished = false;
+      error.clear();
+      ncclResult_t result = acceptStep(listen, p, &finished, &error);
+      if (result == ncclSuccess && error.empty() && !finished && !p->identified && Clock::now() - p->since > timeout)
+        error = "sent no connection info within " + std::to_string(params().connectTimeoutMs) +
+                " ms (NNS_IB_CONNECT_TIMEOUT_MS)";
+      if (result == ncclSuccess && error.empty() && !finished) {
+        ++i;
+        continue;
+      }
+      listen->pending.erase(listen->pending.begin() + static_cast<long>(i));
+      if (finished && result == ncclSuccess) {
+        *recvComm = p->comm;
+        NCCL_NET_INFO(NCCL_NET, "accepted %s with %d QP(s)", p->comm->peer.c_str(), p->comm->nqps);
+        delete p;
+        return ncclSuccess;
+      }
+      const bool stranger = !p->identified;
+      if (stranger) {
+        NCCL_NET_WARN("accept: dropping connection from %s: %s", p->peerAddress.c_str(), error.c_str());
+      } else {
+        NCCL_NET_WARN("accept from %s: %s", p->peerAddress.c_str(), error.c_str());
+      }
+      discardPending(p);
+      if (!stranger) return result != ncclSuccess ? result : ncclSystemError;
     }
     return ncclSuccess;
   }
@@ -1353,20 +1382,22 @@ class IbNet {
   }
   ncclResult_t closeListen(void* listenComm) {
     auto* listen = static_cast<ListenComm*>(listenComm);
-    if (listen->pending != nullptr) {
-      if (listen->pending->comm != nullptr) {
-        destroyComm(listen->pending->comm);
-      } else if (listen->pending->fd >= 0) {
-        close(listen->pending->fd);
-      }
-      delete listen->pending;
-    }
+    for (PendingAccept* p : listen->pending) discardPending(p);
     close(listen->fd);
     delete listen;
     return ncclSuccess;
   }
 
  private:
+  static void discardPending(PendingAccept* p) {
+    if (p->comm != nullptr) {
+      destroyComm(p->comm);
+    } else if (p->fd >= 0) {
+      close(p->fd);
+    }
+    delete p;
+  }
+
   static NetDevice deviceCopy(int dev) {
     std::lock_guard<std::mutex> lock(global().mutex);
     return global().devices[static_cast<size_t>(dev)];
@@ -1525,25 +1556,15 @@ class IbNet {
     int ioError = 0;
     sdk::IoStatus status;
     switch (p->stage) {
-      case PendingAccept::kAccepting: {
-        sdk::SocketAddress peer{};
-        status = sdk::acceptTcp(listen->fd, &p->fd, &peer, error);
-        if (status == sdk::IoStatus::kWouldBlock) return ncclSuccess;
-        if (status != sdk::IoStatus::kDone) return ncclSystemError;
-        p->peerAddress = peer.toString();
-        sdk::setDeadPeerTimeout(p->fd, params().peerTimeoutMs);
-        p->stage = PendingAccept::kRecvInfo;
-        p->transfer = Transfer{};
-      }
-        [[fallthrough]];
       case PendingAccept::kRecvInfo: {
         status = p->transfer.recv(p->fd, &p->remote, sizeof(p->remote), &ioError);
         if (status == sdk::IoStatus::kWouldBlock) return ncclSuccess;
         if (status != sdk::IoStatus::kDone) {
-          *error = "receiving the peer's QP info: " + ioFailure(status, ioError);
+          *error = "before identifying itself: " + ioFailure(status, ioError);
           return ncclRemoteError;
         }
         if (!validRemoteInfo(p->remote, error)) return ncclRemoteError;
+        p->identified = true;
         NetDevice device = deviceCopy(listen->dev);
         auto* comm = new RecvComm;
         comm->isSender = false;

@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../common/tcp_strangers.hpp"
 #include "../example-plugin/versioned_table.hpp"
 #include "two_process.hpp"
 
@@ -555,6 +556,100 @@ int streamUntilError(const Channel& channel, bool receiver, const char* dev, dou
               receiver ? "receiver" : "sender", dev, static_cast<int>(error), completed, detection);
   CHILD_EXPECT(warnedAbout("peer 10.0.0."), "no WARN named the peer");
   return 0;
+}
+
+// ---- strangers on the listen port ----------------------------------------------------------------------------------
+// What reaches the listen port without identifying itself as an nns-ib sender (garbage, a truncated info, nothing
+// at all) is dropped with a WARN while accept goes on; the real sender, which connects after them, gets through and
+// moves data. The silent one goes once NNS_IB_CONNECT_TIMEOUT_MS (1 s here) has passed.
+int strangersReceiver(const Channel& channel) {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  const auto before = nns_test::listeningSockets();
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void *listenComm = nullptr, *comm = nullptr;
+  CHILD_CHECK(peer.net->listen(peer.ctx, 0, handle, &listenComm));
+  auto ours = nns_test::listeningSockets();
+  for (const auto& entry : before) ours.erase(entry.first);
+  CHILD_EXPECT(ours.size() == 1, "%zu new listening sockets, expected the listen comm's one", ours.size());
+  const int garbage = nns_test::connectTcp(ours.begin()->second);
+  const int truncated = nns_test::connectTcp(ours.begin()->second);
+  const int silent = nns_test::connectTcp(ours.begin()->second);
+  CHILD_EXPECT(garbage >= 0 && truncated >= 0 && silent >= 0, "cannot connect to the listen port");
+  const std::vector<unsigned char> noise(4096, 0x5a);  // more than a whole connection info
+  CHILD_EXPECT(send(garbage, noise.data(), noise.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(noise.size()),
+               "send garbage");
+  CHILD_EXPECT(send(truncated, noise.data(), 5, MSG_NOSIGNAL) == 5, "send a truncated info");
+  close(truncated);
+  CHILD_EXPECT(channel.send(handle, sizeof(handle)), "handle");
+  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (comm == nullptr && Clock::now() < deadline) CHILD_CHECK(peer.net->accept(listenComm, &comm, &devHandle));
+  CHILD_EXPECT(comm != nullptr, "the real sender did not get through");
+  std::vector<unsigned char> buffer(100000, 0);
+  void* mh = nullptr;
+  CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
+  void* data[1] = {buffer.data()};
+  size_t sizes[1] = {buffer.size()};
+  int tags[1] = {9};
+  void* mhs[1] = {mh};
+  void* request = nullptr;
+  CHILD_CHECK(peer.postRecv(comm, 1, data, sizes, tags, mhs, &request));
+  int received = -1;
+  CHILD_CHECK(peer.wait(request, &received));
+  CHILD_EXPECT(received == static_cast<int>(buffer.size()), "received %d bytes", received);
+  for (size_t i = 0; i < buffer.size(); ++i)
+    CHILD_EXPECT(buffer[i] == patternByte(i, 9), "byte %zu differs", i);
+  CHILD_EXPECT(warnedAbout("dropping connection from"), "no WARN names the strangers");
+  CHILD_EXPECT(warnedAbout("wrong magic"), "the garbage was not reported as such");
+  CHILD_EXPECT(warnedAbout("before identifying itself"), "the truncated info was not reported");
+  CHILD_EXPECT(nns_test::closedByPeer(garbage, std::chrono::seconds(2)), "the garbage sender is still connected");
+  void* none = nullptr;
+  deadline = Clock::now() + std::chrono::seconds(10);
+  while (!warnedAbout("sent no connection info") && Clock::now() < deadline) {
+    CHILD_CHECK(peer.net->accept(listenComm, &none, &devHandle));
+    CHILD_EXPECT(none == nullptr, "a stranger became a receive comm");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHILD_EXPECT(warnedAbout("sent no connection info"), "the silent stranger was never dropped");
+  CHILD_EXPECT(nns_test::closedByPeer(silent, std::chrono::seconds(2)), "the silent stranger is still connected");
+  close(garbage);
+  close(silent);
+  char sync = 0;
+  channel.sendValue(sync);
+  CHILD_CHECK(peer.net->deregMr(comm, mh));
+  CHILD_CHECK(peer.net->closeRecv(comm));
+  CHILD_CHECK(peer.net->closeListen(listenComm));
+  return 0;
+}
+
+int strangersSender(const Channel& channel) {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  void* comm = nullptr;
+  CHILD_CHECK(peer.connectTo(channel, 0, &comm));
+  std::vector<unsigned char> buffer(100000);
+  for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = patternByte(i, 9);
+  void* mh = nullptr;
+  CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
+  void* request = nullptr;
+  CHILD_CHECK(peer.postSend(comm, buffer.data(), buffer.size(), 9, mh, &request));
+  CHILD_CHECK(peer.wait(request, nullptr));
+  char sync = 0;
+  CHILD_EXPECT(channel.recvValue(&sync), "the receiver did not finish");
+  CHILD_CHECK(peer.net->deregMr(comm, mh));
+  CHILD_CHECK(peer.net->closeSend(comm));
+  return 0;
+}
+
+TEST(IbVerbs, StrangersOnTheListenPortAreDroppedAndRealSendersStillConnect) {
+  REQUIRE_RXE(1);
+  Env env = baseEnv("=rxe0");
+  env.emplace_back("NNS_IB_CONNECT_TIMEOUT_MS", "1000");
+  PairResult r = runPair(env, strangersReceiver, baseEnv("=rxe0"), strangersSender, std::chrono::seconds(90));
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.first, 0) << "receiver";
+  EXPECT_EQ(r.second, 0) << "sender";
 }
 
 void runCommand(const std::string& command) {

@@ -10,11 +10,13 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #define NNS_SOCKET_PLUGIN_PATH NNS_UCX_PLUGIN_PATH  // plugin_harness.hpp loads the plugin named by this macro
+#include "../common/tcp_strangers.hpp"
 #include "../socket/plugin_harness.hpp"
 
 namespace {
@@ -146,6 +148,82 @@ TEST(UcxFaults, SharedMemorySenderSeesReceiverDeath) {
 }
 TEST(UcxFaults, SharedMemoryReceiverSeesSenderDeath) {
   runSurvivor(kSharedMemory, false);
+}
+
+// Strangers on the side channel's listen port (garbage, a truncated hello, silence) are dropped with a WARN while
+// accept goes on; the real sender, connecting after them, gets through and moves data. The silent one goes once
+// NNS_UCX_CONNECT_TIMEOUT_MS (1 s here) has passed. In one process, over tcp.
+TEST(UcxStrangers, DroppedWhileRealSendersStillConnect) {
+  applyEnv(kTcp);
+  setenv("NNS_UCX_CONNECT_TIMEOUT_MS", "1000", 1);
+  const ncclNet_v12_t* net = plugin();
+  ASSERT_NE(net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  void* ctx = initPlugin(net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  const auto before = nns_test::listeningSockets();
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void *listenComm = nullptr, *sendComm = nullptr, *recvComm = nullptr;
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  auto ours = nns_test::listeningSockets();
+  for (const auto& entry : before) ours.erase(entry.first);
+  ASSERT_EQ(ours.size(), 1u) << "the listen comm's side-channel port";
+  const int garbage = nns_test::connectTcp(ours.begin()->second);
+  const int truncated = nns_test::connectTcp(ours.begin()->second);
+  const int silent = nns_test::connectTcp(ours.begin()->second);
+  ASSERT_TRUE(garbage >= 0 && truncated >= 0 && silent >= 0);
+  const std::vector<unsigned char> noise(4096, 0x5a);
+  ASSERT_EQ(send(garbage, noise.data(), noise.size(), MSG_NOSIGNAL), static_cast<ssize_t>(noise.size()));
+  ASSERT_EQ(send(truncated, noise.data(), 5, MSG_NOSIGNAL), 5);
+  close(truncated);
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+  while (sendComm == nullptr || recvComm == nullptr) {
+    if (sendComm == nullptr) {
+      ASSERT_EQ(net->connect(ctx, 0, handle, &sendComm, &devHandle), ncclSuccess);
+    }
+    if (recvComm == nullptr) {
+      ASSERT_EQ(net->accept(listenComm, &recvComm, &devHandle), ncclSuccess);
+    }
+    ASSERT_LT(Clock::now(), deadline) << "the strangers held up the real sender";
+  }
+  std::vector<unsigned char> source(100000), target(100000, 0);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<unsigned char>(i * 13 + 5);
+  void *sendRequest = nullptr, *recvRequest = nullptr;
+  void* data = target.data();
+  size_t size = target.size();
+  int tag = 9, sizes[8] = {};
+  ASSERT_EQ(postRecv(net, recvComm, 1, &data, &size, &tag, &recvRequest), ncclSuccess);
+  ASSERT_EQ(postSend(net, sendComm, source.data(), source.size(), tag, &sendRequest), ncclSuccess);
+  int sendDone = 0, recvDone = 0;
+  while (!sendDone || !recvDone) {
+    if (!sendDone) {
+      ASSERT_EQ(net->test(sendRequest, &sendDone, nullptr), ncclSuccess);
+    }
+    if (!recvDone) {
+      ASSERT_EQ(net->test(recvRequest, &recvDone, sizes), ncclSuccess);
+    }
+    ASSERT_LT(Clock::now(), deadline) << "the transfer did not finish";
+  }
+  EXPECT_EQ(sizes[0], static_cast<int>(source.size()));
+  EXPECT_EQ(source, target);
+  EXPECT_TRUE(warnedAbout("wrong magic"));
+  EXPECT_TRUE(warnedAbout("before identifying itself"));
+  EXPECT_TRUE(nns_test::closedByPeer(garbage, std::chrono::seconds(2)));
+  void* none = nullptr;
+  deadline = Clock::now() + std::chrono::seconds(10);
+  while (!warnedAbout("NNS_UCX_CONNECT_TIMEOUT_MS") && Clock::now() < deadline) {
+    ASSERT_EQ(net->accept(listenComm, &none, &devHandle), ncclSuccess);
+    EXPECT_EQ(none, nullptr) << "a stranger became a receive comm";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(warnedAbout("NNS_UCX_CONNECT_TIMEOUT_MS")) << "the silent stranger was never dropped";
+  EXPECT_TRUE(nns_test::closedByPeer(silent, std::chrono::seconds(2)));
+  close(garbage);
+  close(silent);
+  EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
 }
 
 }  // namespace
