@@ -93,6 +93,14 @@ struct ListenHelper {
 std::map<void*, ListenHelper*> gListenHelpers;
 #endif
 
+#ifdef NNS_BUG_STRANGER_FAILS_ACCEPT
+// Connection set-up runs over a TCP side channel (as RDMA plugins do). accept takes whatever connects to it, reads
+// its first bytes, and fails the accept when they are not the plugin's magic: a port scanner or a stale process of
+// another job then aborts the communicator being built. (nns-ib had this until its accept learned to drop strangers.)
+constexpr uint32_t kSideMagic = 0x6e6e7321;
+std::map<void*, int> gSideChannels;
+#endif
+
 #ifdef NNS_BUG_SIZE_FIELD_30_BITS
 // The wire header packs two flag bits beside a 30-bit size: a message of 1 GiB or more goes out with its size
 // modulo 2^30.
@@ -139,6 +147,19 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
 #ifdef NNS_BUG_HANDLE_OVERFLOW
   std::memset(static_cast<char*>(handle) + NCCL_NET_HANDLE_MAXSIZE, 0x42, 16);  // 144-byte handle
 #endif
+#ifdef NNS_BUG_STRANGER_FAILS_ACCEPT
+  if (result == ncclSuccess) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(fd, 4) != 0) {
+      if (fd >= 0) close(fd);
+      return ncclSystemError;
+    }
+    gSideChannels[*listenComm] = fd;
+  }
+#endif
 #ifdef NNS_BUG_BLOCKING_CLOSE_LISTEN
   if (result == ncclSuccess) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -178,6 +199,20 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t
     usleep(1000);
   }
 #else
+#ifdef NNS_BUG_STRANGER_FAILS_ACCEPT
+  auto side = gSideChannels.find(listenComm);
+  if (side != gSideChannels.end()) {
+    int peer = accept4(side->second, nullptr, nullptr, SOCK_CLOEXEC);
+    if (peer >= 0) {
+      uint32_t magic = 0;
+      timeval wait{0, 200000};
+      setsockopt(peer, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+      ssize_t got = recv(peer, &magic, sizeof(magic), MSG_WAITALL);
+      close(peer);
+      if (got == static_cast<ssize_t>(sizeof(magic)) && magic != kSideMagic) return ncclRemoteError;
+    }
+  }
+#endif
   ncclResult_t result = real()->accept(listenComm, recvComm, devComm);
 #ifdef NNS_BUG_CRASH_ON_CLOSE
   if (result == ncclSuccess && *recvComm != nullptr) {
@@ -393,6 +428,13 @@ ncclResult_t closeRecv(void* comm) {
 }
 ncclResult_t closeListen(void* comm) {
   ncclResult_t result = real()->closeListen(comm);
+#ifdef NNS_BUG_STRANGER_FAILS_ACCEPT
+  auto side = gSideChannels.find(comm);
+  if (side != gSideChannels.end()) {
+    close(side->second);
+    gSideChannels.erase(side);
+  }
+#endif
 #ifdef NNS_BUG_BLOCKING_CLOSE_LISTEN
   auto helper = gListenHelpers.find(comm);
   if (helper != gListenHelpers.end()) {

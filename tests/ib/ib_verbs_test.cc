@@ -18,7 +18,7 @@
 
 #include <gtest/gtest.h>
 
-#include "../common/tcp_strangers.hpp"
+#include "../../tools/nccl-net-check/tcp_strangers.hpp"
 #include "../example-plugin/versioned_table.hpp"
 #include "two_process.hpp"
 
@@ -565,16 +565,16 @@ int streamUntilError(const Channel& channel, bool receiver, const char* dev, dou
 int strangersReceiver(const Channel& channel) {
   Peer peer;
   CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
-  const auto before = nns_test::listeningSockets();
+  const auto before = nns::check::listeningSockets();
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void *listenComm = nullptr, *comm = nullptr;
   CHILD_CHECK(peer.net->listen(peer.ctx, 0, handle, &listenComm));
-  auto ours = nns_test::listeningSockets();
+  auto ours = nns::check::listeningSockets();
   for (const auto& entry : before) ours.erase(entry.first);
   CHILD_EXPECT(ours.size() == 1, "%zu new listening sockets, expected the listen comm's one", ours.size());
-  const int garbage = nns_test::connectTcp(ours.begin()->second);
-  const int truncated = nns_test::connectTcp(ours.begin()->second);
-  const int silent = nns_test::connectTcp(ours.begin()->second);
+  const int garbage = nns::check::connectTcp(ours.begin()->second);
+  const int truncated = nns::check::connectTcp(ours.begin()->second);
+  const int silent = nns::check::connectTcp(ours.begin()->second);
   CHILD_EXPECT(garbage >= 0 && truncated >= 0 && silent >= 0, "cannot connect to the listen port");
   const std::vector<unsigned char> noise(4096, 0x5a);  // more than a whole connection info
   CHILD_EXPECT(send(garbage, noise.data(), noise.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(noise.size()),
@@ -603,7 +603,7 @@ int strangersReceiver(const Channel& channel) {
   CHILD_EXPECT(warnedAbout("dropping connection from"), "no WARN names the strangers");
   CHILD_EXPECT(warnedAbout("wrong magic"), "the garbage was not reported as such");
   CHILD_EXPECT(warnedAbout("before identifying itself"), "the truncated info was not reported");
-  CHILD_EXPECT(nns_test::closedByPeer(garbage, std::chrono::seconds(2)), "the garbage sender is still connected");
+  CHILD_EXPECT(nns::check::closedByPeer(garbage, std::chrono::seconds(2)), "the garbage sender is still connected");
   void* none = nullptr;
   deadline = Clock::now() + std::chrono::seconds(10);
   while (!warnedAbout("sent no connection info") && Clock::now() < deadline) {
@@ -612,7 +612,7 @@ int strangersReceiver(const Channel& channel) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   CHILD_EXPECT(warnedAbout("sent no connection info"), "the silent stranger was never dropped");
-  CHILD_EXPECT(nns_test::closedByPeer(silent, std::chrono::seconds(2)), "the silent stranger is still connected");
+  CHILD_EXPECT(nns::check::closedByPeer(silent, std::chrono::seconds(2)), "the silent stranger is still connected");
   close(garbage);
   close(silent);
   char sync = 0;

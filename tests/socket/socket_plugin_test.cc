@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "../common/tcp_strangers.hpp"
+#include "../../tools/nccl-net-check/tcp_strangers.hpp"
 #include "plugin_harness.hpp"
 
 namespace {
@@ -451,16 +451,16 @@ TEST_F(SocketPlugin, ForeignHandleIsRejected) {
 // comes after connects and moves data as usual. A stranger that says nothing is dropped after the connect timeout
 // (2 s here) without holding up anyone else.
 TEST_F(SocketPlugin, StrangersOnTheListenPortAreDroppedAndRealSendersStillConnect) {
-  const auto before = nns_test::listeningSockets();
+  const auto before = nns::check::listeningSockets();
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
-  auto ours = nns_test::listeningSockets();
+  auto ours = nns::check::listeningSockets();
   for (const auto& [port, address] : before) ours.erase(port);
   ASSERT_EQ(ours.size(), 1u) << "the listen comm's port";
   const sockaddr_storage address = ours.begin()->second;
 
-  const int garbage = nns_test::connectTcp(address), truncated = nns_test::connectTcp(address),
-            silent = nns_test::connectTcp(address);
+  const int garbage = nns::check::connectTcp(address), truncated = nns::check::connectTcp(address),
+            silent = nns::check::connectTcp(address);
   ASSERT_TRUE(garbage >= 0 && truncated >= 0 && silent >= 0);
   const std::vector<unsigned char> noise(64, 0x5a);
   ASSERT_EQ(send(garbage, noise.data(), noise.size(), MSG_NOSIGNAL), static_cast<ssize_t>(noise.size()));
@@ -481,7 +481,7 @@ TEST_F(SocketPlugin, StrangersOnTheListenPortAreDroppedAndRealSendersStillConnec
   }
   int received = 0;
   transfer(100000, 100000, 3, &received);
-  EXPECT_TRUE(nns_test::closedByPeer(garbage, std::chrono::seconds(1))) << "the garbage sender is still connected";
+  EXPECT_TRUE(nns::check::closedByPeer(garbage, std::chrono::seconds(1))) << "the garbage sender is still connected";
   EXPECT_TRUE(warnedAbout("wrong magic or listen id"));
   EXPECT_TRUE(warnedAbout("before identifying itself"));
 
@@ -494,7 +494,7 @@ TEST_F(SocketPlugin, StrangersOnTheListenPortAreDroppedAndRealSendersStillConnec
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(warnedAbout("sent no hello within the connect timeout"));
-  EXPECT_TRUE(nns_test::closedByPeer(silent, std::chrono::seconds(1)));
+  EXPECT_TRUE(nns::check::closedByPeer(silent, std::chrono::seconds(1)));
   EXPECT_TRUE(warnedAbout("dropping connection from 127.0.0.1:"));
   close(garbage);
   close(silent);

@@ -16,7 +16,7 @@
 #include <gtest/gtest.h>
 
 #define NNS_SOCKET_PLUGIN_PATH NNS_UCX_PLUGIN_PATH  // plugin_harness.hpp loads the plugin named by this macro
-#include "../common/tcp_strangers.hpp"
+#include "../../tools/nccl-net-check/tcp_strangers.hpp"
 #include "../socket/plugin_harness.hpp"
 
 namespace {
@@ -161,16 +161,16 @@ TEST(UcxStrangers, DroppedWhileRealSendersStillConnect) {
   ncclResult_t result = ncclSuccess;
   void* ctx = initPlugin(net, &result);
   ASSERT_EQ(result, ncclSuccess);
-  const auto before = nns_test::listeningSockets();
+  const auto before = nns::check::listeningSockets();
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void *listenComm = nullptr, *sendComm = nullptr, *recvComm = nullptr;
   ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
-  auto ours = nns_test::listeningSockets();
+  auto ours = nns::check::listeningSockets();
   for (const auto& entry : before) ours.erase(entry.first);
   ASSERT_EQ(ours.size(), 1u) << "the listen comm's side-channel port";
-  const int garbage = nns_test::connectTcp(ours.begin()->second);
-  const int truncated = nns_test::connectTcp(ours.begin()->second);
-  const int silent = nns_test::connectTcp(ours.begin()->second);
+  const int garbage = nns::check::connectTcp(ours.begin()->second);
+  const int truncated = nns::check::connectTcp(ours.begin()->second);
+  const int silent = nns::check::connectTcp(ours.begin()->second);
   ASSERT_TRUE(garbage >= 0 && truncated >= 0 && silent >= 0);
   const std::vector<unsigned char> noise(4096, 0x5a);
   ASSERT_EQ(send(garbage, noise.data(), noise.size(), MSG_NOSIGNAL), static_cast<ssize_t>(noise.size()));
@@ -209,7 +209,7 @@ TEST(UcxStrangers, DroppedWhileRealSendersStillConnect) {
   EXPECT_EQ(source, target);
   EXPECT_TRUE(warnedAbout("wrong magic"));
   EXPECT_TRUE(warnedAbout("before identifying itself"));
-  EXPECT_TRUE(nns_test::closedByPeer(garbage, std::chrono::seconds(2)));
+  EXPECT_TRUE(nns::check::closedByPeer(garbage, std::chrono::seconds(2)));
   void* none = nullptr;
   deadline = Clock::now() + std::chrono::seconds(10);
   while (!warnedAbout("NNS_UCX_CONNECT_TIMEOUT_MS") && Clock::now() < deadline) {
@@ -218,7 +218,7 @@ TEST(UcxStrangers, DroppedWhileRealSendersStillConnect) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(warnedAbout("NNS_UCX_CONNECT_TIMEOUT_MS")) << "the silent stranger was never dropped";
-  EXPECT_TRUE(nns_test::closedByPeer(silent, std::chrono::seconds(2)));
+  EXPECT_TRUE(nns::check::closedByPeer(silent, std::chrono::seconds(2)));
   close(garbage);
   close(silent);
   EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);

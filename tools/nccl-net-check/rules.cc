@@ -18,6 +18,7 @@
 
 #include "harness.hpp"
 #include "netns.hpp"
+#include "tcp_strangers.hpp"
 
 namespace nns::check {
 namespace {
@@ -202,11 +203,16 @@ void* connectWithin(Context& c, void* handle, double seconds) {
   return sendComm;
 }
 
-void* acceptWithin(Context& c, void* listenComm, double seconds) {
+// The comm, or nullptr after `seconds` or an error (then in `*failed` when given).
+void* acceptWithin(Context& c, void* listenComm, double seconds, ncclResult_t* failed = nullptr) {
   void* recvComm = nullptr;
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   while (recvComm == nullptr && Clock::now() < deadline) {
-    if (CALL("accept", c.net->accept(listenComm, &recvComm, nullptr)) != ncclSuccess) return nullptr;
+    ncclResult_t result = CALL("accept", c.net->accept(listenComm, &recvComm, nullptr));
+    if (result != ncclSuccess) {
+      if (failed != nullptr) *failed = result;
+      return nullptr;
+    }
   }
   return recvComm;
 }
@@ -219,11 +225,14 @@ struct Pair {
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
 };
 
-bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& sender, std::string* why) {
+// `afterListen`, when given, runs between listen and the peer's start.
+bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& sender, std::string* why,
+              const std::function<void()>& afterListen = {}) {
   if (CALL("listen", c.net->listen(c.ctx, c.dev, pair.handle, &pair.listenComm)) != ncclSuccess) {
     *why = "listen failed";
     return false;
   }
+  if (afterListen) afterListen();
   pair.peer = startPeer(c, [&]() {
     void* sendComm = connectWithin(c, pair.handle, 20);
     if (sendComm == nullptr) return 20;
@@ -231,9 +240,14 @@ bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& 
     CALL("closeSend", c.net->closeSend(sendComm));
     return code;
   });
-  pair.recvComm = acceptWithin(c, pair.listenComm, 20);
+  ncclResult_t failed = ncclSuccess;
+  pair.recvComm = acceptWithin(c, pair.listenComm, 20, &failed);
   if (pair.recvComm == nullptr) {
-    *why = "accept did not complete within 20 s";
+    *why = failed != ncclSuccess ? "accept returned " + std::to_string(failed) + " before the sender got through"
+                                 : "accept did not complete within 20 s";
+    kill(pair.peer, SIGKILL);  // it would go on connecting to a listener that no longer accepts
+    waitpid(pair.peer, nullptr, 0);
+    pair.peer = -1;
     return false;
   }
   return true;
@@ -310,7 +324,8 @@ std::string peerText(int code) {
 
 // A peer process sends `messages` (size, seed) and this one receives them into `capacity`-byte buffers, checking
 // sizes on both sides and every byte. Empty evidence on success.
-Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t>>& messages, size_t capacity) {
+Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t>>& messages, size_t capacity,
+                        const std::function<void()>& afterListen = {}) {
   Pair pair;
   std::string why;
   // The sender keeps its comm open until the receiver has checked everything (as NCCL closes comms only when the
@@ -323,7 +338,7 @@ Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t
         pollfd checked{checkedPipe[0], POLLIN, 0};
         poll(&checked, 1, 60000);
         return code;
-      }, &why))
+      }, &why, afterListen))
     return fail("%s", why.c_str());
   Verdict v = receiveMessages(c, pair.recvComm, messages, capacity);
   (void)!write(checkedPipe[1], "c", 1);
@@ -873,6 +888,47 @@ Verdict everyCallReturns(Context& c) {
               std::to_string(gCallTimeout) + " s");
 }
 
+Verdict strangersAreDropped(Context& c) {
+  // Before the real sender: on each TCP port the plugin's listen opened in this process, 4 KiB of garbage and a
+  // connection that says nothing. accept must go on returning success, with no comm, until the real sender is in.
+  const auto before = listeningSockets();
+  size_t ports = 0;
+  std::vector<int> garbage, silent;
+  const std::vector<unsigned char> noise(4096, 0x5a);
+  auto strangers = [&]() {
+    auto ours = listeningSockets();
+    for (const auto& entry : before) ours.erase(entry.first);
+    ports = ours.size();
+    for (const auto& entry : ours) {
+      int fd = connectTcp(entry.second);
+      if (fd >= 0) {
+        garbage.push_back(fd);
+        (void)!send(fd, noise.data(), noise.size(), MSG_NOSIGNAL);
+      }
+      fd = connectTcp(entry.second);
+      if (fd >= 0) silent.push_back(fd);
+    }
+  };
+  const auto start = Clock::now();
+  Verdict v = transferChecked(c, {{4096, 7}, {100000, 8}}, 100000, strangers);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  size_t dropped = 0;
+  for (int fd : garbage) dropped += closedByPeer(fd, std::chrono::milliseconds(200)) ? 1 : 0;
+  for (int fd : garbage) close(fd);
+  for (int fd : silent) close(fd);
+  if (v.status != Status::kPass)
+    return fail("with a garbage and a silent connection on each of its %zu TCP listening port(s): %s", ports,
+                v.evidence.c_str());
+  if (ports == 0) return skip("listen opened no TCP listening socket in this process: nothing for a stranger to reach");
+  if (garbage.empty()) return fail("could not connect to the %zu TCP port(s) listen opened", ports);
+  char text[200];
+  std::snprintf(text, sizeof(text),
+                "%zu TCP listening port(s), each with a garbage and a silent stranger: the sender got through and "
+                "its 2 messages arrived in %.2f s; %zu of %zu garbage connection(s) closed by the plugin",
+                ports, seconds, dropped, garbage.size());
+  return pass(text);
+}
+
 struct Rule {
   RuleInfo info;
   Verdict (*run)(Context&);
@@ -905,6 +961,8 @@ const std::vector<Rule>& rules() {
        peerDeathIsAnError},
       {{"every-call-returns", "each plugin call returns within the call timeout (a watchdog guards every rule)"},
        everyCallReturns},
+      {{"strangers-are-dropped", "garbage and silent connections on the listen port neither fail accept nor keep "
+                                 "the real sender out"}, strangersAreDropped},
   };
   return list;
 }

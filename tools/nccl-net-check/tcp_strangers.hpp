@@ -1,5 +1,6 @@
-// tcp_strangers.hpp: for tests that play a stranger on a plugin's listen port (a port scanner, a stale process of
-// another job): find the TCP ports this process listens on, connect to one, and see whether the plugin hung up.
+// tcp_strangers.hpp: for the harness (rule strangers-are-dropped) and tests that play a stranger on a plugin's
+// listen port (a port scanner, a stale process of another job): find the TCP ports this process listens on, connect
+// to one, and see whether the plugin hung up.
 #pragma once
 
 #include <arpa/inet.h>
@@ -20,7 +21,7 @@
 #include <sstream>
 #include <string>
 
-namespace nns_test {
+namespace nns::check {
 
 // The TCP sockets this process listens on, by port, from /proc (IPv4 and IPv6): how a test finds the address
 // behind a plugin's opaque listen handle. An unspecified address (0.0.0.0, ::) is given as loopback.
@@ -93,4 +94,4 @@ inline bool closedByPeer(int fd, std::chrono::milliseconds timeout) {
   return false;
 }
 
-}  // namespace nns_test
+}  // namespace nns::check
