@@ -888,6 +888,36 @@ Verdict everyCallReturns(Context& c) {
               std::to_string(gCallTimeout) + " s");
 }
 
+Verdict foreignHandleIsAnError(Context& c) {
+  // Ranks that loaded different plugins, or versions of one, exchange handles the other cannot read, and NCCL hands
+  // them to connect as they are. The plainest foreign handle, 128 zero bytes (no magic, no address; a plugin keeping
+  // connect state in the handle finds it empty, as after its own listen), must give an error promptly: never a
+  // comm, a crash, or "not yet" until a long connect timeout runs out.
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* sendComm = nullptr;
+  ncclResult_t result = ncclSuccess;
+  const auto start = Clock::now();
+  int calls = 0;
+  while (Clock::now() - start < std::chrono::seconds(10)) {
+    ++calls;
+    result = CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, nullptr));
+    if (result != ncclSuccess || sendComm != nullptr) break;
+    usleep(1000);
+  }
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  if (sendComm != nullptr) {
+    CALL("closeSend", c.net->closeSend(sendComm));
+    return fail("connect with a handle of 128 zero bytes returned a comm after %d call(s)", calls);
+  }
+  if (result == ncclSuccess)
+    return fail("connect with a handle of 128 zero bytes still answered 'not yet' after 10 s (%d calls): the handle "
+                "is not checked, and NCCL would wait out the plugin's connect timeout", calls);
+  char text[160];
+  std::snprintf(text, sizeof(text), "a handle of 128 zero bytes: connect returned error %d after %d call(s), %.1f ms",
+                static_cast<int>(result), calls, ms);
+  return pass(text);
+}
+
 Verdict strangersAreDropped(Context& c) {
   // Before the real sender: on each TCP port the plugin's listen opened in this process, 4 KiB of garbage and a
   // connection that says nothing. accept must go on returning success, with no comm, until the real sender is in.
@@ -961,6 +991,8 @@ const std::vector<Rule>& rules() {
        peerDeathIsAnError},
       {{"every-call-returns", "each plugin call returns within the call timeout (a watchdog guards every rule)"},
        everyCallReturns},
+      {{"foreign-handle-is-an-error", "connect with a handle of 128 zero bytes returns an error promptly, never a "
+                                      "comm"}, foreignHandleIsAnError},
       {{"strangers-are-dropped", "garbage and silent connections on the listen port neither fail accept nor keep "
                                  "the real sender out"}, strangersAreDropped},
   };
