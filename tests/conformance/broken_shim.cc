@@ -147,6 +147,20 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
   return result;
 }
 
+#if defined(NNS_BUG_STRANGER_FAILS_ACCEPT) || defined(NNS_BUG_BLOCKING_CLOSE_LISTEN)
+// A listening TCP socket on 127.0.0.1 (an ephemeral port), as a plugin's side channel; -1 on failure.
+int sideListener(int flags) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | flags, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 && ::listen(fd, 4) == 0)
+    return fd;
+  if (fd >= 0) close(fd);
+  return -1;
+}
+#endif
+
 ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
   ncclResult_t result = real()->listen(ctx, dev, handle, listenComm);
 #ifdef NNS_BUG_HANDLE_OVERFLOW
@@ -154,27 +168,15 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
 #endif
 #ifdef NNS_BUG_STRANGER_FAILS_ACCEPT
   if (result == ncclSuccess) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(fd, 4) != 0) {
-      if (fd >= 0) close(fd);
-      return ncclSystemError;
-    }
+    int fd = sideListener(SOCK_NONBLOCK);
+    if (fd < 0) return ncclSystemError;
     gSideChannels[*listenComm] = fd;
   }
 #endif
 #ifdef NNS_BUG_BLOCKING_CLOSE_LISTEN
   if (result == ncclSuccess) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(fd, 4) != 0) {
-      if (fd >= 0) close(fd);
-      return ncclSystemError;
-    }
+    int fd = sideListener(0);
+    if (fd < 0) return ncclSystemError;
     auto* helper = new ListenHelper{fd, {}};
     helper->thread = std::thread([fd] {
       int peer = accept(fd, nullptr, nullptr);  // blocks until someone connects to the side socket: nobody does

@@ -569,18 +569,10 @@ int strangersReceiver(const Channel& channel) {
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void *listenComm = nullptr, *comm = nullptr;
   CHILD_CHECK(peer.net->listen(peer.ctx, 0, handle, &listenComm));
-  auto ours = nns::check::listeningSockets();
-  for (const auto& entry : before) ours.erase(entry.first);
-  CHILD_EXPECT(ours.size() == 1, "%zu new listening sockets, expected the listen comm's one", ours.size());
-  const int garbage = nns::check::connectTcp(ours.begin()->second);
-  const int truncated = nns::check::connectTcp(ours.begin()->second);
-  const int silent = nns::check::connectTcp(ours.begin()->second);
-  CHILD_EXPECT(garbage >= 0 && truncated >= 0 && silent >= 0, "cannot connect to the listen port");
-  const std::vector<unsigned char> noise(4096, 0x5a);  // more than a whole connection info
-  CHILD_EXPECT(send(garbage, noise.data(), noise.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(noise.size()),
-               "send garbage");
-  CHILD_EXPECT(send(truncated, noise.data(), 5, MSG_NOSIGNAL) == 5, "send a truncated info");
-  close(truncated);
+  sockaddr_storage address{};
+  CHILD_EXPECT(nns::check::newListeningSocket(before, &address), "no single new listening socket for the listen comm");
+  nns::check::Strangers strangers;
+  CHILD_EXPECT(nns::check::sendStrangers(address, 4096, &strangers), "could not play the strangers");
   CHILD_EXPECT(channel.send(handle, sizeof(handle)), "handle");
   ncclNetDeviceHandle_v12_t* devHandle = nullptr;
   auto deadline = Clock::now() + std::chrono::seconds(60);
@@ -603,7 +595,8 @@ int strangersReceiver(const Channel& channel) {
   CHILD_EXPECT(warnedAbout("dropping connection from"), "no WARN names the strangers");
   CHILD_EXPECT(warnedAbout("wrong magic"), "the garbage was not reported as such");
   CHILD_EXPECT(warnedAbout("before identifying itself"), "the truncated info was not reported");
-  CHILD_EXPECT(nns::check::closedByPeer(garbage, std::chrono::seconds(2)), "the garbage sender is still connected");
+  CHILD_EXPECT(nns::check::closedByPeer(strangers.garbage, std::chrono::seconds(2)),
+               "the garbage sender is still connected");
   void* none = nullptr;
   deadline = Clock::now() + std::chrono::seconds(10);
   while (!warnedAbout("sent no connection info") && Clock::now() < deadline) {
@@ -612,9 +605,10 @@ int strangersReceiver(const Channel& channel) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   CHILD_EXPECT(warnedAbout("sent no connection info"), "the silent stranger was never dropped");
-  CHILD_EXPECT(nns::check::closedByPeer(silent, std::chrono::seconds(2)), "the silent stranger is still connected");
-  close(garbage);
-  close(silent);
+  CHILD_EXPECT(nns::check::closedByPeer(strangers.silent, std::chrono::seconds(2)),
+               "the silent stranger is still connected");
+  close(strangers.garbage);
+  close(strangers.silent);
   char sync = 0;
   channel.sendValue(sync);
   CHILD_CHECK(peer.net->deregMr(comm, mh));

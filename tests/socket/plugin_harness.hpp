@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nccl_net/net.h>
@@ -129,28 +130,48 @@ inline ncclResult_t acceptUntilDone(const ncclNet_v12_t* net, void* listenComm, 
   return ncclSuccess;
 }
 
-// In one process: listen on `dev`, then drive connect and accept alternately until both comms exist.
-inline ncclResult_t connectPair(const ncclNet_v12_t* net, void* ctx, int dev, void** sendComm, void** recvComm,
-                                void** listenComm) {
-  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-  ncclResult_t result = net->listen(ctx, dev, handle, listenComm);
-  if (result != ncclSuccess) return result;
+// In one process: drive connect (to `handle`) and accept (on `listenComm`) alternately until both comms exist.
+inline ncclResult_t connectToListener(const ncclNet_v12_t* net, void* ctx, int dev, void* handle, void* listenComm,
+                                      void** sendComm, void** recvComm) {
   auto deadline = Clock::now() + std::chrono::seconds(20);
   ncclNetDeviceHandle_v12_t* devHandle = nullptr;
   *sendComm = nullptr;
   *recvComm = nullptr;
   while (*sendComm == nullptr || *recvComm == nullptr) {
     if (*sendComm == nullptr) {
-      result = net->connect(ctx, dev, handle, sendComm, &devHandle);
+      ncclResult_t result = net->connect(ctx, dev, handle, sendComm, &devHandle);
       if (result != ncclSuccess) return result;
     }
     if (*recvComm == nullptr) {
-      result = net->accept(*listenComm, recvComm, &devHandle);
+      ncclResult_t result = net->accept(listenComm, recvComm, &devHandle);
       if (result != ncclSuccess) return result;
     }
     if (Clock::now() > deadline) return ncclTimeout;
   }
   return ncclSuccess;
+}
+
+// In one process: listen on `dev`, then connect and accept.
+inline ncclResult_t connectPair(const ncclNet_v12_t* net, void* ctx, int dev, void** sendComm, void** recvComm,
+                                void** listenComm) {
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  ncclResult_t result = net->listen(ctx, dev, handle, listenComm);
+  if (result != ncclSuccess) return result;
+  return connectToListener(net, ctx, dev, handle, *listenComm, sendComm, recvComm);
+}
+
+// Calls accept on `listenComm` until a WARN containing `needle` was logged (true), for at most 10 s. False also when
+// accept fails or returns a comm (nobody real is connecting).
+inline bool acceptUntilWarned(const ncclNet_v12_t* net, void* listenComm, const std::string& needle) {
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+  while (!warnedAbout(needle)) {
+    void* comm = nullptr;
+    if (Clock::now() > deadline || net->accept(listenComm, &comm, &devHandle) != ncclSuccess || comm != nullptr)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
 }
 
 inline unsigned char patternByte(size_t index, size_t seed) {

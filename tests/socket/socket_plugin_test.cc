@@ -454,50 +454,24 @@ TEST_F(SocketPlugin, StrangersOnTheListenPortAreDroppedAndRealSendersStillConnec
   const auto before = nns::check::listeningSockets();
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
-  auto ours = nns::check::listeningSockets();
-  for (const auto& [port, address] : before) ours.erase(port);
-  ASSERT_EQ(ours.size(), 1u) << "the listen comm's port";
-  const sockaddr_storage address = ours.begin()->second;
-
-  const int garbage = nns::check::connectTcp(address), truncated = nns::check::connectTcp(address),
-            silent = nns::check::connectTcp(address);
-  ASSERT_TRUE(garbage >= 0 && truncated >= 0 && silent >= 0);
-  const std::vector<unsigned char> noise(64, 0x5a);
-  ASSERT_EQ(send(garbage, noise.data(), noise.size(), MSG_NOSIGNAL), static_cast<ssize_t>(noise.size()));
-  ASSERT_EQ(send(truncated, noise.data(), 5, MSG_NOSIGNAL), 5);  // part of a hello, then gone
-  close(truncated);
-
+  sockaddr_storage address{};
+  ASSERT_TRUE(nns::check::newListeningSocket(before, &address)) << "the listen comm's port";
+  nns::check::Strangers strangers;
+  ASSERT_TRUE(nns::check::sendStrangers(address, 64, &strangers));
   // The real sender, after the strangers.
-  auto deadline = Clock::now() + std::chrono::seconds(20);
-  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
-  while (sendComm == nullptr || recvComm == nullptr) {
-    if (sendComm == nullptr) {
-      ASSERT_EQ(net->connect(ctx, 0, handle, &sendComm, &devHandle), ncclSuccess);
-    }
-    if (recvComm == nullptr) {
-      ASSERT_EQ(net->accept(listenComm, &recvComm, &devHandle), ncclSuccess);
-    }
-    ASSERT_LT(Clock::now(), deadline) << "the strangers held up the real sender";
-  }
+  ASSERT_EQ(connectToListener(net, ctx, 0, handle, listenComm, &sendComm, &recvComm), ncclSuccess);
   int received = 0;
   transfer(100000, 100000, 3, &received);
-  EXPECT_TRUE(nns::check::closedByPeer(garbage, std::chrono::seconds(1))) << "the garbage sender is still connected";
+  EXPECT_TRUE(nns::check::closedByPeer(strangers.garbage, std::chrono::seconds(1)))
+      << "the garbage sender is still connected";
   EXPECT_TRUE(warnedAbout("wrong magic or listen id"));
   EXPECT_TRUE(warnedAbout("before identifying itself"));
-
   // The silent one: the listener notices on its next accept calls, once the connect timeout has passed.
-  void* none = nullptr;
-  deadline = Clock::now() + std::chrono::seconds(10);
-  while (!warnedAbout("sent no hello within the connect timeout") && Clock::now() < deadline) {
-    ASSERT_EQ(net->accept(listenComm, &none, &devHandle), ncclSuccess);
-    EXPECT_EQ(none, nullptr) << "a stranger became a receive comm";
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_TRUE(warnedAbout("sent no hello within the connect timeout"));
-  EXPECT_TRUE(nns::check::closedByPeer(silent, std::chrono::seconds(1)));
+  EXPECT_TRUE(acceptUntilWarned(net, listenComm, "sent no hello within the connect timeout"));
+  EXPECT_TRUE(nns::check::closedByPeer(strangers.silent, std::chrono::seconds(1)));
   EXPECT_TRUE(warnedAbout("dropping connection from 127.0.0.1:"));
-  close(garbage);
-  close(silent);
+  close(strangers.garbage);
+  close(strangers.silent);
   transfer(1000, 1000, 4, &received);  // the real pair still works
 }
 

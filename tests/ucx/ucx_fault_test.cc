@@ -165,28 +165,12 @@ TEST(UcxStrangers, DroppedWhileRealSendersStillConnect) {
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void *listenComm = nullptr, *sendComm = nullptr, *recvComm = nullptr;
   ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
-  auto ours = nns::check::listeningSockets();
-  for (const auto& entry : before) ours.erase(entry.first);
-  ASSERT_EQ(ours.size(), 1u) << "the listen comm's side-channel port";
-  const int garbage = nns::check::connectTcp(ours.begin()->second);
-  const int truncated = nns::check::connectTcp(ours.begin()->second);
-  const int silent = nns::check::connectTcp(ours.begin()->second);
-  ASSERT_TRUE(garbage >= 0 && truncated >= 0 && silent >= 0);
-  const std::vector<unsigned char> noise(4096, 0x5a);
-  ASSERT_EQ(send(garbage, noise.data(), noise.size(), MSG_NOSIGNAL), static_cast<ssize_t>(noise.size()));
-  ASSERT_EQ(send(truncated, noise.data(), 5, MSG_NOSIGNAL), 5);
-  close(truncated);
-  auto deadline = Clock::now() + std::chrono::seconds(20);
-  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
-  while (sendComm == nullptr || recvComm == nullptr) {
-    if (sendComm == nullptr) {
-      ASSERT_EQ(net->connect(ctx, 0, handle, &sendComm, &devHandle), ncclSuccess);
-    }
-    if (recvComm == nullptr) {
-      ASSERT_EQ(net->accept(listenComm, &recvComm, &devHandle), ncclSuccess);
-    }
-    ASSERT_LT(Clock::now(), deadline) << "the strangers held up the real sender";
-  }
+  sockaddr_storage address{};
+  ASSERT_TRUE(nns::check::newListeningSocket(before, &address)) << "the listen comm's side-channel port";
+  nns::check::Strangers strangers;
+  ASSERT_TRUE(nns::check::sendStrangers(address, 4096, &strangers));
+  ASSERT_EQ(connectToListener(net, ctx, 0, handle, listenComm, &sendComm, &recvComm), ncclSuccess);
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
   std::vector<unsigned char> source(100000), target(100000, 0);
   for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<unsigned char>(i * 13 + 5);
   void *sendRequest = nullptr, *recvRequest = nullptr;
@@ -209,18 +193,11 @@ TEST(UcxStrangers, DroppedWhileRealSendersStillConnect) {
   EXPECT_EQ(source, target);
   EXPECT_TRUE(warnedAbout("wrong magic"));
   EXPECT_TRUE(warnedAbout("before identifying itself"));
-  EXPECT_TRUE(nns::check::closedByPeer(garbage, std::chrono::seconds(2)));
-  void* none = nullptr;
-  deadline = Clock::now() + std::chrono::seconds(10);
-  while (!warnedAbout("NNS_UCX_CONNECT_TIMEOUT_MS") && Clock::now() < deadline) {
-    ASSERT_EQ(net->accept(listenComm, &none, &devHandle), ncclSuccess);
-    EXPECT_EQ(none, nullptr) << "a stranger became a receive comm";
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_TRUE(warnedAbout("NNS_UCX_CONNECT_TIMEOUT_MS")) << "the silent stranger was never dropped";
-  EXPECT_TRUE(nns::check::closedByPeer(silent, std::chrono::seconds(2)));
-  close(garbage);
-  close(silent);
+  EXPECT_TRUE(nns::check::closedByPeer(strangers.garbage, std::chrono::seconds(2)));
+  EXPECT_TRUE(acceptUntilWarned(net, listenComm, "NNS_UCX_CONNECT_TIMEOUT_MS")) << "the silent stranger stayed";
+  EXPECT_TRUE(nns::check::closedByPeer(strangers.silent, std::chrono::seconds(2)));
+  close(strangers.garbage);
+  close(strangers.silent);
   EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
   EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
   EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);

@@ -919,24 +919,22 @@ Verdict foreignHandleIsAnError(Context& c) {
 }
 
 Verdict strangersAreDropped(Context& c) {
-  // Before the real sender: on each TCP port the plugin's listen opened in this process, 4 KiB of garbage and a
-  // connection that says nothing. accept must go on returning success, with no comm, until the real sender is in.
+  // Before the real sender: on each TCP port the plugin's listen opened in this process, 4 KiB of garbage, 5 bytes
+  // and a hang-up, and a connection that says nothing. accept must go on returning success, with no comm, until the
+  // real sender is in.
   const auto before = listeningSockets();
   size_t ports = 0;
   std::vector<int> garbage, silent;
-  const std::vector<unsigned char> noise(4096, 0x5a);
+  bool connected = true;
   auto strangers = [&]() {
     auto ours = listeningSockets();
     for (const auto& entry : before) ours.erase(entry.first);
     ports = ours.size();
     for (const auto& entry : ours) {
-      int fd = connectTcp(entry.second);
-      if (fd >= 0) {
-        garbage.push_back(fd);
-        (void)!send(fd, noise.data(), noise.size(), MSG_NOSIGNAL);
-      }
-      fd = connectTcp(entry.second);
-      if (fd >= 0) silent.push_back(fd);
+      Strangers on;
+      connected = sendStrangers(entry.second, 4096, &on) && connected;
+      if (on.garbage >= 0) garbage.push_back(on.garbage);
+      if (on.silent >= 0) silent.push_back(on.silent);
     }
   };
   const auto start = Clock::now();
@@ -947,14 +945,15 @@ Verdict strangersAreDropped(Context& c) {
   for (int fd : garbage) close(fd);
   for (int fd : silent) close(fd);
   if (v.status != Status::kPass)
-    return fail("with a garbage and a silent connection on each of its %zu TCP listening port(s): %s", ports,
-                v.evidence.c_str());
+    return fail("with garbage, a truncated hello and a silent connection on each of its %zu TCP listening port(s): %s",
+                ports, v.evidence.c_str());
   if (ports == 0) return skip("listen opened no TCP listening socket in this process: nothing for a stranger to reach");
-  if (garbage.empty()) return fail("could not connect to the %zu TCP port(s) listen opened", ports);
-  char text[200];
+  if (!connected) return fail("could not connect to (or write to) the %zu TCP port(s) listen opened", ports);
+  char text[320];
   std::snprintf(text, sizeof(text),
-                "%zu TCP listening port(s), each with a garbage and a silent stranger: the sender got through and "
-                "its 2 messages arrived in %.2f s; %zu of %zu garbage connection(s) closed by the plugin",
+                "%zu TCP listening port(s), each with garbage, a truncated hello and a silent stranger: the sender "
+                "got through and its 2 messages arrived in %.2f s; %zu of %zu garbage connection(s) closed by the "
+                "plugin",
                 ports, seconds, dropped, garbage.size());
   return pass(text);
 }

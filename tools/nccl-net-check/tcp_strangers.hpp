@@ -72,6 +72,16 @@ inline std::map<int, sockaddr_storage> listeningSockets() {
   return sockets;
 }
 
+// The one TCP listening socket that appeared since the snapshot `before` (what a listen call opened): false when
+// none or several did.
+inline bool newListeningSocket(const std::map<int, sockaddr_storage>& before, sockaddr_storage* address) {
+  auto now = listeningSockets();
+  for (const auto& entry : before) now.erase(entry.first);
+  if (now.size() != 1) return false;
+  *address = now.begin()->second;
+  return true;
+}
+
 // A blocking TCP connection to `address`, or -1.
 inline int connectTcp(const sockaddr_storage& address) {
   const int fd = socket(address.ss_family, SOCK_STREAM, 0);
@@ -79,6 +89,24 @@ inline int connectTcp(const sockaddr_storage& address) {
   if (fd >= 0 && ::connect(fd, reinterpret_cast<const sockaddr*>(&address), length) == 0) return fd;
   if (fd >= 0) close(fd);
   return -1;
+}
+
+// Three strangers on `address`: `garbage` sends `noiseBytes` bytes of 0x5a and stays, another sends 5 bytes (part
+// of any hello) and leaves, `silent` connects and says nothing. The caller closes the two that stay.
+struct Strangers {
+  int garbage = -1;
+  int silent = -1;
+};
+inline bool sendStrangers(const sockaddr_storage& address, size_t noiseBytes, Strangers* strangers) {
+  const std::string noise(noiseBytes, '\x5a');
+  strangers->garbage = connectTcp(address);
+  strangers->silent = connectTcp(address);
+  const int truncated = connectTcp(address);
+  bool ok = strangers->garbage >= 0 && strangers->silent >= 0 && truncated >= 0 &&
+            send(strangers->garbage, noise.data(), noise.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(noise.size()) &&
+            send(truncated, noise.data(), 5, MSG_NOSIGNAL) == 5;
+  if (truncated >= 0) close(truncated);
+  return ok;
 }
 
 // Whether the other end closed `fd` within `timeout` (end of stream or a reset).
