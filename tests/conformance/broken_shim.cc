@@ -101,6 +101,12 @@ constexpr uint32_t kSideMagic = 0x6e6e7321;
 std::map<void*, int> gSideChannels;
 #endif
 
+#ifdef NNS_BUG_GLOBAL_RECV_COMM
+// The connection lives in a global, written for one connection per pair of processes: irecv posts on the most
+// recently accepted comm, whichever comm it is given.
+void* gLastRecvComm = nullptr;
+#endif
+
 #ifdef NNS_BUG_HANDLE_UNCHECKED
 // The handle is a bare socket address, no magic: connect cannot tell a foreign handle from a listener that is not up
 // yet, and retries "connecting" to it until a connect timeout of minutes runs out.
@@ -228,6 +234,9 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t
   }
 #endif
   ncclResult_t result = real()->accept(listenComm, recvComm, devComm);
+#ifdef NNS_BUG_GLOBAL_RECV_COMM
+  if (result == ncclSuccess && *recvComm != nullptr) gLastRecvComm = *recvComm;
+#endif
 #ifdef NNS_BUG_CRASH_ON_CLOSE
   if (result == ncclSuccess && *recvComm != nullptr) {
     void* page = mmap(nullptr, kPageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -333,6 +342,9 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
   *request = group;
   return ncclSuccess;
 #else
+#ifdef NNS_BUG_GLOBAL_RECV_COMM
+  if (gLastRecvComm != nullptr) comm = gLastRecvComm;
+#endif
   ncclResult_t result = real()->irecv(comm, n, data, sizes, tags, mhandles, phandles, request);
 #ifdef NNS_BUG_LIMITED_REQUESTS
   if (result == ncclSuccess && *request != nullptr) gPendingRecvs.insert(*request);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -888,6 +889,107 @@ Verdict everyCallReturns(Context& c) {
               std::to_string(gCallTimeout) + " s");
 }
 
+Verdict manyCommsAtOnce(Context& c) {
+  // NCCL opens a connection per peer and channel, so two ranks hold several at once and use them interleaved. Each
+  // must carry its own messages only: 8 connections, 12 rounds of one message on each (sizes and bytes differ per
+  // connection and round), posted on all 8 before any is waited for.
+  constexpr int kComms = 8, kRounds = 12;
+  auto sizeOf = [](int comm, int round) { return static_cast<size_t>(1000 + 997 * comm + 7919 * round); };
+  auto seedOf = [](int comm, int round) { return static_cast<uint64_t>(100 * comm + round + 1); };
+  const size_t capacity = sizeOf(kComms - 1, kRounds - 1);
+  std::vector<std::array<unsigned char, NCCL_NET_HANDLE_MAXSIZE>> handles(kComms);
+  std::vector<void*> listenComms(kComms, nullptr), recvComms(kComms, nullptr);
+  auto closeAll = [&]() {
+    for (void* comm : recvComms)
+      if (comm != nullptr) CALL("closeRecv", c.net->closeRecv(comm));
+    for (void* comm : listenComms)
+      if (comm != nullptr) CALL("closeListen", c.net->closeListen(comm));
+  };
+  for (int i = 0; i < kComms; ++i)
+    if (CALL("listen", c.net->listen(c.ctx, c.dev, handles[i].data(), &listenComms[i])) != ncclSuccess) {
+      closeAll();
+      return fail("listen %d of %d failed", i + 1, kComms);
+    }
+  int checkedPipe[2];
+  if (pipe(checkedPipe) != 0) return fail("pipe failed");
+  pid_t peer = startPeer(c, [&]() {
+    close(checkedPipe[1]);
+    std::vector<void*> sendComms(kComms, nullptr);
+    for (int i = 0; i < kComms; ++i)
+      if ((sendComms[i] = connectWithin(c, handles[i].data(), 20)) == nullptr) return 20;
+    std::vector<std::vector<unsigned char>> buffers(kComms, std::vector<unsigned char>(capacity));
+    int code = 0;
+    for (int round = 0; round < kRounds && code == 0; ++round) {
+      std::vector<void*> requests(kComms, nullptr);
+      for (int i = 0; i < kComms && code == 0; ++i) {
+        fill(buffers[i], sizeOf(i, round), seedOf(i, round));
+        if (postSend(c, sendComms[i], buffers[i].data(), sizeOf(i, round), 1, &requests[i]) != ncclSuccess) code = 32;
+      }
+      for (int i = 0; i < kComms && code == 0; ++i) {
+        int size = -1;
+        if (waitDone(c, requests[i], &size, 10) != ncclSuccess) code = 30;
+        else if (size != static_cast<int>(sizeOf(i, round))) code = 31;
+      }
+    }
+    pollfd checked{checkedPipe[0], POLLIN, 0};
+    poll(&checked, 1, 60000);
+    for (void* comm : sendComms)
+      if (comm != nullptr) CALL("closeSend", c.net->closeSend(comm));
+    return code;
+  });
+  close(checkedPipe[0]);
+  Verdict verdict = pass("");
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  for (int accepted = 0; accepted < kComms && verdict.status == Status::kPass;) {
+    accepted = 0;
+    for (int i = 0; i < kComms; ++i) {
+      if (recvComms[i] == nullptr &&
+          CALL("accept", c.net->accept(listenComms[i], &recvComms[i], nullptr)) != ncclSuccess)
+        verdict = fail("accept on listener %d returned an error", i);
+      accepted += recvComms[i] != nullptr ? 1 : 0;
+    }
+    if (accepted < kComms && Clock::now() > deadline)
+      verdict = fail("only %d of %d connections were accepted within 20 s", accepted, kComms);
+  }
+  std::vector<std::vector<unsigned char>> buffers(kComms, std::vector<unsigned char>(capacity));
+  for (int round = 0; round < kRounds && verdict.status == Status::kPass; ++round) {
+    std::vector<void*> requests(kComms, nullptr);
+    for (int i = 0; i < kComms && verdict.status == Status::kPass; ++i) {
+      void* data = buffers[i].data();
+      size_t size = capacity;
+      int tag = 1;  // the same on every connection, as tags repeat across NCCL's connections
+      if (postRecv(c, recvComms[i], 1, &data, &size, &tag, &requests[i]) != ncclSuccess)
+        verdict = fail("irecv on connection %d, round %d failed", i, round);
+    }
+    for (int i = 0; i < kComms && verdict.status == Status::kPass; ++i) {
+      int size = -1;
+      ncclResult_t result = waitDone(c, requests[i], &size, 10);
+      if (result != ncclSuccess) {
+        verdict = fail("connection %d, round %d: test returned %d%s", i, round, static_cast<int>(result),
+                       result == ncclTimeout ? " (nothing arrived within 10 s)" : "");
+      } else if (size != static_cast<int>(sizeOf(i, round)) || firstMismatch(buffers[i], size, seedOf(i, round)) >= 0) {
+        // Whose message it was, when it was another connection's: the evidence of crossed connections.
+        std::string whose;
+        for (int j = 0; j < kComms && whose.empty(); ++j)
+          for (int r = 0; r < kRounds && whose.empty(); ++r)
+            if (size == static_cast<int>(sizeOf(j, r)) && firstMismatch(buffers[i], size, seedOf(j, r)) < 0)
+              whose = ": it was connection " + std::to_string(j) + "'s message of round " + std::to_string(r);
+        verdict = fail("connection %d, round %d: received %d bytes, expected %zu%s", i, round, size, sizeOf(i, round),
+                       whose.empty() ? " (or wrong bytes)" : whose.c_str());
+      }
+    }
+  }
+  (void)!write(checkedPipe[1], "c", 1);
+  int code = waitPeer(peer, 30);
+  close(checkedPipe[1]);
+  closeAll();
+  if (verdict.status != Status::kPass) return verdict;
+  if (code == 31) return fail("the sender's test reported a size other than the one it sent");
+  if (code != 0) return fail("%s", peerText(code).c_str());
+  return pass("8 connections between the same two processes, 12 rounds of one message each posted on all 8 at once: "
+              "every message arrived on its own connection, sizes and bytes right");
+}
+
 Verdict foreignHandleIsAnError(Context& c) {
   // Ranks that loaded different plugins, or versions of one, exchange handles the other cannot read, and NCCL hands
   // them to connect as they are. The plainest foreign handle, 128 zero bytes (no magic, no address; a plugin keeping
@@ -990,6 +1092,8 @@ const std::vector<Rule>& rules() {
        peerDeathIsAnError},
       {{"every-call-returns", "each plugin call returns within the call timeout (a watchdog guards every rule)"},
        everyCallReturns},
+      {{"many-comms-at-once", "8 connections between two processes, used interleaved, each carry only their own "
+                              "messages"}, manyCommsAtOnce},
       {{"foreign-handle-is-an-error", "connect with a handle of 128 zero bytes returns an error promptly, never a "
                                       "comm"}, foreignHandleIsAnError},
       {{"strangers-are-dropped", "garbage and silent connections on the listen port neither fail accept nor keep "
