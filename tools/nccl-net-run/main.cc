@@ -1,6 +1,8 @@
 // nccl-net-run: a local launcher: runs N copies of a command as ranks 0..N-1 on this host (NNS_RANK,
 // NNS_WORLD_SIZE, NNS_ROOT_ADDR), kills them all at the first failure, and exits with that rank's status.
+// Like mpirun, it binds each rank to a share of the CPUs when there are enough for all (--bind-to none: not).
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -13,7 +15,67 @@
 #include <string>
 #include <vector>
 
+#ifdef NNS_RUN_HWLOC
+#include <hwloc.h>
+#include <hwloc/glibc-sched.h>
+#endif
+
 namespace {
+
+// Each rank's CPUs: the CPUs this launcher may use, spread over the ranks along the machine's topology (hwloc's
+// distribution: whole packages, caches and cores before threads of one core), as mpirun binds by default. Ranks
+// that each own a core neither share it nor migrate: two ranks left on one core wait for each other at every
+// message. Empty, and every rank left unbound, when the ranks outnumber the CPUs; `why` then says so.
+std::vector<cpu_set_t> rankCpuSets(int ranks, std::string* why) {
+  std::vector<cpu_set_t> sets;
+#ifdef NNS_RUN_HWLOC
+  hwloc_topology_t topology;
+  if (hwloc_topology_init(&topology) != 0) {
+    *why = "hwloc could not start";
+    return sets;
+  }
+  hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+  if (hwloc_topology_load(topology) != 0 || hwloc_get_cpubind(topology, allowed, HWLOC_CPUBIND_PROCESS) != 0 ||
+      hwloc_topology_restrict(topology, allowed, 0) != 0) {
+    *why = "hwloc could not read this machine's topology";
+  } else if (int cpus = hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_PU); ranks > cpus) {
+    *why = std::to_string(ranks) + " ranks on " + std::to_string(cpus) + " CPUs";
+  } else {
+    std::vector<hwloc_cpuset_t> shares(static_cast<size_t>(ranks));
+    hwloc_obj_t root = hwloc_get_root_obj(topology);
+    if (hwloc_distrib(topology, &root, 1, shares.data(), static_cast<unsigned>(ranks), INT_MAX, 0) != 0) {
+      *why = "hwloc could not spread the ranks";
+    } else {
+      for (hwloc_cpuset_t share : shares) {
+        cpu_set_t set;
+        hwloc_cpuset_to_glibc_sched_affinity(topology, share, &set, sizeof(set));
+        sets.push_back(set);
+      }
+    }
+    for (hwloc_cpuset_t share : shares) hwloc_bitmap_free(share);
+  }
+  hwloc_bitmap_free(allowed);
+  hwloc_topology_destroy(topology);
+#else
+  (void)ranks;
+  *why = "built without hwloc";
+#endif
+  return sets;
+}
+
+// "0-3,8" for a CPU set.
+std::string cpuList(const cpu_set_t& set) {
+  std::string list;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set) || (cpu > 0 && CPU_ISSET(cpu - 1, &set))) continue;
+    int last = cpu;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
+    if (!list.empty()) list += ',';
+    list += std::to_string(cpu);
+    if (last > cpu) list += '-' + std::to_string(last);
+  }
+  return list;
+}
 
 // A listening socket on a free loopback port, kept open and handed to rank 0 (NNS_ROOT_LISTEN_FD), so the port
 // cannot be taken by another process between choosing it and rank 0's listen. -1 on failure.
@@ -34,7 +96,11 @@ int rootListener(int ranks, int* port) {
 }
 
 void usage(const char* self) {
-  std::fprintf(stderr, "usage: %s -n RANKS [--timeout SECONDS] COMMAND [ARGS...]\n", self);
+  std::fprintf(stderr,
+               "usage: %s -n RANKS [--timeout SECONDS] [--bind-to spread|none] [--report-bindings] COMMAND [ARGS...]\n"
+               "  --bind-to spread (the default): each rank gets its share of the CPUs, spread over the machine's\n"
+               "    topology, when there are at least as many CPUs as ranks; none: ranks are not bound\n",
+               self);
 }
 
 }  // namespace
@@ -42,6 +108,7 @@ void usage(const char* self) {
 int main(int argc, char** argv) {
   int ranks = 0;
   int timeoutSeconds = 0;
+  bool bind = true, report = false;
   int first = 1;
   while (first < argc && argv[first][0] == '-') {
     std::string flag = argv[first];
@@ -51,6 +118,17 @@ int main(int argc, char** argv) {
     } else if (flag == "--timeout" && first + 1 < argc) {
       timeoutSeconds = std::atoi(argv[first + 1]);
       first += 2;
+    } else if (flag == "--bind-to" && first + 1 < argc) {
+      std::string policy = argv[first + 1];
+      if (policy != "spread" && policy != "none") {
+        std::fprintf(stderr, "nccl-net-run: --bind-to %s: spread or none\n", policy.c_str());
+        return 2;
+      }
+      bind = policy == "spread";
+      first += 2;
+    } else if (flag == "--report-bindings") {
+      report = true;
+      ++first;
     } else {
       break;
     }
@@ -68,10 +146,20 @@ int main(int argc, char** argv) {
   std::string root = "127.0.0.1:" + std::to_string(port);
   std::string job = std::to_string(getpid()) + "-" +
                     std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::string unbound = "--bind-to none";
+  std::vector<cpu_set_t> cpus = bind ? rankCpuSets(ranks, &unbound) : std::vector<cpu_set_t>{};
+  if (report) {
+    for (int rank = 0; rank < ranks; ++rank)
+      std::fprintf(stderr, "nccl-net-run: rank %d %s\n", rank,
+                   cpus.empty() ? ("not bound (" + unbound + ")").c_str()
+                                : ("bound to CPUs " + cpuList(cpus[static_cast<size_t>(rank)])).c_str());
+  }
   std::vector<pid_t> children;
   for (int rank = 0; rank < ranks; ++rank) {
     pid_t pid = fork();
     if (pid == 0) {
+      if (!cpus.empty() && sched_setaffinity(0, sizeof(cpu_set_t), &cpus[static_cast<size_t>(rank)]) != 0)
+        std::fprintf(stderr, "nccl-net-run: rank %d not bound: %s\n", rank, std::strerror(errno));
       setenv("NNS_RANK", std::to_string(rank).c_str(), 1);
       setenv("NNS_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
       setenv("NNS_ROOT_ADDR", root.c_str(), 1);

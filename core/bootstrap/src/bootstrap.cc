@@ -50,8 +50,15 @@ int remainingMs(Clock::time_point deadline) {
   return left > 0 ? static_cast<int>(left) : 0;
 }
 
+// Polls for a short while before sleeping in poll(): the ranks then leave a barrier within microseconds of each
+// other, where a rank woken from its sleep comes back tens of microseconds late and the first collective after the
+// barrier waits for it (MPI's barriers spin too).
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
+
 void waitFor(int fd, short events, Clock::time_point deadline, const char* what) {
   pollfd p{fd, events, 0};
+  for (auto spinUntil = Clock::now() + kSpinBeforeSleep; Clock::now() < spinUntil;)
+    if (poll(&p, 1, 0) > 0) return;
   for (;;) {
     int ready = poll(&p, 1, remainingMs(deadline));
     if (ready > 0) return;
