@@ -6,6 +6,10 @@ Each round runs, for each rank count: ours (socket plugin on lo), Open MPI MPI_A
 (pml ob1, btl tcp,self), Open MPI's default (shared memory), gloo::AllreduceRing and gloo::AllreduceRingChunked
 (TCP on 127.0.0.1); the table shows the median over rounds per size.
 
+Every launcher binds its ranks as it does by default: mpirun to a core each while there are enough cores (none when
+oversubscribed), nccl-net-run to an equal share of the CPUs on the same condition, and this script the Gloo ranks in
+the same way as nccl-net-run.
+
 Usage: compare.py [--build build/release] [--ranks 2 4] [--rounds 3] [-b 8] [-e 64M] [-f 8] [-n 20] [-w 5]
                   [--raw FILE]   (every run's output appended to FILE)
 """
@@ -64,14 +68,25 @@ def build_references(args, work):
     return mpi, gloo
 
 
+def cpu_shares(ranks):
+    """Each rank's CPUs: this process's CPUs cut into `ranks` equal runs, or None (unbound) when too few."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if ranks > len(cpus):
+        return None
+    return [cpus[r * len(cpus) // ranks:(r + 1) * len(cpus) // ranks] for r in range(ranks)]
+
+
 def gloo_run(gloo, algo, ranks, args, work, tag):
     store = os.path.join(work, f"store-{tag}")
     os.makedirs(store)
     procs = []
+    shares = cpu_shares(ranks)
     for rank in range(ranks):
         cmd = [gloo, "--rank", str(rank), "--size", str(ranks), "--store", store, "--algo", algo,
                "-b", str(args.b), "-e", str(args.e), "-f", str(args.f), "-n", str(args.n), "-w", str(args.w)]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        bind = (lambda share=shares[rank]: os.sched_setaffinity(0, share)) if shares else None
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      preexec_fn=bind))
     outputs = []
     for proc in procs:
         try:
@@ -104,7 +119,7 @@ def main():
         mpi, gloo = build_references(args, work)
         bench = os.path.join(args.build, "bin", "nccl-net-bench")
         launcher = os.path.join(args.build, "bin", "nccl-net-run")
-        mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+        mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
         mpi_args = [mpi, str(min_bytes), str(max_bytes), str(args.f), str(args.n)]
         ours_env = dict(os.environ, NCCL_SOCKET_IFNAME="lo")
         # results[ranks][column][size] = [(time_us, busbw) per round]
