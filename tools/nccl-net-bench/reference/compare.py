@@ -122,7 +122,7 @@ def main():
         mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
         mpi_args = [mpi, str(min_bytes), str(max_bytes), str(args.f), str(args.n)]
         ours_env = dict(os.environ, NCCL_SOCKET_IFNAME="lo")
-        # results[ranks][column][size] = [(time_us, busbw) per round]
+        # results[ranks][column][size] = {round: (time_us, busbw)}
         results = {n: {c: {} for c in COLUMNS} for n in args.ranks}
         print(f"# compare.py {' '.join(sys.argv[1:])}")
         print(f"# {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; uptime: {os.popen('uptime').read().strip()}")
@@ -149,7 +149,7 @@ def main():
                     if raw:
                         raw.write(f"=== round {rnd}, {n} ranks, {column}\n{out}\n")
                     for size, value in rows(out, *cols).items():
-                        results[n][column].setdefault(size, []).append(value)
+                        results[n][column].setdefault(size, {})[rnd] = value
                     print(f"# round {rnd}, {n} ranks, {TITLES[column]}: {len(rows(out, *cols))} sizes",
                           file=sys.stderr)
         for n in args.ranks:
@@ -161,8 +161,19 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
 
-def median(values, index):
-    return statistics.median(v[index] for v in values) if values else None
+def median(by_round, index):
+    return statistics.median(v[index] for v in by_round.values()) if by_round else None
+
+
+def per_round(result, size, column):
+    """The time ratio column/ours of each round that has both: the host's speed drifts over minutes, so a round's own
+    ratio (its runs seconds apart) says more than a ratio of medians taken over the whole run."""
+    ours, other = result["ours"].get(size, {}), result[column].get(size, {})
+    return [other[r][0] / ours[r][0] for r in sorted(ours) if r in other and ours[r][0] and other[r][0]]
+
+
+def spread(ratios):
+    return f"{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]" if ratios else "-"
 
 
 def fmt(value, digits=3):
@@ -179,7 +190,7 @@ def print_table(n, result, rounds):
           "ours/OMPI-tcp |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for size in sizes:
-        t = {c: median(result[c].get(size, []), 0) for c in COLUMNS}
+        t = {c: median(result[c].get(size, {}), 0) for c in COLUMNS}
         bw = {c: size / (t[c] * 1e-6) / 1e9 * 2 * (n - 1) / n if t[c] else None for c in COLUMNS}
         gloo_best = max((v for v in (bw["gloo_ring"], bw["gloo_ring_chunked"]) if v), default=None)
         vs_gloo = bw["ours"] / gloo_best if bw["ours"] and gloo_best else None
@@ -187,10 +198,16 @@ def print_table(n, result, rounds):
         print(f"| {size} | " + " | ".join(fmt_bw(bw[c]) for c in COLUMNS) + f" | {fmt(vs_gloo, 2)} | {fmt(vs_tcp, 2)} |")
     smallest = sizes[0] if sizes else None
     if smallest is not None:
-        lat = {c: median(result[c].get(smallest, []), 0) for c in COLUMNS}
+        lat = {c: median(result[c].get(smallest, {}), 0) for c in COLUMNS}
         ratio = lat["ours"] / lat["ompi_tcp"] if lat["ours"] and lat["ompi_tcp"] else None
         print(f"\n{smallest}-byte latency (time, us): " + ", ".join(f"{TITLES[c]} {fmt(lat[c], 1)}" for c in COLUMNS) +
               f"; ours/OMPI-tcp time ratio = {fmt(ratio, 2)} (below 1: ours is faster)")
+    large = [size for size in sizes if size >= 1 << 20]
+    if large:
+        print("\nRound by round, ours against OMPI-tcp (busbw ratio, median [lowest-highest] over the rounds): " +
+              ", ".join(f"{size} B {spread(per_round(result, size, 'ompi_tcp'))}" for size in large) +
+              (f"; {smallest} B time ratio {spread([1 / r for r in per_round(result, smallest, 'ompi_tcp')])}"
+               if smallest is not None else ""))
 
 
 def fmt_bw(value):
