@@ -103,6 +103,34 @@ TEST(Bootstrap, ARankThatNeverArrivesIsANamedErrorAfterTheTimeout) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
+TEST(Bootstrap, CountsTheRanksOnThisMachine) {
+  // Three ranks, as threads of this process: one machine (one boot id), so each counts three, and the all-gathers
+  // after the count still line up.
+  const int ranks = 3;
+  const int port = test::freeLoopbackPort();
+  std::vector<std::string> errors(ranks, "still running");
+  std::vector<int> local(ranks, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        core::Bootstrap bootstrap(core::LaunchInfo{r, ranks, "127.0.0.1", port, "test"}, std::chrono::seconds(20));
+        local[r] = bootstrap.localRanks();
+        auto all = bootstrap.allGather("rank" + std::to_string(r));
+        bootstrap.barrier();
+        errors[r] = all == std::vector<std::string>{"rank0", "rank1", "rank2"} ? "" : "wrong all-gather";
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(local[r], ranks) << "rank " << r;
+  }
+}
+
 class DeadRank : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {

@@ -24,6 +24,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long a wait polls before it sleeps, where the ranks of this machine do not outnumber its CPUs.
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
+
 const char* firstSet(std::initializer_list<const char*> names, const char** which) {
   for (const char* name : names) {
     const char* value = std::getenv(name);
@@ -50,14 +53,13 @@ int remainingMs(Clock::time_point deadline) {
   return left > 0 ? static_cast<int>(left) : 0;
 }
 
-// Polls for a short while before sleeping in poll(): the ranks then leave a barrier within microseconds of each
-// other, where a rank woken from its sleep comes back tens of microseconds late and the first collective after the
-// barrier waits for it (MPI's barriers spin too).
-constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
-
-void waitFor(int fd, short events, Clock::time_point deadline, const char* what) {
+// With `spin`, polls for that long before sleeping in poll(): the ranks then leave a barrier within microseconds of
+// each other, where a rank woken from its sleep comes back tens of microseconds late and the first collective after
+// the barrier waits for it (MPI's barriers spin too).
+void waitFor(int fd, short events, Clock::time_point deadline, const char* what,
+             std::chrono::microseconds spin = std::chrono::microseconds(0)) {
   pollfd p{fd, events, 0};
-  for (auto spinUntil = Clock::now() + kSpinBeforeSleep; Clock::now() < spinUntil;)
+  for (auto spinUntil = Clock::now() + spin; Clock::now() < spinUntil;)
     if (poll(&p, 1, 0) > 0) return;
   for (;;) {
     int ready = poll(&p, 1, remainingMs(deadline));
@@ -67,10 +69,11 @@ void waitFor(int fd, short events, Clock::time_point deadline, const char* what)
   }
 }
 
-void sendAll(int fd, const void* data, size_t bytes, Clock::time_point deadline) {
+void sendAll(int fd, const void* data, size_t bytes, Clock::time_point deadline,
+             std::chrono::microseconds spin = std::chrono::microseconds(0)) {
   auto* p = static_cast<const char*>(data);
   while (bytes > 0) {
-    waitFor(fd, POLLOUT, deadline, "sending");
+    waitFor(fd, POLLOUT, deadline, "sending", spin);
     ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) fail(std::string("send failed: ") + std::strerror(errno));
@@ -79,10 +82,11 @@ void sendAll(int fd, const void* data, size_t bytes, Clock::time_point deadline)
   }
 }
 
-void recvAll(int fd, void* data, size_t bytes, Clock::time_point deadline) {
+void recvAll(int fd, void* data, size_t bytes, Clock::time_point deadline,
+             std::chrono::microseconds spin = std::chrono::microseconds(0)) {
   auto* p = static_cast<char*>(data);
   while (bytes > 0) {
-    waitFor(fd, POLLIN, deadline, "receiving");
+    waitFor(fd, POLLIN, deadline, "receiving", spin);
     ssize_t n = recv(fd, p, bytes, 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n == 0) fail("a peer closed the bootstrap connection (rank died?)");
@@ -92,19 +96,32 @@ void recvAll(int fd, void* data, size_t bytes, Clock::time_point deadline) {
   }
 }
 
-void sendMessage(int fd, const std::string& text, Clock::time_point deadline) {
+void sendMessage(int fd, const std::string& text, Clock::time_point deadline, std::chrono::microseconds spin) {
   uint32_t length = static_cast<uint32_t>(text.size());
-  sendAll(fd, &length, sizeof(length), deadline);
-  sendAll(fd, text.data(), text.size(), deadline);
+  sendAll(fd, &length, sizeof(length), deadline, spin);
+  sendAll(fd, text.data(), text.size(), deadline, spin);
 }
 
-std::string recvMessage(int fd, Clock::time_point deadline) {
+std::string recvMessage(int fd, Clock::time_point deadline, std::chrono::microseconds spin) {
   uint32_t length = 0;
-  recvAll(fd, &length, sizeof(length), deadline);
+  recvAll(fd, &length, sizeof(length), deadline, spin);
   if (length > (64u << 20)) fail("oversized bootstrap message");
   std::string text(length, '\0');
-  recvAll(fd, text.data(), length, deadline);
+  recvAll(fd, text.data(), length, deadline, spin);
   return text;
+}
+
+// What tells this machine apart (one kernel: one set of CPUs, even across network namespaces): its boot id, else
+// its host name.
+std::string machineId() {
+  char id[64] = {};
+  if (FILE* file = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    bool read = std::fgets(id, sizeof(id), file) != nullptr;
+    std::fclose(file);
+    if (read && id[0] != '\0') return id;
+  }
+  gethostname(id, sizeof(id) - 1);
+  return id;
 }
 
 sockaddr_storage resolve(const std::string& host, int port, socklen_t* length) {
@@ -257,25 +274,35 @@ Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
       ++arrived;
     }
     close(listener);
-    return;
-  }
-  // Non-root: retry while rank 0 is not listening yet.
-  for (;;) {
-    int fd = socket(root.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&root), length) == 0) {
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      rootSocket_ = fd;
-      sendAll(fd, &mine, sizeof(mine), deadline);
-      return;
+  } else {
+    // Non-root: retry while rank 0 is not listening yet.
+    for (;;) {
+      int fd = socket(root.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&root), length) == 0) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        rootSocket_ = fd;
+        sendAll(fd, &mine, sizeof(mine), deadline);
+        break;
+      }
+      int err = errno;
+      close(fd);
+      if (Clock::now() > deadline)
+        fail("rank " + std::to_string(rank_) + " could not reach rank 0 at " + info.rootHost + ":" +
+             std::to_string(info.rootPort) + " within " + std::to_string(timeout_.count()) +
+             " ms: " + std::strerror(err));
+      usleep(20000);
     }
-    int err = errno;
-    close(fd);
-    if (Clock::now() > deadline)
-      fail("rank " + std::to_string(rank_) + " could not reach rank 0 at " + info.rootHost + ":" +
-           std::to_string(info.rootPort) + " within " + std::to_string(timeout_.count()) + " ms: " + std::strerror(err));
-    usleep(20000);
   }
+  // Waits poll before they sleep only where each rank can have a CPU of its own: ranks that share one would spin in
+  // the time the rank they wait for needs to get there. (8-byte allreduces after the barrier, 20 per run, medians of
+  // 10 runs: 2 ranks on 2 CPUs 7.5 us with the spin against 7.95 without; 4 ranks on 2 CPUs 49 against 48, and in
+  // an earlier 9-run comparison 54 against 43.)
+  const std::string machine = machineId();
+  const auto everyone = allGather(machine);
+  localRanks_ = static_cast<int>(std::count(everyone.begin(), everyone.end(), machine));
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  spin_ = cpus > 0 && localRanks_ <= cpus ? kSpinBeforeSleep : std::chrono::microseconds(0);
 }
 
 Bootstrap::~Bootstrap() {
@@ -293,18 +320,18 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
   }
   if (rank_ == 0) {
     all[0] = mine;
-    for (int r = 1; r < size_; ++r) all[r] = recvMessage(memberSockets_[r], deadline);
+    for (int r = 1; r < size_; ++r) all[r] = recvMessage(memberSockets_[r], deadline, spin_);
     std::string packed;
     for (const auto& part : all) {
       uint32_t length = static_cast<uint32_t>(part.size());
       packed.append(reinterpret_cast<const char*>(&length), sizeof(length));
       packed += part;
     }
-    for (int r = 1; r < size_; ++r) sendMessage(memberSockets_[r], packed, deadline);
+    for (int r = 1; r < size_; ++r) sendMessage(memberSockets_[r], packed, deadline, spin_);
     return all;
   }
-  sendMessage(rootSocket_, mine, deadline);
-  std::string packed = recvMessage(rootSocket_, deadline);
+  sendMessage(rootSocket_, mine, deadline, spin_);
+  std::string packed = recvMessage(rootSocket_, deadline, spin_);
   size_t offset = 0;
   for (int r = 0; r < size_; ++r) {
     uint32_t length = 0;

@@ -32,6 +32,8 @@ class Bootstrap {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // Ranks on this machine (the same boot id), this one included.
+  int localRanks() const { return localRanks_; }
 
   // Every rank contributes `mine` (same length on every rank); returns all contributions in rank order.
   std::vector<std::string> allGather(const std::string& mine);
@@ -41,6 +43,8 @@ class Bootstrap {
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
+  int localRanks_ = 1;
+  std::chrono::microseconds spin_{0};  // how long a wait polls before it sleeps
   int rootSocket_ = -1;              // non-root: connection to the root
   std::vector<int> memberSockets_;   // root: connection to each rank (index = rank, own slot -1)
 };
