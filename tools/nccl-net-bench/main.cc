@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "nns/core/cpus.hpp"
 #include "nns/coll/collectives.hpp"
 
 #ifdef NNS_BENCH_CUDA
@@ -214,6 +215,11 @@ int main(int argc, char** argv) {
                   registerBuffers ? ", buffers registered (zero-copy)" : "");
       std::printf("# buffers in %s; slots in %s\n", deviceBuffers ? "GPU memory" : "host memory",
                   comm.slotMemoryDescription().c_str());
+      int cpus = 0;
+      const std::string ownCpus = core::ownCpus(&cpus);
+      const long online = sysconf(_SC_NPROCESSORS_ONLN);
+      std::printf("# %d rank(s) on this machine, %ld CPU(s) online; rank 0 %s CPU(s) %s\n",
+                  comm.bootstrap().localRanks(), online, cpus < online ? "bound to" : "unbound, on", ownCpus.c_str());
       if (collective == "allreduce")
         std::printf("# algorithm: %s%s\n", coll::algorithmName(algorithm),
                     algorithm == coll::Algorithm::Auto

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "nns/core/cpus.hpp"
+
 #ifdef NNS_RUN_HWLOC
 #include <hwloc.h>
 #include <hwloc/glibc-sched.h>
@@ -61,20 +63,6 @@ std::vector<cpu_set_t> rankCpuSets(int ranks, std::string* why) {
   *why = "built without hwloc";
 #endif
   return sets;
-}
-
-// "0-3,8" for a CPU set.
-std::string cpuList(const cpu_set_t& set) {
-  std::string list;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &set) || (cpu > 0 && CPU_ISSET(cpu - 1, &set))) continue;
-    int last = cpu;
-    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
-    if (!list.empty()) list += ',';
-    list += std::to_string(cpu);
-    if (last > cpu) list += '-' + std::to_string(last);
-  }
-  return list;
 }
 
 // A listening socket on a free loopback port, kept open and handed to rank 0 (NNS_ROOT_LISTEN_FD), so the port
@@ -152,7 +140,7 @@ int main(int argc, char** argv) {
     for (int rank = 0; rank < ranks; ++rank)
       std::fprintf(stderr, "nccl-net-run: rank %d %s\n", rank,
                    cpus.empty() ? ("not bound (" + unbound + ")").c_str()
-                                : ("bound to CPUs " + cpuList(cpus[static_cast<size_t>(rank)])).c_str());
+                                : ("bound to CPUs " + nns::core::cpuList(cpus[static_cast<size_t>(rank)])).c_str());
   }
   std::vector<pid_t> children;
   for (int rank = 0; rank < ranks; ++rank) {
