@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <thread>
 #include <vector>
@@ -149,6 +150,15 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
   props->maxRecvs = v8Fields.maxRecvs;
   props->netDeviceType = v8Fields.netDeviceType;
   props->netDeviceVersion = v8Fields.netDeviceVersion;
+#endif
+#ifdef NNS_BUG_GARBLED_NAME
+  // The name points at bytes that are not text: a buffer filled by a raw copy of a firmware string, say. A 0xff
+  // byte is never valid UTF-8, and 0x07 rings the terminal's bell.
+  static char garbled[8][24];
+  if (result == ncclSuccess && dev >= 0 && dev < 8) {
+    std::snprintf(garbled[dev], sizeof(garbled[dev]), "shm\xff\x07%d", dev);
+    props->name = garbled[dev];
+  }
 #endif
   return result;
 }
@@ -325,7 +335,7 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
 #ifdef NNS_BUG_TAGS_IGNORED
   (void)tags, (void)phandles;  // the bug: the tags never reach the wire
   if (n < 1 || n > kMaxRecvs) return ncclInvalidArgument;
-  auto* group = new GroupRequest{n, {}, {}, {}};
+  auto group = std::make_unique<GroupRequest>(GroupRequest{n, {}, {}, {}});
   for (int i = 0; i < n; ++i) {
     int anyTag = 0;
     void* part = nullptr;
@@ -338,8 +348,8 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
     }
     group->parts[i] = part;
   }
-  gGroups.insert(group);
-  *request = group;
+  gGroups.insert(group.get());
+  *request = group.release();
   return ncclSuccess;
 #else
 #ifdef NNS_BUG_GLOBAL_RECV_COMM

@@ -141,6 +141,43 @@ TEST(Resolution, ALibraryThatIsNotAPluginIsRejectedWithTheReason) {
       << report.candidates[0].rejectReason;
 }
 
+// A table NCCL would crash on is refused before anything in it is called, and the next entry of the list is tried.
+TEST(Resolution, ATableWithNullEntriesIsRejectedBeforeAnyCall) {
+  LoadReport report;
+  auto net = loadNet(inBuildTree("defective-null-entries,minimal"), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  EXPECT_STREQ(net->name(), "minimal");
+  const std::string& reason = report.candidates[0].rejectReason;
+  EXPECT_NE(reason.find("ncclNetPlugin_v12: getProperties, listen, connect, accept, regMr, deregMr, isend, irecv, "
+                        "test, closeSend, closeRecv, closeListen, finalize are NULL, which NCCL calls without a check"),
+            std::string::npos)
+      << reason;
+  EXPECT_EQ(reason.find("init,"), std::string::npos) << "init is there: " << reason;
+
+  std::string error;
+  EXPECT_EQ(openNetVersion(kDir + "/libnccl-net-defective-null-entries.so", 12, &error), nullptr);
+  EXPECT_NE(error.find("getProperties, listen"), std::string::npos) << error;
+  EXPECT_EQ(openCollNetVersion(kDir + "/libnccl-net-defective-null-entries.so", 12, &error), nullptr);
+  EXPECT_NE(error.find("ncclCollNetPlugin_v12: its name is NULL; devices, getProperties"), std::string::npos) << error;
+}
+
+TEST(Resolution, ASymbolThatIsNotATableIsRejectedUnread) {
+  LoadReport report;
+  EXPECT_EQ(loadNet(inBuildTree("defective-function"), &report), nullptr);
+  ASSERT_EQ(report.candidates.size(), 1u);
+  EXPECT_NE(report.candidates[0].rejectReason.find("ncclNetPlugin_v12: it is a function, not an ncclNet_v12_t"),
+            std::string::npos)
+      << report.candidates[0].rejectReason;
+
+  report = LoadReport{};
+  EXPECT_EQ(loadNet(inBuildTree("defective-short-object"), &report), nullptr);
+  ASSERT_EQ(report.candidates.size(), 1u);
+  EXPECT_NE(report.candidates[0].rejectReason.find("it is a 24-byte object; an ncclNet_v12_t has " +
+                                                   std::to_string(sizeof(ncclNet_v12_t))),
+            std::string::npos)
+      << report.candidates[0].rejectReason;
+}
+
 TEST(Resolution, InitFailureRejectsTheCandidate) {
   if (dlopen((kDir + "/libnccl-net-socket.so").c_str(), RTLD_NOW | RTLD_NOLOAD) == nullptr &&
       access((kDir + "/libnccl-net-socket.so").c_str(), F_OK) != 0)

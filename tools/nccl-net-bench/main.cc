@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "nns/tools/guarded_main.hpp"
 #include "nns/core/cpus.hpp"
 #include "nns/coll/collectives.hpp"
 
@@ -134,7 +135,7 @@ double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type, b
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int runTool(int argc, char** argv) {
   CLI::App app{"nccl-net-bench: collective benchmark over an ncclNet plugin, nccl-tests columns"};
   std::string collective = "allreduce", minText = "8", maxText = "64M", typeText = "float", opText = "sum", plugin;
   std::string algoText = "auto";
@@ -276,7 +277,10 @@ int main(int argc, char** argv) {
       comm.registerBuffer(sendBuffer.data(), sendBuffer.size());
       comm.registerBuffer(recvBuffer.data(), recvBuffer.size());
     }
-    for (double bytesD = static_cast<double>(parseBytes(minText)); bytesD <= maxBytes; bytesD *= factor) {
+    // Row r has -b times -f to the r, up to -e; a row that would not grow ends the table (-f 1, or -b 0).
+    const double minBytesD = static_cast<double>(parseBytes(minText));
+    for (int row = 0; minBytesD * std::pow(factor, row) <= maxBytes; ++row) {
+      const double bytesD = minBytesD * std::pow(factor, row);
       size_t count = static_cast<size_t>(bytesD) / es;
       if ((collective == "allgather" || collective == "reducescatter")) count -= count % n;
       size_t bytes = count * es;
@@ -371,7 +375,7 @@ int main(int argc, char** argv) {
                     algbw, algbw * busFactor, check ? std::to_string(totalWrong).c_str() : "N/A");
         std::fflush(stdout);
       }
-      if (bytesD * factor <= bytesD) break;
+      if (minBytesD * std::pow(factor, row + 1) <= bytesD) break;
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nccl-net-bench: rank %d: %s\n", launch.rank, e.what());
@@ -383,3 +387,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+int main(int argc, char** argv) { return nns::tools::guardedMain("nccl-net-bench", argc, argv, runTool); }

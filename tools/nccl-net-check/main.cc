@@ -16,6 +16,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "nns/core/printable.hpp"
+#include "nns/tools/guarded_main.hpp"
 #include "harness.hpp"
 #include "netns.hpp"
 
@@ -99,7 +101,7 @@ std::string libDirBesideExecutable() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int runTool(int argc, char** argv) {
   CLI::App app{"nccl-net-check: conformance rules for an ncclNet plugin, each side in its own process"};
   nns::check::Options options;
   std::string plugin;
@@ -148,7 +150,7 @@ int main(int argc, char** argv) {
     for (const auto& c : report.candidates) std::fprintf(stderr, "  %s: %s\n", c.requested.c_str(), c.rejectReason.c_str());
     return 2;
   }
-  std::string name = net->name();
+  std::string name = nns::core::printable(net->name());
   std::string path = net->path();
   int version = net->version();
   std::string filePath = realLibraryPath(path);
@@ -235,7 +237,7 @@ int main(int argc, char** argv) {
     out["passed"] = passed;
     out["failed"] = failed;
     out["skipped"] = skipped;
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     std::printf("%s", trafficLine.c_str());
@@ -255,3 +257,5 @@ int main(int argc, char** argv) {
   }
   return failed > 0 ? 1 : 0;
 }
+
+int main(int argc, char** argv) { return nns::tools::guardedMain("nccl-net-check", argc, argv, runTool); }

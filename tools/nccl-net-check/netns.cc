@@ -26,7 +26,8 @@ char gIpPath[256] = "";
 char gLiveNamespaces[2][64] = {"", ""};
 
 std::string findIp() {
-  std::string dirs = std::getenv("PATH") != nullptr ? std::getenv("PATH") : "";
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "";
   dirs += ":/usr/sbin:/sbin:/usr/bin:/bin";  // ctest and sudo may run with a PATH without the sbin directories
   std::stringstream stream(dirs);
   std::string dir;

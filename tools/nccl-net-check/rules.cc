@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "nns/core/printable.hpp"
 #include "netns.hpp"
 #include "tcp_strangers.hpp"
 
@@ -362,9 +363,14 @@ Verdict propertiesSane(Context& c) {
     ncclNetProperties_v12_t p;
     if (CALL("getProperties", c.net->getProperties(dev, &p)) != ncclSuccess) return fail("getProperties(%d) failed", dev);
     if (p.name == nullptr || !names.insert(p.name).second)
-      return fail("device %d: name %s is missing or not unique (NCCL keys NICs by name)", dev, p.name ? p.name : "NULL");
+      return fail("device %d: name %s is missing or not unique (NCCL keys NICs by name)", dev,
+                  core::printable(p.name).c_str());
+    if (size_t bad = 0; !core::isPrintableText(p.name, &bad))
+      return fail("device %d: name \"%s\" has byte 0x%02x at %zu, not printable ASCII (NCCL writes names into its "
+                  "logs and topology XML as they are)",
+                  dev, core::printable(p.name).c_str(), static_cast<unsigned char>(p.name[bad]), bad);
     if (p.pciPath != nullptr && std::strncmp(p.pciPath, "/sys/", 5) != 0)
-      return fail("device %d: pciPath %s is not a /sys path", dev, p.pciPath);
+      return fail("device %d: pciPath %s is not a /sys path", dev, core::printable(p.pciPath).c_str());
     if (p.speed <= 0) return fail("device %d: speed %d Mbps", dev, p.speed);
     if (!(p.ptrSupport & NCCL_PTR_HOST)) return fail("device %d: ptrSupport 0x%x lacks NCCL_PTR_HOST", dev, p.ptrSupport);
     if (p.maxComms <= 0 || p.maxRecvs < 1 || p.maxRecvs > 64)
@@ -383,7 +389,7 @@ Verdict propertiesSane(Context& c) {
         !(p.netDeviceType == NCCL_NET_DEVICE_UNPACK && p.netDeviceVersion == NCCL_NET_DEVICE_UNPACK_VERSION))
       return fail("device %d: netDeviceType %d version %d is not one NCCL accepts for ncclNet", dev,
                   p.netDeviceType, p.netDeviceVersion);
-    summary += std::string(dev ? "; " : "") + p.name + " " + std::to_string(p.speed) + " Mbps maxRecvs " +
+    summary += std::string(dev ? "; " : "") + core::printable(p.name) + " " + std::to_string(p.speed) + " Mbps maxRecvs " +
                std::to_string(p.maxRecvs);
   }
   return pass(std::to_string(ndev) + " device(s): " + summary);
@@ -851,12 +857,16 @@ Verdict everyVersionAgrees(Context& c) {
     if (CALL("init", net->init(&ctx, 1, nullptr, nullptr, nullptr)) != ncclSuccess) return fail("ncclNet_v%d: init failed", version);
     ncclNetProperties_v12_t p;
     if (CALL("getProperties", net->getProperties(c.dev, &p)) != ncclSuccess) return fail("ncclNet_v%d: getProperties failed", version);
-    if (std::strcmp(p.name, c.props.name) != 0 || p.speed != c.props.speed || p.ptrSupport != c.props.ptrSupport ||
+    // Compared as printed, so a NULL name is a difference, not a crash.
+    const std::string name = core::printable(p.name), newestName = core::printable(c.props.name);
+    if (name != newestName || p.speed != c.props.speed || p.ptrSupport != c.props.ptrSupport ||
         p.maxComms != c.props.maxComms || p.maxRecvs != c.props.maxRecvs || p.guid != c.props.guid)
       return fail("ncclNet_v%d reports %s %d Mbps ptr 0x%x maxRecvs %d, v%d reports %s %d Mbps ptr 0x%x maxRecvs %d",
-                  version, p.name, p.speed, p.ptrSupport, p.maxRecvs, c.net->version(), c.props.name, c.props.speed,
-                  c.props.ptrSupport, c.props.maxRecvs);
-    if (std::strcmp(net->name(), c.net->name()) != 0) return fail("ncclNet_v%d is named %s, not %s", version, net->name(), c.net->name());
+                  version, name.c_str(), p.speed, p.ptrSupport, p.maxRecvs, c.net->version(), newestName.c_str(),
+                  c.props.speed, c.props.ptrSupport, c.props.maxRecvs);
+    if (std::strcmp(net->name(), c.net->name()) != 0)
+      return fail("ncclNet_v%d is named %s, not %s", version, core::printable(net->name()).c_str(),
+                  core::printable(c.net->name()).c_str());
     Context other{net.get(), ctx, c.dev, p};
     Verdict v = transferChecked(other, {{3, 1}, {70000, 2}}, 1 << 17);
     if (v.status != Status::kPass) return fail("ncclNet_v%d: %s", version, v.evidence.c_str());

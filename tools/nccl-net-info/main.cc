@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "nns/tools/guarded_main.hpp"
 #include "nns/core/loader.hpp"
+#include "nns/core/printable.hpp"
 
 namespace {
 
@@ -62,8 +64,8 @@ json deviceJson(int dev, const ncclNetProperties_v12_t& p) {
   json vdevs = json::array();
   for (int i = 0; i < p.vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC; ++i) vdevs.push_back(p.vProps.devs[i]);
   return json{{"dev", dev},
-              {"name", p.name != nullptr ? p.name : ""},
-              {"pciPath", p.pciPath != nullptr ? json(p.pciPath) : json(nullptr)},
+              {"name", p.name != nullptr ? nns::core::printable(p.name) : ""},
+              {"pciPath", p.pciPath != nullptr ? json(nns::core::printable(p.pciPath)) : json(nullptr)},
               {"guid", p.guid},
               {"speedMbps", p.speed},
               {"port", p.port},
@@ -87,7 +89,7 @@ void printDevices(const json& devices);  // one line per device, below main
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int runTool(int argc, char** argv) {
   CLI::App app{"nccl-net-info: the net plugins NCCL would find, their ABI versions, and their devices"};
   std::string plugin;
   bool asJson = false;
@@ -161,7 +163,7 @@ int main(int argc, char** argv) {
     }
     if (result != ncclSuccess) deviceError = "init/devices returned " + std::to_string(static_cast<int>(result));
     net->finalize(ctx);
-    out["chosen"] = {{"name", net->name()}, {"path", net->path()}, {"version", net->version()}};
+    out["chosen"] = {{"name", nns::core::printable(net->name())}, {"path", net->path()}, {"version", net->version()}};
   } else {
     out["chosen"] = nullptr;
   }
@@ -194,7 +196,7 @@ int main(int argc, char** argv) {
     collNet = {{"path", collReport.path},
                {"exportedVersions", versionsJson(collReport.exportedVersions)},
                {"chosenVersion", collReport.chosenVersion},
-               {"name", coll != nullptr ? json(coll->name()) : json(nullptr)},
+               {"name", coll != nullptr ? json(nns::core::printable(coll->name())) : json(nullptr)},
                {"rejectReason", collReport.rejectReason},
                {"error", collError},
                {"devices", collDevices}};
@@ -202,7 +204,7 @@ int main(int argc, char** argv) {
   out["collNet"] = collNet;
 
   if (asJson) {
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return net != nullptr ? 0 : 1;
   }
 
@@ -233,7 +235,7 @@ int main(int argc, char** argv) {
     std::printf("\nNo plugin loaded: NCCL would fall back to its internal IB/Socket nets.\n");
     return 1;
   }
-  std::printf("\nDevices of %s (ncclNet_v%d):\n", net->name(), net->version());
+  std::printf("\nDevices of %s (ncclNet_v%d):\n", nns::core::printable(net->name()).c_str(), net->version());
   if (!deviceError.empty()) std::printf("  %s\n", deviceError.c_str());
   printDevices(devices);
 
@@ -276,3 +278,5 @@ void printDevices(const json& devices) {
 }
 
 }  // namespace
+
+int main(int argc, char** argv) { return nns::tools::guardedMain("nccl-net-info", argc, argv, runTool); }

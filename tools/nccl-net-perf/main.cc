@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "nns/tools/guarded_main.hpp"
 #include "nns/core/loader.hpp"
 
 namespace {
@@ -269,7 +270,7 @@ size_t parseSize(const std::string& text) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int runTool(int argc, char** argv) {
   CLI::App app{"nccl-net-perf: point-to-point bandwidth and latency of an ncclNet plugin between two processes"};
   Settings settings;
   nns::core::LoadOptions load;
@@ -365,7 +366,7 @@ int main(int argc, char** argv) {
     out["multiRecv"] = settings.multiRecv;
     for (const Row& row : rows)
       out["results"].push_back({{"bytes", row.bytes}, {"latencyUs", row.latencyUs}, {"bandwidthGBs", row.bandwidthGBs}});
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
   std::printf("# nccl-net-perf: plugin %s (ncclNet_v%d, %s), dev %d, iters %d, warmup %d, window %d, multi-recv %d\n",
@@ -375,3 +376,5 @@ int main(int argc, char** argv) {
   for (const Row& row : rows) std::printf("  %12zu %14.2f %14.3f\n", row.bytes, row.latencyUs, row.bandwidthGBs);
   return 0;
 }
+
+int main(int argc, char** argv) { return nns::tools::guardedMain("nccl-net-perf", argc, argv, runTool); }

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "nns/tools/guarded_main.hpp"
 #include "nns/core/cpus.hpp"
 
 #ifdef NNS_RUN_HWLOC
@@ -95,7 +96,7 @@ void usage(const char* self) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int runTool(int argc, char** argv) {
   int ranks = 0;
   int timeoutSeconds = 0;
   bool bind = true, report = false;
@@ -197,3 +198,5 @@ int main(int argc, char** argv) {
   }
   return exitCode;
 }
+
+int main(int argc, char** argv) { return nns::tools::guardedMain("nccl-net-run", argc, argv, runTool); }

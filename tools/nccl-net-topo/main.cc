@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "nns/tools/guarded_main.hpp"
 #include "nns/topology/analysis.h"
 #include "nns/topology/discovery.h"
 
@@ -157,7 +158,7 @@ json analysisJson(const Analysis& a) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int runTool(int argc, char** argv) {
   CLI::App app{"nccl-net-topo: NCCL's topology model of a machine, every decision with its reason"};
   std::string topoFile, dumpXml, dumpGraph, graphFile, netName = "IB";
   bool jsonOut = false, dotOut = false, ncclLog = false, noSearch = false, ignoreEnv = false, showPaths = true;
@@ -241,7 +242,7 @@ int main(int argc, char** argv) {
                           {"cpuVendor", discovery.cpuVendor},
                           {"cpuModel", discovery.cpuModelName},
                           {"notes", discovery.notes}};
-      std::cout << j.dump(2) << "\n";
+      std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
       return 0;
     }
     if (dotOut) {
@@ -281,3 +282,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+int main(int argc, char** argv) { return nns::tools::guardedMain("nccl-net-topo", argc, argv, runTool); }

@@ -3,14 +3,17 @@
 #include "adapters.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <type_traits>
+#include <vector>
 
 namespace nns::core::detail {
 
@@ -547,48 +550,124 @@ class CollNetAdapter final : public CollNet {
 
 }  // namespace
 
-std::unique_ptr<Net> makeNetAdapter(int version, const void* table, std::shared_ptr<Library> library) {
+namespace {
+
+// What a table's exported symbol is, when the library's symbol table says: a function, or an object smaller than the
+// table, is refused before a byte of it is read as function pointers.
+std::string symbolDefect(const void* table, size_t tableBytes, const char* typeName) {
+  Dl_info info{};
+  void* entry = nullptr;
+  if (dladdr1(table, &info, &entry, RTLD_DL_SYMENT) == 0 || entry == nullptr || info.dli_saddr != table) return "";
+  const auto* symbol = static_cast<const ElfW(Sym)*>(entry);
+  const int type = ELF64_ST_TYPE(symbol->st_info);
+  if (type == STT_FUNC || type == STT_GNU_IFUNC) return std::string("it is a function, not an ") + typeName;
+  if (type == STT_OBJECT && symbol->st_size != 0 && symbol->st_size < tableBytes)
+    return "it is a " + std::to_string(symbol->st_size) + "-byte object; an " + typeName + " has " +
+           std::to_string(tableBytes) + " (built against another version's header?)";
+  return "";
+}
+
+// Entries NCCL 2.30 calls without a NULL check (net-abi.md §5.5): one of them NULL crashes NCCL at its first use,
+// so the table is refused, and probing does not go on to older versions, since NCCL would not either.
+std::string nullEntries(const char* name, const std::vector<const char*>& missing) {
+  std::string text = name == nullptr ? "its name is NULL" : "";
+  if (missing.empty()) return text;
+  std::string list;
+  for (const char* entry : missing) list += (list.empty() ? "" : ", ") + std::string(entry);
+  return text + (text.empty() ? "" : "; ") + list + (missing.size() == 1 ? " is NULL" : " are NULL") +
+         ", which NCCL calls without a check";
+}
+
+template <int V>
+std::string netDefect(const void* table) {
+  using T = typename Table<V>::Net;
+  const std::string typeName = "ncclNet_v" + std::to_string(V) + "_t";
+  if (std::string symbol = symbolDefect(table, sizeof(T), typeName.c_str()); !symbol.empty()) return symbol;
+  const T& t = *static_cast<const T*>(table);
+  std::vector<const char*> missing;
+  auto need = [&](bool present, const char* entry) {
+    if (!present) missing.push_back(entry);
+  };
+  need(t.init != nullptr, "init");
+  need(t.devices != nullptr, "devices");
+  need(t.getProperties != nullptr, "getProperties");
+  need(t.listen != nullptr, "listen");
+  need(t.connect != nullptr, "connect");
+  need(t.accept != nullptr, "accept");
+  need(t.regMr != nullptr, "regMr");
+  need(t.deregMr != nullptr, "deregMr");
+  need(t.isend != nullptr, "isend");
+  need(t.irecv != nullptr, "irecv");
+  need(t.test != nullptr, "test");
+  need(t.closeSend != nullptr, "closeSend");
+  need(t.closeRecv != nullptr, "closeRecv");
+  need(t.closeListen != nullptr, "closeListen");
+  if constexpr (V >= 11) need(t.finalize != nullptr, "finalize");
+  return nullEntries(t.name, missing);
+}
+
+template <int V>
+std::string collNetDefect(const void* table) {
+  using T = typename Table<V>::Coll;
+  const std::string typeName = "ncclCollNet_v" + std::to_string(V) + "_t";
+  if (std::string symbol = symbolDefect(table, sizeof(T), typeName.c_str()); !symbol.empty()) return symbol;
+  const T& t = *static_cast<const T*>(table);
+  std::vector<const char*> missing;
+  auto need = [&](bool present, const char* entry) {
+    if (!present) missing.push_back(entry);
+  };
+  need(t.init != nullptr, "init");
+  need(t.devices != nullptr, "devices");
+  need(t.getProperties != nullptr, "getProperties");
+  need(t.listen != nullptr, "listen");
+  need(t.connect != nullptr, "connect");
+  need(t.reduceSupport != nullptr, "reduceSupport");
+  need(t.regMr != nullptr, "regMr");
+  need(t.deregMr != nullptr, "deregMr");
+  need(t.iallreduce != nullptr, "iallreduce");
+  need(t.test != nullptr, "test");
+  need(t.closeColl != nullptr, "closeColl");
+  need(t.closeListen != nullptr, "closeListen");
+  if constexpr (V >= 11) need(t.finalize != nullptr, "finalize");
+  return nullEntries(t.name, missing);
+}
+
+template <template <int> class Adapter, class Base>
+std::unique_ptr<Base> makeChecked(int version, const void* table, std::shared_ptr<Library> library,
+                                  std::string* defect, bool coll) {
+  auto check = [&]<int V>() -> std::unique_ptr<Base> {
+    std::string why = coll ? collNetDefect<V>(table) : netDefect<V>(table);
+    if (!why.empty()) {
+      if (defect != nullptr) *defect = std::move(why);
+      return nullptr;
+    }
+    using T = std::conditional_t<std::is_base_of_v<Net, Base>, typename Table<V>::Net, typename Table<V>::Coll>;
+    return std::make_unique<Adapter<V>>(static_cast<const T*>(table), std::move(library));
+  };
   switch (version) {
-    case 12: return std::make_unique<NetAdapter<12>>(static_cast<const ncclNet_v12_t*>(table), std::move(library));
-    case 11: return std::make_unique<NetAdapter<11>>(static_cast<const ncclNet_v11_t*>(table), std::move(library));
-    case 10: return std::make_unique<NetAdapter<10>>(static_cast<const ncclNet_v10_t*>(table), std::move(library));
-    case 9: return std::make_unique<NetAdapter<9>>(static_cast<const ncclNet_v9_t*>(table), std::move(library));
-    case 8: return std::make_unique<NetAdapter<8>>(static_cast<const ncclNet_v8_t*>(table), std::move(library));
-    case 7: return std::make_unique<NetAdapter<7>>(static_cast<const ncclNet_v7_t*>(table), std::move(library));
-    case 6: return std::make_unique<NetAdapter<6>>(static_cast<const ncclNet_v6_t*>(table), std::move(library));
-    default: return nullptr;
+    case 12: return check.template operator()<12>();
+    case 11: return check.template operator()<11>();
+    case 10: return check.template operator()<10>();
+    case 9: return check.template operator()<9>();
+    case 8: return check.template operator()<8>();
+    case 7: return check.template operator()<7>();
+    case 6: return check.template operator()<6>();
+    default:
+      if (defect != nullptr) *defect = "version " + std::to_string(version) + " is not one this host knows";
+      return nullptr;
   }
 }
 
-}  // namespace nns::core::detail
+}  // namespace
 
-namespace nns::core::detail {
+std::unique_ptr<Net> makeNetAdapter(int version, const void* table, std::shared_ptr<Library> library,
+                                    std::string* defect) {
+  return makeChecked<NetAdapter, Net>(version, table, std::move(library), defect, false);
+}
 
-std::unique_ptr<CollNet> makeCollNetAdapter(int version, const void* table, std::shared_ptr<Library> library) {
-  switch (version) {
-    case 12:
-      return std::make_unique<CollNetAdapter<12>>(static_cast<const ncclCollNet_v12_t*>(table),
-                                                      std::move(library));
-    case 11:
-      return std::make_unique<CollNetAdapter<11>>(static_cast<const ncclCollNet_v11_t*>(table),
-                                                      std::move(library));
-    case 10:
-      return std::make_unique<CollNetAdapter<10>>(static_cast<const ncclCollNet_v10_t*>(table),
-                                                      std::move(library));
-    case 9:
-      return std::make_unique<CollNetAdapter<9>>(static_cast<const ncclCollNet_v9_t*>(table),
-                                                    std::move(library));
-    case 8:
-      return std::make_unique<CollNetAdapter<8>>(static_cast<const ncclCollNet_v8_t*>(table),
-                                                    std::move(library));
-    case 7:
-      return std::make_unique<CollNetAdapter<7>>(static_cast<const ncclCollNet_v7_t*>(table),
-                                                    std::move(library));
-    case 6:
-      return std::make_unique<CollNetAdapter<6>>(static_cast<const ncclCollNet_v6_t*>(table),
-                                                    std::move(library));
-    default: return nullptr;
-  }
+std::unique_ptr<CollNet> makeCollNetAdapter(int version, const void* table, std::shared_ptr<Library> library,
+                                            std::string* defect) {
+  return makeChecked<CollNetAdapter, CollNet>(version, table, std::move(library), defect, true);
 }
 
 }  // namespace nns::core::detail

@@ -21,11 +21,16 @@ struct Library {
   std::string path;
 };
 
-// Wraps the table `table` (an ncclNet_v<version>_t) of `library`. Returns nullptr for an unknown version.
-std::unique_ptr<Net> makeNetAdapter(int version, const void* table, std::shared_ptr<Library> library);
+// Wraps the table `table` (what dlsym gave for ncclNetPlugin_v<version>) of `library`. Returns nullptr, with the
+// reason in *defect, for an unknown version or a table that must not be used: an exported symbol that is a function
+// or an object smaller than the table, a NULL name, or NULL entries that NCCL calls without a check (net-abi.md
+// §5.5). NCCL would crash on such a table rather than try an older version, so callers stop probing there.
+std::unique_ptr<Net> makeNetAdapter(int version, const void* table, std::shared_ptr<Library> library,
+                                    std::string* defect);
 
-// Wraps the table `table` (an ncclCollNet_v<version>_t) of `library`. Returns nullptr for an unknown version.
-std::unique_ptr<CollNet> makeCollNetAdapter(int version, const void* table, std::shared_ptr<Library> library);
+// The same for an ncclCollNet_v<version>_t.
+std::unique_ptr<CollNet> makeCollNetAdapter(int version, const void* table, std::shared_ptr<Library> library,
+                                            std::string* defect);
 
 // The host-side ceiling NCCL puts on v6..v8 plugins' messages (MAX_NET_SIZE) and collectives (MAX_COLLNET_SIZE).
 inline constexpr size_t kLegacyMaxP2pBytes = 1ull << 30;

@@ -146,8 +146,9 @@ std::unique_ptr<Net> openNetVersion(const std::string& path, int version, std::s
   std::shared_ptr<detail::Library> library;
   const void* table = openTable(path, "ncclNetPlugin_v" + std::to_string(version), &library, error);
   if (table == nullptr) return nullptr;
-  auto net = detail::makeNetAdapter(version, table, library);
-  if (net == nullptr && error != nullptr) *error = "ncclNet_v" + std::to_string(version) + " is not a known version";
+  std::string defect;
+  auto net = detail::makeNetAdapter(version, table, library, &defect);
+  if (net == nullptr && error != nullptr) *error = "ncclNetPlugin_v" + std::to_string(version) + ": " + defect;
   return net;
 }
 
@@ -155,9 +156,9 @@ std::unique_ptr<CollNet> openCollNetVersion(const std::string& path, int version
   std::shared_ptr<detail::Library> library;
   const void* table = openTable(path, "ncclCollNetPlugin_v" + std::to_string(version), &library, error);
   if (table == nullptr) return nullptr;
-  auto coll = detail::makeCollNetAdapter(version, table, library);
-  if (coll == nullptr && error != nullptr)
-    *error = "ncclCollNet_v" + std::to_string(version) + " is not a known version";
+  std::string defect;
+  auto coll = detail::makeCollNetAdapter(version, table, library, &defect);
+  if (coll == nullptr && error != nullptr) *error = "ncclCollNetPlugin_v" + std::to_string(version) + ": " + defect;
   return coll;
 }
 
@@ -181,7 +182,12 @@ std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
   }
   int version = out.exportedVersions.front();
   std::string symbol = "ncclCollNetPlugin_v" + std::to_string(version);
-  auto coll = detail::makeCollNetAdapter(version, dlsym(handle, symbol.c_str()), library);
+  std::string defect;
+  auto coll = detail::makeCollNetAdapter(version, dlsym(handle, symbol.c_str()), library, &defect);
+  if (coll == nullptr) {
+    out.rejectReason = symbol + ": " + defect;
+    return nullptr;
+  }
   // As NCCL does: init, then devices; a failure or no device disables collNet only.
   void* ctx = nullptr;
   ncclResult_t result = coll->init(&ctx, 0, nullptr);
@@ -234,7 +240,13 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
     }
     int version = candidate.exportedVersions.front();
     std::string symbol = "ncclNetPlugin_v" + std::to_string(version);
-    auto net = detail::makeNetAdapter(version, dlsym(handle, symbol.c_str()), library);
+    std::string defect;
+    auto net = detail::makeNetAdapter(version, dlsym(handle, symbol.c_str()), library, &defect);
+    if (net == nullptr) {
+      candidate.rejectReason = symbol + ": " + defect;
+      out.candidates.push_back(std::move(candidate));
+      continue;
+    }
     // As NCCL does: init, then devices; a failure or no device rejects the plugin and finalizes it.
     void* ctx = nullptr;
     ncclResult_t result = net->init(&ctx, 0, nullptr, nullptr, nullptr);
