@@ -39,7 +39,7 @@ int main(void) {
 
   int wrong = 0;
   for (int i = 0; i < kCount; ++i) {
-    float expected = (float)size * i + (float)(size * (size - 1) / 2);
+    float expected = (float)size * (float)i + (float)size * (float)(size - 1) / 2.0f; /* exact: both sums are whole numbers */
     if (values[i] != expected) ++wrong;
     if (received[i] != ((rank + size - 1) % size) * 100000 + i) ++wrong;
   }

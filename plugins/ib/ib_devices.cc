@@ -23,12 +23,10 @@ int portSpeedMbps(int activeSpeed, int activeWidth) {
     case 2:
       laneMbps = 5000;
       break;  // DDR
-    case 4:
+    case 4:  // QDR
+    case 8:  // FDR10
       laneMbps = 10000;
-      break;  // QDR
-    case 8:
-      laneMbps = 10000;
-      break;  // FDR10
+      break;
     case 16:
       laneMbps = 14000;
       break;  // FDR

@@ -145,7 +145,7 @@ void HelperThread::run() {
 // ---- Comm
 // -------------------------------------------------------------------------------------------------------------
 
-Comm::Comm(bool sending, int controlFd, std::vector<int> dataFds, const Welcome& parameters, std::string peer)
+Comm::Comm(bool sending, int controlFd, const std::vector<int>& dataFds, const Welcome& parameters, std::string peer)
     : sending_(sending),
       controlFd_(controlFd),
       inlineBytes_(parameters.inlineBytes),

@@ -155,7 +155,7 @@ class HelperThread {
 // What a send and a receive comm share: the sockets, the helper threads and the first failure.
 class Comm {
  public:
-  Comm(bool sending, int controlFd, std::vector<int> dataFds, const Welcome& parameters, std::string peer);
+  Comm(bool sending, int controlFd, const std::vector<int>& dataFds, const Welcome& parameters, std::string peer);
   virtual ~Comm();
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
@@ -226,8 +226,8 @@ struct RecvRequest {
 
 class SendComm : public Comm {
  public:
-  SendComm(int controlFd, std::vector<int> dataFds, const Welcome& parameters, std::string peer)
-      : Comm(true, controlFd, std::move(dataFds), parameters, std::move(peer)) {}
+  SendComm(int controlFd, const std::vector<int>& dataFds, const Welcome& parameters, std::string peer)
+      : Comm(true, controlFd, dataFds, parameters, std::move(peer)) {}
   ~SendComm() override;
   ncclResult_t post(void* data, size_t size, int tag, void** request);
   ncclResult_t test(SendRequest* request, int* done, sdk::CompletedSizes& sizes);
@@ -247,8 +247,8 @@ class SendComm : public Comm {
 
 class RecvComm : public Comm {
  public:
-  RecvComm(int controlFd, std::vector<int> dataFds, const Welcome& parameters, std::string peer)
-      : Comm(false, controlFd, std::move(dataFds), parameters, std::move(peer)) {}
+  RecvComm(int controlFd, const std::vector<int>& dataFds, const Welcome& parameters, std::string peer)
+      : Comm(false, controlFd, dataFds, parameters, std::move(peer)) {}
   ~RecvComm() override;
   ncclResult_t post(int n, void** data, size_t* sizes, int* tags, void** request);
   ncclResult_t test(RecvRequest* request, int* done, sdk::CompletedSizes& sizes);

@@ -131,7 +131,10 @@ std::vector<UcxDevice> discoverDevices(int sharedMemorySpeedMbps, std::string* e
 
   std::vector<UcxDevice> network;
   std::vector<std::string> sharedMemory;
-  for (const auto& [tl, dev] : parseResources(printed)) {
+  for (const auto& resource : parseResources(printed)) {
+    // Named references, not a structured binding: lambdas may capture bindings only from C++20 on (clang 16).
+    const std::string& tl = resource.first;
+    const std::string& dev = resource.second;
     if (isLocalOnlyTransport(tl)) continue;
     if (isSharedMemoryTransport(tl)) {
       if (std::find(sharedMemory.begin(), sharedMemory.end(), tl) == sharedMemory.end()) sharedMemory.push_back(tl);
@@ -196,9 +199,11 @@ std::vector<UcxDevice> discoverDevices(int sharedMemorySpeedMbps, std::string* e
     memory.sideChannel = sdk::SocketAddress::loopback(AF_INET);  // shared memory never leaves the host
     devices.push_back(std::move(memory));
   }
-  if (devices.empty() && error->empty())
-    *error = "UCX selected no network or shared-memory transport (UCX_TLS=" +
-             std::string(std::getenv("UCX_TLS") != nullptr ? std::getenv("UCX_TLS") : "<unset>") + ")";
+  if (devices.empty() && error->empty()) {
+    const char* tls = std::getenv("UCX_TLS");
+    *error = "UCX selected no network or shared-memory transport (UCX_TLS=" + std::string(tls != nullptr ? tls : "<unset>") +
+             ")";
+  }
   return devices;
 }
 

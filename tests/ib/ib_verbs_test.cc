@@ -276,6 +276,7 @@ int integritySide(const Channel& channel, const IntegrityPlan& plan, bool receiv
     CHILD_CHECK(peer.connectTo(channel, dev, &comm));
   }
   std::vector<Round> rounds = makeRounds(plan);
+  CHILD_EXPECT(plan.window > 0, "a window of %d rounds", plan.window);
   size_t stride = plan.maxBytes + 64;
   size_t total = stride * 8 * static_cast<size_t>(plan.window);
   auto* buffer =

@@ -8,6 +8,7 @@
 // device count, so a collNet with no device can be shown rejected.
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include <nccl_net/sdk.hpp>
 
@@ -78,9 +79,9 @@ class OneRankColl {
 
   ncclResult_t listen(void* /*ctx*/, int /*dev*/, void* handle, void** listenComm) {
     static uint64_t nextId = 1;
-    auto* listen = new ListenComm{nextId++};
+    auto listen = std::make_unique<ListenComm>(ListenComm{nextId++});
     NCCL_NET_CHECK(kCodec.encode(OneRankHandle{listen->listenId}, handle));
-    *listenComm = listen;
+    *listenComm = listen.release();
     return ncclSuccess;
   }
 

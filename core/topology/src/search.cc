@@ -124,9 +124,11 @@ class Searcher {
         if (!revLink) revLink = findRev();
         revBw += fwBw;
       }
-      if (link->bw < fwBw || (revBw != 0 && revLink->bw < revBw)) return step;
+      // revBw is non-zero only once revLink is found.
+      const bool usesReverse = revBw != 0 && revLink != nullptr;
+      if (link->bw < fwBw || (usesReverse && revLink->bw < revBw)) return step;
       subRound(link->bw, fwBw);
-      if (revBw != 0) subRound(revLink->bw, revBw);
+      if (usesReverse) subRound(revLink->bw, revBw);
       node = &rem;
     }
     return maxSteps;
@@ -556,7 +558,7 @@ void Searcher::compute(Graph& graph) {
                                        : ""};
     graph.attempts.push_back(attempt);
 
-    bool done = time == -1 || graph.nChannels * graph.bwInter >= sys_.totalBw;
+    const bool done = time == -1 || graph.nChannels * graph.bwInter >= sys_.totalBw;
     if (!done && pass == 1) {
       if (tmp.sameChannels == 1 && !(amd && tmp.typeIntra == PATH_SYS)) {
         tmp.sameChannels = 0;
@@ -567,9 +569,8 @@ void Searcher::compute(Graph& graph) {
         globalTimeout += time;
       else
         globalTimeout = kSearchGlobalTimeout;
-      if (globalTimeout < 0 && graph.nChannels) {
-        done = true;
-      } else {
+      // Out of time with a solution in hand: on to pass 2 with it; else relax the next constraint.
+      if (globalTimeout >= 0 || graph.nChannels == 0) {
         if (ccMin >= 90 && tmp.pattern == PATTERN_BALANCED_TREE) {
           tmp.pattern = PATTERN_TREE;
           continue;

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <mutex>
 #include <new>
 #include <type_traits>
@@ -169,7 +170,7 @@ ncclResult_t downgradeProperties(const ncclNetProperties_v12_t& in, Props* out) 
   }
   if constexpr (V >= 8) out->regIsGlobal = in.regIsGlobal;
   if constexpr (V >= 9) {
-    constexpr int kMaxDevs = static_cast<int>(sizeof(out->vProps.devs) / sizeof(out->vProps.devs[0]));
+    constexpr int kMaxDevs = static_cast<int>(std::size(decltype(out->vProps.devs){}));
     NCCL_NET_SDK_REQUIRE(in.vProps.ndevs >= 0 && in.vProps.ndevs <= kMaxDevs, ncclInternalError,
                          "device %s fuses %d physical devices; ncclNet_v%d carries at most %d", in.name,
                          in.vProps.ndevs, V, kMaxDevs);
@@ -518,7 +519,7 @@ struct NetEntry {
   static ncclResult_t makeVDevice(int* d, VProps* props) {
     return guard("makeVDevice", [&] {
       NCCL_NET_SDK_REQUIRE(d != nullptr && props != nullptr, ncclInvalidArgument, "makeVDevice: d or props is NULL");
-      constexpr int kMaxDevs = static_cast<int>(sizeof(props->devs) / sizeof(props->devs[0]));
+      constexpr int kMaxDevs = static_cast<int>(std::size(decltype(props->devs){}));
       NCCL_NET_SDK_REQUIRE(props->ndevs >= 1 && props->ndevs <= kMaxDevs, ncclInvalidArgument,
                            "makeVDevice: ndevs %d outside 1..%d", props->ndevs, kMaxDevs);
       ncclNetVDeviceProps_v12_t newest{};
@@ -559,6 +560,7 @@ template <class Net>
 struct NetTables {
   using E = NetEntry<Net>;
 // An optional entry point: the function when the vendor class has it, else NULL (the body is never instantiated).
+// NOLINTBEGIN(bugprone-macro-parentheses): `function` is a qualified name; &(name) would not take its address.
 #define NCCL_NET_SDK_OPTIONAL(present, function)           \
   [] {                                                     \
     if constexpr (present) {                               \
@@ -567,6 +569,7 @@ struct NetTables {
       return static_cast<decltype(&function)>(nullptr);    \
     }                                                      \
   }()
+// NOLINTEND(bugprone-macro-parentheses)
 
   static constexpr ncclNet_v12_t v12 = {
       Net::kName,
