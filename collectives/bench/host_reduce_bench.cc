@@ -70,9 +70,7 @@ void fill(uint8_t* p, size_t bytes, ncclDataType_t type, unsigned seed) {
   for (size_t i = 0; i + es <= bytes; i += es) {
     float v = real(rng);
     switch (type) {
-      case ncclFloat32:
-        std::memcpy(p + i, &v, 4);
-        break;
+      case ncclFloat32: std::memcpy(p + i, &v, 4); break;
       case ncclBfloat16: {
         uint16_t b = nns::coll::floatToBfloat16(v);
         std::memcpy(p + i, &b, 2);
@@ -83,12 +81,8 @@ void fill(uint8_t* p, size_t bytes, ncclDataType_t type, unsigned seed) {
         std::memcpy(p + i, &h, 2);
         break;
       }
-      case ncclFloat8e4m3:
-        p[i] = nns::coll::floatToFp8e4m3(v);
-        break;
-      case ncclFloat8e5m2:
-        p[i] = nns::coll::floatToFp8e5m2(v);
-        break;
+      case ncclFloat8e4m3: p[i] = nns::coll::floatToFp8e4m3(v); break;
+      case ncclFloat8e5m2: p[i] = nns::coll::floatToFp8e5m2(v); break;
       default: {  // integers: the bit pattern of a float in [1, 2), so the stream's float view stays normal
         std::memcpy(p + i, &v, std::min<size_t>(es, 4));
       }

@@ -14,8 +14,7 @@ using detail::Call;
 
 namespace {
 
-void checkArguments(ncclDataType_t type, const void* send, const void* recv, size_t count,
-                    ncclRedOp_t op = ncclSum) {
+void checkArguments(ncclDataType_t type, const void* send, const void* recv, size_t count, ncclRedOp_t op = ncclSum) {
   if (typeSize(type) == 0)
     throw core::CommError("data type " + std::to_string(static_cast<int>(type)) + " is not supported");
   if (op != ncclSum && op != ncclProd && op != ncclMax && op != ncclMin && op != ncclAvg)
@@ -44,8 +43,8 @@ void checkPlacement(const Communicator& comm, KernelLayer& kernels) {
                           comm.slotMemoryDescription() +
                           "): make it with CommOptions::slotMemory = nns::cuda::chooseSlotMemory");
   if (!kernels.onDevice() && !comm.slotsHostReadable())
-    throw core::CommError("host buffers on a communicator whose slots are GPU memory (" +
-                          comm.slotMemoryDescription() + ")");
+    throw core::CommError("host buffers on a communicator whose slots are GPU memory (" + comm.slotMemoryDescription() +
+                          ")");
 }
 
 // Working memory where the kernel layer's buffers live: the layer's own (GPU), or the communicator's (host).

@@ -26,8 +26,8 @@ unsigned char* doublingAllReduce(Communicator& comm, core::Plan& plan, const Cal
     plan.send(r + 1, channel, in, bytes);
     plan.recv(
         r + 1, channel, bytes,
-        [=, &call](size_t offset, const void* piece, size_t len) { call.kernels->copy(out + offset, piece, len); },
-        {}, out);
+        [=, &call](size_t offset, const void* piece, size_t len) { call.kernels->copy(out + offset, piece, len); }, {},
+        out);
     return nullptr;
   }
   const int virtualRank = r < 2 * extra ? r / 2 : r - extra;

@@ -152,7 +152,8 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
     address = root;
   } else {
     int port = freePort();
-    if (port < 0) return failWith(ncclSystemError, std::string("no free port for the bootstrap: ") + std::strerror(errno));
+    if (port < 0)
+      return failWith(ncclSystemError, std::string("no free port for the bootstrap: ") + std::strerror(errno));
     address = firstIPv4() + ":" + std::to_string(port);
   }
   if (address.size() >= sizeof(uniqueId->internal)) return failWith(ncclInvalidArgument, "NNS_ROOT_ADDR is too long");
@@ -215,7 +216,8 @@ ncclResult_t nnsCommRegister(const nnsComm_t comm, void* buff, size_t size, void
 }
 
 ncclResult_t nnsCommDeregister(const nnsComm_t comm, void* handle) {
-  if (comm == nullptr || !comm->comm || handle == nullptr) return failWith(ncclInvalidArgument, "comm or handle is NULL");
+  if (comm == nullptr || !comm->comm || handle == nullptr)
+    return failWith(ncclInvalidArgument, "comm or handle is NULL");
   bool found = true;
   if (ncclResult_t r = guarded([&] { found = comm->comm->deregisterBuffer(handle); }); r != ncclSuccess) return r;
   return found ? ncclSuccess : failWith(ncclInvalidArgument, "handle is not a registration of this communicator");
@@ -248,7 +250,9 @@ const char* nnsGetErrorString(ncclResult_t result) {
   }
 }
 
-const char* nnsGetLastError(void) { return lastError.c_str(); }
+const char* nnsGetLastError(void) {
+  return lastError.c_str();
+}
 
 ncclResult_t nnsAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                           nnsComm_t comm, void* stream) {

@@ -30,22 +30,37 @@ namespace nns::coll {
 
 size_t typeSize(ncclDataType_t type) {
   switch (type) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2: return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32: return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64: return 8;
     default: return 0;
   }
 }
 
 namespace {
-struct TypeText { ncclDataType_t type; const char* name; const char* alias; };
+struct TypeText {
+  ncclDataType_t type;
+  const char* name;
+  const char* alias;
+};
 constexpr TypeText kTypes[] = {
-    {ncclInt8, "int8", "char"},         {ncclUint8, "uint8", "uchar"},     {ncclInt32, "int32", "int"},
-    {ncclUint32, "uint32", "uint"},     {ncclInt64, "int64", "long"},      {ncclUint64, "uint64", "ulong"},
-    {ncclFloat16, "half", "float16"},   {ncclFloat32, "float", "float32"}, {ncclFloat64, "double", "float64"},
+    {ncclInt8, "int8", "char"},         {ncclUint8, "uint8", "uchar"},         {ncclInt32, "int32", "int"},
+    {ncclUint32, "uint32", "uint"},     {ncclInt64, "int64", "long"},          {ncclUint64, "uint64", "ulong"},
+    {ncclFloat16, "half", "float16"},   {ncclFloat32, "float", "float32"},     {ncclFloat64, "double", "float64"},
     {ncclBfloat16, "bfloat16", "bf16"}, {ncclFloat8e4m3, "fp8e4m3", "f8e4m3"}, {ncclFloat8e5m2, "fp8e5m2", "f8e5m2"}};
-struct OpText { ncclRedOp_t op; const char* name; };
+struct OpText {
+  ncclRedOp_t op;
+  const char* name;
+};
 constexpr OpText kOps[] = {{ncclSum, "sum"}, {ncclProd, "prod"}, {ncclMax, "max"}, {ncclMin, "min"}, {ncclAvg, "avg"}};
 }  // namespace
 
@@ -82,30 +97,50 @@ namespace {
 
 // Integer sum and prod wrap around (two's complement) through the unsigned type, as the CUDA kernels do: signed
 // overflow would be undefined.
-template <class T> struct Arithmetic { using type = T; };
-template <> struct Arithmetic<int8_t> { using type = uint8_t; };
-template <> struct Arithmetic<int32_t> { using type = uint32_t; };
-template <> struct Arithmetic<int64_t> { using type = uint64_t; };
+template <class T>
+struct Arithmetic {
+  using type = T;
+};
+template <>
+struct Arithmetic<int8_t> {
+  using type = uint8_t;
+};
+template <>
+struct Arithmetic<int32_t> {
+  using type = uint32_t;
+};
+template <>
+struct Arithmetic<int64_t> {
+  using type = uint64_t;
+};
 
 struct Sum {
-  template <class T> static T apply(T a, T b) {
+  template <class T>
+  static T apply(T a, T b) {
     using U = typename Arithmetic<T>::type;
     return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
   }
 };
 struct Prod {
-  template <class T> static T apply(T a, T b) {
+  template <class T>
+  static T apply(T a, T b) {
     using U = typename Arithmetic<T>::type;
     return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
   }
 };
 // With a NaN the result is the second operand, as on the GPU.
 struct Max {
-  template <class T> static T apply(T a, T b) { return a > b ? a : b; }
+  template <class T>
+  static T apply(T a, T b) {
+    return a > b ? a : b;
+  }
   static bool takeFirst(float a, float b) { return a > b; }
 };
 struct Min {
-  template <class T> static T apply(T a, T b) { return a < b ? a : b; }
+  template <class T>
+  static T apply(T a, T b) {
+    return a < b ? a : b;
+  }
   static bool takeFirst(float a, float b) { return a < b; }
 };
 
@@ -125,8 +160,10 @@ void applyLoop(T* __restrict dst, const T* __restrict first, const T* __restrict
 
 template <class T, class Op>
 void apply(T* dst, const T* first, const T* src, size_t count) {
-  if (first == nullptr) applyLoop<T, Op, true>(dst, nullptr, src, count);
-  else applyLoop<T, Op, false>(dst, first, src, count);
+  if (first == nullptr)
+    applyLoop<T, Op, true>(dst, nullptr, src, count);
+  else
+    applyLoop<T, Op, false>(dst, first, src, count);
 }
 
 template <class T>
@@ -135,7 +172,8 @@ void reduceTyped(void* dst, const void* first, const void* src, size_t count, nc
   auto* f = static_cast<const T*>(first);
   auto* s = static_cast<const T*>(src);
   switch (op) {
-    case ncclSum: case ncclAvg: apply<T, Sum>(d, f, s, count); break;
+    case ncclSum:
+    case ncclAvg: apply<T, Sum>(d, f, s, count); break;
     case ncclProd: apply<T, Prod>(d, f, s, count); break;
     case ncclMax: apply<T, Max>(d, f, s, count); break;
     case ncclMin: apply<T, Min>(d, f, s, count); break;
@@ -201,8 +239,7 @@ void applySmallLoop(typename Format::Bits* __restrict dst, const typename Format
   const size_t words = count / P::kPerWord;
   for (size_t w = 0; w < words; ++w) {
     uint32_t a = P::load(in + w * P::kPerWord), b = P::load(src + w * P::kPerWord), r = 0;
-    for (size_t k = 0; k < P::kPerWord; ++k)
-      r |= P::place(combine<Format, Op>(P::element(a, k), P::element(b, k)), k);
+    for (size_t k = 0; k < P::kPerWord; ++k) r |= P::place(combine<Format, Op>(P::element(a, k), P::element(b, k)), k);
     P::store(dst + w * P::kPerWord, r);
   }
   for (size_t i = words * P::kPerWord; i < count; ++i) dst[i] = combine<Format, Op>(in[i], src[i]);
@@ -232,15 +269,19 @@ void selectSmallLoop(typename Format::Bits* __restrict dst, const typename Forma
 template <class Format, class Op, bool kSelect, bool kInPlace>
 void smallLoop(typename Format::Bits* dst, const typename Format::Bits* first, const typename Format::Bits* src,
                size_t count) {
-  if constexpr (kSelect) selectSmallLoop<Format, Op, kInPlace>(dst, first, src, count);
-  else applySmallLoop<Format, Op, kInPlace>(dst, first, src, count);
+  if constexpr (kSelect)
+    selectSmallLoop<Format, Op, kInPlace>(dst, first, src, count);
+  else
+    applySmallLoop<Format, Op, kInPlace>(dst, first, src, count);
 }
 
 template <class Format, class Op, bool kSelect>
 void small(typename Format::Bits* dst, const typename Format::Bits* first, const typename Format::Bits* src,
            size_t count) {
-  if (first == nullptr) smallLoop<Format, Op, kSelect, true>(dst, nullptr, src, count);
-  else smallLoop<Format, Op, kSelect, false>(dst, first, src, count);
+  if (first == nullptr)
+    smallLoop<Format, Op, kSelect, true>(dst, nullptr, src, count);
+  else
+    smallLoop<Format, Op, kSelect, false>(dst, first, src, count);
 }
 
 template <class Format>
@@ -250,7 +291,8 @@ void reduceSmall(void* dst, const void* first, const void* src, size_t count, nc
   auto* f = static_cast<const Bits*>(first);
   auto* s = static_cast<const Bits*>(src);
   switch (op) {
-    case ncclSum: case ncclAvg: small<Format, Sum, false>(d, f, s, count); break;
+    case ncclSum:
+    case ncclAvg: small<Format, Sum, false>(d, f, s, count); break;
     case ncclProd: small<Format, Prod, false>(d, f, s, count); break;
     case ncclMax: small<Format, Max, true>(d, f, s, count); break;
     case ncclMin: small<Format, Min, true>(d, f, s, count); break;
@@ -282,8 +324,10 @@ template <class Format>
 void combineTail(typename Format::Bits* dst, const typename Format::Bits* first, const typename Format::Bits* src,
                  size_t from, size_t to, bool prod, int divisor) {
   for (size_t i = from; i < to; ++i) {
-    if (!src) dst[i] = Format::narrow(Format::widen(first[i]) / static_cast<float>(divisor));  // as divideSmall
-    else dst[i] = prod ? combine<Format, Prod>(first[i], src[i]) : combine<Format, Sum>(first[i], src[i]);
+    if (!src)
+      dst[i] = Format::narrow(Format::widen(first[i]) / static_cast<float>(divisor));  // as divideSmall
+    else
+      dst[i] = prod ? combine<Format, Prod>(first[i], src[i]) : combine<Format, Sum>(first[i], src[i]);
   }
 }
 
@@ -322,8 +366,8 @@ __attribute__((target("avx2,f16c"))) void halfF16c(uint16_t* dst, const uint16_t
 
 // x86-64-v4: the same with 16 elements per conversion, and NaN found by a mask compare on the float result. (The
 // all-ones masked forms of the intrinsics here and below: GCC 12 warns about the unmasked ones' undefined inputs.)
-__attribute__((target("arch=x86-64-v4"))) void halfAvx512(uint16_t* dst, const uint16_t* first,
-                                                          const uint16_t* src, size_t count, bool prod, int divisor) {
+__attribute__((target("arch=x86-64-v4"))) void halfAvx512(uint16_t* dst, const uint16_t* first, const uint16_t* src,
+                                                          size_t count, bool prod, int divisor) {
   if (first == nullptr) first = dst;
   const __m512 d = _mm512_set1_ps(static_cast<float>(divisor));
   const __m256i signMask = _mm256_set1_epi16(static_cast<int16_t>(0x8000)), quietNan = _mm256_set1_epi16(0x7e00);
@@ -395,12 +439,15 @@ __attribute__((target("arch=x86-64-v4,avx512bf16"))) void bfloat16Avx512Loop(uin
 }
 
 __attribute__((target("arch=x86-64-v4,avx512bf16"))) void bfloat16Avx512(uint16_t* dst, const uint16_t* first,
-                                                                         const uint16_t* src, size_t count,
-                                                                         bool prod, int divisor) {
+                                                                         const uint16_t* src, size_t count, bool prod,
+                                                                         int divisor) {
   if (first == nullptr) first = dst;
-  if (!src) bfloat16Avx512Loop<Arith::kDivide>(dst, first, src, count, divisor);
-  else if (prod) bfloat16Avx512Loop<Arith::kProd>(dst, first, src, count, divisor);
-  else bfloat16Avx512Loop<Arith::kSum>(dst, first, src, count, divisor);
+  if (!src)
+    bfloat16Avx512Loop<Arith::kDivide>(dst, first, src, count, divisor);
+  else if (prod)
+    bfloat16Avx512Loop<Arith::kProd>(dst, first, src, count, divisor);
+  else
+    bfloat16Avx512Loop<Arith::kSum>(dst, first, src, count, divisor);
 }
 
 // fp8 sum, prod and divide in the x86-64-v4 variants, through float16's conversion instructions (1.8-2.9x the bit
@@ -417,7 +464,7 @@ __attribute__((target("arch=x86-64-v4,avx512bf16"))) void bfloat16Avx512(uint16_
 //   division by 128 or more keeps the bit code. HostKernels.* checks every (a, b) pair and divisors to 1000.
 template <bool kE4m3, Arith kArith>
 __attribute__((target("arch=x86-64-v4"))) void fp8Avx512Loop(uint8_t* dst, const uint8_t* first, const uint8_t* src,
-                                                              size_t count, int divisor) {
+                                                             size_t count, int divisor) {
   using Format = std::conditional_t<kE4m3, Fp8e4m3, Fp8e5m2>;
   constexpr int kDrop = kE4m3 ? 7 : 8;  // float16 mantissa bits the format does not have
   const __m512 d = _mm512_set1_ps(static_cast<float>(divisor));
@@ -450,8 +497,8 @@ __attribute__((target("arch=x86-64-v4"))) void fp8Avx512Loop(uint8_t* dst, const
     __m512i magnitude = _mm512_and_si512(h, magnitudeMask);
     __mmask32 isNan = _mm512_cmpgt_epu16_mask(magnitude, infinity);
     __m512i odd = _mm512_and_si512(_mm512_maskz_srli_epi16(kAllWords, magnitude, kDrop), one);
-    __m512i code = _mm512_maskz_srli_epi16(
-        kAllWords, _mm512_add_epi16(_mm512_add_epi16(magnitude, belowHalf), odd), kDrop);
+    __m512i code =
+        _mm512_maskz_srli_epi16(kAllWords, _mm512_add_epi16(_mm512_add_epi16(magnitude, belowHalf), odd), kDrop);
     code = _mm512_min_epu16(code, largest);
     code = _mm512_or_si512(code, _mm512_maskz_srli_epi16(kAllWords, _mm512_and_si512(h, signMask), 8));
     code = _mm512_mask_mov_epi16(code, isNan, nanCode);
@@ -481,11 +528,14 @@ __attribute__((target("arch=x86-64-v4"))) void fp8Avx512Loop(uint8_t* dst, const
 
 template <bool kE4m3>
 __attribute__((target("arch=x86-64-v4"))) void fp8Avx512(uint8_t* dst, const uint8_t* first, const uint8_t* src,
-                                                          size_t count, bool prod, int divisor) {
+                                                         size_t count, bool prod, int divisor) {
   if (first == nullptr) first = dst;
-  if (!src) fp8Avx512Loop<kE4m3, Arith::kDivide>(dst, first, src, count, divisor);
-  else if (prod) fp8Avx512Loop<kE4m3, Arith::kProd>(dst, first, src, count, divisor);
-  else fp8Avx512Loop<kE4m3, Arith::kSum>(dst, first, src, count, divisor);
+  if (!src)
+    fp8Avx512Loop<kE4m3, Arith::kDivide>(dst, first, src, count, divisor);
+  else if (prod)
+    fp8Avx512Loop<kE4m3, Arith::kProd>(dst, first, src, count, divisor);
+  else
+    fp8Avx512Loop<kE4m3, Arith::kSum>(dst, first, src, count, divisor);
 }
 #endif
 
@@ -578,13 +628,13 @@ struct Variant {
   DivideFn divide;
 };
 
-#define NNS_HOST_VARIANT(name, isa, ...)                                                                          \
-  __attribute__((__VA_ARGS__ flatten)) void reduce##name(void* d, const void* f, const void* s, size_t n,       \
-                                                         ncclDataType_t t, ncclRedOp_t o) {                     \
-    reduceAny<isa>(d, f, s, n, t, o);                                                                            \
-  }                                                                                                              \
-  __attribute__((__VA_ARGS__ flatten)) void divide##name(void* b, size_t n, ncclDataType_t t, int divisor) {    \
-    divideAny<isa>(b, n, t, divisor);                                                                            \
+#define NNS_HOST_VARIANT(name, isa, ...)                                                                     \
+  __attribute__((__VA_ARGS__ flatten)) void reduce##name(void* d, const void* f, const void* s, size_t n,    \
+                                                         ncclDataType_t t, ncclRedOp_t o) {                  \
+    reduceAny<isa>(d, f, s, n, t, o);                                                                        \
+  }                                                                                                          \
+  __attribute__((__VA_ARGS__ flatten)) void divide##name(void* b, size_t n, ncclDataType_t t, int divisor) { \
+    divideAny<isa>(b, n, t, divisor);                                                                        \
   }
 // The last argument is the variant's target attribute followed by a comma, or nothing for the baseline.
 NNS_HOST_VARIANT(Baseline, Isa::kBaseline, )
@@ -621,8 +671,7 @@ class HostKernels final : public KernelLayer {
   void reduce(void* dst, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) override {
     variant().reduce(dst, nullptr, src, count, type, op);
   }
-  void reduceInto(void* dst, const void* a, const void* b, size_t count, ncclDataType_t type,
-                  ncclRedOp_t op) override {
+  void reduceInto(void* dst, const void* a, const void* b, size_t count, ncclDataType_t type, ncclRedOp_t op) override {
     variant().reduce(dst, a == dst ? nullptr : a, b, count, type, op);
   }
   void divide(void* buf, size_t count, ncclDataType_t type, int divisor) override {
@@ -635,7 +684,9 @@ class HostKernels final : public KernelLayer {
 
 }  // namespace
 
-const char* hostKernelIsa() { return variant().isa; }
+const char* hostKernelIsa() {
+  return variant().isa;
+}
 
 KernelLayer& hostKernels() {
   static HostKernels kernels;

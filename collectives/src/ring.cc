@@ -16,7 +16,9 @@ struct Blocks {
   size_t length(int b) const { return count / n + (static_cast<size_t>(b) < count % n ? 1 : 0); }
 };
 
-int mod(int a, int n) { return ((a % n) + n) % n; }
+int mod(int a, int n) {
+  return ((a % n) + n) % n;
+}
 
 // A received piece reduced with this rank's own elements: into `target` + offset when given, else in the piece's
 // slot itself (piece op own; every op is commutative), for a forward to send on. Returns where the result is.
@@ -83,8 +85,8 @@ void ringAllReduce(Communicator& comm, core::Plan& plan, const Call& call, size_
     unsigned char* target = out(recvBlock);
     previous = plan.recv(
         comm.prev(), channel, bytes(recvBlock),
-        [=, &call](size_t offset, void* piece, size_t len) { call.kernels->copy(target + offset, piece, len); },
-        {}, target);
+        [=, &call](size_t offset, void* piece, size_t len) { call.kernels->copy(target + offset, piece, len); }, {},
+        target);
   }
 }
 
@@ -107,8 +109,8 @@ void ringAllGather(Communicator& comm, core::Plan& plan, const Call& call, size_
     unsigned char* target = out(recvBlock);
     previous = plan.recv(
         comm.prev(), channel, count * es,
-        [=, &call](size_t offset, void* piece, size_t len) { call.kernels->copy(target + offset, piece, len); },
-        {}, target);
+        [=, &call](size_t offset, void* piece, size_t len) { call.kernels->copy(target + offset, piece, len); }, {},
+        target);
   }
 }
 

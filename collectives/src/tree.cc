@@ -65,17 +65,15 @@ void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const
   std::vector<core::Plan::RecvRef> fromChildren;
   for (int child : tree.children) {
     if (child < 0) continue;
-    fromChildren.push_back(
-        plan.recv(child, channel, bytes, [=, &call](size_t offset, const void* data, size_t len) {
-          const int shares = ++(*arrived)[offset / piece];
-          if (shares == 1) {
-            call.kernels->reduceInto(out + offset, in + offset, data, len / es, call.type, call.op);
-          } else {
-            call.kernels->reduce(out + offset, data, len / es, call.type, call.op);
-          }
-          if (root && call.op == ncclAvg && shares == children)
-            call.kernels->divide(out + offset, len / es, call.type, n);
-        }));
+    fromChildren.push_back(plan.recv(child, channel, bytes, [=, &call](size_t offset, const void* data, size_t len) {
+      const int shares = ++(*arrived)[offset / piece];
+      if (shares == 1) {
+        call.kernels->reduceInto(out + offset, in + offset, data, len / es, call.type, call.op);
+      } else {
+        call.kernels->reduce(out + offset, data, len / es, call.type, call.op);
+      }
+      if (root && call.op == ncclAvg && shares == children) call.kernels->divide(out + offset, len / es, call.type, n);
+    }));
   }
   std::vector<core::Plan::RecvRef> down = fromChildren;
   if (!root) {

@@ -5,13 +5,13 @@
 
 #include <nns/nns.h>
 
-#define CHECK(call)                                                                                  \
-  do {                                                                                               \
-    ncclResult_t r_ = (call);                                                                        \
-    if (r_ != ncclSuccess) {                                                                         \
-      fprintf(stderr, "%s failed: %s (%s)\n", #call, nnsGetErrorString(r_), nnsGetLastError());     \
-      return 1;                                                                                      \
-    }                                                                                                \
+#define CHECK(call)                                                                             \
+  do {                                                                                          \
+    ncclResult_t r_ = (call);                                                                   \
+    if (r_ != ncclSuccess) {                                                                    \
+      fprintf(stderr, "%s failed: %s (%s)\n", #call, nnsGetErrorString(r_), nnsGetLastError()); \
+      return 1;                                                                                 \
+    }                                                                                           \
   } while (0)
 
 int main(void) {
@@ -39,7 +39,8 @@ int main(void) {
 
   int wrong = 0;
   for (int i = 0; i < kCount; ++i) {
-    float expected = (float)size * (float)i + (float)size * (float)(size - 1) / 2.0f; /* exact: both sums are whole numbers */
+    float expected =
+        (float)size * (float)i + (float)size * (float)(size - 1) / 2.0f; /* exact: both sums are whole numbers */
     if (values[i] != expected) ++wrong;
     if (received[i] != ((rank + size - 1) % size) * 100000 + i) ++wrong;
   }

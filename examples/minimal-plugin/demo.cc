@@ -18,13 +18,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kTimeout = std::chrono::seconds(30);
 
-#define DEMO_CHECK(call)                                                                  \
-  do {                                                                                    \
-    ncclResult_t demo_result_ = (call);                                                   \
-    if (demo_result_ != ncclSuccess) {                                                    \
+#define DEMO_CHECK(call)                                                                   \
+  do {                                                                                     \
+    ncclResult_t demo_result_ = (call);                                                    \
+    if (demo_result_ != ncclSuccess) {                                                     \
       std::fprintf(stderr, "demo: %s failed with ncclResult_t %d\n", #call, demo_result_); \
-      return 1;                                                                           \
-    }                                                                                     \
+      return 1;                                                                            \
+    }                                                                                      \
   } while (0)
 
 // Polls test() until done, as NCCL's proxy does; gives up after kTimeout.
@@ -55,7 +55,9 @@ double memcpyGbps(size_t bytes, int iterations) {
   return static_cast<double>(bytes) * iterations / seconds / 1e9;
 }
 
-int iterationsFor(size_t bytes) { return bytes <= (64u << 10) ? 2000 : bytes <= (4u << 20) ? 200 : 20; }
+int iterationsFor(size_t bytes) {
+  return bytes <= (64u << 10) ? 2000 : bytes <= (4u << 20) ? 200 : 20;
+}
 
 int runSender(const ncclNet_v12_t* net, void* ctx, unsigned char* handle) {
   void* sendComm = nullptr;
@@ -140,8 +142,8 @@ int main(int argc, char** argv) {
   DEMO_CHECK(net->init(&ctx, 0, nullptr, nullptr, nullptr));
   ncclNetProperties_v12_t props;
   DEMO_CHECK(net->getProperties(0, &props));
-  std::printf("plugin %s, device 0: %s, %d Mbps, maxRecvs %d; sender and receiver are separate processes\n",
-              net->name, props.name, props.speed, props.maxRecvs);
+  std::printf("plugin %s, device 0: %s, %d Mbps, maxRecvs %d; sender and receiver are separate processes\n", net->name,
+              props.name, props.speed, props.maxRecvs);
 
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
   void* listenComm = nullptr;

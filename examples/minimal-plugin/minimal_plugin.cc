@@ -23,9 +23,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace sdk = nccl_net::sdk;
 
-constexpr size_t kRingBytes = 4u << 20;       // per connection; a power of two
-constexpr int kMaxPendingConnects = 16;       // connects a listener can queue before accept() picks them up
-constexpr int kNameBytes = 64;                // shared-memory object names
+constexpr size_t kRingBytes = 4u << 20;  // per connection; a power of two
+constexpr int kMaxPendingConnects = 16;  // connects a listener can queue before accept() picks them up
+constexpr int kNameBytes = 64;           // shared-memory object names
 constexpr auto kConnectTimeout = std::chrono::seconds(30);
 constexpr auto kPeerCheckInterval = std::chrono::milliseconds(200);
 
@@ -240,8 +240,7 @@ ncclResult_t progress(Comm* comm) {
     comm->lastPeerCheck = now;
     // Whether the ring is empty is read again after the peer is known dead: a sender can write its last message
     // and exit between the first read and the liveness check, and that message must still be delivered.
-    if (!processAlive(peer) &&
-        (comm->isSender || area->head.load(std::memory_order_acquire) == area->tail.load())) {
+    if (!processAlive(peer) && (comm->isSender || area->head.load(std::memory_order_acquire) == area->tail.load())) {
       NCCL_NET_WARN("peer pid %d exited with a request pending", peer);
       return ncclRemoteError;
     }
@@ -283,15 +282,15 @@ struct PendingConnect {
 
 }  // namespace
 
-// ---- the plugin class: one method per ncclNet_v12 call ----------------------------------------------------------------
+// ---- the plugin class: one method per ncclNet_v12 call
+// ----------------------------------------------------------------
 class MinimalNet {
  public:
   static constexpr const char kName[] = "minimal";
 
   ncclResult_t init(const sdk::InitArgs& args, void** ctx) {
     sdk::setLogPrefix("NET/minimal");
-    NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "initialised through ncclNet_v%d (shared memory, one device)",
-                  args.abiVersion);
+    NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "initialised through ncclNet_v%d (shared memory, one device)", args.abiVersion);
     *ctx = nullptr;  // no per-communicator state
     return ncclSuccess;
   }
@@ -307,7 +306,7 @@ class MinimalNet {
     props->pciPath = nullptr;  // not a PCI device
     props->guid = 0x6d696e696d616cull;
     props->ptrSupport = NCCL_PTR_HOST;
-    props->speed = 100000;     // Mbps; shared memory is far faster than NCCL needs to know
+    props->speed = 100000;  // Mbps; shared memory is far faster than NCCL needs to know
     props->latency = 0;
     props->port = 0;
     props->maxComms = 1024;

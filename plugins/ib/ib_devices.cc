@@ -17,50 +17,26 @@ namespace sdk = nccl_net::sdk;
 int portSpeedMbps(int activeSpeed, int activeWidth) {
   int laneMbps = 0;
   switch (activeSpeed) {
-    case 1:
-      laneMbps = 2500;
-      break;  // SDR
-    case 2:
-      laneMbps = 5000;
-      break;  // DDR
-    case 4:  // QDR
-    case 8:  // FDR10
+    case 1: laneMbps = 2500; break;  // SDR
+    case 2: laneMbps = 5000; break;  // DDR
+    case 4:                          // QDR
+    case 8:                          // FDR10
       laneMbps = 10000;
       break;
-    case 16:
-      laneMbps = 14000;
-      break;  // FDR
-    case 32:
-      laneMbps = 25000;
-      break;  // EDR
-    case 64:
-      laneMbps = 50000;
-      break;  // HDR
-    case 128:
-      laneMbps = 100000;
-      break;  // NDR
-    default:
-      return 0;
+    case 16: laneMbps = 14000; break;    // FDR
+    case 32: laneMbps = 25000; break;    // EDR
+    case 64: laneMbps = 50000; break;    // HDR
+    case 128: laneMbps = 100000; break;  // NDR
+    default: return 0;
   }
   int lanes = 0;
   switch (activeWidth) {
-    case 1:
-      lanes = 1;
-      break;
-    case 2:
-      lanes = 4;
-      break;
-    case 4:
-      lanes = 8;
-      break;
-    case 8:
-      lanes = 12;
-      break;
-    case 16:
-      lanes = 2;
-      break;
-    default:
-      return 0;
+    case 1: lanes = 1; break;
+    case 2: lanes = 4; break;
+    case 4: lanes = 8; break;
+    case 8: lanes = 12; break;
+    case 16: lanes = 2; break;
+    default: return 0;
   }
   return laneMbps * lanes;
 }

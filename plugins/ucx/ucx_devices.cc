@@ -201,8 +201,9 @@ std::vector<UcxDevice> discoverDevices(int sharedMemorySpeedMbps, std::string* e
   }
   if (devices.empty() && error->empty()) {
     const char* tls = std::getenv("UCX_TLS");
-    *error = "UCX selected no network or shared-memory transport (UCX_TLS=" + std::string(tls != nullptr ? tls : "<unset>") +
-             ")";
+    *error =
+        "UCX selected no network or shared-memory transport (UCX_TLS=" + std::string(tls != nullptr ? tls : "<unset>") +
+        ")";
   }
   return devices;
 }

@@ -29,4 +29,6 @@ typedef struct {
 
 NCCL_NET_ABI_CHECK_ncclNetProperties_v9_t(vendor_props_v9)
 
-int main(void) { return 0; }
+    int main(void) {
+  return 0;
+}

@@ -9,8 +9,8 @@ int main(void) {
   /* Spot values a C host relies on, printed so a failure shows the numbers. */
   printf("sizeof(ncclNet_v12_t)=%zu sizeof(ncclNetProperties_v12_t)=%zu handle=%d\n", sizeof(ncclNet_v12_t),
          sizeof(ncclNetProperties_v12_t), NCCL_NET_HANDLE_MAXSIZE);
-  return (sizeof(ncclNet_t) == 176 && sizeof(ncclNetProperties_t) == 128 && ncclNumResults == 9 &&
-          ncclNumTypes == 12 && NCCL_NET_MAX_REQUESTS == 32)
+  return (sizeof(ncclNet_t) == 176 && sizeof(ncclNetProperties_t) == 128 && ncclNumResults == 9 && ncclNumTypes == 12 &&
+          NCCL_NET_MAX_REQUESTS == 32)
              ? 0
              : 1;
 }

@@ -10,8 +10,8 @@
 
 #include <gtest/gtest.h>
 
-#include "nns/nns.h"
 #include "free_port.hpp"
+#include "nns/nns.h"
 
 namespace {
 

@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include "free_port.hpp"
 #include "nns/coll/collectives.hpp"
 #include "nns/core/bootstrap.hpp"
-#include "free_port.hpp"
 
 using namespace nns;
 
@@ -58,15 +58,32 @@ TEST(Launch, EnvironmentOfEachLauncher) {
     int rank, size;
     const char* source;
   };
-  const char* all[] = {"NNS_RANK", "NNS_WORLD_SIZE", "NNS_ROOT_ADDR", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                       "SLURM_PROCID", "SLURM_NTASKS", "PMI_RANK", "PMI_SIZE", "RANK", "WORLD_SIZE", "MASTER_ADDR",
+  const char* all[] = {"NNS_RANK",
+                       "NNS_WORLD_SIZE",
+                       "NNS_ROOT_ADDR",
+                       "OMPI_COMM_WORLD_RANK",
+                       "OMPI_COMM_WORLD_SIZE",
+                       "SLURM_PROCID",
+                       "SLURM_NTASKS",
+                       "PMI_RANK",
+                       "PMI_SIZE",
+                       "RANK",
+                       "WORLD_SIZE",
+                       "MASTER_ADDR",
                        "MASTER_PORT"};
   Case cases[] = {
-      {{{"NNS_RANK", "2"}, {"NNS_WORLD_SIZE", "4"}, {"NNS_ROOT_ADDR", "127.0.0.1:5000"}}, 2, 4, "NNS_RANK/NNS_WORLD_SIZE"},
-      {{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "7"}}, 1, 2,
+      {{{"NNS_RANK", "2"}, {"NNS_WORLD_SIZE", "4"}, {"NNS_ROOT_ADDR", "127.0.0.1:5000"}},
+       2,
+       4,
+       "NNS_RANK/NNS_WORLD_SIZE"},
+      {{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "7"}},
+       1,
+       2,
        "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE"},
       {{{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"}, {"NNS_ROOT_ADDR", "[::1]:9"}}, 3, 8, "SLURM_PROCID/SLURM_NTASKS"},
-      {{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "localhost"}, {"MASTER_PORT", "29500"}}, 0, 1,
+      {{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "localhost"}, {"MASTER_PORT", "29500"}},
+       0,
+       1,
        "RANK/WORLD_SIZE"},
   };
   for (const auto& c : cases) {
@@ -410,7 +427,8 @@ TEST(SlotMemory, AsynchronousCopiesIntoSlotsAndFlushedReceivesGiveExactResults) 
         coll::allReduce(comm, in.data(), out.data(), in.size(), ncclInt32, ncclSum, coll::hostKernels(),
                         coll::Algorithm::Ring);
         for (size_t i = 0; i < out.size(); ++i)
-          if (out[i] != static_cast<int32_t>(i * 6)) throw std::runtime_error("allreduce wrong at " + std::to_string(i));
+          if (out[i] != static_cast<int32_t>(i * 6))
+            throw std::runtime_error("allreduce wrong at " + std::to_string(i));
         std::vector<int32_t> gathered(3 * 1001, -1);
         coll::allGather(comm, in.data(), gathered.data(), 1001, ncclInt32);
         for (int p = 0; p < ranks; ++p)

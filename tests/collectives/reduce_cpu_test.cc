@@ -245,8 +245,9 @@ TEST(Fp8, MatchesCudaFp8Conversions) {
       float got = kind == __NV_E4M3 ? coll::fp8e4m3ToFloat(static_cast<uint8_t>(v))
                                     : coll::fp8e5m2ToFloat(static_cast<uint8_t>(v));
       // Bit for bit (a signed zero must keep its sign); NaNs only as NaNs.
-      EXPECT_TRUE(std::isnan(want) ? std::isnan(got)
-                                   : std::memcmp(&got, &want, sizeof(got)) == 0)  // NOLINT(bugprone-suspicious-memory-comparison)
+      EXPECT_TRUE(std::isnan(want)
+                      ? std::isnan(got)
+                      : std::memcmp(&got, &want, sizeof(got)) == 0)  // NOLINT(bugprone-suspicious-memory-comparison)
           << hex(v) << " kind " << kind;
     }
   }
@@ -274,16 +275,11 @@ size_t elementSize(ncclDataType_t type) {
 
 const Format* smallFormat(ncclDataType_t type) {
   switch (type) {
-    case ncclFloat16:
-      return &kHalf;
-    case ncclBfloat16:
-      return &kBf16;
-    case ncclFloat8e4m3:
-      return &kE4m3;
-    case ncclFloat8e5m2:
-      return &kE5m2;
-    default:
-      return nullptr;
+    case ncclFloat16: return &kHalf;
+    case ncclBfloat16: return &kBf16;
+    case ncclFloat8e4m3: return &kE4m3;
+    case ncclFloat8e5m2: return &kE5m2;
+    default: return nullptr;
   }
 }
 
@@ -302,27 +298,19 @@ template <class T>
 T intOp(T x, T y, ncclRedOp_t op) {
   using U = std::make_unsigned_t<T>;
   switch (op) {
-    case ncclProd:
-      return static_cast<T>(static_cast<U>(static_cast<U>(x) * static_cast<U>(y)));
-    case ncclMax:
-      return x > y ? x : y;
-    case ncclMin:
-      return x < y ? x : y;
-    default:
-      return static_cast<T>(static_cast<U>(static_cast<U>(x) + static_cast<U>(y)));
+    case ncclProd: return static_cast<T>(static_cast<U>(static_cast<U>(x) * static_cast<U>(y)));
+    case ncclMax: return x > y ? x : y;
+    case ncclMin: return x < y ? x : y;
+    default: return static_cast<T>(static_cast<U>(static_cast<U>(x) + static_cast<U>(y)));
   }
 }
 template <class T>
 T realOp(T x, T y, ncclRedOp_t op) {
   switch (op) {
-    case ncclProd:
-      return x * y;
-    case ncclMax:
-      return x > y ? x : y;
-    case ncclMin:
-      return x < y ? x : y;
-    default:
-      return x + y;
+    case ncclProd: return x * y;
+    case ncclMax: return x > y ? x : y;
+    case ncclMin: return x < y ? x : y;
+    default: return x + y;
   }
 }
 
@@ -330,30 +318,14 @@ T realOp(T x, T y, ncclRedOp_t op) {
 // those compare as "is NaN" (see sameResult); fp8's NaN is always 0x7f.
 void referenceOne(ncclDataType_t type, ncclRedOp_t op, const uint8_t* a, const uint8_t* b, uint8_t* out) {
   switch (type) {
-    case ncclInt8:
-      store(out, intOp(load<int8_t>(a), load<int8_t>(b), op));
-      break;
-    case ncclUint8:
-      store(out, intOp(load<uint8_t>(a), load<uint8_t>(b), op));
-      break;
-    case ncclInt32:
-      store(out, intOp(load<int32_t>(a), load<int32_t>(b), op));
-      break;
-    case ncclUint32:
-      store(out, intOp(load<uint32_t>(a), load<uint32_t>(b), op));
-      break;
-    case ncclInt64:
-      store(out, intOp(load<int64_t>(a), load<int64_t>(b), op));
-      break;
-    case ncclUint64:
-      store(out, intOp(load<uint64_t>(a), load<uint64_t>(b), op));
-      break;
-    case ncclFloat32:
-      store(out, realOp(load<float>(a), load<float>(b), op));
-      break;
-    case ncclFloat64:
-      store(out, realOp(load<double>(a), load<double>(b), op));
-      break;
+    case ncclInt8: store(out, intOp(load<int8_t>(a), load<int8_t>(b), op)); break;
+    case ncclUint8: store(out, intOp(load<uint8_t>(a), load<uint8_t>(b), op)); break;
+    case ncclInt32: store(out, intOp(load<int32_t>(a), load<int32_t>(b), op)); break;
+    case ncclUint32: store(out, intOp(load<uint32_t>(a), load<uint32_t>(b), op)); break;
+    case ncclInt64: store(out, intOp(load<int64_t>(a), load<int64_t>(b), op)); break;
+    case ncclUint64: store(out, intOp(load<uint64_t>(a), load<uint64_t>(b), op)); break;
+    case ncclFloat32: store(out, realOp(load<float>(a), load<float>(b), op)); break;
+    case ncclFloat64: store(out, realOp(load<double>(a), load<double>(b), op)); break;
     default: {
       const Format& f = *smallFormat(type);
       bool wide = elementSize(type) == 2;
@@ -376,15 +348,12 @@ bool sameResult(ncclDataType_t type, const uint8_t* got, const uint8_t* want) {
   size_t es = elementSize(type);
   if (std::memcmp(got, want, es) == 0) return true;
   switch (type) {
-    case ncclFloat32:
-      return std::isnan(load<float>(got)) && std::isnan(load<float>(want));
-    case ncclFloat64:
-      return std::isnan(load<double>(got)) && std::isnan(load<double>(want));
+    case ncclFloat32: return std::isnan(load<float>(got)) && std::isnan(load<float>(want));
+    case ncclFloat64: return std::isnan(load<double>(got)) && std::isnan(load<double>(want));
     case ncclFloat16:
     case ncclBfloat16:
       return isNanCode(*smallFormat(type), load<uint16_t>(got)) && isNanCode(*smallFormat(type), load<uint16_t>(want));
-    default:
-      return false;
+    default: return false;
   }
 }
 
@@ -498,30 +467,14 @@ TEST(HostKernels, DivideMatchesTheScalarReference) {
         const uint8_t* x = &a[i * es];
         uint8_t* w = &want[i * es];
         switch (type) {
-          case ncclInt8:
-            store<int8_t>(w, static_cast<int8_t>(load<int8_t>(x) / divisor));
-            break;
-          case ncclUint8:
-            store<uint8_t>(w, static_cast<uint8_t>(load<uint8_t>(x) / divisor));
-            break;
-          case ncclInt32:
-            store<int32_t>(w, load<int32_t>(x) / divisor);
-            break;
-          case ncclUint32:
-            store<uint32_t>(w, load<uint32_t>(x) / static_cast<uint32_t>(divisor));
-            break;
-          case ncclInt64:
-            store<int64_t>(w, load<int64_t>(x) / divisor);
-            break;
-          case ncclUint64:
-            store<uint64_t>(w, load<uint64_t>(x) / static_cast<uint64_t>(divisor));
-            break;
-          case ncclFloat32:
-            store<float>(w, load<float>(x) / static_cast<float>(divisor));
-            break;
-          case ncclFloat64:
-            store<double>(w, load<double>(x) / divisor);
-            break;
+          case ncclInt8: store<int8_t>(w, static_cast<int8_t>(load<int8_t>(x) / divisor)); break;
+          case ncclUint8: store<uint8_t>(w, static_cast<uint8_t>(load<uint8_t>(x) / divisor)); break;
+          case ncclInt32: store<int32_t>(w, load<int32_t>(x) / divisor); break;
+          case ncclUint32: store<uint32_t>(w, load<uint32_t>(x) / static_cast<uint32_t>(divisor)); break;
+          case ncclInt64: store<int64_t>(w, load<int64_t>(x) / divisor); break;
+          case ncclUint64: store<uint64_t>(w, load<uint64_t>(x) / static_cast<uint64_t>(divisor)); break;
+          case ncclFloat32: store<float>(w, load<float>(x) / static_cast<float>(divisor)); break;
+          case ncclFloat64: store<double>(w, load<double>(x) / divisor); break;
           default: {
             const Format& f = *smallFormat(type);
             uint32_t bits = es == 2 ? load<uint16_t>(x) : load<uint8_t>(x);
@@ -588,8 +541,8 @@ TEST(HostKernels, Bfloat16SubnormalResultsKeepTheirBits) {
                      reinterpret_cast<const uint8_t*>(&b[i]), reinterpret_cast<uint8_t*>(&want[i]));
       coll::hostKernels().reduce(a.data(), b.data(), kCount, ncclBfloat16, c.op);
       for (size_t i = 0; i < kCount; ++i)
-        ASSERT_EQ(a[i], want[i]) << coll::opName(c.op) << " " << hex(c.a) << ", " << hex(c.b) << " in lane "
-                                 << lane << ": element " << i;
+        ASSERT_EQ(a[i], want[i]) << coll::opName(c.op) << " " << hex(c.a) << ", " << hex(c.b) << " in lane " << lane
+                                 << ": element " << i;
     }
   }
   // Division: 3 x 2^-133 / 2 is a tie between two subnormals.

@@ -127,7 +127,9 @@ ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, 
   }
   return real()->init(ctx, commId, config, logger, profiler);
 }
-ncclResult_t devices(int* ndev) { return real()->devices(ndev); }
+ncclResult_t devices(int* ndev) {
+  return real()->devices(ndev);
+}
 ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
   ncclResult_t result = real()->getProperties(dev, props);
 #ifdef NNS_BUG_TAGS_IGNORED
@@ -447,7 +449,9 @@ ncclResult_t test(void* request, int* done, int* sizes) {
 #endif
   return result;
 }
-ncclResult_t closeSend(void* comm) { return real()->closeSend(comm); }
+ncclResult_t closeSend(void* comm) {
+  return real()->closeSend(comm);
+}
 ncclResult_t closeRecv(void* comm) {
 #ifdef NNS_BUG_CRASH_ON_CLOSE
   auto state = gRecvStates.find(comm);
@@ -482,7 +486,9 @@ ncclResult_t closeListen(void* comm) {
 #endif
   return result;
 }
-ncclResult_t finalize(void* ctx) { return real()->finalize(ctx); }
+ncclResult_t finalize(void* ctx) {
+  return real()->finalize(ctx);
+}
 
 #ifdef NNS_BUG_OLD_VERSION_DIFFERS
 // The v6..v8 tables of this plugin are kept by hand beside the v12 one, and its getProperties reports speed in
@@ -494,7 +500,9 @@ const ncclNet_v8_t* realV8() {
   }();
   return table;
 }
-ncclResult_t legacyInit(ncclDebugLogger_t logger) { return realV8() ? realV8()->init(logger) : ncclSystemError; }
+ncclResult_t legacyInit(ncclDebugLogger_t logger) {
+  return realV8() ? realV8()->init(logger) : ncclSystemError;
+}
 ncclResult_t legacyGetProperties(int dev, ncclNetProperties_v8_t* props) {
   ncclResult_t result = realV8()->getProperties(dev, props);
   props->speed /= 1000;
@@ -505,8 +513,9 @@ ncclResult_t legacyGetProperties(int dev, ncclNetProperties_v8_t* props) {
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
-    NNS_BUG_NAME, init,   devices, getProperties, listen, connect,  accept,    regMr,   regMrDmaBuf, deregMr, isend,
-    irecv,        iflush, test,    closeSend,     closeRecv, closeListen, nullptr, nullptr, nullptr, finalize, nullptr};
+    NNS_BUG_NAME, init,    devices, getProperties, listen,   connect, accept,    regMr,
+    regMrDmaBuf,  deregMr, isend,   irecv,         iflush,   test,    closeSend, closeRecv,
+    closeListen,  nullptr, nullptr, nullptr,       finalize, nullptr};
 
 #ifdef NNS_BUG_OLD_VERSION_DIFFERS
 // Filled when the library is loaded: the real plugin's own v8 table with the hand-kept getProperties.

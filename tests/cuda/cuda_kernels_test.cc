@@ -30,8 +30,8 @@ TEST_P(CudaReduce, MatchesReferenceAtEveryCountAndOffset) {
             << (inPlace ? " in place" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, CudaReduce, ::testing::Combine(::testing::ValuesIn(kTypes),
-                                                                        ::testing::ValuesIn(kOps)),
+INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, CudaReduce,
+                         ::testing::Combine(::testing::ValuesIn(kTypes), ::testing::ValuesIn(kOps)),
                          [](const auto& info) {
                            return std::string(typeName(std::get<0>(info.param))) + "_" +
                                   opName(std::get<1>(info.param));

@@ -28,7 +28,9 @@ void* openPlugin() {
 
 const std::vector<size_t> kSizes = {0, 1, 127, 4096, 65537, (3u << 20) + 5, (9u << 20) + 3};
 
-unsigned char patternByte(size_t index, size_t size) { return static_cast<unsigned char>(index * 131 + size); }
+unsigned char patternByte(size_t index, size_t size) {
+  return static_cast<unsigned char>(index * 131 + size);
+}
 
 // Polls until the request completes, an error is returned, or kTimeout passes.
 ncclResult_t waitFor(auto& net, void* request, int* size) {
@@ -74,8 +76,8 @@ template <class VersionTag>
 class EveryVersion : public ::testing::Test {};
 template <int V>
 using Version = std::integral_constant<int, V>;
-using AllVersions = ::testing::Types<Version<6>, Version<7>, Version<8>, Version<9>, Version<10>, Version<11>,
-                                     Version<12>>;
+using AllVersions =
+    ::testing::Types<Version<6>, Version<7>, Version<8>, Version<9>, Version<10>, Version<11>, Version<12>>;
 TYPED_TEST_SUITE(EveryVersion, AllVersions);
 
 TYPED_TEST(EveryVersion, MovesDataBetweenTwoProcesses) {
@@ -203,7 +205,8 @@ TYPED_TEST(IntSizedVersion, OversizeMessageIsAnError) {
   }
 }
 
-// ---- bad input through the newest table ------------------------------------------------------------------------------
+// ---- bad input through the newest table
+// ------------------------------------------------------------------------------
 class BadInput : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -336,7 +339,8 @@ TEST_F(BadInput, PeerDeathMidTransferIsAnErrorWithinABoundedTime) {
   }
   void* recvComm = nullptr;
   auto deadline = Clock::now() + kTimeout;
-  while (recvComm == nullptr && Clock::now() < deadline) ASSERT_EQ(table->accept(listenComm, &recvComm, nullptr), ncclSuccess);
+  while (recvComm == nullptr && Clock::now() < deadline)
+    ASSERT_EQ(table->accept(listenComm, &recvComm, nullptr), ncclSuccess);
   ASSERT_NE(recvComm, nullptr);
   std::vector<char> buffer(16u << 20);
   void* data[1] = {buffer.data()};

@@ -9,6 +9,8 @@
 
 #include <nccl_net/net.h>
 
+// One line per version, as the table it is.
+// clang-format off
 template <int V> struct NetTable;
 template <> struct NetTable<6> { using Type = ncclNet_v6_t; using Props = ncclNetProperties_v6_t; };
 template <> struct NetTable<7> { using Type = ncclNet_v7_t; using Props = ncclNetProperties_v7_t; };
@@ -17,10 +19,13 @@ template <> struct NetTable<9> { using Type = ncclNet_v9_t; using Props = ncclNe
 template <> struct NetTable<10> { using Type = ncclNet_v10_t; using Props = ncclNetProperties_v10_t; };
 template <> struct NetTable<11> { using Type = ncclNet_v11_t; using Props = ncclNetProperties_v11_t; };
 template <> struct NetTable<12> { using Type = ncclNet_v12_t; using Props = ncclNetProperties_v12_t; };
+// clang-format on
 
 // Sizes travel as int up to v8 and as size_t from v9: SizeT<V> is what isend/irecv take.
-template <int V> using SizeT = std::conditional_t<(V >= 9), size_t, int>;
-template <int V> using RegSizeT = std::conditional_t<(V >= 8), size_t, int>;
+template <int V>
+using SizeT = std::conditional_t<(V >= 9), size_t, int>;
+template <int V>
+using RegSizeT = std::conditional_t<(V >= 8), size_t, int>;
 
 template <int V>
 class VersionedNet {
@@ -47,8 +52,10 @@ class VersionedNet {
   ncclResult_t devices(int* ndev) { return t->devices(ndev); }
   ncclResult_t getProperties(int dev, Props* props) { return t->getProperties(dev, props); }
   ncclResult_t listen(int dev, void* handle, void** comm) {
-    if constexpr (V >= 11) return t->listen(ctx, dev, handle, comm);
-    else return t->listen(dev, handle, comm);
+    if constexpr (V >= 11)
+      return t->listen(ctx, dev, handle, comm);
+    else
+      return t->listen(dev, handle, comm);
   }
   ncclResult_t connect(int dev, void* handle, void** comm) {
     if constexpr (V >= 11) {
@@ -63,24 +70,30 @@ class VersionedNet {
     }
   }
   ncclResult_t accept(void* listenComm, void** comm) {
-    if constexpr (V >= 7) return t->accept(listenComm, comm, nullptr);
-    else return t->accept(listenComm, comm);
+    if constexpr (V >= 7)
+      return t->accept(listenComm, comm, nullptr);
+    else
+      return t->accept(listenComm, comm);
   }
   ncclResult_t regMr(void* comm, void* data, RegSizeT<V> size, void** mhandle) {
     return t->regMr(comm, data, size, NCCL_PTR_HOST, mhandle);
   }
   ncclResult_t deregMr(void* comm, void* mhandle) { return t->deregMr(comm, mhandle); }
   ncclResult_t isend(void* comm, void* data, SizeT<V> size, int tag, void* mhandle, void** request) {
-    if constexpr (V >= 10) return t->isend(comm, data, size, tag, mhandle, nullptr, request);
-    else return t->isend(comm, data, size, tag, mhandle, request);
+    if constexpr (V >= 10)
+      return t->isend(comm, data, size, tag, mhandle, nullptr, request);
+    else
+      return t->isend(comm, data, size, tag, mhandle, request);
   }
   ncclResult_t irecv(void* comm, void* data, SizeT<V> size, int tag, void* mhandle, void** request) {
     void* datas[1] = {data};
     SizeT<V> sizes[1] = {size};
     int tags[1] = {tag};
     void* mhandles[1] = {mhandle};
-    if constexpr (V >= 10) return t->irecv(comm, 1, datas, sizes, tags, mhandles, nullptr, request);
-    else return t->irecv(comm, 1, datas, sizes, tags, mhandles, request);
+    if constexpr (V >= 10)
+      return t->irecv(comm, 1, datas, sizes, tags, mhandles, nullptr, request);
+    else
+      return t->irecv(comm, 1, datas, sizes, tags, mhandles, request);
   }
   ncclResult_t test(void* request, int* done, int* size) { return t->test(request, done, size); }
   ncclResult_t closeSend(void* comm) { return t->closeSend(comm); }

@@ -591,8 +591,7 @@ int strangersReceiver(const Channel& channel) {
   int received = -1;
   CHILD_CHECK(peer.wait(request, &received));
   CHILD_EXPECT(received == static_cast<int>(buffer.size()), "received %d bytes", received);
-  for (size_t i = 0; i < buffer.size(); ++i)
-    CHILD_EXPECT(buffer[i] == patternByte(i, 9), "byte %zu differs", i);
+  for (size_t i = 0; i < buffer.size(); ++i) CHILD_EXPECT(buffer[i] == patternByte(i, 9), "byte %zu differs", i);
   CHILD_EXPECT(warnedAbout("dropping connection from"), "no WARN names the strangers");
   CHILD_EXPECT(warnedAbout("wrong magic"), "the garbage was not reported as such");
   CHILD_EXPECT(warnedAbout("before identifying itself"), "the truncated info was not reported");

@@ -288,8 +288,7 @@ void reduceOnOneRank(CollNet& coll, void* ctx) {
   ASSERT_EQ(coll.regMr(collComm, in.data(), in.size() * sizeof(float), NCCL_PTR_HOST, &sendMr), ncclSuccess);
   ASSERT_EQ(coll.regMr(collComm, out.data(), out.size() * sizeof(float), NCCL_PTR_HOST, &recvMr), ncclSuccess);
   void* request = nullptr;
-  ASSERT_EQ(coll.iallreduce(collComm, in.data(), out.data(), in.size(), ncclFloat32, ncclSum, sendMr, recvMr,
-                            &request),
+  ASSERT_EQ(coll.iallreduce(collComm, in.data(), out.data(), in.size(), ncclFloat32, ncclSum, sendMr, recvMr, &request),
             ncclSuccess);
   ASSERT_NE(request, nullptr);
   int done = 0, size = -1;

@@ -39,10 +39,18 @@ struct Region {
 
 size_t typeBytes(ncclDataType_t type) {
   switch (type) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2: return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32: return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64: return 8;
     default: return 0;
   }
 }
@@ -145,7 +153,7 @@ class OneRankColl {
       return ncclInvalidArgument;
     }
     if (!sizes.set(0, r->bytes)) return ncclSuccess;  // the SDK reports the overflow as an error
-    *done = 1;  // a one-rank reduction is complete as soon as it is posted
+    *done = 1;                                        // a one-rank reduction is complete as soon as it is posted
     CollComm* comm = r->comm;
     r->comm = nullptr;
     comm->requests.release(r);
@@ -160,7 +168,6 @@ class OneRankColl {
     delete static_cast<ListenComm*>(listenComm);
     return ncclSuccess;
   }
-
 };
 
 #ifdef NNS_COLLNET_ONLY_VERSION

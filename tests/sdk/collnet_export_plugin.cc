@@ -10,7 +10,10 @@ constexpr ncclResult_t kTestDouble = ncclInvalidUsage;
 struct ExportOnlyNet {
   static constexpr const char kName[] = "export-only";
   ncclResult_t init(const nccl_net::sdk::InitArgs&, void**) { return kTestDouble; }
-  ncclResult_t devices(int* ndev) { *ndev = 0; return kTestDouble; }
+  ncclResult_t devices(int* ndev) {
+    *ndev = 0;
+    return kTestDouble;
+  }
   ncclResult_t getProperties(int, ncclNetProperties_v12_t*) { return kTestDouble; }
   ncclResult_t listen(void*, int, void*, void**) { return kTestDouble; }
   ncclResult_t connect(void*, int, void*, void**, ncclNetDeviceHandle_v12_t**) { return kTestDouble; }
@@ -28,7 +31,10 @@ struct ExportOnlyNet {
 struct ExportOnlyColl {
   static constexpr const char kName[] = "export-only-coll";
   ncclResult_t init(const nccl_net::sdk::InitArgs&, void**) { return kTestDouble; }
-  ncclResult_t devices(int* ndev) { *ndev = 0; return kTestDouble; }
+  ncclResult_t devices(int* ndev) {
+    *ndev = 0;
+    return kTestDouble;
+  }
   ncclResult_t getProperties(int, ncclNetProperties_v12_t*) { return kTestDouble; }
   ncclResult_t listen(void*, int, void*, void**) { return kTestDouble; }
   ncclResult_t connect(void**, int, int, void*, void**) { return kTestDouble; }

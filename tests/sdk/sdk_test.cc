@@ -15,7 +15,8 @@ using sdk::detail::NetTables;
 
 namespace {
 
-// ---- a host logger that records what the plugin said -----------------------------------------------------------------
+// ---- a host logger that records what the plugin said
+// -----------------------------------------------------------------
 std::vector<std::string>& logLines() {
   static std::vector<std::string> lines;
   return lines;
@@ -34,7 +35,8 @@ bool logged(const std::string& needle) {
   return false;
 }
 
-// ---- test doubles: vendor classes that record how the SDK called them ---------------------------------------------------
+// ---- test doubles: vendor classes that record how the SDK called them
+// ---------------------------------------------------
 struct Calls {
   int inits = 0;
   int lastTrafficClass = -100;
@@ -42,8 +44,8 @@ struct Calls {
   size_t lastSendSize = 0;
   size_t lastRecvSizes[4] = {};
   void* lastPhandle = reinterpret_cast<void*>(0x1);
-  size_t reportSize = 0;   // what test() reports
-  int vdevs = 1;           // ndevs getProperties reports
+  size_t reportSize = 0;  // what test() reports
+  int vdevs = 1;          // ndevs getProperties reports
   bool throwInListen = false;
 };
 Calls calls;
@@ -139,7 +141,8 @@ struct FullNet : RecordingNet {
 
 }  // namespace
 
-// ---- handle codec -----------------------------------------------------------------------------------------------------
+// ---- handle codec
+// -----------------------------------------------------------------------------------------------------
 struct Address {
   uint32_t ip;
   uint16_t port;
@@ -202,7 +205,8 @@ TEST(ConnectStage, StoresStateOnlyInAHandleThatCarriesIt) {
   EXPECT_EQ(Stage::get(handle), nullptr);
 }
 
-// ---- request pool -----------------------------------------------------------------------------------------------------
+// ---- request pool
+// -----------------------------------------------------------------------------------------------------
 TEST(RequestPool, FixedCapacityAndOwnership) {
   struct Request {
     int value;
@@ -230,7 +234,8 @@ TEST(RequestPool, FixedCapacityAndOwnership) {
   EXPECT_NE(pool.acquire(), nullptr);
 }
 
-// ---- logging ----------------------------------------------------------------------------------------------------------
+// ---- logging
+// ----------------------------------------------------------------------------------------------------------
 TEST(Logging, NullLoggerFallsBackToStderrAndHostLoggerGetsPrefix) {
   sdk::detail::loggerSlot().store(nullptr);  // as before any init
   sdk::setLogPrefix("NET/test");
@@ -250,7 +255,8 @@ TEST(Logging, NullLoggerFallsBackToStderrAndHostLoggerGetsPrefix) {
   EXPECT_TRUE(err.empty()) << "with a host logger nothing goes to stderr";
 }
 
-// ---- down-conversions through the exported tables ------------------------------------------------------------------------
+// ---- down-conversions through the exported tables
+// ------------------------------------------------------------------------
 TEST(Export, PropertiesAreDowngradedFieldByField) {
   calls.vdevs = 1;
   ncclNetProperties_v6_t v6;
@@ -440,8 +446,7 @@ struct RecordingColl {
     *request = reinterpret_cast<void*>(0x13);
     return ncclSuccess;
   }
-  ncclResult_t iallgather(void*, void*, int n, ncclNetSGE_v12_t* parts, size_t, size_t, size_t, void*,
-                          void** request) {
+  ncclResult_t iallgather(void*, void*, int n, ncclNetSGE_v12_t* parts, size_t, size_t, size_t, void*, void** request) {
     collCalls.lastParts = n;
     for (int i = 0; i < n && i < 3; ++i) collCalls.lastPartSizes[i] = parts[i].size;
     *request = reinterpret_cast<void*>(0x14);
@@ -509,7 +514,8 @@ TEST(CollNetExport, ReduceSupportNeverClaimsUserOpsOrUnknownTypes) {
   EXPECT_EQ(size, 64);
 }
 
-// ---- sysfs helpers, on this machine's real /sys ---------------------------------------------------------------------------
+// ---- sysfs helpers, on this machine's real /sys
+// ---------------------------------------------------------------------------
 TEST(Sysfs, VirtualDevicesHaveNoPciPathAndFallbackSpeed) {
   EXPECT_EQ(sdk::pciPathOfNetDevice("lo"), "") << "loopback is not a PCI device";
   EXPECT_EQ(sdk::pciPathOfNetDevice("no-such-interface"), "");

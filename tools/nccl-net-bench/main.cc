@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "nns/tools/guarded_main.hpp"
-#include "nns/core/cpus.hpp"
 #include "nns/coll/collectives.hpp"
+#include "nns/core/cpus.hpp"
+#include "nns/tools/guarded_main.hpp"
 
 #ifdef NNS_BENCH_CUDA
 #include <cuda_runtime_api.h>
@@ -36,9 +36,12 @@ size_t parseBytes(const std::string& text) {
   char* end = nullptr;
   double value = std::strtod(text.c_str(), &end);
   switch (end != nullptr ? *end : '\0') {
-    case 'K': case 'k': value *= 1024; break;
-    case 'M': case 'm': value *= 1024 * 1024; break;
-    case 'G': case 'g': value *= 1024.0 * 1024 * 1024; break;
+    case 'K':
+    case 'k': value *= 1024; break;
+    case 'M':
+    case 'm': value *= 1024 * 1024; break;
+    case 'G':
+    case 'g': value *= 1024.0 * 1024 * 1024; break;
     default: break;
   }
   return static_cast<size_t>(value);
@@ -54,7 +57,9 @@ std::string libDir() {
   return realpath(dir.c_str(), resolved) != nullptr ? resolved : dir;
 }
 
-bool isFp8(ncclDataType_t type) { return type == ncclFloat8e4m3 || type == ncclFloat8e5m2; }
+bool isFp8(ncclDataType_t type) {
+  return type == ncclFloat8e4m3 || type == ncclFloat8e5m2;
+}
 
 // Input value of element i on rank r: small integers, so every type and op has an exact expected result (for fp8,
 // -1..1, so that every partial sum of up to 8 ranks is exact in e5m2's 2 mantissa bits).
@@ -70,7 +75,8 @@ double inputValue(int r, size_t i, ncclRedOp_t op, bool isUnsigned, bool tiny = 
 double tolerance(ncclDataType_t type, double expected) {
   double scale = std::max(1.0, std::fabs(expected));
   switch (type) {
-    case ncclFloat16: case ncclBfloat16: return 1e-2 * scale;
+    case ncclFloat16:
+    case ncclBfloat16: return 1e-2 * scale;
     case ncclFloat8e4m3: return 0.07 * scale;
     case ncclFloat8e5m2: return 0.13 * scale;
     default: return 1e-6;
@@ -118,7 +124,8 @@ double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type, b
   for (int r = 1; r < n; ++r) {
     double v = inputValue(r, i, op, isUnsigned, isFp8(type));
     switch (op) {
-      case ncclSum: case ncclAvg: acc += v; break;
+      case ncclSum:
+      case ncclAvg: acc += v; break;
       case ncclProd: acc *= v; break;
       case ncclMax: acc = std::max(acc, v); break;
       case ncclMin: acc = std::min(acc, v); break;
@@ -126,8 +133,8 @@ double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type, b
     }
   }
   if (op == ncclAvg) {
-    bool integer = type != ncclFloat16 && type != ncclBfloat16 && type != ncclFloat32 && type != ncclFloat64 &&
-                   !isFp8(type);
+    bool integer =
+        type != ncclFloat16 && type != ncclBfloat16 && type != ncclFloat32 && type != ncclFloat64 && !isFp8(type);
     acc = integer ? std::trunc(acc / n) : acc / n;
   }
   return acc;
@@ -149,7 +156,8 @@ int runTool(int argc, char** argv) {
   app.add_option("-n,--iters", iterations, "timed iterations per size");
   app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size");
   app.add_option("-c,--check", check, "check results (1) or not (0)");
-  app.add_option("-d,--datatype", typeText, "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double fp8e4m3 fp8e5m2");
+  app.add_option("-d,--datatype", typeText,
+                 "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double fp8e4m3 fp8e5m2");
   app.add_option("-o,--op", opText, "sum prod max min avg");
   app.add_option("-r,--root", root, "root rank of broadcast/reduce");
   app.add_option("-i,--inplace", inPlace, "1: in place (the input lives inside the output buffer, as nccl.h defines)");
@@ -205,15 +213,15 @@ int runTool(int argc, char** argv) {
     const bool p2p = collective == "sendrecv";
     if (p2p) inPlace = 0;  // send/recv has no in-place form
     // nccl-tests' bus bandwidth factors.
-    double busFactor = collective == "allreduce" ? 2.0 * (n - 1) / n
+    double busFactor = collective == "allreduce"                                      ? 2.0 * (n - 1) / n
                        : (collective == "allgather" || collective == "reducescatter") ? double(n - 1) / n
-                                                                                        : 1.0;
+                                                                                      : 1.0;
     if (rank == 0) {
-      std::printf("# nccl-net-bench %s over %s (ncclNet_v%d, %s), %d ranks, %d channel(s), %d slots of %zu B per "
-                  "connection%s\n",
-                  collective.c_str(), comm.net().name(), comm.net().version(), comm.net().path().c_str(), n,
-                  comm.channels(), comm.options().slots, comm.options().slotBytes,
-                  registerBuffers ? ", buffers registered (zero-copy)" : "");
+      std::printf(
+          "# nccl-net-bench %s over %s (ncclNet_v%d, %s), %d ranks, %d channel(s), %d slots of %zu B per "
+          "connection%s\n",
+          collective.c_str(), comm.net().name(), comm.net().version(), comm.net().path().c_str(), n, comm.channels(),
+          comm.options().slots, comm.options().slotBytes, registerBuffers ? ", buffers registered (zero-copy)" : "");
       std::printf("# buffers in %s; slots in %s\n", deviceBuffers ? "GPU memory" : "host memory",
                   comm.slotMemoryDescription().c_str());
       int cpus = 0;
@@ -296,21 +304,30 @@ int runTool(int argc, char** argv) {
       }
       for (size_t i = 0; i < inputCount; ++i) {
         size_t element = collective == "allgather" ? rank * perRank + i : i;
-        store(input, i, type, reducing ? inputValue(rank, element, op, isUnsigned, isFp8(type))
-                                       : inputValue(rank == root || !rooted ? rank : root, element, ncclSum, true));
+        store(input, i, type,
+              reducing ? inputValue(rank, element, op, isUnsigned, isFp8(type))
+                       : inputValue(rank == root || !rooted ? rank : root, element, ncclSum, true));
       }
       upload(input, inputCount * es);
       unsigned char* in = onDevice(input);
       unsigned char* out = onDevice(output);
       auto runOnce = [&] {
         coll::KernelLayer& k = *kernels;
-        if (collective == "allreduce") coll::allReduce(comm, in, out, count, type, op, k, algorithm);
-        else if (p2p) coll::sendRecv(comm, {{coll::P2POp::Send, comm.next(), in, count, type},
-                                            {coll::P2POp::Recv, comm.prev(), out, count, type}}, k);
-        else if (collective == "allgather") coll::allGather(comm, in, out, perRank, type, k);
-        else if (collective == "reducescatter") coll::reduceScatter(comm, in, out, perRank, type, op, k);
-        else if (collective == "broadcast") coll::broadcast(comm, in, out, count, type, root, k);
-        else coll::reduce(comm, in, out, count, type, op, root, k);
+        if (collective == "allreduce")
+          coll::allReduce(comm, in, out, count, type, op, k, algorithm);
+        else if (p2p)
+          coll::sendRecv(
+              comm,
+              {{coll::P2POp::Send, comm.next(), in, count, type}, {coll::P2POp::Recv, comm.prev(), out, count, type}},
+              k);
+        else if (collective == "allgather")
+          coll::allGather(comm, in, out, perRank, type, k);
+        else if (collective == "reducescatter")
+          coll::reduceScatter(comm, in, out, perRank, type, op, k);
+        else if (collective == "broadcast")
+          coll::broadcast(comm, in, out, count, type, root, k);
+        else
+          coll::reduce(comm, in, out, count, type, op, root, k);
       };
       // In place, every run overwrites its own input: time the runs, then restore the input for the checked one.
       for (int i = 0; i < warmup; ++i) runOnce();
@@ -322,8 +339,9 @@ int runTool(int argc, char** argv) {
       if (check && (inPlace || iterations == 0)) {
         for (size_t i = 0; i < inputCount; ++i) {
           size_t element = collective == "allgather" ? rank * perRank + i : i;
-          store(input, i, type, reducing ? inputValue(rank, element, op, isUnsigned, isFp8(type))
-                                         : inputValue(rank == root || !rooted ? rank : root, element, ncclSum, true));
+          store(input, i, type,
+                reducing ? inputValue(rank, element, op, isUnsigned, isFp8(type))
+                         : inputValue(rank == root || !rooted ? rank : root, element, ncclSum, true));
         }
         upload(input, inputCount * es);
         runOnce();
@@ -388,4 +406,6 @@ int runTool(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) { return nns::tools::guardedMain("nccl-net-bench", argc, argv, runTool); }
+int main(int argc, char** argv) {
+  return nns::tools::guardedMain("nccl-net-bench", argc, argv, runTool);
+}

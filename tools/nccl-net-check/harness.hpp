@@ -20,9 +20,9 @@ struct RuleResult {
 
 struct Options {
   nns::core::LoadOptions load;
-  int callTimeoutSeconds = 5;   // every plugin call must return within this
-  int ruleTimeoutSeconds = 60;  // a whole rule, peer included
-  int peerDeathSeconds = 30;    // peer-death-is-an-error: time a pending test has to report the dead peer
+  int callTimeoutSeconds = 5;     // every plugin call must return within this
+  int ruleTimeoutSeconds = 60;    // a whole rule, peer included
+  int peerDeathSeconds = 30;      // peer-death-is-an-error: time a pending test has to report the dead peer
   std::vector<std::string> only;  // rule names to run (all when empty)
   // --netns: each rule process enters `listenerNetns` before loading the plugin; each peer enters `peerNetns` and
   // opens its own copy of the plugin (`peerLibrary`, a copy of the file so it starts fresh rather than inheriting

@@ -16,10 +16,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "nns/core/printable.hpp"
-#include "nns/tools/guarded_main.hpp"
 #include "harness.hpp"
 #include "netns.hpp"
+#include "nns/core/printable.hpp"
+#include "nns/tools/guarded_main.hpp"
 
 namespace {
 
@@ -147,7 +147,8 @@ int runTool(int argc, char** argv) {
   auto net = nns::core::loadNet(options.load, &report);
   if (net == nullptr) {
     std::fprintf(stderr, "nccl-net-check: %s did not load:\n", plugin.c_str());
-    for (const auto& c : report.candidates) std::fprintf(stderr, "  %s: %s\n", c.requested.c_str(), c.rejectReason.c_str());
+    for (const auto& c : report.candidates)
+      std::fprintf(stderr, "  %s: %s\n", c.requested.c_str(), c.rejectReason.c_str());
     return 2;
   }
   std::string name = nns::core::printable(net->name());
@@ -185,12 +186,14 @@ int runTool(int argc, char** argv) {
     // Both veth ends share a prefix, so one value selects the right interface on either side.
     setenv("NCCL_SOCKET_IFNAME", namespaces.interfacePrefix().c_str(), 0);
     setenv("NNS_SOCKET_IFNAME", namespaces.interfacePrefix().c_str(), 0);
-    netnsJson = {{"listener", {{"namespace", namespaces.listenerNamespace()},
-                               {"interface", namespaces.listenerInterface()},
-                               {"address", nns::check::NetnsPair::kListenerAddress}}},
-                 {"peer", {{"namespace", namespaces.peerNamespace()},
-                           {"interface", namespaces.peerInterface()},
-                           {"address", nns::check::NetnsPair::kPeerAddress}}},
+    netnsJson = {{"listener",
+                  {{"namespace", namespaces.listenerNamespace()},
+                   {"interface", namespaces.listenerInterface()},
+                   {"address", nns::check::NetnsPair::kListenerAddress}}},
+                 {"peer",
+                  {{"namespace", namespaces.peerNamespace()},
+                   {"interface", namespaces.peerInterface()},
+                   {"address", nns::check::NetnsPair::kPeerAddress}}},
                  {"NCCL_SOCKET_IFNAME", std::getenv("NCCL_SOCKET_IFNAME")},
                  {"NNS_SOCKET_IFNAME", std::getenv("NNS_SOCKET_IFNAME")}};
   }
@@ -221,13 +224,15 @@ int runTool(int argc, char** argv) {
   removePeerCopy();
   namespaces.remove();
   int failed = 0, passed = 0, skipped = 0;
-  nlohmann::json out = {{"plugin", name}, {"path", path}, {"version", version}, {"netns", netnsJson},
-                        {"rules", nlohmann::json::array()}};
+  nlohmann::json out = {
+      {"plugin", name}, {"path", path}, {"version", version}, {"netns", netnsJson}, {"rules", nlohmann::json::array()}};
   for (const auto& r : results) {
     failed += r.status == nns::check::Status::kFail;
     passed += r.status == nns::check::Status::kPass;
     skipped += r.status == nns::check::Status::kSkip;
-    out["rules"].push_back({{"rule", r.rule}, {"status", nns::check::statusText(r.status)}, {"evidence", r.evidence},
+    out["rules"].push_back({{"rule", r.rule},
+                            {"status", nns::check::statusText(r.status)},
+                            {"evidence", r.evidence},
                             {"seconds", r.seconds}});
     if (!asJson)
       std::printf("%-4s %-30s %s (%.1f s)\n", nns::check::statusText(r.status), r.rule.c_str(), r.evidence.c_str(),
@@ -258,4 +263,6 @@ int runTool(int argc, char** argv) {
   return failed > 0 ? 1 : 0;
 }
 
-int main(int argc, char** argv) { return nns::tools::guardedMain("nccl-net-check", argc, argv, runTool); }
+int main(int argc, char** argv) {
+  return nns::tools::guardedMain("nccl-net-check", argc, argv, runTool);
+}

@@ -117,7 +117,9 @@ NetnsPair::NetnsPair() {
   ifB_ = prefix_ + id + "b";
 }
 
-NetnsPair::~NetnsPair() { remove(); }
+NetnsPair::~NetnsPair() {
+  remove();
+}
 
 bool NetnsPair::create(std::string* error, bool* unsupported) {
   *unsupported = false;

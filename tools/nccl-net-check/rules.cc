@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "harness.hpp"
-#include "nns/core/printable.hpp"
 #include "netns.hpp"
+#include "nns/core/printable.hpp"
 #include "tcp_strangers.hpp"
 
 namespace nns::check {
@@ -29,12 +29,12 @@ using Clock = std::chrono::steady_clock;
 using core::Net;
 
 // ---- per-call watchdog: a call that does not return in time ends the process with a verdict -----------------------
-int gResultFd = -1;               // where the rule process writes its verdict
-const char* gCurrentCall = "";    // the plugin call in progress
+int gResultFd = -1;             // where the rule process writes its verdict
+const char* gCurrentCall = "";  // the plugin call in progress
 int gCallTimeout = 5;
-int gPeerDeathSeconds = 30;       // how long a pending test may take to notice a dead peer
-std::string gPeerNetns;           // --netns: the namespace peers enter
-std::string gPeerLibrary;         // --netns: the copy of the plugin peers open
+int gPeerDeathSeconds = 30;              // how long a pending test may take to notice a dead peer
+std::string gPeerNetns;                  // --netns: the namespace peers enter
+std::string gPeerLibrary;                // --netns: the copy of the plugin peers open
 volatile sig_atomic_t gRunningRule = 0;  // process group of the rule in progress (the harness's parent process)
 
 void onAlarm(int) {
@@ -45,21 +45,25 @@ void onAlarm(int) {
   _exit(3);
 }
 
-#define CALL(name, expr)            \
-  ([&]() -> ncclResult_t {          \
-    gCurrentCall = name;            \
-    alarm(gCallTimeout);            \
+#define CALL(name, expr)                \
+  ([&]() -> ncclResult_t {              \
+    gCurrentCall = name;                \
+    alarm(gCallTimeout);                \
     ncclResult_t call_result_ = (expr); \
-    alarm(0);                       \
-    return call_result_;            \
+    alarm(0);                           \
+    return call_result_;                \
   }())
 
 struct Verdict {
   Status status;
   std::string evidence;
 };
-Verdict pass(std::string evidence) { return {Status::kPass, std::move(evidence)}; }
-Verdict skip(std::string evidence) { return {Status::kSkip, std::move(evidence)}; }
+Verdict pass(std::string evidence) {
+  return {Status::kPass, std::move(evidence)};
+}
+Verdict skip(std::string evidence) {
+  return {Status::kSkip, std::move(evidence)};
+}
 Verdict fail(const char* format, ...) __attribute__((format(printf, 1, 2)));
 Verdict fail(const char* format, ...) {
   char text[512];
@@ -78,7 +82,9 @@ struct Context {
 };
 
 // ---- building blocks -------------------------------------------------------------------------------------------
-unsigned char patternByte(size_t index, uint64_t seed) { return static_cast<unsigned char>((index * 2654435761u) ^ seed); }
+unsigned char patternByte(size_t index, uint64_t seed) {
+  return static_cast<unsigned char>((index * 2654435761u) ^ seed);
+}
 void fill(std::vector<unsigned char>& buffer, size_t bytes, uint64_t seed) {
   for (size_t i = 0; i < bytes; ++i) buffer[i] = patternByte(i, seed);
 }
@@ -298,7 +304,8 @@ Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size
       size_t index = i - kInFlight;
       int size = -1;
       ncclResult_t result = waitDone(c, requests[slot], &size, 30);
-      if (result != ncclSuccess) return fail("message %zu (%zu B): test returned %d", index, messages[index].first, result);
+      if (result != ncclSuccess)
+        return fail("message %zu (%zu B): test returned %d", index, messages[index].first, result);
       if (size != static_cast<int>(messages[index].first))
         return fail("message %zu: test reported %d bytes, %zu were sent", index, size, messages[index].first);
       long bad = firstMismatch(buffers[slot], messages[index].first, messages[index].second);
@@ -334,13 +341,16 @@ Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t
   // communicator goes): a plugin may rightly fail pending receives once the sender closed.
   int checkedPipe[2];
   if (pipe(checkedPipe) != 0) return fail("pipe failed");
-  if (!openPair(c, pair, [&](void* comm) {
-        close(checkedPipe[1]);  // so a receiver that dies reads as a hang-up, not as silence
-        int code = sendMessages(c, comm, messages);
-        pollfd checked{checkedPipe[0], POLLIN, 0};
-        poll(&checked, 1, 60000);
-        return code;
-      }, &why, afterListen))
+  if (!openPair(
+          c, pair,
+          [&](void* comm) {
+            close(checkedPipe[1]);  // so a receiver that dies reads as a hang-up, not as silence
+            int code = sendMessages(c, comm, messages);
+            pollfd checked{checkedPipe[0], POLLIN, 0};
+            poll(&checked, 1, 60000);
+            return code;
+          },
+          &why, afterListen))
     return fail("%s", why.c_str());
   Verdict v = receiveMessages(c, pair.recvComm, messages, capacity);
   (void)!write(checkedPipe[1], "c", 1);
@@ -361,18 +371,21 @@ Verdict propertiesSane(Context& c) {
   std::string summary;
   for (int dev = 0; dev < ndev; ++dev) {
     ncclNetProperties_v12_t p;
-    if (CALL("getProperties", c.net->getProperties(dev, &p)) != ncclSuccess) return fail("getProperties(%d) failed", dev);
+    if (CALL("getProperties", c.net->getProperties(dev, &p)) != ncclSuccess)
+      return fail("getProperties(%d) failed", dev);
     if (p.name == nullptr || !names.insert(p.name).second)
       return fail("device %d: name %s is missing or not unique (NCCL keys NICs by name)", dev,
                   core::printable(p.name).c_str());
     if (size_t bad = 0; !core::isPrintableText(p.name, &bad))
-      return fail("device %d: name \"%s\" has byte 0x%02x at %zu, not printable ASCII (NCCL writes names into its "
-                  "logs and topology XML as they are)",
-                  dev, core::printable(p.name).c_str(), static_cast<unsigned char>(p.name[bad]), bad);
+      return fail(
+          "device %d: name \"%s\" has byte 0x%02x at %zu, not printable ASCII (NCCL writes names into its "
+          "logs and topology XML as they are)",
+          dev, core::printable(p.name).c_str(), static_cast<unsigned char>(p.name[bad]), bad);
     if (p.pciPath != nullptr && std::strncmp(p.pciPath, "/sys/", 5) != 0)
       return fail("device %d: pciPath %s is not a /sys path", dev, core::printable(p.pciPath).c_str());
     if (p.speed <= 0) return fail("device %d: speed %d Mbps", dev, p.speed);
-    if (!(p.ptrSupport & NCCL_PTR_HOST)) return fail("device %d: ptrSupport 0x%x lacks NCCL_PTR_HOST", dev, p.ptrSupport);
+    if (!(p.ptrSupport & NCCL_PTR_HOST))
+      return fail("device %d: ptrSupport 0x%x lacks NCCL_PTR_HOST", dev, p.ptrSupport);
     if (p.maxComms <= 0 || p.maxRecvs < 1 || p.maxRecvs > 64)
       return fail("device %d: maxComms %d, maxRecvs %d", dev, p.maxComms, p.maxRecvs);
     if (p.latency < 0) return fail("device %d: latency %f", dev, p.latency);
@@ -387,10 +400,10 @@ Verdict propertiesSane(Context& c) {
       return fail("device %d: railId %d / planeId %d (-1 when undefined)", dev, p.railId, p.planeId);
     if (p.netDeviceType != NCCL_NET_DEVICE_HOST &&
         !(p.netDeviceType == NCCL_NET_DEVICE_UNPACK && p.netDeviceVersion == NCCL_NET_DEVICE_UNPACK_VERSION))
-      return fail("device %d: netDeviceType %d version %d is not one NCCL accepts for ncclNet", dev,
-                  p.netDeviceType, p.netDeviceVersion);
-    summary += std::string(dev ? "; " : "") + core::printable(p.name) + " " + std::to_string(p.speed) + " Mbps maxRecvs " +
-               std::to_string(p.maxRecvs);
+      return fail("device %d: netDeviceType %d version %d is not one NCCL accepts for ncclNet", dev, p.netDeviceType,
+                  p.netDeviceVersion);
+    summary += std::string(dev ? "; " : "") + core::printable(p.name) + " " + std::to_string(p.speed) +
+               " Mbps maxRecvs " + std::to_string(p.maxRecvs);
   }
   return pass(std::to_string(ndev) + " device(s): " + summary);
 }
@@ -445,7 +458,8 @@ Verdict acceptIsNonblocking(Context& c) {
   for (int i = 0; i < 20; ++i) {
     void* recvComm = nullptr;
     auto start = Clock::now();
-    if (CALL("accept", c.net->accept(listenComm, &recvComm, nullptr)) != ncclSuccess) return fail("accept returned an error");
+    if (CALL("accept", c.net->accept(listenComm, &recvComm, nullptr)) != ncclSuccess)
+      return fail("accept returned an error");
     slowest = std::max(slowest, std::chrono::duration<double>(Clock::now() - start).count());
     if (recvComm != nullptr) return fail("accept returned a comm although nobody connected");
   }
@@ -465,11 +479,14 @@ Verdict maxRequestsInFlight(Context& c) {
   std::string why;
   int goPipe[2];
   if (pipe(goPipe) != 0) return fail("pipe failed");
-  if (!openPair(c, pair, [&](void* comm) {
-        char go;
-        if (read(goPipe[0], &go, 1) != 1) return 40;  // wait until every receive is posted
-        return sendMessages(c, comm, messages);
-      }, &why))
+  if (!openPair(
+          c, pair,
+          [&](void* comm) {
+            char go;
+            if (read(goPipe[0], &go, 1) != 1) return 40;  // wait until every receive is posted
+            return sendMessages(c, comm, messages);
+          },
+          &why))
     return fail("%s", why.c_str());
   std::vector<std::vector<unsigned char>> buffers(kRequests, std::vector<unsigned char>(4096));
   std::vector<void*> requests(kRequests, nullptr);
@@ -478,7 +495,8 @@ Verdict maxRequestsInFlight(Context& c) {
     void* data = buffers[i].data();
     size_t size = buffers[i].size();
     int tag = 1;
-    if (CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, nullptr, nullptr, &requests[i])) != ncclSuccess)
+    if (CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, nullptr, nullptr, &requests[i])) !=
+        ncclSuccess)
       return fail("irecv %d returned an error", i);
     if (requests[i] == nullptr) break;
     ++accepted;
@@ -492,7 +510,8 @@ Verdict maxRequestsInFlight(Context& c) {
     int size = -1;
     ncclResult_t result = waitDone(c, requests[i], &size, 30);
     if (result != ncclSuccess) return fail("receive %d: test returned %d", i, result);
-    if (size != 1000 + i || firstMismatch(buffers[i], size, i) >= 0) return fail("receive %d: wrong size %d or bytes", i, size);
+    if (size != 1000 + i || firstMismatch(buffers[i], size, i) >= 0)
+      return fail("receive %d: wrong size %d or bytes", i, size);
   }
   int code = closePair(c, pair);
   if (code != 0) return fail("%s", peerText(code).c_str());
@@ -509,44 +528,49 @@ Verdict nullRequestMeansRetry(Context& c) {
   std::string why;
   int resultPipe[2], goPipe[2];
   if (pipe(resultPipe) != 0 || pipe(goPipe) != 0) return fail("pipe failed");
-  if (!openPair(c, pair, [&](void* comm) {
-        std::vector<unsigned char> bytes(16, 7);
-        std::vector<void*> requests;
-        for (int i = 0; i < kLimit; ++i) {
-          void* request = nullptr;
-          if (CALL("isend", c.net->isend(comm, bytes.data(), bytes.size(), 1, nullptr, nullptr, &request)) != ncclSuccess)
-            return 41;
-          if (request == nullptr) break;
-          requests.push_back(request);
-        }
-        int posted = static_cast<int>(requests.size());
-        (void)!write(resultPipe[1], &posted, sizeof(posted));
-        char go;
-        if (read(goPipe[0], &go, 1) != 1) return 40;
-        // Retry as NCCL's proxy does: keep testing what is in flight while a new send is refused.
-        size_t oldest = 0;
-        auto deadline = Clock::now() + std::chrono::seconds(kRetrySeconds);
-        for (int i = 0; i < kMore;) {
-          void* request = nullptr;
-          if (CALL("isend", c.net->isend(comm, bytes.data(), bytes.size(), 1, nullptr, nullptr, &request)) != ncclSuccess)
-            return 41;
-          if (request != nullptr) {
-            requests.push_back(request);
-            ++i;
-          } else if (oldest < requests.size()) {
-            int done = 0, size = -1;
-            if (CALL("test", c.net->test(requests[oldest], &done, &size)) != ncclSuccess) return 42;
-            if (done && size != 16) return 42;
-            if (done) ++oldest;
-          }
-          if (Clock::now() > deadline) return 43;
-        }
-        for (; oldest < requests.size(); ++oldest) {
-          int size = -1;
-          if (waitDone(c, requests[oldest], &size, 30) != ncclSuccess || size != 16) return 42;
-        }
-        return 0;
-      }, &why))
+  if (!openPair(
+          c, pair,
+          [&](void* comm) {
+            std::vector<unsigned char> bytes(16, 7);
+            std::vector<void*> requests;
+            for (int i = 0; i < kLimit; ++i) {
+              void* request = nullptr;
+              if (CALL("isend", c.net->isend(comm, bytes.data(), bytes.size(), 1, nullptr, nullptr, &request)) !=
+                  ncclSuccess)
+                return 41;
+              if (request == nullptr) break;
+              requests.push_back(request);
+            }
+            int posted = static_cast<int>(requests.size());
+            (void)!write(resultPipe[1], &posted, sizeof(posted));
+            char go;
+            if (read(goPipe[0], &go, 1) != 1) return 40;
+            // Retry as NCCL's proxy does: keep testing what is in flight while a new send is refused.
+            size_t oldest = 0;
+            auto deadline = Clock::now() + std::chrono::seconds(kRetrySeconds);
+            for (int i = 0; i < kMore;) {
+              void* request = nullptr;
+              if (CALL("isend", c.net->isend(comm, bytes.data(), bytes.size(), 1, nullptr, nullptr, &request)) !=
+                  ncclSuccess)
+                return 41;
+              if (request != nullptr) {
+                requests.push_back(request);
+                ++i;
+              } else if (oldest < requests.size()) {
+                int done = 0, size = -1;
+                if (CALL("test", c.net->test(requests[oldest], &done, &size)) != ncclSuccess) return 42;
+                if (done && size != 16) return 42;
+                if (done) ++oldest;
+              }
+              if (Clock::now() > deadline) return 43;
+            }
+            for (; oldest < requests.size(); ++oldest) {
+              int size = -1;
+              if (waitDone(c, requests[oldest], &size, 30) != ncclSuccess || size != 16) return 42;
+            }
+            return 0;
+          },
+          &why))
     return fail("%s", why.c_str());
   int posted = 0;
   pollfd wait{resultPipe[0], POLLIN, 0};
@@ -592,7 +616,9 @@ Verdict nullRequestMeansRetry(Context& c) {
 Verdict testReportsSizes(Context& c) {
   std::vector<std::pair<size_t, uint64_t>> messages{{1, 1}, {7, 2}, {4096, 3}, {65537, 4}, {(1u << 20) + 3, 5}};
   Verdict v = transferChecked(c, messages, 2u << 20);
-  return v.status == Status::kPass ? pass("1, 7, 4096, 65537 and 1 MiB+3 bytes into 2 MiB buffers: both sides reported the sent size") : v;
+  return v.status == Status::kPass
+             ? pass("1, 7, 4096, 65537 and 1 MiB+3 bytes into 2 MiB buffers: both sides reported the sent size")
+             : v;
 }
 
 Verdict zeroByte(Context& c) {
@@ -604,14 +630,17 @@ Verdict zeroByte(Context& c) {
 Verdict truncationIsAnError(Context& c) {
   Pair pair;
   std::string why;
-  if (!openPair(c, pair, [&](void* comm) {
-        static std::vector<unsigned char> big(1000, 1);  // may still be read until closeSend
-        void* request = nullptr;
-        if (postSend(c, comm, big.data(), big.size(), 1, &request) != ncclSuccess) return 0;
-        int size = -1;
-        waitDone(c, request, &size, 5);  // may fail once the receiver rejects the message: either is fine
-        return 0;
-      }, &why))
+  if (!openPair(
+          c, pair,
+          [&](void* comm) {
+            static std::vector<unsigned char> big(1000, 1);  // may still be read until closeSend
+            void* request = nullptr;
+            if (postSend(c, comm, big.data(), big.size(), 1, &request) != ncclSuccess) return 0;
+            int size = -1;
+            waitDone(c, request, &size, 5);  // may fail once the receiver rejects the message: either is fine
+            return 0;
+          },
+          &why))
     return fail("%s", why.c_str());
   std::vector<unsigned char> small(100 + 64, 0);
   void* data = small.data();
@@ -638,22 +667,26 @@ Verdict multiRecvTags(Context& c) {
   int goPipe[2];
   if (pipe(goPipe) != 0) return fail("pipe failed");
   // The sender sends one message per tag, in reverse tag order, sizes differing per tag.
-  if (!openPair(c, pair, [&](void* comm) {
-        char go;
-        if (read(goPipe[0], &go, 1) != 1) return 40;
-        std::vector<std::vector<unsigned char>> buffers(n);
-        std::vector<void*> requests(n, nullptr);
-        for (int k = n - 1; k >= 0; --k) {
-          buffers[k].resize(100 * (k + 1) + 3);
-          fill(buffers[k], buffers[k].size(), 50 + k);
-          if (postSend(c, comm, buffers[k].data(), buffers[k].size(), 10 + k, &requests[k]) != ncclSuccess) return 41;
-        }
-        for (int k = 0; k < n; ++k) {
-          int size = -1;
-          if (waitDone(c, requests[k], &size, 20) != ncclSuccess) return 42;
-        }
-        return 0;
-      }, &why))
+  if (!openPair(
+          c, pair,
+          [&](void* comm) {
+            char go;
+            if (read(goPipe[0], &go, 1) != 1) return 40;
+            std::vector<std::vector<unsigned char>> buffers(n);
+            std::vector<void*> requests(n, nullptr);
+            for (int k = n - 1; k >= 0; --k) {
+              buffers[k].resize(100 * (k + 1) + 3);
+              fill(buffers[k], buffers[k].size(), 50 + k);
+              if (postSend(c, comm, buffers[k].data(), buffers[k].size(), 10 + k, &requests[k]) != ncclSuccess)
+                return 41;
+            }
+            for (int k = 0; k < n; ++k) {
+              int size = -1;
+              if (waitDone(c, requests[k], &size, 20) != ncclSuccess) return 42;
+            }
+            return 0;
+          },
+          &why))
     return fail("%s", why.c_str());
   std::vector<std::vector<unsigned char>> buffers(n, std::vector<unsigned char>(4096));
   std::vector<void*> data(n);
@@ -673,7 +706,8 @@ Verdict multiRecvTags(Context& c) {
   for (int k = 0; k < n; ++k) {
     int expected = 100 * (k + 1) + 3;
     if (got[k] != expected) return fail("receive %d (tag %d): size %d, expected %d", k, 10 + k, got[k], expected);
-    if (firstMismatch(buffers[k], expected, 50 + k) >= 0) return fail("receive %d (tag %d): wrong bytes (matched by tag?)", k, 10 + k);
+    if (firstMismatch(buffers[k], expected, 50 + k) >= 0)
+      return fail("receive %d (tag %d): wrong bytes (matched by tag?)", k, 10 + k);
   }
   if (code != 0) return fail("%s", peerText(code).c_str());
   return pass("irecv of " + std::to_string(n) + " tags, sent in reverse order: every buffer got its tag's message");
@@ -682,7 +716,9 @@ Verdict multiRecvTags(Context& c) {
 // The 1 GiB rule stamps every 4 KiB with an 8-byte value derived from its offset: a byte pattern that repeats
 // would not show data landing at the wrong offset (a wrapped 32-bit offset, a chunk counter that overflows).
 constexpr size_t kStampEvery = 4096;
-uint64_t stampFor(size_t offset) { return (offset * 0x9e3779b97f4a7c15ull) ^ 0x6e6e73; }
+uint64_t stampFor(size_t offset) {
+  return (offset * 0x9e3779b97f4a7c15ull) ^ 0x6e6e73;
+}
 void stampAt(std::vector<unsigned char>& buffer, size_t offset) {
   uint64_t stamp = stampFor(offset);
   std::memcpy(&buffer[offset], &stamp, sizeof(stamp));
@@ -698,15 +734,18 @@ Verdict oneGibMessage(Context& c) {
   if (c.props.maxP2pBytes < kBytes) return skip("maxP2pBytes " + std::to_string(c.props.maxP2pBytes) + " < 1 GiB");
   Pair pair;
   std::string why;
-  if (!openPair(c, pair, [&](void* comm) {
-        std::vector<unsigned char> big(kBytes);
-        for (size_t i = 0; i < kBytes; i += kStampEvery) stampAt(big, i);
-        void* request = nullptr;
-        if (postSend(c, comm, big.data(), kBytes, 1, &request) != ncclSuccess) return 41;
-        int size = -1;
-        if (waitDone(c, request, &size, 60) != ncclSuccess) return 42;
-        return size == static_cast<int>(kBytes) ? 0 : 43;
-      }, &why))
+  if (!openPair(
+          c, pair,
+          [&](void* comm) {
+            std::vector<unsigned char> big(kBytes);
+            for (size_t i = 0; i < kBytes; i += kStampEvery) stampAt(big, i);
+            void* request = nullptr;
+            if (postSend(c, comm, big.data(), kBytes, 1, &request) != ncclSuccess) return 41;
+            int size = -1;
+            if (waitDone(c, request, &size, 60) != ncclSuccess) return 42;
+            return size == static_cast<int>(kBytes) ? 0 : 43;
+          },
+          &why))
     return fail("%s", why.c_str());
   std::vector<unsigned char> big(kBytes);
   void* data = big.data();
@@ -756,12 +795,15 @@ long residentKiB() {
 Verdict regmrDeregBalance(Context& c) {
   Pair pair;
   std::string why;
-  if (!openPair(c, pair, [&](void*) { return 0; }, &why)) return fail("%s", why.c_str());
+  if (!openPair(
+          c, pair, [&](void*) { return 0; }, &why))
+    return fail("%s", why.c_str());
   std::vector<unsigned char> buffer(1 << 20);
   long before = residentKiB();
   for (int i = 0; i < 2000; ++i) {
     void* mhandle = nullptr;
-    if (CALL("regMr", c.net->regMr(pair.recvComm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mhandle)) != ncclSuccess)
+    if (CALL("regMr", c.net->regMr(pair.recvComm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mhandle)) !=
+        ncclSuccess)
       return fail("regMr %d failed", i);
     if (CALL("deregMr", c.net->deregMr(pair.recvComm, mhandle)) != ncclSuccess) return fail("deregMr %d failed", i);
   }
@@ -774,16 +816,20 @@ Verdict regmrDeregBalance(Context& c) {
 Verdict closeWithRequestsInFlight(Context& c) {
   Pair pair;
   std::string why;
-  if (!openPair(c, pair, [&](void* comm) {
-        // Outlives the lambda: the plugin may read it until closeSend, which openPair calls after this returns.
-        static std::vector<unsigned char> buffer(1 << 20, 3);
-        for (int i = 0; i < 4; ++i) {
-          void* request = nullptr;
-          if (CALL("isend", c.net->isend(comm, buffer.data(), buffer.size(), 1, nullptr, nullptr, &request)) != ncclSuccess)
-            return 0;
-        }
-        return 0;  // closeSend follows with the sends in flight
-      }, &why))
+  if (!openPair(
+          c, pair,
+          [&](void* comm) {
+            // Outlives the lambda: the plugin may read it until closeSend, which openPair calls after this returns.
+            static std::vector<unsigned char> buffer(1 << 20, 3);
+            for (int i = 0; i < 4; ++i) {
+              void* request = nullptr;
+              if (CALL("isend", c.net->isend(comm, buffer.data(), buffer.size(), 1, nullptr, nullptr, &request)) !=
+                  ncclSuccess)
+                return 0;
+            }
+            return 0;  // closeSend follows with the sends in flight
+          },
+          &why))
     return fail("%s", why.c_str());
   std::vector<std::vector<unsigned char>> buffers(8, std::vector<unsigned char>(64));
   for (int i = 0; i < 8; ++i) {
@@ -809,14 +855,17 @@ Verdict peerDeathIsAnError(Context& c) {
   constexpr size_t kBytes = 256u << 20;
   Pair pair;
   std::string why;
-  if (!openPair(c, pair, [&](void* comm) {
-        static std::vector<unsigned char> big(kBytes, 1);
-        void* request = nullptr;
-        postSend(c, comm, big.data(), big.size(), 1, &request);
-        raise(SIGSTOP);
-        for (;;) pause();
-        return 0;
-      }, &why))
+  if (!openPair(
+          c, pair,
+          [&](void* comm) {
+            static std::vector<unsigned char> big(kBytes, 1);
+            void* request = nullptr;
+            postSend(c, comm, big.data(), big.size(), 1, &request);
+            raise(SIGSTOP);
+            for (;;) pause();
+            return 0;
+          },
+          &why))
     return fail("%s", why.c_str());
   std::vector<unsigned char> big(kBytes);
   void* data = big.data();
@@ -836,8 +885,8 @@ Verdict peerDeathIsAnError(Context& c) {
   double seconds = std::chrono::duration<double>(Clock::now() - killed).count();
   closePair(c, pair);
   if (result == ncclSuccess)
-    return fail("a %zu-byte receive completed (size %d) although the sender was killed before sending it all",
-                kBytes, got);
+    return fail("a %zu-byte receive completed (size %d) although the sender was killed before sending it all", kBytes,
+                got);
   if (result == ncclTimeout)
     return fail("test still said 'not done' %d s after the peer's death, never an error: the receive would hang NCCL",
                 gPeerDeathSeconds);
@@ -854,9 +903,11 @@ Verdict everyVersionAgrees(Context& c) {
     auto net = core::openNetVersion(c.net->path(), version, &error);
     if (net == nullptr) return fail("ncclNet_v%d: %s", version, error.c_str());
     void* ctx = nullptr;
-    if (CALL("init", net->init(&ctx, 1, nullptr, nullptr, nullptr)) != ncclSuccess) return fail("ncclNet_v%d: init failed", version);
+    if (CALL("init", net->init(&ctx, 1, nullptr, nullptr, nullptr)) != ncclSuccess)
+      return fail("ncclNet_v%d: init failed", version);
     ncclNetProperties_v12_t p;
-    if (CALL("getProperties", net->getProperties(c.dev, &p)) != ncclSuccess) return fail("ncclNet_v%d: getProperties failed", version);
+    if (CALL("getProperties", net->getProperties(c.dev, &p)) != ncclSuccess)
+      return fail("ncclNet_v%d: getProperties failed", version);
     // Compared as printed, so a NULL name is a difference, not a crash.
     const std::string name = core::printable(p.name), newestName = core::printable(c.props.name);
     if (name != newestName || p.speed != c.props.speed || p.ptrSupport != c.props.ptrSupport ||
@@ -884,7 +935,8 @@ Verdict everyCallReturns(Context& c) {
   std::vector<std::pair<size_t, uint64_t>> messages{{10, 1}};
   Pair pair;
   std::string why;
-  if (!openPair(c, pair, [&](void* comm) { return sendMessages(c, comm, messages); }, &why))
+  if (!openPair(
+          c, pair, [&](void* comm) { return sendMessages(c, comm, messages); }, &why))
     return fail("%s", why.c_str());
   void* mhandle = nullptr;
   std::vector<unsigned char> buffer(64);
@@ -937,8 +989,10 @@ Verdict manyCommsAtOnce(Context& c) {
       }
       for (int i = 0; i < kComms && code == 0; ++i) {
         int size = -1;
-        if (waitDone(c, requests[i], &size, 10) != ncclSuccess) code = 30;
-        else if (size != static_cast<int>(sizeOf(i, round))) code = 31;
+        if (waitDone(c, requests[i], &size, 10) != ncclSuccess)
+          code = 30;
+        else if (size != static_cast<int>(sizeOf(i, round)))
+          code = 31;
       }
     }
     pollfd checked{checkedPipe[0], POLLIN, 0};
@@ -996,8 +1050,9 @@ Verdict manyCommsAtOnce(Context& c) {
   if (verdict.status != Status::kPass) return verdict;
   if (code == 31) return fail("the sender's test reported a size other than the one it sent");
   if (code != 0) return fail("%s", peerText(code).c_str());
-  return pass("8 connections between the same two processes, 12 rounds of one message each posted on all 8 at once: "
-              "every message arrived on its own connection, sizes and bytes right");
+  return pass(
+      "8 connections between the same two processes, 12 rounds of one message each posted on all 8 at once: "
+      "every message arrived on its own connection, sizes and bytes right");
 }
 
 Verdict foreignHandleIsAnError(Context& c) {
@@ -1022,8 +1077,10 @@ Verdict foreignHandleIsAnError(Context& c) {
     return fail("connect with a handle of 128 zero bytes returned a comm after %d call(s)", calls);
   }
   if (result == ncclSuccess)
-    return fail("connect with a handle of 128 zero bytes still answered 'not yet' after 10 s (%d calls): the handle "
-                "is not checked, and NCCL would wait out the plugin's connect timeout", calls);
+    return fail(
+        "connect with a handle of 128 zero bytes still answered 'not yet' after 10 s (%d calls): the handle "
+        "is not checked, and NCCL would wait out the plugin's connect timeout",
+        calls);
   char text[160];
   std::snprintf(text, sizeof(text), "a handle of 128 zero bytes: connect returned error %d after %d call(s), %.1f ms",
                 static_cast<int>(result), calls, ms);
@@ -1077,8 +1134,10 @@ struct Rule {
 
 const std::vector<Rule>& rules() {
   static const std::vector<Rule> list{
-      {{"properties-sane", "every device's properties are values NCCL accepts (unique name, /sys pciPath, speed, "
-                           "HOST pointers, maxP2pBytes in (0, 1 TiB], device type)"}, propertiesSane},
+      {{"properties-sane",
+        "every device's properties are values NCCL accepts (unique printable name, /sys pciPath, speed, "
+        "HOST pointers, maxP2pBytes in (0, 1 TiB], device type)"},
+       propertiesSane},
       {{"listen-handle-fits", "listen writes at most NCCL_NET_HANDLE_MAXSIZE (128) bytes of handle"}, listenHandleFits},
       {{"connect-is-nonblocking", "connect returns promptly while the peer has not accepted"}, connectIsNonblocking},
       {{"accept-is-nonblocking", "accept returns promptly with no comm while nobody connects"}, acceptIsNonblocking},
@@ -1102,12 +1161,18 @@ const std::vector<Rule>& rules() {
        peerDeathIsAnError},
       {{"every-call-returns", "each plugin call returns within the call timeout (a watchdog guards every rule)"},
        everyCallReturns},
-      {{"many-comms-at-once", "8 connections between two processes, used interleaved, each carry only their own "
-                              "messages"}, manyCommsAtOnce},
-      {{"foreign-handle-is-an-error", "connect with a handle of 128 zero bytes returns an error promptly, never a "
-                                      "comm"}, foreignHandleIsAnError},
-      {{"strangers-are-dropped", "garbage and silent connections on the listen port neither fail accept nor keep "
-                                 "the real sender out"}, strangersAreDropped},
+      {{"many-comms-at-once",
+        "8 connections between two processes, used interleaved, each carry only their own "
+        "messages"},
+       manyCommsAtOnce},
+      {{"foreign-handle-is-an-error",
+        "connect with a handle of 128 zero bytes returns an error promptly, never a "
+        "comm"},
+       foreignHandleIsAnError},
+      {{"strangers-are-dropped",
+        "garbage and silent connections on the listen port neither fail accept nor keep "
+        "the real sender out"},
+       strangersAreDropped},
   };
   return list;
 }
@@ -1133,8 +1198,10 @@ const std::vector<Rule>& rules() {
   auto net = core::loadNet(options.load, &report);
   if (net == nullptr) writeVerdict(fail("the plugin did not load"));
   Context c{net.get(), nullptr, 0, {}};
-  if (CALL("init", net->init(&c.ctx, 0x6e6e73, nullptr, nullptr, nullptr)) != ncclSuccess) writeVerdict(fail("init failed"));
-  if (CALL("getProperties", net->getProperties(0, &c.props)) != ncclSuccess) writeVerdict(fail("getProperties(0) failed"));
+  if (CALL("init", net->init(&c.ctx, 0x6e6e73, nullptr, nullptr, nullptr)) != ncclSuccess)
+    writeVerdict(fail("init failed"));
+  if (CALL("getProperties", net->getProperties(0, &c.props)) != ncclSuccess)
+    writeVerdict(fail("getProperties(0) failed"));
   Verdict verdict = rule.run(c);
   CALL("finalize", net->finalize(c.ctx));
   writeVerdict(verdict);
@@ -1195,7 +1262,8 @@ std::vector<RuleResult> runRules(const Options& options) {
     auto deadline = start + std::chrono::seconds(options.ruleTimeoutSeconds);
     bool hung = false;
     for (;;) {
-      int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      int left =
+          static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
       if (left <= 0) {
         hung = true;
         break;

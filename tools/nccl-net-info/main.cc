@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "nns/tools/guarded_main.hpp"
 #include "nns/core/loader.hpp"
 #include "nns/core/printable.hpp"
+#include "nns/tools/guarded_main.hpp"
 
 namespace {
 
@@ -50,7 +50,9 @@ std::string deviceTypeText(ncclNetDeviceType type) {
   return "type " + std::to_string(static_cast<int>(type));
 }
 
-json versionsJson(const std::vector<int>& versions) { return json(versions); }
+json versionsJson(const std::vector<int>& versions) {
+  return json(versions);
+}
 
 std::string versionsText(const std::vector<int>& versions) {
   if (versions.empty()) return "none";
@@ -94,8 +96,9 @@ int runTool(int argc, char** argv) {
   std::string plugin;
   bool asJson = false;
   std::vector<std::string> dirs;
-  app.add_option("-p,--plugin", plugin, "plugin spec with NCCL_NET_PLUGIN semantics (default: $NCCL_NET_PLUGIN, "
-                                        "else libnccl-net.so)");
+  app.add_option("-p,--plugin", plugin,
+                 "plugin spec with NCCL_NET_PLUGIN semantics (default: $NCCL_NET_PLUGIN, "
+                 "else libnccl-net.so)");
   app.add_option("-L,--search-dir", dirs, "extra directories searched for plugins (default: ../lib beside this tool)");
   app.add_flag("--json", asJson, "machine-readable output");
   CLI11_PARSE(app, argc, argv);
@@ -224,7 +227,8 @@ int runTool(int argc, char** argv) {
     std::printf("  %s\n", c.requested.c_str());
     for (const auto& p : c.triedPaths) std::printf("    tried  %s\n", p.c_str());
     if (!c.loadedPath.empty())
-      std::printf("    opened %s, exports ncclNet %s\n", c.loadedPath.c_str(), versionsText(c.exportedVersions).c_str());
+      std::printf("    opened %s, exports ncclNet %s\n", c.loadedPath.c_str(),
+                  versionsText(c.exportedVersions).c_str());
     if (c.chosenVersion != 0) {
       std::printf("    CHOSEN through ncclNet_v%d (the newest it exports that this host knows)\n", c.chosenVersion);
     } else {
@@ -279,4 +283,6 @@ void printDevices(const json& devices) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return nns::tools::guardedMain("nccl-net-info", argc, argv, runTool); }
+int main(int argc, char** argv) {
+  return nns::tools::guardedMain("nccl-net-info", argc, argv, runTool);
+}

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "nns/tools/guarded_main.hpp"
 #include "nns/core/loader.hpp"
+#include "nns/tools/guarded_main.hpp"
 
 namespace {
 
@@ -56,7 +56,8 @@ double now() {
 }
 
 void check(ncclResult_t result, const char* what) {
-  if (result != ncclSuccess) throw std::runtime_error(std::string(what) + " returned ncclResult " + std::to_string(result));
+  if (result != ncclSuccess)
+    throw std::runtime_error(std::string(what) + " returned ncclResult " + std::to_string(result));
 }
 
 void writeAll(int fd, const void* data, size_t size) {
@@ -261,10 +262,14 @@ size_t parseSize(const std::string& text) {
   size_t end = 0;
   double value = std::stod(text, &end);
   std::string unit = text.substr(end);
-  if (unit == "K" || unit == "k") value *= 1024;
-  else if (unit == "M" || unit == "m") value *= 1024 * 1024;
-  else if (unit == "G" || unit == "g") value *= 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) throw std::runtime_error("bad size suffix in " + text);
+  if (unit == "K" || unit == "k")
+    value *= 1024;
+  else if (unit == "M" || unit == "m")
+    value *= 1024 * 1024;
+  else if (unit == "G" || unit == "g")
+    value *= 1024.0 * 1024 * 1024;
+  else if (!unit.empty())
+    throw std::runtime_error("bad size suffix in " + text);
   return static_cast<size_t>(value);
 }
 
@@ -296,8 +301,8 @@ int runTool(int argc, char** argv) {
     std::fprintf(stderr, "nccl-net-perf: %s\n", e.what());
     return 2;
   }
-  if (settings.iterations < 1 || settings.factor < 2 || settings.window < 1 || settings.multiRecv < 1 || settings.warmup < 0 ||
-      settings.minBytes > settings.maxBytes) {
+  if (settings.iterations < 1 || settings.factor < 2 || settings.window < 1 || settings.multiRecv < 1 ||
+      settings.warmup < 0 || settings.minBytes > settings.maxBytes) {
     std::fprintf(stderr, "nccl-net-perf: need -n >= 1, -f >= 2, -W >= 1, -m >= 1, -w >= 0 and -b <= -e\n");
     return 2;
   }
@@ -325,7 +330,8 @@ int runTool(int argc, char** argv) {
   if (!net) {
     if (leader) {
       std::fprintf(stderr, "nccl-net-perf: plugin did not load:\n");
-      for (const auto& c : report.candidates) std::fprintf(stderr, "  %s: %s\n", c.requested.c_str(), c.rejectReason.c_str());
+      for (const auto& c : report.candidates)
+        std::fprintf(stderr, "  %s: %s\n", c.requested.c_str(), c.rejectReason.c_str());
       close(exchangeFd);
       waitpid(child, nullptr, 0);
       return 2;
@@ -365,7 +371,8 @@ int runTool(int argc, char** argv) {
     out["window"] = settings.window;
     out["multiRecv"] = settings.multiRecv;
     for (const Row& row : rows)
-      out["results"].push_back({{"bytes", row.bytes}, {"latencyUs", row.latencyUs}, {"bandwidthGBs", row.bandwidthGBs}});
+      out["results"].push_back(
+          {{"bytes", row.bytes}, {"latencyUs", row.latencyUs}, {"bandwidthGBs", row.bandwidthGBs}});
     std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
@@ -377,4 +384,6 @@ int runTool(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) { return nns::tools::guardedMain("nccl-net-perf", argc, argv, runTool); }
+int main(int argc, char** argv) {
+  return nns::tools::guardedMain("nccl-net-perf", argc, argv, runTool);
+}

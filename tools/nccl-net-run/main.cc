@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "nns/tools/guarded_main.hpp"
 #include "nns/core/cpus.hpp"
+#include "nns/tools/guarded_main.hpp"
 
 #ifdef NNS_RUN_HWLOC
 #include <hwloc.h>
@@ -135,8 +135,8 @@ int runTool(int argc, char** argv) {
     return 1;
   }
   std::string root = "127.0.0.1:" + std::to_string(port);
-  std::string job = std::to_string(getpid()) + "-" +
-                    std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::string job =
+      std::to_string(getpid()) + "-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
   std::string unbound = "--bind-to none";
   std::vector<cpu_set_t> cpus = bind ? rankCpuSets(ranks, &unbound) : std::vector<cpu_set_t>{};
   if (report) {
@@ -199,4 +199,6 @@ int runTool(int argc, char** argv) {
   return exitCode;
 }
 
-int main(int argc, char** argv) { return nns::tools::guardedMain("nccl-net-run", argc, argv, runTool); }
+int main(int argc, char** argv) {
+  return nns::tools::guardedMain("nccl-net-run", argc, argv, runTool);
+}

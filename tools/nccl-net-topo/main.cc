@@ -283,4 +283,6 @@ int runTool(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) { return nns::tools::guardedMain("nccl-net-topo", argc, argv, runTool); }
+int main(int argc, char** argv) {
+  return nns::tools::guardedMain("nccl-net-topo", argc, argv, runTool);
+}

@@ -13,17 +13,18 @@ namespace {
 constexpr int kWarmup = 5;
 constexpr int kRepeats = 25;
 
-#define CHECK_CUDA(call)                                                                      \
-  do {                                                                                        \
-    cudaError_t status_ = (call);                                                             \
-    if (status_ != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(status_));            \
-      std::exit(1);                                                                           \
-    }                                                                                         \
+#define CHECK_CUDA(call)                                                           \
+  do {                                                                             \
+    cudaError_t status_ = (call);                                                  \
+    if (status_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(status_)); \
+      std::exit(1);                                                                \
+    }                                                                              \
   } while (0)
 
 // Median milliseconds of one launch of run(), each repeat timed alone with events after a warm-up.
-template <class Run> double medianMs(Run run) {
+template <class Run>
+double medianMs(Run run) {
   cudaEvent_t start, stop;
   CHECK_CUDA(cudaEventCreate(&start));
   CHECK_CUDA(cudaEventCreate(&stop));
@@ -55,10 +56,12 @@ int main() {
   cudaDeviceProp prop{};
   CHECK_CUDA(cudaGetDevice(&device));
   CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
-  std::printf("device: %s (sm_%d%d, %d SMs, L2 %d MiB)\n", prop.name, prop.major, prop.minor,
-              prop.multiProcessorCount, prop.l2CacheSize >> 20);
-  std::printf("bytes moved: copy = read + write (2 x size), reduce dst = a + b = 2 reads + 1 write (3 x size);"
-              " median of %d after %d warm-up\n", kRepeats, kWarmup);
+  std::printf("device: %s (sm_%d%d, %d SMs, L2 %d MiB)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20);
+  std::printf(
+      "bytes moved: copy = read + write (2 x size), reduce dst = a + b = 2 reads + 1 write (3 x size);"
+      " median of %d after %d warm-up\n",
+      kRepeats, kWarmup);
   std::printf("%-9s %-9s %10s %12s %12s %10s\n", "type", "size", "ms", "GB/s", "copy GB/s", "fraction");
   for (size_t mib : {size_t{64}, size_t{256}}) {
     size_t bytes = mib << 20;
@@ -73,14 +76,14 @@ int main() {
     double copyGBs = 2.0 * bytes / copyMs / 1e6;
     double kernelCopyMs = medianMs([&] { return nns::cuda::copy(dst, a, bytes, nullptr); });
     double kernelCopyGBs = 2.0 * bytes / kernelCopyMs / 1e6;
-    std::printf("%-9s %4zu MiB %10.3f %12.1f %12.1f %9.1f%%\n", "copy-kern", mib, kernelCopyMs, kernelCopyGBs,
-                copyGBs, 100.0 * kernelCopyGBs / copyGBs);
+    std::printf("%-9s %4zu MiB %10.3f %12.1f %12.1f %9.1f%%\n", "copy-kern", mib, kernelCopyMs, kernelCopyGBs, copyGBs,
+                100.0 * kernelCopyGBs / copyGBs);
     for (ncclDataType_t type : {ncclFloat32, ncclBfloat16}) {
       size_t count = bytes / (type == ncclFloat32 ? 4 : 2);
       double ms = medianMs([&] { return nns::cuda::reduce(dst, a, b, count, type, ncclSum, nullptr); });
       double gbs = 3.0 * bytes / ms / 1e6;
-      std::printf("%-9s %4zu MiB %10.3f %12.1f %12.1f %9.1f%%\n", type == ncclFloat32 ? "float32" : "bfloat16", mib,
-                  ms, gbs, copyGBs, 100.0 * gbs / copyGBs);
+      std::printf("%-9s %4zu MiB %10.3f %12.1f %12.1f %9.1f%%\n", type == ncclFloat32 ? "float32" : "bfloat16", mib, ms,
+                  gbs, copyGBs, 100.0 * gbs / copyGBs);
     }
     CHECK_CUDA(cudaFree(a));
     CHECK_CUDA(cudaFree(b));

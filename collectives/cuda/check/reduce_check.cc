@@ -17,9 +17,15 @@ namespace {
 
 size_t sizeOf(ncclDataType_t type) {
   switch (type) {
-    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2: return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32: return 4;
     default: return 8;
   }
 }
@@ -51,8 +57,16 @@ uint32_t narrowSmall(ncclDataType_t type, double x) {
   }
 }
 
-template <class T> T load(const uint8_t* p) { T v; std::memcpy(&v, p, sizeof(v)); return v; }
-template <class T> void store(uint8_t* p, T v) { std::memcpy(p, &v, sizeof(v)); }
+template <class T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+template <class T>
+void store(uint8_t* p, T v) {
+  std::memcpy(p, &v, sizeof(v));
+}
 
 // Random elements of moderate size (products of two stay finite in every format, fp8 included); integers over
 // their whole range so sums and products wrap.
@@ -62,8 +76,10 @@ void fill(ncclDataType_t type, uint8_t* p, size_t count, std::mt19937_64& rng) {
     uint8_t* e = p + i * sizeOf(type);
     if (isSmallFloat(type)) {
       uint32_t bits = narrowSmall(type, real(rng));
-      if (sizeOf(type) == 1) store<uint8_t>(e, static_cast<uint8_t>(bits));
-      else store<uint16_t>(e, static_cast<uint16_t>(bits));
+      if (sizeOf(type) == 1)
+        store<uint8_t>(e, static_cast<uint8_t>(bits));
+      else
+        store<uint16_t>(e, static_cast<uint16_t>(bits));
     } else if (type == ncclFloat32) {
       store<float>(e, static_cast<float>(real(rng) * 1000.0));
     } else if (type == ncclFloat64) {
@@ -75,7 +91,8 @@ void fill(ncclDataType_t type, uint8_t* p, size_t count, std::mt19937_64& rng) {
   }
 }
 
-template <class T> T intOp(T x, T y, ncclRedOp_t op) {
+template <class T>
+T intOp(T x, T y, ncclRedOp_t op) {
   using U = std::make_unsigned_t<T>;
   switch (op) {
     case ncclProd: return static_cast<T>(static_cast<U>(static_cast<U>(x) * static_cast<U>(y)));
@@ -114,19 +131,27 @@ void referenceOne(ncclDataType_t type, ncclRedOp_t op, const uint8_t* a, const u
       uint32_t bits = op == ncclMax   ? (dx > dy ? x : y)
                       : op == ncclMin ? (dx < dy ? x : y)
                                       : narrowSmall(type, realOp(dx, dy, op));
-      if (wide) store<uint16_t>(out, static_cast<uint16_t>(bits));
-      else store<uint8_t>(out, static_cast<uint8_t>(bits));
+      if (wide)
+        store<uint16_t>(out, static_cast<uint16_t>(bits));
+      else
+        store<uint8_t>(out, static_cast<uint8_t>(bits));
     }
   }
 }
 
-std::string cudaText(const char* what, cudaError_t e) { return std::string(what) + ": " + cudaGetErrorString(e); }
+std::string cudaText(const char* what, cudaError_t e) {
+  return std::string(what) + ": " + cudaGetErrorString(e);
+}
 
 // Device buffer with room for an element offset; freed on every return path.
 struct DeviceBuffer {
   void* ptr = nullptr;
-  explicit DeviceBuffer(size_t bytes) { if (cudaMalloc(&ptr, bytes) != cudaSuccess) ptr = nullptr; }
-  ~DeviceBuffer() { if (ptr) cudaFree(ptr); }
+  explicit DeviceBuffer(size_t bytes) {
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess) ptr = nullptr;
+  }
+  ~DeviceBuffer() {
+    if (ptr) cudaFree(ptr);
+  }
   uint8_t* bytes() const { return static_cast<uint8_t*>(ptr); }
 };
 
@@ -150,7 +175,7 @@ std::string firstMismatch(ncclDataType_t type, const std::vector<uint8_t>& got, 
 }  // namespace
 
 const char* typeName(ncclDataType_t type) {
-  static const char* const names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64",
+  static const char* const names[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",   "uint64",
                                       "float16", "float32", "float64", "bfloat16", "fp8e4m3", "fp8e5m2"};
   return type >= 0 && type < ncclNumTypes ? names[type] : "unknown";
 }
@@ -182,7 +207,8 @@ std::string checkReduce(ncclDataType_t type, ncclRedOp_t op, size_t count, size_
   if (!inPlace && (e = cudaMemset(dd.ptr, 0xa5, count * es + slack)) != cudaSuccess) return cudaText("memset", e);
   if ((e = reduce(pd, pa, pb, count, type, op, nullptr)) != cudaSuccess) return cudaText("reduce launch", e);
   if ((e = cudaDeviceSynchronize()) != cudaSuccess) return cudaText("reduce", e);
-  if ((e = cudaMemcpy(got.data(), pd, got.size(), cudaMemcpyDeviceToHost)) != cudaSuccess) return cudaText("copy back", e);
+  if ((e = cudaMemcpy(got.data(), pd, got.size(), cudaMemcpyDeviceToHost)) != cudaSuccess)
+    return cudaText("copy back", e);
   if (!inPlace) {  // nothing written past the end
     std::vector<uint8_t> after(es);
     if ((e = cudaMemcpy(after.data(), pd + count * es, es, cudaMemcpyDeviceToHost)) != cudaSuccess)
@@ -213,8 +239,10 @@ std::string checkDivide(ncclDataType_t type, size_t count, int divisor, unsigned
       default: {
         bool wide = es == 2;
         uint32_t bits = narrowSmall(type, widenSmall(type, wide ? load<uint16_t>(x) : load<uint8_t>(x)) / divisor);
-        if (wide) store<uint16_t>(w, static_cast<uint16_t>(bits));
-        else store<uint8_t>(w, static_cast<uint8_t>(bits));
+        if (wide)
+          store<uint16_t>(w, static_cast<uint16_t>(bits));
+        else
+          store<uint8_t>(w, static_cast<uint8_t>(bits));
       }
     }
   }
@@ -224,7 +252,8 @@ std::string checkDivide(ncclDataType_t type, size_t count, int divisor, unsigned
   if ((e = cudaMemcpy(d.ptr, in.data(), in.size(), cudaMemcpyHostToDevice)) != cudaSuccess) return cudaText("copy", e);
   if ((e = divide(d.ptr, count, type, divisor, nullptr)) != cudaSuccess) return cudaText("divide launch", e);
   if ((e = cudaDeviceSynchronize()) != cudaSuccess) return cudaText("divide", e);
-  if ((e = cudaMemcpy(got.data(), d.ptr, got.size(), cudaMemcpyDeviceToHost)) != cudaSuccess) return cudaText("copy back", e);
+  if ((e = cudaMemcpy(got.data(), d.ptr, got.size(), cudaMemcpyDeviceToHost)) != cudaSuccess)
+    return cudaText("copy back", e);
   return firstMismatch(type, got, want, count);
 }
 

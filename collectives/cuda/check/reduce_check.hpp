@@ -19,9 +19,9 @@ std::string checkCopy(size_t bytes, size_t dstOffset, size_t srcOffset, unsigned
 
 const char* typeName(ncclDataType_t type);
 const char* opName(ncclRedOp_t op);
-constexpr ncclDataType_t kTypes[] = {ncclInt8, ncclUint8, ncclInt32, ncclUint32, ncclInt64, ncclUint64,
-                                     ncclFloat16, ncclFloat32, ncclFloat64, ncclBfloat16, ncclFloat8e4m3,
-                                     ncclFloat8e5m2};
+constexpr ncclDataType_t kTypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
+                                     ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
+                                     ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
 constexpr ncclRedOp_t kOps[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
 constexpr size_t kCounts[] = {1, 7, 33, 1000, 4099, (1u << 20) + 3};
 

@@ -19,8 +19,7 @@ class DeviceKernels final : public coll::KernelLayer {
     reduceInto(dst, dst, src, count, type, op);
   }
   // The kernels take three operands (dst may alias a exactly), so this is one pass on the GPU too.
-  void reduceInto(void* dst, const void* a, const void* b, size_t count, ncclDataType_t type,
-                  ncclRedOp_t op) override {
+  void reduceInto(void* dst, const void* a, const void* b, size_t count, ncclDataType_t type, ncclRedOp_t op) override {
     throwOnError(cuda::reduce(dst, a, b, count, type, op, cudaStreamPerThread), "reduce launch");
     throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "reduce");
   }

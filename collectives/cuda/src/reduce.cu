@@ -17,71 +17,135 @@ constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread be
 constexpr int kBlocksPerSm = 4;
 
 // Integer sum/prod wrap around (two's complement) through the unsigned type: signed overflow would be undefined.
-template <class T> struct Unsigned { using type = T; };
-template <> struct Unsigned<int8_t> { using type = uint8_t; };
-template <> struct Unsigned<int32_t> { using type = uint32_t; };
-template <> struct Unsigned<int64_t> { using type = uint64_t; };
+template <class T>
+struct Unsigned {
+  using type = T;
+};
+template <>
+struct Unsigned<int8_t> {
+  using type = uint8_t;
+};
+template <>
+struct Unsigned<int32_t> {
+  using type = uint32_t;
+};
+template <>
+struct Unsigned<int64_t> {
+  using type = uint64_t;
+};
 
-template <class T> struct SumOp {
+template <class T>
+struct SumOp {
   __device__ static T apply(T x, T y) {
     using U = typename Unsigned<T>::type;
     return static_cast<T>(static_cast<U>(static_cast<U>(x) + static_cast<U>(y)));
   }
 };
-template <class T> struct ProdOp {
+template <class T>
+struct ProdOp {
   __device__ static T apply(T x, T y) {
     using U = typename Unsigned<T>::type;
     return static_cast<T>(static_cast<U>(static_cast<U>(x) * static_cast<U>(y)));
   }
 };
-template <class T> struct MaxOp { __device__ static T apply(T x, T y) { return x > y ? x : y; } };
-template <class T> struct MinOp { __device__ static T apply(T x, T y) { return x < y ? x : y; } };
+template <class T>
+struct MaxOp {
+  __device__ static T apply(T x, T y) { return x > y ? x : y; }
+};
+template <class T>
+struct MinOp {
+  __device__ static T apply(T x, T y) { return x < y ? x : y; }
+};
 
 // 16-bit floats: native half/bfloat16 arithmetic (sm_80+ has both); a single IEEE add or multiply rounds exactly as
 // float-then-round-to-nearest-even would.
-template <> struct SumOp<__half> { __device__ static __half apply(__half x, __half y) { return __hadd(x, y); } };
-template <> struct ProdOp<__half> { __device__ static __half apply(__half x, __half y) { return __hmul(x, y); } };
-template <> struct MaxOp<__half> { __device__ static __half apply(__half x, __half y) { return __hgt(x, y) ? x : y; } };
-template <> struct MinOp<__half> { __device__ static __half apply(__half x, __half y) { return __hlt(x, y) ? x : y; } };
+template <>
+struct SumOp<__half> {
+  __device__ static __half apply(__half x, __half y) { return __hadd(x, y); }
+};
+template <>
+struct ProdOp<__half> {
+  __device__ static __half apply(__half x, __half y) { return __hmul(x, y); }
+};
+template <>
+struct MaxOp<__half> {
+  __device__ static __half apply(__half x, __half y) { return __hgt(x, y) ? x : y; }
+};
+template <>
+struct MinOp<__half> {
+  __device__ static __half apply(__half x, __half y) { return __hlt(x, y) ? x : y; }
+};
 using Bf16 = __nv_bfloat16;
-template <> struct SumOp<Bf16> { __device__ static Bf16 apply(Bf16 x, Bf16 y) { return __hadd(x, y); } };
-template <> struct ProdOp<Bf16> { __device__ static Bf16 apply(Bf16 x, Bf16 y) { return __hmul(x, y); } };
-template <> struct MaxOp<Bf16> { __device__ static Bf16 apply(Bf16 x, Bf16 y) { return __hgt(x, y) ? x : y; } };
-template <> struct MinOp<Bf16> { __device__ static Bf16 apply(Bf16 x, Bf16 y) { return __hlt(x, y) ? x : y; } };
+template <>
+struct SumOp<Bf16> {
+  __device__ static Bf16 apply(Bf16 x, Bf16 y) { return __hadd(x, y); }
+};
+template <>
+struct ProdOp<Bf16> {
+  __device__ static Bf16 apply(Bf16 x, Bf16 y) { return __hmul(x, y); }
+};
+template <>
+struct MaxOp<Bf16> {
+  __device__ static Bf16 apply(Bf16 x, Bf16 y) { return __hgt(x, y) ? x : y; }
+};
+template <>
+struct MinOp<Bf16> {
+  __device__ static Bf16 apply(Bf16 x, Bf16 y) { return __hlt(x, y) ? x : y; }
+};
 
 // fp8 has no arithmetic units: widen to float (exact), compute, narrow with round-to-nearest-even, saturating to
 // the largest finite value as the cuda_fp8.h conversions do (NaN stays NaN).
-template <__nv_fp8_interpretation_t Kind> struct Fp8 { __nv_fp8_storage_t bits; };
-template <__nv_fp8_interpretation_t Kind> __device__ float widen(Fp8<Kind> x) {
+template <__nv_fp8_interpretation_t Kind>
+struct Fp8 {
+  __nv_fp8_storage_t bits;
+};
+template <__nv_fp8_interpretation_t Kind>
+__device__ float widen(Fp8<Kind> x) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(x.bits, Kind)));
 }
-template <__nv_fp8_interpretation_t Kind> __device__ Fp8<Kind> narrow(float f) {
+template <__nv_fp8_interpretation_t Kind>
+__device__ Fp8<Kind> narrow(float f) {
   return Fp8<Kind>{__nv_cvt_float_to_fp8(f, __NV_SATFINITE, Kind)};
 }
-template <__nv_fp8_interpretation_t K> struct SumOp<Fp8<K>> {
+template <__nv_fp8_interpretation_t K>
+struct SumOp<Fp8<K>> {
   __device__ static Fp8<K> apply(Fp8<K> x, Fp8<K> y) { return narrow<K>(widen(x) + widen(y)); }
 };
-template <__nv_fp8_interpretation_t K> struct ProdOp<Fp8<K>> {
+template <__nv_fp8_interpretation_t K>
+struct ProdOp<Fp8<K>> {
   __device__ static Fp8<K> apply(Fp8<K> x, Fp8<K> y) { return narrow<K>(widen(x) * widen(y)); }
 };
-template <__nv_fp8_interpretation_t K> struct MaxOp<Fp8<K>> {
+template <__nv_fp8_interpretation_t K>
+struct MaxOp<Fp8<K>> {
   __device__ static Fp8<K> apply(Fp8<K> x, Fp8<K> y) { return widen(x) > widen(y) ? x : y; }
 };
-template <__nv_fp8_interpretation_t K> struct MinOp<Fp8<K>> {
+template <__nv_fp8_interpretation_t K>
+struct MinOp<Fp8<K>> {
   __device__ static Fp8<K> apply(Fp8<K> x, Fp8<K> y) { return widen(x) < widen(y) ? x : y; }
 };
 using E4m3 = Fp8<__NV_E4M3>;
 using E5m2 = Fp8<__NV_E5M2>;
 
 // The copy kernel is a "reduction" that returns its second input and never reads the first.
-template <class T> struct CopyOp {
+template <class T>
+struct CopyOp {
   __device__ static T apply(T, T y) { return y; }
 };
-template <class Op> struct ReadsA { static constexpr bool value = true; };
-template <class T> struct ReadsA<CopyOp<T>> { static constexpr bool value = false; };
-template <class Op> __host__ __device__ constexpr bool readsA() { return ReadsA<Op>::value; }
+template <class Op>
+struct ReadsA {
+  static constexpr bool value = true;
+};
+template <class T>
+struct ReadsA<CopyOp<T>> {
+  static constexpr bool value = false;
+};
+template <class Op>
+__host__ __device__ constexpr bool readsA() {
+  return ReadsA<Op>::value;
+}
 
-template <class T> struct alignas(16) Vec {
+template <class T>
+struct alignas(16) Vec {
   static constexpr int kElems = 16 / sizeof(T);
   T v[kElems];
 };
@@ -97,9 +161,9 @@ __device__ __forceinline__ Vec<T> applyVec(const Vec<T>& x, const Vec<T>& y) {
 // dst, a and b share the same offset modulo 16 bytes when vectorized: the host splits off the unaligned head, hands
 // the aligned middle as whole vectors, and the scalar loop covers head and tail (and everything when offsets differ).
 template <class T, class Op>
-__global__ void __launch_bounds__(kThreads) reduceKernel(T* __restrict__ dst, const T* __restrict__ a,
-                                                          const T* __restrict__ b, size_t head, size_t vecCount,
-                                                          size_t count) {
+__global__ void __launch_bounds__(kThreads)
+    reduceKernel(T* __restrict__ dst, const T* __restrict__ a, const T* __restrict__ b, size_t head, size_t vecCount,
+                 size_t count) {
   constexpr int V = Vec<T>::kElems;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -149,8 +213,8 @@ cudaError_t launch(void* dst, const void* a, const void* b, size_t count, cudaSt
   constexpr size_t V = Vec<T>::kElems;
   auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
   const uintptr_t misalign = addr(dst) % 16;
-  bool sameOffset = addr(b) % 16 == misalign && (!readsA<Op>() || addr(a) % 16 == misalign) &&
-                    misalign % sizeof(T) == 0;
+  bool sameOffset =
+      addr(b) % 16 == misalign && (!readsA<Op>() || addr(a) % 16 == misalign) && misalign % sizeof(T) == 0;
   size_t head = count, vecCount = 0;
   if (sameOffset) {
     head = misalign == 0 ? 0 : (16 - misalign) / sizeof(T);
@@ -167,7 +231,8 @@ cudaError_t launch(void* dst, const void* a, const void* b, size_t count, cudaSt
 template <class T>
 cudaError_t launchOp(void* dst, const void* a, const void* b, size_t count, ncclRedOp_t op, cudaStream_t stream) {
   switch (op) {
-    case ncclSum: case ncclAvg: return launch<T, SumOp<T>>(dst, a, b, count, stream);
+    case ncclSum:
+    case ncclAvg: return launch<T, SumOp<T>>(dst, a, b, count, stream);
     case ncclProd: return launch<T, ProdOp<T>>(dst, a, b, count, stream);
     case ncclMax: return launch<T, MaxOp<T>>(dst, a, b, count, stream);
     case ncclMin: return launch<T, MinOp<T>>(dst, a, b, count, stream);
@@ -176,22 +241,37 @@ cudaError_t launchOp(void* dst, const void* a, const void* b, size_t count, nccl
 }
 
 // Finalize for avg: runs once per collective over the result, so a plain scalar grid-stride loop is enough.
-template <class T> __device__ T divideOne(T x, int d) {
+template <class T>
+__device__ T divideOne(T x, int d) {
   using Wide = std::conditional_t<(sizeof(T) < sizeof(int)), int, T>;  // int8: 128 ranks must not become -128
   return static_cast<T>(static_cast<Wide>(x) / static_cast<Wide>(d));
 }
-template <> __device__ __half divideOne(__half x, int d) { return __float2half_rn(__half2float(x) / d); }
-template <> __device__ Bf16 divideOne(Bf16 x, int d) { return __float2bfloat16_rn(__bfloat162float(x) / d); }
-template <> __device__ E4m3 divideOne(E4m3 x, int d) { return narrow<__NV_E4M3>(widen(x) / d); }
-template <> __device__ E5m2 divideOne(E5m2 x, int d) { return narrow<__NV_E5M2>(widen(x) / d); }
+template <>
+__device__ __half divideOne(__half x, int d) {
+  return __float2half_rn(__half2float(x) / d);
+}
+template <>
+__device__ Bf16 divideOne(Bf16 x, int d) {
+  return __float2bfloat16_rn(__bfloat162float(x) / d);
+}
+template <>
+__device__ E4m3 divideOne(E4m3 x, int d) {
+  return narrow<__NV_E4M3>(widen(x) / d);
+}
+template <>
+__device__ E5m2 divideOne(E5m2 x, int d) {
+  return narrow<__NV_E5M2>(widen(x) / d);
+}
 
-template <class T> __global__ void __launch_bounds__(kThreads) divideKernel(T* buf, size_t count, int divisor) {
+template <class T>
+__global__ void __launch_bounds__(kThreads) divideKernel(T* buf, size_t count, int divisor) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
     buf[i] = divideOne(buf[i], divisor);
 }
 
-template <class T> cudaError_t launchDivide(void* buf, size_t count, int divisor, cudaStream_t stream) {
+template <class T>
+cudaError_t launchDivide(void* buf, size_t count, int divisor, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   divideKernel<T><<<gridFor(count), kThreads, 0, stream>>>(static_cast<T*>(buf), count, divisor);
   return cudaGetLastError();

@@ -108,8 +108,8 @@ std::shared_ptr<core::SlotMemory> chooseSlotMemory(core::Net& net, int netDevice
   ncclNetProperties_v12_t props{};
   if (net.getProperties(netDevice, &props) != ncclSuccess)
     throw core::CommError(std::string(net.name()) + " getProperties(" + std::to_string(netDevice) + ") failed");
-  const std::string nic = std::string(net.name()) + " device " + std::to_string(netDevice) + " (" +
-                          (props.name ? props.name : "?") + ")";
+  const std::string nic =
+      std::string(net.name()) + " device " + std::to_string(netDevice) + " (" + (props.name ? props.name : "?") + ")";
   const std::string where = "GPU " + std::to_string(cudaDevice) + " (" + gpu.name + ", sm_" +
                             std::to_string(gpu.major) + std::to_string(gpu.minor) + ")";
   const bool canGdr = (props.ptrSupport & NCCL_PTR_CUDA) != 0;
@@ -119,10 +119,10 @@ std::shared_ptr<core::SlotMemory> chooseSlotMemory(core::Net& net, int netDevice
   if (gdr) {
     // NCCL's rule (net-abi.md 5.4): always when the device asks (forceFlush) or NCCL_NET_FORCE_FLUSH=1, otherwise on
     // GPUs before compute capability 9.0.
-    const char* flushWhy = props.forceFlush ? "the device sets forceFlush"
+    const char* flushWhy = props.forceFlush                    ? "the device sets forceFlush"
                            : envIs("NNS_NET_FORCE_FLUSH", "1") ? "NNS_NET_FORCE_FLUSH=1"
-                           : gpu.major < 9 ? "compute capability below 9.0"
-                                           : nullptr;
+                           : gpu.major < 9                     ? "compute capability below 9.0"
+                                                               : nullptr;
     flush = flushWhy != nullptr;
     why = "GPU Direct RDMA enabled: slots in " + where + " memory, " + nic + " supports CUDA pointers; " +
           (flush ? std::string("receives flushed (") + flushWhy + ")" : "no flush (compute capability 9.0+)");

@@ -2,12 +2,12 @@
 #include "nns/core/bootstrap.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,7 +46,9 @@ bool parseInt(const char* text, int* out) {
   return true;
 }
 
-[[noreturn]] void fail(const std::string& what) { throw std::runtime_error("bootstrap: " + what); }
+[[noreturn]] void fail(const std::string& what) {
+  throw std::runtime_error("bootstrap: " + what);
+}
 
 int remainingMs(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -187,8 +189,9 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
   const char* size =
       firstSet({"NNS_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE", "WORLD_SIZE"}, &sizeVar);
   if (rank == nullptr || size == nullptr) {
-    *error = "no rank/size in the environment (set NNS_RANK and NNS_WORLD_SIZE, or run under mpirun, srun or "
-             "torchrun, or use nccl-net-run)";
+    *error =
+        "no rank/size in the environment (set NNS_RANK and NNS_WORLD_SIZE, or run under mpirun, srun or "
+        "torchrun, or use nccl-net-run)";
     return false;
   }
   if (!parseInt(rank, &info->rank) || !parseInt(size, &info->size) || info->size < 1 || info->rank >= info->size) {
@@ -204,7 +207,8 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
       return false;
     }
     info->rootHost = text.substr(0, colon);
-    if (info->rootHost.size() > 2 && info->rootHost.front() == '[') info->rootHost = info->rootHost.substr(1, info->rootHost.size() - 2);
+    if (info->rootHost.size() > 2 && info->rootHost.front() == '[')
+      info->rootHost = info->rootHost.substr(1, info->rootHost.size() - 2);
   } else if (const char* host = std::getenv("MASTER_ADDR")) {
     const char* port = std::getenv("MASTER_PORT");
     info->rootHost = host;
@@ -262,8 +266,10 @@ Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
       const int peer = join.rank;
       if (peer <= 0 || peer >= size_ || join.size != size_ || join.job != mine.job || memberSockets_[peer] >= 0) {
         // Another job's rank on a reused port, or a stray connection: turn it away and keep waiting for ours.
-        std::fprintf(stderr, "nns bootstrap: rank 0 turned away a connection claiming rank %d of %d (job %llx, ours "
-                     "%llx, size %d)\n", peer, join.size, static_cast<unsigned long long>(join.job),
+        std::fprintf(stderr,
+                     "nns bootstrap: rank 0 turned away a connection claiming rank %d of %d (job %llx, ours "
+                     "%llx, size %d)\n",
+                     peer, join.size, static_cast<unsigned long long>(join.job),
                      static_cast<unsigned long long>(mine.job), size_);
         close(fd);
         continue;

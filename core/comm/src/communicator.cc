@@ -16,9 +16,9 @@ using Clock = std::chrono::steady_clock;
 void* const kArrived = reinterpret_cast<void*>(uintptr_t{1});
 
 const char* resultName(ncclResult_t r) {
-  static const char* names[] = {"ncclSuccess",         "ncclUnhandledCudaError", "ncclSystemError",
-                                "ncclInternalError",   "ncclInvalidArgument",    "ncclInvalidUsage",
-                                "ncclRemoteError",     "ncclInProgress",         "ncclTimeout"};
+  static const char* names[] = {"ncclSuccess",       "ncclUnhandledCudaError", "ncclSystemError",
+                                "ncclInternalError", "ncclInvalidArgument",    "ncclInvalidUsage",
+                                "ncclRemoteError",   "ncclInProgress",         "ncclTimeout"};
   return static_cast<int>(r) >= 0 && static_cast<int>(r) < 9 ? names[r] : "unknown ncclResult_t";
 }
 
@@ -28,7 +28,8 @@ long long envKnob(const char* name, long long fallback) {
   if (text == nullptr || *text == '\0') return fallback;
   char* end = nullptr;
   long long value = std::strtoll(text, &end, 10);
-  if (end == text || *end != '\0' || value <= 0) throw CommError(std::string(name) + "=" + text + " is not a positive integer");
+  if (end == text || *end != '\0' || value <= 0)
+    throw CommError(std::string(name) + "=" + text + " is not a positive integer");
   return value;
 }
 // Host memory: page-aligned slots, plain memcpy.
@@ -54,7 +55,8 @@ class HostSlots final : public SlotMemory {
 
 int Plan::flowFor(int peer, int channel, bool sending) {
   for (size_t i = 0; i < flows_.size(); ++i)
-    if (flows_[i].peer == peer && flows_[i].channel == channel && flows_[i].sending == sending) return static_cast<int>(i);
+    if (flows_[i].peer == peer && flows_[i].channel == channel && flows_[i].sending == sending)
+      return static_cast<int>(i);
   flows_.push_back(Flow{peer, channel, sending, {}});
   return static_cast<int>(flows_.size() - 1);
 }
@@ -100,7 +102,9 @@ void Communicator::check(ncclResult_t result, const char* call, int peer) {
          " returned " + resultName(result));
 }
 
-void Communicator::fail(const std::string& what) { throw CommError("rank " + std::to_string(rank_) + ": " + what); }
+void Communicator::fail(const std::string& what) {
+  throw CommError("rank " + std::to_string(rank_) + ": " + what);
+}
 
 Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     : rank_(launch.rank), size_(launch.size), options_(options) {
@@ -116,8 +120,9 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     options_.device = static_cast<int>(std::strtol(dev, nullptr, 10));
   if (options_.slots < 1 || options_.slots > 64 || options_.channels < 1 || options_.channels > 32 ||
       options_.slotBytes < 1024 || options_.slotBytes > (size_t{1} << 30) || options_.slotBytes % 64 != 0)
-    throw CommError("communicator options out of range: slots 1..64, channels 1..32, slot bytes 1 KiB..1 GiB and a "
-                    "multiple of 64");
+    throw CommError(
+        "communicator options out of range: slots 1..64, channels 1..32, slot bytes 1 KiB..1 GiB and a "
+        "multiple of 64");
 
   bootstrap_ = std::make_unique<Bootstrap>(launch, options_.timeout);
   LoadOptions load;
@@ -150,7 +155,8 @@ void Communicator::connectRing() {
   check(net_->devices(&devices_), "devices");
   if (devices_ < 1) fail(std::string(net_->name()) + " has no device");
   if (options_.device < 0 || options_.device >= devices_)
-    fail("device " + std::to_string(options_.device) + " out of range (the plugin has " + std::to_string(devices_) + ")");
+    fail("device " + std::to_string(options_.device) + " out of range (the plugin has " + std::to_string(devices_) +
+         ")");
 
   if (size_ > 1) {
     // One listen per peer and channel, so an accepted connection's peer and channel are known without asking the
@@ -335,7 +341,8 @@ void Communicator::progressLoop() {
 // queued for the progress thread, which runs operations one at a time in submission order. $NNS_PROGRESS_INLINE=0
 // sends every operation through the progress thread.
 void Communicator::submit(const std::function<void()>& operation) {
-  if (failed_.load()) throw CommError("rank " + std::to_string(rank_) + ": communicator failed earlier: " + asyncError());
+  if (failed_.load())
+    throw CommError("rank " + std::to_string(rank_) + ": communicator failed earlier: " + asyncError());
   if (inline_) {
     std::unique_lock lock(mutex_);
     if (queue_.empty() && !busy_ && !stopping_) {
@@ -449,7 +456,9 @@ void* Communicator::registeredHandle(const ConnKey& key, const void* data, size_
   return mhandle;
 }
 
-bool Communicator::registered(const void* data, size_t bytes) const { return covering(data, bytes) != nullptr; }
+bool Communicator::registered(const void* data, size_t bytes) const {
+  return covering(data, bytes) != nullptr;
+}
 
 void* Communicator::forwardHandle(const ConnKey& sendKey, const ConnKey& recvKey) {
   Connection& conn = connections_[sendKey];
@@ -691,8 +700,8 @@ void Communicator::run(Plan& plan) {
       for (size_t f = 0; f < plan.flows_.size(); ++f) {
         const auto& flow = plan.flows_[f];
         if (cursors[f].postSegment < flow.segments.size() || cursors[f].tail < cursors[f].head)
-          waiting += std::string(waiting.empty() ? "" : ", ") + (flow.sending ? "send to" : "receive from") +
-                     " rank " + std::to_string(flow.peer);
+          waiting += std::string(waiting.empty() ? "" : ", ") + (flow.sending ? "send to" : "receive from") + " rank " +
+                     std::to_string(flow.peer);
       }
       fail("no progress for " + std::to_string(options_.timeout.count()) + " ms (" + waiting +
            "; a rank dead or stuck?)");

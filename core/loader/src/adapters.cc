@@ -24,9 +24,11 @@ Library::~Library() {
 namespace {
 
 // Each ABI version's table, collNet table and properties types.
-template <int V> struct Table;
+template <int V>
+struct Table;
 #define NNS_LOADER_TABLE(V)                   \
-  template <> struct Table<V> {               \
+  template <>                                 \
+  struct Table<V> {                           \
     using Net = ncclNet_v##V##_t;             \
     using Coll = ncclCollNet_v##V##_t;        \
     using Props = ncclNetProperties_v##V##_t; \
@@ -40,9 +42,9 @@ NNS_LOADER_TABLE(11)
 NNS_LOADER_TABLE(12)
 #undef NNS_LOADER_TABLE
 
-#define NNS_LOADER_CHECK(call)              \
-  do {                                      \
-    ncclResult_t check_result_ = (call);    \
+#define NNS_LOADER_CHECK(call)                              \
+  do {                                                      \
+    ncclResult_t check_result_ = (call);                    \
     if (check_result_ != ncclSuccess) return check_result_; \
   } while (0)
 
@@ -242,8 +244,8 @@ class NetAdapter final : public Net {
     }
   }
 
-  ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
-                     void** phandles, void** request) override {
+  ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
+                     void** request) override {
     if constexpr (V >= 10) {
       return t_->irecv(recvComm, n, data, sizes, tags, mhandles, phandles, request);
     } else if constexpr (V == 9) {
@@ -293,8 +295,9 @@ class NetAdapter final : public Net {
                NCCL_NET_MAX_DEVS_PER_NIC_V11);
           return ncclInvalidUsage;
         }
-        using OldProps = std::conditional_t<V == 11, ncclNetVDeviceProps_v11_t,
-                                            std::conditional_t<V == 10, ncclNetVDeviceProps_v10_t, ncclNetVDeviceProps_v9_t>>;
+        using OldProps =
+            std::conditional_t<V == 11, ncclNetVDeviceProps_v11_t,
+                               std::conditional_t<V == 10, ncclNetVDeviceProps_v10_t, ncclNetVDeviceProps_v9_t>>;
         OldProps old{};
         return t_->makeVDevice(d, &old);
       }
@@ -342,7 +345,6 @@ class NetAdapter final : public Net {
   std::mutex initMutex_;
   bool initialised_ = false;
 };
-
 
 // One adapter per ncclCollNet_vN: the v12 view of a collNet, filled as NCCL 2.30's src/plugin/net/net_vN.cc do.
 template <int V>
@@ -428,21 +430,19 @@ class CollNetAdapter final : public CollNet {
     if constexpr (V >= 8) return t_->iallgather != nullptr;
     return false;
   }
-  ncclResult_t iallgather(void* comm, void* sendData, int nRecvParts, ncclNetSGE_v12_t* recvParts,
-                          size_t bytesPerRank, size_t windowOffset, size_t windowBytes, void* sendMhandle,
-                          void** request) override {
+  ncclResult_t iallgather(void* comm, void* sendData, int nRecvParts, ncclNetSGE_v12_t* recvParts, size_t bytesPerRank,
+                          size_t windowOffset, size_t windowBytes, void* sendMhandle, void** request) override {
     if constexpr (V >= 8) {
       if (t_->iallgather == nullptr) return absent("iallgather");
       if constexpr (V >= 9) {
         using Sge = std::remove_pointer_t<std::tuple_element_t<3, Args<decltype(t_->iallgather)>>>;
         static_assert(sizeof(Sge) == sizeof(ncclNetSGE_v12_t), "v9..v11 SGEs have the v12 layout");
-        return t_->iallgather(comm, sendData, nRecvParts, reinterpret_cast<Sge*>(recvParts), bytesPerRank,
-                              windowOffset, windowBytes, sendMhandle, request);
+        return t_->iallgather(comm, sendData, nRecvParts, reinterpret_cast<Sge*>(recvParts), bytesPerRank, windowOffset,
+                              windowBytes, sendMhandle, request);
       } else {
         ncclNetSGE_v8_t part;
         NNS_LOADER_CHECK(narrowSge("iallgather", nRecvParts, recvParts, &part));
-        return t_->iallgather(comm, sendData, 1, &part, bytesPerRank, windowOffset, windowBytes, sendMhandle,
-                              request);
+        return t_->iallgather(comm, sendData, 1, &part, bytesPerRank, windowOffset, windowBytes, sendMhandle, request);
       }
     } else {
       (void)comm, (void)sendData, (void)nRecvParts, (void)recvParts, (void)bytesPerRank, (void)windowOffset;
@@ -523,9 +523,14 @@ class CollNetAdapter final : public CollNet {
 
  private:
   // The parameter types of a function-pointer type, to name each version's own SGE / vProps struct.
-  template <class F> struct ArgsOf;
-  template <class R, class... A> struct ArgsOf<R (*)(A...)> { using type = std::tuple<A...>; };
-  template <class F> using Args = typename ArgsOf<F>::type;
+  template <class F>
+  struct ArgsOf;
+  template <class R, class... A>
+  struct ArgsOf<R (*)(A...)> {
+    using type = std::tuple<A...>;
+  };
+  template <class F>
+  using Args = typename ArgsOf<F>::type;
 
   // v8 carries one scatter-gather part with a 32-bit size; NCCL refuses anything else there (ncclInternalError).
   ncclResult_t narrowSge(const char* function, int n, const ncclNetSGE_v12_t* parts, ncclNetSGE_v8_t* out) {
@@ -633,8 +638,8 @@ std::string collNetDefect(const void* table) {
 }
 
 template <template <int> class Adapter, class Base>
-std::unique_ptr<Base> makeChecked(int version, const void* table, std::shared_ptr<Library> library,
-                                  std::string* defect, bool coll) {
+std::unique_ptr<Base> makeChecked(int version, const void* table, std::shared_ptr<Library> library, std::string* defect,
+                                  bool coll) {
   auto check = [&]<int V>() -> std::unique_ptr<Base> {
     std::string why = coll ? collNetDefect<V>(table) : netDefect<V>(table);
     if (!why.empty()) {

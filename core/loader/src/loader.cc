@@ -18,7 +18,7 @@ namespace nns::core {
 namespace {
 
 constexpr const char* kDefaultLibrary = "libnccl-net.so";  // NCCL's choice when NCCL_NET_PLUGIN is unset
-constexpr size_t kMaxEntries = NCCL_NET_MAX_PLUGINS - 2;      // NCCL keeps two slots for its internal nets
+constexpr size_t kMaxEntries = NCCL_NET_MAX_PLUGINS - 2;   // NCCL keeps two slots for its internal nets
 
 bool isLibSoName(const std::string& name) {
   return name.size() > 6 && name.rfind("lib", 0) == 0 && name.compare(name.size() - 3, 3, ".so") == 0;
@@ -45,9 +45,9 @@ std::string trimmed(std::string text) {
 }
 
 std::string resultText(ncclResult_t result) {
-  static const char* names[] = {"ncclSuccess",        "ncclUnhandledCudaError", "ncclSystemError",
-                                "ncclInternalError",  "ncclInvalidArgument",    "ncclInvalidUsage",
-                                "ncclRemoteError",    "ncclInProgress",         "ncclTimeout"};
+  static const char* names[] = {"ncclSuccess",       "ncclUnhandledCudaError", "ncclSystemError",
+                                "ncclInternalError", "ncclInvalidArgument",    "ncclInvalidUsage",
+                                "ncclRemoteError",   "ncclInProgress",         "ncclTimeout"};
   int value = static_cast<int>(result);
   return value >= 0 && value < 9 ? names[value] : "ncclResult_t " + std::to_string(value);
 }
@@ -233,7 +233,8 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
     auto library = std::make_shared<detail::Library>(handle, candidate.loadedPath);
     candidate.exportedVersions = exportedVersions(handle, "ncclNetPlugin_v");
     if (candidate.exportedVersions.empty()) {
-      candidate.rejectReason = candidate.loadedPath + " exports no ncclNetPlugin_v12..v6: not a net plugin (or one "
+      candidate.rejectReason = candidate.loadedPath +
+                               " exports no ncclNetPlugin_v12..v6: not a net plugin (or one "
                                "for a version this host does not know)";
       out.candidates.push_back(std::move(candidate));
       continue;

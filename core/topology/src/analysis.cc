@@ -402,18 +402,12 @@ std::string formatDot(const Analysis& a) {
   auto label = [&](int t, int i) {
     const Node& n = sys.node(t, i);
     switch (t) {
-      case GPU:
-        return fmt("GPU rank %d\\ndev %d sm %d\\n%s", n.gpu.rank, n.gpu.dev, n.gpu.sm, n.busId.c_str());
-      case NET:
-        return fmt("NET %d %s\\n%.1f GB/s gdr %d", n.net.dev, n.net.name.c_str(), n.net.bw, n.net.gdr);
-      case CPU:
-        return fmt("CPU numa %d", n.cpu.numaId);
-      case NIC:
-        return fmt("NIC\\n%s", n.busId.empty() ? "(virtual)" : n.busId.c_str());
-      case NVS:
-        return std::string("NVSwitch");
-      default:
-        return fmt("PCI switch\\n%s", n.busId.c_str());
+      case GPU: return fmt("GPU rank %d\\ndev %d sm %d\\n%s", n.gpu.rank, n.gpu.dev, n.gpu.sm, n.busId.c_str());
+      case NET: return fmt("NET %d %s\\n%.1f GB/s gdr %d", n.net.dev, n.net.name.c_str(), n.net.bw, n.net.gdr);
+      case CPU: return fmt("CPU numa %d", n.cpu.numaId);
+      case NIC: return fmt("NIC\\n%s", n.busId.empty() ? "(virtual)" : n.busId.c_str());
+      case NVS: return std::string("NVSwitch");
+      default: return fmt("PCI switch\\n%s", n.busId.c_str());
     }
   };
   static const char* kShape[] = {"box", "ellipse", "hexagon", "octagon", "component", "doublecircle"};

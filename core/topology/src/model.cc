@@ -82,12 +82,9 @@ float interCpuBandwidth(const CpuInfo& cpu) {
                : cpu.model == CpuModel::IntelSrp ? SRP_QPI_BW
                : cpu.model == CpuModel::IntelSkl ? SKL_QPI_BW
                                                  : BDW_QPI_BW;
-      case CpuVendor::Amd:
-        return AMD_BW;
-      case CpuVendor::Zhaoxin:
-        return cpu.model == CpuModel::Yongfeng ? YONGFENG_ZPI_BW : ZPI_BW;
-      default:
-        break;
+      case CpuVendor::Amd: return AMD_BW;
+      case CpuVendor::Zhaoxin: return cpu.model == CpuModel::Yongfeng ? YONGFENG_ZPI_BW : ZPI_BW;
+      default: break;
     }
   }
   return LOC_BW;

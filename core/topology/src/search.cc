@@ -12,20 +12,13 @@ namespace nns::topo {
 
 std::string_view patternName(int pattern) {
   switch (pattern) {
-    case PATTERN_BALANCED_TREE:
-      return "BALANCED_TREE";
-    case PATTERN_SPLIT_TREE:
-      return "SPLIT_TREE";
-    case PATTERN_TREE:
-      return "TREE";
-    case PATTERN_RING:
-      return "RING";
-    case PATTERN_NVLS:
-      return "NVLS";
-    case PATTERN_COLLNET_DIRECT:
-      return "COLLNET_DIRECT";
-    default:
-      return "?";
+    case PATTERN_BALANCED_TREE: return "BALANCED_TREE";
+    case PATTERN_SPLIT_TREE: return "SPLIT_TREE";
+    case PATTERN_TREE: return "TREE";
+    case PATTERN_RING: return "RING";
+    case PATTERN_NVLS: return "NVLS";
+    case PATTERN_COLLNET_DIRECT: return "COLLNET_DIRECT";
+    default: return "?";
   }
 }
 

@@ -10,10 +10,10 @@ typedef enum {
   ncclSystemError = 2,   /* kernel, library or hardware failure (errno, verbs status, peer gone) */
   ncclInternalError = 3, /* the caller broke the plugin contract */
   ncclInvalidArgument = 4,
-  ncclInvalidUsage = 5,  /* user or configuration error */
-  ncclRemoteError = 6,   /* the remote peer failed or went away */
+  ncclInvalidUsage = 5, /* user or configuration error */
+  ncclRemoteError = 6,  /* the remote peer failed or went away */
   ncclInProgress = 7,
-  ncclTimeout = 8,       /* new in NCCL 2.30 */
+  ncclTimeout = 8, /* new in NCCL 2.30 */
   ncclNumResults = 9
 } ncclResult_t;
 #endif

@@ -5,13 +5,13 @@
 #include "common.h"
 #include "err.h"
 #include "net_device.h"
+#include "net_v10.h"
+#include "net_v11.h"
+#include "net_v12.h"
 #include "net_v6.h"
 #include "net_v7.h"
 #include "net_v8.h"
 #include "net_v9.h"
-#include "net_v10.h"
-#include "net_v11.h"
-#include "net_v12.h"
 #include "types.h"
 
 #define NCCL_NET_NEWEST_VERSION 12

@@ -1,4 +1,5 @@
-/* nccl_net/net_v10.h: ncclNet_v10 / ncclCollNet_v10 (NCCL 2.26. Profiler callback at init, comm config per connect, phandles on isend/irecv.) Frozen: never edit a layout here. */
+/* nccl_net/net_v10.h: ncclNet_v10 / ncclCollNet_v10 (NCCL 2.26. Profiler callback at init, comm config per connect,
+ * phandles on isend/irecv.) Frozen: never edit a layout here. */
 #ifndef NCCL_NET_V10_H_
 #define NCCL_NET_V10_H_
 
@@ -14,22 +15,22 @@ typedef struct {
 } ncclNetVDeviceProps_v10_t;
 
 typedef struct {
-  char* name;              /* Used mostly for logging; keys the NIC in the host's topology, so unique per device. */
-  char* pciPath;           /* Path to the PCI device in /sys (realpath), or NULL for a virtual device. */
-  uint64_t guid;           /* Unique identifier for the NIC chip; ports of one card share it. */
-  int ptrSupport;          /* NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF */
-  int regIsGlobal;         /* 1 if a registration is valid on every comm of the device */
-  int forceFlush;          /* 1 to make the host call iflush after every GPU-direct receive */
-  int speed;               /* Port speed in Mbps (100000 means 100 Gb/s). */
-  int port;                /* Port number. */
-  float latency;           /* Network latency in microseconds. */
-  int maxComms;            /* Maximum number of comms the device can create. */
-  int maxRecvs;            /* Maximum number of grouped receives (n of irecv). */
+  char* name;      /* Used mostly for logging; keys the NIC in the host's topology, so unique per device. */
+  char* pciPath;   /* Path to the PCI device in /sys (realpath), or NULL for a virtual device. */
+  uint64_t guid;   /* Unique identifier for the NIC chip; ports of one card share it. */
+  int ptrSupport;  /* NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF */
+  int regIsGlobal; /* 1 if a registration is valid on every comm of the device */
+  int forceFlush;  /* 1 to make the host call iflush after every GPU-direct receive */
+  int speed;       /* Port speed in Mbps (100000 means 100 Gb/s). */
+  int port;        /* Port number. */
+  float latency;   /* Network latency in microseconds. */
+  int maxComms;    /* Maximum number of comms the device can create. */
+  int maxRecvs;    /* Maximum number of grouped receives (n of irecv). */
   ncclNetDeviceType netDeviceType;
   int netDeviceVersion;
   ncclNetVDeviceProps_v10_t vProps; /* physical devices behind this (virtual) device */
-  size_t maxP2pBytes;      /* largest isend/irecv, in (0, 1 TiB] */
-  size_t maxCollBytes;     /* largest collNet operation, in (0, 1 TiB] */
+  size_t maxP2pBytes;               /* largest isend/irecv, in (0, 1 TiB] */
+  size_t maxCollBytes;              /* largest collNet operation, in (0, 1 TiB] */
 } ncclNetProperties_v10_t;
 
 typedef struct {
@@ -39,7 +40,7 @@ typedef struct {
 } ncclNetSGE_v10_t;
 
 typedef struct {
-  int trafficClass;  /* NCCL_NET_TRAFFIC_CLASS_UNDEF (-1) when unset */
+  int trafficClass; /* NCCL_NET_TRAFFIC_CLASS_UNDEF (-1) when unset */
 } ncclNetCommConfig_v10_t;
 
 typedef struct {
@@ -55,8 +56,8 @@ typedef struct {
   ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
   ncclResult_t (*deregMr)(void* comm, void* mhandle);
   ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request);
-  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
-                        void** phandles, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
+                        void** request);
   ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
   ncclResult_t (*test)(void* request, int* done, int* sizes);
   ncclResult_t (*closeSend)(void* sendComm);
@@ -85,8 +86,8 @@ typedef struct {
                              size_t bytesPerRank, size_t windowOffset, size_t windowBytes, void* sendMhandle,
                              void** request);
   ncclResult_t (*ireducescatter)(void* collComm, int nSendParts, ncclNetSGE_v10_t* sendParts, void* recvData,
-                                 size_t bytesPerRank, size_t windowOffset, size_t windowBytes,
-                                 ncclDataType_t dataType, ncclRedOp_t redOp, void* recvMhandle, void** request);
+                                 size_t bytesPerRank, size_t windowOffset, size_t windowBytes, ncclDataType_t dataType,
+                                 ncclRedOp_t redOp, void* recvMhandle, void** request);
   ncclResult_t (*iflush)(void* collComm, void* data, int size, void* mhandle, void** request);
   ncclResult_t (*test)(void* request, int* done, int* size);
   ncclResult_t (*closeColl)(void* collComm);

@@ -1,4 +1,5 @@
-/* nccl_net/net_v11.h: ncclNet_v11 / ncclCollNet_v11 (NCCL 2.28. Per-communicator ctx from init; config moved to init; finalize, setNetAttr, maxMultiRequestSize.) Frozen: never edit a layout here. */
+/* nccl_net/net_v11.h: ncclNet_v11 / ncclCollNet_v11 (NCCL 2.28. Per-communicator ctx from init; config moved to init;
+ * finalize, setNetAttr, maxMultiRequestSize.) Frozen: never edit a layout here. */
 #ifndef NCCL_NET_V11_H_
 #define NCCL_NET_V11_H_
 
@@ -14,23 +15,23 @@ typedef struct {
 } ncclNetVDeviceProps_v11_t;
 
 typedef struct {
-  char* name;              /* Used mostly for logging; keys the NIC in the host's topology, so unique per device. */
-  char* pciPath;           /* Path to the PCI device in /sys (realpath), or NULL for a virtual device. */
-  uint64_t guid;           /* Unique identifier for the NIC chip; ports of one card share it. */
-  int ptrSupport;          /* NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF */
-  int regIsGlobal;         /* 1 if a registration is valid on every comm of the device */
-  int forceFlush;          /* 1 to make the host call iflush after every GPU-direct receive */
-  int speed;               /* Port speed in Mbps (100000 means 100 Gb/s). */
-  int port;                /* Port number. */
-  float latency;           /* Network latency in microseconds. */
-  int maxComms;            /* Maximum number of comms the device can create. */
-  int maxRecvs;            /* Maximum number of grouped receives (n of irecv). */
+  char* name;      /* Used mostly for logging; keys the NIC in the host's topology, so unique per device. */
+  char* pciPath;   /* Path to the PCI device in /sys (realpath), or NULL for a virtual device. */
+  uint64_t guid;   /* Unique identifier for the NIC chip; ports of one card share it. */
+  int ptrSupport;  /* NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF */
+  int regIsGlobal; /* 1 if a registration is valid on every comm of the device */
+  int forceFlush;  /* 1 to make the host call iflush after every GPU-direct receive */
+  int speed;       /* Port speed in Mbps (100000 means 100 Gb/s). */
+  int port;        /* Port number. */
+  float latency;   /* Network latency in microseconds. */
+  int maxComms;    /* Maximum number of comms the device can create. */
+  int maxRecvs;    /* Maximum number of grouped receives (n of irecv). */
   ncclNetDeviceType netDeviceType;
   int netDeviceVersion;
   ncclNetVDeviceProps_v11_t vProps; /* physical devices behind this (virtual) device */
-  size_t maxP2pBytes;      /* largest isend/irecv, in (0, 1 TiB] */
-  size_t maxCollBytes;     /* largest collNet operation, in (0, 1 TiB] */
-  int maxMultiRequestSize;  /* 1 if unsure */
+  size_t maxP2pBytes;               /* largest isend/irecv, in (0, 1 TiB] */
+  size_t maxCollBytes;              /* largest collNet operation, in (0, 1 TiB] */
+  int maxMultiRequestSize;          /* 1 if unsure */
 } ncclNetProperties_v11_t;
 
 typedef struct {
@@ -40,7 +41,7 @@ typedef struct {
 } ncclNetSGE_v11_t;
 
 typedef struct {
-  int trafficClass;  /* NCCL_NET_TRAFFIC_CLASS_UNDEF (-1) when unset */
+  int trafficClass; /* NCCL_NET_TRAFFIC_CLASS_UNDEF (-1) when unset */
 } ncclNetCommConfig_v11_t;
 
 typedef struct {
@@ -61,20 +62,19 @@ typedef struct {
 
 typedef struct {
   const char* name;
-  ncclResult_t (*init)(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config,
-                       ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);
+  ncclResult_t (*init)(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t logFunction,
+                       ncclProfilerCallback_t profFunction);
   ncclResult_t (*devices)(int* ndev);
   ncclResult_t (*getProperties)(int dev, ncclNetProperties_v11_t* props);
   ncclResult_t (*listen)(void* ctx, int dev, void* handle, void** listenComm);
-  ncclResult_t (*connect)(void* ctx, int dev, void* handle, void** sendComm,
-                          ncclNetDeviceHandle_v11_t** sendDevComm);
+  ncclResult_t (*connect)(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v11_t** sendDevComm);
   ncclResult_t (*accept)(void* listenComm, void** recvComm, ncclNetDeviceHandle_v11_t** recvDevComm);
   ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
   ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
   ncclResult_t (*deregMr)(void* comm, void* mhandle);
   ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request);
-  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
-                        void** phandles, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
+                        void** request);
   ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
   ncclResult_t (*test)(void* request, int* done, int* sizes);
   ncclResult_t (*closeSend)(void* sendComm);
@@ -105,8 +105,8 @@ typedef struct {
                              size_t bytesPerRank, size_t windowOffset, size_t windowBytes, void* sendMhandle,
                              void** request);
   ncclResult_t (*ireducescatter)(void* collComm, int nSendParts, ncclNetSGE_v11_t* sendParts, void* recvData,
-                                 size_t bytesPerRank, size_t windowOffset, size_t windowBytes,
-                                 ncclDataType_t dataType, ncclRedOp_t redOp, void* recvMhandle, void** request);
+                                 size_t bytesPerRank, size_t windowOffset, size_t windowBytes, ncclDataType_t dataType,
+                                 ncclRedOp_t redOp, void* recvMhandle, void** request);
   ncclResult_t (*iflush)(void* collComm, void* data, int size, void* mhandle, void** request);
   ncclResult_t (*test)(void* request, int* done, int* size);
   ncclResult_t (*closeColl)(void* collComm);

@@ -8,15 +8,15 @@
 #include "common.h"
 
 typedef struct {
-  char* name;      /* Used mostly for logging. */
-  char* pciPath;   /* Path to the PCI device in /sys, or NULL for a virtual device. */
-  uint64_t guid;   /* Unique identifier for the NIC chip; ports of one card share it. */
-  int ptrSupport;  /* NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF */
-  int speed;       /* Port speed in Mbps. */
-  int port;        /* Port number. */
-  float latency;   /* Network latency in microseconds. */
-  int maxComms;    /* Maximum number of comms the device can create. */
-  int maxRecvs;    /* Maximum number of grouped receives. */
+  char* name;     /* Used mostly for logging. */
+  char* pciPath;  /* Path to the PCI device in /sys, or NULL for a virtual device. */
+  uint64_t guid;  /* Unique identifier for the NIC chip; ports of one card share it. */
+  int ptrSupport; /* NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF */
+  int speed;      /* Port speed in Mbps. */
+  int port;       /* Port number. */
+  float latency;  /* Network latency in microseconds. */
+  int maxComms;   /* Maximum number of comms the device can create. */
+  int maxRecvs;   /* Maximum number of grouped receives. */
 } ncclNetProperties_v6_t;
 
 typedef struct {

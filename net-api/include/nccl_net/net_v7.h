@@ -1,4 +1,5 @@
-/* nccl_net/net_v7.h: ncclNet_v7 / ncclCollNet_v7 (NCCL 2.19). Adds device offload handles, getDeviceMr, irecvConsumed. */
+/* nccl_net/net_v7.h: ncclNet_v7 / ncclCollNet_v7 (NCCL 2.19). Adds device offload handles, getDeviceMr, irecvConsumed.
+ */
 #ifndef NCCL_NET_V7_H_
 #define NCCL_NET_V7_H_
 
@@ -13,12 +14,12 @@ typedef struct {
   char* pciPath;
   uint64_t guid;
   int ptrSupport;
-  int speed;                        /* Mbps */
+  int speed; /* Mbps */
   int port;
-  float latency;                    /* microseconds */
+  float latency; /* microseconds */
   int maxComms;
   int maxRecvs;
-  ncclNetDeviceType netDeviceType;  /* NCCL_NET_DEVICE_HOST unless the plugin offloads to the GPU */
+  ncclNetDeviceType netDeviceType; /* NCCL_NET_DEVICE_HOST unless the plugin offloads to the GPU */
   int netDeviceVersion;
 } ncclNetProperties_v7_t;
 

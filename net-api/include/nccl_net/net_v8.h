@@ -1,4 +1,5 @@
-/* nccl_net/net_v8.h: ncclNet_v8 / ncclCollNet_v8 (NCCL 2.20). regMr takes size_t; regIsGlobal; collnet allgather/reduce-scatter. */
+/* nccl_net/net_v8.h: ncclNet_v8 / ncclCollNet_v8 (NCCL 2.20). regMr takes size_t; regIsGlobal; collnet
+ * allgather/reduce-scatter. */
 #ifndef NCCL_NET_V8_H_
 #define NCCL_NET_V8_H_
 
@@ -13,10 +14,10 @@ typedef struct {
   char* pciPath;
   uint64_t guid;
   int ptrSupport;
-  int regIsGlobal;  /* 1 if a registration is valid on every comm of the device */
-  int speed;        /* Mbps */
+  int regIsGlobal; /* 1 if a registration is valid on every comm of the device */
+  int speed;       /* Mbps */
   int port;
-  float latency;    /* microseconds */
+  float latency; /* microseconds */
   int maxComms;
   int maxRecvs;
   ncclNetDeviceType netDeviceType;
@@ -69,8 +70,8 @@ typedef struct {
                              size_t bytesPerRank, size_t windowOffset, size_t windowBytes, void* sendMhandle,
                              void** request);
   ncclResult_t (*ireducescatter)(void* collComm, int nSendParts, ncclNetSGE_v8_t* sendParts, void* recvData,
-                                 size_t bytesPerRank, size_t windowOffset, size_t windowBytes,
-                                 ncclDataType_t dataType, ncclRedOp_t redOp, void* recvMhandle, void** request);
+                                 size_t bytesPerRank, size_t windowOffset, size_t windowBytes, ncclDataType_t dataType,
+                                 ncclRedOp_t redOp, void* recvMhandle, void** request);
   ncclResult_t (*iflush)(void* collComm, void* data, int size, void* mhandle, void** request);
   ncclResult_t (*test)(void* request, int* done, int* size);
   ncclResult_t (*closeColl)(void* collComm);

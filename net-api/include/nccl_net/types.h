@@ -8,15 +8,20 @@
 
 #ifndef NCCL_H_
 typedef enum {
-  ncclInt8 = 0, ncclChar = 0,
+  ncclInt8 = 0,
+  ncclChar = 0,
   ncclUint8 = 1,
-  ncclInt32 = 2, ncclInt = 2,
+  ncclInt32 = 2,
+  ncclInt = 2,
   ncclUint32 = 3,
   ncclInt64 = 4,
   ncclUint64 = 5,
-  ncclFloat16 = 6, ncclHalf = 6,
-  ncclFloat32 = 7, ncclFloat = 7,
-  ncclFloat64 = 8, ncclDouble = 8,
+  ncclFloat16 = 6,
+  ncclHalf = 6,
+  ncclFloat32 = 7,
+  ncclFloat = 7,
+  ncclFloat64 = 8,
+  ncclDouble = 8,
   ncclBfloat16 = 9,
   ncclFloat8e4m3 = 10, /* since NCCL 2.24 */
   ncclFloat8e5m2 = 11, /* since NCCL 2.24 */
@@ -29,8 +34,8 @@ typedef enum {
   ncclMax = 2,
   ncclMin = 3,
   ncclAvg = 4,
-  ncclNumOps = 5,                /* values >= ncclNumOps are user-created ops */
-  ncclMaxRedOp = 0x7fffffff      /* keeps the enum int-sized */
+  ncclNumOps = 5,           /* values >= ncclNumOps are user-created ops */
+  ncclMaxRedOp = 0x7fffffff /* keeps the enum int-sized */
 } ncclRedOp_t;
 #endif
 

@@ -18,21 +18,21 @@
 
 namespace {
 
-#define CHECK_CUDA(call)                                                                       \
-  do {                                                                                         \
-    cudaError_t e = (call);                                                                    \
-    if (e != cudaSuccess) {                                                                    \
+#define CHECK_CUDA(call)                                                                        \
+  do {                                                                                          \
+    cudaError_t e = (call);                                                                     \
+    if (e != cudaSuccess) {                                                                     \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      return 2;                                                                                \
-    }                                                                                          \
+      return 2;                                                                                 \
+    }                                                                                           \
   } while (0)
-#define CHECK_NCCL(call)                                                                          \
-  do {                                                                                            \
-    ncclResult_t r = (call);                                                                      \
-    if (r != ncclSuccess) {                                                                       \
+#define CHECK_NCCL(call)                                                                        \
+  do {                                                                                          \
+    ncclResult_t r = (call);                                                                    \
+    if (r != ncclSuccess) {                                                                     \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, ncclGetErrorString(r)); \
-      return 3;                                                                                   \
-    }                                                                                             \
+      return 3;                                                                                 \
+    }                                                                                           \
   } while (0)
 
 int runRank(int rank, int idPipe[2], size_t maxBytes, int iterations) {

@@ -39,19 +39,12 @@ size_t parseBytes(const char* text) {
   double value = std::strtod(text, &end);
   switch (end && *end ? *end : ' ') {
     case 'K':
-    case 'k':
-      value *= 1024;
-      break;
+    case 'k': value *= 1024; break;
     case 'M':
-    case 'm':
-      value *= 1024 * 1024;
-      break;
+    case 'm': value *= 1024 * 1024; break;
     case 'G':
-    case 'g':
-      value *= 1024.0 * 1024 * 1024;
-      break;
-    default:
-      break;
+    case 'g': value *= 1024.0 * 1024 * 1024; break;
+    default: break;
   }
   return static_cast<size_t>(value);
 }

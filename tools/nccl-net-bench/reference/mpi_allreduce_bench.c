@@ -9,12 +9,14 @@ int main(int argc, char** argv) {
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  size_t minBytes = argc > 1 ? strtoull(argv[1], NULL, 10) : 8, maxBytes = argc > 2 ? strtoull(argv[2], NULL, 10) : 1 << 26;
+  size_t minBytes = argc > 1 ? strtoull(argv[1], NULL, 10) : 8,
+         maxBytes = argc > 2 ? strtoull(argv[2], NULL, 10) : 1 << 26;
   int factor = argc > 3 ? atoi(argv[3]) : 4, iterations = argc > 4 ? atoi(argv[4]) : 20, warmup = 5;
   float* send = malloc(maxBytes + 4);
   float* recv = malloc(maxBytes + 4);
   for (size_t i = 0; i < maxBytes / sizeof(float); ++i) send[i] = (float)((rank * 7 + i * 3) % 9) - 4;
-  if (rank == 0) printf("# MPI_Allreduce float sum, %d ranks\n#%11s %10s %8s %8s\n", size, "size(B)", "time(us)", "algbw", "busbw");
+  if (rank == 0)
+    printf("# MPI_Allreduce float sum, %d ranks\n#%11s %10s %8s %8s\n", size, "size(B)", "time(us)", "algbw", "busbw");
   for (size_t bytes = minBytes; bytes <= maxBytes; bytes *= factor) {
     int count = (int)(bytes / sizeof(float));
     for (int i = 0; i < warmup; ++i) MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);

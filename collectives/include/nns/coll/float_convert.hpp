@@ -48,8 +48,8 @@ inline int32_t narrowMagnitude(int32_t abs) {
   uint32_t lsb = (bits >> Format::kShift) & 1u;
   // Normal: add just under half an ulp plus the kept lsb (ties to even), truncate, rebias. abs <= 0x7f800000, so
   // the addition cannot carry out of the word (the difference wraps for small abs, which then takes the other arm).
-  auto normal = static_cast<int32_t>((((bits + ((1u << (Format::kShift - 1)) - 1u) + lsb) >> Format::kShift) -
-                                      Format::kRebias));
+  auto normal =
+      static_cast<int32_t>((((bits + ((1u << (Format::kShift - 1)) - 1u) + lsb) >> Format::kShift) - Format::kRebias));
   auto subnormal = static_cast<int32_t>(floatToBits(bitsToFloat(bits) + bitsToFloat(Format::kSubnormalMagic)) -
                                         Format::kSubnormalMagic);
   return abs < static_cast<int32_t>(Format::kMinNormal) ? subnormal : normal;

@@ -32,8 +32,7 @@ class KernelLayer {
   virtual void reduce(void* dst, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) = 0;
   // dst[i] = a[i] op b[i], where a is dst itself or overlaps neither dst nor b (one pass where copy + reduce would
   // take two). This default does exactly that copy and reduce.
-  virtual void reduceInto(void* dst, const void* a, const void* b, size_t count, ncclDataType_t type,
-                          ncclRedOp_t op) {
+  virtual void reduceInto(void* dst, const void* a, const void* b, size_t count, ncclDataType_t type, ncclRedOp_t op) {
     if (dst != a) copy(dst, a, count * typeSize(type));
     reduce(dst, b, count, type, op);
   }

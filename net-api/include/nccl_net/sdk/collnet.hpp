@@ -184,13 +184,11 @@ struct CollEntry {
                                    void** request) {
     ncclNetSGE_v12_t parts[kMaxSgeParts];
     NCCL_NET_CHECK(widenSges("iallgather", nRecvParts, recvParts, parts));
-    return iallgather(comm, sendData, nRecvParts, parts, bytesPerRank, windowOffset, windowBytes, sendMhandle,
-                      request);
+    return iallgather(comm, sendData, nRecvParts, parts, bytesPerRank, windowOffset, windowBytes, sendMhandle, request);
   }
   static ncclResult_t ireducescatterV8(void* comm, int nSendParts, ncclNetSGE_v8_t* sendParts, void* recvData,
                                        size_t bytesPerRank, size_t windowOffset, size_t windowBytes,
-                                       ncclDataType_t dataType, ncclRedOp_t redOp, void* recvMhandle,
-                                       void** request) {
+                                       ncclDataType_t dataType, ncclRedOp_t redOp, void* recvMhandle, void** request) {
     ncclNetSGE_v12_t parts[kMaxSgeParts];
     NCCL_NET_CHECK(widenSges("ireducescatter", nSendParts, sendParts, parts));
     return ireducescatter(comm, nSendParts, parts, recvData, bytesPerRank, windowOffset, windowBytes, dataType, redOp,
@@ -344,37 +342,23 @@ struct CollNetTables {
       E::closeListen,
   };
   static constexpr ncclCollNet_v7_t v7 = {
-      Coll::kName,
-      [](ncclDebugLogger_t logger) { return E::initLegacy(7, logger); },
-      N::devices,
-      N::template getProperties<7, ncclNetProperties_v7_t>,
-      E::listenLegacy,
-      E::connect,
-      E::reduceSupport,
-      E::regMrInt,
-      E::regMrDmaBuf,
-      E::deregMr,
-      E::iallreduceInt,
-      E::iflush,
-      E::test,
-      E::closeColl,
+      Coll::kName,      [](ncclDebugLogger_t logger) { return E::initLegacy(7, logger); },
+      N::devices,       N::template getProperties<7, ncclNetProperties_v7_t>,
+      E::listenLegacy,  E::connect,
+      E::reduceSupport, E::regMrInt,
+      E::regMrDmaBuf,   E::deregMr,
+      E::iallreduceInt, E::iflush,
+      E::test,          E::closeColl,
       E::closeListen,
   };
   static constexpr ncclCollNet_v6_t v6 = {
-      Coll::kName,
-      [](ncclDebugLogger_t logger) { return E::initLegacy(6, logger); },
-      N::devices,
-      N::template getProperties<6, ncclNetProperties_v6_t>,
-      E::listenLegacy,
-      E::connect,
-      E::reduceSupport,
-      E::regMrInt,
-      E::regMrDmaBuf,
-      E::deregMr,
-      E::iallreduceInt,
-      E::iflush,
-      E::test,
-      E::closeColl,
+      Coll::kName,      [](ncclDebugLogger_t logger) { return E::initLegacy(6, logger); },
+      N::devices,       N::template getProperties<6, ncclNetProperties_v6_t>,
+      E::listenLegacy,  E::connect,
+      E::reduceSupport, E::regMrInt,
+      E::regMrDmaBuf,   E::deregMr,
+      E::iallreduceInt, E::iflush,
+      E::test,          E::closeColl,
       E::closeListen,
   };
 };
@@ -383,8 +367,8 @@ struct CollNetTables {
 NCCL_NET_SDK_NAMESPACE_END
 
 #define NCCL_NET_SDK_EXPORT_COLLNET_VERSION(Coll, V) NCCL_NET_SDK_EXPORT_COLLNET_VERSION_(Coll, V)
-#define NCCL_NET_SDK_EXPORT_COLLNET_VERSION_(Coll, V)                                              \
-  extern "C" NCCL_NET_SDK_EXPORT_SYMBOL const ncclCollNet_v##V##_t ncclCollNetPlugin_v##V =       \
+#define NCCL_NET_SDK_EXPORT_COLLNET_VERSION_(Coll, V)                                       \
+  extern "C" NCCL_NET_SDK_EXPORT_SYMBOL const ncclCollNet_v##V##_t ncclCollNetPlugin_v##V = \
       ::nccl_net::sdk::detail::CollNetTables<Coll>::v##V;
 
 // Exports ncclCollNetPlugin_v6 .. ncclCollNetPlugin_v12 for the vendor class `Coll` (beside NCCL_NET_SDK_EXPORT).

@@ -23,7 +23,9 @@ constexpr uint32_t fnv1a(const char* text, uint32_t hash = 2166136261u) {
 }
 
 // A plugin's magic number derived from its name, so two plugins never accept each other's handles.
-constexpr uint32_t handleMagic(const char* pluginName) { return fnv1a(pluginName); }
+constexpr uint32_t handleMagic(const char* pluginName) {
+  return fnv1a(pluginName);
+}
 
 // The last bytes of the 128-byte handle are reserved for ConnectStage (see below).
 inline constexpr size_t kConnectStageBytes = 16;
@@ -73,9 +75,10 @@ class HandleCodec {
     const auto* in = static_cast<const unsigned char*>(handle);
     std::memcpy(&header, in, sizeof(header));
     if (header.magic != magic_) {
-      NCCL_NET_WARN("connection handle magic 0x%08x is not this plugin's 0x%08x: a handle from another plugin, "
-                    "or not a handle at all",
-                    header.magic, magic_);
+      NCCL_NET_WARN(
+          "connection handle magic 0x%08x is not this plugin's 0x%08x: a handle from another plugin, "
+          "or not a handle at all",
+          header.magic, magic_);
       return ncclInvalidArgument;
     }
     if (header.version != version_) {

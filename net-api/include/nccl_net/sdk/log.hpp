@@ -41,13 +41,17 @@ inline void setLogger(ncclDebugLogger_t logger) {
   ncclDebugLogger_t expected = nullptr;
   detail::loggerSlot().compare_exchange_strong(expected, logger);
 }
-inline ncclDebugLogger_t logger() { return detail::loggerSlot().load(std::memory_order_acquire); }
+inline ncclDebugLogger_t logger() {
+  return detail::loggerSlot().load(std::memory_order_acquire);
+}
 
 // Every message starts with this prefix, e.g. "NET/Socket". Must point to storage that outlives the plugin.
-inline void setLogPrefix(const char* prefix) { detail::prefixSlot().store(prefix); }
+inline void setLogPrefix(const char* prefix) {
+  detail::prefixSlot().store(prefix);
+}
 
 __attribute__((format(printf, 5, 6))) inline void logMessage(ncclDebugLogLevel level, unsigned long flags,
-                                                              const char* file, int line, const char* fmt, ...) {
+                                                             const char* file, int line, const char* fmt, ...) {
   char message[1024];
   va_list args;
   va_start(args, fmt);

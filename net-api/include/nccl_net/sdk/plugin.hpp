@@ -89,12 +89,12 @@ class CompletedSizes {
 namespace detail {
 
 // ---- detection of optional members -------------------------------------------------------------------------
-#define NCCL_NET_SDK_DETECT(member)                                                            \
-  template <class T, class = void>                                                              \
-  struct has_##member : std::false_type {};                                                     \
-  template <class T>                                                                            \
-  struct has_##member<T, std::void_t<decltype(&T::member)>> : std::true_type {};                \
-  template <class T>                                                                            \
+#define NCCL_NET_SDK_DETECT(member)                                              \
+  template <class T, class = void>                                               \
+  struct has_##member : std::false_type {};                                      \
+  template <class T>                                                             \
+  struct has_##member<T, std::void_t<decltype(&T::member)>> : std::true_type {}; \
+  template <class T>                                                             \
   inline constexpr bool has_##member##_v = has_##member<T>::value;
 NCCL_NET_SDK_DETECT(regMrDmaBuf)
 NCCL_NET_SDK_DETECT(iflush)
@@ -274,8 +274,8 @@ template <class Net>
 ncclResult_t checkDevice(const char* function, int dev) {
   int ndev = 0;
   NCCL_NET_CHECK(NetState<Net>::instance().devices(&ndev));
-  NCCL_NET_SDK_REQUIRE(dev >= 0 && dev < ndev, ncclInvalidArgument, "%s: device %d out of range [0, %d)", function,
-                       dev, ndev);
+  NCCL_NET_SDK_REQUIRE(dev >= 0 && dev < ndev, ncclInvalidArgument, "%s: device %d out of range [0, %d)", function, dev,
+                       ndev);
   return ncclSuccess;
 }
 
@@ -476,8 +476,7 @@ struct NetEntry {
 
   static ncclResult_t test(void* request, int* done, int* sizes) {
     return guard("test", [&] {
-      NCCL_NET_SDK_REQUIRE(request != nullptr && done != nullptr, ncclInvalidArgument,
-                           "test: request or done is NULL");
+      NCCL_NET_SDK_REQUIRE(request != nullptr && done != nullptr, ncclInvalidArgument, "test: request or done is NULL");
       CompletedSizes completed(sizes);
       *done = 0;
       NCCL_NET_CHECK(net().test(request, done, completed));
@@ -561,15 +560,15 @@ struct NetTables {
   using E = NetEntry<Net>;
 // An optional entry point: the function when the vendor class has it, else NULL (the body is never instantiated).
 // NOLINTBEGIN(bugprone-macro-parentheses): `function` is a qualified name; &(name) would not take its address.
-#define NCCL_NET_SDK_OPTIONAL(present, function)           \
-  [] {                                                     \
-    if constexpr (present) {                               \
-      return &function;                                    \
-    } else {                                               \
-      return static_cast<decltype(&function)>(nullptr);    \
-    }                                                      \
+#define NCCL_NET_SDK_OPTIONAL(present, function)        \
+  [] {                                                  \
+    if constexpr (present) {                            \
+      return &function;                                 \
+    } else {                                            \
+      return static_cast<decltype(&function)>(nullptr); \
+    }                                                   \
   }()
-// NOLINTEND(bugprone-macro-parentheses)
+  // NOLINTEND(bugprone-macro-parentheses)
 
   static constexpr ncclNet_v12_t v12 = {
       Net::kName,
@@ -755,15 +754,15 @@ NCCL_NET_SDK_NAMESPACE_END
 // translation unit of the plugin.
 // One version's table (V may itself be a macro: it is expanded before pasting).
 #define NCCL_NET_SDK_EXPORT_NET_VERSION(Net, V) NCCL_NET_SDK_EXPORT_NET_VERSION_(Net, V)
-#define NCCL_NET_SDK_EXPORT_NET_VERSION_(Net, V)                                                 \
-  extern "C" NCCL_NET_SDK_EXPORT_SYMBOL const ncclNet_v##V##_t ncclNetPlugin_v##V =             \
+#define NCCL_NET_SDK_EXPORT_NET_VERSION_(Net, V)                                    \
+  extern "C" NCCL_NET_SDK_EXPORT_SYMBOL const ncclNet_v##V##_t ncclNetPlugin_v##V = \
       ::nccl_net::sdk::detail::NetTables<Net>::v##V;
 
-#define NCCL_NET_SDK_EXPORT(Net)            \
-  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 12)  \
-  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 11)  \
-  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 10)  \
-  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 9)   \
-  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 8)   \
-  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 7)   \
+#define NCCL_NET_SDK_EXPORT(Net)           \
+  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 12) \
+  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 11) \
+  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 10) \
+  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 9)  \
+  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 8)  \
+  NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 7)  \
   NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 6)

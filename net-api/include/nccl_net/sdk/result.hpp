@@ -24,10 +24,10 @@ constexpr const char* resultName(ncclResult_t result) {
 NCCL_NET_SDK_NAMESPACE_END
 
 // Returns the failing status of `call` from the enclosing function.
-#define NCCL_NET_CHECK(call)                        \
-  do {                                              \
-    ncclResult_t nccl_net_check_result_ = (call);   \
-    if (nccl_net_check_result_ != ncclSuccess) {    \
-      return nccl_net_check_result_;                \
-    }                                               \
+#define NCCL_NET_CHECK(call)                      \
+  do {                                            \
+    ncclResult_t nccl_net_check_result_ = (call); \
+    if (nccl_net_check_result_ != ncclSuccess) {  \
+      return nccl_net_check_result_;              \
+    }                                             \
   } while (0)

@@ -517,7 +517,9 @@ inline IoStatus recvSome(int fd, void* data, size_t size, size_t* offset, std::s
   if (status == IoStatus::kClosed) *error = "connection closed by the peer";
   return status;
 }
-inline bool failed(IoStatus status) { return status == IoStatus::kFailed || status == IoStatus::kClosed; }
+inline bool failed(IoStatus status) {
+  return status == IoStatus::kFailed || status == IoStatus::kClosed;
+}
 
 // Waits up to `timeoutMs` for `events` on fd. True when ready (or in error: the next IO call reports it).
 inline bool waitForSocket(int fd, short events, int timeoutMs) {

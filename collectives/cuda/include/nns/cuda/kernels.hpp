@@ -1,4 +1,5 @@
-// nns/cuda/kernels.hpp: CUDA reduction, divide (avg finalize) and copy kernels over device buffers, on a caller's stream.
+// nns/cuda/kernels.hpp: CUDA reduction, divide (avg finalize) and copy kernels over device buffers, on a caller's
+// stream.
 #pragma once
 
 #include <cstddef>

@@ -13,7 +13,7 @@ struct LaunchInfo {
   int size = -1;
   std::string rootHost;  // where rank 0 listens
   int rootPort = 0;
-  std::string source;    // which launcher's variables were used
+  std::string source;  // which launcher's variables were used
 };
 
 // Reads NNS_RANK/NNS_WORLD_SIZE/NNS_ROOT_ADDR, Open MPI's OMPI_COMM_WORLD_*, Slurm's SLURM_PROCID/SLURM_NTASKS,
@@ -45,8 +45,8 @@ class Bootstrap {
   std::chrono::milliseconds timeout_;
   int localRanks_ = 1;
   std::chrono::microseconds spin_{0};  // how long a wait polls before it sleeps
-  int rootSocket_ = -1;              // non-root: connection to the root
-  std::vector<int> memberSockets_;   // root: connection to each rank (index = rank, own slot -1)
+  int rootSocket_ = -1;                // non-root: connection to the root
+  std::vector<int> memberSockets_;     // root: connection to each rank (index = rank, own slot -1)
 };
 
 }  // namespace nns::core

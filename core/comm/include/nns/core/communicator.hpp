@@ -3,14 +3,14 @@
 // runs pipelined transfer plans, and a sticky asynchronous error (like ncclCommGetAsyncError).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,7 +32,7 @@ class SlotMemory {
   virtual ~SlotMemory() = default;
   // One line for logs: where the slots are and why.
   virtual std::string describe() const = 0;
-  virtual int ptrType() const = 0;  // what regMr is told: NCCL_PTR_HOST or NCCL_PTR_CUDA
+  virtual int ptrType() const = 0;           // what regMr is told: NCCL_PTR_HOST or NCCL_PTR_CUDA
   virtual void* allocate(size_t bytes) = 0;  // throws on failure
   virtual void release(void* memory) noexcept = 0;
   // Starts copying `bytes` from `src` (the user's buffer) into slot memory `dst`. Returns nullptr when the copy is
@@ -109,15 +109,15 @@ class Plan {
   struct Segment {
     const unsigned char* data = nullptr;  // send: where the bytes are read from; recv: the direct target or null
     size_t bytes = 0;
-    PieceHandler onPiece;                 // recv
-    std::vector<RecvRef> after;           // receive segments this one waits on, piece by piece
-    size_t pieces = 0;                    // set when the plan runs
-    size_t piecesDone = 0;                // recv: pieces handed to onPiece
-    void* mhandle = nullptr;              // set when the plan runs: `data` is registered (no slot, no copy)
-    RecvRef from;                         // forward: the receive segment whose pieces this one sends on
-    bool fromSlots = false;               // forward, set when the plan runs: from `from`'s slots (`mhandle` covers them)
-    bool forwarded = false;               // recv, set when the plan runs: a forward sends its pieces from the slots
-    size_t firstSlot = 0;                 // recv: the connection's slot count when piece 0 was posted
+    PieceHandler onPiece;        // recv
+    std::vector<RecvRef> after;  // receive segments this one waits on, piece by piece
+    size_t pieces = 0;           // set when the plan runs
+    size_t piecesDone = 0;       // recv: pieces handed to onPiece
+    void* mhandle = nullptr;     // set when the plan runs: `data` is registered (no slot, no copy)
+    RecvRef from;                // forward: the receive segment whose pieces this one sends on
+    bool fromSlots = false;      // forward, set when the plan runs: from `from`'s slots (`mhandle` covers them)
+    bool forwarded = false;      // recv, set when the plan runs: a forward sends its pieces from the slots
+    size_t firstSlot = 0;        // recv: the connection's slot count when piece 0 was posted
   };
   struct Flow {
     int peer;
@@ -188,8 +188,8 @@ class Communicator {
     bool staged = false;   // the piece at the head of the flow is in this slot (or on its way): post it
     bool held = false;     // recv: a handled piece that a forward has yet to send; the slot is not reposted until then
     Slot* source = nullptr;  // send: the receive slot this forwarded piece goes out from (released on completion)
-    size_t bytes = 0;  // the piece this slot carries
-    int arrivedBytes = 0;  // what test() reported for a piece kept waiting on its segment's dependencies
+    size_t bytes = 0;        // the piece this slot carries
+    int arrivedBytes = 0;    // what test() reported for a piece kept waiting on its segment's dependencies
     int segment = 0;
     size_t offset = 0;
   };
@@ -242,8 +242,8 @@ class Communicator {
   std::unique_ptr<Net> net_;
   void* ctx_ = nullptr;
   int devices_ = 1;
-  std::vector<void*> listenComms_;     // [peer * channels + channel]: where that peer connects to this rank
-  std::string peerHandles_;            // every rank's listen handles, rank-major, as all-gathered
+  std::vector<void*> listenComms_;  // [peer * channels + channel]: where that peer connects to this rank
+  std::string peerHandles_;         // every rank's listen handles, rank-major, as all-gathered
   std::map<ConnKey, Connection> connections_;
   std::vector<unsigned char> scratch_;
   std::vector<std::unique_ptr<Registration>> registrations_;  // changed only inside operations
@@ -264,8 +264,8 @@ class Communicator {
   };
   std::deque<Task*> queue_;
   bool stopping_ = false;
-  bool busy_ = false;  // an operation is running (on the progress thread or inline on its caller's thread)
-  bool inline_ = true;  // $NNS_PROGRESS_INLINE=0: every operation goes through the progress thread
+  bool busy_ = false;           // an operation is running (on the progress thread or inline on its caller's thread)
+  bool inline_ = true;          // $NNS_PROGRESS_INLINE=0: every operation goes through the progress thread
   std::atomic<int> queued_{0};  // queue_.size(), readable without the lock (the progress thread's short spin)
   std::chrono::microseconds spin_{50};  // $NNS_PROGRESS_SPIN_US: how long each side polls before sleeping
   mutable std::mutex errorMutex_;

@@ -30,9 +30,8 @@ class CollNet {
   virtual ncclResult_t regMrDmaBuf(void* collComm, void* data, size_t size, int type, uint64_t offset, int fd,
                                    void** mhandle) = 0;
   virtual ncclResult_t deregMr(void* collComm, void* mhandle) = 0;
-  virtual ncclResult_t iallreduce(void* collComm, void* sendData, void* recvData, size_t count,
-                                  ncclDataType_t dataType, ncclRedOp_t redOp, void* sendMhandle, void* recvMhandle,
-                                  void** request) = 0;
+  virtual ncclResult_t iallreduce(void* collComm, void* sendData, void* recvData, size_t count, ncclDataType_t dataType,
+                                  ncclRedOp_t redOp, void* sendMhandle, void* recvMhandle, void** request) = 0;
   // Optional in the ABI (and absent before v8): has*() says whether the plugin provides it; calling an absent one
   // returns ncclInvalidUsage.
   virtual bool hasIallgather() const = 0;

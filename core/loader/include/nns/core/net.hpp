@@ -18,13 +18,13 @@ class Net {
  public:
   virtual ~Net() = default;
 
-  virtual const char* name() const = 0;  // the plugin's ncclNet name ("Socket", "minimal", ...)
-  virtual int version() const = 0;       // the ncclNet_vN the plugin was loaded through
+  virtual const char* name() const = 0;         // the plugin's ncclNet name ("Socket", "minimal", ...)
+  virtual int version() const = 0;              // the ncclNet_vN the plugin was loaded through
   virtual const std::string& path() const = 0;  // the library file
 
   // Per-communicator context (v11+); for older versions the adapter passes the process-wide init.
-  virtual ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config,
-                            ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) = 0;
+  virtual ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
+                            ncclProfilerCallback_t profiler) = 0;
   virtual ncclResult_t devices(int* ndev) = 0;
   virtual ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) = 0;
   virtual ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) = 0;

@@ -8,7 +8,9 @@
 
 namespace nns::core {
 
-inline bool isPrintableByte(unsigned char c) { return c >= 0x20 && c < 0x7f; }
+inline bool isPrintableByte(unsigned char c) {
+  return c >= 0x20 && c < 0x7f;
+}
 
 // True when every byte of `text` is printable ASCII (what NCCL's own names are, and what its logs and topology
 // XML carry as they are).
