@@ -9,11 +9,12 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <tuple>
 #include <type_traits>
-#include <vector>
+#include <utility>
 
 namespace nns::core::detail {
 
@@ -574,13 +575,26 @@ std::string symbolDefect(const void* table, size_t tableBytes, const char* typeN
 
 // Entries NCCL 2.30 calls without a NULL check (net-abi.md §5.5): one of them NULL crashes NCCL at its first use,
 // so the table is refused, and probing does not go on to older versions, since NCCL would not either.
-std::string nullEntries(const char* name, const std::vector<const char*>& missing) {
+// `entries`: each required entry's presence and name.
+std::string nullEntries(const char* name, std::initializer_list<std::pair<bool, const char*>> entries) {
   std::string text = name == nullptr ? "its name is NULL" : "";
-  if (missing.empty()) return text;
   std::string list;
-  for (const char* entry : missing) list += (list.empty() ? "" : ", ") + std::string(entry);
-  return text + (text.empty() ? "" : "; ") + list + (missing.size() == 1 ? " is NULL" : " are NULL") +
+  int missing = 0;
+  for (const auto& [present, entry] : entries) {
+    if (present) continue;
+    list += (list.empty() ? "" : ", ") + std::string(entry);
+    ++missing;
+  }
+  if (missing == 0) return text;
+  return text + (text.empty() ? "" : "; ") + list + (missing == 1 ? " is NULL" : " are NULL") +
          ", which NCCL calls without a check";
+}
+
+// finalize exists from v11 on; absent before, it is not missing.
+template <int V, class T>
+bool hasFinalize(const T& t) {
+  if constexpr (V >= 11) return t.finalize != nullptr;
+  return true;
 }
 
 template <int V>
@@ -589,26 +603,21 @@ std::string netDefect(const void* table) {
   const std::string typeName = "ncclNet_v" + std::to_string(V) + "_t";
   if (std::string symbol = symbolDefect(table, sizeof(T), typeName.c_str()); !symbol.empty()) return symbol;
   const T& t = *static_cast<const T*>(table);
-  std::vector<const char*> missing;
-  auto need = [&](bool present, const char* entry) {
-    if (!present) missing.push_back(entry);
-  };
-  need(t.init != nullptr, "init");
-  need(t.devices != nullptr, "devices");
-  need(t.getProperties != nullptr, "getProperties");
-  need(t.listen != nullptr, "listen");
-  need(t.connect != nullptr, "connect");
-  need(t.accept != nullptr, "accept");
-  need(t.regMr != nullptr, "regMr");
-  need(t.deregMr != nullptr, "deregMr");
-  need(t.isend != nullptr, "isend");
-  need(t.irecv != nullptr, "irecv");
-  need(t.test != nullptr, "test");
-  need(t.closeSend != nullptr, "closeSend");
-  need(t.closeRecv != nullptr, "closeRecv");
-  need(t.closeListen != nullptr, "closeListen");
-  if constexpr (V >= 11) need(t.finalize != nullptr, "finalize");
-  return nullEntries(t.name, missing);
+  return nullEntries(t.name, {{t.init != nullptr, "init"},
+                              {t.devices != nullptr, "devices"},
+                              {t.getProperties != nullptr, "getProperties"},
+                              {t.listen != nullptr, "listen"},
+                              {t.connect != nullptr, "connect"},
+                              {t.accept != nullptr, "accept"},
+                              {t.regMr != nullptr, "regMr"},
+                              {t.deregMr != nullptr, "deregMr"},
+                              {t.isend != nullptr, "isend"},
+                              {t.irecv != nullptr, "irecv"},
+                              {t.test != nullptr, "test"},
+                              {t.closeSend != nullptr, "closeSend"},
+                              {t.closeRecv != nullptr, "closeRecv"},
+                              {t.closeListen != nullptr, "closeListen"},
+                              {hasFinalize<V>(t), "finalize"}});
 }
 
 template <int V>
@@ -617,24 +626,19 @@ std::string collNetDefect(const void* table) {
   const std::string typeName = "ncclCollNet_v" + std::to_string(V) + "_t";
   if (std::string symbol = symbolDefect(table, sizeof(T), typeName.c_str()); !symbol.empty()) return symbol;
   const T& t = *static_cast<const T*>(table);
-  std::vector<const char*> missing;
-  auto need = [&](bool present, const char* entry) {
-    if (!present) missing.push_back(entry);
-  };
-  need(t.init != nullptr, "init");
-  need(t.devices != nullptr, "devices");
-  need(t.getProperties != nullptr, "getProperties");
-  need(t.listen != nullptr, "listen");
-  need(t.connect != nullptr, "connect");
-  need(t.reduceSupport != nullptr, "reduceSupport");
-  need(t.regMr != nullptr, "regMr");
-  need(t.deregMr != nullptr, "deregMr");
-  need(t.iallreduce != nullptr, "iallreduce");
-  need(t.test != nullptr, "test");
-  need(t.closeColl != nullptr, "closeColl");
-  need(t.closeListen != nullptr, "closeListen");
-  if constexpr (V >= 11) need(t.finalize != nullptr, "finalize");
-  return nullEntries(t.name, missing);
+  return nullEntries(t.name, {{t.init != nullptr, "init"},
+                              {t.devices != nullptr, "devices"},
+                              {t.getProperties != nullptr, "getProperties"},
+                              {t.listen != nullptr, "listen"},
+                              {t.connect != nullptr, "connect"},
+                              {t.reduceSupport != nullptr, "reduceSupport"},
+                              {t.regMr != nullptr, "regMr"},
+                              {t.deregMr != nullptr, "deregMr"},
+                              {t.iallreduce != nullptr, "iallreduce"},
+                              {t.test != nullptr, "test"},
+                              {t.closeColl != nullptr, "closeColl"},
+                              {t.closeListen != nullptr, "closeListen"},
+                              {hasFinalize<V>(t), "finalize"}});
 }
 
 template <template <int> class Adapter, class Base>
