@@ -10,6 +10,8 @@ packages=(
   libhwloc-dev hwloc libibverbs-dev ibverbs-providers rdma-core libucx-dev ucx-utils
   # sanitizers and fuzzing (clang's runtime for libFuzzer)
   clang libclang-rt-14-dev
+  # the conventions' checks (scripts/lint.sh)
+  clang-format clang-tidy
   # tools used by tests and benchmarks
   iproute2 iperf3 procps graphviz openmpi-bin libopenmpi-dev libgloo-dev
   # the IB plugin's soft-RoCE VM (tests/ib/rxe-vm/run-rxe-vm.sh)
