@@ -5,16 +5,18 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
-#include <initializer_list>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace nns::core::detail {
 
@@ -575,14 +577,38 @@ std::string symbolDefect(const void* table, size_t tableBytes, const char* typeN
 
 // Entries NCCL 2.30 calls without a NULL check (net-abi.md §5.5): one of them NULL crashes NCCL at its first use,
 // so the table is refused, and probing does not go on to older versions, since NCCL would not either.
-// `entries`: each required entry's presence and name.
-std::string nullEntries(const char* name, std::initializer_list<std::pair<bool, const char*>> entries) {
-  std::string text = name == nullptr ? "its name is NULL" : "";
+// One required entry of a table: where it is (to list the missing ones in table order), whether it is set, its name.
+struct Entry {
+  const void* field;
+  bool present;
+  const char* name;
+};
+template <class F>
+Entry entry(const F& field, const char* name) {
+  return {&field, field != nullptr, name};
+}
+
+// Why the ncclNet or ncclCollNet (`kind`) table at `table` must not be used, or "": the entries every table of both
+// kinds has and NCCL calls unchecked, plus the kind's own (`own(t)`).
+template <int V, class T, class Own>
+std::string tableDefect(const void* table, const char* kind, Own own) {
+  const std::string typeName = std::string(kind) + "_v" + std::to_string(V) + "_t";
+  if (std::string symbol = symbolDefect(table, sizeof(T), typeName.c_str()); !symbol.empty()) return symbol;
+  const T& t = *static_cast<const T*>(table);
+  std::vector<Entry> entries{
+      entry(t.init, "init"),       entry(t.devices, "devices"), entry(t.getProperties, "getProperties"),
+      entry(t.listen, "listen"),   entry(t.connect, "connect"), entry(t.regMr, "regMr"),
+      entry(t.deregMr, "deregMr"), entry(t.test, "test"),       entry(t.closeListen, "closeListen")};
+  if constexpr (V >= 11) entries.push_back(entry(t.finalize, "finalize"));
+  for (const Entry& e : own(t)) entries.push_back(e);
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return std::less<const void*>()(a.field, b.field); });
+  std::string text = t.name == nullptr ? "its name is NULL" : "";
   std::string list;
   int missing = 0;
-  for (const auto& [present, entry] : entries) {
-    if (present) continue;
-    list += (list.empty() ? "" : ", ") + std::string(entry);
+  for (const Entry& e : entries) {
+    if (e.present) continue;
+    list += (list.empty() ? "" : ", ") + std::string(e.name);
     ++missing;
   }
   if (missing == 0) return text;
@@ -590,55 +616,20 @@ std::string nullEntries(const char* name, std::initializer_list<std::pair<bool, 
          ", which NCCL calls without a check";
 }
 
-// finalize exists from v11 on; absent before, it is not missing.
-template <int V, class T>
-bool hasFinalize(const T& t) {
-  if constexpr (V >= 11) return t.finalize != nullptr;
-  return true;
-}
-
 template <int V>
 std::string netDefect(const void* table) {
-  using T = typename Table<V>::Net;
-  const std::string typeName = "ncclNet_v" + std::to_string(V) + "_t";
-  if (std::string symbol = symbolDefect(table, sizeof(T), typeName.c_str()); !symbol.empty()) return symbol;
-  const T& t = *static_cast<const T*>(table);
-  return nullEntries(t.name, {{t.init != nullptr, "init"},
-                              {t.devices != nullptr, "devices"},
-                              {t.getProperties != nullptr, "getProperties"},
-                              {t.listen != nullptr, "listen"},
-                              {t.connect != nullptr, "connect"},
-                              {t.accept != nullptr, "accept"},
-                              {t.regMr != nullptr, "regMr"},
-                              {t.deregMr != nullptr, "deregMr"},
-                              {t.isend != nullptr, "isend"},
-                              {t.irecv != nullptr, "irecv"},
-                              {t.test != nullptr, "test"},
-                              {t.closeSend != nullptr, "closeSend"},
-                              {t.closeRecv != nullptr, "closeRecv"},
-                              {t.closeListen != nullptr, "closeListen"},
-                              {hasFinalize<V>(t), "finalize"}});
+  return tableDefect<V, typename Table<V>::Net>(table, "ncclNet", [](const auto& t) {
+    return std::vector<Entry>{entry(t.accept, "accept"), entry(t.isend, "isend"), entry(t.irecv, "irecv"),
+                              entry(t.closeSend, "closeSend"), entry(t.closeRecv, "closeRecv")};
+  });
 }
 
 template <int V>
 std::string collNetDefect(const void* table) {
-  using T = typename Table<V>::Coll;
-  const std::string typeName = "ncclCollNet_v" + std::to_string(V) + "_t";
-  if (std::string symbol = symbolDefect(table, sizeof(T), typeName.c_str()); !symbol.empty()) return symbol;
-  const T& t = *static_cast<const T*>(table);
-  return nullEntries(t.name, {{t.init != nullptr, "init"},
-                              {t.devices != nullptr, "devices"},
-                              {t.getProperties != nullptr, "getProperties"},
-                              {t.listen != nullptr, "listen"},
-                              {t.connect != nullptr, "connect"},
-                              {t.reduceSupport != nullptr, "reduceSupport"},
-                              {t.regMr != nullptr, "regMr"},
-                              {t.deregMr != nullptr, "deregMr"},
-                              {t.iallreduce != nullptr, "iallreduce"},
-                              {t.test != nullptr, "test"},
-                              {t.closeColl != nullptr, "closeColl"},
-                              {t.closeListen != nullptr, "closeListen"},
-                              {hasFinalize<V>(t), "finalize"}});
+  return tableDefect<V, typename Table<V>::Coll>(table, "ncclCollNet", [](const auto& t) {
+    return std::vector<Entry>{entry(t.reduceSupport, "reduceSupport"), entry(t.iallreduce, "iallreduce"),
+                              entry(t.closeColl, "closeColl")};
+  });
 }
 
 template <template <int> class Adapter, class Base>
