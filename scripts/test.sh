@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine, builds one CMake preset and runs every test of it. Usage: scripts/test.sh [PRESET]
-# PRESET defaults to "ci" (release, warnings are errors); "ci-asan" is the ASan+UBSan build, "tsan" the TSan one.
+# PRESET defaults to "ci" (release, warnings are errors); "ci-asan" is the ASan+UBSan build, "tsan" the TSan one,
+# "ci-clang" the release build by clang.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-ci}"

@@ -19,7 +19,9 @@
 
 #include "nns/coll/reduce.hpp"
 
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no optimize pragma; its -O level applies
 #pragma GCC optimize("O3")
+#endif
 
 namespace {
 
