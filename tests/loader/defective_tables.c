@@ -26,6 +26,71 @@ static ncclResult_t collInit(void** ctx, uint64_t commId, ncclDebugLogger_t logg
 }
 EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {.name = "half-table", .init = init, .devices = devices};
 EXPORT const ncclCollNet_v12_t ncclCollNetPlugin_v12 = {.init = collInit};
+#elif defined(NNS_DEFECT_NO_IFLUSH)
+/* Not a defect: every entry NCCL calls unchecked is there, iflush (which NCCL calls only after GPU-direct receives)
+ * is NULL. A test double: the entries beside init, devices and finalize refuse with ncclInternalError. */
+static ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
+                         ncclProfilerCallback_t profiler) {
+  (void)commId, (void)config, (void)logger, (void)profiler;
+  *ctx = NULL;
+  return ncclSuccess;
+}
+static ncclResult_t devices(int* ndev) {
+  *ndev = 1;
+  return ncclSuccess;
+}
+static ncclResult_t finalize(void* ctx) {
+  (void)ctx;
+  return ncclSuccess;
+}
+static ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
+  return (void)dev, (void)props, ncclInternalError;
+}
+static ncclResult_t listen(void* ctx, int dev, void* handle, void** comm) {
+  return (void)ctx, (void)dev, (void)handle, (void)comm, ncclInternalError;
+}
+static ncclResult_t connect(void* ctx, int dev, void* handle, void** comm, ncclNetDeviceHandle_v12_t** devComm) {
+  return (void)ctx, (void)dev, (void)handle, (void)comm, (void)devComm, ncclInternalError;
+}
+static ncclResult_t accept(void* listenComm, void** comm, ncclNetDeviceHandle_v12_t** devComm) {
+  return (void)listenComm, (void)comm, (void)devComm, ncclInternalError;
+}
+static ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  return (void)comm, (void)data, (void)size, (void)type, (void)mhandle, ncclInternalError;
+}
+static ncclResult_t deregMr(void* comm, void* mhandle) {
+  return (void)comm, (void)mhandle, ncclInternalError;
+}
+static ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request) {
+  return (void)comm, (void)data, (void)size, (void)tag, (void)mhandle, (void)phandle, (void)request, ncclInternalError;
+}
+static ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
+                          void** request) {
+  return (void)comm, (void)n, (void)data, (void)sizes, (void)tags, (void)mhandles, (void)phandles, (void)request,
+         ncclInternalError;
+}
+static ncclResult_t test(void* request, int* done, int* sizes) {
+  return (void)request, (void)done, (void)sizes, ncclInternalError;
+}
+static ncclResult_t closeComm(void* comm) {
+  return (void)comm, ncclInternalError;
+}
+EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {.name = "no-iflush",
+                                                .init = init,
+                                                .devices = devices,
+                                                .getProperties = getProperties,
+                                                .listen = listen,
+                                                .connect = connect,
+                                                .accept = accept,
+                                                .regMr = regMr,
+                                                .deregMr = deregMr,
+                                                .isend = isend,
+                                                .irecv = irecv,
+                                                .test = test,
+                                                .closeSend = closeComm,
+                                                .closeRecv = closeComm,
+                                                .closeListen = closeComm,
+                                                .finalize = finalize};
 #elif defined(NNS_DEFECT_FUNCTION)
 /* The table's name on a function. */
 EXPORT void ncclNetPlugin_v12(void) {}

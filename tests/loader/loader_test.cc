@@ -161,6 +161,15 @@ TEST(Resolution, ATableWithNullEntriesIsRejectedBeforeAnyCall) {
   EXPECT_NE(error.find("ncclCollNetPlugin_v12: its name is NULL; devices, getProperties"), std::string::npos) << error;
 }
 
+// iflush may be NULL (NCCL calls it only after GPU-direct receives): the table loads, and a flush is a clear error.
+TEST(Resolution, ANullIflushLoadsAndAFlushIsAnError) {
+  std::string error;
+  auto net = openNetVersion(kDir + "/libnccl-net-defective-no-iflush.so", 12, &error);
+  ASSERT_NE(net, nullptr) << error;
+  void* request = nullptr;
+  EXPECT_EQ(net->iflush(nullptr, 0, nullptr, nullptr, nullptr, &request), ncclInvalidUsage);
+}
+
 TEST(Resolution, ASymbolThatIsNotATableIsRejectedUnread) {
   LoadReport report;
   EXPECT_EQ(loadNet(inBuildTree("defective-function"), &report), nullptr);

@@ -275,7 +275,9 @@ class NetAdapter final : public Net {
     }
   }
 
+  // NCCL calls iflush only after GPU-direct receives, so a host-only plugin may leave it NULL.
   ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) override {
+    if (t_->iflush == nullptr) return absent("iflush");
     return t_->iflush(recvComm, n, data, sizes, mhandles, request);
   }
   ncclResult_t test(void* request, int* done, int* sizes) override { return t_->test(request, done, sizes); }
@@ -482,6 +484,7 @@ class CollNetAdapter final : public CollNet {
   }
 
   ncclResult_t iflush(void* comm, void* data, int size, void* mhandle, void** request) override {
+    if (t_->iflush == nullptr) return absent("iflush");
     return t_->iflush(comm, data, size, mhandle, request);
   }
   ncclResult_t test(void* request, int* done, int* size) override { return t_->test(request, done, size); }
