@@ -1,14 +1,14 @@
 /* defective_tables.c: libraries that export a plugin's symbol but not a usable table, one defect per build
- * (NNS_DEFECT_*): the loader must refuse each with the reason, before it calls or reads anything it should not. */
+ * (NNS_DEFECT_*): the loader must refuse each with the reason, before it calls or reads anything it should not; and
+ * one with only the optional iflush missing, which must load. */
 #include <stddef.h>
 
 #include "nccl_net/net.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
-#if defined(NNS_DEFECT_NULL_ENTRIES)
-/* A table half filled in: init and devices work (so a loader that only calls those would accept it), everything
- * NCCL calls later is NULL. The collNet beside it has no name and only init. */
+#if defined(NNS_DEFECT_NULL_ENTRIES) || defined(NNS_DEFECT_NO_IFLUSH)
+/* What both tables below start from: an init and a devices that work. */
 static ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
                          ncclProfilerCallback_t profiler) {
   (void)commId, (void)config, (void)logger, (void)profiler;
@@ -19,6 +19,11 @@ static ncclResult_t devices(int* ndev) {
   *ndev = 1;
   return ncclSuccess;
 }
+#endif
+
+#if defined(NNS_DEFECT_NULL_ENTRIES)
+/* A table half filled in: init and devices work (so a loader that only calls those would accept it), everything
+ * NCCL calls later is NULL. The collNet beside it has no name and only init. */
 static ncclResult_t collInit(void** ctx, uint64_t commId, ncclDebugLogger_t logger) {
   (void)commId, (void)logger;
   *ctx = NULL;
@@ -29,16 +34,6 @@ EXPORT const ncclCollNet_v12_t ncclCollNetPlugin_v12 = {.init = collInit};
 #elif defined(NNS_DEFECT_NO_IFLUSH)
 /* Not a defect: every entry NCCL calls unchecked is there, iflush (which NCCL calls only after GPU-direct receives)
  * is NULL. A test double: the entries beside init, devices and finalize refuse with ncclInternalError. */
-static ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
-                         ncclProfilerCallback_t profiler) {
-  (void)commId, (void)config, (void)logger, (void)profiler;
-  *ctx = NULL;
-  return ncclSuccess;
-}
-static ncclResult_t devices(int* ndev) {
-  *ndev = 1;
-  return ncclSuccess;
-}
 static ncclResult_t finalize(void* ctx) {
   (void)ctx;
   return ncclSuccess;
