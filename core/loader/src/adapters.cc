@@ -578,8 +578,6 @@ std::string symbolDefect(const void* table, size_t tableBytes, const char* typeN
   return "";
 }
 
-// Entries NCCL 2.30 calls without a NULL check (net-abi.md §5.5): one of them NULL crashes NCCL at its first use,
-// so the table is refused, and probing does not go on to older versions, since NCCL would not either.
 // One required entry of a table: where it is (to list the missing ones in table order), whether it is set, its name.
 struct Entry {
   const void* field;
@@ -591,8 +589,10 @@ Entry entry(const F& field, const char* name) {
   return {&field, field != nullptr, name};
 }
 
-// Why the ncclNet or ncclCollNet (`kind`) table at `table` must not be used, or "": the entries every table of both
-// kinds has and NCCL calls unchecked, plus the kind's own (`own(t)`).
+// Why the ncclNet or ncclCollNet (`kind`) table at `table` must not be used, or "". Required are the entries NCCL 2.30
+// calls without a NULL check (net-abi.md §5.5): those every table of both kinds has, plus the kind's own (`own(t)`).
+// One of them NULL crashes NCCL at its first use, so the table is refused, and probing does not go on to older
+// versions, since NCCL would not either.
 template <int V, class T, class Own>
 std::string tableDefect(const void* table, const char* kind, Own own) {
   const std::string typeName = std::string(kind) + "_v" + std::to_string(V) + "_t";
