@@ -4,6 +4,7 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -48,6 +49,7 @@ class HostSlots final : public SlotMemory {
     return nullptr;
   }
   bool copyDone(void*) override { return true; }
+  int defaultSlots() const override { return 2; }
 };
 }  // namespace
 
@@ -118,11 +120,11 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     inline_ = std::strcmp(mode, "0") != 0;
   if (const char* dev = std::getenv("NNS_NET_DEVICE"); dev != nullptr && *dev != '\0')
     options_.device = static_cast<int>(std::strtol(dev, nullptr, 10));
-  if (options_.slots < 1 || options_.slots > 64 || options_.channels < 1 || options_.channels > 32 ||
+  if (options_.slots < 0 || options_.slots > 64 || options_.channels < 1 || options_.channels > 32 ||
       options_.slotBytes < 1024 || options_.slotBytes > (size_t{1} << 30) || options_.slotBytes % 64 != 0)
     throw CommError(
-        "communicator options out of range: slots 1..64, channels 1..32, slot bytes 1 KiB..1 GiB and a "
-        "multiple of 64");
+        "communicator options out of range: slots 0..64 (0: the slot memory's default), channels 1..32, slot bytes "
+        "1 KiB..1 GiB and a multiple of 64");
 
   bootstrap_ = std::make_unique<Bootstrap>(launch, options_.timeout);
   LoadOptions load;
@@ -141,6 +143,7 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     if (options_.slotMemory) slotMemory_ = options_.slotMemory(*net_, options_.device);
     if (!slotMemory_) slotMemory_ = std::make_shared<HostSlots>();
     slotMemoryDescription_ = slotMemory_->describe();
+    if (options_.slots == 0) options_.slots = std::clamp(slotMemory_->defaultSlots(), 1, 64);
     connectRing();
   } catch (...) {
     // No destructor runs for a constructor that throws: close what was opened before the plugin is unloaded.

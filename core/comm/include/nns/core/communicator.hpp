@@ -44,13 +44,17 @@ class SlotMemory {
   // Whether GPU kernels can read the slots (GPU memory, or mapped pinned host memory). Host code can read them when
   // ptrType() is NCCL_PTR_HOST.
   virtual bool deviceReadable() const { return false; }
+  // Slots per connection when CommOptions::slots and $NNS_SLOTS leave it open: NCCL's eight steps. Host slots take
+  // two (HostSlots): one core both moves and reduces their data, and every slot beyond double buffering only makes
+  // the working set larger than its caches (docs/performance.md).
+  virtual int defaultSlots() const { return 8; }
 };
 
 struct CommOptions {
   std::string plugin;                   // NCCL_NET_PLUGIN semantics; empty: $NCCL_NET_PLUGIN if set, else "socket"
   std::vector<std::string> searchDirs;  // where to look for libnccl-net-*.so first
   size_t slotBytes = 512u << 10;        // the largest pipelined piece; $NNS_SLOT_BYTES overrides
-  int slots = 8;                        // pieces in flight per connection; $NNS_SLOTS overrides
+  int slots = 0;                        // pieces in flight per connection (0: SlotMemory::defaultSlots); $NNS_SLOTS
   int channels = 1;                     // parallel rings / tree pairs, each on connections of its own; $NNS_NCHANNELS
   int device = 0;                       // the plugin device every connection uses; $NNS_NET_DEVICE overrides
   // No progress for this long (a dead or stuck rank) fails the operation; bootstrap waits use it too.
