@@ -481,6 +481,33 @@ TEST(SlotMemory, GpuBuffersOnACommunicatorWithHostSlotsAreAClearError) {
   EXPECT_EQ(x, 1.0f);
 }
 
+// How many slots a connection gets: an explicit option or $NNS_SLOTS, else what the slot memory asks for (two in
+// host memory, NCCL's eight in any other unless it says otherwise).
+TEST(SlotMemory, SlotsPerConnectionComeFromTheOptionsTheEnvironmentOrTheSlotMemory) {
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  unsetenv("NNS_SLOTS");
+  auto slotsOf = [](core::CommOptions options) {
+    core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+    options.plugin = "socket";
+    options.searchDirs = {std::string(NNS_BIN_DIR) + "/../lib"};
+    core::Communicator comm(launch, options);
+    return comm.options().slots;
+  };
+  EXPECT_EQ(slotsOf({}), 2);
+  core::CommOptions other;
+  other.slotMemory = [](core::Net&, int) { return std::make_shared<SlowCopySlots>(); };
+  EXPECT_EQ(slotsOf(other), 8);
+  core::CommOptions explicitSlots;
+  explicitSlots.slots = 5;
+  EXPECT_EQ(slotsOf(explicitSlots), 5);
+  setenv("NNS_SLOTS", "3", 1);
+  EXPECT_EQ(slotsOf({}), 3);
+  EXPECT_EQ(slotsOf(other), 3);
+  setenv("NNS_SLOTS", "0", 1);
+  EXPECT_THROW(slotsOf({}), core::CommError);
+  unsetenv("NNS_SLOTS");
+}
+
 namespace {
 
 // Runs the plan `build` describes on each rank of a 2-rank communicator over the socket plugin (two 4 KiB slots per
