@@ -143,7 +143,8 @@ Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requ
   // Latency first: recursive doubling's log2(n) exchanges beat the tree's 2 log2(n) hops and the ring's 2(n-1) for
   // small messages; the tree moves half the data per tree with log-depth latency; the ring uses every link fully
   // both ways, which wins for large messages.
-  if (bytes <= envBytes("NNS_DOUBLING_MAX_BYTES", kDefaultDoublingMaxBytes)) return Algorithm::Doubling;
+  const size_t doublingMax = comm.size() == 2 ? kTwoRankDoublingMaxBytes : kDefaultDoublingMaxBytes;
+  if (bytes <= envBytes("NNS_DOUBLING_MAX_BYTES", doublingMax)) return Algorithm::Doubling;
   if (comm.size() >= kTreeMinRanks && bytes <= envBytes("NNS_TREE_MAX_BYTES", kDefaultTreeMaxBytes))
     return Algorithm::Tree;
   return Algorithm::Ring;

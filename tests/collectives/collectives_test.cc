@@ -260,6 +260,41 @@ TEST(Bootstrap, AStrangerOnTheRootPortIsTurnedAwayAndTheRealRankStillJoins) {
   EXPECT_EQ(rootError, "");
 }
 
+// What Algorithm::Auto picks by size: recursive doubling to 32 KiB (to 512 KiB on 2 ranks, where it is one exchange
+// against the ring's two steps), then the ring below 8 ranks; NNS_DOUBLING_MAX_BYTES moves the line for any count.
+TEST(Algorithms, AutoTakesDoublingFurtherOnTwoRanksAndTheEnvironmentMovesTheLine) {
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  unsetenv("NNS_ALGO");
+  auto choices = [](int ranks, std::vector<size_t> sizes) {
+    core::LaunchInfo base{0, ranks, "127.0.0.1", test::freeLoopbackPort(), "test"};
+    std::vector<std::vector<coll::Algorithm>> picked(ranks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r) {
+      threads.emplace_back([&, r] {
+        core::LaunchInfo launch = base;
+        launch.rank = r;
+        core::CommOptions options;
+        options.plugin = "socket";
+        options.searchDirs = {std::string(NNS_BIN_DIR) + "/../lib"};
+        options.timeout = std::chrono::milliseconds(20000);
+        core::Communicator comm(launch, options);
+        for (size_t bytes : sizes) picked[r].push_back(coll::chooseAllReduce(comm, bytes, coll::Algorithm::Auto));
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 1; r < ranks; ++r) EXPECT_EQ(picked[r], picked[0]) << "rank " << r << " chose otherwise";
+    return picked[0];
+  };
+  using A = coll::Algorithm;
+  unsetenv("NNS_DOUBLING_MAX_BYTES");
+  EXPECT_EQ(choices(2, {32 << 10, (32 << 10) + 1, 512 << 10, (512 << 10) + 1}),
+            (std::vector<A>{A::Doubling, A::Doubling, A::Doubling, A::Ring}));
+  EXPECT_EQ(choices(4, {32 << 10, (32 << 10) + 1, 512 << 10}), (std::vector<A>{A::Doubling, A::Ring, A::Ring}));
+  setenv("NNS_DOUBLING_MAX_BYTES", "4096", 1);
+  EXPECT_EQ(choices(2, {4096, 4097}), (std::vector<A>{A::Doubling, A::Ring}));
+  unsetenv("NNS_DOUBLING_MAX_BYTES");
+}
+
 TEST(Trees, DoubleBinaryTreeIsTwoTreesOverEveryRank) {
   for (int n = 1; n <= 130; ++n) {
     std::vector<coll::TreeLinks> links[2];

@@ -20,11 +20,14 @@ const char* algorithmName(Algorithm algorithm);
 // "auto", "ring", "tree", "doubling" (recursive doubling; also "rd"), any case.
 bool parseAlgorithm(const char* text, Algorithm* algorithm);
 
-// Auto: recursive doubling up to kDefaultDoublingMaxBytes ($NNS_DOUBLING_MAX_BYTES); then, from kTreeMinRanks ranks
-// up, the double binary tree up to kDefaultTreeMaxBytes ($NNS_TREE_MAX_BYTES); the ring above. Measured with the
-// socket plugin on loopback (docs/performance.md): at 4 ranks doubling wins to 32 KiB and the ring from 128 KiB,
-// the tree never; at 8 ranks the tree beats the ring at 32 KiB (the ring's 2(n-1) steps) but not at 256 KiB.
+// Auto: recursive doubling up to kDefaultDoublingMaxBytes, or kTwoRankDoublingMaxBytes on 2 ranks
+// ($NNS_DOUBLING_MAX_BYTES for any count); then, from kTreeMinRanks ranks up, the double binary tree up to
+// kDefaultTreeMaxBytes ($NNS_TREE_MAX_BYTES); the ring above. Measured with the socket plugin on loopback
+// (docs/performance.md): at 4 ranks doubling wins to 32 KiB and the ring from 128 KiB, the tree never; at 2 ranks,
+// where doubling is one exchange against the ring's two steps, doubling wins to 512 KiB; at 8 ranks the tree beats
+// the ring at 32 KiB (the ring's 2(n-1) steps) but not at 256 KiB.
 constexpr size_t kDefaultDoublingMaxBytes = 32 * 1024;
+constexpr size_t kTwoRankDoublingMaxBytes = 512 * 1024;
 constexpr size_t kDefaultTreeMaxBytes = 128 * 1024;
 constexpr int kTreeMinRanks = 8;
 // What Algorithm::Auto resolves to for `bytes` on `comm`; an explicit request wins, then $NNS_ALGO, then the size.
