@@ -260,29 +260,56 @@ TEST(Bootstrap, AStrangerOnTheRootPortIsTurnedAwayAndTheRealRankStillJoins) {
   EXPECT_EQ(rootError, "");
 }
 
+namespace {
+
+// Options for a communicator over the socket plugin built here, on loopback.
+core::CommOptions socketOptions() {
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  core::CommOptions options;
+  options.plugin = "socket";
+  options.searchDirs = {std::string(NNS_BIN_DIR) + "/../lib"};
+  options.timeout = std::chrono::milliseconds(20000);
+  return options;
+}
+
+// Runs body(comm, rank) on every rank of a `ranks`-rank communicator made with `options`, one thread per rank;
+// returns each rank's error, empty where the body ran through.
+template <class Body>
+std::vector<std::string> onEveryRank(int ranks, const core::CommOptions& options, Body body) {
+  core::LaunchInfo base{0, ranks, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  std::vector<std::string> errors(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      core::LaunchInfo launch = base;
+      launch.rank = r;
+      try {
+        core::Communicator comm(launch, options);
+        body(comm, r);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+}  // namespace
+
 // What Algorithm::Auto picks by size: recursive doubling to 32 KiB (to 512 KiB on 2 ranks, where it is one exchange
 // against the ring's two steps), then the ring below 8 ranks; NNS_DOUBLING_MAX_BYTES moves the line for any count.
 TEST(Algorithms, AutoTakesDoublingFurtherOnTwoRanksAndTheEnvironmentMovesTheLine) {
-  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
   unsetenv("NNS_ALGO");
   auto choices = [](int ranks, std::vector<size_t> sizes) {
-    core::LaunchInfo base{0, ranks, "127.0.0.1", test::freeLoopbackPort(), "test"};
     std::vector<std::vector<coll::Algorithm>> picked(ranks);
-    std::vector<std::thread> threads;
+    auto errors = onEveryRank(ranks, socketOptions(), [&](core::Communicator& comm, int r) {
+      for (size_t bytes : sizes) picked[r].push_back(coll::chooseAllReduce(comm, bytes, coll::Algorithm::Auto));
+    });
     for (int r = 0; r < ranks; ++r) {
-      threads.emplace_back([&, r] {
-        core::LaunchInfo launch = base;
-        launch.rank = r;
-        core::CommOptions options;
-        options.plugin = "socket";
-        options.searchDirs = {std::string(NNS_BIN_DIR) + "/../lib"};
-        options.timeout = std::chrono::milliseconds(20000);
-        core::Communicator comm(launch, options);
-        for (size_t bytes : sizes) picked[r].push_back(coll::chooseAllReduce(comm, bytes, coll::Algorithm::Auto));
-      });
+      EXPECT_EQ(errors[r], "") << "rank " << r;
+      EXPECT_EQ(picked[r], picked[0]) << "rank " << r << " chose otherwise";
     }
-    for (auto& t : threads) t.join();
-    for (int r = 1; r < ranks; ++r) EXPECT_EQ(picked[r], picked[0]) << "rank " << r << " chose otherwise";
     return picked[0];
   };
   using A = coll::Algorithm;
@@ -549,35 +576,16 @@ namespace {
 // connection); returns each rank's error, empty when the plan ran.
 template <class Build>
 std::vector<std::string> runPlanOnTwoRanks(Build build) {
-  const int ranks = 2;
-  core::LaunchInfo base{0, ranks, "127.0.0.1", test::freeLoopbackPort(), "test"};
-  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
-  std::vector<std::string> errors(ranks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      core::LaunchInfo launch = base;
-      launch.rank = r;
-      core::CommOptions options;
-      options.plugin = "socket";
-      options.searchDirs = {std::string(NNS_BIN_DIR) + "/../lib"};
-      options.timeout = std::chrono::milliseconds(20000);
-      options.slotBytes = 4096;
-      options.slots = 2;
-      try {
-        core::Communicator comm(launch, options);
-        comm.submit([&] {
-          core::Plan plan;
-          build(comm, plan);
-          comm.run(plan);
-        });
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
+  core::CommOptions options = socketOptions();
+  options.slotBytes = 4096;
+  options.slots = 2;
+  return onEveryRank(2, options, [&](core::Communicator& comm, int) {
+    comm.submit([&] {
+      core::Plan plan;
+      build(comm, plan);
+      comm.run(plan);
     });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
+  });
 }
 
 }  // namespace
