@@ -432,7 +432,9 @@ class SlowCopySlots final : public core::SlotMemory {
     return true;
   }
   bool flushReceives() const override { return true; }
+  int defaultSlots() const override { return wantedSlots; }
   std::atomic<long> started{0};
+  int wantedSlots = 8;  // NCCL's eight, what any slot memory but host memory asks for unless it says otherwise
 
  private:
   struct Copy {
@@ -529,27 +531,36 @@ TEST(SlotMemory, GpuBuffersOnACommunicatorWithHostSlotsAreAClearError) {
 // How many slots a connection gets: an explicit option or $NNS_SLOTS, else what the slot memory asks for (two in
 // host memory, NCCL's eight in any other unless it says otherwise).
 TEST(SlotMemory, SlotsPerConnectionComeFromTheOptionsTheEnvironmentOrTheSlotMemory) {
-  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
   unsetenv("NNS_SLOTS");
-  auto slotsOf = [](core::CommOptions options) {
+  auto slotsOf = [](const core::CommOptions& options) {
     core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
-    options.plugin = "socket";
-    options.searchDirs = {std::string(NNS_BIN_DIR) + "/../lib"};
     core::Communicator comm(launch, options);
     return comm.options().slots;
   };
-  EXPECT_EQ(slotsOf({}), 2);
-  core::CommOptions other;
-  other.slotMemory = [](core::Net&, int) { return std::make_shared<SlowCopySlots>(); };
-  EXPECT_EQ(slotsOf(other), 8);
-  core::CommOptions explicitSlots;
+  const core::CommOptions host = socketOptions();
+  core::CommOptions other = socketOptions();
+  auto otherSlots = std::make_shared<SlowCopySlots>();
+  other.slotMemory = [otherSlots](core::Net&, int) { return otherSlots; };
+  core::CommOptions explicitSlots = socketOptions();
   explicitSlots.slots = 5;
+  core::CommOptions negative = socketOptions();
+  negative.slots = -1;
+  EXPECT_EQ(slotsOf(host), 2);
+  EXPECT_EQ(slotsOf(other), 8);
   EXPECT_EQ(slotsOf(explicitSlots), 5);
+  EXPECT_THROW(slotsOf(negative), core::CommError);
+  otherSlots->wantedSlots = 0;  // a slot memory asking for what no connection can have is a named error
+  try {
+    slotsOf(other);
+    ADD_FAILURE() << "a slot memory asking for 0 slots was accepted";
+  } catch (const core::CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("asks for 0 slots per connection"), std::string::npos) << e.what();
+  }
   setenv("NNS_SLOTS", "3", 1);
-  EXPECT_EQ(slotsOf({}), 3);
+  EXPECT_EQ(slotsOf(host), 3);
   EXPECT_EQ(slotsOf(other), 3);
   setenv("NNS_SLOTS", "0", 1);
-  EXPECT_THROW(slotsOf({}), core::CommError);
+  EXPECT_THROW(slotsOf(host), core::CommError);
   unsetenv("NNS_SLOTS");
 }
 

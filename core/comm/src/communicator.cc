@@ -4,7 +4,6 @@
 
 #include <sched.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -143,7 +142,12 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     if (options_.slotMemory) slotMemory_ = options_.slotMemory(*net_, options_.device);
     if (!slotMemory_) slotMemory_ = std::make_shared<HostSlots>();
     slotMemoryDescription_ = slotMemory_->describe();
-    if (options_.slots == 0) options_.slots = std::clamp(slotMemory_->defaultSlots(), 1, 64);
+    if (options_.slots == 0) {
+      options_.slots = slotMemory_->defaultSlots();
+      if (options_.slots < 1 || options_.slots > 64)
+        fail("slot memory \"" + slotMemoryDescription_ + "\" asks for " + std::to_string(options_.slots) +
+             " slots per connection; 1..64 are possible");
+    }
     connectRing();
   } catch (...) {
     // No destructor runs for a constructor that throws: close what was opened before the plugin is unloaded.
