@@ -17,7 +17,7 @@ for ranks in $rank_counts; do
       for inplace in $places; do
         # 1001 elements' worth of bytes of the widest type: odd, not a multiple of any rank count or vector width.
         "$bin/nccl-net-run" -n "$ranks" --timeout 60 "$bin/nccl-net-bench" "$collective" -p "$plugin" \
-          -b 8008 -e 8008 -n 1 -w 0 -c 1 -i "$inplace" -d "$type" -o "$op" -r $((ranks - 1)) "$@" > /dev/null \
+          -b 8008 -e 8008 -n 1 -w 0 -c 1 -I "$inplace" -d "$type" -o "$op" -r $((ranks - 1)) "$@" > /dev/null \
           || { status=$?
                # nccl-net-bench -G 1 exits 4 without a CUDA device: the whole matrix is skipped, not failed.
                if [ "$status" -eq 4 ]; then echo "SKIP: no CUDA device"; exit 4; fi

@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -31,21 +34,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace nns;
-
-size_t parseBytes(const std::string& text) {
-  char* end = nullptr;
-  double value = std::strtod(text.c_str(), &end);
-  switch (end != nullptr ? *end : '\0') {
-    case 'K':
-    case 'k': value *= 1024; break;
-    case 'M':
-    case 'm': value *= 1024 * 1024; break;
-    case 'G':
-    case 'g': value *= 1024.0 * 1024 * 1024; break;
-    default: break;
-  }
-  return static_cast<size_t>(value);
-}
 
 std::string libDir() {
   char path[PATH_MAX];
@@ -144,41 +132,65 @@ double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type, b
 
 int runTool(int argc, char** argv) {
   CLI::App app{"nccl-net-bench: collective benchmark over an ncclNet plugin, nccl-tests columns"};
-  std::string collective = "allreduce", minText = "8", maxText = "64M", typeText = "float", opText = "sum", plugin;
-  std::string algoText = "auto";
+  std::string collective = "allreduce", typeText = "float", opText = "sum", plugin, algoText = "auto";
+  std::uint64_t minBytes = 8, maxBytes = 64 << 20, stepBytes = 1 << 20;
   double factor = 2;
   int iterations = 20, warmup = 5, check = 1, root = 0, inPlace = 0, registerBuffers = 0, deviceBuffers = 0;
   app.add_option("collective", collective, "allreduce, allgather, reducescatter, broadcast, reduce or sendrecv")
       ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "sendrecv"}));
-  app.add_option("-b,--minbytes", minText, "smallest size (K/M/G suffixes)");
-  app.add_option("-e,--maxbytes", maxText, "largest size");
-  app.add_option("-f,--stepfactor", factor, "size multiplier between rows");
-  app.add_option("-n,--iters", iterations, "timed iterations per size");
-  app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size");
-  app.add_option("-c,--check", check, "check results (1) or not (0)");
+  // nccl-tests' flags and meanings; sizes take K/M/G (powers of 1024).
+  const auto size = CLI::AsSizeValue(false);
+  const auto sizeRange = CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40);  // NCCL's largest net size, 1 TiB
+  const auto nonNegative = CLI::Range(0, std::numeric_limits<int>::max());
+  app.add_option("-b,--minbytes", minBytes, "smallest size (default 8)")->transform(size)->check(sizeRange);
+  app.add_option("-e,--maxbytes", maxBytes, "largest size (default 64M)")->transform(size)->check(sizeRange);
+  app.add_option("-f,--stepfactor", factor, "size multiplier between rows (default 2); 1: add -i instead")
+      ->check(CLI::Range(1.0, 1024.0));
+  app.add_option("-i,--stepbytes", stepBytes, "size increment between rows when -f is 1 (default 1M)")
+      ->transform(size)
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
+  app.add_option("-n,--iters", iterations, "timed iterations per size (default 20)")
+      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
+  app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size (default 5)")->check(nonNegative);
+  app.add_option("-c,--check", check, "check results (1, the default) or not (0)")->check(CLI::IsMember({0, 1}));
   app.add_option("-d,--datatype", typeText,
                  "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double fp8e4m3 fp8e5m2");
   app.add_option("-o,--op", opText, "sum prod max min avg");
-  app.add_option("-r,--root", root, "root rank of broadcast/reduce");
-  app.add_option("-i,--inplace", inPlace, "1: in place (the input lives inside the output buffer, as nccl.h defines)");
+  app.add_option("-r,--root", root, "root rank of broadcast/reduce")->check(nonNegative);
+  // nccl-tests times both forms in one row; here one form per run, and -i is nccl-tests' step.
+  app.add_option("-I,--inplace", inPlace, "1: in place (the input lives inside the output buffer, as nccl.h defines)")
+      ->check(CLI::IsMember({0, 1}));
   app.add_option("-R,--local_register", registerBuffers,
                  "1: register the send and receive buffers with the communicator once (zero-copy transfers, like "
-                 "ncclCommRegister)");
+                 "ncclCommRegister)")
+      ->check(CLI::IsMember({0, 1}));
   // -d is nccl-tests' data type, so GPU buffers get a flag of their own.
   app.add_option("-G,--device-buffers", deviceBuffers,
                  "1: buffers in GPU memory (the current CUDA device), reduced by the CUDA kernels, moved by GPU Direct "
-                 "RDMA where the plugin supports CUDA pointers, else staged through pinned host slots");
+                 "RDMA where the plugin supports CUDA pointers, else staged through pinned host slots")
+      ->check(CLI::IsMember({0, 1}));
   app.add_option("-p,--plugin", plugin, "net plugin (default: NCCL_NET_PLUGIN, else socket)");
-  app.add_option("-A,--algo", algoText, "allreduce algorithm: auto (by size), ring or tree");
+  app.add_option("-A,--algo", algoText, "allreduce algorithm: auto (by size), ring, tree or doubling");
   CLI11_PARSE(app, argc, argv);
 
+  if (minBytes > maxBytes) {
+    std::fprintf(stderr, "nccl-net-bench: -b %llu is larger than -e %llu\n", static_cast<unsigned long long>(minBytes),
+                 static_cast<unsigned long long>(maxBytes));
+    return 2;
+  }
   ncclDataType_t type;
   ncclRedOp_t op;
   coll::Algorithm algorithm;
-  if (!coll::parseType(typeText.c_str(), &type) || !coll::parseOp(opText.c_str(), &op) ||
-      !coll::parseAlgorithm(algoText.c_str(), &algorithm)) {
-    std::fprintf(stderr, "nccl-net-bench: unknown type %s, op %s or algorithm %s\n", typeText.c_str(), opText.c_str(),
-                 algoText.c_str());
+  if (!coll::parseType(typeText.c_str(), &type)) {
+    std::fprintf(stderr, "nccl-net-bench: unknown data type %s (-d)\n", typeText.c_str());
+    return 2;
+  }
+  if (!coll::parseOp(opText.c_str(), &op)) {
+    std::fprintf(stderr, "nccl-net-bench: unknown reduction %s (-o: sum prod max min avg)\n", opText.c_str());
+    return 2;
+  }
+  if (!coll::parseAlgorithm(algoText.c_str(), &algorithm)) {
+    std::fprintf(stderr, "nccl-net-bench: unknown algorithm %s (-A: auto ring tree doubling)\n", algoText.c_str());
     return 2;
   }
   core::LaunchInfo launch;
@@ -241,8 +253,13 @@ int runTool(int argc, char** argv) {
                   "(GB/s)", "");
       std::fflush(stdout);  // the header says setup is done (a file or pipe would hold it back)
     }
-    size_t maxBytes = parseBytes(maxText);
-    std::vector<unsigned char> sendBuffer(maxBytes + 64), recvBuffer(maxBytes + 64);
+    std::vector<unsigned char> sendBuffer, recvBuffer;
+    try {
+      sendBuffer.resize(maxBytes + 64);
+      recvBuffer.resize(maxBytes + 64);
+    } catch (const std::bad_alloc&) {
+      throw std::runtime_error("cannot allocate two buffers of -e " + std::to_string(maxBytes) + " bytes");
+    }
     // With -G 1 the host vectors are the mirrors where inputs are written and results checked; `onDevice` maps a
     // pointer into them to the same offset of the GPU buffers, and `upload`/`download` move a range.
     coll::KernelLayer* kernels = &coll::hostKernels();
@@ -285,10 +302,9 @@ int runTool(int argc, char** argv) {
       comm.registerBuffer(sendBuffer.data(), sendBuffer.size());
       comm.registerBuffer(recvBuffer.data(), recvBuffer.size());
     }
-    // Row r has -b times -f to the r, up to -e; a row that would not grow ends the table (-f 1, or -b 0).
-    const double minBytesD = static_cast<double>(parseBytes(minText));
-    for (int row = 0; minBytesD * std::pow(factor, row) <= maxBytes; ++row) {
-      const double bytesD = minBytesD * std::pow(factor, row);
+    // Rows as nccl-tests steps them: from -b, times -f while -f > 1, else plus -i, up to -e. A row that would not
+    // grow (-b 0 with -f > 1) ends the table.
+    for (double bytesD = static_cast<double>(minBytes); bytesD <= static_cast<double>(maxBytes);) {
       size_t count = static_cast<size_t>(bytesD) / es;
       if ((collective == "allgather" || collective == "reducescatter")) count -= count % n;
       size_t bytes = count * es;
@@ -336,7 +352,7 @@ int runTool(int argc, char** argv) {
       for (int i = 0; i < iterations; ++i) runOnce();
       double seconds = std::chrono::duration<double>(Clock::now() - start).count() / std::max(iterations, 1);
       long wrong = 0;
-      if (check && (inPlace || iterations == 0)) {
+      if (check && inPlace) {
         for (size_t i = 0; i < inputCount; ++i) {
           size_t element = collective == "allgather" ? rank * perRank + i : i;
           store(input, i, type,
@@ -393,8 +409,13 @@ int runTool(int argc, char** argv) {
                     algbw, algbw * busFactor, check ? std::to_string(totalWrong).c_str() : "N/A");
         std::fflush(stdout);
       }
-      if (minBytesD * std::pow(factor, row + 1) <= bytesD) break;
+      const double next = factor > 1 ? bytesD * factor : bytesD + static_cast<double>(stepBytes);
+      if (next <= bytesD) break;
+      bytesD = next;
     }
+  } catch (const core::CommError& e) {
+    std::fprintf(stderr, "nccl-net-bench: %s\n", e.what());  // names the rank already
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nccl-net-bench: rank %d: %s\n", launch.rank, e.what());
     return 1;

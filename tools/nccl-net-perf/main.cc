@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -258,33 +259,23 @@ std::vector<Row> runSide(nns::core::Net& net, const Settings& settings, int exch
   return rows;
 }
 
-size_t parseSize(const std::string& text) {
-  size_t end = 0;
-  double value = std::stod(text, &end);
-  std::string unit = text.substr(end);
-  if (unit == "K" || unit == "k")
-    value *= 1024;
-  else if (unit == "M" || unit == "m")
-    value *= 1024 * 1024;
-  else if (unit == "G" || unit == "g")
-    value *= 1024.0 * 1024 * 1024;
-  else if (!unit.empty())
-    throw std::runtime_error("bad size suffix in " + text);
-  return static_cast<size_t>(value);
-}
-
 }  // namespace
 
 int runTool(int argc, char** argv) {
   CLI::App app{"nccl-net-perf: point-to-point bandwidth and latency of an ncclNet plugin between two processes"};
   Settings settings;
   nns::core::LoadOptions load;
-  std::string plugin, minText = "8", maxText = "64M";
+  std::string plugin;
   bool asJson = false;
   app.add_option("plugin", plugin, "plugin name (libnccl-net-NAME.so) or path, NCCL_NET_PLUGIN semantics");
   app.add_option("-L,--search-dir", load.searchDirs, "directories searched for the plugin (default ../lib)");
-  app.add_option("-b,--minbytes", minText, "smallest message (K/M/G suffixes; default 8)");
-  app.add_option("-e,--maxbytes", maxText, "largest message (default 64M)");
+  // Sizes take K/M/G (powers of 1024), up to NCCL's largest net size (1 TiB).
+  const auto size = CLI::AsSizeValue(false);
+  const auto sizeRange = CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40);
+  app.add_option("-b,--minbytes", settings.minBytes, "smallest message (default 8)")->transform(size)->check(sizeRange);
+  app.add_option("-e,--maxbytes", settings.maxBytes, "largest message (default 64M)")
+      ->transform(size)
+      ->check(sizeRange);
   app.add_option("-f,--stepfactor", settings.factor, "size multiplier between steps (default 2)");
   app.add_option("-n,--iters", settings.iterations, "timed iterations per size (default 20)");
   app.add_option("-w,--warmup", settings.warmup, "untimed iterations per size (default 5)");
@@ -294,13 +285,6 @@ int runTool(int argc, char** argv) {
   app.add_option("--call-timeout", settings.callTimeoutSeconds, "seconds any one operation may take (default 30)");
   app.add_flag("--json", asJson, "machine-readable output");
   CLI11_PARSE(app, argc, argv);
-  try {
-    settings.minBytes = parseSize(minText);
-    settings.maxBytes = parseSize(maxText);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nccl-net-perf: %s\n", e.what());
-    return 2;
-  }
   if (settings.iterations < 1 || settings.factor < 2 || settings.window < 1 || settings.multiRecv < 1 ||
       settings.warmup < 0 || settings.minBytes > settings.maxBytes) {
     std::fprintf(stderr, "nccl-net-perf: need -n >= 1, -f >= 2, -W >= 1, -m >= 1, -w >= 0 and -b <= -e\n");

@@ -233,9 +233,10 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
     auto library = std::make_shared<detail::Library>(handle, candidate.loadedPath);
     candidate.exportedVersions = exportedVersions(handle, "ncclNetPlugin_v");
     if (candidate.exportedVersions.empty()) {
-      candidate.rejectReason = candidate.loadedPath +
-                               " exports no ncclNetPlugin_v12..v6: not a net plugin (or one "
-                               "for a version this host does not know)";
+      // The path only where the request did not name it already (a plugin name resolved by the search).
+      candidate.rejectReason = (candidate.loadedPath != candidate.requested ? candidate.loadedPath + " " : "") +
+                               "exports no ncclNetPlugin_v12..v6: not a net plugin (or one for a version this host "
+                               "does not know)";
       out.candidates.push_back(std::move(candidate));
       continue;
     }

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# nccl-net-bench's command line: nccl-tests' flags with nccl-tests' meanings (-i steps the size when -f is 1), and
+# every bad value refused with a message naming it before any rank starts, never a silent empty or bogus table.
+# Usage: bench_args_test.sh BIN_DIR
+set -uo pipefail
+bin="$1"
+failures=0
+
+# refuses "ARGS" "TEXT": nccl-net-bench allreduce ARGS exits non-zero and says TEXT on stderr.
+refuses() {
+  local out status
+  out=$(NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" allreduce $1 2>&1 >/dev/null)
+  status=$?
+  if [ "$status" -eq 0 ] || [ "$status" -eq 124 ] || ! grep -qF -- "$2" <<<"$out"; then
+    echo "FAILED: '$1' gave status $status and: $out (expected a refusal saying '$2')"
+    failures=$((failures + 1))
+  fi
+}
+
+refuses "-b 1G -e 8" "-b 1073741824 is larger than -e 8"
+refuses "-b x" "--minbytes: x unit not recognized"
+refuses "-b -5" "--minbytes"
+refuses "-e 2T" "--maxbytes"
+refuses "-n 0" "--iters"
+refuses "-n -3" "--iters"
+refuses "-w -1" "--warmup_iters"
+refuses "-f 0" "--stepfactor"
+refuses "-f 1 -i 0" "--stepbytes"
+refuses "-c 5" "--check"
+refuses "-I 2" "--inplace"
+refuses "-R 7" "--local_register"
+refuses "-G 3" "--device-buffers"
+refuses "-r -1" "--root"
+refuses "-d float17" "unknown data type float17"
+refuses "-o mean" "unknown reduction mean"
+refuses "-A star" "unknown algorithm star"
+
+# -f 1 steps by -i, as in nccl-tests: 1, 2, 3 and 4 KiB.
+rows=$(timeout 60 "$bin/nccl-net-run" -n 2 --timeout 30 "$bin/nccl-net-bench" allreduce -p minimal -b 1K -e 4K -f 1 \
+         -i 1K -n 2 -w 1 -c 1 | awk '$1 ~ /^[0-9]+$/ {printf "%s/%s ", $1, $NF}')
+if [ "$rows" != "1024/0 2048/0 3072/0 4096/0 " ]; then
+  echo "FAILED: -b 1K -e 4K -f 1 -i 1K gave rows (size/#wrong) '$rows'"
+  failures=$((failures + 1))
+fi
+# -f multiplies (sizes round down to whole elements).
+rows=$(timeout 60 "$bin/nccl-net-run" -n 2 --timeout 30 "$bin/nccl-net-bench" allreduce -p minimal -b 1001 -e 64K \
+         -f 8 -I 1 -n 2 -w 1 -c 1 -d double | awk '$1 ~ /^[0-9]+$/ {printf "%s/%s ", $1, $NF}')
+if [ "$rows" != "1000/0 8008/0 64064/0 " ]; then
+  echo "FAILED: -b 1001 -e 64K -f 8 -I 1 -d double gave rows (size/#wrong) '$rows'"
+  failures=$((failures + 1))
+fi
+
+[ "$failures" -eq 0 ] && echo "nccl-net-bench arguments: every refusal and step as expected"
+exit $(( failures > 0 ))
