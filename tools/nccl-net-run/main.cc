@@ -94,6 +94,19 @@ void usage(const char* self) {
                self);
 }
 
+// Ranks one host can start: far beyond its cores already, and short of the process and descriptor limits.
+constexpr int kMaxRanks = 4096;
+
+// A whole decimal number in [low, high], or false (std::atoi would take "4x" for 4 and "abc" for 0).
+bool parseCount(const char* text, long low, long high, int* value) {
+  char* end = nullptr;
+  errno = 0;
+  long parsed = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || parsed < low || parsed > high) return false;
+  *value = static_cast<int>(parsed);
+  return true;
+}
+
 }  // namespace
 
 int runTool(int argc, char** argv) {
@@ -104,10 +117,17 @@ int runTool(int argc, char** argv) {
   while (first < argc && argv[first][0] == '-') {
     std::string flag = argv[first];
     if ((flag == "-n" || flag == "--ranks") && first + 1 < argc) {
-      ranks = std::atoi(argv[first + 1]);
+      if (!parseCount(argv[first + 1], 1, kMaxRanks, &ranks)) {
+        std::fprintf(stderr, "nccl-net-run: %s %s: a rank count from 1 to %d\n", flag.c_str(), argv[first + 1],
+                     kMaxRanks);
+        return 2;
+      }
       first += 2;
     } else if (flag == "--timeout" && first + 1 < argc) {
-      timeoutSeconds = std::atoi(argv[first + 1]);
+      if (!parseCount(argv[first + 1], 0, 1000000, &timeoutSeconds)) {
+        std::fprintf(stderr, "nccl-net-run: --timeout %s: whole seconds (0: none)\n", argv[first + 1]);
+        return 2;
+      }
       first += 2;
     } else if (flag == "--bind-to" && first + 1 < argc) {
       std::string policy = argv[first + 1];

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# nccl-net-bench's command line: nccl-tests' flags with nccl-tests' meanings (-i steps the size when -f is 1), and
-# every bad value refused with a message naming it before any rank starts, never a silent empty or bogus table.
-# Usage: bench_args_test.sh BIN_DIR
+# The command lines of nccl-net-bench (nccl-tests' flags with nccl-tests' meanings: -i steps the size when -f is 1)
+# and nccl-net-run: every bad value refused with a message naming it before any rank starts, never a silent empty or
+# bogus table, nor "4x" read as 4.
+# Usage: tool_args_test.sh BIN_DIR
 set -uo pipefail
 bin="$1"
 failures=0
@@ -50,5 +51,22 @@ if [ "$rows" != "1000/0 8008/0 64064/0 " ]; then
   failures=$((failures + 1))
 fi
 
-[ "$failures" -eq 0 ] && echo "nccl-net-bench arguments: every refusal and step as expected"
+# launcher_refuses "ARGS" "TEXT": nccl-net-run ARGS /bin/true exits 2 and says TEXT.
+launcher_refuses() {
+  local out status
+  out=$(timeout 20 "$bin/nccl-net-run" $1 /bin/true 2>&1)
+  status=$?
+  if [ "$status" -ne 2 ] || ! grep -qF -- "$2" <<<"$out"; then
+    echo "FAILED: nccl-net-run '$1' gave status $status and: $out (expected a refusal saying '$2')"
+    failures=$((failures + 1))
+  fi
+}
+launcher_refuses "-n 0" "-n 0: a rank count from 1 to 4096"
+launcher_refuses "-n 4x" "-n 4x: a rank count"
+launcher_refuses "-n 5000" "-n 5000: a rank count"
+launcher_refuses "-n 2 --timeout -1" "--timeout -1: whole seconds"
+launcher_refuses "-n 2 --timeout soon" "--timeout soon: whole seconds"
+launcher_refuses "-n 2 --bind-to cores" "--bind-to cores: spread or none"
+
+[ "$failures" -eq 0 ] && echo "nccl-net-bench and nccl-net-run arguments: every refusal and step as expected"
 exit $(( failures > 0 ))
