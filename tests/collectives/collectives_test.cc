@@ -564,6 +564,36 @@ TEST(SlotMemory, SlotsPerConnectionComeFromTheOptionsTheEnvironmentOrTheSlotMemo
   unsetenv("NNS_SLOTS");
 }
 
+// The communicator's environment knobs are read whole and in range: "4x", "abc", a negative spin or a count past
+// int are named errors, never a prefix or a silent 0.
+TEST(Communicator, EnvironmentKnobsAreCheckedWhole) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"NNS_SLOTS", "4x"},          {"NNS_SLOT_BYTES", "abc"},          {"NNS_NCHANNELS", "-2"},
+      {"NNS_NET_DEVICE", "first"},  {"NNS_NET_DEVICE", "-1"},           {"NNS_PROGRESS_SPIN_US", "-1"},
+      {"NNS_COMM_TIMEOUT_MS", "0"}, {"NNS_SLOTS", "99999999999999999"},
+  };
+  for (const auto& [name, value] : bad) {
+    setenv(name, value, 1);
+    core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+    try {
+      core::Communicator comm(launch, socketOptions());
+      ADD_FAILURE() << name << "=" << value << " was accepted";
+    } catch (const core::CommError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(name) + "=" + value + " is not an integer from"),
+                std::string::npos)
+          << e.what();
+    }
+    unsetenv(name);
+  }
+  setenv("NNS_PROGRESS_SPIN_US", "0", 1);  // no spinning at all is a valid choice
+  core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  core::Communicator comm(launch, socketOptions());
+  float x = 2;
+  coll::allReduce(comm, &x, &x, 1, ncclFloat32, ncclSum);
+  EXPECT_EQ(x, 2.0f);
+  unsetenv("NNS_PROGRESS_SPIN_US");
+}
+
 namespace {
 
 // Runs the plan `build` describes on each rank of a 2-rank communicator over the socket plugin (two 4 KiB slots per

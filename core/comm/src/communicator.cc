@@ -4,6 +4,8 @@
 
 #include <sched.h>
 
+#include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 
@@ -22,14 +24,17 @@ const char* resultName(ncclResult_t r) {
   return static_cast<int>(r) >= 0 && static_cast<int>(r) < 9 ? names[r] : "unknown ncclResult_t";
 }
 
-// Reads a positive integer knob from the environment; keeps `fallback` when unset, throws when malformed.
-long long envKnob(const char* name, long long fallback) {
+// Reads an integer knob of at least `minimum` from the environment; keeps `fallback` when unset, throws when
+// malformed.
+long long envKnob(const char* name, long long fallback, long long minimum = 1) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return fallback;
   char* end = nullptr;
+  errno = 0;
   long long value = std::strtoll(text, &end, 10);
-  if (end == text || *end != '\0' || value <= 0)
-    throw CommError(std::string(name) + "=" + text + " is not a positive integer");
+  if (end == text || *end != '\0' || errno != 0 || value < minimum || value > INT_MAX)
+    throw CommError(std::string(name) + "=" + text + " is not an integer from " + std::to_string(minimum) + " to " +
+                    std::to_string(INT_MAX));
   return value;
 }
 // Host memory: page-aligned slots, plain memcpy.
@@ -113,12 +118,10 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
   options_.slots = static_cast<int>(envKnob("NNS_SLOTS", options_.slots));
   options_.channels = static_cast<int>(envKnob("NNS_NCHANNELS", options_.channels));
   options_.timeout = std::chrono::milliseconds(envKnob("NNS_COMM_TIMEOUT_MS", options_.timeout.count()));
-  if (const char* spin = std::getenv("NNS_PROGRESS_SPIN_US"); spin != nullptr && *spin != '\0')
-    spin_ = std::chrono::microseconds(std::strtol(spin, nullptr, 10));
+  spin_ = std::chrono::microseconds(envKnob("NNS_PROGRESS_SPIN_US", spin_.count(), 0));
   if (const char* mode = std::getenv("NNS_PROGRESS_INLINE"); mode != nullptr && *mode != '\0')
     inline_ = std::strcmp(mode, "0") != 0;
-  if (const char* dev = std::getenv("NNS_NET_DEVICE"); dev != nullptr && *dev != '\0')
-    options_.device = static_cast<int>(std::strtol(dev, nullptr, 10));
+  options_.device = static_cast<int>(envKnob("NNS_NET_DEVICE", options_.device, 0));
   if (options_.slots < 0 || options_.slots > 64 || options_.channels < 1 || options_.channels > 32 ||
       options_.slotBytes < 1024 || options_.slotBytes > (size_t{1} << 30) || options_.slotBytes % 64 != 0)
     throw CommError(
