@@ -72,18 +72,6 @@ uint32_t encodeImmediate(int slot, int immediates, bool sizeInline, size_t size)
 
 // ---- parameters, read once at init
 // ------------------------------------------------------------------------------------
-long envLong(const char* name, long fallback) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  char* end = nullptr;
-  long value = std::strtol(text, &end, 0);
-  if (*end != '\0') {
-    NCCL_NET_WARN("%s=\"%s\" is not a number; using %ld", name, text, fallback);
-    return fallback;
-  }
-  return value;
-}
-
 struct Params {
   std::string hcaSpec;
   int gidIndex = -1;
@@ -104,19 +92,19 @@ struct Params {
     Params p;
     const char* hca = std::getenv("NCCL_IB_HCA");
     p.hcaSpec = hca != nullptr ? hca : "";
-    p.gidIndex = static_cast<int>(envLong("NCCL_IB_GID_INDEX", -1));
-    p.qpsPerConnection = static_cast<int>(std::clamp(envLong("NCCL_IB_QPS_PER_CONNECTION", 1), 1L, long{kMaxQps}));
-    p.timeout = static_cast<int>(std::clamp(envLong("NCCL_IB_TIMEOUT", 20), 1L, 31L));
-    p.retryCount = static_cast<int>(std::clamp(envLong("NCCL_IB_RETRY_CNT", 7), 0L, 7L));
-    p.serviceLevel = static_cast<int>(std::clamp(envLong("NCCL_IB_SL", 0), 0L, 15L));
-    p.trafficClass = static_cast<int>(std::clamp(envLong("NCCL_IB_TC", 0), 0L, 255L));
-    p.pkeyIndex = static_cast<int>(std::max(envLong("NCCL_IB_PKEY", 0), 0L));
-    p.splitDataOnQps = envLong("NCCL_IB_SPLIT_DATA_ON_QPS", 1) != 0;
-    p.splitMinBytes = static_cast<size_t>(std::max(envLong("NNS_IB_SPLIT_MIN_BYTES", 16384), 128L));
-    p.gdrFlushDisable = envLong("NCCL_GDR_FLUSH_DISABLE", 0) != 0;
-    p.peerTimeoutMs = static_cast<int>(std::max(envLong("NNS_IB_PEER_TIMEOUT_MS", 10000), 0L));
-    p.connectTimeoutMs = static_cast<int>(std::max(envLong("NNS_IB_CONNECT_TIMEOUT_MS", 120000), 1000L));
-    p.mergeDevices = envLong("NNS_IB_MERGE_DEVICES", 0) != 0;
+    p.gidIndex = static_cast<int>(sdk::envInteger("NCCL_IB_GID_INDEX", -1, -1, 255));
+    p.qpsPerConnection = static_cast<int>(sdk::envInteger("NCCL_IB_QPS_PER_CONNECTION", 1, 1, kMaxQps));
+    p.timeout = static_cast<int>(sdk::envInteger("NCCL_IB_TIMEOUT", 20, 1, 31));
+    p.retryCount = static_cast<int>(sdk::envInteger("NCCL_IB_RETRY_CNT", 7, 0, 7));
+    p.serviceLevel = static_cast<int>(sdk::envInteger("NCCL_IB_SL", 0, 0, 15));
+    p.trafficClass = static_cast<int>(sdk::envInteger("NCCL_IB_TC", 0, 0, 255));
+    p.pkeyIndex = static_cast<int>(sdk::envInteger("NCCL_IB_PKEY", 0, 0, 0xffff));
+    p.splitDataOnQps = sdk::envInteger("NCCL_IB_SPLIT_DATA_ON_QPS", 1, 0, 1) != 0;
+    p.splitMinBytes = static_cast<size_t>(sdk::envInteger("NNS_IB_SPLIT_MIN_BYTES", 16384, 128, 1L << 30));
+    p.gdrFlushDisable = sdk::envInteger("NCCL_GDR_FLUSH_DISABLE", 0, 0, 1) != 0;
+    p.peerTimeoutMs = static_cast<int>(sdk::envInteger("NNS_IB_PEER_TIMEOUT_MS", 10000, 0, 3600 * 1000));
+    p.connectTimeoutMs = static_cast<int>(sdk::envInteger("NNS_IB_CONNECT_TIMEOUT_MS", 120000, 1000, 3600 * 1000));
+    p.mergeDevices = sdk::envInteger("NNS_IB_MERGE_DEVICES", 0, 0, 1) != 0;
     return p;
   }
 };

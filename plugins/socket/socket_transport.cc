@@ -15,18 +15,6 @@ namespace nns_socket {
 
 namespace {
 
-long envLong(const char* name, long fallback, long minimum, long maximum) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  char* end = nullptr;
-  long value = std::strtol(text, &end, 0);
-  if (end == text || *end != '\0' || value < minimum || value > maximum) {
-    NCCL_NET_WARN("%s=%s is not an integer in [%ld, %ld]; using %ld", name, text, minimum, maximum, fallback);
-    return fallback;
-  }
-  return value;
-}
-
 // How long a helper thread sleeps in poll() before looking at its queues and the stop flag again.
 constexpr int kHelperPollMs = 100;
 
@@ -49,21 +37,21 @@ const Config& Config::get() {
     Config c{};
     c.usableCpus = countUsableCpus();
     c.helperThreads = static_cast<int>(
-        envLong("NNS_SOCKET_NTHREADS", c.usableCpus >= kMinCpusForHelpers ? 2 : 0, 0, kMaxHelperThreads));
-    c.socketsPerThread = static_cast<int>(envLong("NNS_SOCKET_NSOCKS_PERTHREAD", 1, 0, kMaxDataSockets));
+        sdk::envInteger("NNS_SOCKET_NTHREADS", c.usableCpus >= kMinCpusForHelpers ? 2 : 0, 0, kMaxHelperThreads));
+    c.socketsPerThread = static_cast<int>(sdk::envInteger("NNS_SOCKET_NSOCKS_PERTHREAD", 1, 0, kMaxDataSockets));
     if (c.helperThreads > 0 && c.socketsPerThread == 0) c.socketsPerThread = 1;
     if (c.dataSockets() > kMaxDataSockets) {
       NCCL_NET_WARN("NNS_SOCKET_NTHREADS x NNS_SOCKET_NSOCKS_PERTHREAD = %d exceeds %d sockets; using %d per thread",
                     c.dataSockets(), kMaxDataSockets, kMaxDataSockets / std::max(1, c.helperThreads));
       c.socketsPerThread = kMaxDataSockets / std::max(1, c.helperThreads);
     }
-    c.inlineBytes = static_cast<size_t>(envLong("NNS_SOCKET_INLINE_BYTES", 64 << 10, 0, 1L << 30));
-    c.minChunkBytes = static_cast<size_t>(envLong("NNS_SOCKET_MIN_CHUNK_BYTES", 64 << 10, 4096, 1L << 30));
-    c.deadPeerTimeoutMs = static_cast<int>(envLong("NNS_SOCKET_TIMEOUT_MS", 10000, 1000, 3600 * 1000));
-    c.connectTimeoutMs = static_cast<int>(envLong("NNS_SOCKET_CONNECT_TIMEOUT_MS", 30000, 100, 3600 * 1000));
-    c.retryIntervalMs = static_cast<int>(envLong("NNS_SOCKET_RETRY_INTERVAL_MS", 100, 1, 60 * 1000));
-    c.sendBufferBytes = static_cast<int>(envLong("NNS_SOCKET_SNDBUF", 0, 0, 1L << 30));
-    c.receiveBufferBytes = static_cast<int>(envLong("NNS_SOCKET_RCVBUF", 0, 0, 1L << 30));
+    c.inlineBytes = static_cast<size_t>(sdk::envInteger("NNS_SOCKET_INLINE_BYTES", 64 << 10, 0, 1L << 30));
+    c.minChunkBytes = static_cast<size_t>(sdk::envInteger("NNS_SOCKET_MIN_CHUNK_BYTES", 64 << 10, 4096, 1L << 30));
+    c.deadPeerTimeoutMs = static_cast<int>(sdk::envInteger("NNS_SOCKET_TIMEOUT_MS", 10000, 1000, 3600 * 1000));
+    c.connectTimeoutMs = static_cast<int>(sdk::envInteger("NNS_SOCKET_CONNECT_TIMEOUT_MS", 30000, 100, 3600 * 1000));
+    c.retryIntervalMs = static_cast<int>(sdk::envInteger("NNS_SOCKET_RETRY_INTERVAL_MS", 100, 1, 60 * 1000));
+    c.sendBufferBytes = static_cast<int>(sdk::envInteger("NNS_SOCKET_SNDBUF", 0, 0, 1L << 30));
+    c.receiveBufferBytes = static_cast<int>(sdk::envInteger("NNS_SOCKET_RCVBUF", 0, 0, 1L << 30));
     return c;
   }();
   return config;

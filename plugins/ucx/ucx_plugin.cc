@@ -37,16 +37,9 @@ constexpr int kListenBacklog = 512;
 // ---- configuration (read once; every variable is documented in plugins/ucx/README.md)
 // ------------------------------------------
 
+// An integer setting of at least `minimum` (sdk::envInteger: a malformed one is reported and `fallback` used).
 int envInt(const char* name, int fallback, int minimum) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  char* end = nullptr;
-  long value = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || value < minimum || value > 1000000000) {
-    NCCL_NET_WARN("%s=%s is not an integer >= %d; using %d", name, text, minimum, fallback);
-    return fallback;
-  }
-  return static_cast<int>(value);
+  return static_cast<int>(sdk::envInteger(name, fallback, minimum, 1000000000));
 }
 
 struct Config {

@@ -255,6 +255,38 @@ TEST(Logging, NullLoggerFallsBackToStderrAndHostLoggerGetsPrefix) {
   EXPECT_TRUE(err.empty()) << "with a host logger nothing goes to stderr";
 }
 
+// ---- environment settings
+// ----------------------------------------------------------------------------------------------------------
+TEST(Environment, IntegersAreWholeAndInRangeOrReportedAndDefaulted) {
+  sdk::setLogger(recordingLogger);
+  struct Case {
+    const char* text;
+    long expected;
+    bool warned;
+  };
+  const Case cases[] = {{"", 7, false},
+                        {"12", 12, false},
+                        {"0x10", 16, false},
+                        {"-3", -3, false},
+                        {"4x", 7, true},
+                        {"abc", 7, true},
+                        {"21", 7, true},
+                        {"-4", 7, true},
+                        {"1.5", 7, true},
+                        {" 5", 5, false},
+                        {"99999999999999999999", 7, true}};
+  for (const Case& c : cases) {
+    setenv("NNS_SDK_TEST_SETTING", c.text, 1);
+    logLines().clear();
+    EXPECT_EQ(sdk::envInteger("NNS_SDK_TEST_SETTING", 7, -3, 20), c.expected) << "\"" << c.text << "\"";
+    EXPECT_EQ(logged("NNS_SDK_TEST_SETTING=" + std::string(c.text) + " is not an integer in [-3, 20]; using 7"),
+              c.warned)
+        << "\"" << c.text << "\"";
+  }
+  unsetenv("NNS_SDK_TEST_SETTING");
+  EXPECT_EQ(sdk::envInteger("NNS_SDK_TEST_SETTING", 7, -3, 20), 7) << "unset";
+}
+
 // ---- down-conversions through the exported tables
 // ------------------------------------------------------------------------
 TEST(Export, PropertiesAreDowngradedFieldByField) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "sdk/collnet.hpp"
+#include "sdk/env.hpp"
 #include "sdk/handle.hpp"
 #include "sdk/log.hpp"
 #include "sdk/plugin.hpp"
