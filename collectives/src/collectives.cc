@@ -3,7 +3,9 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "schedule.hpp"
@@ -63,8 +65,11 @@ size_t envBytes(const char* name, size_t fallback) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return fallback;
   char* end = nullptr;
+  errno = 0;
   unsigned long long value = std::strtoull(text, &end, 10);
-  if (end == text || *end != '\0') throw core::CommError(std::string(name) + "=" + text + " is not a byte count");
+  // strtoull would take "-1" for the largest count.
+  if (end == text || *end != '\0' || errno != 0 || std::strchr(text, '-') != nullptr)
+    throw core::CommError(std::string(name) + "=" + text + " is not a byte count");
   return value;
 }
 

@@ -319,6 +319,20 @@ TEST(Algorithms, AutoTakesDoublingFurtherOnTwoRanksAndTheEnvironmentMovesTheLine
   EXPECT_EQ(choices(4, {32 << 10, (32 << 10) + 1, 512 << 10}), (std::vector<A>{A::Doubling, A::Ring, A::Ring}));
   setenv("NNS_DOUBLING_MAX_BYTES", "4096", 1);
   EXPECT_EQ(choices(2, {4096, 4097}), (std::vector<A>{A::Doubling, A::Ring}));
+  // Not a byte count (strtoull alone would read "-1" as the largest one): a named error, not a silent choice.
+  for (const char* bad : {"-1", "4K", "lots", "99999999999999999999999"}) {
+    setenv("NNS_DOUBLING_MAX_BYTES", bad, 1);
+    core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+    core::Communicator comm(launch, socketOptions());
+    try {
+      coll::chooseAllReduce(comm, 8, A::Auto);
+      ADD_FAILURE() << "NNS_DOUBLING_MAX_BYTES=" << bad << " was accepted";
+    } catch (const core::CommError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("NNS_DOUBLING_MAX_BYTES=") + bad + " is not a byte count"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   unsetenv("NNS_DOUBLING_MAX_BYTES");
 }
 
