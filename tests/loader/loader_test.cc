@@ -215,6 +215,9 @@ TEST(Inspect, ListsPluginsAndTheirVersions) {
   }
   EXPECT_TRUE(sawV6);
   EXPECT_FALSE(inspectLibrary(kDir + "/missing.so").error.empty());
+  // The same directory named again (as LD_LIBRARY_PATH often does, spelled otherwise) adds no second listing.
+  EXPECT_EQ(findPluginLibraries({kDir, kDir + "/.", kDir + "/../" + kDir.substr(kDir.rfind('/') + 1), kDir}),
+            libraries);
 }
 
 // Properties of an old plugin come back filled the way NCCL 2.30 fills them (net-abi.md §5.3).

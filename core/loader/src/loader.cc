@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <set>
 #include <sstream>
@@ -109,14 +110,19 @@ std::vector<std::string> findPluginLibraries(const std::vector<std::string>& dir
     while (std::getline(stream, dir, ':'))
       if (!dir.empty()) searched.push_back(dir);
   }
-  std::set<std::string> found;
+  // A library reached twice (a directory listed twice, spelled differently, or a link) is listed once, under the
+  // first name it was found by.
+  std::set<std::string> found, seen;
   for (const auto& dir : searched) {
     DIR* directory = opendir(dir.c_str());
     if (directory == nullptr) continue;
     while (dirent* item = readdir(directory)) {
       std::string name = item->d_name;
-      if (name.rfind("libnccl-net", 0) == 0 && name.size() > 3 && name.compare(name.size() - 3, 3, ".so") == 0)
-        found.insert(dir + "/" + name);
+      if (name.rfind("libnccl-net", 0) != 0 || name.size() <= 3 || name.compare(name.size() - 3, 3, ".so") != 0)
+        continue;
+      std::string path = dir + "/" + name;
+      char resolved[PATH_MAX];
+      if (seen.insert(realpath(path.c_str(), resolved) != nullptr ? resolved : path).second) found.insert(path);
     }
     closedir(directory);
   }
