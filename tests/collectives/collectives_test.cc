@@ -25,6 +25,20 @@
 
 using namespace nns;
 
+namespace {
+
+// Options for a communicator over the socket plugin built here, on loopback.
+core::CommOptions socketOptions() {
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  core::CommOptions options;
+  options.plugin = "socket";
+  options.searchDirs = {std::string(NNS_BIN_DIR) + "/../lib"};
+  options.timeout = std::chrono::milliseconds(20000);
+  return options;
+}
+
+}  // namespace
+
 TEST(Rounding, HalfAndBfloat16RoundToNearestEven) {
   EXPECT_EQ(coll::floatToHalf(1.0f), 0x3c00);
   EXPECT_EQ(coll::floatToHalf(65504.0f), 0x7bff);
@@ -104,6 +118,27 @@ TEST(Launch, EnvironmentOfEachLauncher) {
   setenv("NNS_RANK", "4", 1);
   setenv("NNS_WORLD_SIZE", "4", 1);
   EXPECT_FALSE(core::launchInfoFromEnvironment(&info, &error)) << "rank must be below size";
+  // Several ranks need a root address; one meets no one and needs none (mpirun -np 1, one torchrun worker).
+  setenv("NNS_RANK", "0", 1);
+  EXPECT_FALSE(core::launchInfoFromEnvironment(&info, &error));
+  EXPECT_NE(error.find("no root address"), std::string::npos) << error;
+  setenv("NNS_WORLD_SIZE", "1", 1);
+  ASSERT_TRUE(core::launchInfoFromEnvironment(&info, &error)) << error;
+  core::Communicator alone(info, socketOptions());
+  float x = 3;
+  coll::allReduce(alone, &x, &x, 1, ncclFloat32, ncclSum);
+  EXPECT_EQ(x, 3.0f);
+  // A port must be one.
+  for (const char* root : {"127.0.0.1:70000", "127.0.0.1:0", "127.0.0.1:http", "127.0.0.1"}) {
+    setenv("NNS_ROOT_ADDR", root, 1);
+    EXPECT_FALSE(core::launchInfoFromEnvironment(&info, &error)) << root;
+    EXPECT_NE(error.find("NNS_ROOT_ADDR must be host:port (port 1..65535)"), std::string::npos) << error;
+  }
+  unsetenv("NNS_ROOT_ADDR");
+  setenv("MASTER_ADDR", "h", 1);
+  setenv("MASTER_PORT", "65536", 1);
+  EXPECT_FALSE(core::launchInfoFromEnvironment(&info, &error));
+  EXPECT_NE(error.find("MASTER_PORT is missing or not a port"), std::string::npos) << error;
   for (const char* v : all) unsetenv(v);
 }
 
@@ -261,16 +296,6 @@ TEST(Bootstrap, AStrangerOnTheRootPortIsTurnedAwayAndTheRealRankStillJoins) {
 }
 
 namespace {
-
-// Options for a communicator over the socket plugin built here, on loopback.
-core::CommOptions socketOptions() {
-  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
-  core::CommOptions options;
-  options.plugin = "socket";
-  options.searchDirs = {std::string(NNS_BIN_DIR) + "/../lib"};
-  options.timeout = std::chrono::milliseconds(20000);
-  return options;
-}
 
 // Runs body(comm, rank) on every rank of a `ranks`-rank communicator made with `options`, one thread per rank;
 // returns each rank's error, empty where the body ran through.

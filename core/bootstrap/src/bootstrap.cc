@@ -199,11 +199,12 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
     return false;
   }
   info->source = std::string(rankVar) + "/" + sizeVar;
+  auto isPort = [](int port) { return port >= 1 && port <= 65535; };
   if (const char* root = std::getenv("NNS_ROOT_ADDR")) {
     std::string text(root);
     size_t colon = text.rfind(':');
-    if (colon == std::string::npos || !parseInt(text.c_str() + colon + 1, &info->rootPort)) {
-      *error = "NNS_ROOT_ADDR must be host:port, not " + text;
+    if (colon == std::string::npos || !parseInt(text.c_str() + colon + 1, &info->rootPort) || !isPort(info->rootPort)) {
+      *error = "NNS_ROOT_ADDR must be host:port (port 1..65535), not " + text;
       return false;
     }
     info->rootHost = text.substr(0, colon);
@@ -212,10 +213,14 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
   } else if (const char* host = std::getenv("MASTER_ADDR")) {
     const char* port = std::getenv("MASTER_PORT");
     info->rootHost = host;
-    if (port == nullptr || !parseInt(port, &info->rootPort)) {
-      *error = "MASTER_ADDR is set but MASTER_PORT is missing or bad";
+    if (port == nullptr || !parseInt(port, &info->rootPort) || !isPort(info->rootPort)) {
+      *error = "MASTER_ADDR is set but MASTER_PORT is missing or not a port (1..65535)";
       return false;
     }
+  } else if (info->size == 1) {
+    // A one-rank job meets no one: it needs no root address (mpirun -np 1, a single torchrun worker, a test).
+    info->rootHost = "127.0.0.1";
+    info->rootPort = 0;
   } else {
     *error = "no root address: set NNS_ROOT_ADDR=host:port (or MASTER_ADDR and MASTER_PORT)";
     return false;
@@ -225,10 +230,10 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
 
 Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
     : rank_(info.rank), size_(info.size), timeout_(timeout) {
+  if (size_ == 1) return;
   auto deadline = Clock::now() + timeout_;
   socklen_t length = 0;
   sockaddr_storage root = resolve(info.rootHost, info.rootPort, &length);
-  if (size_ == 1) return;
   const JoinMessage mine{rank_, size_, jobId()};
   if (rank_ == 0) {
     int listener = inheritedListener(info.rootPort);
