@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The command lines of nccl-net-bench (nccl-tests' flags with nccl-tests' meanings: -i steps the size when -f is 1)
-# and nccl-net-run: every bad value refused with a message naming it before any rank starts, never a silent empty or
-# bogus table, nor "4x" read as 4.
+# The command lines of nccl-net-bench (nccl-tests' flags with nccl-tests' meanings: -i steps the size when -f is 1),
+# nccl-net-run, and the timeouts of nccl-net-check and nccl-net-perf: every bad value refused with a message naming
+# it before any rank starts, never a silent empty or bogus table, nor "4x" read as 4.
 # Usage: tool_args_test.sh BIN_DIR
 set -uo pipefail
 bin="$1"
@@ -68,5 +68,16 @@ launcher_refuses "-n 2 --timeout -1" "--timeout -1: whole seconds"
 launcher_refuses "-n 2 --timeout soon" "--timeout soon: whole seconds"
 launcher_refuses "-n 2 --bind-to cores" "--bind-to cores: spread or none"
 
-[ "$failures" -eq 0 ] && echo "nccl-net-bench and nccl-net-run arguments: every refusal and step as expected"
+# nccl-net-check and nccl-net-perf: a timeout of 0 would fail every rule as hung (the plugin blamed for a typo).
+for tool_args in "nccl-net-check --call-timeout 0 socket" "nccl-net-check --rule-timeout -1 socket" \
+                 "nccl-net-perf socket --call-timeout 0"; do
+  out=$(timeout 20 "$bin/"$tool_args 2>&1)
+  status=$?
+  if [ "$status" -eq 0 ] || ! grep -qF -- "not in range" <<<"$out"; then
+    echo "FAILED: '$tool_args' gave status $status and: $out (expected a refusal)"
+    failures=$((failures + 1))
+  fi
+done
+
+[ "$failures" -eq 0 ] && echo "nccl-net-bench, nccl-net-run, nccl-net-check and nccl-net-perf arguments: every refusal and step as expected"
 exit $(( failures > 0 ))

@@ -111,8 +111,11 @@ int runTool(int argc, char** argv) {
   app.add_option("plugin", plugin, "plugin name (libnccl-net-NAME.so) or path, NCCL_NET_PLUGIN semantics");
   app.add_option("-L,--search-dir", options.load.searchDirs, "directories searched for the plugin (default ../lib)");
   app.add_option("--rules", options.only, "run only these rules")->delimiter(',');
-  app.add_option("--call-timeout", options.callTimeoutSeconds, "seconds any one plugin call may take (default 5)");
-  app.add_option("--rule-timeout", options.ruleTimeoutSeconds, "seconds one rule may take (default 60)");
+  // Zero or less would fail every rule as "hung" and blame the plugin for a typo.
+  app.add_option("--call-timeout", options.callTimeoutSeconds, "seconds any one plugin call may take (default 5)")
+      ->check(CLI::Range(1, 3600));
+  app.add_option("--rule-timeout", options.ruleTimeoutSeconds, "seconds one rule may take (default 60)")
+      ->check(CLI::Range(1, 24 * 3600));
   app.add_option("--peer-death-timeout", options.peerDeathSeconds,
                  "seconds a pending test may take to report a killed peer (default 30: an RDMA NIC's retry timeout)")
       ->check(CLI::Range(1, 3600));

@@ -282,7 +282,8 @@ int runTool(int argc, char** argv) {
   app.add_option("-W,--window", settings.window, "receives kept in flight for bandwidth (default 8)");
   app.add_option("-m,--multi-recv", settings.multiRecv, "messages grouped in one irecv (default 1, <= maxRecvs)");
   app.add_option("-d,--dev", settings.dev, "device index (default 0)");
-  app.add_option("--call-timeout", settings.callTimeoutSeconds, "seconds any one operation may take (default 30)");
+  app.add_option("--call-timeout", settings.callTimeoutSeconds, "seconds any one operation may take (default 30)")
+      ->check(CLI::Range(1, 3600));
   app.add_flag("--json", asJson, "machine-readable output");
   CLI11_PARSE(app, argc, argv);
   if (settings.iterations < 1 || settings.factor < 2 || settings.window < 1 || settings.multiRecv < 1 ||
