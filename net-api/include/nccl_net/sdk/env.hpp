@@ -11,8 +11,9 @@
 
 NCCL_NET_SDK_NAMESPACE_BEGIN
 
-// The value of `name` when it is a whole number (decimal, or 0x hexadecimal as NCCL's own parameters take) in
-// [minimum, maximum]; `fallback` when it is unset or empty, and with a WARN when it is anything else.
+// The value of `name` when it is a whole number in [minimum, maximum], written as NCCL's own parameters are (strtol
+// base 0: decimal, 0x hexadecimal, a leading 0 octal); `fallback` when it is unset or empty, and with a WARN when
+// it is anything else.
 inline long envInteger(const char* name, long fallback, long minimum, long maximum) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return fallback;
