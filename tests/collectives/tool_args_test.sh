@@ -69,11 +69,12 @@ launcher_refuses "-n 2 --timeout soon" "--timeout soon: whole seconds"
 launcher_refuses "-n 2 --bind-to cores" "--bind-to cores: spread or none"
 
 # nccl-net-check and nccl-net-perf: a timeout of 0 would fail every rule as hung (the plugin blamed for a typo).
+# nccl-net-perf's sizes go through the same size option as nccl-net-bench's.
 for tool_args in "nccl-net-check --call-timeout 0 socket" "nccl-net-check --rule-timeout -1 socket" \
-                 "nccl-net-perf socket --call-timeout 0"; do
+                 "nccl-net-perf socket --call-timeout 0" "nccl-net-perf socket -e 2T" "nccl-net-perf socket -b x"; do
   out=$(timeout 20 "$bin/"$tool_args 2>&1)
   status=$?
-  if [ "$status" -eq 0 ] || ! grep -qF -- "not in range" <<<"$out"; then
+  if [ "$status" -eq 0 ] || ! grep -qE -- "not in range|unit not recognized" <<<"$out"; then
     echo "FAILED: '$tool_args' gave status $status and: $out (expected a refusal)"
     failures=$((failures + 1))
   fi

@@ -21,6 +21,7 @@
 #include "nns/coll/collectives.hpp"
 #include "nns/core/cpus.hpp"
 #include "nns/tools/guarded_main.hpp"
+#include "nns/tools/size_option.hpp"
 
 #ifdef NNS_BENCH_CUDA
 #include <cuda_runtime_api.h>
@@ -139,16 +140,12 @@ int runTool(int argc, char** argv) {
   app.add_option("collective", collective, "allreduce, allgather, reducescatter, broadcast, reduce or sendrecv")
       ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "sendrecv"}));
   // nccl-tests' flags and meanings; sizes take K/M/G (powers of 1024).
-  const auto size = CLI::AsSizeValue(false);
-  const auto sizeRange = CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40);  // NCCL's largest net size, 1 TiB
   const auto nonNegative = CLI::Range(0, std::numeric_limits<int>::max());
-  app.add_option("-b,--minbytes", minBytes, "smallest size (default 8)")->transform(size)->check(sizeRange);
-  app.add_option("-e,--maxbytes", maxBytes, "largest size (default 64M)")->transform(size)->check(sizeRange);
+  tools::addSizeOption(app, "-b,--minbytes", minBytes, "smallest size (default 8)");
+  tools::addSizeOption(app, "-e,--maxbytes", maxBytes, "largest size (default 64M)");
   app.add_option("-f,--stepfactor", factor, "size multiplier between rows (default 2); 1: add -i instead")
       ->check(CLI::Range(1.0, 1024.0));
-  app.add_option("-i,--stepbytes", stepBytes, "size increment between rows when -f is 1 (default 1M)")
-      ->transform(size)
-      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 40));
+  tools::addSizeOption(app, "-i,--stepbytes", stepBytes, "size increment between rows when -f is 1 (default 1M)", 1);
   app.add_option("-n,--iters", iterations, "timed iterations per size (default 20)")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size (default 5)")->check(nonNegative);

@@ -19,6 +19,7 @@
 
 #include "nns/core/loader.hpp"
 #include "nns/tools/guarded_main.hpp"
+#include "nns/tools/size_option.hpp"
 
 namespace {
 
@@ -269,13 +270,8 @@ int runTool(int argc, char** argv) {
   bool asJson = false;
   app.add_option("plugin", plugin, "plugin name (libnccl-net-NAME.so) or path, NCCL_NET_PLUGIN semantics");
   app.add_option("-L,--search-dir", load.searchDirs, "directories searched for the plugin (default ../lib)");
-  // Sizes take K/M/G (powers of 1024), up to NCCL's largest net size (1 TiB).
-  const auto size = CLI::AsSizeValue(false);
-  const auto sizeRange = CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40);
-  app.add_option("-b,--minbytes", settings.minBytes, "smallest message (default 8)")->transform(size)->check(sizeRange);
-  app.add_option("-e,--maxbytes", settings.maxBytes, "largest message (default 64M)")
-      ->transform(size)
-      ->check(sizeRange);
+  nns::tools::addSizeOption(app, "-b,--minbytes", settings.minBytes, "smallest message (K/M/G; default 8)");
+  nns::tools::addSizeOption(app, "-e,--maxbytes", settings.maxBytes, "largest message (default 64M)");
   app.add_option("-f,--stepfactor", settings.factor, "size multiplier between steps (default 2)");
   app.add_option("-n,--iters", settings.iterations, "timed iterations per size (default 20)");
   app.add_option("-w,--warmup", settings.warmup, "untimed iterations per size (default 5)");
