@@ -2,13 +2,14 @@
  * (NNS_DEFECT_*): the loader must refuse each with the reason, before it calls or reads anything it should not; and
  * one with only the optional iflush missing, which must load. */
 #include <stddef.h>
+#include <string.h>
 
 #include "nccl_net/net.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
-#if defined(NNS_DEFECT_NULL_ENTRIES) || defined(NNS_DEFECT_NO_IFLUSH)
-/* What both tables below start from: an init and a devices that work. */
+#if defined(NNS_DEFECT_NULL_ENTRIES) || defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE)
+/* What the tables below start from: an init and a devices that work. */
 static ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
                          ncclProfilerCallback_t profiler) {
   (void)commId, (void)config, (void)logger, (void)profiler;
@@ -31,15 +32,28 @@ static ncclResult_t collInit(void** ctx, uint64_t commId, ncclDebugLogger_t logg
 }
 EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {.name = "half-table", .init = init, .devices = devices};
 EXPORT const ncclCollNet_v12_t ncclCollNetPlugin_v12 = {.init = collInit};
-#elif defined(NNS_DEFECT_NO_IFLUSH)
-/* Not a defect: every entry NCCL calls unchecked is there, iflush (which NCCL calls only after GPU-direct receives)
- * is NULL. A test double: the entries beside init, devices and finalize refuse with ncclInternalError. */
+#elif defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE)
+/* NO_IFLUSH is not a defect: every entry NCCL calls unchecked is there, iflush (which NCCL calls only after
+ * GPU-direct receives) is NULL. UNPACK_DEVICE is the same table with device 0 an UNPACK device at version 0x6, which
+ * NCCL refuses to assign (it speaks 0x7 only). A test double: the entries beside init, devices, getProperties and
+ * finalize refuse with ncclInternalError. */
 static ncclResult_t finalize(void* ctx) {
   (void)ctx;
   return ncclSuccess;
 }
 static ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
-  return (void)dev, (void)props, ncclInternalError;
+  (void)dev;
+  memset(props, 0, sizeof(*props));
+  props->name = (char*)"defective0";
+  props->ptrSupport = NCCL_PTR_HOST;
+  props->speed = 1000;
+  props->maxComms = 1;
+  props->maxRecvs = 1;
+#if defined(NNS_DEFECT_UNPACK_DEVICE)
+  props->netDeviceType = NCCL_NET_DEVICE_UNPACK;
+  props->netDeviceVersion = 0x6;
+#endif
+  return ncclSuccess;
 }
 static ncclResult_t listen(void* ctx, int dev, void* handle, void** comm) {
   return (void)ctx, (void)dev, (void)handle, (void)comm, ncclInternalError;
@@ -70,7 +84,12 @@ static ncclResult_t test(void* request, int* done, int* sizes) {
 static ncclResult_t closeComm(void* comm) {
   return (void)comm, ncclInternalError;
 }
-EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {.name = "no-iflush",
+#if defined(NNS_DEFECT_UNPACK_DEVICE)
+#define NNS_TABLE_NAME "unpack-0x6"
+#else
+#define NNS_TABLE_NAME "no-iflush"
+#endif
+EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {.name = NNS_TABLE_NAME,
                                                 .init = init,
                                                 .devices = devices,
                                                 .getProperties = getProperties,

@@ -170,6 +170,21 @@ TEST(Resolution, ANullIflushLoadsAndAFlushIsAnError) {
   EXPECT_EQ(net->iflush(nullptr, 0, nullptr, nullptr, nullptr, &request), ncclInvalidUsage);
 }
 
+// NCCL checks device 0 before it assigns a plugin: an UNPACK device at a version its kernels do not speak is passed
+// over for the next candidate, as here.
+TEST(Resolution, ADeviceTypeNcclWouldNotAssignRejectsTheCandidate) {
+  LoadReport report;
+  auto net = loadNet(inBuildTree("defective-unpack-device,minimal"), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  EXPECT_STREQ(net->name(), "minimal");
+  ASSERT_EQ(report.candidates.size(), 2u);
+  EXPECT_EQ(report.candidates[0].chosenVersion, 0);
+  EXPECT_NE(report.candidates[0].rejectReason.find("device 0 has netDeviceType 1 version 0x6; NCCL takes HOST (0), "
+                                                   "or UNPACK (1) at version 0x7 only"),
+            std::string::npos)
+      << reasons(report);
+}
+
 TEST(Resolution, ASymbolThatIsNotATableIsRejectedUnread) {
   LoadReport report;
   EXPECT_EQ(loadNet(inBuildTree("defective-function"), &report), nullptr);
@@ -273,6 +288,53 @@ TEST(Adapters, SizesAnIntSizedVersionCannotCarryAreErrors) {
   EXPECT_EQ(v6->regMr(&byte, &byte, static_cast<size_t>(INT_MAX) + 1, NCCL_PTR_HOST, &mhandle), ncclInternalError);
   EXPECT_EQ(openNetVersion(kDir + "/libnccl-net-minimal-v6.so", 12, &error), nullptr);
   EXPECT_NE(error.find("does not export ncclNetPlugin_v12"), std::string::npos) << error;
+}
+
+// A host that passes no logger or config (as every tool here does) must still hand the plugin what NCCL hands it: a
+// logger to keep, a config with the traffic class unset, and makeVDevice's list as given, through each adapter.
+TEST(Adapters, APluginGetsTheLoggerConfigAndDeviceListNcclWouldPass) {
+  for (int version : {9, 10, 11, 12}) {
+    SCOPED_TRACE("ncclNet_v" + std::to_string(version));
+    const std::string path = kDir + "/libnccl-net-strict-host-v" + std::to_string(version) + ".so";
+    std::string error;
+    auto net = openNetVersion(path, version, &error);
+    ASSERT_NE(net, nullptr) << error;
+    void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+    ASSERT_NE(library, nullptr) << dlerror();
+    struct Record {
+      int inits, nullLogger, nullConfig, trafficClass, vndevs, vdevs[NCCL_NET_MAX_DEVS_PER_NIC];
+    };
+    const auto* record = static_cast<const Record*>(dlsym(library, "nnsStrictRecord"));
+    ASSERT_NE(record, nullptr);
+
+    void* ctx = nullptr;
+    EXPECT_EQ(net->init(&ctx, 1, nullptr, nullptr, nullptr), ncclSuccess);
+    EXPECT_EQ(record->inits, 1);
+    EXPECT_EQ(record->nullLogger, 0) << "the plugin logs through the logger it was given";
+    if (version == 10) {
+      unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+      void* sendComm = nullptr;
+      ncclNetDeviceHandle_v12_t* devComm = nullptr;
+      EXPECT_EQ(net->connect(ctx, 0, handle, &sendComm, &devComm), ncclInternalError) << "the double moves no data";
+    }
+    if (version >= 10) {
+      EXPECT_EQ(record->nullConfig, 0) << "v10's connect and v11's init read the config";
+      EXPECT_EQ(record->trafficClass, NCCL_NET_TRAFFIC_CLASS_UNDEF);
+    }
+
+    ncclNetVDeviceProps_v12_t props{};
+    props.ndevs = 2;
+    props.devs[0] = 1;
+    props.devs[1] = 0;
+    int d = -1;
+    EXPECT_EQ(net->makeVDevice(&d, &props), ncclSuccess);
+    EXPECT_EQ(d, 2);
+    EXPECT_EQ(record->vndevs, 2);
+    EXPECT_EQ(record->vdevs[0], 1);
+    EXPECT_EQ(record->vdevs[1], 0);
+    if (ctx != nullptr) net->finalize(ctx);
+    dlclose(library);
+  }
 }
 
 // ---- collNet: probed newest first in the net's own library, each version adapted to the v12 view -----------------

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "nccl_net/sdk/log.hpp"
+
 namespace nns::core::detail {
 
 Library::~Library() {
@@ -59,6 +61,29 @@ void warn(const char* plugin, const char* format, ...) {
   std::vsnprintf(text, sizeof(text), format, args);
   va_end(args);
   std::fprintf(stderr, "WARN NET/Loader : plugin %s: %s\n", plugin, text);
+}
+
+// The parameter types of a function-pointer type, to name each version's own SGE / vProps struct.
+template <class F>
+struct ArgsOf;
+template <class R, class... A>
+struct ArgsOf<R (*)(A...)> {
+  using type = std::tuple<A...>;
+};
+template <class F>
+using Args = typename ArgsOf<F>::type;
+// The vProps argument of a table's makeVDevice.
+template <class F>
+using VDevicePropsOf = std::remove_pointer_t<std::tuple_element_t<1, Args<F>>>;
+
+// A v12 vNIC device list in an older version's struct (at most NCCL_NET_MAX_DEVS_PER_NIC_V11 devices, which the
+// caller checks).
+template <class OldProps>
+OldProps narrowVDeviceProps(const ncclNetVDeviceProps_v12_t& props) {
+  OldProps old{};
+  old.ndevs = props.ndevs;
+  for (int i = 0; i < props.ndevs; ++i) old.devs[i] = props.devs[i];
+  return old;
 }
 
 // regMr and regMrDmaBuf as every net and collNet version has them: v6..v7 take an int size (a larger one is an
@@ -154,6 +179,12 @@ class NetAdapter final : public Net {
 
   ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
                     ncclProfilerCallback_t profiler) override {
+    // NCCL always passes a logger and a config, and plugins keep and use both: a caller without them gets the
+    // SDK's stderr logger and a config with the traffic class unset.
+    if (logger == nullptr) logger = nccl_net::sdk::stderrLogger;
+    ncclNetCommConfig_v12_t unset{};
+    unset.trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;
+    if (config == nullptr) config = &unset;
     if constexpr (V == 12) {
       return t_->init(ctx, commId, config, logger, profiler);
     } else if constexpr (V == 11) {
@@ -174,7 +205,7 @@ class NetAdapter final : public Net {
         if (result != ncclSuccess) return result;
         initialised_ = true;
       }
-      if (ctx != nullptr) *ctx = config != nullptr ? new ncclNetCommConfig_v12_t(*config) : nullptr;
+      if (ctx != nullptr) *ctx = new ncclNetCommConfig_v12_t(*config);
       return ncclSuccess;
     }
   }
@@ -300,10 +331,7 @@ class NetAdapter final : public Net {
                NCCL_NET_MAX_DEVS_PER_NIC_V11);
           return ncclInvalidUsage;
         }
-        using OldProps =
-            std::conditional_t<V == 11, ncclNetVDeviceProps_v11_t,
-                               std::conditional_t<V == 10, ncclNetVDeviceProps_v10_t, ncclNetVDeviceProps_v9_t>>;
-        OldProps old{};
+        auto old = narrowVDeviceProps<VDevicePropsOf<decltype(t_->makeVDevice)>>(*props);
         return t_->makeVDevice(d, &old);
       }
     } else {
@@ -364,6 +392,7 @@ class CollNetAdapter final : public CollNet {
   const std::string& path() const override { return library_->path; }
 
   ncclResult_t init(void** ctx, uint64_t commId, ncclDebugLogger_t logger) override {
+    if (logger == nullptr) logger = nccl_net::sdk::stderrLogger;  // as the net's init
     if constexpr (V >= 11) {
       return t_->init(ctx, commId, logger);
     } else {
@@ -506,10 +535,7 @@ class CollNetAdapter final : public CollNet {
                NCCL_NET_MAX_DEVS_PER_NIC_V11);
           return ncclInvalidUsage;
         }
-        using OldProps = std::remove_pointer_t<std::tuple_element_t<1, Args<decltype(t_->makeVDevice)>>>;
-        OldProps old{};
-        old.ndevs = props->ndevs;
-        for (int i = 0; i < props->ndevs; ++i) old.devs[i] = props->devs[i];
+        auto old = narrowVDeviceProps<VDevicePropsOf<decltype(t_->makeVDevice)>>(*props);
         return t_->makeVDevice(d, &old);
       }
     } else {
@@ -528,16 +554,6 @@ class CollNetAdapter final : public CollNet {
   }
 
  private:
-  // The parameter types of a function-pointer type, to name each version's own SGE / vProps struct.
-  template <class F>
-  struct ArgsOf;
-  template <class R, class... A>
-  struct ArgsOf<R (*)(A...)> {
-    using type = std::tuple<A...>;
-  };
-  template <class F>
-  using Args = typename ArgsOf<F>::type;
-
   // v8 carries one scatter-gather part with a 32-bit size; NCCL refuses anything else there (ncclInternalError).
   ncclResult_t narrowSge(const char* function, int n, const ncclNetSGE_v12_t* parts, ncclNetSGE_v8_t* out) {
     if (n != 1 || parts == nullptr || parts[0].size > kLegacyMaxCollBytes) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <sstream>
@@ -51,6 +52,23 @@ std::string resultText(ncclResult_t result) {
                                 "ncclRemoteError",   "ncclInProgress",         "ncclTimeout"};
   int value = static_cast<int>(result);
   return value >= 0 && value < 9 ? names[value] : "ncclResult_t " + std::to_string(value);
+}
+
+// NCCL's check before it assigns a net plugin to a communicator (net.cc's ncclNetCheckDeviceVersion): device 0 must
+// be host-driven, or the UNPACK device at the one version NCCL's kernels speak. Empty when usable, else why not.
+std::string deviceZeroUnusable(Net& net) {
+  ncclNetProperties_v12_t props{};
+  ncclResult_t result = net.getProperties(0, &props);
+  if (result != ncclSuccess) return "getProperties(0) returned " + resultText(result);
+  if (props.netDeviceType == NCCL_NET_DEVICE_HOST) return "";
+  if (props.netDeviceType == NCCL_NET_DEVICE_UNPACK && props.netDeviceVersion == NCCL_NET_DEVICE_UNPACK_VERSION)
+    return "";
+  char reason[160];
+  std::snprintf(reason, sizeof(reason),
+                "device 0 has netDeviceType %d version 0x%x; NCCL takes HOST (0), or UNPACK (1) at version 0x%x only",
+                static_cast<int>(props.netDeviceType), static_cast<unsigned>(props.netDeviceVersion),
+                static_cast<unsigned>(NCCL_NET_DEVICE_UNPACK_VERSION));
+  return reason;
 }
 
 std::vector<int> exportedVersions(void* handle, const char* prefix) {
@@ -265,9 +283,12 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
     }
     int ndev = 0;
     result = net->devices(&ndev);
+    std::string unusable = result != ncclSuccess ? "devices returned " + resultText(result)
+                           : ndev <= 0           ? "no devices"
+                                                 : deviceZeroUnusable(*net);
     net->finalize(ctx);
-    if (result != ncclSuccess || ndev <= 0) {
-      candidate.rejectReason = result != ncclSuccess ? "devices returned " + resultText(result) : "no devices";
+    if (!unusable.empty()) {
+      candidate.rejectReason = unusable;
       out.candidates.push_back(std::move(candidate));
       continue;
     }

@@ -50,6 +50,26 @@ inline void setLogPrefix(const char* prefix) {
   detail::prefixSlot().store(prefix);
 }
 
+// An ncclDebugLogger_t for a host without a logger of its own (a tool, a test), and what SDK plugins print through
+// when the host passed none: WARN (and ABORT) to stderr, INFO, VERSION and TRACE only when NCCL_DEBUG asks for them.
+__attribute__((format(printf, 5, 6))) inline void stderrLogger(ncclDebugLogLevel level, unsigned long flags,
+                                                               const char* file, int line, const char* fmt, ...) {
+  (void)flags, (void)file, (void)line;
+  const int shown = level == NCCL_LOG_ABORT ? static_cast<int>(NCCL_LOG_WARN) : static_cast<int>(level);
+  if (shown > detail::fallbackLevel()) return;
+  char message[1024];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(message, sizeof(message), fmt, args);
+  va_end(args);
+  const char* tag = level == NCCL_LOG_WARN      ? "WARN"
+                    : level == NCCL_LOG_ABORT   ? "ABORT"
+                    : level == NCCL_LOG_TRACE   ? "TRACE"
+                    : level == NCCL_LOG_VERSION ? "VERSION"
+                                                : "INFO";
+  std::fprintf(stderr, "%s %s\n", tag, message);
+}
+
 __attribute__((format(printf, 5, 6))) inline void logMessage(ncclDebugLogLevel level, unsigned long flags,
                                                              const char* file, int line, const char* fmt, ...) {
   char message[1024];
@@ -63,9 +83,7 @@ __attribute__((format(printf, 5, 6))) inline void logMessage(ncclDebugLogLevel l
     host(level, flags, file, line, "%s : %s", prefix, message);
     return;
   }
-  if (static_cast<int>(level) > detail::fallbackLevel()) return;
-  const char* tag = level == NCCL_LOG_WARN ? "WARN" : level == NCCL_LOG_TRACE ? "TRACE" : "INFO";
-  std::fprintf(stderr, "%s %s : %s\n", tag, prefix, message);
+  stderrLogger(level, flags, file, line, "%s : %s", prefix, message);
 }
 
 NCCL_NET_SDK_NAMESPACE_END

@@ -1,0 +1,181 @@
+/* strict_host_plugin.c: a test double of a plugin that trusts its host as NCCL's own example plugin does: it logs
+ * through the logger init was given, reads the config NCCL always passes (init's since v11, connect's in v10), and
+ * takes makeVDevice's device list as given. Built once per version (NNS_STRICT_VERSION, 9..12). Where a careless
+ * plugin would crash on a NULL logger or config, this one refuses with ncclInvalidArgument, and it records what the
+ * host handed it in nnsStrictRecord for loader_test to read. It moves no data: listen, connect (after recording its
+ * config) and the data calls refuse with ncclInternalError. */
+#include <stddef.h>
+#include <string.h>
+
+#include "nccl_net/net.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define V NNS_STRICT_VERSION
+#define CAT4(a, b, c, d) a##b##c##d
+#define VERSIONED(a, b, c, d) CAT4(a, b, c, d)
+#define T(type) VERSIONED(type, _v, V, _t) /* T(ncclNet) is ncclNet_vN_t */
+
+typedef struct {
+  int inits;
+  int nullLogger;   /* an init got a NULL logger */
+  int nullConfig;   /* an init (v11, v12) or a connect (v10) got a NULL config */
+  int trafficClass; /* from the last config seen */
+  int vndevs;       /* the last makeVDevice's list */
+  int vdevs[NCCL_NET_MAX_DEVS_PER_NIC];
+} NnsStrictRecord;
+
+EXPORT NnsStrictRecord nnsStrictRecord;
+
+static ncclDebugLogger_t logFunction;
+
+static ncclResult_t keepLogger(ncclDebugLogger_t logger) {
+  nnsStrictRecord.inits++;
+  if (logger == NULL) {
+    nnsStrictRecord.nullLogger = 1;
+    return ncclInvalidArgument;
+  }
+  logFunction = logger;
+  logFunction(NCCL_LOG_INFO, NCCL_INIT | NCCL_NET, __FILE__, __LINE__, "strict: init through the host's logger");
+  return ncclSuccess;
+}
+
+#if V >= 10
+static ncclResult_t readConfig(const void* config, int trafficClass) {
+  if (config == NULL) {
+    nnsStrictRecord.nullConfig = 1;
+    return ncclInvalidArgument;
+  }
+  nnsStrictRecord.trafficClass = trafficClass;
+  return ncclSuccess;
+}
+#endif
+
+#if V >= 11
+static ncclResult_t init(void** ctx, uint64_t commId, T(ncclNetCommConfig) * config, ncclDebugLogger_t logger,
+                         ncclProfilerCallback_t profiler) {
+  (void)commId, (void)profiler;
+  *ctx = NULL;
+  ncclResult_t result = keepLogger(logger);
+  if (result != ncclSuccess) return result;
+  return readConfig(config, config != NULL ? config->trafficClass : 0);
+}
+#elif V == 10
+static ncclResult_t init(ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {
+  (void)profiler;
+  return keepLogger(logger);
+}
+#else
+static ncclResult_t init(ncclDebugLogger_t logger) {
+  return keepLogger(logger);
+}
+#endif
+
+static ncclResult_t devices(int* ndev) {
+  *ndev = 2;
+  return ncclSuccess;
+}
+
+static ncclResult_t getProperties(int dev, T(ncclNetProperties) * props) {
+  memset(props, 0, sizeof(*props));
+  props->name = dev == 0 ? "strict0" : "strict1";
+  props->ptrSupport = NCCL_PTR_HOST;
+  props->speed = 1000;
+  props->maxComms = 1;
+  props->maxRecvs = 1;
+  return ncclSuccess;
+}
+
+#if V >= 11
+static ncclResult_t listen(void* ctx, int dev, void* handle, void** comm) {
+  return (void)ctx, (void)dev, (void)handle, (void)comm, ncclInternalError;
+}
+static ncclResult_t connect(void* ctx, int dev, void* handle, void** comm, T(ncclNetDeviceHandle) * *devComm) {
+  return (void)ctx, (void)dev, (void)handle, (void)comm, (void)devComm, ncclInternalError;
+}
+#else
+static ncclResult_t listen(int dev, void* handle, void** comm) {
+  return (void)dev, (void)handle, (void)comm, ncclInternalError;
+}
+#if V == 10
+static ncclResult_t connect(int dev, ncclNetCommConfig_v10_t* config, void* handle, void** comm,
+                            ncclNetDeviceHandle_v10_t** devComm) {
+  (void)dev, (void)handle, (void)comm, (void)devComm;
+  ncclResult_t result = readConfig(config, config != NULL ? config->trafficClass : 0);
+  return result != ncclSuccess ? result : ncclInternalError;
+}
+#else
+static ncclResult_t connect(int dev, void* handle, void** comm, ncclNetDeviceHandle_v9_t** devComm) {
+  return (void)dev, (void)handle, (void)comm, (void)devComm, ncclInternalError;
+}
+#endif
+#endif
+
+static ncclResult_t accept(void* listenComm, void** comm, T(ncclNetDeviceHandle) * *devComm) {
+  return (void)listenComm, (void)comm, (void)devComm, ncclInternalError;
+}
+static ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  return (void)comm, (void)data, (void)size, (void)type, (void)mhandle, ncclInternalError;
+}
+static ncclResult_t deregMr(void* comm, void* mhandle) {
+  return (void)comm, (void)mhandle, ncclInternalError;
+}
+#if V >= 10
+static ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request) {
+  return (void)comm, (void)data, (void)size, (void)tag, (void)mhandle, (void)phandle, (void)request, ncclInternalError;
+}
+static ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
+                          void** request) {
+  return (void)comm, (void)n, (void)data, (void)sizes, (void)tags, (void)mhandles, (void)phandles, (void)request,
+         ncclInternalError;
+}
+#else
+static ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, void** request) {
+  return (void)comm, (void)data, (void)size, (void)tag, (void)mhandle, (void)request, ncclInternalError;
+}
+static ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** request) {
+  return (void)comm, (void)n, (void)data, (void)sizes, (void)tags, (void)mhandles, (void)request, ncclInternalError;
+}
+#endif
+static ncclResult_t test(void* request, int* done, int* sizes) {
+  return (void)request, (void)done, (void)sizes, ncclInternalError;
+}
+static ncclResult_t closeComm(void* comm) {
+  return (void)comm, ncclInternalError;
+}
+
+#if V >= 11
+static ncclResult_t finalize(void* ctx) {
+  return (void)ctx, ncclSuccess;
+}
+#endif
+
+static ncclResult_t makeVDevice(int* d, T(ncclNetVDeviceProps) * props) {
+  if (props->ndevs < 1 || props->ndevs > (int)(sizeof(props->devs) / sizeof(props->devs[0])))
+    return ncclInvalidArgument;
+  nnsStrictRecord.vndevs = props->ndevs;
+  for (int i = 0; i < props->ndevs; ++i) nnsStrictRecord.vdevs[i] = props->devs[i];
+  *d = 2;
+  return ncclSuccess;
+}
+
+EXPORT const T(ncclNet) VERSIONED(ncclNetPlugin, _v, V, ) = {
+    .name = "strict-host",
+    .init = init,
+    .devices = devices,
+    .getProperties = getProperties,
+    .listen = listen,
+    .connect = connect,
+    .accept = accept,
+    .regMr = regMr,
+    .deregMr = deregMr,
+    .isend = isend,
+    .irecv = irecv,
+    .test = test,
+    .closeSend = closeComm,
+    .closeRecv = closeComm,
+    .closeListen = closeComm,
+    .makeVDevice = makeVDevice,
+#if V >= 11
+    .finalize = finalize,
+#endif
+};
