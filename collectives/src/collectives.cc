@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -16,18 +17,25 @@ using detail::Call;
 
 namespace {
 
-void checkArguments(ncclDataType_t type, const void* send, const void* recv, size_t count, ncclRedOp_t op = ncclSum) {
-  if (typeSize(type) == 0)
-    throw core::CommError("data type " + std::to_string(static_cast<int>(type)) + " is not supported");
+// `blocks` is how many count-sized blocks the largest buffer holds (the ranks, for all-gather's output and
+// reduce-scatter's input): its bytes must be addressable.
+void checkArguments(ncclDataType_t type, const void* send, const void* recv, size_t count, ncclRedOp_t op = ncclSum,
+                    size_t blocks = 1) {
+  const size_t es = typeSize(type);
+  if (es == 0) throw core::ArgumentError("data type " + std::to_string(static_cast<int>(type)) + " is not supported");
   if (op != ncclSum && op != ncclProd && op != ncclMax && op != ncclMin && op != ncclAvg)
-    throw core::CommError("reduction op " + std::to_string(static_cast<int>(op)) + " is not supported");
-  if (count > 0 && (send == nullptr || recv == nullptr)) throw core::CommError("a buffer is NULL");
+    throw core::ArgumentError("reduction op " + std::to_string(static_cast<int>(op)) + " is not supported");
+  if (count > static_cast<size_t>(PTRDIFF_MAX) / es / blocks)
+    throw core::ArgumentError("a count of " + std::to_string(count) + " elements of " + std::to_string(es) + " bytes" +
+                              (blocks > 1 ? " times " + std::to_string(blocks) + " ranks" : "") +
+                              " is more bytes than a buffer can hold");
+  if (count > 0 && (send == nullptr || recv == nullptr)) throw core::ArgumentError("a buffer is NULL");
 }
 
 void checkRoot(const Communicator& comm, int root) {
   if (root < 0 || root >= comm.size())
-    throw core::CommError("root " + std::to_string(root) + " is not a rank of this communicator of " +
-                          std::to_string(comm.size()));
+    throw core::ArgumentError("root " + std::to_string(root) + " is not a rank of this communicator of " +
+                              std::to_string(comm.size()));
 }
 
 // Part c of `count` elements split over the channels (contiguous, the first parts one element longer).
@@ -41,12 +49,12 @@ std::pair<size_t, size_t> channelPart(size_t count, int channels, int c) {
 // are not pinned serve host buffers only.
 void checkPlacement(const Communicator& comm, KernelLayer& kernels) {
   if (kernels.onDevice() && !comm.slotsDeviceReadable())
-    throw core::CommError("GPU buffers on a communicator whose slots the GPU cannot read (" +
-                          comm.slotMemoryDescription() +
-                          "): make it with CommOptions::slotMemory = nns::cuda::chooseSlotMemory");
+    throw core::ArgumentError("GPU buffers on a communicator whose slots the GPU cannot read (" +
+                              comm.slotMemoryDescription() +
+                              "): make it with CommOptions::slotMemory = nns::cuda::chooseSlotMemory");
   if (!kernels.onDevice() && !comm.slotsHostReadable())
-    throw core::CommError("host buffers on a communicator whose slots are GPU memory (" + comm.slotMemoryDescription() +
-                          ")");
+    throw core::ArgumentError("host buffers on a communicator whose slots are GPU memory (" +
+                              comm.slotMemoryDescription() + ")");
 }
 
 // Working memory where the kernel layer's buffers live: the layer's own (GPU), or the communicator's (host).
@@ -222,7 +230,7 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
 
 void allGather(Communicator& comm, const void* send, void* recv, size_t sendCount, ncclDataType_t type,
                KernelLayer& kernels) {
-  checkArguments(type, send, recv, sendCount);
+  checkArguments(type, send, recv, sendCount, ncclSum, comm.size());
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, ncclSum, kernels);
   comm.submit([&] {
@@ -243,7 +251,7 @@ void allGather(Communicator& comm, const void* send, void* recv, size_t sendCoun
 
 void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recvCount, ncclDataType_t type,
                    ncclRedOp_t op, KernelLayer& kernels) {
-  checkArguments(type, send, recv, recvCount, op);
+  checkArguments(type, send, recv, recvCount, op, comm.size());
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, op, kernels);
   comm.submit([&] {
@@ -311,21 +319,32 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
 
 void sendRecv(Communicator& comm, const std::vector<P2POp>& ops, KernelLayer& kernels) {
   checkPlacement(comm, kernels);
+  // Sends to this rank are matched with its receives from itself, in order, by a copy: a mismatch is this rank's own
+  // error, found before anything moves, so the communicator stays usable.
+  std::vector<const P2POp*> selfSends, selfRecvs;
   for (const auto& op : ops) {
     checkArguments(op.type, op.buffer, op.buffer, op.count);
     if (op.peer < 0 || op.peer >= comm.size())
-      throw core::CommError("peer " + std::to_string(op.peer) + " is not a rank of this communicator of " +
-                            std::to_string(comm.size()));
+      throw core::ArgumentError("peer " + std::to_string(op.peer) + " is not a rank of this communicator of " +
+                                std::to_string(comm.size()));
+    if (op.peer == comm.rank()) (op.kind == P2POp::Send ? selfSends : selfRecvs).push_back(&op);
+  }
+  if (selfSends.size() != selfRecvs.size())
+    throw core::ArgumentError("rank " + std::to_string(comm.rank()) + ": " + std::to_string(selfSends.size()) +
+                              " sends to itself but " + std::to_string(selfRecvs.size()) + " receives from itself");
+  for (size_t i = 0; i < selfSends.size(); ++i) {
+    size_t sendBytes = selfSends[i]->count * typeSize(selfSends[i]->type);
+    size_t recvBytes = selfRecvs[i]->count * typeSize(selfRecvs[i]->type);
+    if (sendBytes != recvBytes)
+      throw core::ArgumentError("rank " + std::to_string(comm.rank()) + ": a send to itself of " +
+                                std::to_string(sendBytes) + " bytes meets a receive of " + std::to_string(recvBytes));
   }
   comm.submit([&] {
-    // Sends to this rank are matched with its receives from itself, in order, by a copy.
-    std::vector<const P2POp*> selfSends, selfRecvs;
     core::Plan plan;
     for (const auto& op : ops) {
       const size_t bytes = op.count * typeSize(op.type);
-      if (op.peer == comm.rank()) {
-        (op.kind == P2POp::Send ? selfSends : selfRecvs).push_back(&op);
-      } else if (op.kind == P2POp::Send) {
+      if (op.peer == comm.rank()) continue;
+      if (op.kind == P2POp::Send) {
         plan.send(op.peer, 0, op.buffer, bytes);
       } else {
         auto* target = static_cast<unsigned char*>(op.buffer);
@@ -337,17 +356,8 @@ void sendRecv(Communicator& comm, const std::vector<P2POp>& ops, KernelLayer& ke
             {}, target);
       }
     }
-    if (selfSends.size() != selfRecvs.size())
-      throw core::CommError("rank " + std::to_string(comm.rank()) + ": " + std::to_string(selfSends.size()) +
-                            " sends to itself but " + std::to_string(selfRecvs.size()) + " receives from itself");
-    for (size_t i = 0; i < selfSends.size(); ++i) {
-      size_t sendBytes = selfSends[i]->count * typeSize(selfSends[i]->type);
-      size_t recvBytes = selfRecvs[i]->count * typeSize(selfRecvs[i]->type);
-      if (sendBytes != recvBytes)
-        throw core::CommError("rank " + std::to_string(comm.rank()) + ": a send to itself of " +
-                              std::to_string(sendBytes) + " bytes meets a receive of " + std::to_string(recvBytes));
-      kernels.copy(selfRecvs[i]->buffer, selfSends[i]->buffer, sendBytes);
-    }
+    for (size_t i = 0; i < selfSends.size(); ++i)
+      kernels.copy(selfRecvs[i]->buffer, selfSends[i]->buffer, selfSends[i]->count * typeSize(selfSends[i]->type));
     comm.run(plan);
   });
 }

@@ -34,10 +34,15 @@ unsigned char* doublingAllReduce(Communicator& comm, core::Plan& plan, const Cal
   auto realRank = [extra](int v) { return v < extra ? 2 * v + 1 : v + extra; };
   const unsigned char* current = in;
   std::vector<core::Plan::RecvRef> currentReady;
-  // One pass per received piece: target = source op piece, and for avg the last one divides.
-  auto reduceInto = [&](unsigned char* target, const unsigned char* source, bool last) {
+  // One pass per received piece: target = source op piece (piece op source where the partner is the lower rank),
+  // and for avg the last one divides. Both partners of an exchange put the lower rank's data first, so both compute
+  // the same bits even where an op's result depends on the order (max and min with a NaN or a signed zero): every
+  // rank ends with the same result, as after a ring or a tree.
+  auto reduceInto = [&](unsigned char* target, const unsigned char* source, bool last, bool sourceFirst = true) {
     return [=, &call](size_t offset, const void* piece, size_t len) {
-      call.kernels->reduceInto(target + offset, source + offset, piece, len / es, call.type, call.op);
+      const void* mine = source + offset;
+      call.kernels->reduceInto(target + offset, sourceFirst ? mine : piece, sourceFirst ? piece : mine, len / es,
+                               call.type, call.op);
       if (last && call.op == ncclAvg) call.kernels->divide(target + offset, len / es, call.type, n);
     };
   };
@@ -53,7 +58,8 @@ unsigned char* doublingAllReduce(Communicator& comm, core::Plan& plan, const Cal
     // an earlier send (to another partner) may not have read yet when this round's pieces arrive.
     const bool last = k == rounds - 1;
     unsigned char* next = last && call.in != call.out ? out : buffer(k + 1);
-    currentReady = {plan.recv(partner, channel, bytes, reduceInto(next, current, last), currentReady)};
+    const bool lower = (virtualRank & (1 << k)) == 0;
+    currentReady = {plan.recv(partner, channel, bytes, reduceInto(next, current, last, lower), currentReady)};
     current = next;
   }
   if (r < 2 * extra) plan.send(r - 1, channel, current, bytes, currentReady);

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nns/coll/collectives.hpp"
@@ -37,12 +38,15 @@ ncclResult_t failWith(ncclResult_t result, const std::string& what) {
   return result;
 }
 
-// Runs `body`, turning exceptions into the error code of their kind: a failed operation (a peer, the plugin, a
-// timeout) is a remote error, anything else a system error.
+// Runs `body`, turning exceptions into the error code of their kind: an argument refused before anything moved is
+// an invalid argument, a failed operation (a peer, the plugin, a timeout) a remote error, anything else a system
+// error.
 ncclResult_t guarded(const std::function<void()>& body) {
   try {
     body();
     return ncclSuccess;
+  } catch (const nns::core::ArgumentError& e) {
+    return failWith(ncclInvalidArgument, e.what());
   } catch (const CommError& e) {
     return failWith(ncclRemoteError, e.what());
   } catch (const std::exception& e) {
@@ -306,12 +310,17 @@ ncclResult_t nnsGroupEnd(void) {
   if (--groupDepth > 0) return ncclSuccess;
   std::vector<Queued> queue;
   queue.swap(groupQueue);
-  ncclResult_t result = ncclSuccess;
-  // Per communicator, in order of first appearance; within one, in call order with point-to-point runs merged.
+  // Per communicator, in call order with point-to-point runs merged; after an error the communicator's remaining
+  // operations are skipped.
   std::vector<nnsComm_t> comms;
   for (const auto& q : queue)
     if (std::find(comms.begin(), comms.end(), q.comm) == comms.end()) comms.push_back(q.comm);
-  for (nnsComm_t comm : comms) {
+  struct Outcome {
+    ncclResult_t result = ncclSuccess;
+    std::string error;
+  };
+  auto runComm = [&queue](nnsComm_t comm) {
+    Outcome outcome;
     std::vector<P2POp> p2p;
     auto flush = [&] {
       if (p2p.empty()) return ncclSuccess;
@@ -320,17 +329,34 @@ ncclResult_t nnsGroupEnd(void) {
       return r;
     };
     for (const auto& q : queue) {
-      if (q.comm != comm || result != ncclSuccess) continue;
+      if (q.comm != comm || outcome.result != ncclSuccess) continue;
       if (q.collective) {
-        result = flush();
-        if (result == ncclSuccess) result = guarded(q.collective);
+        outcome.result = flush();
+        if (outcome.result == ncclSuccess) outcome.result = guarded(q.collective);
       } else {
         p2p.push_back(q.p2p);
       }
     }
-    if (result == ncclSuccess) result = flush();
+    if (outcome.result == ncclSuccess) outcome.result = flush();
+    if (outcome.result != ncclSuccess) outcome.error = lastError;
+    return outcome;
+  };
+  // One thread may drive several communicators in one group (one per rank it holds, as with NCCL): their
+  // operations wait on each other, so each communicator runs on a thread of its own.
+  std::vector<Outcome> outcomes(comms.size());
+  if (comms.size() == 1) {
+    outcomes[0] = runComm(comms[0]);
+  } else {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < comms.size(); ++i) threads.emplace_back([&, i] { outcomes[i] = runComm(comms[i]); });
+    for (auto& thread : threads) thread.join();
   }
-  return result;
+  for (const auto& outcome : outcomes) {
+    if (outcome.result == ncclSuccess) continue;
+    lastError = outcome.error;
+    return outcome.result;
+  }
+  return ncclSuccess;
 }
 
 }  // extern "C"

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -134,4 +135,81 @@ TEST(CApi, AnAbortFailsThePeersWithARemoteError) {
     EXPECT_EQ(async, ncclRemoteError);
     EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
   });
+}
+
+// Refused before anything moves, with ncclInvalidArgument: the communicator stays usable on every rank.
+TEST(CApi, BadArgumentsAreRefusedAndTheCommunicatorStaysUsable) {
+  onRanks(2, [](int rank, nnsComm_t comm) {
+    std::vector<float> data(64, rank + 1.0f), gathered(128);
+    auto refused = [](ncclResult_t result, const char* text) {
+      EXPECT_EQ(result, ncclInvalidArgument) << text;
+      EXPECT_NE(std::string(nnsGetLastError()).find(text), std::string::npos) << nnsGetLastError();
+    };
+    refused(nnsAllReduce(data.data(), data.data(), 64, ncclFloat32, static_cast<ncclRedOp_t>(42), comm, nullptr),
+            "reduction op 42");
+    refused(nnsBroadcast(data.data(), data.data(), 64, ncclFloat32, 7, comm, nullptr), "root 7");
+    refused(nnsSend(data.data(), 64, ncclFloat32, 9, comm, nullptr), "peer 9");
+    refused(nnsAllReduce(nullptr, data.data(), 64, ncclFloat32, ncclSum, comm, nullptr), "a buffer is NULL");
+    // Counts whose bytes wrap around (2^62 + 1 floats would be 4 bytes) or cannot be addressed.
+    refused(nnsAllReduce(data.data(), data.data(), (size_t{1} << 62) + 1, ncclFloat32, ncclSum, comm, nullptr),
+            "more bytes than a buffer can hold");
+    refused(nnsAllGather(data.data(), gathered.data(), size_t{1} << 61, ncclFloat32, comm, nullptr), "times 2 ranks");
+    // A send to itself with no receive from itself is this rank's own mistake.
+    refused(nnsSend(data.data(), 64, ncclFloat32, rank, comm, nullptr), "1 sends to itself but 0 receives");
+    ASSERT_EQ(nnsAllReduce(data.data(), data.data(), 64, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
+        << nnsGetLastError();
+    EXPECT_EQ(data[63], 3.0f);
+    ncclResult_t async = ncclInternalError;
+    ASSERT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess);
+    EXPECT_EQ(async, ncclSuccess);
+    EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  });
+}
+
+// NCCL's pattern of one thread holding a rank of each communicator: one group runs both.
+TEST(CApi, OneThreadDrivesTwoRanksInOneGroup) {
+  std::vector<nnsComm_t> comms(2, nullptr);
+  onRanks(2, [&](int rank, nnsComm_t comm) { comms[rank] = comm; });
+  ASSERT_TRUE(comms[0] != nullptr && comms[1] != nullptr);
+  std::vector<std::vector<int>> data{std::vector<int>(1000, 1), std::vector<int>(1000, 2)};
+  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(nnsAllReduce(data[r].data(), data[r].data(), 1000, ncclInt32, ncclSum, comms[r], nullptr), ncclSuccess);
+  ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+  EXPECT_EQ(data[0][999], 3);
+  EXPECT_EQ(data[1][0], 3);
+  for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+}
+
+// Max and min with a NaN or signed zeros depend on the operands' order; every algorithm still gives every rank the
+// same bits (recursive doubling puts the lower rank first on both sides of each exchange).
+TEST(CApi, MaxAndMinGiveEveryRankTheSameBits) {
+  for (const char* algorithm : {"doubling", "ring", "tree"}) {
+    for (int ranks : {2, 3}) {
+      SCOPED_TRACE(std::string(algorithm) + " on " + std::to_string(ranks) + " ranks");
+      setenv("NNS_ALGO", algorithm, 1);
+      std::vector<std::vector<float>> results(ranks);
+      onRanks(ranks, [&](int rank, nnsComm_t comm) {
+        const float nan = std::nanf("");
+        // Per element: which rank holds the NaN or the -0.0 moves, so each position sees another order.
+        std::vector<float> data(4 * ranks);
+        for (int i = 0; i < 4 * ranks; ++i) {
+          const int special = i % ranks;
+          data[i] = i < 2 * ranks ? (rank == special ? nan : 1.0f) : (rank == special ? -0.0f : 0.0f);
+        }
+        std::vector<float> maxima(data.size()), minima(data.size());
+        ASSERT_EQ(nnsAllReduce(data.data(), maxima.data(), data.size(), ncclFloat32, ncclMax, comm, nullptr),
+                  ncclSuccess);
+        ASSERT_EQ(nnsAllReduce(data.data(), minima.data(), data.size(), ncclFloat32, ncclMin, comm, nullptr),
+                  ncclSuccess);
+        results[rank] = maxima;
+        results[rank].insert(results[rank].end(), minima.begin(), minima.end());
+        EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+      });
+      unsetenv("NNS_ALGO");
+      for (int r = 1; r < ranks; ++r)
+        EXPECT_EQ(std::memcmp(results[r].data(), results[0].data(), results[0].size() * sizeof(float)), 0)
+            << "rank " << r << " differs from rank 0";
+    }
+  }
 }

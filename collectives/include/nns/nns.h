@@ -61,7 +61,8 @@ ncclResult_t nnsSend(const void* sendbuff, size_t count, ncclDataType_t datatype
                      void* stream);
 ncclResult_t nnsRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm, void* stream);
 /* Between these, operations are queued per communicator and run at nnsGroupEnd, in order; consecutive sends and
- * receives progress together (a ring exchange needs a group, as with NCCL). Groups nest. */
+ * receives progress together (a ring exchange needs a group, as with NCCL). Several communicators in one group run
+ * at once, so one thread can drive a rank of each. Groups nest. */
 ncclResult_t nnsGroupStart(void);
 ncclResult_t nnsGroupEnd(void);
 

@@ -72,6 +72,13 @@ class CommError : public std::runtime_error {
   explicit CommError(const std::string& what) : std::runtime_error(what) {}
 };
 
+// Thrown before anything is sent for an argument the call cannot take (a type, an op, a root, a peer, a NULL
+// buffer, a count too large to address): the communicator stays usable.
+class ArgumentError : public CommError {
+ public:
+  explicit ArgumentError(const std::string& what) : CommError(what) {}
+};
+
 // One pipelined step of a schedule: for each connection an ordered list of segments. Both ends of a connection
 // describe the same segments in the same order (the schedules are symmetric), so both cut them into the same
 // pieces. A segment can wait on receive segments of the same plan (of the same size): a send's piece i goes out,
