@@ -156,6 +156,38 @@ TEST(Bootstrap, ARankThatNeverArrivesIsANamedErrorAfterTheTimeout) {
   EXPECT_NE(error.find("rank(s) 1,2 did not arrive within 500 ms"), std::string::npos) << error;
 }
 
+// A root whose accept queue is full drops the SYNs: a blocking connect() would wait out the kernel's retries (about
+// two minutes); the bootstrap gives up at its own timeout.
+TEST(Bootstrap, ARootThatNeverAnswersIsANamedErrorAfterTheTimeout) {
+  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(listener, 0), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));  // EINPROGRESS, or queued
+    fillers.push_back(fd);
+  }
+  core::LaunchInfo info{1, 2, "127.0.0.1", ntohs(address.sin_port), "test"};
+  const auto start = std::chrono::steady_clock::now();
+  std::string error = "no error: rank 0 never answered, yet the bootstrap completed";
+  try {
+    core::Bootstrap bootstrap(info, std::chrono::milliseconds(1000));
+  } catch (const std::runtime_error& e) {
+    error = e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_NE(error.find("could not reach rank 0 at 127.0.0.1:"), std::string::npos) << error;
+  EXPECT_NE(error.find("within 1000 ms"), std::string::npos) << error;
+  for (int fd : fillers) close(fd);
+  close(listener);
+}
+
 TEST(Bootstrap, CountsTheRanksOnThisMachine) {
   // Three ranks, as threads of this process: one machine (one boot id), so each counts three, and the all-gathers
   // after the count still line up.
@@ -321,6 +353,32 @@ std::vector<std::string> onEveryRank(int ranks, const core::CommOptions& options
 }
 
 }  // namespace
+
+// Ranks started with different settings would cut messages differently and read each other's connection handles at
+// the wrong offsets: refused by name on every rank before any connection.
+TEST(Communicator, RanksWithDifferentSettingsAreRefusedByName) {
+  core::LaunchInfo base{0, 2, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  std::vector<std::string> errors(2, "no error");
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      core::LaunchInfo launch = base;
+      launch.rank = r;
+      core::CommOptions options = socketOptions();
+      options.channels = r == 0 ? 4 : 1;
+      try {
+        core::Communicator comm(launch, options);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_NE(errors[0].find("rank 0: rank 1 runs with plugin nns-socket, NNS_NCHANNELS=1,"), std::string::npos)
+      << errors[0];
+  EXPECT_NE(errors[1].find("this rank with plugin nns-socket, NNS_NCHANNELS=1,"), std::string::npos) << errors[1];
+  EXPECT_NE(errors[1].find("every rank needs the same plugin and settings"), std::string::npos) << errors[1];
+}
 
 // What Algorithm::Auto picks by size: recursive doubling to 32 KiB (to 512 KiB on 2 ranks, where it is one exchange
 // against the ring's two steps), then the ring below 8 ranks; NNS_DOUBLING_MAX_BYTES moves the line for any count.

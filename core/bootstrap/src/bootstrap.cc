@@ -55,6 +55,31 @@ int remainingMs(Clock::time_point deadline) {
   return left > 0 ? static_cast<int>(left) : 0;
 }
 
+// connect() that gives up at `deadline` (a root whose accept queue is full drops the SYN, and a blocking connect
+// would wait out the kernel's retries, about two minutes). Returns 0 or the errno.
+int connectBefore(int fd, const sockaddr_storage& address, socklen_t length, Clock::time_point deadline) {
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return errno;
+  int err = 0;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&address), length) != 0) {
+    err = errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int ready;
+      do {
+        ready = poll(&p, 1, remainingMs(deadline));
+      } while (ready < 0 && errno == EINTR);
+      socklen_t size = sizeof(err);
+      if (ready == 0)
+        err = ETIMEDOUT;
+      else if (ready < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &size) != 0)
+        err = errno;
+    }
+  }
+  if (err == 0 && fcntl(fd, F_SETFL, flags) != 0) err = errno;
+  return err;
+}
+
 // With `spin`, polls for that long before sleeping in poll(): the ranks then leave a barrier within microseconds of
 // each other, where a rank woken from its sleep comes back tens of microseconds late and the first collective after
 // the barrier waits for it (MPI's barriers spin too).
@@ -289,16 +314,17 @@ Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
     // Non-root: retry while rank 0 is not listening yet.
     for (;;) {
       int fd = socket(root.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (connect(fd, reinterpret_cast<sockaddr*>(&root), length) == 0) {
+      if (fd < 0) fail(std::string("rank ") + std::to_string(rank_) + ": socket: " + std::strerror(errno));
+      int err = connectBefore(fd, root, length, deadline);
+      if (err == 0) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         rootSocket_ = fd;
         sendAll(fd, &mine, sizeof(mine), deadline);
         break;
       }
-      int err = errno;
       close(fd);
-      if (Clock::now() > deadline)
+      if (Clock::now() >= deadline)
         fail("rank " + std::to_string(rank_) + " could not reach rank 0 at " + info.rootHost + ":" +
              std::to_string(info.rootPort) + " within " + std::to_string(timeout_.count()) +
              " ms: " + std::strerror(err));

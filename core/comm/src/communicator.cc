@@ -169,6 +169,7 @@ void Communicator::connectRing() {
          ")");
 
   if (size_ > 1) {
+    checkSameLayout();
     // One listen per peer and channel, so an accepted connection's peer and channel are known without asking the
     // plugin (ncclNet's accept does not say who connected). Every rank's handles travel in one all-gather.
     const int channels = options_.channels;
@@ -191,6 +192,21 @@ void Communicator::connectRing() {
     }
     establish(ring);
     bootstrap_->barrier();
+  }
+}
+
+// Both ends of a connection cut a message into the same pieces, and the handle exchange below is sized by the channel
+// count: ranks started with different settings would read each other's handles at the wrong offsets. Refused by name.
+void Communicator::checkSameLayout() {
+  char layout[192] = {};
+  std::snprintf(layout, sizeof(layout), "plugin %s, NNS_NCHANNELS=%d, NNS_SLOT_BYTES=%zu, NNS_SLOTS=%d", net_->name(),
+                options_.channels, options_.slotBytes, options_.slots);
+  const std::string mine(layout, sizeof(layout));
+  const auto everyone = bootstrap_->allGather(mine);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (everyone[peer] == mine) continue;
+    fail("rank " + std::to_string(peer) + " runs with " + everyone[peer].c_str() + ", this rank with " + layout +
+         ": every rank needs the same plugin and settings");
   }
 }
 

@@ -243,6 +243,7 @@ class Communicator {
   void progressLoop();
   // Runs one operation (the caller holds busy_); an error fails the communicator unless `always`. Returns the error.
   std::string execute(const std::function<void()>& operation, bool always);
+  void checkSameLayout();
   unsigned char* handleOf(int peer, int channel);
   int deviceOf(int channel) const { return (options_.device + channel) % std::max(devices_, 1); }
 
