@@ -193,6 +193,22 @@ TEST(TopologyRules, FusionGroupsByDistance) {
   EXPECT_THROW(computeFusionGroups(doc.root, PATH_LOC, "mlx5_0,nope"), TopologyError);
 }
 
+TEST(TopologyRules, FusionWalksDevicesInIndexOrderNotFileOrder) {
+  // Six NICs on one switch, listed dev 5 first: groups of at most 4 start from device 0, as NCCL walks indices.
+  std::string nics;
+  for (int dev = 5; dev >= 0; --dev) {
+    char bus[16];
+    std::snprintf(bus, sizeof(bus), "0000:2%d:00.0", 5 - dev);
+    nics += pci(bus, "0x020000", net(dev, "mlx5_" + std::to_string(dev)));
+  }
+  XmlDocument doc =
+      parseXml("<system version=\"1\">" + cpuOpen(0) + pci("0000:10:00.0", "0x060400", nics) + "</cpu></system>");
+  auto groups = computeFusionGroups(doc.root, PATH_PIX);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].devs, ints("0 1 2 3"));
+  EXPECT_EQ(groups[1].devs, ints("4 5"));
+}
+
 TEST(TopologyRules, TrimKeepsTheDomainAndDecidesInter) {
   std::string body = cpuOpen(0) + pci("0000:01:00.0", "0x030200", gpu(0)) + pci("0000:02:00.0", "0x030200", gpu(1)) +
                      pci("0000:03:00.0", "0x020700", net(0)) + "</cpu>";

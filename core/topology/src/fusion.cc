@@ -86,6 +86,9 @@ int netDistance(const XmlElement& root, const XmlElement& a, const XmlElement& b
 
 std::vector<FusionGroup> computeFusionGroups(const XmlElement& root, int mergeLevel, const std::string& forceMerge) {
   std::vector<FusionDevice> devs = listNetDevices(root);
+  // NCCL walks the physical devices by index, which need not be the order of the <net> elements in the file.
+  std::stable_sort(devs.begin(), devs.end(),
+                   [](const FusionDevice& a, const FusionDevice& b) { return a.dev < b.dev; });
   std::vector<bool> placed(devs.size(), false);
   std::vector<FusionGroup> groups;
   auto matches = [](const FusionDevice& d, const std::string& token) {
