@@ -47,6 +47,7 @@ struct Calls {
   size_t reportSize = 0;  // what test() reports
   int vdevs = 1;          // ndevs getProperties reports
   bool throwInListen = false;
+  bool optionalCompletion = false;  // recvCompletionOptional() in the last irecv
 };
 Calls calls;
 
@@ -97,6 +98,7 @@ struct RecordingNet {
     return ncclSuccess;
   }
   ncclResult_t irecv(void*, int n, void**, size_t* sizes, int*, void**, void**, void** request) {
+    calls.optionalCompletion = sdk::recvCompletionOptional();
     for (int i = 0; i < n && i < 4; ++i) calls.lastRecvSizes[i] = sizes[i];
     *request = reinterpret_cast<void*>(0x5);
     return ncclSuccess;
@@ -361,6 +363,26 @@ TEST(Export, IntSizesWidenAndPhandleIsNullBeforeV10) {
   sizes[1] = -1;
   EXPECT_EQ(NetTables<RecordingNet>::v7.irecv(reinterpret_cast<void*>(1), 2, data, sizes, tags, nullptr, &request),
             ncclInvalidArgument);
+}
+
+// NCCL passes NCCL_NET_OPTIONAL_RECV_COMPLETION in *request for LL/LL128 receives: the class can ask for the hint,
+// and *request it sees is cleared either way.
+TEST(Export, TheOptionalRecvCompletionHintReachesTheClass) {
+  char byte = 0;
+  void* data[1] = {&byte};
+  size_t sizes[1] = {1};
+  int tags[1] = {0};
+  void* request = reinterpret_cast<void*>(NCCL_NET_OPTIONAL_RECV_COMPLETION);
+  ASSERT_EQ(
+      NetTables<RecordingNet>::v12.irecv(reinterpret_cast<void*>(1), 1, data, sizes, tags, nullptr, nullptr, &request),
+      ncclSuccess);
+  EXPECT_TRUE(calls.optionalCompletion);
+  EXPECT_EQ(request, reinterpret_cast<void*>(0x5)) << "the class's own request";
+  request = nullptr;
+  ASSERT_EQ(
+      NetTables<RecordingNet>::v12.irecv(reinterpret_cast<void*>(1), 1, data, sizes, tags, nullptr, nullptr, &request),
+      ncclSuccess);
+  EXPECT_FALSE(calls.optionalCompletion);
 }
 
 TEST(Export, CompletedSizeAboveIntMaxIsAnErrorNotATruncation) {

@@ -49,6 +49,20 @@ NCCL_NET_SDK_NAMESPACE_BEGIN
 // Largest n accepted for a grouped irecv (NCCL groups at most NCCL_PROXY_MAX_SUBS = 64 receives).
 inline constexpr int kMaxGroupedRecvs = 64;
 
+namespace detail {
+inline bool& optionalRecvCompletionSlot() {
+  static thread_local bool optional = false;
+  return optional;
+}
+}  // namespace detail
+
+// Inside your irecv: true when the host passed NCCL_NET_OPTIONAL_RECV_COMPLETION in *request (NCCL 2.24+ for
+// LL/LL128 receives, n == 1): it learns of arrival from the data itself and needs no exact completion. The SDK has
+// already set *request to NULL; you still return a request (or NULL to be retried) as always.
+inline bool recvCompletionOptional() {
+  return detail::optionalRecvCompletionSlot();
+}
+
 // What the host told init(). Older hosts lack some of it; the SDK fills the newest meaning.
 struct InitArgs {
   int abiVersion = NCCL_NET_NEWEST_VERSION;         // the ncclNet_vN table the host called through
@@ -439,6 +453,7 @@ struct NetEntry {
                            "irecv: n = %d grouped receives, expected 1..%d", n, kMaxGroupedRecvs);
       NCCL_NET_SDK_REQUIRE(data != nullptr && sizes != nullptr && tags != nullptr, ncclInvalidArgument,
                            "irecv: data, sizes or tags is NULL");
+      detail::optionalRecvCompletionSlot() = *request == reinterpret_cast<void*>(NCCL_NET_OPTIONAL_RECV_COMPLETION);
       *request = nullptr;
       return net().irecv(recvComm, n, data, sizes, tags, mhandles, phandles, request);
     });
