@@ -67,6 +67,8 @@ launcher_refuses "-n 5000" "-n 5000: a rank count"
 launcher_refuses "-n 2 --timeout -1" "--timeout -1: whole seconds"
 launcher_refuses "-n 2 --timeout soon" "--timeout soon: whole seconds"
 launcher_refuses "-n 2 --bind-to cores" "--bind-to cores: spread or none"
+launcher_refuses "-n 2 --kill-after -1" "--kill-after -1: whole seconds"
+launcher_refuses "-n 2 --kill-after 5s" "--kill-after 5s: whole seconds"
 
 # nccl-net-check and nccl-net-perf: a timeout of 0 would fail every rule as hung (the plugin blamed for a typo).
 # nccl-net-perf's sizes go through the same size option as nccl-net-bench's.

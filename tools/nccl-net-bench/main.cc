@@ -108,6 +108,11 @@ double load(const void* buffer, size_t i, ncclDataType_t type) {
   }
 }
 
+// What a buffer holds before the checked run writes it: representable in every type (fp8 rounds it to 96), outside the
+// inputs (0..8, -4..4, 1 and 2) and so every broadcast, allgather, sendrecv, max, min and avg result, and every sum or
+// product of up to 12 ranks.
+constexpr double kSentinel = 99;
+
 double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type, bool isUnsigned) {
   double acc = inputValue(0, i, op, isUnsigned, isFp8(type));
   for (int r = 1; r < n; ++r) {
@@ -315,13 +320,27 @@ int runTool(int argc, char** argv) {
         input = collective == "allgather" ? recvBuffer.data() + rank * perRank * es : recvBuffer.data();
         if (collective == "reducescatter") output = recvBuffer.data() + rank * perRank * es;
       }
-      for (size_t i = 0; i < inputCount; ++i) {
-        size_t element = collective == "allgather" ? rank * perRank + i : i;
-        store(input, i, type,
-              reducing ? inputValue(rank, element, op, isUnsigned, isFp8(type))
-                       : inputValue(rank == root || !rooted ? rank : root, element, ncclSum, true));
-      }
-      upload(input, inputCount * es);
+      // The inputs. Only the root's are read in a broadcast: a non-root's buffer (in place, its output) is left to
+      // the sentinel below, never the root's values, which would pass the check for a broadcast that delivered none.
+      auto writeInputs = [&] {
+        if (collective == "broadcast" && rank != root) return;
+        for (size_t i = 0; i < inputCount; ++i) {
+          size_t element = collective == "allgather" ? rank * perRank + i : i;
+          store(input, i, type,
+                reducing ? inputValue(rank, element, op, isUnsigned, isFp8(type))
+                         : inputValue(rank, element, ncclSum, true));
+        }
+        upload(input, inputCount * es);
+      };
+      // Before the checked run, what it is to write holds a value no input has (and no reduction of up to 12 ranks):
+      // the results of earlier runs left there (the warmup's, the timed ones', in place the other ranks' blocks of an
+      // allgather) must not pass for its own.
+      const size_t outputCount = collective == "reducescatter" ? perRank : count;
+      auto writeSentinel = [&] {
+        for (size_t i = 0; i < outputCount; ++i) store(output, i, type, kSentinel);
+        upload(output, outputCount * es);
+      };
+      writeInputs();
       unsigned char* in = onDevice(input);
       unsigned char* out = onDevice(output);
       auto runOnce = [&] {
@@ -342,21 +361,18 @@ int runTool(int argc, char** argv) {
         else
           coll::reduce(comm, in, out, count, type, op, root, k);
       };
-      // In place, every run overwrites its own input: time the runs, then restore the input for the checked one.
+      // Out of place the checked run is the last timed one; in place every run overwrites its own input, so the runs
+      // are timed, then the input restored for an untimed checked one. Either way the sentinel goes in untimed.
       for (int i = 0; i < warmup; ++i) runOnce();
+      if (check && !inPlace) writeSentinel();
       comm.bootstrap().barrier();
       auto start = Clock::now();
       for (int i = 0; i < iterations; ++i) runOnce();
       double seconds = std::chrono::duration<double>(Clock::now() - start).count() / std::max(iterations, 1);
       long wrong = 0;
       if (check && inPlace) {
-        for (size_t i = 0; i < inputCount; ++i) {
-          size_t element = collective == "allgather" ? rank * perRank + i : i;
-          store(input, i, type,
-                reducing ? inputValue(rank, element, op, isUnsigned, isFp8(type))
-                         : inputValue(rank == root || !rooted ? rank : root, element, ncclSum, true));
-        }
-        upload(input, inputCount * es);
+        writeSentinel();  // first: in place the input lies inside the output
+        writeInputs();
         runOnce();
       }
       if (check) {

@@ -1,19 +1,24 @@
 // nccl-net-run: a local launcher: runs N copies of a command as ranks 0..N-1 on this host (NNS_RANK,
-// NNS_WORLD_SIZE, NNS_ROOT_ADDR), kills them all at the first failure, and exits with that rank's status.
-// Like mpirun, it binds each rank to a share of the CPUs when there are enough for all (--bind-to none: not).
+// NNS_WORLD_SIZE, NNS_ROOT_ADDR), stops them all at the first failure, and exits with that rank's status.
+// Stopping is SIGTERM, then SIGKILL for what is left after a grace period (--kill-after); SIGTERM, SIGINT and
+// SIGHUP sent to the launcher are passed on to the ranks the same way. Like mpirun, it binds each rank to a share
+// of the CPUs when there are enough for all (--bind-to none: not).
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -86,12 +91,20 @@ int rootListener(int ranks, int* port) {
   return fd;
 }
 
+// How long the ranks have between SIGTERM and SIGKILL: long enough to flush output and close connections, short
+// enough that a rank stuck with the signal blocked or ignored does not hold the launcher for good.
+constexpr int kDefaultKillAfterSeconds = 5;
+
 void usage(const char* self) {
   std::fprintf(stderr,
-               "usage: %s -n RANKS [--timeout SECONDS] [--bind-to spread|none] [--report-bindings] COMMAND [ARGS...]\n"
+               "usage: %s -n RANKS [--timeout SECONDS] [--kill-after SECONDS] [--bind-to spread|none]\n"
+               "       [--report-bindings] COMMAND [ARGS...]\n"
+               "  --timeout: kill every rank after this long (0, the default: no limit)\n"
+               "  --kill-after: when a rank fails or the launcher gets SIGTERM, SIGINT or SIGHUP, the ranks get\n"
+               "    SIGTERM (or that signal), then SIGKILL this long after (default %d s)\n"
                "  --bind-to spread (the default): each rank gets its share of the CPUs, spread over the machine's\n"
                "    topology, when there are at least as many CPUs as ranks; none: ranks are not bound\n",
-               self);
+               self, kDefaultKillAfterSeconds);
 }
 
 // Ranks one host can start: far beyond its cores already, and short of the process and descriptor limits.
@@ -107,11 +120,16 @@ bool parseCount(const char* text, long low, long high, int* value) {
   return true;
 }
 
+// The signals it passes on, as the docs name them (sigabbrev_np is glibc 2.32+).
+const char* sigabbrev(int sig) {
+  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "a signal";
+}
+
 }  // namespace
 
 int runTool(int argc, char** argv) {
   int ranks = 0;
-  int timeoutSeconds = 0;
+  int timeoutSeconds = 0, killAfterSeconds = kDefaultKillAfterSeconds;
   bool bind = true, report = false;
   int first = 1;
   while (first < argc && argv[first][0] == '-') {
@@ -126,6 +144,12 @@ int runTool(int argc, char** argv) {
     } else if (flag == "--timeout" && first + 1 < argc) {
       if (!parseCount(argv[first + 1], 0, 1000000, &timeoutSeconds)) {
         std::fprintf(stderr, "nccl-net-run: --timeout %s: whole seconds (0: none)\n", argv[first + 1]);
+        return 2;
+      }
+      first += 2;
+    } else if (flag == "--kill-after" && first + 1 < argc) {
+      if (!parseCount(argv[first + 1], 0, 1000000, &killAfterSeconds)) {
+        std::fprintf(stderr, "nccl-net-run: --kill-after %s: whole seconds (0: SIGKILL at once)\n", argv[first + 1]);
         return 2;
       }
       first += 2;
@@ -165,10 +189,29 @@ int runTool(int argc, char** argv) {
                    cpus.empty() ? ("not bound (" + unbound + ")").c_str()
                                 : ("bound to CPUs " + nns::core::cpuList(cpus[static_cast<size_t>(rank)])).c_str());
   }
+  // The signals the launcher passes on, and SIGCHLD, are blocked from here and taken by sigtimedwait in the wait
+  // loop below: none is lost between two checks, and none arrives while the ranks are being started. One the
+  // launcher was started ignoring (nohup's SIGHUP) stays ignored, by the ranks too, as with any other command.
+  sigset_t waited, original;
+  sigemptyset(&waited);
+  sigaddset(&waited, SIGCHLD);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    struct sigaction current {};
+    if (sigaction(sig, nullptr, &current) == 0 && current.sa_handler != SIG_IGN) sigaddset(&waited, sig);
+  }
+  signal(SIGCHLD, SIG_DFL);  // inherited SIG_IGN would reap the ranks behind waitpid's back
+  sigprocmask(SIG_BLOCK, &waited, &original);
+  const pid_t launcher = getpid();
   std::vector<pid_t> children;
   for (int rank = 0; rank < ranks; ++rank) {
     pid_t pid = fork();
     if (pid == 0) {
+      // Its own process group, so that stopping the rank stops what it started too (a shell's commands).
+      setpgid(0, 0);
+      // A launcher killed outright (SIGKILL: no chance to stop anything) takes its ranks with it.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher) _exit(128 + SIGKILL);
+      sigprocmask(SIG_SETMASK, &original, nullptr);
       if (!cpus.empty() && sched_setaffinity(0, sizeof(cpu_set_t), &cpus[static_cast<size_t>(rank)]) != 0)
         std::fprintf(stderr, "nccl-net-run: rank %d not bound: %s\n", rank, std::strerror(errno));
       setenv("NNS_RANK", std::to_string(rank).c_str(), 1);
@@ -185,35 +228,90 @@ int runTool(int argc, char** argv) {
       std::fprintf(stderr, "nccl-net-run: cannot run %s: %s\n", argv[first], std::strerror(errno));
       _exit(127);
     }
+    if (pid < 0) {
+      std::perror("nccl-net-run: fork");
+      break;  // stop those already started, below
+    }
+    setpgid(pid, pid);  // here too: a signal sent before the child's own setpgid must still reach its group
     children.push_back(pid);
   }
   close(listener);
-  auto start = std::chrono::steady_clock::now();
-  int exitCode = 0;
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  int exitCode = static_cast<int>(children.size()) < ranks ? 1 : 0;
+  // Ranks not yet reaped: only these are signalled, since a reaped rank's pid may already be another process's.
+  std::vector<bool> alive(children.size(), true);
   size_t running = children.size();
+  auto signalRanks = [&](int sig) {
+    for (size_t i = 0; i < children.size(); ++i) {
+      if (!alive[i]) continue;
+      // A rank that left its group (setsid) is still signalled itself.
+      if (kill(-children[i], sig) != 0 && errno == ESRCH) kill(children[i], sig);
+    }
+  };
+  bool timedOut = false, killed = false;
+  Clock::time_point killAt = Clock::time_point::max();  // SIGKILL for what is left: set when stopping begins
+  auto stop = [&](int sig) {
+    signalRanks(sig);
+    if (killAt == Clock::time_point::max()) killAt = Clock::now() + std::chrono::seconds(killAfterSeconds);
+  };
+  if (exitCode != 0) stop(SIGTERM);
   while (running > 0) {
     int status = 0;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid == 0) {
-      if (timeoutSeconds > 0 && std::chrono::steady_clock::now() - start > std::chrono::seconds(timeoutSeconds)) {
-        std::fprintf(stderr, "nccl-net-run: timeout after %d s, killing all ranks\n", timeoutSeconds);
-        for (pid_t child : children) kill(child, SIGKILL);
-        if (exitCode == 0) exitCode = 124;
+    pid_t pid = 0;
+    while (running > 0 && (pid = waitpid(-1, &status, WNOHANG)) > 0) {
+      --running;
+      int rank = -1;
+      for (size_t i = 0; i < children.size(); ++i)
+        if (children[i] == pid) {
+          rank = static_cast<int>(i);
+          alive[i] = false;
+        }
+      int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (code != 0 && exitCode == 0) {
+        exitCode = code;
+        std::fprintf(stderr, "nccl-net-run: rank %d failed (status %d); stopping the others\n", rank, code);
+        stop(SIGTERM);
       }
-      usleep(10000);
-      continue;
     }
-    if (pid < 0) break;
-    --running;
-    int rank = -1;
-    for (size_t i = 0; i < children.size(); ++i)
-      if (children[i] == pid) rank = static_cast<int>(i);
-    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (code != 0 && exitCode == 0) {
-      exitCode = code;
-      std::fprintf(stderr, "nccl-net-run: rank %d failed (status %d); stopping the others\n", rank, code);
-      for (pid_t child : children)
-        if (child != pid) kill(child, SIGTERM);
+    if (running == 0 || pid < 0) break;  // pid < 0: no child left to wait for (cannot be while ranks run)
+    const auto now = Clock::now();
+    const auto deadline = timeoutSeconds > 0 ? start + std::chrono::seconds(timeoutSeconds) : Clock::time_point::max();
+    if (!timedOut && now >= deadline) {
+      timedOut = killed = true;
+      std::fprintf(stderr, "nccl-net-run: timeout after %d s, killing all ranks\n", timeoutSeconds);
+      signalRanks(SIGKILL);
+      if (exitCode == 0) exitCode = 124;
+    }
+    if (!killed && now >= killAt) {
+      killed = true;
+      std::fprintf(stderr, "nccl-net-run: %zu rank(s) still running %d s after being told to stop; killing them\n",
+                   running, killAfterSeconds);
+      signalRanks(SIGKILL);
+    }
+    // Sleep until a rank ends, a signal comes, or the next deadline; after SIGKILL only the ranks' ends are left.
+    siginfo_t info;
+    int sig;
+    const auto next = killed ? Clock::time_point::max() : std::min(deadline, killAt);
+    if (next == Clock::time_point::max()) {
+      sig = sigwaitinfo(&waited, &info);
+    } else {
+      const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(next - now).count() + 1;
+      const timespec ts{static_cast<time_t>(wait / 1000000000), static_cast<long>(wait % 1000000000)};
+      sig = sigtimedwait(&waited, &info, &ts);
+    }
+    if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
+      if (exitCode == 0) exitCode = 128 + sig;
+      if (killAt == Clock::time_point::max()) {
+        std::fprintf(stderr, "nccl-net-run: got %s; passing it to the ranks (SIGKILL in %d s)\n", sigabbrev(sig),
+                     killAfterSeconds);
+        stop(sig);
+      } else if (!killed) {
+        // Told twice (a second Ctrl-C): the user will not wait out the grace period.
+        killed = true;
+        std::fprintf(stderr, "nccl-net-run: got %s while stopping; killing the ranks\n", sigabbrev(sig));
+        signalRanks(SIGKILL);
+      }
     }
   }
   return exitCode;

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# launcher_signals_test.sh BIN_DIR: nccl-net-run never leaves a rank behind: SIGTERM, SIGINT and SIGHUP sent to it
+# are passed on to every rank and it exits 128+signal; a rank that ignores SIGTERM (after a failure, a signal or
+# --timeout) is killed --kill-after seconds later instead of holding the launcher until it ends on its own; a second
+# signal kills at once; and a launcher killed outright takes its ranks with it.
+set -u
+run="$1/nccl-net-run"
+dir=$(mktemp -d)
+trap 'kill -KILL $(cat "$dir"/*.pid 2>/dev/null) 2>/dev/null; rm -rf "$dir"' EXIT
+set -m  # background jobs keep SIGINT (without job control bash starts them with it ignored, and so would the ranks)
+failures=0
+fail() {
+  echo "FAILED: $*"
+  failures=$((failures + 1))
+}
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# script CASE [SIGNALS]: what each rank runs (sh -c): writes its pid to DIR/CASE.RANK.pid, then sleeps 60 s (the
+# same process, so that pid is what must die) with SIGNALS ignored.
+script() { echo "${2:+trap '' $2; }echo \$\$ > $dir/$1.\$NNS_RANK.pid; exec sleep 60"; }
+# started CASE N: waits (up to 10 s) until N ranks of CASE have written their pids.
+started() {
+  for _ in $(seq 100); do
+    [ "$(ls "$dir"/"$1".*.pid 2>/dev/null | wc -l)" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# none_left CASE: no rank of CASE is still running (a zombie is dead: once the launcher is gone, reaping an orphan is
+# up to PID 1, which in some containers never does).
+none_left() {
+  local pid
+  for pid in $(cat "$dir"/"$1".*.pid 2>/dev/null); do
+    if kill -0 "$pid" 2>/dev/null && [[ "$(ps -o stat= -p "$pid")" != Z* ]]; then
+      fail "$1: rank pid $pid is still running after the launcher ended"
+      kill -KILL "$pid" 2>/dev/null
+    fi
+  done
+}
+# expect CASE STATUS WANT SECONDS MIN_MS MAX_MS: the launcher's status and how long it took.
+expect() {
+  [ "$2" -eq "$3" ] || fail "$1: launcher exit status $2, expected $3"
+  [ "$4" -ge "$5" ] && [ "$4" -le "$6" ] || fail "$1: took $4 ms, expected $5..$6"
+}
+
+# SIGTERM to the launcher: passed on, the ranks end, 143.
+$run -n 2 sh -c "$(script term)" 2>"$dir/term.err" &
+launcher=$!
+started term 2 || fail "term: the ranks did not start"
+t0=$(now_ms)
+kill -TERM $launcher
+wait $launcher
+expect term $? 143 $(($(now_ms) - t0)) 0 3000
+grep -q "got SIGTERM" "$dir/term.err" || fail "term: no message: $(cat "$dir/term.err")"
+none_left term
+
+# SIGTERM with ranks that ignore it: SIGKILL --kill-after 1 s later.
+$run -n 2 --kill-after 1 sh -c "$(script ignored TERM)" 2>"$dir/ignored.err" &
+launcher=$!
+started ignored 2 || fail "ignored: the ranks did not start"
+t0=$(now_ms)
+kill -TERM $launcher
+wait $launcher
+expect ignored $? 143 $(($(now_ms) - t0)) 900 4000
+grep -q "2 rank(s) still running 1 s after" "$dir/ignored.err" || fail "ignored: no message: $(cat "$dir/ignored.err")"
+none_left ignored
+
+# A failed rank: the other ignores SIGTERM, is killed 1 s later, and the launcher exits with the failed rank's status.
+t0=$(now_ms)
+$run -n 2 --kill-after 1 sh -c "if [ \$NNS_RANK = 0 ]; then sleep 0.5; exit 5; fi; $(script failed TERM)" \
+  2>"$dir/failed.err"
+expect failed $? 5 $(($(now_ms) - t0)) 1400 5000
+grep -q "rank 0 failed (status 5)" "$dir/failed.err" || fail "failed: no message: $(cat "$dir/failed.err")"
+none_left failed
+
+# SIGINT twice (Ctrl-C twice) with ranks that ignore SIGINT and SIGTERM: the second kills at once, not 10 s later.
+$run -n 2 --kill-after 10 sh -c "$(script twice "INT TERM")" 2>"$dir/twice.err" &
+launcher=$!
+started twice 2 || fail "twice: the ranks did not start"
+t0=$(now_ms)
+kill -INT $launcher
+sleep 0.3
+kill -INT $launcher
+wait $launcher
+expect twice $? 130 $(($(now_ms) - t0)) 0 3000
+none_left twice
+
+# SIGHUP: 129.
+$run -n 2 sh -c "$(script hup)" 2>/dev/null &
+launcher=$!
+started hup 2 || fail "hup: the ranks did not start"
+t0=$(now_ms)
+kill -HUP $launcher
+wait $launcher
+expect hup $? 129 $(($(now_ms) - t0)) 0 3000
+none_left hup
+
+# --timeout with ranks that ignore SIGTERM: killed, 124, said once.
+t0=$(now_ms)
+$run -n 2 --timeout 1 sh -c "$(script timeout TERM)" 2>"$dir/timeout.err"
+expect timeout $? 124 $(($(now_ms) - t0)) 900 4000
+[ "$(grep -c "timeout after" "$dir/timeout.err")" = 1 ] || fail "timeout: said other than once: $(cat "$dir/timeout.err")"
+none_left timeout
+
+# The launcher killed outright (SIGKILL, nothing it can pass on): its ranks die with it.
+$run -n 2 sh -c "$(script orphaned)" 2>/dev/null &
+launcher=$!
+started orphaned 2 || fail "orphaned: the ranks did not start"
+kill -KILL $launcher
+wait $launcher 2>/dev/null
+sleep 0.5
+none_left orphaned
+
+[ "$failures" -eq 0 ] && echo "PASS: nccl-net-run stops every rank on SIGTERM, SIGINT, SIGHUP, a failure and --timeout"
+exit $((failures > 0))
