@@ -580,9 +580,15 @@ bool ensureFlushQps(RecvComm* comm, std::string* error) {
       return false;
     }
     dev.flushQp = createQp(dev.port, dev.flushCq, kSlots * 2, 1, error);
-    if (dev.flushQp == nullptr) return false;
-    if (!connectQp(dev.flushQp, dev.port, describeQp(dev.flushQp, d, dev.port), params().trafficClass, error))
+    if (dev.flushQp == nullptr ||
+        !connectQp(dev.flushQp, dev.port, describeQp(dev.flushQp, d, dev.port), params().trafficClass, error)) {
+      // A non-NULL flushQp means "connected and ready" to later calls and to iflush: leave nothing half-made.
+      if (dev.flushQp != nullptr) verbs().destroyQp(dev.flushQp);
+      verbs().destroyCq(dev.flushCq);
+      dev.flushQp = nullptr;
+      dev.flushCq = nullptr;
       return false;
+    }
   }
   return true;
 }
@@ -814,6 +820,9 @@ struct Transfer {
 struct PendingConnect {
   enum Stage { kConnecting, kSendInfo, kRecvInfo, kSendReady } stage = kConnecting;
   sdk::TcpConnector connector;
+  // The whole handshake's, not just the TCP connect's: a listener that accepts and never answers must not hold a
+  // connect (and its QPs and CQs) forever.
+  Clock::time_point deadline{};
   int dev = 0;
   int trafficClass = 0;
   uint32_t remoteDevs = 1;
@@ -835,6 +844,21 @@ struct PendingAccept {
   uint32_t ready = 0;
   Transfer transfer;
 };
+
+// Where a connect that ran out of time was stuck, for its WARN.
+std::string pendingConnectWhere(const PendingConnect* p) {
+  switch (p->stage) {
+    case PendingConnect::kConnecting:
+      return "the TCP connect did not complete" +
+             (p->connector.error().empty() ? std::string() : " (last error: " + p->connector.error() + ")");
+    case PendingConnect::kSendInfo: return "the listener did not take our QP info";
+    case PendingConnect::kRecvInfo:
+      return "the listener accepted the TCP connection but sent no QP info (not an nns-ib listener, or its process "
+             "stopped calling accept)";
+    case PendingConnect::kSendReady: return "the listener did not take our ready";
+  }
+  return "";
+}
 
 std::string ioFailure(sdk::IoStatus status, int error) {
   return status == sdk::IoStatus::kClosed ? std::string("the peer closed the connection") : errnoText(error);
@@ -1044,10 +1068,19 @@ class IbNet {
       pending->trafficClass = ctx != nullptr ? static_cast<Context*>(ctx)->trafficClass : params().trafficClass;
       pending->connector.start(payload.address, sdk::SocketAddress{},
                                std::chrono::milliseconds(params().connectTimeoutMs), std::chrono::milliseconds(50));
+      // Set after the connector's own (same length), so a TCP connect that never completes reports its last error.
+      pending->deadline = Clock::now() + std::chrono::milliseconds(params().connectTimeoutMs);
       Stage::set(handle, pending);
     }
     std::string error;
     ncclResult_t result = connectStep(pending, &error);
+    bool connected = result == ncclSuccess && error.empty() && pending->stage == PendingConnect::kSendReady &&
+                     pending->transfer.offset == sizeof(uint32_t);
+    if (result == ncclSuccess && error.empty() && !connected && Clock::now() > pending->deadline) {
+      error = "no connection within " + std::to_string(params().connectTimeoutMs) +
+              " ms (NNS_IB_CONNECT_TIMEOUT_MS): " + pendingConnectWhere(pending);
+      result = ncclRemoteError;
+    }
     if (result != ncclSuccess || !error.empty()) {
       NCCL_NET_WARN("connect to %s: %s", pending->connector.remote().toString().c_str(), error.c_str());
       if (pending->comm != nullptr) destroyComm(pending->comm);
@@ -1055,7 +1088,7 @@ class IbNet {
       delete pending;
       return result != ncclSuccess ? result : ncclSystemError;
     }
-    if (pending->stage == PendingConnect::kSendReady && pending->transfer.offset == sizeof(uint32_t)) {
+    if (connected) {
       *sendComm = pending->comm;
       NCCL_NET_INFO(NCCL_NET, "connected to %s with %d QP(s)", pending->comm->peer.c_str(), pending->comm->nqps);
       Stage::clear(handle);
@@ -1093,9 +1126,19 @@ class IbNet {
       bool finished = false;
       error.clear();
       ncclResult_t result = acceptStep(listen, p, &finished, &error);
-      if (result == ncclSuccess && error.empty() && !finished && !p->identified && Clock::now() - p->since > timeout)
-        error = "sent no connection info within " + std::to_string(params().connectTimeoutMs) +
-                " ms (NNS_IB_CONNECT_TIMEOUT_MS)";
+      // An identified sender gets the same bound for the whole handshake: its own connect gives up after
+      // NNS_IB_CONNECT_TIMEOUT_MS from before our accept, so waiting longer for its ready could only wait for a
+      // process that is stopped or gone without closing the socket.
+      if (result == ncclSuccess && error.empty() && !finished && Clock::now() - p->since > timeout) {
+        if (p->identified) {
+          error = "identified itself but did not finish the handshake within " +
+                  std::to_string(params().connectTimeoutMs) + " ms (NNS_IB_CONNECT_TIMEOUT_MS)";
+          result = ncclRemoteError;
+        } else {
+          error = "sent no connection info within " + std::to_string(params().connectTimeoutMs) +
+                  " ms (NNS_IB_CONNECT_TIMEOUT_MS)";
+        }
+      }
       if (result == ncclSuccess && error.empty() && !finished) {
         ++i;
         continue;
@@ -1151,13 +1194,15 @@ class IbNet {
     }
     int slotIndex = static_cast<int>(comm->sequence % kSlots);
     SendSlot& slot = comm->slots[slotIndex];
+    // Every NULL answer below goes through checkSideChannel: NCCL retries isend until it gets a request, and a
+    // receiver that died before posting leaves no request for test() to fail, so only the side channel tells.
     if (slot.pendingCompletions > 0) {
       NCCL_NET_CHECK(progressSend(comm));  // this slot's previous round has not completed locally yet
-      if (slot.pendingCompletions > 0) return ncclSuccess;
+      if (slot.pendingCompletions > 0) return checkSideChannel(comm);
     }
     const FifoEntry* entries = comm->control->fifo[slotIndex];
     uint64_t expected = comm->sequence + 1;
-    if (loadAcquire(&entries[0].idx) != expected) return ncclSuccess;  // receiver has not posted yet
+    if (loadAcquire(&entries[0].idx) != expected) return checkSideChannel(comm);  // receiver has not posted yet
     if (slot.nreqs == 0) {
       uint32_t nreqs = loadAcquire(&entries[0].nreqs);
       if (nreqs < 1 || nreqs > kMaxRecvs)
@@ -1167,7 +1212,7 @@ class IbNet {
       slot.nreqs = static_cast<int>(nreqs);
     }
     for (int r = 1; r < slot.nreqs; ++r)
-      if (loadAcquire(&entries[r].idx) != expected) return ncclSuccess;  // rest of the slot still in flight
+      if (loadAcquire(&entries[r].idx) != expected) return checkSideChannel(comm);  // rest of the slot in flight
     int match = -1;
     for (int r = 0; r < slot.nreqs; ++r) {
       if (slot.reqs[r] == nullptr && entries[r].tag == tag) {
@@ -1175,7 +1220,7 @@ class IbNet {
         break;
       }
     }
-    if (match < 0) return ncclSuccess;  // no receive with this tag in the current slot (yet)
+    if (match < 0) return checkSideChannel(comm);  // no receive with this tag in the current slot (yet)
     if (size > entries[match].size)
       return fail(comm, ncclInvalidUsage,
                   "message of " + std::to_string(size) + " bytes (tag " + std::to_string(tag) +
@@ -1188,7 +1233,7 @@ class IbNet {
       return ncclInvalidArgument;
     }
     Request* req = comm->requests.acquire();
-    if (req == nullptr) return ncclSuccess;
+    if (req == nullptr) return checkSideChannel(comm);
     req->kind = Request::kSend;
     req->comm = comm;
     req->slot = slotIndex;

@@ -478,6 +478,24 @@ void onRecvDone(void* ucx, ucs_status_t status, const ucp_tag_recv_info_t* info,
   ucp_request_free(ucx);
 }
 
+// Cancels the first `posted` subs of a receive the caller never got and returns it to the pool once no UCX callback
+// can reach it any more. A sub that already matched a message cannot be cancelled and completes on its own, which
+// NNS_UCX_CLOSE_TIMEOUT_MS bounds; one still in flight after that keeps the request live, and destroyComm deals with
+// it (cancelling and waiting again before the worker goes).
+void abandonReceives(Comm* comm, Request* req, int posted) {
+  req->count = posted;
+  for (int i = 0; i < posted; ++i)
+    if (req->subs[i].ucx != nullptr) ucp_request_cancel(comm->worker, req->subs[i].ucx);
+  auto inFlight = [&] {
+    for (int i = 0; i < posted; ++i)
+      if (req->subs[i].ucx != nullptr) return true;
+    return false;
+  };
+  auto deadline = Clock::now() + std::chrono::milliseconds(Config::get().closeTimeoutMs);
+  while (inFlight() && Clock::now() < deadline) progress(comm);
+  if (!inFlight()) comm->requests.release(req);
+}
+
 ncclResult_t commFailed(Comm* comm, const char* what) {
   NCCL_NET_WARN("%s on the %s comm to %s: the connection failed earlier (%s)", what, comm->isSend ? "send" : "receive",
                 comm->peer.c_str(), ucs_status_string(static_cast<ucs_status_t>(comm->failure.load())));
@@ -800,14 +818,16 @@ class UcxNet {
       ucs_status_ptr_t posted =
           ucp_tag_recv_nbx(comm->worker, data[i], sizes[i], comm->tagFor(tags[i]), ~static_cast<ucp_tag_t>(0), &param);
       if (UCS_PTR_IS_ERR(posted)) {
-        // Earlier subs are in flight: leave the request live (closeRecv cancels them) and fail the comm.
-        sub.done = true;
-        sub.status = UCS_PTR_STATUS(posted);
-        for (int rest = i + 1; rest < n; ++rest) req->subs[rest].done = true;
         NCCL_NET_WARN("irecv %d/%d of %zu bytes: %s", i, n, sizes[i], ucs_status_string(UCS_PTR_STATUS(posted)));
+        // The caller gets no request, so nothing would ever complete or free subs 0..i-1, and a message meant for
+        // this group could land in one of them: fail the comm (NCCL aborts on the error) and take the subs back.
+        markFailed(comm, UCS_PTR_STATUS(posted), "irecv could not post a receive, failing the comm as if");
+        abandonReceives(comm, req, i);
         return ncclSystemError;
       }
-      sub.ucx = posted;
+      // With NO_IMM_CMPL a receive that matched an arrived message has run onRecvDone (which freed the UCP request)
+      // before ucp_tag_recv_nbx returned: keep no handle to it.
+      if (!sub.done) sub.ucx = posted;
     }
     *request = req;
     return ncclSuccess;

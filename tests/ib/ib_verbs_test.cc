@@ -1,7 +1,9 @@
 // ib_verbs_test.cc: the nns-ib plugin on real verbs (soft-RoCE in the rxe VM: rxe0 on veth0, rxe1 on veth1): two
 // processes through every ABI version, random sizes with grouped receives on one device, across two and through a
-// fused vNIC, the RDMA READ flush, and faults (link down mid-transfer, peer killed) ending in an error in bounded time.
+// fused vNIC, the RDMA READ flush, and faults (link down mid-transfer, peer killed, a receiver closed before posting,
+// handshakes that never finish) ending in an error in bounded time.
 // Skips where the host has no RDMA device (run it through tests/ib/rxe-vm/run-rxe-vm.sh).
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -644,6 +646,156 @@ TEST(IbVerbs, StrangersOnTheListenPortAreDroppedAndRealSendersStillConnect) {
   EXPECT_FALSE(r.timedOut);
   EXPECT_EQ(r.first, 0) << "receiver";
   EXPECT_EQ(r.second, 0) << "sender";
+}
+
+// ---- peers that go away or never answer ----------------------------------------------------------------------------
+// The receiver closes its comm before posting any receive (its process lives on): the sender's retried isend, which
+// has no request for test() to fail, must still report the dead peer, within the side channel's 100 ms check plus
+// slack for the VM.
+int closingReceiver(const Channel& channel) {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  void *comm = nullptr, *listenComm = nullptr;
+  CHILD_CHECK(peer.acceptFrom(channel, 0, &comm, &listenComm));
+  CHILD_CHECK(peer.net->closeRecv(comm));
+  char closed = 1;
+  CHILD_EXPECT(channel.sendValue(closed), "could not tell the sender");
+  char done = 0;
+  CHILD_EXPECT(channel.recvValue(&done), "the sender did not finish");
+  CHILD_CHECK(peer.net->closeListen(listenComm));
+  return 0;
+}
+
+int senderOfClosedReceiver(const Channel& channel) {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  void* comm = nullptr;
+  CHILD_CHECK(peer.connectTo(channel, 0, &comm));
+  std::vector<unsigned char> buffer(4096);
+  void* mh = nullptr;
+  CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
+  char closed = 0;
+  CHILD_EXPECT(channel.recvValue(&closed), "the receiver did not close");
+  auto start = Clock::now();
+  ncclResult_t result = ncclSuccess;
+  void* request = nullptr;
+  while (result == ncclSuccess && request == nullptr && Clock::now() - start < std::chrono::seconds(10)) {
+    result = peer.net->isend(comm, buffer.data(), buffer.size(), 1, mh, nullptr, &request);
+    sched_yield();
+  }
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("ib-test: isend to a closed receiver: result %d, request %p after %.3f s\n", static_cast<int>(result),
+              request, seconds);
+  CHILD_EXPECT(request == nullptr, "isend handed out a request although the receiver posted nothing");
+  CHILD_EXPECT(result == ncclRemoteError, "isend kept answering NULL for %.1f s (result %d)", seconds,
+               static_cast<int>(result));
+  CHILD_EXPECT(seconds < 2.0, "the dead receiver was noticed only after %.2f s", seconds);
+  CHILD_EXPECT(warnedAbout("the peer closed the connection"), "no WARN explained the error");
+  char done = 1;
+  channel.sendValue(done);
+  CHILD_CHECK(peer.net->deregMr(comm, mh));
+  CHILD_CHECK(peer.net->closeSend(comm));
+  return 0;
+}
+
+TEST(IbVerbs, IsendAfterTheReceiverClosedFailsWithinBound) {
+  REQUIRE_RXE(1);
+  PairResult r =
+      runPair(baseEnv("=rxe0"), closingReceiver, baseEnv("=rxe0"), senderOfClosedReceiver, std::chrono::seconds(60));
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.first, 0) << "receiver";
+  EXPECT_EQ(r.second, 0) << "sender";
+}
+
+int openFds() {
+  int count = 0;
+  for (int fd = 0; fd < 4096; ++fd)
+    if (fcntl(fd, F_GETFD) != -1) ++count;
+  return count;
+}
+
+// Connects to a listen comm whose owner never calls accept: the kernel completes the TCP handshake from the listen
+// backlog, so only the handshake's own deadline can end the connect. NNS_IB_CONNECT_TIMEOUT_MS is 1 s here.
+int connectToSilentListener() {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* listenComm = nullptr;
+  CHILD_CHECK(peer.net->listen(peer.ctx, 0, handle, &listenComm));
+  const int fdsBefore = openFds();
+  void* comm = nullptr;
+  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+  ncclResult_t result = ncclSuccess;
+  auto start = Clock::now();
+  while (result == ncclSuccess && comm == nullptr && Clock::now() - start < std::chrono::seconds(30)) {
+    result = peer.net->connect(peer.ctx, 0, handle, &comm, &devHandle);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("ib-test: connect to a listener that never accepts: result %d, comm %p after %.2f s\n",
+              static_cast<int>(result), comm, seconds);
+  CHILD_EXPECT(comm == nullptr, "connected although nobody accepted");
+  CHILD_EXPECT(result != ncclSuccess, "connect still pending after %.1f s", seconds);
+  CHILD_EXPECT(seconds >= 0.9 && seconds < 5.0, "connect failed after %.2f s, not after NNS_IB_CONNECT_TIMEOUT_MS",
+               seconds);
+  CHILD_EXPECT(warnedAbout("NNS_IB_CONNECT_TIMEOUT_MS"), "no WARN named the timeout");
+  CHILD_EXPECT(openFds() == fdsBefore, "the failed connect left %d descriptor(s) open", openFds() - fdsBefore);
+  CHILD_CHECK(peer.net->closeListen(listenComm));
+  return 0;
+}
+
+TEST(IbVerbs, ConnectToAListenerThatNeverAnswersFailsAfterConnectTimeout) {
+  REQUIRE_RXE(1);
+  Env env = baseEnv("=rxe0");
+  env.emplace_back("NNS_IB_CONNECT_TIMEOUT_MS", "1000");
+  EXPECT_EQ(inChild(env, connectToSilentListener), 0);
+}
+
+// A sender that identified itself and then stopped (its process stopped calling connect): accept must not wait for
+// its "ready" forever but fail after NNS_IB_CONNECT_TIMEOUT_MS (1 s here). One process: connect is driven until its
+// info is in the socket, then only accept.
+int acceptFromStalledSender() {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void *listenComm = nullptr, *sendComm = nullptr, *recvComm = nullptr;
+  CHILD_CHECK(peer.net->listen(peer.ctx, 0, handle, &listenComm));
+  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+  for (auto until = Clock::now() + std::chrono::milliseconds(200); Clock::now() < until;) {
+    CHILD_CHECK(peer.net->connect(peer.ctx, 0, handle, &sendComm, &devHandle));
+    CHILD_EXPECT(sendComm == nullptr, "connected without accept");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ncclResult_t result = ncclSuccess;
+  auto start = Clock::now();
+  while (result == ncclSuccess && recvComm == nullptr && Clock::now() - start < std::chrono::seconds(30)) {
+    result = peer.net->accept(listenComm, &recvComm, &devHandle);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("ib-test: accept from a sender that stopped after identifying: result %d, comm %p after %.2f s\n",
+              static_cast<int>(result), recvComm, seconds);
+  CHILD_EXPECT(recvComm == nullptr, "accepted a sender that never said ready");
+  CHILD_EXPECT(result == ncclRemoteError, "accept still pending after %.1f s (result %d)", seconds,
+               static_cast<int>(result));
+  CHILD_EXPECT(seconds < 5.0, "accept failed only after %.2f s", seconds);
+  CHILD_EXPECT(warnedAbout("did not finish the handshake"), "no WARN explained the failed accept");
+  // Whatever the abandoned connect makes of it now (an error, or a comm the first transfer would fail), it ends.
+  result = ncclSuccess;
+  for (auto until = Clock::now() + std::chrono::seconds(10);
+       result == ncclSuccess && sendComm == nullptr && Clock::now() < until;)
+    result = peer.net->connect(peer.ctx, 0, handle, &sendComm, &devHandle);
+  CHILD_EXPECT(result != ncclSuccess || sendComm != nullptr, "the abandoned connect never ended");
+  if (sendComm != nullptr) CHILD_CHECK(peer.net->closeSend(sendComm));
+  CHILD_CHECK(peer.net->closeListen(listenComm));
+  return 0;
+}
+
+TEST(IbVerbs, AcceptFromASenderThatStopsAfterIdentifyingFailsAfterConnectTimeout) {
+  REQUIRE_RXE(1);
+  Env env = baseEnv("=rxe0");
+  env.emplace_back("NNS_IB_CONNECT_TIMEOUT_MS", "1000");
+  EXPECT_EQ(inChild(env, acceptFromStalledSender), 0);
 }
 
 void runCommand(const std::string& command) {

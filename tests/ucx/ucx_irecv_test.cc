@@ -1,0 +1,144 @@
+// ucx_irecv_test.cc: nns-ucx grouped receives whose posting goes wrong part-way, in one process over tcp loopback.
+//
+// UCX gives no way to make ucp_tag_recv_nbx fail on demand, so this executable defines ucp_tag_recv_nbx itself and
+// exports it (ENABLE_EXPORTS): the plugin's call binds to it first (the executable leads the global lookup scope),
+// and it forwards to libucp's unless a test asked for a failure.
+#include <dlfcn.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <ucp/api/ucp.h>
+
+#define NNS_SOCKET_PLUGIN_PATH NNS_UCX_PLUGIN_PATH  // plugin_harness.hpp loads the plugin named by this macro
+#include "../socket/plugin_harness.hpp"
+
+namespace {
+int failRecvCall = 0;  // > 0: that many ucp_tag_recv_nbx calls from now, the last one fails
+}  // namespace
+
+extern "C" ucs_status_ptr_t ucp_tag_recv_nbx(ucp_worker_h worker, void* buffer, size_t count, ucp_tag_t tag,
+                                             ucp_tag_t tagMask, const ucp_request_param_t* param) {
+  using Function = ucs_status_ptr_t (*)(ucp_worker_h, void*, size_t, ucp_tag_t, ucp_tag_t, const ucp_request_param_t*);
+  // libucp came in with the plugin (this executable does not need it at link time, so --as-needed drops it).
+  static auto real =
+      reinterpret_cast<Function>(dlsym(dlopen("libucp.so.0", RTLD_NOW | RTLD_NOLOAD), "ucp_tag_recv_nbx"));
+  if (failRecvCall > 0 && --failRecvCall == 0) return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+  return real(worker, buffer, count, tag, tagMask, param);
+}
+
+namespace {
+
+using namespace socket_test;
+
+struct Pair {
+  const ncclNet_v12_t* net = nullptr;
+  void* ctx = nullptr;
+  void* listenComm = nullptr;
+  void* sendComm = nullptr;
+  void* recvComm = nullptr;
+};
+
+void openPair(Pair* pair) {
+  setenv("UCX_TLS", "tcp", 1);
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  pair->net = plugin();
+  ASSERT_NE(pair->net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  pair->ctx = initPlugin(pair->net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  ASSERT_EQ(connectPair(pair->net, pair->ctx, 0, &pair->sendComm, &pair->recvComm, &pair->listenComm), ncclSuccess);
+}
+
+void closePair(const Pair& pair) {
+  EXPECT_EQ(pair.net->closeRecv(pair.recvComm), ncclSuccess);
+  EXPECT_EQ(pair.net->closeSend(pair.sendComm), ncclSuccess);
+  EXPECT_EQ(pair.net->closeListen(pair.listenComm), ncclSuccess);
+}
+
+// The second of three grouped receives cannot be posted: irecv fails and hands out no request, and the comm is
+// failed, so a receive posted earlier reports an error instead of waiting forever for a peer that NCCL abandons.
+TEST(UcxIrecv, FailedSubReceiveFailsTheComm) {
+  setenv("NNS_UCX_CLOSE_TIMEOUT_MS", "3000", 1);
+  Pair pair;
+  ASSERT_NO_FATAL_FAILURE(openPair(&pair));
+  const ncclNet_v12_t* net = pair.net;
+  std::vector<char> earlier(4096), grouped(3 * 4096);
+  void* earlierData = earlier.data();
+  size_t earlierSize = earlier.size();
+  int earlierTag = 1;
+  void* earlierRequest = nullptr;
+  ASSERT_EQ(postRecv(net, pair.recvComm, 1, &earlierData, &earlierSize, &earlierTag, &earlierRequest), ncclSuccess);
+
+  void* data[3] = {grouped.data(), grouped.data() + 4096, grouped.data() + 2 * 4096};
+  size_t sizes[3] = {4096, 4096, 4096};
+  int tags[3] = {10, 11, 12};
+  void* mhandles[3] = {};
+  void* request = nullptr;
+  failRecvCall = 2;
+  EXPECT_NE(net->irecv(pair.recvComm, 3, data, sizes, tags, mhandles, nullptr, &request), ncclSuccess);
+  failRecvCall = 0;
+  EXPECT_EQ(request, nullptr);
+  EXPECT_TRUE(warnedAbout("irecv could not post a receive")) << "the comm was not failed";
+
+  int recvSizes[8] = {};
+  auto start = Clock::now();
+  ncclResult_t result = waitRequest(net, earlierRequest, recvSizes, std::chrono::seconds(5));
+  EXPECT_NE(result, ncclSuccess) << "the earlier receive completed on a failed comm";
+  EXPECT_NE(result, ncclTimeout) << "the earlier receive still waits: the comm was not failed";
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));
+
+  // The abandoned subs were cancelled and taken back: closing everything works and waits out no timeout.
+  start = Clock::now();
+  closePair(pair);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+}
+
+// A grouped receive whose first message has already arrived completes that sub inside ucp_tag_recv_nbx (the plugin
+// asks for no immediate completion, so UCX runs the callback, which frees the UCP request, before returning it).
+// The plugin must keep no handle to that request: closeRecv would cancel a freed request and wait
+// NNS_UCX_CLOSE_TIMEOUT_MS for a callback that already ran.
+TEST(UcxIrecv, SubCompletedAtPostHoldsNoUcxRequest) {
+  setenv("NNS_UCX_CLOSE_TIMEOUT_MS", "3000", 1);
+  Pair pair;
+  ASSERT_NO_FATAL_FAILURE(openPair(&pair));
+  const ncclNet_v12_t* net = pair.net;
+  std::vector<char> message(64, 'm'), other(64), grouped(2 * 64);
+  void* sendRequest = nullptr;
+  ASSERT_EQ(postSend(net, pair.sendComm, message.data(), message.size(), 20, &sendRequest), ncclSuccess);
+  // Progress both workers through a receive of another tag until the tag-20 message sits unexpected at the receiver.
+  void* otherData = other.data();
+  size_t otherSize = other.size();
+  int otherTag = 99;
+  void* otherRequest = nullptr;
+  ASSERT_EQ(postRecv(net, pair.recvComm, 1, &otherData, &otherSize, &otherTag, &otherRequest), ncclSuccess);
+  int sendDone = 0, otherDone = 0, sizes[8] = {};
+  for (auto until = Clock::now() + std::chrono::milliseconds(300); Clock::now() < until;) {
+    if (!sendDone) {
+      ASSERT_EQ(net->test(sendRequest, &sendDone, sizes), ncclSuccess);
+    }
+    ASSERT_EQ(net->test(otherRequest, &otherDone, sizes), ncclSuccess);
+    ASSERT_FALSE(otherDone);
+  }
+  ASSERT_TRUE(sendDone);
+
+  void* data[2] = {grouped.data(), grouped.data() + 64};
+  size_t capacities[2] = {64, 64};
+  int tags[2] = {20, 21};
+  void* request = nullptr;
+  ASSERT_EQ(postRecv(net, pair.recvComm, 2, data, capacities, tags, &request), ncclSuccess);
+  int done = 0;
+  ASSERT_EQ(net->test(request, &done, sizes), ncclSuccess);
+  EXPECT_FALSE(done) << "tag 21 was never sent";
+  EXPECT_EQ(std::memcmp(grouped.data(), message.data(), message.size()), 0) << "tag 20 was not received at post";
+
+  // Both receives are still in flight; closing cancels tag 21 and tag 99 and must not wait for tag 20's request.
+  auto start = Clock::now();
+  closePair(pair);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+}
+
+}  // namespace
