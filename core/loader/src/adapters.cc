@@ -86,6 +86,12 @@ OldProps narrowVDeviceProps(const ncclNetVDeviceProps_v12_t& props) {
   return old;
 }
 
+// The config handed to a plugin when the caller has none (the traffic class unset), shared: plugins only read it.
+ncclNetCommConfig_v12_t& unsetConfig() {
+  static ncclNetCommConfig_v12_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
+  return config;
+}
+
 // regMr and regMrDmaBuf as every net and collNet version has them: v6..v7 take an int size (a larger one is an
 // error, never a truncation); regMrDmaBuf may be absent.
 template <int V, class TableT>
@@ -182,9 +188,8 @@ class NetAdapter final : public Net {
     // NCCL always passes a logger and a config, and plugins keep and use both: a caller without them gets the
     // SDK's stderr logger and a config with the traffic class unset.
     if (logger == nullptr) logger = nccl_net::sdk::stderrLogger;
-    ncclNetCommConfig_v12_t unset{};
-    unset.trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;
-    if (config == nullptr) config = &unset;
+    const bool unset = config == nullptr;
+    if (unset) config = &unsetConfig();
     if constexpr (V == 12) {
       return t_->init(ctx, commId, config, logger, profiler);
     } else if constexpr (V == 11) {
@@ -205,7 +210,7 @@ class NetAdapter final : public Net {
         if (result != ncclSuccess) return result;
         initialised_ = true;
       }
-      if (ctx != nullptr) *ctx = new ncclNetCommConfig_v12_t(*config);
+      if (ctx != nullptr) *ctx = unset ? &unsetConfig() : new ncclNetCommConfig_v12_t(*config);
       return ncclSuccess;
     }
   }
@@ -362,7 +367,7 @@ class NetAdapter final : public Net {
     if constexpr (V >= 11) {
       return t_->finalize(ctx);
     } else {
-      delete static_cast<ncclNetCommConfig_v12_t*>(ctx);
+      if (ctx != &unsetConfig()) delete static_cast<ncclNetCommConfig_v12_t*>(ctx);
       return ncclSuccess;
     }
   }
