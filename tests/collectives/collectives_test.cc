@@ -381,6 +381,69 @@ TEST(Communicator, RanksWithDifferentSettingsAreRefusedByName) {
   EXPECT_NE(errors[1].find("every rank needs the same plugin and settings"), std::string::npos) << errors[1];
 }
 
+// NNS_CHECK_CALLS (CommOptions::checkCalls): a broadcast whose ranks name different roots would return success on
+// every rank with each keeping its own data (each believes it is the root and only sends). With the check every rank
+// is refused with every rank's call named, and the communicator goes on with calls that agree.
+TEST(Communicator, CheckCallsNamesTheRankWhoseCallDiffers) {
+  core::CommOptions options = socketOptions();
+  options.checkCalls = true;
+  std::vector<std::string> refused(3), algorithms(3);
+  std::vector<std::vector<float>> results(3);
+  auto errors = onEveryRank(3, options, [&](core::Communicator& comm, int r) {
+    std::vector<float> data(16, static_cast<float>(r + 1));
+    try {
+      coll::broadcast(comm, data.data(), data.data(), data.size(), ncclFloat32, r == 2 ? 1 : 0);
+    } catch (const core::ArgumentError& e) {
+      refused[r] = e.what();
+    }
+    try {
+      coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum, coll::hostKernels(),
+                      r == 0 ? coll::Algorithm::Ring : coll::Algorithm::Doubling);
+    } catch (const core::ArgumentError& e) {
+      algorithms[r] = e.what();
+    }
+    coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum);
+    results[r] = data;
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(refused[r],
+              "NNS_CHECK_CALLS: the ranks disagree about collective 1: rank 0 broadcast(count 16, float, root 0); "
+              "rank 1 broadcast(count 16, float, root 0); rank 2 broadcast(count 16, float, root 1)")
+        << "rank " << r;
+    EXPECT_NE(algorithms[r].find("collective 2: rank 0 allreduce(count 16, float, sum, ring); rank 1 allreduce("
+                                 "count 16, float, sum, doubling)"),
+              std::string::npos)
+        << algorithms[r];
+    EXPECT_EQ(results[r], std::vector<float>(16, 6.0f)) << "rank " << r;  // 1 + 2 + 3, nothing moved before
+  }
+}
+
+// A rank that checks calls and one that does not would wait for each other's all-gather: refused at creation.
+TEST(Communicator, CheckCallsMustBeOnForEveryRankOrNone) {
+  core::LaunchInfo base{0, 2, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      core::LaunchInfo launch = base;
+      launch.rank = r;
+      core::CommOptions options = socketOptions();
+      options.checkCalls = r == 1;
+      try {
+        core::Communicator comm(launch, options);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_NE(errors[0].find("rank 1 runs with plugin nns-socket, NNS_NCHANNELS=1, NNS_SLOT_BYTES=524288, NNS_SLOTS=2, "
+                           "NNS_CHECK_CALLS=1"),
+            std::string::npos)
+      << errors[0];
+}
+
 // What Algorithm::Auto picks by size: recursive doubling to 32 KiB (to 512 KiB on 2 ranks, where it is one exchange
 // against the ring's two steps), then the ring below 8 ranks; NNS_DOUBLING_MAX_BYTES moves the line for any count.
 TEST(Algorithms, AutoTakesDoublingFurtherOnTwoRanksAndTheEnvironmentMovesTheLine) {

@@ -122,6 +122,7 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
   if (const char* mode = std::getenv("NNS_PROGRESS_INLINE"); mode != nullptr && *mode != '\0')
     inline_ = std::strcmp(mode, "0") != 0;
   options_.device = static_cast<int>(envKnob("NNS_NET_DEVICE", options_.device, 0));
+  options_.checkCalls = envKnob("NNS_CHECK_CALLS", options_.checkCalls ? 1 : 0, 0) != 0;
   if (options_.slots < 0 || options_.slots > 64 || options_.channels < 1 || options_.channels > 32 ||
       options_.slotBytes < 1024 || options_.slotBytes > (size_t{1} << 30) || options_.slotBytes % 64 != 0)
     throw CommError(
@@ -199,8 +200,9 @@ void Communicator::connectRing() {
 // count: ranks started with different settings would read each other's handles at the wrong offsets. Refused by name.
 void Communicator::checkSameLayout() {
   char layout[192] = {};
-  std::snprintf(layout, sizeof(layout), "plugin %s, NNS_NCHANNELS=%d, NNS_SLOT_BYTES=%zu, NNS_SLOTS=%d", net_->name(),
-                options_.channels, options_.slotBytes, options_.slots);
+  std::snprintf(layout, sizeof(layout),
+                "plugin %s, NNS_NCHANNELS=%d, NNS_SLOT_BYTES=%zu, NNS_SLOTS=%d, NNS_CHECK_CALLS=%d", net_->name(),
+                options_.channels, options_.slotBytes, options_.slots, options_.checkCalls ? 1 : 0);
   const std::string mine(layout, sizeof(layout));
   const auto everyone = bootstrap_->allGather(mine);
   for (int peer = 0; peer < size_; ++peer) {
@@ -208,6 +210,33 @@ void Communicator::checkSameLayout() {
     fail("rank " + std::to_string(peer) + " runs with " + everyone[peer].c_str() + ", this rank with " + layout +
          ": every rank needs the same plugin and settings");
   }
+}
+
+void Communicator::checkSameCall(const std::string& call) {
+  if (!options_.checkCalls) return;
+  if (failed_.load()) return;  // the operation itself reports the communicator's error
+  const uint64_t sequence = ++checkedCalls_;
+  // Fixed-size records: a long description is cut, never mistaken for another rank's.
+  char record[256] = {};
+  std::snprintf(record, sizeof(record), "%s", call.c_str());
+  std::vector<std::string> everyone;
+  try {
+    everyone = bootstrap_->allGather(std::string(record, sizeof(record)));
+  } catch (const std::exception& e) {
+    // The bootstrap's state is unknown after a failed exchange: no later call can be compared, so fail for good.
+    const std::string why = "rank " + std::to_string(rank_) + ": NNS_CHECK_CALLS: collective " +
+                            std::to_string(sequence) + " (" + call + "): " + e.what();
+    abort(why);
+    throw CommError(why);
+  }
+  bool same = true;
+  for (const auto& other : everyone) same = same && other == everyone[static_cast<size_t>(rank_)];
+  if (same) return;
+  std::string listing;
+  for (int peer = 0; peer < size_; ++peer)
+    listing += (peer == 0 ? "" : "; ") + std::string("rank ") + std::to_string(peer) + " " + everyone[peer].c_str();
+  throw ArgumentError("NNS_CHECK_CALLS: the ranks disagree about collective " + std::to_string(sequence) + ": " +
+                      listing);
 }
 
 unsigned char* Communicator::handleOf(int peer, int channel) {

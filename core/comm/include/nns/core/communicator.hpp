@@ -60,6 +60,10 @@ struct CommOptions {
   // No progress for this long (a dead or stuck rank) fails the operation; bootstrap waits use it too.
   // $NNS_COMM_TIMEOUT_MS overrides.
   std::chrono::milliseconds timeout{60000};
+  // Every collective first compares its arguments across the ranks (one bootstrap all-gather per call, a debugging
+  // aid like TORCH_DISTRIBUTED_DEBUG=DETAIL): a rank called with another count, type, op, root or algorithm is
+  // refused by name on every rank instead of moving the wrong data. $NNS_CHECK_CALLS=1 turns it on.
+  bool checkCalls = false;
   // Chooses the slots' memory once the plugin is loaded (from its properties for `device`); unset or returning
   // nullptr: host memory.
   std::function<std::shared_ptr<SlotMemory>(Net& net, int device)> slotMemory;
@@ -155,6 +159,10 @@ class Communicator {
   int prev() const { return (rank_ + size_ - 1) % size_; }
   const Net& net() const { return *net_; }
   const CommOptions& options() const { return options_; }
+  // With CommOptions::checkCalls: all-gathers `call` (what this rank was asked to do, a short text) and throws
+  // ArgumentError on every rank, naming each rank's call, when they differ; the communicator stays usable. A rank
+  // that does not come fails the communicator after the timeout. Without it: nothing. Not inside an operation.
+  void checkSameCall(const std::string& call);
   Bootstrap& bootstrap() { return *bootstrap_; }
   // Where the slots live and why (SlotMemory::describe()).
   const std::string& slotMemoryDescription() const { return slotMemoryDescription_; }
@@ -244,6 +252,7 @@ class Communicator {
   // Runs one operation (the caller holds busy_); an error fails the communicator unless `always`. Returns the error.
   std::string execute(const std::function<void()>& operation, bool always);
   void checkSameLayout();
+  uint64_t checkedCalls_ = 0;  // checkSameCall's sequence number
   unsigned char* handleOf(int peer, int channel);
   int deviceOf(int channel) const { return (options_.device + channel) % std::max(devices_, 1); }
 
