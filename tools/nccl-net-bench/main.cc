@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -113,6 +114,21 @@ double load(const void* buffer, size_t i, ncclDataType_t type) {
 // product of up to 12 ranks.
 constexpr double kSentinel = 99;
 
+#ifdef NNS_BENCH_CUDA
+// This process's rank among those on its machine, from the launchers that say (torchrun, Open MPI, Slurm, MPICH/
+// Intel MPI); nccl-net-run starts every rank on one machine, so there it is the rank. Otherwise the global rank.
+int localRank(const core::LaunchInfo& launch) {
+  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"}) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') continue;
+    char* end = nullptr;
+    long value = std::strtol(text, &end, 10);
+    if (*end == '\0' && value >= 0 && value <= INT_MAX) return static_cast<int>(value);
+  }
+  return std::max(launch.rank, 0);
+}
+#endif
+
 double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type, bool isUnsigned) {
   double acc = inputValue(0, i, op, isUnsigned, isFp8(type));
   for (int r = 1; r < n; ++r) {
@@ -202,6 +218,7 @@ int runTool(int argc, char** argv) {
     return 2;
   }
   long wrongTotal = 0;
+  int gpu = -1;  // with -G 1: the CUDA device this rank's buffers are on
   try {
     core::CommOptions options;
     if (!plugin.empty()) options.plugin = plugin;
@@ -210,6 +227,19 @@ int runTool(int argc, char** argv) {
       if (!cuda::deviceAvailable()) {
         std::fprintf(stderr, "nccl-net-bench: -G 1: no CUDA device\n");
         return 4;
+      }
+      // One GPU per local rank where there are several, shared round-robin where there are fewer GPUs than ranks
+      // (every rank on device 0 with one GPU). Before the communicator: its slots go on the current device.
+      int gpus = 0;
+      if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) {
+        std::fprintf(stderr, "nccl-net-bench: -G 1: no CUDA device\n");
+        return 4;
+      }
+      gpu = localRank(launch) % gpus;
+      if (cudaError_t status = cudaSetDevice(gpu); status != cudaSuccess) {
+        std::fprintf(stderr, "nccl-net-bench: rank %d: cudaSetDevice(%d): %s\n", launch.rank, gpu,
+                     cudaGetErrorString(status));
+        return 1;
       }
       options.slotMemory = cuda::chooseSlotMemory;
 #else
@@ -236,8 +266,9 @@ int runTool(int argc, char** argv) {
           "connection%s\n",
           collective.c_str(), comm.net().name(), comm.net().version(), comm.net().path().c_str(), n, comm.channels(),
           comm.options().slots, comm.options().slotBytes, registerBuffers ? ", buffers registered (zero-copy)" : "");
-      std::printf("# buffers in %s; slots in %s\n", deviceBuffers ? "GPU memory" : "host memory",
-                  comm.slotMemoryDescription().c_str());
+      const std::string where =
+          deviceBuffers ? "GPU memory (rank 0 on CUDA device " + std::to_string(gpu) + ")" : std::string("host memory");
+      std::printf("# buffers in %s; slots in %s\n", where.c_str(), comm.slotMemoryDescription().c_str());
       int cpus = 0;
       const std::string ownCpus = core::ownCpus(&cpus);
       const long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -276,23 +307,30 @@ int runTool(int argc, char** argv) {
         if (p != nullptr) cudaFree(p);
       }
     } sendDevice, recvDevice;
+    auto checkCuda = [](cudaError_t status, const std::string& what) {
+      if (status != cudaSuccess) throw std::runtime_error(what + ": " + cudaGetErrorString(status));
+    };
     if (deviceBuffers) {
-      if (cudaMalloc(&sendDevice.p, sendBuffer.size()) != cudaSuccess ||
-          cudaMalloc(&recvDevice.p, recvBuffer.size()) != cudaSuccess)
-        throw std::runtime_error("cudaMalloc of the buffers failed");
+      checkCuda(cudaMalloc(&sendDevice.p, sendBuffer.size()),
+                "cudaMalloc of " + std::to_string(sendBuffer.size()) + " bytes (send buffer)");
+      checkCuda(cudaMalloc(&recvDevice.p, recvBuffer.size()),
+                "cudaMalloc of " + std::to_string(recvBuffer.size()) + " bytes (receive buffer)");
       kernels = &cuda::deviceKernels();
       onDevice = [&](unsigned char* p) {
         if (p >= sendBuffer.data() && p <= sendBuffer.data() + sendBuffer.size())
           return sendDevice.at(p - sendBuffer.data());
         return recvDevice.at(p - recvBuffer.data());
       };
-      upload = [&](unsigned char* p, size_t bytes) {
-        if (cudaMemcpy(onDevice(p), p, bytes, cudaMemcpyHostToDevice) != cudaSuccess)
-          throw std::runtime_error("cudaMemcpy to the GPU failed");
+      // cudaMemcpy from pageable memory may return before the DMA into the GPU is done, and only work on the legacy
+      // default stream is ordered after it: the slots' copies run on a non-blocking stream of their own, so wait
+      // for the device before a run reads what was uploaded.
+      upload = [&, checkCuda](unsigned char* p, size_t bytes) {
+        checkCuda(cudaMemcpy(onDevice(p), p, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the GPU");
+        checkCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the upload");
       };
-      download = [&](unsigned char* p, size_t bytes) {
-        if (cudaMemcpy(p, onDevice(p), bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
-          throw std::runtime_error("cudaMemcpy from the GPU failed");
+      download = [&, checkCuda](unsigned char* p, size_t bytes) {
+        checkCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize before the download");
+        checkCuda(cudaMemcpy(p, onDevice(p), bytes, cudaMemcpyDeviceToHost), "cudaMemcpy from the GPU");
       };
     }
 #endif

@@ -13,6 +13,40 @@ void throwOnError(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + what + ": " + cudaGetErrorString(status));
 }
 
+// The CUDA device is per thread, and a schedule may run on the communicator's progress thread (which starts on device
+// 0) as well as on its caller's: launch on the device that holds the buffer (a kernel launched on another device
+// would fault on it without peer access), and put the caller's device back after. One cudaPointerGetAttributes per
+// call, next to a stream synchronize.
+class OnDeviceOf {
+ public:
+  explicit OnDeviceOf(const void* a, const void* b = nullptr) {
+    for (const void* pointer : {a, b}) {
+      if (pointer == nullptr) continue;
+      cudaPointerAttributes attributes{};
+      if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+        cudaGetLastError();  // not a pointer CUDA knows: try the other one
+        continue;
+      }
+      if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged) continue;
+      throwOnError(cudaGetDevice(&previous_), "cudaGetDevice");
+      if (attributes.device >= 0 && attributes.device != previous_) {
+        throwOnError(cudaSetDevice(attributes.device), "cudaSetDevice");
+        switched_ = true;
+      }
+      return;
+    }
+  }
+  ~OnDeviceOf() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+  OnDeviceOf(const OnDeviceOf&) = delete;
+  OnDeviceOf& operator=(const OnDeviceOf&) = delete;
+
+ private:
+  int previous_ = -1;
+  bool switched_ = false;
+};
+
 class DeviceKernels final : public coll::KernelLayer {
  public:
   void reduce(void* dst, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) override {
@@ -20,15 +54,18 @@ class DeviceKernels final : public coll::KernelLayer {
   }
   // The kernels take three operands (dst may alias a exactly), so this is one pass on the GPU too.
   void reduceInto(void* dst, const void* a, const void* b, size_t count, ncclDataType_t type, ncclRedOp_t op) override {
+    OnDeviceOf on(dst);
     throwOnError(cuda::reduce(dst, a, b, count, type, op, cudaStreamPerThread), "reduce launch");
     throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "reduce");
   }
   void divide(void* buf, size_t count, ncclDataType_t type, int divisor) override {
+    OnDeviceOf on(buf);
     throwOnError(cuda::divide(buf, count, type, divisor, cudaStreamPerThread), "divide launch");
     throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "divide");
   }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (dst == src || bytes == 0) return;  // in place: nothing to move (and copies must not overlap)
+    OnDeviceOf on(dst, src);
     // cudaMemcpyAsync with cudaMemcpyDefault also covers a host buffer on one side (staging).
     throwOnError(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamPerThread), "copy launch");
     throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "copy");

@@ -17,6 +17,27 @@ void throwOnError(cudaError_t status, const std::string& what) {
   if (status != cudaSuccess) throw core::CommError("CUDA " + what + ": " + cudaGetErrorString(status));
 }
 
+// The CUDA device is per thread: the communicator's progress thread (and abort's close) call into the slots too, and
+// a new thread starts on device 0. Events must be made and recorded on the stream's device, and memory freed there.
+// The caller's own choice of device is put back afterwards (operations also run on the caller's thread).
+class OnDevice {
+ public:
+  explicit OnDevice(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess || previous_ == device) return;
+    throwOnError(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+    switched_ = true;
+  }
+  ~OnDevice() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+
+ private:
+  int previous_ = -1;
+  bool switched_ = false;
+};
+
 bool envIs(const char* name, const char* value) {
   const char* text = std::getenv(name);
   return text != nullptr && std::strcmp(text, value) == 0;
@@ -24,17 +45,24 @@ bool envIs(const char* name, const char* value) {
 
 class CudaSlots final : public core::SlotMemory {
  public:
-  CudaSlots(bool gpuMemory, bool flush, std::string why) : gpuMemory_(gpuMemory), flush_(flush), why_(std::move(why)) {
+  CudaSlots(int device, bool gpuMemory, bool flush, std::string why)
+      : device_(device), gpuMemory_(gpuMemory), flush_(flush), why_(std::move(why)) {
+    OnDevice on(device_);
     throwOnError(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream for slot copies");
   }
   ~CudaSlots() override {
+    int previous = -1;
+    const bool switched =
+        cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
     for (cudaEvent_t event : events_) cudaEventDestroy(event);
     cudaStreamDestroy(stream_);
+    if (switched) cudaSetDevice(previous);
   }
   std::string describe() const override { return why_; }
   int ptrType() const override { return gpuMemory_ ? NCCL_PTR_CUDA : NCCL_PTR_HOST; }
   void* allocate(size_t bytes) override {
     void* memory = nullptr;
+    OnDevice on(device_);
     if (gpuMemory_) {
       throwOnError(cudaMalloc(&memory, bytes), "cudaMalloc of " + std::to_string(bytes) + " bytes of slots");
     } else {
@@ -46,23 +74,36 @@ class CudaSlots final : public core::SlotMemory {
   }
   void release(void* memory) noexcept override {
     if (memory == nullptr) return;
+    int previous = -1;
+    const bool switched =
+        cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
     if (gpuMemory_) {
       cudaFree(memory);
     } else {
       cudaFreeHost(memory);
     }
+    if (switched) cudaSetDevice(previous);
   }
   void* startCopy(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return nullptr;
+    OnDevice on(device_);
     throwOnError(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "copy into a slot");
     cudaEvent_t event = takeEvent();
-    throwOnError(cudaEventRecord(event, stream_), "event record");
+    const cudaError_t recorded = cudaEventRecord(event, stream_);
+    if (recorded != cudaSuccess) giveEvent(event);
+    throwOnError(recorded, "event record");
     return event;
   }
   bool copyDone(void* token) override {
     auto event = static_cast<cudaEvent_t>(token);
+    OnDevice on(device_);
     cudaError_t status = cudaEventQuery(event);
-    if (status == cudaErrorNotReady) return false;
+    if (status == cudaErrorNotReady) {
+      // Not an error, but a runtime may keep it as the thread's last error (PyTorch clears it the same way): this
+      // thread's next kernel launch checks cudaGetLastError and would fail with it.
+      (void)cudaGetLastError();
+      return false;
+    }
     giveEvent(event);
     throwOnError(status, "copy into a slot");
     return true;
@@ -88,6 +129,7 @@ class CudaSlots final : public core::SlotMemory {
     free_.push_back(event);
   }
 
+  int device_;  // the CUDA device current when the communicator was made: its slots and copies live there
   bool gpuMemory_;
   bool flush_;
   std::string why_;
@@ -132,7 +174,7 @@ std::shared_ptr<core::SlotMemory> chooseSlotMemory(core::Net& net, int netDevice
           "; staging " + where + " buffers through pinned host slots";
   }
   if (envIs("NNS_DEBUG", "INFO") || envIs("NCCL_DEBUG", "INFO")) std::fprintf(stderr, "nns INFO %s\n", why.c_str());
-  return std::make_shared<CudaSlots>(gdr, flush, why);
+  return std::make_shared<CudaSlots>(cudaDevice, gdr, flush, why);
 }
 
 }  // namespace nns::cuda

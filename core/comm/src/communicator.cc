@@ -295,19 +295,24 @@ void Communicator::establish(const std::vector<ConnKey>& keys) {
 
 void Communicator::releaseSlots(Connection& conn) {
   for (Slot& slot : conn.slots) {
-    // A copy still running into the slot (a failed operation left it) must end before its memory goes.
-    while (slot.copy != nullptr && !slotMemory_->copyDone(slot.copy)) sched_yield();
+    // A copy still running into the slot (a failed operation left it) must end before its memory goes. This runs
+    // from the destructor too: a copy that failed (copyDone throws) is over, so the slot can go.
+    try {
+      while (slot.copy != nullptr && !slotMemory_->copyDone(slot.copy)) sched_yield();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nns: rank %d: releasing a slot: %s\n", rank_, e.what());
+    }
     slot.copy = nullptr;
   }
   if (conn.memory != nullptr) slotMemory_->release(conn.memory);
   conn.memory = nullptr;
 }
 
-void Communicator::flush(Connection& conn, void* data, int bytes, int peer) {
+void Communicator::flush(Connection& conn, void* data, int bytes, void* mhandle, int peer) {
   // As NCCL does after a GPU Direct receive: the plugin makes the received bytes visible to the GPU before they are
   // read. A NULL request means the flush is complete (or the plugin needs none).
   void* request = nullptr;
-  check(net_->iflush(conn.comm, 1, &data, &bytes, &conn.mhandle, &request), "iflush", peer);
+  check(net_->iflush(conn.comm, 1, &data, &bytes, &mhandle, &request), "iflush", peer);
   auto deadline = Clock::now() + options_.timeout;
   for (int done = 0; request != nullptr && !done;) {
     check(net_->test(request, &done, nullptr), "test(flush)", peer);
@@ -730,8 +735,15 @@ void Communicator::run(Plan& plan) {
           if (static_cast<size_t>(size) != slot.bytes)
             fail("received " + std::to_string(size) + " bytes from rank " + std::to_string(flow.peer) + ", expected " +
                  std::to_string(slot.bytes));
-          if (size > 0 && segment.mhandle == nullptr && slotMemory_->flushReceives())
-            flush(conn, slot.memory, size, flow.peer);
+          // GPU memory that the plugin wrote (a GPU slot, or a registered GPU buffer received into directly) is
+          // flushed before anything reads it, where NCCL would flush.
+          if (size > 0 && slotMemory_->flushReceives()) {
+            if (segment.mhandle == nullptr) {
+              flush(conn, slot.memory, size, conn.mhandle, flow.peer);
+            } else if (const Registration* r = covering(segment.data, segment.bytes); r && r->type == NCCL_PTR_CUDA) {
+              flush(conn, const_cast<unsigned char*>(segment.data) + slot.offset, size, segment.mhandle, flow.peer);
+            }
+          }
           if (segment.onPiece && segment.mhandle == nullptr) segment.onPiece(slot.offset, slot.memory, slot.bytes);
           ++segment.piecesDone;
           slot.held = segment.forwarded;

@@ -7,7 +7,9 @@ namespace nns::cuda {
 
 // Device buffers: each call launches on this thread's default stream (cudaStreamPerThread) and waits for it, since
 // KernelLayer's contract is that the result is in place on return. A CUDA failure throws std::runtime_error naming
-// the call and cudaGetErrorString's text (KernelLayer has no error return).
+// the call and cudaGetErrorString's text (KernelLayer has no error return). Each call runs on the device that holds its
+// buffer (the calling thread's device is put back after), since schedules also run on the progress thread. scratch() is
+// allocated on the calling thread's current device.
 coll::KernelLayer& deviceKernels();
 
 // The layer for a buffer: deviceKernels() for device memory, coll::hostKernels() otherwise.

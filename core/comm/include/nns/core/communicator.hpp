@@ -247,7 +247,7 @@ class Communicator {
   void registerSlots(Connection& conn, bool sending, int peer);
   void closeConnections();
   void releaseSlots(Connection& conn);
-  void flush(Connection& conn, void* data, int bytes, int peer);
+  void flush(Connection& conn, void* data, int bytes, void* mhandle, int peer);
   void progressLoop();
   // Runs one operation (the caller holds busy_); an error fails the communicator unless `always`. Returns the error.
   std::string execute(const std::function<void()>& operation, bool always);
