@@ -156,6 +156,18 @@ TEST(CApi, BadArgumentsAreRefusedAndTheCommunicatorStaysUsable) {
     refused(nnsAllGather(data.data(), gathered.data(), size_t{1} << 61, ncclFloat32, comm, nullptr), "times 2 ranks");
     // A send to itself with no receive from itself is this rank's own mistake.
     refused(nnsSend(data.data(), 64, ncclFloat32, rank, comm, nullptr), "1 sends to itself but 0 receives");
+    // ... and so is one whose receive from itself has another size: nothing is copied.
+    std::vector<float> mine(64, -1.0f);
+    ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+    ASSERT_EQ(nnsSend(data.data(), 64, ncclFloat32, rank, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(nnsRecv(mine.data(), 32, ncclFloat32, rank, comm, nullptr), ncclSuccess);
+    refused(nnsGroupEnd(), "a send to itself of 256 bytes meets a receive of 128");
+    EXPECT_EQ(mine[0], -1.0f);
+    ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+    ASSERT_EQ(nnsSend(data.data(), 64, ncclFloat32, rank, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(nnsRecv(mine.data(), 64, ncclFloat32, rank, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+    EXPECT_EQ(mine, data);
     ASSERT_EQ(nnsAllReduce(data.data(), data.data(), 64, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
         << nnsGetLastError();
     EXPECT_EQ(data[63], 3.0f);
