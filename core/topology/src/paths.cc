@@ -507,9 +507,10 @@ NetDevChoice netDevForPeer(const System& sys, const TopoSettings& settings, int 
   c.reason = "own local NIC";
   int pxnLevel = settings.pxnDisable ? 0 : settings.p2pPxnLevel;
   if (settings.crossNic != 0 && pxnLevel == 0) return c;
-  // The GPU on our node with the peer's NVML index: the NIC it would use is the one on the peer's rail.
+  // The GPU on our node with the peer's NVML index (the first, as NCCL's ncclTopoDevToRank): the NIC it would use is
+  // the one on the peer's rail.
   int equivalent = -1;
-  for (int g = 0; g < sys.count(GPU); ++g)
+  for (int g = 0; g < sys.count(GPU) && equivalent < 0; ++g)
     if (sys.node(GPU, g).gpu.dev == peerDev) equivalent = g;
   if (equivalent < 0) return c;
   int railNet = localNet(sys, settings, sys.node(GPU, equivalent).gpu.rank, channel).netDev;
