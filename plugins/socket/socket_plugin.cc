@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -45,10 +46,14 @@ class DeviceTable {
   // Interfaces are chosen once per process, as NCCL does; NNS_SOCKET_IFNAME/FAMILY override NCCL's variables.
   void discoverOnce() {
     std::call_once(discovered_, [this] {
-      const char* ifnameVariable =
-          std::getenv("NNS_SOCKET_IFNAME") != nullptr ? "NNS_SOCKET_IFNAME" : "NCCL_SOCKET_IFNAME";
-      const char* familyVariable =
-          std::getenv("NNS_SOCKET_FAMILY") != nullptr ? "NNS_SOCKET_FAMILY" : "NCCL_SOCKET_FAMILY";
+      // An empty override (`export NNS_SOCKET_IFNAME=`) is unset, as every other knob's empty value is: it must
+      // not silently discard NCCL's variable.
+      auto isSet = [](const char* name) {
+        const char* value = std::getenv(name);
+        return value != nullptr && *value != '\0';
+      };
+      const char* ifnameVariable = isSet("NNS_SOCKET_IFNAME") ? "NNS_SOCKET_IFNAME" : "NCCL_SOCKET_IFNAME";
+      const char* familyVariable = isSet("NNS_SOCKET_FAMILY") ? "NNS_SOCKET_FAMILY" : "NCCL_SOCKET_FAMILY";
       bool unknownFamily = false;
       sdk::socketFamilyFromEnv(familyVariable, &unknownFamily);
       if (unknownFamily)
@@ -141,10 +146,20 @@ struct HandlePayload {
 };
 constexpr sdk::HandleCodec<HandlePayload> kHandleCodec(sdk::handleMagic(kPluginName), 1);
 
-void configureSocket(int fd) {
+// NNS_SOCKET_SNDBUF/RCVBUF go on the listening sockets, before any peer connects: accepted sockets inherit them and
+// the receive window is scaled for them at the handshake. A receive buffer shrunk on an established connection
+// leaves the window out of step with that scale, and transfers crawl at a few KiB per 200 ms.
+void configureListeningSocket(int fd) {
+  const Config& config = Config::get();
+  sdk::setSocketBuffers(fd, config.sendBufferBytes, config.receiveBufferBytes);
+}
+
+// An accepted socket (buffers inherited from its listener) or a connected one (which only sends data: its send
+// buffer may change at any time; its receive side carries no more than the listener's welcome).
+void configureSocket(int fd, bool connected) {
   const Config& config = Config::get();
   sdk::setDeadPeerTimeout(fd, config.deadPeerTimeoutMs);
-  sdk::setSocketBuffers(fd, config.sendBufferBytes, config.receiveBufferBytes);
+  if (connected) sdk::setSocketBuffers(fd, config.sendBufferBytes, 0);
 }
 
 // ---- listen side
@@ -298,6 +313,7 @@ class SocketNet {
         for (int open : listener->listenFds) close(open);
         return ncclSystemError;
       }
+      configureListeningSocket(fd);
       listener->listenFds.push_back(fd);
       welcome.addresses[i] = bound;
     }
@@ -351,7 +367,7 @@ class SocketNet {
           NCCL_NET_WARN("accept on %s: %s", listener->welcome.addresses[0].toString().c_str(), error.c_str());
           return ncclSystemError;
         }
-        configureSocket(socket.fd);
+        configureSocket(socket.fd, false);
         listener->incoming.push_back(socket);
       }
     }
@@ -441,7 +457,7 @@ class SocketNet {
         if (status == sdk::IoStatus::kWouldBlock) return ncclSuccess;
         if (status != sdk::IoStatus::kDone) return connectFailed(p, p->control.error());
         p->controlFd = p->control.release();
-        configureSocket(p->controlFd);
+        configureSocket(p->controlFd, true);
       }
       sdk::IoStatus status = sendMessage(p->controlFd, p->hello, &p->helloOffset, &error);
       if (failed(status)) return connectFailed(p, "sending hello: " + error);
@@ -472,6 +488,14 @@ class SocketNet {
       }
       p->phase = PendingConnect::Phase::kData;
     }
+    // The listener says nothing more after its welcome: a close (it gave up on us, closed its listenComm or died)
+    // or an error on the control socket ends the connect now; its data ports would only refuse us until the timeout.
+    char byte;
+    ssize_t got = recv(p->controlFd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (got == 0) return connectFailed(p, "the listener closed the connection before all data sockets were open");
+    if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      return connectFailed(p, "control socket: " + sdk::errnoText(errno));
+    if (got > 0) return connectFailed(p, "unexpected bytes from the listener after its welcome");
     bool allDone = true;
     for (size_t i = 0; i < p->data.size(); ++i) {
       if (p->dataFds[i] < 0) {
@@ -483,7 +507,7 @@ class SocketNet {
         if (status != sdk::IoStatus::kDone)
           return connectFailed(p, "data socket " + std::to_string(i) + ": " + p->data[i]->error());
         p->dataFds[i] = p->data[i]->release();
-        configureSocket(p->dataFds[i]);
+        configureSocket(p->dataFds[i], true);
       }
       sdk::IoStatus status = sendMessage(p->dataFds[i], p->dataHellos[i], &p->dataHelloOffsets[i], &error);
       if (failed(status)) return connectFailed(p, "data socket " + std::to_string(i) + " hello: " + error);

@@ -438,6 +438,36 @@ TEST_F(SocketPlugin, ConnectToAClosedListenerTimesOutWithAnError) {
   sendComm = nullptr;
 }
 
+// The listener answers a sender and then goes away (closeListen, or its process dies) before the sender opened its
+// data sockets: those are refused from then on, but the sender's control socket has already seen the close, so the
+// connect must fail at once instead of retrying until NNS_SOCKET_CONNECT_TIMEOUT_MS.
+TEST_F(SocketPlugin, ListenerClosedDuringHandshakeFailsConnectAtOnce) {
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+  // The sender connects its control socket and says hello; it then waits for the listener's answer.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(net->connect(ctx, 0, handle, &sendComm, &devHandle), ncclSuccess);
+    ASSERT_EQ(sendComm, nullptr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // The listener takes the hello and answers (accept returns no comm: the data sockets are still missing)...
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(net->accept(listenComm, &recvComm, &devHandle), ncclSuccess);
+    if (recvComm != nullptr) GTEST_SKIP() << "NNS_SOCKET_NSOCKS_PERTHREAD=0: no data sockets, no handshake to cut";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // ...and closes before the sender read the answer.
+  ASSERT_EQ(net->closeListen(listenComm), ncclSuccess);
+  listenComm = nullptr;
+  auto start = Clock::now();
+  EXPECT_EQ(connectUntilDone(net, ctx, 0, handle, &sendComm, std::chrono::seconds(15)), ncclRemoteError);
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(1000))
+      << "the closed control socket was ignored until the 2000 ms connect timeout";
+  EXPECT_TRUE(warnedAbout("the listener closed the connection"));
+  sendComm = nullptr;
+}
+
 TEST_F(SocketPlugin, ForeignHandleIsRejected) {
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
   for (size_t i = 0; i < sizeof(handle); ++i) handle[i] = static_cast<unsigned char>(i * 7 + 1);

@@ -352,7 +352,10 @@ INSTANTIATE_TEST_SUITE_P(
                       {"NNS_SOCKET_NSOCKS_PERTHREAD", "2"},
                       {"NNS_SOCKET_MIN_CHUNK_BYTES", "4096"},
                       {"NNS_SOCKET_INLINE_BYTES", "0"}}},
-        LoopbackCase{"IPv6", {{"NCCL_SOCKET_FAMILY", "AF_INET6"}}}),
+        LoopbackCase{"IPv6", {{"NCCL_SOCKET_FAMILY", "AF_INET6"}}},
+        // Socket buffers shrunk after the handshake leave the receive window out of step with the scale negotiated
+        // at connect time: a message then crawls at a few KiB per 200 ms, or stalls into the dead-peer timeout.
+        LoopbackCase{"SmallSocketBuffers", {{"NNS_SOCKET_SNDBUF", "8192"}, {"NNS_SOCKET_RCVBUF", "8192"}}}),
     [](const ::testing::TestParamInfo<LoopbackCase>& info) { return std::string(info.param.name); });
 
 // Kills one peer with SIGKILL once 64 MiB messages flow; the survivor's pending test must fail with
@@ -434,6 +437,7 @@ TEST_F(TwoHosts, InterfaceSelectionFollowsNcclSocketIfname) {
   struct Case {
     const char* ifname;  // nullptr: unset
     std::vector<std::string> expected;
+    const char* nnsIfname = nullptr;  // NNS_SOCKET_IFNAME, which wins over NCCL_SOCKET_IFNAME when set (not empty)
   };
   const std::vector<Case> cases = {
       {nullptr, {"vna0", "vna1"}},  // automatic: loopback only when nothing else is up
@@ -442,6 +446,8 @@ TEST_F(TwoHosts, InterfaceSelectionFollowsNcclSocketIfname) {
       {"=vna", {}},                 // exact names only: no interface is called "vna"
       {"^vna1", {"lo", "vna0"}},    // exclusion keeps everything else, loopback included
       {"lo", {"lo"}},               // asked for
+      {"vna", {"vna1"}, "=vna1"},   // the plugin's own variable wins
+      {"=vna1", {"vna1"}, ""},      // an empty one is unset, not "automatic"
   };
   for (const Case& c : cases) {
     pid_t child = spawn([&] {
@@ -453,6 +459,7 @@ TEST_F(TwoHosts, InterfaceSelectionFollowsNcclSocketIfname) {
       } else {
         unsetenv("NCCL_SOCKET_IFNAME");
       }
+      if (c.nnsIfname != nullptr) setenv("NNS_SOCKET_IFNAME", c.nnsIfname, 1);
       const ncclNet_v12_t* net = plugin();
       CHILD_CHECK(net != nullptr, 3, "loading the plugin");
       void* ctx = nullptr;
