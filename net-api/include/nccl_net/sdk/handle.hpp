@@ -86,8 +86,13 @@ class HandleCodec {
                     header.version, version_);
       return ncclInvalidUsage;
     }
-    if (header.length != sizeof(Payload) || header.reserved != 0) {
+    if (header.length != sizeof(Payload)) {
       NCCL_NET_WARN("connection handle length %u, expected %zu: corrupt handle", header.length, sizeof(Payload));
+      return ncclInvalidArgument;
+    }
+    if (header.reserved != 0) {
+      NCCL_NET_WARN("connection handle reserved field 0x%x, expected 0: corrupt handle",
+                    static_cast<unsigned>(header.reserved));
       return ncclInvalidArgument;
     }
     if (header.checksum != checksum(header, in + sizeof(header))) {
