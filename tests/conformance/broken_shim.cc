@@ -113,6 +113,13 @@ void* gLastRecvComm = nullptr;
 // yet, and retries "connecting" to it until a connect timeout of minutes runs out.
 #endif
 
+#ifdef NNS_BUG_OFFSET_IN_REGION_IGNORED
+// Receives address memory through their registration (an RDMA plugin building a remote address from the region's
+// start): a receive into a registered buffer lands at the start of the region, wherever in it `data` points. NCCL
+// registers a whole buffer once and receives into slots at offsets within it.
+std::map<void*, void*> gRegionStart;  // mhandle -> the address regMr was given
+#endif
+
 #ifdef NNS_BUG_SIZE_FIELD_30_BITS
 // The wire header packs two flag bits beside a 30-bit size: a message of 1 GiB or more goes out with its size
 // modulo 2^30.
@@ -125,12 +132,30 @@ ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, 
     std::fprintf(stderr, "WARN %s: cannot open %s: %s\n", NNS_BUG_NAME, NNS_REAL_PLUGIN, dlerror());
     return ncclSystemError;
   }
+#ifdef NNS_BUG_CRASH_IN_INIT
+  // A NULL dereference on a host without the hardware the plugin expects: NCCL dies in ncclNetPluginInit.
+  raise(SIGSEGV);
+#endif
+#ifdef NNS_BUG_HANG_IN_INIT
+  // init waits for a device or daemon that never answers: NCCL hangs in ncclNetPluginInit.
+  for (;;) pause();
+#endif
   return real()->init(ctx, commId, config, logger, profiler);
 }
 ncclResult_t devices(int* ndev) {
+#ifdef NNS_BUG_CRASH_IN_PROPERTIES
+  // A second device counted but never set up: its properties are read through a NULL table entry.
+  ncclResult_t counted = real()->devices(ndev);
+  *ndev += 1;
+  return counted;
+#else
   return real()->devices(ndev);
+#endif
 }
 ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
+#ifdef NNS_BUG_CRASH_IN_PROPERTIES
+  if (dev > 0) raise(SIGSEGV);
+#endif
   ncclResult_t result = real()->getProperties(dev, props);
 #ifdef NNS_BUG_TAGS_IGNORED
   props->maxRecvs = kMaxRecvs;
@@ -271,7 +296,11 @@ ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle
   *mhandle = registration;
   return ncclSuccess;
 #else
-  return real()->regMr(comm, data, size, type, mhandle);
+  ncclResult_t result = real()->regMr(comm, data, size, type, mhandle);
+#ifdef NNS_BUG_OFFSET_IN_REGION_IGNORED
+  if (result == ncclSuccess) gRegionStart[*mhandle] = data;
+#endif
+  return result;
 #endif
 }
 ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
@@ -289,6 +318,9 @@ ncclResult_t deregMr(void* comm, void* mhandle) {
   delete registration;  // registration->pages is never freed
   return result;
 #else
+#ifdef NNS_BUG_OFFSET_IN_REGION_IGNORED
+  gRegionStart.erase(mhandle);
+#endif
   return real()->deregMr(comm, mhandle);
 #endif
 }
@@ -332,6 +364,16 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
   if (n >= 1 && n <= 64) {
     for (int i = 0; i < n; ++i) bounced[i] = sizes[i] >= 4096 && sizes[i] <= kBounceBytes ? bounce : data[i];
     data = bounced;
+  }
+#endif
+#ifdef NNS_BUG_OFFSET_IN_REGION_IGNORED
+  void* atRegionStart[64];
+  if (mhandles != nullptr && n >= 1 && n <= 64) {
+    for (int i = 0; i < n; ++i) {
+      auto region = gRegionStart.find(mhandles[i]);
+      atRegionStart[i] = region != gRegionStart.end() ? region->second : data[i];
+    }
+    data = atRegionStart;
   }
 #endif
 #ifdef NNS_BUG_LEAKED_MHANDLE

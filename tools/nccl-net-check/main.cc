@@ -20,6 +20,7 @@
 #include "netns.hpp"
 #include "nns/core/printable.hpp"
 #include "nns/tools/guarded_main.hpp"
+#include "nns/tools/isolated_probe.hpp"
 
 namespace {
 
@@ -126,7 +127,12 @@ int runTool(int argc, char** argv) {
   app.add_flag("--netns", netns,
                "run the two sides in two network namespaces joined by a veth pair (needs root and iproute2); "
                "sets NCCL_SOCKET_IFNAME and NNS_SOCKET_IFNAME to the veth names unless already set");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);    // prints the help, or the error
+    return code == 0 ? 0 : 2;  // a bad argument is exit status 2, as documented, not CLI11's own codes (105, 109, ...)
+  }
 
   if (list) {
     for (const auto& rule : nns::check::allRules()) std::printf("%-30s %s\n", rule.name, rule.checks);
@@ -144,22 +150,83 @@ int runTool(int argc, char** argv) {
       return 2;
     }
   }
+  // The JUnit file is opened before any rule runs: a path that cannot be written is a bad argument, not a report
+  // silently missing after a run that exits 0.
+  std::ofstream xml;
+  if (!junit.empty()) {
+    xml.open(junit);
+    if (!xml) {
+      std::fprintf(stderr, "nccl-net-check: --junit %s: cannot write there: %s\n", junit.c_str(), std::strerror(errno));
+      return 2;
+    }
+  }
   options.load.plugin = plugin;
   if (options.load.searchDirs.empty()) options.load.searchDirs.push_back(libDirBesideExecutable());
-  nns::core::LoadReport report;
-  auto net = nns::core::loadNet(options.load, &report);
-  if (net == nullptr) {
+  // Loaded first in a child process, as each rule loads it again in its own: a plugin that crashes or hangs in its
+  // constructors, init, devices or getProperties is reported as not loading, naming the call, and never takes the
+  // harness down or holds it.
+  constexpr const char* kLoaderProbe = "the loader's probe (dlopen, init, devices, getProperties(0), finalize)";
+  std::string name, path, filePath;
+  int version = 0;
+  std::vector<nns::core::CandidateReport> rejected;
+  std::string loadFailure, failedEntry;
+  for (const auto& entry : nns::core::pluginSpecEntries(options.load)) {
+    auto probe = nns::tools::runIsolated(
+        [&](nns::tools::ProbeChannel& channel) {
+          nns::core::LoadOptions one = options.load;
+          one.plugin = entry + ",";  // a list of one, as the entry is within the list
+          nns::core::LoadReport report;
+          channel.call(kLoaderProbe);
+          auto net = nns::core::loadNet(one, &report);
+          for (const auto& c : report.candidates) channel.send({{"candidate", nns::tools::candidateJson(c)}});
+          if (net != nullptr)
+            channel.send({{"name", nns::core::printable(net->name())},
+                          {"path", net->path()},
+                          {"version", net->version()},
+                          {"filePath", realLibraryPath(net->path())}});
+        },
+        options.callTimeoutSeconds);
+    for (const auto& record : probe.records) {
+      if (record.contains("candidate")) rejected.push_back(nns::tools::candidateFromJson(record["candidate"]));
+      if (record.contains("version")) {
+        name = record["name"].get<std::string>();
+        path = record["path"].get<std::string>();
+        version = record["version"].get<int>();
+        filePath = record["filePath"].get<std::string>();
+      }
+    }
+    if (version != 0) break;
+    if (!probe.failure.empty()) {
+      loadFailure =
+          nns::tools::pinpointFailure(entry, options.load.searchDirs, probe.failure, options.callTimeoutSeconds);
+      failedEntry = entry;
+      break;  // NCCL would crash or hang here too: it tries no later entry
+    }
+  }
+  if (version == 0) {
     std::fprintf(stderr, "nccl-net-check: %s did not load:\n", plugin.c_str());
-    for (const auto& c : report.candidates)
-      std::fprintf(stderr, "  %s: %s\n", c.requested.c_str(), c.rejectReason.c_str());
+    for (const auto& c : rejected) std::fprintf(stderr, "  %s: %s\n", c.requested.c_str(), c.rejectReason.c_str());
+    if (!loadFailure.empty()) std::fprintf(stderr, "  %s: %s\n", failedEntry.c_str(), loadFailure.c_str());
+    if (asJson) {  // still one JSON object on stdout, for a pipeline that parses it
+      nlohmann::json candidates = nlohmann::json::array();
+      for (const auto& c : rejected)
+        candidates.push_back({{"requested", c.requested}, {"rejectReason", c.rejectReason}});
+      if (!loadFailure.empty()) candidates.push_back({{"requested", failedEntry}, {"rejectReason", loadFailure}});
+      nlohmann::json out = {{"plugin", plugin},
+                            {"loaded", false},
+                            {"candidates", candidates},
+                            {"rules", nlohmann::json::array()},
+                            {"passed", 0},
+                            {"failed", 0},
+                            {"skipped", 0}};
+      std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
     return 2;
   }
-  std::string name = nns::core::printable(net->name());
-  std::string path = net->path();
-  int version = net->version();
-  std::string filePath = realLibraryPath(path);
-  net.reset();  // each rule loads the plugin in its own process
 
+  // Interrupted (Ctrl-C, a CI job's timeout): the rule in progress goes with the harness, with its peers (each rule
+  // is a process group of its own, which a terminal's SIGINT does not reach), and --netns's namespaces are removed.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, onTerminate);
   nns::check::NetnsPair namespaces;
   nlohmann::json netnsJson = nullptr;
   if (netns) {
@@ -168,7 +235,6 @@ int runTool(int argc, char** argv) {
       std::printf("nccl-net-check: --netns unavailable: %s\n", reason.c_str());
       return kExitNetnsUnavailable;
     }
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, onTerminate);
     std::string error;
     bool unsupported = false;
     if (!namespaces.create(&error, &unsupported)) {
@@ -227,8 +293,8 @@ int runTool(int argc, char** argv) {
   removePeerCopy();
   namespaces.remove();
   int failed = 0, passed = 0, skipped = 0;
-  nlohmann::json out = {
-      {"plugin", name}, {"path", path}, {"version", version}, {"netns", netnsJson}, {"rules", nlohmann::json::array()}};
+  nlohmann::json out = {{"plugin", name},     {"loaded", true},     {"path", path},
+                        {"version", version}, {"netns", netnsJson}, {"rules", nlohmann::json::array()}};
   for (const auto& r : results) {
     failed += r.status == nns::check::Status::kFail;
     passed += r.status == nns::check::Status::kPass;
@@ -251,7 +317,6 @@ int runTool(int argc, char** argv) {
     std::printf("%s", trafficLine.c_str());
   }
   if (!junit.empty()) {
-    std::ofstream xml(junit);
     xml << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"nccl-net-check " << xmlEscape(name)
         << "\" tests=\"" << results.size() << "\" failures=\"" << failed << "\" skipped=\"" << skipped << "\">\n";
     for (const auto& r : results) {

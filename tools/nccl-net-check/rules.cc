@@ -1,6 +1,8 @@
 // rules.cc: the conformance rules, each named after what it checks, and the process machinery that runs them.
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,12 +47,36 @@ void onAlarm(int) {
   _exit(3);
 }
 
+// The plugin call each process of a rule is in, kept in memory shared with the harness (slot 0: the rule process,
+// slot 1: its peer): a process the plugin kills cannot say where it was, so the harness reads it here.
+struct CallNote {
+  const char* volatile name;  // a string literal: the same address in the forked harness
+  volatile sig_atomic_t inProgress;
+};
+CallNote* gCallNotes = nullptr;  // two slots, MAP_SHARED
+CallNote* gMyNote = nullptr;     // this process's slot
+
+void noteCall(const char* name, bool inProgress) {
+  if (gMyNote == nullptr) return;
+  gMyNote->name = name;
+  gMyNote->inProgress = inProgress ? 1 : 0;
+}
+
+// " in test", " after test returned (...)", or "" when no call was noted.
+std::string whereText(const CallNote* note) {
+  if (note == nullptr || note->name == nullptr) return "";
+  if (note->inProgress) return std::string(" in ") + note->name;
+  return std::string(" after ") + note->name + " returned (in a thread of the plugin, or on what it returned)";
+}
+
 #define CALL(name, expr)                \
   ([&]() -> ncclResult_t {              \
     gCurrentCall = name;                \
+    noteCall(name, true);               \
     alarm(gCallTimeout);                \
     ncclResult_t call_result_ = (expr); \
     alarm(0);                           \
+    noteCall(name, false);              \
     return call_result_;                \
   }())
 
@@ -106,11 +132,12 @@ ncclResult_t waitDone(Context& c, void* request, int* size, double seconds) {
   return ncclSuccess;
 }
 
-ncclResult_t postSend(Context& c, void* comm, void* data, size_t size, int tag, void** request, double seconds = 10) {
+ncclResult_t postSend(Context& c, void* comm, void* data, size_t size, int tag, void** request, double seconds = 10,
+                      void* mhandle = nullptr) {
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   *request = nullptr;
   while (*request == nullptr) {
-    ncclResult_t result = CALL("isend", c.net->isend(comm, data, size, tag, nullptr, nullptr, request));
+    ncclResult_t result = CALL("isend", c.net->isend(comm, data, size, tag, mhandle, nullptr, request));
     if (result != ncclSuccess) return result;
     if (*request == nullptr && Clock::now() > deadline) return ncclTimeout;
   }
@@ -118,11 +145,11 @@ ncclResult_t postSend(Context& c, void* comm, void* data, size_t size, int tag, 
 }
 
 ncclResult_t postRecv(Context& c, void* comm, int n, void** data, size_t* sizes, int* tags, void** request,
-                      double seconds = 10) {
+                      double seconds = 10, void** mhandles = nullptr) {
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   *request = nullptr;
   while (*request == nullptr) {
-    ncclResult_t result = CALL("irecv", c.net->irecv(comm, n, data, sizes, tags, nullptr, nullptr, request));
+    ncclResult_t result = CALL("irecv", c.net->irecv(comm, n, data, sizes, tags, mhandles, nullptr, request));
     if (result != ncclSuccess) return result;
     if (*request == nullptr && Clock::now() > deadline) return ncclTimeout;
   }
@@ -175,9 +202,18 @@ int becomeNetnsPeer(Context& c) {
 // A peer process: runs `body` (which returns an exit code) with the per-call watchdog active.
 pid_t startPeer(Context& c, const std::function<int()>& body) {
   std::fflush(nullptr);
+  pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives its rule process
+    if (getppid() != parent) _exit(124);
+    // Not the peer's to write, nor to hold open: the harness reads the verdict until the last writer is gone.
+    if (gResultFd >= 0) close(gResultFd);
     gResultFd = -1;
+    if (gCallNotes != nullptr) {
+      gMyNote = &gCallNotes[1];
+      noteCall(nullptr, false);
+    }
     if (!gPeerNetns.empty()) {
       int code = becomeNetnsPeer(c);
       if (code != 0) _exit(code);
@@ -324,7 +360,9 @@ Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size
 std::string peerText(int code) {
   if (code == 0) return "peer ok";
   if (code == 124) return "peer did not finish (killed)";
-  if (code < 0) return "peer died with signal " + std::to_string(-code);
+  if (code < 0)
+    return "peer died with signal " + std::to_string(-code) +
+           whereText(gCallNotes != nullptr ? &gCallNotes[1] : nullptr);
   if (code == 3) return "peer: a plugin call did not return in time";
   if (code == kPeerNetnsFailed) return "peer: could not enter its network namespace";
   if (code == kPeerReopenFailed) return "peer: the plugin did not load or init in the peer's network namespace";
@@ -813,6 +851,111 @@ Verdict regmrDeregBalance(Context& c) {
   return pass("2000 regMr/deregMr pairs of 1 MiB, resident memory grew " + std::to_string(grown) + " KiB");
 }
 
+Verdict registeredBufferOffsets(Context& c) {
+  // NCCL registers a whole buffer once (regMr) and sends and receives at offsets within it, passing the buffer's
+  // mhandle with every call; every other rule passes no mhandle. Each message here goes from an offset of a
+  // registered send buffer into an offset of a registered receive buffer: its bytes must land at the receive's
+  // offset, and nothing else in the receive buffer may change.
+  struct Message {
+    size_t sendOffset, recvOffset, bytes;
+  };
+  static const std::vector<Message> kMessages{
+      {4096 * 3 + 17, 65536 + 5, 1000}, {100, 300001, 70000}, {500000, 12345, 1}, {0, 0, 4096}, {777, 900000, 0}};
+  constexpr size_t kBuffer = 1 << 20, kSlack = 64;  // each receive is posted kSlack bytes larger than its message
+  constexpr uint64_t kSeed = 77;
+  constexpr unsigned char kUntouched = 0xee;
+  Pair pair;
+  std::string why;
+  int checkedPipe[2];
+  if (pipe(checkedPipe) != 0) return fail("pipe failed");
+  if (!openPair(
+          c, pair,
+          [&](void* comm) {
+            close(checkedPipe[1]);
+            static std::vector<unsigned char> buffer(kBuffer);  // may be read until closeSend
+            fill(buffer, kBuffer, kSeed);
+            void* mhandle = nullptr;
+            if (CALL("regMr", c.net->regMr(comm, buffer.data(), kBuffer, NCCL_PTR_HOST, &mhandle)) != ncclSuccess)
+              return 44;
+            int code = 0;
+            for (const Message& m : kMessages) {
+              void* request = nullptr;
+              if (postSend(c, comm, buffer.data() + m.sendOffset, m.bytes, 1, &request, 10, mhandle) != ncclSuccess) {
+                code = 32;
+                break;
+              }
+              int size = -1;
+              if (waitDone(c, request, &size, 30) != ncclSuccess) {
+                code = 30;
+                break;
+              }
+              if (size != static_cast<int>(m.bytes)) {
+                code = 31;
+                break;
+              }
+            }
+            pollfd checked{checkedPipe[0], POLLIN, 0};
+            poll(&checked, 1, 60000);
+            CALL("deregMr", c.net->deregMr(comm, mhandle));
+            return code;
+          },
+          &why))
+    return fail("%s", why.c_str());
+  close(checkedPipe[0]);
+  std::vector<unsigned char> buffer(kBuffer, kUntouched), expected(kBuffer, kUntouched);
+  void* mhandle = nullptr;
+  Verdict v = pass("");
+  if (CALL("regMr", c.net->regMr(pair.recvComm, buffer.data(), kBuffer, NCCL_PTR_HOST, &mhandle)) != ncclSuccess)
+    v = fail("regMr of the 1 MiB receive buffer failed");
+  for (size_t k = 0; k < kMessages.size() && v.status == Status::kPass; ++k) {
+    const Message& m = kMessages[k];
+    void* data = buffer.data() + m.recvOffset;
+    size_t posted = m.bytes + kSlack;
+    int tag = 1;
+    void* request = nullptr;
+    int size = -1;
+    ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &posted, &tag, &request, 10, &mhandle);
+    if (result == ncclSuccess) result = waitDone(c, request, &size, 30);
+    char what[160];
+    std::snprintf(what, sizeof(what),
+                  "message %zu (%zu B from offset %zu of the registered send buffer into offset %zu of the registered "
+                  "receive buffer)",
+                  k, m.bytes, m.sendOffset, m.recvOffset);
+    if (result != ncclSuccess) {
+      v = fail("%s: result %d", what, static_cast<int>(result));
+      break;
+    }
+    if (size != static_cast<int>(m.bytes)) {
+      v = fail("%s: test reported %d bytes", what, size);
+      break;
+    }
+    for (size_t i = 0; i < m.bytes; ++i) expected[m.recvOffset + i] = patternByte(m.sendOffset + i, kSeed);
+    auto changed = std::mismatch(buffer.begin(), buffer.end(), expected.begin());
+    size_t at = static_cast<size_t>(changed.first - buffer.begin());
+    if (at == kBuffer) continue;
+    if (at < m.recvOffset || at >= m.recvOffset + posted)
+      v = fail(
+          "%s wrote byte %zu of the registered receive buffer, outside the posted [%zu, %zu): the offset of the "
+          "data within its registration is not honoured",
+          what, at, m.recvOffset, m.recvOffset + posted);
+    else
+      v = fail("%s: wrong byte at offset %zu of the message", what, at - m.recvOffset);
+  }
+  (void)!write(checkedPipe[1], "c", 1);
+  int code = waitPeer(pair.peer, 30);
+  pair.peer = -1;
+  close(checkedPipe[1]);
+  if (mhandle != nullptr) CALL("deregMr", c.net->deregMr(pair.recvComm, mhandle));
+  closePair(c, pair);
+  if (v.status != Status::kPass) return v;
+  if (code == 31) return fail("the sender's test reported a size other than the one it sent");
+  if (code == 44) return fail("regMr of the sender's 1 MiB buffer failed");
+  if (code != 0) return fail("%s", peerText(code).c_str());
+  return pass(std::to_string(kMessages.size()) +
+              " messages between offsets of two registered 1 MiB buffers, each call given the buffer's mhandle: "
+              "every byte at its offset, nothing else written");
+}
+
 Verdict closeWithRequestsInFlight(Context& c) {
   Pair pair;
   std::string why;
@@ -1153,6 +1296,9 @@ const std::vector<Rule>& rules() {
       {{"one-gib-message", "a 1 GiB message arrives whole"}, oneGibMessage},
       {{"random-sizes-integrity", "300 random-size messages arrive in order, every byte right"}, randomSizesIntegrity},
       {{"regmr-dereg-balance", "regMr/deregMr pairs do not leak"}, regmrDeregBalance},
+      {{"registered-buffer-offsets",
+        "sends and receives at offsets within registered buffers, with their mhandles, land at those offsets"},
+       registeredBufferOffsets},
       {{"close-with-requests-in-flight", "closing comms with requests pending returns and does not crash"},
        closeWithRequestsInFlight},
       {{"every-version-agrees", "every exported ncclNetPlugin_vN reports the same device and moves data"},
@@ -1195,7 +1341,12 @@ const std::vector<Rule>& rules() {
   if (!options.listenerNetns.empty() && !enterNetns(options.listenerNetns, &netnsError))
     writeVerdict(fail("could not enter network namespace %s: %s", options.listenerNetns.c_str(), netnsError.c_str()));
   core::LoadReport report;
+  gCurrentCall = "the loader's probe (dlopen, init, devices, getProperties(0), finalize)";
+  noteCall(gCurrentCall, true);
+  alarm(gCallTimeout);
   auto net = core::loadNet(options.load, &report);
+  alarm(0);
+  noteCall(gCurrentCall, false);
   if (net == nullptr) writeVerdict(fail("the plugin did not load"));
   Context c{net.get(), nullptr, 0, {}};
   if (CALL("init", net->init(&c.ctx, 0x6e6e73, nullptr, nullptr, nullptr)) != ncclSuccess)
@@ -1248,10 +1399,19 @@ std::vector<RuleResult> runRules(const Options& options) {
       continue;
     }
     auto start = Clock::now();
+    if (gCallNotes == nullptr) {
+      void* shared = mmap(nullptr, 2 * sizeof(CallNote), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+      if (shared != MAP_FAILED) gCallNotes = static_cast<CallNote*>(shared);
+    }
+    if (gCallNotes != nullptr) gCallNotes[0] = gCallNotes[1] = CallNote{nullptr, 0};
     std::fflush(nullptr);
+    pid_t harness = getpid();
     pid_t pid = fork();
     if (pid == 0) {
       close(fds[0]);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // a harness killed outright takes its rule (and so the peers) with it
+      if (getppid() != harness) _exit(124);
+      gMyNote = gCallNotes != nullptr ? &gCallNotes[0] : nullptr;
       setpgid(0, 0);  // the rule and its peers form one group, killed together on a hang
       runRuleProcess(rule, options, fds[1]);
     }
@@ -1288,14 +1448,17 @@ std::vector<RuleResult> runRules(const Options& options) {
     if (hung) {
       result.status = Status::kFail;
       result.evidence = "hung: the rule did not finish within " + std::to_string(options.ruleTimeoutSeconds) + " s";
+      if (gCallNotes != nullptr && gCallNotes[0].name != nullptr)
+        result.evidence += std::string(" (last plugin call: ") + gCallNotes[0].name +
+                           (gCallNotes[0].inProgress ? ", still running)" : ")");
     } else if (WIFSIGNALED(status)) {
       result.status = Status::kFail;
       result.evidence = "the plugin crashed the process (signal " + std::to_string(WTERMSIG(status)) + ", " +
-                        strsignal(WTERMSIG(status)) + ")";
+                        strsignal(WTERMSIG(status)) + ")" + whereText(gCallNotes);
     } else if (bar == std::string::npos) {
       result.status = Status::kFail;
       result.evidence = "the rule process ended without a verdict (exit status " + std::to_string(WEXITSTATUS(status)) +
-                        "): the plugin crashed it and a sanitizer reported the crash";
+                        "): the plugin crashed it and a sanitizer reported the crash" + whereText(gCallNotes);
     } else {
       std::string status = text.substr(0, bar);
       result.status = status == "PASS" ? Status::kPass : status == "SKIP" ? Status::kSkip : Status::kFail;

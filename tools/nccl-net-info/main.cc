@@ -14,6 +14,7 @@
 #include "nns/core/loader.hpp"
 #include "nns/core/printable.hpp"
 #include "nns/tools/guarded_main.hpp"
+#include "nns/tools/isolated_probe.hpp"
 
 namespace {
 
@@ -89,6 +90,81 @@ json deviceJson(int dev, const ncclNetProperties_v12_t& p) {
 
 void printDevices(const json& devices);  // one line per device, below main
 
+// What the loader runs for one candidate, named as one call: a crash or hang inside it is pinned to the exact call
+// by probing the candidate again step by step (nns::tools::pinpointFailure).
+constexpr const char* kLoaderProbe = "the loader's probe (dlopen, init, devices, getProperties(0), finalize)";
+constexpr const char* kCollNetProbe = "the loader's collNet probe (ncclCollNet init, devices, finalize)";
+
+// In the child: the loader on one list entry alone (its report, and the chosen plugin), then, when it loads, every
+// device's properties and the collNet beside it, each call named before it is made.
+void probeCandidate(nns::tools::ProbeChannel& channel, const std::string& entry, const std::vector<std::string>& dirs) {
+  nns::core::LoadOptions one;
+  one.plugin = entry + ",";  // a list of one: an entry "none" is then a name to try, as within NCCL's list
+  one.searchDirs = dirs;
+  nns::core::LoadReport report;
+  channel.call(kLoaderProbe);
+  auto net = nns::core::loadNet(one, &report);
+  for (const auto& c : report.candidates) channel.send({{"candidate", nns::tools::candidateJson(c)}});
+  if (net == nullptr) return;
+  channel.send(
+      {{"chosen", {{"name", nns::core::printable(net->name())}, {"path", net->path()}, {"version", net->version()}}}});
+  void* ctx = nullptr;
+  channel.call("init");
+  ncclResult_t result = net->init(&ctx, 0, nullptr, nullptr, nullptr);
+  int ndev = 0;
+  if (result == ncclSuccess) {
+    channel.call("devices");
+    result = net->devices(&ndev);
+  }
+  for (int dev = 0; result == ncclSuccess && dev < ndev; ++dev) {
+    ncclNetProperties_v12_t props;
+    channel.call("getProperties(" + std::to_string(dev) + ")");
+    if (net->getProperties(dev, &props) == ncclSuccess) {
+      channel.send({{"device", deviceJson(dev, props)}});
+    } else {
+      channel.send({{"device", {{"dev", dev}, {"error", "getProperties failed"}}}});
+    }
+  }
+  if (result != ncclSuccess)
+    channel.send({{"deviceError", "init/devices returned " + std::to_string(static_cast<int>(result))}});
+  channel.call("finalize");
+  net->finalize(ctx);
+
+  // NCCL looks for a collNet in the chosen net's library only; without one (or with one that fails) it runs
+  // without in-network collectives.
+  nns::core::CollNetReport collReport;
+  channel.call(kCollNetProbe);
+  auto coll = nns::core::loadCollNet(*net, &collReport);
+  channel.send({{"collNet",
+                 {{"path", collReport.path},
+                  {"exportedVersions", versionsJson(collReport.exportedVersions)},
+                  {"chosenVersion", collReport.chosenVersion},
+                  {"name", coll != nullptr ? json(nns::core::printable(coll->name())) : json(nullptr)},
+                  {"rejectReason", collReport.rejectReason},
+                  {"error", ""},
+                  {"devices", json::array()}}}});
+  if (coll == nullptr) return;
+  channel.call("ncclCollNet init");
+  result = coll->init(&ctx, 0, nullptr);
+  if (result == ncclSuccess) {
+    channel.call("ncclCollNet devices");
+    result = coll->devices(&ndev);
+  }
+  for (int dev = 0; result == ncclSuccess && dev < ndev; ++dev) {
+    ncclNetProperties_v12_t props;
+    channel.call("ncclCollNet getProperties(" + std::to_string(dev) + ")");
+    if (coll->getProperties(dev, &props) == ncclSuccess) {
+      channel.send({{"collDevice", deviceJson(dev, props)}});
+    } else {
+      channel.send({{"collDevice", {{"dev", dev}, {"error", "getProperties failed"}}}});
+    }
+  }
+  if (result != ncclSuccess)
+    channel.send({{"collError", "init/devices returned " + std::to_string(static_cast<int>(result))}});
+  channel.call("ncclCollNet finalize");
+  coll->finalize(ctx);
+}
+
 }  // namespace
 
 int runTool(int argc, char** argv) {
@@ -96,12 +172,22 @@ int runTool(int argc, char** argv) {
   std::string plugin;
   bool asJson = false;
   std::vector<std::string> dirs;
+  int callTimeout = 10;
   app.add_option("-p,--plugin", plugin,
                  "plugin spec with NCCL_NET_PLUGIN semantics (default: $NCCL_NET_PLUGIN, "
                  "else libnccl-net.so)");
   app.add_option("-L,--search-dir", dirs, "extra directories searched for plugins (default: ../lib beside this tool)");
   app.add_flag("--json", asJson, "machine-readable output");
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("--call-timeout", callTimeout,
+                 "seconds one plugin call (or a library's loading) may take before the plugin is reported hung "
+                 "(default 10)")
+      ->check(CLI::Range(1, 3600));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);    // prints the help, or the error
+    return code == 0 ? 0 : 2;  // a bad argument is exit status 2, not CLI11's own codes (105, 109, ...)
+  }
   if (dirs.empty()) {
     char resolved[PATH_MAX];
     std::string lib = executableDir() + "/../lib";
@@ -114,101 +200,120 @@ int runTool(int argc, char** argv) {
   const char* env = std::getenv("NCCL_NET_PLUGIN");
   std::string spec = !plugin.empty() ? plugin : env != nullptr ? env : "(unset: libnccl-net.so)";
 
+  // Every plugin is loaded and called in a child process of its own: one that crashes or hangs gets that verdict,
+  // and the others are still listed.
   json out;
   out["spec"] = spec;
   out["searchDirs"] = dirs;
   json found = json::array();
   for (const auto& path : nns::core::findPluginLibraries(dirs)) {
-    auto exports = nns::core::inspectLibrary(path);
-    // The verdict NCCL would reach on this library alone: loads (and through which version), or why not.
-    nns::core::LoadOptions alone;
-    alone.plugin = path;
-    nns::core::LoadReport verdictReport;
-    auto loaded = nns::core::loadNet(alone, &verdictReport);
-    std::string verdict = loaded != nullptr ? "loads through ncclNet_v" + std::to_string(loaded->version())
-                          : verdictReport.candidates.empty() ? "not tried"
-                                                             : "rejected: " + verdictReport.candidates[0].rejectReason;
-    found.push_back({{"path", path},
-                     {"netVersions", versionsJson(exports.netVersions)},
-                     {"collNetVersions", versionsJson(exports.collNetVersions)},
-                     {"error", exports.error},
-                     {"verdict", verdict}});
+    auto probe = nns::tools::runIsolated(
+        [&](nns::tools::ProbeChannel& channel) {
+          channel.call("dlopen of " + path + " (its constructors)");
+          auto exports = nns::core::inspectLibrary(path);
+          channel.send({{"netVersions", versionsJson(exports.netVersions)},
+                        {"collNetVersions", versionsJson(exports.collNetVersions)},
+                        {"error", exports.error}});
+          // The verdict NCCL would reach on this library alone: loads (and through which version), or why not.
+          nns::core::LoadOptions alone;
+          alone.plugin = path;
+          nns::core::LoadReport verdictReport;
+          channel.call(kLoaderProbe);
+          auto loaded = nns::core::loadNet(alone, &verdictReport);
+          channel.send({{"verdict", loaded != nullptr ? "loads through ncclNet_v" + std::to_string(loaded->version())
+                                    : verdictReport.candidates.empty()
+                                        ? "not tried"
+                                        : "rejected: " + verdictReport.candidates[0].rejectReason}});
+        },
+        callTimeout);
+    json library = {{"path", path},
+                    {"netVersions", json::array()},
+                    {"collNetVersions", json::array()},
+                    {"error", ""},
+                    {"verdict", ""}};
+    for (const auto& record : probe.records)
+      for (const auto& item : record.items()) library[item.key()] = item.value();
+    if (!probe.failure.empty()) {
+      library["verdict"] = probe.lastCall == kLoaderProbe
+                               ? nns::tools::pinpointFailure(path, {}, probe.failure, callTimeout)
+                               : probe.failure;
+      library["crashed"] = probe.crashed;
+      library["hung"] = probe.hung;
+    }
+    found.push_back(library);
   }
   out["found"] = found;
 
-  nns::core::LoadReport report;
-  auto net = nns::core::loadNet(options, &report);
+  // The candidates in NCCL's order, each alone in a child; the first that loads is chosen. One that crashes or hangs
+  // ends the list, as it would end NCCL: the entries after it are listed as not tried.
   json candidates = json::array();
-  for (const auto& c : report.candidates) {
-    candidates.push_back({{"requested", c.requested},
-                          {"triedPaths", c.triedPaths},
-                          {"loadedPath", c.loadedPath},
-                          {"exportedVersions", versionsJson(c.exportedVersions)},
-                          {"chosenVersion", c.chosenVersion},
-                          {"rejectReason", c.rejectReason}});
-  }
-  out["candidates"] = candidates;
-
+  json chosen = nullptr;
   json devices = json::array();
   std::string deviceError;
-  if (net != nullptr) {
-    void* ctx = nullptr;
-    ncclResult_t result = net->init(&ctx, 0, nullptr, nullptr, nullptr);
-    int ndev = 0;
-    if (result == ncclSuccess) result = net->devices(&ndev);
-    for (int dev = 0; result == ncclSuccess && dev < ndev; ++dev) {
-      ncclNetProperties_v12_t props;
-      if (net->getProperties(dev, &props) == ncclSuccess) {
-        devices.push_back(deviceJson(dev, props));
-      } else {
-        devices.push_back({{"dev", dev}, {"error", "getProperties failed"}});
-      }
-    }
-    if (result != ncclSuccess) deviceError = "init/devices returned " + std::to_string(static_cast<int>(result));
-    net->finalize(ctx);
-    out["chosen"] = {{"name", nns::core::printable(net->name())}, {"path", net->path()}, {"version", net->version()}};
-  } else {
-    out["chosen"] = nullptr;
-  }
-  out["devices"] = devices;
-
-  // NCCL looks for a collNet in the chosen net's library only; without one (or with one that fails) it runs
-  // without in-network collectives.
   json collNet = nullptr;
-  if (net != nullptr) {
-    nns::core::CollNetReport collReport;
-    auto coll = nns::core::loadCollNet(*net, &collReport);
-    json collDevices = json::array();
-    std::string collError;
-    if (coll != nullptr) {
-      void* ctx = nullptr;
-      ncclResult_t result = coll->init(&ctx, 0, nullptr);
-      int ndev = 0;
-      if (result == ncclSuccess) result = coll->devices(&ndev);
-      for (int dev = 0; result == ncclSuccess && dev < ndev; ++dev) {
-        ncclNetProperties_v12_t props;
-        if (coll->getProperties(dev, &props) == ncclSuccess) {
-          collDevices.push_back(deviceJson(dev, props));
-        } else {
-          collDevices.push_back({{"dev", dev}, {"error", "getProperties failed"}});
-        }
-      }
-      if (result != ncclSuccess) collError = "init/devices returned " + std::to_string(static_cast<int>(result));
-      coll->finalize(ctx);
+  std::string stoppedAt;
+  for (const auto& entry : nns::core::pluginSpecEntries(options)) {
+    if (chosen != nullptr) break;
+    if (!stoppedAt.empty()) {
+      candidates.push_back({{"requested", entry},
+                            {"triedPaths", json::array()},
+                            {"loadedPath", ""},
+                            {"exportedVersions", json::array()},
+                            {"chosenVersion", 0},
+                            {"rejectReason", "not tried: NCCL would not get past " + stoppedAt},
+                            {"notTried", true}});
+      continue;
     }
-    collNet = {{"path", collReport.path},
-               {"exportedVersions", versionsJson(collReport.exportedVersions)},
-               {"chosenVersion", collReport.chosenVersion},
-               {"name", coll != nullptr ? json(nns::core::printable(coll->name())) : json(nullptr)},
-               {"rejectReason", collReport.rejectReason},
-               {"error", collError},
-               {"devices", collDevices}};
+    auto probe = nns::tools::runIsolated(
+        [&](nns::tools::ProbeChannel& channel) { probeCandidate(channel, entry, dirs); }, callTimeout);
+    bool reported = false;
+    for (const auto& record : probe.records) {
+      if (record.contains("candidate")) {
+        candidates.push_back(record["candidate"]);
+        reported = true;
+      }
+      if (record.contains("chosen")) chosen = record["chosen"];
+      if (record.contains("device")) devices.push_back(record["device"]);
+      if (record.contains("deviceError")) deviceError = record["deviceError"].get<std::string>();
+      if (record.contains("collNet")) collNet = record["collNet"];
+      if (record.contains("collDevice")) collNet["devices"].push_back(record["collDevice"]);
+      if (record.contains("collError")) collNet["error"] = record["collError"];
+    }
+    if (probe.failure.empty()) continue;
+    if (!reported) {
+      // The loader itself crashed or hung on this candidate: so would NCCL.
+      candidates.push_back({{"requested", entry},
+                            {"triedPaths", json::array()},
+                            {"loadedPath", ""},
+                            {"exportedVersions", json::array()},
+                            {"chosenVersion", 0},
+                            {"rejectReason", nns::tools::pinpointFailure(entry, dirs, probe.failure, callTimeout)},
+                            {"crashed", probe.crashed},
+                            {"hung", probe.hung}});
+      stoppedAt = entry;
+    } else if (probe.lastCall == kCollNetProbe) {
+      collNet = {{"path", chosen.value("path", "")},
+                 {"exportedVersions", json::array()},
+                 {"chosenVersion", 0},
+                 {"name", nullptr},
+                 {"rejectReason", probe.failure},
+                 {"error", ""},
+                 {"devices", json::array()}};
+    } else if (collNet != nullptr) {
+      collNet["error"] = probe.failure;
+    } else if (chosen != nullptr) {
+      deviceError = probe.failure;
+    }
   }
+  out["candidates"] = candidates;
+  out["chosen"] = chosen;
+  out["devices"] = devices;
   out["collNet"] = collNet;
+  if (!deviceError.empty()) out["deviceError"] = deviceError;
 
   if (asJson) {
     std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    return net != nullptr ? 0 : 1;
+    return chosen != nullptr ? 0 : 1;
   }
 
   std::printf("NCCL_NET_PLUGIN: %s\nsearch directories:", spec.c_str());
@@ -222,28 +327,41 @@ int runTool(int argc, char** argv) {
                 f["verdict"].get<std::string>().c_str());
   }
   std::printf("\nCandidates, in the order NCCL tries them:\n");
-  if (report.candidates.empty()) std::printf("  (none: NCCL_NET_PLUGIN=none, only NCCL's internal nets)\n");
-  for (const auto& c : report.candidates) {
-    std::printf("  %s\n", c.requested.c_str());
-    for (const auto& p : c.triedPaths) std::printf("    tried  %s\n", p.c_str());
-    if (!c.loadedPath.empty())
-      std::printf("    opened %s, exports ncclNet %s\n", c.loadedPath.c_str(),
-                  versionsText(c.exportedVersions).c_str());
-    if (c.chosenVersion != 0) {
-      std::printf("    CHOSEN through ncclNet_v%d (the newest it exports that this host knows)\n", c.chosenVersion);
+  if (candidates.empty()) std::printf("  (none: NCCL_NET_PLUGIN=none, only NCCL's internal nets)\n");
+  for (const auto& c : candidates) {
+    std::printf("  %s\n", c["requested"].get<std::string>().c_str());
+    for (const auto& p : c["triedPaths"]) std::printf("    tried  %s\n", p.get<std::string>().c_str());
+    if (!c["loadedPath"].get<std::string>().empty())
+      std::printf("    opened %s, exports ncclNet %s\n", c["loadedPath"].get<std::string>().c_str(),
+                  versionsText(c["exportedVersions"].get<std::vector<int>>()).c_str());
+    if (c["chosenVersion"].get<int>() != 0) {
+      std::printf("    CHOSEN through ncclNet_v%d (the newest it exports that this host knows)\n",
+                  c["chosenVersion"].get<int>());
+    } else if (c.value("notTried", false)) {
+      std::printf("    %s\n", c["rejectReason"].get<std::string>().c_str());
+    } else if (c.value("crashed", false) || c.value("hung", false)) {
+      std::printf("    %s: NCCL would %s here too\n", c["rejectReason"].get<std::string>().c_str(),
+                  c.value("crashed", false) ? "crash" : "hang");
     } else {
-      std::printf("    rejected: %s\n", c.rejectReason.c_str());
+      std::printf("    rejected: %s\n", c["rejectReason"].get<std::string>().c_str());
     }
   }
-  if (net == nullptr) {
-    std::printf("\nNo plugin loaded: NCCL would fall back to its internal IB/Socket nets.\n");
+  if (chosen == nullptr) {
+    if (stoppedAt.empty()) {
+      std::printf("\nNo plugin loaded: NCCL would fall back to its internal IB/Socket nets.\n");
+    } else {
+      std::printf("\nNo plugin loaded: NCCL would not get past %s.\n", stoppedAt.c_str());
+    }
     return 1;
   }
-  std::printf("\nDevices of %s (ncclNet_v%d):\n", nns::core::printable(net->name()).c_str(), net->version());
+  std::printf("\nDevices of %s (ncclNet_v%d):\n", chosen["name"].get<std::string>().c_str(),
+              chosen["version"].get<int>());
   if (!deviceError.empty()) std::printf("  %s\n", deviceError.c_str());
   printDevices(devices);
+  if (collNet == nullptr) return 0;  // the probe ended before the collNet's turn (the failure is above)
 
-  std::printf("\nCollNet (in-network collectives) of %s:\n  exports ncclCollNet %s\n", net->path().c_str(),
+  std::printf("\nCollNet (in-network collectives) of %s:\n  exports ncclCollNet %s\n",
+              chosen["path"].get<std::string>().c_str(),
               versionsText(collNet["exportedVersions"].get<std::vector<int>>()).c_str());
   if (collNet["chosenVersion"].get<int>() == 0) {
     std::printf("  not used: %s\n", collNet["rejectReason"].get<std::string>().c_str());

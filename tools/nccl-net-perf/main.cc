@@ -83,6 +83,9 @@ class Side {
     check(net_.devices(&ndev), "devices");
     if (settings_.dev >= ndev) throw std::runtime_error("device " + std::to_string(settings_.dev) + " absent");
     check(net_.getProperties(settings_.dev, &props_), "getProperties");
+    if (settings_.maxBytes > props_.maxP2pBytes)
+      throw std::runtime_error("-e " + std::to_string(settings_.maxBytes) + " exceeds the device's maxP2pBytes " +
+                               std::to_string(props_.maxP2pBytes) + " (NCCL never sends more in one message)");
     if (settings_.multiRecv > props_.maxRecvs)
       throw std::runtime_error("-m " + std::to_string(settings_.multiRecv) + " exceeds the device's maxRecvs " +
                                std::to_string(props_.maxRecvs));
@@ -240,8 +243,10 @@ class Side {
 
 std::vector<size_t> sweep(const Settings& settings) {
   std::vector<size_t> sizes;
-  for (size_t bytes = settings.minBytes; bytes <= settings.maxBytes; bytes = bytes == 0 ? 1 : bytes * settings.factor)
+  for (size_t bytes = settings.minBytes; bytes <= settings.maxBytes; bytes = bytes == 0 ? 1 : bytes * settings.factor) {
     sizes.push_back(bytes);
+    if (bytes > settings.maxBytes / settings.factor) break;  // the next step is past -e (or would wrap around)
+  }
   return sizes;
 }
 
@@ -271,20 +276,44 @@ int runTool(int argc, char** argv) {
   app.add_option("plugin", plugin, "plugin name (libnccl-net-NAME.so) or path, NCCL_NET_PLUGIN semantics");
   app.add_option("-L,--search-dir", load.searchDirs, "directories searched for the plugin (default ../lib)");
   nns::tools::addSizeOption(app, "-b,--minbytes", settings.minBytes, "smallest message (K/M/G; default 8)");
-  nns::tools::addSizeOption(app, "-e,--maxbytes", settings.maxBytes, "largest message (default 64M)");
+  // test() reports a message's size as an int: a larger message could not be seen to arrive whole.
+  nns::tools::addSizeOption(app, "-e,--maxbytes", settings.maxBytes, "largest message (default 64M, below 2G)")
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{INT_MAX}, "below 2 GiB: test() reports sizes as int"));
   app.add_option("-f,--stepfactor", settings.factor, "size multiplier between steps (default 2)");
   app.add_option("-n,--iters", settings.iterations, "timed iterations per size (default 20)");
   app.add_option("-w,--warmup", settings.warmup, "untimed iterations per size (default 5)");
-  app.add_option("-W,--window", settings.window, "receives kept in flight for bandwidth (default 8)");
+  // More than NCCL_NET_MAX_REQUESTS receives in flight on one comm is more than NCCL posts or a plugin must take.
+  app.add_option("-W,--window", settings.window, "receives kept in flight for bandwidth (default 8, at most 32)")
+      ->check(CLI::Range(1, NCCL_NET_MAX_REQUESTS));
   app.add_option("-m,--multi-recv", settings.multiRecv, "messages grouped in one irecv (default 1, <= maxRecvs)");
-  app.add_option("-d,--dev", settings.dev, "device index (default 0)");
+  app.add_option("-d,--dev", settings.dev, "device index (default 0)")->check(CLI::Range(0, INT_MAX));
   app.add_option("--call-timeout", settings.callTimeoutSeconds, "seconds any one operation may take (default 30)")
       ->check(CLI::Range(1, 3600));
   app.add_flag("--json", asJson, "machine-readable output");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);  // prints the help, or the error
+    return code == 0
+               ? 0
+               : 2;  // a bad argument is exit status 2, as for the other refused values, not CLI11's codes (105, ...)
+  }
   if (settings.iterations < 1 || settings.factor < 2 || settings.window < 1 || settings.multiRecv < 1 ||
       settings.warmup < 0 || settings.minBytes > settings.maxBytes) {
     std::fprintf(stderr, "nccl-net-perf: need -n >= 1, -f >= 2, -W >= 1, -m >= 1, -w >= 0 and -b <= -e\n");
+    return 2;
+  }
+  // Each process holds -W x -m buffers of -e bytes: refused up front when two of those do not fit this host's memory,
+  // rather than failing in the plugin's process with std::bad_alloc (or waking the OOM killer).
+  long pages = sysconf(_SC_PHYS_PAGES), pageBytes = sysconf(_SC_PAGESIZE);
+  double bufferBytes = static_cast<double>(settings.window) * settings.multiRecv *
+                       static_cast<double>(std::max<size_t>(settings.maxBytes, 1));
+  if (pages > 0 && pageBytes > 0 && 2 * bufferBytes > static_cast<double>(pages) * static_cast<double>(pageBytes)) {
+    std::fprintf(stderr,
+                 "nccl-net-perf: -e %zu with -W %d and -m %d needs %.1f GiB of buffers in each of the two processes; "
+                 "this host has %.1f GiB of memory\n",
+                 settings.maxBytes, settings.window, settings.multiRecv, bufferBytes / (1 << 30),
+                 static_cast<double>(pages) * static_cast<double>(pageBytes) / (1 << 30));
     return 2;
   }
   load.plugin = plugin;

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# nccl-net-check against plugins that crash or hang before any rule can run (SIGSEGV in init, init never returns):
+# exit status 2 within seconds, naming the call; and against one that crashes in getProperties of its second
+# device: properties-sane fails naming the call, the other rules still run and pass. And a harness stopped by SIGTERM
+# (a CI job's timeout) or SIGKILL in the middle of a hanging rule leaves no rule or peer process behind.
+set -uo pipefail
+check="$1"; misbehaving="$2"
+fail() { echo "FAILED: $*"; exit 1; }
+run() { out=$("$@" 2>&1); status=$?; echo "$out"; echo "exit status $status"; }
+
+run "$check" "$misbehaving/libnccl-net-broken-crash-in-init.so" --call-timeout 2
+[ "$status" = 2 ] || fail "crash in init: exit status $status, expected 2 (does not load)"
+grep -q "did not load:" <<<"$out" || fail "crash in init: no 'did not load'"
+grep -q "crashed: SIGSEGV in init through ncclNet_v12 of " <<<"$out" || fail "crash in init: the call is not named"
+
+start=$SECONDS
+run "$check" "$misbehaving/libnccl-net-broken-hang-in-init.so" --call-timeout 2
+[ "$status" = 2 ] || fail "hang in init: exit status $status, expected 2"
+grep -q "hung: init through ncclNet_v12 of .* did not return within 2 s" <<<"$out" || fail "hang in init: not named"
+(( SECONDS - start < 30 )) || fail "hang in init: the harness took $((SECONDS - start)) s"
+
+run "$check" "$misbehaving/libnccl-net-broken-crash-in-properties.so" --call-timeout 2 --rule-timeout 30 \
+  --rules properties-sane,zero-byte
+[ "$status" = 1 ] || fail "crash in getProperties(1): exit status $status, expected 1"
+grep -qE "^FAIL properties-sane +the plugin crashed the process \(signal 11, [^)]*\) in getProperties" <<<"$out" ||
+  fail "crash in getProperties(1): properties-sane does not name the call"
+grep -qE "^PASS zero-byte " <<<"$out" || fail "the other rule did not run on"
+grep -q "^1 passed, 1 failed, 0 skipped" <<<"$out" || fail "no summary"
+# Stopped mid-rule: accept blocks for good (the call timeout is far off); nothing of the run may be left.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cp "$misbehaving/../libnccl-net-broken-blocking-accept.so" "$work/"
+for sig in TERM KILL; do
+  "$check" "$work/libnccl-net-broken-blocking-accept.so" --rules accept-is-nonblocking --call-timeout 600 \
+    --rule-timeout 600 >/dev/null 2>&1 &
+  harness=$!
+  sleep 2
+  kill -$sig $harness
+  wait $harness 2>/dev/null
+  sleep 1
+  left=$(pgrep -f "$work/libnccl-net-broken-blocking-accept.so" || true)
+  if [ -n "$left" ]; then
+    kill -KILL $left 2>/dev/null
+    fail "SIG$sig to the harness left its rule processes running: $left"
+  fi
+done
+echo "every crash and hang reported, the harness went on"

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The vendor tools' exit statuses and refusals: a bad argument is exit status 2 with the option named (not CLI11's
+# own 105/109), a --junit file that cannot be written is refused before any rule runs, --json stays one valid JSON
+# object when the plugin does not load, and nccl-net-perf refuses values that would only fail later (a negative
+# device, more receives in flight than NCCL posts, a size test() cannot report, buffers larger than the host).
+set -uo pipefail
+bin="$1"
+failures=0
+expect() {  # $1 expected status, $2 text the output must hold, the rest: the command
+  local want="$1" text="$2"
+  shift 2
+  out=$(timeout 60 "$@" 2>&1)
+  status=$?
+  if [ "$status" != "$want" ] || ! grep -qE -- "$text" <<<"$out"; then
+    echo "FAILED: '$*' gave status $status (expected $want) and: $out (expected '$text')"
+    failures=$((failures + 1))
+  fi
+}
+expect 2 "not expected: --bogus" "$bin/nccl-net-check" minimal --bogus
+expect 2 "not in range" "$bin/nccl-net-check" minimal --call-timeout -1
+expect 2 "not expected: --bogus" "$bin/nccl-net-info" --bogus
+expect 2 "not in range" "$bin/nccl-net-info" --call-timeout 0
+expect 0 "Usage" "$bin/nccl-net-check" --help
+expect 2 "--junit /nonexistent-dir/x.xml: cannot write there" \
+  "$bin/nccl-net-check" minimal --rules zero-byte --junit /nonexistent-dir/x.xml
+expect 2 "not expected: --bogus" "$bin/nccl-net-perf" minimal --bogus
+expect 2 "--dev: Value -1 not in range 0" "$bin/nccl-net-perf" minimal -d -1
+expect 2 "--window: Value 33 not in range 1 to 32" "$bin/nccl-net-perf" minimal -W 33
+expect 2 "--maxbytes: Value 2147483648 not in range" "$bin/nccl-net-perf" minimal -e 2G
+expect 2 "needs [0-9.]+ GiB of buffers in each of the two processes" \
+  "$bin/nccl-net-perf" minimal -b 1G -e 2147483647 -W 32 -m 64
+
+# --json when nothing loads: still one object, saying so.
+out=$("$bin/nccl-net-check" no-such-plugin --json 2>/dev/null)
+status=$?
+if [ "$status" != 2 ] || ! python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+assert d["loaded"] is False and d["rules"] == [] and "could not open" in d["candidates"][0]["rejectReason"], d
+' "$out"; then
+  echo "FAILED: nccl-net-check no-such-plugin --json gave status $status and: $out"
+  failures=$((failures + 1))
+fi
+[ "$failures" -eq 0 ] && echo "every exit status and refusal as documented"
+exit $((failures > 0))

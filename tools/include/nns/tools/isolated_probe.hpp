@@ -1,0 +1,226 @@
+// isolated_probe.hpp: runs plugin code in a forked child, so that a plugin which crashes or hangs in init, devices,
+// getProperties (or in its library's constructors) costs the tool one verdict, never the tool itself. The child names
+// each plugin call before it makes it and sends its results as JSON lines; the parent turns a death into "crashed:
+// SIGSEGV in <call>" and a call that does not return within the call timeout into "hung: <call> did not return
+// within N s" (the child is killed). For nccl-net-info and nccl-net-check, which load plugins before anything else.
+#pragma once
+
+#include <dlfcn.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "nns/core/loader.hpp"
+
+namespace nns::tools {
+
+// What the child's body uses to name the call it is about to make and to send results back.
+class ProbeChannel {
+ public:
+  explicit ProbeChannel(int fd) : fd_(fd) {}
+  void call(const std::string& name) { line("C " + name); }  // the plugin call (or step) about to run
+  void send(const nlohmann::json& record) {
+    line("D " + record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+
+ private:
+  void line(std::string text) {
+    text += '\n';
+    for (size_t done = 0; done < text.size();) {
+      ssize_t n = write(fd_, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) _exit(120);  // the parent is gone
+      done += static_cast<size_t>(n);
+    }
+  }
+  int fd_;
+};
+
+struct ProbeOutcome {
+  std::vector<nlohmann::json> records;  // what the child sent, in order (also when it died later)
+  std::string lastCall;                 // the call in progress when it ended ("" before the first)
+  std::string failure;                  // empty when the body returned; else "crashed: ..." or "hung: ..."
+  bool crashed = false, hung = false;
+};
+
+// "SIGSEGV" for 11; "signal N" for one glibc has no name for.
+inline std::string signalName(int sig) {
+  const char* abbreviation = sigabbrev_np(sig);
+  return abbreviation != nullptr ? std::string("SIG") + abbreviation : "signal " + std::to_string(sig);
+}
+
+// Runs `body` in a child process. Each call the body names must return within `callTimeoutSeconds`. The child's
+// stdout goes to stderr, so that a plugin that prints cannot break the tool's own output (--json).
+inline ProbeOutcome runIsolated(const std::function<void(ProbeChannel&)>& body, int callTimeoutSeconds) {
+  ProbeOutcome outcome;
+  int fds[2];
+  if (pipe(fds) != 0) {
+    outcome.failure = std::string("could not probe it: pipe: ") + std::strerror(errno);
+    return outcome;
+  }
+  std::fflush(nullptr);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    outcome.failure = std::string("could not probe it: fork: ") + std::strerror(errno);
+    return outcome;
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    // Dies with the tool (killed, or interrupted at a terminal): a plugin hanging here must not outlive it.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(121);
+    dup2(STDERR_FILENO, STDOUT_FILENO);
+    signal(SIGPIPE, SIG_IGN);
+    ProbeChannel channel(fds[1]);
+    body(channel);
+    std::fflush(nullptr);
+    channel.call("");  // finished: no call in progress
+    static const char kEnd[] = "E\n";
+    (void)!write(fds[1], kEnd, sizeof(kEnd) - 1);
+    _exit(0);
+  }
+  close(fds[1]);
+  using Clock = std::chrono::steady_clock;
+  auto deadline = Clock::now() + std::chrono::seconds(callTimeoutSeconds);
+  std::string pending;
+  bool finished = false;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      outcome.hung = true;
+      break;
+    }
+    pollfd wait{fds[0], POLLIN, 0};
+    int ready = poll(&wait, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) continue;
+    char buffer[4096];
+    ssize_t n = read(fds[0], buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buffer, static_cast<size_t>(n));
+    for (size_t end; (end = pending.find('\n')) != std::string::npos; pending.erase(0, end + 1)) {
+      std::string line = pending.substr(0, end);
+      if (line.rfind("C ", 0) == 0) {
+        outcome.lastCall = line.substr(2);
+        deadline = Clock::now() + std::chrono::seconds(callTimeoutSeconds);  // each call gets its own time
+      } else if (line.rfind("D ", 0) == 0) {
+        outcome.records.push_back(nlohmann::json::parse(line.substr(2), nullptr, false));
+      } else if (line == "E") {
+        finished = true;
+      }
+    }
+  }
+  close(fds[0]);
+  if (outcome.hung) kill(pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  std::string where = outcome.lastCall.empty() ? "" : " in " + outcome.lastCall;
+  if (outcome.hung) {
+    outcome.failure = "hung: " + (outcome.lastCall.empty() ? std::string("the probe") : outcome.lastCall) +
+                      " did not return within " + std::to_string(callTimeoutSeconds) + " s (killed)";
+  } else if (WIFSIGNALED(status)) {
+    outcome.crashed = true;
+    outcome.failure = "crashed: " + signalName(WTERMSIG(status)) + where;
+  } else if (!finished) {
+    outcome.crashed = true;
+    outcome.failure = "the process ended (exit status " + std::to_string(WEXITSTATUS(status)) + ")" + where +
+                      " before the probe finished";
+  }
+  return outcome;
+}
+
+// The file names the loader hands to dlopen for one NCCL_NET_PLUGIN entry, in order (docs/loader.md): bare names in
+// the search directories first, then as given; a NAME also as libnccl-net-NAME.so.
+inline std::vector<std::string> loaderFileNames(const std::string& entry, const std::vector<std::string>& dirs) {
+  std::vector<std::string> names{entry};
+  bool libSoName = entry.size() > 6 && entry.rfind("lib", 0) == 0 && entry.compare(entry.size() - 3, 3, ".so") == 0;
+  if (entry.find('/') == std::string::npos && !libSoName) names.push_back("libnccl-net-" + entry + ".so");
+  std::vector<std::string> files;
+  for (const auto& name : names) {
+    if (name.find('/') == std::string::npos)
+      for (const auto& dir : dirs) files.push_back(dir + "/" + name);
+    files.push_back(name);
+  }
+  return files;
+}
+
+// The loader's probe of one candidate (dlopen, the newest ncclNetPlugin_vN, init, devices, getProperties(0),
+// finalize), step by step with each call named: run isolated after the loader itself died or hung on a candidate, it
+// says in which call. The first of `files` that opens is probed.
+inline void probeStepByStep(ProbeChannel& channel, const std::vector<std::string>& files) {
+  std::string path;
+  for (const auto& file : files) {
+    channel.call("dlopen of " + file + " (its constructors)");
+    if (void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL); handle != nullptr) {
+      path = file;
+      break;
+    }
+  }
+  if (path.empty()) return;
+  auto exports = core::inspectLibrary(path);
+  if (exports.netVersions.empty()) return;
+  int version = exports.netVersions.front();
+  std::string error;
+  auto net = core::openNetVersion(path, version, &error);
+  if (net == nullptr) return;
+  std::string through = " through ncclNet_v" + std::to_string(version) + " of " + path;
+  void* ctx = nullptr;
+  channel.call("init" + through);
+  if (net->init(&ctx, 0, nullptr, nullptr, nullptr) != ncclSuccess) return;
+  int ndev = 0;
+  channel.call("devices" + through);
+  ncclResult_t result = net->devices(&ndev);
+  if (result == ncclSuccess && ndev > 0) {
+    ncclNetProperties_v12_t props{};
+    channel.call("getProperties(0)" + through);
+    net->getProperties(0, &props);
+  }
+  channel.call("finalize" + through);
+  net->finalize(ctx);
+}
+
+// A candidate's report as the child sends it, and back.
+inline nlohmann::json candidateJson(const nns::core::CandidateReport& c) {
+  return {{"requested", c.requested},         {"triedPaths", c.triedPaths},
+          {"loadedPath", c.loadedPath},       {"exportedVersions", c.exportedVersions},
+          {"chosenVersion", c.chosenVersion}, {"rejectReason", c.rejectReason}};
+}
+
+inline nns::core::CandidateReport candidateFromJson(const nlohmann::json& j) {
+  nns::core::CandidateReport c;
+  c.requested = j.value("requested", "");
+  c.triedPaths = j.value("triedPaths", std::vector<std::string>{});
+  c.loadedPath = j.value("loadedPath", "");
+  c.exportedVersions = j.value("exportedVersions", std::vector<int>{});
+  c.chosenVersion = j.value("chosenVersion", 0);
+  c.rejectReason = j.value("rejectReason", "");
+  return c;
+}
+
+// After the loader crashed or hung on `entry`: the same probe, call by call, in a fresh child. Returns the failure
+// naming the call, or `loaderFailure` when the step-by-step probe did not fail the same way.
+inline std::string pinpointFailure(const std::string& entry, const std::vector<std::string>& dirs,
+                                   const std::string& loaderFailure, int callTimeoutSeconds) {
+  auto files = loaderFileNames(entry, dirs);
+  ProbeOutcome steps = runIsolated([&](ProbeChannel& channel) { probeStepByStep(channel, files); }, callTimeoutSeconds);
+  return steps.failure.empty() ? loaderFailure : steps.failure;
+}
+
+}  // namespace nns::tools
