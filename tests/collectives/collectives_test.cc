@@ -330,10 +330,10 @@ TEST(Bootstrap, AStrangerOnTheRootPortIsTurnedAwayAndTheRealRankStillJoins) {
 
 namespace {
 
-// Runs body(comm, rank) on every rank of a `ranks`-rank communicator made with `options`, one thread per rank;
-// returns each rank's error, empty where the body ran through.
-template <class Body>
-std::vector<std::string> onEveryRank(int ranks, const core::CommOptions& options, Body body) {
+// Runs body(comm, rank) on every rank of a `ranks`-rank communicator, rank r made with optionsOf(r), one thread per
+// rank; returns each rank's error, empty where the body ran through.
+template <class OptionsOf, class Body>
+std::vector<std::string> onEveryRankWith(int ranks, OptionsOf optionsOf, Body body) {
   core::LaunchInfo base{0, ranks, "127.0.0.1", test::freeLoopbackPort(), "test"};
   std::vector<std::string> errors(ranks);
   std::vector<std::thread> threads;
@@ -342,7 +342,7 @@ std::vector<std::string> onEveryRank(int ranks, const core::CommOptions& options
       core::LaunchInfo launch = base;
       launch.rank = r;
       try {
-        core::Communicator comm(launch, options);
+        core::Communicator comm(launch, optionsOf(r));
         body(comm, r);
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -353,28 +353,26 @@ std::vector<std::string> onEveryRank(int ranks, const core::CommOptions& options
   return errors;
 }
 
+// The same with one `options` for every rank.
+template <class Body>
+std::vector<std::string> onEveryRank(int ranks, const core::CommOptions& options, Body body) {
+  return onEveryRankWith(
+      ranks, [&](int) { return options; }, body);
+}
+
 }  // namespace
 
 // Ranks started with different settings would cut messages differently and read each other's connection handles at
 // the wrong offsets: refused by name on every rank before any connection.
 TEST(Communicator, RanksWithDifferentSettingsAreRefusedByName) {
-  core::LaunchInfo base{0, 2, "127.0.0.1", test::freeLoopbackPort(), "test"};
-  std::vector<std::string> errors(2, "no error");
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      core::LaunchInfo launch = base;
-      launch.rank = r;
-      core::CommOptions options = socketOptions();
-      options.channels = r == 0 ? 4 : 1;
-      try {
-        core::Communicator comm(launch, options);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  auto errors = onEveryRankWith(
+      2,
+      [](int r) {
+        core::CommOptions options = socketOptions();
+        options.channels = r == 0 ? 4 : 1;
+        return options;
+      },
+      [](core::Communicator&, int) {});
   EXPECT_NE(errors[0].find("rank 0: rank 1 runs with plugin nns-socket, NNS_NCHANNELS=1,"), std::string::npos)
       << errors[0];
   EXPECT_NE(errors[1].find("this rank with plugin nns-socket, NNS_NCHANNELS=1,"), std::string::npos) << errors[1];
@@ -421,23 +419,14 @@ TEST(Communicator, CheckCallsNamesTheRankWhoseCallDiffers) {
 
 // A rank that checks calls and one that does not would wait for each other's all-gather: refused at creation.
 TEST(Communicator, CheckCallsMustBeOnForEveryRankOrNone) {
-  core::LaunchInfo base{0, 2, "127.0.0.1", test::freeLoopbackPort(), "test"};
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      core::LaunchInfo launch = base;
-      launch.rank = r;
-      core::CommOptions options = socketOptions();
-      options.checkCalls = r == 1;
-      try {
-        core::Communicator comm(launch, options);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  auto errors = onEveryRankWith(
+      2,
+      [](int r) {
+        core::CommOptions options = socketOptions();
+        options.checkCalls = r == 1;
+        return options;
+      },
+      [](core::Communicator&, int) {});
   EXPECT_NE(errors[0].find("rank 1 runs with plugin nns-socket, NNS_NCHANNELS=1, NNS_SLOT_BYTES=524288, NNS_SLOTS=2, "
                            "NNS_CHECK_CALLS=1"),
             std::string::npos)
