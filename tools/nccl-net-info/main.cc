@@ -97,6 +97,31 @@ constexpr const char* kCollNetProbe = "the loader's collNet probe (ncclCollNet i
 
 // In the child: the loader on one list entry alone (its report, and the chosen plugin), then, when it loads, every
 // device's properties and the collNet beside it, each call named before it is made.
+// After a net's or collNet's init returned `result`: its devices and each one's properties, sent under `deviceKey`
+// (a failure under `errorKey`), each call named with `prefix` first; then finalize.
+template <class Plugin>
+void probeDevices(nns::tools::ProbeChannel& channel, Plugin& plugin, void* ctx, ncclResult_t result,
+                  const std::string& prefix, const char* deviceKey, const char* errorKey) {
+  int ndev = 0;
+  if (result == ncclSuccess) {
+    channel.call(prefix + "devices");
+    result = plugin.devices(&ndev);
+  }
+  for (int dev = 0; result == ncclSuccess && dev < ndev; ++dev) {
+    ncclNetProperties_v12_t props;
+    channel.call(prefix + "getProperties(" + std::to_string(dev) + ")");
+    if (plugin.getProperties(dev, &props) == ncclSuccess) {
+      channel.send({{deviceKey, deviceJson(dev, props)}});
+    } else {
+      channel.send({{deviceKey, {{"dev", dev}, {"error", "getProperties failed"}}}});
+    }
+  }
+  if (result != ncclSuccess)
+    channel.send({{errorKey, "init/devices returned " + std::to_string(static_cast<int>(result))}});
+  channel.call(prefix + "finalize");
+  plugin.finalize(ctx);
+}
+
 void probeCandidate(nns::tools::ProbeChannel& channel, const std::string& entry, const std::vector<std::string>& dirs) {
   nns::core::LoadOptions one;
   one.plugin = entry + ",";  // a list of one: an entry "none" is then a name to try, as within NCCL's list
@@ -111,24 +136,7 @@ void probeCandidate(nns::tools::ProbeChannel& channel, const std::string& entry,
   void* ctx = nullptr;
   channel.call("init");
   ncclResult_t result = net->init(&ctx, 0, nullptr, nullptr, nullptr);
-  int ndev = 0;
-  if (result == ncclSuccess) {
-    channel.call("devices");
-    result = net->devices(&ndev);
-  }
-  for (int dev = 0; result == ncclSuccess && dev < ndev; ++dev) {
-    ncclNetProperties_v12_t props;
-    channel.call("getProperties(" + std::to_string(dev) + ")");
-    if (net->getProperties(dev, &props) == ncclSuccess) {
-      channel.send({{"device", deviceJson(dev, props)}});
-    } else {
-      channel.send({{"device", {{"dev", dev}, {"error", "getProperties failed"}}}});
-    }
-  }
-  if (result != ncclSuccess)
-    channel.send({{"deviceError", "init/devices returned " + std::to_string(static_cast<int>(result))}});
-  channel.call("finalize");
-  net->finalize(ctx);
+  probeDevices(channel, *net, ctx, result, "", "device", "deviceError");
 
   // NCCL looks for a collNet in the chosen net's library only; without one (or with one that fails) it runs
   // without in-network collectives.
@@ -146,23 +154,7 @@ void probeCandidate(nns::tools::ProbeChannel& channel, const std::string& entry,
   if (coll == nullptr) return;
   channel.call("ncclCollNet init");
   result = coll->init(&ctx, 0, nullptr);
-  if (result == ncclSuccess) {
-    channel.call("ncclCollNet devices");
-    result = coll->devices(&ndev);
-  }
-  for (int dev = 0; result == ncclSuccess && dev < ndev; ++dev) {
-    ncclNetProperties_v12_t props;
-    channel.call("ncclCollNet getProperties(" + std::to_string(dev) + ")");
-    if (coll->getProperties(dev, &props) == ncclSuccess) {
-      channel.send({{"collDevice", deviceJson(dev, props)}});
-    } else {
-      channel.send({{"collDevice", {{"dev", dev}, {"error", "getProperties failed"}}}});
-    }
-  }
-  if (result != ncclSuccess)
-    channel.send({{"collError", "init/devices returned " + std::to_string(static_cast<int>(result))}});
-  channel.call("ncclCollNet finalize");
-  coll->finalize(ctx);
+  probeDevices(channel, *coll, ctx, result, "ncclCollNet ", "collDevice", "collError");
 }
 
 }  // namespace
