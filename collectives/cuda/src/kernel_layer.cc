@@ -5,6 +5,7 @@
 #include <string>
 
 #include "nns/cuda/kernels.hpp"
+#include "scoped_device.hpp"
 
 namespace nns::cuda {
 namespace {
@@ -13,38 +14,30 @@ void throwOnError(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + what + ": " + cudaGetErrorString(status));
 }
 
-// The CUDA device is per thread, and a schedule may run on the communicator's progress thread (which starts on device
-// 0) as well as on its caller's: launch on the device that holds the buffer (a kernel launched on another device
-// would fault on it without peer access), and put the caller's device back after. One cudaPointerGetAttributes per
-// call, next to a stream synchronize.
+// The device holding the first of `a`, `b` that is GPU memory CUDA knows, or -1. A kernel launched on another device
+// would fault on the buffer without peer access. One cudaPointerGetAttributes per call, next to a stream synchronize.
+int deviceOf(const void* a, const void* b = nullptr) {
+  for (const void* pointer : {a, b}) {
+    if (pointer == nullptr) continue;
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+      (void)cudaGetLastError();  // not a pointer CUDA knows: try the other one
+      continue;
+    }
+    if (attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged) return attributes.device;
+  }
+  return -1;
+}
+
+// Runs the call on the device of its buffers: on whichever thread it is, the caller's device is put back after.
 class OnDeviceOf {
  public:
-  explicit OnDeviceOf(const void* a, const void* b = nullptr) {
-    for (const void* pointer : {a, b}) {
-      if (pointer == nullptr) continue;
-      cudaPointerAttributes attributes{};
-      if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
-        cudaGetLastError();  // not a pointer CUDA knows: try the other one
-        continue;
-      }
-      if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged) continue;
-      throwOnError(cudaGetDevice(&previous_), "cudaGetDevice");
-      if (attributes.device >= 0 && attributes.device != previous_) {
-        throwOnError(cudaSetDevice(attributes.device), "cudaSetDevice");
-        switched_ = true;
-      }
-      return;
-    }
+  explicit OnDeviceOf(const void* a, const void* b = nullptr) : device_(deviceOf(a, b)) {
+    throwOnError(device_.status(), "cudaSetDevice");
   }
-  ~OnDeviceOf() {
-    if (switched_) cudaSetDevice(previous_);
-  }
-  OnDeviceOf(const OnDeviceOf&) = delete;
-  OnDeviceOf& operator=(const OnDeviceOf&) = delete;
 
  private:
-  int previous_ = -1;
-  bool switched_ = false;
+  ScopedDevice device_;
 };
 
 class DeviceKernels final : public coll::KernelLayer {

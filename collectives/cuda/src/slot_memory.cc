@@ -10,6 +10,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "scoped_device.hpp"
+
 namespace nns::cuda {
 namespace {
 
@@ -17,25 +19,15 @@ void throwOnError(cudaError_t status, const std::string& what) {
   if (status != cudaSuccess) throw core::CommError("CUDA " + what + ": " + cudaGetErrorString(status));
 }
 
-// The CUDA device is per thread: the communicator's progress thread (and abort's close) call into the slots too, and
-// a new thread starts on device 0. Events must be made and recorded on the stream's device, and memory freed there.
-// The caller's own choice of device is put back afterwards (operations also run on the caller's thread).
+// Events must be made and recorded on the stream's device, and memory freed there, from whichever thread calls.
 class OnDevice {
  public:
-  explicit OnDevice(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess || previous_ == device) return;
-    throwOnError(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
-    switched_ = true;
+  explicit OnDevice(int device) : device_(device) {
+    throwOnError(device_.status(), "cudaSetDevice(" + std::to_string(device) + ")");
   }
-  ~OnDevice() {
-    if (switched_) cudaSetDevice(previous_);
-  }
-  OnDevice(const OnDevice&) = delete;
-  OnDevice& operator=(const OnDevice&) = delete;
 
  private:
-  int previous_ = -1;
-  bool switched_ = false;
+  ScopedDevice device_;
 };
 
 bool envIs(const char* name, const char* value) {
@@ -51,12 +43,9 @@ class CudaSlots final : public core::SlotMemory {
     throwOnError(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream for slot copies");
   }
   ~CudaSlots() override {
-    int previous = -1;
-    const bool switched =
-        cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
+    ScopedDevice on(device_);  // noexcept: a failed switch still destroys what it can
     for (cudaEvent_t event : events_) cudaEventDestroy(event);
     cudaStreamDestroy(stream_);
-    if (switched) cudaSetDevice(previous);
   }
   std::string describe() const override { return why_; }
   int ptrType() const override { return gpuMemory_ ? NCCL_PTR_CUDA : NCCL_PTR_HOST; }
@@ -74,15 +63,12 @@ class CudaSlots final : public core::SlotMemory {
   }
   void release(void* memory) noexcept override {
     if (memory == nullptr) return;
-    int previous = -1;
-    const bool switched =
-        cudaGetDevice(&previous) == cudaSuccess && previous != device_ && cudaSetDevice(device_) == cudaSuccess;
+    ScopedDevice on(device_);
     if (gpuMemory_) {
       cudaFree(memory);
     } else {
       cudaFreeHost(memory);
     }
-    if (switched) cudaSetDevice(previous);
   }
   void* startCopy(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return nullptr;
