@@ -1,7 +1,10 @@
 /* nns/nns.h: the collective engine's C API, shaped like nccl.h: a unique id or the launcher's environment makes a
  * communicator, and ncclAllReduce-style calls run on it over whichever ncclNet plugin the loader picked
  * (NCCL_NET_PLUGIN; default socket). Calls block until the operation is complete: host buffers need no stream, and
- * the `stream` argument, kept where nccl.h has one, must be NULL. Link with -lnns. */
+ * the `stream` argument, kept where nccl.h has one, must be NULL. Buffers are host memory: this API cannot tell a
+ * GPU pointer from a host one, and reads it as host memory; GPU buffers go through the C++ API
+ * (nns::cuda::kernelsFor, CommOptions::slotMemory = nns::cuda::chooseSlotMemory; docs/collectives.md). Link with
+ * -lnns. */
 #ifndef NNS_NNS_H_
 #define NNS_NNS_H_
 
