@@ -22,6 +22,7 @@
 #include "nns/coll/collectives.hpp"
 #include "nns/core/cpus.hpp"
 #include "nns/tools/guarded_main.hpp"
+#include "nns/tools/parse_arguments.hpp"
 #include "nns/tools/size_option.hpp"
 
 #ifdef NNS_BENCH_CUDA
@@ -189,7 +190,7 @@ int runTool(int argc, char** argv) {
       ->check(CLI::IsMember({0, 1}));
   app.add_option("-p,--plugin", plugin, "net plugin (default: NCCL_NET_PLUGIN, else socket)");
   app.add_option("-A,--algo", algoText, "allreduce algorithm: auto (by size), ring, tree or doubling");
-  CLI11_PARSE(app, argc, argv);
+  if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
 
   if (minBytes > maxBytes) {
     std::fprintf(stderr, "nccl-net-bench: -b %llu is larger than -e %llu\n", static_cast<unsigned long long>(minBytes),

@@ -21,6 +21,7 @@
 #include "nns/core/printable.hpp"
 #include "nns/tools/guarded_main.hpp"
 #include "nns/tools/isolated_probe.hpp"
+#include "nns/tools/parse_arguments.hpp"
 
 namespace {
 
@@ -127,12 +128,7 @@ int runTool(int argc, char** argv) {
   app.add_flag("--netns", netns,
                "run the two sides in two network namespaces joined by a veth pair (needs root and iproute2); "
                "sets NCCL_SOCKET_IFNAME and NNS_SOCKET_IFNAME to the veth names unless already set");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);    // prints the help, or the error
-    return code == 0 ? 0 : 2;  // a bad argument is exit status 2, as documented, not CLI11's own codes (105, 109, ...)
-  }
+  if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
 
   if (list) {
     for (const auto& rule : nns::check::allRules()) std::printf("%-30s %s\n", rule.name, rule.checks);

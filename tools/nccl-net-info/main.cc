@@ -15,6 +15,7 @@
 #include "nns/core/printable.hpp"
 #include "nns/tools/guarded_main.hpp"
 #include "nns/tools/isolated_probe.hpp"
+#include "nns/tools/parse_arguments.hpp"
 
 namespace {
 
@@ -174,12 +175,7 @@ int runTool(int argc, char** argv) {
                  "seconds one plugin call (or a library's loading) may take before the plugin is reported hung "
                  "(default 10)")
       ->check(CLI::Range(1, 3600));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);    // prints the help, or the error
-    return code == 0 ? 0 : 2;  // a bad argument is exit status 2, not CLI11's own codes (105, 109, ...)
-  }
+  if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
   if (dirs.empty()) {
     char resolved[PATH_MAX];
     std::string lib = executableDir() + "/../lib";

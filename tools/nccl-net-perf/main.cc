@@ -19,6 +19,7 @@
 
 #include "nns/core/loader.hpp"
 #include "nns/tools/guarded_main.hpp"
+#include "nns/tools/parse_arguments.hpp"
 #include "nns/tools/size_option.hpp"
 
 namespace {
@@ -290,14 +291,7 @@ int runTool(int argc, char** argv) {
   app.add_option("--call-timeout", settings.callTimeoutSeconds, "seconds any one operation may take (default 30)")
       ->check(CLI::Range(1, 3600));
   app.add_flag("--json", asJson, "machine-readable output");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);  // prints the help, or the error
-    return code == 0
-               ? 0
-               : 2;  // a bad argument is exit status 2, as for the other refused values, not CLI11's codes (105, ...)
-  }
+  if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
   if (settings.iterations < 1 || settings.factor < 2 || settings.window < 1 || settings.multiRecv < 1 ||
       settings.warmup < 0 || settings.minBytes > settings.maxBytes) {
     std::fprintf(stderr, "nccl-net-perf: need -n >= 1, -f >= 2, -W >= 1, -m >= 1, -w >= 0 and -b <= -e\n");

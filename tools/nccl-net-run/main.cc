@@ -95,8 +95,8 @@ int rootListener(int ranks, int* port) {
 // enough that a rank stuck with the signal blocked or ignored does not hold the launcher for good.
 constexpr int kDefaultKillAfterSeconds = 5;
 
-void usage(const char* self) {
-  std::fprintf(stderr,
+void usage(const char* self, FILE* out) {
+  std::fprintf(out,
                "usage: %s -n RANKS [--timeout SECONDS] [--kill-after SECONDS] [--bind-to spread|none]\n"
                "       [--report-bindings] COMMAND [ARGS...]\n"
                "  --timeout: kill every rank after this long (0, the default: no limit)\n"
@@ -134,6 +134,10 @@ int runTool(int argc, char** argv) {
   int first = 1;
   while (first < argc && argv[first][0] == '-') {
     std::string flag = argv[first];
+    if (flag == "-h" || flag == "--help") {
+      usage(argv[0], stdout);
+      return 0;
+    }
     if ((flag == "-n" || flag == "--ranks") && first + 1 < argc) {
       if (!parseCount(argv[first + 1], 1, kMaxRanks, &ranks)) {
         std::fprintf(stderr, "nccl-net-run: %s %s: a rank count from 1 to %d\n", flag.c_str(), argv[first + 1],
@@ -169,7 +173,7 @@ int runTool(int argc, char** argv) {
     }
   }
   if (ranks < 1 || first >= argc) {
-    usage(argv[0]);
+    usage(argv[0], stderr);
     return 2;
   }
   int port = 0;

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "nns/tools/guarded_main.hpp"
+#include "nns/tools/parse_arguments.hpp"
 #include "nns/topology/analysis.h"
 #include "nns/topology/discovery.h"
 
@@ -187,14 +188,16 @@ int runTool(int argc, char** argv) {
   app.add_flag("--nccl-log", ncclLog, "also print NCCL's own GRAPH log lines (system tree, paths, GDR, graphs)");
   app.add_option("--net-name", netName, "net plugin name in NCCL's transport lines (NET/<name>/<dev>)");
   app.add_flag("--no-search", noSearch, "skip the ring/tree searches");
-  app.add_flag("!--no-paths", showPaths, "skip the path matrix");
+  bool noPaths = false;
+  app.add_flag("--no-paths", noPaths, "skip the path matrix");
   app.add_flag("--ignore-env", ignoreEnv, "ignore NCCL_* variables (P2P/GDR/PXN levels, CROSS_NIC, ...)");
   app.add_option("--dump-xml", dumpXml, "write the (completed) topology in NCCL_TOPO_DUMP_FILE format");
   app.add_option("--dump-graph", dumpGraph, "write the searched graphs in NCCL_GRAPH_DUMP_FILE format");
   app.add_option("--graph-file", graphFile, "read an NCCL_GRAPH_FILE and show its channels for this topology")
       ->check(CLI::ExistingFile);
   app.add_option("--bench", benchIterations, "time N runs of paths + decisions + search and print the mean");
-  CLI11_PARSE(app, argc, argv);
+  if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
+  showPaths = !noPaths;
 
   try {
     if (!ignoreEnv) opts.settings = nns::topo::TopoSettings::fromEnvironment();

@@ -341,10 +341,18 @@ void rawTcpPingPong(const Options& options, bool twoConnections) {
   std::fflush(stdout);
 }
 
+constexpr const char* kUsage =
+    "usage: nns-socket-bench --plugin PATH [--min-bytes N] [--max-bytes N] [--seconds S] [--window W] "
+    "[--latency-iterations N]";
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i];
+    if (flag == "-h" || flag == "--help") {
+      std::printf("%s\n", kUsage);
+      std::exit(0);
+    }
     if (i + 1 >= argc) die(("missing value after " + flag).c_str());
     const char* value = argv[++i];
     if (flag == "--plugin")
@@ -363,8 +371,7 @@ Options parse(int argc, char** argv) {
       die(("unknown option " + flag).c_str());
   }
   if (o.plugin.empty() || o.minBytes == 0 || o.maxBytes < o.minBytes || o.window < 1 || o.latencyIterations < 1)
-    die("usage: nns-socket-bench --plugin PATH [--min-bytes N] [--max-bytes N] [--seconds S] [--window W] "
-        "[--latency-iterations N]");
+    die(kUsage);
   return o;
 }
 

@@ -1,0 +1,19 @@
+// parse_arguments.hpp: every tool's command line parsed the same way: --help prints and exits 0, a bad argument
+// prints CLI11's message and exits 2 (what the docs promise), never CLI11's own codes (105, 109, ...).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace nns::tools {
+
+// -1: the arguments parsed, go on; else the exit status to return now.
+inline int parseArguments(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // app.exit prints the help, or the error
+  }
+  return -1;
+}
+
+}  // namespace nns::tools
