@@ -4,6 +4,9 @@
 # named with the call, the hanging one cut off after --call-timeout; the chosen plugin's devices are listed up to the
 # one whose getProperties crashed; a crash in the candidate list ends it as it would end NCCL. --json stays valid.
 set -euo pipefail
+# A sanitizer build would turn the plugins' SIGSEGV into its own report and an abort (SIGABRT): let the signal kill the
+# child as it does without one, since what is checked is that the tool names the signal and the call.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0"
 info="$1"; lib="$2"; misbehaving="$3"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
