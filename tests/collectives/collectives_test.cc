@@ -417,6 +417,42 @@ TEST(Communicator, CheckCallsNamesTheRankWhoseCallDiffers) {
   }
 }
 
+// A rank that never makes the collective: the others' comparison gives up after the timeout, naming the call, and
+// fails the communicator for good (the bootstrap's exchange is left half done, so no later call could be compared).
+TEST(Communicator, CheckCallsGivesUpOnARankThatNeverCalls) {
+  core::CommOptions options = socketOptions();
+  options.checkCalls = true;
+  options.timeout = std::chrono::milliseconds(1000);
+  std::string refused, afterwards;
+  bool failed = false;
+  auto errors = onEveryRank(2, options, [&](core::Communicator& comm, int r) {
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // never calls, outlives rank 0's wait
+      return;
+    }
+    std::vector<float> data(8, 1.0f);
+    try {
+      coll::broadcast(comm, data.data(), data.data(), data.size(), ncclFloat32, 0);
+    } catch (const core::ArgumentError& e) {
+      refused = std::string("an ArgumentError: ") + e.what();
+    } catch (const core::CommError& e) {
+      refused = e.what();
+    }
+    failed = !comm.asyncError().empty();
+    try {
+      coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum);
+    } catch (const core::CommError& e) {
+      afterwards = e.what();
+    }
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_NE(refused.find("rank 0: NNS_CHECK_CALLS: collective 1 (broadcast(count 8, float, root 0)): "),
+            std::string::npos)
+      << refused;
+  EXPECT_TRUE(failed) << "the communicator was not failed";
+  EXPECT_NE(afterwards, "") << "a later call ran on the failed communicator";
+}
+
 // A rank that checks calls and one that does not would wait for each other's all-gather: refused at creation.
 TEST(Communicator, CheckCallsMustBeOnForEveryRankOrNone) {
   auto errors = onEveryRankWith(
