@@ -1,6 +1,6 @@
 // nccl-net-run: a local launcher: runs N copies of a command as ranks 0..N-1 on this host (NNS_RANK,
-// NNS_WORLD_SIZE, NNS_ROOT_ADDR), stops them all at the first failure, and exits with that rank's status.
-// Stopping is SIGTERM, then SIGKILL for what is left after a grace period (--kill-after); SIGTERM, SIGINT and
+// NNS_WORLD_SIZE, NNS_LOCAL_RANK, NNS_ROOT_ADDR), stops them all at the first failure, and exits with that rank's
+// status. Stopping is SIGTERM, then SIGKILL for what is left after a grace period (--kill-after); SIGTERM, SIGINT and
 // SIGHUP sent to the launcher are passed on to the ranks the same way. Like mpirun, it binds each rank to a share
 // of the CPUs when there are enough for all (--bind-to none: not).
 #include <netinet/in.h>
@@ -222,6 +222,7 @@ int runTool(int argc, char** argv) {
       setenv("NNS_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
       setenv("NNS_ROOT_ADDR", root.c_str(), 1);
       setenv("NNS_JOB_ID", job.c_str(), 1);
+      setenv("NNS_LOCAL_RANK", std::to_string(rank).c_str(), 1);  // every rank is on this host
       if (rank == 0) {
         setenv("NNS_ROOT_LISTEN_FD", std::to_string(listener).c_str(), 1);
       } else {

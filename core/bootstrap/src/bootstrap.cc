@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 namespace nns::core {
 
@@ -27,23 +28,18 @@ using Clock = std::chrono::steady_clock;
 // How long a wait polls before it sleeps, where the ranks of this machine do not outnumber its CPUs.
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
 
-const char* firstSet(std::initializer_list<const char*> names, const char** which) {
-  for (const char* name : names) {
-    const char* value = std::getenv(name);
-    if (value != nullptr && *value != '\0') {
-      if (which != nullptr) *which = name;
-      return value;
-    }
-  }
-  return nullptr;
-}
-
 bool parseInt(const char* text, int* out) {
   char* end = nullptr;
   long value = std::strtol(text, &end, 10);
   if (end == text || *end != '\0' || value < 0 || value > 1 << 24) return false;
   *out = static_cast<int>(value);
   return true;
+}
+
+bool debugInfo() {
+  for (const char* name : {"NNS_DEBUG", "NCCL_DEBUG"})
+    if (const char* value = std::getenv(name); value != nullptr && std::strcmp(value, "INFO") == 0) return true;
+  return false;
 }
 
 [[noreturn]] void fail(const std::string& what) {
@@ -129,9 +125,13 @@ void sendMessage(int fd, const std::string& text, Clock::time_point deadline, st
   sendAll(fd, text.data(), text.size(), deadline, spin);
 }
 
+// In place of a message's length: rank 0 gave up, and a message with its reason follows.
+constexpr uint32_t kFailureMarker = 0xFFFFFFFFu;
+
 std::string recvMessage(int fd, Clock::time_point deadline, std::chrono::microseconds spin) {
   uint32_t length = 0;
   recvAll(fd, &length, sizeof(length), deadline, spin);
+  if (length == kFailureMarker) fail("rank 0 gave up: " + recvMessage(fd, deadline, spin));
   if (length > (64u << 20)) fail("oversized bootstrap message");
   std::string text(length, '\0');
   recvAll(fd, text.data(), length, deadline, spin);
@@ -151,32 +151,66 @@ std::string machineId() {
   return id;
 }
 
-sockaddr_storage resolve(const std::string& host, int port, socklen_t* length) {
+// Tells a rank that joined why rank 0 gives up, so it fails with the reason rather than a reset connection. Best
+// effort: a rank that is gone or not reading is not waited for.
+void tellFailure(int fd, const std::string& why) {
+  try {
+    const std::string text = why.rfind("bootstrap: ", 0) == 0 ? why.substr(11) : why;
+    const uint32_t marker = kFailureMarker;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(500);
+    sendAll(fd, &marker, sizeof(marker), deadline);
+    sendMessage(fd, text, deadline, std::chrono::microseconds(0));
+  } catch (const std::runtime_error&) {
+  }
+}
+
+struct Address {
+  sockaddr_storage address;
+  socklen_t length;
+};
+
+// Every address the root's host resolves to (a name may have an IPv6 and an IPv4 one): joiners try each in turn.
+std::vector<Address> resolve(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* result = nullptr;
   int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
   if (rc != 0 || result == nullptr) fail("cannot resolve root address " + host + ": " + gai_strerror(rc));
-  sockaddr_storage address{};
-  std::memcpy(&address, result->ai_addr, result->ai_addrlen);
-  *length = result->ai_addrlen;
+  std::vector<Address> all;
+  for (addrinfo* a = result; a != nullptr; a = a->ai_next) {
+    Address one{};
+    std::memcpy(&one.address, a->ai_addr, a->ai_addrlen);
+    one.length = a->ai_addrlen;
+    all.push_back(one);
+  }
   freeaddrinfo(result);
-  return address;
+  return all;
 }
 
-// What a rank tells rank 0 when it joins: who it is, the size it expects, and its job ($NNS_JOB_ID), so that a
-// rank of another job that reached this port (a reused MASTER_PORT, two launches at once) is turned away.
+bool isNumericAddress(const std::string& host) {
+  in_addr v4{};
+  in6_addr v6{};
+  return inet_pton(AF_INET, host.c_str(), &v4) == 1 || inet_pton(AF_INET6, host.c_str(), &v6) == 1;
+}
+
+// What a rank tells rank 0 when it joins: who it is, the size it expects, and its job ($NNS_JOB_ID, else the
+// launcher's job), so that a rank of another job that reached this port (a reused MASTER_PORT, two launches at
+// once) is turned away.
 struct JoinMessage {
   int32_t rank;
   int32_t size;
   uint64_t job;
 };
 
-uint64_t jobId() {
-  const char* text = std::getenv("NNS_JOB_ID");
-  if (text == nullptr) return 0;
+// Rank 0's answer to a join (4 bytes); any but kJoined is followed by a message with the reason.
+enum JoinReply : uint32_t { kJoined = 0, kOtherJob = 1, kRefused = 2 };
+
+uint64_t jobId(const std::string& launcherJob) {
+  const char* env = std::getenv("NNS_JOB_ID");
+  std::string text = env != nullptr && *env != '\0' ? env : launcherJob;
+  if (text.empty()) return 0;
   uint64_t hash = 1469598103934665603ull;  // FNV-1a
-  for (const char* c = text; *c != '\0'; ++c) hash = (hash ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  for (char c : text) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   return hash;
 }
 
@@ -208,21 +242,71 @@ int inheritedListener(int port) {
 }  // namespace
 
 bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
-  const char* rankVar = nullptr;
-  const char* sizeVar = nullptr;
-  const char* rank = firstSet({"NNS_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK", "RANK"}, &rankVar);
-  const char* size =
-      firstSet({"NNS_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS", "PMI_SIZE", "WORLD_SIZE"}, &sizeVar);
-  if (rank == nullptr || size == nullptr) {
+  // Innermost launcher first: torchrun starts its workers itself, so its variables sit above whatever started
+  // torchrun (`srun torchrun`: SLURM_PROCID is the node's task, RANK the worker's); srun's are inherited by
+  // everything a step starts, so they come last. Rank and size are never taken from two different launchers.
+  struct Launcher {
+    const char* name;
+    const char* rank;
+    const char* size;
+    const char* localRank;
+    std::vector<const char*> job;
+  };
+  const Launcher launchers[] = {
+      {"nns", "NNS_RANK", "NNS_WORLD_SIZE", "NNS_LOCAL_RANK", {}},
+      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", {"TORCHELASTIC_RUN_ID"}},
+      {"Open MPI",
+       "OMPI_COMM_WORLD_RANK",
+       "OMPI_COMM_WORLD_SIZE",
+       "OMPI_COMM_WORLD_LOCAL_RANK",
+       {"OMPI_MCA_ess_base_jobid"}},
+      {"PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", {}},
+      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", {"SLURM_JOB_ID", "SLURM_STEP_ID"}},
+  };
+  auto isSet = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value != nullptr && *value != '\0';
+  };
+  const Launcher* chosen = nullptr;
+  std::string halfSet, ignored;
+  for (const Launcher& l : launchers) {
+    const bool rankSet = isSet(l.rank), sizeSet = isSet(l.size);
+    if (rankSet != sizeSet)
+      halfSet += std::string(halfSet.empty() ? "" : "; ") + (rankSet ? l.rank : l.size) + " is set but " +
+                 (rankSet ? l.size : l.rank) + " is not";
+    if (!rankSet || !sizeSet) continue;
+    if (chosen == nullptr)
+      chosen = &l;
+    else
+      ignored += std::string(ignored.empty() ? "" : ", ") + l.rank + "=" + std::getenv(l.rank) + "/" + l.size + "=" +
+                 std::getenv(l.size);
+  }
+  if (chosen == nullptr) {
     *error =
         "no rank/size in the environment (set NNS_RANK and NNS_WORLD_SIZE, or run under mpirun, srun or "
-        "torchrun, or use nccl-net-run)";
+        "torchrun, or use nccl-net-run)" +
+        (halfSet.empty() ? std::string() : ": " + halfSet);
     return false;
   }
+  const char* rankVar = chosen->rank;
+  const char* sizeVar = chosen->size;
+  const char* rank = std::getenv(rankVar);
+  const char* size = std::getenv(sizeVar);
   if (!parseInt(rank, &info->rank) || !parseInt(size, &info->size) || info->size < 1 || info->rank >= info->size) {
     *error = std::string("bad rank/size: ") + rankVar + "=" + rank + " " + sizeVar + "=" + size;
     return false;
   }
+  info->localRank = -1;
+  if (const char* local = std::getenv(chosen->localRank); local != nullptr && !parseInt(local, &info->localRank))
+    info->localRank = -1;
+  info->job.clear();
+  for (const char* name : chosen->job)
+    if (const char* value = std::getenv(name); value != nullptr && *value != '\0')
+      info->job += std::string(info->job.empty() ? "" : " ") + name + "=" + value;
+  if (debugInfo())
+    std::fprintf(stderr, "nns INFO bootstrap: rank %d of %d from %s/%s (%s), local rank %d%s%s\n", info->rank,
+                 info->size, rankVar, sizeVar, chosen->name, info->localRank, ignored.empty() ? "" : "; ignored ",
+                 ignored.c_str());
   info->source = std::string(rankVar) + "/" + sizeVar;
   auto isPort = [](int port) { return port >= 1 && port <= 65535; };
   if (const char* root = std::getenv("NNS_ROOT_ADDR")) {
@@ -256,78 +340,192 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
 Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
     : rank_(info.rank), size_(info.size), timeout_(timeout) {
   if (size_ == 1) return;
-  auto deadline = Clock::now() + timeout_;
-  socklen_t length = 0;
-  sockaddr_storage root = resolve(info.rootHost, info.rootPort, &length);
-  const JoinMessage mine{rank_, size_, jobId()};
+  try {
+    rendezvous(info);
+  } catch (const std::runtime_error& e) {
+    // The destructor does not run for a constructor that throws: close here, and tell the ranks that joined why.
+    for (int& fd : memberSockets_) {
+      if (fd < 0) continue;
+      tellFailure(fd, e.what());
+      close(fd);
+      fd = -1;
+    }
+    if (rootSocket_ >= 0) close(rootSocket_);
+    rootSocket_ = -1;
+    throw;
+  }
+}
+
+void Bootstrap::rendezvous(const LaunchInfo& info) {
+  const auto deadline = Clock::now() + timeout_;
+  const std::vector<Address> roots = resolve(info.rootHost, info.rootPort);
+  const JoinMessage mine{rank_, size_, jobId(info.job)};
+  const std::string rootText =
+      (info.rootHost.find(':') != std::string::npos ? "[" + info.rootHost + "]" : info.rootHost) + ":" +
+      std::to_string(info.rootPort);
   if (rank_ == 0) {
+    std::string listening = rootText;
     int listener = inheritedListener(info.rootPort);
     if (listener < 0) {
-      listener = socket(root.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      int on = 1;
+      // A host name may resolve to another address on rank 0 than on the others (Debian's /etc/hosts gives the host's
+      // own name 127.0.1.1): rank 0 then listens on every address, as torchrun's store does. A numeric address is
+      // the one the user chose, and is used as given.
+      Address bindTo = roots.front();
+      const bool any = !isNumericAddress(info.rootHost);
+      if (any) {
+        bindTo = Address{};
+        auto* v6 = reinterpret_cast<sockaddr_in6*>(&bindTo.address);
+        v6->sin6_family = AF_INET6;
+        v6->sin6_addr = in6addr_any;
+        v6->sin6_port = htons(static_cast<uint16_t>(info.rootPort));
+        bindTo.length = sizeof(sockaddr_in6);
+        listening = "*:" + std::to_string(info.rootPort) + " (every address, since " + info.rootHost + " is a name)";
+      }
+      listener = socket(bindTo.address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (listener < 0 && any) {  // no IPv6 here: every IPv4 address
+        bindTo = Address{};
+        auto* v4 = reinterpret_cast<sockaddr_in*>(&bindTo.address);
+        v4->sin_family = AF_INET;
+        v4->sin_addr.s_addr = htonl(INADDR_ANY);
+        v4->sin_port = htons(static_cast<uint16_t>(info.rootPort));
+        bindTo.length = sizeof(sockaddr_in);
+        listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      }
+      if (listener < 0) fail(std::string("rank 0: socket: ") + std::strerror(errno));
+      int on = 1, off = 0;
       setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-      if (bind(listener, reinterpret_cast<sockaddr*>(&root), length) != 0 || ::listen(listener, size_) != 0) {
+      if (bindTo.address.ss_family == AF_INET6) setsockopt(listener, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+      if (bind(listener, reinterpret_cast<sockaddr*>(&bindTo.address), bindTo.length) != 0 ||
+          ::listen(listener, size_) != 0) {
         int err = errno;
         close(listener);
-        fail("rank 0 cannot listen on " + info.rootHost + ":" + std::to_string(info.rootPort) + ": " +
-             std::strerror(err));
+        fail("rank 0 cannot listen on " + listening + ": " + std::strerror(err) +
+             (err == EADDRINUSE ? " (another job, or another program, holds that port)" : ""));
       }
     }
     memberSockets_.assign(size_, -1);
+    std::vector<std::string> turnedAway;
     int arrived = 1;
     while (arrived < size_) {
       try {
         waitFor(listener, POLLIN, deadline, "waiting for ranks");
       } catch (const std::runtime_error&) {
-        std::string missing;
+        std::string missing, refused;
         for (int r = 1; r < size_; ++r)
           if (memberSockets_[r] < 0) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+        for (const auto& one : turnedAway) refused += (refused.empty() ? "" : "; ") + one;
         close(listener);
-        fail("rank(s) " + missing + " did not arrive within " + std::to_string(timeout_.count()) + " ms");
+        fail("rank(s) " + missing + " did not arrive within " + std::to_string(timeout_.count()) + " ms at " +
+             listening + " (ranks from " + info.source + ")" +
+             (refused.empty() ? std::string() : "; turned away: " + refused));
       }
       int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;
       JoinMessage join{-1, -1, 0};
+      bool spoke = true;
       try {
         recvAll(fd, &join, sizeof(join), std::min(deadline, Clock::now() + std::chrono::seconds(5)));
       } catch (const std::runtime_error&) {
-        join.rank = -1;  // said nothing in time: not one of ours
+        spoke = false;  // said nothing in time: not one of ours
       }
       const int peer = join.rank;
-      if (peer <= 0 || peer >= size_ || join.size != size_ || join.job != mine.job || memberSockets_[peer] >= 0) {
-        // Another job's rank on a reused port, or a stray connection: turn it away and keep waiting for ours.
-        std::fprintf(stderr,
-                     "nns bootstrap: rank 0 turned away a connection claiming rank %d of %d (job %llx, ours "
-                     "%llx, size %d)\n",
-                     peer, join.size, static_cast<unsigned long long>(join.job),
-                     static_cast<unsigned long long>(mine.job), size_);
-        close(fd);
+      JoinReply reply = kJoined;
+      std::string why;
+      if (!spoke) {
+        reply = kRefused;
+        why = "it did not say which rank it is within 5 s";
+      } else if (join.job != mine.job) {
+        reply = kOtherJob;
+        why = "rank 0 there belongs to another job";
+      } else if (join.size != size_) {
+        reply = kRefused;
+        why = "rank 0 expects " + std::to_string(size_) + " ranks, and rank " + std::to_string(peer) + " says " +
+              std::to_string(join.size) + " (a wrong world size on one rank?)";
+      } else if (peer <= 0 || peer >= size_) {
+        reply = kRefused;
+        why = "rank " + std::to_string(peer) + " is not a joining rank of " + std::to_string(size_);
+      } else if (memberSockets_[peer] >= 0) {
+        reply = kRefused;
+        why = "rank 0 already has a rank " + std::to_string(peer) +
+              " (two ranks were given the same rank, or another job's rank reached this port)";
+      }
+      if (reply == kJoined) {
+        try {
+          sendAll(fd, &reply, sizeof(reply), deadline);
+        } catch (const std::runtime_error&) {
+          close(fd);  // gone already: it will retry, or be missing
+          continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        memberSockets_[peer] = fd;
+        ++arrived;
         continue;
       }
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      memberSockets_[peer] = fd;
-      ++arrived;
+      // Another job's rank on a reused port, a wrong size, a duplicate or a stray connection: say why, turn it away
+      // and keep waiting for ours.
+      // Each distinct one once: another job's rank retries every 100 ms.
+      const std::string claim = "rank " + std::to_string(peer) + " of " + std::to_string(join.size) + ": " + why;
+      if (std::find(turnedAway.begin(), turnedAway.end(), claim) == turnedAway.end()) {
+        std::fprintf(stderr, "nns bootstrap: rank 0 turned away a connection claiming %s\n", claim.c_str());
+        if (turnedAway.size() < 8) turnedAway.push_back(claim);
+      }
+      if (spoke) {
+        try {
+          const auto soon = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
+          sendAll(fd, &reply, sizeof(reply), soon);
+          sendMessage(fd, why, soon, std::chrono::microseconds(0));
+        } catch (const std::runtime_error&) {
+        }
+      }
+      close(fd);
     }
     close(listener);
   } else {
-    // Non-root: retry while rank 0 is not listening yet.
-    for (;;) {
-      int fd = socket(root.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    // Non-root: retry while rank 0 is not listening yet, trying each of the root's addresses in turn. A connection
+    // closed unanswered (a listener closed with us in its queue) or another job's rank 0 is retried too.
+    std::string lastProblem;
+    for (size_t attempt = 0;; ++attempt) {
+      const Address& root = roots[attempt % roots.size()];
+      int fd = socket(root.address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
       if (fd < 0) fail(std::string("rank ") + std::to_string(rank_) + ": socket: " + std::strerror(errno));
-      int err = connectBefore(fd, root, length, deadline);
+      int err = connectBefore(fd, root.address, root.length, deadline);
       if (err == 0) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        rootSocket_ = fd;
-        sendAll(fd, &mine, sizeof(mine), deadline);
-        break;
+        uint32_t reply = kRefused;
+        std::string why;
+        bool answered = false;
+        try {
+          sendAll(fd, &mine, sizeof(mine), deadline);
+          recvAll(fd, &reply, sizeof(reply), deadline);
+          answered = true;
+          if (reply != kJoined) why = recvMessage(fd, deadline, std::chrono::microseconds(0));
+        } catch (const std::runtime_error& e) {
+          if (answered)
+            why = e.what();
+          else
+            lastProblem = Clock::now() >= deadline ? "it accepted the connection but never answered the join"
+                                                   : "it closed the connection without answering the join";
+        }
+        if (answered && reply == kJoined) {
+          rootSocket_ = fd;
+          break;
+        }
+        close(fd);
+        if (answered && reply != kOtherJob)
+          fail("rank " + std::to_string(rank_) + ": rank 0 at " + rootText + " refused it: " + why);
+        if (answered) {
+          lastProblem = why;
+          usleep(80000);  // another job's rank 0: its own comes once that one stops listening
+        }
+      } else {
+        close(fd);
+        lastProblem = std::strerror(err);
       }
-      close(fd);
       if (Clock::now() >= deadline)
-        fail("rank " + std::to_string(rank_) + " could not reach rank 0 at " + info.rootHost + ":" +
-             std::to_string(info.rootPort) + " within " + std::to_string(timeout_.count()) +
-             " ms: " + std::strerror(err));
+        fail("rank " + std::to_string(rank_) + " could not reach rank 0 at " + rootText + " within " +
+             std::to_string(timeout_.count()) + " ms: " + lastProblem);
       usleep(20000);
     }
   }
@@ -357,7 +555,17 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
   }
   if (rank_ == 0) {
     all[0] = mine;
-    for (int r = 1; r < size_; ++r) all[r] = recvMessage(memberSockets_[r], deadline, spin_);
+    for (int r = 1; r < size_; ++r) {
+      try {
+        all[r] = recvMessage(memberSockets_[r], deadline, spin_);
+      } catch (const std::runtime_error& e) {
+        // A rank died or stalled: the others hear it from rank 0 instead of waiting out their own timeouts.
+        const std::string why = std::string(e.what()) + " (from rank " + std::to_string(r) + ")";
+        for (int other = 1; other < size_; ++other)
+          if (other != r) tellFailure(memberSockets_[other], why);
+        fail(why.substr(why.rfind("bootstrap: ", 0) == 0 ? 11 : 0));
+      }
+    }
     std::string packed;
     for (const auto& part : all) {
       uint32_t length = static_cast<uint32_t>(part.size());

@@ -14,17 +14,25 @@ struct LaunchInfo {
   std::string rootHost;  // where rank 0 listens
   int rootPort = 0;
   std::string source;  // which launcher's variables were used
+  int localRank = -1;  // rank among this machine's, from the same launcher; -1 where it does not say
+  // The launcher's name for this job (Open MPI's job id, Slurm's job and step, torchrun's run id), or empty: rank 0
+  // turns away ranks of another job that reach its port. $NNS_JOB_ID, where set, is used instead.
+  std::string job = {};
 };
 
-// Reads NNS_RANK/NNS_WORLD_SIZE/NNS_ROOT_ADDR, Open MPI's OMPI_COMM_WORLD_*, Slurm's SLURM_PROCID/SLURM_NTASKS,
-// PMI_RANK/PMI_SIZE, torchrun's RANK/WORLD_SIZE; the root from NNS_ROOT_ADDR (host:port) or MASTER_ADDR/MASTER_PORT.
+// Rank and size come from one launcher, both variables of the same one, the innermost where several are present:
+// NNS_RANK/NNS_WORLD_SIZE, then torchrun's RANK/WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_RANK/_SIZE, PMI_RANK/PMI_SIZE
+// (MPICH, Intel MPI), and last Slurm's SLURM_PROCID/SLURM_NTASKS, which every process of a step inherits, torchrun
+// or a Hydra proxy started by srun included. The root from NNS_ROOT_ADDR (host:port) or MASTER_ADDR/MASTER_PORT.
 // Returns false with `error` set when something is missing or inconsistent.
 bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error);
 
 class Bootstrap {
  public:
   // Rendezvous of `info.size` ranks through rank 0; throws std::runtime_error (naming the missing ranks) when not
-  // every rank arrives within `timeout`.
+  // every rank arrives within `timeout`. Rank 0 answers each joiner: a rank whose size disagrees, or a second rank
+  // with the same number, fails at once with the reason; one of another job retries until its own rank 0 listens.
+  // When rank 0 gives up, the ranks that had joined fail with its reason rather than a reset connection.
   Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout);
   ~Bootstrap();
   Bootstrap(const Bootstrap&) = delete;
@@ -40,6 +48,8 @@ class Bootstrap {
   void barrier() { allGather(std::string()); }
 
  private:
+  void rendezvous(const LaunchInfo& info);
+
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;

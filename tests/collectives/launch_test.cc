@@ -1,0 +1,260 @@
+// launch_test.cc: which launcher's variables the bootstrap takes when several launchers' are present, and what each
+// rank is told when the rendezvous goes wrong (a wrong size, a rank that never arrives, another job on the port).
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "free_port.hpp"
+#include "nns/core/bootstrap.hpp"
+
+namespace {
+
+using nns::core::Bootstrap;
+using nns::core::LaunchInfo;
+using Clock = std::chrono::steady_clock;
+
+const char* const kLauncherVariables[] = {"NNS_RANK",
+                                          "NNS_WORLD_SIZE",
+                                          "NNS_LOCAL_RANK",
+                                          "NNS_ROOT_ADDR",
+                                          "NNS_JOB_ID",
+                                          "OMPI_COMM_WORLD_RANK",
+                                          "OMPI_COMM_WORLD_SIZE",
+                                          "OMPI_COMM_WORLD_LOCAL_RANK",
+                                          "SLURM_PROCID",
+                                          "SLURM_NTASKS",
+                                          "SLURM_LOCALID",
+                                          "SLURM_JOB_ID",
+                                          "SLURM_STEP_ID",
+                                          "PMI_RANK",
+                                          "PMI_SIZE",
+                                          "MPI_LOCALRANKID",
+                                          "RANK",
+                                          "WORLD_SIZE",
+                                          "LOCAL_RANK",
+                                          "TORCHELASTIC_RUN_ID",
+                                          "MASTER_ADDR",
+                                          "MASTER_PORT",
+                                          "OMPI_MCA_ess_base_jobid"};
+
+void clearLauncherVariables() {
+  for (const char* name : kLauncherVariables) unsetenv(name);
+}
+
+struct Expected {
+  int rank, size, localRank;
+  std::string source, job;
+};
+
+Expected launchFrom(const std::vector<std::pair<const char*, const char*>>& variables) {
+  clearLauncherVariables();
+  for (const auto& [name, value] : variables) setenv(name, value, 1);
+  setenv("MASTER_ADDR", "10.0.0.1", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  LaunchInfo info;
+  std::string error;
+  EXPECT_TRUE(nns::core::launchInfoFromEnvironment(&info, &error)) << error;
+  clearLauncherVariables();
+  return {info.rank, info.size, info.localRank, info.source, info.job};
+}
+
+}  // namespace
+
+// `srun torchrun`: every worker inherits the step's SLURM_PROCID (its node's task) and gets torchrun's RANK (its own);
+// with the node's number every worker of a node claimed the same rank.
+TEST(LaunchPrecedence, TorchrunUnderSrunTakesTheWorkersRank) {
+  auto got = launchFrom({{"SLURM_PROCID", "1"},
+                         {"SLURM_NTASKS", "2"},
+                         {"SLURM_LOCALID", "0"},
+                         {"SLURM_JOB_ID", "77"},
+                         {"SLURM_STEP_ID", "0"},
+                         {"RANK", "3"},
+                         {"WORLD_SIZE", "4"},
+                         {"LOCAL_RANK", "1"},
+                         {"TORCHELASTIC_RUN_ID", "run-a"}});
+  EXPECT_EQ(got.rank, 3);
+  EXPECT_EQ(got.size, 4);
+  EXPECT_EQ(got.localRank, 1);
+  EXPECT_EQ(got.source, "RANK/WORLD_SIZE");
+  EXPECT_EQ(got.job, "TORCHELASTIC_RUN_ID=run-a");
+}
+
+// A batch script run without -n has SLURM_PROCID=0 and no SLURM_NTASKS: rank and size were taken from two
+// launchers (rank 0 from Slurm, the size from torchrun), so every worker was rank 0.
+TEST(LaunchPrecedence, RankAndSizeNeverComeFromTwoLaunchers) {
+  auto got = launchFrom({{"SLURM_PROCID", "0"}, {"RANK", "2"}, {"WORLD_SIZE", "4"}});
+  EXPECT_EQ(got.rank, 2);
+  EXPECT_EQ(got.source, "RANK/WORLD_SIZE");
+  clearLauncherVariables();
+  setenv("SLURM_PROCID", "0", 1);
+  LaunchInfo info;
+  std::string error;
+  EXPECT_FALSE(nns::core::launchInfoFromEnvironment(&info, &error));
+  EXPECT_NE(error.find("SLURM_PROCID is set but SLURM_NTASKS is not"), std::string::npos) << error;
+  clearLauncherVariables();
+}
+
+// Hydra (MPICH, Intel MPI) started by srun: the proxies' SLURM_PROCID is the node's; PMI_RANK is the rank's.
+TEST(LaunchPrecedence, PmiUnderSrunTakesThePmiRank) {
+  auto got = launchFrom(
+      {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"PMI_RANK", "5"}, {"PMI_SIZE", "8"}, {"MPI_LOCALRANKID", "1"}});
+  EXPECT_EQ(got.rank, 5);
+  EXPECT_EQ(got.size, 8);
+  EXPECT_EQ(got.localRank, 1);
+  EXPECT_EQ(got.source, "PMI_RANK/PMI_SIZE");
+}
+
+// mpirun in a batch script, and srun alone: each launcher's local rank and job come with its rank.
+TEST(LaunchPrecedence, OpenMpiInABatchScriptAndSrunAlone) {
+  auto mpi = launchFrom({{"SLURM_PROCID", "0"},
+                         {"SLURM_NTASKS", "1"},
+                         {"OMPI_COMM_WORLD_RANK", "3"},
+                         {"OMPI_COMM_WORLD_SIZE", "4"},
+                         {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                         {"OMPI_MCA_ess_base_jobid", "1352597505"}});
+  EXPECT_EQ(mpi.rank, 3);
+  EXPECT_EQ(mpi.size, 4);
+  EXPECT_EQ(mpi.localRank, 1);
+  EXPECT_EQ(mpi.job, "OMPI_MCA_ess_base_jobid=1352597505");
+  auto slurm = launchFrom({{"SLURM_PROCID", "5"},
+                           {"SLURM_NTASKS", "8"},
+                           {"SLURM_LOCALID", "1"},
+                           {"SLURM_JOB_ID", "77"},
+                           {"SLURM_STEP_ID", "2"}});
+  EXPECT_EQ(slurm.rank, 5);
+  EXPECT_EQ(slurm.localRank, 1);
+  EXPECT_EQ(slurm.job, "SLURM_JOB_ID=77 SLURM_STEP_ID=2");
+}
+
+namespace {
+
+// Runs a bootstrap for each LaunchInfo on a thread of its own; returns each one's error ("" when it joined and
+// all-gathered) and how long it took.
+std::vector<std::pair<std::string, double>> rendezvous(const std::vector<LaunchInfo>& ranks,
+                                                       std::chrono::milliseconds timeout) {
+  std::vector<std::pair<std::string, double>> results(ranks.size());
+  std::vector<std::thread> threads;
+  const auto start = Clock::now();
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        Bootstrap bootstrap(ranks[i], timeout);
+        bootstrap.allGather(std::to_string(i));
+      } catch (const std::exception& e) {
+        results[i].first = e.what();
+      }
+      results[i].second = std::chrono::duration<double>(Clock::now() - start).count();
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return results;
+}
+
+}  // namespace
+
+// A wrong WORLD_SIZE on one rank: it is told at once why rank 0 refused it, rank 0 names it after the timeout, and
+// the rank that had joined hears rank 0's reason instead of a reset connection.
+TEST(BootstrapFailures, AWrongWorldSizeOnOneRankIsNamedOnEveryRank) {
+  const int port = nns::test::freeLoopbackPort();
+  std::vector<LaunchInfo> ranks{
+      {0, 3, "127.0.0.1", port, "test"}, {1, 3, "127.0.0.1", port, "test"}, {2, 4, "127.0.0.1", port, "test"}};
+  auto results = rendezvous(ranks, std::chrono::milliseconds(1500));
+  EXPECT_NE(results[2].first.find("rank 0 at 127.0.0.1:" + std::to_string(port) +
+                                  " refused it: rank 0 expects 3 ranks, and rank 2 says 4"),
+            std::string::npos)
+      << results[2].first;
+  EXPECT_LT(results[2].second, 1.0) << "the rank with the wrong size waited instead of failing at once";
+  EXPECT_NE(results[0].first.find("rank(s) 2 did not arrive within 1500 ms"), std::string::npos) << results[0].first;
+  EXPECT_NE(results[0].first.find("turned away: rank 2 of 4: rank 0 expects 3 ranks"), std::string::npos)
+      << results[0].first;
+  EXPECT_NE(results[1].first.find("rank 0 gave up: rank(s) 2 did not arrive"), std::string::npos) << results[1].first;
+  for (const auto& [error, seconds] : results) EXPECT_LT(seconds, 4.0) << error;
+}
+
+// A rank that never arrives: rank 0 names it after the timeout, and so does every rank that joined, at once.
+TEST(BootstrapFailures, ARankThatNeverArrivesIsNamedOnEveryRankThatDid) {
+  const int port = nns::test::freeLoopbackPort();
+  std::vector<LaunchInfo> ranks{{0, 3, "127.0.0.1", port, "test"}, {1, 3, "127.0.0.1", port, "test"}};
+  auto results = rendezvous(ranks, std::chrono::milliseconds(1000));
+  EXPECT_NE(results[0].first.find("rank(s) 2 did not arrive within 1000 ms at 127.0.0.1:" + std::to_string(port) +
+                                  " (ranks from test)"),
+            std::string::npos)
+      << results[0].first;
+  EXPECT_NE(results[1].first.find("rank 0 gave up: rank(s) 2 did not arrive within 1000 ms"), std::string::npos)
+      << results[1].first;
+  EXPECT_LT(results[1].second, results[0].second + 0.5) << "rank 1 outlived rank 0 by its own timeout";
+}
+
+// Two ranks claiming the same rank: the second is refused at once, with the reason, and the job still forms.
+TEST(BootstrapFailures, TwoRanksWithTheSameNumberAreRefused) {
+  const int port = nns::test::freeLoopbackPort();
+  std::vector<std::string> errors(4, "still running");
+  std::vector<double> seconds(4);
+  const auto start = Clock::now();
+  auto run = [&](int slot, int rank, int delayMs) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
+    try {
+      Bootstrap bootstrap(LaunchInfo{rank, 3, "127.0.0.1", port, "test"}, std::chrono::milliseconds(3000));
+      bootstrap.allGather(std::to_string(rank));
+      errors[slot] = "";
+    } catch (const std::exception& e) {
+      errors[slot] = e.what();
+    }
+    seconds[slot] = std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  // Rank 0 still listens for rank 2 when the second rank 1 comes.
+  std::vector<std::thread> threads;
+  threads.emplace_back(run, 0, 0, 0);
+  threads.emplace_back(run, 1, 1, 0);
+  threads.emplace_back(run, 2, 1, 300);
+  threads.emplace_back(run, 3, 2, 800);
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_EQ(errors[3], "");
+  EXPECT_NE(errors[2].find("refused it: rank 0 already has a rank 1 (two ranks were given the same rank"),
+            std::string::npos)
+      << errors[2];
+  EXPECT_LT(seconds[2], 1.5) << "the duplicate waited instead of failing at once";
+}
+
+// Two jobs on one root port: a rank of job b that reaches job a's rank 0 first is turned away, retries, and joins
+// its own rank 0 once that listens on the port (after job a's has stopped listening). Before, job a took it as its
+// rank 1 (the same size, no job to tell them apart) and turned its real rank 1 away.
+TEST(BootstrapFailures, ARankOfAnotherJobOnThePortWaitsForItsOwnRoot) {
+  const int port = nns::test::freeLoopbackPort();
+  auto info = [&](int rank, const char* job) {
+    LaunchInfo one{rank, 2, "127.0.0.1", port, "test"};
+    one.job = job;
+    return one;
+  };
+  std::vector<std::string> errors(4, "still running"), gathered(4);
+  auto run = [&](int slot, const LaunchInfo& one) {
+    try {
+      Bootstrap bootstrap(one, std::chrono::milliseconds(8000));
+      auto all = bootstrap.allGather(one.job + std::to_string(one.rank));
+      gathered[slot] = all[0] + "," + all[1];
+      errors[slot] = "";
+    } catch (const std::exception& e) {
+      errors[slot] = e.what();
+    }
+  };
+  std::thread b1(run, 3, info(1, "TORCHELASTIC_RUN_ID=b"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::thread a0(run, 0, info(0, "TORCHELASTIC_RUN_ID=a"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::thread a1(run, 1, info(1, "TORCHELASTIC_RUN_ID=a"));
+  a0.join();
+  a1.join();
+  std::thread b0(run, 2, info(0, "TORCHELASTIC_RUN_ID=b"));
+  b0.join();
+  b1.join();
+  for (const auto& error : errors) EXPECT_EQ(error, "");
+  EXPECT_EQ(gathered[0], "TORCHELASTIC_RUN_ID=a0,TORCHELASTIC_RUN_ID=a1");
+  EXPECT_EQ(gathered[3], "TORCHELASTIC_RUN_ID=b0,TORCHELASTIC_RUN_ID=b1");
+}
