@@ -11,12 +11,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "nns/coll/collectives.hpp"
@@ -54,11 +57,60 @@ ncclResult_t guarded(const std::function<void()>& body) {
   }
 }
 
+// The communicators made and not yet destroyed: a handle used after nnsCommDestroy (or destroyed twice) is refused
+// instead of read after it was freed. A handle whose memory a later communicator reuses cannot be told apart, as
+// with any C handle.
+std::mutex liveMutex;
+std::unordered_set<const nnsComm*> liveComms;
+
+bool isLive(const nnsComm* comm) {
+  std::lock_guard<std::mutex> lock(liveMutex);
+  return comm != nullptr && liveComms.count(comm) != 0;
+}
+
+// Takes `comm` out of the live set; false when it was not in it.
+bool retire(const nnsComm* comm) {
+  std::lock_guard<std::mutex> lock(liveMutex);
+  return liveComms.erase(comm) != 0;
+}
+
+ncclResult_t notLive(nnsComm_t comm) {
+  return failWith(ncclInvalidArgument, comm == nullptr ? "the communicator is NULL"
+                                                       : "the communicator is not a live one (destroyed already?)");
+}
+
 ncclResult_t checkCall(nnsComm_t comm, void* stream, ncclDataType_t type) {
-  if (comm == nullptr || !comm->comm) return failWith(ncclInvalidArgument, "the communicator is NULL or destroyed");
+  if (!isLive(comm)) return notLive(comm);
   if (stream != nullptr) return failWith(ncclInvalidArgument, "streams are not supported: pass NULL (calls block)");
   if (nns::coll::typeSize(type) == 0)
     return failWith(ncclInvalidArgument, "unknown data type " + std::to_string(static_cast<int>(type)));
+  return ncclSuccess;
+}
+
+// The collectives' own argument checks, made at the call: inside a group the call is only queued, and a bad argument
+// found at nnsGroupEnd would skip this rank's other queued operations, which the other ranks still run (they would
+// wait for it until the timeout and fail). NCCL refuses a bad argument at the call too. The texts are the
+// collectives' own. `blocks`: count-sized blocks in the largest buffer (the ranks, for all-gather's output and
+// reduce-scatter's input).
+ncclResult_t checkArguments(ncclDataType_t type, const void* send, const void* recv, size_t count,
+                            ncclRedOp_t op = ncclSum, size_t blocks = 1) {
+  if (op != ncclSum && op != ncclProd && op != ncclMax && op != ncclMin && op != ncclAvg)
+    return failWith(ncclInvalidArgument, "reduction op " + std::to_string(static_cast<int>(op)) + " is not supported");
+  const size_t es = nns::coll::typeSize(type);
+  if (count > static_cast<size_t>(PTRDIFF_MAX) / es / blocks)
+    return failWith(ncclInvalidArgument, "a count of " + std::to_string(count) + " elements of " + std::to_string(es) +
+                                             " bytes" +
+                                             (blocks > 1 ? " times " + std::to_string(blocks) + " ranks" : "") +
+                                             " is more bytes than a buffer can hold");
+  if (count > 0 && (send == nullptr || recv == nullptr)) return failWith(ncclInvalidArgument, "a buffer is NULL");
+  return ncclSuccess;
+}
+
+ncclResult_t checkRank(nnsComm_t comm, int rank, const char* what) {
+  const int size = comm->comm->size();
+  if (rank < 0 || rank >= size)
+    return failWith(ncclInvalidArgument, std::string(what) + " " + std::to_string(rank) +
+                                             " is not a rank of this communicator of " + std::to_string(size));
   return ncclSuccess;
 }
 
@@ -135,7 +187,11 @@ ncclResult_t makeComm(nnsComm_t* out, const nns::core::LaunchInfo& launch) {
   nns::core::CommOptions options;
   options.searchDirs = {libraryDir()};
   ncclResult_t result = guarded([&] { holder->comm = std::make_unique<nns::core::Communicator>(launch, options); });
-  if (result == ncclSuccess) *out = holder.release();
+  if (result == ncclSuccess) {
+    std::lock_guard<std::mutex> lock(liveMutex);
+    *out = holder.release();
+    liveComms.insert(*out);
+  }
   return result;
 }
 
@@ -194,47 +250,50 @@ ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm) {
 }
 
 ncclResult_t nnsCommDestroy(nnsComm_t comm) {
-  if (comm == nullptr) return failWith(ncclInvalidArgument, "comm is NULL");
+  if (!retire(comm)) return notLive(comm);
   delete comm;
   return ncclSuccess;
 }
 
 ncclResult_t nnsCommAbort(nnsComm_t comm) {
-  if (comm == nullptr) return failWith(ncclInvalidArgument, "comm is NULL");
+  if (!retire(comm)) return notLive(comm);
   if (comm->comm) comm->comm->abort("aborted by nnsCommAbort");
   delete comm;
   return ncclSuccess;
 }
 
 ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError) {
-  if (comm == nullptr || !comm->comm || asyncError == nullptr)
-    return failWith(ncclInvalidArgument, "comm or asyncError is NULL");
+  if (!isLive(comm)) return notLive(comm);
+  if (asyncError == nullptr) return failWith(ncclInvalidArgument, "comm or asyncError is NULL");
   *asyncError = comm->comm->asyncError().empty() ? ncclSuccess : ncclRemoteError;
   return ncclSuccess;
 }
 
 ncclResult_t nnsCommRegister(const nnsComm_t comm, void* buff, size_t size, void** handle) {
-  if (comm == nullptr || !comm->comm || buff == nullptr || size == 0 || handle == nullptr)
+  if (!isLive(comm)) return notLive(comm);
+  if (buff == nullptr || size == 0 || handle == nullptr)
     return failWith(ncclInvalidArgument, "comm, buff or handle is NULL, or size is 0");
   return guarded([&] { *handle = comm->comm->registerBuffer(buff, size); });
 }
 
 ncclResult_t nnsCommDeregister(const nnsComm_t comm, void* handle) {
-  if (comm == nullptr || !comm->comm || handle == nullptr)
-    return failWith(ncclInvalidArgument, "comm or handle is NULL");
+  if (!isLive(comm)) return notLive(comm);
+  if (handle == nullptr) return failWith(ncclInvalidArgument, "comm or handle is NULL");
   bool found = true;
   if (ncclResult_t r = guarded([&] { found = comm->comm->deregisterBuffer(handle); }); r != ncclSuccess) return r;
   return found ? ncclSuccess : failWith(ncclInvalidArgument, "handle is not a registration of this communicator");
 }
 
 ncclResult_t nnsCommCount(const nnsComm_t comm, int* count) {
-  if (comm == nullptr || !comm->comm || count == nullptr) return failWith(ncclInvalidArgument, "comm or count is NULL");
+  if (!isLive(comm)) return notLive(comm);
+  if (count == nullptr) return failWith(ncclInvalidArgument, "comm or count is NULL");
   *count = comm->comm->size();
   return ncclSuccess;
 }
 
 ncclResult_t nnsCommUserRank(const nnsComm_t comm, int* rank) {
-  if (comm == nullptr || !comm->comm || rank == nullptr) return failWith(ncclInvalidArgument, "comm or rank is NULL");
+  if (!isLive(comm)) return notLive(comm);
+  if (rank == nullptr) return failWith(ncclInvalidArgument, "comm or rank is NULL");
   *rank = comm->comm->rank();
   return ncclSuccess;
 }
@@ -261,30 +320,47 @@ const char* nnsGetLastError(void) {
 ncclResult_t nnsAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                           nnsComm_t comm, void* stream) {
   if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkArguments(datatype, sendbuff, recvbuff, count, op); r != ncclSuccess) return r;
   return enqueueOrRun(comm, [=] { nns::coll::allReduce(*comm->comm, sendbuff, recvbuff, count, datatype, op); });
 }
 
 ncclResult_t nnsBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                           nnsComm_t comm, void* stream) {
   if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkRank(comm, root, "root"); r != ncclSuccess) return r;
+  const bool isRoot = comm->comm->rank() == root;  // only the root reads sendbuff
+  if (ncclResult_t r = checkArguments(datatype, isRoot ? sendbuff : recvbuff, recvbuff, count); r != ncclSuccess)
+    return r;
   return enqueueOrRun(comm, [=] { nns::coll::broadcast(*comm->comm, sendbuff, recvbuff, count, datatype, root); });
 }
 
 ncclResult_t nnsReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                        int root, nnsComm_t comm, void* stream) {
   if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkRank(comm, root, "root"); r != ncclSuccess) return r;
+  const bool isRoot = comm->comm->rank() == root;  // only the root writes recvbuff
+  if (ncclResult_t r = checkArguments(datatype, sendbuff, isRoot ? recvbuff : sendbuff, count, op); r != ncclSuccess)
+    return r;
   return enqueueOrRun(comm, [=] { nns::coll::reduce(*comm->comm, sendbuff, recvbuff, count, datatype, op, root); });
 }
 
 ncclResult_t nnsAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                           nnsComm_t comm, void* stream) {
   if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  if (ncclResult_t r =
+          checkArguments(datatype, sendbuff, recvbuff, sendcount, ncclSum, static_cast<size_t>(comm->comm->size()));
+      r != ncclSuccess)
+    return r;
   return enqueueOrRun(comm, [=] { nns::coll::allGather(*comm->comm, sendbuff, recvbuff, sendcount, datatype); });
 }
 
 ncclResult_t nnsReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
                               ncclRedOp_t op, nnsComm_t comm, void* stream) {
   if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  if (ncclResult_t r =
+          checkArguments(datatype, sendbuff, recvbuff, recvcount, op, static_cast<size_t>(comm->comm->size()));
+      r != ncclSuccess)
+    return r;
   return enqueueOrRun(comm,
                       [=] { nns::coll::reduceScatter(*comm->comm, sendbuff, recvbuff, recvcount, datatype, op); });
 }
@@ -292,11 +368,15 @@ ncclResult_t nnsReduceScatter(const void* sendbuff, void* recvbuff, size_t recvc
 ncclResult_t nnsSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm,
                      void* stream) {
   if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkRank(comm, peer, "peer"); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkArguments(datatype, sendbuff, sendbuff, count); r != ncclSuccess) return r;
   return enqueueOrRunP2P(comm, P2POp{P2POp::Send, peer, const_cast<void*>(sendbuff), count, datatype});
 }
 
 ncclResult_t nnsRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm, void* stream) {
   if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkRank(comm, peer, "peer"); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkArguments(datatype, recvbuff, recvbuff, count); r != ncclSuccess) return r;
   return enqueueOrRunP2P(comm, P2POp{P2POp::Recv, peer, recvbuff, count, datatype});
 }
 
@@ -328,6 +408,11 @@ ncclResult_t nnsGroupEnd(void) {
       p2p.clear();
       return r;
     };
+    if (!isLive(comm)) {
+      outcome.result = notLive(comm);
+      outcome.error = lastError;
+      return outcome;
+    }
     for (const auto& q : queue) {
       if (q.comm != comm || outcome.result != ncclSuccess) continue;
       if (q.collective) {

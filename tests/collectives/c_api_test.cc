@@ -225,3 +225,62 @@ TEST(CApi, MaxAndMinGiveEveryRankTheSameBits) {
     }
   }
 }
+
+// A handle used after nnsCommDestroy, or destroyed twice, is refused with a reason instead of read after it was
+// freed (this crashed with SIGSEGV).
+TEST(CApi, ADestroyedCommunicatorIsRefusedNotUsed) {
+  setenv("NNS_ROOT_ADDR", ("127.0.0.1:" + std::to_string(nns::test::freeLoopbackPort())).c_str(), 1);
+  nnsUniqueId id;
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess);
+  unsetenv("NNS_ROOT_ADDR");
+  nnsComm_t comm = nullptr;
+  ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError();
+  float x = 1;
+  ASSERT_EQ(nnsAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess);
+  ASSERT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  auto refused = [](ncclResult_t result) {
+    EXPECT_EQ(result, ncclInvalidArgument);
+    EXPECT_NE(std::string(nnsGetLastError()).find("not a live one (destroyed already?)"), std::string::npos)
+        << nnsGetLastError();
+  };
+  refused(nnsAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr));
+  int count = 0;
+  refused(nnsCommCount(comm, &count));
+  ncclResult_t async = ncclSuccess;
+  refused(nnsCommGetAsyncError(comm, &async));
+  refused(nnsCommDestroy(comm));
+  refused(nnsCommAbort(comm));
+  EXPECT_EQ(nnsCommDestroy(nullptr), ncclInvalidArgument);
+}
+
+// Inside a group a bad argument is refused at the call, as NCCL does, and the group's other operations still run:
+// found only at nnsGroupEnd, it skipped them on this rank while the other ranks ran theirs and waited for it.
+TEST(CApi, ABadArgumentInAGroupIsRefusedAtTheCallAndTheRestOfTheGroupRuns) {
+  setenv("NNS_COMM_TIMEOUT_MS", "3000", 1);
+  onRanks(2, [](int rank, nnsComm_t comm) {
+    std::vector<float> data(16, rank + 1.0f);
+    if (rank == 0) {
+      ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+      EXPECT_EQ(nnsAllReduce(nullptr, data.data(), 16, ncclFloat32, ncclSum, comm, nullptr), ncclInvalidArgument);
+      EXPECT_NE(std::string(nnsGetLastError()).find("a buffer is NULL"), std::string::npos) << nnsGetLastError();
+      EXPECT_EQ(nnsAllReduce(data.data(), data.data(), 16, ncclFloat32, static_cast<ncclRedOp_t>(9), comm, nullptr),
+                ncclInvalidArgument);
+      EXPECT_EQ(nnsBroadcast(data.data(), data.data(), 16, ncclFloat32, 2, comm, nullptr), ncclInvalidArgument);
+      EXPECT_NE(std::string(nnsGetLastError()).find("root 2 is not a rank"), std::string::npos) << nnsGetLastError();
+      EXPECT_EQ(nnsSend(data.data(), 16, ncclFloat32, -1, comm, nullptr), ncclInvalidArgument);
+      EXPECT_EQ(nnsAllGather(data.data(), data.data(), size_t{1} << 61, ncclFloat32, comm, nullptr),
+                ncclInvalidArgument);
+      ASSERT_EQ(nnsAllReduce(data.data(), data.data(), 16, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess);
+      EXPECT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+    } else {
+      EXPECT_EQ(nnsAllReduce(data.data(), data.data(), 16, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
+          << nnsGetLastError();
+    }
+    EXPECT_EQ(data[15], 3.0f);
+    ncclResult_t async = ncclInternalError;
+    ASSERT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess);
+    EXPECT_EQ(async, ncclSuccess);
+    EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  });
+  unsetenv("NNS_COMM_TIMEOUT_MS");
+}

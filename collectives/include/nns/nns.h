@@ -34,6 +34,8 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId);
 ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, int rank);
 /* Rank, size and root from the launcher: NNS_RANK/NNS_WORLD_SIZE/NNS_ROOT_ADDR, Open MPI, Slurm, PMI, torchrun. */
 ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm);
+/* A handle already destroyed (or aborted) is refused with ncclInvalidArgument, here and in every call, as long as no
+ * later communicator has been given the same address. */
 ncclResult_t nnsCommDestroy(nnsComm_t comm);
 /* Fails the communicator now and frees it; its peers' pending and later operations fail too. */
 ncclResult_t nnsCommAbort(nnsComm_t comm);
@@ -65,7 +67,9 @@ ncclResult_t nnsSend(const void* sendbuff, size_t count, ncclDataType_t datatype
 ncclResult_t nnsRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm, void* stream);
 /* Between these, operations are queued per communicator and run at nnsGroupEnd, in order; consecutive sends and
  * receives progress together (a ring exchange needs a group, as with NCCL). Several communicators in one group run
- * at once, so one thread can drive a rank of each. Groups nest. */
+ * at once, so one thread can drive a rank of each. Groups nest. A bad argument (NULL buffer, unknown type or op,
+ * root or peer out of range) is refused at the call, inside a group too, and is not queued; a send to itself
+ * without its matching receive can only be seen at nnsGroupEnd. */
 ncclResult_t nnsGroupStart(void);
 ncclResult_t nnsGroupEnd(void);
 
