@@ -28,6 +28,9 @@ using Clock = std::chrono::steady_clock;
 // How long a wait polls before it sleeps, where the ranks of this machine do not outnumber its CPUs.
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
 
+// How much longer than rank 0 the other ranks wait in an all-gather (see allGather).
+constexpr auto kRootGrace = std::chrono::milliseconds(1000);
+
 bool parseInt(const char* text, int* out) {
   char* end = nullptr;
   long value = std::strtol(text, &end, 10);
@@ -547,7 +550,9 @@ Bootstrap::~Bootstrap() {
 }
 
 std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
-  auto deadline = Clock::now() + timeout_;
+  // Rank 0 decides that a rank is missing and tells the others why: they wait a little longer than it does, so that
+  // its reason reaches them before their own deadline (their wait starts later, but only by the time to join).
+  auto deadline = Clock::now() + timeout_ + (rank_ == 0 ? std::chrono::milliseconds(0) : kRootGrace);
   std::vector<std::string> all(size_);
   if (size_ == 1) {
     all[0] = mine;
