@@ -258,3 +258,22 @@ TEST(BootstrapFailures, ARankOfAnotherJobOnThePortWaitsForItsOwnRoot) {
   EXPECT_EQ(gathered[0], "TORCHELASTIC_RUN_ID=a0,TORCHELASTIC_RUN_ID=a1");
   EXPECT_EQ(gathered[3], "TORCHELASTIC_RUN_ID=b0,TORCHELASTIC_RUN_ID=b1");
 }
+
+// mpirun and srun set no root address: the error says how to give one with the launcher in use.
+TEST(LaunchPrecedence, NoRootAddressSaysHowToGiveOneToThisLauncher) {
+  const std::vector<std::pair<std::vector<std::pair<const char*, const char*>>, std::string>> cases = {
+      {{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}}, "mpirun -x MASTER_ADDR="},
+      {{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}}, "scontrol show hostnames"},
+      {{{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}, "mpiexec -genv MASTER_ADDR"},
+  };
+  for (const auto& [variables, hint] : cases) {
+    clearLauncherVariables();
+    for (const auto& [name, value] : variables) setenv(name, value, 1);
+    LaunchInfo info;
+    std::string error;
+    EXPECT_FALSE(nns::core::launchInfoFromEnvironment(&info, &error));
+    EXPECT_NE(error.find("no root address"), std::string::npos) << error;
+    EXPECT_NE(error.find(hint), std::string::npos) << error;
+  }
+  clearLauncherVariables();
+}

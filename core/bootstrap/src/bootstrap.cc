@@ -334,7 +334,16 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
     info->rootHost = "127.0.0.1";
     info->rootPort = 0;
   } else {
-    *error = "no root address: set NNS_ROOT_ADDR=host:port (or MASTER_ADDR and MASTER_PORT)";
+    std::string hint;
+    if (std::strcmp(chosen->name, "Open MPI") == 0)
+      hint = "; mpirun sets none: mpirun -x MASTER_ADDR=<rank 0's host> -x MASTER_PORT=<free port> ...";
+    else if (std::strcmp(chosen->name, "Slurm") == 0)
+      hint =
+          "; srun sets none: export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1) "
+          "and MASTER_PORT before srun";
+    else if (std::strcmp(chosen->name, "PMI") == 0)
+      hint = "; mpiexec sets none: mpiexec -genv MASTER_ADDR <rank 0's host> -genv MASTER_PORT <free port> ...";
+    *error = "no root address: set NNS_ROOT_ADDR=host:port (or MASTER_ADDR and MASTER_PORT) on every rank" + hint;
     return false;
   }
   return true;
