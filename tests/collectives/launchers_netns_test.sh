@@ -14,7 +14,7 @@ sw="$tag-sw"
 tmp=$(mktemp -d)
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null; done
+  for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done
   for ns in "$tag-0" "$tag-1" "$tag-2" "$sw"; do
     ip netns del "$ns" 2>/dev/null
     rm -rf "/etc/netns/$ns"
