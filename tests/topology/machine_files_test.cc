@@ -159,6 +159,37 @@ TEST_F(Ncv4, GraphFileLoadsAgainstTheSystem) {
   }
 }
 
+TEST(GraphFile, ChannelsMustListEveryGpuOfTheTopology) {
+  // NCCL stores a channel as one rank per GPU of the system: the 4-GPU NC A100 v4 graph file cannot describe the
+  // 8-GPU NDv4 (its channels would be read across each other), so loading it there is one clear error.
+  CompletionOptions f;
+  f.gpuSm = 80;
+  f.nicSpeedMbps = 200000;
+  Analysis ndv4 = analyzeFile("azure-ndv4.xml", f);
+  XmlDocument doc = readXmlFile(dataPath("azure-ncv4-graph.xml"));
+  try {
+    loadGraphXml(doc, &ndv4.system);
+    FAIL() << "expected an error";
+  } catch (const TopologyError& e) {
+    EXPECT_NE(std::string(e.what()).find("azure-ncv4-graph.xml:3: <channel> lists 4 GPU(s), the topology has 8"),
+              std::string::npos)
+        << e.what();
+  }
+  // A gpu dev that is not a hexadecimal number is named too (NCCL reads dev with strtol base 16).
+  XmlDocument bad = parseXml(
+      "<graphs version=\"1\"><graph id=\"0\" pattern=\"4\" crossnic=\"0\" nchannels=\"1\" speedintra=\"12\" "
+      "speedinter=\"12\" typeintra=\"SYS\" typeinter=\"PIX\" samechannels=\"0\"><channel><gpu dev=\"zz\"/>"
+      "</channel></graph></graphs>",
+      "bad.xml");
+  try {
+    loadGraphXml(bad, nullptr);
+    FAIL() << "expected an error";
+  } catch (const TopologyError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.xml:1: <gpu> dev=\"zz\" is not a hexadecimal number"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(G5Skeleton, FailsWithOneClearErrorNamingTheLine) {
   // The file only declares <cpu numaid> and bare <pci busid>: NCCL's required reads (arch first) fail on it alone.
   try {

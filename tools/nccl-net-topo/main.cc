@@ -231,6 +231,9 @@ int runTool(int argc, char** argv) {
     }
 
     Analysis a = nns::topo::analyze(std::move(doc), opts);
+    // Read before anything is printed, so a graph file that does not fit this topology is the only output.
+    std::vector<nns::topo::Graph> loadedGraphs;
+    if (!graphFile.empty()) loadedGraphs = nns::topo::loadGraphXml(nns::topo::readXmlFile(graphFile), &a.system);
     int rank = opts.rank >= 0 ? opts.rank : (a.gpuRanks.empty() ? 0 : a.gpuRanks[0]);
     if (!dumpGraph.empty() && !a.searches.empty()) {
       const auto& s = a.searches.back();
@@ -263,9 +266,8 @@ int runTool(int argc, char** argv) {
     if (showPaths) std::cout << "\n" << nns::topo::formatPathMatrix(a);
     if (!a.searches.empty()) std::cout << "\n" << nns::topo::formatSearches(a, rank);
     if (!graphFile.empty()) {
-      auto graphs = nns::topo::loadGraphXml(nns::topo::readXmlFile(graphFile), &a.system);
       std::cout << "\nGraphs from " << graphFile << ":\n";
-      for (const auto& g : graphs) {
+      for (const auto& g : loadedGraphs) {
         std::cout << "  Search " << g.id << " : " << g.nChannels << " channels loaded from XML graph\n";
         for (const auto& line : nns::topo::graphLogLines(a.system, g)) std::cout << "    " << line << "\n";
       }

@@ -2,6 +2,7 @@
 #include "nns/topology/search.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -711,7 +712,8 @@ std::vector<std::string> graphLogLines(const System& sys, const Graph& g) {
     // Appending piecewise: GCC 12 at -O3 raises a false -Wrestrict on `" " + std::string` temporaries.
     if (net) line.append(" ").append(idText("NET", g.inter[static_cast<std::size_t>(2 * c)]));
     for (int i = 0; i < n; ++i) {
-      int idx = sys.gpuIndexOfRank(g.intra[static_cast<std::size_t>(c * n + i)]);
+      std::size_t at = static_cast<std::size_t>(c * n + i);
+      int idx = at < g.intra.size() ? sys.gpuIndexOfRank(g.intra[at]) : -1;
       line.append(" ").append(idx >= 0 ? sys.idString(GPU, idx) : std::string("GPU/?"));
     }
     if (net) line.append(" ").append(idText("NET", g.inter[static_cast<std::size_t>(2 * c + 1)]));
@@ -801,7 +803,15 @@ std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys) {
       std::vector<int> ranks;
       std::vector<std::int64_t> nets;
       for (const auto& item : ch.children) {
-        std::int64_t dev = std::strtoll(requireAttr(item, "dev", src).c_str(), nullptr, 16);
+        if (item.name != "gpu" && item.name != "net") continue;
+        // NCCL reads dev with strtol(..., 16); a value that is not hexadecimal would silently become 0 there.
+        const std::string& devText = requireAttr(item, "dev", src);
+        char* end = nullptr;
+        errno = 0;
+        std::int64_t dev = std::strtoll(devText.c_str(), &end, 16);
+        if (devText.empty() || *end != '\0' || errno == ERANGE || dev < 0)
+          throw TopologyError(src + ":" + std::to_string(item.line) + ": <" + item.name + "> dev=\"" + devText +
+                              "\" is not a hexadecimal number");
         if (item.name == "gpu") {
           int rank = static_cast<int>(topoIdLocal(dev));
           if (sys) {
@@ -817,6 +827,11 @@ std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys) {
           nets.push_back(dev);
         }
       }
+      // A channel holds one rank per GPU of the system (NCCL indexes intra[c * nGpus + i]): a graph searched on
+      // another machine would be read across channel boundaries.
+      if (sys && static_cast<int>(ranks.size()) != sys->count(GPU))
+        throw TopologyError(src + ":" + std::to_string(ch.line) + ": <channel> lists " + std::to_string(ranks.size()) +
+                            " GPU(s), the topology has " + std::to_string(sys->count(GPU)));
       if (width == 0) width = static_cast<int>(ranks.size());
       if (static_cast<int>(ranks.size()) != width)
         throw TopologyError(src + ":" + std::to_string(ch.line) + ": channels have different GPU counts");
