@@ -97,7 +97,7 @@ json analysisJson(const Analysis& a) {
                        {"readReason", r.reason},
                        {"writeReason", w.reason}});
       }
-      gj["gdr"] = gdr;
+      gj["gdrPerNet"] = gdr;
     }
     json p2p = json::array();
     for (int p = 0; p < sys.count(GPU); ++p) {
