@@ -159,6 +159,28 @@ TEST_F(Ncv4, GraphFileLoadsAgainstTheSystem) {
   }
 }
 
+TEST(PartialFile, WithoutFillInsTheSummarySaysWhatIsMissing) {
+  // A cloud file lists GPUs and NICs as bare PCI leaves; NCCL adds <gpu> from NVML and <nic><net> from the plugin.
+  // Without --gpu-sm/--nic-speed the user must be told that, not shown an empty machine.
+  std::string summary = formatSummary(analyzeFile("azure-ndv2.xml", {}));
+  EXPECT_NE(summary.find("none: 8 GPU-class PCI device(s) have no <gpu> (NCCL adds it from NVML): give --gpu-sm"),
+            std::string::npos)
+      << summary;
+  EXPECT_NE(
+      summary.find(
+          "none: 1 NIC-class PCI device(s) have no <nic><net> (NCCL adds it from the net plugin): give --nic-speed"),
+      std::string::npos)
+      << summary;
+  // GPUs but no NET while the communicator spans several nodes: there is nothing to search with the network.
+  CompletionOptions f;
+  f.gpuSm = 70;
+  Analysis a = analyzeFile("azure-ndv2.xml", f);
+  EXPECT_TRUE(a.trim.inter);
+  EXPECT_EQ(a.searches.size(), 1u);
+  EXPECT_NE(a.trim.reason.find("the topology has no NET: no network decisions or search"), std::string::npos)
+      << a.trim.reason;
+}
+
 TEST(GraphFile, ChannelsMustListEveryGpuOfTheTopology) {
   // NCCL stores a channel as one rank per GPU of the system: the 4-GPU NC A100 v4 graph file cannot describe the
   // 8-GPU NDv4 (its channels would be read across each other), so loading it there is one clear error.

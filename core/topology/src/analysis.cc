@@ -39,6 +39,18 @@ std::string devList(std::vector<int> devs) {
   return out.empty() ? "-" : out;
 }
 
+// PCI leaves of a GPU (0x03) or NIC (0x02) class that nothing was added to: what NCCL fills in from NVML and the
+// net plugin, and what a partial file needs --gpu-sm / --nic-speed for.
+void countBareLeaves(const XmlElement& e, int& gpus, int& nics) {
+  if (e.name == "pci" && !e.child("gpu") && !e.child("nic") && !e.child("pci")) {
+    if (const std::string* cls = e.attr("class")) {
+      if (cls->rfind("0x03", 0) == 0) ++gpus;
+      if (cls->rfind("0x02", 0) == 0) ++nics;
+    }
+  }
+  for (const auto& c : e.children) countBareLeaves(c, gpus, nics);
+}
+
 }  // namespace
 
 Analysis analyze(XmlDocument doc, const AnalysisOptions& options) {
@@ -57,6 +69,8 @@ Analysis analyze(XmlDocument doc, const AnalysisOptions& options) {
     if (sys.gpuIndexOfRank(rank) < 0) throw TopologyError("--rank " + std::to_string(rank) + ": no GPU has that rank");
     int nRanks = options.nRanks > 0 ? options.nRanks : 2 * sys.count(GPU);
     a.trim = trimSystem(sys, st, rank, nRanks);
+    if (a.trim.inter && sys.count(NET) == 0)
+      a.trim.reason += "; but the topology has no NET: no network decisions or search";
   }
   a.fusion = computeFusionGroups(a.xml, st.netMergeLevel, options.forceMerge);
   int ng = sys.count(GPU), nn = sys.count(NET);
@@ -239,9 +253,15 @@ std::string formatSummary(const Analysis& a) {
     for (int r : a.trim.removedRanks) o << ' ' << r;
     o << "\n";
   }
+  int bareGpus = 0, bareNics = 0;
+  countBareLeaves(a.xml, bareGpus, bareNics);
   o << "\nGPUs (NCCL order):\n";
-  if (sys.count(GPU) == 0)
-    o << "  none (discovery cannot read a GPU's compute capability without NVML: see --gpu-sm)\n";
+  if (sys.count(GPU) == 0) {
+    if (bareGpus > 0)
+      o << fmt("  none: %d GPU-class PCI device(s) have no <gpu> (NCCL adds it from NVML): give --gpu-sm\n", bareGpus);
+    else
+      o << "  none: no GPU in the topology\n";
+  }
   for (int g = 0; g < sys.count(GPU); ++g) {
     const Node& n = sys.node(GPU, g);
     int c = localCpu(sys, g);
@@ -249,6 +269,15 @@ std::string formatSummary(const Analysis& a) {
              sys.idString(GPU, g).c_str(), n.gpu.sm, n.gpu.gdr, c >= 0 ? sys.node(CPU, c).cpu.numaId : -1);
   }
   o << "\nNICs:\n";
+  if (sys.count(NET) == 0) {
+    if (bareNics > 0)
+      o << fmt(
+          "  none: %d NIC-class PCI device(s) have no <nic><net> (NCCL adds it from the net plugin): give "
+          "--nic-speed\n",
+          bareNics);
+    else
+      o << "  none: no NET in the topology\n";
+  }
   for (int n = 0; n < sys.count(NET); ++n) {
     const NetInfo& net = sys.node(NET, n).net;
     o << fmt("  dev %d  %-12s %s  %.1f GB/s  port %d  guid 0x%llx  gdr %d  maxconn %d\n", net.dev,
