@@ -1,7 +1,10 @@
 // Malformed input: truncated files, wrong attributes, cycles, huge numbers; one clear error each, never a crash.
+#include <unistd.h>
+
 #include <chrono>
 #include <fstream>
 #include <iterator>
+#include <thread>
 
 #include "topology_test_util.h"
 
@@ -165,6 +168,40 @@ TEST(TopologyMalformed, NonexistentFileIsOneError) {
   } catch (const TopologyError& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/topo.xml: cannot open"), std::string::npos);
   }
+}
+
+TEST(TopologyMalformed, DirectoryIsNamedAsOne) {
+  // NCCL_TOPO_FILE pointing at a directory reached the size check ("larger than 16777216 bytes").
+  try {
+    readXmlFile(NNS_TOPOLOGY_DATA_DIR);
+    FAIL();
+  } catch (const TopologyError& e) {
+    EXPECT_NE(std::string(e.what()).find(std::string(NNS_TOPOLOGY_DATA_DIR) + ": is a directory, not a topology file"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(TopologyMalformed, PipeIsReadLikeAFile) {
+  // --topo-file <(ssh host cat dump.xml) hands the tool a pipe, which cannot seek; the size limit still holds.
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  std::string text = fileText("azure-ncv4.xml");
+  std::thread writer([&] {
+    std::size_t off = 0;
+    while (off < text.size()) {
+      ssize_t n = write(fds[1], text.data() + off, text.size() - off);
+      if (n <= 0) break;
+      off += static_cast<std::size_t>(n);
+    }
+    close(fds[1]);
+  });
+  std::string path = "/proc/self/fd/" + std::to_string(fds[0]);
+  XmlDocument doc;
+  EXPECT_NO_THROW(doc = readXmlFile(path));
+  writer.join();
+  close(fds[0]);
+  EXPECT_EQ(buildSystem(doc).count(GPU), 4);
 }
 
 }  // namespace

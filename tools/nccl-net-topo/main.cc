@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "nns/tools/guarded_main.hpp"
@@ -200,6 +201,21 @@ int runTool(int argc, char** argv) {
   showPaths = !noPaths;
 
   try {
+    // NCCL's file variables stand in for the options, as they do for NCCL (an option given on the command line wins).
+    std::string topoFileVariable;
+    if (!ignoreEnv) {
+      auto fromEnv = [](const char* name, std::string& target) {
+        const char* v = std::getenv(name);
+        if (target.empty() && v && *v) {
+          target = v;
+          return true;
+        }
+        return false;
+      };
+      if (synthetic.empty() && fromEnv("NCCL_TOPO_FILE", topoFile)) topoFileVariable = topoFile;
+      fromEnv("NCCL_TOPO_DUMP_FILE", dumpXml);
+      fromEnv("NCCL_GRAPH_DUMP_FILE", dumpGraph);
+    }
     if (!ignoreEnv) opts.settings = nns::topo::TopoSettings::fromEnvironment();
     if (const char* fm = std::getenv("NCCL_NET_FORCE_MERGE"); fm && !ignoreEnv) opts.forceMerge = fm;
     opts.search = !noSearch;
@@ -262,6 +278,9 @@ int runTool(int argc, char** argv) {
       for (const auto& note : discovery.notes) std::cout << "  note: " << note << "\n";
       std::cout << "\n";
     }
+    if (!topoFileVariable.empty())
+      std::cout << "Reading the topology from NCCL_TOPO_FILE=" << topoFileVariable
+                << " (no --topo-file given; --ignore-env ignores it)\n";
     std::cout << nns::topo::formatSummary(a);
     if (showPaths) std::cout << "\n" << nns::topo::formatPathMatrix(a);
     if (!a.searches.empty()) std::cout << "\n" << nns::topo::formatSearches(a, rank);

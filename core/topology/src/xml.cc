@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -131,17 +132,20 @@ XmlDocument parseXml(std::string_view text, std::string sourceName) {
 }
 
 XmlDocument readXmlFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw TopologyError(path + ": is a directory, not a topology file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TopologyError(path + ": cannot open: " + std::strerror(errno));
-  in.seekg(0, std::ios::end);
-  std::streamoff size = in.tellg();
-  if (size < 0) throw TopologyError(path + ": cannot read");
-  if (static_cast<std::size_t>(size) > kMaxXmlBytes)
-    throw TopologyError(path + ": file is larger than " + std::to_string(kMaxXmlBytes) + " bytes");
-  in.seekg(0);
-  std::string text(static_cast<std::size_t>(size), '\0');
-  in.read(text.data(), size);
-  if (!in) throw TopologyError(path + ": cannot read");
+  // Read in pieces rather than by seeking to the end: a pipe (--topo-file <(...)) cannot seek. One byte past the limit
+  // is enough to know the file is too large, and bounds what /dev/zero-like inputs cost.
+  std::string text;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > kMaxXmlBytes)
+      throw TopologyError(path + ": file is larger than " + std::to_string(kMaxXmlBytes) + " bytes");
+  }
+  if (in.bad()) throw TopologyError(path + ": cannot read: " + std::strerror(errno));
   return parseXml(text, path);
 }
 
