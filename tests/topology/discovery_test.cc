@@ -1,5 +1,6 @@
 // Discovery of this machine (no GPU needed): its NUMA nodes, CPUs and network interfaces must all show up.
 #include <hwloc.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -13,16 +14,27 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::set<std::string> sysfsInterfacesWithoutLoopback() {
+// Interfaces NCCL's socket transport would consider: not loopback, and running (operstate up, or unknown for
+// interfaces without carrier reporting).
+std::set<std::string> sysfsRunningInterfacesWithoutLoopback() {
   std::set<std::string> out;
   for (const auto& e : fs::directory_iterator("/sys/class/net")) {
     std::string name = e.path().filename().string();
     std::ifstream flags(e.path() / "flags");
     long f = 0;
     if (flags >> std::hex >> f; f & 0x8) continue;  // IFF_LOOPBACK
+    std::ifstream oper(e.path() / "operstate");
+    std::string state;
+    oper >> state;
+    if (state != "up" && state != "unknown") continue;
     out.insert(name);
   }
   return out;
+}
+
+void writeFile(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << text << "\n";
 }
 
 int sysfsNumaNodes() {
@@ -39,7 +51,7 @@ TEST(TopologyDiscovery, ShowsThisMachinesCpusNumaNodesAndNics) {
   std::vector<NicInfo> nics = listSysfsNics();
   std::set<std::string> names;
   for (const auto& n : nics) names.insert(n.name);
-  EXPECT_EQ(names, sysfsInterfacesWithoutLoopback());
+  EXPECT_EQ(names, sysfsRunningInterfacesWithoutLoopback());
 
   DiscoveryReport report;
   XmlDocument doc = discoverTopology(nics, &report);
@@ -79,6 +91,31 @@ TEST(TopologyDiscovery, ShowsThisMachinesCpusNumaNodesAndNics) {
   // Without a GPU nothing is searched, and the summary still prints the machine.
   std::string summary = formatSummary(a);
   EXPECT_NE(summary.find("NUMA node(s)"), std::string::npos);
+}
+
+TEST(TopologyDiscovery, InterfacesThatAreNotRunningAreLeftOut) {
+  // NCCL's socket transport only uses running interfaces (IFF_RUNNING: up, with carrier or unknown carrier); an
+  // interface that is down, or up without a link, is not a NIC NCCL would use. A sysfs tree of real files stands in
+  // for /sys so every case is present.
+  fs::path root = fs::temp_directory_path() / ("nns-topo-sysfs-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  struct Iface {
+    const char* name;
+    const char* flags;
+    const char* operstate;
+  };
+  for (const Iface& i :
+       {Iface{"up0", "0x1003", "up"}, Iface{"down0", "0x1002", "down"}, Iface{"nolink0", "0x1003", "lowerlayerdown"},
+        Iface{"tun0", "0x1091", "unknown"}, Iface{"lo", "0x9", "unknown"}}) {
+    writeFile(root / "class/net" / i.name / "flags", i.flags);
+    writeFile(root / "class/net" / i.name / "operstate", i.operstate);
+    writeFile(root / "class/net" / i.name / "speed", "25000");
+  }
+  std::vector<NicInfo> nics = listSysfsNics(root.string());
+  fs::remove_all(root);
+  std::vector<std::string> names;
+  for (const auto& n : nics) names.push_back(n.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"tun0", "up0"}));
 }
 
 TEST(TopologyDiscovery, PluginSuppliedNicsArePlacedByPciPath) {

@@ -122,7 +122,12 @@ std::vector<NicInfo> listSysfsNics(const std::string& sysfsRoot) {
     std::string name = entry.path().filename().string();
     // IFF_LOOPBACK (0x8) in the interface flags: NCCL's socket transport never uses loopback.
     std::string flags = readLine(entry.path() / "flags");
-    if (!flags.empty() && (std::strtol(flags.c_str(), nullptr, 0) & 0x8)) continue;
+    long flagBits = flags.empty() ? 0 : std::strtol(flags.c_str(), nullptr, 0);
+    if (flagBits & 0x8) continue;
+    // NCCL's socket transport only uses running interfaces (IFF_RUNNING): up, and with a link or no carrier
+    // reporting at all, which the kernel shows as operstate "up" or "unknown". Without operstate, IFF_UP decides.
+    std::string operstate = readLine(entry.path() / "operstate");
+    if (operstate.empty() ? !(flagBits & 0x1) : (operstate != "up" && operstate != "unknown")) continue;
     NicInfo nic;
     nic.name = name;
     std::error_code e2;

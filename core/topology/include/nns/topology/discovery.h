@@ -21,7 +21,8 @@ struct NicInfo {
   bool gpuDirect = false;  // ptrSupport includes CUDA (or DMA-BUF) pointers
 };
 
-// Network interfaces from /sys/class/net except loopback, sorted by name: what the tool uses until a plugin is loaded.
+// Running network interfaces from /sys/class/net except loopback, sorted by name: what the tool uses until a plugin
+// is loaded (an interface that is down or has no link is not one NCCL's socket transport would use).
 std::vector<NicInfo> listSysfsNics(const std::string& sysfsRoot = "/sys");
 
 struct DiscoveryReport {
