@@ -170,6 +170,24 @@ TEST(TopologyMalformed, NonexistentFileIsOneError) {
   }
 }
 
+TEST(TopologyMalformed, NranksBelowTheGpuRanksIsOneError) {
+  // The 8 GPUs of p4d have ranks 0..7: a 4-rank communicator cannot hold them (it was taken as "the network is used").
+  CompletionOptions f;
+  f.gpuSm = 80;
+  f.nicSpeedMbps = 100000;
+  AnalysisOptions o;
+  o.nRanks = 4;
+  try {
+    analyzeFile("aws-p4d.24xlarge.xml", f, o);
+    FAIL();
+  } catch (const TopologyError& e) {
+    EXPECT_NE(std::string(e.what()).find("--nranks 4: the topology has a GPU with rank 7"), std::string::npos)
+        << e.what();
+  }
+  o.nRanks = 8;
+  EXPECT_FALSE(analyzeFile("aws-p4d.24xlarge.xml", f, o).trim.inter);
+}
+
 TEST(TopologyMalformed, DirectoryIsNamedAsOne) {
   // NCCL_TOPO_FILE pointing at a directory reached the size check ("larger than 16777216 bytes").
   try {

@@ -181,7 +181,8 @@ int runTool(int argc, char** argv) {
   app.add_option("--nic-maxconn", fill.nicMaxConn, "maxconn attribute of added NETs");
   app.add_option("--nic-gdr", fill.nicGdr, "gdr attribute of added NETs (0/1)");
   app.add_option("--rank", opts.rank, "our rank (trimming and per-rank Ring/Trees lines); default: first GPU");
-  app.add_option("--nranks", opts.nRanks, "communicator size; default: twice the local GPUs (multi-node)");
+  app.add_option("--nranks", opts.nRanks, "communicator size; default: twice the local GPUs (multi-node)")
+      ->check(CLI::Range(1, 1 << 24));
   app.add_option("--channels", opts.channels, "channels shown for the NIC choice of each GPU")
       ->check(CLI::Range(1, 64));
   app.add_flag("--json", jsonOut, "machine-readable output");

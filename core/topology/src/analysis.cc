@@ -68,6 +68,13 @@ Analysis analyze(XmlDocument doc, const AnalysisOptions& options) {
     int rank = options.rank >= 0 ? options.rank : sys.node(GPU, 0).gpu.rank;
     if (sys.gpuIndexOfRank(rank) < 0) throw TopologyError("--rank " + std::to_string(rank) + ": no GPU has that rank");
     int nRanks = options.nRanks > 0 ? options.nRanks : 2 * sys.count(GPU);
+    // Every GPU of the file is a rank of the communicator: a smaller communicator is a contradiction, not a reason to
+    // use the network.
+    int maxRank = -1;
+    for (const Node& g : sys.nodes[GPU]) maxRank = std::max(maxRank, g.gpu.rank);
+    if (options.nRanks > 0 && maxRank >= nRanks)
+      throw TopologyError("--nranks " + std::to_string(nRanks) + ": the topology has a GPU with rank " +
+                          std::to_string(maxRank));
     a.trim = trimSystem(sys, st, rank, nRanks);
     if (a.trim.inter && sys.count(NET) == 0)
       a.trim.reason += "; but the topology has no NET: no network decisions or search";
