@@ -188,6 +188,29 @@ TEST(TopologyMalformed, NranksBelowTheGpuRanksIsOneError) {
   EXPECT_FALSE(analyzeFile("aws-p4d.24xlarge.xml", f, o).trim.inter);
 }
 
+TEST(TopologyMalformed, DevicesOutsideACpuAreNamed) {
+  // NCCL only reads <cpu> under <system> and <pci>/<nic> under <cpu>: a NIC or GPU placed elsewhere would silently
+  // vanish from the machine (0 NETs, "the network is used" with nothing to use).
+  const std::string net = "<net name=\"x\" dev=\"0\" speed=\"100000\" port=\"0\" gdr=\"1\"/>";
+  std::string nicUnderSystem = "<system version=\"1\">\n" + kCpu + "</cpu>\n<nic>" + net + "</nic>\n</system>\n";
+  EXPECT_NE(loadError(nicUnderSystem).find("bad.xml:3: <nic> directly under <system> is not read by NCCL"),
+            std::string::npos)
+      << loadError(nicUnderSystem);
+  std::string pciUnderSystem =
+      "<system version=\"1\">\n" + gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"") + "\n</system>\n";
+  EXPECT_NE(loadError(pciUnderSystem).find("bad.xml:2: <pci> directly under <system> is not read by NCCL"),
+            std::string::npos)
+      << loadError(pciUnderSystem);
+  std::string netUnderCpu = wrap(net);
+  EXPECT_NE(loadError(netUnderCpu).find("bad.xml:3: <net> directly under <cpu> is not read by NCCL"), std::string::npos)
+      << loadError(netUnderCpu);
+  std::string gpuUnderCpu = wrap("<gpu dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"/>");
+  EXPECT_NE(loadError(gpuUnderCpu).find("bad.xml:3: <gpu> directly under <cpu> is not read by NCCL"), std::string::npos)
+      << loadError(gpuUnderCpu);
+  // A virtual NIC (<nic> in a <cpu>) is fine.
+  EXPECT_EQ(loadError(wrap("<nic>" + net + "</nic>")), "");
+}
+
 TEST(TopologyMalformed, DirectoryIsNamedAsOne) {
   // NCCL_TOPO_FILE pointing at a directory reached the size check ("larger than 16777216 bytes").
   try {

@@ -425,6 +425,9 @@ struct Builder {
       }
     }
     for (const auto& sub : xmlCpu.children) {
+      if (sub.name == "gpu" || sub.name == "net")
+        throw TopologyError(at(sub) + " directly under <cpu> is not read by NCCL: a <" + sub.name + "> goes inside " +
+                            (sub.name == "gpu" ? "a <pci>" : "a <nic>"));
       if (sub.name == "pci") addPci(sub, CPU, c, numaId);
       if (sub.name == "nic") {
         // A NIC without a PCI parent (virtual) hangs off the CPU with a local-bandwidth link.
@@ -602,8 +605,13 @@ System buildSystem(const XmlElement& root, const std::string& sourceName) {
     throw TopologyError(sourceName + ":" + std::to_string(root.line) + ": XML topology has wrong version " +
                         std::to_string(version) + " (expected 1)");
   if (const std::string* name = root.attr("name")) b.sys.name = *name;
-  for (const auto& c : root.children)
+  for (const auto& c : root.children) {
+    // NCCL reads only <cpu> here; a device placed beside the CPUs would silently vanish from the machine.
+    if (c.name == "pci" || c.name == "nic" || c.name == "gpu" || c.name == "net")
+      throw TopologyError(sourceName + ":" + std::to_string(c.line) + ": <" + c.name +
+                          "> directly under <system> is not read by NCCL: devices go inside a <cpu>");
     if (c.name == "cpu") b.addCpu(c);
+  }
   b.addNvLinks(root, nullptr);
   b.addC2c(root, nullptr);
   b.addPciLinks(root, nullptr);
