@@ -269,6 +269,13 @@ TEST(TopologyRules, NcclLogShapes) {
             " 0 : NET/0-0 GPU/0-101c0 GPU/0-a01d0 GPU/0-a01c0 GPU/0-901d0 GPU/0-901c0 GPU/0-201d0 GPU/0-201c0 "
             "GPU/0-101d0 NET/0-0");
   EXPECT_EQ(ringLogLines(a.system, a.searches[1].ring, 0)[0], "Ring 00 : NET -> 0 -> 7");
+  // The Trees line of a multi-node search only knows this node: the output says so instead of looking like NCCL's
+  // single-node line (NCCL prints the other node's rank where the tool prints -1).
+  std::string searches = formatSearches(a, 0);
+  EXPECT_NE(searches.find("Trees [0] 1/-1/-1->0->-1 [1] 1/-1/-1->0->7"), std::string::npos) << searches;
+  EXPECT_NE(searches.find("this node only: a channel's head (first GPU) also has a tree peer on another node"),
+            std::string::npos)
+      << searches;
   auto transport = transportLogLines(a);
   EXPECT_EQ(transport[0], "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read");
   auto has = [&](const std::string& line) {

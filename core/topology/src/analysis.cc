@@ -427,6 +427,9 @@ std::string formatSearches(const Analysis& a, int rank) {
     }
     for (const auto& line : ringLogLines(sys, r.ring, rank)) o << "    " << line << "\n";
     o << "    " << treeLogLine(sys, r.tree, rank) << "\n";
+    if (r.inter)
+      o << "    (this node only: a channel's head (first GPU) also has a tree peer on another node, which depends on "
+           "the node's index; NCCL prints that rank where -1 stands here, and Ring shows the other nodes as NET)\n";
   }
   return o.str();
 }
