@@ -164,6 +164,14 @@ TEST(TopologyRules, LocalNetMirrorsTheDevIndex) {
   std::vector<int> rotation;
   for (int c = 0; c < 4; ++c) rotation.push_back(b.localNets[1][c].netDev);
   EXPECT_EQ(rotation, ints("2 3 0 1"));
+  // The reason names what set the share and shows the mirrored index, so "4 GPUs share 4 NETs -> 4 per GPU" is not a
+  // riddle.
+  EXPECT_EQ(a.localNets[1][0].reason,
+            "4 NET(s) at the best bw 48.0/PIX from this GPU, shared by 4 GPU(s) -> 1 net(s) per GPU (ceil(4/4), "
+            "NCCL_NETDEVS_POLICY=AUTO); index = dev 1 bit-mirrored over 4 = 2, + channel % 1 = 2, mod 4 -> NET 2");
+  EXPECT_EQ(b.localNets[1][1].reason,
+            "4 NET(s) at the best bw 48.0/PIX from this GPU, shared by 4 GPU(s) -> 4 net(s) per GPU "
+            "(NCCL_NETDEVS_POLICY=ALL); index = dev 1 bit-mirrored over 4 = 2, + channel % 4 = 3, mod 4 -> NET 3");
 }
 
 TEST(TopologyRules, FusionGroupsByDistance) {

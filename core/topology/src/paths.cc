@@ -240,11 +240,18 @@ LocalNetChoice localNet(const System& sys, const TopoSettings& settings, int ran
   idx += channel % c.netsPerGpu;
   c.netIndex = nets[static_cast<std::size_t>(idx % count)];
   c.netDev = sys.node(NET, c.netIndex).net.dev;
+  std::string share = settings.netDevsPolicyMax == 0
+                          ? fmt("ceil(%d/%d), NCCL_NETDEVS_POLICY=AUTO", count, localGpuCount)
+                      : settings.netDevsPolicyMax < 0 ? std::string("NCCL_NETDEVS_POLICY=ALL")
+                                                      : fmt("NCCL_NETDEVS_POLICY=MAX:%d", settings.netDevsPolicyMax);
+  std::string start = isPow2(count)
+                          ? fmt("dev %d bit-mirrored over %d = %d", sys.node(GPU, g).gpu.dev, count, c.mirroredIndex)
+                          : fmt("dev %d", sys.node(GPU, g).gpu.dev);
   c.reason =
-      fmt("%d NET(s) at the best bw %.1f/%s from this GPU, shared by %d GPU(s) -> %d net(s) per GPU; "
-          "index = dev %d%s + channel %% %d = %d, mod %d",
-          count, c.localBw, nameOf(c.localPathType).c_str(), localGpuCount, c.netsPerGpu, sys.node(GPU, g).gpu.dev,
-          isPow2(count) ? " bit-mirrored" : "", c.netsPerGpu, idx, count);
+      fmt("%d NET(s) at the best bw %.1f/%s from this GPU, shared by %d GPU(s) -> %d net(s) per GPU (%s); "
+          "index = %s, + channel %% %d = %d, mod %d -> NET %d",
+          count, c.localBw, nameOf(c.localPathType).c_str(), localGpuCount, c.netsPerGpu, share.c_str(), start.c_str(),
+          c.netsPerGpu, idx, count, c.netDev);
   return c;
 }
 
