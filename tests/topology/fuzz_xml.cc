@@ -13,6 +13,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     XmlDocument doc = parseXml(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.xml");
     if (doc.root.name == "graphs") {
       loadGraphXml(doc, nullptr);
+      // Against a real (two-GPU, one-NIC) system too, and printed: channels are indexed by the system's GPU count.
+      static const System twoGpus = buildSystem(parseXml(
+          "<system version=\"1\"><cpu numaid=\"0\" arch=\"x86_64\" vendor=\"GenuineIntel\" familyid=\"6\" "
+          "modelid=\"85\"><pci busid=\"0000:01:00.0\" class=\"0x030200\" link_speed=\"8 GT/s\" link_width=\"16\">"
+          "<gpu dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"/></pci><pci busid=\"0000:02:00.0\" class=\"0x030200\" "
+          "link_speed=\"8 GT/s\" link_width=\"16\"><gpu dev=\"1\" sm=\"80\" rank=\"1\" gdr=\"1\"/></pci>"
+          "<nic><net name=\"n\" dev=\"0\" speed=\"100000\"/></nic></cpu></system>",
+          "two-gpus.xml"));
+      for (const Graph& g : loadGraphXml(doc, &twoGpus)) (void)graphLogLines(twoGpus, g);
       return 0;
     }
     (void)writeXml(doc.root);
