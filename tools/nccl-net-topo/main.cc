@@ -185,9 +185,13 @@ int runTool(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 24));
   app.add_option("--channels", opts.channels, "channels shown for the NIC choice of each GPU")
       ->check(CLI::Range(1, 64));
-  app.add_flag("--json", jsonOut, "machine-readable output");
-  app.add_flag("--dot", dotOut, "Graphviz DOT of the graph and each GPU's NIC (render with dot -Tpng)");
-  app.add_flag("--nccl-log", ncclLog, "also print NCCL's own GRAPH log lines (system tree, paths, GDR, graphs)");
+  auto* jsonFlag = app.add_flag("--json", jsonOut, "machine-readable output");
+  auto* dotFlag = app.add_flag("--dot", dotOut, "Graphviz DOT of the graph and each GPU's NIC (render with dot -Tpng)")
+                      ->excludes(jsonFlag);
+  // The text additions have no place in JSON or DOT: refused there rather than silently dropped.
+  app.add_flag("--nccl-log", ncclLog, "also print NCCL's own GRAPH log lines (system tree, paths, GDR, graphs)")
+      ->excludes(jsonFlag)
+      ->excludes(dotFlag);
   app.add_option("--net-name", netName, "net plugin name in NCCL's transport lines (NET/<name>/<dev>)");
   app.add_flag("--no-search", noSearch, "skip the ring/tree searches");
   bool noPaths = false;
@@ -196,7 +200,9 @@ int runTool(int argc, char** argv) {
   app.add_option("--dump-xml", dumpXml, "write the (completed) topology in NCCL_TOPO_DUMP_FILE format");
   app.add_option("--dump-graph", dumpGraph, "write the searched graphs in NCCL_GRAPH_DUMP_FILE format");
   app.add_option("--graph-file", graphFile, "read an NCCL_GRAPH_FILE and show its channels for this topology")
-      ->check(CLI::ExistingFile);
+      ->check(CLI::ExistingFile)
+      ->excludes(jsonFlag)
+      ->excludes(dotFlag);
   app.add_option("--bench", benchIterations, "time N runs of paths + decisions + search and print the mean");
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
   showPaths = !noPaths;
