@@ -116,17 +116,11 @@ double load(const void* buffer, size_t i, ncclDataType_t type) {
 constexpr double kSentinel = 99;
 
 #ifdef NNS_BENCH_CUDA
-// This process's rank among those on its machine, from the launchers that say (torchrun, Open MPI, Slurm, MPICH/
-// Intel MPI); nccl-net-run starts every rank on one machine, so there it is the rank. Otherwise the global rank.
+// This process's rank among those on its machine, from the launcher the bootstrap took the rank from (never another
+// one's variable: under `srun torchrun`, SLURM_LOCALID is the node's task, LOCAL_RANK the worker's); nccl-net-run
+// sets NNS_LOCAL_RANK. Where the launcher does not say, the global rank.
 int localRank(const core::LaunchInfo& launch) {
-  for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"}) {
-    const char* text = std::getenv(name);
-    if (text == nullptr || *text == '\0') continue;
-    char* end = nullptr;
-    long value = std::strtol(text, &end, 10);
-    if (*end == '\0' && value >= 0 && value <= INT_MAX) return static_cast<int>(value);
-  }
-  return std::max(launch.rank, 0);
+  return launch.localRank >= 0 ? launch.localRank : std::max(launch.rank, 0);
 }
 #endif
 
