@@ -89,7 +89,7 @@ size_t envBytes(const char* name, size_t fallback) {
   unsigned long long value = std::strtoull(text, &end, 10);
   // strtoull would take "-1" for the largest count.
   if (end == text || *end != '\0' || errno != 0 || std::strchr(text, '-') != nullptr)
-    throw core::CommError(std::string(name) + "=" + text + " is not a byte count");
+    throw core::CommError(std::string(name) + "=" + text + " is not a byte count", ncclInvalidUsage);
   return value;
 }
 
@@ -162,7 +162,7 @@ Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requ
   if (const char* env = std::getenv("NNS_ALGO"); env != nullptr && *env != '\0') {
     Algorithm fromEnv;
     if (!parseAlgorithm(env, &fromEnv))
-      throw core::CommError(std::string("NNS_ALGO=") + env + ": ring, tree, doubling or auto");
+      throw core::CommError(std::string("NNS_ALGO=") + env + ": ring, tree, doubling or auto", ncclInvalidUsage);
     if (fromEnv != Algorithm::Auto) return fromEnv;
   }
   // Latency first: recursive doubling's log2(n) exchanges beat the tree's 2 log2(n) hops and the ring's 2(n-1) for

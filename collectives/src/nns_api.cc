@@ -41,17 +41,15 @@ ncclResult_t failWith(ncclResult_t result, const std::string& what) {
   return result;
 }
 
-// Runs `body`, turning exceptions into the error code of their kind: an argument refused before anything moved is
-// an invalid argument, a failed operation (a peer, the plugin, a timeout) a remote error, anything else a system
-// error.
+// Runs `body`, turning exceptions into the error code of their kind (CommError::result(): an argument refused
+// before anything moved is an invalid argument, a failed plugin call the plugin's own result, a setting this rank
+// cannot run with invalid usage, a peer or a timeout a remote error); anything else is a system error.
 ncclResult_t guarded(const std::function<void()>& body) {
   try {
     body();
     return ncclSuccess;
-  } catch (const nns::core::ArgumentError& e) {
-    return failWith(ncclInvalidArgument, e.what());
   } catch (const CommError& e) {
-    return failWith(ncclRemoteError, e.what());
+    return failWith(e.result(), e.what());
   } catch (const std::exception& e) {
     return failWith(ncclSystemError, e.what());
   }

@@ -284,3 +284,32 @@ TEST(CApi, ABadArgumentInAGroupIsRefusedAtTheCallAndTheRestOfTheGroupRuns) {
   });
   unsetenv("NNS_COMM_TIMEOUT_MS");
 }
+
+// A communicator this rank cannot set up is this rank's error, not a remote one: the plugin's own result when its
+// init fails, invalid usage for a setting it cannot run with. Nothing remote took part (one rank).
+TEST(CApi, ASetUpFailureOnThisRankIsNotARemoteError) {
+  setenv("NCCL_NET_PLUGIN", "socket", 1);
+  setenv("NNS_ROOT_ADDR", ("127.0.0.1:" + std::to_string(nns::test::freeLoopbackPort())).c_str(), 1);
+  nnsUniqueId id;
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess);
+  unsetenv("NNS_ROOT_ADDR");
+  nnsComm_t comm = nullptr;
+
+  setenv("NCCL_SOCKET_IFNAME", "nns-no-such-if", 1);
+  EXPECT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSystemError) << nnsGetLastError();
+  EXPECT_NE(std::string(nnsGetLastError()).find("returned ncclSystemError"), std::string::npos) << nnsGetLastError();
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+
+  setenv("NNS_SLOTS", "many", 1);
+  EXPECT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclInvalidUsage) << nnsGetLastError();
+  EXPECT_NE(std::string(nnsGetLastError()).find("NNS_SLOTS=many"), std::string::npos) << nnsGetLastError();
+  unsetenv("NNS_SLOTS");
+
+  setenv("NCCL_NET_PLUGIN", "nns-no-such-plugin", 1);
+  EXPECT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSystemError) << nnsGetLastError();
+  EXPECT_NE(std::string(nnsGetLastError()).find("no net plugin loaded"), std::string::npos) << nnsGetLastError();
+  setenv("NCCL_NET_PLUGIN", "socket", 1);
+
+  ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError();
+  EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+}

@@ -16,7 +16,8 @@ namespace nns::cuda {
 namespace {
 
 void throwOnError(cudaError_t status, const std::string& what) {
-  if (status != cudaSuccess) throw core::CommError("CUDA " + what + ": " + cudaGetErrorString(status));
+  if (status != cudaSuccess)
+    throw core::CommError("CUDA " + what + ": " + cudaGetErrorString(status), ncclUnhandledCudaError);
 }
 
 // Events must be made and recorded on the stream's device, and memory freed there, from whichever thread calls.
@@ -129,13 +130,14 @@ class CudaSlots final : public core::SlotMemory {
 
 std::shared_ptr<core::SlotMemory> chooseSlotMemory(core::Net& net, int netDevice) {
   int cudaDevice = 0, count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) throw core::CommError("no CUDA device");
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) throw core::CommError("no CUDA device", ncclSystemError);
   throwOnError(cudaGetDevice(&cudaDevice), "cudaGetDevice");
   cudaDeviceProp gpu{};
   throwOnError(cudaGetDeviceProperties(&gpu, cudaDevice), "cudaGetDeviceProperties");
   ncclNetProperties_v12_t props{};
   if (net.getProperties(netDevice, &props) != ncclSuccess)
-    throw core::CommError(std::string(net.name()) + " getProperties(" + std::to_string(netDevice) + ") failed");
+    throw core::CommError(std::string(net.name()) + " getProperties(" + std::to_string(netDevice) + ") failed",
+                          ncclSystemError);
   const std::string nic =
       std::string(net.name()) + " device " + std::to_string(netDevice) + " (" + (props.name ? props.name : "?") + ")";
   const std::string where = "GPU " + std::to_string(cudaDevice) + " (" + gpu.name + ", sm_" +

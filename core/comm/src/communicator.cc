@@ -34,7 +34,8 @@ long long envKnob(const char* name, long long fallback, long long minimum = 1) {
   long long value = std::strtoll(text, &end, 10);
   if (end == text || *end != '\0' || errno != 0 || value < minimum || value > INT_MAX)
     throw CommError(std::string(name) + "=" + text + " is not an integer from " + std::to_string(minimum) + " to " +
-                    std::to_string(INT_MAX));
+                        std::to_string(INT_MAX),
+                    ncclInvalidUsage);
   return value;
 }
 // Host memory: page-aligned slots, plain memcpy.
@@ -44,7 +45,8 @@ class HostSlots final : public SlotMemory {
   int ptrType() const override { return NCCL_PTR_HOST; }
   void* allocate(size_t bytes) override {
     void* memory = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-    if (memory == nullptr) throw CommError("cannot allocate " + std::to_string(bytes) + " bytes of slots");
+    if (memory == nullptr)
+      throw CommError("cannot allocate " + std::to_string(bytes) + " bytes of slots", ncclSystemError);
     return memory;
   }
   void release(void* memory) noexcept override { std::free(memory); }
@@ -103,13 +105,16 @@ void Plan::forward(int peer, int channel, RecvRef from, std::vector<RecvRef> aft
 // ---- Communicator: setup and teardown ----
 
 void Communicator::check(ncclResult_t result, const char* call, int peer) {
-  if (result != ncclSuccess)
-    fail(std::string(net_->name()) + " " + call + (peer >= 0 ? " (peer rank " + std::to_string(peer) + ")" : "") +
-         " returned " + resultName(result));
+  if (result == ncclSuccess) return;
+  // The plugin's own result is the error's code; one that is not a failure NCCL defines is an internal error.
+  const bool known = result > ncclSuccess && result <= ncclTimeout && result != ncclInProgress;
+  fail(std::string(net_->name()) + " " + call + (peer >= 0 ? " (peer rank " + std::to_string(peer) + ")" : "") +
+           " returned " + resultName(result),
+       known ? result : ncclInternalError);
 }
 
-void Communicator::fail(const std::string& what) {
-  throw CommError("rank " + std::to_string(rank_) + ": " + what);
+void Communicator::fail(const std::string& what, ncclResult_t result) {
+  throw CommError("rank " + std::to_string(rank_) + ": " + what, result);
 }
 
 Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
@@ -127,7 +132,8 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
       options_.slotBytes < 1024 || options_.slotBytes > (size_t{1} << 30) || options_.slotBytes % 64 != 0)
     throw CommError(
         "communicator options out of range: slots 0..64 (0: the slot memory's default), channels 1..32, slot bytes "
-        "1 KiB..1 GiB and a multiple of 64");
+        "1 KiB..1 GiB and a multiple of 64",
+        ncclInvalidUsage);
 
   bootstrap_ = std::make_unique<Bootstrap>(launch, options_.timeout);
   LoadOptions load;
@@ -139,7 +145,7 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
   if (net_ == nullptr) {
     std::string why;
     for (const auto& c : report.candidates) why += "; " + c.requested + ": " + c.rejectReason;
-    fail("no net plugin loaded" + why);
+    fail("no net plugin loaded" + why, ncclSystemError);
   }
   check(net_->init(&ctx_, 0x6e6e73, nullptr, nullptr, nullptr), "init");
   try {
@@ -150,7 +156,8 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
       options_.slots = slotMemory_->defaultSlots();
       if (options_.slots < 1 || options_.slots > 64)
         fail("slot memory \"" + slotMemoryDescription_ + "\" asks for " + std::to_string(options_.slots) +
-             " slots per connection; 1..64 are possible");
+                 " slots per connection; 1..64 are possible",
+             ncclInternalError);
     }
     connectRing();
   } catch (...) {
@@ -164,10 +171,11 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
 
 void Communicator::connectRing() {
   check(net_->devices(&devices_), "devices");
-  if (devices_ < 1) fail(std::string(net_->name()) + " has no device");
+  if (devices_ < 1) fail(std::string(net_->name()) + " has no device", ncclSystemError);
   if (options_.device < 0 || options_.device >= devices_)
-    fail("device " + std::to_string(options_.device) + " out of range (the plugin has " + std::to_string(devices_) +
-         ")");
+    fail(
+        "device " + std::to_string(options_.device) + " out of range (the plugin has " + std::to_string(devices_) + ")",
+        ncclInvalidUsage);
 
   if (size_ > 1) {
     checkSameLayout();
@@ -208,7 +216,8 @@ void Communicator::checkSameLayout() {
   for (int peer = 0; peer < size_; ++peer) {
     if (everyone[peer] == mine) continue;
     fail("rank " + std::to_string(peer) + " runs with " + everyone[peer].c_str() + ", this rank with " + layout +
-         ": every rank needs the same plugin and settings");
+             ": every rank needs the same plugin and settings",
+         ncclInvalidUsage);
   }
 }
 
@@ -386,10 +395,12 @@ void Communicator::progressLoop() {
     --queued_;
     busy_ = true;
     lock.unlock();
-    std::string error = execute(*task->operation, task->always);
+    ncclResult_t result = ncclSuccess;
+    std::string error = execute(*task->operation, task->always, &result);
     lock.lock();
     busy_ = false;
     task->error = std::move(error);
+    task->result = result;
     task->done = true;
     task->finished.store(true, std::memory_order_release);  // the last touch of *task: its submitter may return now
     done_.notify_all();
@@ -408,14 +419,15 @@ void Communicator::submit(const std::function<void()>& operation) {
     if (queue_.empty() && !busy_ && !stopping_) {
       busy_ = true;
       lock.unlock();
-      std::string error = execute(operation, false);
+      ncclResult_t result = ncclSuccess;
+      std::string error = execute(operation, false, &result);
       lock.lock();
       busy_ = false;
       // A task queued meanwhile (another thread's, or an abort's close) may run now, and a destructor may go on.
       // Only then: waking the sleeping progress thread for nothing would cost every call a context switch.
       if (!queue_.empty() || stopping_) wake_.notify_all();
       done_.notify_all();
-      if (!error.empty()) throw CommError(error);
+      if (!error.empty()) throw CommError(error, result);
       return;
     }
   }
@@ -440,7 +452,7 @@ void Communicator::submit(const std::function<void()>& operation) {
     // The task stays queued or running and its storage is this frame: wait for it after all, it cannot be dropped.
     done_.wait(lock, [&] { return task.done; });
   }
-  if (!task.error.empty()) throw CommError(task.error);
+  if (!task.error.empty()) throw CommError(task.error, task.result);
 }
 
 namespace {
@@ -449,14 +461,19 @@ namespace {
 thread_local const Communicator* tlsRunning = nullptr;
 }  // namespace
 
-std::string Communicator::execute(const std::function<void()>& operation, bool always) {
+std::string Communicator::execute(const std::function<void()>& operation, bool always, ncclResult_t* result) {
   std::string error;
+  *result = ncclRemoteError;
   if (failed_.load() && !always) return "communicator failed earlier: " + asyncError();
   tlsRunning = this;
   try {
     operation();
+  } catch (const CommError& e) {
+    error = e.what();
+    *result = e.result();
   } catch (const std::exception& e) {
     error = e.what();
+    *result = ncclSystemError;  // not the communicator's own: memory, a kernel layer's CUDA error
   }
   if (!error.empty() && !always) abort(error);
   tlsRunning = nullptr;

@@ -70,17 +70,25 @@ struct CommOptions {
 };
 
 // Thrown on any failure: a plugin error (with the call and result), a timeout (a dead or stuck rank), or a
-// communicator that failed earlier (the error is sticky, as NCCL's asynchronous errors are).
+// communicator that failed earlier (the error is sticky, as NCCL's asynchronous errors are). result() is the
+// ncclResult_t it stands for (what the C API returns): a failed plugin call's own result, ncclInvalidUsage for a
+// setting this rank cannot run with or that differs between the ranks, ncclSystemError for a set-up failure on this
+// rank (no plugin, no device, no memory), ncclRemoteError for a peer, a timeout or an earlier failure.
 class CommError : public std::runtime_error {
  public:
-  explicit CommError(const std::string& what) : std::runtime_error(what) {}
+  explicit CommError(const std::string& what, ncclResult_t result = ncclRemoteError)
+      : std::runtime_error(what), result_(result) {}
+  ncclResult_t result() const noexcept { return result_; }
+
+ private:
+  ncclResult_t result_;
 };
 
 // Thrown before anything is sent for an argument the call cannot take (a type, an op, a root, a peer, a NULL
 // buffer, a count too large to address): the communicator stays usable.
 class ArgumentError : public CommError {
  public:
-  explicit ArgumentError(const std::string& what) : CommError(what) {}
+  explicit ArgumentError(const std::string& what) : CommError(what, ncclInvalidArgument) {}
 };
 
 // One pipelined step of a schedule: for each connection an ordered list of segments. Both ends of a connection
@@ -241,7 +249,7 @@ class Communicator {
   void* forwardHandle(const ConnKey& sendKey, const ConnKey& recvKey);
 
   void check(ncclResult_t result, const char* call, int peer = -1);
-  [[noreturn]] void fail(const std::string& what);
+  [[noreturn]] void fail(const std::string& what, ncclResult_t result = ncclRemoteError);
   void connectRing();  // listens, exchanges handles, connects the ring (constructor)
   void establish(const std::vector<ConnKey>& keys);
   void registerSlots(Connection& conn, bool sending, int peer);
@@ -249,8 +257,9 @@ class Communicator {
   void releaseSlots(Connection& conn);
   void flush(Connection& conn, void* data, int bytes, void* mhandle, int peer);
   void progressLoop();
-  // Runs one operation (the caller holds busy_); an error fails the communicator unless `always`. Returns the error.
-  std::string execute(const std::function<void()>& operation, bool always);
+  // Runs one operation (the caller holds busy_); an error fails the communicator unless `always`. Returns the error
+  // and sets *result to its code (CommError::result()).
+  std::string execute(const std::function<void()>& operation, bool always, ncclResult_t* result);
   void checkSameLayout();
   uint64_t checkedCalls_ = 0;  // checkSameCall's sequence number
   unsigned char* handleOf(int peer, int channel);
@@ -281,6 +290,7 @@ class Communicator {
     bool always = false;  // runs even on a failed communicator (the abort's close)
     bool done = false;
     std::string error;
+    ncclResult_t result = ncclSuccess;  // error's code
     std::atomic<bool> finished{false};  // `done`, readable without the lock (the submitter's short spin)
   };
   std::deque<Task*> queue_;
