@@ -117,6 +117,9 @@ TEST(Resolution, UnsetMeansLibNcclNetSo) {
   EXPECT_EQ(pluginSpecEntries(LoadOptions{}), std::vector<std::string>{"libnccl-net.so"});
   setenv("NCCL_NET_PLUGIN", "minimal", 1);
   EXPECT_EQ(pluginSpecEntries(LoadOptions{}), std::vector<std::string>{"minimal"});
+  // Set but empty is unset, as NCCL reads it (a strlen check), not "none".
+  setenv("NCCL_NET_PLUGIN", "", 1);
+  EXPECT_EQ(pluginSpecEntries(LoadOptions{}), std::vector<std::string>{"libnccl-net.so"});
   unsetenv("NCCL_NET_PLUGIN");
 }
 

@@ -2,6 +2,7 @@
 // which one is chosen and why, every device's properties, and the chosen plugin's collNet (versions, the one taken or
 // why none, its devices). Human table by default, --json for machines.
 #include <limits.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -186,7 +187,7 @@ int runTool(int argc, char** argv) {
   options.plugin = plugin;
   options.searchDirs = dirs;
   const char* env = std::getenv("NCCL_NET_PLUGIN");
-  std::string spec = !plugin.empty() ? plugin : env != nullptr ? env : "(unset: libnccl-net.so)";
+  std::string spec = !plugin.empty() ? plugin : env != nullptr && *env != '\0' ? env : "(unset: libnccl-net.so)";
 
   // Every plugin is loaded and called in a child process of its own: one that crashes or hangs gets that verdict,
   // and the others are still listed.
@@ -315,7 +316,9 @@ int runTool(int argc, char** argv) {
                 f["verdict"].get<std::string>().c_str());
   }
   std::printf("\nCandidates, in the order NCCL tries them:\n");
-  if (candidates.empty()) std::printf("  (none: NCCL_NET_PLUGIN=none, only NCCL's internal nets)\n");
+  if (candidates.empty())
+    std::printf(strcasecmp(spec.c_str(), "none") == 0 ? "  (none: NCCL_NET_PLUGIN=none, only NCCL's internal nets)\n"
+                                                      : "  (none: the setting names no library)\n");
   for (const auto& c : candidates) {
     std::printf("  %s\n", c["requested"].get<std::string>().c_str());
     for (const auto& p : c["triedPaths"]) std::printf("    tried  %s\n", p.get<std::string>().c_str());

@@ -138,7 +138,7 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
   bootstrap_ = std::make_unique<Bootstrap>(launch, options_.timeout);
   LoadOptions load;
   const char* env = std::getenv("NCCL_NET_PLUGIN");
-  load.plugin = !options_.plugin.empty() ? options_.plugin : env != nullptr ? env : "socket";
+  load.plugin = !options_.plugin.empty() ? options_.plugin : env != nullptr && *env != '\0' ? env : "socket";
   load.searchDirs = options_.searchDirs;
   LoadReport report;
   net_ = loadNet(load, &report);

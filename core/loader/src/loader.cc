@@ -91,7 +91,7 @@ std::vector<std::string> pluginSpecEntries(const LoadOptions& options) {
   std::string spec = options.plugin;
   if (spec.empty()) {
     const char* env = std::getenv("NCCL_NET_PLUGIN");
-    spec = env != nullptr ? env : kDefaultLibrary;
+    spec = env != nullptr && *env != '\0' ? env : kDefaultLibrary;  // set but empty is unset, as in NCCL
   }
   if (strcasecmp(trimmed(spec).c_str(), "none") == 0) return {};
   std::vector<std::string> entries;
