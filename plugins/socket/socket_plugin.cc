@@ -440,7 +440,13 @@ class SocketNet {
   }
 
   static ncclResult_t connectFailed(PendingConnect* pending, const std::string& what) {
-    NCCL_NET_WARN("connect to %s failed: %s", pending->target.controlAddress.toString().c_str(), what.c_str());
+    // A loopback address in the handle reaches the peer only on its own host: say so, since across hosts the
+    // symptom is a refused or silent connect to this host's own loopback.
+    const char* hint = pending->target.controlAddress.isLoopback()
+                           ? " (a loopback address: the peer listens on lo, which reaches it only from its own host; "
+                             "across hosts give every rank an interface the others can reach, NCCL_SOCKET_IFNAME)"
+                           : "";
+    NCCL_NET_WARN("connect to %s failed: %s%s", pending->target.controlAddress.toString().c_str(), what.c_str(), hint);
     return ncclRemoteError;
   }
 
