@@ -121,6 +121,204 @@ NCCL_NET_SDK_DETECT(iallgather)
 NCCL_NET_SDK_DETECT(ireducescatter)
 #undef NCCL_NET_SDK_DETECT
 
+// ---- compile-time checks of the vendor class ------------------------------------------------------------------
+// A byte count that converts to size_t (or another unsigned type at least as wide) and to nothing else. The
+// signature checks pass it where NCCL passes a size_t, so a method declared with the `int size` of ncclNet_v6..v8 is
+// refused at compile time instead of being called through a silent narrowing conversion.
+struct ExactSize {
+  template <class T, std::enable_if_t<std::is_integral_v<T> && std::is_unsigned_v<T> && !std::is_same_v<T, bool> &&
+                                          sizeof(T) >= sizeof(size_t),
+                                      int> = 0>
+  operator T() const {  // NOLINT(google-explicit-constructor): the implicit conversion is the point
+    return 0;
+  }
+};
+template <class T>
+struct TypeList {};
+
+// callable_<member><Class, TypeList<Args...>>: Class has a `member` callable with exactly these arguments (in the
+// sense above) that returns ncclResult_t.
+#define NCCL_NET_SDK_DETECT_CALL(member)                                                                         \
+  template <class T, class Args, class = void>                                                                   \
+  struct callable_##member : std::false_type {};                                                                 \
+  template <class T, class... A>                                                                                 \
+  struct callable_##member<                                                                                      \
+      T, TypeList<void(A...)>,                                                                                   \
+      std::enable_if_t<std::is_same_v<decltype(std::declval<T&>().member(std::declval<A>()...)), ncclResult_t>>> \
+      : std::true_type {};
+NCCL_NET_SDK_DETECT_CALL(init)
+NCCL_NET_SDK_DETECT_CALL(devices)
+NCCL_NET_SDK_DETECT_CALL(getProperties)
+NCCL_NET_SDK_DETECT_CALL(listen)
+NCCL_NET_SDK_DETECT_CALL(connect)
+NCCL_NET_SDK_DETECT_CALL(accept)
+NCCL_NET_SDK_DETECT_CALL(regMr)
+NCCL_NET_SDK_DETECT_CALL(regMrDmaBuf)
+NCCL_NET_SDK_DETECT_CALL(deregMr)
+NCCL_NET_SDK_DETECT_CALL(isend)
+NCCL_NET_SDK_DETECT_CALL(irecv)
+NCCL_NET_SDK_DETECT_CALL(iflush)
+NCCL_NET_SDK_DETECT_CALL(test)
+NCCL_NET_SDK_DETECT_CALL(closeSend)
+NCCL_NET_SDK_DETECT_CALL(closeRecv)
+NCCL_NET_SDK_DETECT_CALL(closeListen)
+NCCL_NET_SDK_DETECT_CALL(getDeviceMr)
+NCCL_NET_SDK_DETECT_CALL(irecvConsumed)
+NCCL_NET_SDK_DETECT_CALL(makeVDevice)
+NCCL_NET_SDK_DETECT_CALL(finalize)
+NCCL_NET_SDK_DETECT_CALL(setNetAttr)
+#undef NCCL_NET_SDK_DETECT_CALL
+
+template <class T, class = void>
+struct has_kName : std::false_type {};
+template <class T>
+struct has_kName<T, std::void_t<decltype(T::kName)>> : std::is_convertible<decltype((T::kName)), const char*> {};
+template <class T>
+constexpr bool nameIsEmpty() {
+  if constexpr (has_kName<T>::value) {
+    return T::kName[0] == '\0';
+  } else {
+    return false;
+  }
+}
+
+// Each requirement of NCCL_NET_SDK_EXPORT(Net) as a named constant, so that one mistake gives one error naming the
+// method and its expected signature (the static_asserts below), not a page of template instantiation context.
+template <class Net>
+struct NetClassCheck {
+  using S = ExactSize;
+  static constexpr bool kNamed = has_kName<Net>::value;
+  static constexpr bool kNameNonEmpty = !nameIsEmpty<Net>();
+  static constexpr bool kInit = callable_init<Net, TypeList<void(const InitArgs&, void**)>>::value;
+  static constexpr bool kDevices = callable_devices<Net, TypeList<void(int*)>>::value;
+  static constexpr bool kGetProperties =
+      callable_getProperties<Net, TypeList<void(int, ncclNetProperties_v12_t*)>>::value;
+  static constexpr bool kListen = callable_listen<Net, TypeList<void(void*, int, void*, void**)>>::value;
+  static constexpr bool kConnect =
+      callable_connect<Net, TypeList<void(void*, int, void*, void**, ncclNetDeviceHandle_v12_t**)>>::value;
+  static constexpr bool kAccept =
+      callable_accept<Net, TypeList<void(void*, void**, ncclNetDeviceHandle_v12_t**)>>::value;
+  static constexpr bool kRegMr = callable_regMr<Net, TypeList<void(void*, void*, S, int, void**)>>::value;
+  static constexpr bool kDeregMr = callable_deregMr<Net, TypeList<void(void*, void*)>>::value;
+  static constexpr bool kIsend = callable_isend<Net, TypeList<void(void*, void*, S, int, void*, void*, void**)>>::value;
+  static constexpr bool kIrecv =
+      callable_irecv<Net, TypeList<void(void*, int, void**, size_t*, int*, void**, void**, void**)>>::value;
+  static constexpr bool kTest = callable_test<Net, TypeList<void(void*, int*, CompletedSizes&)>>::value;
+  static constexpr bool kCloseSend = callable_closeSend<Net, TypeList<void(void*)>>::value;
+  static constexpr bool kCloseRecv = callable_closeRecv<Net, TypeList<void(void*)>>::value;
+  static constexpr bool kCloseListen = callable_closeListen<Net, TypeList<void(void*)>>::value;
+  // Optional methods: checked only when the class declares one.
+  static constexpr bool kRegMrDmaBuf =
+      !has_regMrDmaBuf_v<Net> ||
+      callable_regMrDmaBuf<Net, TypeList<void(void*, void*, S, int, uint64_t, int, void**)>>::value;
+  static constexpr bool kIflush =
+      !has_iflush_v<Net> || callable_iflush<Net, TypeList<void(void*, int, void**, int*, void**, void**)>>::value;
+  static constexpr bool kGetDeviceMr =
+      !has_getDeviceMr_v<Net> || callable_getDeviceMr<Net, TypeList<void(void*, void*, void**)>>::value;
+  static constexpr bool kIrecvConsumed =
+      !has_irecvConsumed_v<Net> || callable_irecvConsumed<Net, TypeList<void(void*, int, void*)>>::value;
+  static constexpr bool kMakeVDevice =
+      !has_makeVDevice_v<Net> || callable_makeVDevice<Net, TypeList<void(int*, ncclNetVDeviceProps_v12_t*)>>::value;
+  static constexpr bool kFinalize = !has_finalize_v<Net> || callable_finalize<Net, TypeList<void(void*)>>::value;
+  static constexpr bool kSetNetAttr =
+      !has_setNetAttr_v<Net> || callable_setNetAttr<Net, TypeList<void(void*, ncclNetAttr_v12_t*)>>::value;
+
+  static constexpr bool value = kNamed && kNameNonEmpty && kInit && kDevices && kGetProperties && kListen && kConnect &&
+                                kAccept && kRegMr && kDeregMr && kIsend && kIrecv && kTest && kCloseSend &&
+                                kCloseRecv && kCloseListen && kRegMrDmaBuf && kIflush && kGetDeviceMr &&
+                                kIrecvConsumed && kMakeVDevice && kFinalize && kSetNetAttr;
+};
+
+// Stands in for a vendor class that failed NetClassCheck, so the tables still instantiate and the compiler reports
+// only the static_asserts that name the mistake. Never exported: the build has already failed.
+struct InvalidNet {
+  static constexpr const char kName[] = "invalid";
+  ncclResult_t init(const InitArgs&, void**) { return ncclInternalError; }
+  ncclResult_t devices(int*) { return ncclInternalError; }
+  ncclResult_t getProperties(int, ncclNetProperties_v12_t*) { return ncclInternalError; }
+  ncclResult_t listen(void*, int, void*, void**) { return ncclInternalError; }
+  ncclResult_t connect(void*, int, void*, void**, ncclNetDeviceHandle_v12_t**) { return ncclInternalError; }
+  ncclResult_t accept(void*, void**, ncclNetDeviceHandle_v12_t**) { return ncclInternalError; }
+  ncclResult_t regMr(void*, void*, size_t, int, void**) { return ncclInternalError; }
+  ncclResult_t deregMr(void*, void*) { return ncclInternalError; }
+  ncclResult_t isend(void*, void*, size_t, int, void*, void*, void**) { return ncclInternalError; }
+  ncclResult_t irecv(void*, int, void**, size_t*, int*, void**, void**, void**) { return ncclInternalError; }
+  ncclResult_t test(void*, int*, CompletedSizes&) { return ncclInternalError; }
+  ncclResult_t closeSend(void*) { return ncclInternalError; }
+  ncclResult_t closeRecv(void*) { return ncclInternalError; }
+  ncclResult_t closeListen(void*) { return ncclInternalError; }
+};
+
+// One static_assert per requirement Net misses; returns whether it meets them all. (A function rather than a class,
+// so that a failed assertion does not also make the class unusable and add errors of its own under clang.)
+template <class Net>
+constexpr bool reportNetClass() {
+  using C = NetClassCheck<Net>;
+  static_assert(C::kNamed,
+                "NCCL_NET_SDK_EXPORT: Net has no kName: add `static constexpr const char kName[] = \"yourname\";` "
+                "(what users put in NCCL_NET=)");
+  static_assert(C::kNameNonEmpty, "NCCL_NET_SDK_EXPORT: Net::kName is empty: NCCL_NET= selects a plugin by this name");
+  static_assert(C::kInit,
+                "NCCL_NET_SDK_EXPORT: Net has no init(const nccl_net::sdk::InitArgs& args, void** ctx) returning "
+                "ncclResult_t (the SDK's init for every ABI version; not the raw ncclNet_vN init)");
+  static_assert(C::kDevices, "NCCL_NET_SDK_EXPORT: Net has no devices(int* ndev) returning ncclResult_t");
+  static_assert(C::kGetProperties,
+                "NCCL_NET_SDK_EXPORT: Net has no getProperties(int dev, ncclNetProperties_v12_t* props) returning "
+                "ncclResult_t (the v12 struct: the SDK converts it for older versions)");
+  static_assert(C::kListen,
+                "NCCL_NET_SDK_EXPORT: Net has no listen(void* ctx, int dev, void* handle, void** listenComm) "
+                "returning ncclResult_t");
+  static_assert(C::kConnect,
+                "NCCL_NET_SDK_EXPORT: Net has no connect(void* ctx, int dev, void* handle, void** sendComm, "
+                "ncclNetDeviceHandle_v12_t** sendDevComm) returning ncclResult_t");
+  static_assert(C::kAccept,
+                "NCCL_NET_SDK_EXPORT: Net has no accept(void* listenComm, void** recvComm, "
+                "ncclNetDeviceHandle_v12_t** recvDevComm) returning ncclResult_t");
+  static_assert(C::kRegMr,
+                "NCCL_NET_SDK_EXPORT: Net has no regMr(void* comm, void* data, size_t size, int type, void** mhandle) "
+                "returning ncclResult_t (size is size_t: an int would truncate registrations of 2 GiB and more)");
+  static_assert(C::kDeregMr,
+                "NCCL_NET_SDK_EXPORT: Net has no deregMr(void* comm, void* mhandle) returning ncclResult_t");
+  static_assert(
+      C::kIsend,
+      "NCCL_NET_SDK_EXPORT: Net has no isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, "
+      "void* phandle, void** request) returning ncclResult_t (size is size_t: an int would truncate "
+      "messages of 2 GiB and more)");
+  static_assert(C::kIrecv,
+                "NCCL_NET_SDK_EXPORT: Net has no irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, "
+                "void** mhandles, void** phandles, void** request) returning ncclResult_t");
+  static_assert(C::kTest,
+                "NCCL_NET_SDK_EXPORT: Net has no test(void* request, int* done, nccl_net::sdk::CompletedSizes& sizes) "
+                "returning ncclResult_t (report sizes with sizes.set(i, bytes), not through int*)");
+  static_assert(C::kCloseSend, "NCCL_NET_SDK_EXPORT: Net has no closeSend(void* sendComm) returning ncclResult_t");
+  static_assert(C::kCloseRecv, "NCCL_NET_SDK_EXPORT: Net has no closeRecv(void* recvComm) returning ncclResult_t");
+  static_assert(C::kCloseListen,
+                "NCCL_NET_SDK_EXPORT: Net has no closeListen(void* listenComm) returning ncclResult_t");
+  static_assert(C::kRegMrDmaBuf,
+                "NCCL_NET_SDK_EXPORT: Net::regMrDmaBuf is not regMrDmaBuf(void* comm, void* data, size_t size, int "
+                "type, uint64_t offset, int fd, void** mhandle) returning ncclResult_t");
+  static_assert(C::kIflush,
+                "NCCL_NET_SDK_EXPORT: Net::iflush is not iflush(void* recvComm, int n, void** data, int* sizes, void** "
+                "mhandles, void** request) returning ncclResult_t (sizes are int* here, unlike irecv's)");
+  static_assert(C::kGetDeviceMr,
+                "NCCL_NET_SDK_EXPORT: Net::getDeviceMr is not getDeviceMr(void* comm, void* mhandle, void** "
+                "dptrMhandle) returning ncclResult_t");
+  static_assert(C::kIrecvConsumed,
+                "NCCL_NET_SDK_EXPORT: Net::irecvConsumed is not irecvConsumed(void* recvComm, int n, void* request) "
+                "returning ncclResult_t");
+  static_assert(C::kMakeVDevice,
+                "NCCL_NET_SDK_EXPORT: Net::makeVDevice is not makeVDevice(int* d, ncclNetVDeviceProps_v12_t* props) "
+                "returning ncclResult_t");
+  static_assert(C::kFinalize, "NCCL_NET_SDK_EXPORT: Net::finalize is not finalize(void* ctx) returning ncclResult_t");
+  static_assert(C::kSetNetAttr,
+                "NCCL_NET_SDK_EXPORT: Net::setNetAttr is not setNetAttr(void* ctx, ncclNetAttr_v12_t* attr) returning "
+                "ncclResult_t");
+  return C::value;
+}
+// The class NCCL_NET_SDK_EXPORT builds tables for: Net itself, or InvalidNet after the assertions named its mistakes.
+template <class Net>
+using CheckedNet = std::conditional_t<reportNetClass<Net>(), Net, InvalidNet>;
+
 // ---- the exception boundary ----------------------------------------------------------------------------------
 template <class F>
 ncclResult_t guard(const char* function, F&& body) noexcept {
@@ -769,9 +967,11 @@ NCCL_NET_SDK_NAMESPACE_END
 // translation unit of the plugin.
 // One version's table (V may itself be a macro: it is expanded before pasting).
 #define NCCL_NET_SDK_EXPORT_NET_VERSION(Net, V) NCCL_NET_SDK_EXPORT_NET_VERSION_(Net, V)
+// NOLINTBEGIN(bugprone-macro-parentheses): Net is a type, a template argument here; (Net) would not be one.
 #define NCCL_NET_SDK_EXPORT_NET_VERSION_(Net, V)                                    \
   extern "C" NCCL_NET_SDK_EXPORT_SYMBOL const ncclNet_v##V##_t ncclNetPlugin_v##V = \
-      ::nccl_net::sdk::detail::NetTables<Net>::v##V;
+      ::nccl_net::sdk::detail::NetTables<::nccl_net::sdk::detail::CheckedNet<Net>>::v##V;
+// NOLINTEND(bugprone-macro-parentheses)
 
 #define NCCL_NET_SDK_EXPORT(Net)           \
   NCCL_NET_SDK_EXPORT_NET_VERSION(Net, 12) \

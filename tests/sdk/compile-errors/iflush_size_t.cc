@@ -1,0 +1,14 @@
+// expect: Net::iflush is not iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request)
+// An optional method with the wrong sizes type (size_t* as in irecv; iflush takes int*).
+#include "vendor_net.hpp"
+
+struct Net {
+  static constexpr const char kName[] = "vendor";
+  VENDOR_NET_INIT
+  VENDOR_NET_REGMR
+  VENDOR_NET_ISEND
+  VENDOR_NET_TEST
+  VENDOR_NET_OTHERS
+  ncclResult_t iflush(void*, int, void**, size_t*, void**, void**) { return ncclSuccess; }
+};
+NCCL_NET_SDK_EXPORT(Net)

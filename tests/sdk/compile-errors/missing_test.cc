@@ -1,0 +1,11 @@
+// expect: Net has no test(void* request, int* done, nccl_net::sdk::CompletedSizes& sizes)
+#include "vendor_net.hpp"
+
+struct Net {
+  static constexpr const char kName[] = "vendor";
+  VENDOR_NET_INIT
+  VENDOR_NET_REGMR
+  VENDOR_NET_ISEND
+  VENDOR_NET_OTHERS
+};
+NCCL_NET_SDK_EXPORT(Net)
