@@ -1,4 +1,5 @@
-# Installs the CMake package (find_package(nccl_net_sdk)) and the pkg-config file (nccl-net-sdk.pc).
+# Installs the CMake package (find_package(nccl_net_sdk)), the pkg-config file (nccl-net-sdk.pc) and the reference
+# plugins.
 include(CMakePackageConfigHelpers)
 set(NNS_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/nccl_net_sdk)
 install(EXPORT nccl_net_sdkTargets NAMESPACE nccl_net_sdk:: DESTINATION ${NNS_CMAKE_DIR})
@@ -12,3 +13,11 @@ install(FILES ${PROJECT_BINARY_DIR}/nccl_net_sdkConfig.cmake ${PROJECT_BINARY_DI
 file(RELATIVE_PATH NNS_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 configure_file(cmake/nccl-net-sdk.pc.in ${PROJECT_BINARY_DIR}/nccl-net-sdk.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/nccl-net-sdk.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The reference plugins, beside the tools: the tools look for a plugin named in NCCL_NET_PLUGIN (or -p) in ../lib
+# first, and nccl-net-bench and the collective engine default to socket. Each is installed when it was built.
+foreach(plugin socket ib ucx)
+  if(TARGET nccl-net-${plugin})
+    install(TARGETS nccl-net-${plugin} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  endif()
+endforeach()

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the SDK into a temporary prefix, then builds the example plugin out of tree twice: with find_package
-# (CMake) and with pkg-config, and checks each result exports exactly ncclNetPlugin_v6..v12.
+# (CMake) and with pkg-config, and checks each result exports exactly ncclNetPlugin_v6..v12. Then the installed tools
+# as a vendor uses them: nccl-net-info finds the installed socket plugin by name (nccl-net-bench's default) and the
+# out-of-tree plugin by path, and nccl-net-check runs rules against the out-of-tree plugin.
 set -euo pipefail
 build_dir="$1"; source_dir="$2"
 work=$(mktemp -d)
@@ -26,3 +28,19 @@ echo "cflags: $cflags"
 echo "libs: $libs"
 g++ -std=c++17 -fPIC -shared $cflags "$example" -o "$work/libnccl-net-minimal.so" $libs -lrt
 "$check_exports" "$work/libnccl-net-minimal.so"
+
+echo "--- the installed tools"
+prefix="$work/prefix"
+for tool in nccl-net-info nccl-net-check nccl-net-perf nccl-net-bench nccl-net-run nccl-net-topo; do
+  test -x "$prefix/bin/$tool" || { echo "not installed: bin/$tool"; exit 1; }
+done
+# By name, as NCCL_NET_PLUGIN=socket and nccl-net-bench's default: the tools look in ../lib beside themselves.
+env -u NCCL_NET_PLUGIN -u LD_LIBRARY_PATH "$prefix/bin/nccl-net-info" -p socket > "$work/info-socket.log" 2>&1 || true
+if ! grep -q "CHOSEN" "$work/info-socket.log"; then
+  echo "the installed nccl-net-info does not find the socket plugin by name:"; cat "$work/info-socket.log"; exit 1
+fi
+plugin="$work/cmake-build/libnccl-net-minimal.so"
+"$prefix/bin/nccl-net-info" -p "$plugin" > "$work/info-path.log" 2>&1
+grep -q "exports ncclNet v12 v11 v10 v9 v8 v7 v6" "$work/info-path.log" || { cat "$work/info-path.log"; exit 1; }
+"$prefix/bin/nccl-net-check" "$plugin" --rules properties-sane,test-reports-sizes,every-version-agrees \
+  --call-timeout 5 --rule-timeout 30
