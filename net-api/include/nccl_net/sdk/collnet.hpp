@@ -235,6 +235,139 @@ struct CollEntry {
   }
 };
 
+// ---- compile-time checks of the vendor class (as NetClassCheck in plugin.hpp)
+// ----------------------------------------
+template <class Coll>
+struct CollClassCheck {
+  using S = ExactSize;
+  static constexpr bool kNamed = has_kName<Coll>::value;
+  static constexpr bool kNameConstant = !kNamed || has_constant_kName<Coll>::value;
+  static constexpr bool kNameNonEmpty = !nameIsEmpty<Coll>();
+  static constexpr bool kInit = callable_init<Coll, TypeList<void(const InitArgs&, void**)>>::value;
+  static constexpr bool kDevices = callable_devices<Coll, TypeList<void(int*)>>::value;
+  static constexpr bool kGetProperties =
+      callable_getProperties<Coll, TypeList<void(int, ncclNetProperties_v12_t*)>>::value;
+  static constexpr bool kListen = callable_listen<Coll, TypeList<void(void*, int, void*, void**)>>::value;
+  static constexpr bool kConnect = callable_connect<Coll, TypeList<void(void**, int, int, void*, void**)>>::value;
+  static constexpr bool kReduceSupport =
+      callable_reduceSupport<Coll, TypeList<void(ncclDataType_t, ncclRedOp_t, int*)>>::value;
+  static constexpr bool kRegMr = callable_regMr<Coll, TypeList<void(void*, void*, S, int, void**)>>::value;
+  static constexpr bool kDeregMr = callable_deregMr<Coll, TypeList<void(void*, void*)>>::value;
+  static constexpr bool kIallreduce = callable_iallreduce<
+      Coll, TypeList<void(void*, void*, void*, S, ncclDataType_t, ncclRedOp_t, void*, void*, void**)>>::value;
+  static constexpr bool kTest = callable_test<Coll, TypeList<void(void*, int*, CompletedSizes&)>>::value;
+  static constexpr bool kCloseColl = callable_closeColl<Coll, TypeList<void(void*)>>::value;
+  static constexpr bool kCloseListen = callable_closeListen<Coll, TypeList<void(void*)>>::value;
+  // Optional methods: checked only when the class declares one.
+  static constexpr bool kIallgather =
+      !has_iallgather_v<Coll> ||
+      callable_iallgather<Coll, TypeList<void(void*, void*, int, ncclNetSGE_v12_t*, S, S, S, void*, void**)>>::value;
+  static constexpr bool kIreducescatter =
+      !has_ireducescatter_v<Coll> ||
+      callable_ireducescatter<Coll, TypeList<void(void*, int, ncclNetSGE_v12_t*, void*, S, S, S, ncclDataType_t,
+                                                  ncclRedOp_t, void*, void**)>>::value;
+  static constexpr bool kRegMrDmaBuf =
+      !has_regMrDmaBuf_v<Coll> ||
+      callable_regMrDmaBuf<Coll, TypeList<void(void*, void*, S, int, uint64_t, int, void**)>>::value;
+  static constexpr bool kIflush =
+      !has_iflush_v<Coll> || callable_iflush<Coll, TypeList<void(void*, void*, int, void*, void**)>>::value;
+  static constexpr bool kMakeVDevice =
+      !has_makeVDevice_v<Coll> || callable_makeVDevice<Coll, TypeList<void(int*, ncclNetVDeviceProps_v12_t*)>>::value;
+  static constexpr bool kFinalize = !has_finalize_v<Coll> || callable_finalize<Coll, TypeList<void(void*)>>::value;
+
+  static constexpr bool value = kNamed && kNameConstant && kNameNonEmpty && kInit && kDevices && kGetProperties &&
+                                kListen && kConnect && kReduceSupport && kRegMr && kDeregMr && kIallreduce && kTest &&
+                                kCloseColl && kCloseListen && kIallgather && kIreducescatter && kRegMrDmaBuf &&
+                                kIflush && kMakeVDevice && kFinalize;
+};
+
+// Stands in for a class that failed CollClassCheck, so that only the static_asserts are reported.
+struct InvalidColl {
+  static constexpr const char kName[] = "invalid";
+  ncclResult_t init(const InitArgs&, void**) { return ncclInternalError; }
+  ncclResult_t devices(int*) { return ncclInternalError; }
+  ncclResult_t getProperties(int, ncclNetProperties_v12_t*) { return ncclInternalError; }
+  ncclResult_t listen(void*, int, void*, void**) { return ncclInternalError; }
+  ncclResult_t connect(void**, int, int, void*, void**) { return ncclInternalError; }
+  ncclResult_t reduceSupport(ncclDataType_t, ncclRedOp_t, int*) { return ncclInternalError; }
+  ncclResult_t regMr(void*, void*, size_t, int, void**) { return ncclInternalError; }
+  ncclResult_t deregMr(void*, void*) { return ncclInternalError; }
+  ncclResult_t iallreduce(void*, void*, void*, size_t, ncclDataType_t, ncclRedOp_t, void*, void*, void**) {
+    return ncclInternalError;
+  }
+  ncclResult_t test(void*, int*, CompletedSizes&) { return ncclInternalError; }
+  ncclResult_t closeColl(void*) { return ncclInternalError; }
+  ncclResult_t closeListen(void*) { return ncclInternalError; }
+};
+
+template <class Coll>
+constexpr bool reportCollClass() {
+  using C = CollClassCheck<Coll>;
+  static_assert(C::kNamed,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no kName: add `static constexpr const char kName[] = "
+                "\"yourname\";`");
+  static_assert(C::kNameConstant,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll::kName is not a static constant string: declare it `static "
+                "constexpr const char kName[] = \"yourname\";`");
+  static_assert(C::kNameNonEmpty, "NCCL_NET_SDK_EXPORT_COLLNET: Coll::kName is empty");
+  static_assert(C::kInit,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no init(const nccl_net::sdk::InitArgs& args, void** ctx) "
+                "returning ncclResult_t");
+  static_assert(C::kDevices, "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no devices(int* ndev) returning ncclResult_t");
+  static_assert(C::kGetProperties,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no getProperties(int dev, ncclNetProperties_v12_t* props) "
+                "returning ncclResult_t");
+  static_assert(C::kListen,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no listen(void* ctx, int dev, void* handle, void** listenComm) "
+                "returning ncclResult_t");
+  static_assert(C::kConnect,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no connect(void* handles[], int nranks, int rank, void* "
+                "listenComm, void** collComm) returning ncclResult_t");
+  static_assert(C::kReduceSupport,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no reduceSupport(ncclDataType_t dataType, ncclRedOp_t redOp, "
+                "int* supported) returning ncclResult_t");
+  static_assert(C::kRegMr,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no regMr(void* collComm, void* data, size_t size, int type, "
+                "void** mhandle) returning ncclResult_t (size is size_t, not int)");
+  static_assert(C::kDeregMr,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no deregMr(void* collComm, void* mhandle) returning "
+                "ncclResult_t");
+  static_assert(C::kIallreduce,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no iallreduce(void* collComm, void* sendData, void* recvData, "
+                "size_t count, ncclDataType_t dataType, ncclRedOp_t redOp, void* sendMhandle, void* recvMhandle, "
+                "void** request) returning ncclResult_t (count is size_t, not int)");
+  static_assert(C::kTest,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no test(void* request, int* done, "
+                "nccl_net::sdk::CompletedSizes& sizes) returning ncclResult_t");
+  static_assert(C::kCloseColl,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no closeColl(void* collComm) returning ncclResult_t");
+  static_assert(C::kCloseListen,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no closeListen(void* listenComm) returning ncclResult_t");
+  static_assert(C::kIallgather,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll::iallgather is not iallgather(void* collComm, void* sendData, int "
+                "nRecvParts, ncclNetSGE_v12_t* recvParts, size_t bytesPerRank, size_t windowOffset, size_t "
+                "windowBytes, void* sendMhandle, void** request) returning ncclResult_t");
+  static_assert(C::kIreducescatter,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll::ireducescatter is not ireducescatter(void* collComm, int "
+                "nSendParts, ncclNetSGE_v12_t* sendParts, void* recvData, size_t bytesPerRank, size_t windowOffset, "
+                "size_t windowBytes, ncclDataType_t dataType, ncclRedOp_t redOp, void* recvMhandle, void** request) "
+                "returning ncclResult_t");
+  static_assert(C::kRegMrDmaBuf,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll::regMrDmaBuf is not regMrDmaBuf(void* collComm, void* data, size_t "
+                "size, int type, uint64_t offset, int fd, void** mhandle) returning ncclResult_t");
+  static_assert(C::kIflush,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll::iflush is not iflush(void* collComm, void* data, int size, void* "
+                "mhandle, void** request) returning ncclResult_t");
+  static_assert(C::kMakeVDevice,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll::makeVDevice is not makeVDevice(int* d, ncclNetVDeviceProps_v12_t* "
+                "props) returning ncclResult_t");
+  static_assert(C::kFinalize,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll::finalize is not finalize(void* ctx) returning ncclResult_t");
+  return C::value;
+}
+template <class Coll>
+using CheckedColl = std::conditional_t<reportCollClass<Coll>(), Coll, InvalidColl>;
+
 template <class Coll>
 struct CollNetTables {
   using E = CollEntry<Coll>;
@@ -367,9 +500,11 @@ struct CollNetTables {
 NCCL_NET_SDK_NAMESPACE_END
 
 #define NCCL_NET_SDK_EXPORT_COLLNET_VERSION(Coll, V) NCCL_NET_SDK_EXPORT_COLLNET_VERSION_(Coll, V)
+// NOLINTBEGIN(bugprone-macro-parentheses): Coll is a type, a template argument here; (Coll) would not be one.
 #define NCCL_NET_SDK_EXPORT_COLLNET_VERSION_(Coll, V)                                       \
   extern "C" NCCL_NET_SDK_EXPORT_SYMBOL const ncclCollNet_v##V##_t ncclCollNetPlugin_v##V = \
-      ::nccl_net::sdk::detail::CollNetTables<Coll>::v##V;
+      ::nccl_net::sdk::detail::CollNetTables<::nccl_net::sdk::detail::CheckedColl<Coll>>::v##V;
+// NOLINTEND(bugprone-macro-parentheses)
 
 // Exports ncclCollNetPlugin_v6 .. ncclCollNetPlugin_v12 for the vendor class `Coll` (beside NCCL_NET_SDK_EXPORT).
 #define NCCL_NET_SDK_EXPORT_COLLNET(Coll)       \

@@ -167,15 +167,35 @@ NCCL_NET_SDK_DETECT_CALL(irecvConsumed)
 NCCL_NET_SDK_DETECT_CALL(makeVDevice)
 NCCL_NET_SDK_DETECT_CALL(finalize)
 NCCL_NET_SDK_DETECT_CALL(setNetAttr)
+// ncclCollNet's own (collnet.hpp)
+NCCL_NET_SDK_DETECT_CALL(reduceSupport)
+NCCL_NET_SDK_DETECT_CALL(iallreduce)
+NCCL_NET_SDK_DETECT_CALL(iallgather)
+NCCL_NET_SDK_DETECT_CALL(ireducescatter)
+NCCL_NET_SDK_DETECT_CALL(closeColl)
 #undef NCCL_NET_SDK_DETECT_CALL
 
 template <class T, class = void>
 struct has_kName : std::false_type {};
 template <class T>
-struct has_kName<T, std::void_t<decltype(T::kName)>> : std::is_convertible<decltype((T::kName)), const char*> {};
+struct has_kName<T, std::void_t<decltype(T::kName)>> : std::true_type {};
+// kName as the tables need it: a static constant string. Static first (std::conjunction stops there), as GCC makes
+// a non-static member named in a constant expression a hard error rather than a substitution failure.
+template <class T, class = void>
+struct has_static_kName : std::false_type {};
+template <class T>
+struct has_static_kName<T, std::void_t<decltype(&T::kName)>>
+    : std::bool_constant<!std::is_member_pointer_v<decltype(&T::kName)>> {};
+template <class T, class = void>
+struct has_constant_kName_ : std::false_type {};
+template <class T>
+struct has_constant_kName_<T, std::void_t<std::integral_constant<char, T::kName[0]>>>
+    : std::is_convertible<decltype((T::kName)), const char*> {};
+template <class T>
+struct has_constant_kName : std::conjunction<has_static_kName<T>, has_constant_kName_<T>> {};
 template <class T>
 constexpr bool nameIsEmpty() {
-  if constexpr (has_kName<T>::value) {
+  if constexpr (has_constant_kName<T>::value) {
     return T::kName[0] == '\0';
   } else {
     return false;
@@ -188,6 +208,7 @@ template <class Net>
 struct NetClassCheck {
   using S = ExactSize;
   static constexpr bool kNamed = has_kName<Net>::value;
+  static constexpr bool kNameConstant = !kNamed || has_constant_kName<Net>::value;
   static constexpr bool kNameNonEmpty = !nameIsEmpty<Net>();
   static constexpr bool kInit = callable_init<Net, TypeList<void(const InitArgs&, void**)>>::value;
   static constexpr bool kDevices = callable_devices<Net, TypeList<void(int*)>>::value;
@@ -223,9 +244,9 @@ struct NetClassCheck {
   static constexpr bool kSetNetAttr =
       !has_setNetAttr_v<Net> || callable_setNetAttr<Net, TypeList<void(void*, ncclNetAttr_v12_t*)>>::value;
 
-  static constexpr bool value = kNamed && kNameNonEmpty && kInit && kDevices && kGetProperties && kListen && kConnect &&
-                                kAccept && kRegMr && kDeregMr && kIsend && kIrecv && kTest && kCloseSend &&
-                                kCloseRecv && kCloseListen && kRegMrDmaBuf && kIflush && kGetDeviceMr &&
+  static constexpr bool value = kNamed && kNameConstant && kNameNonEmpty && kInit && kDevices && kGetProperties &&
+                                kListen && kConnect && kAccept && kRegMr && kDeregMr && kIsend && kIrecv && kTest &&
+                                kCloseSend && kCloseRecv && kCloseListen && kRegMrDmaBuf && kIflush && kGetDeviceMr &&
                                 kIrecvConsumed && kMakeVDevice && kFinalize && kSetNetAttr;
 };
 
@@ -257,6 +278,9 @@ constexpr bool reportNetClass() {
   static_assert(C::kNamed,
                 "NCCL_NET_SDK_EXPORT: Net has no kName: add `static constexpr const char kName[] = \"yourname\";` "
                 "(what users put in NCCL_NET=)");
+  static_assert(C::kNameConstant,
+                "NCCL_NET_SDK_EXPORT: Net::kName is not a static constant string: declare it `static constexpr const "
+                "char kName[] = \"yourname\";` (the exported tables point to it)");
   static_assert(C::kNameNonEmpty, "NCCL_NET_SDK_EXPORT: Net::kName is empty: NCCL_NET= selects a plugin by this name");
   static_assert(C::kInit,
                 "NCCL_NET_SDK_EXPORT: Net has no init(const nccl_net::sdk::InitArgs& args, void** ctx) returning "

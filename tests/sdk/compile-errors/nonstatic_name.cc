@@ -1,0 +1,13 @@
+// expect: Net::kName is not a static constant string
+// `static` forgotten: before, GCC said "invalid use of non-static data member" once per exported version.
+#include "vendor_net.hpp"
+
+struct Net {
+  const char kName[7] = "vendor";
+  VENDOR_NET_INIT
+  VENDOR_NET_REGMR
+  VENDOR_NET_ISEND
+  VENDOR_NET_TEST
+  VENDOR_NET_OTHERS
+};
+NCCL_NET_SDK_EXPORT(Net)
