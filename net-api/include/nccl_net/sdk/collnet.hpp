@@ -243,6 +243,7 @@ struct CollClassCheck {
   static constexpr bool kNamed = has_kName<Coll>::value;
   static constexpr bool kNameConstant = !kNamed || has_constant_kName<Coll>::value;
   static constexpr bool kNameNonEmpty = !nameIsEmpty<Coll>();
+  static constexpr bool kConstructible = std::is_default_constructible_v<Coll>;
   static constexpr bool kInit = callable_init<Coll, TypeList<void(const InitArgs&, void**)>>::value;
   static constexpr bool kDevices = callable_devices<Coll, TypeList<void(int*)>>::value;
   static constexpr bool kGetProperties =
@@ -275,10 +276,10 @@ struct CollClassCheck {
       !has_makeVDevice_v<Coll> || callable_makeVDevice<Coll, TypeList<void(int*, ncclNetVDeviceProps_v12_t*)>>::value;
   static constexpr bool kFinalize = !has_finalize_v<Coll> || callable_finalize<Coll, TypeList<void(void*)>>::value;
 
-  static constexpr bool value = kNamed && kNameConstant && kNameNonEmpty && kInit && kDevices && kGetProperties &&
-                                kListen && kConnect && kReduceSupport && kRegMr && kDeregMr && kIallreduce && kTest &&
-                                kCloseColl && kCloseListen && kIallgather && kIreducescatter && kRegMrDmaBuf &&
-                                kIflush && kMakeVDevice && kFinalize;
+  static constexpr bool value = kNamed && kNameConstant && kNameNonEmpty && kConstructible && kInit && kDevices &&
+                                kGetProperties && kListen && kConnect && kReduceSupport && kRegMr && kDeregMr &&
+                                kIallreduce && kTest && kCloseColl && kCloseListen && kIallgather && kIreducescatter &&
+                                kRegMrDmaBuf && kIflush && kMakeVDevice && kFinalize;
 };
 
 // Stands in for a class that failed CollClassCheck, so that only the static_asserts are reported.
@@ -310,6 +311,9 @@ constexpr bool reportCollClass() {
                 "NCCL_NET_SDK_EXPORT_COLLNET: Coll::kName is not a static constant string: declare it `static "
                 "constexpr const char kName[] = \"yourname\";`");
   static_assert(C::kNameNonEmpty, "NCCL_NET_SDK_EXPORT_COLLNET: Coll::kName is empty");
+  static_assert(C::kConstructible,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll is not default-constructible: the SDK makes the one instance on "
+                "first use");
   static_assert(C::kInit,
                 "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no init(const nccl_net::sdk::InitArgs& args, void** ctx) "
                 "returning ncclResult_t");

@@ -210,6 +210,7 @@ struct NetClassCheck {
   static constexpr bool kNamed = has_kName<Net>::value;
   static constexpr bool kNameConstant = !kNamed || has_constant_kName<Net>::value;
   static constexpr bool kNameNonEmpty = !nameIsEmpty<Net>();
+  static constexpr bool kConstructible = std::is_default_constructible_v<Net>;
   static constexpr bool kInit = callable_init<Net, TypeList<void(const InitArgs&, void**)>>::value;
   static constexpr bool kDevices = callable_devices<Net, TypeList<void(int*)>>::value;
   static constexpr bool kGetProperties =
@@ -244,10 +245,10 @@ struct NetClassCheck {
   static constexpr bool kSetNetAttr =
       !has_setNetAttr_v<Net> || callable_setNetAttr<Net, TypeList<void(void*, ncclNetAttr_v12_t*)>>::value;
 
-  static constexpr bool value = kNamed && kNameConstant && kNameNonEmpty && kInit && kDevices && kGetProperties &&
-                                kListen && kConnect && kAccept && kRegMr && kDeregMr && kIsend && kIrecv && kTest &&
-                                kCloseSend && kCloseRecv && kCloseListen && kRegMrDmaBuf && kIflush && kGetDeviceMr &&
-                                kIrecvConsumed && kMakeVDevice && kFinalize && kSetNetAttr;
+  static constexpr bool value = kNamed && kNameConstant && kNameNonEmpty && kConstructible && kInit && kDevices &&
+                                kGetProperties && kListen && kConnect && kAccept && kRegMr && kDeregMr && kIsend &&
+                                kIrecv && kTest && kCloseSend && kCloseRecv && kCloseListen && kRegMrDmaBuf &&
+                                kIflush && kGetDeviceMr && kIrecvConsumed && kMakeVDevice && kFinalize && kSetNetAttr;
 };
 
 // Stands in for a vendor class that failed NetClassCheck, so the tables still instantiate and the compiler reports
@@ -282,6 +283,9 @@ constexpr bool reportNetClass() {
                 "NCCL_NET_SDK_EXPORT: Net::kName is not a static constant string: declare it `static constexpr const "
                 "char kName[] = \"yourname\";` (the exported tables point to it)");
   static_assert(C::kNameNonEmpty, "NCCL_NET_SDK_EXPORT: Net::kName is empty: NCCL_NET= selects a plugin by this name");
+  static_assert(C::kConstructible,
+                "NCCL_NET_SDK_EXPORT: Net is not default-constructible: the SDK makes the one instance on first use; "
+                "read settings in init, not in a constructor with arguments");
   static_assert(C::kInit,
                 "NCCL_NET_SDK_EXPORT: Net has no init(const nccl_net::sdk::InitArgs& args, void** ctx) returning "
                 "ncclResult_t (the SDK's init for every ABI version; not the raw ncclNet_vN init)");

@@ -1,0 +1,15 @@
+// expect: Net is not default-constructible
+// Before, the error pointed at the SDK's `static Net net;` once per entry point that reaches it.
+#include "vendor_net.hpp"
+
+struct Net {
+  static constexpr const char kName[] = "vendor";
+  explicit Net(int port) : port_(port) {}
+  VENDOR_NET_INIT
+  VENDOR_NET_REGMR
+  VENDOR_NET_ISEND
+  VENDOR_NET_TEST
+  VENDOR_NET_OTHERS
+  int port_;
+};
+NCCL_NET_SDK_EXPORT(Net)
