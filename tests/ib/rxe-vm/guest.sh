@@ -38,6 +38,15 @@ done
 ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE || { result rxe_setup FAIL "rxe0 port not active"; exit 0; }
 result rxe_setup PASS "rxe0 on veth0 (10.0.0.1), rxe1 on veth1 (10.0.0.2), ready at $(uptime_s) s"
 
+# ---- a command of one's own (NNS_IB_VM_COMMAND) instead of the steps --------------------------------------------------
+if [ -s "$NNS_IB_BUILD/ib-rxe-vm/guest-command.sh" ]; then
+  export NNS_IB_BUILD
+  (cd "$NNS_IB_BUILD" && sh "$NNS_IB_BUILD/ib-rxe-vm/guest-command.sh") >"$out/command.txt" 2>&1
+  status=$?
+  [ $status -eq 0 ] && result command PASS "exit status 0" || result command FAIL "exit status $status"
+  exit 0
+fi
+
 # ---- performance: perftest and nns-ib-bench interleaved, round by round (before the fault tests flap veth0) -------
 # perftest uses GID index 1 (RoCE v2, IPv4-mapped), the one the plugin picks by itself. Modes: one device (both ends on
 # rxe0), two devices (rxe0 -> rxe1 over the veth wire), and the plugin through a vNIC fusing both.

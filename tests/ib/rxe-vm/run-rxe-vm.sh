@@ -9,6 +9,9 @@
 # 420) bounds the VM; NNS_IB_VM_SMP (default 2) vCPUs; NNS_IB_VM_ONLY=<regex> runs only matching guest steps (gtest,
 # perf); NNS_IB_VM_PERF_ROUNDS (default 1) rounds of the interleaved perftest / nns-ib-bench comparison;
 # NNS_IB_VM_QEMU another qemu-system-x86_64 binary; NNS_IB_VM_CHECK=0 leaves out tools/nccl-net-check (step "check").
+# NNS_IB_VM_COMMAND='<shell command>' runs that command in the guest (busybox sh, once rxe0/rxe1 are up, with
+# NNS_IB_BUILD naming the shared build tree) instead of the steps, prints its output and exits with its status
+# (0 or 1): for trying things by hand on real soft-RoCE verbs.
 set -uo pipefail
 
 SKIP=77
@@ -95,7 +98,8 @@ cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/"
 copy_with_libs /usr/lib/x86_64-linux-gnu/libibverbs.so.1
 # Libraries our host-built C++ binaries need (libstdc++, libgcc_s, ...), which the share does not carry.
 for binary in "$build/lib/libnccl-net-ib.so" "$build/tests/ib/ib_verbs_test" "$build/plugins/ib/bench/nns-ib-bench" \
-  "$build/bin/nccl-net-check" "$build/bin/nccl-net-run" "$build/bin/nccl-net-bench"; do
+  "$build/bin/nccl-net-check" "$build/bin/nccl-net-run" "$build/bin/nccl-net-bench" "$build/bin/nccl-net-perf" \
+  "$build/bin/nccl-net-info"; do
   [ -f "$binary" ] || continue  # the harness and the tools are optional (they need CLI11 and nlohmann-json)
   ldd "$binary" | awk '/=>/ && $3 ~ /^\// {print $3}' | while read -r lib; do
     [ -e "$root$lib" ] || { mkdir -p "$root$(dirname "$lib")"; cp -L "$lib" "$root$lib"; }
@@ -136,6 +140,9 @@ echo "NNS_IB_BUILD=$build" >"$work/guest.env"
 echo "NNS_IB_VM_ONLY='${NNS_IB_VM_ONLY:-}'" >>"$work/guest.env"
 echo "NNS_IB_VM_PERF_ROUNDS=${NNS_IB_VM_PERF_ROUNDS:-1}" >>"$work/guest.env"
 echo "NNS_IB_VM_CHECK=${NNS_IB_VM_CHECK:-1}" >>"$work/guest.env"
+# A command of one's own travels as a file (no quoting through guest.env); none: the file is absent.
+rm -f "$work/guest-command.sh"
+[ -n "${NNS_IB_VM_COMMAND:-}" ] && printf '%s\n' "$NNS_IB_VM_COMMAND" >"$work/guest-command.sh"
 log "initramfs $(du -h "$work/initramfs.cpio.gz" | cut -f1) for kernel $kver, ${#modules[@]} modules ($(($(date +%s) - started)) s)"
 
 # ---- boot ----------------------------------------------------------------------------------------------------------
@@ -156,6 +163,11 @@ if ! grep -q "IBVM: done" "$console"; then
   exit 1
 fi
 log "VM run finished in ${elapsed} s"
+if [ -n "${NNS_IB_VM_COMMAND:-}" ]; then
+  cat "$work/out/command.txt" 2>/dev/null
+  grep -aq 'IBVM-RESULT: command PASS' "$console" && exit 0
+  exit 1
+fi
 # grep the file itself: with pipefail, `tr | grep -q` can fail on tr's SIGPIPE once grep has found its line.
 if grep -aq 'IBVM-RESULT: [^ ]* FAIL' "$console"; then exit 1; fi
 grep -aq 'IBVM-RESULT: [^ ]* PASS' "$console" || { echo "IBVM-RESULT: rxe_vm FAIL no test ran"; exit 1; }
