@@ -209,6 +209,9 @@ struct Comm {
   // Buffers a caller passed without a memory handle, registered on first use and kept until close. NCCL always
   // registers (regMr) before isend/irecv, so it never takes this path; tools and tests that skip regMr do.
   std::vector<MemoryHandle*> implicitRegistrations;
+  // What regMr/regMrDmaBuf handed out and deregMr has not taken back: closing the comm orphans them (their comm
+  // becomes NULL), so a deregMr after the close neither reads the freed comm nor is refused.
+  std::vector<MemoryHandle*> registrations;
 };
 
 struct MemoryHandle {
@@ -232,6 +235,8 @@ struct Request {
   size_t size = 0;                        // send
   unsigned char* data = nullptr;          // send
   const MemoryHandle* mhandle = nullptr;  // send
+  // receive: each grouped buffer's handle; flush: the handle read back in [0]. deregMr refuses them until done.
+  const MemoryHandle* mhandles[kMaxRecvs] = {};
   bool done = false;
   int pendingReads = 0;  // flush
 };
@@ -451,6 +456,7 @@ bool connectQp(ibv_qp* qp, Port* port, const QpWire& remote, int trafficClass, s
 }
 
 void destroyComm(Comm* comm) {
+  for (MemoryHandle* mh : comm->registrations) mh->comm = nullptr;
   for (MemoryHandle* mh : comm->implicitRegistrations) {
     for (int d = 0; d < mh->ndevs; ++d)
       if (mh->mrs[d] != nullptr) verbs().deregMr(mh->mrs[d]);
@@ -1163,11 +1169,15 @@ class IbNet {
   }
 
   ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
-    return registerMemory(static_cast<Comm*>(comm), data, size, type, -1, 0, mhandle);
+    NCCL_NET_CHECK(registerMemory(static_cast<Comm*>(comm), data, size, type, -1, 0, mhandle));
+    static_cast<Comm*>(comm)->registrations.push_back(static_cast<MemoryHandle*>(*mhandle));
+    return ncclSuccess;
   }
 
   ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
-    return registerMemory(static_cast<Comm*>(comm), data, size, type, fd, offset, mhandle);
+    NCCL_NET_CHECK(registerMemory(static_cast<Comm*>(comm), data, size, type, fd, offset, mhandle));
+    static_cast<Comm*>(comm)->registrations.push_back(static_cast<MemoryHandle*>(*mhandle));
+    return ncclSuccess;
   }
 
   ncclResult_t deregMr(void* /*comm*/, void* mhandle) {
@@ -1176,6 +1186,25 @@ class IbNet {
     if (mh->magic != MemoryHandle::kMagic) {
       NCCL_NET_WARN("deregMr: %p is not a memory handle of this plugin", mhandle);
       return ncclInvalidArgument;
+    }
+    // A pending request still reads the handle (a grouped send posts its writes only once the whole group is there)
+    // or has its buffer in the NIC's hands: releasing it would fail the transfer with a confusing completion error
+    // later, or read freed memory. A failed comm posts nothing more, so its handles may go.
+    Comm* owner = mh->comm;
+    if (owner != nullptr && !owner->failed) {
+      int users = pendingUsers(owner, mh);
+      if (users > 0) {
+        NCCL_NET_WARN(
+            "deregMr: memory handle %p (%zu bytes at %p) is still in use by %d pending request(s) with "
+            "peer %s: test them to completion first",
+            mhandle, static_cast<size_t>(mh->end - mh->begin), reinterpret_cast<void*>(mh->begin), users,
+            owner->peer.c_str());
+        return ncclInvalidUsage;
+      }
+    }
+    if (owner != nullptr) {
+      auto& list = owner->registrations;
+      list.erase(std::remove(list.begin(), list.end(), mh), list.end());
     }
     for (int d = 0; d < mh->ndevs; ++d)
       if (mh->mrs[d] != nullptr) verbs().deregMr(mh->mrs[d]);
@@ -1278,6 +1307,7 @@ class IbNet {
     req->comm = comm;
     req->slot = slotIndex;
     req->nreqs = n;
+    for (int r = 0; r < n; ++r) req->mhandles[r] = handles[r];
     FifoEntry* staging = comm->control->staging[slotIndex];
     for (int r = 0; r < n; ++r) {
       const MemoryHandle* mh = handles[r];
@@ -1342,6 +1372,7 @@ class IbNet {
     req->kind = Request::kFlush;
     req->comm = comm;
     req->pendingReads = comm->ndevs;
+    req->mhandles[0] = mh;
     for (int d = 0; d < comm->ndevs; ++d) {
       ibv_sge sge{};
       sge.addr = reinterpret_cast<uint64_t>(&comm->control->flushTarget[d]);
@@ -1422,6 +1453,34 @@ class IbNet {
   }
 
  private:
+  // Requests of `comm` not yet done that use `mh` (after one progress pass, so finished work is not counted).
+  static int pendingUsers(Comm* comm, const MemoryHandle* mh) {
+    int users = 0;
+    auto count = [&](Request& req) {
+      if (req.magic != Request::kMagic || req.done) return;
+      if (req.kind == Request::kSend) {
+        if (req.mhandle == mh) ++users;
+        return;
+      }
+      int handles = req.kind == Request::kRecv ? req.nreqs : 1;
+      for (int r = 0; r < handles; ++r)
+        if (req.mhandles[r] == mh) {
+          ++users;
+          return;
+        }
+    };
+    if (comm->isSender) {
+      auto* send = static_cast<SendComm*>(comm);
+      if (progressSend(send) != ncclSuccess) return 0;  // failed now: nothing will be posted any more
+      send->requests.forEachLive(count);
+    } else {
+      auto* recv = static_cast<RecvComm*>(comm);
+      if (progressRecv(recv) != ncclSuccess) return 0;
+      recv->requests.forEachLive(count);
+    }
+    return users;
+  }
+
   static void discardPending(PendingAccept* p) {
     if (p->comm != nullptr) {
       destroyComm(p->comm);

@@ -798,6 +798,344 @@ TEST(IbVerbs, AcceptFromASenderThatStopsAfterIdentifyingFailsAfterConnectTimeout
   EXPECT_EQ(inChild(env, acceptFromStalledSender), 0);
 }
 
+// ---- what an RDMA engineer tries before deploying: truncation in a grouped receive, registrations that are
+// unaligned, odd-sized, overlapping or still in use, many connections, closing with requests in flight
+// ------------------
+
+// Waits for one byte from the other side (a step of the scenario), false after 60 s.
+bool awaitStep(const Channel& channel) {
+  char step = 0;
+  return channel.recvValue(&step);
+}
+void signalStep(const Channel& channel) {
+  char step = 1;
+  channel.sendValue(step);
+}
+
+// A grouped receive of 8 with mixed capacities, one of which the sender overfills: the sender's isend for that one
+// fails (never a truncation), and the receiver, whose grouped request can then never complete, fails within a bound
+// instead of waiting forever, while the sender's process lives on.
+constexpr size_t kTruncCapacity[8] = {0, 1, 7, 4096, 65536, 100, 3, 65536};
+constexpr size_t kTruncSize[8] = {0, 1, 5, 4096, 1000, 101, 3, 65536};  // the sixth exceeds its 100-byte buffer
+
+int truncationReceiver(const Channel& channel) {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  void *comm = nullptr, *listenComm = nullptr;
+  CHILD_CHECK(peer.acceptFrom(channel, 0, &comm, &listenComm));
+  std::vector<unsigned char> buffer(8 * 65536 + 64);
+  void* mh = nullptr;
+  CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
+  void* data[8];
+  size_t sizes[8];
+  int tags[8];
+  void* mhs[8];
+  for (int r = 0; r < 8; ++r) {
+    data[r] = buffer.data() + static_cast<size_t>(r) * 65536;
+    sizes[r] = kTruncCapacity[r];
+    tags[r] = 40 + r;
+    mhs[r] = mh;
+  }
+  void* request = nullptr;
+  CHILD_CHECK(peer.postRecv(comm, 8, data, sizes, tags, mhs, &request));
+  signalStep(channel);
+  auto start = Clock::now();
+  int reported[64] = {};
+  ncclResult_t result = peer.wait(request, reported, std::chrono::seconds(20));
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("ib-test: grouped receive with a truncated member: result %d after %.2f s\n", static_cast<int>(result),
+              seconds);
+  signalStep(channel);  // the sender may go now
+  CHILD_EXPECT(result != ncclSuccess, "the grouped receive completed although one message did not fit");
+  CHILD_EXPECT(result != ncclTimeout, "the grouped receive neither completed nor failed within 20 s");
+  CHILD_EXPECT(seconds < 5.0, "the receiver learned of the failure only after %.2f s", seconds);
+  peer.net->deregMr(comm, mh);
+  peer.net->closeRecv(comm);
+  peer.net->closeListen(listenComm);
+  return 0;
+}
+
+int truncationSender(const Channel& channel) {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  void* comm = nullptr;
+  CHILD_CHECK(peer.connectTo(channel, 0, &comm));
+  std::vector<unsigned char> buffer(65536 + 64, 0x5a);
+  void* mh = nullptr;
+  CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
+  CHILD_EXPECT(awaitStep(channel), "the receiver did not post");
+  ncclResult_t result = ncclSuccess;
+  int r = 0;
+  for (; r < 8 && result == ncclSuccess; ++r) {
+    void* request = nullptr;
+    result = peer.postSend(comm, buffer.data(), kTruncSize[r], 40 + r, mh, &request);
+  }
+  std::printf("ib-test: sends into a grouped receive: message %d ended with %d\n", r - 1, static_cast<int>(result));
+  CHILD_EXPECT(r - 1 == 5 && result == ncclInvalidUsage, "message %d ended with %d, expected message 5 refused", r - 1,
+               static_cast<int>(result));
+  CHILD_EXPECT(warnedAbout("exceeds the receive buffer"), "no WARN named the sizes");
+  CHILD_EXPECT(awaitStep(channel), "the receiver did not finish");
+  peer.net->deregMr(comm, mh);
+  peer.net->closeSend(comm);
+  return 0;
+}
+
+TEST(IbVerbs, GroupedReceiveWithATruncatedMemberFailsBothSides) {
+  REQUIRE_RXE(1);
+  PairResult r =
+      runPair(baseEnv("=rxe0"), truncationReceiver, baseEnv("=rxe0"), truncationSender, std::chrono::seconds(90));
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.first, 0) << "receiver";
+  EXPECT_EQ(r.second, 0) << "sender";
+}
+
+// Registrations at odd addresses with odd sizes, overlapping ones, and a zero-byte one; data sent from and received
+// into them lands byte-exact. Then deregMr of a handle a posted request still uses: refused with an error (the
+// request completes normally), accepted once the request is done.
+int oddRegistrationSide(const Channel& channel, bool receiver) {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  void *comm = nullptr, *listenComm = nullptr;
+  if (receiver) {
+    CHILD_CHECK(peer.acceptFrom(channel, 0, &comm, &listenComm));
+  } else {
+    CHILD_CHECK(peer.connectTo(channel, 0, &comm));
+  }
+  const size_t total = 3 * 4096 + 123;
+  auto* buffer = static_cast<unsigned char*>(std::malloc(total));
+  CHILD_EXPECT(buffer != nullptr, "malloc");
+  // a: [3, 3 + 1001), b: [500, 500 + 6001) overlapping a, c: [4097, 4097 + 7) inside b
+  void *a = nullptr, *b = nullptr, *c = nullptr, *empty = nullptr;
+  CHILD_CHECK(peer.net->regMr(comm, buffer + 3, 1001, NCCL_PTR_HOST, &a));
+  CHILD_CHECK(peer.net->regMr(comm, buffer + 500, 6001, NCCL_PTR_HOST, &b));
+  CHILD_CHECK(peer.net->regMr(comm, buffer + 4097, 7, NCCL_PTR_HOST, &c));
+  ncclResult_t zero = peer.net->regMr(comm, buffer + 11, 0, NCCL_PTR_HOST, &empty);
+  std::printf("ib-test: regMr of 0 bytes: result %d\n", static_cast<int>(zero));
+  if (zero == ncclSuccess) CHILD_CHECK(peer.net->deregMr(comm, empty));
+  struct Piece {
+    unsigned char* data;
+    size_t size;
+    void* mh;
+  };
+  // Each message goes from/to a different registration; the receiver's pieces mirror the sender's.
+  const Piece pieces[3] = {{buffer + 3, 1001, a}, {buffer + 700, 5801, b}, {buffer + 4097, 7, c}};
+  for (int round = 0; round < 3; ++round) {
+    const Piece& piece = pieces[round];
+    void* request = nullptr;
+    if (receiver) {
+      std::memset(buffer, 0xee, total);
+      void* data = piece.data;
+      size_t size = piece.size;
+      int tag = round;
+      void* mh = piece.mh;
+      CHILD_CHECK(peer.postRecv(comm, 1, &data, &size, &tag, &mh, &request));
+    } else {
+      for (size_t i = 0; i < piece.size; ++i) piece.data[i] = patternByte(i, static_cast<uint64_t>(round) + 77);
+      CHILD_CHECK(peer.postSend(comm, piece.data, piece.size, round, piece.mh, &request));
+    }
+    int reported[64] = {};
+    CHILD_CHECK(peer.wait(request, reported));
+    CHILD_EXPECT(reported[0] == static_cast<int>(piece.size), "round %d: size %d reported, %zu sent", round,
+                 reported[0], piece.size);
+    if (receiver) {
+      for (size_t i = 0; i < piece.size; ++i)
+        CHILD_EXPECT(piece.data[i] == patternByte(i, static_cast<uint64_t>(round) + 77), "round %d byte %zu differs",
+                     round, i);
+      CHILD_EXPECT(piece.data[-1] == 0xee && piece.data[piece.size] == 0xee, "round %d wrote outside its buffer",
+                   round);
+    }
+  }
+  // deregMr while in use. Receiver: a grouped receive of two over a and c is posted, then a is deregistered.
+  // Sender: the first of the two sends (its slot is not complete, so nothing is posted yet) uses b, which is then
+  // deregistered, and the second send uses c.
+  void* request = nullptr;
+  void* second = nullptr;
+  ncclResult_t busy;
+  if (receiver) {
+    void* data[2] = {buffer + 3, buffer + 4097};
+    size_t sizes[2] = {1001, 7};
+    int tags[2] = {1, 2};
+    void* mhs[2] = {a, c};
+    CHILD_CHECK(peer.postRecv(comm, 2, data, sizes, tags, mhs, &request));
+    busy = peer.net->deregMr(comm, a);
+    signalStep(channel);
+  } else {
+    CHILD_EXPECT(awaitStep(channel), "the receiver did not post");
+    CHILD_CHECK(peer.postSend(comm, buffer + 700, 1001, 1, b, &request));
+    busy = peer.net->deregMr(comm, b);
+    CHILD_CHECK(peer.postSend(comm, buffer + 4097, 7, 2, c, &second));
+  }
+  std::printf("ib-test: %s deregMr of a handle in use: result %d\n", receiver ? "receiver" : "sender",
+              static_cast<int>(busy));
+  CHILD_EXPECT(busy == ncclInvalidUsage, "deregMr of a handle a pending request uses returned %d",
+               static_cast<int>(busy));
+  CHILD_EXPECT(warnedAbout("still in use"), "no WARN explained the refused deregMr");
+  int reported[64] = {};
+  CHILD_CHECK(peer.wait(request, reported));
+  if (second != nullptr) CHILD_CHECK(peer.wait(second, reported));
+  // Done: the handle is free again, and a completed request tested again is an error, not a crash.
+  CHILD_CHECK(peer.net->deregMr(comm, receiver ? a : b));
+  int done = 0;
+  CHILD_EXPECT(peer.net->test(request, &done, reported) != ncclSuccess, "a completed request tested again passed");
+  signalStep(channel);
+  CHILD_EXPECT(awaitStep(channel), "the peer did not finish");
+  if (receiver) CHILD_CHECK(peer.net->deregMr(comm, b));
+  if (!receiver) CHILD_CHECK(peer.net->deregMr(comm, a));
+  CHILD_CHECK(peer.net->deregMr(comm, c));
+  CHILD_CHECK(receiver ? peer.net->closeRecv(comm) : peer.net->closeSend(comm));
+  if (listenComm != nullptr) CHILD_CHECK(peer.net->closeListen(listenComm));
+  std::free(buffer);
+  return 0;
+}
+
+TEST(IbVerbs, OddOverlappingAndBusyRegistrations) {
+  REQUIRE_RXE(1);
+  PairResult r = runPair(
+      baseEnv("=rxe0"), [](const Channel& c) { return oddRegistrationSide(c, true); }, baseEnv("=rxe0"),
+      [](const Channel& c) { return oddRegistrationSide(c, false); }, std::chrono::seconds(90));
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.first, 0) << "receiver";
+  EXPECT_EQ(r.second, 0) << "sender";
+}
+
+// 64 connections between two processes, used interleaved: each carries only its own messages.
+constexpr int kManyComms = 64;
+int manyCommsSide(const Channel& channel, bool receiver) {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  std::vector<void*> comms(kManyComms, nullptr), listens(kManyComms, nullptr), mhs(kManyComms, nullptr);
+  auto start = Clock::now();
+  for (int i = 0; i < kManyComms; ++i) {
+    if (receiver) {
+      CHILD_CHECK(peer.acceptFrom(channel, 0, &comms[i], &listens[i]));
+    } else {
+      CHILD_CHECK(peer.connectTo(channel, 0, &comms[i]));
+    }
+  }
+  double connectSeconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const size_t bytes = 8192;
+  std::vector<unsigned char> buffer(bytes * kManyComms);
+  for (int i = 0; i < kManyComms; ++i)
+    CHILD_CHECK(
+        peer.net->regMr(comms[i], buffer.data() + static_cast<size_t>(i) * bytes, bytes, NCCL_PTR_HOST, &mhs[i]));
+  for (int round = 0; round < 3; ++round) {
+    std::vector<void*> requests(kManyComms, nullptr);
+    // Posted in an order that differs per round, so no connection can lean on another's progress.
+    for (int k = 0; k < kManyComms; ++k) {
+      int i = (k * 37 + round * 11) % kManyComms;
+      unsigned char* data = buffer.data() + static_cast<size_t>(i) * bytes;
+      size_t size = bytes - static_cast<size_t>(i) * 17 - static_cast<size_t>(round);
+      if (receiver) {
+        std::memset(data, 0, bytes);
+        void* d = data;
+        size_t capacity = bytes;
+        int tag = i;
+        void* mh = mhs[i];
+        CHILD_CHECK(peer.net->irecv(comms[i], 1, &d, &capacity, &tag, &mh, nullptr, &requests[i]));
+        CHILD_EXPECT(requests[i] != nullptr, "comm %d could not post its receive", i);
+      } else {
+        for (size_t b = 0; b < size; ++b) data[b] = patternByte(b, static_cast<uint64_t>(i * 3 + round));
+        CHILD_CHECK(peer.postSend(comms[i], data, size, i, mhs[i], &requests[i]));
+      }
+    }
+    for (int i = kManyComms - 1; i >= 0; --i) {
+      int reported[64] = {};
+      CHILD_CHECK(peer.wait(requests[i], reported));
+      size_t size = bytes - static_cast<size_t>(i) * 17 - static_cast<size_t>(round);
+      CHILD_EXPECT(reported[0] == static_cast<int>(size), "comm %d round %d: size %d, expected %zu", i, round,
+                   reported[0], size);
+      if (receiver) {
+        const unsigned char* data = buffer.data() + static_cast<size_t>(i) * bytes;
+        for (size_t b = 0; b < size; ++b)
+          CHILD_EXPECT(data[b] == patternByte(b, static_cast<uint64_t>(i * 3 + round)),
+                       "comm %d round %d byte %zu is another's", i, round, b);
+      }
+    }
+  }
+  if (receiver) std::printf("ib-test: %d connections in %.2f s, 3 rounds each verified\n", kManyComms, connectSeconds);
+  signalStep(channel);
+  CHILD_EXPECT(awaitStep(channel), "the peer did not finish");
+  for (int i = 0; i < kManyComms; ++i) {
+    CHILD_CHECK(peer.net->deregMr(comms[i], mhs[i]));
+    CHILD_CHECK(receiver ? peer.net->closeRecv(comms[i]) : peer.net->closeSend(comms[i]));
+    if (listens[i] != nullptr) CHILD_CHECK(peer.net->closeListen(listens[i]));
+  }
+  return 0;
+}
+
+TEST(IbVerbs, SixtyFourConnectionsCarryOnlyTheirOwnMessages) {
+  REQUIRE_RXE(1);
+  PairResult r = runPair(
+      baseEnv("=rxe0"), [](const Channel& c) { return manyCommsSide(c, true); }, baseEnv("=rxe0"),
+      [](const Channel& c) { return manyCommsSide(c, false); }, std::chrono::seconds(120));
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.first, 0) << "receiver";
+  EXPECT_EQ(r.second, 0) << "sender";
+}
+
+// The sender closes its comm with sends in flight and receives still waiting for it: closeSend returns, and the
+// receiver's pending receive fails within a bound (the sender's process lives on, so only the close tells).
+int closingSender(const Channel& channel) {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  void* comm = nullptr;
+  CHILD_CHECK(peer.connectTo(channel, 0, &comm));
+  std::vector<unsigned char> buffer(1 << 20, 0x33);
+  void* mh = nullptr;
+  CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
+  CHILD_EXPECT(awaitStep(channel), "the receiver did not post");
+  for (int i = 0; i < 2; ++i) {
+    void* request = nullptr;
+    CHILD_CHECK(peer.postSend(comm, buffer.data(), buffer.size(), 9, mh, &request));
+  }
+  // Closed with the sends possibly in flight; the registration outlives the comm and is released after it.
+  CHILD_CHECK(peer.net->closeSend(comm));
+  CHILD_CHECK(peer.net->deregMr(comm, mh));
+  CHILD_EXPECT(awaitStep(channel), "the receiver did not finish");
+  return 0;
+}
+
+int receiverOfClosingSender(const Channel& channel) {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  void *comm = nullptr, *listenComm = nullptr;
+  CHILD_CHECK(peer.acceptFrom(channel, 0, &comm, &listenComm));
+  std::vector<unsigned char> buffer(4 << 20);
+  void* mh = nullptr;
+  CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
+  void* requests[4] = {};
+  for (int i = 0; i < 4; ++i) {
+    void* data = buffer.data() + (static_cast<size_t>(i) << 20);
+    size_t size = 1 << 20;
+    int tag = 9;
+    CHILD_CHECK(peer.postRecv(comm, 1, &data, &size, &tag, &mh, &requests[i]));
+  }
+  signalStep(channel);
+  auto start = Clock::now();
+  ncclResult_t result = ncclSuccess;
+  int reported[64] = {};
+  for (int i = 0; i < 4 && result == ncclSuccess; ++i)
+    result = peer.wait(requests[i], reported, std::chrono::seconds(20));
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("ib-test: receives of a sender that closed: result %d after %.2f s\n", static_cast<int>(result), seconds);
+  signalStep(channel);
+  CHILD_EXPECT(result != ncclSuccess && result != ncclTimeout, "the receives ended with %d", static_cast<int>(result));
+  CHILD_EXPECT(seconds < 10.0, "the closed sender was noticed only after %.2f s", seconds);
+  peer.net->deregMr(comm, mh);
+  CHILD_CHECK(peer.net->closeRecv(comm));
+  CHILD_CHECK(peer.net->closeListen(listenComm));
+  return 0;
+}
+
+TEST(IbVerbs, CloseSendWithRequestsInFlightFailsTheReceiverWithinBound) {
+  REQUIRE_RXE(1);
+  PairResult r =
+      runPair(baseEnv("=rxe0"), receiverOfClosingSender, baseEnv("=rxe0"), closingSender, std::chrono::seconds(90));
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.first, 0) << "receiver";
+  EXPECT_EQ(r.second, 0) << "sender";
+}
+
 void runCommand(const std::string& command) {
   int status = std::system(command.c_str());
   if (status != 0) std::fprintf(stderr, "ib-test: '%s' exited %d\n", command.c_str(), status);
