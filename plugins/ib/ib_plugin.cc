@@ -145,7 +145,11 @@ struct ConnectInfo {
   uint32_t magic;
   uint32_t nqps;
   uint32_t ndevs;
-  uint32_t reserved;
+  // The sender's path settings, which the receiver adopts (as NCCL's IB does) so that its FIFO writes and ACKs travel
+  // in the same traffic class / service level as the data. Valid when kPathSettings is set in `flags`.
+  uint16_t trafficClass;
+  uint8_t serviceLevel;
+  uint8_t flags;
   QpWire qps[kMaxQps];
   uint64_t controlAddr;  // sender: its FIFO; receiver: its size record
   uint32_t controlRkey;  // on the device of QP 0
@@ -153,6 +157,7 @@ struct ConnectInfo {
   char deviceName[64];
 };
 constexpr uint32_t kConnectMagic = sdk::handleMagic("nns-ib-connect-v1");
+constexpr uint8_t kPathSettings = 1;
 
 struct HandlePayload {
   sdk::SocketAddress address;
@@ -193,6 +198,8 @@ struct QpSlot {
 
 struct Comm {
   bool isSender = false;
+  int trafficClass = 0;  // of every QP of the comm: the sender's choice, adopted by the receiver
+  int serviceLevel = 0;
   int ndevs = 0;
   CommDevice devs[kMaxDevs];
   int nqps = 0;
@@ -411,7 +418,7 @@ QpWire describeQp(ibv_qp* qp, int device, Port* port) {
 }
 
 // INIT -> RTR -> RTS towards `remote`.
-bool connectQp(ibv_qp* qp, Port* port, const QpWire& remote, int trafficClass, std::string* error) {
+bool connectQp(ibv_qp* qp, Port* port, const QpWire& remote, int trafficClass, int serviceLevel, std::string* error) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_RTR;
   attr.path_mtu = static_cast<ibv_mtu>(std::min<int>(port->attr.active_mtu, remote.mtu));
@@ -420,7 +427,7 @@ bool connectQp(ibv_qp* qp, Port* port, const QpWire& remote, int trafficClass, s
   attr.max_dest_rd_atomic = 1;
   attr.min_rnr_timer = 12;
   attr.ah_attr.port_num = static_cast<uint8_t>(port->port);
-  attr.ah_attr.sl = static_cast<uint8_t>(params().serviceLevel);
+  attr.ah_attr.sl = static_cast<uint8_t>(serviceLevel);
   if (port->isEthernet()) {
     attr.ah_attr.is_global = 1;
     std::memcpy(attr.ah_attr.grh.dgid.raw, remote.gid, 16);
@@ -525,6 +532,9 @@ void describeComm(const Comm* comm, ConnectInfo* info, uint64_t controlAddr) {
   info->magic = kConnectMagic;
   info->nqps = static_cast<uint32_t>(comm->nqps);
   info->ndevs = static_cast<uint32_t>(comm->ndevs);
+  info->trafficClass = static_cast<uint16_t>(comm->trafficClass);
+  info->serviceLevel = static_cast<uint8_t>(comm->serviceLevel);
+  info->flags = kPathSettings;
   for (int i = 0; i < comm->nqps; ++i)
     info->qps[i] = describeQp(comm->qps[i].qp, comm->qps[i].device, comm->devs[comm->qps[i].device].port);
   info->controlAddr = controlAddr;
@@ -532,11 +542,12 @@ void describeComm(const Comm* comm, ConnectInfo* info, uint64_t controlAddr) {
   std::snprintf(info->deviceName, sizeof(info->deviceName), "%s", comm->devs[0].port->name.c_str());
 }
 
-bool connectAllQps(Comm* comm, const ConnectInfo& remote, int trafficClass, std::string* error) {
+bool connectAllQps(Comm* comm, const ConnectInfo& remote, std::string* error) {
   for (int i = 0; i < comm->nqps; ++i) {
     QpSlot& slot = comm->qps[i];
     slot.remoteDevice = remote.qps[i].device;
-    if (!connectQp(slot.qp, comm->devs[slot.device].port, remote.qps[i], trafficClass, error)) return false;
+    if (!connectQp(slot.qp, comm->devs[slot.device].port, remote.qps[i], comm->trafficClass, comm->serviceLevel, error))
+      return false;
   }
   return true;
 }
@@ -549,6 +560,11 @@ bool validRemoteInfo(const ConnectInfo& info, std::string* error) {
   if (info.nqps < 1 || info.nqps > kMaxQps || info.ndevs < 1 || info.ndevs > kMaxDevs) {
     *error = "the peer sent " + std::to_string(info.nqps) + " QPs over " + std::to_string(info.ndevs) +
              " devices, outside 1.." + std::to_string(kMaxQps) + " / 1.." + std::to_string(kMaxDevs);
+    return false;
+  }
+  if ((info.flags & kPathSettings) != 0 && (info.trafficClass > 255 || info.serviceLevel > 15)) {
+    *error = "the peer asked for traffic class " + std::to_string(info.trafficClass) + " / service level " +
+             std::to_string(info.serviceLevel) + ", outside 0..255 / 0..15";
     return false;
   }
   for (uint32_t i = 0; i < info.nqps; ++i) {
@@ -586,8 +602,8 @@ bool ensureFlushQps(RecvComm* comm, std::string* error) {
       return false;
     }
     dev.flushQp = createQp(dev.port, dev.flushCq, kSlots * 2, 1, error);
-    if (dev.flushQp == nullptr ||
-        !connectQp(dev.flushQp, dev.port, describeQp(dev.flushQp, d, dev.port), params().trafficClass, error)) {
+    if (dev.flushQp == nullptr || !connectQp(dev.flushQp, dev.port, describeQp(dev.flushQp, d, dev.port),
+                                             comm->trafficClass, comm->serviceLevel, error)) {
       // A non-NULL flushQp means "connected and ready" to later calls and to iflush: leave nothing half-made.
       if (dev.flushQp != nullptr) verbs().destroyQp(dev.flushQp);
       verbs().destroyCq(dev.flushCq);
@@ -946,7 +962,15 @@ class IbNet {
       NCCL_NET_WARN("init failed: %s", g.initError.c_str());
       return ncclSystemError;
     }
-    int trafficClass = args.trafficClass != NCCL_NET_TRAFFIC_CLASS_UNDEF ? args.trafficClass : g.params.trafficClass;
+    int trafficClass = g.params.trafficClass;
+    if (args.trafficClass != NCCL_NET_TRAFFIC_CLASS_UNDEF) {
+      if (args.trafficClass >= 0 && args.trafficClass <= 255) {
+        trafficClass = args.trafficClass;
+      } else {
+        NCCL_NET_WARN("init: the communicator's traffic class %d is outside 0..255; using NCCL_IB_TC (%d)",
+                      args.trafficClass, trafficClass);
+      }
+    }
     *ctx = new Context{trafficClass};
     return ncclSuccess;
   }
@@ -1585,6 +1609,8 @@ class IbNet {
         NetDevice device = deviceCopy(p->dev);
         auto* comm = new SendComm;
         comm->isSender = true;
+        comm->trafficClass = p->trafficClass;
+        comm->serviceLevel = params().serviceLevel;
         ++global().liveComms;
         comm->fd = p->connector.release();
         p->comm = comm;
@@ -1626,7 +1652,7 @@ class IbNet {
         comm->peer = p->connector.remote().toString() + " (" + p->remote.deviceName + ")";
         comm->remoteControlAddr = p->remote.controlAddr;
         comm->remoteControlRkey = p->remote.controlRkey;
-        if (!connectAllQps(comm, p->remote, p->trafficClass, error)) return ncclSystemError;
+        if (!connectAllQps(comm, p->remote, error)) return ncclSystemError;
         p->stage = PendingConnect::kSendReady;
         p->transfer = Transfer{};
         p->local.ready = 1;
@@ -1660,6 +1686,9 @@ class IbNet {
         NetDevice device = deviceCopy(listen->dev);
         auto* comm = new RecvComm;
         comm->isSender = false;
+        const bool senderChose = (p->remote.flags & kPathSettings) != 0;  // older senders leave it 0
+        comm->trafficClass = senderChose ? p->remote.trafficClass : params().trafficClass;
+        comm->serviceLevel = senderChose ? p->remote.serviceLevel : params().serviceLevel;
         ++global().liveComms;
         comm->fd = p->fd;
         p->fd = -1;
@@ -1669,7 +1698,7 @@ class IbNet {
         comm->remoteControlAddr = p->remote.controlAddr;
         comm->remoteControlRkey = p->remote.controlRkey;
         if (!buildComm(comm, device, static_cast<int>(p->remote.nqps), error)) return ncclSystemError;
-        if (!connectAllQps(comm, p->remote, params().trafficClass, error)) return ncclSystemError;
+        if (!connectAllQps(comm, p->remote, error)) return ncclSystemError;
         for (int q = 0; q < comm->nqps; ++q)
           if (!postReceives(comm, q, kRecvDepth, error)) return ncclSystemError;
         describeComm(comm, &p->local, reinterpret_cast<uint64_t>(comm->control->sizes));

@@ -3,16 +3,24 @@
 // fused vNIC, the RDMA READ flush, and faults (link down mid-transfer, peer killed, a receiver closed before posting,
 // handshakes that never finish) ending in an error in bounded time.
 // Skips where the host has no RDMA device (run it through tests/ib/rxe-vm/run-rxe-vm.sh).
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -1134,6 +1142,118 @@ TEST(IbVerbs, CloseSendWithRequestsInFlightFailsTheReceiverWithinBound) {
   EXPECT_FALSE(r.timedOut);
   EXPECT_EQ(r.first, 0) << "receiver";
   EXPECT_EQ(r.second, 0) << "sender";
+}
+
+// ---- traffic class: the communicator's, in both directions ---------------------------------------------------------
+// The sender's communicator asks for traffic class 104 (ncclNetCommConfig_t::trafficClass); the receiver's has none
+// and NCCL_IB_TC is unset there. As in NCCL's IB, the connection must use the sender's class both ways: the
+// receiver's FIFO writes and ACKs travel in it too (on a RoCE fabric where only that class is lossless, the other
+// direction would otherwise run in a lossy one). Seen on the wire: the IP TOS byte of every RoCE v2 packet on veth0.
+struct RoceTosCounts {
+  std::map<std::string, std::map<int, long>> bySource;  // source address -> TOS -> packets
+};
+
+// Sniffs RoCE v2 (UDP 4791) packets on `interface` until `stop`; needs root (the VM's tests run as root).
+void sniffRoceTos(const char* interface, const std::atomic<bool>& stop, RoceTosCounts* counts, std::string* error) {
+  // ETH_P_ALL: only taps of every protocol see what the interface sends, not just what it receives.
+  int fd = socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL));
+  if (fd < 0) {
+    *error = std::string("AF_PACKET socket: ") + std::strerror(errno);
+    return;
+  }
+  sockaddr_ll address{};
+  address.sll_family = AF_PACKET;
+  address.sll_protocol = htons(ETH_P_ALL);
+  address.sll_ifindex = static_cast<int>(if_nametoindex(interface));
+  if (address.sll_ifindex == 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    *error = std::string("bind to ") + interface + ": " + std::strerror(errno);
+    close(fd);
+    return;
+  }
+  unsigned char frame[2048];
+  while (!stop.load()) {
+    pollfd waiter{fd, POLLIN, 0};
+    if (poll(&waiter, 1, 50) <= 0) continue;
+    ssize_t n = recv(fd, frame, sizeof(frame), 0);
+    if (n < 14 + 20 + 8 || frame[12] != 0x08 || frame[13] != 0x00) continue;  // IPv4 frames only
+    const unsigned char* ip = frame + 14;
+    size_t headerBytes = static_cast<size_t>(ip[0] & 0x0f) * 4;
+    if (ip[9] != 17 || static_cast<size_t>(n) < 14 + headerBytes + 8) continue;
+    const unsigned char* udp = ip + headerBytes;
+    if (((udp[2] << 8) | udp[3]) != 4791) continue;
+    char source[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, ip + 12, source, sizeof(source));
+    ++counts->bySource[source][ip[1]];
+  }
+  close(fd);
+}
+
+int trafficClassSide(const Channel& channel, bool receiver) {
+  void* library = dlopen(NNS_IB_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  CHILD_EXPECT(library != nullptr, "dlopen: %s", dlerror());
+  Peer peer;
+  peer.net = static_cast<const ncclNet_v12_t*>(dlsym(library, "ncclNetPlugin_v12"));
+  CHILD_EXPECT(peer.net != nullptr, "no ncclNetPlugin_v12");
+  ncclNetCommConfig_v12_t config{};
+  config.trafficClass = receiver ? NCCL_NET_TRAFFIC_CLASS_UNDEF : 104;
+  CHILD_CHECK(peer.net->init(&peer.ctx, 0x1c, &config, logger, nullptr));
+  void *comm = nullptr, *listenComm = nullptr;
+  if (receiver) {
+    CHILD_CHECK(peer.acceptFrom(channel, 0, &comm, &listenComm));
+  } else {
+    CHILD_CHECK(peer.connectTo(channel, 0, &comm));
+  }
+  std::vector<unsigned char> buffer(65536, 0x42);
+  void* mh = nullptr;
+  CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
+  for (int round = 0; round < 20; ++round) {
+    void* request = nullptr;
+    if (receiver) {
+      void* data = buffer.data();
+      size_t size = buffer.size();
+      int tag = 3;
+      CHILD_CHECK(peer.postRecv(comm, 1, &data, &size, &tag, &mh, &request));
+    } else {
+      CHILD_CHECK(peer.postSend(comm, buffer.data(), buffer.size(), 3, mh, &request));
+    }
+    int reported[64] = {};
+    CHILD_CHECK(peer.wait(request, reported));
+  }
+  signalStep(channel);
+  CHILD_EXPECT(awaitStep(channel), "the peer did not finish");
+  CHILD_CHECK(peer.net->deregMr(comm, mh));
+  CHILD_CHECK(receiver ? peer.net->closeRecv(comm) : peer.net->closeSend(comm));
+  if (listenComm != nullptr) CHILD_CHECK(peer.net->closeListen(listenComm));
+  return 0;
+}
+
+TEST(IbVerbs, TheSendersTrafficClassAppliesToBothDirections) {
+  REQUIRE_RXE(2);
+  if (std::getenv("NNS_IB_TEST_IN_VM") == nullptr) GTEST_SKIP() << "sniffs veth0: only inside the rxe VM";
+  std::atomic<bool> stop{false};
+  RoceTosCounts counts;
+  std::string sniffError;
+  std::thread sniffer(sniffRoceTos, "veth0", std::cref(stop), &counts, &sniffError);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Receiver on rxe1 (10.0.0.2), sender on rxe0 (10.0.0.1): both directions cross veth0.
+  PairResult r = runPair(
+      baseEnv("=rxe1"), [](const Channel& c) { return trafficClassSide(c, true); }, baseEnv("=rxe0"),
+      [](const Channel& c) { return trafficClassSide(c, false); }, std::chrono::seconds(90));
+  stop = true;
+  sniffer.join();
+  ASSERT_TRUE(sniffError.empty()) << sniffError;
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.first, 0) << "receiver";
+  EXPECT_EQ(r.second, 0) << "sender";
+  for (const char* source : {"10.0.0.1", "10.0.0.2"}) {
+    const auto& byTos = counts.bySource[source];
+    std::string seen;
+    for (const auto& [tos, packets] : byTos) seen += " tos " + std::to_string(tos) + ": " + std::to_string(packets);
+    std::printf("ib-test: RoCE packets from %s:%s\n", source, seen.c_str());
+    EXPECT_FALSE(byTos.empty()) << "no RoCE packet from " << source << " seen on veth0";
+    for (const auto& [tos, packets] : byTos)
+      EXPECT_EQ(tos, 104) << packets << " RoCE packet(s) from " << source << " in traffic class " << tos;
+  }
 }
 
 void runCommand(const std::string& command) {
