@@ -1380,10 +1380,13 @@ class IbNet {
     int target = -1;
     for (int r = 0; r < n; ++r) {
       auto* mh = static_cast<const MemoryHandle*>(mhandles[r]);
-      if (mh != nullptr && sizes[r] > 0 && (mh->type & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0) {
-        target = r;
-        break;
+      if (mh == nullptr || sizes[r] <= 0) continue;
+      if (mh->magic != MemoryHandle::kMagic || mh->comm != comm) {
+        NCCL_NET_WARN("iflush: receive %d of %d bytes with memory handle %p, which is not registered on this comm", r,
+                      sizes[r], mhandles[r]);
+        return ncclInvalidArgument;
       }
+      if (target < 0 && (mh->type & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0) target = r;
     }
     if (target < 0) return ncclSuccess;
     auto* mh = static_cast<const MemoryHandle*>(mhandles[target]);

@@ -475,6 +475,13 @@ int flushSide(const Channel& channel, bool receiver) {
         CHILD_EXPECT(flush != nullptr, "iflush of a CUDA-registered buffer returned no request");
         CHILD_CHECK(peer.wait(flush, nullptr));
         std::printf("ib-test: flush RDMA READ completed\n");
+        // Something that is not a memory handle of this comm is refused, as isend/irecv refuse it, not read.
+        std::vector<unsigned char> garbage(512, 0xff);
+        void* bogus = garbage.data();
+        flush = nullptr;
+        CHILD_EXPECT(peer.net->iflush(comm, 1, datas, flushSizes, &bogus, &flush) == ncclInvalidArgument,
+                     "iflush accepted a pointer that is not a memory handle");
+        CHILD_EXPECT(flush == nullptr && warnedAbout("iflush: receive 0"), "no WARN named the bad handle");
       }
       for (int i = 0; i < 4096; ++i) CHILD_EXPECT(data[i] == static_cast<unsigned char>(i * 7), "byte %d", i);
     } else {
