@@ -9,7 +9,8 @@ namespace nns_ib {
 
 // "mlx5" selects every port of every HCA whose name starts with mlx5; "mlx5_0:1" only port 1 of those;
 // "=mlx5_0" the HCA named exactly mlx5_0 (not mlx5_01); a leading "^" turns the list into an exclusion list.
-// An empty or unset spec selects everything. Entries with an unparsable port are reported through invalid().
+// An empty or unset spec selects everything. Entries with an unparsable port are reported through invalid() and
+// left out; an include list left with no entry at all selects nothing.
 class HcaFilter {
  public:
   struct Entry {
@@ -61,7 +62,9 @@ class HcaFilter {
   }
 
   bool selects(const std::string& device, int port) const {
-    if (entries_.empty()) return true;  // unset, empty, or "^" alone: everything
+    // Unset, empty, or "^" alone: everything. A list to select from whose every entry was malformed: nothing (a
+    // typo must not turn a restriction into "every HCA"; NCCL's parser selects nothing there too).
+    if (entries_.empty()) return exclude_ || invalid_.empty();
     bool listed = false;
     for (const Entry& entry : entries_) {
       bool nameHit = exact_ ? device == entry.name : device.compare(0, entry.name.size(), entry.name) == 0;

@@ -150,6 +150,18 @@ TEST(IbHcaFilter, BadPortsAreReportedNotGuessed) {
   EXPECT_FALSE(filter.selects("mlx5_0", 1));
 }
 
+// A list meant to select (no "^") whose every entry is malformed selects nothing, as NCCL's own parser ends up doing
+// (a port it cannot read becomes 0, which no port has): never every HCA, which is the opposite of a restriction.
+TEST(IbHcaFilter, AnIncludeListOfOnlyBadEntriesSelectsNothing) {
+  HcaFilter filter("mlx5_0:x");
+  EXPECT_EQ(filter.invalid().size(), 1u);
+  EXPECT_FALSE(filter.selects("mlx5_0", 1));
+  EXPECT_FALSE(filter.selects("rxe0", 1));
+  EXPECT_FALSE(HcaFilter("=rxe0:0,rxe1:").selects("rxe1", 1));
+  // Excluding only malformed entries excludes nothing.
+  EXPECT_TRUE(HcaFilter("^mlx5_0:x").selects("mlx5_0", 1));
+}
+
 TEST(IbHcaFilter, EmptyEntriesAndSpacesAreIgnored) {
   HcaFilter filter(" mlx5_0 ,, rxe1:1 ");
   ASSERT_EQ(filter.entries().size(), 2u);
