@@ -1212,18 +1212,20 @@ class IbNet {
       return ncclInvalidArgument;
     }
     // A pending request still reads the handle (a grouped send posts its writes only once the whole group is there)
-    // or has its buffer in the NIC's hands: releasing it would fail the transfer with a confusing completion error
-    // later, or read freed memory. A failed comm posts nothing more, so its handles may go.
+    // or has its buffer in the NIC's hands. Releasing it anyway is what an abort needs (NCCL deregisters, then
+    // closes, and stops freeing at the first error), so the handle goes, and the comm fails at once with a WARN
+    // that names the cause: it posts nothing more (no write reads the freed handle), its pending requests return
+    // the error, and the peer learns through the side channel, instead of a completion error far from the cause.
     Comm* owner = mh->comm;
     if (owner != nullptr && !owner->failed) {
       int users = pendingUsers(owner, mh);
       if (users > 0) {
-        NCCL_NET_WARN(
-            "deregMr: memory handle %p (%zu bytes at %p) is still in use by %d pending request(s) with "
-            "peer %s: test them to completion first",
-            mhandle, static_cast<size_t>(mh->end - mh->begin), reinterpret_cast<void*>(mh->begin), users,
-            owner->peer.c_str());
-        return ncclInvalidUsage;
+        char what[256];
+        std::snprintf(what, sizeof(what),
+                      "deregMr of memory handle %p (%zu bytes at %p) while %d pending request(s) use it: the comm "
+                      "is unusable from here on",
+                      mhandle, static_cast<size_t>(mh->end - mh->begin), reinterpret_cast<void*>(mh->begin), users);
+        fail(owner, ncclInvalidUsage, what);
       }
     }
     if (owner != nullptr) {

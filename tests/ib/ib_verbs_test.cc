@@ -905,8 +905,11 @@ TEST(IbVerbs, GroupedReceiveWithATruncatedMemberFailsBothSides) {
 }
 
 // Registrations at odd addresses with odd sizes, overlapping ones, and a zero-byte one; data sent from and received
-// into them lands byte-exact. Then deregMr of a handle a posted request still uses: refused with an error (the
-// request completes normally), accepted once the request is done.
+// into them lands byte-exact, and a completed request tested again is an error. Then deregMr of a handle that a
+// pending request still uses, on each side (a second connection for the receiver's case): the handle is released
+// (an abort deregisters with requests in flight and must get on to close), and the comm fails at once with a WARN
+// naming the cause, so the pending request returns ncclInvalidUsage and the peer fails within a bound, where
+// before the sender read the freed handle when it posted the grouped writes.
 int oddRegistrationSide(const Channel& channel, bool receiver) {
   Peer peer;
   CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
@@ -952,6 +955,8 @@ int oddRegistrationSide(const Channel& channel, bool receiver) {
     CHILD_CHECK(peer.wait(request, reported));
     CHILD_EXPECT(reported[0] == static_cast<int>(piece.size), "round %d: size %d reported, %zu sent", round,
                  reported[0], piece.size);
+    int again = 0;
+    CHILD_EXPECT(peer.net->test(request, &again, reported) != ncclSuccess, "a completed request tested again passed");
     if (receiver) {
       for (size_t i = 0; i < piece.size; ++i)
         CHILD_EXPECT(piece.data[i] == patternByte(i, static_cast<uint64_t>(round) + 77), "round %d byte %zu differs",
@@ -960,45 +965,84 @@ int oddRegistrationSide(const Channel& channel, bool receiver) {
                    round);
     }
   }
-  // deregMr while in use. Receiver: a grouped receive of two over a and c is posted, then a is deregistered.
-  // Sender: the first of the two sends (its slot is not complete, so nothing is posted yet) uses b, which is then
-  // deregistered, and the second send uses c.
+  // The sender deregisters b while its first send of a grouped receive of two uses it (the slot is not complete, so
+  // nothing is posted yet).
   void* request = nullptr;
-  void* second = nullptr;
-  ncclResult_t busy;
+  int reported[64] = {};
+  auto start = Clock::now();
   if (receiver) {
     void* data[2] = {buffer + 3, buffer + 4097};
     size_t sizes[2] = {1001, 7};
     int tags[2] = {1, 2};
     void* mhs[2] = {a, c};
     CHILD_CHECK(peer.postRecv(comm, 2, data, sizes, tags, mhs, &request));
-    busy = peer.net->deregMr(comm, a);
     signalStep(channel);
+    ncclResult_t result = peer.wait(request, reported, std::chrono::seconds(20));
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    std::printf("ib-test: receive whose sender deregistered a busy handle: result %d after %.2f s\n",
+                static_cast<int>(result), seconds);
+    CHILD_EXPECT(result == ncclRemoteError && seconds < 5.0, "the receive ended with %d after %.2f s",
+                 static_cast<int>(result), seconds);
   } else {
     CHILD_EXPECT(awaitStep(channel), "the receiver did not post");
     CHILD_CHECK(peer.postSend(comm, buffer + 700, 1001, 1, b, &request));
-    busy = peer.net->deregMr(comm, b);
-    CHILD_CHECK(peer.postSend(comm, buffer + 4097, 7, 2, c, &second));
+    CHILD_CHECK(peer.net->deregMr(comm, b));  // released, and the comm fails
+    CHILD_EXPECT(warnedAbout("while 1 pending request(s) use it"), "no WARN named the busy deregMr");
+    void* second = nullptr;
+    ncclResult_t next = peer.net->isend(comm, buffer + 4097, 7, 2, c, nullptr, &second);
+    int done = 0;
+    ncclResult_t tested = peer.net->test(request, &done, reported);
+    std::printf("ib-test: after deregMr of a busy handle: isend %d, test %d\n", static_cast<int>(next),
+                static_cast<int>(tested));
+    CHILD_EXPECT(next == ncclInvalidUsage && second == nullptr, "the next isend returned %d", static_cast<int>(next));
+    CHILD_EXPECT(tested == ncclInvalidUsage && done == 0, "the pending send's test returned %d",
+                 static_cast<int>(tested));
   }
-  std::printf("ib-test: %s deregMr of a handle in use: result %d\n", receiver ? "receiver" : "sender",
-              static_cast<int>(busy));
-  CHILD_EXPECT(busy == ncclInvalidUsage, "deregMr of a handle a pending request uses returned %d",
-               static_cast<int>(busy));
-  CHILD_EXPECT(warnedAbout("still in use"), "no WARN explained the refused deregMr");
-  int reported[64] = {};
-  CHILD_CHECK(peer.wait(request, reported));
-  if (second != nullptr) CHILD_CHECK(peer.wait(second, reported));
-  // Done: the handle is free again, and a completed request tested again is an error, not a crash.
-  CHILD_CHECK(peer.net->deregMr(comm, receiver ? a : b));
-  int done = 0;
-  CHILD_EXPECT(peer.net->test(request, &done, reported) != ncclSuccess, "a completed request tested again passed");
-  signalStep(channel);
-  CHILD_EXPECT(awaitStep(channel), "the peer did not finish");
-  if (receiver) CHILD_CHECK(peer.net->deregMr(comm, b));
   if (!receiver) CHILD_CHECK(peer.net->deregMr(comm, a));
+  if (receiver) CHILD_CHECK(peer.net->deregMr(comm, a));
+  if (receiver) CHILD_CHECK(peer.net->deregMr(comm, b));
   CHILD_CHECK(peer.net->deregMr(comm, c));
   CHILD_CHECK(receiver ? peer.net->closeRecv(comm) : peer.net->closeSend(comm));
+  // The receiver deregisters the buffer of its posted receive, on a second connection.
+  comm = nullptr;
+  void* listen2 = nullptr;
+  if (receiver) {
+    CHILD_CHECK(peer.acceptFrom(channel, 0, &comm, &listen2));
+  } else {
+    CHILD_CHECK(peer.connectTo(channel, 0, &comm));
+  }
+  void* d = nullptr;
+  CHILD_CHECK(peer.net->regMr(comm, buffer, 4096, NCCL_PTR_HOST, &d));
+  request = nullptr;
+  start = Clock::now();
+  ncclResult_t result;
+  if (receiver) {
+    void* data = buffer;
+    size_t size = 4096;
+    int tag = 5;
+    CHILD_CHECK(peer.postRecv(comm, 1, &data, &size, &tag, &d, &request));
+    CHILD_CHECK(peer.net->deregMr(comm, d));
+    CHILD_EXPECT(warnedAbout("while 1 pending request(s) use it"), "no WARN named the busy deregMr");
+    signalStep(channel);
+    result = peer.wait(request, reported, std::chrono::seconds(20));
+    CHILD_EXPECT(result == ncclInvalidUsage, "the receive whose buffer was deregistered returned %d",
+                 static_cast<int>(result));
+  } else {
+    CHILD_EXPECT(awaitStep(channel), "the receiver did not post");
+    result = peer.postSend(comm, buffer, 4096, 5, d, &request, std::chrono::seconds(20));
+    if (result == ncclSuccess) result = peer.wait(request, reported, std::chrono::seconds(20));
+    double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    std::printf("ib-test: send to a receiver that deregistered its buffer: result %d after %.2f s\n",
+                static_cast<int>(result), seconds);
+    CHILD_EXPECT(result != ncclSuccess && result != ncclTimeout && seconds < 5.0, "the send ended with %d after %.2f s",
+                 static_cast<int>(result), seconds);
+    CHILD_CHECK(peer.net->deregMr(comm, d));
+  }
+  signalStep(channel);
+  CHILD_EXPECT(awaitStep(channel), "the peer did not finish");
+  CHILD_CHECK(receiver ? peer.net->closeRecv(comm) : peer.net->closeSend(comm));
   if (listenComm != nullptr) CHILD_CHECK(peer.net->closeListen(listenComm));
+  if (listen2 != nullptr) CHILD_CHECK(peer.net->closeListen(listen2));
   std::free(buffer);
   return 0;
 }
