@@ -73,8 +73,11 @@ if wanted perf; then
       bw=$(awk '$1 == 65536 {print $4}' "$out/$r.ib_write_bw.$1.txt")
       [ -n "$bw" ] && result "$r.ib_write_bw.$1" PASS "65536 B x2000: ${bw} MB/s average" || result "$r.ib_write_bw.$1" FAIL ""
       perftest_pair "$r.ib_send_lat.$1" ib_send_lat $2 $3 8 1000
-      lat=$(awk '$1 == 8 {print $5 " typical, " $6 " average"}' "$out/$r.ib_send_lat.$1.txt")
-      [ -n "$lat" ] && result "$r.ib_send_lat.$1" PASS "8 B x1000: ${lat} us" || result "$r.ib_send_lat.$1" FAIL ""
+      # Under TCG the client's cycle clock sometimes yields "inf": then the server's figures (same exchange) stand.
+      lat=$(awk '$1 == 8 && $5 + 0 > 0 && $5 != "inf" {print $5 " typical, " $6 " average"}' "$out/$r.ib_send_lat.$1.txt")
+      [ -z "$lat" ] && lat=$(awk '$1 == 8 && $5 + 0 > 0 && $5 != "inf" {print $5 " typical, " $6 " average (server side)"}' \
+        "$out/$r.ib_send_lat.$1.server")
+      [ -n "$lat" ] && result "$r.ib_send_lat.$1" PASS "8 B x1000: ${lat} us" || result "$r.ib_send_lat.$1" FAIL "no finite latency"
       bench_run "$r.bench.$1" --send-hca "=$3" --recv-hca "=$2" --bytes 65536 --iterations 2000 --latency-iterations 1000
     done
     bench_run "$r.bench.fused" --fuse --bytes 65536 --iterations 2000 --latency-iterations 1000
