@@ -217,7 +217,7 @@ struct Comm {
   // registers (regMr) before isend/irecv, so it never takes this path; tools and tests that skip regMr do.
   std::vector<MemoryHandle*> implicitRegistrations;
   // What regMr/regMrDmaBuf handed out and deregMr has not taken back: closing the comm orphans them (their comm
-  // becomes NULL), so a deregMr after the close neither reads the freed comm nor is refused.
+  // becomes NULL), so a deregMr after the close does not read the freed comm.
   std::vector<MemoryHandle*> registrations;
 };
 
@@ -242,7 +242,8 @@ struct Request {
   size_t size = 0;                        // send
   unsigned char* data = nullptr;          // send
   const MemoryHandle* mhandle = nullptr;  // send
-  // receive: each grouped buffer's handle; flush: the handle read back in [0]. deregMr refuses them until done.
+  // receive: each grouped buffer's handle; flush: the handle read back in [0]. deregMr of one of them (or of a
+  // send's mhandle) before the request is done fails the comm.
   const MemoryHandle* mhandles[kMaxRecvs] = {};
   bool done = false;
   int pendingReads = 0;  // flush
