@@ -120,6 +120,35 @@ void* gLastRecvComm = nullptr;
 std::map<void*, void*> gRegionStart;  // mhandle -> the address regMr was given
 #endif
 
+#if defined(NNS_BUG_BLOCKING_CLOSE_RECV) || defined(NNS_BUG_BLOCKING_CLOSE_SEND)
+// close "drains" the comm first, so that no completion can land in memory it is about to free: it tests every
+// request still pending on the comm until each one completes or fails. That returns only when the peer finishes
+// them or goes away; NCCL closes comms with requests in flight when it aborts a communicator, and a peer that is
+// alive but idle (hung, or aborting too) then holds the close forever.
+std::map<void*, std::set<void*>> gPendingByComm;  // comm -> its pending requests
+std::map<void*, void*> gCommOfRequest;            // request -> its comm
+void notePosted(void* comm, void* request) {
+  gPendingByComm[comm].insert(request);
+  gCommOfRequest[request] = comm;
+}
+void noteFinished(void* request) {
+  auto found = gCommOfRequest.find(request);
+  if (found == gCommOfRequest.end()) return;
+  gPendingByComm[found->second].erase(request);
+  gCommOfRequest.erase(found);
+}
+void drainPending(void* comm) {
+  auto pending = gPendingByComm.find(comm);
+  if (pending == gPendingByComm.end()) return;
+  for (void* request : pending->second) {
+    int done = 0, size = 0;
+    while (real()->test(request, &done, &size) == ncclSuccess && !done) usleep(1000);
+    gCommOfRequest.erase(request);
+  }
+  gPendingByComm.erase(pending);
+}
+#endif
+
 #ifdef NNS_BUG_SIZE_FIELD_30_BITS
 // The wire header packs two flag bits beside a 30-bit size: a message of 1 GiB or more goes out with its size
 // modulo 2^30.
@@ -349,6 +378,10 @@ ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, 
   ncclResult_t result = real()->isend(comm, data, size, tag, mhandle, phandle, request);
   if (result == ncclSuccess && *request == nullptr) gSendPoolExhausted = true;
   return result;
+#elif defined(NNS_BUG_BLOCKING_CLOSE_SEND)
+  ncclResult_t result = real()->isend(comm, data, size, tag, mhandle, phandle, request);
+  if (result == ncclSuccess && *request != nullptr) notePosted(comm, *request);
+  return result;
 #else
   return real()->isend(comm, data, size, tag, mhandle, phandle, request);
 #endif
@@ -413,6 +446,9 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
   ncclResult_t result = real()->irecv(comm, n, data, sizes, tags, mhandles, phandles, request);
 #ifdef NNS_BUG_LIMITED_REQUESTS
   if (result == ncclSuccess && *request != nullptr) gPendingRecvs.insert(*request);
+#endif
+#ifdef NNS_BUG_BLOCKING_CLOSE_RECV
+  if (result == ncclSuccess && *request != nullptr) notePosted(comm, *request);
 #endif
 #ifdef NNS_BUG_CRASH_ON_CLOSE
   if (result == ncclSuccess && *request != nullptr) {
@@ -495,6 +531,9 @@ ncclResult_t test(void* request, int* done, int* sizes) {
 #ifdef NNS_BUG_LIMITED_REQUESTS
   if (result == ncclSuccess && *done) gPendingRecvs.erase(request);
 #endif
+#if defined(NNS_BUG_BLOCKING_CLOSE_RECV) || defined(NNS_BUG_BLOCKING_CLOSE_SEND)
+  if (result != ncclSuccess || *done) noteFinished(request);
+#endif
 #ifdef NNS_BUG_CRASH_ON_CLOSE
   if (result == ncclSuccess && *done) {
     for (auto& [comm, state] : gRecvStates) std::erase(state.pending, request);
@@ -503,6 +542,9 @@ ncclResult_t test(void* request, int* done, int* sizes) {
   return result;
 }
 ncclResult_t closeSend(void* comm) {
+#ifdef NNS_BUG_BLOCKING_CLOSE_SEND
+  drainPending(comm);
+#endif
   return real()->closeSend(comm);
 }
 ncclResult_t closeRecv(void* comm) {
@@ -516,6 +558,9 @@ ncclResult_t closeRecv(void* comm) {
     gRecvStates.erase(state);
     return result;
   }
+#endif
+#ifdef NNS_BUG_BLOCKING_CLOSE_RECV
+  drainPending(comm);
 #endif
   return real()->closeRecv(comm);
 }

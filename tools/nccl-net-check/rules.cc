@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "harness.hpp"
+#include "nccl_net/sdk/result.hpp"
 #include "netns.hpp"
 #include "nns/core/printable.hpp"
 #include "tcp_strangers.hpp"
@@ -98,6 +99,11 @@ Verdict fail(const char* format, ...) {
   std::vsnprintf(text, sizeof(text), format, args);
   va_end(args);
   return {Status::kFail, text};
+}
+
+// A plugin's return code with its name: "6 (ncclRemoteError)".
+std::string resultText(ncclResult_t result) {
+  return std::to_string(static_cast<int>(result)) + " (" + nccl_net::sdk::resultName(result) + ")";
 }
 
 struct Context {
@@ -363,7 +369,13 @@ std::string peerText(int code) {
   if (code < 0)
     return "peer died with signal " + std::to_string(-code) +
            whereText(gCallNotes != nullptr ? &gCallNotes[1] : nullptr);
-  if (code == 3) return "peer: a plugin call did not return in time";
+  if (code == 3) {
+    const CallNote* note = gCallNotes != nullptr ? &gCallNotes[1] : nullptr;
+    if (note != nullptr && note->name != nullptr && note->inProgress)
+      return std::string("peer: ") + note->name + " did not return within " + std::to_string(gCallTimeout) +
+             " s (a blocking call)";
+    return "peer: a plugin call did not return in time";
+  }
   if (code == kPeerNetnsFailed) return "peer: could not enter its network namespace";
   if (code == kPeerReopenFailed) return "peer: the plugin did not load or init in the peer's network namespace";
   return "peer exit code " + std::to_string(code);
@@ -957,39 +969,92 @@ Verdict registeredBufferOffsets(Context& c) {
 }
 
 Verdict closeWithRequestsInFlight(Context& c) {
+  // NCCL closes comms with requests in flight when it aborts a communicator, while the peer may be alive and idle
+  // (hung, or not aborting yet): each close must return then, not wait for the requests to finish. A close that
+  // waits is caught by the call watchdog, which names the call.
+  // 1. closeRecv with receives posted while the sender is connected, holds its comm open and sends nothing until
+  //    the receiver has closed.
   Pair pair;
   std::string why;
+  int goPipe[2];
+  if (pipe(goPipe) != 0) return fail("pipe failed");
   if (!openPair(
           c, pair,
+          [&](void*) {
+            close(goPipe[1]);  // a receiver that dies reads as a hang-up, not as silence
+            pollfd go{goPipe[0], POLLIN, 0};
+            poll(&go, 1, 60000);
+            return 0;  // closeSend follows, with nothing in flight
+          },
+          &why)) {
+    close(goPipe[0]);
+    close(goPipe[1]);
+    return fail("%s", why.c_str());
+  }
+  close(goPipe[0]);
+  constexpr int kRecvs = 8;
+  std::vector<std::vector<unsigned char>> buffers(kRecvs, std::vector<unsigned char>(64));
+  int posted = 0;
+  for (int i = 0; i < kRecvs; ++i) {
+    void* data = buffers[i].data();
+    size_t size = buffers[i].size();
+    int tag = 1;
+    void* request = nullptr;
+    ncclResult_t result = CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, nullptr, nullptr, &request));
+    if (result != ncclSuccess) {
+      (void)!write(goPipe[1], "g", 1);
+      close(goPipe[1]);
+      closePair(c, pair);
+      return fail("irecv %d returned %s with the sender connected and idle", i, resultText(result).c_str());
+    }
+    if (request == nullptr) break;
+    ++posted;
+  }
+  ncclResult_t recvClosed = CALL("closeRecv", c.net->closeRecv(pair.recvComm));
+  pair.recvComm = nullptr;
+  (void)!write(goPipe[1], "g", 1);
+  close(goPipe[1]);
+  int idleCode = closePair(c, pair, gCallTimeout + 10);
+  if (posted == 0) return fail("irecv took no receive (a NULL request) on a fresh comm: nothing to close in flight");
+  if (recvClosed != ncclSuccess)
+    return fail("closeRecv with %d receives posted, the sender alive and idle, returned %s", posted,
+                resultText(recvClosed).c_str());
+  if (idleCode != 0) return fail("the idle sender, after closeRecv: %s", peerText(idleCode).c_str());
+
+  // 2. closeSend with sends posted to a receiver that posts no receives, holds its comm open, and waits for the
+  //    sender to finish (so 8 MiB through a plugin's buffers stays in flight).
+  Pair sendPair;
+  constexpr int kSends = 8;
+  if (!openPair(
+          c, sendPair,
           [&](void* comm) {
             // Outlives the lambda: the plugin may read it until closeSend, which openPair calls after this returns.
             static std::vector<unsigned char> buffer(1 << 20, 3);
-            for (int i = 0; i < 4; ++i) {
+            for (int i = 0; i < kSends; ++i) {
               void* request = nullptr;
               if (CALL("isend", c.net->isend(comm, buffer.data(), buffer.size(), 1, nullptr, nullptr, &request)) !=
                   ncclSuccess)
-                return 0;
+                return 41;
+              if (request == nullptr) break;
             }
             return 0;  // closeSend follows with the sends in flight
           },
           &why))
     return fail("%s", why.c_str());
-  std::vector<std::vector<unsigned char>> buffers(8, std::vector<unsigned char>(64));
-  for (int i = 0; i < 8; ++i) {
-    void* data = buffers[i].data();
-    size_t size = 64;
-    int tag = 99;  // nobody sends this tag: these stay pending
-    void* request = nullptr;
-    CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, nullptr, nullptr, &request));
-  }
-  int code = waitPeer(pair.peer, 20);
-  pair.peer = -1;
-  ncclResult_t result = CALL("closeRecv", c.net->closeRecv(pair.recvComm));
-  pair.recvComm = nullptr;
-  closePair(c, pair);
-  if (code != 0) return fail("sender closing with sends in flight: %s", peerText(code).c_str());
-  if (result != ncclSuccess) return fail("closeRecv with receives in flight returned %d", result);
-  return pass("closeSend with 4 sends and closeRecv with 8 receives in flight returned, no crash");
+  int sendCode = waitPeer(sendPair.peer, gCallTimeout + 10);
+  sendPair.peer = -1;
+  ncclResult_t sendSideClosed = CALL("closeRecv", c.net->closeRecv(sendPair.recvComm));
+  sendPair.recvComm = nullptr;
+  closePair(c, sendPair);
+  if (sendCode == 41) return fail("isend returned an error on a fresh comm");
+  if (sendCode != 0)
+    return fail("closeSend with sends in flight to a receiver that posts none: %s", peerText(sendCode).c_str());
+  if (sendSideClosed != ncclSuccess)
+    return fail("closeRecv after the sender closed with sends in flight returned %s",
+                resultText(sendSideClosed).c_str());
+  return pass("closeRecv with " + std::to_string(posted) +
+              " receives posted (sender alive, idle) and closeSend with up to 8 sends of 1 MiB in flight (receiver "
+              "alive, posting none) returned, no crash");
 }
 
 Verdict peerDeathIsAnError(Context& c) {
