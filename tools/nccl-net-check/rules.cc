@@ -70,6 +70,18 @@ std::string whereText(const CallNote* note) {
   return std::string(" after ") + note->name + " returned (in a thread of the plugin, or on what it returned)";
 }
 
+// For a rule that hung: " (last plugin call: X)" when only the rule process made calls, else each side's last call,
+// " (last plugin calls: listener/receiver: X; connector/sender: Y, still running)". In every rule the rule process
+// listens, accepts and receives, and its peer connects and sends.
+std::string lastCallsText(const CallNote* notes) {
+  if (notes == nullptr) return "";
+  auto call = [](const CallNote& note) {
+    return std::string(note.name != nullptr ? note.name : "none") + (note.inProgress ? ", still running" : "");
+  };
+  if (notes[1].name == nullptr) return notes[0].name != nullptr ? " (last plugin call: " + call(notes[0]) + ")" : "";
+  return " (last plugin calls: listener/receiver: " + call(notes[0]) + "; connector/sender: " + call(notes[1]) + ")";
+}
+
 #define CALL(name, expr)                \
   ([&]() -> ncclResult_t {              \
     gCurrentCall = name;                \
@@ -1513,9 +1525,7 @@ std::vector<RuleResult> runRules(const Options& options) {
     if (hung) {
       result.status = Status::kFail;
       result.evidence = "hung: the rule did not finish within " + std::to_string(options.ruleTimeoutSeconds) + " s";
-      if (gCallNotes != nullptr && gCallNotes[0].name != nullptr)
-        result.evidence += std::string(" (last plugin call: ") + gCallNotes[0].name +
-                           (gCallNotes[0].inProgress ? ", still running)" : ")");
+      result.evidence += lastCallsText(gCallNotes);
     } else if (WIFSIGNALED(status)) {
       result.status = Status::kFail;
       result.evidence = "the plugin crashed the process (signal " + std::to_string(WTERMSIG(status)) + ", " +
