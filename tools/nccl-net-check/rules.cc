@@ -118,6 +118,18 @@ std::string resultText(ncclResult_t result) {
   return std::to_string(static_cast<int>(result)) + " (" + nccl_net::sdk::resultName(result) + ")";
 }
 
+// What a wait (waitDone and the like) ended with: the harness's own deadline is ncclTimeout, any other code is
+// test()'s.
+std::string waitText(ncclResult_t result, int seconds) {
+  if (result == ncclTimeout) return "test still said 'not done' after " + std::to_string(seconds) + " s";
+  return "test returned " + resultText(result);
+}
+// Likewise for postSend/postRecv, whose deadline (10 s) runs while the plugin answers with a NULL request.
+std::string postText(ncclResult_t result) {
+  if (result == ncclTimeout) return "still a NULL request (not posted) after 10 s";
+  return "returned " + resultText(result);
+}
+
 struct Context {
   Net* net;
   void* ctx;
@@ -290,8 +302,9 @@ struct Pair {
 // `afterListen`, when given, runs between listen and the peer's start.
 bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& sender, std::string* why,
               const std::function<void()>& afterListen = {}) {
-  if (CALL("listen", c.net->listen(c.ctx, c.dev, pair.handle, &pair.listenComm)) != ncclSuccess) {
-    *why = "listen failed";
+  if (ncclResult_t result = CALL("listen", c.net->listen(c.ctx, c.dev, pair.handle, &pair.listenComm));
+      result != ncclSuccess) {
+    *why = "listen returned " + resultText(result);
     return false;
   }
   if (afterListen) afterListen();
@@ -305,7 +318,7 @@ bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& 
   ncclResult_t failed = ncclSuccess;
   pair.recvComm = acceptWithin(c, pair.listenComm, 20, &failed);
   if (pair.recvComm == nullptr) {
-    *why = failed != ncclSuccess ? "accept returned " + std::to_string(failed) + " before the sender got through"
+    *why = failed != ncclSuccess ? "accept returned " + resultText(failed) + " before the sender got through"
                                  : "accept did not complete within 20 s";
     kill(pair.peer, SIGKILL);  // it would go on connecting to a listener that no longer accepts
     waitpid(pair.peer, nullptr, 0);
@@ -359,7 +372,7 @@ Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size
       int size = -1;
       ncclResult_t result = waitDone(c, requests[slot], &size, 30);
       if (result != ncclSuccess)
-        return fail("message %zu (%zu B): test returned %d", index, messages[index].first, result);
+        return fail("message %zu (%zu B): %s", index, messages[index].first, waitText(result, 30).c_str());
       if (size != static_cast<int>(messages[index].first))
         return fail("message %zu: test reported %d bytes, %zu were sent", index, size, messages[index].first);
       long bad = firstMismatch(buffers[slot], messages[index].first, messages[index].second);
@@ -370,7 +383,8 @@ Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size
     void* data = buffers[slot].data();
     size_t size = capacity;
     int tags[1] = {tag};
-    if (postRecv(c, comm, 1, &data, &size, tags, &requests[slot]) != ncclSuccess) return fail("irecv %zu failed", i);
+    if (ncclResult_t posted = postRecv(c, comm, 1, &data, &size, tags, &requests[slot]); posted != ncclSuccess)
+      return fail("irecv %zu: %s", i, postText(posted).c_str());
   }
   return pass("");
 }
@@ -428,13 +442,15 @@ Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t
 // ---- the rules -------------------------------------------------------------------------------------------------
 Verdict propertiesSane(Context& c) {
   int ndev = 0;
-  if (CALL("devices", c.net->devices(&ndev)) != ncclSuccess || ndev <= 0) return fail("devices gave %d", ndev);
+  if (ncclResult_t result = CALL("devices", c.net->devices(&ndev)); result != ncclSuccess)
+    return fail("devices returned %s", resultText(result).c_str());
+  if (ndev <= 0) return fail("devices gave %d", ndev);
   std::set<std::string> names;
   std::string summary;
   for (int dev = 0; dev < ndev; ++dev) {
     ncclNetProperties_v12_t p;
-    if (CALL("getProperties", c.net->getProperties(dev, &p)) != ncclSuccess)
-      return fail("getProperties(%d) failed", dev);
+    if (ncclResult_t result = CALL("getProperties", c.net->getProperties(dev, &p)); result != ncclSuccess)
+      return fail("getProperties(%d) returned %s", dev, resultText(result).c_str());
     if (p.name == nullptr || !names.insert(p.name).second)
       return fail("device %d: name %s is missing or not unique (NCCL keys NICs by name)", dev,
                   core::printable(p.name).c_str());
@@ -474,8 +490,9 @@ Verdict listenHandleFits(Context& c) {
   unsigned char buffer[2 * NCCL_NET_HANDLE_MAXSIZE];
   std::memset(buffer, 0xa5, sizeof(buffer));
   void* listenComm = nullptr;
-  if (CALL("listen", c.net->listen(c.ctx, c.dev, buffer, &listenComm)) != ncclSuccess || listenComm == nullptr)
-    return fail("listen failed or returned no listenComm");
+  if (ncclResult_t result = CALL("listen", c.net->listen(c.ctx, c.dev, buffer, &listenComm)); result != ncclSuccess)
+    return fail("listen returned %s", resultText(result).c_str());
+  if (listenComm == nullptr) return fail("listen returned no listenComm");
   CALL("closeListen", c.net->closeListen(listenComm));
   for (size_t i = NCCL_NET_HANDLE_MAXSIZE; i < sizeof(buffer); ++i)
     if (buffer[i] != 0xa5) return fail("listen wrote byte %zu of the handle (NCCL ships only 128)", i);
@@ -486,7 +503,8 @@ Verdict connectIsNonblocking(Context& c) {
   // The listener never accepts: connect must keep returning (NULL comm, or a comm) rather than wait for it.
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
   void* listenComm = nullptr;
-  if (CALL("listen", c.net->listen(c.ctx, c.dev, handle, &listenComm)) != ncclSuccess) return fail("listen failed");
+  if (ncclResult_t result = CALL("listen", c.net->listen(c.ctx, c.dev, handle, &listenComm)); result != ncclSuccess)
+    return fail("listen returned %s", resultText(result).c_str());
   void* sendComm = nullptr;
   double slowest = 0;
   for (int i = 0; i < 50 && sendComm == nullptr; ++i) {
@@ -515,7 +533,8 @@ Verdict connectIsNonblocking(Context& c) {
 Verdict acceptIsNonblocking(Context& c) {
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
   void* listenComm = nullptr;
-  if (CALL("listen", c.net->listen(c.ctx, c.dev, handle, &listenComm)) != ncclSuccess) return fail("listen failed");
+  if (ncclResult_t result = CALL("listen", c.net->listen(c.ctx, c.dev, handle, &listenComm)); result != ncclSuccess)
+    return fail("listen returned %s", resultText(result).c_str());
   double slowest = 0;
   for (int i = 0; i < 20; ++i) {
     void* recvComm = nullptr;
@@ -557,9 +576,9 @@ Verdict maxRequestsInFlight(Context& c) {
     void* data = buffers[i].data();
     size_t size = buffers[i].size();
     int tag = 1;
-    if (CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, nullptr, nullptr, &requests[i])) !=
-        ncclSuccess)
-      return fail("irecv %d returned an error", i);
+    ncclResult_t posted =
+        CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, nullptr, nullptr, &requests[i]));
+    if (posted != ncclSuccess) return fail("irecv %d returned %s", i, resultText(posted).c_str());
     if (requests[i] == nullptr) break;
     ++accepted;
   }
@@ -571,7 +590,7 @@ Verdict maxRequestsInFlight(Context& c) {
   for (int i = 0; i < kRequests; ++i) {
     int size = -1;
     ncclResult_t result = waitDone(c, requests[i], &size, 30);
-    if (result != ncclSuccess) return fail("receive %d: test returned %d", i, result);
+    if (result != ncclSuccess) return fail("receive %d: %s", i, waitText(result, 30).c_str());
     if (size != 1000 + i || firstMismatch(buffers[i], size, i) >= 0)
       return fail("receive %d: wrong size %d or bytes", i, size);
   }
@@ -647,7 +666,8 @@ Verdict nullRequestMeansRetry(Context& c) {
     void* data = buffer.data();
     size_t size = buffer.size();
     int tag = 1;
-    if (postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request) != ncclSuccess) return fail("irecv %d failed", i);
+    if (ncclResult_t posted = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request); posted != ncclSuccess)
+      return fail("irecv %d: %s", i, postText(posted).c_str());
     int got = -1;
     // A sender that gave up explains a receive that never completes better than the receive's timeout does.
     ncclResult_t result = waitDoneWatchingPeer(c, request, &got, 30, pair.peer, &peerCode);
@@ -662,7 +682,8 @@ Verdict nullRequestMeansRetry(Context& c) {
     }
     peerFailed = result != ncclSuccess && pair.peer < 0 && peerCode != 0;
     if (!peerFailed && (result != ncclSuccess || got != 16))
-      return fail("receive %d: result %d, size %d", i, result, got);
+      return fail("receive %d: %s, size %d", i, result == ncclSuccess ? "completed" : waitText(result, 30).c_str(),
+                  got);
   }
   int code = peerFailed ? peerCode : closePair(c, pair);
   if (peerFailed) closePair(c, pair);
@@ -718,7 +739,7 @@ Verdict truncationIsAnError(Context& c) {
   if (result == ncclTimeout) return fail("a 1000-byte message into a 100-byte receive never completed nor failed");
   for (size_t i = 100; i < small.size(); ++i)
     if (small[i] != 0) return fail("the plugin wrote past the 100-byte receive buffer (byte %zu)", i);
-  return pass("test/irecv returned error " + std::to_string(result) + " and wrote nothing past the buffer");
+  return pass("test/irecv returned error " + resultText(result) + " and wrote nothing past the buffer");
 }
 
 Verdict multiRecvTags(Context& c) {
@@ -764,7 +785,7 @@ Verdict multiRecvTags(Context& c) {
   std::vector<int> got(64, -1);
   if (result == ncclSuccess) result = waitDone(c, request, got.data(), 20);
   int code = closePair(c, pair);
-  if (result != ncclSuccess) return fail("grouped irecv of %d: result %d", n, result);
+  if (result != ncclSuccess) return fail("grouped irecv of %d: %s", n, waitText(result, 20).c_str());
   for (int k = 0; k < n; ++k) {
     int expected = 100 * (k + 1) + 3;
     if (got[k] != expected) return fail("receive %d (tag %d): size %d, expected %d", k, 10 + k, got[k], expected);
@@ -820,7 +841,7 @@ Verdict oneGibMessage(Context& c) {
   if (result == ncclSuccess) result = waitDone(c, request, &got, 60);
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   int code = closePair(c, pair, 60);
-  if (result != ncclSuccess) return fail("1 GiB receive: result %d", result);
+  if (result != ncclSuccess) return fail("1 GiB receive: %s", waitText(result, 60).c_str());
   if (got != static_cast<int>(kBytes)) return fail("1 GiB receive reported %d bytes", got);
   for (size_t i = 0; i < kBytes; i += kStampEvery)
     if (!stampedAt(big, i)) return fail("1 GiB receive: the 8 bytes at offset %zu are not the ones sent there", i);
@@ -864,10 +885,12 @@ Verdict regmrDeregBalance(Context& c) {
   long before = residentKiB();
   for (int i = 0; i < 2000; ++i) {
     void* mhandle = nullptr;
-    if (CALL("regMr", c.net->regMr(pair.recvComm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mhandle)) !=
-        ncclSuccess)
-      return fail("regMr %d failed", i);
-    if (CALL("deregMr", c.net->deregMr(pair.recvComm, mhandle)) != ncclSuccess) return fail("deregMr %d failed", i);
+    if (ncclResult_t result =
+            CALL("regMr", c.net->regMr(pair.recvComm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mhandle));
+        result != ncclSuccess)
+      return fail("regMr %d returned %s", i, resultText(result).c_str());
+    if (ncclResult_t result = CALL("deregMr", c.net->deregMr(pair.recvComm, mhandle)); result != ncclSuccess)
+      return fail("deregMr %d returned %s", i, resultText(result).c_str());
   }
   long grown = residentKiB() - before;
   closePair(c, pair);
@@ -946,7 +969,7 @@ Verdict registeredBufferOffsets(Context& c) {
                   "receive buffer)",
                   k, m.bytes, m.sendOffset, m.recvOffset);
     if (result != ncclSuccess) {
-      v = fail("%s: result %d", what, static_cast<int>(result));
+      v = fail("%s: %s", what, waitText(result, 30).c_str());
       break;
     }
     if (size != static_cast<int>(m.bytes)) {
@@ -1092,7 +1115,8 @@ Verdict peerDeathIsAnError(Context& c) {
   size_t size = big.size();
   int tag = 1;
   void* request = nullptr;
-  if (postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request) != ncclSuccess) return fail("irecv failed");
+  if (ncclResult_t posted = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request); posted != ncclSuccess)
+    return fail("irecv: %s", postText(posted).c_str());
   int status = 0;
   if (waitpid(pair.peer, &status, WUNTRACED) != pair.peer || !WIFSTOPPED(status))
     return fail("the sender did not reach its stop (status %d)", status);
@@ -1111,7 +1135,8 @@ Verdict peerDeathIsAnError(Context& c) {
     return fail("test still said 'not done' %d s after the peer's death, never an error: the receive would hang NCCL",
                 gPeerDeathSeconds);
   char text[128];
-  std::snprintf(text, sizeof(text), "test returned %d %.2f s after the sender was killed mid-message", result, seconds);
+  std::snprintf(text, sizeof(text), "test returned %s %.2f s after the sender was killed mid-message",
+                resultText(result).c_str(), seconds);
   return pass(text);
 }
 
@@ -1123,11 +1148,11 @@ Verdict everyVersionAgrees(Context& c) {
     auto net = core::openNetVersion(c.net->path(), version, &error);
     if (net == nullptr) return fail("ncclNet_v%d: %s", version, error.c_str());
     void* ctx = nullptr;
-    if (CALL("init", net->init(&ctx, 1, nullptr, nullptr, nullptr)) != ncclSuccess)
-      return fail("ncclNet_v%d: init failed", version);
+    if (ncclResult_t result = CALL("init", net->init(&ctx, 1, nullptr, nullptr, nullptr)); result != ncclSuccess)
+      return fail("ncclNet_v%d: init returned %s", version, resultText(result).c_str());
     ncclNetProperties_v12_t p;
-    if (CALL("getProperties", net->getProperties(c.dev, &p)) != ncclSuccess)
-      return fail("ncclNet_v%d: getProperties failed", version);
+    if (ncclResult_t result = CALL("getProperties", net->getProperties(c.dev, &p)); result != ncclSuccess)
+      return fail("ncclNet_v%d: getProperties returned %s", version, resultText(result).c_str());
     // Compared as printed, so a NULL name is a difference, not a crash.
     const std::string name = core::printable(p.name), newestName = core::printable(c.props.name);
     if (name != newestName || p.speed != c.props.speed || p.ptrSupport != c.props.ptrSupport ||
@@ -1188,9 +1213,10 @@ Verdict manyCommsAtOnce(Context& c) {
       if (comm != nullptr) CALL("closeListen", c.net->closeListen(comm));
   };
   for (int i = 0; i < kComms; ++i)
-    if (CALL("listen", c.net->listen(c.ctx, c.dev, handles[i].data(), &listenComms[i])) != ncclSuccess) {
+    if (ncclResult_t result = CALL("listen", c.net->listen(c.ctx, c.dev, handles[i].data(), &listenComms[i]));
+        result != ncclSuccess) {
       closeAll();
-      return fail("listen %d of %d failed", i + 1, kComms);
+      return fail("listen %d of %d returned %s", i + 1, kComms, resultText(result).c_str());
     }
   int checkedPipe[2];
   if (pipe(checkedPipe) != 0) return fail("pipe failed");
@@ -1227,9 +1253,13 @@ Verdict manyCommsAtOnce(Context& c) {
   for (int accepted = 0; accepted < kComms && verdict.status == Status::kPass;) {
     accepted = 0;
     for (int i = 0; i < kComms; ++i) {
-      if (recvComms[i] == nullptr &&
-          CALL("accept", c.net->accept(listenComms[i], &recvComms[i], nullptr)) != ncclSuccess)
-        verdict = fail("accept on listener %d returned an error", i);
+      if (recvComms[i] != nullptr) {
+        ++accepted;
+        continue;
+      }
+      if (ncclResult_t result = CALL("accept", c.net->accept(listenComms[i], &recvComms[i], nullptr));
+          result != ncclSuccess)
+        verdict = fail("accept on listener %d returned %s", i, resultText(result).c_str());
       accepted += recvComms[i] != nullptr ? 1 : 0;
     }
     if (accepted < kComms && Clock::now() > deadline)
@@ -1242,15 +1272,15 @@ Verdict manyCommsAtOnce(Context& c) {
       void* data = buffers[i].data();
       size_t size = capacity;
       int tag = 1;  // the same on every connection, as tags repeat across NCCL's connections
-      if (postRecv(c, recvComms[i], 1, &data, &size, &tag, &requests[i]) != ncclSuccess)
-        verdict = fail("irecv on connection %d, round %d failed", i, round);
+      if (ncclResult_t posted = postRecv(c, recvComms[i], 1, &data, &size, &tag, &requests[i]); posted != ncclSuccess)
+        verdict = fail("irecv on connection %d, round %d: %s", i, round, postText(posted).c_str());
     }
     for (int i = 0; i < kComms && verdict.status == Status::kPass; ++i) {
       int size = -1;
       ncclResult_t result = waitDone(c, requests[i], &size, 10);
       if (result != ncclSuccess) {
-        verdict = fail("connection %d, round %d: test returned %d%s", i, round, static_cast<int>(result),
-                       result == ncclTimeout ? " (nothing arrived within 10 s)" : "");
+        verdict = fail("connection %d, round %d: %s", i, round,
+                       result == ncclTimeout ? "nothing arrived within 10 s" : waitText(result, 10).c_str());
       } else if (size != static_cast<int>(sizeOf(i, round)) || firstMismatch(buffers[i], size, seedOf(i, round)) >= 0) {
         // Whose message it was, when it was another connection's: the evidence of crossed connections.
         std::string whose;
@@ -1302,8 +1332,8 @@ Verdict foreignHandleIsAnError(Context& c) {
         "is not checked, and NCCL would wait out the plugin's connect timeout",
         calls);
   char text[160];
-  std::snprintf(text, sizeof(text), "a handle of 128 zero bytes: connect returned error %d after %d call(s), %.1f ms",
-                static_cast<int>(result), calls, ms);
+  std::snprintf(text, sizeof(text), "a handle of 128 zero bytes: connect returned error %s after %d call(s), %.1f ms",
+                resultText(result).c_str(), calls, ms);
   return pass(text);
 }
 
@@ -1426,10 +1456,10 @@ const std::vector<Rule>& rules() {
   noteCall(gCurrentCall, false);
   if (net == nullptr) writeVerdict(fail("the plugin did not load"));
   Context c{net.get(), nullptr, 0, {}};
-  if (CALL("init", net->init(&c.ctx, 0x6e6e73, nullptr, nullptr, nullptr)) != ncclSuccess)
-    writeVerdict(fail("init failed"));
-  if (CALL("getProperties", net->getProperties(0, &c.props)) != ncclSuccess)
-    writeVerdict(fail("getProperties(0) failed"));
+  if (ncclResult_t result = CALL("init", net->init(&c.ctx, 0x6e6e73, nullptr, nullptr, nullptr)); result != ncclSuccess)
+    writeVerdict(fail("init returned %s", resultText(result).c_str()));
+  if (ncclResult_t result = CALL("getProperties", net->getProperties(0, &c.props)); result != ncclSuccess)
+    writeVerdict(fail("getProperties(0) returned %s", resultText(result).c_str()));
   Verdict verdict = rule.run(c);
   CALL("finalize", net->finalize(c.ctx));
   writeVerdict(verdict);
