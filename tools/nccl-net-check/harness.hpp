@@ -2,6 +2,7 @@
 // end of the run), with a second process as the peer where a rule needs two sides.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,11 +38,15 @@ struct RuleInfo {
 const std::vector<RuleInfo>& allRules();
 
 // Runs the selected rules against the plugin `options.load` names. The plugin is loaded in each rule's process.
-std::vector<RuleResult> runRules(const Options& options);
+// `onResult`, when given, is called with each rule's result as soon as it is known, in the order of the returned list.
+std::vector<RuleResult> runRules(const Options& options, const std::function<void(const RuleResult&)>& onResult = {});
 
 const char* statusText(Status status);
 
 // Kills the rule in progress with its peers (async-signal-safe): for a run interrupted by a signal.
 void killRunningRule();
+
+// The name of the rule in progress, or nullptr between rules (async-signal-safe).
+const char* runningRuleName();
 
 }  // namespace nns::check

@@ -38,8 +38,25 @@ void removePeerCopy() {
   gPeerCopyFile[0] = gPeerCopyDir[0] = '\0';
 }
 
-// Interrupted: stop the rule in progress, remove the namespaces and the copy, and go.
+// Appends `text` to `out` (async-signal-safe pieces for onTerminate).
+char* append(char* out, const char* end, const char* text) {
+  while (*text != '\0' && out < end) *out++ = *text++;
+  return out;
+}
+
+// Interrupted: say which rule was running, stop it, remove the namespaces and the copy, and go.
 void onTerminate(int sig) {
+  if (const char* rule = nns::check::runningRuleName(); rule != nullptr) {
+    char text[256];
+    char number[4] = {static_cast<char>('0' + sig / 10 % 10), static_cast<char>('0' + sig % 10), '\0', '\0'};
+    char* end = text + sizeof(text) - 1;
+    char* out = append(text, end, "nccl-net-check: interrupted by signal ");
+    out = append(out, end, sig >= 10 ? number : number + 1);
+    out = append(out, end, " in rule ");
+    out = append(out, end, rule);
+    out = append(out, end, "\n");
+    (void)!write(STDERR_FILENO, text, static_cast<size_t>(out - text));
+  }
   nns::check::killRunningRule();
   nns::check::removeNetnsFromSignalHandler();
   removePeerCopy();
@@ -270,7 +287,16 @@ int runTool(int argc, char** argv) {
                 nns::check::NetnsPair::kListenerAddress, namespaces.peerNamespace().c_str(),
                 namespaces.peerInterface().c_str(), nns::check::NetnsPair::kPeerAddress,
                 std::getenv("NCCL_SOCKET_IFNAME"), std::getenv("NNS_SOCKET_IFNAME"));
-  auto results = nns::check::runRules(options);
+  // Each rule's line as soon as its verdict is known (a plugin that hangs in several rules holds the run for
+  // minutes): on stdout in the text output, where the lines are the table; on stderr with --json, whose stdout is
+  // the one object printed at the end.
+  auto printLine = [](FILE* out, const nns::check::RuleResult& r) {
+    std::fprintf(out, "%-4s %-30s %s (%.1f s)\n", nns::check::statusText(r.status), r.rule.c_str(), r.evidence.c_str(),
+                 r.seconds);
+    std::fflush(out);
+  };
+  auto results =
+      nns::check::runRules(options, [&](const nns::check::RuleResult& r) { printLine(asJson ? stderr : stdout, r); });
   std::string trafficLine;
   if (netns) {
     uint64_t rx = 0, tx = 0;
@@ -299,9 +325,6 @@ int runTool(int argc, char** argv) {
                             {"status", nns::check::statusText(r.status)},
                             {"evidence", r.evidence},
                             {"seconds", r.seconds}});
-    if (!asJson)
-      std::printf("%-4s %-30s %s (%.1f s)\n", nns::check::statusText(r.status), r.rule.c_str(), r.evidence.c_str(),
-                  r.seconds);
   }
   if (asJson) {
     out["passed"] = passed;

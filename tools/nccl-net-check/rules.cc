@@ -39,6 +39,7 @@ int gPeerDeathSeconds = 30;              // how long a pending test may take to 
 std::string gPeerNetns;                  // --netns: the namespace peers enter
 std::string gPeerLibrary;                // --netns: the copy of the plugin peers open
 volatile sig_atomic_t gRunningRule = 0;  // process group of the rule in progress (the harness's parent process)
+const char* volatile gRunningRuleName = nullptr;  // its name (a rules() entry's)
 
 void onAlarm(int) {
   char text[256];
@@ -1482,6 +1483,10 @@ void killRunningRule() {
   if (group > 0) kill(-group, SIGKILL);
 }
 
+const char* runningRuleName() {
+  return gRunningRuleName;
+}
+
 const std::vector<RuleInfo>& allRules() {
   static const std::vector<RuleInfo> infos = [] {
     std::vector<RuleInfo> out;
@@ -1491,7 +1496,7 @@ const std::vector<RuleInfo>& allRules() {
   return infos;
 }
 
-std::vector<RuleResult> runRules(const Options& options) {
+std::vector<RuleResult> runRules(const Options& options, const std::function<void(const RuleResult&)>& onResult) {
   std::vector<RuleResult> results;
   for (const auto& rule : rules()) {
     if (!options.only.empty() &&
@@ -1524,6 +1529,7 @@ std::vector<RuleResult> runRules(const Options& options) {
     }
     close(fds[1]);
     gRunningRule = pid;
+    gRunningRuleName = rule.info.name;
     std::string text;
     char buffer[1024];
     auto deadline = start + std::chrono::seconds(options.ruleTimeoutSeconds);
@@ -1550,6 +1556,7 @@ std::vector<RuleResult> runRules(const Options& options) {
     waitpid(pid, &status, 0);
     kill(-pid, SIGKILL);  // leftover peers of the rule
     gRunningRule = 0;
+    gRunningRuleName = nullptr;
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     size_t bar = text.find('|');
     if (hung) {
@@ -1570,6 +1577,7 @@ std::vector<RuleResult> runRules(const Options& options) {
       result.evidence = text.substr(bar + 1);
     }
     results.push_back(result);
+    if (onResult) onResult(result);
   }
   return results;
 }
