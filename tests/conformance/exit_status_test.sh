@@ -29,6 +29,12 @@ expect 2 "--window: Value 33 not in range 1 to 32" "$bin/nccl-net-perf" minimal 
 expect 2 "--maxbytes: Value 2147483648 not in range" "$bin/nccl-net-perf" minimal -e 2G
 expect 2 "needs [0-9.]+ GiB of buffers in each of the two processes" \
   "$bin/nccl-net-perf" minimal -b 1G -e 2147483647 -W 32 -m 64
+expect 2 "--bind-to: bogus not in" "$bin/nccl-net-perf" minimal --bind-to bogus
+# The header says where the two processes run: bound on 2 or more CPUs, unbound (and why) on one or with none.
+expect 0 "# processes: (measuring process on CPUs [0-9,-]+, peer on CPUs [0-9,-]+|not bound)" \
+  "$bin/nccl-net-perf" minimal -b 8 -e 8 -n 2 -w 0
+expect 0 "# processes: not bound \\(--bind-to none\\)" "$bin/nccl-net-perf" minimal -b 8 -e 8 -n 2 -w 0 --bind-to none
+expect 0 "# processes: not bound \\(2 processes on 1 CPU\\)" taskset -c 0 "$bin/nccl-net-perf" minimal -b 8 -e 8 -n 2 -w 0
 
 # --json when nothing loads: still one object, saying so.
 out=$("$bin/nccl-net-check" no-such-plugin --json 2>/dev/null)

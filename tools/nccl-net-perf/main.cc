@@ -1,6 +1,7 @@
 // nccl-net-perf: bandwidth and latency per message size between two processes over any ncclNet plugin, in the
 // spirit of ib_write_bw / ucx_perftest (-b -e -f sweep, iterations, in-flight window, multi-recv n; --json).
 #include <limits.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -8,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -17,7 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "nns/core/cpus.hpp"
 #include "nns/core/loader.hpp"
+#include "nns/tools/cpu_shares.hpp"
 #include "nns/tools/guarded_main.hpp"
 #include "nns/tools/parse_arguments.hpp"
 #include "nns/tools/size_option.hpp"
@@ -58,6 +62,25 @@ double now() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+// Every wait on the plugin (a NULL request to post again, a request not done yet) spins this long, then yields the
+// CPU at each further poll: when both processes share a CPU (one CPU, or --bind-to none on a busy host), a side that
+// only spun would keep the CPU from the peer it waits for until the scheduler's next tick, and a latency read that
+// tick (4 ms) instead of the plugin. On a CPU of its own, sched_yield returns at once. (Unbound on this project's
+// 2-CPU host, a 20 us spin read 37 us for the socket plugin's 8-byte latency where 2 us read 19 us: a side sharing
+// the CPU with its peer spins out its time before the peer can answer.)
+constexpr double kSpinSeconds = 2e-6;
+class Poll {
+ public:
+  void next() {
+    double t = now();
+    if (spinStart_ == 0) spinStart_ = t;
+    if (t - spinStart_ > kSpinSeconds) sched_yield();
+  }
+
+ private:
+  double spinStart_ = 0;
+};
+
 void check(ncclResult_t result, const char* what) {
   if (result != ncclSuccess)
     throw std::runtime_error(std::string(what) + " returned ncclResult " + std::to_string(result));
@@ -97,10 +120,12 @@ class Side {
     readAll(exchangeFd, theirs, sizeof(theirs));
     // connect and accept are non-blocking: both sides drive both until each has its comm.
     double deadline = now() + settings_.callTimeoutSeconds;
+    Poll poll;
     while (sendComm_ == nullptr || recvComm_ == nullptr) {
       if (sendComm_ == nullptr) check(net_.connect(ctx_, settings_.dev, theirs, &sendComm_, nullptr), "connect");
       if (recvComm_ == nullptr) check(net_.accept(listenComm_, &recvComm_, nullptr), "accept");
       if (now() > deadline) throw std::runtime_error("connection not established within the timeout");
+      poll.next();
     }
     buffers_.resize(static_cast<size_t>(settings_.window) * settings_.multiRecv);
     for (auto& buffer : buffers_) buffer.assign(settings_.maxBytes == 0 ? 1 : settings_.maxBytes, 0x5a);
@@ -129,9 +154,11 @@ class Side {
   void* postSend(size_t slot, size_t bytes, int tag) {
     void* request = nullptr;
     double deadline = now() + settings_.callTimeoutSeconds;
+    Poll poll;
     while (request == nullptr) {
       check(net_.isend(sendComm_, buffers_[slot].data(), bytes, tag, sendHandles_[slot], nullptr, &request), "isend");
       if (request == nullptr && now() > deadline) throw std::runtime_error("isend refused until the timeout");
+      poll.next();
     }
     return request;
   }
@@ -147,10 +174,12 @@ class Side {
     }
     void* request = nullptr;
     double deadline = now() + settings_.callTimeoutSeconds;
+    Poll poll;
     while (request == nullptr) {
       check(net_.irecv(recvComm_, n, data.data(), sizes.data(), tags.data(), handles.data(), nullptr, &request),
             "irecv");
       if (request == nullptr && now() > deadline) throw std::runtime_error("irecv refused until the timeout");
+      poll.next();
     }
     return request;
   }
@@ -159,9 +188,12 @@ class Side {
     int done = 0;
     std::vector<int> sizes(settings_.multiRecv);
     double deadline = now() + settings_.callTimeoutSeconds;
+    Poll poll;
     while (!done) {
       check(net_.test(request, &done, sizes.data()), "test");
-      if (!done && now() > deadline) throw std::runtime_error("a request did not complete within the timeout");
+      if (done) break;
+      if (now() > deadline) throw std::runtime_error("a request did not complete within the timeout");
+      poll.next();
     }
   }
 
@@ -290,6 +322,11 @@ int runTool(int argc, char** argv) {
   app.add_option("-d,--dev", settings.dev, "device index (default 0)")->check(CLI::Range(0, INT_MAX));
   app.add_option("--call-timeout", settings.callTimeoutSeconds, "seconds any one operation may take (default 30)")
       ->check(CLI::Range(1, 3600));
+  std::string bindTo = "spread";
+  app.add_option("--bind-to", bindTo,
+                 "spread: each process on CPUs of its own when there are 2 or more (hwloc's spread, as nccl-net-run); "
+                 "none: unbound (default spread)")
+      ->check(CLI::IsMember({"spread", "none"}));
   app.add_flag("--json", asJson, "machine-readable output");
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
   if (settings.iterations < 1 || settings.factor < 2 || settings.window < 1 || settings.multiRecv < 1 ||
@@ -313,6 +350,14 @@ int runTool(int argc, char** argv) {
   load.plugin = plugin;
   if (load.searchDirs.empty()) load.searchDirs.push_back(libDirBesideExecutable());
 
+  // The two processes busy-wait on each other: each gets CPUs of its own when there are enough, so neither waits for
+  // the other to be descheduled (the waits also yield, for when they share one).
+  std::string unbound = "--bind-to none";
+  std::vector<cpu_set_t> shares = bindTo == "spread" ? nns::tools::cpuShares(2, &unbound) : std::vector<cpu_set_t>{};
+  std::string binding = shares.empty() ? "not bound (" + unbound + "); waits yield the CPU after 2 us"
+                                       : "measuring process on CPUs " + nns::core::cpuList(shares[0]) +
+                                             ", peer on CPUs " + nns::core::cpuList(shares[1]);
+
   // Two processes, each loading the plugin itself (plugins may not survive a fork after init).
   int fds[2];
   if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
@@ -326,6 +371,11 @@ int runTool(int argc, char** argv) {
     return 2;
   }
   bool leader = child != 0;
+  if (!shares.empty() && sched_setaffinity(0, sizeof(cpu_set_t), &shares[leader ? 0 : 1]) != 0) {
+    std::fprintf(stderr, "nccl-net-perf: %s process not bound: %s\n", leader ? "measuring" : "peer",
+                 std::strerror(errno));
+    if (leader) binding = "not bound (sched_setaffinity failed); waits yield the CPU after 2 us";
+  }
   close(fds[leader ? 1 : 0]);
   int exchangeFd = fds[leader ? 0 : 1];
 
@@ -374,6 +424,7 @@ int runTool(int argc, char** argv) {
     out["warmup"] = settings.warmup;
     out["window"] = settings.window;
     out["multiRecv"] = settings.multiRecv;
+    out["binding"] = binding;
     for (const Row& row : rows)
       out["results"].push_back(
           {{"bytes", row.bytes}, {"latencyUs", row.latencyUs}, {"bandwidthGBs", row.bandwidthGBs}});
@@ -383,6 +434,7 @@ int runTool(int argc, char** argv) {
   std::printf("# nccl-net-perf: plugin %s (ncclNet_v%d, %s), dev %d, iters %d, warmup %d, window %d, multi-recv %d\n",
               net->name(), net->version(), net->path().c_str(), settings.dev, settings.iterations, settings.warmup,
               settings.window, settings.multiRecv);
+  std::printf("# processes: %s\n", binding.c_str());
   std::printf("# %12s %14s %14s\n", "size(B)", "lat(us)", "bw(GB/s)");
   for (const Row& row : rows) std::printf("  %12zu %14.2f %14.3f\n", row.bytes, row.latencyUs, row.bandwidthGBs);
   return 0;
