@@ -1,5 +1,5 @@
-# Installs the CMake package (find_package(nccl_net_sdk)), the pkg-config file (nccl-net-sdk.pc) and the reference
-# plugins.
+# Installs the CMake package (find_package(nccl_net_sdk)), the pkg-config files (nccl-net-sdk.pc for plugins, nns.pc
+# for the C API) and the reference plugins.
 include(CMakePackageConfigHelpers)
 set(NNS_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/nccl_net_sdk)
 install(EXPORT nccl_net_sdkTargets NAMESPACE nccl_net_sdk:: DESTINATION ${NNS_CMAKE_DIR})
@@ -13,6 +13,21 @@ install(FILES ${PROJECT_BINARY_DIR}/nccl_net_sdkConfig.cmake ${PROJECT_BINARY_DI
 file(RELATIVE_PATH NNS_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 configure_file(cmake/nccl-net-sdk.pc.in ${PROJECT_BINARY_DIR}/nccl-net-sdk.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/nccl-net-sdk.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+# The collective engine's C API (nns/nns.h, libnns.so): nns.pc beside it, for `pkg-config --cflags --libs nns`
+# (CMake: nccl_net_sdk::nns). The library's run path is the consumer's to set (-Wl,-rpath or LD_LIBRARY_PATH).
+if(TARGET nns)
+  file(CONFIGURE OUTPUT ${PROJECT_BINARY_DIR}/nns.pc @ONLY CONTENT [=[prefix=${pcfiledir}/@NNS_PC_TO_PREFIX@
+includedir=${prefix}/@CMAKE_INSTALL_INCLUDEDIR@
+libdir=${prefix}/@CMAKE_INSTALL_LIBDIR@
+
+Name: nns
+Description: the nccl-net-sdk collective engine's C API (nns/nns.h)
+Version: @PROJECT_VERSION@
+Cflags: -I${includedir}
+Libs: -L${libdir} -lnns
+]=])
+  install(FILES ${PROJECT_BINARY_DIR}/nns.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endif()
 
 # The reference plugins, beside the tools: the tools look for a plugin named in NCCL_NET_PLUGIN (or -p) in ../lib
 # first, and nccl-net-bench and the collective engine default to socket. Each is installed when it was built.

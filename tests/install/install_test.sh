@@ -2,21 +2,25 @@
 # Installs the SDK into a temporary prefix, then builds the example plugin out of tree twice: with find_package
 # (CMake) and with pkg-config, and checks each result exports exactly ncclNetPlugin_v6..v12. Then the installed tools
 # as a vendor uses them: nccl-net-info finds the installed socket plugin by name (nccl-net-bench's default) and the
-# out-of-tree plugin by path, and nccl-net-check runs rules against the out-of-tree plugin.
+# out-of-tree plugin by path, and nccl-net-check runs rules against the out-of-tree plugin. And the collective engine's
+# C API (nns/nns.h, libnns.so): a C program built against it both ways runs one rank.
 set -euo pipefail
 build_dir="$1"; source_dir="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 example="$source_dir/examples/minimal-plugin/minimal_plugin.cc"
 check_exports="$source_dir/tests/example-plugin/check_exports.sh"
+nns_c="$source_dir/tests/install/nns_one_rank.c"
 
 cmake --install "$build_dir" --prefix "$work/prefix" > "$work/install.log"
 test -f "$work/prefix/include/nccl_net/net.h"
 test -f "$work/prefix/include/nccl_net/sdk/plugin.hpp"
+test -f "$work/prefix/include/nns/nns.h" || { echo "not installed: include/nns/nns.h"; exit 1; }
+[ -n "$(find "$work/prefix" -name libnns.so)" ] || { echo "not installed: libnns.so"; exit 1; }
 
 echo "--- find_package(nccl_net_sdk)"
 cmake -S "$source_dir/tests/install/consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$work/prefix" \
-  -DEXAMPLE_SOURCE="$example" > "$work/configure.log"
+  -DEXAMPLE_SOURCE="$example" -DNNS_C_SOURCE="$nns_c" > "$work/configure.log"
 cmake --build "$work/cmake-build" > "$work/build.log"
 "$check_exports" "$work/cmake-build/libnccl-net-minimal.so"
 
@@ -28,6 +32,23 @@ echo "cflags: $cflags"
 echo "libs: $libs"
 g++ -std=c++17 -fPIC -shared $cflags "$example" -o "$work/libnccl-net-minimal.so" $libs -lrt
 "$check_exports" "$work/libnccl-net-minimal.so"
+
+# The C API, one rank (NNS_RANK=0 NNS_WORLD_SIZE=1 needs no root address), built both ways: the CMake target
+# nccl_net_sdk::nns above, and pkg-config's nns here. Each runs with the installed libraries only (the socket plugin,
+# the default, is found in the prefix's lib beside libnns.so or through LD_LIBRARY_PATH).
+echo "--- the C API (nns/nns.h, libnns.so)"
+nns_cflags=$(pkg-config --cflags nns)
+nns_libs=$(pkg-config --libs nns)
+echo "cflags: $nns_cflags"
+echo "libs: $nns_libs"
+gcc -std=c99 -Wall -Werror $nns_cflags "$nns_c" -o "$work/nns-one-rank" $nns_libs
+nns_libdir=$(pkg-config --variable=libdir nns)
+for program in "$work/cmake-build/nns-one-rank" "$work/nns-one-rank"; do
+  env -u NCCL_NET_PLUGIN -u NNS_ROOT_ADDR NNS_RANK=0 NNS_WORLD_SIZE=1 LD_LIBRARY_PATH="$nns_libdir" \
+    timeout 60 "$program" > "$work/nns-one-rank.log" 2>&1 || { echo "$program failed:"; cat "$work/nns-one-rank.log"; exit 1; }
+  cat "$work/nns-one-rank.log"
+  grep -q "rank 0 of 1, allreduce and send/recv to itself right" "$work/nns-one-rank.log"
+done
 
 echo "--- the installed tools"
 prefix="$work/prefix"
