@@ -353,7 +353,8 @@ int runTool(int argc, char** argv) {
   // The two processes busy-wait on each other: each gets CPUs of its own when there are enough, so neither waits for
   // the other to be descheduled (the waits also yield, for when they share one).
   std::string unbound = "--bind-to none";
-  std::vector<cpu_set_t> shares = bindTo == "spread" ? nns::tools::cpuShares(2, &unbound) : std::vector<cpu_set_t>{};
+  std::vector<cpu_set_t> shares =
+      bindTo == "spread" ? nns::tools::cpuShares(2, "processes", &unbound) : std::vector<cpu_set_t>{};
   std::string binding = shares.empty() ? "not bound (" + unbound + "); waits yield the CPU after 2 us"
                                        : "measuring process on CPUs " + nns::core::cpuList(shares[0]) +
                                              ", peer on CPUs " + nns::core::cpuList(shares[1]);

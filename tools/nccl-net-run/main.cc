@@ -23,55 +23,10 @@
 #include <vector>
 
 #include "nns/core/cpus.hpp"
+#include "nns/tools/cpu_shares.hpp"
 #include "nns/tools/guarded_main.hpp"
 
-#ifdef NNS_RUN_HWLOC
-#include <hwloc.h>
-#include <hwloc/glibc-sched.h>
-#endif
-
 namespace {
-
-// Each rank's CPUs: the CPUs this launcher may use, spread over the ranks along the machine's topology (hwloc's
-// distribution: whole packages, caches and cores before threads of one core), as mpirun binds by default. Ranks
-// that each own a core neither share it nor migrate: two ranks left on one core wait for each other at every
-// message. Empty, and every rank left unbound, when the ranks outnumber the CPUs; `why` then says so.
-std::vector<cpu_set_t> rankCpuSets(int ranks, std::string* why) {
-  std::vector<cpu_set_t> sets;
-#ifdef NNS_RUN_HWLOC
-  hwloc_topology_t topology;
-  if (hwloc_topology_init(&topology) != 0) {
-    *why = "hwloc could not start";
-    return sets;
-  }
-  hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
-  if (hwloc_topology_load(topology) != 0 || hwloc_get_cpubind(topology, allowed, HWLOC_CPUBIND_PROCESS) != 0 ||
-      hwloc_topology_restrict(topology, allowed, 0) != 0) {
-    *why = "hwloc could not read this machine's topology";
-  } else if (int cpus = hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_PU); ranks > cpus) {
-    *why = std::to_string(ranks) + " ranks on " + std::to_string(cpus) + " CPUs";
-  } else {
-    std::vector<hwloc_cpuset_t> shares(static_cast<size_t>(ranks));
-    hwloc_obj_t root = hwloc_get_root_obj(topology);
-    if (hwloc_distrib(topology, &root, 1, shares.data(), static_cast<unsigned>(ranks), INT_MAX, 0) != 0) {
-      *why = "hwloc could not spread the ranks";
-    } else {
-      for (hwloc_cpuset_t share : shares) {
-        cpu_set_t set;
-        hwloc_cpuset_to_glibc_sched_affinity(topology, share, &set, sizeof(set));
-        sets.push_back(set);
-      }
-    }
-    for (hwloc_cpuset_t share : shares) hwloc_bitmap_free(share);
-  }
-  hwloc_bitmap_free(allowed);
-  hwloc_topology_destroy(topology);
-#else
-  (void)ranks;
-  *why = "built without hwloc";
-#endif
-  return sets;
-}
 
 // A listening socket on a free loopback port, kept open and handed to rank 0 (NNS_ROOT_LISTEN_FD), so the port
 // cannot be taken by another process between choosing it and rank 0's listen. -1 on failure.
@@ -186,7 +141,7 @@ int runTool(int argc, char** argv) {
   std::string job =
       std::to_string(getpid()) + "-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
   std::string unbound = "--bind-to none";
-  std::vector<cpu_set_t> cpus = bind ? rankCpuSets(ranks, &unbound) : std::vector<cpu_set_t>{};
+  std::vector<cpu_set_t> cpus = bind ? nns::tools::cpuShares(ranks, "ranks", &unbound) : std::vector<cpu_set_t>{};
   if (report) {
     for (int rank = 0; rank < ranks; ++rank)
       std::fprintf(stderr, "nccl-net-run: rank %d %s\n", rank,

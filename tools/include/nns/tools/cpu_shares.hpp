@@ -1,6 +1,6 @@
 // cpu_shares.hpp: the CPUs this process may use, split into `parts` shares along the machine's topology (hwloc's
 // distribution: whole packages, caches and cores before the threads of one core), for a tool that runs several
-// processes that each busy-wait (nccl-net-perf's two sides). The same spread nccl-net-run gives its ranks.
+// processes that each busy-wait: nccl-net-run's ranks, as mpirun binds by default, and nccl-net-perf's two sides.
 // Header-only; hwloc is used when the including target defines NNS_TOOLS_HWLOC and links hwloc.
 #pragma once
 
@@ -18,8 +18,8 @@
 namespace nns::tools {
 
 // One cpu_set_t per part, or none (and `why` says why: fewer CPUs than parts, no hwloc) when the parts cannot each
-// have CPUs of their own.
-inline std::vector<cpu_set_t> cpuShares(int parts, std::string* why) {
+// have CPUs of their own. `plural` names the parts in `why` ("ranks", "processes").
+inline std::vector<cpu_set_t> cpuShares(int parts, const std::string& plural, std::string* why) {
   std::vector<cpu_set_t> sets;
 #ifdef NNS_TOOLS_HWLOC
   hwloc_topology_t topology;
@@ -32,12 +32,12 @@ inline std::vector<cpu_set_t> cpuShares(int parts, std::string* why) {
       hwloc_topology_restrict(topology, allowed, 0) != 0) {
     *why = "hwloc could not read this machine's topology";
   } else if (int cpus = hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_PU); parts > cpus) {
-    *why = std::to_string(parts) + " processes on " + std::to_string(cpus) + " CPU" + (cpus == 1 ? "" : "s");
+    *why = std::to_string(parts) + " " + plural + " on " + std::to_string(cpus) + " CPU" + (cpus == 1 ? "" : "s");
   } else {
     std::vector<hwloc_cpuset_t> shares(static_cast<size_t>(parts));
     hwloc_obj_t root = hwloc_get_root_obj(topology);
     if (hwloc_distrib(topology, &root, 1, shares.data(), static_cast<unsigned>(parts), INT_MAX, 0) != 0) {
-      *why = "hwloc could not spread the processes";
+      *why = "hwloc could not spread the " + plural;
     } else {
       for (hwloc_cpuset_t share : shares) {
         cpu_set_t set;
@@ -51,6 +51,7 @@ inline std::vector<cpu_set_t> cpuShares(int parts, std::string* why) {
   hwloc_topology_destroy(topology);
 #else
   (void)parts;
+  (void)plural;
   *why = "built without hwloc";
 #endif
   return sets;
