@@ -1010,24 +1010,44 @@ Verdict closeWithRequestsInFlight(Context& c) {
   // waits is caught by the call watchdog, which names the call.
   // 1. closeRecv with receives posted while the sender is connected, holds its comm open and sends nothing until
   //    the receiver has closed.
+  //    Its connect must have completed first: accept may complete before connect does (UCX does), and a connect
+  //    still in progress may rightly fail once the receiver is gone.
   Pair pair;
   std::string why;
   int goPipe[2];
+  int connectedPipe[2];
   if (pipe(goPipe) != 0) return fail("pipe failed");
+  if (pipe(connectedPipe) != 0) {
+    close(goPipe[0]);
+    close(goPipe[1]);
+    return fail("pipe failed");
+  }
   if (!openPair(
           c, pair,
           [&](void*) {
             close(goPipe[1]);  // a receiver that dies reads as a hang-up, not as silence
+            close(connectedPipe[0]);
+            (void)!write(connectedPipe[1], "c", 1);
+            close(connectedPipe[1]);
             pollfd go{goPipe[0], POLLIN, 0};
             poll(&go, 1, 60000);
             return 0;  // closeSend follows, with nothing in flight
           },
           &why)) {
-    close(goPipe[0]);
-    close(goPipe[1]);
+    for (int fd : {goPipe[0], goPipe[1], connectedPipe[0], connectedPipe[1]}) close(fd);
     return fail("%s", why.c_str());
   }
   close(goPipe[0]);
+  close(connectedPipe[1]);
+  pollfd connected{connectedPipe[0], POLLIN, 0};
+  const bool senderConnected = poll(&connected, 1, 20000) == 1 && (connected.revents & POLLIN) != 0;
+  close(connectedPipe[0]);
+  if (!senderConnected) {
+    (void)!write(goPipe[1], "g", 1);
+    close(goPipe[1]);
+    int code = closePair(c, pair, gCallTimeout + 10);
+    return fail("accept completed, but the sender's connect did not within 20 s (%s)", peerText(code).c_str());
+  }
   constexpr int kRecvs = 8;
   std::vector<std::vector<unsigned char>> buffers(kRecvs, std::vector<unsigned char>(64));
   int posted = 0;
