@@ -69,16 +69,16 @@ Call makeCall(const Communicator& comm, const void* send, void* recv, ncclDataTy
   return Call{static_cast<const unsigned char*>(send), static_cast<unsigned char*>(recv), type, op, &kernels};
 }
 
-// What the ranks must agree on for NNS_CHECK_CALLS (Communicator::checkSameCall): the call's name, count and type,
-// and the op, root or algorithm where the call has one.
-void checkSameCall(Communicator& comm, const char* name, size_t count, ncclDataType_t type, const char* op = nullptr,
-                   int root = -1, const char* algorithm = nullptr) {
-  if (!comm.options().checkCalls) return;
+// What the ranks must agree on for NNS_CHECK_CALLS (Communicator::submit with a call): the call's name, count and
+// type, and the op, root or algorithm where the call has one. Empty when the check is off (no text to build).
+std::string describeCall(const Communicator& comm, const char* name, size_t count, ncclDataType_t type,
+                         const char* op = nullptr, int root = -1, const char* algorithm = nullptr) {
+  if (!comm.options().checkCalls) return {};
   std::string call = std::string(name) + "(count " + std::to_string(count) + ", " + typeName(type);
   if (op != nullptr) call += std::string(", ") + op;
   if (root >= 0) call += ", root " + std::to_string(root);
   if (algorithm != nullptr) call += std::string(", ") + algorithm;
-  comm.checkSameCall(call + ")");
+  return call + ")";
 }
 
 size_t envBytes(const char* name, size_t fallback) {
@@ -182,8 +182,7 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
   const int n = comm.size();
   const Call call = makeCall(comm, send, recv, type, op, kernels);
   const Algorithm chosen = chooseAllReduce(comm, count * es, algorithm);
-  checkSameCall(comm, "allreduce", count, type, opName(op), -1, algorithmName(chosen));
-  comm.submit([&] {
+  comm.submit(describeCall(comm, "allreduce", count, type, opName(op), -1, algorithmName(chosen)), [&] {
     if (n == 1) {
       kernels.copy(recv, send, count * es);
       if (op == ncclAvg) kernels.divide(recv, count, type, 1);
@@ -246,8 +245,7 @@ void allGather(Communicator& comm, const void* send, void* recv, size_t sendCoun
   checkArguments(type, send, recv, sendCount, ncclSum, comm.size());
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, ncclSum, kernels);
-  checkSameCall(comm, "allgather", sendCount, type);
-  comm.submit([&] {
+  comm.submit(describeCall(comm, "allgather", sendCount, type), [&] {
     kernels.copy(static_cast<unsigned char*>(recv) + comm.rank() * sendCount * es, send, sendCount * es);
     if (comm.size() == 1) return;
     core::Plan plan;
@@ -268,8 +266,7 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
   checkArguments(type, send, recv, recvCount, op, comm.size());
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, op, kernels);
-  checkSameCall(comm, "reducescatter", recvCount, type, opName(op));
-  comm.submit([&] {
+  comm.submit(describeCall(comm, "reducescatter", recvCount, type, opName(op)), [&] {
     const int n = comm.size();
     if (n == 1) {
       kernels.copy(recv, send, recvCount * es);
@@ -295,8 +292,7 @@ void broadcast(Communicator& comm, const void* send, void* recv, size_t count, n
   checkArguments(type, comm.rank() == root ? send : recv, recv, count);
   checkRoot(comm, root);
   const Call call = makeCall(comm, send, recv, type, ncclSum, kernels);
-  checkSameCall(comm, "broadcast", count, type, nullptr, root);
-  comm.submit([&] {
+  comm.submit(describeCall(comm, "broadcast", count, type, nullptr, root), [&] {
     if (comm.rank() == root) kernels.copy(recv, send, count * typeSize(type));
     if (comm.size() == 1) return;
     core::Plan plan;
@@ -315,8 +311,7 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
   checkRoot(comm, root);
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, op, kernels);
-  checkSameCall(comm, "reduce", count, type, opName(op), root);
-  comm.submit([&] {
+  comm.submit(describeCall(comm, "reduce", count, type, opName(op), root), [&] {
     if (comm.size() == 1) {
       kernels.copy(recv, send, count * es);
       if (op == ncclAvg) kernels.divide(recv, count, type, 1);

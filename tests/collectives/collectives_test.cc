@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -415,6 +416,59 @@ TEST(Communicator, CheckCallsNamesTheRankWhoseCallDiffers) {
         << algorithms[r];
     EXPECT_EQ(results[r], std::vector<float>(16, 6.0f)) << "rank " << r;  // 1 + 2 + 3, nothing moved before
   }
+}
+
+// Two threads of each rank call collectives on one communicator at once (NCCL forbids it; here the calls run one
+// at a time, in the order they reach the communicator, which may differ between the ranks). With NNS_CHECK_CALLS
+// each call must be compared with the call it actually meets on the other ranks: every call either runs with the
+// right result or is refused, naming both ranks' calls. The comparison ran on the callers' threads, outside the
+// order the operations ran in: two threads' all-gathers interleaved on the bootstrap, and the ranks saw each other's
+// records cut or mixed up (empty calls, "rank 1 " with nothing after it) or compared calls that did not meet.
+TEST(Communicator, CheckCallsComparesTheCallsInTheOrderTheyRunWhenThreadsShareACommunicator) {
+  core::CommOptions options = socketOptions();
+  options.checkCalls = true;
+  options.timeout = std::chrono::milliseconds(5000);
+  const int ranks = 2, calls = 25;
+  std::vector<std::string> problems(ranks);
+  std::vector<int> refusals(ranks, 0), runs(ranks, 0);
+  auto errors = onEveryRank(ranks, options, [&](core::Communicator& comm, int r) {
+    std::mutex mutex;
+    auto caller = [&](size_t count) {
+      for (int i = 0; i < calls; ++i) {
+        std::vector<float> data(count, static_cast<float>(r + 1));
+        try {
+          coll::allReduce(comm, data.data(), data.data(), count, ncclFloat32, ncclSum);
+          std::lock_guard lock(mutex);
+          ++runs[r];
+          if (data != std::vector<float>(count, 3.0f))
+            problems[r] += "a wrong result of count " + std::to_string(count);
+        } catch (const core::ArgumentError& e) {
+          std::lock_guard lock(mutex);
+          ++refusals[r];
+          const std::string what = e.what();
+          // The two calls that met: one of each count, every rank's call named in full.
+          if (what.find("rank 0 allreduce(count ") == std::string::npos ||
+              what.find("; rank 1 allreduce(count ") == std::string::npos ||
+              what.find("count 1000, float, sum,") == std::string::npos ||
+              what.find("count 2000, float, sum,") == std::string::npos)
+            problems[r] += "a garbled refusal: " + what + "\n";
+        } catch (const core::CommError& e) {
+          std::lock_guard lock(mutex);
+          problems[r] += std::string("a failure: ") + e.what() + "\n";
+          return;
+        }
+      }
+    };
+    std::thread other(caller, size_t{2000});
+    caller(1000);
+    other.join();
+  });
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(problems[r], "") << "rank " << r;
+    EXPECT_EQ(runs[r] + refusals[r], 2 * calls) << "rank " << r;
+  }
+  EXPECT_EQ(refusals[0], refusals[1]) << "every rank refuses the same calls";
 }
 
 // A rank that never makes the collective: the others' comparison gives up after the timeout, naming the call, and

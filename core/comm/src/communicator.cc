@@ -455,6 +455,25 @@ void Communicator::submit(const std::function<void()>& operation) {
   if (!task.error.empty()) throw CommError(task.error, task.result);
 }
 
+void Communicator::submit(const std::string& call, const std::function<void()>& operation) {
+  if (!options_.checkCalls) return submit(operation);
+  // The comparison runs inside the operation: operations run one at a time, so the calls are compared in the order
+  // they run (two threads' comparisons made on their own threads interleaved on the bootstrap and compared calls
+  // that did not meet). A disagreement is not the communicator's failure: it leaves the operation normally and is
+  // thrown here.
+  std::string disagreement;
+  submit([&] {
+    try {
+      checkSameCall(call);
+    } catch (const ArgumentError& e) {
+      disagreement = e.what();
+      return;
+    }
+    operation();
+  });
+  if (!disagreement.empty()) throw ArgumentError(disagreement);
+}
+
 namespace {
 // The communicator whose operation this thread is running, if any (abort() from inside an operation closes the
 // connections itself instead of queueing the close behind the running operation).

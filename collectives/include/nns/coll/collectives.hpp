@@ -1,8 +1,9 @@
 // nns/coll/collectives.hpp: collectives over a Communicator: ring and double-binary-tree allreduce, ring allgather
 // and reduce-scatter, pipelined chain broadcast and reduce, and grouped send/recv. Schedules only describe which
 // pieces move where and call the kernel layer, so they do not know where buffers live. In-place when the input is
-// the output (or the rank's block of it), as nccl.h defines it per call. Every call runs on the communicator's
-// progress thread and throws core::CommError on failure.
+// the output (or the rank's block of it), as nccl.h defines it per call. Every call blocks until done, runs through
+// Communicator::submit (on the calling thread, or on the progress thread behind another thread's call) and throws
+// core::CommError on failure.
 #pragma once
 
 #include <cstddef>

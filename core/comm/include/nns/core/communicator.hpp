@@ -167,10 +167,6 @@ class Communicator {
   int prev() const { return (rank_ + size_ - 1) % size_; }
   const Net& net() const { return *net_; }
   const CommOptions& options() const { return options_; }
-  // With CommOptions::checkCalls: all-gathers `call` (what this rank was asked to do, a short text) and throws
-  // ArgumentError on every rank, naming each rank's call, when they differ; the communicator stays usable. A rank
-  // that does not come fails the communicator after the timeout. Without it: nothing. Not inside an operation.
-  void checkSameCall(const std::string& call);
   Bootstrap& bootstrap() { return *bootstrap_; }
   // Where the slots live and why (SlotMemory::describe()).
   const std::string& slotMemoryDescription() const { return slotMemoryDescription_; }
@@ -182,6 +178,12 @@ class Communicator {
   // run(), a plugin error) fails the communicator for good: every rank's later operations throw at once with the
   // first error.
   void submit(const std::function<void()>& operation);
+  // The same for a collective described by `call` (what this rank was asked to do, a short text). With
+  // CommOptions::checkCalls every rank first all-gathers its `call` on the thread that runs the operation, right
+  // before it, so each call is compared with the call it meets on the other ranks even when several threads share
+  // the communicator; when they differ, every rank throws ArgumentError naming each rank's call, nothing moves, and
+  // the communicator stays usable. A rank that does not come fails the communicator after the timeout.
+  void submit(const std::string& call, const std::function<void()>& operation);
   // Moves everything `plan` describes, all connections at once, pieces pipelined, slots reused. Only inside an
   // operation given to submit(). Connections the plan needs that do not exist yet are made first.
   void run(Plan& plan);
@@ -261,6 +263,8 @@ class Communicator {
   // and sets *result to its code (CommError::result()).
   std::string execute(const std::function<void()>& operation, bool always, ncclResult_t* result);
   void checkSameLayout();
+  // submit(call, operation)'s comparison, inside the operation: throws ArgumentError when the ranks' calls differ.
+  void checkSameCall(const std::string& call);
   uint64_t checkedCalls_ = 0;  // checkSameCall's sequence number
   unsigned char* handleOf(int peer, int channel);
   int deviceOf(int channel) const { return (options_.device + channel) % std::max(devices_, 1); }
