@@ -17,6 +17,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -604,6 +606,70 @@ TEST(Trees, DoubleBinaryTreeIsTwoTreesOverEveryRank) {
   EXPECT_EQ(four[0].parent, 0);
   EXPECT_EQ(four[0].children[0], 1);
   EXPECT_EQ(four[0].children[1], 3);
+}
+
+// A process forked after its communicators were made (a data loader's worker, a subprocess launched by fork) holds
+// copies of them whose connections are the parent's. Using or destroying a copy must not touch them: a collective in
+// the child is refused, and its destructor returns at once. The child's collective ran and its failure closed the
+// connections (the socket plugin shuts the sockets down, which the parent shares), and its destructor waited forever
+// on a copied condition variable that counted the parent's sleeping progress thread as a waiter.
+TEST(Failure, AProcessForkedFromARankCannotUseOrBreakItsCommunicator) {
+  core::CommOptions options = socketOptions();
+  options.timeout = std::chrono::milliseconds(2000);
+  const int ranks = 2;
+  core::LaunchInfo base{0, ranks, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  std::vector<std::unique_ptr<core::Communicator>> comms(ranks);
+  std::vector<std::string> errors(ranks);
+  auto onRanks = [&](const std::function<void(int)>& body) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          body(r);
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+  };
+  onRanks([&](int r) {
+    core::LaunchInfo launch = base;
+    launch.rank = r;
+    comms[r] = std::make_unique<core::Communicator>(launch, options);
+  });
+  ASSERT_EQ(errors, std::vector<std::string>(ranks)) << errors[0] << errors[1];
+  std::vector<float> data(1000, 1.0f);
+  pid_t child = fork();
+  if (child == 0) {
+    alarm(10);  // a hang is a failure, not a stuck test
+    int status = 0;
+    try {
+      coll::allReduce(*comms[0], data.data(), data.data(), data.size(), ncclFloat32, ncclSum);
+      status = 3;  // ran
+    } catch (const core::CommError& e) {
+      if (e.result() != ncclInvalidUsage || std::string(e.what()).find("fork") == std::string::npos) status = 4;
+    }
+    if (!comms[0]->asyncError().empty()) status = 5;  // the refusal must not fail the communicator
+    comms[0].reset();
+    comms[1].reset();
+    _exit(status);
+  }
+  ASSERT_GT(child, 0);
+  int status = -1;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child's status " << status << " (3: its collective ran, 4: not refused as a fork, 5: failed the "
+      << "communicator, signal 14: its destructor hung)";
+  std::vector<std::vector<float>> results(ranks, std::vector<float>(1000));
+  onRanks([&](int r) {
+    std::vector<float> mine(1000, static_cast<float>(r + 1));
+    coll::allReduce(*comms[r], mine.data(), results[r].data(), mine.size(), ncclFloat32, ncclSum);
+  });
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r << " after the child";
+    EXPECT_EQ(results[r], std::vector<float>(1000, 3.0f)) << "rank " << r;
+  }
+  onRanks([&](int r) { comms[r].reset(); });
 }
 
 TEST(Failure, AnAbortedRankFailsItsPeersQuicklyAndTheErrorSticks) {

@@ -3,6 +3,7 @@
 #include "nns/core/communicator.hpp"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <climits>
@@ -118,7 +119,7 @@ void Communicator::fail(const std::string& what, ncclResult_t result) {
 }
 
 Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
-    : rank_(launch.rank), size_(launch.size), options_(options) {
+    : rank_(launch.rank), size_(launch.size), options_(options), creatorPid_(getpid()) {
   options_.slotBytes = static_cast<size_t>(envKnob("NNS_SLOT_BYTES", static_cast<long long>(options_.slotBytes)));
   options_.slots = static_cast<int>(envKnob("NNS_SLOTS", options_.slots));
   options_.channels = static_cast<int>(envKnob("NNS_NCHANNELS", options_.channels));
@@ -355,7 +356,20 @@ void Communicator::closeConnections() {
   }
 }
 
+bool Communicator::forkedCopy() const {
+  return getpid() != creatorPid_;
+}
+
 Communicator::~Communicator() {
+  if (forkedCopy()) {
+    // Closing the plugin's comms would shut down sockets the parent still uses, and the progress thread is not in
+    // this process: leave the plugin, the thread's handle and the handoff's state alone (a little memory of this
+    // process). The bootstrap's destructor only closes this process's descriptors.
+    (void)net_.release();
+    progress_.detach();
+    (void)handoff_.release();
+    return;
+  }
   bool stuck = false;
   {
     std::unique_lock lock(mutex_);
@@ -412,6 +426,12 @@ void Communicator::progressLoop() {
 // queued for the progress thread, which runs operations one at a time in submission order. $NNS_PROGRESS_INLINE=0
 // sends every operation through the progress thread.
 void Communicator::submit(const std::function<void()>& operation) {
+  if (forkedCopy())
+    throw CommError("rank " + std::to_string(rank_) + ": this communicator was made by process " +
+                        std::to_string(creatorPid_) + ", and process " + std::to_string(getpid()) +
+                        " was forked from it: a forked process cannot use its parent's communicators (make one of "
+                        "its own)",
+                    ncclInvalidUsage);
   if (failed_.load())
     throw CommError("rank " + std::to_string(rank_) + ": communicator failed earlier: " + asyncError());
   if (inline_) {
@@ -505,6 +525,7 @@ std::string Communicator::asyncError() const {
 }
 
 void Communicator::abort(const std::string& why) {
+  if (forkedCopy()) return;  // the connections are the parent's: nothing of this copy's to fail
   {
     std::lock_guard lock(errorMutex_);
     if (asyncError_.empty()) asyncError_ = why;

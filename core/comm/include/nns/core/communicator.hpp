@@ -206,7 +206,8 @@ class Communicator {
 
   // The first error this communicator hit, or empty: what ncclCommGetAsyncError reports.
   std::string asyncError() const;
-  // Fails the communicator now (ncclCommAbort): closes every connection so peers see the error too.
+  // Fails the communicator now (ncclCommAbort): closes every connection so peers see the error too. Nothing in a
+  // process forked from the one that made it (the connections are the parent's; the copy's calls are refused).
   void abort(const std::string& why);
 
  private:
@@ -284,11 +285,25 @@ class Communicator {
   std::shared_ptr<SlotMemory> slotMemory_;
   std::string slotMemoryDescription_;
 
-  // The progress thread and its queue: one operation at a time, in submission order.
+  // The process that made this communicator. A process forked from it holds a copy whose connections are the
+  // parent's (shared sockets, a plugin whose threads stayed behind): its calls are refused and its destructor frees
+  // nothing that the parent uses.
+  int creatorPid_;
+  bool forkedCopy() const;
+
+  // The progress thread and its queue: one operation at a time, in submission order. The handoff's mutex and
+  // condition variables live on the heap so that a forked copy can leave them undestroyed: a condition variable
+  // copied while the parent's progress thread waited on it counts that waiter, and destroying it waits forever.
+  struct Handoff {
+    std::mutex mutex;
+    std::condition_variable wake;
+    std::condition_variable done;
+  };
+  std::unique_ptr<Handoff> handoff_ = std::make_unique<Handoff>();
   std::thread progress_;
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::condition_variable done_;
+  std::mutex& mutex_ = handoff_->mutex;
+  std::condition_variable& wake_ = handoff_->wake;
+  std::condition_variable& done_ = handoff_->done;
   struct Task {
     const std::function<void()>* operation;
     bool always = false;  // runs even on a failed communicator (the abort's close)
