@@ -45,6 +45,15 @@ std::pair<size_t, size_t> channelPart(size_t count, int channels, int c) {
   return {first, base + (static_cast<size_t>(c) < extra ? 1 : 0)};
 }
 
+// A collective of count 0 is a no-op, as in NCCL (whose enqueue drops it): nothing to compare or move, and no peer
+// to wait for, so a rank may make it alone. On a failed communicator it fails as every call does.
+bool isNoOp(const Communicator& comm, size_t count) {
+  if (count != 0) return false;
+  if (std::string error = comm.asyncError(); !error.empty())
+    throw core::CommError("rank " + std::to_string(comm.rank()) + ": communicator failed earlier: " + error);
+  return true;
+}
+
 // The slots must be memory the kernel layer can read: GPU slots (GPU Direct) serve GPU buffers only; host slots that
 // are not pinned serve host buffers only.
 void checkPlacement(const Communicator& comm, KernelLayer& kernels) {
@@ -182,6 +191,7 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
   const int n = comm.size();
   const Call call = makeCall(comm, send, recv, type, op, kernels);
   const Algorithm chosen = chooseAllReduce(comm, count * es, algorithm);
+  if (isNoOp(comm, count)) return;
   comm.submit(describeCall(comm, "allreduce", count, type, opName(op), -1, algorithmName(chosen)), [&] {
     if (n == 1) {
       kernels.copy(recv, send, count * es);
@@ -245,6 +255,7 @@ void allGather(Communicator& comm, const void* send, void* recv, size_t sendCoun
   checkArguments(type, send, recv, sendCount, ncclSum, comm.size());
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, ncclSum, kernels);
+  if (isNoOp(comm, sendCount)) return;
   comm.submit(describeCall(comm, "allgather", sendCount, type), [&] {
     kernels.copy(static_cast<unsigned char*>(recv) + comm.rank() * sendCount * es, send, sendCount * es);
     if (comm.size() == 1) return;
@@ -266,6 +277,7 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
   checkArguments(type, send, recv, recvCount, op, comm.size());
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, op, kernels);
+  if (isNoOp(comm, recvCount)) return;
   comm.submit(describeCall(comm, "reducescatter", recvCount, type, opName(op)), [&] {
     const int n = comm.size();
     if (n == 1) {
@@ -292,6 +304,7 @@ void broadcast(Communicator& comm, const void* send, void* recv, size_t count, n
   checkArguments(type, comm.rank() == root ? send : recv, recv, count);
   checkRoot(comm, root);
   const Call call = makeCall(comm, send, recv, type, ncclSum, kernels);
+  if (isNoOp(comm, count)) return;
   comm.submit(describeCall(comm, "broadcast", count, type, nullptr, root), [&] {
     if (comm.rank() == root) kernels.copy(recv, send, count * typeSize(type));
     if (comm.size() == 1) return;
@@ -311,6 +324,7 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
   checkRoot(comm, root);
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, op, kernels);
+  if (isNoOp(comm, count)) return;
   comm.submit(describeCall(comm, "reduce", count, type, opName(op), root), [&] {
     if (comm.size() == 1) {
       kernels.copy(recv, send, count * es);

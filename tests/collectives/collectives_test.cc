@@ -473,6 +473,47 @@ TEST(Communicator, CheckCallsComparesTheCallsInTheOrderTheyRunWhenThreadsShareAC
   EXPECT_EQ(refusals[0], refusals[1]) << "every rank refuses the same calls";
 }
 
+// A collective of count 0 is a no-op, as in NCCL (whose enqueue drops it before anything is scheduled): it returns
+// at once on the rank that makes it, without its peers, and moves nothing, with or without NNS_CHECK_CALLS. It was a
+// real collective of empty messages: a rank that alone made one waited for connections and pieces from the others
+// until the timeout, and the communicator failed. Send and receive of 0 elements still meet, as in NCCL.
+TEST(Communicator, ACollectiveOfCountZeroIsANoOpOnTheRankThatMakesIt) {
+  for (bool checkCalls : {false, true}) {
+    core::CommOptions options = socketOptions();
+    options.checkCalls = checkCalls;
+    options.timeout = std::chrono::milliseconds(2000);
+    std::vector<std::vector<float>> results(3);
+    auto errors = onEveryRank(3, options, [&](core::Communicator& comm, int r) {
+      if (r == 0) {
+        float untouched = 7.0f;
+        coll::allReduce(comm, nullptr, nullptr, 0, ncclFloat32, ncclSum);
+        coll::allReduce(comm, &untouched, &untouched, 0, ncclFloat32, ncclSum, coll::hostKernels(),
+                        coll::Algorithm::Tree);
+        coll::allGather(comm, nullptr, nullptr, 0, ncclFloat32);
+        coll::reduceScatter(comm, nullptr, nullptr, 0, ncclFloat32, ncclMax);
+        coll::broadcast(comm, nullptr, nullptr, 0, ncclFloat32, 2);
+        coll::reduce(comm, &untouched, &untouched, 0, ncclFloat32, ncclSum, 0);
+        EXPECT_EQ(untouched, 7.0f);
+        // The argument checks still apply.
+        EXPECT_THROW(coll::broadcast(comm, nullptr, nullptr, 0, ncclFloat32, 3), core::ArgumentError);
+        EXPECT_THROW(coll::allReduce(comm, nullptr, nullptr, 0, static_cast<ncclDataType_t>(99), ncclSum),
+                     core::ArgumentError);
+      }
+      std::vector<float> data(16, static_cast<float>(r + 1));
+      coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum);
+      results[r] = data;
+      if (r == 0) {  // on a failed communicator it fails as every call does
+        comm.abort("aborted by the test");
+        EXPECT_THROW(coll::allGather(comm, nullptr, nullptr, 0, ncclFloat32), core::CommError);
+      }
+    });
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(errors[r], "") << "rank " << r << (checkCalls ? " with" : " without") << " NNS_CHECK_CALLS";
+      EXPECT_EQ(results[r], std::vector<float>(16, 6.0f)) << "rank " << r;
+    }
+  }
+}
+
 // A rank that never makes the collective: the others' comparison gives up after the timeout, naming the call, and
 // fails the communicator for good (the bootstrap's exchange is left half done, so no later call could be compared).
 TEST(Communicator, CheckCallsGivesUpOnARankThatNeverCalls) {
