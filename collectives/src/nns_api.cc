@@ -34,9 +34,17 @@ using nns::coll::P2POp;
 using nns::core::CommError;
 
 thread_local std::string lastError;
+thread_local int groupDepth = 0;
+// The first call refused inside the current group (nnsGroupEnd returns it once the group's other operations ran).
+thread_local ncclResult_t groupRefusal = ncclSuccess;
+thread_local std::string groupRefusalText;
 
 ncclResult_t failWith(ncclResult_t result, const std::string& what) {
   lastError = what;
+  if (groupDepth > 0 && groupRefusal == ncclSuccess) {
+    groupRefusal = result;
+    groupRefusalText = what;
+  }
   std::fprintf(stderr, "NNS WARN %s\n", what.c_str());
   return result;
 }
@@ -119,7 +127,6 @@ struct Queued {
   std::function<void()> collective;  // empty for a point-to-point operation
   P2POp p2p;
 };
-thread_local int groupDepth = 0;
 thread_local std::vector<Queued> groupQueue;
 
 ncclResult_t enqueueOrRun(nnsComm_t comm, std::function<void()> collective) {
@@ -379,7 +386,10 @@ ncclResult_t nnsRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int 
 }
 
 ncclResult_t nnsGroupStart(void) {
-  ++groupDepth;
+  if (groupDepth++ == 0) {
+    groupRefusal = ncclSuccess;
+    groupRefusalText.clear();
+  }
   return ncclSuccess;
 }
 
@@ -438,6 +448,13 @@ ncclResult_t nnsGroupEnd(void) {
     if (outcome.result == ncclSuccess) continue;
     lastError = outcome.error;
     return outcome.result;
+  }
+  // A call refused at the call still makes the group incomplete, as NCCL's ncclGroupEnd returns the group's first
+  // error: a caller that checks only nnsGroupEnd learns of it too (the other operations ran, so the peers did not
+  // wait for them).
+  if (groupRefusal != ncclSuccess) {
+    lastError = "a call in this group was refused (its other operations ran): " + groupRefusalText;
+    return groupRefusal;
   }
   return ncclSuccess;
 }

@@ -271,6 +271,13 @@ TEST(CApi, ABadArgumentInAGroupIsRefusedAtTheCallAndTheRestOfTheGroupRuns) {
       EXPECT_EQ(nnsAllGather(data.data(), data.data(), size_t{1} << 61, ncclFloat32, comm, nullptr),
                 ncclInvalidArgument);
       ASSERT_EQ(nnsAllReduce(data.data(), data.data(), 16, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess);
+      // The group's first refusal, once its other operation ran (a caller checking only nnsGroupEnd learns of it).
+      EXPECT_EQ(nnsGroupEnd(), ncclInvalidArgument);
+      EXPECT_NE(std::string(nnsGetLastError()).find("refused (its other operations ran): a buffer is NULL"),
+                std::string::npos)
+          << nnsGetLastError();
+      // The next group starts clean.
+      ASSERT_EQ(nnsGroupStart(), ncclSuccess);
       EXPECT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
     } else {
       EXPECT_EQ(nnsAllReduce(data.data(), data.data(), 16, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)

@@ -68,8 +68,9 @@ ncclResult_t nnsRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int 
 /* Between these, operations are queued per communicator and run at nnsGroupEnd, in order; consecutive sends and
  * receives progress together (a ring exchange needs a group, as with NCCL). Several communicators in one group run
  * at once, so one thread can drive a rank of each. Groups nest. A bad argument (NULL buffer, unknown type or op,
- * root or peer out of range) is refused at the call, inside a group too, and is not queued; a send to itself
- * without its matching receive can only be seen at nnsGroupEnd. */
+ * root or peer out of range) is refused at the call, inside a group too, and is not queued; nnsGroupEnd runs the
+ * rest and then returns the group's first refusal. A send to itself without its matching receive can only be seen
+ * at nnsGroupEnd. */
 ncclResult_t nnsGroupStart(void);
 ncclResult_t nnsGroupEnd(void);
 
