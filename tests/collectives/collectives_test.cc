@@ -496,8 +496,8 @@ TEST(Communicator, ACollectiveOfCountZeroIsANoOpOnTheRankThatMakesIt) {
         EXPECT_EQ(untouched, 7.0f);
         // The argument checks still apply.
         EXPECT_THROW(coll::broadcast(comm, nullptr, nullptr, 0, ncclFloat32, 3), core::ArgumentError);
-        EXPECT_THROW(coll::allReduce(comm, nullptr, nullptr, 0, static_cast<ncclDataType_t>(99), ncclSum),
-                     core::ArgumentError);
+        // ncclNumTypes: not a type, yet a value the enum can hold (99 is undefined behaviour to load: UBSan).
+        EXPECT_THROW(coll::allReduce(comm, nullptr, nullptr, 0, ncclNumTypes, ncclSum), core::ArgumentError);
       }
       std::vector<float> data(16, static_cast<float>(r + 1));
       coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum);
