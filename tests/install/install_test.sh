@@ -43,8 +43,11 @@ echo "cflags: $nns_cflags"
 echo "libs: $nns_libs"
 gcc -std=c99 -Wall -Werror $nns_cflags "$nns_c" -o "$work/nns-one-rank" $nns_libs
 nns_libdir=$(pkg-config --variable=libdir nns)
+# A sanitizer build's libnns.so needs its runtime loaded first, and a plain C program does not link it: preload it.
+preload=$(ldd "$nns_libdir/libnns.so" | awk '$1 ~ /^lib(asan|tsan)\.so/ {print $3}' | paste -sd: -)
 for program in "$work/cmake-build/nns-one-rank" "$work/nns-one-rank"; do
   env -u NCCL_NET_PLUGIN -u NNS_ROOT_ADDR NNS_RANK=0 NNS_WORLD_SIZE=1 LD_LIBRARY_PATH="$nns_libdir" \
+    ${preload:+LD_PRELOAD="$preload"} \
     timeout 60 "$program" > "$work/nns-one-rank.log" 2>&1 || { echo "$program failed:"; cat "$work/nns-one-rank.log"; exit 1; }
   cat "$work/nns-one-rank.log"
   grep -q "rank 0 of 1, allreduce and send/recv to itself right" "$work/nns-one-rank.log"
