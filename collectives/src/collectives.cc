@@ -50,7 +50,8 @@ std::pair<size_t, size_t> channelPart(size_t count, int channels, int c) {
 bool isNoOp(const Communicator& comm, size_t count) {
   if (count != 0) return false;
   if (std::string error = comm.asyncError(); !error.empty())
-    throw core::CommError("rank " + std::to_string(comm.rank()) + ": communicator failed earlier: " + error);
+    throw core::CommError("rank " + std::to_string(comm.rank()) + ": communicator failed earlier: " + error,
+                          comm.asyncResult());
   return true;
 }
 

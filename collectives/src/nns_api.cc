@@ -270,7 +270,7 @@ ncclResult_t nnsCommAbort(nnsComm_t comm) {
 ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError) {
   if (!isLive(comm)) return notLive(comm);
   if (asyncError == nullptr) return failWith(ncclInvalidArgument, "comm or asyncError is NULL");
-  *asyncError = comm->comm->asyncError().empty() ? ncclSuccess : ncclRemoteError;
+  *asyncError = comm->comm->asyncResult();
   return ncclSuccess;
 }
 

@@ -719,6 +719,7 @@ TEST(Failure, AnAbortedRankFailsItsPeersQuicklyAndTheErrorSticks) {
   // communicator refuses later calls at once with the first error.
   const int ranks = 3;
   std::string errors[ranks], async[ranks], later[ranks];
+  ncclResult_t asyncCode[ranks] = {};
   double seconds[ranks] = {};
   auto setup = onEveryRank(ranks, socketOptions(), [&](core::Communicator& comm, int r) {
     std::vector<float> data(1 << 20, 1.0f);
@@ -737,6 +738,7 @@ TEST(Failure, AnAbortedRankFailsItsPeersQuicklyAndTheErrorSticks) {
     }
     seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     async[r] = comm.asyncError();
+    asyncCode[r] = comm.asyncResult();
     try {
       coll::allReduce(comm, data.data(), data.data(), 8, ncclFloat32, ncclSum);
     } catch (const core::CommError& e) {
@@ -750,9 +752,50 @@ TEST(Failure, AnAbortedRankFailsItsPeersQuicklyAndTheErrorSticks) {
       EXPECT_LT(seconds[r], 10.0) << "rank " << r << " took until near its timeout: " << errors[r];
     }
     EXPECT_NE(async[r], "") << "rank " << r << " has no asynchronous error";
+    EXPECT_EQ(asyncCode[r], ncclRemoteError) << "rank " << r << ": " << async[r];
     EXPECT_NE(later[r].find("failed earlier"), std::string::npos) << "rank " << r << ": " << later[r];
   }
   EXPECT_EQ(async[2], "rank 2 gives up (test)");
+}
+
+// The sticky error keeps the first failure's code, not only its text: an exception from the operation itself that is
+// not a CommError (memory, a CUDA kernel layer) is this rank's ncclSystemError, and the communicator's later calls
+// and asyncResult() (nnsCommGetAsyncError) say ncclSystemError too. They said ncclRemoteError, as if a peer had died.
+TEST(Failure, TheStickyErrorKeepsTheFirstFailuresCode) {
+  ncclResult_t thrown = ncclSuccess, later = ncclSuccess, async = ncclSuccess, before = ncclInternalError;
+  std::string laterWhat;
+  auto setup = onEveryRank(2, socketOptions(), [&](core::Communicator& comm, int r) {
+    std::vector<float> data(1024, 1.0f);
+    coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum);
+    comm.bootstrap().barrier();
+    if (r == 1) {
+      // Rank 1 waits for rank 0's closed connections (remote to it): only rank 0's codes are checked.
+      try {
+        coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum);
+      } catch (const core::CommError&) {
+      }
+      return;
+    }
+    before = comm.asyncResult();
+    try {
+      comm.submit([] { throw std::bad_alloc(); });
+    } catch (const core::CommError& e) {
+      thrown = e.result();
+    }
+    async = comm.asyncResult();
+    try {
+      coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum);
+    } catch (const core::CommError& e) {
+      later = e.result();
+      laterWhat = e.what();
+    }
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(setup[r], "") << "rank " << r;
+  EXPECT_EQ(before, ncclSuccess);
+  EXPECT_EQ(thrown, ncclSystemError);
+  EXPECT_EQ(async, ncclSystemError);
+  EXPECT_EQ(later, ncclSystemError) << laterWhat;
+  EXPECT_NE(laterWhat.find("failed earlier"), std::string::npos) << laterWhat;
 }
 
 namespace {

@@ -39,7 +39,8 @@ ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm);
 ncclResult_t nnsCommDestroy(nnsComm_t comm);
 /* Fails the communicator now and frees it; its peers' pending and later operations fail too. */
 ncclResult_t nnsCommAbort(nnsComm_t comm);
-/* ncclSuccess, or the error that failed the communicator (a dead peer, a plugin error, a timeout). */
+/* ncclSuccess, or the code of the error that failed the communicator: ncclRemoteError for a dead peer or a timeout,
+ * a failed plugin call's own code, ncclSystemError for a local failure (memory, CUDA). Later calls return it too. */
 ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError);
 /* Registers host memory with the communicator, as ncclCommRegister does: collectives then send from it and receive
  * into it directly instead of through the communicator's staging slots. The memory must stay valid until

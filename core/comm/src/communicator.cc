@@ -290,7 +290,7 @@ void Communicator::establish(const std::vector<ConnKey>& keys) {
       }
     }
     if (all) return;
-    if (failed_.load()) fail("aborted: " + asyncError());
+    if (failed_.load()) fail("aborted: " + asyncError(), asyncResult());
     if (Clock::now() > deadline) {
       std::string missing;
       for (const auto& key : keys)
@@ -433,7 +433,7 @@ void Communicator::submit(const std::function<void()>& operation) {
                         "its own)",
                     ncclInvalidUsage);
   if (failed_.load())
-    throw CommError("rank " + std::to_string(rank_) + ": communicator failed earlier: " + asyncError());
+    throw CommError("rank " + std::to_string(rank_) + ": communicator failed earlier: " + asyncError(), asyncResult());
   if (inline_) {
     std::unique_lock lock(mutex_);
     if (queue_.empty() && !busy_ && !stopping_) {
@@ -466,7 +466,10 @@ void Communicator::submit(const std::function<void()>& operation) {
     std::string why = "operation did not finish (a plugin call that never returns?)";
     {
       std::lock_guard errorLock(errorMutex_);
-      if (asyncError_.empty()) asyncError_ = why;
+      if (asyncError_.empty()) {
+        asyncError_ = why;
+        asyncResult_ = ncclRemoteError;
+      }
     }
     failed_ = true;
     // The task stays queued or running and its storage is this frame: wait for it after all, it cannot be dropped.
@@ -503,7 +506,10 @@ thread_local const Communicator* tlsRunning = nullptr;
 std::string Communicator::execute(const std::function<void()>& operation, bool always, ncclResult_t* result) {
   std::string error;
   *result = ncclRemoteError;
-  if (failed_.load() && !always) return "communicator failed earlier: " + asyncError();
+  if (failed_.load() && !always) {
+    *result = asyncResult();
+    return "communicator failed earlier: " + asyncError();
+  }
   tlsRunning = this;
   try {
     operation();
@@ -514,7 +520,7 @@ std::string Communicator::execute(const std::function<void()>& operation, bool a
     error = e.what();
     *result = ncclSystemError;  // not the communicator's own: memory, a kernel layer's CUDA error
   }
-  if (!error.empty() && !always) abort(error);
+  if (!error.empty() && !always) abort(error, *result);
   tlsRunning = nullptr;
   return error;
 }
@@ -524,11 +530,19 @@ std::string Communicator::asyncError() const {
   return asyncError_;
 }
 
-void Communicator::abort(const std::string& why) {
+ncclResult_t Communicator::asyncResult() const {
+  std::lock_guard lock(errorMutex_);
+  return asyncResult_;
+}
+
+void Communicator::abort(const std::string& why, ncclResult_t result) {
   if (forkedCopy()) return;  // the connections are the parent's: nothing of this copy's to fail
   {
     std::lock_guard lock(errorMutex_);
-    if (asyncError_.empty()) asyncError_ = why;
+    if (asyncError_.empty()) {
+      asyncError_ = why;
+      asyncResult_ = result == ncclSuccess ? ncclInternalError : result;
+    }
   }
   failed_ = true;
   // Closing every connection makes the peers' pending requests fail now instead of at their timeout, so one
@@ -633,7 +647,7 @@ void* Communicator::scratch(size_t bytes) {
 
 void Communicator::run(Plan& plan) {
   if (plan.empty()) return;
-  if (failed_.load()) fail("communicator failed: " + asyncError());
+  if (failed_.load()) fail("communicator failed: " + asyncError(), asyncResult());
   const size_t piece = plan.pieceBytes_ == 0 ? options_.slotBytes : std::min(plan.pieceBytes_, options_.slotBytes);
   const size_t slots = static_cast<size_t>(options_.slots);
   std::vector<ConnKey> keys;
@@ -818,7 +832,7 @@ void Communicator::run(Plan& plan) {
       lastProgress = Clock::now();
       continue;
     }
-    if (failed_.load()) fail("aborted: " + asyncError());
+    if (failed_.load()) fail("aborted: " + asyncError(), asyncResult());
     if (Clock::now() - lastProgress > options_.timeout) {
       std::string waiting;
       for (size_t f = 0; f < plan.flows_.size(); ++f) {

@@ -206,9 +206,13 @@ class Communicator {
 
   // The first error this communicator hit, or empty: what ncclCommGetAsyncError reports.
   std::string asyncError() const;
+  // That error's code (CommError::result() of the failure that came first), ncclSuccess while there is none; every
+  // later call on the failed communicator fails with it too.
+  ncclResult_t asyncResult() const;
   // Fails the communicator now (ncclCommAbort): closes every connection so peers see the error too. Nothing in a
   // process forked from the one that made it (the connections are the parent's; the copy's calls are refused).
-  void abort(const std::string& why);
+  // `result` is the code asyncResult() reports when this is the first failure.
+  void abort(const std::string& why, ncclResult_t result = ncclRemoteError);
 
  private:
   struct Slot {
@@ -320,6 +324,7 @@ class Communicator {
   std::chrono::microseconds spin_{50};  // $NNS_PROGRESS_SPIN_US: how long each side polls before sleeping
   mutable std::mutex errorMutex_;
   std::string asyncError_;
+  ncclResult_t asyncResult_ = ncclSuccess;
   std::atomic<bool> failed_{false};
 };
 
