@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -26,6 +27,7 @@
 
 struct nnsComm {
   std::unique_ptr<nns::core::Communicator> comm;
+  int holds = 0;  // API calls using it now (liveMutex)
 };
 
 namespace {
@@ -67,12 +69,33 @@ ncclResult_t guarded(const std::function<void()>& body) {
 // instead of read after it was freed. A handle whose memory a later communicator reuses cannot be told apart, as
 // with any C handle.
 std::mutex liveMutex;
+std::condition_variable released;  // a Hold ended
 std::unordered_set<const nnsComm*> liveComms;
 
-bool isLive(const nnsComm* comm) {
-  std::lock_guard<std::mutex> lock(liveMutex);
-  return comm != nullptr && liveComms.count(comm) != 0;
-}
+// An API call's hold on a live communicator, for as long as the call uses it. nnsCommDestroy and nnsCommAbort take
+// the handle out of the live set at once (later calls are refused) and free it once no call holds it: an abort from
+// another thread (a watchdog, as with ncclCommAbort) fails the operations in progress and waits for their calls to
+// return, instead of freeing the communicator under them (a use after free before).
+class Hold {
+ public:
+  explicit Hold(nnsComm_t comm) {
+    std::lock_guard<std::mutex> lock(liveMutex);
+    if (comm == nullptr || liveComms.count(comm) == 0) return;
+    comm_ = comm;
+    ++comm_->holds;
+  }
+  ~Hold() {
+    if (comm_ == nullptr) return;
+    std::lock_guard<std::mutex> lock(liveMutex);
+    if (--comm_->holds == 0) released.notify_all();
+  }
+  Hold(const Hold&) = delete;
+  Hold& operator=(const Hold&) = delete;
+  explicit operator bool() const { return comm_ != nullptr; }
+
+ private:
+  nnsComm_t comm_ = nullptr;
+};
 
 // Takes `comm` out of the live set; false when it was not in it.
 bool retire(const nnsComm* comm) {
@@ -80,13 +103,28 @@ bool retire(const nnsComm* comm) {
   return liveComms.erase(comm) != 0;
 }
 
+// Frees a retired communicator once the calls still holding it have returned. They are bounded by the operations'
+// own timeouts (an aborted one fails at once); a call that outlives even the margin here (a plugin call that never
+// returns) leaves the communicator allocated rather than freed under it.
+ncclResult_t freeRetired(nnsComm_t comm) {
+  std::unique_lock<std::mutex> lock(liveMutex);
+  const auto bound = comm->comm->options().timeout * 4 + std::chrono::seconds(60);
+  if (!released.wait_for(lock, bound, [comm] { return comm->holds == 0; })) {
+    lastError = "a call on this communicator did not return; it is left allocated";
+    return ncclInternalError;
+  }
+  lock.unlock();
+  delete comm;
+  return ncclSuccess;
+}
+
 ncclResult_t notLive(nnsComm_t comm) {
   return failWith(ncclInvalidArgument, comm == nullptr ? "the communicator is NULL"
                                                        : "the communicator is not a live one (destroyed already?)");
 }
 
-ncclResult_t checkCall(nnsComm_t comm, void* stream, ncclDataType_t type) {
-  if (!isLive(comm)) return notLive(comm);
+ncclResult_t checkCall(const Hold& hold, nnsComm_t comm, void* stream, ncclDataType_t type) {
+  if (!hold) return notLive(comm);
   if (stream != nullptr) return failWith(ncclInvalidArgument, "streams are not supported: pass NULL (calls block)");
   if (nns::coll::typeSize(type) == 0)
     return failWith(ncclInvalidArgument, "unknown data type " + std::to_string(static_cast<int>(type)));
@@ -256,33 +294,34 @@ ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm) {
 
 ncclResult_t nnsCommDestroy(nnsComm_t comm) {
   if (!retire(comm)) return notLive(comm);
-  delete comm;
-  return ncclSuccess;
+  return freeRetired(comm);
 }
 
 ncclResult_t nnsCommAbort(nnsComm_t comm) {
   if (!retire(comm)) return notLive(comm);
-  if (comm->comm) comm->comm->abort("aborted by nnsCommAbort");
-  delete comm;
-  return ncclSuccess;
+  comm->comm->abort("aborted by nnsCommAbort");
+  return freeRetired(comm);
 }
 
 ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError) {
-  if (!isLive(comm)) return notLive(comm);
+  Hold hold(comm);
+  if (!hold) return notLive(comm);
   if (asyncError == nullptr) return failWith(ncclInvalidArgument, "comm or asyncError is NULL");
   *asyncError = comm->comm->asyncResult();
   return ncclSuccess;
 }
 
 ncclResult_t nnsCommRegister(const nnsComm_t comm, void* buff, size_t size, void** handle) {
-  if (!isLive(comm)) return notLive(comm);
+  Hold hold(comm);
+  if (!hold) return notLive(comm);
   if (buff == nullptr || size == 0 || handle == nullptr)
     return failWith(ncclInvalidArgument, "comm, buff or handle is NULL, or size is 0");
   return guarded([&] { *handle = comm->comm->registerBuffer(buff, size); });
 }
 
 ncclResult_t nnsCommDeregister(const nnsComm_t comm, void* handle) {
-  if (!isLive(comm)) return notLive(comm);
+  Hold hold(comm);
+  if (!hold) return notLive(comm);
   if (handle == nullptr) return failWith(ncclInvalidArgument, "comm or handle is NULL");
   bool found = true;
   if (ncclResult_t r = guarded([&] { found = comm->comm->deregisterBuffer(handle); }); r != ncclSuccess) return r;
@@ -290,14 +329,16 @@ ncclResult_t nnsCommDeregister(const nnsComm_t comm, void* handle) {
 }
 
 ncclResult_t nnsCommCount(const nnsComm_t comm, int* count) {
-  if (!isLive(comm)) return notLive(comm);
+  Hold hold(comm);
+  if (!hold) return notLive(comm);
   if (count == nullptr) return failWith(ncclInvalidArgument, "comm or count is NULL");
   *count = comm->comm->size();
   return ncclSuccess;
 }
 
 ncclResult_t nnsCommUserRank(const nnsComm_t comm, int* rank) {
-  if (!isLive(comm)) return notLive(comm);
+  Hold hold(comm);
+  if (!hold) return notLive(comm);
   if (rank == nullptr) return failWith(ncclInvalidArgument, "comm or rank is NULL");
   *rank = comm->comm->rank();
   return ncclSuccess;
@@ -324,14 +365,16 @@ const char* nnsGetLastError(void) {
 
 ncclResult_t nnsAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                           nnsComm_t comm, void* stream) {
-  if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  Hold hold(comm);
+  if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkArguments(datatype, sendbuff, recvbuff, count, op); r != ncclSuccess) return r;
   return enqueueOrRun(comm, [=] { nns::coll::allReduce(*comm->comm, sendbuff, recvbuff, count, datatype, op); });
 }
 
 ncclResult_t nnsBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                           nnsComm_t comm, void* stream) {
-  if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  Hold hold(comm);
+  if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkRank(comm, root, "root"); r != ncclSuccess) return r;
   const bool isRoot = comm->comm->rank() == root;  // only the root reads sendbuff
   if (ncclResult_t r = checkArguments(datatype, isRoot ? sendbuff : recvbuff, recvbuff, count); r != ncclSuccess)
@@ -341,7 +384,8 @@ ncclResult_t nnsBroadcast(const void* sendbuff, void* recvbuff, size_t count, nc
 
 ncclResult_t nnsReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                        int root, nnsComm_t comm, void* stream) {
-  if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  Hold hold(comm);
+  if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkRank(comm, root, "root"); r != ncclSuccess) return r;
   const bool isRoot = comm->comm->rank() == root;  // only the root writes recvbuff
   if (ncclResult_t r = checkArguments(datatype, sendbuff, isRoot ? recvbuff : sendbuff, count, op); r != ncclSuccess)
@@ -351,7 +395,8 @@ ncclResult_t nnsReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
 
 ncclResult_t nnsAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                           nnsComm_t comm, void* stream) {
-  if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  Hold hold(comm);
+  if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r =
           checkArguments(datatype, sendbuff, recvbuff, sendcount, ncclSum, static_cast<size_t>(comm->comm->size()));
       r != ncclSuccess)
@@ -361,7 +406,8 @@ ncclResult_t nnsAllGather(const void* sendbuff, void* recvbuff, size_t sendcount
 
 ncclResult_t nnsReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
                               ncclRedOp_t op, nnsComm_t comm, void* stream) {
-  if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  Hold hold(comm);
+  if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r =
           checkArguments(datatype, sendbuff, recvbuff, recvcount, op, static_cast<size_t>(comm->comm->size()));
       r != ncclSuccess)
@@ -372,14 +418,16 @@ ncclResult_t nnsReduceScatter(const void* sendbuff, void* recvbuff, size_t recvc
 
 ncclResult_t nnsSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm,
                      void* stream) {
-  if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  Hold hold(comm);
+  if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkRank(comm, peer, "peer"); r != ncclSuccess) return r;
   if (ncclResult_t r = checkArguments(datatype, sendbuff, sendbuff, count); r != ncclSuccess) return r;
   return enqueueOrRunP2P(comm, P2POp{P2POp::Send, peer, const_cast<void*>(sendbuff), count, datatype});
 }
 
 ncclResult_t nnsRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm, void* stream) {
-  if (ncclResult_t r = checkCall(comm, stream, datatype); r != ncclSuccess) return r;
+  Hold hold(comm);
+  if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkRank(comm, peer, "peer"); r != ncclSuccess) return r;
   if (ncclResult_t r = checkArguments(datatype, recvbuff, recvbuff, count); r != ncclSuccess) return r;
   return enqueueOrRunP2P(comm, P2POp{P2POp::Recv, peer, recvbuff, count, datatype});
@@ -416,7 +464,8 @@ ncclResult_t nnsGroupEnd(void) {
       p2p.clear();
       return r;
     };
-    if (!isLive(comm)) {
+    Hold hold(comm);
+    if (!hold) {
       outcome.result = notLive(comm);
       outcome.error = lastError;
       return outcome;
