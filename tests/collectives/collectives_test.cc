@@ -331,6 +331,55 @@ TEST(Bootstrap, AStrangerOnTheRootPortIsTurnedAwayAndTheRealRankStillJoins) {
   EXPECT_EQ(rootError, "");
 }
 
+TEST(Bootstrap, ASilentConnectionOnTheRootPortHoldsUpNoRank) {
+  // A port scanner or a health check connects to the root port and says nothing. Rank 0 read joins one connection
+  // at a time, so rank 1 behind it waited the 5 s rank 0 gives a connection to speak (and several such connections
+  // could outlast the timeout); now every pending connection is read at once.
+  core::LaunchInfo root{0, 2, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  std::string rootError = "still running";
+  std::thread rankZero([&] {
+    try {
+      core::Bootstrap bootstrap(root, std::chrono::milliseconds(20000));
+      auto all = bootstrap.allGather("zero");
+      rootError = all[1] == "one!" ? "" : "wrong contribution from rank 1: " + all[1];
+    } catch (const std::exception& e) {
+      rootError = e.what();
+    }
+  });
+  std::vector<int> silent;
+  for (int attempt = 0; attempt < 200 && silent.size() < 3; ++attempt) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(root.rootPort));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
+      silent.push_back(fd);
+    } else {
+      close(fd);
+      usleep(10000);
+    }
+  }
+  ASSERT_EQ(silent.size(), 3u);
+  usleep(100000);  // rank 0 has accepted them before rank 1 comes
+  const auto start = std::chrono::steady_clock::now();
+  core::LaunchInfo one = root;
+  one.rank = 1;
+  std::string oneError;
+  try {
+    core::Bootstrap bootstrap(one, std::chrono::milliseconds(20000));
+    bootstrap.allGather("one!");
+  } catch (const std::exception& e) {
+    oneError = e.what();
+  }
+  rankZero.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int fd : silent) close(fd);
+  EXPECT_EQ(oneError, "");
+  EXPECT_EQ(rootError, "");
+  EXPECT_LT(seconds, 2.0) << "rank 1 waited behind the silent connections";
+}
+
 namespace {
 
 // Runs body(comm, rank) on every rank of a `ranks`-rank communicator, rank r made with optionsOf(r), one thread per

@@ -418,34 +418,15 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
     memberSockets_.assign(size_, -1);
     std::vector<std::string> turnedAway;
     int arrived = 1;
-    while (arrived < size_) {
-      try {
-        waitFor(listener, POLLIN, deadline, "waiting for ranks");
-      } catch (const std::runtime_error&) {
-        std::string missing, refused;
-        for (int r = 1; r < size_; ++r)
-          if (memberSockets_[r] < 0) missing += (missing.empty() ? "" : ",") + std::to_string(r);
-        for (const auto& one : turnedAway) refused += (refused.empty() ? "" : "; ") + one;
-        close(listener);
-        fail("rank(s) " + missing + " did not arrive within " + std::to_string(timeout_.count()) + " ms at " +
-             listening + " (ranks from " + info.source + ")" +
-             (refused.empty() ? std::string() : "; turned away: " + refused));
-      }
-      int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
-      JoinMessage join{-1, -1, 0};
-      bool spoke = true;
-      try {
-        recvAll(fd, &join, sizeof(join), std::min(deadline, Clock::now() + std::chrono::seconds(5)));
-      } catch (const std::runtime_error&) {
-        spoke = false;  // said nothing in time: not one of ours
-      }
+    // Admits the connection `fd` as the rank its join message names, or turns it away saying why (another job's rank
+    // on a reused port, a wrong size, a duplicate, a stray connection that said nothing).
+    auto admit = [&](int fd, const JoinMessage& join, bool spoke) {
       const int peer = join.rank;
       JoinReply reply = kJoined;
       std::string why;
       if (!spoke) {
         reply = kRefused;
-        why = "it did not say which rank it is within 5 s";
+        why = "it closed, or said nothing for 5 s, without saying which rank it is";
       } else if (join.job != mine.job) {
         reply = kOtherJob;
         why = "rank 0 there belongs to another job";
@@ -466,16 +447,14 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
           sendAll(fd, &reply, sizeof(reply), deadline);
         } catch (const std::runtime_error&) {
           close(fd);  // gone already: it will retry, or be missing
-          continue;
+          return;
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         memberSockets_[peer] = fd;
         ++arrived;
-        continue;
+        return;
       }
-      // Another job's rank on a reused port, a wrong size, a duplicate or a stray connection: say why, turn it away
-      // and keep waiting for ours.
       // Each distinct one once: another job's rank retries every 100 ms.
       const std::string claim = "rank " + std::to_string(peer) + " of " + std::to_string(join.size) + ": " + why;
       if (std::find(turnedAway.begin(), turnedAway.end(), claim) == turnedAway.end()) {
@@ -491,7 +470,65 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
         }
       }
       close(fd);
+    };
+    // Connections accepted whose join message is still coming. All are read at once, so a connection that says
+    // nothing (a port scanner, a health check) holds up no rank behind it; it is turned away after 5 s.
+    struct Pending {
+      int fd;
+      Clock::time_point since;
+      JoinMessage join{-1, -1, 0};
+      size_t got = 0;
+    };
+    constexpr auto kSpeakWithin = std::chrono::seconds(5);
+    std::vector<Pending> pending;
+    while (arrived < size_) {
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        for (const auto& p : pending) close(p.fd);
+        std::string missing, refused;
+        for (int r = 1; r < size_; ++r)
+          if (memberSockets_[r] < 0) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+        for (const auto& one : turnedAway) refused += (refused.empty() ? "" : "; ") + one;
+        close(listener);
+        fail("rank(s) " + missing + " did not arrive within " + std::to_string(timeout_.count()) + " ms at " +
+             listening + " (ranks from " + info.source + ")" +
+             (refused.empty() ? std::string() : "; turned away: " + refused));
+      }
+      auto until = deadline;
+      for (const auto& p : pending) until = std::min(until, p.since + kSpeakWithin);
+      std::vector<pollfd> fds{{listener, POLLIN, 0}};
+      for (const auto& p : pending) fds.push_back({p.fd, POLLIN, 0});
+      if (poll(fds.data(), fds.size(), remainingMs(until)) < 0 && errno != EINTR) {
+        const int err = errno;
+        for (const auto& p : pending) close(p.fd);
+        close(listener);
+        fail(std::string("rank 0: poll failed waiting for ranks: ") + std::strerror(err));
+      }
+      // Read what each pending connection sent; a complete message is admitted, a silent or closed one turned away.
+      std::vector<Pending> still;
+      for (size_t i = 0; i < pending.size(); ++i) {
+        Pending& p = pending[i];
+        bool closed = false;
+        if (fds[i + 1].revents != 0) {
+          ssize_t n = recv(p.fd, reinterpret_cast<char*>(&p.join) + p.got, sizeof(p.join) - p.got, MSG_DONTWAIT);
+          if (n > 0) p.got += static_cast<size_t>(n);
+          closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+        }
+        if (p.got == sizeof(p.join)) {
+          admit(p.fd, p.join, true);
+        } else if (closed || Clock::now() >= p.since + kSpeakWithin) {
+          admit(p.fd, p.join, false);
+        } else {
+          still.push_back(p);
+        }
+      }
+      pending.swap(still);
+      if (fds[0].revents & POLLIN) {
+        int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0) pending.push_back(Pending{fd, Clock::now()});
+      }
     }
+    for (const auto& p : pending) close(p.fd);  // strangers still silent when every rank is in
     close(listener);
   } else {
     // Non-root: retry while rank 0 is not listening yet, trying each of the root's addresses in turn. A connection
