@@ -284,47 +284,65 @@ TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
 
 INSTANTIATE_TEST_SUITE_P(Failure, DeadRank, ::testing::Values("minimal", "socket"));
 
+namespace {
+
+// Rank 0 of a 2-rank bootstrap on its own thread: all-gathers "zero" and checks that rank 1 gave "one!". `error`
+// becomes empty when it did, else the reason.
+std::thread bootstrapRankZero(const core::LaunchInfo& root, std::chrono::milliseconds timeout, std::string* error) {
+  *error = "still running";
+  return std::thread([root, timeout, error] {
+    try {
+      core::Bootstrap bootstrap(root, timeout);
+      auto all = bootstrap.allGather("zero");
+      *error = all[1] == "one!" ? "" : "wrong contribution from rank 1: " + all[1];
+    } catch (const std::exception& e) {
+      *error = e.what();
+    }
+  });
+}
+
+// Rank 1 of that bootstrap, on this thread: empty, or what failed.
+std::string bootstrapRankOne(core::LaunchInfo root, std::chrono::milliseconds timeout) {
+  root.rank = 1;
+  try {
+    core::Bootstrap bootstrap(root, timeout);
+    bootstrap.allGather("one!");
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A plain TCP connection to the root port once rank 0 listens (-1 if it never does within 2 s).
+int connectToRootPort(int port) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) return fd;
+    close(fd);
+    usleep(10000);
+  }
+  return -1;
+}
+
+}  // namespace
+
 TEST(Bootstrap, AStrangerOnTheRootPortIsTurnedAwayAndTheRealRankStillJoins) {
   // Two launches that picked the same port (or a reused MASTER_PORT): rank 0 must not take another job's rank for
   // its own, nor give up; it turns the stranger away and waits for the rank it expects.
   core::LaunchInfo root{0, 2, "127.0.0.1", test::freeLoopbackPort(), "test"};
-  std::string rootError = "still running";
-  std::thread rankZero([&] {
-    try {
-      core::Bootstrap bootstrap(root, std::chrono::milliseconds(10000));
-      auto all = bootstrap.allGather("zero");
-      rootError = all[1] == "one!" ? "" : "wrong contribution from rank 1: " + all[1];
-    } catch (const std::exception& e) {
-      rootError = e.what();
-    }
-  });
+  std::string rootError;
+  std::thread rankZero = bootstrapRankZero(root, std::chrono::milliseconds(10000), &rootError);
   // The stranger: claims rank 1 of a 3-rank job.
-  int stranger = -1;
-  for (int attempt = 0; attempt < 200 && stranger < 0; ++attempt) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(root.rootPort));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
-      stranger = fd;
-    } else {
-      close(fd);
-      usleep(10000);
-    }
-  }
+  int stranger = connectToRootPort(root.rootPort);
+  if (stranger < 0) rankZero.join();
   ASSERT_GE(stranger, 0);
   const int32_t claim[4] = {1, 3, 0, 0};  // rank, size, job (64 bits)
   ASSERT_EQ(send(stranger, claim, sizeof(claim), 0), static_cast<ssize_t>(sizeof(claim)));
-  core::LaunchInfo one = root;
-  one.rank = 1;
-  std::string oneError;
-  try {
-    core::Bootstrap bootstrap(one, std::chrono::milliseconds(10000));
-    bootstrap.allGather("one!");
-  } catch (const std::exception& e) {
-    oneError = e.what();
-  }
+  std::string oneError = bootstrapRankOne(root, std::chrono::milliseconds(10000));
   rankZero.join();
   close(stranger);
   EXPECT_EQ(oneError, "");
@@ -336,45 +354,18 @@ TEST(Bootstrap, ASilentConnectionOnTheRootPortHoldsUpNoRank) {
   // at a time, so rank 1 behind it waited the 5 s rank 0 gives a connection to speak (and several such connections
   // could outlast the timeout); now every pending connection is read at once.
   core::LaunchInfo root{0, 2, "127.0.0.1", test::freeLoopbackPort(), "test"};
-  std::string rootError = "still running";
-  std::thread rankZero([&] {
-    try {
-      core::Bootstrap bootstrap(root, std::chrono::milliseconds(20000));
-      auto all = bootstrap.allGather("zero");
-      rootError = all[1] == "one!" ? "" : "wrong contribution from rank 1: " + all[1];
-    } catch (const std::exception& e) {
-      rootError = e.what();
-    }
-  });
+  std::string rootError;
+  std::thread rankZero = bootstrapRankZero(root, std::chrono::milliseconds(20000), &rootError);
   std::vector<int> silent;
-  for (int attempt = 0; attempt < 200 && silent.size() < 3; ++attempt) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(root.rootPort));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
-      silent.push_back(fd);
-    } else {
-      close(fd);
-      usleep(10000);
-    }
-  }
-  ASSERT_EQ(silent.size(), 3u);
+  for (int i = 0; i < 3; ++i)
+    if (int fd = connectToRootPort(root.rootPort); fd >= 0) silent.push_back(fd);
   usleep(100000);  // rank 0 has accepted them before rank 1 comes
   const auto start = std::chrono::steady_clock::now();
-  core::LaunchInfo one = root;
-  one.rank = 1;
-  std::string oneError;
-  try {
-    core::Bootstrap bootstrap(one, std::chrono::milliseconds(20000));
-    bootstrap.allGather("one!");
-  } catch (const std::exception& e) {
-    oneError = e.what();
-  }
+  std::string oneError = bootstrapRankOne(root, std::chrono::milliseconds(20000));
   rankZero.join();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (int fd : silent) close(fd);
+  EXPECT_EQ(silent.size(), 3u);
   EXPECT_EQ(oneError, "");
   EXPECT_EQ(rootError, "");
   EXPECT_LT(seconds, 2.0) << "rank 1 waited behind the silent connections";
