@@ -49,9 +49,7 @@ std::pair<size_t, size_t> channelPart(size_t count, int channels, int c) {
 // to wait for, so a rank may make it alone. On a failed communicator it fails as every call does.
 bool isNoOp(const Communicator& comm, size_t count) {
   if (count != 0) return false;
-  if (std::string error = comm.asyncError(); !error.empty())
-    throw core::CommError("rank " + std::to_string(comm.rank()) + ": communicator failed earlier: " + error,
-                          comm.asyncResult());
+  comm.throwIfFailed();
   return true;
 }
 

@@ -432,8 +432,7 @@ void Communicator::submit(const std::function<void()>& operation) {
                         " was forked from it: a forked process cannot use its parent's communicators (make one of "
                         "its own)",
                     ncclInvalidUsage);
-  if (failed_.load())
-    throw CommError("rank " + std::to_string(rank_) + ": communicator failed earlier: " + asyncError(), asyncResult());
+  throwIfFailed();
   if (inline_) {
     std::unique_lock lock(mutex_);
     if (queue_.empty() && !busy_ && !stopping_) {
@@ -533,6 +532,11 @@ std::string Communicator::asyncError() const {
 ncclResult_t Communicator::asyncResult() const {
   std::lock_guard lock(errorMutex_);
   return asyncResult_;
+}
+
+void Communicator::throwIfFailed() const {
+  if (failed_.load())
+    throw CommError("rank " + std::to_string(rank_) + ": communicator failed earlier: " + asyncError(), asyncResult());
 }
 
 void Communicator::abort(const std::string& why, ncclResult_t result) {

@@ -209,6 +209,8 @@ class Communicator {
   // That error's code (CommError::result() of the failure that came first), ncclSuccess while there is none; every
   // later call on the failed communicator fails with it too.
   ncclResult_t asyncResult() const;
+  // Throws that error (CommError "communicator failed earlier", with asyncResult()) once the communicator failed.
+  void throwIfFailed() const;
   // Fails the communicator now (ncclCommAbort): closes every connection so peers see the error too. Nothing in a
   // process forked from the one that made it (the connections are the parent's; the copy's calls are refused).
   // `result` is the code asyncResult() reports when this is the first failure.
