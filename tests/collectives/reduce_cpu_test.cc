@@ -511,9 +511,10 @@ TEST(HostKernels, RunsTheVariantAskedFor) {
   }
 }
 
-// The AVX512_BF16 conversion flushes subnormal results to zero; the kernels must not. Each case sits in one lane of
-// otherwise ordinary vectors (every position of a 32- and a 16-element vector, and in the tail), and the results
-// must be the scalar reference's bits, whichever variant runs.
+// The AVX512_BF16 conversion flushes subnormal results to zero; the kernels must not (and exact zeros, which send a
+// vector to the subnormal check, must keep their sign). Each case sits in one lane of otherwise ordinary vectors
+// (every position of two 64-element steps, a 32- and a 16-element vector, and the tail), and the results must be
+// the scalar reference's bits, whichever variant runs.
 TEST(HostKernels, Bfloat16SubnormalResultsKeepTheirBits) {
   struct Case {
     ncclRedOp_t op;
@@ -525,8 +526,10 @@ TEST(HostKernels, Bfloat16SubnormalResultsKeepTheirBits) {
       {ncclProd, 0x3f81, 0x0003},  // 3 x 2^-133 x (1 + 2^-7): rounds to 0x0003
       {ncclProd, 0x3f00, 0x0003},  // 1.5 x 2^-133: a tie, to even (0x0002)
       {ncclProd, 0x0100, 0x3e80},  // a normal x a normal with a subnormal product
+      {ncclSum, 0x3f80, 0xbf80},   // 1 - 1: +0
+      {ncclSum, 0x8000, 0x8000},   // -0 + -0: -0
   };
-  constexpr size_t kCount = 32 * 4 + 16 + 7;
+  constexpr size_t kCount = 32 * 5 + 16 + 7;
   for (const Case& c : cases) {
     for (size_t lane = 0; lane < kCount; ++lane) {
       std::vector<uint16_t> a(kCount), b(kCount), want(kCount);
