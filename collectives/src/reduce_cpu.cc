@@ -402,8 +402,8 @@ enum class Arith { kSum, kProd, kDivide };
 
 #define NNS_BF16_TARGET target("arch=x86-64-v4,avx512bf16")
 
-// 32 elements of first from at (op src, or / d) as bfloat16, in the order packing leaves them (see Bfloat16Avx512Loop);
-// low and high keep the float results for the subnormal check.
+// Elements [at, at + 32) of first op src (or first / d) as bfloat16, in the order packing leaves them (see
+// bfloat16Avx512Loop); low and high keep the float results for the subnormal check.
 template <Arith kArith>
 __attribute__((NNS_BF16_TARGET, always_inline)) inline __m512i bfloat16Combine32(const uint16_t* first,
                                                                                  const uint16_t* src, size_t at,
@@ -436,13 +436,12 @@ __attribute__((NNS_BF16_TARGET)) void bfloat16Avx512Loop(uint16_t* dst, const ui
   const __m512i magnitude = _mm512_set1_epi16(0x7fff);
   constexpr int kDenormal = 0x20;  // vfpclassps category
   constexpr bool kProd = kArith == Arith::kProd;
-  auto* out = reinterpret_cast<__m512i*>(dst);  // 32 elements each
   // Stores elements [at, at + 32), or redoes them with the bit code if one of their float results is subnormal.
   auto finish = [&](__m512i packed, __mmask32 zeros, __m512 low, __m512 high, size_t at)
       __attribute__((NNS_BF16_TARGET, always_inline)) {
     if (zeros != 0 && (_mm512_fpclass_ps_mask(low, kDenormal) | _mm512_fpclass_ps_mask(high, kDenormal)) != 0)
       return combineTail<Bfloat16>(dst, first, src, at, at + 32, kProd, divisor);
-    _mm512_storeu_si512(out + at / 32, _mm512_maskz_permutexvar_epi64(kAll8, order, packed));
+    _mm512_storeu_si512(dst + at, _mm512_maskz_permutexvar_epi64(kAll8, order, packed));
   };
   size_t i = 0;
   for (; i + 64 <= count; i += 64) {
@@ -452,8 +451,8 @@ __attribute__((NNS_BF16_TARGET)) void bfloat16Avx512Loop(uint16_t* dst, const ui
     __mmask32 zeros0 = _mm512_testn_epi16_mask(packed0, magnitude);
     __mmask32 zeros1 = _mm512_testn_epi16_mask(packed1, magnitude);
     if ((zeros0 | zeros1) == 0) {
-      _mm512_storeu_si512(out + i / 32, _mm512_maskz_permutexvar_epi64(kAll8, order, packed0));
-      _mm512_storeu_si512(out + i / 32 + 1, _mm512_maskz_permutexvar_epi64(kAll8, order, packed1));
+      _mm512_storeu_si512(dst + i, _mm512_maskz_permutexvar_epi64(kAll8, order, packed0));
+      _mm512_storeu_si512(dst + i + 32, _mm512_maskz_permutexvar_epi64(kAll8, order, packed1));
       continue;
     }
     finish(packed0, zeros0, low0, high0, i);
@@ -468,9 +467,8 @@ __attribute__((NNS_BF16_TARGET)) void bfloat16Avx512Loop(uint16_t* dst, const ui
   combineTail<Bfloat16>(dst, first, src, i, count, kProd, divisor);
 }
 
-__attribute__((target("arch=x86-64-v4,avx512bf16"))) void bfloat16Avx512(uint16_t* dst, const uint16_t* first,
-                                                                         const uint16_t* src, size_t count, bool prod,
-                                                                         int divisor) {
+__attribute__((NNS_BF16_TARGET)) void bfloat16Avx512(uint16_t* dst, const uint16_t* first, const uint16_t* src,
+                                                     size_t count, bool prod, int divisor) {
   if (first == nullptr) first = dst;
   if (!src)
     bfloat16Avx512Loop<Arith::kDivide>(dst, first, src, count, divisor);
