@@ -51,6 +51,21 @@ if [ "$rows" != "1000/0 8008/0 64064/0 " ]; then
   failures=$((failures + 1))
 fi
 
+# The header names the host reductions' ISA variant, which NNS_HOST_ISA caps; a collective that reduces nothing
+# (allgather) names none.
+header=$(NNS_HOST_ISA=baseline NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" allreduce -p minimal \
+           -b 8 -e 8 -n 1 -w 0 | grep '^# buffers in')
+if [ "$header" != "# buffers in host memory; slots in host memory; host reductions baseline" ]; then
+  echo "FAILED: NNS_HOST_ISA=baseline allreduce header: '$header'"
+  failures=$((failures + 1))
+fi
+header=$(NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" allgather -p minimal -b 8 -e 8 -n 1 -w 0 |
+           grep '^# buffers in')
+if [ "$header" != "# buffers in host memory; slots in host memory" ]; then
+  echo "FAILED: allgather header: '$header'"
+  failures=$((failures + 1))
+fi
+
 # launcher_refuses "ARGS" "TEXT": nccl-net-run ARGS /bin/true exits 2 and says TEXT.
 launcher_refuses() {
   local out status

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "nns/coll/collectives.hpp"
+#include "nns/coll/reduce.hpp"
 #include "nns/core/cpus.hpp"
 #include "nns/tools/guarded_main.hpp"
 #include "nns/tools/parse_arguments.hpp"
@@ -263,7 +264,11 @@ int runTool(int argc, char** argv) {
           comm.options().slots, comm.options().slotBytes, registerBuffers ? ", buffers registered (zero-copy)" : "");
       const std::string where =
           deviceBuffers ? "GPU memory (rank 0 on CUDA device " + std::to_string(gpu) + ")" : std::string("host memory");
-      std::printf("# buffers in %s; slots in %s\n", where.c_str(), comm.slotMemoryDescription().c_str());
+      // Host-memory reductions run one ISA variant of the kernels, picked by CPUID (NNS_HOST_ISA caps it).
+      const std::string reductions =
+          reducing && !deviceBuffers ? std::string("; host reductions ") + coll::hostKernelIsa() : std::string();
+      std::printf("# buffers in %s; slots in %s%s\n", where.c_str(), comm.slotMemoryDescription().c_str(),
+                  reductions.c_str());
       int cpus = 0;
       const std::string ownCpus = core::ownCpus(&cpus);
       const long online = sysconf(_SC_NPROCESSORS_ONLN);
