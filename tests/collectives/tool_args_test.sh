@@ -35,6 +35,7 @@ refuses "-r -1" "--root"
 refuses "-d float17" "unknown data type float17"
 refuses "-o mean" "unknown reduction mean"
 refuses "-A star" "unknown algorithm star"
+refuses "-b 1T -e 1T" "-e 1099511627776 needs two buffers of that size per rank"
 
 # -f 1 steps by -i, as in nccl-tests: 1, 2, 3 and 4 KiB.
 rows=$(timeout 60 "$bin/nccl-net-run" -n 2 --timeout 30 "$bin/nccl-net-bench" allreduce -p minimal -b 1K -e 4K -f 1 \
@@ -50,6 +51,17 @@ if [ "$rows" != "1000/0 8008/0 64064/0 " ]; then
   echo "FAILED: -b 1001 -e 64K -f 8 -I 1 -d double gave rows (size/#wrong) '$rows'"
   failures=$((failures + 1))
 fi
+
+# -b 0 goes on to one element, and sizes that round to the row before (below one element) are not repeated.
+for case in "0 64 4:0 4 16 64 " "1 16 2:0 4 8 16 "; do
+  read -r b e f <<<"${case%%:*}"
+  rows=$(timeout 60 "$bin/nccl-net-run" -n 2 --timeout 30 "$bin/nccl-net-bench" allreduce -p minimal -b "$b" -e "$e" \
+           -f "$f" -n 1 -w 0 -c 1 | awk '$1 ~ /^[0-9]+$/ {printf "%s ", $1}')
+  if [ "$rows" != "${case#*:}" ]; then
+    echo "FAILED: -b $b -e $e -f $f gave sizes '$rows' (expected '${case#*:}')"
+    failures=$((failures + 1))
+  fi
+done
 
 # The header names the host reductions' ISA variant, which NNS_HOST_ISA caps; a collective that reduces nothing
 # (allgather) names none.
@@ -84,6 +96,20 @@ launcher_refuses "-n 2 --timeout soon" "--timeout soon: whole seconds"
 launcher_refuses "-n 2 --bind-to cores" "--bind-to cores: spread or none"
 launcher_refuses "-n 2 --kill-after -1" "--kill-after -1: whole seconds"
 launcher_refuses "-n 2 --kill-after 5s" "--kill-after 5s: whole seconds"
+# An option it does not know is refused by name, never run as the command; "--" ends the options.
+launcher_refuses "-n 2 --bogus" "--bogus: not an option"
+launcher_refuses "-np 2" "-np: not an option; the rank count is -n N"
+launcher_refuses "" "give the rank count: -n N"
+out=$(timeout 20 "$bin/nccl-net-run" -n 2 -- 2>&1)
+status=$?
+if [ "$status" -ne 2 ] || ! grep -qF "no command to run" <<<"$out"; then
+  echo "FAILED: nccl-net-run -n 2 -- gave status $status and: $out (expected 'no command to run')"
+  failures=$((failures + 1))
+fi
+if ! out=$(timeout 20 "$bin/nccl-net-run" -n 2 -- /bin/echo ran 2>&1) || [ "$(grep -c '^ran$' <<<"$out")" != 2 ]; then
+  echo "FAILED: nccl-net-run -n 2 -- /bin/echo ran gave: $out (expected two lines 'ran')"
+  failures=$((failures + 1))
+fi
 
 # nccl-net-check and nccl-net-perf: a timeout of 0 would fail every rule as hung (the plugin blamed for a typo).
 # nccl-net-perf's sizes go through the same size option as nccl-net-bench's.

@@ -53,7 +53,8 @@ constexpr int kDefaultKillAfterSeconds = 5;
 void usage(const char* self, FILE* out) {
   std::fprintf(out,
                "usage: %s -n RANKS [--timeout SECONDS] [--kill-after SECONDS] [--bind-to spread|none]\n"
-               "       [--report-bindings] COMMAND [ARGS...]\n"
+               "       [--report-bindings] [--] COMMAND [ARGS...]\n"
+               "  --: ends the options (a command that starts with '-')\n"
                "  --timeout: kill every rank after this long (0, the default: no limit)\n"
                "  --kill-after: when a rank fails or the launcher gets SIGTERM, SIGINT or SIGHUP, the ranks get\n"
                "    SIGTERM (or that signal), then SIGKILL this long after (default %d s)\n"
@@ -123,11 +124,23 @@ int runTool(int argc, char** argv) {
     } else if (flag == "--report-bindings") {
       report = true;
       ++first;
-    } else {
+    } else if (flag == "--") {  // the end of the options: what follows is the command, even if it starts with '-'
+      ++first;
       break;
+    } else {
+      // A known option at the end has lost its value; anything else is a typo (mpirun's -np, say), which would
+      // otherwise be run as the command.
+      bool known =
+          flag == "-n" || flag == "--ranks" || flag == "--timeout" || flag == "--kill-after" || flag == "--bind-to";
+      std::fprintf(stderr, "nccl-net-run: %s%s (--help lists the options)\n", flag.c_str(),
+                   known           ? " needs a value"
+                   : flag == "-np" ? ": not an option; the rank count is -n N"
+                                   : ": not an option");
+      return 2;
     }
   }
   if (ranks < 1 || first >= argc) {
+    std::fprintf(stderr, "nccl-net-run: %s\n", ranks < 1 ? "give the rank count: -n N" : "no command to run");
     usage(argv[0], stderr);
     return 2;
   }
