@@ -286,6 +286,19 @@ int runTool(int argc, char** argv) {
                   "(GB/s)", "");
       std::fflush(stdout);  // the header says setup is done (a file or pipe would hold it back)
     }
+    // Every rank on this host holds two buffers of -e bytes: refused when they cannot fit in its memory, rather
+    // than left to the OOM killer (with overcommit the allocation itself succeeds).
+    const long pages = sysconf(_SC_PHYS_PAGES), pageBytes = sysconf(_SC_PAGESIZE);
+    const double hostBytes = static_cast<double>(pages) * static_cast<double>(pageBytes);
+    const double buffersBytes = 2.0 * static_cast<double>(maxBytes + 64) * comm.bootstrap().localRanks();
+    if (pages > 0 && pageBytes > 0 && buffersBytes > hostBytes) {
+      std::fprintf(stderr,
+                   "nccl-net-bench: rank %d: -e %llu needs two buffers of that size per rank, %.1f GiB for the %d "
+                   "rank(s) on this host, which has %.1f GiB of memory\n",
+                   rank, static_cast<unsigned long long>(maxBytes), buffersBytes / (1 << 30),
+                   comm.bootstrap().localRanks(), hostBytes / (1 << 30));
+      return 2;
+    }
     std::vector<unsigned char> sendBuffer, recvBuffer;
     try {
       sendBuffer.resize(maxBytes + 64);
@@ -342,12 +355,22 @@ int runTool(int argc, char** argv) {
       comm.registerBuffer(sendBuffer.data(), sendBuffer.size());
       comm.registerBuffer(recvBuffer.data(), recvBuffer.size());
     }
-    // Rows as nccl-tests steps them: from -b, times -f while -f > 1, else plus -i, up to -e. A row that would not
-    // grow (-b 0 with -f > 1) ends the table.
+    // Rows as nccl-tests steps them: from -b, times -f while -f > 1, else plus -i, up to -e. Sizes round down to
+    // whole elements (to a multiple of the ranks for allgather and reduce-scatter); a size that rounds to the row
+    // before it is skipped, and after 0 bytes (-b 0 with -f > 1, where multiplying would stay at 0) the next row is
+    // one element, as nccl-net-perf steps 0, 1, 2, 4...
+    size_t previousBytes = SIZE_MAX;
     for (double bytesD = static_cast<double>(minBytes); bytesD <= static_cast<double>(maxBytes);) {
+      const double next = factor > 1 ? (bytesD == 0 ? static_cast<double>(es) : bytesD * factor)
+                                     : bytesD + static_cast<double>(stepBytes);
       size_t count = static_cast<size_t>(bytesD) / es;
       if ((collective == "allgather" || collective == "reducescatter")) count -= count % n;
       size_t bytes = count * es;
+      if (bytes == previousBytes) {
+        bytesD = next;
+        continue;
+      }
+      previousBytes = bytes;
       size_t perRank = count / n;  // allgather send / reducescatter recv
       size_t inputCount = collective == "allgather" ? perRank : count;
       // In place, nccl.h's way: allgather's input is the rank's block of the output, reducescatter's output is the
@@ -460,8 +483,6 @@ int runTool(int argc, char** argv) {
                     algbw, algbw * busFactor, check ? std::to_string(totalWrong).c_str() : "N/A");
         std::fflush(stdout);
       }
-      const double next = factor > 1 ? bytesD * factor : bytesD + static_cast<double>(stepBytes);
-      if (next <= bytesD) break;
       bytesD = next;
     }
   } catch (const core::CommError& e) {
