@@ -998,9 +998,18 @@ TEST(SlotMemory, SlotsPerConnectionComeFromTheOptionsTheEnvironmentOrTheSlotMemo
 // int are named errors, never a prefix or a silent 0.
 TEST(Communicator, EnvironmentKnobsAreCheckedWhole) {
   const std::pair<const char*, const char*> bad[] = {
-      {"NNS_SLOTS", "4x"},          {"NNS_SLOT_BYTES", "abc"},          {"NNS_NCHANNELS", "-2"},
-      {"NNS_NET_DEVICE", "first"},  {"NNS_NET_DEVICE", "-1"},           {"NNS_PROGRESS_SPIN_US", "-1"},
-      {"NNS_COMM_TIMEOUT_MS", "0"}, {"NNS_SLOTS", "99999999999999999"},
+      {"NNS_SLOTS", "4x"},
+      {"NNS_SLOT_BYTES", "abc"},
+      {"NNS_NCHANNELS", "-2"},
+      {"NNS_NET_DEVICE", "first"},
+      {"NNS_NET_DEVICE", "-1"},
+      {"NNS_PROGRESS_SPIN_US", "-1"},
+      {"NNS_COMM_TIMEOUT_MS", "0"},
+      {"NNS_SLOTS", "99999999999999999"},
+      // In range as integers, out of the communicator's limits: named by the knob too, with its own range.
+      {"NNS_SLOTS", "100"},
+      {"NNS_NCHANNELS", "33"},
+      {"NNS_SLOT_BYTES", "512"},
   };
   for (const auto& [name, value] : bad) {
     setenv(name, value, 1);
@@ -1014,6 +1023,35 @@ TEST(Communicator, EnvironmentKnobsAreCheckedWhole) {
           << e.what();
     }
     unsetenv(name);
+  }
+  {  // a knob's range is the one its message gives
+    setenv("NNS_NCHANNELS", "33", 1);
+    core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+    EXPECT_THROW(
+        {
+          try {
+            core::Communicator comm(launch, socketOptions());
+          } catch (const core::CommError& e) {
+            EXPECT_NE(std::string(e.what()).find("NNS_NCHANNELS=33 is not an integer from 1 to 32"), std::string::npos)
+                << e.what();
+            throw;
+          }
+        },
+        core::CommError);
+    unsetenv("NNS_NCHANNELS");
+  }
+  {  // a CommOptions field out of range is named as such
+    core::CommOptions options = socketOptions();
+    options.slotBytes = 1000;
+    core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+    try {
+      core::Communicator comm(launch, options);
+      ADD_FAILURE() << "slotBytes 1000 was accepted";
+    } catch (const core::CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("slot bytes 1000 (NNS_SLOT_BYTES or CommOptions::slotBytes)"),
+                std::string::npos)
+          << e.what();
+    }
   }
   setenv("NNS_PROGRESS_SPIN_US", "0", 1);  // no spinning at all is a valid choice
   core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};

@@ -27,18 +27,23 @@ const char* resultName(ncclResult_t r) {
 
 // Reads an integer knob of at least `minimum` from the environment; keeps `fallback` when unset, throws when
 // malformed.
-long long envKnob(const char* name, long long fallback, long long minimum = 1) {
+long long envKnob(const char* name, long long fallback, long long minimum = 1, long long maximum = INT_MAX) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return fallback;
   char* end = nullptr;
   errno = 0;
   long long value = std::strtoll(text, &end, 10);
-  if (end == text || *end != '\0' || errno != 0 || value < minimum || value > INT_MAX)
+  if (end == text || *end != '\0' || errno != 0 || value < minimum || value > maximum)
     throw CommError(std::string(name) + "=" + text + " is not an integer from " + std::to_string(minimum) + " to " +
-                        std::to_string(INT_MAX),
+                        std::to_string(maximum),
                     ncclInvalidUsage);
   return value;
 }
+
+// The slot and channel limits, which the environment knobs and CommOptions share.
+constexpr int kMaxSlots = 64;
+constexpr int kMaxChannels = 32;
+constexpr long long kMinSlotBytes = 1024, kMaxSlotBytes = 1LL << 30;
 // Host memory: page-aligned slots, plain memcpy.
 class HostSlots final : public SlotMemory {
  public:
@@ -120,21 +125,30 @@ void Communicator::fail(const std::string& what, ncclResult_t result) {
 
 Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     : rank_(launch.rank), size_(launch.size), options_(options), creatorPid_(getpid()) {
-  options_.slotBytes = static_cast<size_t>(envKnob("NNS_SLOT_BYTES", static_cast<long long>(options_.slotBytes)));
-  options_.slots = static_cast<int>(envKnob("NNS_SLOTS", options_.slots));
-  options_.channels = static_cast<int>(envKnob("NNS_NCHANNELS", options_.channels));
+  options_.slotBytes = static_cast<size_t>(
+      envKnob("NNS_SLOT_BYTES", static_cast<long long>(options_.slotBytes), kMinSlotBytes, kMaxSlotBytes));
+  options_.slots = static_cast<int>(envKnob("NNS_SLOTS", options_.slots, 1, kMaxSlots));
+  options_.channels = static_cast<int>(envKnob("NNS_NCHANNELS", options_.channels, 1, kMaxChannels));
   options_.timeout = std::chrono::milliseconds(envKnob("NNS_COMM_TIMEOUT_MS", options_.timeout.count()));
   spin_ = std::chrono::microseconds(envKnob("NNS_PROGRESS_SPIN_US", spin_.count(), 0));
   if (const char* mode = std::getenv("NNS_PROGRESS_INLINE"); mode != nullptr && *mode != '\0')
     inline_ = std::strcmp(mode, "0") != 0;
   options_.device = static_cast<int>(envKnob("NNS_NET_DEVICE", options_.device, 0));
   options_.checkCalls = envKnob("NNS_CHECK_CALLS", options_.checkCalls ? 1 : 0, 0) != 0;
-  if (options_.slots < 0 || options_.slots > 64 || options_.channels < 1 || options_.channels > 32 ||
-      options_.slotBytes < 1024 || options_.slotBytes > (size_t{1} << 30) || options_.slotBytes % 64 != 0)
-    throw CommError(
-        "communicator options out of range: slots 0..64 (0: the slot memory's default), channels 1..32, slot bytes "
-        "1 KiB..1 GiB and a multiple of 64",
-        ncclInvalidUsage);
+  // Named by both their sources: the knob (already range-checked above when set) or the CommOptions field.
+  if (options_.slots < 0 || options_.slots > kMaxSlots)
+    throw CommError("slots " + std::to_string(options_.slots) + " (CommOptions::slots): 0 (the slot memory's " +
+                        "default) to " + std::to_string(kMaxSlots),
+                    ncclInvalidUsage);
+  if (options_.channels < 1 || options_.channels > kMaxChannels)
+    throw CommError("channels " + std::to_string(options_.channels) + " (CommOptions::channels): 1 to " +
+                        std::to_string(kMaxChannels),
+                    ncclInvalidUsage);
+  if (options_.slotBytes < static_cast<size_t>(kMinSlotBytes) ||
+      options_.slotBytes > static_cast<size_t>(kMaxSlotBytes) || options_.slotBytes % 64 != 0)
+    throw CommError("slot bytes " + std::to_string(options_.slotBytes) +
+                        " (NNS_SLOT_BYTES or CommOptions::slotBytes): 1 KiB to 1 GiB and a multiple of 64",
+                    ncclInvalidUsage);
 
   bootstrap_ = std::make_unique<Bootstrap>(launch, options_.timeout);
   LoadOptions load;
