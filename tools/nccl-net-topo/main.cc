@@ -170,17 +170,24 @@ int runTool(int argc, char** argv) {
   std::vector<int> synthetic;
   app.add_option("--topo-file", topoFile, "NCCL topology XML (NCCL_TOPO_FILE format); default: discover this machine")
       ->check(CLI::ExistingFile);
-  app.add_option("--synthetic", synthetic, "use a synthetic machine: GPUS NICS (e.g. --synthetic 72 18)")
+  app.add_option("--synthetic", synthetic,
+                 "use a synthetic machine: GPUS NICS, GPUs + 2 x NICs at most 640 (e.g. --synthetic 72 18)")
       ->expected(2)
       ->excludes("--topo-file");
-  app.add_option("--gpu-sm", fill.gpuSm, "add <gpu> with this sm to GPU-class PCI leaves (partial files, discovery)");
-  app.add_option("--gpu-nvlinks", fill.gpuNvlinks, "NVLinks to an NVSwitch for each added GPU");
-  app.add_option("--gpu-gdr", fill.gpuGdr, "gdr attribute of added GPUs (0/1)");
-  app.add_option("--nic-speed", fill.nicSpeedMbps, "add <nic><net> with this speed (Mb/s) to NIC-class PCI leaves");
-  app.add_option("--nic-port", fill.nicPort, "port attribute of added NETs");
-  app.add_option("--nic-maxconn", fill.nicMaxConn, "maxconn attribute of added NETs");
-  app.add_option("--nic-gdr", fill.nicGdr, "gdr attribute of added NETs (0/1)");
-  app.add_option("--rank", opts.rank, "our rank (trimming and per-rank Ring/Trees lines); default: first GPU");
+  // Each value in its range: a 0 or negative one would otherwise read as "not given" (and the report would then ask
+  // for the very option the user gave).
+  app.add_option("--gpu-sm", fill.gpuSm, "add <gpu> with this sm to GPU-class PCI leaves (partial files, discovery)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--gpu-nvlinks", fill.gpuNvlinks, "NVLinks to an NVSwitch for each added GPU")
+      ->check(CLI::Range(0, 64));
+  app.add_option("--gpu-gdr", fill.gpuGdr, "gdr attribute of added GPUs (0/1)")->check(CLI::IsMember({0, 1}));
+  app.add_option("--nic-speed", fill.nicSpeedMbps, "add <nic><net> with this speed (Mb/s) to NIC-class PCI leaves")
+      ->check(CLI::Range(1, 100000000));
+  app.add_option("--nic-port", fill.nicPort, "port attribute of added NETs")->check(CLI::Range(0, 255));
+  app.add_option("--nic-maxconn", fill.nicMaxConn, "maxconn attribute of added NETs")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--nic-gdr", fill.nicGdr, "gdr attribute of added NETs (0/1)")->check(CLI::IsMember({0, 1}));
+  app.add_option("--rank", opts.rank, "our rank (trimming and per-rank Ring/Trees lines); default: first GPU")
+      ->check(CLI::Range(0, (1 << 24) - 1));
   app.add_option("--nranks", opts.nRanks, "communicator size; default: twice the local GPUs (multi-node)")
       ->check(CLI::Range(1, 1 << 24));
   app.add_option("--channels", opts.channels, "channels shown for the NIC choice of each GPU")
@@ -203,7 +210,8 @@ int runTool(int argc, char** argv) {
       ->check(CLI::ExistingFile)
       ->excludes(jsonFlag)
       ->excludes(dotFlag);
-  app.add_option("--bench", benchIterations, "time N runs of paths + decisions + search and print the mean");
+  app.add_option("--bench", benchIterations, "time N runs of paths + decisions + search and print the mean")
+      ->check(CLI::Range(1, 1000000));
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
   showPaths = !noPaths;
 
@@ -261,6 +269,9 @@ int runTool(int argc, char** argv) {
     if (!dumpGraph.empty() && !a.searches.empty()) {
       const auto& s = a.searches.back();
       nns::topo::writeXmlFile(nns::topo::graphsToXml(a.system, {&s.ring, &s.tree}), dumpGraph);
+    } else if (!dumpGraph.empty()) {  // said, not skipped silently: a script would look for the file
+      std::fprintf(stderr, "nccl-net-topo: no graph written to %s: %s\n", dumpGraph.c_str(),
+                   noSearch ? "--no-search skips the search" : "nothing was searched (no GPUs)");
     }
     if (jsonOut) {
       json j = analysisJson(a);

@@ -496,8 +496,14 @@ std::string formatDot(const Analysis& a) {
 namespace nns::topo {
 
 XmlDocument makeSyntheticTopology(int gpus, int nics, int sockets) {
-  if (gpus < 1 || nics < 1 || sockets < 1 || gpus > 4096 || nics > 4096 || sockets > 64)
-    throw TopologyError("synthetic topology: need 1..4096 GPUs, 1..4096 NICs, 1..64 sockets");
+  // Each NIC sits with its share of the GPUs behind a PCI switch of its own: GPUs + 2 x NICs PCI nodes, which the
+  // graph holds up to kMaxNodesPerType of (as NCCL_TOPO_MAX_NODES bounds NCCL's).
+  if (gpus < 1 || nics < 1 || sockets < 1 || sockets > 64 || gpus + 2L * nics > kMaxNodesPerType)
+    throw TopologyError(
+        fmt("synthetic topology of %d GPUs, %d NICs and %d sockets: need at least one of each, at most "
+            "64 sockets, and GPUs + 2 x NICs at most %d (a PCI device per GPU, a switch and a device "
+            "per NIC; NCCL_TOPO_MAX_NODES)",
+            gpus, nics, sockets, kMaxNodesPerType));
   XmlDocument doc;
   doc.sourceName = fmt("<synthetic %d GPUs %d NICs>", gpus, nics);
   doc.root.name = "system";
