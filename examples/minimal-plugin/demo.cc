@@ -124,9 +124,15 @@ int runReceiver(const ncclNet_v12_t* net, void* listenComm) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s PATH/TO/libnccl-net-NAME.so\n", argv[0]);
-    return 2;
+  const bool help = argc == 2 && (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0);
+  if (argc != 2 || help) {
+    std::fprintf(
+        help ? stdout : stderr,
+        "usage: %s PATH/TO/libnccl-net-NAME.so\n"
+        "  drives the plugin's ncclNetPlugin_v12 table between two processes, as NCCL's proxy does, and prints\n"
+        "  the bandwidth per message size beside a memcpy of the same size\n",
+        argv[0]);
+    return help ? 0 : 2;
   }
   void* library = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
