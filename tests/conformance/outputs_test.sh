@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# The harness's machine outputs: --json parses with one entry per rule, --junit writes a JUnit testsuite.
+# The harness's machine outputs: --json parses with one entry per rule, --junit writes a JUnit testsuite, and the
+# JUnit file is a complete testsuite however the run ends: the plugin not loading (missing, or crashing in init), or
+# a SIGTERM in the middle of a rule (the finished rules kept, the interrupted one an error).
 set -euo pipefail
+# A sanitizer build would turn the crashing plugin's SIGSEGV into its own report: let the signal kill the child.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0"
 check="$1"
+lib="$(dirname "$check")/../lib"  # the build tree's bin/ and lib/, as tests/conformance/CMakeLists.txt builds them
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+fail() { echo "FAILED: $*"; exit 1; }
 "$check" minimal --rules zero-byte,properties-sane --call-timeout 2 --json --junit "$work/junit.xml" > "$work/out.json"
 python3 - "$work/out.json" <<'PY'
 import json, sys
@@ -14,4 +20,72 @@ assert report["passed"] == 2 and report["failed"] == 0 and report["version"] == 
 PY
 grep -q '<testsuite name="nccl-net-check minimal" tests="2" failures="0"' "$work/junit.xml"
 grep -q '<testcase classname="minimal" name="zero-byte"' "$work/junit.xml"
+
+# Reads a JUnit file and prints "name|kind|message" per testcase (kind "pass" for none), after checking the suite's counts against them.
+cases() {
+  python3 - "$1" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+suite = ET.parse(sys.argv[1]).getroot()
+assert suite.tag == "testsuite", suite.tag
+cases = suite.findall("testcase")
+kinds = [[child.tag for child in case] for case in cases]
+assert int(suite.get("tests")) == len(cases), (suite.attrib, kinds)
+for attribute, kind in (("failures", "failure"), ("errors", "error"), ("skipped", "skipped")):
+    assert int(suite.get(attribute)) == sum(k == [kind] for k in kinds), (suite.attrib, kinds)
+for case in cases:
+    verdict = case[0] if len(case) else None
+    print("|".join([case.get("name"), verdict.tag if verdict is not None else "pass",
+                    verdict.get("message") if verdict is not None else ""]))
+PY
+}
+
+# The plugin does not load: still a testsuite, one "load" case with the reason, as --json gives one object.
+set +e
+"$check" no-such-plugin --call-timeout 2 --junit "$work/missing.xml" > /dev/null 2>&1
+status=$?
+set -e
+[ "$status" = 2 ] || fail "no-such-plugin: exit status $status, expected 2"
+out=$(cases "$work/missing.xml") || fail "no-such-plugin: the JUnit file does not parse: $(cat "$work/missing.xml")"
+echo "$out"
+grep -qE "^load\|error\|no-such-plugin did not load: no-such-plugin: could not open" <<<"$out" ||
+  fail "no-such-plugin: no load error with the reason"
+
+set +e
+"$check" "$lib/misbehaving/libnccl-net-broken-crash-in-init.so" --call-timeout 2 --junit "$work/crash.xml" \
+  > /dev/null 2>&1
+status=$?
+set -e
+[ "$status" = 2 ] || fail "crash in init: exit status $status, expected 2"
+out=$(cases "$work/crash.xml") || fail "crash in init: the JUnit file does not parse: $(cat "$work/crash.xml")"
+echo "$out"
+grep -qE "^load\|error\|.* did not load: .*crashed: SIGSEGV in init through ncclNet_v12" <<<"$out" ||
+  fail "crash in init: no load error naming the crash"
+
+# SIGTERM (a CI job's timeout) while a rule hangs (random-sizes-integrity waits 30 s for the lost completion), once
+# the first rule has finished: the report keeps the finished rule and names the interrupted one. The finished rule is
+# in the file as soon as its verdict is known.
+"$check" broken-lost-completion --call-timeout 2 --rule-timeout 60 --rules zero-byte,random-sizes-integrity \
+  --junit "$work/interrupted.xml" > /dev/null 2>&1 &
+harness=$!
+for _ in $(seq 300); do
+  grep -q 'name="zero-byte"' "$work/interrupted.xml" 2>/dev/null && break
+  sleep 0.1
+done
+if ! grep -q 'name="zero-byte"' "$work/interrupted.xml" 2>/dev/null; then
+  kill -KILL $harness 2>/dev/null || true
+  fail "SIGTERM: the finished rule zero-byte never reached the JUnit file: $(cat "$work/interrupted.xml" 2>&1)"
+fi
+kill -TERM $harness || fail "SIGTERM: the harness had ended before the signal"
+set +e
+wait $harness
+status=$?
+set -e
+[ "$status" = 143 ] || fail "SIGTERM: exit status $status, expected 143"
+out=$(cases "$work/interrupted.xml") || fail "SIGTERM: the JUnit file does not parse: $(cat "$work/interrupted.xml")"
+echo "$out"
+[ "$out" = $'zero-byte|pass|\nrandom-sizes-integrity|error|interrupted by signal 15' ] ||
+  fail "SIGTERM: not the finished rule and the interrupted one"
+leftovers=$(find "$work" -name '*.tmp.*')
+[ -z "$leftovers" ] || fail "a temporary report was left behind: $leftovers"
 echo "json and junit outputs ok"

@@ -2,19 +2,23 @@
 // with the evidence), --json and --junit FILE, --netns to put the two sides in two network namespaces; exit status 1
 // on any FAIL, 2 when the plugin does not load, 3 when --netns setup fails, 4 when --netns cannot run here.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <link.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "harness.hpp"
 #include "netns.hpp"
@@ -44,20 +48,119 @@ char* append(char* out, const char* end, const char* text) {
   return out;
 }
 
-// Interrupted: say which rule was running, stop it, remove the namespaces and the copy, and go.
+// `sig` in decimal, into `number` (async-signal-safe; signal numbers have at most two digits).
+const char* signalNumberText(int sig, char (&number)[4]) {
+  number[0] = static_cast<char>('0' + sig / 10 % 10);
+  number[1] = static_cast<char>('0' + sig % 10);
+  number[2] = '\0';
+  return sig >= 10 ? number : number + 1;
+}
+
+// The --junit report must be a complete testsuite however the run ends: the plugin not loading, every rule done, or
+// a SIGTERM from a CI job's timeout in the middle of a rule. The signal arrives while the main flow waits inside
+// runRules for the rule's process, which the handler kills, and the handler must exit then (the run does not go
+// on), so "the handler sets a flag and the main flow writes the report" would need runRules to return early; and
+// the handler may make async-signal-safe calls only (no allocation, no stdio or iostreams). So the main flow renders
+// the report after every rule, in memory and to the file, rewritten atomically (a temporary file beside it, then
+// rename): the file is complete up to the last finished rule at every moment. Each such rendering ends in an error
+// case standing for what is still to come ("unfinished"), so a run killed outright (SIGKILL, no handler) reads as
+// unfinished in CI, never as a short green run. The handler only writes out the latest rendering with that case
+// replaced by the rule in progress, "interrupted by signal N", through open, write, close and rename. The rendering
+// reaches it through an atomic pointer, and every rendering stays allocated while the handler may read it.
+struct JUnitSnapshot {
+  std::string head;       // the XML declaration, <testsuite ...> counting the open case as an error, finished cases
+  std::string caseStart;  // `  <testcase classname="PLUGIN" name="`
+  const char* openCase;   // the open case's name when no rule runs: "load" before the plugin loaded, else "run"
+};
+std::atomic<const JUnitSnapshot*> gJUnitSnapshot{nullptr};
+static_assert(std::atomic<const JUnitSnapshot*>::is_always_lock_free, "read from a signal handler");
+char gJUnitPath[PATH_MAX] = "";  // the report
+char gJUnitTemp[PATH_MAX] = "";  // written first, then renamed onto the report; "" writes the report in place
+pid_t gHarnessPid = 0;           // the processes the harness forks inherit its handler, and must not clean up for it
+volatile sig_atomic_t gLoading = 1;
+
+constexpr std::string_view kJUnitEnd = "</testsuite>\n";
+// The rest of the open case's line, while the run goes on.
+constexpr std::string_view kJUnitUnfinished =
+    "\"><error message=\"unfinished: nccl-net-check was stopped (or is still running) before it completed this "
+    "report\" type=\"unfinished\"/></testcase>\n";
+
+// Writes `pieces` as the report (async-signal-safe: called from onTerminate too). False with errno set on failure,
+// the temporary file removed.
+bool writeJUnitFile(const std::string_view* pieces, size_t count) {
+  const bool atomic = gJUnitTemp[0] != '\0';
+  const char* target = atomic ? gJUnitTemp : gJUnitPath;
+  int fd = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return false;
+  bool written = true;
+  for (size_t i = 0; written && i < count; ++i) {
+    const char* data = pieces[i].data();
+    size_t left = pieces[i].size();
+    while (left > 0) {
+      ssize_t n = write(fd, data, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        if (n == 0) errno = EIO;
+        written = false;
+        break;
+      }
+      data += n;
+      left -= static_cast<size_t>(n);
+    }
+  }
+  int saved = errno;
+  if (close(fd) != 0 && written) {
+    written = false;
+    saved = errno;
+  }
+  if (written && atomic && rename(gJUnitTemp, gJUnitPath) != 0) {
+    written = false;
+    saved = errno;
+  }
+  if (!written && atomic) unlink(gJUnitTemp);
+  errno = saved;
+  return written;
+}
+
+// From onTerminate: the latest rendering with the case in progress as interrupted by `sig`.
+void writeJUnitInterrupted(int sig) {
+  const JUnitSnapshot* snapshot = gJUnitSnapshot.load();
+  if (snapshot == nullptr) return;  // no --junit, or the final report is written already
+  const char* running = nns::check::runningRuleName();
+  // Rule names are rules.cc's fixed names (letters, digits, dashes), the open case's a literal: no escaping needed.
+  const char* name = running != nullptr ? running : snapshot->openCase;
+  char number[4];
+  const std::string_view pieces[] = {snapshot->head,
+                                     snapshot->caseStart,
+                                     name,
+                                     "\"><error message=\"interrupted by signal ",
+                                     signalNumberText(sig, number),
+                                     "\" type=\"interrupted\"/></testcase>\n",
+                                     kJUnitEnd};
+  writeJUnitFile(pieces, std::size(pieces));
+}
+
+// Interrupted: say which rule was running, stop it, write the --junit report, remove the namespaces and the copy,
+// and go.
 void onTerminate(int sig) {
-  if (const char* rule = nns::check::runningRuleName(); rule != nullptr) {
+  // A probe, rule or peer process forked from the harness inherits this handler (and, for the probes, a terminal's
+  // or `timeout`'s signal to the whole process group): it just goes, leaving the report and the cleanup to the
+  // harness.
+  if (getpid() != gHarnessPid) _exit(128 + sig);
+  const char* rule = nns::check::runningRuleName();
+  if (rule != nullptr || gLoading) {
     char text[256];
-    char number[4] = {static_cast<char>('0' + sig / 10 % 10), static_cast<char>('0' + sig % 10), '\0', '\0'};
+    char number[4];
     char* end = text + sizeof(text) - 1;
     char* out = append(text, end, "nccl-net-check: interrupted by signal ");
-    out = append(out, end, sig >= 10 ? number : number + 1);
-    out = append(out, end, " in rule ");
-    out = append(out, end, rule);
+    out = append(out, end, signalNumberText(sig, number));
+    out = append(out, end, rule != nullptr ? " in rule " : " while loading the plugin");
+    if (rule != nullptr) out = append(out, end, rule);
     out = append(out, end, "\n");
     (void)!write(STDERR_FILENO, text, static_cast<size_t>(out - text));
   }
   nns::check::killRunningRule();
+  writeJUnitInterrupted(sig);
   nns::check::removeNetnsFromSignalHandler();
   removePeerCopy();
   _exit(128 + sig);
@@ -94,6 +197,10 @@ std::string copyPluginForPeers(const std::string& path, std::string* error) {
   return copy;
 }
 
+// `text` made safe in an XML attribute: markup characters as entities, line breaks and tabs as character
+// references (which an attribute keeps), and every other byte outside printable ASCII as \xNN (as
+// nns::core::printable writes a plugin's text), since XML 1.0 forbids control characters and a garbled plugin's
+// bytes need not be UTF-8: the report always parses.
 std::string xmlEscape(const std::string& text) {
   std::string out;
   for (char c : text) {
@@ -102,11 +209,147 @@ std::string xmlEscape(const std::string& text) {
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
-      default: out += c;
+      case '\n': out += "&#10;"; break;
+      case '\t': out += "&#9;"; break;
+      default:
+        if (nns::core::isPrintableByte(static_cast<unsigned char>(c))) {
+          out += c;
+        } else {
+          char escaped[5];
+          std::snprintf(escaped, sizeof(escaped), "\\x%02x", static_cast<unsigned char>(c));
+          out += escaped;
+        }
     }
   }
   return out;
 }
+
+// The --junit report (see JUnitSnapshot for why it is rewritten after every rule). Without --junit every call does
+// nothing.
+class JUnitReport {
+ public:
+  JUnitReport() = default;
+  JUnitReport(const JUnitReport&) = delete;
+  JUnitReport& operator=(const JUnitReport&) = delete;
+  ~JUnitReport() { gJUnitSnapshot.store(nullptr); }  // before the renderings it may point to go
+
+  // Checks that `path` can be written by writing the first rendering there (or, for what is not a regular file,
+  // by access()): a path that cannot be written is a bad argument, not a report silently missing after a run that
+  // exits 0. False with the reason otherwise.
+  bool start(const std::string& path, const std::string& suite, std::string* error) {
+    suite_ = suite;
+    // Renamed onto a regular file only: renamed onto a link, a temporary file would replace the link (or, through
+    // /dev/stdout, the file the shell's descriptor is open on) rather than write where it points. A link, a FIFO or
+    // a device gets the report written in place, once, at the end (or from the handler).
+    struct stat status {};
+    bool atomic = true;
+    if (lstat(path.c_str(), &status) == 0) {
+      atomic = S_ISREG(status.st_mode);
+      std::error_code unreadable;
+      if (std::filesystem::is_directory(path, unreadable)) {  // through a link too
+        *error = "it is a directory";
+        return false;
+      }
+      // rename() would replace a read-only file: refuse it as writing it would.
+      if (access(path.c_str(), W_OK) != 0) {
+        *error = std::strerror(errno);
+        return false;
+      }
+    }
+    std::string temp = atomic ? path + ".tmp." + std::to_string(getpid()) : "";
+    if (path.size() >= sizeof(gJUnitPath) || temp.size() >= sizeof(gJUnitTemp)) {
+      *error = "the path is too long";
+      return false;
+    }
+    std::snprintf(gJUnitPath, sizeof(gJUnitPath), "%s", path.c_str());
+    std::snprintf(gJUnitTemp, sizeof(gJUnitTemp), "%s", temp.c_str());
+    enabled_ = true;
+    if (render(false)) return true;
+    *error = std::strerror(errno);
+    enabled_ = false;
+    gJUnitSnapshot.store(nullptr);
+    return false;
+  }
+
+  void setSuite(const std::string& suite) { suite_ = suite; }
+  void setOpenCase(const char* name) { openCase_ = name; }
+
+  // `kind` is "failure", "error" or "skipped" (nullptr for a pass); `details` becomes its text, when not empty.
+  void add(const std::string& name, const char* kind, const std::string& message, const std::string& details = "",
+           double seconds = -1) {
+    if (!enabled_) return;
+    std::string text = "  <testcase classname=\"" + xmlEscape(suite_) + "\" name=\"" + xmlEscape(name) + "\"";
+    if (seconds >= 0) {
+      char time[32];
+      std::snprintf(time, sizeof(time), " time=\"%.3f\"", seconds);
+      text += time;
+    }
+    text += ">";
+    if (kind != nullptr) {
+      text += std::string("<") + kind + " message=\"" + xmlEscape(message) + "\"";
+      text += details.empty() ? "/>" : ">" + xmlEscape(details) + "</" + kind + ">";
+    }
+    text += "</testcase>\n";
+    cases_ += text;
+    ++tests_;
+    if (kind != nullptr) {
+      failures_ += std::strcmp(kind, "failure") == 0;
+      errors_ += std::strcmp(kind, "error") == 0;
+      skipped_ += std::strcmp(kind, "skipped") == 0;
+    }
+  }
+
+  void add(const nns::check::RuleResult& r) {
+    const char* kind = r.status == nns::check::Status::kFail   ? "failure"
+                       : r.status == nns::check::Status::kSkip ? "skipped"
+                                                               : nullptr;
+    add(r.rule, kind, r.evidence, "", r.seconds);
+  }
+
+  // Writes the report: the cases so far and the open one (`final` false: what a signal handler completes), or the
+  // whole report. A failure is printed, once: the run goes on, and its verdicts are on stdout.
+  void write(bool final) {
+    if (enabled_ && !render(final) && !warned_) {
+      std::fprintf(stderr, "nccl-net-check: --junit %s: cannot write there: %s\n", gJUnitPath, std::strerror(errno));
+      warned_ = true;
+    }
+  }
+
+ private:
+  // write()'s work; false with errno set when the file could not be written.
+  bool render(bool final) {
+    const int pending = final ? 0 : 1;
+    char counts[160];
+    std::snprintf(counts, sizeof(counts), "\" tests=\"%d\" failures=\"%d\" errors=\"%d\" skipped=\"%d\">\n",
+                  tests_ + pending, failures_, errors_ + pending, skipped_);
+    auto snapshot = std::make_unique<JUnitSnapshot>();
+    snapshot->head = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"nccl-net-check " +
+                     xmlEscape(suite_) + counts + cases_;
+    snapshot->caseStart = "  <testcase classname=\"" + xmlEscape(suite_) + "\" name=\"";
+    snapshot->openCase = openCase_;
+    bool written;
+    if (final) {
+      const std::string_view pieces[] = {snapshot->head, kJUnitEnd};
+      written = writeJUnitFile(pieces, std::size(pieces));
+      gJUnitSnapshot.store(nullptr);  // complete: a later signal has nothing to add
+    } else {
+      gJUnitSnapshot.store(snapshot.get());
+      // A link, FIFO or device gets one report, at the end (or from the handler), not one per rule.
+      const std::string_view pieces[] = {snapshot->head, snapshot->caseStart, openCase_, kJUnitUnfinished, kJUnitEnd};
+      written = gJUnitTemp[0] == '\0' || writeJUnitFile(pieces, std::size(pieces));
+      renderings_.push_back(std::move(snapshot));
+    }
+    return written;
+  }
+
+  bool enabled_ = false;
+  bool warned_ = false;
+  std::string suite_;
+  const char* openCase_ = "load";
+  std::string cases_;
+  int tests_ = 0, failures_ = 0, errors_ = 0, skipped_ = 0;
+  std::vector<std::unique_ptr<JUnitSnapshot>> renderings_;  // each one the handler may be reading
+};
 
 std::string libDirBesideExecutable() {
   char path[PATH_MAX];
@@ -163,16 +406,20 @@ int runTool(int argc, char** argv) {
       return 2;
     }
   }
-  // The JUnit file is opened before any rule runs: a path that cannot be written is a bad argument, not a report
-  // silently missing after a run that exits 0.
-  std::ofstream xml;
+  // The JUnit file is written before any rule runs: a path that cannot be written is refused here.
+  JUnitReport report;
   if (!junit.empty()) {
-    xml.open(junit);
-    if (!xml) {
-      std::fprintf(stderr, "nccl-net-check: --junit %s: cannot write there: %s\n", junit.c_str(), std::strerror(errno));
+    if (std::string error; !report.start(junit, plugin, &error)) {
+      std::fprintf(stderr, "nccl-net-check: --junit %s: cannot write there: %s\n", junit.c_str(), error.c_str());
       return 2;
     }
   }
+  // Interrupted (Ctrl-C, a CI job's timeout): the rule in progress goes with the harness, with its peers (each rule
+  // is a process group of its own, which a terminal's SIGINT does not reach), the --junit report is completed, and
+  // --netns's namespaces are removed. Set before the plugin is loaded, so that a plugin slow to load, interrupted,
+  // still leaves a report saying so.
+  gHarnessPid = getpid();
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, onTerminate);
   options.load.plugin = plugin;
   if (options.load.searchDirs.empty()) options.load.searchDirs.push_back(libDirBesideExecutable());
   // Loaded first in a child process, as each rule loads it again in its own: a plugin that crashes or hangs in its
@@ -234,18 +481,28 @@ int runTool(int argc, char** argv) {
                             {"skipped", 0}};
       std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     }
+    // As in --json, one case saying so, with each candidate's reason.
+    std::string reasons;
+    for (const auto& c : rejected) reasons += c.requested + ": " + c.rejectReason + "\n";
+    if (!loadFailure.empty()) reasons += failedEntry + ": " + loadFailure + "\n";
+    std::string summary = plugin + " did not load";
+    if (!reasons.empty()) summary += ": " + reasons.substr(0, reasons.find('\n'));
+    report.add("load", "error", summary, reasons);
+    report.write(true);
     return 2;
   }
-
-  // Interrupted (Ctrl-C, a CI job's timeout): the rule in progress goes with the harness, with its peers (each rule
-  // is a process group of its own, which a terminal's SIGINT does not reach), and --netns's namespaces are removed.
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, onTerminate);
+  gLoading = 0;
+  report.setSuite(name);
+  report.setOpenCase("run");
+  report.write(false);
   nns::check::NetnsPair namespaces;
   nlohmann::json netnsJson = nullptr;
   if (netns) {
     std::string reason = nns::check::NetnsPair::unavailableReason();
     if (!reason.empty()) {
       std::printf("nccl-net-check: --netns unavailable: %s\n", reason.c_str());
+      report.add("netns", "skipped", "--netns unavailable: " + reason);
+      report.write(true);
       return kExitNetnsUnavailable;
     }
     std::string error;
@@ -253,14 +510,20 @@ int runTool(int argc, char** argv) {
     if (!namespaces.create(&error, &unsupported)) {
       if (unsupported) {
         std::printf("nccl-net-check: --netns unavailable: no network-namespace support here (%s)\n", error.c_str());
+        report.add("netns", "skipped", "--netns unavailable: no network-namespace support here (" + error + ")");
+        report.write(true);
         return kExitNetnsUnavailable;
       }
       std::fprintf(stderr, "nccl-net-check: --netns setup failed: %s\n", error.c_str());
+      report.add("netns", "error", "--netns setup failed: " + error);
+      report.write(true);
       return kExitNetnsSetupFailed;
     }
     options.peerLibrary = copyPluginForPeers(filePath, &error);
     if (options.peerLibrary.empty()) {
       std::fprintf(stderr, "nccl-net-check: --netns: %s\n", error.c_str());
+      report.add("netns", "error", "--netns: " + error);
+      report.write(true);
       return kExitNetnsSetupFailed;
     }
     options.listenerNetns = namespaces.listenerNamespace();
@@ -295,8 +558,11 @@ int runTool(int argc, char** argv) {
                  r.seconds);
     std::fflush(out);
   };
-  auto results =
-      nns::check::runRules(options, [&](const nns::check::RuleResult& r) { printLine(asJson ? stderr : stdout, r); });
+  auto results = nns::check::runRules(options, [&](const nns::check::RuleResult& r) {
+    printLine(asJson ? stderr : stdout, r);
+    report.add(r);
+    report.write(false);
+  });
   std::string trafficLine;
   if (netns) {
     uint64_t rx = 0, tx = 0;
@@ -335,18 +601,7 @@ int runTool(int argc, char** argv) {
     std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     std::printf("%s", trafficLine.c_str());
   }
-  if (!junit.empty()) {
-    xml << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuite name=\"nccl-net-check " << xmlEscape(name)
-        << "\" tests=\"" << results.size() << "\" failures=\"" << failed << "\" skipped=\"" << skipped << "\">\n";
-    for (const auto& r : results) {
-      xml << "  <testcase classname=\"" << xmlEscape(name) << "\" name=\"" << xmlEscape(r.rule) << "\" time=\""
-          << r.seconds << "\">";
-      if (r.status == nns::check::Status::kFail) xml << "<failure message=\"" << xmlEscape(r.evidence) << "\"/>";
-      if (r.status == nns::check::Status::kSkip) xml << "<skipped message=\"" << xmlEscape(r.evidence) << "\"/>";
-      xml << "</testcase>\n";
-    }
-    xml << "</testsuite>\n";
-  }
+  report.write(true);
   return failed > 0 ? 1 : 0;
 }
 
