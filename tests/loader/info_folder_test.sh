@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # nccl-net-info on a folder holding a working plugin, a shared library that is not a plugin, a plugin whose init
 # fails, a plugin exporting only v6, libraries whose plugin symbol is not a usable table, and a plugin whose device
-# name is not text: each listed with the right verdict and reason, and --json stays valid JSON.
+# name is not text: each listed with the right verdict and reason, and --json stays valid JSON. And -L: it replaces
+# the default ../lib (as in nccl-net-check and nccl-net-perf), and a directory that does not exist is named in a
+# warning; a NCCL_NET_PLUGIN list longer than the 14 entries NCCL reads says which entries are ignored.
 set -euo pipefail
 info="$1"; lib="$2"
 work=$(mktemp -d)
@@ -37,4 +39,41 @@ d = json.load(sys.stdin)
 assert len(d["found"]) == 8, [f["path"] for f in d["found"]]
 assert d["devices"][0]["name"] == "shm\\xff\\x070", d["devices"][0]["name"]
 print("json ok")'
+
+fail() { echo "FAILED: $*"; exit 1; }
+# -L replaces the default directory: only $work's libraries are listed (the build tree's lib/ holds many more), and
+# --help says so. A -L directory that does not exist: one warning naming it, and the run goes on.
+"$info" --help | grep -q -- "-L,--search-dir .*in place of the default (../lib beside this tool)" ||
+  fail "--help does not say that -L replaces the default: $("$info" --help | grep -- --search-dir)"
+"$info" --json -L "$work" -L "$work/no-such-dir" -p "$work/libnccl-net-working.so" 2>"$work/stderr" |
+  python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert len(d["found"]) == 8, [f["path"] for f in d["found"]]
+assert d["searchDirs"] == [sys.argv[1], sys.argv[1] + "/no-such-dir"], d["searchDirs"]
+assert d["chosen"]["name"] == "minimal", d["chosen"]' "$work"
+# (the socket plugin copied here WARNs on stderr too: only the tool's own lines are compared)
+[ "$(grep '^nccl-net-info:' "$work/stderr")" = \
+  "nccl-net-info: warning: search directory $work/no-such-dir: No such file or directory" ] ||
+  fail "no one-line warning for the missing -L directory: $(cat "$work/stderr")"
+
+# NCCL reads 14 entries of NCCL_NET_PLUGIN: the working plugin as the 15th is ignored, and the output says so.
+list=$(printf 'missing%d,' $(seq 14))"$work/libnccl-net-working.so"
+set +e
+out=$("$info" -L "$work" -p "$list" 2>&1)
+status=$?
+set -e
+[ "$status" = 1 ] || fail "exit status $status with the only working entry past the 14th, expected 1 (nothing loads)"
+grep -qF "  ignored: $work/libnccl-net-working.so: NCCL reads at most 14 entries of NCCL_NET_PLUGIN" <<<"$out" ||
+  fail "the 15th entry is not reported as ignored: $out"
+set +e
+json=$("$info" --json -L "$work" -p "$list")  # exit status 1, as above
+set -e
+python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert [c["requested"] for c in d["candidates"]] == ["missing%d" % i for i in range(1, 15)], d["candidates"]
+assert d["ignored"] == [{"requested": sys.argv[1] + "/libnccl-net-working.so",
+                         "reason": "NCCL reads at most 14 entries of NCCL_NET_PLUGIN"}], d["ignored"]
+assert d["chosen"] is None, d["chosen"]' "$work" <<<"$json" || fail "--json does not list the ignored entry"
 echo "every verdict right"

@@ -3,12 +3,17 @@
 // why none, its devices). Human table by default, --json for machines.
 #include <limits.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -92,6 +97,41 @@ json deviceJson(int dev, const ncclNetProperties_v12_t& p) {
 
 void printDevices(const json& devices);  // one line per device, below main
 
+std::string trimmed(const std::string& text) {
+  size_t first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
+}
+
+// The entries of `spec` NCCL skips without a word, each with why: those past the 14 it reads (NCCL_NET_MAX_PLUGINS
+// less the two slots of its internal nets) and names of 255 characters or more (NCCL 2.30's src/plugin/net.cc).
+// Which entries are kept is the loader's decision (`used`, from pluginSpecEntries); the ones it did not keep are
+// found by walking the list against it, so the two cannot disagree on which entries NCCL tries.
+json ignoredEntries(const std::string& spec, const std::vector<std::string>& used) {
+  json ignored = json::array();
+  if (strcasecmp(trimmed(spec).c_str(), "none") == 0) return ignored;
+  constexpr size_t kMaxEntries = NCCL_NET_MAX_PLUGINS - 2;
+  std::stringstream stream(spec);
+  std::string entry;
+  size_t kept = 0;
+  while (std::getline(stream, entry, ',')) {
+    entry = trimmed(entry);
+    if (entry.empty()) continue;  // NCCL skips empty entries too ("a,,b"), and so does the loader
+    if (kept < used.size() && entry == used[kept]) {
+      ++kept;
+    } else if (kept == used.size() && used.size() >= kMaxEntries) {
+      ignored.push_back(
+          {{"requested", entry},
+           {"reason", "NCCL reads at most " + std::to_string(kMaxEntries) + " entries of NCCL_NET_PLUGIN"}});
+    } else {
+      ignored.push_back({{"requested", entry},
+                         {"reason", "a name of " + std::to_string(entry.size()) +
+                                        " characters, which NCCL skips (it takes names shorter than 255)"}});
+    }
+  }
+  return ignored;
+}
+
 // What the loader runs for one candidate, named as one call: a crash or hang inside it is pinned to the exact call
 // by probing the candidate again step by step (nns::tools::pinpointFailure).
 constexpr const char* kLoaderProbe = "the loader's probe (dlopen, init, devices, getProperties(0), finalize)";
@@ -170,13 +210,24 @@ int runTool(int argc, char** argv) {
   app.add_option("-p,--plugin", plugin,
                  "plugin spec with NCCL_NET_PLUGIN semantics (default: $NCCL_NET_PLUGIN, "
                  "else libnccl-net.so)");
-  app.add_option("-L,--search-dir", dirs, "extra directories searched for plugins (default: ../lib beside this tool)");
+  // As in nccl-net-check and nccl-net-perf, -L replaces the default: a folder of plugins given alone is listed alone.
+  app.add_option("-L,--search-dir", dirs,
+                 "directories searched for plugins, in place of the default (../lib beside this tool)");
   app.add_flag("--json", asJson, "machine-readable output");
   app.add_option("--call-timeout", callTimeout,
                  "seconds one plugin call (or a library's loading) may take before the plugin is reported hung "
                  "(default 10)")
       ->check(CLI::Range(1, 3600));
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
+  // A mistyped -L would otherwise look like a folder without plugins.
+  for (const auto& dir : dirs) {
+    struct stat status {};
+    if (stat(dir.c_str(), &status) != 0) {
+      std::fprintf(stderr, "nccl-net-info: warning: search directory %s: %s\n", dir.c_str(), std::strerror(errno));
+    } else if (!S_ISDIR(status.st_mode)) {
+      std::fprintf(stderr, "nccl-net-info: warning: search directory %s is not a directory\n", dir.c_str());
+    }
+  }
   if (dirs.empty()) {
     char resolved[PATH_MAX];
     std::string lib = executableDir() + "/../lib";
@@ -187,7 +238,8 @@ int runTool(int argc, char** argv) {
   options.plugin = plugin;
   options.searchDirs = dirs;
   const char* env = std::getenv("NCCL_NET_PLUGIN");
-  std::string spec = !plugin.empty() ? plugin : env != nullptr && *env != '\0' ? env : "(unset: libnccl-net.so)";
+  std::string given = !plugin.empty() ? plugin : env != nullptr && *env != '\0' ? env : "";
+  std::string spec = !given.empty() ? given : "(unset: libnccl-net.so)";
 
   // Every plugin is loaded and called in a child process of its own: one that crashes or hangs gets that verdict,
   // and the others are still listed.
@@ -241,7 +293,8 @@ int runTool(int argc, char** argv) {
   std::string deviceError;
   json collNet = nullptr;
   std::string stoppedAt;
-  for (const auto& entry : nns::core::pluginSpecEntries(options)) {
+  const std::vector<std::string> entries = nns::core::pluginSpecEntries(options);
+  for (const auto& entry : entries) {
     if (chosen != nullptr) break;
     if (!stoppedAt.empty()) {
       candidates.push_back({{"requested", entry},
@@ -295,6 +348,8 @@ int runTool(int argc, char** argv) {
     }
   }
   out["candidates"] = candidates;
+  json ignored = ignoredEntries(given, entries);
+  out["ignored"] = ignored;
   out["chosen"] = chosen;
   out["devices"] = devices;
   out["collNet"] = collNet;
@@ -337,6 +392,21 @@ int runTool(int argc, char** argv) {
       std::printf("    rejected: %s\n", c["rejectReason"].get<std::string>().c_str());
     }
   }
+  // One line per reason, naming its entries (a long name cut short).
+  std::vector<std::pair<std::string, std::string>> ignoredByReason;  // reason, entries
+  for (const auto& i : ignored) {
+    std::string name = i["requested"].get<std::string>();
+    if (name.size() > 60) name = name.substr(0, 57) + "...";
+    const std::string& reason = i["reason"].get_ref<const std::string&>();
+    auto same =
+        std::find_if(ignoredByReason.begin(), ignoredByReason.end(), [&](const auto& r) { return r.first == reason; });
+    if (same == ignoredByReason.end()) {
+      ignoredByReason.emplace_back(reason, name);
+    } else {
+      same->second += ", " + name;
+    }
+  }
+  for (const auto& [reason, names] : ignoredByReason) std::printf("  ignored: %s: %s\n", names.c_str(), reason.c_str());
   if (chosen == nullptr) {
     if (stoppedAt.empty()) {
       std::printf("\nNo plugin loaded: NCCL would fall back to its internal IB/Socket nets.\n");
