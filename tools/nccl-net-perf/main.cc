@@ -1,7 +1,13 @@
 // nccl-net-perf: bandwidth and latency per message size between two processes over any ncclNet plugin, in the
-// spirit of ib_write_bw / ucx_perftest (-b -e -f sweep, iterations, in-flight window, multi-recv n; --json).
+// spirit of ib_write_bw / ucx_perftest (-b -e -f sweep, iterations, in-flight window, multi-recv n; --json). The two
+// processes are workers of the tool's own process, which times every plugin call they make (--call-timeout) and names
+// the call, and the process, that crashed or hung.
+#include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -14,19 +20,35 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "nns/core/cpus.hpp"
 #include "nns/core/loader.hpp"
+#include "nns/core/printable.hpp"
+#include "nns/tools/call_notes.hpp"
 #include "nns/tools/cpu_shares.hpp"
 #include "nns/tools/guarded_main.hpp"
+#include "nns/tools/isolated_probe.hpp"
 #include "nns/tools/parse_arguments.hpp"
 #include "nns/tools/size_option.hpp"
 
 namespace {
+
+// Exit statuses (--help and docs/conformance.md list them). 1 and 2 are every tool's: a failed run, a refused argument
+// or a plugin that did not load (also when it crashed or hung while loading, as nccl-net-check reports it).
+constexpr int kExitFailed = 1;
+constexpr int kExitNotLoaded = 2;
+constexpr int kExitCrashed = 3;  // a plugin call crashed a process (or it ended in one, as under a sanitizer)
+constexpr int kExitHung = 4;     // a plugin call did not return within --call-timeout
+
+// The loader's own steps, timed as one call; when it crashes or hangs, isolated_probe.hpp's pinpointFailure names
+// the step. The same words as nccl-net-check and nccl-net-info use.
+constexpr const char* kLoaderProbe = "the loader's probe (dlopen, init, devices, getProperties(0), finalize)";
 
 struct Settings {
   size_t minBytes = 8;
@@ -99,14 +121,16 @@ void readAll(int fd, void* data, size_t size) {
 }
 
 // One side of the benchmark: a send comm to the peer and a receive comm from it (latency needs both directions).
+// Every plugin call is named in `note` while it runs: the tool's own process times it and names it if it crashes.
 class Side {
  public:
-  Side(nns::core::Net& net, const Settings& settings, int exchangeFd) : net_(net), settings_(settings) {
-    check(net_.init(&ctx_, 0x706572, nullptr, nullptr, nullptr), "init");
+  Side(nns::core::Net& net, const Settings& settings, int exchangeFd, nns::tools::CallNote& note)
+      : net_(net), settings_(settings), note_(note) {
+    check(call("init", [&] { return net_.init(&ctx_, 0x706572, nullptr, nullptr, nullptr); }), "init");
     int ndev = 0;
-    check(net_.devices(&ndev), "devices");
+    check(call("devices", [&] { return net_.devices(&ndev); }), "devices");
     if (settings_.dev >= ndev) throw std::runtime_error("device " + std::to_string(settings_.dev) + " absent");
-    check(net_.getProperties(settings_.dev, &props_), "getProperties");
+    check(call("getProperties", [&] { return net_.getProperties(settings_.dev, &props_); }), "getProperties");
     if (settings_.maxBytes > props_.maxP2pBytes)
       throw std::runtime_error("-e " + std::to_string(settings_.maxBytes) + " exceeds the device's maxP2pBytes " +
                                std::to_string(props_.maxP2pBytes) + " (NCCL never sends more in one message)");
@@ -115,16 +139,22 @@ class Side {
                                std::to_string(props_.maxRecvs));
     char mine[NCCL_NET_HANDLE_MAXSIZE] = {};
     char theirs[NCCL_NET_HANDLE_MAXSIZE] = {};
-    check(net_.listen(ctx_, settings_.dev, mine, &listenComm_), "listen");
+    check(call("listen", [&] { return net_.listen(ctx_, settings_.dev, mine, &listenComm_); }), "listen");
     writeAll(exchangeFd, mine, sizeof(mine));
     readAll(exchangeFd, theirs, sizeof(theirs));
-    // connect and accept are non-blocking: both sides drive both until each has its comm.
+    // connect and accept are non-blocking: both sides drive both until each has its comm. Each call is timed on its
+    // own (a connect that blocks until the peer accepts never returns here: the peer is connecting too).
     double deadline = now() + settings_.callTimeoutSeconds;
     Poll poll;
     while (sendComm_ == nullptr || recvComm_ == nullptr) {
-      if (sendComm_ == nullptr) check(net_.connect(ctx_, settings_.dev, theirs, &sendComm_, nullptr), "connect");
-      if (recvComm_ == nullptr) check(net_.accept(listenComm_, &recvComm_, nullptr), "accept");
-      if (now() > deadline) throw std::runtime_error("connection not established within the timeout");
+      if (sendComm_ == nullptr)
+        check(call("connect", [&] { return net_.connect(ctx_, settings_.dev, theirs, &sendComm_, nullptr); }),
+              "connect");
+      if (recvComm_ == nullptr)
+        check(call("accept", [&] { return net_.accept(listenComm_, &recvComm_, nullptr); }), "accept");
+      if (now() > deadline)
+        throw std::runtime_error("connection not established within " + std::to_string(settings_.callTimeoutSeconds) +
+                                 " s (connect and accept kept answering 'not yet')");
       poll.next();
     }
     buffers_.resize(static_cast<size_t>(settings_.window) * settings_.multiRecv);
@@ -132,23 +162,30 @@ class Side {
     for (auto& buffer : buffers_) {
       void* sendHandle = nullptr;
       void* recvHandle = nullptr;
-      check(net_.regMr(sendComm_, buffer.data(), buffer.size(), NCCL_PTR_HOST, &sendHandle), "regMr");
-      check(net_.regMr(recvComm_, buffer.data(), buffer.size(), NCCL_PTR_HOST, &recvHandle), "regMr");
+      check(call("regMr",
+                 [&] { return net_.regMr(sendComm_, buffer.data(), buffer.size(), NCCL_PTR_HOST, &sendHandle); }),
+            "regMr");
       sendHandles_.push_back(sendHandle);
+      check(call("regMr",
+                 [&] { return net_.regMr(recvComm_, buffer.data(), buffer.size(), NCCL_PTR_HOST, &recvHandle); }),
+            "regMr");
       recvHandles_.push_back(recvHandle);
     }
   }
 
+  // Results are ignored (the measurement is over); a close that hangs or crashes is still timed and named. A
+  // constructor that threw runs none of this: its worker process is stopped rather than left to close comms whose
+  // peer may be gone.
   ~Side() {
-    for (size_t i = 0; i < buffers_.size(); ++i) {
-      net_.deregMr(sendComm_, sendHandles_[i]);
-      net_.deregMr(recvComm_, recvHandles_[i]);
-    }
-    if (sendComm_ != nullptr) net_.closeSend(sendComm_);
-    if (recvComm_ != nullptr) net_.closeRecv(recvComm_);
-    if (listenComm_ != nullptr) net_.closeListen(listenComm_);
-    net_.finalize(ctx_);
+    for (void* handle : sendHandles_) call("deregMr", [&] { return net_.deregMr(sendComm_, handle); });
+    for (void* handle : recvHandles_) call("deregMr", [&] { return net_.deregMr(recvComm_, handle); });
+    if (sendComm_ != nullptr) call("closeSend", [&] { return net_.closeSend(sendComm_); });
+    if (recvComm_ != nullptr) call("closeRecv", [&] { return net_.closeRecv(recvComm_); });
+    if (listenComm_ != nullptr) call("closeListen", [&] { return net_.closeListen(listenComm_); });
+    call("finalize", [&] { return net_.finalize(ctx_); });
   }
+  Side(const Side&) = delete;
+  Side& operator=(const Side&) = delete;
 
   // A NULL request means "not now": post again until the plugin takes it.
   void* postSend(size_t slot, size_t bytes, int tag) {
@@ -156,7 +193,12 @@ class Side {
     double deadline = now() + settings_.callTimeoutSeconds;
     Poll poll;
     while (request == nullptr) {
-      check(net_.isend(sendComm_, buffers_[slot].data(), bytes, tag, sendHandles_[slot], nullptr, &request), "isend");
+      check(call("isend",
+                 [&] {
+                   return net_.isend(sendComm_, buffers_[slot].data(), bytes, tag, sendHandles_[slot], nullptr,
+                                     &request);
+                 }),
+            "isend");
       if (request == nullptr && now() > deadline) throw std::runtime_error("isend refused until the timeout");
       poll.next();
     }
@@ -176,7 +218,11 @@ class Side {
     double deadline = now() + settings_.callTimeoutSeconds;
     Poll poll;
     while (request == nullptr) {
-      check(net_.irecv(recvComm_, n, data.data(), sizes.data(), tags.data(), handles.data(), nullptr, &request),
+      check(call("irecv",
+                 [&] {
+                   return net_.irecv(recvComm_, n, data.data(), sizes.data(), tags.data(), handles.data(), nullptr,
+                                     &request);
+                 }),
             "irecv");
       if (request == nullptr && now() > deadline) throw std::runtime_error("irecv refused until the timeout");
       poll.next();
@@ -190,7 +236,7 @@ class Side {
     double deadline = now() + settings_.callTimeoutSeconds;
     Poll poll;
     while (!done) {
-      check(net_.test(request, &done, sizes.data()), "test");
+      check(call("test", [&] { return net_.test(request, &done, sizes.data()); }), "test");
       if (done) break;
       if (now() > deadline) throw std::runtime_error("a request did not complete within the timeout");
       poll.next();
@@ -262,8 +308,14 @@ class Side {
   const ncclNetProperties_v12_t& props() const { return props_; }
 
  private:
+  template <class Call>
+  ncclResult_t call(const char* name, Call&& plugin) {
+    return nns::tools::watchedCall(note_, name, std::forward<Call>(plugin));
+  }
+
   nns::core::Net& net_;
   Settings settings_;
+  nns::tools::CallNote& note_;
   void* ctx_ = nullptr;
   ncclNetProperties_v12_t props_{};
   void* listenComm_ = nullptr;
@@ -283,19 +335,324 @@ std::vector<size_t> sweep(const Settings& settings) {
   return sizes;
 }
 
-// Both processes run this; `leader` is the parent, which measures, the child mirrors it. Steps are in lockstep:
-// the same sizes in the same order, so no extra synchronisation is needed beyond the plugin's own messages.
-std::vector<Row> runSide(nns::core::Net& net, const Settings& settings, int exchangeFd, bool leader) {
-  Side side(net, settings, exchangeFd);
+// Both workers run this; the measuring one starts each ping-pong and sends in the bandwidth test, the peer mirrors
+// it. Steps are in lockstep: the same sizes in the same order, so no extra synchronisation is needed beyond the
+// plugin's own messages.
+std::vector<Row> measure(Side& side, const Settings& settings, bool measuring) {
   std::vector<Row> rows;
   for (size_t bytes : sweep(settings)) {
     Row row;
     row.bytes = bytes;
-    row.latencyUs = side.latency(bytes, leader);
-    row.bandwidthGBs = side.bandwidth(bytes, leader);
+    row.latencyUs = side.latency(bytes, measuring);
+    row.bandwidthGBs = side.bandwidth(bytes, measuring);
     rows.push_back(row);
   }
   return rows;
+}
+
+// ---- the two worker processes, and the tool's process that watches them ---------------------------------------------
+
+// Worker 0 measures, worker 1 is its peer. Both listen, connect, accept, send and receive (latency needs both
+// directions); the measuring one starts each ping-pong and streams in the bandwidth test, the peer answers and
+// receives.
+constexpr int kWorkers = 2;
+const char* workerName(int index) {
+  return index == 0 ? "measuring process" : "peer process";
+}
+
+// What a worker needs, all made before it is forked.
+struct WorkerSetup {
+  int index = 0;
+  Settings settings;
+  nns::core::LoadOptions load;
+  const cpu_set_t* cpus = nullptr;  // nullptr: unbound
+  int exchangeFd = -1;              // the listen handles cross here, to and from the other worker
+  int reportFd = -1;                // records (isolated_probe.hpp's "D <json>" lines) to the tool's process
+  nns::tools::CallNote* note = nullptr;
+};
+
+[[noreturn]] void finishWorker(int status) {
+  std::fflush(nullptr);
+  _exit(status);
+}
+
+// A worker's life: bind, load the plugin (each process its own: plugins may not survive a fork after init), measure,
+// and send what it found to the tool's process, which prints it. It says "finished" last, so that a plugin calling
+// exit(0) half-way is not taken for a finished run. Exit status 0 when finished, 1 after an "error" record, 2 when
+// the plugin did not load (its candidates sent, then "notLoaded").
+[[noreturn]] void runWorker(const WorkerSetup& setup) {
+  bool measuring = setup.index == 0;
+  // The plugin may print: on stderr, so that it cannot break the tool's --json on stdout.
+  dup2(STDERR_FILENO, STDOUT_FILENO);
+  signal(SIGPIPE, SIG_IGN);
+  nns::tools::ProbeChannel channel(setup.reportFd);
+  if (setup.cpus != nullptr && sched_setaffinity(0, sizeof(cpu_set_t), setup.cpus) != 0) {
+    std::fprintf(stderr, "nccl-net-perf: %s not bound: %s\n", workerName(setup.index), std::strerror(errno));
+    if (measuring) channel.send({{"binding", "not bound (sched_setaffinity failed); waits yield the CPU after 2 us"}});
+  }
+  std::unique_ptr<nns::core::Net> net;
+  std::optional<Side> side;
+  std::vector<Row> rows;
+  try {
+    // Each entry of the list alone, as nccl-net-check loads it: when the loader crashes or hangs, the tool's process
+    // knows which entry, and probes it again step by step to name the call.
+    for (const auto& entry : nns::core::pluginSpecEntries(setup.load)) {
+      channel.send({{"loading", entry}});
+      nns::core::LoadOptions one = setup.load;
+      one.plugin = entry + ",";  // a list of one, as the entry is within the list
+      nns::core::LoadReport report;
+      net = nns::tools::watchedCall(*setup.note, kLoaderProbe, [&] { return nns::core::loadNet(one, &report); });
+      for (const auto& c : report.candidates) channel.send({{"candidate", nns::tools::candidateJson(c)}});
+      if (net != nullptr) break;
+    }
+    if (net == nullptr) {
+      channel.send({{"notLoaded", true}});
+      finishWorker(kExitNotLoaded);
+    }
+    if (measuring)
+      channel.send(
+          {{"loaded",
+            {{"name", nns::core::printable(net->name())}, {"path", net->path()}, {"version", net->version()}}}});
+    side.emplace(*net, setup.settings, setup.exchangeFd, *setup.note);
+    rows = measure(*side, setup.settings, measuring);
+  } catch (const std::exception& e) {
+    // Said before anything is closed: the tool's process stops both workers on it, since closing comms whose peer
+    // may be gone could only hang.
+    channel.send({{"error", e.what()}});
+    finishWorker(kExitFailed);
+  }
+  if (measuring) {
+    nlohmann::json results = nlohmann::json::array();
+    for (const Row& row : rows)
+      results.push_back({{"bytes", row.bytes}, {"latencyUs", row.latencyUs}, {"bandwidthGBs", row.bandwidthGBs}});
+    channel.send({{"rows", results}});
+  }
+  side.reset();  // the closes and finalize, timed and named like every other call
+  channel.send({{"finished", true}});
+  finishWorker(0);
+}
+
+// The tool's view of one worker.
+struct Worker {
+  int index = 0;
+  pid_t pid = -1;
+  int reportFd = -1;  // the non-blocking read end of its records
+  bool reportOpen = false;
+  std::string pending;  // a record not yet whole
+  std::vector<nlohmann::json> records;
+  bool running = false;
+  int waitStatus = 0;
+};
+
+// Reads what the worker has sent so far.
+void readRecords(Worker& worker) {
+  char buffer[4096];
+  while (worker.reportOpen) {
+    ssize_t n = read(worker.reportFd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;  // EAGAIN: nothing more for now
+    if (n == 0) {
+      worker.reportOpen = false;
+      break;
+    }
+    worker.pending.append(buffer, static_cast<size_t>(n));
+  }
+  for (size_t end; (end = worker.pending.find('\n')) != std::string::npos; worker.pending.erase(0, end + 1)) {
+    if (worker.pending.compare(0, 2, "D ") == 0)
+      worker.records.push_back(nlohmann::json::parse(worker.pending.substr(2, end - 2), nullptr, false));
+  }
+}
+
+// The last record holding `key`, or nullptr.
+const nlohmann::json* lastRecord(const Worker& worker, const char* key) {
+  for (auto it = worker.records.rbegin(); it != worker.records.rend(); ++it)
+    if (it->is_object() && it->contains(key)) return &(*it)[key];
+  return nullptr;
+}
+
+// A failure's outcomes, most telling first: when two show at once, a crash or hang is the cause and the other
+// worker's error ("the peer process went away") its effect.
+enum class Outcome { kDied, kHung, kError, kNotLoaded, kRunning, kFinished };
+bool isFailure(Outcome outcome) {
+  return outcome != Outcome::kRunning && outcome != Outcome::kFinished;
+}
+
+// Where the worker stands now. A worker that has ended is reaped here.
+Outcome outcomeOf(Worker& worker, nns::tools::CallWatch& watch, nns::tools::CallWatch::Clock::time_point now) {
+  if (worker.running) {
+    readRecords(worker);
+    if (lastRecord(worker, "error") != nullptr) return Outcome::kError;  // stopped at once: see runWorker
+    pid_t ended = waitpid(worker.pid, &worker.waitStatus, WNOHANG);
+    if (ended != worker.pid) return watch.overdue(now) ? Outcome::kHung : Outcome::kRunning;
+    worker.running = false;
+    readRecords(worker);  // what it wrote before it ended is all in the pipe now
+  }
+  int status = worker.waitStatus;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && lastRecord(worker, "finished") != nullptr)
+    return Outcome::kFinished;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kExitFailed && lastRecord(worker, "error") != nullptr)
+    return Outcome::kError;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kExitNotLoaded && lastRecord(worker, "notLoaded") != nullptr)
+    return Outcome::kNotLoaded;
+  return Outcome::kDied;
+}
+
+void stopWorker(Worker& worker) {
+  if (!worker.running) return;
+  kill(worker.pid, SIGKILL);
+  while (waitpid(worker.pid, &worker.waitStatus, 0) < 0 && errno == EINTR) {
+  }
+  worker.running = false;
+  readRecords(worker);
+}
+
+// "plugin did not load:" and why, for each candidate the worker tried; `failure` (a crash or hang while loading, the
+// call named) last, under its entry.
+void printNotLoaded(const Worker& worker, const std::string& failure) {
+  std::fprintf(stderr, "nccl-net-perf: plugin did not load:\n");
+  bool any = false;
+  for (const auto& record : worker.records) {
+    if (!record.is_object() || !record.contains("candidate")) continue;
+    auto c = nns::tools::candidateFromJson(record["candidate"]);
+    std::fprintf(stderr, "  %s: %s\n", c.requested.c_str(), c.rejectReason.c_str());
+    any = true;
+  }
+  if (!failure.empty()) {
+    const nlohmann::json* entry = lastRecord(worker, "loading");
+    std::fprintf(stderr, "  %s: %s, in the %s\n", entry != nullptr ? entry->get<std::string>().c_str() : "?",
+                 failure.c_str(), workerName(worker.index));
+  } else if (!any) {
+    std::fprintf(stderr, "  (no candidate: the plugin setting names no library)\n");
+  }
+}
+
+// What the workers produced, when both finished.
+struct Measurement {
+  std::string name, path;  // the plugin's, as loaded in the measuring process
+  int version = 0;
+  std::vector<Row> rows;
+  std::string binding;  // replaced when the measuring process could not be bound
+};
+
+// Watches both workers until both finish (then `result` holds the measurement and the return is 0) or one fails: a
+// worker that dies, exits before finishing, reports an error or spends more than --call-timeout in one plugin call
+// ends the run. Both are then stopped, the failure is printed naming the worker and the call, and its exit status
+// returned. Hangs are sampled every 100 ms, so one is seen at most that late.
+int superviseWorkers(std::vector<Worker>& workers, nns::tools::SharedCallNotes& notes, const Settings& settings,
+                     const nns::core::LoadOptions& load, Measurement* result) {
+  using Clock = nns::tools::CallWatch::Clock;
+  std::vector<nns::tools::CallWatch> watches;
+  for (int i = 0; i < kWorkers; ++i) watches.emplace_back(notes[i], std::chrono::seconds(settings.callTimeoutSeconds));
+  std::vector<Outcome> outcomes(kWorkers, Outcome::kRunning);
+  // Waits up to 100 ms for a record, then updates every running worker's outcome.
+  auto sample = [&] {
+    std::vector<pollfd> fds;
+    for (const Worker& worker : workers)
+      if (worker.running && worker.reportOpen) fds.push_back({worker.reportFd, POLLIN, 0});
+    if (!fds.empty()) {
+      poll(fds.data(), fds.size(), 100);
+    } else {
+      usleep(100 * 1000);
+    }
+    auto now = Clock::now();
+    for (int i = 0; i < kWorkers; ++i)
+      if (outcomes[i] == Outcome::kRunning) outcomes[i] = outcomeOf(workers[i], watches[i], now);
+  };
+  // The worker whose failure to report: the most telling outcome, the measuring process first among equals.
+  auto mostTelling = [&] {
+    int failed = -1;
+    for (int i = 0; i < kWorkers; ++i)
+      if (isFailure(outcomes[i]) && (failed < 0 || outcomes[i] < outcomes[failed])) failed = i;
+    return failed;
+  };
+  int failed = -1;
+  for (;;) {
+    sample();
+    if (std::all_of(outcomes.begin(), outcomes.end(), [](Outcome o) { return o == Outcome::kFinished; })) break;
+    failed = mostTelling();
+    if (failed < 0) continue;
+    // An error can reach this process before the crash that caused it is seen (a process's sockets close before it
+    // can be waited for): one more sample for the other worker's crash or hang.
+    if (outcomes[failed] == Outcome::kError || outcomes[failed] == Outcome::kNotLoaded) {
+      sample();
+      failed = mostTelling();
+    }
+    break;
+  }
+  if (failed < 0) {
+    const Worker& measuring = workers[0];
+    if (const nlohmann::json* loaded = lastRecord(measuring, "loaded")) {
+      result->name = loaded->value("name", "");
+      result->path = loaded->value("path", "");
+      result->version = loaded->value("version", 0);
+    }
+    if (const nlohmann::json* rows = lastRecord(measuring, "rows"))
+      for (const auto& row : *rows)
+        result->rows.push_back(
+            {row.value("bytes", size_t{0}), row.value("latencyUs", 0.0), row.value("bandwidthGBs", 0.0)});
+    if (const nlohmann::json* binding = lastRecord(measuring, "binding")) result->binding = binding->get<std::string>();
+    return 0;
+  }
+
+  // Where every worker still running was, read before they are stopped: for two workers each waiting on the other,
+  // both calls tell the story.
+  auto now = Clock::now();
+  std::vector<std::string> stoppedIn(kWorkers);
+  for (int i = 0; i < kWorkers; ++i) {
+    if (i == failed || outcomes[i] != Outcome::kRunning) continue;
+    const nns::tools::CallNote& note = notes[i];
+    std::string call = nns::tools::callName(note);
+    // How long it had been in the call, when long enough to matter (sampled, so shorter is noise): a worker that
+    // polls test in a loop is in a test call most of the time.
+    char since[48] = "";
+    if (double seconds = watches[i].secondsInCall(now); seconds >= 1)
+      std::snprintf(since, sizeof(since), ", %.1f s into it", seconds);
+    stoppedIn[i] = call.empty()        ? "stopped before its first plugin call"
+                   : note.inProgress() ? "stopped in " + call + since
+                                       : "stopped between plugin calls (the last: " + call + ")";
+  }
+  for (Worker& worker : workers) stopWorker(worker);
+
+  const Worker& worker = workers[failed];
+  const nns::tools::CallNote& note = notes[failed];
+  Outcome outcome = outcomes[failed];
+  std::string failure;
+  if (outcome == Outcome::kDied) failure = nns::tools::deathText(worker.waitStatus, note);
+  if (outcome == Outcome::kHung) failure = nns::tools::hungText(note, settings.callTimeoutSeconds);
+  bool whileLoading = (outcome == Outcome::kDied || outcome == Outcome::kHung) && note.inProgress() &&
+                      nns::tools::callName(note) == kLoaderProbe;
+  if (outcome == Outcome::kNotLoaded) {
+    printNotLoaded(worker, "");
+    return kExitNotLoaded;
+  }
+  if (whileLoading) {
+    // The loader's steps again, one by one in a child of their own, to name the call (as nccl-net-check does). A
+    // hang there costs one more --call-timeout.
+    const nlohmann::json* entry = lastRecord(worker, "loading");
+    if (entry != nullptr)
+      failure =
+          nns::tools::pinpointFailure(entry->get<std::string>(), load.searchDirs, failure, settings.callTimeoutSeconds);
+    printNotLoaded(worker, failure);
+    return kExitNotLoaded;
+  }
+  if (outcome == Outcome::kError) {
+    std::fprintf(stderr, "nccl-net-perf: %s: %s\n", workerName(failed),
+                 lastRecord(worker, "error")->get<std::string>().c_str());
+    return kExitFailed;
+  }
+  std::fprintf(stderr, "nccl-net-perf: %s: %s\n", workerName(failed), failure.c_str());
+  // The other worker: its own crash or hang when it had one too, else where it was stopped.
+  for (int i = 0; i < kWorkers; ++i) {
+    if (i == failed) continue;
+    if (outcomes[i] == Outcome::kDied)
+      std::fprintf(stderr, "nccl-net-perf: %s: %s\n", workerName(i),
+                   nns::tools::deathText(workers[i].waitStatus, notes[i]).c_str());
+    if (outcomes[i] == Outcome::kHung)
+      std::fprintf(stderr, "nccl-net-perf: %s: %s\n", workerName(i),
+                   nns::tools::hungText(notes[i], settings.callTimeoutSeconds).c_str());
+    if (!stoppedIn[i].empty()) std::fprintf(stderr, "nccl-net-perf: %s: %s\n", workerName(i), stoppedIn[i].c_str());
+  }
+  return outcome == Outcome::kHung ? kExitHung : kExitCrashed;
 }
 
 }  // namespace
@@ -320,7 +677,9 @@ int runTool(int argc, char** argv) {
       ->check(CLI::Range(1, NCCL_NET_MAX_REQUESTS));
   app.add_option("-m,--multi-recv", settings.multiRecv, "messages grouped in one irecv (default 1, <= maxRecvs)");
   app.add_option("-d,--dev", settings.dev, "device index (default 0)")->check(CLI::Range(0, INT_MAX));
-  app.add_option("--call-timeout", settings.callTimeoutSeconds, "seconds any one operation may take (default 30)")
+  app.add_option("--call-timeout", settings.callTimeoutSeconds,
+                 "seconds any one plugin call may take (loading the plugin counts as one), and any operation the "
+                 "plugin keeps answering 'not yet' (connect and accept, a post, a request's completion) (default 30)")
       ->check(CLI::Range(1, 3600));
   std::string bindTo = "spread";
   app.add_option("--bind-to", bindTo,
@@ -328,6 +687,16 @@ int runTool(int argc, char** argv) {
                  "none: unbound (default spread)")
       ->check(CLI::IsMember({"spread", "none"}));
   app.add_flag("--json", asJson, "machine-readable output");
+  app.footer(
+      "Exit status:\n"
+      "  0  measured\n"
+      "  1  the run failed: a plugin call returned an error, an operation ran out of --call-timeout, or -e is above\n"
+      "     the device's maxP2pBytes\n"
+      "  2  a refused argument, or the plugin did not load (also when it crashed or hung while loading: the call\n"
+      "     is named)\n"
+      "  3  a plugin call crashed the measuring or the peer process (the call and the process named)\n"
+      "  4  a plugin call did not return within --call-timeout (the call and the process named)\n"
+      "On 3 and 4 both processes are stopped, and where the other one was is said too.");
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
   if (settings.iterations < 1 || settings.factor < 2 || settings.window < 1 || settings.multiRecv < 1 ||
       settings.warmup < 0 || settings.minBytes > settings.maxBytes) {
@@ -359,67 +728,77 @@ int runTool(int argc, char** argv) {
                                        : "measuring process on CPUs " + nns::core::cpuList(shares[0]) +
                                              ", peer on CPUs " + nns::core::cpuList(shares[1]);
 
-  // Two processes, each loading the plugin itself (plugins may not survive a fork after init).
-  int fds[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) {
-    std::perror("socketpair");
-    return 2;
-  }
-  std::fflush(nullptr);
-  pid_t child = fork();
-  if (child < 0) {
-    std::perror("fork");
-    return 2;
-  }
-  bool leader = child != 0;
-  if (!shares.empty() && sched_setaffinity(0, sizeof(cpu_set_t), &shares[leader ? 0 : 1]) != 0) {
-    std::fprintf(stderr, "nccl-net-perf: %s process not bound: %s\n", leader ? "measuring" : "peer",
+  // Two worker processes, each loading the plugin itself (plugins may not survive a fork after init), each naming
+  // the plugin call it is in where this process reads it: this one only watches them, so that neither a crash nor a
+  // call that never returns can take the tool down or hold it.
+  nns::tools::SharedCallNotes notes(kWorkers);
+  if (!notes.valid()) {
+    std::fprintf(stderr, "nccl-net-perf: no shared memory to watch the plugin calls in: mmap: %s\n",
                  std::strerror(errno));
-    if (leader) binding = "not bound (sched_setaffinity failed); waits yield the CPU after 2 us";
+    return 2;
   }
-  close(fds[leader ? 1 : 0]);
-  int exchangeFd = fds[leader ? 0 : 1];
-
-  nns::core::LoadReport report;
-  auto net = nns::core::loadNet(load, &report);
-  if (!net) {
-    if (leader) {
-      std::fprintf(stderr, "nccl-net-perf: plugin did not load:\n");
-      for (const auto& c : report.candidates)
-        std::fprintf(stderr, "  %s: %s\n", c.requested.c_str(), c.rejectReason.c_str());
-      close(exchangeFd);
-      waitpid(child, nullptr, 0);
-      return 2;
+  int exchange[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, exchange) != 0) {
+    std::perror("nccl-net-perf: socketpair");
+    return 2;
+  }
+  std::vector<Worker> workers(kWorkers);
+  auto giveUp = [&](const char* what) {
+    std::fprintf(stderr, "nccl-net-perf: %s: %s\n", what, std::strerror(errno));
+    for (Worker& worker : workers) stopWorker(worker);
+    close(exchange[0]);
+    close(exchange[1]);
+    return 2;
+  };
+  pid_t tool = getpid();
+  for (int i = 0; i < kWorkers; ++i) {
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) != 0) return giveUp("pipe");
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    if (pid < 0) {
+      close(report[0]);
+      close(report[1]);
+      return giveUp("fork");
     }
-    _exit(2);
+    if (pid == 0) {
+      // Dies with the tool (killed, or interrupted at a terminal): a worker stuck in the plugin must not outlive it.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != tool) _exit(kExitFailed);
+      close(report[0]);
+      for (int j = 0; j < i; ++j) close(workers[j].reportFd);
+      close(exchange[1 - i]);
+      WorkerSetup setup;
+      setup.index = i;
+      setup.settings = settings;
+      setup.load = load;
+      setup.cpus = shares.empty() ? nullptr : &shares[i];
+      setup.exchangeFd = exchange[i];
+      setup.reportFd = report[1];
+      setup.note = &notes[i];
+      runWorker(setup);
+    }
+    close(report[1]);
+    fcntl(report[0], F_SETFL, O_NONBLOCK);
+    workers[i] = Worker{i, pid, report[0], true, "", {}, true, 0};
   }
-
-  std::vector<Row> rows;
-  std::string error;
-  try {
-    rows = runSide(*net, settings, exchangeFd, leader);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  if (!leader) {
-    if (!error.empty()) std::fprintf(stderr, "nccl-net-perf (peer): %s\n", error.c_str());
-    _exit(error.empty() ? 0 : 1);
-  }
-  close(exchangeFd);
-  int status = 0;
-  if (!error.empty()) kill(child, SIGKILL);
-  waitpid(child, &status, 0);
-  if (error.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) error = "the peer process failed";
-  if (!error.empty()) {
-    std::fprintf(stderr, "nccl-net-perf: %s\n", error.c_str());
-    return 1;
-  }
+  close(exchange[0]);
+  close(exchange[1]);
+  Measurement measured;
+  int status = superviseWorkers(workers, notes, settings, load, &measured);
+  for (Worker& worker : workers) close(worker.reportFd);
+  if (status != 0) return status;
+  if (!measured.binding.empty()) binding = measured.binding;
+  const std::string& name = measured.name;
+  const std::string& path = measured.path;
+  int version = measured.version;
+  const std::vector<Row>& rows = measured.rows;
 
   if (asJson) {
     nlohmann::json out;
-    out["plugin"] = net->name();
-    out["path"] = net->path();
-    out["version"] = net->version();
+    out["plugin"] = name;
+    out["path"] = path;
+    out["version"] = version;
     out["dev"] = settings.dev;
     out["iterations"] = settings.iterations;
     out["warmup"] = settings.warmup;
@@ -433,8 +812,8 @@ int runTool(int argc, char** argv) {
     return 0;
   }
   std::printf("# nccl-net-perf: plugin %s (ncclNet_v%d, %s), dev %d, iters %d, warmup %d, window %d, multi-recv %d\n",
-              net->name(), net->version(), net->path().c_str(), settings.dev, settings.iterations, settings.warmup,
-              settings.window, settings.multiRecv);
+              name.c_str(), version, path.c_str(), settings.dev, settings.iterations, settings.warmup, settings.window,
+              settings.multiRecv);
   std::printf("# processes: %s\n", binding.c_str());
   std::printf("# %12s %14s %14s\n", "size(B)", "lat(us)", "bw(GB/s)");
   for (const Row& row : rows) std::printf("  %12zu %14.2f %14.3f\n", row.bytes, row.latencyUs, row.bandwidthGBs);
