@@ -97,6 +97,21 @@ json deviceJson(int dev, const ncclNetProperties_v12_t& p) {
 
 void printDevices(const json& devices);  // one line per device, below main
 
+// What a probe's child printed, as its non-empty lines made printable ("output" in --json).
+json outputLines(const std::string& text) {
+  json lines = json::array();
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(nns::core::printable(line.c_str()));
+  return lines;
+}
+
+// What a library or candidate printed while probed, one "printed:" line each, under its entry.
+void printOutput(const json& entry) {
+  if (!entry.contains("output")) return;
+  for (const auto& line : entry["output"]) std::printf("    printed: %s\n", line.get<std::string>().c_str());
+}
+
 std::string trimmed(const std::string& text) {
   size_t first = text.find_first_not_of(" \t");
   if (first == std::string::npos) return "";
@@ -242,7 +257,8 @@ int runTool(int argc, char** argv) {
   std::string spec = !given.empty() ? given : "(unset: libnccl-net.so)";
 
   // Every plugin is loaded and called in a child process of its own: one that crashes or hangs gets that verdict,
-  // and the others are still listed.
+  // and the others are still listed. What each prints (its WARN lines: often the reason behind a rejection) is kept
+  // with its library or candidate rather than left on stderr, where it would belong to none of them.
   json out;
   out["spec"] = spec;
   out["searchDirs"] = dirs;
@@ -266,12 +282,10 @@ int runTool(int argc, char** argv) {
                                         ? "not tried"
                                         : "rejected: " + verdictReport.candidates[0].rejectReason}});
         },
-        callTimeout);
-    json library = {{"path", path},
-                    {"netVersions", json::array()},
-                    {"collNetVersions", json::array()},
-                    {"error", ""},
-                    {"verdict", ""}};
+        callTimeout, true);
+    json library = {
+        {"path", path},  {"netVersions", json::array()},       {"collNetVersions", json::array()}, {"error", ""},
+        {"verdict", ""}, {"output", outputLines(probe.output)}};
     for (const auto& record : probe.records)
       for (const auto& item : record.items()) library[item.key()] = item.value();
     if (!probe.failure.empty()) {
@@ -307,11 +321,13 @@ int runTool(int argc, char** argv) {
       continue;
     }
     auto probe = nns::tools::runIsolated(
-        [&](nns::tools::ProbeChannel& channel) { probeCandidate(channel, entry, dirs); }, callTimeout);
+        [&](nns::tools::ProbeChannel& channel) { probeCandidate(channel, entry, dirs); }, callTimeout, true);
+    const json output = outputLines(probe.output);
     bool reported = false;
     for (const auto& record : probe.records) {
       if (record.contains("candidate")) {
         candidates.push_back(record["candidate"]);
+        candidates.back()["output"] = output;  // the entry's one candidate: its loading, and its devices when chosen
         reported = true;
       }
       if (record.contains("chosen")) chosen = record["chosen"];
@@ -331,7 +347,8 @@ int runTool(int argc, char** argv) {
                             {"chosenVersion", 0},
                             {"rejectReason", nns::tools::pinpointFailure(entry, dirs, probe.failure, callTimeout)},
                             {"crashed", probe.crashed},
-                            {"hung", probe.hung}});
+                            {"hung", probe.hung},
+                            {"output", output}});
       stoppedAt = entry;
     } else if (probe.lastCall == kCollNetProbe) {
       collNet = {{"path", chosen.value("path", "")},
@@ -369,6 +386,7 @@ int runTool(int argc, char** argv) {
                 versionsText(f["netVersions"].get<std::vector<int>>()).c_str(),
                 versionsText(f["collNetVersions"].get<std::vector<int>>()).c_str(),
                 f["verdict"].get<std::string>().c_str());
+    printOutput(f);
   }
   std::printf("\nCandidates, in the order NCCL tries them:\n");
   if (candidates.empty())
@@ -391,6 +409,7 @@ int runTool(int argc, char** argv) {
     } else {
       std::printf("    rejected: %s\n", c["rejectReason"].get<std::string>().c_str());
     }
+    printOutput(c);
   }
   // One line per reason, naming its entries (a long name cut short).
   std::vector<std::pair<std::string, std::string>> ignoredByReason;  // reason, entries

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -53,7 +54,11 @@ struct ProbeOutcome {
   std::string lastCall;                 // the call in progress when it ended ("" before the first)
   std::string failure;                  // empty when the body returned; else "crashed: ..." or "hung: ..."
   bool crashed = false, hung = false;
+  std::string output;  // with captureOutput: what the child printed (the plugin's log lines), at most kOutputCap
 };
+
+// What a captured probe keeps of the child's output: a plugin that floods is cut, with a note.
+constexpr size_t kOutputCap = 8192;
 
 // "SIGSEGV" for 11; "signal N" for one glibc has no name for.
 inline std::string signalName(int sig) {
@@ -62,11 +67,21 @@ inline std::string signalName(int sig) {
 }
 
 // Runs `body` in a child process. Each call the body names must return within `callTimeoutSeconds`. The child's
-// stdout goes to stderr, so that a plugin that prints cannot break the tool's own output (--json).
-inline ProbeOutcome runIsolated(const std::function<void(ProbeChannel&)>& body, int callTimeoutSeconds) {
+// stdout goes to stderr, so that a plugin that prints cannot break the tool's own output (--json); with
+// `captureOutput` both go to `outcome.output` instead, so that the tool can say which plugin printed what (a WARN
+// from a library's init would otherwise stand loose above the report, owned by none of its entries).
+inline ProbeOutcome runIsolated(const std::function<void(ProbeChannel&)>& body, int callTimeoutSeconds,
+                                bool captureOutput = false) {
   ProbeOutcome outcome;
   int fds[2];
   if (pipe(fds) != 0) {
+    outcome.failure = std::string("could not probe it: pipe: ") + std::strerror(errno);
+    return outcome;
+  }
+  int output[2] = {-1, -1};
+  if (captureOutput && pipe(output) != 0) {
+    close(fds[0]);
+    close(fds[1]);
     outcome.failure = std::string("could not probe it: pipe: ") + std::strerror(errno);
     return outcome;
   }
@@ -74,8 +89,8 @@ inline ProbeOutcome runIsolated(const std::function<void(ProbeChannel&)>& body, 
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
+    for (int fd : {fds[0], fds[1], output[0], output[1]})
+      if (fd >= 0) close(fd);
     outcome.failure = std::string("could not probe it: fork: ") + std::strerror(errno);
     return outcome;
   }
@@ -84,6 +99,11 @@ inline ProbeOutcome runIsolated(const std::function<void(ProbeChannel&)>& body, 
     // Dies with the tool (killed, or interrupted at a terminal): a plugin hanging here must not outlive it.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(121);
+    if (captureOutput) {
+      close(output[0]);
+      dup2(output[1], STDERR_FILENO);
+      close(output[1]);
+    }
     dup2(STDERR_FILENO, STDOUT_FILENO);
     signal(SIGPIPE, SIG_IGN);
     ProbeChannel channel(fds[1]);
@@ -95,6 +115,24 @@ inline ProbeOutcome runIsolated(const std::function<void(ProbeChannel&)>& body, 
     _exit(0);
   }
   close(fds[1]);
+  bool cut = false;
+  // Reads what the child printed so far, keeping up to kOutputCap; false once its end is closed.
+  auto drainOutput = [&] {
+    char buffer[4096];
+    for (;;) {
+      ssize_t got = read(output[0], buffer, sizeof(buffer));
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) return true;  // EAGAIN: nothing more for now
+      if (got == 0) return false;
+      size_t keep = std::min(static_cast<size_t>(got), kOutputCap - std::min(kOutputCap, outcome.output.size()));
+      outcome.output.append(buffer, keep);
+      cut = cut || keep < static_cast<size_t>(got);
+    }
+  };
+  if (captureOutput) {
+    close(output[1]);
+    fcntl(output[0], F_SETFL, O_NONBLOCK);
+  }
   using Clock = std::chrono::steady_clock;
   auto deadline = Clock::now() + std::chrono::seconds(callTimeoutSeconds);
   std::string pending;
@@ -105,11 +143,16 @@ inline ProbeOutcome runIsolated(const std::function<void(ProbeChannel&)>& body, 
       outcome.hung = true;
       break;
     }
-    pollfd wait{fds[0], POLLIN, 0};
-    int ready = poll(&wait, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    pollfd wait[2] = {{fds[0], POLLIN, 0}, {output[0], POLLIN, 0}};
+    int ready = poll(wait, output[0] >= 0 ? 2 : 1, static_cast<int>(std::min<long long>(left, 1000)));
     if (ready < 0 && errno != EINTR) break;
     if (ready <= 0) continue;
     char buffer[4096];
+    if (output[0] >= 0 && (wait[1].revents & (POLLIN | POLLHUP)) != 0 && !drainOutput()) {
+      close(output[0]);  // the child's end closed: only the records are left to read
+      output[0] = -1;
+    }
+    if ((wait[0].revents & (POLLIN | POLLHUP)) == 0) continue;
     ssize_t n = read(fds[0], buffer, sizeof(buffer));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
@@ -128,6 +171,11 @@ inline ProbeOutcome runIsolated(const std::function<void(ProbeChannel&)>& body, 
   }
   close(fds[0]);
   if (outcome.hung) kill(pid, SIGKILL);
+  if (output[0] >= 0) {  // what it printed last (non-blocking: a process the plugin started may hold the pipe open)
+    drainOutput();
+    close(output[0]);
+  }
+  if (cut) outcome.output += "\n[cut: the plugin printed more than " + std::to_string(kOutputCap) + " bytes]\n";
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
