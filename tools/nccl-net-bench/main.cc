@@ -256,6 +256,19 @@ int runTool(int argc, char** argv) {
     double busFactor = collective == "allreduce"                                      ? 2.0 * (n - 1) / n
                        : (collective == "allgather" || collective == "reducescatter") ? double(n - 1) / n
                                                                                       : 1.0;
+    // Every rank on this host holds two buffers of -e bytes: refused when they cannot fit in its memory, rather
+    // than left to the OOM killer (with overcommit the allocation itself succeeds).
+    const long pages = sysconf(_SC_PHYS_PAGES), pageBytes = sysconf(_SC_PAGESIZE);
+    const double hostBytes = static_cast<double>(pages) * static_cast<double>(pageBytes);
+    const double buffersBytes = 2.0 * static_cast<double>(maxBytes + 64) * comm.bootstrap().localRanks();
+    if (pages > 0 && pageBytes > 0 && buffersBytes > hostBytes) {
+      std::fprintf(stderr,
+                   "nccl-net-bench: rank %d: -e %llu needs two buffers of that size per rank, %.1f GiB for the %d "
+                   "rank(s) on this host, which has %.1f GiB of memory\n",
+                   rank, static_cast<unsigned long long>(maxBytes), buffersBytes / (1 << 30),
+                   comm.bootstrap().localRanks(), hostBytes / (1 << 30));
+      return 2;
+    }
     if (rank == 0) {
       std::printf(
           "# nccl-net-bench %s over %s (ncclNet_v%d, %s), %d ranks, %d channel(s), %d slots of %zu B per "
@@ -285,19 +298,6 @@ int runTool(int argc, char** argv) {
       std::printf("#%11s %12s %8s %6s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
                   "(GB/s)", "");
       std::fflush(stdout);  // the header says setup is done (a file or pipe would hold it back)
-    }
-    // Every rank on this host holds two buffers of -e bytes: refused when they cannot fit in its memory, rather
-    // than left to the OOM killer (with overcommit the allocation itself succeeds).
-    const long pages = sysconf(_SC_PHYS_PAGES), pageBytes = sysconf(_SC_PAGESIZE);
-    const double hostBytes = static_cast<double>(pages) * static_cast<double>(pageBytes);
-    const double buffersBytes = 2.0 * static_cast<double>(maxBytes + 64) * comm.bootstrap().localRanks();
-    if (pages > 0 && pageBytes > 0 && buffersBytes > hostBytes) {
-      std::fprintf(stderr,
-                   "nccl-net-bench: rank %d: -e %llu needs two buffers of that size per rank, %.1f GiB for the %d "
-                   "rank(s) on this host, which has %.1f GiB of memory\n",
-                   rank, static_cast<unsigned long long>(maxBytes), buffersBytes / (1 << 30),
-                   comm.bootstrap().localRanks(), hostBytes / (1 << 30));
-      return 2;
     }
     std::vector<unsigned char> sendBuffer, recvBuffer;
     try {
