@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "nns/coll/collectives.hpp"
+#include "nns/core/bootstrap.hpp"
 
 struct nnsComm {
   std::unique_ptr<nns::core::Communicator> comm;
@@ -253,6 +254,11 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
   std::string address;
   if (const char* root = std::getenv("NNS_ROOT_ADDR"); root != nullptr && *root != '\0') {
     address = root;
+    std::string host, why;
+    int port = 0;
+    if (!nns::core::parseRootAddress(address, &host, &port, &why))
+      return failWith(ncclInvalidUsage, "NNS_ROOT_ADDR must be host:port (port 1..65535) or [IPv6]:port, not \"" +
+                                            address + "\": " + why);
   } else {
     int port = freePort();
     if (port < 0)
@@ -269,19 +275,14 @@ ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, in
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return failWith(ncclInvalidArgument, "rank " + std::to_string(rank) + " of " + std::to_string(nranks));
   std::string address(commId.internal, strnlen(commId.internal, sizeof(commId.internal)));
-  size_t colon = address.rfind(':');
-  if (address.empty() || colon == std::string::npos || colon + 1 == address.size())
-    return failWith(ncclInvalidArgument, "the unique id holds no host:port (was it made by nnsGetUniqueId?)");
   nns::core::LaunchInfo launch;
+  std::string why;
+  if (!nns::core::parseRootAddress(address, &launch.rootHost, &launch.rootPort, &why))
+    return failWith(ncclInvalidArgument, "the unique id holds no host:port (\"" + address + "\": " + why +
+                                             "; was it made by nnsGetUniqueId?)");
   launch.rank = rank;
   launch.size = nranks;
-  launch.rootHost = address.substr(0, colon);
-  if (launch.rootHost.size() > 2 && launch.rootHost.front() == '[' && launch.rootHost.back() == ']')
-    launch.rootHost = launch.rootHost.substr(1, launch.rootHost.size() - 2);
-  launch.rootPort = std::atoi(address.c_str() + colon + 1);
   launch.source = "nnsCommInitRank";
-  if (launch.rootPort <= 0 || launch.rootPort > 65535)
-    return failWith(ncclInvalidArgument, "the unique id's port is not valid: " + address);
   return makeComm(comm, launch);
 }
 

@@ -1,9 +1,16 @@
-// launch_test.cc: which launcher's variables the bootstrap takes when several launchers' are present, and what each
-// rank is told when the rendezvous goes wrong (a wrong size, a rank that never arrives, another job on the port).
+// launch_test.cc: which launcher's variables the bootstrap takes when several launchers' are present, how strictly
+// the root address is read, and what each rank is told (text and code) when the rendezvous goes wrong (a wrong size,
+// a rank that never arrives, another job or another program on the port).
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -15,6 +22,7 @@
 namespace {
 
 using nns::core::Bootstrap;
+using nns::core::BootstrapError;
 using nns::core::LaunchInfo;
 using Clock = std::chrono::steady_clock;
 
@@ -276,4 +284,227 @@ TEST(LaunchPrecedence, NoRootAddressSaysHowToGiveOneToThisLauncher) {
     EXPECT_NE(error.find(hint), std::string::npos) << error;
   }
   clearLauncherVariables();
+}
+
+// A malformed NNS_ROOT_ADDR is refused by name, with what is wrong. Before, `[::1:29816` (no closing bracket) became
+// [::]:29816 without a word, and `:29817` (no host) got as far as "cannot resolve root address".
+TEST(RootAddress, AMalformedNnsRootAddrIsRefusedSayingWhatIsWrong) {
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {"[::1:29816", "no ']' closes the IPv6 address"},
+      {":29817", "no host before the ':'"},
+      {"node0:80x", "the port \"80x\" is not a number"},
+      {"node0: 80", "the port \" 80\" is not a number"},
+      {"node0:99999", "the port 99999 is not one of 1..65535"},
+      {"node0:0", "the port 0 is not one of 1..65535"},
+      {"node0:", "no port after the ':'"},
+      {"node0", "no :port"},
+      {"", "it is empty"},
+      {"::1:29500", "an IPv6 address needs brackets, as in [::1]:port"},
+      {"[::1]29500", "no :port after the ']'"},
+      {"[node0]:29500", "[node0] is not an IPv6 address"},
+      {"tcp://node0:29500", "the host \"tcp://node0\" has a ':'"},
+  };
+  for (const auto& [root, why] : cases) {
+    clearLauncherVariables();
+    setenv("NNS_RANK", "1", 1);
+    setenv("NNS_WORLD_SIZE", "2", 1);
+    setenv("NNS_ROOT_ADDR", root, 1);
+    LaunchInfo info;
+    std::string error;
+    EXPECT_FALSE(nns::core::launchInfoFromEnvironment(&info, &error))
+        << root << " was taken as " << info.rootHost << " port " << info.rootPort;
+    EXPECT_NE(error.find(std::string("NNS_ROOT_ADDR must be host:port (port 1..65535) or [IPv6]:port, not \"") + root +
+                         "\": " + why),
+              std::string::npos)
+        << error;
+  }
+  clearLauncherVariables();
+}
+
+// The well-formed ones, through the function nnsCommInitRank can share: a name, IPv4, IPv6 in brackets (a zone too).
+TEST(RootAddress, WellFormedAddressesAreSplitIntoHostAndPort) {
+  const std::vector<std::tuple<const char*, const char*, int>> cases = {
+      {"node-0.cluster_a:29500", "node-0.cluster_a", 29500},
+      {"10.78.0.1:1", "10.78.0.1", 1},
+      {"[fd78::1]:65535", "fd78::1", 65535},
+      {"[fe80::1%eth0]:29500", "fe80::1%eth0", 29500},
+  };
+  for (const auto& [text, host, port] : cases) {
+    std::string gotHost, error;
+    int gotPort = 0;
+    EXPECT_TRUE(nns::core::parseRootAddress(text, &gotHost, &gotPort, &error)) << text << ": " << error;
+    EXPECT_EQ(gotHost, host) << text;
+    EXPECT_EQ(gotPort, port) << text;
+  }
+}
+
+// MASTER_PORT is read as strictly, and an empty MASTER_ADDR is named instead of failing later to resolve "".
+TEST(RootAddress, MasterAddrAndPortAreCheckedToo) {
+  const std::vector<std::tuple<const char*, const char*, const char*>> cases = {
+      {"node0", "80x", "MASTER_PORT=80x: the port \"80x\" is not a number"},
+      {"node0", "0", "MASTER_PORT=0: the port 0 is not one of 1..65535"},
+      {"", "29500", "MASTER_ADDR is set but empty"},
+  };
+  for (const auto& [host, port, why] : cases) {
+    clearLauncherVariables();
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("MASTER_ADDR", host, 1);
+    setenv("MASTER_PORT", port, 1);
+    LaunchInfo info;
+    std::string error;
+    EXPECT_FALSE(nns::core::launchInfoFromEnvironment(&info, &error)) << host << ":" << port;
+    EXPECT_NE(error.find(why), std::string::npos) << error;
+  }
+  clearLauncherVariables();
+}
+
+namespace {
+
+struct Outcome {
+  std::string error;  // "" when it joined and all-gathered
+  int result = 0;     // BootstrapError::result(); -1 for any other exception
+};
+
+// Each LaunchInfo's bootstrap on a thread of its own, started `delaysMs` apart (0 where not given).
+std::vector<Outcome> outcomes(const std::vector<LaunchInfo>& ranks, std::chrono::milliseconds timeout,
+                              const std::vector<int>& delaysMs = {}) {
+  std::vector<Outcome> results(ranks.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    threads.emplace_back([&, i] {
+      if (i < delaysMs.size()) std::this_thread::sleep_for(std::chrono::milliseconds(delaysMs[i]));
+      try {
+        Bootstrap bootstrap(ranks[i], timeout);
+        bootstrap.allGather(std::to_string(i));
+      } catch (const BootstrapError& e) {
+        results[i] = {e.what(), e.result()};
+      } catch (const std::exception& e) {
+        results[i] = {e.what(), -1};
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return results;
+}
+
+constexpr auto kShort = std::chrono::milliseconds(300);
+
+}  // namespace
+
+// The C API returns result() for a failed creation (docs/collectives.md): a size that differs between the ranks is
+// ncclInvalidUsage on the rank refused and on rank 0, which names it; the rank that had joined hears rank 0 give up,
+// a remote error. Every one was a plain std::runtime_error before, so every code was ncclSystemError.
+TEST(BootstrapErrorCodes, AWrongWorldSizeIsInvalidUsage) {
+  const int port = nns::test::freeLoopbackPort();
+  auto got = outcomes(
+      {{0, 3, "127.0.0.1", port, "test"}, {1, 3, "127.0.0.1", port, "test"}, {2, 4, "127.0.0.1", port, "test"}},
+      kShort);
+  EXPECT_NE(got[2].error.find("rank 0 expects 3 ranks, and rank 2 says 4"), std::string::npos) << got[2].error;
+  EXPECT_EQ(got[2].result, BootstrapError::kInvalidUsage) << got[2].error;
+  EXPECT_NE(got[0].error.find("turned away: rank 2 of 4"), std::string::npos) << got[0].error;
+  EXPECT_EQ(got[0].result, BootstrapError::kInvalidUsage) << got[0].error;
+  EXPECT_NE(got[1].error.find("rank 0 gave up"), std::string::npos) << got[1].error;
+  EXPECT_EQ(got[1].result, BootstrapError::kRemoteError) << got[1].error;
+}
+
+// A rank given a number another rank has: ncclInvalidUsage on whichever of the two came second, while the job
+// itself still forms (the second comes while rank 0 still waits for rank 2).
+TEST(BootstrapErrorCodes, ARankNumberGivenTwiceIsInvalidUsage) {
+  const int port = nns::test::freeLoopbackPort();
+  auto got = outcomes({{0, 3, "127.0.0.1", port, "test"},
+                       {1, 3, "127.0.0.1", port, "test"},
+                       {1, 3, "127.0.0.1", port, "test"},
+                       {2, 3, "127.0.0.1", port, "test"}},
+                      std::chrono::milliseconds(2000), {0, 0, 100, 400});
+  EXPECT_EQ(got[0].error, "");
+  EXPECT_EQ(got[3].error, "");
+  const Outcome& second = got[1].error.empty() ? got[2] : got[1];
+  EXPECT_TRUE(got[1].error.empty() || got[2].error.empty()) << got[1].error << " / " << got[2].error;
+  EXPECT_NE(second.error.find("rank 0 already has a rank 1"), std::string::npos) << second.error;
+  EXPECT_EQ(second.result, BootstrapError::kInvalidUsage) << second.error;
+}
+
+// A rank that never arrives, and a rank 0 that never listens: remote errors (a peer), on every rank that waited.
+TEST(BootstrapErrorCodes, AMissingRankAndAnUnreachableRootAreRemoteErrors) {
+  const int port = nns::test::freeLoopbackPort();
+  auto missing = outcomes({{0, 3, "127.0.0.1", port, "test"}, {1, 3, "127.0.0.1", port, "test"}}, kShort);
+  EXPECT_NE(missing[0].error.find("rank(s) 2 did not arrive within 300 ms"), std::string::npos) << missing[0].error;
+  EXPECT_EQ(missing[0].result, BootstrapError::kRemoteError) << missing[0].error;
+  EXPECT_NE(missing[1].error.find("rank 0 gave up: rank(s) 2 did not arrive"), std::string::npos) << missing[1].error;
+  EXPECT_EQ(missing[1].result, BootstrapError::kRemoteError) << missing[1].error;
+
+  auto unreachable = outcomes({{1, 2, "127.0.0.1", nns::test::freeLoopbackPort(), "test"}}, kShort);
+  EXPECT_NE(unreachable[0].error.find("rank 1 could not reach rank 0 at 127.0.0.1:"), std::string::npos)
+      << unreachable[0].error;
+  EXPECT_EQ(unreachable[0].result, BootstrapError::kRemoteError) << unreachable[0].error;
+}
+
+// A root port another program listens on: rank 0 cannot set up, this rank's own failure (ncclSystemError).
+TEST(BootstrapErrorCodes, ARootPortInUseIsASystemErrorOnRankZero) {
+  const int holder = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(holder, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(holder, 1), 0);
+  ASSERT_EQ(getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int port = ntohs(address.sin_port);
+  auto got = outcomes({{0, 2, "127.0.0.1", port, "test"}}, kShort);
+  close(holder);
+  EXPECT_NE(got[0].error.find("rank 0 cannot listen on 127.0.0.1:" + std::to_string(port) + ": Address already in use"),
+            std::string::npos)
+      << got[0].error;
+  EXPECT_EQ(got[0].result, BootstrapError::kSystemError) << got[0].error;
+}
+
+// Another program on the root port (a web server) answers the join with its own protocol: the rank says that what
+// answered is no rank 0 of this bootstrap, quoting it, instead of "rank 0 ... refused it: oversized bootstrap
+// message" (its first 4 bytes, "HTTP", read as a message length).
+TEST(BootstrapErrorCodes, AForeignServiceOnTheRootPortIsNamedAsSuch) {
+  const int server = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(server, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(bind(server, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(server, 4), 0);
+  ASSERT_EQ(getsockname(server, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int port = ntohs(address.sin_port);
+  // Answers one connection at once, then holds it until the rank closes it (2 s at most: the test never hangs).
+  std::thread http([server] {
+    pollfd ready{server, POLLIN, 0};
+    if (poll(&ready, 1, 2000) != 1) return;
+    const int fd = accept(server, nullptr, nullptr);
+    if (fd < 0) return;
+    const char answer[] = "HTTP/1.0 200 OK\r\n\r\n";
+    (void)send(fd, answer, sizeof(answer) - 1, MSG_NOSIGNAL);
+    char sink[256];
+    pollfd peer{fd, POLLIN, 0};
+    while (poll(&peer, 1, 2000) == 1 && recv(fd, sink, sizeof(sink), 0) > 0) {
+    }
+    close(fd);
+  });
+  auto got = outcomes({{1, 2, "127.0.0.1", port, "test"}}, kShort);
+  http.join();
+  close(server);
+  EXPECT_NE(got[0].error.find("rank 1: what answered at 127.0.0.1:" + std::to_string(port) +
+                              " does not speak this bootstrap (not an nccl-net-sdk rank 0: another program holds "
+                              "the port?); it answered \"HTTP"),
+            std::string::npos)
+      << got[0].error;
+  EXPECT_EQ(got[0].error.find("oversized"), std::string::npos) << got[0].error;
+  EXPECT_EQ(got[0].result, BootstrapError::kInvalidUsage) << got[0].error;
+}
+
+// A LaunchInfo made in code (not from the environment) without a usable root address is refused as such.
+TEST(BootstrapErrorCodes, ALaunchInfoWithoutARootAddressIsInvalidUsage) {
+  auto got =
+      outcomes({{1, 2, "", 29500, "test"}, {1, 2, "127.0.0.1", 0, "test"}, {2, 2, "127.0.0.1", 1, "test"}}, kShort);
+  for (const auto& one : got) EXPECT_EQ(one.result, BootstrapError::kInvalidUsage) << one.error;
+  EXPECT_NE(got[0].error.find("no root address: host \"\", port 29500"), std::string::npos) << got[0].error;
+  EXPECT_NE(got[2].error.find("rank 2 of 2: a rank is 0..size-1"), std::string::npos) << got[2].error;
 }

@@ -11,12 +11,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace nns::core {
@@ -45,8 +46,18 @@ bool debugInfo() {
   return false;
 }
 
-[[noreturn]] void fail(const std::string& what) {
-  throw std::runtime_error("bootstrap: " + what);
+using Result = BootstrapError::Result;
+
+constexpr char kPrefix[] = "bootstrap: ";
+
+// A failure's text without the prefix, for quoting it inside another one.
+std::string withoutPrefix(const std::string& what) {
+  return what.rfind(kPrefix, 0) == 0 ? what.substr(sizeof(kPrefix) - 1) : what;
+}
+
+// Each failure says which kind it is (BootstrapError::Result): the C API's code depends on it, so no default.
+[[noreturn]] void fail(const std::string& what, Result result) {
+  throw BootstrapError(kPrefix + what, result);
 }
 
 int remainingMs(Clock::time_point deadline) {
@@ -90,8 +101,8 @@ void waitFor(int fd, short events, Clock::time_point deadline, const char* what,
   for (;;) {
     int ready = poll(&p, 1, remainingMs(deadline));
     if (ready > 0) return;
-    if (ready == 0) fail(std::string("timed out ") + what);
-    if (errno != EINTR) fail(std::string("poll failed ") + what + ": " + std::strerror(errno));
+    if (ready == 0) fail(std::string("timed out ") + what, Result::kRemoteError);
+    if (errno != EINTR) fail(std::string("poll failed ") + what + ": " + std::strerror(errno), Result::kSystemError);
   }
 }
 
@@ -102,7 +113,7 @@ void sendAll(int fd, const void* data, size_t bytes, Clock::time_point deadline,
     waitFor(fd, POLLOUT, deadline, "sending", spin);
     ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n <= 0) fail(std::string("send failed: ") + std::strerror(errno));
+    if (n <= 0) fail(std::string("send failed: ") + std::strerror(errno), Result::kRemoteError);
     p += n;
     bytes -= static_cast<size_t>(n);
   }
@@ -115,8 +126,8 @@ void recvAll(int fd, void* data, size_t bytes, Clock::time_point deadline,
     waitFor(fd, POLLIN, deadline, "receiving", spin);
     ssize_t n = recv(fd, p, bytes, 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n == 0) fail("a peer closed the bootstrap connection (rank died?)");
-    if (n < 0) fail(std::string("recv failed: ") + std::strerror(errno));
+    if (n == 0) fail("a peer closed the bootstrap connection (rank died?)", Result::kRemoteError);
+    if (n < 0) fail(std::string("recv failed: ") + std::strerror(errno), Result::kRemoteError);
     p += n;
     bytes -= static_cast<size_t>(n);
   }
@@ -134,8 +145,8 @@ constexpr uint32_t kFailureMarker = 0xFFFFFFFFu;
 std::string recvMessage(int fd, Clock::time_point deadline, std::chrono::microseconds spin) {
   uint32_t length = 0;
   recvAll(fd, &length, sizeof(length), deadline, spin);
-  if (length == kFailureMarker) fail("rank 0 gave up: " + recvMessage(fd, deadline, spin));
-  if (length > (64u << 20)) fail("oversized bootstrap message");
+  if (length == kFailureMarker) fail("rank 0 gave up: " + recvMessage(fd, deadline, spin), Result::kRemoteError);
+  if (length > (64u << 20)) fail("oversized bootstrap message", Result::kRemoteError);
   std::string text(length, '\0');
   recvAll(fd, text.data(), length, deadline, spin);
   return text;
@@ -158,13 +169,39 @@ std::string machineId() {
 // effort: a rank that is gone or not reading is not waited for.
 void tellFailure(int fd, const std::string& why) {
   try {
-    const std::string text = why.rfind("bootstrap: ", 0) == 0 ? why.substr(11) : why;
+    const std::string text = withoutPrefix(why);
     const uint32_t marker = kFailureMarker;
     const auto deadline = Clock::now() + std::chrono::milliseconds(500);
     sendAll(fd, &marker, sizeof(marker), deadline);
     sendMessage(fd, text, deadline, std::chrono::microseconds(0));
-  } catch (const std::runtime_error&) {
+  } catch (const BootstrapError&) {
   }
+}
+
+// What else a peer already sent (at most 60 bytes, without waiting), to quote a foreign answer.
+std::string firstBytes(int fd) {
+  char more[60];
+  const ssize_t n = recv(fd, more, sizeof(more), MSG_DONTWAIT);
+  return n > 0 ? std::string(more, static_cast<size_t>(n)) : std::string();
+}
+
+// `bytes` as one line of text: "\r", "\n" and other unprintable bytes escaped.
+std::string printable(const std::string& bytes) {
+  std::string text;
+  for (unsigned char c : bytes) {
+    if (c == '\r') {
+      text += "\\r";
+    } else if (c == '\n') {
+      text += "\\n";
+    } else if (std::isprint(c) != 0 && c != '\\' && c != '"') {
+      text += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      text += hex;
+    }
+  }
+  return text;
 }
 
 struct Address {
@@ -178,7 +215,12 @@ std::vector<Address> resolve(const std::string& host, int port) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* result = nullptr;
   int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
-  if (rc != 0 || result == nullptr) fail("cannot resolve root address " + host + ": " + gai_strerror(rc));
+  if (rc != 0 || result == nullptr) {
+    // A name no one knows is the setting's fault; a resolver that failed (EAI_AGAIN, no memory) this rank's.
+    const bool unknown = rc == EAI_NONAME || rc == EAI_NODATA || rc == EAI_ADDRFAMILY || rc == EAI_SERVICE;
+    fail("cannot resolve root address " + host + ": " + (rc != 0 ? gai_strerror(rc) : "no address"),
+         unknown ? Result::kInvalidUsage : Result::kSystemError);
+  }
   std::vector<Address> all;
   for (addrinfo* a = result; a != nullptr; a = a->ai_next) {
     Address one{};
@@ -242,7 +284,70 @@ int inheritedListener(int port) {
   return fd;
 }
 
+// A port in decimal digits, 1..65535: strtol would take " 80", "+80" or "80x"'s 80.
+bool parsePort(const std::string& text, int* port, std::string* error) {
+  if (text.empty()) {
+    *error = "no port after the ':'";
+    return false;
+  }
+  if (text.find_first_not_of("0123456789") != std::string::npos) {
+    *error = "the port \"" + text + "\" is not a number";
+    return false;
+  }
+  long value = 0;
+  for (char digit : text) value = std::min(value * 10 + (digit - '0'), 100000L);  // capped: no overflow
+  if (value < 1 || value > 65535) {
+    *error = "the port " + text + " is not one of 1..65535";
+    return false;
+  }
+  *port = static_cast<int>(value);
+  return true;
+}
+
 }  // namespace
+
+bool parseRootAddress(const std::string& text, std::string* host, int* port, std::string* error) {
+  auto refuse = [&](const std::string& why) {
+    *error = why;
+    return false;
+  };
+  if (text.empty()) return refuse("it is empty");
+  std::string name;
+  size_t portStart = 0;
+  if (text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string::npos) return refuse("no ']' closes the IPv6 address");
+    name = text.substr(1, close - 1);
+    // A zone (fe80::1%eth0) is getaddrinfo's to check; the address before it must be IPv6.
+    in6_addr v6{};
+    if (name.empty() || inet_pton(AF_INET6, name.substr(0, name.find('%')).c_str(), &v6) != 1)
+      return refuse("[" + name + "] is not an IPv6 address (brackets are for one)");
+    if (close + 1 == text.size() || text[close + 1] != ':') return refuse("no :port after the ']'");
+    portStart = close + 2;
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string::npos) return refuse("no :port");
+    name = text.substr(0, colon);
+    if (name.empty()) return refuse("no host before the ':'");
+    in6_addr v6{};
+    if (inet_pton(AF_INET6, name.c_str(), &v6) == 1)
+      return refuse("an IPv6 address needs brackets, as in [" + name + "]:port");
+    // Host names and IPv4 addresses are letters, digits, '-', '.' ('_' in /etc/hosts): anything else is a typo or a
+    // URL ("tcp://host:29500"), better named here than as an unknown host later.
+    const auto odd = std::find_if(name.begin(), name.end(), [](char c) {
+      return !std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '_';
+    });
+    if (odd != name.end())
+      return refuse("the host \"" + name + "\" has a '" + std::string(1, *odd) +
+                    "', which no host name or IPv4 address has");
+    portStart = colon + 1;
+  }
+  int value = 0;
+  if (!parsePort(text.substr(portStart), &value, error)) return false;
+  *host = name;
+  *port = value;
+  return true;
+}
 
 bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
   // Innermost launcher first: torchrun starts its workers itself, so its variables sit above whatever started
@@ -311,22 +416,30 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
                  info->size, rankVar, sizeVar, chosen->name, info->localRank, ignored.empty() ? "" : "; ignored ",
                  ignored.c_str());
   info->source = std::string(rankVar) + "/" + sizeVar;
-  auto isPort = [](int port) { return port >= 1 && port <= 65535; };
   if (const char* root = std::getenv("NNS_ROOT_ADDR")) {
-    std::string text(root);
-    size_t colon = text.rfind(':');
-    if (colon == std::string::npos || !parseInt(text.c_str() + colon + 1, &info->rootPort) || !isPort(info->rootPort)) {
-      *error = "NNS_ROOT_ADDR must be host:port (port 1..65535), not " + text;
+    std::string why;
+    if (!parseRootAddress(root, &info->rootHost, &info->rootPort, &why)) {
+      *error =
+          std::string("NNS_ROOT_ADDR must be host:port (port 1..65535) or [IPv6]:port, not \"") + root + "\": " + why;
       return false;
     }
-    info->rootHost = text.substr(0, colon);
-    if (info->rootHost.size() > 2 && info->rootHost.front() == '[')
-      info->rootHost = info->rootHost.substr(1, info->rootHost.size() - 2);
   } else if (const char* host = std::getenv("MASTER_ADDR")) {
+    // torchrun's convention: the host alone (an IPv6 address without brackets), the port in MASTER_PORT.
     const char* port = std::getenv("MASTER_PORT");
+    std::string why;
+    if (*host == '\0') {
+      *error = "MASTER_ADDR is set but empty: it must name rank 0's host";
+      return false;
+    }
     info->rootHost = host;
-    if (port == nullptr || !parseInt(port, &info->rootPort) || !isPort(info->rootPort)) {
-      *error = "MASTER_ADDR is set but MASTER_PORT is missing or not a port (1..65535)";
+    if (port == nullptr) {
+      *error = "MASTER_ADDR is set but MASTER_PORT is missing or not a port (1..65535): it is not set";
+      return false;
+    }
+    if (!parsePort(port, &info->rootPort, &why)) {
+      *error =
+          "MASTER_ADDR is set but MASTER_PORT is missing or not a port (1..65535): MASTER_PORT=" + std::string(port) +
+          ": " + why;
       return false;
     }
   } else if (info->size == 1) {
@@ -351,10 +464,18 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
 
 Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
     : rank_(info.rank), size_(info.size), timeout_(timeout) {
+  if (size_ < 1 || rank_ < 0 || rank_ >= size_)
+    fail("rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+             ": a rank is 0..size-1 of a size of 1 or more",
+         Result::kInvalidUsage);
   if (size_ == 1) return;
+  if (info.rootHost.empty() || info.rootPort < 1 || info.rootPort > 65535)
+    fail("no root address: host \"" + info.rootHost + "\", port " + std::to_string(info.rootPort) +
+             " (LaunchInfo's rootHost and rootPort, 1..65535)",
+         Result::kInvalidUsage);
   try {
     rendezvous(info);
-  } catch (const std::runtime_error& e) {
+  } catch (const std::exception& e) {
     // The destructor does not run for a constructor that throws: close here, and tell the ranks that joined why.
     for (int& fd : memberSockets_) {
       if (fd < 0) continue;
@@ -403,7 +524,7 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
         bindTo.length = sizeof(sockaddr_in);
         listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
       }
-      if (listener < 0) fail(std::string("rank 0: socket: ") + std::strerror(errno));
+      if (listener < 0) fail(std::string("rank 0: socket: ") + std::strerror(errno), Result::kSystemError);
       int on = 1, off = 0;
       setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
       if (bindTo.address.ss_family == AF_INET6) setsockopt(listener, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
@@ -412,11 +533,15 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
         int err = errno;
         close(listener);
         fail("rank 0 cannot listen on " + listening + ": " + std::strerror(err) +
-             (err == EADDRINUSE ? " (another job, or another program, holds that port)" : ""));
+                 (err == EADDRINUSE ? " (another job, or another program, holds that port)" : ""),
+             Result::kSystemError);
       }
     }
     memberSockets_.assign(size_, -1);
     std::vector<std::string> turnedAway;
+    // A rank refused for its own settings (a size that differs, a rank number twice): rank 0's failure is then
+    // ncclInvalidUsage, as the refused rank's is, not a remote error.
+    bool refusedForSettings = false;
     int arrived = 1;
     // Admits the connection `fd` as the rank its join message names, or turns it away saying why (another job's rank
     // on a reused port, a wrong size, a duplicate, a stray connection that said nothing).
@@ -445,7 +570,7 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
       if (reply == kJoined) {
         try {
           sendAll(fd, &reply, sizeof(reply), deadline);
-        } catch (const std::runtime_error&) {
+        } catch (const BootstrapError&) {
           close(fd);  // gone already: it will retry, or be missing
           return;
         }
@@ -461,12 +586,13 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
         std::fprintf(stderr, "nns bootstrap: rank 0 turned away a connection claiming %s\n", claim.c_str());
         if (turnedAway.size() < 8) turnedAway.push_back(claim);
       }
+      if (spoke && reply == kRefused) refusedForSettings = true;
       if (spoke) {
         try {
           const auto soon = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
           sendAll(fd, &reply, sizeof(reply), soon);
           sendMessage(fd, why, soon, std::chrono::microseconds(0));
-        } catch (const std::runtime_error&) {
+        } catch (const BootstrapError&) {
         }
       }
       close(fd);
@@ -486,13 +612,18 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
       if (now >= deadline) {
         for (const auto& p : pending) close(p.fd);
         std::string missing, refused;
-        for (int r = 1; r < size_; ++r)
-          if (memberSockets_[r] < 0) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+        // Appended piece by piece: g++ 12 warns (-Wrestrict, a false positive) on "literal" + std::string&&.
+        for (int r = 1; r < size_; ++r) {
+          if (memberSockets_[r] >= 0) continue;
+          if (!missing.empty()) missing += ',';
+          missing += std::to_string(r);
+        }
         for (const auto& one : turnedAway) refused += (refused.empty() ? "" : "; ") + one;
         close(listener);
         fail("rank(s) " + missing + " did not arrive within " + std::to_string(timeout_.count()) + " ms at " +
-             listening + " (ranks from " + info.source + ")" +
-             (refused.empty() ? std::string() : "; turned away: " + refused));
+                 listening + " (ranks from " + info.source + ")" +
+                 (refused.empty() ? std::string() : "; turned away: " + refused),
+             refusedForSettings ? Result::kInvalidUsage : Result::kRemoteError);
       }
       auto until = deadline;
       for (const auto& p : pending) until = std::min(until, p.since + kSpeakWithin);
@@ -502,7 +633,7 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
         const int err = errno;
         for (const auto& p : pending) close(p.fd);
         close(listener);
-        fail(std::string("rank 0: poll failed waiting for ranks: ") + std::strerror(err));
+        fail(std::string("rank 0: poll failed waiting for ranks: ") + std::strerror(err), Result::kSystemError);
       }
       // Read what each pending connection sent; a complete message is admitted, a silent or closed one turned away.
       std::vector<Pending> still;
@@ -537,7 +668,8 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
     for (size_t attempt = 0;; ++attempt) {
       const Address& root = roots[attempt % roots.size()];
       int fd = socket(root.address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd < 0) fail(std::string("rank ") + std::to_string(rank_) + ": socket: " + std::strerror(errno));
+      if (fd < 0)
+        fail(std::string("rank ") + std::to_string(rank_) + ": socket: " + std::strerror(errno), Result::kSystemError);
       int err = connectBefore(fd, root.address, root.length, deadline);
       if (err == 0) {
         int one = 1;
@@ -549,10 +681,10 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
           sendAll(fd, &mine, sizeof(mine), deadline);
           recvAll(fd, &reply, sizeof(reply), deadline);
           answered = true;
-          if (reply != kJoined) why = recvMessage(fd, deadline, std::chrono::microseconds(0));
-        } catch (const std::runtime_error& e) {
+          if (reply == kOtherJob || reply == kRefused) why = recvMessage(fd, deadline, std::chrono::microseconds(0));
+        } catch (const BootstrapError& e) {
           if (answered)
-            why = e.what();
+            why = "its reason could not be read (" + withoutPrefix(e.what()) + ")";
           else
             lastProblem = Clock::now() >= deadline ? "it accepted the connection but never answered the join"
                                                    : "it closed the connection without answering the join";
@@ -561,9 +693,21 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
           rootSocket_ = fd;
           break;
         }
+        if (answered && reply != kOtherJob && reply != kRefused) {
+          // No rank 0 answers that: another program holds the port (a web server, a previous job's service), and
+          // this job's rank 0 could not listen there either. Its first bytes tell the user which program it is.
+          const std::string said = std::string(reinterpret_cast<const char*>(&reply), sizeof(reply)) + firstBytes(fd);
+          close(fd);
+          fail("rank " + std::to_string(rank_) + ": what answered at " + rootText +
+                   " does not speak this bootstrap (not an nccl-net-sdk rank 0: another program holds the port?); "
+                   "it answered \"" +
+                   printable(said) + "\"",
+               Result::kInvalidUsage);
+        }
         close(fd);
-        if (answered && reply != kOtherJob)
-          fail("rank " + std::to_string(rank_) + ": rank 0 at " + rootText + " refused it: " + why);
+        if (answered && reply == kRefused)
+          fail("rank " + std::to_string(rank_) + ": rank 0 at " + rootText + " refused it: " + why,
+               Result::kInvalidUsage);
         if (answered) {
           lastProblem = why;
           usleep(80000);  // another job's rank 0: its own comes once that one stops listening
@@ -574,7 +718,8 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
       }
       if (Clock::now() >= deadline)
         fail("rank " + std::to_string(rank_) + " could not reach rank 0 at " + rootText + " within " +
-             std::to_string(timeout_.count()) + " ms: " + lastProblem);
+                 std::to_string(timeout_.count()) + " ms: " + lastProblem,
+             Result::kRemoteError);
       usleep(20000);
     }
   }
@@ -609,12 +754,12 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
     for (int r = 1; r < size_; ++r) {
       try {
         all[r] = recvMessage(memberSockets_[r], deadline, spin_);
-      } catch (const std::runtime_error& e) {
+      } catch (const BootstrapError& e) {
         // A rank died or stalled: the others hear it from rank 0 instead of waiting out their own timeouts.
         const std::string why = std::string(e.what()) + " (from rank " + std::to_string(r) + ")";
         for (int other = 1; other < size_; ++other)
           if (other != r) tellFailure(memberSockets_[other], why);
-        fail(why.substr(why.rfind("bootstrap: ", 0) == 0 ? 11 : 0));
+        fail(withoutPrefix(why), e.result());
       }
     }
     std::string packed;
@@ -631,10 +776,10 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
   size_t offset = 0;
   for (int r = 0; r < size_; ++r) {
     uint32_t length = 0;
-    if (offset + sizeof(length) > packed.size()) fail("truncated all-gather from rank 0");
+    if (offset + sizeof(length) > packed.size()) fail("truncated all-gather from rank 0", Result::kRemoteError);
     std::memcpy(&length, packed.data() + offset, sizeof(length));
     offset += sizeof(length);
-    if (offset + length > packed.size()) fail("truncated all-gather from rank 0");
+    if (offset + length > packed.size()) fail("truncated all-gather from rank 0", Result::kRemoteError);
     all[r] = packed.substr(offset, length);
     offset += length;
   }

@@ -40,6 +40,15 @@ long long envKnob(const char* name, long long fallback, long long minimum = 1, l
   return value;
 }
 
+// The bootstrap's error as the communicator's (a C++ caller catches CommError for every failure, and the C API
+// returns its result): its codes are ncclResult_t's, spelled out in the bootstrap, which builds without net-api.
+static_assert(BootstrapError::kSystemError == static_cast<int>(ncclSystemError) &&
+              BootstrapError::kInvalidUsage == static_cast<int>(ncclInvalidUsage) &&
+              BootstrapError::kRemoteError == static_cast<int>(ncclRemoteError));
+CommError asCommError(const BootstrapError& e) {
+  return CommError(e.what(), static_cast<ncclResult_t>(e.result()));
+}
+
 // The slot and channel limits, which the environment knobs and CommOptions share.
 constexpr int kMaxSlots = 64;
 constexpr int kMaxChannels = 32;
@@ -150,7 +159,11 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
                         " (NNS_SLOT_BYTES or CommOptions::slotBytes): 1 KiB to 1 GiB and a multiple of 64",
                     ncclInvalidUsage);
 
-  bootstrap_ = std::make_unique<Bootstrap>(launch, options_.timeout);
+  try {
+    bootstrap_ = std::make_unique<Bootstrap>(launch, options_.timeout);
+  } catch (const BootstrapError& e) {
+    throw asCommError(e);
+  }
   LoadOptions load;
   const char* env = std::getenv("NCCL_NET_PLUGIN");
   load.plugin = !options_.plugin.empty() ? options_.plugin : env != nullptr && *env != '\0' ? env : "socket";
@@ -179,7 +192,11 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     // No destructor runs for a constructor that throws: close what was opened before the plugin is unloaded.
     closeConnections();
     net_->finalize(ctx_);
-    throw;
+    try {
+      throw;
+    } catch (const BootstrapError& e) {  // the handle exchange: a CommError like every other failure here
+      throw asCommError(e);
+    }
   }
   progress_ = std::thread([this] { progressLoop(); });
 }

@@ -3,10 +3,30 @@
 #pragma once
 
 #include <chrono>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace nns::core {
+
+// Every failure of the bootstrap, with the ncclResult_t it stands for, so that the C API returns the code
+// docs/collectives.md promises for a failure during creation instead of ncclSystemError for all of them.
+class BootstrapError : public std::runtime_error {
+ public:
+  // The values of nccl_net/err.h's ncclResult_t, spelled out because nns_bootstrap builds without net-api's headers
+  // (they are NCCL's ABI and never change): a caller returns static_cast<ncclResult_t>(error.result()).
+  enum Result : int {
+    kSystemError = 2,   // ncclSystemError: a set-up failure on this rank (cannot listen on the root port, no socket)
+    kInvalidUsage = 5,  // ncclInvalidUsage: a setting this rank cannot run with (a malformed or unknown root
+                        // address, a foreign service on it) or that differs between the ranks (size, a rank twice)
+    kRemoteError = 6,   // ncclRemoteError: rank 0 not reached, a rank that did not arrive, a peer that failed
+  };
+  BootstrapError(const std::string& what, Result result) : std::runtime_error(what), result_(result) {}
+  Result result() const { return result_; }
+
+ private:
+  Result result_;
+};
 
 struct LaunchInfo {
   int rank = -1;
@@ -27,9 +47,15 @@ struct LaunchInfo {
 // Returns false with `error` set when something is missing or inconsistent.
 bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error);
 
+// Splits a root address into host and port: host:port, a name or IPv4 address as the host, an IPv6 address in
+// brackets ([fd78::1]:29500), the port in decimal digits, 1..65535. Anything else returns false with `error` saying
+// what is wrong (the caller names where `text` came from): a lenient split turned `[::1:29816` into [::]:29816 and
+// sent an empty host or a bad port on to fail later as something else.
+bool parseRootAddress(const std::string& text, std::string* host, int* port, std::string* error);
+
 class Bootstrap {
  public:
-  // Rendezvous of `info.size` ranks through rank 0; throws std::runtime_error (naming the missing ranks) when not
+  // Rendezvous of `info.size` ranks through rank 0; throws BootstrapError (naming the missing ranks) when not
   // every rank arrives within `timeout`. Rank 0 answers each joiner: a rank whose size disagrees, or a second rank
   // with the same number, fails at once with the reason; one of another job retries until its own rank 0 listens.
   // When rank 0 gives up, the ranks that had joined fail with its reason rather than a reset connection.
@@ -43,7 +69,8 @@ class Bootstrap {
   // Ranks on this machine (the same boot id), this one included.
   int localRanks() const { return localRanks_; }
 
-  // Every rank contributes `mine` (same length on every rank); returns all contributions in rank order.
+  // Every rank contributes `mine` (same length on every rank); returns all contributions in rank order. A rank that
+  // died or stalled throws BootstrapError (kRemoteError) on every rank.
   std::vector<std::string> allGather(const std::string& mine);
   void barrier() { allGather(std::string()); }
 
