@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "arguments.hpp"
 #include "schedule.hpp"
 
 namespace nns::coll {
@@ -17,19 +18,12 @@ using detail::Call;
 
 namespace {
 
-// `blocks` is how many count-sized blocks the largest buffer holds (the ranks, for all-gather's output and
-// reduce-scatter's input): its bytes must be addressable.
-void checkArguments(ncclDataType_t type, const void* send, const void* recv, size_t count, ncclRedOp_t op = ncclSum,
-                    size_t blocks = 1) {
-  const size_t es = typeSize(type);
-  if (es == 0) throw core::ArgumentError("data type " + std::to_string(static_cast<int>(type)) + " is not supported");
-  if (op != ncclSum && op != ncclProd && op != ncclMax && op != ncclMin && op != ncclAvg)
-    throw core::ArgumentError("reduction op " + std::to_string(static_cast<int>(op)) + " is not supported");
-  if (count > static_cast<size_t>(PTRDIFF_MAX) / es / blocks)
-    throw core::ArgumentError("a count of " + std::to_string(count) + " elements of " + std::to_string(es) + " bytes" +
-                              (blocks > 1 ? " times " + std::to_string(blocks) + " ranks" : "") +
-                              " is more bytes than a buffer can hold");
-  if (count > 0 && (send == nullptr || recv == nullptr)) throw core::ArgumentError("a buffer is NULL");
+// The argument checks as exceptions (the C API returns the same texts).
+void checkArguments(ncclDataType_t type, const void* send, const void* recv, size_t count, ncclRedOp_t op,
+                    size_t blocks, detail::Layout layout, int rank) {
+  if (std::string problem = detail::argumentProblem(type, send, recv, count, op, blocks, layout, rank);
+      !problem.empty())
+    throw core::ArgumentError(problem);
 }
 
 void checkRoot(const Communicator& comm, int root) {
@@ -185,7 +179,7 @@ Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requ
 
 void allReduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                KernelLayer& kernels, Algorithm algorithm) {
-  checkArguments(type, send, recv, count, op);
+  checkArguments(type, send, recv, count, op, 1, detail::Layout::kSame, comm.rank());
   const size_t es = typeSize(type);
   const int n = comm.size();
   const Call call = makeCall(comm, send, recv, type, op, kernels);
@@ -251,7 +245,7 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
 
 void allGather(Communicator& comm, const void* send, void* recv, size_t sendCount, ncclDataType_t type,
                KernelLayer& kernels) {
-  checkArguments(type, send, recv, sendCount, ncclSum, comm.size());
+  checkArguments(type, send, recv, sendCount, ncclSum, comm.size(), detail::Layout::kGather, comm.rank());
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, ncclSum, kernels);
   if (isNoOp(comm, sendCount)) return;
@@ -273,7 +267,7 @@ void allGather(Communicator& comm, const void* send, void* recv, size_t sendCoun
 
 void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recvCount, ncclDataType_t type,
                    ncclRedOp_t op, KernelLayer& kernels) {
-  checkArguments(type, send, recv, recvCount, op, comm.size());
+  checkArguments(type, send, recv, recvCount, op, comm.size(), detail::Layout::kScatter, comm.rank());
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, op, kernels);
   if (isNoOp(comm, recvCount)) return;
@@ -300,8 +294,9 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
 
 void broadcast(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root,
                KernelLayer& kernels) {
-  checkArguments(type, comm.rank() == root ? send : recv, recv, count);
   checkRoot(comm, root);
+  checkArguments(type, comm.rank() == root ? send : recv, recv, count, ncclSum, 1,
+                 comm.rank() == root ? detail::Layout::kSame : detail::Layout::kOne, comm.rank());
   const Call call = makeCall(comm, send, recv, type, ncclSum, kernels);
   if (isNoOp(comm, count)) return;
   comm.submit(describeCall(comm, "broadcast", count, type, nullptr, root), [&] {
@@ -319,8 +314,9 @@ void broadcast(Communicator& comm, const void* send, void* recv, size_t count, n
 
 void reduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
             int root, KernelLayer& kernels) {
-  checkArguments(type, send, comm.rank() == root ? recv : send, count, op);
   checkRoot(comm, root);
+  checkArguments(type, send, comm.rank() == root ? recv : send, count, op, 1,
+                 comm.rank() == root ? detail::Layout::kSame : detail::Layout::kOne, comm.rank());
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, op, kernels);
   if (isNoOp(comm, count)) return;
@@ -348,7 +344,7 @@ void sendRecv(Communicator& comm, const std::vector<P2POp>& ops, KernelLayer& ke
   // error, found before anything moves, so the communicator stays usable.
   std::vector<const P2POp*> selfSends, selfRecvs;
   for (const auto& op : ops) {
-    checkArguments(op.type, op.buffer, op.buffer, op.count);
+    checkArguments(op.type, op.buffer, op.buffer, op.count, ncclSum, 1, detail::Layout::kOne, comm.rank());
     if (op.peer < 0 || op.peer >= comm.size())
       throw core::ArgumentError("peer " + std::to_string(op.peer) + " is not a rank of this communicator of " +
                                 std::to_string(comm.size()));
@@ -370,11 +366,11 @@ void sendRecv(Communicator& comm, const std::vector<P2POp>& ops, KernelLayer& ke
       const size_t bytes = op.count * typeSize(op.type);
       if (op.peer == comm.rank()) continue;
       if (op.kind == P2POp::Send) {
-        plan.send(op.peer, 0, op.buffer, bytes);
+        plan.send(op.peer, comm.p2pChannel(), op.buffer, bytes);
       } else {
         auto* target = static_cast<unsigned char*>(op.buffer);
         plan.recv(
-            op.peer, 0, bytes,
+            op.peer, comm.p2pChannel(), bytes,
             [target, &kernels](size_t offset, const void* piece, size_t len) {
               kernels.copy(target + offset, piece, len);
             },
@@ -394,5 +390,40 @@ void send(Communicator& comm, const void* buffer, size_t count, ncclDataType_t t
 void recv(Communicator& comm, void* buffer, size_t count, ncclDataType_t type, int peer, KernelLayer& kernels) {
   sendRecv(comm, {P2POp{P2POp::Recv, peer, buffer, count, type}}, kernels);
 }
+
+namespace detail {
+
+std::string argumentProblem(ncclDataType_t type, const void* send, const void* recv, size_t count, ncclRedOp_t op,
+                            size_t blocks, Layout layout, int rank) {
+  const size_t es = typeSize(type);
+  if (es == 0) return "data type " + std::to_string(static_cast<int>(type)) + " is not supported";
+  if (op != ncclSum && op != ncclProd && op != ncclMax && op != ncclMin && op != ncclAvg)
+    return "reduction op " + std::to_string(static_cast<int>(op)) + " is not supported";
+  if (count > static_cast<size_t>(PTRDIFF_MAX) / es / blocks)
+    return "a count of " + std::to_string(count) + " elements of " + std::to_string(es) + " bytes" +
+           (blocks > 1 ? " times " + std::to_string(blocks) + " ranks" : "") + " is more bytes than a buffer can hold";
+  if (count == 0) return "";
+  if (send == nullptr || recv == nullptr)
+    return send == recv      ? "the buffer is NULL"
+           : send == nullptr ? "the send buffer is NULL"
+                             : "the receive buffer is NULL";
+  if (layout == Layout::kOne) return "";
+  // Each buffer's range, and where the send buffer starts in the in-place form.
+  const size_t block = count * es;
+  const auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  const size_t sendBytes = layout == Layout::kScatter ? block * blocks : block;
+  const size_t recvBytes = layout == Layout::kGather ? block * blocks : block;
+  const size_t offset = static_cast<size_t>(rank) * block;
+  const bool inPlace = layout == Layout::kSame ? s == r : layout == Layout::kGather ? s == r + offset : r == s + offset;
+  if (inPlace || s + sendBytes <= r || r + recvBytes <= s) return "";
+  const char* form = layout == Layout::kSame     ? "sendbuff == recvbuff"
+                     : layout == Layout::kGather ? "sendbuff == recvbuff + rank x sendcount"
+                                                 : "recvbuff == sendbuff + rank x recvcount";
+  return "the send and receive buffers overlap (by " +
+         std::to_string(std::min(s + sendBytes, r + recvBytes) - std::max(s, r)) + " bytes) without being in place (" +
+         form + ")";
+}
+
+}  // namespace detail
 
 }  // namespace nns::coll

@@ -23,6 +23,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "arguments.hpp"
 #include "nns/coll/collectives.hpp"
 #include "nns/core/bootstrap.hpp"
 
@@ -132,23 +133,16 @@ ncclResult_t checkCall(const Hold& hold, nnsComm_t comm, void* stream, ncclDataT
   return ncclSuccess;
 }
 
-// The collectives' own argument checks, made at the call: inside a group the call is only queued, and a bad argument
-// found at nnsGroupEnd would skip this rank's other queued operations, which the other ranks still run (they would
-// wait for it until the timeout and fail). NCCL refuses a bad argument at the call too. The texts are the
-// collectives' own. `blocks`: count-sized blocks in the largest buffer (the ranks, for all-gather's output and
-// reduce-scatter's input).
-ncclResult_t checkArguments(ncclDataType_t type, const void* send, const void* recv, size_t count,
-                            ncclRedOp_t op = ncclSum, size_t blocks = 1) {
-  if (op != ncclSum && op != ncclProd && op != ncclMax && op != ncclMin && op != ncclAvg)
-    return failWith(ncclInvalidArgument, "reduction op " + std::to_string(static_cast<int>(op)) + " is not supported");
-  const size_t es = nns::coll::typeSize(type);
-  if (count > static_cast<size_t>(PTRDIFF_MAX) / es / blocks)
-    return failWith(ncclInvalidArgument, "a count of " + std::to_string(count) + " elements of " + std::to_string(es) +
-                                             " bytes" +
-                                             (blocks > 1 ? " times " + std::to_string(blocks) + " ranks" : "") +
-                                             " is more bytes than a buffer can hold");
-  if (count > 0 && (send == nullptr || recv == nullptr)) return failWith(ncclInvalidArgument, "a buffer is NULL");
-  return ncclSuccess;
+// The collectives' own argument checks (detail::argumentProblem, the same texts), made at the call: inside a group
+// the call is only queued, and a bad argument found at nnsGroupEnd would skip this rank's other queued operations,
+// which the other ranks still run (they would wait for it until the timeout and fail). NCCL refuses a bad argument
+// at the call too. `blocks`: count-sized blocks in the largest buffer (the ranks, for all-gather's output and
+// reduce-scatter's input); `layout`: how the two buffers relate (for the overlap check).
+ncclResult_t checkArguments(nnsComm_t comm, ncclDataType_t type, const void* send, const void* recv, size_t count,
+                            ncclRedOp_t op, size_t blocks, nns::coll::detail::Layout layout) {
+  std::string problem =
+      nns::coll::detail::argumentProblem(type, send, recv, count, op, blocks, layout, comm->comm->rank());
+  return problem.empty() ? ncclSuccess : failWith(ncclInvalidArgument, problem);
 }
 
 ncclResult_t checkRank(nnsComm_t comm, int rank, const char* what) {
@@ -368,7 +362,10 @@ ncclResult_t nnsAllReduce(const void* sendbuff, void* recvbuff, size_t count, nc
                           nnsComm_t comm, void* stream) {
   Hold hold(comm);
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkArguments(datatype, sendbuff, recvbuff, count, op); r != ncclSuccess) return r;
+  if (ncclResult_t r =
+          checkArguments(comm, datatype, sendbuff, recvbuff, count, op, 1, nns::coll::detail::Layout::kSame);
+      r != ncclSuccess)
+    return r;
   return enqueueOrRun(comm, [=] { nns::coll::allReduce(*comm->comm, sendbuff, recvbuff, count, datatype, op); });
 }
 
@@ -378,7 +375,9 @@ ncclResult_t nnsBroadcast(const void* sendbuff, void* recvbuff, size_t count, nc
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkRank(comm, root, "root"); r != ncclSuccess) return r;
   const bool isRoot = comm->comm->rank() == root;  // only the root reads sendbuff
-  if (ncclResult_t r = checkArguments(datatype, isRoot ? sendbuff : recvbuff, recvbuff, count); r != ncclSuccess)
+  if (ncclResult_t r = checkArguments(comm, datatype, isRoot ? sendbuff : recvbuff, recvbuff, count, ncclSum, 1,
+                                      isRoot ? nns::coll::detail::Layout::kSame : nns::coll::detail::Layout::kOne);
+      r != ncclSuccess)
     return r;
   return enqueueOrRun(comm, [=] { nns::coll::broadcast(*comm->comm, sendbuff, recvbuff, count, datatype, root); });
 }
@@ -389,7 +388,9 @@ ncclResult_t nnsReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkRank(comm, root, "root"); r != ncclSuccess) return r;
   const bool isRoot = comm->comm->rank() == root;  // only the root writes recvbuff
-  if (ncclResult_t r = checkArguments(datatype, sendbuff, isRoot ? recvbuff : sendbuff, count, op); r != ncclSuccess)
+  if (ncclResult_t r = checkArguments(comm, datatype, sendbuff, isRoot ? recvbuff : sendbuff, count, op, 1,
+                                      isRoot ? nns::coll::detail::Layout::kSame : nns::coll::detail::Layout::kOne);
+      r != ncclSuccess)
     return r;
   return enqueueOrRun(comm, [=] { nns::coll::reduce(*comm->comm, sendbuff, recvbuff, count, datatype, op, root); });
 }
@@ -398,8 +399,8 @@ ncclResult_t nnsAllGather(const void* sendbuff, void* recvbuff, size_t sendcount
                           nnsComm_t comm, void* stream) {
   Hold hold(comm);
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
-  if (ncclResult_t r =
-          checkArguments(datatype, sendbuff, recvbuff, sendcount, ncclSum, static_cast<size_t>(comm->comm->size()));
+  if (ncclResult_t r = checkArguments(comm, datatype, sendbuff, recvbuff, sendcount, ncclSum,
+                                      static_cast<size_t>(comm->comm->size()), nns::coll::detail::Layout::kGather);
       r != ncclSuccess)
     return r;
   return enqueueOrRun(comm, [=] { nns::coll::allGather(*comm->comm, sendbuff, recvbuff, sendcount, datatype); });
@@ -409,8 +410,8 @@ ncclResult_t nnsReduceScatter(const void* sendbuff, void* recvbuff, size_t recvc
                               ncclRedOp_t op, nnsComm_t comm, void* stream) {
   Hold hold(comm);
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
-  if (ncclResult_t r =
-          checkArguments(datatype, sendbuff, recvbuff, recvcount, op, static_cast<size_t>(comm->comm->size()));
+  if (ncclResult_t r = checkArguments(comm, datatype, sendbuff, recvbuff, recvcount, op,
+                                      static_cast<size_t>(comm->comm->size()), nns::coll::detail::Layout::kScatter);
       r != ncclSuccess)
     return r;
   return enqueueOrRun(comm,
@@ -422,7 +423,10 @@ ncclResult_t nnsSend(const void* sendbuff, size_t count, ncclDataType_t datatype
   Hold hold(comm);
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkRank(comm, peer, "peer"); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkArguments(datatype, sendbuff, sendbuff, count); r != ncclSuccess) return r;
+  if (ncclResult_t r =
+          checkArguments(comm, datatype, sendbuff, sendbuff, count, ncclSum, 1, nns::coll::detail::Layout::kOne);
+      r != ncclSuccess)
+    return r;
   return enqueueOrRunP2P(comm, P2POp{P2POp::Send, peer, const_cast<void*>(sendbuff), count, datatype});
 }
 
@@ -430,7 +434,10 @@ ncclResult_t nnsRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int 
   Hold hold(comm);
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkRank(comm, peer, "peer"); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkArguments(datatype, recvbuff, recvbuff, count); r != ncclSuccess) return r;
+  if (ncclResult_t r =
+          checkArguments(comm, datatype, recvbuff, recvbuff, count, ncclSum, 1, nns::coll::detail::Layout::kOne);
+      r != ncclSuccess)
+    return r;
   return enqueueOrRunP2P(comm, P2POp{P2POp::Recv, peer, recvbuff, count, datatype});
 }
 

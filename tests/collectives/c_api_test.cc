@@ -2,6 +2,7 @@
 // in threads, errors with codes and text, groups, and an abort seen by the peers.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -186,7 +187,23 @@ TEST(CApi, BadArgumentsAreRefusedAndTheCommunicatorStaysUsable) {
             "reduction op 42");
     refused(nnsBroadcast(data.data(), data.data(), 64, ncclFloat32, 7, comm, nullptr), "root 7");
     refused(nnsSend(data.data(), 64, ncclFloat32, 9, comm, nullptr), "peer 9");
-    refused(nnsAllReduce(nullptr, data.data(), 64, ncclFloat32, ncclSum, comm, nullptr), "a buffer is NULL");
+    refused(nnsAllReduce(nullptr, data.data(), 64, ncclFloat32, ncclSum, comm, nullptr), "the send buffer is NULL");
+    refused(nnsAllReduce(data.data(), nullptr, 64, ncclFloat32, ncclSum, comm, nullptr), "the receive buffer is NULL");
+    // Buffers that overlap without being nccl.h's in-place form would reduce or copy over data not yet sent: refused
+    // (they gave wrong results with no error). The in-place forms themselves run, below.
+    refused(nnsAllReduce(data.data(), data.data() + 1, 32, ncclFloat32, ncclSum, comm, nullptr),
+            "the send and receive buffers overlap (by 124 bytes) without being in place (sendbuff == recvbuff)");
+    refused(nnsAllGather(gathered.data() + 1, gathered.data(), 32, ncclFloat32, comm, nullptr),
+            "without being in place (sendbuff == recvbuff + rank x sendcount)");
+    refused(nnsReduceScatter(gathered.data(), gathered.data() + 1, 32, ncclFloat32, ncclSum, comm, nullptr),
+            "without being in place (recvbuff == sendbuff + rank x recvcount)");
+    std::fill(gathered.begin() + rank * 64, gathered.begin() + rank * 64 + 64, rank + 1.0f);
+    ASSERT_EQ(nnsAllGather(gathered.data() + rank * 64, gathered.data(), 64, ncclFloat32, comm, nullptr), ncclSuccess);
+    EXPECT_EQ(gathered[0], 1.0f);
+    EXPECT_EQ(gathered[127], 2.0f);
+    ASSERT_EQ(nnsReduceScatter(gathered.data(), gathered.data() + rank * 64, 64, ncclFloat32, ncclSum, comm, nullptr),
+              ncclSuccess);
+    EXPECT_EQ(gathered[rank * 64 + 63], 2.0f * (rank + 1));
     // Counts whose bytes wrap around (2^62 + 1 floats would be 4 bytes) or cannot be addressed.
     refused(nnsAllReduce(data.data(), data.data(), (size_t{1} << 62) + 1, ncclFloat32, ncclSum, comm, nullptr),
             "more bytes than a buffer can hold");
@@ -299,7 +316,7 @@ TEST(CApi, ABadArgumentInAGroupIsRefusedAtTheCallAndTheRestOfTheGroupRuns) {
     if (rank == 0) {
       ASSERT_EQ(nnsGroupStart(), ncclSuccess);
       EXPECT_EQ(nnsAllReduce(nullptr, data.data(), 16, ncclFloat32, ncclSum, comm, nullptr), ncclInvalidArgument);
-      EXPECT_NE(std::string(nnsGetLastError()).find("a buffer is NULL"), std::string::npos) << nnsGetLastError();
+      EXPECT_NE(std::string(nnsGetLastError()).find("the send buffer is NULL"), std::string::npos) << nnsGetLastError();
       EXPECT_EQ(nnsAllReduce(data.data(), data.data(), 16, ncclFloat32, static_cast<ncclRedOp_t>(9), comm, nullptr),
                 ncclInvalidArgument);
       EXPECT_EQ(nnsBroadcast(data.data(), data.data(), 16, ncclFloat32, 2, comm, nullptr), ncclInvalidArgument);
@@ -310,7 +327,7 @@ TEST(CApi, ABadArgumentInAGroupIsRefusedAtTheCallAndTheRestOfTheGroupRuns) {
       ASSERT_EQ(nnsAllReduce(data.data(), data.data(), 16, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess);
       // The group's first refusal, once its other operation ran (a caller checking only nnsGroupEnd learns of it).
       EXPECT_EQ(nnsGroupEnd(), ncclInvalidArgument);
-      EXPECT_NE(std::string(nnsGetLastError()).find("refused (its other operations ran): a buffer is NULL"),
+      EXPECT_NE(std::string(nnsGetLastError()).find("refused (its other operations ran): the send buffer is NULL"),
                 std::string::npos)
           << nnsGetLastError();
       // The next group starts clean.

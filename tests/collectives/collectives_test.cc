@@ -753,6 +753,70 @@ TEST(Failure, AProcessForkedFromARankCannotUseOrBreakItsCommunicator) {
   onRanks([&](int r) { comms[r].reset(); });
 }
 
+// Send and receive run on connections of their own (Communicator::p2pChannel), as in NCCL: a send that no rank
+// receives can never slide into the next collective, where it was taken for that collective's data (rank 1's
+// allreduce below got 1000001 with no error anywhere). As in NCCL, such a send does not complete; here it fails
+// after the timeout, naming the send/recv connection, and the peer's collective fails rather than finish wrong.
+TEST(PointToPoint, AnUnmatchedSendNeverReachesACollective) {
+  const int ranks = 2;
+  std::string sendError, allreduceError[ranks];
+  int32_t result[ranks] = {};
+  double seconds[ranks] = {};
+  core::CommOptions options = socketOptions();
+  options.timeout = std::chrono::milliseconds(1500);
+  auto setup = onEveryRank(ranks, options, [&](core::Communicator& comm, int r) {
+    std::vector<int32_t> stray(64, 1000000), data(64);
+    for (int i = 0; i < 64; ++i) data[i] = r + i;
+    auto start = std::chrono::steady_clock::now();
+    if (r == 0) {
+      try {
+        coll::send(comm, stray.data(), stray.size(), ncclInt32, 1);  // rank 1 posts no receive
+      } catch (const core::CommError& e) {
+        sendError = e.what();
+      }
+    }
+    try {
+      coll::allReduce(comm, data.data(), data.data(), data.size(), ncclInt32, ncclSum);
+      result[r] = data[0];
+    } catch (const core::CommError& e) {
+      allreduceError[r] = e.what();
+    }
+    seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
+  for (int r = 0; r < ranks; ++r) EXPECT_EQ(setup[r], "") << "rank " << r;
+  // Our timeout ("connections not made ...: to rank 1 (send/recv)"), or the plugin's own for its connect.
+  EXPECT_TRUE(sendError.find("to rank 1 (send/recv)") != std::string::npos ||
+              sendError.find("connect (send/recv) (peer rank 1)") != std::string::npos)
+      << "send: " << sendError << "; allreduce: " << allreduceError[0] << " / " << allreduceError[1];
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_NE(allreduceError[r], "") << "rank " << r << "'s allreduce finished with " << result[r];
+    EXPECT_LT(seconds[r], 10.0) << "rank " << r;
+  }
+}
+
+// Two ranks that each send to the other before receiving, outside a group: each one's send/recv connection is made
+// while it waits for its own (the accept side is taken meanwhile), and both messages arrive.
+TEST(PointToPoint, SendsBeforeReceivesOnBothRanksMeet) {
+  const int ranks = 2;
+  int32_t got[ranks] = {};
+  std::string failed[ranks];
+  auto setup = onEveryRank(ranks, socketOptions(), [&](core::Communicator& comm, int r) {
+    std::vector<int32_t> out(1000, 100 + r), in(1000, -1);
+    try {
+      coll::send(comm, out.data(), out.size(), ncclInt32, 1 - r);
+      coll::recv(comm, in.data(), in.size(), ncclInt32, 1 - r);
+      got[r] = in[999];
+    } catch (const core::CommError& e) {
+      failed[r] = e.what();
+    }
+  });
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_EQ(setup[r], "") << "rank " << r;
+    EXPECT_EQ(failed[r], "") << "rank " << r;
+    EXPECT_EQ(got[r], 100 + (1 - r)) << "rank " << r;
+  }
+}
+
 TEST(Failure, AnAbortedRankFailsItsPeersQuicklyAndTheErrorSticks) {
   // Three ranks in threads over the socket plugin, a generous 20 s timeout: rank 2 aborts instead of joining an
   // allreduce; its closed connections must fail ranks 0 and 1 long before their timeout, and a failed

@@ -211,9 +211,10 @@ void Communicator::connectRing() {
 
   if (size_ > 1) {
     checkSameLayout();
-    // One listen per peer and channel, so an accepted connection's peer and channel are known without asking the
-    // plugin (ncclNet's accept does not say who connected). Every rank's handles travel in one all-gather.
-    const int channels = options_.channels;
+    // One listen per peer and channel (the collectives' channels and send/recv's own, p2pChannel()), so an accepted
+    // connection's peer and channel are known without asking the plugin (ncclNet's accept does not say who
+    // connected). Every rank's handles travel in one all-gather.
+    const int channels = connectionChannels();
     listenComms_.assign(static_cast<size_t>(size_) * channels, nullptr);
     std::string mine(static_cast<size_t>(size_) * channels * NCCL_NET_HANDLE_MAXSIZE, '\0');
     for (int peer = 0; peer < size_; ++peer) {
@@ -227,7 +228,7 @@ void Communicator::connectRing() {
     for (const auto& blob : bootstrap_->allGather(mine)) peerHandles_ += blob;
     // The ring is what most schedules use: connect it now; other peers are connected on first use.
     std::vector<ConnKey> ring;
-    for (int c = 0; c < channels; ++c) {
+    for (int c = 0; c < options_.channels; ++c) {
       ring.push_back({next(), c, true});
       ring.push_back({prev(), c, false});
     }
@@ -283,8 +284,8 @@ void Communicator::checkSameCall(const std::string& call) {
 unsigned char* Communicator::handleOf(int peer, int channel) {
   // The handle `peer` made for this rank on `channel`. Connect may keep its state in the handle's tail between
   // calls (the SDK's connect stage), so this is the stored copy, not a temporary.
-  size_t perRank = static_cast<size_t>(size_) * options_.channels * NCCL_NET_HANDLE_MAXSIZE;
-  size_t index = static_cast<size_t>(rank_) * options_.channels + channel;
+  size_t perRank = static_cast<size_t>(size_) * connectionChannels() * NCCL_NET_HANDLE_MAXSIZE;
+  size_t index = static_cast<size_t>(rank_) * connectionChannels() + channel;
   return reinterpret_cast<unsigned char*>(peerHandles_.data()) + peer * perRank + index * NCCL_NET_HANDLE_MAXSIZE;
 }
 
@@ -299,36 +300,49 @@ void Communicator::registerSlots(Connection& conn, bool sending, int peer) {
 
 void Communicator::establish(const std::vector<ConnKey>& keys) {
   auto deadline = Clock::now() + options_.timeout;
+  // One step of making `key`'s connection; true once it is made.
+  auto advance = [&](const ConnKey& key) {
+    Connection& conn = connections_[key];
+    if (conn.comm != nullptr) return true;
+    if (key.peer < 0 || key.peer >= size_ || key.peer == rank_ || key.channel < 0 ||
+        key.channel >= connectionChannels())
+      fail("no connection to rank " + std::to_string(key.peer) + " channel " + std::to_string(key.channel));
+    const bool p2p = key.channel == p2pChannel();
+    if (key.sending) {
+      check(net_->connect(ctx_, deviceOf(key.channel), handleOf(key.peer, key.channel), &conn.comm, nullptr),
+            p2p ? "connect (send/recv)" : "connect", key.peer);
+    } else {
+      check(net_->accept(listenComms_[static_cast<size_t>(key.peer) * connectionChannels() + key.channel], &conn.comm,
+                         nullptr),
+            p2p ? "accept (send/recv)" : "accept", key.peer);
+    }
+    if (conn.comm == nullptr) return false;
+    registerSlots(conn, key.sending, key.peer);
+    return true;
+  };
   for (;;) {
     bool all = true;
     for (const auto& key : keys) {
-      Connection& conn = connections_[key];
-      if (conn.comm != nullptr) continue;
-      if (key.peer < 0 || key.peer >= size_ || key.peer == rank_ || key.channel < 0 || key.channel >= options_.channels)
-        fail("no connection to rank " + std::to_string(key.peer) + " channel " + std::to_string(key.channel));
-      if (key.sending) {
-        check(net_->connect(ctx_, deviceOf(key.channel), handleOf(key.peer, key.channel), &conn.comm, nullptr),
-              "connect", key.peer);
-      } else {
-        check(net_->accept(listenComms_[static_cast<size_t>(key.peer) * options_.channels + key.channel], &conn.comm,
-                           nullptr),
-              "accept", key.peer);
-      }
-      if (conn.comm != nullptr) {
-        registerSlots(conn, key.sending, key.peer);
-      } else {
-        all = false;
-      }
+      if (advance(key)) continue;
+      all = false;
+      // Two ranks that each send to the other before receiving (outside a group) each wait here for the other's
+      // accept: accepting the peer's send/recv connection meanwhile lets both connections be made.
+      if (key.sending && key.channel == p2pChannel()) advance({key.peer, key.channel, false});
     }
     if (all) return;
     if (failed_.load()) fail("aborted: " + asyncError(), asyncResult());
     if (Clock::now() > deadline) {
       std::string missing;
-      for (const auto& key : keys)
-        if (connections_[key].comm == nullptr)
-          missing += std::string(missing.empty() ? "" : ", ") + (key.sending ? "to" : "from") + " rank " +
-                     std::to_string(key.peer);
-      fail("connections not made within " + std::to_string(options_.timeout.count()) + " ms: " + missing);
+      bool p2p = false;
+      for (const auto& key : keys) {
+        if (connections_[key].comm != nullptr) continue;
+        missing += std::string(missing.empty() ? "" : ", ") + (key.sending ? "to" : "from") + " rank " +
+                   std::to_string(key.peer) + (key.channel == p2pChannel() ? " (send/recv)" : "");
+        p2p = p2p || key.channel == p2pChannel();
+      }
+      fail(
+          "connections not made within " + std::to_string(options_.timeout.count()) + " ms: " + missing +
+          (p2p ? "; a send/recv connection is made when the peer posts the matching receive or send, as in NCCL" : ""));
     }
     sched_yield();
   }

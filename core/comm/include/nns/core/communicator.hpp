@@ -163,6 +163,10 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   int channels() const { return options_.channels; }
+  // The channel of send/recv's connections, apart from the collectives' channels 0..channels()-1 (as NCCL keeps
+  // point-to-point on connections of its own): a send no rank receives then waits there for a later receive from
+  // this rank, and never slides into a collective's connection, where it would be taken for that collective's data.
+  int p2pChannel() const { return options_.channels; }
   int next() const { return (rank_ + 1) % size_; }
   int prev() const { return (rank_ + size_ - 1) % size_; }
   const Net& net() const { return *net_; }
@@ -275,6 +279,7 @@ class Communicator {
   uint64_t checkedCalls_ = 0;  // checkSameCall's sequence number
   unsigned char* handleOf(int peer, int channel);
   int deviceOf(int channel) const { return (options_.device + channel) % std::max(devices_, 1); }
+  int connectionChannels() const { return options_.channels + 1; }  // the collectives' and p2pChannel()
 
   int rank_;
   int size_;
