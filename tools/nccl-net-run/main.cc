@@ -33,6 +33,11 @@ namespace {
 int rootListener(int ranks, int* port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return -1;
+  // As rank 0's own listener has it: the connections accepted on this socket inherit it, and a later communicator's
+  // rank 0 binding the same address (NNS_ROOT_ADDR, which nnsGetUniqueId returns as NCCL does NCCL_COMM_ID) could
+  // not while one of them lives without it.
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
