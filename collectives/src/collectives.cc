@@ -65,9 +65,14 @@ unsigned char* workspace(Communicator& comm, KernelLayer& kernels, size_t bytes)
   return static_cast<unsigned char*>(memory != nullptr ? memory : comm.scratch(bytes));
 }
 
+size_t envBytes(const char* name, size_t fallback);  // below
+
 Call makeCall(const Communicator& comm, const void* send, void* recv, ncclDataType_t type, ncclRedOp_t op,
               KernelLayer& kernels) {
   checkPlacement(comm, kernels);
+  // NNS_PIECE_BYTES is used inside the operation (pieceFor), where a malformed value would fail the communicator for
+  // good, on every rank: read here first, so that it is refused at the call and the communicator stays usable.
+  envBytes("NNS_PIECE_BYTES", 0);
   return Call{static_cast<const unsigned char*>(send), static_cast<unsigned char*>(recv), type, op, &kernels};
 }
 

@@ -645,6 +645,26 @@ TEST(Algorithms, AutoTakesDoublingFurtherOnTwoRanksAndTheEnvironmentMovesTheLine
   unsetenv("NNS_DOUBLING_MAX_BYTES");
 }
 
+// NNS_PIECE_BYTES is read inside the operation; a malformed value is refused at the call (it failed the communicator
+// for good, on every rank, from inside the first ring or tree), and the communicator stays usable.
+TEST(Algorithms, AMalformedPieceSizeIsRefusedAtTheCall) {
+  core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  core::Communicator comm(launch, socketOptions());
+  float x = 1;
+  setenv("NNS_PIECE_BYTES", "-1", 1);
+  try {
+    coll::allReduce(comm, &x, &x, 1, ncclFloat32, ncclSum);
+    ADD_FAILURE() << "NNS_PIECE_BYTES=-1 was accepted";
+  } catch (const core::CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("NNS_PIECE_BYTES=-1 is not a byte count"), std::string::npos) << e.what();
+    EXPECT_EQ(e.result(), ncclInvalidUsage);
+  }
+  unsetenv("NNS_PIECE_BYTES");
+  EXPECT_EQ(comm.asyncResult(), ncclSuccess) << comm.asyncError();
+  coll::allReduce(comm, &x, &x, 1, ncclFloat32, ncclSum);
+  EXPECT_EQ(x, 1.0f);
+}
+
 TEST(Trees, DoubleBinaryTreeIsTwoTreesOverEveryRank) {
   for (int n = 1; n <= 130; ++n) {
     std::vector<coll::TreeLinks> links[2];
