@@ -7,6 +7,7 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -43,13 +44,26 @@ thread_local int groupDepth = 0;
 thread_local ncclResult_t groupRefusal = ncclSuccess;
 thread_local std::string groupRefusalText;
 
+// Whether refusals and failures are also written to stderr: as NCCL's WARN lines, when $NNS_DEBUG or $NCCL_DEBUG is
+// WARN or a level above it (INFO, ABORT, TRACE). By default the caller has the code and nnsGetLastError() only: a
+// refusal it expects and handles is not the program's output.
+bool warnLines() {
+  for (const char* name : {"NNS_DEBUG", "NCCL_DEBUG"}) {
+    const char* level = std::getenv(name);
+    if (level == nullptr) continue;
+    for (const char* shown : {"WARN", "INFO", "ABORT", "TRACE"})
+      if (strcasecmp(level, shown) == 0) return true;
+  }
+  return false;
+}
+
 ncclResult_t failWith(ncclResult_t result, const std::string& what) {
   lastError = what;
   if (groupDepth > 0 && groupRefusal == ncclSuccess) {
     groupRefusal = result;
     groupRefusalText = what;
   }
-  std::fprintf(stderr, "NNS WARN %s\n", what.c_str());
+  if (warnLines()) std::fprintf(stderr, "NNS WARN %s\n", what.c_str());
   return result;
 }
 

@@ -58,6 +58,23 @@ TEST(CApi, ArgumentErrorsAreCodesWithText) {
   EXPECT_STRNE(nnsGetErrorString(ncclRemoteError), "");
 }
 
+// A refusal is the code and nnsGetLastError() only; on stderr too (NNS WARN) when NNS_DEBUG or NCCL_DEBUG asks for
+// warnings, as NCCL prints its WARN lines only then.
+TEST(CApi, RefusalsGoToStderrOnlyWhenWarningsAreAskedFor) {
+  unsetenv("NNS_DEBUG");
+  unsetenv("NCCL_DEBUG");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(nnsGetVersion(nullptr), ncclInvalidArgument);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  for (const char* level : {"WARN", "info"}) {
+    setenv("NCCL_DEBUG", level, 1);
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(nnsGetVersion(nullptr), ncclInvalidArgument);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "NNS WARN version is NULL\n") << "NCCL_DEBUG=" << level;
+  }
+  unsetenv("NCCL_DEBUG");
+}
+
 TEST(CApi, CollectivesAndAGroupedRingExchangeOnThreeRanks) {
   onRanks(3, [](int rank, nnsComm_t comm) {
     int size = 0;
