@@ -136,6 +136,26 @@ TEST(Resolution, ListTriesInOrderAndReportsEveryRejection) {
   EXPECT_EQ(report.candidates[2].chosenVersion, 8);
 }
 
+// An init that fails is rejected with what the plugin logged while it ran: the socket plugin's reason for no
+// device ("no usable network interface") reached stderr only, and the rejection said "returned ncclSystemError".
+TEST(Resolution, AFailedInitIsRejectedWithWhatThePluginLogged) {
+  const char* saved = std::getenv("NCCL_SOCKET_IFNAME");
+  const std::string previous = saved != nullptr ? saved : "";
+  setenv("NCCL_SOCKET_IFNAME", "=no-such-interface0", 1);
+  LoadReport report;
+  EXPECT_EQ(loadNet(inBuildTree("socket"), &report), nullptr);
+  ASSERT_EQ(report.candidates.size(), 1u);
+  EXPECT_NE(report.candidates[0].rejectReason.find("returned ncclSystemError (it logged: NET/nns-socket : no usable "
+                                                   "network interface"),
+            std::string::npos)
+      << report.candidates[0].rejectReason;
+  if (saved != nullptr) {
+    setenv("NCCL_SOCKET_IFNAME", previous.c_str(), 1);
+  } else {
+    unsetenv("NCCL_SOCKET_IFNAME");
+  }
+}
+
 TEST(Resolution, ALibraryThatIsNotAPluginIsRejectedWithTheReason) {
   LoadReport report;
   EXPECT_EQ(loadNet(inBuildTree("libm.so.6"), &report), nullptr);

@@ -8,16 +8,36 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <sstream>
 
 #include "adapters.hpp"
+#include "nccl_net/sdk/log.hpp"
+#include "nns/core/printable.hpp"
 
 namespace nns::core {
 
 namespace {
+
+// The WARN lines a plugin logs while the loader probes it (its init, on this thread), kept for the rejection: "init
+// returned ncclSystemError" says little without the plugin's own reason ("no usable network interface"), which
+// otherwise reached only stderr. Logged as the SDK's stderr logger does, too; a plugin keeps its logger, and later
+// calls (other threads, or after the probe) are only written out.
+thread_local std::string* probeWarnings = nullptr;
+
+void probeLogger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+  char message[1024];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(message, sizeof(message), fmt, args);
+  va_end(args);
+  if (probeWarnings != nullptr && (level == NCCL_LOG_WARN || level == NCCL_LOG_ABORT))
+    *probeWarnings += (probeWarnings->empty() ? "" : "; ") + printable(message);
+  nccl_net::sdk::stderrLogger(level, flags, file, line, "%s", message);
+}
 
 constexpr const char* kDefaultLibrary = "libnccl-net.so";  // NCCL's choice when NCCL_NET_PLUGIN is unset
 constexpr size_t kMaxEntries = NCCL_NET_MAX_PLUGINS - 2;   // NCCL keeps two slots for its internal nets
@@ -275,9 +295,13 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
     }
     // As NCCL does: init, then devices; a failure or no device rejects the plugin and finalizes it.
     void* ctx = nullptr;
-    ncclResult_t result = net->init(&ctx, 0, nullptr, nullptr, nullptr);
+    std::string warnings;
+    probeWarnings = &warnings;
+    ncclResult_t result = net->init(&ctx, 0, nullptr, probeLogger, nullptr);
+    probeWarnings = nullptr;
     if (result != ncclSuccess) {
-      candidate.rejectReason = "init through ncclNet_v" + std::to_string(version) + " returned " + resultText(result);
+      candidate.rejectReason = "init through ncclNet_v" + std::to_string(version) + " returned " + resultText(result) +
+                               (warnings.empty() ? "" : " (it logged: " + warnings + ")");
       out.candidates.push_back(std::move(candidate));
       continue;
     }
