@@ -78,6 +78,22 @@ if [ "$header" != "# buffers in host memory; slots in host memory" ]; then
   failures=$((failures + 1))
 fi
 
+# Ranks whose schedule knobs differ (NNS_ALGO here) are refused at creation with both settings, rather than failing
+# on the wire with a size mismatch that names neither.
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for r in 0 1; do
+  env NNS_ROOT_ADDR="127.0.0.1:$port" NNS_WORLD_SIZE=2 NNS_RANK=$r NNS_COMM_TIMEOUT_MS=10000 \
+    $([ "$r" = 0 ] && echo NNS_ALGO=ring) timeout 30 "$bin/nccl-net-bench" allreduce -p minimal -b 8 -e 8 -n 1 -w 0 \
+    > "/tmp/knobs.$$.$r" 2>&1 &
+done
+wait
+if ! grep -q "rank 1 runs with plugin minimal, .*NNS_CHECK_CALLS=0, this rank with .*NNS_CHECK_CALLS=0, NNS_ALGO=ring" \
+     "/tmp/knobs.$$.0"; then
+  echo "FAILED: ranks with different NNS_ALGO were not refused by name: $(cat "/tmp/knobs.$$.0")"
+  failures=$((failures + 1))
+fi
+rm -f "/tmp/knobs.$$.0" "/tmp/knobs.$$.1"
+
 # launcher_refuses "ARGS" "TEXT": nccl-net-run ARGS /bin/true exits 2 and says TEXT.
 launcher_refuses() {
   local out status

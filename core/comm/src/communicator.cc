@@ -240,10 +240,16 @@ void Communicator::connectRing() {
 // Both ends of a connection cut a message into the same pieces, and the handle exchange below is sized by the channel
 // count: ranks started with different settings would read each other's handles at the wrong offsets. Refused by name.
 void Communicator::checkSameLayout() {
-  char layout[192] = {};
+  // The collectives' schedule knobs too, as set at creation: ranks cutting the same call by other algorithms or
+  // pieces fail on the wire ("received 151428 bytes from rank 1, expected 75712"), naming neither setting.
+  std::string schedule;
+  for (const char* knob : {"NNS_ALGO", "NNS_PIECE_BYTES", "NNS_DOUBLING_MAX_BYTES", "NNS_TREE_MAX_BYTES"})
+    if (const char* value = std::getenv(knob); value != nullptr && *value != '\0')
+      schedule += std::string(", ") + knob + "=" + value;
+  char layout[384] = {};
   std::snprintf(layout, sizeof(layout),
-                "plugin %s, NNS_NCHANNELS=%d, NNS_SLOT_BYTES=%zu, NNS_SLOTS=%d, NNS_CHECK_CALLS=%d", net_->name(),
-                options_.channels, options_.slotBytes, options_.slots, options_.checkCalls ? 1 : 0);
+                "plugin %s, NNS_NCHANNELS=%d, NNS_SLOT_BYTES=%zu, NNS_SLOTS=%d, NNS_CHECK_CALLS=%d%s", net_->name(),
+                options_.channels, options_.slotBytes, options_.slots, options_.checkCalls ? 1 : 0, schedule.c_str());
   const std::string mine(layout, sizeof(layout));
   const auto everyone = bootstrap_->allGather(mine);
   for (int peer = 0; peer < size_; ++peer) {
