@@ -13,6 +13,17 @@ install(FILES ${PROJECT_BINARY_DIR}/nccl_net_sdkConfig.cmake ${PROJECT_BINARY_DI
 file(RELATIVE_PATH NNS_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 configure_file(cmake/nccl-net-sdk.pc.in ${PROJECT_BINARY_DIR}/nccl-net-sdk.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/nccl-net-sdk.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+# The same from the build tree, without installing: nccl-net-sdk-uninstalled.pc beside it points at the sources, and
+# pkg-config prefers an X-uninstalled.pc to X.pc in the same directory by itself (PKG_CONFIG_PATH=<build dir>).
+file(CONFIGURE OUTPUT ${PROJECT_BINARY_DIR}/nccl-net-sdk-uninstalled.pc @ONLY CONTENT [=[srcdir=@PROJECT_SOURCE_DIR@/net-api
+includedir=${srcdir}/include
+
+Name: nccl-net-sdk
+Description: @PROJECT_DESCRIPTION@ (headers and header-only C++17 SDK), from the build tree
+Version: @PROJECT_VERSION@
+Cflags: -I${includedir} -fvisibility=hidden -fvisibility-inlines-hidden
+Libs: -Wl,--version-script=${srcdir}/share/plugin-exports.map
+]=])
 # The collective engine's C API (nns/nns.h, libnns.so): nns.pc beside it, for `pkg-config --cflags --libs nns`
 # (CMake: nccl_net_sdk::nns). The library's run path is the consumer's to set (-Wl,-rpath or LD_LIBRARY_PATH).
 if(TARGET nns)
@@ -27,6 +38,14 @@ Cflags: -I${includedir}
 Libs: -L${libdir} -lnns
 ]=])
   install(FILES ${PROJECT_BINARY_DIR}/nns.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+  file(CONFIGURE OUTPUT ${PROJECT_BINARY_DIR}/nns-uninstalled.pc @ONLY CONTENT [=[libdir=@PROJECT_BINARY_DIR@/lib
+
+Name: nns
+Description: the nccl-net-sdk collective engine's C API (nns/nns.h), from the build tree
+Version: @PROJECT_VERSION@
+Cflags: -I@PROJECT_SOURCE_DIR@/collectives/include -I@PROJECT_SOURCE_DIR@/net-api/include
+Libs: -L${libdir} -lnns
+]=])
 endif()
 
 # The reference plugins, beside the tools: the tools look for a plugin named in NCCL_NET_PLUGIN (or -p) in ../lib

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -187,25 +188,26 @@ class Side {
   Side(const Side&) = delete;
   Side& operator=(const Side&) = delete;
 
-  // A NULL request means "not now": post again until the plugin takes it.
-  void* postSend(size_t slot, size_t bytes, int tag) {
-    void* request = nullptr;
-    double deadline = now() + settings_.callTimeoutSeconds;
-    Poll poll;
-    while (request == nullptr) {
-      check(call("isend",
-                 [&] {
-                   return net_.isend(sendComm_, buffers_[slot].data(), bytes, tag, sendHandles_[slot], nullptr,
-                                     &request);
-                 }),
-            "isend");
-      if (request == nullptr && now() > deadline) throw std::runtime_error("isend refused until the timeout");
-      poll.next();
-    }
-    return request;
+  // A request posted and not yet seen complete, with the operation (bandwidth's op) that posted it: its buffer is free
+  // again once it completes.
+  struct Pending {
+    void* request;
+    int op;
+  };
+  using InFlight = std::deque<Pending>;
+
+  // A NULL request means "not now": post again until the plugin takes it. Meanwhile the oldest request in `inFlight`
+  // is tested (and dropped once complete), as NCCL's proxy goes on testing its requests when a post returns NULL: a
+  // plugin that moves data only inside test() frees nothing otherwise, and the post would be refused for ever. Each
+  // completion restarts the --call-timeout clock; a post refused that long with nothing in flight, or with nothing in
+  // flight completing, is the plugin's failure.
+  void* postSend(size_t slot, size_t bytes, int tag, InFlight* inFlight = nullptr) {
+    return postRetrying("isend", inFlight, [&](void** request) {
+      return net_.isend(sendComm_, buffers_[slot].data(), bytes, tag, sendHandles_[slot], nullptr, request);
+    });
   }
 
-  void* postRecv(size_t firstSlot, size_t bytes, int n) {
+  void* postRecv(size_t firstSlot, size_t bytes, int n, InFlight* inFlight = nullptr) {
     std::vector<void*> data(n), handles(n);
     std::vector<size_t> sizes(n, bytes);
     std::vector<int> tags(n);
@@ -214,30 +216,22 @@ class Side {
       handles[i] = recvHandles_[firstSlot + i];
       tags[i] = i;
     }
-    void* request = nullptr;
-    double deadline = now() + settings_.callTimeoutSeconds;
-    Poll poll;
-    while (request == nullptr) {
-      check(call("irecv",
-                 [&] {
-                   return net_.irecv(recvComm_, n, data.data(), sizes.data(), tags.data(), handles.data(), nullptr,
-                                     &request);
-                 }),
-            "irecv");
-      if (request == nullptr && now() > deadline) throw std::runtime_error("irecv refused until the timeout");
-      poll.next();
-    }
-    return request;
+    return postRetrying("irecv", inFlight, [&](void** request) {
+      return net_.irecv(recvComm_, n, data.data(), sizes.data(), tags.data(), handles.data(), nullptr, request);
+    });
+  }
+
+  // One test() of a request: whether it completed (it is then no longer the caller's).
+  bool testOnce(void* request) {
+    int done = 0;
+    check(call("test", [&] { return net_.test(request, &done, completedSizes_.data()); }), "test");
+    return done != 0;
   }
 
   void wait(void* request) {
-    int done = 0;
-    std::vector<int> sizes(settings_.multiRecv);
     double deadline = now() + settings_.callTimeoutSeconds;
     Poll poll;
-    while (!done) {
-      check(call("test", [&] { return net_.test(request, &done, sizes.data()); }), "test");
-      if (done) break;
+    while (!testOnce(request)) {
       if (now() > deadline) throw std::runtime_error("a request did not complete within the timeout");
       poll.next();
     }
@@ -277,21 +271,22 @@ class Side {
     int n = settings_.multiRecv;
     int total = settings_.iterations;  // receive operations, each n messages
     auto run = [&](int count) {
-      // Slot k owns buffers k*n .. k*n+n-1 and the requests posted on them; reusing a slot waits for them first.
-      std::vector<std::vector<void*>> inFlight(settings_.window);
+      // Operation k uses slot k % window: buffers (k % window)*n .. +n-1. Its requests are the oldest in flight when
+      // the slot comes round again, and must be complete before the buffers are posted again.
+      InFlight inFlight;
       for (int op = 0; op < count; ++op) {
-        auto& slot = inFlight[op % settings_.window];
-        for (void* request : slot) wait(request);
-        slot.clear();
+        while (!inFlight.empty() && inFlight.front().op <= op - settings_.window) {
+          wait(inFlight.front().request);
+          inFlight.pop_front();
+        }
         size_t firstBuffer = static_cast<size_t>(op % settings_.window) * n;
         if (sender) {
-          for (int i = 0; i < n; ++i) slot.push_back(postSend(firstBuffer + i, bytes, i));
+          for (int i = 0; i < n; ++i) inFlight.push_back({postSend(firstBuffer + i, bytes, i, &inFlight), op});
         } else {
-          slot.push_back(postRecv(firstBuffer, bytes, n));
+          inFlight.push_back({postRecv(firstBuffer, bytes, n, &inFlight), op});
         }
       }
-      for (auto& slot : inFlight)
-        for (void* request : slot) wait(request);
+      for (const Pending& pending : inFlight) wait(pending.request);
       if (sender) {
         wait(postRecv(0, 0, 1));
       } else {
@@ -313,6 +308,31 @@ class Side {
     return nns::tools::watchedCall(note_, name, std::forward<Call>(plugin));
   }
 
+  // `post` is isend or irecv, given where to store the request; see postSend.
+  template <class Post>
+  void* postRetrying(const char* name, InFlight* inFlight, Post&& post) {
+    void* request = nullptr;
+    double deadline = now() + settings_.callTimeoutSeconds;
+    Poll poll;
+    for (;;) {
+      check(call(name, [&] { return post(&request); }), name);
+      if (request != nullptr) return request;
+      if (inFlight != nullptr && !inFlight->empty() && testOnce(inFlight->front().request)) {
+        inFlight->pop_front();
+        deadline = now() + settings_.callTimeoutSeconds;
+        continue;  // a request freed: post again at once
+      }
+      if (now() > deadline) {
+        if (inFlight == nullptr || inFlight->empty())
+          throw std::runtime_error(std::string(name) + " refused until the timeout");
+        throw std::runtime_error(std::string(name) + " refused until the timeout, and the oldest of the " +
+                                 std::to_string(inFlight->size()) +
+                                 " requests in flight did not complete meanwhile (tested all along)");
+      }
+      poll.next();
+    }
+  }
+
   nns::core::Net& net_;
   Settings settings_;
   nns::tools::CallNote& note_;
@@ -324,6 +344,7 @@ class Side {
   std::vector<std::vector<char>> buffers_;
   std::vector<void*> sendHandles_;
   std::vector<void*> recvHandles_;
+  std::vector<int> completedSizes_ = std::vector<int>(std::max(settings_.multiRecv, 1));  // test()'s sizes out
 };
 
 std::vector<size_t> sweep(const Settings& settings) {
