@@ -6,8 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -390,6 +392,19 @@ std::vector<Outcome> outcomes(const std::vector<LaunchInfo>& ranks, std::chrono:
 
 constexpr auto kShort = std::chrono::milliseconds(300);
 
+// A socket listening on a free loopback port (another program holding the root port), and that port.
+std::pair<int, int> listenerOnAFreePort(int backlog) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || listen(fd, backlog) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+    return {-1, 0};
+  return {fd, ntohs(address.sin_port)};
+}
+
 }  // namespace
 
 // The C API returns result() for a failed creation (docs/collectives.md): a size that differs between the ranks is
@@ -442,16 +457,8 @@ TEST(BootstrapErrorCodes, AMissingRankAndAnUnreachableRootAreRemoteErrors) {
 
 // A root port another program listens on: rank 0 cannot set up, this rank's own failure (ncclSystemError).
 TEST(BootstrapErrorCodes, ARootPortInUseIsASystemErrorOnRankZero) {
-  const int holder = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(holder, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  ASSERT_EQ(listen(holder, 1), 0);
-  ASSERT_EQ(getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  const int port = ntohs(address.sin_port);
+  const auto [holder, port] = listenerOnAFreePort(1);
+  ASSERT_GE(holder, 0) << std::strerror(errno);
   auto got = outcomes({{0, 2, "127.0.0.1", port, "test"}}, kShort);
   close(holder);
   EXPECT_NE(got[0].error.find("rank 0 cannot listen on 127.0.0.1:" + std::to_string(port) + ": Address already in use"),
@@ -464,16 +471,8 @@ TEST(BootstrapErrorCodes, ARootPortInUseIsASystemErrorOnRankZero) {
 // answered is no rank 0 of this bootstrap, quoting it, instead of "rank 0 ... refused it: oversized bootstrap
 // message" (its first 4 bytes, "HTTP", read as a message length).
 TEST(BootstrapErrorCodes, AForeignServiceOnTheRootPortIsNamedAsSuch) {
-  const int server = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(server, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(bind(server, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  ASSERT_EQ(listen(server, 4), 0);
-  ASSERT_EQ(getsockname(server, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  const int port = ntohs(address.sin_port);
+  const auto [server, port] = listenerOnAFreePort(4);
+  ASSERT_GE(server, 0) << std::strerror(errno);
   // Answers one connection at once, then holds it until the rank closes it (2 s at most: the test never hangs).
   std::thread http([server] {
     pollfd ready{server, POLLIN, 0};

@@ -41,26 +41,21 @@ PY
 }
 
 # The plugin does not load: still a testsuite, one "load" case with the reason, as --json gives one object.
-set +e
-"$check" no-such-plugin --call-timeout 2 --junit "$work/missing.xml" > /dev/null 2>&1
-status=$?
-set -e
-[ "$status" = 2 ] || fail "no-such-plugin: exit status $status, expected 2"
-out=$(cases "$work/missing.xml") || fail "no-such-plugin: the JUnit file does not parse: $(cat "$work/missing.xml")"
-echo "$out"
-grep -qE "^load\|error\|no-such-plugin did not load: no-such-plugin: could not open" <<<"$out" ||
-  fail "no-such-plugin: no load error with the reason"
-
-set +e
-"$check" "$lib/misbehaving/libnccl-net-broken-crash-in-init.so" --call-timeout 2 --junit "$work/crash.xml" \
-  > /dev/null 2>&1
-status=$?
-set -e
-[ "$status" = 2 ] || fail "crash in init: exit status $status, expected 2"
-out=$(cases "$work/crash.xml") || fail "crash in init: the JUnit file does not parse: $(cat "$work/crash.xml")"
-echo "$out"
-grep -qE "^load\|error\|.* did not load: .*crashed: SIGSEGV in init through ncclNet_v12" <<<"$out" ||
-  fail "crash in init: no load error naming the crash"
+# not_loaded NAME PLUGIN PATTERN: nccl-net-check PLUGIN exits 2 and its JUnit file's load case matches PATTERN.
+not_loaded() {
+  local name="$1" plugin="$2" pattern="$3" status out
+  set +e
+  "$check" "$plugin" --call-timeout 2 --junit "$work/$name.xml" > /dev/null 2>&1
+  status=$?
+  set -e
+  [ "$status" = 2 ] || fail "$name: exit status $status, expected 2"
+  out=$(cases "$work/$name.xml") || fail "$name: the JUnit file does not parse: $(cat "$work/$name.xml")"
+  echo "$out"
+  grep -qE "$pattern" <<<"$out" || fail "$name: no load error matching '$pattern'"
+}
+not_loaded missing no-such-plugin "^load\|error\|no-such-plugin did not load: no-such-plugin: could not open"
+not_loaded crash "$lib/misbehaving/libnccl-net-broken-crash-in-init.so" \
+  "^load\|error\|.* did not load: .*crashed: SIGSEGV in init through ncclNet_v12"
 
 # SIGTERM (a CI job's timeout) while a rule hangs (random-sizes-integrity waits 30 s for the lost completion), once
 # the first rule has finished: the report keeps the finished rule and names the interrupted one. The finished rule is
