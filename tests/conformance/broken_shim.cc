@@ -155,6 +155,44 @@ void drainPending(void* comm) {
 constexpr size_t kSizeFieldMask = (size_t{1} << 30) - 1;
 #endif
 
+#ifdef NNS_BUG_SHARED_REQUEST_POOL
+// "One pool is simpler": every comm's requests come from one process-wide free list with no lock (the SDK's
+// RequestPool is one per comm). NCCL drives comms from several proxy threads at once: two threads that post together
+// can take the same slot, and one comm's test then reports (and frees) the other comm's request.
+struct PooledRequest {
+  void* real;
+};
+constexpr int kPoolSlots = 256;
+PooledRequest gPoolSlots[kPoolSlots];
+int gFreeSlots[kPoolSlots];
+int gFreeCount = [] {
+  for (int i = 0; i < kPoolSlots; ++i) gFreeSlots[i] = kPoolSlots - 1 - i;
+  return kPoolSlots;
+}();
+PooledRequest* acquirePooled() {
+  if (gFreeCount <= 0) return nullptr;
+  int index = gFreeSlots[gFreeCount - 1];
+  std::this_thread::yield();  // a statistics hook, say: it widens the window the missing lock leaves open
+  gFreeCount = gFreeCount - 1;
+  return &gPoolSlots[index];
+}
+void releasePooled(PooledRequest* request) {
+  if (gFreeCount < kPoolSlots) gFreeSlots[gFreeCount++] = static_cast<int>(request - gPoolSlots);
+}
+#endif
+
+#ifdef NNS_BUG_SECOND_DEVICE_UNREACHABLE
+// A second port is counted and described, but the table of listen addresses was filled for the first device only
+// (an off-by-one in the interface scan): listen on device 1 fails. NCCL uses every NIC the plugin lists.
+int gRealDevices = 0;
+#endif
+
+#ifdef NNS_BUG_MAXRECVS_OVERCLAIM
+// The device advertises the hardware's 16 sub-receives per grouped irecv, but the grouped path was written with
+// fixed arrays of 8 and refuses more. (Built over the socket plugin, whose grouped receives go up to 8.)
+constexpr int kAdvertisedRecvs = 16, kHandledRecvs = 8;
+#endif
+
 ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
                   ncclProfilerCallback_t profiler) {
   if (real() == nullptr) {
@@ -172,6 +210,12 @@ ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, 
   return real()->init(ctx, commId, config, logger, profiler);
 }
 ncclResult_t devices(int* ndev) {
+#ifdef NNS_BUG_SECOND_DEVICE_UNREACHABLE
+  ncclResult_t counted = real()->devices(ndev);
+  gRealDevices = *ndev;
+  *ndev += 1;
+  return counted;
+#endif
 #ifdef NNS_BUG_CRASH_IN_PROPERTIES
   // A second device counted but never set up: its properties are read through a NULL table entry.
   ncclResult_t counted = real()->devices(ndev);
@@ -185,7 +229,19 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
 #ifdef NNS_BUG_CRASH_IN_PROPERTIES
   if (dev > 0) raise(SIGSEGV);
 #endif
+#ifdef NNS_BUG_SECOND_DEVICE_UNREACHABLE
+  if (dev >= gRealDevices && dev > 0) {  // the extra port: described like the first, under a name of its own
+    ncclResult_t described = real()->getProperties(0, props);
+    static char name[64];
+    std::snprintf(name, sizeof(name), "%s-port%d", props->name != nullptr ? props->name : "dev", dev);
+    props->name = name;
+    return described;
+  }
+#endif
   ncclResult_t result = real()->getProperties(dev, props);
+#ifdef NNS_BUG_MAXRECVS_OVERCLAIM
+  props->maxRecvs = kAdvertisedRecvs;
+#endif
 #ifdef NNS_BUG_TAGS_IGNORED
   props->maxRecvs = kMaxRecvs;
 #endif
@@ -234,6 +290,12 @@ int sideListener(int flags) {
 #endif
 
 ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
+#ifdef NNS_BUG_SECOND_DEVICE_UNREACHABLE
+  if (dev >= gRealDevices && dev > 0) {
+    std::fprintf(stderr, "WARN %s: listen: no address for device %d\n", NNS_BUG_NAME, dev);
+    return ncclSystemError;
+  }
+#endif
   ncclResult_t result = real()->listen(ctx, dev, handle, listenComm);
 #ifdef NNS_BUG_HANDLE_OVERFLOW
   std::memset(static_cast<char*>(handle) + NCCL_NET_HANDLE_MAXSIZE, 0x42, 16);  // 144-byte handle
@@ -378,6 +440,16 @@ ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, 
   ncclResult_t result = real()->isend(comm, data, size, tag, mhandle, phandle, request);
   if (result == ncclSuccess && *request == nullptr) gSendPoolExhausted = true;
   return result;
+#elif defined(NNS_BUG_SHARED_REQUEST_POOL)
+  PooledRequest* pooled = acquirePooled();
+  *request = nullptr;
+  if (pooled == nullptr) return ncclSuccess;  // pool empty: "try again"
+  ncclResult_t result = real()->isend(comm, data, size, tag, mhandle, phandle, &pooled->real);
+  if (result != ncclSuccess || pooled->real == nullptr)
+    releasePooled(pooled);
+  else
+    *request = pooled;
+  return result;
 #elif defined(NNS_BUG_BLOCKING_CLOSE_SEND)
   ncclResult_t result = real()->isend(comm, data, size, tag, mhandle, phandle, request);
   if (result == ncclSuccess && *request != nullptr) notePosted(comm, *request);
@@ -443,6 +515,23 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
 #ifdef NNS_BUG_GLOBAL_RECV_COMM
   if (gLastRecvComm != nullptr) comm = gLastRecvComm;
 #endif
+#ifdef NNS_BUG_MAXRECVS_OVERCLAIM
+  if (n > kHandledRecvs) {
+    std::fprintf(stderr, "WARN %s: irecv: %d receives in one group, at most %d\n", NNS_BUG_NAME, n, kHandledRecvs);
+    return ncclInvalidArgument;
+  }
+#endif
+#ifdef NNS_BUG_SHARED_REQUEST_POOL
+  PooledRequest* pooled = acquirePooled();
+  *request = nullptr;
+  if (pooled == nullptr) return ncclSuccess;
+  ncclResult_t pooledResult = real()->irecv(comm, n, data, sizes, tags, mhandles, phandles, &pooled->real);
+  if (pooledResult != ncclSuccess || pooled->real == nullptr)
+    releasePooled(pooled);
+  else
+    *request = pooled;
+  return pooledResult;
+#endif
   ncclResult_t result = real()->irecv(comm, n, data, sizes, tags, mhandles, phandles, request);
 #ifdef NNS_BUG_LIMITED_REQUESTS
   if (result == ncclSuccess && *request != nullptr) gPendingRecvs.insert(*request);
@@ -464,6 +553,12 @@ ncclResult_t iflush(void* comm, int n, void** data, int* sizes, void** mhandles,
   return real()->iflush(comm, n, data, sizes, mhandles, request);
 }
 ncclResult_t test(void* request, int* done, int* sizes) {
+#ifdef NNS_BUG_SHARED_REQUEST_POOL
+  auto* pooled = static_cast<PooledRequest*>(request);
+  ncclResult_t pooledResult = real()->test(pooled->real, done, sizes);
+  if (pooledResult != ncclSuccess || *done) releasePooled(pooled);
+  return pooledResult;
+#endif
 #ifdef NNS_BUG_ZERO_BYTE_ELIDED
   if (gElidedSends.erase(request) == 1) {
     delete static_cast<char*>(request);

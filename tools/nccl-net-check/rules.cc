@@ -8,15 +8,19 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness.hpp"
@@ -743,9 +747,9 @@ Verdict truncationIsAnError(Context& c) {
   return pass("test/irecv returned error " + resultText(result) + " and wrote nothing past the buffer");
 }
 
-Verdict multiRecvTags(Context& c) {
-  int n = std::min(c.props.maxRecvs, 8);
-  if (n < 2) return skip("maxRecvs is " + std::to_string(c.props.maxRecvs) + ": no grouped receives to check");
+// One grouped irecv of `n` buffers (tags 10.., sizes 100*(k+1)+3) that the peer fills in reverse tag order. Empty
+// evidence on success.
+Verdict groupedReceive(Context& c, int n) {
   Pair pair;
   std::string why;
   int goPipe[2];
@@ -772,20 +776,26 @@ Verdict multiRecvTags(Context& c) {
           },
           &why))
     return fail("%s", why.c_str());
-  std::vector<std::vector<unsigned char>> buffers(n, std::vector<unsigned char>(4096));
+  // 8 KiB: the largest message, at n = 64, is 6403 bytes.
+  std::vector<std::vector<unsigned char>> buffers(n, std::vector<unsigned char>(8192));
   std::vector<void*> data(n);
-  std::vector<size_t> sizes(n, 4096);
+  std::vector<size_t> sizes(n, 8192);
   std::vector<int> tags(n);
   for (int k = 0; k < n; ++k) {
     data[k] = buffers[k].data();
     tags[k] = 10 + k;
   }
   void* request = nullptr;
-  ncclResult_t result = postRecv(c, pair.recvComm, n, data.data(), sizes.data(), tags.data(), &request);
+  ncclResult_t posted = postRecv(c, pair.recvComm, n, data.data(), sizes.data(), tags.data(), &request);
+  if (posted != ncclSuccess && pair.peer > 0) kill(pair.peer, SIGKILL);  // its messages have no receive to go to
   (void)!write(goPipe[1], "g", 1);
   std::vector<int> got(64, -1);
-  if (result == ncclSuccess) result = waitDone(c, request, got.data(), 20);
+  ncclResult_t result = posted == ncclSuccess ? waitDone(c, request, got.data(), 20) : posted;
   int code = closePair(c, pair);
+  close(goPipe[0]);
+  close(goPipe[1]);
+  if (posted != ncclSuccess)
+    return fail("grouped irecv of %d: irecv %s (maxRecvs says %d)", n, postText(posted).c_str(), c.props.maxRecvs);
   if (result != ncclSuccess) return fail("grouped irecv of %d: %s", n, waitText(result, 20).c_str());
   for (int k = 0; k < n; ++k) {
     int expected = 100 * (k + 1) + 3;
@@ -794,7 +804,23 @@ Verdict multiRecvTags(Context& c) {
       return fail("receive %d (tag %d): wrong bytes (matched by tag?)", k, 10 + k);
   }
   if (code != 0) return fail("%s", peerText(code).c_str());
-  return pass("irecv of " + std::to_string(n) + " tags, sent in reverse order: every buffer got its tag's message");
+  return pass("");
+}
+
+Verdict multiRecvTags(Context& c) {
+  // At 8 (what NCCL groups in practice), then at maxRecvs when it is more: a device may advertise more sub-receives
+  // than its grouped path handles (fixed arrays, 8-bit masks), and NCCL believes maxRecvs.
+  int n = std::min(c.props.maxRecvs, 8);
+  if (n < 2) return skip("maxRecvs is " + std::to_string(c.props.maxRecvs) + ": no grouped receives to check");
+  Verdict v = groupedReceive(c, n);
+  if (v.status != Status::kPass) return v;
+  std::string counts = std::to_string(n);
+  if (int most = std::min(c.props.maxRecvs, 64); most > n) {
+    v = groupedReceive(c, most);
+    if (v.status != Status::kPass) return v;
+    counts += " and of " + std::to_string(most) + " (maxRecvs)";
+  }
+  return pass("irecv of " + counts + " tags, sent in reverse order: every buffer got its tag's message");
 }
 
 // The 1 GiB rule stamps every 4 KiB with an 8-byte value derived from its offset: a byte pattern that repeats
@@ -1326,6 +1352,369 @@ Verdict manyCommsAtOnce(Context& c) {
       "every message arrived on its own connection, sizes and bytes right");
 }
 
+// ---- comms-on-threads: each comm driven from a thread of its own ---------------------------------------------------
+// NCCL has one proxy thread per GPU, each driving its own connections, and all of them share the process's one
+// plugin instance; buffers are registered from yet another thread while they run. CALL's watchdog (alarm and
+// gCurrentCall) is one per process, so the threads here watch their own calls: each publishes its call and deadline,
+// and a watchdog thread ends the process, naming the thread's comm and call, when one overruns.
+// Mostly small messages (many calls, so many chances for a race), every 16th up to 64 KiB.
+constexpr int kThreadComms = 4, kThreadMessages = 30000, kThreadInFlight = 4;
+constexpr size_t kThreadCapacity = 65536;
+constexpr const char* kThreadsNote = "4 comms driven from 4 threads";
+size_t threadMessageSize(int comm, int message) {
+  size_t mix = 31 * static_cast<size_t>(message) + 977 * static_cast<size_t>(comm);
+  return 1 + (message % 16 == 15 ? mix * 97 % kThreadCapacity : mix % 4096);
+}
+uint64_t threadMessageSeed(int comm, int message) {
+  return 1000003ull * static_cast<uint64_t>(comm + 1) + static_cast<uint64_t>(message);
+}
+
+struct ThreadCall {
+  std::string who;                         // "comm 2", "comm 0's registration thread"
+  std::atomic<const char*> call{nullptr};  // a string literal
+  std::atomic<int64_t> deadline{0};        // steady-clock nanoseconds; 0 while no call is in progress
+};
+
+int64_t steadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+template <class Call>
+ncclResult_t watchedCall(ThreadCall& watch, const char* name, Call&& call) {
+  watch.call = name;
+  watch.deadline = steadyNanos() + int64_t{gCallTimeout} * 1000000000;
+  noteCall(name, true);
+  ncclResult_t result = call();
+  watch.deadline = 0;
+  return result;
+}
+
+// Ends the process when a thread's call overruns: writes `prefix` + evidence to `fd` and exits 3 (as onAlarm does).
+class ThreadWatchdog {
+ public:
+  ThreadWatchdog(std::vector<std::unique_ptr<ThreadCall>>& watches, int fd, const char* prefix)
+      : watches_(watches), fd_(fd), prefix_(prefix), thread_([this] { run(); }) {}
+  ~ThreadWatchdog() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  void run() {
+    while (!stop_) {
+      usleep(20000);
+      int64_t now = steadyNanos();
+      for (auto& watch : watches_) {
+        int64_t deadline = watch->deadline;
+        if (deadline == 0 || now <= deadline) continue;
+        char text[384];
+        int n = std::snprintf(text, sizeof(text), "%s%s: %s did not return within %d s (%s; a blocking call)", prefix_,
+                              watch->who.c_str(), watch->call.load(), gCallTimeout, kThreadsNote);
+        if (fd_ >= 0 && n > 0) (void)!write(fd_, text, std::min(static_cast<size_t>(n), sizeof(text) - 1));
+        _exit(3);
+      }
+    }
+  }
+  std::vector<std::unique_ptr<ThreadCall>>& watches_;
+  int fd_;
+  const char* prefix_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// The first failure any thread reports; the others stop at their next step.
+struct ThreadFailure {
+  std::mutex mutex;
+  std::string text;
+  std::atomic<bool> stop{false};
+  void report(const char* format, ...) __attribute__((format(printf, 2, 3))) {
+    char buffer[512];
+    va_list args;
+    va_start(args, format);
+    std::vsnprintf(buffer, sizeof(buffer), format, args);
+    va_end(args);
+    std::lock_guard<std::mutex> lock(mutex);
+    if (text.empty()) text = buffer;
+    stop = true;
+  }
+};
+
+// Drives one comm from the calling thread: posts every message (isend, or a 1-buffer irecv of kThreadCapacity),
+// kThreadInFlight at once, and checks each completion's size (and, receiving, its bytes).
+void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall& watch, ThreadFailure& failure) {
+  std::vector<std::vector<unsigned char>> buffers(kThreadInFlight, std::vector<unsigned char>(kThreadCapacity));
+  std::vector<void*> requests(kThreadInFlight, nullptr);
+  const char* testName = sending ? "test (isend)" : "test (irecv)";
+  for (int i = 0; i < kThreadMessages + kThreadInFlight && !failure.stop; ++i) {
+    int slot = i % kThreadInFlight;
+    if (requests[slot] != nullptr) {
+      int message = i - kThreadInFlight;
+      size_t expected = threadMessageSize(index, message);
+      auto deadline = Clock::now() + std::chrono::seconds(15);
+      int done = 0, size = -1;
+      while (!done && !failure.stop) {
+        ncclResult_t result = watchedCall(watch, testName, [&] { return net->test(requests[slot], &done, &size); });
+        if (result != ncclSuccess)
+          return failure.report(
+              "comm %d message %d (%zu B): %s returned %s (%s; state shared across comms without "
+              "a lock?)",
+              index, message, expected, testName, resultText(result).c_str(), kThreadsNote);
+        if (done) break;
+        if (Clock::now() > deadline)
+          return failure.report("comm %d message %d (%zu B): %s still said 'not done' after 15 s (%s)", index, message,
+                                expected, testName, kThreadsNote);
+        std::this_thread::yield();
+      }
+      if (failure.stop) return;
+      if (size != static_cast<int>(expected))
+        return failure.report(
+            "comm %d message %d: %s reported %d bytes, %zu were sent (%s; state shared across "
+            "comms without a lock?)",
+            index, message, testName, size, expected, kThreadsNote);
+      if (!sending) {
+        long bad = firstMismatch(buffers[slot], expected, threadMessageSeed(index, message));
+        if (bad >= 0) {
+          // Another comm's message of about the same time, when it was one: the evidence of crossed state.
+          std::string whose;
+          for (int other = 0; other < kThreadComms && whose.empty(); ++other)
+            for (int m = std::max(0, message - 64); m < message + 64 && m < kThreadMessages && whose.empty(); ++m)
+              if (other != index && threadMessageSize(other, m) >= expected &&
+                  firstMismatch(buffers[slot], expected, threadMessageSeed(other, m)) < 0)
+                whose = ", the bytes of comm " + std::to_string(other) + "'s message " + std::to_string(m);
+          return failure.report(
+              "comm %d message %d (%zu B): wrong byte at offset %ld%s (%s; state shared across "
+              "comms without a lock?)",
+              index, message, expected, bad, whose.c_str(), kThreadsNote);
+        }
+      }
+      requests[slot] = nullptr;
+    }
+    if (i >= kThreadMessages) continue;
+    size_t size = threadMessageSize(index, i);
+    auto deadline = Clock::now() + std::chrono::seconds(15);
+    if (sending) fill(buffers[slot], size, threadMessageSeed(index, i));
+    while (requests[slot] == nullptr && !failure.stop) {
+      ncclResult_t result;
+      if (sending) {
+        result = watchedCall(watch, "isend", [&] {
+          return net->isend(comm, buffers[slot].data(), size, 1, nullptr, nullptr, &requests[slot]);
+        });
+      } else {
+        void* data = buffers[slot].data();
+        size_t capacity = kThreadCapacity;
+        int tag = 1;
+        result = watchedCall(watch, "irecv", [&] {
+          return net->irecv(comm, 1, &data, &capacity, &tag, nullptr, nullptr, &requests[slot]);
+        });
+      }
+      if (result != ncclSuccess)
+        return failure.report("comm %d message %d: %s returned %s (%s)", index, i, sending ? "isend" : "irecv",
+                              resultText(result).c_str(), kThreadsNote);
+      if (requests[slot] == nullptr && Clock::now() > deadline)
+        return failure.report("comm %d message %d: %s still gave a NULL request after 15 s (%s)", index, i,
+                              sending ? "isend" : "irecv", kThreadsNote);
+      if (requests[slot] == nullptr) std::this_thread::yield();
+    }
+  }
+}
+
+// Registers and deregisters a private buffer on `comm` until `stop`, as NCCL's user thread registers buffers while the
+// proxy threads run. Returns the number of pairs.
+long registerOnThread(Net* net, void* comm, ThreadCall& watch, ThreadFailure& failure, std::atomic<bool>& stop) {
+  std::vector<unsigned char> buffer(65536);
+  long pairs = 0;
+  while (!stop && !failure.stop) {
+    void* mhandle = nullptr;
+    ncclResult_t result = watchedCall(
+        watch, "regMr", [&] { return net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mhandle); });
+    if (result != ncclSuccess) {
+      failure.report("comm 0's registration thread: regMr %ld returned %s while the comms ran (%s)", pairs,
+                     resultText(result).c_str(), kThreadsNote);
+      break;
+    }
+    result = watchedCall(watch, "deregMr", [&] { return net->deregMr(comm, mhandle); });
+    if (result != ncclSuccess) {
+      failure.report("comm 0's registration thread: deregMr %ld returned %s while the comms ran (%s)", pairs,
+                     resultText(result).c_str(), kThreadsNote);
+      break;
+    }
+    ++pairs;
+    usleep(200);
+  }
+  return pairs;
+}
+
+std::vector<std::unique_ptr<ThreadCall>> threadWatches() {
+  std::vector<std::unique_ptr<ThreadCall>> watches;
+  for (int i = 0; i <= kThreadComms; ++i) {
+    watches.push_back(std::make_unique<ThreadCall>());
+    watches.back()->who = i < kThreadComms ? "comm " + std::to_string(i) : "comm 0's registration thread";
+  }
+  return watches;
+}
+
+// A verdict written at once, without the rule's usual cleanup: after a failure here threads may have left the
+// plugin's state broken, and closing comms or finalize could then hang or crash over the evidence.
+[[noreturn]] void verdictNow(const Verdict& v) {
+  std::string text = std::string(statusText(v.status)) + "|" + v.evidence;
+  (void)!write(gResultFd, text.data(), text.size());
+  _exit(0);
+}
+
+Verdict commsOnThreads(Context& c) {
+  std::vector<std::array<unsigned char, NCCL_NET_HANDLE_MAXSIZE>> handles(kThreadComms);
+  std::vector<void*> listenComms(kThreadComms, nullptr), recvComms(kThreadComms, nullptr);
+  auto closeAll = [&]() {
+    for (void* comm : recvComms)
+      if (comm != nullptr) CALL("closeRecv", c.net->closeRecv(comm));
+    for (void* comm : listenComms)
+      if (comm != nullptr) CALL("closeListen", c.net->closeListen(comm));
+  };
+  for (int i = 0; i < kThreadComms; ++i)
+    if (ncclResult_t result = CALL("listen", c.net->listen(c.ctx, c.dev, handles[i].data(), &listenComms[i]));
+        result != ncclSuccess) {
+      closeAll();
+      return fail("listen %d of %d returned %s", i + 1, kThreadComms, resultText(result).c_str());
+    }
+  int checkedPipe[2], reportPipe[2];
+  if (pipe(checkedPipe) != 0) return fail("pipe failed");
+  if (pipe(reportPipe) != 0) return fail("pipe failed");
+  // The peer: connects every comm from its main thread, then sends on each from a thread of its own. What went
+  // wrong on its side comes back as text through reportPipe.
+  pid_t peer = startPeer(c, [&]() {
+    close(checkedPipe[1]);
+    close(reportPipe[0]);
+    std::vector<void*> sendComms(kThreadComms, nullptr);
+    for (int i = 0; i < kThreadComms; ++i)
+      if ((sendComms[i] = connectWithin(c, handles[i].data(), 20)) == nullptr) return 20;
+    auto watches = threadWatches();
+    ThreadFailure failure;
+    std::atomic<bool> sendersDone{false};
+    {
+      ThreadWatchdog watchdog(watches, reportPipe[1], "peer (sender), ");
+      std::vector<std::thread> threads;
+      for (int i = 0; i < kThreadComms; ++i)
+        threads.emplace_back([&, i] { driveCommOnThread(c.net, sendComms[i], i, true, *watches[i], failure); });
+      std::thread registrar(
+          [&] { registerOnThread(c.net, sendComms[0], *watches[kThreadComms], failure, sendersDone); });
+      for (auto& thread : threads) thread.join();
+      sendersDone = true;
+      registrar.join();
+    }
+    if (!failure.text.empty()) {
+      std::string text = "peer (sender), " + failure.text;
+      (void)!write(reportPipe[1], text.data(), text.size());
+      return 60;
+    }
+    pollfd checked{checkedPipe[0], POLLIN, 0};
+    poll(&checked, 1, 60000);
+    for (void* comm : sendComms)
+      if (comm != nullptr) CALL("closeSend", c.net->closeSend(comm));
+    return 0;
+  });
+  close(checkedPipe[0]);
+  close(reportPipe[1]);
+  auto peerReport = [&]() {
+    std::string text;
+    char buffer[512];
+    pollfd ready{reportPipe[0], POLLIN, 0};
+    while (poll(&ready, 1, 0) > 0) {
+      ssize_t n = read(reportPipe[0], buffer, sizeof(buffer));
+      if (n <= 0) break;
+      text.append(buffer, static_cast<size_t>(n));
+    }
+    return text;
+  };
+  auto failNow = [&](const Verdict& v) {
+    if (peer > 0) {  // -1 once reaped (kill(-1) would signal every process we may signal)
+      kill(peer, SIGKILL);
+      waitpid(peer, nullptr, 0);
+    }
+    verdictNow(v);
+  };
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  for (int accepted = 0; accepted < kThreadComms;) {
+    accepted = 0;
+    for (int i = 0; i < kThreadComms; ++i) {
+      if (recvComms[i] == nullptr)
+        if (ncclResult_t result = CALL("accept", c.net->accept(listenComms[i], &recvComms[i], nullptr));
+            result != ncclSuccess)
+          failNow(fail("accept on listener %d returned %s", i, resultText(result).c_str()));
+      accepted += recvComms[i] != nullptr ? 1 : 0;
+    }
+    if (accepted < kThreadComms && Clock::now() > deadline)
+      failNow(fail("only %d of %d connections were accepted within 20 s", accepted, kThreadComms));
+  }
+  auto watches = threadWatches();
+  ThreadFailure failure;
+  std::atomic<bool> receiversDone{false};
+  std::atomic<int> finished{0};
+  long registrations = 0;
+  int peerCode = -1;
+  {
+    ThreadWatchdog watchdog(watches, gResultFd, "FAIL|");
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreadComms; ++i)
+      threads.emplace_back([&, i] {
+        driveCommOnThread(c.net, recvComms[i], i, false, *watches[i], failure);
+        ++finished;
+      });
+    std::thread registrar(
+        [&] { registrations = registerOnThread(c.net, recvComms[0], *watches[kThreadComms], failure, receiversDone); });
+    // Meanwhile: a peer that failed or died ends the run with its evidence.
+    while (finished < kThreadComms && !failure.stop) {
+      usleep(5000);
+      int status = 0;
+      if (peer > 0 && waitpid(peer, &status, WNOHANG) == peer) {
+        peer = -1;
+        peerCode = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        if (peerCode != 0) {
+          std::string report = peerReport();
+          failure.report("%s", report.empty() ? peerText(peerCode).c_str() : report.c_str());
+        }
+      }
+    }
+    receiversDone = true;
+    for (auto& thread : threads) thread.join();
+    registrar.join();
+  }
+  if (!failure.text.empty()) failNow(fail("%s", failure.text.c_str()));
+  (void)!write(checkedPipe[1], "c", 1);
+  if (peer > 0) peerCode = waitPeer(peer, 30);
+  close(checkedPipe[1]);
+  std::string report = peerReport();
+  close(reportPipe[0]);
+  closeAll();
+  if (peerCode != 0) return fail("%s", report.empty() ? peerText(peerCode).c_str() : report.c_str());
+  char text[320];
+  std::snprintf(text, sizeof(text),
+                "%d comms, each driven from its own thread on both sides: %d messages each (1 B..64 KiB, %d in "
+                "flight), sizes and bytes right, with %ld regMr/deregMr pairs on comm 0 from a fifth thread",
+                kThreadComms, kThreadMessages, kThreadInFlight, registrations);
+  return pass(text);
+}
+
+Verdict everyDeviceMovesData(Context& c) {
+  // NCCL uses every NIC the plugin lists (one per GPU or rail), each through its own listen/connect/accept; the
+  // other rules use device 0 only. Per device: a small and a 70 KB message, sizes and bytes checked.
+  int ndev = 0;
+  if (ncclResult_t result = CALL("devices", c.net->devices(&ndev)); result != ncclSuccess)
+    return fail("devices returned %s", resultText(result).c_str());
+  if (ndev <= 0) return fail("devices gave %d", ndev);
+  std::string names;
+  for (int dev = 0; dev < ndev; ++dev) {
+    Context onDevice{c.net, c.ctx, dev, {}};
+    if (ncclResult_t result = CALL("getProperties", c.net->getProperties(dev, &onDevice.props)); result != ncclSuccess)
+      return fail("device %d: getProperties returned %s", dev, resultText(result).c_str());
+    std::string name = core::printable(onDevice.props.name);
+    Verdict v = transferChecked(
+        onDevice, {{3, 0x5100 + static_cast<uint64_t>(dev)}, {70000, 0x5200 + static_cast<uint64_t>(dev)}}, 70000);
+    if (v.status != Status::kPass) return fail("device %d (%s) of %d: %s", dev, name.c_str(), ndev, v.evidence.c_str());
+    names += (dev ? ", " : "") + std::to_string(dev) + " (" + name + ")";
+  }
+  return pass("listen/connect/accept and 2 checked messages (3 B, 70000 B) on every device: " + names);
+}
+
 Verdict foreignHandleIsAnError(Context& c) {
   // Ranks that loaded different plugins, or versions of one, exchange handles the other cannot read, and NCCL hands
   // them to connect as they are. The plainest foreign handle, 128 zero bytes (no magic, no address; a plugin keeping
@@ -1439,6 +1828,13 @@ const std::vector<Rule>& rules() {
         "8 connections between two processes, used interleaved, each carry only their own "
         "messages"},
        manyCommsAtOnce},
+      {{"comms-on-threads",
+        "4 connections, each driven from its own thread on both sides (as NCCL's proxy threads do), with regMr/"
+        "deregMr from a fifth, carry every message whole"},
+       commsOnThreads},
+      {{"every-device-moves-data",
+        "listen/connect/accept and checked messages work on every device the plugin lists, not only device 0"},
+       everyDeviceMovesData},
       {{"foreign-handle-is-an-error",
         "connect with a handle of 128 zero bytes returns an error promptly, never a "
         "comm"},
