@@ -471,7 +471,8 @@ TEST(BootstrapErrorCodes, ARootPortInUseIsASystemErrorOnRankZero) {
 // answered is no rank 0 of this bootstrap, quoting it, instead of "rank 0 ... refused it: oversized bootstrap
 // message" (its first 4 bytes, "HTTP", read as a message length).
 TEST(BootstrapErrorCodes, AForeignServiceOnTheRootPortIsNamedAsSuch) {
-  const auto [server, port] = listenerOnAFreePort(4);
+  const std::pair<int, int> listener = listenerOnAFreePort(4);
+  const int server = listener.first, port = listener.second;  // plain variables: the thread below captures one
   ASSERT_GE(server, 0) << std::strerror(errno);
   // Answers one connection at once, then holds it until the rank closes it (2 s at most: the test never hangs).
   std::thread http([server] {

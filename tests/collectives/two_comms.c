@@ -25,7 +25,8 @@ int main(void) {
   if (nnsCommInitRank(&second, size, id, rank) != ncclSuccess) return failed("nnsCommInitRank", rank);
   float x = (float)(rank + 1);
   if (nnsAllReduce(&x, &x, 1, ncclFloat32, ncclSum, second, NULL) != ncclSuccess) return failed("allreduce", rank);
-  if (x != (float)(size * (size + 1) / 2)) {
+  const int expected = size * (size + 1) / 2; /* 1 + 2 + ... + size */
+  if (x != (float)expected) {
     printf("rank %d: the second communicator's allreduce gave %g\n", rank, (double)x);
     return 1;
   }
