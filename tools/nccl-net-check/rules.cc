@@ -55,24 +55,28 @@ void onAlarm(int) {
 
 // The plugin call each process of a rule is in, kept in memory shared with the harness (slot 0: the rule process,
 // slot 1: its peer): a process the plugin kills cannot say where it was, so the harness reads it here.
+// Atomic (lock-free, so plain shared memory and safe from a signal handler): comms-on-threads notes calls from
+// several threads of one process, and the harness reads the notes while the processes write them.
 struct CallNote {
-  const char* volatile name;  // a string literal: the same address in the forked harness
-  volatile sig_atomic_t inProgress;
+  std::atomic<const char*> name;  // a string literal: the same address in the forked harness
+  std::atomic<int> inProgress;
 };
+static_assert(std::atomic<const char*>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
 CallNote* gCallNotes = nullptr;  // two slots, MAP_SHARED
 CallNote* gMyNote = nullptr;     // this process's slot
 
 void noteCall(const char* name, bool inProgress) {
   if (gMyNote == nullptr) return;
-  gMyNote->name = name;
-  gMyNote->inProgress = inProgress ? 1 : 0;
+  gMyNote->name.store(name, std::memory_order_relaxed);
+  gMyNote->inProgress.store(inProgress ? 1 : 0, std::memory_order_relaxed);
 }
 
 // " in test", " after test returned (...)", or "" when no call was noted.
 std::string whereText(const CallNote* note) {
-  if (note == nullptr || note->name == nullptr) return "";
-  if (note->inProgress) return std::string(" in ") + note->name;
-  return std::string(" after ") + note->name + " returned (in a thread of the plugin, or on what it returned)";
+  const char* name = note != nullptr ? note->name.load() : nullptr;
+  if (name == nullptr) return "";
+  if (note->inProgress.load() != 0) return std::string(" in ") + name;
+  return std::string(" after ") + name + " returned (in a thread of the plugin, or on what it returned)";
 }
 
 // For a rule that hung: " (last plugin call: X)" when only the rule process made calls, else each side's last call,
@@ -81,9 +85,11 @@ std::string whereText(const CallNote* note) {
 std::string lastCallsText(const CallNote* notes) {
   if (notes == nullptr) return "";
   auto call = [](const CallNote& note) {
-    return std::string(note.name != nullptr ? note.name : "none") + (note.inProgress ? ", still running" : "");
+    const char* name = note.name.load();
+    return std::string(name != nullptr ? name : "none") + (note.inProgress.load() != 0 ? ", still running" : "");
   };
-  if (notes[1].name == nullptr) return notes[0].name != nullptr ? " (last plugin call: " + call(notes[0]) + ")" : "";
+  if (notes[1].name.load() == nullptr)
+    return notes[0].name.load() != nullptr ? " (last plugin call: " + call(notes[0]) + ")" : "";
   return " (last plugin calls: listener/receiver: " + call(notes[0]) + "; connector/sender: " + call(notes[1]) + ")";
 }
 
@@ -402,8 +408,9 @@ std::string peerText(int code) {
            whereText(gCallNotes != nullptr ? &gCallNotes[1] : nullptr);
   if (code == 3) {
     const CallNote* note = gCallNotes != nullptr ? &gCallNotes[1] : nullptr;
-    if (note != nullptr && note->name != nullptr && note->inProgress)
-      return std::string("peer: ") + note->name + " did not return within " + std::to_string(gCallTimeout) +
+    const char* name = note != nullptr ? note->name.load() : nullptr;
+    if (name != nullptr && note->inProgress.load() != 0)
+      return std::string("peer: ") + name + " did not return within " + std::to_string(gCallTimeout) +
              " s (a blocking call)";
     return "peer: a plugin call did not return in time";
   }
@@ -1931,7 +1938,11 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
       void* shared = mmap(nullptr, 2 * sizeof(CallNote), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
       if (shared != MAP_FAILED) gCallNotes = static_cast<CallNote*>(shared);
     }
-    if (gCallNotes != nullptr) gCallNotes[0] = gCallNotes[1] = CallNote{nullptr, 0};
+    if (gCallNotes != nullptr)
+      for (int side = 0; side < 2; ++side) {
+        gCallNotes[side].name.store(nullptr);
+        gCallNotes[side].inProgress.store(0);
+      }
     std::fflush(nullptr);
     pid_t harness = getpid();
     pid_t pid = fork();
