@@ -186,8 +186,11 @@ struct CommDevice {
   Port* port = nullptr;
   ibv_cq* cq = nullptr;
   ibv_mr* controlMr = nullptr;
-  ibv_cq* flushCq = nullptr;  // receiver, only once a GPU buffer was registered
-  ibv_qp* flushQp = nullptr;
+  // Receiver, once a GPU buffer was registered. regMr may run on another thread than the one driving the comm (NCCL
+  // registers from its proxy service thread while the progress thread tests), so they are published atomically:
+  // the CQ first, then the QP, which iflush takes as "ready".
+  std::atomic<ibv_cq*> flushCq{nullptr};
+  std::atomic<ibv_qp*> flushQp{nullptr};
 };
 
 struct QpSlot {
@@ -209,26 +212,43 @@ struct Comm {
   ControlBlock* control = nullptr;
   uint64_t remoteControlAddr = 0;
   uint32_t remoteControlRkey = 0;
-  bool failed = false;
-  ncclResult_t failure = ncclSuccess;
+  // Set once, by the thread driving the comm; read by deregMr from any thread.
+  std::atomic<bool> failed{false};
+  ncclResult_t failure = ncclSuccess;  // written before `failed`
+  // Why the comm must fail, set by a deregMr (any thread) of a handle that pending requests use; the thread driving
+  // the comm fails it at its next call. Only the first cause is kept.
+  std::atomic<std::string*> poison{nullptr};
   Clock::time_point lastSideChannelCheck = Clock::now();
   int pending = 0;  // requests handed out and not yet completed by test()
   // Buffers a caller passed without a memory handle, registered on first use and kept until close. NCCL always
   // registers (regMr) before isend/irecv, so it never takes this path; tools and tests that skip regMr do.
   std::vector<MemoryHandle*> implicitRegistrations;
+  // Guards what regMr/deregMr touch from whichever thread calls them: `registrations`, `retired` and the creation of
+  // the flush QPs. Never taken on the data path.
+  std::mutex registrationMutex;
   // What regMr/regMrDmaBuf handed out and deregMr has not taken back: closing the comm orphans them (their comm
   // becomes NULL), so a deregMr after the close does not read the freed comm.
   std::vector<MemoryHandle*> registrations;
+  // Handles deregistered while pending requests used them: their MRs are gone, their structs stay until close (a
+  // request may still read their keys).
+  std::vector<MemoryHandle*> retired;
 };
 
 struct MemoryHandle {
-  static constexpr uint32_t kMagic = 0x6e6d6869;  // "nmhi"
+  static constexpr uint32_t kMagic = 0x6e6d6869;         // "nmhi"
+  static constexpr uint32_t kRetiredMagic = 0x6e6d6878;  // "nmhx": deregistered while in use, kept until close
   uint32_t magic = kMagic;
   Comm* comm = nullptr;
   int type = NCCL_PTR_HOST;
   int ndevs = 0;
   ibv_mr* mrs[kMaxDevs] = {};
+  // The keys of `mrs`, which the data path reads (never the ibv_mr itself, which deregMr frees).
+  uint32_t lkeys[kMaxDevs] = {};
+  uint32_t rkeys[kMaxDevs] = {};
   uintptr_t begin = 0, end = 0;  // registered range (used to find on-the-fly registrations)
+  // Requests posted with this handle that test() has not completed: counted by the thread driving the comm, read by
+  // deregMr on any thread (NCCL deregisters from another thread than the one that tests).
+  mutable std::atomic<int> users{0};
 };
 
 struct Request {
@@ -325,12 +345,14 @@ std::string errnoText(int error) {
   return std::string(std::strerror(error)) + " (errno " + std::to_string(error) + ")";
 }
 
-// Marks the comm failed, logs once, and tells the peer by shutting the side channel down.
-ncclResult_t fail(Comm* comm, ncclResult_t code, const std::string& what) {
-  if (!comm->failed) {
-    comm->failed = true;
+// Marks the comm failed, logs once (unless the cause was logged where it happened), and tells the peer by shutting
+// the side channel down. Only the thread driving the comm calls it.
+ncclResult_t fail(Comm* comm, ncclResult_t code, const std::string& what, bool warn = true) {
+  if (!comm->failed.load(std::memory_order_relaxed)) {
     comm->failure = code;
-    NCCL_NET_WARN("%s with peer %s: %s", comm->isSender ? "send" : "receive", comm->peer.c_str(), what.c_str());
+    comm->failed.store(true, std::memory_order_release);
+    if (warn)
+      NCCL_NET_WARN("%s with peer %s: %s", comm->isSender ? "send" : "receive", comm->peer.c_str(), what.c_str());
     if (comm->fd >= 0) shutdown(comm->fd, SHUT_RDWR);
   }
   return comm->failure;
@@ -339,6 +361,25 @@ ncclResult_t fail(Comm* comm, ncclResult_t code, const std::string& what) {
 ncclResult_t failedResult(Comm* comm) {
   NCCL_NET_WARN("%s comm with peer %s already failed", comm->isSender ? "send" : "receive", comm->peer.c_str());
   return comm->failure;
+}
+
+// What every call on a comm checks first: a failure, or a cause a deregMr on another thread left for it.
+bool unusable(const Comm* comm) {
+  return comm->failed.load(std::memory_order_relaxed) || comm->poison.load(std::memory_order_relaxed) != nullptr;
+}
+ncclResult_t unusableResult(Comm* comm) {
+  if (comm->failed.load(std::memory_order_relaxed)) return failedResult(comm);
+  const std::string* cause = comm->poison.load(std::memory_order_acquire);
+  return fail(comm, ncclInvalidUsage, *cause, /*warn=*/false);  // deregMr logged it
+}
+
+// A request takes each distinct handle it uses once, and gives them back when test() completes it.
+void countUsers(const MemoryHandle* const* handles, int n, int delta) {
+  for (int r = 0; r < n; ++r) {
+    const MemoryHandle* mh = handles[r];
+    if (mh == nullptr || std::find(handles, handles + r, mh) != handles + r) continue;
+    mh->users.fetch_add(delta, std::memory_order_acq_rel);
+  }
 }
 
 ncclResult_t reopenAfterFork() {
@@ -464,7 +505,11 @@ bool connectQp(ibv_qp* qp, Port* port, const QpWire& remote, int trafficClass, i
 }
 
 void destroyComm(Comm* comm) {
-  for (MemoryHandle* mh : comm->registrations) mh->comm = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(comm->registrationMutex);
+    for (MemoryHandle* mh : comm->registrations) mh->comm = nullptr;
+    for (MemoryHandle* mh : comm->retired) delete mh;  // their MRs went at deregMr
+  }
   for (MemoryHandle* mh : comm->implicitRegistrations) {
     for (int d = 0; d < mh->ndevs; ++d)
       if (mh->mrs[d] != nullptr) verbs().deregMr(mh->mrs[d]);
@@ -474,12 +519,13 @@ void destroyComm(Comm* comm) {
     if (comm->qps[i].qp != nullptr) verbs().destroyQp(comm->qps[i].qp);
   for (int d = 0; d < comm->ndevs; ++d) {
     CommDevice& dev = comm->devs[d];
-    if (dev.flushQp != nullptr) verbs().destroyQp(dev.flushQp);
-    if (dev.flushCq != nullptr) verbs().destroyCq(dev.flushCq);
+    if (ibv_qp* qp = dev.flushQp.load()) verbs().destroyQp(qp);
+    if (ibv_cq* cq = dev.flushCq.load()) verbs().destroyCq(cq);
     if (dev.cq != nullptr) verbs().destroyCq(dev.cq);
     if (dev.controlMr != nullptr) verbs().deregMr(dev.controlMr);
   }
   if (comm->fd >= 0) close(comm->fd);
+  delete comm->poison.load();
   std::free(comm->control);
   --global().liveComms;
   if (comm->isSender) {
@@ -592,26 +638,28 @@ bool postReceives(RecvComm* comm, int qpIndex, int count, std::string* error) {
   return true;
 }
 
-// A QP connected to itself, for iflush's RDMA READ (the read completing proves earlier PCIe writes landed).
+// A QP connected to itself, for iflush's RDMA READ (the read completing proves earlier PCIe writes landed). Called
+// by regMr (any thread) under the comm's registrationMutex; the thread driving the comm sees the CQ and QP only once
+// they are ready.
 bool ensureFlushQps(RecvComm* comm, std::string* error) {
   for (int d = 0; d < comm->ndevs; ++d) {
     CommDevice& dev = comm->devs[d];
-    if (dev.flushQp != nullptr) continue;
-    dev.flushCq = verbs().createCq(dev.port->hca->context, kSlots * 2, nullptr, nullptr, 0);
-    if (dev.flushCq == nullptr) {
+    if (dev.flushQp.load(std::memory_order_relaxed) != nullptr) continue;
+    ibv_cq* cq = verbs().createCq(dev.port->hca->context, kSlots * 2, nullptr, nullptr, 0);
+    if (cq == nullptr) {
       *error = "ibv_create_cq for the flush QP on " + dev.port->name + ": " + errnoText(errno);
       return false;
     }
-    dev.flushQp = createQp(dev.port, dev.flushCq, kSlots * 2, 1, error);
-    if (dev.flushQp == nullptr || !connectQp(dev.flushQp, dev.port, describeQp(dev.flushQp, d, dev.port),
-                                             comm->trafficClass, comm->serviceLevel, error)) {
-      // A non-NULL flushQp means "connected and ready" to later calls and to iflush: leave nothing half-made.
-      if (dev.flushQp != nullptr) verbs().destroyQp(dev.flushQp);
-      verbs().destroyCq(dev.flushCq);
-      dev.flushQp = nullptr;
-      dev.flushCq = nullptr;
+    ibv_qp* qp = createQp(dev.port, cq, kSlots * 2, 1, error);
+    if (qp == nullptr ||
+        !connectQp(qp, dev.port, describeQp(qp, d, dev.port), comm->trafficClass, comm->serviceLevel, error)) {
+      // Nothing half-made is published.
+      if (qp != nullptr) verbs().destroyQp(qp);
+      verbs().destroyCq(cq);
       return false;
     }
+    dev.flushCq.store(cq, std::memory_order_release);
+    dev.flushQp.store(qp, std::memory_order_release);
   }
   return true;
 }
@@ -709,8 +757,8 @@ ncclResult_t progressRecv(RecvComm* comm) {
           return fail(comm, ncclSystemError, error);
       }
     }
-    if (comm->devs[d].flushCq != nullptr) {
-      n = ibv_poll_cq(comm->devs[d].flushCq, 16, wcs);
+    if (ibv_cq* flushCq = comm->devs[d].flushCq.load(std::memory_order_acquire)) {
+      n = ibv_poll_cq(flushCq, 16, wcs);
       for (int i = 0; i < n; ++i) {
         if (wcs[i].status != IBV_WC_SUCCESS) return completionError(comm, wcs[i]);
         any = true;
@@ -775,7 +823,7 @@ ncclResult_t postSlot(SendComm* comm, int slotIndex) {
       int q = (firstQp + c) % comm->nqps;
       const QpSlot& qp = comm->qps[q];
       addWrite(q, reinterpret_cast<uint64_t>(request->data + offset), static_cast<uint32_t>(length),
-               request->mhandle->mrs[qp.device]->lkey, entries[r].addr + offset, entries[r].rkeys[qp.remoteDevice]);
+               request->mhandle->lkeys[qp.device], entries[r].addr + offset, entries[r].rkeys[qp.remoteDevice]);
     }
   }
   // QP 0 finishes with the sizes (into the receiver's size record, slot by slot), unless a single size rides in the
@@ -1193,15 +1241,18 @@ class IbNet {
     return ncclSuccess;
   }
 
+  // regMr and deregMr may run on another thread than the one driving the comm (NCCL's proxy service thread registers
+  // while its progress thread tests): they touch only the handle, the comm's registration lists and the flush QPs,
+  // and never poll the comm.
   ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
     NCCL_NET_CHECK(registerMemory(static_cast<Comm*>(comm), data, size, type, -1, 0, mhandle));
-    static_cast<Comm*>(comm)->registrations.push_back(static_cast<MemoryHandle*>(*mhandle));
+    keepRegistration(static_cast<Comm*>(comm), static_cast<MemoryHandle*>(*mhandle));
     return ncclSuccess;
   }
 
   ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
     NCCL_NET_CHECK(registerMemory(static_cast<Comm*>(comm), data, size, type, fd, offset, mhandle));
-    static_cast<Comm*>(comm)->registrations.push_back(static_cast<MemoryHandle*>(*mhandle));
+    keepRegistration(static_cast<Comm*>(comm), static_cast<MemoryHandle*>(*mhandle));
     return ncclSuccess;
   }
 
@@ -1214,36 +1265,46 @@ class IbNet {
     }
     // A pending request still reads the handle (a grouped send posts its writes only once the whole group is there)
     // or has its buffer in the NIC's hands. Releasing it anyway is what an abort needs (NCCL deregisters, then
-    // closes, and stops freeing at the first error), so the handle goes, and the comm fails at once with a WARN
-    // that names the cause: it posts nothing more (no write reads the freed handle), its pending requests return
-    // the error, and the peer learns through the side channel, instead of a completion error far from the cause.
+    // closes, and stops freeing at the first error), so the MRs go at once (the NIC can no longer touch the memory)
+    // and the comm fails at its next call with the cause logged here: it posts nothing more, its pending requests
+    // return the error, and the peer learns through the side channel, instead of a completion error far from the
+    // cause. The handle's struct stays with the comm until close, since such a request may still read its keys.
     Comm* owner = mh->comm;
-    if (owner != nullptr && !owner->failed) {
-      int users = pendingUsers(owner, mh);
-      if (users > 0) {
-        char what[256];
-        std::snprintf(what, sizeof(what),
-                      "deregMr of memory handle %p (%zu bytes at %p) while %d pending request(s) use it: the comm "
-                      "is unusable from here on",
-                      mhandle, static_cast<size_t>(mh->end - mh->begin), reinterpret_cast<void*>(mh->begin), users);
-        fail(owner, ncclInvalidUsage, what);
-      }
+    int users = mh->users.load(std::memory_order_acquire);
+    bool busy = owner != nullptr && users > 0 && !owner->failed.load(std::memory_order_acquire);
+    if (busy) {
+      char what[256];
+      std::snprintf(what, sizeof(what),
+                    "deregMr of memory handle %p (%zu bytes at %p) while %d pending request(s) use it: the comm is "
+                    "unusable from here on",
+                    mhandle, static_cast<size_t>(mh->end - mh->begin), reinterpret_cast<void*>(mh->begin), users);
+      NCCL_NET_WARN("%s with peer %s: %s", owner->isSender ? "send" : "receive", owner->peer.c_str(), what);
+      auto* cause = new std::string(what);
+      std::string* none = nullptr;
+      if (!owner->poison.compare_exchange_strong(none, cause, std::memory_order_acq_rel)) delete cause;
     }
     if (owner != nullptr) {
+      std::lock_guard<std::mutex> lock(owner->registrationMutex);
       auto& list = owner->registrations;
       list.erase(std::remove(list.begin(), list.end(), mh), list.end());
+      if (busy) owner->retired.push_back(mh);
     }
     for (int d = 0; d < mh->ndevs; ++d)
       if (mh->mrs[d] != nullptr) verbs().deregMr(mh->mrs[d]);
-    mh->magic = 0;
-    delete mh;
+    if (busy) {
+      mh->magic = MemoryHandle::kRetiredMagic;
+      for (ibv_mr*& mr : mh->mrs) mr = nullptr;
+    } else {
+      mh->magic = 0;
+      delete mh;
+    }
     return ncclSuccess;
   }
 
   ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* /*phandle*/,
                      void** request) {
     auto* comm = static_cast<SendComm*>(sendComm);
-    if (comm->failed) return failedResult(comm);
+    if (unusable(comm)) return unusableResult(comm);
     if (size > kMaxMessageBytes) {
       NCCL_NET_WARN("isend: %zu bytes exceeds maxP2pBytes (%zu): split the message", size, kMaxMessageBytes);
       return ncclInvalidArgument;
@@ -1296,6 +1357,7 @@ class IbNet {
     req->size = size;
     req->data = static_cast<unsigned char*>(data);
     req->mhandle = mh;
+    countUsers(&req->mhandle, 1, +1);
     slot.reqs[match] = req;
     ++comm->pending;
     if (++slot.matched == slot.nreqs) {
@@ -1309,7 +1371,7 @@ class IbNet {
   ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** /*phandles*/,
                      void** request) {
     auto* comm = static_cast<RecvComm*>(recvComm);
-    if (comm->failed) return failedResult(comm);
+    if (unusable(comm)) return unusableResult(comm);
     if (n > kMaxRecvs) {
       NCCL_NET_WARN("irecv: %d grouped receives, this plugin advertises maxRecvs %d", n, kMaxRecvs);
       return ncclInvalidArgument;
@@ -1342,7 +1404,7 @@ class IbNet {
       std::memset(&entry, 0, sizeof(entry));
       entry.addr = reinterpret_cast<uint64_t>(data[r]);
       entry.size = sizes[r];
-      for (int d = 0; d < comm->ndevs && mh != nullptr; ++d) entry.rkeys[d] = mh->mrs[d]->rkey;
+      for (int d = 0; d < comm->ndevs && mh != nullptr; ++d) entry.rkeys[d] = mh->rkeys[d];
       entry.nreqs = static_cast<uint32_t>(n);
       entry.tag = tags[r];
       entry.idx = comm->sequence + 1;
@@ -1369,6 +1431,7 @@ class IbNet {
       comm->requests.release(req);
       return fail(comm, ncclSystemError, "ibv_post_send of the FIFO entry: " + errnoText(rc));
     }
+    countUsers(req->mhandles, n, +1);
     ++comm->sequence;
     ++comm->pending;
     *request = req;
@@ -1377,7 +1440,7 @@ class IbNet {
 
   ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
     auto* comm = static_cast<RecvComm*>(recvComm);
-    if (comm->failed) return failedResult(comm);
+    if (unusable(comm)) return unusableResult(comm);
     if (params().gdrFlushDisable || mhandles == nullptr) return ncclSuccess;  // NULL request: nothing to wait for
     // Host memory written by the NIC is coherent; only GPU memory needs the read-back.
     int target = -1;
@@ -1393,7 +1456,7 @@ class IbNet {
     }
     if (target < 0) return ncclSuccess;
     auto* mh = static_cast<const MemoryHandle*>(mhandles[target]);
-    if (comm->devs[0].flushQp == nullptr) {
+    if (comm->devs[0].flushQp.load(std::memory_order_acquire) == nullptr) {
       NCCL_NET_WARN("iflush: no flush QP (GPU buffer registered before the comm existed?)");
       return ncclInternalError;
     }
@@ -1415,14 +1478,15 @@ class IbNet {
       wr.opcode = IBV_WR_RDMA_READ;
       wr.send_flags = IBV_SEND_SIGNALED;
       wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(data[target]);
-      wr.wr.rdma.rkey = mh->mrs[d]->rkey;
+      wr.wr.rdma.rkey = mh->rkeys[d];
       ibv_send_wr* bad = nullptr;
-      int rc = ibv_post_send(comm->devs[d].flushQp, &wr, &bad);
+      int rc = ibv_post_send(comm->devs[d].flushQp.load(std::memory_order_acquire), &wr, &bad);
       if (rc != 0) {
         if (d == 0) comm->requests.release(req);
         return fail(comm, ncclSystemError, "ibv_post_send of the flush read: " + errnoText(rc));
       }
     }
+    countUsers(req->mhandles, 1, +1);
     ++comm->pending;
     *request = req;
     return ncclSuccess;
@@ -1437,7 +1501,7 @@ class IbNet {
     Comm* comm = req->comm;
     if (!req->done) {
       // A request that completed before the comm failed is still reported as done.
-      if (comm->failed) return failedResult(comm);
+      if (unusable(comm)) return unusableResult(comm);
       NCCL_NET_CHECK(comm->isSender ? progressSend(static_cast<SendComm*>(comm))
                                     : progressRecv(static_cast<RecvComm*>(comm)));
       if (!req->done) return ncclSuccess;
@@ -1457,6 +1521,11 @@ class IbNet {
     }
     *done = 1;
     --comm->pending;
+    if (req->kind == Request::kSend) {
+      countUsers(&req->mhandle, 1, -1);
+    } else {
+      countUsers(req->mhandles, req->kind == Request::kRecv ? req->nreqs : 1, -1);
+    }
     req->magic = 0;
     if (comm->isSender) {
       static_cast<SendComm*>(comm)->requests.release(req);
@@ -1483,32 +1552,9 @@ class IbNet {
   }
 
  private:
-  // Requests of `comm` not yet done that use `mh` (after one progress pass, so finished work is not counted).
-  static int pendingUsers(Comm* comm, const MemoryHandle* mh) {
-    int users = 0;
-    auto count = [&](Request& req) {
-      if (req.magic != Request::kMagic || req.done) return;
-      if (req.kind == Request::kSend) {
-        if (req.mhandle == mh) ++users;
-        return;
-      }
-      int handles = req.kind == Request::kRecv ? req.nreqs : 1;
-      for (int r = 0; r < handles; ++r)
-        if (req.mhandles[r] == mh) {
-          ++users;
-          return;
-        }
-    };
-    if (comm->isSender) {
-      auto* send = static_cast<SendComm*>(comm);
-      if (progressSend(send) != ncclSuccess) return 0;  // failed now: nothing will be posted any more
-      send->requests.forEachLive(count);
-    } else {
-      auto* recv = static_cast<RecvComm*>(comm);
-      if (progressRecv(recv) != ncclSuccess) return 0;
-      recv->requests.forEachLive(count);
-    }
-    return users;
+  static void keepRegistration(Comm* comm, MemoryHandle* mh) {
+    std::lock_guard<std::mutex> lock(comm->registrationMutex);
+    comm->registrations.push_back(mh);
   }
 
   static void discardPending(PendingAccept* p) {
@@ -1558,10 +1604,17 @@ class IbNet {
         return ncclSystemError;
       }
       mh->mrs[d] = mr;
+      mh->lkeys[d] = mr->lkey;
+      mh->rkeys[d] = mr->rkey;
     }
     if (!comm->isSender && (type & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0) {
       std::string error;
-      if (!ensureFlushQps(static_cast<RecvComm*>(comm), &error)) {
+      bool ready;
+      {
+        std::lock_guard<std::mutex> lock(comm->registrationMutex);
+        ready = ensureFlushQps(static_cast<RecvComm*>(comm), &error);
+      }
+      if (!ready) {
         NCCL_NET_WARN("regMr: cannot create the flush QP: %s", error.c_str());
         for (int d = 0; d < comm->ndevs; ++d) verbs().deregMr(mh->mrs[d]);
         return ncclSystemError;

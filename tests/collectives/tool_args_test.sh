@@ -130,6 +130,7 @@ fi
 # nccl-net-check and nccl-net-perf: a timeout of 0 would fail every rule as hung (the plugin blamed for a typo).
 # nccl-net-perf's sizes go through the same size option as nccl-net-bench's.
 for tool_args in "nccl-net-check --call-timeout 0 socket" "nccl-net-check --rule-timeout -1 socket" \
+                 "nccl-net-check --thread-messages 10 socket" \
                  "nccl-net-perf socket --call-timeout 0" "nccl-net-perf socket -e 2T" "nccl-net-perf socket -b x"; do
   out=$(timeout 20 "$bin/"$tool_args 2>&1)
   status=$?

@@ -1365,7 +1365,8 @@ Verdict manyCommsAtOnce(Context& c) {
 // gCurrentCall) is one per process, so the threads here watch their own calls: each publishes its call and deadline,
 // and a watchdog thread ends the process, naming the thread's comm and call, when one overruns.
 // Mostly small messages (many calls, so many chances for a race), every 16th up to 64 KiB.
-constexpr int kThreadComms = 4, kThreadMessages = 30000, kThreadInFlight = 4;
+constexpr int kThreadComms = 4, kThreadInFlight = 4;
+int gThreadMessages = 30000;  // --thread-messages
 constexpr size_t kThreadCapacity = 65536;
 constexpr const char* kThreadsNote = "4 comms driven from 4 threads";
 size_t threadMessageSize(int comm, int message) {
@@ -1452,7 +1453,7 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
   std::vector<std::vector<unsigned char>> buffers(kThreadInFlight, std::vector<unsigned char>(kThreadCapacity));
   std::vector<void*> requests(kThreadInFlight, nullptr);
   const char* testName = sending ? "test (isend)" : "test (irecv)";
-  for (int i = 0; i < kThreadMessages + kThreadInFlight && !failure.stop; ++i) {
+  for (int i = 0; i < gThreadMessages + kThreadInFlight && !failure.stop; ++i) {
     int slot = i % kThreadInFlight;
     if (requests[slot] != nullptr) {
       int message = i - kThreadInFlight;
@@ -1484,7 +1485,7 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
           // Another comm's message of about the same time, when it was one: the evidence of crossed state.
           std::string whose;
           for (int other = 0; other < kThreadComms && whose.empty(); ++other)
-            for (int m = std::max(0, message - 64); m < message + 64 && m < kThreadMessages && whose.empty(); ++m)
+            for (int m = std::max(0, message - 64); m < message + 64 && m < gThreadMessages && whose.empty(); ++m)
               if (other != index && threadMessageSize(other, m) >= expected &&
                   firstMismatch(buffers[slot], expected, threadMessageSeed(other, m)) < 0)
                 whose = ", the bytes of comm " + std::to_string(other) + "'s message " + std::to_string(m);
@@ -1496,7 +1497,7 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
       }
       requests[slot] = nullptr;
     }
-    if (i >= kThreadMessages) continue;
+    if (i >= gThreadMessages) continue;
     size_t size = threadMessageSize(index, i);
     auto deadline = Clock::now() + std::chrono::seconds(15);
     if (sending) fill(buffers[slot], size, threadMessageSeed(index, i));
@@ -1697,7 +1698,7 @@ Verdict commsOnThreads(Context& c) {
   std::snprintf(text, sizeof(text),
                 "%d comms, each driven from its own thread on both sides: %d messages each (1 B..64 KiB, %d in "
                 "flight), sizes and bytes right, with %ld regMr/deregMr pairs on comm 0 from a fifth thread",
-                kThreadComms, kThreadMessages, kThreadInFlight, registrations);
+                kThreadComms, gThreadMessages, kThreadInFlight, registrations);
   return pass(text);
 }
 
@@ -1859,6 +1860,7 @@ const std::vector<Rule>& rules() {
   gResultFd = fd;
   gCallTimeout = options.callTimeoutSeconds;
   gPeerDeathSeconds = options.peerDeathSeconds;
+  gThreadMessages = options.threadMessages;
   signal(SIGALRM, onAlarm);
   signal(SIGPIPE, SIG_IGN);
   auto writeVerdict = [&](const Verdict& v) {
