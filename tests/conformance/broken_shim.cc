@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -28,6 +29,12 @@ const ncclNet_v12_t* real() {
   }();
   return table;
 }
+
+#ifdef NNS_BUG_LEAKED_COMM_FD
+// Each receive comm gets an eventfd at accept (for a progress thread to wake on); closeRecv frees the comm and
+// forgets the descriptor. Harmless per comm, fatal after a few hundred communicators.
+std::map<void*, int> gWakeFds;
+#endif
 
 #ifdef NNS_BUG_LIMITED_REQUESTS
 // The receive pool was sized with the v6-era limit (NCCL_NET_MAX_REQUESTS_V6 = 8) instead of NCCL_NET_MAX_REQUESTS
@@ -362,6 +369,9 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t
   }
 #endif
   ncclResult_t result = real()->accept(listenComm, recvComm, devComm);
+#ifdef NNS_BUG_LEAKED_COMM_FD
+  if (result == ncclSuccess && *recvComm != nullptr) gWakeFds[*recvComm] = eventfd(0, EFD_CLOEXEC);
+#endif
 #ifdef NNS_BUG_GLOBAL_RECV_COMM
   if (result == ncclSuccess && *recvComm != nullptr) gLastRecvComm = *recvComm;
 #endif
@@ -656,6 +666,9 @@ ncclResult_t closeRecv(void* comm) {
 #endif
 #ifdef NNS_BUG_BLOCKING_CLOSE_RECV
   drainPending(comm);
+#endif
+#ifdef NNS_BUG_LEAKED_COMM_FD
+  gWakeFds.erase(comm);  // the descriptor is not closed
 #endif
   return real()->closeRecv(comm);
 }

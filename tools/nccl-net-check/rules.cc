@@ -1,4 +1,5 @@
 // rules.cc: the conformance rules, each named after what it checks, and the process machinery that runs them.
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -932,6 +933,156 @@ Verdict regmrDeregBalance(Context& c) {
   return pass("2000 regMr/deregMr pairs of 1 MiB, resident memory grew " + std::to_string(grown) + " KiB");
 }
 
+// ---- comm-lifecycle-leaks: communicators come and go, descriptors and threads do not pile up ------------------
+// A long-lived process (a training job that builds process groups, NCCL's ncclCommSplit) opens and closes many
+// connections through one plugin instance. A descriptor or helper thread left behind by each closed comm runs the
+// process into its descriptor limit (1024 by default) after a few hundred communicators.
+constexpr int kLifecycleWarmup = 5, kLifecycleCycles = 100;
+
+// Entries of a /proc/self directory (fd or task), or -1.
+int procEntries(const char* directory) {
+  DIR* dir = opendir(directory);
+  if (dir == nullptr) return -1;
+  int count = 0;
+  while (dirent* entry = readdir(dir))
+    if (entry->d_name[0] != '.') ++count;
+  closedir(dir);
+  return count - (std::strcmp(directory, "/proc/self/fd") == 0 ? 1 : 0);  // opendir's own descriptor
+}
+
+struct ResourceCounts {
+  int fds = 0, threads = 0;
+  static ResourceCounts now() { return {procEntries("/proc/self/fd"), procEntries("/proc/self/task")}; }
+};
+
+// The growth from `base` to now; a helper thread may still be exiting when close returns, so growth is looked at
+// again after a pause before it counts.
+ResourceCounts lifecycleGrowth(const ResourceCounts& base) {
+  ResourceCounts end = ResourceCounts::now();
+  for (int settle = 0; settle < 10 && (end.fds > base.fds || end.threads > base.threads); ++settle) {
+    usleep(50000);
+    end = ResourceCounts::now();
+  }
+  return {end.fds - base.fds, end.threads - base.threads};
+}
+
+Verdict commLifecycleLeaks(Context& c) {
+  constexpr int kTotal = kLifecycleWarmup + kLifecycleCycles;
+  auto sizeOf = [](int cycle) { return static_cast<size_t>(1 + (cycle * 131) % 4096); };
+  // This process listens (a new listener per cycle, as NCCL listens per connection) and passes each handle to the
+  // peer over `handles`; a 0 byte ends the run. The peer's growth comes back over `counts`.
+  int handles[2], counts[2];
+  if (pipe(handles) != 0) return fail("pipe failed");
+  if (pipe(counts) != 0) return fail("pipe failed");
+  pid_t peer = startPeer(c, [&]() {
+    close(handles[1]);
+    close(counts[0]);
+    std::vector<unsigned char> buffer(4096);
+    void* sendComm = nullptr;
+    ResourceCounts base;
+    for (int cycle = 0;; ++cycle) {
+      unsigned char token[1 + NCCL_NET_HANDLE_MAXSIZE];
+      pollfd next{handles[0], POLLIN, 0};
+      bool more =
+          poll(&next, 1, 60000) == 1 && read(handles[0], token, sizeof(token)) == sizeof(token) && token[0] == 1;
+      // The previous comm closes only now, once the receiver has checked its message.
+      if (sendComm != nullptr) CALL("closeSend", c.net->closeSend(sendComm));
+      sendComm = nullptr;
+      if (cycle == kLifecycleWarmup) base = ResourceCounts::now();
+      if (!more) break;
+      if ((sendComm = connectWithin(c, token + 1, 20)) == nullptr) return 20;
+      void* request = nullptr;
+      fill(buffer, sizeOf(cycle), static_cast<uint64_t>(cycle) + 5);
+      int size = -1;
+      if (postSend(c, sendComm, buffer.data(), sizeOf(cycle), 1, &request) != ncclSuccess) return 32;
+      if (waitDone(c, request, &size, 30) != ncclSuccess) return 30;
+      if (size != static_cast<int>(sizeOf(cycle))) return 31;
+    }
+    ResourceCounts grown = lifecycleGrowth(base);
+    (void)!write(counts[1], &grown, sizeof(grown));
+    return 0;
+  });
+  close(handles[0]);
+  close(counts[1]);
+  // Ends the peer (a 0 byte instead of a handle) and collects its growth and exit code.
+  struct PeerEnd {
+    int code = 0;
+    bool reported = false;
+    ResourceCounts grown{-1, -1};
+  };
+  auto endPeer = [&]() {
+    PeerEnd e;
+    unsigned char end[1 + NCCL_NET_HANDLE_MAXSIZE] = {};
+    (void)!write(handles[1], end, sizeof(end));
+    close(handles[1]);
+    pollfd ready{counts[0], POLLIN, 0};
+    e.reported = poll(&ready, 1, 30000) == 1 && read(counts[0], &e.grown, sizeof(e.grown)) == sizeof(e.grown);
+    close(counts[0]);
+    e.code = waitPeer(peer, 30);
+    return e;
+  };
+  std::vector<unsigned char> buffer(4096);
+  ResourceCounts base;
+  for (int cycle = 0; cycle < kTotal; ++cycle) {
+    if (cycle == kLifecycleWarmup) base = ResourceCounts::now();
+    unsigned char token[1 + NCCL_NET_HANDLE_MAXSIZE] = {1};
+    void* listenComm = nullptr;
+    if (ncclResult_t result = CALL("listen", c.net->listen(c.ctx, c.dev, token + 1, &listenComm));
+        result != ncclSuccess) {
+      endPeer();
+      return fail("comm %d: listen returned %s", cycle + 1, resultText(result).c_str());
+    }
+    (void)!write(handles[1], token, sizeof(token));
+    ncclResult_t failed = ncclSuccess;
+    void* recvComm = acceptWithin(c, listenComm, 20, &failed);
+    Verdict step = pass("");
+    if (recvComm == nullptr) {
+      step = fail("comm %d: %s", cycle + 1,
+                  failed != ncclSuccess ? ("accept returned " + resultText(failed)).c_str()
+                                        : "accept did not complete within 20 s");
+    } else {
+      void* data = buffer.data();
+      size_t capacity = buffer.size();
+      int tag = 1, size = -1;
+      void* request = nullptr;
+      ncclResult_t result = postRecv(c, recvComm, 1, &data, &capacity, &tag, &request);
+      if (result != ncclSuccess) {
+        step = fail("comm %d: irecv %s", cycle + 1, postText(result).c_str());
+      } else if ((result = waitDone(c, request, &size, 30)) != ncclSuccess) {
+        step = fail("comm %d: %s", cycle + 1, waitText(result, 30).c_str());
+      } else if (size != static_cast<int>(sizeOf(cycle)) ||
+                 firstMismatch(buffer, sizeOf(cycle), static_cast<uint64_t>(cycle) + 5) >= 0) {
+        step = fail("comm %d: received %d bytes, expected %zu (or wrong bytes)", cycle + 1, size, sizeOf(cycle));
+      }
+      CALL("closeRecv", c.net->closeRecv(recvComm));
+    }
+    CALL("closeListen", c.net->closeListen(listenComm));
+    if (step.status != Status::kPass) {
+      endPeer();
+      return step;
+    }
+  }
+  ResourceCounts grown = lifecycleGrowth(base);
+  PeerEnd peerEnd = endPeer();
+  if (peerEnd.code == 31) return fail("the sender's test reported a size other than the one it sent");
+  if (peerEnd.code != 0) return fail("%s", peerText(peerEnd.code).c_str());
+  if (!peerEnd.reported) return fail("the peer did not report its descriptor and thread counts");
+  const ResourceCounts& peerGrown = peerEnd.grown;
+  // A descriptor or two may be opened lazily once (a cache, an event channel); a leak per comm shows as ~100.
+  constexpr int kFdSlack = 2, kThreadSlack = 1;
+  char text[400];
+  std::snprintf(text, sizeof(text),
+                "%d comms opened, used for one message and closed after %d warm-up comms: descriptors %+d on the "
+                "listener/receiver and %+d on the connector/sender, threads %+d and %+d",
+                kLifecycleCycles, kLifecycleWarmup, grown.fds, peerGrown.fds, grown.threads, peerGrown.threads);
+  if (grown.fds > kFdSlack || peerGrown.fds > kFdSlack || grown.threads > kThreadSlack ||
+      peerGrown.threads > kThreadSlack)
+    return fail("%s: about %.1f descriptors and %.1f threads left behind per closed comm", text,
+                std::max(grown.fds, peerGrown.fds) / static_cast<double>(kLifecycleCycles),
+                std::max(grown.threads, peerGrown.threads) / static_cast<double>(kLifecycleCycles));
+  return pass(text);
+}
+
 Verdict registeredBufferOffsets(Context& c) {
   // NCCL registers a whole buffer once (regMr) and sends and receives at offsets within it, passing the buffer's
   // mhandle with every call; every other rule passes no mhandle. Each message here goes from an offset of a
@@ -1851,6 +2002,9 @@ const std::vector<Rule>& rules() {
         "garbage and silent connections on the listen port neither fail accept nor keep "
         "the real sender out"},
        strangersAreDropped},
+      {{"comm-lifecycle-leaks",
+        "100 comms opened and closed one after another leave no descriptors or threads behind on either side"},
+       commLifecycleLeaks},
   };
   return list;
 }
