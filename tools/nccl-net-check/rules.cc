@@ -1345,6 +1345,122 @@ Verdict peerDeathIsAnError(Context& c) {
   return pass(text);
 }
 
+Verdict receiverDeathIsAnError(Context& c) {
+  // The other side of peer-death-is-an-error: the receiver dies before it posts a receive, while the sender has a
+  // message it cannot deliver. Here the peer listens and accepts (the usual roles reversed) and stops itself; this
+  // process connects and keeps posting a 256 MiB send (isend, then test) for 0.2 s, kills the peer, and goes on.
+  // isend or test must return an error within --peer-death-timeout. A receiver-driven plugin answers isend with
+  // NULL until the receiver's ready-to-receive arrives, and NCCL retries it for ever: nothing else will tell it.
+  constexpr size_t kBytes = 256u << 20;
+  int handlePipe[2];
+  if (pipe(handlePipe) != 0) return fail("pipe failed");
+  pid_t peer = startPeer(c, [&]() {
+    close(handlePipe[0]);
+    unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    void* listenComm = nullptr;
+    if (CALL("listen", c.net->listen(c.ctx, c.dev, handle, &listenComm)) != ncclSuccess) return 20;
+    if (write(handlePipe[1], handle, sizeof(handle)) != static_cast<ssize_t>(sizeof(handle))) return 21;
+    if (acceptWithin(c, listenComm, 20) == nullptr) return 22;
+    raise(SIGSTOP);
+    for (;;) pause();
+    return 0;
+  });
+  close(handlePipe[1]);
+  auto killPeer = [&]() {
+    if (peer <= 0) return;
+    kill(peer, SIGKILL);
+    waitpid(peer, nullptr, 0);
+    peer = -1;
+  };
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+  pollfd listened{handlePipe[0], POLLIN, 0};
+  bool gotHandle = poll(&listened, 1, 20000) == 1 && read(handlePipe[0], handle, sizeof(handle)) == sizeof(handle);
+  close(handlePipe[0]);
+  if (!gotHandle) {
+    int code = waitPeer(peer, 1);
+    peer = -1;
+    return fail("the peer (listener) did not hand over its handle: %s", peerText(code).c_str());
+  }
+  void* sendComm = connectWithin(c, handle, 20);
+  if (sendComm == nullptr) {
+    killPeer();
+    return fail("connect to the peer's listener did not complete within 20 s");
+  }
+  // The peer stops once its accept returned.
+  bool stopped = false;
+  for (auto deadline = Clock::now() + std::chrono::seconds(20); !stopped && Clock::now() < deadline;) {
+    int status = 0;
+    pid_t got = waitpid(peer, &status, WNOHANG | WUNTRACED);
+    if (got == peer && WIFSTOPPED(status)) stopped = true;
+    if (got == peer && !WIFSTOPPED(status)) {
+      peer = -1;
+      CALL("closeSend", c.net->closeSend(sendComm));
+      return fail("the peer ended before it stopped (its accept did not complete: status %d)", status);
+    }
+    if (!stopped) usleep(1000);
+  }
+  if (!stopped) {
+    killPeer();
+    CALL("closeSend", c.net->closeSend(sendComm));
+    return fail("the peer's accept did not complete within 20 s");
+  }
+  std::vector<unsigned char> big(kBytes, 1);
+  void* request = nullptr;
+  auto start = Clock::now();
+  Clock::time_point killed{};
+  int isends = 0, tests = 0;
+  Verdict verdict = pass("");
+  for (;;) {
+    ncclResult_t result;
+    int done = 0, size = -1;
+    if (request == nullptr) {
+      ++isends;
+      result = CALL("isend", c.net->isend(sendComm, big.data(), big.size(), 1, nullptr, nullptr, &request));
+    } else {
+      ++tests;
+      result = CALL("test", c.net->test(request, &done, &size));
+    }
+    auto now = Clock::now();
+    if (peer > 0 && now - start > std::chrono::milliseconds(200)) {
+      killPeer();
+      killed = Clock::now();
+    }
+    double since = peer > 0 ? 0.0 : std::chrono::duration<double>(now - killed).count();
+    if (result != ncclSuccess) {
+      char text[200];
+      std::snprintf(text, sizeof(text),
+                    "%s returned %s %.2f s after the receiver was killed (it had posted no receive)",
+                    request == nullptr ? "isend" : "test", resultText(result).c_str(), since);
+      verdict = peer > 0 ? fail("%s returned %s while the receiver was alive (stopped)",
+                                request == nullptr ? "isend" : "test", resultText(result).c_str())
+                         : pass(text);
+      break;
+    }
+    if (done) {
+      verdict = fail("a %zu-byte send completed (size %d) although its receiver never posted a receive%s", kBytes, size,
+                     peer > 0 ? "" : " and was killed");
+      break;
+    }
+    if (peer <= 0 && since > gPeerDeathSeconds) {
+      if (request == nullptr) {
+        verdict = fail(
+            "isend still answered NULL ('not yet') %d s after the receiver's death (%d calls), never an "
+            "error: NCCL would retry it for ever",
+            gPeerDeathSeconds, isends);
+      } else {
+        verdict = fail(
+            "test of the pending send still said 'not done' %d s after the receiver's death (%d calls), "
+            "never an error: the send would hang NCCL",
+            gPeerDeathSeconds, tests);
+      }
+      break;
+    }
+  }
+  killPeer();
+  CALL("closeSend", c.net->closeSend(sendComm));
+  return verdict;
+}
+
 Verdict everyVersionAgrees(Context& c) {
   auto exports = core::inspectLibrary(c.net->path());
   std::string summary;
@@ -1981,6 +2097,10 @@ const std::vector<Rule>& rules() {
        everyVersionAgrees},
       {{"peer-death-is-an-error", "a peer killed mid-transfer makes the pending test fail (within 30 s by default)"},
        peerDeathIsAnError},
+      {{"receiver-death-is-an-error",
+        "a receiver killed before it posted makes the pending send fail (isend or test, within 30 s by default), "
+        "never 'not yet' for ever"},
+       receiverDeathIsAnError},
       {{"every-call-returns", "each plugin call returns within the call timeout (a watchdog guards every rule)"},
        everyCallReturns},
       {{"many-comms-at-once",
