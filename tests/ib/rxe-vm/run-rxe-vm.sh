@@ -6,7 +6,7 @@
 #
 # Exit: 0 all passed, 1 a test failed or the VM misbehaved, 77 skipped (packages cannot be installed, no kernel,
 # qemu cannot boot). Environment: NNS_IB_VM_NO_INSTALL=1 never runs apt-get; NNS_IB_VM_TIMEOUT (seconds, default
-# 420) bounds the VM; NNS_IB_VM_SMP (default 2) vCPUs; NNS_IB_VM_ONLY=<regex> runs only matching guest steps (gtest,
+# 540) bounds the VM; NNS_IB_VM_SMP (default 2) vCPUs; NNS_IB_VM_ONLY=<regex> runs only matching guest steps (gtest,
 # perf); NNS_IB_VM_PERF_ROUNDS (default 1) rounds of the interleaved perftest / nns-ib-bench comparison;
 # NNS_IB_VM_QEMU another qemu-system-x86_64 binary; NNS_IB_VM_CHECK=0 leaves out tools/nccl-net-check (step "check").
 # NNS_IB_VM_COMMAND='<shell command>' runs that command in the guest (busybox sh, once rxe0/rxe1 are up, with
@@ -21,7 +21,7 @@ build="${1:-}"
 [ -n "$build" ] && [ -d "$build" ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
 build="$(cd "$build" && pwd)"
 work="$build/ib-rxe-vm"
-timeout_s="${NNS_IB_VM_TIMEOUT:-420}"
+timeout_s="${NNS_IB_VM_TIMEOUT:-540}"
 qemu="${NNS_IB_VM_QEMU:-qemu-system-x86_64}"
 smp="${NNS_IB_VM_SMP:-2}"
 started=$(date +%s)
@@ -140,6 +140,11 @@ echo "NNS_IB_BUILD=$build" >"$work/guest.env"
 echo "NNS_IB_VM_ONLY='${NNS_IB_VM_ONLY:-}'" >>"$work/guest.env"
 echo "NNS_IB_VM_PERF_ROUNDS=${NNS_IB_VM_PERF_ROUNDS:-1}" >>"$work/guest.env"
 echo "NNS_IB_VM_CHECK=${NNS_IB_VM_CHECK:-1}" >>"$work/guest.env"
+# A sanitizer build (ASan or TSan linked into the plugin) runs every call several times slower: the guest shortens
+# its longest stress rule.
+sanitized=0
+ldd "$build/lib/libnccl-net-ib.so" 2>/dev/null | grep -qE 'lib(asan|tsan)' && sanitized=1
+echo "NNS_IB_VM_SANITIZED=$sanitized" >>"$work/guest.env"
 # A command of one's own travels as a file (no quoting through guest.env); none: the file is absent.
 rm -f "$work/guest-command.sh"
 [ -n "${NNS_IB_VM_COMMAND:-}" ] && printf '%s\n' "$NNS_IB_VM_COMMAND" >"$work/guest-command.sh"
