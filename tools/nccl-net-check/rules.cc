@@ -1420,28 +1420,30 @@ Verdict receiverDeathIsAnError(Context& c) {
       ++tests;
       result = CALL("test", c.net->test(request, &done, &size));
     }
+    // Judged by the receiver's state when the call returned: the kill below comes after.
     auto now = Clock::now();
-    if (peer > 0 && now - start > std::chrono::milliseconds(200)) {
+    const bool alive = peer > 0;
+    double since = alive ? 0.0 : std::chrono::duration<double>(now - killed).count();
+    if (alive && now - start > std::chrono::milliseconds(200)) {
       killPeer();
       killed = Clock::now();
     }
-    double since = peer > 0 ? 0.0 : std::chrono::duration<double>(now - killed).count();
     if (result != ncclSuccess) {
       char text[200];
       std::snprintf(text, sizeof(text),
                     "%s returned %s %.2f s after the receiver was killed (it had posted no receive)",
                     request == nullptr ? "isend" : "test", resultText(result).c_str(), since);
-      verdict = peer > 0 ? fail("%s returned %s while the receiver was alive (stopped)",
-                                request == nullptr ? "isend" : "test", resultText(result).c_str())
-                         : pass(text);
+      verdict = alive ? fail("%s returned %s while the receiver was alive (stopped)",
+                             request == nullptr ? "isend" : "test", resultText(result).c_str())
+                      : pass(text);
       break;
     }
     if (done) {
       verdict = fail("a %zu-byte send completed (size %d) although its receiver never posted a receive%s", kBytes, size,
-                     peer > 0 ? "" : " and was killed");
+                     alive ? "" : " and was killed");
       break;
     }
-    if (peer <= 0 && since > gPeerDeathSeconds) {
+    if (!alive && since > gPeerDeathSeconds) {
       if (request == nullptr) {
         verdict = fail(
             "isend still answered NULL ('not yet') %d s after the receiver's death (%d calls), never an "
