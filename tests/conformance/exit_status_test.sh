@@ -21,6 +21,10 @@ expect 2 "not in range" "$bin/nccl-net-check" minimal --call-timeout -1
 expect 2 "not expected: --bogus" "$bin/nccl-net-info" --bogus
 expect 2 "not in range" "$bin/nccl-net-info" --call-timeout 0
 expect 0 "Usage" "$bin/nccl-net-check" --help
+expect 2 "no rule named 'zero-bytes'" "$bin/nccl-net-check" minimal --skip zero-bytes
+# --skip applies after --rules: of the two rules named, only the one not skipped runs.
+expect 0 "^1 passed, 0 failed, 0 skipped" \
+  "$bin/nccl-net-check" minimal --rules properties-sane,zero-byte --skip properties-sane
 expect 2 "--junit /nonexistent-dir/x.xml: cannot write there" \
   "$bin/nccl-net-check" minimal --rules zero-byte --junit /nonexistent-dir/x.xml
 expect 2 "not expected: --bogus" "$bin/nccl-net-perf" minimal --bogus

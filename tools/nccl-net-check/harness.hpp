@@ -26,6 +26,7 @@ struct Options {
   int peerDeathSeconds = 30;      // peer-death-is-an-error: time a pending test has to report the dead peer
   int threadMessages = 30000;     // comms-on-threads: messages per comm (fewer under sanitizers or emulated NICs)
   std::vector<std::string> only;  // rule names to run (all when empty)
+  std::vector<std::string> skip;  // rule names not to run
   // --netns: each rule process enters `listenerNetns` before loading the plugin; each peer enters `peerNetns` and
   // opens its own copy of the plugin (`peerLibrary`, a copy of the file so it starts fresh rather than inheriting
   // the listener's interface choice). Empty: both sides share this host's network.

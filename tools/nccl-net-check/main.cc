@@ -373,6 +373,7 @@ int runTool(int argc, char** argv) {
   app.add_option("plugin", plugin, "plugin name (libnccl-net-NAME.so) or path, NCCL_NET_PLUGIN semantics");
   app.add_option("-L,--search-dir", options.load.searchDirs, "directories searched for the plugin (default ../lib)");
   app.add_option("--rules", options.only, "run only these rules")->delimiter(',');
+  app.add_option("--skip", options.skip, "run every rule but these (applied after --rules)")->delimiter(',');
   // Zero or less would fail every rule as "hung" and blame the plugin for a typo.
   app.add_option("--call-timeout", options.callTimeoutSeconds, "seconds any one plugin call may take (default 5)")
       ->check(CLI::Range(1, 3600));
@@ -402,12 +403,14 @@ int runTool(int argc, char** argv) {
     std::fprintf(stderr, "nccl-net-check: name a plugin, before --rules (which takes a list; see --help)\n");
     return 2;
   }
-  for (const auto& wanted : options.only) {
-    bool known = false;
-    for (const auto& rule : nns::check::allRules()) known = known || wanted == rule.name;
-    if (!known) {
-      std::fprintf(stderr, "nccl-net-check: no rule named '%s' (--list shows them)\n", wanted.c_str());
-      return 2;
+  for (const auto* names : {&options.only, &options.skip}) {
+    for (const auto& wanted : *names) {
+      bool known = false;
+      for (const auto& rule : nns::check::allRules()) known = known || wanted == rule.name;
+      if (!known) {
+        std::fprintf(stderr, "nccl-net-check: no rule named '%s' (--list shows them)\n", wanted.c_str());
+        return 2;
+      }
     }
   }
   // The JUnit file is written before any rule runs: a path that cannot be written is refused here.

@@ -2200,9 +2200,10 @@ const std::vector<RuleInfo>& allRules() {
 std::vector<RuleResult> runRules(const Options& options, const std::function<void(const RuleResult&)>& onResult) {
   std::vector<RuleResult> results;
   for (const auto& rule : rules()) {
-    if (!options.only.empty() &&
-        std::find(options.only.begin(), options.only.end(), rule.info.name) == options.only.end())
-      continue;
+    auto named = [&](const std::vector<std::string>& names) {
+      return std::find(names.begin(), names.end(), rule.info.name) != names.end();
+    };
+    if ((!options.only.empty() && !named(options.only)) || named(options.skip)) continue;
     RuleResult result;
     result.rule = rule.info.name;
     int fds[2];
