@@ -168,8 +168,8 @@ int runTool(int argc, char** argv) {
   app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size (default 5)")->check(nonNegative);
   app.add_option("-c,--check", check, "check results (1, the default) or not (0)")->check(CLI::IsMember({0, 1}));
   app.add_option("-d,--datatype", typeText,
-                 "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double fp8e4m3 fp8e5m2");
-  app.add_option("-o,--op", opText, "sum prod max min avg");
+                 "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double fp8e4m3 fp8e5m2, or all");
+  app.add_option("-o,--op", opText, "sum prod max min avg, or all");
   app.add_option("-r,--root", root, "root rank of broadcast/reduce")->check(nonNegative);
   // nccl-tests times both forms in one row; here one form per run, and -i is nccl-tests' step.
   app.add_option("-I,--inplace", inPlace, "1: in place (the input lives inside the output buffer, as nccl.h defines)")
@@ -192,15 +192,26 @@ int runTool(int argc, char** argv) {
                  static_cast<unsigned long long>(maxBytes));
     return 2;
   }
-  ncclDataType_t type;
-  ncclRedOp_t op;
+  // -d all and -o all run every type and every op in turn, as in nccl-tests (the correctness matrix runs them in
+  // one launch per rank count); the op is left at sum for the collectives that do not reduce.
+  std::vector<ncclDataType_t> types;
+  std::vector<ncclRedOp_t> ops;
   coll::Algorithm algorithm;
-  if (!coll::parseType(typeText.c_str(), &type)) {
+  if (typeText == "all") {
+    types = {ncclInt8,    ncclUint8,    ncclInt32,   ncclUint32,  ncclInt64,      ncclUint64,
+             ncclFloat16, ncclBfloat16, ncclFloat32, ncclFloat64, ncclFloat8e4m3, ncclFloat8e5m2};
+  } else if (ncclDataType_t type; coll::parseType(typeText.c_str(), &type)) {
+    types = {type};
+  } else {
     std::fprintf(stderr, "nccl-net-bench: unknown data type %s (-d)\n", typeText.c_str());
     return 2;
   }
-  if (!coll::parseOp(opText.c_str(), &op)) {
-    std::fprintf(stderr, "nccl-net-bench: unknown reduction %s (-o: sum prod max min avg)\n", opText.c_str());
+  if (opText == "all") {
+    ops = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
+  } else if (ncclRedOp_t op; coll::parseOp(opText.c_str(), &op)) {
+    ops = {op};
+  } else {
+    std::fprintf(stderr, "nccl-net-bench: unknown reduction %s (-o: sum prod max min avg, or all)\n", opText.c_str());
     return 2;
   }
   if (!coll::parseAlgorithm(algoText.c_str(), &algorithm)) {
@@ -246,11 +257,10 @@ int runTool(int argc, char** argv) {
     options.searchDirs = {libDir()};
     core::Communicator comm(launch, options);
     const int n = comm.size(), rank = comm.rank();
-    const size_t es = coll::typeSize(type);
-    const bool isUnsigned = type == ncclUint8 || type == ncclUint32 || type == ncclUint64;
     const bool rooted = collective == "broadcast" || collective == "reduce";
     const bool reducing = collective != "allgather" && collective != "broadcast" && collective != "sendrecv";
     const bool p2p = collective == "sendrecv";
+    if (!reducing) ops = {ncclSum};
     if (p2p) inPlace = 0;  // send/recv has no in-place form
     // nccl-tests' bus bandwidth factors.
     double busFactor = collective == "allreduce"                                      ? 2.0 * (n - 1) / n
@@ -359,131 +369,139 @@ int runTool(int argc, char** argv) {
     // whole elements (to a multiple of the ranks for allgather and reduce-scatter); a size that rounds to the row
     // before it is skipped, and after 0 bytes (-b 0 with -f > 1, where multiplying would stay at 0) the next row is
     // one element, as nccl-net-perf steps 0, 1, 2, 4...
-    size_t previousBytes = SIZE_MAX;
-    for (double bytesD = static_cast<double>(minBytes); bytesD <= static_cast<double>(maxBytes);) {
-      const double next = factor > 1 ? (bytesD == 0 ? static_cast<double>(es) : bytesD * factor)
-                                     : bytesD + static_cast<double>(stepBytes);
-      size_t count = static_cast<size_t>(bytesD) / es;
-      if ((collective == "allgather" || collective == "reducescatter")) count -= count % n;
-      size_t bytes = count * es;
-      if (bytes == previousBytes) {
-        bytesD = next;
-        continue;
-      }
-      previousBytes = bytes;
-      size_t perRank = count / n;  // allgather send / reducescatter recv
-      size_t inputCount = collective == "allgather" ? perRank : count;
-      // In place, nccl.h's way: allgather's input is the rank's block of the output, reducescatter's output is the
-      // rank's block of the input, every other collective's input is the output buffer itself.
-      unsigned char* input = sendBuffer.data();
-      unsigned char* output = recvBuffer.data();
-      if (inPlace) {
-        input = collective == "allgather" ? recvBuffer.data() + rank * perRank * es : recvBuffer.data();
-        if (collective == "reducescatter") output = recvBuffer.data() + rank * perRank * es;
-      }
-      // The inputs. Only the root's are read in a broadcast: a non-root's buffer (in place, its output) is left to
-      // the sentinel below, never the root's values, which would pass the check for a broadcast that delivered none.
-      auto writeInputs = [&] {
-        if (collective == "broadcast" && rank != root) return;
-        for (size_t i = 0; i < inputCount; ++i) {
-          size_t element = collective == "allgather" ? rank * perRank + i : i;
-          store(input, i, type,
-                reducing ? inputValue(rank, element, op, isUnsigned, isFp8(type))
-                         : inputValue(rank, element, ncclSum, true));
-        }
-        upload(input, inputCount * es);
-      };
-      // Before the checked run, what it is to write holds a value no input has (and no reduction of up to 12 ranks):
-      // the results of earlier runs left there (the warmup's, the timed ones', in place the other ranks' blocks of an
-      // allgather) must not pass for its own.
-      const size_t outputCount = collective == "reducescatter" ? perRank : count;
-      auto writeSentinel = [&] {
-        for (size_t i = 0; i < outputCount; ++i) store(output, i, type, kSentinel);
-        upload(output, outputCount * es);
-      };
-      writeInputs();
-      unsigned char* in = onDevice(input);
-      unsigned char* out = onDevice(output);
-      auto runOnce = [&] {
-        coll::KernelLayer& k = *kernels;
-        if (collective == "allreduce")
-          coll::allReduce(comm, in, out, count, type, op, k, algorithm);
-        else if (p2p)
-          coll::sendRecv(
-              comm,
-              {{coll::P2POp::Send, comm.next(), in, count, type}, {coll::P2POp::Recv, comm.prev(), out, count, type}},
-              k);
-        else if (collective == "allgather")
-          coll::allGather(comm, in, out, perRank, type, k);
-        else if (collective == "reducescatter")
-          coll::reduceScatter(comm, in, out, perRank, type, op, k);
-        else if (collective == "broadcast")
-          coll::broadcast(comm, in, out, count, type, root, k);
-        else
-          coll::reduce(comm, in, out, count, type, op, root, k);
-      };
-      // Out of place the checked run is the last timed one; in place every run overwrites its own input, so the runs
-      // are timed, then the input restored for an untimed checked one. Either way the sentinel goes in untimed.
-      for (int i = 0; i < warmup; ++i) runOnce();
-      if (check && !inPlace) writeSentinel();
-      comm.bootstrap().barrier();
-      auto start = Clock::now();
-      for (int i = 0; i < iterations; ++i) runOnce();
-      double seconds = std::chrono::duration<double>(Clock::now() - start).count() / std::max(iterations, 1);
-      long wrong = 0;
-      if (check && inPlace) {
-        writeSentinel();  // first: in place the input lies inside the output
-        writeInputs();
-        runOnce();
-      }
-      if (check) {
-        download(output, (collective == "reducescatter" ? perRank : count) * es);
-        for (size_t i = 0; i < count; ++i) {
-          double expected, got;
-          if (collective == "allreduce") {
-            expected = expectedReduction(n, i, op, type, isUnsigned);
-          } else if (collective == "allgather") {
-            expected = inputValue(static_cast<int>(i / perRank), i, ncclSum, true);
-          } else if (collective == "reducescatter") {
-            if (i >= perRank) break;
-            expected = expectedReduction(n, rank * perRank + i, op, type, isUnsigned);
-            got = load(output, i, type);
-            if (std::fabs(got - expected) > tolerance(type, expected)) ++wrong;
+    for (const ncclDataType_t type : types) {
+      for (const ncclRedOp_t op : ops) {
+        const size_t es = coll::typeSize(type);
+        const bool isUnsigned = type == ncclUint8 || type == ncclUint32 || type == ncclUint64;
+        size_t previousBytes = SIZE_MAX;
+        for (double bytesD = static_cast<double>(minBytes); bytesD <= static_cast<double>(maxBytes);) {
+          const double next = factor > 1 ? (bytesD == 0 ? static_cast<double>(es) : bytesD * factor)
+                                         : bytesD + static_cast<double>(stepBytes);
+          size_t count = static_cast<size_t>(bytesD) / es;
+          if ((collective == "allgather" || collective == "reducescatter")) count -= count % n;
+          size_t bytes = count * es;
+          if (bytes == previousBytes) {
+            bytesD = next;
             continue;
-          } else if (collective == "broadcast") {
-            expected = inputValue(root, i, ncclSum, true);
-          } else if (p2p) {
-            expected = inputValue(comm.prev(), i, ncclSum, true);
-          } else {
-            if (rank != root) break;
-            expected = expectedReduction(n, i, op, type, isUnsigned);
           }
-          got = load(output, i, type);
-          if (std::fabs(got - expected) > tolerance(type, expected)) ++wrong;
+          previousBytes = bytes;
+          size_t perRank = count / n;  // allgather send / reducescatter recv
+          size_t inputCount = collective == "allgather" ? perRank : count;
+          // In place, nccl.h's way: allgather's input is the rank's block of the output, reducescatter's output is the
+          // rank's block of the input, every other collective's input is the output buffer itself.
+          unsigned char* input = sendBuffer.data();
+          unsigned char* output = recvBuffer.data();
+          if (inPlace) {
+            input = collective == "allgather" ? recvBuffer.data() + rank * perRank * es : recvBuffer.data();
+            if (collective == "reducescatter") output = recvBuffer.data() + rank * perRank * es;
+          }
+          // The inputs. Only the root's are read in a broadcast: a non-root's buffer (in place, its output) is left to
+          // the sentinel below, never the root's values, which would pass the check for a broadcast that delivered
+          // none.
+          auto writeInputs = [&] {
+            if (collective == "broadcast" && rank != root) return;
+            for (size_t i = 0; i < inputCount; ++i) {
+              size_t element = collective == "allgather" ? rank * perRank + i : i;
+              store(input, i, type,
+                    reducing ? inputValue(rank, element, op, isUnsigned, isFp8(type))
+                             : inputValue(rank, element, ncclSum, true));
+            }
+            upload(input, inputCount * es);
+          };
+          // Before the checked run, what it is to write holds a value no input has (and no reduction of up to 12
+          // ranks): the results of earlier runs left there (the warmup's, the timed ones', in place the other ranks'
+          // blocks of an allgather) must not pass for its own.
+          const size_t outputCount = collective == "reducescatter" ? perRank : count;
+          auto writeSentinel = [&] {
+            for (size_t i = 0; i < outputCount; ++i) store(output, i, type, kSentinel);
+            upload(output, outputCount * es);
+          };
+          writeInputs();
+          unsigned char* in = onDevice(input);
+          unsigned char* out = onDevice(output);
+          auto runOnce = [&] {
+            coll::KernelLayer& k = *kernels;
+            if (collective == "allreduce")
+              coll::allReduce(comm, in, out, count, type, op, k, algorithm);
+            else if (p2p)
+              coll::sendRecv(comm,
+                             {{coll::P2POp::Send, comm.next(), in, count, type},
+                              {coll::P2POp::Recv, comm.prev(), out, count, type}},
+                             k);
+            else if (collective == "allgather")
+              coll::allGather(comm, in, out, perRank, type, k);
+            else if (collective == "reducescatter")
+              coll::reduceScatter(comm, in, out, perRank, type, op, k);
+            else if (collective == "broadcast")
+              coll::broadcast(comm, in, out, count, type, root, k);
+            else
+              coll::reduce(comm, in, out, count, type, op, root, k);
+          };
+          // Out of place the checked run is the last timed one; in place every run overwrites its own input, so the
+          // runs are timed, then the input restored for an untimed checked one. Either way the sentinel goes in
+          // untimed.
+          for (int i = 0; i < warmup; ++i) runOnce();
+          if (check && !inPlace) writeSentinel();
+          comm.bootstrap().barrier();
+          auto start = Clock::now();
+          for (int i = 0; i < iterations; ++i) runOnce();
+          double seconds = std::chrono::duration<double>(Clock::now() - start).count() / std::max(iterations, 1);
+          long wrong = 0;
+          if (check && inPlace) {
+            writeSentinel();  // first: in place the input lies inside the output
+            writeInputs();
+            runOnce();
+          }
+          if (check) {
+            download(output, (collective == "reducescatter" ? perRank : count) * es);
+            for (size_t i = 0; i < count; ++i) {
+              double expected, got;
+              if (collective == "allreduce") {
+                expected = expectedReduction(n, i, op, type, isUnsigned);
+              } else if (collective == "allgather") {
+                expected = inputValue(static_cast<int>(i / perRank), i, ncclSum, true);
+              } else if (collective == "reducescatter") {
+                if (i >= perRank) break;
+                expected = expectedReduction(n, rank * perRank + i, op, type, isUnsigned);
+                got = load(output, i, type);
+                if (std::fabs(got - expected) > tolerance(type, expected)) ++wrong;
+                continue;
+              } else if (collective == "broadcast") {
+                expected = inputValue(root, i, ncclSum, true);
+              } else if (p2p) {
+                expected = inputValue(comm.prev(), i, ncclSum, true);
+              } else {
+                if (rank != root) break;
+                expected = expectedReduction(n, i, op, type, isUnsigned);
+              }
+              got = load(output, i, type);
+              if (std::fabs(got - expected) > tolerance(type, expected)) ++wrong;
+            }
+          }
+          // The slowest rank's time and every rank's wrong count.
+          char mine[64];
+          std::snprintf(mine, sizeof(mine), "%.9f %ld", seconds, wrong);
+          auto all = comm.bootstrap().allGather(std::string(mine, sizeof(mine)));
+          double slowest = 0;
+          long totalWrong = 0;
+          for (const auto& entry : all) {
+            double s = 0;
+            long w = 0;
+            std::sscanf(entry.c_str(), "%lf %ld", &s, &w);
+            slowest = std::max(slowest, s);
+            totalWrong += w;
+          }
+          wrongTotal += totalWrong;
+          if (rank == 0) {
+            double algbw = bytes / slowest / 1e9;
+            std::printf(" %11zu %12zu %8s %6s %5s %10.1f %8.3f %8.3f %7s\n", bytes, count, coll::typeName(type),
+                        reducing ? coll::opName(op) : "none", rooted ? std::to_string(root).c_str() : "-",
+                        slowest * 1e6, algbw, algbw * busFactor, check ? std::to_string(totalWrong).c_str() : "N/A");
+            std::fflush(stdout);
+          }
+          bytesD = next;
         }
       }
-      // The slowest rank's time and every rank's wrong count.
-      char mine[64];
-      std::snprintf(mine, sizeof(mine), "%.9f %ld", seconds, wrong);
-      auto all = comm.bootstrap().allGather(std::string(mine, sizeof(mine)));
-      double slowest = 0;
-      long totalWrong = 0;
-      for (const auto& entry : all) {
-        double s = 0;
-        long w = 0;
-        std::sscanf(entry.c_str(), "%lf %ld", &s, &w);
-        slowest = std::max(slowest, s);
-        totalWrong += w;
-      }
-      wrongTotal += totalWrong;
-      if (rank == 0) {
-        double algbw = bytes / slowest / 1e9;
-        std::printf(" %11zu %12zu %8s %6s %5s %10.1f %8.3f %8.3f %7s\n", bytes, count, coll::typeName(type),
-                    reducing ? coll::opName(op) : "none", rooted ? std::to_string(root).c_str() : "-", slowest * 1e6,
-                    algbw, algbw * busFactor, check ? std::to_string(totalWrong).c_str() : "N/A");
-        std::fflush(stdout);
-      }
-      bytesD = next;
     }
   } catch (const core::CommError& e) {
     std::fprintf(stderr, "nccl-net-bench: %s\n", e.what());  // names the rank already
