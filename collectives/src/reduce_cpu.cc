@@ -364,6 +364,63 @@ __attribute__((target("avx2,f16c"))) void halfF16c(uint16_t* dst, const uint16_t
   combineTail<Half>(dst, first, src, i, count, prod, divisor);
 }
 
+enum class Arith { kSum, kProd, kDivide };
+
+// x86-64-v3 (AVX2) bfloat16, which has no conversion instruction there: the bit code's own steps, written so that
+// one 32-byte vector of 16 elements costs about 20 operations instead of the vectorizer's packed-word loop.
+// Widening is exact (the even elements shifted up, the odd ones masked in place); the float results round to
+// nearest even by integer addition as floatToBfloat16 does, which is exact for subnormals too (bfloat16 has float's
+// exponent range), and an overflow carries into infinity. NaN, rare, is found by one unordered compare of both
+// halves, and such a vector takes the bit code.
+template <Arith kArith>
+__attribute__((target("arch=x86-64-v3"))) void bfloat16Avx2Loop(uint16_t* dst, const uint16_t* first,
+                                                                const uint16_t* src, size_t count, int divisor) {
+  const __m256 d = _mm256_set1_ps(static_cast<float>(divisor));
+  const __m256i top = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+  // Bits of a float rounded to bfloat16 in their top half (the low half is left over).
+  auto round = [&](__m256 r) __attribute__((target("arch=x86-64-v3"), always_inline)) {
+    __m256i bits = _mm256_castps_si256(r);
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), one);
+    return _mm256_add_epi32(bits, _mm256_add_epi32(half, odd));
+  };
+  size_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(first + i));
+    __m256 aEven = _mm256_castsi256_ps(_mm256_slli_epi32(a, 16));
+    __m256 aOdd = _mm256_castsi256_ps(_mm256_and_si256(a, top));
+    __m256 even, odd;
+    if constexpr (kArith == Arith::kDivide) {
+      even = _mm256_div_ps(aEven, d);
+      odd = _mm256_div_ps(aOdd, d);
+    } else {
+      __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));  // src is null when dividing
+      __m256 bEven = _mm256_castsi256_ps(_mm256_slli_epi32(b, 16));
+      __m256 bOdd = _mm256_castsi256_ps(_mm256_and_si256(b, top));
+      even = kArith == Arith::kProd ? _mm256_mul_ps(aEven, bEven) : _mm256_add_ps(aEven, bEven);
+      odd = kArith == Arith::kProd ? _mm256_mul_ps(aOdd, bOdd) : _mm256_add_ps(aOdd, bOdd);
+    }
+    if (_mm256_movemask_ps(_mm256_cmp_ps(even, odd, _CMP_UNORD_Q)) != 0) {  // a NaN in either half
+      combineTail<Bfloat16>(dst, first, src, i, i + 16, kArith == Arith::kProd, divisor);
+      continue;
+    }
+    __m256i packed = _mm256_blend_epi16(_mm256_srli_epi32(round(even), 16), round(odd), 0xaa);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), packed);
+  }
+  combineTail<Bfloat16>(dst, first, src, i, count, kArith == Arith::kProd, divisor);
+}
+
+__attribute__((target("arch=x86-64-v3"))) void bfloat16Avx2(uint16_t* dst, const uint16_t* first, const uint16_t* src,
+                                                            size_t count, bool prod, int divisor) {
+  if (first == nullptr) first = dst;  // each vector is read before it is written: in place is safe
+  if (!src)
+    bfloat16Avx2Loop<Arith::kDivide>(dst, first, src, count, divisor);
+  else if (prod)
+    bfloat16Avx2Loop<Arith::kProd>(dst, first, src, count, divisor);
+  else
+    bfloat16Avx2Loop<Arith::kSum>(dst, first, src, count, divisor);
+}
+
 // x86-64-v4: the same with 16 elements per conversion, and NaN found by a mask compare on the float result. (The
 // all-ones masked forms of the intrinsics here and below: GCC 12 warns about the unmasked ones' undefined inputs.)
 __attribute__((target("arch=x86-64-v4"))) void halfAvx512(uint16_t* dst, const uint16_t* first, const uint16_t* src,
@@ -398,7 +455,6 @@ __attribute__((target("arch=x86-64-v4"))) void halfAvx512(uint16_t* dst, const u
 // none. In L2 on Zen 5 this runs at 0.67-0.87 of the streaming bound (the bit code: about 0.3), 10% faster than
 // widening with shifts and masks and interleaving words at the end; on Zen 4 that other shape was about 5% faster
 // (performance.md). Beyond the LLC both are at the bound.
-enum class Arith { kSum, kProd, kDivide };
 
 #define NNS_BF16_TARGET target("arch=x86-64-v4,avx512bf16")
 
@@ -571,7 +627,8 @@ __attribute__((target("arch=x86-64-v4"))) void fp8Avx512(uint8_t* dst, const uin
 enum class Isa { kBaseline, kV3, kV4, kV4Bf16 };
 
 // float16/bfloat16/fp8 sum, prod (src non-null) and divide (src null) with the conversion instructions this
-// variant has; false when it has none for the type, and the bit code is used.
+// variant has (bfloat16 on x86-64-v3: the hand-written AVX2 loop above); false when it has none for the type, and
+// the vectorized bit code is used.
 template <Isa kIsa>
 bool withConversionInstructions(void* dst, const void* first, const void* src, size_t count, ncclDataType_t type,
                                 bool prod, int divisor) {
@@ -581,6 +638,7 @@ bool withConversionInstructions(void* dst, const void* first, const void* src, s
   auto* s = static_cast<const uint16_t*>(src);
   if constexpr (kIsa == Isa::kV3) {
     if (type == ncclFloat16) return halfF16c(d, f, s, count, prod, divisor), true;
+    if (type == ncclBfloat16) return bfloat16Avx2(d, f, s, count, prod, divisor), true;
   } else if constexpr (kIsa == Isa::kV4 || kIsa == Isa::kV4Bf16) {
     if (type == ncclFloat16) return halfAvx512(d, f, s, count, prod, divisor), true;
   }
