@@ -455,7 +455,6 @@ __attribute__((target("arch=x86-64-v4"))) void halfAvx512(uint16_t* dst, const u
 // none. In L2 on Zen 5 this runs at 0.67-0.87 of the streaming bound (the bit code: about 0.3), 10% faster than
 // widening with shifts and masks and interleaving words at the end; on Zen 4 that other shape was about 5% faster
 // (performance.md). Beyond the LLC both are at the bound.
-
 #define NNS_BF16_TARGET target("arch=x86-64-v4,avx512bf16")
 
 // Elements [at, at + 32) of first op src (or first / d) as bfloat16, in the order packing leaves them (see
