@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -18,6 +19,7 @@
 #include <string>
 
 #include "nns/coll/reduce.hpp"
+#include "nns/core/communicator.hpp"
 
 #if defined(__GNUC__) && !defined(__clang__)  // clang has no optimize pragma; its -O level applies
 #pragma GCC optimize("O3")
@@ -195,8 +197,13 @@ void registerAll() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  try {
+    benchmark::AddCustomContext("host_kernel_isa", nns::coll::hostKernelIsa());
+  } catch (const nns::core::CommError& e) {  // NNS_HOST_ISA names no variant
+    std::fprintf(stderr, "host_reduce_bench: %s\n", e.what());
+    return 2;
+  }
   registerAll();
-  benchmark::AddCustomContext("host_kernel_isa", nns::coll::hostKernelIsa());
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

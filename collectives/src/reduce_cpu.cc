@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
 // The x86-64-v3/v4 variants need GCC 12 (target "arch=x86-64-v4", __builtin_cpu_supports("x86-64-v4")); clang
 // and other targets build the baseline only.
@@ -25,6 +26,7 @@
 #endif
 
 #include "nns/coll/reduce.hpp"
+#include "nns/core/communicator.hpp"
 
 namespace nns::coll {
 
@@ -730,13 +732,26 @@ NNS_HOST_VARIANT(V4Bf16, Isa::kV4Bf16, target("arch=x86-64-v4,avx512bf16"), )
 #endif
 #undef NNS_HOST_VARIANT
 
+// $NNS_HOST_ISA: unset or empty (the best the CPU has), or a cap that every build accepts (a machine without the
+// x86 variants runs the baseline under any cap).
+const char* hostIsaSetting() {
+  const char* wanted = std::getenv("NNS_HOST_ISA");
+  return wanted != nullptr ? wanted : "";
+}
+bool hostIsaSettingValid() {
+  const char* wanted = hostIsaSetting();
+  for (const char* name : {"", "baseline", "x86-64-v3", "x86-64-v4"})
+    if (std::strcmp(wanted, name) == 0) return true;
+  return false;
+}
+
 const Variant& variant() {
   static const Variant chosen = [] {
 #ifdef NNS_HOST_X86_VARIANTS
-    // NNS_HOST_ISA caps the choice (baseline, x86-64-v3 or x86-64-v4); anything else, or unset, takes the best the
-    // CPU has.
-    const char* wanted = std::getenv("NNS_HOST_ISA");
-    auto capped = [wanted](const char* name) { return wanted != nullptr && std::strcmp(wanted, name) == 0; };
+    // NNS_HOST_ISA caps the choice (baseline, x86-64-v3 or x86-64-v4); unset, the best the CPU has. hostKernels()
+    // refuses any other value before this runs.
+    const char* wanted = hostIsaSetting();
+    auto capped = [wanted](const char* name) { return std::strcmp(wanted, name) == 0; };
     bool capBaseline = capped("baseline");
     bool capV3 = capBaseline || capped("x86-64-v3");
     bool capV4 = capV3 || capped("x86-64-v4");
@@ -767,13 +782,24 @@ class HostKernels final : public KernelLayer {
   }
 };
 
+// Read once, as the variant is picked once.
+void checkHostIsaSetting() {
+  static const bool valid = hostIsaSettingValid();
+  if (!valid)
+    throw core::CommError(std::string("NNS_HOST_ISA=") + hostIsaSetting() +
+                              " is not baseline, x86-64-v3 or x86-64-v4 (unset: the best this CPU has)",
+                          ncclInvalidUsage);
+}
+
 }  // namespace
 
 const char* hostKernelIsa() {
+  checkHostIsaSetting();
   return variant().isa;
 }
 
 KernelLayer& hostKernels() {
+  checkHostIsaSetting();
   static HostKernels kernels;
   return kernels;
 }

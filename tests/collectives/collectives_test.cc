@@ -1094,6 +1094,11 @@ TEST(Communicator, EnvironmentKnobsAreCheckedWhole) {
       {"NNS_SLOTS", "100"},
       {"NNS_NCHANNELS", "33"},
       {"NNS_SLOT_BYTES", "512"},
+      // Switches are 0 or 1: "yes" or "2" is not a silent "on".
+      {"NNS_PROGRESS_INLINE", "yes"},
+      {"NNS_PROGRESS_INLINE", "2"},
+      {"NNS_CHECK_CALLS", "on"},
+      {"NNS_CHECK_CALLS", "2"},
   };
   for (const auto& [name, value] : bad) {
     setenv(name, value, 1);

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "nns/coll/reduce.hpp"
+#include "nns/core/communicator.hpp"
 
 #ifdef NNS_HAVE_CUDA_FP8
 #include <cuda_fp8.h>
@@ -509,6 +510,26 @@ TEST(HostKernels, RunsTheVariantAskedFor) {
   if (wanted && std::strcmp(wanted, "x86-64-v4") == 0) {
     EXPECT_EQ(isa.find("avx512bf16"), std::string::npos);
   }
+}
+
+// An unknown NNS_HOST_ISA (a typo, or a name of another scheme such as "avx2") is refused by name, not taken as "the
+// best the CPU has". The variant is picked once per process, so the check runs in a fresh one (threadsafe style
+// re-executes this test alone).
+TEST(HostKernelSetting, AnUnknownVariantIsRefused) {
+  ::testing::GTEST_FLAG(death_test_style) = "threadsafe";
+  EXPECT_EXIT(
+      {
+        setenv("NNS_HOST_ISA", "avx2", 1);
+        try {
+          coll::hostKernels();
+        } catch (const nns::core::CommError& e) {
+          std::fprintf(stderr, "%s [%d]\n", e.what(), static_cast<int>(e.result()));
+          std::exit(3);
+        }
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(3),
+      "NNS_HOST_ISA=avx2 is not baseline, x86-64-v3 or x86-64-v4 \\(unset: the best this CPU has\\) \\[5\\]");
 }
 
 // The AVX512_BF16 conversion flushes subnormal results to zero; the kernels must not (and exact zeros, which send a

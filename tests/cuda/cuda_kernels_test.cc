@@ -1,11 +1,14 @@
 // cuda_kernels_test.cc: every type x op x count x misalignment of the CUDA kernels against the CPU reference.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <tuple>
 
+#include "nns/core/loader.hpp"
 #include "nns/cuda/kernel_layer.hpp"
 #include "nns/cuda/kernels.hpp"
+#include "nns/cuda/slot_memory.hpp"
 #include "reduce_check.hpp"
 
 namespace {
@@ -72,6 +75,27 @@ TEST(CudaPointer, HostMemoryIsNotDeviceMemory) {
 TEST(CudaKernelLayer, HostBufferGetsHostKernels) {
   int onStack = 0;
   EXPECT_EQ(&nns::cuda::kernelsFor(&onStack), &nns::coll::hostKernels());
+}
+
+// Needs no device: the GPU Direct switches are read before the device is looked for, so a typo is named anywhere.
+TEST(CudaSlotMemory, AMalformedSwitchIsRefused) {
+  nns::core::LoadOptions load;
+  load.plugin = "socket";
+  load.searchDirs = {NNS_PLUGIN_DIR};
+  nns::core::LoadReport report;
+  auto net = nns::core::loadNet(load, &report);
+  ASSERT_NE(net, nullptr);
+  for (const char* name : {"NNS_GDR", "NNS_NET_FORCE_FLUSH"}) {
+    setenv(name, "yes", 1);
+    try {
+      nns::cuda::chooseSlotMemory(*net, 0);
+      ADD_FAILURE() << name << "=yes was accepted";
+    } catch (const nns::core::CommError& e) {
+      EXPECT_EQ(std::string(e.what()), std::string(name) + "=yes is not 0 or 1");
+      EXPECT_EQ(e.result(), ncclInvalidUsage);
+    }
+    unsetenv(name);
+  }
 }
 
 TEST(CudaKernelLayer, DeviceBufferAvgReducesThenDivides) {

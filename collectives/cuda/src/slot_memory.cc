@@ -36,6 +36,15 @@ bool envIs(const char* name, const char* value) {
   return text != nullptr && std::strcmp(text, value) == 0;
 }
 
+// A 0/1 switch: `fallback` when unset or empty; anything but 0 or 1 is refused, as the communicator's own knobs are.
+bool envFlag(const char* name, bool fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  if (std::strcmp(text, "0") != 0 && std::strcmp(text, "1") != 0)
+    throw core::CommError(std::string(name) + "=" + text + " is not 0 or 1", ncclInvalidUsage);
+  return text[0] == '1';
+}
+
 class CudaSlots final : public core::SlotMemory {
  public:
   CudaSlots(int device, bool gpuMemory, bool flush, std::string why)
@@ -129,6 +138,8 @@ class CudaSlots final : public core::SlotMemory {
 }  // namespace
 
 std::shared_ptr<core::SlotMemory> chooseSlotMemory(core::Net& net, int netDevice) {
+  // Read first, so that a malformed value is refused on any machine.
+  const bool wantGdr = envFlag("NNS_GDR", true), forceFlush = envFlag("NNS_NET_FORCE_FLUSH", false);
   int cudaDevice = 0, count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) throw core::CommError("no CUDA device", ncclSystemError);
   throwOnError(cudaGetDevice(&cudaDevice), "cudaGetDevice");
@@ -143,16 +154,16 @@ std::shared_ptr<core::SlotMemory> chooseSlotMemory(core::Net& net, int netDevice
   const std::string where = "GPU " + std::to_string(cudaDevice) + " (" + gpu.name + ", sm_" +
                             std::to_string(gpu.major) + std::to_string(gpu.minor) + ")";
   const bool canGdr = (props.ptrSupport & NCCL_PTR_CUDA) != 0;
-  const bool gdr = canGdr && !envIs("NNS_GDR", "0");
+  const bool gdr = canGdr && wantGdr;
   std::string why;
   bool flush = false;
   if (gdr) {
     // NCCL's rule (net-abi.md 5.4): always when the device asks (forceFlush) or NCCL_NET_FORCE_FLUSH=1, otherwise on
     // GPUs before compute capability 9.0.
-    const char* flushWhy = props.forceFlush                    ? "the device sets forceFlush"
-                           : envIs("NNS_NET_FORCE_FLUSH", "1") ? "NNS_NET_FORCE_FLUSH=1"
-                           : gpu.major < 9                     ? "compute capability below 9.0"
-                                                               : nullptr;
+    const char* flushWhy = props.forceFlush ? "the device sets forceFlush"
+                           : forceFlush     ? "NNS_NET_FORCE_FLUSH=1"
+                           : gpu.major < 9  ? "compute capability below 9.0"
+                                            : nullptr;
     flush = flushWhy != nullptr;
     why = "GPU Direct RDMA enabled: slots in " + where + " memory, " + nic + " supports CUDA pointers; " +
           (flush ? std::string("receives flushed (") + flushWhy + ")" : "no flush (compute capability 9.0+)");

@@ -140,10 +140,9 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
   options_.channels = static_cast<int>(envKnob("NNS_NCHANNELS", options_.channels, 1, kMaxChannels));
   options_.timeout = std::chrono::milliseconds(envKnob("NNS_COMM_TIMEOUT_MS", options_.timeout.count()));
   spin_ = std::chrono::microseconds(envKnob("NNS_PROGRESS_SPIN_US", spin_.count(), 0));
-  if (const char* mode = std::getenv("NNS_PROGRESS_INLINE"); mode != nullptr && *mode != '\0')
-    inline_ = std::strcmp(mode, "0") != 0;
+  inline_ = envKnob("NNS_PROGRESS_INLINE", inline_ ? 1 : 0, 0, 1) != 0;
   options_.device = static_cast<int>(envKnob("NNS_NET_DEVICE", options_.device, 0));
-  options_.checkCalls = envKnob("NNS_CHECK_CALLS", options_.checkCalls ? 1 : 0, 0) != 0;
+  options_.checkCalls = envKnob("NNS_CHECK_CALLS", options_.checkCalls ? 1 : 0, 0, 1) != 0;
   // Named by both their sources: the knob (already range-checked above when set) or the CommOptions field.
   if (options_.slots < 0 || options_.slots > kMaxSlots)
     throw CommError("slots " + std::to_string(options_.slots) + " (CommOptions::slots): 0 (the slot memory's " +

@@ -16,7 +16,8 @@ namespace nns::cuda {
 // memory (cudaHostAlloc, mapped: the kernels read received pieces in place), and the GPU's copy engine moves each
 // outgoing piece into its slot while earlier pieces are on the wire. Copies run on a stream of their own.
 // The choice and its reason are written to stderr when $NNS_DEBUG or $NCCL_DEBUG is INFO, and are what
-// Communicator::slotMemoryDescription() returns. Throws core::CommError without a usable CUDA device.
+// Communicator::slotMemoryDescription() returns. Throws core::CommError without a usable CUDA device, and with
+// ncclInvalidUsage when $NNS_GDR or $NNS_NET_FORCE_FLUSH is set to anything but 0 or 1 (checked first, on any machine).
 std::shared_ptr<core::SlotMemory> chooseSlotMemory(core::Net& net, int netDevice);
 
 }  // namespace nns::cuda
