@@ -76,16 +76,11 @@ Call makeCall(const Communicator& comm, const void* send, void* recv, ncclDataTy
   return Call{static_cast<const unsigned char*>(send), static_cast<unsigned char*>(recv), type, op, &kernels};
 }
 
-// What the ranks must agree on for NNS_CHECK_CALLS (Communicator::submit with a call): the call's name, count and
-// type, and the op, root or algorithm where the call has one. Empty when the check is off (no text to build).
-std::string describeCall(const Communicator& comm, const char* name, size_t count, ncclDataType_t type,
-                         const char* op = nullptr, int root = -1, const char* algorithm = nullptr) {
-  if (!comm.options().checkCalls) return {};
-  std::string call = std::string(name) + "(count " + std::to_string(count) + ", " + typeName(type);
-  if (op != nullptr) call += std::string(", ") + op;
-  if (root >= 0) call += ", root " + std::to_string(root);
-  if (algorithm != nullptr) call += std::string(", ") + algorithm;
-  return call + ")";
+// What the ranks must agree on for NNS_CHECK_CALLS (Communicator::submit with a call), and what the operation's
+// errors name: the call's name, count and type, and the op, root or algorithm where the call has one.
+core::CallInfo describeCall(const char* name, size_t count, ncclDataType_t type, const char* op = nullptr,
+                            int root = -1, const char* algorithm = nullptr) {
+  return core::CallInfo{name, count, typeName(type), op, root, algorithm};
 }
 
 size_t envBytes(const char* name, size_t fallback) {
@@ -190,7 +185,7 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
   const Call call = makeCall(comm, send, recv, type, op, kernels);
   const Algorithm chosen = chooseAllReduce(comm, count * es, algorithm);
   if (isNoOp(comm, count)) return;
-  comm.submit(describeCall(comm, "allreduce", count, type, opName(op), -1, algorithmName(chosen)), [&] {
+  comm.submit(describeCall("allreduce", count, type, opName(op), -1, algorithmName(chosen)), [&] {
     if (n == 1) {
       kernels.copy(recv, send, count * es);
       if (op == ncclAvg) kernels.divide(recv, count, type, 1);
@@ -254,7 +249,7 @@ void allGather(Communicator& comm, const void* send, void* recv, size_t sendCoun
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, ncclSum, kernels);
   if (isNoOp(comm, sendCount)) return;
-  comm.submit(describeCall(comm, "allgather", sendCount, type), [&] {
+  comm.submit(describeCall("allgather", sendCount, type), [&] {
     kernels.copy(static_cast<unsigned char*>(recv) + comm.rank() * sendCount * es, send, sendCount * es);
     if (comm.size() == 1) return;
     core::Plan plan;
@@ -276,7 +271,7 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, op, kernels);
   if (isNoOp(comm, recvCount)) return;
-  comm.submit(describeCall(comm, "reducescatter", recvCount, type, opName(op)), [&] {
+  comm.submit(describeCall("reducescatter", recvCount, type, opName(op)), [&] {
     const int n = comm.size();
     if (n == 1) {
       kernels.copy(recv, send, recvCount * es);
@@ -304,7 +299,7 @@ void broadcast(Communicator& comm, const void* send, void* recv, size_t count, n
                  comm.rank() == root ? detail::Layout::kSame : detail::Layout::kOne, comm.rank());
   const Call call = makeCall(comm, send, recv, type, ncclSum, kernels);
   if (isNoOp(comm, count)) return;
-  comm.submit(describeCall(comm, "broadcast", count, type, nullptr, root), [&] {
+  comm.submit(describeCall("broadcast", count, type, nullptr, root), [&] {
     if (comm.rank() == root) kernels.copy(recv, send, count * typeSize(type));
     if (comm.size() == 1) return;
     core::Plan plan;
@@ -325,7 +320,7 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, op, kernels);
   if (isNoOp(comm, count)) return;
-  comm.submit(describeCall(comm, "reduce", count, type, opName(op), root), [&] {
+  comm.submit(describeCall("reduce", count, type, opName(op), root), [&] {
     if (comm.size() == 1) {
       kernels.copy(recv, send, count * es);
       if (op == ncclAvg) kernels.divide(recv, count, type, 1);

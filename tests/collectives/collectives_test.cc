@@ -874,6 +874,10 @@ TEST(Failure, AnAbortedRankFailsItsPeersQuicklyAndTheErrorSticks) {
     if (r < 2) {
       EXPECT_NE(errors[r], "") << "rank " << r << " did not see rank 2 abort";
       EXPECT_LT(seconds[r], 10.0) << "rank " << r << " took until near its timeout: " << errors[r];
+      // The error names the call it broke, and the sticky error keeps that.
+      const std::string call = "rank " + std::to_string(r) + ", in allreduce(count 1048576, float, sum, ring): ";
+      EXPECT_NE(errors[r].find(call), std::string::npos) << errors[r];
+      EXPECT_NE(later[r].find("failed earlier: " + call), std::string::npos) << later[r];
     }
     EXPECT_NE(async[r], "") << "rank " << r << " has no asynchronous error";
     EXPECT_EQ(asyncCode[r], ncclRemoteError) << "rank " << r << ": " << async[r];

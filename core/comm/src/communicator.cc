@@ -129,7 +129,18 @@ void Communicator::check(ncclResult_t result, const char* call, int peer) {
 }
 
 void Communicator::fail(const std::string& what, ncclResult_t result) {
-  throw CommError("rank " + std::to_string(rank_) + ": " + what, result);
+  throw CommError(
+      "rank " + std::to_string(rank_) + (runningCall_ != nullptr ? ", in " + runningCall_->text() : "") + ": " + what,
+      result);
+}
+
+std::string CallInfo::text() const {
+  std::string call = std::string(name != nullptr ? name : "operation") + "(count " + std::to_string(count);
+  if (type != nullptr) call += std::string(", ") + type;
+  if (op != nullptr) call += std::string(", ") + op;
+  if (root >= 0) call += ", root " + std::to_string(root);
+  if (algorithm != nullptr) call += std::string(", ") + algorithm;
+  return call + ")";
 }
 
 Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
@@ -527,23 +538,35 @@ void Communicator::submit(const std::function<void()>& operation) {
   if (!task.error.empty()) throw CommError(task.error, task.result);
 }
 
-void Communicator::submit(const std::string& call, const std::function<void()>& operation) {
-  if (!options_.checkCalls) return submit(operation);
+void Communicator::submit(const CallInfo& call, const std::function<void()>& operation) {
   // The comparison runs inside the operation: operations run one at a time, so the calls are compared in the order
   // they run (two threads' comparisons made on their own threads interleaved on the bootstrap and compared calls
   // that did not meet). A disagreement is not the communicator's failure: it leaves the operation normally and is
   // thrown here.
-  std::string disagreement;
-  submit([&] {
-    try {
-      checkSameCall(call);
-    } catch (const ArgumentError& e) {
-      disagreement = e.what();
-      return;
+  struct Context {
+    Communicator* self;
+    const CallInfo* call;
+    const std::function<void()>* operation;
+    std::string disagreement;
+  } context{this, &call, &operation, {}};
+  // One pointer captured: the wrapper fits std::function's own storage (no allocation per call).
+  submit([c = &context] {
+    if (c->self->options_.checkCalls) {
+      try {
+        c->self->checkSameCall(c->call->text());
+      } catch (const ArgumentError& e) {
+        c->disagreement = e.what();
+        return;
+      }
     }
-    operation();
+    struct Running {  // runningCall_ for the operation's extent, however it leaves
+      Communicator* self;
+      ~Running() { self->runningCall_ = nullptr; }
+    } running{c->self};
+    c->self->runningCall_ = c->call;
+    (*c->operation)();
   });
-  if (!disagreement.empty()) throw ArgumentError(disagreement);
+  if (!context.disagreement.empty()) throw ArgumentError(context.disagreement);
 }
 
 namespace {

@@ -91,6 +91,19 @@ class ArgumentError : public CommError {
   explicit ArgumentError(const std::string& what) : CommError(what, ncclInvalidArgument) {}
 };
 
+// What a collective call is: compared across the ranks with CommOptions::checkCalls, and named in the errors of
+// the operation that runs it ("rank 0, in allreduce(count 1024, float, sum, ring): ..."). Literals and numbers
+// only, so that describing a call costs nothing; text() builds the words when they are needed.
+struct CallInfo {
+  const char* name = nullptr;  // "allreduce"
+  size_t count = 0;
+  const char* type = nullptr;       // "float"
+  const char* op = nullptr;         // where the call has one
+  int root = -1;                    // where the call has one
+  const char* algorithm = nullptr;  // where the call has one
+  std::string text() const;
+};
+
 // One pipelined step of a schedule: for each connection an ordered list of segments. Both ends of a connection
 // describe the same segments in the same order (the schedules are symmetric), so both cut them into the same
 // pieces. A segment can wait on receive segments of the same plan (of the same size): a send's piece i goes out,
@@ -182,12 +195,13 @@ class Communicator {
   // run(), a plugin error) fails the communicator for good: every rank's later operations throw at once with the
   // first error.
   void submit(const std::function<void()>& operation);
-  // The same for a collective described by `call` (what this rank was asked to do, a short text). With
-  // CommOptions::checkCalls every rank first all-gathers its `call` on the thread that runs the operation, right
-  // before it, so each call is compared with the call it meets on the other ranks even when several threads share
-  // the communicator; when they differ, every rank throws ArgumentError naming each rank's call, nothing moves, and
-  // the communicator stays usable. A rank that does not come fails the communicator after the timeout.
-  void submit(const std::string& call, const std::function<void()>& operation);
+  // The same for a collective described by `call` (what this rank was asked to do), which the operation's errors
+  // name. With CommOptions::checkCalls every rank first all-gathers its `call` on the thread that runs the
+  // operation, right before it, so each call is compared with the call it meets on the other ranks even when
+  // several threads share the communicator; when they differ, every rank throws ArgumentError naming each rank's
+  // call, nothing moves, and the communicator stays usable. A rank that does not come fails the communicator after
+  // the timeout.
+  void submit(const CallInfo& call, const std::function<void()>& operation);
   // Moves everything `plan` describes, all connections at once, pieces pipelined, slots reused. Only inside an
   // operation given to submit(). Connections the plan needs that do not exist yet are made first.
   void run(Plan& plan);
@@ -277,6 +291,8 @@ class Communicator {
   // submit(call, operation)'s comparison, inside the operation: throws ArgumentError when the ranks' calls differ.
   void checkSameCall(const std::string& call);
   uint64_t checkedCalls_ = 0;  // checkSameCall's sequence number
+  // The collective whose operation runs now, for fail()'s message; set and read only by the thread running it.
+  const CallInfo* runningCall_ = nullptr;
   unsigned char* handleOf(int peer, int channel);
   int deviceOf(int channel) const { return (options_.device + channel) % std::max(devices_, 1); }
   int connectionChannels() const { return options_.channels + 1; }  // the collectives' and p2pChannel()
