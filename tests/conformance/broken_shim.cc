@@ -194,6 +194,20 @@ void releasePooled(PooledRequest* request) {
 int gRealDevices = 0;
 #endif
 
+#ifdef NNS_BUG_FINALIZE_FREES_SHARED
+// Process-wide state (a device table, as most plugins keep) made by the first init and freed by any finalize: fine
+// while NCCL called init once per process, wrong since ncclNet_v11, where each communicator has a context of its
+// own and is finalized alone. The contexts still alive then fail their next listen or connect.
+struct SharedState {
+  int devices = 0;
+};
+SharedState* gShared = nullptr;
+ncclResult_t sharedGone(const char* call) {
+  std::fprintf(stderr, "WARN %s: %s: no device table (released)\n", NNS_BUG_NAME, call);
+  return ncclInternalError;
+}
+#endif
+
 #ifdef NNS_BUG_MAXRECVS_OVERCLAIM
 // The device advertises the hardware's 16 sub-receives per grouped irecv, but the grouped path was written with
 // fixed arrays of 8 and refuses more. (Built over the socket plugin, whose grouped receives go up to 8.)
@@ -213,6 +227,9 @@ ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, 
 #ifdef NNS_BUG_HANG_IN_INIT
   // init waits for a device or daemon that never answers: NCCL hangs in ncclNetPluginInit.
   for (;;) pause();
+#endif
+#ifdef NNS_BUG_FINALIZE_FREES_SHARED
+  if (gShared == nullptr) gShared = new SharedState{1};
 #endif
   return real()->init(ctx, commId, config, logger, profiler);
 }
@@ -297,6 +314,9 @@ int sideListener(int flags) {
 #endif
 
 ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
+#ifdef NNS_BUG_FINALIZE_FREES_SHARED
+  if (gShared == nullptr) return sharedGone("listen");
+#endif
 #ifdef NNS_BUG_SECOND_DEVICE_UNREACHABLE
   if (dev >= gRealDevices && dev > 0) {
     std::fprintf(stderr, "WARN %s: listen: no address for device %d\n", NNS_BUG_NAME, dev);
@@ -329,6 +349,9 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
   return result;
 }
 ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t** devComm) {
+#ifdef NNS_BUG_FINALIZE_FREES_SHARED
+  if (gShared == nullptr) return sharedGone("connect");
+#endif
 #ifdef NNS_BUG_BLOCKING_CONNECT
   for (;;) {  // waits for the peer to accept instead of returning NULL (a socket connect left in blocking mode)
     ncclResult_t result = real()->connect(ctx, dev, handle, sendComm, devComm);
@@ -693,6 +716,10 @@ ncclResult_t closeListen(void* comm) {
   return result;
 }
 ncclResult_t finalize(void* ctx) {
+#ifdef NNS_BUG_FINALIZE_FREES_SHARED
+  delete gShared;
+  gShared = nullptr;
+#endif
   return real()->finalize(ctx);
 }
 

@@ -933,6 +933,49 @@ Verdict regmrDeregBalance(Context& c) {
   return pass("2000 regMr/deregMr pairs of 1 MiB, resident memory grew " + std::to_string(grown) + " KiB");
 }
 
+// ---- contexts-per-communicator: init per communicator, finalize per communicator (ncclNet_v11+) ------------------
+// From ncclNet_v11 (NCCL 2.28) NCCL calls init for every communicator it makes, each getting a context of its own,
+// and finalize with that context when the communicator is destroyed: several contexts live at once, they go one
+// by one, and new ones come after. A plugin that keeps process-wide state (a device table, helper threads) must
+// share it between contexts and release it only when the last one goes.
+Verdict contextsPerCommunicator(Context& c) {
+  if (c.net->version() < 11)
+    return skip("ncclNet_v" + std::to_string(c.net->version()) +
+                ": init is called once per process and there is no finalize before ncclNet_v11");
+  const std::vector<std::pair<size_t, uint64_t>> messages{{5000, 41}, {70000, 42}};
+  constexpr size_t kCapacity = 1 << 17;
+  // The harness's own context stands for the first communicator; two more come and go beside it.
+  void* second = nullptr;
+  if (ncclResult_t result = CALL("init", c.net->init(&second, 0x6e6e74, nullptr, nullptr, nullptr));
+      result != ncclSuccess)
+    return fail("init for a second communicator, while the first's context lives, returned %s",
+                resultText(result).c_str());
+  Context two{c.net, second, c.dev, c.props};
+  Verdict v = transferChecked(two, messages, kCapacity);
+  if (v.status != Status::kPass) return fail("on a second context (init called twice): %s", v.evidence.c_str());
+  v = transferChecked(c, messages, kCapacity);
+  if (v.status != Status::kPass) return fail("on the first context beside a second: %s", v.evidence.c_str());
+  if (ncclResult_t result = CALL("finalize", c.net->finalize(second)); result != ncclSuccess)
+    return fail("finalize of the second context returned %s", resultText(result).c_str());
+  v = transferChecked(c, messages, kCapacity);
+  if (v.status != Status::kPass)
+    return fail("on the first context after the second's finalize (NCCL destroys communicators one by one): %s",
+                v.evidence.c_str());
+  void* third = nullptr;
+  if (ncclResult_t result = CALL("init", c.net->init(&third, 0x6e6e75, nullptr, nullptr, nullptr));
+      result != ncclSuccess)
+    return fail("init for a third communicator, after the second's finalize, returned %s", resultText(result).c_str());
+  Context three{c.net, third, c.dev, c.props};
+  v = transferChecked(three, messages, kCapacity);
+  if (v.status != Status::kPass)
+    return fail("on a third context, made after the second's finalize: %s", v.evidence.c_str());
+  if (ncclResult_t result = CALL("finalize", c.net->finalize(third)); result != ncclSuccess)
+    return fail("finalize of the third context returned %s", resultText(result).c_str());
+  return pass(
+      "a second context moved data beside the first; the first still did after the second's finalize, "
+      "and a third made after that did too");
+}
+
 // ---- comm-lifecycle-leaks: communicators come and go, descriptors and threads do not pile up ------------------
 // A long-lived process (a training job that builds process groups, NCCL's ncclCommSplit) opens and closes many
 // connections through one plugin instance. A descriptor or helper thread left behind by each closed comm runs the
@@ -2127,6 +2170,10 @@ const std::vector<Rule>& rules() {
       {{"comm-lifecycle-leaks",
         "100 comms opened and closed one after another leave no descriptors or threads behind on either side"},
        commLifecycleLeaks},
+      {{"contexts-per-communicator",
+        "v11+: a context per init works beside the others, survives another's finalize, and init after a finalize "
+        "works (NCCL calls init and finalize per communicator)"},
+       contextsPerCommunicator},
   };
   return list;
 }
