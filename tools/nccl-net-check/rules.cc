@@ -443,7 +443,10 @@ Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t
     return fail("%s", why.c_str());
   Verdict v = receiveMessages(c, pair.recvComm, messages, capacity);
   (void)!write(checkedPipe[1], "c", 1);
-  int code = closePair(c, pair);
+  // Once the receiver has failed, the sender's exit code says nothing more, and it may wait for ever on sends this
+  // side stopped receiving: a second, not the 30 s a passing sender gets to finish (which outlasted a 30 s rule
+  // timeout and turned the failure found into "hung").
+  int code = closePair(c, pair, v.status == Status::kPass ? 30 : 1);
   close(checkedPipe[0]);
   close(checkedPipe[1]);
   if (v.status != Status::kPass) return v;
@@ -1217,7 +1220,7 @@ Verdict registeredBufferOffsets(Context& c) {
       v = fail("%s: wrong byte at offset %zu of the message", what, at - m.recvOffset);
   }
   (void)!write(checkedPipe[1], "c", 1);
-  int code = waitPeer(pair.peer, 30);
+  int code = waitPeer(pair.peer, v.status == Status::kPass ? 30 : 1);  // as transferChecked
   pair.peer = -1;
   close(checkedPipe[1]);
   if (mhandle != nullptr) CALL("deregMr", c.net->deregMr(pair.recvComm, mhandle));
@@ -1555,7 +1558,7 @@ Verdict everyCallReturns(Context& c) {
     return fail("regMr failed");
   Verdict v = receiveMessages(c, pair.recvComm, messages, 64);
   CALL("deregMr", c.net->deregMr(pair.recvComm, mhandle));
-  int code = closePair(c, pair);
+  int code = closePair(c, pair, v.status == Status::kPass ? 30 : 1);  // as transferChecked
   if (v.status != Status::kPass) return v;
   if (code != 0) return fail("%s", peerText(code).c_str());
   return pass("listen, connect, accept, regMr, isend, irecv, test, deregMr, close* each returned within " +
