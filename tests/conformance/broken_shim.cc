@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -125,6 +126,28 @@ void* gLastRecvComm = nullptr;
 // start): a receive into a registered buffer lands at the start of the region, wherever in it `data` points. NCCL
 // registers a whole buffer once and receives into slots at offsets within it.
 std::map<void*, void*> gRegionStart;  // mhandle -> the address regMr was given
+#endif
+
+#ifdef NNS_BUG_REGISTRATION_CACHE_UNCOUNTED
+// A registration cache shared by the device's comms (an RDMA plugin keeps one, since pinning is slow), keyed by
+// address and length, with no reference count: a second regMr of the same memory, on any comm, gets the first one's
+// region, and the first deregMr releases it under every holder. Their later transfers then fail as a NIC fails them,
+// with a protection error. NCCL registers one buffer on several comms and deregisters them one by one.
+struct CachedRegion {
+  void* real;  // the real plugin's mhandle, made on `comm`
+  void* comm;
+  bool live;
+};
+std::mutex gCacheMutex;
+std::map<std::pair<void*, size_t>, CachedRegion*> gCache;
+// A region whose memory key is gone: the real plugin would fail the transfer (a local protection error).
+bool releasedRegion(void* mhandle) {
+  std::lock_guard<std::mutex> lock(gCacheMutex);
+  return mhandle != nullptr && !static_cast<CachedRegion*>(mhandle)->live;
+}
+void* realOfCached(void* mhandle) {
+  return mhandle != nullptr ? static_cast<CachedRegion*>(mhandle)->real : nullptr;
+}
 #endif
 
 #if defined(NNS_BUG_BLOCKING_CLOSE_RECV) || defined(NNS_BUG_BLOCKING_CLOSE_SEND)
@@ -419,6 +442,20 @@ ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle
     registration->pages[i] = PageDescriptor{reinterpret_cast<uint64_t>(data) + i * 4096, 0, {}};
   *mhandle = registration;
   return ncclSuccess;
+#elif defined(NNS_BUG_REGISTRATION_CACHE_UNCOUNTED)
+  std::lock_guard<std::mutex> lock(gCacheMutex);
+  auto cached = gCache.find({data, size});
+  if (cached != gCache.end()) {
+    *mhandle = cached->second;  // the bug: no reference taken
+    return ncclSuccess;
+  }
+  void* realHandle = nullptr;
+  ncclResult_t result = real()->regMr(comm, data, size, type, &realHandle);
+  if (result != ncclSuccess) return result;
+  auto* region = new CachedRegion{realHandle, comm, true};
+  gCache[{data, size}] = region;
+  *mhandle = region;
+  return ncclSuccess;
 #else
   ncclResult_t result = real()->regMr(comm, data, size, type, mhandle);
 #ifdef NNS_BUG_OFFSET_IN_REGION_IGNORED
@@ -441,6 +478,18 @@ ncclResult_t deregMr(void* comm, void* mhandle) {
   ncclResult_t result = real()->deregMr(comm, registration->realHandle);
   delete registration;  // registration->pages is never freed
   return result;
+#elif defined(NNS_BUG_REGISTRATION_CACHE_UNCOUNTED)
+  (void)comm;
+  std::lock_guard<std::mutex> lock(gCacheMutex);
+  auto* region = static_cast<CachedRegion*>(mhandle);
+  if (!region->live) return ncclSuccess;  // released already, by another holder's deregMr
+  region->live = false;                   // kept (never reused), so a stale handle reads as released
+  for (auto it = gCache.begin(); it != gCache.end(); ++it)
+    if (it->second == region) {
+      gCache.erase(it);
+      break;
+    }
+  return real()->deregMr(region->comm, region->real);
 #else
 #ifdef NNS_BUG_OFFSET_IN_REGION_IGNORED
   gRegionStart.erase(mhandle);
@@ -451,6 +500,14 @@ ncclResult_t deregMr(void* comm, void* mhandle) {
 ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request) {
 #ifdef NNS_BUG_LEAKED_MHANDLE
   mhandle = realMhandle(mhandle);
+#endif
+#ifdef NNS_BUG_REGISTRATION_CACHE_UNCOUNTED
+  if (releasedRegion(mhandle)) {
+    std::fprintf(stderr, "WARN %s: isend: local protection error (the region's memory key was released)\n",
+                 NNS_BUG_NAME);
+    return ncclSystemError;
+  }
+  mhandle = realOfCached(mhandle);
 #endif
 #ifdef NNS_BUG_ZERO_BYTE_ELIDED
   if (size == 0) {
@@ -512,6 +569,20 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
       atRegionStart[i] = region != gRegionStart.end() ? region->second : data[i];
     }
     data = atRegionStart;
+  }
+#endif
+#ifdef NNS_BUG_REGISTRATION_CACHE_UNCOUNTED
+  void* unwrappedRegions[64];
+  if (mhandles != nullptr && n >= 1 && n <= 64) {
+    for (int i = 0; i < n; ++i) {
+      if (releasedRegion(mhandles[i])) {
+        std::fprintf(stderr, "WARN %s: irecv: local protection error (the region's memory key was released)\n",
+                     NNS_BUG_NAME);
+        return ncclSystemError;
+      }
+      unwrappedRegions[i] = realOfCached(mhandles[i]);
+    }
+    mhandles = unwrappedRegions;
   }
 #endif
 #ifdef NNS_BUG_LEAKED_MHANDLE

@@ -1129,6 +1129,24 @@ Verdict commLifecycleLeaks(Context& c) {
   return pass(text);
 }
 
+// Where a receive into `buffer` at [offset, offset + posted) changed something `expected` does not have: "" when
+// nothing, else what (outside the posted range: the offset within the registration was not honoured).
+std::string landedWrong(const std::vector<unsigned char>& buffer, const std::vector<unsigned char>& expected,
+                        size_t offset, size_t posted) {
+  auto changed = std::mismatch(buffer.begin(), buffer.end(), expected.begin());
+  size_t at = static_cast<size_t>(changed.first - buffer.begin());
+  if (at == buffer.size()) return "";
+  char text[200];
+  if (at < offset || at >= offset + posted)
+    std::snprintf(text, sizeof(text),
+                  " wrote byte %zu of the registered receive buffer, outside the posted [%zu, %zu): the offset of the "
+                  "data within its registration is not honoured",
+                  at, offset, offset + posted);
+  else
+    std::snprintf(text, sizeof(text), ": wrong byte at offset %zu of the message", at - offset);
+  return text;
+}
+
 Verdict registeredBufferOffsets(Context& c) {
   // NCCL registers a whole buffer once (regMr) and sends and receives at offsets within it, passing the buffer's
   // mhandle with every call; every other rule passes no mhandle. Each message here goes from an offset of a
@@ -1208,16 +1226,8 @@ Verdict registeredBufferOffsets(Context& c) {
       break;
     }
     for (size_t i = 0; i < m.bytes; ++i) expected[m.recvOffset + i] = patternByte(m.sendOffset + i, kSeed);
-    auto changed = std::mismatch(buffer.begin(), buffer.end(), expected.begin());
-    size_t at = static_cast<size_t>(changed.first - buffer.begin());
-    if (at == kBuffer) continue;
-    if (at < m.recvOffset || at >= m.recvOffset + posted)
-      v = fail(
-          "%s wrote byte %zu of the registered receive buffer, outside the posted [%zu, %zu): the offset of the "
-          "data within its registration is not honoured",
-          what, at, m.recvOffset, m.recvOffset + posted);
-    else
-      v = fail("%s: wrong byte at offset %zu of the message", what, at - m.recvOffset);
+    if (std::string wrong = landedWrong(buffer, expected, m.recvOffset, posted); !wrong.empty())
+      v = fail("%s%s", what, wrong.c_str());
   }
   (void)!write(checkedPipe[1], "c", 1);
   int code = waitPeer(pair.peer, v.status == Status::kPass ? 30 : 1);  // as transferChecked
@@ -1232,6 +1242,207 @@ Verdict registeredBufferOffsets(Context& c) {
   return pass(std::to_string(kMessages.size()) +
               " messages between offsets of two registered 1 MiB buffers, each call given the buffer's mhandle: "
               "every byte at its offset, nothing else written");
+}
+
+// ---- shared-registrations: one buffer registered several times, deregistered one by one -------------------------
+// NCCL registers the same memory more than once: on each comm that moves it (a rank's send and receive comms, every
+// channel's connection), again over the same range, and over overlapping ranges (the user buffers of several
+// collectives, a part of a registered pool); each registration is deregistered when its owner goes, in any order.
+// A plugin that caches registrations (an RDMA plugin does, per device, since pinning is slow) must count them: each
+// stays valid until its own deregMr. Both sides make the same four registrations of a 1 MiB buffer and deregister
+// them one by one between six messages, each message sent and received through one of those still held.
+namespace shared {
+constexpr size_t kBuffer = 1 << 20, kPart = 64 << 10, kPartBytes = 128 << 10, kSlack = 64;
+constexpr uint64_t kSeed = 91;
+enum Handle { kWholeOn0, kWholeOn1, kWholeOn0Again, kPartOn0, kHandles };
+struct Registration {
+  int comm;
+  size_t offset, bytes;
+  const char* what;
+};
+constexpr Registration kRegistrations[kHandles] = {
+    {0, 0, kBuffer, "the whole buffer on comm 0"},
+    {1, 0, kBuffer, "the whole buffer on comm 1"},
+    {0, 0, kBuffer, "the whole buffer on comm 0 again"},
+    {0, kPart, kPartBytes, "bytes [64 KiB, 192 KiB) on comm 0"},
+};
+struct Step {
+  int deregBefore;  // the registration deregistered just before this step's message, or -1
+  Handle handle;    // the one the message goes through, on its comm, on both sides
+  size_t sendOffset, recvOffset, bytes;
+};
+constexpr Step kSteps[] = {
+    {kWholeOn0, kWholeOn1, 100, 300001, 70000},
+    {-1, kWholeOn0Again, 4096 * 3 + 17, 12345, 5000},
+    {-1, kPartOn0, kPart + 1000, kPart + 100, 50000},
+    {kWholeOn1, kWholeOn0Again, 500000, 900000, 100000},
+    {-1, kPartOn0, 2 * kPart, 2 * kPart + 7, 60000},
+    {kWholeOn0Again, kPartOn0, 70000, 66000, 4096},
+};
+constexpr int kStepCount = sizeof(kSteps) / sizeof(kSteps[0]);
+constexpr int kPeerRegFailed = 44, kPeerDeregFailed = 45, kPeerStepFailed = 60;  // + the step
+
+// Registers the four on `comms` (regMr's result, and which one failed in *failed).
+ncclResult_t registerAll(Context& c, void* const comms[2], unsigned char* buffer, void* handles[kHandles],
+                         int* failed) {
+  for (int h = 0; h < kHandles; ++h) {
+    const Registration& r = kRegistrations[h];
+    ncclResult_t result =
+        CALL("regMr", c.net->regMr(comms[r.comm], buffer + r.offset, r.bytes, NCCL_PTR_HOST, &handles[h]));
+    if (result != ncclSuccess) {
+      *failed = h;
+      return result;
+    }
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t deregister(Context& c, void* const comms[2], void* handles[kHandles], int h) {
+  if (handles[h] == nullptr) return ncclSuccess;
+  ncclResult_t result = CALL("deregMr", c.net->deregMr(comms[kRegistrations[h].comm], handles[h]));
+  handles[h] = nullptr;
+  return result;
+}
+
+// The peer: connects to both listeners and sends each step's message from its registration.
+int sender(Context& c, unsigned char handlesIn[2][NCCL_NET_HANDLE_MAXSIZE], int checkedFd) {
+  void* comms[2] = {};
+  for (int i = 0; i < 2; ++i)
+    if ((comms[i] = connectWithin(c, handlesIn[i], 20)) == nullptr) return 20;
+  static std::vector<unsigned char> buffer(kBuffer);  // may be read until closeSend
+  fill(buffer, kBuffer, kSeed);
+  void* handles[kHandles] = {};
+  int failedHandle = -1, code = 0;
+  if (registerAll(c, comms, buffer.data(), handles, &failedHandle) != ncclSuccess) code = kPeerRegFailed;
+  for (int k = 0; k < kStepCount && code == 0; ++k) {
+    const Step& s = kSteps[k];
+    if (s.deregBefore >= 0 && deregister(c, comms, handles, s.deregBefore) != ncclSuccess) {
+      code = kPeerDeregFailed;
+      break;
+    }
+    void* request = nullptr;
+    int size = -1;
+    if (postSend(c, comms[kRegistrations[s.handle].comm], buffer.data() + s.sendOffset, s.bytes, 1, &request, 10,
+                 handles[s.handle]) != ncclSuccess ||
+        waitDone(c, request, &size, 30) != ncclSuccess)
+      code = kPeerStepFailed + k;
+    else if (size != static_cast<int>(s.bytes))
+      code = 31;
+  }
+  pollfd checked{checkedFd, POLLIN, 0};
+  poll(&checked, 1, 60000);
+  for (int h = 0; h < kHandles; ++h) deregister(c, comms, handles, h);
+  for (void* comm : comms) CALL("closeSend", c.net->closeSend(comm));
+  return code;
+}
+
+// What was deregistered on each side before step `k`, for the evidence.
+std::string deregisteredBefore(int k) {
+  std::string text;
+  for (int j = 0; j <= k; ++j)
+    if (kSteps[j].deregBefore >= 0)
+      text += std::string(text.empty() ? "" : ", ") + kRegistrations[kSteps[j].deregBefore].what;
+  return text.empty() ? "nothing deregistered yet" : "after deregMr of " + text;
+}
+
+std::string peerStepText(int code) {
+  if (code == kPeerRegFailed) return "the sender's regMr failed";
+  if (code == kPeerDeregFailed) return "the sender's deregMr failed";
+  if (code >= kPeerStepFailed && code < kPeerStepFailed + kStepCount) {
+    const int k = code - kPeerStepFailed;
+    return "the sender's step " + std::to_string(k) + " (isend or test through " +
+           kRegistrations[kSteps[k].handle].what + ", " + deregisteredBefore(k) + ") failed";
+  }
+  return peerText(code);
+}
+}  // namespace shared
+
+Verdict sharedRegistrations(Context& c) {
+  using namespace shared;
+  unsigned char handlesOut[2][NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* listenComms[2] = {}, * comms[2] = {};
+  auto closeAll = [&]() {
+    for (void* comm : comms)
+      if (comm != nullptr) CALL("closeRecv", c.net->closeRecv(comm));
+    for (void* comm : listenComms)
+      if (comm != nullptr) CALL("closeListen", c.net->closeListen(comm));
+  };
+  for (int i = 0; i < 2; ++i)
+    if (ncclResult_t result = CALL("listen", c.net->listen(c.ctx, c.dev, handlesOut[i], &listenComms[i]));
+        result != ncclSuccess) {
+      closeAll();
+      return fail("listen %d of 2 returned %s", i + 1, resultText(result).c_str());
+    }
+  int checkedPipe[2];
+  if (pipe(checkedPipe) != 0) return fail("pipe failed");
+  pid_t peer = startPeer(c, [&]() {
+    close(checkedPipe[1]);
+    return sender(c, handlesOut, checkedPipe[0]);
+  });
+  close(checkedPipe[0]);
+  Verdict v = pass("");
+  for (int i = 0; i < 2 && v.status == Status::kPass; ++i) {
+    ncclResult_t failed = ncclSuccess;
+    if ((comms[i] = acceptWithin(c, listenComms[i], 20, &failed)) == nullptr)
+      v = fail("connection %d: %s", i, failed != ncclSuccess ? ("accept returned " + resultText(failed)).c_str()
+                                                              : "accept did not complete within 20 s");
+  }
+  std::vector<unsigned char> buffer(kBuffer, 0xee), expected(kBuffer, 0xee);
+  void* handles[kHandles] = {};
+  int failedHandle = -1, peerCode = 0;
+  if (v.status == Status::kPass)
+    if (ncclResult_t result = registerAll(c, comms, buffer.data(), handles, &failedHandle); result != ncclSuccess)
+      v = fail("regMr of %s (after the ones before it) returned %s", kRegistrations[failedHandle].what,
+               resultText(result).c_str());
+  for (int k = 0; k < kStepCount && v.status == Status::kPass; ++k) {
+    const Step& s = kSteps[k];
+    if (s.deregBefore >= 0)
+      if (ncclResult_t result = deregister(c, comms, handles, s.deregBefore); result != ncclSuccess) {
+        v = fail("deregMr of %s returned %s", kRegistrations[s.deregBefore].what, resultText(result).c_str());
+        break;
+      }
+    char what[300];
+    std::snprintf(what, sizeof(what), "step %d (%zu B into offset %zu through %s, %s)", k, s.bytes, s.recvOffset,
+                  kRegistrations[s.handle].what, deregisteredBefore(k).c_str());
+    void* data = buffer.data() + s.recvOffset;
+    size_t posted = s.bytes + kSlack;
+    int tag = 1, size = -1;
+    void* request = nullptr;
+    if (ncclResult_t result = postRecv(c, comms[kRegistrations[s.handle].comm], 1, &data, &posted, &tag, &request,
+                                       10, &handles[s.handle]);
+        result != ncclSuccess) {
+      v = fail("%s: irecv %s", what, postText(result).c_str());
+      break;
+    }
+    ncclResult_t result = waitDoneWatchingPeer(c, request, &size, 30, peer, &peerCode);
+    if (result == ncclTimeout && peer < 0) {
+      v = fail("%s: nothing arrived: %s", what, peerStepText(peerCode).c_str());
+      break;
+    }
+    if (result != ncclSuccess) {
+      v = fail("%s: %s", what, waitText(result, 30).c_str());
+      break;
+    }
+    if (size != static_cast<int>(s.bytes)) {
+      v = fail("%s: test reported %d bytes", what, size);
+      break;
+    }
+    for (size_t i = 0; i < s.bytes; ++i) expected[s.recvOffset + i] = patternByte(s.sendOffset + i, kSeed);
+    if (std::string wrong = landedWrong(buffer, expected, s.recvOffset, posted); !wrong.empty())
+      v = fail("%s%s", what, wrong.c_str());
+  }
+  (void)!write(checkedPipe[1], "c", 1);
+  int code = peer > 0 ? waitPeer(peer, v.status == Status::kPass ? 30 : 1) : peerCode;  // as transferChecked
+  close(checkedPipe[1]);
+  for (int h = 0; h < kHandles; ++h) deregister(c, comms, handles, h);
+  closeAll();
+  if (v.status != Status::kPass) return v;
+  if (code == 31) return fail("the sender's test reported a size other than the one it sent");
+  if (code != 0) return fail("%s", peerStepText(code).c_str());
+  return pass(
+      "one 1 MiB buffer registered 4 times on each side (on 2 comms, the same range twice on one, and an overlapping "
+      "128 KiB part), deregistered one by one between 6 checked messages: each registration moved its bytes until "
+      "its own deregMr");
 }
 
 Verdict closeWithRequestsInFlight(Context& c) {
@@ -2139,6 +2350,10 @@ const std::vector<Rule>& rules() {
       {{"registered-buffer-offsets",
         "sends and receives at offsets within registered buffers, with their mhandles, land at those offsets"},
        registeredBufferOffsets},
+      {{"shared-registrations",
+        "one buffer registered on two comms, twice on one and over an overlapping part stays usable through each "
+        "registration until its own deregMr"},
+       sharedRegistrations},
       {{"close-with-requests-in-flight", "closing comms with requests pending returns and does not crash"},
        closeWithRequestsInFlight},
       {{"every-version-agrees", "every exported ncclNetPlugin_vN reports the same device and moves data"},
