@@ -1129,22 +1129,24 @@ Verdict commLifecycleLeaks(Context& c) {
   return pass(text);
 }
 
-// Where a receive into `buffer` at [offset, offset + posted) changed something `expected` does not have: "" when
-// nothing, else what (outside the posted range: the offset within the registration was not honoured).
-std::string landedWrong(const std::vector<unsigned char>& buffer, const std::vector<unsigned char>& expected,
-                        size_t offset, size_t posted) {
+// The verdict on one receive of `bytes` (sent from `sendOffset` of a buffer filled with `seed`'s pattern) posted at
+// [recvOffset, recvOffset + posted) of a registered `buffer`: its wait's result, the size test reported, its bytes,
+// and nothing else in `buffer` changed (`expected` is what it must hold, updated here). `what` names the receive.
+Verdict checkLanded(const char* what, ncclResult_t result, int size, size_t bytes,
+                    const std::vector<unsigned char>& buffer, std::vector<unsigned char>& expected, size_t sendOffset,
+                    size_t recvOffset, size_t posted, uint64_t seed) {
+  if (result != ncclSuccess) return fail("%s: %s", what, waitText(result, 30).c_str());
+  if (size != static_cast<int>(bytes)) return fail("%s: test reported %d bytes", what, size);
+  for (size_t i = 0; i < bytes; ++i) expected[recvOffset + i] = patternByte(sendOffset + i, seed);
   auto changed = std::mismatch(buffer.begin(), buffer.end(), expected.begin());
   size_t at = static_cast<size_t>(changed.first - buffer.begin());
-  if (at == buffer.size()) return "";
-  char text[200];
-  if (at < offset || at >= offset + posted)
-    std::snprintf(text, sizeof(text),
-                  " wrote byte %zu of the registered receive buffer, outside the posted [%zu, %zu): the offset of the "
-                  "data within its registration is not honoured",
-                  at, offset, offset + posted);
-  else
-    std::snprintf(text, sizeof(text), ": wrong byte at offset %zu of the message", at - offset);
-  return text;
+  if (at == buffer.size()) return pass("");
+  if (at < recvOffset || at >= recvOffset + posted)
+    return fail(
+        "%s wrote byte %zu of the registered receive buffer, outside the posted [%zu, %zu): the offset of the data "
+        "within its registration is not honoured",
+        what, at, recvOffset, recvOffset + posted);
+  return fail("%s: wrong byte at offset %zu of the message", what, at - recvOffset);
 }
 
 Verdict registeredBufferOffsets(Context& c) {
@@ -1217,17 +1219,7 @@ Verdict registeredBufferOffsets(Context& c) {
                   "message %zu (%zu B from offset %zu of the registered send buffer into offset %zu of the registered "
                   "receive buffer)",
                   k, m.bytes, m.sendOffset, m.recvOffset);
-    if (result != ncclSuccess) {
-      v = fail("%s: %s", what, waitText(result, 30).c_str());
-      break;
-    }
-    if (size != static_cast<int>(m.bytes)) {
-      v = fail("%s: test reported %d bytes", what, size);
-      break;
-    }
-    for (size_t i = 0; i < m.bytes; ++i) expected[m.recvOffset + i] = patternByte(m.sendOffset + i, kSeed);
-    if (std::string wrong = landedWrong(buffer, expected, m.recvOffset, posted); !wrong.empty())
-      v = fail("%s%s", what, wrong.c_str());
+    v = checkLanded(what, result, size, m.bytes, buffer, expected, m.sendOffset, m.recvOffset, posted, kSeed);
   }
   (void)!write(checkedPipe[1], "c", 1);
   int code = waitPeer(pair.peer, v.status == Status::kPass ? 30 : 1);  // as transferChecked
@@ -1272,12 +1264,9 @@ struct Step {
   size_t sendOffset, recvOffset, bytes;
 };
 constexpr Step kSteps[] = {
-    {kWholeOn0, kWholeOn1, 100, 300001, 70000},
-    {-1, kWholeOn0Again, 4096 * 3 + 17, 12345, 5000},
-    {-1, kPartOn0, kPart + 1000, kPart + 100, 50000},
-    {kWholeOn1, kWholeOn0Again, 500000, 900000, 100000},
-    {-1, kPartOn0, 2 * kPart, 2 * kPart + 7, 60000},
-    {kWholeOn0Again, kPartOn0, 70000, 66000, 4096},
+    {kWholeOn0, kWholeOn1, 100, 300001, 70000},       {-1, kWholeOn0Again, 4096 * 3 + 17, 12345, 5000},
+    {-1, kPartOn0, kPart + 1000, kPart + 100, 50000}, {kWholeOn1, kWholeOn0Again, 500000, 900000, 100000},
+    {-1, kPartOn0, 2 * kPart, 2 * kPart + 7, 60000},  {kWholeOn0Again, kPartOn0, 70000, 66000, 4096},
 };
 constexpr int kStepCount = sizeof(kSteps) / sizeof(kSteps[0]);
 constexpr int kPeerRegFailed = 44, kPeerDeregFailed = 45, kPeerStepFailed = 60;  // + the step
@@ -1360,7 +1349,7 @@ std::string peerStepText(int code) {
 Verdict sharedRegistrations(Context& c) {
   using namespace shared;
   unsigned char handlesOut[2][NCCL_NET_HANDLE_MAXSIZE] = {};
-  void* listenComms[2] = {}, * comms[2] = {};
+  void *listenComms[2] = {}, *comms[2] = {};
   auto closeAll = [&]() {
     for (void* comm : comms)
       if (comm != nullptr) CALL("closeRecv", c.net->closeRecv(comm));
@@ -1384,8 +1373,9 @@ Verdict sharedRegistrations(Context& c) {
   for (int i = 0; i < 2 && v.status == Status::kPass; ++i) {
     ncclResult_t failed = ncclSuccess;
     if ((comms[i] = acceptWithin(c, listenComms[i], 20, &failed)) == nullptr)
-      v = fail("connection %d: %s", i, failed != ncclSuccess ? ("accept returned " + resultText(failed)).c_str()
-                                                              : "accept did not complete within 20 s");
+      v = fail("connection %d: %s", i,
+               failed != ncclSuccess ? ("accept returned " + resultText(failed)).c_str()
+                                     : "accept did not complete within 20 s");
   }
   std::vector<unsigned char> buffer(kBuffer, 0xee), expected(kBuffer, 0xee);
   void* handles[kHandles] = {};
@@ -1408,8 +1398,8 @@ Verdict sharedRegistrations(Context& c) {
     size_t posted = s.bytes + kSlack;
     int tag = 1, size = -1;
     void* request = nullptr;
-    if (ncclResult_t result = postRecv(c, comms[kRegistrations[s.handle].comm], 1, &data, &posted, &tag, &request,
-                                       10, &handles[s.handle]);
+    if (ncclResult_t result = postRecv(c, comms[kRegistrations[s.handle].comm], 1, &data, &posted, &tag, &request, 10,
+                                       &handles[s.handle]);
         result != ncclSuccess) {
       v = fail("%s: irecv %s", what, postText(result).c_str());
       break;
@@ -1419,17 +1409,7 @@ Verdict sharedRegistrations(Context& c) {
       v = fail("%s: nothing arrived: %s", what, peerStepText(peerCode).c_str());
       break;
     }
-    if (result != ncclSuccess) {
-      v = fail("%s: %s", what, waitText(result, 30).c_str());
-      break;
-    }
-    if (size != static_cast<int>(s.bytes)) {
-      v = fail("%s: test reported %d bytes", what, size);
-      break;
-    }
-    for (size_t i = 0; i < s.bytes; ++i) expected[s.recvOffset + i] = patternByte(s.sendOffset + i, kSeed);
-    if (std::string wrong = landedWrong(buffer, expected, s.recvOffset, posted); !wrong.empty())
-      v = fail("%s%s", what, wrong.c_str());
+    v = checkLanded(what, result, size, s.bytes, buffer, expected, s.sendOffset, s.recvOffset, posted, kSeed);
   }
   (void)!write(checkedPipe[1], "c", 1);
   int code = peer > 0 ? waitPeer(peer, v.status == Status::kPass ? 30 : 1) : peerCode;  // as transferChecked
