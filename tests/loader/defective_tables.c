@@ -8,7 +8,8 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-#if defined(NNS_DEFECT_NULL_ENTRIES) || defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE)
+#if defined(NNS_DEFECT_NULL_ENTRIES) || defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE) || \
+    defined(NNS_DEFECT_ODD_PROPERTIES)
 /* What the tables below start from: an init and a devices that work. */
 static ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
                          ncclProfilerCallback_t profiler) {
@@ -17,7 +18,11 @@ static ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* c
   return ncclSuccess;
 }
 static ncclResult_t devices(int* ndev) {
+#if defined(NNS_DEFECT_ODD_PROPERTIES)
+  *ndev = 2;
+#else
   *ndev = 1;
+#endif
   return ncclSuccess;
 }
 #endif
@@ -32,16 +37,22 @@ static ncclResult_t collInit(void** ctx, uint64_t commId, ncclDebugLogger_t logg
 }
 EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {.name = "half-table", .init = init, .devices = devices};
 EXPORT const ncclCollNet_v12_t ncclCollNetPlugin_v12 = {.init = collInit};
-#elif defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE)
+#elif defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE) || defined(NNS_DEFECT_ODD_PROPERTIES)
 /* NO_IFLUSH is not a defect: every entry NCCL calls unchecked is there, iflush (which NCCL calls only after
  * GPU-direct receives) is NULL. UNPACK_DEVICE is the same table with device 0 an UNPACK device at version 0x6, which
- * NCCL refuses to assign (it speaks 0x7 only). A test double: the entries beside init, devices, getProperties and
+ * NCCL refuses to assign (it speaks 0x7 only); ODD_PROPERTIES is the table with properties a tool must print as they
+ * are (below). A test double: the entries beside init, devices, getProperties and
  * finalize refuse with ncclInternalError. */
 static ncclResult_t finalize(void* ctx) {
   (void)ctx;
   return ncclSuccess;
 }
 static ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
+#if defined(NNS_DEFECT_ODD_PROPERTIES)
+  /* ODD_PROPERTIES: device 1 answers success and writes nothing (a plugin that forgot a device), device 0 has a
+   * 2.5 Gb/s link and a latency that is not a number: a tool must show what it got, not crash on it. */
+  if (dev == 1) return ncclSuccess;
+#endif
   (void)dev;
   memset(props, 0, sizeof(*props));
   props->name = (char*)"defective0";
@@ -52,6 +63,9 @@ static ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
 #if defined(NNS_DEFECT_UNPACK_DEVICE)
   props->netDeviceType = NCCL_NET_DEVICE_UNPACK;
   props->netDeviceVersion = 0x6;
+#elif defined(NNS_DEFECT_ODD_PROPERTIES)
+  props->speed = 2500;
+  props->latency = __builtin_nanf("");
 #endif
   return ncclSuccess;
 }
@@ -86,6 +100,8 @@ static ncclResult_t closeComm(void* comm) {
 }
 #if defined(NNS_DEFECT_UNPACK_DEVICE)
 #define NNS_TABLE_NAME "unpack-0x6"
+#elif defined(NNS_DEFECT_ODD_PROPERTIES)
+#define NNS_TABLE_NAME "odd-properties"
 #else
 #define NNS_TABLE_NAME "no-iflush"
 #endif

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -70,6 +71,23 @@ std::string versionsText(const std::vector<int>& versions) {
   return text;
 }
 
+// A float JSON can hold, or its text: nlohmann writes NaN and infinities as null, which read back as "not a number"
+// and lost what the plugin said.
+json finiteOrText(float value) {
+  if (std::isfinite(value)) return value;
+  return std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf";
+}
+
+// Link speed from Mb/s, exact: "100Gb/s", "2.5Gb/s", "100Mb/s", and "-5Mb/s" as the plugin said it.
+std::string speedText(int mbps) {
+  char text[32];
+  if (mbps >= 1000)
+    std::snprintf(text, sizeof(text), "%.6gGb/s", mbps / 1000.0);
+  else
+    std::snprintf(text, sizeof(text), "%dMb/s", mbps);
+  return text;
+}
+
 json deviceJson(int dev, const ncclNetProperties_v12_t& p) {
   json vdevs = json::array();
   for (int i = 0; i < p.vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC; ++i) vdevs.push_back(p.vProps.devs[i]);
@@ -79,7 +97,7 @@ json deviceJson(int dev, const ncclNetProperties_v12_t& p) {
               {"guid", p.guid},
               {"speedMbps", p.speed},
               {"port", p.port},
-              {"latencyUs", p.latency},
+              {"latencyUs", finiteOrText(p.latency)},
               {"maxComms", p.maxComms},
               {"maxRecvs", p.maxRecvs},
               {"ptrSupport", ptrSupportText(p.ptrSupport)},
@@ -165,7 +183,7 @@ void probeDevices(nns::tools::ProbeChannel& channel, Plugin& plugin, void* ctx, 
     result = plugin.devices(&ndev);
   }
   for (int dev = 0; result == ncclSuccess && dev < ndev; ++dev) {
-    ncclNetProperties_v12_t props;
+    ncclNetProperties_v12_t props{};  // what a plugin leaves unwritten reads as 0 and NULL, not as stack bytes
     channel.call(prefix + "getProperties(" + std::to_string(dev) + ")");
     if (plugin.getProperties(dev, &props) == ncclSuccess) {
       channel.send({{deviceKey, deviceJson(dev, props)}});
@@ -469,9 +487,14 @@ void printDevices(const json& devices) {
     for (int v : d["vProps"]) vprops += std::to_string(v) + ",";
     if (!vprops.empty()) vprops.pop_back();
     std::string pci = d["pciPath"].is_null() ? "(virtual)" : d["pciPath"].get<std::string>();
-    std::printf("  %-3d %-14s %-9s %-7.1f %-5d %-4d %-8d %-8llx %-17s %-6d %-5d %-8s %-11zu %-11zu {%s} %s\n",
+    char latency[32];
+    if (d["latencyUs"].is_number())
+      std::snprintf(latency, sizeof(latency), "%.1f", d["latencyUs"].get<double>());
+    else
+      std::snprintf(latency, sizeof(latency), "%s", d["latencyUs"].get<std::string>().c_str());
+    std::printf("  %-3d %-14s %-9s %-7s %-5d %-4d %-8d %-8llx %-17s %-6d %-5d %-8s %-11zu %-11zu {%s} %s\n",
                 d["dev"].get<int>(), d["name"].get<std::string>().c_str(),
-                (std::to_string(d["speedMbps"].get<int>() / 1000) + "Gb/s").c_str(), d["latencyUs"].get<double>(),
+                speedText(d["speedMbps"].get<int>()).c_str(), latency,
                 d["port"].get<int>(), d["maxRecvs"].get<int>(), d["maxComms"].get<int>(),
                 static_cast<unsigned long long>(d["guid"].get<uint64_t>()), d["ptrSupport"].get<std::string>().c_str(),
                 d["regIsGlobal"].get<int>(), d["forceFlush"].get<int>(), d["netDeviceType"].get<std::string>().c_str(),
