@@ -301,12 +301,15 @@ ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm) {
   return makeComm(comm, launch);
 }
 
+// NULL is a no-op, as in ncclCommDestroy and ncclCommAbort: cleanup code may run for a communicator never made.
 ncclResult_t nnsCommDestroy(nnsComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
   if (!retire(comm)) return notLive(comm);
   return freeRetired(comm);
 }
 
 ncclResult_t nnsCommAbort(nnsComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
   if (!retire(comm)) return notLive(comm);
   comm->comm->abort("aborted by nnsCommAbort");
   return freeRetired(comm);

@@ -125,6 +125,17 @@ TEST(CApi, RegisteredBuffersGiveTheSameResultsAndDeregisterOnce) {
     EXPECT_NE(std::string(nnsGetLastError()).find("not a registration"), std::string::npos) << nnsGetLastError();
     ASSERT_EQ(nnsCommDeregister(comm, outHandle), ncclSuccess);
     EXPECT_EQ(nnsCommRegister(comm, nullptr, 8, &inHandle), ncclInvalidArgument);
+    // Memory that cannot be there: a size that wraps past the address space's end (it matched no buffer and was taken),
+    // one far past the mapped input (it would cover every later buffer), and nothing mapped at all.
+    auto refusedRange = [&](void* data, size_t bytes, const char* why) {
+      void* handle = nullptr;
+      EXPECT_EQ(nnsCommRegister(comm, data, bytes, &handle), ncclInvalidArgument) << bytes;
+      EXPECT_NE(std::string(nnsGetLastError()).find(why), std::string::npos) << nnsGetLastError();
+      EXPECT_EQ(handle, nullptr);
+    };
+    refusedRange(in.data(), SIZE_MAX, "past the end of the address space");
+    refusedRange(in.data(), size_t{1} << 50, "not all mapped");
+    refusedRange(reinterpret_cast<void*>(uintptr_t{4096}), 4096, "not all mapped");
     // Unregistered again: the same call through the slots.
     ASSERT_EQ(nnsAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr), ncclSuccess);
     ASSERT_EQ(out[1000], 6.0f * (1000 % 97));
@@ -321,7 +332,9 @@ TEST(CApi, ADestroyedCommunicatorIsRefusedNotUsed) {
   refused(nnsCommGetAsyncError(comm, &async));
   refused(nnsCommDestroy(comm));
   refused(nnsCommAbort(comm));
-  EXPECT_EQ(nnsCommDestroy(nullptr), ncclInvalidArgument);
+  // NULL is a no-op, as ncclCommDestroy(NULL) and ncclCommAbort(NULL) are.
+  EXPECT_EQ(nnsCommDestroy(nullptr), ncclSuccess);
+  EXPECT_EQ(nnsCommAbort(nullptr), ncclSuccess);
 }
 
 // Inside a group a bad argument is refused at the call, as NCCL does, and the group's other operations still run:

@@ -35,7 +35,8 @@ ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, in
 /* Rank, size and root from the launcher: NNS_RANK/NNS_WORLD_SIZE/NNS_ROOT_ADDR, Open MPI, Slurm, PMI, torchrun. */
 ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm);
 /* A handle already destroyed (or aborted) is refused with ncclInvalidArgument, here and in every call, as long as no
- * later communicator has been given the same address. */
+ * later communicator has been given the same address. NULL is a no-op (ncclSuccess) here and in nnsCommAbort, as in
+ * NCCL. */
 ncclResult_t nnsCommDestroy(nnsComm_t comm);
 /* Fails the communicator now and frees it; its peers' pending and later operations fail too. It may be called from
  * another thread while calls on the communicator are in progress (a watchdog, as with ncclCommAbort): they fail, and
@@ -46,7 +47,8 @@ ncclResult_t nnsCommAbort(nnsComm_t comm);
 ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError);
 /* Registers host memory with the communicator, as ncclCommRegister does: collectives then send from it and receive
  * into it directly instead of through the communicator's staging slots. The memory must stay valid until
- * nnsCommDeregister or nnsCommDestroy. */
+ * nnsCommDeregister or nnsCommDestroy. A range that runs past the end of the address space, or host memory that is
+ * not all mapped, is refused with ncclInvalidArgument. */
 ncclResult_t nnsCommRegister(const nnsComm_t comm, void* buff, size_t size, void** handle);
 ncclResult_t nnsCommDeregister(const nnsComm_t comm, void* handle);
 ncclResult_t nnsCommCount(const nnsComm_t comm, int* count);

@@ -3,10 +3,12 @@
 #include "nns/core/communicator.hpp"
 
 #include <sched.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 
@@ -689,10 +691,24 @@ void Communicator::deregister(Registration& registration) {
 }
 
 void* Communicator::registerBuffer(void* data, size_t bytes, int type) {
-  if (data == nullptr || bytes == 0) throw CommError("registerBuffer: a NULL or empty buffer");
+  if (data == nullptr || bytes == 0) throw ArgumentError("registerBuffer: a NULL or empty buffer");
+  // Memory that cannot exist is refused here: regMr comes only at each connection's first use (and the socket
+  // plugin's checks nothing), and a range past the address space's end wrapped to a registration that matched nothing
+  // (so buffers inside it went through the slots after all) or, huge but not wrapping, one that covered every later
+  // buffer. Host memory must be mapped (msync checks the whole range, and MS_ASYNC flushes nothing).
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  char range[64];
+  std::snprintf(range, sizeof(range), "%zu bytes at %p", bytes, data);
+  if (bytes > UINTPTR_MAX - begin)
+    throw ArgumentError(std::string("registerBuffer: ") + range + " run past the end of the address space");
+  if (type == NCCL_PTR_HOST) {
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE)), first = begin & ~(page - 1);
+    if (msync(reinterpret_cast<void*>(first), begin + bytes - first, MS_ASYNC) != 0 && errno == ENOMEM)
+      throw ArgumentError(std::string("registerBuffer: ") + range + " are not all mapped memory of this process");
+  }
   auto registration = std::make_unique<Registration>();
-  registration->begin = reinterpret_cast<uintptr_t>(data);
-  registration->end = registration->begin + bytes;
+  registration->begin = begin;
+  registration->end = begin + bytes;
   registration->type = type;
   Registration* handle = registration.get();
   submit([&] { registrations_.push_back(std::move(registration)); });

@@ -213,7 +213,8 @@ class Communicator {
   // into it then skip the slots (and the copies through them). Each connection registers it with the plugin on
   // first use (regMr), so the cost is paid once per connection, not per call. The memory must stay valid until
   // deregisterBuffer (or the communicator's end). Returns the handle for deregisterBuffer. Any thread, not inside
-  // an operation; throws CommError (a failed communicator, a NULL or empty buffer).
+  // an operation; throws CommError (a failed communicator) or ArgumentError (a NULL or empty buffer, a range past the
+  // end of the address space, host memory not all mapped).
   // `type` is what regMr is told: NCCL_PTR_HOST, or NCCL_PTR_CUDA for GPU memory (the plugin must support it).
   void* registerBuffer(void* data, size_t bytes, int type = NCCL_PTR_HOST);
   // False when `handle` is not a live registration of this communicator (the communicator stays usable).
