@@ -36,6 +36,15 @@ refuses "-d float17" "unknown data type float17"
 refuses "-o mean" "unknown reduction mean"
 refuses "-A star" "unknown algorithm star"
 refuses "-b 1T -e 1T" "-e 1099511627776 needs two buffers of that size per rank"
+# A root outside the job: refused with the flags' status (2) before the communicator is built and the table started.
+for collective in broadcast reduce; do
+  out=$(NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" $collective -r 1 2>&1)
+  status=$?
+  if [ "$status" -ne 2 ] || ! grep -qF -- "-r 1: the job has 1 rank(s), 0 to 0" <<<"$out" || grep -q "^#" <<<"$out"; then
+    echo "FAILED: $collective -r 1 on one rank gave status $status and: $out (expected status 2, the root named)"
+    failures=$((failures + 1))
+  fi
+done
 
 # -f 1 steps by -i, as in nccl-tests: 1, 2, 3 and 4 KiB.
 rows=$(timeout 60 "$bin/nccl-net-run" -n 2 --timeout 30 "$bin/nccl-net-bench" allreduce -p minimal -b 1K -e 4K -f 1 \

@@ -224,6 +224,13 @@ int runTool(int argc, char** argv) {
     std::fprintf(stderr, "nccl-net-bench: %s\n", error.c_str());
     return 2;
   }
+  // A root outside the job is a bad flag like any other: refused before the communicator is built and the table
+  // started, with the flags' exit status (the collective would refuse it too, but as a failed run).
+  if ((collective == "broadcast" || collective == "reduce") && root >= launch.size) {
+    std::fprintf(stderr, "nccl-net-bench: -r %d: the job has %d rank(s), 0 to %d\n", root, launch.size,
+                 launch.size - 1);
+    return 2;
+  }
   long wrongTotal = 0;
   int gpu = -1;  // with -G 1: the CUDA device this rank's buffers are on
   try {
