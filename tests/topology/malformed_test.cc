@@ -120,6 +120,31 @@ TEST(TopologyMalformed, HugeNumbers) {
             std::string::npos);
 }
 
+TEST(TopologyMalformed, GpuRanksOutsideTheRangeAreNamed) {
+  // -1 read as "no peer" in the Ring and Trees lines; 2147483647 overflowed the ranks given to GPUs added after it.
+  for (const char* rank : {"-1", "16777216", "2147483647"}) {
+    std::string error =
+        loadError(wrap(gpuPci("0000:01:00.0", std::string("dev=\"0\" sm=\"80\" gdr=\"1\" rank=\"") + rank + "\"")));
+    EXPECT_NE(error.find("bad.xml:3: <gpu> rank " + std::string(rank) + " is outside 0..16777215"), std::string::npos)
+        << error;
+  }
+}
+
+TEST(TopologyMalformed, CompletionNumbersAfterTheFilesRanksAsTheReaderReadsThem) {
+  // A rank written in hex (0x1) was read as 0 when numbering the added GPUs, so the added GPU took rank 1 twice and
+  // the file was blamed at "line 0".
+  std::string text = wrap(gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0x1\" gdr=\"1\"") +
+                          "<pci busid=\"0000:15:00.0\" class=\"0x030200\" link_speed=\"16 GT/s\" link_width=\"16\"/>");
+  XmlDocument doc = parseXml(text, "partial.xml");
+  CompletionOptions f;
+  f.gpuSm = 80;
+  EXPECT_EQ(completeTopology(doc.root, f), std::make_pair(1, 0));
+  AnalysisOptions o;
+  Analysis a = analyze(std::move(doc), o);
+  ASSERT_EQ(a.gpuRanks.size(), 2u);
+  EXPECT_EQ(a.gpuRanks[0] + a.gpuRanks[1], 1 + 2);  // the file's 0x1 and the added 2
+}
+
 TEST(TopologyMalformed, TooManyNodesOfOneType) {
   std::string nets;
   for (int i = 0; i <= kMaxNodesPerType; ++i) nets += "<nic><net dev=\"" + std::to_string(i) + "\"/></nic>";

@@ -493,9 +493,8 @@ void printDevices(const json& devices) {
     else
       std::snprintf(latency, sizeof(latency), "%s", d["latencyUs"].get<std::string>().c_str());
     std::printf("  %-3d %-14s %-9s %-7s %-5d %-4d %-8d %-8llx %-17s %-6d %-5d %-8s %-11zu %-11zu {%s} %s\n",
-                d["dev"].get<int>(), d["name"].get<std::string>().c_str(),
-                speedText(d["speedMbps"].get<int>()).c_str(), latency,
-                d["port"].get<int>(), d["maxRecvs"].get<int>(), d["maxComms"].get<int>(),
+                d["dev"].get<int>(), d["name"].get<std::string>().c_str(), speedText(d["speedMbps"].get<int>()).c_str(),
+                latency, d["port"].get<int>(), d["maxRecvs"].get<int>(), d["maxComms"].get<int>(),
                 static_cast<unsigned long long>(d["guid"].get<uint64_t>()), d["ptrSupport"].get<std::string>().c_str(),
                 d["regIsGlobal"].get<int>(), d["forceFlush"].get<int>(), d["netDeviceType"].get<std::string>().c_str(),
                 d["maxP2pBytes"].get<size_t>(), d["maxCollBytes"].get<size_t>(), vprops.c_str(), pci.c_str());

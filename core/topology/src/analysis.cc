@@ -67,11 +67,11 @@ Analysis analyze(XmlDocument doc, const AnalysisOptions& options) {
   } else {
     int rank = options.rank >= 0 ? options.rank : sys.node(GPU, 0).gpu.rank;
     if (sys.gpuIndexOfRank(rank) < 0) throw TopologyError("--rank " + std::to_string(rank) + ": no GPU has that rank");
-    int nRanks = options.nRanks > 0 ? options.nRanks : 2 * sys.count(GPU);
     // Every GPU of the file is a rank of the communicator: a smaller communicator is a contradiction, not a reason to
-    // use the network.
+    // use the network. Without --nranks: twice the GPUs (another node as large), and at least every rank + 1.
     int maxRank = -1;
     for (const Node& g : sys.nodes[GPU]) maxRank = std::max(maxRank, g.gpu.rank);
+    int nRanks = options.nRanks > 0 ? options.nRanks : std::max(2 * sys.count(GPU), maxRank + 1);
     if (options.nRanks > 0 && maxRank >= nRanks)
       throw TopologyError("--nranks " + std::to_string(nRanks) + ": the topology has a GPU with rank " +
                           std::to_string(maxRank));

@@ -177,14 +177,24 @@ std::string System::idString(int type, int index) const {
 
 namespace {
 
+// An attribute's number as the file reader reads it (decimal, 0x hex, 0 octal), for numbering what completion adds
+// after it: only values in [0, kMaxRanks) count. Anything else the reader refuses later, naming the line.
+void raiseToNumber(const XmlElement& e, const char* key, int& max) {
+  const std::string* text = e.attr(key);
+  if (text == nullptr || text->empty()) return;
+  errno = 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text->c_str(), &end, 0);
+  if (*end == '\0' && errno == 0 && value >= 0 && value < kMaxRanks) max = std::max(max, static_cast<int>(value));
+}
+
 void collectLeaves(XmlElement& e, std::vector<XmlElement*>& gpus, std::vector<XmlElement*>& nics, int& maxRank,
                    int& maxGpuDev, int& maxNetDev) {
   if (e.name == "gpu") {
-    if (const std::string* r = e.attr("rank")) maxRank = std::max(maxRank, std::atoi(r->c_str()));
-    if (const std::string* d = e.attr("dev")) maxGpuDev = std::max(maxGpuDev, std::atoi(d->c_str()));
+    raiseToNumber(e, "rank", maxRank);
+    raiseToNumber(e, "dev", maxGpuDev);
   }
-  if (e.name == "net")
-    if (const std::string* d = e.attr("dev")) maxNetDev = std::max(maxNetDev, std::atoi(d->c_str()));
+  if (e.name == "net") raiseToNumber(e, "dev", maxNetDev);
   if (e.name == "pci" && !e.child("gpu") && !e.child("nic") && !e.child("pci")) {
     const std::string* cls = e.attr("class");
     if (cls && startsWith(*cls, "0x03")) gpus.push_back(&e);
@@ -350,6 +360,9 @@ struct Builder {
       g.busId = busIdText;
       g.gpu.sm = intAttr(*xmlGpu, "sm");
       g.gpu.rank = intAttr(*xmlGpu, "rank");
+      if (g.gpu.rank < 0 || g.gpu.rank >= kMaxRanks)
+        throw TopologyError(at(*xmlGpu) + " rank " + std::to_string(g.gpu.rank) + " is outside 0.." +
+                            std::to_string(kMaxRanks - 1));
       g.gpu.dev = intAttr(*xmlGpu, "dev");
       g.gpu.gdr = intAttr(*xmlGpu, "gdr");
       for (int o = 0; o + 1 < sys.count(GPU); ++o)

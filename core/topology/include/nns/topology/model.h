@@ -96,6 +96,9 @@ struct Path {
   int count() const { return static_cast<int>(links.size()); }
 };
 
+// The largest communicator the topology code takes: GPU ranks in a file are 0 .. kMaxRanks - 1.
+constexpr int kMaxRanks = 1 << 24;
+
 struct GpuInfo {
   int dev = 0;
   int rank = 0;
