@@ -145,6 +145,16 @@ TEST(TopologyMalformed, CompletionNumbersAfterTheFilesRanksAsTheReaderReadsThem)
   EXPECT_EQ(a.gpuRanks[0] + a.gpuRanks[1], 1 + 2);  // the file's 0x1 and the added 2
 }
 
+TEST(TopologyMalformed, AOneSidedNvLinkNamesItsLine) {
+  std::string text = gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"",
+                            "<nvlink target=\"0000:02:00.0\" count=\"12\" tclass=\"0x030200\"/>") +
+                     gpuPci("0000:02:00.0", "dev=\"1\" sm=\"80\" rank=\"1\" gdr=\"1\"");
+  std::string error = loadError(wrap(text));
+  EXPECT_NE(error.find("bad.xml:3: <nvlink> links GPU 0000:01:00.0 to GPU 0000:02:00.0, which lists no <nvlink> back"),
+            std::string::npos)
+      << error;
+}
+
 TEST(TopologyMalformed, TooManyNodesOfOneType) {
   std::string nets;
   for (int i = 0; i <= kMaxNodesPerType; ++i) nets += "<nic><net dev=\"" + std::to_string(i) + "\"/></nic>";

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <tuple>
 
 namespace nns::topo {
 
@@ -493,6 +494,7 @@ struct Builder {
       if (remType != -1) {
         float bw = static_cast<float>(count) * nvlinkBandwidth(sys.node(GPU, g).gpu.sm);
         sys.connect(GPU, g, remType, remIndex, LINK_NVL, bw);
+        if (remType == GPU) gpuNvLinks.push_back({g, remIndex, &e});
         // Each GPU lists its own side of a GPU-GPU NVLink; switch and CPU sides are added here.
         if (remType != GPU) sys.connect(remType, remIndex, GPU, g, LINK_NVL, bw);
       }
@@ -500,6 +502,20 @@ struct Builder {
     }
     const std::string* busId = e.attr("busid");
     for (const auto& c : e.children) addNvLinks(c, busId ? busId : parentBusId);
+  }
+
+  // Each GPU lists its own side of a GPU-GPU NVLink: one side missing is the file's mistake, named at the line of
+  // the side that is there (path search found it later, with no line, as "no reverse link").
+  std::vector<std::tuple<int, int, const XmlElement*>> gpuNvLinks = {};  // from, to, the <nvlink>
+  void checkNvLinksBothWays() {
+    for (const auto& [from, to, element] : gpuNvLinks) {
+      bool back = false;
+      for (const Link& l : sys.node(GPU, to).links)
+        back = back || (l.type == LINK_NVL && l.remType == GPU && l.remIndex == from);
+      if (!back)
+        throw TopologyError(at(*element) + " links GPU " + sys.node(GPU, from).busId + " to GPU " +
+                            sys.node(GPU, to).busId + ", which lists no <nvlink> back (each GPU lists its side)");
+    }
   }
 
   void addC2c(const XmlElement& e, const std::string* parentBusId) {
@@ -626,6 +642,7 @@ System buildSystem(const XmlElement& root, const std::string& sourceName) {
     if (c.name == "cpu") b.addCpu(c);
   }
   b.addNvLinks(root, nullptr);
+  b.checkNvLinksBothWays();
   b.addC2c(root, nullptr);
   b.addPciLinks(root, nullptr);
   b.flattenBcmSwitches();
