@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # nccl-net-info on a folder holding a working plugin, a shared library that is not a plugin, a plugin whose init
 # fails, a plugin exporting only v6, libraries whose plugin symbol is not a usable table, and a plugin whose device
-# name is not text: each listed with the right verdict and reason, and --json stays valid JSON. And -L: it replaces
+# name is not text, and a link to nothing: each listed with the right verdict and reason, and --json stays valid JSON. And -L: it replaces
 # the default ../lib (as in nccl-net-check and nccl-net-perf), and a directory that does not exist is named in a
 # warning; a NCCL_NET_PLUGIN list longer than the 14 entries NCCL reads says which entries are ignored. What a plugin
 # prints while probed is shown under its library or candidate ("printed:", "output" in --json).
@@ -17,6 +17,7 @@ for defect in null-entries function short-object; do
 done
 cp "$lib/libnccl-net-broken-garbled-name.so" "$work/"
 cp "$(ldconfig -p | awk '/libm.so.6 .*x86-64/ {print $NF; exit}')" "$work/libnccl-net-notaplugin.so"
+ln -s "$work/no-such-file.so" "$work/libnccl-net-dangling.so"
 out=$(NNS_SOCKET_IFNAME==no-such-interface "$info" -L "$work" -p "$work/libnccl-net-working.so")
 echo "$out"
 expect() { grep -A2 "$1" <<<"$out" | grep -q -- "$2" || { echo "MISSING for $1: $2"; exit 1; }; }
@@ -28,6 +29,9 @@ expect libnccl-net-defective-null-entries.so "rejected: ncclNetPlugin_v12: getPr
 expect libnccl-net-defective-function.so "rejected: ncclNetPlugin_v12: it is a function"
 expect libnccl-net-defective-short-object.so "rejected: ncclNetPlugin_v12: it is a 24-byte object"
 expect libnccl-net-broken-garbled-name.so "loads through ncclNet_v12"
+# A library dlopen refuses: its exports are unknown, not "none".
+expect libnccl-net-dangling.so "exports unknown: it could not be opened"
+expect libnccl-net-dangling.so "rejected: could not open"
 # What a plugin prints while probed (its WARN lines, often the reason for a rejection) is shown under its own entry,
 # not loose on stderr, where it would belong to none of them.
 grep -A3 libnccl-net-noiface.so <<<"$out" | grep -q "printed: WARN NET/nns-socket : no usable network interface" ||
@@ -43,7 +47,7 @@ NNS_SOCKET_IFNAME==no-such-interface "$info" --json -L "$work" -p "$work/libnccl
   python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-assert len(d["found"]) == 8, [f["path"] for f in d["found"]]
+assert len(d["found"]) == 9, [f["path"] for f in d["found"]]
 assert d["devices"][0]["name"] == "shm\\xff\\x070", d["devices"][0]["name"]
 noiface = [f for f in d["found"] if f["path"].endswith("libnccl-net-noiface.so")][0]
 assert any("no usable network interface" in line for line in noiface["output"]), noiface
@@ -58,7 +62,7 @@ fail() { echo "FAILED: $*"; exit 1; }
   python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-assert len(d["found"]) == 8, [f["path"] for f in d["found"]]
+assert len(d["found"]) == 9, [f["path"] for f in d["found"]]
 assert d["searchDirs"] == [sys.argv[1], sys.argv[1] + "/no-such-dir"], d["searchDirs"]
 assert d["chosen"]["name"] == "minimal", d["chosen"]' "$work"
 [ "$(cat "$work/stderr")" = \

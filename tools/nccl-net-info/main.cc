@@ -400,9 +400,12 @@ int runTool(int argc, char** argv) {
   std::printf("\n\nPlugin libraries found:\n");
   if (found.empty()) std::printf("  (none)\n");
   for (const auto& f : found) {
-    std::printf("  %s\n    ncclNet %s; ncclCollNet %s\n    %s\n", f["path"].get<std::string>().c_str(),
-                versionsText(f["netVersions"].get<std::vector<int>>()).c_str(),
-                versionsText(f["collNetVersions"].get<std::vector<int>>()).c_str(),
+    // A library dlopen refused exports nothing we could see: "none" would read as "looked, and found no table".
+    const std::string exports = f["error"].get<std::string>().empty()
+                                    ? "ncclNet " + versionsText(f["netVersions"].get<std::vector<int>>()) +
+                                          "; ncclCollNet " + versionsText(f["collNetVersions"].get<std::vector<int>>())
+                                    : std::string("exports unknown: it could not be opened");
+    std::printf("  %s\n    %s\n    %s\n", f["path"].get<std::string>().c_str(), exports.c_str(),
                 f["verdict"].get<std::string>().c_str());
     printOutput(f);
   }
