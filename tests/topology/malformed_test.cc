@@ -145,6 +145,15 @@ TEST(TopologyMalformed, CompletionNumbersAfterTheFilesRanksAsTheReaderReadsThem)
   EXPECT_EQ(a.gpuRanks[0] + a.gpuRanks[1], 1 + 2);  // the file's 0x1 and the added 2
 }
 
+TEST(TopologyMalformed, ABusIdThatIsNotOneIsNamed) {
+  for (const char* busId : {"zzzz", "", "0000:17:00.0x", ":."}) {
+    std::string error = loadError(wrap(gpuPci(busId, "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"")));
+    EXPECT_NE(error.find("bad.xml:3: <pci> busid=\"" + std::string(busId) + "\" is not a PCI bus id"),
+              std::string::npos)
+        << error;
+  }
+}
+
 TEST(TopologyMalformed, AOneSidedNvLinkNamesItsLine) {
   std::string text = gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"",
                             "<nvlink target=\"0000:02:00.0\" count=\"12\" tclass=\"0x030200\"/>") +

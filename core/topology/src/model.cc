@@ -351,6 +351,12 @@ struct Builder {
   void addPci(const XmlElement& xmlPci, int parentType, int parentIndex, int numaId) {
     int type = pciClassToType(requireAttr(xmlPci, "class", source));
     const std::string& busIdText = requireAttr(xmlPci, "busid", source);
+    // NCCL reads a bus id up to its first character that is not a hex digit, ':' or '.': "zzzz" and "" became bus 0,
+    // and two such devices a "duplicate node" far from the cause. A file's busid is all such characters.
+    if (busIdText.empty() || busIdText.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos ||
+        busIdText.find_first_of("0123456789abcdefABCDEF") == std::string::npos)
+      throw TopologyError(at(xmlPci) + " busid=\"" + busIdText +
+                          "\" is not a PCI bus id (hex digits with ':' and '.', as 0000:17:00.0)");
     std::int64_t busId = busIdToInt64(busIdText);
     int nodeType = -1, nodeIndex = -1;
     if (const XmlElement* xmlGpu = xmlPci.child("gpu")) {
