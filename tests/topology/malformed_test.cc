@@ -145,6 +145,32 @@ TEST(TopologyMalformed, CompletionNumbersAfterTheFilesRanksAsTheReaderReadsThem)
   EXPECT_EQ(a.gpuRanks[0] + a.gpuRanks[1], 1 + 2);  // the file's 0x1 and the added 2
 }
 
+TEST(TopologyMalformed, AttributesOutsideTheirRangeAreNamed) {
+  const std::string gpu = "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"";
+  auto netError = [&](const std::string& attrs) {
+    return loadError(wrap("<nic><net dev=\"0\" " + attrs + "/></nic>" + gpuPci("0000:01:00.0", gpu)));
+  };
+  for (const auto& [attrs, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"gdr=\"5\"", "<net> attribute gdr=5 is outside 0..1"},
+           {"coll=\"2\"", "<net> attribute coll=2 is outside 0..1"},
+           {"maxconn=\"0\"", "<net> attribute maxconn=0 is outside 1..2147483647"},
+           {"maxconn=\"-1\"", "<net> attribute maxconn=-1 is outside 1..2147483647"},
+           {"port=\"-1\"", "<net> attribute port=-1 is outside 0..2147483647"},
+           {"latency=\"-100\"", "<net> attribute latency=-100.000000 is negative"}})
+    EXPECT_NE(netError(attrs).find(expected), std::string::npos) << attrs << ": " << netError(attrs);
+  for (const auto& [attrs, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"dev=\"0\" sm=\"0\" rank=\"0\" gdr=\"1\"", "<gpu> attribute sm=0 is not a compute capability"},
+           {"dev=\"0\" sm=\"-5\" rank=\"0\" gdr=\"1\"", "<gpu> attribute sm=-5 is not a compute capability"},
+           {"dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"7\"", "<gpu> attribute gdr=7 is outside 0..1"},
+           {"dev=\"-1\" sm=\"80\" rank=\"0\" gdr=\"1\"", "<gpu> attribute dev must not be negative"}}) {
+    std::string error = loadError(wrap(gpuPci("0000:01:00.0", attrs)));
+    EXPECT_NE(error.find(expected), std::string::npos) << attrs << ": " << error;
+  }
+  std::string sameDev = gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"") +
+                        gpuPci("0000:02:00.0", "dev=\"0\" sm=\"80\" rank=\"1\" gdr=\"1\"");
+  EXPECT_NE(loadError(wrap(sameDev)).find("dev 0 is used by two GPUs"), std::string::npos) << loadError(wrap(sameDev));
+}
+
 TEST(TopologyMalformed, ABusIdThatIsNotOneIsNamed) {
   for (const char* busId : {"zzzz", "", "0000:17:00.0x", ":."}) {
     std::string error = loadError(wrap(gpuPci(busId, "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"")));

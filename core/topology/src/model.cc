@@ -311,6 +311,16 @@ struct Builder {
     return static_cast<int>(*v);
   }
 
+  // An attribute that must lie in [lo, hi] (or its fallback when absent): values NCCL would take and then misuse
+  // (sm 0, a gdr flag of 7, maxconn -1) are the file's mistake, named at their line.
+  int boundedAttrOr(const XmlElement& e, std::string_view key, int fallback, int lo, int hi) {
+    int v = intAttrOr(e, key, fallback);
+    if (v < lo || v > hi)
+      throw TopologyError(at(e) + " attribute " + std::string(key) + "=" + std::to_string(v) + " is outside " +
+                          std::to_string(lo) + ".." + std::to_string(hi));
+    return v;
+  }
+
   void addNet(const XmlElement& xmlNet, int nicIndex) {
     int dev = intAttr(xmlNet, "dev");
     if (dev < 0) throw TopologyError(at(xmlNet) + " attribute dev must not be negative");
@@ -332,10 +342,12 @@ struct Builder {
     if (mbps <= 0) mbps = 10000;  // some NICs report -1
     net.bw = static_cast<float>(mbps / 8000.0);
     net.latency = static_cast<float>(parseOptionalFloatAttr(xmlNet, "latency", source).value_or(0.0));
-    net.port = intAttrOr(xmlNet, "port", 0);
-    net.gdr = intAttrOr(xmlNet, "gdr", 0);
-    net.maxChannels = intAttrOr(xmlNet, "maxconn", kMaxChannels);
-    net.coll = intAttrOr(xmlNet, "coll", 0);
+    if (net.latency < 0)
+      throw TopologyError(at(xmlNet) + " attribute latency=" + std::to_string(net.latency) + " is negative");
+    net.port = boundedAttrOr(xmlNet, "port", 0, 0, INT32_MAX);
+    net.gdr = boundedAttrOr(xmlNet, "gdr", 0, 0, 1);
+    net.maxChannels = boundedAttrOr(xmlNet, "maxconn", kMaxChannels, 1, INT32_MAX);
+    net.coll = boundedAttrOr(xmlNet, "coll", 0, 0, 1);
     sys.connect(NIC, nicIndex, NET, n, LINK_NET, net.bw);
     sys.connect(NET, n, NIC, nicIndex, LINK_NET, net.bw);
   }
@@ -366,15 +378,24 @@ struct Builder {
       Node& g = sys.node(GPU, nodeIndex);
       g.busId = busIdText;
       g.gpu.sm = intAttr(*xmlGpu, "sm");
+      if (g.gpu.sm <= 0 || g.gpu.sm > 1000)
+        throw TopologyError(at(*xmlGpu) + " attribute sm=" + std::to_string(g.gpu.sm) +
+                            " is not a compute capability (10 x major + minor, as 90)");
       g.gpu.rank = intAttr(*xmlGpu, "rank");
       if (g.gpu.rank < 0 || g.gpu.rank >= kMaxRanks)
         throw TopologyError(at(*xmlGpu) + " rank " + std::to_string(g.gpu.rank) + " is outside 0.." +
                             std::to_string(kMaxRanks - 1));
       g.gpu.dev = intAttr(*xmlGpu, "dev");
+      if (g.gpu.dev < 0) throw TopologyError(at(*xmlGpu) + " attribute dev must not be negative");
       g.gpu.gdr = intAttr(*xmlGpu, "gdr");
-      for (int o = 0; o + 1 < sys.count(GPU); ++o)
+      if (g.gpu.gdr != 0 && g.gpu.gdr != 1)
+        throw TopologyError(at(*xmlGpu) + " attribute gdr=" + std::to_string(g.gpu.gdr) + " is outside 0..1");
+      for (int o = 0; o + 1 < sys.count(GPU); ++o) {
         if (sys.node(GPU, o).gpu.rank == g.gpu.rank)
           throw TopologyError(at(*xmlGpu) + " rank " + std::to_string(g.gpu.rank) + " is used by two GPUs");
+        if (sys.node(GPU, o).gpu.dev == g.gpu.dev)
+          throw TopologyError(at(*xmlGpu) + " dev " + std::to_string(g.gpu.dev) + " is used by two GPUs");
+      }
     }
     if (const XmlElement* xmlNic = xmlPci.child("nic")) {
       // Multi-port NICs share one NIC node; the id carries the NUMA node so one PCI NIC is distinct per NUMA.
