@@ -49,6 +49,25 @@ echo "$out"
 grep -q "crashed: SIGSEGV in init through ncclNet_v12 of .*: NCCL would crash here too" <<<"$out" ||
   fail "the crashing candidate is not named"
 grep -q "not tried: NCCL would not get past broken-crash-in-init" <<<"$out" || fail "the later entry is not listed"
+# ... listed as the loader lists a candidate: the files it tried, the one it opened and what that exports.
+grep -qE "^    tried  $work/libnccl-net-broken-crash-in-init.so$" <<<"$out" || fail "the crashing candidate's tries"
+grep -qE "^    opened $work/libnccl-net-broken-crash-in-init.so, exports ncclNet v12$" <<<"$out" ||
+  fail "the crashing candidate's opened library is not listed"
+
+# A FIFO named like a plugin: dlopen's open waits for a writer (NCCL's would too). Reported as what it is, not as
+# a library hanging in its constructors.
+fifo=$(mktemp -d)
+mkfifo "$fifo/libnccl-net-fifo.so"
+set +e
+out=$("$info" -L "$fifo" --call-timeout 1 -p fifo 2>&1)
+status=$?
+set -e
+rm -r "$fifo"
+echo "$out"
+[ "$status" = 1 ] || fail "exit status $status with a FIFO as the only candidate"
+grep -qF "hung: dlopen of $fifo/libnccl-net-fifo.so (a FIFO, not a library: its open waits for a writer)" <<<"$out" ||
+  fail "the FIFO is not named as one"
+grep -q "constructors" <<<"$out" && fail "the FIFO is blamed on constructors"
 
 # --json: valid, every library present with its verdict, the crash flagged.
 "$info" --json -L "$work" --call-timeout 2 -p broken-crash-in-properties | python3 -c '

@@ -284,7 +284,7 @@ int runTool(int argc, char** argv) {
   for (const auto& path : nns::core::findPluginLibraries(dirs)) {
     auto probe = nns::tools::runIsolated(
         [&](nns::tools::ProbeChannel& channel) {
-          channel.call("dlopen of " + path + " (its constructors)");
+          channel.call(nns::tools::openCallName(path));
           auto exports = nns::core::inspectLibrary(path);
           channel.send({{"netVersions", versionsJson(exports.netVersions)},
                         {"collNetVersions", versionsJson(exports.collNetVersions)},
@@ -357,13 +357,15 @@ int runTool(int argc, char** argv) {
     }
     if (probe.failure.empty()) continue;
     if (!reported) {
-      // The loader itself crashed or hung on this candidate: so would NCCL.
+      // The loader itself crashed or hung on this candidate: so would NCCL. Listed as the loader would have listed
+      // it, from the same probe step by step.
+      auto pinpoint = nns::tools::pinpointCandidate(entry, dirs, probe.failure, callTimeout);
       candidates.push_back({{"requested", entry},
-                            {"triedPaths", json::array()},
-                            {"loadedPath", ""},
-                            {"exportedVersions", json::array()},
+                            {"triedPaths", pinpoint.tried},
+                            {"loadedPath", pinpoint.opened},
+                            {"exportedVersions", pinpoint.exportedVersions},
                             {"chosenVersion", 0},
-                            {"rejectReason", nns::tools::pinpointFailure(entry, dirs, probe.failure, callTimeout)},
+                            {"rejectReason", pinpoint.failure},
                             {"crashed", probe.crashed},
                             {"hung", probe.hung},
                             {"output", output}});

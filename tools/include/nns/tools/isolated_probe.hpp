@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -209,13 +210,25 @@ inline std::vector<std::string> loaderFileNames(const std::string& entry, const 
   return files;
 }
 
+// The call that opens `file`, as the probe names it. dlopen runs the library's constructors; of a FIFO it never gets
+// that far: its open() waits for a writer (NCCL's dlopen would too), and the report says so rather than blame
+// constructors a FIFO does not have. A bare name (resolved by the dynamic linker) is not looked at.
+inline std::string openCallName(const std::string& file) {
+  struct stat status {};
+  if (file.find('/') != std::string::npos && stat(file.c_str(), &status) == 0 && S_ISFIFO(status.st_mode))
+    return "dlopen of " + file + " (a FIFO, not a library: its open waits for a writer)";
+  return "dlopen of " + file + " (its constructors)";
+}
+
 // The loader's probe of one candidate (dlopen, the newest ncclNetPlugin_vN, init, devices, getProperties(0),
 // finalize), step by step with each call named: run isolated after the loader itself died or hung on a candidate, it
-// says in which call. The first of `files` that opens is probed.
+// says in which call. The first of `files` that opens is probed. It sends what the loader's report would hold: each
+// file given to dlopen ({"tried"}), and the one that opened with the versions it exports ({"opened"}).
 inline void probeStepByStep(ProbeChannel& channel, const std::vector<std::string>& files) {
   std::string path;
   for (const auto& file : files) {
-    channel.call("dlopen of " + file + " (its constructors)");
+    channel.send({{"tried", file}});
+    channel.call(openCallName(file));
     if (void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL); handle != nullptr) {
       path = file;
       break;
@@ -223,6 +236,7 @@ inline void probeStepByStep(ProbeChannel& channel, const std::vector<std::string
   }
   if (path.empty()) return;
   auto exports = core::inspectLibrary(path);
+  channel.send({{"opened", path}, {"exportedVersions", exports.netVersions}});
   if (exports.netVersions.empty()) return;
   int version = exports.netVersions.front();
   std::string error;
@@ -262,13 +276,36 @@ inline nns::core::CandidateReport candidateFromJson(const nlohmann::json& j) {
   return c;
 }
 
-// After the loader crashed or hung on `entry`: the same probe, call by call, in a fresh child. Returns the failure
-// naming the call, or `loaderFailure` when the step-by-step probe did not fail the same way.
-inline std::string pinpointFailure(const std::string& entry, const std::vector<std::string>& dirs,
-                                   const std::string& loaderFailure, int callTimeoutSeconds) {
+// After the loader crashed or hung on `entry`: the same probe, call by call, in a fresh child. The candidate as the
+// loader's report would have listed it had it lived: the files it tried, the one it opened and its exports, and the
+// failure naming the call (`loaderFailure` when the step-by-step probe did not fail the same way).
+struct Pinpoint {
+  std::vector<std::string> tried;
+  std::string opened;
+  std::vector<int> exportedVersions;
+  std::string failure;
+};
+
+inline Pinpoint pinpointCandidate(const std::string& entry, const std::vector<std::string>& dirs,
+                                  const std::string& loaderFailure, int callTimeoutSeconds) {
   auto files = loaderFileNames(entry, dirs);
   ProbeOutcome steps = runIsolated([&](ProbeChannel& channel) { probeStepByStep(channel, files); }, callTimeoutSeconds);
-  return steps.failure.empty() ? loaderFailure : steps.failure;
+  Pinpoint found;
+  for (const auto& record : steps.records) {
+    if (!record.is_object()) continue;
+    if (record.contains("tried")) found.tried.push_back(record.value("tried", ""));
+    if (record.contains("opened")) {
+      found.opened = record.value("opened", "");
+      found.exportedVersions = record.value("exportedVersions", std::vector<int>{});
+    }
+  }
+  found.failure = steps.failure.empty() ? loaderFailure : steps.failure;
+  return found;
+}
+
+inline std::string pinpointFailure(const std::string& entry, const std::vector<std::string>& dirs,
+                                   const std::string& loaderFailure, int callTimeoutSeconds) {
+  return pinpointCandidate(entry, dirs, loaderFailure, callTimeoutSeconds).failure;
 }
 
 }  // namespace nns::tools
