@@ -1,4 +1,7 @@
 // Small hand-built machines, one NCCL rule each: link rates, PXB, NVB, C2C/P2C, Broadcom switches, fusion, levels.
+#include <fstream>
+#include <iterator>
+
 #include "topology_test_util.h"
 
 namespace nns::topo::testing {
@@ -296,6 +299,24 @@ TEST(TopologyRules, NcclLogShapes) {
   std::string dot = formatDot(a);
   EXPECT_EQ(dot.rfind("digraph topology {", 0), 0u);
   EXPECT_NE(dot.find("GPU_0 -> NET_0 [style=dashed"), std::string::npos);
+}
+
+// Names are shown as the file has them, but cannot act on a terminal or end a dot label: an escape sequence's bytes
+// are written as \xNN, a quote in a dot label is escaped.
+TEST(TopologyRules, NamesFromTheFileAreShownNotInterpreted) {
+  std::ifstream in(dataPath("azure-ncv4.xml"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string plain = "name=\"eth0\"";
+  ASSERT_NE(text.find(plain), std::string::npos);
+  text.replace(text.find(plain), plain.size(), "name=\"e&quot;th0\x1b[31m\\\"");
+  Analysis a = analyze(parseXml(text, "named.xml"), {});
+  ASSERT_EQ(a.system.node(NET, 0).net.name, "e\"th0\x1b[31m\\");
+  std::string summary = terminalSafe(formatSummary(a));
+  EXPECT_EQ(summary.find('\x1b'), std::string::npos);
+  EXPECT_NE(summary.find("e\"th0\\x1b[31m\\"), std::string::npos) << summary;
+  EXPECT_EQ(terminalSafe("a\tb\nc\rd\x7f"), "a\tb\nc\\x0dd\\x7f");
+  std::string dot = formatDot(a);
+  EXPECT_NE(dot.find("[label=\"NET 0 e\\\"th0\\\\x1b[31m\\\\\\n"), std::string::npos) << dot;
 }
 
 TEST(TopologyRules, SyntheticScaleSystem) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 
 #include "nns/tools/guarded_main.hpp"
 #include "nns/tools/parse_arguments.hpp"
@@ -289,37 +290,41 @@ int runTool(int argc, char** argv) {
       std::cout << nns::topo::formatDot(a);
       return 0;
     }
+    // Names come from the file (or the machine) as they are: printed through terminalSafe, a name holding an escape
+    // sequence is shown, not run by the terminal.
+    std::ostringstream out;
     if (discovered) {
-      std::cout << "Discovered this machine (hwloc + sysfs): " << discovery.numaNodes << " NUMA node(s), "
-                << discovery.cpuCores << " core(s), " << discovery.processingUnits << " hardware thread(s), "
-                << discovery.cpuVendor << " " << discovery.cpuModelName << "\n";
-      for (const auto& note : discovery.notes) std::cout << "  note: " << note << "\n";
-      std::cout << "\n";
+      out << "Discovered this machine (hwloc + sysfs): " << discovery.numaNodes << " NUMA node(s), "
+          << discovery.cpuCores << " core(s), " << discovery.processingUnits << " hardware thread(s), "
+          << discovery.cpuVendor << " " << discovery.cpuModelName << "\n";
+      for (const auto& note : discovery.notes) out << "  note: " << note << "\n";
+      out << "\n";
     }
     if (!topoFileVariable.empty())
-      std::cout << "Reading the topology from NCCL_TOPO_FILE=" << topoFileVariable
-                << " (no --topo-file given; --ignore-env ignores it)\n";
-    std::cout << nns::topo::formatSummary(a);
-    if (showPaths) std::cout << "\n" << nns::topo::formatPathMatrix(a);
-    if (!a.searches.empty()) std::cout << "\n" << nns::topo::formatSearches(a, rank);
+      out << "Reading the topology from NCCL_TOPO_FILE=" << topoFileVariable
+          << " (no --topo-file given; --ignore-env ignores it)\n";
+    out << nns::topo::formatSummary(a);
+    if (showPaths) out << "\n" << nns::topo::formatPathMatrix(a);
+    if (!a.searches.empty()) out << "\n" << nns::topo::formatSearches(a, rank);
     if (!graphFile.empty()) {
-      std::cout << "\nGraphs from " << graphFile << ":\n";
+      out << "\nGraphs from " << graphFile << ":\n";
       for (const auto& g : loadedGraphs) {
-        std::cout << "  Search " << g.id << " : " << g.nChannels << " channels loaded from XML graph\n";
-        for (const auto& line : nns::topo::graphLogLines(a.system, g)) std::cout << "    " << line << "\n";
+        out << "  Search " << g.id << " : " << g.nChannels << " channels loaded from XML graph\n";
+        for (const auto& line : nns::topo::graphLogLines(a.system, g)) out << "    " << line << "\n";
       }
     }
     if (ncclLog) {
-      std::cout << "\nNCCL log lines:\n";
-      for (const auto& l : nns::topo::systemLogLines(a.system)) std::cout << l << "\n";
-      for (const auto& l : nns::topo::pathLogLines(a.system)) std::cout << l << "\n";
+      out << "\nNCCL log lines:\n";
+      for (const auto& l : nns::topo::systemLogLines(a.system)) out << l << "\n";
+      for (const auto& l : nns::topo::pathLogLines(a.system)) out << l << "\n";
       for (const auto& row : a.gdrRead)
         for (const auto& d : row)
-          if (!d.ncclLog.empty()) std::cout << d.ncclLog << "\n";
-      for (const auto& l : nns::topo::transportLogLines(a, netName)) std::cout << l << "\n";
+          if (!d.ncclLog.empty()) out << d.ncclLog << "\n";
+      for (const auto& l : nns::topo::transportLogLines(a, netName)) out << l << "\n";
     }
+    std::cout << nns::topo::terminalSafe(out.str());
   } catch (const TopologyError& e) {
-    std::cerr << "nccl-net-topo: " << e.what() << "\n";
+    std::cerr << "nccl-net-topo: " << nns::topo::terminalSafe(e.what()) << "\n";
     return 1;
   }
   return 0;

@@ -434,6 +434,34 @@ std::string formatSearches(const Analysis& a, int rank) {
   return o.str();
 }
 
+std::string terminalSafe(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7f) {
+      out += fmt("\\x%02x", byte);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// Text inside a dot double-quoted string: the quote and the backslash escaped, control bytes as \xNN (shown as such).
+std::string dotQuoted(std::string_view text) {
+  std::string out;
+  for (char c : terminalSafe(text)) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string formatDot(const Analysis& a) {
   const System& sys = a.system;
   std::ostringstream o;
@@ -442,7 +470,8 @@ std::string formatDot(const Analysis& a) {
     const Node& n = sys.node(t, i);
     switch (t) {
       case GPU: return fmt("GPU rank %d\\ndev %d sm %d\\n%s", n.gpu.rank, n.gpu.dev, n.gpu.sm, n.busId.c_str());
-      case NET: return fmt("NET %d %s\\n%.1f GB/s gdr %d", n.net.dev, n.net.name.c_str(), n.net.bw, n.net.gdr);
+      case NET:
+        return fmt("NET %d %s\\n%.1f GB/s gdr %d", n.net.dev, dotQuoted(n.net.name).c_str(), n.net.bw, n.net.gdr);
       case CPU: return fmt("CPU numa %d", n.cpu.numaId);
       case NIC: return fmt("NIC\\n%s", n.busId.empty() ? "(virtual)" : n.busId.c_str());
       case NVS: return std::string("NVSwitch");
@@ -453,7 +482,8 @@ std::string formatDot(const Analysis& a) {
   static const char* kColor[] = {"#76b900", "#dddddd", "#9ecae1", "#fdd0a2", "#c6dbef", "#fcbba1"};
   o << "digraph topology {\n  rankdir=TB;\n  node [style=filled, fontname=\"Helvetica\", fontsize=10];\n"
     << "  edge [fontname=\"Helvetica\", fontsize=9];\n";
-  o << "  label=\"" << a.sourceName << ": links (solid), NIC used by each GPU on channel 0 (dashed, path type)\";\n";
+  o << "  label=\"" << dotQuoted(a.sourceName)
+    << ": links (solid), NIC used by each GPU on channel 0 (dashed, path type)\";\n";
   for (int t = 0; t < kNodeTypeCount; ++t)
     for (int i = 0; i < sys.count(t); ++i)
       o << "  " << id(t, i) << " [label=\"" << label(t, i) << "\", shape=" << kShape[t] << ", fillcolor=\"" << kColor[t]

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nns/topology/fusion.h"
@@ -65,7 +66,11 @@ std::vector<std::string> transportLogLines(const Analysis& a, const std::string&
 std::string formatSummary(const Analysis& a);
 std::string formatPathMatrix(const Analysis& a);
 std::string formatSearches(const Analysis& a, int rank);
-std::string formatDot(const Analysis& a);
+std::string formatDot(const Analysis& a);  // names quoted for dot: a '"' or '\\' in them cannot end a label
+
+// `text` for a terminal: a control byte (an escape sequence's ESC, a carriage return, ...) is written as \xNN, so
+// that names read from a topology file are shown as they are and cannot rewrite the screen. Newlines and tabs stay.
+std::string terminalSafe(std::string_view text);
 
 }  // namespace nns::topo
 
