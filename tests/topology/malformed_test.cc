@@ -120,6 +120,20 @@ TEST(TopologyMalformed, HugeNumbers) {
             std::string::npos);
 }
 
+TEST(TopologyMalformed, AnAttributeGivenTwiceIsNamed) {
+  // NCCL's reader takes the first and ignores the second; which one the author meant is unknown.
+  std::string error = loadError(wrap(gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\" sm=\"90\"")));
+  EXPECT_NE(error.find("bad.xml:3: <gpu> has attribute sm twice (\"80\" and \"90\")"), std::string::npos) << error;
+  // Many attributes on one element are checked in linear time.
+  std::string many = "<system version=\"1\"";
+  for (int i = 0; i < 200000; ++i) many += " a" + std::to_string(i) + "=\"\"";
+  many += " a7=\"x\"/>";
+  auto start = std::chrono::steady_clock::now();
+  error = loadError(many);
+  EXPECT_NE(error.find("bad.xml:1: <system> has attribute a7 twice (\"\" and \"x\")"), std::string::npos) << error;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
 TEST(TopologyMalformed, GpuRanksOutsideTheRangeAreNamed) {
   // -1 read as "no peer" in the Ring and Trees lines; 2147483647 overflowed the ranks given to GPUs added after it.
   for (const char* rank : {"-1", "16777216", "2147483647"}) {

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <unordered_set>
 
 namespace nns::topo {
 
@@ -85,7 +87,14 @@ void convertElement(const pugi::xml_node& from, XmlElement& to, int depth, Conve
     throw TopologyError(state.source + ": more than " + std::to_string(kMaxXmlElements) + " elements");
   to.name = from.name();
   to.line = state.lines.lineOf(from.offset_debug());
-  for (const auto& a : from.attributes()) to.attrs.emplace_back(a.name(), a.value());
+  // An attribute given twice is refused: NCCL's reader would take the first and ignore the other, whichever was meant.
+  std::unordered_set<std::string_view> seen;
+  for (const auto& a : from.attributes()) {
+    if (!seen.insert(a.name()).second)
+      throw TopologyError(state.source + ":" + std::to_string(to.line) + ": <" + to.name + "> has attribute " +
+                          a.name() + " twice (\"" + *to.attr(a.name()) + "\" and \"" + a.value() + "\")");
+    to.attrs.emplace_back(a.name(), a.value());
+  }
   for (const auto& c : from.children()) {
     if (c.type() == pugi::node_element) {
       to.children.emplace_back();
