@@ -120,6 +120,18 @@ TEST(TopologyMalformed, HugeNumbers) {
             std::string::npos);
 }
 
+TEST(TopologyMalformed, AGpuAndANicInOnePciAreNamed) {
+  // NCCL connected only the NIC: the GPU's paths were DIS, and a second GPU made it "no CPU close to GPU/0-1000".
+  std::string error =
+      loadError(wrap(gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"") +
+                     "\n<pci busid=\"0000:02:00.0\" class=\"0x030200\" link_speed=\"8 GT/s\" link_width=\"16\">"
+                     "<gpu dev=\"1\" sm=\"80\" rank=\"1\" gdr=\"1\"/>"
+                     "<nic><net name=\"mlx5_0\" dev=\"0\" speed=\"100000\" gdr=\"1\"/></nic></pci>"));
+  EXPECT_NE(error.find("bad.xml:4: <pci> holds both a <gpu> and a <nic>: NCCL would connect only the NIC"),
+            std::string::npos)
+      << error;
+}
+
 TEST(TopologyMalformed, AnAttributeGivenTwiceIsNamed) {
   // NCCL's reader takes the first and ignores the second; which one the author meant is unknown.
   std::string error = loadError(wrap(gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\" sm=\"90\"")));

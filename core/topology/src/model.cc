@@ -370,6 +370,12 @@ struct Builder {
       throw TopologyError(at(xmlPci) + " busid=\"" + busIdText +
                           "\" is not a PCI bus id (hex digits with ':' and '.', as 0000:17:00.0)");
     std::int64_t busId = busIdToInt64(busIdText);
+    // One PCI function is a GPU or a NIC. NCCL given both makes the two nodes and connects only the NIC's: the GPU's
+    // paths are all DIS, and the file fails far away ("no CPU close to GPU/...") or searches an unconnected GPU.
+    if (xmlPci.child("gpu") != nullptr && xmlPci.child("nic") != nullptr)
+      throw TopologyError(at(xmlPci) +
+                          " holds both a <gpu> and a <nic>: NCCL would connect only the NIC and leave the GPU "
+                          "unconnected (give each its own <pci>)");
     int nodeType = -1, nodeIndex = -1;
     if (const XmlElement* xmlGpu = xmlPci.child("gpu")) {
       if (!xmlGpu->hasAttr("rank")) return;  // GPU of another process: not part of this communicator
