@@ -199,6 +199,10 @@ void registerAll() {
 int main(int argc, char** argv) {
   try {
     benchmark::AddCustomContext("host_kernel_isa", nns::coll::hostKernelIsa());
+    // The bfloat16 loop's shape in the avx512bf16 variant (reduce_cpu.cc): forced, or chosen by CPU vendor.
+    const char* widen = std::getenv("NNS_BF16_WIDEN");
+    benchmark::AddCustomContext(
+        "bf16_widen", widen != nullptr && *widen != '\0' ? widen : "default (shift on Intel, unpack elsewhere)");
   } catch (const nns::core::CommError& e) {  // NNS_HOST_ISA names no variant
     std::fprintf(stderr, "host_reduce_bench: %s\n", e.what());
     return 2;

@@ -333,7 +333,26 @@ void combineTail(typename Format::Bits* dst, const typename Format::Bits* first,
   }
 }
 
+// $NNS_BF16_WIDEN: unset or empty (shift on Intel, unpack elsewhere), "unpack" or "shift".
+const char* bf16WidenSetting() {
+  const char* wanted = std::getenv("NNS_BF16_WIDEN");
+  return wanted != nullptr ? wanted : "";
+}
+bool bf16WidenSettingValid() {
+  const char* wanted = bf16WidenSetting();
+  return *wanted == '\0' || std::strcmp(wanted, "unpack") == 0 || std::strcmp(wanted, "shift") == 0;
+}
+
 #ifdef NNS_HOST_X86_VARIANTS
+// The bfloat16 shape to run: the setting's, else shift on Intel cores (see bfloat16Avx512). An invalid setting is
+// refused (checkHostIsaSetting) before any kernel runs.
+bool bf16WidenShift() {
+  const char* wanted = bf16WidenSetting();
+  if (*wanted != '\0') return std::strcmp(wanted, "shift") == 0;
+  __builtin_cpu_init();
+  return __builtin_cpu_is("intel") != 0;
+}
+
 // float16 and bfloat16 sum, prod and divide with conversion instructions: the branch-free bit code (still used by
 // the baseline, for max/min and for tails) needs about 30-40 vector operations per vector of elements, which keeps
 // those loops compute-bound in L2 (0.28-0.34 of the streaming bound with AVX-512). Each function computes
@@ -452,44 +471,70 @@ __attribute__((target("arch=x86-64-v4"))) void halfAvx512(uint16_t* dst, const u
 // x86-64-v4 with AVX512_BF16 (Zen 4, Sapphire Rapids and later): vcvtne2ps2bf16 narrows 32 floats at once, rounding
 // to nearest even, and quiets NaN exactly as floatToBfloat16 does (top half, 0x40 set). It flushes subnormal
 // results to zero, though: a vector with a zero result is checked (vfpclassps on the floats) and, if one of them is
-// subnormal, redone with the bit code, so the bits stay those of the bit code. Widening is exact: unpacking with
-// zero makes each element a float's top half. The zero test covers two vectors at once, the common case being
-// none. In L2 on Zen 5 this runs at 0.67-0.87 of the streaming bound (the bit code: about 0.3), 10% faster than
-// widening with shifts and masks and interleaving words at the end; on Zen 4 that other shape was about 5% faster
-// (performance.md). Beyond the LLC both are at the bound.
+// subnormal, redone with the bit code, so the bits stay those of the bit code. Widening is exact (Bf16Widen below).
+// The zero test covers two vectors at once (one kortest), the common case being none. In L2 on Zen 5 the unpacking
+// shape runs at 0.67-0.87 of the streaming bound (the bit code: about 0.3), 10% faster than the shifting one; on
+// Zen 4 shifting was about 5% faster, and on Intel Emerald Rapids 0.57-0.62 against unpacking's 0.51-0.54
+// (performance.md). Beyond the LLC both are at the bound. Shifting is the default on Intel, unpacking elsewhere;
+// NNS_BF16_WIDEN=unpack|shift forces one (tests run both).
 #define NNS_BF16_TARGET target("arch=x86-64-v4,avx512bf16")
 
-// Elements [at, at + 32) of first op src (or first / d) as bfloat16, in the order packing leaves them (see
-// bfloat16Avx512Loop); low and high keep the float results for the subnormal check.
-template <Arith kArith>
+// How 32 bfloat16 become two float vectors, and so the order the packed results come out in:
+// - kUnpack: unpacking with zero (words 0-3 of each 128-bit lane in one vector, 4-7 in the other); packing leaves
+//   64-bit groups out of order, put back with one vpermq.
+// - kShift: a dword shifted left by 16 is its even element as a float, the dword masked to its top half its odd
+//   element; packing leaves the even results in the first 256 bits and the odd ones in the second, interleaved back
+//   with one vpermw. The shift and the mask are not shuffles: on Intel cores, where 512-bit shuffles issue on one
+//   port only, this shape leaves that port less to do.
+enum class Bf16Widen { kUnpack, kShift };
+
+// Elements [at, at + 32) of first op src (or first / d) as bfloat16, in the order `kWiden` leaves them; low and high
+// keep the float results for the subnormal check.
+template <Arith kArith, Bf16Widen kWiden>
 __attribute__((NNS_BF16_TARGET, always_inline)) inline __m512i bfloat16Combine32(const uint16_t* first,
                                                                                  const uint16_t* src, size_t at,
                                                                                  __m512 d, __m512& low, __m512& high) {
-  const __m512i zero = _mm512_setzero_si512();
-  __m512i a = _mm512_loadu_si512(first + at);
-  __m512 aLow = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, a));
-  __m512 aHigh = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, a));
+  auto widen = [](__m512i v, __m512 & lo, __m512 & hi) __attribute__((NNS_BF16_TARGET, always_inline)) {
+    if constexpr (kWiden == Bf16Widen::kUnpack) {
+      const __m512i zero = _mm512_setzero_si512();
+      lo = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, v));
+      hi = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, v));
+    } else {
+      lo = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, v, 16));  // unmasked: GCC 12 -Wmaybe-uninitialized
+      hi = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+    }
+  };
+  __m512 aLow, aHigh;
+  widen(_mm512_loadu_si512(first + at), aLow, aHigh);
   if constexpr (kArith == Arith::kDivide) {
     low = _mm512_div_ps(aLow, d);
     high = _mm512_div_ps(aHigh, d);
   } else {
-    __m512i b = _mm512_loadu_si512(src + at);  // src is null when dividing
-    __m512 bLow = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, b));
-    __m512 bHigh = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, b));
+    __m512 bLow, bHigh;
+    widen(_mm512_loadu_si512(src + at), bLow, bHigh);  // src is null when dividing
     low = kArith == Arith::kProd ? _mm512_mul_ps(aLow, bLow) : _mm512_add_ps(aLow, bLow);
     high = kArith == Arith::kProd ? _mm512_mul_ps(aHigh, bHigh) : _mm512_add_ps(aHigh, bHigh);
   }
   return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(high, low));
 }
 
-template <Arith kArith>
+template <Arith kArith, Bf16Widen kWiden>
 __attribute__((NNS_BF16_TARGET)) void bfloat16Avx512Loop(uint16_t* dst, const uint16_t* first, const uint16_t* src,
                                                          size_t count, int divisor) {
   const __m512 d = _mm512_set1_ps(static_cast<float>(divisor));
-  // Unpacking takes words 0-3 (low) and 4-7 (high) of each 128-bit lane; packing puts the low results in the first
-  // 256 bits and the high ones in the second: put the 64-bit groups back in order.
+  // kUnpack: unpacking takes words 0-3 (low) and 4-7 (high) of each 128-bit lane; packing puts the low results in
+  // the first 256 bits and the high ones in the second: put the 64-bit groups back in order. kShift: word k of the
+  // result is packed word k / 2 (even) or 16 + k / 2 (odd).
   const __m512i order = _mm512_set_epi64(7, 3, 6, 2, 5, 1, 4, 0);
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                              6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   constexpr __mmask8 kAll8 = 0xff;  // the unmasked permute trips GCC 12's -Wmaybe-uninitialized
+  auto inOrder = [&](__m512i packed) __attribute__((NNS_BF16_TARGET, always_inline)) {
+    if constexpr (kWiden == Bf16Widen::kUnpack)
+      return _mm512_maskz_permutexvar_epi64(kAll8, order, packed);
+    else
+      return _mm512_permutexvar_epi16(interleave, packed);
+  };
   const __m512i magnitude = _mm512_set1_epi16(0x7fff);
   constexpr int kDenormal = 0x20;  // vfpclassps category
   constexpr bool kProd = kArith == Arith::kProd;
@@ -498,18 +543,18 @@ __attribute__((NNS_BF16_TARGET)) void bfloat16Avx512Loop(uint16_t* dst, const ui
       __attribute__((NNS_BF16_TARGET, always_inline)) {
     if (zeros != 0 && (_mm512_fpclass_ps_mask(low, kDenormal) | _mm512_fpclass_ps_mask(high, kDenormal)) != 0)
       return combineTail<Bfloat16>(dst, first, src, at, at + 32, kProd, divisor);
-    _mm512_storeu_si512(dst + at, _mm512_maskz_permutexvar_epi64(kAll8, order, packed));
+    _mm512_storeu_si512(dst + at, inOrder(packed));
   };
   size_t i = 0;
   for (; i + 64 <= count; i += 64) {
     __m512 low0, high0, low1, high1;
-    __m512i packed0 = bfloat16Combine32<kArith>(first, src, i, d, low0, high0);
-    __m512i packed1 = bfloat16Combine32<kArith>(first, src, i + 32, d, low1, high1);
+    __m512i packed0 = bfloat16Combine32<kArith, kWiden>(first, src, i, d, low0, high0);
+    __m512i packed1 = bfloat16Combine32<kArith, kWiden>(first, src, i + 32, d, low1, high1);
     __mmask32 zeros0 = _mm512_testn_epi16_mask(packed0, magnitude);
     __mmask32 zeros1 = _mm512_testn_epi16_mask(packed1, magnitude);
-    if ((zeros0 | zeros1) == 0) {
-      _mm512_storeu_si512(dst + i, _mm512_maskz_permutexvar_epi64(kAll8, order, packed0));
-      _mm512_storeu_si512(dst + i + 32, _mm512_maskz_permutexvar_epi64(kAll8, order, packed1));
+    if (_kortestz_mask32_u8(zeros0, zeros1) != 0) {
+      _mm512_storeu_si512(dst + i, inOrder(packed0));
+      _mm512_storeu_si512(dst + i + 32, inOrder(packed1));
       continue;
     }
     finish(packed0, zeros0, low0, high0, i);
@@ -517,7 +562,7 @@ __attribute__((NNS_BF16_TARGET)) void bfloat16Avx512Loop(uint16_t* dst, const ui
   }
   if (i + 32 <= count) {
     __m512 low, high;
-    __m512i packed = bfloat16Combine32<kArith>(first, src, i, d, low, high);
+    __m512i packed = bfloat16Combine32<kArith, kWiden>(first, src, i, d, low, high);
     finish(packed, _mm512_testn_epi16_mask(packed, magnitude), low, high, i);
     i += 32;
   }
@@ -527,12 +572,22 @@ __attribute__((NNS_BF16_TARGET)) void bfloat16Avx512Loop(uint16_t* dst, const ui
 __attribute__((NNS_BF16_TARGET)) void bfloat16Avx512(uint16_t* dst, const uint16_t* first, const uint16_t* src,
                                                      size_t count, bool prod, int divisor) {
   if (first == nullptr) first = dst;
+  static const bool shift = bf16WidenShift();
+  if (shift) {
+    if (!src)
+      bfloat16Avx512Loop<Arith::kDivide, Bf16Widen::kShift>(dst, first, src, count, divisor);
+    else if (prod)
+      bfloat16Avx512Loop<Arith::kProd, Bf16Widen::kShift>(dst, first, src, count, divisor);
+    else
+      bfloat16Avx512Loop<Arith::kSum, Bf16Widen::kShift>(dst, first, src, count, divisor);
+    return;
+  }
   if (!src)
-    bfloat16Avx512Loop<Arith::kDivide>(dst, first, src, count, divisor);
+    bfloat16Avx512Loop<Arith::kDivide, Bf16Widen::kUnpack>(dst, first, src, count, divisor);
   else if (prod)
-    bfloat16Avx512Loop<Arith::kProd>(dst, first, src, count, divisor);
+    bfloat16Avx512Loop<Arith::kProd, Bf16Widen::kUnpack>(dst, first, src, count, divisor);
   else
-    bfloat16Avx512Loop<Arith::kSum>(dst, first, src, count, divisor);
+    bfloat16Avx512Loop<Arith::kSum, Bf16Widen::kUnpack>(dst, first, src, count, divisor);
 }
 
 // fp8 sum, prod and divide in the x86-64-v4 variants, through float16's conversion instructions (1.8-2.9x the bit
@@ -788,6 +843,11 @@ void checkHostIsaSetting() {
   if (!valid)
     throw core::CommError(std::string("NNS_HOST_ISA=") + hostIsaSetting() +
                               " is not baseline, x86-64-v3 or x86-64-v4 (unset: the best this CPU has)",
+                          ncclInvalidUsage);
+  static const bool widenValid = bf16WidenSettingValid();
+  if (!widenValid)
+    throw core::CommError(std::string("NNS_BF16_WIDEN=") + bf16WidenSetting() +
+                              " is not unpack or shift (unset: shift on Intel, unpack elsewhere)",
                           ncclInvalidUsage);
 }
 

@@ -532,6 +532,25 @@ TEST(HostKernelSetting, AnUnknownVariantIsRefused) {
       "NNS_HOST_ISA=avx2 is not baseline, x86-64-v3 or x86-64-v4 \\(unset: the best this CPU has\\) \\[5\\]");
 }
 
+// The same for the bfloat16 shape knob: a value that is neither shape is refused, not taken as the default.
+TEST(HostKernelSetting, AnUnknownBfloat16ShapeIsRefused) {
+  ::testing::GTEST_FLAG(death_test_style) = "threadsafe";
+  EXPECT_EXIT(
+      {
+        unsetenv("NNS_HOST_ISA");
+        setenv("NNS_BF16_WIDEN", "shifted", 1);
+        try {
+          coll::hostKernels();
+        } catch (const nns::core::CommError& e) {
+          std::fprintf(stderr, "%s [%d]\n", e.what(), static_cast<int>(e.result()));
+          std::exit(3);
+        }
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(3),
+      "NNS_BF16_WIDEN=shifted is not unpack or shift \\(unset: shift on Intel, unpack elsewhere\\) \\[5\\]");
+}
+
 // The AVX512_BF16 conversion flushes subnormal results to zero; the kernels must not (and exact zeros, which send a
 // vector to the subnormal check, must keep their sign). Each case sits in one lane of otherwise ordinary vectors
 // (every position of two 64-element steps, a 32- and a 16-element vector, and the tail), and the results must be
