@@ -474,7 +474,7 @@ __attribute__((target("arch=x86-64-v4"))) void halfAvx512(uint16_t* dst, const u
 // subnormal, redone with the bit code, so the bits stay those of the bit code. Widening is exact (Bf16Widen below).
 // The zero test covers two vectors at once (one kortest), the common case being none. In L2 on Zen 5 the unpacking
 // shape runs at 0.67-0.87 of the streaming bound (the bit code: about 0.3), 10% faster than the shifting one; on
-// Zen 4 shifting was about 5% faster, and on Intel Emerald Rapids 0.57-0.62 against unpacking's 0.51-0.54
+// Zen 4 shifting was about 5% faster, and on Intel Emerald Rapids 0.59-0.63 against unpacking's 0.52-0.54
 // (performance.md). Beyond the LLC both are at the bound. Shifting is the default on Intel, unpacking elsewhere;
 // NNS_BF16_WIDEN=unpack|shift forces one (tests run both).
 #define NNS_BF16_TARGET target("arch=x86-64-v4,avx512bf16")
@@ -569,25 +569,25 @@ __attribute__((NNS_BF16_TARGET)) void bfloat16Avx512Loop(uint16_t* dst, const ui
   combineTail<Bfloat16>(dst, first, src, i, count, kProd, divisor);
 }
 
+template <Bf16Widen kWiden>
+__attribute__((NNS_BF16_TARGET)) void bfloat16Avx512Shape(uint16_t* dst, const uint16_t* first, const uint16_t* src,
+                                                          size_t count, bool prod, int divisor) {
+  if (!src)
+    bfloat16Avx512Loop<Arith::kDivide, kWiden>(dst, first, src, count, divisor);
+  else if (prod)
+    bfloat16Avx512Loop<Arith::kProd, kWiden>(dst, first, src, count, divisor);
+  else
+    bfloat16Avx512Loop<Arith::kSum, kWiden>(dst, first, src, count, divisor);
+}
+
 __attribute__((NNS_BF16_TARGET)) void bfloat16Avx512(uint16_t* dst, const uint16_t* first, const uint16_t* src,
                                                      size_t count, bool prod, int divisor) {
   if (first == nullptr) first = dst;
   static const bool shift = bf16WidenShift();
-  if (shift) {
-    if (!src)
-      bfloat16Avx512Loop<Arith::kDivide, Bf16Widen::kShift>(dst, first, src, count, divisor);
-    else if (prod)
-      bfloat16Avx512Loop<Arith::kProd, Bf16Widen::kShift>(dst, first, src, count, divisor);
-    else
-      bfloat16Avx512Loop<Arith::kSum, Bf16Widen::kShift>(dst, first, src, count, divisor);
-    return;
-  }
-  if (!src)
-    bfloat16Avx512Loop<Arith::kDivide, Bf16Widen::kUnpack>(dst, first, src, count, divisor);
-  else if (prod)
-    bfloat16Avx512Loop<Arith::kProd, Bf16Widen::kUnpack>(dst, first, src, count, divisor);
+  if (shift)
+    bfloat16Avx512Shape<Bf16Widen::kShift>(dst, first, src, count, prod, divisor);
   else
-    bfloat16Avx512Loop<Arith::kSum, Bf16Widen::kUnpack>(dst, first, src, count, divisor);
+    bfloat16Avx512Shape<Bf16Widen::kUnpack>(dst, first, src, count, prod, divisor);
 }
 
 // fp8 sum, prod and divide in the x86-64-v4 variants, through float16's conversion instructions (1.8-2.9x the bit
