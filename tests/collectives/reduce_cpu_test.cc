@@ -512,14 +512,15 @@ TEST(HostKernels, RunsTheVariantAskedFor) {
   }
 }
 
-// An unknown NNS_HOST_ISA (a typo, or a name of another scheme such as "avx2") is refused by name, not taken as "the
-// best the CPU has". The variant is picked once per process, so the check runs in a fresh one (threadsafe style
-// re-executes this test alone).
-TEST(HostKernelSetting, AnUnknownVariantIsRefused) {
+// In a fresh process (the settings are read once per process; threadsafe style re-executes the test alone): with
+// `variable` set to `value` and the other setting unset, the first use of the host kernels fails with `message` and
+// ncclInvalidUsage (5).
+void expectSettingRefused(const char* variable, const char* value, const char* other, const std::string& message) {
   ::testing::GTEST_FLAG(death_test_style) = "threadsafe";
   EXPECT_EXIT(
       {
-        setenv("NNS_HOST_ISA", "avx2", 1);
+        unsetenv(other);
+        setenv(variable, value, 1);
         try {
           coll::hostKernels();
         } catch (const nns::core::CommError& e) {
@@ -528,27 +529,20 @@ TEST(HostKernelSetting, AnUnknownVariantIsRefused) {
         }
         std::exit(0);
       },
-      ::testing::ExitedWithCode(3),
-      "NNS_HOST_ISA=avx2 is not baseline, x86-64-v3 or x86-64-v4 \\(unset: the best this CPU has\\) \\[5\\]");
+      ::testing::ExitedWithCode(3), message + " \\[5\\]");
 }
 
-// The same for the bfloat16 shape knob: a value that is neither shape is refused, not taken as the default.
+// An unknown NNS_HOST_ISA (a typo, or a name of another scheme such as "avx2") is refused by name, not taken as "the
+// best the CPU has".
+TEST(HostKernelSetting, AnUnknownVariantIsRefused) {
+  expectSettingRefused("NNS_HOST_ISA", "avx2", "NNS_BF16_WIDEN",
+                       "NNS_HOST_ISA=avx2 is not baseline, x86-64-v3 or x86-64-v4 \\(unset: the best this CPU has\\)");
+}
+
+// The same for the bfloat16 shape: a value that is neither shape is refused, not taken as the default.
 TEST(HostKernelSetting, AnUnknownBfloat16ShapeIsRefused) {
-  ::testing::GTEST_FLAG(death_test_style) = "threadsafe";
-  EXPECT_EXIT(
-      {
-        unsetenv("NNS_HOST_ISA");
-        setenv("NNS_BF16_WIDEN", "shifted", 1);
-        try {
-          coll::hostKernels();
-        } catch (const nns::core::CommError& e) {
-          std::fprintf(stderr, "%s [%d]\n", e.what(), static_cast<int>(e.result()));
-          std::exit(3);
-        }
-        std::exit(0);
-      },
-      ::testing::ExitedWithCode(3),
-      "NNS_BF16_WIDEN=shifted is not unpack or shift \\(unset: shift on Intel, unpack elsewhere\\) \\[5\\]");
+  expectSettingRefused("NNS_BF16_WIDEN", "shifted", "NNS_HOST_ISA",
+                       "NNS_BF16_WIDEN=shifted is not unpack or shift \\(unset: shift on Intel, unpack elsewhere\\)");
 }
 
 // The AVX512_BF16 conversion flushes subnormal results to zero; the kernels must not (and exact zeros, which send a
