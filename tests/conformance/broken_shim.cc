@@ -310,6 +310,11 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
   props->netDeviceType = v8Fields.netDeviceType;
   props->netDeviceVersion = v8Fields.netDeviceVersion;
 #endif
+#ifdef NNS_BUG_EMPTY_NAME
+  // The name is "": what a pointer into a temporary std::string often reads as once the string is gone. NCCL keys
+  // NICs by name, and its logs would show nothing.
+  if (result == ncclSuccess) props->name = const_cast<char*>("");
+#endif
 #ifdef NNS_BUG_GARBLED_NAME
   // The name points at bytes that are not text: a buffer filled by a raw copy of a firmware string, say. A 0xff
   // byte is never valid UTF-8, and 0x07 rings the terminal's bell.

@@ -470,6 +470,11 @@ Verdict propertiesSane(Context& c) {
     if (p.name == nullptr || !names.insert(p.name).second)
       return fail("device %d: name %s is missing or not unique (NCCL keys NICs by name)", dev,
                   core::printable(p.name).c_str());
+    if (p.name[0] == '\0')
+      return fail(
+          "device %d: name \"\" is empty (NCCL keys NICs by name and logs them by it; a name pointing into a "
+          "temporary string often reads as empty once it is gone)",
+          dev);
     if (size_t bad = 0; !core::isPrintableText(p.name, &bad))
       return fail(
           "device %d: name \"%s\" has byte 0x%02x at %zu, not printable ASCII (NCCL writes names into its "
