@@ -3,9 +3,12 @@
 //
 // Read it top to bottom with README.md beside it. The SDK does the version work: this file implements the newest
 // (v12) calls once, and NCCL_NET_SDK_EXPORT at the bottom exports ncclNetPlugin_v6 .. ncclNetPlugin_v12.
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <random>
 
 #include <nccl_net/sdk.hpp>
@@ -76,8 +80,9 @@ std::string uniqueName(const char* kind) {
   return name;
 }
 
-// Maps a shared-memory object; `create` makes a new zero-filled one. Returns nullptr and WARNs on failure.
-void* mapShared(const std::string& name, size_t bytes, bool create) {
+// Maps a shared-memory object; `create` makes a new zero-filled one. Returns nullptr and WARNs on failure. With
+// `ownerFd`, the object stays open there with an flock held: the mark of a live owner (see removeOrphans).
+void* mapShared(const std::string& name, size_t bytes, bool create, int* ownerFd = nullptr) {
   int fd = shm_open(name.c_str(), create ? (O_CREAT | O_EXCL | O_RDWR) : O_RDWR, 0600);
   if (fd < 0) {
     NCCL_NET_WARN("shm_open %s failed: %s", name.c_str(), std::strerror(errno));
@@ -90,13 +95,42 @@ void* mapShared(const std::string& name, size_t bytes, bool create) {
     return nullptr;
   }
   void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
   if (memory == MAP_FAILED) {
     NCCL_NET_WARN("mmap %s (%zu bytes) failed: %s", name.c_str(), bytes, std::strerror(errno));
+    close(fd);
     if (create) shm_unlink(name.c_str());
     return nullptr;
   }
+  if (ownerFd != nullptr && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    *ownerFd = fd;
+  } else {
+    if (ownerFd != nullptr) *ownerFd = -1;
+    close(fd);
+  }
   return memory;
+}
+
+// A process killed between creating a segment and unlinking it (its listener before closeListen, a connector
+// before it was accepted) leaves the name in /dev/shm. Each owner holds an flock on its segment, which the kernel
+// drops when the owner dies, whatever killed it; so at init, a segment of this plugin's that can be locked, and is
+// older than a few seconds (one being created is not locked yet), has no owner left and is removed.
+void removeOrphans() {
+  constexpr const char kPrefix[] = "nccl-net-minimal-";
+  constexpr time_t kSettleSeconds = 10;
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (const dirent* entry = readdir(dir)) {
+    if (std::strncmp(entry->d_name, kPrefix, sizeof(kPrefix) - 1) != 0) continue;
+    std::string name = std::string("/") + entry->d_name;
+    int fd = shm_open(name.c_str(), O_RDWR, 0);
+    if (fd < 0) continue;  // gone meanwhile, or another user's
+    struct stat status {};
+    if (fstat(fd, &status) == 0 && time(nullptr) - status.st_mtime > kSettleSeconds &&
+        flock(fd, LOCK_EX | LOCK_NB) == 0)
+      shm_unlink(name.c_str());
+    close(fd);
+  }
+  closedir(dir);
 }
 
 // A peer that exited but was not reaped yet (a zombie) counts as dead.
@@ -116,6 +150,7 @@ bool processAlive(int pid) {
 struct ListenComm {
   std::string name;
   ListenArea* area;
+  int ownerFd;  // open, with the flock that marks a live owner
 };
 
 struct MemoryRegion {
@@ -278,6 +313,7 @@ struct PendingConnect {
   std::string name;
   ConnectionArea* area;
   Clock::time_point started;
+  int ownerFd;  // held until accepted: the receiver unlinks the name then
 };
 
 }  // namespace
@@ -290,6 +326,7 @@ class MinimalNet {
 
   ncclResult_t init(const sdk::InitArgs& args, void** ctx) {
     sdk::setLogPrefix("NET/minimal");
+    removeOrphans();
     NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "initialised through ncclNet_v%d (shared memory, one device)", args.abiVersion);
     *ctx = nullptr;  // no per-communicator state
     return ncclSuccess;
@@ -316,13 +353,14 @@ class MinimalNet {
 
   ncclResult_t listen(void* /*ctx*/, int /*dev*/, void* handle, void** listenComm) {
     std::string name = uniqueName("listen");
-    auto* area = static_cast<ListenArea*>(mapShared(name, sizeof(ListenArea), true));
+    int ownerFd = -1;
+    auto* area = static_cast<ListenArea*>(mapShared(name, sizeof(ListenArea), true, &ownerFd));
     if (area == nullptr) return ncclSystemError;
     HandlePayload payload{};
     std::snprintf(payload.listenName, sizeof(payload.listenName), "%s", name.c_str());
     payload.listenerPid = getpid();
     NCCL_NET_CHECK(kHandleCodec.encode(payload, handle));
-    *listenComm = new ListenComm{name, area};
+    *listenComm = new ListenComm{name, area, ownerFd};
     return ncclSuccess;
   }
 
@@ -343,11 +381,13 @@ class MinimalNet {
                     static_cast<long long>(kConnectTimeout.count()));
       munmap(pending->area, sizeof(ConnectionArea));
       shm_unlink(pending->name.c_str());
+      if (pending->ownerFd >= 0) close(pending->ownerFd);
       Stage::clear(handle);
       delete pending;
       return ncclRemoteError;
     }
     auto* comm = new Comm{true, pending->area, {}, {}, 0, Clock::now()};
+    if (pending->ownerFd >= 0) close(pending->ownerFd);
     Stage::clear(handle);
     delete pending;
     *sendComm = comm;
@@ -428,6 +468,7 @@ class MinimalNet {
     auto* listen = static_cast<ListenComm*>(listenComm);
     munmap(listen->area, sizeof(ListenArea));
     shm_unlink(listen->name.c_str());
+    if (listen->ownerFd >= 0) close(listen->ownerFd);
     delete listen;
     return ncclSuccess;
   }
@@ -450,7 +491,8 @@ class MinimalNet {
     } while (!listen->reserved.compare_exchange_weak(slotIndex, slotIndex + 1));
 
     std::string name = uniqueName("conn");
-    auto* area = static_cast<ConnectionArea*>(mapShared(name, sizeof(ConnectionArea), true));
+    int ownerFd = -1;
+    auto* area = static_cast<ConnectionArea*>(mapShared(name, sizeof(ConnectionArea), true, &ownerFd));
     if (area == nullptr) {
       // Keep the slot protocol intact: publish an empty name that accept() will fail to open.
       listen->slots[slotIndex % kMaxPendingConnects].name[0] = '\0';
@@ -463,7 +505,7 @@ class MinimalNet {
     std::snprintf(slot.name, sizeof(slot.name), "%s", name.c_str());
     slot.ready.store(1, std::memory_order_release);
     munmap(listen, sizeof(ListenArea));
-    sdk::ConnectStage<PendingConnect>::set(handle, new PendingConnect{name, area, Clock::now()});
+    sdk::ConnectStage<PendingConnect>::set(handle, new PendingConnect{name, area, Clock::now(), ownerFd});
     return ncclSuccess;
   }
 };

@@ -1,7 +1,12 @@
 // example_plugin_test.cc: dlopens libnccl-net-minimal.so and, through EVERY exported ncclNetPlugin_vN table, moves
 // data between two processes; also checks the SDK's down-conversions and its answers to bad input.
+#include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -360,6 +365,59 @@ TEST_F(BadInput, PeerDeathMidTransferIsAnErrorWithinABoundedTime) {
   EXPECT_EQ(done, 0);
   EXPECT_LT(Clock::now() - killed, std::chrono::seconds(2)) << "peer death must surface within the check interval";
   EXPECT_EQ(table->closeRecv(recvComm), ncclSuccess);
+}
+
+// The plugin's segments in /dev/shm whose names start with `prefix` (without the leading '/').
+std::vector<std::string> segments(const std::string& prefix) {
+  std::vector<std::string> found;
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (const dirent* entry = readdir(dir))
+      if (std::strncmp(entry->d_name, prefix.c_str(), prefix.size()) == 0) found.emplace_back(entry->d_name);
+    closedir(dir);
+  }
+  return found;
+}
+
+void makeOld(const std::string& segment) {
+  struct timeval past[2] = {{time(nullptr) - 60, 0}, {time(nullptr) - 60, 0}};
+  ASSERT_EQ(utimes(("/dev/shm/" + segment).c_str(), past), 0) << segment;
+}
+
+// A killed process never reaches closeListen, and its listener segment stayed in /dev/shm for good. Now the next
+// init removes a segment whose owner is gone (no flock on it), and keeps one whose owner lives, even when old, and
+// an unlocked one younger than its settling time (being created).
+TEST_F(BadInput, SegmentsOfKilledProcessesAreRemovedAtTheNextInit) {
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    unsigned char childHandle[NCCL_NET_HANDLE_MAXSIZE];
+    void* childListen = nullptr;
+    if (table->listen(ctx, 0, childHandle, &childListen) != ncclSuccess) _exit(1);
+    for (;;) pause();
+  }
+  const std::string dead = "nccl-net-minimal-listen-" + std::to_string(child) + "-";
+  auto deadline = Clock::now() + kTimeout;
+  while (segments(dead).empty() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  ASSERT_EQ(segments(dead).size(), 1u) << "the killed listener's segment is left behind";
+  makeOld(segments(dead)[0]);
+
+  const std::string live = "nccl-net-minimal-listen-" + std::to_string(getpid()) + "-";
+  ASSERT_FALSE(segments(live).empty()) << "this process's own listener";
+  for (const auto& segment : segments(live)) makeOld(segment);
+
+  const std::string young = "/nccl-net-minimal-listen-test-young-" + std::to_string(getpid());
+  int fd = shm_open(young.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  close(fd);
+
+  void* again = nullptr;
+  ASSERT_EQ(table->init(&again, 1, nullptr, nullptr, nullptr), ncclSuccess);
+  EXPECT_TRUE(segments(dead).empty()) << "the dead listener's segment is still there";
+  EXPECT_FALSE(segments(live).empty()) << "a live listener's segment was removed";
+  EXPECT_EQ(segments(young.substr(1)).size(), 1u) << "a segment being created was removed";
+  shm_unlink(young.c_str());
 }
 
 }  // namespace
