@@ -28,6 +28,10 @@ expect 0 "^1 passed, 0 failed, 0 skipped" \
 expect 2 "--junit /nonexistent-dir/x.xml: cannot write there" \
   "$bin/nccl-net-check" minimal --rules zero-byte --junit /nonexistent-dir/x.xml
 expect 2 "not expected: --bogus" "$bin/nccl-net-perf" minimal --bogus
+# -L takes one directory: a plugin named after it is the plugin, not a second directory.
+lib=$(cd "$bin/../lib" && pwd)
+expect 0 "^1 passed, 0 failed, 0 skipped" "$bin/nccl-net-check" -L "$lib" minimal --rules zero-byte
+expect 0 "lat\\(us\\)" "$bin/nccl-net-perf" -L "$lib" minimal -b 8 -e 8 -n 2 -w 1
 expect 2 "--dev: Value -1 not in range 0" "$bin/nccl-net-perf" minimal -d -1
 expect 2 "--window: Value 33 not in range 1 to 32" "$bin/nccl-net-perf" minimal -W 33
 expect 2 "--maxbytes: Value 2147483648 not in range" "$bin/nccl-net-perf" minimal -e 2G

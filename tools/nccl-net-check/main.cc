@@ -371,7 +371,10 @@ int runTool(int argc, char** argv) {
   bool list = false;
   std::string junit;
   app.add_option("plugin", plugin, "plugin name (libnccl-net-NAME.so) or path, NCCL_NET_PLUGIN semantics");
-  app.add_option("-L,--search-dir", options.load.searchDirs, "directories searched for the plugin (default ../lib)");
+  // One directory per -L (repeat it for more): taking several, -L DIR PLUGIN took the plugin as a second directory.
+  app.add_option("-L,--search-dir", options.load.searchDirs,
+                 "directory searched for the plugin, one per -L, repeatable (default ../lib)")
+      ->allow_extra_args(false);
   app.add_option("--rules", options.only, "run only these rules")->delimiter(',');
   app.add_option("--skip", options.skip, "run every rule but these (applied after --rules)")->delimiter(',');
   // Zero or less would fail every rule as "hung" and blame the plugin for a typo.

@@ -245,7 +245,9 @@ int runTool(int argc, char** argv) {
                  "else libnccl-net.so)");
   // As in nccl-net-check and nccl-net-perf, -L replaces the default: a folder of plugins given alone is listed alone.
   app.add_option("-L,--search-dir", dirs,
-                 "directories searched for plugins, in place of the default (../lib beside this tool)");
+                 "directory searched for plugins, one per -L, repeatable; in place of the default (../lib beside "
+                 "this tool)")
+      ->allow_extra_args(false);
   app.add_flag("--json", asJson, "machine-readable output");
   app.add_option("--call-timeout", callTimeout,
                  "seconds one plugin call (or a library's loading) may take before the plugin is reported hung "

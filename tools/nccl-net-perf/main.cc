@@ -685,7 +685,10 @@ int runTool(int argc, char** argv) {
   std::string plugin;
   bool asJson = false;
   app.add_option("plugin", plugin, "plugin name (libnccl-net-NAME.so) or path, NCCL_NET_PLUGIN semantics");
-  app.add_option("-L,--search-dir", load.searchDirs, "directories searched for the plugin (default ../lib)");
+  // One directory per -L (repeat it for more): taking several, -L DIR PLUGIN took the plugin as a second directory.
+  app.add_option("-L,--search-dir", load.searchDirs,
+                 "directory searched for the plugin, one per -L, repeatable (default ../lib)")
+      ->allow_extra_args(false);
   nns::tools::addSizeOption(app, "-b,--minbytes", settings.minBytes, "smallest message (K/M/G; default 8)");
   // test() reports a message's size as an int: a larger message could not be seen to arrive whole.
   nns::tools::addSizeOption(app, "-e,--maxbytes", settings.maxBytes, "largest message (default 64M, below 2G)")
