@@ -160,20 +160,21 @@ bool parseAlgorithm(const char* text, Algorithm* algorithm) {
 }
 
 Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requested) {
+  // Every knob is read at every call, whichever of them decides: a malformed one is refused at once, not first on the
+  // day a size or rank count reaches it.
+  Algorithm fromEnv = Algorithm::Auto;
+  if (const char* env = std::getenv("NNS_ALGO"); env != nullptr && *env != '\0' && !parseAlgorithm(env, &fromEnv))
+    throw core::CommError(std::string("NNS_ALGO=") + env + ": ring, tree, doubling or auto", ncclInvalidUsage);
+  const size_t doublingMax =
+      envBytes("NNS_DOUBLING_MAX_BYTES", comm.size() == 2 ? kTwoRankDoublingMaxBytes : kDefaultDoublingMaxBytes);
+  const size_t treeMax = envBytes("NNS_TREE_MAX_BYTES", kDefaultTreeMaxBytes);
   if (requested != Algorithm::Auto) return requested;
-  if (const char* env = std::getenv("NNS_ALGO"); env != nullptr && *env != '\0') {
-    Algorithm fromEnv;
-    if (!parseAlgorithm(env, &fromEnv))
-      throw core::CommError(std::string("NNS_ALGO=") + env + ": ring, tree, doubling or auto", ncclInvalidUsage);
-    if (fromEnv != Algorithm::Auto) return fromEnv;
-  }
+  if (fromEnv != Algorithm::Auto) return fromEnv;
   // Latency first: recursive doubling's log2(n) exchanges beat the tree's 2 log2(n) hops and the ring's 2(n-1) for
   // small messages; the tree moves half the data per tree with log-depth latency; the ring uses every link fully
   // both ways, which wins for large messages.
-  const size_t doublingMax = comm.size() == 2 ? kTwoRankDoublingMaxBytes : kDefaultDoublingMaxBytes;
-  if (bytes <= envBytes("NNS_DOUBLING_MAX_BYTES", doublingMax)) return Algorithm::Doubling;
-  if (comm.size() >= kTreeMinRanks && bytes <= envBytes("NNS_TREE_MAX_BYTES", kDefaultTreeMaxBytes))
-    return Algorithm::Tree;
+  if (bytes <= doublingMax) return Algorithm::Doubling;
+  if (comm.size() >= kTreeMinRanks && bytes <= treeMax) return Algorithm::Tree;
   return Algorithm::Ring;
 }
 

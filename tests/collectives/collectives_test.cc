@@ -643,6 +643,23 @@ TEST(Algorithms, AutoTakesDoublingFurtherOnTwoRanksAndTheEnvironmentMovesTheLine
     }
   }
   unsetenv("NNS_DOUBLING_MAX_BYTES");
+  // Every knob is read at every call, also where another decides first: a malformed tree threshold on one rank
+  // (where the tree is never chosen), or under an explicit algorithm, is refused all the same.
+  setenv("NNS_TREE_MAX_BYTES", "1x", 1);
+  {
+    core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+    core::Communicator comm(launch, socketOptions());
+    for (A requested : {A::Auto, A::Ring}) {
+      try {
+        coll::chooseAllReduce(comm, 8, requested);
+        ADD_FAILURE() << "NNS_TREE_MAX_BYTES=1x was accepted";
+      } catch (const core::CommError& e) {
+        EXPECT_NE(std::string(e.what()).find("NNS_TREE_MAX_BYTES=1x is not a byte count"), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  unsetenv("NNS_TREE_MAX_BYTES");
 }
 
 // NNS_PIECE_BYTES is read inside the operation; a malformed value is refused at the call (it failed the communicator

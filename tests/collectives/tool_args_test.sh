@@ -87,6 +87,17 @@ if [ "$header" != "# buffers in host memory; slots in host memory" ]; then
   failures=$((failures + 1))
 fi
 
+# The algorithm line names NNS_ALGO's choice (it said "auto" while the tree ran); -A wins over it.
+for case in "tree::# algorithm: tree (from NNS_ALGO)" "tree:ring:# algorithm: ring" ":ring:# algorithm: ring"; do
+  IFS=: read -r algo flag want <<<"$case"
+  header=$(NNS_ALGO="$algo" NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" allreduce -p minimal -b 8 \
+             -e 8 -n 1 -w 0 ${flag:+-A "$flag"} | grep '^# algorithm')
+  if [ "$header" != "$want" ]; then
+    echo "FAILED: NNS_ALGO=$algo -A '$flag': header '$header' (expected '$want')"
+    failures=$((failures + 1))
+  fi
+done
+
 # Ranks whose schedule knobs differ (NNS_ALGO here) are refused at creation with both settings, rather than failing
 # on the wire with a size mismatch that names neither.
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

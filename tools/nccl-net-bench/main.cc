@@ -304,12 +304,19 @@ int runTool(int argc, char** argv) {
       const long online = sysconf(_SC_NPROCESSORS_ONLN);
       std::printf("# %d rank(s) on this machine, %ld CPU(s) online; rank 0 %s CPU(s) %s\n",
                   comm.bootstrap().localRanks(), online, cpus < online ? "bound to" : "unbound, on", ownCpus.c_str());
-      if (collective == "allreduce")
-        std::printf("# algorithm: %s%s\n", coll::algorithmName(algorithm),
-                    algorithm == coll::Algorithm::Auto
+      if (collective == "allreduce") {
+        // -A first, then NNS_ALGO (chooseAllReduce's order); a malformed NNS_ALGO fails the first call, named there.
+        coll::Algorithm shown = algorithm;
+        const char* env = std::getenv("NNS_ALGO");
+        const bool fromEnv = algorithm == coll::Algorithm::Auto && env != nullptr && *env != '\0' &&
+                             coll::parseAlgorithm(env, &shown) && shown != coll::Algorithm::Auto;
+        std::printf("# algorithm: %s%s\n", coll::algorithmName(shown),
+                    fromEnv ? " (from NNS_ALGO)"
+                    : shown == coll::Algorithm::Auto
                         ? " (recursive doubling to NNS_DOUBLING_MAX_BYTES, the tree to NNS_TREE_MAX_BYTES on 8+ ranks, "
                           "then the ring)"
                         : "");
+      }
       std::printf("#%11s %12s %8s %6s %5s %10s %8s %8s %7s\n", "size", "count", "type", "redop", "root", "time",
                   "algbw", "busbw", "#wrong");
       std::printf("#%11s %12s %8s %6s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
