@@ -22,6 +22,7 @@
 #include "nns/coll/collectives.hpp"
 #include "nns/coll/reduce.hpp"
 #include "nns/core/cpus.hpp"
+#include "nns/tools/executable_dir.hpp"
 #include "nns/tools/guarded_main.hpp"
 #include "nns/tools/parse_arguments.hpp"
 #include "nns/tools/size_option.hpp"
@@ -38,16 +39,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace nns;
-
-std::string libDir() {
-  char path[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (n <= 0) return "../lib";
-  path[n] = '\0';
-  std::string dir = std::string(path).substr(0, std::string(path).rfind('/')) + "/../lib";
-  char resolved[PATH_MAX];
-  return realpath(dir.c_str(), resolved) != nullptr ? resolved : dir;
-}
 
 bool isFp8(ncclDataType_t type) {
   return type == ncclFloat8e4m3 || type == ncclFloat8e5m2;
@@ -261,7 +252,7 @@ int runTool(int argc, char** argv) {
       return 2;
 #endif
     }
-    options.searchDirs = {libDir()};
+    options.searchDirs = {nns::tools::libDirBesideExecutable()};
     core::Communicator comm(launch, options);
     const int n = comm.size(), rank = comm.rank();
     const bool rooted = collective == "broadcast" || collective == "reduce";

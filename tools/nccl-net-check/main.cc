@@ -23,6 +23,7 @@
 #include "harness.hpp"
 #include "netns.hpp"
 #include "nns/core/printable.hpp"
+#include "nns/tools/executable_dir.hpp"
 #include "nns/tools/guarded_main.hpp"
 #include "nns/tools/isolated_probe.hpp"
 #include "nns/tools/parse_arguments.hpp"
@@ -351,16 +352,6 @@ class JUnitReport {
   std::vector<std::unique_ptr<JUnitSnapshot>> renderings_;  // each one the handler may be reading
 };
 
-std::string libDirBesideExecutable() {
-  char path[PATH_MAX];
-  ssize_t length = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (length <= 0) return "../lib";
-  path[length] = '\0';
-  std::string dir = std::string(path).substr(0, std::string(path).rfind('/')) + "/../lib";
-  char resolved[PATH_MAX];
-  return realpath(dir.c_str(), resolved) != nullptr ? resolved : dir;
-}
-
 }  // namespace
 
 int runTool(int argc, char** argv) {
@@ -431,7 +422,7 @@ int runTool(int argc, char** argv) {
   gHarnessPid = getpid();
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, onTerminate);
   options.load.plugin = plugin;
-  if (options.load.searchDirs.empty()) options.load.searchDirs.push_back(libDirBesideExecutable());
+  if (options.load.searchDirs.empty()) options.load.searchDirs.push_back(nns::tools::libDirBesideExecutable());
   // Loaded first in a child process, as each rule loads it again in its own: a plugin that crashes or hangs in its
   // constructors, init, devices or getProperties is reported as not loading, naming the call, and never takes the
   // harness down or holds it.

@@ -20,6 +20,7 @@
 
 #include "nns/core/loader.hpp"
 #include "nns/core/printable.hpp"
+#include "nns/tools/executable_dir.hpp"
 #include "nns/tools/guarded_main.hpp"
 #include "nns/tools/isolated_probe.hpp"
 #include "nns/tools/parse_arguments.hpp"
@@ -27,15 +28,6 @@
 namespace {
 
 using nlohmann::json;
-
-std::string executableDir() {
-  char path[PATH_MAX];
-  ssize_t length = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (length <= 0) return ".";
-  path[length] = '\0';
-  std::string text(path);
-  return text.substr(0, text.rfind('/'));
-}
 
 std::string ptrSupportText(int bits) {
   std::string text;
@@ -264,9 +256,7 @@ int runTool(int argc, char** argv) {
     }
   }
   if (dirs.empty()) {
-    char resolved[PATH_MAX];
-    std::string lib = executableDir() + "/../lib";
-    dirs.push_back(realpath(lib.c_str(), resolved) != nullptr ? resolved : lib);
+    dirs.push_back(nns::tools::libDirBesideExecutable());
   }
 
   nns::core::LoadOptions options;

@@ -33,6 +33,7 @@
 #include "nns/core/printable.hpp"
 #include "nns/tools/call_notes.hpp"
 #include "nns/tools/cpu_shares.hpp"
+#include "nns/tools/executable_dir.hpp"
 #include "nns/tools/guarded_main.hpp"
 #include "nns/tools/isolated_probe.hpp"
 #include "nns/tools/parse_arguments.hpp"
@@ -68,16 +69,6 @@ struct Row {
   double latencyUs = 0;  // half a ping-pong round trip
   double bandwidthGBs = 0;
 };
-
-std::string libDirBesideExecutable() {
-  char path[PATH_MAX];
-  ssize_t length = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  if (length <= 0) return "../lib";
-  path[length] = '\0';
-  std::string dir = std::string(path).substr(0, std::string(path).rfind('/')) + "/../lib";
-  char resolved[PATH_MAX];
-  return realpath(dir.c_str(), resolved) != nullptr ? resolved : dir;
-}
 
 double now() {
   timespec ts;
@@ -741,7 +732,7 @@ int runTool(int argc, char** argv) {
     return 2;
   }
   load.plugin = plugin;
-  if (load.searchDirs.empty()) load.searchDirs.push_back(libDirBesideExecutable());
+  if (load.searchDirs.empty()) load.searchDirs.push_back(nns::tools::libDirBesideExecutable());
 
   // The two processes busy-wait on each other: each gets CPUs of its own when there are enough, so neither waits for
   // the other to be descheduled (the waits also yield, for when they share one).

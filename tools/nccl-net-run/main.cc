@@ -24,6 +24,7 @@
 
 #include "nns/core/cpus.hpp"
 #include "nns/tools/cpu_shares.hpp"
+#include "nns/tools/executable_dir.hpp"
 #include "nns/tools/guarded_main.hpp"
 
 namespace {
@@ -59,12 +60,14 @@ void usage(const char* self, FILE* out) {
   std::fprintf(out,
                "usage: %s -n RANKS [--timeout SECONDS] [--kill-after SECONDS] [--bind-to spread|none]\n"
                "       [--report-bindings] [--] COMMAND [ARGS...]\n"
+               "  COMMAND: a path, or a name looked up on PATH, then beside nccl-net-run (the project's tools)\n"
                "  --: ends the options (a command that starts with '-')\n"
                "  --timeout: kill every rank after this long (0, the default: no limit)\n"
                "  --kill-after: when a rank fails or the launcher gets SIGTERM, SIGINT or SIGHUP, the ranks get\n"
                "    SIGTERM (or that signal), then SIGKILL this long after (default %d s)\n"
                "  --bind-to spread (the default): each rank gets its share of the CPUs, spread over the machine's\n"
-               "    topology, when there are at least as many CPUs as ranks; none: ranks are not bound\n",
+               "    topology, when there are at least as many CPUs as ranks; none: ranks are not bound\n"
+               "  --report-bindings: print each rank's CPUs (or why the ranks are not bound) before starting them\n",
                self, kDefaultKillAfterSeconds);
 }
 
@@ -179,6 +182,7 @@ int runTool(int argc, char** argv) {
   signal(SIGCHLD, SIG_DFL);  // inherited SIG_IGN would reap the ranks behind waitpid's back
   sigprocmask(SIG_BLOCK, &waited, &original);
   const pid_t launcher = getpid();
+  const std::string besideUs = nns::tools::executableDir();
   std::vector<pid_t> children;
   for (int rank = 0; rank < ranks; ++rank) {
     pid_t pid = fork();
@@ -203,7 +207,15 @@ int runTool(int argc, char** argv) {
       }
       setenv("NCCL_SOCKET_IFNAME", "lo", 0);  // one host: keep the socket plugin on loopback unless told otherwise
       execvp(argv[first], argv + first);
-      std::fprintf(stderr, "nccl-net-run: cannot run %s: %s\n", argv[first], std::strerror(errno));
+      int error = errno;
+      // A bare name that PATH does not hold: this launcher's own folder has the project's other tools (an install's
+      // bin/ is rarely on PATH), so `nccl-net-run -n 4 nccl-net-bench ...` runs as the README shows.
+      if (error == ENOENT && std::strchr(argv[first], '/') == nullptr && !besideUs.empty()) {
+        const std::string sibling = besideUs + "/" + argv[first];
+        execv(sibling.c_str(), argv + first);
+        if (errno != ENOENT) error = errno;
+      }
+      std::fprintf(stderr, "nccl-net-run: cannot run %s: %s\n", argv[first], std::strerror(error));
       _exit(127);
     }
     if (pid < 0) {
