@@ -237,6 +237,10 @@ ncclResult_t sharedGone(const char* call) {
 constexpr int kAdvertisedRecvs = 16, kHandledRecvs = 8;
 #endif
 
+#ifdef NNS_BUG_PROPERTIES_REFUSED
+ncclDebugLogger_t gLogger = nullptr;
+#endif
+
 ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
                   ncclProfilerCallback_t profiler) {
   if (real() == nullptr) {
@@ -253,6 +257,9 @@ ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, 
 #endif
 #ifdef NNS_BUG_FINALIZE_FREES_SHARED
   if (gShared == nullptr) gShared = new SharedState{1};
+#endif
+#ifdef NNS_BUG_PROPERTIES_REFUSED
+  gLogger = logger;
 #endif
   return real()->init(ctx, commId, config, logger, profiler);
 }
@@ -273,6 +280,13 @@ ncclResult_t devices(int* ndev) {
 #endif
 }
 ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
+#ifdef NNS_BUG_PROPERTIES_REFUSED
+  // Its device is listed but cannot be described (a port whose link is down, say): it says why in a WARN and fails.
+  if (gLogger != nullptr)
+    gLogger(NCCL_LOG_WARN, NCCL_NET, __FILE__, __LINE__, "NET/%s : port %d of device %d has no link", NNS_BUG_NAME, 1,
+            dev);
+  return ncclInternalError;
+#endif
 #ifdef NNS_BUG_CRASH_IN_PROPERTIES
   if (dev > 0) raise(SIGSEGV);
 #endif

@@ -54,6 +54,14 @@ grep -qE "^    tried  $work/libnccl-net-broken-crash-in-init.so$" <<<"$out" || f
 grep -qE "^    opened $work/libnccl-net-broken-crash-in-init.so, exports ncclNet v12$" <<<"$out" ||
   fail "the crashing candidate's opened library is not listed"
 
+# A device that cannot be described: the rejection keeps what the plugin logged while listing its devices, as it
+# does for init (it was on stderr only, and --json's rejectReason lost it).
+set +e
+out=$("$info" -L "$misbehaving" --call-timeout 2 -p broken-properties-refused 2>/dev/null)
+set -e
+grep -q "rejected: getProperties(0) returned ncclInternalError (it logged: NET/broken-properties-refused : port 1 of device 0 has no link)" <<<"$out" ||
+  fail "the getProperties rejection does not say what the plugin logged: $out"
+
 # A FIFO named like a plugin: dlopen's open waits for a writer (NCCL's would too). Reported as what it is, not as
 # a library hanging in its constructors.
 fifo=$(mktemp -d)

@@ -305,14 +305,19 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
       out.candidates.push_back(std::move(candidate));
       continue;
     }
+    // What it logs while listing its devices explains a rejection there as much as at init (the SDK's WARN that
+    // GPU support needs an iflush, say): kept with the reason, not only on stderr.
     int ndev = 0;
+    warnings.clear();
+    probeWarnings = &warnings;
     result = net->devices(&ndev);
     std::string unusable = result != ncclSuccess ? "devices returned " + resultText(result)
                            : ndev <= 0           ? "no devices"
                                                  : deviceZeroUnusable(*net);
+    probeWarnings = nullptr;
     net->finalize(ctx);
     if (!unusable.empty()) {
-      candidate.rejectReason = unusable;
+      candidate.rejectReason = unusable + (warnings.empty() ? "" : " (it logged: " + warnings + ")");
       out.candidates.push_back(std::move(candidate));
       continue;
     }
