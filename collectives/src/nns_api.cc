@@ -2,6 +2,8 @@
 // the per-thread last error, and group queues.
 #include "nns/nns.h"
 
+#include <nccl_net/sdk_version.h>
+
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <ifaddrs.h>
@@ -32,6 +34,9 @@ struct nnsComm {
   std::unique_ptr<nns::core::Communicator> comm;
   int holds = 0;  // API calls using it now (liveMutex)
 };
+
+// libnns is released with the SDK: its version code is the SDK's (nccl_net/sdk_version.h).
+static_assert(NNS_VERSION_CODE == NCCL_NET_SDK_VERSION, "nns.h's NNS_VERSION_CODE must follow nccl_net/sdk_version.h");
 
 namespace {
 

@@ -28,6 +28,10 @@ expect 0 "^1 passed, 0 failed, 0 skipped" \
 expect 2 "--junit /nonexistent-dir/x.xml: cannot write there" \
   "$bin/nccl-net-check" minimal --rules zero-byte --junit /nonexistent-dir/x.xml
 expect 2 "not expected: --bogus" "$bin/nccl-net-perf" minimal --bogus
+# Every tool names the SDK release it came with.
+for tool in nccl-net-check nccl-net-info nccl-net-perf nccl-net-bench nccl-net-run nccl-net-topo; do
+  [ -x "$bin/$tool" ] && expect 0 "^nccl-net-sdk [0-9]+\\.[0-9]+\\.[0-9]+$" "$bin/$tool" --version
+done
 # -L takes one directory: a plugin named after it is the plugin, not a second directory.
 lib=$(cd "$bin/../lib" && pwd)
 expect 0 "^1 passed, 0 failed, 0 skipped" "$bin/nccl-net-check" -L "$lib" minimal --rules zero-byte

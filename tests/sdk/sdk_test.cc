@@ -152,6 +152,18 @@ struct Address {
 };
 constexpr sdk::HandleCodec<Address> kCodec(sdk::handleMagic("test-plugin"), 3);
 
+// One version, three spellings: the numbers, the code a plugin tests with #if, and the string the tools print; and
+// CMake's project version, read from the same header.
+TEST(SdkVersion, TheHeaderTheCodeAndTheProjectAgree) {
+  const std::string parts = std::to_string(NCCL_NET_SDK_VERSION_MAJOR) + "." +
+                            std::to_string(NCCL_NET_SDK_VERSION_MINOR) + "." +
+                            std::to_string(NCCL_NET_SDK_VERSION_PATCH);
+  EXPECT_EQ(parts, NCCL_NET_SDK_VERSION_STRING);
+  EXPECT_EQ(parts, NNS_PROJECT_VERSION);
+  EXPECT_EQ(NCCL_NET_SDK_VERSION,
+            NCCL_NET_SDK_VERSION_MAJOR * 10000 + NCCL_NET_SDK_VERSION_MINOR * 100 + NCCL_NET_SDK_VERSION_PATCH);
+}
+
 TEST(HandleCodec, RoundTrips) {
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
   std::memset(handle, 0xee, sizeof(handle));

@@ -22,7 +22,9 @@
 #include <string>
 #include <vector>
 
+#include <nccl_net/sdk_version.h>
 #include "nns/core/cpus.hpp"
+
 #include "nns/tools/cpu_shares.hpp"
 #include "nns/tools/executable_dir.hpp"
 #include "nns/tools/guarded_main.hpp"
@@ -59,7 +61,7 @@ constexpr int kDefaultKillAfterSeconds = 5;
 void usage(const char* self, FILE* out) {
   std::fprintf(out,
                "usage: %s -n RANKS [--timeout SECONDS] [--kill-after SECONDS] [--bind-to spread|none]\n"
-               "       [--report-bindings] [--] COMMAND [ARGS...]\n"
+               "       [--report-bindings] [--] COMMAND [ARGS...]   (or --version)\n"
                "  COMMAND: a path, or a name looked up on PATH, then beside nccl-net-run (the project's tools)\n"
                "  --: ends the options (a command that starts with '-')\n"
                "  --timeout: kill every rank after this long (0, the default: no limit)\n"
@@ -100,6 +102,10 @@ int runTool(int argc, char** argv) {
     std::string flag = argv[first];
     if (flag == "-h" || flag == "--help") {
       usage(argv[0], stdout);
+      return 0;
+    }
+    if (flag == "--version") {
+      std::printf("nccl-net-sdk %s\n", NCCL_NET_SDK_VERSION_STRING);
       return 0;
     }
     if ((flag == "-n" || flag == "--ranks") && first + 1 < argc) {

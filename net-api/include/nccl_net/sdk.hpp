@@ -1,6 +1,8 @@
 // nccl_net/sdk.hpp: the whole plugin SDK in one include.
 #pragma once
 
+#include "sdk_version.h"
+
 #include "sdk/collnet.hpp"
 #include "sdk/env.hpp"
 #include "sdk/handle.hpp"
