@@ -11,6 +11,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -462,6 +463,7 @@ Verdict propertiesSane(Context& c) {
     return fail("devices returned %s", resultText(result).c_str());
   if (ndev <= 0) return fail("devices gave %d", ndev);
   std::set<std::string> names;
+  std::vector<std::pair<const char*, std::string>> given;  // each device's name pointer and what it read then
   std::string summary;
   for (int dev = 0; dev < ndev; ++dev) {
     ncclNetProperties_v12_t p;
@@ -482,12 +484,16 @@ Verdict propertiesSane(Context& c) {
           dev, core::printable(p.name).c_str(), static_cast<unsigned char>(p.name[bad]), bad);
     if (p.pciPath != nullptr && std::strncmp(p.pciPath, "/sys/", 5) != 0)
       return fail("device %d: pciPath %s is not a /sys path", dev, core::printable(p.pciPath).c_str());
+    if (p.pciPath != nullptr && access(p.pciPath, F_OK) != 0)
+      return fail("device %d: pciPath %s does not exist (%s): NCCL would not find the device in the topology", dev,
+                  core::printable(p.pciPath).c_str(), std::strerror(errno));
     if (p.speed <= 0) return fail("device %d: speed %d Mbps", dev, p.speed);
     if (!(p.ptrSupport & NCCL_PTR_HOST))
       return fail("device %d: ptrSupport 0x%x lacks NCCL_PTR_HOST", dev, p.ptrSupport);
     if (p.maxComms <= 0 || p.maxRecvs < 1 || p.maxRecvs > 64)
       return fail("device %d: maxComms %d, maxRecvs %d", dev, p.maxComms, p.maxRecvs);
-    if (p.latency < 0) return fail("device %d: latency %f", dev, p.latency);
+    if (!std::isfinite(p.latency) || p.latency < 0)
+      return fail("device %d: latency %f (a finite number of microseconds, 0 or more)", dev, p.latency);
     if (p.maxP2pBytes == 0 || p.maxP2pBytes > NCCL_MAX_NET_SIZE_BYTES)
       return fail("device %d: maxP2pBytes %zu outside (0, 1 TiB] (NCCL refuses the connection)", dev, p.maxP2pBytes);
     if (p.vProps.ndevs < 1 || p.vProps.ndevs > NCCL_NET_MAX_DEVS_PER_NIC)
@@ -503,6 +509,16 @@ Verdict propertiesSane(Context& c) {
                   p.netDeviceVersion);
     summary += std::string(dev ? "; " : "") + core::printable(p.name) + " " + std::to_string(p.speed) +
                " Mbps maxRecvs " + std::to_string(p.maxRecvs);
+    given.emplace_back(p.name, p.name);
+  }
+  // NCCL keeps the pointers it is given: a name in a buffer the next call rewrites names every device the last one.
+  for (int dev = 0; dev < ndev; ++dev) {
+    const auto& [pointer, read] = given[static_cast<size_t>(dev)];
+    if (read != pointer)
+      return fail(
+          "device %d: name \"%s\" became \"%s\" after getProperties of the later devices (NCCL keeps the "
+          "pointer: each device's name must stay in its own memory)",
+          dev, core::printable(read.c_str()).c_str(), core::printable(pointer).c_str());
   }
   return pass(std::to_string(ndev) + " device(s): " + summary);
 }
@@ -718,11 +734,13 @@ Verdict nullRequestMeansRetry(Context& c) {
 }
 
 Verdict testReportsSizes(Context& c) {
-  std::vector<std::pair<size_t, uint64_t>> messages{{1, 1}, {7, 2}, {4096, 3}, {65537, 4}, {(1u << 20) + 3, 5}};
+  std::vector<std::pair<size_t, uint64_t>> messages{{1, 1},     {7, 2},        {4096, 3},          {8192, 6},
+                                                    {65537, 4}, {1u << 20, 7}, {(1u << 20) + 3, 5}};
   Verdict v = transferChecked(c, messages, 2u << 20);
-  return v.status == Status::kPass
-             ? pass("1, 7, 4096, 65537 and 1 MiB+3 bytes into 2 MiB buffers: both sides reported the sent size")
-             : v;
+  return v.status == Status::kPass ? pass(
+                                         "1, 7, 4096, 8192, 65537, 1 MiB and 1 MiB+3 bytes into 2 MiB buffers: every "
+                                         "byte arrived and both sides reported the sent size")
+                                   : v;
 }
 
 Verdict zeroByte(Context& c) {
@@ -731,36 +749,54 @@ Verdict zeroByte(Context& c) {
   return v.status == Status::kPass ? pass("0-byte messages complete with size 0, in order with others") : v;
 }
 
+// A message larger than the posted receive must fail (NCCL never truncates), and nothing may land past the buffer:
+// far larger, one byte larger (a size check rounded up to a word or line lets it through), and large (a plugin
+// that only checks small receives, say).
 Verdict truncationIsAnError(Context& c) {
-  Pair pair;
-  std::string why;
-  if (!openPair(
-          c, pair,
-          [&](void* comm) {
-            static std::vector<unsigned char> big(1000, 1);  // may still be read until closeSend
-            void* request = nullptr;
-            if (postSend(c, comm, big.data(), big.size(), 1, &request) != ncclSuccess) return 0;
-            int size = -1;
-            waitDone(c, request, &size, 5);  // may fail once the receiver rejects the message: either is fine
-            return 0;
-          },
-          &why))
-    return fail("%s", why.c_str());
-  std::vector<unsigned char> small(100 + 64, 0);
-  void* data = small.data();
-  size_t size = 100;
-  int tag = 1;
-  void* request = nullptr;
-  ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request);
-  int got = -1;
-  if (result == ncclSuccess) result = waitDone(c, request, &got, 10);
-  closePair(c, pair, 10);
-  if (result == ncclSuccess)
-    return fail("a 1000-byte message into a 100-byte receive completed (size %d): silent truncation", got);
-  if (result == ncclTimeout) return fail("a 1000-byte message into a 100-byte receive never completed nor failed");
-  for (size_t i = 100; i < small.size(); ++i)
-    if (small[i] != 0) return fail("the plugin wrote past the 100-byte receive buffer (byte %zu)", i);
-  return pass("test/irecv returned error " + resultText(result) + " and wrote nothing past the buffer");
+  struct Case {
+    size_t sent, capacity;
+  };
+  const Case cases[] = {{1000, 100}, {101, 100}, {(2u << 20), (1u << 20)}};
+  constexpr size_t kGuard = 64;
+  std::string evidence;
+  for (const Case& k : cases) {
+    Pair pair;
+    std::string why;
+    if (!openPair(
+            c, pair,
+            [&](void* comm) {
+              static std::vector<unsigned char> big;  // may still be read until closeSend, after this returns
+              big.assign(k.sent, 1);
+              void* request = nullptr;
+              if (postSend(c, comm, big.data(), big.size(), 1, &request) != ncclSuccess) return 0;
+              int size = -1;
+              waitDone(c, request, &size, 5);  // may fail once the receiver rejects the message: either is fine
+              return 0;
+            },
+            &why))
+      return fail("%s", why.c_str());
+    std::vector<unsigned char> small(k.capacity + kGuard, 0);
+    void* data = small.data();
+    size_t size = k.capacity;
+    int tag = 1;
+    void* request = nullptr;
+    ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request);
+    int got = -1;
+    if (result == ncclSuccess) result = waitDone(c, request, &got, 10);
+    closePair(c, pair, 10);
+    if (result == ncclSuccess)
+      return fail("a %zu-byte message into a %zu-byte receive completed (size %d): silent truncation", k.sent,
+                  k.capacity, got);
+    if (result == ncclTimeout)
+      return fail("a %zu-byte message into a %zu-byte receive never completed nor failed", k.sent, k.capacity);
+    for (size_t i = k.capacity; i < small.size(); ++i)
+      if (small[i] != 0)
+        return fail("a %zu-byte message into a %zu-byte receive wrote past the buffer (byte %zu)", k.sent, k.capacity,
+                    i);
+    evidence += (evidence.empty() ? "" : ", ") + std::to_string(k.sent) + " into " + std::to_string(k.capacity) + ": " +
+                resultText(result);
+  }
+  return pass("every oversized message failed, nothing written past the buffer (" + evidence + ")");
 }
 
 // One grouped irecv of `n` buffers (tags 10.., sizes 100*(k+1)+3) that the peer fills in reverse tag order. Empty
