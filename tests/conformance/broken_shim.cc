@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -306,6 +307,10 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
 #ifdef NNS_BUG_TAGS_IGNORED
   props->maxRecvs = kMaxRecvs;
 #endif
+#ifdef NNS_BUG_NAN_LATENCY
+  // A latency computed from a measurement that never ran: 0.0 / 0.0. NCCL sums latencies into its model.
+  if (result == ncclSuccess) props->latency = std::numeric_limits<float>::quiet_NaN();
+#endif
 #ifdef NNS_BUG_INSANE_PROPERTIES
   // A port from an old raw-table plugin to v12: it clears the struct and fills only the fields v8 had, leaving
   // maxP2pBytes, vProps, maxMultiRequestSize and railId/planeId at 0.
@@ -569,6 +574,15 @@ ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, 
 }
 ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                    void** request) {
+#ifdef NNS_BUG_SIZE_ROUNDED_UP
+  // The posted sizes rounded up to a 64-byte line (a size check done in the NIC's units): a message up to 63 bytes
+  // larger than the buffer is taken, and written past its end.
+  size_t rounded[64];
+  if (n >= 1 && n <= 64) {
+    for (int i = 0; i < n; ++i) rounded[i] = (sizes[i] + 63) & ~size_t{63};
+    sizes = rounded;
+  }
+#endif
 #ifdef NNS_BUG_DATA_DROPPED
   // Receives of 4 KiB or more land in a bounce buffer that is never copied out (a staging copy forgotten): sizes and
   // completions are right, the caller's buffer keeps whatever it held. One buffer for all: what lands there is lost.
