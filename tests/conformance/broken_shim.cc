@@ -442,6 +442,13 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t
 #ifdef NNS_BUG_LEAKED_COMM_FD
   if (result == ncclSuccess && *recvComm != nullptr) gWakeFds[*recvComm] = eventfd(0, EFD_CLOEXEC);
 #endif
+#ifdef NNS_BUG_LEAKED_COMM_MAPPING
+  // Each receive comm maps a shared staging window at accept that closeRecv never unmaps (the munmap forgotten): no
+  // descriptor is left behind, only memory, 64 KiB per comm here (an RDMA plugin's would be megabytes).
+  if (result == ncclSuccess && *recvComm != nullptr &&
+      mmap(nullptr, 64u << 10, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0) == MAP_FAILED)
+    return ncclSystemError;
+#endif
 #ifdef NNS_BUG_GLOBAL_RECV_COMM
   if (result == ncclSuccess && *recvComm != nullptr) gLastRecvComm = *recvComm;
 #endif

@@ -1037,9 +1037,20 @@ int procEntries(const char* directory) {
   return count - (std::strcmp(directory, "/proc/self/fd") == 0 ? 1 : 0);  // opendir's own descriptor
 }
 
+// Lines of /proc/self/maps: the process's memory mappings (a ring or registration window never unmapped), or -1.
+int mappingCount() {
+  FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (maps == nullptr) return -1;
+  int lines = 0;
+  for (int ch; (ch = std::fgetc(maps)) != EOF;)
+    if (ch == '\n') ++lines;
+  std::fclose(maps);
+  return lines;
+}
+
 struct ResourceCounts {
-  int fds = 0, threads = 0;
-  static ResourceCounts now() { return {procEntries("/proc/self/fd"), procEntries("/proc/self/task")}; }
+  int fds = 0, threads = 0, mappings = 0;
+  static ResourceCounts now() { return {procEntries("/proc/self/fd"), procEntries("/proc/self/task"), mappingCount()}; }
 };
 
 // The growth from `base` to now; a helper thread may still be exiting when close returns, so growth is looked at
@@ -1050,7 +1061,7 @@ ResourceCounts lifecycleGrowth(const ResourceCounts& base) {
     usleep(50000);
     end = ResourceCounts::now();
   }
-  return {end.fds - base.fds, end.threads - base.threads};
+  return {end.fds - base.fds, end.threads - base.threads, end.mappings - base.mappings};
 }
 
 Verdict commLifecycleLeaks(Context& c) {
@@ -1155,18 +1166,21 @@ Verdict commLifecycleLeaks(Context& c) {
   if (peerEnd.code != 0) return fail("%s", peerText(peerEnd.code).c_str());
   if (!peerEnd.reported) return fail("the peer did not report its descriptor and thread counts");
   const ResourceCounts& peerGrown = peerEnd.grown;
-  // A descriptor or two may be opened lazily once (a cache, an event channel); a leak per comm shows as ~100.
-  constexpr int kFdSlack = 2, kThreadSlack = 1;
-  char text[400];
+  // A descriptor or two may be opened lazily once (a cache, an event channel), and a few mappings come and go with
+  // malloc's arenas and a library's pools; a leak per comm shows as ~100.
+  constexpr int kFdSlack = 2, kThreadSlack = 1, kMappingSlack = 24;
+  char text[480];
   std::snprintf(text, sizeof(text),
                 "%d comms opened, used for one message and closed after %d warm-up comms: descriptors %+d on the "
-                "listener/receiver and %+d on the connector/sender, threads %+d and %+d",
-                kLifecycleCycles, kLifecycleWarmup, grown.fds, peerGrown.fds, grown.threads, peerGrown.threads);
+                "listener/receiver and %+d on the connector/sender, threads %+d and %+d, memory mappings %+d and %+d",
+                kLifecycleCycles, kLifecycleWarmup, grown.fds, peerGrown.fds, grown.threads, peerGrown.threads,
+                grown.mappings, peerGrown.mappings);
   if (grown.fds > kFdSlack || peerGrown.fds > kFdSlack || grown.threads > kThreadSlack ||
-      peerGrown.threads > kThreadSlack)
-    return fail("%s: about %.1f descriptors and %.1f threads left behind per closed comm", text,
+      peerGrown.threads > kThreadSlack || grown.mappings > kMappingSlack || peerGrown.mappings > kMappingSlack)
+    return fail("%s: about %.1f descriptors, %.1f threads and %.1f mappings left behind per closed comm", text,
                 std::max(grown.fds, peerGrown.fds) / static_cast<double>(kLifecycleCycles),
-                std::max(grown.threads, peerGrown.threads) / static_cast<double>(kLifecycleCycles));
+                std::max(grown.threads, peerGrown.threads) / static_cast<double>(kLifecycleCycles),
+                std::max(grown.mappings, peerGrown.mappings) / static_cast<double>(kLifecycleCycles));
   return pass(text);
 }
 
