@@ -1037,15 +1037,22 @@ int procEntries(const char* directory) {
   return count - (std::strcmp(directory, "/proc/self/fd") == 0 ? 1 : 0);  // opendir's own descriptor
 }
 
-// Lines of /proc/self/maps: the process's memory mappings (a ring or registration window never unmapped), or -1.
+// The process's shared memory mappings (lines of /proc/self/maps whose permissions end in 's'): a ring or window
+// shared with a peer or a device that is never unmapped. Private ones are left out: they come and go with the
+// allocator (a sanitizer's keeps freed memory mapped for a while). -1 when the file cannot be read.
 int mappingCount() {
   FILE* maps = std::fopen("/proc/self/maps", "r");
   if (maps == nullptr) return -1;
-  int lines = 0;
-  for (int ch; (ch = std::fgetc(maps)) != EOF;)
-    if (ch == '\n') ++lines;
+  int shared = 0;
+  char line[4096];
+  while (std::fgets(line, sizeof(line), maps) != nullptr) {
+    const char* perms = std::strchr(line, ' ');  // "start-end perms offset ..."
+    if (perms != nullptr && std::strlen(perms) > 4 && perms[4] == 's') ++shared;
+    while (std::strchr(line, '\n') == nullptr && std::fgets(line, sizeof(line), maps) != nullptr) {
+    }  // the rest of an over-long line
+  }
   std::fclose(maps);
-  return lines;
+  return shared;
 }
 
 struct ResourceCounts {
@@ -1166,18 +1173,18 @@ Verdict commLifecycleLeaks(Context& c) {
   if (peerEnd.code != 0) return fail("%s", peerText(peerEnd.code).c_str());
   if (!peerEnd.reported) return fail("the peer did not report its descriptor and thread counts");
   const ResourceCounts& peerGrown = peerEnd.grown;
-  // A descriptor or two may be opened lazily once (a cache, an event channel), and a few mappings come and go with
-  // malloc's arenas and a library's pools; a leak per comm shows as ~100.
+  // A descriptor or two may be opened lazily once (a cache, an event channel), a shared mapping or a few likewise (a
+  // library's pool); a leak per comm shows as ~100.
   constexpr int kFdSlack = 2, kThreadSlack = 1, kMappingSlack = 24;
   char text[480];
   std::snprintf(text, sizeof(text),
                 "%d comms opened, used for one message and closed after %d warm-up comms: descriptors %+d on the "
-                "listener/receiver and %+d on the connector/sender, threads %+d and %+d, memory mappings %+d and %+d",
+                "listener/receiver and %+d on the connector/sender, threads %+d and %+d, shared mappings %+d and %+d",
                 kLifecycleCycles, kLifecycleWarmup, grown.fds, peerGrown.fds, grown.threads, peerGrown.threads,
                 grown.mappings, peerGrown.mappings);
   if (grown.fds > kFdSlack || peerGrown.fds > kFdSlack || grown.threads > kThreadSlack ||
       peerGrown.threads > kThreadSlack || grown.mappings > kMappingSlack || peerGrown.mappings > kMappingSlack)
-    return fail("%s: about %.1f descriptors, %.1f threads and %.1f mappings left behind per closed comm", text,
+    return fail("%s: about %.1f descriptors, %.1f threads and %.1f shared mappings left behind per closed comm", text,
                 std::max(grown.fds, peerGrown.fds) / static_cast<double>(kLifecycleCycles),
                 std::max(grown.threads, peerGrown.threads) / static_cast<double>(kLifecycleCycles),
                 std::max(grown.mappings, peerGrown.mappings) / static_cast<double>(kLifecycleCycles));
