@@ -38,6 +38,17 @@ const ncclNet_v12_t* real() {
 std::map<void*, int> gWakeFds;
 #endif
 
+#ifdef NNS_BUG_LEAKED_PER_MESSAGE
+// Each send gets a 1 KiB descriptor (a copy of the header and a gather list, for a retransmit); a completed send's
+// descriptor moves to a "done" list meant to be recycled by the next isend, which allocates a new one instead.
+struct SendDescriptor {
+  unsigned char header[1024];
+};
+std::mutex gDescriptorsLock;
+std::map<void*, std::unique_ptr<SendDescriptor>> gInFlight;
+std::vector<std::unique_ptr<SendDescriptor>> gDone;
+#endif
+
 #ifdef NNS_BUG_LIMITED_REQUESTS
 // The receive pool was sized with the v6-era limit (NCCL_NET_MAX_REQUESTS_V6 = 8) instead of NCCL_NET_MAX_REQUESTS
 // (32): a 9th receive in flight is refused although NCCL may post 32.
@@ -575,6 +586,13 @@ ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, 
   ncclResult_t result = real()->isend(comm, data, size, tag, mhandle, phandle, request);
   if (result == ncclSuccess && *request != nullptr) notePosted(comm, *request);
   return result;
+#elif defined(NNS_BUG_LEAKED_PER_MESSAGE)
+  ncclResult_t result = real()->isend(comm, data, size, tag, mhandle, phandle, request);
+  if (result == ncclSuccess && *request != nullptr) {
+    std::lock_guard<std::mutex> lock(gDescriptorsLock);
+    gInFlight[*request] = std::make_unique<SendDescriptor>();
+  }
+  return result;
 #else
   return real()->isend(comm, data, size, tag, mhandle, phandle, request);
 #endif
@@ -697,6 +715,18 @@ ncclResult_t iflush(void* comm, int n, void** data, int* sizes, void** mhandles,
   return real()->iflush(comm, n, data, sizes, mhandles, request);
 }
 ncclResult_t test(void* request, int* done, int* sizes) {
+#ifdef NNS_BUG_LEAKED_PER_MESSAGE
+  ncclResult_t leakResult = real()->test(request, done, sizes);
+  if (leakResult != ncclSuccess || *done) {
+    std::lock_guard<std::mutex> lock(gDescriptorsLock);
+    auto descriptor = gInFlight.find(request);
+    if (descriptor != gInFlight.end()) {
+      gDone.push_back(std::move(descriptor->second));
+      gInFlight.erase(descriptor);
+    }
+  }
+  return leakResult;
+#endif
 #ifdef NNS_BUG_SHARED_REQUEST_POOL
   auto* pooled = static_cast<PooledRequest*>(request);
   ncclResult_t pooledResult = real()->test(pooled->real, done, sizes);

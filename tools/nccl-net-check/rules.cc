@@ -1,5 +1,6 @@
 // rules.cc: the conformance rules, each named after what it checks, and the process machinery that runs them.
 #include <dirent.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -975,6 +976,92 @@ Verdict regmrDeregBalance(Context& c) {
   closePair(c, pair);
   if (grown > 16 * 1024) return fail("2000 regMr/deregMr pairs grew the process by %ld KiB", grown);
   return pass("2000 regMr/deregMr pairs of 1 MiB, resident memory grew " + std::to_string(grown) + " KiB");
+}
+
+// ---- messages-do-not-leak: the heap does not grow with the number of messages ----------------------------------
+// A training job moves millions of messages through one connection. A request, header or completion record
+// allocated per message and not freed on one of its paths (the send side that is done before the receiver answers,
+// a record kept on a list nobody drains) runs a long job out of memory hours in. The heap in use is read on both
+// sides after a warm-up that lets request pools grow to their working size, and again after many more messages.
+constexpr int kLeakWarmup = 2000, kLeakMessages = 20000;
+constexpr long long kLeakLimitBytes = 2 << 20;
+
+// The sanitizer runtimes' own count of live heap bytes (absent without a sanitizer, hence weak).
+extern "C" size_t __sanitizer_get_current_allocated_bytes() __attribute__((weak));
+
+// Bytes malloc has handed out and not had back, in every thread: the sanitizer's count under a sanitizer, else
+// glibc's (mallinfo2: arena and mmapped chunks, all arenas). -1 when neither sees this process's allocations
+// (another malloc replaces glibc's): a 64 KiB block allocated as a probe must show.
+long long heapInUse() {
+  if (__sanitizer_get_current_allocated_bytes != nullptr)
+    return static_cast<long long>(__sanitizer_get_current_allocated_bytes());
+  auto total = [] {
+    struct mallinfo2 m = mallinfo2();
+    return static_cast<long long>(m.uordblks + m.hblkhd);
+  };
+  void* (*volatile allocate)(size_t) = std::malloc;  // through a volatile pointer: not elided with its free
+  long long before = total();
+  void* probe = allocate(1 << 16);
+  long long during = total();
+  std::free(probe);
+  return probe != nullptr && during - before >= (1 << 16) ? total() : -1;
+}
+
+Verdict messagesDoNotLeak(Context& c) {
+  if (heapInUse() < 0)
+    return skip("this process's malloc is neither glibc's nor a sanitizer's: its heap in use cannot be read");
+  std::mt19937_64 random(777);
+  std::vector<std::pair<size_t, uint64_t>> warmup, messages;
+  for (int i = 0; i < kLeakWarmup + kLeakMessages; ++i)
+    (i < kLeakWarmup ? warmup : messages).push_back({1 + random() % 4096, random()});
+  // The sender's growth comes back over `grownPipe`; it keeps its comm until the receiver has checked everything.
+  int grownPipe[2], checkedPipe[2];
+  if (pipe(grownPipe) != 0) return fail("pipe failed");
+  if (pipe(checkedPipe) != 0) return fail("pipe failed");
+  Pair pair;
+  std::string why;
+  if (!openPair(
+          c, pair,
+          [&](void* comm) {
+            close(grownPipe[0]);
+            close(checkedPipe[1]);
+            int code = sendMessages(c, comm, warmup);
+            if (code != 0) return code;
+            long long base = heapInUse();
+            if ((code = sendMessages(c, comm, messages)) != 0) return code;
+            long long grown = base < 0 ? -1 : heapInUse() - base;
+            (void)!write(grownPipe[1], &grown, sizeof(grown));
+            pollfd checked{checkedPipe[0], POLLIN, 0};
+            poll(&checked, 1, 60000);
+            return 0;
+          },
+          &why))
+    return fail("%s", why.c_str());
+  close(grownPipe[1]);
+  close(checkedPipe[0]);
+  Verdict v = receiveMessages(c, pair.recvComm, warmup, 4096);
+  long long base = heapInUse();
+  if (v.status == Status::kPass) v = receiveMessages(c, pair.recvComm, messages, 4096);
+  long long grown = heapInUse() - base;
+  (void)!write(checkedPipe[1], "c", 1);
+  long long senderGrown = -1;
+  pollfd ready{grownPipe[0], POLLIN, 0};
+  bool reported = v.status == Status::kPass && poll(&ready, 1, 30000) == 1 &&
+                  read(grownPipe[0], &senderGrown, sizeof(senderGrown)) == sizeof(senderGrown);
+  int code = closePair(c, pair, v.status == Status::kPass ? 30 : 1);
+  close(grownPipe[0]);
+  close(checkedPipe[1]);
+  if (v.status != Status::kPass) return v;
+  if (code != 0) return fail("%s", peerText(code).c_str());
+  std::string sender = !reported ? "not reported" : senderGrown < 0 ? "not readable" : std::to_string(senderGrown) + " B";
+  std::string measured = "heap grew " + std::to_string(grown) + " B on the receiver and " + sender +
+                         " on the sender over " + std::to_string(kLeakMessages) + " messages of 1-4096 B, after " +
+                         std::to_string(kLeakWarmup) + " to warm up";
+  long long worst = std::max(grown, senderGrown);
+  if (worst > kLeakLimitBytes)
+    return fail("%s: about %lld B left behind per message (limit %lld B in all)", measured.c_str(),
+                worst / kLeakMessages, kLeakLimitBytes);
+  return pass(measured);
 }
 
 // ---- contexts-per-communicator: init per communicator, finalize per communicator (ncclNet_v11+) ------------------
@@ -2439,6 +2526,10 @@ const std::vector<Rule>& rules() {
       {{"comm-lifecycle-leaks",
         "100 comms opened and closed one after another leave no descriptors or threads behind on either side"},
        commLifecycleLeaks},
+      {{"messages-do-not-leak",
+        "20000 messages after a warm-up leave the heap no more than 2 MiB larger on either side (no per-message "
+        "allocation that is never freed)"},
+       messagesDoNotLeak},
       {{"contexts-per-communicator",
         "v11+: a context per init works beside the others, survives another's finalize, and init after a finalize "
         "works (NCCL calls init and finalize per communicator)"},
