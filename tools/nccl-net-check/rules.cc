@@ -1053,7 +1053,9 @@ Verdict messagesDoNotLeak(Context& c) {
   close(checkedPipe[1]);
   if (v.status != Status::kPass) return v;
   if (code != 0) return fail("%s", peerText(code).c_str());
-  std::string sender = !reported ? "not reported" : senderGrown < 0 ? "not readable" : std::to_string(senderGrown) + " B";
+  std::string sender = !reported         ? "not reported"
+                       : senderGrown < 0 ? "not readable"
+                                         : std::to_string(senderGrown) + " B";
   std::string measured = "heap grew " + std::to_string(grown) + " B on the receiver and " + sender +
                          " on the sender over " + std::to_string(kLeakMessages) + " messages of 1-4096 B, after " +
                          std::to_string(kLeakWarmup) + " to warm up";
