@@ -2,9 +2,12 @@
 // reasons, and each old version's adapter filling the v12 view as NCCL does, with data moved through it.
 #include <dlfcn.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -162,6 +165,54 @@ TEST(Resolution, ALibraryThatIsNotAPluginIsRejectedWithTheReason) {
   ASSERT_EQ(report.candidates.size(), 1u);
   EXPECT_NE(report.candidates[0].rejectReason.find("exports no ncclNetPlugin"), std::string::npos)
       << report.candidates[0].rejectReason;
+}
+
+// What is not a regular file is refused before dlopen: a FIFO named like a plugin would hold dlopen's open until
+// some process writes to it (for ever, in NCCL), and the loader would hang with it. The next entry is then tried.
+TEST(Resolution, AFifoOrADirectoryNamedLikeAPluginIsRefusedUnopened) {
+  char dir[] = "/tmp/nns-loader-fifo-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string fifo = std::string(dir) + "/libnccl-net-fifo.so", folder = std::string(dir) + "/libnccl-net-dir.so";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(mkdir(folder.c_str(), 0700), 0);
+  LoadOptions options = inBuildTree("fifo," + folder + ",minimal");
+  options.searchDirs.insert(options.searchDirs.begin(), dir);
+  LoadReport report;
+  auto net = loadNet(options, &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  EXPECT_STREQ(net->name(), "minimal");
+  ASSERT_EQ(report.candidates.size(), 3u);
+  EXPECT_NE(report.candidates[0].rejectReason.find(fifo + ": a FIFO, not a library: not opened"), std::string::npos)
+      << report.candidates[0].rejectReason;
+  EXPECT_NE(report.candidates[1].rejectReason.find(folder + ": a directory, not a library"), std::string::npos)
+      << report.candidates[1].rejectReason;
+  // A bare name: the first directory of LD_LIBRARY_PATH that holds it decides, as the dynamic linker's search would.
+  const char* saved = std::getenv("LD_LIBRARY_PATH");
+  std::string savedPath = saved != nullptr ? saved : "";
+  setenv("LD_LIBRARY_PATH", (std::string("/nonexistent:") + dir).c_str(), 1);
+  std::string error;
+  EXPECT_EQ(openLibrary("libnccl-net-fifo.so", &error), nullptr);
+  EXPECT_EQ(error, fifo + ": a FIFO, not a library: not opened, as its open would wait for a writer");
+  // A regular file of that name in an earlier directory is what the dynamic linker would find: not refused (dlopen
+  // then says what it says of an empty file, or that it found none: it read LD_LIBRARY_PATH when the test began).
+  const std::string shadow = std::string(dir) + "/first";
+  ASSERT_EQ(mkdir(shadow.c_str(), 0700), 0);
+  std::fclose(std::fopen((shadow + "/libnccl-net-fifo.so").c_str(), "w"));
+  setenv("LD_LIBRARY_PATH", (shadow + ":" + dir).c_str(), 1);
+  error.clear();
+  EXPECT_EQ(openLibrary("libnccl-net-fifo.so", &error), nullptr);
+  EXPECT_EQ(error.find("FIFO"), std::string::npos) << error;
+  unlink((shadow + "/libnccl-net-fifo.so").c_str());
+  rmdir(shadow.c_str());
+  if (saved != nullptr)
+    setenv("LD_LIBRARY_PATH", savedPath.c_str(), 1);
+  else
+    unsetenv("LD_LIBRARY_PATH");
+  EXPECT_EQ(inspectLibrary(fifo).error,
+            fifo + ": a FIFO, not a library: not opened, as its open would wait for a writer");
+  unlink(fifo.c_str());
+  rmdir(folder.c_str());
+  rmdir(dir);
 }
 
 // A table NCCL would crash on is refused before anything in it is called, and the next entry of the list is tried.

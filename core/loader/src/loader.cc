@@ -5,6 +5,8 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -58,6 +60,18 @@ std::vector<std::string> fileNamesFor(const std::string& entry, const std::vecto
     tried.push_back(name);
   }
   return tried;
+}
+
+// What `file` is when it is there and not a regular file (after links), else empty.
+std::string notRegular(const std::string& file) {
+  struct stat status {};
+  if (stat(file.c_str(), &status) != 0 || S_ISREG(status.st_mode)) return "";
+  const char* what = S_ISFIFO(status.st_mode) ? "a FIFO, not a library: not opened, as its open would wait for a writer"
+                     : S_ISDIR(status.st_mode) ? "a directory, not a library"
+                     : S_ISCHR(status.st_mode) ? "a character device, not a library: not opened, as a read may wait"
+                     : S_ISBLK(status.st_mode) ? "a block device, not a library"
+                                               : "not a regular file, not a library";
+  return file + ": " + what;
 }
 
 std::string trimmed(std::string text) {
@@ -124,16 +138,40 @@ std::vector<std::string> pluginSpecEntries(const LoadOptions& options) {
   return entries;
 }
 
+void* openLibrary(const std::string& file, std::string* error) {
+  std::string refused;
+  if (file.find('/') != std::string::npos) {
+    refused = notRegular(file);
+  } else if (const char* path = std::getenv("LD_LIBRARY_PATH"); path != nullptr) {
+    // The first directory holding the name is the one the dynamic linker would open it from (an empty entry is the
+    // working directory).
+    std::stringstream dirs(path);
+    std::string dir;
+    while (std::getline(dirs, dir, ':')) {
+      std::string candidate = (dir.empty() ? "." : dir) + "/" + file;
+      if (access(candidate.c_str(), F_OK) != 0) continue;
+      refused = notRegular(candidate);
+      break;
+    }
+  }
+  if (!refused.empty()) {
+    if (error != nullptr) *error = refused;
+    return nullptr;
+  }
+  dlerror();
+  void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr && error != nullptr) {
+    const char* text = dlerror();
+    *error = text != nullptr ? text : file + ": dlopen failed";
+  }
+  return handle;
+}
+
 LibraryExports inspectLibrary(const std::string& path) {
   LibraryExports exports;
   exports.path = path;
-  dlerror();
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* text = dlerror();
-    exports.error = text != nullptr ? text : "dlopen failed";
-    return exports;
-  }
+  void* handle = openLibrary(path, &exports.error);
+  if (handle == nullptr) return exports;
   exports.netVersions = exportedVersions(handle, "ncclNetPlugin_v");
   exports.collNetVersions = exportedVersions(handle, "ncclCollNetPlugin_v");
   dlclose(handle);
@@ -172,11 +210,8 @@ namespace {
 // nullptr with *error set.
 const void* openTable(const std::string& path, const std::string& symbol, std::shared_ptr<detail::Library>* library,
                       std::string* error) {
-  dlerror();
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  void* handle = openLibrary(path, error);
   if (handle == nullptr) {
-    const char* text = dlerror();
-    if (error != nullptr) *error = text != nullptr ? text : "dlopen failed";
     return nullptr;
   }
   *library = std::make_shared<detail::Library>(handle, path);
@@ -260,14 +295,13 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
     std::string errors;
     for (const std::string& file : fileNamesFor(entry, options.searchDirs)) {
       candidate.triedPaths.push_back(file);
-      dlerror();
-      handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+      std::string error;
+      handle = openLibrary(file, &error);
       if (handle != nullptr) {
         candidate.loadedPath = file;
         break;
       }
-      const char* text = dlerror();
-      errors += (errors.empty() ? "" : "; ") + std::string(text != nullptr ? text : file + ": dlopen failed");
+      errors += (errors.empty() ? "" : "; ") + error;
     }
     if (handle == nullptr) {
       candidate.rejectReason = "could not open: " + errors;

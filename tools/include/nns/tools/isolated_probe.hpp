@@ -5,12 +5,10 @@
 // within N s" (the child is killed). For nccl-net-info and nccl-net-check, which load plugins before anything else.
 #pragma once
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -210,13 +208,9 @@ inline std::vector<std::string> loaderFileNames(const std::string& entry, const 
   return files;
 }
 
-// The call that opens `file`, as the probe names it. dlopen runs the library's constructors; of a FIFO it never gets
-// that far: its open() waits for a writer (NCCL's dlopen would too), and the report says so rather than blame
-// constructors a FIFO does not have. A bare name (resolved by the dynamic linker) is not looked at.
+// The call that opens `file`, as the probe names it: dlopen runs the library's constructors. (What is not a regular
+// file, a FIFO whose open would wait for a writer among them, is refused before dlopen: core::openLibrary.)
 inline std::string openCallName(const std::string& file) {
-  struct stat status {};
-  if (file.find('/') != std::string::npos && stat(file.c_str(), &status) == 0 && S_ISFIFO(status.st_mode))
-    return "dlopen of " + file + " (a FIFO, not a library: its open waits for a writer)";
   return "dlopen of " + file + " (its constructors)";
 }
 
@@ -229,7 +223,7 @@ inline void probeStepByStep(ProbeChannel& channel, const std::vector<std::string
   for (const auto& file : files) {
     channel.send({{"tried", file}});
     channel.call(openCallName(file));
-    if (void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL); handle != nullptr) {
+    if (void* handle = core::openLibrary(file, nullptr); handle != nullptr) {
       path = file;
       break;
     }

@@ -40,6 +40,12 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report);
 // The plugin list NCCL would try for `options` (NCCL_NET_PLUGIN semantics): empty for "none".
 std::vector<std::string> pluginSpecEntries(const LoadOptions& options);
 
+// dlopen(file, RTLD_NOW | RTLD_LOCAL), refusing first what is not a regular file: a FIFO (whose open waits for a
+// writer, so dlopen would hang), a device, a directory. A bare name is looked up in LD_LIBRARY_PATH's directories as
+// the dynamic linker would, and refused if the first entry of that name is not a regular file. nullptr with `error`
+// set (dlopen's text, or what the file is) when it does not open.
+void* openLibrary(const std::string& file, std::string* error);
+
 // What one library exports, found without initialising it.
 struct LibraryExports {
   std::string path;
