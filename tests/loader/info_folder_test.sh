@@ -88,4 +88,19 @@ assert [c["requested"] for c in d["candidates"]] == ["missing%d" % i for i in ra
 assert d["ignored"] == [{"requested": sys.argv[1] + "/libnccl-net-working.so",
                          "reason": "NCCL reads at most 14 entries of NCCL_NET_PLUGIN"}], d["ignored"]
 assert d["chosen"] is None, d["chosen"]' "$work" <<<"$json" || fail "--json does not list the ignored entry"
+# NCCL_NET: only a net of that name is taken; the others are named as skipped, and the end says what NCCL would do.
+set +e
+out=$(NCCL_NET=ib "$info" -L "$work" -p working 2>&1)
+status=$?
+set -e
+[ "$status" = 1 ] || fail "exit status $status with NCCL_NET naming another net, expected 1"
+grep -qF 'and NCCL_NET=ib takes only a net of that name (ignoring case): skipped before init' <<<"$out" ||
+  fail "the plugin is not named as skipped for NCCL_NET: $out"
+grep -qF 'NCCL would use its internal IB net (NCCL_NET=ib)' <<<"$out" || fail "the internal net is not named: $out"
+# Set but empty: no external plugin, as NCCL reads it.
+set +e
+out=$(NCCL_NET_PLUGIN= "$info" -L "$work" 2>&1)
+set -e
+grep -qF 'NCCL_NET_PLUGIN: (set but empty: no external plugin, as NCCL reads it)' <<<"$out" ||
+  fail "an empty NCCL_NET_PLUGIN is not read as NCCL reads it: $out"
 echo "every verdict right"

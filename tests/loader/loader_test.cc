@@ -92,6 +92,7 @@ TEST(Resolution, NameBecomesLibNcclNetNameSo) {
   ASSERT_NE(net, nullptr) << reasons(report);
   EXPECT_STREQ(net->name(), "minimal");
   EXPECT_EQ(net->path(), kDir + "/libnccl-net-minimal.so");
+  EXPECT_EQ(report.candidates[0].openedFile, kDir + "/libnccl-net-minimal.so") << "the file the linker opened";
   ASSERT_EQ(report.candidates.size(), 1u);
   const auto& tried = report.candidates[0].triedPaths;
   EXPECT_EQ(tried.back(), kDir + "/libnccl-net-minimal.so") << "bare name first, then libnccl-net-NAME.so";
@@ -120,15 +121,65 @@ TEST(Resolution, UnsetMeansLibNcclNetSo) {
   EXPECT_EQ(pluginSpecEntries(LoadOptions{}), std::vector<std::string>{"libnccl-net.so"});
   setenv("NCCL_NET_PLUGIN", "minimal", 1);
   EXPECT_EQ(pluginSpecEntries(LoadOptions{}), std::vector<std::string>{"minimal"});
-  // Set but empty is unset, as NCCL reads it (a strlen check), not "none".
+  // Set but empty is not unset: NCCL (2.27 on) splits the value into no entry, as for "none".
   setenv("NCCL_NET_PLUGIN", "", 1);
-  EXPECT_EQ(pluginSpecEntries(LoadOptions{}), std::vector<std::string>{"libnccl-net.so"});
+  EXPECT_TRUE(pluginSpecEntries(LoadOptions{}).empty());
   unsetenv("NCCL_NET_PLUGIN");
+}
+
+// Entries as NCCL's strtok_r leaves them: spaces kept (so " minimal" is not found, and the rejection says why),
+// empty entries skipped, "none" only as the whole value.
+TEST(Resolution, EntriesAreTakenAsWritten) {
+  EXPECT_EQ(pluginSpecEntries(inBuildTree(",a,, b ,")), (std::vector<std::string>{"a", " b "}));
+  EXPECT_EQ(pluginSpecEntries(inBuildTree(" none")), std::vector<std::string>{" none"});
+  LoadReport report;
+  EXPECT_EQ(loadNet(inBuildTree(" minimal"), &report), nullptr);
+  ASSERT_EQ(report.candidates.size(), 1u);
+  EXPECT_NE(report.candidates[0].rejectReason.find("begins or ends with a space, which NCCL keeps"), std::string::npos)
+      << report.candidates[0].rejectReason;
+  // lib*.so names are never rewritten, however short.
+  EXPECT_EQ(candidateFiles("lib.so", {}), std::vector<std::string>{"lib.so"});
+}
+
+// Any prefix of STATIC_PLUGIN, in any case, opens the program itself (dlopen(NULL)), as in NCCL: this test program
+// exports no table, so the candidate is rejected as not a plugin rather than looked for as libnccl-net-s.so.
+TEST(Resolution, APrefixOfStaticPluginIsTheProgramItself) {
+  for (const char* entry : {"s", "Static", "STATIC_PLUGIN"})
+    EXPECT_EQ(candidateFiles(entry, {kDir}), std::vector<std::string>{kProgramItself}) << entry;
+  EXPECT_NE(candidateFiles("static_plugins", {}).front(), kProgramItself);
+  LoadReport report;
+  EXPECT_EQ(loadNet(inBuildTree("static"), &report), nullptr);
+  ASSERT_EQ(report.candidates.size(), 1u);
+  EXPECT_EQ(report.candidates[0].loadedPath, kProgramItself);
+  EXPECT_NE(report.candidates[0].rejectReason.find("exports no ncclNetPlugin"), std::string::npos)
+      << report.candidates[0].rejectReason;
+}
+
+// NCCL_NET takes only the net of that name (ignoring case), skipping the others before init; so a cluster's
+// NCCL_NET=IB makes NCCL pass over a plugin named otherwise, and the report says so.
+TEST(Resolution, NcclNetSkipsNetsOfAnotherName) {
+  LoadOptions options = inBuildTree("socket,minimal");
+  options.netName = "MINIMAL";
+  LoadReport report;
+  auto net = loadNet(options, &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  EXPECT_STREQ(net->name(), "minimal");
+  EXPECT_NE(report.candidates[0].rejectReason.find(
+                "its net is named \"nns-socket\", and NCCL_NET=MINIMAL takes only a net of that name"),
+            std::string::npos)
+      << report.candidates[0].rejectReason;
+  setenv("NCCL_NET", "IB", 1);
+  options.netName.reset();  // read from the environment
+  EXPECT_EQ(requiredNetName(options), "IB");
+  EXPECT_EQ(loadNet(options, &report), nullptr);
+  options.netName = "";  // the tools that test a named plugin ask for any name
+  EXPECT_NE(loadNet(options, &report), nullptr);
+  unsetenv("NCCL_NET");
 }
 
 TEST(Resolution, ListTriesInOrderAndReportsEveryRejection) {
   LoadReport report;
-  auto net = loadNet(inBuildTree("does-not-exist, " + kDir + "/../CMakeCache.txt,minimal-v8,minimal"), &report);
+  auto net = loadNet(inBuildTree("does-not-exist," + kDir + "/../CMakeCache.txt,minimal-v8,minimal"), &report);
   ASSERT_NE(net, nullptr) << reasons(report);
   EXPECT_EQ(net->version(), 8) << "first candidate that loads wins";
   ASSERT_EQ(report.candidates.size(), 3u);

@@ -122,25 +122,18 @@ void printOutput(const json& entry) {
   for (const auto& line : entry["output"]) std::printf("    printed: %s\n", line.get<std::string>().c_str());
 }
 
-std::string trimmed(const std::string& text) {
-  size_t first = text.find_first_not_of(" \t");
-  if (first == std::string::npos) return "";
-  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
-}
-
 // The entries of `spec` NCCL skips without a word, each with why: those past the 14 it reads (NCCL_NET_MAX_PLUGINS
 // less the two slots of its internal nets) and names of 255 characters or more (NCCL 2.30's src/plugin/net.cc).
 // Which entries are kept is the loader's decision (`used`, from pluginSpecEntries); the ones it did not keep are
 // found by walking the list against it, so the two cannot disagree on which entries NCCL tries.
 json ignoredEntries(const std::string& spec, const std::vector<std::string>& used) {
   json ignored = json::array();
-  if (strcasecmp(trimmed(spec).c_str(), "none") == 0) return ignored;
+  if (strcasecmp(spec.c_str(), "none") == 0) return ignored;
   constexpr size_t kMaxEntries = NCCL_NET_MAX_PLUGINS - 2;
   std::stringstream stream(spec);
   std::string entry;
   size_t kept = 0;
   while (std::getline(stream, entry, ',')) {
-    entry = trimmed(entry);
     if (entry.empty()) continue;  // NCCL skips empty entries too ("a,,b"), and so does the loader
     if (kept < used.size() && entry == used[kept]) {
       ++kept;
@@ -263,14 +256,18 @@ int runTool(int argc, char** argv) {
   options.plugin = plugin;
   options.searchDirs = dirs;
   const char* env = std::getenv("NCCL_NET_PLUGIN");
-  std::string given = !plugin.empty() ? plugin : env != nullptr && *env != '\0' ? env : "";
-  std::string spec = !given.empty() ? given : "(unset: libnccl-net.so)";
+  std::string given = !plugin.empty() ? plugin : env != nullptr ? env : "";
+  std::string spec = !given.empty()   ? given
+                     : env != nullptr ? "(set but empty: no external plugin, as NCCL reads it)"
+                                      : "(unset: libnccl-net.so)";
+  const std::string netName = nns::core::requiredNetName(options);
 
   // Every plugin is loaded and called in a child process of its own: one that crashes or hangs gets that verdict,
   // and the others are still listed. What each prints (its WARN lines: often the reason behind a rejection) is kept
   // with its library or candidate rather than left on stderr, where it would belong to none of them.
   json out;
   out["spec"] = spec;
+  out["netName"] = netName;
   out["searchDirs"] = dirs;
   json found = json::array();
   for (const auto& path : nns::core::findPluginLibraries(dirs)) {
@@ -389,7 +386,11 @@ int runTool(int argc, char** argv) {
     return chosen != nullptr ? 0 : 1;
   }
 
-  std::printf("NCCL_NET_PLUGIN: %s\nsearch directories:", spec.c_str());
+  std::printf("NCCL_NET_PLUGIN: %s\n", spec.c_str());
+  if (!netName.empty())
+    std::printf("NCCL_NET: %s (only a net of that name is taken, ignoring case)\n",
+                nns::core::printable(netName.c_str()).c_str());
+  std::printf("search directories:");
   for (const auto& d : dirs) std::printf(" %s", d.c_str());
   std::printf("\n\nPlugin libraries found:\n");
   if (found.empty()) std::printf("  (none)\n");
@@ -410,9 +411,13 @@ int runTool(int argc, char** argv) {
   for (const auto& c : candidates) {
     std::printf("  %s\n", c["requested"].get<std::string>().c_str());
     for (const auto& p : c["triedPaths"]) std::printf("    tried  %s\n", p.get<std::string>().c_str());
-    if (!c["loadedPath"].get<std::string>().empty())
-      std::printf("    opened %s, exports ncclNet %s\n", c["loadedPath"].get<std::string>().c_str(),
+    if (!c["loadedPath"].get<std::string>().empty()) {
+      // Where the dynamic linker's search resolved a bare name, the file it opened too.
+      const std::string file = c.value("openedFile", "");
+      const std::string where = !file.empty() && file != c["loadedPath"].get<std::string>() ? " (" + file + ")" : "";
+      std::printf("    opened %s%s, exports ncclNet %s\n", c["loadedPath"].get<std::string>().c_str(), where.c_str(),
                   versionsText(c["exportedVersions"].get<std::vector<int>>()).c_str());
+    }
     if (c["chosenVersion"].get<int>() != 0) {
       std::printf("    CHOSEN through ncclNet_v%d (the newest it exports that this host knows)\n",
                   c["chosenVersion"].get<int>());
@@ -443,7 +448,17 @@ int runTool(int argc, char** argv) {
   for (const auto& [reason, names] : ignoredByReason) std::printf("  ignored: %s: %s\n", names.c_str(), reason.c_str());
   if (chosen == nullptr) {
     if (stoppedAt.empty()) {
-      std::printf("\nNo plugin loaded: NCCL would fall back to its internal IB/Socket nets.\n");
+      if (netName.empty()) {
+        std::printf("\nNo plugin loaded: NCCL would fall back to its internal IB/Socket nets.\n");
+      } else if (strcasecmp(netName.c_str(), "IB") == 0 || strcasecmp(netName.c_str(), "Socket") == 0) {
+        std::printf("\nNo plugin loaded: NCCL would use its internal %s net (NCCL_NET=%s).\n",
+                    strcasecmp(netName.c_str(), "IB") == 0 ? "IB" : "Socket", netName.c_str());
+      } else {
+        std::printf(
+            "\nNo plugin loaded, and NCCL_NET=%s names neither internal net (IB, Socket): NCCL would fail "
+            "(\"Failed to initialize any NET plugin\").\n",
+            nns::core::printable(netName.c_str()).c_str());
+      }
     } else {
       std::printf("\nNo plugin loaded: NCCL would not get past %s.\n", stoppedAt.c_str());
     }

@@ -176,9 +176,18 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
   } catch (const BootstrapError& e) {
     throw asCommError(e);
   }
+  // The plugin named in the options is taken outright; one from NCCL_NET_PLUGIN as NCCL takes it, NCCL_NET's name
+  // filter included. Set but empty, NCCL_NET_PLUGIN means no external plugin to NCCL, and this communicator has no
+  // internal net to fall back on: said, rather than read as unset.
   LoadOptions load;
   const char* env = std::getenv("NCCL_NET_PLUGIN");
-  load.plugin = !options_.plugin.empty() ? options_.plugin : env != nullptr && *env != '\0' ? env : "socket";
+  if (options_.plugin.empty() && env != nullptr && *env == '\0')
+    fail(
+        "NCCL_NET_PLUGIN is set but empty, which NCCL reads as no external plugin (as \"none\"): unset it for the "
+        "default (the socket plugin) or name one",
+        ncclInvalidUsage);
+  load.plugin = !options_.plugin.empty() ? options_.plugin : env != nullptr ? env : "socket";
+  if (!options_.plugin.empty()) load.netName = "";
   load.searchDirs = options_.searchDirs;
   LoadReport report;
   net_ = loadNet(load, &report);

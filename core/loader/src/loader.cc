@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 #include <sstream>
 
@@ -45,21 +47,7 @@ constexpr const char* kDefaultLibrary = "libnccl-net.so";  // NCCL's choice when
 constexpr size_t kMaxEntries = NCCL_NET_MAX_PLUGINS - 2;   // NCCL keeps two slots for its internal nets
 
 bool isLibSoName(const std::string& name) {
-  return name.size() > 6 && name.rfind("lib", 0) == 0 && name.compare(name.size() - 3, 3, ".so") == 0;
-}
-
-// The file names NCCL hands to dlopen for one list entry, in order; search directories first for bare names.
-std::vector<std::string> fileNamesFor(const std::string& entry, const std::vector<std::string>& searchDirs) {
-  std::vector<std::string> names{entry};
-  if (entry.find('/') == std::string::npos && !isLibSoName(entry)) names.push_back("libnccl-net-" + entry + ".so");
-  std::vector<std::string> tried;
-  for (const auto& name : names) {
-    if (name.find('/') == std::string::npos) {
-      for (const auto& dir : searchDirs) tried.push_back(dir + "/" + name);
-    }
-    tried.push_back(name);
-  }
-  return tried;
+  return name.size() >= 6 && name.rfind("lib", 0) == 0 && name.compare(name.size() - 3, 3, ".so") == 0;
 }
 
 // What `file` is when it is there and not a regular file (after links), else empty.
@@ -72,12 +60,6 @@ std::string notRegular(const std::string& file) {
                      : S_ISBLK(status.st_mode) ? "a block device, not a library"
                                                : "not a regular file, not a library";
   return file + ": " + what;
-}
-
-std::string trimmed(std::string text) {
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.pop_back();
-  size_t first = text.find_first_not_of(" \t");
-  return first == std::string::npos ? std::string() : text.substr(first);
 }
 
 std::string resultText(ncclResult_t result) {
@@ -125,20 +107,43 @@ std::vector<std::string> pluginSpecEntries(const LoadOptions& options) {
   std::string spec = options.plugin;
   if (spec.empty()) {
     const char* env = std::getenv("NCCL_NET_PLUGIN");
-    spec = env != nullptr && *env != '\0' ? env : kDefaultLibrary;  // set but empty is unset, as in NCCL
+    if (env == nullptr) return {kDefaultLibrary};
+    spec = env;  // set but empty: NCCL's list split finds no entry, as for "none"
   }
-  if (strcasecmp(trimmed(spec).c_str(), "none") == 0) return {};
+  if (strcasecmp(spec.c_str(), "none") == 0) return {};
+  // As NCCL's strtok_r: split on commas, empty entries skipped, nothing trimmed.
   std::vector<std::string> entries;
   std::stringstream stream(spec);
   std::string entry;
-  while (std::getline(stream, entry, ',') && entries.size() < kMaxEntries) {
-    entry = trimmed(entry);
+  while (std::getline(stream, entry, ',') && entries.size() < kMaxEntries)
     if (!entry.empty() && entry.size() < 255) entries.push_back(entry);
-  }
   return entries;
 }
 
+std::vector<std::string> candidateFiles(const std::string& entry, const std::vector<std::string>& searchDirs) {
+  if (!entry.empty() && entry.size() <= std::strlen("STATIC_PLUGIN") &&
+      strncasecmp(entry.c_str(), "STATIC_PLUGIN", entry.size()) == 0)
+    return {kProgramItself};
+  std::vector<std::string> names{entry};
+  if (entry.find('/') == std::string::npos && !isLibSoName(entry)) names.push_back("libnccl-net-" + entry + ".so");
+  std::vector<std::string> tried;
+  for (const auto& name : names) {
+    if (name.find('/') == std::string::npos) {
+      for (const auto& dir : searchDirs) tried.push_back(dir + "/" + name);
+    }
+    tried.push_back(name);
+  }
+  return tried;
+}
+
+std::string requiredNetName(const LoadOptions& options) {
+  if (options.netName) return *options.netName;
+  const char* env = std::getenv("NCCL_NET");
+  return env != nullptr ? env : "";
+}
+
 void* openLibrary(const std::string& file, std::string* error) {
+  if (file == kProgramItself) return dlopen(nullptr, RTLD_NOW | RTLD_LOCAL);
   std::string refused;
   if (file.find('/') != std::string::npos) {
     refused = notRegular(file);
@@ -288,23 +293,29 @@ std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
 std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
   LoadReport local;
   LoadReport& out = report != nullptr ? *report : local;
+  const std::string wanted = requiredNetName(options);
   for (const std::string& entry : pluginSpecEntries(options)) {
     CandidateReport candidate;
     candidate.requested = entry;
     void* handle = nullptr;
     std::string errors;
-    for (const std::string& file : fileNamesFor(entry, options.searchDirs)) {
+    for (const std::string& file : candidateFiles(entry, options.searchDirs)) {
       candidate.triedPaths.push_back(file);
       std::string error;
       handle = openLibrary(file, &error);
       if (handle != nullptr) {
         candidate.loadedPath = file;
+        link_map* map = nullptr;
+        if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr)
+          candidate.openedFile = map->l_name;
         break;
       }
       errors += (errors.empty() ? "" : "; ") + error;
     }
     if (handle == nullptr) {
       candidate.rejectReason = "could not open: " + errors;
+      if (entry.find_first_of(" \t") == 0 || entry.find_last_of(" \t") == entry.size() - 1)
+        candidate.rejectReason += " (the entry begins or ends with a space, which NCCL keeps as part of the name)";
       out.candidates.push_back(std::move(candidate));
       continue;
     }
@@ -324,6 +335,13 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
     auto net = detail::makeNetAdapter(version, dlsym(handle, symbol.c_str()), library, &defect);
     if (net == nullptr) {
       candidate.rejectReason = symbol + ": " + defect;
+      out.candidates.push_back(std::move(candidate));
+      continue;
+    }
+    if (!wanted.empty() && strcasecmp(wanted.c_str(), net->name()) != 0) {
+      candidate.rejectReason = "its net is named \"" + printable(net->name()) +
+                               "\", and NCCL_NET=" + printable(wanted.c_str()) +
+                               " takes only a net of that name (ignoring case): skipped before init, as NCCL does";
       out.candidates.push_back(std::move(candidate));
       continue;
     }

@@ -193,21 +193,6 @@ inline ProbeOutcome runIsolated(const std::function<void(ProbeChannel&)>& body, 
   return outcome;
 }
 
-// The file names the loader hands to dlopen for one NCCL_NET_PLUGIN entry, in order (docs/loader.md): bare names in
-// the search directories first, then as given; a NAME also as libnccl-net-NAME.so.
-inline std::vector<std::string> loaderFileNames(const std::string& entry, const std::vector<std::string>& dirs) {
-  std::vector<std::string> names{entry};
-  bool libSoName = entry.size() > 6 && entry.rfind("lib", 0) == 0 && entry.compare(entry.size() - 3, 3, ".so") == 0;
-  if (entry.find('/') == std::string::npos && !libSoName) names.push_back("libnccl-net-" + entry + ".so");
-  std::vector<std::string> files;
-  for (const auto& name : names) {
-    if (name.find('/') == std::string::npos)
-      for (const auto& dir : dirs) files.push_back(dir + "/" + name);
-    files.push_back(name);
-  }
-  return files;
-}
-
 // The call that opens `file`, as the probe names it: dlopen runs the library's constructors. (What is not a regular
 // file, a FIFO whose open would wait for a writer among them, is refused before dlopen: core::openLibrary.)
 inline std::string openCallName(const std::string& file) {
@@ -254,9 +239,13 @@ inline void probeStepByStep(ProbeChannel& channel, const std::vector<std::string
 
 // A candidate's report as the child sends it, and back.
 inline nlohmann::json candidateJson(const nns::core::CandidateReport& c) {
-  return {{"requested", c.requested},         {"triedPaths", c.triedPaths},
-          {"loadedPath", c.loadedPath},       {"exportedVersions", c.exportedVersions},
-          {"chosenVersion", c.chosenVersion}, {"rejectReason", c.rejectReason}};
+  return {{"requested", c.requested},
+          {"triedPaths", c.triedPaths},
+          {"loadedPath", c.loadedPath},
+          {"openedFile", c.openedFile},
+          {"exportedVersions", c.exportedVersions},
+          {"chosenVersion", c.chosenVersion},
+          {"rejectReason", c.rejectReason}};
 }
 
 inline nns::core::CandidateReport candidateFromJson(const nlohmann::json& j) {
@@ -264,6 +253,7 @@ inline nns::core::CandidateReport candidateFromJson(const nlohmann::json& j) {
   c.requested = j.value("requested", "");
   c.triedPaths = j.value("triedPaths", std::vector<std::string>{});
   c.loadedPath = j.value("loadedPath", "");
+  c.openedFile = j.value("openedFile", "");
   c.exportedVersions = j.value("exportedVersions", std::vector<int>{});
   c.chosenVersion = j.value("chosenVersion", 0);
   c.rejectReason = j.value("rejectReason", "");
@@ -282,7 +272,7 @@ struct Pinpoint {
 
 inline Pinpoint pinpointCandidate(const std::string& entry, const std::vector<std::string>& dirs,
                                   const std::string& loaderFailure, int callTimeoutSeconds) {
-  auto files = loaderFileNames(entry, dirs);
+  auto files = core::candidateFiles(entry, dirs);
   ProbeOutcome steps = runIsolated([&](ProbeChannel& channel) { probeStepByStep(channel, files); }, callTimeoutSeconds);
   Pinpoint found;
   for (const auto& record : steps.records) {

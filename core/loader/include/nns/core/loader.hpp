@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,13 +18,17 @@ struct LoadOptions {
   std::string plugin;
   // Extra directories searched before the dynamic linker's path (e.g. the build tree's lib/).
   std::vector<std::string> searchDirs;
+  // NCCL_NET semantics: only a net whose name is this (compared ignoring case) is taken; the others are skipped
+  // before init, as NCCL skips them. Unset: read NCCL_NET from the environment; "" (or NCCL_NET unset or empty): any.
+  std::optional<std::string> netName;
 };
 
 // Why each candidate was taken or rejected: the paths tried, dlopen's text, the symbols found, what init returned.
 struct CandidateReport {
   std::string requested;                // the list entry as the user wrote it
   std::vector<std::string> triedPaths;  // every file name handed to dlopen, in order
-  std::string loadedPath;               // the library that opened, if any
+  std::string loadedPath;               // the library that opened, if any, as handed to dlopen
+  std::string openedFile;               // the file the dynamic linker opened for it (its search resolved a bare name)
   std::vector<int> exportedVersions;    // ncclNetPlugin_vN found, newest first
   int chosenVersion = 0;                // 0 when rejected
   std::string rejectReason;             // empty when chosen
@@ -37,8 +42,19 @@ struct LoadReport {
 // every rejection explained in `report`) when none does. The returned Net owns the library handle.
 std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report);
 
-// The plugin list NCCL would try for `options` (NCCL_NET_PLUGIN semantics): empty for "none".
+// The plugin list NCCL would try for `options` (NCCL_NET_PLUGIN semantics): empty for "none" and for a value set
+// but empty; entries as written (NCCL keeps spaces), empty ones skipped.
 std::vector<std::string> pluginSpecEntries(const LoadOptions& options);
+
+// The file names handed to dlopen for one entry, in order: a bare name in `searchDirs` first, then as given; a NAME
+// (no '/', not lib*.so) then as libnccl-net-NAME.so. An entry that is a prefix of "STATIC_PLUGIN" (any case) is
+// kProgramItself, as in NCCL.
+std::vector<std::string> candidateFiles(const std::string& entry, const std::vector<std::string>& searchDirs);
+// What candidateFiles lists, and openLibrary opens, for the program itself (dlopen(NULL)).
+inline constexpr const char* kProgramItself = "(the program itself: NCCL opens a prefix of STATIC_PLUGIN so)";
+
+// The net name NCCL_NET asks for under `options` (LoadOptions::netName), or "" for any.
+std::string requiredNetName(const LoadOptions& options);
 
 // dlopen(file, RTLD_NOW | RTLD_LOCAL), refusing first what is not a regular file: a FIFO (whose open waits for a
 // writer, so dlopen would hang), a device, a directory. A bare name is looked up in LD_LIBRARY_PATH's directories as
