@@ -130,20 +130,29 @@ struct Prod {
     return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
   }
 };
-// With a NaN the result is the second operand, as on the GPU.
+// A NaN operand is passed over, as NCCL's kernels do (fmaxf/fminf for float and double, __hmax/__hmin for the 16-bit
+// formats): max(NaN, 2) is 2 whichever side the NaN is on, and only two NaNs give NaN. So a rank's NaN cannot make
+// the result depend on where in the ring or tree it entered. `b != b` is the NaN test (false for integers, and
+// branch-free: the loops stay vectorized).
 struct Max {
   template <class T>
   static T apply(T a, T b) {
-    return a > b ? a : b;
+    return takeFirst(a, b) ? a : b;
   }
-  static bool takeFirst(float a, float b) { return a > b; }
+  template <class T>
+  static bool takeFirst(T a, T b) {
+    return a > b || b != b;
+  }
 };
 struct Min {
   template <class T>
   static T apply(T a, T b) {
-    return a < b ? a : b;
+    return takeFirst(a, b) ? a : b;
   }
-  static bool takeFirst(float a, float b) { return a < b; }
+  template <class T>
+  static bool takeFirst(T a, T b) {
+    return a < b || b != b;
+  }
 };
 
 // Every reduction loop computes dst = first op src. `first` is either dst itself (kInPlace: the pointer passed is

@@ -606,6 +606,41 @@ TEST(Communicator, CheckCallsMustBeOnForEveryRankOrNone) {
       << errors[0];
 }
 
+// A NaN on one rank is passed over by max and min, as NCCL's fmaxf/__hmax pass it over: the result is the extreme
+// of the other ranks' values whichever rank holds the NaN and whichever algorithm runs. Before, a NaN partial result
+// made the next step keep its other operand, dropping what earlier ranks had contributed.
+TEST(Communicator, MaxAndMinPassOverANaNWhereverItEnters) {
+  using A = coll::Algorithm;
+  constexpr size_t kCount = 3000;  // ring blocks and tree pieces of several elements each
+  for (A algorithm : {A::Ring, A::Tree, A::Doubling})
+    for (int nanRank = 0; nanRank < 3; ++nanRank) {
+      std::vector<std::vector<double>> got(3);
+      std::vector<std::vector<uint16_t>> gotBf16(3);
+      auto errors = onEveryRank(3, socketOptions(), [&](core::Communicator& comm, int r) {
+        // Rank r holds r + 1 (the NaN rank a NaN), so max is 3 or 2 and min 1 or 2, from the other two ranks.
+        std::vector<double> in(kCount, r == nanRank ? std::nan("") : r + 1.0), out(kCount);
+        for (ncclRedOp_t op : {ncclMax, ncclMin}) {
+          coll::allReduce(comm, in.data(), out.data(), kCount, ncclFloat64, op, coll::hostKernels(), algorithm);
+          got[r].insert(got[r].end(), {out.front(), out.back()});
+        }
+        // bfloat16 goes through the 16-bit loops: 1.0 is 0x3f80, 2.0 0x4000, 3.0 0x4040, NaN 0x7fc0.
+        const uint16_t bits[] = {0x3f80, 0x4000, 0x4040};
+        std::vector<uint16_t> in16(kCount, r == nanRank ? 0x7fc0 : bits[r]), out16(kCount);
+        coll::allReduce(comm, in16.data(), out16.data(), kCount, ncclBfloat16, ncclMax, coll::hostKernels(), algorithm);
+        gotBf16[r] = {out16.front(), out16.back()};
+      });
+      const double max = nanRank == 2 ? 2.0 : 3.0, min = nanRank == 0 ? 2.0 : 1.0;
+      const uint16_t max16 = nanRank == 2 ? 0x4000 : 0x4040;
+      for (int r = 0; r < 3; ++r) {
+        EXPECT_EQ(errors[r], "") << "rank " << r;
+        EXPECT_EQ(got[r], (std::vector<double>{max, max, min, min}))
+            << "NaN on rank " << nanRank << ", " << coll::algorithmName(algorithm) << ", rank " << r;
+        EXPECT_EQ(gotBf16[r], (std::vector<uint16_t>{max16, max16}))
+            << "bfloat16, NaN on rank " << nanRank << ", " << coll::algorithmName(algorithm) << ", rank " << r;
+      }
+    }
+}
+
 // What Algorithm::Auto picks by size: recursive doubling to 32 KiB (to 512 KiB on 2 ranks, where it is one exchange
 // against the ring's two steps), then the ring below 8 ranks; NNS_DOUBLING_MAX_BYTES moves the line for any count.
 TEST(Algorithms, AutoTakesDoublingFurtherOnTwoRanksAndTheEnvironmentMovesTheLine) {

@@ -309,8 +309,8 @@ template <class T>
 T realOp(T x, T y, ncclRedOp_t op) {
   switch (op) {
     case ncclProd: return x * y;
-    case ncclMax: return x > y ? x : y;
-    case ncclMin: return x < y ? x : y;
+    case ncclMax: return x > y || y != y ? x : y;
+    case ncclMin: return x < y || y != y ? x : y;
     default: return x + y;
   }
 }
@@ -332,9 +332,10 @@ void referenceOne(ncclDataType_t type, ncclRedOp_t op, const uint8_t* a, const u
       bool wide = elementSize(type) == 2;
       uint32_t x = wide ? load<uint16_t>(a) : load<uint8_t>(a), y = wide ? load<uint16_t>(b) : load<uint8_t>(b);
       double dx = refDecode(f, x), dy = refDecode(f, y);
-      // max/min keep one input's bits: x when it compares greater (less), else y (so y when either is NaN).
-      uint32_t bits = op == ncclMax   ? (dx > dy ? x : y)
-                      : op == ncclMin ? (dx < dy ? x : y)
+      // max/min keep one input's bits: x when it compares greater (less) or y is NaN, else y (a NaN is passed
+      // over, as NCCL's fmaxf/__hmax do; two NaNs give y).
+      uint32_t bits = op == ncclMax   ? (dx > dy || dy != dy ? x : y)
+                      : op == ncclMin ? (dx < dy || dy != dy ? x : y)
                                       : refEncode(f, realOp(dx, dy, op));  // exact in double but bfloat16 sums,
                                                                            // which round once to >= 2p + 2 bits
       if (wide)

@@ -104,8 +104,8 @@ T intOp(T x, T y, ncclRedOp_t op) {
 double realOp(double x, double y, ncclRedOp_t op) {
   switch (op) {
     case ncclProd: return x * y;
-    case ncclMax: return x > y ? x : y;
-    case ncclMin: return x < y ? x : y;
+    case ncclMax: return x > y || y != y ? x : y;
+    case ncclMin: return x < y || y != y ? x : y;
     default: return x + y;
   }
 }
@@ -127,9 +127,9 @@ void referenceOne(ncclDataType_t type, ncclRedOp_t op, const uint8_t* a, const u
       bool wide = sizeOf(type) == 2;
       uint32_t x = wide ? load<uint16_t>(a) : load<uint8_t>(a), y = wide ? load<uint16_t>(b) : load<uint8_t>(b);
       double dx = widenSmall(type, x), dy = widenSmall(type, y);
-      // max/min hand back one input's bits as the kernel does (x when it compares greater/less, else y).
-      uint32_t bits = op == ncclMax   ? (dx > dy ? x : y)
-                      : op == ncclMin ? (dx < dy ? x : y)
+      // max/min hand back one input's bits as the kernel does (x when it compares greater/less or y is NaN, else y).
+      uint32_t bits = op == ncclMax   ? (dx > dy || dy != dy ? x : y)
+                      : op == ncclMin ? (dx < dy || dy != dy ? x : y)
                                       : narrowSmall(type, realOp(dx, dy, op));
       if (wide)
         store<uint16_t>(out, static_cast<uint16_t>(bits));

@@ -48,13 +48,15 @@ struct ProdOp {
     return static_cast<T>(static_cast<U>(static_cast<U>(x) * static_cast<U>(y)));
   }
 };
+// Max and min pass over a NaN operand, as NCCL's kernels do (fmaxf/fminf, __hmax/__hmin): only two NaNs give NaN.
+// `y != y` is the NaN test (always false for integers).
 template <class T>
 struct MaxOp {
-  __device__ static T apply(T x, T y) { return x > y ? x : y; }
+  __device__ static T apply(T x, T y) { return x > y || y != y ? x : y; }
 };
 template <class T>
 struct MinOp {
-  __device__ static T apply(T x, T y) { return x < y ? x : y; }
+  __device__ static T apply(T x, T y) { return x < y || y != y ? x : y; }
 };
 
 // 16-bit floats: native half/bfloat16 arithmetic (sm_80+ has both); a single IEEE add or multiply rounds exactly as
@@ -69,11 +71,11 @@ struct ProdOp<__half> {
 };
 template <>
 struct MaxOp<__half> {
-  __device__ static __half apply(__half x, __half y) { return __hgt(x, y) ? x : y; }
+  __device__ static __half apply(__half x, __half y) { return __hgt(x, y) || __hisnan(y) ? x : y; }
 };
 template <>
 struct MinOp<__half> {
-  __device__ static __half apply(__half x, __half y) { return __hlt(x, y) ? x : y; }
+  __device__ static __half apply(__half x, __half y) { return __hlt(x, y) || __hisnan(y) ? x : y; }
 };
 using Bf16 = __nv_bfloat16;
 template <>
@@ -86,11 +88,11 @@ struct ProdOp<Bf16> {
 };
 template <>
 struct MaxOp<Bf16> {
-  __device__ static Bf16 apply(Bf16 x, Bf16 y) { return __hgt(x, y) ? x : y; }
+  __device__ static Bf16 apply(Bf16 x, Bf16 y) { return __hgt(x, y) || __hisnan(y) ? x : y; }
 };
 template <>
 struct MinOp<Bf16> {
-  __device__ static Bf16 apply(Bf16 x, Bf16 y) { return __hlt(x, y) ? x : y; }
+  __device__ static Bf16 apply(Bf16 x, Bf16 y) { return __hlt(x, y) || __hisnan(y) ? x : y; }
 };
 
 // fp8 has no arithmetic units: widen to float (exact), compute, narrow with round-to-nearest-even, saturating to
@@ -117,11 +119,11 @@ struct ProdOp<Fp8<K>> {
 };
 template <__nv_fp8_interpretation_t K>
 struct MaxOp<Fp8<K>> {
-  __device__ static Fp8<K> apply(Fp8<K> x, Fp8<K> y) { return widen(x) > widen(y) ? x : y; }
+  __device__ static Fp8<K> apply(Fp8<K> x, Fp8<K> y) { return widen(x) > widen(y) || isnan(widen(y)) ? x : y; }
 };
 template <__nv_fp8_interpretation_t K>
 struct MinOp<Fp8<K>> {
-  __device__ static Fp8<K> apply(Fp8<K> x, Fp8<K> y) { return widen(x) < widen(y) ? x : y; }
+  __device__ static Fp8<K> apply(Fp8<K> x, Fp8<K> y) { return widen(x) < widen(y) || isnan(widen(y)) ? x : y; }
 };
 using E4m3 = Fp8<__NV_E4M3>;
 using E5m2 = Fp8<__NV_E5M2>;
