@@ -139,9 +139,15 @@ ncclResult_t freeRetired(nnsComm_t comm) {
   return ncclSuccess;
 }
 
+struct PendingInit;
+bool isPending(nnsComm_t comm);
+
 ncclResult_t notLive(nnsComm_t comm) {
-  return failWith(ncclInvalidArgument, comm == nullptr ? "the communicator is NULL"
-                                                       : "the communicator is not a live one (destroyed already?)");
+  return failWith(ncclInvalidArgument,
+                  comm == nullptr   ? "the communicator is NULL"
+                  : isPending(comm) ? "the communicator is made at the nnsGroupEnd of the group it was asked for in: "
+                                      "use it after that"
+                                    : "the communicator is not a live one (destroyed already?)");
 }
 
 ncclResult_t checkCall(const Hold& hold, nnsComm_t comm, void* stream, ncclDataType_t type) {
@@ -172,7 +178,7 @@ ncclResult_t checkRank(nnsComm_t comm, int rank, const char* what) {
   return ncclSuccess;
 }
 
-// Group queues: each operation is a closure; consecutive point-to-point operations of a communicator are merged
+// Group queues: each operation is a closure; at nnsGroupEnd a communicator's point-to-point operations are merged
 // into one sendRecv so they progress together.
 struct Queued {
   nnsComm_t comm;
@@ -237,19 +243,67 @@ std::string libraryDir() {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
-ncclResult_t makeComm(nnsComm_t* out, const nns::core::LaunchInfo& launch) {
-  if (out == nullptr) return failWith(ncclInvalidArgument, "comm is NULL");
-  *out = nullptr;
-  auto holder = std::make_unique<nnsComm>();
+// Communicators asked for inside the current group: made together at nnsGroupEnd, as NCCL makes them, so one thread
+// can create a rank of each (made one by one, the first would wait for the others' ranks until its timeout).
+struct PendingInit {
+  nnsComm_t comm;
+  nns::core::LaunchInfo launch;
+};
+thread_local std::vector<PendingInit> pendingInits;
+
+bool isPending(nnsComm_t comm) {
+  return std::any_of(pendingInits.begin(), pendingInits.end(), [comm](const PendingInit& p) { return p.comm == comm; });
+}
+
+// Builds the communicator behind `holder`; made live (usable by the API) when that succeeds.
+ncclResult_t buildComm(nnsComm* holder, const nns::core::LaunchInfo& launch) {
   nns::core::CommOptions options;
   options.searchDirs = {libraryDir()};
   ncclResult_t result = guarded([&] { holder->comm = std::make_unique<nns::core::Communicator>(launch, options); });
   if (result == ncclSuccess) {
     std::lock_guard<std::mutex> lock(liveMutex);
-    *out = holder.release();
-    liveComms.insert(*out);
+    liveComms.insert(holder);
   }
   return result;
+}
+
+ncclResult_t makeComm(nnsComm_t* out, const nns::core::LaunchInfo& launch) {
+  auto holder = std::make_unique<nnsComm>();
+  if (groupDepth > 0) {
+    *out = holder.release();
+    pendingInits.push_back(PendingInit{*out, launch});
+    return ncclSuccess;
+  }
+  ncclResult_t result = buildComm(holder.get(), launch);
+  if (result == ncclSuccess) *out = holder.release();
+  return result;
+}
+
+// At the outermost nnsGroupEnd: the group's communicators, each on a thread of its own (their bootstraps wait for
+// each other). One that fails is freed; its handle is then refused as not live. The first failure is returned.
+ncclResult_t makePendingComms() {
+  std::vector<PendingInit> inits;
+  inits.swap(pendingInits);
+  if (inits.empty()) return ncclSuccess;
+  std::vector<ncclResult_t> results(inits.size(), ncclSuccess);
+  std::vector<std::string> errors(inits.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < inits.size(); ++i)
+    threads.emplace_back([&, i] {
+      results[i] = buildComm(inits[i].comm, inits[i].launch);
+      if (results[i] != ncclSuccess) errors[i] = lastError;  // this thread's own
+    });
+  for (auto& thread : threads) thread.join();
+  ncclResult_t first = ncclSuccess;
+  for (size_t i = 0; i < inits.size(); ++i) {
+    if (results[i] == ncclSuccess) continue;
+    delete inits[i].comm;
+    if (first == ncclSuccess) {
+      first = results[i];
+      lastError = errors[i];
+    }
+  }
+  return first;
 }
 
 }  // namespace
@@ -285,6 +339,8 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
 }
 
 ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, int rank) {
+  if (comm == nullptr) return failWith(ncclInvalidArgument, "comm is NULL");
+  *comm = nullptr;  // on any failure, as ncclCommInitRank leaves it
   if (nranks < 1 || rank < 0 || rank >= nranks)
     return failWith(ncclInvalidArgument, "rank " + std::to_string(rank) + " of " + std::to_string(nranks));
   std::string address(commId.internal, strnlen(commId.internal, sizeof(commId.internal)));
@@ -300,6 +356,8 @@ ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, in
 }
 
 ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm) {
+  if (comm == nullptr) return failWith(ncclInvalidArgument, "comm is NULL");
+  *comm = nullptr;
   nns::core::LaunchInfo launch;
   std::string error;
   if (!nns::core::launchInfoFromEnvironment(&launch, &error)) return failWith(ncclInvalidUsage, error);
@@ -474,10 +532,16 @@ ncclResult_t nnsGroupStart(void) {
 ncclResult_t nnsGroupEnd(void) {
   if (groupDepth == 0) return failWith(ncclInvalidUsage, "nnsGroupEnd without nnsGroupStart");
   if (--groupDepth > 0) return ncclSuccess;
+  // Communicators made in the group come first (an operation on one was refused at its call: not live yet); the
+  // operations queued on others still run, as their peers run theirs, and a failed init is returned after them.
+  const ncclResult_t made = makePendingComms();
+  const std::string madeError = made != ncclSuccess ? lastError : "";
   std::vector<Queued> queue;
   queue.swap(groupQueue);
-  // Per communicator, in call order with point-to-point runs merged; after an error the communicator's remaining
-  // operations are skipped.
+  // Per communicator: all its sends and receives first, as one exchange that progresses together (NCCL runs them
+  // beside the group's collectives and orders neither against the other; run in call order, a collective between a
+  // send and its receive deadlocked both ranks once the send outgrew the socket buffers), then its collectives in
+  // call order. After an error the communicator's remaining operations are skipped.
   std::vector<nnsComm_t> comms;
   for (const auto& q : queue)
     if (std::find(comms.begin(), comms.end(), q.comm) == comms.end()) comms.push_back(q.comm);
@@ -487,29 +551,20 @@ ncclResult_t nnsGroupEnd(void) {
   };
   auto runComm = [&queue](nnsComm_t comm) {
     Outcome outcome;
-    std::vector<P2POp> p2p;
-    auto flush = [&] {
-      if (p2p.empty()) return ncclSuccess;
-      ncclResult_t r = guarded([&] { nns::coll::sendRecv(*comm->comm, p2p); });
-      p2p.clear();
-      return r;
-    };
     Hold hold(comm);
     if (!hold) {
       outcome.result = notLive(comm);
       outcome.error = lastError;
       return outcome;
     }
+    std::vector<P2POp> p2p;
+    for (const auto& q : queue)
+      if (q.comm == comm && !q.collective) p2p.push_back(q.p2p);
+    if (!p2p.empty()) outcome.result = guarded([&] { nns::coll::sendRecv(*comm->comm, p2p); });
     for (const auto& q : queue) {
       if (q.comm != comm || outcome.result != ncclSuccess) continue;
-      if (q.collective) {
-        outcome.result = flush();
-        if (outcome.result == ncclSuccess) outcome.result = guarded(q.collective);
-      } else {
-        p2p.push_back(q.p2p);
-      }
+      if (q.collective) outcome.result = guarded(q.collective);
     }
-    if (outcome.result == ncclSuccess) outcome.result = flush();
     if (outcome.result != ncclSuccess) outcome.error = lastError;
     return outcome;
   };
@@ -522,6 +577,10 @@ ncclResult_t nnsGroupEnd(void) {
     std::vector<std::thread> threads;
     for (size_t i = 0; i < comms.size(); ++i) threads.emplace_back([&, i] { outcomes[i] = runComm(comms[i]); });
     for (auto& thread : threads) thread.join();
+  }
+  if (made != ncclSuccess) {
+    lastError = madeError;
+    return made;
   }
   for (const auto& outcome : outcomes) {
     if (outcome.result == ncclSuccess) continue;

@@ -275,6 +275,62 @@ TEST(CApi, OneThreadDrivesTwoRanksInOneGroup) {
   for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
 }
 
+// NCCL's other single-thread pattern: the communicators themselves made in a group. Made one by one, the first
+// would wait for the other rank until its timeout; made at nnsGroupEnd, together. An operation on one inside that
+// group is refused (it does not exist yet), and a failed init leaves the handle NULL.
+TEST(CApi, OneThreadMakesTwoRanksInOneGroup) {
+  setenv("NCCL_NET_PLUGIN", "socket", 1);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  setenv("NNS_ROOT_ADDR", ("127.0.0.1:" + std::to_string(nns::test::freeLoopbackPort())).c_str(), 1);
+  nnsUniqueId id;
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess);
+  unsetenv("NNS_ROOT_ADDR");
+  nnsComm_t comms[2] = {nullptr, nullptr};
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(nnsCommInitRank(&comms[r], 2, id, r), ncclSuccess) << nnsGetLastError();
+  int early = 1;
+  EXPECT_EQ(nnsAllReduce(&early, &early, 1, ncclInt32, ncclSum, comms[0], nullptr), ncclInvalidArgument);
+  EXPECT_NE(std::string(nnsGetLastError()).find("made at the nnsGroupEnd"), std::string::npos) << nnsGetLastError();
+  // The refused call makes nnsGroupEnd report it, after the communicators were made.
+  EXPECT_EQ(nnsGroupEnd(), ncclInvalidArgument);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << "made one after the other?";
+  std::vector<std::vector<int>> data{std::vector<int>(100, 1), std::vector<int>(100, 2)};
+  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(nnsAllReduce(data[r].data(), data[r].data(), 100, ncclInt32, ncclSum, comms[r], nullptr), ncclSuccess);
+  ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+  EXPECT_EQ(data[0][99], 3);
+  EXPECT_EQ(data[1][0], 3);
+  for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  // A refused init leaves NULL behind, as ncclCommInitRank does.
+  nnsComm_t stale = comms[0];
+  EXPECT_EQ(nnsCommInitRank(&stale, 2, id, 5), ncclInvalidArgument);
+  EXPECT_EQ(stale, nullptr);
+}
+
+// A collective queued between a send and its receive: the sends and receives progress together before the
+// collective, so neither rank's send waits for a receive queued behind the collective. Run in call order, 16 MB sends
+// deadlocked both ranks until the timeout.
+TEST(CApi, ACollectiveBetweenASendAndItsReceiveInOneGroupDoesNotBlockThem) {
+  constexpr size_t kCount = 4 << 20;
+  std::vector<std::string> errors(2);
+  onRanks(2, [&](int rank, nnsComm_t comm) {
+    std::vector<float> out(kCount, static_cast<float>(rank + 1)), in(kCount, 0.0f);
+    int sum = rank + 1;
+    ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+    ASSERT_EQ(nnsSend(out.data(), kCount, ncclFloat32, 1 - rank, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(nnsAllReduce(&sum, &sum, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(nnsRecv(in.data(), kCount, ncclFloat32, 1 - rank, comm, nullptr), ncclSuccess);
+    if (nnsGroupEnd() != ncclSuccess) errors[rank] = nnsGetLastError();
+    EXPECT_EQ(sum, 3);
+    EXPECT_EQ(in.front(), static_cast<float>(2 - rank));
+    EXPECT_EQ(in.back(), static_cast<float>(2 - rank));
+    EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  });
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+}
+
 // Max and min with a NaN or signed zeros depend on the operands' order; every algorithm still gives every rank the
 // same bits (recursive doubling puts the lower rank first on both sides of each exchange).
 TEST(CApi, MaxAndMinGiveEveryRankTheSameBits) {
