@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <thread>
@@ -144,6 +145,19 @@ TEST(TopologyMalformed, AnAttributeGivenTwiceIsNamed) {
   error = loadError(many);
   EXPECT_NE(error.find("bad.xml:1: <system> has attribute a7 twice (\"\" and \"x\")"), std::string::npos) << error;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// NCCL's reader fails the whole file on a value of 254 characters or more; 253 still loads (the value is then only
+// text NCCL does not read, a vendor string).
+TEST(TopologyMalformed, AValueTooLongForNcclIsNamed) {
+  const std::string text = wrap(gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\""));
+  const size_t at = text.find("<system version=\"1\"") + std::strlen("<system version=\"1\"");
+  std::string error = loadError(text.substr(0, at) + " vendor=\"" + std::string(254, 'v') + "\"" + text.substr(at));
+  EXPECT_NE(error.find("bad.xml:1: <system> attribute vendor is 254 characters long; NCCL refuses a value of 254 or "
+                       "more"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(loadError(text.substr(0, at) + " vendor=\"" + std::string(253, 'v') + "\"" + text.substr(at)), "");
 }
 
 TEST(TopologyMalformed, GpuRanksOutsideTheRangeAreNamed) {

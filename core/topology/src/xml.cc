@@ -73,6 +73,8 @@ class LineIndex {
   std::vector<std::size_t> newlines_;
 };
 
+constexpr std::size_t kMaxNcclValueChars = 254;
+
 struct ConvertState {
   const LineIndex& lines;
   const std::string& source;
@@ -93,6 +95,12 @@ void convertElement(const pugi::xml_node& from, XmlElement& to, int depth, Conve
     if (!seen.insert(a.name()).second)
       throw TopologyError(state.source + ":" + std::to_string(to.line) + ": <" + to.name + "> has attribute " +
                           a.name() + " twice (\"" + *to.attr(a.name()) + "\" and \"" + a.value() + "\")");
+    // NCCL's reader stops at 254 characters of a value (it keeps room for the closing quote in 255) and fails the
+    // whole file: "value ... too long (max 255)". A file it refuses is refused here, rather than analysed.
+    if (const std::size_t length = std::strlen(a.value()); length >= kMaxNcclValueChars)
+      throw TopologyError(state.source + ":" + std::to_string(to.line) + ": <" + to.name + "> attribute " + a.name() +
+                          " is " + std::to_string(length) + " characters long; NCCL refuses a value of " +
+                          std::to_string(kMaxNcclValueChars) + " or more (\"value ... too long (max 255)\")");
     to.attrs.emplace_back(a.name(), a.value());
   }
   for (const auto& c : from.children()) {
