@@ -188,8 +188,7 @@ std::vector<std::string> findPluginLibraries(const std::vector<std::string>& dir
   if (const char* path = std::getenv("LD_LIBRARY_PATH")) {
     std::stringstream stream(path);
     std::string dir;
-    while (std::getline(stream, dir, ':'))
-      if (!dir.empty()) searched.push_back(dir);
+    while (std::getline(stream, dir, ':')) searched.push_back(dir.empty() ? "." : dir);  // empty: the working dir
   }
   // A library reached twice (a directory listed twice, spelled differently, or a link) is listed once, under the
   // first name it was found by.
