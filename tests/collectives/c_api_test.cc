@@ -18,15 +18,33 @@
 
 namespace {
 
-// Runs `body(rank, comm)` on `ranks` threads, each with its communicator made from one unique id.
-template <class Body>
-void onRanks(int ranks, const Body& body) {
+// A unique id for ranks of this process over the socket plugin on loopback.
+nnsUniqueId loopbackId() {
   setenv("NCCL_NET_PLUGIN", "socket", 1);
   setenv("NCCL_SOCKET_IFNAME", "lo", 1);
   setenv("NNS_ROOT_ADDR", ("127.0.0.1:" + std::to_string(nns::test::freeLoopbackPort())).c_str(), 1);
   nnsUniqueId id;
-  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess);
+  EXPECT_EQ(nnsGetUniqueId(&id), ncclSuccess);
   unsetenv("NNS_ROOT_ADDR");
+  return id;
+}
+
+// One thread drives both ranks: a grouped int32 sum of 1s and 2s gives 3 everywhere; then both are destroyed.
+void expectGroupedSumAndDestroy(nnsComm_t (&comms)[2]) {
+  std::vector<std::vector<int>> data{std::vector<int>(1000, 1), std::vector<int>(1000, 2)};
+  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(nnsAllReduce(data[r].data(), data[r].data(), 1000, ncclInt32, ncclSum, comms[r], nullptr), ncclSuccess);
+  ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+  EXPECT_EQ(data[0][999], 3);
+  EXPECT_EQ(data[1][0], 3);
+  for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+}
+
+// Runs `body(rank, comm)` on `ranks` threads, each with its communicator made from one unique id.
+template <class Body>
+void onRanks(int ranks, const Body& body) {
+  const nnsUniqueId id = loopbackId();
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
@@ -262,29 +280,17 @@ TEST(CApi, BadArgumentsAreRefusedAndTheCommunicatorStaysUsable) {
 
 // NCCL's pattern of one thread holding a rank of each communicator: one group runs both.
 TEST(CApi, OneThreadDrivesTwoRanksInOneGroup) {
-  std::vector<nnsComm_t> comms(2, nullptr);
+  nnsComm_t comms[2] = {nullptr, nullptr};
   onRanks(2, [&](int rank, nnsComm_t comm) { comms[rank] = comm; });
   ASSERT_TRUE(comms[0] != nullptr && comms[1] != nullptr);
-  std::vector<std::vector<int>> data{std::vector<int>(1000, 1), std::vector<int>(1000, 2)};
-  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
-  for (int r = 0; r < 2; ++r)
-    ASSERT_EQ(nnsAllReduce(data[r].data(), data[r].data(), 1000, ncclInt32, ncclSum, comms[r], nullptr), ncclSuccess);
-  ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
-  EXPECT_EQ(data[0][999], 3);
-  EXPECT_EQ(data[1][0], 3);
-  for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  expectGroupedSumAndDestroy(comms);
 }
 
 // NCCL's other single-thread pattern: the communicators themselves made in a group. Made one by one, the first
 // would wait for the other rank until its timeout; made at nnsGroupEnd, together. An operation on one inside that
 // group is refused (it does not exist yet), and a failed init leaves the handle NULL.
 TEST(CApi, OneThreadMakesTwoRanksInOneGroup) {
-  setenv("NCCL_NET_PLUGIN", "socket", 1);
-  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
-  setenv("NNS_ROOT_ADDR", ("127.0.0.1:" + std::to_string(nns::test::freeLoopbackPort())).c_str(), 1);
-  nnsUniqueId id;
-  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess);
-  unsetenv("NNS_ROOT_ADDR");
+  const nnsUniqueId id = loopbackId();
   nnsComm_t comms[2] = {nullptr, nullptr};
   const auto start = std::chrono::steady_clock::now();
   ASSERT_EQ(nnsGroupStart(), ncclSuccess);
@@ -295,14 +301,7 @@ TEST(CApi, OneThreadMakesTwoRanksInOneGroup) {
   // The refused call makes nnsGroupEnd report it, after the communicators were made.
   EXPECT_EQ(nnsGroupEnd(), ncclInvalidArgument);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << "made one after the other?";
-  std::vector<std::vector<int>> data{std::vector<int>(100, 1), std::vector<int>(100, 2)};
-  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
-  for (int r = 0; r < 2; ++r)
-    ASSERT_EQ(nnsAllReduce(data[r].data(), data[r].data(), 100, ncclInt32, ncclSum, comms[r], nullptr), ncclSuccess);
-  ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
-  EXPECT_EQ(data[0][99], 3);
-  EXPECT_EQ(data[1][0], 3);
-  for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  expectGroupedSumAndDestroy(comms);
   // A refused init leaves NULL behind, as ncclCommInitRank does.
   nnsComm_t stale = comms[0];
   EXPECT_EQ(nnsCommInitRank(&stale, 2, id, 5), ncclInvalidArgument);
