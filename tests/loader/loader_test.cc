@@ -172,7 +172,16 @@ TEST(Resolution, NcclNetSkipsNetsOfAnotherName) {
   options.netName.reset();  // read from the environment
   EXPECT_EQ(requiredNetName(options), "IB");
   EXPECT_EQ(loadNet(options, &report), nullptr);
-  options.netName = "";  // the tools that test a named plugin ask for any name
+  // Set but empty, NCCL_NET matches no net (NCCL's init then fails: "Failed to initialize any NET plugin").
+  setenv("NCCL_NET", "", 1);
+  EXPECT_EQ(requiredNetName(options), "");
+  LoadReport empty;
+  EXPECT_EQ(loadNet(options, &empty), nullptr);
+  ASSERT_EQ(empty.candidates.size(), 2u);
+  EXPECT_NE(empty.candidates[0].rejectReason.find("NCCL_NET is set but empty, which matches no net"), std::string::npos)
+      << empty.candidates[0].rejectReason;
+  options.readNcclNet = false;  // the tools that test the one plugin they are given
+  EXPECT_EQ(requiredNetName(options), std::nullopt);
   EXPECT_NE(loadNet(options, &report), nullptr);
   unsetenv("NCCL_NET");
 }

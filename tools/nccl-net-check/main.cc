@@ -422,7 +422,7 @@ int runTool(int argc, char** argv) {
   gHarnessPid = getpid();
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, onTerminate);
   options.load.plugin = plugin;
-  options.load.netName = "";  // the plugin named is the one tested, whatever NCCL_NET asks of NCCL
+  options.load.readNcclNet = false;  // the plugin named is the one tested, whatever NCCL_NET asks of NCCL
   if (options.load.searchDirs.empty()) options.load.searchDirs.push_back(nns::tools::libDirBesideExecutable());
   // Loaded first in a child process, as each rule loads it again in its own: a plugin that crashes or hangs in its
   // constructors, init, devices or getProperties is reported as not loading, naming the call, and never takes the

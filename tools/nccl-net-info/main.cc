@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -260,14 +261,14 @@ int runTool(int argc, char** argv) {
   std::string spec = !given.empty()   ? given
                      : env != nullptr ? "(set but empty: no external plugin, as NCCL reads it)"
                                       : "(unset: libnccl-net.so)";
-  const std::string netName = nns::core::requiredNetName(options);
+  const std::optional<std::string> netName = nns::core::requiredNetName(options);
 
   // Every plugin is loaded and called in a child process of its own: one that crashes or hangs gets that verdict,
   // and the others are still listed. What each prints (its WARN lines: often the reason behind a rejection) is kept
   // with its library or candidate rather than left on stderr, where it would belong to none of them.
   json out;
   out["spec"] = spec;
-  out["netName"] = netName;
+  out["netName"] = netName ? json(*netName) : json(nullptr);
   out["searchDirs"] = dirs;
   json found = json::array();
   for (const auto& path : nns::core::findPluginLibraries(dirs)) {
@@ -387,9 +388,12 @@ int runTool(int argc, char** argv) {
   }
 
   std::printf("NCCL_NET_PLUGIN: %s\n", spec.c_str());
-  if (!netName.empty())
-    std::printf("NCCL_NET: %s (only a net of that name is taken, ignoring case)\n",
-                nns::core::printable(netName.c_str()).c_str());
+  if (netName)
+    std::printf(
+        "NCCL_NET: %s\n",
+        netName->empty()
+            ? "(set but empty: it matches no net, and NCCL fails)"
+            : (nns::core::printable(netName->c_str()) + " (only a net of that name is taken, ignoring case)").c_str());
   std::printf("search directories:");
   for (const auto& d : dirs) std::printf(" %s", d.c_str());
   std::printf("\n\nPlugin libraries found:\n");
@@ -448,16 +452,16 @@ int runTool(int argc, char** argv) {
   for (const auto& [reason, names] : ignoredByReason) std::printf("  ignored: %s: %s\n", names.c_str(), reason.c_str());
   if (chosen == nullptr) {
     if (stoppedAt.empty()) {
-      if (netName.empty()) {
+      if (!netName) {
         std::printf("\nNo plugin loaded: NCCL would fall back to its internal IB/Socket nets.\n");
-      } else if (strcasecmp(netName.c_str(), "IB") == 0 || strcasecmp(netName.c_str(), "Socket") == 0) {
+      } else if (strcasecmp(netName->c_str(), "IB") == 0 || strcasecmp(netName->c_str(), "Socket") == 0) {
         std::printf("\nNo plugin loaded: NCCL would use its internal %s net (NCCL_NET=%s).\n",
-                    strcasecmp(netName.c_str(), "IB") == 0 ? "IB" : "Socket", netName.c_str());
+                    strcasecmp(netName->c_str(), "IB") == 0 ? "IB" : "Socket", netName->c_str());
       } else {
         std::printf(
             "\nNo plugin loaded, and NCCL_NET=%s names neither internal net (IB, Socket): NCCL would fail "
             "(\"Failed to initialize any NET plugin\").\n",
-            nns::core::printable(netName.c_str()).c_str());
+            nns::core::printable(netName->c_str()).c_str());
       }
     } else {
       std::printf("\nNo plugin loaded: NCCL would not get past %s.\n", stoppedAt.c_str());

@@ -732,7 +732,7 @@ int runTool(int argc, char** argv) {
     return 2;
   }
   load.plugin = plugin;
-  load.netName = "";  // the plugin named is the one measured, whatever NCCL_NET asks of NCCL
+  load.readNcclNet = false;  // the plugin named is the one measured, whatever NCCL_NET asks of NCCL
   if (load.searchDirs.empty()) load.searchDirs.push_back(nns::tools::libDirBesideExecutable());
 
   // The two processes busy-wait on each other: each gets CPUs of its own when there are enough, so neither waits for

@@ -187,7 +187,7 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
         "default (the socket plugin) or name one",
         ncclInvalidUsage);
   load.plugin = !options_.plugin.empty() ? options_.plugin : env != nullptr ? env : "socket";
-  if (!options_.plugin.empty()) load.netName = "";
+  load.readNcclNet = options_.plugin.empty() && env != nullptr;  // not for the built-in default either
   load.searchDirs = options_.searchDirs;
   LoadReport report;
   net_ = loadNet(load, &report);

@@ -50,6 +50,25 @@ bool isLibSoName(const std::string& name) {
   return name.size() >= 6 && name.rfind("lib", 0) == 0 && name.compare(name.size() - 3, 3, ".so") == 0;
 }
 
+// LD_LIBRARY_PATH's directories as the dynamic linker splits it: on ':' and ';', every field kept, an empty one (a
+// leading, doubled or trailing separator) being the working directory.
+std::vector<std::string> libraryPathDirs() {
+  std::vector<std::string> dirs;
+  const char* path = std::getenv("LD_LIBRARY_PATH");
+  if (path == nullptr) return dirs;
+  std::string field;
+  for (const char* p = path;; ++p) {
+    if (*p == ':' || *p == ';' || *p == '\0') {
+      dirs.push_back(field.empty() ? "." : field);
+      field.clear();
+      if (*p == '\0') break;
+    } else {
+      field += *p;
+    }
+  }
+  return dirs;
+}
+
 // What `file` is when it is there and not a regular file (after links), else empty.
 std::string notRegular(const std::string& file) {
   struct stat status {};
@@ -136,10 +155,10 @@ std::vector<std::string> candidateFiles(const std::string& entry, const std::vec
   return tried;
 }
 
-std::string requiredNetName(const LoadOptions& options) {
-  if (options.netName) return *options.netName;
+std::optional<std::string> requiredNetName(const LoadOptions& options) {
+  if (options.netName || !options.readNcclNet) return options.netName;
   const char* env = std::getenv("NCCL_NET");
-  return env != nullptr ? env : "";
+  return env != nullptr ? std::optional<std::string>(env) : std::nullopt;
 }
 
 void* openLibrary(const std::string& file, std::string* error) {
@@ -147,13 +166,11 @@ void* openLibrary(const std::string& file, std::string* error) {
   std::string refused;
   if (file.find('/') != std::string::npos) {
     refused = notRegular(file);
-  } else if (const char* path = std::getenv("LD_LIBRARY_PATH"); path != nullptr) {
-    // The first directory holding the name is the one the dynamic linker would open it from (an empty entry is the
-    // working directory).
-    std::stringstream dirs(path);
-    std::string dir;
-    while (std::getline(dirs, dir, ':')) {
-      std::string candidate = (dir.empty() ? "." : dir) + "/" + file;
+  } else {
+    // The first directory holding the name is the one the dynamic linker would open it from, when LD_LIBRARY_PATH
+    // (as this process started with it) decides: RUNPATH, the cache and the default directories are not looked at.
+    for (const std::string& dir : libraryPathDirs()) {
+      std::string candidate = dir + "/" + file;
       if (access(candidate.c_str(), F_OK) != 0) continue;
       refused = notRegular(candidate);
       break;
@@ -185,11 +202,7 @@ LibraryExports inspectLibrary(const std::string& path) {
 
 std::vector<std::string> findPluginLibraries(const std::vector<std::string>& dirs) {
   std::vector<std::string> searched = dirs;
-  if (const char* path = std::getenv("LD_LIBRARY_PATH")) {
-    std::stringstream stream(path);
-    std::string dir;
-    while (std::getline(stream, dir, ':')) searched.push_back(dir.empty() ? "." : dir);  // empty: the working dir
-  }
+  for (const std::string& dir : libraryPathDirs()) searched.push_back(dir);
   // A library reached twice (a directory listed twice, spelled differently, or a link) is listed once, under the
   // first name it was found by.
   std::set<std::string> found, seen;
@@ -250,11 +263,10 @@ std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
   CollNetReport& out = report != nullptr ? *report : local;
   out = CollNetReport{};
   out.path = net.path();
-  dlerror();
-  void* handle = dlopen(out.path.c_str(), RTLD_NOW | RTLD_LOCAL);  // the net's own library: already loaded
+  std::string error;
+  void* handle = openLibrary(out.path, &error);  // the net's own library: already loaded
   if (handle == nullptr) {
-    const char* text = dlerror();
-    out.rejectReason = "could not open: " + std::string(text != nullptr ? text : "dlopen failed");
+    out.rejectReason = "could not open: " + error;
     return nullptr;
   }
   auto library = std::make_shared<detail::Library>(handle, out.path);
@@ -292,7 +304,7 @@ std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
 std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
   LoadReport local;
   LoadReport& out = report != nullptr ? *report : local;
-  const std::string wanted = requiredNetName(options);
+  const std::optional<std::string> wanted = requiredNetName(options);
   for (const std::string& entry : pluginSpecEntries(options)) {
     CandidateReport candidate;
     candidate.requested = entry;
@@ -337,10 +349,12 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
       out.candidates.push_back(std::move(candidate));
       continue;
     }
-    if (!wanted.empty() && strcasecmp(wanted.c_str(), net->name()) != 0) {
-      candidate.rejectReason = "its net is named \"" + printable(net->name()) +
-                               "\", and NCCL_NET=" + printable(wanted.c_str()) +
-                               " takes only a net of that name (ignoring case): skipped before init, as NCCL does";
+    if (wanted && strcasecmp(wanted->c_str(), net->name()) != 0) {
+      candidate.rejectReason = "its net is named \"" + printable(net->name()) + "\", and " +
+                               (wanted->empty() ? std::string("NCCL_NET is set but empty, which matches no net")
+                                                : "NCCL_NET=" + printable(wanted->c_str()) +
+                                                      " takes only a net of that name (ignoring case)") +
+                               ": skipped before init, as NCCL does";
       out.candidates.push_back(std::move(candidate));
       continue;
     }

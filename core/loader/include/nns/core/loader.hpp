@@ -19,8 +19,11 @@ struct LoadOptions {
   // Extra directories searched before the dynamic linker's path (e.g. the build tree's lib/).
   std::vector<std::string> searchDirs;
   // NCCL_NET semantics: only a net whose name is this (compared ignoring case) is taken; the others are skipped
-  // before init, as NCCL skips them. Unset: read NCCL_NET from the environment; "" (or NCCL_NET unset or empty): any.
+  // before init, as NCCL skips them. Unset: NCCL_NET from the environment, when `readNcclNet`; set there, even to
+  // "", it filters (an empty one matches no net, as in NCCL, whose init then fails).
   std::optional<std::string> netName;
+  // false: no NCCL_NET filter unless `netName` is set (the tools that test or measure the one plugin they are given).
+  bool readNcclNet = true;
 };
 
 // Why each candidate was taken or rejected: the paths tried, dlopen's text, the symbols found, what init returned.
@@ -53,8 +56,8 @@ std::vector<std::string> candidateFiles(const std::string& entry, const std::vec
 // What candidateFiles lists, and openLibrary opens, for the program itself (dlopen(NULL)).
 inline constexpr const char* kProgramItself = "(the program itself: NCCL opens a prefix of STATIC_PLUGIN so)";
 
-// The net name NCCL_NET asks for under `options` (LoadOptions::netName), or "" for any.
-std::string requiredNetName(const LoadOptions& options);
+// The net name NCCL_NET asks for under `options` (LoadOptions::netName), or nullopt for any.
+std::optional<std::string> requiredNetName(const LoadOptions& options);
 
 // dlopen(file, RTLD_NOW | RTLD_LOCAL), refusing first what is not a regular file: a FIFO (whose open waits for a
 // writer, so dlopen would hang), a device, a directory. A bare name is looked up in LD_LIBRARY_PATH's directories as
