@@ -92,6 +92,20 @@ ncclResult_t guarded(const std::function<void()>& body) {
 std::mutex liveMutex;
 std::condition_variable released;  // a Hold ended
 std::unordered_set<const nnsComm*> liveComms;
+// Communicators asked for in a group whose creation failed at nnsGroupEnd: the caller holds the handle (NCCL's then
+// goes to ncclCommAbort or ncclCommDestroy), so it stays allocated, refused by every call but those two, which free
+// it. Freed at once, a later communicator could get its address and be destroyed through the stale handle.
+std::unordered_set<const nnsComm*> failedComms;
+
+// Frees `comm` when it is a failed one (true), under liveMutex.
+bool freeFailed(nnsComm_t comm) {
+  {
+    std::lock_guard<std::mutex> lock(liveMutex);
+    if (failedComms.erase(comm) == 0) return false;
+  }
+  delete comm;
+  return true;
+}
 
 // An API call's hold on a live communicator, for as long as the call uses it. nnsCommDestroy and nnsCommAbort take
 // the handle out of the live set at once (later calls are refused) and free it once no call holds it: an abort from
@@ -143,13 +157,19 @@ struct PendingInit;
 bool isPending(nnsComm_t comm);
 
 ncclResult_t notLive(nnsComm_t comm) {
+  bool failed = false;
+  {
+    std::lock_guard<std::mutex> lock(liveMutex);
+    failed = failedComms.count(comm) != 0;
+  }
   return failWith(ncclInvalidArgument,
                   comm == nullptr   ? "the communicator is NULL"
                   : isPending(comm) ? "the communicator is made at the nnsGroupEnd of the group it was asked for in: "
                                       "use it after that"
+                  : failed          ? "the communicator's creation failed at nnsGroupEnd: only nnsCommDestroy or "
+                                      "nnsCommAbort takes it now (to free it)"
                                     : "the communicator is not a live one (destroyed already?)");
 }
-
 ncclResult_t checkCall(const Hold& hold, nnsComm_t comm, void* stream, ncclDataType_t type) {
   if (!hold) return notLive(comm);
   if (stream != nullptr) return failWith(ncclInvalidArgument, "streams are not supported: pass NULL (calls block)");
@@ -297,7 +317,10 @@ ncclResult_t makePendingComms() {
   ncclResult_t first = ncclSuccess;
   for (size_t i = 0; i < inits.size(); ++i) {
     if (results[i] == ncclSuccess) continue;
-    delete inits[i].comm;
+    {
+      std::lock_guard<std::mutex> lock(liveMutex);
+      failedComms.insert(inits[i].comm);
+    }
     if (first == ncclSuccess) {
       first = results[i];
       lastError = errors[i];
@@ -366,13 +389,13 @@ ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm) {
 
 // NULL is a no-op, as in ncclCommDestroy and ncclCommAbort: cleanup code may run for a communicator never made.
 ncclResult_t nnsCommDestroy(nnsComm_t comm) {
-  if (comm == nullptr) return ncclSuccess;
+  if (comm == nullptr || freeFailed(comm)) return ncclSuccess;
   if (!retire(comm)) return notLive(comm);
   return freeRetired(comm);
 }
 
 ncclResult_t nnsCommAbort(nnsComm_t comm) {
-  if (comm == nullptr) return ncclSuccess;
+  if (comm == nullptr || freeFailed(comm)) return ncclSuccess;
   if (!retire(comm)) return notLive(comm);
   comm->comm->abort("aborted by nnsCommAbort");
   return freeRetired(comm);

@@ -24,6 +24,7 @@ nnsUniqueId loopbackId() {
   setenv("NCCL_SOCKET_IFNAME", "lo", 1);
   setenv("NNS_ROOT_ADDR", ("127.0.0.1:" + std::to_string(nns::test::freeLoopbackPort())).c_str(), 1);
   nnsUniqueId id;
+  std::memset(&id, 0, sizeof(id));  // a failure leaves an id no init accepts
   EXPECT_EQ(nnsGetUniqueId(&id), ncclSuccess);
   unsetenv("NNS_ROOT_ADDR");
   return id;
@@ -33,8 +34,8 @@ nnsUniqueId loopbackId() {
 void expectGroupedSumAndDestroy(nnsComm_t (&comms)[2]) {
   std::vector<std::vector<int>> data{std::vector<int>(1000, 1), std::vector<int>(1000, 2)};
   ASSERT_EQ(nnsGroupStart(), ncclSuccess);
-  for (int r = 0; r < 2; ++r)
-    ASSERT_EQ(nnsAllReduce(data[r].data(), data[r].data(), 1000, ncclInt32, ncclSum, comms[r], nullptr), ncclSuccess);
+  for (int r = 0; r < 2; ++r)  // EXPECT: the group is ended whatever happens, or later tests would run inside it
+    EXPECT_EQ(nnsAllReduce(data[r].data(), data[r].data(), 1000, ncclInt32, ncclSum, comms[r], nullptr), ncclSuccess);
   ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
   EXPECT_EQ(data[0][999], 3);
   EXPECT_EQ(data[1][0], 3);
@@ -302,6 +303,22 @@ TEST(CApi, OneThreadMakesTwoRanksInOneGroup) {
   EXPECT_EQ(nnsGroupEnd(), ncclInvalidArgument);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << "made one after the other?";
   expectGroupedSumAndDestroy(comms);
+  // A grouped creation that fails at nnsGroupEnd (the ranks disagree on the size) keeps its handle: refused by the
+  // calls, freed by nnsCommDestroy (a stale handle freed at once could alias a later communicator).
+  const nnsUniqueId other = loopbackId();
+  nnsComm_t broken[2] = {nullptr, nullptr};
+  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+  EXPECT_EQ(nnsCommInitRank(&broken[0], 2, other, 0), ncclSuccess);
+  EXPECT_EQ(nnsCommInitRank(&broken[1], 3, other, 1), ncclSuccess);
+  EXPECT_NE(nnsGroupEnd(), ncclSuccess);
+  for (nnsComm_t comm : broken) {
+    ASSERT_NE(comm, nullptr);
+    EXPECT_EQ(nnsAllReduce(&early, &early, 1, ncclInt32, ncclSum, comm, nullptr), ncclInvalidArgument);
+    EXPECT_NE(std::string(nnsGetLastError()).find("creation failed at nnsGroupEnd"), std::string::npos)
+        << nnsGetLastError();
+    EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+    EXPECT_EQ(nnsCommDestroy(comm), ncclInvalidArgument) << "freed by the first";
+  }
   // A refused init leaves NULL behind, as ncclCommInitRank does.
   nnsComm_t stale = comms[0];
   EXPECT_EQ(nnsCommInitRank(&stale, 2, id, 5), ncclInvalidArgument);

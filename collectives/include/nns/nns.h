@@ -31,7 +31,9 @@ ncclResult_t nnsGetVersion(int* version);
 /* Rank 0's address: $NNS_ROOT_ADDR if set, else this host's first non-loopback IPv4 address (127.0.0.1 if none)
  * and a free port. */
 ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId);
-/* On any failure *comm is NULL, as with ncclCommInitRank. Inside a group, the communicator is made at nnsGroupEnd. */
+/* On a failure *comm is NULL, as with ncclCommInitRank. Inside a group the communicator is made at nnsGroupEnd; one
+ * whose creation fails there keeps its handle, which every call refuses but nnsCommDestroy and nnsCommAbort (they
+ * free it). */
 ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, int rank);
 /* Rank, size and root from the launcher: NNS_RANK/NNS_WORLD_SIZE/NNS_ROOT_ADDR, Open MPI, Slurm, PMI, torchrun. */
 ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm);
@@ -75,11 +77,11 @@ ncclResult_t nnsRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int 
  * receives first, progressing together (a ring exchange needs a group, as with NCCL), then its collectives in call
  * order. As in NCCL, nothing orders a send or receive against a collective of the same group. Several
  * communicators in one group run at once, so one thread can drive a rank of each; communicators asked for with
- * nnsCommInitRank inside a group are made together at its nnsGroupEnd (their handles are usable after it; one
- * that fails is freed and refused as not live, and nnsGroupEnd returns its error). Groups nest. A bad argument (NULL buffer, unknown type or op,
- * root or peer out of range) is refused at the call, inside a group too, and is not queued; nnsGroupEnd runs the
- * rest and then returns the group's first refusal. A send to itself without its matching receive can only be seen
- * at nnsGroupEnd. */
+ * nnsCommInitRank inside a group are made together at its nnsGroupEnd (their handles are usable after it;
+ * nnsGroupEnd returns the error of one that fails). Groups nest. A bad argument (NULL
+ * buffer, unknown type or op, root or peer out of range) is refused at the call, inside a group too, and is not queued;
+ * nnsGroupEnd runs the rest and then returns the group's first refusal. A send to itself without its matching receive
+ * can only be seen at nnsGroupEnd. */
 ncclResult_t nnsGroupStart(void);
 ncclResult_t nnsGroupEnd(void);
 
