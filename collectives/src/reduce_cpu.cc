@@ -2,6 +2,7 @@
 // computed in float and rounded to nearest even (fp8 saturating, as the CUDA kernels).
 #include <strings.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -132,8 +133,15 @@ struct Prod {
 };
 // A NaN operand is passed over, as NCCL's kernels do (fmaxf/fminf for float and double, __hmax/__hmin for the 16-bit
 // formats): max(NaN, 2) is 2 whichever side the NaN is on, and only two NaNs give NaN. So a rank's NaN cannot make
-// the result depend on where in the ring or tree it entered. `b != b` is the NaN test (false for integers, and
-// branch-free: the loops stay vectorized).
+// the result depend on where in the ring or tree it entered. The NaN test is an unordered compare (none for
+// integers), branch-free: the loops stay vectorized.
+template <class T>
+bool isNaN(T value) {
+  if constexpr (std::is_floating_point_v<T>)
+    return std::isnan(value);
+  else
+    return false;
+}
 struct Max {
   template <class T>
   static T apply(T a, T b) {
@@ -141,7 +149,7 @@ struct Max {
   }
   template <class T>
   static bool takeFirst(T a, T b) {
-    return a > b || b != b;
+    return a > b || isNaN(b);
   }
 };
 struct Min {
@@ -151,7 +159,7 @@ struct Min {
   }
   template <class T>
   static bool takeFirst(T a, T b) {
-    return a < b || b != b;
+    return a < b || isNaN(b);
   }
 };
 

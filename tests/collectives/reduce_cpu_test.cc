@@ -309,8 +309,8 @@ template <class T>
 T realOp(T x, T y, ncclRedOp_t op) {
   switch (op) {
     case ncclProd: return x * y;
-    case ncclMax: return x > y || y != y ? x : y;
-    case ncclMin: return x < y || y != y ? x : y;
+    case ncclMax: return x > y || std::isnan(y) ? x : y;
+    case ncclMin: return x < y || std::isnan(y) ? x : y;
     default: return x + y;
   }
 }
@@ -334,8 +334,8 @@ void referenceOne(ncclDataType_t type, ncclRedOp_t op, const uint8_t* a, const u
       double dx = refDecode(f, x), dy = refDecode(f, y);
       // max/min keep one input's bits: x when it compares greater (less) or y is NaN, else y (a NaN is passed
       // over, as NCCL's fmaxf/__hmax do; two NaNs give y).
-      uint32_t bits = op == ncclMax   ? (dx > dy || dy != dy ? x : y)
-                      : op == ncclMin ? (dx < dy || dy != dy ? x : y)
+      uint32_t bits = op == ncclMax   ? (dx > dy || std::isnan(dy) ? x : y)
+                      : op == ncclMin ? (dx < dy || std::isnan(dy) ? x : y)
                                       : refEncode(f, realOp(dx, dy, op));  // exact in double but bfloat16 sums,
                                                                            // which round once to >= 2p + 2 bits
       if (wide)

@@ -2,6 +2,7 @@
 // layer's conversions) and device runs to compare.
 #include "reduce_check.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -104,8 +105,8 @@ T intOp(T x, T y, ncclRedOp_t op) {
 double realOp(double x, double y, ncclRedOp_t op) {
   switch (op) {
     case ncclProd: return x * y;
-    case ncclMax: return x > y || y != y ? x : y;
-    case ncclMin: return x < y || y != y ? x : y;
+    case ncclMax: return x > y || std::isnan(y) ? x : y;
+    case ncclMin: return x < y || std::isnan(y) ? x : y;
     default: return x + y;
   }
 }
@@ -128,8 +129,8 @@ void referenceOne(ncclDataType_t type, ncclRedOp_t op, const uint8_t* a, const u
       uint32_t x = wide ? load<uint16_t>(a) : load<uint8_t>(a), y = wide ? load<uint16_t>(b) : load<uint8_t>(b);
       double dx = widenSmall(type, x), dy = widenSmall(type, y);
       // max/min hand back one input's bits as the kernel does (x when it compares greater/less or y is NaN, else y).
-      uint32_t bits = op == ncclMax   ? (dx > dy || dy != dy ? x : y)
-                      : op == ncclMin ? (dx < dy || dy != dy ? x : y)
+      uint32_t bits = op == ncclMax   ? (dx > dy || std::isnan(dy) ? x : y)
+                      : op == ncclMin ? (dx < dy || std::isnan(dy) ? x : y)
                                       : narrowSmall(type, realOp(dx, dy, op));
       if (wide)
         store<uint16_t>(out, static_cast<uint16_t>(bits));
