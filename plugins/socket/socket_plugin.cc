@@ -159,7 +159,9 @@ void configureListeningSocket(int fd) {
 // buffer may change at any time; its receive side carries no more than the listener's welcome).
 void configureSocket(int fd, bool connected) {
   const Config& config = Config::get();
-  sdk::setDeadPeerTimeout(fd, config.deadPeerTimeoutMs);
+  std::string error;
+  if (!sdk::setDeadPeerTimeout(fd, config.deadPeerTimeoutMs, &error))
+    NCCL_NET_WARN("dead-peer detection on an idle connection is off: %s", error.c_str());
   if (connected) sdk::setSocketBuffers(fd, config.sendBufferBytes, 0);
 }
 

@@ -68,8 +68,17 @@ ChunkPlan planChunks(size_t size, int sockets, size_t minChunkBytes, uint32_t se
 
 sdk::IoStatus DataSocket::drive(int* error) {
   for (ChunkTask* task = tasks.front(); task != nullptr; task = tasks.front()) {
+    const size_t before = task->done;
     sdk::IoStatus status = sending ? sdk::sendSome(fd, task->data, task->size, &task->done, error)
                                    : sdk::recvSome(fd, task->data, task->size, &task->done, error);
+    if (sending && task->done != before) stall.progressed();
+    if (status == sdk::IoStatus::kWouldBlock && sending) {
+      stall.blocked();
+      if (stall.peerGone(fd, Config::get().deadPeerTimeoutMs)) {
+        *error = ETIMEDOUT;
+        return sdk::IoStatus::kFailed;
+      }
+    }
     if (status != sdk::IoStatus::kDone) return status;
     // Free the ring slot before publishing completion: once `pending` hits zero the request (and, through a new
     // post, this ring) may be reused at once.
@@ -268,8 +277,15 @@ ncclResult_t SendComm::progress() {
     SendRequest* r = controlQueue_[controlHead_];
     iovec parts[2] = {{&r->wire, sizeof(MessageHeader)}, {r->data, isInline(r->size) ? r->size : 0}};
     int error = 0;
+    const size_t before = r->controlOffset;
     sdk::IoStatus status = sdk::sendSomeGather(controlFd_, parts, 2, &r->controlOffset, &error);
-    if (status == sdk::IoStatus::kWouldBlock) break;
+    if (r->controlOffset != before) controlStall_.progressed();
+    if (status == sdk::IoStatus::kWouldBlock) {
+      controlStall_.blocked();
+      if (!controlStall_.peerGone(controlFd_, Config::get().deadPeerTimeoutMs)) break;
+      status = sdk::IoStatus::kFailed;
+      error = ETIMEDOUT;
+    }
     if (status != sdk::IoStatus::kDone) {
       fail(ncclRemoteError,
            "control socket: " + (error == ETIMEDOUT ? "no answer from the peer for " +

@@ -124,11 +124,33 @@ class TaskRing {
   ChunkTask tasks_[kCapacity];
 };
 
+// How long a socket's sends have made no progress. A stall of the dead-peer timeout is a dead peer or link only if
+// the peer also stopped answering (sdk::peerStoppedAnswering); a slow receiver is waited for.
+class SendStall {
+ public:
+  void progressed() { stalled_ = false; }
+  void blocked() {
+    if (stalled_) return;
+    stalled_ = true;
+    since_ = Clock::now();
+  }
+  bool peerGone(int fd, int timeoutMs) const {
+    return stalled_ && Clock::now() - since_ >= std::chrono::milliseconds(timeoutMs) &&
+           sdk::peerStoppedAnswering(fd, timeoutMs);
+  }
+
+ private:
+  bool stalled_ = false;
+  Clock::time_point since_{};
+};
+
 struct DataSocket {
   int fd = -1;
   bool sending = false;
   TaskRing tasks;
-  // Moves bytes of queued tasks until the queue is empty (kDone) or the socket would block. *error on failure.
+  SendStall stall;  // sending sockets only
+  // Moves bytes of queued tasks until the queue is empty (kDone) or the socket would block. *error on failure: a
+  // sending socket whose peer stopped answering for the dead-peer timeout fails with ETIMEDOUT.
   sdk::IoStatus drive(int* error);
 };
 
@@ -236,6 +258,7 @@ class SendComm : public Comm {
  private:
   ncclResult_t progress();
   ncclResult_t checkReceiverAlive();
+  SendStall controlStall_;
   static constexpr auto kLivenessCheckInterval = std::chrono::milliseconds(10);
   Clock::time_point lastLivenessCheck_ = Clock::now();
   sdk::RequestPool<SendRequest, kMaxSendRequests> requests_;

@@ -424,6 +424,38 @@ TEST_F(SocketPlugin, PeerClosingMidMessageFailsThePendingReceive) {
   recvComm = nullptr;
 }
 
+// A receiver that is alive but posts its receive late (a pipeline stage still computing) is waited for, however long:
+// its kernel keeps the window closed and answers the sender's window probes. TCP_USER_TIMEOUT, which the dead-peer
+// timeout used, ends such a connection too since Linux 5.11; the sender failed after NNS_SOCKET_TIMEOUT_MS (2 s).
+TEST_F(SocketPlugin, ASlowReceiverIsWaitedForNotFailed) {
+  connect();
+  constexpr size_t kBytes = size_t{64} << 20;  // more than the two kernels' socket buffers hold
+  std::vector<unsigned char> source(kBytes), target(kBytes, 0);
+  for (size_t i = 0; i < kBytes; ++i) source[i] = static_cast<unsigned char>(i * 131 + 7);
+  void* sendRequest = nullptr;
+  ASSERT_EQ(postSend(net, sendComm, source.data(), kBytes, 3, &sendRequest), ncclSuccess);
+  // Three times the timeout with nothing posted on the other side: the send must neither fail nor complete.
+  auto until = Clock::now() + std::chrono::milliseconds(6000);
+  int done = 0;
+  while (Clock::now() < until) {
+    ASSERT_EQ(net->test(sendRequest, &done, nullptr), ncclSuccess) << "the sender gave up on a live receiver";
+    ASSERT_EQ(done, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  void* recvRequest = nullptr;
+  void* data[1] = {target.data()};
+  size_t capacities[1] = {kBytes};
+  int tags[1] = {3};
+  ASSERT_EQ(postRecv(net, recvComm, 1, data, capacities, tags, &recvRequest), ncclSuccess);
+  int size = -1;
+  std::thread sender([&] { EXPECT_EQ(waitRequest(net, sendRequest, nullptr), ncclSuccess); });
+  EXPECT_EQ(waitRequest(net, recvRequest, &size), ncclSuccess);
+  sender.join();
+  EXPECT_EQ(size, static_cast<int>(kBytes));
+  EXPECT_TRUE(source == target);
+  EXPECT_FALSE(warnedAbout("no answer from the peer"));
+}
+
 TEST_F(SocketPlugin, ConnectToAClosedListenerTimesOutWithAnError) {
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);

@@ -507,7 +507,8 @@ TEST_F(TwoHosts, FusedDeviceStripesOverBothInterfaces) {
 }
 
 // One of the two fused links goes down mid-transfer: no FIN or RST ever arrives, so only the dead-peer timeout
-// (TCP_USER_TIMEOUT and keepalive) can end the wait; both ends must fail within it plus a few probe intervals.
+// (a stalled send with nothing acknowledged, and keepalive) can end the wait; both ends must fail within it plus a
+// few probe intervals.
 TEST_F(TwoHosts, LinkDownMidTransferFailsBothEnds) {
   Pair pair;
   pair.start(receiverRole(true, {}), senderRole(true, {}));

@@ -244,20 +244,44 @@ inline int openTcpSocket(int family, std::string* error) {
   return fd;
 }
 
-// Makes a dead peer or a dead link visible within about `timeoutMs`: unacknowledged data (TCP_USER_TIMEOUT) and an
-// idle connection (keepalive probes every second) both fail the socket with ETIMEDOUT.
-inline void setDeadPeerTimeout(int fd, int timeoutMs) {
-  if (timeoutMs <= 0) return;
-  int one = 1;
-  int idleSeconds = 1;
-  int intervalSeconds = 1;
-  int probes = std::max(1, timeoutMs / 1000);
-  unsigned int userTimeout = static_cast<unsigned int>(timeoutMs);
-  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idleSeconds, sizeof(idleSeconds));
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intervalSeconds, sizeof(intervalSeconds));
-  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
-  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeout, sizeof(userTimeout));
+// Makes a dead peer or a dead link on an idle connection visible within about `timeoutMs`: keepalive probes from 1 s
+// of silence on, unanswered until about `timeoutMs`, fail the socket with ETIMEDOUT (one a second, or fewer and
+// further apart beyond 128 s: the kernel takes at most 127). A send that stops progressing is judged by
+// peerStoppedAnswering() instead: TCP_USER_TIMEOUT, used before, also ends (since Linux 5.11) a connection whose peer
+// is alive but keeps its window closed, a receiver that has not posted its receive yet. Returns false, with the option
+// that failed in *error, when one is refused.
+inline bool setDeadPeerTimeout(int fd, int timeoutMs, std::string* error = nullptr) {
+  if (timeoutMs <= 0) return true;
+  // 1 s of silence, then `probes` unanswered probes `interval` apart: about `timeoutMs` in all.
+  const int seconds = std::max(1, timeoutMs / 1000 - 1);
+  const int probes = std::min(seconds, 127);
+  const int options[][2] = {{SOL_SOCKET, SO_KEEPALIVE},
+                            {IPPROTO_TCP, TCP_KEEPIDLE},
+                            {IPPROTO_TCP, TCP_KEEPINTVL},
+                            {IPPROTO_TCP, TCP_KEEPCNT}};
+  const int values[] = {1, 1, std::max(1, seconds / probes), probes};
+  const char* names[] = {"SO_KEEPALIVE", "TCP_KEEPIDLE", "TCP_KEEPINTVL", "TCP_KEEPCNT"};
+  for (int i = 0; i < 4; ++i) {
+    if (setsockopt(fd, options[i][0], options[i][1], &values[i], sizeof(values[i])) != 0) {
+      if (error != nullptr)
+        *error =
+            std::string("setsockopt(") + names[i] + ", " + std::to_string(values[i]) + "): " + std::strerror(errno);
+      return false;
+    }
+  }
+  return true;
+}
+
+// For a send that has made no progress for `timeoutMs`: true when the peer has acknowledged nothing for that long
+// while data is unacknowledged or the kernel's window probes go unanswered: a dead peer or link. A live receiver
+// that keeps its window closed answers the probes (and has nothing unacknowledged), so it is never judged dead,
+// however late it reads.
+inline bool peerStoppedAnswering(int fd, int timeoutMs) {
+  tcp_info info{};
+  socklen_t length = sizeof(info);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return false;
+  return info.tcpi_last_ack_recv >= static_cast<unsigned>(timeoutMs) &&
+         (info.tcpi_unacked > 0 || info.tcpi_probes >= 2);
 }
 
 inline void setSocketBuffers(int fd, int sendBytes, int receiveBytes) {
