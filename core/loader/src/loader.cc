@@ -4,7 +4,6 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
-#include <link.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -79,6 +78,16 @@ std::string notRegular(const std::string& file) {
                      : S_ISBLK(status.st_mode) ? "a block device, not a library"
                                                : "not a regular file, not a library";
   return file + ": " + what;
+}
+
+// The file the dynamic linker opened for `file`: `file` itself when it is a path, else the directory its search
+// found it in (RTLD_DI_ORIGIN, copied out by libc: reading the link map's own strings here raced, for TSan, with
+// another thread's dlopen of the same library, under a lock of ld.so it does not see) and the name.
+std::string openedFile(void* handle, const std::string& file) {
+  if (file.find('/') != std::string::npos || file == kProgramItself) return file;
+  char origin[PATH_MAX + 1] = {};
+  if (dlinfo(handle, RTLD_DI_ORIGIN, origin) != 0 || origin[0] == '\0') return "";
+  return std::string(origin) + "/" + file;
 }
 
 std::string resultText(ncclResult_t result) {
@@ -316,9 +325,7 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
       handle = openLibrary(file, &error);
       if (handle != nullptr) {
         candidate.loadedPath = file;
-        link_map* map = nullptr;
-        if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr)
-          candidate.openedFile = map->l_name;
+        candidate.openedFile = openedFile(handle, file);
         break;
       }
       errors += (errors.empty() ? "" : "; ") + error;
