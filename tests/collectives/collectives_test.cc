@@ -606,6 +606,38 @@ TEST(Communicator, CheckCallsMustBeOnForEveryRankOrNone) {
       << errors[0];
 }
 
+// NCCL_NET filters only a plugin taken from NCCL_NET_PLUGIN, as NCCL's loader would; the built-in default and a
+// plugin named in the options are taken whatever it says. NCCL_NET_PLUGIN set but empty is refused, not read as unset.
+TEST(Communicator, NcclNetFiltersOnlyAPluginTakenFromTheEnvironment) {
+  core::LaunchInfo one;
+  one.rank = 0;
+  one.size = 1;
+  one.source = "test";
+  core::CommOptions options = socketOptions();
+  setenv("NCCL_NET", "IB", 1);
+  unsetenv("NCCL_NET_PLUGIN");
+  EXPECT_NO_THROW(core::Communicator named(one, options));
+  options.plugin.clear();  // the built-in default, socket
+  EXPECT_NO_THROW(core::Communicator builtIn(one, options));
+  setenv("NCCL_NET_PLUGIN", "socket", 1);
+  try {
+    core::Communicator filtered(one, options);
+    ADD_FAILURE() << "NCCL_NET=IB took nns-socket from NCCL_NET_PLUGIN";
+  } catch (const core::CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("NCCL_NET=IB takes only a net of that name"), std::string::npos) << e.what();
+  }
+  unsetenv("NCCL_NET");
+  setenv("NCCL_NET_PLUGIN", "", 1);
+  try {
+    core::Communicator empty(one, options);
+    ADD_FAILURE() << "an empty NCCL_NET_PLUGIN was read as unset";
+  } catch (const core::CommError& e) {
+    EXPECT_EQ(e.result(), ncclInvalidUsage);
+    EXPECT_NE(std::string(e.what()).find("NCCL_NET_PLUGIN is set but empty"), std::string::npos) << e.what();
+  }
+  unsetenv("NCCL_NET_PLUGIN");
+}
+
 // A NaN on one rank is passed over by max and min, as NCCL's fmaxf/__hmax pass it over: the result is the extreme
 // of the other ranks' values whichever rank holds the NaN and whichever algorithm runs. Before, a NaN partial result
 // made the next step keep its other operand, dropping what earlier ranks had contributed.
