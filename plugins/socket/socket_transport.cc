@@ -52,6 +52,7 @@ const Config& Config::get() {
     c.retryIntervalMs = static_cast<int>(sdk::envInteger("NNS_SOCKET_RETRY_INTERVAL_MS", 100, 1, 60 * 1000));
     c.sendBufferBytes = static_cast<int>(sdk::envInteger("NNS_SOCKET_SNDBUF", 0, 0, 1L << 30));
     c.receiveBufferBytes = static_cast<int>(sdk::envInteger("NNS_SOCKET_RCVBUF", 0, 0, 1L << 30));
+    c.unexpectedBytes = static_cast<size_t>(sdk::envInteger("NNS_SOCKET_UNEXPECTED_BYTES", 64L << 20, 0, 1L << 40));
     return c;
   }();
   return config;
@@ -345,12 +346,48 @@ ncclResult_t RecvComm::post(int n, void** data, size_t* sizes, int* tags, void**
   r->header.comm = this;
   r->count = n;
   r->unmatched = n;
-  for (int i = 0; i < n; ++i) r->slots[i] = RecvSlot{static_cast<unsigned char*>(data[i]), sizes[i], tags[i], 0, false};
+  for (int i = 0; i < n; ++i)
+    r->slots[i] = RecvSlot{static_cast<unsigned char*>(data[i]), sizes[i], tags[i], 0, false, nullptr};
   posted_[postedCount_++] = r;
   *request = r;
   // A failure found here belongs to the request just handed out: its test() reports it.
+  claimUnexpected(r);
   progress();
   return ncclSuccess;
+}
+
+void RecvComm::claimUnexpected(RecvRequest* r) {
+  for (int s = 0; s < r->count && !unexpected_.empty(); ++s) {
+    RecvSlot& slot = r->slots[s];
+    auto message = std::find_if(unexpected_.begin(), unexpected_.end(),
+                                [&](const std::unique_ptr<UnexpectedMessage>& m) { return m->tag == slot.tag; });
+    if (message == unexpected_.end()) continue;
+    if ((*message)->size > slot.capacity) {
+      fail(ncclInvalidUsage, "message of " + std::to_string((*message)->size) + " bytes (tag " +
+                                 std::to_string(slot.tag) + ") is larger than the " + std::to_string(slot.capacity) +
+                                 "-byte receive buffer posted for it");
+      return;
+    }
+    slot.matched = true;
+    slot.size = (*message)->size;
+    --r->unmatched;
+    r->pendingBytes.fetch_add(slot.size, std::memory_order_relaxed);
+    slot.unexpected = std::move(*message);
+    unexpected_.erase(message);
+  }
+  copyArrivedUnexpected(r);
+}
+
+void RecvComm::copyArrivedUnexpected(RecvRequest* r) {
+  for (int s = 0; s < r->count; ++s) {
+    RecvSlot& slot = r->slots[s];
+    if (slot.unexpected == nullptr || slot.unexpected->pendingBytes.load(std::memory_order_acquire) != 0) continue;
+    if (slot.size > 0) std::memcpy(slot.data, slot.unexpected->data.get(), slot.size);
+    unexpectedBytes_ -= slot.size;
+    --unexpectedCount_;
+    slot.unexpected.reset();
+    r->pendingBytes.fetch_sub(slot.size, std::memory_order_relaxed);
+  }
 }
 
 bool RecvComm::anyUnmatchedSlot() const {
@@ -367,11 +404,6 @@ ncclResult_t RecvComm::matchHeader(bool* matched) {
     for (int s = 0; s < r->count; ++s) {
       RecvSlot& slot = r->slots[s];
       if (slot.matched || slot.tag != header_.tag) continue;
-      if (header_.sequence != expectedSequence_) {
-        fail(ncclInternalError, "message sequence " + std::to_string(header_.sequence) + " where " +
-                                    std::to_string(expectedSequence_) + " was due: the stream is corrupt");
-        return failure();
-      }
       if (header_.size > slot.capacity) {
         // The rest of the stream can no longer be delimited: the comm is unusable, which fail() records.
         fail(ncclInvalidUsage, "message of " + std::to_string(header_.size) + " bytes (tag " +
@@ -382,25 +414,53 @@ ncclResult_t RecvComm::matchHeader(bool* matched) {
       slot.matched = true;
       slot.size = header_.size;
       --r->unmatched;
-      ++expectedSequence_;
-      size_t size = header_.size;
-      if (size > 0) r->pendingBytes.fetch_add(size, std::memory_order_relaxed);
-      if (isInline(size)) {
-        if (size > 0) {
-          inlineRequest_ = r;
-          inlineData_ = slot.data;
-          inlineSize_ = size;
-          inlineOffset_ = 0;
-        }
-      } else if (!queueChunks(slot.data, size, header_.sequence, &r->pendingBytes)) {
-        fail(ncclInternalError, "a data socket's task queue overflowed");
-        return failure();
-      }
       *matched = true;
-      return ncclSuccess;
+      return receivePayload(slot.data, header_.size, &r->pendingBytes);
     }
   }
-  return ncclSuccess;  // no receive for this tag yet: keep the header until one is posted
+  return ncclSuccess;  // no receive has room for this tag
+}
+
+ncclResult_t RecvComm::receivePayload(unsigned char* data, size_t size, std::atomic<size_t>* pending) {
+  ++expectedSequence_;
+  if (size == 0) return ncclSuccess;
+  pending->fetch_add(size, std::memory_order_relaxed);
+  if (isInline(size)) {
+    inlinePending_ = pending;
+    inlineData_ = data;
+    inlineSize_ = size;
+    inlineOffset_ = 0;
+  } else if (!queueChunks(data, size, header_.sequence, pending)) {
+    fail(ncclInternalError, "a data socket's task queue overflowed");
+  }
+  return failure();
+}
+
+ncclResult_t RecvComm::keepUnexpected(bool* kept) {
+  *kept = false;
+  const size_t limit = Config::get().unexpectedBytes;
+  if (unexpectedCount_ >= kMaxUnexpectedMessages || header_.size > limit || unexpectedBytes_ > limit - header_.size) {
+    if (!warnedUnexpectedLimit_) {
+      warnedUnexpectedLimit_ = true;
+      NCCL_NET_WARN(
+          "receive with peer %s: a %zu-byte message with tag %d has no posted receive, and %zu earlier ones (%zu "
+          "bytes) already wait for theirs; reading pauses until a receive for tag %d is posted "
+          "(NNS_SOCKET_UNEXPECTED_BYTES=%zu)",
+          peer().c_str(), static_cast<size_t>(header_.size), header_.tag, unexpectedCount_, unexpectedBytes_,
+          header_.tag, limit);
+    }
+    return ncclSuccess;
+  }
+  auto message = std::make_unique<UnexpectedMessage>();
+  message->tag = header_.tag;
+  message->size = header_.size;
+  if (header_.size > 0) message->data.reset(new unsigned char[header_.size]);
+  unexpectedBytes_ += header_.size;
+  ++unexpectedCount_;
+  *kept = true;
+  UnexpectedMessage* target = message.get();
+  unexpected_.push_back(std::move(message));
+  return receivePayload(target->data.get(), target->size, &target->pendingBytes);
 }
 
 // Fills bytes [*offset, size) of `target` from the control stream: bytes already staged first, then the socket.
@@ -439,7 +499,7 @@ sdk::IoStatus RecvComm::readControl(void* target, size_t size, size_t* offset, b
 ncclResult_t RecvComm::progress() {
   for (;;) {
     int error = 0;
-    if (inlineRequest_ != nullptr) {
+    if (inlinePending_ != nullptr) {
       sdk::IoStatus status = readControl(inlineData_, inlineSize_, &inlineOffset_, false, &error);
       if (status == sdk::IoStatus::kWouldBlock) break;
       if (status != sdk::IoStatus::kDone) {
@@ -448,8 +508,8 @@ ncclResult_t RecvComm::progress() {
                                   : "control socket: " + sdk::errnoText(error));
         return failure();
       }
-      inlineRequest_->pendingBytes.fetch_sub(inlineSize_, std::memory_order_relaxed);
-      inlineRequest_ = nullptr;
+      inlinePending_->fetch_sub(inlineSize_, std::memory_order_release);
+      inlinePending_ = nullptr;
       continue;
     }
     if (!anyUnmatchedSlot()) break;  // nothing to receive into: leave the stream in the kernel
@@ -468,9 +528,15 @@ ncclResult_t RecvComm::progress() {
         return failure();
       }
     }
-    bool matched = false;
-    NCCL_NET_CHECK(matchHeader(&matched));
-    if (!matched) break;
+    if (header_.sequence != expectedSequence_) {
+      fail(ncclInternalError, "message sequence " + std::to_string(header_.sequence) + " where " +
+                                  std::to_string(expectedSequence_) + " was due: the stream is corrupt");
+      return failure();
+    }
+    bool taken = false;
+    NCCL_NET_CHECK(matchHeader(&taken));
+    if (!taken) NCCL_NET_CHECK(keepUnexpected(&taken));
+    if (!taken) break;
     headerOffset_ = 0;
   }
   driveDataSocketsInline();
@@ -479,6 +545,7 @@ ncclResult_t RecvComm::progress() {
 
 ncclResult_t RecvComm::test(RecvRequest* r, int* done, sdk::CompletedSizes& sizes) {
   NCCL_NET_CHECK(progress());
+  copyArrivedUnexpected(r);
   if (r->unmatched > 0 || r->pendingBytes.load(std::memory_order_acquire) != 0) return failure();
   for (int i = 0; i < r->count; ++i)
     if (!sizes.set(i, r->slots[i].size)) return ncclSuccess;  // the SDK turns the overflow into an error

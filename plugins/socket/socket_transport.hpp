@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,7 +29,9 @@ inline constexpr int kMaxDeviceChildren = NCCL_NET_MAX_DEVS_PER_NIC;
 // single-message isends, so it needs room for all of them.
 inline constexpr size_t kMaxSendRequests = NCCL_NET_MAX_REQUESTS * kMaxRecvs;
 inline constexpr size_t kMaxRecvRequests = NCCL_NET_MAX_REQUESTS;
-inline constexpr size_t kMaxMessagesInFlight = kMaxSendRequests;
+// Messages a receiver reads before any receive has room for them (see UnexpectedMessage), at most.
+inline constexpr size_t kMaxUnexpectedMessages = kMaxSendRequests;
+inline constexpr size_t kMaxMessagesInFlight = kMaxSendRequests + kMaxUnexpectedMessages;
 
 // ---- knobs (environment variables, read once; documented in README.md)
 // ------------------------------------------------
@@ -43,6 +46,7 @@ struct Config {
   int retryIntervalMs;     // NNS_SOCKET_RETRY_INTERVAL_MS
   int sendBufferBytes;     // NNS_SOCKET_SNDBUF (0 = kernel default)
   int receiveBufferBytes;  // NNS_SOCKET_RCVBUF (0 = kernel default)
+  size_t unexpectedBytes;  // NNS_SOCKET_UNEXPECTED_BYTES: memory a receive comm may hold for unexpected messages
 
   int dataSockets() const { return helperThreads > 0 ? helperThreads * socketsPerThread : socketsPerThread; }
   static const Config& get();
@@ -230,12 +234,25 @@ struct SendRequest {
   std::atomic<size_t> pendingBytes{0};  // bytes still owned by data sockets
 };
 
+// A message whose header arrived while no posted receive had an unfilled buffer for its tag (MPI's "unexpected
+// message"). It is read into memory of its own, so that the messages behind it keep flowing, and the next receive
+// posted for its tag takes it. NCCL's shared comms need this: the local ranks sharing one comm send on their own
+// schedules, and the receiver posts one grouped receive per step, so one rank's later steps can come before
+// another's first.
+struct UnexpectedMessage {
+  int32_t tag = 0;
+  size_t size = 0;
+  std::unique_ptr<unsigned char[]> data;
+  std::atomic<size_t> pendingBytes{0};  // still being read from the sockets
+};
+
 struct RecvSlot {
   unsigned char* data;
   size_t capacity;
   int tag;
   size_t size;
   bool matched;
+  std::unique_ptr<UnexpectedMessage> unexpected;  // matched to an unexpected message: copied in once it is whole
 };
 
 struct RecvRequest {
@@ -282,6 +299,14 @@ class RecvComm : public Comm {
   sdk::IoStatus readControl(void* target, size_t size, size_t* offset, bool readAhead, int* error);
   bool anyUnmatchedSlot() const;
   ncclResult_t matchHeader(bool* matched);
+  // Reads the payload of the message whose header was just taken into `data` (inline or over the data sockets).
+  ncclResult_t receivePayload(unsigned char* data, size_t size, std::atomic<size_t>* pending);
+  // Takes the header just read as an unexpected message; false while the limits leave no room for it.
+  ncclResult_t keepUnexpected(bool* kept);
+  // Gives a newly posted receive's buffers the unexpected messages with their tags, oldest first.
+  void claimUnexpected(RecvRequest* r);
+  // Copies the claimed unexpected messages that have arrived whole into their buffers.
+  void copyArrivedUnexpected(RecvRequest* r);
   sdk::RequestPool<RecvRequest, kMaxRecvRequests> requests_;
   RecvRequest* posted_[kMaxRecvRequests];  // oldest first
   int postedCount_ = 0;
@@ -293,8 +318,13 @@ class RecvComm : public Comm {
   unsigned char stage_[kStageBytes];
   size_t stageBegin_ = 0;
   size_t stageEnd_ = 0;
-  // An inline payload being read from the control socket.
-  RecvRequest* inlineRequest_ = nullptr;
+  // Unexpected messages no receive has claimed yet, oldest first; bytes and count of every one not yet copied out.
+  std::deque<std::unique_ptr<UnexpectedMessage>> unexpected_;
+  size_t unexpectedBytes_ = 0;
+  size_t unexpectedCount_ = 0;
+  bool warnedUnexpectedLimit_ = false;
+  // An inline payload being read from the control socket, and the byte count that learns of its arrival.
+  std::atomic<size_t>* inlinePending_ = nullptr;
   unsigned char* inlineData_ = nullptr;
   size_t inlineSize_ = 0;
   size_t inlineOffset_ = 0;

@@ -228,6 +228,80 @@ TEST_F(SocketPlugin, GroupedReceiveMatchesMessagesToBuffersByTag) {
   }
 }
 
+// NCCL shares one comm between the local ranks that send to one peer through it (NCCL_NET_SHARED_COMMS, with PXN)
+// and posts one grouped receive per step with a tag per rank, at most two steps ahead with eight ranks. The ranks
+// send independently: here tag 1 sends all its steps before tag 2 sends its first. A receiver that took messages
+// strictly in stream order would hold tag 1's third message at the head of the stream (no receive has room for it
+// yet), and tag 2's first, behind it, could never complete step 0: both sides would wait for ever.
+TEST_F(SocketPlugin, GroupedReceivesSurviveSendersOutOfStep) {
+  connect();
+  constexpr int kSteps = 12;
+  constexpr int kDepth = 2;  // grouped receives posted ahead
+  constexpr int kTags = 2;
+  // Sizes alternate between inline and striped messages.
+  auto sizeOf = [](int step, int tag) { return static_cast<size_t>(step % 2 == 0 ? 3000 + tag : 150000 + tag); };
+  std::vector<std::vector<unsigned char>> sources(kSteps * kTags), targets(kSteps * kTags);
+  for (int step = 0; step < kSteps; ++step)
+    for (int t = 0; t < kTags; ++t) {
+      size_t m = static_cast<size_t>(step * kTags + t), size = sizeOf(step, t);
+      sources[m].resize(size);
+      for (size_t b = 0; b < size; ++b) sources[m][b] = patternByte(b, m);
+      targets[m].assign(size + 64, 0xee);
+    }
+  std::vector<void*> sendRequests;
+  std::vector<int> sendDone;
+  for (int t = 0; t < kTags; ++t)  // every step of tag 1, then every step of tag 2
+    for (int step = 0; step < kSteps; ++step) {
+      size_t m = static_cast<size_t>(step * kTags + t);
+      void* request = nullptr;
+      ASSERT_EQ(postSend(net, sendComm, sources[m].data(), sources[m].size(), 1 + t, &request), ncclSuccess);
+      sendRequests.push_back(request);
+      sendDone.push_back(0);
+    }
+  std::vector<void*> recvRequests(kSteps, nullptr);
+  int posted = 0, completed = 0;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (completed < kSteps) {
+    while (posted < kSteps && posted - completed < kDepth) {
+      void* data[kTags];
+      size_t capacities[kTags];
+      int tags[kTags];
+      for (int t = 0; t < kTags; ++t) {
+        size_t m = static_cast<size_t>(posted * kTags + t);
+        data[t] = targets[m].data();
+        capacities[t] = targets[m].size();
+        tags[t] = 1 + t;
+      }
+      ASSERT_EQ(postRecv(net, recvComm, kTags, data, capacities, tags, &recvRequests[static_cast<size_t>(posted)]),
+                ncclSuccess);
+      ++posted;
+    }
+    int done = 0, sizes[kTags] = {};
+    ASSERT_EQ(net->test(recvRequests[static_cast<size_t>(completed)], &done, sizes), ncclSuccess);
+    if (done) {
+      for (int t = 0; t < kTags; ++t) EXPECT_EQ(sizes[t], static_cast<int>(sizeOf(completed, t))) << completed;
+      ++completed;
+    }
+    for (size_t s = 0; s < sendRequests.size(); ++s)
+      if (!sendDone[s]) {
+        ASSERT_EQ(net->test(sendRequests[s], &sendDone[s], nullptr), ncclSuccess);
+      }
+    ASSERT_LT(Clock::now(), deadline) << "step " << completed << " of " << kSteps << " never completed";
+  }
+  while (std::count(sendDone.begin(), sendDone.end(), 1) < static_cast<long>(sendDone.size())) {
+    for (size_t s = 0; s < sendRequests.size(); ++s)
+      if (!sendDone[s]) {
+        ASSERT_EQ(net->test(sendRequests[s], &sendDone[s], nullptr), ncclSuccess);
+      }
+    ASSERT_LT(Clock::now(), deadline) << "sends never completed";
+  }
+  for (size_t m = 0; m < sources.size(); ++m) {
+    EXPECT_TRUE(std::equal(sources[m].begin(), sources[m].end(), targets[m].begin()))
+        << "step " << m / kTags << " tag " << 1 + m % kTags << ": wrong bytes";
+    EXPECT_EQ(targets[m][sources[m].size()], 0xee) << "wrote past message " << m;
+  }
+}
+
 // NCCL_NET_MAX_REQUESTS receives of maxRecvs buffers each, and as many sends, all in flight at once; one more of
 // either is refused with a NULL request (NCCL's "retry later"), never an error.
 TEST_F(SocketPlugin, FullRequestWindowInFlight) {
@@ -324,6 +398,39 @@ TEST_F(SocketPlugin, ReceiveBufferSmallerThanMessageIsInvalidUsage) {
     EXPECT_TRUE(std::all_of(target.begin(), target.end(), [](unsigned char b) { return b == 0; }))
         << "nothing may be written into a buffer that is too small";
     // The stream cannot be resynchronised: this pair of comms is finished; make a fresh one.
+    TearDown();
+    sendComm = recvComm = listenComm = nullptr;
+    connect();
+  }
+}
+
+// An unexpected message (read while a receive for another tag waited) that is larger than the receive later posted
+// for its tag fails that receive, as a message matched straight from the stream does.
+TEST_F(SocketPlugin, AnUnexpectedMessageLargerThanItsReceiveIsInvalidUsage) {
+  connect();
+  for (size_t size : {size_t{200}, size_t{1} << 20}) {
+    std::vector<unsigned char> early(size, 1), late(10, 2), lateTarget(10, 0), target(size / 2, 0);
+    void* lateRecv = nullptr;
+    void* requests[2] = {};
+    void* data[1] = {lateTarget.data()};
+    size_t capacities[1] = {lateTarget.size()};
+    int tags[1] = {2};
+    ASSERT_EQ(postRecv(net, recvComm, 1, data, capacities, tags, &lateRecv), ncclSuccess);
+    ASSERT_EQ(postSend(net, sendComm, early.data(), size, 1, &requests[0]), ncclSuccess);
+    ASSERT_EQ(postSend(net, sendComm, late.data(), late.size(), 2, &requests[1]), ncclSuccess);
+    int received = -1;
+    ASSERT_EQ(waitRequest(net, lateRecv, &received), ncclSuccess) << "tag 2's message waited behind tag 1's";
+    EXPECT_EQ(received, 10);
+    EXPECT_EQ(lateTarget, late);
+    void* recvRequest = nullptr;
+    data[0] = target.data();
+    capacities[0] = target.size();
+    tags[0] = 1;
+    ASSERT_EQ(postRecv(net, recvComm, 1, data, capacities, tags, &recvRequest), ncclSuccess);
+    EXPECT_EQ(waitRequest(net, recvRequest, &received), ncclInvalidUsage) << size;
+    EXPECT_TRUE(warnedAbout("larger than the " + std::to_string(target.size()) + "-byte receive buffer"));
+    EXPECT_TRUE(std::all_of(target.begin(), target.end(), [](unsigned char b) { return b == 0; }))
+        << "nothing may be written into a buffer that is too small";
     TearDown();
     sendComm = recvComm = listenComm = nullptr;
     connect();
