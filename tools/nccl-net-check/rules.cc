@@ -876,6 +876,129 @@ Verdict multiRecvTags(Context& c) {
   return pass("irecv of " + counts + " tags, sent in reverse order: every buffer got its tag's message");
 }
 
+// NCCL shares one comm between the local ranks that send to the same peer (NCCL_NET_SHARED_COMMS, with PXN) and
+// posts one grouped receive per step, a tag per rank, two steps ahead with eight ranks. The ranks send on their own
+// schedules, so one rank's later steps may be sent before another's first. Here tag 1 sends as far ahead as the
+// plugin lets it (until isend answers NULL, as a receiver-driven plugin does while the step's group is incomplete),
+// and tag 2 sends one message per turn. A plugin that takes messages strictly in stream order stalls: tag 1's third
+// message has no receive with room for it yet, and tag 2's first, behind it, never completes step 0.
+constexpr int kOutOfStepSteps = 12;
+constexpr int kOutOfStepDepth = 2;
+size_t outOfStepSize(int step, int tagIndex) {
+  return static_cast<size_t>(step % 2 == 0 ? 3000 + tagIndex : 150000 + tagIndex);  // small and large in turn
+}
+uint64_t outOfStepSeed(int step, int tagIndex) {
+  return 700 + static_cast<uint64_t>(step * 2 + tagIndex);
+}
+
+int sendOutOfStep(Context& c, void* comm) {
+  constexpr int kMessages = kOutOfStepSteps * 2;
+  std::vector<std::vector<unsigned char>> buffers(kMessages);
+  std::vector<void*> requests(kMessages, nullptr);
+  std::vector<int> done(kMessages, 0);
+  int next[2] = {0, 0};
+  auto deadline = Clock::now() + std::chrono::seconds(15);
+  auto post = [&](int t) {  // 1: posted, 0: refused for now, -1: error
+    int m = next[t] * 2 + t;
+    auto& buffer = buffers[static_cast<size_t>(m)];
+    buffer.resize(outOfStepSize(next[t], t));
+    fill(buffer, buffer.size(), outOfStepSeed(next[t], t));
+    void* request = nullptr;
+    if (CALL("isend", c.net->isend(comm, buffer.data(), buffer.size(), 1 + t, nullptr, nullptr, &request)) !=
+        ncclSuccess)
+      return -1;
+    if (request == nullptr) return 0;
+    requests[static_cast<size_t>(m)] = request;
+    ++next[t];
+    return 1;
+  };
+  for (;;) {
+    int posted = 1;
+    while (next[0] < kOutOfStepSteps && (posted = post(0)) == 1) {
+    }
+    if (posted < 0) return 41;
+    if (next[1] < kOutOfStepSteps && post(1) < 0) return 41;
+    bool all = next[0] == kOutOfStepSteps && next[1] == kOutOfStepSteps;
+    for (int m = 0; m < kMessages; ++m) {
+      if (requests[static_cast<size_t>(m)] == nullptr || done[static_cast<size_t>(m)]) {
+        all = all && done[static_cast<size_t>(m)];
+        continue;
+      }
+      int size = -1;
+      if (CALL("test", c.net->test(requests[static_cast<size_t>(m)], &done[static_cast<size_t>(m)], &size)) !=
+          ncclSuccess)
+        return 42;
+      if (done[static_cast<size_t>(m)] && size != static_cast<int>(buffers[static_cast<size_t>(m)].size())) return 44;
+      all = all && done[static_cast<size_t>(m)];
+    }
+    if (all) return 0;
+    if (Clock::now() > deadline) return 43;
+  }
+}
+
+Verdict tagsOutOfStep(Context& c) {
+  if (c.props.maxRecvs < 2)
+    return skip("maxRecvs is " + std::to_string(c.props.maxRecvs) + ": NCCL shares no comm, nothing to check");
+  Pair pair;
+  std::string why;
+  if (!openPair(
+          c, pair, [&](void* comm) { return sendOutOfStep(c, comm); }, &why))
+    return fail("%s", why.c_str());
+  std::vector<std::vector<unsigned char>> buffers(kOutOfStepSteps * 2);
+  for (int step = 0; step < kOutOfStepSteps; ++step)
+    for (int t = 0; t < 2; ++t) buffers[static_cast<size_t>(step * 2 + t)].assign(outOfStepSize(step, t) + 64, 0);
+  std::vector<void*> requests(kOutOfStepSteps, nullptr);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  int posted = 0;
+  std::string problem;
+  for (int step = 0; step < kOutOfStepSteps && problem.empty(); ++step) {
+    for (; posted < kOutOfStepSteps && posted < step + kOutOfStepDepth; ++posted) {
+      void* data[2];
+      size_t sizes[2];
+      int tags[2] = {1, 2};
+      for (int t = 0; t < 2; ++t) {
+        data[t] = buffers[static_cast<size_t>(posted * 2 + t)].data();
+        sizes[t] = buffers[static_cast<size_t>(posted * 2 + t)].size();
+      }
+      if (ncclResult_t result =
+              postRecv(c, pair.recvComm, 2, data, sizes, tags, &requests[static_cast<size_t>(posted)]);
+          result != ncclSuccess) {
+        problem = "grouped irecv of step " + std::to_string(posted) + ": " + postText(result);
+        break;
+      }
+    }
+    if (!problem.empty()) break;
+    int got[2] = {-1, -1};
+    double left = std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
+    ncclResult_t result = waitDone(c, requests[static_cast<size_t>(step)], got, left);
+    if (result == ncclTimeout) {
+      problem = "step " + std::to_string(step) + " of " + std::to_string(kOutOfStepSteps) +
+                " never completed within 10 s (tag 1's sends ran ahead of tag 2's, receives were posted " +
+                std::to_string(kOutOfStepDepth) +
+                " steps ahead: a message with no posted receive blocks the ones behind it)";
+    } else if (result != ncclSuccess) {
+      problem = "step " + std::to_string(step) + ": test returned " + resultText(result);
+    }
+    for (int t = 0; t < 2 && problem.empty(); ++t) {
+      const auto& buffer = buffers[static_cast<size_t>(step * 2 + t)];
+      const size_t expected = outOfStepSize(step, t);
+      if (got[t] != static_cast<int>(expected))
+        problem = "step " + std::to_string(step) + " tag " + std::to_string(1 + t) + ": size " +
+                  std::to_string(got[t]) + ", expected " + std::to_string(expected);
+      else if (firstMismatch(buffer, expected, outOfStepSeed(step, t)) >= 0)
+        problem = "step " + std::to_string(step) + " tag " + std::to_string(1 + t) +
+                  ": wrong bytes (another step's message of that tag?)";
+    }
+  }
+  if (!problem.empty() && pair.peer > 0) kill(pair.peer, SIGKILL);
+  int code = closePair(c, pair);
+  if (!problem.empty()) return fail("%s", problem.c_str());
+  if (code != 0) return fail("%s", peerText(code).c_str());
+  return pass(std::to_string(kOutOfStepSteps) + " steps of a grouped receive of tags 1 and 2, posted " +
+              std::to_string(kOutOfStepDepth) +
+              " ahead, while tag 1 sent as far ahead as isend allowed: every message in its step, every byte right");
+}
+
 // The 1 GiB rule stamps every 4 KiB with an 8-byte value derived from its offset: a byte pattern that repeats
 // would not show data landing at the wrong offset (a wrapped 32-bit offset, a chunk counter that overflows).
 constexpr size_t kStampEvery = 4096;
@@ -2512,6 +2635,10 @@ const std::vector<Rule>& rules() {
        nullRequestMeansRetry},
       {{"test-reports-sizes", "test reports the sent size on both sides, into larger buffers"}, testReportsSizes},
       {{"multi-recv-tags", "a grouped irecv matches messages to buffers by tag"}, multiRecvTags},
+      {{"tags-out-of-step",
+        "grouped receives posted two steps ahead complete while one tag's sends run ahead of another's (NCCL's "
+        "shared comms)"},
+       tagsOutOfStep},
       {{"truncation-is-an-error", "a message larger than the posted buffer is an error, never a truncation"},
        truncationIsAnError},
       {{"max-requests-in-flight", "NCCL_NET_MAX_REQUESTS (32) receives can be posted at once and all complete"},
