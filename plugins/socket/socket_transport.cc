@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace nns_socket {
 
@@ -436,30 +437,46 @@ ncclResult_t RecvComm::receivePayload(unsigned char* data, size_t size, std::ato
   return failure();
 }
 
+bool RecvComm::roomForUnexpected() const {
+  const size_t limit = Config::get().unexpectedBytes;
+  return limit > 0 && unexpectedCount_ < kMaxUnexpectedMessages && header_.size <= limit &&
+         unexpectedBytes_ <= limit - header_.size;
+}
+
 ncclResult_t RecvComm::keepUnexpected(bool* kept) {
   *kept = false;
-  const size_t limit = Config::get().unexpectedBytes;
-  if (unexpectedCount_ >= kMaxUnexpectedMessages || header_.size > limit || unexpectedBytes_ > limit - header_.size) {
+  if (!roomForUnexpected()) {
+    // Claimed messages that arrived since their receive was last tested still count: copy them out first.
+    for (int i = 0; i < postedCount_; ++i) copyArrivedUnexpected(posted_[i]);
+  }
+  if (!roomForUnexpected()) {
     if (!warnedUnexpectedLimit_) {
       warnedUnexpectedLimit_ = true;
       NCCL_NET_WARN(
           "receive with peer %s: a %zu-byte message with tag %d has no posted receive, and %zu earlier ones (%zu "
-          "bytes) already wait for theirs; reading pauses until a receive for tag %d is posted "
-          "(NNS_SOCKET_UNEXPECTED_BYTES=%zu)",
+          "bytes) are held for theirs; reading pauses until a receive for tag %d is posted or held ones are "
+          "delivered (NNS_SOCKET_UNEXPECTED_BYTES=%zu)",
           peer().c_str(), static_cast<size_t>(header_.size), header_.tag, unexpectedCount_, unexpectedBytes_,
-          header_.tag, limit);
+          header_.tag, Config::get().unexpectedBytes);
     }
     return ncclSuccess;
   }
-  auto message = std::make_unique<UnexpectedMessage>();
-  message->tag = header_.tag;
-  message->size = header_.size;
-  if (header_.size > 0) message->data.reset(new unsigned char[header_.size]);
+  UnexpectedMessage* target = nullptr;
+  try {
+    auto message = std::make_unique<UnexpectedMessage>();
+    message->tag = header_.tag;
+    message->size = header_.size;
+    if (header_.size > 0) message->data = std::make_unique_for_overwrite<unsigned char[]>(header_.size);
+    target = message.get();
+    unexpected_.push_back(std::move(message));
+  } catch (const std::bad_alloc&) {
+    fail(ncclSystemError, "no memory for a " + std::to_string(header_.size) + "-byte unexpected message (tag " +
+                              std::to_string(header_.tag) + ")");
+    return failure();
+  }
   unexpectedBytes_ += header_.size;
   ++unexpectedCount_;
   *kept = true;
-  UnexpectedMessage* target = message.get();
-  unexpected_.push_back(std::move(message));
   return receivePayload(target->data.get(), target->size, &target->pendingBytes);
 }
 

@@ -301,8 +301,9 @@ class RecvComm : public Comm {
   ncclResult_t matchHeader(bool* matched);
   // Reads the payload of the message whose header was just taken into `data` (inline or over the data sockets).
   ncclResult_t receivePayload(unsigned char* data, size_t size, std::atomic<size_t>* pending);
-  // Takes the header just read as an unexpected message; false while the limits leave no room for it.
+  // Takes the header just read as an unexpected message; *kept false while the limits leave no room for it.
   ncclResult_t keepUnexpected(bool* kept);
+  bool roomForUnexpected() const;
   // Gives a newly posted receive's buffers the unexpected messages with their tags, oldest first.
   void claimUnexpected(RecvRequest* r);
   // Copies the claimed unexpected messages that have arrived whole into their buffers.

@@ -437,6 +437,66 @@ TEST_F(SocketPlugin, AnUnexpectedMessageLargerThanItsReceiveIsInvalidUsage) {
   }
 }
 
+// With the held bytes at their limit, a held message that a receive has claimed and that has since arrived whole
+// must stop counting even while only another receive is tested (NCCL tests its oldest step): otherwise the header
+// that needs the room stays paused and the tested receive, whose message is behind it, never completes. Runs under
+// ctest socket.unexpected_messages_at_their_limit, with NNS_SOCKET_UNEXPECTED_BYTES=10485760.
+TEST_F(SocketPlugin, ADeliveredHeldMessageFreesItsRoomBeforeItsReceiveIsTested) {
+  const char* limit = getenv("NNS_SOCKET_UNEXPECTED_BYTES");
+  if (limit == nullptr || std::string(limit) != "10485760")
+    GTEST_SKIP() << "needs NNS_SOCKET_UNEXPECTED_BYTES=10485760 (ctest socket.unexpected_messages_at_their_limit)";
+  connect();
+  // 8 MiB is more than the socket buffers hold, so it is still arriving when its receive is posted; 8 + 4 MiB is
+  // more than the limit.
+  std::vector<unsigned char> first(8u << 20), second(4u << 20), last(10, 3);
+  for (size_t b = 0; b < first.size(); ++b) first[b] = patternByte(b, 1);
+  for (size_t b = 0; b < second.size(); ++b) second[b] = patternByte(b, 2);
+  std::vector<unsigned char> firstTarget(first.size()), secondTarget(second.size()), lastTarget(10);
+  auto post = [&](std::vector<unsigned char>& target, int tag, void** request) {
+    void* data[1] = {target.data()};
+    size_t capacities[1] = {target.size()};
+    int tags[1] = {tag};
+    ASSERT_EQ(postRecv(net, recvComm, 1, data, capacities, tags, request), ncclSuccess);
+  };
+  void* lastRecv = nullptr;
+  post(lastTarget, 2, &lastRecv);  // waits for tag 2, which comes last
+  void* sends[3] = {};
+  ASSERT_EQ(postSend(net, sendComm, first.data(), first.size(), 1, &sends[0]), ncclSuccess);
+  ASSERT_EQ(postSend(net, sendComm, second.data(), second.size(), 1, &sends[1]), ncclSuccess);
+  ASSERT_EQ(postSend(net, sendComm, last.data(), last.size(), 2, &sends[2]), ncclSuccess);
+  int done = 0;
+  ASSERT_EQ(net->test(lastRecv, &done, nullptr), ncclSuccess);  // reads the first header: held
+  void* firstRecv = nullptr;
+  post(firstTarget, 1, &firstRecv);  // claims the first message, still arriving
+  int sendDone[3] = {};
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  int lastSize = -1;
+  while (!done) {  // only the tag 2 receive is tested, as NCCL tests its oldest step
+    for (int i = 0; i < 3; ++i) {
+      if (!sendDone[i]) {
+        ASSERT_EQ(net->test(sends[i], &sendDone[i], nullptr), ncclSuccess);
+      }
+    }
+    ASSERT_EQ(net->test(lastRecv, &done, &lastSize), ncclSuccess);
+    ASSERT_LT(Clock::now(), deadline) << "the tag 2 message stayed behind a paused header";
+  }
+  EXPECT_EQ(lastSize, 10);
+  EXPECT_EQ(lastTarget, last);
+  int size = -1;
+  ASSERT_EQ(waitRequest(net, firstRecv, &size), ncclSuccess);
+  EXPECT_EQ(size, static_cast<int>(first.size()));
+  EXPECT_TRUE(firstTarget == first);
+  void* secondRecv = nullptr;
+  post(secondTarget, 1, &secondRecv);
+  ASSERT_EQ(waitRequest(net, secondRecv, &size), ncclSuccess);
+  EXPECT_TRUE(secondTarget == second);
+  for (int i = 0; i < 3; ++i) {
+    if (!sendDone[i]) {
+      EXPECT_EQ(waitRequest(net, sends[i], nullptr), ncclSuccess);
+    }
+  }
+}
+
 TEST_F(SocketPlugin, SeveralSendersOnOneListenComm) {
   constexpr int kSenders = 3;
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
