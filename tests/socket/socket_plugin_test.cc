@@ -70,6 +70,26 @@ class SocketPlugin : public ::testing::Test {
     EXPECT_EQ(target[capacity], 0xee) << "wrote past the posted buffer";
   }
 
+  // Posts a receive of half `size` bytes for tag 1, where a `size`-byte message was sent, and expects it to fail
+  // with ncclInvalidUsage, a WARN giving the buffer's size and nothing written; then starts over with fresh comms,
+  // as the stream cannot be resynchronised.
+  void expectTooSmallReceiveFails(size_t size) {
+    std::vector<unsigned char> target(size / 2, 0);
+    void* request = nullptr;
+    void* data[1] = {target.data()};
+    size_t capacities[1] = {target.size()};
+    int tags[1] = {1};
+    ASSERT_EQ(postRecv(net, recvComm, 1, data, capacities, tags, &request), ncclSuccess);
+    int received = -1;
+    EXPECT_EQ(waitRequest(net, request, &received), ncclInvalidUsage) << size;
+    EXPECT_TRUE(warnedAbout("larger than the " + std::to_string(target.size()) + "-byte receive buffer"));
+    EXPECT_TRUE(std::all_of(target.begin(), target.end(), [](unsigned char b) { return b == 0; }))
+        << "nothing may be written into a buffer that is too small";
+    TearDown();
+    sendComm = recvComm = listenComm = nullptr;
+    connect();
+  }
+
   const ncclNet_v12_t* net = nullptr;
   void* ctx = nullptr;
   void* sendComm = nullptr;
@@ -384,23 +404,10 @@ TEST_F(SocketPlugin, FullRequestWindowInFlight) {
 TEST_F(SocketPlugin, ReceiveBufferSmallerThanMessageIsInvalidUsage) {
   connect();
   for (size_t size : {size_t{200}, size_t{1} << 20}) {
-    std::vector<unsigned char> source(size, 1), target(size / 2, 0);
-    void* recvRequest = nullptr;
+    std::vector<unsigned char> source(size, 1);
     void* sendRequest = nullptr;
-    void* data[1] = {target.data()};
-    size_t capacities[1] = {target.size()};
-    int tags[1] = {1};
-    ASSERT_EQ(postRecv(net, recvComm, 1, data, capacities, tags, &recvRequest), ncclSuccess);
     ASSERT_EQ(postSend(net, sendComm, source.data(), size, 1, &sendRequest), ncclSuccess);
-    int received = -1;
-    EXPECT_EQ(waitRequest(net, recvRequest, &received), ncclInvalidUsage) << size;
-    EXPECT_TRUE(warnedAbout("larger than the " + std::to_string(target.size()) + "-byte receive buffer"));
-    EXPECT_TRUE(std::all_of(target.begin(), target.end(), [](unsigned char b) { return b == 0; }))
-        << "nothing may be written into a buffer that is too small";
-    // The stream cannot be resynchronised: this pair of comms is finished; make a fresh one.
-    TearDown();
-    sendComm = recvComm = listenComm = nullptr;
-    connect();
+    expectTooSmallReceiveFails(size);
   }
 }
 
@@ -409,7 +416,7 @@ TEST_F(SocketPlugin, ReceiveBufferSmallerThanMessageIsInvalidUsage) {
 TEST_F(SocketPlugin, AnUnexpectedMessageLargerThanItsReceiveIsInvalidUsage) {
   connect();
   for (size_t size : {size_t{200}, size_t{1} << 20}) {
-    std::vector<unsigned char> early(size, 1), late(10, 2), lateTarget(10, 0), target(size / 2, 0);
+    std::vector<unsigned char> early(size, 1), late(10, 2), lateTarget(10, 0);
     void* lateRecv = nullptr;
     void* requests[2] = {};
     void* data[1] = {lateTarget.data()};
@@ -422,18 +429,7 @@ TEST_F(SocketPlugin, AnUnexpectedMessageLargerThanItsReceiveIsInvalidUsage) {
     ASSERT_EQ(waitRequest(net, lateRecv, &received), ncclSuccess) << "tag 2's message waited behind tag 1's";
     EXPECT_EQ(received, 10);
     EXPECT_EQ(lateTarget, late);
-    void* recvRequest = nullptr;
-    data[0] = target.data();
-    capacities[0] = target.size();
-    tags[0] = 1;
-    ASSERT_EQ(postRecv(net, recvComm, 1, data, capacities, tags, &recvRequest), ncclSuccess);
-    EXPECT_EQ(waitRequest(net, recvRequest, &received), ncclInvalidUsage) << size;
-    EXPECT_TRUE(warnedAbout("larger than the " + std::to_string(target.size()) + "-byte receive buffer"));
-    EXPECT_TRUE(std::all_of(target.begin(), target.end(), [](unsigned char b) { return b == 0; }))
-        << "nothing may be written into a buffer that is too small";
-    TearDown();
-    sendComm = recvComm = listenComm = nullptr;
-    connect();
+    expectTooSmallReceiveFails(size);
   }
 }
 
