@@ -1,10 +1,8 @@
 // nccl-net-check: the conformance harness a vendor runs against their plugin: one line per rule (PASS, FAIL or SKIP
 // with the evidence), --json and --junit FILE, --netns to put the two sides in two network namespaces; exit status 1
 // on any FAIL, 2 when the plugin does not load, 3 when --netns setup fails, 4 when --netns cannot run here.
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <link.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -165,16 +163,6 @@ void onTerminate(int sig) {
   nns::check::removeNetnsFromSignalHandler();
   removePeerCopy();
   _exit(128 + sig);
-}
-
-// The file the dynamic linker opened for `loaded` (which may be a bare name it found on its path).
-std::string realLibraryPath(const std::string& loaded) {
-  void* handle = dlopen(loaded.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  if (handle == nullptr) return loaded;
-  link_map* map = nullptr;
-  std::string path = dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr ? map->l_name : loaded;
-  dlclose(handle);
-  return path;
 }
 
 // Copies the plugin into a fresh directory so that each peer opens a distinct instance (dlopen of the same file
@@ -441,11 +429,16 @@ int runTool(int argc, char** argv) {
           channel.call(kLoaderProbe);
           auto net = nns::core::loadNet(one, &report);
           for (const auto& c : report.candidates) channel.send({{"candidate", nns::tools::candidateJson(c)}});
-          if (net != nullptr)
+          if (net != nullptr) {
+            // The file the dynamic linker opened (the loader resolves a bare name found on its search path).
+            std::string file = net->path();
+            for (const auto& c : report.candidates)
+              if (c.rejectReason.empty() && c.chosenVersion != 0 && !c.openedFile.empty()) file = c.openedFile;
             channel.send({{"name", nns::core::printable(net->name())},
                           {"path", net->path()},
                           {"version", net->version()},
-                          {"filePath", realLibraryPath(net->path())}});
+                          {"filePath", file}});
+          }
         },
         options.callTimeoutSeconds);
     for (const auto& record : probe.records) {
