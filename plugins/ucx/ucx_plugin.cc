@@ -317,6 +317,7 @@ struct Comm {
   std::string peer;                  // side-channel address of the peer, for messages
   int sideFd = -1;                   // the side channel, kept open as a process-death detector (see checkSideChannel)
   bool peerClosed = false;           // the peer said goodbye on the side channel: its end closed in order
+  Clock::time_point peerClosedAt{};
   Clock::time_point nextSideCheck{};
   sdk::RequestPool<Request, kRequestsPerComm> requests;
 
@@ -340,18 +341,28 @@ constexpr char kGoodbye = 'B';
 // The second fault detector. UCX's peer error handling reports a dead peer per endpoint, but UCX 1.13's shared-memory
 // keepalive does not fire for a sender whose receiver died while a rendezvous send waits on it (tests/ucx
 // ucx_fault_test showed no error in 10 s). The side channel stays open for the comm's life: a comm closed in order
-// writes a goodbye byte first, so end-of-stream without it means the peer process is gone (the kernel closed its
-// socket). A dead host rather than a dead process is found by TCP keepalive on the socket (NNS_UCX_DEAD_PEER_MS).
-// Checked from test() while a request is incomplete, at most every 50 ms.
+// writes a goodbye byte first (only when nothing of its own was pending), so end-of-stream without it means the peer
+// process is gone (the kernel closed its socket) or closed mid-transfer. A dead host rather than a dead process is
+// found by TCP keepalive on the socket (NNS_UCX_DEAD_PEER_MS). After a goodbye nothing more will come from the peer,
+// and it will take nothing more: a request still incomplete NNS_UCX_CLOSE_TIMEOUT_MS later (time for what the peer
+// flushed before its goodbye to be progressed here) fails; a live peer that closed is otherwise invisible to UCX's
+// shared-memory keepalive. Checked from test() while a request is incomplete, at most every 50 ms.
 void checkSideChannel(Comm* comm) {
-  if (comm->sideFd < 0 || comm->peerClosed || comm->failure.load() != UCS_OK) return;
+  if (comm->sideFd < 0 || comm->failure.load() != UCS_OK) return;
   auto now = Clock::now();
+  if (comm->peerClosed) {
+    if (now - comm->peerClosedAt >= std::chrono::milliseconds(Config::get().closeTimeoutMs))
+      markFailed(comm, UCS_ERR_CONNECTION_RESET,
+                 "a request is still pending after the peer closed its comm (NNS_UCX_CLOSE_TIMEOUT_MS ago):");
+    return;
+  }
   if (now < comm->nextSideCheck) return;
   comm->nextSideCheck = now + std::chrono::milliseconds(50);
   char byte = 0;
   ssize_t n = recv(comm->sideFd, &byte, 1, MSG_DONTWAIT);
   if (n == 1 && byte == kGoodbye) {
     comm->peerClosed = true;
+    comm->peerClosedAt = now;
     return;
   }
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
@@ -422,6 +433,7 @@ void waitRequest(Comm* comm, void* request, Clock::time_point deadline) {
 // pending, forcing otherwise or when the flush outlives NNS_UCX_CLOSE_TIMEOUT_MS), then destroy the worker while the
 // comm's request slots still exist, so late UCX callbacks never see freed memory.
 void destroyComm(Comm* comm) {
+  bool clean = true;
   if (comm->worker != nullptr) {
     auto deadline = Clock::now() + std::chrono::milliseconds(Config::get().closeTimeoutMs);
     bool pending = false;
@@ -432,11 +444,13 @@ void destroyComm(Comm* comm) {
         if (!request.isSend) ucp_request_cancel(comm->worker, request.subs[i].ucx);
       }
     });
+    clean = !pending && comm->failure.load() == UCS_OK;
     if (comm->ep != nullptr) {
       ucp_request_param_t param{};
       param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      bool force = pending || comm->failure.load() != UCS_OK;
-      param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+      // UCX defines a forced close only for endpoints in peer error-handling mode: without it (NNS_UCX_PEER_ERRORS=0)
+      // the close flushes, bounded by the deadline.
+      param.flags = !clean && Config::get().peerErrors ? UCP_EP_CLOSE_FLAG_FORCE : 0;
       waitRequest(comm, ucp_ep_close_nbx(comm->ep, &param), deadline);
       comm->ep = nullptr;
     }
@@ -454,8 +468,10 @@ void destroyComm(Comm* comm) {
     ContextTable::get().release(comm->context);
   }
   if (comm->sideFd >= 0) {
-    // Best effort: a full socket buffer or a dead peer only means the peer sees a failure instead of a goodbye.
-    (void)!send(comm->sideFd, &kGoodbye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    // The goodbye says the close was in order; a close with transfers pending (or after a failure) sends none, so the
+    // peer's pending requests fail at once. Best effort: a full socket buffer or a dead peer only means the peer sees
+    // a failure instead of a goodbye.
+    if (clean) (void)!send(comm->sideFd, &kGoodbye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
     close(comm->sideFd);
   }
   delete comm;

@@ -48,8 +48,9 @@ bool readAll(int fd, void* data, size_t size) {
 }
 
 // The child: the peer that will be killed. It listens (and receives nothing) or connects (and sends kBytes), reports
-// its handle or readiness on `out`, then waits to be killed.
-[[noreturn]] void runVictim(const Transport& transport, bool victimReceives, int in, int out) {
+// its handle or readiness on `out`, then waits to be killed. With `closes`, it first waits for a byte on `in`, then
+// closes its comm with the transfer still pending and stays alive.
+[[noreturn]] void runVictim(const Transport& transport, bool victimReceives, bool closes, int in, int out) {
   applyEnv(transport);
   const ncclNet_v12_t* net = plugin();
   ncclResult_t result = ncclSuccess;
@@ -63,6 +64,9 @@ bool readAll(int fd, void* data, size_t size) {
     if (net->listen(ctx, 0, handle, &listenComm) != ncclSuccess || !writeAll(out, handle, sizeof(handle))) _exit(3);
     if (acceptUntilDone(net, listenComm, &recvComm) != ncclSuccess) _exit(4);
     // Posts no receive: the survivor's large send waits for one, with UCX's rendezvous under way.
+    char ready = 'r', go = 0;
+    if (!writeAll(out, &ready, 1)) _exit(7);
+    if (closes && (!readAll(in, &go, 1) || net->closeRecv(recvComm) != ncclSuccess)) _exit(8);
   } else {
     unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
     void* sendComm = nullptr;
@@ -70,20 +74,21 @@ bool readAll(int fd, void* data, size_t size) {
     if (!readAll(in, handle, sizeof(handle)) || connectUntilDone(net, ctx, 0, handle, &sendComm) != ncclSuccess)
       _exit(5);
     if (postSend(net, sendComm, buffer.data(), kBytes, 1, &request) != ncclSuccess) _exit(6);
+    char ready = 'r', go = 0;
+    if (!writeAll(out, &ready, 1)) _exit(7);
+    if (closes && (!readAll(in, &go, 1) || net->closeSend(sendComm) != ncclSuccess)) _exit(8);
   }
-  char ready = 'r';
-  if (!writeAll(out, &ready, 1)) _exit(7);
   for (;;) pause();
 }
 
-// Returns the survivor's verdict: the test() result and how long after the kill it came.
-void runSurvivor(const Transport& transport, bool victimReceives) {
+// Returns the survivor's verdict: the test() result and how long after the kill (or the peer's close) it came.
+void runSurvivor(const Transport& transport, bool victimReceives, bool victimCloses = false) {
   int toVictim[2], fromVictim[2];
   ASSERT_EQ(pipe(toVictim), 0);
   ASSERT_EQ(pipe(fromVictim), 0);
   pid_t victim = fork();
   ASSERT_GE(victim, 0);
-  if (victim == 0) runVictim(transport, victimReceives, toVictim[0], fromVictim[1]);
+  if (victim == 0) runVictim(transport, victimReceives, victimCloses, toVictim[0], fromVictim[1]);
   applyEnv(transport);
   const ncclNet_v12_t* net = plugin();
   ASSERT_NE(net, nullptr) << dlerror();
@@ -116,15 +121,24 @@ void runSurvivor(const Transport& transport, bool victimReceives) {
   int sizes[8] = {};
   for (int i = 0; i < 100 && !done; ++i) ASSERT_EQ(net->test(request, &done, sizes), ncclSuccess);
   ASSERT_FALSE(done) << "the transfer completed although the peer never did its part";
-  kill(victim, SIGKILL);
-  waitpid(victim, nullptr, 0);
+  if (victimCloses) {
+    ASSERT_TRUE(writeAll(toVictim[1], "c", 1));
+  } else {
+    kill(victim, SIGKILL);
+    waitpid(victim, nullptr, 0);
+  }
   auto killed = Clock::now();
   result = waitRequest(net, request, sizes, kBound);
   double seconds = std::chrono::duration<double>(Clock::now() - killed).count();
-  EXPECT_NE(result, ncclSuccess) << "a " << kBytes << "-byte transfer completed with its peer dead";
-  EXPECT_NE(result, ncclTimeout) << "no error within " << kBound.count() << " s of the peer's death";
-  std::printf("%s, %s killed: test() returned %d after %.3f s\n", transport.name,
-              victimReceives ? "receiver" : "sender", result, seconds);
+  if (victimCloses) {
+    kill(victim, SIGKILL);
+    waitpid(victim, nullptr, 0);
+  }
+  const char* fate = victimCloses ? "closed its comm" : "died";
+  EXPECT_NE(result, ncclSuccess) << "a " << kBytes << "-byte transfer completed after its peer " << fate;
+  EXPECT_NE(result, ncclTimeout) << "no error within " << kBound.count() << " s after the peer " << fate;
+  std::printf("%s, %s %s: test() returned %d after %.3f s\n", transport.name, victimReceives ? "receiver" : "sender",
+              victimCloses ? "closed" : "killed", result, seconds);
   EXPECT_TRUE(warnedAbout("failed")) << "the error was not explained in a WARN";
   if (victimReceives) {
     EXPECT_EQ(net->closeSend(comm), ncclSuccess);
@@ -148,6 +162,17 @@ TEST(UcxFaults, SharedMemorySenderSeesReceiverDeath) {
 }
 TEST(UcxFaults, SharedMemoryReceiverSeesSenderDeath) {
   runSurvivor(kSharedMemory, false);
+}
+// A peer that closes its comm with the transfer pending (NCCL aborting a communicator) but stays alive: UCX's
+// shared-memory keepalive sees a live process, so only the side channel can tell.
+TEST(UcxFaults, SharedMemorySenderSeesReceiverCloseWithTheSendPending) {
+  runSurvivor(kSharedMemory, true, true);
+}
+TEST(UcxFaults, SharedMemoryReceiverSeesSenderCloseWithTheReceivePending) {
+  runSurvivor(kSharedMemory, false, true);
+}
+TEST(UcxFaults, TcpReceiverSeesSenderCloseWithTheReceivePending) {
+  runSurvivor(kTcp, false, true);
 }
 
 // Strangers on the side channel's listen port (garbage, a truncated hello, silence) are dropped with a WARN while
