@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include <ucp/api/ucp.h>
+#include <nccl_net/sdk/log.hpp>
 #include <nccl_net/sdk/sysfs.hpp>
 
 namespace nns_ucx {
@@ -94,6 +95,21 @@ std::vector<std::pair<std::string, std::string>> parseResources(const std::strin
     resources.emplace_back(entry.substr(0, slash), entry.substr(slash + 1));
   }
   return resources;
+}
+
+std::vector<std::string> dropTcpViewsOfRdmaPorts(std::vector<UcxDevice>& devices,
+                                                 const std::vector<std::string>& keep) {
+  std::vector<std::string> dropped;
+  auto isTcpViewOfRdma = [&](const UcxDevice& d) {
+    if (d.rdma || d.sharedMemory || d.pciPath.empty()) return false;
+    if (std::find(keep.begin(), keep.end(), d.name) != keep.end()) return false;
+    bool view = std::any_of(devices.begin(), devices.end(),
+                            [&](const UcxDevice& other) { return other.rdma && other.pciPath == d.pciPath; });
+    if (view) dropped.push_back(d.name);
+    return view;
+  };
+  devices.erase(std::remove_if(devices.begin(), devices.end(), isTcpViewOfRdma), devices.end());
+  return dropped;
 }
 
 std::vector<UcxDevice> discoverDevices(int sharedMemorySpeedMbps, std::string* error) {
@@ -188,6 +204,11 @@ std::vector<UcxDevice> discoverDevices(int sharedMemorySpeedMbps, std::string* e
     }
     devices.push_back(std::move(device));
   }
+  for (const std::string& name : dropTcpViewsOfRdmaPorts(devices, named))
+    NCCL_NET_INFO(NCCL_INIT | NCCL_NET,
+                  "UCX device %s left out: it is the port of an RDMA device listed too, seen through TCP (name it in "
+                  "UCX_NET_DEVICES to keep it)",
+                  name.c_str());
   if (devices.empty() && !sharedMemory.empty()) {
     UcxDevice memory;
     memory.name = "memory";

@@ -28,6 +28,12 @@ struct UcxDevice {
 // `sharedMemorySpeedMbps` is what the "memory" device reports as its speed (UCX gives no number NCCL could use).
 std::vector<UcxDevice> discoverDevices(int sharedMemorySpeedMbps, std::string* error);
 
+// Removes the devices that are an RDMA device's own port seen again through TCP: the Ethernet port of a RoCE adapter
+// or the IPoIB interface of an IB one, which UCX lists beside "mlx5_0:1" (tcp/eth2) and which share its PCI function.
+// NCCL would take them for two equal NICs and spread channels over both, half of them over TCP. An interface named in
+// `keep` (UCX_NET_DEVICES, when it lists devices) stays. Returns the names removed.
+std::vector<std::string> dropTcpViewsOfRdmaPorts(std::vector<UcxDevice>& devices, const std::vector<std::string>& keep);
+
 // Parses the resource lines of ucp_context_print_info() ("#      resource 1  :  md 1  dev 1  flags -- tcp/lo")
 // into (transport, device) pairs. Exposed for the unit test.
 std::vector<std::pair<std::string, std::string>> parseResources(const std::string& printedInfo);

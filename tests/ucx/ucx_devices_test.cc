@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "ucx_devices.hpp"
 
@@ -24,6 +26,32 @@ TEST(UcxDevices, ParsesEveryResourceLine) {
   EXPECT_EQ(resources[2], std::make_pair(std::string("tcp"), std::string("eth0")));
   EXPECT_EQ(resources[3], std::make_pair(std::string("rc_mlx5"), std::string("mlx5_0:1")));
   EXPECT_TRUE(nns_ucx::parseResources("garbage\n# resource 1 : no dashes\n").empty());
+}
+
+// A RoCE port listed by UCX twice, as rc_mlx5/mlx5_0:1 and as tcp/eth2 (its Ethernet port, the same PCI function), is
+// one NIC; the management interface and a second adapter's port stay; an interface named in UCX_NET_DEVICES stays.
+TEST(UcxDevices, AnRdmaPortSeenThroughTcpIsOneDevice) {
+  auto device = [](const char* name, const char* pciPath, bool rdma) {
+    nns_ucx::UcxDevice d;
+    d.name = name;
+    d.pciPath = pciPath;
+    d.rdma = rdma;
+    return d;
+  };
+  std::vector<nns_ucx::UcxDevice> devices{device("eth0", "/sys/devices/pci0000:00/0000:00:03.0", false),
+                                          device("eth2", "/sys/devices/pci0000:80/0000:81:00.0", false),
+                                          device("mlx5_0:1", "/sys/devices/pci0000:80/0000:81:00.0", true),
+                                          device("ib1", "/sys/devices/pci0000:c0/0000:c1:00.0", false),
+                                          device("lo", "", false)};
+  auto dropped = nns_ucx::dropTcpViewsOfRdmaPorts(devices, {"all"});
+  EXPECT_EQ(dropped, std::vector<std::string>{"eth2"});
+  ASSERT_EQ(devices.size(), 4u);
+  EXPECT_EQ(devices[0].name, "eth0");
+  EXPECT_EQ(devices[1].name, "mlx5_0:1");
+  EXPECT_EQ(devices[2].name, "ib1");  // no RDMA device of its own listed: a NIC in its own right
+  devices.insert(devices.begin() + 1, device("eth2", "/sys/devices/pci0000:80/0000:81:00.0", false));
+  EXPECT_TRUE(nns_ucx::dropTcpViewsOfRdmaPorts(devices, {"mlx5_0:1", "eth2"}).empty());
+  EXPECT_EQ(devices.size(), 5u);
 }
 
 // Each environment is set before the first UCX call in a fresh gtest process (gtest_discover_tests runs every test in
