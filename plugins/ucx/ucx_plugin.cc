@@ -518,9 +518,11 @@ ncclResult_t commFailed(Comm* comm, const char* what) {
   return ncclRemoteError;
 }
 
-ucp_mem_h memoryHandleFor(void* mhandle, const void* data, size_t size) {
+ucp_mem_h memoryHandleFor(const Comm* comm, void* mhandle, const void* data, size_t size) {
   auto* memory = static_cast<MemoryHandle*>(mhandle);
   if (memory == nullptr || memory->memh == nullptr) return nullptr;
+  // Registered through another device's comm (another UCP context): its memh means nothing here; let UCX register.
+  if (memory->context != comm->context->handle) return nullptr;
   auto begin = static_cast<const char*>(data);
   auto base = static_cast<const char*>(memory->base);
   if (begin < base || begin + size > base + memory->size) return nullptr;  // outside the region: let UCX register
@@ -783,7 +785,7 @@ class UcxNet {
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send = onSendDone;
     param.user_data = &sub;
-    if (ucp_mem_h memh = memoryHandleFor(mhandle, data, size)) {
+    if (ucp_mem_h memh = memoryHandleFor(comm, mhandle, data, size)) {
       param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
       param.memh = memh;
     }
@@ -827,7 +829,7 @@ class UcxNet {
       param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
       param.cb.recv = onRecvDone;
       param.user_data = &sub;
-      if (ucp_mem_h memh = memoryHandleFor(mhandles != nullptr ? mhandles[i] : nullptr, data[i], sizes[i])) {
+      if (ucp_mem_h memh = memoryHandleFor(comm, mhandles != nullptr ? mhandles[i] : nullptr, data[i], sizes[i])) {
         param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         param.memh = memh;
       }
