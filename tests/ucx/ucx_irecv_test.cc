@@ -143,4 +143,60 @@ TEST(UcxIrecv, SubCompletedAtPostHoldsNoUcxRequest) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
 }
 
+// A buffer registered through a comm of another device (another UCP context, with memory mapped as for RDMA) and
+// then sent and received through a comm of this one: the foreign memory handle must not reach UCX, and the bytes
+// arrive. Two devices: lo and eth0 (or any second interface UCX lists).
+TEST(UcxIrecv, AMemoryHandleOfAnotherDeviceIsNotUsed) {
+  setenv("UCX_TLS", "tcp", 1);
+  setenv("UCX_NET_DEVICES", "lo,eth0", 1);
+  setenv("NNS_UCX_MEM_MAP", "yes", 1);
+  const ncclNet_v12_t* net = plugin();
+  ASSERT_NE(net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  void* ctx = initPlugin(net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  int ndev = 0;
+  ASSERT_EQ(net->devices(&ndev), ncclSuccess);
+  if (ndev < 2) GTEST_SKIP() << "UCX lists " << ndev << " device(s) for lo,eth0: two are needed";
+  void* comms[2][3] = {};  // per device: send, recv, listen
+  for (int d = 0; d < 2; ++d)
+    ASSERT_EQ(connectPair(net, ctx, d, &comms[d][0], &comms[d][1], &comms[d][2]), ncclSuccess) << "device " << d;
+  constexpr size_t kBytes = 1u << 20;
+  std::vector<unsigned char> source(kBytes), target(kBytes, 0);
+  for (size_t i = 0; i < kBytes; ++i) source[i] = static_cast<unsigned char>(i * 7 + 3);
+  void* sendHandle = nullptr;
+  void* recvHandle = nullptr;
+  ASSERT_EQ(net->regMr(comms[0][0], source.data(), kBytes, NCCL_PTR_HOST, &sendHandle), ncclSuccess);
+  ASSERT_EQ(net->regMr(comms[0][1], target.data(), kBytes, NCCL_PTR_HOST, &recvHandle), ncclSuccess);
+  void* data[1] = {target.data()};
+  size_t sizes[1] = {kBytes};
+  int tags[1] = {5};
+  void* recvRequest = nullptr;
+  void* sendRequest = nullptr;
+  ASSERT_EQ(net->irecv(comms[1][1], 1, data, sizes, tags, &recvHandle, nullptr, &recvRequest), ncclSuccess);
+  ASSERT_EQ(net->isend(comms[1][0], source.data(), kBytes, 5, sendHandle, nullptr, &sendRequest), ncclSuccess);
+  ASSERT_NE(recvRequest, nullptr);
+  ASSERT_NE(sendRequest, nullptr);
+  int received = -1, sendDone = 0, recvDone = 0;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (!sendDone || !recvDone) {  // one thread drives both ends: a rendezvous needs both workers progressed
+    if (!sendDone) {
+      ASSERT_EQ(net->test(sendRequest, &sendDone, nullptr), ncclSuccess);
+    }
+    if (!recvDone) {
+      ASSERT_EQ(net->test(recvRequest, &recvDone, &received), ncclSuccess);
+    }
+    ASSERT_LT(Clock::now(), deadline) << "the transfer did not complete";
+  }
+  EXPECT_EQ(received, static_cast<int>(kBytes));
+  EXPECT_TRUE(target == source);
+  EXPECT_EQ(net->deregMr(comms[0][0], sendHandle), ncclSuccess);
+  EXPECT_EQ(net->deregMr(comms[0][1], recvHandle), ncclSuccess);
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_EQ(net->closeSend(comms[d][0]), ncclSuccess);
+    EXPECT_EQ(net->closeRecv(comms[d][1]), ncclSuccess);
+    EXPECT_EQ(net->closeListen(comms[d][2]), ncclSuccess);
+  }
+}
+
 }  // namespace
