@@ -295,6 +295,15 @@ TEST(TopologyRules, NcclLogShapes) {
   EXPECT_TRUE(has("Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA"));
   // PXN level 2: rank 1's rail NIC is owned by rank 0, which proxies the send.
   EXPECT_TRUE(has("Channel 00/0 : 1[1] -> 9[1] [send] via NET/IB/0(0)/GDRDMA"));
+  {
+    // NCCL_CROSS_NIC=0 takes the rail NIC, and PXN still picks its proxy (NCCL goes on to the PXN levels).
+    TopoSettings noCross;
+    noCross.crossNic = 0;
+    NetDevChoice c = netDevForPeer(a.system, noCross, 1, 0, 1);
+    NetDevChoice d = netDevForPeer(a.system, TopoSettings{}, 1, 0, 1);
+    EXPECT_EQ(c.netDev, d.netDev);
+    EXPECT_EQ(c.proxyRank, 0) << c.reason;
+  }
   EXPECT_TRUE(has("Channel 00/0 : 9[1] -> 1[1] [receive] via NET/IB/0/GDRDMA"));
   std::string dot = formatDot(a);
   EXPECT_EQ(dot.rfind("digraph topology {", 0), 0u);
@@ -374,6 +383,32 @@ TEST(TopologySettings, ReadsNcclVariablesLikeNccl) {
   {
     ScopedEnv a("NCCL_P2P_LEVEL", "FAST");
     EXPECT_THROW(TopoSettings::fromEnvironment(), TopologyError);
+  }
+  {
+    // As NCCL: the merge level by name prefix (case matters), anything else LOC; the policy ignoring case, anything
+    // else AUTO; NVB off for any non-zero value. Each fallback leaves a note.
+    ScopedEnv a("NCCL_NET_MERGE_LEVEL", "PXB_PLEASE");
+    ScopedEnv b("NCCL_NETDEVS_POLICY", "all");
+    ScopedEnv c("NCCL_NVB_DISABLE", "2");
+    TopoSettings s = TopoSettings::fromEnvironment();
+    EXPECT_EQ(s.netMergeLevel, PATH_PXB);
+    EXPECT_EQ(s.netDevsPolicyMax, -1);
+    EXPECT_TRUE(s.nvbDisable);
+    EXPECT_TRUE(s.notes.empty());
+  }
+  {
+    ScopedEnv a("NCCL_NET_MERGE_LEVEL", "2");  // no old integer levels here: LOC
+    ScopedEnv b("NCCL_NETDEVS_POLICY", "MAX:0");
+    TopoSettings s = TopoSettings::fromEnvironment();
+    EXPECT_EQ(s.netMergeLevel, PATH_LOC);
+    EXPECT_EQ(s.netDevsPolicyMax, 0);
+    ASSERT_EQ(s.notes.size(), 2u);
+    EXPECT_NE(s.notes[0].find("NCCL takes LOC (no fusion)"), std::string::npos) << s.notes[0];
+    EXPECT_NE(s.notes[1].find("NCCL takes AUTO"), std::string::npos) << s.notes[1];
+  }
+  {
+    ScopedEnv a("NCCL_NET_MERGE_LEVEL", "pxb");
+    EXPECT_EQ(TopoSettings::fromEnvironment().netMergeLevel, PATH_LOC);
   }
   TopoSettings defaults = TopoSettings::fromEnvironment();
   EXPECT_EQ(defaults.p2pLevel, -2);

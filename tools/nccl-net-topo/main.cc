@@ -233,6 +233,8 @@ int runTool(int argc, char** argv) {
       fromEnv("NCCL_GRAPH_DUMP_FILE", dumpGraph);
     }
     if (!ignoreEnv) opts.settings = nns::topo::TopoSettings::fromEnvironment();
+    for (const std::string& note : opts.settings.notes)
+      std::fprintf(stderr, "nccl-net-topo: note: %s\n", nns::topo::terminalSafe(note).c_str());
     if (const char* fm = std::getenv("NCCL_NET_FORCE_MERGE"); fm && !ignoreEnv) opts.forceMerge = fm;
     opts.search = !noSearch;
     nns::topo::XmlDocument doc;

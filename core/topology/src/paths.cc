@@ -1,6 +1,8 @@
 // Widest-path computation per base node and NCCL's P2P/GDR/PXN/local-NIC decisions over those paths.
 #include "nns/topology/paths.h"
 
+#include <strings.h>
+
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
@@ -51,7 +53,7 @@ TopoSettings TopoSettings::fromEnvironment() {
     s.p2pLevel = PATH_LOC;
   else
     s.p2pLevel = envLevel("NCCL_P2P_LEVEL", -2);
-  s.nvbDisable = envInt("NCCL_NVB_DISABLE", 0) == 1;
+  s.nvbDisable = envInt("NCCL_NVB_DISABLE", 0) != 0;  // NCCL tests the value for non-zero
   s.netGdrLevel = envLevel("NCCL_NET_GDR_LEVEL", -2);
   s.netGdrRead = envInt("NCCL_NET_GDR_READ", -2);
   s.netGdrC2c = envInt("NCCL_NET_GDR_C2C", 1) != 0;
@@ -59,23 +61,36 @@ TopoSettings TopoSettings::fromEnvironment() {
   s.pxnC2c = envInt("NCCL_PXN_C2C", 1) != 0;
   s.p2pPxnLevel = envInt("NCCL_P2P_PXN_LEVEL", 2);
   s.crossNic = envInt("NCCL_CROSS_NIC", 2);
-  if (const char* m = std::getenv("NCCL_NET_MERGE_LEVEL"); m && *m) {
-    std::string v = m;
-    if (v == "PORT")
-      s.netMergeLevel = PATH_PORT;
-    else if ((s.netMergeLevel = parsePathLevel(v)) < 0)
-      throw TopologyError("NCCL_NET_MERGE_LEVEL=" + v + ": unknown level");
+  if (const char* m = std::getenv("NCCL_NET_MERGE_LEVEL")) {
+    // As NCCL reads it: the first of its names the value begins with (case matters), else LOC, which fuses nothing.
+    static constexpr std::pair<const char*, int> kNames[] = {{"LOC", PATH_LOC}, {"PORT", PATH_PORT}, {"PIX", PATH_PIX},
+                                                             {"PXB", PATH_PXB}, {"P2C", PATH_P2C},   {"PXN", PATH_PXN},
+                                                             {"PHB", PATH_PHB}, {"SYS", PATH_SYS}};
+    s.netMergeLevel = -1;
+    for (const auto& [name, level] : kNames)
+      if (std::strncmp(m, name, std::strlen(name)) == 0) {
+        s.netMergeLevel = level;
+        break;
+      }
+    if (s.netMergeLevel < 0) {
+      s.netMergeLevel = PATH_LOC;
+      s.notes.push_back(std::string("NCCL_NET_MERGE_LEVEL=") + m +
+                        " begins with none of LOC PORT PIX PXB P2C PXN PHB SYS: NCCL takes LOC (no fusion), and so "
+                        "does this tool");
+    }
   }
-  if (const char* p = std::getenv("NCCL_NETDEVS_POLICY"); p && *p) {
-    std::string v = p;
-    if (v == "AUTO")
-      s.netDevsPolicyMax = 0;
-    else if (v == "ALL")
+  if (const char* p = std::getenv("NCCL_NETDEVS_POLICY")) {
+    // As NCCL reads it: AUTO, ALL or MAX:<n> with n > 0, ignoring case; anything else is AUTO.
+    if (strcasecmp(p, "ALL") == 0) {
       s.netDevsPolicyMax = -1;
-    else if (v.rfind("MAX:", 0) == 0 && std::atoi(v.c_str() + 4) > 0)
-      s.netDevsPolicyMax = std::atoi(v.c_str() + 4);
-    else
-      throw TopologyError("NCCL_NETDEVS_POLICY=" + v + ": expected AUTO, ALL or MAX:<n>");
+    } else if (strncasecmp(p, "MAX:", 4) == 0 && std::atoi(p + 4) > 0) {
+      s.netDevsPolicyMax = std::atoi(p + 4);
+    } else {
+      s.netDevsPolicyMax = 0;
+      if (strcasecmp(p, "AUTO") != 0)
+        s.notes.push_back(std::string("NCCL_NETDEVS_POLICY=") + p +
+                          " is not AUTO, ALL or MAX:<n> with n > 0: NCCL takes AUTO, and so does this tool");
+    }
   }
   return s;
 }
@@ -521,10 +536,9 @@ NetDevChoice netDevForPeer(const System& sys, const TopoSettings& settings, int 
     if (sys.node(GPU, g).gpu.dev == peerDev) equivalent = g;
   if (equivalent < 0) return c;
   int railNet = localNet(sys, settings, sys.node(GPU, equivalent).gpu.rank, channel).netDev;
-  if (settings.crossNic == 0) {
+  if (settings.crossNic == 0) {  // then the PXN levels below still choose a proxy, as in NCCL
     c.netDev = railNet;
     c.reason = "NCCL_CROSS_NIC=0: the NIC of the peer's rail";
-    return c;
   }
   int g = sys.gpuIndexOfRank(rank);
   int n = sys.netIndexOfDev(railNet);

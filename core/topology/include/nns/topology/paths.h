@@ -22,8 +22,11 @@ struct TopoSettings {
   int netMergeLevel = PATH_PORT;  // NCCL_NET_MERGE_LEVEL
   int netDevsPolicyMax = 0;       // NCCL_NETDEVS_POLICY: 0 = AUTO, -1 = ALL, n > 0 = MAX:n
   bool ignoreCpuAffinity = false;
+  // What fromEnvironment read the way NCCL does but a user may not expect (a value NCCL replaces by its fallback).
+  std::vector<std::string> notes;
 
-  // Reads the NCCL_* variables above from the environment; throws TopologyError on an unknown value.
+  // Reads the NCCL_* variables above from the environment. Values NCCL takes leniently are taken the same way (with a
+  // note); a P2P or GDR level NCCL cannot read, or a non-integer where NCCL wants one, throws TopologyError.
   static TopoSettings fromEnvironment();
 };
 
