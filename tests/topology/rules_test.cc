@@ -86,6 +86,31 @@ TEST(TopologyRules, NvlinkThroughOneGpuIsNvb) {
   EXPECT_FALSE(b.p2p[0][2].p2p);
 }
 
+TEST(TopologyRules, TwoNvlinkIslandsMakeTheRingStartAtTwoChannels) {
+  // Rule (ncclTopoSplitNvLink): two sockets, each with an NVLink pair, joined by the CPUs' link only. NCCL's ring then
+  // needs at least two channels (the tree needs two there, and the ring keeps as many as the tree): one channel at
+  // the CPU link's 10 GB/s is refused, two at 5 are taken, as in the ring that crosses that link both ways.
+  std::string body = cpuOpen(0) + pci("0000:17:00.0", "0x030200", gpu(0, 80, nvlink("0000:65:00.0"))) +
+                     pci("0000:65:00.0", "0x030200", gpu(1, 80, nvlink("0000:17:00.0"))) + "</cpu>" + cpuOpen(1) +
+                     pci("0000:b1:00.0", "0x030200", gpu(2, 80, nvlink("0000:ca:00.0"))) +
+                     pci("0000:ca:00.0", "0x030200", gpu(3, 80, nvlink("0000:b1:00.0"))) + "</cpu>";
+  // Skylake sockets: a 10 GB/s link between them.
+  for (std::size_t at = body.find("modelid=\"143\""); at != std::string::npos; at = body.find("modelid=\"143\""))
+    body.replace(at, 13, "modelid=\"85\"");
+  Analysis a = run(body);
+  const Graph& ring = a.searches[0].ring;
+  EXPECT_EQ(ring.minChannels, 2);
+  EXPECT_EQ(ring.nChannels, 2);
+  EXPECT_FLOAT_EQ(ring.bwIntra, 5.0f);
+  // A third NVLink joins the islands into one: the rule does not apply.
+  std::string joined = cpuOpen(0) + pci("0000:17:00.0", "0x030200", gpu(0, 80, nvlink("0000:65:00.0"))) +
+                       pci("0000:65:00.0", "0x030200", gpu(1, 80, nvlink("0000:17:00.0") + nvlink("0000:b1:00.0"))) +
+                       "</cpu>" + cpuOpen(1) +
+                       pci("0000:b1:00.0", "0x030200", gpu(2, 80, nvlink("0000:ca:00.0") + nvlink("0000:65:00.0"))) +
+                       pci("0000:ca:00.0", "0x030200", gpu(3, 80, nvlink("0000:b1:00.0"))) + "</cpu>";
+  EXPECT_EQ(run(joined).searches[0].ring.minChannels, 1);
+}
+
 TEST(TopologyRules, GraceC2cGivesP2cAndGdr) {
   // Grace-Hopper: the GPU reaches its CPU over C2C (here 900 GB/s), the NIC hangs off the same CPU over PCI.
   std::string c2c = "<c2c bw=\"50000\" count=\"18\"/>";

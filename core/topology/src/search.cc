@@ -465,6 +465,22 @@ class Searcher {
   }
 };
 
+bool splitNvLink(const System& sys) {
+  // NCCL's domains, as NCCL computes them: each GPU takes the domain of the first lower-indexed GPU with a direct
+  // NVLink path to it (not a union over chains), then the domains of more than one GPU are counted.
+  const int n = sys.count(GPU);
+  std::vector<int> domain(static_cast<std::size_t>(n));
+  for (int g = 0; g < n; ++g) domain[static_cast<std::size_t>(g)] = g;
+  for (int g = 0; g < n; ++g)
+    for (int p = g + 1; p < n; ++p)
+      if (sys.node(GPU, g).paths[GPU][static_cast<std::size_t>(p)].type == PATH_NVL)
+        domain[static_cast<std::size_t>(p)] = domain[static_cast<std::size_t>(g)];
+  int islands = 0;
+  for (int d = 0; d < n; ++d)
+    if (std::count(domain.begin(), domain.end(), d) > 1) ++islands;
+  return islands == 2;
+}
+
 void Searcher::compute(Graph& graph) {
   int n = ngpus();
   bool net = useNet(sys_);
@@ -502,6 +518,10 @@ void Searcher::compute(Graph& graph) {
     throw TopologyError(std::string("search pattern ") + std::string(patternName(graph.pattern)) +
                         " is not implemented (ring and tree patterns are)");
   if (n == 1 && graph.pattern != PATTERN_RING) graph.pattern = PATTERN_TREE;
+  // Two NVLink islands joined by a slower link (two sockets over QPI): the tree needs two channels there, and the ring
+  // must have as many as the tree, so the ring search starts at two (NCCL's ncclTopoSplitNvLink).
+  if (graph.pattern == PATTERN_RING && splitNvLink(sys_) && graph.maxChannels >= 2 && graph.minChannels == 1)
+    graph.minChannels = 2;
 
   Graph tmp = graph;
   const float* speeds;
