@@ -10,36 +10,10 @@
 #include <nccl_net/sdk/sysfs.hpp>
 
 #include "hca_filter.hpp"
+#include "port_speed.hpp"
 
 namespace nns_ib {
 namespace sdk = nccl_net::sdk;
-
-int portSpeedMbps(int activeSpeed, int activeWidth) {
-  int laneMbps = 0;
-  switch (activeSpeed) {
-    case 1: laneMbps = 2500; break;  // SDR
-    case 2: laneMbps = 5000; break;  // DDR
-    case 4:                          // QDR
-    case 8:                          // FDR10
-      laneMbps = 10000;
-      break;
-    case 16: laneMbps = 14000; break;    // FDR
-    case 32: laneMbps = 25000; break;    // EDR
-    case 64: laneMbps = 50000; break;    // HDR
-    case 128: laneMbps = 100000; break;  // NDR
-    default: return 0;
-  }
-  int lanes = 0;
-  switch (activeWidth) {
-    case 1: lanes = 1; break;
-    case 2: lanes = 4; break;
-    case 4: lanes = 8; break;
-    case 8: lanes = 12; break;
-    case 16: lanes = 2; break;
-    default: return 0;
-  }
-  return laneMbps * lanes;
-}
 
 std::string gidText(const ibv_gid& gid) {
   char text[INET6_ADDRSTRLEN] = {};
@@ -178,6 +152,10 @@ std::vector<Port> discoverPorts(const Verbs& verbs, const DiscoveryOptions& opti
         continue;
       }
       port.speedMbps = portSpeedMbps(port.attr.active_speed, port.attr.active_width);
+      if (port.speedMbps == 0) {  // a code this table predates (XDR needs active_speed_ex): the kernel's rate text
+        auto rate = sdk::readSysfsString("/sys/class/infiniband/" + hcaName + "/ports/" + std::to_string(p) + "/rate");
+        port.speedMbps = rate ? rateTextMbps(*rate) : 0;
+      }
       port.pciPath = sdk::pciPathOfIbDevice(hcaName);
       port.guid = hca->attr.node_guid;
       hcaPorts.push_back(port);

@@ -49,9 +49,6 @@ bool nvidiaDriverPresent();
 std::vector<Port> discoverPorts(const Verbs& verbs, const DiscoveryOptions& options, std::vector<Hca*>* hcas,
                                 std::string* why);
 
-// Mbps from the port's active_speed/active_width codes (0 when a code is unknown).
-int portSpeedMbps(int activeSpeed, int activeWidth);
-
 // Picks a GID index for a RoCE port: RoCE v2 with an IPv4-mapped address, then RoCE v2, then v1, then index 0.
 int chooseGidIndex(const Verbs& verbs, ibv_context* context, const std::string& hcaName, int port, int tableLength,
                    std::string* type);

@@ -1271,7 +1271,10 @@ class IbNet {
     // cause. The handle's struct stays with the comm until close, since such a request may still read its keys.
     Comm* owner = mh->comm;
     int users = mh->users.load(std::memory_order_acquire);
-    bool busy = owner != nullptr && users > 0 && !owner->failed.load(std::memory_order_acquire);
+    // In use: the struct is kept until close even when the comm has already failed, since a request that completed
+    // before the failure still drops its use of the handle in test().
+    bool inUse = owner != nullptr && users > 0;
+    bool busy = inUse && !owner->failed.load(std::memory_order_acquire);
     if (busy) {
       char what[256];
       std::snprintf(what, sizeof(what),
@@ -1287,11 +1290,11 @@ class IbNet {
       std::lock_guard<std::mutex> lock(owner->registrationMutex);
       auto& list = owner->registrations;
       list.erase(std::remove(list.begin(), list.end(), mh), list.end());
-      if (busy) owner->retired.push_back(mh);
+      if (inUse) owner->retired.push_back(mh);
     }
     for (int d = 0; d < mh->ndevs; ++d)
       if (mh->mrs[d] != nullptr) verbs().deregMr(mh->mrs[d]);
-    if (busy) {
+    if (inUse) {
       mh->magic = MemoryHandle::kRetiredMagic;
       for (ibv_mr*& mr : mh->mrs) mr = nullptr;
     } else {

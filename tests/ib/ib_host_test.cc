@@ -12,6 +12,7 @@
 #include <nccl_net/net.h>
 
 #include "hca_filter.hpp"
+#include "port_speed.hpp"
 
 namespace {
 
@@ -168,6 +169,20 @@ TEST(IbHcaFilter, EmptyEntriesAndSpacesAreIgnored) {
   EXPECT_TRUE(filter.selects("mlx5_0", 3));
   EXPECT_TRUE(filter.selects("rxe1", 1));
   EXPECT_FALSE(filter.selects("rxe1", 2));
+}
+
+// Port speeds: the verbs codes NCCL's table knows, and the kernel's rate text for what they cannot express (an XDR
+// port reports its speed only in active_speed_ex, which the compat ibv_query_port does not fill).
+TEST(IbPortSpeed, VerbsCodesAndTheKernelsRateText) {
+  EXPECT_EQ(nns_ib::portSpeedMbps(128, 2), 400000);  // NDR x4
+  EXPECT_EQ(nns_ib::portSpeedMbps(64, 2), 200000);   // HDR x4
+  EXPECT_EQ(nns_ib::portSpeedMbps(0, 2), 0);         // unknown code: the caller asks sysfs
+  EXPECT_EQ(nns_ib::rateTextMbps("800 Gb/sec (4X XDR)"), 800000);
+  EXPECT_EQ(nns_ib::rateTextMbps("2.5 Gb/sec (1X SDR)"), 2500);
+  EXPECT_EQ(nns_ib::rateTextMbps("100 Gb/sec (2X HDR)\n"), 100000);
+  EXPECT_EQ(nns_ib::rateTextMbps("Unknown"), 0);
+  EXPECT_EQ(nns_ib::rateTextMbps(""), 0);
+  EXPECT_EQ(nns_ib::rateTextMbps("-5 Gb/sec"), 0);
 }
 
 }  // namespace
