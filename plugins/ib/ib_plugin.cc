@@ -666,16 +666,16 @@ bool ensureFlushQps(RecvComm* comm, std::string* error) {
 
 // ---- progress -------------------------------------------------------------------------------------------------------
 std::string qpWhere(const Comm* comm, uint32_t qpNum) {
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), "0x%x", qpNum);
   for (int i = 0; i < comm->nqps; ++i)
     if (comm->qps[i].qp->qp_num == qpNum)
-      return "QP " + std::to_string(i) + " (0x" +
-             [&] {
-               char hex[16];
-               std::snprintf(hex, sizeof(hex), "%x", qpNum);
-               return std::string(hex);
-             }() +
-             ") on " + comm->devs[comm->qps[i].device].port->name;
-  return "QP 0x" + std::to_string(qpNum);
+      return "QP " + std::to_string(i) + " (" + hex + ") on " + comm->devs[comm->qps[i].device].port->name;
+  for (int d = 0; d < comm->ndevs; ++d)
+    if (ibv_qp* flush = comm->devs[d].flushQp.load(std::memory_order_acquire);
+        flush != nullptr && flush->qp_num == qpNum)
+      return std::string("the flush QP (") + hex + ") on " + comm->devs[d].port->name;
+  return std::string("QP ") + hex;
 }
 
 ncclResult_t completionError(Comm* comm, const ibv_wc& wc) {
@@ -759,6 +759,8 @@ ncclResult_t progressRecv(RecvComm* comm) {
     }
     if (ibv_cq* flushCq = comm->devs[d].flushCq.load(std::memory_order_acquire)) {
       n = ibv_poll_cq(flushCq, 16, wcs);
+      if (n < 0)
+        return fail(comm, ncclSystemError, "ibv_poll_cq on the flush CQ of " + comm->devs[d].port->name + " failed");
       for (int i = 0; i < n; ++i) {
         if (wcs[i].status != IBV_WC_SUCCESS) return completionError(comm, wcs[i]);
         any = true;
