@@ -2,8 +2,10 @@
 #include <hwloc.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 
 #include "nns/topology/discovery.h"
@@ -116,6 +118,49 @@ TEST(TopologyDiscovery, InterfacesThatAreNotRunningAreLeftOut) {
   std::vector<std::string> names;
   for (const auto& n : nics) names.push_back(n.name);
   EXPECT_EQ(names, (std::vector<std::string>{"tun0", "up0"}));
+}
+
+// hwloc reads a made-up machine (tests/data/hwloc/pcie-switch.xml): a root port above a PCIe switch (upstream port
+// 01:00.0, two downstream ports) with a GPU and a NIC under it, and a GPU right under another root port. NCCL's sysfs
+// walk makes the switch one <pci> (its upstream port) with both devices under it, so they are PIX apart, and leaves
+// root and downstream ports out; a device under a root port hangs off the CPU.
+TEST(TopologyDiscovery, APcieSwitchIsOneNodeAsInNccl) {
+  ASSERT_EQ(setenv("HWLOC_XMLFILE", NNS_TOPOLOGY_DATA_DIR "/../hwloc/pcie-switch.xml", 1), 0);
+  std::vector<NicInfo> nics(1);
+  nics[0].name = "mlx5_0";
+  nics[0].pciPath = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0";
+  nics[0].speedMbps = 200000;
+  nics[0].gpuDirect = true;  // without GDR NCCL routes GPU-NIC traffic through the CPU (PHB) whatever the tree
+  XmlDocument doc = discoverTopology(nics);
+  unsetenv("HWLOC_XMLFILE");
+  std::string xml = writeXml(doc.root);
+  for (const char* skipped : {"0000:00:01.0", "0000:00:02.0", "0000:02:00.0", "0000:02:01.0"})
+    EXPECT_EQ(xml.find(std::string("busid=\"") + skipped + "\""), std::string::npos) << skipped << "\n" << xml;
+  ASSERT_EQ(doc.root.children.size(), 1u) << xml;
+  const XmlElement& cpu = doc.root.children[0];
+  std::vector<std::string> top;
+  for (const auto& c : cpu.children)
+    if (c.name == "pci") top.push_back(*c.attr("busid"));
+  EXPECT_EQ(top, (std::vector<std::string>{"0000:01:00.0", "0000:05:00.0"})) << xml;
+  // The links as sysfs would give them (this host has no such devices to read).
+  std::function<void(XmlElement&)> setLinks = [&](XmlElement& e) {
+    if (e.name == "pci") {
+      e.setAttr("link_speed", "16.0 GT/s PCIe");
+      e.setAttr("link_width", "16");
+    }
+    for (auto& c : e.children) setLinks(c);
+  };
+  setLinks(doc.root);
+  CompletionOptions fill;
+  fill.gpuSm = 80;
+  completeTopology(doc.root, fill);
+  AnalysisOptions o;
+  o.nRanks = 4;
+  Analysis a = analyze(doc, o);
+  ASSERT_EQ(a.system.count(GPU), 2);
+  ASSERT_EQ(a.system.count(NET), 1);
+  EXPECT_EQ(std::string(pathTypeName(gpuToNet(a, 0, 0).type)), "PIX");  // the GPU beside the NIC under the switch
+  EXPECT_EQ(std::string(pathTypeName(gpuToNet(a, 1, 0).type)), "PHB");  // the GPU under its own root port
 }
 
 TEST(TopologyDiscovery, PluginSuppliedNicsArePlacedByPciPath) {

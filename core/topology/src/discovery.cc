@@ -220,29 +220,34 @@ XmlDocument discoverTopology(const std::vector<NicInfo>& nics, DiscoveryReport* 
                       std::atoi(readLine(fs::path(sysfsRoot) / "bus/pci/devices" / busId / "max_link_width").c_str())));
       return &pci;
     }
-    // PCI-to-PCI bridges between the host bridge and the device, top-down.
-    std::vector<hwloc_obj_t> chain;
+    // The PCI-to-PCI bridges above the device, nearest first (a PCIe switch is an upstream port above its downstream
+    // ports; a root port sits on the root complex).
+    std::vector<hwloc_obj_t> above;
     for (hwloc_obj_t p = obj->parent; p && p->type == HWLOC_OBJ_BRIDGE; p = p->parent)
-      if (p->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI) chain.push_back(p);
-    std::reverse(chain.begin(), chain.end());
-    hwloc_obj_t upstream = nullptr;
-    for (hwloc_obj_t bridge : chain) {
+      if (p->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI) above.push_back(p);
+    // As NCCL's sysfs walk: a device's parent is the bridge two levels up its sysfs path (the switch's upstream port,
+    // skipping the downstream port it hangs off), and so on from there; past the last bridge is the CPU. So root ports
+    // and downstream ports are no nodes, and one switch is one <pci> with the devices under it (PIX between them).
+    // Each node's link is the narrower of its own and that of the port right above it (NCCL's "../max_link_*").
+    std::vector<std::size_t> kept;  // indices into `above`, top-down
+    for (std::size_t i = 1; i < above.size(); i += 2) kept.insert(kept.begin(), i);
+    for (std::size_t i : kept) {
+      hwloc_obj_t bridge = above[i];
       std::string id = busIdText(bridge);
       XmlElement* found = nullptr;
       for (auto& c : parent->children)
         if (c.name == "pci" && c.attr("busid") && *c.attr("busid") == id) found = &c;
       if (!found) {
         found = &parent->addChild("pci");
-        fillPci(*found, bridge, upstream, sysfsRoot);
+        fillPci(*found, bridge, i + 1 < above.size() ? above[i + 1] : nullptr, sysfsRoot);
         found->setAttr("class", "0x060400");
       }
       parent = found;
-      upstream = bridge;
     }
     for (auto& c : parent->children)
       if (c.name == "pci" && c.attr("busid") && *c.attr("busid") == busIdText(obj)) return &c;
     XmlElement& pci = parent->addChild("pci");
-    fillPci(pci, obj, upstream, sysfsRoot);
+    fillPci(pci, obj, above.empty() ? nullptr : above[0], sysfsRoot);
     return &pci;
   };
 

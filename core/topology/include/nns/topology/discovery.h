@@ -35,9 +35,9 @@ struct DiscoveryReport {
 };
 
 // Builds a <system version="1"> document the way NCCL's own detection writes it: <cpu> per NUMA node (affinity,
-// arch, vendor, family, model), the PCI bridges leading to each NIC and NVIDIA GPU, a <nic><net> per NicInfo (dev in
-// list order). GPUs are left as bare <pci> leaves: without NVML their compute capability is unknown (see
-// CompletionOptions). Throws TopologyError when hwloc cannot load the topology.
+// arch, vendor, family, model), the PCI switches leading to each NIC and NVIDIA GPU (as NCCL's sysfs walk keeps them),
+// a <nic><net> per NicInfo (dev in list order). GPUs are left as bare <pci> leaves: without NVML their compute
+// capability is unknown (see CompletionOptions). Throws TopologyError when hwloc cannot load the topology.
 XmlDocument discoverTopology(const std::vector<NicInfo>& nics, DiscoveryReport* report = nullptr);
 
 }  // namespace nns::topo
