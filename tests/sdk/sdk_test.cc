@@ -397,6 +397,24 @@ TEST(Export, TheOptionalRecvCompletionHintReachesTheClass) {
   EXPECT_FALSE(calls.optionalCompletion);
 }
 
+// A send test() could never report is refused at isend, before the plugin moves a byte.
+TEST(Export, ASendAboveIntMaxIsRefusedAtIsend) {
+  sdk::setLogger(recordingLogger);
+  logLines().clear();
+  calls.lastSendSize = 0;
+  char byte = 0;
+  void* request = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(NetTables<RecordingNet>::v12.isend(reinterpret_cast<void*>(1), &byte, (3ull << 30), 0, nullptr, nullptr,
+                                               &request),
+            ncclInvalidArgument);
+  EXPECT_EQ(calls.lastSendSize, 0u) << "the class must not see it";
+  EXPECT_TRUE(logged("exceeds INT_MAX"));
+  EXPECT_EQ(NetTables<RecordingNet>::v12.isend(reinterpret_cast<void*>(1), &byte, static_cast<size_t>(INT_MAX), 0,
+                                               nullptr, nullptr, &request),
+            ncclSuccess);
+  EXPECT_EQ(calls.lastSendSize, static_cast<size_t>(INT_MAX));
+}
+
 TEST(Export, CompletedSizeAboveIntMaxIsAnErrorNotATruncation) {
   sdk::setLogger(recordingLogger);
   logLines().clear();

@@ -657,6 +657,10 @@ struct NetEntry {
       NCCL_NET_SDK_REQUIRE(sendComm != nullptr && request != nullptr, ncclInvalidArgument,
                            "isend: sendComm or request is NULL");
       NCCL_NET_SDK_REQUIRE(data != nullptr || size == 0, ncclInvalidArgument, "isend: NULL data for %zu bytes", size);
+      // test() could never report it (sizes are int in every version): refused before a byte moves.
+      NCCL_NET_SDK_REQUIRE(size <= static_cast<size_t>(INT_MAX), ncclInvalidArgument,
+                           "isend: %zu bytes exceeds INT_MAX, which test() cannot report; keep messages below 2 GiB",
+                           size);
       *request = nullptr;
       return net().isend(sendComm, data, size, tag, mhandle, phandle, request);
     });
