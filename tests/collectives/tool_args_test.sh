@@ -72,6 +72,31 @@ for case in "0 64 4:0 4 16 64 " "1 16 2:0 4 8 16 "; do
   fi
 done
 
+# A factor just above 1 still steps by at least one element (it crept up by an ulp, for ever).
+rows=$(timeout 60 "$bin/nccl-net-run" -n 1 --timeout 30 "$bin/nccl-net-bench" allreduce -p minimal -b 8 -e 16 \
+         -f 1.0000000000000002 -n 1 -w 0 -c 1 | awk '$1 ~ /^[0-9]+$/ {printf "%s ", $1}')
+if [ "$rows" != "8 12 16 " ]; then
+  echo "FAILED: -b 8 -e 16 -f 1.0000000000000002 gave sizes '$rows' (expected '8 12 16 ')"
+  failures=$((failures + 1))
+fi
+# nccl-tests' columns and closing lines: allgather's count is per rank (the size is the total), then the out-of-bounds
+# and average bus bandwidth lines.
+out=$(timeout 60 "$bin/nccl-net-run" -n 2 --timeout 30 "$bin/nccl-net-bench" allgather -p minimal -b 512 -e 512 \
+        -n 1 -w 0 -c 1 2>&1)
+if [ "$(awk '$1 == 512 {print $2}' <<<"$out")" != 64 ] || ! grep -q '^# Out of bounds values : 0 OK$' <<<"$out" ||
+   ! grep -q '^# Avg bus bandwidth    : ' <<<"$out"; then
+  echo "FAILED: allgather of 512 B on 2 ranks: expected count 64 per rank and nccl-tests' closing lines, got: $out"
+  failures=$((failures + 1))
+fi
+# Products stay exact in the narrow types however many ranks multiply (2^7 wrapped in int8 at 19 ranks and was
+# counted wrong).
+rows=$(timeout 120 "$bin/nccl-net-run" -n 19 --timeout 100 "$bin/nccl-net-bench" allreduce -p minimal -d int8 \
+         -o prod -b 8 -e 8 -n 1 -w 0 -c 1 | awk '$1 ~ /^[0-9]+$/ {printf "%s/%s ", $1, $NF}')
+if [ "$rows" != "8/0 " ]; then
+  echo "FAILED: int8 prod on 19 ranks gave rows (size/#wrong) '$rows'"
+  failures=$((failures + 1))
+fi
+
 # The header names the host reductions' ISA variant, which NNS_HOST_ISA caps; a collective that reduces nothing
 # (allgather) names none.
 header=$(NNS_HOST_ISA=baseline NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" allreduce -p minimal \

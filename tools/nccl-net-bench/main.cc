@@ -44,10 +44,29 @@ bool isFp8(ncclDataType_t type) {
   return type == ncclFloat8e4m3 || type == ncclFloat8e5m2;
 }
 
+// How many factors of 2 a product may have and stay exact in `type` (no wrap, no saturation, no rounding).
+int exactDoublings(ncclDataType_t type) {
+  switch (type) {
+    case ncclInt8: return 6;
+    case ncclUint8: return 7;
+    case ncclFloat8e4m3: return 8;  // largest finite 448
+    case ncclFloat8e5m2:
+    case ncclFloat16: return 15;
+    case ncclInt32: return 30;
+    case ncclUint32: return 31;
+    case ncclInt64: return 62;
+    case ncclUint64: return 63;
+    default: return 127;  // bfloat16, float32, float64: below float's largest power of two
+  }
+}
+
 // Input value of element i on rank r: small integers, so every type and op has an exact expected result (for fp8,
-// -1..1, so that every partial sum of up to 8 ranks is exact in e5m2's 2 mantissa bits).
-double inputValue(int r, size_t i, ncclRedOp_t op, bool isUnsigned, bool tiny = false) {
-  if (op == ncclProd) return ((r + i) % 3 == 0) ? 2.0 : 1.0;
+// -1..1, so that every partial sum of up to 8 ranks is exact in e5m2's 2 mantissa bits). For prod, a 2 on every third
+// rank, among the first ranks only, so that the product stays exact in the type however many ranks there are.
+double inputValue(int r, size_t i, ncclRedOp_t op, ncclDataType_t type) {
+  if (op == ncclProd) return ((r + i) % 3 == 0 && r < 3 * exactDoublings(type)) ? 2.0 : 1.0;
+  const bool isUnsigned = type == ncclUint8 || type == ncclUint32 || type == ncclUint64;
+  const bool tiny = isFp8(type);
   if (tiny) return static_cast<int>((r + i) % 3) - 1;
   int v = static_cast<int>((r * 7 + i * 3) % 9);
   return isUnsigned ? v : v - 4;
@@ -116,10 +135,15 @@ int localRank(const core::LaunchInfo& launch) {
 }
 #endif
 
-double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type, bool isUnsigned) {
-  double acc = inputValue(0, i, op, isUnsigned, isFp8(type));
+// What element i of a non-reducing collective holds on rank r: 0..8, exact in every type.
+double plainValue(int r, size_t i) {
+  return static_cast<int>((r * 7 + i * 3) % 9);
+}
+
+double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type) {
+  double acc = inputValue(0, i, op, type);
   for (int r = 1; r < n; ++r) {
-    double v = inputValue(r, i, op, isUnsigned, isFp8(type));
+    double v = inputValue(r, i, op, type);
     switch (op) {
       case ncclSum:
       case ncclAvg: acc += v; break;
@@ -223,6 +247,8 @@ int runTool(int argc, char** argv) {
     return 2;
   }
   long wrongTotal = 0;
+  double busbwSum = 0;  // over the rows rank 0 printed, for the closing average
+  long rows = 0;
   int gpu = -1;  // with -G 1: the CUDA device this rank's buffers are on
   try {
     core::CommOptions options;
@@ -377,11 +403,12 @@ int runTool(int argc, char** argv) {
     for (const ncclDataType_t type : types) {
       for (const ncclRedOp_t op : ops) {
         const size_t es = coll::typeSize(type);
-        const bool isUnsigned = type == ncclUint8 || type == ncclUint32 || type == ncclUint64;
         size_t previousBytes = SIZE_MAX;
         for (double bytesD = static_cast<double>(minBytes); bytesD <= static_cast<double>(maxBytes);) {
-          const double next = factor > 1 ? (bytesD == 0 ? static_cast<double>(es) : bytesD * factor)
-                                         : bytesD + static_cast<double>(stepBytes);
+          // At least a byte further each step: a factor just above 1 would otherwise creep up by an ulp at a time.
+          const double next = factor > 1
+                                  ? (bytesD == 0 ? static_cast<double>(es) : std::max(bytesD * factor, bytesD + 1))
+                                  : bytesD + static_cast<double>(stepBytes);
           size_t count = static_cast<size_t>(bytesD) / es;
           if ((collective == "allgather" || collective == "reducescatter")) count -= count % n;
           size_t bytes = count * es;
@@ -407,9 +434,7 @@ int runTool(int argc, char** argv) {
             if (collective == "broadcast" && rank != root) return;
             for (size_t i = 0; i < inputCount; ++i) {
               size_t element = collective == "allgather" ? rank * perRank + i : i;
-              store(input, i, type,
-                    reducing ? inputValue(rank, element, op, isUnsigned, isFp8(type))
-                             : inputValue(rank, element, ncclSum, true));
+              store(input, i, type, reducing ? inputValue(rank, element, op, type) : plainValue(rank, element));
             }
             upload(input, inputCount * es);
           };
@@ -462,22 +487,22 @@ int runTool(int argc, char** argv) {
             for (size_t i = 0; i < count; ++i) {
               double expected, got;
               if (collective == "allreduce") {
-                expected = expectedReduction(n, i, op, type, isUnsigned);
+                expected = expectedReduction(n, i, op, type);
               } else if (collective == "allgather") {
-                expected = inputValue(static_cast<int>(i / perRank), i, ncclSum, true);
+                expected = plainValue(static_cast<int>(i / perRank), i);
               } else if (collective == "reducescatter") {
                 if (i >= perRank) break;
-                expected = expectedReduction(n, rank * perRank + i, op, type, isUnsigned);
+                expected = expectedReduction(n, rank * perRank + i, op, type);
                 got = load(output, i, type);
                 if (std::fabs(got - expected) > tolerance(type, expected)) ++wrong;
                 continue;
               } else if (collective == "broadcast") {
-                expected = inputValue(root, i, ncclSum, true);
+                expected = plainValue(root, i);
               } else if (p2p) {
-                expected = inputValue(comm.prev(), i, ncclSum, true);
+                expected = plainValue(comm.prev(), i);
               } else {
                 if (rank != root) break;
-                expected = expectedReduction(n, i, op, type, isUnsigned);
+                expected = expectedReduction(n, i, op, type);
               }
               got = load(output, i, type);
               if (std::fabs(got - expected) > tolerance(type, expected)) ++wrong;
@@ -499,7 +524,11 @@ int runTool(int argc, char** argv) {
           wrongTotal += totalWrong;
           if (rank == 0) {
             double algbw = bytes / slowest / 1e9;
-            std::printf(" %11zu %12zu %8s %6s %5s %10.1f %8.3f %8.3f %7s\n", bytes, count, coll::typeName(type),
+            busbwSum += algbw * busFactor;
+            ++rows;
+            // The count column is nccl-tests': per rank for allgather and reducescatter (the size is the total).
+            const size_t shownCount = collective == "allgather" || collective == "reducescatter" ? perRank : count;
+            std::printf(" %11zu %12zu %8s %6s %5s %10.1f %8.3f %8.3f %7s\n", bytes, shownCount, coll::typeName(type),
                         reducing ? coll::opName(op) : "none", rooted ? std::to_string(root).c_str() : "-",
                         slowest * 1e6, algbw, algbw * busFactor, check ? std::to_string(totalWrong).c_str() : "N/A");
             std::fflush(stdout);
@@ -507,6 +536,14 @@ int runTool(int argc, char** argv) {
           bytesD = next;
         }
       }
+    }
+    // No rank leaves before rank 0 has printed every row: a launcher stops the others when one exits non-zero.
+    comm.bootstrap().barrier();
+    if (rank == 0) {
+      // nccl-tests' closing lines, which scripts look for.
+      if (check) std::printf("# Out of bounds values : %ld %s\n", wrongTotal, wrongTotal == 0 ? "OK" : "FAILED");
+      std::printf("# Avg bus bandwidth    : %g \n", rows > 0 ? busbwSum / rows : 0.0);
+      std::fflush(stdout);
     }
   } catch (const core::CommError& e) {
     std::fprintf(stderr, "nccl-net-bench: %s\n", e.what());  // names the rank already
