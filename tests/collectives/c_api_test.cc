@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -305,12 +306,16 @@ TEST(CApi, OneThreadMakesTwoRanksInOneGroup) {
   expectGroupedSumAndDestroy(comms);
   // A grouped creation that fails at nnsGroupEnd (the ranks disagree on the size) keeps its handle: refused by the
   // calls, freed by nnsCommDestroy (a stale handle freed at once could alias a later communicator).
+  // Rank 0 names the refused rank at its timeout (so that every rank gets the reason): a short one here, or this
+  // test took a minute.
   const nnsUniqueId other = loopbackId();
   nnsComm_t broken[2] = {nullptr, nullptr};
+  ASSERT_EQ(setenv("NNS_COMM_TIMEOUT_MS", "2000", 1), 0);
   ASSERT_EQ(nnsGroupStart(), ncclSuccess);
   EXPECT_EQ(nnsCommInitRank(&broken[0], 2, other, 0), ncclSuccess);
   EXPECT_EQ(nnsCommInitRank(&broken[1], 3, other, 1), ncclSuccess);
   EXPECT_NE(nnsGroupEnd(), ncclSuccess);
+  unsetenv("NNS_COMM_TIMEOUT_MS");
   for (nnsComm_t comm : broken) {
     ASSERT_NE(comm, nullptr);
     EXPECT_EQ(nnsAllReduce(&early, &early, 1, ncclInt32, ncclSum, comm, nullptr), ncclInvalidArgument);
