@@ -466,8 +466,8 @@ class Searcher {
 };
 
 bool splitNvLink(const System& sys) {
-  // NCCL's domains, as NCCL computes them: each GPU takes the domain of the first lower-indexed GPU with a direct
-  // NVLink path to it (not a union over chains), then the domains of more than one GPU are counted.
+  // NCCL's domains, as NCCL computes them: each GPU ends with the domain of the last lower-indexed GPU that has an
+  // NVL path to it (not a union over chains), then the domains of more than one GPU are counted.
   const int n = sys.count(GPU);
   std::vector<int> domain(static_cast<std::size_t>(n));
   for (int g = 0; g < n; ++g) domain[static_cast<std::size_t>(g)] = g;
