@@ -1,6 +1,7 @@
 // port_speed.hpp: an IB/RoCE port's speed in Mbps, from the verbs codes or from the kernel's sysfs rate text.
 #pragma once
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -41,7 +42,7 @@ inline int rateTextMbps(const std::string& rate) {
   char* end = nullptr;
   double gbps = std::strtod(rate.c_str(), &end);
   if (end == rate.c_str() || !(gbps > 0) || gbps > 1e6) return 0;
-  return static_cast<int>(gbps * 1000 + 0.5);
+  return static_cast<int>(std::lround(gbps * 1000));
 }
 
 }  // namespace nns_ib

@@ -27,7 +27,7 @@ std::string net(int dev, const std::string& name = "", int speed = 400000) {
 std::string nvlink(const std::string& target, int count = 4) {
   return "<nvlink target=\"" + target + "\" count=\"" + std::to_string(count) + "\" tclass=\"0x030200\"/>";
 }
-Analysis run(const std::string& body, TopoSettings settings = {}, int nRanks = 0) {
+Analysis run(const std::string& body, const TopoSettings& settings = {}, int nRanks = 0) {
   AnalysisOptions o;
   o.settings = settings;
   o.nRanks = nRanks;
