@@ -60,16 +60,19 @@ int exactDoublings(ncclDataType_t type) {
   }
 }
 
+// What element i of a non-reducing collective holds on rank r: 0..8, exact in every type.
+double plainValue(int r, size_t i) {
+  return static_cast<int>((r * 7 + i * 3) % 9);
+}
+
 // Input value of element i on rank r: small integers, so every type and op has an exact expected result (for fp8,
 // -1..1, so that every partial sum of up to 8 ranks is exact in e5m2's 2 mantissa bits). For prod, a 2 on every third
 // rank, among the first ranks only, so that the product stays exact in the type however many ranks there are.
 double inputValue(int r, size_t i, ncclRedOp_t op, ncclDataType_t type) {
   if (op == ncclProd) return ((r + i) % 3 == 0 && r < 3 * exactDoublings(type)) ? 2.0 : 1.0;
+  if (isFp8(type)) return static_cast<int>((r + i) % 3) - 1;
   const bool isUnsigned = type == ncclUint8 || type == ncclUint32 || type == ncclUint64;
-  const bool tiny = isFp8(type);
-  if (tiny) return static_cast<int>((r + i) % 3) - 1;
-  int v = static_cast<int>((r * 7 + i * 3) % 9);
-  return isUnsigned ? v : v - 4;
+  return isUnsigned ? plainValue(r, i) : plainValue(r, i) - 4;
 }
 
 // How far a result may be from the exact one: nothing for exact types; for the narrow floats, the rounding of the
@@ -134,11 +137,6 @@ int localRank(const core::LaunchInfo& launch) {
   return launch.localRank >= 0 ? launch.localRank : std::max(launch.rank, 0);
 }
 #endif
-
-// What element i of a non-reducing collective holds on rank r: 0..8, exact in every type.
-double plainValue(int r, size_t i) {
-  return static_cast<int>((r * 7 + i * 3) % 9);
-}
 
 double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type) {
   double acc = inputValue(0, i, op, type);
