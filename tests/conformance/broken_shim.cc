@@ -1,6 +1,9 @@
 // broken_shim.cc: deliberately broken plugins for the harness's own tests. Each build forwards to the real minimal
 // example plugin (NNS_REAL_PLUGIN) through its ncclNetPlugin_v12 table and injects ONE bug (NNS_BUG_*), so the
 // harness must name the rule it breaks. Each bug imitates a mistake real plugins make; the comment at each says which.
+// One build is no bug at all: NNS_NCCL_LIKE behaves as strictly as NCCL lets a plugin (NCCL's own IB plugin reads
+// the mhandle unchecked, writes *devComm unconditionally and leaves a send's size unset; vendor code prints from
+// init), and the harness must pass it on every rule.
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <netinet/in.h>
@@ -273,6 +276,10 @@ ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, 
 #ifdef NNS_BUG_PROPERTIES_REFUSED
   gLogger = logger;
 #endif
+#ifdef NNS_NCCL_LIKE
+  std::printf("%s: init on stdout\n", NNS_BUG_NAME);  // harmless under NCCL; must not spoil nccl-net-check --json
+  std::fflush(stdout);
+#endif
   return real()->init(ctx, commId, config, logger, profiler);
 }
 ncclResult_t devices(int* ndev) {
@@ -407,6 +414,9 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
   return result;
 }
 ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t** devComm) {
+#ifdef NNS_NCCL_LIKE
+  *devComm = nullptr;  // NCCL's proxy always passes a place for it
+#endif
 #ifdef NNS_BUG_FINALIZE_FREES_SHARED
   if (gShared == nullptr) return sharedGone("connect");
 #endif
@@ -428,6 +438,9 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
 #endif
 }
 ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** devComm) {
+#ifdef NNS_NCCL_LIKE
+  *devComm = nullptr;
+#endif
 #ifdef NNS_BUG_BLOCKING_ACCEPT
   for (;;) {  // waits for a connection instead of returning NULL
     ncclResult_t result = real()->accept(listenComm, recvComm, devComm);
@@ -539,7 +552,23 @@ ncclResult_t deregMr(void* comm, void* mhandle) {
   return real()->deregMr(comm, mhandle);
 #endif
 }
+#ifdef NNS_NCCL_LIKE
+std::mutex gSendsMutex;
+std::set<void*> gSends;  // send requests in flight: their test leaves the size alone
+#endif
 ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request) {
+#ifdef NNS_NCCL_LIKE
+  if (mhandle == nullptr) {  // NCCL always passes the handle regMr gave; its IB plugin reads the lkey from it
+    std::fprintf(stderr, "WARN %s: isend without a memory handle\n", NNS_BUG_NAME);
+    return ncclInvalidArgument;
+  }
+  ncclResult_t sent = real()->isend(comm, data, size, tag, mhandle, phandle, request);
+  if (sent == ncclSuccess && *request != nullptr) {
+    std::lock_guard<std::mutex> lock(gSendsMutex);
+    gSends.insert(*request);
+  }
+  return sent;
+#endif
 #ifdef NNS_BUG_LEAKED_MHANDLE
   mhandle = realMhandle(mhandle);
 #endif
@@ -599,6 +628,13 @@ ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, 
 }
 ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                    void** request) {
+#ifdef NNS_NCCL_LIKE
+  for (int i = 0; i < n; ++i)
+    if (mhandles == nullptr || mhandles[i] == nullptr) {
+      std::fprintf(stderr, "WARN %s: irecv %d of %d without a memory handle\n", NNS_BUG_NAME, i, n);
+      return ncclInvalidArgument;
+    }
+#endif
 #ifdef NNS_BUG_SIZE_ROUNDED_UP
   // The posted sizes rounded up to a 64-byte line (a size check done in the NIC's units): a message up to 63 bytes
   // larger than the buffer is taken, and written past its end.
@@ -715,6 +751,22 @@ ncclResult_t iflush(void* comm, int n, void** data, int* sizes, void** mhandles,
   return real()->iflush(comm, n, data, sizes, mhandles, request);
 }
 ncclResult_t test(void* request, int* done, int* sizes) {
+#ifdef NNS_NCCL_LIKE
+  bool isSend;
+  {
+    std::lock_guard<std::mutex> lock(gSendsMutex);
+    isSend = gSends.count(request) == 1;
+  }
+  if (isSend) {  // NCCL never reads a send's size, and NCCL's IB plugin fills sizes for receives only
+    int unused = 0;
+    ncclResult_t tested = real()->test(request, done, &unused);
+    if (tested != ncclSuccess || *done) {
+      std::lock_guard<std::mutex> lock(gSendsMutex);
+      gSends.erase(request);
+    }
+    return tested;
+  }
+#endif
 #ifdef NNS_BUG_LEAKED_PER_MESSAGE
   ncclResult_t leakResult = real()->test(request, done, sizes);
   if (leakResult != ncclSuccess || *done) {

@@ -18,6 +18,12 @@ assert [r["rule"] for r in report["rules"]] == ["properties-sane", "zero-byte"],
 assert all(r["status"] == "PASS" for r in report["rules"]), report
 assert report["passed"] == 2 and report["failed"] == 0 and report["version"] == 12, report
 PY
+# A plugin that prints to stdout from init (nccl-like does) leaves --json one parseable document: its lines go to
+# stderr.
+"$check" nccl-like --rules zero-byte --call-timeout 2 --json > "$work/printing.json" 2> "$work/printing.err"
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["passed"] == 1, r' "$work/printing.json" ||
+  fail "--json with a plugin printing to stdout: $(head -c 300 "$work/printing.json")"
+grep -q "nccl-like: init on stdout" "$work/printing.err" || fail "the plugin's own line went missing"
 grep -q '<testsuite name="nccl-net-check minimal" tests="2" failures="0"' "$work/junit.xml"
 grep -q '<testcase classname="minimal" name="zero-byte"' "$work/junit.xml"
 

@@ -164,6 +164,13 @@ long firstMismatch(const std::vector<unsigned char>& buffer, size_t bytes, uint6
   return -1;
 }
 
+// Whether a sender's test reported a size other than `sent`. Its size starts at -1 and may stay so: the API says
+// test reports the size sent, but NCCL never reads it on the send side, and NCCL's own IB plugin fills sizes for
+// receives only. A size written wrong is still a bug (state crossed between requests, a wrapped counter).
+bool sentSizeWrong(int reported, size_t sent) {
+  return reported != -1 && reported != static_cast<int>(sent);
+}
+
 // Polls test() until done, an error, or `seconds`; returns the plugin's result or ncclTimeout.
 ncclResult_t waitDone(Context& c, void* request, int* size, double seconds) {
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
@@ -176,8 +183,92 @@ ncclResult_t waitDone(Context& c, void* request, int* size, double seconds) {
   return ncclSuccess;
 }
 
-ncclResult_t postSend(Context& c, void* comm, void* data, size_t size, int tag, void** request, double seconds = 10,
-                      void* mhandle = nullptr) {
+// Where connect and accept may write a device handle: NCCL's proxy always passes a place for it, and plugins write
+// it without a NULL check (NULL is passed only by NCCL's legacy GDR probe). Per thread, as the rules' threads connect.
+ncclNetDeviceHandle_v12_t** deviceHandleSlot() {
+  thread_local ncclNetDeviceHandle_v12_t* handle = nullptr;
+  return &handle;
+}
+
+// ---- registered buffers ------------------------------------------------------------------------------------------
+// Every buffer a rule moves data through is registered (regMr, host memory) on the comm it travels on, and its handle
+// goes with each isend and irecv, as NCCL does: NCCL's own IB plugin reads the handle without a NULL check, so a
+// plugin built on it would crash on every rule given NULL. The handles are kept per comm and deregistered just before
+// that comm closes (closeSendComm, closeRecvComm), as NCCL frees its buffers before its connections. Each buffer gets
+// a registration of its own when it is made; none is looked up by address, so a freed buffer's registration is never
+// handed out for a new buffer at the same address. Guarded by a mutex: comms-on-threads registers from threads.
+std::mutex gRegistrationsMutex;
+std::map<void*, std::vector<void*>> gRegistrations;  // comm -> its handles, oldest first
+
+void rememberRegistration(void* comm, void* mhandle) {
+  if (mhandle == nullptr) return;  // a plugin that needs no registration may answer NULL
+  std::lock_guard<std::mutex> lock(gRegistrationsMutex);
+  gRegistrations[comm].push_back(mhandle);
+}
+
+// The handle of a new registration of [data, data + bytes) on `comm` (at least one byte: NCCL never registers
+// none), or NULL when regMr failed, which is then said on stderr (the rule goes on with a NULL handle, and
+// regmr-dereg-balance names the failure).
+void* registerBuffer(Context& c, void* comm, void* data, size_t bytes) {
+  void* mhandle = nullptr;
+  ncclResult_t result = CALL("regMr", c.net->regMr(comm, data, std::max<size_t>(bytes, 1), NCCL_PTR_HOST, &mhandle));
+  if (result != ncclSuccess) {
+    std::fprintf(stderr, "nccl-net-check: regMr of a %zu-byte host buffer returned %s; going on with a NULL handle\n",
+                 bytes, resultText(result).c_str());
+    return nullptr;
+  }
+  rememberRegistration(comm, mhandle);
+  return mhandle;
+}
+
+// One registration per buffer, in order.
+std::vector<void*> registerBuffers(Context& c, void* comm, std::vector<std::vector<unsigned char>>& buffers) {
+  std::vector<void*> handles;
+  handles.reserve(buffers.size());
+  for (auto& buffer : buffers) handles.push_back(registerBuffer(c, comm, buffer.data(), buffer.size()));
+  return handles;
+}
+
+// The handles registered on `comm`, forgotten.
+std::vector<void*> takeRegistrations(void* comm) {
+  std::lock_guard<std::mutex> lock(gRegistrationsMutex);
+  auto found = gRegistrations.find(comm);
+  if (found == gRegistrations.end()) return {};
+  std::vector<void*> handles = std::move(found->second);
+  gRegistrations.erase(found);
+  return handles;
+}
+
+// Deregisters `handles` of `comm` at once (nothing may be in flight on them), rather than at the comm's close: for
+// helpers that many rules call over and over on one comm.
+void deregisterNow(Context& c, void* comm, const std::vector<void*>& handles) {
+  {
+    std::lock_guard<std::mutex> lock(gRegistrationsMutex);
+    auto& kept = gRegistrations[comm];
+    for (void* handle : handles)
+      if (auto it = std::find(kept.begin(), kept.end(), handle); it != kept.end()) kept.erase(it);
+  }
+  for (void* handle : handles)
+    if (handle != nullptr) CALL("deregMr", c.net->deregMr(comm, handle));
+}
+
+void deregisterAll(Context& c, void* comm) {
+  std::vector<void*> handles = takeRegistrations(comm);
+  for (auto it = handles.rbegin(); it != handles.rend(); ++it) CALL("deregMr", c.net->deregMr(comm, *it));
+}
+
+// closeSend and closeRecv after deregistering the comm's buffers.
+ncclResult_t closeSendComm(Context& c, void* comm) {
+  deregisterAll(c, comm);
+  return CALL("closeSend", c.net->closeSend(comm));
+}
+ncclResult_t closeRecvComm(Context& c, void* comm) {
+  deregisterAll(c, comm);
+  return CALL("closeRecv", c.net->closeRecv(comm));
+}
+
+ncclResult_t postSend(Context& c, void* comm, void* data, size_t size, int tag, void* mhandle, void** request,
+                      double seconds = 10) {
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   *request = nullptr;
   while (*request == nullptr) {
@@ -188,8 +279,8 @@ ncclResult_t postSend(Context& c, void* comm, void* data, size_t size, int tag, 
   return ncclSuccess;
 }
 
-ncclResult_t postRecv(Context& c, void* comm, int n, void** data, size_t* sizes, int* tags, void** request,
-                      double seconds = 10, void** mhandles = nullptr) {
+ncclResult_t postRecv(Context& c, void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                      void** request, double seconds = 10) {
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   *request = nullptr;
   while (*request == nullptr) {
@@ -286,7 +377,8 @@ void* connectWithin(Context& c, void* handle, double seconds) {
   void* sendComm = nullptr;
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   while (sendComm == nullptr && Clock::now() < deadline) {
-    if (CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, nullptr)) != ncclSuccess) return nullptr;
+    if (CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, deviceHandleSlot())) != ncclSuccess)
+      return nullptr;
   }
   return sendComm;
 }
@@ -296,7 +388,7 @@ void* acceptWithin(Context& c, void* listenComm, double seconds, ncclResult_t* f
   void* recvComm = nullptr;
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   while (recvComm == nullptr && Clock::now() < deadline) {
-    ncclResult_t result = CALL("accept", c.net->accept(listenComm, &recvComm, nullptr));
+    ncclResult_t result = CALL("accept", c.net->accept(listenComm, &recvComm, deviceHandleSlot()));
     if (result != ncclSuccess) {
       if (failed != nullptr) *failed = result;
       return nullptr;
@@ -326,7 +418,7 @@ bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& 
     void* sendComm = connectWithin(c, pair.handle, 20);
     if (sendComm == nullptr) return 20;
     int code = sender(sendComm);
-    CALL("closeSend", c.net->closeSend(sendComm));
+    closeSendComm(c, sendComm);
     return code;
   });
   ncclResult_t failed = ncclSuccess;
@@ -344,7 +436,7 @@ bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& 
 
 int closePair(Context& c, Pair& pair, double peerSeconds = 30) {
   int code = pair.peer > 0 ? waitPeer(pair.peer, peerSeconds) : 0;
-  if (pair.recvComm != nullptr) CALL("closeRecv", c.net->closeRecv(pair.recvComm));
+  if (pair.recvComm != nullptr) closeRecvComm(c, pair.recvComm);
   if (pair.listenComm != nullptr) CALL("closeListen", c.net->closeListen(pair.listenComm));
   return code;
 }
@@ -354,7 +446,8 @@ int sendMessages(Context& c, void* comm, const std::vector<std::pair<size_t, uin
   size_t largest = 0;
   for (auto& m : messages) largest = std::max(largest, m.first);
   constexpr size_t kInFlight = 8;
-  std::vector<std::vector<unsigned char>> buffers(kInFlight, std::vector<unsigned char>(largest));
+  std::vector<std::vector<unsigned char>> buffers(kInFlight, std::vector<unsigned char>(std::max<size_t>(largest, 1)));
+  std::vector<void*> mhandles = registerBuffers(c, comm, buffers);
   std::vector<void*> requests(kInFlight, nullptr);
   std::vector<size_t> sizes(kInFlight, 0);
   for (size_t i = 0; i < messages.size() + kInFlight; ++i) {
@@ -362,14 +455,16 @@ int sendMessages(Context& c, void* comm, const std::vector<std::pair<size_t, uin
     if (requests[slot] != nullptr) {
       int size = -1;
       if (waitDone(c, requests[slot], &size, 30) != ncclSuccess) return 30;
-      if (size != static_cast<int>(sizes[slot])) return 31;
+      if (sentSizeWrong(size, sizes[slot])) return 31;
       requests[slot] = nullptr;
     }
     if (i >= messages.size()) continue;
     fill(buffers[slot], messages[i].first, messages[i].second);
     sizes[slot] = messages[i].first;
-    if (postSend(c, comm, buffers[slot].data(), messages[i].first, tag, &requests[slot]) != ncclSuccess) return 32;
+    if (postSend(c, comm, buffers[slot].data(), messages[i].first, tag, mhandles[slot], &requests[slot]) != ncclSuccess)
+      return 32;
   }
+  deregisterNow(c, comm, mhandles);  // all done; after a failure they wait for closeSendComm
   return 0;
 }
 
@@ -378,6 +473,7 @@ Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size
                         size_t capacity, int tag = 1) {
   constexpr size_t kInFlight = 8;
   std::vector<std::vector<unsigned char>> buffers(kInFlight, std::vector<unsigned char>(capacity));
+  std::vector<void*> mhandles = registerBuffers(c, comm, buffers);
   std::vector<void*> requests(kInFlight, nullptr);
   for (size_t i = 0; i < messages.size() + kInFlight; ++i) {
     size_t slot = i % kInFlight;
@@ -397,9 +493,11 @@ Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size
     void* data = buffers[slot].data();
     size_t size = capacity;
     int tags[1] = {tag};
-    if (ncclResult_t posted = postRecv(c, comm, 1, &data, &size, tags, &requests[slot]); posted != ncclSuccess)
+    if (ncclResult_t posted = postRecv(c, comm, 1, &data, &size, tags, &mhandles[slot], &requests[slot]);
+        posted != ncclSuccess)
       return fail("irecv %zu: %s", i, postText(posted).c_str());
   }
+  deregisterNow(c, comm, mhandles);  // all done; after a failure they wait for closeRecvComm
   return pass("");
 }
 
@@ -417,6 +515,7 @@ std::string peerText(int code) {
              " s (a blocking call)";
     return "peer: a plugin call did not return in time";
   }
+  if (code == 31) return "the sender's test reported a size other than the one it sent";
   if (code == kPeerNetnsFailed) return "peer: could not enter its network namespace";
   if (code == kPeerReopenFailed) return "peer: the plugin did not load or init in the peer's network namespace";
   return "peer exit code " + std::to_string(code);
@@ -452,7 +551,6 @@ Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t
   close(checkedPipe[0]);
   close(checkedPipe[1]);
   if (v.status != Status::kPass) return v;
-  if (code == 31) return fail("the sender's test reported a size other than the one it sent");
   if (code != 0) return fail("%s", peerText(code).c_str());
   return v;
 }
@@ -547,7 +645,7 @@ Verdict connectIsNonblocking(Context& c) {
   double slowest = 0;
   for (int i = 0; i < 50 && sendComm == nullptr; ++i) {
     auto start = Clock::now();
-    if (CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, nullptr)) != ncclSuccess)
+    if (CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, deviceHandleSlot())) != ncclSuccess)
       return fail("connect returned an error while the peer had not accepted yet");
     slowest = std::max(slowest, std::chrono::duration<double>(Clock::now() - start).count());
   }
@@ -556,12 +654,14 @@ Verdict connectIsNonblocking(Context& c) {
   void* recvComm = nullptr;
   auto deadline = Clock::now() + std::chrono::seconds(10);
   while ((sendComm == nullptr || recvComm == nullptr) && Clock::now() < deadline) {
-    if (recvComm == nullptr && CALL("accept", c.net->accept(listenComm, &recvComm, nullptr)) != ncclSuccess) break;
-    if (sendComm == nullptr && CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, nullptr)) != ncclSuccess)
+    if (recvComm == nullptr && CALL("accept", c.net->accept(listenComm, &recvComm, deviceHandleSlot())) != ncclSuccess)
+      break;
+    if (sendComm == nullptr &&
+        CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, deviceHandleSlot())) != ncclSuccess)
       break;
   }
-  if (sendComm != nullptr) CALL("closeSend", c.net->closeSend(sendComm));
-  if (recvComm != nullptr) CALL("closeRecv", c.net->closeRecv(recvComm));
+  if (sendComm != nullptr) closeSendComm(c, sendComm);
+  if (recvComm != nullptr) closeRecvComm(c, recvComm);
   CALL("closeListen", c.net->closeListen(listenComm));
   char text[96];
   std::snprintf(text, sizeof(text), "slowest connect call %.1f ms before accept", slowest * 1e3);
@@ -577,7 +677,7 @@ Verdict acceptIsNonblocking(Context& c) {
   for (int i = 0; i < 20; ++i) {
     void* recvComm = nullptr;
     auto start = Clock::now();
-    if (CALL("accept", c.net->accept(listenComm, &recvComm, nullptr)) != ncclSuccess)
+    if (CALL("accept", c.net->accept(listenComm, &recvComm, deviceHandleSlot())) != ncclSuccess)
       return fail("accept returned an error");
     slowest = std::max(slowest, std::chrono::duration<double>(Clock::now() - start).count());
     if (recvComm != nullptr) return fail("accept returned a comm although nobody connected");
@@ -608,6 +708,7 @@ Verdict maxRequestsInFlight(Context& c) {
           &why))
     return fail("%s", why.c_str());
   std::vector<std::vector<unsigned char>> buffers(kRequests, std::vector<unsigned char>(4096));
+  std::vector<void*> mhandles = registerBuffers(c, pair.recvComm, buffers);
   std::vector<void*> requests(kRequests, nullptr);
   int accepted = 0;
   for (int i = 0; i < kRequests; ++i) {
@@ -615,7 +716,7 @@ Verdict maxRequestsInFlight(Context& c) {
     size_t size = buffers[i].size();
     int tag = 1;
     ncclResult_t posted =
-        CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, nullptr, nullptr, &requests[i]));
+        CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, &mhandles[i], nullptr, &requests[i]));
     if (posted != ncclSuccess) return fail("irecv %d returned %s", i, resultText(posted).c_str());
     if (requests[i] == nullptr) break;
     ++accepted;
@@ -651,10 +752,11 @@ Verdict nullRequestMeansRetry(Context& c) {
           c, pair,
           [&](void* comm) {
             std::vector<unsigned char> bytes(16, 7);
+            void* mhandle = registerBuffer(c, comm, bytes.data(), bytes.size());
             std::vector<void*> requests;
             for (int i = 0; i < kLimit; ++i) {
               void* request = nullptr;
-              if (CALL("isend", c.net->isend(comm, bytes.data(), bytes.size(), 1, nullptr, nullptr, &request)) !=
+              if (CALL("isend", c.net->isend(comm, bytes.data(), bytes.size(), 1, mhandle, nullptr, &request)) !=
                   ncclSuccess)
                 return 41;
               if (request == nullptr) break;
@@ -669,7 +771,7 @@ Verdict nullRequestMeansRetry(Context& c) {
             auto deadline = Clock::now() + std::chrono::seconds(kRetrySeconds);
             for (int i = 0; i < kMore;) {
               void* request = nullptr;
-              if (CALL("isend", c.net->isend(comm, bytes.data(), bytes.size(), 1, nullptr, nullptr, &request)) !=
+              if (CALL("isend", c.net->isend(comm, bytes.data(), bytes.size(), 1, mhandle, nullptr, &request)) !=
                   ncclSuccess)
                 return 41;
               if (request != nullptr) {
@@ -678,14 +780,14 @@ Verdict nullRequestMeansRetry(Context& c) {
               } else if (oldest < requests.size()) {
                 int done = 0, size = -1;
                 if (CALL("test", c.net->test(requests[oldest], &done, &size)) != ncclSuccess) return 42;
-                if (done && size != 16) return 42;
+                if (done && sentSizeWrong(size, 16)) return 42;
                 if (done) ++oldest;
               }
               if (Clock::now() > deadline) return 43;
             }
             for (; oldest < requests.size(); ++oldest) {
               int size = -1;
-              if (waitDone(c, requests[oldest], &size, 30) != ncclSuccess || size != 16) return 42;
+              if (waitDone(c, requests[oldest], &size, 30) != ncclSuccess || sentSizeWrong(size, 16)) return 42;
             }
             return 0;
           },
@@ -697,6 +799,7 @@ Verdict nullRequestMeansRetry(Context& c) {
     return fail("the sender did not report how many sends it could post");
   (void)!write(goPipe[1], "g", 1);
   std::vector<unsigned char> buffer(64);
+  void* mhandle = registerBuffer(c, pair.recvComm, buffer.data(), buffer.size());
   int peerCode = 0;
   bool peerFailed = false;
   for (int i = 0; i < posted + kMore && !peerFailed; ++i) {
@@ -704,7 +807,8 @@ Verdict nullRequestMeansRetry(Context& c) {
     void* data = buffer.data();
     size_t size = buffer.size();
     int tag = 1;
-    if (ncclResult_t posted = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request); posted != ncclSuccess)
+    if (ncclResult_t posted = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &mhandle, &request);
+        posted != ncclSuccess)
       return fail("irecv %d: %s", i, postText(posted).c_str());
     int got = -1;
     // A sender that gave up explains a receive that never completes better than the receive's timeout does.
@@ -768,8 +872,9 @@ Verdict truncationIsAnError(Context& c) {
             [&](void* comm) {
               static std::vector<unsigned char> big;  // may still be read until closeSend, after this returns
               big.assign(k.sent, 1);
+              void* mhandle = registerBuffer(c, comm, big.data(), big.size());
               void* request = nullptr;
-              if (postSend(c, comm, big.data(), big.size(), 1, &request) != ncclSuccess) return 0;
+              if (postSend(c, comm, big.data(), big.size(), 1, mhandle, &request) != ncclSuccess) return 0;
               int size = -1;
               waitDone(c, request, &size, 5);  // may fail once the receiver rejects the message: either is fine
               return 0;
@@ -780,8 +885,9 @@ Verdict truncationIsAnError(Context& c) {
     void* data = small.data();
     size_t size = k.capacity;
     int tag = 1;
+    void* mhandle = registerBuffer(c, pair.recvComm, small.data(), k.capacity);  // the guard bytes are not the buffer's
     void* request = nullptr;
-    ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request);
+    ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &mhandle, &request);
     int got = -1;
     if (result == ncclSuccess) result = waitDone(c, request, &got, 10);
     closePair(c, pair, 10);
@@ -814,11 +920,13 @@ Verdict groupedReceive(Context& c, int n) {
             char go;
             if (read(goPipe[0], &go, 1) != 1) return 40;
             std::vector<std::vector<unsigned char>> buffers(n);
+            for (int k = 0; k < n; ++k) buffers[k].resize(100 * (k + 1) + 3);
+            std::vector<void*> mhandles = registerBuffers(c, comm, buffers);
             std::vector<void*> requests(n, nullptr);
             for (int k = n - 1; k >= 0; --k) {
-              buffers[k].resize(100 * (k + 1) + 3);
               fill(buffers[k], buffers[k].size(), 50 + k);
-              if (postSend(c, comm, buffers[k].data(), buffers[k].size(), 10 + k, &requests[k]) != ncclSuccess)
+              if (postSend(c, comm, buffers[k].data(), buffers[k].size(), 10 + k, mhandles[k], &requests[k]) !=
+                  ncclSuccess)
                 return 41;
             }
             for (int k = 0; k < n; ++k) {
@@ -831,6 +939,7 @@ Verdict groupedReceive(Context& c, int n) {
     return fail("%s", why.c_str());
   // 8 KiB: the largest message, at n = 64, is 6403 bytes.
   std::vector<std::vector<unsigned char>> buffers(n, std::vector<unsigned char>(8192));
+  std::vector<void*> mhandles = registerBuffers(c, pair.recvComm, buffers);
   std::vector<void*> data(n);
   std::vector<size_t> sizes(n, 8192);
   std::vector<int> tags(n);
@@ -839,7 +948,8 @@ Verdict groupedReceive(Context& c, int n) {
     tags[k] = 10 + k;
   }
   void* request = nullptr;
-  ncclResult_t posted = postRecv(c, pair.recvComm, n, data.data(), sizes.data(), tags.data(), &request);
+  ncclResult_t posted =
+      postRecv(c, pair.recvComm, n, data.data(), sizes.data(), tags.data(), mhandles.data(), &request);
   if (posted != ncclSuccess && pair.peer > 0) kill(pair.peer, SIGKILL);  // its messages have no receive to go to
   (void)!write(goPipe[1], "g", 1);
   std::vector<int> got(64, -1);
@@ -894,6 +1004,8 @@ uint64_t outOfStepSeed(int step, int tagIndex) {
 int sendOutOfStep(Context& c, void* comm) {
   constexpr int kMessages = kOutOfStepSteps * 2;
   std::vector<std::vector<unsigned char>> buffers(kMessages);
+  for (int m = 0; m < kMessages; ++m) buffers[static_cast<size_t>(m)].resize(outOfStepSize(m / 2, m % 2));
+  std::vector<void*> mhandles = registerBuffers(c, comm, buffers);
   std::vector<void*> requests(kMessages, nullptr);
   std::vector<int> done(kMessages, 0);
   int next[2] = {0, 0};
@@ -901,11 +1013,10 @@ int sendOutOfStep(Context& c, void* comm) {
   auto post = [&](int t) {  // 1: posted, 0: refused for now, -1: error
     int m = next[t] * 2 + t;
     auto& buffer = buffers[static_cast<size_t>(m)];
-    buffer.resize(outOfStepSize(next[t], t));
     fill(buffer, buffer.size(), outOfStepSeed(next[t], t));
     void* request = nullptr;
-    if (CALL("isend", c.net->isend(comm, buffer.data(), buffer.size(), 1 + t, nullptr, nullptr, &request)) !=
-        ncclSuccess)
+    if (CALL("isend", c.net->isend(comm, buffer.data(), buffer.size(), 1 + t, mhandles[static_cast<size_t>(m)], nullptr,
+                                   &request)) != ncclSuccess)
       return -1;
     if (request == nullptr) return 0;
     requests[static_cast<size_t>(m)] = request;
@@ -928,7 +1039,7 @@ int sendOutOfStep(Context& c, void* comm) {
       if (CALL("test", c.net->test(requests[static_cast<size_t>(m)], &done[static_cast<size_t>(m)], &size)) !=
           ncclSuccess)
         return 42;
-      if (done[static_cast<size_t>(m)] && size != static_cast<int>(buffers[static_cast<size_t>(m)].size())) return 44;
+      if (done[static_cast<size_t>(m)] && sentSizeWrong(size, buffers[static_cast<size_t>(m)].size())) return 44;
       all = all && done[static_cast<size_t>(m)];
     }
     if (all) return 0;
@@ -947,6 +1058,7 @@ Verdict tagsOutOfStep(Context& c) {
   std::vector<std::vector<unsigned char>> buffers(kOutOfStepSteps * 2);
   for (int step = 0; step < kOutOfStepSteps; ++step)
     for (int t = 0; t < 2; ++t) buffers[static_cast<size_t>(step * 2 + t)].assign(outOfStepSize(step, t) + 64, 0);
+  std::vector<void*> mhandles = registerBuffers(c, pair.recvComm, buffers);
   std::vector<void*> requests(kOutOfStepSteps, nullptr);
   auto deadline = Clock::now() + std::chrono::seconds(10);
   int posted = 0;
@@ -956,12 +1068,14 @@ Verdict tagsOutOfStep(Context& c) {
       void* data[2];
       size_t sizes[2];
       int tags[2] = {1, 2};
+      void* handles[2];
       for (int t = 0; t < 2; ++t) {
         data[t] = buffers[static_cast<size_t>(posted * 2 + t)].data();
         sizes[t] = buffers[static_cast<size_t>(posted * 2 + t)].size();
+        handles[t] = mhandles[static_cast<size_t>(posted * 2 + t)];
       }
       if (ncclResult_t result =
-              postRecv(c, pair.recvComm, 2, data, sizes, tags, &requests[static_cast<size_t>(posted)]);
+              postRecv(c, pair.recvComm, 2, data, sizes, tags, handles, &requests[static_cast<size_t>(posted)]);
           result != ncclSuccess) {
         problem = "grouped irecv of step " + std::to_string(posted) + ": " + postText(result);
         break;
@@ -1025,11 +1139,12 @@ Verdict oneGibMessage(Context& c) {
           [&](void* comm) {
             std::vector<unsigned char> big(kBytes);
             for (size_t i = 0; i < kBytes; i += kStampEvery) stampAt(big, i);
+            void* mhandle = registerBuffer(c, comm, big.data(), kBytes);
             void* request = nullptr;
-            if (postSend(c, comm, big.data(), kBytes, 1, &request) != ncclSuccess) return 41;
+            if (postSend(c, comm, big.data(), kBytes, 1, mhandle, &request) != ncclSuccess) return 41;
             int size = -1;
             if (waitDone(c, request, &size, 60) != ncclSuccess) return 42;
-            return size == static_cast<int>(kBytes) ? 0 : 43;
+            return sentSizeWrong(size, kBytes) ? 43 : 0;
           },
           &why))
     return fail("%s", why.c_str());
@@ -1037,9 +1152,10 @@ Verdict oneGibMessage(Context& c) {
   void* data = big.data();
   size_t size = kBytes;
   int tag = 1;
+  void* mhandle = registerBuffer(c, pair.recvComm, big.data(), kBytes);
   void* request = nullptr;
   auto start = Clock::now();
-  ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request);
+  ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &mhandle, &request);
   int got = -1;
   if (result == ncclSuccess) result = waitDone(c, request, &got, 60);
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -1336,17 +1452,18 @@ Verdict commLifecycleLeaks(Context& c) {
       bool more =
           poll(&next, 1, 60000) == 1 && read(handles[0], token, sizeof(token)) == sizeof(token) && token[0] == 1;
       // The previous comm closes only now, once the receiver has checked its message.
-      if (sendComm != nullptr) CALL("closeSend", c.net->closeSend(sendComm));
+      if (sendComm != nullptr) closeSendComm(c, sendComm);
       sendComm = nullptr;
       if (cycle == kLifecycleWarmup) base = ResourceCounts::now();
       if (!more) break;
       if ((sendComm = connectWithin(c, token + 1, 20)) == nullptr) return 20;
+      void* mhandle = registerBuffer(c, sendComm, buffer.data(), buffer.size());
       void* request = nullptr;
       fill(buffer, sizeOf(cycle), static_cast<uint64_t>(cycle) + 5);
       int size = -1;
-      if (postSend(c, sendComm, buffer.data(), sizeOf(cycle), 1, &request) != ncclSuccess) return 32;
+      if (postSend(c, sendComm, buffer.data(), sizeOf(cycle), 1, mhandle, &request) != ncclSuccess) return 32;
       if (waitDone(c, request, &size, 30) != ncclSuccess) return 30;
-      if (size != static_cast<int>(sizeOf(cycle))) return 31;
+      if (sentSizeWrong(size, sizeOf(cycle))) return 31;
     }
     ResourceCounts grown = lifecycleGrowth(base);
     (void)!write(counts[1], &grown, sizeof(grown));
@@ -1394,8 +1511,9 @@ Verdict commLifecycleLeaks(Context& c) {
       void* data = buffer.data();
       size_t capacity = buffer.size();
       int tag = 1, size = -1;
+      void* mhandle = registerBuffer(c, recvComm, buffer.data(), buffer.size());
       void* request = nullptr;
-      ncclResult_t result = postRecv(c, recvComm, 1, &data, &capacity, &tag, &request);
+      ncclResult_t result = postRecv(c, recvComm, 1, &data, &capacity, &tag, &mhandle, &request);
       if (result != ncclSuccess) {
         step = fail("comm %d: irecv %s", cycle + 1, postText(result).c_str());
       } else if ((result = waitDone(c, request, &size, 30)) != ncclSuccess) {
@@ -1404,7 +1522,7 @@ Verdict commLifecycleLeaks(Context& c) {
                  firstMismatch(buffer, sizeOf(cycle), static_cast<uint64_t>(cycle) + 5) >= 0) {
         step = fail("comm %d: received %d bytes, expected %zu (or wrong bytes)", cycle + 1, size, sizeOf(cycle));
       }
-      CALL("closeRecv", c.net->closeRecv(recvComm));
+      closeRecvComm(c, recvComm);
     }
     CALL("closeListen", c.net->closeListen(listenComm));
     if (step.status != Status::kPass) {
@@ -1414,7 +1532,6 @@ Verdict commLifecycleLeaks(Context& c) {
   }
   ResourceCounts grown = lifecycleGrowth(base);
   PeerEnd peerEnd = endPeer();
-  if (peerEnd.code == 31) return fail("the sender's test reported a size other than the one it sent");
   if (peerEnd.code != 0) return fail("%s", peerText(peerEnd.code).c_str());
   if (!peerEnd.reported) return fail("the peer did not report its descriptor and thread counts");
   const ResourceCounts& peerGrown = peerEnd.grown;
@@ -1458,9 +1575,9 @@ Verdict checkLanded(const char* what, ncclResult_t result, int size, size_t byte
 
 Verdict registeredBufferOffsets(Context& c) {
   // NCCL registers a whole buffer once (regMr) and sends and receives at offsets within it, passing the buffer's
-  // mhandle with every call; every other rule passes no mhandle. Each message here goes from an offset of a
-  // registered send buffer into an offset of a registered receive buffer: its bytes must land at the receive's
-  // offset, and nothing else in the receive buffer may change.
+  // mhandle with every call; the other rules register each buffer and send from its start. Each message here goes from
+  // an offset of a registered send buffer into an offset of a registered receive buffer: its bytes must land at the
+  // receive's offset, and nothing else in the receive buffer may change.
   struct Message {
     size_t sendOffset, recvOffset, bytes;
   };
@@ -1485,7 +1602,7 @@ Verdict registeredBufferOffsets(Context& c) {
             int code = 0;
             for (const Message& m : kMessages) {
               void* request = nullptr;
-              if (postSend(c, comm, buffer.data() + m.sendOffset, m.bytes, 1, &request, 10, mhandle) != ncclSuccess) {
+              if (postSend(c, comm, buffer.data() + m.sendOffset, m.bytes, 1, mhandle, &request) != ncclSuccess) {
                 code = 32;
                 break;
               }
@@ -1494,7 +1611,7 @@ Verdict registeredBufferOffsets(Context& c) {
                 code = 30;
                 break;
               }
-              if (size != static_cast<int>(m.bytes)) {
+              if (sentSizeWrong(size, m.bytes)) {
                 code = 31;
                 break;
               }
@@ -1519,7 +1636,7 @@ Verdict registeredBufferOffsets(Context& c) {
     int tag = 1;
     void* request = nullptr;
     int size = -1;
-    ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &posted, &tag, &request, 10, &mhandle);
+    ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &posted, &tag, &mhandle, &request);
     if (result == ncclSuccess) result = waitDone(c, request, &size, 30);
     char what[160];
     std::snprintf(what, sizeof(what),
@@ -1535,7 +1652,6 @@ Verdict registeredBufferOffsets(Context& c) {
   if (mhandle != nullptr) CALL("deregMr", c.net->deregMr(pair.recvComm, mhandle));
   closePair(c, pair);
   if (v.status != Status::kPass) return v;
-  if (code == 31) return fail("the sender's test reported a size other than the one it sent");
   if (code == 44) return fail("regMr of the sender's 1 MiB buffer failed");
   if (code != 0) return fail("%s", peerText(code).c_str());
   return pass(std::to_string(kMessages.size()) +
@@ -1618,17 +1734,17 @@ int sender(Context& c, unsigned char handlesIn[2][NCCL_NET_HANDLE_MAXSIZE], int 
     }
     void* request = nullptr;
     int size = -1;
-    if (postSend(c, comms[kRegistrations[s.handle].comm], buffer.data() + s.sendOffset, s.bytes, 1, &request, 10,
-                 handles[s.handle]) != ncclSuccess ||
+    if (postSend(c, comms[kRegistrations[s.handle].comm], buffer.data() + s.sendOffset, s.bytes, 1, handles[s.handle],
+                 &request) != ncclSuccess ||
         waitDone(c, request, &size, 30) != ncclSuccess)
       code = kPeerStepFailed + k;
-    else if (size != static_cast<int>(s.bytes))
+    else if (sentSizeWrong(size, s.bytes))
       code = 31;
   }
   pollfd checked{checkedFd, POLLIN, 0};
   poll(&checked, 1, 60000);
   for (int h = 0; h < kHandles; ++h) deregister(c, comms, handles, h);
-  for (void* comm : comms) CALL("closeSend", c.net->closeSend(comm));
+  for (void* comm : comms) closeSendComm(c, comm);
   return code;
 }
 
@@ -1659,7 +1775,7 @@ Verdict sharedRegistrations(Context& c) {
   void *listenComms[2] = {}, *comms[2] = {};
   auto closeAll = [&]() {
     for (void* comm : comms)
-      if (comm != nullptr) CALL("closeRecv", c.net->closeRecv(comm));
+      if (comm != nullptr) closeRecvComm(c, comm);
     for (void* comm : listenComms)
       if (comm != nullptr) CALL("closeListen", c.net->closeListen(comm));
   };
@@ -1705,8 +1821,8 @@ Verdict sharedRegistrations(Context& c) {
     size_t posted = s.bytes + kSlack;
     int tag = 1, size = -1;
     void* request = nullptr;
-    if (ncclResult_t result = postRecv(c, comms[kRegistrations[s.handle].comm], 1, &data, &posted, &tag, &request, 10,
-                                       &handles[s.handle]);
+    if (ncclResult_t result =
+            postRecv(c, comms[kRegistrations[s.handle].comm], 1, &data, &posted, &tag, &handles[s.handle], &request);
         result != ncclSuccess) {
       v = fail("%s: irecv %s", what, postText(result).c_str());
       break;
@@ -1724,7 +1840,6 @@ Verdict sharedRegistrations(Context& c) {
   for (int h = 0; h < kHandles; ++h) deregister(c, comms, handles, h);
   closeAll();
   if (v.status != Status::kPass) return v;
-  if (code == 31) return fail("the sender's test reported a size other than the one it sent");
   if (code != 0) return fail("%s", peerStepText(code).c_str());
   return pass(
       "one 1 MiB buffer registered 4 times on each side (on 2 comms, the same range twice on one, and an overlapping "
@@ -1778,13 +1893,15 @@ Verdict closeWithRequestsInFlight(Context& c) {
   }
   constexpr int kRecvs = 8;
   std::vector<std::vector<unsigned char>> buffers(kRecvs, std::vector<unsigned char>(64));
+  std::vector<void*> mhandles = registerBuffers(c, pair.recvComm, buffers);
   int posted = 0;
   for (int i = 0; i < kRecvs; ++i) {
     void* data = buffers[i].data();
     size_t size = buffers[i].size();
     int tag = 1;
     void* request = nullptr;
-    ncclResult_t result = CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, nullptr, nullptr, &request));
+    ncclResult_t result =
+        CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, &mhandles[i], nullptr, &request));
     if (result != ncclSuccess) {
       (void)!write(goPipe[1], "g", 1);
       close(goPipe[1]);
@@ -1794,7 +1911,7 @@ Verdict closeWithRequestsInFlight(Context& c) {
     if (request == nullptr) break;
     ++posted;
   }
-  ncclResult_t recvClosed = CALL("closeRecv", c.net->closeRecv(pair.recvComm));
+  ncclResult_t recvClosed = closeRecvComm(c, pair.recvComm);
   pair.recvComm = nullptr;
   (void)!write(goPipe[1], "g", 1);
   close(goPipe[1]);
@@ -1814,9 +1931,10 @@ Verdict closeWithRequestsInFlight(Context& c) {
           [&](void* comm) {
             // Outlives the lambda: the plugin may read it until closeSend, which openPair calls after this returns.
             static std::vector<unsigned char> buffer(1 << 20, 3);
+            void* mhandle = registerBuffer(c, comm, buffer.data(), buffer.size());
             for (int i = 0; i < kSends; ++i) {
               void* request = nullptr;
-              if (CALL("isend", c.net->isend(comm, buffer.data(), buffer.size(), 1, nullptr, nullptr, &request)) !=
+              if (CALL("isend", c.net->isend(comm, buffer.data(), buffer.size(), 1, mhandle, nullptr, &request)) !=
                   ncclSuccess)
                 return 41;
               if (request == nullptr) break;
@@ -1827,7 +1945,7 @@ Verdict closeWithRequestsInFlight(Context& c) {
     return fail("%s", why.c_str());
   int sendCode = waitPeer(sendPair.peer, gCallTimeout + 10);
   sendPair.peer = -1;
-  ncclResult_t sendSideClosed = CALL("closeRecv", c.net->closeRecv(sendPair.recvComm));
+  ncclResult_t sendSideClosed = closeRecvComm(c, sendPair.recvComm);
   sendPair.recvComm = nullptr;
   closePair(c, sendPair);
   if (sendCode == 41) return fail("isend returned an error on a fresh comm");
@@ -1855,8 +1973,9 @@ Verdict peerDeathIsAnError(Context& c) {
             [&](void* comm) {
               if (postsFirst) {
                 static std::vector<unsigned char> big(kBytes, 1);
+                void* mhandle = registerBuffer(c, comm, big.data(), big.size());
                 void* request = nullptr;
-                postSend(c, comm, big.data(), big.size(), 1, &request);
+                postSend(c, comm, big.data(), big.size(), 1, mhandle, &request);
               }
               raise(SIGSTOP);
               for (;;) pause();
@@ -1868,8 +1987,10 @@ Verdict peerDeathIsAnError(Context& c) {
     void* data = big.data();
     size_t size = big.size();
     int tag = 1;
+    void* mhandle = registerBuffer(c, pair.recvComm, big.data(), big.size());
     void* request = nullptr;
-    if (ncclResult_t posted = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &request); posted != ncclSuccess)
+    if (ncclResult_t posted = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &mhandle, &request);
+        posted != ncclSuccess)
       return fail("irecv: %s", postText(posted).c_str());
     int status = 0;
     if (waitpid(pair.peer, &status, WUNTRACED) != pair.peer || !WIFSTOPPED(status))
@@ -1947,17 +2068,18 @@ Verdict receiverDeathIsAnError(Context& c) {
     if (got == peer && WIFSTOPPED(status)) stopped = true;
     if (got == peer && !WIFSTOPPED(status)) {
       peer = -1;
-      CALL("closeSend", c.net->closeSend(sendComm));
+      closeSendComm(c, sendComm);
       return fail("the peer ended before it stopped (its accept did not complete: status %d)", status);
     }
     if (!stopped) usleep(1000);
   }
   if (!stopped) {
     killPeer();
-    CALL("closeSend", c.net->closeSend(sendComm));
+    closeSendComm(c, sendComm);
     return fail("the peer's accept did not complete within 20 s");
   }
   std::vector<unsigned char> big(kBytes, 1);
+  void* mhandle = registerBuffer(c, sendComm, big.data(), big.size());
   void* request = nullptr;
   auto start = Clock::now();
   Clock::time_point killed{};
@@ -1968,7 +2090,7 @@ Verdict receiverDeathIsAnError(Context& c) {
     int done = 0, size = -1;
     if (request == nullptr) {
       ++isends;
-      result = CALL("isend", c.net->isend(sendComm, big.data(), big.size(), 1, nullptr, nullptr, &request));
+      result = CALL("isend", c.net->isend(sendComm, big.data(), big.size(), 1, mhandle, nullptr, &request));
     } else {
       ++tests;
       result = CALL("test", c.net->test(request, &done, &size));
@@ -2012,7 +2134,7 @@ Verdict receiverDeathIsAnError(Context& c) {
     }
   }
   killPeer();
-  CALL("closeSend", c.net->closeSend(sendComm));
+  closeSendComm(c, sendComm);
   return verdict;
 }
 
@@ -2059,12 +2181,7 @@ Verdict everyCallReturns(Context& c) {
   if (!openPair(
           c, pair, [&](void* comm) { return sendMessages(c, comm, messages); }, &why))
     return fail("%s", why.c_str());
-  void* mhandle = nullptr;
-  std::vector<unsigned char> buffer(64);
-  if (CALL("regMr", c.net->regMr(pair.recvComm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mhandle)) != ncclSuccess)
-    return fail("regMr failed");
-  Verdict v = receiveMessages(c, pair.recvComm, messages, 64);
-  CALL("deregMr", c.net->deregMr(pair.recvComm, mhandle));
+  Verdict v = receiveMessages(c, pair.recvComm, messages, 64);  // registers its buffers; closeRecvComm deregisters
   int code = closePair(c, pair, v.status == Status::kPass ? 30 : 1);  // as transferChecked
   if (v.status != Status::kPass) return v;
   if (code != 0) return fail("%s", peerText(code).c_str());
@@ -2084,7 +2201,7 @@ Verdict manyCommsAtOnce(Context& c) {
   std::vector<void*> listenComms(kComms, nullptr), recvComms(kComms, nullptr);
   auto closeAll = [&]() {
     for (void* comm : recvComms)
-      if (comm != nullptr) CALL("closeRecv", c.net->closeRecv(comm));
+      if (comm != nullptr) closeRecvComm(c, comm);
     for (void* comm : listenComms)
       if (comm != nullptr) CALL("closeListen", c.net->closeListen(comm));
   };
@@ -2102,25 +2219,28 @@ Verdict manyCommsAtOnce(Context& c) {
     for (int i = 0; i < kComms; ++i)
       if ((sendComms[i] = connectWithin(c, handles[i].data(), 20)) == nullptr) return 20;
     std::vector<std::vector<unsigned char>> buffers(kComms, std::vector<unsigned char>(capacity));
+    std::vector<void*> mhandles(kComms);
+    for (int i = 0; i < kComms; ++i) mhandles[i] = registerBuffer(c, sendComms[i], buffers[i].data(), capacity);
     int code = 0;
     for (int round = 0; round < kRounds && code == 0; ++round) {
       std::vector<void*> requests(kComms, nullptr);
       for (int i = 0; i < kComms && code == 0; ++i) {
         fill(buffers[i], sizeOf(i, round), seedOf(i, round));
-        if (postSend(c, sendComms[i], buffers[i].data(), sizeOf(i, round), 1, &requests[i]) != ncclSuccess) code = 32;
+        if (postSend(c, sendComms[i], buffers[i].data(), sizeOf(i, round), 1, mhandles[i], &requests[i]) != ncclSuccess)
+          code = 32;
       }
       for (int i = 0; i < kComms && code == 0; ++i) {
         int size = -1;
         if (waitDone(c, requests[i], &size, 10) != ncclSuccess)
           code = 30;
-        else if (size != static_cast<int>(sizeOf(i, round)))
+        else if (sentSizeWrong(size, sizeOf(i, round)))
           code = 31;
       }
     }
     pollfd checked{checkedPipe[0], POLLIN, 0};
     poll(&checked, 1, 60000);
     for (void* comm : sendComms)
-      if (comm != nullptr) CALL("closeSend", c.net->closeSend(comm));
+      if (comm != nullptr) closeSendComm(c, comm);
     return code;
   });
   close(checkedPipe[0]);
@@ -2133,7 +2253,7 @@ Verdict manyCommsAtOnce(Context& c) {
         ++accepted;
         continue;
       }
-      if (ncclResult_t result = CALL("accept", c.net->accept(listenComms[i], &recvComms[i], nullptr));
+      if (ncclResult_t result = CALL("accept", c.net->accept(listenComms[i], &recvComms[i], deviceHandleSlot()));
           result != ncclSuccess)
         verdict = fail("accept on listener %d returned %s", i, resultText(result).c_str());
       accepted += recvComms[i] != nullptr ? 1 : 0;
@@ -2142,13 +2262,17 @@ Verdict manyCommsAtOnce(Context& c) {
       verdict = fail("only %d of %d connections were accepted within 20 s", accepted, kComms);
   }
   std::vector<std::vector<unsigned char>> buffers(kComms, std::vector<unsigned char>(capacity));
+  std::vector<void*> mhandles(kComms);
+  for (int i = 0; i < kComms && verdict.status == Status::kPass; ++i)
+    mhandles[i] = registerBuffer(c, recvComms[i], buffers[i].data(), capacity);
   for (int round = 0; round < kRounds && verdict.status == Status::kPass; ++round) {
     std::vector<void*> requests(kComms, nullptr);
     for (int i = 0; i < kComms && verdict.status == Status::kPass; ++i) {
       void* data = buffers[i].data();
       size_t size = capacity;
       int tag = 1;  // the same on every connection, as tags repeat across NCCL's connections
-      if (ncclResult_t posted = postRecv(c, recvComms[i], 1, &data, &size, &tag, &requests[i]); posted != ncclSuccess)
+      if (ncclResult_t posted = postRecv(c, recvComms[i], 1, &data, &size, &tag, &mhandles[i], &requests[i]);
+          posted != ncclSuccess)
         verdict = fail("irecv on connection %d, round %d: %s", i, round, postText(posted).c_str());
     }
     for (int i = 0; i < kComms && verdict.status == Status::kPass; ++i) {
@@ -2174,7 +2298,6 @@ Verdict manyCommsAtOnce(Context& c) {
   close(checkedPipe[1]);
   closeAll();
   if (verdict.status != Status::kPass) return verdict;
-  if (code == 31) return fail("the sender's test reported a size other than the one it sent");
   if (code != 0) return fail("%s", peerText(code).c_str());
   return pass(
       "8 connections between the same two processes, 12 rounds of one message each posted on all 8 at once: "
@@ -2273,6 +2396,16 @@ struct ThreadFailure {
 // kThreadInFlight at once, and checks each completion's size (and, receiving, its bytes).
 void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall& watch, ThreadFailure& failure) {
   std::vector<std::vector<unsigned char>> buffers(kThreadInFlight, std::vector<unsigned char>(kThreadCapacity));
+  std::vector<void*> mhandles(kThreadInFlight, nullptr);
+  for (int slot = 0; slot < kThreadInFlight; ++slot) {  // from this thread, as NCCL's proxy threads register
+    ncclResult_t result = watchedCall(watch, "regMr", [&] {
+      return net->regMr(comm, buffers[slot].data(), kThreadCapacity, NCCL_PTR_HOST, &mhandles[slot]);
+    });
+    if (result != ncclSuccess)
+      return failure.report("comm %d: regMr of buffer %d returned %s (%s)", index, slot, resultText(result).c_str(),
+                            kThreadsNote);
+    rememberRegistration(comm, mhandles[slot]);  // deregistered when the comm closes
+  }
   std::vector<void*> requests(kThreadInFlight, nullptr);
   const char* testName = sending ? "test (isend)" : "test (irecv)";
   for (int i = 0; i < gThreadMessages + kThreadInFlight && !failure.stop; ++i) {
@@ -2296,7 +2429,7 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
         std::this_thread::yield();
       }
       if (failure.stop) return;
-      if (size != static_cast<int>(expected))
+      if (sending ? sentSizeWrong(size, expected) : size != static_cast<int>(expected))
         return failure.report(
             "comm %d message %d: %s reported %d bytes, %zu were sent (%s; state shared across "
             "comms without a lock?)",
@@ -2327,14 +2460,14 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
       ncclResult_t result;
       if (sending) {
         result = watchedCall(watch, "isend", [&] {
-          return net->isend(comm, buffers[slot].data(), size, 1, nullptr, nullptr, &requests[slot]);
+          return net->isend(comm, buffers[slot].data(), size, 1, mhandles[slot], nullptr, &requests[slot]);
         });
       } else {
         void* data = buffers[slot].data();
         size_t capacity = kThreadCapacity;
         int tag = 1;
         result = watchedCall(watch, "irecv", [&] {
-          return net->irecv(comm, 1, &data, &capacity, &tag, nullptr, nullptr, &requests[slot]);
+          return net->irecv(comm, 1, &data, &capacity, &tag, &mhandles[slot], nullptr, &requests[slot]);
         });
       }
       if (result != ncclSuccess)
@@ -2396,7 +2529,7 @@ Verdict commsOnThreads(Context& c) {
   std::vector<void*> listenComms(kThreadComms, nullptr), recvComms(kThreadComms, nullptr);
   auto closeAll = [&]() {
     for (void* comm : recvComms)
-      if (comm != nullptr) CALL("closeRecv", c.net->closeRecv(comm));
+      if (comm != nullptr) closeRecvComm(c, comm);
     for (void* comm : listenComms)
       if (comm != nullptr) CALL("closeListen", c.net->closeListen(comm));
   };
@@ -2439,7 +2572,7 @@ Verdict commsOnThreads(Context& c) {
     pollfd checked{checkedPipe[0], POLLIN, 0};
     poll(&checked, 1, 60000);
     for (void* comm : sendComms)
-      if (comm != nullptr) CALL("closeSend", c.net->closeSend(comm));
+      if (comm != nullptr) closeSendComm(c, comm);
     return 0;
   });
   close(checkedPipe[0]);
@@ -2467,7 +2600,7 @@ Verdict commsOnThreads(Context& c) {
     accepted = 0;
     for (int i = 0; i < kThreadComms; ++i) {
       if (recvComms[i] == nullptr)
-        if (ncclResult_t result = CALL("accept", c.net->accept(listenComms[i], &recvComms[i], nullptr));
+        if (ncclResult_t result = CALL("accept", c.net->accept(listenComms[i], &recvComms[i], deviceHandleSlot()));
             result != ncclSuccess)
           failNow(fail("accept on listener %d returned %s", i, resultText(result).c_str()));
       accepted += recvComms[i] != nullptr ? 1 : 0;
@@ -2557,13 +2690,13 @@ Verdict foreignHandleIsAnError(Context& c) {
   int calls = 0;
   while (Clock::now() - start < std::chrono::seconds(10)) {
     ++calls;
-    result = CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, nullptr));
+    result = CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, deviceHandleSlot()));
     if (result != ncclSuccess || sendComm != nullptr) break;
     usleep(1000);
   }
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   if (sendComm != nullptr) {
-    CALL("closeSend", c.net->closeSend(sendComm));
+    closeSendComm(c, sendComm);
     return fail("connect with a handle of 128 zero bytes returned a comm after %d call(s)", calls);
   }
   if (result == ncclSuccess)
@@ -2799,6 +2932,9 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // a harness killed outright takes its rule (and so the peers) with it
       if (getppid() != harness) _exit(124);
       gMyNote = gCallNotes != nullptr ? &gCallNotes[0] : nullptr;
+      // Whatever the plugin prints goes to stderr, here and in the rule's peers: stdout is the harness's own (the
+      // verdict lines, or --json's one document), and a plugin that prints from init must not break it.
+      dup2(STDERR_FILENO, STDOUT_FILENO);
       setpgid(0, 0);  // the rule and its peers form one group, killed together on a hang
       runRuleProcess(rule, options, fds[1]);
     }

@@ -140,10 +140,10 @@ class Side {
     Poll poll;
     while (sendComm_ == nullptr || recvComm_ == nullptr) {
       if (sendComm_ == nullptr)
-        check(call("connect", [&] { return net_.connect(ctx_, settings_.dev, theirs, &sendComm_, nullptr); }),
+        check(call("connect", [&] { return net_.connect(ctx_, settings_.dev, theirs, &sendComm_, &deviceHandle_); }),
               "connect");
       if (recvComm_ == nullptr)
-        check(call("accept", [&] { return net_.accept(listenComm_, &recvComm_, nullptr); }), "accept");
+        check(call("accept", [&] { return net_.accept(listenComm_, &recvComm_, &deviceHandle_); }), "accept");
       if (now() > deadline)
         throw std::runtime_error("connection not established within " + std::to_string(settings_.callTimeoutSeconds) +
                                  " s (connect and accept kept answering 'not yet')");
@@ -332,6 +332,7 @@ class Side {
   void* listenComm_ = nullptr;
   void* sendComm_ = nullptr;
   void* recvComm_ = nullptr;
+  ncclNetDeviceHandle_v12_t* deviceHandle_ = nullptr;  // where connect and accept may write one, as under NCCL
   std::vector<std::vector<char>> buffers_;
   std::vector<void*> sendHandles_;
   std::vector<void*> recvHandles_;

@@ -335,12 +335,15 @@ void Communicator::establish(const std::vector<ConnKey>& keys) {
         key.channel >= connectionChannels())
       fail("no connection to rank " + std::to_string(key.peer) + " channel " + std::to_string(key.channel));
     const bool p2p = key.channel == p2pChannel();
+    // A place for the device handle, as NCCL's proxy passes one (plugins write it without a NULL check); a host
+    // engine has no use for what a plugin puts there.
+    ncclNetDeviceHandle_v12_t* deviceHandle = nullptr;
     if (key.sending) {
-      check(net_->connect(ctx_, deviceOf(key.channel), handleOf(key.peer, key.channel), &conn.comm, nullptr),
+      check(net_->connect(ctx_, deviceOf(key.channel), handleOf(key.peer, key.channel), &conn.comm, &deviceHandle),
             p2p ? "connect (send/recv)" : "connect", key.peer);
     } else {
       check(net_->accept(listenComms_[static_cast<size_t>(key.peer) * connectionChannels() + key.channel], &conn.comm,
-                         nullptr),
+                         &deviceHandle),
             p2p ? "accept (send/recv)" : "accept", key.peer);
     }
     if (conn.comm == nullptr) return false;
