@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -406,6 +407,116 @@ std::pair<int, int> listenerOnAFreePort(int backlog) {
 }
 
 }  // namespace
+
+namespace {
+
+// Connects to 127.0.0.1:`port` within 2 s; -1 if nothing listens there by then.
+int connectLoopback(int port) {
+  for (int tries = 0; tries < 200; ++tries) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) return fd;
+    if (fd >= 0) close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+// Blocking exchanges with a 2 s receive timeout, for a hand-made peer: false on any failure.
+bool sendBytes(int fd, const std::string& bytes) {
+  return send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+}
+bool recvBytes(int fd, size_t bytes, std::string* got = nullptr) {
+  timeval wait{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+  std::string buffer(bytes, '\0');
+  size_t have = 0;
+  while (have < bytes) {
+    const ssize_t n = recv(fd, buffer.data() + have, bytes - have, 0);
+    if (n <= 0) return false;
+    have += static_cast<size_t>(n);
+  }
+  if (got != nullptr) *got = buffer;
+  return true;
+}
+std::string lengthPrefixed(const std::string& text) {
+  const uint32_t length = static_cast<uint32_t>(text.size());
+  return std::string(reinterpret_cast<const char*>(&length), sizeof(length)) + text;
+}
+
+}  // namespace
+
+// A rank that joined, sent its part of an all-gather and then stopped reading (stopped, swapped out, wedged) does
+// not hold rank 0 past its timeout: the packed answer (32 MiB here) is larger than the socket buffers, and rank 0's
+// send of the rest, blocking once poll said "some room", waited for ever. The hand-made rank 1 speaks the join
+// (rank, size, job id 0 for no launcher job) and the machine all-gather the constructor makes.
+TEST(BootstrapFailures, ARankThatStopsReadingCannotHoldRankZeroPastItsTimeout) {
+  const int port = nns::test::freeLoopbackPort();
+  std::atomic<bool> finished{false};
+  std::string stuckProblem;
+  std::thread stuck([&] {
+    const int fd = connectLoopback(port);
+    if (fd < 0) {
+      stuckProblem = "could not reach rank 0";
+      return;
+    }
+    struct {
+      int32_t rank = 1, size = 2;
+      uint64_t job = 0;
+    } join;
+    std::string packed;
+    if (!sendBytes(fd, std::string(reinterpret_cast<const char*>(&join), sizeof(join))) || !recvBytes(fd, 4) ||
+        !sendBytes(fd, lengthPrefixed("another machine\n")) || !recvBytes(fd, 4, &packed) ||
+        !recvBytes(fd, *reinterpret_cast<const uint32_t*>(packed.data())) || !sendBytes(fd, lengthPrefixed("y")))
+      stuckProblem = "the hand-made rank 1 could not join";
+    while (!finished) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // and never reads again
+    close(fd);
+  });
+  const auto start = Clock::now();
+  std::string error;
+  try {
+    Bootstrap bootstrap(LaunchInfo{0, 2, "127.0.0.1", port, "test"}, std::chrono::milliseconds(1500));
+    bootstrap.allGather(std::string(32u << 20, 'x'));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  finished = true;
+  stuck.join();
+  ASSERT_EQ(stuckProblem, "");
+  EXPECT_NE(error.find("timed out sending"), std::string::npos) << error;
+  EXPECT_LT(seconds, 5.0) << error;
+}
+
+// Garbage where rank 0's refusal and its reason belong (a failure marker where the reason's length should be, over
+// and over) is an error naming it. Each marker made the reader call itself again, and 4 MB of them overflowed the
+// stack.
+TEST(BootstrapErrorCodes, MarkersInPlaceOfRankZerosReasonAreAnError) {
+  const std::pair<int, int> listener = listenerOnAFreePort(4);
+  const int server = listener.first, port = listener.second;
+  ASSERT_GE(server, 0) << std::strerror(errno);
+  std::thread garbage([server] {
+    pollfd ready{server, POLLIN, 0};
+    if (poll(&ready, 1, 2000) != 1) return;
+    const int fd = accept(server, nullptr, nullptr);
+    if (fd < 0) return;
+    char join[16];
+    if (recvBytes(fd, sizeof(join))) {
+      const uint32_t refused = 2;
+      std::string answer(reinterpret_cast<const char*>(&refused), sizeof(refused));
+      answer.append(4u << 20, '\xff');
+      sendBytes(fd, answer);
+    }
+    close(fd);
+  });
+  auto got = outcomes({{1, 2, "127.0.0.1", port, "test"}}, std::chrono::milliseconds(2000));
+  garbage.join();
+  close(server);
+  EXPECT_NE(got[0].error.find("garbage in place of rank 0's reason"), std::string::npos) << got[0].error;
+}
 
 // The C API returns result() for a failed creation (docs/collectives.md): a size that differs between the ranks is
 // ncclInvalidUsage on the rank refused and on rank 0, which names it; the rank that had joined hears rank 0 give up,

@@ -111,7 +111,9 @@ void sendAll(int fd, const void* data, size_t bytes, Clock::time_point deadline,
   auto* p = static_cast<const char*>(data);
   while (bytes > 0) {
     waitFor(fd, POLLOUT, deadline, "sending", spin);
-    ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL);
+    // MSG_DONTWAIT: POLLOUT means room for some bytes, not all; a blocking send of the rest would wait past the
+    // deadline for a peer that stopped reading (the sockets are blocking once connected).
+    ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) fail(std::string("send failed: ") + std::strerror(errno), Result::kRemoteError);
     p += n;
@@ -124,7 +126,7 @@ void recvAll(int fd, void* data, size_t bytes, Clock::time_point deadline,
   auto* p = static_cast<char*>(data);
   while (bytes > 0) {
     waitFor(fd, POLLIN, deadline, "receiving", spin);
-    ssize_t n = recv(fd, p, bytes, 0);
+    ssize_t n = recv(fd, p, bytes, MSG_DONTWAIT);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n == 0) fail("a peer closed the bootstrap connection (rank died?)", Result::kRemoteError);
     if (n < 0) fail(std::string("recv failed: ") + std::strerror(errno), Result::kRemoteError);
@@ -142,10 +144,12 @@ void sendMessage(int fd, const std::string& text, Clock::time_point deadline, st
 // In place of a message's length: rank 0 gave up, and a message with its reason follows.
 constexpr uint32_t kFailureMarker = 0xFFFFFFFFu;
 
-std::string recvMessage(int fd, Clock::time_point deadline, std::chrono::microseconds spin) {
+// A message; after a failure marker, the reason that follows it (`reason`), where a second marker is garbage.
+std::string recvMessage(int fd, Clock::time_point deadline, std::chrono::microseconds spin, bool reason = false) {
   uint32_t length = 0;
   recvAll(fd, &length, sizeof(length), deadline, spin);
-  if (length == kFailureMarker) fail("rank 0 gave up: " + recvMessage(fd, deadline, spin), Result::kRemoteError);
+  if (length == kFailureMarker && reason) fail("garbage in place of rank 0's reason", Result::kRemoteError);
+  if (length == kFailureMarker) fail("rank 0 gave up: " + recvMessage(fd, deadline, spin, true), Result::kRemoteError);
   if (length > (64u << 20)) fail("oversized bootstrap message", Result::kRemoteError);
   std::string text(length, '\0');
   recvAll(fd, text.data(), length, deadline, spin);
