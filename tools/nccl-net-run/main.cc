@@ -3,6 +3,7 @@
 // status. Stopping is SIGTERM, then SIGKILL for what is left after a grace period (--kill-after); SIGTERM, SIGINT and
 // SIGHUP sent to the launcher are passed on to the ranks the same way. Like mpirun, it binds each rank to a share
 // of the CPUs when there are enough for all (--bind-to none: not).
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
@@ -199,6 +200,15 @@ int runTool(int argc, char** argv) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != launcher) _exit(128 + SIGKILL);
       sigprocmask(SIG_SETMASK, &original, nullptr);
+      // stdin: rank 0 keeps a pipe or a file (mpirun forwards stdin to rank 0), nobody keeps a terminal. A rank is
+      // not in the terminal's foreground group, so reading it would stop the rank (SIGTTIN) for good.
+      if (rank != 0 || isatty(STDIN_FILENO) != 0) {
+        const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (null >= 0) {
+          dup2(null, STDIN_FILENO);
+          close(null);
+        }
+      }
       if (!cpus.empty() && sched_setaffinity(0, sizeof(cpu_set_t), &cpus[static_cast<size_t>(rank)]) != 0)
         std::fprintf(stderr, "nccl-net-run: rank %d not bound: %s\n", rank, std::strerror(errno));
       setenv("NNS_RANK", std::to_string(rank).c_str(), 1);
@@ -255,7 +265,26 @@ int runTool(int argc, char** argv) {
   while (running > 0) {
     int status = 0;
     pid_t pid = 0;
-    while (running > 0 && (pid = waitpid(-1, &status, WNOHANG)) > 0) {
+    while (running > 0 && (pid = waitpid(-1, &status, WNOHANG | WUNTRACED)) > 0) {
+      if (WIFSTOPPED(status)) {
+        // Stopped for touching the terminal from the background (a write under `stty tostop`): it would wait for
+        // ever. Other stops (SIGSTOP, a debugger) are the user's and are left alone.
+        const int sig = WSTOPSIG(status);
+        if (sig != SIGTTIN && sig != SIGTTOU) continue;
+        int rank = -1;
+        for (size_t i = 0; i < children.size(); ++i)
+          if (children[i] == pid) rank = static_cast<int>(i);
+        if (exitCode == 0) {
+          exitCode = 128 + sig;
+          std::fprintf(stderr,
+                       "nccl-net-run: rank %d was stopped by %s (it used the terminal from the background); stopping "
+                       "the ranks\n",
+                       rank, sig == SIGTTIN ? "SIGTTIN" : "SIGTTOU");
+        }
+        stop(SIGTERM);
+        signalRanks(SIGCONT);  // a stopped rank acts on SIGTERM only once it runs
+        continue;
+      }
       --running;
       int rank = -1;
       for (size_t i = 0; i < children.size(); ++i)
