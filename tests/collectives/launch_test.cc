@@ -110,6 +110,51 @@ TEST(LaunchPrecedence, RankAndSizeNeverComeFromTwoLaunchers) {
   clearLauncherVariables();
 }
 
+// mpirun with RANK and WORLD_SIZE exported by hand earlier (no torchrun: no TORCHELASTIC_RUN_ID): every local rank
+// inherited them, and each became rank 0 of a 1-rank job of its own. Open MPI's variables win now; torchrun's, which
+// come with its run id, still win over what started torchrun.
+TEST(LaunchPrecedence, RankAndWorldSizeWithoutTorchrunGiveWayToMpirun) {
+  auto mpi =
+      launchFrom({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}});
+  EXPECT_EQ(mpi.rank, 3);
+  EXPECT_EQ(mpi.size, 4);
+  EXPECT_EQ(mpi.source, "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE");
+  auto pmi = launchFrom({{"PMI_RANK", "2"}, {"PMI_SIZE", "8"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}});
+  EXPECT_EQ(pmi.rank, 2);
+  EXPECT_EQ(pmi.size, 8);
+  auto torchrun = launchFrom({{"OMPI_COMM_WORLD_RANK", "1"},
+                              {"OMPI_COMM_WORLD_SIZE", "2"},
+                              {"RANK", "5"},
+                              {"WORLD_SIZE", "8"},
+                              {"TORCHELASTIC_RUN_ID", "run-b"}});
+  EXPECT_EQ(torchrun.rank, 5);
+  EXPECT_EQ(torchrun.size, 8);
+}
+
+// torchrun's agent keeps its TCP store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), so rank 0 could not
+// listen there: every rank takes MASTER_PORT+1 instead, and NNS_ROOT_ADDR still overrides.
+TEST(LaunchPrecedence, UnderTorchrunsAgentStoreTheRootIsTheNextPort) {
+  clearLauncherVariables();
+  for (auto [name, value] : std::vector<std::pair<const char*, const char*>>{{"RANK", "1"},
+                                                                             {"WORLD_SIZE", "2"},
+                                                                             {"TORCHELASTIC_RUN_ID", "r"},
+                                                                             {"MASTER_ADDR", "10.0.0.1"},
+                                                                             {"MASTER_PORT", "29500"}})
+    setenv(name, value, 1);
+  setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1);
+  LaunchInfo info;
+  std::string error;
+  EXPECT_TRUE(nns::core::launchInfoFromEnvironment(&info, &error)) << error;
+  EXPECT_EQ(info.rootHost, "10.0.0.1");
+  EXPECT_EQ(info.rootPort, 29501);
+  EXPECT_NE(info.rootPortNote.find("torchrun's agent holds MASTER_PORT"), std::string::npos) << info.rootPortNote;
+  setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1);
+  EXPECT_TRUE(nns::core::launchInfoFromEnvironment(&info, &error)) << error;
+  EXPECT_EQ(info.rootPort, 29500);
+  unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+  clearLauncherVariables();
+}
+
 // Hydra (MPICH, Intel MPI) started by srun: the proxies' SLURM_PROCID is the node's; PMI_RANK is the rank's.
 TEST(LaunchPrecedence, PmiUnderSrunTakesThePmiRank) {
   auto got = launchFrom(

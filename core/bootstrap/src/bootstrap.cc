@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -379,9 +380,22 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
     const char* value = std::getenv(name);
     return value != nullptr && *value != '\0';
   };
+  // RANK and WORLD_SIZE without torchrun's run id are not torchrun's: under mpirun or mpiexec (which start every
+  // process themselves) they are a stale export, inherited by every local rank, which made each one a job of its
+  // own. The MPI launcher's then win, with a warning.
+  const bool mpiLaunched =
+      (isSet("OMPI_COMM_WORLD_RANK") && isSet("OMPI_COMM_WORLD_SIZE")) || (isSet("PMI_RANK") && isSet("PMI_SIZE"));
+  const bool staleTorchVariables = mpiLaunched && !isSet("TORCHELASTIC_RUN_ID") && isSet("RANK") && isSet("WORLD_SIZE");
   const Launcher* chosen = nullptr;
   std::string halfSet, ignored;
   for (const Launcher& l : launchers) {
+    if (staleTorchVariables && std::strcmp(l.name, "torchrun") == 0) {
+      std::fprintf(stderr,
+                   "nns WARN bootstrap: ignoring RANK=%s WORLD_SIZE=%s: set without torchrun (no TORCHELASTIC_RUN_ID) "
+                   "under an MPI launcher, whose rank and size are used\n",
+                   std::getenv("RANK"), std::getenv("WORLD_SIZE"));
+      continue;
+    }
     const bool rankSet = isSet(l.rank), sizeSet = isSet(l.size);
     if (rankSet != sizeSet)
       halfSet += std::string(halfSet.empty() ? "" : "; ") + (rankSet ? l.rank : l.size) + " is set but " +
@@ -445,6 +459,17 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
           "MASTER_ADDR is set but MASTER_PORT is missing or not a port (1..65535): MASTER_PORT=" + std::string(port) +
           ": " + why;
       return false;
+    }
+    // torchrun's agent keeps its own TCP store on MASTER_PORT (its workers are meant to be clients of it), so rank 0
+    // cannot listen there: the next port up is taken instead, on every rank alike. NNS_ROOT_ADDR picks another.
+    if (const char* agentStore = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+        agentStore != nullptr && strcasecmp(agentStore, "true") == 0) {
+      info->rootPort = info->rootPort < 65535 ? info->rootPort + 1 : info->rootPort - 1;
+      info->rootPortNote = "MASTER_PORT" + std::string(info->rootPort > std::atoi(port) ? "+1" : "-1") +
+                           ": torchrun's agent holds MASTER_PORT; set NNS_ROOT_ADDR=host:port for another";
+      if (debugInfo())
+        std::fprintf(stderr, "nns INFO bootstrap: root at %s:%d (%s)\n", host, info->rootPort,
+                     info->rootPortNote.c_str());
     }
   } else if (info->size == 1) {
     // A one-rank job meets no one: it needs no root address (mpirun -np 1, a single torchrun worker, a test).
@@ -537,7 +562,8 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
         int err = errno;
         close(listener);
         fail("rank 0 cannot listen on " + listening + ": " + std::strerror(err) +
-                 (err == EADDRINUSE ? " (another job, or another program, holds that port)" : ""),
+                 (err == EADDRINUSE ? " (another job, or another program, holds that port)" : "") +
+                 (info.rootPortNote.empty() ? "" : "; the port is " + info.rootPortNote),
              Result::kSystemError);
       }
     }

@@ -38,12 +38,16 @@ struct LaunchInfo {
   // The launcher's name for this job (Open MPI's job id, Slurm's job and step, torchrun's run id), or empty: rank 0
   // turns away ranks of another job that reach its port. $NNS_JOB_ID, where set, is used instead.
   std::string job = {};
+  // Where rootPort is not the launcher's port as given, why (torchrun's agent holds MASTER_PORT): said on failure.
+  std::string rootPortNote = {};
 };
 
 // Rank and size come from one launcher, both variables of the same one, the innermost where several are present:
 // NNS_RANK/NNS_WORLD_SIZE, then torchrun's RANK/WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_RANK/_SIZE, PMI_RANK/PMI_SIZE
 // (MPICH, Intel MPI), and last Slurm's SLURM_PROCID/SLURM_NTASKS, which every process of a step inherits, torchrun
-// or a Hydra proxy started by srun included. The root from NNS_ROOT_ADDR (host:port) or MASTER_ADDR/MASTER_PORT.
+// or a Hydra proxy started by srun included; RANK/WORLD_SIZE without TORCHELASTIC_RUN_ID give way to Open MPI's and
+// PMI's (a stale export under mpirun). The root from NNS_ROOT_ADDR (host:port) or MASTER_ADDR/MASTER_PORT, under
+// torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True, the agent listening on MASTER_PORT) MASTER_PORT+1.
 // Returns false with `error` set when something is missing or inconsistent.
 bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error);
 
