@@ -237,7 +237,7 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
       auto [first, part] = channelPart(count, comm.channels(), c);
       for (int t = 0; t < 2; ++t) {
         auto [offset, half] = channelPart(part, 2, t);
-        detail::treeAllReduce(comm, plan, call, trees[t], first + offset, half, c, piece);
+        detail::treeAllReduce(comm, plan, call, trees[t], first + offset, half, c);
       }
     }
     comm.run(plan);

@@ -29,9 +29,9 @@ void chainBroadcast(Communicator& comm, core::Plan& plan, const Call& call, int 
 void chainReduce(Communicator& comm, core::Plan& plan, const Call& call, int root, size_t first, size_t count,
                  unsigned char* work, int channel, bool forward);
 // Tree allreduce of elements [first, first + count) over one tree: a reduce towards the root and the broadcast
-// back down, in one plan cut into `piece`-byte pieces (which the plan must use too).
+// back down, in one plan.
 void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const TreeLinks& tree, size_t first,
-                   size_t count, int channel, size_t piece);
+                   size_t count, int channel);
 
 // Recursive doubling over elements [first, first + count); `work` holds (doublingRounds(n) + 1) buffers of
 // `totalCount` elements. Returns where this rank's result is once the plan has run (to be copied to the output),

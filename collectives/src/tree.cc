@@ -47,7 +47,7 @@ void doubleBinaryTree(int size, int rank, TreeLinks trees[2]) {
 namespace detail {
 
 void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const TreeLinks& tree, size_t first,
-                   size_t count, int channel, size_t piece) {
+                   size_t count, int channel) {
   // One plan for both directions: each piece of the output becomes this rank's input combined with its children's
   // partial results as they arrive, goes up once both children's piece is in, and comes back down from the parent
   // into the same place. The root's pieces turn around as soon as they are complete, so the broadcast of the first
@@ -58,22 +58,25 @@ void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const
   const int children = (tree.children[0] >= 0) + (tree.children[1] >= 0);
   const bool root = tree.parent < 0;
   const int n = comm.size();
-  // Per piece, how many children's shares are in: the first one's handler combines the input with it into the
-  // output (one pass, no copy of the input beforehand), the second's adds to that; for avg the root divides once
-  // the last is in. Children complete pieces independently, so either may come first.
-  auto arrived = std::make_shared<std::vector<int>>(bytes == 0 ? 1 : (bytes + piece - 1) / piece, 0);
+  // The first child's piece combines the input with it into the output (one pass, no copy of the input
+  // beforehand); the second child's piece waits for the first's and adds to that, so a float sum is always
+  // (input + first) + second, the same in every run (whichever arrived first was added first, and a rounding could
+  // differ from run to run). For avg the root divides once the last child's piece is in.
   std::vector<core::Plan::RecvRef> fromChildren;
   for (int child : tree.children) {
     if (child < 0) continue;
-    fromChildren.push_back(plan.recv(child, channel, bytes, [=, &call](size_t offset, const void* data, size_t len) {
-      const int shares = ++(*arrived)[offset / piece];
-      if (shares == 1) {
-        call.kernels->reduceInto(out + offset, in + offset, data, len / es, call.type, call.op);
-      } else {
-        call.kernels->reduce(out + offset, data, len / es, call.type, call.op);
-      }
-      if (root && call.op == ncclAvg && shares == children) call.kernels->divide(out + offset, len / es, call.type, n);
-    }));
+    const bool first = fromChildren.empty(), last = static_cast<int>(fromChildren.size()) + 1 == children;
+    fromChildren.push_back(plan.recv(
+        child, channel, bytes,
+        [=, &call](size_t offset, const void* data, size_t len) {
+          if (first) {
+            call.kernels->reduceInto(out + offset, in + offset, data, len / es, call.type, call.op);
+          } else {
+            call.kernels->reduce(out + offset, data, len / es, call.type, call.op);
+          }
+          if (root && last && call.op == ncclAvg) call.kernels->divide(out + offset, len / es, call.type, n);
+        },
+        first ? std::vector<core::Plan::RecvRef>{} : fromChildren));
   }
   std::vector<core::Plan::RecvRef> down = fromChildren;
   if (!root) {
