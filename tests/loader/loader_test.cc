@@ -576,6 +576,28 @@ TEST(CollNet, EveryVersionLoadsAndReduces) {
   }
 }
 
+// NCCL's v7 and v8 collNet adapters report a host device whatever the plugin says (its v8 net adapter copies the
+// type; its collNet one does not); v9 on copy it. The loader did this for v7 only.
+TEST(CollNet, OldVersionsReportAHostDeviceAsNcclTakesThem) {
+  setenv("NNS_TEST_COLLNET_DEVICE_TYPE", "unpack", 1);
+  for (int version : knownNetVersions()) {
+    if (version < 7) continue;  // v6 properties have no device type
+    SCOPED_TRACE("ncclCollNet_v" + std::to_string(version));
+    std::string error;
+    auto coll = openCollNetVersion(kDir + "/libnccl-net-one-rank-coll.so", version, &error);
+    ASSERT_NE(coll, nullptr) << error;
+    void* ctx = nullptr;
+    ASSERT_EQ(coll->init(&ctx, 1, nullptr), ncclSuccess);
+    ncclNetProperties_v12_t props;
+    ASSERT_EQ(coll->getProperties(0, &props), ncclSuccess);
+    EXPECT_EQ(props.netDeviceType, version <= 8 ? NCCL_NET_DEVICE_HOST : NCCL_NET_DEVICE_UNPACK);
+    EXPECT_EQ(props.netDeviceVersion,
+              version <= 8 ? NCCL_NET_DEVICE_INVALID_VERSION : static_cast<int>(NCCL_NET_DEVICE_UNPACK_VERSION));
+    EXPECT_EQ(coll->finalize(ctx), ncclSuccess);
+  }
+  unsetenv("NNS_TEST_COLLNET_DEVICE_TYPE");
+}
+
 TEST(CollNet, MoreThanOneRankIsAClearError) {
   std::string error;
   auto coll = openCollNetVersion(kDir + "/libnccl-net-one-rank-coll.so", 12, &error);

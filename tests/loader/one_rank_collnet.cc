@@ -5,7 +5,8 @@
 //
 // NNS_COLLNET_ONLY_VERSION=N exports ncclCollNetPlugin_vN alone (beside the minimal net's NNS_MINIMAL_ONLY_VERSION), so
 // a plugin of that era can be loaded; otherwise v6..v12. NNS_TEST_COLLNET_DEVICES (read at devices()) overrides the
-// device count, so a collNet with no device can be shown rejected.
+// device count, so a collNet with no device can be shown rejected; NNS_TEST_COLLNET_DEVICE_TYPE=unpack (read at
+// getProperties) makes its device an UNPACK one, which hosts of v7 and v8 collNets take for a host device.
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -82,6 +83,11 @@ class OneRankColl {
     props->speed = 100000;
     props->maxComms = 1;
     props->maxCollBytes = 512ull << 20;
+    if (const char* type = std::getenv("NNS_TEST_COLLNET_DEVICE_TYPE");
+        type != nullptr && std::strcmp(type, "unpack") == 0) {
+      props->netDeviceType = NCCL_NET_DEVICE_UNPACK;
+      props->netDeviceVersion = NCCL_NET_DEVICE_UNPACK_VERSION;
+    }
     return ncclSuccess;
   }
 

@@ -418,8 +418,9 @@ class CollNetAdapter final : public CollNet {
 
   ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* out) override {
     ncclResult_t result = readProperties<V>(t_->getProperties, dev, out);
-    if constexpr (V == 7) {
-      // NCCL's v7 collNet adapter does not copy the device type: a collNet is a host-driven device there.
+    if constexpr (V == 7 || V == 8) {
+      // NCCL's v7 and v8 collNet adapters do not copy the device type (its v8 net adapter does): a collNet is a
+      // host-driven device there.
       out->netDeviceType = NCCL_NET_DEVICE_HOST;
       out->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
     }
