@@ -127,6 +127,13 @@ EXPORT void ncclNetPlugin_v12(void) {}
 #elif defined(NNS_DEFECT_SHORT_OBJECT)
 /* The table's name on an object far smaller than the table. */
 EXPORT const char ncclNetPlugin_v12[24] = "a string, not a table";
+#elif defined(NNS_DEFECT_ONLY_V5)
+/* A plugin of an ABI older than any this host loads: only its version's symbol (the table's contents do not matter:
+ * the loader must not read it). */
+EXPORT const char ncclNetPlugin_v5[8] = "v5 only";
+#elif defined(NNS_DEFECT_ONLY_V13)
+/* A plugin built for an ABI newer than this host knows. */
+EXPORT const char ncclNetPlugin_v13[8] = "v13 only";
 #else
 #error "define one NNS_DEFECT_*"
 #endif

@@ -155,6 +155,24 @@ TEST(Resolution, APrefixOfStaticPluginIsTheProgramItself) {
       << report.candidates[0].rejectReason;
 }
 
+// A plugin of an ABI this host does not load says which it is: older ones need rebuilding, newer ones a newer host.
+// Both read "not a net plugin" before, as a library with no plugin symbol at all does.
+TEST(Resolution, APluginOfAnUnknownVersionIsNamedAsSuch) {
+  LoadReport report;
+  EXPECT_EQ(loadNet(inBuildTree(kDir + "/libnccl-net-defective-only-v5.so"), &report), nullptr);
+  ASSERT_EQ(report.candidates.size(), 1u);
+  EXPECT_NE(report.candidates[0].rejectReason.find("exports ncclNetPlugin v5 only, older than any version this host "
+                                                   "loads (v12..v6): rebuild the plugin"),
+            std::string::npos)
+      << report.candidates[0].rejectReason;
+  LoadReport newer;
+  EXPECT_EQ(loadNet(inBuildTree(kDir + "/libnccl-net-defective-only-v13.so"), &newer), nullptr);
+  ASSERT_EQ(newer.candidates.size(), 1u);
+  EXPECT_NE(newer.candidates[0].rejectReason.find("exports ncclNetPlugin v13, newer than this host knows (v12..v6)"),
+            std::string::npos)
+      << newer.candidates[0].rejectReason;
+}
+
 // NCCL_NET takes only the net of that name (ignoring case), skipping the others before init; so a cluster's
 // NCCL_NET=IB makes NCCL pass over a plugin named otherwise, and the report says so.
 TEST(Resolution, NcclNetSkipsNetsOfAnotherName) {

@@ -124,6 +124,30 @@ std::vector<int> exportedVersions(void* handle, const char* prefix) {
   return versions;
 }
 
+// Why a library with none of the known versions' symbols is refused: a plugin of an older or a newer ABI says so
+// (rebuilding it, or a newer host, is the fix), anything else is not a net plugin.
+std::string unknownVersionsText(void* handle) {
+  std::vector<int> older, newer;
+  for (int version = 1; version < knownNetVersions().back(); ++version)
+    if (dlsym(handle, ("ncclNetPlugin_v" + std::to_string(version)).c_str()) != nullptr) older.push_back(version);
+  for (int version = knownNetVersions().front() + 1; version <= knownNetVersions().front() + 8; ++version)
+    if (dlsym(handle, ("ncclNetPlugin_v" + std::to_string(version)).c_str()) != nullptr) newer.push_back(version);
+  auto list = [](const std::vector<int>& versions) {
+    std::string text;
+    for (int version : versions) text += (text.empty() ? "v" : ", v") + std::to_string(version);
+    return text;
+  };
+  const std::string known =
+      "v" + std::to_string(knownNetVersions().front()) + "..v" + std::to_string(knownNetVersions().back());
+  if (!newer.empty())
+    return "exports ncclNetPlugin " + list(newer) + ", newer than this host knows (" + known +
+           "): a newer nccl-net-sdk (and NCCL) loads it" + (older.empty() ? "" : "; also " + list(older));
+  if (!older.empty())
+    return "exports ncclNetPlugin " + list(older) + " only, older than any version this host loads (" + known +
+           "): rebuild the plugin against a newer net ABI";
+  return "exports no ncclNetPlugin_" + known + ": not a net plugin";
+}
+
 }  // namespace
 
 const std::vector<int>& knownNetVersions() {
@@ -341,9 +365,8 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
     candidate.exportedVersions = exportedVersions(handle, "ncclNetPlugin_v");
     if (candidate.exportedVersions.empty()) {
       // The path only where the request did not name it already (a plugin name resolved by the search).
-      candidate.rejectReason = (candidate.loadedPath != candidate.requested ? candidate.loadedPath + " " : "") +
-                               "exports no ncclNetPlugin_v12..v6: not a net plugin (or one for a version this host "
-                               "does not know)";
+      candidate.rejectReason =
+          (candidate.loadedPath != candidate.requested ? candidate.loadedPath + " " : "") + unknownVersionsText(handle);
       out.candidates.push_back(std::move(candidate));
       continue;
     }
