@@ -39,7 +39,8 @@ typedef enum {
 } ncclRedOp_t;
 #endif
 
-#ifndef NCCL_COMMON_H_
+/* NCCL's nccl_common.h (guarded by NCCL_DEBUG_H_) defines these the same way; defer to it when it came first. */
+#if !defined(NCCL_COMMON_H_) && !defined(NCCL_DEBUG_H_)
 typedef enum {
   NCCL_LOG_NONE = 0,
   NCCL_LOG_VERSION = 1,
