@@ -32,8 +32,17 @@
 
 #define NCCL_NET_TRAFFIC_CLASS_UNDEF (-1)
 #define NCCL_NET_ATTR_UNDEF (-1)
+/* An ncclNetAttr_v11_t / _v12_t with every hint unset (the host's initializer for what it passes to setNetAttr). */
+#define NCCL_NET_ATTR_INIT                                                                          \
+  {                                                                                                 \
+    {NCCL_NET_ATTR_UNDEF, NCCL_NET_ATTR_UNDEF, NCCL_NET_ATTR_UNDEF, NCCL_NET_ATTR_UNDEF},           \
+        {NCCL_NET_ATTR_UNDEF, NCCL_NET_ATTR_UNDEF, NCCL_NET_ATTR_UNDEF, NCCL_NET_ATTR_UNDEF},       \
+        (uint32_t)NCCL_NET_ATTR_UNDEF, (uint32_t)NCCL_NET_ATTR_UNDEF, (uint32_t)NCCL_NET_ATTR_UNDEF \
+  }
 #define NCCL_NET_ID_UNDEF (-1)
 
+#ifndef NCCL_NET_MAX_PLUGINS
 #define NCCL_NET_MAX_PLUGINS 16
+#endif
 
 #endif /* NCCL_NET_COMMON_H_ */
