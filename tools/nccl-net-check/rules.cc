@@ -854,6 +854,83 @@ Verdict zeroByte(Context& c) {
   return v.status == Status::kPass ? pass("0-byte messages complete with size 0, in order with others") : v;
 }
 
+// NCCL sets *request to NCCL_NET_OPTIONAL_RECV_COMPLETION (0x1) before a one-buffer LL or LL128 receive of a v9+
+// plugin: it learns of arrival from flags in the data and needs no exact completion. The plugin must still write
+// *request, NULL to be retried or a request NCCL then tests; one that returns without writing it (a "busy" path
+// that returns early) has NCCL test (void*)0x1. The hinted receive may complete early (the hint allows it), so its
+// bytes and size are not judged; the receive after it, posted without the hint, must get the next message whole.
+Verdict optionalCompletionHint(Context& c) {
+  if (c.net->version() < 9)
+    return skip("ncclNet_v" + std::to_string(c.net->version()) +
+                ": hosts clear the hint before calling a plugin of this version");
+  constexpr size_t kFirst = 1000, kSecond = 5000;
+  Pair pair;
+  std::string why;
+  int checkedPipe[2];
+  if (pipe(checkedPipe) != 0) return fail("pipe failed");
+  if (!openPair(
+          c, pair,
+          [&](void* comm) {
+            close(checkedPipe[1]);
+            int code = sendMessages(c, comm, {{kFirst, 61}, {kSecond, 62}});
+            pollfd checked{checkedPipe[0], POLLIN, 0};
+            poll(&checked, 1, 60000);
+            return code;
+          },
+          &why))
+    return fail("%s", why.c_str());
+  close(checkedPipe[0]);
+  std::vector<std::vector<unsigned char>> buffers(2, std::vector<unsigned char>(8192));
+  std::vector<void*> mhandles = registerBuffers(c, pair.recvComm, buffers);
+  Verdict v = pass("");
+  void* data = buffers[0].data();
+  size_t size = buffers[0].size();
+  int tag = 1;
+  void* request = nullptr;
+  int calls = 0;
+  for (auto deadline = Clock::now() + std::chrono::seconds(10); request == nullptr && v.status == Status::kPass;) {
+    request = reinterpret_cast<void*>(NCCL_NET_OPTIONAL_RECV_COMPLETION);  // before every call, as NCCL sets it
+    ++calls;
+    ncclResult_t result =
+        CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, &mhandles[0], nullptr, &request));
+    if (result != ncclSuccess) {
+      v = fail("irecv given the optional-completion hint returned %s", resultText(result).c_str());
+    } else if (request == reinterpret_cast<void*>(NCCL_NET_OPTIONAL_RECV_COMPLETION)) {
+      v = fail(
+          "irecv returned without writing *request, which still held NCCL's optional-completion hint (0x1, "
+          "NCCL_NET_OPTIONAL_RECV_COMPLETION, set before LL receives): NCCL would test (void*)0x1; write NULL to be "
+          "retried or a request");
+    } else if (request == nullptr && Clock::now() > deadline) {
+      v = fail("irecv given the optional-completion hint still gave a NULL request after 10 s (%d calls)", calls);
+    }
+  }
+  if (v.status == Status::kPass) {
+    int got = -1;
+    if (ncclResult_t result = waitDone(c, request, &got, 30); result != ncclSuccess)
+      v = fail("the hinted receive: %s", waitText(result, 30).c_str());
+  }
+  if (v.status == Status::kPass) {
+    void* second = buffers[1].data();
+    size_t capacity = buffers[1].size();
+    void* next = nullptr;
+    int got = -1;
+    ncclResult_t result = postRecv(c, pair.recvComm, 1, &second, &capacity, &tag, &mhandles[1], &next);
+    if (result == ncclSuccess) result = waitDone(c, next, &got, 30);
+    if (result != ncclSuccess)
+      v = fail("the receive after the hinted one: %s", waitText(result, 30).c_str());
+    else if (got != static_cast<int>(kSecond) || firstMismatch(buffers[1], kSecond, 62) >= 0)
+      v = fail("the receive after the hinted one got %d bytes (or wrong bytes), not the next message's %zu", got,
+               kSecond);
+  }
+  (void)!write(checkedPipe[1], "c", 1);
+  int code = closePair(c, pair, v.status == Status::kPass ? 30 : 1);  // as transferChecked
+  close(checkedPipe[1]);
+  if (v.status != Status::kPass) return v;
+  if (code != 0) return fail("%s", peerText(code).c_str());
+  return pass("irecv wrote *request over NCCL's optional-completion hint (" + std::to_string(calls) +
+              " call(s)), the hinted receive completed, and the next receive got the next message whole");
+}
+
 // A message larger than the posted receive must fail (NCCL never truncates), and nothing may land past the buffer:
 // far larger, one byte larger (a size check rounded up to a word or line lets it through), and large (a plugin
 // that only checks small receives, say).
@@ -2777,6 +2854,10 @@ const std::vector<Rule>& rules() {
       {{"max-requests-in-flight", "NCCL_NET_MAX_REQUESTS (32) receives can be posted at once and all complete"},
        maxRequestsInFlight},
       {{"zero-byte", "0-byte messages complete with size 0"}, zeroByte},
+      {{"optional-completion-hint",
+        "v9+: irecv given NCCL's optional-completion hint (*request preset to 0x1, as before LL receives) writes "
+        "*request, and the receive after it gets the next message"},
+       optionalCompletionHint},
       {{"one-gib-message", "a 1 GiB message arrives whole"}, oneGibMessage},
       {{"random-sizes-integrity", "300 random-size messages arrive in order, every byte right"}, randomSizesIntegrity},
       {{"regmr-dereg-balance", "regMr/deregMr pairs do not leak"}, regmrDeregBalance},
