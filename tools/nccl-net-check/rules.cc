@@ -2558,6 +2558,32 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
   }
 }
 
+// Makes comm `index` from the calling thread, as NCCL's proxy threads make their connections at the same time: connect
+// to `handle` (sending) or accept on `listenComm`, retried until a comm comes, an error, or 20 s. nullptr on failure
+// (reported).
+void* openCommOnThread(const Context& c, int index, bool sending, void* handle, void* listenComm, ThreadCall& watch,
+                       ThreadFailure& failure) {
+  thread_local ncclNetDeviceHandle_v12_t* deviceHandle = nullptr;
+  void* comm = nullptr;
+  for (auto deadline = Clock::now() + std::chrono::seconds(20); comm == nullptr && !failure.stop;) {
+    ncclResult_t result =
+        sending
+            ? watchedCall(watch, "connect", [&] { return c.net->connect(c.ctx, c.dev, handle, &comm, &deviceHandle); })
+            : watchedCall(watch, "accept", [&] { return c.net->accept(listenComm, &comm, &deviceHandle); });
+    if (result != ncclSuccess) {
+      failure.report("comm %d: %s returned %s (%s; connection set-up state shared without a lock?)", index,
+                     sending ? "connect" : "accept", resultText(result).c_str(), kThreadsNote);
+      return nullptr;
+    }
+    if (comm == nullptr && Clock::now() > deadline) {
+      failure.report("comm %d: %s gave no comm within 20 s (%s)", index, sending ? "connect" : "accept", kThreadsNote);
+      return nullptr;
+    }
+    if (comm == nullptr) std::this_thread::yield();
+  }
+  return comm;
+}
+
 // Registers and deregisters a private buffer on `comm` until `stop`, as NCCL's user thread registers buffers while the
 // proxy threads run. Returns the number of pairs.
 long registerOnThread(Net* net, void* comm, ThreadCall& watch, ThreadFailure& failure, std::atomic<bool>& stop) {
@@ -2625,18 +2651,26 @@ Verdict commsOnThreads(Context& c) {
     close(checkedPipe[1]);
     close(reportPipe[0]);
     std::vector<void*> sendComms(kThreadComms, nullptr);
-    for (int i = 0; i < kThreadComms; ++i)
-      if ((sendComms[i] = connectWithin(c, handles[i].data(), 20)) == nullptr) return 20;
     auto watches = threadWatches();
     ThreadFailure failure;
     std::atomic<bool> sendersDone{false};
+    std::atomic<int> connected{0};
     {
       ThreadWatchdog watchdog(watches, reportPipe[1], "peer (sender), ");
       std::vector<std::thread> threads;
       for (int i = 0; i < kThreadComms; ++i)
-        threads.emplace_back([&, i] { driveCommOnThread(c.net, sendComms[i], i, true, *watches[i], failure); });
-      std::thread registrar(
-          [&] { registerOnThread(c.net, sendComms[0], *watches[kThreadComms], failure, sendersDone); });
+        threads.emplace_back([&, i] {
+          sendComms[i] = openCommOnThread(c, i, true, handles[i].data(), nullptr, *watches[i], failure);
+          if (sendComms[i] == nullptr) return;
+          ++connected;
+          driveCommOnThread(c.net, sendComms[i], i, true, *watches[i], failure);
+        });
+      // The registration thread starts once comm 0 exists.
+      while (sendComms[0] == nullptr && !failure.stop && connected < kThreadComms) usleep(1000);
+      std::thread registrar([&] {
+        if (sendComms[0] != nullptr)
+          registerOnThread(c.net, sendComms[0], *watches[kThreadComms], failure, sendersDone);
+      });
       for (auto& thread : threads) thread.join();
       sendersDone = true;
       registrar.join();
@@ -2672,19 +2706,6 @@ Verdict commsOnThreads(Context& c) {
     }
     verdictNow(v);
   };
-  auto deadline = Clock::now() + std::chrono::seconds(20);
-  for (int accepted = 0; accepted < kThreadComms;) {
-    accepted = 0;
-    for (int i = 0; i < kThreadComms; ++i) {
-      if (recvComms[i] == nullptr)
-        if (ncclResult_t result = CALL("accept", c.net->accept(listenComms[i], &recvComms[i], deviceHandleSlot()));
-            result != ncclSuccess)
-          failNow(fail("accept on listener %d returned %s", i, resultText(result).c_str()));
-      accepted += recvComms[i] != nullptr ? 1 : 0;
-    }
-    if (accepted < kThreadComms && Clock::now() > deadline)
-      failNow(fail("only %d of %d connections were accepted within 20 s", accepted, kThreadComms));
-  }
   auto watches = threadWatches();
   ThreadFailure failure;
   std::atomic<bool> receiversDone{false};
@@ -2694,13 +2715,20 @@ Verdict commsOnThreads(Context& c) {
   {
     ThreadWatchdog watchdog(watches, gResultFd, "FAIL|");
     std::vector<std::thread> threads;
+    std::atomic<bool> firstAccepted{false};
     for (int i = 0; i < kThreadComms; ++i)
       threads.emplace_back([&, i] {
-        driveCommOnThread(c.net, recvComms[i], i, false, *watches[i], failure);
+        recvComms[i] = openCommOnThread(c, i, false, nullptr, listenComms[i], *watches[i], failure);
+        if (i == 0) firstAccepted = true;
+        if (recvComms[i] != nullptr) driveCommOnThread(c.net, recvComms[i], i, false, *watches[i], failure);
         ++finished;
       });
-    std::thread registrar(
-        [&] { registrations = registerOnThread(c.net, recvComms[0], *watches[kThreadComms], failure, receiversDone); });
+    // The registration thread starts once comm 0 exists.
+    while (!firstAccepted && !failure.stop) usleep(1000);
+    std::thread registrar([&] {
+      if (recvComms[0] != nullptr)
+        registrations = registerOnThread(c.net, recvComms[0], *watches[kThreadComms], failure, receiversDone);
+    });
     // Meanwhile: a peer that failed or died ends the run with its evidence.
     while (finished < kThreadComms && !failure.stop) {
       usleep(5000);
@@ -2885,8 +2913,8 @@ const std::vector<Rule>& rules() {
         "messages"},
        manyCommsAtOnce},
       {{"comms-on-threads",
-        "4 connections, each driven from its own thread on both sides (as NCCL's proxy threads do), with regMr/"
-        "deregMr from a fifth, carry every message whole"},
+        "4 connections, each made (connect, accept) and driven from its own thread on both sides (as NCCL's "
+        "proxy threads do), with regMr/deregMr from a fifth, carry every message whole"},
        commsOnThreads},
       {{"every-device-moves-data",
         "listen/connect/accept and checked messages work on every device the plugin lists, not only device 0"},
