@@ -2654,20 +2654,18 @@ Verdict commsOnThreads(Context& c) {
     auto watches = threadWatches();
     ThreadFailure failure;
     std::atomic<bool> sendersDone{false};
-    std::atomic<int> connected{0};
+    std::atomic<bool> firstConnected{false};
     {
       ThreadWatchdog watchdog(watches, reportPipe[1], "peer (sender), ");
       std::vector<std::thread> threads;
       for (int i = 0; i < kThreadComms; ++i)
         threads.emplace_back([&, i] {
           sendComms[i] = openCommOnThread(c, i, true, handles[i].data(), nullptr, *watches[i], failure);
-          if (sendComms[i] == nullptr) return;
-          ++connected;
-          driveCommOnThread(c.net, sendComms[i], i, true, *watches[i], failure);
+          if (i == 0) firstConnected = true;
+          if (sendComms[i] != nullptr) driveCommOnThread(c.net, sendComms[i], i, true, *watches[i], failure);
         });
-      // The registration thread starts once comm 0 exists.
-      while (sendComms[0] == nullptr && !failure.stop && connected < kThreadComms) usleep(1000);
       std::thread registrar([&] {
+        while (!firstConnected) usleep(1000);  // comm 0 made (or failed): thread 0 always gets there
         if (sendComms[0] != nullptr)
           registerOnThread(c.net, sendComms[0], *watches[kThreadComms], failure, sendersDone);
       });
@@ -2723,9 +2721,8 @@ Verdict commsOnThreads(Context& c) {
         if (recvComms[i] != nullptr) driveCommOnThread(c.net, recvComms[i], i, false, *watches[i], failure);
         ++finished;
       });
-    // The registration thread starts once comm 0 exists.
-    while (!firstAccepted && !failure.stop) usleep(1000);
     std::thread registrar([&] {
+      while (!firstAccepted) usleep(1000);  // comm 0 made (or failed): thread 0 always gets there
       if (recvComms[0] != nullptr)
         registrations = registerOnThread(c.net, recvComms[0], *watches[kThreadComms], failure, receiversDone);
     });
