@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -850,6 +851,10 @@ ncclResult_t test(void* request, int* done, int* sizes) {
 #endif
 #ifdef NNS_BUG_CRASH_IN_TEST
   if (*done) raise(SIGSEGV);
+#endif
+#ifdef NNS_BUG_EXIT_IN_TEST
+  // A fatal-error path that calls exit() instead of returning an error: the host process ends without a word.
+  if (*done) std::exit(1);
 #endif
 #ifdef NNS_BUG_WRONG_SIZES
   if (*done && sizes != nullptr && sizes[0] > 1) sizes[0] -= 1;

@@ -3086,8 +3086,14 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
                         strsignal(WTERMSIG(status)) + ")" + whereText(gCallNotes);
     } else if (bar == std::string::npos) {
       result.status = Status::kFail;
+      // Under a sanitizer a crash ends the process with an exit status (its report is on stderr); otherwise the
+      // plugin called exit() (or _exit) itself.
       result.evidence = "the rule process ended without a verdict (exit status " + std::to_string(WEXITSTATUS(status)) +
-                        "): the plugin crashed it and a sanitizer reported the crash" + whereText(gCallNotes);
+                        "): " +
+                        (__sanitizer_get_current_allocated_bytes != nullptr
+                             ? "the plugin exited it, or crashed it and a sanitizer reported the crash"
+                             : "the plugin exited the process") +
+                        whereText(gCallNotes);
     } else {
       std::string status = text.substr(0, bar);
       result.status = status == "PASS" ? Status::kPass : status == "SKIP" ? Status::kSkip : Status::kFail;
