@@ -468,9 +468,12 @@ int sendMessages(Context& c, void* comm, const std::vector<std::pair<size_t, uin
   return 0;
 }
 
-// Receives the same messages in order into buffers of `capacity`, checking sizes and bytes.
+std::string peerText(int code);
+
+// Receives the same messages in order into buffers of `capacity`, checking sizes and bytes. With `peer` (the sender's
+// process), a sender that exits with an error while a receive waits ends the wait with its reason, not a timeout.
 Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size_t, uint64_t>>& messages,
-                        size_t capacity, int tag = 1) {
+                        size_t capacity, int tag = 1, pid_t* peer = nullptr) {
   constexpr size_t kInFlight = 8;
   std::vector<std::vector<unsigned char>> buffers(kInFlight, std::vector<unsigned char>(capacity));
   std::vector<void*> mhandles = registerBuffers(c, comm, buffers);
@@ -479,8 +482,12 @@ Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size
     size_t slot = i % kInFlight;
     if (requests[slot] != nullptr) {
       size_t index = i - kInFlight;
-      int size = -1;
-      ncclResult_t result = waitDone(c, requests[slot], &size, 30);
+      int size = -1, peerCode = 0;
+      ncclResult_t result = peer != nullptr ? waitDoneWatchingPeer(c, requests[slot], &size, 30, *peer, &peerCode)
+                                            : waitDone(c, requests[slot], &size, 30);
+      if (result != ncclSuccess && peerCode != 0)
+        return fail("message %zu (%zu B) never arrived: the sender gave up first: %s", index, messages[index].first,
+                    peerText(peerCode).c_str());
       if (result != ncclSuccess)
         return fail("message %zu (%zu B): %s", index, messages[index].first, waitText(result, 30).c_str());
       if (size != static_cast<int>(messages[index].first))
@@ -542,7 +549,7 @@ Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t
           },
           &why, afterListen))
     return fail("%s", why.c_str());
-  Verdict v = receiveMessages(c, pair.recvComm, messages, capacity);
+  Verdict v = receiveMessages(c, pair.recvComm, messages, capacity, 1, &pair.peer);
   (void)!write(checkedPipe[1], "c", 1);
   // Once the receiver has failed, the sender's exit code says nothing more, and it may wait for ever on sends this
   // side stopped receiving: a second, not the 30 s a passing sender gets to finish (which outlasted a 30 s rule
@@ -934,6 +941,8 @@ Verdict optionalCompletionHint(Context& c) {
 // A message larger than the posted receive must fail (NCCL never truncates), and nothing may land past the buffer:
 // far larger, one byte larger (a size check rounded up to a word or line lets it through), and large (a plugin
 // that only checks small receives, say).
+constexpr int kSenderRefused = 100;  // truncation-is-an-error's sender exits with this + the plugin's result
+
 Verdict truncationIsAnError(Context& c) {
   struct Case {
     size_t sent, capacity;
@@ -951,10 +960,15 @@ Verdict truncationIsAnError(Context& c) {
               big.assign(k.sent, 1);
               void* mhandle = registerBuffer(c, comm, big.data(), big.size());
               void* request = nullptr;
-              if (postSend(c, comm, big.data(), big.size(), 1, mhandle, &request) != ncclSuccess) return 0;
+              // A sender that refuses the message (NCCL's IB plugin reads the posted size from the receiver and
+              // fails isend or test with ncclInvalidUsage) says so by its exit code: kSenderRefused + the result.
+              if (ncclResult_t result = postSend(c, comm, big.data(), big.size(), 1, mhandle, &request);
+                  result != ncclSuccess)
+                return result == ncclTimeout ? 0 : kSenderRefused + static_cast<int>(result);
               int size = -1;
-              waitDone(c, request, &size, 5);  // may fail once the receiver rejects the message: either is fine
-              return 0;
+              ncclResult_t result = waitDone(c, request, &size, 5);
+              // It may fail once the receiver rejected the message too: the receiver's verdict comes first.
+              return result == ncclSuccess || result == ncclTimeout ? 0 : kSenderRefused + static_cast<int>(result);
             },
             &why))
       return fail("%s", why.c_str());
@@ -965,9 +979,13 @@ Verdict truncationIsAnError(Context& c) {
     void* mhandle = registerBuffer(c, pair.recvComm, small.data(), k.capacity);  // the guard bytes are not the buffer's
     void* request = nullptr;
     ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &mhandle, &request);
-    int got = -1;
-    if (result == ncclSuccess) result = waitDone(c, request, &got, 10);
+    int got = -1, peerCode = 0;
+    if (result == ncclSuccess) result = waitDoneWatchingPeer(c, request, &got, 10, pair.peer, &peerCode);
     closePair(c, pair, 10);
+    // Refused on the sending side (the receive then waits for a message that never comes, and NCCL, seeing the
+    // sender's error, tears the communicator down): as good as a failed receive, if nothing was written.
+    const bool senderRefused = result == ncclTimeout && peerCode > kSenderRefused;
+    if (senderRefused) result = static_cast<ncclResult_t>(peerCode - kSenderRefused);
     if (result == ncclSuccess)
       return fail("a %zu-byte message into a %zu-byte receive completed (size %d): silent truncation", k.sent,
                   k.capacity, got);
@@ -978,7 +996,7 @@ Verdict truncationIsAnError(Context& c) {
         return fail("a %zu-byte message into a %zu-byte receive wrote past the buffer (byte %zu)", k.sent, k.capacity,
                     i);
     evidence += (evidence.empty() ? "" : ", ") + std::to_string(k.sent) + " into " + std::to_string(k.capacity) + ": " +
-                resultText(result);
+                (senderRefused ? "the sender's isend or test returned " : "") + resultText(result);
   }
   return pass("every oversized message failed, nothing written past the buffer (" + evidence + ")");
 }
