@@ -722,9 +722,12 @@ Verdict maxRequestsInFlight(Context& c) {
     void* data = buffers[i].data();
     size_t size = buffers[i].size();
     int tag = 1;
-    ncclResult_t posted =
-        CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, &mhandles[i], nullptr, &requests[i]));
-    if (posted != ncclSuccess) return fail("irecv %d returned %s", i, resultText(posted).c_str());
+    // A NULL request is "not now", which NCCL retries: only one still refused after 2 s counts as the limit.
+    for (auto deadline = Clock::now() + std::chrono::seconds(2); requests[i] == nullptr && Clock::now() < deadline;) {
+      ncclResult_t posted =
+          CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, &mhandles[i], nullptr, &requests[i]));
+      if (posted != ncclSuccess) return fail("irecv %d returned %s", i, resultText(posted).c_str());
+    }
     if (requests[i] == nullptr) break;
     ++accepted;
   }
