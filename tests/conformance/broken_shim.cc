@@ -330,6 +330,12 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
   // A latency computed from a measurement that never ran: 0.0 / 0.0. NCCL sums latencies into its model.
   if (result == ncclSuccess) props->latency = std::numeric_limits<float>::quiet_NaN();
 #endif
+#ifdef NNS_BUG_SPEED_IN_GBPS
+  // Gb/s and nanoseconds where NCCL reads Mb/s and microseconds: values NCCL accepts (so no rule fails), that rank
+  // a 100 Gb/s NIC as 100 Mb/s. properties-sane notes them.
+  props->speed = 100;
+  props->latency = 5000;
+#endif
 #ifdef NNS_BUG_INSANE_PROPERTIES
   // A port from an old raw-table plugin to v12: it clears the struct and fills only the fields v8 had, leaving
   // maxP2pBytes, vProps, maxMultiRequestSize and railId/planeId at 0.

@@ -615,6 +615,12 @@ Verdict propertiesSane(Context& c) {
                   p.netDeviceVersion);
     summary += std::string(dev ? "; " : "") + core::printable(p.name) + " " + std::to_string(p.speed) +
                " Mbps maxRecvs " + std::to_string(p.maxRecvs);
+    // Values NCCL accepts but that look like the wrong unit: said, not failed (a 100 Mb/s port exists). NCCL ranks
+    // NICs and sizes channels by speed, so Gb/s in the Mb/s field makes a 100 Gb/s NIC read as 100 Mb/s.
+    if (p.speed < 1000) summary += " (note: under 1 Gb/s: is it Gb/s in the Mbps field?)";
+    if (p.latency > 1000)
+      summary += " (note: latency " + std::to_string(static_cast<long>(p.latency)) +
+                 " us: is it nanoseconds in the microseconds field?)";
     given.emplace_back(p.name, p.name);
   }
   // NCCL keeps the pointers it is given: a name in a buffer the next call rewrites names every device the last one.
