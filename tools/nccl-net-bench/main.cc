@@ -138,6 +138,19 @@ int localRank(const core::LaunchInfo& launch) {
 }
 #endif
 
+// An exact integer result as the type holds it: 8- and 32-bit sums wrap, as NCCL's (and the C++) arithmetic in the
+// type does; uint8 sums of 0..8 pass 255 from 64 ranks on. (64-bit types never get there with these inputs.)
+double wrapped(double v, ncclDataType_t type) {
+  const auto value = static_cast<long long>(v);
+  switch (type) {
+    case ncclInt8: return static_cast<int8_t>(static_cast<uint8_t>(value));
+    case ncclUint8: return static_cast<uint8_t>(value);
+    case ncclInt32: return static_cast<int32_t>(static_cast<uint32_t>(value));
+    case ncclUint32: return static_cast<uint32_t>(value);
+    default: return v;
+  }
+}
+
 double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type) {
   double acc = inputValue(0, i, op, type);
   for (int r = 1; r < n; ++r) {
@@ -151,11 +164,10 @@ double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type) {
       default: break;
     }
   }
-  if (op == ncclAvg) {
-    bool integer =
-        type != ncclFloat16 && type != ncclBfloat16 && type != ncclFloat32 && type != ncclFloat64 && !isFp8(type);
-    acc = integer ? std::trunc(acc / n) : acc / n;
-  }
+  const bool integer =
+      type != ncclFloat16 && type != ncclBfloat16 && type != ncclFloat32 && type != ncclFloat64 && !isFp8(type);
+  if (integer) acc = wrapped(acc, type);  // the sum as the type holds it; avg divides that
+  if (op == ncclAvg) acc = integer ? std::trunc(acc / n) : acc / n;
   return acc;
 }
 
