@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "arguments.hpp"
+#include "nccl_net/sdk/socket.hpp"
 #include "nns/coll/collectives.hpp"
 #include "nns/core/bootstrap.hpp"
 
@@ -223,14 +224,19 @@ ncclResult_t enqueueOrRunP2P(nnsComm_t comm, const P2POp& op) {
   return guarded([&] { nns::coll::sendRecv(*comm->comm, {op}); });
 }
 
+// The address other ranks reach this host at: the first IPv4 address of an interface that is up, among those
+// NCCL_SOCKET_IFNAME selects when it is set (NCCL's bootstrap interface choice; loopback then only when named),
+// else among the non-loopback ones; 127.0.0.1 when none is.
 std::string firstIPv4() {
+  const char* spec = std::getenv("NCCL_SOCKET_IFNAME");
+  const bool filtered = spec != nullptr && *spec != '\0';
+  const nccl_net::sdk::InterfaceFilter filter(filtered ? spec : "");
   ifaddrs* list = nullptr;
   std::string found = "127.0.0.1";
   if (getifaddrs(&list) != 0) return found;
   for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || (a->ifa_flags & IFF_LOOPBACK) ||
-        !(a->ifa_flags & IFF_UP))
-      continue;
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP)) continue;
+    if (filtered ? !filter.matches(a->ifa_name) : (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
     char text[INET_ADDRSTRLEN];
     inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof(text));
     found = text;
@@ -240,18 +246,23 @@ std::string firstIPv4() {
   return found;
 }
 
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+// A free port, listened on from now and kept for this process's rank 0 (keepRootListener): a port only looked up
+// and let go could be taken by another program before rank 0 listens. -1 with errno on failure.
+int listenOnFreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   sockaddr_in address{};
   address.sin_family = AF_INET;
   socklen_t length = sizeof(address);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0)
-    port = ntohs(address.sin_port);
-  close(fd);
-  return port;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || listen(fd, SOMAXCONN) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    const int error = errno;
+    close(fd);
+    errno = error;
+    return -1;
+  }
+  nns::core::keepRootListener(fd);
+  return ntohs(address.sin_port);
 }
 
 // Plugins are installed beside libnns.so: look there first, then where dlopen looks.
@@ -350,7 +361,7 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
       return failWith(ncclInvalidUsage, "NNS_ROOT_ADDR must be host:port (port 1..65535) or [IPv6]:port, not \"" +
                                             address + "\": " + why);
   } else {
-    int port = freePort();
+    int port = listenOnFreePort();
     if (port < 0)
       return failWith(ncclSystemError, std::string("no free port for the bootstrap: ") + std::strerror(errno));
     address = firstIPv4() + ":" + std::to_string(port);

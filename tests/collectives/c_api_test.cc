@@ -1,9 +1,12 @@
 // c_api_test.cc: the C API (nns/nns.h) through libnns.so: a unique id made on one rank, communicators made from it
 // in threads, errors with codes and text, groups, and an abort seen by the peers.
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -383,6 +386,36 @@ TEST(CApi, MaxAndMinGiveEveryRankTheSameBits) {
             << "rank " << r << " differs from rank 0";
     }
   }
+}
+
+// nnsGetUniqueId without NNS_ROOT_ADDR listens on the port it picks from then on, so no other program can take it
+// before rank 0 is made (it looked the port up and let it go), and rank 0's bootstrap takes that listener. The
+// address is on the interface NCCL_SOCKET_IFNAME names, as NCCL's bootstrap chooses it (it took the first
+// non-loopback one).
+TEST(CApi, AUniqueIdsPortIsHeldUntilRankZeroListensOnIt) {
+  unsetenv("NNS_ROOT_ADDR");
+  setenv("NCCL_NET_PLUGIN", "socket", 1);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  nnsUniqueId id;
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
+  const std::string address(id.internal, strnlen(id.internal, sizeof(id.internal)));
+  ASSERT_EQ(address.rfind("127.0.0.1:", 0), 0u) << address;
+  const int port = std::atoi(address.c_str() + address.find(':') + 1);
+  // Another program trying the port now finds it taken.
+  const int other = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in there{};
+  there.sin_family = AF_INET;
+  there.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  there.sin_port = htons(static_cast<uint16_t>(port));
+  EXPECT_NE(bind(other, reinterpret_cast<sockaddr*>(&there), sizeof(there)), 0);
+  EXPECT_EQ(errno, EADDRINUSE);
+  close(other);
+  nnsComm_t comms[2] = {nullptr, nullptr};
+  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+  EXPECT_EQ(nnsCommInitRank(&comms[0], 2, id, 0), ncclSuccess);
+  EXPECT_EQ(nnsCommInitRank(&comms[1], 2, id, 1), ncclSuccess);
+  ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+  expectGroupedSumAndDestroy(comms);
 }
 
 // A handle used after nnsCommDestroy, or destroyed twice, is refused with a reason instead of read after it was

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -267,7 +268,32 @@ uint64_t jobId(const std::string& launcherJob) {
 // A listening socket handed down by the launcher ($NNS_ROOT_LISTEN_FD, nccl-net-run): the port stays reserved from
 // the moment it is chosen, so no other process can take it before rank 0 listens. Taken once per process.
 // It is used only if it listens on the root's port; otherwise it is closed and rank 0 binds as usual.
+// The port a listening socket is bound to, or -1.
+int boundPort(int fd) {
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) return -1;
+  return ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                           : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+}
+
+std::mutex keptListenersMutex;
+std::vector<int> keptListeners;  // keepRootListener's, until a rank 0 on their port takes one
+
+// A listener keepRootListener kept for `port`, taken out of the list; -1 if none.
+int keptListener(int port) {
+  std::lock_guard<std::mutex> lock(keptListenersMutex);
+  for (auto it = keptListeners.begin(); it != keptListeners.end(); ++it)
+    if (boundPort(*it) == port) {
+      const int fd = *it;
+      keptListeners.erase(it);
+      return fd;
+    }
+  return -1;
+}
+
 int inheritedListener(int port) {
+  if (int kept = keptListener(port); kept >= 0) return kept;
   const char* text = std::getenv("NNS_ROOT_LISTEN_FD");
   if (text == nullptr) return -1;
   int fd = std::atoi(text);
@@ -275,13 +301,7 @@ int inheritedListener(int port) {
   int accepting = 0;
   socklen_t size = sizeof(accepting);
   if (fd <= 2 || getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &size) != 0 || !accepting) return -1;
-  sockaddr_storage bound{};
-  socklen_t length = sizeof(bound);
-  int boundPort = -1;
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) == 0)
-    boundPort = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                                  : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  if (boundPort != port) {
+  if (boundPort(fd) != port) {
     close(fd);
     return -1;
   }
@@ -352,6 +372,11 @@ bool parseRootAddress(const std::string& text, std::string* host, int* port, std
   *host = name;
   *port = value;
   return true;
+}
+
+void keepRootListener(int fd) {
+  std::lock_guard<std::mutex> lock(keptListenersMutex);
+  keptListeners.push_back(fd);
 }
 
 bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {

@@ -51,6 +51,11 @@ struct LaunchInfo {
 // Returns false with `error` set when something is missing or inconsistent.
 bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error);
 
+// Hands a socket already listening on a root port to the rank 0 of this process that will listen there
+// (nnsGetUniqueId binds the port it picks and keeps it, so no other program takes it in between, as NCCL's root
+// thread holds its port from ncclGetUniqueId on). The first Bootstrap of rank 0 on that port takes it.
+void keepRootListener(int fd);
+
 // Splits a root address into host and port: host:port, a name or IPv4 address as the host, an IPv6 address in
 // brackets ([fd78::1]:29500), the port in decimal digits, 1..65535. Anything else returns false with `error` saying
 // what is wrong (the caller names where `text` came from): a lenient split turned `[::1:29816` into [::]:29816 and
