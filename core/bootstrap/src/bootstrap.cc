@@ -265,9 +265,6 @@ uint64_t jobId(const std::string& launcherJob) {
   return hash;
 }
 
-// A listening socket handed down by the launcher ($NNS_ROOT_LISTEN_FD, nccl-net-run): the port stays reserved from
-// the moment it is chosen, so no other process can take it before rank 0 listens. Taken once per process.
-// It is used only if it listens on the root's port; otherwise it is closed and rank 0 binds as usual.
 // The port a listening socket is bound to, or -1.
 int boundPort(int fd) {
   sockaddr_storage bound{};
@@ -277,11 +274,31 @@ int boundPort(int fd) {
                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
 }
 
+// Sockets already listening on a root port, each for the first rank 0 of this process on that port: the port stays
+// reserved from the moment it is chosen, so no other program can take it before rank 0 listens. From
+// keepRootListener (nnsGetUniqueId) and from the launcher.
 std::mutex keptListenersMutex;
-std::vector<int> keptListeners;  // keepRootListener's, until a rank 0 on their port takes one
+std::vector<int> keptListeners;
 
-// A listener keepRootListener kept for `port`, taken out of the list; -1 if none.
-int keptListener(int port) {
+// The launcher's ($NNS_ROOT_LISTEN_FD, nccl-net-run's rank 0) joins them when this library is loaded, before any
+// thread of ours runs: the variable is read and unset once, not by each bootstrap (unsetenv while another thread's
+// communicator reads its variables is a data race in glibc). One that does not listen is left alone; one on
+// another port than the root's is never used.
+[[maybe_unused]] const bool kLauncherListenerAdopted = [] {
+  const char* text = std::getenv("NNS_ROOT_LISTEN_FD");
+  if (text == nullptr) return false;
+  const int fd = std::atoi(text);
+  unsetenv("NNS_ROOT_LISTEN_FD");
+  int accepting = 0;
+  socklen_t size = sizeof(accepting);
+  if (fd <= 2 || getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &size) != 0 || !accepting) return false;
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  keptListeners.push_back(fd);
+  return true;
+}();
+
+// A kept listener on `port`, taken out of the list; -1 if none.
+int inheritedListener(int port) {
   std::lock_guard<std::mutex> lock(keptListenersMutex);
   for (auto it = keptListeners.begin(); it != keptListeners.end(); ++it)
     if (boundPort(*it) == port) {
@@ -290,23 +307,6 @@ int keptListener(int port) {
       return fd;
     }
   return -1;
-}
-
-int inheritedListener(int port) {
-  if (int kept = keptListener(port); kept >= 0) return kept;
-  const char* text = std::getenv("NNS_ROOT_LISTEN_FD");
-  if (text == nullptr) return -1;
-  int fd = std::atoi(text);
-  unsetenv("NNS_ROOT_LISTEN_FD");
-  int accepting = 0;
-  socklen_t size = sizeof(accepting);
-  if (fd <= 2 || getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &size) != 0 || !accepting) return -1;
-  if (boundPort(fd) != port) {
-    close(fd);
-    return -1;
-  }
-  fcntl(fd, F_SETFD, FD_CLOEXEC);
-  return fd;
 }
 
 // A port in decimal digits, 1..65535: strtol would take " 80", "+80" or "80x"'s 80.
