@@ -642,19 +642,30 @@ void Communicator::abort(const std::string& why, ncclResult_t result) {
   if (tlsRunning == this) {
     closeConnections();
   } else {
-    std::function<void()> close = [this] { closeConnections(); };
-    Task task{&close, true, false, {}, {}};
+    // On the heap: an abort that gives up on a stuck plugin call returns while the task is still queued.
+    struct CloseTask {
+      std::function<void()> close;
+      Task task;
+    };
+    auto* owned = new CloseTask{[this] { closeConnections(); }, {}};
+    owned->task.operation = &owned->close;
+    owned->task.always = true;
     std::unique_lock lock(mutex_);
-    queue_.push_front(&task);
+    queue_.push_front(&owned->task);
     ++queued_;
     wake_.notify_one();
     // The operation in flight sees the failure at its next idle poll; one stuck in a plugin call is waited for as
-    // long as submit() would, and then this thread gives up on it (the task stays queued: wait for it all the same,
-    // since its storage is this frame, but only after saying so).
-    if (!done_.wait_for(lock, options_.timeout * 4 + std::chrono::seconds(30), [&] { return task.done; })) {
-      std::fprintf(stderr, "nns: rank %d: abort is waiting for a plugin call that does not return\n", rank_);
-      done_.wait(lock, [&] { return task.done; });
+    // long as submit() would, and then the abort returns (a watchdog calling nnsCommAbort must get its thread back):
+    // the close task is left to the progress thread and never freed, a few bytes for a plugin call that hangs.
+    if (!done_.wait_for(lock, options_.timeout * 4 + std::chrono::seconds(30), [&] { return owned->task.done; })) {
+      std::fprintf(stderr,
+                   "nns: rank %d: abort gives up waiting for a plugin call that does not return; the connections "
+                   "close when it does\n",
+                   rank_);
+      return;
     }
+    lock.unlock();
+    delete owned;
   }
 }
 
