@@ -76,7 +76,11 @@ ncclResult_t nnsSend(const void* sendbuff, size_t count, ncclDataType_t datatype
 ncclResult_t nnsRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm, void* stream);
 /* Between these, operations are queued per communicator and run at nnsGroupEnd: all of a communicator's sends and
  * receives first, progressing together (a ring exchange needs a group, as with NCCL), then its collectives in call
- * order. As in NCCL, nothing orders a send or receive against a collective of the same group. Several
+ * order. As in NCCL, nothing orders a send or receive against a collective of the same group; unlike NCCL, which
+ * runs a group's operations together, a peer that waits in a collective of this group's before it receives a send
+ * of this group (say, AllReduce outside a group, then Recv) does not meet this rank, which finishes the send first
+ * (a large send then waits until the timeout). Put the peer's receive in a group with its collective, or the
+ * send outside this one. Several
  * communicators in one group run at once, so one thread can drive a rank of each; communicators asked for with
  * nnsCommInitRank inside a group are made together at its nnsGroupEnd (their handles are usable after it;
  * nnsGroupEnd returns the error of one that fails). Groups nest. A bad argument (NULL
