@@ -387,13 +387,19 @@ int runTool(int argc, char** argv) {
     return chosen != nullptr ? 0 : 1;
   }
 
-  std::printf("NCCL_NET_PLUGIN: %s\n", spec.c_str());
+  // Where NCCL itself would have found the value: a configuration file (NCCL_CONF_FILE, ~/.nccl.conf or
+  // /etc/nccl.conf), applied to the environment as NCCL applies it.
+  const std::string pluginOrigin = plugin.empty() ? nns::core::ncclConfOrigin("NCCL_NET_PLUGIN") : "";
+  std::printf("NCCL_NET_PLUGIN: %s%s\n", spec.c_str(),
+              pluginOrigin.empty() ? "" : (" (from " + pluginOrigin + ")").c_str());
+  const std::string netOrigin = nns::core::ncclConfOrigin("NCCL_NET");
   if (netName)
     std::printf(
-        "NCCL_NET: %s\n",
+        "NCCL_NET: %s%s\n",
         netName->empty()
             ? "(set but empty: it matches no net, and NCCL fails)"
-            : (nns::core::printable(netName->c_str()) + " (only a net of that name is taken, ignoring case)").c_str());
+            : (nns::core::printable(netName->c_str()) + " (only a net of that name is taken, ignoring case)").c_str(),
+        netOrigin.empty() ? "" : (" (from " + netOrigin + ")").c_str());
   std::printf("search directories:");
   for (const auto& d : dirs) std::printf(" %s", d.c_str());
   std::printf("\n\nPlugin libraries found:\n");

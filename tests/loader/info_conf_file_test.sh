@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# nccl-net-info reads NCCL's configuration files as NCCL does: $NCCL_CONF_FILE (else ~/.nccl.conf), then
+# /etc/nccl.conf, KEY=VALUE lines, '#' lines skipped, never over a variable the environment sets. A site that puts
+# NCCL_NET_PLUGIN in /etc/nccl.conf had the tool report the default libnccl-net.so while NCCL tried its plugin.
+# Usage: info_conf_file_test.sh NCCL_NET_INFO
+set -euo pipefail
+info="$1"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAILED: $*"; exit 1; }
+printf '# site defaults\nNCCL_NET_PLUGIN=minimal\nNCCL_NET=shm0-is-not-a-net-name\n' > "$work/nccl.conf"
+
+out=$(env -u NCCL_NET_PLUGIN -u NCCL_NET NCCL_CONF_FILE="$work/nccl.conf" "$info" 2>&1 || true)
+grep -q "^NCCL_NET_PLUGIN: minimal (from $work/nccl.conf)" <<<"$out" || fail "the file's NCCL_NET_PLUGIN: $out"
+grep -q "^NCCL_NET: shm0-is-not-a-net-name .*(from $work/nccl.conf)" <<<"$out" || fail "the file's NCCL_NET: $out"
+grep -q "tried  .*libnccl-net-minimal.so" <<<"$out" || fail "the file's plugin was not tried: $out"
+
+# The environment wins over the file.
+out=$(env -u NCCL_NET NCCL_CONF_FILE="$work/nccl.conf" NCCL_NET_PLUGIN=socket "$info" 2>&1 || true)
+grep -q "^NCCL_NET_PLUGIN: socket$" <<<"$out" || fail "the environment's NCCL_NET_PLUGIN: $out"
+echo "configuration file: ok"
