@@ -528,14 +528,14 @@ std::string peerText(int code) {
   return "peer exit code " + std::to_string(code);
 }
 
-// A peer process sends `messages` (size, seed) and this one receives them into `capacity`-byte buffers, checking
-// sizes on both sides and every byte. Empty evidence on success.
-Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t>>& messages, size_t capacity,
-                        const std::function<void()>& afterListen = {}) {
+// A peer process sends `messages` (size, seed) and keeps its comm open until `receive` (this process's side, given
+// the receive comm and the peer's pid) has returned, as NCCL closes comms only when the communicator goes: a plugin
+// may rightly fail pending receives once the sender closed. The receiver's verdict, or the sender's failure.
+Verdict sendAndReceive(Context& c, const std::vector<std::pair<size_t, uint64_t>>& messages,
+                       const std::function<Verdict(void* recvComm, pid_t* peer)>& receive,
+                       const std::function<void()>& afterListen = {}) {
   Pair pair;
   std::string why;
-  // The sender keeps its comm open until the receiver has checked everything (as NCCL closes comms only when the
-  // communicator goes): a plugin may rightly fail pending receives once the sender closed.
   int checkedPipe[2];
   if (pipe(checkedPipe) != 0) return fail("pipe failed");
   if (!openPair(
@@ -549,7 +549,7 @@ Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t
           },
           &why, afterListen))
     return fail("%s", why.c_str());
-  Verdict v = receiveMessages(c, pair.recvComm, messages, capacity, 1, &pair.peer);
+  Verdict v = receive(pair.recvComm, &pair.peer);
   (void)!write(checkedPipe[1], "c", 1);
   // Once the receiver has failed, the sender's exit code says nothing more, and it may wait for ever on sends this
   // side stopped receiving: a second, not the 30 s a passing sender gets to finish (which outlasted a 30 s rule
@@ -560,6 +560,16 @@ Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t
   if (v.status != Status::kPass) return v;
   if (code != 0) return fail("%s", peerText(code).c_str());
   return v;
+}
+
+// The messages received into `capacity`-byte buffers, sizes checked on both sides and every byte. Empty evidence on
+// success.
+Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t>>& messages, size_t capacity,
+                        const std::function<void()>& afterListen = {}) {
+  return sendAndReceive(
+      c, messages,
+      [&](void* recvComm, pid_t* peer) { return receiveMessages(c, recvComm, messages, capacity, 1, peer); },
+      afterListen);
 }
 
 // ---- the rules -------------------------------------------------------------------------------------------------
@@ -870,34 +880,11 @@ Verdict zeroByte(Context& c) {
   return v.status == Status::kPass ? pass("0-byte messages complete with size 0, in order with others") : v;
 }
 
-// NCCL sets *request to NCCL_NET_OPTIONAL_RECV_COMPLETION (0x1) before a one-buffer LL or LL128 receive of a v9+
-// plugin: it learns of arrival from flags in the data and needs no exact completion. The plugin must still write
-// *request, NULL to be retried or a request NCCL then tests; one that returns without writing it (a "busy" path
-// that returns early) has NCCL test (void*)0x1. The hinted receive may complete early (the hint allows it), so its
-// bytes and size are not judged; the receive after it, posted without the hint, must get the next message whole.
-Verdict optionalCompletionHint(Context& c) {
-  if (c.net->version() < 9)
-    return skip("ncclNet_v" + std::to_string(c.net->version()) +
-                ": hosts clear the hint before calling a plugin of this version");
-  constexpr size_t kFirst = 1000, kSecond = 5000;
-  Pair pair;
-  std::string why;
-  int checkedPipe[2];
-  if (pipe(checkedPipe) != 0) return fail("pipe failed");
-  if (!openPair(
-          c, pair,
-          [&](void* comm) {
-            close(checkedPipe[1]);
-            int code = sendMessages(c, comm, {{kFirst, 61}, {kSecond, 62}});
-            pollfd checked{checkedPipe[0], POLLIN, 0};
-            poll(&checked, 1, 60000);
-            return code;
-          },
-          &why))
-    return fail("%s", why.c_str());
-  close(checkedPipe[0]);
+// optional-completion-hint's receiving side: a one-buffer receive posted with the hint, then one without it that
+// must get the second message (`secondBytes` of seed `secondSeed`) whole.
+Verdict receiveAfterTheHint(Context& c, void* recvComm, size_t secondBytes, uint64_t secondSeed) {
   std::vector<std::vector<unsigned char>> buffers(2, std::vector<unsigned char>(8192));
-  std::vector<void*> mhandles = registerBuffers(c, pair.recvComm, buffers);
+  std::vector<void*> mhandles = registerBuffers(c, recvComm, buffers);
   Verdict v = pass("");
   void* data = buffers[0].data();
   size_t size = buffers[0].size();
@@ -907,8 +894,7 @@ Verdict optionalCompletionHint(Context& c) {
   for (auto deadline = Clock::now() + std::chrono::seconds(10); request == nullptr && v.status == Status::kPass;) {
     request = reinterpret_cast<void*>(NCCL_NET_OPTIONAL_RECV_COMPLETION);  // before every call, as NCCL sets it
     ++calls;
-    ncclResult_t result =
-        CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, &mhandles[0], nullptr, &request));
+    ncclResult_t result = CALL("irecv", c.net->irecv(recvComm, 1, &data, &size, &tag, &mhandles[0], nullptr, &request));
     if (result != ncclSuccess) {
       v = fail("irecv given the optional-completion hint returned %s", resultText(result).c_str());
     } else if (request == reinterpret_cast<void*>(NCCL_NET_OPTIONAL_RECV_COMPLETION)) {
@@ -930,21 +916,31 @@ Verdict optionalCompletionHint(Context& c) {
     size_t capacity = buffers[1].size();
     void* next = nullptr;
     int got = -1;
-    ncclResult_t result = postRecv(c, pair.recvComm, 1, &second, &capacity, &tag, &mhandles[1], &next);
+    ncclResult_t result = postRecv(c, recvComm, 1, &second, &capacity, &tag, &mhandles[1], &next);
     if (result == ncclSuccess) result = waitDone(c, next, &got, 30);
     if (result != ncclSuccess)
       v = fail("the receive after the hinted one: %s", waitText(result, 30).c_str());
-    else if (got != static_cast<int>(kSecond) || firstMismatch(buffers[1], kSecond, 62) >= 0)
+    else if (got != static_cast<int>(secondBytes) || firstMismatch(buffers[1], secondBytes, secondSeed) >= 0)
       v = fail("the receive after the hinted one got %d bytes (or wrong bytes), not the next message's %zu", got,
-               kSecond);
+               secondBytes);
   }
-  (void)!write(checkedPipe[1], "c", 1);
-  int code = closePair(c, pair, v.status == Status::kPass ? 30 : 1);  // as transferChecked
-  close(checkedPipe[1]);
   if (v.status != Status::kPass) return v;
-  if (code != 0) return fail("%s", peerText(code).c_str());
   return pass("irecv wrote *request over NCCL's optional-completion hint (" + std::to_string(calls) +
               " call(s)), the hinted receive completed, and the next receive got the next message whole");
+}
+
+// NCCL sets *request to NCCL_NET_OPTIONAL_RECV_COMPLETION (0x1) before a one-buffer LL or LL128 receive of a v9+
+// plugin: it learns of arrival from flags in the data and needs no exact completion. The plugin must still write
+// *request, NULL to be retried or a request NCCL then tests; one that returns without writing it (a "busy" path
+// that returns early) has NCCL test (void*)0x1. The hinted receive may complete early (the hint allows it), so its
+// bytes and size are not judged; the receive after it, posted without the hint, must get the next message whole.
+Verdict optionalCompletionHint(Context& c) {
+  if (c.net->version() < 9)
+    return skip("ncclNet_v" + std::to_string(c.net->version()) +
+                ": hosts clear the hint before calling a plugin of this version");
+  constexpr size_t kFirst = 1000, kSecond = 5000;
+  return sendAndReceive(c, {{kFirst, 61}, {kSecond, 62}},
+                        [&](void* recvComm, pid_t*) { return receiveAfterTheHint(c, recvComm, kSecond, 62); });
 }
 
 // A message larger than the posted receive must fail (NCCL never truncates), and nothing may land past the buffer:
