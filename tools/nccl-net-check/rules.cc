@@ -239,22 +239,29 @@ std::vector<void*> takeRegistrations(void* comm) {
   return handles;
 }
 
+void deregister(Context& c, void* comm, const std::vector<void*>& handles) {
+  for (void* handle : handles)
+    if (handle != nullptr) CALL("deregMr", c.net->deregMr(comm, handle));
+}
+
 // Deregisters `handles` of `comm` at once (nothing may be in flight on them), rather than at the comm's close: for
 // helpers that many rules call over and over on one comm.
 void deregisterNow(Context& c, void* comm, const std::vector<void*>& handles) {
   {
     std::lock_guard<std::mutex> lock(gRegistrationsMutex);
-    auto& kept = gRegistrations[comm];
-    for (void* handle : handles)
-      if (auto it = std::find(kept.begin(), kept.end(), handle); it != kept.end()) kept.erase(it);
+    if (auto found = gRegistrations.find(comm); found != gRegistrations.end())
+      for (void* handle : handles)
+        if (auto it = std::find(found->second.begin(), found->second.end(), handle); it != found->second.end())
+          found->second.erase(it);
   }
-  for (void* handle : handles)
-    if (handle != nullptr) CALL("deregMr", c.net->deregMr(comm, handle));
+  deregister(c, comm, handles);
 }
 
+// Every handle still registered on `comm`, newest first.
 void deregisterAll(Context& c, void* comm) {
   std::vector<void*> handles = takeRegistrations(comm);
-  for (auto it = handles.rbegin(); it != handles.rend(); ++it) CALL("deregMr", c.net->deregMr(comm, *it));
+  std::reverse(handles.begin(), handles.end());
+  deregister(c, comm, handles);
 }
 
 // closeSend and closeRecv after deregistering the comm's buffers.
@@ -2586,13 +2593,12 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
 // (reported).
 void* openCommOnThread(const Context& c, int index, bool sending, void* handle, void* listenComm, ThreadCall& watch,
                        ThreadFailure& failure) {
-  thread_local ncclNetDeviceHandle_v12_t* deviceHandle = nullptr;
   void* comm = nullptr;
   for (auto deadline = Clock::now() + std::chrono::seconds(20); comm == nullptr && !failure.stop;) {
     ncclResult_t result =
-        sending
-            ? watchedCall(watch, "connect", [&] { return c.net->connect(c.ctx, c.dev, handle, &comm, &deviceHandle); })
-            : watchedCall(watch, "accept", [&] { return c.net->accept(listenComm, &comm, &deviceHandle); });
+        sending ? watchedCall(watch, "connect",
+                              [&] { return c.net->connect(c.ctx, c.dev, handle, &comm, deviceHandleSlot()); })
+                : watchedCall(watch, "accept", [&] { return c.net->accept(listenComm, &comm, deviceHandleSlot()); });
     if (result != ncclSuccess) {
       failure.report("comm %d: %s returned %s (%s; connection set-up state shared without a lock?)", index,
                      sending ? "connect" : "accept", resultText(result).c_str(), kThreadsNote);
