@@ -193,7 +193,7 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
       return;
     }
     if (chosen == Algorithm::Ring) {
-      core::Plan plan;
+      core::Plan& plan = comm.newPlan();
       // Whole blocks up to a slot (512 KiB) per message measured best on loopback TCP for 2 and 4 ranks from 256 KiB
       // to 16 MiB (performance.md): the per-message cost (system calls, TCP segments) outweighs a deeper pipeline.
       const size_t piece = pieceFor(comm, count * es / n / comm.channels(), 1, 32 * 1024);
@@ -213,24 +213,23 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
     }
     if (chosen == Algorithm::Doubling) {
       auto* work = workspace(comm, kernels, (detail::doublingRounds(n) + 1) * count * es);
-      core::Plan plan;
-      std::vector<std::pair<size_t, unsigned char*>> results;  // per channel: first element, where the result is
+      core::Plan& plan = comm.newPlan();
+      unsigned char* results[Communicator::kMaxChannels];  // per channel: where its result is, if not the output
       for (int c = 0; c < comm.channels(); ++c) {
         auto [first, part] = channelPart(count, comm.channels(), c);
-        results.emplace_back(first, detail::doublingAllReduce(comm, plan, call, first, part, count, work, c));
+        results[c] = detail::doublingAllReduce(comm, plan, call, first, part, count, work, c);
       }
       comm.run(plan);
       for (int c = 0; c < comm.channels(); ++c) {
         auto [first, part] = channelPart(count, comm.channels(), c);
-        if (results[c].second != nullptr)
-          kernels.copy(static_cast<unsigned char*>(recv) + first * es, results[c].second, part * es);
+        if (results[c] != nullptr) kernels.copy(static_cast<unsigned char*>(recv) + first * es, results[c], part * es);
       }
       return;
     }
     // Double binary tree: half of the data (per channel) goes up and down each tree, both at once.
     TreeLinks trees[2];
     doubleBinaryTree(n, comm.rank(), trees);
-    core::Plan plan;
+    core::Plan& plan = comm.newPlan();
     const size_t piece = pieceFor(comm, count * es / 2 / comm.channels(), 8, 32 * 1024);
     plan.setPieceBytes(piece);
     for (int c = 0; c < comm.channels(); ++c) {
@@ -253,7 +252,7 @@ void allGather(Communicator& comm, const void* send, void* recv, size_t sendCoun
   comm.submit(describeCall("allgather", sendCount, type), [&] {
     kernels.copy(static_cast<unsigned char*>(recv) + comm.rank() * sendCount * es, send, sendCount * es);
     if (comm.size() == 1) return;
-    core::Plan plan;
+    core::Plan& plan = comm.newPlan();
     const bool forward = forwardFromSlots(comm, kernels, recv, comm.size() * sendCount * es);
     const size_t round = roundElements(comm, comm.options().slotBytes, es);
     for (int c = 0; c < comm.channels(); ++c) {
@@ -282,7 +281,7 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
     const bool forward = forwardFromSlots(comm, kernels);
     auto* work = forward ? nullptr : workspace(comm, kernels, n * recvCount * es);
     const size_t round = roundElements(comm, comm.options().slotBytes, es);
-    core::Plan plan;
+    core::Plan& plan = comm.newPlan();
     for (int c = 0; c < comm.channels(); ++c) {
       auto [first, part] = channelPart(recvCount, comm.channels(), c);
       inRounds(first, part, round, [&](size_t from, size_t elements) {
@@ -303,7 +302,7 @@ void broadcast(Communicator& comm, const void* send, void* recv, size_t count, n
   comm.submit(describeCall("broadcast", count, type, nullptr, root), [&] {
     if (comm.rank() == root) kernels.copy(recv, send, count * typeSize(type));
     if (comm.size() == 1) return;
-    core::Plan plan;
+    core::Plan& plan = comm.newPlan();
     const bool forward = forwardFromSlots(comm, kernels, recv, count * typeSize(type));
     for (int c = 0; c < comm.channels(); ++c) {
       auto [first, part] = channelPart(count, comm.channels(), c);
@@ -330,7 +329,7 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
     // Only the ranks between the chain's ends pass partial results on: from the slots, or from `work`.
     const bool forward = forwardFromSlots(comm, kernels);
     auto* work = comm.rank() == root || forward ? nullptr : workspace(comm, kernels, count * es);
-    core::Plan plan;
+    core::Plan& plan = comm.newPlan();
     for (int c = 0; c < comm.channels(); ++c) {
       auto [first, part] = channelPart(count, comm.channels(), c);
       detail::chainReduce(comm, plan, call, root, first, part, work, c, forward);
@@ -339,7 +338,7 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
   });
 }
 
-void sendRecv(Communicator& comm, const std::vector<P2POp>& ops, KernelLayer& kernels) {
+void sendRecv(Communicator& comm, std::span<const P2POp> ops, KernelLayer& kernels) {
   checkPlacement(comm, kernels);
   // Sends to this rank are matched with its receives from itself, in order, by a copy: a mismatch is this rank's own
   // error, found before anything moves, so the communicator stays usable.
@@ -362,7 +361,7 @@ void sendRecv(Communicator& comm, const std::vector<P2POp>& ops, KernelLayer& ke
                                 std::to_string(sendBytes) + " bytes meets a receive of " + std::to_string(recvBytes));
   }
   comm.submit([&] {
-    core::Plan plan;
+    core::Plan& plan = comm.newPlan();
     for (const auto& op : ops) {
       const size_t bytes = op.count * typeSize(op.type);
       if (op.peer == comm.rank()) continue;
@@ -385,11 +384,13 @@ void sendRecv(Communicator& comm, const std::vector<P2POp>& ops, KernelLayer& ke
 }
 
 void send(Communicator& comm, const void* buffer, size_t count, ncclDataType_t type, int peer, KernelLayer& kernels) {
-  sendRecv(comm, {P2POp{P2POp::Send, peer, const_cast<void*>(buffer), count, type}}, kernels);
+  const P2POp op{P2POp::Send, peer, const_cast<void*>(buffer), count, type};
+  sendRecv(comm, std::span(&op, 1), kernels);
 }
 
 void recv(Communicator& comm, void* buffer, size_t count, ncclDataType_t type, int peer, KernelLayer& kernels) {
-  sendRecv(comm, {P2POp{P2POp::Recv, peer, buffer, count, type}}, kernels);
+  const P2POp op{P2POp::Recv, peer, buffer, count, type};
+  sendRecv(comm, std::span(&op, 1), kernels);
 }
 
 namespace detail {

@@ -33,7 +33,7 @@ unsigned char* doublingAllReduce(Communicator& comm, core::Plan& plan, const Cal
   const int virtualRank = r < 2 * extra ? r / 2 : r - extra;
   auto realRank = [extra](int v) { return v < extra ? 2 * v + 1 : v + extra; };
   const unsigned char* current = in;
-  std::vector<core::Plan::RecvRef> currentReady;
+  core::Plan::Refs currentReady;
   // One pass per received piece: target = source op piece (piece op source where the partner is the lower rank),
   // and for avg the last one divides. Both partners of an exchange put the lower rank's data first, so both compute
   // the same bits even where an op's result depends on the order (max and min with a NaN or a signed zero): every

@@ -76,7 +76,7 @@ ncclResult_t failWith(ncclResult_t result, const std::string& what) {
 // Runs `body`, turning exceptions into the error code of their kind (CommError::result(): an argument refused
 // before anything moved is an invalid argument, a failed plugin call the plugin's own result, a setting this rank
 // cannot run with invalid usage, a peer or a timeout a remote error); anything else is a system error.
-ncclResult_t guarded(const std::function<void()>& body) {
+ncclResult_t guarded(nns::core::OperationRef body) {
   try {
     body();
     return ncclSuccess;
@@ -199,29 +199,44 @@ ncclResult_t checkRank(nnsComm_t comm, int rank, const char* what) {
   return ncclSuccess;
 }
 
-// Group queues: each operation is a closure; at nnsGroupEnd a communicator's point-to-point operations are merged
-// into one sendRecv so they progress together.
-struct Queued {
+// An operation as its call described it, run at once or queued in a group: data, not a closure, so that neither
+// allocates (a group's queue keeps its storage from group to group). At nnsGroupEnd a communicator's point-to-point
+// operations are merged into one sendRecv so they progress together.
+struct Operation {
+  enum Kind { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kPointToPoint } kind;
   nnsComm_t comm;
-  std::function<void()> collective;  // empty for a point-to-point operation
-  P2POp p2p;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  ncclDataType_t type = ncclFloat32;
+  ncclRedOp_t op = ncclSum;
+  int root = 0;
+  P2POp p2p{};  // kPointToPoint
 };
-thread_local std::vector<Queued> groupQueue;
+thread_local std::vector<Operation> groupQueue;
+// nnsGroupEnd's own: the group being run, the communicators in it and their sends and receives (storage kept).
+thread_local std::vector<Operation> groupRunning;
+thread_local std::vector<nnsComm_t> groupComms;
+thread_local std::vector<P2POp> groupP2P;
 
-ncclResult_t enqueueOrRun(nnsComm_t comm, std::function<void()> collective) {
-  if (groupDepth > 0) {
-    groupQueue.push_back(Queued{comm, std::move(collective), {}});
-    return ncclSuccess;
+void runCollective(const Operation& o) {
+  nns::core::Communicator& comm = *o.comm->comm;
+  switch (o.kind) {
+    case Operation::kAllReduce: nns::coll::allReduce(comm, o.send, o.recv, o.count, o.type, o.op); break;
+    case Operation::kBroadcast: nns::coll::broadcast(comm, o.send, o.recv, o.count, o.type, o.root); break;
+    case Operation::kReduce: nns::coll::reduce(comm, o.send, o.recv, o.count, o.type, o.op, o.root); break;
+    case Operation::kAllGather: nns::coll::allGather(comm, o.send, o.recv, o.count, o.type); break;
+    case Operation::kReduceScatter: nns::coll::reduceScatter(comm, o.send, o.recv, o.count, o.type, o.op); break;
+    case Operation::kPointToPoint: nns::coll::sendRecv(comm, std::span(&o.p2p, 1)); break;
   }
-  return guarded(collective);
 }
 
-ncclResult_t enqueueOrRunP2P(nnsComm_t comm, const P2POp& op) {
+ncclResult_t enqueueOrRun(const Operation& operation) {
   if (groupDepth > 0) {
-    groupQueue.push_back(Queued{comm, {}, op});
+    groupQueue.push_back(operation);
     return ncclSuccess;
   }
-  return guarded([&] { nns::coll::sendRecv(*comm->comm, {op}); });
+  return guarded([&] { runCollective(operation); });
 }
 
 // The address other ranks reach this host at: the first IPv4 address of an interface that is up, among those
@@ -480,7 +495,7 @@ ncclResult_t nnsAllReduce(const void* sendbuff, void* recvbuff, size_t count, nc
           checkArguments(comm, datatype, sendbuff, recvbuff, count, op, 1, nns::coll::detail::Layout::kSame);
       r != ncclSuccess)
     return r;
-  return enqueueOrRun(comm, [=] { nns::coll::allReduce(*comm->comm, sendbuff, recvbuff, count, datatype, op); });
+  return enqueueOrRun({Operation::kAllReduce, comm, sendbuff, recvbuff, count, datatype, op});
 }
 
 ncclResult_t nnsBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
@@ -493,7 +508,7 @@ ncclResult_t nnsBroadcast(const void* sendbuff, void* recvbuff, size_t count, nc
                                       isRoot ? nns::coll::detail::Layout::kSame : nns::coll::detail::Layout::kOne);
       r != ncclSuccess)
     return r;
-  return enqueueOrRun(comm, [=] { nns::coll::broadcast(*comm->comm, sendbuff, recvbuff, count, datatype, root); });
+  return enqueueOrRun({Operation::kBroadcast, comm, sendbuff, recvbuff, count, datatype, ncclSum, root});
 }
 
 ncclResult_t nnsReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
@@ -506,7 +521,7 @@ ncclResult_t nnsReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
                                       isRoot ? nns::coll::detail::Layout::kSame : nns::coll::detail::Layout::kOne);
       r != ncclSuccess)
     return r;
-  return enqueueOrRun(comm, [=] { nns::coll::reduce(*comm->comm, sendbuff, recvbuff, count, datatype, op, root); });
+  return enqueueOrRun({Operation::kReduce, comm, sendbuff, recvbuff, count, datatype, op, root});
 }
 
 ncclResult_t nnsAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
@@ -517,7 +532,7 @@ ncclResult_t nnsAllGather(const void* sendbuff, void* recvbuff, size_t sendcount
                                       static_cast<size_t>(comm->comm->size()), nns::coll::detail::Layout::kGather);
       r != ncclSuccess)
     return r;
-  return enqueueOrRun(comm, [=] { nns::coll::allGather(*comm->comm, sendbuff, recvbuff, sendcount, datatype); });
+  return enqueueOrRun({Operation::kAllGather, comm, sendbuff, recvbuff, sendcount, datatype});
 }
 
 ncclResult_t nnsReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
@@ -528,8 +543,7 @@ ncclResult_t nnsReduceScatter(const void* sendbuff, void* recvbuff, size_t recvc
                                       static_cast<size_t>(comm->comm->size()), nns::coll::detail::Layout::kScatter);
       r != ncclSuccess)
     return r;
-  return enqueueOrRun(comm,
-                      [=] { nns::coll::reduceScatter(*comm->comm, sendbuff, recvbuff, recvcount, datatype, op); });
+  return enqueueOrRun({Operation::kReduceScatter, comm, sendbuff, recvbuff, recvcount, datatype, op});
 }
 
 ncclResult_t nnsSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm,
@@ -541,7 +555,9 @@ ncclResult_t nnsSend(const void* sendbuff, size_t count, ncclDataType_t datatype
           checkArguments(comm, datatype, sendbuff, sendbuff, count, ncclSum, 1, nns::coll::detail::Layout::kOne);
       r != ncclSuccess)
     return r;
-  return enqueueOrRunP2P(comm, P2POp{P2POp::Send, peer, const_cast<void*>(sendbuff), count, datatype});
+  return enqueueOrRun({.kind = Operation::kPointToPoint,
+                       .comm = comm,
+                       .p2p = {P2POp::Send, peer, const_cast<void*>(sendbuff), count, datatype}});
 }
 
 ncclResult_t nnsRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm, void* stream) {
@@ -552,7 +568,8 @@ ncclResult_t nnsRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int 
           checkArguments(comm, datatype, recvbuff, recvbuff, count, ncclSum, 1, nns::coll::detail::Layout::kOne);
       r != ncclSuccess)
     return r;
-  return enqueueOrRunP2P(comm, P2POp{P2POp::Recv, peer, recvbuff, count, datatype});
+  return enqueueOrRun(
+      {.kind = Operation::kPointToPoint, .comm = comm, .p2p = {P2POp::Recv, peer, recvbuff, count, datatype}});
 }
 
 ncclResult_t nnsGroupStart(void) {
@@ -570,20 +587,25 @@ ncclResult_t nnsGroupEnd(void) {
   // operations queued on others still run, as their peers run theirs, and a failed init is returned after them.
   const ncclResult_t made = makePendingComms();
   const std::string madeError = made != ncclSuccess ? lastError : "";
-  std::vector<Queued> queue;
-  queue.swap(groupQueue);
+  // The queue is swapped with an empty one that keeps its storage, and so is the list of communicators: a group
+  // allocates nothing once groups of its size were run on this thread.
+  groupRunning.swap(groupQueue);
+  groupQueue.clear();
+  const std::vector<Operation>& queue = groupRunning;
   // Per communicator: all its sends and receives first, as one exchange that progresses together (NCCL runs them
   // beside the group's collectives and orders neither against the other; run in call order, a collective between a
   // send and its receive deadlocked both ranks once the send outgrew the socket buffers), then its collectives in
   // call order. After an error the communicator's remaining operations are skipped.
-  std::vector<nnsComm_t> comms;
+  std::vector<nnsComm_t>& comms = groupComms;
+  comms.clear();
   for (const auto& q : queue)
     if (std::find(comms.begin(), comms.end(), q.comm) == comms.end()) comms.push_back(q.comm);
   struct Outcome {
     ncclResult_t result = ncclSuccess;
     std::string error;
   };
-  auto runComm = [&queue](nnsComm_t comm) {
+  // `p2p`: where the communicator's sends and receives are gathered (this thread's storage, or a thread's own).
+  auto runComm = [&queue](nnsComm_t comm, std::vector<P2POp>& p2p) {
     Outcome outcome;
     Hold hold(comm);
     if (!hold) {
@@ -591,35 +613,46 @@ ncclResult_t nnsGroupEnd(void) {
       outcome.error = lastError;
       return outcome;
     }
-    std::vector<P2POp> p2p;
+    p2p.clear();
     for (const auto& q : queue)
-      if (q.comm == comm && !q.collective) p2p.push_back(q.p2p);
-    if (!p2p.empty()) outcome.result = guarded([&] { nns::coll::sendRecv(*comm->comm, p2p); });
+      if (q.comm == comm && q.kind == Operation::kPointToPoint) p2p.push_back(q.p2p);
+    if (!p2p.empty()) outcome.result = guarded([&] { nns::coll::sendRecv(*comm->comm, std::span<const P2POp>(p2p)); });
     for (const auto& q : queue) {
-      if (q.comm != comm || outcome.result != ncclSuccess) continue;
-      if (q.collective) outcome.result = guarded(q.collective);
+      if (q.comm != comm || q.kind == Operation::kPointToPoint || outcome.result != ncclSuccess) continue;
+      outcome.result = guarded([&] { runCollective(q); });
     }
     if (outcome.result != ncclSuccess) outcome.error = lastError;
     return outcome;
   };
   // One thread may drive several communicators in one group (one per rank it holds, as with NCCL): their
-  // operations wait on each other, so each communicator runs on a thread of its own.
-  std::vector<Outcome> outcomes(comms.size());
+  // operations wait on each other, so each communicator then runs on a thread of its own. One communicator (the
+  // usual case) runs on this thread.
+  Outcome failure;  // the first communicator's failure, if any
   if (comms.size() == 1) {
-    outcomes[0] = runComm(comms[0]);
-  } else {
+    failure = runComm(comms[0], groupP2P);
+  } else if (comms.size() > 1) {
+    std::vector<Outcome> outcomes(comms.size());
     std::vector<std::thread> threads;
-    for (size_t i = 0; i < comms.size(); ++i) threads.emplace_back([&, i] { outcomes[i] = runComm(comms[i]); });
+    for (size_t i = 0; i < comms.size(); ++i)
+      threads.emplace_back([&, i] {
+        std::vector<P2POp> p2p;
+        outcomes[i] = runComm(comms[i], p2p);
+      });
     for (auto& thread : threads) thread.join();
+    for (auto& outcome : outcomes) {
+      if (outcome.result == ncclSuccess) continue;
+      failure = std::move(outcome);
+      break;
+    }
   }
+  groupRunning.clear();
   if (made != ncclSuccess) {
     lastError = madeError;
     return made;
   }
-  for (const auto& outcome : outcomes) {
-    if (outcome.result == ncclSuccess) continue;
-    lastError = outcome.error;
-    return outcome.result;
+  if (failure.result != ncclSuccess) {
+    lastError = failure.error;
+    return failure.result;
   }
   // A call refused at the call still makes the group incomplete, as NCCL's ncclGroupEnd returns the group's first
   // error: a caller that checks only nnsGroupEnd learns of it too (the other operations ran, so the peers did not

@@ -62,10 +62,10 @@ void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const
   // beforehand); the second child's piece waits for the first's and adds to that, so a float sum is always
   // (input + first) + second, the same in every run (whichever arrived first was added first, and a rounding could
   // differ from run to run). For avg the root divides once the last child's piece is in.
-  std::vector<core::Plan::RecvRef> fromChildren;
+  core::Plan::Refs fromChildren;
   for (int child : tree.children) {
     if (child < 0) continue;
-    const bool first = fromChildren.empty(), last = static_cast<int>(fromChildren.size()) + 1 == children;
+    const bool first = fromChildren.empty(), last = fromChildren.size() + 1 == children;
     fromChildren.push_back(plan.recv(
         child, channel, bytes,
         [=, &call](size_t offset, const void* data, size_t len) {
@@ -76,9 +76,9 @@ void treeAllReduce(Communicator& comm, core::Plan& plan, const Call& call, const
           }
           if (root && last && call.op == ncclAvg) call.kernels->divide(out + offset, len / es, call.type, n);
         },
-        first ? std::vector<core::Plan::RecvRef>{} : fromChildren));
+        first ? core::Plan::Refs{} : fromChildren));
   }
-  std::vector<core::Plan::RecvRef> down = fromChildren;
+  core::Plan::Refs down = fromChildren;
   if (!root) {
     // A leaf sends its input as it is; an inner rank sends what its children's shares made of it.
     plan.send(tree.parent, channel, children == 0 ? in : out, bytes, fromChildren);

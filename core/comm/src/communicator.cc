@@ -53,7 +53,7 @@ CommError asCommError(const BootstrapError& e) {
 
 // The slot and channel limits, which the environment knobs and CommOptions share.
 constexpr int kMaxSlots = 64;
-constexpr int kMaxChannels = 32;
+constexpr int kMaxChannels = Communicator::kMaxChannels;
 constexpr long long kMinSlotBytes = 1024, kMaxSlotBytes = 1LL << 30;
 // Host memory: page-aligned slots, plain memcpy.
 class HostSlots final : public SlotMemory {
@@ -79,44 +79,53 @@ class HostSlots final : public SlotMemory {
 // ---- Plan ----
 
 int Plan::flowFor(int peer, int channel, bool sending) {
-  for (size_t i = 0; i < flows_.size(); ++i)
+  for (size_t i = 0; i < flowCount_; ++i)
     if (flows_[i].peer == peer && flows_[i].channel == channel && flows_[i].sending == sending)
       return static_cast<int>(i);
-  flows_.push_back(Flow{peer, channel, sending, {}});
-  return static_cast<int>(flows_.size() - 1);
+  // A flow kept from an earlier plan is reused with its segments' storage.
+  if (flowCount_ == flows_.size()) flows_.emplace_back();
+  Flow& flow = flows_[flowCount_];
+  flow.peer = peer;
+  flow.channel = channel;
+  flow.sending = sending;
+  flow.segments.clear();
+  return static_cast<int>(flowCount_++);
 }
 
-Plan::RecvRef Plan::recv(int peer, int channel, size_t bytes, PieceHandler onPiece, std::vector<RecvRef> after,
-                         void* direct) {
+void Plan::clear() {
+  flowCount_ = 0;
+  pieceBytes_ = 0;
+}
+
+Plan::RecvRef Plan::recv(int peer, int channel, size_t bytes, PieceHandler onPiece, Refs after, void* direct) {
   int flow = flowFor(peer, channel, false);
-  Segment segment;
+  Segment& segment = flows_[flow].segments.emplace_back();
   segment.data = static_cast<const unsigned char*>(direct);
   segment.bytes = bytes;
-  segment.onPiece = std::move(onPiece);
-  segment.after = std::move(after);
-  flows_[flow].segments.push_back(std::move(segment));
+  segment.onPiece = onPiece;
+  segment.after = after;
   return RecvRef{flow, static_cast<int>(flows_[flow].segments.size() - 1)};
 }
 
-void Plan::send(int peer, int channel, const void* data, size_t bytes, std::vector<RecvRef> after) {
+void Plan::send(int peer, int channel, const void* data, size_t bytes, Refs after) {
   int flow = flowFor(peer, channel, true);
-  Segment segment;
+  Segment& segment = flows_[flow].segments.emplace_back();
   segment.data = static_cast<const unsigned char*>(data);
   segment.bytes = bytes;
-  segment.after = std::move(after);
-  flows_[flow].segments.push_back(std::move(segment));
+  segment.after = after;
 }
 
-void Plan::forward(int peer, int channel, RecvRef from, std::vector<RecvRef> after) {
+void Plan::forward(int peer, int channel, RecvRef from, Refs after) {
   int flow = flowFor(peer, channel, true);
-  Segment segment;
-  segment.from = from;
-  segment.after = std::move(after);
-  segment.after.push_back(from);
-  if (from.flow >= 0 && from.flow < static_cast<int>(flows_.size()) && from.segment >= 0 &&
+  after.push_back(from);
+  size_t bytes = 0;
+  if (from.flow >= 0 && static_cast<size_t>(from.flow) < flowCount_ && from.segment >= 0 &&
       from.segment < static_cast<int>(flows_[from.flow].segments.size()))
-    segment.bytes = flows_[from.flow].segments[from.segment].bytes;
-  flows_[flow].segments.push_back(std::move(segment));
+    bytes = flows_[from.flow].segments[from.segment].bytes;
+  Segment& segment = flows_[flow].segments.emplace_back();
+  segment.from = from;
+  segment.after = after;
+  segment.bytes = bytes;
 }
 
 // ---- Communicator: setup and teardown ----
@@ -480,12 +489,12 @@ void Communicator::progressLoop() {
     wake_.wait(lock, [this] { return (stopping_ && !busy_) || (!queue_.empty() && !busy_); });
     if (queue_.empty()) return;  // stopping, nothing left
     Task* task = queue_.front();
-    queue_.pop_front();
+    queue_.popFront();
     --queued_;
     busy_ = true;
     lock.unlock();
     ncclResult_t result = ncclSuccess;
-    std::string error = execute(*task->operation, task->always, &result);
+    std::string error = execute(task->operation, task->always, &result);
     lock.lock();
     busy_ = false;
     task->error = std::move(error);
@@ -500,7 +509,7 @@ void Communicator::progressLoop() {
 // call: no handoff, and the progress thread stays asleep instead of competing for the cores); otherwise it is
 // queued for the progress thread, which runs operations one at a time in submission order. $NNS_PROGRESS_INLINE=0
 // sends every operation through the progress thread.
-void Communicator::submit(const std::function<void()>& operation) {
+void Communicator::submit(OperationRef operation) {
   if (forkedCopy())
     throw CommError("rank " + std::to_string(rank_) + ": this communicator was made by process " +
                         std::to_string(creatorPid_) + ", and process " + std::to_string(getpid()) +
@@ -525,10 +534,10 @@ void Communicator::submit(const std::function<void()>& operation) {
       return;
     }
   }
-  Task task{&operation, false, false, {}, {}};
+  Task task(operation);
   {
     std::lock_guard guard(mutex_);
-    queue_.push_back(&task);
+    queue_.pushBack(&task);
     ++queued_;
   }
   wake_.notify_one();
@@ -552,7 +561,7 @@ void Communicator::submit(const std::function<void()>& operation) {
   if (!task.error.empty()) throw CommError(task.error, task.result);
 }
 
-void Communicator::submit(const CallInfo& call, const std::function<void()>& operation) {
+void Communicator::submit(const CallInfo& call, OperationRef operation) {
   // The comparison runs inside the operation: operations run one at a time, so the calls are compared in the order
   // they run (two threads' comparisons made on their own threads interleaved on the bootstrap and compared calls
   // that did not meet). A disagreement is not the communicator's failure: it leaves the operation normally and is
@@ -560,10 +569,9 @@ void Communicator::submit(const CallInfo& call, const std::function<void()>& ope
   struct Context {
     Communicator* self;
     const CallInfo* call;
-    const std::function<void()>* operation;
+    OperationRef operation;
     std::string disagreement;
-  } context{this, &call, &operation, {}};
-  // One pointer captured: the wrapper fits std::function's own storage (no allocation per call).
+  } context{this, &call, operation, {}};
   submit([c = &context] {
     if (c->self->options_.checkCalls) {
       try {
@@ -578,7 +586,7 @@ void Communicator::submit(const CallInfo& call, const std::function<void()>& ope
       ~Running() { self->runningCall_ = nullptr; }
     } running{c->self};
     c->self->runningCall_ = c->call;
-    (*c->operation)();
+    c->operation();
   });
   if (!context.disagreement.empty()) throw ArgumentError(context.disagreement);
 }
@@ -589,7 +597,7 @@ namespace {
 thread_local const Communicator* tlsRunning = nullptr;
 }  // namespace
 
-std::string Communicator::execute(const std::function<void()>& operation, bool always, ncclResult_t* result) {
+std::string Communicator::execute(OperationRef operation, bool always, ncclResult_t* result) {
   std::string error;
   *result = ncclRemoteError;
   if (failed_.load() && !always) {
@@ -644,14 +652,14 @@ void Communicator::abort(const std::string& why, ncclResult_t result) {
   } else {
     // On the heap: an abort that gives up on a stuck plugin call returns while the task is still queued.
     struct CloseTask {
-      std::function<void()> close;
+      explicit CloseTask(Communicator* comm) : self(comm), task(*this, true) {}
+      void operator()() const { self->closeConnections(); }
+      Communicator* self;
       Task task;
     };
-    auto* owned = new CloseTask{[this] { closeConnections(); }, {}};
-    owned->task.operation = &owned->close;
-    owned->task.always = true;
+    auto* owned = new CloseTask(this);
     std::unique_lock lock(mutex_);
-    queue_.push_front(&owned->task);
+    queue_.pushFront(&owned->task);
     ++queued_;
     wake_.notify_one();
     // The operation in flight sees the failure at its next idle poll; one stuck in a plugin call is waited for as
@@ -761,13 +769,20 @@ void* Communicator::scratch(size_t bytes) {
 
 // ---- The plan runner ----
 
+Plan& Communicator::newPlan() {
+  plan_.clear();
+  return plan_;
+}
+
 void Communicator::run(Plan& plan) {
   if (plan.empty()) return;
   if (failed_.load()) fail("communicator failed: " + asyncError(), asyncResult());
   const size_t piece = plan.pieceBytes_ == 0 ? options_.slotBytes : std::min(plan.pieceBytes_, options_.slotBytes);
   const size_t slots = static_cast<size_t>(options_.slots);
-  std::vector<ConnKey> keys;
-  for (auto& flow : plan.flows_) {
+  const std::span<Plan::Flow> flows = plan.flows();
+  std::vector<ConnKey>& keys = runKeys_;
+  keys.clear();
+  for (auto& flow : flows) {
     keys.push_back({flow.peer, flow.channel, flow.sending});
     for (auto& segment : flow.segments) {
       segment.pieces = segment.bytes == 0 ? 1 : (segment.bytes + piece - 1) / piece;
@@ -776,27 +791,27 @@ void Communicator::run(Plan& plan) {
       segment.fromSlots = false;
     }
   }
-  for (auto& flow : plan.flows_) {
+  for (auto& flow : flows) {
     for (auto& segment : flow.segments)
       for (const auto& ref : segment.after) {
-        if (ref.flow < 0 || ref.flow >= static_cast<int>(plan.flows_.size()) || plan.flows_[ref.flow].sending ||
-            ref.segment < 0 || ref.segment >= static_cast<int>(plan.flows_[ref.flow].segments.size()) ||
-            plan.flows_[ref.flow].segments[ref.segment].bytes != segment.bytes)
+        if (ref.flow < 0 || static_cast<size_t>(ref.flow) >= flows.size() || flows[ref.flow].sending ||
+            ref.segment < 0 || ref.segment >= static_cast<int>(flows[ref.flow].segments.size()) ||
+            flows[ref.flow].segments[ref.segment].bytes != segment.bytes)
           fail("internal: a segment waits on a receive that is not of the same size in the same plan");
       }
   }
   establish(keys);
-  for (size_t f = 0; f < plan.flows_.size(); ++f)
-    for (auto& segment : plan.flows_[f].segments)
+  for (size_t f = 0; f < flows.size(); ++f)
+    for (auto& segment : flows[f].segments)
       segment.mhandle = segment.data == nullptr || registrations_.empty()
                             ? nullptr
                             : registeredHandle(keys[f], segment.data, segment.bytes);
   // Forwards: from the registered memory a receive went straight into, else from its slots (held until sent).
-  for (size_t f = 0; f < plan.flows_.size(); ++f) {
+  for (size_t f = 0; f < flows.size(); ++f) {
     size_t sendPieces = 0;
-    for (auto& segment : plan.flows_[f].segments) {
+    for (auto& segment : flows[f].segments) {
       if (segment.from.flow >= 0) {
-        auto& fromFlow = plan.flows_[segment.from.flow];
+        auto& fromFlow = flows[segment.from.flow];
         Plan::Segment& source = fromFlow.segments[segment.from.segment];
         if (source.mhandle != nullptr) {
           segment.data = source.data;
@@ -817,13 +832,8 @@ void Communicator::run(Plan& plan) {
     }
   }
 
-  struct Cursor {
-    Connection* conn;
-    size_t postSegment = 0, postPiece = 0;  // next piece to post
-    size_t head = 0, tail = 0;              // slots posted / completed (mod slots)
-    size_t released = 0;                    // slots free again: completed, and not held by a forward
-  };
-  std::vector<Cursor> cursors;
+  std::vector<Cursor>& cursors = runCursors_;
+  cursors.clear();
   for (const auto& key : keys) {
     cursors.push_back(Cursor{&connections_[key]});
     for (Slot& slot : connections_[key].slots) {
@@ -835,8 +845,8 @@ void Communicator::run(Plan& plan) {
   auto lastProgress = Clock::now();
   for (;;) {
     bool progressed = false, finished = true;
-    for (size_t f = 0; f < plan.flows_.size(); ++f) {
-      auto& flow = plan.flows_[f];
+    for (size_t f = 0; f < flows.size(); ++f) {
+      auto& flow = flows[f];
       Cursor& cursor = cursors[f];
       Connection& conn = *cursor.conn;
       while (cursor.released < cursor.tail && !conn.slots[cursor.released % slots].held) ++cursor.released;
@@ -849,10 +859,10 @@ void Communicator::run(Plan& plan) {
         if (flow.sending) {
           bool ready = true;
           for (const auto& ref : segment.after)
-            ready = ready && plan.flows_[ref.flow].segments[ref.segment].piecesDone > cursor.postPiece;
+            ready = ready && flows[ref.flow].segments[ref.segment].piecesDone > cursor.postPiece;
           if (!ready) break;
           if (segment.fromSlots) {  // forwarded: straight from the slot the piece arrived in
-            const Plan::Segment& source = plan.flows_[segment.from.flow].segments[segment.from.segment];
+            const Plan::Segment& source = flows[segment.from.flow].segments[segment.from.segment];
             Slot& arrived = cursors[segment.from.flow].conn->slots[(source.firstSlot + cursor.postPiece) % slots];
             check(net_->isend(conn.comm, arrived.memory, bytes, rank_, segment.mhandle, nullptr, &slot.request),
                   "isend", flow.peer);
@@ -913,7 +923,7 @@ void Communicator::run(Plan& plan) {
           Plan::Segment& segment = flow.segments[slot.segment];
           bool ready = true;
           for (const auto& ref : segment.after)
-            ready = ready && plan.flows_[ref.flow].segments[ref.segment].piecesDone > segment.piecesDone;
+            ready = ready && flows[ref.flow].segments[ref.segment].piecesDone > segment.piecesDone;
           if (!ready) {
             slot.request = kArrived;  // keep the piece in its slot; test() must not be called on it again
             slot.arrivedBytes = size;
@@ -951,8 +961,8 @@ void Communicator::run(Plan& plan) {
     if (failed_.load()) fail("aborted: " + asyncError(), asyncResult());
     if (Clock::now() - lastProgress > options_.timeout) {
       std::string waiting;
-      for (size_t f = 0; f < plan.flows_.size(); ++f) {
-        const auto& flow = plan.flows_[f];
+      for (size_t f = 0; f < flows.size(); ++f) {
+        const auto& flow = flows[f];
         if (cursors[f].postSegment < flow.segments.size() || cursors[f].tail < cursors[f].head)
           waiting += std::string(waiting.empty() ? "" : ", ") + (flow.sending ? "send to" : "receive from") + " rank " +
                      std::to_string(flow.peer);

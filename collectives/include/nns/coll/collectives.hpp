@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <vector>
 
 #include "nns/coll/reduce.hpp"
@@ -57,7 +58,11 @@ struct P2POp {
   size_t count;
   ncclDataType_t type;
 };
-void sendRecv(Communicator& comm, const std::vector<P2POp>& ops, KernelLayer& kernels = hostKernels());
+void sendRecv(Communicator& comm, std::span<const P2POp> ops, KernelLayer& kernels = hostKernels());
+// The same for a list written in place (`sendRecv(comm, {P2POp{...}, P2POp{...}})`).
+inline void sendRecv(Communicator& comm, const std::vector<P2POp>& ops, KernelLayer& kernels = hostKernels()) {
+  sendRecv(comm, std::span<const P2POp>(ops), kernels);
+}
 void send(Communicator& comm, const void* buffer, size_t count, ncclDataType_t type, int peer,
           KernelLayer& kernels = hostKernels());
 void recv(Communicator& comm, void* buffer, size_t count, ncclDataType_t type, int peer,

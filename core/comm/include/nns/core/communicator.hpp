@@ -7,16 +7,20 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <deque>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "nns/core/bootstrap.hpp"
@@ -104,28 +108,97 @@ struct CallInfo {
   std::string text() const;
 };
 
+// A callable taken by reference for the length of the call it is passed to (Communicator::submit): nothing is
+// copied or allocated, whatever the callable captures.
+class OperationRef {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::remove_cvref_t<F>, OperationRef>>>
+  OperationRef(F&& operation)  // NOLINT(google-explicit-constructor): lambdas convert as they did to std::function
+      : object_(const_cast<void*>(static_cast<const void*>(std::addressof(operation)))),
+        invoke_([](void* object) { (*static_cast<std::remove_reference_t<F>*>(object))(); }) {}
+  void operator()() const { invoke_(object_); }
+
+ private:
+  void* object_;
+  void (*invoke_)(void*);
+};
+
 // One pipelined step of a schedule: for each connection an ordered list of segments. Both ends of a connection
 // describe the same segments in the same order (the schedules are symmetric), so both cut them into the same
 // pieces. A segment can wait on receive segments of the same plan (of the same size): a send's piece i goes out,
 // and a receive's piece i is handed to its handler, once piece i of each of them has been handed to its handler
 // (the piece was reduced or copied into the buffer this one reads).
+//
+// A plan keeps its storage when it is cleared (Communicator::newPlan), and its handlers and dependencies are held
+// in place, so a schedule built again on the same communicator allocates nothing once the largest plan was seen.
+// A receive segment of a Plan: its flow and its place in that flow.
+struct PlanRecvRef {
+  int flow = -1;
+  int segment = -1;
+};
+
+// Called with each received piece of a Plan's receive, in order: its byte offset in the segment, the slot holding
+// it, its size. The handler may rewrite the piece in its slot (a partial reduction that Plan::forward() then sends
+// on). Held in place: any callable of up to kBytes of trivially copyable state (pointers, sizes, references), such
+// as a lambda capturing those; anything larger or owning memory is refused when it is compiled.
+class PieceHandler {
+ public:
+  static constexpr size_t kBytes = 64;
+  PieceHandler() = default;
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::remove_cvref_t<F>, PieceHandler>>>
+  PieceHandler(F handler) {  // NOLINT(google-explicit-constructor): schedules pass lambdas
+    static_assert(std::is_trivially_copyable_v<F> && std::is_trivially_destructible_v<F>,
+                  "a piece handler holds only trivially copyable state (pointers, sizes, references)");
+    static_assert(sizeof(F) <= kBytes, "a piece handler's state is at most PieceHandler::kBytes");
+    static_assert(alignof(F) <= alignof(std::max_align_t), "a piece handler's state is aligned as scalars are");
+    ::new (static_cast<void*>(state_)) F(handler);
+    invoke_ = [](const void* state, size_t offset, void* piece, size_t bytes) {
+      (*std::launder(static_cast<const F*>(state)))(offset, piece, bytes);
+    };
+  }
+  explicit operator bool() const { return invoke_ != nullptr; }
+  void operator()(size_t offset, void* piece, size_t bytes) const { invoke_(state_, offset, piece, bytes); }
+
+ private:
+  alignas(std::max_align_t) unsigned char state_[kBytes] = {};
+  void (*invoke_)(const void*, size_t, void*, size_t) = nullptr;
+};
+
+// The receive segments a Plan segment waits on: at most kCapacity (a tree rank's two children and a forward's
+// source need three); more is a schedule's bug, thrown as std::length_error.
+class PlanRefs {
+ public:
+  static constexpr int kCapacity = 4;
+  PlanRefs() = default;
+  PlanRefs(std::initializer_list<PlanRecvRef> refs) {  // NOLINT(google-explicit-constructor): `{previous}`
+    for (const PlanRecvRef& ref : refs) push_back(ref);
+  }
+  void push_back(PlanRecvRef ref) {
+    if (size_ == kCapacity) throw std::length_error("a plan segment waits on more than PlanRefs::kCapacity receives");
+    refs_[size_++] = ref;
+  }
+  const PlanRecvRef* begin() const { return refs_; }
+  const PlanRecvRef* end() const { return refs_ + size_; }
+  int size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  PlanRecvRef refs_[kCapacity];
+  int size_ = 0;
+};
+
 class Plan {
  public:
-  // Called with each received piece, in order: its byte offset in the segment, the slot holding it, its size. The
-  // handler may rewrite the piece in its slot (a partial reduction that forward() then sends on).
-  using PieceHandler = std::function<void(size_t offset, void* piece, size_t bytes)>;
-  struct RecvRef {
-    int flow = -1;
-    int segment = -1;
-  };
+  using RecvRef = PlanRecvRef;
+  using Refs = PlanRefs;
+  using PieceHandler = core::PieceHandler;
 
   // `direct`: where the received bytes end up when the handler is a plain copy (offset for offset). When that
   // memory is registered with the communicator (registerBuffer), pieces are received straight into it and the
   // handler is not called; otherwise they land in a slot and go through the handler.
-  RecvRef recv(int peer, int channel, size_t bytes, PieceHandler onPiece, std::vector<RecvRef> after = {},
-               void* direct = nullptr);
+  RecvRef recv(int peer, int channel, size_t bytes, PieceHandler onPiece, Refs after = {}, void* direct = nullptr);
   // Sends from registered memory go out from it directly; from other memory through a slot.
-  void send(int peer, int channel, const void* data, size_t bytes, std::vector<RecvRef> after = {});
+  void send(int peer, int channel, const void* data, size_t bytes, Refs after = {});
   // Sends on what receive segment `from` got, each piece once its handler has run, straight from the slot it
   // arrived in (as the handler left it), so a forwarded piece is never copied; the slot is reused once the piece is
   // sent. From a receive straight into registered memory (`direct`), that memory is sent instead.
@@ -133,8 +206,10 @@ class Plan {
   // p, less those received before `from`'s piece p, must be fewer than the slots (else a transport whose sends
   // complete only once the receiver has posted, as RDMA's do, could deadlock the ring); run() checks it. A receive
   // kept in its slots is forwarded once.
-  void forward(int peer, int channel, RecvRef from, std::vector<RecvRef> after = {});
-  bool empty() const { return flows_.empty(); }
+  void forward(int peer, int channel, RecvRef from, Refs after = {});
+  bool empty() const { return flowCount_ == 0; }
+  // Empties the plan and keeps its storage for the next one.
+  void clear();
   // Pieces smaller than a slot deepen the pipeline (a forwarded piece leaves sooner); both ends must choose the same
   // (schedules derive it from the message size). 0: a whole slot.
   void setPieceBytes(size_t bytes) { pieceBytes_ = bytes; }
@@ -145,15 +220,15 @@ class Plan {
   struct Segment {
     const unsigned char* data = nullptr;  // send: where the bytes are read from; recv: the direct target or null
     size_t bytes = 0;
-    PieceHandler onPiece;        // recv
-    std::vector<RecvRef> after;  // receive segments this one waits on, piece by piece
-    size_t pieces = 0;           // set when the plan runs
-    size_t piecesDone = 0;       // recv: pieces handed to onPiece
-    void* mhandle = nullptr;     // set when the plan runs: `data` is registered (no slot, no copy)
-    RecvRef from;                // forward: the receive segment whose pieces this one sends on
-    bool fromSlots = false;      // forward, set when the plan runs: from `from`'s slots (`mhandle` covers them)
-    bool forwarded = false;      // recv, set when the plan runs: a forward sends its pieces from the slots
-    size_t firstSlot = 0;        // recv: the connection's slot count when piece 0 was posted
+    PieceHandler onPiece;     // recv
+    Refs after;               // receive segments this one waits on, piece by piece
+    size_t pieces = 0;        // set when the plan runs
+    size_t piecesDone = 0;    // recv: pieces handed to onPiece
+    void* mhandle = nullptr;  // set when the plan runs: `data` is registered (no slot, no copy)
+    RecvRef from;             // forward: the receive segment whose pieces this one sends on
+    bool fromSlots = false;   // forward, set when the plan runs: from `from`'s slots (`mhandle` covers them)
+    bool forwarded = false;   // recv, set when the plan runs: a forward sends its pieces from the slots
+    size_t firstSlot = 0;     // recv: the connection's slot count when piece 0 was posted
   };
   struct Flow {
     int peer;
@@ -162,12 +237,17 @@ class Plan {
     std::vector<Segment> segments;
   };
   int flowFor(int peer, int channel, bool sending);
+  // The plan's flows: the first flowCount_ of flows_ (the rest are kept for their segments' storage).
+  std::span<Flow> flows() { return {flows_.data(), flowCount_}; }
   std::vector<Flow> flows_;
+  size_t flowCount_ = 0;
   size_t pieceBytes_ = 0;
 };
 
 class Communicator {
  public:
+  // The most channels (CommOptions::channels, $NNS_NCHANNELS) a communicator takes.
+  static constexpr int kMaxChannels = 32;
   Communicator(const LaunchInfo& launch, const CommOptions& options);
   ~Communicator();
   Communicator(const Communicator&) = delete;
@@ -194,17 +274,21 @@ class Communicator {
   // queued or running, otherwise on the progress thread in submission order. An exception there (a CommError from
   // run(), a plugin error) fails the communicator for good: every rank's later operations throw at once with the
   // first error.
-  void submit(const std::function<void()>& operation);
+  void submit(OperationRef operation);
   // The same for a collective described by `call` (what this rank was asked to do), which the operation's errors
   // name. With CommOptions::checkCalls every rank first all-gathers its `call` on the thread that runs the
   // operation, right before it, so each call is compared with the call it meets on the other ranks even when
   // several threads share the communicator; when they differ, every rank throws ArgumentError naming each rank's
   // call, nothing moves, and the communicator stays usable. A rank that does not come fails the communicator after
   // the timeout.
-  void submit(const CallInfo& call, const std::function<void()>& operation);
+  void submit(const CallInfo& call, OperationRef operation);
   // Moves everything `plan` describes, all connections at once, pieces pipelined, slots reused. Only inside an
   // operation given to submit(). Connections the plan needs that do not exist yet are made first.
   void run(Plan& plan);
+  // An empty plan whose storage the communicator keeps from call to call: a schedule that builds it again moves
+  // data without allocating. Only inside an operation given to submit(), one plan at a time (the next call empties
+  // it).
+  Plan& newPlan();
   // Scratch memory owned by the communicator (grows, never shrinks), for schedules that need a working copy.
   // Only inside an operation given to submit().
   void* scratch(size_t bytes);
@@ -287,7 +371,7 @@ class Communicator {
   void progressLoop();
   // Runs one operation (the caller holds busy_); an error fails the communicator unless `always`. Returns the error
   // and sets *result to its code (CommError::result()).
-  std::string execute(const std::function<void()>& operation, bool always, ncclResult_t* result);
+  std::string execute(OperationRef operation, bool always, ncclResult_t* result);
   void checkSameLayout();
   // submit(call, operation)'s comparison, inside the operation: throws ArgumentError when the ranks' calls differ.
   void checkSameCall(const std::string& call);
@@ -309,6 +393,17 @@ class Communicator {
   std::string peerHandles_;         // every rank's listen handles, rank-major, as all-gathered
   std::map<ConnKey, Connection> connections_;
   std::vector<unsigned char> scratch_;
+  // run()'s per-plan state, kept with its storage from call to call: each flow's connection and where its pieces
+  // stand.
+  struct Cursor {
+    Connection* conn;
+    size_t postSegment = 0, postPiece = 0;  // next piece to post
+    size_t head = 0, tail = 0;              // slots posted / completed (mod slots)
+    size_t released = 0;                    // slots free again: completed, and not held by a forward
+  };
+  std::vector<ConnKey> runKeys_;
+  std::vector<Cursor> runCursors_;
+  Plan plan_;                                                 // newPlan()'s
   std::vector<std::unique_ptr<Registration>> registrations_;  // changed only inside operations
   std::shared_ptr<SlotMemory> slotMemory_;
   std::string slotMemoryDescription_;
@@ -333,14 +428,41 @@ class Communicator {
   std::condition_variable& wake_ = handoff_->wake;
   std::condition_variable& done_ = handoff_->done;
   struct Task {
-    const std::function<void()>* operation;
+    explicit Task(OperationRef op, bool runAlways = false) : operation(op), always(runAlways) {}
+    OperationRef operation;
     bool always = false;  // runs even on a failed communicator (the abort's close)
     bool done = false;
     std::string error;
     ncclResult_t result = ncclSuccess;  // error's code
     std::atomic<bool> finished{false};  // `done`, readable without the lock (the submitter's short spin)
+    Task* next = nullptr;               // TaskQueue's link
   };
-  std::deque<Task*> queue_;
+  // The queued tasks, linked through the tasks themselves (which live in their submitters' frames): queueing
+  // allocates nothing.
+  class TaskQueue {
+   public:
+    bool empty() const { return head_ == nullptr; }
+    Task* front() const { return head_; }
+    void pushBack(Task* task) {
+      task->next = nullptr;
+      (head_ == nullptr ? head_ : tail_->next) = task;
+      tail_ = task;
+    }
+    void pushFront(Task* task) {
+      task->next = head_;
+      head_ = task;
+      if (tail_ == nullptr) tail_ = task;
+    }
+    void popFront() {
+      head_ = head_->next;
+      if (head_ == nullptr) tail_ = nullptr;
+    }
+
+   private:
+    Task* head_ = nullptr;
+    Task* tail_ = nullptr;
+  };
+  TaskQueue queue_;
   bool stopping_ = false;
   bool busy_ = false;           // an operation is running (on the progress thread or inline on its caller's thread)
   bool inline_ = true;          // $NNS_PROGRESS_INLINE=0: every operation goes through the progress thread
