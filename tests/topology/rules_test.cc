@@ -243,6 +243,35 @@ TEST(TopologyRules, FusionWalksDevicesInIndexOrderNotFileOrder) {
   ASSERT_EQ(groups.size(), 2u);
   EXPECT_EQ(groups[0].devs, ints("0 1 2 3"));
   EXPECT_EQ(groups[1].devs, ints("4 5"));
+  // NCCL_NET_FORCE_MERGE keeps the first 4 names of a group, as NCCL's parser does (a 5-device vNIC was made), and
+  // the automatic fusion groups the rest.
+  auto forced = computeFusionGroups(doc.root, PATH_PIX, "mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4");
+  ASSERT_EQ(forced.size(), 2u);
+  EXPECT_EQ(forced[0].devs, ints("0 1 2 3"));
+  EXPECT_NE(forced[0].reason.find("1 name(s) past the 4th ignored"), std::string::npos) << forced[0].reason;
+  EXPECT_EQ(forced[1].devs, ints("4 5"));
+}
+
+TEST(TopologyRules, ForcedFusionNamesWithoutAPortTakeEveryPort) {
+  // One device name with two ports: "mlx5_0" names both (NCCL's matchIfList), so a group of that one name matches
+  // two devices for one name, which NCCL refuses; "mlx5_0:2" names one port.
+  auto port = [](int dev, int number) {
+    return "<nic><net name=\"mlx5_0\" port=\"" + std::to_string(number) + "\" dev=\"" + std::to_string(dev) +
+           "\" speed=\"200000\" gdr=\"1\"/></nic>";
+  };
+  XmlDocument doc = parseXml("<system version=\"1\">" + cpuOpen(0) + pci("0000:11:00.0", "0x020700", port(0, 1)) +
+                             pci("0000:11:00.1", "0x020700", port(1, 2)) +
+                             pci("0000:12:00.0", "0x020700", net(2, "mlx5_2")) + "</cpu></system>");
+  try {
+    computeFusionGroups(doc.root, PATH_LOC, "mlx5_0");
+    ADD_FAILURE() << "a name matching two ports was taken for one device";
+  } catch (const TopologyError& e) {
+    EXPECT_NE(std::string(e.what()).find("matches 2 devices, 1 requested"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(computeFusionGroups(doc.root, PATH_LOC, "mlx5_0,mlx5_2"), TopologyError);  // 3 devices, 2 names
+  auto onePort = computeFusionGroups(doc.root, PATH_LOC, "mlx5_0:2,mlx5_2");
+  ASSERT_EQ(onePort.size(), 1u);
+  EXPECT_EQ(onePort[0].devs, ints("1 2"));
 }
 
 TEST(TopologyRules, TrimKeepsTheDomainAndDecidesInter) {
@@ -297,7 +326,7 @@ TEST(TopologyRules, NcclLogShapes) {
   EXPECT_EQ(paths[0].rfind("GPU/0-101c0 :GPU/0-101c0 (0/5000.0/LOC) GPU/0-101d0 (2/240.0/NVL) ", 0), 0u) << paths[0];
   EXPECT_EQ(a.gdrRead[0][0].ncclLog,
             "GPU Direct RDMA Enabled for GPU/0-65984 (rank 0) - NET/0-0 (distance 4 <= 6, read 1, mode Default)");
-  EXPECT_NE(a.gdrRead[0][1].ncclLog.find("(using PXN via GPU/0-201c0, distance 4 <= 6"), std::string::npos)
+  EXPECT_NE(a.gdrRead[0][1].ncclLog.find("( using PXN via GPU/0-131520, distance 4 <= 6"), std::string::npos)
       << a.gdrRead[0][1].ncclLog;
   auto graph = graphLogLines(a.system, a.searches[1].ring);
   EXPECT_EQ(graph[0], "Pattern 4, crossNic 0, nChannels 4, bw 12.000000/12.000000, type NVL/PIX, sameChannels 0");

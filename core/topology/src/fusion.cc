@@ -91,33 +91,51 @@ std::vector<FusionGroup> computeFusionGroups(const XmlElement& root, int mergeLe
                    [](const FusionDevice& a, const FusionDevice& b) { return a.dev < b.dev; });
   std::vector<bool> placed(devs.size(), false);
   std::vector<FusionGroup> groups;
+  // As NCCL's matchIfList with exact names: "name" is every port of that device, "name:port" the one port.
   auto matches = [](const FusionDevice& d, const std::string& token) {
-    if (token == d.name) return true;
+    const size_t colon = token.rfind(':');
+    if (colon == std::string::npos) return token == d.name;
     const std::string* port = d.net->attr("port");
-    return port && token == d.name + ":" + *port;
+    return token.compare(0, colon, d.name) == 0 && colon == d.name.size() && port != nullptr &&
+           *port == token.substr(colon + 1);
   };
   if (!forceMerge.empty()) {
     std::stringstream groupsIn(forceMerge);
     std::string groupText;
     while (std::getline(groupsIn, groupText, ';')) {
+      // NCCL's parser keeps the first kMaxDevsPerNic names of a group and drops the rest.
       std::stringstream namesIn(groupText);
-      std::string name;
-      FusionGroup g;
-      int wanted = 0;
-      while (std::getline(namesIn, name, ',')) {
+      std::vector<std::string> names;
+      int dropped = 0;
+      for (std::string name; std::getline(namesIn, name, ',');) {
         if (name.empty()) continue;
-        ++wanted;
-        for (std::size_t i = 0; i < devs.size(); ++i)
-          if (!placed[i] && matches(devs[i], name)) {
-            placed[i] = true;
-            g.devs.push_back(devs[i].dev);
-            break;
-          }
+        if (names.size() < static_cast<std::size_t>(kMaxDevsPerNic)) {
+          names.push_back(name);
+        } else {
+          ++dropped;
+        }
       }
-      if (static_cast<int>(g.devs.size()) != wanted)
+      if (names.empty()) continue;
+      // Every device a name matches is in the group (a name without a port takes all its ports), and the count must
+      // be the names', or NCCL refuses the variable.
+      FusionGroup g;
+      for (std::size_t i = 0; i < devs.size(); ++i) {
+        bool matched = false;
+        for (const std::string& name : names) matched = matched || matches(devs[i], name);
+        if (!matched) continue;
+        placed[i] = true;
+        g.devs.push_back(devs[i].dev);
+      }
+      if (g.devs.size() != names.size())
         throw TopologyError("NCCL_NET_FORCE_MERGE group \"" + groupText + "\" matches " +
-                            std::to_string(g.devs.size()) + " of " + std::to_string(wanted) + " devices");
+                            std::to_string(g.devs.size()) + " devices, " + std::to_string(names.size()) +
+                            " requested (NCCL fails its init with \"Only matched " + std::to_string(g.devs.size()) +
+                            " devices, " + std::to_string(names.size()) + " requested\"; a name without :port " +
+                            "matches every port of the device)");
       g.reason = "forced by NCCL_NET_FORCE_MERGE";
+      if (dropped > 0)
+        g.reason += " (" + std::to_string(dropped) + " name(s) past the " + std::to_string(kMaxDevsPerNic) +
+                    "th ignored, as NCCL's parser keeps " + std::to_string(kMaxDevsPerNic) + ")";
       if (g.devs.size() > 1) groups.push_back(std::move(g));
     }
   }

@@ -390,18 +390,19 @@ GdrDecision checkGdr(const System& sys, const TopoSettings& settings, int rank, 
     d.proxyRank = intermediateRank(sys, rank, netDev);
     gg = sys.gpuIndexOfRank(d.proxyRank);
     d.distance = gpuPath(sys, gg, NET, n).type;
-    pxn = " using PXN via " + sys.idString(GPU, gg) + ",";
   }
+  // NCCL's ids in these lines are decimal (%ld), and the relay's part is " using PXN via GPU/s-l, " in both lines.
   auto idDec = [&](int type, int index) {
     const Node& x = sys.node(type, index);
     return fmt("%s/%d-%lld", std::string(nodeTypeName(type)).c_str(), topoIdSystem(x.id),
                static_cast<long long>(topoIdLocal(x.id)));
   };
+  if (gg != g) pxn = " using PXN via " + idDec(GPU, gg) + ", ";
   if (d.distance > d.level) {
     d.reason =
         fmt("distance %s > level %s (%s)", nameOf(d.distance).c_str(), nameOf(d.level).c_str(), levelWhy.c_str());
-    d.ncclLog = fmt("GPU Direct RDMA Disabled for %s (rank %d) - %s (distance %d > %d)", idDec(GPU, g).c_str(), rank,
-                    idDec(NET, n).c_str(), d.distance, d.level);
+    d.ncclLog = fmt("GPU Direct RDMA Disabled for %s (rank %d) - %s (%sdistance %d > %d)", idDec(GPU, g).c_str(), rank,
+                    idDec(NET, n).c_str(), pxn.c_str(), d.distance, d.level);
     return d;
   }
   int c = localCpu(sys, gg);
@@ -412,8 +413,8 @@ GdrDecision checkGdr(const System& sys, const TopoSettings& settings, int rank, 
           d.proxyRank >= 0 ? (", done by PXN relay rank " + std::to_string(d.proxyRank)).c_str() : "",
           d.mode == GdrMode::Pci ? ", PCI BAR mapping forced (GPU reaches its CPU by C2C)" : "");
   d.ncclLog = fmt("GPU Direct RDMA Enabled for %s (rank %d) - %s (%sdistance %d <= %d, read %d, mode %s)",
-                  idDec(GPU, g).c_str(), rank, idDec(NET, n).c_str(), pxn.empty() ? "" : (pxn.substr(1) + " ").c_str(),
-                  d.distance, d.level, read ? 1 : 0, d.mode == GdrMode::Pci ? "PCI" : "Default");
+                  idDec(GPU, g).c_str(), rank, idDec(NET, n).c_str(), pxn.c_str(), d.distance, d.level, read ? 1 : 0,
+                  d.mode == GdrMode::Pci ? "PCI" : "Default");
   return d;
 }
 
