@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "nns/core/nccl_conf.hpp"
 #include "nns/tools/guarded_main.hpp"
 #include "nns/tools/parse_arguments.hpp"
 #include "nns/topology/analysis.h"
@@ -218,8 +219,16 @@ int runTool(int argc, char** argv) {
 
   try {
     // NCCL's file variables stand in for the options, as they do for NCCL (an option given on the command line wins).
-    std::string topoFileVariable;
+    std::string topoFileVariable, graphFileVariable;
     if (!ignoreEnv) {
+      // NCCL reads its variables through its configuration files as well (a site's /etc/nccl.conf may name the
+      // topology and graph files): applied first, and each one said.
+      nns::core::applyNcclConfFiles();
+      for (const auto& [name, file] : nns::core::ncclConfVariables())
+        std::fprintf(stderr, "nccl-net-topo: note: %s=%s from %s (as NCCL reads it; --ignore-env ignores it)\n",
+                     nns::topo::terminalSafe(name).c_str(),
+                     nns::topo::terminalSafe(std::getenv(name.c_str()) ? std::getenv(name.c_str()) : "").c_str(),
+                     nns::topo::terminalSafe(file).c_str());
       auto fromEnv = [](const char* name, std::string& target) {
         const char* v = std::getenv(name);
         if (target.empty() && v && *v) {
@@ -231,6 +240,15 @@ int runTool(int argc, char** argv) {
       if (synthetic.empty() && fromEnv("NCCL_TOPO_FILE", topoFile)) topoFileVariable = topoFile;
       fromEnv("NCCL_TOPO_DUMP_FILE", dumpXml);
       fromEnv("NCCL_GRAPH_DUMP_FILE", dumpGraph);
+      // NCCL takes a graph file's channels in place of its own search whenever the file gives any for this system.
+      if (const char* v = std::getenv("NCCL_GRAPH_FILE"); v != nullptr && *v != '\0' && graphFile.empty()) {
+        if (jsonOut || dotOut) {
+          std::fprintf(stderr, "nccl-net-topo: note: NCCL_GRAPH_FILE=%s is not shown in --json or --dot output\n",
+                       nns::topo::terminalSafe(v).c_str());
+        } else {
+          graphFile = graphFileVariable = v;
+        }
+      }
     }
     if (!ignoreEnv) opts.settings = nns::topo::TopoSettings::fromEnvironment();
     for (const std::string& note : opts.settings.notes)
@@ -309,7 +327,10 @@ int runTool(int argc, char** argv) {
     if (showPaths) out << "\n" << nns::topo::formatPathMatrix(a);
     if (!a.searches.empty()) out << "\n" << nns::topo::formatSearches(a, rank);
     if (!graphFile.empty()) {
-      out << "\nGraphs from " << graphFile << ":\n";
+      out << "\nGraphs from " << (graphFileVariable.empty() ? "" : "NCCL_GRAPH_FILE=") << graphFile
+          << (graphFileVariable.empty() ? ":\n"
+                                        : " (NCCL uses the channels it loads in place of the search above; "
+                                          "--ignore-env ignores it):\n");
       for (const auto& g : loadedGraphs) {
         out << "  Search " << g.id << " : " << g.nChannels << " channels loaded from XML graph\n";
         for (const auto& line : nns::topo::graphLogLines(a.system, g)) out << "    " << line << "\n";

@@ -4,7 +4,6 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
-#include <pwd.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,43 +26,10 @@ namespace nns::core {
 
 namespace {
 
-// NCCL reads its variables through ncclGetEnv, which first copies the lines of $NCCL_CONF_FILE (or, without it, the
-// user's ~/.nccl.conf) and then of /etc/nccl.conf into the environment, never over a variable already set: KEY=VALUE
-// per line, split at the first '=', lines starting with '#' skipped, nothing trimmed. Done once here, when the
-// library loads and before any thread of ours runs (setenv beside another thread's getenv is a race), so the
-// loader, the topology and the plugins it loads see what NCCL would. Which file set which variable is kept.
-std::vector<std::pair<std::string, std::string>>& confOrigins() {
-  static std::vector<std::pair<std::string, std::string>> origins;  // variable, file
-  return origins;
-}
-
-void applyConfFile(const std::string& path) {
-  FILE* file = std::fopen(path.c_str(), "r");
-  if (file == nullptr) return;
-  char line[4096];
-  while (std::fgets(line, sizeof(line), file) != nullptr) {
-    size_t length = std::strlen(line);
-    if (length > 0 && line[length - 1] == '\n') line[--length] = '\0';
-    if (length > 0 && line[length - 1] == '\r') line[--length] = '\0';
-    if (line[0] == '#') continue;
-    char* equals = std::strchr(line, '=');
-    if (equals == nullptr || equals == line) continue;
-    *equals = '\0';
-    if (std::getenv(line) != nullptr) continue;  // the environment wins, and the first file over the later ones
-    setenv(line, equals + 1, 0);
-    confOrigins().emplace_back(line, path);
-  }
-  std::fclose(file);
-}
-
+// NCCL's configuration files, applied when the library loads and before any thread of ours runs (setenv beside
+// another thread's getenv is a race), so that the loader, the topology and the plugins it loads see what NCCL would.
 [[maybe_unused]] const bool kNcclConfApplied = [] {
-  const char* chosen = std::getenv("NCCL_CONF_FILE");
-  if (chosen != nullptr && *chosen != '\0') {
-    applyConfFile(chosen);
-  } else if (const passwd* user = getpwuid(getuid()); user != nullptr && user->pw_dir != nullptr) {
-    applyConfFile(std::string(user->pw_dir) + "/.nccl.conf");
-  }
-  applyConfFile("/etc/nccl.conf");
+  applyNcclConfFiles();
   return true;
 }();
 
@@ -191,12 +157,6 @@ std::string unknownVersionsText(void* handle) {
 }
 
 }  // namespace
-
-std::string ncclConfOrigin(const std::string& variable) {
-  for (const auto& [name, file] : confOrigins())
-    if (name == variable) return file;
-  return {};
-}
 
 const std::vector<int>& knownNetVersions() {
   static const std::vector<int> versions{12, 11, 10, 9, 8, 7, 6};

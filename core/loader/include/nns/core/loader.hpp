@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "nns/core/collnet.hpp"
+#include "nns/core/nccl_conf.hpp"
 #include "nns/core/net.hpp"
 
 namespace nns::core {
@@ -102,10 +103,5 @@ std::unique_ptr<CollNet> openCollNetVersion(const std::string& path, int version
 
 // The versions this host understands, newest first: 12 .. 6.
 const std::vector<int>& knownNetVersions();
-
-// The NCCL configuration file that set `variable` (NCCL_CONF_FILE's, ~/.nccl.conf or /etc/nccl.conf, applied to the
-// environment as NCCL applies them, once when the loader is loaded), or "" when it came from the environment or is
-// unset.
-std::string ncclConfOrigin(const std::string& variable);
 
 }  // namespace nns::core

@@ -1,0 +1,67 @@
+// nccl_conf.cc: NCCL's configuration files applied to the environment, and which file set which variable.
+#include "nns/core/nccl_conf.hpp"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace nns::core {
+
+namespace {
+
+std::vector<std::pair<std::string, std::string>>& confOrigins() {
+  static std::vector<std::pair<std::string, std::string>> origins;  // variable, file
+  return origins;
+}
+
+void applyConfFile(const std::string& path) {
+  FILE* file = std::fopen(path.c_str(), "r");
+  if (file == nullptr) return;
+  char line[4096];
+  while (std::fgets(line, sizeof(line), file) != nullptr) {
+    size_t length = std::strlen(line);
+    if (length > 0 && line[length - 1] == '\n') line[--length] = '\0';
+    if (length > 0 && line[length - 1] == '\r') line[--length] = '\0';
+    if (line[0] == '#') continue;
+    char* equals = std::strchr(line, '=');
+    if (equals == nullptr || equals == line) continue;
+    *equals = '\0';
+    if (std::getenv(line) != nullptr) continue;  // the environment wins, and the first file over the later ones
+    setenv(line, equals + 1, 0);
+    confOrigins().emplace_back(line, path);
+  }
+  std::fclose(file);
+}
+
+}  // namespace
+
+void applyNcclConfFiles() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* chosen = std::getenv("NCCL_CONF_FILE");
+    if (chosen != nullptr && *chosen != '\0') {
+      applyConfFile(chosen);
+    } else if (const passwd* user = getpwuid(getuid()); user != nullptr && user->pw_dir != nullptr) {
+      applyConfFile(std::string(user->pw_dir) + "/.nccl.conf");
+    }
+    applyConfFile("/etc/nccl.conf");
+  });
+}
+
+const std::vector<std::pair<std::string, std::string>>& ncclConfVariables() {
+  return confOrigins();
+}
+
+std::string ncclConfOrigin(const std::string& variable) {
+  for (const auto& [name, file] : confOrigins())
+    if (name == variable) return file;
+  return {};
+}
+
+}  // namespace nns::core
