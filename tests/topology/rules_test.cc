@@ -274,6 +274,28 @@ TEST(TopologyRules, ForcedFusionNamesWithoutAPortTakeEveryPort) {
   EXPECT_EQ(onePort[0].devs, ints("1 2"));
 }
 
+TEST(TopologyRules, PreferredNetsAreTakenGpuByGpuOnOneHost) {
+  // Two GPUs on an NVSwitch, each with two NICs on its own switch. NCCL lists the NETs to try GPU by GPU (each GPU's
+  // local NETs over its channels: 0, 1, then 3, 2) on one host, and channel by channel across GPUs (0, 3, 1, 2) only
+  // between the hosts of a multi-node NVLink system. The tree's channels follow that list.
+  auto gpuWithNics = [](int index) {
+    const std::string b = std::to_string(index + 1);
+    const std::string nvs = "<nvlink target=\"fffffff:ffff:ff\" count=\"18\" tclass=\"0x068000\"/>";
+    return pci(
+        "0000:" + b + "0:00.0", "0x060400",
+        pci("0000:" + b + "1:00.0", "0x030200", gpu(index, 90, nvs)) +
+            pci("0000:" + b + "2:00.0", "0x020000", net(2 * index, "mlx5_" + std::to_string(2 * index))) +
+            pci("0000:" + b + "3:00.0", "0x020000", net(2 * index + 1, "mlx5_" + std::to_string(2 * index + 1))));
+  };
+  Analysis a = run(cpuOpen(0) + gpuWithNics(0) + gpuWithNics(1) + "</cpu>");
+  ASSERT_FALSE(a.searches.empty());
+  const Graph& tree = a.searches.back().tree;
+  ASSERT_EQ(tree.nChannels, 4);
+  std::vector<std::int64_t> first;
+  for (int c = 0; c < tree.nChannels; ++c) first.push_back(tree.inter[static_cast<std::size_t>(2 * c)]);
+  EXPECT_EQ(first, (std::vector<std::int64_t>{0, 1, 3, 2}));
+}
+
 TEST(TopologyRules, TrimKeepsTheDomainAndDecidesInter) {
   std::string body = cpuOpen(0) + pci("0000:01:00.0", "0x030200", gpu(0)) + pci("0000:02:00.0", "0x030200", gpu(1)) +
                      pci("0000:03:00.0", "0x020700", net(0)) + "</cpu>";

@@ -189,26 +189,20 @@ class Searcher {
     return g.pattern == ref.pattern && g.crossNic == ref.crossNic && g.nHops < ref.nHops;
   }
 
-  void prefNetsGpuFirst(int gpu, std::vector<int>& nets) const {
-    int nGpus = gpu == -1 ? ngpus() : 1;
-    std::vector<int> gpuIds(static_cast<std::size_t>(nGpus));
-    std::vector<int> firstNets(static_cast<std::size_t>(nGpus), -1);
-    for (int i = 0; i < nGpus; ++i) gpuIds[static_cast<std::size_t>(i)] = gpu == -1 ? i : gpu;
-    int gpuCount = nGpus;
-    for (int c = 0; c < kMaxChannels; ++c) {
-      for (int i = 0; i < nGpus; ++i) {
-        int g = gpuIds[static_cast<std::size_t>(i)];
-        if (g == -1) continue;
-        int localNetIdx = localNet(sys_, settings_, sys_.node(GPU, g).gpu.rank, c).netIndex;
-        if (c == 0) firstNets[static_cast<std::size_t>(i)] = localNetIdx;
-        if (c > 0 && firstNets[static_cast<std::size_t>(i)] == localNetIdx) {
-          gpuIds[static_cast<std::size_t>(i)] = -1;
-          --gpuCount;
-          continue;
-        }
-        if (std::find(nets.begin(), nets.end(), localNetIdx) == nets.end()) nets.push_back(localNetIdx);
+  // Each GPU's preferred NETs, GPU by GPU: its local NET for channel 0, 1, ... until the rotation comes back to the
+  // first. NCCL orders them GPU first, channel second (its ncclTopoPrefNetsGpuFirst) only across hosts of a
+  // multi-node NVLink system, which a topology file of one host never is.
+  void prefNetsChannelFirst(int gpu, std::vector<int>& nets) const {
+    for (int g = 0; g < ngpus(); ++g) {
+      if (gpu != -1 && gpu != g) continue;
+      std::vector<int> local;
+      for (int c = 0; c < kMaxChannels; ++c) {
+        int n = localNet(sys_, settings_, sys_.node(GPU, g).gpu.rank, c).netIndex;
+        if (!local.empty() && n == local[0]) break;
+        local.push_back(n);
       }
-      if (gpuCount == 0) break;
+      for (int n : local)
+        if (std::find(nets.begin(), nets.end(), n) == nets.end()) nets.push_back(n);
     }
   }
 
@@ -220,7 +214,7 @@ class Searcher {
     auto it = netCache_.find(key);
     if (it != netCache_.end()) return it->second;
     std::vector<int>& nets = netCache_[key];
-    prefNetsGpuFirst(gpu, nets);
+    prefNetsChannelFirst(gpu, nets);
     for (int t = 0; t <= typeInter; ++t) {
       for (int g = 0; g < ngpus(); ++g) {
         if (gpu != -1 && gpu != g) continue;
