@@ -348,6 +348,12 @@ std::string formatSummary(const Analysis& a) {
     for (std::size_t i = 0; i < f.devs.size(); ++i) o << (i ? "," : "") << f.devs[i];
     o << "}: " << f.reason << "\n";
   }
+  if (!a.fusion.empty())
+    o << "  note: NCCL fuses them only when the net plugin can make virtual NICs (makeVDevice: IB can, socket "
+         "cannot);\n"
+         "  it then routes, decides GDR and PXN and searches rings on each vNIC as one NET of the summed speed. The\n"
+         "  NETs, paths, decisions and graphs shown here are for the physical devices (not modelled: a vNIC's PCI\n"
+         "  placement is the plugin's), which is NCCL's result with a plugin that cannot fuse.\n";
   if (sys.count(GPU) > 1) {
     o << "\nP2P between GPUs (p2p/read/intermediate rank):\n";
     std::map<std::string, std::vector<std::string>> groups;
