@@ -483,7 +483,11 @@ class SocketNet {
 
   static ncclResult_t progressConnect(PendingConnect* p, void** sendComm) {
     std::string error;
-    if (Clock::now() > p->deadline) {
+    // The timeout bounds the TCP connects (a listener gone or unreachable), not the wait for the welcome: the
+    // listener sends it from its accept(), which a live peer may call much later (NCCL's ranks reach their accepts
+    // after their own set-up, and lazily at a first collective). A peer that dies or closes its listenComm meanwhile
+    // closes the control socket, which ends the wait.
+    if (p->phase != PendingConnect::Phase::kWelcome && Clock::now() > p->deadline) {
       std::string last = p->control.error().empty() ? "" : "; last error: " + p->control.error();
       return connectFailed(p, "not connected within " + std::to_string(Config::get().connectTimeoutMs) +
                                   " ms (NNS_SOCKET_CONNECT_TIMEOUT_MS)" + last);
@@ -511,7 +515,9 @@ class SocketNet {
         return connectFailed(p, "the listener answered with a malformed welcome (another plugin version?)");
       }
       const Config& config = Config::get();
-      auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(p->deadline - Clock::now());
+      // The data sockets' connects get the whole timeout again, from the welcome.
+      const auto remaining = std::chrono::milliseconds(config.connectTimeoutMs);
+      p->deadline = Clock::now() + remaining;
       size_t localCount = p->device.addresses.size();
       for (uint32_t i = 0; i < w.dataSockets; ++i) {
         auto connector = std::make_unique<sdk::TcpConnector>();

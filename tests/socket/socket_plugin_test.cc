@@ -619,6 +619,47 @@ TEST_F(SocketPlugin, ASlowReceiverIsWaitedForNotFailed) {
   EXPECT_FALSE(warnedAbout("no answer from the peer"));
 }
 
+// The listener answers a connect from its accept(), which a live rank may call long after the peer's connect (NCCL's
+// ranks reach their accepts after their own set-up): connect waits for it beyond NNS_SOCKET_CONNECT_TIMEOUT_MS
+// (2000 ms here), which bounds only the TCP connects. It failed after the timeout before, and the listener then
+// dropped the half-open sender.
+TEST_F(SocketPlugin, ConnectWaitsForALateAcceptBeyondTheTimeout) {
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  auto until = Clock::now() + std::chrono::milliseconds(5000);
+  while (Clock::now() < until && sendComm == nullptr) {
+    ASSERT_EQ(net->connect(ctx, 0, handle, &sendComm, nullptr), ncclSuccess) << "connect gave up on a live listener";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(sendComm, nullptr) << "connected before the listener accepted";
+  std::thread sender([&] {
+    EXPECT_EQ(connectUntilDone(net, ctx, 0, handle, &sendComm, std::chrono::seconds(15)), ncclSuccess);
+  });
+  EXPECT_EQ(acceptUntilDone(net, listenComm, &recvComm, std::chrono::seconds(15)), ncclSuccess);
+  sender.join();
+  ASSERT_NE(sendComm, nullptr);
+  ASSERT_NE(recvComm, nullptr);
+  int size = -1;
+  transfer(1000, 1000, 7, &size);
+  EXPECT_EQ(size, 1000);
+}
+
+// A listener closed while a connect waits for its accept ends the connect at once, with the reason.
+TEST_F(SocketPlugin, ConnectWaitingForAnAcceptFailsWhenTheListenerCloses) {
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  for (int i = 0; i < 25; ++i) {  // 0.5 s: the control socket is connected and the hello sent
+    ASSERT_EQ(net->connect(ctx, 0, handle, &sendComm, nullptr), ncclSuccess);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(sendComm, nullptr);
+  ASSERT_EQ(net->closeListen(listenComm), ncclSuccess);
+  listenComm = nullptr;
+  auto start = Clock::now();
+  EXPECT_EQ(connectUntilDone(net, ctx, 0, handle, &sendComm, std::chrono::seconds(15)), ncclRemoteError);
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(1500)) << "the close ends the wait, not a timeout";
+}
+
 TEST_F(SocketPlugin, ConnectToAClosedListenerTimesOutWithAnError) {
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
