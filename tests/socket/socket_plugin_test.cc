@@ -632,9 +632,8 @@ TEST_F(SocketPlugin, ConnectWaitsForALateAcceptBeyondTheTimeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_EQ(sendComm, nullptr) << "connected before the listener accepted";
-  std::thread sender([&] {
-    EXPECT_EQ(connectUntilDone(net, ctx, 0, handle, &sendComm, std::chrono::seconds(15)), ncclSuccess);
-  });
+  std::thread sender(
+      [&] { EXPECT_EQ(connectUntilDone(net, ctx, 0, handle, &sendComm, std::chrono::seconds(15)), ncclSuccess); });
   EXPECT_EQ(acceptUntilDone(net, listenComm, &recvComm, std::chrono::seconds(15)), ncclSuccess);
   sender.join();
   ASSERT_NE(sendComm, nullptr);
@@ -703,6 +702,39 @@ TEST_F(SocketPlugin, ListenerClosedDuringHandshakeFailsConnectAtOnce) {
       << "the closed control socket was ignored until the 2000 ms connect timeout";
   EXPECT_TRUE(warnedAbout("the listener closed the connection"));
   sendComm = nullptr;
+}
+
+// Connections to many peers share a few ephemeral ports: the source address is bound without a port
+// (IP_BIND_ADDRESS_NO_PORT), so the kernel picks one per destination. A port bound before connecting is reserved for
+// the source address whatever the peer, and 15 peers' connections (control and data sockets) could not fit in the
+// 5 ports the listeners leave of a 20-port range before ("bind(127.0.0.1): Address already in use"). Runs only inside
+// the network namespace that socket.peers_share_ephemeral_ports makes with that range (it changes the host's range
+// otherwise).
+TEST_F(SocketPlugin, ManyPeersShareAFewEphemeralPorts) {
+  if (std::getenv("NNS_TEST_SMALL_PORT_RANGE") == nullptr)
+    GTEST_SKIP() << "run by socket.peers_share_ephemeral_ports in a namespace with 20 ephemeral ports";
+  constexpr int kPeers = 15;
+  // The listeners first (15 of the 20 ports), then a connection to each: 30 sockets over the other 5 ports.
+  std::vector<void*> listens(kPeers, nullptr), sends(kPeers, nullptr), recvs(kPeers, nullptr);
+  std::vector<std::vector<unsigned char>> handles(kPeers, std::vector<unsigned char>(NCCL_NET_HANDLE_MAXSIZE));
+  for (int i = 0; i < kPeers; ++i)
+    ASSERT_EQ(net->listen(ctx, 0, handles[i].data(), &listens[i]), ncclSuccess) << "listener " << i;
+  for (int i = 0; i < kPeers; ++i)
+    ASSERT_EQ(connectToListener(net, ctx, 0, handles[i].data(), listens[i], &sends[i], &recvs[i]), ncclSuccess)
+        << "connection " << i << " of " << kPeers;
+  for (int i = 0; i < kPeers; ++i) {
+    sendComm = sends[i];
+    recvComm = recvs[i];
+    int size = -1;
+    transfer(4096, 4096, i, &size);
+    EXPECT_EQ(size, 4096);
+  }
+  sendComm = recvComm = nullptr;
+  for (int i = 0; i < kPeers; ++i) {
+    EXPECT_EQ(net->closeSend(sends[i]), ncclSuccess);
+    EXPECT_EQ(net->closeRecv(recvs[i]), ncclSuccess);
+    EXPECT_EQ(net->closeListen(listens[i]), ncclSuccess);
+  }
 }
 
 TEST_F(SocketPlugin, ForeignHandleIsRejected) {

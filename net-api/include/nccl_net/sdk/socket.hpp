@@ -409,6 +409,11 @@ class TcpConnector {
     if (local_.valid() && local_.family() == remote_.family()) {
       SocketAddress source = local_;
       source.setPort(0);
+      // The port is chosen at connect, per destination: a port bound here would be reserved for this source address
+      // whatever the peer, so a host's sockets to many peers would run out of ephemeral ports (about 28000) where
+      // unbound connects share them. Kernels before 4.2 lack the option and bind a port as before.
+      const int one = 1;
+      (void)setsockopt(fd_, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
       if (bind(fd_, source.get(), source.length()) != 0) {
         error_ = "bind(" + source.toString() + ") before connecting to " + remote_.toString() + ": " + errnoText(errno);
         reset();
@@ -427,8 +432,9 @@ class TcpConnector {
   IoStatus failedAttempt(int error) {
     close(fd_);
     fd_ = -1;
+    // EADDRNOTAVAIL: no ephemeral port free for this source and peer now; ports free up as other sockets close.
     bool retryable = error == ECONNREFUSED || error == ETIMEDOUT || error == EHOSTUNREACH || error == ENETUNREACH ||
-                     error == ECONNRESET || error == EAGAIN;
+                     error == ECONNRESET || error == EAGAIN || error == EADDRNOTAVAIL;
     error_ = "connect(" + remote_.toString() + "): " + errnoText(error);
     if (!retryable) return IoStatus::kFailed;
     nextAttempt_ = Clock::now() + retryInterval_;
