@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -279,9 +280,13 @@ class SocketNet {
     DeviceTable::get().discoverOnce();
     const Config& config = Config::get();
     NCCL_NET_INFO(NCCL_INIT | NCCL_NET,
-                  "ncclNet_v%d; %d helper thread(s) (%d usable CPUs) x %d data socket(s), inline <= %zu B, "
+                  "ncclNet_v%d; %d helper thread(s) (%d usable CPUs%s%s) x %d data socket(s)%s%s, inline <= %zu B, "
                   "dead-peer timeout %d ms",
-                  args.abiVersion, config.helperThreads, config.usableCpus, config.socketsPerThread, config.inlineBytes,
+                  args.abiVersion, config.helperThreads, config.usableCpus,
+                  std::getenv(config.threadsVariable) != nullptr ? ", " : "",
+                  std::getenv(config.threadsVariable) != nullptr ? config.threadsVariable : "", config.socketsPerThread,
+                  std::getenv(config.socketsVariable) != nullptr ? " per thread, " : "",
+                  std::getenv(config.socketsVariable) != nullptr ? config.socketsVariable : "", config.inlineBytes,
                   config.deadPeerTimeoutMs);
     *ctx = nullptr;  // no per-communicator state
     if (DeviceTable::get().count() == 0) return ncclSystemError;

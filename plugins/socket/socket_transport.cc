@@ -37,12 +37,20 @@ const Config& Config::get() {
   static const Config config = [] {
     Config c{};
     c.usableCpus = countUsableCpus();
+    // NCCL's own socket transport's variables stand in for ours when ours are unset: a job tuned for it (AWS's
+    // NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD) gets the same sockets here.
+    auto either = [](const char* ours, const char* nccls) {
+      const char* value = std::getenv(ours);
+      return value != nullptr && *value != '\0' ? ours : nccls;
+    };
+    c.threadsVariable = either("NNS_SOCKET_NTHREADS", "NCCL_SOCKET_NTHREADS");
+    c.socketsVariable = either("NNS_SOCKET_NSOCKS_PERTHREAD", "NCCL_NSOCKS_PERTHREAD");
     c.helperThreads = static_cast<int>(
-        sdk::envInteger("NNS_SOCKET_NTHREADS", c.usableCpus >= kMinCpusForHelpers ? 2 : 0, 0, kMaxHelperThreads));
-    c.socketsPerThread = static_cast<int>(sdk::envInteger("NNS_SOCKET_NSOCKS_PERTHREAD", 1, 0, kMaxDataSockets));
+        sdk::envInteger(c.threadsVariable, c.usableCpus >= kMinCpusForHelpers ? 2 : 0, 0, kMaxHelperThreads));
+    c.socketsPerThread = static_cast<int>(sdk::envInteger(c.socketsVariable, 1, 0, kMaxDataSockets));
     if (c.helperThreads > 0 && c.socketsPerThread == 0) c.socketsPerThread = 1;
     if (c.dataSockets() > kMaxDataSockets) {
-      NCCL_NET_WARN("NNS_SOCKET_NTHREADS x NNS_SOCKET_NSOCKS_PERTHREAD = %d exceeds %d sockets; using %d per thread",
+      NCCL_NET_WARN("%s x %s = %d exceeds %d sockets; using %d per thread", c.threadsVariable, c.socketsVariable,
                     c.dataSockets(), kMaxDataSockets, kMaxDataSockets / std::max(1, c.helperThreads));
       c.socketsPerThread = kMaxDataSockets / std::max(1, c.helperThreads);
     }

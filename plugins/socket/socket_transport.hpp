@@ -36,17 +36,19 @@ inline constexpr size_t kMaxMessagesInFlight = kMaxSendRequests + kMaxUnexpected
 // ---- knobs (environment variables, read once; documented in README.md)
 // ------------------------------------------------
 struct Config {
-  int helperThreads;       // NNS_SOCKET_NTHREADS (default: 2 with 4 or more usable CPUs, else 0)
-  int usableCpus;          // CPUs this process may run on, when the configuration was read
-  int socketsPerThread;    // NNS_SOCKET_NSOCKS_PERTHREAD
-  size_t inlineBytes;      // NNS_SOCKET_INLINE_BYTES: messages up to this size travel whole on the control socket
-  size_t minChunkBytes;    // NNS_SOCKET_MIN_CHUNK_BYTES: smallest piece of a message given to one data socket
-  int deadPeerTimeoutMs;   // NNS_SOCKET_TIMEOUT_MS
-  int connectTimeoutMs;    // NNS_SOCKET_CONNECT_TIMEOUT_MS
-  int retryIntervalMs;     // NNS_SOCKET_RETRY_INTERVAL_MS
-  int sendBufferBytes;     // NNS_SOCKET_SNDBUF (0 = kernel default)
-  int receiveBufferBytes;  // NNS_SOCKET_RCVBUF (0 = kernel default)
-  size_t unexpectedBytes;  // NNS_SOCKET_UNEXPECTED_BYTES: memory a receive comm may hold for unexpected messages
+  int helperThreads;     // NNS_SOCKET_NTHREADS, else NCCL_SOCKET_NTHREADS (default: 2 with 4+ usable CPUs, else 0)
+  int usableCpus;        // CPUs this process may run on, when the configuration was read
+  int socketsPerThread;  // NNS_SOCKET_NSOCKS_PERTHREAD, else NCCL_NSOCKS_PERTHREAD
+  const char* threadsVariable;  // which of the two set helperThreads (or would have)
+  const char* socketsVariable;  // likewise for socketsPerThread
+  size_t inlineBytes;           // NNS_SOCKET_INLINE_BYTES: messages up to this size travel whole on the control socket
+  size_t minChunkBytes;         // NNS_SOCKET_MIN_CHUNK_BYTES: smallest piece of a message given to one data socket
+  int deadPeerTimeoutMs;        // NNS_SOCKET_TIMEOUT_MS
+  int connectTimeoutMs;         // NNS_SOCKET_CONNECT_TIMEOUT_MS
+  int retryIntervalMs;          // NNS_SOCKET_RETRY_INTERVAL_MS
+  int sendBufferBytes;          // NNS_SOCKET_SNDBUF (0 = kernel default)
+  int receiveBufferBytes;       // NNS_SOCKET_RCVBUF (0 = kernel default)
+  size_t unexpectedBytes;       // NNS_SOCKET_UNEXPECTED_BYTES: memory a receive comm may hold for unexpected messages
 
   int dataSockets() const { return helperThreads > 0 ? helperThreads * socketsPerThread : socketsPerThread; }
   static const Config& get();

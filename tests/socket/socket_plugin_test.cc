@@ -1,5 +1,6 @@
 // socket_plugin_test.cc: the nns-socket plugin in one process over loopback: exports, properties, every message
 // size, grouped receives, the full request window, several senders per listener, misuse and teardown.
+#include <dirent.h>
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -735,6 +736,31 @@ TEST_F(SocketPlugin, ManyPeersShareAFewEphemeralPorts) {
     EXPECT_EQ(net->closeRecv(recvs[i]), ncclSuccess);
     EXPECT_EQ(net->closeListen(listens[i]), ncclSuccess);
   }
+}
+
+// NCCL's socket transport's NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD stand in for NNS_SOCKET_NTHREADS and
+// NNS_SOCKET_NSOCKS_PERTHREAD when those are unset (they were ignored: a job tuned for NCCL's transport got one data
+// socket). socket.reads_nccls_socket_thread_variables sets them to 2 x 2 and expects 4 data sockets per comm.
+TEST_F(SocketPlugin, NcclsThreadAndSocketVariablesAreRead) {
+  const char* expected = std::getenv("NNS_TEST_EXPECT_DATA_SOCKETS");
+  if (expected == nullptr) GTEST_SKIP() << "run by socket.reads_nccls_socket_thread_variables";
+  auto descriptors = [] {
+    int count = 0;
+    if (DIR* dir = opendir("/proc/self/fd")) {
+      while (readdir(dir) != nullptr) ++count;
+      closedir(dir);
+    }
+    return count;
+  };
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  const int before = descriptors();
+  ASSERT_EQ(connectToListener(net, ctx, 0, handle, listenComm, &sendComm, &recvComm), ncclSuccess);
+  // Each end: its control socket and its data sockets.
+  EXPECT_EQ(descriptors() - before, 2 * (1 + std::atoi(expected)));
+  int size = -1;
+  transfer(1 << 20, 1 << 20, 1, &size);
+  EXPECT_EQ(size, 1 << 20);
 }
 
 TEST_F(SocketPlugin, ForeignHandleIsRejected) {
