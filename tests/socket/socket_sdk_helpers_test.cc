@@ -1,10 +1,12 @@
 // socket_sdk_helpers_test.cc: nccl_net/sdk/socket.hpp: interface filters, addresses, non-blocking connect/accept
 // with retries and timeouts, and the send/receive helpers' end-of-stream and error reporting.
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -118,6 +120,55 @@ TEST(SocketConnector, RetriesRefusedConnectsUntilTheListenerAppears) {
   EXPECT_TRUE(peer.isLoopback());
   close(client);
   close(server);
+  close(listener);
+}
+
+// A test double for accept4 (the kernel reports these only for a connection that failed in the backlog, which a
+// test cannot make on demand): while failAccepts > 0, each call fails with acceptErrno instead of accepting.
+int failAccepts = 0;
+int acceptErrno = 0;
+extern "C" int accept4(int fd, sockaddr* address, socklen_t* length, int flags) {
+  using Real = int (*)(int, sockaddr*, socklen_t*, int);
+  static Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "accept4"));
+  if (failAccepts > 0) {
+    --failAccepts;
+    errno = acceptErrno;
+    return -1;
+  }
+  return real(fd, address, length, flags);
+}
+
+// The network errors accept(2) passes on from a new connection (ENETUNREACH, EHOSTUNREACH, ENETDOWN, ...) are
+// "nothing to accept now", as its page says and NCCL retries them: the listener goes on and accepts the next
+// connection. They failed the listener (and NCCL's accept) before.
+TEST(SocketAccept, NetworkErrorsOfANewConnectionAreRetried) {
+  std::string error;
+  sdk::SocketAddress bound{};
+  int listener = sdk::listenTcp(sdk::SocketAddress::loopback(AF_INET), 4, &bound, &error);
+  ASSERT_GE(listener, 0) << error;
+  for (int code : {ENETUNREACH, EHOSTUNREACH, ENETDOWN, EHOSTDOWN, ENONET, ENOPROTOOPT, EOPNOTSUPP}) {
+    sdk::TcpConnector connector;
+    connector.start(bound, sdk::SocketAddress{}, std::chrono::seconds(10), std::chrono::milliseconds(20));
+    sdk::IoStatus status = sdk::IoStatus::kWouldBlock;
+    for (auto start = Clock::now();
+         status == sdk::IoStatus::kWouldBlock && Clock::now() - start < std::chrono::seconds(10);)
+      status = connector.progress();
+    ASSERT_EQ(status, sdk::IoStatus::kDone) << connector.error();
+    int client = connector.release();
+    failAccepts = 1;
+    acceptErrno = code;
+    int server = -1;
+    EXPECT_EQ(sdk::acceptTcp(listener, &server, nullptr, &error), sdk::IoStatus::kWouldBlock)
+        << std::strerror(code) << ": " << error;
+    ASSERT_TRUE(sdk::waitForSocket(listener, POLLIN, 5000));
+    EXPECT_EQ(sdk::acceptTcp(listener, &server, nullptr, &error), sdk::IoStatus::kDone) << error;
+    close(server);
+    close(client);
+  }
+  failAccepts = 1;
+  acceptErrno = EBADF;  // the listener's own failure is still one
+  int server = -1;
+  EXPECT_EQ(sdk::acceptTcp(listener, &server, nullptr, &error), sdk::IoStatus::kFailed);
   close(listener);
 }
 

@@ -321,9 +321,25 @@ inline IoStatus acceptTcp(int listenFd, int* fd, SocketAddress* peer, std::strin
   socklen_t length = sizeof(address);
   int accepted = accept4(listenFd, reinterpret_cast<sockaddr*>(&address), &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (accepted < 0) {
-    // A connection that died in the backlog, or a signal, is not the listener's failure.
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
-      return IoStatus::kWouldBlock;
+    // A connection that died in the backlog, or a signal, is not the listener's failure; nor are the network
+    // errors accept(2) passes on from a new connection, which its page says to treat as EAGAIN (and NCCL retries).
+    switch (errno) {
+      case EAGAIN:
+#if EWOULDBLOCK != EAGAIN
+      case EWOULDBLOCK:
+#endif
+      case EINTR:
+      case ECONNABORTED:
+      case EPROTO:
+      case ENETDOWN:
+      case ENOPROTOOPT:
+      case EHOSTDOWN:
+      case ENONET:
+      case EHOSTUNREACH:
+      case EOPNOTSUPP:
+      case ENETUNREACH: return IoStatus::kWouldBlock;
+      default: break;
+    }
     if (error != nullptr) *error = "accept(): " + errnoText(errno);
     return IoStatus::kFailed;
   }
