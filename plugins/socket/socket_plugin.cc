@@ -381,7 +381,13 @@ class SocketNet {
       pendingConnects().add(pending);
       ConnectStage::set(handle, pending);
     }
-    ncclResult_t result = progressConnect(pending, sendComm);
+    ncclResult_t result = ncclSuccess;
+    try {
+      result = progressConnect(pending, sendComm);
+    } catch (const std::exception& e) {  // the comm's helper threads could not start: give up this connect cleanly
+      NCCL_NET_WARN("connect to %s: making the comm: %s", pending->target.controlAddress.toString().c_str(), e.what());
+      result = ncclSystemError;
+    }
     if (result != ncclSuccess || *sendComm != nullptr) {
       ConnectStage::clear(handle);
       pendingConnects().remove(pending);
@@ -648,7 +654,15 @@ class SocketNet {
         ++i;
         continue;
       }
-      *recvComm = new RecvComm(sender.controlFd, sender.dataFds, sender.welcome, sender.peer.toString());
+      try {
+        *recvComm = new RecvComm(sender.controlFd, sender.dataFds, sender.welcome, sender.peer.toString());
+      } catch (const std::exception& e) {  // the comm's helper threads could not start: the sender is dropped
+        NCCL_NET_WARN("accept: making the comm for %s: %s", sender.peer.toString().c_str(), e.what());
+        closeIfOpen(sender.controlFd);
+        for (int fd : sender.dataFds) closeIfOpen(fd);
+        senders.erase(senders.begin() + static_cast<long>(i));
+        return ncclSystemError;
+      }
       NCCL_NET_INFO(NCCL_NET, "accepted %s with %zu data socket(s)", sender.peer.toString().c_str(),
                     sender.dataFds.size());
       senders.erase(senders.begin() + static_cast<long>(i));

@@ -167,13 +167,20 @@ Comm::Comm(bool sending, int controlFd, const std::vector<int>& dataFds, const W
   }
   int threads = std::min<int>(config.helperThreads, static_cast<int>(dataSockets_.size()));
   helperOfSocket_.assign(dataSockets_.size(), -1);
-  for (int t = 0; t < threads; ++t) {
-    std::vector<DataSocket*> mine;
-    for (size_t s = static_cast<size_t>(t); s < dataSockets_.size(); s += static_cast<size_t>(threads)) {
-      mine.push_back(dataSockets_[s].get());
-      helperOfSocket_[s] = t;
+  try {
+    for (int t = 0; t < threads; ++t) {
+      std::vector<DataSocket*> mine;
+      for (size_t s = static_cast<size_t>(t); s < dataSockets_.size(); s += static_cast<size_t>(threads)) {
+        mine.push_back(dataSockets_[s].get());
+        helperOfSocket_[s] = t;
+      }
+      helpers_.push_back(std::make_unique<HelperThread>(this, std::move(mine)));
     }
-    helpers_.push_back(std::make_unique<HelperThread>(this, std::move(mine)));
+  } catch (...) {
+    // No thread to be had (a process or container at its thread limit): the helpers started are stopped and
+    // joined; the sockets stay the caller's, which closes them.
+    stopHelpers();
+    throw;
   }
 }
 

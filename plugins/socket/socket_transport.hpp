@@ -209,7 +209,6 @@ class Comm {
   const size_t inlineBytes_;
   const size_t minChunkBytes_;
   std::vector<std::unique_ptr<DataSocket>> dataSockets_;
-  std::vector<std::unique_ptr<HelperThread>> helpers_;
   std::vector<int> helperOfSocket_;
 
  private:
@@ -217,6 +216,11 @@ class Comm {
   std::atomic<ncclResult_t> failure_{ncclSuccess};
   std::atomic<bool> closing_{false};
   std::mutex failureMutex_;
+
+ protected:
+  // Last: destroyed (joined) first, while the state the helpers read (failure_, the sockets) still exists, also when
+  // the constructor throws.
+  std::vector<std::unique_ptr<HelperThread>> helpers_;
 };
 
 struct RequestHeader {

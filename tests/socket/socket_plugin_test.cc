@@ -2,11 +2,13 @@
 // size, grouped receives, the full request window, several senders per listener, misuse and teardown.
 #include <dirent.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -758,6 +760,61 @@ TEST_F(SocketPlugin, NcclsThreadAndSocketVariablesAreRead) {
   ASSERT_EQ(connectToListener(net, ctx, 0, handle, listenComm, &sendComm, &recvComm), ncclSuccess);
   // Each end: its control socket and its data sockets.
   EXPECT_EQ(descriptors() - before, 2 * (1 + std::atoi(expected)));
+  int size = -1;
+  transfer(1 << 20, 1 << 20, 1, &size);
+  EXPECT_EQ(size, 1 << 20);
+}
+
+// A test double for pthread_create (a process or container at its thread limit cannot be made on demand): while
+// failThreadStarts > 0, each call fails with EAGAIN, as the kernel does at the limit.
+std::atomic<int> failThreadStarts{0};
+extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)(void*), void* arg) {
+  using Real = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  static Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "pthread_create"));
+  if (failThreadStarts.load() > 0) {
+    --failThreadStarts;
+    return EAGAIN;
+  }
+  return real(thread, attr, start, arg);
+}
+
+// A comm whose helper threads cannot start fails its connect or accept with ncclSystemError and a WARN, and leaves
+// nothing behind: no socket open, no connect state in the handle (a later connect with it starts afresh). The
+// exception escaped before, with the sockets and the half-made connect kept until the plugin was unloaded.
+// socket.thread_limit_fails_cleanly runs it with NNS_SOCKET_NTHREADS=2.
+TEST_F(SocketPlugin, AThreadLimitFailsTheCommCleanly) {
+  if (std::getenv("NNS_SOCKET_NTHREADS") == nullptr) GTEST_SKIP() << "run by socket.thread_limit_fails_cleanly";
+  auto descriptors = [] {
+    int count = 0;
+    if (DIR* dir = opendir("/proc/self/fd")) {
+      while (readdir(dir) != nullptr) ++count;
+      closedir(dir);
+    }
+    return count;
+  };
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  const int before = descriptors();
+  // Both ends, one after the other: the accept's comm is made first, then the connect's.
+  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+  ncclResult_t connectResult = ncclSuccess, acceptResult = ncclSuccess;
+  failThreadStarts = 1000;
+  for (auto until = Clock::now() + std::chrono::seconds(10);
+       Clock::now() < until && (connectResult == ncclSuccess || acceptResult == ncclSuccess);) {
+    if (connectResult == ncclSuccess && sendComm == nullptr)
+      connectResult = net->connect(ctx, 0, handle, &sendComm, &devHandle);
+    if (acceptResult == ncclSuccess && recvComm == nullptr)
+      acceptResult = net->accept(listenComm, &recvComm, &devHandle);
+  }
+  failThreadStarts = 0;
+  EXPECT_EQ(connectResult, ncclSystemError);
+  EXPECT_EQ(acceptResult, ncclSystemError);
+  EXPECT_EQ(sendComm, nullptr);
+  EXPECT_EQ(recvComm, nullptr);
+  EXPECT_TRUE(warnedAbout("making the comm"));
+  EXPECT_EQ(descriptors(), before) << "sockets left open";
+  // The handle holds no stale connect: the next one with it connects and moves data.
+  ASSERT_EQ(connectToListener(net, ctx, 0, handle, listenComm, &sendComm, &recvComm), ncclSuccess);
   int size = -1;
   transfer(1 << 20, 1 << 20, 1, &size);
   EXPECT_EQ(size, 1 << 20);
