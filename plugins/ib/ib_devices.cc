@@ -73,7 +73,10 @@ int chooseGidIndex(const Verbs& verbs, ibv_context* context, const std::string& 
                                         "/gid_attrs/types/" + std::to_string(index));
     std::string typeText = gidType ? *gidType : "";
     bool v2 = typeText.find("v2") != std::string::npos;
-    int score = (v2 ? 2 : 0) + (isIpv4Mapped(gid) ? 1 : 0);
+    // A RoCE link-local GID (fe80::/64) is not routed: on a routed fabric connections through it never leave the
+    // subnet. NCCL skips them; here any other GID comes first, and a link-local one only when it is all there is.
+    const bool linkLocal = gid.raw[0] == 0xfe && (gid.raw[1] & 0xc0) == 0x80;
+    int score = (v2 ? 2 : 0) + (isIpv4Mapped(gid) ? 1 : 0) + (linkLocal ? -4 : 0);
     if (score > bestScore) {
       best = index;
       bestScore = score;

@@ -593,6 +593,16 @@ bool connectAllQps(Comm* comm, const ConnectInfo& remote, std::string* error) {
   for (int i = 0; i < comm->nqps; ++i) {
     QpSlot& slot = comm->qps[i];
     slot.remoteDevice = remote.qps[i].device;
+    // An InfiniBand port and an Ethernet (RoCE) one cannot reach each other: said now, not as a transition or retry
+    // error later (as NCCL refuses "incompatible devices").
+    const Port* local = comm->devs[slot.device].port;
+    if (remote.qps[i].linkLayer != local->attr.link_layer) {
+      *error = "QP " + std::to_string(i) + ": local port " + local->name + " is " +
+               (local->isEthernet() ? "Ethernet (RoCE)" : "InfiniBand") + ", the peer's is " +
+               (remote.qps[i].linkLayer == IBV_LINK_LAYER_ETHERNET ? "Ethernet (RoCE)" : "InfiniBand") +
+               ": select ports of one link layer on both sides (NCCL_IB_HCA)";
+      return false;
+    }
     if (!connectQp(slot.qp, comm->devs[slot.device].port, remote.qps[i], comm->trafficClass, comm->serviceLevel, error))
       return false;
   }
@@ -1100,6 +1110,19 @@ class IbNet {
       NCCL_NET_WARN("makeVDevice: %zu ports, at most %d per vNIC", fused.ports.size(), kMaxDevs);
       return ncclInvalidArgument;
     }
+    // One link layer per vNIC, as NCCL requires: an InfiniBand port and a RoCE one do not stripe to one peer.
+    for (int port : fused.ports) {
+      const Port& first = g.ports[static_cast<size_t>(fused.ports[0])];
+      const Port& other = g.ports[static_cast<size_t>(port)];
+      if (other.attr.link_layer != first.attr.link_layer) {
+        NCCL_NET_WARN(
+            "makeVDevice: %s is %s and %s is %s: a vNIC fuses ports of one link layer (select them with "
+            "NCCL_IB_HCA)",
+            first.name.c_str(), first.isEthernet() ? "Ethernet (RoCE)" : "InfiniBand", other.name.c_str(),
+            other.isEthernet() ? "Ethernet (RoCE)" : "InfiniBand");
+        return ncclInvalidUsage;
+      }
+    }
     g.devices.push_back(fused);
     *d = static_cast<int>(g.devices.size() - 1);
     NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "vNIC %d fuses %s", *d, fused.name.c_str());
@@ -1348,7 +1371,8 @@ class IbNet {
                   "message of " + std::to_string(size) + " bytes (tag " + std::to_string(tag) +
                       ") exceeds the receive buffer the peer posted (" + std::to_string(entries[match].size) +
                       " bytes)");
-    auto* mh = static_cast<const MemoryHandle*>(mhandle);
+    // Nothing is read for 0 bytes: the handle is neither used nor looked at (it may be anything, even freed).
+    auto* mh = size > 0 ? static_cast<const MemoryHandle*>(mhandle) : nullptr;
     if (size > 0 && mh == nullptr) mh = implicitRegistration(comm, data, size);
     if (size > 0 && (mh == nullptr || mh->magic != MemoryHandle::kMagic || mh->comm != comm)) {
       NCCL_NET_WARN("isend: %zu bytes with memory handle %p, which is not registered on this comm", size, mhandle);
@@ -1386,7 +1410,8 @@ class IbNet {
     if (slot.request != nullptr) return ncclSuccess;  // kSlots receives in flight
     const MemoryHandle* handles[kMaxRecvs];
     for (int r = 0; r < n; ++r) {
-      auto* mh = mhandles != nullptr ? static_cast<const MemoryHandle*>(mhandles[r]) : nullptr;
+      // A 0-byte receive's handle is neither used nor looked at, as for isend.
+      auto* mh = mhandles != nullptr && sizes[r] > 0 ? static_cast<const MemoryHandle*>(mhandles[r]) : nullptr;
       if (sizes[r] > 0 && mh == nullptr) mh = implicitRegistration(comm, data[r], sizes[r]);
       handles[r] = mh;
       if (sizes[r] > 0 && (mh == nullptr || mh->magic != MemoryHandle::kMagic || mh->comm != comm)) {
@@ -1465,8 +1490,13 @@ class IbNet {
       NCCL_NET_WARN("iflush: no flush QP (GPU buffer registered before the comm existed?)");
       return ncclInternalError;
     }
+    // No request free: an error, never a NULL request, which would tell the caller the flush is complete (and it
+    // would read GPU memory the NIC may still be writing), as NCCL's plugin fails to allocate one.
     Request* req = comm->requests.acquire();
-    if (req == nullptr) return ncclSuccess;
+    if (req == nullptr) {
+      NCCL_NET_WARN("iflush: all %d requests of this comm are in use: the flush cannot be posted", kRecvPoolSize);
+      return ncclInternalError;
+    }
     req->kind = Request::kFlush;
     req->comm = comm;
     req->pendingReads = comm->ndevs;

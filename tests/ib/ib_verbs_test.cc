@@ -482,6 +482,23 @@ int flushSide(const Channel& channel, bool receiver) {
         CHILD_EXPECT(peer.net->iflush(comm, 1, datas, flushSizes, &bogus, &flush) == ncclInvalidArgument,
                      "iflush accepted a pointer that is not a memory handle");
         CHILD_EXPECT(flush == nullptr && warnedAbout("iflush: receive 0"), "no WARN named the bad handle");
+        // Flushes posted without waiting use up the comm's requests: the one that finds none fails, never returns
+        // a NULL request (which means "flush complete", and the caller would read memory still being written).
+        std::vector<void*> flushes;
+        ncclResult_t result = ncclSuccess;
+        for (int i = 0; i < 1000 && result == ncclSuccess; ++i) {
+          void* more = nullptr;
+          result = peer.net->iflush(comm, 1, datas, flushSizes, &mh, &more);
+          if (result == ncclSuccess) {
+            CHILD_EXPECT(more != nullptr, "iflush %d of a CUDA-registered buffer returned a NULL request", i);
+            flushes.push_back(more);
+          }
+        }
+        CHILD_EXPECT(result == ncclInternalError && warnedAbout("the flush cannot be posted"),
+                     "iflush with no request free returned %d after %zu flushes", static_cast<int>(result),
+                     flushes.size());
+        for (void* pending : flushes) CHILD_CHECK(peer.wait(pending, nullptr));
+        std::printf("ib-test: %zu flushes in flight, the next refused\n", flushes.size());
       }
       for (int i = 0; i < 4096; ++i) CHILD_EXPECT(data[i] == static_cast<unsigned char>(i * 7), "byte %d", i);
     } else {
@@ -489,6 +506,25 @@ int flushSide(const Channel& channel, bool receiver) {
       CHILD_CHECK(peer.postSend(comm, data, 4096, 3, mh, &request));
       CHILD_CHECK(peer.wait(request, &size));
     }
+  }
+  // A 0-byte message's handle is not looked at: a pointer to anything (here bytes of 0x5a) is neither read nor
+  // written (the request's use count was kept in it until test() before).
+  {
+    std::vector<unsigned char> garbage(512, 0x5a);
+    void* bogus = garbage.data();
+    void* request = nullptr;
+    if (receiver) {
+      void* datas[1] = {host.data()};
+      size_t sizes[1] = {0};
+      int tags[1] = {9};
+      CHILD_CHECK(peer.postRecv(comm, 1, datas, sizes, tags, &bogus, &request));
+    } else {
+      CHILD_CHECK(peer.postSend(comm, host.data(), 0, 9, bogus, &request));
+    }
+    for (unsigned char byte : garbage) CHILD_EXPECT(byte == 0x5a, "a 0-byte request wrote into its handle");
+    int size = -1;
+    CHILD_CHECK(peer.wait(request, &size));
+    CHILD_EXPECT(size == 0, "a 0-byte message arrived as %d bytes", size);
   }
   char sync = 0;
   channel.sendValue(sync);
