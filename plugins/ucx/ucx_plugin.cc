@@ -421,11 +421,18 @@ void progress(Comm* comm) {
   }
 }
 
-// Waits for a UCP request (ep close) with a deadline; frees it either way.
-void waitRequest(Comm* comm, void* request, Clock::time_point deadline) {
-  if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
-  while (ucp_request_check_status(request) == UCS_INPROGRESS && Clock::now() < deadline) progress(comm);
+// Waits for a UCP request (ep close) with a deadline; frees it either way. Returns how it ended: UCS_OK, an error,
+// or UCS_INPROGRESS when the deadline came first.
+ucs_status_t waitRequest(Comm* comm, void* request, Clock::time_point deadline) {
+  if (request == nullptr) return UCS_OK;
+  if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
+  ucs_status_t status = ucp_request_check_status(request);
+  while (status == UCS_INPROGRESS && Clock::now() < deadline) {
+    progress(comm);
+    status = ucp_request_check_status(request);
+  }
   ucp_request_free(request);
+  return status;
 }
 
 // Tears a comm down without hanging: cancel what can be cancelled, close the endpoint (flushing when nothing is
@@ -450,7 +457,10 @@ void destroyComm(Comm* comm) {
       // UCX defines a forced close only for endpoints in peer error-handling mode: without it (NNS_UCX_PEER_ERRORS=0)
       // the close flushes, bounded by the deadline.
       param.flags = !clean && Config::get().peerErrors ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-      waitRequest(comm, ucp_ep_close_nbx(comm->ep, &param), deadline);
+      // A flush that did not finish (the peer did not progress in time, or failed) may have dropped what UCX still
+      // held of completed sends: then the close is not in order, and the peer gets no goodbye (its receives fail
+      // instead of waiting for data that will not come).
+      if (waitRequest(comm, ucp_ep_close_nbx(comm->ep, &param), deadline) != UCS_OK) clean = false;
       comm->ep = nullptr;
     }
     // Cancelled receives and failed sends complete through their callbacks; give them until the deadline.
