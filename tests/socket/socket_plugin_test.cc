@@ -740,26 +740,28 @@ TEST_F(SocketPlugin, ManyPeersShareAFewEphemeralPorts) {
   }
 }
 
+// This process's open descriptors (entries of /proc/self/fd).
+static int openDescriptors() {
+  int count = 0;
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    while (readdir(dir) != nullptr) ++count;
+    closedir(dir);
+  }
+  return count;
+}
+
 // NCCL's socket transport's NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD stand in for NNS_SOCKET_NTHREADS and
 // NNS_SOCKET_NSOCKS_PERTHREAD when those are unset (they were ignored: a job tuned for NCCL's transport got one data
 // socket). socket.reads_nccls_socket_thread_variables sets them to 2 x 2 and expects 4 data sockets per comm.
 TEST_F(SocketPlugin, NcclsThreadAndSocketVariablesAreRead) {
   const char* expected = std::getenv("NNS_TEST_EXPECT_DATA_SOCKETS");
   if (expected == nullptr) GTEST_SKIP() << "run by socket.reads_nccls_socket_thread_variables";
-  auto descriptors = [] {
-    int count = 0;
-    if (DIR* dir = opendir("/proc/self/fd")) {
-      while (readdir(dir) != nullptr) ++count;
-      closedir(dir);
-    }
-    return count;
-  };
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
-  const int before = descriptors();
+  const int before = openDescriptors();
   ASSERT_EQ(connectToListener(net, ctx, 0, handle, listenComm, &sendComm, &recvComm), ncclSuccess);
   // Each end: its control socket and its data sockets.
-  EXPECT_EQ(descriptors() - before, 2 * (1 + std::atoi(expected)));
+  EXPECT_EQ(openDescriptors() - before, 2 * (1 + std::atoi(expected)));
   int size = -1;
   transfer(1 << 20, 1 << 20, 1, &size);
   EXPECT_EQ(size, 1 << 20);
@@ -784,17 +786,9 @@ extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, voi
 // socket.thread_limit_fails_cleanly runs it with NNS_SOCKET_NTHREADS=2.
 TEST_F(SocketPlugin, AThreadLimitFailsTheCommCleanly) {
   if (std::getenv("NNS_SOCKET_NTHREADS") == nullptr) GTEST_SKIP() << "run by socket.thread_limit_fails_cleanly";
-  auto descriptors = [] {
-    int count = 0;
-    if (DIR* dir = opendir("/proc/self/fd")) {
-      while (readdir(dir) != nullptr) ++count;
-      closedir(dir);
-    }
-    return count;
-  };
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
-  const int before = descriptors();
+  const int before = openDescriptors();
   // Both ends, one after the other: the accept's comm is made first, then the connect's.
   ncclNetDeviceHandle_v12_t* devHandle = nullptr;
   ncclResult_t connectResult = ncclSuccess, acceptResult = ncclSuccess;
@@ -812,7 +806,7 @@ TEST_F(SocketPlugin, AThreadLimitFailsTheCommCleanly) {
   EXPECT_EQ(sendComm, nullptr);
   EXPECT_EQ(recvComm, nullptr);
   EXPECT_TRUE(warnedAbout("making the comm"));
-  EXPECT_EQ(descriptors(), before) << "sockets left open";
+  EXPECT_EQ(openDescriptors(), before) << "sockets left open";
   // The handle holds no stale connect: the next one with it connects and moves data.
   ASSERT_EQ(connectToListener(net, ctx, 0, handle, listenComm, &sendComm, &recvComm), ncclSuccess);
   int size = -1;
