@@ -51,9 +51,8 @@ CommError asCommError(const BootstrapError& e) {
   return CommError(e.what(), static_cast<ncclResult_t>(e.result()));
 }
 
-// The slot and channel limits, which the environment knobs and CommOptions share.
+// The slot limits, which the environment knobs and CommOptions share (the channels' is Communicator::kMaxChannels).
 constexpr int kMaxSlots = 64;
-constexpr int kMaxChannels = Communicator::kMaxChannels;
 constexpr long long kMinSlotBytes = 1024, kMaxSlotBytes = 1LL << 30;
 // Host memory: page-aligned slots, plain memcpy.
 class HostSlots final : public SlotMemory {
