@@ -123,14 +123,6 @@ class OperationRef {
   void (*invoke_)(void*);
 };
 
-// One pipelined step of a schedule: for each connection an ordered list of segments. Both ends of a connection
-// describe the same segments in the same order (the schedules are symmetric), so both cut them into the same
-// pieces. A segment can wait on receive segments of the same plan (of the same size): a send's piece i goes out,
-// and a receive's piece i is handed to its handler, once piece i of each of them has been handed to its handler
-// (the piece was reduced or copied into the buffer this one reads).
-//
-// A plan keeps its storage when it is cleared (Communicator::newPlan), and its handlers and dependencies are held
-// in place, so a schedule built again on the same communicator allocates nothing once the largest plan was seen.
 // A receive segment of a Plan: its flow and its place in that flow.
 struct PlanRecvRef {
   int flow = -1;
@@ -187,6 +179,14 @@ class PlanRefs {
   int size_ = 0;
 };
 
+// One pipelined step of a schedule: for each connection an ordered list of segments. Both ends of a connection
+// describe the same segments in the same order (the schedules are symmetric), so both cut them into the same
+// pieces. A segment can wait on receive segments of the same plan (of the same size): a send's piece i goes out,
+// and a receive's piece i is handed to its handler, once piece i of each of them has been handed to its handler
+// (the piece was reduced or copied into the buffer this one reads).
+//
+// A plan keeps its storage when it is cleared (Communicator::newPlan), and its handlers and dependencies are held
+// in place, so a schedule built again on the same communicator allocates nothing once the largest plan was seen.
 class Plan {
  public:
   using RecvRef = PlanRecvRef;
