@@ -740,14 +740,31 @@ TEST_F(SocketPlugin, ManyPeersShareAFewEphemeralPorts) {
   }
 }
 
-// This process's open descriptors (entries of /proc/self/fd).
-static int openDescriptors() {
-  int count = 0;
+// This process's open sockets: the descriptors in /proc/self/fd that name a socket. Files are left out: a runtime
+// (ASan's, glibc's) may hold one open for a moment in another thread, which made an exact count of all descriptors
+// fail at random in CI.
+static std::vector<std::string> openSockets() {
+  std::vector<std::string> sockets;
   if (DIR* dir = opendir("/proc/self/fd")) {
-    while (readdir(dir) != nullptr) ++count;
+    while (dirent* entry = readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      char target[256] = {};
+      std::string link = std::string("/proc/self/fd/") + entry->d_name;
+      ssize_t length = readlink(link.c_str(), target, sizeof(target) - 1);
+      if (length > 0 && std::strncmp(target, "socket:", 7) == 0)
+        sockets.push_back(std::string(entry->d_name) + " -> " + target);
+    }
     closedir(dir);
   }
-  return count;
+  return sockets;
+}
+
+// The sockets in `now` that `before` did not have, for a failure's message.
+static std::string newSockets(const std::vector<std::string>& before, const std::vector<std::string>& now) {
+  std::string list;
+  for (const std::string& socket : now)
+    if (std::find(before.begin(), before.end(), socket) == before.end()) list += " [" + socket + "]";
+  return list.empty() ? " none" : list;
 }
 
 // NCCL's socket transport's NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD stand in for NNS_SOCKET_NTHREADS and
@@ -758,10 +775,12 @@ TEST_F(SocketPlugin, NcclsThreadAndSocketVariablesAreRead) {
   if (expected == nullptr) GTEST_SKIP() << "run by socket.reads_nccls_socket_thread_variables";
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
-  const int before = openDescriptors();
+  const std::vector<std::string> before = openSockets();
   ASSERT_EQ(connectToListener(net, ctx, 0, handle, listenComm, &sendComm, &recvComm), ncclSuccess);
   // Each end: its control socket and its data sockets.
-  EXPECT_EQ(openDescriptors() - before, 2 * (1 + std::atoi(expected)));
+  const std::vector<std::string> after = openSockets();
+  EXPECT_EQ(after.size() - before.size(), static_cast<size_t>(2 * (1 + std::atoi(expected))))
+      << "new sockets:" << newSockets(before, after);
   int size = -1;
   transfer(1 << 20, 1 << 20, 1, &size);
   EXPECT_EQ(size, 1 << 20);
@@ -788,7 +807,7 @@ TEST_F(SocketPlugin, AThreadLimitFailsTheCommCleanly) {
   if (std::getenv("NNS_SOCKET_NTHREADS") == nullptr) GTEST_SKIP() << "run by socket.thread_limit_fails_cleanly";
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
-  const int before = openDescriptors();
+  const std::vector<std::string> before = openSockets();
   // Both ends, one after the other: the accept's comm is made first, then the connect's.
   ncclNetDeviceHandle_v12_t* devHandle = nullptr;
   ncclResult_t connectResult = ncclSuccess, acceptResult = ncclSuccess;
@@ -806,7 +825,8 @@ TEST_F(SocketPlugin, AThreadLimitFailsTheCommCleanly) {
   EXPECT_EQ(sendComm, nullptr);
   EXPECT_EQ(recvComm, nullptr);
   EXPECT_TRUE(warnedAbout("making the comm"));
-  EXPECT_EQ(openDescriptors(), before) << "sockets left open";
+  const std::vector<std::string> after = openSockets();
+  EXPECT_EQ(after.size(), before.size()) << "sockets left open:" << newSockets(before, after);
   // The handle holds no stale connect: the next one with it connects and moves data.
   ASSERT_EQ(connectToListener(net, ctx, 0, handle, listenComm, &sendComm, &recvComm), ncclSuccess);
   int size = -1;
