@@ -88,6 +88,12 @@ double tolerance(ncclDataType_t type, double expected) {
   }
 }
 
+// Whether a result is off by more than the type's rounding. A NaN is always wrong (every comparison with it is
+// false, so "differs by more than" would pass it); an exact match is right, infinities included.
+bool isWrong(double got, double expected, ncclDataType_t type) {
+  return !(got == expected || std::fabs(got - expected) <= tolerance(type, expected));
+}
+
 void store(void* buffer, size_t i, ncclDataType_t type, double v) {
   switch (type) {
     case ncclInt8: static_cast<int8_t*>(buffer)[i] = static_cast<int8_t>(v); break;
@@ -504,7 +510,7 @@ int runTool(int argc, char** argv) {
                 if (i >= perRank) break;
                 expected = expectedReduction(n, rank * perRank + i, op, type);
                 got = load(output, i, type);
-                if (std::fabs(got - expected) > tolerance(type, expected)) ++wrong;
+                if (isWrong(got, expected, type)) ++wrong;
                 continue;
               } else if (collective == "broadcast") {
                 expected = plainValue(root, i);
@@ -515,7 +521,7 @@ int runTool(int argc, char** argv) {
                 expected = expectedReduction(n, i, op, type);
               }
               got = load(output, i, type);
-              if (std::fabs(got - expected) > tolerance(type, expected)) ++wrong;
+              if (isWrong(got, expected, type)) ++wrong;
             }
           }
           // The slowest rank's time and every rank's wrong count.
