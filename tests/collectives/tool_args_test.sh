@@ -36,6 +36,16 @@ refuses "-d float17" "unknown data type float17"
 refuses "-o mean" "unknown reduction mean"
 refuses "-A star" "unknown algorithm star"
 refuses "-b 1T -e 1T" "-e 1099511627776 needs two buffers of that size per rank"
+# An nccl-tests flag this tool lacks is named, also with no collective before it (its value was refused as the
+# collective: "collective: 1 not in {allreduce,...}"); an unknown collective is named as such.
+for args in "-t 1:argument was not expected: -t" "-g 1 allreduce:-g" "allred:unknown collective allred"; do
+  out=$(NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" ${args%%:*} 2>&1 >/dev/null)
+  status=$?
+  if [ "$status" -ne 2 ] || ! grep -qF -- "${args#*:}" <<<"$out"; then
+    echo "FAILED: nccl-net-bench ${args%%:*} gave status $status and: $out (expected status 2 saying '${args#*:}')"
+    failures=$((failures + 1))
+  fi
+done
 # A root outside the job: refused with the flags' status (2) before the communicator is built and the table started.
 for collective in broadcast reduce; do
   out=$(NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" $collective -r 1 2>&1)
@@ -51,6 +61,13 @@ rows=$(timeout 60 "$bin/nccl-net-run" -n 2 --timeout 30 "$bin/nccl-net-bench" al
          -i 1K -n 2 -w 1 -c 1 | awk '$1 ~ /^[0-9]+$/ {printf "%s/%s ", $1, $NF}')
 if [ "$rows" != "1024/0 2048/0 3072/0 4096/0 " ]; then
   echo "FAILED: -b 1K -e 4K -f 1 -i 1K gave rows (size/#wrong) '$rows'"
+  failures=$((failures + 1))
+fi
+# -i without -f steps by -i too (nccl-tests' -f defaults to 1; ours to 2, which ignored -i).
+rows=$(timeout 60 "$bin/nccl-net-run" -n 2 --timeout 30 "$bin/nccl-net-bench" allreduce -p minimal -b 1K -e 3K \
+         -i 1K -n 1 -w 0 -c 1 | awk '$1 ~ /^[0-9]+$/ {printf "%s ", $1}')
+if [ "$rows" != "1024 2048 3072 " ]; then
+  echo "FAILED: -b 1K -e 3K -i 1K gave sizes '$rows' (expected '1024 2048 3072 ')"
   failures=$((failures + 1))
 fi
 # -f multiplies (sizes round down to whole elements).

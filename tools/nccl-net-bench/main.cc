@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <new>
 #include <stdexcept>
@@ -185,13 +186,15 @@ int runTool(int argc, char** argv) {
   std::uint64_t minBytes = 8, maxBytes = 64 << 20, stepBytes = 1 << 20;
   double factor = 2;
   int iterations = 20, warmup = 5, check = 1, root = 0, inPlace = 0, registerBuffers = 0, deviceBuffers = 0;
-  app.add_option("collective", collective, "allreduce, allgather, reducescatter, broadcast, reduce or sendrecv")
-      ->check(CLI::IsMember({"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "sendrecv"}));
+  // Checked after parsing: a check here would run before CLI11 names an unknown flag, so `nccl-net-bench -t 1` would
+  // be refused for its collective "1" instead of for -t.
+  app.add_option("collective", collective, "allreduce, allgather, reducescatter, broadcast, reduce or sendrecv");
   // nccl-tests' flags and meanings; sizes take K/M/G (powers of 1024).
   const auto nonNegative = CLI::Range(0, std::numeric_limits<int>::max());
   tools::addSizeOption(app, "-b,--minbytes", minBytes, "smallest size (default 8)");
   tools::addSizeOption(app, "-e,--maxbytes", maxBytes, "largest size (default 64M)");
-  app.add_option("-f,--stepfactor", factor, "size multiplier between rows (default 2); 1: add -i instead")
+  app.add_option("-f,--stepfactor", factor,
+                 "size multiplier between rows (default 2, or 1 when -i is given); 1: add -i")
       ->check(CLI::Range(1.0, 1024.0));
   tools::addSizeOption(app, "-i,--stepbytes", stepBytes, "size increment between rows when -f is 1 (default 1M)", 1);
   app.add_option("-n,--iters", iterations, "timed iterations per size (default 20)")
@@ -217,6 +220,18 @@ int runTool(int argc, char** argv) {
   app.add_option("-p,--plugin", plugin, "net plugin (default: NCCL_NET_PLUGIN, else socket)");
   app.add_option("-A,--algo", algoText, "allreduce algorithm: auto (by size), ring, tree or doubling");
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
+  static const char* const kCollectives[] = {"allreduce", "allgather", "reducescatter",
+                                             "broadcast", "reduce",    "sendrecv"};
+  if (std::find(std::begin(kCollectives), std::end(kCollectives), collective) == std::end(kCollectives)) {
+    std::fprintf(stderr,
+                 "nccl-net-bench: unknown collective %s (allreduce, allgather, reducescatter, broadcast, reduce or "
+                 "sendrecv)\n",
+                 collective.c_str());
+    return 2;
+  }
+  // nccl-tests steps by -i unless -f multiplies (its -f defaults to 1); here -f defaults to 2 for a short table, so
+  // an -i without -f is nccl-tests' additive step rather than ignored.
+  if (app.count("-i") > 0 && app.count("-f") == 0) factor = 1;
 
   if (minBytes > maxBytes) {
     std::fprintf(stderr, "nccl-net-bench: -b %llu is larger than -e %llu\n", static_cast<unsigned long long>(minBytes),
