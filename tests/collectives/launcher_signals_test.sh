@@ -2,7 +2,8 @@
 # launcher_signals_test.sh BIN_DIR: nccl-net-run never leaves a rank behind: SIGTERM, SIGINT and SIGHUP sent to it
 # are passed on to every rank and it exits 128+signal; a rank that ignores SIGTERM (after a failure, a signal or
 # --timeout) is killed --kill-after seconds later instead of holding the launcher until it ends on its own; a second
-# signal kills at once; and a launcher killed outright takes its ranks with it.
+# signal kills at once; what a rank started and left running goes too; and a launcher killed outright takes its ranks
+# with it.
 set -u
 run="$1/nccl-net-run"
 dir=$(mktemp -d)
@@ -50,7 +51,7 @@ started term 2 || fail "term: the ranks did not start"
 t0=$(now_ms)
 kill -TERM $launcher
 wait $launcher
-expect term $? 143 $(($(now_ms) - t0)) 0 3000
+expect term $? 143 $(($(now_ms) - t0)) 0 10000
 grep -q "got SIGTERM" "$dir/term.err" || fail "term: no message: $(cat "$dir/term.err")"
 none_left term
 
@@ -61,7 +62,7 @@ started ignored 2 || fail "ignored: the ranks did not start"
 t0=$(now_ms)
 kill -TERM $launcher
 wait $launcher
-expect ignored $? 143 $(($(now_ms) - t0)) 900 4000
+expect ignored $? 143 $(($(now_ms) - t0)) 900 10000
 grep -q "2 rank(s) still running 1 s after" "$dir/ignored.err" || fail "ignored: no message: $(cat "$dir/ignored.err")"
 none_left ignored
 
@@ -69,7 +70,7 @@ none_left ignored
 t0=$(now_ms)
 $run -n 2 --kill-after 1 sh -c "if [ \$NNS_RANK = 0 ]; then sleep 0.5; exit 5; fi; $(script failed TERM)" \
   2>"$dir/failed.err"
-expect failed $? 5 $(($(now_ms) - t0)) 1400 5000
+expect failed $? 5 $(($(now_ms) - t0)) 1400 10000
 grep -q "rank 0 failed (status 5)" "$dir/failed.err" || fail "failed: no message: $(cat "$dir/failed.err")"
 none_left failed
 
@@ -79,11 +80,34 @@ launcher=$!
 started twice 2 || fail "twice: the ranks did not start"
 t0=$(now_ms)
 kill -INT $launcher
-sleep 0.3
+for _ in $(seq 100); do grep -q "got SIGINT" "$dir/twice.err" && break; sleep 0.1; done
 kill -INT $launcher
 wait $launcher
-expect twice $? 130 $(($(now_ms) - t0)) 0 3000
+expect twice $? 130 $(($(now_ms) - t0)) 0 8000
 none_left twice
+
+# What a rank started and left in its process group goes too. SIGTERM, with the rank's shell ending at once and its
+# command ignoring SIGTERM: killed 1 s later (it was left running: the launcher signalled only ranks not yet reaped).
+leaver() { echo "sh -c \"trap '' TERM; echo \\\$\\\$ > $dir/$1.\$NNS_RANK.pid; exec sleep 60\" & wait"; }
+$run -n 2 --kill-after 1 sh -c "$(leaver left)" 2>"$dir/left.err" &
+launcher=$!
+started left 2 || fail "left: the commands did not start"
+t0=$(now_ms)
+kill -TERM $launcher
+wait $launcher
+expect left $? 143 $(($(now_ms) - t0)) 900 10000
+grep -q "2 process group(s) the ranks left still running 1 s after" "$dir/left.err" ||
+  fail "left: no message: $(cat "$dir/left.err")"
+none_left left
+# Ranks that end well but leave a command running in the background: the job ends with its ranks, status 0.
+t0=$(now_ms)
+$run -n 2 sh -c "sh -c \"echo \\\$\\\$ > $dir/behind.\$NNS_RANK.pid; exec sleep 60\" &
+  while [ ! -s $dir/behind.\$NNS_RANK.pid ]; do sleep 0.05; done" 2>"$dir/behind.err"
+expect behind $? 0 $(($(now_ms) - t0)) 0 10000
+grep -q "stopping 2 process group(s) they left running" "$dir/behind.err" ||
+  fail "behind: no message: $(cat "$dir/behind.err")"
+[ "$(ls "$dir"/behind.*.pid 2>/dev/null | wc -l)" = 2 ] || fail "behind: the commands did not start"
+none_left behind
 
 # SIGHUP: 129.
 $run -n 2 sh -c "$(script hup)" 2>/dev/null &
@@ -92,13 +116,13 @@ started hup 2 || fail "hup: the ranks did not start"
 t0=$(now_ms)
 kill -HUP $launcher
 wait $launcher
-expect hup $? 129 $(($(now_ms) - t0)) 0 3000
+expect hup $? 129 $(($(now_ms) - t0)) 0 10000
 none_left hup
 
 # --timeout with ranks that ignore SIGTERM: killed, 124, said once.
 t0=$(now_ms)
 $run -n 2 --timeout 1 sh -c "$(script timeout TERM)" 2>"$dir/timeout.err"
-expect timeout $? 124 $(($(now_ms) - t0)) 900 4000
+expect timeout $? 124 $(($(now_ms) - t0)) 900 10000
 [ "$(grep -c "timeout after" "$dir/timeout.err")" = 1 ] || fail "timeout: said other than once: $(cat "$dir/timeout.err")"
 none_left timeout
 

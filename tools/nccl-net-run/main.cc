@@ -1,7 +1,9 @@
 // nccl-net-run: a local launcher: runs N copies of a command as ranks 0..N-1 on this host (NNS_RANK,
 // NNS_WORLD_SIZE, NNS_LOCAL_RANK, NNS_ROOT_ADDR), stops them all at the first failure, and exits with that rank's
 // status. Stopping is SIGTERM, then SIGKILL for what is left after a grace period (--kill-after); SIGTERM, SIGINT and
-// SIGHUP sent to the launcher are passed on to the ranks the same way. Like mpirun, it binds each rank to a share
+// SIGHUP sent to the launcher are passed on to the ranks the same way. Each rank is a process group, and what a rank
+// started goes with it: whatever is left in the groups when the ranks have ended is stopped the same way (as Slurm
+// ends a step's processes with its tasks). Like mpirun, it binds each rank to a share
 // of the CPUs when there are enough for all (--bind-to none: not).
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -187,6 +189,9 @@ int runTool(int argc, char** argv) {
     if (sigaction(sig, nullptr, &current) == 0 && current.sa_handler != SIG_IGN) sigaddset(&waited, sig);
   }
   signal(SIGCHLD, SIG_DFL);  // inherited SIG_IGN would reap the ranks behind waitpid's back
+  // What a rank started and left behind (a shell's commands outliving it) is reparented to the launcher, not to init:
+  // it is reaped here, and the launcher knows when a rank's process group is empty.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   sigprocmask(SIG_BLOCK, &waited, &original);
   const pid_t launcher = getpid();
   const std::string besideUs = nns::tools::executableDir();
@@ -245,15 +250,22 @@ int runTool(int argc, char** argv) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   int exitCode = static_cast<int>(children.size()) < ranks ? 1 : 0;
-  // Ranks not yet reaped: only these are signalled, since a reaped rank's pid may already be another process's.
+  // Ranks not yet reaped. A reaped rank's process group is still signalled while it has members (what the rank
+  // started): its id cannot be another process's while the group exists.
   std::vector<bool> alive(children.size(), true);
   size_t running = children.size();
   auto signalRanks = [&](int sig) {
     for (size_t i = 0; i < children.size(); ++i) {
-      if (!alive[i]) continue;
-      // A rank that left its group (setsid) is still signalled itself.
-      if (kill(-children[i], sig) != 0 && errno == ESRCH) kill(children[i], sig);
+      // A rank that left its group (setsid) is still signalled itself, while it is not reaped.
+      if (kill(-children[i], sig) != 0 && errno == ESRCH && alive[i]) kill(children[i], sig);
     }
+  };
+  // Processes left in the process groups of ranks that have ended.
+  auto groupsLeft = [&]() {
+    size_t left = 0;
+    for (size_t i = 0; i < children.size(); ++i)
+      if (!alive[i] && (kill(-children[i], 0) == 0 || errno == EPERM)) ++left;
+    return left;
   };
   bool timedOut = false, killed = false;
   Clock::time_point killAt = Clock::time_point::max();  // SIGKILL for what is left: set when stopping begins
@@ -262,15 +274,17 @@ int runTool(int argc, char** argv) {
     if (killAt == Clock::time_point::max()) killAt = Clock::now() + std::chrono::seconds(killAfterSeconds);
   };
   if (exitCode != 0) stop(SIGTERM);
-  while (running > 0) {
+  Clock::time_point giveUpAt = Clock::time_point::max();  // a group SIGKILL did not empty (a process in D state)
+  for (;;) {
     int status = 0;
     pid_t pid = 0;
-    while (running > 0 && (pid = waitpid(-1, &status, WNOHANG | WUNTRACED)) > 0) {
+    while ((pid = waitpid(-1, &status, WNOHANG | WUNTRACED)) > 0) {
       if (WIFSTOPPED(status)) {
         // Stopped for touching the terminal from the background (a write under `stty tostop`): it would wait for
         // ever. Other stops (SIGSTOP, a debugger) are the user's and are left alone.
         const int sig = WSTOPSIG(status);
         if (sig != SIGTTIN && sig != SIGTTOU) continue;
+        if (std::find(children.begin(), children.end(), pid) == children.end()) continue;  // what a rank left
         int rank = -1;
         for (size_t i = 0; i < children.size(); ++i)
           if (children[i] == pid) rank = static_cast<int>(i);
@@ -285,13 +299,14 @@ int runTool(int argc, char** argv) {
         signalRanks(SIGCONT);  // a stopped rank acts on SIGTERM only once it runs
         continue;
       }
-      --running;
       int rank = -1;
       for (size_t i = 0; i < children.size(); ++i)
         if (children[i] == pid) {
           rank = static_cast<int>(i);
           alive[i] = false;
         }
+      if (rank < 0) continue;  // a process a rank left behind, reparented here
+      --running;
       int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       if (code != 0 && exitCode == 0) {
         exitCode = code;
@@ -299,8 +314,22 @@ int runTool(int argc, char** argv) {
         stop(SIGTERM);
       }
     }
-    if (running == 0 || pid < 0) break;  // pid < 0: no child left to wait for (cannot be while ranks run)
+    // The job ends with its ranks: what they left running in their groups is stopped like a rank (SIGTERM, then
+    // SIGKILL after the grace period), so it neither outlives the job nor holds its output pipe open.
+    size_t left = running == 0 ? groupsLeft() : 0;
+    if (running == 0 && left == 0) break;
     const auto now = Clock::now();
+    if (running == 0 && killAt == Clock::time_point::max()) {
+      std::fprintf(stderr, "nccl-net-run: the ranks have ended; stopping %zu process group(s) they left running\n",
+                   left);
+      stop(SIGTERM);
+    }
+    if (running == 0 && killed && giveUpAt == Clock::time_point::max()) giveUpAt = now + std::chrono::seconds(5);
+    if (running == 0 && now >= giveUpAt) {
+      std::fprintf(stderr, "nccl-net-run: %zu process group(s) the ranks left survived SIGKILL for 5 s; leaving them\n",
+                   left);
+      break;
+    }
     const auto deadline = timeoutSeconds > 0 ? start + std::chrono::seconds(timeoutSeconds) : Clock::time_point::max();
     if (!timedOut && now >= deadline) {
       timedOut = killed = true;
@@ -310,14 +339,20 @@ int runTool(int argc, char** argv) {
     }
     if (!killed && now >= killAt) {
       killed = true;
-      std::fprintf(stderr, "nccl-net-run: %zu rank(s) still running %d s after being told to stop; killing them\n",
-                   running, killAfterSeconds);
+      const size_t left = groupsLeft();
+      std::string what = running > 0 ? std::to_string(running) + " rank(s)" : "";
+      if (left > 0) what += (running > 0 ? " and " : "") + std::to_string(left) + " process group(s) the ranks left";
+      std::fprintf(stderr, "nccl-net-run: %s still running %d s after being told to stop; killing them\n", what.c_str(),
+                   killAfterSeconds);
       signalRanks(SIGKILL);
     }
     // Sleep until a rank ends, a signal comes, or the next deadline; after SIGKILL only the ranks' ends are left.
+    // Once the ranks have ended, what they left is looked at again every 50 ms: its processes need not be children
+    // of this launcher (one whose parent is still alive), so no SIGCHLD need come when the last one ends.
     siginfo_t info;
     int sig;
-    const auto next = killed ? Clock::time_point::max() : std::min(deadline, killAt);
+    auto next = killed ? Clock::time_point::max() : std::min(deadline, killAt);
+    if (running == 0) next = std::min(next, now + std::chrono::milliseconds(50));
     if (next == Clock::time_point::max()) {
       sig = sigwaitinfo(&waited, &info);
     } else {
