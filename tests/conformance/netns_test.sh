@@ -6,7 +6,7 @@ set -uo pipefail
 check="$1"
 leftovers() { ip netns list 2>/dev/null | grep -c "^nnscheck-$1-" || true; }
 
-out=$("$check" socket --netns --call-timeout 2 --rule-timeout 30 2>&1 &
+out=$("$check" socket --netns --call-timeout 10 --rule-timeout 60 2>&1 &
       echo "PID=$!"; wait $!; echo "EXIT=$?")
 echo "$out" | grep -v '^WARN'
 if grep -q -- "--netns unavailable" <<<"$out"; then exit 4; fi
