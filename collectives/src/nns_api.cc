@@ -309,6 +309,8 @@ ncclResult_t buildComm(nnsComm* holder, const nns::core::LaunchInfo& launch) {
   if (result == ncclSuccess) {
     std::lock_guard<std::mutex> lock(liveMutex);
     liveComms.insert(holder);
+  } else if (launch.rank == 0 && launch.rootPort > 0) {
+    nns::core::releaseRootListener(launch.rootPort);  // failed before its bootstrap took nnsGetUniqueId's port
   }
   return result;
 }

@@ -418,6 +418,44 @@ TEST(CApi, AUniqueIdsPortIsHeldUntilRankZeroListensOnIt) {
   expectGroupedSumAndDestroy(comms);
 }
 
+// The port nnsGetUniqueId holds is let go when no bootstrap will listen on it: a one-rank communicator (which meets no
+// one) and a rank 0 that fails before its bootstrap (a bad NNS_SLOTS here). It stayed open, listening, for the life of
+// the process (one more descriptor per communicator), and a rank that reached it hung until its timeout.
+TEST(CApi, AUniqueIdsPortIsLetGoWhenNoBootstrapListensOnIt) {
+  unsetenv("NNS_ROOT_ADDR");
+  setenv("NCCL_NET_PLUGIN", "socket", 1);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  auto portOf = [](const nnsUniqueId& id) {
+    const std::string address(id.internal, strnlen(id.internal, sizeof(id.internal)));
+    return std::atoi(address.c_str() + address.find(':') + 1);
+  };
+  auto bindable = [](int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in there{};
+    there.sin_family = AF_INET;
+    there.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    there.sin_port = htons(static_cast<uint16_t>(port));
+    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&there), sizeof(there)) == 0;
+    close(fd);
+    return ok;
+  };
+  nnsUniqueId id;
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
+  ASSERT_FALSE(bindable(portOf(id)));
+  nnsComm_t comm = nullptr;
+  ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError();
+  EXPECT_TRUE(bindable(portOf(id))) << "a one-rank communicator kept the unique id's port";
+  EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
+  ASSERT_FALSE(bindable(portOf(id)));
+  setenv("NNS_SLOTS", "abc", 1);
+  comm = nullptr;
+  EXPECT_NE(nnsCommInitRank(&comm, 2, id, 0), ncclSuccess);
+  unsetenv("NNS_SLOTS");
+  EXPECT_TRUE(bindable(portOf(id))) << "a rank 0 that failed before its bootstrap kept the unique id's port";
+}
+
 // A handle used after nnsCommDestroy, or destroyed twice, is refused with a reason instead of read after it was
 // freed (this crashed with SIGSEGV).
 TEST(CApi, ADestroyedCommunicatorIsRefusedNotUsed) {

@@ -379,6 +379,10 @@ void keepRootListener(int fd) {
   keptListeners.push_back(fd);
 }
 
+void releaseRootListener(int port) {
+  if (const int fd = inheritedListener(port); fd >= 0) close(fd);
+}
+
 bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
   // Innermost launcher first: torchrun starts its workers itself, so its variables sit above whatever started
   // torchrun (`srun torchrun`: SLURM_PROCID is the node's task, RANK the worker's); srun's are inherited by
@@ -522,7 +526,10 @@ Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
     fail("rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
              ": a rank is 0..size-1 of a size of 1 or more",
          Result::kInvalidUsage);
-  if (size_ == 1) return;
+  if (size_ == 1) {
+    if (info.rootPort > 0) releaseRootListener(info.rootPort);
+    return;
+  }
   if (info.rootHost.empty() || info.rootPort < 1 || info.rootPort > 65535)
     fail("no root address: host \"" + info.rootHost + "\", port " + std::to_string(info.rootPort) +
              " (LaunchInfo's rootHost and rootPort, 1..65535)",

@@ -55,6 +55,10 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error);
 // (nnsGetUniqueId binds the port it picks and keeps it, so no other program takes it in between, as NCCL's root
 // thread holds its port from ncclGetUniqueId on). The first Bootstrap of rank 0 on that port takes it.
 void keepRootListener(int fd);
+// Closes the kept listener on `port`, if one is still kept: a rank 0 that will not listen there after all (a one-rank
+// job, which meets no one, or a communicator that failed before its bootstrap). Kept, it stayed open for the life of
+// the process, and a rank that reached the port was accepted by the kernel and never answered.
+void releaseRootListener(int port);
 
 // Splits a root address into host and port: host:port, a name or IPv4 address as the host, an IPv6 address in
 // brackets ([fd78::1]:29500), the port in decimal digits, 1..65535. Anything else returns false with `error` saying
