@@ -246,6 +246,32 @@ TEST(BootstrapFailures, ARankThatNeverArrivesIsNamedOnEveryRankThatDid) {
   EXPECT_LT(results[1].second, results[0].second + 0.5) << "rank 1 outlived rank 0 by its own timeout";
 }
 
+// An all-gather whose result is over the bootstrap's limit (3 ranks of 30 MiB: 90 MiB to send back) is refused by rank
+// 0, naming the size, and the others hear its reason. Rank 0 sent anyway and the receivers refused an "oversized
+// bootstrap message", so rank 0 failed on a reset connection and a rank not yet served heard only that the
+// connection closed.
+TEST(BootstrapFailures, AnAllGatherOverTheLimitIsRefusedByItsSizeOnEveryRank) {
+  const int port = nns::test::freeLoopbackPort();
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Bootstrap bootstrap(LaunchInfo{r, 3, "127.0.0.1", port, "test"}, std::chrono::milliseconds(20000));
+        bootstrap.allGather(std::string(30u << 20, static_cast<char>('a' + r)));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& thread : threads) thread.join();
+  const std::string size =
+      "a bootstrap message of " + std::to_string(3 * ((30u << 20) + 4)) + " bytes, over the 64 MiB";
+  EXPECT_NE(errors[0].find(size), std::string::npos) << errors[0];
+  for (int r = 1; r < 3; ++r) {
+    EXPECT_NE(errors[r].find("rank 0 gave up: " + size), std::string::npos) << "rank " << r << ": " << errors[r];
+  }
+}
+
 // Two ranks claiming the same rank: the second is refused at once, with the reason, and the job still forms.
 TEST(BootstrapFailures, TwoRanksWithTheSameNumberAreRefused) {
   const int port = nns::test::freeLoopbackPort();

@@ -138,6 +138,10 @@ void recvAll(int fd, void* data, size_t bytes, Clock::time_point deadline,
 }
 
 void sendMessage(int fd, const std::string& text, Clock::time_point deadline, std::chrono::microseconds spin) {
+  if (text.size() > Bootstrap::kMaxMessageBytes)
+    fail("a bootstrap message of " + std::to_string(text.size()) + " bytes, over the " +
+             std::to_string(Bootstrap::kMaxMessageBytes >> 20) + " MiB the bootstrap moves",
+         Result::kInvalidUsage);
   uint32_t length = static_cast<uint32_t>(text.size());
   sendAll(fd, &length, sizeof(length), deadline, spin);
   sendAll(fd, text.data(), text.size(), deadline, spin);
@@ -152,7 +156,10 @@ std::string recvMessage(int fd, Clock::time_point deadline, std::chrono::microse
   recvAll(fd, &length, sizeof(length), deadline, spin);
   if (length == kFailureMarker && reason) fail("garbage in place of rank 0's reason", Result::kRemoteError);
   if (length == kFailureMarker) fail("rank 0 gave up: " + recvMessage(fd, deadline, spin, true), Result::kRemoteError);
-  if (length > (64u << 20)) fail("oversized bootstrap message", Result::kRemoteError);
+  if (length > Bootstrap::kMaxMessageBytes)
+    fail("a bootstrap message announced as " + std::to_string(length) + " bytes, over the " +
+             std::to_string(Bootstrap::kMaxMessageBytes >> 20) + " MiB the bootstrap moves (not from a rank?)",
+         Result::kRemoteError);
   std::string text(length, '\0');
   recvAll(fd, text.data(), length, deadline, spin);
   return text;
@@ -830,7 +837,16 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
       packed.append(reinterpret_cast<const char*>(&length), sizeof(length));
       packed += part;
     }
-    for (int r = 1; r < size_; ++r) sendMessage(memberSockets_[r], packed, deadline, spin_);
+    for (int r = 1; r < size_; ++r) {
+      try {
+        sendMessage(memberSockets_[r], packed, deadline, spin_);
+      } catch (const BootstrapError& e) {
+        // As for a receive: the ranks not yet served hear why from rank 0 instead of a reset connection.
+        const std::string why = std::string(e.what()) + " (sending the all-gather to rank " + std::to_string(r) + ")";
+        for (int other = r; other < size_; ++other) tellFailure(memberSockets_[other], why);
+        fail(withoutPrefix(why), e.result());
+      }
+    }
     return all;
   }
   sendMessage(rootSocket_, mine, deadline, spin_);

@@ -244,6 +244,17 @@ void Communicator::connectRing() {
     // connection's peer and channel are known without asking the plugin (ncclNet's accept does not say who
     // connected). Every rank's handles travel in one all-gather.
     const int channels = connectionChannels();
+    // Every rank's handles reach every rank through rank 0 in one message: size x size x channels handles. Beyond the
+    // bootstrap's limit (at about 500 ranks with one channel) every rank refuses at once, naming the limit, rather
+    // than rank 0 failing to send and the others hearing a reset connection.
+    const double exchanged =
+        static_cast<double>(size_) * (static_cast<double>(size_) * channels * NCCL_NET_HANDLE_MAXSIZE + 4);
+    if (exchanged > static_cast<double>(Bootstrap::kMaxMessageBytes))
+      fail(std::to_string(size_) + " ranks with " + std::to_string(channels) + " connection(s) per peer exchange " +
+               std::to_string(static_cast<long long>(exchanged / (1 << 20))) +
+               " MiB of connection handles, over the bootstrap's " + std::to_string(Bootstrap::kMaxMessageBytes >> 20) +
+               " MiB: this communicator listens once per peer and channel (NNS_NCHANNELS lowers the channels)",
+           ncclInvalidUsage);
     listenComms_.assign(static_cast<size_t>(size_) * channels, nullptr);
     std::string mine(static_cast<size_t>(size_) * channels * NCCL_NET_HANDLE_MAXSIZE, '\0');
     for (int peer = 0; peer < size_; ++peer) {

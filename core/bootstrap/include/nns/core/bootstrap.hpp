@@ -82,6 +82,10 @@ class Bootstrap {
   // Ranks on this machine (the same boot id), this one included.
   int localRanks() const { return localRanks_; }
 
+  // The largest message the bootstrap moves: an all-gather's result (every rank's contribution, with a 4-byte length
+  // each) must fit. Larger is refused by the sender, naming the size, and by the receiver as garbage.
+  static constexpr size_t kMaxMessageBytes = size_t{64} << 20;
+
   // Every rank contributes `mine` (same length on every rank); returns all contributions in rank order. A rank that
   // died or stalled throws BootstrapError (kRemoteError) on every rank.
   std::vector<std::string> allGather(const std::string& mine);
