@@ -1,6 +1,9 @@
 // launch_test.cc: which launcher's variables the bootstrap takes when several launchers' are present, how strictly
 // the root address is read, and what each rank is told (text and code) when the rendezvous goes wrong (a wrong size,
 // a rank that never arrives, another job or another program on the port).
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -270,6 +273,67 @@ TEST(BootstrapFailures, AnAllGatherOverTheLimitIsRefusedByItsSizeOnEveryRank) {
   for (int r = 1; r < 3; ++r) {
     EXPECT_NE(errors[r].find("rank 0 gave up: " + size), std::string::npos) << "rank " << r << ": " << errors[r];
   }
+}
+
+// A test double for getaddrinfo (a name with two addresses, one of them dropping SYNs, cannot be made for real here
+// without root and /etc/hosts): "nns-two-addresses.test" resolves to 127.0.0.2, then 127.0.0.1; everything else
+// goes to the real one. The list is two of the real function's lists chained, so the real freeaddrinfo frees it.
+extern "C" int getaddrinfo(const char* node, const char* service, const addrinfo* hints, addrinfo** res) {
+  using Real = int (*)(const char*, const char*, const addrinfo*, addrinfo**);
+  static Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "getaddrinfo"));
+  if (node == nullptr || std::strcmp(node, "nns-two-addresses.test") != 0) return real(node, service, hints, res);
+  addrinfo numeric{};
+  numeric.ai_flags = AI_NUMERICHOST;
+  numeric.ai_family = AF_INET;
+  numeric.ai_socktype = SOCK_STREAM;
+  addrinfo *first = nullptr, *second = nullptr;
+  if (int rc = real("127.0.0.2", service, &numeric, &first); rc != 0) return rc;
+  if (int rc = real("127.0.0.1", service, &numeric, &second); rc != 0) {
+    freeaddrinfo(first);
+    return rc;
+  }
+  addrinfo* last = first;
+  while (last->ai_next != nullptr) last = last->ai_next;
+  last->ai_next = second;
+  *res = first;
+  return 0;
+}
+
+// A root name with two addresses, the first dropping SYNs (a listener there whose accept queue is full; a firewall
+// or an IPv6 address not routed here look the same): the joining rank moves on to the second and joins. It spent
+// the whole timeout on the first ("could not reach rank 0 ... Connection timed out").
+TEST(BootstrapFailures, AJoiningRankMovesOnFromARootAddressThatDropsItsConnects) {
+  const int port = nns::test::freeLoopbackPort();
+  // 127.0.0.2:port, listening with a full queue: its backlog of 0 holds one connection, made here.
+  const int blackhole = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in there{};
+  there.sin_family = AF_INET;
+  there.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.2", &there.sin_addr);
+  ASSERT_EQ(bind(blackhole, reinterpret_cast<sockaddr*>(&there), sizeof(there)), 0) << std::strerror(errno);
+  ASSERT_EQ(listen(blackhole, 0), 0);
+  const int filler = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(filler, reinterpret_cast<sockaddr*>(&there), sizeof(there)), 0);
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  const auto start = Clock::now();
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        // Rank 0 listens on the address given as a number; rank 1 has the name.
+        Bootstrap bootstrap(LaunchInfo{r, 2, r == 0 ? "127.0.0.1" : "nns-two-addresses.test", port, "test"},
+                            std::chrono::milliseconds(6000));
+        bootstrap.barrier();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  close(filler);
+  close(blackhole);
 }
 
 // Two ranks claiming the same rank: the second is refused at once, with the reason, and the job still forms.

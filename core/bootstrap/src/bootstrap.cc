@@ -31,6 +31,8 @@ using Clock = std::chrono::steady_clock;
 // How long a wait polls before it sleeps, where the ranks of this machine do not outnumber its CPUs.
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(200);
 
+// How long a joining rank tries one of the root's addresses when it has several (see rendezvous).
+constexpr std::chrono::milliseconds kAttemptPerAddress{1000};
 // How much longer than rank 0 the other ranks wait in an all-gather (see allGather).
 constexpr auto kRootGrace = std::chrono::milliseconds(1000);
 
@@ -739,7 +741,10 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
       int fd = socket(root.address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
       if (fd < 0)
         fail(std::string("rank ") + std::to_string(rank_) + ": socket: " + std::strerror(errno), Result::kSystemError);
-      int err = connectBefore(fd, root.address, root.length, deadline);
+      // With several addresses, each attempt gets at most a second, so that one whose SYNs are dropped (a firewall,
+      // a full accept queue, an IPv6 address not routed here) does not take the whole timeout from the others.
+      const auto attemptEnd = roots.size() > 1 ? std::min(deadline, Clock::now() + kAttemptPerAddress) : deadline;
+      int err = connectBefore(fd, root.address, root.length, attemptEnd);
       if (err == 0) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
