@@ -241,13 +241,14 @@ ncclResult_t enqueueOrRun(const Operation& operation) {
 
 // The address other ranks reach this host at: the first IPv4 address of an interface that is up, among those
 // NCCL_SOCKET_IFNAME selects when it is set (NCCL's bootstrap interface choice; loopback then only when named),
-// else among the non-loopback ones; 127.0.0.1 when none is.
+// else among the non-loopback ones; 127.0.0.1 when none is. "" when NCCL_SOCKET_IFNAME selects none: its loopback
+// stand-in would send every other host's ranks to their own loopback, to fail at their timeout.
 std::string firstIPv4() {
   const char* spec = std::getenv("NCCL_SOCKET_IFNAME");
   const bool filtered = spec != nullptr && *spec != '\0';
   const nccl_net::sdk::InterfaceFilter filter(filtered ? spec : "");
   ifaddrs* list = nullptr;
-  std::string found = "127.0.0.1";
+  std::string found = filtered ? "" : "127.0.0.1";
   if (getifaddrs(&list) != 0) return found;
   for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
     if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP)) continue;
@@ -378,10 +379,16 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
       return failWith(ncclInvalidUsage, "NNS_ROOT_ADDR must be host:port (port 1..65535) or [IPv6]:port, not \"" +
                                             address + "\": " + why);
   } else {
+    const std::string host = firstIPv4();
+    if (host.empty())
+      return failWith(ncclSystemError, std::string("no interface that is up with an IPv4 address matches "
+                                                   "NCCL_SOCKET_IFNAME=") +
+                                           std::getenv("NCCL_SOCKET_IFNAME") +
+                                           " (an IPv6 root: NNS_ROOT_ADDR=[address]:port on every rank)");
     int port = listenOnFreePort();
     if (port < 0)
       return failWith(ncclSystemError, std::string("no free port for the bootstrap: ") + std::strerror(errno));
-    address = firstIPv4() + ":" + std::to_string(port);
+    address = host + ":" + std::to_string(port);
   }
   if (address.size() >= sizeof(uniqueId->internal)) return failWith(ncclInvalidArgument, "NNS_ROOT_ADDR is too long");
   std::memset(uniqueId->internal, 0, sizeof(uniqueId->internal));

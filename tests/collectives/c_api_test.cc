@@ -456,6 +456,25 @@ TEST(CApi, AUniqueIdsPortIsLetGoWhenNoBootstrapListensOnIt) {
   EXPECT_TRUE(bindable(portOf(id))) << "a rank 0 that failed before its bootstrap kept the unique id's port";
 }
 
+// NCCL_SOCKET_IFNAME naming no interface that is up with an IPv4 address: nnsGetUniqueId fails, naming it, as NCCL's
+// bootstrap does. It gave 127.0.0.1, and the ranks of other hosts dialled their own loopback until their timeout.
+TEST(CApi, AUniqueIdNeedsAnInterfaceNcclSocketIfnameSelects) {
+  unsetenv("NNS_ROOT_ADDR");
+  setenv("NCCL_SOCKET_IFNAME", "nns-no-such-interface", 1);
+  nnsUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  EXPECT_EQ(nnsGetUniqueId(&id), ncclSystemError);
+  EXPECT_NE(std::string(nnsGetLastError()).find("matches NCCL_SOCKET_IFNAME=nns-no-such-interface"), std::string::npos)
+      << nnsGetLastError();
+  EXPECT_EQ(id.internal[0], '\0') << "an id was written: " << id.internal;
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
+  EXPECT_EQ(std::string(id.internal).rfind("127.0.0.1:", 0), 0u) << id.internal;
+  nnsComm_t comm = nullptr;  // a one-rank communicator lets the id's port go
+  ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError();
+  EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+}
+
 // A handle used after nnsCommDestroy, or destroyed twice, is refused with a reason instead of read after it was
 // freed (this crashed with SIGSEGV).
 TEST(CApi, ADestroyedCommunicatorIsRefusedNotUsed) {
