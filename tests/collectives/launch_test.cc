@@ -599,6 +599,7 @@ TEST(BootstrapFailures, ARankThatStopsReadingCannotHoldRankZeroPastItsTimeout) {
       return;
     }
     struct {
+      uint32_t magic = 0x4e4e5342, version = 1;
       int32_t rank = 1, size = 2;
       uint64_t job = 0;
     } join;
@@ -638,7 +639,7 @@ TEST(BootstrapErrorCodes, MarkersInPlaceOfRankZerosReasonAreAnError) {
     if (poll(&ready, 1, 2000) != 1) return;
     const int fd = accept(server, nullptr, nullptr);
     if (fd < 0) return;
-    char join[16];
+    char join[24];  // magic, version, rank, size, job
     if (recvBytes(fd, sizeof(join))) {
       const uint32_t refused = 2;
       std::string answer(reinterpret_cast<const char*>(&refused), sizeof(refused));
@@ -684,6 +685,36 @@ TEST(BootstrapErrorCodes, ARankNumberGivenTwiceIsInvalidUsage) {
   EXPECT_TRUE(got[1].error.empty() || got[2].error.empty()) << got[1].error << " / " << got[2].error;
   EXPECT_NE(second.error.find("rank 0 already has a rank 1"), std::string::npos) << second.error;
   EXPECT_EQ(second.result, BootstrapError::kInvalidUsage) << second.error;
+}
+
+// A connection that sends bytes that are not a join of this bootstrap (zeros here: they read as "rank 0 of 0") is a
+// stranger, closed without an answer: the job still forms when its ranks come, and a rank that never does is a remote
+// error naming it. The zeros were a rank with a wrong world size: ncclInvalidUsage, the user blamed for a stray.
+TEST(BootstrapErrorCodes, AStrangersBytesAreNotARankWithWrongSettings) {
+  for (bool rankOneComes : {true, false}) {
+    const int port = nns::test::freeLoopbackPort();
+    bool strangerClosed = false;
+    std::thread stranger([&] {
+      const int fd = connectLoopback(port);
+      if (fd < 0) return;
+      std::string answer;
+      strangerClosed = sendBytes(fd, std::string(24, '\0')) && !recvBytes(fd, 1, &answer);
+      close(fd);
+    });
+    std::vector<LaunchInfo> ranks{{0, 2, "127.0.0.1", port, "test"}};
+    if (rankOneComes) ranks.push_back({1, 2, "127.0.0.1", port, "test"});
+    auto got = outcomes(ranks, std::chrono::milliseconds(1500), {0, 500});
+    stranger.join();
+    EXPECT_TRUE(strangerClosed) << "the stranger got an answer or was not closed";
+    if (rankOneComes) {
+      EXPECT_EQ(got[0].error, "");
+      EXPECT_EQ(got[1].error, "");
+    } else {
+      EXPECT_NE(got[0].error.find("turned away: a connection that is not a rank of this bootstrap"), std::string::npos)
+          << got[0].error;
+      EXPECT_EQ(got[0].result, BootstrapError::kRemoteError) << got[0].error;
+    }
+  }
 }
 
 // A rank that never arrives, and a rank 0 that never listens: remote errors (a peer), on every rank that waited.

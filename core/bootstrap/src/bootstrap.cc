@@ -256,7 +256,14 @@ bool isNumericAddress(const std::string& host) {
 // What a rank tells rank 0 when it joins: who it is, the size it expects, and its job ($NNS_JOB_ID, else the
 // launcher's job), so that a rank of another job that reached this port (a reused MASTER_PORT, two launches at
 // once) is turned away.
+// What a joining rank says first. The magic and version tell a rank of this bootstrap from anything else that
+// connects (a port scanner's bytes were read as a rank number, and 16 zero bytes as "rank 0 of 0", a wrong world size
+// that failed the job as the user's mistake), and from a rank of another version, whose messages may differ.
+constexpr uint32_t kJoinMagic = 0x4e4e5342;  // "NNSB"
+constexpr uint32_t kJoinVersion = 1;
 struct JoinMessage {
+  uint32_t magic;
+  uint32_t version;
   int32_t rank;
   int32_t size;
   uint64_t job;
@@ -562,7 +569,7 @@ Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
 void Bootstrap::rendezvous(const LaunchInfo& info) {
   const auto deadline = Clock::now() + timeout_;
   const std::vector<Address> roots = resolve(info.rootHost, info.rootPort);
-  const JoinMessage mine{rank_, size_, jobId(info.job)};
+  const JoinMessage mine{kJoinMagic, kJoinVersion, rank_, size_, jobId(info.job)};
   const std::string rootText =
       (info.rootHost.find(':') != std::string::npos ? "[" + info.rootHost + "]" : info.rootHost) + ":" +
       std::to_string(info.rootPort);
@@ -623,6 +630,19 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
       if (!spoke) {
         reply = kRefused;
         why = "it closed, or said nothing for 5 s, without saying which rank it is";
+      } else if (join.magic != kJoinMagic) {
+        why = "not a rank of this bootstrap (it does not speak it)";
+        const std::string claim = "a connection that is " + why;
+        if (std::find(turnedAway.begin(), turnedAway.end(), claim) == turnedAway.end()) {
+          std::fprintf(stderr, "nns bootstrap: rank 0 turned away %s\n", claim.c_str());
+          if (turnedAway.size() < 8) turnedAway.push_back(claim);
+        }
+        close(fd);  // nothing to tell it: it would not understand
+        return;
+      } else if (join.version != kJoinVersion) {
+        reply = kRefused;
+        why = "it is a rank of bootstrap version " + std::to_string(join.version) + ", rank 0 of version " +
+              std::to_string(kJoinVersion) + " (every rank needs the same nccl-net-sdk)";
       } else if (join.job != mine.job) {
         reply = kOtherJob;
         why = "rank 0 there belongs to another job";
@@ -673,7 +693,7 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
     struct Pending {
       int fd;
       Clock::time_point since;
-      JoinMessage join{-1, -1, 0};
+      JoinMessage join{0, 0, -1, -1, 0};
       size_t got = 0;
     };
     constexpr auto kSpeakWithin = std::chrono::seconds(5);
