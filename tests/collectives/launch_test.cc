@@ -3,10 +3,13 @@
 // a rank that never arrives, another job or another program on the port).
 #include <arpa/inet.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -715,6 +718,64 @@ TEST(BootstrapErrorCodes, AStrangersBytesAreNotARankWithWrongSettings) {
       EXPECT_EQ(got[0].result, BootstrapError::kRemoteError) << got[0].error;
     }
   }
+}
+
+// Rank 0 out of descriptors while connections keep coming (a flood of them, a low `ulimit -n`): accept fails with
+// EMFILE, and the listener stays readable. Rank 0 pauses accepting instead of spinning on it (30000 failed accepts in
+// 3 s, a core busy), and its error names the failure. Run in a child process, whose descriptor limit is lowered.
+TEST(BootstrapFailures, RankZeroOutOfDescriptorsDoesNotSpinAndSaysSo) {
+  const int port = nns::test::freeLoopbackPort();
+  int report[2];
+  ASSERT_EQ(pipe(report), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(report[0]);
+    // Room for the listener and a few connections, not for the 20 the parent makes: new descriptors take the lowest
+    // free numbers below the limit, so the limit is where the 6th free number lies.
+    int end = 0;
+    for (int free = 0; free < 6; ++end)
+      if (fcntl(end, F_GETFD) < 0) ++free;
+    const rlimit limit{static_cast<rlim_t>(end), static_cast<rlim_t>(end)};
+    setrlimit(RLIMIT_NOFILE, &limit);
+    std::string error;
+    try {
+      Bootstrap bootstrap(LaunchInfo{0, 2, "127.0.0.1", port, "test"}, std::chrono::milliseconds(2000));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    const double cpu = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                       static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+    const std::string line = std::to_string(cpu) + " " + error;
+    (void)!write(report[1], line.data(), line.size());
+    _exit(0);
+  }
+  close(report[1]);
+  // The first once rank 0 listens, then 19 more without waiting for each (its accept queue holds 2).
+  std::vector<int> flood{connectLoopback(port)};
+  for (int i = 0; i < 19; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    (void)connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    flood.push_back(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string line;
+  char buffer[4096];
+  for (ssize_t n; (n = read(report[0], buffer, sizeof(buffer))) > 0;) line.append(buffer, static_cast<size_t>(n));
+  close(report[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  for (int fd : flood) close(fd);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child rank 0 ended with status " << status;
+  ASSERT_GE(flood.front(), 0) << "rank 0 never listened";
+  EXPECT_LT(std::atof(line.c_str()), 0.5) << "CPU seconds in a 2 s wait: " << line;
+  EXPECT_NE(line.find("accepting failed: Too many open files"), std::string::npos) << line;
 }
 
 // A rank that never arrives, and a rank 0 that never listens: remote errors (a peer), on every rank that waited.

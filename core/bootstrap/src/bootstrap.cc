@@ -698,6 +698,12 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
     };
     constexpr auto kSpeakWithin = std::chrono::seconds(5);
     std::vector<Pending> pending;
+    // Connections waiting to speak are capped (a flood of silent ones would take every descriptor): past the cap
+    // the oldest is turned away. An accept that fails for want of descriptors or memory pauses accepting for a while
+    // (the listener stays readable: polling it again at once spun a core) and is named if ranks are then missing.
+    const size_t maxPending = std::max<size_t>(64, 2 * static_cast<size_t>(size_));
+    Clock::time_point acceptPausedUntil{};
+    std::string acceptProblem;
     while (arrived < size_) {
       const auto now = Clock::now();
       if (now >= deadline) {
@@ -713,12 +719,15 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
         close(listener);
         fail("rank(s) " + missing + " did not arrive within " + std::to_string(timeout_.count()) + " ms at " +
                  listening + " (ranks from " + info.source + ")" +
-                 (refused.empty() ? std::string() : "; turned away: " + refused),
+                 (refused.empty() ? std::string() : "; turned away: " + refused) +
+                 (acceptProblem.empty() ? std::string() : "; accepting failed: " + acceptProblem),
              refusedForSettings ? Result::kInvalidUsage : Result::kRemoteError);
       }
       auto until = deadline;
       for (const auto& p : pending) until = std::min(until, p.since + kSpeakWithin);
-      std::vector<pollfd> fds{{listener, POLLIN, 0}};
+      const bool acceptPaused = now < acceptPausedUntil;
+      if (acceptPaused) until = std::min(until, acceptPausedUntil);
+      std::vector<pollfd> fds{{acceptPaused ? -1 : listener, POLLIN, 0}};
       for (const auto& p : pending) fds.push_back({p.fd, POLLIN, 0});
       if (poll(fds.data(), fds.size(), remainingMs(until)) < 0 && errno != EINTR) {
         const int err = errno;
@@ -747,7 +756,16 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
       pending.swap(still);
       if (fds[0].revents & POLLIN) {
         int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd >= 0) pending.push_back(Pending{fd, Clock::now()});
+        if (fd >= 0) {
+          if (pending.size() >= maxPending) {
+            admit(pending.front().fd, pending.front().join, false);
+            pending.erase(pending.begin());
+          }
+          pending.push_back(Pending{fd, Clock::now()});
+        } else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          acceptProblem = std::strerror(errno);
+          acceptPausedUntil = Clock::now() + std::chrono::milliseconds(100);
+        }
       }
     }
     for (const auto& p : pending) close(p.fd);  // strangers still silent when every rank is in
