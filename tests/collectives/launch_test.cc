@@ -485,6 +485,10 @@ TEST(RootAddress, MasterAddrAndPortAreCheckedToo) {
       {"node0", "80x", "MASTER_PORT=80x: the port \"80x\" is not a number"},
       {"node0", "0", "MASTER_PORT=0: the port 0 is not one of 1..65535"},
       {"", "29500", "MASTER_ADDR is set but empty"},
+      // A URL or a host:port was taken as a host name, to fail later as one that cannot be resolved.
+      {"tcp://node0", "29500", "MASTER_ADDR=tcp://node0 is not a host name or address (the port goes in MASTER_PORT)"},
+      {"node0:29500", "29500", "MASTER_ADDR=node0:29500 is not a host name or address"},
+      {"[node0]", "29500", "MASTER_ADDR=[node0] is not a host name or address"},
   };
   for (const auto& [host, port, why] : cases) {
     clearLauncherVariables();
@@ -496,6 +500,23 @@ TEST(RootAddress, MasterAddrAndPortAreCheckedToo) {
     std::string error;
     EXPECT_FALSE(nns::core::launchInfoFromEnvironment(&info, &error)) << host << ":" << port;
     EXPECT_NE(error.find(why), std::string::npos) << error;
+  }
+  // An IPv6 address bare, as torchrun takes it, or in brackets; a zone too.
+  for (const auto& [given, host] :
+       std::vector<std::pair<const char*, const char*>>{{"fd78::1", "fd78::1"},
+                                                        {"[::1]", "::1"},
+                                                        {"fe80::1%eth0", "fe80::1%eth0"},
+                                                        {"node-0.cluster", "node-0.cluster"}}) {
+    clearLauncherVariables();
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("MASTER_ADDR", given, 1);
+    setenv("MASTER_PORT", "29500", 1);
+    LaunchInfo info;
+    std::string error;
+    EXPECT_TRUE(nns::core::launchInfoFromEnvironment(&info, &error)) << given << ": " << error;
+    EXPECT_EQ(info.rootHost, host);
+    EXPECT_EQ(info.rootPort, 29500);
   }
   clearLauncherVariables();
 }

@@ -494,7 +494,23 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
       *error = "MASTER_ADDR is set but empty: it must name rank 0's host";
       return false;
     }
-    info->rootHost = host;
+    // Checked as NNS_ROOT_ADDR's host is: an IPv6 address may come in brackets ([::1]); a URL (tcp://host) or a
+    // host:port was taken as a host name, to fail later as "cannot resolve".
+    std::string name = host;
+    if (name.size() > 2 && name.front() == '[' && name.back() == ']' && name.find(':') != std::string::npos)
+      name = name.substr(1, name.size() - 2);
+    {
+      std::string checkedHost;
+      int checkedPort = 0;
+      const bool v6 = name.find(':') != std::string::npos && name.front() != '[';
+      const std::string joined = (v6 ? "[" + name + "]" : name) + ":1";
+      if (!parseRootAddress(joined, &checkedHost, &checkedPort, &why)) {
+        *error = "MASTER_ADDR=" + std::string(host) +
+                 " is not a host name or address (the port goes in MASTER_PORT): " + why;
+        return false;
+      }
+    }
+    info->rootHost = name;
     if (port == nullptr) {
       *error = "MASTER_ADDR is set but MASTER_PORT is missing or not a port (1..65535): it is not set";
       return false;
