@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -496,8 +497,20 @@ int runTool(int argc, char** argv) {
 
 namespace {
 
+// A byte count in the largest binary unit that divides it ("1 TiB", "512 MiB", "1000 B"): maxP2p and maxColl are
+// mostly powers of two, whose 13 digits pushed the columns after them out of line. --json has the exact number.
+std::string bytesText(size_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  size_t unit = 0;
+  while (unit + 1 < std::size(kUnits) && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return std::to_string(bytes) + " " + kUnits[unit];
+}
+
 void printDevices(const json& devices) {
-  std::printf("  %-3s %-14s %-9s %-7s %-5s %-4s %-8s %-8s %-17s %-6s %-5s %-8s %-11s %-11s %s\n", "dev", "name",
+  std::printf("  %-3s %-14s %-9s %-7s %-5s %-4s %-8s %-16s %-17s %-6s %-5s %-8s %-11s %-11s %s\n", "dev", "name",
               "speed", "latency", "port", "recv", "maxComms", "guid", "ptrSupport", "regGlb", "flush", "devType",
               "maxP2p", "maxColl", "vProps / pciPath");
   for (const auto& d : devices) {
@@ -514,12 +527,13 @@ void printDevices(const json& devices) {
       std::snprintf(latency, sizeof(latency), "%.1f", d["latencyUs"].get<double>());
     else
       std::snprintf(latency, sizeof(latency), "%s", d["latencyUs"].get<std::string>().c_str());
-    std::printf("  %-3d %-14s %-9s %-7s %-5d %-4d %-8d %-8llx %-17s %-6d %-5d %-8s %-11zu %-11zu {%s} %s\n",
+    std::printf("  %-3d %-14s %-9s %-7s %-5d %-4d %-8d %-16llx %-17s %-6d %-5d %-8s %-11s %-11s {%s} %s\n",
                 d["dev"].get<int>(), d["name"].get<std::string>().c_str(), speedText(d["speedMbps"].get<int>()).c_str(),
                 latency, d["port"].get<int>(), d["maxRecvs"].get<int>(), d["maxComms"].get<int>(),
                 static_cast<unsigned long long>(d["guid"].get<uint64_t>()), d["ptrSupport"].get<std::string>().c_str(),
                 d["regIsGlobal"].get<int>(), d["forceFlush"].get<int>(), d["netDeviceType"].get<std::string>().c_str(),
-                d["maxP2pBytes"].get<size_t>(), d["maxCollBytes"].get<size_t>(), vprops.c_str(), pci.c_str());
+                bytesText(d["maxP2pBytes"].get<size_t>()).c_str(), bytesText(d["maxCollBytes"].get<size_t>()).c_str(),
+                vprops.c_str(), pci.c_str());
   }
 }
 
