@@ -144,6 +144,17 @@ if [ "$status" != 127 ] || ! grep -q "cannot run no-such-tool-$$: No such file o
   failures=$((failures + 1))
 fi
 
+# One that is there but cannot be run is 126, as a shell says it (it was 127, "not found").
+not_runnable=$(mktemp)
+chmod 644 "$not_runnable"
+out=$(timeout 20 "$bin/nccl-net-run" -n 1 "$not_runnable" 2>&1)
+status=$?
+if [ "$status" != 126 ] || ! grep -q "cannot run $not_runnable: Permission denied" <<<"$out"; then
+  echo "FAILED: a command that cannot be run: status $status, '$out'"
+  failures=$((failures + 1))
+fi
+rm -f "$not_runnable"
+
 # The algorithm line names NNS_ALGO's choice (it said "auto" while the tree ran); -A wins over it.
 for case in "tree::# algorithm: tree (from NNS_ALGO)" "tree:ring:# algorithm: ring" ":ring:# algorithm: ring"; do
   IFS=: read -r algo flag want <<<"$case"

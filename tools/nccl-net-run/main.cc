@@ -237,7 +237,8 @@ int runTool(int argc, char** argv) {
         if (errno != ENOENT) error = errno;
       }
       std::fprintf(stderr, "nccl-net-run: cannot run %s: %s\n", argv[first], std::strerror(error));
-      _exit(127);
+      // As a shell says it: 127 for a command that is not there, 126 for one found but not runnable.
+      _exit(error == ENOENT || error == ENOTDIR ? 127 : 126);
     }
     if (pid < 0) {
       std::perror("nccl-net-run: fork");
