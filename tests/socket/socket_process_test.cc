@@ -335,8 +335,9 @@ TEST_P(SocketTwoProcessLoopback, MovesEverySize) {
   Role role{"", env, false, kSizes, "", {}};
   Pair pair;
   pair.start(role, role);
-  EXPECT_EQ(waitChild(pair.sender, std::chrono::seconds(30)), 0) << "sender";
-  EXPECT_EQ(waitChild(pair.receiver, std::chrono::seconds(30)), 0) << "receiver";
+  // Hang guards, not a speed check: under TSan beside another test this took up to 10 s of 30.
+  EXPECT_EQ(waitChild(pair.sender, std::chrono::seconds(90)), 0) << "sender";
+  EXPECT_EQ(waitChild(pair.receiver, std::chrono::seconds(90)), 0) << "receiver";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -493,8 +494,9 @@ TEST_F(TwoHosts, InterfaceSelectionFollowsNcclSocketIfname) {
 TEST_F(TwoHosts, MovesEverySizeOverOneInterface) {
   Pair pair;
   pair.start(receiverRole(false, kSizes), senderRole(false, kSizes));
-  EXPECT_EQ(waitChild(pair.sender, std::chrono::seconds(30)), 0) << "sender";
-  EXPECT_EQ(waitChild(pair.receiver, std::chrono::seconds(30)), 0) << "receiver";
+  // Hang guards, not a speed check: under TSan beside another test this took up to 10 s of 30.
+  EXPECT_EQ(waitChild(pair.sender, std::chrono::seconds(90)), 0) << "sender";
+  EXPECT_EQ(waitChild(pair.receiver, std::chrono::seconds(90)), 0) << "receiver";
 }
 
 TEST_F(TwoHosts, FusedDeviceStripesOverBothInterfaces) {
@@ -502,8 +504,8 @@ TEST_F(TwoHosts, FusedDeviceStripesOverBothInterfaces) {
   for (int i = 0; i < 4; ++i) sizes.push_back(size_t{16} << 20);
   Pair pair;
   pair.start(receiverRole(true, sizes), senderRole(true, sizes));
-  EXPECT_EQ(waitChild(pair.sender, std::chrono::seconds(40)), 0) << "sender";
-  EXPECT_EQ(waitChild(pair.receiver, std::chrono::seconds(40)), 0) << "receiver";
+  EXPECT_EQ(waitChild(pair.sender, std::chrono::seconds(120)), 0) << "sender";
+  EXPECT_EQ(waitChild(pair.receiver, std::chrono::seconds(120)), 0) << "receiver";
 }
 
 // One of the two fused links goes down mid-transfer: no FIN or RST ever arrives, so only the dead-peer timeout
