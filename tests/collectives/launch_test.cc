@@ -284,6 +284,17 @@ TEST(BootstrapFailures, AnAllGatherOverTheLimitIsRefusedByItsSizeOnEveryRank) {
 extern "C" int getaddrinfo(const char* node, const char* service, const addrinfo* hints, addrinfo** res) {
   using Real = int (*)(const char*, const char*, const addrinfo*, addrinfo**);
   static Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "getaddrinfo"));
+  // "nns-flaky-dns.test": the resolver fails for a while (EAI_AGAIN, as a DNS server that timed out), then gives
+  // 127.0.0.1.
+  static std::atomic<int> flakyFailures{0};
+  if (node != nullptr && std::strcmp(node, "nns-flaky-dns.test") == 0) {
+    if (flakyFailures++ < 3) return EAI_AGAIN;
+    addrinfo numeric{};
+    numeric.ai_flags = AI_NUMERICHOST;
+    numeric.ai_family = AF_INET;
+    numeric.ai_socktype = SOCK_STREAM;
+    return real("127.0.0.1", service, &numeric, res);
+  }
   if (node == nullptr || std::strcmp(node, "nns-two-addresses.test") != 0) return real(node, service, hints, res);
   addrinfo numeric{};
   numeric.ai_flags = AI_NUMERICHOST;
@@ -797,6 +808,17 @@ TEST(BootstrapFailures, RankZeroOutOfDescriptorsDoesNotSpinAndSaysSo) {
   ASSERT_GE(flood.front(), 0) << "rank 0 never listened";
   EXPECT_LT(std::atof(line.c_str()), 0.5) << "CPU seconds in a 2 s wait: " << line;
   EXPECT_NE(line.find("accepting failed: Too many open files"), std::string::npos) << line;
+}
+
+// A resolver that fails for a while (EAI_AGAIN three times: a DNS server timing out while a job's ranks start) is
+// retried until the timeout: the rank joins. It failed at once ("cannot resolve root address ...: Temporary failure
+// in name resolution").
+TEST(BootstrapFailures, ATemporaryResolverFailureIsRetried) {
+  const int port = nns::test::freeLoopbackPort();
+  auto got = outcomes({{0, 2, "127.0.0.1", port, "test"}, {1, 2, "nns-flaky-dns.test", port, "test"}},
+                      std::chrono::milliseconds(5000));
+  EXPECT_EQ(got[0].error, "");
+  EXPECT_EQ(got[1].error, "");
 }
 
 // A rank that never arrives, and a rank 0 that never listens: remote errors (a peer), on every rank that waited.

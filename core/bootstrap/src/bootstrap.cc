@@ -225,11 +225,17 @@ struct Address {
 };
 
 // Every address the root's host resolves to (a name may have an IPv6 and an IPv4 one): joiners try each in turn.
-std::vector<Address> resolve(const std::string& host, int port) {
+// The root's addresses. A resolver's temporary failure (EAI_AGAIN: a DNS server that timed out or is restarting,
+// common when hundreds of ranks start at once) is retried until `deadline`, as a refused connect is.
+std::vector<Address> resolve(const std::string& host, int port, Clock::time_point deadline) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* result = nullptr;
   int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
+  while (rc == EAI_AGAIN && Clock::now() < deadline) {
+    usleep(200000);
+    rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
+  }
   if (rc != 0 || result == nullptr) {
     // A name no one knows is the setting's fault; a resolver that failed (EAI_AGAIN, no memory) this rank's.
     const bool unknown = rc == EAI_NONAME || rc == EAI_NODATA || rc == EAI_ADDRFAMILY || rc == EAI_SERVICE;
@@ -584,7 +590,7 @@ Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
 
 void Bootstrap::rendezvous(const LaunchInfo& info) {
   const auto deadline = Clock::now() + timeout_;
-  const std::vector<Address> roots = resolve(info.rootHost, info.rootPort);
+  const std::vector<Address> roots = resolve(info.rootHost, info.rootPort, deadline);
   const JoinMessage mine{kJoinMagic, kJoinVersion, rank_, size_, jobId(info.job)};
   const std::string rootText =
       (info.rootHost.find(':') != std::string::npos ? "[" + info.rootHost + "]" : info.rootHost) + ":" +
