@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -27,6 +28,52 @@ Library::~Library() {
 }
 
 namespace {
+
+// A plugin before v11 is initialised once per process (its init has no context to give back): the first adapter of
+// a table calls it, the others of that table find it done. Each communicator loads the plugin and gets an adapter of
+// its own, so a flag per adapter called a v6..v10 plugin's init once per communicator. A table's record lasts while
+// an adapter of it lives; with the last one the library may be unloaded, and a later load initialises it again, as
+// NCCL does when its last communicator is gone.
+class InitOnce {
+ public:
+  explicit InitOnce(const void* table) : table_(table) {
+    std::lock_guard<std::mutex> lock(mutex());
+    ++tables()[table_].adapters;
+  }
+  ~InitOnce() {
+    std::lock_guard<std::mutex> lock(mutex());
+    auto found = tables().find(table_);
+    if (found != tables().end() && --found->second.adapters == 0) tables().erase(found);
+  }
+  InitOnce(const InitOnce&) = delete;
+  InitOnce& operator=(const InitOnce&) = delete;
+
+  // Runs `init` unless it has succeeded for this table already; a failed init is tried again next time.
+  template <class Init>
+  ncclResult_t run(const Init& init) {
+    std::lock_guard<std::mutex> lock(mutex());
+    Record& record = tables()[table_];
+    if (record.initialised) return ncclSuccess;
+    const ncclResult_t result = init();
+    if (result == ncclSuccess) record.initialised = true;
+    return result;
+  }
+
+ private:
+  struct Record {
+    int adapters = 0;
+    bool initialised = false;
+  };
+  static std::mutex& mutex() {
+    static std::mutex* m = new std::mutex;  // never destroyed: adapters may outlive static destruction
+    return *m;
+  }
+  static std::map<const void*, Record>& tables() {
+    static auto* t = new std::map<const void*, Record>;
+    return *t;
+  }
+  const void* table_;
+};
 
 // Each ABI version's table, collNet table and properties types.
 template <int V>
@@ -177,7 +224,8 @@ class NetAdapter final : public Net {
   using T = typename Table<V>::Net;
 
  public:
-  NetAdapter(const T* table, std::shared_ptr<Library> library) : t_(table), library_(std::move(library)) {}
+  NetAdapter(const T* table, std::shared_ptr<Library> library)
+      : t_(table), library_(std::move(library)), initOnce_(table) {}
 
   const char* name() const override { return t_->name; }
   int version() const override { return V; }
@@ -198,18 +246,15 @@ class NetAdapter final : public Net {
       // Before v11 a plugin is initialised once per process; the ctx is the host's own record of the config,
       // which v10's connect takes.
       (void)commId;
-      std::lock_guard<std::mutex> lock(initMutex_);
-      if (!initialised_) {
-        ncclResult_t result;
+      const ncclResult_t result = initOnce_.run([&] {
         if constexpr (V == 10) {
-          result = t_->init(logger, profiler);
+          return t_->init(logger, profiler);
         } else {
           (void)profiler;
-          result = t_->init(logger);
+          return t_->init(logger);
         }
-        if (result != ncclSuccess) return result;
-        initialised_ = true;
-      }
+      });
+      if (result != ncclSuccess) return result;
       if (ctx != nullptr) *ctx = unset ? &unsetConfig() : new ncclNetCommConfig_v12_t(*config);
       return ncclSuccess;
     }
@@ -380,8 +425,7 @@ class NetAdapter final : public Net {
 
   const T* t_;
   std::shared_ptr<Library> library_;
-  std::mutex initMutex_;
-  bool initialised_ = false;
+  InitOnce initOnce_;  // after library_: the record goes before the library may be unloaded
 };
 
 // One adapter per ncclCollNet_vN: the v12 view of a collNet, filled as NCCL 2.30's src/plugin/net/net_vN.cc do.
@@ -390,7 +434,8 @@ class CollNetAdapter final : public CollNet {
   using T = typename Table<V>::Coll;
 
  public:
-  CollNetAdapter(const T* table, std::shared_ptr<Library> library) : t_(table), library_(std::move(library)) {}
+  CollNetAdapter(const T* table, std::shared_ptr<Library> library)
+      : t_(table), library_(std::move(library)), initOnce_(table) {}
 
   const char* name() const override { return t_->name; }
   int version() const override { return V; }
@@ -403,12 +448,8 @@ class CollNetAdapter final : public CollNet {
     } else {
       // Before v11 a collNet is initialised once per process and has no per-communicator context.
       (void)commId;
-      std::lock_guard<std::mutex> lock(initMutex_);
-      if (!initialised_) {
-        ncclResult_t result = t_->init(logger);
-        if (result != ncclSuccess) return result;
-        initialised_ = true;
-      }
+      const ncclResult_t result = initOnce_.run([&] { return t_->init(logger); });
+      if (result != ncclSuccess) return result;
       if (ctx != nullptr) *ctx = nullptr;
       return ncclSuccess;
     }
@@ -577,8 +618,7 @@ class CollNetAdapter final : public CollNet {
 
   const T* t_;
   std::shared_ptr<Library> library_;
-  std::mutex initMutex_;
-  bool initialised_ = false;
+  InitOnce initOnce_;  // after library_: the record goes before the library may be unloaded
 };
 
 }  // namespace
