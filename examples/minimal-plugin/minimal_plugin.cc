@@ -338,7 +338,7 @@ class MinimalNet {
   }
 
   ncclResult_t getProperties(int /*dev*/, ncclNetProperties_v12_t* props) {
-    // The SDK pre-filled safe defaults (railId/planeId -1, maxP2pBytes 1 TiB, vProps {dev}, ...).
+    // The SDK pre-filled safe defaults (railId/planeId -1, maxP2pBytes 1 GiB, vProps {dev}, ...).
     props->name = const_cast<char*>("shm0");
     props->pciPath = nullptr;  // not a PCI device
     props->guid = 0x6d696e696d616cull;

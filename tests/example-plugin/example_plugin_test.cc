@@ -117,7 +117,7 @@ TYPED_TEST(EveryVersion, MovesDataBetweenTwoProcesses) {
     EXPECT_EQ(props.forceFlush, 0);
     EXPECT_EQ(props.vProps.ndevs, 1);
     EXPECT_EQ(props.vProps.devs[0], 0);
-    EXPECT_EQ(props.maxP2pBytes, NCCL_MAX_NET_SIZE_BYTES);
+    EXPECT_EQ(props.maxP2pBytes, NCCL_NET_DEFAULT_MAX_P2P_BYTES);
   }
   if constexpr (V >= 11) {
     EXPECT_EQ(props.maxMultiRequestSize, 1);

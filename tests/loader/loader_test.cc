@@ -411,7 +411,7 @@ TEST(Adapters, OldVersionsPropertiesAreFilledAsNcclDoes) {
       EXPECT_EQ(props.maxCollBytes, 512ull << 20);
       EXPECT_EQ(props.forceFlush, 0);
     } else {
-      EXPECT_EQ(props.maxP2pBytes, NCCL_MAX_NET_SIZE_BYTES) << "copied from the plugin";
+      EXPECT_EQ(props.maxP2pBytes, NCCL_NET_DEFAULT_MAX_P2P_BYTES) << "copied from the plugin (the SDK's default)";
     }
     EXPECT_FALSE(net->hasSetNetAttr()) << "the minimal plugin has none";
     EXPECT_EQ(roundTrip(*net, ctx, 100000), 100000);
@@ -440,6 +440,36 @@ TEST(Adapters, SizesAnIntSizedVersionCannotCarryAreErrors) {
   EXPECT_EQ(v6->regMr(&byte, &byte, static_cast<size_t>(INT_MAX) + 1, NCCL_PTR_HOST, &mhandle), ncclInternalError);
   EXPECT_EQ(openNetVersion(kDir + "/libnccl-net-minimal-v6.so", 12, &error), nullptr);
   EXPECT_NE(error.find("does not export ncclNetPlugin_v12"), std::string::npos) << error;
+}
+
+// A virtual NIC of more devices than the version's list holds (4 before v12, 8 in v12) is an error: the adapter
+// copied the count and listed device 0 for the entries the plugin never wrote.
+TEST(Adapters, AVirtualNicBeyondTheVersionsListIsRefused) {
+  for (int version : {9, 12}) {
+    SCOPED_TRACE("ncclNet_v" + std::to_string(version));
+    const std::string path = kDir + "/libnccl-net-strict-host-v" + std::to_string(version) + ".so";
+    std::string error;
+    auto net = openNetVersion(path, version, &error);
+    ASSERT_NE(net, nullptr) << error;
+    void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+    ASSERT_NE(library, nullptr) << dlerror();
+    auto* size = static_cast<int*>(dlsym(library, "nnsStrictVNicSize"));
+    ASSERT_NE(size, nullptr);
+    const int most = version == 12 ? NCCL_NET_MAX_DEVS_PER_NIC : NCCL_NET_MAX_DEVS_PER_NIC_V11;
+    ncclNetProperties_v12_t props{};
+    *size = most;
+    EXPECT_EQ(net->getProperties(0, &props), ncclSuccess);
+    EXPECT_EQ(props.vProps.ndevs, most);
+    *size = most + 2;
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(net->getProperties(0, &props), ncclInternalError);
+    EXPECT_NE(testing::internal::GetCapturedStderr().find("a virtual NIC of " + std::to_string(most + 2) + " devices"),
+              std::string::npos);
+    *size = -1;
+    EXPECT_EQ(net->getProperties(0, &props), ncclInternalError);
+    *size = 0;
+    dlclose(library);
+  }
 }
 
 // A plugin before v11 is initialised once per process, however many communicators load it (each gets an adapter of

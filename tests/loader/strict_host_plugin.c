@@ -75,9 +75,13 @@ static ncclResult_t devices(int* ndev) {
   return ncclSuccess;
 }
 
+/* The virtual NIC size getProperties reports (loader_test sets it: a count beyond the version's list). */
+EXPORT int nnsStrictVNicSize = 0;
+
 static ncclResult_t getProperties(int dev, T(ncclNetProperties) * props) {
   memset(props, 0, sizeof(*props));
   props->name = dev == 0 ? "strict0" : "strict1";
+  props->vProps.ndevs = nnsStrictVNicSize;
   props->ptrSupport = NCCL_PTR_HOST;
   props->speed = 1000;
   props->maxComms = 1;

@@ -48,6 +48,9 @@ struct Calls {
   int vdevs = 1;          // ndevs getProperties reports
   bool throwInListen = false;
   bool optionalCompletion = false;  // recvCompletionOptional() in the last irecv
+  size_t maxP2pBytes = 0;           // what getProperties reports, where not 0
+  size_t maxCollBytes = 0;
+  bool noName = false;  // getProperties leaves the name NULL
 };
 Calls calls;
 
@@ -66,7 +69,9 @@ struct RecordingNet {
     return ncclSuccess;
   }
   ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
-    props->name = const_cast<char*>("rec0");
+    props->name = calls.noName ? nullptr : const_cast<char*>("rec0");
+    if (calls.maxP2pBytes != 0) props->maxP2pBytes = calls.maxP2pBytes;
+    if (calls.maxCollBytes != 0) props->maxCollBytes = calls.maxCollBytes;
     props->speed = 200000 + dev;
     props->maxRecvs = 8;
     props->vProps.ndevs = calls.vdevs;
@@ -117,6 +122,7 @@ struct RecordingNet {
 struct GpuWithoutFlushNet : RecordingNet {
   static constexpr const char kName[] = "gpu-no-flush";
   ncclResult_t getProperties(int, ncclNetProperties_v12_t* props) {
+    props->name = const_cast<char*>("gpu0");
     props->ptrSupport = NCCL_PTR_HOST | NCCL_PTR_CUDA;
     return ncclSuccess;
   }
@@ -312,7 +318,7 @@ TEST(Export, PropertiesAreDowngradedFieldByField) {
   EXPECT_EQ(v6.maxRecvs, 8);
   ncclNetProperties_v9_t v9;
   ASSERT_EQ(NetTables<RecordingNet>::v9.getProperties(0, &v9), ncclSuccess);
-  EXPECT_EQ(v9.maxP2pBytes, NCCL_MAX_NET_SIZE_BYTES);
+  EXPECT_EQ(v9.maxP2pBytes, NCCL_NET_DEFAULT_MAX_P2P_BYTES);
   EXPECT_EQ(v9.vProps.ndevs, 1);
   ncclNetProperties_v12_t v12;
   ASSERT_EQ(NetTables<RecordingNet>::v12.getProperties(0, &v12), ncclSuccess);
@@ -477,7 +483,38 @@ TEST(Export, OptionalCallsAreNullWhenAbsentAndWiredWhenPresent) {
 
 TEST(Export, GpuSupportWithoutIflushIsRefused) {
   ncclNetProperties_v12_t props;
+  sdk::setLogger(recordingLogger);
+  logLines().clear();
   EXPECT_EQ(NetTables<GpuWithoutFlushNet>::v12.getProperties(0, &props), ncclInternalError);
+  EXPECT_TRUE(logged("supports GPU memory but the plugin has no iflush"));
+}
+
+// Limits NCCL acts on are checked as it checks them, and kept to what test() can report: a limit above INT_MAX (NCCL's
+// own plugins say 1 TiB) is cut to NCCL's default with a word in the log, since the SDK's isend refuses a message
+// above INT_MAX (the SDK's own default was 1 TiB, so NCCL could post a message that failed). No name, or a
+// maxCollBytes of 0, is refused.
+TEST(Export, PropertiesLimitsAreWhatTestCanReport) {
+  sdk::setLogger(recordingLogger);
+  ncclNetProperties_v12_t props;
+  ASSERT_EQ(NetTables<RecordingNet>::v12.getProperties(0, &props), ncclSuccess);
+  EXPECT_EQ(props.maxP2pBytes, NCCL_NET_DEFAULT_MAX_P2P_BYTES);
+  EXPECT_EQ(props.maxCollBytes, NCCL_NET_DEFAULT_MAX_COLL_BYTES);
+  calls.maxP2pBytes = NCCL_MAX_NET_SIZE_BYTES;
+  calls.maxCollBytes = size_t{INT_MAX};
+  logLines().clear();
+  ASSERT_EQ(NetTables<RecordingNet>::v12.getProperties(0, &props), ncclSuccess);
+  EXPECT_EQ(props.maxP2pBytes, NCCL_NET_DEFAULT_MAX_P2P_BYTES);
+  EXPECT_EQ(props.maxCollBytes, size_t{INT_MAX});
+  EXPECT_TRUE(logged("maxP2pBytes 1099511627776 is above INT_MAX, which test() cannot report; using 1073741824"));
+  calls.maxP2pBytes = 0;
+  calls.maxCollBytes = NCCL_MAX_NET_SIZE_BYTES + 1;
+  EXPECT_EQ(NetTables<RecordingNet>::v12.getProperties(0, &props), ncclInternalError);
+  EXPECT_TRUE(logged("maxCollBytes 1099511627777 outside (0, 1 TiB]"));
+  calls.maxCollBytes = 0;
+  calls.noName = true;
+  EXPECT_EQ(NetTables<RecordingNet>::v12.getProperties(0, &props), ncclInternalError);
+  EXPECT_TRUE(logged("device 0 has no name"));
+  calls.noName = false;
 }
 
 // ---- collNet: in-network collectives need switch hardware (SHARP-class) that cannot run here, so the SDK's collNet

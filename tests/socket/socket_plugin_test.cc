@@ -187,7 +187,7 @@ TEST_F(SocketPlugin, LoopbackDeviceProperties) {
   EXPECT_EQ(props.latency, 0);
   EXPECT_EQ(props.vProps.ndevs, 1);
   EXPECT_EQ(props.vProps.devs[0], 0);
-  EXPECT_EQ(props.maxP2pBytes, NCCL_MAX_NET_SIZE_BYTES);
+  EXPECT_EQ(props.maxP2pBytes, NCCL_NET_DEFAULT_MAX_P2P_BYTES);
   EXPECT_EQ(props.railId, NCCL_NET_ID_UNDEF);
   EXPECT_EQ(props.netDeviceType, NCCL_NET_DEVICE_HOST);
 }

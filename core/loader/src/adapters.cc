@@ -107,7 +107,7 @@ void warn(const char* plugin, const char* format, ...) {
   va_start(args, format);
   std::vsnprintf(text, sizeof(text), format, args);
   va_end(args);
-  std::fprintf(stderr, "WARN NET/Loader : plugin %s: %s\n", plugin, text);
+  std::fprintf(stderr, "WARN NET/Loader : plugin %s: %s\n", plugin != nullptr ? plugin : "(unnamed)", text);
 }
 
 // The parameter types of a function-pointer type, to name each version's own SGE / vProps struct.
@@ -171,7 +171,13 @@ template <int V, class GetProperties>
 ncclResult_t readProperties(GetProperties getProperties, int dev, ncclNetProperties_v12_t* out) {
   using Props = typename Table<V>::Props;
   if constexpr (V == 12) {
-    return getProperties(dev, out);
+    ncclResult_t result = getProperties(dev, out);
+    if (result == ncclSuccess && (out->vProps.ndevs < 0 || out->vProps.ndevs > NCCL_NET_MAX_DEVS_PER_NIC)) {
+      warn(out->name, "device %d reports a virtual NIC of %d devices; ncclNet_v12 lists at most %d", dev,
+           out->vProps.ndevs, NCCL_NET_MAX_DEVS_PER_NIC);
+      return ncclInternalError;
+    }
+    return result;
   } else {
     Props in;
     std::memset(&in, 0, sizeof(in));
@@ -199,6 +205,12 @@ ncclResult_t readProperties(GetProperties getProperties, int dev, ncclNetPropert
     if constexpr (V >= 8) out->regIsGlobal = in.regIsGlobal;
     if constexpr (V >= 9) {
       out->forceFlush = in.forceFlush;
+      // A count beyond the version's list would name devices the plugin never wrote (zeros: device 0).
+      if (in.vProps.ndevs < 0 || in.vProps.ndevs > NCCL_NET_MAX_DEVS_PER_NIC_V11) {
+        warn(in.name, "device %d reports a virtual NIC of %d devices; ncclNet_v%d lists at most %d", dev,
+             in.vProps.ndevs, V, NCCL_NET_MAX_DEVS_PER_NIC_V11);
+        return ncclInternalError;
+      }
       out->vProps.ndevs = in.vProps.ndevs;
       for (int i = 0; i < in.vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC_V11; ++i)
         out->vProps.devs[i] = in.vProps.devs[i];

@@ -384,8 +384,11 @@ inline void defaultProperties(int dev, ncclNetProperties_v12_t* props) {
   props->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
   props->vProps.ndevs = 1;
   props->vProps.devs[0] = dev;
-  props->maxP2pBytes = NCCL_MAX_NET_SIZE_BYTES;
-  props->maxCollBytes = NCCL_MAX_NET_SIZE_BYTES;
+  // NCCL's own ceilings for plugins that do not say (MAX_NET_SIZE, MAX_COLLNET_SIZE): test() reports sizes as int in
+  // every version, so a message above INT_MAX could never complete (isend refuses it), and NCCL cuts its transfers
+  // at maxP2pBytes. A vendor may raise them up to INT_MAX.
+  props->maxP2pBytes = NCCL_NET_DEFAULT_MAX_P2P_BYTES;
+  props->maxCollBytes = NCCL_NET_DEFAULT_MAX_COLL_BYTES;
   props->maxMultiRequestSize = 1;
   props->railId = NCCL_NET_ID_UNDEF;
   props->planeId = NCCL_NET_ID_UNDEF;
@@ -554,9 +557,25 @@ struct NetEntry {
     NCCL_NET_CHECK(checkDevice<Net>("getProperties", dev));
     defaultProperties(dev, props);
     NCCL_NET_CHECK(net().getProperties(dev, props));
+    NCCL_NET_SDK_REQUIRE(props->name != nullptr, ncclInternalError,
+                         "getProperties: device %d has no name (NCCL keys its NICs by name)", dev);
     NCCL_NET_SDK_REQUIRE(props->maxP2pBytes > 0 && props->maxP2pBytes <= NCCL_MAX_NET_SIZE_BYTES, ncclInternalError,
                          "getProperties: device %d reports maxP2pBytes %zu outside (0, 1 TiB]", dev,
                          props->maxP2pBytes);
+    NCCL_NET_SDK_REQUIRE(props->maxCollBytes > 0 && props->maxCollBytes <= NCCL_MAX_NET_SIZE_BYTES, ncclInternalError,
+                         "getProperties: device %d reports maxCollBytes %zu outside (0, 1 TiB]", dev,
+                         props->maxCollBytes);
+    // A limit above what test() can report (its sizes are int) is one the SDK's isend would refuse: NCCL would post
+    // a message that fails. Cut to NCCL's own default, with a word in the log.
+    for (size_t* limit : {&props->maxP2pBytes, &props->maxCollBytes}) {
+      if (*limit <= static_cast<size_t>(INT_MAX)) continue;
+      const size_t cut =
+          limit == &props->maxP2pBytes ? NCCL_NET_DEFAULT_MAX_P2P_BYTES : NCCL_NET_DEFAULT_MAX_COLL_BYTES;
+      NCCL_NET_INFO(NCCL_NET,
+                    "getProperties: device %d: %s %zu is above INT_MAX, which test() cannot report; using %zu", dev,
+                    limit == &props->maxP2pBytes ? "maxP2pBytes" : "maxCollBytes", *limit, cut);
+      *limit = cut;
+    }
     if constexpr (!has_iflush_v<Net>) {
       NCCL_NET_SDK_REQUIRE((props->ptrSupport & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) == 0, ncclInternalError,
                            "getProperties: device %d supports GPU memory but the plugin has no iflush", dev);
