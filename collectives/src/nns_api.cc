@@ -63,9 +63,21 @@ bool warnLines() {
   return false;
 }
 
+// Set while a call that joins the current group runs (a collective, a send or receive, a communicator's creation):
+// only its refusals are the group's, returned again by nnsGroupEnd. A query that fails inside a group (nnsCommCount
+// on a handle still being made, nnsGetVersion(NULL)) is its own call's error: it failed a group whose operations all
+// ran, and a caller took communicators that were made for failed ones.
+thread_local bool inGroupOperation = false;
+struct GroupOperation {
+  GroupOperation() { inGroupOperation = true; }
+  ~GroupOperation() { inGroupOperation = false; }
+  GroupOperation(const GroupOperation&) = delete;
+  GroupOperation& operator=(const GroupOperation&) = delete;
+};
+
 ncclResult_t failWith(ncclResult_t result, const std::string& what) {
   lastError = what;
-  if (groupDepth > 0 && groupRefusal == ncclSuccess) {
+  if (groupDepth > 0 && inGroupOperation && groupRefusal == ncclSuccess) {
     groupRefusal = result;
     groupRefusalText = what;
   }
@@ -328,6 +340,22 @@ ncclResult_t makeComm(nnsComm_t* out, const nns::core::LaunchInfo& launch) {
   return result;
 }
 
+// Runs body(i) for each i in [0, count) on a thread of its own and joins them. An index whose thread cannot start (a
+// process at its thread limit, no memory) goes to unstarted(i, why) and the others still run: the std::system_error
+// escaped the C API before and ended the process.
+template <class Body, class Unstarted>
+void onThreads(size_t count, const Body& body, const Unstarted& unstarted) {
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < count; ++i) {
+    try {
+      threads.emplace_back([&body, i] { body(i); });
+    } catch (const std::exception& e) {
+      unstarted(i, std::string("could not start a thread for it: ") + e.what());
+    }
+  }
+  for (auto& thread : threads) thread.join();
+}
+
 // At the outermost nnsGroupEnd: the group's communicators, each on a thread of its own (their bootstraps wait for
 // each other). One that fails is freed; its handle is then refused as not live. The first failure is returned.
 ncclResult_t makePendingComms() {
@@ -336,13 +364,18 @@ ncclResult_t makePendingComms() {
   if (inits.empty()) return ncclSuccess;
   std::vector<ncclResult_t> results(inits.size(), ncclSuccess);
   std::vector<std::string> errors(inits.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < inits.size(); ++i)
-    threads.emplace_back([&, i] {
-      results[i] = buildComm(inits[i].comm, inits[i].launch);
-      if (results[i] != ncclSuccess) errors[i] = lastError;  // this thread's own
-    });
-  for (auto& thread : threads) thread.join();
+  onThreads(
+      inits.size(),
+      [&](size_t i) {
+        results[i] = buildComm(inits[i].comm, inits[i].launch);
+        if (results[i] != ncclSuccess) errors[i] = lastError;  // this thread's own
+      },
+      [&](size_t i, const std::string& why) {
+        results[i] = ncclSystemError;
+        errors[i] = "communicator rank " + std::to_string(inits[i].launch.rank) + ": " + why;
+        if (inits[i].launch.rank == 0 && inits[i].launch.rootPort > 0)
+          nns::core::releaseRootListener(inits[i].launch.rootPort);
+      });
   ncclResult_t first = ncclSuccess;
   for (size_t i = 0; i < inits.size(); ++i) {
     if (results[i] == ncclSuccess) continue;
@@ -357,6 +390,9 @@ ncclResult_t makePendingComms() {
   }
   return first;
 }
+
+// nnsGroupEnd's work (below the C API, which catches what it throws).
+ncclResult_t groupEnd();
 
 }  // namespace
 
@@ -397,6 +433,7 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
 }
 
 ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, int rank) {
+  GroupOperation joining;
   if (comm == nullptr) return failWith(ncclInvalidArgument, "comm is NULL");
   *comm = nullptr;  // on any failure, as ncclCommInitRank leaves it
   if (nranks < 1 || rank < 0 || rank >= nranks)
@@ -414,6 +451,7 @@ ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, in
 }
 
 ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm) {
+  GroupOperation joining;
   if (comm == nullptr) return failWith(ncclInvalidArgument, "comm is NULL");
   *comm = nullptr;
   nns::core::LaunchInfo launch;
@@ -498,6 +536,7 @@ const char* nnsGetLastError(void) {
 
 ncclResult_t nnsAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                           nnsComm_t comm, void* stream) {
+  GroupOperation joining;
   Hold hold(comm);
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r =
@@ -509,6 +548,7 @@ ncclResult_t nnsAllReduce(const void* sendbuff, void* recvbuff, size_t count, nc
 
 ncclResult_t nnsBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                           nnsComm_t comm, void* stream) {
+  GroupOperation joining;
   Hold hold(comm);
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkRank(comm, root, "root"); r != ncclSuccess) return r;
@@ -522,6 +562,7 @@ ncclResult_t nnsBroadcast(const void* sendbuff, void* recvbuff, size_t count, nc
 
 ncclResult_t nnsReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                        int root, nnsComm_t comm, void* stream) {
+  GroupOperation joining;
   Hold hold(comm);
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkRank(comm, root, "root"); r != ncclSuccess) return r;
@@ -535,6 +576,7 @@ ncclResult_t nnsReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
 
 ncclResult_t nnsAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                           nnsComm_t comm, void* stream) {
+  GroupOperation joining;
   Hold hold(comm);
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkArguments(comm, datatype, sendbuff, recvbuff, sendcount, ncclSum,
@@ -546,6 +588,7 @@ ncclResult_t nnsAllGather(const void* sendbuff, void* recvbuff, size_t sendcount
 
 ncclResult_t nnsReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
                               ncclRedOp_t op, nnsComm_t comm, void* stream) {
+  GroupOperation joining;
   Hold hold(comm);
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkArguments(comm, datatype, sendbuff, recvbuff, recvcount, op,
@@ -557,6 +600,7 @@ ncclResult_t nnsReduceScatter(const void* sendbuff, void* recvbuff, size_t recvc
 
 ncclResult_t nnsSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm,
                      void* stream) {
+  GroupOperation joining;
   Hold hold(comm);
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkRank(comm, peer, "peer"); r != ncclSuccess) return r;
@@ -570,6 +614,7 @@ ncclResult_t nnsSend(const void* sendbuff, size_t count, ncclDataType_t datatype
 }
 
 ncclResult_t nnsRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm, void* stream) {
+  GroupOperation joining;
   Hold hold(comm);
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkRank(comm, peer, "peer"); r != ncclSuccess) return r;
@@ -590,6 +635,19 @@ ncclResult_t nnsGroupStart(void) {
 }
 
 ncclResult_t nnsGroupEnd(void) {
+  try {
+    return groupEnd();
+  } catch (const std::exception& e) {  // no memory for the group's own bookkeeping
+    groupRunning.clear();
+    return failWith(ncclSystemError, std::string("nnsGroupEnd: ") + e.what());
+  }
+}
+
+}  // extern "C"
+
+namespace {
+
+ncclResult_t groupEnd() {
   if (groupDepth == 0) return failWith(ncclInvalidUsage, "nnsGroupEnd without nnsGroupStart");
   if (--groupDepth > 0) return ncclSuccess;
   // Communicators made in the group come first (an operation on one was refused at its call: not live yet); the
@@ -641,13 +699,15 @@ ncclResult_t nnsGroupEnd(void) {
     failure = runComm(comms[0], groupP2P);
   } else if (comms.size() > 1) {
     std::vector<Outcome> outcomes(comms.size());
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < comms.size(); ++i)
-      threads.emplace_back([&, i] {
-        std::vector<P2POp> p2p;
-        outcomes[i] = runComm(comms[i], p2p);
-      });
-    for (auto& thread : threads) thread.join();
+    onThreads(
+        comms.size(),
+        [&](size_t i) {
+          std::vector<P2POp> p2p;
+          outcomes[i] = runComm(comms[i], p2p);
+        },
+        [&](size_t i, const std::string& why) {
+          outcomes[i] = Outcome{ncclSystemError, why};
+        });
     for (auto& outcome : outcomes) {
       if (outcome.result == ncclSuccess) continue;
       failure = std::move(outcome);
@@ -673,4 +733,4 @@ ncclResult_t nnsGroupEnd(void) {
   return ncclSuccess;
 }
 
-}  // extern "C"
+}  // namespace

@@ -1,6 +1,8 @@
 // c_api_test.cc: the C API (nns/nns.h) through libnns.so: a unique id made on one rank, communicators made from it
 // in threads, errors with codes and text, groups, and an abort seen by the peers.
+#include <dlfcn.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -473,6 +475,65 @@ TEST(CApi, AUniqueIdNeedsAnInterfaceNcclSocketIfnameSelects) {
   nnsComm_t comm = nullptr;  // a one-rank communicator lets the id's port go
   ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError();
   EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+}
+
+// A query that fails inside a group is that call's error, not the group's: nnsGroupEnd still reports the group's
+// operations (both communicators made). It returned ncclInvalidArgument, "a call in this group was refused", and a
+// caller took the two good communicators for failed ones.
+TEST(CApi, AFailedQueryInsideAGroupIsNotTheGroupsError) {
+  const nnsUniqueId id = loopbackId();
+  nnsComm_t comms[2] = {nullptr, nullptr};
+  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+  EXPECT_EQ(nnsCommInitRank(&comms[0], 2, id, 0), ncclSuccess);
+  EXPECT_EQ(nnsCommInitRank(&comms[1], 2, id, 1), ncclSuccess);
+  int count = 0;
+  EXPECT_NE(nnsCommCount(comms[0], &count), ncclSuccess) << "not made yet";
+  EXPECT_EQ(nnsGetVersion(nullptr), ncclInvalidArgument);
+  ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+  expectGroupedSumAndDestroy(comms);
+  // A group operation's refusal still is the group's.
+  const nnsUniqueId other = loopbackId();
+  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+  EXPECT_EQ(nnsCommInitRank(&comms[0], 2, other, 0), ncclSuccess);
+  EXPECT_EQ(nnsCommInitRank(&comms[1], 2, other, 1), ncclSuccess);
+  EXPECT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+  float x = 1;
+  EXPECT_EQ(nnsAllReduce(&x, &x, 1, ncclFloat32, static_cast<ncclRedOp_t>(99), comms[0], nullptr), ncclInvalidArgument);
+  EXPECT_EQ(nnsGroupEnd(), ncclInvalidArgument);
+  for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+}
+
+// A test double for pthread_create (a process at its thread limit cannot be made on demand): while
+// failThreadStarts > 0, each call fails with EAGAIN, as the kernel does at the limit.
+std::atomic<int> failThreadStarts{0};
+extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)(void*), void* arg) {
+  using Real = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  static Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "pthread_create"));
+  if (failThreadStarts.load() > 0) {
+    --failThreadStarts;
+    return EAGAIN;
+  }
+  return real(thread, attr, start, arg);
+}
+
+// nnsGroupEnd that cannot start the thread a communicator of its group needs fails that communicator with
+// ncclSystemError and the reason; the std::system_error escaped the C API and ended the process (terminate).
+TEST(CApi, AGroupThatCannotStartAThreadFailsInsteadOfEndingTheProcess) {
+  setenv("NNS_COMM_TIMEOUT_MS", "1000", 1);  // the other rank waits for the one that never starts
+  const nnsUniqueId id = loopbackId();
+  nnsComm_t comms[2] = {nullptr, nullptr};
+  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+  EXPECT_EQ(nnsCommInitRank(&comms[0], 2, id, 0), ncclSuccess);
+  EXPECT_EQ(nnsCommInitRank(&comms[1], 2, id, 1), ncclSuccess);
+  failThreadStarts = 1;  // the group's thread for rank 0
+  EXPECT_EQ(nnsGroupEnd(), ncclSystemError);
+  failThreadStarts = 0;
+  EXPECT_NE(std::string(nnsGetLastError()).find("communicator rank 0: could not start a thread for it"),
+            std::string::npos)
+      << nnsGetLastError();
+  for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  unsetenv("NNS_COMM_TIMEOUT_MS");
 }
 
 // A handle used after nnsCommDestroy, or destroyed twice, is refused with a reason instead of read after it was
