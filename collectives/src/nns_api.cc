@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -100,8 +101,7 @@ ncclResult_t guarded(nns::core::OperationRef body) {
 }
 
 // The communicators made and not yet destroyed: a handle used after nnsCommDestroy (or destroyed twice) is refused
-// instead of read after it was freed. A handle whose memory a later communicator reuses cannot be told apart, as
-// with any C handle.
+// instead of read after it was freed (see releaseHandle for why its memory is not reused at once).
 std::mutex liveMutex;
 std::condition_variable released;  // a Hold ended
 std::unordered_set<const nnsComm*> liveComms;
@@ -110,13 +110,32 @@ std::unordered_set<const nnsComm*> liveComms;
 // it. Freed at once, a later communicator could get its address and be destroyed through the stale handle.
 std::unordered_set<const nnsComm*> failedComms;
 
+// Ends a handle: its communicator goes now, the handle's own few bytes only after kKeptHandles later ones. Freed at
+// once, malloc gave the next communicator the same address (every time), so a stale handle, destroyed twice or used
+// after nnsCommDestroy, was that new communicator: accepted, or destroying it.
+constexpr size_t kKeptHandles = 4096;
+void releaseHandle(nnsComm_t comm) {
+  comm->comm.reset();
+  static auto* kept = new std::deque<nnsComm_t>;  // never destroyed: a handle may be released during exit
+  nnsComm_t oldest = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(liveMutex);
+    kept->push_back(comm);
+    if (kept->size() > kKeptHandles) {
+      oldest = kept->front();
+      kept->pop_front();
+    }
+  }
+  delete oldest;
+}
+
 // Frees `comm` when it is a failed one (true), under liveMutex.
 bool freeFailed(nnsComm_t comm) {
   {
     std::lock_guard<std::mutex> lock(liveMutex);
     if (failedComms.erase(comm) == 0) return false;
   }
-  delete comm;
+  releaseHandle(comm);
   return true;
 }
 
@@ -162,7 +181,7 @@ ncclResult_t freeRetired(nnsComm_t comm) {
     return ncclInternalError;
   }
   lock.unlock();
-  delete comm;
+  releaseHandle(comm);
   return ncclSuccess;
 }
 

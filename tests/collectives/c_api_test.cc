@@ -536,6 +536,35 @@ TEST(CApi, AGroupThatCannotStartAThreadFailsInsteadOfEndingTheProcess) {
   unsetenv("NNS_COMM_TIMEOUT_MS");
 }
 
+// A destroyed handle stays refused after later communicators are made: its address is not given to the next one.
+// malloc reused it at once, so the stale handle was the new communicator (nnsCommCount answered for it, and a
+// second nnsCommDestroy would have destroyed it).
+TEST(CApi, ADestroyedHandleIsNotGivenToTheNextCommunicator) {
+  std::vector<nnsComm_t> handles;
+  handles.reserve(3);
+  const nnsUniqueId ids[3] = {loopbackId(), loopbackId(), loopbackId()};  // nothing allocated between the calls
+  for (const nnsUniqueId& id : ids) {
+    const int i = static_cast<int>(&id - ids);
+    nnsComm_t comm = nullptr;
+    ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError();
+    for (nnsComm_t old : handles) {
+      EXPECT_NE(comm, old) << "a destroyed handle's address was reused";
+    }
+    handles.push_back(comm);
+    if (i < 2) {
+      ASSERT_EQ(nnsCommDestroy(comm), ncclSuccess);
+    }
+  }
+  int count = 0;
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(nnsCommCount(handles[i], &count), ncclInvalidArgument) << "handle " << i;
+    EXPECT_EQ(nnsCommDestroy(handles[i]), ncclInvalidArgument) << "handle " << i;
+  }
+  EXPECT_EQ(nnsCommCount(handles[2], &count), ncclSuccess) << nnsGetLastError();
+  EXPECT_EQ(count, 1);
+  EXPECT_EQ(nnsCommDestroy(handles[2]), ncclSuccess);
+}
+
 // A handle used after nnsCommDestroy, or destroyed twice, is refused with a reason instead of read after it was
 // freed (this crashed with SIGSEGV).
 TEST(CApi, ADestroyedCommunicatorIsRefusedNotUsed) {

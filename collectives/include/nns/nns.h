@@ -38,9 +38,9 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId);
 ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, int rank);
 /* Rank, size and root from the launcher: NNS_RANK/NNS_WORLD_SIZE/NNS_ROOT_ADDR, Open MPI, Slurm, PMI, torchrun. */
 ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm);
-/* A handle already destroyed (or aborted) is refused with ncclInvalidArgument, here and in every call, as long as no
- * later communicator has been given the same address. NULL is a no-op (ncclSuccess) here and in nnsCommAbort, as in
- * NCCL. */
+/* A handle already destroyed (or aborted) is refused with ncclInvalidArgument, here and in every call: a handle's
+ * address is not given to another communicator until 4096 more have been destroyed. NULL is a no-op (ncclSuccess)
+ * here and in nnsCommAbort, as in NCCL. */
 ncclResult_t nnsCommDestroy(nnsComm_t comm);
 /* Fails the communicator now and frees it; its peers' pending and later operations fail too. It may be called from
  * another thread while calls on the communicator are in progress (a watchdog, as with ncclCommAbort): they fail, and
