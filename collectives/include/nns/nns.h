@@ -10,6 +10,8 @@
 
 #include <stddef.h>
 
+/* ncclResult_t, ncclDataType_t and ncclRedOp_t are NCCL's own, defined here unless nccl.h came first. A file that
+ * includes both must include nccl.h before this header: the other way round, nccl.h defines them a second time. */
 #include <nccl_net/err.h>
 #include <nccl_net/types.h>
 
