@@ -351,7 +351,9 @@ class SocketNet {
       listener->listenFds.push_back(fd);
       welcome.addresses[i] = bound;
     }
-    HandlePayload payload{listener->listenId, welcome.addresses[0]};
+    HandlePayload payload{};  // zeroed padding too: the handle's bytes go to the peer as they are
+    payload.listenId = listener->listenId;
+    payload.controlAddress = welcome.addresses[0];
     NCCL_NET_CHECK(kHandleCodec.encode(payload, handle));
     NCCL_NET_INFO(NCCL_NET, "listening on %s (device %d %s, %d data socket(s))",
                   welcome.addresses[0].toString().c_str(), dev, device.name.c_str(), sockets);

@@ -654,7 +654,10 @@ class UcxNet {
       NCCL_NET_WARN("listen on device %d (%s): side channel: %s", dev, device.name.c_str(), error.c_str());
       return ncclSystemError;
     }
-    NCCL_NET_CHECK(kHandleCodec.encode(HandlePayload{listener->listenId, listener->address}, handle));
+    HandlePayload payload{};  // zeroed padding too: the handle's bytes go to the peer as they are
+    payload.listenId = listener->listenId;
+    payload.sideChannel = listener->address;
+    NCCL_NET_CHECK(kHandleCodec.encode(payload, handle));
     NCCL_NET_INFO(NCCL_NET, "listening on device %d (%s), side channel %s", dev, device.name.c_str(),
                   listener->address.toString().c_str());
     *listenComm = listener.release();

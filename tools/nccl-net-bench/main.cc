@@ -540,7 +540,7 @@ int runTool(int argc, char** argv) {
             }
           }
           // The slowest rank's time and every rank's wrong count.
-          char mine[64];
+          char mine[64] = {};  // all 64 bytes travel
           std::snprintf(mine, sizeof(mine), "%.9f %ld", seconds, wrong);
           auto all = comm.bootstrap().allGather(std::string(mine, sizeof(mine)));
           double slowest = 0;
