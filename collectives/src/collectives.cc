@@ -59,9 +59,10 @@ void checkPlacement(const Communicator& comm, KernelLayer& kernels) {
                               comm.slotMemoryDescription() + ")");
 }
 
-// Working memory where the kernel layer's buffers live: the layer's own (GPU), or the communicator's (host).
-unsigned char* workspace(Communicator& comm, KernelLayer& kernels, size_t bytes) {
-  void* memory = kernels.scratch(bytes);
+// Working memory where the kernel layer's buffers live: the layer's own (GPU: on the device of `near`, one of the
+// operation's buffers), or the communicator's (host).
+unsigned char* workspace(Communicator& comm, KernelLayer& kernels, size_t bytes, const void* near) {
+  void* memory = kernels.scratch(bytes, near);
   return static_cast<unsigned char*>(memory != nullptr ? memory : comm.scratch(bytes));
 }
 
@@ -212,7 +213,7 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
       return;
     }
     if (chosen == Algorithm::Doubling) {
-      auto* work = workspace(comm, kernels, (detail::doublingRounds(n) + 1) * count * es);
+      auto* work = workspace(comm, kernels, (detail::doublingRounds(n) + 1) * count * es, send);
       core::Plan& plan = comm.newPlan();
       unsigned char* results[Communicator::kMaxChannels];  // per channel: where its result is, if not the output
       for (int c = 0; c < comm.channels(); ++c) {
@@ -279,7 +280,7 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
       return;
     }
     const bool forward = forwardFromSlots(comm, kernels);
-    auto* work = forward ? nullptr : workspace(comm, kernels, n * recvCount * es);
+    auto* work = forward ? nullptr : workspace(comm, kernels, n * recvCount * es, send);
     const size_t round = roundElements(comm, comm.options().slotBytes, es);
     core::Plan& plan = comm.newPlan();
     for (int c = 0; c < comm.channels(); ++c) {
@@ -328,7 +329,7 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
     }
     // Only the ranks between the chain's ends pass partial results on: from the slots, or from `work`.
     const bool forward = forwardFromSlots(comm, kernels);
-    auto* work = comm.rank() == root || forward ? nullptr : workspace(comm, kernels, count * es);
+    auto* work = comm.rank() == root || forward ? nullptr : workspace(comm, kernels, count * es, send);
     core::Plan& plan = comm.newPlan();
     for (int c = 0; c < comm.channels(); ++c) {
       auto [first, part] = channelPart(count, comm.channels(), c);

@@ -225,9 +225,14 @@ cudaError_t launch(void* dst, const void* a, const void* b, size_t count, cudaSt
   }
   size_t scalarCount = count - vecCount * V;
   int grid = gridFor(vecCount > scalarCount ? vecCount : scalarCount);
-  reduceKernel<T, Op><<<grid, kThreads, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(a),
-                                                     static_cast<const T*>(b), head, vecCount, count);
-  return cudaGetLastError();
+  // cudaLaunchKernel reports this launch's own errors: cudaGetLastError after a <<<>>> launch also returned an
+  // earlier error the caller's code left on the thread (a cudaMalloc that failed, handled), failing this call.
+  T* out = static_cast<T*>(dst);
+  const T* left = static_cast<const T*>(a);
+  const T* right = static_cast<const T*>(b);
+  void* args[] = {&out, &left, &right, &head, &vecCount, &count};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(&reduceKernel<T, Op>), dim3(grid), dim3(kThreads), args, 0,
+                          stream);
 }
 
 template <class T>
@@ -275,8 +280,10 @@ __global__ void __launch_bounds__(kThreads) divideKernel(T* buf, size_t count, i
 template <class T>
 cudaError_t launchDivide(void* buf, size_t count, int divisor, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  divideKernel<T><<<gridFor(count), kThreads, 0, stream>>>(static_cast<T*>(buf), count, divisor);
-  return cudaGetLastError();
+  T* values = static_cast<T*>(buf);
+  void* args[] = {&values, &count, &divisor};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(&divideKernel<T>), dim3(gridFor(count)), dim3(kThreads), args,
+                          0, stream);  // this launch's own errors, as launch's
 }
 
 }  // namespace

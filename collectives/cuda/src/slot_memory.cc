@@ -50,7 +50,10 @@ class CudaSlots final : public core::SlotMemory {
   CudaSlots(int device, bool gpuMemory, bool flush, std::string why)
       : device_(device), gpuMemory_(gpuMemory), flush_(flush), why_(std::move(why)) {
     OnDevice on(device_);
-    throwOnError(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream for slot copies");
+    // A blocking stream: its copies wait for work on the legacy default stream (a cudaMemcpy from pageable memory
+    // that returned before its DMA landed, a kernel the caller launched there), as the kernels on
+    // cudaStreamPerThread do. A non-blocking one let a call's first sends copy its input before that work was done.
+    throwOnError(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault), "stream for slot copies");
   }
   ~CudaSlots() override {
     ScopedDevice on(device_);  // noexcept: a failed switch still destroys what it can

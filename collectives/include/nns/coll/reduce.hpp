@@ -42,9 +42,10 @@ class KernelLayer {
   // True when the buffers this layer works on are GPU memory (its kernels also read the communicator's slots, so
   // those must be memory the GPU can read).
   virtual bool onDevice() const { return false; }
-  // Working memory of at least `bytes` where this layer's buffers live, owned by the layer (grows, never shrinks;
-  // one per thread). nullptr: host memory, and the communicator's scratch serves.
-  virtual void* scratch(size_t /*bytes*/) { return nullptr; }
+  // Working memory of at least `bytes` where this layer's buffers live, beside `near` (a buffer of the operation:
+  // a GPU layer allocates on its device, whatever device the calling thread has), owned by the layer (grows, never
+  // shrinks; one per thread and device). nullptr: host memory, and the communicator's scratch serves.
+  virtual void* scratch(size_t /*bytes*/, const void* /*near*/) { return nullptr; }
 };
 
 // Host memory: vectorized by the compiler (plain loops over restrict pointers at -O3), compiled for the baseline
