@@ -19,18 +19,22 @@ int main() {
     for (ncclRedOp_t op : kOps) {
       std::string failure;
       unsigned seed = 1;
-      for (size_t count : kCounts) {
-        for (const auto& offset : offsets) {
-          for (bool inPlace : {false, true}) {
-            ++checks;
-            std::string error = checkReduce(type, op, count, offset[0], offset[1], offset[2], inPlace, seed++);
-            if (!error.empty() && failure.empty())
-              failure = "count " + std::to_string(count) + " offsets " + std::to_string(offset[0]) + "/" +
-                        std::to_string(offset[1]) + "/" + std::to_string(offset[2]) + (inPlace ? " in place" : "") +
-                        ": " + error;
-          }
-        }
-      }
+      auto check = [&](size_t count, const size_t(&offset)[3], bool inPlace) {
+        ++checks;
+        std::string error = checkReduce(type, op, count, offset[0], offset[1], offset[2], inPlace, seed++);
+        if (!error.empty() && failure.empty())
+          failure = "count " + std::to_string(count) + " offsets " + std::to_string(offset[0]) + "/" +
+                    std::to_string(offset[1]) + "/" + std::to_string(offset[2]) + (inPlace ? " in place" : "") + ": " +
+                    error;
+      };
+      for (size_t count : kCounts)
+        for (const auto& offset : offsets)
+          for (bool inPlace : {false, true}) check(count, offset, inPlace);
+      // The kernel's 4-deep unrolled loop runs only past 3 grid strides of 16-byte vectors (a grid of 4 blocks of 512
+      // threads per SM: over 2^21 vectors on a 132-SM GPU), which no count above reaches: 2^23 + 3 elements, on the
+      // vector path with and without a scalar head.
+      for (int which : {0, 1})
+        for (bool inPlace : {false, true}) check(kLargeCount, offsets[which], inPlace);
       std::printf("%s reduce %-8s %-5s %s\n", failure.empty() ? "PASS" : "FAIL", typeName(type), opName(op),
                   failure.c_str());
       failures += !failure.empty();

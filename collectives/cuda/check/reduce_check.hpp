@@ -24,5 +24,6 @@ constexpr ncclDataType_t kTypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      
                                      ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
 constexpr ncclRedOp_t kOps[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
 constexpr size_t kCounts[] = {1, 7, 33, 1000, 4099, (1u << 20) + 3};
+constexpr size_t kLargeCount = (size_t{1} << 23) + 3;  // the reduce kernel's unrolled loop (check_main.cc)
 
 }  // namespace nns::cuda::check
