@@ -109,6 +109,14 @@ std::unordered_set<const nnsComm*> liveComms;
 // goes to ncclCommAbort or ncclCommDestroy), so it stays allocated, refused by every call but those two, which free
 // it. Freed at once, a later communicator could get its address and be destroyed through the stale handle.
 std::unordered_set<const nnsComm*> failedComms;
+// Communicators asked for in a group whose nnsGroupEnd has not made them yet, on whichever thread: another thread (a
+// watchdog polling nnsCommGetAsyncError) learns that they are in progress rather than "not a live one".
+std::unordered_set<const nnsComm*> makingComms;
+
+bool beingMade(const nnsComm* comm) {
+  std::lock_guard<std::mutex> lock(liveMutex);
+  return makingComms.count(comm) != 0;
+}
 
 // Ends a handle: its communicator goes now, the handle's own few bytes only after kKeptHandles later ones. Freed at
 // once, malloc gave the next communicator the same address (every time), so a stale handle, destroyed twice or used
@@ -198,6 +206,8 @@ ncclResult_t notLive(nnsComm_t comm) {
                   comm == nullptr   ? "the communicator is NULL"
                   : isPending(comm) ? "the communicator is made at the nnsGroupEnd of the group it was asked for in: "
                                       "use it after that"
+                  : beingMade(comm) ? "the communicator is being made by the nnsGroupEnd of another thread's group: "
+                                      "use it (or nnsCommAbort it) once that has returned"
                   : failed          ? "the communicator's creation failed at nnsGroupEnd: only nnsCommDestroy or "
                                       "nnsCommAbort takes it now (to free it)"
                                     : "the communicator is not a live one (destroyed already?)");
@@ -352,6 +362,8 @@ ncclResult_t makeComm(nnsComm_t* out, const nns::core::LaunchInfo& launch) {
   if (groupDepth > 0) {
     *out = holder.release();
     pendingInits.push_back(PendingInit{*out, launch});
+    std::lock_guard<std::mutex> lock(liveMutex);
+    makingComms.insert(*out);
     return ncclSuccess;
   }
   ncclResult_t result = buildComm(holder.get(), launch);
@@ -397,11 +409,12 @@ ncclResult_t makePendingComms() {
       });
   ncclResult_t first = ncclSuccess;
   for (size_t i = 0; i < inits.size(); ++i) {
-    if (results[i] == ncclSuccess) continue;
     {
       std::lock_guard<std::mutex> lock(liveMutex);
-      failedComms.insert(inits[i].comm);
+      makingComms.erase(inits[i].comm);
+      if (results[i] != ncclSuccess) failedComms.insert(inits[i].comm);
     }
+    if (results[i] == ncclSuccess) continue;
     if (first == ncclSuccess) {
       first = results[i];
       lastError = errors[i];
@@ -495,6 +508,10 @@ ncclResult_t nnsCommAbort(nnsComm_t comm) {
 
 ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError) {
   Hold hold(comm);
+  if (!hold && asyncError != nullptr && beingMade(comm)) {
+    *asyncError = ncclInProgress;  // its group's nnsGroupEnd is making it, on this thread or another
+    return ncclSuccess;
+  }
   if (!hold) return notLive(comm);
   if (asyncError == nullptr) return failWith(ncclInvalidArgument, "comm or asyncError is NULL");
   *asyncError = comm->comm->asyncResult();

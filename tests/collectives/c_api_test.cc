@@ -536,6 +536,38 @@ TEST(CApi, AGroupThatCannotStartAThreadFailsInsteadOfEndingTheProcess) {
   unsetenv("NNS_COMM_TIMEOUT_MS");
 }
 
+// Another thread (a watchdog) looking at a communicator that a group's nnsGroupEnd is still making learns that it is
+// in progress: nnsCommGetAsyncError gives ncclInProgress, and other calls say whose group makes it. Both said "not a
+// live one (destroyed already?)", since the group's record was the making thread's own.
+TEST(CApi, ACommunicatorBeingMadeIsInProgressForOtherThreads) {
+  setenv("NNS_COMM_TIMEOUT_MS", "1500", 1);  // rank 1 never comes: the group fails after this
+  const nnsUniqueId id = loopbackId();
+  nnsComm_t comm = nullptr;
+  std::atomic<bool> asked{false};
+  ncclResult_t groupResult = ncclSuccess;
+  std::thread maker([&] {
+    EXPECT_EQ(nnsGroupStart(), ncclSuccess);
+    EXPECT_EQ(nnsCommInitRank(&comm, 2, id, 0), ncclSuccess);
+    asked = true;
+    groupResult = nnsGroupEnd();
+  });
+  while (!asked) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ncclResult_t async = ncclSuccess;
+  EXPECT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess) << nnsGetLastError();
+  EXPECT_EQ(async, ncclInProgress);
+  int count = 0;
+  EXPECT_EQ(nnsCommCount(comm, &count), ncclInvalidArgument);
+  EXPECT_NE(std::string(nnsGetLastError()).find("being made by the nnsGroupEnd of another thread's group"),
+            std::string::npos)
+      << nnsGetLastError();
+  maker.join();
+  EXPECT_EQ(groupResult, ncclRemoteError);
+  EXPECT_EQ(nnsCommGetAsyncError(comm, &async), ncclInvalidArgument) << "a failed creation is no longer in progress";
+  EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  unsetenv("NNS_COMM_TIMEOUT_MS");
+}
+
 // A destroyed handle stays refused after later communicators are made: its address is not given to the next one.
 // malloc reused it at once, so the stale handle was the new communicator (nnsCommCount answered for it, and a
 // second nnsCommDestroy would have destroyed it).

@@ -49,7 +49,8 @@ ncclResult_t nnsCommDestroy(nnsComm_t comm);
  * the communicator is freed once they have returned. nnsCommDestroy likewise waits for calls in progress. */
 ncclResult_t nnsCommAbort(nnsComm_t comm);
 /* ncclSuccess, or the code of the error that failed the communicator: ncclRemoteError for a dead peer or a timeout,
- * a failed plugin call's own code, ncclSystemError for a local failure (memory, CUDA). Later calls return it too. */
+ * a failed plugin call's own code, ncclSystemError for a local failure (memory, CUDA). Later calls return it too.
+ * ncclInProgress while the nnsGroupEnd of the group it was asked for in is making it (seen from any thread). */
 ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError);
 /* Registers host memory with the communicator, as ncclCommRegister does: collectives then send from it and receive
  * into it directly instead of through the communicator's staging slots. The memory must stay valid until
