@@ -1,8 +1,6 @@
 // c_api_test.cc: the C API (nns/nns.h) through libnns.so: a unique id made on one rank, communicators made from it
 // in threads, errors with codes and text, groups, and an abort seen by the peers.
-#include <dlfcn.h>
 #include <netinet/in.h>
-#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -19,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../support/thread_start_double.hpp"
 #include "free_port.hpp"
 #include "nns/nns.h"
 
@@ -502,19 +501,6 @@ TEST(CApi, AFailedQueryInsideAGroupIsNotTheGroupsError) {
   EXPECT_EQ(nnsAllReduce(&x, &x, 1, ncclFloat32, static_cast<ncclRedOp_t>(99), comms[0], nullptr), ncclInvalidArgument);
   EXPECT_EQ(nnsGroupEnd(), ncclInvalidArgument);
   for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
-}
-
-// A test double for pthread_create (a process at its thread limit cannot be made on demand): while
-// failThreadStarts > 0, each call fails with EAGAIN, as the kernel does at the limit.
-std::atomic<int> failThreadStarts{0};
-extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)(void*), void* arg) {
-  using Real = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
-  static Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "pthread_create"));
-  if (failThreadStarts.load() > 0) {
-    --failThreadStarts;
-    return EAGAIN;
-  }
-  return real(thread, attr, start, arg);
 }
 
 // nnsGroupEnd that cannot start the thread a communicator of its group needs fails that communicator with

@@ -38,6 +38,20 @@ none_left() {
     fi
   done
 }
+# signalled CASE SIGNAL LAUNCHER_ARGS...: runs the launcher in the background (stderr to DIR/CASE.err), waits until
+# CASE's 2 pid files are written, sends it SIGNAL and waits for it; sets `status` and `elapsed` (ms from the signal).
+signalled() {
+  local name=$1 sig=$2 launcher t0
+  shift 2
+  $run "$@" 2>"$dir/$name.err" &
+  launcher=$!
+  started "$name" 2 || fail "$name: the ranks did not start"
+  t0=$(now_ms)
+  kill -"$sig" $launcher
+  wait $launcher
+  status=$?
+  elapsed=$(($(now_ms) - t0))
+}
 # expect CASE STATUS WANT SECONDS MIN_MS MAX_MS: the launcher's status and how long it took.
 expect() {
   [ "$2" -eq "$3" ] || fail "$1: launcher exit status $2, expected $3"
@@ -45,24 +59,14 @@ expect() {
 }
 
 # SIGTERM to the launcher: passed on, the ranks end, 143.
-$run -n 2 sh -c "$(script term)" 2>"$dir/term.err" &
-launcher=$!
-started term 2 || fail "term: the ranks did not start"
-t0=$(now_ms)
-kill -TERM $launcher
-wait $launcher
-expect term $? 143 $(($(now_ms) - t0)) 0 10000
+signalled term TERM -n 2 sh -c "$(script term)"
+expect term $status 143 $elapsed 0 10000
 grep -q "got SIGTERM" "$dir/term.err" || fail "term: no message: $(cat "$dir/term.err")"
 none_left term
 
 # SIGTERM with ranks that ignore it: SIGKILL --kill-after 1 s later.
-$run -n 2 --kill-after 1 sh -c "$(script ignored TERM)" 2>"$dir/ignored.err" &
-launcher=$!
-started ignored 2 || fail "ignored: the ranks did not start"
-t0=$(now_ms)
-kill -TERM $launcher
-wait $launcher
-expect ignored $? 143 $(($(now_ms) - t0)) 900 10000
+signalled ignored TERM -n 2 --kill-after 1 sh -c "$(script ignored TERM)"
+expect ignored $status 143 $elapsed 900 10000
 grep -q "2 rank(s) still running 1 s after" "$dir/ignored.err" || fail "ignored: no message: $(cat "$dir/ignored.err")"
 none_left ignored
 
@@ -89,13 +93,8 @@ none_left twice
 # What a rank started and left in its process group goes too. SIGTERM, with the rank's shell ending at once and its
 # command ignoring SIGTERM: killed 1 s later (it was left running: the launcher signalled only ranks not yet reaped).
 leaver() { echo "sh -c \"trap '' TERM; echo \\\$\\\$ > $dir/$1.\$NNS_RANK.pid; exec sleep 60\" & wait"; }
-$run -n 2 --kill-after 1 sh -c "$(leaver left)" 2>"$dir/left.err" &
-launcher=$!
-started left 2 || fail "left: the commands did not start"
-t0=$(now_ms)
-kill -TERM $launcher
-wait $launcher
-expect left $? 143 $(($(now_ms) - t0)) 900 10000
+signalled left TERM -n 2 --kill-after 1 sh -c "$(leaver left)"
+expect left $status 143 $elapsed 900 10000
 grep -q "2 process group(s) the ranks left still running 1 s after" "$dir/left.err" ||
   fail "left: no message: $(cat "$dir/left.err")"
 none_left left
@@ -110,13 +109,8 @@ grep -q "stopping 2 process group(s) they left running" "$dir/behind.err" ||
 none_left behind
 
 # SIGHUP: 129.
-$run -n 2 sh -c "$(script hup)" 2>/dev/null &
-launcher=$!
-started hup 2 || fail "hup: the ranks did not start"
-t0=$(now_ms)
-kill -HUP $launcher
-wait $launcher
-expect hup $? 129 $(($(now_ms) - t0)) 0 10000
+signalled hup HUP -n 2 sh -c "$(script hup)"
+expect hup $status 129 $elapsed 0 10000
 none_left hup
 
 # --timeout with ranks that ignore SIGTERM: killed, 124, said once.

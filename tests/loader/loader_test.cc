@@ -442,18 +442,36 @@ TEST(Adapters, SizesAnIntSizedVersionCannotCarryAreErrors) {
   EXPECT_NE(error.find("does not export ncclNetPlugin_v12"), std::string::npos) << error;
 }
 
+// The strict-host test double of one version (strict_host_plugin.c), opened through that version's adapter, and
+// what it records, read through the library the adapter opened.
+struct StrictHost {
+  explicit StrictHost(int version)
+      : path(kDir + "/libnccl-net-strict-host-v" + std::to_string(version) + ".so"),
+        net(openNetVersion(path, version, &error)),
+        library(net != nullptr ? dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD) : nullptr) {}
+  ~StrictHost() {
+    if (library != nullptr) dlclose(library);
+  }
+  StrictHost(const StrictHost&) = delete;
+  StrictHost& operator=(const StrictHost&) = delete;
+  template <class T>
+  T* symbol(const char* name) const {
+    return library != nullptr ? static_cast<T*>(dlsym(library, name)) : nullptr;
+  }
+  std::string path, error;
+  std::unique_ptr<Net> net;
+  void* library;
+};
+
 // A virtual NIC of more devices than the version's list holds (4 before v12, 8 in v12) is an error: the adapter
 // copied the count and listed device 0 for the entries the plugin never wrote.
 TEST(Adapters, AVirtualNicBeyondTheVersionsListIsRefused) {
   for (int version : {9, 12}) {
     SCOPED_TRACE("ncclNet_v" + std::to_string(version));
-    const std::string path = kDir + "/libnccl-net-strict-host-v" + std::to_string(version) + ".so";
-    std::string error;
-    auto net = openNetVersion(path, version, &error);
-    ASSERT_NE(net, nullptr) << error;
-    void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
-    ASSERT_NE(library, nullptr) << dlerror();
-    auto* size = static_cast<int*>(dlsym(library, "nnsStrictVNicSize"));
+    StrictHost strict(version);
+    ASSERT_NE(strict.net, nullptr) << strict.error;
+    auto& net = strict.net;
+    auto* size = strict.symbol<int>("nnsStrictVNicSize");
     ASSERT_NE(size, nullptr);
     const int most = version == 12 ? NCCL_NET_MAX_DEVS_PER_NIC : NCCL_NET_MAX_DEVS_PER_NIC_V11;
     ncclNetProperties_v12_t props{};
@@ -468,7 +486,6 @@ TEST(Adapters, AVirtualNicBeyondTheVersionsListIsRefused) {
     *size = -1;
     EXPECT_EQ(net->getProperties(0, &props), ncclInternalError);
     *size = 0;
-    dlclose(library);
   }
 }
 
@@ -477,22 +494,16 @@ TEST(Adapters, AVirtualNicBeyondTheVersionsListIsRefused) {
 TEST(Adapters, APluginBeforeV11IsInitialisedOncePerProcess) {
   for (int version : {9, 10, 11, 12}) {
     SCOPED_TRACE("ncclNet_v" + std::to_string(version));
-    const std::string path = kDir + "/libnccl-net-strict-host-v" + std::to_string(version) + ".so";
-    std::string error;
-    auto first = openNetVersion(path, version, &error);
-    ASSERT_NE(first, nullptr) << error;
-    auto second = openNetVersion(path, version, &error);
-    ASSERT_NE(second, nullptr) << error;
-    void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
-    ASSERT_NE(library, nullptr) << dlerror();
-    const auto* inits = static_cast<const int*>(dlsym(library, "nnsStrictRecord"));  // its first field
+    StrictHost first(version), second(version);  // two communicators' adapters
+    ASSERT_NE(first.net, nullptr) << first.error;
+    ASSERT_NE(second.net, nullptr) << second.error;
+    const auto* inits = first.symbol<const int>("nnsStrictRecord");  // its first field
     ASSERT_NE(inits, nullptr);
     const int before = *inits;
     void* ctx = nullptr;
-    EXPECT_EQ(first->init(&ctx, 1, nullptr, nullptr, nullptr), ncclSuccess);
-    EXPECT_EQ(second->init(&ctx, 2, nullptr, nullptr, nullptr), ncclSuccess);
+    EXPECT_EQ(first.net->init(&ctx, 1, nullptr, nullptr, nullptr), ncclSuccess);
+    EXPECT_EQ(second.net->init(&ctx, 2, nullptr, nullptr, nullptr), ncclSuccess);
     EXPECT_EQ(*inits - before, version >= 11 ? 2 : 1);
-    dlclose(library);
   }
 }
 
@@ -501,16 +512,13 @@ TEST(Adapters, APluginBeforeV11IsInitialisedOncePerProcess) {
 TEST(Adapters, APluginGetsTheLoggerConfigAndDeviceListNcclWouldPass) {
   for (int version : {9, 10, 11, 12}) {
     SCOPED_TRACE("ncclNet_v" + std::to_string(version));
-    const std::string path = kDir + "/libnccl-net-strict-host-v" + std::to_string(version) + ".so";
-    std::string error;
-    auto net = openNetVersion(path, version, &error);
-    ASSERT_NE(net, nullptr) << error;
-    void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
-    ASSERT_NE(library, nullptr) << dlerror();
+    StrictHost strict(version);
+    ASSERT_NE(strict.net, nullptr) << strict.error;
+    auto& net = strict.net;
     struct Record {
       int inits, nullLogger, nullConfig, trafficClass, vndevs, vdevs[NCCL_NET_MAX_DEVS_PER_NIC];
     };
-    const auto* record = static_cast<const Record*>(dlsym(library, "nnsStrictRecord"));
+    const auto* record = strict.symbol<const Record>("nnsStrictRecord");
     ASSERT_NE(record, nullptr);
 
     void* ctx = nullptr;
@@ -540,7 +548,6 @@ TEST(Adapters, APluginGetsTheLoggerConfigAndDeviceListNcclWouldPass) {
     EXPECT_EQ(record->vdevs[0], 1);
     EXPECT_EQ(record->vdevs[1], 0);
     if (ctx != nullptr) net->finalize(ctx);
-    dlclose(library);
   }
 }
 

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "../../tools/nccl-net-check/tcp_strangers.hpp"
+#include "../support/thread_start_double.hpp"
 #include "plugin_harness.hpp"
 
 namespace {
@@ -784,19 +785,6 @@ TEST_F(SocketPlugin, NcclsThreadAndSocketVariablesAreRead) {
   int size = -1;
   transfer(1 << 20, 1 << 20, 1, &size);
   EXPECT_EQ(size, 1 << 20);
-}
-
-// A test double for pthread_create (a process or container at its thread limit cannot be made on demand): while
-// failThreadStarts > 0, each call fails with EAGAIN, as the kernel does at the limit.
-std::atomic<int> failThreadStarts{0};
-extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)(void*), void* arg) {
-  using Real = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
-  static Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "pthread_create"));
-  if (failThreadStarts.load() > 0) {
-    --failThreadStarts;
-    return EAGAIN;
-  }
-  return real(thread, attr, start, arg);
 }
 
 // A comm whose helper threads cannot start fails its connect or accept with ncclSystemError and a WARN, and leaves
