@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -280,6 +281,16 @@ ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, 
 #ifdef NNS_NCCL_LIKE
   std::printf("%s: init on stdout\n", NNS_BUG_NAME);  // harmless under NCCL; must not spoil nccl-net-check --json
   std::fflush(stdout);
+  // A helper process started at init, as a plugin starts a daemon of its own: it inherits every descriptor not
+  // marked close-on-exec, and must not hold a tool's pipes open (nccl-net-check read every rule as hung, and each
+  // nccl-net-info probe waited out its timeout). Once per process; it ends by itself.
+  static const bool helperStarted = [] {
+    pid_t helper = 0;
+    char name[] = "sleep", seconds[] = "30";
+    char* argv[] = {name, seconds, nullptr};
+    return posix_spawnp(&helper, "sleep", nullptr, nullptr, argv, environ) == 0;
+  }();
+  (void)helperStarted;
 #endif
   return real()->init(ctx, commId, config, logger, profiler);
 }

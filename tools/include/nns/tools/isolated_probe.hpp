@@ -72,13 +72,15 @@ inline std::string signalName(int sig) {
 inline ProbeOutcome runIsolated(const std::function<void(ProbeChannel&)>& body, int callTimeoutSeconds,
                                 bool captureOutput = false) {
   ProbeOutcome outcome;
+  // Close-on-exec, and the end of the records ("E") is the end: a process the plugin starts (posix_spawn from init)
+  // must not hold the records' pipe open, which made every probe wait out its timeout and read as hung.
   int fds[2];
-  if (pipe(fds) != 0) {
+  if (pipe2(fds, O_CLOEXEC) != 0) {
     outcome.failure = std::string("could not probe it: pipe: ") + std::strerror(errno);
     return outcome;
   }
   int output[2] = {-1, -1};
-  if (captureOutput && pipe(output) != 0) {
+  if (captureOutput && pipe2(output, O_CLOEXEC) != 0) {
     close(fds[0]);
     close(fds[1]);
     outcome.failure = std::string("could not probe it: pipe: ") + std::strerror(errno);
@@ -167,6 +169,7 @@ inline ProbeOutcome runIsolated(const std::function<void(ProbeChannel&)>& body, 
         finished = true;
       }
     }
+    if (finished) break;
   }
   close(fds[0]);
   if (outcome.hung) kill(pid, SIGKILL);
