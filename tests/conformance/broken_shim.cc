@@ -6,6 +6,7 @@
 // init), and the harness must pass it on every rule.
 #include <arpa/inet.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -284,11 +285,19 @@ ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, 
   // A helper process started at init, as a plugin starts a daemon of its own: it inherits every descriptor not
   // marked close-on-exec, and must not hold a tool's pipes open (nccl-net-check read every rule as hung, and each
   // nccl-net-info probe waited out its timeout). Once per process; it ends by itself.
+  // Its standard streams go to /dev/null, as a daemon's do (held, a test runner's output pipe stays open until it
+  // ends).
   static const bool helperStarted = [] {
+    posix_spawn_file_actions_t streams;
+    posix_spawn_file_actions_init(&streams);
+    for (int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO})
+      posix_spawn_file_actions_addopen(&streams, fd, "/dev/null", fd == STDIN_FILENO ? O_RDONLY : O_WRONLY, 0);
     pid_t helper = 0;
     char name[] = "sleep", seconds[] = "30";
     char* argv[] = {name, seconds, nullptr};
-    return posix_spawnp(&helper, "sleep", nullptr, nullptr, argv, environ) == 0;
+    const bool started = posix_spawnp(&helper, "sleep", &streams, nullptr, argv, environ) == 0;
+    posix_spawn_file_actions_destroy(&streams);
+    return started;
   }();
   (void)helperStarted;
 #endif
