@@ -12,6 +12,7 @@
 
 inline std::atomic<int> failThreadStarts{0};
 
+// NOLINTNEXTLINE(misc-definitions-in-headers): one definition per program, by the rule above
 extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)(void*), void* arg) {
   using Real = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
   static Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "pthread_create"));
