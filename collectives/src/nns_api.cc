@@ -343,6 +343,12 @@ bool isPending(nnsComm_t comm) {
   return std::any_of(pendingInits.begin(), pendingInits.end(), [comm](const PendingInit& p) { return p.comm == comm; });
 }
 
+// A rank 0 that failed before its bootstrap took nnsGetUniqueId's port lets it go (kept, it listened for the life of
+// the process).
+void releaseUnusedRoot(const nns::core::LaunchInfo& launch) {
+  if (launch.rank == 0 && launch.rootPort > 0) nns::core::releaseRootListener(launch.rootPort);
+}
+
 // Builds the communicator behind `holder`; made live (usable by the API) when that succeeds.
 ncclResult_t buildComm(nnsComm* holder, const nns::core::LaunchInfo& launch) {
   nns::core::CommOptions options;
@@ -351,8 +357,8 @@ ncclResult_t buildComm(nnsComm* holder, const nns::core::LaunchInfo& launch) {
   if (result == ncclSuccess) {
     std::lock_guard<std::mutex> lock(liveMutex);
     liveComms.insert(holder);
-  } else if (launch.rank == 0 && launch.rootPort > 0) {
-    nns::core::releaseRootListener(launch.rootPort);  // failed before its bootstrap took nnsGetUniqueId's port
+  } else {
+    releaseUnusedRoot(launch);
   }
   return result;
 }
@@ -404,8 +410,7 @@ ncclResult_t makePendingComms() {
       [&](size_t i, const std::string& why) {
         results[i] = ncclSystemError;
         errors[i] = "communicator rank " + std::to_string(inits[i].launch.rank) + ": " + why;
-        if (inits[i].launch.rank == 0 && inits[i].launch.rootPort > 0)
-          nns::core::releaseRootListener(inits[i].launch.rootPort);
+        releaseUnusedRoot(inits[i].launch);
       });
   ncclResult_t first = ncclSuccess;
   for (size_t i = 0; i < inits.size(); ++i) {

@@ -645,6 +645,13 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
     int arrived = 1;
     // Admits the connection `fd` as the rank its join message names, or turns it away saying why (another job's rank
     // on a reused port, a wrong size, a duplicate, a stray connection that said nothing).
+    // Says whom rank 0 turned away, each distinct one once (another job's rank retries every 100 ms), and keeps the
+    // first few for the error if ranks are missing.
+    auto noteTurnedAway = [&](const std::string& claim, const char* said) {
+      if (std::find(turnedAway.begin(), turnedAway.end(), claim) != turnedAway.end()) return;
+      std::fprintf(stderr, "nns bootstrap: rank 0 turned away %s%s\n", said, claim.c_str());
+      if (turnedAway.size() < 8) turnedAway.push_back(claim);
+    };
     auto admit = [&](int fd, const JoinMessage& join, bool spoke) {
       const int peer = join.rank;
       JoinReply reply = kJoined;
@@ -653,12 +660,7 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
         reply = kRefused;
         why = "it closed, or said nothing for 5 s, without saying which rank it is";
       } else if (join.magic != kJoinMagic) {
-        why = "not a rank of this bootstrap (it does not speak it)";
-        const std::string claim = "a connection that is " + why;
-        if (std::find(turnedAway.begin(), turnedAway.end(), claim) == turnedAway.end()) {
-          std::fprintf(stderr, "nns bootstrap: rank 0 turned away %s\n", claim.c_str());
-          if (turnedAway.size() < 8) turnedAway.push_back(claim);
-        }
+        noteTurnedAway("a connection that is not a rank of this bootstrap (it does not speak it)", "");
         close(fd);  // nothing to tell it: it would not understand
         return;
       } else if (join.version != kJoinVersion) {
@@ -693,12 +695,8 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
         ++arrived;
         return;
       }
-      // Each distinct one once: another job's rank retries every 100 ms.
-      const std::string claim = "rank " + std::to_string(peer) + " of " + std::to_string(join.size) + ": " + why;
-      if (std::find(turnedAway.begin(), turnedAway.end(), claim) == turnedAway.end()) {
-        std::fprintf(stderr, "nns bootstrap: rank 0 turned away a connection claiming %s\n", claim.c_str());
-        if (turnedAway.size() < 8) turnedAway.push_back(claim);
-      }
+      noteTurnedAway("rank " + std::to_string(peer) + " of " + std::to_string(join.size) + ": " + why,
+                     "a connection claiming ");
       if (spoke && reply == kRefused) refusedForSettings = true;
       if (spoke) {
         try {

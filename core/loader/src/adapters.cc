@@ -167,17 +167,21 @@ ncclResult_t adaptRegMrDmaBuf(const TableT* t, const char* abi, void* comm, void
 
 // Calls an ncclNet_vN or ncclCollNet_vN getProperties and fills the v12 view, with what version V lacks filled the
 // way NCCL 2.30 fills it (net-abi.md §5.3). ncclNet and ncclCollNet share the properties struct of each version.
+// A virtual NIC's count beyond the version's list (`most`) would name devices the plugin never wrote (zeros:
+// device 0): an error.
+ncclResult_t checkVNicSize(const char* name, int dev, int ndevs, int version, int most) {
+  if (ndevs >= 0 && ndevs <= most) return ncclSuccess;
+  warn(name, "device %d reports a virtual NIC of %d devices; ncclNet_v%d lists at most %d", dev, ndevs, version, most);
+  return ncclInternalError;
+}
+
 template <int V, class GetProperties>
 ncclResult_t readProperties(GetProperties getProperties, int dev, ncclNetProperties_v12_t* out) {
   using Props = typename Table<V>::Props;
   if constexpr (V == 12) {
     ncclResult_t result = getProperties(dev, out);
-    if (result == ncclSuccess && (out->vProps.ndevs < 0 || out->vProps.ndevs > NCCL_NET_MAX_DEVS_PER_NIC)) {
-      warn(out->name, "device %d reports a virtual NIC of %d devices; ncclNet_v12 lists at most %d", dev,
-           out->vProps.ndevs, NCCL_NET_MAX_DEVS_PER_NIC);
-      return ncclInternalError;
-    }
-    return result;
+    if (result != ncclSuccess) return result;
+    return checkVNicSize(out->name, dev, out->vProps.ndevs, V, NCCL_NET_MAX_DEVS_PER_NIC);
   } else {
     Props in;
     std::memset(&in, 0, sizeof(in));
@@ -205,12 +209,9 @@ ncclResult_t readProperties(GetProperties getProperties, int dev, ncclNetPropert
     if constexpr (V >= 8) out->regIsGlobal = in.regIsGlobal;
     if constexpr (V >= 9) {
       out->forceFlush = in.forceFlush;
-      // A count beyond the version's list would name devices the plugin never wrote (zeros: device 0).
-      if (in.vProps.ndevs < 0 || in.vProps.ndevs > NCCL_NET_MAX_DEVS_PER_NIC_V11) {
-        warn(in.name, "device %d reports a virtual NIC of %d devices; ncclNet_v%d lists at most %d", dev,
-             in.vProps.ndevs, V, NCCL_NET_MAX_DEVS_PER_NIC_V11);
-        return ncclInternalError;
-      }
+      if (ncclResult_t checked = checkVNicSize(in.name, dev, in.vProps.ndevs, V, NCCL_NET_MAX_DEVS_PER_NIC_V11);
+          checked != ncclSuccess)
+        return checked;
       out->vProps.ndevs = in.vProps.ndevs;
       for (int i = 0; i < in.vProps.ndevs && i < NCCL_NET_MAX_DEVS_PER_NIC_V11; ++i)
         out->vProps.devs[i] = in.vProps.devs[i];
