@@ -10,6 +10,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -322,6 +324,19 @@ int listenOnFreePort() {
   return ntohs(address.sin_port);
 }
 
+// A unique id made with a port nnsGetUniqueId picked ends in a random value, as ncclUniqueId carries one: the id's
+// ranks form their own job at the bootstrap, so a rank holding a stale id (of a job that ended, whose port a later
+// id got) is turned away instead of joining the later job. The address text comes first, NUL-terminated.
+constexpr size_t kIdNonceAt = NNS_UNIQUE_ID_BYTES - 16;
+constexpr char kIdNonceTag[8] = {'n', 'n', 's', '-', 'i', 'd', '1', '\0'};
+
+uint64_t randomNonce() {
+  uint64_t value = 0;
+  if (getrandom(&value, sizeof(value), 0) == static_cast<ssize_t>(sizeof(value))) return value;
+  std::random_device device;  // getrandom is missing (a kernel before 3.17) or was interrupted
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
 // Plugins are installed beside libnns.so: look there first, then where dlopen looks.
 std::string libraryDir() {
   Dl_info info{};
@@ -444,6 +459,7 @@ ncclResult_t nnsGetVersion(int* version) {
 ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
   if (uniqueId == nullptr) return failWith(ncclInvalidArgument, "uniqueId is NULL");
   std::string address;
+  bool pickedPort = false;
   if (const char* root = std::getenv("NNS_ROOT_ADDR"); root != nullptr && *root != '\0') {
     address = root;
     std::string host, why;
@@ -462,10 +478,16 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
     if (port < 0)
       return failWith(ncclSystemError, std::string("no free port for the bootstrap: ") + std::strerror(errno));
     address = host + ":" + std::to_string(port);
+    pickedPort = true;
   }
-  if (address.size() >= sizeof(uniqueId->internal)) return failWith(ncclInvalidArgument, "NNS_ROOT_ADDR is too long");
+  if (address.size() >= kIdNonceAt) return failWith(ncclInvalidArgument, "NNS_ROOT_ADDR is too long");
   std::memset(uniqueId->internal, 0, sizeof(uniqueId->internal));
   std::memcpy(uniqueId->internal, address.c_str(), address.size());
+  if (!pickedPort) return ncclSuccess;  // NNS_ROOT_ADDR: the same id on every rank that makes one, as NCCL_COMM_ID
+  uint64_t nonce = 0;
+  while (nonce == 0) nonce = randomNonce();
+  std::memcpy(uniqueId->internal + kIdNonceAt, kIdNonceTag, sizeof(kIdNonceTag));
+  std::memcpy(uniqueId->internal + kIdNonceAt + sizeof(kIdNonceTag), &nonce, sizeof(nonce));
   return ncclSuccess;
 }
 
@@ -484,6 +506,8 @@ ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, in
   launch.rank = rank;
   launch.size = nranks;
   launch.source = "nnsCommInitRank";
+  if (std::memcmp(commId.internal + kIdNonceAt, kIdNonceTag, sizeof(kIdNonceTag)) == 0)
+    std::memcpy(&launch.idNonce, commId.internal + kIdNonceAt + sizeof(kIdNonceTag), sizeof(launch.idNonce));
   return makeComm(comm, launch);
 }
 

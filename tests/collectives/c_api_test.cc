@@ -457,6 +457,38 @@ TEST(CApi, AUniqueIdsPortIsLetGoWhenNoBootstrapListensOnIt) {
   EXPECT_TRUE(bindable(portOf(id))) << "a rank 0 that failed before its bootstrap kept the unique id's port";
 }
 
+// An id whose port nnsGetUniqueId picked carries a random value, as ncclUniqueId does: a rank holding another id for
+// the same port (a stale id of an ended job, whose port a later id got) is turned away as of another job. Without
+// it, a rank of the ended job joined the later one wherever its rank and size fitted. With NNS_ROOT_ADDR every rank
+// that makes an id gets the same one (NCCL_COMM_ID's way).
+TEST(CApi, ARankWithAnotherUniqueIdForTheSamePortIsTurnedAway) {
+  unsetenv("NNS_ROOT_ADDR");
+  setenv("NCCL_NET_PLUGIN", "socket", 1);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  nnsUniqueId id;
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
+  nnsUniqueId stale = id;  // the same address, another random value
+  stale.internal[NNS_UNIQUE_ID_BYTES - 1] = static_cast<char>(stale.internal[NNS_UNIQUE_ID_BYTES - 1] ^ 1);
+  ASSERT_EQ(setenv("NNS_COMM_TIMEOUT_MS", "2000", 1), 0);
+  nnsComm_t comms[2] = {nullptr, nullptr};
+  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+  EXPECT_EQ(nnsCommInitRank(&comms[0], 2, id, 0), ncclSuccess);
+  EXPECT_EQ(nnsCommInitRank(&comms[1], 2, stale, 1), ncclSuccess);
+  EXPECT_NE(nnsGroupEnd(), ncclSuccess) << "a rank of another unique id joined";
+  unsetenv("NNS_COMM_TIMEOUT_MS");
+  EXPECT_NE(std::string(nnsGetLastError()).find("another unique id"), std::string::npos) << nnsGetLastError();
+  for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+
+  setenv("NNS_ROOT_ADDR", ("127.0.0.1:" + std::to_string(nns::test::freeLoopbackPort())).c_str(), 1);
+  nnsUniqueId first, second;
+  std::memset(&first, 0x55, sizeof(first));
+  std::memset(&second, 0xaa, sizeof(second));
+  ASSERT_EQ(nnsGetUniqueId(&first), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsGetUniqueId(&second), ncclSuccess) << nnsGetLastError();
+  unsetenv("NNS_ROOT_ADDR");
+  EXPECT_EQ(std::memcmp(&first, &second, sizeof(first)), 0) << "NNS_ROOT_ADDR's ids differ from call to call";
+}
+
 // NCCL_SOCKET_IFNAME naming no interface that is up with an IPv4 address: nnsGetUniqueId fails, naming it, as NCCL's
 // bootstrap does. It gave 127.0.0.1, and the ranks of other hosts dialled their own loopback until their timeout.
 TEST(CApi, AUniqueIdNeedsAnInterfaceNcclSocketIfnameSelects) {

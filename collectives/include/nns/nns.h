@@ -23,16 +23,18 @@ extern "C" {
 #define NNS_UNIQUE_ID_BYTES 128
 
 typedef struct nnsComm* nnsComm_t;
-/* Where rank 0's bootstrap listens ("host:port", NUL-terminated); made by nnsGetUniqueId on one rank and handed to
+/* Where rank 0's bootstrap listens ("host:port", NUL-terminated), and a random value where nnsGetUniqueId picked the
+ * port (ranks of another id are turned away, as of another job); made by nnsGetUniqueId on one rank and handed to
  * the others out of band, as ncclUniqueId is. */
 typedef struct {
   char internal[NNS_UNIQUE_ID_BYTES];
 } nnsUniqueId;
 
 ncclResult_t nnsGetVersion(int* version);
-/* Rank 0's address: $NNS_ROOT_ADDR if set, else the first IPv4 address of an interface that is up, among those
- * $NCCL_SOCKET_IFNAME selects if set, else among the non-loopback ones (127.0.0.1 if none), and a free port, which
- * this process listens on from now: call it in the process that will be rank 0, as with ncclGetUniqueId. */
+/* Rank 0's address: $NNS_ROOT_ADDR if set (then every rank that makes an id gets the same one, as with NCCL_COMM_ID),
+ * else the first IPv4 address of an interface that is up, among those $NCCL_SOCKET_IFNAME selects if set, else
+ * among the non-loopback ones (127.0.0.1 if none), and a free port, which this process listens on from now: call it
+ * in the process that will be rank 0, as with ncclGetUniqueId. */
 ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId);
 /* On a failure *comm is NULL, as with ncclCommInitRank. Inside a group the communicator is made at nnsGroupEnd; one
  * whose creation fails there keeps its handle, which every call refuses but nnsCommDestroy and nnsCommAbort (they

@@ -260,8 +260,8 @@ bool isNumericAddress(const std::string& host) {
 }
 
 // What a rank tells rank 0 when it joins: who it is, the size it expects, and its job ($NNS_JOB_ID, else the
-// launcher's job), so that a rank of another job that reached this port (a reused MASTER_PORT, two launches at
-// once) is turned away.
+// launcher's job, and the unique id's random value), so that a rank of another job that reached this port (a reused
+// MASTER_PORT, two launches at once, a stale unique id whose port a later id got) is turned away.
 // What a joining rank says first. The magic and version tell a rank of this bootstrap from anything else that
 // connects (a port scanner's bytes were read as a rank number, and 16 zero bytes as "rank 0 of 0", a wrong world size
 // that failed the job as the user's mistake), and from a rank of another version, whose messages may differ.
@@ -278,12 +278,14 @@ struct JoinMessage {
 // Rank 0's answer to a join (4 bytes); any but kJoined is followed by a message with the reason.
 enum JoinReply : uint32_t { kJoined = 0, kOtherJob = 1, kRefused = 2 };
 
-uint64_t jobId(const std::string& launcherJob) {
+uint64_t jobId(const std::string& launcherJob, uint64_t idNonce) {
   const char* env = std::getenv("NNS_JOB_ID");
   std::string text = env != nullptr && *env != '\0' ? env : launcherJob;
-  if (text.empty()) return 0;
+  if (text.empty() && idNonce == 0) return 0;
   uint64_t hash = 1469598103934665603ull;  // FNV-1a
   for (char c : text) hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  for (int byte = 0; byte < 8 && idNonce != 0; ++byte)
+    hash = (hash ^ ((idNonce >> (8 * byte)) & 0xff)) * 1099511628211ull;
   return hash;
 }
 
@@ -591,7 +593,7 @@ Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
 void Bootstrap::rendezvous(const LaunchInfo& info) {
   const auto deadline = Clock::now() + timeout_;
   const std::vector<Address> roots = resolve(info.rootHost, info.rootPort, deadline);
-  const JoinMessage mine{kJoinMagic, kJoinVersion, rank_, size_, jobId(info.job)};
+  const JoinMessage mine{kJoinMagic, kJoinVersion, rank_, size_, jobId(info.job, info.idNonce)};
   const std::string rootText =
       (info.rootHost.find(':') != std::string::npos ? "[" + info.rootHost + "]" : info.rootHost) + ":" +
       std::to_string(info.rootPort);
@@ -669,7 +671,7 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
               std::to_string(kJoinVersion) + " (every rank needs the same nccl-net-sdk)";
       } else if (join.job != mine.job) {
         reply = kOtherJob;
-        why = "rank 0 there belongs to another job";
+        why = "rank 0 there belongs to another job (or was made from another unique id)";
       } else if (join.size != size_) {
         reply = kRefused;
         why = "rank 0 expects " + std::to_string(size_) + " ranks, and rank " + std::to_string(peer) + " says " +

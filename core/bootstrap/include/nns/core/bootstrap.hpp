@@ -38,6 +38,9 @@ struct LaunchInfo {
   // The launcher's name for this job (Open MPI's job id, Slurm's job and step, torchrun's run id), or empty: rank 0
   // turns away ranks of another job that reach its port. $NNS_JOB_ID, where set, is used instead.
   std::string job = {};
+  // The unique id's random value (nnsGetUniqueId when it picked the port), 0 where there is none: ranks made from
+  // another id are of another job, even where a later id got the same port (a stale id of an ended job).
+  uint64_t idNonce = 0;
   // Where rootPort is not the launcher's port as given, why (torchrun's agent holds MASTER_PORT): said on failure.
   std::string rootPortNote = {};
 };
