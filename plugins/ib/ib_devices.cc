@@ -29,11 +29,6 @@ bool isZeroGid(const ibv_gid& gid) {
   return true;
 }
 
-bool isIpv4Mapped(const ibv_gid& gid) {
-  static const unsigned char prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  return std::memcmp(gid.raw, prefix, sizeof(prefix)) == 0;
-}
-
 // NCCL's probe: a dmabuf registration with fd -1 fails with EBADF where the stack supports dmabuf, and with
 // EOPNOTSUPP/EPROTONOSUPPORT where the provider or kernel does not (rxe on Linux 6.1 does not).
 bool probeDmabuf(const Verbs& verbs, ibv_pd* pd) {
@@ -62,29 +57,43 @@ bool nvidiaDriverPresent() {
 }
 
 int chooseGidIndex(const Verbs& verbs, ibv_context* context, const std::string& hcaName, int port, int tableLength,
-                   std::string* type) {
-  int best = -1;
-  int bestScore = -1;
-  std::string bestType;
+                   const GidPreference& preference, std::string* type) {
+  const std::string typesDir =
+      "/sys/class/infiniband/" + hcaName + "/ports/" + std::to_string(port) + "/gid_attrs/types/";
+  std::vector<GidEntry> table;
+  std::vector<std::string> types;
   for (int index = 0; index < tableLength; ++index) {
     ibv_gid gid{};
     if (verbs.queryGid(context, static_cast<uint8_t>(port), index, &gid) != 0 || isZeroGid(gid)) continue;
-    auto gidType = sdk::readSysfsString("/sys/class/infiniband/" + hcaName + "/ports/" + std::to_string(port) +
-                                        "/gid_attrs/types/" + std::to_string(index));
-    std::string typeText = gidType ? *gidType : "";
-    bool v2 = typeText.find("v2") != std::string::npos;
-    // A RoCE link-local GID (fe80::/64) is not routed: on a routed fabric connections through it never leave the
-    // subnet. NCCL skips them; here any other GID comes first, and a link-local one only when it is all there is.
-    const bool linkLocal = gid.raw[0] == 0xfe && (gid.raw[1] & 0xc0) == 0x80;
-    int score = (v2 ? 2 : 0) + (isIpv4Mapped(gid) ? 1 : 0) + (linkLocal ? -4 : 0);
-    if (score > bestScore) {
-      best = index;
-      bestScore = score;
-      bestType = typeText;
-    }
+    auto gidType = sdk::readSysfsString(typesDir + std::to_string(index));
+    GidEntry entry;
+    entry.index = index;
+    std::memcpy(entry.raw, gid.raw, sizeof(entry.raw));
+    entry.roceVersion = gidType ? roceVersionOfType(*gidType) : 0;
+    table.push_back(entry);
+    types.push_back(gidType ? *gidType : "");
   }
-  if (type != nullptr) *type = bestType;
-  return best < 0 ? 0 : best;
+  bool fitted = false;
+  const int chosen = chooseGid(table, preference, &fitted);
+  if (chosen < 0) return 0;  // no GID with an address: the caller reports the port as unusable
+  for (size_t i = 0; i < table.size(); ++i)
+    if (table[i].index == chosen && type != nullptr) *type = types[i];
+  if (!fitted) {
+    std::string range;
+    if (preference.hasRange) {
+      char text[INET6_ADDRSTRLEN] = {};
+      inet_ntop(preference.family, preference.prefix, text, sizeof(text));
+      range.append(" in NCCL_IB_ADDR_RANGE ").append(text).append(1, '/');
+      range.append(std::to_string(preference.prefixBits));
+    }
+    ibv_gid gid{};
+    for (const GidEntry& entry : table)
+      if (entry.index == chosen) std::memcpy(gid.raw, entry.raw, sizeof(gid.raw));
+    NCCL_NET_WARN("%s:%d has no routable %s GID%s; using GID %d (%s)", hcaName.c_str(), port,
+                  preference.family == AF_INET ? "IPv4 (AF_INET)" : "IPv6 (AF_INET6)", range.c_str(), chosen,
+                  gidText(gid).c_str());
+  }
+  return chosen;
 }
 
 std::vector<Port> discoverPorts(const Verbs& verbs, const DiscoveryOptions& options, std::vector<Hca*>* hcas,
@@ -144,7 +153,8 @@ std::vector<Port> discoverPorts(const Verbs& verbs, const DiscoveryOptions& opti
                                          "/gid_attrs/types/" + std::to_string(options.gidIndex));
         port.gidType = type ? *type : "";
       } else if (port.isEthernet()) {
-        port.gidIndex = chooseGidIndex(verbs, context, hcaName, p, port.attr.gid_tbl_len, &port.gidType);
+        port.gidIndex =
+            chooseGidIndex(verbs, context, hcaName, p, port.attr.gid_tbl_len, options.gidPreference, &port.gidType);
       }
       if (verbs.queryGid(context, static_cast<uint8_t>(p), port.gidIndex, &port.gid) != 0) {
         seen += " " + where + "(GID index " + std::to_string(port.gidIndex) + " unreadable)";

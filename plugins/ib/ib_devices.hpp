@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "gid_choice.hpp"
 #include "verbs_loader.hpp"
 
 namespace nns_ib {
@@ -36,8 +37,9 @@ struct Port {
 };
 
 struct DiscoveryOptions {
-  std::string hcaSpec;  // NCCL_IB_HCA
-  int gidIndex = -1;    // NCCL_IB_GID_INDEX; -1 = automatic
+  std::string hcaSpec;          // NCCL_IB_HCA
+  int gidIndex = -1;            // NCCL_IB_GID_INDEX; -1 = automatic, by gidPreference
+  GidPreference gidPreference;  // NCCL_IB_ADDR_FAMILY, NCCL_IB_ADDR_RANGE, NCCL_IB_ROCE_VERSION_NUM
 };
 
 // GPUDirect RDMA kernel support (nvidia-peermem / nv_peer_mem): CUDA pointers can go to ibv_reg_mr.
@@ -49,9 +51,10 @@ bool nvidiaDriverPresent();
 std::vector<Port> discoverPorts(const Verbs& verbs, const DiscoveryOptions& options, std::vector<Hca*>* hcas,
                                 std::string* why);
 
-// Picks a GID index for a RoCE port: RoCE v2 with an IPv4-mapped address, then RoCE v2, then v1, then index 0.
+// Picks a GID index for a RoCE port by `preference` (chooseGid: by default a routable IPv4-mapped RoCE v2 GID), with
+// a WARN where none is of the asked family and range; 0 where no GID has an address.
 int chooseGidIndex(const Verbs& verbs, ibv_context* context, const std::string& hcaName, int port, int tableLength,
-                   std::string* type);
+                   const GidPreference& preference, std::string* type);
 
 // "::ffff:10.0.0.1"-style text of a GID.
 std::string gidText(const ibv_gid& gid);

@@ -75,6 +75,7 @@ uint32_t encodeImmediate(int slot, int immediates, bool sizeInline, size_t size)
 struct Params {
   std::string hcaSpec;
   int gidIndex = -1;
+  nns_ib::GidPreference gidPreference;
   int qpsPerConnection = 1;
   int timeout = 20;
   int retryCount = 7;
@@ -93,6 +94,8 @@ struct Params {
     const char* hca = std::getenv("NCCL_IB_HCA");
     p.hcaSpec = hca != nullptr ? hca : "";
     p.gidIndex = static_cast<int>(sdk::envInteger("NCCL_IB_GID_INDEX", -1, -1, 255));
+    p.gidPreference = nns_ib::GidPreference::fromSettings(
+        std::getenv("NCCL_IB_ADDR_FAMILY"), std::getenv("NCCL_IB_ADDR_RANGE"), std::getenv("NCCL_IB_ROCE_VERSION_NUM"));
     p.qpsPerConnection = static_cast<int>(sdk::envInteger("NCCL_IB_QPS_PER_CONNECTION", 1, 1, kMaxQps));
     p.timeout = static_cast<int>(sdk::envInteger("NCCL_IB_TIMEOUT", 20, 1, 31));
     p.retryCount = static_cast<int>(sdk::envInteger("NCCL_IB_RETRY_CNT", 7, 0, 7));
@@ -989,6 +992,9 @@ class IbNet {
         nns_ib::DiscoveryOptions options;
         options.hcaSpec = g.params.hcaSpec;
         options.gidIndex = g.params.gidIndex;
+        options.gidPreference = g.params.gidPreference;
+        for (const std::string& problem : options.gidPreference.problems)
+          NCCL_NET_WARN("%s; the default is used", problem.c_str());
         std::vector<Port> found = nns_ib::discoverPorts(*g.verbs, options, &g.hcas, &g.initError);
         g.gdr = nns_ib::gdrKernelSupport();
         g.nvidiaDriver = nns_ib::nvidiaDriverPresent();

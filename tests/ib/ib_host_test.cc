@@ -4,6 +4,7 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 
 #include <nccl_net/net.h>
 
+#include "gid_choice.hpp"
 #include "hca_filter.hpp"
 #include "port_speed.hpp"
 
@@ -186,3 +188,85 @@ TEST(IbPortSpeed, VerbsCodesAndTheKernelsRateText) {
 }
 
 }  // namespace
+
+namespace {
+
+// A RoCE port's GID table as `show_gids` lists a typical one: link-local v1/v2, two IPv4 addresses (v1/v2 each) and
+// a global IPv6 address (v1/v2), with an empty entry between.
+std::vector<nns_ib::GidEntry> typicalTable() {
+  auto entry = [](int index, const char* address, int version) {
+    nns_ib::GidEntry e;
+    e.index = index;
+    if (address != nullptr) {
+      in6_addr raw{};
+      EXPECT_EQ(inet_pton(AF_INET6, address, &raw), 1) << address;
+      std::memcpy(e.raw, &raw, sizeof(e.raw));
+    }
+    e.roceVersion = version;
+    return e;
+  };
+  return {entry(0, "fe80::ac0:ebff:fe3d:ca54", 1),
+          entry(1, "fe80::ac0:ebff:fe3d:ca54", 2),
+          entry(2, "::ffff:10.1.0.33", 1),
+          entry(3, "::ffff:10.1.0.33", 2),
+          entry(4, nullptr, 0),
+          entry(5, "::ffff:192.168.7.5", 1),
+          entry(6, "::ffff:192.168.7.5", 2),
+          entry(7, "fd00:1::21", 1),
+          entry(8, "fd00:1::21", 2)};
+}
+
+int chosen(const std::vector<nns_ib::GidEntry>& table, const char* family, const char* range, const char* version,
+           bool* fitted = nullptr) {
+  const auto preference = nns_ib::GidPreference::fromSettings(family, range, version);
+  EXPECT_TRUE(preference.problems.empty()) << preference.problems.front();
+  return nns_ib::chooseGid(table, preference, fitted);
+}
+
+}  // namespace
+
+// NCCL_IB_ADDR_FAMILY, NCCL_IB_ADDR_RANGE and NCCL_IB_ROCE_VERSION_NUM choose the GID as in NCCL: family and range
+// first, then routable before link-local, then the RoCE version, then the lowest index. They were not read: an
+// IPv6-only RoCE fabric (AF_INET6) or a host with several subnets on one port (ADDR_RANGE) got the first IPv4 RoCE v2
+// GID whatever they said.
+TEST(IbGidChoice, FamilyRangeAndVersionAsNcclTakesThem) {
+  const auto table = typicalTable();
+  bool fitted = false;
+  EXPECT_EQ(chosen(table, nullptr, nullptr, nullptr, &fitted), 3);  // NCCL's defaults: AF_INET, RoCE v2
+  EXPECT_TRUE(fitted);
+  EXPECT_EQ(chosen(table, "AF_INET", nullptr, "1"), 2);
+  EXPECT_EQ(chosen(table, "AF_INET", "192.168.0.0/16", nullptr), 6);
+  EXPECT_EQ(chosen(table, "AF_INET", "192.168.7.5/32", "1"), 5);
+  EXPECT_EQ(chosen(table, "AF_INET6", nullptr, nullptr), 8);  // routable, not the link-local ones
+  EXPECT_EQ(chosen(table, "AF_INET6", "fd00::/8", "1"), 7);
+  EXPECT_EQ(chosen(table, "AF_INET6", "fe80::/10", nullptr, &fitted), 1) << "link-local only when asked for";
+  EXPECT_FALSE(fitted) << "a link-local GID is never what the choice looks for";
+  // Nothing in the range: the best other one, and the caller warns.
+  EXPECT_EQ(chosen(table, "AF_INET", "172.16.0.0/12", nullptr, &fitted), 3);
+  EXPECT_FALSE(fitted);
+  // The family comes before the version: an IPv4 RoCE v1 GID beats an IPv6 RoCE v2 one (as NCCL's choice does).
+  std::vector<nns_ib::GidEntry> v1Ipv4{table[2], table[8]};
+  EXPECT_EQ(chosen(v1Ipv4, nullptr, nullptr, nullptr), 2);
+  // Only link-local GIDs (no address on the netdev yet): the asked version's, not fitted.
+  std::vector<nns_ib::GidEntry> linkLocal{table[0], table[1]};
+  EXPECT_EQ(chosen(linkLocal, nullptr, nullptr, nullptr, &fitted), 1);
+  EXPECT_FALSE(fitted);
+  EXPECT_EQ(chosen({table[4]}, nullptr, nullptr, nullptr), -1) << "an empty table has no GID";
+}
+
+TEST(IbGidChoice, MalformedSettingsAreNamedAndTheDefaultsKept) {
+  auto preference = nns_ib::GidPreference::fromSettings("AF_INET4", "10.0.0.0/33", "3");
+  ASSERT_EQ(preference.problems.size(), 3u);
+  EXPECT_NE(preference.problems[0].find("NCCL_IB_ADDR_FAMILY=AF_INET4"), std::string::npos) << preference.problems[0];
+  EXPECT_NE(preference.problems[1].find("NCCL_IB_ROCE_VERSION_NUM=3"), std::string::npos) << preference.problems[1];
+  EXPECT_NE(preference.problems[2].find("NCCL_IB_ADDR_RANGE=10.0.0.0/33"), std::string::npos) << preference.problems[2];
+  EXPECT_EQ(preference.family, AF_INET);
+  EXPECT_EQ(preference.roceVersion, 2);
+  EXPECT_FALSE(preference.hasRange);
+  for (const char* range : {"10.0.0.0", "10.0.0.0/", "10.0.0/8", "fd00::/8", "10.0.0.0/8x", "10.0.0.0/-1"})
+    EXPECT_EQ(nns_ib::GidPreference::fromSettings(nullptr, range, nullptr).problems.size(), 1u) << range;
+  EXPECT_EQ(nns_ib::GidPreference::fromSettings("AF_INET6", "10.0.0.0/8", nullptr).problems.size(), 1u)
+      << "an IPv4 range with AF_INET6";
+  EXPECT_TRUE(nns_ib::GidPreference::fromSettings("AF_INET6", "fd00::/128", "1").problems.empty());
+  EXPECT_TRUE(nns_ib::GidPreference::fromSettings("AF_INET", "0.0.0.0/0", "2").problems.empty());
+}
