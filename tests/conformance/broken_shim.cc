@@ -667,6 +667,15 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
       return ncclInvalidArgument;
     }
 #endif
+#ifdef NNS_BUG_RECV_SIZE_IGNORED
+  // The posted sizes ignored (taken as 1 GiB): a larger message is written whole past the end of the buffer, into
+  // whatever the host keeps there (its heap).
+  size_t unchecked[64];
+  if (n >= 1 && n <= 64) {
+    for (int i = 0; i < n; ++i) unchecked[i] = size_t{1} << 30;
+    sizes = unchecked;
+  }
+#endif
 #ifdef NNS_BUG_SIZE_ROUNDED_UP
   // The posted sizes rounded up to a 64-byte line (a size check done in the NIC's units): a message up to 63 bytes
   // larger than the buffer is taken, and written past its end.

@@ -349,7 +349,8 @@ int runTool(int argc, char** argv) {
   bool asJson = false;
   bool list = false;
   std::string junit;
-  app.add_option("plugin", plugin, "plugin name (libnccl-net-NAME.so) or path, NCCL_NET_PLUGIN semantics");
+  app.add_option("plugin", plugin,
+                 "plugin name (libnccl-net-NAME.so) or path, NCCL_NET_PLUGIN semantics (default: $NCCL_NET_PLUGIN)");
   // One directory per -L (repeat it for more): taking several, -L DIR PLUGIN took the plugin as a second directory.
   app.add_option("-L,--search-dir", options.load.searchDirs,
                  "directory searched for the plugin, one per -L, repeatable (default ../lib)")
@@ -381,8 +382,12 @@ int runTool(int argc, char** argv) {
     for (const auto& rule : nns::check::allRules()) std::printf("%-30s %s\n", rule.name, rule.checks);
     return 0;
   }
+  // As the other tools: $NCCL_NET_PLUGIN when no plugin is named.
+  if (const char* env = std::getenv("NCCL_NET_PLUGIN"); plugin.empty() && env != nullptr) plugin = env;
   if (plugin.empty()) {
-    std::fprintf(stderr, "nccl-net-check: name a plugin, before --rules (which takes a list; see --help)\n");
+    std::fprintf(stderr,
+                 "nccl-net-check: no plugin given: name one (a name or a path) before --rules, which takes the "
+                 "words after it as rule names, or set NCCL_NET_PLUGIN\n");
     return 2;
   }
   for (const auto* names : {&options.only, &options.skip}) {

@@ -43,7 +43,11 @@ using core::Net;
 int gResultFd = -1;             // where the rule process writes its verdict
 const char* gCurrentCall = "";  // the plugin call in progress
 int gCallTimeout = 5;
-int gPeerDeathSeconds = 30;              // how long a pending test may take to notice a dead peer
+int gPeerDeathSeconds = 30;  // how long a pending test may take to notice a dead peer
+// How long one send or receive may take to complete: 30 s, or half the rule timeout where that is shorter, so that a
+// rule names the message that never completed ("test still said 'not done' after N s") before its own timeout ends
+// it as "hung" with no more said.
+int gTransferWaitSeconds = 30;
 std::string gPeerNetns;                  // --netns: the namespace peers enter
 std::string gPeerLibrary;                // --netns: the copy of the plugin peers open
 volatile sig_atomic_t gRunningRule = 0;  // process group of the rule in progress (the harness's parent process)
@@ -462,7 +466,7 @@ int sendMessages(Context& c, void* comm, const std::vector<std::pair<size_t, uin
     size_t slot = i % kInFlight;
     if (requests[slot] != nullptr) {
       int size = -1;
-      if (waitDone(c, requests[slot], &size, 30) != ncclSuccess) return 30;
+      if (waitDone(c, requests[slot], &size, gTransferWaitSeconds) != ncclSuccess) return 30;
       if (sentSizeWrong(size, sizes[slot])) return 31;
       requests[slot] = nullptr;
     }
@@ -491,13 +495,15 @@ Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size
     if (requests[slot] != nullptr) {
       size_t index = i - kInFlight;
       int size = -1, peerCode = 0;
-      ncclResult_t result = peer != nullptr ? waitDoneWatchingPeer(c, requests[slot], &size, 30, *peer, &peerCode)
-                                            : waitDone(c, requests[slot], &size, 30);
+      ncclResult_t result = peer != nullptr
+                                ? waitDoneWatchingPeer(c, requests[slot], &size, gTransferWaitSeconds, *peer, &peerCode)
+                                : waitDone(c, requests[slot], &size, gTransferWaitSeconds);
       if (result != ncclSuccess && peerCode != 0)
         return fail("message %zu (%zu B) never arrived: the sender gave up first: %s", index, messages[index].first,
                     peerText(peerCode).c_str());
       if (result != ncclSuccess)
-        return fail("message %zu (%zu B): %s", index, messages[index].first, waitText(result, 30).c_str());
+        return fail("message %zu (%zu B): %s", index, messages[index].first,
+                    waitText(result, gTransferWaitSeconds).c_str());
       if (size != static_cast<int>(messages[index].first))
         return fail("message %zu: test reported %d bytes, %zu were sent", index, size, messages[index].first);
       long bad = firstMismatch(buffers[slot], messages[index].first, messages[index].second);
@@ -765,10 +771,11 @@ Verdict maxRequestsInFlight(Context& c) {
   }
   for (int i = 0; i < kRequests; ++i) {
     int size = -1;
-    ncclResult_t result = waitDone(c, requests[i], &size, 30);
-    if (result != ncclSuccess) return fail("receive %d: %s", i, waitText(result, 30).c_str());
-    if (size != 1000 + i || firstMismatch(buffers[i], size, i) >= 0)
-      return fail("receive %d: wrong size %d or bytes", i, size);
+    ncclResult_t result = waitDone(c, requests[i], &size, gTransferWaitSeconds);
+    if (result != ncclSuccess) return fail("receive %d: %s", i, waitText(result, gTransferWaitSeconds).c_str());
+    if (size != 1000 + i) return fail("receive %d: test reported %d bytes, %d were sent", i, size, 1000 + i);
+    if (long bad = firstMismatch(buffers[i], size, i); bad >= 0)
+      return fail("receive %d (%d B): wrong byte at offset %ld", i, size, bad);
   }
   int code = closePair(c, pair);
   if (code != 0) return fail("%s", peerText(code).c_str());
@@ -832,7 +839,8 @@ Verdict nullRequestMeansRetry(Context& c) {
             }
             for (; oldest < requests.size(); ++oldest) {
               int size = -1;
-              if (waitDone(c, requests[oldest], &size, 30) != ncclSuccess || sentSizeWrong(size, 16)) return 42;
+              if (waitDone(c, requests[oldest], &size, gTransferWaitSeconds) != ncclSuccess || sentSizeWrong(size, 16))
+                return 42;
             }
             return 0;
           },
@@ -857,7 +865,7 @@ Verdict nullRequestMeansRetry(Context& c) {
       return fail("irecv %d: %s", i, postText(posted).c_str());
     int got = -1;
     // A sender that gave up explains a receive that never completes better than the receive's timeout does.
-    ncclResult_t result = waitDoneWatchingPeer(c, request, &got, 30, pair.peer, &peerCode);
+    ncclResult_t result = waitDoneWatchingPeer(c, request, &got, gTransferWaitSeconds, pair.peer, &peerCode);
     if (result != ncclSuccess && pair.peer > 0) {
       // The receive failed, perhaps because the sender gave up and closed: its exit code says so, if it has one.
       int status = 0;
@@ -869,8 +877,8 @@ Verdict nullRequestMeansRetry(Context& c) {
     }
     peerFailed = result != ncclSuccess && pair.peer < 0 && peerCode != 0;
     if (!peerFailed && (result != ncclSuccess || got != 16))
-      return fail("receive %d: %s, size %d", i, result == ncclSuccess ? "completed" : waitText(result, 30).c_str(),
-                  got);
+      return fail("receive %d: %s, size %d (16 bytes were sent)", i,
+                  result == ncclSuccess ? "completed" : waitText(result, gTransferWaitSeconds).c_str(), got);
   }
   int code = peerFailed ? peerCode : closePair(c, pair);
   if (peerFailed) closePair(c, pair);
@@ -927,8 +935,8 @@ Verdict receiveAfterTheHint(Context& c, void* recvComm, size_t secondBytes, uint
   }
   if (v.status == Status::kPass) {
     int got = -1;
-    if (ncclResult_t result = waitDone(c, request, &got, 30); result != ncclSuccess)
-      v = fail("the hinted receive: %s", waitText(result, 30).c_str());
+    if (ncclResult_t result = waitDone(c, request, &got, gTransferWaitSeconds); result != ncclSuccess)
+      v = fail("the hinted receive: %s", waitText(result, gTransferWaitSeconds).c_str());
   }
   if (v.status == Status::kPass) {
     void* second = buffers[1].data();
@@ -936,9 +944,9 @@ Verdict receiveAfterTheHint(Context& c, void* recvComm, size_t secondBytes, uint
     void* next = nullptr;
     int got = -1;
     ncclResult_t result = postRecv(c, recvComm, 1, &second, &capacity, &tag, &mhandles[1], &next);
-    if (result == ncclSuccess) result = waitDone(c, next, &got, 30);
+    if (result == ncclSuccess) result = waitDone(c, next, &got, gTransferWaitSeconds);
     if (result != ncclSuccess)
-      v = fail("the receive after the hinted one: %s", waitText(result, 30).c_str());
+      v = fail("the receive after the hinted one: %s", waitText(result, gTransferWaitSeconds).c_str());
     else if (got != static_cast<int>(secondBytes) || firstMismatch(buffers[1], secondBytes, secondSeed) >= 0)
       v = fail("the receive after the hinted one got %d bytes (or wrong bytes), not the next message's %zu", got,
                secondBytes);
@@ -972,6 +980,9 @@ Verdict truncationIsAnError(Context& c) {
     size_t sent, capacity;
   };
   const Case cases[] = {{1000, 100}, {101, 100}, {(2u << 20), (1u << 20)}};
+  // Watched bytes past the buffer: room for the whole message and 64 more, so a plugin that writes all of it lands
+  // in memory of this rule's, which then names the overrun (a shorter guard let it corrupt the heap, and the rule
+  // process died in a later free without a verdict).
   constexpr size_t kGuard = 64;
   std::string evidence;
   for (const Case& k : cases) {
@@ -996,7 +1007,7 @@ Verdict truncationIsAnError(Context& c) {
             },
             &why))
       return fail("%s", why.c_str());
-    std::vector<unsigned char> small(k.capacity + kGuard, 0);
+    std::vector<unsigned char> small(k.sent + kGuard, 0);
     void* data = small.data();
     size_t size = k.capacity;
     int tag = 1;
@@ -1010,15 +1021,24 @@ Verdict truncationIsAnError(Context& c) {
     // sender's error, tears the communicator down): as good as a failed receive, if nothing was written.
     const bool senderRefused = result == ncclTimeout && peerCode > kSenderRefused;
     if (senderRefused) result = static_cast<ncclResult_t>(peerCode - kSenderRefused);
+    size_t firstPast = small.size(), lastPast = 0;
+    for (size_t i = k.capacity; i < small.size(); ++i) {
+      if (small[i] == 0) continue;
+      firstPast = std::min(firstPast, i);
+      lastPast = i;
+    }
+    if (firstPast < small.size())
+      return fail(
+          "a %zu-byte message into a %zu-byte receive wrote past the buffer: bytes %zu..%zu after its start "
+          "changed (the receive %s)",
+          k.sent, k.capacity, firstPast, lastPast,
+          result == ncclSuccess ? ("completed, size " + std::to_string(got)).c_str()
+                                : ("returned " + resultText(result)).c_str());
     if (result == ncclSuccess)
       return fail("a %zu-byte message into a %zu-byte receive completed (size %d): silent truncation", k.sent,
                   k.capacity, got);
     if (result == ncclTimeout)
       return fail("a %zu-byte message into a %zu-byte receive never completed nor failed", k.sent, k.capacity);
-    for (size_t i = k.capacity; i < small.size(); ++i)
-      if (small[i] != 0)
-        return fail("a %zu-byte message into a %zu-byte receive wrote past the buffer (byte %zu)", k.sent, k.capacity,
-                    i);
     evidence += (evidence.empty() ? "" : ", ") + std::to_string(k.sent) + " into " + std::to_string(k.capacity) + ": " +
                 (senderRefused ? "the sender's isend or test returned " : "") + resultText(result);
   }
@@ -1601,7 +1621,7 @@ Verdict commLifecycleLeaks(Context& c) {
       fill(buffer, sizeOf(cycle), static_cast<uint64_t>(cycle) + 5);
       int size = -1;
       if (postSend(c, sendComm, buffer.data(), sizeOf(cycle), 1, mhandle, &request) != ncclSuccess) return 32;
-      if (waitDone(c, request, &size, 30) != ncclSuccess) return 30;
+      if (waitDone(c, request, &size, gTransferWaitSeconds) != ncclSuccess) return 30;
       if (sentSizeWrong(size, sizeOf(cycle))) return 31;
     }
     ResourceCounts grown = lifecycleGrowth(base);
@@ -1655,8 +1675,8 @@ Verdict commLifecycleLeaks(Context& c) {
       ncclResult_t result = postRecv(c, recvComm, 1, &data, &capacity, &tag, &mhandle, &request);
       if (result != ncclSuccess) {
         step = fail("comm %d: irecv %s", cycle + 1, postText(result).c_str());
-      } else if ((result = waitDone(c, request, &size, 30)) != ncclSuccess) {
-        step = fail("comm %d: %s", cycle + 1, waitText(result, 30).c_str());
+      } else if ((result = waitDone(c, request, &size, gTransferWaitSeconds)) != ncclSuccess) {
+        step = fail("comm %d: %s", cycle + 1, waitText(result, gTransferWaitSeconds).c_str());
       } else if (size != static_cast<int>(sizeOf(cycle)) ||
                  firstMismatch(buffer, sizeOf(cycle), static_cast<uint64_t>(cycle) + 5) >= 0) {
         step = fail("comm %d: received %d bytes, expected %zu (or wrong bytes)", cycle + 1, size, sizeOf(cycle));
@@ -1698,7 +1718,7 @@ Verdict commLifecycleLeaks(Context& c) {
 Verdict checkLanded(const char* what, ncclResult_t result, int size, size_t bytes,
                     const std::vector<unsigned char>& buffer, std::vector<unsigned char>& expected, size_t sendOffset,
                     size_t recvOffset, size_t posted, uint64_t seed) {
-  if (result != ncclSuccess) return fail("%s: %s", what, waitText(result, 30).c_str());
+  if (result != ncclSuccess) return fail("%s: %s", what, waitText(result, gTransferWaitSeconds).c_str());
   if (size != static_cast<int>(bytes)) return fail("%s: test reported %d bytes", what, size);
   for (size_t i = 0; i < bytes; ++i) expected[recvOffset + i] = patternByte(sendOffset + i, seed);
   auto changed = std::mismatch(buffer.begin(), buffer.end(), expected.begin());
@@ -1746,7 +1766,7 @@ Verdict registeredBufferOffsets(Context& c) {
                 break;
               }
               int size = -1;
-              if (waitDone(c, request, &size, 30) != ncclSuccess) {
+              if (waitDone(c, request, &size, gTransferWaitSeconds) != ncclSuccess) {
                 code = 30;
                 break;
               }
@@ -1776,7 +1796,7 @@ Verdict registeredBufferOffsets(Context& c) {
     void* request = nullptr;
     int size = -1;
     ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &posted, &tag, &mhandle, &request);
-    if (result == ncclSuccess) result = waitDone(c, request, &size, 30);
+    if (result == ncclSuccess) result = waitDone(c, request, &size, gTransferWaitSeconds);
     char what[160];
     std::snprintf(what, sizeof(what),
                   "message %zu (%zu B from offset %zu of the registered send buffer into offset %zu of the registered "
@@ -1875,7 +1895,7 @@ int sender(Context& c, unsigned char handlesIn[2][NCCL_NET_HANDLE_MAXSIZE], int 
     int size = -1;
     if (postSend(c, comms[kRegistrations[s.handle].comm], buffer.data() + s.sendOffset, s.bytes, 1, handles[s.handle],
                  &request) != ncclSuccess ||
-        waitDone(c, request, &size, 30) != ncclSuccess)
+        waitDone(c, request, &size, gTransferWaitSeconds) != ncclSuccess)
       code = kPeerStepFailed + k;
     else if (sentSizeWrong(size, s.bytes))
       code = 31;
@@ -1966,7 +1986,7 @@ Verdict sharedRegistrations(Context& c) {
       v = fail("%s: irecv %s", what, postText(result).c_str());
       break;
     }
-    ncclResult_t result = waitDoneWatchingPeer(c, request, &size, 30, peer, &peerCode);
+    ncclResult_t result = waitDoneWatchingPeer(c, request, &size, gTransferWaitSeconds, peer, &peerCode);
     if (result == ncclTimeout && peer < 0) {
       v = fail("%s: nothing arrived: %s", what, peerStepText(peerCode).c_str());
       break;
@@ -3020,6 +3040,7 @@ const std::vector<Rule>& rules() {
   gResultFd = fd;
   gCallTimeout = options.callTimeoutSeconds;
   gPeerDeathSeconds = options.peerDeathSeconds;
+  gTransferWaitSeconds = std::max(1, std::min(30, options.ruleTimeoutSeconds / 2));
   gThreadMessages = options.threadMessages;
   signal(SIGALRM, onAlarm);
   signal(SIGPIPE, SIG_IGN);
