@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the SDK into a temporary prefix, then builds the example plugin out of tree twice: with find_package
-# (CMake) and with pkg-config, and checks each result exports exactly ncclNetPlugin_v6..v12. Then the installed tools
+# Installs the SDK into a temporary prefix, then builds the example plugin out of tree three times: with find_package
+# (CMake), as a copy of examples/minimal-plugin on its own, and with pkg-config, and checks each result exports exactly ncclNetPlugin_v6..v12. Then the installed tools
 # as a vendor uses them: nccl-net-info finds the installed socket plugin by name (nccl-net-bench's default) and the
 # out-of-tree plugin by path, and nccl-net-check runs rules against the out-of-tree plugin. And the collective engine's
 # C API (nns/nns.h, libnns.so): a C program built against it both ways runs one rank.
@@ -23,6 +23,13 @@ cmake -S "$source_dir/tests/install/consumer" -B "$work/cmake-build" -DCMAKE_PRE
   -DEXAMPLE_SOURCE="$example" -DNNS_C_SOURCE="$nns_c" > "$work/configure.log"
 cmake --build "$work/cmake-build" > "$work/build.log"
 "$check_exports" "$work/cmake-build/libnccl-net-minimal.so"
+
+echo "--- examples/minimal-plugin copied out of the tree, built on its own (its CMakeLists.txt's standalone branch)"
+cp -r "$source_dir/examples/minimal-plugin" "$work/minimal-copy"
+cmake -S "$work/minimal-copy" -B "$work/minimal-copy/build" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/copy-configure.log"
+cmake --build "$work/minimal-copy/build" > "$work/copy-build.log"
+"$check_exports" "$work/minimal-copy/build/libnccl-net-minimal.so"
+test -x "$work/minimal-copy/build/minimal-plugin-demo"
 
 echo "--- pkg-config nccl-net-sdk"
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig:$work/prefix/lib/x86_64-linux-gnu/pkgconfig"
