@@ -112,6 +112,19 @@ std::vector<std::string> dropTcpViewsOfRdmaPorts(std::vector<UcxDevice>& devices
   return dropped;
 }
 
+std::vector<std::string> dropHostOnlyInterfaces(std::vector<UcxDevice>& devices, const std::vector<std::string>& keep) {
+  auto hostOnly = [&](const UcxDevice& d) {
+    const bool kind = d.name == "lo" || d.name.rfind("docker", 0) == 0;
+    return kind && !d.rdma && std::find(keep.begin(), keep.end(), d.name) == keep.end();
+  };
+  if (std::all_of(devices.begin(), devices.end(), hostOnly)) return {};  // nothing else: keep them all
+  std::vector<std::string> dropped;
+  for (const UcxDevice& d : devices)
+    if (hostOnly(d)) dropped.push_back(d.name);
+  devices.erase(std::remove_if(devices.begin(), devices.end(), hostOnly), devices.end());
+  return dropped;
+}
+
 std::vector<UcxDevice> discoverDevices(int sharedMemorySpeedMbps, std::string* error) {
   // A throw-away context with the same features the plugin uses: UCX applies UCX_TLS, UCX_NET_DEVICES and friends
   // exactly as it will for the real contexts, so the devices offered are the ones UCX would pick.
@@ -166,13 +179,13 @@ std::vector<UcxDevice> discoverDevices(int sharedMemorySpeedMbps, std::string* e
     same->rdma = same->rdma || isRdmaTransport(tl);
   }
 
-  // Loopback is a device UCX lists for tcp, but NCCL would take it for a NIC: offer it only when asked for or alone.
   const char* netDevices = std::getenv("UCX_NET_DEVICES");
   auto named = splitComma(netDevices != nullptr ? netDevices : "all");
-  bool loNamed = std::find(named.begin(), named.end(), "lo") != named.end();
-  if (!loNamed && network.size() > 1)
-    network.erase(std::remove_if(network.begin(), network.end(), [](const UcxDevice& d) { return d.name == "lo"; }),
-                  network.end());
+  for (const std::string& name : dropHostOnlyInterfaces(network, named))
+    NCCL_NET_INFO(NCCL_INIT | NCCL_NET,
+                  "UCX device %s left out: loopback and container bridges are not NICs (name it in UCX_NET_DEVICES to "
+                  "keep it)",
+                  name.c_str());
 
   std::vector<UcxDevice> devices;
   for (UcxDevice& device : network) {

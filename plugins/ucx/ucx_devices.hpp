@@ -34,6 +34,12 @@ std::vector<UcxDevice> discoverDevices(int sharedMemorySpeedMbps, std::string* e
 // `keep` (UCX_NET_DEVICES, when it lists devices) stays. Returns the names removed.
 std::vector<std::string> dropTcpViewsOfRdmaPorts(std::vector<UcxDevice>& devices, const std::vector<std::string>& keep);
 
+// Removes loopback ("lo") and container bridges ("docker*"), which UCX lists for tcp like any interface but NCCL's
+// own interface choice passes over (NCCL_SOCKET_IFNAME's default, ^docker,lo): NCCL would take them for NICs and send
+// a share of its channels through them. They stay when named in `keep` (UCX_NET_DEVICES), or when nothing else is
+// listed (a single host's tests over loopback). Returns the names removed.
+std::vector<std::string> dropHostOnlyInterfaces(std::vector<UcxDevice>& devices, const std::vector<std::string>& keep);
+
 // Parses the resource lines of ucp_context_print_info() ("#      resource 1  :  md 1  dev 1  flags -- tcp/lo")
 // into (transport, device) pairs. Exposed for the unit test.
 std::vector<std::pair<std::string, std::string>> parseResources(const std::string& printedInfo);

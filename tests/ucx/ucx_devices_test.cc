@@ -54,6 +54,34 @@ TEST(UcxDevices, AnRdmaPortSeenThroughTcpIsOneDevice) {
   EXPECT_EQ(devices.size(), 5u);
 }
 
+// Loopback and container bridges are not NICs (NCCL's interface choice passes over ^docker,lo): left out beside a
+// real interface, kept when named in UCX_NET_DEVICES or when nothing else is listed. docker0 was offered as a NIC.
+TEST(UcxDevices, LoopbackAndContainerBridgesAreNotNics) {
+  auto named = [](std::initializer_list<const char*> names) {
+    std::vector<nns_ucx::UcxDevice> devices;
+    for (const char* name : names) {
+      devices.emplace_back();
+      devices.back().name = name;
+    }
+    return devices;
+  };
+  auto names = [](const std::vector<nns_ucx::UcxDevice>& devices) {
+    std::vector<std::string> out;
+    for (const auto& d : devices) out.push_back(d.name);
+    return out;
+  };
+  auto devices = named({"lo", "docker0", "eth0", "docker_gwbridge", "mlx5_0:1"});
+  EXPECT_EQ(nns_ucx::dropHostOnlyInterfaces(devices, {"all"}),
+            (std::vector<std::string>{"lo", "docker0", "docker_gwbridge"}));
+  EXPECT_EQ(names(devices), (std::vector<std::string>{"eth0", "mlx5_0:1"}));
+  devices = named({"lo", "docker0", "eth0"});
+  EXPECT_EQ(nns_ucx::dropHostOnlyInterfaces(devices, {"docker0", "eth0"}), std::vector<std::string>{"lo"});
+  EXPECT_EQ(names(devices), (std::vector<std::string>{"docker0", "eth0"}));
+  devices = named({"lo", "docker0"});  // nothing else: both stay, as NCCL falls back to them
+  EXPECT_TRUE(nns_ucx::dropHostOnlyInterfaces(devices, {"all"}).empty());
+  EXPECT_EQ(devices.size(), 2u);
+}
+
 // Each environment is set before the first UCX call in a fresh gtest process (gtest_discover_tests runs every test in
 // its own process), so UCX reads it as a plugin would.
 TEST(UcxDevices, TcpOnLoopbackGivesLo) {
