@@ -363,6 +363,7 @@ void sendRecv(Communicator& comm, std::span<const P2POp> ops, KernelLayer& kerne
   }
   comm.submit([&] {
     core::Plan& plan = comm.newPlan();
+    plan.setEndMarks(true);  // each receive's size is checked against its send's, not only piece by piece
     for (const auto& op : ops) {
       const size_t bytes = op.count * typeSize(op.type);
       if (op.peer == comm.rank()) continue;

@@ -94,6 +94,7 @@ int Plan::flowFor(int peer, int channel, bool sending) {
 void Plan::clear() {
   flowCount_ = 0;
   pieceBytes_ = 0;
+  endMarks_ = false;
 }
 
 Plan::RecvRef Plan::recv(int peer, int channel, size_t bytes, PieceHandler onPiece, Refs after, void* direct) {
@@ -796,6 +797,7 @@ void Communicator::run(Plan& plan) {
     keys.push_back({flow.peer, flow.channel, flow.sending});
     for (auto& segment : flow.segments) {
       segment.pieces = segment.bytes == 0 ? 1 : (segment.bytes + piece - 1) / piece;
+      if (plan.endMarks_ && segment.bytes > 0 && segment.bytes % piece == 0) ++segment.pieces;  // the zero-byte end
       segment.piecesDone = 0;
       segment.forwarded = false;
       segment.fromSlots = false;
@@ -941,7 +943,13 @@ void Communicator::run(Plan& plan) {
           }
           if (static_cast<size_t>(size) != slot.bytes)
             fail("received " + std::to_string(size) + " bytes from rank " + std::to_string(flow.peer) + ", expected " +
-                 std::to_string(slot.bytes));
+                 std::to_string(slot.bytes) +
+                 (!plan.endMarks_   ? ""
+                  : slot.bytes == 0 ? " where the message ends: rank " + std::to_string(flow.peer) +
+                                          " sent more than this receive takes (a count or type that differs "
+                                          "between its send and this receive?)"
+                                    : " (the send and this receive differ in size: a count or type that differs "
+                                      "between them?)"));
           // GPU memory that the plugin wrote (a GPU slot, or a registered GPU buffer received into directly) is
           // flushed before anything reads it, where NCCL would flush.
           if (size > 0 && slotMemory_->flushReceives()) {

@@ -214,6 +214,11 @@ class Plan {
   // (schedules derive it from the message size). 0: a whole slot.
   void setPieceBytes(size_t bytes) { pieceBytes_ = bytes; }
   size_t pieceBytes() const { return pieceBytes_; }
+  // Point-to-point plans, whose two ends are sized by two calls: a segment whose bytes fill its pieces exactly is
+  // closed by a zero-byte piece, so a receive smaller or larger than its send fails on its own call ("received N
+  // bytes ..., expected 0"). Without it a receive of whole pieces fewer than the send's completed, cut short, and its
+  // send's remaining pieces went into the next receive. Both ends must say the same (sendRecv sets it).
+  void setEndMarks(bool on) { endMarks_ = on; }
 
  private:
   friend class Communicator;
@@ -242,6 +247,7 @@ class Plan {
   std::vector<Flow> flows_;
   size_t flowCount_ = 0;
   size_t pieceBytes_ = 0;
+  bool endMarks_ = false;
 };
 
 class Communicator {

@@ -1,0 +1,73 @@
+/* p2p_sizes.c: a receive whose size differs from its send's fails on that receive, naming the mismatch, also where
+ * both are whole numbers of pieces (NNS_SLOT_BYTES=1024: 256 ints a piece). A receive of 512 ints from a send of 768
+ * completed before, cut short, and the send's third piece went into the next receive. Equal sizes still pass, whole
+ * pieces or not. Two ranks; each mismatch on a communicator of its own (made from rank 0's unique id, handed over the
+ * first), as a mismatch fails the communicator. */
+#include <stdio.h>
+#include <string.h>
+
+#include "nns/nns.h"
+
+static int failures = 0;
+
+static void expect(int ok, int rank, const char* what) {
+  if (!ok) ++failures;
+  printf("rank %d: %s: %s%s%s\n", rank, what, ok ? "as expected" : "NOT as expected (", ok ? "" : nnsGetLastError(),
+         ok ? "" : ")");
+}
+
+/* Rank 0 sends `sendCount` ints of `value`, rank 1 receives `recvCount`: the receive's result and last error. */
+static ncclResult_t exchange(nnsComm_t comm, int rank, size_t sendCount, size_t recvCount, int value, int* data) {
+  if (rank == 0) {
+    for (size_t i = 0; i < sendCount; ++i) data[i] = value;
+    return nnsSend(data, sendCount, ncclInt32, 1, comm, NULL);
+  }
+  for (size_t i = 0; i < recvCount; ++i) data[i] = -1;
+  return nnsRecv(data, recvCount, ncclInt32, 0, comm, NULL);
+}
+
+static nnsComm_t another(nnsComm_t first, int rank, int size) {
+  nnsUniqueId id;
+  nnsComm_t comm = NULL;
+  memset(&id, 0, sizeof(id));
+  if (rank == 0 && nnsGetUniqueId(&id) != ncclSuccess) return NULL;
+  if (nnsBroadcast(&id, &id, sizeof(id), ncclInt8, 0, first, NULL) != ncclSuccess) return NULL;
+  if (nnsCommInitRank(&comm, size, id, rank) != ncclSuccess) return NULL;
+  return comm;
+}
+
+int main(void) {
+  static int data[1024];
+  nnsComm_t first, comm;
+  int rank = -1, size = 0;
+  if (nnsCommInitFromEnv(&first) != ncclSuccess) {
+    printf("init: %s\n", nnsGetLastError());
+    return 1;
+  }
+  nnsCommUserRank(first, &rank);
+  nnsCommCount(first, &size);
+  /* Equal sizes: whole pieces (512 ints, two pieces and the end mark) and not (300 ints). */
+  expect(exchange(first, rank, 512, 512, 5, data) == ncclSuccess && (rank == 0 || data[511] == 5), rank,
+         "512 ints into 512");
+  expect(exchange(first, rank, 300, 300, 6, data) == ncclSuccess && (rank == 0 || data[299] == 6), rank,
+         "300 ints into 300");
+  /* A receive of whole pieces fewer than the send. */
+  comm = another(first, rank, size);
+  if (comm == NULL) return printf("rank %d: second communicator: %s\n", rank, nnsGetLastError()), 1;
+  ncclResult_t result = exchange(comm, rank, 768, 512, 7, data);
+  if (rank == 1)
+    expect(result != ncclSuccess && strstr(nnsGetLastError(), "sent more than this receive takes") != NULL, rank,
+           "768 ints into 512 fails on that receive");
+  nnsCommDestroy(comm);
+  /* A receive larger than the send, the send a whole piece. */
+  comm = another(first, rank, size);
+  if (comm == NULL) return printf("rank %d: third communicator: %s\n", rank, nnsGetLastError()), 1;
+  result = exchange(comm, rank, 256, 512, 8, data);
+  if (rank == 1)
+    expect(result != ncclSuccess && strstr(nnsGetLastError(), "received 0 bytes from rank 0, expected 1024") != NULL,
+           rank, "256 ints into 512 fails on that receive");
+  nnsCommDestroy(comm);
+  nnsCommDestroy(first);
+  if (failures == 0) printf("rank %d of %d: every receive's size checked against its send's\n", rank, size);
+  return failures != 0;
+}
