@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "arguments.hpp"
 #include "schedule.hpp"
@@ -339,6 +341,46 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
   });
 }
 
+namespace {
+
+// A group's receives must not overlap its other operations' buffers (sends may share theirs): the sends read while
+// the receives write, piece by piece, so an overlap corrupted the data with no error on any rank. Sorted by address
+// and swept once, in storage kept per thread (a group may hold thousands of operations).
+void checkP2POverlaps(std::span<const P2POp> ops, int rank) {
+  struct Range {
+    uintptr_t start, end;
+    const P2POp* op;
+  };
+  thread_local std::vector<Range> ranges;
+  ranges.clear();
+  for (const auto& op : ops) {
+    const size_t bytes = op.count * typeSize(op.type);
+    const auto start = reinterpret_cast<uintptr_t>(op.buffer);
+    if (bytes > 0) ranges.push_back({start, start + bytes, &op});
+  }
+  if (ranges.size() < 2) return;
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.start < b.start; });
+  const Range* furthest = nullptr;      // of the ranges so far, the one reaching furthest
+  const Range* furthestRecv = nullptr;  // likewise among the receives
+  auto describe = [](const Range& r) {
+    char text[96];
+    std::snprintf(text, sizeof(text), "%s %s rank %d at %p (%zu bytes)",
+                  r.op->kind == P2POp::Recv ? "a receive" : "a send", r.op->kind == P2POp::Recv ? "from" : "to",
+                  r.op->peer, reinterpret_cast<void*>(r.start), static_cast<size_t>(r.end - r.start));
+    return std::string(text);
+  };
+  for (const Range& r : ranges) {
+    const Range* other = r.op->kind == P2POp::Recv ? furthest : furthestRecv;
+    if (other != nullptr && other->end > r.start)
+      throw core::ArgumentError("rank " + std::to_string(rank) + ": " + describe(*other) + " and " + describe(r) +
+                                " overlap in one group; a receive's buffer must not overlap another operation's");
+    if (furthest == nullptr || r.end > furthest->end) furthest = &r;
+    if (r.op->kind == P2POp::Recv && (furthestRecv == nullptr || r.end > furthestRecv->end)) furthestRecv = &r;
+  }
+}
+
+}  // namespace
+
 void sendRecv(Communicator& comm, std::span<const P2POp> ops, KernelLayer& kernels) {
   checkPlacement(comm, kernels);
   // Sends to this rank are matched with its receives from itself, in order, by a copy: a mismatch is this rank's own
@@ -351,6 +393,7 @@ void sendRecv(Communicator& comm, std::span<const P2POp> ops, KernelLayer& kerne
                                 std::to_string(comm.size()));
     if (op.peer == comm.rank()) (op.kind == P2POp::Send ? selfSends : selfRecvs).push_back(&op);
   }
+  checkP2POverlaps(ops, comm.rank());
   if (selfSends.size() != selfRecvs.size())
     throw core::ArgumentError("rank " + std::to_string(comm.rank()) + ": " + std::to_string(selfSends.size()) +
                               " sends to itself but " + std::to_string(selfRecvs.size()) + " receives from itself");

@@ -274,6 +274,13 @@ TEST(CApi, BadArgumentsAreRefusedAndTheCommunicatorStaysUsable) {
     ASSERT_EQ(nnsRecv(mine.data(), 64, ncclFloat32, rank, comm, nullptr), ncclSuccess);
     ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
     EXPECT_EQ(mine, data);
+    // A group's receive into memory that another of its operations sends from (or receives into) is refused: the
+    // send read what the receive had already written (4096 of 4096 ints wrong on one rank, with no error).
+    ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+    ASSERT_EQ(nnsSend(data.data(), 32, ncclFloat32, 1 - rank, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(nnsRecv(data.data() + 16, 32, ncclFloat32, 1 - rank, comm, nullptr), ncclSuccess);
+    refused(nnsGroupEnd(), "overlap in one group; a receive's buffer must not overlap another operation's");
+    EXPECT_EQ(data[16], rank + 1.0f) << "written by a refused group";
     ASSERT_EQ(nnsAllReduce(data.data(), data.data(), 64, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
         << nnsGetLastError();
     EXPECT_EQ(data[63], 3.0f);
