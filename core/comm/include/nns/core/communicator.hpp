@@ -409,6 +409,7 @@ class Communicator {
   };
   std::vector<ConnKey> runKeys_;
   std::vector<Cursor> runCursors_;
+  std::vector<size_t> runFlowStart_, runPiecesBefore_;
   Plan plan_;                                                 // newPlan()'s
   std::vector<std::unique_ptr<Registration>> registrations_;  // changed only inside operations
   std::shared_ptr<SlotMemory> slotMemory_;
