@@ -180,13 +180,18 @@ bool retire(const nnsComm* comm) {
   return liveComms.erase(comm) != 0;
 }
 
+// How long nnsCommDestroy and nnsCommAbort wait, in all, for the calls still holding a communicator.
+std::chrono::steady_clock::time_point retireDeadline(nnsComm_t comm) {
+  return std::chrono::steady_clock::now() + comm->comm->options().timeout * 4 + std::chrono::seconds(60);
+}
+
 // Frees a retired communicator once the calls still holding it have returned. They are bounded by the operations'
 // own timeouts (an aborted one fails at once); a call that outlives even the margin here (a plugin call that never
-// returns) leaves the communicator allocated rather than freed under it.
-ncclResult_t freeRetired(nnsComm_t comm) {
+// returns) leaves the communicator allocated rather than freed under it. `deadline` is the whole call's: an abort's
+// own wait for a stuck plugin call counts in it (the two waits one after the other took 8 x the timeout + 90 s).
+ncclResult_t freeRetired(nnsComm_t comm, std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(liveMutex);
-  const auto bound = comm->comm->options().timeout * 4 + std::chrono::seconds(60);
-  if (!released.wait_for(lock, bound, [comm] { return comm->holds == 0; })) {
+  if (!released.wait_until(lock, deadline, [comm] { return comm->holds == 0; })) {
     lastError = "a call on this communicator did not return; it is left allocated";
     return ncclInternalError;
   }
@@ -525,14 +530,15 @@ ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm) {
 ncclResult_t nnsCommDestroy(nnsComm_t comm) {
   if (comm == nullptr || freeFailed(comm)) return ncclSuccess;
   if (!retire(comm)) return notLive(comm);
-  return freeRetired(comm);
+  return freeRetired(comm, retireDeadline(comm));
 }
 
 ncclResult_t nnsCommAbort(nnsComm_t comm) {
   if (comm == nullptr || freeFailed(comm)) return ncclSuccess;
   if (!retire(comm)) return notLive(comm);
+  const auto deadline = retireDeadline(comm);
   comm->comm->abort("aborted by nnsCommAbort");
-  return freeRetired(comm);
+  return freeRetired(comm, deadline);
 }
 
 ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError) {

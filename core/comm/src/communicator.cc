@@ -546,6 +546,7 @@ void Communicator::submit(OperationRef operation) {
     }
   }
   Task task(operation);
+  const auto submitted = Clock::now();
   {
     std::lock_guard guard(mutex_);
     queue_.pushBack(&task);
@@ -555,9 +556,17 @@ void Communicator::submit(OperationRef operation) {
   for (auto until = Clock::now() + spin_; !task.finished.load(std::memory_order_acquire) && Clock::now() < until;)
     sched_yield();
   std::unique_lock lock(mutex_);
-  // The operation is bounded by its no-progress timeout; the margin covers the plugin calls around it.
-  if (!done_.wait_for(lock, options_.timeout * 4 + std::chrono::seconds(30), [&] { return task.done; })) {
-    std::string why = "operation did not finish (a plugin call that never returns?)";
+  // Operations are bounded by their no-progress timeout; the margin covers the plugin calls around them. The wait
+  // gives up only when nothing on the communicator has progressed for that long (since this call came, at least):
+  // a long operation that keeps moving data, this one or one ahead of it, is waited for.
+  const auto bound = options_.timeout * 4 + std::chrono::seconds(30);
+  while (!done_.wait_for(lock, std::chrono::seconds(1), [&] { return task.done; })) {
+    const auto stamp = Clock::time_point(Clock::duration(progressStamp_.load(std::memory_order_relaxed)));
+    const auto idle = Clock::now() - std::max(stamp, submitted);
+    if (idle < bound) continue;
+    const std::string why = "nothing on this communicator progressed for " +
+                            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(idle).count()) +
+                            " s (a plugin call that never returns?)";
     {
       std::lock_guard errorLock(errorMutex_);
       if (asyncError_.empty()) {
@@ -566,8 +575,15 @@ void Communicator::submit(OperationRef operation) {
       }
     }
     failed_ = true;
-    // The task stays queued or running and its storage is this frame: wait for it after all, it cannot be dropped.
+    // Not started (queued behind an operation stuck in a plugin call): taken out of the queue, and this call fails.
+    if (queue_.remove(&task)) {
+      --queued_;
+      throw CommError("rank " + std::to_string(rank_) + ": gave up waiting for the operation ahead of this one: " + why,
+                      ncclRemoteError);
+    }
+    // Running, and its storage (and the caller's closure it runs) is this frame: wait for it after all.
     done_.wait(lock, [&] { return task.done; });
+    break;
   }
   if (!task.error.empty()) throw CommError(task.error, task.result);
 }
@@ -616,6 +632,7 @@ std::string Communicator::execute(OperationRef operation, bool always, ncclResul
     return "communicator failed earlier: " + asyncError();
   }
   tlsRunning = this;
+  progressStamp_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   try {
     operation();
   } catch (const CommError& e) {
@@ -986,6 +1003,7 @@ void Communicator::run(Plan& plan) {
     if (failed_.load(std::memory_order_relaxed)) fail("aborted: " + asyncError(), asyncResult());
     if (progressed) {
       lastProgress = Clock::now();
+      progressStamp_.store(lastProgress.time_since_epoch().count(), std::memory_order_relaxed);
       continue;
     }
     if (Clock::now() - lastProgress > options_.timeout) {

@@ -464,6 +464,17 @@ class Communicator {
       head_ = head_->next;
       if (head_ == nullptr) tail_ = nullptr;
     }
+    // Takes `task` out of the queue; false when it is not queued (running, or done).
+    bool remove(Task* task) {
+      Task* previous = nullptr;
+      for (Task* t = head_; t != nullptr; previous = t, t = t->next) {
+        if (t != task) continue;
+        (previous == nullptr ? head_ : previous->next) = t->next;
+        if (tail_ == t) tail_ = previous;
+        return true;
+      }
+      return false;
+    }
 
    private:
     Task* head_ = nullptr;
@@ -479,6 +490,10 @@ class Communicator {
   std::string asyncError_;
   ncclResult_t asyncResult_ = ncclSuccess;
   std::atomic<bool> failed_{false};
+  // When an operation of this communicator last moved data or started (steady_clock ticks): a queued caller gives up
+  // when nothing has progressed for its bound, not when its own wait is that long (a long healthy operation ahead of
+  // it, or its own on the progress thread, failed as stuck).
+  std::atomic<int64_t> progressStamp_{0};
 };
 
 }  // namespace nns::core

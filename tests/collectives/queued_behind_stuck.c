@@ -1,0 +1,49 @@
+/* queued_behind_stuck.c: over a plugin whose accept blocks until a peer connects (broken-blocking-accept), rank 1's
+ * thread A receives from rank 0, which never sends: A is stuck inside the plugin's accept for good. Thread B's
+ * allreduce, queued behind A, must fail once nothing has progressed for 4 x NNS_COMM_TIMEOUT_MS + 30 s, saying why; it
+ * waited for ever. Rank 0 only waits, then leaves. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nns/nns.h"
+
+static nnsComm_t comm;
+
+static void* receiveNeverSent(void* arg) {
+  static int x[4];
+  (void)arg;
+  nnsRecv(x, 4, ncclInt32, 0, comm, NULL); /* does not return: the process ends with it stuck */
+  return NULL;
+}
+
+int main(void) {
+  int rank = -1;
+  if (nnsCommInitFromEnv(&comm) != ncclSuccess) {
+    printf("init: %s\n", nnsGetLastError());
+    return 1;
+  }
+  nnsCommUserRank(comm, &rank);
+  if (rank == 0) {
+    sleep(45);
+    _exit(0);
+  }
+  pthread_t stuck;
+  pthread_create(&stuck, NULL, receiveNeverSent, NULL);
+  usleep(300000);
+  struct timespec start, end;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  float v = 1;
+  ncclResult_t result = nnsAllReduce(&v, &v, 1, ncclFloat32, ncclSum, comm, NULL);
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  const double seconds = (double)(end.tv_sec - start.tv_sec) + (double)(end.tv_nsec - start.tv_nsec) / 1e9;
+  printf("rank 1: the queued allreduce returned after %.1f s: %s: %s\n", seconds, nnsGetErrorString(result),
+         nnsGetLastError());
+  fflush(stdout);
+  if (result != ncclSuccess && strstr(nnsGetLastError(), "gave up waiting for the operation ahead of this one"))
+    printf("rank 1: a call queued behind a stuck plugin call gave up\n");
+  fflush(stdout);
+  _exit(0); /* the stuck thread stays in the plugin's accept */
+}
