@@ -6,9 +6,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <sstream>
+#include <stdexcept>
 
+#include "nns/core/loader.hpp"
 #include "nns/core/nccl_conf.hpp"
+#include "nns/core/net.hpp"
+#include "nns/tools/executable_dir.hpp"
 #include "nns/tools/guarded_main.hpp"
 #include "nns/tools/parse_arguments.hpp"
 #include "nns/topology/analysis.h"
@@ -160,6 +165,53 @@ json analysisJson(const Analysis& a) {
   return j;
 }
 
+// The NICs as a net plugin reports them (NCCL_NET_PLUGIN semantics), which is where NCCL takes its NETs from: the
+// plugin's own variables (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, ...) apply. Loaded in this process; `netName` becomes the
+// plugin's name for the transport lines. Throws with the loader's reasons when no plugin loads or lists devices.
+std::vector<nns::topo::NicInfo> pluginNics(const std::string& spec, const std::vector<std::string>& dirs,
+                                           std::string* netName) {
+  nns::core::LoadOptions load;
+  load.plugin = spec;
+  load.searchDirs = dirs.empty() ? std::vector<std::string>{nns::tools::libDirBesideExecutable()} : dirs;
+  nns::core::LoadReport report;
+  // Kept loaded for the life of the process: the names and paths it reported may point into it.
+  static std::unique_ptr<nns::core::Net> net;
+  net = nns::core::loadNet(load, &report);
+  if (net == nullptr) {
+    std::string why;
+    for (const auto& c : report.candidates) why += "; " + c.requested + ": " + c.rejectReason;
+    throw std::runtime_error("--plugin " + spec + ": no net plugin loaded" + why);
+  }
+  void* ctx = nullptr;
+  int ndev = 0;
+  if (ncclResult_t r = net->init(&ctx, 0, nullptr, nullptr, nullptr); r != ncclSuccess)
+    throw std::runtime_error("--plugin " + spec + ": " + net->name() + " init returned " + std::to_string(r));
+  if (ncclResult_t r = net->devices(&ndev); r != ncclSuccess || ndev <= 0)
+    throw std::runtime_error("--plugin " + spec + ": " + net->name() + " lists no device");
+  std::vector<nns::topo::NicInfo> nics;
+  for (int dev = 0; dev < ndev; ++dev) {
+    ncclNetProperties_v12_t props{};
+    if (ncclResult_t r = net->getProperties(dev, &props); r != ncclSuccess)
+      throw std::runtime_error("--plugin " + spec + ": getProperties(" + std::to_string(dev) + ") returned " +
+                               std::to_string(r));
+    nns::topo::NicInfo nic;
+    nic.name = props.name != nullptr ? props.name : "dev" + std::to_string(dev);
+    nic.pciPath = props.pciPath != nullptr ? props.pciPath : "";
+    nic.speedMbps = props.speed;
+    nic.port = props.port;
+    nic.guid = props.guid;
+    nic.maxComms = props.maxComms;
+    nic.latency = props.latency;
+    nic.gpuDirect = (props.ptrSupport & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0;
+    nics.push_back(nic);
+  }
+  *netName = net->name();
+  std::fprintf(stderr, "nccl-net-topo: note: NICs from %s (ncclNet_v%d, %s): %d device(s)\n",
+               nns::topo::terminalSafe(net->name()).c_str(), net->version(),
+               nns::topo::terminalSafe(net->path()).c_str(), ndev);
+  return nics;
+}
+
 }  // namespace
 
 int runTool(int argc, char** argv) {
@@ -201,7 +253,17 @@ int runTool(int argc, char** argv) {
   app.add_flag("--nccl-log", ncclLog, "also print NCCL's own GRAPH log lines (system tree, paths, GDR, graphs)")
       ->excludes(jsonFlag)
       ->excludes(dotFlag);
-  app.add_option("--net-name", netName, "net plugin name in NCCL's transport lines (NET/<name>/<dev>)");
+  auto* netNameOption =
+      app.add_option("--net-name", netName, "net plugin name in NCCL's transport lines (NET/<name>/<dev>)");
+  std::string plugin;
+  std::vector<std::string> pluginDirs;
+  app.add_option("-p,--plugin", plugin,
+                 "take this machine's NICs from this net plugin's devices (NCCL_NET_PLUGIN semantics), as NCCL "
+                 "does, instead of /sys/class/net: the plugin's variables (NCCL_IB_HCA, ...) then apply")
+      ->excludes("--topo-file")
+      ->excludes("--synthetic");
+  app.add_option("-L,--search-dir", pluginDirs, "directory searched for --plugin, one per -L (default ../lib)")
+      ->allow_extra_args(false);
   app.add_flag("--no-search", noSearch, "skip the ring/tree searches");
   bool noPaths = false;
   app.add_flag("--no-paths", noPaths, "skip the path matrix");
@@ -262,7 +324,21 @@ int runTool(int argc, char** argv) {
       doc = nns::topo::makeSyntheticTopology(synthetic[0], synthetic[1]);
     } else if (!topoFile.empty()) {
       doc = nns::topo::readXmlFile(topoFile);
+    } else if (!plugin.empty()) {
+      std::string pluginName;
+      doc = nns::topo::discoverTopology(pluginNics(plugin, pluginDirs, &pluginName), &discovery);
+      if (netNameOption->count() == 0) netName = pluginName;
+      discovered = true;
     } else {
+      // The plugin's variables select among its devices, which this listing does not know: said, with the way to
+      // see what NCCL would.
+      if (!ignoreEnv)
+        for (const char* name : {"NCCL_NET_PLUGIN", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "UCX_NET_DEVICES"})
+          if (const char* v = std::getenv(name); v != nullptr && *v != '\0')
+            std::fprintf(stderr,
+                         "nccl-net-topo: note: the NICs are /sys/class/net's interfaces, not a plugin's devices: "
+                         "%s=%s is not applied (--plugin lists a plugin's devices, as NCCL takes them)\n",
+                         name, nns::topo::terminalSafe(v).c_str());
       doc = nns::topo::discoverTopology(nns::topo::listSysfsNics(), &discovery);
       discovered = true;
     }
