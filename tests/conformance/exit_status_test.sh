@@ -25,6 +25,8 @@ expect 2 "no rule named 'zero-bytes'" "$bin/nccl-net-check" minimal --skip zero-
 # No plugin named: $NCCL_NET_PLUGIN's, as the other tools take it; neither is a refusal that says so.
 expect 0 "^1 passed, 0 failed, 0 skipped" env NCCL_NET_PLUGIN=minimal "$bin/nccl-net-check" --rules zero-byte
 expect 2 "no plugin given: name one .* or set NCCL_NET_PLUGIN" env -u NCCL_NET_PLUGIN "$bin/nccl-net-check" --rules zero-byte
+# nccl-net-info -p '' is NCCL_NET_PLUGIN set but empty (no external plugin), not unset.
+expect 1 "NCCL_NET_PLUGIN: \\(set but empty: no external plugin" env -u NCCL_NET_PLUGIN "$bin/nccl-net-info" -p ''
 # --skip applies after --rules: of the two rules named, only the one not skipped runs.
 expect 0 "^1 passed, 0 failed, 0 skipped" \
   "$bin/nccl-net-check" minimal --rules properties-sane,zero-byte --skip properties-sane

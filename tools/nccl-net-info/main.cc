@@ -227,9 +227,9 @@ int runTool(int argc, char** argv) {
   bool asJson = false;
   std::vector<std::string> dirs;
   int callTimeout = 10;
-  app.add_option("-p,--plugin", plugin,
-                 "plugin spec with NCCL_NET_PLUGIN semantics (default: $NCCL_NET_PLUGIN, "
-                 "else libnccl-net.so)");
+  auto* pluginOption = app.add_option("-p,--plugin", plugin,
+                                      "plugin spec with NCCL_NET_PLUGIN semantics (default: $NCCL_NET_PLUGIN, "
+                                      "else libnccl-net.so)");
   // As in nccl-net-check and nccl-net-perf, -L replaces the default: a folder of plugins given alone is listed alone.
   app.add_option("-L,--search-dir", dirs,
                  "directory searched for plugins, one per -L, repeatable; in place of the default (../lib beside "
@@ -241,6 +241,8 @@ int runTool(int argc, char** argv) {
                  "(default 10)")
       ->check(CLI::Range(1, 3600));
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
+  // -p '' is NCCL_NET_PLUGIN set but empty (no external plugin), not "unset": the probes read it from there.
+  if (pluginOption->count() > 0 && plugin.empty()) setenv("NCCL_NET_PLUGIN", "", 1);
   // A mistyped -L would otherwise look like a folder without plugins.
   for (const auto& dir : dirs) {
     struct stat status {};

@@ -378,7 +378,7 @@ GdrDecision checkGdr(const System& sys, const TopoSettings& settings, int rank, 
     }
   }
   d.level = settings.netGdrC2c ? PATH_P2C : PATH_PXB;
-  std::string levelWhy = settings.netGdrC2c ? "default P2C" : "PXB (NCCL_NET_GDR_C2C=0)";
+  std::string levelWhy = settings.netGdrC2c ? "the default" : "NCCL_NET_GDR_C2C=0";
   if (settings.netGdrLevel != -2) {
     d.level = settings.netGdrLevel;
     levelWhy = "NCCL_NET_GDR_LEVEL";
