@@ -462,7 +462,8 @@ TEST(TopologySettings, ReadsNcclVariablesLikeNccl) {
   }
   {
     // As NCCL: the merge level by name prefix (case matters), anything else LOC; the policy ignoring case, anything
-    // else AUTO; NVB off for any non-zero value. Each fallback leaves a note.
+    // else AUTO; NVB off for any non-zero value. Each fallback, and a name read from the start of the value, leaves a
+    // note.
     ScopedEnv a("NCCL_NET_MERGE_LEVEL", "PXB_PLEASE");
     ScopedEnv b("NCCL_NETDEVS_POLICY", "all");
     ScopedEnv c("NCCL_NVB_DISABLE", "2");
@@ -470,7 +471,8 @@ TEST(TopologySettings, ReadsNcclVariablesLikeNccl) {
     EXPECT_EQ(s.netMergeLevel, PATH_PXB);
     EXPECT_EQ(s.netDevsPolicyMax, -1);
     EXPECT_TRUE(s.nvbDisable);
-    EXPECT_TRUE(s.notes.empty());
+    ASSERT_EQ(s.notes.size(), 1u);
+    EXPECT_NE(s.notes[0].find("NCCL_NET_MERGE_LEVEL=PXB_PLEASE begins with PXB"), std::string::npos) << s.notes[0];
   }
   {
     ScopedEnv a("NCCL_NET_MERGE_LEVEL", "2");  // no old integer levels here: LOC

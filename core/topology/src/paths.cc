@@ -4,6 +4,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -27,21 +28,38 @@ std::string nameOf(int pathType) {
   return std::string(pathTypeName(pathType));
 }
 
-int envLevel(const char* name, int fallback) {
+// A level variable as NCCL's ncclGetLevel reads it: a level name, else, when it starts with a digit, the integer it
+// starts with (pre-2.4 numbering; "1x" is 1, PIX), said in `notes` when there was more. Anything else NCCL cannot
+// read: an error naming the levels.
+int envLevel(const char* name, int fallback, std::vector<std::string>& notes) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
   int level = parsePathLevel(v);
+  if (level < 0 && v[0] >= '0' && v[0] <= '9') {
+    const long old = std::strtol(v, nullptr, 10);
+    level = parsePathLevel(std::to_string(std::min(old, 5L)));
+    notes.push_back(std::string(name) + "=" + v + ": NCCL reads the integer it starts with, " + std::to_string(old) +
+                    " (" + nameOf(level) + "), and so does this tool");
+  }
   if (level < 0)
-    throw TopologyError(std::string(name) + "=" + v + ": unknown level (LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS)");
+    throw TopologyError(std::string(name) + "=" + v +
+                        ": unknown level (LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS, or NCCL's old integers 0..5)");
   return level;
 }
 
-int envInt(const char* name, int fallback) {
+// An integer variable as NCCL's parameters are read (strtoll, base 0): one that is not wholly an integer is NCCL's
+// default, with an INFO line there and a note here.
+int envInt(const char* name, int fallback, std::vector<std::string>& notes) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
   char* end = nullptr;
+  errno = 0;
   long x = std::strtol(v, &end, 0);
-  if (*end != '\0') throw TopologyError(std::string(name) + "=" + v + ": not an integer");
+  if (*end != '\0' || errno != 0) {
+    notes.push_back(std::string(name) + "=" + v + " is not an integer: NCCL uses its default (" +
+                    std::to_string(fallback) + "), and so does this tool");
+    return fallback;
+  }
   return static_cast<int>(x);
 }
 
@@ -49,18 +67,18 @@ int envInt(const char* name, int fallback) {
 
 TopoSettings TopoSettings::fromEnvironment() {
   TopoSettings s;
-  if (envInt("NCCL_P2P_DISABLE", 0) == 1)
+  if (envInt("NCCL_P2P_DISABLE", 0, s.notes) == 1)
     s.p2pLevel = PATH_LOC;
   else
-    s.p2pLevel = envLevel("NCCL_P2P_LEVEL", -2);
-  s.nvbDisable = envInt("NCCL_NVB_DISABLE", 0) != 0;  // NCCL tests the value for non-zero
-  s.netGdrLevel = envLevel("NCCL_NET_GDR_LEVEL", -2);
-  s.netGdrRead = envInt("NCCL_NET_GDR_READ", -2);
-  s.netGdrC2c = envInt("NCCL_NET_GDR_C2C", 1) != 0;
-  s.pxnDisable = envInt("NCCL_PXN_DISABLE", 0) == 1;
-  s.pxnC2c = envInt("NCCL_PXN_C2C", 1) != 0;
-  s.p2pPxnLevel = envInt("NCCL_P2P_PXN_LEVEL", 2);
-  s.crossNic = envInt("NCCL_CROSS_NIC", 2);
+    s.p2pLevel = envLevel("NCCL_P2P_LEVEL", -2, s.notes);
+  s.nvbDisable = envInt("NCCL_NVB_DISABLE", 0, s.notes) != 0;  // NCCL tests the value for non-zero
+  s.netGdrLevel = envLevel("NCCL_NET_GDR_LEVEL", -2, s.notes);
+  s.netGdrRead = envInt("NCCL_NET_GDR_READ", -2, s.notes);
+  s.netGdrC2c = envInt("NCCL_NET_GDR_C2C", 1, s.notes) != 0;
+  s.pxnDisable = envInt("NCCL_PXN_DISABLE", 0, s.notes) == 1;
+  s.pxnC2c = envInt("NCCL_PXN_C2C", 1, s.notes) != 0;
+  s.p2pPxnLevel = envInt("NCCL_P2P_PXN_LEVEL", 2, s.notes);
+  s.crossNic = envInt("NCCL_CROSS_NIC", 2, s.notes);
   if (const char* m = std::getenv("NCCL_NET_MERGE_LEVEL")) {
     // As NCCL reads it: the first of its names the value begins with (case matters), else LOC, which fuses nothing.
     static constexpr std::pair<const char*, int> kNames[] = {{"LOC", PATH_LOC}, {"PORT", PATH_PORT}, {"PIX", PATH_PIX},
@@ -70,6 +88,9 @@ TopoSettings TopoSettings::fromEnvironment() {
     for (const auto& [name, level] : kNames)
       if (std::strncmp(m, name, std::strlen(name)) == 0) {
         s.netMergeLevel = level;
+        if (std::strlen(m) != std::strlen(name))
+          s.notes.push_back(std::string("NCCL_NET_MERGE_LEVEL=") + m + " begins with " + name + ": NCCL takes " + name +
+                            ", and so does this tool");
         break;
       }
     if (s.netMergeLevel < 0) {
