@@ -416,9 +416,9 @@ std::string formatSearches(const Analysis& a, int rank) {
       o << "  " << patternName(g->pattern) << (g->fallback ? " (no path found: simple order fallback)" : "") << "\n";
       o << "    tried:";
       for (const auto& at : g->attempts)
-        o << fmt(" [%s %s/%s bw %g/%g same %d xnic %d -> %d%s%s]", at.pass == 2 ? "p2" : "p1", pn(at.typeIntra).c_str(),
-                 pn(at.typeInter).c_str(), at.bwIntra, at.bwInter, at.sameChannels, at.crossNic, at.bestChannels,
-                 at.outcome.empty() ? "" : " ", at.outcome.c_str());
+        o << fmt(" [%s %s/%s bw %g/%g same %d xnic %d -> best %d%s%s]", at.pass == 2 ? "p2" : "p1",
+                 pn(at.typeIntra).c_str(), pn(at.typeInter).c_str(), at.bwIntra, at.bwInter, at.sameChannels,
+                 at.crossNic, at.bestChannels, at.outcome.empty() ? "" : " ", at.outcome.c_str());
       o << "\n";
       for (const auto& line : graphLogLines(sys, *g)) o << "    " << line << "\n";
       int n = sys.count(GPU);
