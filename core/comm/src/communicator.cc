@@ -390,9 +390,10 @@ void Communicator::establish(const std::vector<ConnKey>& keys) {
                    std::to_string(key.peer) + (key.channel == p2pChannel() ? " (send/recv)" : "");
         p2p = p2p || key.channel == p2pChannel();
       }
-      fail(
-          "connections not made within " + std::to_string(options_.timeout.count()) + " ms: " + missing +
-          (p2p ? "; a send/recv connection is made when the peer posts the matching receive or send, as in NCCL" : ""));
+      fail("connections not made within " + std::to_string(options_.timeout.count()) + " ms: " + missing +
+           (p2p ? "; a send/recv connection is made when the peer posts the matching receive or send, as in NCCL: that "
+                  "peer has not, or has died"
+                : ""));
     }
     sched_yield();
   }
