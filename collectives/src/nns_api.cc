@@ -114,6 +114,9 @@ std::unordered_set<const nnsComm*> failedComms;
 // Communicators asked for in a group whose nnsGroupEnd has not made them yet, on whichever thread: another thread (a
 // watchdog polling nnsCommGetAsyncError) learns that they are in progress rather than "not a live one".
 std::unordered_set<const nnsComm*> makingComms;
+// Communicators retired by nnsCommDestroy or nnsCommAbort and waiting for the calls still holding them: an abort from
+// another thread (a watchdog) still fails them, so that the destroy stops waiting for calls stuck in a dead job.
+std::unordered_set<const nnsComm*> retiringComms;
 
 bool beingMade(const nnsComm* comm) {
   std::lock_guard<std::mutex> lock(liveMutex);
@@ -177,7 +180,9 @@ class Hold {
 // Takes `comm` out of the live set; false when it was not in it.
 bool retire(const nnsComm* comm) {
   std::lock_guard<std::mutex> lock(liveMutex);
-  return liveComms.erase(comm) != 0;
+  if (liveComms.erase(comm) == 0) return false;
+  retiringComms.insert(comm);
+  return true;
 }
 
 // How long nnsCommDestroy and nnsCommAbort wait, in all, for the calls still holding a communicator.
@@ -195,6 +200,7 @@ ncclResult_t freeRetired(nnsComm_t comm, std::chrono::steady_clock::time_point d
     lastError = "a call on this communicator did not return; it is left allocated";
     return ncclInternalError;
   }
+  retiringComms.erase(comm);  // with the lock that saw no holder: no abort can take hold of it from here on
   lock.unlock();
   releaseHandle(comm);
   return ncclSuccess;
@@ -535,7 +541,21 @@ ncclResult_t nnsCommDestroy(nnsComm_t comm) {
 
 ncclResult_t nnsCommAbort(nnsComm_t comm) {
   if (comm == nullptr || freeFailed(comm)) return ncclSuccess;
-  if (!retire(comm)) return notLive(comm);
+  if (!retire(comm)) {
+    // Being destroyed (or aborted) by another thread, which waits for the calls in progress: they fail now, and that
+    // thread frees it. Held meanwhile, so it cannot be freed under this abort.
+    bool retiring = false;
+    {
+      std::lock_guard<std::mutex> lock(liveMutex);
+      retiring = retiringComms.count(comm) != 0;
+      if (retiring) ++comm->holds;
+    }
+    if (!retiring) return notLive(comm);  // (it takes the lock itself)
+    comm->comm->abort("aborted by nnsCommAbort");
+    std::lock_guard<std::mutex> lock(liveMutex);
+    if (--comm->holds == 0) released.notify_all();
+    return ncclSuccess;
+  }
   const auto deadline = retireDeadline(comm);
   comm->comm->abort("aborted by nnsCommAbort");
   return freeRetired(comm, deadline);

@@ -227,6 +227,37 @@ TEST(CApi, AnAbortFromAnotherThreadFailsTheCallsInProgressAndWaitsForThem) {
   unsetenv("NNS_COMM_TIMEOUT_MS");
 }
 
+// An abort from another thread while nnsCommDestroy waits for a call in progress fails that call, and the destroy then
+// frees the communicator: a watchdog's abort was refused ("not a live one") once the destroy had begun, and both
+// waited for the call's timeout.
+TEST(CApi, AnAbortWhileADestroyWaitsFailsTheCallItWaitsFor) {
+  setenv("NNS_COMM_TIMEOUT_MS", "20000", 1);
+  std::atomic<bool> released{false};
+  onRanks(2, [&](int rank, nnsComm_t comm) {
+    if (rank == 1) {  // never joins the allreduce; leaves once rank 0 is through
+      while (!released.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess) << nnsGetLastError();
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    float x = 1.0f;
+    ncclResult_t reduced = ncclSuccess, destroyed = ncclInternalError;
+    std::thread call([&] { reduced = nnsAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::thread destroy([&] { destroyed = nnsCommDestroy(comm); });
+    int count = 0;  // the destroy has begun once the handle is no longer a live one
+    while (nnsCommCount(comm, &count) == ncclSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(nnsCommAbort(comm), ncclSuccess) << nnsGetLastError();
+    call.join();
+    destroy.join();
+    EXPECT_NE(reduced, ncclSuccess);
+    EXPECT_EQ(destroyed, ncclSuccess);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "the call ran to its timeout";
+    released = true;
+  });
+  unsetenv("NNS_COMM_TIMEOUT_MS");
+}
+
 // An abort fails a long operation soon, where it is: part of the in-place buffer is never summed. A 128 MiB allreduce
 // through 1 KiB slots (131072 pieces, about 0.2 s here) took 13 s before, nearly all of it before any data moved:
 // each forwarded piece summed the pieces before it (time quadratic in the pieces), and the abort was looked at only

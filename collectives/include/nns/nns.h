@@ -48,7 +48,8 @@ ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm);
 ncclResult_t nnsCommDestroy(nnsComm_t comm);
 /* Fails the communicator now and frees it; its peers' pending and later operations fail too. It may be called from
  * another thread while calls on the communicator are in progress (a watchdog, as with ncclCommAbort): they fail, and
- * the communicator is freed once they have returned. nnsCommDestroy likewise waits for calls in progress. */
+ * the communicator is freed once they have returned. nnsCommDestroy likewise waits for calls in progress; an abort
+ * from another thread meanwhile fails them, and the destroy then frees the communicator. */
 ncclResult_t nnsCommAbort(nnsComm_t comm);
 /* ncclSuccess, or the code of the error that failed the communicator: ncclRemoteError for a dead peer or a timeout,
  * a failed plugin call's own code, ncclSystemError for a local failure (memory, CUDA). Later calls return it too.
