@@ -999,8 +999,8 @@ void Communicator::run(Plan& plan) {
       if (cursor.postSegment < flow.segments.size() || cursor.tail < cursor.head) finished = false;
     }
     if (finished) return;
-    // Checked on every pass, not only on passes that moved nothing: an operation that keeps progressing ran on to
-    // its end after an abort instead of failing at once.
+    // Checked on every pass, also on those that moved data: an operation that always finds something to do still
+    // stops at an abort.
     if (failed_.load(std::memory_order_relaxed)) fail("aborted: " + asyncError(), asyncResult());
     if (progressed) {
       lastProgress = Clock::now();
