@@ -35,6 +35,13 @@ nnsUniqueId loopbackId() {
   return id;
 }
 
+// For a unique id whose port nnsGetUniqueId picks itself (no NNS_ROOT_ADDR), on loopback, over the socket plugin.
+void pickPortOnLoopback() {
+  unsetenv("NNS_ROOT_ADDR");
+  setenv("NCCL_NET_PLUGIN", "socket", 1);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+}
+
 // One thread drives both ranks: a grouped int32 sum of 1s and 2s gives 3 everywhere; then both are destroyed.
 void expectGroupedSumAndDestroy(nnsComm_t (&comms)[2]) {
   std::vector<std::vector<int>> data{std::vector<int>(1000, 1), std::vector<int>(1000, 2)};
@@ -477,9 +484,7 @@ TEST(CApi, MaxAndMinGiveEveryRankTheSameBits) {
 // address is on the interface NCCL_SOCKET_IFNAME names, as NCCL's bootstrap chooses it (it took the first
 // non-loopback one).
 TEST(CApi, AUniqueIdsPortIsHeldUntilRankZeroListensOnIt) {
-  unsetenv("NNS_ROOT_ADDR");
-  setenv("NCCL_NET_PLUGIN", "socket", 1);
-  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  pickPortOnLoopback();
   nnsUniqueId id;
   ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
   const std::string address(id.internal, strnlen(id.internal, sizeof(id.internal)));
@@ -506,9 +511,7 @@ TEST(CApi, AUniqueIdsPortIsHeldUntilRankZeroListensOnIt) {
 // one) and a rank 0 that fails before its bootstrap (a bad NNS_SLOTS here). It stayed open, listening, for the life of
 // the process (one more descriptor per communicator), and a rank that reached it hung until its timeout.
 TEST(CApi, AUniqueIdsPortIsLetGoWhenNoBootstrapListensOnIt) {
-  unsetenv("NNS_ROOT_ADDR");
-  setenv("NCCL_NET_PLUGIN", "socket", 1);
-  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  pickPortOnLoopback();
   auto portOf = [](const nnsUniqueId& id) {
     const std::string address(id.internal, strnlen(id.internal, sizeof(id.internal)));
     return std::atoi(address.c_str() + address.find(':') + 1);
@@ -545,9 +548,7 @@ TEST(CApi, AUniqueIdsPortIsLetGoWhenNoBootstrapListensOnIt) {
 // it, a rank of the ended job joined the later one wherever its rank and size fitted. With NNS_ROOT_ADDR every rank
 // that makes an id gets the same one (NCCL_COMM_ID's way).
 TEST(CApi, ARankWithAnotherUniqueIdForTheSamePortIsTurnedAway) {
-  unsetenv("NNS_ROOT_ADDR");
-  setenv("NCCL_NET_PLUGIN", "socket", 1);
-  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  pickPortOnLoopback();
   nnsUniqueId id;
   ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
   nnsUniqueId stale = id;  // the same address, another random value
