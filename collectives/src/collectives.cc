@@ -369,9 +369,13 @@ void checkP2POverlaps(std::span<const P2POp> ops, int rank) {
                   r.op->peer, reinterpret_cast<void*>(r.start), static_cast<size_t>(r.end - r.start));
     return std::string(text);
   };
+  // A send to this rank and its receive from this rank on the very same memory is a copy onto itself (in place).
+  auto inPlaceToSelf = [rank](const Range& a, const Range& b) {
+    return a.op->peer == rank && b.op->peer == rank && a.op->kind != b.op->kind && a.start == b.start && a.end == b.end;
+  };
   for (const Range& r : ranges) {
     const Range* other = r.op->kind == P2POp::Recv ? furthest : furthestRecv;
-    if (other != nullptr && other->end > r.start)
+    if (other != nullptr && other->end > r.start && !inPlaceToSelf(*other, r))
       throw core::ArgumentError("rank " + std::to_string(rank) + ": " + describe(*other) + " and " + describe(r) +
                                 " overlap in one group; a receive's buffer must not overlap another operation's");
     if (furthest == nullptr || r.end > furthest->end) furthest = &r;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -344,8 +345,13 @@ constexpr char kIdNonceTag[8] = {'n', 'n', 's', '-', 'i', 'd', '1', '\0'};
 uint64_t randomNonce() {
   uint64_t value = 0;
   if (getrandom(&value, sizeof(value), 0) == static_cast<ssize_t>(sizeof(value))) return value;
-  std::random_device device;  // getrandom is missing (a kernel before 3.17) or was interrupted
-  return (static_cast<uint64_t>(device()) << 32) ^ device();
+  try {
+    std::random_device device;  // getrandom is missing (a kernel before 3.17) or was interrupted
+    return (static_cast<uint64_t>(device()) << 32) ^ device();
+  } catch (const std::exception&) {  // no entropy source at all: the clock and the process, still unlike another id's
+    return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+           (static_cast<uint64_t>(getpid()) << 40);
+  }
 }
 
 // Plugins are installed beside libnns.so: look there first, then where dlopen looks.

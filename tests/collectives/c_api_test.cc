@@ -249,8 +249,13 @@ TEST(CApi, AnAbortWhileADestroyWaitsFailsTheCallItWaitsFor) {
     const auto start = std::chrono::steady_clock::now();
     float x = 1.0f;
     ncclResult_t reduced = ncclSuccess, destroyed = ncclInternalError;
-    std::thread call([&] { reduced = nnsAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::atomic<bool> calling{false};
+    std::thread call([&] {
+      calling = true;
+      reduced = nnsAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr);
+    });
+    while (!calling.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // into the call, which waits for rank 1
     std::thread destroy([&] { destroyed = nnsCommDestroy(comm); });
     int count = 0;  // the destroy has begun once the handle is no longer a live one
     while (nnsCommCount(comm, &count) == ncclSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -273,11 +278,11 @@ TEST(CApi, AnAbortFailsALongOperationSoon) {
   setenv("NNS_SLOT_BYTES", "1024", 1);
   setenv("NNS_COMM_TIMEOUT_MS", "20000", 1);
   onRanks(2, [&](int rank, nnsComm_t comm) {
-    std::vector<float> data(size_t{32} << 20, 1.0f);
+    std::vector<float> data(size_t{64} << 20, 1.0f);  // 256 MiB: about 0.4 s here, against the abort at 50 ms
     std::thread watchdog;
     if (rank == 0)
       watchdog = std::thread([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
         EXPECT_EQ(nnsCommAbort(comm), ncclSuccess) << nnsGetLastError();
       });
     const auto start = std::chrono::steady_clock::now();
@@ -364,6 +369,11 @@ TEST(CApi, BadArgumentsAreRefusedAndTheCommunicatorStaysUsable) {
     ASSERT_EQ(nnsRecv(data.data() + 16, 32, ncclFloat32, 1 - rank, comm, nullptr), ncclSuccess);
     refused(nnsGroupEnd(), "overlap in one group; a receive's buffer must not overlap another operation's");
     EXPECT_EQ(data[16], rank + 1.0f) << "written by a refused group";
+    // ... but a send to itself and its receive from itself on the very same memory is a copy onto itself: it runs.
+    ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+    ASSERT_EQ(nnsSend(data.data(), 64, ncclFloat32, rank, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(nnsRecv(data.data(), 64, ncclFloat32, rank, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
     ASSERT_EQ(nnsAllReduce(data.data(), data.data(), 64, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
         << nnsGetLastError();
     EXPECT_EQ(data[63], 3.0f);

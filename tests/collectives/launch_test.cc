@@ -634,7 +634,7 @@ TEST(BootstrapFailures, ARankThatStopsReadingCannotHoldRankZeroPastItsTimeout) {
       return;
     }
     struct {
-      uint32_t magic = 0x4e4e5342, version = 1;
+      uint32_t magic = 0x4e4e5342, version = 2;  // the bootstrap's kJoinVersion
       int32_t rank = 1, size = 2;
       uint64_t job = 0;
     } join;

@@ -266,7 +266,9 @@ bool isNumericAddress(const std::string& host) {
 // connects (a port scanner's bytes were read as a rank number, and 16 zero bytes as "rank 0 of 0", a wrong world size
 // that failed the job as the user's mistake), and from a rank of another version, whose messages may differ.
 constexpr uint32_t kJoinMagic = 0x4e4e5342;  // "NNSB"
-constexpr uint32_t kJoinVersion = 1;
+// 2: send/recv messages that fill their pieces exactly end with a zero-byte piece, which a rank of version 1 would
+// take for the next message's first piece.
+constexpr uint32_t kJoinVersion = 2;
 struct JoinMessage {
   uint32_t magic;
   uint32_t version;
