@@ -1,4 +1,6 @@
 // nccl-net-topo: shows NCCL's view of a machine (from a topology file or discovery): NICs, GDR, PXN, paths, rings.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -174,9 +176,23 @@ std::vector<nns::topo::NicInfo> pluginNics(const std::string& spec, const std::v
   load.plugin = spec;
   load.searchDirs = dirs.empty() ? std::vector<std::string>{nns::tools::libDirBesideExecutable()} : dirs;
   nns::core::LoadReport report;
-  // Kept loaded for the life of the process: the names and paths it reported may point into it.
-  static std::unique_ptr<nns::core::Net> net;
-  net = nns::core::loadNet(load, &report);
+  // What the plugin prints goes to stderr while it is called, so that --json and --dot stay what they say.
+  fflush(stdout);
+  const int savedStdout = dup(STDOUT_FILENO);
+  dup2(STDERR_FILENO, STDOUT_FILENO);
+  struct RestoreStdout {
+    int saved;
+    ~RestoreStdout() {
+      fflush(stdout);
+      if (saved >= 0) {
+        dup2(saved, STDOUT_FILENO);
+        close(saved);
+      }
+    }
+  } restore{savedStdout};
+  // Never unloaded: a plugin's own threads (an IB plugin's async-event thread) may outlive its finalize, and
+  // unloading its code under them at exit would crash the tool after its output.
+  nns::core::Net* net = nns::core::loadNet(load, &report).release();
   if (net == nullptr) {
     std::string why;
     for (const auto& c : report.candidates) why += "; " + c.requested + ": " + c.rejectReason;
@@ -205,6 +221,7 @@ std::vector<nns::topo::NicInfo> pluginNics(const std::string& spec, const std::v
     nic.gpuDirect = (props.ptrSupport & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0;
     nics.push_back(nic);
   }
+  net->finalize(ctx);  // what it said is copied: its name and PCI paths are ours now
   *netName = net->name();
   std::fprintf(stderr, "nccl-net-topo: note: NICs from %s (ncclNet_v%d, %s): %d device(s)\n",
                nns::topo::terminalSafe(net->name()).c_str(), net->version(),
