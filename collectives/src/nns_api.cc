@@ -477,7 +477,12 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
   if (uniqueId == nullptr) return failWith(ncclInvalidArgument, "uniqueId is NULL");
   std::string address;
   bool pickedPort = false;
-  if (const char* root = std::getenv("NNS_ROOT_ADDR"); root != nullptr && *root != '\0') {
+  // nccl-net-run's NNS_ROOT_ADDR is its job's rendezvous, which nnsCommInitFromEnv uses; an id made inside that job
+  // is for another communicator (a sub-communicator whose root can be any rank, several at once), so it gets a port
+  // of its own, as under torchrun or mpirun.
+  const char* launcher = std::getenv("NNS_LAUNCHER");
+  const bool launchersRoot = launcher != nullptr && std::strcmp(launcher, "nccl-net-run") == 0;
+  if (const char* root = std::getenv("NNS_ROOT_ADDR"); root != nullptr && *root != '\0' && !launchersRoot) {
     address = root;
     std::string host, why;
     int port = 0;

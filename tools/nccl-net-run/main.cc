@@ -219,6 +219,7 @@ int runTool(int argc, char** argv) {
       setenv("NNS_RANK", std::to_string(rank).c_str(), 1);
       setenv("NNS_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
       setenv("NNS_ROOT_ADDR", root.c_str(), 1);
+      setenv("NNS_LAUNCHER", "nccl-net-run", 1);  // this NNS_ROOT_ADDR is the job's, not NCCL_COMM_ID's analogue
       setenv("NNS_JOB_ID", job.c_str(), 1);
       setenv("NNS_LOCAL_RANK", std::to_string(rank).c_str(), 1);  // every rank is on this host
       if (rank == 0) {
