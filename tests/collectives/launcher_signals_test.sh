@@ -3,7 +3,7 @@
 # are passed on to every rank and it exits 128+signal; a rank that ignores SIGTERM (after a failure, a signal or
 # --timeout) is killed --kill-after seconds later instead of holding the launcher until it ends on its own; a second
 # signal kills at once; what a rank started and left running goes too; and a launcher killed outright takes its ranks
-# with it.
+# with it, and what they started.
 set -u
 run="$1/nccl-net-run"
 dir=$(mktemp -d)
@@ -128,6 +128,24 @@ kill -KILL $launcher
 wait $launcher 2>/dev/null
 sleep 0.5
 none_left orphaned
+# ... and what the ranks started too: here each rank is a shell that runs the sleeping command without exec (a
+# wrapper script's way). The rank dies with the launcher; the command it started, before, ran on under PID 1.
+$run -n 2 sh -c "sh -c \"echo \\\$\\\$ > $dir/grandchild.\$NNS_RANK.pid; exec sleep 60\"; :" 2>"$dir/grandchild.err" &
+launcher=$!
+started grandchild 2 || fail "grandchild: the commands did not start"
+kill -KILL $launcher
+wait $launcher 2>/dev/null
+for _ in $(seq 50); do
+  alive=0
+  for pid in $(cat "$dir"/grandchild.*.pid 2>/dev/null); do
+    kill -0 "$pid" 2>/dev/null && [[ "$(ps -o stat= -p "$pid")" != Z* ]] && alive=1
+  done
+  [ $alive = 0 ] && break
+  sleep 0.1
+done
+none_left grandchild
+grep -q "killing 2 rank process group(s)" "$dir/grandchild.err" ||
+  fail "grandchild: no message: $(cat "$dir/grandchild.err")"
 
 [ "$failures" -eq 0 ] && echo "PASS: nccl-net-run stops every rank on SIGTERM, SIGINT, SIGHUP, a failure and --timeout"
 exit $((failures > 0))

@@ -3,7 +3,8 @@
 // status. Stopping is SIGTERM, then SIGKILL for what is left after a grace period (--kill-after); SIGTERM, SIGINT and
 // SIGHUP sent to the launcher are passed on to the ranks the same way. Each rank is a process group, and what a rank
 // started goes with it: whatever is left in the groups when the ranks have ended is stopped the same way (as Slurm
-// ends a step's processes with its tasks). Like mpirun, it binds each rank to a share
+// ends a step's processes with its tasks); a launcher killed outright leaves a keeper behind that kills the groups
+// (Keeper, below). Like mpirun, it binds each rank to a share
 // of the CPUs when there are enough for all (--bind-to none: not).
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -39,9 +40,8 @@ namespace {
 int rootListener(int ranks, int* port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return -1;
-  // As rank 0's own listener has it: the connections accepted on this socket inherit it, and a later communicator's
-  // rank 0 binding the same address (NNS_ROOT_ADDR, which nnsGetUniqueId returns as NCCL does NCCL_COMM_ID) could
-  // not while one of them lives without it.
+  // As rank 0's own listener has it: the connections accepted on this socket inherit it, and a later rank 0 binding
+  // the same address (another job given this port) could not while one of them lives without it.
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in address{};
@@ -56,6 +56,91 @@ int rootListener(int ranks, int* port) {
   *port = ntohs(address.sin_port);
   return fd;
 }
+
+// The keeper: a process that outlives a launcher killed outright (SIGKILL: it can stop nothing) and then kills the
+// ranks' process groups. PR_SET_PDEATHSIG reaches a rank itself, not what it started (a wrapper script's command,
+// a program's workers), which would otherwise run on under PID 1. The launcher tells it over a pipe, 4 bytes at a
+// time: a rank's process group to keep (its id), one to forget (minus its id: emptied, so its id may be reused),
+// and 0 when the launcher ends having stopped everything itself. The pipe's end without that 0 means the launcher
+// died. A process that left its rank's group (setsid) is out of its reach.
+class Keeper {
+ public:
+  // Starts the keeper; without one (fork failed) the launcher still runs, with a warning.
+  explicit Keeper(int closeInKeeper) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+      std::perror("nccl-net-run: pipe for the keeper (ranks will not be stopped if this launcher is killed)");
+      return;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("nccl-net-run: fork of the keeper (ranks will not be stopped if this launcher is killed)");
+      close(fds[0]);
+      close(fds[1]);
+      return;
+    }
+    if (pid == 0) {
+      close(fds[1]);
+      close(closeInKeeper);
+      run(fds[0]);
+    }
+    close(fds[0]);
+    pid_ = pid;
+    fd_ = fds[1];
+  }
+  Keeper(const Keeper&) = delete;
+  Keeper& operator=(const Keeper&) = delete;
+  // The launcher's clean end: the keeper exits without killing anything.
+  ~Keeper() {
+    if (fd_ < 0) return;
+    tell(0);
+    close(fd_);
+    waitpid(pid_, nullptr, 0);
+  }
+  void keep(pid_t group) { tell(static_cast<int32_t>(group)); }
+  void forget(pid_t group) { tell(-static_cast<int32_t>(group)); }
+  pid_t pid() const { return pid_; }
+
+ private:
+  void tell(int32_t message) {
+    if (fd_ >= 0) (void)!write(fd_, &message, sizeof(message));  // 4 bytes to a pipe: written whole or not at all
+  }
+  [[noreturn]] static void run(int fd) {
+    // Signals meant for the launcher's terminal group (Ctrl-C) are the launcher's to pass on; the keeper waits for
+    // the pipe to end whatever happens.
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signal(sig, SIG_IGN);
+    prctl(PR_SET_NAME, "nccl-net-keeper");
+    const int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+      dup2(null, STDIN_FILENO);
+      dup2(null, STDOUT_FILENO);  // a reader of the launcher's output sees its end when the launcher ends
+      close(null);
+    }
+    std::vector<pid_t> groups;
+    int32_t message = 0;
+    for (;;) {
+      ssize_t got = read(fd, &message, sizeof(message));
+      if (got < 0 && errno == EINTR) continue;
+      if (got != sizeof(message)) break;  // the launcher is gone without a word
+      if (message == 0) _exit(0);
+      if (message > 0) {
+        groups.push_back(message);
+      } else {
+        groups.erase(std::remove(groups.begin(), groups.end(), -message), groups.end());
+      }
+    }
+    size_t killed = 0;
+    for (pid_t group : groups) killed += kill(-group, SIGKILL) == 0 ? 1 : 0;
+    if (killed > 0)
+      std::fprintf(stderr,
+                   "nccl-net-run: the launcher ended without stopping its ranks (killed?); killing %zu rank "
+                   "process group(s)\n",
+                   killed);
+    _exit(0);
+  }
+  pid_t pid_ = -1;
+  int fd_ = -1;
+};
 
 // How long the ranks have between SIGTERM and SIGKILL: long enough to flush output and close connections, short
 // enough that a rank stuck with the signal blocked or ignored does not hold the launcher for good.
@@ -192,6 +277,7 @@ int runTool(int argc, char** argv) {
   // What a rank started and left behind (a shell's commands outliving it) is reparented to the launcher, not to init:
   // it is reaped here, and the launcher knows when a rank's process group is empty.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
+  Keeper keeper(listener);
   sigprocmask(SIG_BLOCK, &waited, &original);
   const pid_t launcher = getpid();
   const std::string besideUs = nns::tools::executableDir();
@@ -247,6 +333,7 @@ int runTool(int argc, char** argv) {
     }
     setpgid(pid, pid);  // here too: a signal sent before the child's own setpgid must still reach its group
     children.push_back(pid);
+    keeper.keep(pid);
   }
   close(listener);
   using Clock = std::chrono::steady_clock;
@@ -254,7 +341,7 @@ int runTool(int argc, char** argv) {
   int exitCode = static_cast<int>(children.size()) < ranks ? 1 : 0;
   // Ranks not yet reaped. A reaped rank's process group is still signalled while it has members (what the rank
   // started): its id cannot be another process's while the group exists.
-  std::vector<bool> alive(children.size(), true);
+  std::vector<bool> alive(children.size(), true), forgotten(children.size(), false);
   size_t running = children.size();
   auto signalRanks = [&](int sig) {
     for (size_t i = 0; i < children.size(); ++i) {
@@ -316,6 +403,12 @@ int runTool(int argc, char** argv) {
         stop(SIGTERM);
       }
     }
+    // A reaped rank's emptied group is forgotten by the keeper: its id is free for another process from now.
+    for (size_t i = 0; i < children.size(); ++i)
+      if (!alive[i] && !forgotten[i] && kill(-children[i], 0) != 0 && errno == ESRCH) {
+        forgotten[i] = true;
+        keeper.forget(children[i]);
+      }
     // The job ends with its ranks: what they left running in their groups is stopped like a rank (SIGTERM, then
     // SIGKILL after the grace period), so it neither outlives the job nor holds its output pipe open.
     size_t left = running == 0 ? groupsLeft() : 0;
