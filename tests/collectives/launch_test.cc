@@ -497,8 +497,12 @@ TEST(RootAddress, MasterAddrAndPortAreCheckedToo) {
       {"node0", "0", "MASTER_PORT=0: the port 0 is not one of 1..65535"},
       {"", "29500", "MASTER_ADDR is set but empty"},
       // A URL or a host:port was taken as a host name, to fail later as one that cannot be resolved.
-      {"tcp://node0", "29500", "MASTER_ADDR=tcp://node0 is not a host name or address (the port goes in MASTER_PORT)"},
-      {"node0:29500", "29500", "MASTER_ADDR=node0:29500 is not a host name or address"},
+      // Their ':' was then blamed on missing brackets ("[node0:29500] is not an IPv6 address").
+      {"tcp://node0", "29500",
+       "MASTER_ADDR=tcp://node0 is not a host name or address: it has a ':' but is not an IPv6 address (a host:port "
+       "or a URL?); give the host alone, and the port in MASTER_PORT"},
+      {"node0:29500", "29500", "MASTER_ADDR=node0:29500 is not a host name or address: it has a ':'"},
+      {"10.0.0.1:29500", "29500", "MASTER_ADDR=10.0.0.1:29500 is not a host name or address: it has a ':'"},
       {"[node0]", "29500", "MASTER_ADDR=[node0] is not a host name or address"},
   };
   for (const auto& [host, port, why] : cases) {

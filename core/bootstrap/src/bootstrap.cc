@@ -514,6 +514,14 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
       int checkedPort = 0;
       const bool v6 = name.find(':') != std::string::npos && name.front() != '[';
       const std::string joined = (v6 ? "[" + name + "]" : name) + ":1";
+      in6_addr address{};
+      // A ':' outside an IPv6 address is a host:port or a URL (node0:29500, tcp://node0), not a bracket's fault.
+      if (v6 && inet_pton(AF_INET6, name.substr(0, name.find('%')).c_str(), &address) != 1) {
+        *error = "MASTER_ADDR=" + std::string(host) +
+                 " is not a host name or address: it has a ':' but is not an IPv6 address (a host:port or a URL?); "
+                 "give the host alone, and the port in MASTER_PORT";
+        return false;
+      }
       if (!parseRootAddress(joined, &checkedHost, &checkedPort, &why)) {
         *error = "MASTER_ADDR=" + std::string(host) +
                  " is not a host name or address (the port goes in MASTER_PORT): " + why;
