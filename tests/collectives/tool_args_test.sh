@@ -32,13 +32,17 @@ refuses "-I 2" "--inplace"
 refuses "-R 7" "--local_register"
 refuses "-G 3" "--device-buffers"
 refuses "-r -1" "--root"
-refuses "-d float17" "unknown data type float17"
+refuses "-d float17" "unknown data type float17 (-d: int8 uint8"
+# nccl-tests' per-process layout: 1 is what this bench does (below, a run with all three), anything else is named.
+refuses "-g 2" "-g 2: only 1 is supported (one GPU per rank here"
+refuses "-t 4" "-t 4: only 1 is supported"
+refuses "-m 8" "-m 8: only 1 is supported"
 refuses "-o mean" "unknown reduction mean"
 refuses "-A star" "unknown algorithm star"
 refuses "-b 1T -e 1T" "-e 1099511627776 needs two buffers of that size per rank"
 # An nccl-tests flag this tool lacks is named, also with no collective before it (its value was refused as the
 # collective: "collective: 1 not in {allreduce,...}"); an unknown collective is named as such.
-for args in "-t 1:argument was not expected: -t" "-g 1 allreduce:-g" "allred:unknown collective allred"; do
+for args in "-z 1:argument was not expected: -z" "-a 1 allreduce:-a" "allred:unknown collective allred"; do
   out=$(NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" ${args%%:*} 2>&1 >/dev/null)
   status=$?
   if [ "$status" -ne 2 ] || ! grep -qF -- "${args#*:}" <<<"$out"; then
@@ -89,6 +93,13 @@ for case in "0 64 4:0 4 16 64 " "1 16 2:0 4 8 16 "; do
   fi
 done
 
+# nccl-tests' own command line, -g 1 -t 1 -m 1 included, runs.
+rows=$(timeout 60 "$bin/nccl-net-run" -n 2 --timeout 30 "$bin/nccl-net-bench" allreduce -p minimal -b 8 -e 16 -f 2 \
+         -g 1 -t 1 -m 1 -n 1 -w 0 -c 1 | awk '$1 ~ /^[0-9]+$/ {printf "%s ", $1}')
+if [ "$rows" != "8 16 " ]; then
+  echo "FAILED: nccl-tests' -g 1 -t 1 -m 1 gave sizes '$rows' (expected '8 16 ')"
+  failures=$((failures + 1))
+fi
 # A factor just above 1 still steps by at least one element (it crept up by an ulp, for ever).
 rows=$(timeout 60 "$bin/nccl-net-run" -n 1 --timeout 30 "$bin/nccl-net-bench" allreduce -p minimal -b 8 -e 16 \
          -f 1.0000000000000002 -n 1 -w 0 -c 1 | awk '$1 ~ /^[0-9]+$/ {printf "%s ", $1}')

@@ -18,6 +18,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "nns/coll/collectives.hpp"
@@ -219,6 +220,13 @@ int runTool(int argc, char** argv) {
       ->check(CLI::IsMember({0, 1}));
   app.add_option("-p,--plugin", plugin, "net plugin (default: NCCL_NET_PLUGIN, else socket)");
   app.add_option("-A,--algo", algoText, "allreduce algorithm: auto (by size), ring, tree or doubling");
+  // nccl-tests' per-process layout flags, so its command lines run here: one rank per process, one thread, one
+  // operation per timed step is what this bench does, so 1 is taken and anything else is refused by name.
+  int gpusPerProcess = 1, threadsPerProcess = 1, aggregated = 1;
+  app.add_option("-g,--ngpus", gpusPerProcess,
+                 "nccl-tests' GPUs per process: 1 only (a rank per GPU: nccl-net-run -n N)");
+  app.add_option("-t,--nthreads", threadsPerProcess, "nccl-tests' threads per process: 1 only (a rank per process)");
+  app.add_option("-m,--agg_iters", aggregated, "nccl-tests' operations aggregated per iteration: 1 only");
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
   static const char* const kCollectives[] = {"allreduce", "allgather", "reducescatter",
                                              "broadcast", "reduce",    "sendrecv"};
@@ -228,6 +236,17 @@ int runTool(int argc, char** argv) {
                  "sendrecv)\n",
                  collective.c_str());
     return 2;
+  }
+  for (const auto& [flag, value, why] :
+       {std::make_tuple("-g", gpusPerProcess,
+                        "one GPU per rank here: run a rank per "
+                        "GPU (nccl-net-run -n N, or mpirun)"),
+        std::make_tuple("-t", threadsPerProcess, "one thread per rank here: run more ranks instead"),
+        std::make_tuple("-m", aggregated, "each timed step is one operation here")}) {
+    if (value != 1) {
+      std::fprintf(stderr, "nccl-net-bench: %s %d: only 1 is supported (%s)\n", flag, value, why);
+      return 2;
+    }
   }
   // nccl-tests steps by -i unless -f multiplies (its -f defaults to 1); here -f defaults to 2 for a short table, so
   // an -i without -f is nccl-tests' additive step rather than ignored.
@@ -249,7 +268,10 @@ int runTool(int argc, char** argv) {
   } else if (ncclDataType_t type; coll::parseType(typeText.c_str(), &type)) {
     types = {type};
   } else {
-    std::fprintf(stderr, "nccl-net-bench: unknown data type %s (-d)\n", typeText.c_str());
+    std::fprintf(stderr,
+                 "nccl-net-bench: unknown data type %s (-d: int8 uint8 int32 uint32 int64 uint64 half bfloat16 float "
+                 "double fp8e4m3 fp8e5m2, or all)\n",
+                 typeText.c_str());
     return 2;
   }
   if (opText == "all") {
