@@ -518,7 +518,10 @@ ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, in
   if (comm == nullptr) return failWith(ncclInvalidArgument, "comm is NULL");
   *comm = nullptr;  // on any failure, as ncclCommInitRank leaves it
   if (nranks < 1 || rank < 0 || rank >= nranks)
-    return failWith(ncclInvalidArgument, "rank " + std::to_string(rank) + " of " + std::to_string(nranks));
+    return failWith(ncclInvalidArgument, nranks < 1 ? "nranks " + std::to_string(nranks) + ": at least 1"
+                                                    : "rank " + std::to_string(rank) + " is not in 0.." +
+                                                          std::to_string(nranks - 1) + " (nranks " +
+                                                          std::to_string(nranks) + ")");
   std::string address(commId.internal, strnlen(commId.internal, sizeof(commId.internal)));
   nns::core::LaunchInfo launch;
   std::string why;

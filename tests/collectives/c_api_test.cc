@@ -84,6 +84,9 @@ TEST(CApi, ArgumentErrorsAreCodesWithText) {
   EXPECT_EQ(nnsCommInitRank(&comm, 2, junk, 0), ncclInvalidArgument);
   EXPECT_NE(std::string(nnsGetLastError()).find("host:port"), std::string::npos);
   EXPECT_EQ(nnsCommInitRank(&comm, 2, junk, 2), ncclInvalidArgument);
+  EXPECT_STREQ(nnsGetLastError(), "rank 2 is not in 0..1 (nranks 2)");  // was "rank 2 of 2"
+  EXPECT_EQ(nnsCommInitRank(&comm, 0, junk, 0), ncclInvalidArgument);
+  EXPECT_STREQ(nnsGetLastError(), "nranks 0: at least 1");
   float x = 0;
   EXPECT_EQ(nnsAllReduce(&x, &x, 1, ncclFloat32, ncclSum, nullptr, nullptr), ncclInvalidArgument);
   EXPECT_STRNE(nnsGetErrorString(ncclRemoteError), "");

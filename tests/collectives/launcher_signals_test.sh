@@ -77,6 +77,12 @@ $run -n 2 --kill-after 1 sh -c "if [ \$NNS_RANK = 0 ]; then sleep 0.5; exit 5; f
 expect failed $? 5 $(($(now_ms) - t0)) 1400 10000
 grep -q "rank 0 failed (status 5)" "$dir/failed.err" || fail "failed: no message: $(cat "$dir/failed.err")"
 none_left failed
+# A rank ended by a signal: named as a shell names it, with the status 128+N.
+$run -n 2 sh -c "if [ \$NNS_RANK = 1 ]; then kill -SEGV \$\$; fi; $(script segv)" 2>"$dir/segv.err"
+status=$?
+[ $status -eq 139 ] || fail "segv: launcher exit status $status, expected 139"
+grep -q "rank 1 was killed by SIGSEGV (status 139)" "$dir/segv.err" || fail "segv: no message: $(cat "$dir/segv.err")"
+none_left segv
 
 # SIGINT twice (Ctrl-C twice) with ranks that ignore SIGINT and SIGTERM: the second kills at once, not 10 s later.
 $run -n 2 --kill-after 10 sh -c "$(script twice "INT TERM")" 2>"$dir/twice.err" &

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <ctime>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nccl_net/sdk_version.h>
@@ -174,9 +175,16 @@ bool parseCount(const char* text, long low, long high, int* value) {
   return true;
 }
 
-// The signals it passes on, as the docs name them (sigabbrev_np is glibc 2.32+).
-const char* sigabbrev(int sig) {
-  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "a signal";
+// A signal's name, as the docs and a shell give it (sigabbrev_np is glibc 2.32+): those it passes on and those that
+// end a rank most often; others by number.
+std::string sigabbrev(int sig) {
+  static const std::pair<int, const char*> kNames[] = {
+      {SIGTERM, "SIGTERM"}, {SIGINT, "SIGINT"},   {SIGHUP, "SIGHUP"},  {SIGKILL, "SIGKILL"}, {SIGSEGV, "SIGSEGV"},
+      {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},  {SIGILL, "SIGILL"},   {SIGPIPE, "SIGPIPE"},
+      {SIGQUIT, "SIGQUIT"}, {SIGTRAP, "SIGTRAP"}, {SIGXCPU, "SIGXCPU"}};
+  for (const auto& [number, name] : kNames)
+    if (number == sig) return name;
+  return "signal " + std::to_string(sig);
 }
 
 }  // namespace
@@ -399,7 +407,12 @@ int runTool(int argc, char** argv) {
       int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       if (code != 0 && exitCode == 0) {
         exitCode = code;
-        std::fprintf(stderr, "nccl-net-run: rank %d failed (status %d); stopping the others\n", rank, code);
+        // A signal is named as a shell would (a segfault is SIGSEGV, not "status 139"); the status stays 128+N.
+        if (WIFSIGNALED(status))
+          std::fprintf(stderr, "nccl-net-run: rank %d was killed by %s%s (status %d); stopping the others\n", rank,
+                       sigabbrev(WTERMSIG(status)).c_str(), WCOREDUMP(status) ? ", core dumped" : "", code);
+        else
+          std::fprintf(stderr, "nccl-net-run: rank %d failed (status %d); stopping the others\n", rank, code);
         stop(SIGTERM);
       }
     }
@@ -458,13 +471,13 @@ int runTool(int argc, char** argv) {
     if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
       if (exitCode == 0) exitCode = 128 + sig;
       if (killAt == Clock::time_point::max()) {
-        std::fprintf(stderr, "nccl-net-run: got %s; passing it to the ranks (SIGKILL in %d s)\n", sigabbrev(sig),
-                     killAfterSeconds);
+        std::fprintf(stderr, "nccl-net-run: got %s; passing it to the ranks (SIGKILL in %d s)\n",
+                     sigabbrev(sig).c_str(), killAfterSeconds);
         stop(sig);
       } else if (!killed) {
         // Told twice (a second Ctrl-C): the user will not wait out the grace period.
         killed = true;
-        std::fprintf(stderr, "nccl-net-run: got %s while stopping; killing the ranks\n", sigabbrev(sig));
+        std::fprintf(stderr, "nccl-net-run: got %s while stopping; killing the ranks\n", sigabbrev(sig).c_str());
         signalRanks(SIGKILL);
       }
     }

@@ -46,7 +46,9 @@ ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm);
  * address is not given to another communicator until 4096 more have been destroyed. NULL is a no-op (ncclSuccess)
  * here and in nnsCommAbort, as in NCCL. */
 ncclResult_t nnsCommDestroy(nnsComm_t comm);
-/* Fails the communicator now and frees it; its peers' pending and later operations fail too. It may be called from
+/* Fails the communicator now and frees it; its peers' operations that need it from then on fail too (within
+ * NNS_COMM_TIMEOUT_MS at most). A peer's operation whose data this rank had already sent before the abort can still
+ * complete there, as with ncclCommAbort: the abort cannot take back what is on the wire. It may be called from
  * another thread while calls on the communicator are in progress (a watchdog, as with ncclCommAbort): they fail, and
  * the communicator is freed once they have returned. nnsCommDestroy likewise waits for calls in progress; an abort
  * from another thread meanwhile fails them, and the destroy then frees the communicator. */
