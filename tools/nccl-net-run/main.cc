@@ -60,17 +60,18 @@ int rootListener(int ranks, int* port) {
 
 // The keeper: a process that outlives a launcher killed outright (SIGKILL: it can stop nothing) and then kills the
 // ranks' process groups. PR_SET_PDEATHSIG reaches a rank itself, not what it started (a wrapper script's command,
-// a program's workers), which would otherwise run on under PID 1. The launcher tells it over a pipe, 4 bytes at a
-// time: a rank's process group to keep (its id), one to forget (minus its id: emptied, so its id may be reused),
-// and 0 when the launcher ends having stopped everything itself. The pipe's end without that 0 means the launcher
-// died. A process that left its rank's group (setsid) is out of its reach.
+// a program's workers), which would otherwise run on under PID 1. The launcher tells it over a socket pair (sent
+// with MSG_NOSIGNAL: a keeper that died must not end the launcher by SIGPIPE), 4 bytes at a time: a rank's process
+// group to keep (its id), one to forget (minus its id: emptied, so its id may be reused), and 0 when the launcher ends
+// having stopped everything itself. The connection's end without that 0 means the launcher died. A process that left
+// its rank's group (setsid) is out of its reach.
 class Keeper {
  public:
   // Starts the keeper; without one (fork failed) the launcher still runs, with a warning.
   explicit Keeper(int closeInKeeper) {
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-      std::perror("nccl-net-run: pipe for the keeper (ranks will not be stopped if this launcher is killed)");
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+      std::perror("nccl-net-run: socket pair for the keeper (ranks will not be stopped if this launcher is killed)");
       return;
     }
     pid_t pid = fork();
@@ -100,15 +101,15 @@ class Keeper {
   }
   void keep(pid_t group) { tell(static_cast<int32_t>(group)); }
   void forget(pid_t group) { tell(-static_cast<int32_t>(group)); }
-  pid_t pid() const { return pid_; }
 
  private:
   void tell(int32_t message) {
-    if (fd_ >= 0) (void)!write(fd_, &message, sizeof(message));  // 4 bytes to a pipe: written whole or not at all
+    // 4 bytes into an empty-enough stream socket: sent whole or not at all.
+    if (fd_ >= 0) (void)!send(fd_, &message, sizeof(message), MSG_NOSIGNAL);
   }
   [[noreturn]] static void run(int fd) {
     // Signals meant for the launcher's terminal group (Ctrl-C) are the launcher's to pass on; the keeper waits for
-    // the pipe to end whatever happens.
+    // its connection to end whatever happens.
     for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signal(sig, SIG_IGN);
     prctl(PR_SET_NAME, "nccl-net-keeper");
     const int null = open("/dev/null", O_RDWR);
