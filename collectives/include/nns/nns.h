@@ -32,9 +32,10 @@ typedef struct {
 
 ncclResult_t nnsGetVersion(int* version);
 /* Rank 0's address: $NNS_ROOT_ADDR if set (then every rank that makes an id gets the same one, as with NCCL_COMM_ID;
- * not nccl-net-run's own NNS_ROOT_ADDR, which is its job's rendezvous), else the first IPv4 address of an interface that is up, among those $NCCL_SOCKET_IFNAME selects if set, else
- * among the non-loopback ones (127.0.0.1 if none), and a free port, which this process listens on from now: call it
- * in the process that will be rank 0, as with ncclGetUniqueId. */
+ * not nccl-net-run's own NNS_ROOT_ADDR, which is its job's rendezvous), else the first IPv4 address of an interface
+ * that is up, among those $NCCL_SOCKET_IFNAME selects if set, else among the non-loopback ones (127.0.0.1 if none), and
+ * a free port, which this process listens on from now: call it in the process that will be rank 0, as with
+ * ncclGetUniqueId. */
 ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId);
 /* On a failure *comm is NULL, as with ncclCommInitRank. Inside a group the communicator is made at nnsGroupEnd; one
  * whose creation fails there keeps its handle, which every call refuses but nnsCommDestroy and nnsCommAbort (they
