@@ -202,8 +202,9 @@ int runTool(int argc, char** argv) {
       ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size (default 5)")->check(nonNegative);
   app.add_option("-c,--check", check, "check results (1, the default) or not (0)")->check(CLI::IsMember({0, 1}));
-  app.add_option("-d,--datatype", typeText,
-                 "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double fp8e4m3 fp8e5m2, or all");
+  static constexpr const char* kTypeNames =
+      "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double fp8e4m3 fp8e5m2, or all";
+  app.add_option("-d,--datatype", typeText, kTypeNames);
   app.add_option("-o,--op", opText, "sum prod max min avg, or all");
   app.add_option("-r,--root", root, "root rank of broadcast/reduce")->check(nonNegative);
   // nccl-tests times both forms in one row; here one form per run, and -i is nccl-tests' step.
@@ -239,8 +240,7 @@ int runTool(int argc, char** argv) {
   }
   for (const auto& [flag, value, why] :
        {std::make_tuple("-g", gpusPerProcess,
-                        "one GPU per rank here: run a rank per "
-                        "GPU (nccl-net-run -n N, or mpirun)"),
+                        "one GPU per rank here: run a rank per GPU (nccl-net-run -n N, or mpirun)"),
         std::make_tuple("-t", threadsPerProcess, "one thread per rank here: run more ranks instead"),
         std::make_tuple("-m", aggregated, "each timed step is one operation here")}) {
     if (value != 1) {
@@ -268,10 +268,7 @@ int runTool(int argc, char** argv) {
   } else if (ncclDataType_t type; coll::parseType(typeText.c_str(), &type)) {
     types = {type};
   } else {
-    std::fprintf(stderr,
-                 "nccl-net-bench: unknown data type %s (-d: int8 uint8 int32 uint32 int64 uint64 half bfloat16 float "
-                 "double fp8e4m3 fp8e5m2, or all)\n",
-                 typeText.c_str());
+    std::fprintf(stderr, "nccl-net-bench: unknown data type %s (-d: %s)\n", typeText.c_str(), kTypeNames);
     return 2;
   }
   if (opText == "all") {
