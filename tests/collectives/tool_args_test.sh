@@ -141,16 +141,17 @@ if [ "$header" != "# buffers in host memory; slots in host memory" ]; then
 fi
 
 # A bare command name that PATH does not hold is run from beside nccl-net-run (an install's bin/ is rarely on PATH);
-# one that is nowhere is still "cannot run", status 127.
+# one that is nowhere is still "cannot run", status 127, said once for the job (it was said by every rank).
 rows=$(env PATH=/usr/bin:/bin timeout 60 "$bin/nccl-net-run" -n 2 --timeout 30 nccl-net-bench allreduce \
          -p minimal -b 8 -e 8 -n 1 -w 0 | awk '$1 == 8 {print $NF}')
 if [ "$rows" != "0" ]; then
   echo "FAILED: nccl-net-bench by bare name with PATH=/usr/bin:/bin: '$rows'"
   failures=$((failures + 1))
 fi
-out=$(env PATH=/usr/bin:/bin timeout 20 "$bin/nccl-net-run" -n 1 no-such-tool-$$ 2>&1)
+out=$(env PATH=/usr/bin:/bin timeout 20 "$bin/nccl-net-run" -n 3 no-such-tool-$$ 2>&1)
 status=$?
-if [ "$status" != 127 ] || ! grep -q "cannot run no-such-tool-$$: No such file or directory" <<<"$out"; then
+if [ "$status" != 127 ] || [ "$(grep -c "cannot run" <<<"$out")" != 1 ] ||
+   ! grep -qx "nccl-net-run: cannot run no-such-tool-$$: No such file or directory" <<<"$out"; then
   echo "FAILED: a command that is nowhere: status $status, '$out'"
   failures=$((failures + 1))
 fi

@@ -8,6 +8,7 @@
 // of the CPUs when there are enough for all (--bind-to none: not).
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -188,6 +189,43 @@ std::string sigabbrev(int sig) {
   return "signal " + std::to_string(sig);
 }
 
+// Reads what the ranks' failed execs sent (see runTool) until every rank has started or failed, and prints each
+// reason once: "cannot run ./x: No such file or directory", naming the ranks only where some others started. The
+// wait is bounded: a rank stopped before its exec (SIGSTOP) must not hold the launcher, which then reads on no more.
+void reportExecFailures(int fds[2], const char* command, int started) {
+  if (fds[0] < 0) return;
+  close(fds[1]);
+  std::vector<std::pair<int, std::vector<int>>> reasons;  // errno, and the ranks that failed with it
+  const auto giveUpAt = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(giveUpAt - std::chrono::steady_clock::now()).count();
+    pollfd ready{fds[0], POLLIN, 0};
+    if (left <= 0 || poll(&ready, 1, static_cast<int>(left)) <= 0) {
+      if (left > 0 && errno == EINTR) continue;
+      break;
+    }
+    int failure[2];
+    const ssize_t got = read(fds[0], failure, sizeof(failure));
+    if (got < 0 && errno == EINTR) continue;
+    if (got != static_cast<ssize_t>(sizeof(failure))) break;  // EOF: every rank has run its command or failed
+    auto reason = std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == failure[1]; });
+    if (reason == reasons.end()) reason = reasons.insert(reasons.end(), {failure[1], {}});
+    reason->second.push_back(failure[0]);
+  }
+  close(fds[0]);
+  for (auto& [error, failed] : reasons) {
+    std::string which;
+    if (static_cast<int>(failed.size()) < started) {
+      std::sort(failed.begin(), failed.end());
+      for (int rank : failed)
+        which += (which.empty() ? failed.size() == 1 ? " (rank " : " (ranks " : ", ") + std::to_string(rank);
+      which += ")";
+    }
+    std::fprintf(stderr, "nccl-net-run: cannot run %s: %s%s\n", command, std::strerror(error), which.c_str());
+  }
+}
+
 }  // namespace
 
 int runTool(int argc, char** argv) {
@@ -291,6 +329,10 @@ int runTool(int argc, char** argv) {
   const pid_t launcher = getpid();
   const std::string besideUs = nns::tools::executableDir();
   std::vector<pid_t> children;
+  // A rank whose exec fails says why here (its rank and errno), for the launcher to print once for the job rather
+  // than once per rank. Both ends close on a successful exec, so the reader sees EOF once every rank has started.
+  int execFailures[2] = {-1, -1};
+  if (pipe2(execFailures, O_CLOEXEC) != 0) execFailures[0] = execFailures[1] = -1;
   for (int rank = 0; rank < ranks; ++rank) {
     pid_t pid = fork();
     if (pid == 0) {
@@ -332,7 +374,10 @@ int runTool(int argc, char** argv) {
         execv(sibling.c_str(), argv + first);
         if (errno != ENOENT) error = errno;
       }
-      std::fprintf(stderr, "nccl-net-run: cannot run %s: %s\n", argv[first], std::strerror(error));
+      const int failure[2] = {rank, error};
+      signal(SIGPIPE, SIG_IGN);  // a launcher that stopped reading: said here instead
+      if (execFailures[1] < 0 || write(execFailures[1], failure, sizeof(failure)) != sizeof(failure))
+        std::fprintf(stderr, "nccl-net-run: rank %d cannot run %s: %s\n", rank, argv[first], std::strerror(error));
       // As a shell says it: 127 for a command that is not there, 126 for one found but not runnable.
       _exit(error == ENOENT || error == ENOTDIR ? 127 : 126);
     }
@@ -345,6 +390,7 @@ int runTool(int argc, char** argv) {
     keeper.keep(pid);
   }
   close(listener);
+  reportExecFailures(execFailures, argv[first], static_cast<int>(children.size()));
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   int exitCode = static_cast<int>(children.size()) < ranks ? 1 : 0;
