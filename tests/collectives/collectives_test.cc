@@ -119,6 +119,10 @@ TEST(Launch, EnvironmentOfEachLauncher) {
   std::string error;
   EXPECT_FALSE(core::launchInfoFromEnvironment(&info, &error));
   EXPECT_NE(error.find("no rank/size"), std::string::npos);
+  EXPECT_FALSE(core::launcherVariablesSet()) << "a tool started by hand may run as one rank";
+  setenv("SLURM_NTASKS", "2", 1);
+  EXPECT_TRUE(core::launcherVariablesSet()) << "half a launcher's variables is the launcher's error to report";
+  unsetenv("SLURM_NTASKS");
   setenv("NNS_RANK", "4", 1);
   setenv("NNS_WORLD_SIZE", "4", 1);
   EXPECT_FALSE(core::launchInfoFromEnvironment(&info, &error)) << "rank must be below size";

@@ -140,6 +140,24 @@ if [ "$header" != "# buffers in host memory; slots in host memory" ]; then
   failures=$((failures + 1))
 fi
 
+# Started by hand, with no launcher's rank or size set, the bench is a job of one rank (as nccl-tests without
+# mpirun), and says so; half a launcher's variables is still refused (it exited 2 on both).
+launchers=(NNS_RANK NNS_WORLD_SIZE RANK WORLD_SIZE OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE PMI_RANK PMI_SIZE
+           SLURM_PROCID SLURM_NTASKS)
+out=$(env "${launchers[@]/#/-u}" timeout 20 "$bin/nccl-net-bench" allreduce -b 8 -e 64 -f 8 2>&1)
+status=$?
+if [ "$status" != 0 ] || [ "$(awk '$1 == 8 || $1 == 64 {print $NF}' <<<"$out" | tr -d '\n')" != "00" ] ||
+   ! grep -q "one rank, so nothing crosses the network" <<<"$out" || ! grep -q ", 1 ranks," <<<"$out"; then
+  echo "FAILED: nccl-net-bench with no launcher: status $status, '$out'"
+  failures=$((failures + 1))
+fi
+out=$(env "${launchers[@]/#/-u}" NNS_RANK=0 timeout 20 "$bin/nccl-net-bench" allreduce -b 8 -e 8 2>&1)
+status=$?
+if [ "$status" != 2 ] || ! grep -q "NNS_RANK is set but NNS_WORLD_SIZE is not" <<<"$out"; then
+  echo "FAILED: nccl-net-bench with NNS_RANK alone: status $status, '$out'"
+  failures=$((failures + 1))
+fi
+
 # A bare command name that PATH does not hold is run from beside nccl-net-run (an install's bin/ is rarely on PATH);
 # one that is nowhere is still "cannot run", status 127, said once for the job (it was said by every rank).
 rows=$(env PATH=/usr/bin:/bin timeout 60 "$bin/nccl-net-run" -n 2 --timeout 30 nccl-net-bench allreduce \

@@ -285,7 +285,16 @@ int runTool(int argc, char** argv) {
   }
   core::LaunchInfo launch;
   std::string error;
-  if (!core::launchInfoFromEnvironment(&launch, &error)) {
+  if (!core::launcherVariablesSet()) {
+    // Started by hand, as nccl-tests runs without mpirun: a job of one rank, which moves nothing over the network.
+    launch.rank = 0;
+    launch.size = 1;
+    launch.localRank = 0;
+    launch.source = "none";
+    std::fprintf(stderr,
+                 "nccl-net-bench: no launcher in the environment: one rank, so nothing crosses the network (run it "
+                 "under nccl-net-run -n N, mpirun, srun or torchrun for more)\n");
+  } else if (!core::launchInfoFromEnvironment(&launch, &error)) {
     std::fprintf(stderr, "nccl-net-bench: %s\n", error.c_str());
     return 2;
   }

@@ -409,32 +409,44 @@ void releaseRootListener(int port) {
   if (const int fd = inheritedListener(port); fd >= 0) close(fd);
 }
 
+namespace {
+
+// Innermost launcher first: torchrun starts its workers itself, so its variables sit above whatever started
+// torchrun (`srun torchrun`: SLURM_PROCID is the node's task, RANK the worker's); srun's are inherited by
+// everything a step starts, so they come last. Rank and size are never taken from two different launchers.
+struct Launcher {
+  const char* name;
+  const char* rank;
+  const char* size;
+  const char* localRank;
+  std::vector<const char*> job;
+};
+const Launcher kLaunchers[] = {
+    {"nns", "NNS_RANK", "NNS_WORLD_SIZE", "NNS_LOCAL_RANK", {}},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", {"TORCHELASTIC_RUN_ID"}},
+    {"Open MPI",
+     "OMPI_COMM_WORLD_RANK",
+     "OMPI_COMM_WORLD_SIZE",
+     "OMPI_COMM_WORLD_LOCAL_RANK",
+     {"OMPI_MCA_ess_base_jobid"}},
+    {"PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", {}},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", {"SLURM_JOB_ID", "SLURM_STEP_ID"}},
+};
+
+bool isSet(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0';
+}
+
+}  // namespace
+
+bool launcherVariablesSet() {
+  return std::any_of(std::begin(kLaunchers), std::end(kLaunchers),
+                     [](const Launcher& l) { return isSet(l.rank) || isSet(l.size); });
+}
+
 bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
-  // Innermost launcher first: torchrun starts its workers itself, so its variables sit above whatever started
-  // torchrun (`srun torchrun`: SLURM_PROCID is the node's task, RANK the worker's); srun's are inherited by
-  // everything a step starts, so they come last. Rank and size are never taken from two different launchers.
-  struct Launcher {
-    const char* name;
-    const char* rank;
-    const char* size;
-    const char* localRank;
-    std::vector<const char*> job;
-  };
-  const Launcher launchers[] = {
-      {"nns", "NNS_RANK", "NNS_WORLD_SIZE", "NNS_LOCAL_RANK", {}},
-      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", {"TORCHELASTIC_RUN_ID"}},
-      {"Open MPI",
-       "OMPI_COMM_WORLD_RANK",
-       "OMPI_COMM_WORLD_SIZE",
-       "OMPI_COMM_WORLD_LOCAL_RANK",
-       {"OMPI_MCA_ess_base_jobid"}},
-      {"PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", {}},
-      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", {"SLURM_JOB_ID", "SLURM_STEP_ID"}},
-  };
-  auto isSet = [](const char* name) {
-    const char* value = std::getenv(name);
-    return value != nullptr && *value != '\0';
-  };
+  const auto& launchers = kLaunchers;
   // RANK and WORLD_SIZE without torchrun's run id are not torchrun's: under mpirun or mpiexec (which start every
   // process themselves) they are a stale export, inherited by every local rank, which made each one a job of its
   // own. The MPI launcher's then win, with a warning.
