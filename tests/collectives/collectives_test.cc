@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -244,7 +245,7 @@ TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
       setenv("NNS_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
       setenv("NNS_ROOT_ADDR", root.c_str(), 1);
       freopen(r == 0 ? header.c_str() : "/dev/null", "w", stdout);
-      freopen("/dev/null", "w", stderr);
+      freopen((header + ".err" + std::to_string(r)).c_str(), "w", stderr);
       setenv("NCCL_SOCKET_IFNAME", "lo", 1);
       execl(bench.c_str(), bench.c_str(), "allreduce", "-p", GetParam(), "-b", "1M", "-e", "1M", "-n", "1000000", "-w",
             "0", "-c", "0", static_cast<char*>(nullptr));
@@ -284,6 +285,22 @@ TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(10));
   std::remove(header.c_str());
+  // What the plugin logged names the rank it came from, as NCCL's lines name their device: among survivors' lines
+  // alike ("the peer closed the connection"), the bare "WARN NET/..." said nothing of whose it was.
+  int labelled = 0;
+  for (int r = 0; r < ranks; ++r) {
+    const std::string path = header + ".err" + std::to_string(r);
+    std::ifstream err(path);
+    for (std::string line; std::getline(err, line);) {
+      if (line.find("WARN NET/") == std::string::npos) continue;
+      EXPECT_EQ(line.rfind("[rank " + std::to_string(r) + "] WARN NET/", 0), 0u) << "rank " << r << ": " << line;
+      ++labelled;
+    }
+    std::remove(path.c_str());
+  }
+  if (std::string(GetParam()) == "socket") {
+    EXPECT_GT(labelled, 0) << "no survivor's plugin said what it saw";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Failure, DeadRank, ::testing::Values("minimal", "socket"));

@@ -73,6 +73,18 @@ class HostSlots final : public SlotMemory {
   bool copyDone(void*) override { return true; }
   int defaultSlots() const override { return 2; }
 };
+
+// What the plugin logs on this thread names `rank` while this lives (the thread's own rank before, after).
+class ThreadLogRank {
+ public:
+  explicit ThreadLogRank(int rank) : before_(setThreadLogRank(rank)) {}
+  ~ThreadLogRank() { setThreadLogRank(before_); }
+  ThreadLogRank(const ThreadLogRank&) = delete;
+  ThreadLogRank& operator=(const ThreadLogRank&) = delete;
+
+ private:
+  int before_;
+};
 }  // namespace
 
 // ---- Plan ----
@@ -180,6 +192,9 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
                         " (NNS_SLOT_BYTES or CommOptions::slotBytes): 1 KiB to 1 GiB and a multiple of 64",
                     ncclInvalidUsage);
 
+  // The plugin's lines name their rank: this process's first communicator's, and this one's on its own threads.
+  setProcessLogRank(rank_);
+  const ThreadLogRank constructing(rank_);
   try {
     bootstrap_ = std::make_unique<Bootstrap>(launch, options_.timeout);
   } catch (const BootstrapError& e) {
@@ -205,7 +220,7 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     for (const auto& c : report.candidates) why += "; " + c.requested + ": " + c.rejectReason;
     fail("no net plugin loaded" + why, ncclSystemError);
   }
-  check(net_->init(&ctx_, 0x6e6e73, nullptr, nullptr, nullptr), "init");
+  check(net_->init(&ctx_, 0x6e6e73, nullptr, hostLogger, nullptr), "init");
   try {
     if (options_.slotMemory) slotMemory_ = options_.slotMemory(*net_, options_.device);
     if (!slotMemory_) slotMemory_ = std::make_shared<HostSlots>();
@@ -490,6 +505,7 @@ Communicator::~Communicator() {
 // Both sides poll for a short while before sleeping: back-to-back operations (a training step's many allreduces)
 // then pass from the caller to this thread and back without a futex wake-up each way.
 void Communicator::progressLoop() {
+  setThreadLogRank(rank_);
   std::unique_lock lock(mutex_);
   for (;;) {
     if (queue_.empty() && !stopping_) {
@@ -535,7 +551,11 @@ void Communicator::submit(OperationRef operation) {
       busy_ = true;
       lock.unlock();
       ncclResult_t result = ncclSuccess;
-      std::string error = execute(operation, false, &result);
+      std::string error;
+      {
+        const ThreadLogRank caller(rank_);  // on the caller's thread, which may be another communicator's rank too
+        error = execute(operation, false, &result);
+      }
       lock.lock();
       busy_ = false;
       // A task queued meanwhile (another thread's, or an abort's close) may run now, and a destructor may go on.

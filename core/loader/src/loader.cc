@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
@@ -39,7 +40,24 @@ namespace {
 // calls (other threads, or after the probe) are only written out.
 thread_local std::string* probeWarnings = nullptr;
 
-void probeLogger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+std::atomic<int> processLogRank{-1};
+thread_local int threadLogRank = -1;
+
+}  // namespace
+
+void setProcessLogRank(int rank) {
+  int unset = -1;
+  processLogRank.compare_exchange_strong(unset, rank);
+}
+int setThreadLogRank(int rank) {
+  return std::exchange(threadLogRank, rank);
+}
+int logRank() {
+  return threadLogRank >= 0 ? threadLogRank : processLogRank.load(std::memory_order_relaxed);
+}
+
+void hostLogger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+  (void)flags, (void)file, (void)line;
   char message[1024];
   va_list args;
   va_start(args, fmt);
@@ -47,8 +65,14 @@ void probeLogger(ncclDebugLogLevel level, unsigned long flags, const char* file,
   va_end(args);
   if (probeWarnings != nullptr && (level == NCCL_LOG_WARN || level == NCCL_LOG_ABORT))
     *probeWarnings += (probeWarnings->empty() ? "" : "; ") + printable(message);
-  nccl_net::sdk::stderrLogger(level, flags, file, line, "%s", message);
+  if (!nccl_net::sdk::detail::stderrShows(level)) return;
+  const int rank = logRank();
+  char label[24] = "";
+  if (rank >= 0) std::snprintf(label, sizeof(label), "[rank %d] ", rank);
+  std::fprintf(stderr, "%s%s %s\n", label, nccl_net::sdk::detail::levelTag(level), message);
 }
+
+namespace {
 
 constexpr const char* kDefaultLibrary = "libnccl-net.so";  // NCCL's choice when NCCL_NET_PLUGIN is unset
 constexpr size_t kMaxEntries = NCCL_NET_MAX_PLUGINS - 2;   // NCCL keeps two slots for its internal nets
@@ -400,7 +424,7 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
     void* ctx = nullptr;
     std::string warnings;
     probeWarnings = &warnings;
-    ncclResult_t result = net->init(&ctx, 0, nullptr, probeLogger, nullptr);
+    ncclResult_t result = net->init(&ctx, 0, nullptr, hostLogger, nullptr);
     probeWarnings = nullptr;
     if (result != ncclSuccess) {
       candidate.rejectReason = "init through ncclNet_v" + std::to_string(version) + " returned " + resultText(result) +

@@ -33,6 +33,18 @@ inline int fallbackLevel() {
   }();
   return level;
 }
+// The word a line of `level` is tagged with, and whether stderr shows that level (ABORT as WARN).
+inline const char* levelTag(ncclDebugLogLevel level) {
+  return level == NCCL_LOG_WARN      ? "WARN"
+         : level == NCCL_LOG_ABORT   ? "ABORT"
+         : level == NCCL_LOG_TRACE   ? "TRACE"
+         : level == NCCL_LOG_VERSION ? "VERSION"
+                                     : "INFO";
+}
+inline bool stderrShows(ncclDebugLogLevel level) {
+  const int shown = level == NCCL_LOG_ABORT ? static_cast<int>(NCCL_LOG_WARN) : static_cast<int>(level);
+  return shown <= fallbackLevel();
+}
 }  // namespace detail
 
 // The first non-NULL logger wins; later inits (one per communicator since v11) pass the same function.
@@ -55,19 +67,13 @@ inline void setLogPrefix(const char* prefix) {
 __attribute__((format(printf, 5, 6))) inline void stderrLogger(ncclDebugLogLevel level, unsigned long flags,
                                                                const char* file, int line, const char* fmt, ...) {
   (void)flags, (void)file, (void)line;
-  const int shown = level == NCCL_LOG_ABORT ? static_cast<int>(NCCL_LOG_WARN) : static_cast<int>(level);
-  if (shown > detail::fallbackLevel()) return;
+  if (!detail::stderrShows(level)) return;
   char message[1024];
   va_list args;
   va_start(args, fmt);
   std::vsnprintf(message, sizeof(message), fmt, args);
   va_end(args);
-  const char* tag = level == NCCL_LOG_WARN      ? "WARN"
-                    : level == NCCL_LOG_ABORT   ? "ABORT"
-                    : level == NCCL_LOG_TRACE   ? "TRACE"
-                    : level == NCCL_LOG_VERSION ? "VERSION"
-                                                : "INFO";
-  std::fprintf(stderr, "%s %s\n", tag, message);
+  std::fprintf(stderr, "%s %s\n", detail::levelTag(level), message);
 }
 
 __attribute__((format(printf, 5, 6))) inline void logMessage(ncclDebugLogLevel level, unsigned long flags,

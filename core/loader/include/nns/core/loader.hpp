@@ -104,4 +104,14 @@ std::unique_ptr<CollNet> openCollNetVersion(const std::string& path, int version
 // The versions this host understands, newest first: 12 .. 6.
 const std::vector<int>& knownNetVersions();
 
+// The logger the loader gives the plugins it loads (at the probe's init, which they keep): NCCL_DEBUG's levels on
+// stderr, as the SDK's stderr logger, each line led by the rank it came from where one is known, as NCCL's lines
+// carry their device: "[rank 2] WARN NET/nns-socket : ...". A thread's own rank (a communicator's progress thread)
+// wins over the process's, which is the first one set (the first communicator's: the world, usually).
+void hostLogger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line, const char* fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+void setProcessLogRank(int rank);  // the first call wins
+int setThreadLogRank(int rank);    // -1: none of its own; returns the thread's rank before
+int logRank();                     // the rank this thread's lines are led by, -1 for none
+
 }  // namespace nns::core
