@@ -303,6 +303,64 @@ TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
   }
 }
 
+TEST(Failure, DeathWhileConnectingFailsEveryRankLongBeforeTheTimeout) {
+  // Rank 2 dies at its first connect, after the handle exchange (a test-double plugin: nothing real can be timed to
+  // that moment). Rank 3, accepting from it, and rank 0 heard nothing from the plugin and waited out the whole
+  // NNS_COMM_TIMEOUT_MS (60 s here); the bootstrap's connections, which the dead rank's end closed, now fail every
+  // rank within moments, with the reason.
+  const std::string shim = std::string(NNS_BIN_DIR) + "/../lib/libnccl-net-broken-dies-in-connect.so";
+  if (access(shim.c_str(), R_OK) != 0) GTEST_SKIP() << "no " << shim << " (the conformance shims are not built)";
+  const int ranks = 4;
+  std::string root = "127.0.0.1:" + std::to_string(test::freeLoopbackPort());
+  std::string bench = std::string(NNS_BIN_DIR) + "/nccl-net-bench";
+  const std::string err = ::testing::TempDir() + "dying-connect-" + std::to_string(getpid()) + ".err";
+  const auto start = std::chrono::steady_clock::now();
+  pid_t pids[ranks];
+  for (int r = 0; r < ranks; ++r) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      setenv("NNS_RANK", std::to_string(r).c_str(), 1);
+      setenv("NNS_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
+      setenv("NNS_ROOT_ADDR", root.c_str(), 1);
+      setenv("NNS_COMM_TIMEOUT_MS", "60000", 1);
+      setenv("NNS_TEST_DYING_RANK", "2", 1);
+      freopen("/dev/null", "w", stdout);
+      freopen((err + std::to_string(r)).c_str(), "w", stderr);
+      execl(bench.c_str(), bench.c_str(), "allreduce", "-p", shim.c_str(), "-b", "8", "-e", "8", "-n", "1", "-w", "0",
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  std::string said;
+  for (int r = 0; r < ranks; ++r) {
+    int status = 0;
+    pid_t done = 0;
+    while ((done = waitpid(pids[r], &status, WNOHANG)) == 0 &&
+           std::chrono::steady_clock::now() - start < std::chrono::seconds(45))
+      usleep(10000);
+    if (done == 0) {
+      kill(pids[r], SIGKILL);
+      waitpid(pids[r], &status, 0);
+      ADD_FAILURE() << "rank " << r << " still running 45 s after the start";
+    } else if (r == 2) {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << "the dying rank's status " << status;
+    } else {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "rank " << r << " status " << status;
+    }
+    std::ifstream in(err + std::to_string(r));
+    const std::string text(std::istreambuf_iterator<char>(in), {});
+    std::remove((err + std::to_string(r)).c_str());
+    said += text;
+    // Each survivor says whose end closed, as rank 0 heard it: "... closed the bootstrap connection ... rank 2".
+    if (r != 2) {
+      EXPECT_TRUE(text.find("closed the bootstrap connection") != std::string::npos &&
+                  text.find("rank 2") != std::string::npos)
+          << "rank " << r << ": " << text;
+    }
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << said;
+}
+
 INSTANTIATE_TEST_SUITE_P(Failure, DeadRank, ::testing::Values("minimal", "socket"));
 
 namespace {

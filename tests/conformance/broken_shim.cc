@@ -454,6 +454,14 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
     usleep(1000);
   }
 #else
+#ifdef NNS_BUG_DIES_IN_CONNECT
+  // Not a plugin's mistake: a test double for a rank that dies (a crash, the OOM killer) while its communicator makes
+  // its connections, a moment nothing real can be timed to hit. The process whose NNS_RANK is $NNS_TEST_DYING_RANK
+  // ends at its first connect, after the handles were exchanged and before any peer is connected.
+  if (const char* dying = std::getenv("NNS_TEST_DYING_RANK"), *rank = std::getenv("NNS_RANK");
+      dying != nullptr && rank != nullptr && std::strcmp(dying, rank) == 0)
+    _exit(3);
+#endif
   ncclResult_t result = real()->connect(ctx, dev, handle, sendComm, devComm);
 #ifdef NNS_BUG_HANDLE_UNCHECKED
   if (result == ncclInvalidArgument) {

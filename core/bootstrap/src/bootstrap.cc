@@ -907,15 +907,40 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
   }
   if (rank_ == 0) {
     all[0] = mine;
-    for (int r = 1; r < size_; ++r) {
-      try {
-        all[r] = recvMessage(memberSockets_[r], deadline, spin_);
-      } catch (const BootstrapError& e) {
-        // A rank died or stalled: the others hear it from rank 0 instead of waiting out their own timeouts.
-        const std::string why = std::string(e.what()) + " (from rank " + std::to_string(r) + ")";
-        for (int other = 1; other < size_; ++other)
-          if (other != r) tellFailure(memberSockets_[other], why);
-        fail(withoutPrefix(why), e.result());
+    // Every rank's contribution is waited for at once, each read as it comes: a rank that died is heard of while
+    // another is still on its way (one that is stuck in a plugin call for its own timeout), not after it.
+    std::vector<pollfd> waiting;
+    for (int r = 1; r < size_; ++r) waiting.push_back({memberSockets_[r], POLLIN, 0});
+    const auto spinUntil = Clock::now() + spin_;
+    while (!waiting.empty()) {
+      const int ready = poll(waiting.data(), waiting.size(), Clock::now() < spinUntil ? 0 : remainingMs(deadline));
+      if (ready < 0 && errno != EINTR)
+        fail(std::string("poll failed receiving: ") + std::strerror(errno), Result::kSystemError);
+      if (ready == 0 && Clock::now() >= deadline) {
+        std::string late;
+        for (const pollfd& p : waiting)
+          late += std::string(late.empty() ? "" : ", ") + std::to_string(rankOfMember(p.fd));
+        const std::string why =
+            "timed out receiving (from rank" + std::string(waiting.size() > 1 ? "s " : " ") + late + ")";
+        for (int other = 1; other < size_; ++other) tellFailure(memberSockets_[other], why);
+        fail(why, Result::kRemoteError);
+      }
+      for (size_t i = 0; ready > 0 && i < waiting.size();) {
+        if (waiting[i].revents == 0) {
+          ++i;
+          continue;
+        }
+        const int r = rankOfMember(waiting[i].fd);
+        try {
+          all[r] = recvMessage(memberSockets_[r], deadline, spin_);
+        } catch (const BootstrapError& e) {
+          // A rank died or stalled: the others hear it from rank 0 instead of waiting out their own timeouts.
+          const std::string why = std::string(e.what()) + " (from rank " + std::to_string(r) + ")";
+          for (int other = 1; other < size_; ++other)
+            if (other != r) tellFailure(memberSockets_[other], why);
+          fail(withoutPrefix(why), e.result());
+        }
+        waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
       }
     }
     std::string packed;
@@ -949,6 +974,41 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
     offset += length;
   }
   return all;
+}
+
+int Bootstrap::rankOfMember(int fd) const {
+  return static_cast<int>(std::find(memberSockets_.begin(), memberSockets_.end(), fd) - memberSockets_.begin());
+}
+
+void Bootstrap::checkPeers() {
+  // Only peeks: what a rank sent early for the next all-gather (its contribution) stays where allGather reads it.
+  auto closed = [](int fd, std::string* why) {
+    char byte;
+    const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) *why = "closed the bootstrap connection (died?)";
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      *why = std::string("broke the bootstrap connection (") + std::strerror(errno) + ")";
+    return !why->empty();
+  };
+  if (size_ == 1) return;
+  if (rank_ == 0) {
+    for (int r = 1; r < size_; ++r) {
+      std::string why;
+      if (!closed(memberSockets_[r], &why)) continue;
+      why = "rank " + std::to_string(r) + " " + why;
+      for (int other = 1; other < size_; ++other)
+        if (other != r) tellFailure(memberSockets_[other], why);
+      fail(why, Result::kRemoteError);
+    }
+    return;
+  }
+  uint32_t marker = 0;
+  const ssize_t n = recv(rootSocket_, &marker, sizeof(marker), MSG_PEEK | MSG_DONTWAIT);
+  if (n == static_cast<ssize_t>(sizeof(marker)) && marker == kFailureMarker) {
+    // Rank 0's reason follows the marker, sent at once: read as the all-gather would, with a short bound.
+    recvMessage(rootSocket_, Clock::now() + kRootGrace, std::chrono::microseconds(0));
+  }
+  if (std::string why; n <= 0 && closed(rootSocket_, &why)) fail("rank 0 " + why, Result::kRemoteError);
 }
 
 }  // namespace nns::core

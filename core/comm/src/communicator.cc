@@ -240,7 +240,7 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     try {
       throw;
     } catch (const BootstrapError& e) {  // the handle exchange: a CommError like every other failure here
-      throw asCommError(e);
+      throw CommError("rank " + std::to_string(rank_) + ": " + e.what(), static_cast<ncclResult_t>(e.result()));
     }
   }
   progress_ = std::thread([this] { progressLoop(); });
@@ -288,7 +288,7 @@ void Communicator::connectRing() {
       ring.push_back({next(), c, true});
       ring.push_back({prev(), c, false});
     }
-    establish(ring);
+    establish(ring, /*watchBootstrap=*/true);
     bootstrap_->barrier();
   }
 }
@@ -360,8 +360,9 @@ void Communicator::registerSlots(Connection& conn, bool sending, int peer) {
   (void)sending;
 }
 
-void Communicator::establish(const std::vector<ConnKey>& keys) {
+void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstrap) {
   auto deadline = Clock::now() + options_.timeout;
+  auto watched = Clock::now();
   // One step of making `key`'s connection; true once it is made.
   auto advance = [&](const ConnKey& key) {
     Connection& conn = connections_[key];
@@ -396,6 +397,16 @@ void Communicator::establish(const std::vector<ConnKey>& keys) {
     }
     if (all) return;
     if (failed_.load()) fail("aborted: " + asyncError(), asyncResult());
+    // A rank that died on the way (its bootstrap connection closed) fails the connections now, on every rank, not
+    // when the wait for a peer that will never connect runs out.
+    if (watchBootstrap && Clock::now() - watched > std::chrono::milliseconds(20)) {
+      watched = Clock::now();
+      try {
+        bootstrap_->checkPeers();
+      } catch (const BootstrapError& e) {
+        fail(std::string("while making the connections: ") + e.what(), static_cast<ncclResult_t>(e.result()));
+      }
+    }
     if (Clock::now() > deadline) {
       std::string missing;
       bool p2p = false;

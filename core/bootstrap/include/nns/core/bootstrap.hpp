@@ -97,8 +97,16 @@ class Bootstrap {
   std::vector<std::string> allGather(const std::string& mine);
   void barrier() { allGather(std::string()); }
 
+  // For a wait outside the bootstrap between two all-gathers that every rank must reach (a communicator making its
+  // connections): returns at once, and throws BootstrapError (kRemoteError) when the next all-gather is bound to
+  // fail, so the wait need not run out its own timeout. Rank 0 fails when a rank closed its connection (died) and
+  // tells the others; a rank fails when rank 0 did so, or closed its connection. Not for use while a rank may leave
+  // for good (after the last all-gather), nor beside another thread's all-gather.
+  void checkPeers();
+
  private:
   void rendezvous(const LaunchInfo& info);
+  int rankOfMember(int fd) const;  // root: whose connection `fd` is
 
   int rank_;
   int size_;

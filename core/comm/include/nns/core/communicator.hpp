@@ -369,7 +369,8 @@ class Communicator {
   void check(ncclResult_t result, const char* call, int peer = -1);
   [[noreturn]] void fail(const std::string& what, ncclResult_t result = ncclRemoteError);
   void connectRing();  // listens, exchanges handles, connects the ring (constructor)
-  void establish(const std::vector<ConnKey>& keys);
+  // `watchBootstrap`: while every rank is on its way to the next all-gather (creation), a dead rank fails it early.
+  void establish(const std::vector<ConnKey>& keys, bool watchBootstrap = false);
   void registerSlots(Connection& conn, bool sending, int peer);
   void closeConnections();
   void releaseSlots(Connection& conn);
