@@ -446,7 +446,6 @@ bool launcherVariablesSet() {
 }
 
 bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
-  const auto& launchers = kLaunchers;
   // RANK and WORLD_SIZE without torchrun's run id are not torchrun's: under mpirun or mpiexec (which start every
   // process themselves) they are a stale export, inherited by every local rank, which made each one a job of its
   // own. The MPI launcher's then win, with a warning.
@@ -455,7 +454,7 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
   const bool staleTorchVariables = mpiLaunched && !isSet("TORCHELASTIC_RUN_ID") && isSet("RANK") && isSet("WORLD_SIZE");
   const Launcher* chosen = nullptr;
   std::string halfSet, ignored;
-  for (const Launcher& l : launchers) {
+  for (const Launcher& l : kLaunchers) {
     if (staleTorchVariables && std::strcmp(l.name, "torchrun") == 0) {
       std::fprintf(stderr,
                    "nns WARN bootstrap: ignoring RANK=%s WORLD_SIZE=%s: set without torchrun (no TORCHELASTIC_RUN_ID) "
