@@ -364,10 +364,11 @@ int runTool(int argc, char** argv) {
     }
     if (rank == 0) {
       std::printf(
-          "# nccl-net-bench %s over %s (ncclNet_v%d, %s), %d ranks, %d channel(s), %d slots of %zu B per "
+          "# nccl-net-bench %s over %s (ncclNet_v%d, %s), %d rank%s, %d channel(s), %d slots of %zu B per "
           "connection%s\n",
-          collective.c_str(), comm.net().name(), comm.net().version(), comm.net().path().c_str(), n, comm.channels(),
-          comm.options().slots, comm.options().slotBytes, registerBuffers ? ", buffers registered (zero-copy)" : "");
+          collective.c_str(), comm.net().name(), comm.net().version(), comm.net().path().c_str(), n, n == 1 ? "" : "s",
+          comm.channels(), comm.options().slots, comm.options().slotBytes,
+          registerBuffers ? ", buffers registered (zero-copy)" : "");
       const std::string where =
           deviceBuffers ? "GPU memory (rank 0 on CUDA device " + std::to_string(gpu) + ")" : std::string("host memory");
       // Host-memory reductions run one ISA variant of the kernels, picked by CPUID (NNS_HOST_ISA caps it).
