@@ -225,6 +225,38 @@ TEST(Bootstrap, CountsTheRanksOnThisMachine) {
   }
 }
 
+// Starts nccl-net-bench as `rank` of `ranks`, reaching rank 0 at `root`, on loopback, with `env` set on top; its
+// stdout and stderr go to the files named (/dev/null where empty).
+pid_t startBenchRank(int rank, int ranks, const std::string& root, const std::string& out, const std::string& err,
+                     const std::vector<std::pair<const char*, std::string>>& env,
+                     const std::vector<std::string>& arguments) {
+  const std::string bench = std::string(NNS_BIN_DIR) + "/nccl-net-bench";
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  setenv("NNS_RANK", std::to_string(rank).c_str(), 1);
+  setenv("NNS_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
+  setenv("NNS_ROOT_ADDR", root.c_str(), 1);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  for (const auto& [name, value] : env) setenv(name, value.c_str(), 1);
+  freopen(out.empty() ? "/dev/null" : out.c_str(), "w", stdout);
+  freopen(err.empty() ? "/dev/null" : err.c_str(), "w", stderr);
+  std::vector<char*> argv{const_cast<char*>(bench.c_str())};
+  for (const std::string& a : arguments) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(bench.c_str(), argv.data());
+  _exit(127);
+}
+
+// Reaps `pid` by `until`; one still running then is killed (and reaped), and false returned.
+bool reapBy(pid_t pid, std::chrono::steady_clock::time_point until, int* status) {
+  pid_t done = 0;
+  while ((done = waitpid(pid, status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until) usleep(10000);
+  if (done != 0) return true;
+  kill(pid, SIGKILL);
+  waitpid(pid, status, 0);
+  return false;
+}
+
 class DeadRank : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
@@ -232,26 +264,15 @@ TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
   // survivor must notice through the plugin (a dead peer, or a neighbour that left) and exit non-zero, not hang.
   const int ranks = 4;
   std::string root = "127.0.0.1:" + std::to_string(test::freeLoopbackPort());
-  std::string bench = std::string(NNS_BIN_DIR) + "/nccl-net-bench";
   // Rank 0 prints its header once every rank has joined and the ring is connected: the kill waits for it, so a
   // slow machine cannot kill rank 2 during setup (which the bootstrap's own timeout covers, not this test).
   const std::string header = ::testing::TempDir() + "deadrank-" + std::to_string(getpid()) + "-" + GetParam();
   std::remove(header.c_str());
   pid_t pids[ranks];
-  for (int r = 0; r < ranks; ++r) {
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      setenv("NNS_RANK", std::to_string(r).c_str(), 1);
-      setenv("NNS_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
-      setenv("NNS_ROOT_ADDR", root.c_str(), 1);
-      freopen(r == 0 ? header.c_str() : "/dev/null", "w", stdout);
-      freopen((header + ".err" + std::to_string(r)).c_str(), "w", stderr);
-      setenv("NCCL_SOCKET_IFNAME", "lo", 1);
-      execl(bench.c_str(), bench.c_str(), "allreduce", "-p", GetParam(), "-b", "1M", "-e", "1M", "-n", "1000000", "-w",
-            "0", "-c", "0", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-  }
+  for (int r = 0; r < ranks; ++r)
+    pids[r] =
+        startBenchRank(r, ranks, root, r == 0 ? header : "", header + ".err" + std::to_string(r), {},
+                       {"allreduce", "-p", GetParam(), "-b", "1M", "-e", "1M", "-n", "1000000", "-w", "0", "-c", "0"});
   auto isSetUp = [&] {
     FILE* file = std::fopen(header.c_str(), "r");
     if (file == nullptr) return false;
@@ -271,13 +292,7 @@ TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
   for (int r = 0; r < ranks; ++r) {
     if (r == 2) continue;
     int status = 0;
-    pid_t done = 0;
-    while ((done = waitpid(pids[r], &status, WNOHANG)) == 0 &&
-           std::chrono::steady_clock::now() - killed < std::chrono::seconds(30))
-      usleep(10000);
-    if (done == 0) {
-      kill(pids[r], SIGKILL);
-      waitpid(pids[r], &status, 0);
+    if (!reapBy(pids[r], killed + std::chrono::seconds(30), &status)) {
       ADD_FAILURE() << "rank " << r << " still running 30 s after rank 2 died";
       continue;
     }
@@ -312,35 +327,17 @@ TEST(Failure, DeathWhileConnectingFailsEveryRankLongBeforeTheTimeout) {
   if (access(shim.c_str(), R_OK) != 0) GTEST_SKIP() << "no " << shim << " (the conformance shims are not built)";
   const int ranks = 4;
   std::string root = "127.0.0.1:" + std::to_string(test::freeLoopbackPort());
-  std::string bench = std::string(NNS_BIN_DIR) + "/nccl-net-bench";
   const std::string err = ::testing::TempDir() + "dying-connect-" + std::to_string(getpid()) + ".err";
   const auto start = std::chrono::steady_clock::now();
   pid_t pids[ranks];
-  for (int r = 0; r < ranks; ++r) {
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      setenv("NNS_RANK", std::to_string(r).c_str(), 1);
-      setenv("NNS_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
-      setenv("NNS_ROOT_ADDR", root.c_str(), 1);
-      setenv("NNS_COMM_TIMEOUT_MS", "60000", 1);
-      setenv("NNS_TEST_DYING_RANK", "2", 1);
-      freopen("/dev/null", "w", stdout);
-      freopen((err + std::to_string(r)).c_str(), "w", stderr);
-      execl(bench.c_str(), bench.c_str(), "allreduce", "-p", shim.c_str(), "-b", "8", "-e", "8", "-n", "1", "-w", "0",
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-  }
+  for (int r = 0; r < ranks; ++r)
+    pids[r] = startBenchRank(r, ranks, root, "", err + std::to_string(r),
+                             {{"NNS_COMM_TIMEOUT_MS", "60000"}, {"NNS_TEST_DYING_RANK", "2"}},
+                             {"allreduce", "-p", shim, "-b", "8", "-e", "8", "-n", "1", "-w", "0"});
   std::string said;
   for (int r = 0; r < ranks; ++r) {
     int status = 0;
-    pid_t done = 0;
-    while ((done = waitpid(pids[r], &status, WNOHANG)) == 0 &&
-           std::chrono::steady_clock::now() - start < std::chrono::seconds(45))
-      usleep(10000);
-    if (done == 0) {
-      kill(pids[r], SIGKILL);
-      waitpid(pids[r], &status, 0);
+    if (!reapBy(pids[r], start + std::chrono::seconds(45), &status)) {
       ADD_FAILURE() << "rank " << r << " still running 45 s after the start";
     } else if (r == 2) {
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << "the dying rank's status " << status;
