@@ -2,9 +2,10 @@
 # The bootstrap across three "hosts" (network namespaces on one bridge) under each launcher's environment: mpirun
 # (when installed), srun running torchrun (both launchers' variables present), torchrun with MASTER_ADDR a host name
 # that rank 0's /etc/hosts maps to 127.0.1.1 (Debian's habit) and as an IPv6 address; then the failures: a wrong
-# WORLD_SIZE on one rank, a rank that never arrives, two jobs on one root port, a rank killed mid-allreduce, a link
-# taken down mid-run. Every rank must end with the result or a clear error in bounded time. Exit 4 (a ctest SKIP)
-# with the reason when namespaces cannot be made here; everything made is removed on any exit.
+# WORLD_SIZE on one rank, a rank that never arrives, a DNS server that never answers, two jobs on one root port, a
+# rank killed mid-allreduce, a link taken down mid-run. Every rank must end with the result or a clear error in
+# bounded time. Exit 4 (a ctest SKIP) with the reason when namespaces cannot be made here; everything made is removed
+# on any exit.
 set -uo pipefail
 bin="$1"
 bench="$bin/nccl-net-bench"
@@ -151,6 +152,16 @@ done
 expect_error absent_0 6 "rank(s) 2 did not arrive within 2000 ms at 10.78.0.1:$port"
 expect_error absent_1 6 "rank 0 gave up: rank(s) 2 did not arrive"
 port=$((port + 1))
+
+# A DNS server that never answers (one on the bridge's subnet that no host has, its neighbour entry fixed so that no
+# ARP failure ends the wait early): the root's name fails within the bootstrap's 2 s, where the resolver held the
+# rank for its own 20 s.
+printf 'nameserver 10.78.0.53\noptions timeout:20 attempts:1\n' > "/etc/netns/$tag-2/resolv.conf"
+ip -n "$tag-2" neigh replace 10.78.0.53 lladdr 02:00:00:00:00:53 dev eth0 nud permanent
+start dns 2 "${base[@]}" NNS_RANK=1 NNS_WORLD_SIZE=2 NNS_ROOT_ADDR=nnl-unanswered.example:$port -- "$bench" allreduce \
+  -b 8 -e 8
+expect_error dns 8 "cannot resolve root address nnl-unanswered.example: the resolver did not answer within"
+rm -f "/etc/netns/$tag-2/resolv.conf"
 
 # Two jobs on one root port (torchrun run ids a and b, each two ranks moving a different size): job b's rank 1
 # reaches job a's rank 0 first; it must be turned away and wait for its own rank 0, which listens once job a's

@@ -14,12 +14,16 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 namespace nns::core {
@@ -227,15 +231,58 @@ struct Address {
 // Every address the root's host resolves to (a name may have an IPv6 and an IPv4 one): joiners try each in turn.
 // The root's addresses. A resolver's temporary failure (EAI_AGAIN: a DNS server that timed out or is restarting,
 // common when hundreds of ranks start at once) is retried until `deadline`, as a refused connect is.
+// getaddrinfo, given up at `deadline`: a DNS server that does not answer held the bootstrap for resolv.conf's
+// timeout x attempts x servers (20 s against a 2 s NNS_COMM_TIMEOUT_MS), well past its own limit. The lookup runs on
+// a thread of its own, waited for until the deadline; one still running then returns EAI_INPROGRESS and is left to
+// end on its own, freeing what it finds.
+int lookup(const std::string& host, int port, addrinfo** result, Clock::time_point deadline) {
+  struct Lookup {
+    std::mutex mutex;
+    std::condition_variable done;
+    bool finished = false, abandoned = false;
+    int rc = EAI_INPROGRESS;
+    addrinfo* result = nullptr;
+  };
+  auto state = std::make_shared<Lookup>();
+  try {
+    std::thread([state, host, service = std::to_string(port)] {
+      addrinfo hints{};
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* found = nullptr;
+      const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+      std::lock_guard lock(state->mutex);
+      if (state->abandoned) {
+        if (rc == 0) freeaddrinfo(found);
+        return;
+      }
+      state->rc = rc;
+      state->result = rc == 0 ? found : nullptr;
+      state->finished = true;
+      state->done.notify_one();
+    }).detach();
+  } catch (const std::system_error&) {
+    return EAI_SYSTEM;  // no thread to be had: errno says why
+  }
+  std::unique_lock lock(state->mutex);
+  if (!state->done.wait_until(lock, deadline, [&] { return state->finished; })) {
+    state->abandoned = true;
+    return EAI_INPROGRESS;
+  }
+  *result = state->result;
+  return state->rc;
+}
+
 std::vector<Address> resolve(const std::string& host, int port, Clock::time_point deadline) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
   addrinfo* result = nullptr;
-  int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
+  int rc = lookup(host, port, &result, deadline);
   while (rc == EAI_AGAIN && Clock::now() < deadline) {
     usleep(200000);
-    rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &result);
+    rc = lookup(host, port, &result, deadline);
   }
+  if (rc == EAI_INPROGRESS)
+    fail("cannot resolve root address " + host + ": the resolver did not answer within the bootstrap's " +
+             "timeout (NNS_COMM_TIMEOUT_MS; its DNS servers are in /etc/resolv.conf)",
+         Result::kSystemError);
   if (rc != 0 || result == nullptr) {
     // A name no one knows is the setting's fault; a resolver that failed (EAI_AGAIN, no memory) this rank's.
     const bool unknown = rc == EAI_NONAME || rc == EAI_NODATA || rc == EAI_ADDRFAMILY || rc == EAI_SERVICE;
