@@ -18,4 +18,9 @@ grep -q "tried  .*libnccl-net-minimal.so" <<<"$out" || fail "the file's plugin w
 # The environment wins over the file.
 out=$(env -u NCCL_NET NCCL_CONF_FILE="$work/nccl.conf" NCCL_NET_PLUGIN=socket "$info" 2>&1 || true)
 grep -q "^NCCL_NET_PLUGIN: socket$" <<<"$out" || fail "the environment's NCCL_NET_PLUGIN: $out"
+# A comment longer than any buffer stays a comment: one was cut after 4095 bytes, and its tail, "NCCL_NET_PLUGIN=...",
+# set the plugin from inside the comment.
+{ printf '#'; head -c 4094 /dev/zero | tr '\0' x; printf 'NCCL_NET_PLUGIN=from-inside-a-comment\n'; } > "$work/long.conf"
+out=$(env -u NCCL_NET_PLUGIN -u NCCL_NET NCCL_CONF_FILE="$work/long.conf" "$info" 2>&1 || true)
+if grep -q "from-inside-a-comment" <<<"$out"; then fail "a long comment's tail was read as a line: $out"; fi
 echo "configuration file: ok"

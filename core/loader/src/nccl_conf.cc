@@ -23,9 +23,12 @@ std::vector<std::pair<std::string, std::string>>& confOrigins() {
 void applyConfFile(const std::string& path) {
   FILE* file = std::fopen(path.c_str(), "r");
   if (file == nullptr) return;
-  char line[4096];
-  while (std::fgets(line, sizeof(line), file) != nullptr) {
-    size_t length = std::strlen(line);
+  // Whole lines, as NCCL reads them (getline): a fixed buffer cut a long line, and its tail, read as a line of its
+  // own, could set a variable from inside a comment.
+  char* line = nullptr;
+  size_t capacity = 0;
+  for (ssize_t read = 0; (read = getline(&line, &capacity, file)) >= 0;) {
+    auto length = static_cast<size_t>(read);
     if (length > 0 && line[length - 1] == '\n') line[--length] = '\0';
     if (length > 0 && line[length - 1] == '\r') line[--length] = '\0';
     if (line[0] == '#') continue;
@@ -36,6 +39,7 @@ void applyConfFile(const std::string& path) {
     setenv(line, equals + 1, 0);
     confOrigins().emplace_back(line, path);
   }
+  std::free(line);
   std::fclose(file);
 }
 
