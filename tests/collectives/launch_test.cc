@@ -504,6 +504,9 @@ TEST(RootAddress, MasterAddrAndPortAreCheckedToo) {
       {"node0:29500", "29500", "MASTER_ADDR=node0:29500 is not a host name or address: it has a ':'"},
       {"10.0.0.1:29500", "29500", "MASTER_ADDR=10.0.0.1:29500 is not a host name or address: it has a ':'"},
       {"[node0]", "29500", "MASTER_ADDR=[node0] is not a host name or address"},
+      // Brackets twice passed as the host "[::1]" and failed later to resolve (found by the parsers' fuzzer).
+      {"[[::1]]", "29500", "MASTER_ADDR=[[::1]] is not a host name or address: brackets go once around"},
+      {"[::1", "29500", "MASTER_ADDR=[::1 is not a host name or address: brackets go once around"},
   };
   for (const auto& [host, port, why] : cases) {
     clearLauncherVariables();

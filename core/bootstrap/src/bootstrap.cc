@@ -567,10 +567,16 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
     std::string name = host;
     if (name.size() > 2 && name.front() == '[' && name.back() == ']' && name.find(':') != std::string::npos)
       name = name.substr(1, name.size() - 2);
+    // What is left has no brackets: "[[::1]]" passed the check below as "[::1]" and failed later to resolve.
+    if (name.find_first_of("[]") != std::string::npos) {
+      *error = "MASTER_ADDR=" + std::string(host) +
+               " is not a host name or address: brackets go once around a whole IPv6 address, as in [fd00::1]";
+      return false;
+    }
     {
       std::string checkedHost;
       int checkedPort = 0;
-      const bool v6 = name.find(':') != std::string::npos && name.front() != '[';
+      const bool v6 = name.find(':') != std::string::npos;
       const std::string joined = (v6 ? "[" + name + "]" : name) + ":1";
       in6_addr address{};
       // A ':' outside an IPv6 address is a host:port or a URL (node0:29500, tcp://node0), not a bracket's fault.
