@@ -21,6 +21,11 @@ refuses() {
 refuses "-b 1G -e 8" "-b 1073741824 is larger than -e 8"
 refuses "-b x" "--minbytes: x unit not recognized"
 refuses "-b -5" "--minbytes"
+# CLI11 reads sizes with strtoull(.., 0): a sign wrapped around 2^64 (this was 1 byte), a leading 0 was octal and 0x
+# hex (found by the parsers' fuzzer).
+refuses "-b -18446744073709551615" "--minbytes: a size is decimal digits"
+refuses "-e 010" "--maxbytes: a size is decimal, without a leading 0"
+refuses "-e 0x10" "--maxbytes: a size is decimal, without a leading 0"
 refuses "-e 2T" "--maxbytes"
 refuses "-n 0" "--iters"
 refuses "-n -3" "--iters"

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <cstdint>
 #include <string>
 
@@ -11,10 +12,23 @@ namespace nns::tools {
 
 constexpr std::uint64_t kMaxSizeOptionBytes = std::uint64_t{1} << 40;
 
+// Decimal digits first: CLI11 reads the number with strtoull(.., 0), which took "-18446744073709551615" as 1 (a sign
+// wraps around 2^64), "010" as 8 and "0x10" as 16 (found by the parsers' fuzzer).
+inline std::string decimalSizeText(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t");
+  if (first == std::string::npos || text[first] < '0' || text[first] > '9')
+    return "a size is decimal digits with an optional K, M, G or T, not \"" + text + "\"";
+  const char next = first + 1 < text.size() ? text[first + 1] : '\0';
+  if (text[first] == '0' && (std::isdigit(static_cast<unsigned char>(next)) != 0 || next == 'x' || next == 'X'))
+    return "a size is decimal, without a leading 0 (octal) or 0x (hex): \"" + text + "\"";
+  return {};
+}
+
 template <class Bytes>
 CLI::Option* addSizeOption(CLI::App& app, const std::string& flags, Bytes& bytes, const std::string& help,
                            std::uint64_t minimum = 0) {
   return app.add_option(flags, bytes, help)
+      ->check(CLI::Validator(decimalSizeText, "SIZE"))
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::Range(minimum, kMaxSizeOptionBytes));
 }
