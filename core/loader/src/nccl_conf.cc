@@ -21,29 +21,37 @@ std::vector<std::pair<std::string, std::string>>& confOrigins() {
 }
 
 void applyConfFile(const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> settings;
+  if (!readNcclConfFile(path, &settings)) return;
+  for (const auto& [name, value] : settings) {
+    if (std::getenv(name.c_str()) != nullptr) continue;  // the environment wins, and the first file over the later ones
+    setenv(name.c_str(), value.c_str(), 0);
+    confOrigins().emplace_back(name, path);
+  }
+}
+
+}  // namespace
+
+bool readNcclConfFile(const std::string& path, std::vector<std::pair<std::string, std::string>>* settings) {
   FILE* file = std::fopen(path.c_str(), "r");
-  if (file == nullptr) return;
+  if (file == nullptr) return false;
   // Whole lines, as NCCL reads them (getline): a fixed buffer cut a long line, and its tail, read as a line of its
   // own, could set a variable from inside a comment.
   char* line = nullptr;
   size_t capacity = 0;
-  for (ssize_t read = 0; (read = getline(&line, &capacity, file)) >= 0;) {
-    auto length = static_cast<size_t>(read);
+  while (getline(&line, &capacity, file) >= 0) {
+    size_t length = std::strlen(line);  // a NUL ends the line's text, as it would end the variable set from it
     if (length > 0 && line[length - 1] == '\n') line[--length] = '\0';
     if (length > 0 && line[length - 1] == '\r') line[--length] = '\0';
     if (line[0] == '#') continue;
-    char* equals = std::strchr(line, '=');
+    const char* equals = std::strchr(line, '=');
     if (equals == nullptr || equals == line) continue;
-    *equals = '\0';
-    if (std::getenv(line) != nullptr) continue;  // the environment wins, and the first file over the later ones
-    setenv(line, equals + 1, 0);
-    confOrigins().emplace_back(line, path);
+    settings->emplace_back(std::string(line, static_cast<size_t>(equals - line)), std::string(equals + 1));
   }
   std::free(line);
   std::fclose(file);
+  return true;
 }
-
-}  // namespace
 
 void applyNcclConfFiles() {
   static std::once_flag once;
