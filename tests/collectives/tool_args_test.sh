@@ -148,7 +148,7 @@ fi
 # Started by hand, with no launcher's rank or size set, the bench is a job of one rank (as nccl-tests without
 # mpirun), and says so; half a launcher's variables is still refused (it exited 2 on both).
 launchers=(NNS_RANK NNS_WORLD_SIZE RANK WORLD_SIZE OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE PMI_RANK PMI_SIZE
-           SLURM_PROCID SLURM_NTASKS)
+           SLURM_PROCID SLURM_NTASKS NNS_ROOT_ADDR MASTER_ADDR)
 out=$(env "${launchers[@]/#/-u}" timeout 20 "$bin/nccl-net-bench" allreduce -b 8 -e 64 -f 8 2>&1)
 status=$?
 if [ "$status" != 0 ] || [ "$(awk '$1 == 8 || $1 == 64 {print $NF}' <<<"$out" | tr -d '\n')" != "00" ] ||
@@ -160,6 +160,13 @@ out=$(env "${launchers[@]/#/-u}" NNS_RANK=0 timeout 20 "$bin/nccl-net-bench" all
 status=$?
 if [ "$status" != 2 ] || ! grep -q "NNS_RANK is set but NNS_WORLD_SIZE is not" <<<"$out"; then
   echo "FAILED: nccl-net-bench with NNS_RANK alone: status $status, '$out'"
+  failures=$((failures + 1))
+fi
+# A root address without a rank is a launch that forgot the rank (each node a job of its own), not a bench by hand.
+out=$(env "${launchers[@]/#/-u}" NNS_ROOT_ADDR=10.0.0.1:29500 timeout 20 "$bin/nccl-net-bench" allreduce -b 8 -e 8 2>&1)
+status=$?
+if [ "$status" != 2 ] || ! grep -q "no rank/size in the environment" <<<"$out"; then
+  echo "FAILED: nccl-net-bench with NNS_ROOT_ADDR alone: status $status, '$out'"
   failures=$((failures + 1))
 fi
 

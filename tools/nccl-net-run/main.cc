@@ -191,12 +191,14 @@ std::string sigabbrev(int sig) {
 
 // Reads what the ranks' failed execs sent (see runTool) until every rank has started or failed, and prints each
 // reason once: "cannot run ./x: No such file or directory", naming the ranks only where some others started. The
-// wait is bounded: a rank stopped before its exec (SIGSTOP) must not hold the launcher, which then reads on no more.
+// wait is bounded (2 s; an exec takes milliseconds): a rank stopped before its exec (SIGSTOP, or SIGTTOU for its
+// "not bound" line under `stty tostop`) must not hold the launcher, whose signals wait meanwhile. After it, a failed
+// exec is said by its rank, which finds the pipe closed.
 void reportExecFailures(int fds[2], const char* command, int started) {
   if (fds[0] < 0) return;
   close(fds[1]);
   std::vector<std::pair<int, std::vector<int>>> reasons;  // errno, and the ranks that failed with it
-  const auto giveUpAt = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto giveUpAt = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   for (;;) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(giveUpAt - std::chrono::steady_clock::now()).count();

@@ -136,11 +136,23 @@ void recvAll(int fd, void* data, size_t bytes, Clock::time_point deadline,
     waitFor(fd, POLLIN, deadline, "receiving", spin);
     ssize_t n = recv(fd, p, bytes, MSG_DONTWAIT);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n == 0) fail("a peer closed the bootstrap connection (rank died?)", Result::kRemoteError);
-    if (n < 0) fail(std::string("recv failed: ") + std::strerror(errno), Result::kRemoteError);
+    if (n == 0) fail("the bootstrap connection was closed: the rank died or failed", Result::kRemoteError);
+    if (n < 0) fail(std::string("the bootstrap connection broke: ") + std::strerror(errno), Result::kRemoteError);
     p += n;
     bytes -= static_cast<size_t>(n);
   }
+}
+
+// How a rank left, as a phrase after its name ("closed its bootstrap connection (it died or failed)"), or "" while
+// its connection is up: a hang-up is seen even behind data not yet read (POLLRDHUP), which a peek would return first.
+std::string hangUp(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  if (poll(&p, 1, 0) <= 0 || (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) return {};
+  int error = 0;
+  socklen_t length = sizeof(error);
+  if ((p.revents & POLLERR) != 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error != 0)
+    return std::string("broke its bootstrap connection (") + std::strerror(error) + ")";
+  return "closed its bootstrap connection (it died or failed)";
 }
 
 void sendMessage(int fd, const std::string& text, Clock::time_point deadline, std::chrono::microseconds spin) {
@@ -228,9 +240,6 @@ struct Address {
   socklen_t length;
 };
 
-// Every address the root's host resolves to (a name may have an IPv6 and an IPv4 one): joiners try each in turn.
-// The root's addresses. A resolver's temporary failure (EAI_AGAIN: a DNS server that timed out or is restarting,
-// common when hundreds of ranks start at once) is retried until `deadline`, as a refused connect is.
 // getaddrinfo, given up at `deadline`: a DNS server that does not answer held the bootstrap for resolv.conf's
 // timeout x attempts x servers (20 s against a 2 s NNS_COMM_TIMEOUT_MS), well past its own limit. The lookup runs on
 // a thread of its own, waited for until the deadline; one still running then returns EAI_INPROGRESS and is left to
@@ -241,6 +250,7 @@ int lookup(const std::string& host, int port, addrinfo** result, Clock::time_poi
     std::condition_variable done;
     bool finished = false, abandoned = false;
     int rc = EAI_INPROGRESS;
+    int error = 0;  // errno, for EAI_SYSTEM
     addrinfo* result = nullptr;
   };
   auto state = std::make_shared<Lookup>();
@@ -250,18 +260,21 @@ int lookup(const std::string& host, int port, addrinfo** result, Clock::time_poi
       hints.ai_socktype = SOCK_STREAM;
       addrinfo* found = nullptr;
       const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+      const int error = errno;
       std::lock_guard lock(state->mutex);
       if (state->abandoned) {
         if (rc == 0) freeaddrinfo(found);
         return;
       }
       state->rc = rc;
+      state->error = error;
       state->result = rc == 0 ? found : nullptr;
       state->finished = true;
       state->done.notify_one();
     }).detach();
-  } catch (const std::system_error&) {
-    return EAI_SYSTEM;  // no thread to be had: errno says why
+  } catch (const std::system_error& e) {
+    errno = e.code().value();  // no thread to be had: said as getaddrinfo's EAI_SYSTEM is, by errno
+    return EAI_SYSTEM;
   }
   std::unique_lock lock(state->mutex);
   if (!state->done.wait_until(lock, deadline, [&] { return state->finished; })) {
@@ -269,16 +282,25 @@ int lookup(const std::string& host, int port, addrinfo** result, Clock::time_poi
     return EAI_INPROGRESS;
   }
   *result = state->result;
+  if (state->rc == EAI_SYSTEM) errno = state->error;
   return state->rc;
 }
 
+// Every address the root's host resolves to (a name may have an IPv6 and an IPv4 one): joiners try each in turn.
+// A resolver's temporary failure (EAI_AGAIN: a DNS server that timed out or is restarting, common when hundreds of
+// ranks start at once) is retried until `deadline`, as a refused connect is.
 std::vector<Address> resolve(const std::string& host, int port, Clock::time_point deadline) {
   addrinfo* result = nullptr;
   int rc = lookup(host, port, &result, deadline);
-  while (rc == EAI_AGAIN && Clock::now() < deadline) {
+  // A temporary failure is tried again while there is time; a retry that runs out of it keeps that failure's word.
+  while (rc == EAI_AGAIN && Clock::now() + std::chrono::milliseconds(200) < deadline) {
     usleep(200000);
-    rc = lookup(host, port, &result, deadline);
+    if (const int again = lookup(host, port, &result, deadline); again != EAI_INPROGRESS)
+      rc = again;
+    else
+      break;
   }
+  if (rc == EAI_SYSTEM) fail("cannot resolve root address " + host + ": " + std::strerror(errno), Result::kSystemError);
   if (rc == EAI_INPROGRESS)
     fail("cannot resolve root address " + host + ": the resolver did not answer within the bootstrap's " +
              "timeout (NNS_COMM_TIMEOUT_MS; its DNS servers are in /etc/resolv.conf)",
@@ -488,7 +510,9 @@ bool isSet(const char* name) {
 }  // namespace
 
 bool launcherVariablesSet() {
-  return std::any_of(std::begin(kLaunchers), std::end(kLaunchers),
+  // A root address is a launch's too: without it, a job whose ranks all lacked NNS_RANK ran as many one-rank jobs.
+  return isSet("NNS_ROOT_ADDR") || isSet("MASTER_ADDR") ||
+         std::any_of(std::begin(kLaunchers), std::end(kLaunchers),
                      [](const Launcher& l) { return isSet(l.rank) || isSet(l.size); });
 }
 
@@ -961,38 +985,47 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
     all[0] = mine;
     // Every rank's contribution is waited for at once, each read as it comes: a rank that died is heard of while
     // another is still on its way (one that is stuck in a plugin call for its own timeout), not after it.
-    std::vector<pollfd> waiting;
-    for (int r = 1; r < size_; ++r) waiting.push_back({memberSockets_[r], POLLIN, 0});
+    // A rank whose contribution is in is still watched, for a hang-up: until the result comes it has no reason to
+    // leave, and one that died after sending would leave the ranks still to come waiting out their timeouts.
+    std::vector<pollfd> members;  // index r - 1
+    for (int r = 1; r < size_; ++r) members.push_back({memberSockets_[r], POLLIN | POLLRDHUP, 0});
+    auto tellOthers = [&](int r, const std::string& why) {
+      for (int other = 1; other < size_; ++other)
+        if (other != r) tellFailure(memberSockets_[other], why);
+    };
+    int pending = size_ - 1;
     const auto spinUntil = Clock::now() + spin_;
-    while (!waiting.empty()) {
-      const int ready = poll(waiting.data(), waiting.size(), Clock::now() < spinUntil ? 0 : remainingMs(deadline));
+    while (pending > 0) {
+      const int ready = poll(members.data(), members.size(), Clock::now() < spinUntil ? 0 : remainingMs(deadline));
       if (ready < 0 && errno != EINTR)
         fail(std::string("poll failed receiving: ") + std::strerror(errno), Result::kSystemError);
       if (ready == 0 && Clock::now() >= deadline) {
         std::string late;
-        for (const pollfd& p : waiting)
-          late += std::string(late.empty() ? "" : ", ") + std::to_string(rankOfMember(p.fd));
-        const std::string why =
-            "timed out receiving (from rank" + std::string(waiting.size() > 1 ? "s " : " ") + late + ")";
-        for (int other = 1; other < size_; ++other) tellFailure(memberSockets_[other], why);
+        for (size_t i = 0; i < members.size(); ++i)
+          if ((members[i].events & POLLIN) != 0) late += std::string(late.empty() ? "" : ", ") + std::to_string(i + 1);
+        const std::string why = "timed out receiving (from rank" + std::string(pending > 1 ? "s " : " ") + late + ")";
+        tellOthers(0, why);
         fail(why, Result::kRemoteError);
       }
-      for (size_t i = 0; ready > 0 && i < waiting.size();) {
-        if (waiting[i].revents == 0) {
-          ++i;
-          continue;
+      for (size_t i = 0; ready > 0 && i < members.size(); ++i) {
+        pollfd& p = members[i];
+        const int r = static_cast<int>(i) + 1;
+        if (p.revents == 0) continue;
+        if ((p.events & POLLIN) == 0) {  // already heard from: a hang-up
+          const std::string why = "rank " + std::to_string(r) + " " + hangUp(p.fd);
+          tellOthers(r, why);
+          fail(why, Result::kRemoteError);
         }
-        const int r = rankOfMember(waiting[i].fd);
         try {
-          all[r] = recvMessage(memberSockets_[r], deadline, spin_);
+          all[r] = recvMessage(p.fd, deadline, spin_);
         } catch (const BootstrapError& e) {
           // A rank died or stalled: the others hear it from rank 0 instead of waiting out their own timeouts.
           const std::string why = std::string(e.what()) + " (from rank " + std::to_string(r) + ")";
-          for (int other = 1; other < size_; ++other)
-            if (other != r) tellFailure(memberSockets_[other], why);
+          tellOthers(r, why);
           fail(withoutPrefix(why), e.result());
         }
-        waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
+        p.events = POLLRDHUP;
+        --pending;
       }
     }
     std::string packed;
@@ -1013,8 +1046,16 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
     }
     return all;
   }
-  sendMessage(rootSocket_, mine, deadline, spin_);
-  std::string packed = recvMessage(rootSocket_, deadline, spin_);
+  std::string packed;
+  try {
+    sendMessage(rootSocket_, mine, deadline, spin_);
+    packed = recvMessage(rootSocket_, deadline, spin_);
+  } catch (const BootstrapError& e) {
+    // Whose connection it was: this rank's to rank 0 (a reset said only "Connection reset by peer").
+    const std::string what = withoutPrefix(e.what());
+    if (what.rfind("rank 0 gave up", 0) == 0) throw;
+    fail(what + " (rank 0)", e.result());
+  }
   size_t offset = 0;
   for (int r = 0; r < size_; ++r) {
     uint32_t length = 0;
@@ -1028,39 +1069,26 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
   return all;
 }
 
-int Bootstrap::rankOfMember(int fd) const {
-  return static_cast<int>(std::find(memberSockets_.begin(), memberSockets_.end(), fd) - memberSockets_.begin());
-}
-
 void Bootstrap::checkPeers() {
-  // Only peeks: what a rank sent early for the next all-gather (its contribution) stays where allGather reads it.
-  auto closed = [](int fd, std::string* why) {
-    char byte;
-    const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) *why = "closed the bootstrap connection (died?)";
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-      *why = std::string("broke the bootstrap connection (") + std::strerror(errno) + ")";
-    return !why->empty();
-  };
   if (size_ == 1) return;
   if (rank_ == 0) {
     for (int r = 1; r < size_; ++r) {
-      std::string why;
-      if (!closed(memberSockets_[r], &why)) continue;
-      why = "rank " + std::to_string(r) + " " + why;
+      const std::string left = hangUp(memberSockets_[r]);
+      if (left.empty()) continue;
+      const std::string why = "rank " + std::to_string(r) + " " + left;
       for (int other = 1; other < size_; ++other)
         if (other != r) tellFailure(memberSockets_[other], why);
       fail(why, Result::kRemoteError);
     }
     return;
   }
+  // Rank 0 sends nothing between two all-gathers but its reason for giving up, read here as the all-gather would
+  // (only peeked at before: anything else stays for the all-gather).
   uint32_t marker = 0;
   const ssize_t n = recv(rootSocket_, &marker, sizeof(marker), MSG_PEEK | MSG_DONTWAIT);
-  if (n == static_cast<ssize_t>(sizeof(marker)) && marker == kFailureMarker) {
-    // Rank 0's reason follows the marker, sent at once: read as the all-gather would, with a short bound.
+  if (n == static_cast<ssize_t>(sizeof(marker)) && marker == kFailureMarker)
     recvMessage(rootSocket_, Clock::now() + kRootGrace, std::chrono::microseconds(0));
-  }
-  if (std::string why; n <= 0 && closed(rootSocket_, &why)) fail("rank 0 " + why, Result::kRemoteError);
+  if (const std::string left = hangUp(rootSocket_); !left.empty()) fail("rank 0 " + left, Result::kRemoteError);
 }
 
 }  // namespace nns::core

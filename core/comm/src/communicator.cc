@@ -192,7 +192,7 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
                         " (NNS_SLOT_BYTES or CommOptions::slotBytes): 1 KiB to 1 GiB and a multiple of 64",
                     ncclInvalidUsage);
 
-  // The plugin's lines name their rank: this process's first communicator's, and this one's on its own threads.
+  // The plugin's lines name their rank: this one's on its own threads, the process's (where all agree) on others.
   setProcessLogRank(rank_);
   const ThreadLogRank constructing(rank_);
   try {

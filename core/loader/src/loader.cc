@@ -46,14 +46,17 @@ thread_local int threadLogRank = -1;
 }  // namespace
 
 void setProcessLogRank(int rank) {
-  int unset = -1;
-  processLogRank.compare_exchange_strong(unset, rank);
+  // A process of two ranks (communicators made on several threads, or a world and a part of it where the ranks
+  // differ) has no rank of its own to name: threads without one of their own (a plugin's) say none (-2).
+  int seen = -1;
+  while (!processLogRank.compare_exchange_weak(seen, seen == -1 || seen == rank ? rank : -2)) {
+  }
 }
 int setThreadLogRank(int rank) {
   return std::exchange(threadLogRank, rank);
 }
 int logRank() {
-  return threadLogRank >= 0 ? threadLogRank : processLogRank.load(std::memory_order_relaxed);
+  return threadLogRank >= 0 ? threadLogRank : std::max(-1, processLogRank.load(std::memory_order_relaxed));
 }
 
 void hostLogger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line, const char* fmt, ...) {

@@ -53,8 +53,9 @@ struct LaunchInfo {
 // torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True, the agent listening on MASTER_PORT) MASTER_PORT+1.
 // Returns false with `error` set when something is missing or inconsistent.
 bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error);
-// Whether any launcher's rank or size variable (those above) is set: a tool started by hand, with none, may run as a
-// job of one rank, as nccl-tests does without mpirun; where some are set, launchInfoFromEnvironment's word stands.
+// Whether any launcher's rank or size variable (those above), or a root address (NNS_ROOT_ADDR, MASTER_ADDR), is set:
+// a tool started by hand, with none, may run as a job of one rank, as nccl-tests does without mpirun; where some are
+// set, launchInfoFromEnvironment's word stands.
 bool launcherVariablesSet();
 
 // Hands a socket already listening on a root port to the rank 0 of this process that will listen there
@@ -106,7 +107,6 @@ class Bootstrap {
 
  private:
   void rendezvous(const LaunchInfo& info);
-  int rankOfMember(int fd) const;  // root: whose connection `fd` is
 
   int rank_;
   int size_;

@@ -107,10 +107,11 @@ const std::vector<int>& knownNetVersions();
 // The logger the loader gives the plugins it loads (at the probe's init, which they keep): NCCL_DEBUG's levels on
 // stderr, as the SDK's stderr logger, each line led by the rank it came from where one is known, as NCCL's lines
 // carry their device: "[rank 2] WARN NET/nns-socket : ...". A thread's own rank (a communicator's progress thread)
-// wins over the process's, which is the first one set (the first communicator's: the world, usually).
+// wins over the process's; a process whose communicators have different ranks has none, and a plugin's own threads
+// then print no label rather than a wrong one.
 void hostLogger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line, const char* fmt, ...)
     __attribute__((format(printf, 5, 6)));
-void setProcessLogRank(int rank);  // the first call wins
+void setProcessLogRank(int rank);  // each communicator's rank: one rank is the process's, two are none
 int setThreadLogRank(int rank);    // -1: none of its own; returns the thread's rank before
 int logRank();                     // the rank this thread's lines are led by, -1 for none
 
