@@ -134,6 +134,21 @@ struct QuietStderr {
   }
 };
 
+// A NCCL_SOCKET_IFNAME or NCCL_IB_HCA spec's prefixes: '^' (exclude), then '=' (exact names), and the list after them.
+struct SpecPrefix {
+  bool exclude;
+  bool exact;
+  std::string rest;
+};
+SpecPrefix specPrefix(const std::string& spec) {
+  SpecPrefix p{false, false, spec};
+  p.exclude = !p.rest.empty() && p.rest[0] == '^';
+  if (p.exclude) p.rest.erase(0, 1);
+  p.exact = !p.rest.empty() && p.rest[0] == '=';
+  if (p.exact) p.rest.erase(0, 1);
+  return p;
+}
+
 // ---- 0: NCCL_SOCKET_IFNAME (sdk::InterfaceFilter) --------------------------------------------------------------
 // Input: the spec, then interface names to match, one a line.
 void fuzzInterfaceFilter(const std::string& input) {
@@ -142,11 +157,9 @@ void fuzzInterfaceFilter(const std::string& input) {
   const sdk::InterfaceFilter filter(spec);
 
   // Reference: "[^][=]name,name,...", empty entries dropped, nothing else trimmed.
-  std::string rest = spec;
-  const bool exclude = !rest.empty() && rest[0] == '^';
-  if (exclude) rest.erase(0, 1);
-  const bool exact = !rest.empty() && rest[0] == '=';
-  if (exact) rest.erase(0, 1);
+  const SpecPrefix prefix = specPrefix(spec);
+  const bool exclude = prefix.exclude, exact = prefix.exact;
+  std::string rest = prefix.rest;
   std::vector<std::string> names;
   for (const std::string& part : split(rest, ','))
     if (!part.empty()) names.push_back(part);
@@ -300,11 +313,9 @@ void fuzzHcaFilter(const std::string& input) {
   const std::string spec = cstr(lines[0]);
   const nns_ib::HcaFilter filter(spec);
 
-  std::string rest = spec;
-  const bool exclude = !rest.empty() && rest[0] == '^';
-  if (exclude) rest.erase(0, 1);
-  const bool exact = !rest.empty() && rest[0] == '=';
-  if (exact) rest.erase(0, 1);
+  const SpecPrefix prefix = specPrefix(spec);
+  const bool exclude = prefix.exclude, exact = prefix.exact;
+  std::string rest = prefix.rest;
   FUZZ_CHECK(filter.excludes() == exclude);
   FUZZ_CHECK(filter.exact() == exact);
   size_t items = 0;
