@@ -989,10 +989,6 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
     // leave, and one that died after sending would leave the ranks still to come waiting out their timeouts.
     std::vector<pollfd> members;  // index r - 1
     for (int r = 1; r < size_; ++r) members.push_back({memberSockets_[r], POLLIN | POLLRDHUP, 0});
-    auto tellOthers = [&](int r, const std::string& why) {
-      for (int other = 1; other < size_; ++other)
-        if (other != r) tellFailure(memberSockets_[other], why);
-    };
     int pending = size_ - 1;
     const auto spinUntil = Clock::now() + spin_;
     while (pending > 0) {
@@ -1004,25 +1000,20 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
         for (size_t i = 0; i < members.size(); ++i)
           if ((members[i].events & POLLIN) != 0) late += std::string(late.empty() ? "" : ", ") + std::to_string(i + 1);
         const std::string why = "timed out receiving (from rank" + std::string(pending > 1 ? "s " : " ") + late + ")";
-        tellOthers(0, why);
-        fail(why, Result::kRemoteError);
+        giveUp(0, why, Result::kRemoteError);
       }
       for (size_t i = 0; ready > 0 && i < members.size(); ++i) {
         pollfd& p = members[i];
         const int r = static_cast<int>(i) + 1;
         if (p.revents == 0) continue;
         if ((p.events & POLLIN) == 0) {  // already heard from: a hang-up
-          const std::string why = "rank " + std::to_string(r) + " " + hangUp(p.fd);
-          tellOthers(r, why);
-          fail(why, Result::kRemoteError);
+          giveUp(r, "rank " + std::to_string(r) + " " + hangUp(p.fd), Result::kRemoteError);
         }
         try {
           all[r] = recvMessage(p.fd, deadline, spin_);
         } catch (const BootstrapError& e) {
           // A rank died or stalled: the others hear it from rank 0 instead of waiting out their own timeouts.
-          const std::string why = std::string(e.what()) + " (from rank " + std::to_string(r) + ")";
-          tellOthers(r, why);
-          fail(withoutPrefix(why), e.result());
+          giveUp(r, withoutPrefix(e.what()) + " (from rank " + std::to_string(r) + ")", e.result());
         }
         p.events = POLLRDHUP;
         --pending;
@@ -1069,16 +1060,18 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
   return all;
 }
 
+void Bootstrap::giveUp(int failed, const std::string& why, Result result) {
+  for (int other = 1; other < size_; ++other)
+    if (other != failed) tellFailure(memberSockets_[other], why);
+  fail(why, result);
+}
+
 void Bootstrap::checkPeers() {
   if (size_ == 1) return;
   if (rank_ == 0) {
     for (int r = 1; r < size_; ++r) {
       const std::string left = hangUp(memberSockets_[r]);
-      if (left.empty()) continue;
-      const std::string why = "rank " + std::to_string(r) + " " + left;
-      for (int other = 1; other < size_; ++other)
-        if (other != r) tellFailure(memberSockets_[other], why);
-      fail(why, Result::kRemoteError);
+      if (!left.empty()) giveUp(r, "rank " + std::to_string(r) + " " + left, Result::kRemoteError);
     }
     return;
   }

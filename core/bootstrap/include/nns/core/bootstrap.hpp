@@ -107,6 +107,8 @@ class Bootstrap {
 
  private:
   void rendezvous(const LaunchInfo& info);
+  // Rank 0 giving up: every member but `failed` (0: none) is told why, then this rank throws it.
+  [[noreturn]] void giveUp(int failed, const std::string& why, BootstrapError::Result result);
 
   int rank_;
   int size_;
