@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstdarg>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -147,6 +148,26 @@ struct FullNet : RecordingNet {
   static inline void* finalized = nullptr;
 };
 
+// Test double: a connect that goes on until told to finish; its states count their deletions.
+struct StagedConnect {
+  static inline int deleted = 0;
+  ~StagedConnect() { ++deleted; }
+};
+struct StagingNet : RecordingNet {
+  static constexpr const char kName[] = "staging";
+  ncclResult_t connect(void*, int, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t**) {
+    using Stage = sdk::ConnectStage<StagedConnect>;
+    if (Stage::get(handle) == nullptr) {
+      Stage::set(handle, new StagedConnect);
+    } else if (finishNext) {
+      Stage::take(handle);
+      *sendComm = reinterpret_cast<void*>(0x3);
+    }
+    return ncclSuccess;
+  }
+  static inline bool finishNext = false;
+};
+
 }  // namespace
 
 // ---- handle codec
@@ -214,15 +235,75 @@ TEST(ConnectStage, StoresStateOnlyInAHandleThatCarriesIt) {
   ASSERT_EQ(kCodec.encode(Address{1, 2, 3}, handle), ncclSuccess);
   using Stage = sdk::ConnectStage<int>;
   EXPECT_EQ(Stage::get(handle), nullptr) << "encode() must leave no stage";
-  int state = 5;
-  Stage::set(handle, &state);
-  EXPECT_EQ(Stage::get(handle), &state);
+  auto* state = new int(5);
+  Stage::set(handle, state);
+  EXPECT_EQ(Stage::get(handle), state);
   Address out{};
   EXPECT_EQ(kCodec.decode(handle, &out), ncclSuccess) << "the stage lives outside the checksummed payload";
   handle[NCCL_NET_HANDLE_MAXSIZE - 1] ^= 0x10;  // damage the check word
   EXPECT_EQ(Stage::get(handle), nullptr);
-  Stage::clear(handle);
+  handle[NCCL_NET_HANDLE_MAXSIZE - 1] ^= 0x10;
+  std::unique_ptr<int> owned = Stage::take(handle);
+  EXPECT_EQ(owned.get(), state) << "take() hands the state back";
   EXPECT_EQ(Stage::get(handle), nullptr);
+  EXPECT_EQ(Stage::take(handle), nullptr);
+}
+
+// A tail with a well-formed check word that names no state the SDK keeps (a stale copy of a handle, or a peer's
+// bytes forged to look like one) is not followed to its pointer.
+TEST(ConnectStage, ATailNamingNoKeptStateIsNotFollowed) {
+  using Stage = sdk::ConnectStage<int>;
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  int onStack = 7;
+  Stage::set(handle, &onStack);
+  unsigned char stale[NCCL_NET_HANDLE_MAXSIZE];
+  std::memcpy(stale, handle, sizeof(stale));
+  EXPECT_EQ(Stage::get(stale), &onStack);
+  (void)Stage::take(handle).release();  // not deleted: it is on the stack
+  EXPECT_EQ(Stage::get(stale), nullptr);
+  EXPECT_EQ(Stage::take(stale), nullptr);
+}
+
+// ncclNet cannot cancel a connect: a host that gives up frees the handle. The SDK deletes what such connects left
+// when the host finalizes their ctx; a NULL ctx is every communicator's, so those wait for the plugin's unload.
+TEST(ConnectStage, TheSdkFreesTheStatesOfConnectsTheHostGaveUp) {
+  const auto& table = NetTables<StagingNet>::v12;
+  void* ctxA = reinterpret_cast<void*>(0xa);
+  void* ctxB = reinterpret_cast<void*>(0xb);
+  unsigned char a1[NCCL_NET_HANDLE_MAXSIZE] = {}, a2[NCCL_NET_HANDLE_MAXSIZE] = {};
+  unsigned char b[NCCL_NET_HANDLE_MAXSIZE] = {}, none[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* sendComm = nullptr;
+  StagingNet::finishNext = false;
+  for (int call = 0; call < 2; ++call) {  // the second call finds each stage again
+    ASSERT_EQ(table.connect(ctxA, 0, a1, &sendComm, nullptr), ncclSuccess);
+    ASSERT_EQ(table.connect(ctxA, 0, a2, &sendComm, nullptr), ncclSuccess);
+    ASSERT_EQ(table.connect(ctxB, 0, b, &sendComm, nullptr), ncclSuccess);
+    ASSERT_EQ(table.connect(nullptr, 0, none, &sendComm, nullptr), ncclSuccess);
+    EXPECT_EQ(sendComm, nullptr);
+  }
+  using Stage = sdk::ConnectStage<StagedConnect>;
+  const int before = StagedConnect::deleted;
+  sdk::setLogger(recordingLogger);
+  logLines().clear();
+  EXPECT_EQ(table.finalize(ctxA), ncclSuccess);
+  EXPECT_EQ(StagedConnect::deleted, before + 2) << "both of ctx A's abandoned connects";
+  EXPECT_TRUE(logged("finalize: freed 2 connect(s) the host left unfinished"));
+  EXPECT_EQ(Stage::get(a1), nullptr) << "a freed state is never followed";
+  EXPECT_EQ(table.finalize(ctxA), ncclSuccess);
+  EXPECT_EQ(StagedConnect::deleted, before + 2);
+
+  StagingNet::finishNext = true;  // ctx B's connect completes: the plugin took its state back and deleted it
+  ASSERT_EQ(table.connect(ctxB, 0, b, &sendComm, nullptr), ncclSuccess);
+  EXPECT_EQ(sendComm, reinterpret_cast<void*>(0x3));
+  EXPECT_EQ(StagedConnect::deleted, before + 3);
+  EXPECT_EQ(table.finalize(ctxB), ncclSuccess);
+  EXPECT_EQ(StagedConnect::deleted, before + 3) << "nothing of B's was left";
+
+  EXPECT_EQ(table.finalize(nullptr), ncclSuccess);
+  EXPECT_NE(Stage::get(none), nullptr) << "a NULL ctx's stage outlives another communicator's finalize";
+  Stage::take(none);
+  EXPECT_EQ(StagedConnect::deleted, before + 4);
+  StagingNet::finishNext = false;
 }
 
 // ---- request pool

@@ -1,10 +1,16 @@
 // nccl_net/sdk/handle.hpp: the connection-handle codec: magic, version, length and checksum around a POD payload.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "../net.h"
 #include "log.hpp"
@@ -114,9 +120,108 @@ class HandleCodec {
   uint16_t version_;
 };
 
+namespace detail {
+
+// Every state that ConnectStage::set has put in a handle and nobody has taken back, with the host context of the
+// connect() call that put it there. ncclNet has no call to cancel a connect: a host that gives up on one (its own
+// timeout, an abort, a peer it knows to be dead) frees the handle and the state with it would leak (an fd, a
+// mapping, a half-made comm). Such leftovers are deleted when the host finalizes that context (v11+, a non-NULL ctx
+// only: a NULL ctx is every communicator's), and the rest when the plugin is unloaded or the process exits.
+//
+// The registry comes into being at the first set(), so it goes before any static the plugin made earlier (its
+// device table, its library handles): a leftover's destructor may still use those.
+class ConnectStageRegistry {
+ public:
+  using Deleter = void (*)(void*);
+
+  static ConnectStageRegistry& instance() {
+    static ConnectStageRegistry registry;
+    return registry;
+  }
+  // The registry if set() has made it (and it is not destroyed yet), else nullptr; never makes it.
+  static ConnectStageRegistry* existing() { return live().load(std::memory_order_acquire); }
+
+  void add(void* state, Deleter deleter, void* ctx) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    states_[state] = Entry{deleter, ctx};
+  }
+  bool contains(const void* state) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return states_.count(const_cast<void*>(state)) != 0;
+  }
+  bool remove(const void* state) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return states_.erase(const_cast<void*>(state)) != 0;
+  }
+  // Deletes the states left by connects under `ctx`; returns how many.
+  size_t release(void* ctx) {
+    std::vector<std::pair<void*, Entry>> leftovers;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = states_.begin(); it != states_.end();) {
+        if (it->second.ctx == ctx) {
+          leftovers.emplace_back(*it);
+          it = states_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (auto& [state, entry] : leftovers) entry.deleter(state);  // outside the lock: a destructor may log
+    return leftovers.size();
+  }
+
+  ConnectStageRegistry(const ConnectStageRegistry&) = delete;
+  ConnectStageRegistry& operator=(const ConnectStageRegistry&) = delete;
+
+ private:
+  struct Entry {
+    Deleter deleter;
+    void* ctx;
+  };
+  ConnectStageRegistry() { live().store(this, std::memory_order_release); }
+  ~ConnectStageRegistry() {
+    live().store(nullptr, std::memory_order_release);
+    for (auto& [state, entry] : states_) entry.deleter(state);
+  }
+  static std::atomic<ConnectStageRegistry*>& live() {
+    static std::atomic<ConnectStageRegistry*> pointer{nullptr};  // trivially destructible: outlives the registry
+    return pointer;
+  }
+
+  mutable std::mutex mutex_;
+  std::unordered_map<void*, Entry> states_;
+};
+
+// The ctx of the connect() this thread is in: set around the plugin's connect by the SDK's entry point.
+inline thread_local void* connectContext = nullptr;
+
+class ConnectContextScope {
+ public:
+  explicit ConnectContextScope(void* ctx) : saved_(connectContext) { connectContext = ctx; }
+  ~ConnectContextScope() { connectContext = saved_; }
+  ConnectContextScope(const ConnectContextScope&) = delete;
+  ConnectContextScope& operator=(const ConnectContextScope&) = delete;
+
+ private:
+  void* saved_;
+};
+
+}  // namespace detail
+
 // NCCL calls connect() again and again with the same handle buffer until it returns a comm. A non-blocking
-// connect keeps its in-progress state in the tail of that buffer (NCCL's own transports do the same); the state
-// pointer is stored with a check word so a handle that never carried one (zeroed by encode()) reads as "no stage".
+// connect keeps its in-progress state in the tail of that buffer (NCCL's own transports do the same).
+//
+//   set(handle, state)   stores a heap-allocated state (new State) and hands it to the SDK's keeping;
+//   get(handle)          finds it again on the next call: nullptr for a handle that never carried one (encode()
+//                        zeroes the tail), and for a tail that does not name a state this plugin set and still
+//                        keeps (a corrupt or foreign handle is never followed to a pointer);
+//   take(handle)         ends the stage (the connect made its comm, or failed): the tail is zeroed and the state
+//                        is the caller's again.
+//
+// A state that is never taken (the host gave up on the connect) is deleted by the SDK: when the host finalizes the
+// ctx the connect ran under, or when the plugin is unloaded (see detail::ConnectStageRegistry). Its destructor must
+// therefore release what it holds.
 template <class State>
 class ConnectStage {
  public:
@@ -124,14 +229,27 @@ class ConnectStage {
     Slot slot;
     std::memcpy(&slot, tail(handle), sizeof(slot));
     if (slot.pointer == 0 || slot.check != (slot.pointer ^ kCheck)) return nullptr;
-    return reinterpret_cast<State*>(slot.pointer);
+    auto* state = reinterpret_cast<State*>(slot.pointer);
+    detail::ConnectStageRegistry* registry = detail::ConnectStageRegistry::existing();
+    if (registry == nullptr || !registry->contains(state)) return nullptr;
+    return state;
   }
   static void set(void* handle, State* state) {
+    detail::ConnectStageRegistry::instance().add(
+        state, [](void* p) { delete static_cast<State*>(p); }, detail::connectContext);
     auto pointer = reinterpret_cast<uint64_t>(state);
     Slot slot{pointer, pointer ^ kCheck};
     std::memcpy(tail(handle), &slot, sizeof(slot));
   }
-  static void clear(void* handle) { std::memset(tail(handle), 0, sizeof(Slot)); }
+  static std::unique_ptr<State> take(void* handle) {
+    State* state = get(handle);
+    std::memset(tail(handle), 0, sizeof(Slot));
+    if (state == nullptr) return nullptr;
+    detail::ConnectStageRegistry::instance().remove(state);
+    return std::unique_ptr<State>(state);
+  }
+  // take() as SDK 0.1 spelled it: ends the stage and leaves deleting the state to the caller.
+  static void clear(void* handle) { (void)take(handle).release(); }
 
  private:
   struct Slot {

@@ -40,6 +40,7 @@
 #include <utility>
 
 #include "../net.h"
+#include "handle.hpp"
 #include "log.hpp"
 #include "result.hpp"
 #include "visibility.hpp"
@@ -618,6 +619,7 @@ struct NetEntry {
                            "connect: handle or sendComm is NULL");
       NCCL_NET_CHECK(checkDevice<Net>("connect", dev));
       *sendComm = nullptr;
+      detail::ConnectContextScope scope(ctx);  // a ConnectStage set in this call belongs to ctx
       return net().connect(ctx, dev, handle, sendComm, sendDevComm);
     });
   }
@@ -797,6 +799,13 @@ struct NetEntry {
 
   static ncclResult_t finalize(void* ctx) {
     return guard("finalize", [&]() -> ncclResult_t {
+      // Connects the host gave up under this ctx: their states go first, as they may use what the ctx holds.
+      if (ctx != nullptr) {
+        if (detail::ConnectStageRegistry* registry = detail::ConnectStageRegistry::existing()) {
+          if (size_t released = registry->release(ctx))
+            NCCL_NET_INFO(NCCL_NET, "finalize: freed %zu connect(s) the host left unfinished", released);
+        }
+      }
       if constexpr (has_finalize_v<Net>) {
         return net().finalize(ctx);
       } else {
