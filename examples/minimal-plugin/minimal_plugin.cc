@@ -19,6 +19,7 @@
 #include <cstring>
 #include <ctime>
 #include <random>
+#include <utility>
 
 #include <nccl_net/sdk.hpp>
 
@@ -308,12 +309,22 @@ ncclResult_t closeComm(Comm* comm) {
   return ncclSuccess;
 }
 
-// What connect() keeps between its calls (in the handle's connect stage).
+// What connect() keeps between its calls (in the handle's connect stage). Its destructor releases what a connect that
+// failed, or that the host gave up on, still holds: the SDK deletes a state the host abandoned (see ConnectStage).
 struct PendingConnect {
   std::string name;
   ConnectionArea* area;
   Clock::time_point started;
   int ownerFd;  // held until accepted: the receiver unlinks the name then
+
+  ~PendingConnect() {
+    if (area != nullptr) {
+      area->senderClosed.store(1);  // a receiver that accepted meanwhile sees the sender gone
+      munmap(area, sizeof(ConnectionArea));
+      shm_unlink(name.c_str());  // already gone if it was accepted
+    }
+    if (ownerFd >= 0) close(ownerFd);
+  }
 };
 
 }  // namespace
@@ -379,18 +390,11 @@ class MinimalNet {
       if (Clock::now() - pending->started < kConnectTimeout) return ncclSuccess;
       NCCL_NET_WARN("connect: %s was not accepted within %lld s", pending->name.c_str(),
                     static_cast<long long>(kConnectTimeout.count()));
-      munmap(pending->area, sizeof(ConnectionArea));
-      shm_unlink(pending->name.c_str());
-      if (pending->ownerFd >= 0) close(pending->ownerFd);
-      Stage::clear(handle);
-      delete pending;
+      Stage::take(handle);  // deleted: unmapped, unlinked, closed
       return ncclRemoteError;
     }
-    auto* comm = new Comm{true, pending->area, {}, {}, 0, Clock::now()};
-    if (pending->ownerFd >= 0) close(pending->ownerFd);
-    Stage::clear(handle);
-    delete pending;
-    *sendComm = comm;
+    *sendComm = new Comm{true, std::exchange(pending->area, nullptr), {}, {}, 0, Clock::now()};
+    Stage::take(handle);  // deleted: its ownerFd closed, the segment now the comm's
     return ncclSuccess;
   }
 
@@ -505,6 +509,7 @@ class MinimalNet {
     std::snprintf(slot.name, sizeof(slot.name), "%s", name.c_str());
     slot.ready.store(1, std::memory_order_release);
     munmap(listen, sizeof(ListenArea));
+    // Kept by the SDK from here on: if the host stops calling connect, it deletes the state for us.
     sdk::ConnectStage<PendingConnect>::set(handle, new PendingConnect{name, area, Clock::now(), ownerFd});
     return ncclSuccess;
   }

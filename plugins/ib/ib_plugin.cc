@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nccl_net/sdk.hpp>
@@ -916,6 +917,10 @@ struct PendingConnect {
   ConnectInfo local{};
   ConnectInfo remote{};
   Transfer transfer;
+
+  ~PendingConnect() {
+    if (comm != nullptr) destroyComm(comm);  // a connect that failed, or that the host gave up
+  }
 };
 
 struct PendingAccept {
@@ -1180,7 +1185,7 @@ class IbNet {
                                std::chrono::milliseconds(params().connectTimeoutMs), std::chrono::milliseconds(50));
       // Set after the connector's own (same length), so a TCP connect that never completes reports its last error.
       pending->deadline = Clock::now() + std::chrono::milliseconds(params().connectTimeoutMs);
-      Stage::set(handle, pending);
+      Stage::set(handle, pending);  // the SDK frees it if the host gives this connect up
     }
     std::string error;
     ncclResult_t result = connectStep(pending, &error);
@@ -1193,16 +1198,14 @@ class IbNet {
     }
     if (result != ncclSuccess || !error.empty()) {
       NCCL_NET_WARN("connect to %s: %s", pending->connector.remote().toString().c_str(), error.c_str());
-      if (pending->comm != nullptr) destroyComm(pending->comm);
-      Stage::clear(handle);
-      delete pending;
+      Stage::take(handle);  // its destructor destroys the half-made comm
       return result != ncclSuccess ? result : ncclSystemError;
     }
     if (connected) {
-      *sendComm = pending->comm;
-      NCCL_NET_INFO(NCCL_NET, "connected to %s with %d QP(s)", pending->comm->peer.c_str(), pending->comm->nqps);
-      Stage::clear(handle);
-      delete pending;
+      SendComm* comm = std::exchange(pending->comm, nullptr);
+      Stage::take(handle);
+      NCCL_NET_INFO(NCCL_NET, "connected to %s with %d QP(s)", comm->peer.c_str(), comm->nqps);
+      *sendComm = comm;
     }
     return ncclSuccess;
   }

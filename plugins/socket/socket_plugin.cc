@@ -12,7 +12,6 @@
 #include <mutex>
 #include <random>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include <nccl_net/sdk.hpp>
@@ -229,32 +228,6 @@ struct PendingConnect {
 };
 using ConnectStage = sdk::ConnectStage<PendingConnect>;
 
-// Connects in progress. NCCL's API has no call to cancel one: a host that stops calling connect (its own timeout, an
-// abort) leaves the state behind in a handle it then frees. Those are closed and freed when the plugin unloads,
-// rather than leaked (and reported by LeakSanitizer in a host that gave up on a peer).
-class PendingConnects {
- public:
-  void add(PendingConnect* pending) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    live_.insert(pending);
-  }
-  void remove(PendingConnect* pending) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    live_.erase(pending);
-  }
-  ~PendingConnects() {
-    for (PendingConnect* pending : live_) delete pending;
-  }
-
- private:
-  std::mutex mutex_;
-  std::unordered_set<PendingConnect*> live_;
-};
-PendingConnects& pendingConnects() {
-  static PendingConnects connects;
-  return connects;
-}
-
 // Writes / reads the fixed-size `message` on a non-blocking socket; *error set on failure.
 template <class Message>
 sdk::IoStatus sendMessage(int fd, const Message& message, size_t* offset, std::string* error) {
@@ -380,8 +353,7 @@ class SocketNet {
                            std::chrono::milliseconds(config.retryIntervalMs));
       fresh->hello = Hello{kWireMagic, kControlSocket, fresh->target.listenId, fresh->senderId, 0, 0};
       pending = fresh.release();
-      pendingConnects().add(pending);
-      ConnectStage::set(handle, pending);
+      ConnectStage::set(handle, pending);  // the SDK frees it if the host gives this connect up
     }
     ncclResult_t result = ncclSuccess;
     try {
@@ -390,11 +362,7 @@ class SocketNet {
       NCCL_NET_WARN("connect to %s: making the comm: %s", pending->target.controlAddress.toString().c_str(), e.what());
       result = ncclSystemError;
     }
-    if (result != ncclSuccess || *sendComm != nullptr) {
-      ConnectStage::clear(handle);
-      pendingConnects().remove(pending);
-      delete pending;
-    }
+    if (result != ncclSuccess || *sendComm != nullptr) ConnectStage::take(handle);  // and delete it
     return result;
   }
 

@@ -690,13 +690,10 @@ class UcxNet {
                              std::chrono::milliseconds(config.connectTimeoutMs),
                              std::chrono::milliseconds(config.retryIntervalMs));
       pending = fresh.release();
-      ConnectStage::set(handle, pending);
+      ConnectStage::set(handle, pending);  // the SDK frees it if the host gives this connect up
     }
     ncclResult_t result = progressConnect(pending, sendComm);
-    if (result != ncclSuccess || *sendComm != nullptr) {
-      ConnectStage::clear(handle);
-      delete pending;
-    }
+    if (result != ncclSuccess || *sendComm != nullptr) ConnectStage::take(handle);  // and delete it
     return result;
   }
 
