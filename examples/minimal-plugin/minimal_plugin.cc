@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <random>
 #include <utility>
 
@@ -510,7 +511,8 @@ class MinimalNet {
     slot.ready.store(1, std::memory_order_release);
     munmap(listen, sizeof(ListenArea));
     // Kept by the SDK from here on: if the host stops calling connect, it deletes the state for us.
-    sdk::ConnectStage<PendingConnect>::set(handle, new PendingConnect{name, area, Clock::now(), ownerFd});
+    sdk::ConnectStage<PendingConnect>::adopt(
+        handle, std::unique_ptr<PendingConnect>(new PendingConnect{name, area, Clock::now(), ownerFd}));
     return ncclSuccess;
   }
 };

@@ -1177,15 +1177,15 @@ class IbNet {
     if (pending == nullptr) {
       HandlePayload payload;
       NCCL_NET_CHECK(kHandleCodec.decode(handle, &payload));
-      pending = new PendingConnect;
-      pending->dev = dev;
-      pending->remoteDevs = payload.ndevs;
-      pending->trafficClass = ctx != nullptr ? static_cast<Context*>(ctx)->trafficClass : params().trafficClass;
-      pending->connector.start(payload.address, sdk::SocketAddress{},
-                               std::chrono::milliseconds(params().connectTimeoutMs), std::chrono::milliseconds(50));
+      auto fresh = std::make_unique<PendingConnect>();
+      fresh->dev = dev;
+      fresh->remoteDevs = payload.ndevs;
+      fresh->trafficClass = ctx != nullptr ? static_cast<Context*>(ctx)->trafficClass : params().trafficClass;
+      fresh->connector.start(payload.address, sdk::SocketAddress{},
+                             std::chrono::milliseconds(params().connectTimeoutMs), std::chrono::milliseconds(50));
       // Set after the connector's own (same length), so a TCP connect that never completes reports its last error.
-      pending->deadline = Clock::now() + std::chrono::milliseconds(params().connectTimeoutMs);
-      Stage::set(handle, pending);  // the SDK frees it if the host gives this connect up
+      fresh->deadline = Clock::now() + std::chrono::milliseconds(params().connectTimeoutMs);
+      pending = Stage::adopt(handle, std::move(fresh));  // the SDK frees it if the host gives this connect up
     }
     std::string error;
     ncclResult_t result = connectStep(pending, &error);

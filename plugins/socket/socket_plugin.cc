@@ -352,8 +352,7 @@ class SocketNet {
                            std::chrono::milliseconds(config.connectTimeoutMs),
                            std::chrono::milliseconds(config.retryIntervalMs));
       fresh->hello = Hello{kWireMagic, kControlSocket, fresh->target.listenId, fresh->senderId, 0, 0};
-      pending = fresh.release();
-      ConnectStage::set(handle, pending);  // the SDK frees it if the host gives this connect up
+      pending = ConnectStage::adopt(handle, std::move(fresh));  // the SDK frees it if the host gives this connect up
     }
     ncclResult_t result = ncclSuccess;
     try {

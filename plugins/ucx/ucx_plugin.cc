@@ -689,8 +689,7 @@ class UcxNet {
       fresh->connector.start(fresh->target.sideChannel, sdk::SocketAddress{},
                              std::chrono::milliseconds(config.connectTimeoutMs),
                              std::chrono::milliseconds(config.retryIntervalMs));
-      pending = fresh.release();
-      ConnectStage::set(handle, pending);  // the SDK frees it if the host gives this connect up
+      pending = ConnectStage::adopt(handle, std::move(fresh));  // the SDK frees it if the host gives this connect up
     }
     ncclResult_t result = progressConnect(pending, sendComm);
     if (result != ncclSuccess || *sendComm != nullptr) ConnectStage::take(handle);  // and delete it

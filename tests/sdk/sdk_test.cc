@@ -158,7 +158,7 @@ struct StagingNet : RecordingNet {
   ncclResult_t connect(void*, int, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t**) {
     using Stage = sdk::ConnectStage<StagedConnect>;
     if (Stage::get(handle) == nullptr) {
-      Stage::set(handle, new StagedConnect);
+      Stage::adopt(handle, std::make_unique<StagedConnect>());
     } else if (finishNext) {
       Stage::take(handle);
       *sendComm = reinterpret_cast<void*>(0x3);
@@ -166,6 +166,24 @@ struct StagingNet : RecordingNet {
     return ncclSuccess;
   }
   static inline bool finishNext = false;
+};
+
+// Test double: no per-communicator state, its init leaving ctx NULL (as the socket, UCX and minimal plugins do).
+struct NullContextNet : StagingNet {
+  static constexpr const char kName[] = "null-context";
+  ncclResult_t init(const sdk::InitArgs&, void** ctx) {
+    *ctx = nullptr;
+    return ncclSuccess;
+  }
+  ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t** devComm) {
+    seen = ctx;
+    return StagingNet::connect(ctx, dev, handle, sendComm, devComm);
+  }
+  ncclResult_t finalize(void* ctx) {
+    seen = ctx;
+    return ncclSuccess;
+  }
+  static inline void* seen = reinterpret_cast<void*>(0x1);  // the ctx the last connect or finalize was given
 };
 
 }  // namespace
@@ -235,12 +253,11 @@ TEST(ConnectStage, StoresStateOnlyInAHandleThatCarriesIt) {
   ASSERT_EQ(kCodec.encode(Address{1, 2, 3}, handle), ncclSuccess);
   using Stage = sdk::ConnectStage<int>;
   EXPECT_EQ(Stage::get(handle), nullptr) << "encode() must leave no stage";
-  auto* state = new int(5);
-  Stage::set(handle, state);
+  int* state = Stage::adopt(handle, std::make_unique<int>(5));
   EXPECT_EQ(Stage::get(handle), state);
   Address out{};
   EXPECT_EQ(kCodec.decode(handle, &out), ncclSuccess) << "the stage lives outside the checksummed payload";
-  handle[NCCL_NET_HANDLE_MAXSIZE - 1] ^= 0x10;  // damage the check word
+  handle[NCCL_NET_HANDLE_MAXSIZE - 1] ^= 0x10;  // damage the stage's id
   EXPECT_EQ(Stage::get(handle), nullptr);
   handle[NCCL_NET_HANDLE_MAXSIZE - 1] ^= 0x10;
   std::unique_ptr<int> owned = Stage::take(handle);
@@ -259,17 +276,29 @@ TEST(ConnectStage, ATailNamingNoKeptStateIsNotFollowed) {
   unsigned char stale[NCCL_NET_HANDLE_MAXSIZE];
   std::memcpy(stale, handle, sizeof(stale));
   EXPECT_EQ(Stage::get(stale), &onStack);
-  (void)Stage::take(handle).release();  // not deleted: it is on the stack
+  Stage::clear(handle);  // set() and clear(): SDK 0.1's spelling, which leaves the state the caller's
   EXPECT_EQ(Stage::get(stale), nullptr);
   EXPECT_EQ(Stage::take(stale), nullptr);
+  // A state taken and freed, and a new one that may land at the same address: the stale tail still names nothing.
+  Stage::adopt(handle, std::make_unique<int>(1));
+  std::memcpy(stale, handle, sizeof(stale));
+  Stage::take(handle);
+  int* fresh = Stage::adopt(handle, std::make_unique<int>(2));
+  EXPECT_EQ(Stage::get(stale), nullptr) << "a tail outlived its state (address reused: "
+                                        << (reinterpret_cast<uintptr_t>(fresh) ==
+                                            *reinterpret_cast<const uintptr_t*>(stale + NCCL_NET_HANDLE_MAXSIZE - 16))
+                                        << ")";
+  EXPECT_EQ(sdk::ConnectStage<long>::get(handle), nullptr) << "a state is found only as the type it was kept as";
+  Stage::take(handle);
 }
 
 // ncclNet cannot cancel a connect: a host that gives up frees the handle. The SDK deletes what such connects left
-// when the host finalizes their ctx; a NULL ctx is every communicator's, so those wait for the plugin's unload.
+// when the host finalizes their ctx; connects under a NULL ctx (a host that passes none) wait for the plugin's unload.
 TEST(ConnectStage, TheSdkFreesTheStatesOfConnectsTheHostGaveUp) {
   const auto& table = NetTables<StagingNet>::v12;
-  void* ctxA = reinterpret_cast<void*>(0xa);
-  void* ctxB = reinterpret_cast<void*>(0xb);
+  void *ctxA = nullptr, *ctxB = nullptr;
+  ASSERT_EQ(table.init(&ctxA, 1, nullptr, recordingLogger, nullptr), ncclSuccess);
+  ASSERT_EQ(table.init(&ctxB, 2, nullptr, recordingLogger, nullptr), ncclSuccess);
   unsigned char a1[NCCL_NET_HANDLE_MAXSIZE] = {}, a2[NCCL_NET_HANDLE_MAXSIZE] = {};
   unsigned char b[NCCL_NET_HANDLE_MAXSIZE] = {}, none[NCCL_NET_HANDLE_MAXSIZE] = {};
   void* sendComm = nullptr;
@@ -289,7 +318,10 @@ TEST(ConnectStage, TheSdkFreesTheStatesOfConnectsTheHostGaveUp) {
   EXPECT_EQ(StagedConnect::deleted, before + 2) << "both of ctx A's abandoned connects";
   EXPECT_TRUE(logged("finalize: freed 2 connect(s) the host left unfinished"));
   EXPECT_EQ(Stage::get(a1), nullptr) << "a freed state is never followed";
-  EXPECT_EQ(table.finalize(ctxA), ncclSuccess);
+  // A finalized ctx is refused by name, never followed: NCCL finalizes each communicator's context once.
+  EXPECT_EQ(table.finalize(ctxA), ncclInvalidUsage);
+  EXPECT_TRUE(logged("finalize: ctx 0x"));
+  EXPECT_EQ(table.connect(ctxA, 0, a1, &sendComm, nullptr), ncclInvalidUsage);
   EXPECT_EQ(StagedConnect::deleted, before + 2);
 
   StagingNet::finishNext = true;  // ctx B's connect completes: the plugin took its state back and deleted it
@@ -304,6 +336,38 @@ TEST(ConnectStage, TheSdkFreesTheStatesOfConnectsTheHostGaveUp) {
   Stage::take(none);
   EXPECT_EQ(StagedConnect::deleted, before + 4);
   StagingNet::finishNext = false;
+}
+
+// A plugin whose init leaves ctx NULL (or returns the same object every time) still has each communicator's abandoned
+// connects freed at that communicator's finalize: the host holds a token of the SDK's per init, and the plugin is
+// handed what its init returned.
+TEST(ConnectStage, EachInitIsItsOwnEvenForAPluginWithoutContexts) {
+  const auto& table = NetTables<NullContextNet>::v12;
+  void *ctx1 = nullptr, *ctx2 = nullptr;
+  ASSERT_EQ(table.init(&ctx1, 1, nullptr, recordingLogger, nullptr), ncclSuccess);
+  ASSERT_EQ(table.init(&ctx2, 2, nullptr, recordingLogger, nullptr), ncclSuccess);
+  EXPECT_NE(ctx1, nullptr);
+  EXPECT_NE(ctx1, ctx2);
+  unsigned char h1[NCCL_NET_HANDLE_MAXSIZE] = {}, h2[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* sendComm = nullptr;
+  StagingNet::finishNext = false;
+  ASSERT_EQ(table.connect(ctx1, 0, h1, &sendComm, nullptr), ncclSuccess);
+  EXPECT_EQ(NullContextNet::seen, nullptr) << "the plugin is handed the NULL its init returned";
+  ASSERT_EQ(table.connect(ctx2, 0, h2, &sendComm, nullptr), ncclSuccess);
+  const int before = StagedConnect::deleted;
+  NullContextNet::seen = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(table.finalize(ctx1), ncclSuccess);
+  EXPECT_EQ(NullContextNet::seen, nullptr);
+  EXPECT_EQ(StagedConnect::deleted, before + 1) << "the first communicator's connect, not the second's";
+  EXPECT_NE(sdk::ConnectStage<StagedConnect>::get(h2), nullptr);
+  EXPECT_EQ(table.finalize(ctx2), ncclSuccess);
+  EXPECT_EQ(StagedConnect::deleted, before + 2);
+  // A ctx that no init returned is refused by name, not handed to the plugin.
+  sdk::setLogger(recordingLogger);
+  logLines().clear();
+  unsigned char h3[NCCL_NET_HANDLE_MAXSIZE] = {};
+  EXPECT_EQ(table.connect(reinterpret_cast<void*>(0x77), 0, h3, &sendComm, nullptr), ncclInvalidArgument);
+  EXPECT_TRUE(logged("connect: ctx 0x77 is not one this plugin's init returned"));
 }
 
 // ---- request pool
@@ -557,8 +621,11 @@ TEST(Export, OptionalCallsAreNullWhenAbsentAndWiredWhenPresent) {
   ASSERT_NE(NetTables<FullNet>::v11.setNetAttr, nullptr);
   EXPECT_EQ(NetTables<FullNet>::v11.setNetAttr(nullptr, &attr), ncclSuccess);
   EXPECT_EQ(FullNet::lastOp, 7u);
-  EXPECT_EQ(NetTables<FullNet>::v12.finalize(reinterpret_cast<void*>(0x77)), ncclSuccess);
-  EXPECT_EQ(FullNet::finalized, reinterpret_cast<void*>(0x77));
+  void* ctx = nullptr;
+  ASSERT_EQ(NetTables<FullNet>::v12.init(&ctx, 1, nullptr, recordingLogger, nullptr), ncclSuccess);
+  EXPECT_EQ(NetTables<FullNet>::v12.finalize(ctx), ncclSuccess);
+  EXPECT_EQ(FullNet::finalized, reinterpret_cast<void*>(static_cast<intptr_t>(1000 + calls.inits)))
+      << "finalize gets the ctx the plugin's init returned";
   EXPECT_EQ(NetTables<FullNet>::v8.getDeviceMr, nullptr);
 }
 
@@ -668,7 +735,11 @@ using Coll = sdk::detail::CollNetTables<RecordingColl>;
 TEST(CollNetExport, TablesPerVersionWithOptionalCollectives) {
   void* ctx = nullptr;
   ASSERT_EQ(Coll::v12.init(&ctx, 5, recordingLogger), ncclSuccess);
-  EXPECT_EQ(ctx, reinterpret_cast<void*>(0x10));
+  EXPECT_NE(ctx, nullptr) << "the host holds the SDK's token for the ctx";
+  unsigned char listenHandle[NCCL_NET_HANDLE_MAXSIZE];
+  void* ownComm = nullptr;
+  ASSERT_EQ(Coll::v12.listen(ctx, 0, listenHandle, &ownComm), ncclSuccess);
+  EXPECT_EQ(ownComm, reinterpret_cast<void*>(0x10)) << "listen gets the ctx the plugin's init returned";
   EXPECT_NE(Coll::v12.iallgather, nullptr);
   EXPECT_EQ(Coll::v12.ireducescatter, nullptr) << "absent in the class, so NULL in the table";
   EXPECT_EQ(Coll::v12.makeVDevice, nullptr);

@@ -39,7 +39,10 @@ struct CollEntry {
       args.abiVersion = version;
       args.commId = commId;
       *ctx = nullptr;
-      return coll().init(args, ctx);
+      void* own = nullptr;
+      NCCL_NET_CHECK(coll().init(args, &own));
+      *ctx = ContextTokens::instance().make(own);  // the host holds a token per init (see ContextTokens)
+      return ncclSuccess;
     });
   }
   static ncclResult_t initLegacy(int version, ncclDebugLogger_t logger) {
@@ -47,19 +50,24 @@ struct CollEntry {
   }
 
   static ncclResult_t listenCtx(void* ctx, int dev, void* handle, void** listenComm) {
+    void* own = nullptr;
+    NCCL_NET_CHECK(guard("collnet listen", [&] { return resolveContext("collnet listen", ctx, &own); }));
+    return listenOwn(own, dev, handle, listenComm);
+  }
+  static ncclResult_t listenLegacy(int dev, void* handle, void** listenComm) {
+    void* own = nullptr;
+    NCCL_NET_CHECK(
+        guard("collnet listen", [&] { return NetState<Coll>::legacyContext(NCCL_NET_TRAFFIC_CLASS_UNDEF, &own); }));
+    return listenOwn(own, dev, handle, listenComm);
+  }
+  static ncclResult_t listenOwn(void* own, int dev, void* handle, void** listenComm) {
     return guard("collnet listen", [&] {
       NCCL_NET_SDK_REQUIRE(handle != nullptr && listenComm != nullptr, ncclInvalidArgument,
                            "collnet listen: handle or listenComm is NULL");
       NCCL_NET_CHECK(checkDevice<Coll>("collnet listen", dev));
       *listenComm = nullptr;
-      return coll().listen(ctx, dev, handle, listenComm);
+      return coll().listen(own, dev, handle, listenComm);
     });
-  }
-  static ncclResult_t listenLegacy(int dev, void* handle, void** listenComm) {
-    void* ctx = nullptr;
-    NCCL_NET_CHECK(
-        guard("collnet listen", [&] { return NetState<Coll>::legacyContext(NCCL_NET_TRAFFIC_CLASS_UNDEF, &ctx); }));
-    return listenCtx(ctx, dev, handle, listenComm);
   }
 
   static ncclResult_t connect(void* handles[], int nranks, int rank, void* listenComm, void** collComm) {

@@ -1,6 +1,8 @@
 // nccl_net/sdk/handle.hpp: the connection-handle codec: magic, version, length and checksum around a POD payload.
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -122,14 +124,66 @@ class HandleCodec {
 
 namespace detail {
 
-// Every state that ConnectStage::set has put in a handle and nobody has taken back, with the host context of the
+// The contexts this plugin's init handed out (v11+). The host holds a token of the SDK's for every init, never the
+// plugin's own ctx: so each communicator is told apart (a plugin may return NULL, or the same object, from every
+// init), a ctx that init never returned is refused by name, and so is one already finalized. The plugin is handed the
+// ctx its init returned, as before. A token is never freed or reused while the plugin is loaded (a finalized one is
+// remembered as such), so a stale one cannot name a later communicator.
+class ContextTokens {
+ public:
+  static ContextTokens& instance() {
+    static ContextTokens tokens;
+    return tokens;
+  }
+  void* make(void* pluginCtx) {
+    auto cell = std::make_unique<char>();
+    void* token = cell.get();
+    std::lock_guard<std::mutex> lock(mutex_);
+    tokens_.emplace(token, Entry{std::move(cell), pluginCtx, true});
+    return token;
+  }
+  enum class Lookup { kLive, kFinalized, kUnknown };
+  // What `ctx` from the host is; for a live one, *pluginCtx is what init returned. NULL is let through as NULL (hosts
+  // before v11 pass none; NCCL never passes NULL from v11 on).
+  Lookup find(void* ctx, void** pluginCtx) const {
+    *pluginCtx = nullptr;
+    if (ctx == nullptr) return Lookup::kLive;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = tokens_.find(ctx);
+    if (it == tokens_.end()) return Lookup::kUnknown;
+    if (!it->second.live) return Lookup::kFinalized;
+    *pluginCtx = it->second.pluginCtx;
+    return Lookup::kLive;
+  }
+  // Marks a live token finalized; false if it was not live.
+  bool finish(void* ctx) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = tokens_.find(ctx);
+    if (it == tokens_.end() || !it->second.live) return false;
+    it->second.live = false;
+    return true;
+  }
+
+ private:
+  struct Entry {
+    std::unique_ptr<char> cell;  // the token is this cell's address
+    void* pluginCtx;
+    bool live;
+  };
+  mutable std::mutex mutex_;
+  std::unordered_map<void*, Entry> tokens_;
+};
+
+// Every state a connect left in a handle through ConnectStage and nobody has taken back, with the host ctx of the
 // connect() call that put it there. ncclNet has no call to cancel a connect: a host that gives up on one (its own
-// timeout, an abort, a peer it knows to be dead) frees the handle and the state with it would leak (an fd, a
-// mapping, a half-made comm). Such leftovers are deleted when the host finalizes that context (v11+, a non-NULL ctx
-// only: a NULL ctx is every communicator's), and the rest when the plugin is unloaded or the process exits.
+// timeout, an abort, a peer it knows to be dead) frees the handle, and the state with it would leak (an fd, a mapping,
+// a half-made comm). Owned states (ConnectStage::adopt) left so are deleted when the host finalizes that ctx (v11+),
+// and the rest when the plugin is unloaded or the process exits (hosts before v11 have no finalize). A forked child
+// inherits the parent's entries but never deletes them: they are the parent's.
 //
-// The registry comes into being at the first set(), so it goes before any static the plugin made earlier (its
-// device table, its library handles): a leftover's destructor may still use those.
+// The registry comes into being at the first adopt() or set(), so it is destroyed before any static the plugin made
+// earlier (its device table, its library handles), which a state's destructor may therefore use; a static first made
+// after that is destroyed before the registry and must not be used by one.
 class ConnectStageRegistry {
  public:
   using Deleter = void (*)(void*);
@@ -138,22 +192,30 @@ class ConnectStageRegistry {
     static ConnectStageRegistry registry;
     return registry;
   }
-  // The registry if set() has made it (and it is not destroyed yet), else nullptr; never makes it.
+  // The registry if it has been made (and is not destroyed yet), else nullptr; never makes it.
   static ConnectStageRegistry* existing() { return live().load(std::memory_order_acquire); }
 
-  void add(void* state, Deleter deleter, void* ctx) {
+  // Returns the id the handle's tail carries beside the pointer.
+  uint64_t add(void* state, const void* type, Deleter deleter, void* ctx) {
     std::lock_guard<std::mutex> lock(mutex_);
-    states_[state] = Entry{deleter, ctx};
+    const uint64_t id = ++lastId_;
+    states_[state] = Entry{type, deleter, ctx, id, getpid()};
+    return id;
   }
-  bool contains(const void* state) const {
+  bool contains(const void* state, const void* type, uint64_t id) const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return states_.count(const_cast<void*>(state)) != 0;
+    auto it = states_.find(const_cast<void*>(state));
+    return it != states_.end() && it->second.id == id && it->second.type == type;
   }
-  bool remove(const void* state) {
+  // Unregisters the state if it is still the one `id` names; false if it was not (released meanwhile, or never kept).
+  bool remove(const void* state, uint64_t id) {
     std::lock_guard<std::mutex> lock(mutex_);
-    return states_.erase(const_cast<void*>(state)) != 0;
+    auto it = states_.find(const_cast<void*>(state));
+    if (it == states_.end() || it->second.id != id) return false;
+    states_.erase(it);
+    return true;
   }
-  // Deletes the states left by connects under `ctx`; returns how many.
+  // Deletes the owned states left by connects under `ctx` (forgets the others); returns how many were deleted.
   size_t release(void* ctx) {
     std::vector<std::pair<void*, Entry>> leftovers;
     {
@@ -167,8 +229,7 @@ class ConnectStageRegistry {
         }
       }
     }
-    for (auto& [state, entry] : leftovers) entry.deleter(state);  // outside the lock: a destructor may log
-    return leftovers.size();
+    return destroy(leftovers);  // outside the lock: a destructor may log, or use the registry
   }
 
   ConnectStageRegistry(const ConnectStageRegistry&) = delete;
@@ -176,13 +237,31 @@ class ConnectStageRegistry {
 
  private:
   struct Entry {
-    Deleter deleter;
+    const void* type;  // ConnectStage<State>'s tag: a state is found again only as the type it was kept as
+    Deleter deleter;   // nullptr: not owned (set()), forgotten rather than deleted
     void* ctx;
+    uint64_t id;
+    pid_t owner;
   };
   ConnectStageRegistry() { live().store(this, std::memory_order_release); }
   ~ConnectStageRegistry() {
     live().store(nullptr, std::memory_order_release);
-    for (auto& [state, entry] : states_) entry.deleter(state);
+    std::vector<std::pair<void*, Entry>> leftovers;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      leftovers.assign(states_.begin(), states_.end());
+      states_.clear();
+    }
+    destroy(leftovers);
+  }
+  static size_t destroy(const std::vector<std::pair<void*, Entry>>& leftovers) {
+    size_t deleted = 0;
+    for (const auto& [state, entry] : leftovers) {
+      if (entry.deleter == nullptr || entry.owner != getpid()) continue;
+      entry.deleter(state);
+      ++deleted;
+    }
+    return deleted;
   }
   static std::atomic<ConnectStageRegistry*>& live() {
     static std::atomic<ConnectStageRegistry*> pointer{nullptr};  // trivially destructible: outlives the registry
@@ -190,10 +269,11 @@ class ConnectStageRegistry {
   }
 
   mutable std::mutex mutex_;
+  uint64_t lastId_ = 0;
   std::unordered_map<void*, Entry> states_;
 };
 
-// The ctx of the connect() this thread is in: set around the plugin's connect by the SDK's entry point.
+// The host ctx of the connect() this thread is in: set around the plugin's connect by the SDK's entry point.
 inline thread_local void* connectContext = nullptr;
 
 class ConnectContextScope {
@@ -212,52 +292,65 @@ class ConnectContextScope {
 // NCCL calls connect() again and again with the same handle buffer until it returns a comm. A non-blocking
 // connect keeps its in-progress state in the tail of that buffer (NCCL's own transports do the same).
 //
-//   set(handle, state)   stores a heap-allocated state (new State) and hands it to the SDK's keeping;
-//   get(handle)          finds it again on the next call: nullptr for a handle that never carried one (encode()
-//                        zeroes the tail), and for a tail that does not name a state this plugin set and still
-//                        keeps (a corrupt or foreign handle is never followed to a pointer);
-//   take(handle)         ends the stage (the connect made its comm, or failed): the tail is zeroed and the state
-//                        is the caller's again.
+//   adopt(handle, std::make_unique<State>(...))  stores a state and hands it to the SDK's keeping; returns it;
+//   get(handle)    finds it again on the next call: nullptr for a handle that never carried one (encode() zeroes
+//                  the tail), and for a tail that does not name a state this plugin still keeps as a State (a
+//                  corrupt, stale or forged handle is never followed to a pointer);
+//   take(handle)   ends the stage (the connect made its comm, or failed): the tail is zeroed and the state is the
+//                  caller's again, as a unique_ptr.
 //
-// A state that is never taken (the host gave up on the connect) is deleted by the SDK: when the host finalizes the
-// ctx the connect ran under, or when the plugin is unloaded (see detail::ConnectStageRegistry). Its destructor must
-// therefore release what it holds.
+// A state adopted and never taken (the host gave up on the connect: ncclNet has no call to cancel one) is deleted by
+// the SDK when the host finalizes the ctx the connect ran under (v11+), or else when the plugin is unloaded (see
+// detail::ConnectStageRegistry), on whichever thread does that. Its destructor must release what it holds.
+//
+// set(handle, state) and clear(handle) are SDK 0.1's spelling: set keeps the pointer without owning it (the caller
+// deletes it after clear, and a connect the host gives up leaks it, as before).
 template <class State>
 class ConnectStage {
  public:
   static State* get(const void* handle) {
     Slot slot;
     std::memcpy(&slot, tail(handle), sizeof(slot));
-    if (slot.pointer == 0 || slot.check != (slot.pointer ^ kCheck)) return nullptr;
+    if (slot.pointer == 0) return nullptr;
     auto* state = reinterpret_cast<State*>(slot.pointer);
     detail::ConnectStageRegistry* registry = detail::ConnectStageRegistry::existing();
-    if (registry == nullptr || !registry->contains(state)) return nullptr;
+    if (registry == nullptr || !registry->contains(state, typeTag(), slot.id)) return nullptr;
     return state;
   }
-  static void set(void* handle, State* state) {
-    detail::ConnectStageRegistry::instance().add(
-        state, [](void* p) { delete static_cast<State*>(p); }, detail::connectContext);
-    auto pointer = reinterpret_cast<uint64_t>(state);
-    Slot slot{pointer, pointer ^ kCheck};
-    std::memcpy(tail(handle), &slot, sizeof(slot));
+  static State* adopt(void* handle, std::unique_ptr<State> state) {
+    State* kept = state.get();
+    store(handle, kept, [](void* p) { delete static_cast<State*>(p); });
+    (void)state.release();  // the registry owns it from here
+    return kept;
   }
   static std::unique_ptr<State> take(void* handle) {
+    Slot slot;
+    std::memcpy(&slot, tail(handle), sizeof(slot));
     State* state = get(handle);
     std::memset(tail(handle), 0, sizeof(Slot));
-    if (state == nullptr) return nullptr;
-    detail::ConnectStageRegistry::instance().remove(state);
+    // Gone from the registry meanwhile (a finalize of its ctx on another thread): not the caller's to delete.
+    if (state == nullptr || !detail::ConnectStageRegistry::instance().remove(state, slot.id)) return nullptr;
     return std::unique_ptr<State>(state);
   }
-  // take() as SDK 0.1 spelled it: ends the stage and leaves deleting the state to the caller.
+
+  static void set(void* handle, State* state) { store(handle, state, nullptr); }
   static void clear(void* handle) { (void)take(handle).release(); }
 
  private:
   struct Slot {
     uint64_t pointer;
-    uint64_t check;
+    uint64_t id;  // the registry's id for this adopt/set: a stale tail naming a reused address is not followed
   };
   static_assert(sizeof(Slot) == kConnectStageBytes);
-  static constexpr uint64_t kCheck = 0x6e6e732d73746167ull;  // "nns-stag"
+  static const void* typeTag() {
+    static const char tag = 0;
+    return &tag;
+  }
+  static void store(void* handle, State* state, detail::ConnectStageRegistry::Deleter deleter) {
+    const uint64_t id = detail::ConnectStageRegistry::instance().add(state, typeTag(), deleter, detail::connectContext);
+    Slot slot{reinterpret_cast<uint64_t>(state), id};
+    std::memcpy(tail(handle), &slot, sizeof(slot));
+  }
   static unsigned char* tail(void* handle) {
     return static_cast<unsigned char*>(handle) + NCCL_NET_HANDLE_MAXSIZE - kConnectStageBytes;
   }

@@ -523,6 +523,17 @@ ncclResult_t checkDevice(const char* function, int dev) {
   return ncclSuccess;
 }
 
+// The plugin's own ctx for a ctx from the host (see detail::ContextTokens): what init returned, or a clear error.
+inline ncclResult_t resolveContext(const char* function, void* ctx, void** own) {
+  const ContextTokens::Lookup found = ContextTokens::instance().find(ctx, own);
+  NCCL_NET_SDK_REQUIRE(found != ContextTokens::Lookup::kFinalized, ncclInvalidUsage,
+                       "%s: ctx %p was finalized already (each init's ctx is finalized once, and not used after)",
+                       function, ctx);
+  NCCL_NET_SDK_REQUIRE(found != ContextTokens::Lookup::kUnknown, ncclInvalidArgument,
+                       "%s: ctx %p is not one this plugin's init returned", function, ctx);
+  return ncclSuccess;
+}
+
 // ---- the entry points, one template per call; V is the ABI version the host called through ----------------------
 template <class Net>
 struct NetEntry {
@@ -539,7 +550,10 @@ struct NetEntry {
       args.trafficClass = config != nullptr ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF;
       args.profiler = profiler;
       *ctx = nullptr;
-      return net().init(args, ctx);
+      void* own = nullptr;
+      NCCL_NET_CHECK(net().init(args, &own));
+      *ctx = ContextTokens::instance().make(own);  // the host holds a token per init (see ContextTokens)
+      return ncclSuccess;
     });
   }
   static ncclResult_t initLegacy(int version, ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {
@@ -597,37 +611,50 @@ struct NetEntry {
     });
   }
 
+  // `ctx` is the host's (v11+: a token, see ContextTokens); `own` is the plugin's.
   static ncclResult_t listenCtx(void* ctx, int dev, void* handle, void** listenComm) {
+    void* own = nullptr;
+    NCCL_NET_CHECK(guard("listen", [&] { return resolveContext("listen", ctx, &own); }));
+    return listenOwn(own, dev, handle, listenComm);
+  }
+  static ncclResult_t listenLegacy(int dev, void* handle, void** listenComm) {
+    void* own = nullptr;
+    NCCL_NET_CHECK(guard("listen", [&] { return NetState<Net>::legacyContext(NCCL_NET_TRAFFIC_CLASS_UNDEF, &own); }));
+    return listenOwn(own, dev, handle, listenComm);
+  }
+  static ncclResult_t listenOwn(void* own, int dev, void* handle, void** listenComm) {
     return guard("listen", [&] {
       NCCL_NET_SDK_REQUIRE(handle != nullptr && listenComm != nullptr, ncclInvalidArgument,
                            "listen: handle or listenComm is NULL");
       NCCL_NET_CHECK(checkDevice<Net>("listen", dev));
       *listenComm = nullptr;
-      return net().listen(ctx, dev, handle, listenComm);
+      return net().listen(own, dev, handle, listenComm);
     });
-  }
-  static ncclResult_t listenLegacy(int dev, void* handle, void** listenComm) {
-    void* ctx = nullptr;
-    NCCL_NET_CHECK(guard("listen", [&] { return NetState<Net>::legacyContext(NCCL_NET_TRAFFIC_CLASS_UNDEF, &ctx); }));
-    return listenCtx(ctx, dev, handle, listenComm);
   }
 
   static ncclResult_t connectCtx(void* ctx, int dev, void* handle, void** sendComm,
+                                 ncclNetDeviceHandle_v12_t** sendDevComm) {
+    void* own = nullptr;
+    NCCL_NET_CHECK(guard("connect", [&] { return resolveContext("connect", ctx, &own); }));
+    return connectOwn(own, ctx, dev, handle, sendComm, sendDevComm);
+  }
+  static ncclResult_t connectLegacy(int trafficClass, int dev, void* handle, void** sendComm,
+                                    ncclNetDeviceHandle_v12_t** sendDevComm) {
+    void* own = nullptr;
+    NCCL_NET_CHECK(guard("connect", [&] { return NetState<Net>::legacyContext(trafficClass, &own); }));
+    return connectOwn(own, own, dev, handle, sendComm, sendDevComm);  // no finalize: freed at unload
+  }
+  // A ConnectStage adopted in this call is filed under `key`, the ctx the host will finalize.
+  static ncclResult_t connectOwn(void* own, void* key, int dev, void* handle, void** sendComm,
                                  ncclNetDeviceHandle_v12_t** sendDevComm) {
     return guard("connect", [&] {
       NCCL_NET_SDK_REQUIRE(handle != nullptr && sendComm != nullptr, ncclInvalidArgument,
                            "connect: handle or sendComm is NULL");
       NCCL_NET_CHECK(checkDevice<Net>("connect", dev));
       *sendComm = nullptr;
-      detail::ConnectContextScope scope(ctx);  // a ConnectStage set in this call belongs to ctx
-      return net().connect(ctx, dev, handle, sendComm, sendDevComm);
+      ConnectContextScope scope(key);
+      return net().connect(own, dev, handle, sendComm, sendDevComm);
     });
-  }
-  static ncclResult_t connectLegacy(int trafficClass, int dev, void* handle, void** sendComm,
-                                    ncclNetDeviceHandle_v12_t** sendDevComm) {
-    void* ctx = nullptr;
-    NCCL_NET_CHECK(guard("connect", [&] { return NetState<Net>::legacyContext(trafficClass, &ctx); }));
-    return connectCtx(ctx, dev, handle, sendComm, sendDevComm);
   }
 
   static ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** recvDevComm) {
@@ -799,17 +826,21 @@ struct NetEntry {
 
   static ncclResult_t finalize(void* ctx) {
     return guard("finalize", [&]() -> ncclResult_t {
-      // Connects the host gave up under this ctx: their states go first, as they may use what the ctx holds.
+      void* own = nullptr;
+      NCCL_NET_CHECK(resolveContext("finalize", ctx, &own));
       if (ctx != nullptr) {
-        if (detail::ConnectStageRegistry* registry = detail::ConnectStageRegistry::existing()) {
+        NCCL_NET_SDK_REQUIRE(ContextTokens::instance().finish(ctx), ncclInvalidUsage,
+                             "finalize: ctx %p was finalized already (by another thread)", ctx);
+        // Connects the host gave up under this ctx: their states go first, as they may use what the ctx holds.
+        if (ConnectStageRegistry* registry = ConnectStageRegistry::existing()) {
           if (size_t released = registry->release(ctx))
             NCCL_NET_INFO(NCCL_NET, "finalize: freed %zu connect(s) the host left unfinished", released);
         }
       }
       if constexpr (has_finalize_v<Net>) {
-        return net().finalize(ctx);
+        return net().finalize(own);
       } else {
-        (void)ctx;  // a plugin without per-communicator state has nothing to release
+        (void)own;  // a plugin without per-communicator state has nothing to release
         return ncclSuccess;
       }
     });
@@ -817,7 +848,9 @@ struct NetEntry {
   static ncclResult_t setNetAttr(void* ctx, ncclNetAttr_v12_t* attr) {
     return guard("setNetAttr", [&] {
       NCCL_NET_SDK_REQUIRE(attr != nullptr, ncclInvalidArgument, "setNetAttr: attr is NULL");
-      return net().setNetAttr(ctx, attr);
+      void* own = nullptr;
+      NCCL_NET_CHECK(resolveContext("setNetAttr", ctx, &own));
+      return net().setNetAttr(own, attr);
     });
   }
   static ncclResult_t setNetAttrV11(void* ctx, ncclNetAttr_v11_t* attr) {
