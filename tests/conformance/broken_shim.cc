@@ -44,6 +44,14 @@ const ncclNet_v12_t* real() {
 std::map<void*, int> gWakeFds;
 #endif
 
+#ifdef NNS_BUG_LEAKED_ABANDONED_CONNECT
+// A connect in progress holds a side-channel socket of its own (an eventfd stands for it here), kept by the handle's
+// address, as NCCL's own plugins keep theirs in the handle; only the connect's completion or failure closes it. A
+// host that gives up on the connect (ncclNet cannot cancel one) and finalizes its context leaves it open for good.
+std::mutex gConnectingLock;
+std::map<void*, int> gConnecting;
+#endif
+
 #ifdef NNS_BUG_LEAKED_PER_MESSAGE
 // Each send gets a 1 KiB descriptor (a copy of the header and a gather list, for a retransmit); a completed send's
 // descriptor moves to a "done" list meant to be recycled by the next isend, which allocates a new one instead.
@@ -463,6 +471,18 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
     _exit(3);
 #endif
   ncclResult_t result = real()->connect(ctx, dev, handle, sendComm, devComm);
+#ifdef NNS_BUG_LEAKED_ABANDONED_CONNECT
+  {
+    std::lock_guard<std::mutex> lock(gConnectingLock);
+    auto connecting = gConnecting.find(handle);
+    if (result == ncclSuccess && *sendComm == nullptr) {
+      if (connecting == gConnecting.end()) gConnecting[handle] = eventfd(0, EFD_CLOEXEC);
+    } else if (connecting != gConnecting.end()) {
+      close(connecting->second);
+      gConnecting.erase(connecting);
+    }
+  }
+#endif
 #ifdef NNS_BUG_HANDLE_UNCHECKED
   if (result == ncclInvalidArgument) {
     *sendComm = nullptr;  // "not yet": the listener may still come up

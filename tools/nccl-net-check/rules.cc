@@ -1745,6 +1745,89 @@ Verdict commLifecycleLeaks(Context& c) {
   return pass(text);
 }
 
+// ---- abandoned-connects-are-released: a connect the host gives up leaves nothing behind after finalize (v11+) -------
+// ncclNet has no call to cancel a connect. A host that gives up on one (its own timeout, a peer it knows to be dead,
+// an abort) stops calling connect, frees the handle, closes its listeners and finalizes the communicator's context.
+// What the plugin kept between connect calls (a socket, a half-made comm with its QPs, a shared-memory segment) must
+// go then: a long-lived job that rebuilds its communicators after failures otherwise runs out of descriptors.
+constexpr int kAbandonedConnects = 4;
+
+Verdict abandonedConnectsAreReleased(Context& c) {
+  if (c.net->version() < 11)
+    return skip("ncclNet_v" + std::to_string(c.net->version()) +
+                ": there is no finalize before ncclNet_v11, so nothing tells the plugin that the host gave up");
+  // One connection made and closed first (its own context, finalized), so that what the plugin opens once (a helper
+  // thread, a device, a cache) is in the base.
+  auto cycle = [&](void* ctx, bool accept, int* completed) -> Verdict {
+    unsigned char handles[kAbandonedConnects][NCCL_NET_HANDLE_MAXSIZE];
+    void* listenComms[kAbandonedConnects] = {};
+    void* sendComms[kAbandonedConnects] = {};
+    void* recvComms[kAbandonedConnects] = {};
+    const int count = accept ? 1 : kAbandonedConnects;
+    Verdict v = pass("");
+    for (int i = 0; i < count && v.status == Status::kPass; ++i)
+      if (ncclResult_t result = CALL("listen", c.net->listen(ctx, c.dev, handles[i], &listenComms[i]));
+          result != ncclSuccess)
+        v = fail("listen returned %s", resultText(result).c_str());
+    // With accept, until the pair is made; without, 0.3 s of connect calls against listeners that never accept.
+    const auto until = Clock::now() + std::chrono::milliseconds(accept ? 20000 : 300);
+    bool pending = true;
+    while (v.status == Status::kPass && pending && Clock::now() < until) {
+      pending = false;
+      for (int i = 0; i < count && v.status == Status::kPass; ++i) {
+        if (sendComms[i] == nullptr &&
+            CALL("connect", c.net->connect(ctx, c.dev, handles[i], &sendComms[i], deviceHandleSlot())) != ncclSuccess)
+          v = fail("connect %d returned an error while its listener lived", i + 1);
+        if (accept && recvComms[i] == nullptr &&
+            CALL("accept", c.net->accept(listenComms[i], &recvComms[i], deviceHandleSlot())) != ncclSuccess)
+          v = fail("accept returned an error");
+        pending = pending || sendComms[i] == nullptr || (accept && recvComms[i] == nullptr);
+      }
+      usleep(10000);
+    }
+    if (v.status == Status::kPass && accept && pending) v = fail("the warm-up connection was not made within 20 s");
+    for (int i = 0; i < count; ++i) {
+      if (sendComms[i] != nullptr) {
+        ++*completed;
+        closeSendComm(c, sendComms[i]);
+      }
+      if (recvComms[i] != nullptr) closeRecvComm(c, recvComms[i]);
+      std::memset(handles[i], 0, sizeof(handles[i]));  // the host frees the handle of a connect it gave up
+      if (listenComms[i] != nullptr) CALL("closeListen", c.net->closeListen(listenComms[i]));
+    }
+    return v;
+  };
+  auto withContext = [&](uint64_t commId, bool accept, int* completed) -> Verdict {
+    void* ctx = nullptr;
+    if (ncclResult_t result = CALL("init", c.net->init(&ctx, commId, nullptr, nullptr, nullptr)); result != ncclSuccess)
+      return fail("init for a communicator of its own returned %s", resultText(result).c_str());
+    Verdict v = cycle(ctx, accept, completed);
+    if (ncclResult_t result = CALL("finalize", c.net->finalize(ctx));
+        result != ncclSuccess && v.status == Status::kPass)
+      v = fail("finalize returned %s", resultText(result).c_str());
+    return v;
+  };
+  int warmed = 0, completed = 0;
+  if (Verdict v = withContext(0x6e6e76, true, &warmed); v.status != Status::kPass)
+    return fail("warm-up: %s", v.evidence.c_str());
+  const ResourceCounts base = ResourceCounts::now();
+  if (Verdict v = withContext(0x6e6e77, false, &completed); v.status != Status::kPass) return v;
+  if (completed == kAbandonedConnects)
+    return skip("every connect completed without an accept on the other side: none was left pending to give up");
+  const ResourceCounts grown = lifecycleGrowth(base);
+  char text[320];
+  std::snprintf(text, sizeof(text),
+                "%d connect(s) given up unfinished (their listeners never accepted; then closeListen and finalize of "
+                "their context): descriptors %+d, threads %+d, shared mappings %+d",
+                kAbandonedConnects - completed, grown.fds, grown.threads, grown.mappings);
+  if (grown.fds > 0 || grown.threads > 0 || grown.mappings > 0)
+    return fail(
+        "%s: ncclNet cannot cancel a connect, so what connect keeps between calls must be released when the "
+        "host finalizes the context (the SDK's ConnectStage does this)",
+        text);
+  return pass(text);
+}
+
 // The verdict on one receive of `bytes` (sent from `sendOffset` of a buffer filled with `seed`'s pattern) posted at
 // [recvOffset, recvOffset + posted) of a registered `buffer`: its wait's result, the size test reported, its bytes,
 // and nothing else in `buffer` changed (`expected` is what it must hold, updated here). `what` names the receive.
@@ -3064,6 +3147,10 @@ const std::vector<Rule>& rules() {
         "v11+: a context per init works beside the others, survives another's finalize, and init after a finalize "
         "works (NCCL calls init and finalize per communicator)"},
        contextsPerCommunicator},
+      {{"abandoned-connects-are-released",
+        "v11+: connects given up unfinished (the host stops calling connect, closes its listeners and finalizes "
+        "the context) leave no descriptor, thread or shared mapping behind"},
+       abandonedConnectsAreReleased},
   };
   return list;
 }
