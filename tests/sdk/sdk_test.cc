@@ -1,5 +1,8 @@
 // sdk_test.cc: unit tests of the plugin SDK: handle codec, connect stage, request pool, logging, and the
 // down-conversions of NCCL_NET_SDK_EXPORT, driven through in-process test-double plugin classes.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <climits>
 #include <cstdarg>
 #include <cstring>
@@ -368,6 +371,54 @@ TEST(ConnectStage, EachInitIsItsOwnEvenForAPluginWithoutContexts) {
   unsigned char h3[NCCL_NET_HANDLE_MAXSIZE] = {};
   EXPECT_EQ(table.connect(reinterpret_cast<void*>(0x77), 0, h3, &sendComm, nullptr), ncclInvalidArgument);
   EXPECT_TRUE(logged("connect: ctx 0x77 is not one this plugin's init returned"));
+}
+
+// A forked child inherits the parent's kept states but never finds, takes or deletes them: they hold the parent's
+// resources (a segment, QPs, a UCX worker).
+TEST(ConnectStage, AForkedChildLeavesItsParentsStatesAlone) {
+  using Stage = sdk::ConnectStage<StagedConnect>;
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  StagedConnect* state = Stage::adopt(handle, std::make_unique<StagedConnect>());
+  const int before = StagedConnect::deleted;
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int failures = 0;
+    failures += Stage::get(handle) != nullptr;
+    failures += Stage::take(handle) != nullptr;
+    failures += StagedConnect::deleted != before;
+    _exit(failures);
+  }
+  int status = -1;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_EQ(Stage::get(handle), state) << "still the parent's";
+  Stage::take(handle);
+}
+
+// During process exit, after the plugin's statics closed (a host's own static tearing down a communicator late), the
+// entry points still work and nothing is followed: checked in a child, whose closing leaves this process's alone.
+TEST(ConnectStage, CallsAfterThePluginClosedStaySafe) {
+  const auto& table = NetTables<StagingNet>::v12;
+  void* ctx = nullptr;
+  ASSERT_EQ(table.init(&ctx, 9, nullptr, recordingLogger, nullptr), ncclSuccess);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    sdk::detail::ConnectStageRegistry::instance().close();
+    sdk::detail::ContextTokens::instance().close();
+    unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    void* sendComm = nullptr;
+    int failures = 0;
+    failures += table.connect(ctx, 0, handle, &sendComm, nullptr) != ncclSuccess;  // adopts: not kept any more
+    failures += sdk::ConnectStage<StagedConnect>::get(handle) != nullptr;
+    failures += table.finalize(ctx) != ncclSuccess;
+    _exit(failures);
+  }
+  int status = -1;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_EQ(table.finalize(ctx), ncclSuccess);
 }
 
 // ---- request pool
@@ -740,6 +791,11 @@ TEST(CollNetExport, TablesPerVersionWithOptionalCollectives) {
   void* ownComm = nullptr;
   ASSERT_EQ(Coll::v12.listen(ctx, 0, listenHandle, &ownComm), ncclSuccess);
   EXPECT_EQ(ownComm, reinterpret_cast<void*>(0x10)) << "listen gets the ctx the plugin's init returned";
+  void* netCtx = nullptr;
+  ASSERT_EQ(NetTables<RecordingNet>::v12.init(&netCtx, 6, nullptr, recordingLogger, nullptr), ncclSuccess);
+  EXPECT_EQ(Coll::v12.listen(netCtx, 0, listenHandle, &ownComm), ncclInvalidArgument)
+      << "the ncclNet's ctx is not the collNet's";
+  EXPECT_EQ(NetTables<RecordingNet>::v12.finalize(netCtx), ncclSuccess);
   EXPECT_NE(Coll::v12.iallgather, nullptr);
   EXPECT_EQ(Coll::v12.ireducescatter, nullptr) << "absent in the class, so NULL in the table";
   EXPECT_EQ(Coll::v12.makeVDevice, nullptr);

@@ -41,7 +41,7 @@ struct CollEntry {
       *ctx = nullptr;
       void* own = nullptr;
       NCCL_NET_CHECK(coll().init(args, &own));
-      *ctx = ContextTokens::instance().make(own);  // the host holds a token per init (see ContextTokens)
+      *ctx = ContextTokens::instance().make(vendorTag<Coll>(), own);  // the host holds a token per init
       return ncclSuccess;
     });
   }
@@ -51,7 +51,8 @@ struct CollEntry {
 
   static ncclResult_t listenCtx(void* ctx, int dev, void* handle, void** listenComm) {
     void* own = nullptr;
-    NCCL_NET_CHECK(guard("collnet listen", [&] { return resolveContext("collnet listen", ctx, &own); }));
+    NCCL_NET_CHECK(
+        guard("collnet listen", [&] { return resolveContext("collnet listen", vendorTag<Coll>(), ctx, &own); }));
     return listenOwn(own, dev, handle, listenComm);
   }
   static ncclResult_t listenLegacy(int dev, void* handle, void** listenComm) {

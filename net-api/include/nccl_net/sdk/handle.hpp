@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -124,53 +125,91 @@ class HandleCodec {
 
 namespace detail {
 
+// Holds one T in static storage that is never destroyed, so a call into the plugin during process exit, after its
+// statics were destroyed (a host's own static tearing down a communicator), still finds a valid object. What T holds
+// is given back at unload or exit by T::close(), run by a static made right after it (so it runs before the statics
+// the plugin made earlier are destroyed): after dlclose nothing is left unreachable for LeakSanitizer to report.
+template <class T>
+class Immortal {
+ public:
+  static T& get() {
+    alignas(T) static unsigned char storage[sizeof(T)];
+    static T* object = new (storage) T;
+    static Closer closer{object};
+    return *object;
+  }
+
+ private:
+  struct Closer {
+    T* object;
+    ~Closer() { object->close(); }
+  };
+};
+
+// A tag per vendor class: a ctx made by one exported class's init (the ncclNet, or the ncclCollNet) is refused by
+// the other's entry points.
+template <class Vendor>
+const void* vendorTag() {
+  static char tag;  // not const: identical constants may be merged
+  return &tag;
+}
+
 // The contexts this plugin's init handed out (v11+). The host holds a token of the SDK's for every init, never the
 // plugin's own ctx: so each communicator is told apart (a plugin may return NULL, or the same object, from every
 // init), a ctx that init never returned is refused by name, and so is one already finalized. The plugin is handed the
 // ctx its init returned, as before. A token is never freed or reused while the plugin is loaded (a finalized one is
-// remembered as such), so a stale one cannot name a later communicator.
+// remembered as such: about 100 bytes per communicator), so a stale one cannot name a later communicator.
 class ContextTokens {
  public:
-  static ContextTokens& instance() {
-    static ContextTokens tokens;
-    return tokens;
-  }
-  void* make(void* pluginCtx) {
+  static ContextTokens& instance() { return Immortal<ContextTokens>::get(); }
+
+  void* make(const void* vendor, void* pluginCtx) {
     auto cell = std::make_unique<char>();
     void* token = cell.get();
     std::lock_guard<std::mutex> lock(mutex_);
-    tokens_.emplace(token, Entry{std::move(cell), pluginCtx, true});
+    if (closed_) return pluginCtx;  // during exit: nothing to tell apart any more
+    tokens_.emplace(token, Entry{std::move(cell), vendor, pluginCtx, true});
     return token;
   }
   enum class Lookup { kLive, kFinalized, kUnknown };
   // What `ctx` from the host is; for a live one, *pluginCtx is what init returned. NULL is let through as NULL (hosts
-  // before v11 pass none; NCCL never passes NULL from v11 on).
-  Lookup find(void* ctx, void** pluginCtx) const {
+  // before v11 pass none; NCCL never passes NULL from v11 on), and so is everything once the plugin is closing.
+  Lookup find(const void* vendor, void* ctx, void** pluginCtx) const {
     *pluginCtx = nullptr;
     if (ctx == nullptr) return Lookup::kLive;
     std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) return Lookup::kLive;
     auto it = tokens_.find(ctx);
-    if (it == tokens_.end()) return Lookup::kUnknown;
+    if (it == tokens_.end() || it->second.vendor != vendor) return Lookup::kUnknown;
     if (!it->second.live) return Lookup::kFinalized;
     *pluginCtx = it->second.pluginCtx;
     return Lookup::kLive;
   }
-  // Marks a live token finalized; false if it was not live.
+  // Marks a live token finalized; false if it was not live (finalized meanwhile by another thread).
   bool finish(void* ctx) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) return true;
     auto it = tokens_.find(ctx);
     if (it == tokens_.end() || !it->second.live) return false;
     it->second.live = false;
     return true;
   }
+  void close() {
+    std::unordered_map<void*, Entry> tokens;
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+    tokens.swap(tokens_);
+  }
 
  private:
   struct Entry {
     std::unique_ptr<char> cell;  // the token is this cell's address
+    const void* vendor;
     void* pluginCtx;
     bool live;
   };
   mutable std::mutex mutex_;
+  bool closed_ = false;
   std::unordered_map<void*, Entry> tokens_;
 };
 
@@ -178,62 +217,64 @@ class ContextTokens {
 // connect() call that put it there. ncclNet has no call to cancel a connect: a host that gives up on one (its own
 // timeout, an abort, a peer it knows to be dead) frees the handle, and the state with it would leak (an fd, a mapping,
 // a half-made comm). Owned states (ConnectStage::adopt) left so are deleted when the host finalizes that ctx (v11+),
-// and the rest when the plugin is unloaded or the process exits (hosts before v11 have no finalize). A forked child
-// inherits the parent's entries but never deletes them: they are the parent's.
+// and the rest when the plugin is unloaded or the process exits (hosts before v11 have no finalize).
 //
-// The registry comes into being at the first adopt() or set(), so it is destroyed before any static the plugin made
-// earlier (its device table, its library handles), which a state's destructor may therefore use; a static first made
-// after that is destroyed before the registry and must not be used by one.
+// A forked child inherits the parent's entries: it never finds, takes or deletes them (they hold the parent's
+// segments, QPs and workers), and keeps them listed, so they stay reachable rather than leaked.
+//
+// The deletions at unload or exit run before the statics the plugin made before its first adopt() are destroyed (a
+// state's destructor may use those), and after the ones it made later (which a destructor must therefore not use).
 class ConnectStageRegistry {
  public:
   using Deleter = void (*)(void*);
 
-  static ConnectStageRegistry& instance() {
-    static ConnectStageRegistry registry;
-    return registry;
-  }
-  // The registry if it has been made (and is not destroyed yet), else nullptr; never makes it.
+  static ConnectStageRegistry& instance() { return Immortal<ConnectStageRegistry>::get(); }
+  // The registry if the first adopt() or set() has made it, else nullptr; never makes it (and so never makes the
+  // closing static at the wrong point of the plugin's static order).
   static ConnectStageRegistry* existing() { return live().load(std::memory_order_acquire); }
 
-  // Returns the id the handle's tail carries beside the pointer.
+  ConnectStageRegistry() { live().store(this, std::memory_order_release); }
+  ConnectStageRegistry(const ConnectStageRegistry&) = delete;
+  ConnectStageRegistry& operator=(const ConnectStageRegistry&) = delete;
+
+  // Returns the id the handle's tail carries beside the pointer; 0 (never found again) once the plugin is closing.
   uint64_t add(void* state, const void* type, Deleter deleter, void* ctx) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) return 0;
     const uint64_t id = ++lastId_;
-    states_[state] = Entry{type, deleter, ctx, id, getpid()};
+    states_.erase(state);  // (emplace, not operator[]: keeps the plugin free of GNU-unique symbols)
+    states_.emplace(state, Entry{type, deleter, ctx, id, getpid()});
     return id;
   }
   bool contains(const void* state, const void* type, uint64_t id) const {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = states_.find(const_cast<void*>(state));
-    return it != states_.end() && it->second.id == id && it->second.type == type;
+    return it != states_.end() && it->second.id == id && it->second.type == type && it->second.owner == getpid();
   }
-  // Unregisters the state if it is still the one `id` names; false if it was not (released meanwhile, or never kept).
+  // Unregisters the state if it is still the one `id` names; false if it was not (released meanwhile, never kept, or
+  // the parent's).
   bool remove(const void* state, uint64_t id) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = states_.find(const_cast<void*>(state));
-    if (it == states_.end() || it->second.id != id) return false;
+    if (it == states_.end() || it->second.id != id || it->second.owner != getpid()) return false;
     states_.erase(it);
     return true;
   }
-  // Deletes the owned states left by connects under `ctx` (forgets the others); returns how many were deleted.
+  // Deletes the owned states left by this process's connects under `ctx` (forgets the unowned ones); returns how many
+  // were deleted.
   size_t release(void* ctx) {
-    std::vector<std::pair<void*, Entry>> leftovers;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (auto it = states_.begin(); it != states_.end();) {
-        if (it->second.ctx == ctx) {
-          leftovers.emplace_back(*it);
-          it = states_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
-    return destroy(leftovers);  // outside the lock: a destructor may log, or use the registry
+    return destroy(takeOut([ctx](const Entry& entry) { return entry.ctx == ctx; }));
   }
-
-  ConnectStageRegistry(const ConnectStageRegistry&) = delete;
-  ConnectStageRegistry& operator=(const ConnectStageRegistry&) = delete;
+  void close() {
+    std::vector<std::pair<void*, Entry>> leftovers = takeOut([](const Entry&) { return true; }, /*closing=*/true);
+    {
+      // An emptied map still holds its bucket array, which a dlclose would leave unreachable. (A forked child's map
+      // keeps the parent's entries, reachable while the plugin stays loaded.)
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (states_.empty()) decltype(states_)().swap(states_);
+    }
+    destroy(leftovers);
+  }
 
  private:
   struct Entry {
@@ -243,32 +284,39 @@ class ConnectStageRegistry {
     uint64_t id;
     pid_t owner;
   };
-  ConnectStageRegistry() { live().store(this, std::memory_order_release); }
-  ~ConnectStageRegistry() {
-    live().store(nullptr, std::memory_order_release);
-    std::vector<std::pair<void*, Entry>> leftovers;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      leftovers.assign(states_.begin(), states_.end());
-      states_.clear();
+  template <class Match>
+  std::vector<std::pair<void*, Entry>> takeOut(Match match, bool closing = false) {
+    std::vector<std::pair<void*, Entry>> out;
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = closed_ || closing;
+    const pid_t self = getpid();
+    for (auto it = states_.begin(); it != states_.end();) {
+      if (it->second.owner == self && match(it->second)) {
+        out.emplace_back(*it);
+        it = states_.erase(it);
+      } else {
+        ++it;
+      }
     }
-    destroy(leftovers);
+    return out;
   }
+  // Outside the lock: a destructor may log, or use the registry.
   static size_t destroy(const std::vector<std::pair<void*, Entry>>& leftovers) {
     size_t deleted = 0;
     for (const auto& [state, entry] : leftovers) {
-      if (entry.deleter == nullptr || entry.owner != getpid()) continue;
+      if (entry.deleter == nullptr) continue;
       entry.deleter(state);
       ++deleted;
     }
     return deleted;
   }
   static std::atomic<ConnectStageRegistry*>& live() {
-    static std::atomic<ConnectStageRegistry*> pointer{nullptr};  // trivially destructible: outlives the registry
+    static std::atomic<ConnectStageRegistry*> pointer{nullptr};  // trivially destructible
     return pointer;
   }
 
   mutable std::mutex mutex_;
+  bool closed_ = false;
   uint64_t lastId_ = 0;
   std::unordered_map<void*, Entry> states_;
 };
@@ -342,10 +390,7 @@ class ConnectStage {
     uint64_t id;  // the registry's id for this adopt/set: a stale tail naming a reused address is not followed
   };
   static_assert(sizeof(Slot) == kConnectStageBytes);
-  static const void* typeTag() {
-    static const char tag = 0;
-    return &tag;
-  }
+  static const void* typeTag() { return detail::vendorTag<State>(); }
   static void store(void* handle, State* state, detail::ConnectStageRegistry::Deleter deleter) {
     const uint64_t id = detail::ConnectStageRegistry::instance().add(state, typeTag(), deleter, detail::connectContext);
     Slot slot{reinterpret_cast<uint64_t>(state), id};

@@ -524,8 +524,8 @@ ncclResult_t checkDevice(const char* function, int dev) {
 }
 
 // The plugin's own ctx for a ctx from the host (see detail::ContextTokens): what init returned, or a clear error.
-inline ncclResult_t resolveContext(const char* function, void* ctx, void** own) {
-  const ContextTokens::Lookup found = ContextTokens::instance().find(ctx, own);
+inline ncclResult_t resolveContext(const char* function, const void* vendor, void* ctx, void** own) {
+  const ContextTokens::Lookup found = ContextTokens::instance().find(vendor, ctx, own);
   NCCL_NET_SDK_REQUIRE(found != ContextTokens::Lookup::kFinalized, ncclInvalidUsage,
                        "%s: ctx %p was finalized already (each init's ctx is finalized once, and not used after)",
                        function, ctx);
@@ -552,7 +552,7 @@ struct NetEntry {
       *ctx = nullptr;
       void* own = nullptr;
       NCCL_NET_CHECK(net().init(args, &own));
-      *ctx = ContextTokens::instance().make(own);  // the host holds a token per init (see ContextTokens)
+      *ctx = ContextTokens::instance().make(vendorTag<Net>(), own);  // the host holds a token per init
       return ncclSuccess;
     });
   }
@@ -614,7 +614,7 @@ struct NetEntry {
   // `ctx` is the host's (v11+: a token, see ContextTokens); `own` is the plugin's.
   static ncclResult_t listenCtx(void* ctx, int dev, void* handle, void** listenComm) {
     void* own = nullptr;
-    NCCL_NET_CHECK(guard("listen", [&] { return resolveContext("listen", ctx, &own); }));
+    NCCL_NET_CHECK(guard("listen", [&] { return resolveContext("listen", vendorTag<Net>(), ctx, &own); }));
     return listenOwn(own, dev, handle, listenComm);
   }
   static ncclResult_t listenLegacy(int dev, void* handle, void** listenComm) {
@@ -635,7 +635,7 @@ struct NetEntry {
   static ncclResult_t connectCtx(void* ctx, int dev, void* handle, void** sendComm,
                                  ncclNetDeviceHandle_v12_t** sendDevComm) {
     void* own = nullptr;
-    NCCL_NET_CHECK(guard("connect", [&] { return resolveContext("connect", ctx, &own); }));
+    NCCL_NET_CHECK(guard("connect", [&] { return resolveContext("connect", vendorTag<Net>(), ctx, &own); }));
     return connectOwn(own, ctx, dev, handle, sendComm, sendDevComm);
   }
   static ncclResult_t connectLegacy(int trafficClass, int dev, void* handle, void** sendComm,
@@ -827,8 +827,9 @@ struct NetEntry {
   static ncclResult_t finalize(void* ctx) {
     return guard("finalize", [&]() -> ncclResult_t {
       void* own = nullptr;
-      NCCL_NET_CHECK(resolveContext("finalize", ctx, &own));
+      NCCL_NET_CHECK(resolveContext("finalize", vendorTag<Net>(), ctx, &own));
       if (ctx != nullptr) {
+        // Finished before the plugin's finalize runs: one that fails is not called again for this ctx.
         NCCL_NET_SDK_REQUIRE(ContextTokens::instance().finish(ctx), ncclInvalidUsage,
                              "finalize: ctx %p was finalized already (by another thread)", ctx);
         // Connects the host gave up under this ctx: their states go first, as they may use what the ctx holds.
@@ -849,7 +850,7 @@ struct NetEntry {
     return guard("setNetAttr", [&] {
       NCCL_NET_SDK_REQUIRE(attr != nullptr, ncclInvalidArgument, "setNetAttr: attr is NULL");
       void* own = nullptr;
-      NCCL_NET_CHECK(resolveContext("setNetAttr", ctx, &own));
+      NCCL_NET_CHECK(resolveContext("setNetAttr", vendorTag<Net>(), ctx, &own));
       return net().setNetAttr(own, attr);
     });
   }
