@@ -470,14 +470,19 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
       dying != nullptr && rank != nullptr && std::strcmp(dying, rank) == 0)
     _exit(3);
 #endif
+#ifdef NNS_BUG_LEAKED_ABANDONED_CONNECT
+  // A connect starts on a handle whose tail (the real plugin's connect stage) is still zero.
+  static const unsigned char kZeroTail[16] = {};
+  const bool fresh =
+      std::memcmp(static_cast<unsigned char*>(handle) + NCCL_NET_HANDLE_MAXSIZE - 16, kZeroTail, 16) == 0;
+#endif
   ncclResult_t result = real()->connect(ctx, dev, handle, sendComm, devComm);
 #ifdef NNS_BUG_LEAKED_ABANDONED_CONNECT
   {
     std::lock_guard<std::mutex> lock(gConnectingLock);
-    auto connecting = gConnecting.find(handle);
     if (result == ncclSuccess && *sendComm == nullptr) {
-      if (connecting == gConnecting.end()) gConnecting[handle] = eventfd(0, EFD_CLOEXEC);
-    } else if (connecting != gConnecting.end()) {
+      if (fresh) gConnecting[handle] = eventfd(0, EFD_CLOEXEC);  // a new connect: whatever was kept here is forgotten
+    } else if (auto connecting = gConnecting.find(handle); connecting != gConnecting.end()) {
       close(connecting->second);
       gConnecting.erase(connecting);
     }
