@@ -2,11 +2,13 @@
 // bounded time: a rank that never arrives, a rank killed mid-collective.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -323,7 +325,7 @@ TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
 class DeathWhileConnecting : public ::testing::TestWithParam<int> {};
 
 TEST_P(DeathWhileConnecting, FailsEveryRankLongBeforeTheTimeout) {
-  // One rank dies at its first connect, after the handle exchange (a test-double plugin: nothing real can be timed to
+  // One rank dies at its first connect, after sending its handles (a test-double plugin: nothing real can be timed to
   // that moment). The rank accepting from it, and rank 0, heard nothing from the plugin and waited out the whole
   // NNS_COMM_TIMEOUT_MS (60 s here); the bootstrap's connections, which the dead rank's end closed, now fail every
   // rank within moments, naming it. Rank 1 dying is seen by rank 0 while it makes its own connections (1 is its
@@ -459,6 +461,197 @@ TEST(Bootstrap, ASilentConnectionOnTheRootPortHoldsUpNoRank) {
   EXPECT_EQ(oneError, "");
   EXPECT_EQ(rootError, "");
   EXPECT_LT(seconds, 2.0) << "rank 1 waited behind the silent connections";
+}
+
+namespace {
+
+// Runs body(bootstrap, rank) on every rank of a `ranks`-rank bootstrap, one thread per rank; returns each rank's
+// error, empty where the body ran through.
+std::vector<std::string> onEveryBootstrapRank(int ranks, const std::function<void(core::Bootstrap&, int)>& body) {
+  const int port = test::freeLoopbackPort();
+  std::vector<std::string> errors(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        core::Bootstrap bootstrap(core::LaunchInfo{r, ranks, "127.0.0.1", port, "test"}, std::chrono::seconds(10));
+        body(bootstrap, r);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& thread : threads) thread.join();
+  return errors;
+}
+
+// tryRecv until the message comes; "" after 10 s.
+std::string recvWithin(core::Bootstrap& bootstrap, int peer, uint32_t tag) {
+  std::string data;
+  for (auto start = std::chrono::steady_clock::now();
+       std::chrono::steady_clock::now() - start < std::chrono::seconds(10); usleep(1000))
+    if (bootstrap.tryRecv(peer, tag, &data)) return data;
+  return "";
+}
+
+// A connection to a rank's point-to-point listener ("127.0.0.1:port"), or -1.
+int connectToPointToPoint(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  if (inet_pton(AF_INET, address.substr(0, colon).c_str(), &to.sin_addr) != 1) return -1;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+// Connection handles travel point to point (each to the one peer that connects with it), not through rank 0 to every
+// rank: each rank's messages to each other rank arrive, in order for one tag, taken by tag in any order.
+TEST(Bootstrap, PointToPointMessagesReachTheirPeerInOrderPerTag) {
+  const int ranks = 3;
+  std::mutex mutex;
+  std::vector<std::string> got;
+  const auto errors = onEveryBootstrapRank(ranks, [&](core::Bootstrap& bootstrap, int rank) {
+    EXPECT_NE(bootstrap.pointToPointAddress().rfind("127.0.0.1:", 0), std::string::npos)
+        << bootstrap.pointToPointAddress();
+    for (int peer = 0; peer < ranks; ++peer) {
+      if (peer == rank) continue;
+      const std::string from = std::to_string(rank) + ">" + std::to_string(peer);
+      bootstrap.send(peer, 1, from + " first");
+      bootstrap.send(peer, 1, from + " second");
+      bootstrap.send(peer, 7, from + " on 7");
+    }
+    for (int peer = 0; peer < ranks; ++peer) {
+      if (peer == rank) continue;
+      // Tag 7 first, though it was sent last: the tags are queues of their own.
+      std::string line = recvWithin(bootstrap, peer, 7);
+      line += ", " + recvWithin(bootstrap, peer, 1);
+      line += ", " + recvWithin(bootstrap, peer, 1);
+      std::string nothing;
+      EXPECT_FALSE(bootstrap.tryRecv(peer, 1, &nothing)) << "a third message on tag 1: " << nothing;
+      std::lock_guard<std::mutex> lock(mutex);
+      got.push_back(line);
+    }
+    bootstrap.barrier();  // no rank closes its connections while another still reads them
+  });
+  for (int r = 0; r < ranks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  std::sort(got.begin(), got.end());
+  std::vector<std::string> expected;
+  for (int from = 0; from < ranks; ++from)
+    for (int to = 0; to < ranks; ++to) {
+      if (from == to) continue;
+      const std::string name = std::to_string(from) + ">" + std::to_string(to);
+      expected.push_back(name + " on 7, " + name + " first, " + name + " second");
+    }
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(got, expected);
+}
+
+// A rank that left: a message it sent before is still taken; one it never sent is an error naming it at once (not a
+// wait for a connection handle that will not come); a send to it is an error too.
+TEST(Bootstrap, ARankThatLeftIsAnErrorOnThePointToPointCalls) {
+  std::string afterLeft, sendToLeft;
+  const auto errors = onEveryBootstrapRank(2, [&](core::Bootstrap& bootstrap, int rank) {
+    if (rank == 1) {
+      bootstrap.send(0, 3, "before leaving");
+      bootstrap.barrier();
+      return;  // leaves: its bootstrap closes
+    }
+    bootstrap.barrier();
+    EXPECT_EQ(recvWithin(bootstrap, 1, 3), "before leaving");
+    std::string data;
+    for (auto start = std::chrono::steady_clock::now();
+         afterLeft.empty() && std::chrono::steady_clock::now() - start < std::chrono::seconds(10); usleep(1000)) {
+      try {
+        EXPECT_FALSE(bootstrap.tryRecv(1, 4, &data)) << "rank 1 never sent on tag 4, yet came: " << data;
+      } catch (const core::BootstrapError& e) {
+        EXPECT_EQ(e.result(), core::BootstrapError::kRemoteError);
+        afterLeft = e.what();
+      }
+    }
+    try {
+      bootstrap.send(1, 5, "to a rank that left");
+    } catch (const core::BootstrapError& e) {
+      EXPECT_EQ(e.result(), core::BootstrapError::kRemoteError);
+      sendToLeft = e.what();
+    }
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_NE(afterLeft.find("rank 1 closed its bootstrap connection to this rank"), std::string::npos) << afterLeft;
+  EXPECT_NE(sendToLeft.find("rank 0 sending to rank 1: cannot reach it at 127.0.0.1:"), std::string::npos)
+      << sendToLeft;
+}
+
+// Strangers on a rank's point-to-point port (a scanner, a rank of another job on a reused port, a connection that
+// claims to be a rank of this job but is not for this rank) are closed unread; the real peer's message still comes.
+TEST(Bootstrap, StrangersOnThePointToPointPortAreClosedUnread) {
+  std::atomic<int> closedUnread{0};
+  const auto errors = onEveryBootstrapRank(2, [&](core::Bootstrap& bootstrap, int rank) {
+    if (rank == 0) {
+      const std::string address = bootstrap.pointToPointAddress();
+      std::vector<int> strangers;
+      // Garbage, and a hello of this bootstrap's shape claiming rank 1 of another job; each followed by a message.
+      const uint32_t hello[8] = {0x4e4e5350, 3, 0xdead, 0xbeef, 1, 0, 9, 4};      // magic, version, job, from 1, to 0,
+      std::string otherJob(reinterpret_cast<const char*>(hello), sizeof(hello));  // then a frame: tag 9, 4 bytes
+      otherJob += "fake";
+      for (const std::string& bytes :
+           {std::string("GET / HTTP/1.1\r\n\r\nmore bytes than a hello, and then some"), otherJob}) {
+        const int fd = connectToPointToPoint(address);
+        ASSERT_GE(fd, 0) << address;
+        ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+        strangers.push_back(fd);
+      }
+      bootstrap.barrier();  // rank 1 sends after the strangers are in
+      EXPECT_EQ(recvWithin(bootstrap, 1, 9), "the real one");
+      std::string data;
+      EXPECT_FALSE(bootstrap.tryRecv(1, 9, &data)) << "a stranger's message was taken for rank 1's: " << data;
+      for (int fd : strangers) {
+        char byte;
+        pollfd p{fd, POLLIN, 0};
+        if (poll(&p, 1, 2000) == 1 && recv(fd, &byte, 1, MSG_DONTWAIT) == 0) ++closedUnread;
+        close(fd);
+      }
+      bootstrap.barrier();
+      return;
+    }
+    bootstrap.barrier();
+    bootstrap.send(0, 9, "the real one");
+    bootstrap.barrier();
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_EQ(closedUnread.load(), 2);
+}
+
+TEST(Bootstrap, PointToPointRefusesWhatItCannotDo) {
+  std::vector<std::string> said;
+  const auto errors = onEveryBootstrapRank(2, [&](core::Bootstrap& bootstrap, int rank) {
+    if (rank == 0) {
+      for (auto attempt : std::vector<std::function<void()>>{
+               [&] { bootstrap.send(0, 1, "to itself"); }, [&] { bootstrap.send(2, 1, "out of range"); },
+               [&] { bootstrap.send(1, 1, std::string((64u << 10) + 1, 'x')); }}) {
+        try {
+          attempt();
+          said.push_back("no error");
+        } catch (const core::BootstrapError& e) {
+          EXPECT_EQ(e.result(), core::BootstrapError::kInvalidUsage) << e.what();
+          said.push_back(e.what());
+        }
+      }
+    }
+    bootstrap.barrier();
+  });
+  EXPECT_EQ(errors[0], "");
+  ASSERT_EQ(said.size(), 3u);
+  EXPECT_NE(said[0].find("rank 0 sending to rank 0: not another rank of 2"), std::string::npos) << said[0];
+  EXPECT_NE(said[1].find("rank 0 sending to rank 2: not another rank of 2"), std::string::npos) << said[1];
+  EXPECT_NE(said[2].find("a message of 65537 bytes, over the 64 KiB"), std::string::npos) << said[2];
 }
 
 namespace {

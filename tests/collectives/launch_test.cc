@@ -641,13 +641,23 @@ TEST(BootstrapFailures, ARankThatStopsReadingCannotHoldRankZeroPastItsTimeout) {
       return;
     }
     struct {
-      uint32_t magic = 0x4e4e5342, version = 2;  // the bootstrap's kJoinVersion
+      uint32_t magic = 0x4e4e5342, version = 3;  // the bootstrap's kJoinVersion
       int32_t rank = 1, size = 2;
       uint64_t job = 0;
     } join;
+    // Its part of the rendezvous' all-gather: its point-to-point address (a length, then a sockaddr's room), then
+    // its machine.
+    std::string announced(4 + sizeof(sockaddr_storage), '\0');
+    sockaddr_in nowhere{};
+    nowhere.sin_family = AF_INET;
+    nowhere.sin_port = htons(1);
+    nowhere.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const uint32_t length = sizeof(nowhere);
+    std::memcpy(announced.data(), &length, sizeof(length));
+    std::memcpy(announced.data() + sizeof(length), &nowhere, sizeof(nowhere));
     std::string packed;
     if (!sendBytes(fd, std::string(reinterpret_cast<const char*>(&join), sizeof(join))) || !recvBytes(fd, 4) ||
-        !sendBytes(fd, lengthPrefixed("another machine\n")) || !recvBytes(fd, 4, &packed) ||
+        !sendBytes(fd, lengthPrefixed(announced + "another machine\n")) || !recvBytes(fd, 4, &packed) ||
         !recvBytes(fd, *reinterpret_cast<const uint32_t*>(packed.data())) || !sendBytes(fd, lengthPrefixed("y")))
       stuckProblem = "the hand-made rank 1 could not join";
     while (!finished) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // and never reads again

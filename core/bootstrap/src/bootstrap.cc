@@ -1,8 +1,11 @@
-// bootstrap.cc: launcher environment parsing and the rank-0 TCP rendezvous (length-prefixed messages, deadlines).
+// bootstrap.cc: launcher environment parsing, the rank-0 TCP rendezvous (length-prefixed messages, deadlines) and
+// point-to-point messages between ranks.
 #include "nns/core/bootstrap.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -19,6 +22,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -337,7 +342,9 @@ bool isNumericAddress(const std::string& host) {
 constexpr uint32_t kJoinMagic = 0x4e4e5342;  // "NNSB"
 // 2: send/recv messages that fill their pieces exactly end with a zero-byte piece, which a rank of version 1 would
 // take for the next message's first piece.
-constexpr uint32_t kJoinVersion = 2;
+// 3: the rendezvous' all-gather carries each rank's point-to-point address, and connection handles travel point to
+// point, made on demand, instead of in one all-gather.
+constexpr uint32_t kJoinVersion = 3;
 struct JoinMessage {
   uint32_t magic;
   uint32_t version;
@@ -658,6 +665,191 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
   return true;
 }
 
+namespace {
+
+// What a point-to-point connection says first: this bootstrap, this job, and which rank it is from and to. Anything
+// else (a stranger, a rank of another job on a reused port, a connection meant for another rank) is closed unread.
+constexpr uint32_t kPointToPointMagic = 0x4e4e5350;  // "NNSP"
+struct PointToPointHello {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t job;
+  int32_t from;
+  int32_t to;
+};
+struct PointToPointFrame {
+  uint32_t tag;
+  uint32_t length;
+};
+// How long an accepted point-to-point connection may take to say who it is from.
+constexpr auto kHelloWithin = std::chrono::seconds(5);
+
+// `address` with a v4-mapped IPv6 address (rank 0's listener takes both families) as the IPv4 one it stands for.
+Address unmapped(const Address& address) {
+  if (address.address.ss_family != AF_INET6) return address;
+  const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address.address);
+  if (!IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) return address;
+  Address v4{};
+  auto* in = reinterpret_cast<sockaddr_in*>(&v4.address);
+  in->sin_family = AF_INET;
+  in->sin_port = v6->sin6_port;
+  std::memcpy(&in->sin_addr, &v6->sin6_addr.s6_addr[12], 4);
+  v4.length = sizeof(sockaddr_in);
+  return v4;
+}
+
+bool isLoopback(const Address& address) {
+  if (address.address.ss_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(&address.address)->sin_addr.s_addr) >> 24) == 127;
+  return address.address.ss_family == AF_INET6 &&
+         IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(&address.address)->sin6_addr);
+}
+
+// This end's address of the connected socket `fd`.
+bool localAddress(int fd, Address* out) {
+  Address address{};
+  address.length = sizeof(address.address);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&address.address), &address.length) != 0) return false;
+  *out = unmapped(address);
+  return true;
+}
+
+// The first address of an interface that is up and not loopback (IPv4 before IPv6, no IPv6 link-local), for a rank
+// that reached rank 0 over loopback through a root host name (Debian's /etc/hosts gives the host's own name
+// 127.0.1.1): ranks on other machines reached rank 0 by that name too, and cannot reach this rank over loopback.
+bool interfaceAddress(Address* out) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (int family : {AF_INET, AF_INET6}) {
+    for (ifaddrs* a = list; a != nullptr && !found; a = a->ifa_next) {
+      if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != family || (a->ifa_flags & IFF_UP) == 0 ||
+          (a->ifa_flags & IFF_LOOPBACK) != 0)
+        continue;
+      if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr))
+        continue;
+      *out = Address{};
+      out->length = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+      std::memcpy(&out->address, a->ifa_addr, out->length);
+      found = true;
+    }
+    if (found) break;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+// "192.0.2.1:4000", "[fd78::1]:4000".
+std::string addressText(const Address& address) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (address.address.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&address.address);
+    inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+    port = ntohs(in->sin_port);
+    return std::string(host) + ":" + std::to_string(port);
+  }
+  const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&address.address);
+  inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+  port = ntohs(in6->sin6_port);
+  std::string text = "[";  // piece by piece: g++ 12 warns (-Wrestrict, a false positive) on "literal" + std::string&&
+  text += host;
+  text += "]:";
+  text += std::to_string(port);
+  return text;
+}
+
+}  // namespace
+
+struct Bootstrap::PointToPoint {
+  std::mutex mutex;
+  int listener = -1;
+  std::vector<Address> peers;  // each rank's listener, by rank
+  std::vector<int> outgoing;   // this rank's connection to each rank, by rank; -1 until the first send
+  struct Incoming {
+    int fd;
+    int from;  // -1 until its hello is read
+    std::string buffer;
+    Clock::time_point since;
+  };
+  std::vector<Incoming> incoming;
+  std::map<std::pair<int, uint32_t>, std::deque<std::string>> inbox;  // by (from, tag)
+  std::vector<std::string> gone;  // by rank: how its connection to this rank ended, "" while it has not
+  std::string listening;          // the listener's address, as text
+
+  ~PointToPoint() {
+    if (listener >= 0) close(listener);
+    for (int fd : outgoing)
+      if (fd >= 0) close(fd);
+    for (const auto& in : incoming) close(in.fd);
+  }
+
+  // Accepts what connected and reads what came, without waiting; call with `mutex` held.
+  void pump(int rank, int size, uint64_t job) {
+    for (;;) {  // EAGAIN, or a failure (out of descriptors): either way the rest waits for the next call
+      const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) break;
+      incoming.push_back(Incoming{fd, -1, {}, Clock::now()});
+    }
+    for (size_t i = 0; i < incoming.size();) {
+      Incoming& in = incoming[i];
+      std::string ended;
+      for (char chunk[4096];;) {
+        const ssize_t n = recv(in.fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+        if (n > 0) {
+          in.buffer.append(chunk, static_cast<size_t>(n));
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0)
+          ended = "closed its bootstrap connection to this rank (it died or failed)";
+        else if (errno != EAGAIN && errno != EWOULDBLOCK)
+          ended = std::string("broke its bootstrap connection to this rank (") + std::strerror(errno) + ")";
+        break;
+      }
+      if (in.from < 0 && in.buffer.size() >= sizeof(PointToPointHello)) {
+        PointToPointHello hello{};
+        std::memcpy(&hello, in.buffer.data(), sizeof(hello));
+        if (hello.magic != kPointToPointMagic || hello.version != kJoinVersion || hello.job != job ||
+            hello.to != rank || hello.from < 0 || hello.from >= size || hello.from == rank) {
+          if (debugInfo())
+            std::fprintf(stderr,
+                         "nns bootstrap: rank %d closed a point-to-point connection that is not from a rank of "
+                         "this job to this rank\n",
+                         rank);
+          close(in.fd);
+          incoming.erase(incoming.begin() + static_cast<std::ptrdiff_t>(i));
+          continue;
+        }
+        in.from = hello.from;
+        in.buffer.erase(0, sizeof(hello));
+      }
+      size_t used = 0;
+      while (in.from >= 0 && in.buffer.size() - used >= sizeof(PointToPointFrame)) {
+        PointToPointFrame frame{};
+        std::memcpy(&frame, in.buffer.data() + used, sizeof(frame));
+        if (frame.length > kMaxPointToPointBytes) {
+          ended = "sent a point-to-point message announced as " + std::to_string(frame.length) + " bytes, over the " +
+                  std::to_string(kMaxPointToPointBytes >> 10) + " KiB the bootstrap moves";
+          break;
+        }
+        if (in.buffer.size() - used < sizeof(frame) + frame.length) break;
+        inbox[{in.from, frame.tag}].push_back(in.buffer.substr(used + sizeof(frame), frame.length));
+        used += sizeof(frame) + frame.length;
+      }
+      in.buffer.erase(0, used);
+      if (ended.empty() && in.from < 0 && Clock::now() - in.since > kHelloWithin) ended = "silent";
+      if (ended.empty()) {
+        ++i;
+        continue;
+      }
+      if (in.from >= 0 && gone[in.from].empty()) gone[in.from] = ended;
+      close(in.fd);
+      incoming.erase(incoming.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+};
+
 Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
     : rank_(info.rank), size_(info.size), timeout_(timeout) {
   if (size_ < 1 || rank_ < 0 || rank_ >= size_)
@@ -959,9 +1151,24 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
   // the time the rank they wait for needs to get there. (8-byte allreduces after the barrier, 20 per run, medians of
   // 10 runs: 2 ranks on 2 CPUs 7.5 us with the spin against 7.95 without; 4 ranks on 2 CPUs 49 against 48, and in
   // an earlier 9-run comparison 54 against 43.)
+  job_ = mine.job;
   const std::string machine = machineId();
-  const auto everyone = allGather(machine);
-  localRanks_ = static_cast<int>(std::count(everyone.begin(), everyone.end(), machine));
+  const auto everyone = allGather(listenPointToPoint(!isNumericAddress(info.rootHost)) + machine);
+  p2p_->peers.resize(size_);
+  p2p_->outgoing.assign(size_, -1);
+  p2p_->gone.assign(size_, std::string());
+  localRanks_ = 0;
+  for (int r = 0; r < size_; ++r) {
+    // Each rank's part: its listener's address (a 4-byte length, then the sockaddr's room), then its machine.
+    constexpr size_t kRoom = sizeof(uint32_t) + sizeof(sockaddr_storage);
+    uint32_t length = 0;
+    if (everyone[r].size() >= kRoom) std::memcpy(&length, everyone[r].data(), sizeof(length));
+    if (everyone[r].size() < kRoom || length < sizeof(sockaddr_in) || length > sizeof(sockaddr_storage))
+      fail("rank " + std::to_string(r) + "'s point-to-point address is garbage", Result::kRemoteError);
+    std::memcpy(&p2p_->peers[r].address, everyone[r].data() + sizeof(length), sizeof(sockaddr_storage));
+    p2p_->peers[r].length = length;
+    if (everyone[r].compare(kRoom, std::string::npos, machine) == 0) ++localRanks_;
+  }
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   spin_ = cpus > 0 && localRanks_ <= cpus ? kSpinBeforeSleep : std::chrono::microseconds(0);
 }
@@ -970,6 +1177,120 @@ Bootstrap::~Bootstrap() {
   if (rootSocket_ >= 0) close(rootSocket_);
   for (int fd : memberSockets_)
     if (fd >= 0) close(fd);
+}
+
+std::string Bootstrap::listenPointToPoint(bool rootNamed) {
+  p2p_ = std::make_unique<PointToPoint>();
+  // The address the other ranks reached rank 0 by is one they can reach: rank 0 takes its end of a member's
+  // connection, another rank its end of its connection to rank 0. A loopback one is kept only where nothing else can
+  // be: for rank 0 when every member came over loopback, for the others when the root address was a loopback
+  // address given as such (a job on one machine). Where a root name led to loopback (127.0.1.1 from /etc/hosts), an
+  // interface's address is taken instead.
+  Address own{};
+  bool found = false;
+  if (rank_ == 0) {
+    for (int r = 1; r < size_; ++r) {
+      Address candidate{};
+      if (!localAddress(memberSockets_[r], &candidate)) continue;
+      if (!found || (isLoopback(own) && !isLoopback(candidate))) own = candidate;
+      found = true;
+    }
+  } else {
+    found = localAddress(rootSocket_, &own);
+    if (found && isLoopback(own) && rootNamed) {
+      if (Address other{}; interfaceAddress(&other)) own = other;
+    }
+  }
+  if (!found)
+    fail(std::string("rank ") + std::to_string(rank_) + ": getsockname: " + std::strerror(errno), Result::kSystemError);
+  if (own.address.ss_family == AF_INET)
+    reinterpret_cast<sockaddr_in*>(&own.address)->sin_port = 0;
+  else
+    reinterpret_cast<sockaddr_in6*>(&own.address)->sin6_port = 0;
+  const int fd = socket(own.address.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0)
+    fail(std::string("rank ") + std::to_string(rank_) + ": socket: " + std::strerror(errno), Result::kSystemError);
+  p2p_->listener = fd;
+  Address bound{};
+  bound.length = sizeof(bound.address);
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&own.address), own.length) != 0 || ::listen(fd, SOMAXCONN) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&bound.address), &bound.length) != 0)
+    fail("rank " + std::to_string(rank_) + " cannot listen on " + addressText(own) +
+             " for the other ranks: " + std::strerror(errno),
+         Result::kSystemError);
+  p2p_->listening = addressText(unmapped(bound));
+  if (debugInfo())
+    std::fprintf(stderr, "nns bootstrap: rank %d listens for the other ranks at %s\n", rank_, p2p_->listening.c_str());
+  std::string announced(sizeof(uint32_t) + sizeof(sockaddr_storage), '\0');
+  const uint32_t length = bound.length;
+  std::memcpy(announced.data(), &length, sizeof(length));
+  std::memcpy(announced.data() + sizeof(length), &bound.address, sizeof(sockaddr_storage));
+  return announced;
+}
+
+void Bootstrap::send(int peer, uint32_t tag, const std::string& data) {
+  const std::string who = "rank " + std::to_string(rank_) + " sending to rank " + std::to_string(peer) + ": ";
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    fail(who + "not another rank of " + std::to_string(size_), Result::kInvalidUsage);
+  if (data.size() > kMaxPointToPointBytes)
+    fail(who + "a message of " + std::to_string(data.size()) + " bytes, over the " +
+             std::to_string(kMaxPointToPointBytes >> 10) + " KiB the bootstrap moves point to point",
+         Result::kInvalidUsage);
+  const auto deadline = Clock::now() + timeout_;
+  std::lock_guard<std::mutex> lock(p2p_->mutex);
+  int& fd = p2p_->outgoing[peer];
+  const Address& to = p2p_->peers[peer];
+  try {
+    if (fd < 0) {
+      const int s = socket(to.address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (s < 0) fail(who + "socket: " + std::strerror(errno), Result::kSystemError);
+      if (const int err = connectBefore(s, to.address, to.length, deadline); err != 0) {
+        close(s);
+        fail(who + "cannot reach it at " + addressText(to) + ": " + std::strerror(err) +
+                 (err == ECONNREFUSED ? " (it died or failed)"
+                                      : " (it died, or that address is not reachable from here)"),
+             Result::kRemoteError);
+      }
+      int one = 1;
+      setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      fd = s;
+      const PointToPointHello hello{kPointToPointMagic, kJoinVersion, job_, rank_, peer};
+      sendAll(fd, &hello, sizeof(hello), deadline);
+    }
+    std::string frame(sizeof(PointToPointFrame), '\0');
+    const PointToPointFrame header{tag, static_cast<uint32_t>(data.size())};
+    std::memcpy(frame.data(), &header, sizeof(header));
+    frame += data;
+    sendAll(fd, frame.data(), frame.size(), deadline);
+  } catch (const BootstrapError& e) {
+    // A connection left with part of a message on it is of no further use: the peer reads its end as a failure.
+    if (fd >= 0) close(fd);
+    fd = -1;
+    const std::string what = withoutPrefix(e.what());
+    if (what.rfind(who, 0) == 0) throw;
+    fail(who + what, e.result());
+  }
+}
+
+std::string Bootstrap::pointToPointAddress() const {
+  return p2p_ == nullptr ? std::string() : p2p_->listening;
+}
+
+bool Bootstrap::tryRecv(int peer, uint32_t tag, std::string* data) {
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    fail("rank " + std::to_string(rank_) + " receiving from rank " + std::to_string(peer) + ": not another rank of " +
+             std::to_string(size_),
+         Result::kInvalidUsage);
+  std::lock_guard<std::mutex> lock(p2p_->mutex);
+  p2p_->pump(rank_, size_, job_);
+  if (auto it = p2p_->inbox.find({peer, tag}); it != p2p_->inbox.end()) {
+    *data = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) p2p_->inbox.erase(it);
+    return true;
+  }
+  if (!p2p_->gone[peer].empty()) fail("rank " + std::to_string(peer) + " " + p2p_->gone[peer], Result::kRemoteError);
+  return false;
 }
 
 std::vector<std::string> Bootstrap::allGather(const std::string& mine) {

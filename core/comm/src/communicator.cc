@@ -256,32 +256,10 @@ void Communicator::connectRing() {
 
   if (size_ > 1) {
     checkSameLayout();
-    // One listen per peer and channel (the collectives' channels and send/recv's own, p2pChannel()), so an accepted
-    // connection's peer and channel are known without asking the plugin (ncclNet's accept does not say who
-    // connected). Every rank's handles travel in one all-gather.
-    const int channels = connectionChannels();
-    // Every rank's handles reach every rank through rank 0 in one message: size x size x channels handles. Beyond the
-    // bootstrap's limit (at about 500 ranks with one channel) every rank refuses at once, naming the limit, rather
-    // than rank 0 failing to send and the others hearing a reset connection.
-    const double exchanged =
-        static_cast<double>(size_) * (static_cast<double>(size_) * channels * NCCL_NET_HANDLE_MAXSIZE + 4);
-    if (exchanged > static_cast<double>(Bootstrap::kMaxMessageBytes))
-      fail(std::to_string(size_) + " ranks with " + std::to_string(channels) + " connection(s) per peer exchange " +
-               std::to_string(static_cast<long long>(exchanged / (1 << 20))) +
-               " MiB of connection handles, over the bootstrap's " + std::to_string(Bootstrap::kMaxMessageBytes >> 20) +
-               " MiB: this communicator listens once per peer and channel (NNS_NCHANNELS lowers the channels)",
-           ncclInvalidUsage);
-    listenComms_.assign(static_cast<size_t>(size_) * channels, nullptr);
-    std::string mine(static_cast<size_t>(size_) * channels * NCCL_NET_HANDLE_MAXSIZE, '\0');
-    for (int peer = 0; peer < size_; ++peer) {
-      if (peer == rank_) continue;
-      for (int c = 0; c < channels; ++c) {
-        size_t index = static_cast<size_t>(peer) * channels + c;
-        check(net_->listen(ctx_, deviceOf(c), mine.data() + index * NCCL_NET_HANDLE_MAXSIZE, &listenComms_[index]),
-              "listen");
-      }
-    }
-    for (const auto& blob : bootstrap_->allGather(mine)) peerHandles_ += blob;
+    // One listen per connection, as NCCL makes them: its handle goes to the one peer that connects there, through the
+    // bootstrap, so an accepted connection's peer and channel are known without asking the plugin (ncclNet's accept
+    // does not say who connected). A listen is made when its connection is, and closed once it is accepted.
+    listenComms_.assign(static_cast<size_t>(size_) * connectionChannels(), nullptr);
     // The ring is what most schedules use: connect it now; other peers are connected on first use.
     std::vector<ConnKey> ring;
     for (int c = 0; c < options_.channels; ++c) {
@@ -344,11 +322,34 @@ void Communicator::checkSameCall(const std::string& call) {
 }
 
 unsigned char* Communicator::handleOf(int peer, int channel) {
-  // The handle `peer` made for this rank on `channel`. Connect may keep its state in the handle's tail between
-  // calls (the SDK's connect stage), so this is the stored copy, not a temporary.
-  size_t perRank = static_cast<size_t>(size_) * connectionChannels() * NCCL_NET_HANDLE_MAXSIZE;
-  size_t index = static_cast<size_t>(rank_) * connectionChannels() + channel;
-  return reinterpret_cast<unsigned char*>(peerHandles_.data()) + peer * perRank + index * NCCL_NET_HANDLE_MAXSIZE;
+  // The handle `peer` made for this rank on `channel`, once it has come. Connect may keep its state in the handle's
+  // tail between calls (the SDK's connect stage), so this is the stored copy, not a temporary.
+  const auto key = std::make_pair(peer, channel);
+  if (auto it = peerHandles_.find(key); it != peerHandles_.end()) return it->second.data();
+  std::string handle;
+  try {
+    if (!bootstrap_->tryRecv(peer, static_cast<uint32_t>(channel), &handle)) return nullptr;
+  } catch (const BootstrapError& e) {
+    fail(std::string("while making the connections: ") + e.what(), static_cast<ncclResult_t>(e.result()));
+  }
+  if (handle.size() != NCCL_NET_HANDLE_MAXSIZE)
+    fail("rank " + std::to_string(peer) + " sent a connection handle of " + std::to_string(handle.size()) +
+         " bytes, not " + std::to_string(NCCL_NET_HANDLE_MAXSIZE));
+  auto& stored = peerHandles_[key];
+  std::memcpy(stored.data(), handle.data(), stored.size());
+  return stored.data();
+}
+
+void Communicator::offerListen(int peer, int channel) {
+  void*& listen = listenComms_[static_cast<size_t>(peer) * connectionChannels() + channel];
+  if (listen != nullptr) return;
+  std::string handle(NCCL_NET_HANDLE_MAXSIZE, '\0');
+  check(net_->listen(ctx_, deviceOf(channel), handle.data(), &listen), "listen", peer);
+  try {
+    bootstrap_->send(peer, static_cast<uint32_t>(channel), handle);
+  } catch (const BootstrapError& e) {
+    fail(std::string("while making the connections: ") + e.what(), static_cast<ncclResult_t>(e.result()));
+  }
 }
 
 void Communicator::registerSlots(Connection& conn, bool sending, int peer) {
@@ -363,37 +364,64 @@ void Communicator::registerSlots(Connection& conn, bool sending, int peer) {
 void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstrap) {
   auto deadline = Clock::now() + options_.timeout;
   auto watched = Clock::now();
+  for (const auto& key : keys)
+    if (key.peer < 0 || key.peer >= size_ || key.peer == rank_ || key.channel < 0 ||
+        key.channel >= connectionChannels())
+      fail("no connection to rank " + std::to_string(key.peer) + " channel " + std::to_string(key.channel));
+  // Every listen first, its handle sent at once: a peer may be waiting for it before it can accept anything of ours.
+  for (const auto& key : keys)
+    if (!key.sending && connections_[key].comm == nullptr) offerListen(key.peer, key.channel);
   // One step of making `key`'s connection; true once it is made.
   auto advance = [&](const ConnKey& key) {
     Connection& conn = connections_[key];
     if (conn.comm != nullptr) return true;
-    if (key.peer < 0 || key.peer >= size_ || key.peer == rank_ || key.channel < 0 ||
-        key.channel >= connectionChannels())
-      fail("no connection to rank " + std::to_string(key.peer) + " channel " + std::to_string(key.channel));
     const bool p2p = key.channel == p2pChannel();
     // A place for the device handle, as NCCL's proxy passes one (plugins write it without a NULL check); a host
     // engine has no use for what a plugin puts there.
     ncclNetDeviceHandle_v12_t* deviceHandle = nullptr;
     if (key.sending) {
-      check(net_->connect(ctx_, deviceOf(key.channel), handleOf(key.peer, key.channel), &conn.comm, &deviceHandle),
+      unsigned char* handle = handleOf(key.peer, key.channel);
+      if (handle == nullptr) return false;  // the peer has not listened yet
+      check(net_->connect(ctx_, deviceOf(key.channel), handle, &conn.comm, &deviceHandle),
             p2p ? "connect (send/recv)" : "connect", key.peer);
     } else {
-      check(net_->accept(listenComms_[static_cast<size_t>(key.peer) * connectionChannels() + key.channel], &conn.comm,
-                         &deviceHandle),
-            p2p ? "accept (send/recv)" : "accept", key.peer);
+      offerListen(key.peer, key.channel);
+      void*& listen = listenComms_[static_cast<size_t>(key.peer) * connectionChannels() + key.channel];
+      check(net_->accept(listen, &conn.comm, &deviceHandle), p2p ? "accept (send/recv)" : "accept", key.peer);
+      // Accepted: the listen has served its one connection (NCCL closes it there too).
+      if (conn.comm != nullptr) {
+        net_->closeListen(listen);
+        listen = nullptr;
+      }
     }
     if (conn.comm == nullptr) return false;
     registerSlots(conn, key.sending, key.peer);
     return true;
   };
+  // Whether `key` (a send) has its peer's handle: connected, or able to connect.
+  auto handleIn = [&](const ConnKey& key) {
+    return connections_[key].comm != nullptr || peerHandles_.count({key.peer, key.channel}) != 0;
+  };
   for (;;) {
     bool all = true;
+    bool handlesIn = true;
+    // Sends first, and accepts only once every send here could connect: over a plugin whose accept blocks until the
+    // peer connects (NCCL's is nonblocking, not every vendor's), two ranks each accepting before connecting would
+    // wait for each other for good.
     for (const auto& key : keys) {
-      if (advance(key)) continue;
+      if (!key.sending || advance(key)) continue;
       all = false;
+      handlesIn = handlesIn && handleIn(key);
       // Two ranks that each send to the other before receiving (outside a group) each wait here for the other's
       // accept: accepting the peer's send/recv connection meanwhile lets both connections be made.
-      if (key.sending && key.channel == p2pChannel()) advance({key.peer, key.channel, false});
+      if (key.channel == p2pChannel()) {
+        offerListen(key.peer, key.channel);
+        if (handleIn(key)) advance({key.peer, key.channel, false});
+      }
+    }
+    for (const auto& key : keys) {
+      if (key.sending) continue;
+      if (handlesIn ? !advance(key) : connections_[key].comm == nullptr) all = false;
     }
     if (all) return;
     if (failed_.load()) fail("aborted: " + asyncError(), asyncResult());
@@ -413,7 +441,8 @@ void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstr
       for (const auto& key : keys) {
         if (connections_[key].comm != nullptr) continue;
         missing += std::string(missing.empty() ? "" : ", ") + (key.sending ? "to" : "from") + " rank " +
-                   std::to_string(key.peer) + (key.channel == p2pChannel() ? " (send/recv)" : "");
+                   std::to_string(key.peer) + (key.channel == p2pChannel() ? " (send/recv)" : "") +
+                   (key.sending && peerHandles_.count({key.peer, key.channel}) == 0 ? " (it sent no handle)" : "");
         p2p = p2p || key.channel == p2pChannel();
       }
       fail("connections not made within " + std::to_string(options_.timeout.count()) + " ms: " + missing +

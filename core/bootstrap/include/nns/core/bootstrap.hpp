@@ -1,8 +1,11 @@
-// nns/core/bootstrap.hpp: rank/size from the launcher's environment and a TCP rendezvous through rank 0 that
-// all-gathers small blobs (plugin connection handles). Every wait has a deadline.
+// nns/core/bootstrap.hpp: rank/size from the launcher's environment, a TCP rendezvous through rank 0 that
+// all-gathers small blobs, and point-to-point messages between any two ranks (plugin connection handles, made on
+// demand). Every wait has a deadline.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -105,8 +108,26 @@ class Bootstrap {
   // for good (after the last all-gather), nor beside another thread's all-gather.
   void checkPeers();
 
+  // Point to point, for what one rank has for one other only (a plugin connection handle, made when the connection
+  // is: the all-gather would move every rank's handles to every rank, size x size of them). Each rank listens on a
+  // port of its own, announced at the rendezvous; a rank's messages to a peer travel on one connection, opened at its
+  // first send and kept. `tag` tells one peer's messages apart; those with the same tag arrive in the order sent.
+  // Safe beside another thread's all-gather (the point-to-point state has a lock of its own).
+  static constexpr size_t kMaxPointToPointBytes = size_t{64} << 10;
+  // Throws BootstrapError: kInvalidUsage for a peer out of range, this rank, or more than kMaxPointToPointBytes;
+  // kRemoteError when `peer` cannot be reached or stops reading within the timeout (it died or failed).
+  void send(int peer, uint32_t tag, const std::string& data);
+  // Without waiting: true, with `data`, once `peer`'s message with `tag` has come (it is then taken). Throws
+  // BootstrapError (kRemoteError) when `peer` closed its connection to this rank, or broke this bootstrap's rules on
+  // it, with no such message left: it died or failed, and the message will not come.
+  bool tryRecv(int peer, uint32_t tag, std::string* data);
+  // Where this rank listens for the other ranks' point-to-point connections ("192.0.2.1:40123"), "" in a job of one.
+  std::string pointToPointAddress() const;
+
  private:
   void rendezvous(const LaunchInfo& info);
+  // Opens this rank's point-to-point listener (after the join) and returns what the rendezvous announces of it.
+  std::string listenPointToPoint(bool rootNamed);
   // Rank 0 giving up: every member but `failed` (0: none) is told why, then this rank throws it.
   [[noreturn]] void giveUp(int failed, const std::string& why, BootstrapError::Result result);
 
@@ -117,6 +138,9 @@ class Bootstrap {
   std::chrono::microseconds spin_{0};  // how long a wait polls before it sleeps
   int rootSocket_ = -1;                // non-root: connection to the root
   std::vector<int> memberSockets_;     // root: connection to each rank (index = rank, own slot -1)
+  struct PointToPoint;                 // bootstrap.cc: the listener, the peers' addresses and connections, the inbox
+  std::unique_ptr<PointToPoint> p2p_;
+  uint64_t job_ = 0;  // the job id the rendezvous checked: a point-to-point connection of another job is turned away
 };
 
 }  // namespace nns::core

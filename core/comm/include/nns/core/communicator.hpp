@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -368,7 +369,7 @@ class Communicator {
 
   void check(ncclResult_t result, const char* call, int peer = -1);
   [[noreturn]] void fail(const std::string& what, ncclResult_t result = ncclRemoteError);
-  void connectRing();  // listens, exchanges handles, connects the ring (constructor)
+  void connectRing();  // connects the ring (constructor)
   // `watchBootstrap`: while every rank is on its way to the next all-gather (creation), a dead rank fails it early.
   void establish(const std::vector<ConnKey>& keys, bool watchBootstrap = false);
   void registerSlots(Connection& conn, bool sending, int peer);
@@ -385,7 +386,10 @@ class Communicator {
   uint64_t checkedCalls_ = 0;  // checkSameCall's sequence number
   // The collective whose operation runs now, for fail()'s message; set and read only by the thread running it.
   const CallInfo* runningCall_ = nullptr;
+  // The handle `peer` sent this rank for `channel` (the stored copy), or null while it has not come.
   unsigned char* handleOf(int peer, int channel);
+  // Listens for `peer`'s connection on `channel` and sends it the handle, once per connection.
+  void offerListen(int peer, int channel);
   int deviceOf(int channel) const { return (options_.device + channel) % std::max(devices_, 1); }
   int connectionChannels() const { return options_.channels + 1; }  // the collectives' and p2pChannel()
 
@@ -396,8 +400,9 @@ class Communicator {
   std::unique_ptr<Net> net_;
   void* ctx_ = nullptr;
   int devices_ = 1;
-  std::vector<void*> listenComms_;  // [peer * channels + channel]: where that peer connects to this rank
-  std::string peerHandles_;         // every rank's listen handles, rank-major, as all-gathered
+  std::vector<void*> listenComms_;  // [peer * channels + channel]: where that peer connects to this rank, until it has
+  // The handles peers sent this rank, by (peer, channel), each kept where connect's calls find it again.
+  std::map<std::pair<int, int>, std::array<unsigned char, NCCL_NET_HANDLE_MAXSIZE>> peerHandles_;
   std::map<ConnKey, Connection> connections_;
   std::vector<unsigned char> scratch_;
   // run()'s per-plan state, kept with its storage from call to call: each flow's connection and where its pieces
