@@ -1,9 +1,11 @@
-/* queued_behind_stuck.c: over a plugin whose accept blocks until a peer connects (broken-blocking-accept), rank 1's
- * thread A receives from rank 0, which never sends: A is stuck inside the plugin's accept for good. Thread B's
- * allreduce, queued behind A, must fail once nothing has progressed for 4 x NNS_COMM_TIMEOUT_MS + 30 s, saying why; it
- * waited for ever. Rank 0 only waits, then leaves. */
+/* queued_behind_stuck.c: rank 1's thread A receives from rank 0, which sends, and is stuck inside the plugin's accept
+ * for good (broken-blocking-accept, told by $NNS_TEST_ACCEPT_STUCK, set once the communicator is made, never to
+ * return: the communicator accepts only once the peer says it connects, so an accept that merely blocks until then
+ * returns). Thread B's allreduce, queued behind A, must fail once nothing has progressed for 4 x NNS_COMM_TIMEOUT_MS +
+ * 30 s, saying why; it waited for ever. Rank 0 only sends and waits, then leaves. */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,9 +29,12 @@ int main(void) {
   }
   nnsCommUserRank(comm, &rank);
   if (rank == 0) {
+    static int y[4];
+    nnsSend(y, 4, ncclInt32, 1, comm, NULL); /* its connect is never accepted: it fails after the plugin's timeout */
     sleep(45);
     _exit(0);
   }
+  setenv("NNS_TEST_ACCEPT_STUCK", "1", 1);
   pthread_t stuck;
   pthread_create(&stuck, NULL, receiveNeverSent, NULL);
   usleep(300000);

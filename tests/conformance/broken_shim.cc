@@ -118,6 +118,20 @@ std::set<GroupRequest*> gGroups;
 bool gSendPoolExhausted = false;
 #endif
 
+#ifdef NNS_BUG_DIES_IN_CONNECT
+// Not a plugin's mistake: a test double for a rank that dies (a crash, the OOM killer) while its communicator makes
+// its connections, a moment nothing real can be timed to hit. The process whose NNS_RANK is $NNS_TEST_DYING_RANK ends
+// at its first connect or accept, whichever comes first: after its handles went out, and 200 ms later, so that the
+// ranks connecting to it have begun to (none is accepted), as a rank dying there leaves them.
+void dieIfDyingRank() {
+  if (const char* dying = std::getenv("NNS_TEST_DYING_RANK"), *rank = std::getenv("NNS_RANK");
+      dying != nullptr && rank != nullptr && std::strcmp(dying, rank) == 0) {
+    usleep(200000);
+    _exit(3);
+  }
+}
+#endif
+
 #ifdef NNS_BUG_BLOCKING_CLOSE_LISTEN
 // Each listener has a helper thread blocked in accept(2) on a side socket; closeListen joins it without waking it
 // (no shutdown of the socket), so closeListen never returns.
@@ -463,12 +477,7 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
   }
 #else
 #ifdef NNS_BUG_DIES_IN_CONNECT
-  // Not a plugin's mistake: a test double for a rank that dies (a crash, the OOM killer) while its communicator makes
-  // its connections, a moment nothing real can be timed to hit. The process whose NNS_RANK is $NNS_TEST_DYING_RANK
-  // ends at its first connect, after the handles were exchanged and before any peer is connected.
-  if (const char* dying = std::getenv("NNS_TEST_DYING_RANK"), *rank = std::getenv("NNS_RANK");
-      dying != nullptr && rank != nullptr && std::strcmp(dying, rank) == 0)
-    _exit(3);
+  dieIfDyingRank();
 #endif
 #ifdef NNS_BUG_LEAKED_ABANDONED_CONNECT
   // A connect starts on a handle whose tail (the real plugin's connect stage) is still zero.
@@ -501,7 +510,13 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t
 #ifdef NNS_NCCL_LIKE
   *devComm = nullptr;
 #endif
+#ifdef NNS_BUG_DIES_IN_CONNECT
+  dieIfDyingRank();
+#endif
 #ifdef NNS_BUG_BLOCKING_ACCEPT
+  // $NNS_TEST_ACCEPT_STUCK (a test double, set by a test once its communicator is made): an accept that never
+  // returns, for a caller whose own call is stuck inside the plugin.
+  while (std::getenv("NNS_TEST_ACCEPT_STUCK") != nullptr) sleep(1000);
   for (;;) {  // waits for a connection instead of returning NULL
     ncclResult_t result = real()->accept(listenComm, recvComm, devComm);
     if (result != ncclSuccess || *recvComm != nullptr) return result;

@@ -714,9 +714,10 @@ bool localAddress(int fd, Address* out) {
   return true;
 }
 
-// The first address of an interface that is up and not loopback (IPv4 before IPv6, no IPv6 link-local), for a rank
-// that reached rank 0 over loopback through a root host name (Debian's /etc/hosts gives the host's own name
-// 127.0.1.1): ranks on other machines reached rank 0 by that name too, and cannot reach this rank over loopback.
+// The first address of an interface that is up, running, and neither loopback nor a container's or VM's bridge
+// (IPv4 before IPv6, no IPv6 link-local), for a rank that reached rank 0 over loopback through a root host name
+// (Debian's /etc/hosts gives the host's own name 127.0.1.1): ranks on other machines reached rank 0 by that name too,
+// and cannot reach this rank over loopback.
 bool interfaceAddress(Address* out) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return false;
@@ -724,8 +725,10 @@ bool interfaceAddress(Address* out) {
   for (int family : {AF_INET, AF_INET6}) {
     for (ifaddrs* a = list; a != nullptr && !found; a = a->ifa_next) {
       if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != family || (a->ifa_flags & IFF_UP) == 0 ||
-          (a->ifa_flags & IFF_LOOPBACK) != 0)
+          (a->ifa_flags & IFF_RUNNING) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0)
         continue;
+      // Bridges of containers and VMs on this host, which other machines do not reach.
+      if (std::strncmp(a->ifa_name, "docker", 6) == 0 || std::strncmp(a->ifa_name, "virbr", 5) == 0) continue;
       if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr))
         continue;
       *out = Address{};
@@ -786,10 +789,18 @@ struct Bootstrap::PointToPoint {
 
   // Accepts what connected and reads what came, without waiting; call with `mutex` held.
   void pump(int rank, int size, uint64_t job) {
-    for (;;) {  // EAGAIN, or a failure (out of descriptors): either way the rest waits for the next call
+    for (;;) {
       const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) break;
-      incoming.push_back(Incoming{fd, -1, {}, Clock::now()});
+      if (fd >= 0) {
+        incoming.push_back(Incoming{fd, -1, {}, Clock::now()});
+        continue;
+      }
+      // Out of descriptors or memory: the peer's message would never be read, and its wait end blaming the peer.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+        fail("rank " + std::to_string(rank) +
+                 " cannot accept another rank's bootstrap connection: " + std::strerror(errno),
+             Result::kSystemError);
+      break;  // EAGAIN: nothing more now
     }
     for (size_t i = 0; i < incoming.size();) {
       Incoming& in = incoming[i];
@@ -822,6 +833,7 @@ struct Bootstrap::PointToPoint {
           continue;
         }
         in.from = hello.from;
+        gone[in.from].clear();  // a rank that reconnects after a failed send of its own
         in.buffer.erase(0, sizeof(hello));
       }
       size_t used = 0;
@@ -1282,12 +1294,16 @@ bool Bootstrap::tryRecv(int peer, uint32_t tag, std::string* data) {
              std::to_string(size_),
          Result::kInvalidUsage);
   std::lock_guard<std::mutex> lock(p2p_->mutex);
-  p2p_->pump(rank_, size_, job_);
-  if (auto it = p2p_->inbox.find({peer, tag}); it != p2p_->inbox.end()) {
-    *data = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) p2p_->inbox.erase(it);
-    return true;
+  // What came already first: a caller polling many peers reads the sockets only when a message is not in.
+  for (bool pumped = false;; pumped = true) {
+    if (auto it = p2p_->inbox.find({peer, tag}); it != p2p_->inbox.end()) {
+      *data = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) p2p_->inbox.erase(it);
+      return true;
+    }
+    if (pumped) break;
+    p2p_->pump(rank_, size_, job_);
   }
   if (!p2p_->gone[peer].empty()) fail("rank " + std::to_string(peer) + " " + p2p_->gone[peer], Result::kRemoteError);
   return false;
@@ -1385,6 +1401,11 @@ void Bootstrap::giveUp(int failed, const std::string& why, Result result) {
   for (int other = 1; other < size_; ++other)
     if (other != failed) tellFailure(memberSockets_[other], why);
   fail(why, result);
+}
+
+void Bootstrap::abandon(const std::string& why, Result result) {
+  if (rank_ == 0 && size_ > 1) giveUp(0, withoutPrefix(why), result);
+  fail(withoutPrefix(why), result);
 }
 
 void Bootstrap::checkPeers() {

@@ -239,7 +239,7 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     net_->finalize(ctx_);
     try {
       throw;
-    } catch (const BootstrapError& e) {  // the handle exchange: a CommError like every other failure here
+    } catch (const BootstrapError& e) {  // the layout check, the handles: a CommError like every other failure here
       throw CommError("rank " + std::to_string(rank_) + ": " + e.what(), static_cast<ncclResult_t>(e.result()));
     }
   }
@@ -271,8 +271,9 @@ void Communicator::connectRing() {
   }
 }
 
-// Both ends of a connection cut a message into the same pieces, and the handle exchange below is sized by the channel
-// count: ranks started with different settings would read each other's handles at the wrong offsets. Refused by name.
+// Both ends of a connection cut a message into the same pieces, and make their connections per channel: ranks started
+// with different settings would cut messages differently, or wait for connections the others never make. Refused
+// by name.
 void Communicator::checkSameLayout() {
   // The collectives' schedule knobs too, as set at creation: ranks cutting the same call by other algorithms or
   // pieces fail on the wire ("received 151428 bytes from rank 1, expected 75712"), naming neither setting.
@@ -330,14 +331,48 @@ unsigned char* Communicator::handleOf(int peer, int channel) {
   try {
     if (!bootstrap_->tryRecv(peer, static_cast<uint32_t>(channel), &handle)) return nullptr;
   } catch (const BootstrapError& e) {
-    fail(std::string("while making the connections: ") + e.what(), static_cast<ncclResult_t>(e.result()));
+    failMakingConnections(e);
   }
   if (handle.size() != NCCL_NET_HANDLE_MAXSIZE)
     fail("rank " + std::to_string(peer) + " sent a connection handle of " + std::to_string(handle.size()) +
          " bytes, not " + std::to_string(NCCL_NET_HANDLE_MAXSIZE));
   auto& stored = peerHandles_[key];
   std::memcpy(stored.data(), handle.data(), stored.size());
+  // Before the first connect: the peer accepts once this note has come (peerConnecting).
+  try {
+    bootstrap_->send(peer, static_cast<uint32_t>(channel) | kConnectingTag, std::string());
+  } catch (const BootstrapError& e) {
+    failMakingConnections(e);
+  }
   return stored.data();
+}
+
+bool Communicator::peerConnecting(int peer, int channel) {
+  const auto key = std::make_pair(peer, channel);
+  if (connectingPeers_.count(key) != 0) return true;
+  std::string note;
+  try {
+    if (!bootstrap_->tryRecv(peer, static_cast<uint32_t>(channel) | kConnectingTag, &note)) return false;
+  } catch (const BootstrapError& e) {
+    failMakingConnections(e);
+  }
+  connectingPeers_.insert(key);
+  return true;
+}
+
+void Communicator::failMakingConnections(const BootstrapError& e) {
+  // At creation, where every rank makes its connections on its way to the same all-gather: a peer that died is named
+  // as rank 0 sees it (its closed bootstrap connection), and rank 0 tells every rank why it gives up, so that the
+  // others do not hear only that rank 0 left.
+  if (watchingBootstrap_) {
+    try {
+      bootstrap_->checkPeers();
+      bootstrap_->abandon(e.what(), e.result());
+    } catch (const BootstrapError& seen) {
+      fail(std::string("while making the connections: ") + seen.what(), static_cast<ncclResult_t>(seen.result()));
+    }
+  }
+  fail(std::string("while making the connections: ") + e.what(), static_cast<ncclResult_t>(e.result()));
 }
 
 void Communicator::offerListen(int peer, int channel) {
@@ -348,7 +383,7 @@ void Communicator::offerListen(int peer, int channel) {
   try {
     bootstrap_->send(peer, static_cast<uint32_t>(channel), handle);
   } catch (const BootstrapError& e) {
-    fail(std::string("while making the connections: ") + e.what(), static_cast<ncclResult_t>(e.result()));
+    failMakingConnections(e);
   }
 }
 
@@ -362,6 +397,11 @@ void Communicator::registerSlots(Connection& conn, bool sending, int peer) {
 }
 
 void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstrap) {
+  struct Watching {
+    bool& flag;
+    ~Watching() { flag = false; }
+  } watching{watchingBootstrap_};
+  watchingBootstrap_ = watchBootstrap;
   auto deadline = Clock::now() + options_.timeout;
   auto watched = Clock::now();
   for (const auto& key : keys)
@@ -386,6 +426,10 @@ void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstr
             p2p ? "connect (send/recv)" : "connect", key.peer);
     } else {
       offerListen(key.peer, key.channel);
+      // Accepting only once the peer says it connects: over a plugin whose accept blocks until the peer connects
+      // (NCCL's does not block, not every vendor's is so), an accept before that could wait for good while this
+      // rank's own connects, which the peer may be waiting for, are never made.
+      if (!peerConnecting(key.peer, key.channel)) return false;
       void*& listen = listenComms_[static_cast<size_t>(key.peer) * connectionChannels() + key.channel];
       check(net_->accept(listen, &conn.comm, &deviceHandle), p2p ? "accept (send/recv)" : "accept", key.peer);
       // Accepted: the listen has served its one connection (NCCL closes it there too).
@@ -398,30 +442,14 @@ void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstr
     registerSlots(conn, key.sending, key.peer);
     return true;
   };
-  // Whether `key` (a send) has its peer's handle: connected, or able to connect.
-  auto handleIn = [&](const ConnKey& key) {
-    return connections_[key].comm != nullptr || peerHandles_.count({key.peer, key.channel}) != 0;
-  };
   for (;;) {
     bool all = true;
-    bool handlesIn = true;
-    // Sends first, and accepts only once every send here could connect: over a plugin whose accept blocks until the
-    // peer connects (NCCL's is nonblocking, not every vendor's), two ranks each accepting before connecting would
-    // wait for each other for good.
     for (const auto& key : keys) {
-      if (!key.sending || advance(key)) continue;
+      if (advance(key)) continue;
       all = false;
-      handlesIn = handlesIn && handleIn(key);
       // Two ranks that each send to the other before receiving (outside a group) each wait here for the other's
       // accept: accepting the peer's send/recv connection meanwhile lets both connections be made.
-      if (key.channel == p2pChannel()) {
-        offerListen(key.peer, key.channel);
-        if (handleIn(key)) advance({key.peer, key.channel, false});
-      }
-    }
-    for (const auto& key : keys) {
-      if (key.sending) continue;
-      if (handlesIn ? !advance(key) : connections_[key].comm == nullptr) all = false;
+      if (key.sending && key.channel == p2pChannel()) advance({key.peer, key.channel, false});
     }
     if (all) return;
     if (failed_.load()) fail("aborted: " + asyncError(), asyncResult());

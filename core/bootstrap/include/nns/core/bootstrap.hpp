@@ -108,6 +108,11 @@ class Bootstrap {
   // for good (after the last all-gather), nor beside another thread's all-gather.
   void checkPeers();
 
+  // Gives up on the job for `why` (a point-to-point failure while every rank makes its connections): rank 0 tells
+  // every rank, which then fails with its reason at its next all-gather or checkPeers; every rank throws
+  // BootstrapError(`result`). Same restrictions as checkPeers.
+  [[noreturn]] void abandon(const std::string& why, BootstrapError::Result result);
+
   // Point to point, for what one rank has for one other only (a plugin connection handle, made when the connection
   // is: the all-gather would move every rank's handles to every rank, size x size of them). Each rank listens on a
   // port of its own, announced at the rendezvous; a rank's messages to a peer travel on one connection, opened at its

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -390,6 +391,14 @@ class Communicator {
   unsigned char* handleOf(int peer, int channel);
   // Listens for `peer`'s connection on `channel` and sends it the handle, once per connection.
   void offerListen(int peer, int channel);
+  // Whether `peer` has said it connects to this rank on `channel` (it sends so once it has the handle, before its
+  // first connect): this rank's accept waits for that.
+  bool peerConnecting(int peer, int channel);
+  // A point-to-point failure of the bootstrap while making connections, as a CommError (see the definition).
+  [[noreturn]] void failMakingConnections(const BootstrapError& e);
+  bool watchingBootstrap_ = false;  // establish(..., watchBootstrap = true) is running
+  // The bootstrap tag of that note: the channel's, with the top bit set.
+  static constexpr uint32_t kConnectingTag = 0x80000000u;
   int deviceOf(int channel) const { return (options_.device + channel) % std::max(devices_, 1); }
   int connectionChannels() const { return options_.channels + 1; }  // the collectives' and p2pChannel()
 
@@ -403,6 +412,7 @@ class Communicator {
   std::vector<void*> listenComms_;  // [peer * channels + channel]: where that peer connects to this rank, until it has
   // The handles peers sent this rank, by (peer, channel), each kept where connect's calls find it again.
   std::map<std::pair<int, int>, std::array<unsigned char, NCCL_NET_HANDLE_MAXSIZE>> peerHandles_;
+  std::set<std::pair<int, int>> connectingPeers_;  // (peer, channel) whose peerConnecting note has come
   std::map<ConnKey, Connection> connections_;
   std::vector<unsigned char> scratch_;
   // run()'s per-plan state, kept with its storage from call to call: each flow's connection and where its pieces
