@@ -1179,6 +1179,10 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
       fail("rank " + std::to_string(r) + "'s point-to-point address is garbage", Result::kRemoteError);
     std::memcpy(&p2p_->peers[r].address, everyone[r].data() + sizeof(length), sizeof(sockaddr_storage));
     p2p_->peers[r].length = length;
+    const sa_family_t family = p2p_->peers[r].address.ss_family;
+    if (!(family == AF_INET && length == sizeof(sockaddr_in)) &&
+        !(family == AF_INET6 && length == sizeof(sockaddr_in6)))
+      fail("rank " + std::to_string(r) + "'s point-to-point address is garbage", Result::kRemoteError);
     if (everyone[r].compare(kRoom, std::string::npos, machine) == 0) ++localRanks_;
   }
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);

@@ -427,8 +427,8 @@ void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstr
     } else {
       offerListen(key.peer, key.channel);
       // Accepting only once the peer says it connects: over a plugin whose accept blocks until the peer connects
-      // (NCCL's does not block, not every vendor's is so), an accept before that could wait for good while this
-      // rank's own connects, which the peer may be waiting for, are never made.
+      // (NCCL's must not; a vendor's first version sometimes does), an accept before that could wait for good while
+      // this rank's own connects, which the peer may be waiting for, are never made.
       if (!peerConnecting(key.peer, key.channel)) return false;
       void*& listen = listenComms_[static_cast<size_t>(key.peer) * connectionChannels() + key.channel];
       check(net_->accept(listen, &conn.comm, &deviceHandle), p2p ? "accept (send/recv)" : "accept", key.peer);
@@ -468,9 +468,11 @@ void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstr
       bool p2p = false;
       for (const auto& key : keys) {
         if (connections_[key].comm != nullptr) continue;
-        missing += std::string(missing.empty() ? "" : ", ") + (key.sending ? "to" : "from") + " rank " +
-                   std::to_string(key.peer) + (key.channel == p2pChannel() ? " (send/recv)" : "") +
-                   (key.sending && peerHandles_.count({key.peer, key.channel}) == 0 ? " (it sent no handle)" : "");
+        missing +=
+            std::string(missing.empty() ? "" : ", ") + (key.sending ? "to" : "from") + " rank " +
+            std::to_string(key.peer) + (key.channel == p2pChannel() ? " (send/recv)" : "") +
+            (key.sending && peerHandles_.count({key.peer, key.channel}) == 0 ? " (it sent no handle)" : "") +
+            (!key.sending && connectingPeers_.count({key.peer, key.channel}) == 0 ? " (it did not connect)" : "");
         p2p = p2p || key.channel == p2pChannel();
       }
       fail("connections not made within " + std::to_string(options_.timeout.count()) + " ms: " + missing +
