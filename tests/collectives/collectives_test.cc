@@ -634,7 +634,7 @@ TEST(Bootstrap, PointToPointRefusesWhatItCannotDo) {
   std::vector<std::string> said;
   const auto errors = onEveryBootstrapRank(2, [&](core::Bootstrap& bootstrap, int rank) {
     if (rank == 0) {
-      for (auto attempt : std::vector<std::function<void()>>{
+      for (const auto& attempt : std::vector<std::function<void()>>{
                [&] { bootstrap.send(0, 1, "to itself"); }, [&] { bootstrap.send(2, 1, "out of range"); },
                [&] { bootstrap.send(1, 1, std::string((64u << 10) + 1, 'x')); }}) {
         try {
