@@ -394,11 +394,11 @@ class Communicator {
   // Whether `peer` has said it connects to this rank on `channel` (it sends so once it has the handle, before its
   // first connect): this rank's accept waits for that.
   bool peerConnecting(int peer, int channel);
+  // The bootstrap tag of that note: the channel's, with the top bit set.
+  static constexpr uint32_t kConnectingTag = 0x80000000u;
   // A point-to-point failure of the bootstrap while making connections, as a CommError (see the definition).
   [[noreturn]] void failMakingConnections(const BootstrapError& e);
   bool watchingBootstrap_ = false;  // establish(..., watchBootstrap = true) is running
-  // The bootstrap tag of that note: the channel's, with the top bit set.
-  static constexpr uint32_t kConnectingTag = 0x80000000u;
   int deviceOf(int channel) const { return (options_.device + channel) % std::max(devices_, 1); }
   int connectionChannels() const { return options_.channels + 1; }  // the collectives' and p2pChannel()
 
