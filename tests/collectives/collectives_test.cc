@@ -406,8 +406,9 @@ std::string bootstrapRankOne(core::LaunchInfo root, std::chrono::milliseconds ti
   return "";
 }
 
-// A plain TCP connection to the root port once rank 0 listens (-1 if it never does within 2 s).
-int connectToRootPort(int port) {
+// A plain TCP connection to 127.0.0.1:port (the root port, a rank's point-to-point port) once something listens there
+// (-1 if nothing does within 2 s).
+int connectToLoopbackPort(int port) {
   for (int attempt = 0; attempt < 200; ++attempt) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address{};
@@ -430,7 +431,7 @@ TEST(Bootstrap, AStrangerOnTheRootPortIsTurnedAwayAndTheRealRankStillJoins) {
   std::string rootError;
   std::thread rankZero = bootstrapRankZero(root, std::chrono::milliseconds(10000), &rootError);
   // The stranger: claims rank 1 of a 3-rank job.
-  int stranger = connectToRootPort(root.rootPort);
+  int stranger = connectToLoopbackPort(root.rootPort);
   if (stranger < 0) rankZero.join();
   ASSERT_GE(stranger, 0);
   const int32_t claim[4] = {1, 3, 0, 0};  // rank, size, job (64 bits)
@@ -451,7 +452,7 @@ TEST(Bootstrap, ASilentConnectionOnTheRootPortHoldsUpNoRank) {
   std::thread rankZero = bootstrapRankZero(root, std::chrono::milliseconds(20000), &rootError);
   std::vector<int> silent;
   for (int i = 0; i < 3; ++i)
-    if (int fd = connectToRootPort(root.rootPort); fd >= 0) silent.push_back(fd);
+    if (int fd = connectToLoopbackPort(root.rootPort); fd >= 0) silent.push_back(fd);
   usleep(100000);  // rank 0 has accepted them before rank 1 comes
   const auto start = std::chrono::steady_clock::now();
   std::string oneError = bootstrapRankOne(root, std::chrono::milliseconds(20000));
@@ -494,19 +495,9 @@ std::string recvWithin(core::Bootstrap& bootstrap, int peer, uint32_t tag) {
   return "";
 }
 
-// A connection to a rank's point-to-point listener ("127.0.0.1:port"), or -1.
-int connectToPointToPoint(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
-  if (inet_pton(AF_INET, address.substr(0, colon).c_str(), &to.sin_addr) != 1) return -1;
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
+// The port of a rank's point-to-point address ("127.0.0.1:40123").
+int portOf(const std::string& address) {
+  return std::stoi(address.substr(address.rfind(':') + 1));
 }
 
 }  // namespace
@@ -603,7 +594,7 @@ TEST(Bootstrap, StrangersOnThePointToPointPortAreClosedUnread) {
       otherJob += "fake";
       for (const std::string& bytes :
            {std::string("GET / HTTP/1.1\r\n\r\nmore bytes than a hello, and then some"), otherJob}) {
-        const int fd = connectToPointToPoint(address);
+        const int fd = connectToLoopbackPort(portOf(address));
         ASSERT_GE(fd, 0) << address;
         ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
         strangers.push_back(fd);
@@ -628,6 +619,38 @@ TEST(Bootstrap, StrangersOnThePointToPointPortAreClosedUnread) {
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
   EXPECT_EQ(closedUnread.load(), 2);
+}
+
+// A connection that says it is rank 1 of this job (the tests' ranks have no job id) and then announces a message over
+// the limit: rank 1 is taken to have broken the rules, and a receive from it fails naming the size, rather than
+// waiting for 1 GiB.
+TEST(Bootstrap, AnOversizedPointToPointMessageIsAnErrorNamingItsSize) {
+  std::string error;
+  const auto errors = onEveryBootstrapRank(2, [&](core::Bootstrap& bootstrap, int rank) {
+    if (rank == 0) {
+      const int fd = connectToLoopbackPort(portOf(bootstrap.pointToPointAddress()));
+      ASSERT_GE(fd, 0);
+      const uint32_t bytes[8] = {0x4e4e5350, 3, 0, 0, 1, 0, 9, 1u << 30};  // hello from 1 to 0, a frame of 1 GiB
+      ASSERT_EQ(::send(fd, bytes, sizeof(bytes), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(bytes)));
+      std::string data;
+      for (auto start = std::chrono::steady_clock::now();
+           error.empty() && std::chrono::steady_clock::now() - start < std::chrono::seconds(10); usleep(1000)) {
+        try {
+          bootstrap.tryRecv(1, 9, &data);
+        } catch (const core::BootstrapError& e) {
+          EXPECT_EQ(e.result(), core::BootstrapError::kRemoteError);
+          error = e.what();
+        }
+      }
+      close(fd);
+    }
+    bootstrap.barrier();
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_NE(error.find("rank 1 sent a point-to-point message announced as 1073741824 bytes, over the 64 KiB"),
+            std::string::npos)
+      << error;
 }
 
 TEST(Bootstrap, PointToPointRefusesWhatItCannotDo) {
