@@ -450,7 +450,13 @@ class SocketNet {
     return ncclInvalidArgument;
   }
 
-  static ncclResult_t connectFailed(PendingConnect* pending, const std::string& what) {
+  // `here`: the failure was on this host (no socket could be opened), not on the way to the peer.
+  static ncclResult_t connectFailed(PendingConnect* pending, const std::string& what, bool here = false) {
+    if (here) {
+      NCCL_NET_WARN("connect to %s failed on this host: %s", pending->target.controlAddress.toString().c_str(),
+                    what.c_str());
+      return ncclSystemError;
+    }
     // A loopback address in the handle reaches the peer only on its own host: say so, since across hosts the
     // symptom is a refused or silent connect to this host's own loopback.
     const char* hint = pending->target.controlAddress.isLoopback()
@@ -476,7 +482,7 @@ class SocketNet {
       if (p->controlFd < 0) {
         sdk::IoStatus status = p->control.progress();
         if (status == sdk::IoStatus::kWouldBlock) return ncclSuccess;
-        if (status != sdk::IoStatus::kDone) return connectFailed(p, p->control.error());
+        if (status != sdk::IoStatus::kDone) return connectFailed(p, p->control.error(), p->control.failedHere());
         p->controlFd = p->control.release();
         configureSocket(p->controlFd, true);
       }
@@ -528,7 +534,8 @@ class SocketNet {
           continue;
         }
         if (status != sdk::IoStatus::kDone)
-          return connectFailed(p, "data socket " + std::to_string(i) + ": " + p->data[i]->error());
+          return connectFailed(p, "data socket " + std::to_string(i) + ": " + p->data[i]->error(),
+                               p->data[i]->failedHere());
         p->dataFds[i] = p->data[i]->release();
         configureSocket(p->dataFds[i], true);
       }

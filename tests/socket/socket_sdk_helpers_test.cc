@@ -2,6 +2,7 @@
 // with retries and timeouts, and the send/receive helpers' end-of-stream and error reporting.
 #include <dlfcn.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -189,6 +190,32 @@ TEST(SocketConnector, GivesUpAfterTheTimeoutWithTheAddressInTheError) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
   EXPECT_NE(connector.error().find("timed out"), std::string::npos) << connector.error();
   EXPECT_NE(connector.error().find(bound.toString()), std::string::npos) << connector.error();
+  EXPECT_FALSE(connector.failedHere()) << "the peer was tried: a network failure";
+}
+
+// Out of descriptors, no socket is opened: the connect fails at once, as this host's failure (a plugin returns
+// ncclSystemError for it, not ncclRemoteError with a hint about the peer's address).
+TEST(SocketConnector, NoSocketIsAFailureOfThisHost) {
+  std::string error;
+  sdk::SocketAddress bound{};
+  int listener = sdk::listenTcp(sdk::SocketAddress::loopback(AF_INET), 1, &bound, &error);
+  ASSERT_GE(listener, 0) << error;
+  rlimit limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  rlimit none = limit;
+  none.rlim_cur = 3;  // every new descriptor's number would be 3 or more: EMFILE
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &none), 0);
+  sdk::TcpConnector connector;
+  connector.start(bound, sdk::SocketAddress{}, std::chrono::seconds(10), std::chrono::milliseconds(20));
+  const sdk::IoStatus status = connector.progress();
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &limit), 0);
+  EXPECT_EQ(status, sdk::IoStatus::kFailed);
+  EXPECT_TRUE(connector.failedHere());
+  EXPECT_NE(connector.error().find("Too many open files"), std::string::npos) << connector.error();
+  // Started again, the flag is cleared with the rest.
+  connector.start(bound, sdk::SocketAddress{}, std::chrono::seconds(10), std::chrono::milliseconds(20));
+  EXPECT_FALSE(connector.failedHere());
+  close(listener);
 }
 
 TEST(SocketIo, PartialProgressThenEndOfStream) {

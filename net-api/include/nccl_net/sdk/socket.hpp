@@ -371,6 +371,7 @@ class TcpConnector {
     deadline_ = Clock::now() + timeout;
     nextAttempt_ = Clock::now();
     attempts_ = 0;
+    failedHere_ = false;
     started_ = true;
   }
 
@@ -414,6 +415,9 @@ class TcpConnector {
     started_ = false;
   }
   const std::string& error() const { return error_; }
+  // Whether the failure was on this host (no socket: out of descriptors, or a source address that cannot be bound):
+  // the peer was never tried, and the error is the caller's (ncclSystemError), not the network's.
+  bool failedHere() const { return failedHere_; }
   int attempts() const { return attempts_; }
   const SocketAddress& remote() const { return remote_; }
 
@@ -421,7 +425,10 @@ class TcpConnector {
   IoStatus attempt() {
     ++attempts_;
     fd_ = openTcpSocket(remote_.family(), &error_);
-    if (fd_ < 0) return IoStatus::kFailed;
+    if (fd_ < 0) {
+      failedHere_ = true;
+      return IoStatus::kFailed;
+    }
     if (local_.valid() && local_.family() == remote_.family()) {
       SocketAddress source = local_;
       source.setPort(0);
@@ -432,6 +439,7 @@ class TcpConnector {
       (void)setsockopt(fd_, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
       if (bind(fd_, source.get(), source.length()) != 0) {
         error_ = "bind(" + source.toString() + ") before connecting to " + remote_.toString() + ": " + errnoText(errno);
+        failedHere_ = true;
         reset();
         started_ = true;
         return IoStatus::kFailed;
@@ -473,6 +481,7 @@ class TcpConnector {
   int attempts_ = 0;
   bool started_ = false;
   bool connected_ = false;
+  bool failedHere_ = false;
   std::string error_;
 };
 
