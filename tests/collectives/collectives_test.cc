@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,6 +30,7 @@
 #include "free_port.hpp"
 #include "nns/coll/collectives.hpp"
 #include "nns/core/bootstrap.hpp"
+#include "nns/core/descriptors.hpp"
 
 using namespace nns;
 
@@ -676,6 +678,83 @@ TEST(Bootstrap, PointToPointRefusesWhatItCannotDo) {
   EXPECT_NE(said[0].find("rank 0 sending to rank 0: not another rank of 2"), std::string::npos) << said[0];
   EXPECT_NE(said[1].find("rank 0 sending to rank 2: not another rank of 2"), std::string::npos) << said[1];
   EXPECT_NE(said[2].find("a message of 65537 bytes, over the 64 KiB"), std::string::npos) << said[2];
+}
+
+namespace {
+
+// Runs `body` in a child process, since the descriptor limit it changes is the process's; the child's exit status is
+// 0 where every check held, and it says on stderr what did not.
+int exitStatusOf(const std::function<bool()>& body) {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(body() ? 0 : 1);
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+#define CHILD_EXPECT(condition)                                                     \
+  do {                                                                              \
+    if (!(condition)) {                                                             \
+      std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #condition); \
+      return false;                                                                 \
+    }                                                                               \
+  } while (0)
+
+// Sets the soft descriptor limit (and the hard one, where given); false where the kernel refuses.
+bool setDescriptorLimit(rlim_t soft, rlim_t hard = 0) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return false;
+  limit.rlim_cur = soft;
+  if (hard > 0) limit.rlim_max = hard;
+  return setrlimit(RLIMIT_NOFILE, &limit) == 0;
+}
+
+bool hardDescriptorLimitAtLeast(rlim_t needed) {
+  rlimit limit{};
+  return getrlimit(RLIMIT_NOFILE, &limit) == 0 && (limit.rlim_max == RLIM_INFINITY || limit.rlim_max >= needed);
+}
+
+}  // namespace
+
+TEST(Descriptors, TheSoftLimitIsRaisedForWhatIsAskedNeverPastTheHardLimit) {
+  if (!hardDescriptorLimitAtLeast(1024)) GTEST_SKIP() << "the hard descriptor limit here is under 1024";
+  EXPECT_EQ(exitStatusOf([] {
+              unsetenv("NNS_RAISE_FD_LIMIT");
+              CHILD_EXPECT(setDescriptorLimit(64));
+              const core::DescriptorRoom room = core::reserveDescriptors(200);
+              CHILD_EXPECT(room.open > 0 && room.before == 64);
+              CHILD_EXPECT(room.raised() && room.enough);
+              CHILD_EXPECT(room.soft >= static_cast<rlim_t>(room.open) + 200);
+              rlimit now{};
+              CHILD_EXPECT(getrlimit(RLIMIT_NOFILE, &now) == 0 && now.rlim_cur == room.soft);
+              // Within the room made: left as it is.
+              const core::DescriptorRoom again = core::reserveDescriptors(10);
+              CHILD_EXPECT(!again.raised() && again.enough && again.soft == room.soft);
+              // A hard limit below what is asked: raised up to it, and not enough.
+              CHILD_EXPECT(setDescriptorLimit(64, 100));
+              const core::DescriptorRoom capped = core::reserveDescriptors(200);
+              CHILD_EXPECT(capped.raised() && capped.soft == 100 && !capped.enough);
+              const std::string use = core::descriptorUse();
+              CHILD_EXPECT(use.find("of 100 descriptors open (ulimit -n 100, hard limit 100)") != std::string::npos);
+              return true;
+            }),
+            0);
+}
+
+TEST(Descriptors, NoRaiseLeavesTheLimitAndSaysThereIsNoRoom) {
+  EXPECT_EQ(exitStatusOf([] {
+              setenv("NNS_RAISE_FD_LIMIT", "0", 1);
+              CHILD_EXPECT(setDescriptorLimit(64));
+              const core::DescriptorRoom room = core::reserveDescriptors(200);
+              CHILD_EXPECT(!room.raised() && !room.enough && room.soft == 64);
+              CHILD_EXPECT(!core::nearDescriptorLimit());
+              // Near the limit once that many are open.
+              std::vector<int> held;
+              while (!core::nearDescriptorLimit() && held.size() < 64) held.push_back(dup(0));
+              CHILD_EXPECT(core::nearDescriptorLimit());
+              return true;
+            }),
+            0);
 }
 
 namespace {

@@ -26,10 +26,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
+
+#include "nns/core/descriptors.hpp"
 
 namespace nns::core {
 
@@ -796,9 +799,9 @@ struct Bootstrap::PointToPoint {
         continue;
       }
       // Out of descriptors or memory: the peer's message would never be read, and its wait end blaming the peer.
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
-        fail("rank " + std::to_string(rank) +
-                 " cannot accept another rank's bootstrap connection: " + std::strerror(errno),
+      if (const int err = errno; err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM)
+        fail("rank " + std::to_string(rank) + " cannot accept another rank's bootstrap connection: " +
+                 std::strerror(err) + (err == EMFILE ? " (" + descriptorUse() + ")" : ""),
              Result::kSystemError);
       break;  // EAGAIN: nothing more now
     }
@@ -876,6 +879,7 @@ Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
     fail("no root address: host \"" + info.rootHost + "\", port " + std::to_string(info.rootPort) +
              " (LaunchInfo's rootHost and rootPort, 1..65535)",
          Result::kInvalidUsage);
+  reserveRoom();
   try {
     rendezvous(info);
   } catch (const std::exception& e) {
@@ -890,6 +894,24 @@ Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
     rootSocket_ = -1;
     throw;
   }
+}
+
+void Bootstrap::reserveRoom() const {
+  // Rank 0 holds a connection to every rank; point-to-point messages take up to one connection per peer each way
+  // (rarely: the communicator's connections are to its neighbours), and what a rank does besides needs some more.
+  const size_t peers = static_cast<size_t>(size_) - 1;
+  const size_t want = (rank_ == 0 ? 2 * peers : peers) + 64;
+  const DescriptorRoom room = reserveDescriptors(want);
+  if (room.raised() && debugInfo())
+    std::fprintf(
+        stderr, "nns bootstrap: rank %d raised its descriptor limit (ulimit -n) from %llu to %llu for %d ranks\n",
+        rank_, static_cast<unsigned long long>(room.before), static_cast<unsigned long long>(room.soft), size_);
+  // Only rank 0 is sure to need them: said there, where a job that then fails accepting ranks is explained.
+  if (!room.enough && rank_ == 0)
+    std::fprintf(stderr, "nns bootstrap: rank 0 may run out of descriptors: %d ranks take about %zu more, and %s; %s\n",
+                 size_, want, descriptorUse().c_str(),
+                 room.soft < room.hard ? "raise ulimit -n where the job starts, or unset NNS_RAISE_FD_LIMIT=0"
+                                       : "raise the hard limit (ulimit -Hn) where the job starts");
 }
 
 void Bootstrap::rendezvous(const LaunchInfo& info) {
@@ -1028,9 +1050,14 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
     const size_t maxPending = std::max<size_t>(64, 2 * static_cast<size_t>(size_));
     Clock::time_point acceptPausedUntil{};
     std::string acceptProblem;
+    // Since when every accept has failed for want of descriptors: nothing this rank does frees one, so after a while
+    // it gives up, rather than at the timeout.
+    std::optional<Clock::time_point> outOfDescriptorsSince;
+    constexpr auto kOutOfDescriptorsFor = std::chrono::seconds(3);
     while (arrived < size_) {
       const auto now = Clock::now();
-      if (now >= deadline) {
+      const bool outOfDescriptors = outOfDescriptorsSince && now - *outOfDescriptorsSince >= kOutOfDescriptorsFor;
+      if (now >= deadline || outOfDescriptors) {
         for (const auto& p : pending) close(p.fd);
         std::string missing, refused;
         // Appended piece by piece: g++ 12 warns (-Wrestrict, a false positive) on "literal" + std::string&&.
@@ -1041,8 +1068,14 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
         }
         for (const auto& one : turnedAway) refused += (refused.empty() ? "" : "; ") + one;
         close(listener);
-        fail("rank(s) " + missing + " did not arrive within " + std::to_string(timeout_.count()) + " ms at " +
-                 listening + " (ranks from " + info.source + ")" +
+        const std::string where = " at " + listening + " (ranks from " + info.source + ")";
+        if (outOfDescriptors)
+          fail("rank(s) " + missing + " could not join" + where + ": rank 0, which keeps a connection to every rank, " +
+                   "could not accept one for " +
+                   std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kOutOfDescriptorsFor).count()) +
+                   " s: " + acceptProblem,
+               Result::kSystemError);
+        fail("rank(s) " + missing + " did not arrive within " + std::to_string(timeout_.count()) + " ms" + where +
                  (refused.empty() ? std::string() : "; turned away: " + refused) +
                  (acceptProblem.empty() ? std::string() : "; accepting failed: " + acceptProblem),
              refusedForSettings ? Result::kInvalidUsage : Result::kRemoteError);
@@ -1081,14 +1114,16 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
       if (fds[0].revents & POLLIN) {
         int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
         if (fd >= 0) {
+          outOfDescriptorsSince.reset();
           if (pending.size() >= maxPending) {
             admit(pending.front().fd, pending.front().join, false);
             pending.erase(pending.begin());
           }
           pending.push_back(Pending{fd, Clock::now()});
-        } else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          acceptProblem = std::strerror(errno);
+        } else if (const int err = errno; err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+          acceptProblem = std::string(std::strerror(err)) + (err == EMFILE ? " (" + descriptorUse() + ")" : "");
           acceptPausedUntil = Clock::now() + std::chrono::milliseconds(100);
+          if (err == EMFILE && !outOfDescriptorsSince) outOfDescriptorsSince = Clock::now();
         }
       }
     }

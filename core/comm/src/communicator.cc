@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "nns/core/descriptors.hpp"
+
 namespace nns::core {
 
 namespace {
@@ -146,8 +148,9 @@ void Communicator::check(ncclResult_t result, const char* call, int peer) {
   if (result == ncclSuccess) return;
   // The plugin's own result is the error's code; one that is not a failure NCCL defines is an internal error.
   const bool known = result > ncclSuccess && result <= ncclTimeout && result != ncclInProgress;
+  // A plugin out of descriptors seldom says so: where this process is at its limit, the error does.
   fail(std::string(net_->name()) + " " + call + (peer >= 0 ? " (peer rank " + std::to_string(peer) + ")" : "") +
-           " returned " + resultName(result),
+           " returned " + resultName(result) + (nearDescriptorLimit() ? "; " + descriptorUse() : ""),
        known ? result : ncclInternalError);
 }
 
@@ -408,6 +411,13 @@ void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstr
     if (key.peer < 0 || key.peer >= size_ || key.peer == rank_ || key.channel < 0 ||
         key.channel >= connectionChannels())
       fail("no connection to rank " + std::to_string(key.peer) + " channel " + std::to_string(key.channel));
+  // Room for the connections still to make (none on the hot path, where every one is made).
+  size_t toMake = 0;
+  for (const auto& key : keys) {
+    const auto made = connections_.find(key);
+    if (made == connections_.end() || made->second.comm == nullptr) ++toMake;
+  }
+  if (toMake > 0) reserveRoomFor(toMake);
   // Every listen first, its handle sent at once: a peer may be waiting for it before it can accept anything of ours.
   for (const auto& key : keys)
     if (!key.sending && connections_[key].comm == nullptr) offerListen(key.peer, key.channel);
@@ -482,6 +492,18 @@ void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstr
     }
     sched_yield();
   }
+}
+
+void Communicator::reserveRoomFor(size_t connections) {
+  // A listen while it waits, and the plugin's sockets: the socket plugin's take one and its data sockets (one or two
+  // by default, NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD where set, up to 64). A higher soft limit costs nothing
+  // until descriptors are open: 16 each leaves room for what jobs commonly set.
+  constexpr size_t kDescriptorsPerConnection = 16;
+  const DescriptorRoom room = reserveDescriptors(connections * kDescriptorsPerConnection);
+  if (room.raised())
+    hostLogger(NCCL_LOG_INFO, NCCL_INIT, __FILE__, __LINE__,
+               "NET/nns : raised the descriptor limit (ulimit -n) from %llu to %llu for %zu connection(s)",
+               static_cast<unsigned long long>(room.before), static_cast<unsigned long long>(room.soft), connections);
 }
 
 void Communicator::releaseSlots(Connection& conn) {

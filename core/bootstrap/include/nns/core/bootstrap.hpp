@@ -131,6 +131,7 @@ class Bootstrap {
 
  private:
   void rendezvous(const LaunchInfo& info);
+  void reserveRoom() const;  // raises the descriptor limit to what this rank's bootstrap connections may take
   // Opens this rank's point-to-point listener (after the join) and returns what the rendezvous announces of it.
   std::string listenPointToPoint(bool rootNamed);
   // Rank 0 giving up: every member but `failed` (0: none) is told why, then this rank throws it.

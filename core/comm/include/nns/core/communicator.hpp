@@ -373,6 +373,7 @@ class Communicator {
   void connectRing();  // connects the ring (constructor)
   // `watchBootstrap`: while every rank is on its way to the next all-gather (creation), a dead rank fails it early.
   void establish(const std::vector<ConnKey>& keys, bool watchBootstrap = false);
+  void reserveRoomFor(size_t connections);  // raises the descriptor limit for as many connections to make
   void registerSlots(Connection& conn, bool sending, int peer);
   void closeConnections();
   void releaseSlots(Connection& conn);
