@@ -1,6 +1,7 @@
 // collectives_test.cc: 16-bit float rounding, launcher environments, and failures that must surface as errors in
 // bounded time: a rank that never arrives, a rank killed mid-collective.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -686,7 +687,13 @@ namespace {
 // 0 where every check held, and it says on stderr what did not.
 int exitStatusOf(const std::function<bool()>& body) {
   const pid_t pid = fork();
-  if (pid == 0) _exit(body() ? 0 : 1);
+  if (pid == 0) {
+    try {
+      _exit(body() ? 0 : 1);
+    } catch (...) {
+      _exit(2);  // never back into the test runner in the child
+    }
+  }
   int status = 0;
   if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -750,7 +757,11 @@ TEST(Descriptors, NoRaiseLeavesTheLimitAndSaysThereIsNoRoom) {
               CHILD_EXPECT(!core::nearDescriptorLimit());
               // Near the limit once that many are open.
               std::vector<int> held;
-              while (!core::nearDescriptorLimit() && held.size() < 64) held.push_back(dup(0));
+              while (!core::nearDescriptorLimit() && held.size() < 64) {
+                const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+                CHILD_EXPECT(fd >= 0);
+                held.push_back(fd);
+              }
               CHILD_EXPECT(core::nearDescriptorLimit());
               return true;
             }),

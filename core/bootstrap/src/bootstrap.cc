@@ -205,7 +205,9 @@ std::string machineId() {
 }
 
 // Tells a rank that joined why rank 0 gives up, so it fails with the reason rather than a reset connection. Best
-// effort: a rank that is gone or not reading is not waited for.
+// effort: a rank that is gone or not reading is not waited for. What the rank sent and rank 0 has not read (its part
+// of an all-gather rank 0 never reached) is read and dropped: closed with unread bytes, a socket answers with a reset,
+// and the reset discards the reason still on its way.
 void tellFailure(int fd, const std::string& why) {
   try {
     const std::string text = withoutPrefix(why);
@@ -214,6 +216,9 @@ void tellFailure(int fd, const std::string& why) {
     sendAll(fd, &marker, sizeof(marker), deadline);
     sendMessage(fd, text, deadline, std::chrono::microseconds(0));
   } catch (const BootstrapError&) {
+  }
+  char unread[4096];
+  for (int reads = 0; reads < 256 && recv(fd, unread, sizeof(unread), MSG_DONTWAIT) > 0; ++reads) {
   }
 }
 
@@ -907,11 +912,15 @@ void Bootstrap::reserveRoom() const {
         stderr, "nns bootstrap: rank %d raised its descriptor limit (ulimit -n) from %llu to %llu for %d ranks\n",
         rank_, static_cast<unsigned long long>(room.before), static_cast<unsigned long long>(room.soft), size_);
   // Only rank 0 is sure to need them: said there, where a job that then fails accepting ranks is explained.
-  if (!room.enough && rank_ == 0)
+  if (!room.enough && rank_ == 0) {
+    const char* raise = std::getenv("NNS_RAISE_FD_LIMIT");
     std::fprintf(stderr, "nns bootstrap: rank 0 may run out of descriptors: %d ranks take about %zu more, and %s; %s\n",
                  size_, want, descriptorUse().c_str(),
-                 room.soft < room.hard ? "raise ulimit -n where the job starts, or unset NNS_RAISE_FD_LIMIT=0"
-                                       : "raise the hard limit (ulimit -Hn) where the job starts");
+                 room.soft >= room.hard ? "raise the hard limit (ulimit -Hn) where the job starts"
+                 : raise != nullptr && std::strcmp(raise, "0") == 0
+                     ? "raise ulimit -n where the job starts, or unset NNS_RAISE_FD_LIMIT=0"
+                     : "raise ulimit -n where the job starts (this rank could not)");
+  }
 }
 
 void Bootstrap::rendezvous(const LaunchInfo& info) {
@@ -1050,13 +1059,15 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
     const size_t maxPending = std::max<size_t>(64, 2 * static_cast<size_t>(size_));
     Clock::time_point acceptPausedUntil{};
     std::string acceptProblem;
-    // Since when every accept has failed for want of descriptors: nothing this rank does frees one, so after a while
-    // it gives up, rather than at the timeout.
+    // Since when every accept has failed for want of descriptors. Once no connection waits to speak (turning one away
+    // frees its descriptor, and the next accept then succeeds), nothing this rank does frees one: after a while it
+    // gives up, rather than at the timeout.
     std::optional<Clock::time_point> outOfDescriptorsSince;
     constexpr auto kOutOfDescriptorsFor = std::chrono::seconds(3);
     while (arrived < size_) {
       const auto now = Clock::now();
-      const bool outOfDescriptors = outOfDescriptorsSince && now - *outOfDescriptorsSince >= kOutOfDescriptorsFor;
+      const bool outOfDescriptors =
+          outOfDescriptorsSince && pending.empty() && now - *outOfDescriptorsSince >= kOutOfDescriptorsFor;
       if (now >= deadline || outOfDescriptors) {
         for (const auto& p : pending) close(p.fd);
         std::string missing, refused;

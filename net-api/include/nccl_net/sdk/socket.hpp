@@ -424,6 +424,7 @@ class TcpConnector {
  private:
   IoStatus attempt() {
     ++attempts_;
+    failedHere_ = false;  // said of the last attempt only
     fd_ = openTcpSocket(remote_.family(), &error_);
     if (fd_ < 0) {
       failedHere_ = true;
