@@ -2,6 +2,7 @@
 #include "ib_devices.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 
 #include <cerrno>
 #include <cstring>
@@ -43,6 +44,11 @@ bool probeDmabuf(const Verbs& verbs, ibv_pd* pd) {
 }
 
 }  // namespace
+
+bool makeAsyncEventsNonBlocking(ibv_context* context) {
+  const int flags = fcntl(context->async_fd, F_GETFL);
+  return flags >= 0 && fcntl(context->async_fd, F_SETFL, flags | O_NONBLOCK) == 0;
+}
 
 bool gdrKernelSupport() {
   for (const char* path : {"/sys/kernel/mm/memory_peers/nv_mem/version", "/sys/module/nvidia_peermem/version",
@@ -122,6 +128,9 @@ std::vector<Port> discoverPorts(const Verbs& verbs, const DiscoveryOptions& opti
     auto* hca = new Hca;
     hca->name = hcaName;
     hca->context = context;
+    if (!makeAsyncEventsNonBlocking(context))
+      NCCL_NET_WARN("%s: its asynchronous events (port down, QP errors) stay unread: fcntl on async_fd: %s",
+                    hcaName.c_str(), std::strerror(errno));
     if (verbs.queryDevice(context, &hca->attr) != 0) {
       seen += " " + hcaName + "(ibv_query_device failed)";
       verbs.closeDevice(context);

@@ -3,7 +3,9 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,13 @@
 
 namespace nns_ib {
 
+// An asynchronous event that broke a QP, a CQ or (neither set) the whole HCA, kept for the comms that use them.
+struct AsyncFailure {
+  const void* qp = nullptr;  // the ibv_qp or ibv_cq named: compared, never read (it may be destroyed since)
+  const void* cq = nullptr;
+  std::string text;  // "IBV_EVENT_QP_FATAL (QP 0x11 on rxe0)"
+};
+
 // One opened HCA: its context and protection domain are shared by every port and every comm using it.
 struct Hca {
   std::string name;
@@ -19,7 +28,15 @@ struct Hca {
   ibv_pd* pd = nullptr;
   ibv_device_attr attr{};
   bool dmabufSupported = false;  // ibv_reg_dmabuf_mr accepted by libibverbs, the provider and the kernel
+  // Asynchronous events (ib_plugin.cc, drainAsyncEvents): the fatal ones in the order they came, and how many, which a
+  // comm compares with the count when it was made. `events` guards the list and the reading of async_fd.
+  std::mutex events;
+  std::vector<AsyncFailure> fatalEvents;
+  std::atomic<size_t> fatalCount{0};
 };
+
+// Makes the context's async_fd non-blocking, so its events are read without a thread of their own.
+bool makeAsyncEventsNonBlocking(ibv_context* context);
 
 // One active port: what the plugin calls a physical device.
 struct Port {

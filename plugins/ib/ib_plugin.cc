@@ -188,6 +188,7 @@ struct Request;
 
 struct CommDevice {
   Port* port = nullptr;
+  size_t asyncSeen = 0;  // the HCA's fatal asynchronous events this comm has looked at (those before it: all)
   ibv_cq* cq = nullptr;
   ibv_mr* controlMr = nullptr;
   // Receiver, once a GPU buffer was registered. regMr may run on another thread than the one driving the comm (NCCL
@@ -402,6 +403,7 @@ ncclResult_t reopenAfterFork() {
     ibv_context* context = nullptr;
     for (int i = 0; i < count && context == nullptr; ++i)
       if (hca->name == verbs().getDeviceName(list[i])) context = verbs().openDevice(list[i]);
+    if (context != nullptr) nns_ib::makeAsyncEventsNonBlocking(context);
     ibv_pd* pd = context != nullptr ? verbs().allocPd(context) : nullptr;
     if (pd == nullptr) {
       NCCL_NET_WARN("re-opening %s in forked process %d failed: %s", hca->name.c_str(), static_cast<int>(getpid()),
@@ -555,6 +557,7 @@ bool buildComm(Comm* comm, const NetDevice& device, int nqps, std::string* error
   for (int d = 0; d < comm->ndevs; ++d) {
     CommDevice& dev = comm->devs[d];
     dev.port = &global().ports[device.ports[d]];
+    dev.asyncSeen = dev.port->hca->fatalCount.load(std::memory_order_acquire);
     int cqDepth = std::min(qpsPerDevice * (kRecvDepth + sendDepth), dev.port->hca->attr.max_cqe);
     dev.cq = verbs().createCq(dev.port->hca->context, cqDepth, nullptr, nullptr, 0);
     if (dev.cq == nullptr) {
@@ -704,12 +707,108 @@ ncclResult_t completionError(Comm* comm, const ibv_wc& wc) {
           " on " + qpWhere(comm, wc.qp_num));
 }
 
+// ---- asynchronous events
+// An HCA reports a port going down or up, a QP or CQ in error and a device failure on its async_fd. NCCL reads them
+// on a thread per HCA; here async_fd is non-blocking and read by the calls of comms waiting on that HCA (at most every
+// kSideChannelCheckInterval per comm), so no thread outlives a dlclose or is lost across a fork. Each event is logged,
+// as NCCL's IB does, and one that breaks a QP, a CQ or the device is kept for the comms using them, which fail with it
+// named at their next check (a QP in error also fails its posted work requests, which the completion path reports).
+
+// Reads the HCA's pending events, if no other thread is reading them.
+void drainAsyncEvents(nns_ib::Hca* hca) {
+  std::unique_lock<std::mutex> lock(hca->events, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  constexpr size_t kMaxKept = 4096;  // a storm of failures keeps its first ones; the rest are logged only
+  ibv_async_event event{};
+  while (verbs().getAsyncEvent(hca->context, &event) == 0) {
+    const char* type = verbs().eventTypeStr(event.event_type);
+    char where[96];
+    nns_ib::AsyncFailure failure;
+    bool fatal = true;
+    switch (event.event_type) {
+      case IBV_EVENT_QP_FATAL:
+      case IBV_EVENT_QP_REQ_ERR:
+      case IBV_EVENT_QP_ACCESS_ERR:
+        failure.qp = event.element.qp;
+        std::snprintf(where, sizeof(where), "QP 0x%x on %s", event.element.qp->qp_num, hca->name.c_str());
+        break;
+      case IBV_EVENT_CQ_ERR:
+        failure.cq = event.element.cq;
+        std::snprintf(where, sizeof(where), "a CQ of %s", hca->name.c_str());
+        break;
+      case IBV_EVENT_DEVICE_FATAL: std::snprintf(where, sizeof(where), "%s", hca->name.c_str()); break;
+      case IBV_EVENT_PORT_ACTIVE:
+      case IBV_EVENT_PORT_ERR:
+      case IBV_EVENT_LID_CHANGE:
+      case IBV_EVENT_PKEY_CHANGE:
+      case IBV_EVENT_GID_CHANGE:
+      case IBV_EVENT_SM_CHANGE:
+      case IBV_EVENT_CLIENT_REREGISTER:
+        std::snprintf(where, sizeof(where), "%s port %d", hca->name.c_str(), event.element.port_num);
+        fatal = false;
+        break;
+      default:  // QP and SRQ progress events (communication established, last WQE, SQ drained, SRQ limit, path
+                // migration)
+        std::snprintf(where, sizeof(where), "%s", hca->name.c_str());
+        fatal = false;
+        break;
+    }
+    failure.text = std::string(type) + " (" + where + ")";
+    verbs().ackAsyncEvent(&event);
+    if (event.event_type == IBV_EVENT_COMM_EST || event.event_type == IBV_EVENT_SQ_DRAINED ||
+        event.event_type == IBV_EVENT_QP_LAST_WQE_REACHED) {
+      NCCL_NET_INFO(NCCL_NET, "asynchronous event %s", failure.text.c_str());
+      continue;
+    }
+    NCCL_NET_WARN("asynchronous event %s%s", failure.text.c_str(), fatal ? ": the comms using it fail" : "");
+    if (fatal && hca->fatalEvents.size() < kMaxKept) {
+      hca->fatalEvents.push_back(std::move(failure));
+      hca->fatalCount.store(hca->fatalEvents.size(), std::memory_order_release);
+    }
+  }
+}
+
+// Fails the comm if one of its HCAs reported a fatal event, since it was made, for the device or for one of its QPs
+// or CQs.
+ncclResult_t checkAsyncFailures(Comm* comm) {
+  for (int d = 0; d < comm->ndevs; ++d) {
+    CommDevice& dev = comm->devs[d];
+    nns_ib::Hca* hca = dev.port->hca;
+    drainAsyncEvents(hca);
+    const size_t count = hca->fatalCount.load(std::memory_order_acquire);
+    if (count == dev.asyncSeen) continue;
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(hca->events);
+      for (size_t i = dev.asyncSeen; i < count && why.empty(); ++i) {
+        const nns_ib::AsyncFailure& failure = hca->fatalEvents[i];
+        bool ours = failure.qp == nullptr && failure.cq == nullptr;
+        for (int q = 0; q < comm->nqps && !ours; ++q) ours = failure.qp == comm->qps[q].qp;
+        for (int e = 0; e < comm->ndevs && !ours; ++e) {
+          const CommDevice& other = comm->devs[e];
+          ours = (failure.qp != nullptr && failure.qp == other.flushQp.load(std::memory_order_acquire)) ||
+                 (failure.cq != nullptr &&
+                  (failure.cq == other.cq || failure.cq == other.flushCq.load(std::memory_order_acquire)));
+        }
+        if (ours) why = failure.text;
+      }
+    }
+    dev.asyncSeen = count;
+    if (!why.empty())
+      return fail(comm, ncclSystemError,
+                  "asynchronous event " + why + " with " + std::to_string(comm->pending) + " request(s) pending");
+  }
+  return ncclSuccess;
+}
+
 // Notices a peer that closed or lost the side channel while requests wait (verbs alone cannot tell that a receiver
-// which posted nothing is gone). Rate-limited: a syscall per test() would cost more than the data path.
+// which posted nothing is gone), and the HCA's asynchronous events. Rate-limited: a syscall per test() would cost
+// more than the data path.
 ncclResult_t checkSideChannel(Comm* comm) {
   auto now = Clock::now();
   if (now - comm->lastSideChannelCheck < kSideChannelCheckInterval) return ncclSuccess;
   comm->lastSideChannelCheck = now;
+  NCCL_NET_CHECK(checkAsyncFailures(comm));
   char byte;
   ssize_t got = recv(comm->fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
   if (got == 0)

@@ -57,6 +57,9 @@ LoadedVerbs load() {
   all &= bind(library, "ibv_modify_qp", &v.modifyQp, &missing);
   all &= bind(library, "ibv_destroy_qp", &v.destroyQp, &missing);
   all &= bind(library, "ibv_wc_status_str", &v.wcStatusStr, &missing);
+  all &= bind(library, "ibv_get_async_event", &v.getAsyncEvent, &missing);
+  all &= bind(library, "ibv_ack_async_event", &v.ackAsyncEvent, &missing);
+  all &= bind(library, "ibv_event_type_str", &v.eventTypeStr, &missing);
   if (!all) {
     loaded.error = "libibverbs.so.1 lacks " + missing + " (rdma-core too old?)";
     dlclose(library);

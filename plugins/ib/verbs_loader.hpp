@@ -32,6 +32,10 @@ struct Verbs {
   int (*modifyQp)(ibv_qp* qp, ibv_qp_attr* attr, int mask) = nullptr;
   int (*destroyQp)(ibv_qp* qp) = nullptr;
   const char* (*wcStatusStr)(ibv_wc_status status) = nullptr;
+  // Asynchronous events (a port down, a QP or CQ in error, a device failure), read from the context's async_fd.
+  int (*getAsyncEvent)(ibv_context* context, ibv_async_event* event) = nullptr;
+  void (*ackAsyncEvent)(ibv_async_event* event) = nullptr;
+  const char* (*eventTypeStr)(ibv_event_type type) = nullptr;
 };
 
 // Loads libibverbs.so.1 once per process. Returns nullptr and sets *error (dlerror text, missing symbol) on failure.

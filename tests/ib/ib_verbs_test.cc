@@ -1405,4 +1405,62 @@ TEST(IbVerbs, LinkDownMidTransferFailsWithinBound) {
   EXPECT_EQ(r.second, 0) << "sender: 20 = no error, 21 = hang past the bound";
 }
 
+// The HCA's asynchronous events are read by the calls of a comm that waits (no thread of their own): a port that
+// goes down and comes back is logged both times while a sender waits for its receiver, which posts nothing.
+TEST(IbVerbs, APortGoingDownAndUpIsLoggedAsAsynchronousEvents) {
+  REQUIRE_RXE(2);
+  if (std::getenv("NNS_IB_TEST_IN_VM") == nullptr) GTEST_SKIP() << "brings veth0 down: only inside the rxe VM";
+  PairResult r = runPair(
+      baseEnv("=rxe1"),
+      [](const Channel& c) {
+        Peer peer;
+        CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+        void *comm = nullptr, *listenComm = nullptr;
+        CHILD_CHECK(peer.acceptFrom(c, 0, &comm, &listenComm));
+        char done = 0;
+        c.recvValue(&done);  // the sender says when it has seen both events, or gave up
+        CHILD_CHECK(peer.net->closeRecv(comm));
+        CHILD_CHECK(peer.net->closeListen(listenComm));
+        return 0;
+      },
+      baseEnv("=rxe0"),
+      [](const Channel& c) {
+        Peer peer;
+        CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+        void* comm = nullptr;
+        CHILD_CHECK(peer.connectTo(c, 0, &comm));
+        std::vector<unsigned char> buffer(4096);
+        void* mh = nullptr;
+        CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
+        const char* down = "port error (rxe0 port 1)";
+        const char* up = "port active (rxe0 port 1)";
+        // The receiver posts nothing: each isend answers "not yet" and looks at the events at most every 100 ms.
+        const auto until = Clock::now() + std::chrono::seconds(20);
+        void* request = nullptr;
+        while (Clock::now() < until && !(warnedAbout(down) && warnedAbout(up))) {
+          CHILD_CHECK(peer.net->isend(comm, buffer.data(), 64, 1, mh, nullptr, &request));
+          CHILD_EXPECT(request == nullptr, "a send completed with no receive posted");
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        char done = 1;
+        c.sendValue(done);
+        CHILD_EXPECT(warnedAbout(std::string("asynchronous event ") + down), "no WARN for the port going down");
+        CHILD_EXPECT(warnedAbout(std::string("asynchronous event ") + up), "no WARN for the port coming back");
+        CHILD_CHECK(peer.net->deregMr(comm, mh));
+        CHILD_CHECK(peer.net->closeSend(comm));
+        return 0;
+      },
+      std::chrono::seconds(60), nullptr, nullptr,
+      [] {
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        runCommand("/sbin/ip link set veth0 down");
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        runCommand("/sbin/ip link set veth0 up");
+        runCommand("/sbin/ip route replace 10.0.0.2 dev veth0 src 10.0.0.1 table 100");
+      });
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.first, 0) << "receiver";
+  EXPECT_EQ(r.second, 0) << "sender: 11 = an event not logged within 20 s";
+}
+
 }  // namespace
