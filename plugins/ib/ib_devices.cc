@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -128,6 +129,7 @@ std::vector<Port> discoverPorts(const Verbs& verbs, const DiscoveryOptions& opti
     auto* hca = new Hca;
     hca->name = hcaName;
     hca->context = context;
+    hca->owner.store(getpid(), std::memory_order_release);
     if (!makeAsyncEventsNonBlocking(context))
       NCCL_NET_WARN("%s: its asynchronous events (port down, QP errors) stay unread: fcntl on async_fd: %s",
                     hcaName.c_str(), std::strerror(errno));

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
@@ -14,13 +15,6 @@
 
 namespace nns_ib {
 
-// An asynchronous event that broke a QP, a CQ or (neither set) the whole HCA, kept for the comms that use them.
-struct AsyncFailure {
-  const void* qp = nullptr;  // the ibv_qp or ibv_cq named: compared, never read (it may be destroyed since)
-  const void* cq = nullptr;
-  std::string text;  // "IBV_EVENT_QP_FATAL (QP 0x11 on rxe0)"
-};
-
 // One opened HCA: its context and protection domain are shared by every port and every comm using it.
 struct Hca {
   std::string name;
@@ -28,11 +22,12 @@ struct Hca {
   ibv_pd* pd = nullptr;
   ibv_device_attr attr{};
   bool dmabufSupported = false;  // ibv_reg_dmabuf_mr accepted by libibverbs, the provider and the kernel
-  // Asynchronous events (ib_plugin.cc, drainAsyncEvents): the fatal ones in the order they came, and how many, which a
-  // comm compares with the count when it was made. `events` guards the list and the reading of async_fd.
+  // Asynchronous events (ib_plugin.cc, drainAsyncEvents): one thread reads async_fd at a time (`events`), only in the
+  // process that opened the context (`owner`: a forked child's copy of it is the parent's, until it re-opens); a
+  // fatal device error is kept for every comm on the HCA (QP and CQ errors go to their comm).
   std::mutex events;
-  std::vector<AsyncFailure> fatalEvents;
-  std::atomic<size_t> fatalCount{0};
+  std::atomic<pid_t> owner{0};
+  std::atomic<bool> deviceFatal{false};
 };
 
 // Makes the context's async_fd non-blocking, so its events are read without a thread of their own.

@@ -188,7 +188,6 @@ struct Request;
 
 struct CommDevice {
   Port* port = nullptr;
-  size_t asyncSeen = 0;  // the HCA's fatal asynchronous events this comm has looked at (those before it: all)
   ibv_cq* cq = nullptr;
   ibv_mr* controlMr = nullptr;
   // Receiver, once a GPU buffer was registered. regMr may run on another thread than the one driving the comm (NCCL
@@ -223,6 +222,10 @@ struct Comm {
   // Why the comm must fail, set by a deregMr (any thread) of a handle that pending requests use; the thread driving
   // the comm fails it at its next call. Only the first cause is kept.
   std::atomic<std::string*> poison{nullptr};
+  // The first asynchronous event that broke one of its QPs or CQs (their context is the comm): the event type + 1 in
+  // the high half, the QP number (0 for a CQ) in the low; 0 for none. Written by whichever thread reads the event,
+  // before it acknowledges it (the QP or CQ, so the comm, cannot be destroyed until then).
+  std::atomic<uint64_t> asyncFatal{0};
   Clock::time_point lastSideChannelCheck = Clock::now();
   int pending = 0;  // requests handed out and not yet completed by test()
   // Buffers a caller passed without a memory handle, registered on first use and kept until close. NCCL always
@@ -414,6 +417,7 @@ ncclResult_t reopenAfterFork() {
     // The parent's context and PD are left alone: releasing them from here would be refused as well.
     hca->context = context;
     hca->pd = pd;
+    hca->owner.store(getpid(), std::memory_order_release);  // its events are this process's to read now
   }
   verbs().freeDeviceList(list);
   if (result == ncclSuccess) {
@@ -425,8 +429,9 @@ ncclResult_t reopenAfterFork() {
 }
 
 // ---- QP setup -------------------------------------------------------------------------------------------------------
-ibv_qp* createQp(Port* port, ibv_cq* cq, int maxSendWr, int maxRecvWr, std::string* error) {
+ibv_qp* createQp(Comm* comm, Port* port, ibv_cq* cq, int maxSendWr, int maxRecvWr, std::string* error) {
   ibv_qp_init_attr init{};
+  init.qp_context = comm;  // where an asynchronous event naming this QP is told (drainAsyncEvents)
   init.send_cq = cq;
   init.recv_cq = cq;
   init.qp_type = IBV_QPT_RC;
@@ -557,9 +562,8 @@ bool buildComm(Comm* comm, const NetDevice& device, int nqps, std::string* error
   for (int d = 0; d < comm->ndevs; ++d) {
     CommDevice& dev = comm->devs[d];
     dev.port = &global().ports[device.ports[d]];
-    dev.asyncSeen = dev.port->hca->fatalCount.load(std::memory_order_acquire);
     int cqDepth = std::min(qpsPerDevice * (kRecvDepth + sendDepth), dev.port->hca->attr.max_cqe);
-    dev.cq = verbs().createCq(dev.port->hca->context, cqDepth, nullptr, nullptr, 0);
+    dev.cq = verbs().createCq(dev.port->hca->context, cqDepth, comm, nullptr, 0);
     if (dev.cq == nullptr) {
       *error = "ibv_create_cq(" + std::to_string(cqDepth) + ") on " + dev.port->name + ": " + errnoText(errno);
       return false;
@@ -575,7 +579,7 @@ bool buildComm(Comm* comm, const NetDevice& device, int nqps, std::string* error
     QpSlot& slot = comm->qps[i];
     slot.device = i % comm->ndevs;
     CommDevice& dev = comm->devs[slot.device];
-    slot.qp = createQp(dev.port, dev.cq, sendDepth, comm->isSender ? 1 : kRecvDepth, error);
+    slot.qp = createQp(comm, dev.port, dev.cq, sendDepth, comm->isSender ? 1 : kRecvDepth, error);
     if (slot.qp == nullptr) return false;
   }
   return true;
@@ -662,12 +666,12 @@ bool ensureFlushQps(RecvComm* comm, std::string* error) {
   for (int d = 0; d < comm->ndevs; ++d) {
     CommDevice& dev = comm->devs[d];
     if (dev.flushQp.load(std::memory_order_relaxed) != nullptr) continue;
-    ibv_cq* cq = verbs().createCq(dev.port->hca->context, kSlots * 2, nullptr, nullptr, 0);
+    ibv_cq* cq = verbs().createCq(dev.port->hca->context, kSlots * 2, static_cast<Comm*>(comm), nullptr, 0);
     if (cq == nullptr) {
       *error = "ibv_create_cq for the flush QP on " + dev.port->name + ": " + errnoText(errno);
       return false;
     }
-    ibv_qp* qp = createQp(dev.port, cq, kSlots * 2, 1, error);
+    ibv_qp* qp = createQp(comm, dev.port, cq, kSlots * 2, 1, error);
     if (qp == nullptr ||
         !connectQp(qp, dev.port, describeQp(qp, d, dev.port), comm->trafficClass, comm->serviceLevel, error)) {
       // Nothing half-made is published.
@@ -710,95 +714,93 @@ ncclResult_t completionError(Comm* comm, const ibv_wc& wc) {
 // ---- asynchronous events
 // An HCA reports a port going down or up, a QP or CQ in error and a device failure on its async_fd. NCCL reads them
 // on a thread per HCA; here async_fd is non-blocking and read by the calls of comms waiting on that HCA (at most every
-// kSideChannelCheckInterval per comm), so no thread outlives a dlclose or is lost across a fork. Each event is logged,
-// as NCCL's IB does, and one that breaks a QP, a CQ or the device is kept for the comms using them, which fail with it
-// named at their next check (a QP in error also fails its posted work requests, which the completion path reports).
+// kSideChannelCheckInterval per comm), so no thread outlives a dlclose or is lost across a fork. Each event is logged
+// with libibverbs' name for it; a QP or CQ error is written into the comm that owns the QP or CQ (its context) before
+// the event is acknowledged, and a device error into the HCA, and the comms fail with it named at their next check
+// (a QP in error also fails its posted work requests, which the completion path reports).
 
-// Reads the HCA's pending events, if no other thread is reading them.
+// Reads the HCA's pending events, if no other thread is reading them and this process opened the context.
 void drainAsyncEvents(nns_ib::Hca* hca) {
+  if (hca->owner.load(std::memory_order_acquire) != getpid()) return;
   std::unique_lock<std::mutex> lock(hca->events, std::try_to_lock);
   if (!lock.owns_lock()) return;
-  constexpr size_t kMaxKept = 4096;  // a storm of failures keeps its first ones; the rest are logged only
   ibv_async_event event{};
   while (verbs().getAsyncEvent(hca->context, &event) == 0) {
-    const char* type = verbs().eventTypeStr(event.event_type);
-    char where[96];
-    nns_ib::AsyncFailure failure;
-    bool fatal = true;
-    switch (event.event_type) {
+    const ibv_event_type type = event.event_type;
+    uint32_t qpNum = 0;
+    int port = 0;
+    Comm* owner = nullptr;
+    bool fatal = false;
+    switch (type) {
       case IBV_EVENT_QP_FATAL:
       case IBV_EVENT_QP_REQ_ERR:
       case IBV_EVENT_QP_ACCESS_ERR:
-        failure.qp = event.element.qp;
-        std::snprintf(where, sizeof(where), "QP 0x%x on %s", event.element.qp->qp_num, hca->name.c_str());
+        qpNum = event.element.qp->qp_num;
+        owner = static_cast<Comm*>(event.element.qp->qp_context);
+        fatal = true;
         break;
       case IBV_EVENT_CQ_ERR:
-        failure.cq = event.element.cq;
-        std::snprintf(where, sizeof(where), "a CQ of %s", hca->name.c_str());
+        owner = static_cast<Comm*>(event.element.cq->cq_context);
+        fatal = true;
         break;
-      case IBV_EVENT_DEVICE_FATAL: std::snprintf(where, sizeof(where), "%s", hca->name.c_str()); break;
+      case IBV_EVENT_DEVICE_FATAL:
+        hca->deviceFatal.store(true, std::memory_order_release);
+        fatal = true;
+        break;
       case IBV_EVENT_PORT_ACTIVE:
       case IBV_EVENT_PORT_ERR:
       case IBV_EVENT_LID_CHANGE:
       case IBV_EVENT_PKEY_CHANGE:
       case IBV_EVENT_GID_CHANGE:
       case IBV_EVENT_SM_CHANGE:
-      case IBV_EVENT_CLIENT_REREGISTER:
-        std::snprintf(where, sizeof(where), "%s port %d", hca->name.c_str(), event.element.port_num);
-        fatal = false;
-        break;
+      case IBV_EVENT_CLIENT_REREGISTER: port = static_cast<int>(event.element.port_num); break;
       default:  // QP and SRQ progress events (communication established, last WQE, SQ drained, SRQ limit, path
                 // migration)
-        std::snprintf(where, sizeof(where), "%s", hca->name.c_str());
-        fatal = false;
         break;
     }
-    failure.text = std::string(type) + " (" + where + ")";
-    verbs().ackAsyncEvent(&event);
-    if (event.event_type == IBV_EVENT_COMM_EST || event.event_type == IBV_EVENT_SQ_DRAINED ||
-        event.event_type == IBV_EVENT_QP_LAST_WQE_REACHED) {
-      NCCL_NET_INFO(NCCL_NET, "asynchronous event %s", failure.text.c_str());
-      continue;
+    if (owner != nullptr) {
+      uint64_t none = 0;
+      owner->asyncFatal.compare_exchange_strong(none, (static_cast<uint64_t>(type) + 1) << 32 | qpNum);
     }
-    NCCL_NET_WARN("asynchronous event %s%s", failure.text.c_str(), fatal ? ": the comms using it fail" : "");
-    if (fatal && hca->fatalEvents.size() < kMaxKept) {
-      hca->fatalEvents.push_back(std::move(failure));
-      hca->fatalCount.store(hca->fatalEvents.size(), std::memory_order_release);
-    }
+    verbs().ackAsyncEvent(&event);  // from here the QP, CQ and comm may be gone: only the copies above are used
+    const char* name = verbs().eventTypeStr(type);
+    char where[96];
+    if (type == IBV_EVENT_QP_FATAL || type == IBV_EVENT_QP_REQ_ERR || type == IBV_EVENT_QP_ACCESS_ERR)
+      std::snprintf(where, sizeof(where), "QP 0x%x on %s", qpNum, hca->name.c_str());
+    else if (type == IBV_EVENT_CQ_ERR)
+      std::snprintf(where, sizeof(where), "a CQ on %s", hca->name.c_str());
+    else if (port > 0)
+      std::snprintf(where, sizeof(where), "%s port %d", hca->name.c_str(), port);
+    else
+      std::snprintf(where, sizeof(where), "%s", hca->name.c_str());
+    if (type == IBV_EVENT_COMM_EST || type == IBV_EVENT_SQ_DRAINED || type == IBV_EVENT_QP_LAST_WQE_REACHED)
+      NCCL_NET_INFO(NCCL_NET, "asynchronous event %s (%s)", name, where);
+    else
+      NCCL_NET_WARN("asynchronous event %s (%s)%s", name, where, fatal ? ": the comms using it fail" : "");
   }
 }
 
-// Fails the comm if one of its HCAs reported a fatal event, since it was made, for the device or for one of its QPs
-// or CQs.
+// Fails the comm if an asynchronous event broke one of its QPs or CQs, or the device of one of its ports.
 ncclResult_t checkAsyncFailures(Comm* comm) {
   for (int d = 0; d < comm->ndevs; ++d) {
-    CommDevice& dev = comm->devs[d];
-    nns_ib::Hca* hca = dev.port->hca;
+    nns_ib::Hca* hca = comm->devs[d].port->hca;
     drainAsyncEvents(hca);
-    const size_t count = hca->fatalCount.load(std::memory_order_acquire);
-    if (count == dev.asyncSeen) continue;
-    std::string why;
-    {
-      std::lock_guard<std::mutex> lock(hca->events);
-      for (size_t i = dev.asyncSeen; i < count && why.empty(); ++i) {
-        const nns_ib::AsyncFailure& failure = hca->fatalEvents[i];
-        bool ours = failure.qp == nullptr && failure.cq == nullptr;
-        for (int q = 0; q < comm->nqps && !ours; ++q) ours = failure.qp == comm->qps[q].qp;
-        for (int e = 0; e < comm->ndevs && !ours; ++e) {
-          const CommDevice& other = comm->devs[e];
-          ours = (failure.qp != nullptr && failure.qp == other.flushQp.load(std::memory_order_acquire)) ||
-                 (failure.cq != nullptr &&
-                  (failure.cq == other.cq || failure.cq == other.flushCq.load(std::memory_order_acquire)));
-        }
-        if (ours) why = failure.text;
-      }
-    }
-    dev.asyncSeen = count;
-    if (!why.empty())
+    if (hca->deviceFatal.load(std::memory_order_acquire))
       return fail(comm, ncclSystemError,
-                  "asynchronous event " + why + " with " + std::to_string(comm->pending) + " request(s) pending");
+                  "asynchronous event " + std::string(verbs().eventTypeStr(IBV_EVENT_DEVICE_FATAL)) + " (" + hca->name +
+                      ") with " + std::to_string(comm->pending) + " request(s) pending");
   }
-  return ncclSuccess;
+  const uint64_t code = comm->asyncFatal.load(std::memory_order_acquire);
+  if (code == 0) return ncclSuccess;
+  const auto type = static_cast<ibv_event_type>((code >> 32) - 1);
+  char what[64];
+  if (type == IBV_EVENT_CQ_ERR)
+    std::snprintf(what, sizeof(what), "one of its CQs");
+  else
+    std::snprintf(what, sizeof(what), "its QP 0x%x", static_cast<uint32_t>(code));
+  return fail(comm, ncclSystemError,
+              "asynchronous event " + std::string(verbs().eventTypeStr(type)) + " on " + what + " with " +
+                  std::to_string(comm->pending) + " request(s) pending");
 }
 
 // Notices a peer that closed or lost the side channel while requests wait (verbs alone cannot tell that a receiver
