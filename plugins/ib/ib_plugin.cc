@@ -754,9 +754,8 @@ void drainAsyncEvents(nns_ib::Hca* hca) {
       case IBV_EVENT_GID_CHANGE:
       case IBV_EVENT_SM_CHANGE:
       case IBV_EVENT_CLIENT_REREGISTER: port = static_cast<int>(event.element.port_num); break;
-      default:  // QP and SRQ progress events (communication established, last WQE, SQ drained, SRQ limit, path
-                // migration)
-        break;
+      // QP and SRQ progress events: communication established, last WQE, SQ drained, SRQ limit, path migration.
+      default: break;
     }
     if (owner != nullptr) {
       uint64_t none = 0;
