@@ -913,13 +913,11 @@ void Bootstrap::reserveRoom() const {
         rank_, static_cast<unsigned long long>(room.before), static_cast<unsigned long long>(room.soft), size_);
   // Only rank 0 is sure to need them: said there, where a job that then fails accepting ranks is explained.
   if (!room.enough && rank_ == 0) {
-    const char* raise = std::getenv("NNS_RAISE_FD_LIMIT");
     std::fprintf(stderr, "nns bootstrap: rank 0 may run out of descriptors: %d ranks take about %zu more, and %s; %s\n",
                  size_, want, descriptorUse().c_str(),
                  room.soft >= room.hard ? "raise the hard limit (ulimit -Hn) where the job starts"
-                 : raise != nullptr && std::strcmp(raise, "0") == 0
-                     ? "raise ulimit -n where the job starts, or unset NNS_RAISE_FD_LIMIT=0"
-                     : "raise ulimit -n where the job starts (this rank could not)");
+                 : !room.mayRaise       ? "raise ulimit -n where the job starts, or unset NNS_RAISE_FD_LIMIT=0"
+                                        : "raise ulimit -n where the job starts (this rank could not)");
   }
 }
 

@@ -42,7 +42,8 @@ DescriptorRoom reserveDescriptors(size_t more) {
   const rlim_t need = static_cast<rlim_t>(std::max(0L, room.open)) + static_cast<rlim_t>(more);
   if (need <= limit.rlim_cur) return room;
   const char* raise = std::getenv("NNS_RAISE_FD_LIMIT");
-  if (raise == nullptr || std::strcmp(raise, "0") != 0) {
+  room.mayRaise = raise == nullptr || std::strcmp(raise, "0") != 0;
+  if (room.mayRaise) {
     rlimit wanted = limit;
     const rlim_t doubled = limit.rlim_cur > RLIM_INFINITY / 2 ? RLIM_INFINITY : 2 * limit.rlim_cur;
     wanted.rlim_cur = std::min(limit.rlim_max, std::max(need, doubled));

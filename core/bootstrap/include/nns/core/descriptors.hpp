@@ -14,11 +14,12 @@
 namespace nns::core {
 
 struct DescriptorRoom {
-  long open = -1;      // descriptors this process had open when asked; -1 where /proc/self/fd cannot be read
-  rlim_t before = 0;   // the soft limit before the call
-  rlim_t soft = 0;     // the soft limit after it
-  rlim_t hard = 0;     // the hard limit (`ulimit -Hn`)
-  bool enough = true;  // whether `open` plus the descriptors asked for fit under `soft`
+  long open = -1;        // descriptors this process had open when asked; -1 where /proc/self/fd cannot be read
+  rlim_t before = 0;     // the soft limit before the call
+  rlim_t soft = 0;       // the soft limit after it
+  rlim_t hard = 0;       // the hard limit (`ulimit -Hn`)
+  bool enough = true;    // whether `open` plus the descriptors asked for fit under `soft`
+  bool mayRaise = true;  // false where NNS_RAISE_FD_LIMIT=0 keeps the limit as it is
   bool raised() const { return soft > before; }
 };
 
