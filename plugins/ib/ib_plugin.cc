@@ -89,6 +89,13 @@ struct Params {
   int peerTimeoutMs = 10000;
   int connectTimeoutMs = 120000;
   bool mergeDevices = false;
+  // NCCL_IB_PCI_RELAXED_ORDERING: 0 off, 1 on, 2 on where libibverbs can ask for it (as NCCL).
+  int relaxedOrdering = 2;
+  // NCCL_IB_ADAPTIVE_ROUTING: negative (unset; NCCL's -2) by the link layer, on for InfiniBand and off for RoCE (as
+  // NCCL); else 0 or 1.
+  int adaptiveRouting = -1;
+  size_t arThreshold = 8192;  // NCCL_IB_AR_THRESHOLD
+  bool useInline = false;     // NCCL_IB_USE_INLINE: FIFO entries written inline
 
   static Params fromEnvironment() {
     Params p;
@@ -109,6 +116,10 @@ struct Params {
     p.peerTimeoutMs = static_cast<int>(sdk::envInteger("NNS_IB_PEER_TIMEOUT_MS", 10000, 0, 3600 * 1000));
     p.connectTimeoutMs = static_cast<int>(sdk::envInteger("NNS_IB_CONNECT_TIMEOUT_MS", 120000, 1000, 3600 * 1000));
     p.mergeDevices = sdk::envInteger("NNS_IB_MERGE_DEVICES", 0, 0, 1) != 0;
+    p.relaxedOrdering = static_cast<int>(sdk::envInteger("NCCL_IB_PCI_RELAXED_ORDERING", 2, 0, 2));
+    p.adaptiveRouting = static_cast<int>(sdk::envInteger("NCCL_IB_ADAPTIVE_ROUTING", -1, -2, 1));
+    p.arThreshold = static_cast<size_t>(sdk::envInteger("NCCL_IB_AR_THRESHOLD", 8192, 0, 1L << 40));
+    p.useInline = sdk::envInteger("NCCL_IB_USE_INLINE", 0, 0, 1) != 0;
     return p;
   }
 };
@@ -227,6 +238,11 @@ struct Comm {
   // before it acknowledges it (the QP or CQ, so the comm, cannot be destroyed until then).
   std::atomic<uint64_t> asyncFatal{0};
   Clock::time_point lastSideChannelCheck = Clock::now();
+  // Sender: each QP's writes of a slot carrying more than NCCL_IB_AR_THRESHOLD bytes end in a separate zero-byte
+  // WRITE_WITH_IMM, so the immediate never rides a large write an adaptively routed fabric may deliver in pieces.
+  bool adaptiveRouting = false;
+  // Receiver: FIFO writes up to this many bytes go inline (NCCL_IB_USE_INLINE; what QP 0 was granted).
+  uint32_t fifoInlineBytes = 0;
   int pending = 0;  // requests handed out and not yet completed by test()
   // Buffers a caller passed without a memory handle, registered on first use and kept until close. NCCL always
   // registers (regMr) before isend/irecv, so it never takes this path; tools and tests that skip regMr do.
@@ -290,8 +306,8 @@ struct SendComm : Comm {
   SendSlot slots[kSlots];
   sdk::RequestPool<Request, kSendPoolSize> requests;
   // Work requests of one slot, per QP (never allocated on the data path).
-  ibv_send_wr wrs[kMaxQps][kMaxRecvs + 1];
-  ibv_sge sges[kMaxQps][kMaxRecvs + 1];
+  ibv_send_wr wrs[kMaxQps][kMaxRecvs + 2];
+  ibv_sge sges[kMaxQps][kMaxRecvs + 2];
   int wrCount[kMaxQps] = {};
 };
 
@@ -323,6 +339,9 @@ struct Global {
   std::deque<NetDevice> devices;  // physical ports first, then vNICs
   bool gdr = false;
   bool nvidiaDriver = false;
+  // User buffers are registered with IBV_ACCESS_RELAXED_ORDERING (never the control block: a FIFO entry's `idx`
+  // must land after the rest of it). Cleared for good when a device refuses the flag.
+  std::atomic<bool> relaxedOrdering{false};
   pid_t owner = 0;                // the process whose HCA contexts these are (see reopenAfterFork)
   std::atomic<int> liveComms{0};  // send/recv comms not yet closed
 };
@@ -429,7 +448,10 @@ ncclResult_t reopenAfterFork() {
 }
 
 // ---- QP setup -------------------------------------------------------------------------------------------------------
-ibv_qp* createQp(Comm* comm, Port* port, ibv_cq* cq, int maxSendWr, int maxRecvWr, std::string* error) {
+// `inlineBytes`: what the QP should accept inline (0 for none); a device that refuses it gets one FIFO entry's worth,
+// then none. *grantedInline (when given) receives what it has.
+ibv_qp* createQp(Comm* comm, Port* port, ibv_cq* cq, int maxSendWr, int maxRecvWr, std::string* error,
+                 uint32_t inlineBytes = 0, uint32_t* grantedInline = nullptr) {
   ibv_qp_init_attr init{};
   init.qp_context = comm;  // where an asynchronous event naming this QP is told (drainAsyncEvents)
   init.send_cq = cq;
@@ -440,7 +462,13 @@ ibv_qp* createQp(Comm* comm, Port* port, ibv_cq* cq, int maxSendWr, int maxRecvW
   init.cap.max_recv_wr = static_cast<uint32_t>(std::min(maxRecvWr, maxWr));
   init.cap.max_send_sge = 1;
   init.cap.max_recv_sge = 1;
-  ibv_qp* qp = verbs().createQp(port->hca->pd, &init);
+  ibv_qp* qp = nullptr;
+  for (uint32_t wanted : {inlineBytes, std::min<uint32_t>(inlineBytes, sizeof(FifoEntry)), 0u}) {
+    init.cap.max_inline_data = wanted;
+    qp = verbs().createQp(port->hca->pd, &init);
+    if (qp != nullptr || wanted == 0) break;
+  }
+  if (grantedInline != nullptr) *grantedInline = qp != nullptr ? init.cap.max_inline_data : 0;
   if (qp == nullptr) {
     *error = "ibv_create_qp on " + port->name + ": " + errnoText(errno);
     return nullptr;
@@ -558,7 +586,8 @@ bool buildComm(Comm* comm, const NetDevice& device, int nqps, std::string* error
   std::memset(control, 0, sizeof(ControlBlock));
   comm->control = static_cast<ControlBlock*>(control);
   int qpsPerDevice = (nqps + comm->ndevs - 1) / comm->ndevs;
-  int sendDepth = kSlots * (kMaxRecvs + 1) + kSlots;
+  // Per slot and QP: a write per grouped receive, the size record, and with adaptive routing a zero-byte immediate.
+  int sendDepth = kSlots * (kMaxRecvs + 2) + kSlots;
   for (int d = 0; d < comm->ndevs; ++d) {
     CommDevice& dev = comm->devs[d];
     dev.port = &global().ports[device.ports[d]];
@@ -579,8 +608,17 @@ bool buildComm(Comm* comm, const NetDevice& device, int nqps, std::string* error
     QpSlot& slot = comm->qps[i];
     slot.device = i % comm->ndevs;
     CommDevice& dev = comm->devs[slot.device];
-    slot.qp = createQp(comm, dev.port, dev.cq, sendDepth, comm->isSender ? 1 : kRecvDepth, error);
+    // The receiver's QP 0 writes the FIFO entries: inline when asked (NCCL_IB_USE_INLINE), as much as it takes.
+    bool fifoQp = !comm->isSender && i == 0 && params().useInline;
+    slot.qp = createQp(comm, dev.port, dev.cq, sendDepth, comm->isSender ? 1 : kRecvDepth, error,
+                       fifoQp ? kMaxRecvs * sizeof(FifoEntry) : 0, fifoQp ? &comm->fifoInlineBytes : nullptr);
     if (slot.qp == nullptr) return false;
+  }
+  if (comm->isSender) {
+    // As NCCL: on by default where every port of the comm is InfiniBand (RoCE fabrics do not route adaptively).
+    bool infiniband = true;
+    for (int d = 0; d < comm->ndevs; ++d) infiniband &= !comm->devs[d].port->isEthernet();
+    comm->adaptiveRouting = params().adaptiveRouting >= 0 ? params().adaptiveRouting == 1 : infiniband;
   }
   return true;
 }
@@ -915,7 +953,7 @@ ncclResult_t postSlot(SendComm* comm, int slotIndex) {
   };
   // With splitting, an entry is cut into at most nqps chunks of >= NNS_IB_SPLIT_MIN_BYTES (128-byte aligned) on
   // consecutive QPs; without, each entry goes whole to the next QP in round-robin order. A QP gets at most one
-  // chunk per entry, so kMaxRecvs data WRs plus the immediate fit its row of `wrs`.
+  // chunk per entry, so kMaxRecvs data WRs, the size record and a zero-byte immediate fit its row of `wrs`.
   for (int r = 0; r < slot.nreqs; ++r) {
     const Request* request = slot.reqs[r];
     size_t size = request->size;
@@ -953,6 +991,18 @@ ncclResult_t postSlot(SendComm* comm, int slotIndex) {
              comm->devs[qp0.device].controlMr->lkey, sizeRecord, comm->remoteControlRkey);
   } else if (comm->wrCount[0] == 0) {
     addWrite(0, 0, 0, 0, sizeRecord, comm->remoteControlRkey);
+  }
+  // Adaptive routing: past the threshold, a QP whose last write carries data gets a zero-byte one for the immediate.
+  if (comm->adaptiveRouting) {
+    size_t slotBytes = 0;
+    for (int r = 0; r < slot.nreqs; ++r) slotBytes += slot.reqs[r]->size;
+    if (slotBytes > params().arThreshold) {
+      for (int q = 0; q < comm->nqps; ++q) {
+        int count = comm->wrCount[q];
+        if (count > 0 && comm->sges[q][count - 1].length > 0)
+          addWrite(q, 0, 0, 0, sizeRecord, comm->remoteControlRkey);
+      }
+    }
   }
   int immediates = 0;
   for (int q = 0; q < comm->nqps; ++q)
@@ -1102,6 +1152,16 @@ class IbNet {
           NCCL_NET_WARN("%s; the default is used", problem.c_str());
         std::vector<Port> found = nns_ib::discoverPorts(*g.verbs, options, &g.hcas, &g.initError);
         g.gdr = nns_ib::gdrKernelSupport();
+        // Relaxed ordering needs IBVERBS_1.8's ibv_reg_mr_iova2 to reach the provider; mode 1 asks for it even
+        // so, which can only be said, not done, without it.
+        int ro = g.params.relaxedOrdering;
+        g.relaxedOrdering = ro != 0 && g.verbs->regMrIova2 != nullptr;
+        if (ro == 1 && g.verbs->regMrIova2 == nullptr)
+          NCCL_NET_WARN("NCCL_IB_PCI_RELAXED_ORDERING=1, but libibverbs has no ibv_reg_mr_iova2 (rdma-core < 28): "
+                        "relaxed ordering off");
+        NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "relaxed ordering %s (NCCL_IB_PCI_RELAXED_ORDERING=%d%s)",
+                      g.relaxedOrdering ? "on" : "off", ro,
+                      ro != 0 && !g.relaxedOrdering ? ", no ibv_reg_mr_iova2" : "");
         g.nvidiaDriver = nns_ib::nvidiaDriverPresent();
         g.owner = getpid();
         for (Port& port : found) {
@@ -1304,7 +1364,14 @@ class IbNet {
     if (connected) {
       SendComm* comm = std::exchange(pending->comm, nullptr);
       Stage::take(handle);
-      NCCL_NET_INFO(NCCL_NET, "connected to %s with %d QP(s)", comm->peer.c_str(), comm->nqps);
+      if (comm->adaptiveRouting) {
+        NCCL_NET_INFO(NCCL_NET,
+                      "connected to %s with %d QP(s); adaptive routing: writes of over %zu bytes end in a zero-byte "
+                      "write with immediate",
+                      comm->peer.c_str(), comm->nqps, params().arThreshold);
+      } else {
+        NCCL_NET_INFO(NCCL_NET, "connected to %s with %d QP(s)", comm->peer.c_str(), comm->nqps);
+      }
       *sendComm = comm;
     }
     return ncclSuccess;
@@ -1359,7 +1426,10 @@ class IbNet {
       listen->pending.erase(listen->pending.begin() + static_cast<long>(i));
       if (finished && result == ncclSuccess) {
         *recvComm = p->comm;
-        NCCL_NET_INFO(NCCL_NET, "accepted %s with %d QP(s)", p->comm->peer.c_str(), p->comm->nqps);
+        std::string inlined;
+        if (p->comm->fifoInlineBytes > 0)
+          inlined = "; FIFO entries inline up to " + std::to_string(p->comm->fifoInlineBytes) + " bytes";
+        NCCL_NET_INFO(NCCL_NET, "accepted %s with %d QP(s)%s", p->comm->peer.c_str(), p->comm->nqps, inlined.c_str());
         delete p;
         return ncclSuccess;
       }
@@ -1561,6 +1631,7 @@ class IbNet {
     wr.num_sge = 1;
     wr.opcode = IBV_WR_RDMA_WRITE;
     wr.send_flags = IBV_SEND_SIGNALED;
+    if (sge.length <= comm->fifoInlineBytes) wr.send_flags |= IBV_SEND_INLINE;
     wr.wr.rdma.remote_addr = comm->remoteControlAddr + static_cast<uint64_t>(slotIndex) * kMaxRecvs * sizeof(FifoEntry);
     wr.wr.rdma.rkey = comm->remoteControlRkey;
     ibv_send_wr* bad = nullptr;
@@ -1715,20 +1786,36 @@ class IbNet {
     return global().devices[static_cast<size_t>(dev)];
   }
 
+  // `registration(access flags)` with IBV_ACCESS_RELAXED_ORDERING while it is on; a device that refuses the flag
+  // (EINVAL, EOPNOTSUPP) turns it off for the process and is asked again without it.
+  template <class Registration>
+  static ibv_mr* registerRelaxed(const Port* port, Registration registration) {
+    const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    if (!global().relaxedOrdering.load(std::memory_order_relaxed)) return registration(access);
+    ibv_mr* mr = registration(access | IBV_ACCESS_RELAXED_ORDERING);
+    if (mr != nullptr || (errno != EINVAL && errno != EOPNOTSUPP)) return mr;
+    int error = errno;
+    if (global().relaxedOrdering.exchange(false))
+      NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "%s refused a relaxed-ordering registration (%s): relaxed ordering off",
+                    port->name.c_str(), errnoText(error).c_str());
+    return registration(access);
+  }
+
   static ncclResult_t registerMemory(Comm* comm, void* data, size_t size, int type, int fd, uint64_t offset,
                                      void** mhandle) {
     auto mh = std::make_unique<MemoryHandle>();
     mh->comm = comm;
     mh->type = type;
     mh->ndevs = comm->ndevs;
-    int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     for (int d = 0; d < comm->ndevs; ++d) {
       Port* port = comm->devs[d].port;
       ibv_mr* mr = nullptr;
       std::string dmabufError;
       if (fd >= 0) {
         if (verbs().regDmabufMr != nullptr) {
-          mr = verbs().regDmabufMr(port->hca->pd, offset, size, reinterpret_cast<uint64_t>(data), fd, access);
+          mr = registerRelaxed(port, [&](int flags) {
+            return verbs().regDmabufMr(port->hca->pd, offset, size, reinterpret_cast<uint64_t>(data), fd, flags);
+          });
           if (mr == nullptr) dmabufError = errnoText(errno);
         } else {
           dmabufError = "libibverbs has no ibv_reg_dmabuf_mr";
@@ -1738,7 +1825,15 @@ class IbNet {
           NCCL_NET_INFO(NCCL_NET, "regMrDmaBuf on %s refused (%s); falling back to ibv_reg_mr", port->name.c_str(),
                         dmabufError.c_str());
       }
-      if (mr == nullptr) mr = verbs().regMr(port->hca->pd, data, size, access);
+      if (mr == nullptr) {
+        mr = registerRelaxed(port, [&](int flags) {
+          // Only ibv_reg_mr_iova2 passes the optional flags on (ibv_reg_mr, called through a pointer, may not).
+          if ((flags & IBV_ACCESS_RELAXED_ORDERING) != 0)
+            return verbs().regMrIova2(port->hca->pd, data, size, reinterpret_cast<uint64_t>(data),
+                                      static_cast<unsigned>(flags));
+          return verbs().regMr(port->hca->pd, data, size, flags);
+        });
+      }
       if (mr == nullptr) {
         int error = errno;
         NCCL_NET_WARN("regMr of %zu bytes at %p (type %d) on %s failed: %s%s%s", size, data, type, port->name.c_str(),

@@ -24,6 +24,9 @@ struct Verbs {
   int (*deallocPd)(ibv_pd* pd) = nullptr;
   ibv_mr* (*regMr)(ibv_pd* pd, void* addr, size_t length, int access) = nullptr;
   ibv_mr* (*regDmabufMr)(ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access) = nullptr;
+  // IBVERBS_1.8 (rdma-core >= 28): the registration that honours optional access flags such as
+  // IBV_ACCESS_RELAXED_ORDERING. Absent on older libraries.
+  ibv_mr* (*regMrIova2)(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) = nullptr;
   int (*deregMr)(ibv_mr* mr) = nullptr;
   ibv_cq* (*createCq)(ibv_context* context, int cqe, void* cqContext, ibv_comp_channel* channel,
                       int compVector) = nullptr;
@@ -39,7 +42,7 @@ struct Verbs {
 };
 
 // Loads libibverbs.so.1 once per process. Returns nullptr and sets *error (dlerror text, missing symbol) on failure.
-// Optional symbols (ibv_reg_dmabuf_mr: rdma-core >= 34) stay nullptr when absent.
+// Optional symbols (ibv_reg_dmabuf_mr: rdma-core >= 34; ibv_reg_mr_iova2: rdma-core >= 28) stay nullptr when absent.
 const Verbs* loadVerbs(std::string* error);
 
 // "IBV_WC_RETRY_EXC_ERR (12): transport retry counter exceeded"-style text for a completion status.

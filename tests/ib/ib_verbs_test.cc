@@ -241,6 +241,9 @@ struct IntegrityPlan {
   int window = 4;  // rounds in flight
   size_t maxBytes = 192 * 1024;
   uint64_t seed = 1;
+  // INFO lines each side's plugin must have logged once connected (the settings it runs with), and INFO lines it must
+  // not have logged by the end.
+  std::vector<std::string> senderSays, receiverSays, senderNeverSays, receiverNeverSays;
 };
 
 // One round: n grouped receives with posted capacities and the (smaller or equal) sizes the sender sends.
@@ -285,6 +288,8 @@ int integritySide(const Channel& channel, const IntegrityPlan& plan, bool receiv
   } else {
     CHILD_CHECK(peer.connectTo(channel, dev, &comm));
   }
+  for (const std::string& line : receiver ? plan.receiverSays : plan.senderSays)
+    CHILD_EXPECT(informedAbout(line), "the %s logged no \"%s\"", receiver ? "receiver" : "sender", line.c_str());
   std::vector<Round> rounds = makeRounds(plan);
   CHILD_EXPECT(plan.window > 0, "a window of %d rounds", plan.window);
   size_t stride = plan.maxBytes + 64;
@@ -363,6 +368,8 @@ int integritySide(const Channel& channel, const IntegrityPlan& plan, bool receiv
     std::printf("ib-test: integrity %s: %d rounds, %llu bytes verified in %.2f s\n", plan.fuse ? "fused" : "plain",
                 plan.rounds, static_cast<unsigned long long>(bytesMoved), seconds);
   }
+  for (const std::string& line : receiver ? plan.receiverNeverSays : plan.senderNeverSays)
+    CHILD_EXPECT(!informedAbout(line), "the %s logged \"%s\"", receiver ? "receiver" : "sender", line.c_str());
   char sync = 0;
   channel.sendValue(sync);
   channel.recvValue(&sync);
@@ -395,6 +402,41 @@ TEST(IbVerbs, RandomSizesGroupedReceivesOneDeviceFourQps) {
   Env env = baseEnv("=rxe0");
   env.emplace_back("NCCL_IB_QPS_PER_CONNECTION", "4");
   checkIntegrity(env, env, plan);
+}
+
+// NCCL's three data-path options, forced on (soft-RoCE is RoCE, where adaptive routing is off by default): every
+// slot over 4 KiB ends each QP's writes with a zero-byte immediate, FIFO entries go inline, user buffers are
+// registered with relaxed ordering. Four QPs, so the immediate count per slot varies.
+TEST(IbVerbs, RandomSizesWithAdaptiveRoutingInlineFifoAndRelaxedOrdering) {
+  REQUIRE_RXE(1);
+  IntegrityPlan plan;
+  plan.seed = 15;
+  Env env = baseEnv("=rxe0");
+  for (auto setting : {std::pair<const char*, const char*>{"NCCL_IB_QPS_PER_CONNECTION", "4"},
+                       {"NCCL_IB_ADAPTIVE_ROUTING", "1"},
+                       {"NCCL_IB_AR_THRESHOLD", "4096"},
+                       {"NCCL_IB_USE_INLINE", "1"},
+                       {"NCCL_IB_PCI_RELAXED_ORDERING", "1"}})
+    env.emplace_back(setting.first, setting.second);
+  plan.senderSays = {"adaptive routing: writes of over 4096 bytes end in a zero-byte write with immediate",
+                     "relaxed ordering on (NCCL_IB_PCI_RELAXED_ORDERING=1)"};
+  plan.receiverSays = {"FIFO entries inline up to", "relaxed ordering on (NCCL_IB_PCI_RELAXED_ORDERING=1)"};
+  plan.senderNeverSays = plan.receiverNeverSays = {"refused a relaxed-ordering registration"};
+  checkIntegrity(env, env, plan);
+}
+
+// By default on RoCE: no adaptive routing, no inline FIFO writes, relaxed ordering where libibverbs has
+// ibv_reg_mr_iova2 (Debian 12's has).
+TEST(IbVerbs, DefaultsOnRoceLeaveAdaptiveRoutingAndInlineOff) {
+  REQUIRE_RXE(1);
+  IntegrityPlan plan;
+  plan.seed = 16;
+  plan.rounds = 8;
+  plan.senderSays = {"relaxed ordering on (NCCL_IB_PCI_RELAXED_ORDERING=2)"};
+  plan.receiverSays = plan.senderSays;
+  plan.senderNeverSays = {"adaptive routing", "refused a relaxed-ordering registration"};
+  plan.receiverNeverSays = {"FIFO entries inline", "refused a relaxed-ordering registration"};
+  checkIntegrity(baseEnv("=rxe0"), baseEnv("=rxe0"), plan);
 }
 
 TEST(IbVerbs, RandomSizesGroupedReceivesAcrossTwoDevices) {
