@@ -999,8 +999,7 @@ ncclResult_t postSlot(SendComm* comm, int slotIndex) {
     if (slotBytes > params().arThreshold) {
       for (int q = 0; q < comm->nqps; ++q) {
         int count = comm->wrCount[q];
-        if (count > 0 && comm->sges[q][count - 1].length > 0)
-          addWrite(q, 0, 0, 0, sizeRecord, comm->remoteControlRkey);
+        if (count > 0 && comm->sges[q][count - 1].length > 0) addWrite(q, 0, 0, 0, sizeRecord, comm->remoteControlRkey);
       }
     }
   }
@@ -1157,8 +1156,9 @@ class IbNet {
         int ro = g.params.relaxedOrdering;
         g.relaxedOrdering = ro != 0 && g.verbs->regMrIova2 != nullptr;
         if (ro == 1 && g.verbs->regMrIova2 == nullptr)
-          NCCL_NET_WARN("NCCL_IB_PCI_RELAXED_ORDERING=1, but libibverbs has no ibv_reg_mr_iova2 (rdma-core < 28): "
-                        "relaxed ordering off");
+          NCCL_NET_WARN(
+              "NCCL_IB_PCI_RELAXED_ORDERING=1, but libibverbs has no ibv_reg_mr_iova2 (rdma-core < 28): "
+              "relaxed ordering off");
         NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "relaxed ordering %s (NCCL_IB_PCI_RELAXED_ORDERING=%d%s)",
                       g.relaxedOrdering ? "on" : "off", ro,
                       ro != 0 && !g.relaxedOrdering ? ", no ibv_reg_mr_iova2" : "");
