@@ -464,18 +464,17 @@ void fuzzNcclConf(const std::string& input) {
   FUZZ_CHECK(nns::core::readNcclConfFile(confPath, &settings));
 
   // Reference, as nccl_conf.hpp documents it: KEY=VALUE per line, split at the first '=', lines starting with '#'
-  // skipped, nothing trimmed (a CR before the newline is dropped), a NUL ending the line's text; every line of any
-  // length read whole, in file order.
+  // skipped, nothing trimmed (a CR before the newline kept), a NUL ending the line's text, name and value cut at
+  // 1023 bytes; every line of any length read whole, in file order.
   std::vector<std::pair<std::string, std::string>> expected;
   std::vector<std::string> lines = split(input, '\n');
   if (!lines.empty() && lines.back().empty()) lines.pop_back();
   for (std::string line : lines) {
     line = cstr(line);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || line[0] == '#') continue;
     const size_t equals = line.find('=');
     if (equals == std::string::npos || equals == 0) continue;
-    expected.emplace_back(line.substr(0, equals), line.substr(equals + 1));
+    expected.emplace_back(line.substr(0, std::min<size_t>(equals, 1023)), line.substr(equals + 1, 1023));
   }
   FUZZ_CHECK(settings == expected);
 }

@@ -23,4 +23,10 @@ grep -q "^NCCL_NET_PLUGIN: socket$" <<<"$out" || fail "the environment's NCCL_NE
 { printf '#'; head -c 4094 /dev/zero | tr '\0' x; printf 'NCCL_NET_PLUGIN=from-inside-a-comment\n'; } > "$work/long.conf"
 out=$(env -u NCCL_NET_PLUGIN -u NCCL_NET NCCL_CONF_FILE="$work/long.conf" "$info" 2>&1 || true)
 if grep -q "from-inside-a-comment" <<<"$out"; then fail "a long comment's tail was read as a line: $out"; fi
+# Windows line endings: NCCL keeps the CR in the value (and so finds no library of that name); the tool says so.
+printf 'NCCL_NET_PLUGIN=minimal\r\n' > "$work/crlf.conf"
+out=$(env -u NCCL_NET_PLUGIN -u NCCL_NET NCCL_CONF_FILE="$work/crlf.conf" "$info" 2>&1 || true)
+grep -q "^NCCL_NET_PLUGIN: minimal\\\\x0d (from $work/crlf.conf) -- it ends in a carriage return" <<<"$out" ||
+  fail "a CRLF file's value: $out"
+if grep -q "tried  .*libnccl-net-minimal.so" <<<"$out"; then fail "a CRLF file's value was taken without its CR: $out"; fi
 echo "configuration file: ok"

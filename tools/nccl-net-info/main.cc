@@ -393,8 +393,12 @@ int runTool(int argc, char** argv) {
   // Where NCCL itself would have found the value: a configuration file (NCCL_CONF_FILE, ~/.nccl.conf or
   // /etc/nccl.conf), applied to the environment as NCCL applies it.
   const std::string pluginOrigin = plugin.empty() ? nns::core::ncclConfOrigin("NCCL_NET_PLUGIN") : "";
-  std::printf("NCCL_NET_PLUGIN: %s%s\n", spec.c_str(),
-              pluginOrigin.empty() ? "" : (" (from " + pluginOrigin + ")").c_str());
+  std::printf("NCCL_NET_PLUGIN: %s%s%s\n", nns::core::printable(spec.c_str()).c_str(),
+              pluginOrigin.empty() ? "" : (" (from " + pluginOrigin + ")").c_str(),
+              !spec.empty() && spec.back() == '\r'
+                  ? " -- it ends in a carriage return (\\x0d): the file has Windows line endings, whose CR NCCL "
+                    "keeps in the value, so it looks for a library of that name"
+                  : "");
   const std::string netOrigin = nns::core::ncclConfOrigin("NCCL_NET");
   if (netName)
     std::printf(

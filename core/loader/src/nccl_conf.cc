@@ -4,6 +4,7 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,8 @@
 namespace nns::core {
 
 namespace {
+
+constexpr size_t kMaxConfText = 1023;
 
 std::vector<std::pair<std::string, std::string>>& confOrigins() {
   static std::vector<std::pair<std::string, std::string>> origins;  // variable, file
@@ -42,11 +45,14 @@ bool readNcclConfFile(const std::string& path, std::vector<std::pair<std::string
   while (getline(&line, &capacity, file) >= 0) {
     size_t length = std::strlen(line);  // a NUL ends the line's text, as it would end the variable set from it
     if (length > 0 && line[length - 1] == '\n') line[--length] = '\0';
-    if (length > 0 && line[length - 1] == '\r') line[--length] = '\0';
+    // A CR before the newline stays in the value, as NCCL keeps it: a file with Windows line endings sets values
+    // that end in '\r' (nccl-net-info points them out).
     if (line[0] == '#') continue;
     const char* equals = std::strchr(line, '=');
     if (equals == nullptr || equals == line) continue;
-    settings->emplace_back(std::string(line, static_cast<size_t>(equals - line)), std::string(equals + 1));
+    // NCCL copies name and value into buffers of 1024 bytes: each is cut at 1023 bytes.
+    const size_t nameLength = std::min<size_t>(static_cast<size_t>(equals - line), kMaxConfText);
+    settings->emplace_back(std::string(line, nameLength), std::string(equals + 1).substr(0, kMaxConfText));
   }
   std::free(line);
   std::fclose(file);

@@ -14,9 +14,10 @@ namespace nns::core {
 // the environment (the loader calls it when it is loaded).
 void applyNcclConfFiles();
 
-// One file's settings in file order, as applyNcclConfFiles reads them: whole lines (a NUL ends a line's text, a CR
-// before the newline is dropped), '#' lines and lines without a name before the first '=' skipped. False when the
-// file cannot be opened. The environment is not read or changed.
+// One file's settings in file order, as applyNcclConfFiles reads them: whole lines (a NUL ends a line's text; a CR
+// before the newline is kept, as NCCL keeps it), '#' lines and lines without a name before the first '=' skipped,
+// names and values cut at 1023 bytes (NCCL's buffers). False when the file cannot be opened. The environment is not
+// read or changed.
 bool readNcclConfFile(const std::string& path, std::vector<std::pair<std::string, std::string>>* settings);
 
 // The file that set `variable`, or "" when it came from the environment or is unset.
