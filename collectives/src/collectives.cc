@@ -345,18 +345,24 @@ namespace {
 
 // A group's receives must not overlap its other operations' buffers (sends may share theirs): the sends read while
 // the receives write, piece by piece, so an overlap corrupted the data with no error on any rank. Sorted by address
-// and swept once, in storage kept per thread (a group may hold thousands of operations).
-void checkP2POverlaps(std::span<const P2POp> ops, int rank) {
+// and swept once, in storage kept per thread (a group may hold thousands of operations). `pairs[i]` numbers the
+// sends to this rank and its receives from itself in the order they meet (the k-th send with the k-th receive), -1
+// for the others: only a pair on the very same memory (a copy onto itself) may overlap. Any other overlap among them
+// is refused too: the copies run one after another, so a swap (send A, receive B, send B, receive A) read what an
+// earlier copy had already overwritten.
+void checkP2POverlaps(std::span<const P2POp> ops, std::span<const int> pairs, int rank) {
   struct Range {
     uintptr_t start, end;
     const P2POp* op;
+    int pair;
   };
   thread_local std::vector<Range> ranges;
   ranges.clear();
-  for (const auto& op : ops) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
     const size_t bytes = op.count * typeSize(op.type);
     const auto start = reinterpret_cast<uintptr_t>(op.buffer);
-    if (bytes > 0) ranges.push_back({start, start + bytes, &op});
+    if (bytes > 0) ranges.push_back({start, start + bytes, &op, pairs[i]});
   }
   if (ranges.size() < 2) return;
   std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) { return a.start < b.start; });
@@ -369,9 +375,9 @@ void checkP2POverlaps(std::span<const P2POp> ops, int rank) {
                   r.op->peer, reinterpret_cast<void*>(r.start), static_cast<size_t>(r.end - r.start));
     return std::string(text);
   };
-  // A send to this rank and its receive from this rank on the very same memory is a copy onto itself (in place).
-  auto inPlaceToSelf = [rank](const Range& a, const Range& b) {
-    return a.op->peer == rank && b.op->peer == rank && a.op->kind != b.op->kind && a.start == b.start && a.end == b.end;
+  // A send to this rank and the receive from this rank it pairs with, on the very same memory: a copy onto itself.
+  auto inPlaceToSelf = [](const Range& a, const Range& b) {
+    return a.pair >= 0 && a.pair == b.pair && a.start == b.start && a.end == b.end;
   };
   for (const Range& r : ranges) {
     const Range* other = r.op->kind == P2POp::Recv ? furthest : furthestRecv;
@@ -390,14 +396,20 @@ void sendRecv(Communicator& comm, std::span<const P2POp> ops, KernelLayer& kerne
   // Sends to this rank are matched with its receives from itself, in order, by a copy: a mismatch is this rank's own
   // error, found before anything moves, so the communicator stays usable.
   std::vector<const P2POp*> selfSends, selfRecvs;
-  for (const auto& op : ops) {
+  thread_local std::vector<int> pairs;  // per operation: its pair's number among the copies to itself, else -1
+  pairs.assign(ops.size(), -1);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
     checkArguments(op.type, op.buffer, op.buffer, op.count, ncclSum, 1, detail::Layout::kOne, comm.rank());
     if (op.peer < 0 || op.peer >= comm.size())
       throw core::ArgumentError("peer " + std::to_string(op.peer) + " is not a rank of this communicator of " +
                                 std::to_string(comm.size()));
-    if (op.peer == comm.rank()) (op.kind == P2POp::Send ? selfSends : selfRecvs).push_back(&op);
+    if (op.peer != comm.rank()) continue;
+    auto& mine = op.kind == P2POp::Send ? selfSends : selfRecvs;
+    pairs[i] = static_cast<int>(mine.size());
+    mine.push_back(&op);
   }
-  checkP2POverlaps(ops, comm.rank());
+  checkP2POverlaps(ops, pairs, comm.rank());
   if (selfSends.size() != selfRecvs.size())
     throw core::ArgumentError("rank " + std::to_string(comm.rank()) + ": " + std::to_string(selfSends.size()) +
                               " sends to itself but " + std::to_string(selfRecvs.size()) + " receives from itself");

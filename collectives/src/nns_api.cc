@@ -431,7 +431,22 @@ ncclResult_t makePendingComms() {
   std::vector<PendingInit> inits;
   inits.swap(pendingInits);
   if (inits.empty()) return ncclSuccess;
-  std::vector<ncclResult_t> results(inits.size(), ncclSuccess);
+  // Each result stays an error until its communicator is built. Should anything below throw (no memory), every handle
+  // still being made is settled before the exception leaves: a built one is live, the others failed (refused by every
+  // call but nnsCommDestroy/nnsCommAbort, which free them), never left "in progress" for good.
+  std::vector<ncclResult_t> results;
+  struct Settle {
+    const std::vector<PendingInit>& inits;
+    const std::vector<ncclResult_t>& results;
+    ~Settle() {
+      std::lock_guard<std::mutex> lock(liveMutex);
+      for (size_t i = 0; i < inits.size(); ++i) {
+        if (makingComms.erase(inits[i].comm) == 0) continue;
+        if (i >= results.size() || results[i] != ncclSuccess) failedComms.insert(inits[i].comm);
+      }
+    }
+  } settle{inits, results};
+  results.assign(inits.size(), ncclSystemError);
   std::vector<std::string> errors(inits.size());
   onThreads(
       inits.size(),
@@ -446,11 +461,6 @@ ncclResult_t makePendingComms() {
       });
   ncclResult_t first = ncclSuccess;
   for (size_t i = 0; i < inits.size(); ++i) {
-    {
-      std::lock_guard<std::mutex> lock(liveMutex);
-      makingComms.erase(inits[i].comm);
-      if (results[i] != ncclSuccess) failedComms.insert(inits[i].comm);
-    }
     if (results[i] == ncclSuccess) continue;
     if (first == ncclSuccess) {
       first = results[i];
@@ -788,12 +798,29 @@ ncclResult_t groupEnd() {
     p2p.clear();
     for (const auto& q : queue)
       if (q.comm == comm && q.kind == Operation::kPointToPoint) p2p.push_back(q.p2p);
-    if (!p2p.empty()) outcome.result = guarded([&] { nns::coll::sendRecv(*comm->comm, std::span<const P2POp>(p2p)); });
+    // Sends and receives refused as a whole (buffers that overlap, sends to itself without their receives: what only
+    // the whole group shows) moved nothing and leave the communicator usable: its collectives still run, as their
+    // peers run theirs, and the refusal is returned after them (as a refusal at a call is).
+    Outcome refusal;
+    if (!p2p.empty()) {
+      outcome.result = guarded([&] {
+        try {
+          nns::coll::sendRecv(*comm->comm, std::span<const P2POp>(p2p));
+        } catch (const nns::core::ArgumentError& e) {
+          refusal = Outcome{e.result(), e.what()};
+        }
+      });
+    }
     for (const auto& q : queue) {
       if (q.comm != comm || q.kind == Operation::kPointToPoint || outcome.result != ncclSuccess) continue;
       outcome.result = guarded([&] { runCollective(q); });
     }
-    if (outcome.result != ncclSuccess) outcome.error = lastError;
+    if (outcome.result != ncclSuccess) {
+      outcome.error = lastError;
+    } else if (refusal.result != ncclSuccess) {
+      outcome.result = failWith(refusal.result, refusal.error);
+      outcome.error = lastError;
+    }
     return outcome;
   };
   // One thread may drive several communicators in one group (one per rank it holds, as with NCCL): their

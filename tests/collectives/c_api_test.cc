@@ -780,6 +780,55 @@ TEST(CApi, ABadArgumentInAGroupIsRefusedAtTheCallAndTheRestOfTheGroupRuns) {
   unsetenv("NNS_COMM_TIMEOUT_MS");
 }
 
+// Sends to itself and receives from itself that are not pairs on the same memory must not overlap: the copies run
+// one after another, so a swap (send A, receive B, send B, receive A) gave B's new value to A, with no error. It is
+// refused as a whole, nothing is copied, and the group's collective still runs on this rank as on its peer (it was
+// skipped, and the peer waited out its timeout).
+TEST(CApi, ASwapThroughCopiesToItselfIsRefusedAndTheGroupsCollectiveStillRuns) {
+  setenv("NNS_COMM_TIMEOUT_MS", "5000", 1);
+  onRanks(2, [](int rank, nnsComm_t comm) {
+    std::vector<int> a(64, 1), b(64, 2), z(16, rank + 1);
+    if (rank == 0) {
+      ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+      ASSERT_EQ(nnsSend(a.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
+      ASSERT_EQ(nnsRecv(b.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
+      ASSERT_EQ(nnsSend(b.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
+      ASSERT_EQ(nnsRecv(a.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
+      ASSERT_EQ(nnsAllReduce(z.data(), z.data(), 16, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
+      EXPECT_EQ(nnsGroupEnd(), ncclInvalidArgument);
+      EXPECT_NE(std::string(nnsGetLastError()).find("overlap in one group"), std::string::npos) << nnsGetLastError();
+      EXPECT_EQ(a[0], 1) << "copied by a refused group";
+      EXPECT_EQ(b[0], 2) << "copied by a refused group";
+      // A chain (A to B, then B to C) is refused the same way; the pairs on distinct memory run.
+      std::vector<int> c(64, 3);
+      ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+      ASSERT_EQ(nnsSend(a.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
+      ASSERT_EQ(nnsRecv(b.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
+      ASSERT_EQ(nnsSend(b.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
+      ASSERT_EQ(nnsRecv(c.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
+      EXPECT_EQ(nnsGroupEnd(), ncclInvalidArgument);
+      EXPECT_EQ(c[0], 3);
+      ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+      ASSERT_EQ(nnsSend(a.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
+      ASSERT_EQ(nnsRecv(c.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
+      ASSERT_EQ(nnsSend(b.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
+      ASSERT_EQ(nnsRecv(b.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
+      ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+      EXPECT_EQ(c[0], 1);
+      EXPECT_EQ(b[0], 2);
+    } else {
+      ASSERT_EQ(nnsAllReduce(z.data(), z.data(), 16, ncclInt32, ncclSum, comm, nullptr), ncclSuccess)
+          << nnsGetLastError();
+    }
+    EXPECT_EQ(z[15], 3);
+    ncclResult_t async = ncclInternalError;
+    ASSERT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess);
+    EXPECT_EQ(async, ncclSuccess);
+    EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  });
+  unsetenv("NNS_COMM_TIMEOUT_MS");
+}
+
 // A communicator this rank cannot set up is this rank's error, not a remote one: the plugin's own result when its
 // init fails, invalid usage for a setting it cannot run with. Nothing remote took part (one rank).
 TEST(CApi, ASetUpFailureOnThisRankIsNotARemoteError) {

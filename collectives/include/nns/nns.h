@@ -94,8 +94,10 @@ ncclResult_t nnsRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int 
  * nnsCommInitRank inside a group are made together at its nnsGroupEnd (their handles are usable after it;
  * nnsGroupEnd returns the error of one that fails). Groups nest. A bad argument (NULL
  * buffer, unknown type or op, root or peer out of range) is refused at the call, inside a group too, and is not queued;
- * nnsGroupEnd runs the rest and then returns the group's first refusal. A send to itself without its matching receive
- * can only be seen at nnsGroupEnd. */
+ * nnsGroupEnd runs the rest and then returns the group's first refusal. A send to itself without its matching receive,
+ * and a receive whose buffer overlaps another send or receive of the group (but a send to itself and its receive on
+ * the very same memory), can only be seen at nnsGroupEnd: that communicator's sends and receives of the group are
+ * then refused, nothing moves, and its collectives still run. */
 ncclResult_t nnsGroupStart(void);
 ncclResult_t nnsGroupEnd(void);
 
