@@ -1146,6 +1146,23 @@ TEST(Algorithms, AMalformedPieceSizeIsRefusedAtTheCall) {
   EXPECT_EQ(x, 1.0f);
 }
 
+// A plugin whose devices are NCCL_NET_DEVICE_UNPACK (NCCL's kernels finish its receives through the device handle,
+// as with GPUDirect TCPX) loads in NCCL but cannot serve a host engine: refused by name when the communicator is
+// made, instead of receives that complete before their data is in the buffer.
+TEST(Communicator, APluginWhoseDevicesNeedNcclsKernelsIsRefused) {
+  core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  core::CommOptions options = socketOptions();
+  options.plugin = std::string(NNS_BIN_DIR) + "/../lib/libnccl-net-defective-unpack-0x7.so";
+  try {
+    core::Communicator comm(launch, options);
+    ADD_FAILURE() << "a communicator over an UNPACK device was made";
+  } catch (const core::CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("unpack-0x7 device 0 has netDeviceType 1 (UNPACK)"), std::string::npos)
+        << e.what();
+    EXPECT_EQ(e.result(), ncclInvalidUsage);
+  }
+}
+
 TEST(Trees, DoubleBinaryTreeIsTwoTreesOverEveryRank) {
   for (int n = 1; n <= 130; ++n) {
     std::vector<coll::TreeLinks> links[2];

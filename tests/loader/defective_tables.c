@@ -9,7 +9,7 @@
 #define EXPORT __attribute__((visibility("default")))
 
 #if defined(NNS_DEFECT_NULL_ENTRIES) || defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE) || \
-    defined(NNS_DEFECT_ODD_PROPERTIES)
+    defined(NNS_DEFECT_ODD_PROPERTIES) || defined(NNS_DEFECT_UNPACK_0X7)
 /* What the tables below start from: an init and a devices that work. */
 static ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
                          ncclProfilerCallback_t profiler) {
@@ -37,10 +37,12 @@ static ncclResult_t collInit(void** ctx, uint64_t commId, ncclDebugLogger_t logg
 }
 EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {.name = "half-table", .init = init, .devices = devices};
 EXPORT const ncclCollNet_v12_t ncclCollNetPlugin_v12 = {.init = collInit};
-#elif defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE) || defined(NNS_DEFECT_ODD_PROPERTIES)
+#elif defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE) || defined(NNS_DEFECT_ODD_PROPERTIES) || \
+    defined(NNS_DEFECT_UNPACK_0X7)
 /* NO_IFLUSH is not a defect: every entry NCCL calls unchecked is there, iflush (which NCCL calls only after
  * GPU-direct receives) is NULL. UNPACK_DEVICE is the same table with device 0 an UNPACK device at version 0x6, which
- * NCCL refuses to assign (it speaks 0x7 only); ODD_PROPERTIES is the table with properties a tool must print as they
+ * NCCL refuses to assign (it speaks 0x7 only), and UNPACK_0X7 one at 0x7, which NCCL takes (its kernels finish the
+ * receives) and a host engine cannot serve; ODD_PROPERTIES is the table with properties a tool must print as they
  * are (below). A test double: the entries beside init, devices, getProperties and
  * finalize refuse with ncclInternalError. */
 static ncclResult_t finalize(void* ctx) {
@@ -63,6 +65,9 @@ static ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
 #if defined(NNS_DEFECT_UNPACK_DEVICE)
   props->netDeviceType = NCCL_NET_DEVICE_UNPACK;
   props->netDeviceVersion = 0x6;
+#elif defined(NNS_DEFECT_UNPACK_0X7)
+  props->netDeviceType = NCCL_NET_DEVICE_UNPACK;
+  props->netDeviceVersion = NCCL_NET_DEVICE_UNPACK_VERSION;
 #elif defined(NNS_DEFECT_ODD_PROPERTIES)
   props->speed = 2500;
   props->latency = __builtin_nanf("");
@@ -100,6 +105,8 @@ static ncclResult_t closeComm(void* comm) {
 }
 #if defined(NNS_DEFECT_UNPACK_DEVICE)
 #define NNS_TABLE_NAME "unpack-0x6"
+#elif defined(NNS_DEFECT_UNPACK_0X7)
+#define NNS_TABLE_NAME "unpack-0x7"
 #elif defined(NNS_DEFECT_ODD_PROPERTIES)
 #define NNS_TABLE_NAME "odd-properties"
 #else

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -442,6 +443,11 @@ TEST(Adapters, SizesAnIntSizedVersionCannotCarryAreErrors) {
   EXPECT_NE(error.find("does not export ncclNetPlugin_v12"), std::string::npos) << error;
 }
 
+// What the strict-host test double records (NnsStrictRecord in strict_host_plugin.c).
+struct StrictRecord {
+  int inits, nullLogger, nullConfig, trafficClass, vndevs, vdevs[NCCL_NET_MAX_DEVS_PER_NIC], nullProfiler, overlaps;
+};
+
 // The strict-host test double of one version (strict_host_plugin.c), opened through that version's adapter, and
 // what it records, read through the library the adapter opened.
 struct StrictHost {
@@ -507,6 +513,58 @@ TEST(Adapters, APluginBeforeV11IsInitialisedOncePerProcess) {
   }
 }
 
+// Plugins built for several NCCL versions commonly share one init between their old tables, and may refuse a second
+// call (NCCL loads one version and calls it once). Opening two old versions of one library (as the harness's
+// every-version rule does) called it once per version: the second failed.
+TEST(Adapters, OldVersionsOfOneLibraryShareOneInit) {
+  const std::string path = kDir + "/libnccl-net-shared-init.so";
+  std::string error;
+  auto v9 = openNetVersion(path, 9, &error);
+  ASSERT_NE(v9, nullptr) << error;
+  auto v8 = openNetVersion(path, 8, &error);
+  ASSERT_NE(v8, nullptr) << error;
+  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr);
+  const auto* inits = static_cast<const int*>(dlsym(library, "nnsSharedInits"));
+  ASSERT_NE(inits, nullptr);
+  const int before = *inits;
+  void* ctx = nullptr;
+  EXPECT_EQ(v9->init(&ctx, 1, nullptr, nullptr, nullptr), ncclSuccess);
+  v9->finalize(ctx);
+  EXPECT_EQ(v8->init(&ctx, 2, nullptr, nullptr, nullptr), ncclSuccess);
+  v8->finalize(ctx);
+  EXPECT_EQ(*inits - before, before == 0 ? 1 : 0);
+  dlclose(library);
+}
+
+// NCCL runs a plugin's init and finalize one at a time (under its plugin mutex), so a plugin written for NCCL may keep
+// unsynchronised state there. Communicators made on several threads at once called a v11+ plugin's init
+// concurrently; the adapters now hold one lock across those calls.
+TEST(Adapters, APluginsInitAndFinalizeNeverRunAtOnce) {
+  for (int version : {11, 12}) {
+    SCOPED_TRACE("ncclNet_v" + std::to_string(version));
+    std::vector<std::unique_ptr<StrictHost>> hosts;
+    for (int t = 0; t < 4; ++t) hosts.push_back(std::make_unique<StrictHost>(version));
+    for (auto& host : hosts) ASSERT_NE(host->net, nullptr) << host->error;
+    const auto* record = hosts[0]->symbol<const StrictRecord>("nnsStrictRecord");
+    ASSERT_NE(record, nullptr);
+    const int before = __atomic_load_n(&record->overlaps, __ATOMIC_RELAXED);
+    std::vector<std::thread> threads;
+    for (auto& host : hosts) {
+      threads.emplace_back([&net = *host->net] {
+        for (int i = 0; i < 20; ++i) {
+          void* ctx = nullptr;
+          EXPECT_EQ(net.init(&ctx, static_cast<uint64_t>(i), nullptr, nullptr, nullptr), ncclSuccess);
+          EXPECT_EQ(net.finalize(ctx), ncclSuccess);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(__atomic_load_n(&record->overlaps, __ATOMIC_RELAXED) - before, 0)
+        << "an init or finalize ran while another was running";
+  }
+}
+
 // A host that passes no logger or config (as every tool here does) must still hand the plugin what NCCL hands it: a
 // logger to keep, a config with the traffic class unset, and makeVDevice's list as given, through each adapter.
 TEST(Adapters, APluginGetsTheLoggerConfigAndDeviceListNcclWouldPass) {
@@ -515,10 +573,7 @@ TEST(Adapters, APluginGetsTheLoggerConfigAndDeviceListNcclWouldPass) {
     StrictHost strict(version);
     ASSERT_NE(strict.net, nullptr) << strict.error;
     auto& net = strict.net;
-    struct Record {
-      int inits, nullLogger, nullConfig, trafficClass, vndevs, vdevs[NCCL_NET_MAX_DEVS_PER_NIC];
-    };
-    const auto* record = strict.symbol<const Record>("nnsStrictRecord");
+    const auto* record = strict.symbol<const StrictRecord>("nnsStrictRecord");
     ASSERT_NE(record, nullptr);
 
     void* ctx = nullptr;
@@ -526,6 +581,7 @@ TEST(Adapters, APluginGetsTheLoggerConfigAndDeviceListNcclWouldPass) {
     EXPECT_EQ(net->init(&ctx, 1, nullptr, nullptr, nullptr), ncclSuccess);
     EXPECT_EQ(record->inits - initsBefore, 1);
     EXPECT_EQ(record->nullLogger, 0) << "the plugin logs through the logger it was given";
+    EXPECT_EQ(record->nullProfiler, 0) << "a v10+ plugin calls the profiler callback it was given";
     if (version == 10) {
       unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
       void* sendComm = nullptr;

@@ -22,14 +22,28 @@ typedef struct {
   int trafficClass; /* from the last config seen */
   int vndevs;       /* the last makeVDevice's list */
   int vdevs[NCCL_NET_MAX_DEVS_PER_NIC];
+  int nullProfiler; /* a v10+ init got a NULL profiler callback */
+  int overlaps;     /* an init or finalize began while another was running (NCCL runs them one at a time) */
 } NnsStrictRecord;
 
 EXPORT NnsStrictRecord nnsStrictRecord;
 
 static ncclDebugLogger_t logFunction;
 
+/* init and finalize each hold `inside` for a moment: one that finds another there counts an overlap. */
+static int inside;
+__attribute__((unused)) static void enter(void) {
+  if (__atomic_fetch_add(&inside, 1, __ATOMIC_ACQ_REL) != 0)
+    __atomic_fetch_add(&nnsStrictRecord.overlaps, 1, __ATOMIC_RELAXED);
+  for (volatile int spin = 0; spin < 200000; ++spin) {
+  }
+}
+__attribute__((unused)) static void leave(void) {
+  __atomic_fetch_sub(&inside, 1, __ATOMIC_ACQ_REL);
+}
+
 static ncclResult_t keepLogger(ncclDebugLogger_t logger) {
-  nnsStrictRecord.inits++;
+  __atomic_fetch_add(&nnsStrictRecord.inits, 1, __ATOMIC_RELAXED);
   if (logger == NULL) {
     nnsStrictRecord.nullLogger = 1;
     return ncclInvalidArgument;
@@ -40,6 +54,17 @@ static ncclResult_t keepLogger(ncclDebugLogger_t logger) {
 }
 
 #if V >= 10
+/* NCCL always passes its profiler callback (a no-op one when no profiler plugin is loaded): this plugin calls it
+ * without a check, so it refuses a NULL one. */
+static ncclResult_t keepProfiler(ncclProfilerCallback_t profiler) {
+  if (profiler == NULL) {
+    nnsStrictRecord.nullProfiler = 1;
+    return ncclInvalidArgument;
+  }
+  void* event = NULL;
+  return profiler(&event, 0, NULL, 0, NULL);
+}
+
 static ncclResult_t readConfig(const void* config, int trafficClass) {
   if (config == NULL) {
     nnsStrictRecord.nullConfig = 1;
@@ -53,16 +78,19 @@ static ncclResult_t readConfig(const void* config, int trafficClass) {
 #if V >= 11
 static ncclResult_t init(void** ctx, uint64_t commId, T(ncclNetCommConfig) * config, ncclDebugLogger_t logger,
                          ncclProfilerCallback_t profiler) {
-  (void)commId, (void)profiler;
+  (void)commId;
   *ctx = NULL;
-  ncclResult_t result = keepLogger(logger);
-  if (result != ncclSuccess) return result;
-  return readConfig(config, config != NULL ? config->trafficClass : 0);
+  enter();
+  ncclResult_t result = keepProfiler(profiler);
+  if (result == ncclSuccess) result = keepLogger(logger);
+  if (result == ncclSuccess) result = readConfig(config, config != NULL ? config->trafficClass : 0);
+  leave();
+  return result;
 }
 #elif V == 10
 static ncclResult_t init(ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {
-  (void)profiler;
-  return keepLogger(logger);
+  ncclResult_t result = keepProfiler(profiler);
+  return result != ncclSuccess ? result : keepLogger(logger);
 }
 #else
 static ncclResult_t init(ncclDebugLogger_t logger) {
@@ -149,7 +177,10 @@ static ncclResult_t closeComm(void* comm) {
 
 #if V >= 11
 static ncclResult_t finalize(void* ctx) {
-  return (void)ctx, ncclSuccess;
+  (void)ctx;
+  enter();
+  leave();
+  return ncclSuccess;
 }
 #endif
 

@@ -256,6 +256,20 @@ void Communicator::connectRing() {
     fail(
         "device " + std::to_string(options_.device) + " out of range (the plugin has " + std::to_string(devices_) + ")",
         ncclInvalidUsage);
+  // A device whose receives NCCL's GPU kernels must finish (netDeviceType UNPACK: the data lands in the plugin's
+  // bounce buffers, and only a kernel given the device handle copies it out) cannot serve a host engine: a completed
+  // receive would not mean the data is in the buffer. NCCL loads such a plugin; this engine refuses it by name.
+  for (int c = 0; c < connectionChannels(); ++c) {
+    ncclNetProperties_v12_t props{};
+    check(net_->getProperties(deviceOf(c), &props), "getProperties");
+    if (props.netDeviceType != NCCL_NET_DEVICE_HOST)
+      fail(std::string(net_->name()) + " device " + std::to_string(deviceOf(c)) + " has netDeviceType " +
+               std::to_string(static_cast<int>(props.netDeviceType)) +
+               (props.netDeviceType == NCCL_NET_DEVICE_UNPACK ? " (UNPACK)" : "") +
+               ": its receives are finished by NCCL's GPU kernels through the device handle, which this engine has "
+               "not; use a plugin whose devices are NCCL_NET_DEVICE_HOST",
+           ncclInvalidUsage);
+  }
 
   if (size_ > 1) {
     checkSameLayout();

@@ -29,51 +29,65 @@ Library::~Library() {
 
 namespace {
 
-// A plugin before v11 is initialised once per process (its init has no context to give back): the first adapter of
-// a table calls it, the others of that table find it done. Each communicator loads the plugin and gets an adapter of
-// its own, so a flag per adapter called a v6..v10 plugin's init once per communicator. A table's record lasts while
-// an adapter of it lives; with the last one the library may be unloaded, and a later load initialises it again, as
-// NCCL does when its last communicator is gone.
+// A plugin before v11 is initialised once per process (its init has no context to give back): the first adapter
+// calls it, the others find it done. The record is the loaded library's, one flag for its net and one for its
+// collNet: a plugin's old versions commonly share one init, which NCCL (loading one version) never calls twice, while
+// the conformance harness opens several versions of one library. Each communicator loads the plugin and gets an
+// adapter of its own, so a flag per adapter called a v6..v10 plugin's init once per communicator. The record lasts
+// while an adapter of the library lives (net or collNet); with the last one the library may be unloaded, and a later
+// load initialises it again, as NCCL does when its last communicator is gone.
 class InitOnce {
  public:
-  explicit InitOnce(const void* table) : table_(table) {
+  enum Kind { kNet = 0, kCollNet = 1 };
+  InitOnce(const void* library, Kind kind) : library_(library), kind_(kind) {
     std::lock_guard<std::mutex> lock(mutex());
-    ++tables()[table_].adapters;
+    ++libraries()[library_].adapters;
   }
   ~InitOnce() {
     std::lock_guard<std::mutex> lock(mutex());
-    auto found = tables().find(table_);
-    if (found != tables().end() && --found->second.adapters == 0) tables().erase(found);
+    auto found = libraries().find(library_);
+    if (found != libraries().end() && --found->second.adapters == 0) libraries().erase(found);
   }
   InitOnce(const InitOnce&) = delete;
   InitOnce& operator=(const InitOnce&) = delete;
 
-  // Runs `init` unless it has succeeded for this table already; a failed init is tried again next time.
+  // Runs `init` unless this library's net (or collNet) has been initialised already; a failed init is tried again
+  // next time.
   template <class Init>
   ncclResult_t run(const Init& init) {
     std::lock_guard<std::mutex> lock(mutex());
-    Record& record = tables()[table_];
-    if (record.initialised) return ncclSuccess;
+    bool& initialised = libraries()[library_].initialised[kind_];
+    if (initialised) return ncclSuccess;
     const ncclResult_t result = init();
-    if (result == ncclSuccess) record.initialised = true;
+    if (result == ncclSuccess) initialised = true;
     return result;
   }
 
  private:
   struct Record {
     int adapters = 0;
-    bool initialised = false;
+    bool initialised[2] = {false, false};
   };
   static std::mutex& mutex() {
     static std::mutex* m = new std::mutex;  // never destroyed: adapters may outlive static destruction
     return *m;
   }
-  static std::map<const void*, Record>& tables() {
+  static std::map<const void*, Record>& libraries() {
     static auto* t = new std::map<const void*, Record>;
     return *t;
   }
-  const void* table_;
+  const void* library_;
+  Kind kind_;
 };
+
+}  // namespace
+
+std::unique_lock<std::recursive_mutex> lockPluginLifecycle() {
+  static auto* m = new std::recursive_mutex;  // never destroyed: a plugin may be finalized during exit
+  return std::unique_lock<std::recursive_mutex>(*m);
+}
+
+namespace {
 
 // Each ABI version's table, collNet table and properties types.
 template <int V>
@@ -137,6 +151,13 @@ OldProps narrowVDeviceProps(const ncclNetVDeviceProps_v12_t& props) {
 ncclNetCommConfig_v12_t& unsetConfig() {
   static ncclNetCommConfig_v12_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};
   return config;
+}
+
+// The profiler callback handed to a v10+ plugin when the caller has none: it records nothing and hands back no event
+// (NCCL's own callback does the same when no profiler plugin is loaded).
+ncclResult_t noProfiler(void** eHandle, int /*type*/, void* /*pHandle*/, int64_t /*pluginId*/, void* /*extData*/) {
+  if (eHandle != nullptr) *eHandle = nullptr;
+  return ncclSuccess;
 }
 
 // regMr and regMrDmaBuf as every net and collNet version has them: v6..v7 take an int size (a larger one is an
@@ -238,7 +259,7 @@ class NetAdapter final : public Net {
 
  public:
   NetAdapter(const T* table, std::shared_ptr<Library> library)
-      : t_(table), library_(std::move(library)), initOnce_(table) {}
+      : t_(table), library_(std::move(library)), initOnce_(library_->handle, InitOnce::kNet) {}
 
   const char* name() const override { return t_->name; }
   int version() const override { return V; }
@@ -246,9 +267,11 @@ class NetAdapter final : public Net {
 
   ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
                     ncclProfilerCallback_t profiler) override {
-    // NCCL always passes a logger and a config, and plugins keep and use both: a caller without them gets the
-    // SDK's stderr logger and a config with the traffic class unset.
+    auto lifecycle = lockPluginLifecycle();
+    // NCCL always passes a logger, a config and a profiler callback, and plugins keep and use them: a caller without
+    // them gets the SDK's stderr logger, a config with the traffic class unset and a profiler that records nothing.
     if (logger == nullptr) logger = nccl_net::sdk::stderrLogger;
+    if (profiler == nullptr) profiler = noProfiler;
     const bool unset = config == nullptr;
     if (unset) config = &unsetConfig();
     if constexpr (V == 12) {
@@ -384,6 +407,7 @@ class NetAdapter final : public Net {
     return false;
   }
   ncclResult_t makeVDevice(int* d, ncclNetVDeviceProps_v12_t* props) override {
+    auto lifecycle = lockPluginLifecycle();
     if constexpr (V >= 9) {
       if (t_->makeVDevice == nullptr) return absent("makeVDevice");
       if constexpr (V == 12) {
@@ -422,6 +446,7 @@ class NetAdapter final : public Net {
   }
 
   ncclResult_t finalize(void* ctx) override {
+    auto lifecycle = lockPluginLifecycle();
     if constexpr (V >= 11) {
       return t_->finalize(ctx);
     } else {
@@ -448,13 +473,14 @@ class CollNetAdapter final : public CollNet {
 
  public:
   CollNetAdapter(const T* table, std::shared_ptr<Library> library)
-      : t_(table), library_(std::move(library)), initOnce_(table) {}
+      : t_(table), library_(std::move(library)), initOnce_(library_->handle, InitOnce::kCollNet) {}
 
   const char* name() const override { return t_->name; }
   int version() const override { return V; }
   const std::string& path() const override { return library_->path; }
 
   ncclResult_t init(void** ctx, uint64_t commId, ncclDebugLogger_t logger) override {
+    auto lifecycle = lockPluginLifecycle();
     if (logger == nullptr) logger = nccl_net::sdk::stderrLogger;  // as the net's init
     if constexpr (V >= 11) {
       return t_->init(ctx, commId, logger);
@@ -585,6 +611,7 @@ class CollNetAdapter final : public CollNet {
     return false;
   }
   ncclResult_t makeVDevice(int* d, ncclNetVDeviceProps_v12_t* props) override {
+    auto lifecycle = lockPluginLifecycle();
     if constexpr (V >= 9) {
       if (t_->makeVDevice == nullptr) return absent("makeVDevice");
       if constexpr (V == 12) {
@@ -605,6 +632,7 @@ class CollNetAdapter final : public CollNet {
   }
 
   ncclResult_t finalize(void* ctx) override {
+    auto lifecycle = lockPluginLifecycle();
     if constexpr (V >= 11) {
       return t_->finalize(ctx);
     } else {

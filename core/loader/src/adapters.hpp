@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "nns/core/collnet.hpp"
@@ -31,6 +32,12 @@ std::unique_ptr<Net> makeNetAdapter(int version, const void* table, std::shared_
 // The same for an ncclCollNet_v<version>_t.
 std::unique_ptr<CollNet> makeCollNetAdapter(int version, const void* table, std::shared_ptr<Library> library,
                                             std::string* defect);
+
+// NCCL calls a plugin's init, makeVDevice and finalize (and probes a plugin: init, devices, finalize) under one
+// process-wide lock, so a plugin written for NCCL may keep unsynchronised state there; communicators made on several
+// threads at once ran a v11+ plugin's init concurrently. The adapters hold this lock in those calls, the loader
+// across a whole probe. Recursive: the probe's own calls take it again.
+std::unique_lock<std::recursive_mutex> lockPluginLifecycle();
 
 // The host-side ceiling NCCL puts on v6..v8 plugins' messages (MAX_NET_SIZE) and collectives (MAX_COLLNET_SIZE).
 inline constexpr size_t kLegacyMaxP2pBytes = 1ull << 30;

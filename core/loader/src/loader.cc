@@ -85,11 +85,12 @@ bool isLibSoName(const std::string& name) {
 }
 
 // LD_LIBRARY_PATH's directories as the dynamic linker splits it: on ':' and ';', every field kept, an empty one (a
-// leading, doubled or trailing separator) being the working directory.
+// leading, doubled or trailing separator) being the working directory. Set but empty, it names none (the linker
+// ignores it; it is not the working directory).
 std::vector<std::string> libraryPathDirs() {
   std::vector<std::string> dirs;
   const char* path = std::getenv("LD_LIBRARY_PATH");
-  if (path == nullptr) return dirs;
+  if (path == nullptr || *path == '\0') return dirs;
   std::string field;
   for (const char* p = path;; ++p) {
     if (*p == ':' || *p == ';' || *p == '\0') {
@@ -351,7 +352,8 @@ std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
     out.rejectReason = symbol + ": " + defect;
     return nullptr;
   }
-  // As NCCL does: init, then devices; a failure or no device disables collNet only.
+  // As NCCL does: init, then devices; a failure or no device disables collNet only (under the lifecycle lock).
+  auto lifecycle = detail::lockPluginLifecycle();
   void* ctx = nullptr;
   ncclResult_t result = coll->init(&ctx, 0, nullptr);
   if (result != ncclSuccess) {
@@ -423,7 +425,9 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
       out.candidates.push_back(std::move(candidate));
       continue;
     }
-    // As NCCL does: init, then devices; a failure or no device rejects the plugin and finalizes it.
+    // As NCCL does: init, then devices; a failure or no device rejects the plugin and finalizes it. The whole probe
+    // holds the plugins' lifecycle lock, as NCCL's holds its plugin mutex.
+    auto lifecycle = detail::lockPluginLifecycle();
     void* ctx = nullptr;
     std::string warnings;
     probeWarnings = &warnings;

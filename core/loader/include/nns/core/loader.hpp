@@ -76,7 +76,7 @@ struct LibraryExports {
 LibraryExports inspectLibrary(const std::string& path);
 
 // Every libnccl-net*.so in `dirs` (and the directories of LD_LIBRARY_PATH, where an empty entry is the working
-// directory, as for the dynamic linker), sorted, without duplicates.
+// directory, as for the dynamic linker, and an empty value names none), sorted, without duplicates.
 std::vector<std::string> findPluginLibraries(const std::vector<std::string>& dirs);
 
 // Opens `path` through exactly ncclNetPlugin_v<version> (e.g. to compare versions of one plugin). nullptr and
