@@ -54,6 +54,14 @@ void expectGroupedSumAndDestroy(nnsComm_t (&comms)[2]) {
   for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
 }
 
+// The communicator reports no asynchronous error (what was refused left it usable); then it is destroyed.
+void expectHealthyThenDestroy(nnsComm_t comm) {
+  ncclResult_t async = ncclInternalError;
+  EXPECT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess);
+  EXPECT_EQ(async, ncclSuccess);
+  EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+}
+
 // Runs `body(rank, comm)` on `ranks` threads, each with its communicator made from one unique id.
 template <class Body>
 void onRanks(int ranks, const Body& body) {
@@ -129,10 +137,7 @@ TEST(CApi, CollectivesAndAGroupedRingExchangeOnThreeRanks) {
     ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
     EXPECT_EQ(in[8], (rank + 2) % 3);
     EXPECT_EQ(bcast[3], 42);
-    ncclResult_t async = ncclInternalError;
-    ASSERT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess);
-    EXPECT_EQ(async, ncclSuccess);
-    EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+    expectHealthyThenDestroy(comm);
   });
 }
 
@@ -380,10 +385,7 @@ TEST(CApi, BadArgumentsAreRefusedAndTheCommunicatorStaysUsable) {
     ASSERT_EQ(nnsAllReduce(data.data(), data.data(), 64, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
         << nnsGetLastError();
     EXPECT_EQ(data[63], 3.0f);
-    ncclResult_t async = ncclInternalError;
-    ASSERT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess);
-    EXPECT_EQ(async, ncclSuccess);
-    EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+    expectHealthyThenDestroy(comm);
   });
 }
 
@@ -772,10 +774,7 @@ TEST(CApi, ABadArgumentInAGroupIsRefusedAtTheCallAndTheRestOfTheGroupRuns) {
           << nnsGetLastError();
     }
     EXPECT_EQ(data[15], 3.0f);
-    ncclResult_t async = ncclInternalError;
-    ASSERT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess);
-    EXPECT_EQ(async, ncclSuccess);
-    EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+    expectHealthyThenDestroy(comm);
   });
   unsetenv("NNS_COMM_TIMEOUT_MS");
 }
@@ -821,10 +820,7 @@ TEST(CApi, ASwapThroughCopiesToItselfIsRefusedAndTheGroupsCollectiveStillRuns) {
           << nnsGetLastError();
     }
     EXPECT_EQ(z[15], 3);
-    ncclResult_t async = ncclInternalError;
-    ASSERT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess);
-    EXPECT_EQ(async, ncclSuccess);
-    EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+    expectHealthyThenDestroy(comm);
   });
   unsetenv("NNS_COMM_TIMEOUT_MS");
 }
