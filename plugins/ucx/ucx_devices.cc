@@ -188,6 +188,9 @@ std::vector<UcxDevice> discoverDevices(int sharedMemorySpeedMbps, std::string* e
                   name.c_str());
 
   std::vector<UcxDevice> devices;
+  std::vector<std::string> noSideChannel;  // network devices dropped for want of an IP interface for the side channel
+  const char* sideIfname = std::getenv("NNS_UCX_SIDE_IFNAME");
+  const bool sideIfnameSet = sideIfname != nullptr && *sideIfname != '\0';
   for (UcxDevice& device : network) {
     device.sharedMemoryTransports = !sharedMemory.empty();
     size_t colon = device.name.find(':');
@@ -205,24 +208,37 @@ std::vector<UcxDevice> discoverDevices(int sharedMemorySpeedMbps, std::string* e
       device.guid = nameHash(device.name);
     }
     // The side channel (a short TCP exchange of worker addresses) needs an IP address near the device.
-    const char* sideIfname = std::getenv("NNS_UCX_SIDE_IFNAME");
-    if (sideIfname != nullptr && *sideIfname != '\0') ifname = sideIfname;
+    if (sideIfnameSet) ifname = sideIfname;
     if (ifname.empty() || !addressOfInterface(ifname, &device.sideChannel)) {
       auto fallback = sdk::findInterfaces("NNS_UCX_SIDE_IFNAME", nullptr, 1);
       if (fallback.empty()) {
-        *error = "device " + device.name + ": no IP interface for the connection side channel (NNS_UCX_SIDE_IFNAME)";
+        noSideChannel.push_back(device.name);
         continue;
       }
       device.sideChannel = fallback[0].address;
     }
     devices.push_back(std::move(device));
   }
+  // A network device without a side channel is a configuration error (NNS_UCX_SIDE_IFNAME naming a missing
+  // interface, or a host with no usable IP interface), not a reason to offer fewer NICs than UCX selected, nor to
+  // fall back to shared memory only: NCCL would then run between hosts over whatever is left, or fail later and
+  // obscurely. No device at all, so init fails with this error as its WARN.
+  if (!noSideChannel.empty()) {
+    std::string names;
+    for (const std::string& name : noSideChannel) names += (names.empty() ? "" : ", ") + name;
+    *error =
+        "no IP interface for the connection side channel of UCX device(s) " + names +
+        (sideIfnameSet ? ": NNS_UCX_SIDE_IFNAME=" + std::string(sideIfname) + " matches no interface with an IP address"
+                       : " (set NNS_UCX_SIDE_IFNAME to an interface with an IP address)");
+    return {};
+  }
   for (const std::string& name : dropTcpViewsOfRdmaPorts(devices, named))
     NCCL_NET_INFO(NCCL_INIT | NCCL_NET,
                   "UCX device %s left out: it is the port of an RDMA device listed too, seen through TCP (name it in "
                   "UCX_NET_DEVICES to keep it)",
                   name.c_str());
-  if (devices.empty() && !sharedMemory.empty()) {
+  // "memory" stands for shared memory only when UCX selected no network transport at all (UCX_TLS=sm).
+  if (network.empty() && !sharedMemory.empty()) {
     UcxDevice memory;
     memory.name = "memory";
     memory.transports = sharedMemory;

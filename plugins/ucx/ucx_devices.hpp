@@ -24,7 +24,8 @@ struct UcxDevice {
 
 // Runs UCX's own resource selection (UCX_TLS, UCX_NET_DEVICES, UCX_SHM_DEVICES...) and returns one device per network
 // device it selected, loopback left out unless named in UCX_NET_DEVICES or alone. With no network device selected
-// (UCX_TLS=sm) a single "memory" device stands for UCX's shared-memory transports. Empty with *error set on failure.
+// (UCX_TLS=sm) a single "memory" device stands for UCX's shared-memory transports. Empty with *error set on failure,
+// which includes a network device left without a side channel (no IP interface, or NNS_UCX_SIDE_IFNAME matching none).
 // `sharedMemorySpeedMbps` is what the "memory" device reports as its speed (UCX gives no number NCCL could use).
 std::vector<UcxDevice> discoverDevices(int sharedMemorySpeedMbps, std::string* error);
 

@@ -1,5 +1,6 @@
 // ucx_plugin.cc: the "nns-ucx" NCCL net plugin: UCP tagged messages, one worker per comm, worker addresses exchanged
 // over a non-blocking TCP side channel, peer failures surfaced through UCX's peer error handling.
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ucp/api/ucp.h>
@@ -47,6 +49,7 @@ struct Config {
   int keepaliveMs;
   int connectTimeoutMs;
   int closeTimeoutMs;
+  int lingerMs;  // how long a comm closed in order keeps its worker and endpoint for the peer (see Lingering)
   int retryIntervalMs;
   int deadPeerMs;
   int sharedMemorySpeedMbps;
@@ -59,6 +62,7 @@ struct Config {
       c.keepaliveMs = envInt("NNS_UCX_KEEPALIVE_MS", 1000, 1);
       c.connectTimeoutMs = envInt("NNS_UCX_CONNECT_TIMEOUT_MS", 30000, 1);
       c.closeTimeoutMs = envInt("NNS_UCX_CLOSE_TIMEOUT_MS", 500, 0);
+      c.lingerMs = envInt("NNS_UCX_LINGER_MS", 5000, 0);
       c.retryIntervalMs = envInt("NNS_UCX_RETRY_INTERVAL_MS", 100, 1);
       c.deadPeerMs = envInt("NNS_UCX_DEAD_PEER_MS", 10000, 1000);
       c.sharedMemorySpeedMbps = envInt("NNS_UCX_SHM_SPEED_MBPS", 100000, 1);
@@ -317,6 +321,8 @@ struct Comm {
   int sideFd = -1;                   // the side channel, kept open as a process-death detector (see checkSideChannel)
   bool peerClosed = false;           // the peer said goodbye on the side channel: its end closed in order
   Clock::time_point peerClosedAt{};
+  std::atomic<bool> closed{false};  // NCCL closed it: it lingers (see Lingering), and a failure is no news
+  Clock::time_point lingerUntil{};
   Clock::time_point nextSideCheck{};
   sdk::RequestPool<Request, kRequestsPerComm> requests;
 
@@ -326,7 +332,8 @@ struct Comm {
 
 void markFailed(Comm* comm, ucs_status_t status, const char* who) {
   int expected = UCS_OK;
-  if (comm->failure.compare_exchange_strong(expected, status))
+  // A comm NCCL closed that lingers for its peer fails as a matter of course when the peer goes: not worth a WARN.
+  if (comm->failure.compare_exchange_strong(expected, status) && !comm->closed.load())
     NCCL_NET_WARN("%s comm to %s: %s the peer failed: %s", comm->isSend ? "send" : "receive", comm->peer.c_str(), who,
                   ucs_status_string(status));
 }
@@ -435,35 +442,25 @@ ucs_status_t waitRequest(Comm* comm, void* request, Clock::time_point deadline) 
   return status;
 }
 
-// Tears a comm down without hanging: cancel what can be cancelled, close the endpoint (flushing when nothing is
-// pending, forcing otherwise or when the flush outlives NNS_UCX_CLOSE_TIMEOUT_MS), then destroy the worker while the
-// comm's request slots still exist, so late UCX callbacks never see freed memory.
-void destroyComm(Comm* comm) {
-  bool clean = true;
+// Closes the comm's endpoint: forced (nothing more will be delivered: requests were pending, or the peer failed or is
+// gone) or flushing, waiting at most until `deadline`. False when the close did not finish in order.
+bool closeEndpoint(Comm* comm, bool force, Clock::time_point deadline) {
+  if (comm->ep == nullptr) return true;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  // UCX defines a forced close only for endpoints in peer error-handling mode: without it (NNS_UCX_PEER_ERRORS=0)
+  // the close flushes, bounded by the deadline.
+  param.flags = force && Config::get().peerErrors ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  bool ok = waitRequest(comm, ucp_ep_close_nbx(comm->ep, &param), deadline) == UCS_OK;
+  comm->ep = nullptr;
+  return ok;
+}
+
+// The end of every comm: waits (until `deadline`) for cancelled receives and failed sends to run their callbacks,
+// destroys the worker while the comm's request slots still exist (a late UCX callback never writes to freed memory),
+// gives the context back, writes the goodbye when `goodbye`, closes the side channel and deletes the comm.
+void releaseComm(Comm* comm, bool goodbye, Clock::time_point deadline) {
   if (comm->worker != nullptr) {
-    auto deadline = Clock::now() + std::chrono::milliseconds(Config::get().closeTimeoutMs);
-    bool pending = false;
-    comm->requests.forEachLive([&](Request& request) {
-      for (int i = 0; i < request.count; ++i) {
-        if (request.subs[i].ucx == nullptr) continue;
-        pending = true;
-        if (!request.isSend) ucp_request_cancel(comm->worker, request.subs[i].ucx);
-      }
-    });
-    clean = !pending && comm->failure.load() == UCS_OK;
-    if (comm->ep != nullptr) {
-      ucp_request_param_t param{};
-      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      // UCX defines a forced close only for endpoints in peer error-handling mode: without it (NNS_UCX_PEER_ERRORS=0)
-      // the close flushes, bounded by the deadline.
-      param.flags = !clean && Config::get().peerErrors ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-      // A flush that did not finish (the peer did not progress in time, or failed) may have dropped what UCX still
-      // held of completed sends: then the close is not in order, and the peer gets no goodbye (its receives fail
-      // instead of waiting for data that will not come).
-      if (waitRequest(comm, ucp_ep_close_nbx(comm->ep, &param), deadline) != UCS_OK) clean = false;
-      comm->ep = nullptr;
-    }
-    // Cancelled receives and failed sends complete through their callbacks; give them until the deadline.
     auto inFlight = [&] {
       bool any = false;
       comm->requests.forEachLive([&](Request& request) {
@@ -477,13 +474,182 @@ void destroyComm(Comm* comm) {
     ContextTable::get().release(comm->context);
   }
   if (comm->sideFd >= 0) {
-    // The goodbye says the close was in order; a close with transfers pending (or after a failure) sends none, so the
-    // peer's pending requests fail at once. Best effort: a full socket buffer or a dead peer only means the peer sees
-    // a failure instead of a goodbye.
-    if (clean) (void)!send(comm->sideFd, &kGoodbye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    // Best effort: a full socket buffer or a dead peer only means the peer sees a failure instead of a goodbye.
+    if (goodbye) (void)!send(comm->sideFd, &kGoodbye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
     close(comm->sideFd);
   }
   delete comm;
+}
+
+// True when the peer's comm is closed or gone, as far as the side channel and UCX tell: its goodbye (read now, or
+// earlier by checkSideChannel), end-of-stream, a socket error, or a failure UCX reported. Never blocks.
+bool peerGone(Comm* comm) {
+  if (comm->peerClosed || comm->failure.load() != UCS_OK || comm->sideFd < 0) return true;
+  char byte = 0;
+  ssize_t n = recv(comm->sideFd, &byte, 1, MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+  if (n == 1 && byte == kGoodbye) comm->peerClosed = true;
+  return true;
+}
+
+// Comms closed in order, lingering for their peers. Over tcp a send is complete when UCX has its bytes (in its own
+// buffer or the socket's), not when the peer has them: a comm that destroyed its worker at once took with it what the
+// peer had not yet progressed (the peer's endpoint then fails, "Connection refused" or "Endpoint timeout", and so do
+// its receives). So a comm closed in order (nothing pending, no failure) whose peer is still open writes its goodbye
+// at once, returns, and keeps its worker and endpoint here, progressed by a thread of this list, until the peer's side
+// channel shows that the peer closed too (its goodbye, or end-of-stream) or failed, or NNS_UCX_LINGER_MS passed; only
+// then are the endpoint (forced: nothing is left to deliver) and the worker destroyed. The peer closes its comm only
+// once it is done with it (NCCL closes a receive comm after its last receive completed), so what was sent is
+// delivered if the peer receives it within NNS_UCX_LINGER_MS. The second of two comms to close sees the first's
+// goodbye and does not linger, so the first is released as soon as the second closes. Close never waits for the peer:
+// NCCL may close every send comm before any receive comm, on both ranks, from one thread each.
+//
+// Why a thread rather than progress from the plugin's other calls: delivery must not depend on what the process does
+// after close (it may call the plugin no more, or wait in a barrier for its peer), and tcp needs progress to write
+// what UCX still buffers. The thread exists only while comms linger. A process that exits waits for them (the
+// destructor joins the thread, which ends within NNS_UCX_LINGER_MS + NNS_UCX_CLOSE_TIMEOUT_MS); one that forks
+// leaves them to the parent, as it does the UCP contexts (the list's lock is held across fork by pthread_atfork).
+class Lingering {
+ public:
+  static Lingering& get() {
+    static Lingering list;
+    return list;
+  }
+
+  // Takes a comm closed in order, its goodbye already written.
+  void add(Comm* comm) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    adoptAfterFork();
+    comms_.push_back(comm);
+    if (running_) return;
+    if (started_) pthread_join(thread_, nullptr);  // the last one finished (running_ false): ends at once
+    started_ = pthread_create(&thread_, nullptr, &Lingering::main, this) == 0;
+    running_ = started_;
+    if (!started_) {  // no thread: release the comms now, as before lingering existed
+      NCCL_NET_WARN("cannot start the thread that keeps closed comms for their peers; closing them at once");
+      for (Comm* each : comms_) finish(each, false);
+      comms_.clear();
+    }
+  }
+
+  ~Lingering() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    adoptAfterFork();
+    bool started = started_;
+    started_ = false;
+    lock.unlock();
+    if (started) pthread_join(thread_, nullptr);  // bounded: every comm ends by its linger deadline
+    instance_ = nullptr;
+  }
+
+  Lingering(const Lingering&) = delete;
+  Lingering& operator=(const Lingering&) = delete;
+
+ private:
+  Lingering() {
+    // Built after what it uses, so destroyed (joined) before them at exit or unload.
+    (void)Config::get();
+    (void)ContextTable::get();
+    instance_ = this;
+    pthread_atfork(&Lingering::beforeFork, &Lingering::afterFork, &Lingering::afterFork);
+  }
+  static void beforeFork() {
+    if (instance_ != nullptr) instance_->mutex_.lock();
+  }
+  static void afterFork() {
+    if (instance_ != nullptr) instance_->mutex_.unlock();
+  }
+
+  // In a forked child, the comms and the thread are the parent's: kept reachable, never touched.
+  void adoptAfterFork() {
+    if (owner_ == getpid()) return;
+    abandoned_.insert(abandoned_.end(), comms_.begin(), comms_.end());
+    comms_.clear();
+    started_ = false;
+    running_ = false;
+    owner_ = getpid();
+  }
+
+  static void* main(void* self) {
+    static_cast<Lingering*>(self)->run();
+    return nullptr;
+  }
+
+  void run() {
+    std::vector<std::pair<Comm*, bool>> ending;  // comm, and whether its peer is gone (else its linger ran out)
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!comms_.empty()) {
+      auto now = Clock::now();
+      for (size_t i = 0; i < comms_.size();) {
+        Comm* comm = comms_[i];
+        progress(comm);
+        bool gone = peerGone(comm);
+        if (!gone && now < comm->lingerUntil) {
+          ++i;
+          continue;
+        }
+        ending.emplace_back(comm, gone);
+        comms_.erase(comms_.begin() + static_cast<long>(i));
+      }
+      lock.unlock();  // ending comms are this thread's alone now; close() need not wait for their teardown
+      for (const auto& [comm, gone] : ending) finish(comm, gone);
+      if (ending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ending.clear();
+      lock.lock();
+    }
+    running_ = false;
+  }
+
+  static void finish(Comm* comm, bool peerGone) {
+    if (!peerGone)
+      NCCL_NET_INFO(NCCL_NET, "%s comm to %s: the peer did not close within NNS_UCX_LINGER_MS (%d ms); closing",
+                    comm->isSend ? "send" : "receive", comm->peer.c_str(), Config::get().lingerMs);
+    auto deadline = Clock::now() + std::chrono::milliseconds(Config::get().closeTimeoutMs);
+    closeEndpoint(comm, true, deadline);
+    releaseComm(comm, false, deadline);  // the goodbye went out at close
+  }
+
+  static inline Lingering* instance_ = nullptr;
+  std::mutex mutex_;
+  std::vector<Comm*> comms_;
+  std::vector<Comm*> abandoned_;
+  pthread_t thread_{};
+  bool started_ = false;  // thread_ was created and not joined
+  bool running_ = false;  // the thread has not left run() (it clears this under the lock as it leaves)
+  pid_t owner_ = getpid();
+};
+
+// Tears a comm down without hanging: cancel what can be cancelled, close the endpoint (flushing when nothing is
+// pending, forcing otherwise or when the flush outlives NNS_UCX_CLOSE_TIMEOUT_MS), then release it. A comm closed in
+// order whose peer is still open lingers instead (see Lingering), and close returns at once.
+void destroyComm(Comm* comm) {
+  bool clean = true;
+  auto deadline = Clock::now() + std::chrono::milliseconds(Config::get().closeTimeoutMs);
+  if (comm->worker != nullptr) {
+    bool pending = false;
+    comm->requests.forEachLive([&](Request& request) {
+      for (int i = 0; i < request.count; ++i) {
+        if (request.subs[i].ucx == nullptr) continue;
+        pending = true;
+        if (!request.isSend) ucp_request_cancel(comm->worker, request.subs[i].ucx);
+      }
+    });
+    clean = !pending && comm->failure.load() == UCS_OK;
+    if (clean && comm->ep != nullptr && Config::get().lingerMs > 0 && !peerGone(comm)) {
+      comm->closed = true;
+      comm->lingerUntil = Clock::now() + std::chrono::milliseconds(Config::get().lingerMs);
+      (void)!send(comm->sideFd, &kGoodbye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+      Lingering::get().add(comm);
+      return;
+    }
+    // The peer closed already (or lingering is off): a flush that did not finish (the peer did not progress in time,
+    // or failed) may have dropped what UCX still held of completed sends: then the close is not in order, and the
+    // peer gets no goodbye (its receives fail instead of waiting for data that will not come).
+    if (!closeEndpoint(comm, !clean, deadline)) clean = false;
+  }
+  // The goodbye says the close was in order; a close with transfers pending (or after a failure) sends none, so the
+  // peer's pending requests fail at once.
+  releaseComm(comm, clean, deadline);
 }
 
 void onSendDone(void* ucx, ucs_status_t status, void* user) {
@@ -505,10 +671,11 @@ void onRecvDone(void* ucx, ucs_status_t status, const ucp_tag_recv_info_t* info,
   ucp_request_free(ucx);
 }
 
-// Cancels the first `posted` subs of a receive the caller never got and returns it to the pool once no UCX callback
-// can reach it any more. A sub that already matched a message cannot be cancelled and completes on its own, which
-// NNS_UCX_CLOSE_TIMEOUT_MS bounds; one still in flight after that keeps the request live, and destroyComm deals with
-// it (cancelling and waiting again before the worker goes).
+// Cancels the first `posted` subs of a receive the caller never got (a grouped irecv that failed part-way) or no longer
+// waits for (test() reported one of its subs failed) and returns it to the pool once no UCX callback can reach it. A
+// sub that already matched a message cannot be cancelled and completes on its own, which NNS_UCX_CLOSE_TIMEOUT_MS
+// bounds; one still in flight after that keeps the request live, and destroyComm deals with it (cancelling and waiting
+// again before the worker goes).
 void abandonReceives(Comm* comm, Request* req, int posted) {
   req->count = posted;
   for (int i = 0; i < posted; ++i)
@@ -876,35 +1043,48 @@ class UcxNet {
     };
     // One progress call always (the worker may owe UCX work even when this request is done), then more only while
     // they find events and the request is still incomplete: stopping at completion saves a poll per message.
+    // The first sub that completed with an error, or -1.
+    auto firstFailed = [req] {
+      for (int i = 0; i < req->count; ++i)
+        if (req->subs[i].done && req->subs[i].status != UCS_OK) return i;
+      return -1;
+    };
     unsigned events = ucp_worker_progress(comm->worker);
     bool all = allDone();
-    for (int i = 0; i < 64 && !all && events != 0; ++i) {
+    for (int i = 0; i < 64 && !all && events != 0 && firstFailed() < 0; ++i) {
       events = ucp_worker_progress(comm->worker);
       all = allDone();
     }
-    if (!all) {
+    int failedSub = firstFailed();
+    if (!all && failedSub < 0) {
       // The endpoint failed: what has not completed never will. The request stays live; close cleans it up.
       checkSideChannel(comm);
       if (comm->failure.load() != UCS_OK) return commFailed(comm, "test");
       return ncclSuccess;
     }
-    for (int i = 0; i < req->count; ++i) {
-      const SubRequest& sub = req->subs[i];
-      if (sub.status == UCS_OK) continue;
+    if (failedSub >= 0) {
+      // One failed sub fails the whole request, reported now: waiting for the others would hide it for as long as
+      // one of their messages does not come (for ever if it never does). The others are cancelled, and the request
+      // goes back to the pool once their callbacks ran (at most NNS_UCX_CLOSE_TIMEOUT_MS; one still in flight then
+      // keeps it live, and close deals with it), so no later message lands in a buffer NCCL no longer owns.
+      const SubRequest& sub = req->subs[failedSub];
       ncclResult_t result = ncclRemoteError;
       if (sub.status == UCS_ERR_MESSAGE_TRUNCATED) {
         if (sub.bytes > sub.capacity)
           NCCL_NET_WARN("test: receive %d of %d: the %zu-byte message is larger than the %zu-byte buffer posted for it",
-                        i, req->count, sub.bytes, sub.capacity);
+                        failedSub, req->count, sub.bytes, sub.capacity);
         else
-          NCCL_NET_WARN("test: receive %d of %d: the message is larger than the %zu-byte buffer posted for it", i,
-                        req->count, sub.capacity);
+          NCCL_NET_WARN("test: receive %d of %d: the message is larger than the %zu-byte buffer posted for it",
+                        failedSub, req->count, sub.capacity);
         result = ncclInvalidUsage;
       } else {
-        NCCL_NET_WARN("test: %s %d of %d with %s: %s", req->isSend ? "send" : "receive", i, req->count,
+        NCCL_NET_WARN("test: %s %d of %d with %s: %s", req->isSend ? "send" : "receive", failedSub, req->count,
                       comm->peer.c_str(), ucs_status_string(sub.status));
       }
-      comm->requests.release(req);
+      if (all)
+        comm->requests.release(req);
+      else
+        abandonReceives(comm, req, req->count);
       return result;
     }
     for (int i = 0; i < req->count; ++i)

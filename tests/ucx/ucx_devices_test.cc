@@ -118,4 +118,30 @@ TEST(UcxDevices, SelfOnlyGivesNoDeviceAndSaysWhy) {
   EXPECT_NE(error.find("UCX_TLS=self"), std::string::npos) << error;
 }
 
+// NNS_UCX_SIDE_IFNAME naming an interface that does not exist leaves every network device without a side channel:
+// discovery fails and says why, naming the variable and its value, and does not fall back to a shared-memory-only
+// "memory" device (init succeeded with only "memory" offered before, so NCCL would have gone on without the network).
+TEST(UcxDevices, AMissingSideChannelInterfaceFailsInsteadOfFallingBackToMemory) {
+  unsetenv("UCX_TLS");  // UCX's default: tcp and shared memory both selected
+  unsetenv("UCX_NET_DEVICES");
+  setenv("NNS_UCX_SIDE_IFNAME", "nns_no_such_if9", 1);
+  std::string error;
+  auto devices = nns_ucx::discoverDevices(1234, &error);
+  for (const auto& device : devices) ADD_FAILURE() << "offered " << device.name;
+  EXPECT_NE(error.find("NNS_UCX_SIDE_IFNAME=nns_no_such_if9"), std::string::npos) << error;
+  EXPECT_NE(error.find("side channel"), std::string::npos) << error;
+}
+
+// The same variable naming an interface that exists changes nothing but where the side channel listens.
+TEST(UcxDevices, ASideChannelInterfaceThatExistsIsUsed) {
+  setenv("UCX_TLS", "tcp", 1);
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  setenv("NNS_UCX_SIDE_IFNAME", "lo", 1);
+  std::string error;
+  auto devices = nns_ucx::discoverDevices(1234, &error);
+  ASSERT_EQ(devices.size(), 1u) << error;
+  EXPECT_EQ(devices[0].name, "lo");
+  EXPECT_TRUE(devices[0].sideChannel.isLoopback());
+}
+
 }  // namespace

@@ -228,4 +228,22 @@ TEST(UcxStrangers, DroppedWhileRealSendersStillConnect) {
   EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
 }
 
+// NNS_UCX_SIDE_IFNAME naming an interface that does not exist: init fails with a WARN naming the variable and the
+// interface. It succeeded before, offering only the shared-memory "memory" device, so NCCL went on without a network.
+TEST(UcxConfig, AMissingSideChannelInterfaceFailsInit) {
+  unsetenv("UCX_TLS");  // UCX's default: tcp and shared memory
+  unsetenv("UCX_NET_DEVICES");
+  setenv("NNS_UCX_SIDE_IFNAME", "nns_no_such_if9", 1);
+  const ncclNet_v12_t* net = plugin();
+  ASSERT_NE(net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  initPlugin(net, &result);
+  EXPECT_NE(result, ncclSuccess) << "init succeeded with no side channel for the network devices";
+  EXPECT_TRUE(warnedAbout("NNS_UCX_SIDE_IFNAME=nns_no_such_if9")) << "the WARN does not name the variable";
+  int ndev = -1;
+  if (net->devices(&ndev) == ncclSuccess) {
+    EXPECT_EQ(ndev, 0) << "devices are offered although init failed";
+  }
+}
+
 }  // namespace

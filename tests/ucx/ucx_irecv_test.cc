@@ -143,6 +143,43 @@ TEST(UcxIrecv, SubCompletedAtPostHoldsNoUcxRequest) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
 }
 
+// A grouped receive whose first sub is truncated while its second sub's message never comes: test() reports the
+// truncation (ncclInvalidUsage) as soon as it happened, not when (if ever) every sub completed, and the request's other
+// sub is cancelled and taken back, so closing waits for nothing. It waited for tag 2 for ever before.
+TEST(UcxIrecv, ATruncatedSubFailsTheGroupWithoutWaitingForTheOthers) {
+  setenv("NNS_UCX_CLOSE_TIMEOUT_MS", "3000", 1);
+  Pair pair;
+  ASSERT_NO_FATAL_FAILURE(openPair(&pair));
+  const ncclNet_v12_t* net = pair.net;
+  ASSERT_NE(net, nullptr);  // openPair checked it; said again for the static analyzer
+  std::vector<char> big(8192, 'b'), first(4096), second(4096);
+  void* data[2] = {first.data(), second.data()};
+  size_t sizes[2] = {4096, 4096};
+  int tags[2] = {1, 2};
+  void* request = nullptr;
+  ASSERT_EQ(postRecv(net, pair.recvComm, 2, data, sizes, tags, &request), ncclSuccess);
+  void* sendRequest = nullptr;
+  ASSERT_EQ(postSend(net, pair.sendComm, big.data(), big.size(), 1, &sendRequest), ncclSuccess);
+  int done = 0, received[8] = {};
+  int sendDone = 0;
+  ncclResult_t result = ncclSuccess;
+  auto start = Clock::now();
+  while (result == ncclSuccess && !done && Clock::now() - start < std::chrono::seconds(10)) {
+    if (!sendDone) {
+      ASSERT_EQ(net->test(sendRequest, &sendDone, received), ncclSuccess);
+    }
+    result = net->test(request, &done, received);
+  }
+  EXPECT_EQ(result, ncclInvalidUsage) << "the truncation of sub 0 was not reported while sub 1 waits";
+  EXPECT_FALSE(done);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+  EXPECT_TRUE(warnedAbout("the 8192-byte message is larger than the 4096-byte buffer"));
+  // Sub 1 was cancelled: closing everything waits out no NNS_UCX_CLOSE_TIMEOUT_MS (3 s here).
+  start = Clock::now();
+  closePair(pair);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+}
+
 // A buffer registered through a comm of another device (another UCP context, with memory mapped as for RDMA) and
 // then sent and received through a comm of this one: the foreign memory handle must not reach UCX, and the bytes
 // arrive. Two devices: lo and eth0 (or any second interface UCX lists).

@@ -1,0 +1,297 @@
+// ucx_close_test.cc: nns-ucx comms closed in order. A send that test() reported done is delivered although the sender
+// closed its comm before the receiver progressed at all (the sender's worker lingers until the receiver closes, see
+// Lingering in ucx_plugin.cc), close returns at once, and a lingering comm goes as soon as its peer closes.
+//
+// The sender is a forked child that loads the plugin after fork (as ucx_fault_test's victims); the receiver is the
+// test process, which calls nothing of the plugin between the sender's close and its own receives.
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#define NNS_SOCKET_PLUGIN_PATH NNS_UCX_PLUGIN_PATH  // plugin_harness.hpp loads the plugin named by this macro
+#include "../../tools/nccl-net-check/tcp_strangers.hpp"
+#include "../socket/plugin_harness.hpp"
+
+namespace {
+
+using namespace socket_test;
+
+constexpr int kMessages = 8;
+constexpr size_t kMessageBytes = 4096;  // eager over tcp and sm: complete at the sender before the receiver has it
+constexpr int kWarmupTag = 100;
+
+struct Transport {
+  const char* name;
+  std::vector<std::pair<const char*, const char*>> env;
+};
+const Transport kTcp{"tcp", {{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}}};
+const Transport kSharedMemory{"sm", {{"UCX_TLS", "sm"}}};
+
+void applyEnv(const Transport& transport) {
+  for (const auto& [key, value] : transport.env) setenv(key, value, 1);
+}
+
+bool writeAll(int fd, const void* data, size_t size) {
+  return write(fd, data, size) == static_cast<ssize_t>(size);
+}
+// Reads `size` bytes unless `timeout` passes first (every wait has a bound).
+bool readAll(int fd, void* data, size_t size, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  auto deadline = Clock::now() + timeout;
+  size_t got = 0;
+  while (got < size) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd readable{fd, POLLIN, 0};
+    if (left <= 0 || poll(&readable, 1, static_cast<int>(left)) <= 0) return false;
+    ssize_t n = read(fd, static_cast<char*>(data) + got, size - got);
+    if (n <= 0) return false;
+    got += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+unsigned char messageByte(int message, size_t index) {
+  return patternByte(index, static_cast<size_t>(message) + 1);
+}
+
+// How the sender ends after its close: it stays alive calling nothing of the plugin until the receiver is done, or it
+// exits at once (exit(), so the plugin's static destructors run, as in a process that returns from main).
+enum class SenderEnd { kStaysIdle, kExits };
+
+// The child: connects, sends one warm-up message (both workers are progressed for it, so UCX's wire-up is done
+// before the receiver stops progressing), then kMessages eager messages, each until test() says done, then closes.
+// Exit codes name the step that failed.
+[[noreturn]] void runSender(const Transport& transport, SenderEnd end, int in, int out) {
+  applyEnv(transport);
+  const ncclNet_v12_t* net = plugin();
+  ncclResult_t result = ncclSuccess;
+  void* ctx = net != nullptr ? initPlugin(net, &result) : nullptr;
+  if (net == nullptr || result != ncclSuccess) _exit(2);
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* sendComm = nullptr;
+  if (!readAll(in, handle, sizeof(handle)) || connectUntilDone(net, ctx, 0, handle, &sendComm) != ncclSuccess) _exit(3);
+  std::vector<std::vector<unsigned char>> messages(kMessages + 1, std::vector<unsigned char>(kMessageBytes));
+  for (int m = 0; m <= kMessages; ++m)
+    for (size_t i = 0; i < kMessageBytes; ++i) messages[m][i] = messageByte(m, i);
+  int sizes[8] = {};
+  void* request = nullptr;
+  if (postSend(net, sendComm, messages[kMessages].data(), kMessageBytes, kWarmupTag, &request) != ncclSuccess ||
+      waitRequest(net, request, sizes, std::chrono::seconds(20)) != ncclSuccess)
+    _exit(4);
+  for (int m = 0; m < kMessages; ++m)
+    if (postSend(net, sendComm, messages[m].data(), kMessageBytes, m, &request) != ncclSuccess ||
+        waitRequest(net, request, sizes, std::chrono::seconds(20)) != ncclSuccess)
+      _exit(5);
+  auto start = Clock::now();
+  if (net->closeSend(sendComm) != ncclSuccess) _exit(6);
+  // Close must not wait for the receiver, which calls nothing of the plugin until it hears from us (told at the end,
+  // so the receiver still checks the data).
+  const bool slow = Clock::now() - start > std::chrono::milliseconds(200);
+  if (!writeAll(out, "c", 1)) _exit(8);
+  if (end == SenderEnd::kExits) std::exit(slow ? 7 : 0);
+  char go = 0;
+  _exit(!readAll(in, &go, 1) ? 9 : slow ? 7 : 0);
+}
+
+// The receiver: warm-up message, then nothing until the sender has closed, then a pause longer than
+// NNS_UCX_CLOSE_TIMEOUT_MS and UCX's keepalive (1 s), then every message must arrive whole.
+void runReceiver(const Transport& transport, SenderEnd end) {
+  int toSender[2], fromSender[2];
+  ASSERT_EQ(pipe(toSender), 0);
+  ASSERT_EQ(pipe(fromSender), 0);
+  std::fflush(nullptr);  // the child may exit() and flush stdio: nothing of ours twice
+  pid_t sender = fork();
+  ASSERT_GE(sender, 0);
+  if (sender == 0) runSender(transport, end, toSender[0], fromSender[1]);
+  applyEnv(transport);
+  const ncclNet_v12_t* net = plugin();
+  ASSERT_NE(net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  void* ctx = initPlugin(net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* listenComm = nullptr;
+  void* recvComm = nullptr;
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  ASSERT_TRUE(writeAll(toSender[1], handle, sizeof(handle)));
+  ASSERT_EQ(acceptUntilDone(net, listenComm, &recvComm), ncclSuccess);
+  std::vector<unsigned char> buffer(kMessageBytes);
+  void* data = buffer.data();
+  size_t size = kMessageBytes;
+  int tag = kWarmupTag, sizes[8] = {};
+  void* request = nullptr;
+  ASSERT_EQ(postRecv(net, recvComm, 1, &data, &size, &tag, &request), ncclSuccess);
+  ASSERT_EQ(waitRequest(net, request, sizes, std::chrono::seconds(20)), ncclSuccess);
+
+  char closed = 0;
+  ASSERT_TRUE(readAll(fromSender[0], &closed, 1)) << "the sender did not report its close";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  int received = 0;
+  for (int m = 0; m < kMessages; ++m) {
+    std::fill(buffer.begin(), buffer.end(), 0);
+    tag = m;
+    ASSERT_EQ(postRecv(net, recvComm, 1, &data, &size, &tag, &request), ncclSuccess);
+    result = waitRequest(net, request, sizes, std::chrono::seconds(5));
+    EXPECT_EQ(result, ncclSuccess) << transport.name << ": message " << m << " of " << kMessages
+                                   << ", complete at the sender before its close, did not arrive";
+    if (result != ncclSuccess) break;
+    EXPECT_EQ(sizes[0], static_cast<int>(kMessageBytes));
+    bool intact = true;
+    for (size_t i = 0; i < kMessageBytes && intact; ++i) intact = buffer[i] == messageByte(m, i);
+    EXPECT_TRUE(intact) << "message " << m << " arrived damaged";
+    ++received;
+  }
+  std::printf("%s: %d of %d messages sent before the sender's close received\n", transport.name, received, kMessages);
+  // A peer that closed in order did not fail: the receive comm's endpoint to it must not have been failed by UCX
+  // (it was, "Endpoint timeout", when the sender's worker went at close), or a receive still to come would fail.
+  EXPECT_FALSE(warnedAbout("the peer failed")) << "the receive comm failed after the sender closed in order";
+  EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+  if (end == SenderEnd::kStaysIdle) {
+    EXPECT_TRUE(writeAll(toSender[1], "x", 1));
+  }
+  // The sender's lingering comm ends when it sees our close: its process is done well before NNS_UCX_LINGER_MS (5 s).
+  auto closedAt = Clock::now();
+  int status = 0;
+  pid_t reaped = 0;
+  while ((reaped = waitpid(sender, &status, WNOHANG)) == 0 && Clock::now() - closedAt < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (reaped == 0) {
+    kill(sender, SIGKILL);
+    waitpid(sender, &status, 0);
+    ADD_FAILURE() << "the sender did not finish within 10 s of the receiver's close";
+    return;
+  }
+  double seconds = std::chrono::duration<double>(Clock::now() - closedAt).count();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "sender exit status " << (WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status))
+      << " (7: its closeSend took longer than 200 ms)";
+  if (end == SenderEnd::kExits) {
+    EXPECT_LT(seconds, 2.0) << "the exiting sender waited out its linger bound";
+  }
+}
+
+TEST(UcxClose, TcpSendsCompletedBeforeCloseReachALateReceiver) {
+  runReceiver(kTcp, SenderEnd::kStaysIdle);
+}
+TEST(UcxClose, TcpSendsCompletedBeforeCloseReachALateReceiverAfterTheSenderExits) {
+  runReceiver(kTcp, SenderEnd::kExits);
+}
+TEST(UcxClose, SharedMemorySendsCompletedBeforeCloseReachALateReceiver) {
+  runReceiver(kSharedMemory, SenderEnd::kStaysIdle);
+}
+
+// The same in one process (the reviewer's reproducer): the sender's worker destroyed at close took the messages with
+// it.
+TEST(UcxClose, TcpSendsCompletedBeforeCloseReachALateReceiverInOneProcess) {
+  applyEnv(kTcp);
+  const ncclNet_v12_t* net = plugin();
+  ASSERT_NE(net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  void* ctx = initPlugin(net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  void *sendComm = nullptr, *recvComm = nullptr, *listenComm = nullptr;
+  ASSERT_EQ(connectPair(net, ctx, 0, &sendComm, &recvComm, &listenComm), ncclSuccess);
+  std::vector<std::vector<unsigned char>> messages(kMessages + 1, std::vector<unsigned char>(kMessageBytes));
+  for (int m = 0; m <= kMessages; ++m)
+    for (size_t i = 0; i < kMessageBytes; ++i) messages[m][i] = messageByte(m, i);
+  std::vector<unsigned char> buffer(kMessageBytes);
+  void* data = buffer.data();
+  size_t size = kMessageBytes;
+  int tag = kWarmupTag, sizes[8] = {}, sendDone = 0, recvDone = 0;
+  void *sendRequest = nullptr, *recvRequest = nullptr;
+  ASSERT_EQ(postRecv(net, recvComm, 1, &data, &size, &tag, &recvRequest), ncclSuccess);
+  ASSERT_EQ(postSend(net, sendComm, messages[kMessages].data(), kMessageBytes, tag, &sendRequest), ncclSuccess);
+  for (auto deadline = Clock::now() + std::chrono::seconds(20); !sendDone || !recvDone;) {
+    if (!sendDone) {
+      ASSERT_EQ(net->test(sendRequest, &sendDone, nullptr), ncclSuccess);
+    }
+    if (!recvDone) {
+      ASSERT_EQ(net->test(recvRequest, &recvDone, sizes), ncclSuccess);
+    }
+    ASSERT_LT(Clock::now(), deadline) << "the warm-up transfer did not finish";
+  }
+  for (int m = 0; m < kMessages; ++m) {
+    ASSERT_EQ(postSend(net, sendComm, messages[m].data(), kMessageBytes, m, &sendRequest), ncclSuccess);
+    ASSERT_EQ(waitRequest(net, sendRequest, sizes, std::chrono::seconds(20)), ncclSuccess);
+  }
+  auto start = Clock::now();
+  EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(200)) << "closeSend waited for the receiver";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  int received = 0;
+  for (int m = 0; m < kMessages; ++m) {
+    std::fill(buffer.begin(), buffer.end(), 0);
+    tag = m;
+    ASSERT_EQ(postRecv(net, recvComm, 1, &data, &size, &tag, &recvRequest), ncclSuccess);
+    result = waitRequest(net, recvRequest, sizes, std::chrono::seconds(5));
+    EXPECT_EQ(result, ncclSuccess) << "message " << m << " of " << kMessages
+                                   << ", complete at the sender before its close, did not arrive";
+    if (result != ncclSuccess) break;
+    bool intact = sizes[0] == static_cast<int>(kMessageBytes);
+    for (size_t i = 0; i < kMessageBytes && intact; ++i) intact = buffer[i] == messageByte(m, i);
+    EXPECT_TRUE(intact) << "message " << m << " arrived damaged";
+    ++received;
+  }
+  std::printf("tcp, one process: %d of %d messages sent before the sender's close received\n", received, kMessages);
+  EXPECT_FALSE(warnedAbout("the peer failed")) << "the receive comm failed after the sender closed in order";
+  EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+}
+
+// In one process, as NCCL closes a communicator's comms: every send comm first, then every receive comm. Each close
+// returns at once; the send comms linger until their receive comms close, and then go at once (their workers' tcp
+// listening sockets close), not when NNS_UCX_LINGER_MS (5 s) runs out.
+TEST(UcxClose, ALingeringCommGoesWhenItsPeerCloses) {
+  applyEnv(kTcp);
+  const ncclNet_v12_t* net = plugin();
+  ASSERT_NE(net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  void* ctx = initPlugin(net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  const auto before = nns::check::listeningSockets();
+  constexpr int kPairs = 3;
+  void* comms[kPairs][3] = {};  // send, recv, listen
+  for (auto& pair : comms) ASSERT_EQ(connectPair(net, ctx, 0, &pair[0], &pair[1], &pair[2]), ncclSuccess);
+  // One message each way through every pair, so both workers of each have met.
+  for (auto& pair : comms) {
+    std::vector<unsigned char> source(kMessageBytes, 3), target(kMessageBytes, 0);
+    void* data = target.data();
+    size_t size = kMessageBytes;
+    int tag = 1, sizes[8] = {}, sendDone = 0, recvDone = 0;
+    void *sendRequest = nullptr, *recvRequest = nullptr;
+    ASSERT_EQ(postRecv(net, pair[1], 1, &data, &size, &tag, &recvRequest), ncclSuccess);
+    ASSERT_EQ(postSend(net, pair[0], source.data(), kMessageBytes, tag, &sendRequest), ncclSuccess);
+    for (auto deadline = Clock::now() + std::chrono::seconds(20); !sendDone || !recvDone;) {
+      if (!sendDone) {
+        ASSERT_EQ(net->test(sendRequest, &sendDone, nullptr), ncclSuccess);
+      }
+      if (!recvDone) {
+        ASSERT_EQ(net->test(recvRequest, &recvDone, sizes), ncclSuccess);
+      }
+      ASSERT_LT(Clock::now(), deadline) << "the transfer did not finish";
+    }
+    EXPECT_EQ(source, target);
+  }
+  auto start = Clock::now();
+  for (auto& pair : comms) EXPECT_EQ(net->closeSend(pair[0]), ncclSuccess);
+  for (auto& pair : comms) EXPECT_EQ(net->closeRecv(pair[1]), ncclSuccess);
+  for (auto& pair : comms) EXPECT_EQ(net->closeListen(pair[2]), ncclSuccess);
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(300)) << "a close waited";
+  auto closed = Clock::now();
+  while (nns::check::listeningSockets().size() > before.size() && Clock::now() - closed < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  double seconds = std::chrono::duration<double>(Clock::now() - closed).count();
+  EXPECT_EQ(nns::check::listeningSockets().size(), before.size()) << "a worker is still there 10 s after close";
+  EXPECT_LT(seconds, 2.0) << "the lingering send comms outlived their peers' close by " << seconds << " s";
+}
+
+}  // namespace
