@@ -298,6 +298,18 @@ ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, 
 #ifdef NNS_BUG_FINALIZE_FREES_SHARED
   if (gShared == nullptr) gShared = new SharedState{1};
 #endif
+#ifdef NNS_BUG_FORKED_HELPER
+  // Not a bug under NCCL: a monitor process forked at init without an exec, which keeps every descriptor of the
+  // process open, close-on-exec or not, for as long as it lives (here up to 5 minutes). nccl-net-check read the
+  // verdict pipe until end of file once the rule's process had ended, and so waited for this helper.
+  // Its standard streams go to /dev/null, as a daemon's do (held, the test runner's output pipe stayed open).
+  if (fork() == 0) {
+    int null = open("/dev/null", O_RDWR);
+    for (int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO}) dup2(null, fd);
+    for (int i = 0; i < 300; ++i) sleep(1);
+    _exit(0);
+  }
+#endif
 #ifdef NNS_BUG_PROPERTIES_REFUSED
   gLogger = logger;
 #endif
@@ -588,6 +600,15 @@ ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle
   return ncclSuccess;
 #else
   ncclResult_t result = real()->regMr(comm, data, size, type, mhandle);
+#ifdef NNS_BUG_REGISTRATION_LEAKS_HEAP
+  // A per-registration record (1 KB: a page list, a cache entry) allocated here and never freed by deregMr: 2 MB over
+  // 2000 registrations, which resident memory alone does not show.
+  if (result == ncclSuccess) {
+    static std::vector<char*>* records = new std::vector<char*>;
+    records->push_back(static_cast<char*>(std::malloc(1000)));
+    std::memset(records->back(), 1, 1000);
+  }
+#endif
 #ifdef NNS_BUG_OFFSET_IN_REGION_IGNORED
   if (result == ncclSuccess) gRegionStart[*mhandle] = data;
 #endif
@@ -862,6 +883,15 @@ ncclResult_t test(void* request, int* done, int* sizes) {
     }
     return tested;
   }
+  // A receive's sizes: one for each of its maxRecvs (8) possible receives, whatever its n, as NCCL hands test room for
+  // 64 (NCCL_PROXY_MAX_SUBS) on every receive. A harness that passed one int had its stack overwritten.
+  if (sizes != nullptr) {
+    int room[64];
+    for (int& size : room) size = -1;
+    ncclResult_t tested = real()->test(request, done, room);
+    for (int i = 0; i < 8; ++i) sizes[i] = room[i];
+    return tested;
+  }
 #endif
 #ifdef NNS_BUG_LEAKED_PER_MESSAGE
   ncclResult_t leakResult = real()->test(request, done, sizes);
@@ -966,7 +996,14 @@ ncclResult_t closeSend(void* comm) {
 #ifdef NNS_BUG_BLOCKING_CLOSE_SEND
   drainPending(comm);
 #endif
+#ifdef NNS_BUG_CLOSE_SEND_FAILS
+  // Closes, then reports a failure of its own teardown (a flush or a goodbye it could not send) on a healthy comm:
+  // NCCL fails the communicator's destroy on it.
+  (void)real()->closeSend(comm);
+  return ncclInternalError;
+#else
   return real()->closeSend(comm);
+#endif
 }
 ncclResult_t closeRecv(void* comm) {
 #ifdef NNS_BUG_CRASH_ON_CLOSE

@@ -497,35 +497,39 @@ int runTool(int argc, char** argv) {
   report.write(false);
   nns::check::NetnsPair namespaces;
   nlohmann::json netnsJson = nullptr;
+  // --netns that cannot run: said on stdout (stderr with --json, whose stdout is still one JSON object, no rule run)
+  // and in the report; `code` is the exit status.
+  auto netnsFailure = [&](const std::string& text, const char* status, int code) {
+    std::fprintf(asJson || code == kExitNetnsSetupFailed ? stderr : stdout, "nccl-net-check: %s\n", text.c_str());
+    if (asJson) {
+      nlohmann::json out = {{"plugin", name},
+                            {"path", path},
+                            {"version", version},
+                            {"loaded", true},
+                            {"netns", {{"status", status}, {"error", text}}},
+                            {"rules", nlohmann::json::array()},
+                            {"passed", 0},
+                            {"failed", 0},
+                            {"skipped", 0}};
+      std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    }
+    report.add("netns", status, text);
+    report.write(true);
+    return code;
+  };
   if (netns) {
     std::string reason = nns::check::NetnsPair::unavailableReason();
-    if (!reason.empty()) {
-      std::printf("nccl-net-check: --netns unavailable: %s\n", reason.c_str());
-      report.add("netns", "skipped", "--netns unavailable: " + reason);
-      report.write(true);
-      return kExitNetnsUnavailable;
-    }
+    if (!reason.empty()) return netnsFailure("--netns unavailable: " + reason, "skipped", kExitNetnsUnavailable);
     std::string error;
     bool unsupported = false;
     if (!namespaces.create(&error, &unsupported)) {
-      if (unsupported) {
-        std::printf("nccl-net-check: --netns unavailable: no network-namespace support here (%s)\n", error.c_str());
-        report.add("netns", "skipped", "--netns unavailable: no network-namespace support here (" + error + ")");
-        report.write(true);
-        return kExitNetnsUnavailable;
-      }
-      std::fprintf(stderr, "nccl-net-check: --netns setup failed: %s\n", error.c_str());
-      report.add("netns", "error", "--netns setup failed: " + error);
-      report.write(true);
-      return kExitNetnsSetupFailed;
+      if (unsupported)
+        return netnsFailure("--netns unavailable: no network-namespace support here (" + error + ")", "skipped",
+                            kExitNetnsUnavailable);
+      return netnsFailure("--netns setup failed: " + error, "error", kExitNetnsSetupFailed);
     }
     options.peerLibrary = copyPluginForPeers(filePath, &error);
-    if (options.peerLibrary.empty()) {
-      std::fprintf(stderr, "nccl-net-check: --netns: %s\n", error.c_str());
-      report.add("netns", "error", "--netns: " + error);
-      report.write(true);
-      return kExitNetnsSetupFailed;
-    }
+    if (options.peerLibrary.empty()) return netnsFailure("--netns: " + error, "error", kExitNetnsSetupFailed);
     options.listenerNetns = namespaces.listenerNamespace();
     options.peerNetns = namespaces.peerNamespace();
     // Both veth ends share a prefix, so one value selects the right interface on either side.
