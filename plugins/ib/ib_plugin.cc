@@ -1786,19 +1786,22 @@ class IbNet {
     return global().devices[static_cast<size_t>(dev)];
   }
 
-  // `registration(access flags)` with IBV_ACCESS_RELAXED_ORDERING while it is on; a device that refuses the flag
-  // (EINVAL, EOPNOTSUPP) turns it off for the process and is asked again without it.
+  // `registration(access flags)` with IBV_ACCESS_RELAXED_ORDERING while it is on. One refused (EINVAL, EOPNOTSUPP)
+  // is asked again without the flag; only when that one succeeds was the flag the reason, and relaxed ordering goes
+  // off for the process (a registration refused either way, a DMA-BUF one on a device without DMA-BUF, says nothing
+  // about the flag).
   template <class Registration>
   static ibv_mr* registerRelaxed(const Port* port, Registration registration) {
     const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     if (!global().relaxedOrdering.load(std::memory_order_relaxed)) return registration(access);
     ibv_mr* mr = registration(access | IBV_ACCESS_RELAXED_ORDERING);
     if (mr != nullptr || (errno != EINVAL && errno != EOPNOTSUPP)) return mr;
-    int error = errno;
-    if (global().relaxedOrdering.exchange(false))
+    const int refused = errno;
+    mr = registration(access);
+    if (mr != nullptr && global().relaxedOrdering.exchange(false))
       NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "%s refused a relaxed-ordering registration (%s): relaxed ordering off",
-                    port->name.c_str(), errnoText(error).c_str());
-    return registration(access);
+                    port->name.c_str(), errnoText(refused).c_str());
+    return mr;
   }
 
   static ncclResult_t registerMemory(Comm* comm, void* data, size_t size, int type, int fd, uint64_t offset,

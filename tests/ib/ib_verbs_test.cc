@@ -496,6 +496,9 @@ int flushSide(const Channel& channel, bool receiver) {
   CHILD_CHECK(peer.net->regMrDmaBuf(comm, device.data(), device.size(), NCCL_PTR_CUDA, 0, fd, &deviceMh));
   close(fd);
   CHILD_EXPECT(informedAbout("falling back to ibv_reg_mr"), "regMrDmaBuf did not report its fallback");
+  // A DMA-BUF registration refused with or without the relaxed-ordering flag says nothing about the flag.
+  CHILD_EXPECT(!informedAbout("refused a relaxed-ordering registration"),
+               "rxe's refusal of DMA-BUF turned relaxed ordering off");
   for (int round = 0; round < 2; ++round) {
     void* mh = round == 0 ? hostMh : deviceMh;
     unsigned char* data = round == 0 ? host.data() : device.data();
