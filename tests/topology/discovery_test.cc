@@ -163,6 +163,29 @@ TEST(TopologyDiscovery, APcieSwitchIsOneNodeAsInNccl) {
   EXPECT_EQ(std::string(pathTypeName(gpuToNet(a, 1, 0).type)), "PHB");  // the GPU under its own root port
 }
 
+TEST(TopologyDiscovery, AnUnreadableLinkSpeedLosesTheMinimum) {
+  // NCCL reads the device's and the upstream port's max_link_speed as "%f GT/s" and writes the slower; a side that
+  // does not read (sysfs says "Unknown" for some ports) stays FLT_MAX and loses. Taken as the minimum, "Unknown"
+  // became NCCL's fallback Gen3 rate: an x16 Gen4 GPU at 12 GB/s instead of 24.
+  EXPECT_EQ(minPciLinkSpeed("16.0 GT/s PCIe", "Unknown"), "16.0 GT/s PCIe");
+  EXPECT_EQ(minPciLinkSpeed("Unknown", "16.0 GT/s PCIe"), "16.0 GT/s PCIe");
+  EXPECT_EQ(minPciLinkSpeed("", "8.0 GT/s PCIe"), "8.0 GT/s PCIe");
+  EXPECT_EQ(minPciLinkSpeed("16.0 GT/s PCIe", "8.0 GT/s PCIe"), "8.0 GT/s PCIe");
+  EXPECT_EQ(minPciLinkSpeed("2.5 GT/s PCIe", "16.0 GT/s PCIe"), "2.5 GT/s PCIe");
+  EXPECT_EQ(minPciLinkSpeed("16 GT/s", "16.0 GT/s PCIe"), "16 GT/s");  // a tie keeps the device's
+  EXPECT_EQ(minPciLinkSpeed("Unknown", ""), "Unknown");                // neither reads: the device's
+  // What it writes sets the link: x16 at the chosen speed is 24 GB/s.
+  XmlDocument doc = parseXml(
+      "<system version=\"1\"><cpu numaid=\"0\" arch=\"x86_64\" vendor=\"AuthenticAMD\"><pci busid=\"0000:01:00.0\" "
+      "class=\"0x030200\" link_speed=\"" +
+          minPciLinkSpeed("16.0 GT/s PCIe", "Unknown") +
+          "\" link_width=\"16\"><gpu dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"/></pci></cpu></system>",
+      "speed.xml");
+  System s = buildSystem(doc);
+  ASSERT_EQ(s.count(GPU), 1);
+  EXPECT_FLOAT_EQ(s.node(GPU, 0).links[0].bw, 24.0f);
+}
+
 TEST(TopologyDiscovery, PluginSuppliedNicsArePlacedByPciPath) {
   // The API takes what a plugin's getProperties reports; a NIC with an unknown PCI path is attached to a CPU.
   std::vector<NicInfo> nics(2);

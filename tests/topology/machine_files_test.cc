@@ -1,4 +1,7 @@
 // Every public machine file: expectations derived by hand from NCCL's rules, each with the rule that makes it so.
+#include <fstream>
+#include <iterator>
+
 #include "topology_test_util.h"
 
 namespace nns::topo::testing {
@@ -157,6 +160,95 @@ TEST_F(Ncv4, GraphFileLoadsAgainstTheSystem) {
     EXPECT_EQ(reread[i].intra, graphs[i].intra);
     EXPECT_EQ(reread[i].nChannels, graphs[i].nChannels);
   }
+}
+
+TEST_F(Ncv4, GraphFileGpuDevIsTheWholeId) {
+  // NCCL compares a channel's <gpu dev> (hex) with NCCL_TOPO_ID(system, NVML index) as 64-bit ids: 0x100000000 is no
+  // GPU ("dev not found"), not GPU 0 as the int it truncates to.
+  XmlDocument doc = readXmlFile(casePath("azure-ncv4-graph-gpu-dev-100000000.xml"));
+  try {
+    loadGraphXml(doc, &analysis->system);
+    FAIL() << "expected an error";
+  } catch (const TopologyError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "azure-ncv4-graph-gpu-dev-100000000.xml:4: <gpu> dev=\"100000000\" is no GPU of this topology"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(Ncv4, GraphFileTypesAreNcclGraphNames) {
+  // typeintra/typeinter are read through NCCL's graph dictionary: LOC NVL NVB PIX PXB P2C PXN PHB SYS, no C2C and no
+  // integer levels (those are P2P/GDR level spellings, not graph ones).
+  std::ifstream in(dataPath("azure-ncv4-graph.xml"));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const char* type : {"C2C", "2", "4"}) {
+    std::string changed = text;
+    changed.replace(changed.find("typeintra=\"SYS\""), 15, std::string("typeintra=\"") + type + "\"");
+    try {
+      loadGraphXml(parseXml(changed, "graph.xml"), &analysis->system);
+      ADD_FAILURE() << type << ": expected an error";
+    } catch (const TopologyError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("graph.xml:2: typeintra=\"") + type +
+                                           "\" is not a graph path type (LOC NVL NVB PIX PXB P2C PXN PHB SYS)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  std::string p2c = text;
+  p2c.replace(p2c.find("typeintra=\"SYS\""), 15, "typeintra=\"P2C\"");
+  EXPECT_EQ(pathTypeName(loadGraphXml(parseXml(p2c, "graph.xml"), &analysis->system)[0].typeIntra), "P2C");
+}
+
+TEST_F(Ncv4, GraphFileCrossNicGraphsAreSkippedWithCrossNic0) {
+  // NCCL_CROSS_NIC=0 (a channel must return on its NIC): NCCL skips a graph searched with crossnic=1.
+  std::ifstream in(dataPath("azure-ncv4-graph.xml"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("crossnic=\"0\""), 12, "crossnic=\"1\"");
+  XmlDocument doc = parseXml(text, "graph.xml");
+  auto ids = [](const std::vector<Graph>& graphs) {
+    std::vector<int> out;
+    for (const Graph& g : graphs) out.push_back(g.id);
+    return out;
+  };
+  EXPECT_EQ(ids(loadGraphXml(doc, &analysis->system, 0)), ints("1 2"));
+  EXPECT_EQ(ids(loadGraphXml(doc, &analysis->system, 1)), ints("0 1 2"));
+  EXPECT_EQ(ids(loadGraphXml(doc, &analysis->system)), ints("0 1 2"));  // NCCL's default, 2
+}
+
+// azure-ncv4.xml with a second virtual NIC (eth1) directly under CPU 1.
+TEST(Ncv4TwoCpuNics, SingleNodeSearchMayCrossNics) {
+  // ncclTopoCompute permits crossNic (NCCL_CROSS_NIC, default 2) when there is more than one NET and the pattern is a
+  // ring or balanced/split tree, whatever inter is; NCCL 2.29 keeps the NETs in a single-node job, so the single-node
+  // ring, which is not perfect at 12 GB/s, also tries crossNic 2 before each lower speed.
+  Analysis a = analyzePath(casePath("azure-ncv4-two-cpu-nics.xml"), {});
+  ASSERT_EQ(a.system.count(NET), 2);
+  ASSERT_FALSE(a.searches.empty());
+  ASSERT_FALSE(a.searches[0].inter);
+  const Graph& ring = a.searches[0].ring;
+  ASSERT_GE(ring.attempts.size(), 2u);
+  EXPECT_EQ(ring.attempts[0].crossNic, 0);
+  EXPECT_EQ(ring.attempts[1].crossNic, 2);
+  EXPECT_FLOAT_EQ(ring.attempts[1].bwIntra, ring.attempts[0].bwIntra);  // the same speed, crossing NICs
+  EXPECT_EQ(ring.crossNic, 0);                                          // the result: NCCL prints crossNic 0
+  EXPECT_EQ(channelText(a, ring, 0, false), "0 1 2 3");
+  // NCCL_CROSS_NIC=0: no such step.
+  AnalysisOptions o;
+  o.settings.crossNic = 0;
+  Analysis noCross = analyzePath(casePath("azure-ncv4-two-cpu-nics.xml"), {}, o);
+  for (const SearchAttempt& at : noCross.searches[0].ring.attempts) EXPECT_EQ(at.crossNic, 0);
+}
+
+TEST(Ncv4TwoCpuNics, NicIdsKeepOnlyTheBusId) {
+  // NCCL 2.29 makes a NIC's id NCCL_TOPO_ID(system, (numaid << 56) + busid), and NCCL_TOPO_ID keeps the low 56 bits
+  // of the local id: the NUMA id falls out. A <nic> directly under <cpu> has bus id 0, so the second CPU's <nic> is
+  // the NIC node already made under the first CPU (NIC/0-0, not NIC/1-0 on a "system 1"), and eth1 hangs off it.
+  Analysis a = analyzePath(casePath("azure-ncv4-two-cpu-nics.xml"), {});
+  const System& s = a.system;
+  ASSERT_EQ(s.count(NIC), 1);
+  EXPECT_EQ(s.idString(NIC, 0), "NIC/0-0");
+  EXPECT_EQ(pathText(gpuToNet(a, 0, 1)), "PHB/12.00");
+  EXPECT_EQ(pathText(gpuToNet(a, 1, 1)), "SYS/12.00");
 }
 
 TEST(PartialFile, WithoutFillInsTheSummarySaysWhatIsMissing) {

@@ -202,13 +202,56 @@ TEST(TopologyMalformed, AttributesOutsideTheirRangeAreNamed) {
            {"dev=\"0\" sm=\"0\" rank=\"0\" gdr=\"1\"", "<gpu> attribute sm=0 is not a compute capability"},
            {"dev=\"0\" sm=\"-5\" rank=\"0\" gdr=\"1\"", "<gpu> attribute sm=-5 is not a compute capability"},
            {"dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"7\"", "<gpu> attribute gdr=7 is outside 0..1"},
-           {"dev=\"-1\" sm=\"80\" rank=\"0\" gdr=\"1\"", "<gpu> attribute dev must not be negative"}}) {
+           {"dev=\"-1\" sm=\"80\" rank=\"0\" gdr=\"1\"", "<gpu> attribute dev=-1 is outside 0..16777215"},
+           {"dev=\"16777216\" sm=\"80\" rank=\"0\" gdr=\"1\"",
+            "<gpu> attribute dev=16777216 is outside 0..16777215"}}) {
     std::string error = loadError(wrap(gpuPci("0000:01:00.0", attrs)));
     EXPECT_NE(error.find(expected), std::string::npos) << attrs << ": " << error;
   }
   std::string sameDev = gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"") +
                         gpuPci("0000:02:00.0", "dev=\"0\" sm=\"80\" rank=\"1\" gdr=\"1\"");
   EXPECT_NE(loadError(wrap(sameDev)).find("dev 0 is used by two GPUs"), std::string::npos) << loadError(wrap(sameDev));
+}
+
+TEST(TopologyMalformed, AHugeGpuDevIsNamedNotOverflowed) {
+  // A GPU's dev (its NVML index) picks its NIC: (dev + channel % netsPerGpu) % #NETs, bit-mirrored first when #NETs is
+  // a power of two. dev 2147483647 with 3 NETs overflowed that sum on channel 1 and read before the NET list (ASan:
+  // heap-buffer-overflow in localGpuOfNet; a release build printed "NET 1 0 0 1"). It is the file's mistake, named.
+  std::string error;
+  try {
+    analyze(readXmlFile(casePath("gpu-dev-2147483647.xml")), {});
+  } catch (const TopologyError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("gpu-dev-2147483647.xml:5: <gpu> attribute dev=2147483647 is outside 0..16777215"),
+            std::string::npos)
+      << error;
+  // The largest dev taken picks NICs by NCCL's formula on every channel, and owns the NETs it picks first.
+  std::ifstream in(casePath("gpu-dev-2147483647.xml"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("2147483647"), 10, "16777215");
+  AnalysisOptions o;
+  o.channels = kMaxChannels;
+  Analysis a = analyze(parseXml(text, "dev-max.xml"), o);
+  ASSERT_EQ(a.localNets.size(), 1u);
+  for (int c = 0; c < kMaxChannels; ++c)
+    EXPECT_EQ(a.localNets[0][static_cast<std::size_t>(c)].netDev, (16777215 + c % 3) % 3) << "channel " << c;
+  EXPECT_EQ(a.netLocalGpuRank, ints("0 0 0"));
+  // Completion numbers the GPUs it adds after the file's: past the range, the leaf it was added to is named.
+  XmlDocument doc = parseXml(wrap(gpuPci("0000:01:00.0", "dev=\"16777215\" sm=\"80\" rank=\"0\" gdr=\"1\"") +
+                                  "\n<pci busid=\"0000:02:00.0\" class=\"0x030200\" link_speed=\"8 GT/s\" "
+                                  "link_width=\"16\"/>"),
+                             "bad.xml");
+  CompletionOptions f;
+  f.gpuSm = 80;
+  completeTopology(doc.root, f);
+  error.clear();
+  try {
+    analyze(std::move(doc), {});
+  } catch (const TopologyError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("bad.xml:4: <gpu> attribute dev=16777216 is outside 0..16777215"), std::string::npos) << error;
 }
 
 TEST(TopologyMalformed, ABusIdThatIsNotOneIsNamed) {

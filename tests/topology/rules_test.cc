@@ -45,6 +45,32 @@ TEST(TopologyRules, PciLaneRates) {
   EXPECT_FLOAT_EQ(gpuToCpu(a, 2, 0).bw, 12.0f);
 }
 
+TEST(TopologyRules, NetGuidIsHexadecimal) {
+  // Rule: <net guid> is hexadecimal, with or without 0x (NCCL: strtoull base 16); it names the ASIC, whose ports share
+  // bandwidth in the search. A dump's "a87cb10003e1a258" was refused, and "10" read as sixteen's decimal neighbour.
+  System plain = buildSystem(readXmlFile(casePath("net-guid-without-0x.xml")));
+  ASSERT_EQ(plain.count(NET), 3);
+  EXPECT_EQ(plain.node(NET, plain.netIndexOfDev(0)).net.asic, 0xa87cb10003e1a258ULL);
+  EXPECT_EQ(plain.node(NET, plain.netIndexOfDev(1)).net.asic, 1u);  // no guid: the NET's id
+  System same = buildSystem(readXmlFile(casePath("net-guid-10-and-0x10.xml")));
+  EXPECT_EQ(same.node(NET, same.netIndexOfDev(0)).net.asic, 0x10u);
+  EXPECT_EQ(same.node(NET, same.netIndexOfDev(1)).net.asic, 0x10u);
+  for (const char* bad : {"0x", "xyz", "-1", "10000000000000000"}) {
+    std::string body =
+        cpuOpen(0) +
+        pci("0000:01:00.0", "0x020000", std::string("<nic><net name=\"a\" dev=\"0\" guid=\"") + bad + "\"/></nic>") +
+        "</cpu>";
+    try {
+      run(body);
+      ADD_FAILURE() << bad << ": expected an error";
+    } catch (const TopologyError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("guid=\"") + bad + "\" is not a 64-bit hexadecimal number"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(TopologyRules, TwoSwitchLevelsArePxbAndKeepGdr) {
   // Rule: a switch->switch hop is PXB; PXB <= P2C so GDR stays on, and P2P (level PXB) too.
   std::string body = cpuOpen(0) +

@@ -14,14 +14,21 @@ namespace nns::topo::testing {
 inline std::string dataPath(const std::string& file) {
   return std::string(NNS_TOPOLOGY_DATA_DIR) + "/" + file;
 }
+// Public files minimally changed to show one case each (tests/topology/data).
+inline std::string casePath(const std::string& file) {
+  return std::string(NNS_TOPOLOGY_CASES_DIR) + "/" + file;
+}
 
-// Loads a file from tests/data/topologies, completes it like the EXPECTED harness did, runs the whole pipeline with
-// NCCL's defaults (environment ignored) as rank 0 of a 16-rank (two-node) communicator.
-inline Analysis analyzeFile(const std::string& file, const CompletionOptions& fill, AnalysisOptions options = {}) {
-  XmlDocument doc = readXmlFile(dataPath(file));
+// Loads a file, completes it like the EXPECTED harness did, runs the whole pipeline with NCCL's defaults (environment
+// ignored) as rank 0 of a 16-rank (two-node) communicator; analyzeFile takes a file of tests/data/topologies.
+inline Analysis analyzePath(const std::string& path, const CompletionOptions& fill, AnalysisOptions options = {}) {
+  XmlDocument doc = readXmlFile(path);
   completeTopology(doc.root, fill);
   if (options.nRanks == 0) options.nRanks = 16;
   return analyze(std::move(doc), options);
+}
+inline Analysis analyzeFile(const std::string& file, const CompletionOptions& fill, AnalysisOptions options = {}) {
+  return analyzePath(dataPath(file), fill, std::move(options));
 }
 
 inline std::vector<int> ints(const std::string& text) {

@@ -379,14 +379,21 @@ int runTool(int argc, char** argv) {
     Analysis a = nns::topo::analyze(std::move(doc), opts);
     // Read before anything is printed, so a graph file that does not fit this topology is the only output.
     std::vector<nns::topo::Graph> loadedGraphs;
-    if (!graphFile.empty()) loadedGraphs = nns::topo::loadGraphXml(nns::topo::readXmlFile(graphFile), &a.system);
+    if (!graphFile.empty())
+      loadedGraphs = nns::topo::loadGraphXml(nns::topo::readXmlFile(graphFile), &a.system, opts.settings.crossNic);
     int rank = opts.rank >= 0 ? opts.rank : (a.gpuRanks.empty() ? 0 : a.gpuRanks[0]);
-    if (!dumpGraph.empty() && !a.searches.empty()) {
-      const auto& s = a.searches.back();
-      nns::topo::writeXmlFile(nns::topo::graphsToXml(a.system, {&s.ring, &s.tree}), dumpGraph);
+    // The graphs NCCL would dump are those of the job the trim decided: the single-node search when every rank is
+    // local, the one with the network otherwise (not simply the last search made).
+    const nns::topo::SearchResult* dumped = nullptr;
+    for (const auto& s : a.searches)
+      if (s.inter == a.trim.inter) dumped = &s;
+    if (!dumpGraph.empty() && dumped != nullptr) {
+      nns::topo::writeXmlFile(nns::topo::graphsToXml(a.system, {&dumped->ring, &dumped->tree}), dumpGraph);
     } else if (!dumpGraph.empty()) {  // said, not skipped silently: a script would look for the file
       std::fprintf(stderr, "nccl-net-topo: no graph written to %s: %s\n", dumpGraph.c_str(),
-                   noSearch ? "--no-search skips the search" : "nothing was searched (no GPUs)");
+                   noSearch             ? "--no-search skips the search"
+                   : a.searches.empty() ? "nothing was searched (no GPUs)"
+                                        : "the job needs the network and the topology has no NET to search with");
     }
     if (jsonOut) {
       json j = analysisJson(a);
@@ -425,6 +432,8 @@ int runTool(int argc, char** argv) {
           << (graphFileVariable.empty() ? ":\n"
                                         : " (NCCL uses the channels it loads in place of the search above; "
                                           "--ignore-env ignores it):\n");
+      if (opts.settings.crossNic == 0)
+        out << "  (NCCL_CROSS_NIC=0: a graph with crossnic=\"1\" is skipped, as NCCL skips it)\n";
       for (const auto& g : loadedGraphs) {
         out << "  Search " << g.id << " : " << g.nChannels << " channels loaded from XML graph\n";
         for (const auto& line : nns::topo::graphLogLines(a.system, g)) out << "    " << line << "\n";

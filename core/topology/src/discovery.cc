@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <regex>
@@ -41,13 +42,21 @@ std::string busIdOfPath(const std::string& path) {
   return best;
 }
 
-int laneRateOf(const std::string& speed) {
-  static const std::pair<const char*, int> kRates[] = {{"2.5 GT/s", 15}, {"5", 30},   {"8", 60},
-                                                       {"16", 120},      {"32", 240}, {"64", 480}};
-  for (const auto& [prefix, rate] : kRates)
-    if (speed.rfind(prefix, 0) == 0) return rate;
-  return 0;
+// A max_link_speed as NCCL reads it (sscanf "%f GT/s"): the number it starts with, and +infinity when it does not
+// start with one ("Unknown", empty), so that such a side never wins the minimum.
+float linkSpeedGts(const std::string& speed) {
+  float v = std::numeric_limits<float>::infinity();
+  if (std::sscanf(speed.c_str(), "%f", &v) != 1) return std::numeric_limits<float>::infinity();
+  return v;
 }
+
+}  // namespace
+
+std::string minPciLinkSpeed(const std::string& deviceSpeed, const std::string& upstreamSpeed) {
+  return linkSpeedGts(upstreamSpeed) < linkSpeedGts(deviceSpeed) ? upstreamSpeed : deviceSpeed;
+}
+
+namespace {
 
 struct HwlocTopology {
   hwloc_topology_t topo = nullptr;
@@ -105,7 +114,7 @@ void fillPci(XmlElement& pci, hwloc_obj_t obj, hwloc_obj_t upstream, const std::
     fs::path up = fs::path(sysfsRoot) / "bus/pci/devices" / busIdText(upstream);
     std::string upSpeed = readLine(up / "max_link_speed");
     int upWidth = std::atoi(readLine(up / "max_link_width").c_str());
-    if (!upSpeed.empty() && (speed.empty() || laneRateOf(upSpeed) < laneRateOf(speed))) speed = upSpeed;
+    speed = minPciLinkSpeed(speed, upSpeed);
     if (upWidth > 0 && (width == 0 || upWidth < width)) width = upWidth;
   }
   pci.setAttr("link_speed", speed);

@@ -224,6 +224,7 @@ std::pair<int, int> completeTopology(XmlElement& systemRoot, const CompletionOpt
   if (options.gpuSm > 0) {
     for (XmlElement* pci : gpus) {
       XmlElement& gpu = pci->addChild("gpu");
+      gpu.line = pci->line;  // numbers past the builder's range are then named at the leaf they were added to
       gpu.setAttr("dev", std::to_string(maxGpuDev + 1 + addedGpus));
       gpu.setAttr("sm", std::to_string(options.gpuSm));
       gpu.setAttr("rank", std::to_string(maxRank + 1 + addedGpus));
@@ -241,7 +242,10 @@ std::pair<int, int> completeTopology(XmlElement& systemRoot, const CompletionOpt
   if (options.nicSpeedMbps > 0) {
     for (XmlElement* pci : nics) {
       int dev = maxNetDev + 1 + addedNets;
-      XmlElement& net = pci->addChild("nic").addChild("net");
+      XmlElement& nic = pci->addChild("nic");
+      nic.line = pci->line;
+      XmlElement& net = nic.addChild("net");
+      net.line = pci->line;
       net.setAttr("name", options.nicNamePrefix + std::to_string(dev));
       net.setAttr("dev", std::to_string(dev));
       net.setAttr("speed", std::to_string(options.nicSpeedMbps));
@@ -329,12 +333,13 @@ struct Builder {
     net.dev = dev;
     if (const std::string* name = xmlNet.attr("name")) net.name = *name;
     if (const std::string* guid = xmlNet.attr("guid")) {
-      // GUIDs use all 64 bits, beyond what a signed read accepts.
+      // Hexadecimal with or without 0x, as NCCL reads it (strtoull base 16): "10" is 0x10, and a GUID uses all 64
+      // bits, beyond what a signed read accepts.
       errno = 0;
       char* end = nullptr;
-      net.asic = std::strtoull(guid->c_str(), &end, 0);
+      net.asic = std::strtoull(guid->c_str(), &end, 16);
       if (guid->empty() || *end != '\0' || errno == ERANGE || (*guid)[0] == '-')
-        throw TopologyError(at(xmlNet) + " attribute guid=\"" + *guid + "\" is not a 64-bit number");
+        throw TopologyError(at(xmlNet) + " attribute guid=\"" + *guid + "\" is not a 64-bit hexadecimal number");
     } else {
       net.asic = static_cast<std::uint64_t>(dev);
     }
@@ -391,8 +396,12 @@ struct Builder {
       if (g.gpu.rank < 0 || g.gpu.rank >= kMaxRanks)
         throw TopologyError(at(*xmlGpu) + " rank " + std::to_string(g.gpu.rank) + " is outside 0.." +
                             std::to_string(kMaxRanks - 1));
+      // The NVML index picks the GPU's NICs (dev + channel, bit-mirrored) and names it in graph files: it lies in
+      // the range ranks do, which keeps that arithmetic far from overflowing.
       g.gpu.dev = intAttr(*xmlGpu, "dev");
-      if (g.gpu.dev < 0) throw TopologyError(at(*xmlGpu) + " attribute dev must not be negative");
+      if (g.gpu.dev < 0 || g.gpu.dev >= kMaxRanks)
+        throw TopologyError(at(*xmlGpu) + " attribute dev=" + std::to_string(g.gpu.dev) + " is outside 0.." +
+                            std::to_string(kMaxRanks - 1));
       g.gpu.gdr = intAttr(*xmlGpu, "gdr");
       if (g.gpu.gdr != 0 && g.gpu.gdr != 1)
         throw TopologyError(at(*xmlGpu) + " attribute gdr=" + std::to_string(g.gpu.gdr) + " is outside 0..1");

@@ -270,11 +270,12 @@ LocalNetChoice localNet(const System& sys, const TopoSettings& settings, int ran
     c.netsPerGpu = count;
   else
     c.netsPerGpu = std::min(settings.netDevsPolicyMax, count);
+  // NCCL's int arithmetic, in 64 bits: dev + channel stays non-negative for any dev and channel the caller gives.
   int idx = sys.node(GPU, g).gpu.dev;
   if (isPow2(count)) idx = mirrorBits(idx, count);
   c.mirroredIndex = idx;
-  idx += channel % c.netsPerGpu;
-  c.netIndex = nets[static_cast<std::size_t>(idx % count)];
+  const std::int64_t pick = static_cast<std::int64_t>(idx) + channel % c.netsPerGpu;
+  c.netIndex = nets[static_cast<std::size_t>(pick % count)];
   c.netDev = sys.node(NET, c.netIndex).net.dev;
   std::string share = settings.netDevsPolicyMax == 0
                           ? fmt("ceil(%d/%d), NCCL_NETDEVS_POLICY=AUTO", count, localGpuCount)
@@ -285,9 +286,9 @@ LocalNetChoice localNet(const System& sys, const TopoSettings& settings, int ran
                           : fmt("dev %d", sys.node(GPU, g).gpu.dev);
   c.reason =
       fmt("%d NET(s) at the best bw %.1f/%s from this GPU, shared by %d GPU(s) -> %d net(s) per GPU (%s); "
-          "index = %s, + channel %% %d = %d, mod %d -> NET %d",
+          "index = %s, + channel %% %d = %lld, mod %d -> NET %d",
           count, c.localBw, nameOf(c.localPathType).c_str(), localGpuCount, c.netsPerGpu, share.c_str(), start.c_str(),
-          c.netsPerGpu, idx, count, c.netDev);
+          c.netsPerGpu, static_cast<long long>(pick), count, c.netDev);
   return c;
 }
 
@@ -309,7 +310,8 @@ int localGpuOfNet(const System& sys, const TopoSettings& settings, int netIndex)
   for (int c = 0; c < kMaxChannels; ++c)
     for (const Plan& p : plans) {
       int count = static_cast<int>(p.nets.size());
-      if (p.nets[static_cast<std::size_t>((p.base + c % p.netsPerGpu) % count)] == netIndex) return p.g;
+      const std::int64_t pick = static_cast<std::int64_t>(p.base) + c % p.netsPerGpu;
+      if (p.nets[static_cast<std::size_t>(pick % count)] == netIndex) return p.g;
     }
   return -1;
 }

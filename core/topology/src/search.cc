@@ -478,11 +478,12 @@ bool splitNvLink(const System& sys) {
 void Searcher::compute(Graph& graph) {
   int n = ngpus();
   bool net = useNet(sys_);
-  int crossNic =
-      (net && sys_.count(NET) > 1 &&
-       (graph.pattern == PATTERN_RING || graph.pattern == PATTERN_BALANCED_TREE || graph.pattern == PATTERN_SPLIT_TREE))
-          ? settings_.crossNic
-          : 0;
+  // As ncclTopoCompute: decided by the NET count and the pattern alone, also for a single-node search (NCCL 2.29 keeps
+  // the NETs then), where the crossNic=2 step is one more attempt before the speed is lowered.
+  int crossNic = (sys_.count(NET) > 1 && (graph.pattern == PATTERN_RING || graph.pattern == PATTERN_BALANCED_TREE ||
+                                          graph.pattern == PATTERN_SPLIT_TREE))
+                     ? settings_.crossNic
+                     : 0;
   graph.crossNic = crossNic == 1 ? 1 : 0;
   graph.bwIntra = graph.bwInter = 0;
   graph.latencyInter = 0;
@@ -770,7 +771,7 @@ std::string treeLogLine(const System& sys, const Graph& tree, int rank) {
   return line;
 }
 
-std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys) {
+std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys, int crossNicSetting) {
   const XmlElement& root = doc.root;
   const std::string& src = doc.sourceName;
   if (root.name != "graphs")
@@ -779,11 +780,16 @@ std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys) {
   if (parseIntAttr(root, "version", src) != 1)
     throw TopologyError(src + ":" + std::to_string(root.line) + ": graph XML has wrong version (expected 1)");
   std::vector<Graph> out;
+  // NCCL's graph dictionary (kvDictLinkType) has these names only: no C2C, no integer levels.
   auto typeOf = [&](const XmlElement& e, const char* key) {
+    static constexpr std::pair<std::string_view, int> kGraphTypes[] = {
+        {"LOC", PATH_LOC}, {"NVL", PATH_NVL}, {"NVB", PATH_NVB}, {"PIX", PATH_PIX}, {"PXB", PATH_PXB},
+        {"P2C", PATH_P2C}, {"PXN", PATH_PXN}, {"PHB", PATH_PHB}, {"SYS", PATH_SYS}};
     const std::string& v = requireAttr(e, key, src);
-    int t = parsePathLevel(v);
-    if (t < 0) throw TopologyError(src + ":" + std::to_string(e.line) + ": " + key + "=\"" + v + "\" is unknown");
-    return t;
+    for (const auto& [name, type] : kGraphTypes)
+      if (v == name) return type;
+    throw TopologyError(src + ":" + std::to_string(e.line) + ": " + key + "=\"" + v +
+                        "\" is not a graph path type (LOC NVL NVB PIX PXB P2C PXN PHB SYS)");
   };
   for (const auto& ge : root.children) {
     if (ge.name != "graph") continue;
@@ -797,6 +803,8 @@ std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys) {
     g.id = intOf("id");
     g.pattern = intOf("pattern");
     g.crossNic = intOf("crossnic");
+    // NCCL_CROSS_NIC=0 forbids changing NICs: NCCL skips a graph that was searched with crossnic=1.
+    if (crossNicSetting == 0 && g.crossNic == 1) continue;
     int declared = intOf("nchannels");
     auto floatOf = [&](const char* key) {
       auto v = parseOptionalFloatAttr(ge, key, src);
@@ -827,15 +835,20 @@ std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys) {
           throw TopologyError(src + ":" + std::to_string(item.line) + ": <" + item.name + "> dev=\"" + devText +
                               "\" is not a hexadecimal number");
         if (item.name == "gpu") {
-          int rank = static_cast<int>(topoIdLocal(dev));
+          // dev is the GPU's whole id, NCCL_TOPO_ID(system, NVML index), compared as such (NCCL: "dev not found"):
+          // 100000000 is no GPU, not GPU 0 of another reading.
+          const std::int64_t local = topoIdLocal(dev);
+          int rank = -1;
           if (sys) {
-            int found = -1;
             for (const auto& gpu : sys->nodes[GPU])
-              if (gpu.gpu.dev == rank) found = gpu.gpu.rank;
-            if (found < 0)
-              throw TopologyError(src + ":" + std::to_string(item.line) + ": no GPU with dev " + std::to_string(rank));
-            rank = found;
+              if (makeTopoId(topoIdSystem(gpu.id), gpu.gpu.dev) == dev) rank = gpu.gpu.rank;
+          } else if (local < kMaxRanks) {
+            rank = static_cast<int>(local);
           }
+          if (rank < 0)
+            throw TopologyError(src + ":" + std::to_string(item.line) + ": <gpu> dev=\"" + devText + "\" is " +
+                                (sys ? "no GPU of this topology (NCCL: dev not found)"
+                                     : "not a GPU id (NVML index 0.." + std::to_string(kMaxRanks - 1) + ")"));
           ranks.push_back(rank);
         } else if (item.name == "net") {
           nets.push_back(dev);

@@ -34,6 +34,10 @@ struct DiscoveryReport {
   std::vector<std::string> notes;  // what could not be read, and what was assumed instead
 };
 
+// The link_speed NCCL writes for a PCI device: the slower of the device's and its upstream port's max_link_speed,
+// each read as "<float> GT/s"; a side that does not read so ("Unknown", empty) loses, and on a tie the device's wins.
+std::string minPciLinkSpeed(const std::string& deviceSpeed, const std::string& upstreamSpeed);
+
 // Builds a <system version="1"> document the way NCCL's own detection writes it: <cpu> per NUMA node (affinity,
 // arch, vendor, family, model), the PCI switches leading to each NIC and NVIDIA GPU (as NCCL's sysfs walk keeps them),
 // a <nic><net> per NicInfo (dev in list order). GPUs are left as bare <pci> leaves: without NVML their compute

@@ -69,9 +69,11 @@ enum class CpuVendor : int { Unknown = 0, Intel = 1, Amd = 2, Zhaoxin = 3 };
 // NCCL's CPU model classes (only Intel and Zhaoxin distinguish them).
 enum class CpuModel : int { Unknown = 0, IntelBdw = 1, IntelSkl = 2, IntelSrp = 3, IntelErp = 4, Yongfeng = 5 };
 
-// Node ids: top 8 bits system (host) index, low 56 bits the local id (bus id, numa id, net dev).
+// Node ids: top 8 bits system (host) index, low 56 bits the local id (bus id, numa id, net dev). As NCCL's
+// NCCL_TOPO_ID, the local id is masked to its low 56 bits: a NIC's (numaid << 56) + busid keeps only the bus id, and
+// a CPU of numaid -1 is CPU/0-ffffffffffffff, on system 0.
 inline constexpr std::int64_t makeTopoId(int systemId, std::int64_t localId) {
-  return (static_cast<std::int64_t>(systemId) << 56) + localId;
+  return (static_cast<std::int64_t>(systemId) << 56) + (localId & 0x00ffffffffffffffLL);
 }
 inline constexpr int topoIdSystem(std::int64_t id) {
   return static_cast<int>(static_cast<std::uint64_t>(id) >> 56);

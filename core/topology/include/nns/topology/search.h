@@ -72,8 +72,9 @@ std::vector<std::string> ringLogLines(const System& sys, const Graph& ring, int 
 // "Trees [0] 1/-1/-1->0->-1 [1] ..." for one rank, from the tree graph's intra-node chains.
 std::string treeLogLine(const System& sys, const Graph& tree, int rank);
 
-// NCCL_GRAPH_FILE reading: graphs keyed by id, GPU devs mapped to ranks through the system's NVML indices.
-std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys);
+// NCCL_GRAPH_FILE reading: graphs keyed by id, GPU devs mapped to ranks through the system's NVML indices. With
+// crossNicSetting (NCCL_CROSS_NIC) 0, graphs with crossnic="1" are skipped, as NCCL skips them.
+std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys, int crossNicSetting = 2);
 XmlElement graphsToXml(const System& sys, const std::vector<const Graph*>& graphs);
 
 }  // namespace nns::topo
