@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -506,9 +507,10 @@ bool peerGone(Comm* comm) {
 //
 // Why a thread rather than progress from the plugin's other calls: delivery must not depend on what the process does
 // after close (it may call the plugin no more, or wait in a barrier for its peer), and tcp needs progress to write
-// what UCX still buffers. The thread exists only while comms linger. A process that exits waits for them (the
-// destructor joins the thread, which ends within NNS_UCX_LINGER_MS + NNS_UCX_CLOSE_TIMEOUT_MS); one that forks
-// leaves them to the parent, as it does the UCP contexts (the list's lock is held across fork by pthread_atfork).
+// what UCX still buffers. The thread starts with the first lingering comm and sleeps on a condition variable while
+// none lingers. A process that exits waits for them (the destructor joins the thread, which ends within
+// NNS_UCX_LINGER_MS + NNS_UCX_CLOSE_TIMEOUT_MS); one that forks leaves them to the parent, as it does the UCP
+// contexts (the list's lock is held across fork by pthread_atfork).
 class Lingering {
  public:
   static Lingering& get() {
@@ -521,10 +523,11 @@ class Lingering {
     std::lock_guard<std::mutex> lock(mutex_);
     adoptAfterFork();
     comms_.push_back(comm);
-    if (running_) return;
-    if (started_) pthread_join(thread_, nullptr);  // the last one finished (running_ false): ends at once
+    if (started_) {
+      wake_.notify_one();
+      return;
+    }
     started_ = pthread_create(&thread_, nullptr, &Lingering::main, this) == 0;
-    running_ = started_;
     if (!started_) {  // no thread: release the comms now, as before lingering existed
       NCCL_NET_WARN("cannot start the thread that keeps closed comms for their peers; closing them at once");
       for (Comm* each : comms_) finish(each, false);
@@ -532,11 +535,15 @@ class Lingering {
     }
   }
 
+  // The thread, once started, waits (without polling) for comms until this destructor: a thread that ended by itself
+  // and was never joined is a leak to a process that leaves by _exit (its forked children do), as TSan says.
   ~Lingering() {
     std::unique_lock<std::mutex> lock(mutex_);
     adoptAfterFork();
     bool started = started_;
     started_ = false;
+    stopping_ = true;
+    wake_.notify_one();
     lock.unlock();
     if (started) pthread_join(thread_, nullptr);  // bounded: every comm ends by its linger deadline
     instance_ = nullptr;
@@ -565,8 +572,7 @@ class Lingering {
     if (owner_ == getpid()) return;
     abandoned_.insert(abandoned_.end(), comms_.begin(), comms_.end());
     comms_.clear();
-    started_ = false;
-    running_ = false;
+    started_ = false;  // the parent's thread does not exist here
     owner_ = getpid();
   }
 
@@ -578,7 +584,9 @@ class Lingering {
   void run() {
     std::vector<std::pair<Comm*, bool>> ending;  // comm, and whether its peer is gone (else its linger ran out)
     std::unique_lock<std::mutex> lock(mutex_);
-    while (!comms_.empty()) {
+    for (;;) {
+      wake_.wait(lock, [this] { return !comms_.empty() || stopping_; });
+      if (comms_.empty()) return;  // stopping, and nothing left to wait for
       auto now = Clock::now();
       for (size_t i = 0; i < comms_.size();) {
         Comm* comm = comms_[i];
@@ -597,7 +605,6 @@ class Lingering {
       ending.clear();
       lock.lock();
     }
-    running_ = false;
   }
 
   static void finish(Comm* comm, bool peerGone) {
@@ -613,9 +620,10 @@ class Lingering {
   std::mutex mutex_;
   std::vector<Comm*> comms_;
   std::vector<Comm*> abandoned_;
+  std::condition_variable wake_;  // a comm was added, or the destructor wants the thread to end
   pthread_t thread_{};
-  bool started_ = false;  // thread_ was created and not joined
-  bool running_ = false;  // the thread has not left run() (it clears this under the lock as it leaves)
+  bool started_ = false;   // thread_ was created and not joined
+  bool stopping_ = false;  // the destructor: end once no comm is left
   pid_t owner_ = getpid();
 };
 
