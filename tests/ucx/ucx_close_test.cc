@@ -103,6 +103,26 @@ enum class SenderEnd { kStaysIdle, kExits };
 
 // The receiver: warm-up message, then nothing until the sender has closed, then a pause longer than
 // NNS_UCX_CLOSE_TIMEOUT_MS and UCX's keepalive (1 s), then every message must arrive whole.
+// One kMessageBytes message from `source` through a connected pair into `target`, with `tag`: both requests tested
+// until done (20 s at most).
+void transferOnce(const ncclNet_v12_t* net, void* sendComm, void* recvComm, void* source, void* target, int tag) {
+  void* data = target;
+  size_t size = kMessageBytes;
+  int sizes[8] = {}, sendDone = 0, recvDone = 0;
+  void *sendRequest = nullptr, *recvRequest = nullptr;
+  ASSERT_EQ(postRecv(net, recvComm, 1, &data, &size, &tag, &recvRequest), ncclSuccess);
+  ASSERT_EQ(postSend(net, sendComm, source, kMessageBytes, tag, &sendRequest), ncclSuccess);
+  for (auto deadline = Clock::now() + std::chrono::seconds(20); !sendDone || !recvDone;) {
+    if (!sendDone) {
+      ASSERT_EQ(net->test(sendRequest, &sendDone, nullptr), ncclSuccess);
+    }
+    if (!recvDone) {
+      ASSERT_EQ(net->test(recvRequest, &recvDone, sizes), ncclSuccess);
+    }
+    ASSERT_LT(Clock::now(), deadline) << "the transfer did not finish";
+  }
+}
+
 void runReceiver(const Transport& transport, SenderEnd end) {
   int toSender[2], fromSender[2];
   ASSERT_EQ(pipe(toSender), 0);
@@ -204,21 +224,11 @@ TEST(UcxClose, TcpSendsCompletedBeforeCloseReachALateReceiverInOneProcess) {
   for (int m = 0; m <= kMessages; ++m)
     for (size_t i = 0; i < kMessageBytes; ++i) messages[m][i] = messageByte(m, i);
   std::vector<unsigned char> buffer(kMessageBytes);
+  ASSERT_NO_FATAL_FAILURE(transferOnce(net, sendComm, recvComm, messages[kMessages].data(), buffer.data(), kWarmupTag));
   void* data = buffer.data();
   size_t size = kMessageBytes;
-  int tag = kWarmupTag, sizes[8] = {}, sendDone = 0, recvDone = 0;
+  int tag = kWarmupTag, sizes[8] = {};
   void *sendRequest = nullptr, *recvRequest = nullptr;
-  ASSERT_EQ(postRecv(net, recvComm, 1, &data, &size, &tag, &recvRequest), ncclSuccess);
-  ASSERT_EQ(postSend(net, sendComm, messages[kMessages].data(), kMessageBytes, tag, &sendRequest), ncclSuccess);
-  for (auto deadline = Clock::now() + std::chrono::seconds(20); !sendDone || !recvDone;) {
-    if (!sendDone) {
-      ASSERT_EQ(net->test(sendRequest, &sendDone, nullptr), ncclSuccess);
-    }
-    if (!recvDone) {
-      ASSERT_EQ(net->test(recvRequest, &recvDone, sizes), ncclSuccess);
-    }
-    ASSERT_LT(Clock::now(), deadline) << "the warm-up transfer did not finish";
-  }
   for (int m = 0; m < kMessages; ++m) {
     ASSERT_EQ(postSend(net, sendComm, messages[m].data(), kMessageBytes, m, &sendRequest), ncclSuccess);
     ASSERT_EQ(waitRequest(net, sendRequest, sizes, std::chrono::seconds(20)), ncclSuccess);
@@ -264,21 +274,7 @@ TEST(UcxClose, ALingeringCommGoesWhenItsPeerCloses) {
   // One message each way through every pair, so both workers of each have met.
   for (auto& pair : comms) {
     std::vector<unsigned char> source(kMessageBytes, 3), target(kMessageBytes, 0);
-    void* data = target.data();
-    size_t size = kMessageBytes;
-    int tag = 1, sizes[8] = {}, sendDone = 0, recvDone = 0;
-    void *sendRequest = nullptr, *recvRequest = nullptr;
-    ASSERT_EQ(postRecv(net, pair[1], 1, &data, &size, &tag, &recvRequest), ncclSuccess);
-    ASSERT_EQ(postSend(net, pair[0], source.data(), kMessageBytes, tag, &sendRequest), ncclSuccess);
-    for (auto deadline = Clock::now() + std::chrono::seconds(20); !sendDone || !recvDone;) {
-      if (!sendDone) {
-        ASSERT_EQ(net->test(sendRequest, &sendDone, nullptr), ncclSuccess);
-      }
-      if (!recvDone) {
-        ASSERT_EQ(net->test(recvRequest, &recvDone, sizes), ncclSuccess);
-      }
-      ASSERT_LT(Clock::now(), deadline) << "the transfer did not finish";
-    }
+    ASSERT_NO_FATAL_FAILURE(transferOnce(net, pair[0], pair[1], source.data(), target.data(), 1));
     EXPECT_EQ(source, target);
   }
   auto start = Clock::now();
