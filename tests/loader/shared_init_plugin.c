@@ -19,13 +19,13 @@ static ncclResult_t devices(int* ndev) {
   *ndev = 1;
   return ncclSuccess;
 }
-#define FILL_PROPERTIES(props)       \
-  memset(props, 0, sizeof(*props));  \
-  props->name = "shared0";           \
-  props->ptrSupport = NCCL_PTR_HOST; \
-  props->speed = 1000;               \
-  props->maxComms = 1;               \
-  props->maxRecvs = 1
+#define FILL_PROPERTIES(props)          \
+  memset((props), 0, sizeof(*(props))); \
+  (props)->name = "shared0";            \
+  (props)->ptrSupport = NCCL_PTR_HOST;  \
+  (props)->speed = 1000;                \
+  (props)->maxComms = 1;                \
+  (props)->maxRecvs = 1
 static ncclResult_t getProperties9(int dev, ncclNetProperties_v9_t* props) {
   FILL_PROPERTIES(props);
   props->vProps.ndevs = 1;
