@@ -123,6 +123,30 @@ void transferOnce(const ncclNet_v12_t* net, void* sendComm, void* recvComm, void
   }
 }
 
+// The kMessages messages the sender completed before its close, received now: each must arrive whole and intact.
+void receiveLate(const ncclNet_v12_t* net, void* recvComm, const char* label) {
+  std::vector<unsigned char> buffer(kMessageBytes);
+  void* data = buffer.data();
+  size_t size = kMessageBytes;
+  int sizes[8] = {}, received = 0;
+  for (int m = 0; m < kMessages; ++m) {
+    std::fill(buffer.begin(), buffer.end(), 0);
+    int tag = m;
+    void* request = nullptr;
+    ASSERT_EQ(postRecv(net, recvComm, 1, &data, &size, &tag, &request), ncclSuccess);
+    ncclResult_t result = waitRequest(net, request, sizes, std::chrono::seconds(5));
+    EXPECT_EQ(result, ncclSuccess) << label << ": message " << m << " of " << kMessages
+                                   << ", complete at the sender before its close, did not arrive";
+    if (result != ncclSuccess) break;
+    EXPECT_EQ(sizes[0], static_cast<int>(kMessageBytes));
+    bool intact = true;
+    for (size_t i = 0; i < kMessageBytes && intact; ++i) intact = buffer[i] == messageByte(m, i);
+    EXPECT_TRUE(intact) << label << ": message " << m << " arrived damaged";
+    ++received;
+  }
+  std::printf("%s: %d of %d messages sent before the sender's close received\n", label, received, kMessages);
+}
+
 void runReceiver(const Transport& transport, SenderEnd end) {
   int toSender[2], fromSender[2];
   ASSERT_EQ(pipe(toSender), 0);
@@ -154,22 +178,7 @@ void runReceiver(const Transport& transport, SenderEnd end) {
   char closed = 0;
   ASSERT_TRUE(readAll(fromSender[0], &closed, 1)) << "the sender did not report its close";
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  int received = 0;
-  for (int m = 0; m < kMessages; ++m) {
-    std::fill(buffer.begin(), buffer.end(), 0);
-    tag = m;
-    ASSERT_EQ(postRecv(net, recvComm, 1, &data, &size, &tag, &request), ncclSuccess);
-    result = waitRequest(net, request, sizes, std::chrono::seconds(5));
-    EXPECT_EQ(result, ncclSuccess) << transport.name << ": message " << m << " of " << kMessages
-                                   << ", complete at the sender before its close, did not arrive";
-    if (result != ncclSuccess) break;
-    EXPECT_EQ(sizes[0], static_cast<int>(kMessageBytes));
-    bool intact = true;
-    for (size_t i = 0; i < kMessageBytes && intact; ++i) intact = buffer[i] == messageByte(m, i);
-    EXPECT_TRUE(intact) << "message " << m << " arrived damaged";
-    ++received;
-  }
-  std::printf("%s: %d of %d messages sent before the sender's close received\n", transport.name, received, kMessages);
+  receiveLate(net, recvComm, transport.name);
   // A peer that closed in order did not fail: the receive comm's endpoint to it must not have been failed by UCX
   // (it was, "Endpoint timeout", when the sender's worker went at close), or a receive still to come would fail.
   EXPECT_FALSE(warnedAbout("the peer failed")) << "the receive comm failed after the sender closed in order";
@@ -225,10 +234,8 @@ TEST(UcxClose, TcpSendsCompletedBeforeCloseReachALateReceiverInOneProcess) {
     for (size_t i = 0; i < kMessageBytes; ++i) messages[m][i] = messageByte(m, i);
   std::vector<unsigned char> buffer(kMessageBytes);
   ASSERT_NO_FATAL_FAILURE(transferOnce(net, sendComm, recvComm, messages[kMessages].data(), buffer.data(), kWarmupTag));
-  void* data = buffer.data();
-  size_t size = kMessageBytes;
-  int tag = kWarmupTag, sizes[8] = {};
-  void *sendRequest = nullptr, *recvRequest = nullptr;
+  int sizes[8] = {};
+  void* sendRequest = nullptr;
   for (int m = 0; m < kMessages; ++m) {
     ASSERT_EQ(postSend(net, sendComm, messages[m].data(), kMessageBytes, m, &sendRequest), ncclSuccess);
     ASSERT_EQ(waitRequest(net, sendRequest, sizes, std::chrono::seconds(20)), ncclSuccess);
@@ -237,21 +244,7 @@ TEST(UcxClose, TcpSendsCompletedBeforeCloseReachALateReceiverInOneProcess) {
   EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
   EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(200)) << "closeSend waited for the receiver";
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  int received = 0;
-  for (int m = 0; m < kMessages; ++m) {
-    std::fill(buffer.begin(), buffer.end(), 0);
-    tag = m;
-    ASSERT_EQ(postRecv(net, recvComm, 1, &data, &size, &tag, &recvRequest), ncclSuccess);
-    result = waitRequest(net, recvRequest, sizes, std::chrono::seconds(5));
-    EXPECT_EQ(result, ncclSuccess) << "message " << m << " of " << kMessages
-                                   << ", complete at the sender before its close, did not arrive";
-    if (result != ncclSuccess) break;
-    bool intact = sizes[0] == static_cast<int>(kMessageBytes);
-    for (size_t i = 0; i < kMessageBytes && intact; ++i) intact = buffer[i] == messageByte(m, i);
-    EXPECT_TRUE(intact) << "message " << m << " arrived damaged";
-    ++received;
-  }
-  std::printf("tcp, one process: %d of %d messages sent before the sender's close received\n", received, kMessages);
+  receiveLate(net, recvComm, "tcp, one process");
   EXPECT_FALSE(warnedAbout("the peer failed")) << "the receive comm failed after the sender closed in order";
   EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
   EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
