@@ -648,7 +648,7 @@ ncclResult_t deregMr(void* comm, void* mhandle) {
   return real()->deregMr(comm, mhandle);
 #endif
 }
-#ifdef NNS_NCCL_LIKE
+#if defined(NNS_NCCL_LIKE) || defined(NNS_BUG_SEND_TEST_WRITES_SIZES)
 std::mutex gSendsMutex;
 std::set<void*> gSends;  // send requests in flight: their test leaves the size alone
 #endif
@@ -716,6 +716,13 @@ ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, 
   if (result == ncclSuccess && *request != nullptr) {
     std::lock_guard<std::mutex> lock(gDescriptorsLock);
     gInFlight[*request] = std::make_unique<SendDescriptor>();
+  }
+  return result;
+#elif defined(NNS_BUG_SEND_TEST_WRITES_SIZES)
+  ncclResult_t result = real()->isend(comm, data, size, tag, mhandle, phandle, request);
+  if (result == ncclSuccess && *request != nullptr) {
+    std::lock_guard<std::mutex> lock(gSendsMutex);
+    gSends.insert(*request);
   }
   return result;
 #else
@@ -891,6 +898,25 @@ ncclResult_t test(void* request, int* done, int* sizes) {
     ncclResult_t tested = real()->test(request, done, room);
     for (int i = 0; i < 8; ++i) sizes[i] = room[i];
     return tested;
+  }
+#endif
+#ifdef NNS_BUG_SEND_TEST_WRITES_SIZES
+  // One completion path for sends and receives, which fills a size for each of the maxRecvs (8) a request may hold:
+  // for a send, NCCL passes a single int, and the other seven land on its stack.
+  {
+    std::unique_lock<std::mutex> lock(gSendsMutex);
+    if (gSends.count(request) == 1) {
+      lock.unlock();
+      int size = -1;
+      ncclResult_t tested = real()->test(request, done, &size);
+      if (tested == ncclSuccess && *done && sizes != nullptr)
+        for (int i = 0; i < 8; ++i) sizes[i] = size;
+      if (tested != ncclSuccess || *done) {
+        lock.lock();
+        gSends.erase(request);
+      }
+      return tested;
+    }
   }
 #endif
 #ifdef NNS_BUG_LEAKED_PER_MESSAGE

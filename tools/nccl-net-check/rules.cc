@@ -25,6 +25,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "harness.hpp"
@@ -103,19 +104,31 @@ std::string lastCallsText(const CallNote* notes, bool ruleSends) {
          (ruleSends ? "; receiver: " : "; connector/sender: ") + call(notes[1]) + ")";
 }
 
-// Calls that failed in this process (the rule's, or a peer's own since its fork), and the first close or finalize
-// that failed while none had: NCCL checks those results (a failed close fails the communicator's destroy), so a
-// plugin whose healthy comm fails to close is told, even where the rule's own check passed. A close after an error
-// (a peer that died, a truncation the rule provoked) may fail.
+// Calls that failed in this process (the rule's, or a peer's own since its fork), and the first breach of NCCL's
+// calling contract seen beside the rule's own check, with the peer exit code that carries it to the harness. NCCL
+// checks close and finalize results (a failed close fails the communicator's destroy), so a plugin whose healthy comm
+// fails to close is told, even where the rule's own check passed; a close after an error (a peer that died, a
+// truncation the rule provoked) may fail. Likewise a test() that writes more sizes than NCCL gives it room for.
+// Guarded: comms-on-threads tests from several threads.
 int gFailedCalls = 0;
-std::string gCloseProblem;
+std::mutex gContractMutex;
+std::string gContractProblem;
+int gContractCode = 0;
+void noteContractProblem(int peerCode, const std::string& text) {
+  std::lock_guard<std::mutex> lock(gContractMutex);
+  if (!gContractProblem.empty()) return;
+  gContractProblem = text;
+  gContractCode = peerCode;
+}
+constexpr int kPeerCloseFailed = 52, kPeerSendSizesOverrun = 53, kPeerRecvSizesOverrun = 54;
 std::string resultText(ncclResult_t result);
 void noteResult(const char* name, ncclResult_t result) {
   if (result == ncclSuccess) return;
   const bool closing = std::strncmp(name, "close", 5) == 0 || std::strcmp(name, "finalize") == 0;
-  if (closing && gFailedCalls == 0 && gCloseProblem.empty())
-    gCloseProblem = std::string(name) + " returned " + resultText(result) +
-                    " with no call failed before it (NCCL fails the communicator's destroy on it)";
+  if (closing && gFailedCalls == 0)
+    noteContractProblem(kPeerCloseFailed, std::string(name) + " returned " + resultText(result) +
+                                              " with no call failed before it (NCCL fails the communicator's "
+                                              "destroy on it)");
   ++gFailedCalls;
 }
 
@@ -195,15 +208,56 @@ bool sentSizeWrong(int reported, size_t sent) {
   return reported != -1 && reported != static_cast<int>(sent);
 }
 
-// test() as NCCL calls it: with room for 64 sizes (NCCL_PROXY_MAX_SUBS), which NCCL hands every receive's test. A
-// plugin may fill its maxRecvs worth whatever the receive's n, harmless in NCCL; given one int, it overwrote the
-// harness's stack, and the verdict blamed the plugin for a hang or a leak. The caller gets the first `count`.
-constexpr int kTestSizes = 64;
+// Send requests in flight, with their comm: NCCL's proxy tests a send with one int for its size (sendProxyProgress's
+// `int size`) and a receive with 64 (NCCL_PROXY_MAX_SUBS), so test must know which it is to check what the plugin
+// wrote. Entries go when test says done or failed, or when their comm closes.
+std::mutex gSendRequestsMutex;
+std::unordered_map<void*, void*> gSendRequests;  // request -> comm
+
+// isend, noting the request as a send's.
+ncclResult_t isendNoted(Net& net, void* comm, void* data, size_t size, int tag, void* mhandle, void** request) {
+  const ncclResult_t result = net.isend(comm, data, size, tag, mhandle, nullptr, request);
+  if (result == ncclSuccess && *request != nullptr) {
+    std::lock_guard<std::mutex> lock(gSendRequestsMutex);
+    gSendRequests[*request] = comm;
+  }
+  return result;
+}
+void forgetSendRequests(void* comm) {
+  std::lock_guard<std::mutex> lock(gSendRequestsMutex);
+  std::erase_if(gSendRequests, [comm](const auto& entry) { return entry.second == comm; });
+}
+
+// test() as NCCL calls it: with room for 64 sizes, which NCCL hands every receive's test (a plugin may fill its
+// maxRecvs worth whatever the receive's n: harmless in NCCL; given one int, it overwrote the harness's stack, and the
+// verdict blamed the plugin for a hang or a leak), and a guard beyond. A send's test that writes past its one size,
+// or a receive's past 64, is noted as a breach of NCCL's contract (it writes over NCCL's stack). The caller gets
+// the first `count`.
+constexpr int kTestSizes = 64, kTestSizesGuard = 8;
+constexpr int kUnwrittenSize = 0x5a5a5a5a;
 ncclResult_t testSizes(Net& net, void* request, int* done, int* sizes, int count = 1) {
   if (sizes == nullptr) return net.test(request, done, nullptr);
-  int room[kTestSizes];
-  for (int i = 0; i < kTestSizes; ++i) room[i] = i < count ? sizes[i] : -1;
+  bool send;
+  {
+    std::lock_guard<std::mutex> lock(gSendRequestsMutex);
+    send = gSendRequests.count(request) == 1;
+  }
+  int room[kTestSizes + kTestSizesGuard];
+  for (int i = 0; i < kTestSizes + kTestSizesGuard; ++i) room[i] = i < count ? sizes[i] : kUnwrittenSize;
   const ncclResult_t result = net.test(request, done, room);
+  for (int i = send ? 1 : kTestSizes; i < kTestSizes + kTestSizesGuard; ++i) {
+    if (room[i] == kUnwrittenSize) continue;
+    noteContractProblem(send ? kPeerSendSizesOverrun : kPeerRecvSizesOverrun,
+                        "test of a " + std::string(send ? "send" : "receive") + " wrote sizes[" + std::to_string(i) +
+                            "] = " + std::to_string(room[i]) +
+                            (send ? " (NCCL passes one int for a send's size: the rest lands on its stack)"
+                                  : " (NCCL gives a receive's test room for 64: the rest lands on its stack)"));
+    break;
+  }
+  if (send && (result != ncclSuccess || *done != 0)) {
+    std::lock_guard<std::mutex> lock(gSendRequestsMutex);
+    gSendRequests.erase(request);
+  }
   for (int i = 0; i < count; ++i) sizes[i] = room[i];
   return result;
 }
@@ -305,6 +359,7 @@ void deregisterAll(Context& c, void* comm) {
 // closeSend and closeRecv after deregistering the comm's buffers.
 ncclResult_t closeSendComm(Context& c, void* comm) {
   deregisterAll(c, comm);
+  forgetSendRequests(comm);
   return CALL("closeSend", c.net->closeSend(comm));
 }
 ncclResult_t closeRecvComm(Context& c, void* comm) {
@@ -317,7 +372,7 @@ ncclResult_t postSend(Context& c, void* comm, void* data, size_t size, int tag, 
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   *request = nullptr;
   while (*request == nullptr) {
-    ncclResult_t result = CALL("isend", c.net->isend(comm, data, size, tag, mhandle, nullptr, request));
+    ncclResult_t result = CALL("isend", isendNoted(*c.net, comm, data, size, tag, mhandle, request));
     if (result != ncclSuccess) return result;
     if (*request == nullptr && Clock::now() > deadline) return ncclTimeout;
   }
@@ -356,7 +411,7 @@ ncclResult_t waitDoneWatchingPeer(Context& c, void* request, int* size, double s
   return ncclSuccess;
 }
 
-constexpr int kPeerNetnsFailed = 50, kPeerReopenFailed = 51, kPeerCloseFailed = 52;
+constexpr int kPeerNetnsFailed = 50, kPeerReopenFailed = 51;  // 52-54: kPeerCloseFailed and the like, above
 
 // With --netns, turns the forked peer into a host of its own: it enters the peer namespace and swaps `c` (its copy
 // of the rule's context) for a fresh instance of the plugin, through the same ABI version, initialised there.
@@ -399,9 +454,9 @@ pid_t startPeer(Context& c, const std::function<int()>& body) {
       if (code != 0) _exit(code);
     }
     int code = body();
-    if (code == 0 && !gCloseProblem.empty()) {
-      std::fprintf(stderr, "nccl-net-check: peer: %s\n", gCloseProblem.c_str());
-      code = kPeerCloseFailed;
+    if (code == 0 && !gContractProblem.empty()) {
+      std::fprintf(stderr, "nccl-net-check: peer: %s\n", gContractProblem.c_str());
+      code = gContractCode;
     }
     _exit(code);
   }
@@ -580,6 +635,11 @@ std::string peerText(int code) {
   if (code == kPeerCloseFailed)
     return "peer: a close (closeSend, closeListen) returned an error with no call failed before it (NCCL fails the "
            "communicator's destroy on it)";
+  if (code == kPeerSendSizesOverrun)
+    return "peer: test of a send wrote more than one size (NCCL passes one int for a send's size: the rest lands on "
+           "its stack)";
+  if (code == kPeerRecvSizesOverrun)
+    return "peer: test of a receive wrote past 64 sizes (NCCL's room for a receive's sizes)";
   return "peer exit code " + std::to_string(code);
 }
 
@@ -845,7 +905,7 @@ Verdict nullRequestMeansRetry(Context& c) {
             bool refused = false;
             for (int i = 0; i <= kLimit; ++i) {
               void* request = nullptr;
-              if (CALL("isend", c.net->isend(comm, bytes.data(), bytes.size(), 1, mhandle, nullptr, &request)) !=
+              if (CALL("isend", isendNoted(*c.net, comm, bytes.data(), bytes.size(), 1, mhandle, &request)) !=
                   ncclSuccess) {
                 refused = i < kLimit;  // an error for the one beyond the limit is the plugin's right
                 break;
@@ -864,8 +924,8 @@ Verdict nullRequestMeansRetry(Context& c) {
             for (int i = 0; i < kMore;) {
               void* request = nullptr;
               const bool full = requests.size() - oldest >= static_cast<size_t>(kLimit);
-              if (!full && CALL("isend", c.net->isend(comm, bytes.data(), bytes.size(), 1, mhandle, nullptr,
-                                                      &request)) != ncclSuccess)
+              if (!full && CALL("isend", isendNoted(*c.net, comm, bytes.data(), bytes.size(), 1, mhandle, &request)) !=
+                               ncclSuccess)
                 return 41;
               if (request != nullptr) {
                 requests.push_back(request);
@@ -1195,8 +1255,8 @@ int sendOutOfStep(Context& c, void* comm) {
     auto& buffer = buffers[static_cast<size_t>(m)];
     fill(buffer, buffer.size(), outOfStepSeed(next[t], t));
     void* request = nullptr;
-    if (CALL("isend", c.net->isend(comm, buffer.data(), buffer.size(), 1 + t, mhandles[static_cast<size_t>(m)], nullptr,
-                                   &request)) != ncclSuccess)
+    if (CALL("isend", isendNoted(*c.net, comm, buffer.data(), buffer.size(), 1 + t, mhandles[static_cast<size_t>(m)],
+                                 &request)) != ncclSuccess)
       return -1;
     if (request == nullptr) return 0;
     requests[static_cast<size_t>(m)] = request;
@@ -2275,7 +2335,7 @@ Verdict closeWithRequestsInFlight(Context& c) {
             void* mhandle = registerBuffer(c, comm, buffer.data(), buffer.size());
             for (int i = 0; i < kSends; ++i) {
               void* request = nullptr;
-              if (CALL("isend", c.net->isend(comm, buffer.data(), buffer.size(), 1, mhandle, nullptr, &request)) !=
+              if (CALL("isend", isendNoted(*c.net, comm, buffer.data(), buffer.size(), 1, mhandle, &request)) !=
                   ncclSuccess)
                 return 41;
               if (request == nullptr) break;
@@ -2441,7 +2501,7 @@ Verdict receiverDeathIsAnError(Context& c) {
     int done = 0, size = -1;
     if (request == nullptr) {
       ++isends;
-      result = CALL("isend", c.net->isend(sendComm, big.data(), big.size(), 1, mhandle, nullptr, &request));
+      result = CALL("isend", isendNoted(*c.net, sendComm, big.data(), big.size(), 1, mhandle, &request));
     } else {
       ++tests;
       result = CALL("test", testSizes(*c.net, request, &done, &size));
@@ -2812,7 +2872,7 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
       ncclResult_t result;
       if (sending) {
         result = watchedCall(watch, "isend", [&] {
-          return net->isend(comm, buffers[slot].data(), size, 1, mhandles[slot], nullptr, &requests[slot]);
+          return isendNoted(*net, comm, buffers[slot].data(), size, 1, mhandles[slot], &requests[slot]);
         });
       } else {
         void* data = buffers[slot].data();
@@ -3251,8 +3311,8 @@ const std::vector<Rule>& rules() {
     writeVerdict(fail("getProperties(0) returned %s", resultText(result).c_str()));
   Verdict verdict = rule.run(c);
   CALL("finalize", net->finalize(c.ctx));
-  if (verdict.status == Status::kPass && !gCloseProblem.empty())
-    verdict = fail("%s (the rule's own check passed: %s)", gCloseProblem.c_str(),
+  if (verdict.status == Status::kPass && !gContractProblem.empty())
+    verdict = fail("%s (the rule's own check passed: %s)", gContractProblem.c_str(),
                    verdict.evidence.empty() ? "-" : verdict.evidence.c_str());
   writeVerdict(verdict);
   _exit(0);  // writeVerdict exits; this keeps [[noreturn]] visibly true
