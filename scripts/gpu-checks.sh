@@ -3,8 +3,9 @@
 #   kernels  the CUDA kernels built standalone (net-api headers and collectives/cuda only): correctness check, bench
 #   tree     the tree with CUDA (-DNNS_BUILD_TESTS=OFF: no GoogleTest there): nccl-net-bench, nccl-net-run, plugins
 #   bench    nccl-net-bench -G 1 (GPU buffers, staged through pinned host slots by the socket plugin) under
-#            nccl-net-run, 2 and 4 ranks sharing the GPU: every data type, every op, in place, each algorithm, and
-#            every operation through the progress thread (NNS_PROGRESS_INLINE=0); any wrong element fails
+#            nccl-net-run, 2 and 4 ranks sharing the GPU: allreduce with every data type, every op, in place, each
+#            algorithm, and every operation through the progress thread (NNS_PROGRESS_INLINE=0); then allgather,
+#            reducescatter, broadcast, reduce and sendrecv at 2 and 3 ranks, in place too; any wrong element fails
 #   load     real NCCL (PyTorch's, from the nvidia-nccl wheel) loads each built plugin by path in a one-rank
 #            communicator (scripts/nccl-load-check.py, through torch.distributed and through ctypes); plugins the tree
 #            did not build are taken from $NNS_GPU_PLUGIN_DIR (default <repo>/build/gpu-deps/lib) when there
@@ -108,18 +109,23 @@ if wants bench; then
   else
     bench_failed=()
     bench_runs=0
-    run_bench() {  # label, ranks, bench arguments...
-      local label=$1 ranks=$2
-      shift 2
+    run_collective() {  # label, ranks, collective, bench arguments...
+      local label=$1 ranks=$2 collective=$3
+      shift 3
       bench_runs=$((bench_runs + 1))
       NCCL_SOCKET_IFNAME=lo timeout 300 "$tree/bin/nccl-net-run" -n "$ranks" --timeout 240 \
-        "$tree/bin/nccl-net-bench" allreduce -p socket -G 1 -c 1 "$@" >"$out/bench-$label.txt" 2>&1
+        "$tree/bin/nccl-net-bench" "$collective" -p socket -G 1 -c 1 "$@" >"$out/bench-$label.txt" 2>&1
       local rc=$?
       if [ $rc != 0 ] || ! grep -q "^# buffers in GPU memory" "$out/bench-$label.txt"; then
         bench_failed+=("$label (exit $rc)")
         echo "---- bench $label failed (exit $rc):"
         tail -n 15 "$out/bench-$label.txt"
       fi
+    }
+    run_bench() {  # label, ranks, allreduce arguments...
+      local label=$1 ranks=$2
+      shift 2
+      run_collective "$label" "$ranks" allreduce "$@"
     }
     # The first run says where the slots are and why (NNS_DEBUG=INFO), and covers the sizes up to 64 MiB.
     NNS_DEBUG=INFO run_bench n2-float-to-64M 2 -b 8 -e 64M -f 4 -n 5 -w 1
@@ -139,6 +145,20 @@ if wants bench; then
         -e 16M -f 8 -n 2 -w 1
     done
     run_bench n3-half-avg 3 -d half -o avg -b 4 -e 4M -f 8 -n 2 -w 1
+    # The other collectives on GPU buffers: their copies between device buffers and slots, and the kernels that
+    # reduce at a block (reducescatter) or at the root (reduce), which allreduce alone never runs. The last rank is
+    # the root, so a root other than 0 is covered; 3 ranks, so allgather's and reducescatter's blocks are not halves.
+    for ranks in 2 3; do
+      for collective in allgather reducescatter broadcast reduce sendrecv; do
+        run_collective "n$ranks-$collective" "$ranks" "$collective" -d float -r $((ranks - 1)) -b 96 -e 4M -f 8 \
+          -n 2 -w 1
+      done
+    done
+    for collective in allgather reducescatter broadcast reduce; do  # sendrecv has no in-place form
+      run_collective "n3-$collective-inplace" 3 "$collective" -d float -I 1 -r 2 -b 96 -e 4M -f 8 -n 2 -w 1
+    done
+    run_collective n3-reducescatter-bfloat16-avg 3 reducescatter -d bfloat16 -o avg -b 96 -e 4M -f 8 -n 2 -w 1
+    run_collective n3-reduce-half-max 3 reduce -d half -o max -r 1 -b 96 -e 4M -f 8 -n 2 -w 1
     if [ ${#bench_failed[@]} = 0 ]; then
       note bench PASS "$bench_runs runs, no wrong element"
     else

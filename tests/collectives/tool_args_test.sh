@@ -32,7 +32,7 @@ refuses "-n -3" "--iters"
 refuses "-w -1" "--warmup_iters"
 refuses "-f 0" "--stepfactor"
 refuses "-f 1 -i 0" "--stepbytes"
-refuses "-c 5" "--check"
+refuses "-c -1" "--check"
 refuses "-I 2" "--inplace"
 refuses "-R 7" "--local_register"
 refuses "-G 3" "--device-buffers"
@@ -120,6 +120,43 @@ if [ "$(awk '$1 == 512 {print $2}' <<<"$out")" != 64 ] || ! grep -q '^# Out of b
    ! grep -q '^# Avg bus bandwidth    : ' <<<"$out"; then
   echo "FAILED: allgather of 512 B on 2 ranks: expected count 64 per rank and nccl-tests' closing lines, got: $out"
   failures=$((failures + 1))
+fi
+# -c is nccl-tests' count of checked runs (its command lines say -c 2 and more; only 0 and 1 were taken): every
+# collective, in place and out of place, checks clean with more than one; with -c 0 the column says N/A and the
+# out-of-bounds line is still printed, as nccl-tests prints it (scripts look for it).
+for collective in allreduce allgather reducescatter broadcast reduce sendrecv; do
+  for inplace in 0 1; do
+    rows=$(timeout 60 "$bin/nccl-net-run" -n 3 --timeout 30 "$bin/nccl-net-bench" $collective -p minimal -b 96 \
+             -e 96K -f 32 -n 2 -w 1 -c 3 -I $inplace -r 1 | awk '$1 ~ /^[0-9]+$/ {printf "%s/%s ", $1, $NF}')
+    if [ "$rows" != "96/0 3072/0 98304/0 " ]; then
+      echo "FAILED: $collective -c 3 -I $inplace on 3 ranks gave rows (size/#wrong) '$rows'"
+      failures=$((failures + 1))
+    fi
+  done
+done
+out=$(timeout 60 "$bin/nccl-net-run" -n 2 --timeout 30 "$bin/nccl-net-bench" allreduce -p minimal -b 8 -e 64 -f 8 \
+        -n 1 -w 0 -c 0 2>&1)
+if [ "$(awk '$1 ~ /^[0-9]+$/ {printf "%s/%s ", $1, $NF}' <<<"$out")" != "8/N/A 64/N/A " ] ||
+   ! grep -q '^# Out of bounds values : 0 OK$' <<<"$out" || ! grep -q '^# Avg bus bandwidth    : ' <<<"$out"; then
+  echo "FAILED: -c 0: expected #wrong N/A and nccl-tests' two closing lines, got: $out"
+  failures=$((failures + 1))
+fi
+# -e is measured against the memory the host has available now (MemAvailable), for every rank on it, and refused
+# with the flags' status by every rank before any allocates (it was the physical total, and an -e between the two
+# went on to commit it). The figure the message gives is MemAvailable's, read around the run.
+available_gib() { awk '/^MemAvailable:/ {printf "%.2f", $2 / 1048576}' /proc/meminfo; }
+if [ -n "$(available_gib)" ]; then
+  before=$(available_gib)
+  out=$(timeout 60 "$bin/nccl-net-run" -n 2 --timeout 30 "$bin/nccl-net-bench" allreduce -p minimal -e 1T 2>&1)
+  status=$?
+  after=$(available_gib)
+  said=$(sed -n 's/.*which has \([0-9.]*\) GiB available (MemAvailable in \/proc\/meminfo)$/\1/p' <<<"$out" | head -1)
+  if [ "$status" != 2 ] || ! grep -qF "4096.0 GiB for the 2 rank(s) on this host" <<<"$out" || [ -z "$said" ] ||
+     ! awk -v s="$said" -v a="$before" -v b="$after" \
+         'BEGIN { lo = (a < b ? a : b) - 0.25; hi = (a > b ? a : b) + 0.25; exit !(s >= lo && s <= hi) }'; then
+    echo "FAILED: -e 1T on 2 ranks: status $status (expected 2), MemAvailable ${before}-${after} GiB, said '$said': $out"
+    failures=$((failures + 1))
+  fi
 fi
 # Products stay exact in the narrow types however many ranks multiply (2^7 wrapped in int8 at 19 ranks and was
 # counted wrong).

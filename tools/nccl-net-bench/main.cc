@@ -159,6 +159,22 @@ double wrapped(double v, ncclDataType_t type) {
   }
 }
 
+// Bytes this host can give a process now without swapping: MemAvailable, else (kernels before 3.14) the physical
+// total; 0 when neither is known, and no check is made.
+double hostAvailableBytes() {
+  if (FILE* meminfo = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof(line), meminfo) != nullptr)
+      found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    std::fclose(meminfo);
+    if (found) return static_cast<double>(kib) * 1024.0;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), pageBytes = sysconf(_SC_PAGESIZE);
+  return pages > 0 && pageBytes > 0 ? static_cast<double>(pages) * static_cast<double>(pageBytes) : 0;
+}
+
 double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type) {
   double acc = inputValue(0, i, op, type);
   for (int r = 1; r < n; ++r) {
@@ -201,7 +217,11 @@ int runTool(int argc, char** argv) {
   app.add_option("-n,--iters", iterations, "timed iterations per size (default 20)")
       ->check(CLI::Range(1, std::numeric_limits<int>::max()));
   app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size (default 5)")->check(nonNegative);
-  app.add_option("-c,--check", check, "check results (1, the default) or not (0)")->check(CLI::IsMember({0, 1}));
+  // nccl-tests' datacheck is a count: up to N checked runs after the timed ones, stopping at the first that finds a
+  // wrong element (whose count the row shows), so `-c 2` from its command lines is taken with that meaning.
+  app.add_option("-c,--check", check,
+                 "checked runs per size: 0 none, N up to N, stopping at the first with wrong elements (default 1)")
+      ->check(nonNegative);
   static constexpr const char* kTypeNames =
       "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double fp8e4m3 fp8e5m2, or all";
   app.add_option("-d,--datatype", typeText, kTypeNames);
@@ -349,19 +369,24 @@ int runTool(int argc, char** argv) {
     double busFactor = collective == "allreduce"                                      ? 2.0 * (n - 1) / n
                        : (collective == "allgather" || collective == "reducescatter") ? double(n - 1) / n
                                                                                       : 1.0;
-    // Every rank on this host holds two buffers of -e bytes: refused when they cannot fit in its memory, rather
-    // than left to the OOM killer (with overcommit the allocation itself succeeds).
-    const long pages = sysconf(_SC_PHYS_PAGES), pageBytes = sysconf(_SC_PAGESIZE);
-    const double hostBytes = static_cast<double>(pages) * static_cast<double>(pageBytes);
+    // Every rank on this host holds two buffers of -e bytes (host mirrors too with -G 1): refused when they do not
+    // fit in the memory the host has available now, rather than left to the OOM killer (with overcommit the
+    // allocation itself succeeds; the physical total, checked before, let through sizes that other processes' memory
+    // left no room for). Every rank reads before any allocates, and all stop if one refuses: a rank that went on
+    // would wait in its first collective for one that left.
     const double buffersBytes = 2.0 * static_cast<double>(maxBytes + 64) * comm.bootstrap().localRanks();
-    if (pages > 0 && pageBytes > 0 && buffersBytes > hostBytes) {
+    const double availableBytes = hostAvailableBytes();
+    const bool tooBig = availableBytes > 0 && buffersBytes > availableBytes;
+    bool anyTooBig = false;
+    for (const auto& verdict : comm.bootstrap().allGather(tooBig ? "1" : "0")) anyTooBig |= verdict == "1";
+    if (tooBig) {
       std::fprintf(stderr,
                    "nccl-net-bench: rank %d: -e %llu needs two buffers of that size per rank, %.1f GiB for the %d "
-                   "rank(s) on this host, which has %.1f GiB of memory\n",
+                   "rank(s) on this host, which has %.1f GiB available (MemAvailable in /proc/meminfo)\n",
                    rank, static_cast<unsigned long long>(maxBytes), buffersBytes / (1 << 30),
-                   comm.bootstrap().localRanks(), hostBytes / (1 << 30));
-      return 2;
+                   comm.bootstrap().localRanks(), availableBytes / (1 << 30));
     }
+    if (anyTooBig) return 2;
     if (rank == 0) {
       std::printf(
           "# nccl-net-bench %s over %s (ncclNet_v%d, %s), %d rank%s, %d channel(s), %d slots of %zu B per "
@@ -527,22 +552,18 @@ int runTool(int argc, char** argv) {
             else
               coll::reduce(comm, in, out, count, type, op, root, k);
           };
-          // Out of place the checked run is the last timed one; in place every run overwrites its own input, so the
-          // runs are timed, then the input restored for an untimed checked one. Either way the sentinel goes in
-          // untimed.
+          // Out of place the first checked run is the last timed one; in place every run overwrites its own input, so
+          // the runs are timed, then the input restored for an untimed checked one. Either way the sentinel goes in
+          // untimed, and the further runs of -c N are untimed too.
           for (int i = 0; i < warmup; ++i) runOnce();
           if (check && !inPlace) writeSentinel();
           comm.bootstrap().barrier();
           auto start = Clock::now();
           for (int i = 0; i < iterations; ++i) runOnce();
           double seconds = std::chrono::duration<double>(Clock::now() - start).count() / std::max(iterations, 1);
-          long wrong = 0;
-          if (check && inPlace) {
-            writeSentinel();  // first: in place the input lies inside the output
-            writeInputs();
-            runOnce();
-          }
-          if (check) {
+          // This rank's wrong elements in the output of the run just done.
+          auto countWrong = [&] {
+            long wrong = 0;
             download(output, (collective == "reducescatter" ? perRank : count) * es);
             for (size_t i = 0; i < count; ++i) {
               double expected, got;
@@ -567,7 +588,18 @@ int runTool(int argc, char** argv) {
               got = load(output, i, type);
               if (isWrong(got, expected, type)) ++wrong;
             }
-          }
+            return wrong;
+          };
+          // An untimed checked run: the sentinel first (in place the input lies inside the output), then the input
+          // restored where a run overwrote it.
+          auto checkedRun = [&] {
+            writeSentinel();
+            if (inPlace) writeInputs();
+            runOnce();
+            return countWrong();
+          };
+          long wrong = 0;
+          if (check > 0) wrong = inPlace ? checkedRun() : countWrong();
           // The slowest rank's time and every rank's wrong count.
           char mine[64] = {};  // all 64 bytes travel
           std::snprintf(mine, sizeof(mine), "%.9f %ld", seconds, wrong);
@@ -580,6 +612,14 @@ int runTool(int argc, char** argv) {
             std::sscanf(entry.c_str(), "%lf %ld", &s, &w);
             slowest = std::max(slowest, s);
             totalWrong += w;
+          }
+          // -c N: nccl-tests' further checked runs, each counted across the ranks so that all stop at the same one.
+          for (int c = 1; c < check && totalWrong == 0; ++c) {
+            char text[32] = {};  // all 32 bytes travel
+            std::snprintf(text, sizeof(text), "%ld", checkedRun());
+            totalWrong = 0;
+            for (const auto& entry : comm.bootstrap().allGather(std::string(text, sizeof(text))))
+              totalWrong += std::strtol(entry.c_str(), nullptr, 10);
           }
           wrongTotal += totalWrong;
           if (rank == 0) {
@@ -600,8 +640,8 @@ int runTool(int argc, char** argv) {
     // No rank leaves before rank 0 has printed every row: a launcher stops the others when one exits non-zero.
     comm.bootstrap().barrier();
     if (rank == 0) {
-      // nccl-tests' closing lines, which scripts look for.
-      if (check) std::printf("# Out of bounds values : %ld %s\n", wrongTotal, wrongTotal == 0 ? "OK" : "FAILED");
+      // nccl-tests' closing lines, which scripts look for: both always, as nccl-tests prints them (0 OK with -c 0).
+      std::printf("# Out of bounds values : %ld %s\n", wrongTotal, wrongTotal == 0 ? "OK" : "FAILED");
       std::printf("# Avg bus bandwidth    : %g \n", rows > 0 ? busbwSum / rows : 0.0);
       std::fflush(stdout);
     }

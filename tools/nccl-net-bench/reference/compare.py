@@ -120,7 +120,8 @@ def main():
         bench = os.path.join(args.build, "bin", "nccl-net-bench")
         launcher = os.path.join(args.build, "bin", "nccl-net-run")
         mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
-        mpi_args = [mpi, str(min_bytes), str(max_bytes), str(args.f), str(args.n)]
+        # -w too: the MPI bench's own default (5) gave Open MPI other warm-ups than the rest had.
+        mpi_args = [mpi, str(min_bytes), str(max_bytes), str(args.f), str(args.n), str(args.w)]
         ours_env = dict(os.environ, NCCL_SOCKET_IFNAME="lo")
         # results[ranks][column][size] = {round: (time_us, busbw)}
         results = {n: {c: {} for c in COLUMNS} for n in args.ranks}

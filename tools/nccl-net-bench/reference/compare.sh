@@ -16,11 +16,11 @@ for round in $(seq "$rounds"); do
   echo "=== round $round: Open MPI MPI_Allreduce"
   # pml ob1 pinned: where Open MPI picks its UCX pml, --mca btl is ignored (and the ranks use shared memory).
   mpirun --allow-run-as-root --oversubscribe -np "$ranks" --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo \
-    "$work/mpi_allreduce_bench" 8 67108864 8 20 | grep -v '^#'
+    "$work/mpi_allreduce_bench" 8 67108864 8 20 5 | grep -v '^#'
   echo "=== round $round: nccl-net-bench (minimal plugin, shared memory)"
   "$build/bin/nccl-net-run" -n "$ranks" "$build/bin/nccl-net-bench" allreduce -p minimal -b 8 -e 64M -f 8 \
     -n 20 -w 5 -c 0 | grep -v '^#'
   echo "=== round $round: Open MPI MPI_Allreduce (vader shared memory)"
   mpirun --allow-run-as-root --oversubscribe -np "$ranks" --mca pml ob1 --mca btl self,vader \
-    "$work/mpi_allreduce_bench" 8 67108864 8 20 | grep -v '^#'
+    "$work/mpi_allreduce_bench" 8 67108864 8 20 5 | grep -v '^#'
 done

@@ -1,5 +1,7 @@
 /* mpi_allreduce_bench.c: the reference for nccl-net-bench: MPI_Allreduce (float, sum) timed the same way (warm-up,
-   then the mean of N iterations, the slowest rank's time), printing size, time and nccl-tests' bus bandwidth. */
+   then the mean of N iterations, the slowest rank's time), printing size, time and nccl-tests' bus bandwidth.
+   Usage: mpi_allreduce_bench [MIN_BYTES [MAX_BYTES [FACTOR [ITERATIONS [WARMUP]]]]] (8 64M 4 20 5); compare.py passes
+   all five, so every tool in a comparison gets the same -n and -w. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +13,8 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   size_t minBytes = argc > 1 ? strtoull(argv[1], NULL, 10) : 8,
          maxBytes = argc > 2 ? strtoull(argv[2], NULL, 10) : 1 << 26;
-  int factor = argc > 3 ? atoi(argv[3]) : 4, iterations = argc > 4 ? atoi(argv[4]) : 20, warmup = 5;
+  int factor = argc > 3 ? atoi(argv[3]) : 4, iterations = argc > 4 ? atoi(argv[4]) : 20,
+      warmup = argc > 5 ? atoi(argv[5]) : 5;
   float* send = malloc(maxBytes + 4);
   float* recv = malloc(maxBytes + 4);
   for (size_t i = 0; i < maxBytes / sizeof(float); ++i) send[i] = (float)((rank * 7 + i * 3) % 9) - 4;
