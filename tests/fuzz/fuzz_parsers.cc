@@ -683,10 +683,15 @@ void fuzzSdkMisc(const std::string& input) {
     FUZZ_CHECK(shown.size() > text.size());
   }
 
-  bool busId = text.size() == 12;
-  for (size_t i = 0; busId && i < 12; ++i) {
+  // A PCI function's name: a domain of 4 to 8 hex digits, then ":bb:dd.f" (hex digits), told apart from the back.
+  const size_t domainDigits = text.size() >= 8 ? text.size() - 8 : 0;
+  bool busId = domainDigits >= 4 && domainDigits <= 8;
+  for (size_t i = 0; busId && i < text.size(); ++i) {
     const char c = text[i];
-    busId = (i == 4 || i == 7) ? c == ':' : i == 10 ? c == '.' : std::isxdigit(static_cast<unsigned char>(c)) != 0;
+    const size_t back = text.size() - i;  // 8 for the colon after the domain, 1 for the function
+    busId = (back == 8 || back == 5) ? c == ':'
+            : back == 2              ? c == '.'
+                                     : std::isxdigit(static_cast<unsigned char>(c)) != 0;
   }
   FUZZ_CHECK(sdk::isPciBusId(text) == busId);
 }

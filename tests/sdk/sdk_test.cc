@@ -1,5 +1,6 @@
 // sdk_test.cc: unit tests of the plugin SDK: handle codec, connect stage, request pool, logging, and the
 // down-conversions of NCCL_NET_SDK_EXPORT, driven through in-process test-double plugin classes.
+#include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -149,6 +150,57 @@ struct FullNet : RecordingNet {
   }
   static inline uint32_t lastOp = 0;
   static inline void* finalized = nullptr;
+};
+
+// Test double: optional calls declared as an overload set and as a member template, which `&T::member` cannot name.
+struct OverloadedNet : RecordingNet {
+  static constexpr const char kName[] = "overloaded";
+  ncclResult_t getDeviceMr(void*, void*, void** dptrMhandle) {
+    *dptrMhandle = reinterpret_cast<void*>(0x51);
+    return ncclSuccess;
+  }
+  ncclResult_t getDeviceMr(void*, void*, void** dptrMhandle) const {
+    *dptrMhandle = reinterpret_cast<void*>(0x52);
+    return ncclSuccess;
+  }
+  template <class Attr>
+  ncclResult_t setNetAttr(void*, Attr* attr) {
+    lastOp = attr->op;
+    return ncclSuccess;
+  }
+  static inline uint32_t lastOp = 0;
+};
+
+// Test double: says DMA-BUF without a regMrDmaBuf to register through.
+struct DmaBufWithoutRegistrationNet : RecordingNet {
+  static constexpr const char kName[] = "dmabuf-no-reg";
+  ncclResult_t getProperties(int, ncclNetProperties_v12_t* props) {
+    props->name = const_cast<char*>("dmabuf0");
+    props->ptrSupport = NCCL_PTR_HOST | NCCL_PTR_DMABUF;
+    return ncclSuccess;
+  }
+  ncclResult_t iflush(void*, int, void**, int*, void**, void** request) {
+    *request = nullptr;
+    return ncclSuccess;
+  }
+};
+
+// Test double: counts devices() calls; reports a size at the index `sizeIndex` in test.
+struct CountingNet : RecordingNet {
+  static constexpr const char kName[] = "counting";
+  ncclResult_t devices(int* ndev) {
+    ++devicesCalls;
+    *ndev = ndevs;
+    return ncclSuccess;
+  }
+  ncclResult_t test(void*, int* done, sdk::CompletedSizes& sizes) {
+    if (!sizes.set(sizeIndex, 5)) return ncclSuccess;
+    *done = 1;
+    return ncclSuccess;
+  }
+  static inline int devicesCalls = 0;
+  static inline int ndevs = 2;
+  static inline int sizeIndex = 0;
 };
 
 // Test double: a connect that goes on until told to finish; its states count their deletions.
@@ -421,6 +473,64 @@ TEST(ConnectStage, CallsAfterThePluginClosedStaySafe) {
   EXPECT_EQ(table.finalize(ctx), ncclSuccess);
 }
 
+// ---- unloading ---------------------------------------------------------------------------------------------------
+// NCCL dlcloses a plugin after its last communicator; v6..v10 have no finalize, so the contexts the SDK made for them
+// (one per traffic class a v10 connect asked for) are finalized as the library goes.
+TEST(Unload, ContextsMadeForHostsWithoutFinalizeAreFinalizedAtDlclose) {
+  void* library = dlopen(NNS_SDK_UNLOAD_TEST_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << dlerror();
+  const auto* v10 = static_cast<const ncclNet_v10_t*>(dlsym(library, "ncclNetPlugin_v10"));
+  ASSERT_NE(v10, nullptr);
+  logLines().clear();
+  ASSERT_EQ(v10->init(recordingLogger, nullptr), ncclSuccess);
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* plain = nullptr;
+  void* classThree = nullptr;
+  ncclNetCommConfig_v10_t three{3};
+  ASSERT_EQ(v10->connect(0, nullptr, handle, &plain, nullptr), ncclSuccess);
+  ASSERT_EQ(v10->connect(0, &three, handle, &classThree, nullptr), ncclSuccess);
+  EXPECT_NE(plain, classThree);
+  EXPECT_FALSE(logged("sdk-unload-test: finalize"));
+  ASSERT_EQ(dlclose(library), 0);
+  EXPECT_TRUE(logged("sdk-unload-test: finalize of the context for traffic class -1"));
+  EXPECT_TRUE(logged("sdk-unload-test: finalize of the context for traffic class 3"));
+}
+
+// During exit, once the plugin's objects are being destroyed, a late call (a host's static tearing down a
+// communicator) is refused by name rather than run on a destroyed object; the legacy contexts were finalized first.
+// In a child, whose exit leaves this process alone; the handler registered before the plugin's first use runs after
+// the plugin's statics are destroyed.
+struct ExitNet : RecordingNet {
+  static constexpr const char kName[] = "exit";
+  ncclResult_t finalize(void*) {
+    ++finalized;
+    return ncclSuccess;
+  }
+  static inline int finalized = 0;
+};
+void silentLogger(ncclDebugLogLevel, unsigned long, const char*, int, const char*, ...) {}
+void lateCallAtExit() {
+  int ndev = 0;
+  const ncclResult_t late = NetTables<ExitNet>::v12.devices(&ndev);
+  _exit(ExitNet::finalized == 2 && late == ncclInvalidUsage ? 0 : 10 + ExitNet::finalized);
+}
+TEST(Unload, ACallDuringExitAfterThePluginsObjectsWentIsRefused) {
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::atexit(lateCallAtExit);
+    if (NetTables<ExitNet>::v10.init(silentLogger, nullptr) != ncclSuccess) _exit(2);
+    unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    void* comm = nullptr;
+    ncclNetCommConfig_v10_t five{5};
+    if (NetTables<ExitNet>::v10.connect(0, &five, handle, &comm, nullptr) != ncclSuccess) _exit(3);
+    std::exit(0);
+  }
+  int status = -1;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
 // ---- request pool
 // -----------------------------------------------------------------------------------------------------
 TEST(RequestPool, FixedCapacityAndOwnership) {
@@ -448,6 +558,33 @@ TEST(RequestPool, FixedCapacityAndOwnership) {
   pool.forEachLive([&](Request&) { ++visited; });
   EXPECT_EQ(visited, 3);
   EXPECT_NE(pool.acquire(), nullptr);
+}
+
+// A constructor that throws leaves the slot free and nothing live (the slot was marked live first, and the pool's
+// destructor then destroyed an object never made).
+struct Fussy {
+  explicit Fussy(bool fail) {
+    if (fail) throw std::runtime_error("no");
+    ++made;
+  }
+  ~Fussy() { ++destroyed; }
+  static inline int made = 0;
+  static inline int destroyed = 0;
+};
+TEST(RequestPool, AThrowingConstructorLeavesThePoolAsItWas) {
+  {
+    sdk::RequestPool<Fussy, 2> pool;
+    EXPECT_THROW(pool.acquire(true), std::runtime_error);
+    EXPECT_EQ(pool.inUse(), 0u);
+    int visited = 0;
+    pool.forEachLive([&](Fussy&) { ++visited; });
+    EXPECT_EQ(visited, 0);
+    ASSERT_NE(pool.acquire(false), nullptr);
+    ASSERT_NE(pool.acquire(false), nullptr);
+    EXPECT_EQ(pool.acquire(false), nullptr) << "both slots are usable";
+  }
+  EXPECT_EQ(Fussy::made, 2);
+  EXPECT_EQ(Fussy::destroyed, 2);
 }
 
 // ---- logging
@@ -680,6 +817,65 @@ TEST(Export, OptionalCallsAreNullWhenAbsentAndWiredWhenPresent) {
   EXPECT_EQ(NetTables<FullNet>::v8.getDeviceMr, nullptr);
 }
 
+// An optional call declared as an overload set or a template is found (it was exported as NULL without a word).
+TEST(Export, OptionalCallsDeclaredAsOverloadsOrTemplatesAreFound) {
+  ASSERT_NE(NetTables<OverloadedNet>::v12.getDeviceMr, nullptr);
+  void* dptr = nullptr;
+  EXPECT_EQ(NetTables<OverloadedNet>::v12.getDeviceMr(reinterpret_cast<void*>(1), nullptr, &dptr), ncclSuccess);
+  EXPECT_EQ(dptr, reinterpret_cast<void*>(0x51));
+  EXPECT_EQ(NetTables<OverloadedNet>::v12.getDeviceMr(reinterpret_cast<void*>(1), nullptr, nullptr),
+            ncclInvalidArgument);
+  ASSERT_NE(NetTables<OverloadedNet>::v12.setNetAttr, nullptr);
+  ncclNetAttr_v12_t attr{};
+  attr.op = 9;
+  EXPECT_EQ(NetTables<OverloadedNet>::v12.setNetAttr(nullptr, &attr), ncclSuccess);
+  EXPECT_EQ(OverloadedNet::lastOp, 9u);
+  EXPECT_EQ(NetTables<OverloadedNet>::v12.irecvConsumed, nullptr) << "still NULL when not declared at all";
+}
+
+TEST(Export, DmaBufWithoutRegMrDmaBufIsRefused) {
+  sdk::setLogger(recordingLogger);
+  logLines().clear();
+  ncclNetProperties_v12_t props;
+  EXPECT_EQ(NetTables<DmaBufWithoutRegistrationNet>::v12.getProperties(0, &props), ncclInternalError);
+  EXPECT_TRUE(logged("says NCCL_PTR_DMABUF but the plugin has no regMrDmaBuf"));
+}
+
+// devices() is asked again only for an index beyond what it last said (NCCL calls it only on its init path, under
+// its lock; the SDK's checks run on proxy threads); a virtual device made since is still found.
+TEST(Export, DeviceChecksDoNotCallDevicesForKnownIndices) {
+  int ndev = 0;
+  ASSERT_EQ(NetTables<CountingNet>::v12.devices(&ndev), ncclSuccess);
+  ASSERT_EQ(ndev, 2);
+  const int before = CountingNet::devicesCalls;
+  ncclNetProperties_v12_t props;
+  for (int i = 0; i < 10; ++i) ASSERT_EQ(NetTables<CountingNet>::v12.getProperties(i % 2, &props), ncclSuccess);
+  EXPECT_EQ(CountingNet::devicesCalls, before);
+  CountingNet::ndevs = 3;  // a virtual device made since
+  EXPECT_EQ(NetTables<CountingNet>::v12.getProperties(2, &props), ncclSuccess);
+  EXPECT_EQ(CountingNet::devicesCalls, before + 1);
+  EXPECT_EQ(NetTables<CountingNet>::v12.getProperties(3, &props), ncclInvalidArgument);
+  CountingNet::ndevs = 2;
+}
+
+// A size set outside the host's room (a send's test gets one int in NCCL, a receive's 64) is an error, not a write
+// past it.
+TEST(Export, ASizeSetOutsideTheHostsRoomIsAnError) {
+  sdk::setLogger(recordingLogger);
+  logLines().clear();
+  int sizes[64];
+  int done = 0;
+  CountingNet::sizeIndex = 64;
+  EXPECT_EQ(NetTables<CountingNet>::v12.test(reinterpret_cast<void*>(4), &done, sizes), ncclInternalError);
+  EXPECT_TRUE(logged("the plugin set the size of receive 64, outside 0..63"));
+  CountingNet::sizeIndex = -1;
+  EXPECT_EQ(NetTables<CountingNet>::v12.test(reinterpret_cast<void*>(4), &done, sizes), ncclInternalError);
+  CountingNet::sizeIndex = 63;
+  EXPECT_EQ(NetTables<CountingNet>::v12.test(reinterpret_cast<void*>(4), &done, sizes), ncclSuccess);
+  EXPECT_EQ(sizes[63], 5);
+  CountingNet::sizeIndex = 0;
+}
+
 TEST(Export, GpuSupportWithoutIflushIsRefused) {
   ncclNetProperties_v12_t props;
   sdk::setLogger(recordingLogger);
@@ -859,6 +1055,11 @@ TEST(Sysfs, VirtualDevicesHaveNoPciPathAndFallbackSpeed) {
 TEST(Sysfs, PciBusIdShape) {
   EXPECT_TRUE(sdk::isPciBusId("0000:3b:00.0"));
   EXPECT_TRUE(sdk::isPciBusId("000a:ff:1f.7"));
+  EXPECT_TRUE(sdk::isPciBusId("10000:01:00.0")) << "a domain above 0xffff (Intel VMD) prints with five digits";
+  EXPECT_TRUE(sdk::isPciBusId("ffffffff:01:00.0"));
+  EXPECT_FALSE(sdk::isPciBusId("100000000:01:00.0")) << "a domain is 32 bits";
+  EXPECT_FALSE(sdk::isPciBusId("000:01:00.0"));
+  EXPECT_FALSE(sdk::isPciBusId("10000:01:00:0"));
   EXPECT_FALSE(sdk::isPciBusId("virtio0"));
   EXPECT_FALSE(sdk::isPciBusId("0000:3b:00"));
   EXPECT_FALSE(sdk::isPciBusId("0000-3b:00.0"));

@@ -112,17 +112,23 @@ struct CollEntry {
   static ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
                                   void** mhandle) {
     return guard("collnet regMrDmaBuf", [&]() -> ncclResult_t {
+      NCCL_NET_SDK_REQUIRE(comm != nullptr && mhandle != nullptr, ncclInvalidArgument,
+                           "collnet regMrDmaBuf: collComm or mhandle is NULL");
       if constexpr (has_regMrDmaBuf_v<Coll>) {
         return coll().regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
       } else {
-        (void)comm, (void)data, (void)size, (void)type, (void)offset, (void)fd, (void)mhandle;
-        NCCL_NET_WARN("collnet regMrDmaBuf: this plugin does not support DMA-BUF registration");
+        (void)data, (void)size, (void)type, (void)offset, (void)fd;
+        NCCL_NET_WARN(
+            "collnet regMrDmaBuf: this plugin has no DMA-BUF registration (its devices do not say NCCL_PTR_DMABUF)");
         return ncclInvalidUsage;
       }
     });
   }
   static ncclResult_t deregMr(void* comm, void* mhandle) {
-    return guard("collnet deregMr", [&] { return coll().deregMr(comm, mhandle); });
+    return guard("collnet deregMr", [&] {
+      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInvalidArgument, "collnet deregMr: collComm is NULL");
+      return coll().deregMr(comm, mhandle);
+    });
   }
 
   static ncclResult_t iallreduce(void* comm, void* sendData, void* recvData, size_t count, ncclDataType_t dataType,
@@ -221,9 +227,12 @@ struct CollEntry {
     return guard("collnet test", [&] {
       NCCL_NET_SDK_REQUIRE(request != nullptr && done != nullptr, ncclInvalidArgument,
                            "collnet test: request or done is NULL");
-      CompletedSizes completed(size);
+      CompletedSizes completed(size, 1);  // one size: a collective request is never grouped
       *done = 0;
       NCCL_NET_CHECK(coll().test(request, done, completed));
+      int index = 0;
+      NCCL_NET_SDK_REQUIRE(!completed.badIndex(&index), ncclInternalError,
+                           "collnet test: the plugin set size %d; a collective has only size 0", index);
       NCCL_NET_SDK_REQUIRE(!completed.overflowed(), ncclInvalidUsage,
                            "collnet test: completed size %zu exceeds INT_MAX, which test() cannot report",
                            completed.overflowBytes());

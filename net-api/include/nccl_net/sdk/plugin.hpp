@@ -9,6 +9,7 @@
 //   listen(void* ctx, int dev, void* handle, void** listenComm)
 //   connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t** sendDevComm)
 //   accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** recvDevComm)
+//                                                        // *DevComm may be NULL (v6, NCCL's GPU Direct probe)
 //   regMr(void* comm, void* data, size_t size, int type, void** mhandle)
 //   deregMr(void* comm, void* mhandle)
 //   isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request)
@@ -29,6 +30,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <cstring>
@@ -76,13 +78,20 @@ struct InitArgs {
 // cannot be reported: set() refuses it and the SDK turns the test() into an error instead of truncating.
 class CompletedSizes {
  public:
-  explicit CompletedSizes(int* sizes) : sizes_(sizes) {}
+  // `room`: how many sizes the host gave (64 for a net test, NCCL_PROXY_MAX_SUBS; 1 for a collNet test).
+  explicit CompletedSizes(int* sizes, int room = kMaxGroupedRecvs) : sizes_(sizes), room_(room) {}
   // Taken by reference so the SDK sees an overflow the plugin ran into.
   CompletedSizes(const CompletedSizes&) = delete;
   CompletedSizes& operator=(const CompletedSizes&) = delete;
   // NCCL passes NULL when it does not want sizes (flush requests); setting them is then a no-op.
   bool wanted() const { return sizes_ != nullptr; }
+  // `index` is the grouped receive's (0 for a send: NCCL passes a single int for a send's size, and room for 64 for
+  // a receive's); one outside the host's room is refused too, as a write there would land on the host's stack.
   bool set(int index, size_t bytes) {
+    if (index < 0 || index >= room_) {
+      badIndex_ = index;
+      return false;
+    }
     if (bytes > static_cast<size_t>(INT_MAX)) {
       overflowIndex_ = index;
       overflowBytes_ = bytes;
@@ -91,12 +100,19 @@ class CompletedSizes {
     if (sizes_ != nullptr) sizes_[index] = static_cast<int>(bytes);
     return true;
   }
+  bool badIndex(int* index) const {
+    *index = badIndex_;
+    return badIndex_ != kNoBadIndex;
+  }
   bool overflowed() const { return overflowIndex_ >= 0; }
   int overflowIndex() const { return overflowIndex_; }
   size_t overflowBytes() const { return overflowBytes_; }
 
  private:
+  static constexpr int kNoBadIndex = INT_MIN;
   int* sizes_;
+  int room_;
+  int badIndex_ = kNoBadIndex;
   int overflowIndex_ = -1;
   size_t overflowBytes_ = 0;
 };
@@ -104,13 +120,28 @@ class CompletedSizes {
 namespace detail {
 
 // ---- detection of optional members -------------------------------------------------------------------------
-#define NCCL_NET_SDK_DETECT(member)                                              \
-  template <class T, class = void>                                               \
-  struct has_##member : std::false_type {};                                      \
-  template <class T>                                                             \
-  struct has_##member<T, std::void_t<decltype(&T::member)>> : std::true_type {}; \
-  template <class T>                                                             \
-  inline constexpr bool has_##member##_v = has_##member<T>::value;
+// Whether the class declares a member of that name in any form. `&T::member` alone misses an overload set (a const
+// and a non-const getDeviceMr) and a member template, and the SDK would then export NULL or its own default without
+// a word. So a class derived from T and from one with a data member of the name is probed too: naming the member
+// there is ambiguous exactly when T has one (not possible for a final class, which only the first probe sees).
+#define NCCL_NET_SDK_DETECT(member)                                                                     \
+  template <class T, class = void>                                                                      \
+  struct address_##member : std::false_type {};                                                         \
+  template <class T>                                                                                    \
+  struct address_##member<T, std::void_t<decltype(&T::member)>> : std::true_type {};                    \
+  struct name_##member {                                                                                \
+    int member;                                                                                         \
+  };                                                                                                    \
+  template <class T>                                                                                    \
+  struct probe_##member : T, name_##member {};                                                          \
+  template <class T, class = void>                                                                      \
+  struct ambiguous_##member : std::true_type {};                                                        \
+  template <class T>                                                                                    \
+  struct ambiguous_##member<T, std::void_t<decltype(&probe_##member<T>::member)>> : std::false_type {}; \
+  template <class T>                                                                                    \
+  inline constexpr bool has_##member##_v =                                                              \
+      std::disjunction_v<address_##member<T>,                                                           \
+                         std::conjunction<std::is_class<T>, std::negation<std::is_final<T>>, ambiguous_##member<T>>>;
 NCCL_NET_SDK_DETECT(regMrDmaBuf)
 NCCL_NET_SDK_DETECT(iflush)
 NCCL_NET_SDK_DETECT(getDeviceMr)
@@ -349,8 +380,20 @@ template <class Net>
 using CheckedNet = std::conditional_t<reportNetClass<Net>(), Net, InvalidNet>;
 
 // ---- the exception boundary ----------------------------------------------------------------------------------
+// Set as the plugin's library is unloaded (dlclose) or the process exits, before the vendor's objects are
+// destroyed: a call that comes later (a host's own static tearing down a communicator during exit, a proxy thread
+// still running) is refused by name instead of running on a destroyed object. Never destroyed itself.
+inline std::atomic<bool>& pluginUnloaded() {
+  static std::atomic<bool> unloaded{false};
+  return unloaded;
+}
+
 template <class F>
 ncclResult_t guard(const char* function, F&& body) noexcept {
+  if (pluginUnloaded().load(std::memory_order_acquire)) {
+    NCCL_NET_WARN("%s: called after the plugin was unloaded (dlclose, or the process is exiting)", function);
+    return ncclInvalidUsage;
+  }
   try {
     return body();
   } catch (const std::bad_alloc&) {
@@ -437,11 +480,14 @@ template <class Net>
 struct NetState {
   static Net& instance() {
     static Net net;
+    static UnloadHook hook;  // made after `net`, so it runs before `net` is destroyed
     return net;
   }
 
   // Hosts before v11 call init once and pass no ctx to listen/connect; v10 passes a config per connect. Keep one
-  // vendor ctx per traffic class seen, created on first use with that class.
+  // vendor ctx per traffic class seen, created on first use with that class. These hosts have no finalize: NCCL
+  // dlcloses the plugin when its last communicator is destroyed, so the contexts made for them are finalized then
+  // (at unload, or at exit if the library is never closed), by UnloadHook.
   struct LegacyContext {
     int trafficClass;
     void* ctx;
@@ -492,6 +538,36 @@ struct NetState {
     return ncclSuccess;
   }
 
+  struct UnloadHook {
+    UnloadHook() = default;
+    UnloadHook(const UnloadHook&) = delete;
+    UnloadHook& operator=(const UnloadHook&) = delete;
+    ~UnloadHook() {
+      pluginUnloaded().store(true, std::memory_order_release);
+      finalizeLegacyContexts();
+    }
+  };
+  static void finalizeLegacyContexts() noexcept {
+    std::lock_guard<std::mutex> lock(legacyMutex());
+    if constexpr (has_finalize_v<Net>) {
+      if (legacyCount() > 0)
+        NCCL_NET_INFO(NCCL_NET | NCCL_INIT,
+                      "unloading: finalizing %d context(s) made for ncclNet_v%d, which has no finalize", legacyCount(),
+                      legacyVersion());
+      for (int i = 0; i < legacyCount(); ++i) {
+        try {
+          if (ncclResult_t result = instance().finalize(legacyContexts()[i].ctx); result != ncclSuccess)
+            NCCL_NET_WARN("unloading: finalize of the context for traffic class %d returned %d",
+                          legacyContexts()[i].trafficClass, static_cast<int>(result));
+        } catch (...) {
+          NCCL_NET_WARN("unloading: finalize of the context for traffic class %d threw",
+                        legacyContexts()[i].trafficClass);
+        }
+      }
+    }
+    legacyCount() = 0;
+  }
+
   static ncclResult_t legacyContext(int trafficClass, void** ctx) {
     std::lock_guard<std::mutex> lock(legacyMutex());
     NCCL_NET_SDK_REQUIRE(legacyCount() > 0, ncclInternalError, "called before init");
@@ -514,10 +590,20 @@ inline ncclResult_t intSizeToSize(const char* function, int size, size_t* out) {
   return ncclSuccess;
 }
 
+// How many devices the plugin last said it has. Every call that names a device is checked against it, on the
+// host's proxy threads, while NCCL calls devices() only on its init path under its plugin lock: so the plugin's
+// devices() is asked again only for an index beyond what it last said (a virtual device made since, or a bad index).
+template <class Net>
+std::atomic<int>& knownDevices() {
+  static std::atomic<int> count{0};
+  return count;
+}
 template <class Net>
 ncclResult_t checkDevice(const char* function, int dev) {
+  if (dev >= 0 && dev < knownDevices<Net>().load(std::memory_order_acquire)) return ncclSuccess;
   int ndev = 0;
   NCCL_NET_CHECK(NetState<Net>::instance().devices(&ndev));
+  knownDevices<Net>().store(ndev, std::memory_order_release);
   NCCL_NET_SDK_REQUIRE(dev >= 0 && dev < ndev, ncclInvalidArgument, "%s: device %d out of range [0, %d)", function, dev,
                        ndev);
   return ncclSuccess;
@@ -563,7 +649,9 @@ struct NetEntry {
   static ncclResult_t devices(int* ndev) {
     return guard("devices", [&] {
       NCCL_NET_SDK_REQUIRE(ndev != nullptr, ncclInvalidArgument, "devices: ndev is NULL");
-      return net().devices(ndev);
+      NCCL_NET_CHECK(net().devices(ndev));
+      knownDevices<Net>().store(*ndev, std::memory_order_release);
+      return ncclSuccess;
     });
   }
 
@@ -594,6 +682,12 @@ struct NetEntry {
     if constexpr (!has_iflush_v<Net>) {
       NCCL_NET_SDK_REQUIRE((props->ptrSupport & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) == 0, ncclInternalError,
                            "getProperties: device %d supports GPU memory but the plugin has no iflush", dev);
+    }
+    // The exported regMrDmaBuf is never NULL (the SDK's refuses), so NCCL cannot tell from the table: a device saying
+    // DMABUF would have NCCL register through it at connect time and fail the connection.
+    if constexpr (!has_regMrDmaBuf_v<Net>) {
+      NCCL_NET_SDK_REQUIRE((props->ptrSupport & NCCL_PTR_DMABUF) == 0, ncclInternalError,
+                           "getProperties: device %d says NCCL_PTR_DMABUF but the plugin has no regMrDmaBuf", dev);
     }
     return ncclSuccess;
   }
@@ -642,7 +736,7 @@ struct NetEntry {
                                     ncclNetDeviceHandle_v12_t** sendDevComm) {
     void* own = nullptr;
     NCCL_NET_CHECK(guard("connect", [&] { return NetState<Net>::legacyContext(trafficClass, &own); }));
-    return connectOwn(own, own, dev, handle, sendComm, sendDevComm);  // no finalize: freed at unload
+    return connectOwn(own, own, dev, handle, sendComm, sendDevComm);  // finalized at unload (NetState::UnloadHook)
   }
   // A ConnectStage adopted in this call is filed under `key`, the ctx the host will finalize.
   static ncclResult_t connectOwn(void* own, void* key, int dev, void* handle, void** sendComm,
@@ -687,7 +781,7 @@ struct NetEntry {
         return net().regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
       } else {
         (void)data, (void)size, (void)type, (void)offset, (void)fd;
-        NCCL_NET_WARN("regMrDmaBuf: this plugin does not support DMA-BUF registration (NCCL_PTR_DMABUF not set)");
+        NCCL_NET_WARN("regMrDmaBuf: this plugin has no DMA-BUF registration (its devices do not say NCCL_PTR_DMABUF)");
         return ncclInvalidUsage;
       }
     });
@@ -755,6 +849,10 @@ struct NetEntry {
       NCCL_NET_SDK_REQUIRE(recvComm != nullptr && request != nullptr, ncclInvalidArgument,
                            "iflush: recvComm or request is NULL");
       if constexpr (has_iflush_v<Net>) {
+        NCCL_NET_SDK_REQUIRE(n >= 1 && n <= kMaxGroupedRecvs, ncclInvalidArgument,
+                             "iflush: n = %d grouped receives, expected 1..%d", n, kMaxGroupedRecvs);
+        NCCL_NET_SDK_REQUIRE(data != nullptr && sizes != nullptr && mhandles != nullptr, ncclInvalidArgument,
+                             "iflush: data, sizes or mhandles is NULL");
         *request = nullptr;
         return net().iflush(recvComm, n, data, sizes, mhandles, request);
       } else {
@@ -773,6 +871,9 @@ struct NetEntry {
       CompletedSizes completed(sizes);
       *done = 0;
       NCCL_NET_CHECK(net().test(request, done, completed));
+      int index = 0;
+      NCCL_NET_SDK_REQUIRE(!completed.badIndex(&index), ncclInternalError,
+                           "test: the plugin set the size of receive %d, outside 0..%d", index, kMaxGroupedRecvs - 1);
       NCCL_NET_SDK_REQUIRE(!completed.overflowed(), ncclInvalidUsage,
                            "test: completed size %zu (receive %d) exceeds INT_MAX, which test() cannot report; "
                            "keep messages below 2 GiB",
@@ -801,10 +902,20 @@ struct NetEntry {
   }
 
   static ncclResult_t getDeviceMr(void* comm, void* mhandle, void** dptrMhandle) {
-    return guard("getDeviceMr", [&] { return net().getDeviceMr(comm, mhandle, dptrMhandle); });
+    return guard("getDeviceMr", [&] {
+      NCCL_NET_SDK_REQUIRE(comm != nullptr && dptrMhandle != nullptr, ncclInvalidArgument,
+                           "getDeviceMr: comm or dptrMhandle is NULL");
+      return net().getDeviceMr(comm, mhandle, dptrMhandle);
+    });
   }
   static ncclResult_t irecvConsumed(void* recvComm, int n, void* request) {
-    return guard("irecvConsumed", [&] { return net().irecvConsumed(recvComm, n, request); });
+    return guard("irecvConsumed", [&] {
+      NCCL_NET_SDK_REQUIRE(recvComm != nullptr && request != nullptr, ncclInvalidArgument,
+                           "irecvConsumed: recvComm or request is NULL");
+      NCCL_NET_SDK_REQUIRE(n >= 1 && n <= kMaxGroupedRecvs, ncclInvalidArgument,
+                           "irecvConsumed: n = %d grouped receives, expected 1..%d", n, kMaxGroupedRecvs);
+      return net().irecvConsumed(recvComm, n, request);
+    });
   }
 
   template <class VProps>

@@ -29,12 +29,15 @@ class RequestPool {
   RequestPool(const RequestPool&) = delete;
   RequestPool& operator=(const RequestPool&) = delete;
 
+  // A constructor that throws leaves the pool as it was (the slot stays free) and the exception goes on.
   template <class... Args>
   T* acquire(Args&&... args) {
     if (freeCount_ == 0) return nullptr;
-    uint16_t index = freeList_[--freeCount_];
+    const uint16_t index = freeList_[freeCount_ - 1];
+    T* request = new (&storage_[index]) T(std::forward<Args>(args)...);
+    --freeCount_;
     live_[index] = true;
-    return new (&storage_[index]) T(std::forward<Args>(args)...);
+    return request;
   }
 
   // Returns false (and does nothing) for a pointer that is not a live request of this pool.

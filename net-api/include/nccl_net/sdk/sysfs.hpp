@@ -31,14 +31,19 @@ inline std::optional<long> readSysfsLong(const std::string& path) {
   return value;
 }
 
-// True for a sysfs directory name shaped like a PCI function: "0000:3b:00.0".
+// True for a sysfs directory name shaped like a PCI function: "0000:3b:00.0". The domain has at least four hex digits
+// and may have more (Linux prints it with %04x: domains above 0xffff, such as those behind Intel VMD, read
+// "10000:01:00.0").
 inline bool isPciBusId(const std::string& name) {
-  if (name.size() != 12) return false;
+  constexpr size_t kAfterDomain = 8;  // ":3b:00.0"
+  if (name.size() < 4 + kAfterDomain || name.size() > 8 + kAfterDomain) return false;
+  const size_t domain = name.size() - kAfterDomain;
   for (size_t i = 0; i < name.size(); ++i) {
-    char c = name[i];
-    bool want_colon = i == 4 || i == 7;
-    bool want_dot = i == 10;
-    if (want_colon ? c != ':' : want_dot ? c != '.' : !std::isxdigit(static_cast<unsigned char>(c))) return false;
+    const char c = name[i];
+    const size_t tail = i < domain ? SIZE_MAX : i - domain;  // position within ":3b:00.0"
+    const bool wantColon = tail == 0 || tail == 3;
+    const bool wantDot = tail == 6;
+    if (wantColon ? c != ':' : wantDot ? c != '.' : !std::isxdigit(static_cast<unsigned char>(c))) return false;
   }
   return true;
 }
