@@ -84,9 +84,14 @@ std::string uniqueName(const char* kind) {
 
 // Maps a shared-memory object; `create` makes a new zero-filled one. Returns nullptr and WARNs on failure. With
 // `ownerFd`, the object stays open there with an flock held: the mark of a live owner (see removeOrphans).
-void* mapShared(const std::string& name, size_t bytes, bool create, int* ownerFd = nullptr) {
+// `missing`, when given, is set (and nothing said) when an existing segment was asked for and there is none.
+void* mapShared(const std::string& name, size_t bytes, bool create, int* ownerFd = nullptr, bool* missing = nullptr) {
   int fd = shm_open(name.c_str(), create ? (O_CREAT | O_EXCL | O_RDWR) : O_RDWR, 0600);
   if (fd < 0) {
+    if (missing != nullptr && !create && errno == ENOENT) {
+      *missing = true;
+      return nullptr;
+    }
     NCCL_NET_WARN("shm_open %s failed: %s", name.c_str(), std::strerror(errno));
     return nullptr;
   }
@@ -409,7 +414,15 @@ class MinimalNet {
     std::string name(slot.name, strnlen(slot.name, kNameBytes));
     slot.ready.store(0);
     area->taken.store(next + 1);
-    auto* connection = static_cast<ConnectionArea*>(mapShared(name, sizeof(ConnectionArea), false));
+    bool gone = false;
+    auto* connection = static_cast<ConnectionArea*>(mapShared(name, sizeof(ConnectionArea), false, nullptr, &gone));
+    if (gone) {
+      // The connector gave up before this accept came (its timeout, or its host finalized the ctx it connected
+      // under) and removed its segment: not this listener's failure (NCCL would fail the listen on an error), so
+      // the entry is passed over and accept goes on waiting.
+      NCCL_NET_INFO(NCCL_NET, "accept: %s was given up by its connector; waiting for the next", name.c_str());
+      return ncclSuccess;
+    }
     shm_unlink(name.c_str());  // both sides have it mapped; nothing is left behind if either dies
     if (connection == nullptr) return ncclSystemError;
     connection->receiverPid = getpid();

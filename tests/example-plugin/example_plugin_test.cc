@@ -245,6 +245,27 @@ class BadInput : public ::testing::Test {
   void* listenComm = nullptr;
 };
 
+// A connect the host gave up (it finalized the ctx the connect was started under, which deletes the connect's state
+// and so its segment) leaves an entry in the listener's mailbox: accept passes over it and goes on waiting, rather
+// than failing the listen (it returned ncclSystemError); a later connect is accepted.
+TEST_F(BadInput, AcceptPassesOverAConnectItsHostGaveUp) {
+  void* abandonCtx = nullptr;
+  ASSERT_EQ(table->init(&abandonCtx, 2, nullptr, nullptr, nullptr), ncclSuccess);
+  unsigned char copy[NCCL_NET_HANDLE_MAXSIZE];
+  std::memcpy(copy, handle, sizeof(copy));
+  void* sendComm = nullptr;
+  ASSERT_EQ(table->connect(abandonCtx, 0, copy, &sendComm, nullptr), ncclSuccess);
+  ASSERT_EQ(sendComm, nullptr) << "the first call only starts the connect";
+  ASSERT_EQ(table->finalize(abandonCtx), ncclSuccess);
+  void* recvComm = nullptr;
+  EXPECT_EQ(table->accept(listenComm, &recvComm, nullptr), ncclSuccess);
+  EXPECT_EQ(recvComm, nullptr);
+  void* recvPair = nullptr;
+  connectPair(&sendComm, &recvPair);
+  EXPECT_EQ(table->closeSend(sendComm), ncclSuccess);
+  EXPECT_EQ(table->closeRecv(recvPair), ncclSuccess);
+}
+
 TEST_F(BadInput, CorruptHandleIsRejected) {
   unsigned char corrupt[NCCL_NET_HANDLE_MAXSIZE];
   std::memcpy(corrupt, handle, sizeof(corrupt));
