@@ -472,14 +472,15 @@ namespace {
 
 // Runs body(bootstrap, rank) on every rank of a `ranks`-rank bootstrap, one thread per rank; returns each rank's
 // error, empty where the body ran through.
-std::vector<std::string> onEveryBootstrapRank(int ranks, const std::function<void(core::Bootstrap&, int)>& body) {
+std::vector<std::string> onEveryBootstrapRank(int ranks, const std::function<void(core::Bootstrap&, int)>& body,
+                                              const std::string& rootHost = "127.0.0.1") {
   const int port = test::freeLoopbackPort();
   std::vector<std::string> errors(ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
       try {
-        core::Bootstrap bootstrap(core::LaunchInfo{r, ranks, "127.0.0.1", port, "test"}, std::chrono::seconds(10));
+        core::Bootstrap bootstrap(core::LaunchInfo{r, ranks, rootHost, port, "test"}, std::chrono::seconds(10));
         body(bootstrap, r);
       } catch (const std::exception& e) {
         errors[r] = e.what();
@@ -584,7 +585,10 @@ TEST(Bootstrap, ARankThatLeftIsAnErrorOnThePointToPointCalls) {
 }
 
 // Strangers on a rank's point-to-point port (a scanner, a rank of another job on a reused port, a connection that
-// claims to be a rank of this job but is not for this rank) are closed unread; the real peer's message still comes.
+// claims to be a rank of this job but is not for this rank) are closed once a hello's worth of their bytes is read,
+// the rest unread (a socket closed with bytes unread answers with a reset: each stranger here sent more than a
+// hello); the real peer's message still comes. Everything a stranger sent was read before, for as long as it kept
+// sending.
 TEST(Bootstrap, StrangersOnThePointToPointPortAreClosedUnread) {
   std::atomic<int> closedUnread{0};
   const auto errors = onEveryBootstrapRank(2, [&](core::Bootstrap& bootstrap, int rank) {
@@ -609,7 +613,7 @@ TEST(Bootstrap, StrangersOnThePointToPointPortAreClosedUnread) {
       for (int fd : strangers) {
         char byte;
         pollfd p{fd, POLLIN, 0};
-        if (poll(&p, 1, 2000) == 1 && recv(fd, &byte, 1, MSG_DONTWAIT) == 0) ++closedUnread;
+        if (poll(&p, 1, 2000) == 1 && recv(fd, &byte, 1, MSG_DONTWAIT) < 0 && errno == ECONNRESET) ++closedUnread;
         close(fd);
       }
       bootstrap.barrier();
@@ -622,6 +626,120 @@ TEST(Bootstrap, StrangersOnThePointToPointPortAreClosedUnread) {
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
   EXPECT_EQ(closedUnread.load(), 2);
+}
+
+namespace {
+
+// A two-rank bootstrap in a child process whose descriptor limit leaves `room` free descriptors: once rank 0 has its
+// point-to-point port, `flood` silent connections are made to it (they wait in its listener's queue, as they do while
+// a communicator is busy elsewhere), then rank 1 sends it a message. Returns what rank 0 received, or the error.
+std::string messageAfterAFloodOfSilentConnections(int room, int flood) {
+  int portPipe[2], goPipe[2], resultPipe[2];
+  if (pipe(portPipe) != 0 || pipe(goPipe) != 0 || pipe(resultPipe) != 0) return "pipe failed";
+  const pid_t child = fork();
+  if (child < 0) return "fork failed";
+  if (child == 0) {
+    close(portPipe[0]);
+    close(goPipe[1]);
+    close(resultPipe[0]);
+    int end = 0;
+    for (int free = 0; free < room; ++end)
+      if (fcntl(end, F_GETFD) < 0) ++free;
+    const rlimit limit{static_cast<rlim_t>(end), static_cast<rlim_t>(end)};
+    setrlimit(RLIMIT_NOFILE, &limit);
+    std::atomic<bool> go{false};
+    std::string got;
+    onEveryBootstrapRank(2, [&](core::Bootstrap& bootstrap, int rank) {
+      if (rank == 0) {
+        const int port = portOf(bootstrap.pointToPointAddress());
+        (void)!write(portPipe[1], &port, sizeof(port));
+        pollfd p{goPipe[0], POLLIN, 0};
+        char byte = 0;
+        if (poll(&p, 1, 10000) != 1 || read(goPipe[0], &byte, 1) != 1) got = "no word from the flood";
+        go = true;
+        try {
+          if (got.empty()) got = "received: " + recvWithin(bootstrap, 1, 9);
+        } catch (const std::exception& e) {
+          got = e.what();
+        }
+      } else {
+        for (auto start = std::chrono::steady_clock::now();
+             !go && std::chrono::steady_clock::now() - start < std::chrono::seconds(15);)
+          usleep(1000);
+        bootstrap.send(0, 9, "after the flood");
+      }
+      bootstrap.barrier();
+    });
+    (void)!write(resultPipe[1], got.data(), got.size());
+    _exit(0);
+  }
+  close(portPipe[1]);
+  close(goPipe[0]);
+  close(resultPipe[1]);
+  int port = 0;
+  pollfd p{portPipe[0], POLLIN, 0};
+  std::vector<int> silent;
+  if (poll(&p, 1, 15000) == 1 && read(portPipe[0], &port, sizeof(port)) == sizeof(port)) {
+    for (int i = 0; i < flood; ++i) {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_port = htons(static_cast<uint16_t>(port));
+      address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+        if (fd >= 0) close(fd);
+        break;
+      }
+      silent.push_back(fd);
+    }
+  }
+  (void)!write(goPipe[1], "g", 1);
+  std::string result;
+  char buffer[4096];
+  for (pollfd r{resultPipe[0], POLLIN, 0}; poll(&r, 1, 30000) == 1;) {
+    const ssize_t n = read(resultPipe[0], buffer, sizeof(buffer));
+    if (n <= 0) break;
+    result.append(buffer, static_cast<size_t>(n));
+  }
+  if (waitpid(child, nullptr, WNOHANG) == 0) kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  for (int fd : silent) close(fd);
+  for (int fd : {portPipe[0], goPipe[1], resultPipe[0]}) close(fd);
+  return result + " (" + std::to_string(silent.size()) + " silent connections made)";
+}
+
+}  // namespace
+
+// Connections that never say who they are (a port scanner, a load balancer's health checks) on a rank's
+// point-to-point port: the listener lives as long as the communicator, and they were all accepted at the next receive,
+// a descriptor each for 5 s; out of descriptors, the rank failed ("cannot accept another rank's bootstrap connection:
+// Too many open files") and the job with it. Past a cap the oldest is closed, and out of descriptors a stranger's is
+// given up for the next connection: the rank's message comes. With room for more than the cap, and for fewer.
+TEST(Bootstrap, AFloodOfSilentConnectionsOnThePointToPointPortDoesNotFailTheRank) {
+  for (int room : {150, 24}) {
+    const std::string got = messageAfterAFloodOfSilentConnections(room, 300);
+    EXPECT_EQ(got.rfind("received: after the flood (300 silent", 0), 0u) << room << " descriptors free: " << got;
+  }
+}
+
+// A root named localhost is loopback on every rank, as 127.0.0.1 is: every rank listens for the others on loopback.
+// A rank other than 0 took the first interface that is up (a container bridge as likely as not) beside rank 0's
+// 127.0.0.1.
+TEST(Bootstrap, ARootNamedLocalhostKeepsThePointToPointAddressesOnLoopback) {
+  std::mutex mutex;
+  std::vector<std::string> addresses(2);
+  const auto errors = onEveryBootstrapRank(
+      2,
+      [&](core::Bootstrap& bootstrap, int rank) {
+        std::lock_guard<std::mutex> lock(mutex);
+        addresses[rank] = bootstrap.pointToPointAddress();
+      },
+      "localhost");
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_TRUE(addresses[r].rfind("127.", 0) == 0 || addresses[r].rfind("[::1]:", 0) == 0)
+        << "rank " << r << " listens at " << addresses[r];
+  }
 }
 
 // A connection that says it is rank 1 of this job (the tests' ranks have no job id) and then announces a message over

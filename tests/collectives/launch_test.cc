@@ -57,7 +57,8 @@ const char* const kLauncherVariables[] = {"NNS_RANK",
                                           "TORCHELASTIC_RUN_ID",
                                           "MASTER_ADDR",
                                           "MASTER_PORT",
-                                          "OMPI_MCA_ess_base_jobid"};
+                                          "OMPI_MCA_ess_base_jobid",
+                                          "NNS_LAUNCHER"};
 
 void clearLauncherVariables() {
   for (const char* name : kLauncherVariables) unsetenv(name);
@@ -135,6 +136,67 @@ TEST(LaunchPrecedence, RankAndWorldSizeWithoutTorchrunGiveWayToMpirun) {
                               {"TORCHELASTIC_RUN_ID", "run-b"}});
   EXPECT_EQ(torchrun.rank, 5);
   EXPECT_EQ(torchrun.size, 8);
+}
+
+// srun with RANK=0 WORLD_SIZE=1 exported before it (no torchrun: no TORCHELASTIC_RUN_ID): every task was rank 0 of a
+// one-rank job of its own, and each reported success. A world smaller than the step's is no launcher's inside it:
+// Slurm's rank and size win, with a warning at the default verbosity. A script's own numbering, as large as the
+// step's or larger (several processes per task), still stands, and torchrun's, under srun, without a word.
+TEST(LaunchPrecedence, StaleRankAndWorldSizeGiveWayToALargerSlurmStep) {
+  testing::internal::CaptureStderr();
+  auto stale = launchFrom({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}});
+  std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(stale.rank, 1);
+  EXPECT_EQ(stale.size, 2);
+  EXPECT_EQ(stale.source, "SLURM_PROCID/SLURM_NTASKS");
+  EXPECT_NE(said.find("nns WARN bootstrap: ignoring RANK=0 WORLD_SIZE=1: set without torchrun (no "
+                      "TORCHELASTIC_RUN_ID), and a world smaller than the Slurm step's (SLURM_NTASKS=2"),
+            std::string::npos)
+      << said;
+  for (const auto& variables : std::vector<std::vector<std::pair<const char*, const char*>>>{
+           {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"RANK", "5"}, {"WORLD_SIZE", "8"}},
+           {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}},
+           {{"SLURM_PROCID", "1"},
+            {"SLURM_NTASKS", "2"},
+            {"RANK", "3"},
+            {"WORLD_SIZE", "4"},
+            {"TORCHELASTIC_RUN_ID", "r"}}}) {
+    testing::internal::CaptureStderr();
+    auto own = launchFrom(variables);
+    said = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(own.source, "RANK/WORLD_SIZE");
+    EXPECT_EQ(own.rank, std::atoi(variables[2].second));
+    EXPECT_EQ(said.find("WARN"), std::string::npos) << said;
+  }
+}
+
+// NNS_RANK/NNS_WORLD_SIZE set by hand are this library's own override and win, a one-rank run per task included; a
+// world smaller than the launcher's around them is said at the default verbosity, naming both (a stale export made
+// each process a job of its own without a word). nccl-net-run's own, and a larger world, are not warned of.
+TEST(LaunchPrecedence, NnsRankAndSizeSmallerThanTheLaunchersAreWarnedOf) {
+  testing::internal::CaptureStderr();
+  auto byHand = launchFrom({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"NNS_RANK", "0"}, {"NNS_WORLD_SIZE", "1"}});
+  std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(byHand.rank, 0);
+  EXPECT_EQ(byHand.size, 1);
+  EXPECT_EQ(byHand.source, "NNS_RANK/NNS_WORLD_SIZE");
+  EXPECT_NE(said.find("nns WARN bootstrap: rank 0 of 1 from NNS_RANK=0/NNS_WORLD_SIZE=1, set by hand, while Slurm "
+                      "says SLURM_PROCID=1/SLURM_NTASKS=2"),
+            std::string::npos)
+      << said;
+  for (const auto& variables : std::vector<std::vector<std::pair<const char*, const char*>>>{
+           {{"OMPI_COMM_WORLD_RANK", "1"},
+            {"OMPI_COMM_WORLD_SIZE", "4"},
+            {"NNS_RANK", "0"},
+            {"NNS_WORLD_SIZE", "2"},
+            {"NNS_LAUNCHER", "nccl-net-run"}},
+           {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"NNS_RANK", "5"}, {"NNS_WORLD_SIZE", "8"}}}) {
+    testing::internal::CaptureStderr();
+    auto own = launchFrom(variables);
+    said = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(own.source, "NNS_RANK/NNS_WORLD_SIZE");
+    EXPECT_EQ(said.find("WARN"), std::string::npos) << said;
+  }
 }
 
 // torchrun's agent keeps its TCP store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), so rank 0 could not
@@ -450,7 +512,6 @@ TEST(RootAddress, AMalformedNnsRootAddrIsRefusedSayingWhatIsWrong) {
       {"node0:0", "the port 0 is not one of 1..65535"},
       {"node0:", "no port after the ':'"},
       {"node0", "no :port"},
-      {"", "it is empty"},
       {"::1:29500", "an IPv6 address needs brackets, as in [::1]:port"},
       {"[::1]29500", "no :port after the ']'"},
       {"[node0]:29500", "[node0] is not an IPv6 address"},
@@ -470,6 +531,34 @@ TEST(RootAddress, AMalformedNnsRootAddrIsRefusedSayingWhatIsWrong) {
               std::string::npos)
         << error;
   }
+  clearLauncherVariables();
+}
+
+// NNS_ROOT_ADDR (and MASTER_ADDR) set but empty are unset, as launcherVariablesSet and nnsGetUniqueId read them: an
+// empty NNS_ROOT_ADDR gives way to MASTER_ADDR (it was refused as malformed), and where no root is left the error
+// says which was empty. A one-rank job needs none.
+TEST(RootAddress, AnEmptyRootAddressIsUnset) {
+  clearLauncherVariables();
+  setenv("NNS_RANK", "1", 1);
+  setenv("NNS_WORLD_SIZE", "2", 1);
+  setenv("NNS_ROOT_ADDR", "", 1);
+  setenv("MASTER_ADDR", "10.0.0.1", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  LaunchInfo info;
+  std::string error;
+  EXPECT_TRUE(nns::core::launchInfoFromEnvironment(&info, &error)) << error;
+  EXPECT_EQ(info.rootHost, "10.0.0.1");
+  EXPECT_EQ(info.rootPort, 29500);
+  setenv("MASTER_ADDR", "", 1);
+  EXPECT_FALSE(nns::core::launchInfoFromEnvironment(&info, &error));
+  EXPECT_NE(error.find("no root address (NNS_ROOT_ADDR and MASTER_ADDR are set but empty)"), std::string::npos)
+      << error;
+  unsetenv("MASTER_ADDR");
+  EXPECT_FALSE(nns::core::launchInfoFromEnvironment(&info, &error));
+  EXPECT_NE(error.find("no root address (NNS_ROOT_ADDR is set but empty)"), std::string::npos) << error;
+  setenv("NNS_RANK", "0", 1);
+  setenv("NNS_WORLD_SIZE", "1", 1);
+  EXPECT_TRUE(nns::core::launchInfoFromEnvironment(&info, &error)) << error;
   clearLauncherVariables();
 }
 

@@ -153,5 +153,32 @@ none_left grandchild
 grep -q "killing 2 rank process group(s)" "$dir/grandchild.err" ||
   fail "grandchild: no message: $(cat "$dir/grandchild.err")"
 
+# The launcher's whole process group killed (kill -KILL -- -PGID: a batch system's or a shell's way of ending a job):
+# the keeper, in a group of its own, survives it and kills what the ranks started, here a wrapper script's background
+# command and its last one. It was in the launcher's group and died with it: the ranks went (PR_SET_PDEATHSIG), what
+# they started ran on. Each job of this script is a process group of its own (set -m), led by the launcher.
+$run -n 2 sh -c "sleep 60 & echo \$! > $dir/pgroup.\$NNS_RANK.background.pid; echo \$\$ > $dir/pgroup.\$NNS_RANK.pid
+  sleep 61" 2>"$dir/pgroup.err" &
+launcher=$!
+started pgroup 4 || fail "pgroup: the ranks did not start"
+group=$(ps -o pgid= -p $launcher | tr -d ' ')
+if [ "$group" = "$launcher" ] && [ "$group" != "$(ps -o pgid= -p $$ | tr -d ' ')" ]; then
+  kill -KILL -- -"$group"
+else
+  fail "pgroup: the launcher is not a process group of its own (group $group); killing it alone"
+  kill -KILL $launcher
+fi
+wait $launcher 2>/dev/null
+for _ in $(seq 50); do
+  alive=0
+  for pid in $(cat "$dir"/pgroup.*.pid 2>/dev/null); do
+    kill -0 "$pid" 2>/dev/null && [[ "$(ps -o stat= -p "$pid")" != Z* ]] && alive=1
+  done
+  [ $alive = 0 ] && break
+  sleep 0.1
+done
+none_left pgroup
+grep -q "killing 2 rank process group(s)" "$dir/pgroup.err" || fail "pgroup: no message: $(cat "$dir/pgroup.err")"
+
 [ "$failures" -eq 0 ] && echo "PASS: nccl-net-run stops every rank on SIGTERM, SIGINT, SIGHUP, a failure and --timeout"
 exit $((failures > 0))

@@ -563,7 +563,8 @@ void fuzzLaunchEnvironment(const std::string& input) {
     for (EnvSlot& slot : slots) {
       if (slot.name() != name) continue;
       slot.set(line.substr(equals + 1));
-      rootGiven = rootGiven || name == "NNS_ROOT_ADDR" || name == "MASTER_ADDR";
+      // Set but empty is unset (a script's NNS_ROOT_ADDR=$ADDR with ADDR unset).
+      rootGiven = rootGiven || ((name == "NNS_ROOT_ADDR" || name == "MASTER_ADDR") && equals + 1 < line.size());
     }
   }
   nns::core::LaunchInfo info;

@@ -3,8 +3,8 @@
 // status. Stopping is SIGTERM, then SIGKILL for what is left after a grace period (--kill-after); SIGTERM, SIGINT and
 // SIGHUP sent to the launcher are passed on to the ranks the same way. Each rank is a process group, and what a rank
 // started goes with it: whatever is left in the groups when the ranks have ended is stopped the same way (as Slurm
-// ends a step's processes with its tasks); a launcher killed outright leaves a keeper behind that kills the groups
-// (Keeper, below). Like mpirun, it binds each rank to a share
+// ends a step's processes with its tasks); a launcher killed outright, alone or with its process group, leaves a
+// keeper behind that kills the groups (Keeper, below). Like mpirun, it binds each rank to a share
 // of the CPUs when there are enough for all (--bind-to none: not).
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
@@ -83,20 +84,26 @@ class Keeper {
       return;
     }
     if (pid == 0) {
+      // A process group of its own: `kill -KILL -- -PGID` for the launcher's group (a batch system's, a shell's job
+      // control) killed the keeper with it, and what the ranks started ran on (their own groups are not the
+      // launcher's, and PR_SET_PDEATHSIG reaches only the ranks).
+      setpgid(0, 0);
       close(fds[1]);
       close(closeInKeeper);
       run(fds[0]);
     }
+    setpgid(pid, pid);  // here too: the launcher's group may be killed before the keeper's own setpgid runs
     close(fds[0]);
     pid_ = pid;
     fd_ = fds[1];
   }
   Keeper(const Keeper&) = delete;
   Keeper& operator=(const Keeper&) = delete;
-  // The launcher's clean end: the keeper exits without killing anything.
+  // The launcher's clean end: the keeper exits without killing anything. Unwound by an exception (runTool gave up
+  // with ranks perhaps still running) the end is not clean: the keeper is not told, and kills what is left.
   ~Keeper() {
     if (fd_ < 0) return;
-    tell(0);
+    if (std::uncaught_exceptions() == uncaught_) tell(0);
     close(fd_);
     waitpid(pid_, nullptr, 0);
   }
@@ -111,7 +118,9 @@ class Keeper {
   [[noreturn]] static void run(int fd) {
     // Signals meant for the launcher's terminal group (Ctrl-C) are the launcher's to pass on; the keeper waits for
     // its connection to end whatever happens.
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) signal(sig, SIG_IGN);
+    // In a group of its own it is in the background: its one line on a terminal under `stty tostop` would stop it
+    // (SIGTTOU) before it killed anything.
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTTOU}) signal(sig, SIG_IGN);
     prctl(PR_SET_NAME, "nccl-net-keeper");
     const int null = open("/dev/null", O_RDWR);
     if (null >= 0) {
@@ -143,6 +152,7 @@ class Keeper {
   }
   pid_t pid_ = -1;
   int fd_ = -1;
+  int uncaught_ = std::uncaught_exceptions();  // those in flight at its start: more at its end is an unwind
 };
 
 // How long the ranks have between SIGTERM and SIGKILL: long enough to flush output and close connections, short
@@ -398,10 +408,13 @@ int runTool(int argc, char** argv) {
   int exitCode = static_cast<int>(children.size()) < ranks ? 1 : 0;
   // Ranks not yet reaped. A reaped rank's process group is still signalled while it has members (what the rank
   // started): its id cannot be another process's while the group exists.
+  // A forgotten rank is reaped and its group was found empty: its id is free, and may be an unrelated process
+  // group's by now, which must get none of this job's signals.
   std::vector<bool> alive(children.size(), true), forgotten(children.size(), false);
   size_t running = children.size();
   auto signalRanks = [&](int sig) {
     for (size_t i = 0; i < children.size(); ++i) {
+      if (forgotten[i]) continue;
       // A rank that left its group (setsid) is still signalled itself, while it is not reaped.
       if (kill(-children[i], sig) != 0 && errno == ESRCH && alive[i]) kill(children[i], sig);
     }
@@ -410,8 +423,16 @@ int runTool(int argc, char** argv) {
   auto groupsLeft = [&]() {
     size_t left = 0;
     for (size_t i = 0; i < children.size(); ++i)
-      if (!alive[i] && (kill(-children[i], 0) == 0 || errno == EPERM)) ++left;
+      if (!alive[i] && !forgotten[i] && (kill(-children[i], 0) == 0 || errno == EPERM)) ++left;
     return left;
+  };
+  // A reaped rank's emptied group is forgotten, here and by the keeper; checked as soon as the rank is reaped, before
+  // anything is signalled, so that the window in which its id could be taken is as short as it can be.
+  auto forgetIfEmpty = [&](size_t i) {
+    if (!alive[i] && !forgotten[i] && kill(-children[i], 0) != 0 && errno == ESRCH) {
+      forgotten[i] = true;
+      keeper.forget(children[i]);
+    }
   };
   bool timedOut = false, killed = false;
   Clock::time_point killAt = Clock::time_point::max();  // SIGKILL for what is left: set when stopping begins
@@ -450,6 +471,7 @@ int runTool(int argc, char** argv) {
         if (children[i] == pid) {
           rank = static_cast<int>(i);
           alive[i] = false;
+          forgetIfEmpty(i);
         }
       if (rank < 0) continue;  // a process a rank left behind, reparented here
       --running;
@@ -465,12 +487,8 @@ int runTool(int argc, char** argv) {
         stop(SIGTERM);
       }
     }
-    // A reaped rank's emptied group is forgotten by the keeper: its id is free for another process from now.
-    for (size_t i = 0; i < children.size(); ++i)
-      if (!alive[i] && !forgotten[i] && kill(-children[i], 0) != 0 && errno == ESRCH) {
-        forgotten[i] = true;
-        keeper.forget(children[i]);
-      }
+    // What a rank left in its group may have ended since: its id is free for another process from now.
+    for (size_t i = 0; i < children.size(); ++i) forgetIfEmpty(i);
     // The job ends with its ranks: what they left running in their groups is stopped like a rank (SIGTERM, then
     // SIGKILL after the grace period), so it neither outlives the job nor holds its output pipe open.
     size_t left = running == 0 ? groupsLeft() : 0;

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <climits>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -76,9 +77,11 @@ std::string withoutPrefix(const std::string& what) {
   throw BootstrapError(kPrefix + what, result);
 }
 
+// Clamped to INT_MAX: NNS_COMM_TIMEOUT_MS=2147483647 plus a rank's grace second overflowed to a negative poll
+// timeout, which waits for ever.
 int remainingMs(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left > 0 ? static_cast<int>(left) : 0;
+  return left > 0 ? static_cast<int>(std::min<decltype(left)>(left, INT_MAX)) : 0;
 }
 
 // connect() that gives up at `deadline` (a root whose accept queue is full drops the SYN, and a blocking connect
@@ -531,21 +534,54 @@ bool launcherVariablesSet() {
                      [](const Launcher& l) { return isSet(l.rank) || isSet(l.size); });
 }
 
+namespace {
+
+// A complete launcher's size, or 0 where its variables are not both set or are not a size.
+int sizeFrom(const Launcher& l) {
+  int size = 0;
+  return isSet(l.rank) && isSet(l.size) && parseInt(std::getenv(l.size), &size) && size >= 1 ? size : 0;
+}
+
+// The size of the launcher of that name in the table above, as sizeFrom gives it.
+int sizeOfLauncher(const char* name) {
+  for (const Launcher& l : kLaunchers)
+    if (std::strcmp(l.name, name) == 0) return sizeFrom(l);
+  return 0;
+}
+
+}  // namespace
+
 bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
   // RANK and WORLD_SIZE without torchrun's run id are not torchrun's: under mpirun or mpiexec (which start every
   // process themselves) they are a stale export, inherited by every local rank, which made each one a job of its
   // own. The MPI launcher's then win, with a warning.
   const bool mpiLaunched =
       (isSet("OMPI_COMM_WORLD_RANK") && isSet("OMPI_COMM_WORLD_SIZE")) || (isSet("PMI_RANK") && isSet("PMI_SIZE"));
-  const bool staleTorchVariables = mpiLaunched && !isSet("TORCHELASTIC_RUN_ID") && isSet("RANK") && isSet("WORLD_SIZE");
+  const bool torchVariablesByHand = !isSet("TORCHELASTIC_RUN_ID") && isSet("RANK") && isSet("WORLD_SIZE");
+  // Under srun they may be a script's own numbering of the ranks (RANK=$SLURM_PROCID, or several processes per task
+  // that it starts itself: a world as large as the step's or larger), so they stand, unless their world is smaller
+  // than the step's: no launcher inside the step starts fewer ranks than it has tasks, and an exported RANK=0
+  // WORLD_SIZE=1 made every task a one-rank job that reported success. Slurm's then win, with a warning.
+  const int slurmSize = sizeOfLauncher("Slurm");
+  const int torchSize = sizeOfLauncher("torchrun");
+  const bool staleUnderSlurm = torchVariablesByHand && torchSize > 0 && torchSize < slurmSize;
+  const bool staleTorchVariables = torchVariablesByHand && (mpiLaunched || staleUnderSlurm);
   const Launcher* chosen = nullptr;
   std::string halfSet, ignored;
   for (const Launcher& l : kLaunchers) {
     if (staleTorchVariables && std::strcmp(l.name, "torchrun") == 0) {
-      std::fprintf(stderr,
-                   "nns WARN bootstrap: ignoring RANK=%s WORLD_SIZE=%s: set without torchrun (no TORCHELASTIC_RUN_ID) "
-                   "under an MPI launcher, whose rank and size are used\n",
-                   std::getenv("RANK"), std::getenv("WORLD_SIZE"));
+      if (mpiLaunched)
+        std::fprintf(stderr,
+                     "nns WARN bootstrap: ignoring RANK=%s WORLD_SIZE=%s: set without torchrun (no "
+                     "TORCHELASTIC_RUN_ID) under an MPI launcher, whose rank and size are used\n",
+                     std::getenv("RANK"), std::getenv("WORLD_SIZE"));
+      else
+        std::fprintf(stderr,
+                     "nns WARN bootstrap: ignoring RANK=%s WORLD_SIZE=%s: set without torchrun (no "
+                     "TORCHELASTIC_RUN_ID), and a world smaller than the Slurm step's (SLURM_NTASKS=%s; a stale "
+                     "export makes each task a job of its own): SLURM_PROCID=%s/SLURM_NTASKS=%s are used\n",
+                     std::getenv("RANK"), std::getenv("WORLD_SIZE"), std::getenv("SLURM_NTASKS"),
+                     std::getenv("SLURM_PROCID"), std::getenv("SLURM_NTASKS"));
       continue;
     }
     const bool rankSet = isSet(l.rank), sizeSet = isSet(l.size);
@@ -586,21 +622,54 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
                  info->size, rankVar, sizeVar, chosen->name, info->localRank, ignored.empty() ? "" : "; ignored ",
                  ignored.c_str());
   info->source = std::string(rankVar) + "/" + sizeVar;
-  if (const char* root = std::getenv("NNS_ROOT_ADDR")) {
+  // Variables a user set (NNS_* by hand, RANK/WORLD_SIZE without torchrun) that make a world smaller than a launcher's
+  // around them: no launcher inside another starts fewer ranks than the outer one has processes, so either they are
+  // stale (each process a job of its own, reporting success) or the outer launcher's processes were split into jobs
+  // on purpose. They stand, as the innermost variables do (NNS_* is this library's own override, and a deliberate
+  // one-rank run per task must stay possible), but not without a word at the default verbosity. A larger world is
+  // not warned of: a script that starts several ranks per task is common, and a stale larger one fails anyway, naming
+  // the ranks that never arrive.
+  const char* launcherName = std::getenv("NNS_LAUNCHER");
+  const bool byHand = std::strcmp(chosen->name, "torchrun") == 0 ? !isSet("TORCHELASTIC_RUN_ID")
+                      : std::strcmp(chosen->name, "nns") == 0
+                          ? launcherName == nullptr || std::strcmp(launcherName, "nccl-net-run") != 0
+                          : false;
+  for (const Launcher* l = chosen + 1; byHand && l != std::end(kLaunchers); ++l) {
+    if (std::strcmp(l->name, "torchrun") == 0 && (staleTorchVariables || !isSet("TORCHELASTIC_RUN_ID"))) continue;
+    const int outer = sizeFrom(*l);
+    if (outer <= info->size) continue;
+    std::fprintf(stderr,
+                 "nns WARN bootstrap: rank %d of %d from %s=%s/%s=%s, set by hand, while %s says %s=%s/%s=%s: more "
+                 "processes than ranks, so this job is one of several (a stale export of %s/%s makes each process a "
+                 "job of its own); unset them to take %s's rank and size\n",
+                 info->rank, info->size, rankVar, rank, sizeVar, size, l->name, l->rank, std::getenv(l->rank), l->size,
+                 std::getenv(l->size), rankVar, sizeVar, l->name);
+    break;
+  }
+  // Set but empty is unset, as launcherVariablesSet and nnsGetUniqueId read them (a script's NNS_ROOT_ADDR=$ADDR
+  // with ADDR unset): MASTER_ADDR is used instead, and where no root is left the error says which was empty.
+  const char* root = std::getenv("NNS_ROOT_ADDR");
+  const char* masterHost = std::getenv("MASTER_ADDR");
+  std::string emptyRoot;
+  if (root != nullptr && *root == '\0') {
+    root = nullptr;
+    emptyRoot = "NNS_ROOT_ADDR";
+  }
+  if (masterHost != nullptr && *masterHost == '\0') {
+    masterHost = nullptr;
+    emptyRoot += std::string(emptyRoot.empty() ? "" : " and ") + "MASTER_ADDR";
+  }
+  if (root != nullptr) {
     std::string why;
     if (!parseRootAddress(root, &info->rootHost, &info->rootPort, &why)) {
       *error =
           std::string("NNS_ROOT_ADDR must be host:port (port 1..65535) or [IPv6]:port, not \"") + root + "\": " + why;
       return false;
     }
-  } else if (const char* host = std::getenv("MASTER_ADDR")) {
+  } else if (const char* host = masterHost) {
     // torchrun's convention: the host alone (an IPv6 address without brackets), the port in MASTER_PORT.
     const char* port = std::getenv("MASTER_PORT");
     std::string why;
-    if (*host == '\0') {
-      *error = "MASTER_ADDR is set but empty: it must name rank 0's host";
-      return false;
-    }
     // Checked as NNS_ROOT_ADDR's host is: an IPv6 address may come in brackets ([::1]); a URL (tcp://host) or a
     // host:port was taken as a host name, to fail later as "cannot resolve".
     std::string name = host;
@@ -667,7 +736,11 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
           "and MASTER_PORT before srun";
     else if (std::strcmp(chosen->name, "PMI") == 0)
       hint = "; mpiexec sets none: mpiexec -genv MASTER_ADDR <rank 0's host> -genv MASTER_PORT <free port> ...";
-    *error = "no root address: set NNS_ROOT_ADDR=host:port (or MASTER_ADDR and MASTER_PORT) on every rank" + hint;
+    *error = "no root address" +
+             (emptyRoot.empty() ? std::string()
+                                : " (" + emptyRoot + (emptyRoot.find(" and ") != std::string::npos ? " are" : " is") +
+                                      " set but empty)") +
+             ": set NNS_ROOT_ADDR=host:port (or MASTER_ADDR and MASTER_PORT) on every rank" + hint;
     return false;
   }
   return true;
@@ -676,7 +749,8 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
 namespace {
 
 // What a point-to-point connection says first: this bootstrap, this job, and which rank it is from and to. Anything
-// else (a stranger, a rank of another job on a reused port, a connection meant for another rank) is closed unread.
+// else (a stranger, a rank of another job on a reused port, a connection meant for another rank) is closed once its
+// first sizeof(PointToPointHello) bytes are read, the rest unread.
 constexpr uint32_t kPointToPointMagic = 0x4e4e5350;  // "NNSP"
 struct PointToPointHello {
   uint32_t magic;
@@ -722,6 +796,25 @@ bool localAddress(int fd, Address* out) {
   return true;
 }
 
+// Interface name prefixes of bridges and links that only this host's containers and VMs reach: Docker's (docker0 and
+// a user network's br-<id>), libvirt's, LXC's and LXD's, Kubernetes' CNI bridges and overlays (cni0, flannel.1,
+// Calico's cali*, Weave's), Podman's, and the host ends of container veth pairs.
+constexpr const char* kHostOnlyInterfaces[] = {"docker",  "br-",  "virbr", "lxcbr",  "lxdbr", "cni",
+                                               "flannel", "cali", "weave", "podman", "veth"};
+
+// Names that are loopback on every machine (RFC 6761: localhost and *.localhost, and the usual /etc/hosts aliases of
+// ::1): a root address by such a name is on this machine for every rank that reached it, as 127.0.0.1 is.
+bool loopbackByName(const std::string& host) {
+  std::string name(host.size(), '\0');
+  std::transform(host.begin(), host.end(), name.begin(),
+                 [](char c) { return std::tolower(static_cast<unsigned char>(c)); });
+  if (!name.empty() && name.back() == '.') name.pop_back();  // fully qualified: "localhost."
+  const std::string suffix = ".localhost";
+  return name == "localhost" || name == "localhost.localdomain" || name == "localhost6" ||
+         name == "localhost6.localdomain6" || name == "ip6-localhost" || name == "ip6-loopback" ||
+         (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0);
+}
+
 // The first address of an interface that is up, running, and neither loopback nor a container's or VM's bridge
 // (IPv4 before IPv6, no IPv6 link-local), for a rank that reached rank 0 over loopback through a root host name
 // (Debian's /etc/hosts gives the host's own name 127.0.1.1): ranks on other machines reached rank 0 by that name too,
@@ -735,8 +828,11 @@ bool interfaceAddress(Address* out) {
       if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != family || (a->ifa_flags & IFF_UP) == 0 ||
           (a->ifa_flags & IFF_RUNNING) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0)
         continue;
-      // Bridges of containers and VMs on this host, which other machines do not reach.
-      if (std::strncmp(a->ifa_name, "docker", 6) == 0 || std::strncmp(a->ifa_name, "virbr", 5) == 0) continue;
+      // Bridges and virtual links of containers and VMs on this host, which other machines do not reach.
+      const char* name = a->ifa_name;
+      if (std::any_of(std::begin(kHostOnlyInterfaces), std::end(kHostOnlyInterfaces),
+                      [name](const char* prefix) { return std::strncmp(name, prefix, std::strlen(prefix)) == 0; }))
+        continue;
       if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr))
         continue;
       *out = Address{};
@@ -795,38 +891,75 @@ struct Bootstrap::PointToPoint {
     for (const auto& in : incoming) close(in.fd);
   }
 
+  // Connections that have not said who they are, at most this many; past it the oldest goes. The listener lives as
+  // long as the communicator, and whatever connects to it is accepted at the next tryRecv: a flood of silent
+  // connections (a port scanner, a load balancer's health checks) each held a descriptor for kHelloWithin, and the
+  // rank failed on EMFILE. A rank's hello comes with its connect and is read as it is accepted, so a rank's
+  // connection is rarely among them, and only for as long as its first bytes take.
+  static constexpr size_t kMaxStrangers = 64;
+  // Accepts in one pump: a flood that keeps coming does not keep tryRecv from returning (the rest waits in the
+  // listener's queue for the next one).
+  static constexpr int kAcceptsPerPump = 4096;
+
+  // Closes the longest-waiting connection that has not said who it is; false if there is none.
+  bool closeOldestStranger() {
+    const auto oldest = std::find_if(incoming.begin(), incoming.end(), [](const Incoming& in) { return in.from < 0; });
+    if (oldest == incoming.end()) return false;
+    close(oldest->fd);
+    incoming.erase(oldest);
+    return true;
+  }
+
   // Accepts what connected and reads what came, without waiting; call with `mutex` held.
   void pump(int rank, int size, uint64_t job) {
-    for (;;) {
+    size_t dropped = 0;
+    for (int accepts = 0; accepts < kAcceptsPerPump; ++accepts) {
       const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd >= 0) {
         incoming.push_back(Incoming{fd, -1, {}, Clock::now()});
+        // Read before the cap counts it: a rank's hello is in already, and it is then no stranger.
+        if (serve(incoming.size() - 1, rank, size, job) &&
+            std::count_if(incoming.begin(), incoming.end(), [](const Incoming& in) { return in.from < 0; }) >
+                static_cast<std::ptrdiff_t>(kMaxStrangers)) {
+          closeOldestStranger();
+          ++dropped;
+        }
         continue;
       }
-      // Out of descriptors or memory: the peer's message would never be read, and its wait end blaming the peer.
-      if (const int err = errno; err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM)
+      // Out of descriptors or memory: a stranger's descriptor is given up for what waits to be accepted, which may be
+      // a rank's. Without one, the peer's message would never be read, and its wait end blaming the peer.
+      if (const int err = errno; err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        if (closeOldestStranger()) {
+          ++dropped;
+          continue;
+        }
         fail("rank " + std::to_string(rank) + " cannot accept another rank's bootstrap connection: " +
                  std::strerror(err) + (err == EMFILE ? " (" + descriptorUse() + ")" : ""),
              Result::kSystemError);
+      }
       break;  // EAGAIN: nothing more now
     }
-    for (size_t i = 0; i < incoming.size();) {
-      Incoming& in = incoming[i];
-      std::string ended;
-      for (char chunk[4096];;) {
-        const ssize_t n = recv(in.fd, chunk, sizeof(chunk), MSG_DONTWAIT);
-        if (n > 0) {
-          in.buffer.append(chunk, static_cast<size_t>(n));
-          continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n == 0)
-          ended = "closed its bootstrap connection to this rank (it died or failed)";
-        else if (errno != EAGAIN && errno != EWOULDBLOCK)
-          ended = std::string("broke its bootstrap connection to this rank (") + std::strerror(errno) + ")";
-        break;
-      }
-      if (in.from < 0 && in.buffer.size() >= sizeof(PointToPointHello)) {
+    if (dropped > 0 && debugInfo())
+      std::fprintf(stderr,
+                   "nns bootstrap: rank %d closed %zu point-to-point connection(s) that had not said which rank they "
+                   "are from (more than %zu waiting, or out of descriptors)\n",
+                   rank, dropped, kMaxStrangers);
+    for (size_t i = 0; i < incoming.size();)
+      if (serve(i, rank, size, job)) ++i;
+  }
+
+  // Reads what incoming[i] sent, without waiting, and files its messages; false once it is closed (and erased).
+  bool serve(size_t i, int rank, int size, uint64_t job) {
+    Incoming& in = incoming[i];
+    std::string ended;
+    for (char chunk[4096];;) {
+      // Before its hello, no more than the hello is read: what a stranger sends after its first bytes stays unread
+      // (a connection that kept sending was read into memory for as long as it did).
+      const size_t room = in.from < 0 ? sizeof(PointToPointHello) - in.buffer.size() : sizeof(chunk);
+      const ssize_t n = recv(in.fd, chunk, room, MSG_DONTWAIT);
+      if (n > 0) {
+        in.buffer.append(chunk, static_cast<size_t>(n));
+        if (in.from >= 0 || in.buffer.size() < sizeof(PointToPointHello)) continue;
         PointToPointHello hello{};
         std::memcpy(&hello, in.buffer.data(), sizeof(hello));
         if (hello.magic != kPointToPointMagic || hello.version != kJoinVersion || hello.job != job ||
@@ -838,35 +971,40 @@ struct Bootstrap::PointToPoint {
                          rank);
           close(in.fd);
           incoming.erase(incoming.begin() + static_cast<std::ptrdiff_t>(i));
-          continue;
+          return false;
         }
         in.from = hello.from;
         gone[in.from].clear();  // a rank that reconnects after a failed send of its own
-        in.buffer.erase(0, sizeof(hello));
-      }
-      size_t used = 0;
-      while (in.from >= 0 && in.buffer.size() - used >= sizeof(PointToPointFrame)) {
-        PointToPointFrame frame{};
-        std::memcpy(&frame, in.buffer.data() + used, sizeof(frame));
-        if (frame.length > kMaxPointToPointBytes) {
-          ended = "sent a point-to-point message announced as " + std::to_string(frame.length) + " bytes, over the " +
-                  std::to_string(kMaxPointToPointBytes >> 10) + " KiB the bootstrap moves";
-          break;
-        }
-        if (in.buffer.size() - used < sizeof(frame) + frame.length) break;
-        inbox[{in.from, frame.tag}].push_back(in.buffer.substr(used + sizeof(frame), frame.length));
-        used += sizeof(frame) + frame.length;
-      }
-      in.buffer.erase(0, used);
-      if (ended.empty() && in.from < 0 && Clock::now() - in.since > kHelloWithin) ended = "silent";
-      if (ended.empty()) {
-        ++i;
+        in.buffer.clear();
         continue;
       }
-      if (in.from >= 0 && gone[in.from].empty()) gone[in.from] = ended;
-      close(in.fd);
-      incoming.erase(incoming.begin() + static_cast<std::ptrdiff_t>(i));
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0)
+        ended = "closed its bootstrap connection to this rank (it died or failed)";
+      else if (errno != EAGAIN && errno != EWOULDBLOCK)
+        ended = std::string("broke its bootstrap connection to this rank (") + std::strerror(errno) + ")";
+      break;
     }
+    size_t used = 0;
+    while (in.from >= 0 && in.buffer.size() - used >= sizeof(PointToPointFrame)) {
+      PointToPointFrame frame{};
+      std::memcpy(&frame, in.buffer.data() + used, sizeof(frame));
+      if (frame.length > kMaxPointToPointBytes) {
+        ended = "sent a point-to-point message announced as " + std::to_string(frame.length) + " bytes, over the " +
+                std::to_string(kMaxPointToPointBytes >> 10) + " KiB the bootstrap moves";
+        break;
+      }
+      if (in.buffer.size() - used < sizeof(frame) + frame.length) break;
+      inbox[{in.from, frame.tag}].push_back(in.buffer.substr(used + sizeof(frame), frame.length));
+      used += sizeof(frame) + frame.length;
+    }
+    in.buffer.erase(0, used);
+    if (ended.empty() && in.from < 0 && Clock::now() - in.since > kHelloWithin) ended = "silent";
+    if (ended.empty()) return true;
+    if (in.from >= 0 && gone[in.from].empty()) gone[in.from] = ended;
+    close(in.fd);
+    incoming.erase(incoming.begin() + static_cast<std::ptrdiff_t>(i));
+    return false;
   }
 };
 
@@ -1209,7 +1347,11 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
   // an earlier 9-run comparison 54 against 43.)
   job_ = mine.job;
   const std::string machine = machineId();
-  const auto everyone = allGather(listenPointToPoint(!isNumericAddress(info.rootHost)) + machine);
+  // A root named "localhost" is loopback on every rank, as 127.0.0.1 is: every rank is on rank 0's machine, and a
+  // rank announced an interface's address (the first one up, a container bridge as likely as not) beside rank 0's
+  // 127.0.0.1.
+  const bool rootNamed = !isNumericAddress(info.rootHost) && !loopbackByName(info.rootHost);
+  const auto everyone = allGather(listenPointToPoint(rootNamed) + machine);
   p2p_->peers.resize(size_);
   p2p_->outgoing.assign(size_, -1);
   p2p_->gone.assign(size_, std::string());
@@ -1244,7 +1386,8 @@ std::string Bootstrap::listenPointToPoint(bool rootNamed) {
   // The address the other ranks reached rank 0 by is one they can reach: rank 0 takes its end of a member's
   // connection, another rank its end of its connection to rank 0. A loopback one is kept only where nothing else can
   // be: for rank 0 when every member came over loopback, for the others when the root address was a loopback
-  // address given as such (a job on one machine). Where a root name led to loopback (127.0.1.1 from /etc/hosts), an
+  // address given as such, or a name loopback everywhere (localhost: a job on one machine). Where another root name
+  // led to loopback (127.0.1.1 from /etc/hosts), an
   // interface's address is taken instead.
   Address own{};
   bool found = false;
@@ -1273,6 +1416,9 @@ std::string Bootstrap::listenPointToPoint(bool rootNamed) {
   p2p_->listener = fd;
   Address bound{};
   bound.length = sizeof(bound.address);
+  // A long queue: every rank may connect at once (an all-to-all's first messages), and what waits in it costs this
+  // process no descriptor; strangers in it are accepted and dropped past a cap (PointToPoint::kMaxStrangers). A short
+  // one would drop ranks' SYNs behind a flood, to be retried only after the kernel's second or more.
   if (bind(fd, reinterpret_cast<const sockaddr*>(&own.address), own.length) != 0 || ::listen(fd, SOMAXCONN) != 0 ||
       getsockname(fd, reinterpret_cast<sockaddr*>(&bound.address), &bound.length) != 0)
     fail("rank " + std::to_string(rank_) + " cannot listen on " + addressText(own) +

@@ -466,10 +466,24 @@ void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstr
     registerSlots(conn, key.sending, key.peer);
     return true;
   };
+  // Waiting for a peer that has not arrived yet (a send/recv whose peer posts its side seconds later) yields at first,
+  // for the common case of a peer microseconds away, then sleeps, longer each time up to kLongestNap: yielding for the
+  // whole wait kept a core busy for up to NNS_COMM_TIMEOUT_MS (5 s of a peer's sleep cost 3 s of CPU). A connection
+  // made starts the yielding again.
+  constexpr auto kYieldFor = std::chrono::microseconds(500);
+  constexpr auto kShortestNap = std::chrono::microseconds(20);
+  constexpr auto kLongestNap = std::chrono::milliseconds(1);
+  auto lastProgress = Clock::now();
+  std::chrono::microseconds nap = kShortestNap;
+  size_t madeBefore = 0;
   for (;;) {
     bool all = true;
+    size_t made = 0;
     for (const auto& key : keys) {
-      if (advance(key)) continue;
+      if (advance(key)) {
+        ++made;
+        continue;
+      }
       all = false;
       // Two ranks that each send to the other before receiving (outside a group) each wait here for the other's
       // accept: accepting the peer's send/recv connection meanwhile lets both connections be made.
@@ -504,7 +518,20 @@ void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstr
                   "peer has not, or has died"
                 : ""));
     }
-    sched_yield();
+    const auto now = Clock::now();
+    if (made != madeBefore) {
+      madeBefore = made;
+      lastProgress = now;
+      nap = kShortestNap;
+    }
+    if (now - lastProgress < kYieldFor) {
+      sched_yield();
+    } else {
+      // Not past the deadline: the timeout is said when it is due, not up to a nap later, after a peer that gave up
+      // at the same moment has closed (its closed connection then said instead why this rank waited).
+      std::this_thread::sleep_for(std::min<Clock::duration>(nap, deadline - now));
+      nap = std::min<std::chrono::microseconds>(nap * 2, kLongestNap);
+    }
   }
 }
 

@@ -52,8 +52,11 @@ struct LaunchInfo {
 // NNS_RANK/NNS_WORLD_SIZE, then torchrun's RANK/WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_RANK/_SIZE, PMI_RANK/PMI_SIZE
 // (MPICH, Intel MPI), and last Slurm's SLURM_PROCID/SLURM_NTASKS, which every process of a step inherits, torchrun
 // or a Hydra proxy started by srun included; RANK/WORLD_SIZE without TORCHELASTIC_RUN_ID give way to Open MPI's and
-// PMI's (a stale export under mpirun). The root from NNS_ROOT_ADDR (host:port) or MASTER_ADDR/MASTER_PORT, under
-// torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True, the agent listening on MASTER_PORT) MASTER_PORT+1.
+// PMI's (a stale export under mpirun), and to Slurm's where their world is smaller than the step's (a stale export
+// under srun); NNS_RANK/NNS_WORLD_SIZE set by hand always win, with a warning where their world is smaller than a
+// launcher's around them. The root from NNS_ROOT_ADDR (host:port) or MASTER_ADDR/MASTER_PORT (either set but empty
+// is unset), under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True, the agent listening on MASTER_PORT)
+// MASTER_PORT+1.
 // Returns false with `error` set when something is missing or inconsistent.
 bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error);
 // Whether any launcher's rank or size variable (those above), or a root address (NNS_ROOT_ADDR, MASTER_ADDR), is set:
