@@ -1021,6 +1021,14 @@ TEST(CollNetExport, CountsAndScatterGatherPartsWiden) {
   EXPECT_EQ(collCalls.lastPartSizes[2], 4000000000u);
   EXPECT_EQ(Coll::v8.iallgather(reinterpret_cast<void*>(1), nullptr, 0, parts, 10, 0, 30, nullptr, &request),
             ncclInvalidArgument);
+  // v9..v11 have v12's layout in types of their own: copied (not read through a cast), with the same bounds.
+  ncclNetSGE_v11_t parts11[2] = {{nullptr, nullptr, 7}, {nullptr, nullptr, 5000000000ull}};
+  ASSERT_EQ(Coll::v11.iallgather(reinterpret_cast<void*>(1), nullptr, 2, parts11, 10, 0, 30, nullptr, &request),
+            ncclSuccess);
+  EXPECT_EQ(collCalls.lastParts, 2);
+  EXPECT_EQ(collCalls.lastPartSizes[1], 5000000000ull);
+  EXPECT_EQ(Coll::v11.iallgather(reinterpret_cast<void*>(1), nullptr, 0, parts11, 10, 0, 30, nullptr, &request),
+            ncclInvalidArgument);
 }
 
 TEST(CollNetExport, ReduceSupportNeverClaimsUserOpsOrUnknownTypes) {

@@ -23,8 +23,8 @@
 NCCL_NET_SDK_NAMESPACE_BEGIN
 namespace detail {
 
-// Most scatter-gather parts one iallgather/ireducescatter may carry through an old (v8) table; the SGEs are widened
-// into a stack array, so the data path stays allocation-free.
+// Most scatter-gather parts one iallgather/ireducescatter may carry through an old (v8..v11) table; the SGEs are
+// copied into a stack array of v12's, so the data path stays allocation-free.
 inline constexpr int kMaxSgeParts = 256;
 
 template <class Coll>
@@ -169,41 +169,26 @@ struct CollEntry {
                                    dataType, redOp, recvMhandle, request);
     });
   }
-  // v9..v11 declare their own SGE structs with the v12 layout (pinned in abi_checks.h): pass them through.
+  // Scatter-gather lists as v12's: v8 entries carry uint32_t sizes (widened here); v9..v11 declare structs of their own
+  // with v12's layout, copied too (reading them as ncclNetSGE_v12_t would read one type through another).
   template <class Sge>
-  static ncclResult_t iallgatherSameLayout(void* comm, void* sendData, int nRecvParts, Sge* recvParts,
-                                           size_t bytesPerRank, size_t windowOffset, size_t windowBytes,
-                                           void* sendMhandle, void** request) {
-    static_assert(sizeof(Sge) == sizeof(ncclNetSGE_v12_t));
-    return iallgather(comm, sendData, nRecvParts, reinterpret_cast<ncclNetSGE_v12_t*>(recvParts), bytesPerRank,
-                      windowOffset, windowBytes, sendMhandle, request);
-  }
-  template <class Sge>
-  static ncclResult_t ireducescatterSameLayout(void* comm, int nSendParts, Sge* sendParts, void* recvData,
-                                               size_t bytesPerRank, size_t windowOffset, size_t windowBytes,
-                                               ncclDataType_t dataType, ncclRedOp_t redOp, void* recvMhandle,
-                                               void** request) {
-    static_assert(sizeof(Sge) == sizeof(ncclNetSGE_v12_t));
-    return ireducescatter(comm, nSendParts, reinterpret_cast<ncclNetSGE_v12_t*>(sendParts), recvData, bytesPerRank,
-                          windowOffset, windowBytes, dataType, redOp, recvMhandle, request);
-  }
-  // v8 scatter-gather entries carry uint32_t sizes; widen them.
-  static ncclResult_t widenSges(const char* function, int n, const ncclNetSGE_v8_t* in, ncclNetSGE_v12_t* out) {
+  static ncclResult_t widenSges(const char* function, int n, const Sge* in, ncclNetSGE_v12_t* out) {
     NCCL_NET_SDK_REQUIRE(in != nullptr && n > 0 && n <= kMaxSgeParts, ncclInvalidArgument,
                          "%s: %d scatter-gather parts, expected 1..%d", function, n, kMaxSgeParts);
     for (int i = 0; i < n; ++i) out[i] = ncclNetSGE_v12_t{in[i].mhandle, in[i].address, in[i].size};
     return ncclSuccess;
   }
-  static ncclResult_t iallgatherV8(void* comm, void* sendData, int nRecvParts, ncclNetSGE_v8_t* recvParts,
-                                   size_t bytesPerRank, size_t windowOffset, size_t windowBytes, void* sendMhandle,
-                                   void** request) {
+  template <class Sge>
+  static ncclResult_t iallgatherOld(void* comm, void* sendData, int nRecvParts, Sge* recvParts, size_t bytesPerRank,
+                                    size_t windowOffset, size_t windowBytes, void* sendMhandle, void** request) {
     ncclNetSGE_v12_t parts[kMaxSgeParts];
     NCCL_NET_CHECK(widenSges("iallgather", nRecvParts, recvParts, parts));
     return iallgather(comm, sendData, nRecvParts, parts, bytesPerRank, windowOffset, windowBytes, sendMhandle, request);
   }
-  static ncclResult_t ireducescatterV8(void* comm, int nSendParts, ncclNetSGE_v8_t* sendParts, void* recvData,
-                                       size_t bytesPerRank, size_t windowOffset, size_t windowBytes,
-                                       ncclDataType_t dataType, ncclRedOp_t redOp, void* recvMhandle, void** request) {
+  template <class Sge>
+  static ncclResult_t ireducescatterOld(void* comm, int nSendParts, Sge* sendParts, void* recvData, size_t bytesPerRank,
+                                        size_t windowOffset, size_t windowBytes, ncclDataType_t dataType,
+                                        ncclRedOp_t redOp, void* recvMhandle, void** request) {
     ncclNetSGE_v12_t parts[kMaxSgeParts];
     NCCL_NET_CHECK(widenSges("ireducescatter", nSendParts, sendParts, parts));
     return ireducescatter(comm, nSendParts, parts, recvData, bytesPerRank, windowOffset, windowBytes, dataType, redOp,
@@ -428,8 +413,8 @@ struct CollNetTables {
       E::regMrDmaBuf,
       E::deregMr,
       E::iallreduce,
-      NCCL_NET_SDK_OPTIONAL(has_iallgather_v<Coll>, E::template iallgatherSameLayout<ncclNetSGE_v11_t>),
-      NCCL_NET_SDK_OPTIONAL(has_ireducescatter_v<Coll>, E::template ireducescatterSameLayout<ncclNetSGE_v11_t>),
+      NCCL_NET_SDK_OPTIONAL(has_iallgather_v<Coll>, E::template iallgatherOld<ncclNetSGE_v11_t>),
+      NCCL_NET_SDK_OPTIONAL(has_ireducescatter_v<Coll>, E::template ireducescatterOld<ncclNetSGE_v11_t>),
       E::iflush,
       E::test,
       E::closeColl,
@@ -449,8 +434,8 @@ struct CollNetTables {
       E::regMrDmaBuf,
       E::deregMr,
       E::iallreduce,
-      NCCL_NET_SDK_OPTIONAL(has_iallgather_v<Coll>, E::template iallgatherSameLayout<ncclNetSGE_v10_t>),
-      NCCL_NET_SDK_OPTIONAL(has_ireducescatter_v<Coll>, E::template ireducescatterSameLayout<ncclNetSGE_v10_t>),
+      NCCL_NET_SDK_OPTIONAL(has_iallgather_v<Coll>, E::template iallgatherOld<ncclNetSGE_v10_t>),
+      NCCL_NET_SDK_OPTIONAL(has_ireducescatter_v<Coll>, E::template ireducescatterOld<ncclNetSGE_v10_t>),
       E::iflush,
       E::test,
       E::closeColl,
@@ -469,8 +454,8 @@ struct CollNetTables {
       E::regMrDmaBuf,
       E::deregMr,
       E::iallreduce,
-      NCCL_NET_SDK_OPTIONAL(has_iallgather_v<Coll>, E::template iallgatherSameLayout<ncclNetSGE_v9_t>),
-      NCCL_NET_SDK_OPTIONAL(has_ireducescatter_v<Coll>, E::template ireducescatterSameLayout<ncclNetSGE_v9_t>),
+      NCCL_NET_SDK_OPTIONAL(has_iallgather_v<Coll>, E::template iallgatherOld<ncclNetSGE_v9_t>),
+      NCCL_NET_SDK_OPTIONAL(has_ireducescatter_v<Coll>, E::template ireducescatterOld<ncclNetSGE_v9_t>),
       E::iflush,
       E::test,
       E::closeColl,
@@ -489,8 +474,8 @@ struct CollNetTables {
       E::regMrDmaBuf,
       E::deregMr,
       E::iallreduceInt,
-      NCCL_NET_SDK_OPTIONAL(has_iallgather_v<Coll>, E::iallgatherV8),
-      NCCL_NET_SDK_OPTIONAL(has_ireducescatter_v<Coll>, E::ireducescatterV8),
+      NCCL_NET_SDK_OPTIONAL(has_iallgather_v<Coll>, E::template iallgatherOld<ncclNetSGE_v8_t>),
+      NCCL_NET_SDK_OPTIONAL(has_ireducescatter_v<Coll>, E::template ireducescatterOld<ncclNetSGE_v8_t>),
       E::iflush,
       E::test,
       E::closeColl,

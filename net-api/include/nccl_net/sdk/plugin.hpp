@@ -965,14 +965,19 @@ struct NetEntry {
       return net().setNetAttr(own, attr);
     });
   }
+  // v11's struct has v12's layout (pinned in abi_checks.h) but is a type of its own: copied, not read through a cast.
   static ncclResult_t setNetAttrV11(void* ctx, ncclNetAttr_v11_t* attr) {
-    return setNetAttr(ctx, reinterpret_cast<ncclNetAttr_v12_t*>(attr));
+    static_assert(sizeof(ncclNetAttr_v11_t) == sizeof(ncclNetAttr_v12_t));
+    if (attr == nullptr) return setNetAttr(ctx, nullptr);
+    ncclNetAttr_v12_t newest;
+    std::memcpy(&newest, attr, sizeof(newest));
+    return setNetAttr(ctx, &newest);
   }
 };
 
 // ---- the tables ---------------------------------------------------------------------------------------------------
-// ncclNetAttr_v11_t and _v12_t, and the device handles of every version, share one layout (pinned in
-// abi_checks.h), so those pointers pass through unchanged.
+// The device handles of every version share one layout (pinned in abi_checks.h) and are opaque here: those pointers
+// pass through unchanged.
 template <class Net>
 struct NetTables {
   using E = NetEntry<Net>;
@@ -1018,7 +1023,8 @@ struct NetTables {
       Net::kName,
       [](void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t logger,
          ncclProfilerCallback_t profiler) {
-        return E::initV11(11, ctx, commId, reinterpret_cast<ncclNetCommConfig_v12_t*>(config), logger, profiler);
+        ncclNetCommConfig_v12_t newest{config != nullptr ? config->trafficClass : NCCL_NET_TRAFFIC_CLASS_UNDEF};
+        return E::initV11(11, ctx, commId, &newest, logger, profiler);
       },
       E::devices,
       E::template getProperties<11, ncclNetProperties_v11_t>,
