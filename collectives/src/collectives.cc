@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "arguments.hpp"
@@ -59,6 +60,25 @@ void checkPlacement(const Communicator& comm, KernelLayer& kernels) {
   if (!kernels.onDevice() && !comm.slotsHostReadable())
     throw core::ArgumentError("host buffers on a communicator whose slots are GPU memory (" +
                               comm.slotMemoryDescription() + ")");
+}
+
+// GPU kernels load and store each element as its own type, which the GPU requires at a multiple of its size: a
+// misaligned element faults (cudaErrorMisalignedAddress), a sticky error that leaves the process's CUDA context
+// unusable. So a reduction's GPU buffers are refused here, before anything runs (the host layer takes any address).
+// The other collectives only copy (cudaMemcpyAsync), which takes any address. nullptr: a buffer the call ignores.
+void checkDeviceAlignment(const KernelLayer& kernels, ncclDataType_t type, size_t count, const void* send,
+                          const void* recv) {
+  if (!kernels.onDevice() || count == 0) return;
+  const size_t es = typeSize(type);
+  for (auto [name, buffer] : {std::pair{"send", send}, std::pair{"receive", recv}}) {
+    if (reinterpret_cast<uintptr_t>(buffer) % es == 0) continue;
+    char text[200];
+    std::snprintf(text, sizeof(text),
+                  "the %s buffer %p is not aligned to its %s elements: GPU buffers must start at a multiple of the "
+                  "element size (%zu bytes)",
+                  name, buffer, typeName(type), es);
+    throw core::ArgumentError(text);
+  }
 }
 
 // Working memory where the kernel layer's buffers live: the layer's own (GPU: on the device of `near`, one of the
@@ -184,6 +204,7 @@ Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requ
 void allReduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                KernelLayer& kernels, Algorithm algorithm) {
   checkArguments(type, send, recv, count, op, 1, detail::Layout::kSame, comm.rank());
+  checkDeviceAlignment(kernels, type, count, send, recv);
   const size_t es = typeSize(type);
   const int n = comm.size();
   const Call call = makeCall(comm, send, recv, type, op, kernels);
@@ -271,6 +292,7 @@ void allGather(Communicator& comm, const void* send, void* recv, size_t sendCoun
 void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recvCount, ncclDataType_t type,
                    ncclRedOp_t op, KernelLayer& kernels) {
   checkArguments(type, send, recv, recvCount, op, comm.size(), detail::Layout::kScatter, comm.rank());
+  checkDeviceAlignment(kernels, type, recvCount, send, recv);
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, op, kernels);
   if (isNoOp(comm, recvCount)) return;
@@ -320,6 +342,7 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
   checkRoot(comm, root);
   checkArguments(type, send, comm.rank() == root ? recv : send, count, op, 1,
                  comm.rank() == root ? detail::Layout::kSame : detail::Layout::kOne, comm.rank());
+  checkDeviceAlignment(kernels, type, count, send, comm.rank() == root ? recv : nullptr);
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, op, kernels);
   if (isNoOp(comm, count)) return;

@@ -1,10 +1,15 @@
-// cuda_kernels_test.cc: every type x op x count x misalignment of the CUDA kernels against the CPU reference.
+// cuda_kernels_test.cc: every type x op x count x misalignment of the CUDA kernels against the CPU reference, and the
+// refusal of misaligned GPU buffers (which needs no device).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 
+#include "../collectives/free_port.hpp"
+#include "nns/coll/collectives.hpp"
 #include "nns/core/loader.hpp"
 #include "nns/cuda/kernel_layer.hpp"
 #include "nns/cuda/kernels.hpp"
@@ -20,6 +25,10 @@ using namespace nns::cuda::check;
 
 class CudaReduce : public ::testing::TestWithParam<std::tuple<ncclDataType_t, ncclRedOp_t>> {};
 
+const char* outputName(Output output) {
+  return output == Output::kInA ? " in place (dst = a)" : output == Output::kInB ? " in place (dst = b)" : "";
+}
+
 TEST_P(CudaReduce, MatchesReferenceAtEveryCountAndOffset) {
   SKIP_WITHOUT_CUDA_DEVICE();
   auto [type, op] = GetParam();
@@ -27,10 +36,32 @@ TEST_P(CudaReduce, MatchesReferenceAtEveryCountAndOffset) {
   unsigned seed = 1;
   for (size_t count : kCounts)
     for (const auto& offset : offsets)
-      for (bool inPlace : {false, true})
-        EXPECT_EQ(checkReduce(type, op, count, offset[0], offset[1], offset[2], inPlace, seed++), "")
+      for (Output output : {Output::kSeparate, Output::kInA, Output::kInB})
+        EXPECT_EQ(checkReduce(type, op, count, offset[0], offset[1], offset[2], output, seed++), "")
             << "count " << count << " offsets " << offset[0] << "/" << offset[1] << "/" << offset[2]
-            << (inPlace ? " in place" : "");
+            << outputName(output);
+}
+
+// NaN (any NaN matches any NaN: the GPU's is canonical), infinities, float16 overflow, fp8 saturation, subnormals.
+TEST_P(CudaReduce, MatchesReferenceAtTheFormatsEdges) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  auto [type, op] = GetParam();
+  const size_t offsets[][3] = {{0, 0, 0}, {1, 1, 1}, {0, 1, 2}};
+  unsigned seed = 1;
+  for (size_t count : kEdgeCounts)
+    for (const auto& offset : offsets)
+      for (Output output : {Output::kSeparate, Output::kInB})
+        EXPECT_EQ(checkReduce(type, op, count, offset[0], offset[1], offset[2], output, seed++, Values::kEdges), "")
+            << "count " << count << " offsets " << offset[0] << "/" << offset[1] << "/" << offset[2]
+            << outputName(output);
+}
+
+// A count sized from the SM count, so that every thread runs the unrolled loop (no count above reaches it).
+TEST_P(CudaReduce, UnrolledLoopMatchesReference) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  auto [type, op] = GetParam();
+  EXPECT_EQ(checkReduce(type, op, largeCount(type), 1, 1, 1, Output::kInB, 1, Values::kEdges), "")
+      << "count " << largeCount(type);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, CudaReduce,
@@ -44,10 +75,14 @@ class CudaDivide : public ::testing::TestWithParam<ncclDataType_t> {};
 
 TEST_P(CudaDivide, AvgFinalizeMatchesReference) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (int divisor : {2, 3, 7, 128, 256})  // 128 and 256: more ranks than an 8-bit type holds
+  for (int divisor : {2, 3, 7, 128, 256}) {  // 128 and 256: more ranks than an 8-bit type holds
     for (size_t count : kCounts)
       EXPECT_EQ(checkDivide(GetParam(), count, divisor, static_cast<unsigned>(count) + divisor), "")
           << "divisor " << divisor << " count " << count;
+    for (size_t count : kEdgeCounts)
+      EXPECT_EQ(checkDivide(GetParam(), count, divisor, static_cast<unsigned>(count) + divisor, Values::kEdges), "")
+          << "divisor " << divisor << " count " << count << " edge values";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaDivide, ::testing::ValuesIn(kTypes),
@@ -55,7 +90,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, CudaDivide, ::testing::ValuesIn(kTypes),
 
 TEST(CudaCopy, CopiesEveryByteAtAnyOffset) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (size_t bytes : {size_t{1}, size_t{15}, size_t{4097}, size_t{(1u << 22) + 5}})
+  for (size_t bytes : {size_t{1}, size_t{15}, size_t{4097}, size_t{(1u << 22) + 5}, largeCopyBytes()})
     for (size_t offset : {size_t{0}, size_t{3}})
       EXPECT_EQ(checkCopy(bytes, offset, offset == 0 ? 0 : 7, static_cast<unsigned>(bytes)), "") << bytes;
 }
@@ -96,6 +131,76 @@ TEST(CudaSlotMemory, AMalformedSwitchIsRefused) {
     }
     unsetenv(name);
   }
+}
+
+// Needs no device: a misaligned element would fault on the GPU (cudaErrorMisalignedAddress, sticky for the whole
+// context), so the kernels refuse such pointers before any CUDA call. The pointers are never dereferenced.
+TEST(CudaKernels, MisalignedPointersAreRefusedBeforeAnyLaunch) {
+  alignas(16) static char memory[64];
+  char* aligned = memory;
+  char* odd = memory + 2;  // a multiple of 2 but not of 4 or 8
+  EXPECT_EQ(nns::cuda::reduce(odd, aligned, aligned, 4, ncclFloat32, ncclSum, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(nns::cuda::reduce(aligned, odd, aligned, 4, ncclFloat32, ncclSum, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(nns::cuda::reduce(aligned, aligned, odd, 4, ncclInt64, ncclMax, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(nns::cuda::reduce(aligned, aligned, memory + 1, 4, ncclBfloat16, ncclProd, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(nns::cuda::divide(odd, 4, ncclFloat64, 3, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(nns::cuda::reduce(odd, odd, odd, 0, ncclFloat32, ncclSum, nullptr), cudaSuccess);  // nothing to do
+}
+
+// TEST DOUBLE for the GPU kernel layer (no device needed): says its buffers are GPU memory and fails the test if
+// the collective reaches it.
+class DeviceLayerStandIn final : public nns::coll::KernelLayer {
+ public:
+  void reduce(void*, const void*, size_t, ncclDataType_t, ncclRedOp_t) override { ADD_FAILURE() << "ran"; }
+  void divide(void*, size_t, ncclDataType_t, int) override { ADD_FAILURE() << "ran"; }
+  void copy(void*, const void*, size_t) override { ADD_FAILURE() << "ran"; }
+  bool onDevice() const override { return true; }
+};
+
+// Needs no device: the collectives refuse misaligned GPU buffers at the call, naming the buffer, its address and the
+// element size, before the slot placement check or anything else, and the communicator stays usable.
+TEST(CudaCollectives, MisalignedDeviceBuffersAreAnArgumentError) {
+  nns::core::LaunchInfo launch{0, 1, "127.0.0.1", nns::test::freeLoopbackPort(), "test"};
+  nns::core::CommOptions options;
+  options.plugin = "socket";
+  options.searchDirs = {NNS_PLUGIN_DIR};
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  nns::core::Communicator comm(launch, options);
+  DeviceLayerStandIn device;
+  alignas(16) static float memory[16];
+  const char* base = reinterpret_cast<const char*>(memory);
+  void* odd = const_cast<char*>(base + 2);
+  auto refusal = [&](auto call) -> std::string {
+    try {
+      call();
+    } catch (const nns::core::ArgumentError& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("not an ArgumentError: ") + e.what();
+    }
+    return "accepted";
+  };
+  char address[32];
+  std::snprintf(address, sizeof(address), "%p", odd);
+  const std::string sendText = std::string("the send buffer ") + address +
+                               " is not aligned to its float elements: GPU buffers must start at a multiple of the "
+                               "element size (4 bytes)";
+  EXPECT_EQ(refusal([&] { nns::coll::allReduce(comm, odd, memory + 8, 2, ncclFloat32, ncclSum, device); }), sendText);
+  EXPECT_EQ(refusal([&] { nns::coll::reduceScatter(comm, memory + 8, odd, 2, ncclFloat32, ncclMax, device); }),
+            std::string("the receive buffer ") + address +
+                " is not aligned to its float elements: GPU buffers must start at a multiple of the element size "
+                "(4 bytes)");
+  EXPECT_EQ(refusal([&] { nns::coll::reduce(comm, odd, memory + 8, 2, ncclFloat32, ncclSum, 0, device); }), sendText);
+  EXPECT_NE(refusal([&] {
+              nns::coll::allReduce(comm, odd, odd, 1, ncclFloat64, ncclSum, device);
+            }).find("its double elements"),
+            std::string::npos);
+  // 2-byte elements at a 2-byte offset are aligned: the refusal is then the placement check's (host slots).
+  EXPECT_NE(refusal([&] {
+              nns::coll::allReduce(comm, odd, odd, 2, ncclFloat16, ncclSum, device);
+            }).find("slots the GPU cannot read"),
+            std::string::npos);
+  EXPECT_EQ(comm.asyncError(), "") << "an argument error must not fail the communicator";
 }
 
 TEST(CudaKernelLayer, DeviceBufferAvgReducesThenDivides) {

@@ -461,8 +461,9 @@ int runTool(int argc, char** argv) {
         return recvDevice.at(p - recvBuffer.data());
       };
       // cudaMemcpy from pageable memory may return before the DMA into the GPU is done, and only work on the legacy
-      // default stream is ordered after it: the slots' copies run on a non-blocking stream of their own, so wait
-      // for the device before a run reads what was uploaded.
+      // default stream is ordered after it. The slots' copies run on a blocking stream of their own (ordered after
+      // that work) and the kernels on the per-thread stream; waiting for the device makes the upload complete
+      // whatever stream reads it.
       upload = [&, checkCuda](unsigned char* p, size_t bytes) {
         checkCuda(cudaMemcpy(onDevice(p), p, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the GPU");
         checkCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after the upload");

@@ -1,4 +1,5 @@
-// check_main.cc: nns-cuda-reduce-check: PASS/FAIL per type x op (every count and misalignment), exit 1 on any failure.
+// check_main.cc: nns-cuda-reduce-check: PASS/FAIL per type x op (every count, misalignment and in-place form, edge
+// values, a count through the unrolled loop), exit 1 on any failure.
 #include <cstdio>
 #include <string>
 
@@ -19,22 +20,33 @@ int main() {
     for (ncclRedOp_t op : kOps) {
       std::string failure;
       unsigned seed = 1;
-      auto check = [&](size_t count, const size_t(&offset)[3], bool inPlace) {
+      auto check = [&](size_t count, const size_t(&offset)[3], Output output, Values values) {
         ++checks;
-        std::string error = checkReduce(type, op, count, offset[0], offset[1], offset[2], inPlace, seed++);
+        std::string error = checkReduce(type, op, count, offset[0], offset[1], offset[2], output, seed++, values);
         if (!error.empty() && failure.empty())
           failure = "count " + std::to_string(count) + " offsets " + std::to_string(offset[0]) + "/" +
-                    std::to_string(offset[1]) + "/" + std::to_string(offset[2]) + (inPlace ? " in place" : "") + ": " +
-                    error;
+                    std::to_string(offset[1]) + "/" + std::to_string(offset[2]) +
+                    (output == Output::kInA   ? " in place (dst = a)"
+                     : output == Output::kInB ? " in place (dst = b)"
+                                              : "") +
+                    (values == Values::kEdges ? " edge values" : "") + ": " + error;
       };
       for (size_t count : kCounts)
         for (const auto& offset : offsets)
-          for (bool inPlace : {false, true}) check(count, offset, inPlace);
-      // The kernel's 4-deep unrolled loop runs only past 3 grid strides of 16-byte vectors (a grid of 4 blocks of 512
-      // threads per SM: over 2^21 vectors on a 132-SM GPU), which no count above reaches: 2^23 + 3 elements, on the
-      // vector path with and without a scalar head.
-      for (int which : {0, 1})
-        for (bool inPlace : {false, true}) check(kLargeCount, offsets[which], inPlace);
+          for (Output output : {Output::kSeparate, Output::kInA, Output::kInB})
+            check(count, offset, output, Values::kModerate);
+      // NaN, infinities, overflow and saturation, subnormals: on the vector path with and without a scalar head, and
+      // on the scalar one.
+      for (size_t count : kEdgeCounts)
+        for (int which : {0, 1, 3})
+          for (Output output : {Output::kSeparate, Output::kInB}) check(count, offsets[which], output, Values::kEdges);
+      // A thread runs the kernel's 4-deep unrolled loop only while 4 grid strides of 16-byte vectors remain from its
+      // index (4 blocks of 512 threads per SM: 270336 vectors, 4.3 MB, per stride on a 132-SM GPU), which none of the
+      // counts above reaches: a count sized from this GPU's SM count (largeCount) takes every thread through it, with
+      // and without a scalar head. Two runs only: the CPU side (inputs and reference) of each takes about a second
+      // for 1-byte types, and scripts/gpu-checks.sh gives the whole check 180 s.
+      check(largeCount(type), offsets[0], Output::kSeparate, Values::kModerate);
+      check(largeCount(type), offsets[1], Output::kInB, Values::kEdges);
       std::printf("%s reduce %-8s %-5s %s\n", failure.empty() ? "PASS" : "FAIL", typeName(type), opName(op),
                   failure.c_str());
       failures += !failure.empty();
@@ -42,17 +54,22 @@ int main() {
     std::string failure;
     for (int divisor : {2, 3, 7, 128, 256}) {  // 128 and 256: more ranks than an 8-bit type holds
       for (size_t count : kCounts) {
-        ++checks;
-        std::string error = checkDivide(type, count, divisor, static_cast<unsigned>(count) + divisor);
-        if (!error.empty() && failure.empty())
-          failure = "divisor " + std::to_string(divisor) + " count " + std::to_string(count) + ": " + error;
+        for (Values values : {Values::kModerate, Values::kEdges}) {
+          if (values == Values::kEdges && count > 4099) continue;
+          ++checks;
+          std::string error = checkDivide(type, count, divisor, static_cast<unsigned>(count) + divisor, values);
+          if (!error.empty() && failure.empty())
+            failure = "divisor " + std::to_string(divisor) + " count " + std::to_string(count) +
+                      (values == Values::kEdges ? " edge values" : "") + ": " + error;
+        }
       }
     }
     std::printf("%s divide %-8s %s\n", failure.empty() ? "PASS" : "FAIL", typeName(type), failure.c_str());
     failures += !failure.empty();
   }
   std::string failure;
-  for (size_t bytes : {size_t{1}, size_t{15}, size_t{4097}, size_t{(1u << 22) + 5}}) {
+  // The largest: every thread through the unrolled loop (largeCopyBytes), at aligned and different offsets.
+  for (size_t bytes : {size_t{1}, size_t{15}, size_t{4097}, size_t{(1u << 22) + 5}, largeCopyBytes()}) {
     for (size_t offset : {size_t{0}, size_t{3}}) {
       ++checks;
       std::string error = checkCopy(bytes, offset, offset == 0 ? 0 : 7, static_cast<unsigned>(bytes));

@@ -69,13 +69,48 @@ void store(uint8_t* p, T v) {
   std::memcpy(p, &v, sizeof(v));
 }
 
+// Bit patterns at the edges of each format, stored little-endian in the element's bytes: NaNs (both signs, quiet
+// and signalling, with payloads), infinities, the largest finite values and ones whose sums or products pass them
+// (float16 to infinity, fp8 saturating at 448 or 57344), the smallest and largest subnormals and the smallest normal,
+// signed zeros, and a small normal whose square is subnormal; integers at 0, 1, -1 and their extremes.
+std::vector<uint64_t> edgeBits(ncclDataType_t type) {
+  switch (type) {
+    case ncclFloat16:  // 49152 (0x7a00) + 49152 and 300 (0x5cb0) x 300 overflow; 2^-10 (0x1400) squared is subnormal
+      return {0x7e00, 0xfe01, 0x7d00, 0x7c00, 0xfc00, 0x7bff, 0xfbff, 0x7a00,
+              0x5cb0, 0x0001, 0x8001, 0x03ff, 0x0400, 0x0000, 0x8000, 0x1400};
+    case ncclBfloat16:
+      return {0x7fc0, 0xffc1, 0x7f81, 0x7f80, 0xff80, 0x7f7f, 0xff7f,
+              0x7f00, 0x0001, 0x807f, 0x0080, 0x0000, 0x8000, 0x1f80};
+    case ncclFloat32:
+      return {0x7fc00000, 0xffc00001, 0x7f800001, 0x7f800000, 0xff800000, 0x7f7fffff, 0xff7fffff,
+              0x7f000000, 0x00000001, 0x807fffff, 0x00800000, 0x00000000, 0x80000000, 0x1f800000};
+    case ncclFloat64:
+      return {0x7ff8000000000000, 0xfff8000000000001, 0x7ff0000000000001, 0x7ff0000000000000, 0xfff0000000000000,
+              0x7fefffffffffffff, 0xffefffffffffffff, 0x7fe0000000000000, 0x0000000000000001, 0x800fffffffffffff,
+              0x0010000000000000, 0x0000000000000000, 0x8000000000000000, 0x1ff0000000000000};
+    case ncclFloat8e4m3:  // no infinity; 448 (0x7e), 256 (0x78) and 192 (0x74) saturate when added or multiplied
+      return {0x7f, 0xff, 0x7e, 0xfe, 0x78, 0x74, 0x01, 0x81, 0x07, 0x08, 0x00, 0x80, 0x18};
+    case ncclFloat8e5m2:
+      return {0x7f, 0xfd, 0x7e, 0x7c, 0xfc, 0x7b, 0xfb, 0x78, 0x01, 0x81, 0x03, 0x04, 0x00, 0x80, 0x1c};
+    default: {
+      const unsigned bits = 8 * static_cast<unsigned>(sizeOf(type));
+      const uint64_t all = bits == 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+      return {0, 1, all, all >> 1, uint64_t{1} << (bits - 1), (all >> 1) - 1};
+    }
+  }
+}
+
 // Random elements of moderate size (products of two stay finite in every format, fp8 included); integers over
-// their whole range so sums and products wrap.
-void fill(ncclDataType_t type, uint8_t* p, size_t count, std::mt19937_64& rng) {
+// their whole range so sums and products wrap. With Values::kEdges about half are edgeBits instead.
+void fill(ncclDataType_t type, uint8_t* p, size_t count, std::mt19937_64& rng, Values values) {
   std::uniform_real_distribution<double> real(-12.0, 12.0);
+  const std::vector<uint64_t> edges = values == Values::kEdges ? edgeBits(type) : std::vector<uint64_t>{};
   for (size_t i = 0; i < count; ++i) {
     uint8_t* e = p + i * sizeOf(type);
-    if (isSmallFloat(type)) {
+    if (!edges.empty() && rng() % 2 == 0) {
+      const uint64_t bits = edges[rng() % edges.size()];
+      std::memcpy(e, &bits, sizeOf(type));  // little-endian: the low bytes are the element
+    } else if (isSmallFloat(type)) {
       uint32_t bits = narrowSmall(type, real(rng));
       if (sizeOf(type) == 1)
         store<uint8_t>(e, static_cast<uint8_t>(bits));
@@ -156,21 +191,49 @@ struct DeviceBuffer {
   uint8_t* bytes() const { return static_cast<uint8_t*>(ptr); }
 };
 
+// The element's bits (little-endian) say NaN in its format; integers never are.
+bool isNaN(ncclDataType_t type, uint64_t bits) {
+  switch (type) {
+    case ncclFloat16: return (bits & 0x7fff) > 0x7c00;
+    case ncclBfloat16: return (bits & 0x7fff) > 0x7f80;
+    case ncclFloat32: return (bits & 0x7fffffff) > 0x7f800000;
+    case ncclFloat64: return (bits & 0x7fffffffffffffff) > 0x7ff0000000000000;
+    case ncclFloat8e4m3: return (bits & 0x7f) == 0x7f;
+    case ncclFloat8e5m2: return (bits & 0x7f) > 0x7c;
+    default: return false;
+  }
+}
+
+// Bit for bit, except that any NaN matches any NaN: NVIDIA's arithmetic returns its canonical NaN (0x7fff,
+// 0x7fffffff, ...) where the CPU reference keeps a NaN operand's sign and payload.
 std::string firstMismatch(ncclDataType_t type, const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
                           size_t count) {
   size_t es = sizeOf(type);
   for (size_t i = 0; i < count; ++i) {
-    if (std::memcmp(&got[i * es], &want[i * es], es) != 0) {
-      uint64_t g = 0, w = 0;
-      std::memcpy(&g, &got[i * es], es);
-      std::memcpy(&w, &want[i * es], es);
-      char text[160];
-      std::snprintf(text, sizeof(text), "element %zu of %zu: got bits 0x%llx, want 0x%llx", i, count,
-                    static_cast<unsigned long long>(g), static_cast<unsigned long long>(w));
-      return text;
-    }
+    uint64_t g = 0, w = 0;
+    std::memcpy(&g, &got[i * es], es);
+    std::memcpy(&w, &want[i * es], es);
+    if (g == w || (isNaN(type, g) && isNaN(type, w))) continue;
+    char text[160];
+    std::snprintf(text, sizeof(text), "element %zu of %zu: got bits 0x%llx, want 0x%llx", i, count,
+                  static_cast<unsigned long long>(g), static_cast<unsigned long long>(w));
+    return text;
   }
   return "";
+}
+
+// Vectors (16 bytes) per buffer that take every thread of the largest grid through the unrolled loop once and half
+// of them through the one-vector loop after it: the grid has kReduceBlocksPerSm x kReduceThreads threads per SM,
+// and a thread unrolls while kReduceUnroll grid strides of vectors remain from its index.
+size_t largeVectors() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
+    (void)cudaGetLastError();
+    sms = 132;  // an H100 or H200; the check's own CUDA calls then report what is wrong
+  }
+  const size_t stride = static_cast<size_t>(sms) * kReduceBlocksPerSm * kReduceThreads;
+  return kReduceUnroll * stride + stride / 2;
 }
 
 }  // namespace
@@ -187,20 +250,20 @@ const char* opName(ncclRedOp_t op) {
 }
 
 std::string checkReduce(ncclDataType_t type, ncclRedOp_t op, size_t count, size_t dstOffset, size_t aOffset,
-                        size_t bOffset, bool inPlace, unsigned seed) {
+                        size_t bOffset, Output output, unsigned seed, Values values) {
   size_t es = sizeOf(type);
-  if (inPlace) dstOffset = aOffset;
+  const bool inPlace = output != Output::kSeparate;
   std::mt19937_64 rng(seed);
   std::vector<uint8_t> a(count * es), b(count * es), want(count * es), got(count * es);
-  fill(type, a.data(), count, rng);
-  fill(type, b.data(), count, rng);
+  fill(type, a.data(), count, rng, values);
+  fill(type, b.data(), count, rng, values);
   for (size_t i = 0; i < count; ++i) referenceOne(type, op, &a[i * es], &b[i * es], &want[i * es]);
   size_t slack = 16 * es;
   DeviceBuffer da(count * es + slack), db(count * es + slack), dd(count * es + slack);
   if (!da.ptr || !db.ptr || !dd.ptr) return "cudaMalloc failed";
   uint8_t* pa = da.bytes() + aOffset * es;
   uint8_t* pb = db.bytes() + bOffset * es;
-  uint8_t* pd = inPlace ? pa : dd.bytes() + dstOffset * es;
+  uint8_t* pd = output == Output::kInA ? pa : output == Output::kInB ? pb : dd.bytes() + dstOffset * es;
   cudaError_t e;
   if ((e = cudaMemcpy(pa, a.data(), a.size(), cudaMemcpyHostToDevice)) != cudaSuccess) return cudaText("copy a", e);
   if ((e = cudaMemcpy(pb, b.data(), b.size(), cudaMemcpyHostToDevice)) != cudaSuccess) return cudaText("copy b", e);
@@ -220,11 +283,11 @@ std::string checkReduce(ncclDataType_t type, ncclRedOp_t op, size_t count, size_
   return firstMismatch(type, got, want, count);
 }
 
-std::string checkDivide(ncclDataType_t type, size_t count, int divisor, unsigned seed) {
+std::string checkDivide(ncclDataType_t type, size_t count, int divisor, unsigned seed, Values values) {
   size_t es = sizeOf(type);
   std::mt19937_64 rng(seed);
   std::vector<uint8_t> in(count * es), want(count * es), got(count * es);
-  fill(type, in.data(), count, rng);
+  fill(type, in.data(), count, rng, values);
   for (size_t i = 0; i < count; ++i) {
     const uint8_t* x = &in[i * es];
     uint8_t* w = &want[i * es];
@@ -274,6 +337,14 @@ std::string checkCopy(size_t bytes, size_t dstOffset, size_t srcOffset, unsigned
   if ((e = cudaMemcpy(got.data(), dd.bytes() + dstOffset, bytes, cudaMemcpyDeviceToHost)) != cudaSuccess)
     return cudaText("copy back", e);
   return firstMismatch(ncclUint8, got, src, bytes);
+}
+
+size_t largeCount(ncclDataType_t type) {
+  return largeVectors() * (16 / sizeOf(type)) + 3;
+}
+
+size_t largeCopyBytes() {
+  return largeVectors() * 16 + 5;
 }
 
 }  // namespace nns::cuda::check

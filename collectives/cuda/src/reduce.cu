@@ -12,9 +12,10 @@
 namespace nns::cuda {
 namespace {
 
-constexpr int kThreads = 512;
-constexpr int kUnroll = 4;  // independent 16-byte loads in flight per thread before the first use
-constexpr int kBlocksPerSm = 4;
+// In kernels.hpp, so that the check can size a count that reaches the unrolled loop on every thread.
+constexpr int kThreads = kReduceThreads;
+constexpr int kUnroll = kReduceUnroll;  // independent 16-byte loads in flight per thread before the first use
+constexpr int kBlocksPerSm = kReduceBlocksPerSm;
 
 // Integer sum/prod wrap around (two's complement) through the unsigned type: signed overflow would be undefined.
 template <class T>
@@ -162,6 +163,7 @@ __device__ __forceinline__ Vec<T> applyVec(const Vec<T>& x, const Vec<T>& y) {
 
 // dst, a and b share the same offset modulo 16 bytes when vectorized: the host splits off the unaligned head, hands
 // the aligned middle as whole vectors, and the scalar loop covers head and tail (and everything when offsets differ).
+// Every pointer is a multiple of sizeof(T) (launch refuses others): the scalar loop's loads and stores are typed.
 template <class T, class Op>
 __global__ void __launch_bounds__(kThreads)
     reduceKernel(T* __restrict__ dst, const T* __restrict__ a, const T* __restrict__ b, size_t head, size_t vecCount,
@@ -183,10 +185,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) dv[i + u * stride] = applyVec<T, Op>(x[u], y[u]);
   }
+  // A collective's pieces (a slot, 512 KiB at most) run only this loop: gridFor gives them about a thread per vector.
+  // b is copied into a register first, as above: handed to applyVec by reference, nvcc loaded it an element at a time
+  // (16 one-byte loads per vector for uint8 and the copy kernel).
   for (; i < vecCount; i += stride) {
     Vec<T> x;
     if constexpr (readsA<Op>()) x = av[i];
-    dv[i] = applyVec<T, Op>(x, bv[i]);
+    const Vec<T> y = bv[i];
+    dv[i] = applyVec<T, Op>(x, y);
   }
   // Scalar part: the head [0, head) and the tail [head + vecCount * V, count).
   const size_t tailStart = head + vecCount * V;
@@ -214,9 +220,13 @@ cudaError_t launch(void* dst, const void* a, const void* b, size_t count, cudaSt
   if (count == 0) return cudaSuccess;
   constexpr size_t V = Vec<T>::kElems;
   auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+  // PTX needs every load and store at a multiple of its size: an element that straddles one faults with
+  // cudaErrorMisalignedAddress, which is sticky and leaves the process's CUDA context unusable. The collectives
+  // refuse such buffers at the call; this keeps a direct caller's mistake a plain launch error.
+  if (addr(dst) % sizeof(T) != 0 || addr(b) % sizeof(T) != 0 || (readsA<Op>() && addr(a) % sizeof(T) != 0))
+    return cudaErrorInvalidValue;
   const uintptr_t misalign = addr(dst) % 16;
-  bool sameOffset =
-      addr(b) % 16 == misalign && (!readsA<Op>() || addr(a) % 16 == misalign) && misalign % sizeof(T) == 0;
+  bool sameOffset = addr(b) % 16 == misalign && (!readsA<Op>() || addr(a) % 16 == misalign);
   size_t head = count, vecCount = 0;
   if (sameOffset) {
     head = misalign == 0 ? 0 : (16 - misalign) / sizeof(T);
@@ -280,6 +290,7 @@ __global__ void __launch_bounds__(kThreads) divideKernel(T* buf, size_t count, i
 template <class T>
 cudaError_t launchDivide(void* buf, size_t count, int divisor, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
+  if (reinterpret_cast<uintptr_t>(buf) % sizeof(T) != 0) return cudaErrorInvalidValue;  // as launch: a sticky fault
   T* values = static_cast<T*>(buf);
   void* args[] = {&values, &count, &divisor};
   return cudaLaunchKernel(reinterpret_cast<const void*>(&divideKernel<T>), dim3(gridFor(count)), dim3(kThreads), args,

@@ -11,14 +11,25 @@ namespace nns::cuda {
 
 // dst[i] = a[i] op b[i] for every ncclDataType_t and ncclSum/Prod/Max/Min/Avg. Avg accumulates like sum here; the
 // final step calls divide() once with the rank count, so partial sums never lose precision to early scaling.
-// dst may alias a or b exactly (in place); any alignment is accepted (16-byte vectors where the pointers allow).
+// dst may alias a or b exactly (in place). Each pointer must be a multiple of the element size, as the GPU's typed
+// loads need (a misaligned element would fault and leave the CUDA context unusable): otherwise cudaErrorInvalidValue
+// and nothing is launched. Beyond that any offset works: 16-byte vectors where dst, a and b share one modulo 16,
+// element by element where they do not.
 cudaError_t reduce(void* dst, const void* a, const void* b, size_t count, ncclDataType_t type, ncclRedOp_t op,
                    cudaStream_t stream);
 // buf[i] = buf[i] / divisor: integer division for integer types (as the CPU path), float division otherwise
-// (16-bit floats and fp8 computed in float and rounded to nearest even).
+// (16-bit floats and fp8 computed in float and rounded to nearest even). buf must be aligned as for reduce().
 cudaError_t divide(void* buf, size_t count, ncclDataType_t type, int divisor, cudaStream_t stream);
-// A vectorized copy kernel (cudaMemcpyAsync is the alternative; this one keeps the copy on the compute engines).
+// A vectorized copy kernel (cudaMemcpyAsync is the alternative; this one keeps the copy on the compute engines). Any
+// byte offsets.
 cudaError_t copy(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+
+// reduce()'s and copy()'s launch: up to kReduceBlocksPerSm blocks of kReduceThreads threads per SM, each thread
+// taking kReduceUnroll 16-byte vectors of each input at a time while that many grid strides of vectors remain, then
+// one at a time. Public so that a check can pick counts that reach each loop on a given GPU.
+inline constexpr int kReduceThreads = 512;
+inline constexpr int kReduceBlocksPerSm = 4;
+inline constexpr int kReduceUnroll = 4;
 
 // True when ptr is device memory (cudaMalloc, or managed) as seen by cudaPointerGetAttributes; host, pinned host and
 // unknown pointers are false, so the schedule can pick the kernel layer by buffer location.
