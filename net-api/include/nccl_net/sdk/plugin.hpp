@@ -124,6 +124,7 @@ namespace detail {
 // and a non-const getDeviceMr) and a member template, and the SDK would then export NULL or its own default without
 // a word. So a class derived from T and from one with a data member of the name is probed too: naming the member
 // there is ambiguous exactly when T has one (not possible for a final class, which only the first probe sees).
+// NOLINTBEGIN(bugprone-macro-parentheses): `member` is a name being declared; (member) would not declare it.
 #define NCCL_NET_SDK_DETECT(member)                                                                     \
   template <class T, class = void>                                                                      \
   struct address_##member : std::false_type {};                                                         \
@@ -152,6 +153,7 @@ NCCL_NET_SDK_DETECT(setNetAttr)
 NCCL_NET_SDK_DETECT(iallgather)
 NCCL_NET_SDK_DETECT(ireducescatter)
 #undef NCCL_NET_SDK_DETECT
+// NOLINTEND(bugprone-macro-parentheses)
 
 // ---- compile-time checks of the vendor class ------------------------------------------------------------------
 // A byte count that converts to size_t (or another unsigned type at least as wide) and to nothing else. The
