@@ -538,8 +538,9 @@ namespace {
 
 // A complete launcher's size, or 0 where its variables are not both set or are not a size.
 int sizeFrom(const Launcher& l) {
+  const char* text = std::getenv(l.size);
   int size = 0;
-  return isSet(l.rank) && isSet(l.size) && parseInt(std::getenv(l.size), &size) && size >= 1 ? size : 0;
+  return isSet(l.rank) && text != nullptr && *text != '\0' && parseInt(text, &size) && size >= 1 ? size : 0;
 }
 
 // The size of the launcher of that name in the table above, as sizeFrom gives it.
@@ -1476,6 +1477,55 @@ void Bootstrap::send(int peer, uint32_t tag, const std::string& data) {
     if (what.rfind(who, 0) == 0) throw;
     fail(who + what, e.result());
   }
+}
+
+bool Bootstrap::probe(int peer, std::chrono::milliseconds connectWithin) {
+  const std::string who = "rank " + std::to_string(peer) + " cannot be reached (it died, failed or destroyed its " +
+                          "communicator): ";
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    fail("rank " + std::to_string(rank_) + " probing rank " + std::to_string(peer) + ": not another rank of " +
+             std::to_string(size_),
+         Result::kInvalidUsage);
+  std::lock_guard<std::mutex> lock(p2p_->mutex);
+  int& fd = p2p_->outgoing[peer];
+  const Address& to = p2p_->peers[peer];
+  if (fd < 0) {
+    const int s = socket(to.address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return false;  // this rank's trouble, not the peer's: the wait's own timeout decides
+    const int err = connectBefore(s, to.address, to.length, Clock::now() + connectWithin);
+    if (err != 0) {
+      close(s);
+      // Only a refusal says the peer is gone (nothing listens on its port); a timeout or an unreachable network
+      // says nothing of it.
+      if (err == ECONNREFUSED)
+        fail(who + "its bootstrap port at " + addressText(to) + " refused a connection", Result::kRemoteError);
+      return false;
+    }
+    int one = 1;
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    // Kept as this rank's connection to the peer, as a first send would have made it: the hello goes at once, so the
+    // peer files it as this rank's and never closes it as a stranger's.
+    const PointToPointHello hello{kPointToPointMagic, kJoinVersion, job_, rank_, peer};
+    try {
+      sendAll(s, &hello, sizeof(hello), Clock::now() + connectWithin);
+    } catch (const BootstrapError&) {
+      close(s);
+      return false;
+    }
+    fd = s;
+  }
+  // The peer never writes on this connection: anything to read is its end closing (its process exited, which the
+  // kernel did for it) or an error.
+  if (const std::string left = hangUp(fd); !left.empty()) {
+    close(fd);
+    fd = -1;
+    // hangUp's phrase is "closed ... (it died or failed)" or "broke ... (<the socket's error>)".
+    const bool closed = left.rfind("closed", 0) == 0;
+    fail(who + (closed ? "it closed its end of this rank's bootstrap connection to it"
+                       : "this rank's bootstrap connection to it broke" + left.substr(left.find(" ("))),
+         Result::kRemoteError);
+  }
+  return true;
 }
 
 std::string Bootstrap::pointToPointAddress() const {
