@@ -53,7 +53,20 @@ class DeviceTable {
         const char* value = std::getenv(name);
         return value != nullptr && *value != '\0';
       };
-      const char* ifnameVariable = isSet("NNS_SOCKET_IFNAME") ? "NNS_SOCKET_IFNAME" : "NCCL_SOCKET_IFNAME";
+      // NCCL ignores an NCCL_SOCKET_IFNAME of one character (sdk::interfaceSpecGiven); ours is read the same way, so
+      // such a value of ours does not hide NCCL's variable either.
+      const char* ours = std::getenv("NNS_SOCKET_IFNAME");
+      const char* nccls = std::getenv("NCCL_SOCKET_IFNAME");
+      const char* ifnameVariable = sdk::interfaceSpecGiven(ours) ? "NNS_SOCKET_IFNAME" : "NCCL_SOCKET_IFNAME";
+      if (isSet("NNS_SOCKET_IFNAME") && !sdk::interfaceSpecGiven(ours))
+        NCCL_NET_WARN(
+            "NNS_SOCKET_IFNAME=%s is ignored, as NCCL ignores a value of one character; %s", ours,
+            sdk::interfaceSpecGiven(nccls) ? "using NCCL_SOCKET_IFNAME" : "choosing interfaces automatically");
+      if (!sdk::interfaceSpecGiven(ours) && isSet("NCCL_SOCKET_IFNAME") && !sdk::interfaceSpecGiven(nccls))
+        NCCL_NET_WARN(
+            "NCCL_SOCKET_IFNAME=%s is ignored, as NCCL ignores a value of one character; choosing "
+            "interfaces automatically",
+            nccls);
       const char* familyVariable = isSet("NNS_SOCKET_FAMILY") ? "NNS_SOCKET_FAMILY" : "NCCL_SOCKET_FAMILY";
       bool unknownFamily = false;
       sdk::socketFamilyFromEnv(familyVariable, &unknownFamily);
@@ -129,10 +142,21 @@ class DeviceTable {
   std::deque<Device> devices_;
 };
 
+// Seeded afresh in every process that draws: a forked child inherits its parent's generator state and would repeat
+// the parent's ids, and a listener files data sockets by sender id alone, so a parent and its child connecting to one
+// listener had their sockets mixed.
 uint64_t randomId() {
   static std::mutex mutex;
-  static std::mt19937_64 generator{std::random_device{}() ^ (static_cast<uint64_t>(getpid()) << 32)};
+  static std::mt19937_64 generator;
+  static pid_t seededIn = 0;
   std::lock_guard<std::mutex> lock(mutex);
+  const pid_t pid = getpid();
+  if (pid != seededIn) {
+    std::random_device device;
+    const uint64_t seed = (static_cast<uint64_t>(device()) << 32) | device();
+    generator.seed(seed ^ (static_cast<uint64_t>(pid) << 16));
+    seededIn = pid;
+  }
   uint64_t id = 0;
   while (id == 0) id = generator();
   return id;
@@ -284,7 +308,7 @@ class SocketNet {
     props->port = 0;
     props->latency = 0;
     props->maxComms = 65536;
-    props->maxRecvs = kMaxRecvs;
+    props->maxRecvs = Config::get().maxRecvs;
     props->vProps.ndevs = static_cast<int>(device.children.size());
     for (size_t i = 0; i < device.children.size(); ++i) props->vProps.devs[i] = device.children[i];
     return ncclSuccess;
@@ -458,8 +482,8 @@ class SocketNet {
       return ncclSystemError;
     }
     // A loopback address in the handle reaches the peer only on its own host: say so, since across hosts the
-    // symptom is a refused or silent connect to this host's own loopback.
-    const char* hint = pending->target.controlAddress.isLoopback()
+    // symptom is a refused or silent connect to this host's own loopback. Not once something answered there.
+    const char* hint = pending->target.controlAddress.isLoopback() && pending->phase == PendingConnect::Phase::kControl
                            ? " (a loopback address: the peer listens on lo, which reaches it only from its own host; "
                              "across hosts give every rank an interface the others can reach, NCCL_SOCKET_IFNAME)"
                            : "";

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -31,36 +32,126 @@ int countUsableCpus() {
   return CPU_COUNT(&set);
 }
 
+bool isSet(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0';
+}
+
+// One of NCCL's integer variables, parsed as NCCL parses its parameters (strtoll, base 0). False when it is unset or
+// empty, and with a WARN when it is not an integer: NCCL then keeps its default, and so does the caller.
+bool ncclInteger(const char* name, long* value, const char* fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return false;
+  char* end = nullptr;
+  errno = 0;
+  *value = std::strtol(text, &end, 0);
+  if (end == text || *end != '\0' || errno != 0) {
+    NCCL_NET_WARN("%s=%s is not an integer; using %s, as NCCL does", name, text, fallback);
+    return false;
+  }
+  return true;
+}
+
+// NCCL's value for "choose for me", the default of NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD.
+constexpr long kNcclAutomatic = -2;
+
+// NCCL_SOCKET_NTHREADS as NCCL's socket transport reads it: -2 is automatic (NCCL picks by NIC vendor; here it is
+// this plugin's own choice, `automatic`), more than 16 is 16. *none: an explicit 0, with which NCCL opens no data
+// sockets at all (this plugin's own 0 means that the calling thread drives them).
+int ncclThreads(int automatic, bool* none) {
+  long value = kNcclAutomatic;
+  *none = false;
+  if (!ncclInteger("NCCL_SOCKET_NTHREADS", &value, "the automatic choice")) return automatic;
+  if (value == kNcclAutomatic) return automatic;
+  if (value < 0) {
+    NCCL_NET_WARN(
+        "NCCL_SOCKET_NTHREADS=%ld is negative and not -2 (automatic), which NCCL does not define; using the "
+        "automatic choice (%d)",
+        value, automatic);
+    return automatic;
+  }
+  if (value > kMaxHelperThreads) {
+    NCCL_NET_WARN("NCCL_SOCKET_NTHREADS=%ld is more than NCCL's maximum; using %d, as NCCL does", value,
+                  kMaxHelperThreads);
+    return kMaxHelperThreads;
+  }
+  *none = value == 0;
+  return static_cast<int>(value);
+}
+
+// NCCL_NSOCKS_PERTHREAD as NCCL reads it: -2 is automatic (1 here), 0 means no data sockets (*none), and there is no
+// limit of its own: threads x sockets is cut to 64 later, by lowering this, as NCCL does.
+int ncclSocketsPerThread(bool* none) {
+  constexpr int kAutomatic = 1;
+  long value = kNcclAutomatic;
+  *none = false;
+  if (!ncclInteger("NCCL_NSOCKS_PERTHREAD", &value, "the automatic choice")) return kAutomatic;
+  if (value == kNcclAutomatic) return kAutomatic;
+  if (value < 0) {
+    NCCL_NET_WARN(
+        "NCCL_NSOCKS_PERTHREAD=%ld is negative and not -2 (automatic), which NCCL does not define; using "
+        "the automatic choice (%d)",
+        value, kAutomatic);
+    return kAutomatic;
+  }
+  *none = value == 0;
+  return static_cast<int>(std::min<long>(value, kMaxDataSockets));
+}
+
+// SO_SNDBUF / SO_RCVBUF: ours (0 = the kernel's default, else 1 .. 1 GiB), else NCCL's NCCL_SOCKET_SNDBUF /
+// NCCL_SOCKET_RCVBUF with NCCL's meaning: a positive value is set, anything else (NCCL's default is -1) leaves the
+// kernel's default.
+int socketBuffer(const char* ours, const char* nccls) {
+  if (isSet(ours)) return static_cast<int>(sdk::envInteger(ours, 0, 0, 1L << 30));
+  long value = 0;
+  if (!ncclInteger(nccls, &value, "the kernel's default")) return 0;
+  if (value <= 0) return 0;
+  if (value > INT_MAX) {
+    NCCL_NET_WARN("%s=%ld does not fit setsockopt's int; using the kernel's default", nccls, value);
+    return 0;
+  }
+  return static_cast<int>(value);
+}
+
 }  // namespace
 
 const Config& Config::get() {
   static const Config config = [] {
     Config c{};
     c.usableCpus = countUsableCpus();
-    // NCCL's own socket transport's variables stand in for ours when ours are unset: a job tuned for it (AWS's
-    // NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD) gets the same sockets here.
-    auto either = [](const char* ours, const char* nccls) {
-      const char* value = std::getenv(ours);
-      return value != nullptr && *value != '\0' ? ours : nccls;
-    };
-    c.threadsVariable = either("NNS_SOCKET_NTHREADS", "NCCL_SOCKET_NTHREADS");
-    c.socketsVariable = either("NNS_SOCKET_NSOCKS_PERTHREAD", "NCCL_NSOCKS_PERTHREAD");
-    c.helperThreads = static_cast<int>(
-        sdk::envInteger(c.threadsVariable, c.usableCpus >= kMinCpusForHelpers ? 2 : 0, 0, kMaxHelperThreads));
-    c.socketsPerThread = static_cast<int>(sdk::envInteger(c.socketsVariable, 1, 0, kMaxDataSockets));
-    if (c.helperThreads > 0 && c.socketsPerThread == 0) c.socketsPerThread = 1;
+    // NCCL's own socket transport's variables stand in for ours when ours are unset, with the meaning NCCL gives
+    // them: a job tuned for it (AWS's NCCL_SOCKET_NTHREADS / NCCL_NSOCKS_PERTHREAD) gets the same sockets here.
+    const bool ourThreads = isSet("NNS_SOCKET_NTHREADS");
+    const bool ourSockets = isSet("NNS_SOCKET_NSOCKS_PERTHREAD");
+    c.threadsVariable = ourThreads ? "NNS_SOCKET_NTHREADS" : "NCCL_SOCKET_NTHREADS";
+    c.socketsVariable = ourSockets ? "NNS_SOCKET_NSOCKS_PERTHREAD" : "NCCL_NSOCKS_PERTHREAD";
+    const int automaticThreads = c.usableCpus >= kMinCpusForHelpers ? 2 : 0;
+    bool noThreads = false, noSockets = false;  // NCCL's explicit 0s: no data sockets
+    c.helperThreads = ourThreads
+                          ? static_cast<int>(sdk::envInteger(c.threadsVariable, automaticThreads, 0, kMaxHelperThreads))
+                          : ncclThreads(automaticThreads, &noThreads);
+    c.socketsPerThread = ourSockets ? static_cast<int>(sdk::envInteger(c.socketsVariable, 1, 0, kMaxDataSockets))
+                                    : ncclSocketsPerThread(&noSockets);
+    if (noThreads || noSockets) {
+      c.socketsPerThread = 0;  // everything travels on the control socket, as with NCCL's transport
+    } else if (c.helperThreads > 0 && c.socketsPerThread == 0) {
+      c.socketsPerThread = 1;  // our 0 sockets per thread with helpers: a helper needs a socket to drive
+    }
     if (c.dataSockets() > kMaxDataSockets) {
       NCCL_NET_WARN("%s x %s = %d exceeds %d sockets; using %d per thread", c.threadsVariable, c.socketsVariable,
                     c.dataSockets(), kMaxDataSockets, kMaxDataSockets / std::max(1, c.helperThreads));
       c.socketsPerThread = kMaxDataSockets / std::max(1, c.helperThreads);
     }
+    // Grouped receives make NCCL share comms between local ranks, whose eager sends can then run further ahead of
+    // each other than the unexpected-message limit holds, which stalls the stream (README.md, "Grouped receives").
+    c.maxRecvs = static_cast<int>(sdk::envInteger("NNS_SOCKET_MAX_RECVS", 1, 1, kMaxRecvs));
     c.inlineBytes = static_cast<size_t>(sdk::envInteger("NNS_SOCKET_INLINE_BYTES", 64 << 10, 0, 1L << 30));
     c.minChunkBytes = static_cast<size_t>(sdk::envInteger("NNS_SOCKET_MIN_CHUNK_BYTES", 64 << 10, 4096, 1L << 30));
     c.deadPeerTimeoutMs = static_cast<int>(sdk::envInteger("NNS_SOCKET_TIMEOUT_MS", 10000, 1000, 3600 * 1000));
     c.connectTimeoutMs = static_cast<int>(sdk::envInteger("NNS_SOCKET_CONNECT_TIMEOUT_MS", 30000, 100, 3600 * 1000));
     c.retryIntervalMs = static_cast<int>(sdk::envInteger("NNS_SOCKET_RETRY_INTERVAL_MS", 100, 1, 60 * 1000));
-    c.sendBufferBytes = static_cast<int>(sdk::envInteger("NNS_SOCKET_SNDBUF", 0, 0, 1L << 30));
-    c.receiveBufferBytes = static_cast<int>(sdk::envInteger("NNS_SOCKET_RCVBUF", 0, 0, 1L << 30));
+    c.sendBufferBytes = socketBuffer("NNS_SOCKET_SNDBUF", "NCCL_SOCKET_SNDBUF");
+    c.receiveBufferBytes = socketBuffer("NNS_SOCKET_RCVBUF", "NCCL_SOCKET_RCVBUF");
     c.unexpectedBytes = static_cast<size_t>(sdk::envInteger("NNS_SOCKET_UNEXPECTED_BYTES", 64L << 20, 0, 1L << 40));
     return c;
   }();
@@ -352,8 +443,11 @@ RecvComm::~RecvComm() {
 
 ncclResult_t RecvComm::post(int n, void** data, size_t* sizes, int* tags, void** request) {
   if (failure() != ncclSuccess) return failure();
-  if (n > kMaxRecvs) {
-    NCCL_NET_WARN("irecv: %d grouped receives, this plugin advertises maxRecvs %d", n, kMaxRecvs);
+  const int maxRecvs = Config::get().maxRecvs;
+  if (n > maxRecvs) {
+    NCCL_NET_WARN(
+        "irecv: %d grouped receives refused: this plugin advertises maxRecvs %d (NNS_SOCKET_MAX_RECVS, 1 .. %d)", n,
+        maxRecvs, kMaxRecvs);
     return ncclInvalidArgument;
   }
   RecvRequest* r = requests_.acquire();

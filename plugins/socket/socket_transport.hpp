@@ -21,7 +21,7 @@ namespace sdk = nccl_net::sdk;
 using Clock = std::chrono::steady_clock;
 
 inline constexpr const char kPluginName[] = "nns-socket";
-inline constexpr int kMaxRecvs = 8;           // grouped receives per irecv (advertised maxRecvs)
+inline constexpr int kMaxRecvs = 8;           // grouped receives per irecv at most (NNS_SOCKET_MAX_RECVS)
 inline constexpr int kMaxHelperThreads = 16;  // per comm, as NCCL's socket transport
 inline constexpr int kMaxDataSockets = 64;    // per comm, as NCCL's socket transport
 inline constexpr int kMaxDeviceChildren = NCCL_NET_MAX_DEVS_PER_NIC;
@@ -41,15 +41,18 @@ struct Config {
   int socketsPerThread;  // NNS_SOCKET_NSOCKS_PERTHREAD, else NCCL_NSOCKS_PERTHREAD
   const char* threadsVariable;  // which of the two set helperThreads (or would have)
   const char* socketsVariable;  // likewise for socketsPerThread
+  int maxRecvs;                 // NNS_SOCKET_MAX_RECVS: the advertised maxRecvs, 1 .. kMaxRecvs
   size_t inlineBytes;           // NNS_SOCKET_INLINE_BYTES: messages up to this size travel whole on the control socket
   size_t minChunkBytes;         // NNS_SOCKET_MIN_CHUNK_BYTES: smallest piece of a message given to one data socket
   int deadPeerTimeoutMs;        // NNS_SOCKET_TIMEOUT_MS
   int connectTimeoutMs;         // NNS_SOCKET_CONNECT_TIMEOUT_MS
   int retryIntervalMs;          // NNS_SOCKET_RETRY_INTERVAL_MS
-  int sendBufferBytes;          // NNS_SOCKET_SNDBUF (0 = kernel default)
-  int receiveBufferBytes;       // NNS_SOCKET_RCVBUF (0 = kernel default)
+  int sendBufferBytes;          // NNS_SOCKET_SNDBUF, else NCCL_SOCKET_SNDBUF (0 = kernel default)
+  int receiveBufferBytes;       // NNS_SOCKET_RCVBUF, else NCCL_SOCKET_RCVBUF (0 = kernel default)
   size_t unexpectedBytes;       // NNS_SOCKET_UNEXPECTED_BYTES: memory a receive comm may hold for unexpected messages
 
+  // With NCCL's variables, 0 threads or 0 sockets per thread mean no data sockets: Config::get() sets
+  // socketsPerThread to 0 then.
   int dataSockets() const { return helperThreads > 0 ? helperThreads * socketsPerThread : socketsPerThread; }
   static const Config& get();
 };

@@ -156,13 +156,16 @@ void fuzzInterfaceFilter(const std::string& input) {
   const std::string spec = cstr(lines[0]);
   const sdk::InterfaceFilter filter(spec);
 
-  // Reference: "[^][=]name,name,...", empty entries dropped, nothing else trimmed.
+  // Reference: "[^][=]name[:port],name[:port],...", the ":port" suffix dropped (NCCL's list syntax), empty names
+  // dropped, nothing else trimmed.
   const SpecPrefix prefix = specPrefix(spec);
   const bool exclude = prefix.exclude, exact = prefix.exact;
   std::string rest = prefix.rest;
   std::vector<std::string> names;
-  for (const std::string& part : split(rest, ','))
-    if (!part.empty()) names.push_back(part);
+  for (const std::string& part : split(rest, ',')) {
+    const std::string name = part.substr(0, part.find(':'));
+    if (!name.empty()) names.push_back(name);
+  }
   FUZZ_CHECK(filter.excludes() == exclude);
   FUZZ_CHECK(filter.exact() == exact);
   FUZZ_CHECK(filter.names() == names);
@@ -563,9 +566,12 @@ void fuzzLaunchEnvironment(const std::string& input) {
     for (EnvSlot& slot : slots) {
       if (slot.name() != name) continue;
       slot.set(line.substr(equals + 1));
-      // Set but empty is unset (a script's NNS_ROOT_ADDR=$ADDR with ADDR unset).
-      rootGiven = rootGiven || ((name == "NNS_ROOT_ADDR" || name == "MASTER_ADDR") && equals + 1 < line.size());
     }
+  }
+  // Set but empty is unset (a script's NNS_ROOT_ADDR=$ADDR with ADDR unset); a later line may have emptied it.
+  for (const char* name : {"NNS_ROOT_ADDR", "MASTER_ADDR"}) {
+    const char* value = std::getenv(name);
+    rootGiven = rootGiven || (value != nullptr && *value != '\0');
   }
   nns::core::LaunchInfo info;
   std::string error;

@@ -2,9 +2,11 @@
 // size, grouped receives, the full request window, several senders per listener, misuse and teardown.
 #include <dirent.h>
 #include <dlfcn.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -125,7 +127,7 @@ TEST(SocketPluginOldestAbi, MovesAGroupedReceiveThroughV6) {
   std::memset(&props, 0xcc, sizeof(props));
   ASSERT_EQ(net->getProperties(0, &props), ncclSuccess);
   EXPECT_STREQ(props.name, "lo");
-  EXPECT_EQ(props.maxRecvs, 8);
+  EXPECT_EQ(props.maxRecvs, 8) << "main() opts in with NNS_SOCKET_MAX_RECVS=8";
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void *listenComm = nullptr, *sendComm = nullptr, *recvComm = nullptr;
   ASSERT_EQ(net->listen(0, handle, &listenComm), ncclSuccess);
@@ -183,7 +185,7 @@ TEST_F(SocketPlugin, LoopbackDeviceProperties) {
   EXPECT_EQ(props.pciPath, nullptr) << "loopback is virtual: no PCI path";
   EXPECT_EQ(props.ptrSupport, NCCL_PTR_HOST);
   EXPECT_EQ(props.speed, 10000) << "lo has no link speed: the documented default";
-  EXPECT_EQ(props.maxRecvs, 8);
+  EXPECT_EQ(props.maxRecvs, 8) << "main() opts in with NNS_SOCKET_MAX_RECVS=8";
   EXPECT_EQ(props.maxComms, 65536);
   EXPECT_EQ(props.latency, 0);
   EXPECT_EQ(props.vProps.ndevs, 1);
@@ -770,7 +772,10 @@ static std::string newSockets(const std::vector<std::string>& before, const std:
 
 // NCCL's socket transport's NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD stand in for NNS_SOCKET_NTHREADS and
 // NNS_SOCKET_NSOCKS_PERTHREAD when those are unset (they were ignored: a job tuned for NCCL's transport got one data
-// socket). socket.reads_nccls_socket_thread_variables sets them to 2 x 2 and expects 4 data sockets per comm.
+// socket). socket.reads_nccls_socket_thread_variables sets them to 2 x 2 and expects 4 data sockets per comm; the
+// socket.nccls_* tests check NCCL's meanings of 0 (no data sockets; ours were read with our meaning before: the
+// calling thread drove 4 sockets, a helper got 1) and of more than 16 threads (16, where ours fell back to the
+// default).
 TEST_F(SocketPlugin, NcclsThreadAndSocketVariablesAreRead) {
   const char* expected = std::getenv("NNS_TEST_EXPECT_DATA_SOCKETS");
   if (expected == nullptr) GTEST_SKIP() << "run by socket.reads_nccls_socket_thread_variables";
@@ -817,6 +822,128 @@ TEST_F(SocketPlugin, AThreadLimitFailsTheCommCleanly) {
   EXPECT_EQ(after.size(), before.size()) << "sockets left open:" << newSockets(before, after);
   // The handle holds no stale connect: the next one with it connects and moves data.
   ASSERT_EQ(connectToListener(net, ctx, 0, handle, listenComm, &sendComm, &recvComm), ncclSuccess);
+  int size = -1;
+  transfer(1 << 20, 1 << 20, 1, &size);
+  EXPECT_EQ(size, 1 << 20);
+}
+
+// maxRecvs is 1 unless NNS_SOCKET_MAX_RECVS asks for more (1 .. 8): grouped receives let NCCL share a comm between
+// local ranks whose eager sends can stall the stream (README.md, "Grouped receives"). An irecv of more buffers than
+// advertised is refused with ncclInvalidArgument, leaving the comm usable. Run by socket.max_recvs_* with
+// NNS_TEST_EXPECT_MAX_RECVS; the advertised maxRecvs was 8 before, whatever the environment.
+TEST_F(SocketPlugin, MaxRecvsFollowsTheKnob) {
+  const char* expectedText = std::getenv("NNS_TEST_EXPECT_MAX_RECVS");
+  if (expectedText == nullptr) GTEST_SKIP() << "run by socket.max_recvs_*";
+  const int expected = std::atoi(expectedText);
+  const char* knob = std::getenv("NNS_SOCKET_MAX_RECVS");
+  if (knob != nullptr && *knob != '\0' && std::to_string(expected) != knob) {
+    EXPECT_TRUE(warnedAbout(std::string("NNS_SOCKET_MAX_RECVS=") + knob)) << "a bad value is reported";
+  }
+  ncclNetProperties_v12_t props;
+  ASSERT_EQ(net->getProperties(0, &props), ncclSuccess);
+  EXPECT_EQ(props.maxRecvs, expected);
+  connect();
+  constexpr int kMost = 8;
+  std::vector<std::vector<unsigned char>> targets(kMost + 1, std::vector<unsigned char>(100, 0));
+  void* data[kMost + 1];
+  size_t capacities[kMost + 1];
+  int tags[kMost + 1];
+  for (int i = 0; i <= kMost; ++i) {
+    data[i] = targets[static_cast<size_t>(i)].data();
+    capacities[i] = 100;
+    tags[i] = 1 + i;
+  }
+  void* request = nullptr;
+  EXPECT_EQ(net->irecv(recvComm, expected + 1, data, capacities, tags, nullptr, nullptr, &request), ncclInvalidArgument)
+      << "an irecv of " << expected + 1 << " with maxRecvs " << expected;
+  EXPECT_EQ(request, nullptr);
+  EXPECT_TRUE(warnedAbout("grouped receives refused"));
+  // The refusal left the comm usable, and a receive of exactly maxRecvs buffers takes a message per tag.
+  std::vector<std::vector<unsigned char>> sources(static_cast<size_t>(expected));
+  ASSERT_EQ(postRecv(net, recvComm, expected, data, capacities, tags, &request), ncclSuccess);
+  std::vector<void*> sends;
+  for (int i = 0; i < expected; ++i) {
+    sources[static_cast<size_t>(i)].assign(static_cast<size_t>(10 + i), static_cast<unsigned char>(i + 1));
+    void* send = nullptr;
+    ASSERT_EQ(postSend(net, sendComm, sources[static_cast<size_t>(i)].data(), sources[static_cast<size_t>(i)].size(),
+                       1 + i, &send),
+              ncclSuccess);
+    sends.push_back(send);
+  }
+  int sizes[kMost] = {};
+  ASSERT_EQ(waitRequest(net, request, sizes), ncclSuccess);
+  for (void* send : sends) EXPECT_EQ(waitRequest(net, send, nullptr), ncclSuccess);
+  for (int i = 0; i < expected; ++i) {
+    EXPECT_EQ(sizes[i], 10 + i);
+    EXPECT_TRUE(std::equal(sources[static_cast<size_t>(i)].begin(), sources[static_cast<size_t>(i)].end(),
+                           targets[static_cast<size_t>(i)].begin()));
+  }
+}
+
+// A forked child draws listen ids (and sender ids, from the same generator) of its own. It repeated its parent's
+// before: the generator's state was copied by fork, and a listener files data sockets by sender id alone, so a
+// parent and its child connecting to one listener could have their data sockets mixed.
+TEST_F(SocketPlugin, AForkedChildDrawsIdsOfItsOwn) {
+  // The listen id follows the handle's 16-byte header (nccl_net::sdk::HandleHeader).
+  constexpr size_t kListenIdOffset = 16;
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);  // the generator is seeded before the fork
+  ASSERT_EQ(net->closeListen(listenComm), ncclSuccess);
+  listenComm = nullptr;
+  int pipeFds[2];
+  ASSERT_EQ(pipe(pipeFds), 0);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    unsigned char mine[NCCL_NET_HANDLE_MAXSIZE] = {};
+    void* listener = nullptr;
+    if (net->listen(ctx, 0, mine, &listener) != ncclSuccess) _exit(2);
+    _exit(write(pipeFds[1], mine + kListenIdOffset, 8) == 8 ? 0 : 3);
+  }
+  close(pipeFds[1]);
+  unsigned char mine[NCCL_NET_HANDLE_MAXSIZE] = {};
+  ASSERT_EQ(net->listen(ctx, 0, mine, &listenComm), ncclSuccess);
+  unsigned char childs[8] = {};
+  size_t got = 0;
+  while (got < sizeof(childs)) {
+    ssize_t n = read(pipeFds[0], childs + got, sizeof(childs) - got);
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(pipeFds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not listen";
+  ASSERT_EQ(got, sizeof(childs));
+  EXPECT_NE(std::memcmp(childs, mine + kListenIdOffset, 8), 0) << "the child drew its parent's next listen id";
+}
+
+// NCCL_SOCKET_SNDBUF / NCCL_SOCKET_RCVBUF stand in for NNS_SOCKET_SNDBUF / NNS_SOCKET_RCVBUF when those are unset
+// (they were ignored): every socket of a comm gets the send buffer, the accepted ones the receive buffer too.
+// socket.reads_nccls_socket_buffer_variables sets NNS_TEST_EXPECT_SOCKET_BUFFERS=1 with NCCL_SOCKET_SNDBUF=50000
+// and NCCL_SOCKET_RCVBUF=60000 (the kernel reports twice what was set).
+TEST_F(SocketPlugin, NcclsSocketBufferVariablesAreRead) {
+  if (std::getenv("NNS_TEST_EXPECT_SOCKET_BUFFERS") == nullptr)
+    GTEST_SKIP() << "run by socket.reads_nccls_socket_buffer_variables";
+  const int sendBytes = std::atoi(std::getenv("NCCL_SOCKET_SNDBUF"));
+  const int receiveBytes = std::atoi(std::getenv("NCCL_SOCKET_RCVBUF"));
+  std::vector<int> before;
+  for (const std::string& socket : openSockets()) before.push_back(std::atoi(socket.c_str()));
+  connect();
+  int sockets = 0, withReceiveBuffer = 0;
+  for (const std::string& socket : openSockets()) {
+    int fd = std::atoi(socket.c_str());
+    if (std::find(before.begin(), before.end(), fd) != before.end()) continue;
+    int value = 0;
+    socklen_t length = sizeof(value);
+    ASSERT_EQ(getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &value, &length), 0);
+    ++sockets;
+    EXPECT_EQ(value, 2 * sendBytes) << "SO_SNDBUF of " << socket;
+    ASSERT_EQ(getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &value, &length), 0);
+    if (value == 2 * receiveBytes) ++withReceiveBuffer;
+  }
+  EXPECT_GE(sockets, 4) << "a listening socket, and a control socket at each end";
+  EXPECT_GE(withReceiveBuffer, 2) << "the listening socket and the accepted ones have NCCL_SOCKET_RCVBUF";
   int size = -1;
   transfer(1 << 20, 1 << 20, 1, &size);
   EXPECT_EQ(size, 1 << 20);
@@ -886,6 +1013,8 @@ int main(int argc, char** argv) {
   setenv("NCCL_SOCKET_IFNAME", "lo", 1);
   setenv("NNS_SOCKET_TIMEOUT_MS", "2000", 1);
   setenv("NNS_SOCKET_CONNECT_TIMEOUT_MS", "2000", 1);
+  // The grouped-receive tests need the opt-in (maxRecvs is 1 by default); socket.max_recvs_* check the default.
+  if (std::getenv("NNS_TEST_EXPECT_MAX_RECVS") == nullptr) setenv("NNS_SOCKET_MAX_RECVS", "8", 1);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nccl_net/sdk/socket.hpp>
@@ -42,6 +43,49 @@ TEST(SocketInterfaceFilter, EqualsMeansExactNames) {
   sdk::InterfaceFilter notExactly("^=eth0");
   EXPECT_FALSE(notExactly.matches("eth0"));
   EXPECT_TRUE(notExactly.matches("eth01"));
+}
+
+// NCCL's list parser takes "name:port" entries (the port is for NCCL_IB_HCA): "eth0:1" is eth0. The whole entry was
+// taken as the name before, which no interface has.
+TEST(SocketInterfaceFilter, APortSuffixIsNoPartOfTheName) {
+  sdk::InterfaceFilter filter("eth0:1,ib:2");
+  EXPECT_EQ(filter.names(), (std::vector<std::string>{"eth0", "ib"}));
+  EXPECT_TRUE(filter.matches("eth0"));
+  EXPECT_TRUE(filter.matches("ib3"));
+  EXPECT_FALSE(filter.matches("eth1"));
+  sdk::InterfaceFilter exact("=eth0:1,eth2");
+  EXPECT_TRUE(exact.matches("eth0"));
+  EXPECT_TRUE(exact.matches("eth2"));
+  EXPECT_FALSE(exact.matches("eth01"));
+  sdk::InterfaceFilter excluded("^lo:0");
+  EXPECT_FALSE(excluded.matches("lo"));
+  EXPECT_TRUE(excluded.matches("eth0"));
+  EXPECT_TRUE(sdk::InterfaceFilter(":1,:2").names().empty()) << "an entry with no name is ignored, as NCCL does";
+}
+
+// NCCL takes NCCL_SOCKET_IFNAME only when it is longer than one character, and otherwise chooses automatically. "="
+// was taken before: exact names, none listed, so no interface at all.
+TEST(SocketInterfaceSelection, AValueOfOneCharacterIsIgnoredAsNcclDoes) {
+  EXPECT_FALSE(sdk::interfaceSpecGiven(nullptr));
+  EXPECT_FALSE(sdk::interfaceSpecGiven(""));
+  EXPECT_FALSE(sdk::interfaceSpecGiven("="));
+  EXPECT_FALSE(sdk::interfaceSpecGiven("e"));
+  EXPECT_TRUE(sdk::interfaceSpecGiven("lo"));
+  unsetenv("SOCKET_TEST_FAMILY");
+  unsetenv("SOCKET_TEST_IFNAME");
+  auto automatic = sdk::findInterfaces("SOCKET_TEST_IFNAME", "SOCKET_TEST_FAMILY", 16);
+  ASSERT_FALSE(automatic.empty());
+  for (const char* value : {"=", "^", "l"}) {
+    setenv("SOCKET_TEST_IFNAME", value, 1);
+    auto found = sdk::findInterfaces("SOCKET_TEST_IFNAME", "SOCKET_TEST_FAMILY", 16);
+    ASSERT_EQ(found.size(), automatic.size()) << "SOCKET_TEST_IFNAME=" << value;
+    for (size_t i = 0; i < found.size(); ++i) EXPECT_EQ(found[i].name, automatic[i].name) << value;
+  }
+  setenv("SOCKET_TEST_IFNAME", "=lo:1", 1);
+  auto found = sdk::findInterfaces("SOCKET_TEST_IFNAME", "SOCKET_TEST_FAMILY", 16);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].name, "lo");
+  unsetenv("SOCKET_TEST_IFNAME");
 }
 
 TEST(SocketInterfaceSelection, VariableSelectsLoopbackAndFamily) {

@@ -121,7 +121,9 @@ inline SocketAddress peerAddressOf(int fd) {
 // ---------------------------------------------------------------
 
 // "eth,ib" selects interfaces whose name starts with eth or ib; "^docker,lo" every interface except those prefixes;
-// "=eth0,eth1" exactly those names; "^=eth0" every interface but eth0. Empty entries are ignored.
+// "=eth0,eth1" exactly those names; "^=eth0" every interface but eth0. As in NCCL, an entry's ":port" suffix is no
+// part of its name ("eth0:1" is eth0: NCCL's list parser shares it with NCCL_IB_HCA, where it names the port, and an
+// interface has none); empty entries, ":1" included, are ignored.
 class InterfaceFilter {
  public:
   explicit InterfaceFilter(const std::string& spec) {
@@ -138,7 +140,8 @@ class InterfaceFilter {
     while (start <= rest.size()) {
       size_t comma = rest.find(',', start);
       if (comma == std::string::npos) comma = rest.size();
-      if (comma > start) names_.push_back(rest.substr(start, comma - start));
+      size_t end = std::min(comma, rest.find(':', start));
+      if (end > start) names_.push_back(rest.substr(start, end - start));
       start = comma + 1;
     }
   }
@@ -211,14 +214,20 @@ inline std::vector<NetInterface> listInterfaces(const InterfaceFilter& filter, i
   return found;
 }
 
-// The interfaces a plugin should use. With `ifnameVariable` set, exactly what it selects. Unset, NCCL's order: "ib"
-// interfaces; else everything but docker and loopback; else docker; else loopback (so a machine with only `lo`
-// still works). `familyVariable` restricts the address family.
+// Whether an NCCL_SOCKET_IFNAME-style value selects anything: NCCL takes the variable only when it is longer than one
+// character, and chooses automatically otherwise (so "^", "=" or "e" select nothing special).
+inline bool interfaceSpecGiven(const char* spec) {
+  return spec != nullptr && std::strlen(spec) > 1;
+}
+
+// The interfaces a plugin should use. With `ifnameVariable` given (interfaceSpecGiven), exactly what it selects.
+// Otherwise NCCL's order: "ib" interfaces; else everything but docker and loopback; else docker; else loopback (so a
+// machine with only `lo` still works). `familyVariable` restricts the address family.
 inline std::vector<NetInterface> findInterfaces(const char* ifnameVariable, const char* familyVariable,
                                                 size_t maxInterfaces) {
   int family = socketFamilyFromEnv(familyVariable);
   const char* spec = ifnameVariable != nullptr ? std::getenv(ifnameVariable) : nullptr;
-  if (spec != nullptr && *spec != '\0') return listInterfaces(InterfaceFilter(spec), family, maxInterfaces);
+  if (interfaceSpecGiven(spec)) return listInterfaces(InterfaceFilter(spec), family, maxInterfaces);
   for (const char* fallback : {"ib", "^docker,lo", "docker", "lo"}) {
     auto found = listInterfaces(InterfaceFilter(fallback), family, maxInterfaces);
     if (!found.empty()) return found;
