@@ -443,7 +443,19 @@ void sendRecv(Communicator& comm, std::span<const P2POp> ops, KernelLayer& kerne
       throw core::ArgumentError("rank " + std::to_string(comm.rank()) + ": a send to itself of " +
                                 std::to_string(sendBytes) + " bytes meets a receive of " + std::to_string(recvBytes));
   }
-  comm.submit([&] {
+  // Its errors name the call, as a collective's do: the operation and peer of a single one, else the group's size.
+  core::CallInfo call;
+  call.pointToPoint = true;
+  if (ops.size() == 1) {
+    call.name = ops[0].kind == P2POp::Send ? "send" : "recv";
+    call.count = ops[0].count;
+    call.type = typeName(ops[0].type);
+    call.peer = ops[0].peer;
+  } else {
+    call.name = "send/recv group";
+    call.operations = ops.size();
+  }
+  comm.submit(call, [&] {
     core::Plan& plan = comm.newPlan();
     plan.setEndMarks(true);  // each receive's size is checked against its send's, not only piece by piece
     for (const auto& op : ops) {

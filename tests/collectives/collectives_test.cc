@@ -584,6 +584,74 @@ TEST(Bootstrap, ARankThatLeftIsAnErrorOnThePointToPointCalls) {
       << sendToLeft;
 }
 
+// A probe (Bootstrap::probe, for a wait on a peer after the last all-gather) tells a peer that is there from one that
+// left: a live peer, however long it stays away from the bootstrap, is never failed, and a message sent on the
+// connection a probe opened still comes (sends use it); a peer that left fails the probe at once, naming it, whether
+// this rank had a connection to it (its end closed) or not (its port refuses one).
+TEST(Bootstrap, AProbeFailsOnAPeerThatLeftAndNeverOnOneThatIsThere) {
+  const int ranks = 3;
+  std::string closedEnd, refused, message;
+  bool answered[2] = {};
+  std::atomic<bool> probedWhileThere{false};
+  const auto errors = onEveryBootstrapRank(ranks, [&](core::Bootstrap& bootstrap, int rank) {
+    if (rank == 2) {  // there, but away from the bootstrap for a while; then it reads rank 0's message and leaves
+      while (!probedWhileThere.load()) usleep(1000);
+      usleep(200000);
+      message = recvWithin(bootstrap, 0, 4);
+      bootstrap.barrier();
+      return;
+    }
+    if (rank == 1) {  // rank 0 never connects to it; its own connection to rank 0 says when it has left
+      bootstrap.send(0, 9, "leaving");
+      bootstrap.barrier();
+      return;
+    }
+    for (int i = 0; i < 5; ++i) answered[0] = bootstrap.probe(2, std::chrono::milliseconds(100));
+    probedWhileThere = true;
+    for (int i = 0; i < 5; ++i, usleep(50000)) answered[1] = bootstrap.probe(2, std::chrono::milliseconds(100));
+    bootstrap.send(2, 4, "after the probes");
+    bootstrap.barrier();
+    EXPECT_EQ(recvWithin(bootstrap, 1, 9), "leaving");
+    // Rank 1 is gone once its connection to this rank is (its listener closes first).
+    std::string data;
+    for (auto start = std::chrono::steady_clock::now();
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(10); usleep(1000)) {
+      try {
+        bootstrap.tryRecv(1, 9, &data);
+      } catch (const core::BootstrapError&) {
+        break;
+      }
+    }
+    try {
+      bootstrap.probe(1, std::chrono::milliseconds(100));
+    } catch (const core::BootstrapError& e) {
+      EXPECT_EQ(e.result(), core::BootstrapError::kRemoteError);
+      refused = e.what();
+    }
+    for (auto start = std::chrono::steady_clock::now();
+         closedEnd.empty() && std::chrono::steady_clock::now() - start < std::chrono::seconds(10); usleep(1000)) {
+      try {
+        bootstrap.probe(2, std::chrono::milliseconds(100));
+      } catch (const core::BootstrapError& e) {
+        EXPECT_EQ(e.result(), core::BootstrapError::kRemoteError);
+        closedEnd = e.what();
+      }
+    }
+  });
+  for (int r = 0; r < ranks; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  EXPECT_TRUE(answered[0] && answered[1]) << "a probe of a live peer on loopback could not tell";
+  EXPECT_EQ(message, "after the probes");
+  EXPECT_NE(closedEnd.find("rank 2 cannot be reached (it died, failed or destroyed its communicator): it closed its "
+                           "end of this rank's bootstrap connection to it"),
+            std::string::npos)
+      << closedEnd;
+  EXPECT_NE(refused.find("rank 1 cannot be reached (it died, failed or destroyed its communicator): its bootstrap "
+                         "port at 127.0.0.1:"),
+            std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("refused a connection"), std::string::npos) << refused;
+}
+
 // Strangers on a rank's point-to-point port (a scanner, a rank of another job on a reused port, a connection that
 // claims to be a rank of this job but is not for this rank) are closed once a hello's worth of their bytes is read,
 // the rest unread (a socket closed with bytes unread answers with a reset: each stranger here sent more than a
@@ -1453,6 +1521,68 @@ TEST(PointToPoint, SendsBeforeReceivesOnBothRanksMeet) {
   }
 }
 
+// A send/recv's errors name the call, as a collective's do: the operation, its count, type and peer, or a group's
+// size. They said only what failed ("minimal test(recv) (peer rank 4) returned ncclRemoteError").
+TEST(PointToPoint, ErrorsNameTheSendOrReceiveOrGroup) {
+  const int ranks = 3;
+  std::string failed[ranks];
+  std::atomic<int> done{0};
+  core::CommOptions options = socketOptions();
+  options.timeout = std::chrono::milliseconds(1000);
+  auto setup = onEveryRank(ranks, options, [&](core::Communicator& comm, int r) {
+    std::vector<float> data(16, 1.0f);
+    try {
+      if (r == 0) coll::send(comm, data.data(), data.size(), ncclFloat32, 1);  // rank 1 receives nothing
+      if (r == 2)
+        coll::sendRecv(comm, {coll::P2POp{coll::P2POp::Send, 1, data.data(), 8, ncclFloat32},
+                              coll::P2POp{coll::P2POp::Send, 1, data.data() + 8, 8, ncclFloat32}});
+    } catch (const core::CommError& e) {
+      failed[r] = e.what();
+    }
+    // Rank 1 stays until the others have failed: its leaving would fail them otherwise.
+    if (r != 1) ++done;
+    while (r == 1 && done.load() < 2) usleep(1000);
+  });
+  for (int r = 0; r < ranks; ++r) EXPECT_EQ(setup[r], "") << "rank " << r;
+  EXPECT_EQ(failed[0].rfind("rank 0, in send(count 16, float, peer 1): connections not made within 1000 ms", 0), 0u)
+      << failed[0];
+  EXPECT_EQ(failed[2].rfind("rank 2, in send/recv group(2 operations): connections not made within 1000 ms", 0), 0u)
+      << failed[2];
+  EXPECT_EQ(failed[1], "");
+}
+
+// A peer that posts its receive seconds after the send is waited for: while the sender waits for the connection it
+// probes the peer's liveness (a dead peer fails it at once), and a live one must never be taken for dead. Ranks 1
+// and 3 leave meanwhile, which concerns neither: only the peer waited for is probed.
+TEST(PointToPoint, APeerThatPostsItsReceiveSecondsLaterIsWaitedFor) {
+  const int ranks = 4;  // rank 2 is not rank 0's ring neighbour: no connection of any kind between them yet
+  std::string failed[ranks];
+  double seconds = 0;
+  int32_t got = -1;
+  auto setup = onEveryRank(ranks, socketOptions(), [&](core::Communicator& comm, int r) {
+    std::vector<int32_t> data(4096, 7 + r);
+    try {
+      if (r == 0) {
+        const auto start = std::chrono::steady_clock::now();
+        coll::send(comm, data.data(), data.size(), ncclInt32, 2);
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      } else if (r == 2) {
+        sleep(5);
+        coll::recv(comm, data.data(), data.size(), ncclInt32, 0);
+        got = data[4095];
+      }
+    } catch (const core::CommError& e) {
+      failed[r] = e.what();
+    }
+  });
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_EQ(setup[r], "") << "rank " << r;
+    EXPECT_EQ(failed[r], "") << "rank " << r;
+  }
+  EXPECT_EQ(got, 7);
+  EXPECT_GT(seconds, 4.0) << "the send did not wait for its receive";
+}
+
 TEST(Failure, AnAbortedRankFailsItsPeersQuicklyAndTheErrorSticks) {
   // Three ranks in threads over the socket plugin, a generous 20 s timeout: rank 2 aborts instead of joining an
   // allreduce; its closed connections must fail ranks 0 and 1 long before their timeout, and a failed
@@ -1640,6 +1770,62 @@ class DeviceLayerStandIn final : public coll::KernelLayer {
   void copy(void*, const void*, size_t) override { ADD_FAILURE() << "ran"; }
   bool onDevice() const override { return true; }
 };
+
+namespace {
+
+// TEST DOUBLE for a GPU copy engine that hangs: copies into the slots start and never complete.
+class StuckCopySlots final : public core::SlotMemory {
+ public:
+  std::string describe() const override { return "host memory, copies that never complete (test double)"; }
+  int ptrType() const override { return NCCL_PTR_HOST; }
+  void* allocate(size_t bytes) override { return std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096); }
+  void release(void* memory) noexcept override { std::free(memory); }
+  void* startCopy(void*, const void*, size_t) override { return &token_; }
+  bool copyDone(void*) override { return false; }
+
+ private:
+  char token_ = 0;
+};
+
+}  // namespace
+
+// A copy into a slot that never completes fails the operation after the timeout (no progress), and closing the
+// communicator gives up on it after the timeout too, with a warning, leaking the slot memory rather than freeing it
+// under the copy: the destructor waited for it for ever. In a child process (with an alarm), since a hang is what
+// the test looks for.
+TEST(SlotMemory, ACopyIntoASlotThatNeverCompletesDoesNotHangTheClose) {
+  const std::string log = ::testing::TempDir() + "stuck-copy-" + std::to_string(getpid()) + ".err";
+  const int status = exitStatusOf([&] {
+    alarm(60);
+    CHILD_EXPECT(std::freopen(log.c_str(), "w", stderr) != nullptr);
+    auto slots = std::make_shared<StuckCopySlots>();
+    core::CommOptions options = socketOptions();
+    options.timeout = std::chrono::milliseconds(1000);
+    options.slotMemory = [slots](core::Net&, int) { return slots; };
+    std::atomic<int> failed{0};
+    auto errors = onEveryRank(2, options, [&](core::Communicator& comm, int) {
+      std::vector<float> data(4096, 1.0f);
+      try {
+        coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum, coll::hostKernels(),
+                        coll::Algorithm::Ring);
+      } catch (const core::CommError&) {
+        ++failed;
+      }
+    });
+    for (const auto& error : errors) CHILD_EXPECT(error.empty());
+    CHILD_EXPECT(failed.load() == 2);
+    std::fflush(stderr);
+    std::ifstream in(log);
+    const std::string said(std::istreambuf_iterator<char>(in), {});
+    CHILD_EXPECT(said.find("did not complete within 1000 ms (NNS_COMM_TIMEOUT_MS) of closing it") != std::string::npos);
+    CHILD_EXPECT(said.find("host memory, copies that never complete (test double)") != std::string::npos);
+    return true;
+  });
+  std::ifstream in(log);
+  const std::string said(std::istreambuf_iterator<char>(in), {});
+  std::remove(log.c_str());
+  EXPECT_EQ(status, 0) << (status == 128 + SIGALRM ? "the close hung on the copy; " : "") << said;
+}
 
 TEST(SlotMemory, GpuBuffersOnACommunicatorWithHostSlotsAreAClearError) {
   core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};

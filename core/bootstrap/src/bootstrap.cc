@@ -1480,8 +1480,8 @@ void Bootstrap::send(int peer, uint32_t tag, const std::string& data) {
 }
 
 bool Bootstrap::probe(int peer, std::chrono::milliseconds connectWithin) {
-  const std::string who = "rank " + std::to_string(peer) + " cannot be reached (it died, failed or destroyed its " +
-                          "communicator): ";
+  const std::string who =
+      "rank " + std::to_string(peer) + " cannot be reached (it died, failed or destroyed its communicator): ";
   if (peer < 0 || peer >= size_ || peer == rank_)
     fail("rank " + std::to_string(rank_) + " probing rank " + std::to_string(peer) + ": not another rank of " +
              std::to_string(size_),

@@ -161,11 +161,14 @@ void Communicator::fail(const std::string& what, ncclResult_t result) {
 }
 
 std::string CallInfo::text() const {
-  std::string call = std::string(name != nullptr ? name : "operation") + "(count " + std::to_string(count);
+  const std::string called = name != nullptr ? name : "operation";
+  if (operations > 1) return called + "(" + std::to_string(operations) + " operations)";
+  std::string call = called + "(count " + std::to_string(count);
   if (type != nullptr) call += std::string(", ") + type;
   if (op != nullptr) call += std::string(", ") + op;
   if (root >= 0) call += ", root " + std::to_string(root);
   if (algorithm != nullptr) call += std::string(", ") + algorithm;
+  if (peer >= 0) call += ", peer " + std::to_string(peer);
   return call + ")";
 }
 
@@ -476,6 +479,18 @@ void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstr
   auto lastProgress = Clock::now();
   std::chrono::microseconds nap = kShortestNap;
   size_t madeBefore = 0;
+  // After creation nothing else tells this wait that a peer died: checkPeers may not be used (a rank may have left for
+  // good), and a peer that never opened a bootstrap connection to this rank closes none when it dies, so the wait for
+  // a tree or send/recv connection to it ran out the whole timeout (10 s of a tree neighbour's, where its ring
+  // neighbours failed in 0.2 s). The peers this wait is held up by are probed instead (Bootstrap::probe), once it has
+  // gone kProbeEvery without progress, and every kProbeEvery after: a dead one fails this rank within moments, naming
+  // it, and a live one, however late it posts its side, is never judged. A probe costs a nonblocking poll (a connect
+  // the first time, kProbeConnectWithin at most); a peer whose connect times out (its host does not answer) is left
+  // to the timeout.
+  constexpr auto kProbeEvery = std::chrono::milliseconds(200);
+  constexpr auto kProbeConnectWithin = std::chrono::milliseconds(100);
+  auto lastProbe = Clock::now();
+  std::vector<int> probed, unjudged;  // peers: probed this round; whose probe could not tell (not probed again)
   for (;;) {
     bool all = true;
     size_t made = 0;
@@ -524,6 +539,23 @@ void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstr
       lastProgress = now;
       nap = kShortestNap;
     }
+    if (!watchBootstrap && now - lastProgress >= kProbeEvery && now - lastProbe >= kProbeEvery) {
+      lastProbe = now;
+      probed.clear();
+      for (const auto& key : keys) {
+        if (connections_[key].comm != nullptr) continue;
+        const auto seen = [&](const std::vector<int>& peers) {
+          return std::find(peers.begin(), peers.end(), key.peer) != peers.end();
+        };
+        if (seen(probed) || seen(unjudged)) continue;
+        probed.push_back(key.peer);
+        try {
+          if (!bootstrap_->probe(key.peer, kProbeConnectWithin)) unjudged.push_back(key.peer);
+        } catch (const BootstrapError& e) {
+          failMakingConnections(e);
+        }
+      }
+    }
     if (now - lastProgress < kYieldFor) {
       sched_yield();
     } else {
@@ -547,16 +579,41 @@ void Communicator::reserveRoomFor(size_t connections) {
                static_cast<unsigned long long>(room.before), static_cast<unsigned long long>(room.soft), connections);
 }
 
-void Communicator::releaseSlots(Connection& conn) {
+void Communicator::releaseSlots(Connection& conn, Clock::time_point deadline) {
+  // A copy still running into a slot (a failed operation left it) must end before the slot's memory goes. This runs
+  // from the destructor too: a copy that failed (copyDone throws) is over, so the slot can go; one that never
+  // completes (a GPU copy engine that hangs) is given up on at `deadline`, and the memory is leaked rather than freed
+  // under a copy that may still write to it: waiting on, the destructor never returned.
+  size_t stillCopying = 0;
   for (Slot& slot : conn.slots) {
-    // A copy still running into the slot (a failed operation left it) must end before its memory goes. This runs
-    // from the destructor too: a copy that failed (copyDone throws) is over, so the slot can go.
+    const auto since = Clock::now();
     try {
-      while (slot.copy != nullptr && !slotMemory_->copyDone(slot.copy)) sched_yield();
+      while (slot.copy != nullptr && !slotMemory_->copyDone(slot.copy)) {
+        const auto now = Clock::now();
+        if (now >= deadline) {
+          ++stillCopying;
+          break;
+        }
+        // A copy about to finish is caught at once; a slow one costs no core for the whole wait.
+        if (now - since < std::chrono::milliseconds(1))
+          sched_yield();
+        else
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nns: rank %d: releasing a slot: %s\n", rank_, e.what());
     }
     slot.copy = nullptr;
+  }
+  if (stillCopying > 0) {
+    hostLogger(NCCL_LOG_WARN, NCCL_ALL, __FILE__, __LINE__,
+               "NET/nns : rank %d: %zu copy(ies) into a connection's slots (%s) did not complete within %lld ms "
+               "(NNS_COMM_TIMEOUT_MS) of closing it; its %zu bytes of slot memory are left allocated, not freed "
+               "under a copy that may still write to them",
+               rank_, stillCopying, slotMemoryDescription_.c_str(), static_cast<long long>(options_.timeout.count()),
+               options_.slotBytes * conn.slots.size());
+    conn.memory = nullptr;
+    return;
   }
   if (conn.memory != nullptr) slotMemory_->release(conn.memory);
   conn.memory = nullptr;
@@ -591,8 +648,10 @@ void Communicator::closeConnections() {
       net_->closeRecv(conn.comm);
     }
   }
-  // Only once every comm is closed: a send still in flight may read another connection's slots (a forward).
-  for (auto& [key, conn] : connections_) releaseSlots(conn);
+  // Only once every comm is closed: a send still in flight may read another connection's slots (a forward). One
+  // deadline for all: a copy engine that hangs costs the timeout once, not once per slot.
+  const auto deadline = Clock::now() + options_.timeout;
+  for (auto& [key, conn] : connections_) releaseSlots(conn, deadline);
   connections_.clear();
   for (void*& listen : listenComms_) {
     if (listen != nullptr) net_->closeListen(listen);
@@ -754,7 +813,7 @@ void Communicator::submit(const CallInfo& call, OperationRef operation) {
     std::string disagreement;
   } context{this, &call, operation, {}};
   submit([c = &context] {
-    if (c->self->options_.checkCalls) {
+    if (c->self->options_.checkCalls && !c->call->pointToPoint) {
       try {
         c->self->checkSameCall(c->call->text());
       } catch (const ArgumentError& e) {

@@ -129,6 +129,13 @@ class Bootstrap {
   // BootstrapError (kRemoteError) when `peer` closed its connection to this rank, or broke this bootstrap's rules on
   // it, with no such message left: it died or failed, and the message will not come.
   bool tryRecv(int peer, uint32_t tag, std::string* data);
+  // Whether `peer` is still there, for a wait on it after the last all-gather, where checkPeers may not be used (a
+  // rank may have left for good): throws BootstrapError (kRemoteError) when its end of this rank's point-to-point
+  // connection to it was closed or broken, or, where this rank has none yet, its listener refuses one (it died, failed
+  // or destroyed its communicator). Sends nothing on the connection (nothing piles up in the peer's inbox), and a live
+  // peer, however late, is never failed: its kernel answers for it. Returns false where it cannot tell: the connection
+  // to open was not made within `connectWithin` (a host that does not answer), which bounds how long this blocks.
+  bool probe(int peer, std::chrono::milliseconds connectWithin);
   // Where this rank listens for the other ranks' point-to-point connections ("192.0.2.1:40123"), "" in a job of one.
   std::string pointToPointAddress() const;
 

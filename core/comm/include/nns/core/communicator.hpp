@@ -97,9 +97,10 @@ class ArgumentError : public CommError {
   explicit ArgumentError(const std::string& what) : CommError(what, ncclInvalidArgument) {}
 };
 
-// What a collective call is: compared across the ranks with CommOptions::checkCalls, and named in the errors of
-// the operation that runs it ("rank 0, in allreduce(count 1024, float, sum, ring): ..."). Literals and numbers
-// only, so that describing a call costs nothing; text() builds the words when they are needed.
+// What a call is: named in the errors of the operation that runs it ("rank 0, in allreduce(count 1024, float, sum,
+// ring): ...", "rank 0, in recv(count 16, float, peer 4): ..."), and a collective's compared across the ranks with
+// CommOptions::checkCalls. Literals and numbers only, so that describing a call costs nothing; text() builds the
+// words when they are needed.
 struct CallInfo {
   const char* name = nullptr;  // "allreduce"
   size_t count = 0;
@@ -107,6 +108,12 @@ struct CallInfo {
   const char* op = nullptr;         // where the call has one
   int root = -1;                    // where the call has one
   const char* algorithm = nullptr;  // where the call has one
+  int peer = -1;                    // a send's or receive's
+  // Send/recv: only the ranks it pairs make such a call, so it is never compared across the ranks (the others would
+  // wait for it in the comparison's all-gather); `operations` > 1 is a group of that many, said in place of the
+  // count ("send/recv group(3 operations)").
+  bool pointToPoint = false;
+  size_t operations = 0;
   std::string text() const;
 };
 
@@ -283,8 +290,9 @@ class Communicator {
   // run(), a plugin error) fails the communicator for good: every rank's later operations throw at once with the
   // first error.
   void submit(OperationRef operation);
-  // The same for a collective described by `call` (what this rank was asked to do), which the operation's errors
-  // name. With CommOptions::checkCalls every rank first all-gathers its `call` on the thread that runs the
+  // The same for a call described by `call` (what this rank was asked to do), which the operation's errors name.
+  // For a collective (not CallInfo::pointToPoint), with CommOptions::checkCalls every rank first all-gathers its
+  // `call` on the thread that runs the
   // operation, right before it, so each call is compared with the call it meets on the other ranks even when
   // several threads share the communicator; when they differ, every rank throws ArgumentError naming each rank's
   // call, nothing moves, and the communicator stays usable. A rank that does not come fails the communicator after
@@ -376,7 +384,7 @@ class Communicator {
   void reserveRoomFor(size_t connections);  // raises the descriptor limit for as many connections to make
   void registerSlots(Connection& conn, bool sending, int peer);
   void closeConnections();
-  void releaseSlots(Connection& conn);
+  void releaseSlots(Connection& conn, std::chrono::steady_clock::time_point deadline);
   void flush(Connection& conn, void* data, int bytes, void* mhandle, int peer);
   void progressLoop();
   // Runs one operation (the caller holds busy_); an error fails the communicator unless `always`. Returns the error
