@@ -55,47 +55,35 @@ bool ncclInteger(const char* name, long* value, const char* fallback) {
 // NCCL's value for "choose for me", the default of NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD.
 constexpr long kNcclAutomatic = -2;
 
-// NCCL_SOCKET_NTHREADS as NCCL's socket transport reads it: -2 is automatic (NCCL picks by NIC vendor; here it is
-// this plugin's own choice, `automatic`), more than 16 is 16. *none: an explicit 0, with which NCCL opens no data
-// sockets at all (this plugin's own 0 means that the calling thread drives them).
-int ncclThreads(int automatic, bool* none) {
+// A count of NCCL's socket transport (NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD) as NCCL reads it: unset or -2 is
+// automatic (NCCL picks by NIC vendor; here `automatic`, this plugin's own choice), another negative value is not
+// defined (WARN, automatic), above `cap` is `cap` (with a WARN where `warnAboveCap`: NCCL's thread maximum; the
+// sockets have no limit of their own, threads x sockets being cut to 64 later). *none: an explicit 0, with which NCCL
+// opens no data sockets at all (this plugin's own NNS_SOCKET_NTHREADS=0 means the calling thread drives them).
+int ncclCount(const char* name, int automatic, int cap, bool warnAboveCap, bool* none) {
   long value = kNcclAutomatic;
   *none = false;
-  if (!ncclInteger("NCCL_SOCKET_NTHREADS", &value, "the automatic choice")) return automatic;
+  if (!ncclInteger(name, &value, "the automatic choice")) return automatic;
   if (value == kNcclAutomatic) return automatic;
   if (value < 0) {
     NCCL_NET_WARN(
-        "NCCL_SOCKET_NTHREADS=%ld is negative and not -2 (automatic), which NCCL does not define; using the "
-        "automatic choice (%d)",
-        value, automatic);
+        "%s=%ld is negative and not -2 (automatic), which NCCL does not define; using the automatic choice "
+        "(%d)",
+        name, value, automatic);
     return automatic;
   }
-  if (value > kMaxHelperThreads) {
-    NCCL_NET_WARN("NCCL_SOCKET_NTHREADS=%ld is more than NCCL's maximum; using %d, as NCCL does", value,
-                  kMaxHelperThreads);
-    return kMaxHelperThreads;
+  if (value > cap) {
+    if (warnAboveCap) NCCL_NET_WARN("%s=%ld is more than NCCL's maximum; using %d, as NCCL does", name, value, cap);
+    return cap;
   }
   *none = value == 0;
   return static_cast<int>(value);
 }
-
-// NCCL_NSOCKS_PERTHREAD as NCCL reads it: -2 is automatic (1 here), 0 means no data sockets (*none), and there is no
-// limit of its own: threads x sockets is cut to 64 later, by lowering this, as NCCL does.
+int ncclThreads(int automatic, bool* none) {
+  return ncclCount("NCCL_SOCKET_NTHREADS", automatic, kMaxHelperThreads, true, none);
+}
 int ncclSocketsPerThread(bool* none) {
-  constexpr int kAutomatic = 1;
-  long value = kNcclAutomatic;
-  *none = false;
-  if (!ncclInteger("NCCL_NSOCKS_PERTHREAD", &value, "the automatic choice")) return kAutomatic;
-  if (value == kNcclAutomatic) return kAutomatic;
-  if (value < 0) {
-    NCCL_NET_WARN(
-        "NCCL_NSOCKS_PERTHREAD=%ld is negative and not -2 (automatic), which NCCL does not define; using "
-        "the automatic choice (%d)",
-        value, kAutomatic);
-    return kAutomatic;
-  }
-  *none = value == 0;
-  return static_cast<int>(std::min<long>(value, kMaxDataSockets));
+  return ncclCount("NCCL_NSOCKS_PERTHREAD", 1, kMaxDataSockets, false, none);
 }
 
 // SO_SNDBUF / SO_RCVBUF: ours (0 = the kernel's default, else 1 .. 1 GiB), else NCCL's NCCL_SOCKET_SNDBUF /
