@@ -88,6 +88,21 @@ unsigned char* workspace(Communicator& comm, KernelLayer& kernels, size_t bytes,
   return static_cast<unsigned char*>(memory != nullptr ? memory : comm.scratch(bytes));
 }
 
+// A floating-point avg runs as NCCL runs it (ncclDevPreMulSum): each rank's input multiplied by 1/n in the type
+// first, then summed, so the sum stays in range wherever the average is (float16 60000 over 2 ranks is 60000, not
+// the infinity of its sum); an integer avg sums, then divides (ncclDevSumPostDiv: the schedules' finalize). Here the
+// input is premultiplied into `scaled` (count elements) and the call becomes that sum. One extra pass over the
+// input, where NCCL's kernels fold the multiplication into their first read of it.
+void premultiplyInput(Call& call, const Communicator& comm, void* scaled, size_t count) {
+  call.kernels->premultiply(scaled, call.in, count, call.type, comm.size());
+  call.in = static_cast<const unsigned char*>(scaled);
+  call.op = ncclSum;
+}
+
+bool premultiplies(ncclRedOp_t op, ncclDataType_t type) {
+  return op == ncclAvg && isFloatingPoint(type);
+}
+
 size_t envBytes(const char* name, size_t fallback);  // below
 
 Call makeCall(const Communicator& comm, const void* send, void* recv, ncclDataType_t type, ncclRedOp_t op,
@@ -207,10 +222,15 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
   checkDeviceAlignment(kernels, type, count, send, recv);
   const size_t es = typeSize(type);
   const int n = comm.size();
-  const Call call = makeCall(comm, send, recv, type, op, kernels);
+  Call call = makeCall(comm, send, recv, type, op, kernels);
   const Algorithm chosen = chooseAllReduce(comm, count * es, algorithm);
   if (isNoOp(comm, count)) return;
   comm.submit(describeCall("allreduce", count, type, opName(op), -1, algorithmName(chosen)), [&] {
+    if (premultiplies(op, type)) {
+      // Into the output, and the rest runs in place there.
+      premultiplyInput(call, comm, recv, count);
+      if (n == 1) return;
+    }
     if (n == 1) {
       kernels.copy(recv, send, count * es);
       if (op == ncclAvg) kernels.divide(recv, count, type, 1);
@@ -294,17 +314,24 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
   checkArguments(type, send, recv, recvCount, op, comm.size(), detail::Layout::kScatter, comm.rank());
   checkDeviceAlignment(kernels, type, recvCount, send, recv);
   const size_t es = typeSize(type);
-  const Call call = makeCall(comm, send, recv, type, op, kernels);
+  Call call = makeCall(comm, send, recv, type, op, kernels);
   if (isNoOp(comm, recvCount)) return;
   comm.submit(describeCall("reducescatter", recvCount, type, opName(op)), [&] {
     const int n = comm.size();
+    const bool scale = premultiplies(op, type);
     if (n == 1) {
+      if (scale) return premultiplyInput(call, comm, recv, recvCount);
       kernels.copy(recv, send, recvCount * es);
       if (op == ncclAvg) kernels.divide(recv, recvCount, type, 1);
       return;
     }
+    // Working memory: partial sums unless they are forwarded from the slots, then the premultiplied input if any.
     const bool forward = forwardFromSlots(comm, kernels);
-    auto* work = forward ? nullptr : workspace(comm, kernels, n * recvCount * es, send);
+    const size_t inputBytes = n * recvCount * es;
+    const size_t workBytes = (forward ? 0 : inputBytes) + (scale ? inputBytes : 0);
+    auto* memory = workBytes == 0 ? nullptr : workspace(comm, kernels, workBytes, send);
+    auto* work = forward ? nullptr : memory;
+    if (scale) premultiplyInput(call, comm, memory + (forward ? 0 : inputBytes), n * recvCount);
     const size_t round = roundElements(comm, comm.options().slotBytes, es);
     core::Plan& plan = comm.newPlan();
     for (int c = 0; c < comm.channels(); ++c) {
@@ -344,17 +371,24 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
                  comm.rank() == root ? detail::Layout::kSame : detail::Layout::kOne, comm.rank());
   checkDeviceAlignment(kernels, type, count, send, comm.rank() == root ? recv : nullptr);
   const size_t es = typeSize(type);
-  const Call call = makeCall(comm, send, recv, type, op, kernels);
+  Call call = makeCall(comm, send, recv, type, op, kernels);
   if (isNoOp(comm, count)) return;
   comm.submit(describeCall("reduce", count, type, opName(op), root), [&] {
+    const bool scale = premultiplies(op, type), isRoot = comm.rank() == root;
     if (comm.size() == 1) {
+      if (scale) return premultiplyInput(call, comm, recv, count);
       kernels.copy(recv, send, count * es);
       if (op == ncclAvg) kernels.divide(recv, count, type, 1);
       return;
     }
-    // Only the ranks between the chain's ends pass partial results on: from the slots, or from `work`.
+    // Only the ranks between the chain's ends pass partial results on: from the slots, or from `work`. A
+    // premultiplied input goes to the root's output (the root then reduces in place) or after `work`.
     const bool forward = forwardFromSlots(comm, kernels);
-    auto* work = comm.rank() == root || forward ? nullptr : workspace(comm, kernels, count * es, send);
+    const bool needsWork = !isRoot && !forward;
+    const size_t workBytes = ((needsWork ? 1 : 0) + (scale && !isRoot ? 1 : 0)) * count * es;
+    auto* memory = workBytes == 0 ? nullptr : workspace(comm, kernels, workBytes, send);
+    auto* work = needsWork ? memory : nullptr;
+    if (scale) premultiplyInput(call, comm, isRoot ? recv : memory + (needsWork ? count * es : 0), count);
     core::Plan& plan = comm.newPlan();
     for (int c = 0; c < comm.channels(); ++c) {
       auto [first, part] = channelPart(count, comm.channels(), c);

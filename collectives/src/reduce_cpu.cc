@@ -86,6 +86,17 @@ bool parseType(const char* text, ncclDataType_t* type) {
   }
   return false;
 }
+bool isFloatingPoint(ncclDataType_t type) {
+  switch (type) {
+    case ncclFloat16:
+    case ncclBfloat16:
+    case ncclFloat32:
+    case ncclFloat64:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2: return true;
+    default: return false;
+  }
+}
 bool parseOp(const char* text, ncclRedOp_t* op) {
   for (const auto& o : kOps) {
     if (strcasecmp(text, o.name) == 0) {
@@ -334,6 +345,49 @@ void divideSmall(void* buf, size_t count, int divisor) {
   auto* p = static_cast<typename Format::Bits*>(buf);
   const float d = static_cast<float>(divisor);
   for (size_t i = 0; i < count; ++i) p[i] = Format::narrow(Format::widen(p[i]) / d);
+}
+
+// Floating-point avg's first step (NCCL's ncclDevPreMulSum): each element times the scalar the type holds for
+// 1/ranks, rounded once. NCCL rounds 1/ranks from double to float, then to the type (float64: the double itself).
+template <class T, bool kInPlace>
+void premultiplyLoop(T* __restrict dst, const T* __restrict src, T scalar, size_t count) {
+  const T* in = firstOperand<kInPlace>(dst, src);
+  for (size_t i = 0; i < count; ++i) dst[i] = in[i] * scalar;
+}
+
+template <class T>
+void premultiplyTyped(void* dst, const void* src, size_t count, int ranks) {
+  const T scalar = std::is_same_v<T, double> ? 1.0 / ranks : static_cast<float>(1.0 / ranks);
+  if (dst == src)
+    premultiplyLoop<T, true>(static_cast<T*>(dst), nullptr, scalar, count);
+  else
+    premultiplyLoop<T, false>(static_cast<T*>(dst), static_cast<const T*>(src), scalar, count);
+}
+
+// The formats below float: the product of two of their values is exact in float (p <= 11), so narrowing it rounds
+// once, as NCCL's __hmul2 and its fp8 path through float16 do. Word-wise like applySmallLoop, so it vectorizes.
+template <class Format, bool kInPlace>
+void premultiplySmallLoop(typename Format::Bits* __restrict dst, const typename Format::Bits* __restrict src,
+                          float scalar, size_t count) {
+  using P = Packed<Format>;
+  const typename Format::Bits* in = firstOperand<kInPlace>(dst, src);
+  const size_t words = count / P::kPerWord;
+  for (size_t w = 0; w < words; ++w) {
+    uint32_t a = P::load(in + w * P::kPerWord), r = 0;
+    for (size_t k = 0; k < P::kPerWord; ++k) r |= P::place(Format::narrow(Format::widen(P::element(a, k)) * scalar), k);
+    P::store(dst + w * P::kPerWord, r);
+  }
+  for (size_t i = words * P::kPerWord; i < count; ++i) dst[i] = Format::narrow(Format::widen(in[i]) * scalar);
+}
+
+template <class Format>
+void premultiplySmall(void* dst, const void* src, size_t count, int ranks) {
+  using Bits = typename Format::Bits;
+  const float scalar = Format::widen(Format::narrow(static_cast<float>(1.0 / ranks)));
+  if (dst == src)
+    premultiplySmallLoop<Format, true>(static_cast<Bits*>(dst), nullptr, scalar, count);
+  else
+    premultiplySmallLoop<Format, false>(static_cast<Bits*>(dst), static_cast<const Bits*>(src), scalar, count);
 }
 
 // Elements [from, to) of the conversion-instruction loops below, element by element with the bit code: the tails,
@@ -773,6 +827,19 @@ void divideAny(void* buf, size_t count, ncclDataType_t type, int divisor) {
   }
 }
 
+template <Isa kIsa>
+void premultiplyAny(void* dst, const void* src, size_t count, ncclDataType_t type, int ranks) {
+  switch (type) {
+    case ncclFloat32: premultiplyTyped<float>(dst, src, count, ranks); break;
+    case ncclFloat64: premultiplyTyped<double>(dst, src, count, ranks); break;
+    case ncclFloat16: premultiplySmall<Half>(dst, src, count, ranks); break;
+    case ncclBfloat16: premultiplySmall<Bfloat16>(dst, src, count, ranks); break;
+    case ncclFloat8e4m3: premultiplySmall<Fp8e4m3>(dst, src, count, ranks); break;
+    case ncclFloat8e5m2: premultiplySmall<Fp8e5m2>(dst, src, count, ranks); break;
+    default: break;  // integers: HostKernels::premultiply refuses them
+  }
+}
+
 // Runtime dispatch: the same loops compiled for the baseline (x86-64: SSE2) and, on x86-64 with GCC, for
 // x86-64-v3 (AVX2), x86-64-v4 (AVX-512) and x86-64-v4 with AVX512_BF16, picked once by CPUID. flatten inlines every
 // loop into each variant so each is compiled for that variant's ISA. Manual rather than target_clones so that
@@ -781,19 +848,25 @@ void divideAny(void* buf, size_t count, ncclDataType_t type, int divisor) {
 // above).
 using ReduceFn = void (*)(void*, const void*, const void*, size_t, ncclDataType_t, ncclRedOp_t);
 using DivideFn = void (*)(void*, size_t, ncclDataType_t, int);
+using PremultiplyFn = void (*)(void*, const void*, size_t, ncclDataType_t, int);
 struct Variant {
   const char* isa;
   ReduceFn reduce;
   DivideFn divide;
+  PremultiplyFn premultiply;
 };
 
-#define NNS_HOST_VARIANT(name, isa, ...)                                                                     \
-  __attribute__((__VA_ARGS__ flatten)) void reduce##name(void* d, const void* f, const void* s, size_t n,    \
-                                                         ncclDataType_t t, ncclRedOp_t o) {                  \
-    reduceAny<isa>(d, f, s, n, t, o);                                                                        \
-  }                                                                                                          \
-  __attribute__((__VA_ARGS__ flatten)) void divide##name(void* b, size_t n, ncclDataType_t t, int divisor) { \
-    divideAny<isa>(b, n, t, divisor);                                                                        \
+#define NNS_HOST_VARIANT(name, isa, ...)                                                                          \
+  __attribute__((__VA_ARGS__ flatten)) void reduce##name(void* d, const void* f, const void* s, size_t n,         \
+                                                         ncclDataType_t t, ncclRedOp_t o) {                       \
+    reduceAny<isa>(d, f, s, n, t, o);                                                                             \
+  }                                                                                                               \
+  __attribute__((__VA_ARGS__ flatten)) void divide##name(void* b, size_t n, ncclDataType_t t, int divisor) {      \
+    divideAny<isa>(b, n, t, divisor);                                                                             \
+  }                                                                                                               \
+  __attribute__((__VA_ARGS__ flatten)) void premultiply##name(void* d, const void* s, size_t n, ncclDataType_t t, \
+                                                              int ranks) {                                        \
+    premultiplyAny<isa>(d, s, n, t, ranks);                                                                       \
   }
 // The last argument is the variant's target attribute followed by a comma, or nothing for the baseline.
 NNS_HOST_VARIANT(Baseline, Isa::kBaseline, )
@@ -829,11 +902,12 @@ const Variant& variant() {
     bool capV4 = capV3 || capped("x86-64-v4");
     __builtin_cpu_init();
     if (!capV4 && __builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16"))
-      return Variant{"x86-64-v4+avx512bf16", reduceV4Bf16, divideV4Bf16};
-    if (!capV3 && __builtin_cpu_supports("x86-64-v4")) return Variant{"x86-64-v4", reduceV4, divideV4};
-    if (!capBaseline && __builtin_cpu_supports("x86-64-v3")) return Variant{"x86-64-v3", reduceV3, divideV3};
+      return Variant{"x86-64-v4+avx512bf16", reduceV4Bf16, divideV4Bf16, premultiplyV4Bf16};
+    if (!capV3 && __builtin_cpu_supports("x86-64-v4")) return Variant{"x86-64-v4", reduceV4, divideV4, premultiplyV4};
+    if (!capBaseline && __builtin_cpu_supports("x86-64-v3"))
+      return Variant{"x86-64-v3", reduceV3, divideV3, premultiplyV3};
 #endif
-    return Variant{"baseline", reduceBaseline, divideBaseline};
+    return Variant{"baseline", reduceBaseline, divideBaseline, premultiplyBaseline};
   }();
   return chosen;
 }
@@ -848,6 +922,13 @@ class HostKernels final : public KernelLayer {
   }
   void divide(void* buf, size_t count, ncclDataType_t type, int divisor) override {
     variant().divide(buf, count, type, divisor);
+  }
+  void premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, int ranks) override {
+    if (!isFloatingPoint(type) || ranks <= 0)
+      throw core::CommError(std::string("premultiply of ") + typeName(type) + " by 1/" + std::to_string(ranks) +
+                                ": floating-point types and a positive rank count only",
+                            ncclInternalError);
+    variant().premultiply(dst, src, count, type, ranks);
   }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (dst != src) std::memcpy(dst, src, bytes);

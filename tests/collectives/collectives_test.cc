@@ -1256,6 +1256,50 @@ TEST(Communicator, MaxAndMinPassOverANaNWhereverItEnters) {
     }
 }
 
+// A floating-point avg is NCCL's (ncclDevPreMulSum): each input times 1/n in the type, then summed. So float16
+// 60000 averaged over 3 ranks is 60000 by every algorithm and collective (the sum first was infinity), fp8 e4m3 384
+// over 2 ranks is 384 (its sum saturated at 448, then halved to 224), and an integer avg still sums, then divides.
+TEST(Communicator, FloatingPointAvgPremultipliesAsNcclDoes) {
+  using A = coll::Algorithm;
+  constexpr size_t kCount = 3001;  // several ring blocks and tree pieces
+  const uint16_t big = coll::floatToHalf(60000.0f);
+  std::vector<std::vector<uint16_t>> got(3);
+  std::vector<int32_t> integer(3);
+  auto errors = onEveryRank(3, socketOptions(), [&](core::Communicator& comm, int r) {
+    std::vector<uint16_t> in(3 * kCount, big), out(3 * kCount);
+    for (A algorithm : {A::Ring, A::Tree, A::Doubling}) {
+      coll::allReduce(comm, in.data(), out.data(), kCount, ncclFloat16, ncclAvg, coll::hostKernels(), algorithm);
+      got[r].insert(got[r].end(), {out.front(), out[kCount - 1]});
+      std::vector<uint16_t> inPlace(kCount, big);
+      coll::allReduce(comm, inPlace.data(), inPlace.data(), kCount, ncclFloat16, ncclAvg, coll::hostKernels(),
+                      algorithm);
+      got[r].insert(got[r].end(), {inPlace.front(), inPlace.back()});
+    }
+    coll::reduceScatter(comm, in.data(), out.data(), kCount, ncclFloat16, ncclAvg, coll::hostKernels());
+    got[r].insert(got[r].end(), {out.front(), out[kCount - 1]});
+    coll::reduce(comm, in.data(), out.data(), kCount, ncclFloat16, ncclAvg, 1, coll::hostKernels());
+    if (r == 1) got[r].insert(got[r].end(), {out.front(), out[kCount - 1]});
+    const int32_t mine[] = {1, 2, 4};  // (1 + 2 + 4) / 3 = 2; premultiplied in int32 it would be 0 + 0 + 1
+    coll::allReduce(comm, &mine[r], &integer[r], 1, ncclInt32, ncclAvg, coll::hostKernels());
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(got[r], std::vector<uint16_t>(r == 1 ? 16 : 14, big)) << "rank " << r;
+    EXPECT_EQ(integer[r], 2) << "rank " << r;
+  }
+  const uint8_t e4m3 = coll::floatToFp8e4m3(384.0f);
+  std::vector<uint8_t> fp8(2);
+  errors = onEveryRank(2, socketOptions(), [&](core::Communicator& comm, int r) {
+    std::vector<uint8_t> in(100, e4m3), out(100);
+    coll::allReduce(comm, in.data(), out.data(), in.size(), ncclFloat8e4m3, ncclAvg, coll::hostKernels());
+    fp8[r] = out[99];
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(coll::fp8e4m3ToFloat(fp8[r]), 384.0f) << "rank " << r;
+  }
+}
+
 // What Algorithm::Auto picks by size: recursive doubling to 32 KiB (to 512 KiB on 2 ranks, where it is one exchange
 // against the ring's two steps), then the ring below 8 ranks; NNS_DOUBLING_MAX_BYTES moves the line for any count.
 TEST(Algorithms, AutoTakesDoublingFurtherOnTwoRanksAndTheEnvironmentMovesTheLine) {
@@ -1767,6 +1811,7 @@ class DeviceLayerStandIn final : public coll::KernelLayer {
  public:
   void reduce(void*, const void*, size_t, ncclDataType_t, ncclRedOp_t) override { ADD_FAILURE() << "ran"; }
   void divide(void*, size_t, ncclDataType_t, int) override { ADD_FAILURE() << "ran"; }
+  void premultiply(void*, const void*, size_t, ncclDataType_t, int) override { ADD_FAILURE() << "ran"; }
   void copy(void*, const void*, size_t) override { ADD_FAILURE() << "ran"; }
   bool onDevice() const override { return true; }
 };

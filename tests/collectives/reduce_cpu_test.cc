@@ -498,6 +498,55 @@ TEST(HostKernels, DivideMatchesTheScalarReference) {
   }
 }
 
+// A floating-point avg's first step: x times the scalar NCCL makes for 1/ranks (from double to float, then to the
+// type; float64: the double), the product correctly rounded once; out of place and in place; integers refused.
+TEST(HostKernels, PremultiplyMatchesTheScalarReference) {
+  for (ncclDataType_t type : kAllTypes) {
+    size_t es = elementSize(type), count = 0;
+    std::vector<uint8_t> a, b;
+    makeInputs(type, &a, &b, &count);
+    if (!coll::isFloatingPoint(type)) {
+      std::vector<uint8_t> out(count * es);
+      EXPECT_THROW(coll::hostKernels().premultiply(out.data(), a.data(), count, type, 2), core::CommError)
+          << coll::typeName(type);
+      continue;
+    }
+    for (int ranks : {1, 2, 3, 5, 7, 8, 12, 1000}) {
+      std::vector<uint8_t> want(count * es);
+      const float scalar = static_cast<float>(1.0 / ranks);
+      for (size_t i = 0; i < count; ++i) {
+        const uint8_t* x = &a[i * es];
+        uint8_t* w = &want[i * es];
+        switch (type) {
+          case ncclFloat32: store<float>(w, load<float>(x) * scalar); break;
+          case ncclFloat64: store<double>(w, load<double>(x) * (1.0 / ranks)); break;
+          default: {
+            const Format& f = *smallFormat(type);
+            const double s = refDecode(f, refEncode(f, scalar));
+            uint32_t bits = es == 2 ? load<uint16_t>(x) : load<uint8_t>(x);
+            uint32_t r = refEncode(f, refDecode(f, bits) * s);  // the product is exact in double
+            if (es == 2)
+              store<uint16_t>(w, static_cast<uint16_t>(r));
+            else
+              store<uint8_t>(w, static_cast<uint8_t>(r));
+          }
+        }
+      }
+      std::vector<uint8_t> out(count * es, 0xa5), inPlace = a;
+      coll::hostKernels().premultiply(out.data(), a.data(), count, type, ranks);
+      coll::hostKernels().premultiply(inPlace.data(), inPlace.data(), count, type, ranks);
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) {
+        if (!sameResult(type, &out[i * es], &want[i * es]) && wrong++ < 5)
+          ADD_FAILURE() << coll::typeName(type) << " x 1/" << ranks << " element " << i;
+        if (!sameResult(type, &inPlace[i * es], &want[i * es]) && wrong++ < 5)
+          ADD_FAILURE() << coll::typeName(type) << " x 1/" << ranks << " in place, element " << i;
+      }
+      EXPECT_EQ(wrong, 0u) << coll::typeName(type) << " x 1/" << ranks;
+    }
+  }
+}
+
 TEST(HostKernels, RunsTheVariantAskedFor) {
   const char* wanted = std::getenv("NNS_HOST_ISA");
   const std::string isa = coll::hostKernelIsa();

@@ -153,6 +153,7 @@ class DeviceLayerStandIn final : public nns::coll::KernelLayer {
  public:
   void reduce(void*, const void*, size_t, ncclDataType_t, ncclRedOp_t) override { ADD_FAILURE() << "ran"; }
   void divide(void*, size_t, ncclDataType_t, int) override { ADD_FAILURE() << "ran"; }
+  void premultiply(void*, const void*, size_t, ncclDataType_t, int) override { ADD_FAILURE() << "ran"; }
   void copy(void*, const void*, size_t) override { ADD_FAILURE() << "ran"; }
   bool onDevice() const override { return true; }
 };
@@ -219,6 +220,30 @@ TEST(CudaKernelLayer, DeviceBufferAvgReducesThenDivides) {
   layer.copy(result, dst, sizeof(result));
   EXPECT_EQ(result[0], 2.0f);
   EXPECT_EQ(result[3], 6.0f);
+  cudaFree(dst);
+  cudaFree(src);
+}
+
+// A floating-point avg's first step on the GPU: float16 60000 premultiplied by half(1/2) is 30000, and the sum of
+// two of them 60000 (summing first would overflow to infinity); out of place and in place; integers are refused.
+TEST(CudaKernelLayer, DeviceBufferFloatAvgPremultipliesAsNccl) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const uint16_t host[2] = {nns::coll::floatToHalf(60000.0f), nns::coll::floatToHalf(-3.0f)};
+  void *dst = nullptr, *src = nullptr;
+  ASSERT_EQ(cudaMalloc(&dst, sizeof(host)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&src, sizeof(host)), cudaSuccess);
+  nns::coll::KernelLayer& layer = nns::cuda::kernelsFor(dst);
+  layer.copy(src, host, sizeof(host));
+  layer.premultiply(dst, src, 2, ncclFloat16, 2);
+  layer.reduce(dst, dst, 2, ncclFloat16, ncclSum);
+  uint16_t result[2];
+  layer.copy(result, dst, sizeof(result));
+  EXPECT_EQ(nns::coll::halfToFloat(result[0]), 60000.0f);
+  EXPECT_EQ(nns::coll::halfToFloat(result[1]), -3.0f);
+  layer.premultiply(src, src, 2, ncclFloat16, 3);  // in place; half(1/3) = 0x3555
+  layer.copy(result, src, sizeof(result));
+  EXPECT_EQ(result[1], nns::coll::floatToHalf(-3.0f * nns::coll::halfToFloat(0x3555)));
+  EXPECT_EQ(nns::cuda::premultiply(dst, src, 2, ncclInt32, 2, cudaStreamPerThread), cudaErrorInvalidValue);
   cudaFree(dst);
   cudaFree(src);
 }

@@ -66,6 +66,24 @@ int main() {
     }
     std::printf("%s divide %-8s %s\n", failure.empty() ? "PASS" : "FAIL", typeName(type), failure.c_str());
     failures += !failure.empty();
+    if (type != ncclFloat16 && type != ncclBfloat16 && type != ncclFloat32 && type != ncclFloat64 &&
+        type != ncclFloat8e4m3 && type != ncclFloat8e5m2)
+      continue;  // integer avg divides; only the floating-point types premultiply
+    failure.clear();
+    for (int ranks : {2, 3, 7, 1000}) {
+      for (size_t count : kCounts) {
+        for (Values values : {Values::kModerate, Values::kEdges}) {
+          if (values == Values::kEdges && count > 4099) continue;
+          ++checks;
+          std::string error = checkPremultiply(type, count, ranks, static_cast<unsigned>(count) + ranks, values);
+          if (!error.empty() && failure.empty())
+            failure = "1/" + std::to_string(ranks) + " count " + std::to_string(count) +
+                      (values == Values::kEdges ? " edge values" : "") + ": " + error;
+        }
+      }
+    }
+    std::printf("%s premultiply %-8s %s\n", failure.empty() ? "PASS" : "FAIL", typeName(type), failure.c_str());
+    failures += !failure.empty();
   }
   std::string failure;
   // The largest: every thread through the unrolled loop (largeCopyBytes), at aligned and different offsets.

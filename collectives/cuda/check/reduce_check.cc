@@ -321,6 +321,52 @@ std::string checkDivide(ncclDataType_t type, size_t count, int divisor, unsigned
   return firstMismatch(type, got, want, count);
 }
 
+std::string checkPremultiply(ncclDataType_t type, size_t count, int ranks, unsigned seed, Values values) {
+  size_t es = sizeOf(type);
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> in(count * es), want(count * es), got(count * es);
+  fill(type, in.data(), count, rng, values);
+  const float scalar = static_cast<float>(1.0 / ranks);  // as NCCL makes it: double, then float, then the type
+  for (size_t i = 0; i < count; ++i) {
+    const uint8_t* x = &in[i * es];
+    uint8_t* w = &want[i * es];
+    switch (type) {
+      case ncclFloat32: store<float>(w, load<float>(x) * scalar); break;
+      case ncclFloat64: store<double>(w, load<double>(x) * (1.0 / ranks)); break;
+      case ncclFloat16:
+      case ncclBfloat16:
+      case ncclFloat8e4m3:
+      case ncclFloat8e5m2: {
+        bool wide = es == 2;
+        const float s = widenSmall(type, narrowSmall(type, scalar));
+        uint32_t bits = narrowSmall(type, widenSmall(type, wide ? load<uint16_t>(x) : load<uint8_t>(x)) * s);
+        if (wide)
+          store<uint16_t>(w, static_cast<uint16_t>(bits));
+        else
+          store<uint8_t>(w, static_cast<uint8_t>(bits));
+        break;
+      }
+      default: return std::string("not a floating-point type: ") + typeName(type);
+    }
+  }
+  DeviceBuffer d(count * es), o(count * es);
+  if (!d.ptr || !o.ptr) return "cudaMalloc failed";
+  cudaError_t e;
+  if ((e = cudaMemcpy(d.ptr, in.data(), in.size(), cudaMemcpyHostToDevice)) != cudaSuccess) return cudaText("copy", e);
+  if ((e = premultiply(o.ptr, d.ptr, count, type, ranks, nullptr)) != cudaSuccess)
+    return cudaText("premultiply launch", e);
+  if ((e = premultiply(d.ptr, d.ptr, count, type, ranks, nullptr)) != cudaSuccess)
+    return cudaText("premultiply launch (in place)", e);
+  if ((e = cudaDeviceSynchronize()) != cudaSuccess) return cudaText("premultiply", e);
+  for (auto [buffer, form] : {std::pair{o.ptr, ""}, std::pair{d.ptr, " (in place)"}}) {
+    if ((e = cudaMemcpy(got.data(), buffer, got.size(), cudaMemcpyDeviceToHost)) != cudaSuccess)
+      return cudaText("copy back", e);
+    std::string mismatch = firstMismatch(type, got, want, count);
+    if (!mismatch.empty()) return mismatch + form;
+  }
+  return "";
+}
+
 std::string checkCopy(size_t bytes, size_t dstOffset, size_t srcOffset, unsigned seed) {
   std::mt19937_64 rng(seed);
   std::vector<uint8_t> src(bytes), got(bytes);

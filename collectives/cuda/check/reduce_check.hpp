@@ -25,6 +25,10 @@ std::string checkReduce(ncclDataType_t type, ncclRedOp_t op, size_t count, size_
 // Avg's finalize: divide by divisor, compared with the reference's rounding of x / divisor (NaN as above).
 std::string checkDivide(ncclDataType_t type, size_t count, int divisor, unsigned seed,
                         Values values = Values::kModerate);
+// Floating-point avg's first step: x times 1/ranks as the type holds it, compared with the reference's rounding of
+// that product (NaN as above). Floating-point types only.
+std::string checkPremultiply(ncclDataType_t type, size_t count, int ranks, unsigned seed,
+                             Values values = Values::kModerate);
 // The copy kernel at a byte offset pair.
 std::string checkCopy(size_t bytes, size_t dstOffset, size_t srcOffset, unsigned seed);
 

@@ -58,6 +58,11 @@ class DeviceKernels final : public coll::KernelLayer {
     throwOnError(cuda::divide(buf, count, type, divisor, cudaStreamPerThread), "divide launch");
     throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "divide");
   }
+  void premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, int ranks) override {
+    OnDeviceOf on(dst, src);
+    throwOnError(cuda::premultiply(dst, src, count, type, ranks, cudaStreamPerThread), "premultiply launch");
+    throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "premultiply");
+  }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (dst == src || bytes == 0) return;  // in place: nothing to move (and copies must not overlap)
     OnDeviceOf on(dst, src);

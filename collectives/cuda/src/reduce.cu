@@ -1,4 +1,5 @@
-// reduce.cu: element-wise reduction, divide and copy kernels: 16-byte vectors, grid-stride, one kernel per (type, op).
+// reduce.cu: element-wise reduction, divide, premultiply and copy kernels: 16-byte vectors, grid-stride, one kernel per
+// (type, op).
 #include "nns/cuda/kernels.hpp"
 
 #include <cstdint>
@@ -297,6 +298,45 @@ cudaError_t launchDivide(void* buf, size_t count, int divisor, cudaStream_t stre
                           0, stream);  // this launch's own errors, as launch's
 }
 
+// Floating-point avg's first step (NCCL's ncclDevPreMulSum): x times the scalar the type holds for 1/ranks, the
+// product rounded once (a product of two 16-bit or fp8 values is exact in float, so widening to float first and
+// narrowing after is the same single rounding). Once per collective over the input, like divide: plain grid-stride.
+__device__ float premultiplyOne(float x, float s) {
+  return __fmul_rn(x, s);
+}
+__device__ double premultiplyOne(double x, double s) {
+  return __dmul_rn(x, s);
+}
+__device__ __half premultiplyOne(__half x, __half s) {
+  return __hmul(x, s);
+}
+__device__ Bf16 premultiplyOne(Bf16 x, Bf16 s) {
+  return __hmul(x, s);
+}
+template <__nv_fp8_interpretation_t K>
+__device__ Fp8<K> premultiplyOne(Fp8<K> x, Fp8<K> s) {
+  return narrow<K>(widen(x) * widen(s));
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) premultiplyKernel(T* dst, const T* src, size_t count, T scalar) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
+    dst[i] = premultiplyOne(src[i], scalar);
+}
+
+template <class T>
+cudaError_t launchPremultiply(void* dst, const void* src, size_t count, T scalar, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  if (reinterpret_cast<uintptr_t>(dst) % sizeof(T) != 0 || reinterpret_cast<uintptr_t>(src) % sizeof(T) != 0)
+    return cudaErrorInvalidValue;  // as launch: a sticky fault otherwise
+  T* out = static_cast<T*>(dst);
+  const T* in = static_cast<const T*>(src);
+  void* args[] = {&out, &in, &count, &scalar};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(&premultiplyKernel<T>), dim3(gridFor(count)), dim3(kThreads),
+                          args, 0, stream);
+}
+
 }  // namespace
 
 cudaError_t reduce(void* dst, const void* a, const void* b, size_t count, ncclDataType_t type, ncclRedOp_t op,
@@ -334,6 +374,23 @@ cudaError_t divide(void* buf, size_t count, ncclDataType_t type, int divisor, cu
     case ncclFloat8e4m3: return launchDivide<E4m3>(buf, count, divisor, stream);
     case ncclFloat8e5m2: return launchDivide<E5m2>(buf, count, divisor, stream);
     default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, int ranks, cudaStream_t stream) {
+  if (ranks <= 0) return cudaErrorInvalidValue;
+  // The scalar as NCCL makes it: 1/ranks in double, rounded to float, then to the type (float64: the double).
+  const float scalar = static_cast<float>(1.0 / ranks);
+  switch (type) {
+    case ncclFloat16: return launchPremultiply(dst, src, count, __float2half_rn(scalar), stream);
+    case ncclBfloat16: return launchPremultiply(dst, src, count, __float2bfloat16_rn(scalar), stream);
+    case ncclFloat32: return launchPremultiply(dst, src, count, scalar, stream);
+    case ncclFloat64: return launchPremultiply(dst, src, count, 1.0 / ranks, stream);
+    case ncclFloat8e4m3:
+      return launchPremultiply(dst, src, count, E4m3{__nv_cvt_float_to_fp8(scalar, __NV_SATFINITE, __NV_E4M3)}, stream);
+    case ncclFloat8e5m2:
+      return launchPremultiply(dst, src, count, E5m2{__nv_cvt_float_to_fp8(scalar, __NV_SATFINITE, __NV_E5M2)}, stream);
+    default: return cudaErrorInvalidValue;  // integer avg sums, then divides
   }
 }
 

@@ -16,6 +16,10 @@ const char* typeName(ncclDataType_t type);
 const char* opName(ncclRedOp_t op);
 bool parseType(const char* text, ncclDataType_t* type);
 bool parseOp(const char* text, ncclRedOp_t* op);
+// True for the floating-point types (float16, bfloat16, float32, float64, fp8), whose average NCCL computes by
+// multiplying each rank's input by 1/n in the type first (ncclDevPreMulSum), then summing; the integer types sum,
+// then divide (ncclDevSumPostDiv).
+bool isFloatingPoint(ncclDataType_t type);
 
 // Conversions, inline in float_convert.hpp (shared with the CUDA kernels' check), all rounding to nearest even:
 //   float halfToFloat(uint16_t);     uint16_t floatToHalf(float);      overflow -> infinity, NaN stays NaN
@@ -28,7 +32,8 @@ bool parseOp(const char* text, ncclRedOp_t* op);
 class KernelLayer {
  public:
   virtual ~KernelLayer() = default;
-  // dst[i] = dst[i] op src[i]; avg accumulates like sum (finalize divides).
+  // dst[i] = dst[i] op src[i]; avg accumulates like sum (integer avg: finalize divides; floating-point avg
+  // premultiplies instead, below).
   virtual void reduce(void* dst, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) = 0;
   // dst[i] = a[i] op b[i], where a is dst itself or overlaps neither dst nor b (one pass where copy + reduce would
   // take two). This default does exactly that copy and reduce.
@@ -36,8 +41,13 @@ class KernelLayer {
     if (dst != a) copy(dst, a, count * typeSize(type));
     reduce(dst, b, count, type, op);
   }
-  // buf[i] = buf[i] / divisor, for avg.
+  // buf[i] = buf[i] / divisor: integer avg's finalize.
   virtual void divide(void* buf, size_t count, ncclDataType_t type, int divisor) = 0;
+  // dst[i] = src[i] x s, with s = 1/ranks rounded to the type as NCCL rounds it (from float; double for float64)
+  // and the product rounded to the type once: floating-point avg's first step, NCCL's ncclDevPreMulSum, so that the
+  // sum that follows stays in range wherever the average is (float16 60000 averaged over 2 ranks is 60000, not the
+  // infinity its sum would be). Floating-point types only; dst may be src exactly.
+  virtual void premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, int ranks) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   // True when the buffers this layer works on are GPU memory (its kernels also read the communicator's slots, so
   // those must be memory the GPU can read).
