@@ -90,17 +90,27 @@ unsigned char* workspace(Communicator& comm, KernelLayer& kernels, size_t bytes,
 
 // A floating-point avg runs as NCCL runs it (ncclDevPreMulSum): each rank's input multiplied by 1/n in the type
 // first, then summed, so the sum stays in range wherever the average is (float16 60000 over 2 ranks is 60000, not
-// the infinity of its sum); an integer avg sums, then divides (ncclDevSumPostDiv: the schedules' finalize). Here the
-// input is premultiplied into `scaled` (count elements) and the call becomes that sum. One extra pass over the
-// input, where NCCL's kernels fold the multiplication into their first read of it.
+// the infinity of its sum); an integer avg sums, then divides (ncclDevSumPostDiv: the schedules' finalize).
+bool premultiplies(ncclRedOp_t op, ncclDataType_t type) {
+  return op == ncclAvg && isFloatingPoint(type);
+}
+
+// The rings premultiply piece by piece as their own elements meet the received ones (Call::premultiply), as
+// NCCL's kernels do on their first read; the tree, recursive doubling, the chains and one rank premultiply the
+// whole input into `scaled` (count elements) first, and the call becomes that sum: one more pass over the input,
+// on sizes (the tree's and doubling's) that stay in cache.
 void premultiplyInput(Call& call, const Communicator& comm, void* scaled, size_t count) {
   call.kernels->premultiply(scaled, call.in, count, call.type, comm.size());
   call.in = static_cast<const unsigned char*>(scaled);
   call.op = ncclSum;
 }
 
-bool premultiplies(ncclRedOp_t op, ncclDataType_t type) {
-  return op == ncclAvg && isFloatingPoint(type);
+void premultiplyInRing(Call& call, const Communicator& comm, unsigned char* pieceScratch,
+                       unsigned char* blockScratch = nullptr) {
+  call.premultiply = comm.size();
+  call.op = ncclSum;
+  call.pieceScratch = pieceScratch;
+  call.blockScratch = blockScratch;
 }
 
 size_t envBytes(const char* name, size_t fallback);  // below
@@ -226,7 +236,8 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
   const Algorithm chosen = chooseAllReduce(comm, count * es, algorithm);
   if (isNoOp(comm, count)) return;
   comm.submit(describeCall("allreduce", count, type, opName(op), -1, algorithmName(chosen)), [&] {
-    if (premultiplies(op, type)) {
+    const bool scale = premultiplies(op, type);
+    if (scale && (n == 1 || chosen != Algorithm::Ring)) {
       // Into the output, and the rest runs in place there.
       premultiplyInput(call, comm, recv, count);
       if (n == 1) return;
@@ -243,6 +254,8 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
       const size_t piece = pieceFor(comm, count * es / n / comm.channels(), 1, 32 * 1024);
       plan.setPieceBytes(piece);
       const bool forward = forwardFromSlots(comm, kernels, recv, count * es);
+      if (scale)
+        premultiplyInRing(call, comm, forward ? workspace(comm, kernels, comm.options().slotBytes, send) : nullptr);
       // Rounds of whole pieces per block (equal blocks, so the rounds stay the same on every rank); the last takes
       // the rest.
       const size_t round = static_cast<size_t>(n) * roundElements(comm, piece, es);
@@ -325,13 +338,16 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
       if (op == ncclAvg) kernels.divide(recv, recvCount, type, 1);
       return;
     }
-    // Working memory: partial sums unless they are forwarded from the slots, then the premultiplied input if any.
+    // Working memory: partial sums unless they are forwarded from the slots; for avg then the premultiplied first
+    // sends (an output's worth) and, forwarding, a piece's worth (premultiplyInRing).
     const bool forward = forwardFromSlots(comm, kernels);
-    const size_t inputBytes = n * recvCount * es;
-    const size_t workBytes = (forward ? 0 : inputBytes) + (scale ? inputBytes : 0);
+    const size_t partialBytes = forward ? 0 : n * recvCount * es, blockBytes = recvCount * es;
+    const size_t pieceBytes = forward ? comm.options().slotBytes : 0;
+    const size_t workBytes = partialBytes + (scale ? blockBytes + pieceBytes : 0);
     auto* memory = workBytes == 0 ? nullptr : workspace(comm, kernels, workBytes, send);
     auto* work = forward ? nullptr : memory;
-    if (scale) premultiplyInput(call, comm, memory + (forward ? 0 : inputBytes), n * recvCount);
+    if (scale)
+      premultiplyInRing(call, comm, forward ? memory + partialBytes + blockBytes : nullptr, memory + partialBytes);
     const size_t round = roundElements(comm, comm.options().slotBytes, es);
     core::Plan& plan = comm.newPlan();
     for (int c = 0; c < comm.channels(); ++c) {

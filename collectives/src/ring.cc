@@ -25,6 +25,14 @@ int mod(int a, int n) {
 void* reduceReceived(const Call& call, unsigned char* target, const unsigned char* own, size_t offset, void* piece,
                      size_t len) {
   const size_t count = len / typeSize(call.type);
+  if (call.premultiply > 0) {
+    // Own elements times 1/n first, into the target or beside the piece (still in cache), then the piece added.
+    void* scaled = target != nullptr ? target + offset : call.pieceScratch;
+    call.kernels->premultiply(scaled, own + offset, count, call.type, call.premultiply);
+    void* result = target != nullptr ? scaled : piece;
+    call.kernels->reduce(result, result == piece ? scaled : piece, count, call.type, call.op);
+    return result;
+  }
   if (target == nullptr) {
     call.kernels->reduceInto(piece, piece, own + offset, count, call.type, call.op);
     return piece;
@@ -56,7 +64,12 @@ void ringAllReduce(Communicator& comm, core::Plan& plan, const Call& call, size_
   core::Plan::RecvRef previous;
   for (int s = 0; s < n - 1; ++s) {
     const int sendBlock = mod(r - s, n), recvBlock = mod(r - s - 1, n);
-    if (s == 0) {
+    if (s == 0 && call.premultiply > 0) {
+      // This rank's own block goes out premultiplied, from its place in the output: only the all-gather writes
+      // there, each piece once the reduction this send starts has come round the ring.
+      call.kernels->premultiply(out(sendBlock), in(sendBlock), blocks.length(sendBlock), call.type, call.premultiply);
+      plan.send(comm.next(), channel, out(sendBlock), bytes(sendBlock));
+    } else if (s == 0) {
       plan.send(comm.next(), channel, in(sendBlock), bytes(sendBlock));
     } else if (forward) {
       plan.forward(comm.next(), channel, previous);
@@ -127,7 +140,11 @@ void ringReduceScatter(Communicator& comm, core::Plan& plan, const Call& call, s
   core::Plan::RecvRef previous;
   for (int s = 0; s < n - 1; ++s) {
     const int sendBlock = mod(r - s - 1, n), recvBlock = mod(r - s - 2, n);
-    if (s == 0) {
+    if (s == 0 && call.premultiply > 0) {
+      unsigned char* scaled = call.blockScratch + first * es;  // not the output: the last step writes it meanwhile
+      call.kernels->premultiply(scaled, in(sendBlock), count, call.type, call.premultiply);
+      plan.send(comm.next(), channel, scaled, count * es);
+    } else if (s == 0) {
       plan.send(comm.next(), channel, in(sendBlock), count * es);
     } else if (forward) {
       plan.forward(comm.next(), channel, previous);

@@ -12,6 +12,14 @@ struct Call {
   ncclDataType_t type;
   ncclRedOp_t op;
   KernelLayer* kernels;
+  // Floating-point avg in the rings (NCCL's ncclDevPreMulSum, op then sum): the rank count n, and this rank's own
+  // elements enter the sum multiplied by 1/n piece by piece as they meet a received piece, and a block sent
+  // unreduced is premultiplied just before; 0 otherwise.
+  int premultiply = 0;
+  // Working memory for that: a piece's worth (host slots) where a forwarded piece's own elements are premultiplied,
+  // and, for reduce-scatter, the elements of its first sends (indexed as the output).
+  unsigned char* pieceScratch = nullptr;
+  unsigned char* blockScratch = nullptr;
 };
 
 // `forward`: partial sums and gathered blocks go on from the slots they arrived in (plain host buffers); each
