@@ -731,10 +731,22 @@ std::string messageAfterAFloodOfSilentConnections(int room, int flood) {
           got = e.what();
         }
       } else {
-        for (auto start = std::chrono::steady_clock::now();
-             !go && std::chrono::steady_clock::now() - start < std::chrono::seconds(15);)
-          usleep(1000);
-        bootstrap.send(0, 9, "after the flood");
+        const auto start = std::chrono::steady_clock::now();
+        while (!go && std::chrono::steady_clock::now() - start < std::chrono::seconds(15)) usleep(1000);
+        // Both ranks share this process's descriptors here (as they never do as processes of a job), and rank 0's
+        // strangers may hold every one when this rank makes its socket: its send fails with EMFILE, rank 0 gives a
+        // stranger's up at its next accept, and the send is tried again.
+        for (;;) {
+          try {
+            bootstrap.send(0, 9, "after the flood");
+            break;
+          } catch (const core::BootstrapError& e) {
+            if (std::string(e.what()).find("Too many open files") == std::string::npos ||
+                std::chrono::steady_clock::now() - start > std::chrono::seconds(15))
+              throw;
+            usleep(1000);
+          }
+        }
       }
       bootstrap.barrier();
     });
@@ -1263,36 +1275,46 @@ TEST(Communicator, FloatingPointAvgPremultipliesAsNcclDoes) {
   using A = coll::Algorithm;
   constexpr size_t kCount = 3001;  // several ring blocks and tree pieces
   const uint16_t big = coll::floatToHalf(60000.0f);
-  std::vector<std::vector<uint16_t>> got(3);
-  std::vector<int32_t> integer(3);
-  auto errors = onEveryRank(3, socketOptions(), [&](core::Communicator& comm, int r) {
-    std::vector<uint16_t> in(3 * kCount, big), out(3 * kCount);
-    for (A algorithm : {A::Ring, A::Tree, A::Doubling}) {
-      coll::allReduce(comm, in.data(), out.data(), kCount, ncclFloat16, ncclAvg, coll::hostKernels(), algorithm);
-      got[r].insert(got[r].end(), {out.front(), out[kCount - 1]});
-      std::vector<uint16_t> inPlace(kCount, big);
-      coll::allReduce(comm, inPlace.data(), inPlace.data(), kCount, ncclFloat16, ncclAvg, coll::hostKernels(),
-                      algorithm);
-      got[r].insert(got[r].end(), {inPlace.front(), inPlace.back()});
+  // Two slots: the rings forward partial sums from the slots; one slot: they stage them in working memory.
+  for (int slots : {2, 1}) {
+    std::vector<std::vector<uint16_t>> got(3);
+    std::vector<int32_t> integer(3);
+    core::CommOptions options = socketOptions();
+    options.slots = slots;
+    auto errors = onEveryRank(3, options, [&](core::Communicator& comm, int r) {
+      std::vector<uint16_t> in(3 * kCount, big), out(3 * kCount);
+      // The first element that is not 60000 (in every block of every ring round), else 60000.
+      auto first = [&](const std::vector<uint16_t>& v) {
+        auto wrong = std::find_if(v.begin(), v.begin() + kCount, [&](uint16_t x) { return x != big; });
+        return wrong == v.begin() + kCount ? big : *wrong;
+      };
+      for (A algorithm : {A::Ring, A::Tree, A::Doubling}) {
+        coll::allReduce(comm, in.data(), out.data(), kCount, ncclFloat16, ncclAvg, coll::hostKernels(), algorithm);
+        got[r].push_back(first(out));
+        std::vector<uint16_t> inPlace(kCount, big);
+        coll::allReduce(comm, inPlace.data(), inPlace.data(), kCount, ncclFloat16, ncclAvg, coll::hostKernels(),
+                        algorithm);
+        got[r].push_back(first(inPlace));
+      }
+      coll::reduceScatter(comm, in.data(), out.data(), kCount, ncclFloat16, ncclAvg, coll::hostKernels());
+      got[r].push_back(first(out));
+      coll::reduce(comm, in.data(), out.data(), kCount, ncclFloat16, ncclAvg, 1, coll::hostKernels());
+      if (r == 1) got[r].push_back(first(out));
+      const int32_t mine[] = {1, 2, 4};  // (1 + 2 + 4) / 3 = 2; premultiplied in int32 it would be 0 + 0 + 1
+      coll::allReduce(comm, &mine[r], &integer[r], 1, ncclInt32, ncclAvg, coll::hostKernels());
+    });
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(errors[r], "") << "rank " << r;
+      EXPECT_EQ(got[r], std::vector<uint16_t>(r == 1 ? 8 : 7, big)) << "rank " << r << ", " << slots << " slots";
+      EXPECT_EQ(integer[r], 2) << "rank " << r;
     }
-    coll::reduceScatter(comm, in.data(), out.data(), kCount, ncclFloat16, ncclAvg, coll::hostKernels());
-    got[r].insert(got[r].end(), {out.front(), out[kCount - 1]});
-    coll::reduce(comm, in.data(), out.data(), kCount, ncclFloat16, ncclAvg, 1, coll::hostKernels());
-    if (r == 1) got[r].insert(got[r].end(), {out.front(), out[kCount - 1]});
-    const int32_t mine[] = {1, 2, 4};  // (1 + 2 + 4) / 3 = 2; premultiplied in int32 it would be 0 + 0 + 1
-    coll::allReduce(comm, &mine[r], &integer[r], 1, ncclInt32, ncclAvg, coll::hostKernels());
-  });
-  for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(errors[r], "") << "rank " << r;
-    EXPECT_EQ(got[r], std::vector<uint16_t>(r == 1 ? 16 : 14, big)) << "rank " << r;
-    EXPECT_EQ(integer[r], 2) << "rank " << r;
   }
   const uint8_t e4m3 = coll::floatToFp8e4m3(384.0f);
   std::vector<uint8_t> fp8(2);
-  errors = onEveryRank(2, socketOptions(), [&](core::Communicator& comm, int r) {
+  auto errors = onEveryRank(2, socketOptions(), [&](core::Communicator& comm, int r) {
     std::vector<uint8_t> in(100, e4m3), out(100);
     coll::allReduce(comm, in.data(), out.data(), in.size(), ncclFloat8e4m3, ncclAvg, coll::hostKernels());
-    fp8[r] = out[99];
+    fp8[r] = std::all_of(out.begin(), out.end(), [&](uint8_t x) { return x == out[0]; }) ? out[0] : 0;
   });
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(errors[r], "") << "rank " << r;
