@@ -77,8 +77,8 @@ double inputValue(int r, size_t i, ncclRedOp_t op, ncclDataType_t type) {
   return isUnsigned ? plainValue(r, i) : plainValue(r, i) - 4;
 }
 
-// How far a result may be from the exact one: nothing for exact types; for the narrow floats, the rounding of the
-// final avg division (half an ulp) with margin.
+// How far a result may be from the exact one: nothing for exact types; for the narrow floats, avg's rounding (1/n
+// and each rank's input times it are rounded to the type, as in NCCL, then each partial sum) with margin.
 double tolerance(ncclDataType_t type, double expected) {
   double scale = std::max(1.0, std::fabs(expected));
   switch (type) {
