@@ -20,6 +20,21 @@ int mod(int a, int n) {
   return ((a % n) + n) % n;
 }
 
+// Sends this rank's own elements [own, own + bytes) unreduced, premultiplied for a floating-point avg: as each piece is
+// staged into its slot (no pass of its own), or, when the plugin would send it from registered memory or the slots
+// are for a GPU layer, into `scaled` first and sent from there.
+void sendOwn(Communicator& comm, core::Plan& plan, const Call& call, int channel, const unsigned char* own,
+             size_t bytes, unsigned char* scaled) {
+  if (call.premultiply == 0) return plan.send(comm.next(), channel, own, bytes);
+  if (!call.kernels->onDevice() && !comm.registered(own, bytes)) {
+    return plan.send(comm.next(), channel, own, bytes, {}, [own, &call](size_t offset, void* slot, size_t len) {
+      call.kernels->premultiply(slot, own + offset, len / typeSize(call.type), call.type, call.premultiply);
+    });
+  }
+  call.kernels->premultiply(scaled, own, bytes / typeSize(call.type), call.type, call.premultiply);
+  plan.send(comm.next(), channel, scaled, bytes);
+}
+
 // A received piece reduced with this rank's own elements: into `target` + offset when given, else in the piece's
 // slot itself (piece op own; every op is commutative), for a forward to send on. Returns where the result is.
 void* reduceReceived(const Call& call, unsigned char* target, const unsigned char* own, size_t offset, void* piece,
@@ -64,13 +79,10 @@ void ringAllReduce(Communicator& comm, core::Plan& plan, const Call& call, size_
   core::Plan::RecvRef previous;
   for (int s = 0; s < n - 1; ++s) {
     const int sendBlock = mod(r - s, n), recvBlock = mod(r - s - 1, n);
-    if (s == 0 && call.premultiply > 0) {
-      // This rank's own block goes out premultiplied, from its place in the output: only the all-gather writes
-      // there, each piece once the reduction this send starts has come round the ring.
-      call.kernels->premultiply(out(sendBlock), in(sendBlock), blocks.length(sendBlock), call.type, call.premultiply);
-      plan.send(comm.next(), channel, out(sendBlock), bytes(sendBlock));
-    } else if (s == 0) {
-      plan.send(comm.next(), channel, in(sendBlock), bytes(sendBlock));
+    if (s == 0) {
+      // Premultiplied, if at all, into its place in the output: only the all-gather writes there, each piece once
+      // the reduction this send starts has come round the ring.
+      sendOwn(comm, plan, call, channel, in(sendBlock), bytes(sendBlock), out(sendBlock));
     } else if (forward) {
       plan.forward(comm.next(), channel, previous);
     } else {
@@ -140,12 +152,10 @@ void ringReduceScatter(Communicator& comm, core::Plan& plan, const Call& call, s
   core::Plan::RecvRef previous;
   for (int s = 0; s < n - 1; ++s) {
     const int sendBlock = mod(r - s - 1, n), recvBlock = mod(r - s - 2, n);
-    if (s == 0 && call.premultiply > 0) {
-      unsigned char* scaled = call.blockScratch + first * es;  // not the output: the last step writes it meanwhile
-      call.kernels->premultiply(scaled, in(sendBlock), count, call.type, call.premultiply);
-      plan.send(comm.next(), channel, scaled, count * es);
-    } else if (s == 0) {
-      plan.send(comm.next(), channel, in(sendBlock), count * es);
+    if (s == 0) {
+      // Premultiplied, if at all, into working memory: the last step writes the output meanwhile.
+      sendOwn(comm, plan, call, channel, in(sendBlock), count * es,
+              call.blockScratch == nullptr ? nullptr : call.blockScratch + first * es);
     } else if (forward) {
       plan.forward(comm.next(), channel, previous);
     } else {

@@ -121,12 +121,13 @@ Plan::RecvRef Plan::recv(int peer, int channel, size_t bytes, PieceHandler onPie
   return RecvRef{flow, static_cast<int>(flows_[flow].segments.size() - 1)};
 }
 
-void Plan::send(int peer, int channel, const void* data, size_t bytes, Refs after) {
+void Plan::send(int peer, int channel, const void* data, size_t bytes, Refs after, PieceHandler stage) {
   int flow = flowFor(peer, channel, true);
   Segment& segment = flows_[flow].segments.emplace_back();
   segment.data = static_cast<const unsigned char*>(data);
   segment.bytes = bytes;
   segment.after = after;
+  segment.stage = stage;
 }
 
 void Plan::forward(int peer, int channel, RecvRef from, Refs after) {
@@ -1126,7 +1127,10 @@ void Communicator::run(Plan& plan) {
             // Through the slot: the copy may run asynchronously (a GPU's copy engine) while earlier pieces are on
             // the wire; the piece is posted once it is in the slot.
             if (!slot.staged) {
-              slot.copy = slotMemory_->startCopy(slot.memory, segment.data + offset, bytes);
+              if (segment.stage)
+                segment.stage(offset, slot.memory, bytes);
+              else
+                slot.copy = slotMemory_->startCopy(slot.memory, segment.data + offset, bytes);
               slot.staged = true;
             }
             if (slot.copy != nullptr) {

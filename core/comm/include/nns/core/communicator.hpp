@@ -206,8 +206,11 @@ class Plan {
   // memory is registered with the communicator (registerBuffer), pieces are received straight into it and the
   // handler is not called; otherwise they land in a slot and go through the handler.
   RecvRef recv(int peer, int channel, size_t bytes, PieceHandler onPiece, Refs after = {}, void* direct = nullptr);
-  // Sends from registered memory go out from it directly; from other memory through a slot.
-  void send(int peer, int channel, const void* data, size_t bytes, Refs after = {});
+  // Sends from registered memory go out from it directly; from other memory through a slot. `stage`, if given, fills
+  // the slot in place of the copy (called with the piece's offset, the slot and the piece's size: a send that
+  // transforms as it stages, such as avg's premultiplication); it must write host memory, and is not called when
+  // `data` is registered (it then goes out as it is).
+  void send(int peer, int channel, const void* data, size_t bytes, Refs after = {}, PieceHandler stage = {});
   // Sends on what receive segment `from` got, each piece once its handler has run, straight from the slot it
   // arrived in (as the handler left it), so a forwarded piece is never copied; the slot is reused once the piece is
   // sent. From a receive straight into registered memory (`direct`), that memory is sent instead.
@@ -235,6 +238,7 @@ class Plan {
     const unsigned char* data = nullptr;  // send: where the bytes are read from; recv: the direct target or null
     size_t bytes = 0;
     PieceHandler onPiece;     // recv
+    PieceHandler stage;       // send through a slot: fills it instead of a copy of `data`
     Refs after;               // receive segments this one waits on, piece by piece
     size_t pieces = 0;        // set when the plan runs
     size_t piecesDone = 0;    // recv: pieces handed to onPiece
