@@ -51,39 +51,35 @@ int main() {
                   failure.c_str());
       failures += !failure.empty();
     }
-    std::string failure;
-    for (int divisor : {2, 3, 7, 128, 256}) {  // 128 and 256: more ranks than an 8-bit type holds
-      for (size_t count : kCounts) {
-        for (Values values : {Values::kModerate, Values::kEdges}) {
-          if (values == Values::kEdges && count > 4099) continue;
-          ++checks;
-          std::string error = checkDivide(type, count, divisor, static_cast<unsigned>(count) + divisor, values);
-          if (!error.empty() && failure.empty())
-            failure = "divisor " + std::to_string(divisor) + " count " + std::to_string(count) +
-                      (values == Values::kEdges ? " edge values" : "") + ": " + error;
+    // Avg's two kernels, each over rank counts x kCounts x moderate and (to 4099 elements) edge values: `run` checks
+    // one (ranks, count, seed, values).
+    auto sweep = [&](const char* name, std::initializer_list<int> rankCounts, const char* what, auto run) {
+      std::string failure;
+      for (int ranks : rankCounts) {
+        for (size_t count : kCounts) {
+          for (Values values : {Values::kModerate, Values::kEdges}) {
+            if (values == Values::kEdges && count > 4099) continue;
+            ++checks;
+            std::string error = run(ranks, count, static_cast<unsigned>(count) + ranks, values);
+            if (!error.empty() && failure.empty())
+              failure = std::string(what) + std::to_string(ranks) + " count " + std::to_string(count) +
+                        (values == Values::kEdges ? " edge values" : "") + ": " + error;
+          }
         }
       }
-    }
-    std::printf("%s divide %-8s %s\n", failure.empty() ? "PASS" : "FAIL", typeName(type), failure.c_str());
-    failures += !failure.empty();
-    if (type != ncclFloat16 && type != ncclBfloat16 && type != ncclFloat32 && type != ncclFloat64 &&
-        type != ncclFloat8e4m3 && type != ncclFloat8e5m2)
-      continue;  // integer avg divides; only the floating-point types premultiply
-    failure.clear();
-    for (int ranks : {2, 3, 7, 1000}) {
-      for (size_t count : kCounts) {
-        for (Values values : {Values::kModerate, Values::kEdges}) {
-          if (values == Values::kEdges && count > 4099) continue;
-          ++checks;
-          std::string error = checkPremultiply(type, count, ranks, static_cast<unsigned>(count) + ranks, values);
-          if (!error.empty() && failure.empty())
-            failure = "1/" + std::to_string(ranks) + " count " + std::to_string(count) +
-                      (values == Values::kEdges ? " edge values" : "") + ": " + error;
-        }
-      }
-    }
-    std::printf("%s premultiply %-8s %s\n", failure.empty() ? "PASS" : "FAIL", typeName(type), failure.c_str());
-    failures += !failure.empty();
+      std::printf("%s %s %-8s %s\n", failure.empty() ? "PASS" : "FAIL", name, typeName(type), failure.c_str());
+      failures += !failure.empty();
+    };
+    // 128 and 256: more ranks than an 8-bit type holds.
+    sweep("divide", {2, 3, 7, 128, 256}, "divisor ", [&](int ranks, size_t count, unsigned seed, Values values) {
+      return checkDivide(type, count, ranks, seed, values);
+    });
+    // Integer avg divides; only the floating-point types premultiply.
+    if (type == ncclFloat16 || type == ncclBfloat16 || type == ncclFloat32 || type == ncclFloat64 ||
+        type == ncclFloat8e4m3 || type == ncclFloat8e5m2)
+      sweep("premultiply", {2, 3, 7, 1000}, "1/", [&](int ranks, size_t count, unsigned seed, Values values) {
+        return checkPremultiply(type, count, ranks, seed, values);
+      });
   }
   std::string failure;
   // The largest: every thread through the unrolled loop (largeCopyBytes), at aligned and different offsets.
