@@ -130,7 +130,8 @@ std::vector<Port> discoverPorts(const Verbs& verbs, const DiscoveryOptions& opti
     hca->name = hcaName;
     hca->context = context;
     hca->owner.store(getpid(), std::memory_order_release);
-    if (!makeAsyncEventsNonBlocking(context))
+    hca->eventsReadable.store(makeAsyncEventsNonBlocking(context), std::memory_order_release);
+    if (!hca->eventsReadable.load(std::memory_order_relaxed))
       NCCL_NET_WARN("%s: its asynchronous events (port down, QP errors) stay unread: fcntl on async_fd: %s",
                     hcaName.c_str(), std::strerror(errno));
     if (verbs.queryDevice(context, &hca->attr) != 0) {

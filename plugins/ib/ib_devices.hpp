@@ -28,6 +28,9 @@ struct Hca {
   std::mutex events;
   std::atomic<pid_t> owner{0};
   std::atomic<bool> deviceFatal{false};
+  // async_fd was made non-blocking: its events are read only then (a blocking read would hang the thread that
+  // drives a comm while no event is pending).
+  std::atomic<bool> eventsReadable{false};
 };
 
 // Makes the context's async_fd non-blocking, so its events are read without a thread of their own.

@@ -51,7 +51,11 @@ constexpr size_t kChunkAlign = 128;
 // A work request's length is 32 bits and test() reports sizes as int: NCCL cuts its transfers at maxP2pBytes.
 constexpr size_t kMaxMessageBytes = size_t{1} << 30;
 constexpr int kSendPoolSize = kSlots * kMaxRecvs;
-constexpr int kRecvPoolSize = 2 * kSlots;  // receives plus flushes
+// Flushes a receive comm may have posted and not yet seen tested: as NCCL's plugin, room for every receive of every
+// slot (a comm shared by many channels keeps a flush per step in flight on each; 64 was reachable there, and a
+// flush without a request fails the job). Each takes one READ on each device's flush QP.
+constexpr int kFlushDepth = kSlots * kMaxRecvs;
+constexpr int kRecvPoolSize = kSlots + kFlushDepth;  // receives plus flushes
 constexpr auto kSideChannelCheckInterval = std::chrono::milliseconds(100);
 
 // wr_id layout: the kind in the top byte, an index below.
@@ -104,7 +108,12 @@ struct Params {
     p.gidIndex = static_cast<int>(sdk::envInteger("NCCL_IB_GID_INDEX", -1, -1, 255));
     p.gidPreference = nns_ib::GidPreference::fromSettings(
         std::getenv("NCCL_IB_ADDR_FAMILY"), std::getenv("NCCL_IB_ADDR_RANGE"), std::getenv("NCCL_IB_ROCE_VERSION_NUM"));
-    p.qpsPerConnection = static_cast<int>(sdk::envInteger("NCCL_IB_QPS_PER_CONNECTION", 1, 1, kMaxQps));
+    // NCCL's range is 1..128; past this plugin's kMaxQps a connection gets kMaxQps, not the default of 1.
+    const long qps = sdk::envInteger("NCCL_IB_QPS_PER_CONNECTION", 1, 1, 128);
+    if (qps > kMaxQps)
+      NCCL_NET_WARN("NCCL_IB_QPS_PER_CONNECTION=%ld: this plugin spreads a connection over at most %d QPs; using %d",
+                    qps, kMaxQps, kMaxQps);
+    p.qpsPerConnection = static_cast<int>(std::min<long>(qps, kMaxQps));
     p.timeout = static_cast<int>(sdk::envInteger("NCCL_IB_TIMEOUT", 20, 1, 31));
     p.retryCount = static_cast<int>(sdk::envInteger("NCCL_IB_RETRY_CNT", 7, 0, 7));
     p.serviceLevel = static_cast<int>(sdk::envInteger("NCCL_IB_SL", 0, 0, 15));
@@ -422,10 +431,12 @@ ncclResult_t reopenAfterFork() {
   }
   ncclResult_t result = ncclSuccess;
   for (nns_ib::Hca* hca : g.hcas) {
+    // Re-opened already by an attempt that failed on a later HCA: opening it again would leak this one.
+    if (hca->owner.load(std::memory_order_acquire) == getpid()) continue;
     ibv_context* context = nullptr;
     for (int i = 0; i < count && context == nullptr; ++i)
       if (hca->name == verbs().getDeviceName(list[i])) context = verbs().openDevice(list[i]);
-    if (context != nullptr) nns_ib::makeAsyncEventsNonBlocking(context);
+    const bool eventsReadable = context != nullptr && nns_ib::makeAsyncEventsNonBlocking(context);
     ibv_pd* pd = context != nullptr ? verbs().allocPd(context) : nullptr;
     if (pd == nullptr) {
       NCCL_NET_WARN("re-opening %s in forked process %d failed: %s", hca->name.c_str(), static_cast<int>(getpid()),
@@ -436,6 +447,7 @@ ncclResult_t reopenAfterFork() {
     // The parent's context and PD are left alone: releasing them from here would be refused as well.
     hca->context = context;
     hca->pd = pd;
+    hca->eventsReadable.store(eventsReadable, std::memory_order_release);
     hca->owner.store(getpid(), std::memory_order_release);  // its events are this process's to read now
   }
   verbs().freeDeviceList(list);
@@ -704,12 +716,12 @@ bool ensureFlushQps(RecvComm* comm, std::string* error) {
   for (int d = 0; d < comm->ndevs; ++d) {
     CommDevice& dev = comm->devs[d];
     if (dev.flushQp.load(std::memory_order_relaxed) != nullptr) continue;
-    ibv_cq* cq = verbs().createCq(dev.port->hca->context, kSlots * 2, static_cast<Comm*>(comm), nullptr, 0);
+    ibv_cq* cq = verbs().createCq(dev.port->hca->context, kFlushDepth, static_cast<Comm*>(comm), nullptr, 0);
     if (cq == nullptr) {
       *error = "ibv_create_cq for the flush QP on " + dev.port->name + ": " + errnoText(errno);
       return false;
     }
-    ibv_qp* qp = createQp(comm, dev.port, cq, kSlots * 2, 1, error);
+    ibv_qp* qp = createQp(comm, dev.port, cq, kFlushDepth, 1, error);
     if (qp == nullptr ||
         !connectQp(qp, dev.port, describeQp(qp, d, dev.port), comm->trafficClass, comm->serviceLevel, error)) {
       // Nothing half-made is published.
@@ -759,7 +771,8 @@ ncclResult_t completionError(Comm* comm, const ibv_wc& wc) {
 
 // Reads the HCA's pending events, if no other thread is reading them and this process opened the context.
 void drainAsyncEvents(nns_ib::Hca* hca) {
-  if (hca->owner.load(std::memory_order_acquire) != getpid()) return;
+  if (hca->owner.load(std::memory_order_acquire) != getpid() || !hca->eventsReadable.load(std::memory_order_acquire))
+    return;
   std::unique_lock<std::mutex> lock(hca->events, std::try_to_lock);
   if (!lock.owns_lock()) return;
   ibv_async_event event{};
@@ -1168,8 +1181,9 @@ class IbNet {
           g.ports.push_back(port);
           int index = static_cast<int>(g.ports.size() - 1);
           if (!g.params.mergeDevices) g.devices.push_back(NetDevice{port.name, {index}, {index}, false});
-          NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "device %zu: %s port %d, %s, GID %d %s (%s), %d Mbps, %s",
-                        g.devices.size() - 1, port.hca->name.c_str(), port.port,
+          // Merged (NNS_IB_MERGE_DEVICES), the ports become one device below: each is named by its port index.
+          NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "%s %d: %s port %d, %s, GID %d %s (%s), %d Mbps, %s",
+                        g.params.mergeDevices ? "port" : "device", index, port.hca->name.c_str(), port.port,
                         port.isEthernet() ? "RoCE" : "InfiniBand", port.gidIndex, nns_ib::gidText(port.gid).c_str(),
                         port.gidType.c_str(), port.speedMbps,
                         port.pciPath.empty() ? "no PCI path" : port.pciPath.c_str());
@@ -1594,8 +1608,12 @@ class IbNet {
       if (sizes[r] > 0 && mh == nullptr) mh = implicitRegistration(comm, data[r], sizes[r]);
       handles[r] = mh;
       if (sizes[r] > 0 && (mh == nullptr || mh->magic != MemoryHandle::kMagic || mh->comm != comm)) {
-        NCCL_NET_WARN("irecv: receive %d of %zu bytes with memory handle %p, which is not registered on this comm", r,
-                      sizes[r], mh);
+        if (mhandles == nullptr || mhandles[r] == nullptr)
+          NCCL_NET_WARN("irecv: receive %d of %zu bytes at %p without a memory handle could not be registered here", r,
+                        sizes[r], data[r]);
+        else
+          NCCL_NET_WARN("irecv: receive %d of %zu bytes with memory handle %p, which is not registered on this comm", r,
+                        sizes[r], mhandles[r]);
         return ncclInvalidArgument;
       }
     }
@@ -1667,7 +1685,7 @@ class IbNet {
     if (target < 0) return ncclSuccess;
     auto* mh = static_cast<const MemoryHandle*>(mhandles[target]);
     if (comm->devs[0].flushQp.load(std::memory_order_acquire) == nullptr) {
-      NCCL_NET_WARN("iflush: no flush QP (GPU buffer registered before the comm existed?)");
+      NCCL_NET_WARN("iflush: this comm has no flush QP (regMr of the GPU buffer could not make it; its WARN says why)");
       return ncclInternalError;
     }
     // No request free: an error, never a NULL request, which would tell the caller the flush is complete (and it

@@ -404,6 +404,20 @@ TEST(IbVerbs, RandomSizesGroupedReceivesOneDeviceFourQps) {
   checkIntegrity(env, env, plan);
 }
 
+// NCCL takes up to 128 QPs per connection; past this plugin's 32 a connection gets 32 (it took the default, 1), with
+// a WARN saying so.
+TEST(IbVerbs, QpsPerConnectionPastThePluginsCapGetsTheCap) {
+  REQUIRE_RXE(1);
+  IntegrityPlan plan;
+  plan.seed = 17;
+  plan.rounds = 8;
+  Env env = baseEnv("=rxe0");
+  env.emplace_back("NCCL_IB_QPS_PER_CONNECTION", "64");
+  plan.senderSays = {"with 32 QP(s)"};
+  plan.receiverSays = plan.senderSays;
+  checkIntegrity(env, env, plan);
+}
+
 // NCCL's three data-path options, forced on (soft-RoCE is RoCE, where adaptive routing is off by default): every
 // slot over 4 KiB ends each QP's writes with a zero-byte immediate, FIFO entries go inline, user buffers are
 // registered with relaxed ordering. Four QPs, so the immediate count per slot varies.
