@@ -88,29 +88,48 @@ unsigned char* workspace(Communicator& comm, KernelLayer& kernels, size_t bytes,
   return static_cast<unsigned char*>(memory != nullptr ? memory : comm.scratch(bytes));
 }
 
-// A floating-point avg runs as NCCL runs it (ncclDevPreMulSum): each rank's input multiplied by 1/n in the type
-// first, then summed, so the sum stays in range wherever the average is (float16 60000 over 2 ranks is 60000, not
-// the infinity of its sum); an integer avg sums, then divides (ncclDevSumPostDiv: the schedules' finalize).
-bool premultiplies(ncclRedOp_t op, ncclDataType_t type) {
-  return op == ncclAvg && isFloatingPoint(type);
-}
+// Premultiplied sums, as NCCL runs them (ncclDevPreMulSum): each rank's input times a scalar of the type, then
+// summed. A premultiplied-sum op brings its scalar; a floating-point avg is one with 1/n (avgScalar), so the sum
+// stays in range wherever the average is (float16 60000 over 2 ranks is 60000, not the infinity of its sum). An
+// integer avg sums, then divides (ncclDevSumPostDiv: the schedules' finalize).
+struct Premultiplier {
+  const void* scalar = nullptr;  // null: no premultiplication
+  unsigned char avg[8] = {};     // avg's scalar, when it is the one
+  Premultiplier(const ReduceOp& op, ncclDataType_t type, int ranks) {
+    if (op.premultiplied)
+      scalar = op.scalar;
+    else if (op.op == ncclAvg && avgScalar(type, ranks, avg))
+      scalar = avg;
+  }
+  explicit operator bool() const { return scalar != nullptr; }
+};
 
-// The rings premultiply piece by piece as their own elements meet the received ones (Call::premultiply), as
-// NCCL's kernels do on their first read; the tree, recursive doubling, the chains and one rank premultiply the
-// whole input into `scaled` (count elements) first, and the call becomes that sum: one more pass over the input,
-// on sizes (the tree's and doubling's) that stay in cache.
-void premultiplyInput(Call& call, const Communicator& comm, void* scaled, size_t count) {
-  call.kernels->premultiply(scaled, call.in, count, call.type, comm.size());
+// The rings premultiply piece by piece as their own elements meet the received ones (Call::scalar), as NCCL's
+// kernels do on their first read; the tree, recursive doubling, the chains and one rank premultiply the whole input
+// into `scaled` (count elements) first, and the call becomes that sum: one more pass over the input, on sizes (the
+// tree's and doubling's) that stay in cache.
+void premultiplyInput(Call& call, const Premultiplier& by, void* scaled, size_t count) {
+  call.kernels->premultiply(scaled, call.in, count, call.type, by.scalar);
   call.in = static_cast<const unsigned char*>(scaled);
   call.op = ncclSum;
 }
 
-void premultiplyInRing(Call& call, const Communicator& comm, unsigned char* pieceScratch,
+void premultiplyInRing(Call& call, const Premultiplier& by, unsigned char* pieceScratch,
                        unsigned char* blockScratch = nullptr) {
-  call.premultiply = comm.size();
+  call.scalar = by.scalar;
   call.op = ncclSum;
   call.pieceScratch = pieceScratch;
   call.blockScratch = blockScratch;
+}
+
+// What the op is called in errors and in NNS_CHECK_CALLS's comparison.
+const char* reduceOpName(const ReduceOp& op) {
+  return op.premultiplied ? "premulsum" : opName(op.op);
+}
+
+// A premultiplied sum's scalar is required (the rest of the op is checked with the arguments).
+void checkScalar(const ReduceOp& op) {
+  if (op.premultiplied && op.scalar == nullptr) throw core::ArgumentError("a premultiplied sum without its scalar");
 }
 
 size_t envBytes(const char* name, size_t fallback);  // below
@@ -226,25 +245,26 @@ Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requ
   return Algorithm::Ring;
 }
 
-void allReduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+void allReduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ReduceOp op,
                KernelLayer& kernels, Algorithm algorithm) {
-  checkArguments(type, send, recv, count, op, 1, detail::Layout::kSame, comm.rank());
+  checkScalar(op);
+  checkArguments(type, send, recv, count, op.op, 1, detail::Layout::kSame, comm.rank());
   checkDeviceAlignment(kernels, type, count, send, recv);
   const size_t es = typeSize(type);
   const int n = comm.size();
-  Call call = makeCall(comm, send, recv, type, op, kernels);
+  Call call = makeCall(comm, send, recv, type, op.op, kernels);
   const Algorithm chosen = chooseAllReduce(comm, count * es, algorithm);
   if (isNoOp(comm, count)) return;
-  comm.submit(describeCall("allreduce", count, type, opName(op), -1, algorithmName(chosen)), [&] {
-    const bool scale = premultiplies(op, type);
+  comm.submit(describeCall("allreduce", count, type, reduceOpName(op), -1, algorithmName(chosen)), [&] {
+    const Premultiplier scale(op, type, n);
     if (scale && (n == 1 || chosen != Algorithm::Ring)) {
       // Into the output, and the rest runs in place there.
-      premultiplyInput(call, comm, recv, count);
+      premultiplyInput(call, scale, recv, count);
       if (n == 1) return;
     }
     if (n == 1) {
       kernels.copy(recv, send, count * es);
-      if (op == ncclAvg) kernels.divide(recv, count, type, 1);
+      if (op.op == ncclAvg) kernels.divide(recv, count, type, 1);
       return;
     }
     if (chosen == Algorithm::Ring) {
@@ -255,7 +275,7 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
       plan.setPieceBytes(piece);
       const bool forward = forwardFromSlots(comm, kernels, recv, count * es);
       if (scale)
-        premultiplyInRing(call, comm, forward ? workspace(comm, kernels, comm.options().slotBytes, send) : nullptr);
+        premultiplyInRing(call, scale, forward ? workspace(comm, kernels, comm.options().slotBytes, send) : nullptr);
       // Rounds of whole pieces per block (equal blocks, so the rounds stay the same on every rank); the last takes
       // the rest.
       const size_t round = static_cast<size_t>(n) * roundElements(comm, piece, es);
@@ -322,20 +342,21 @@ void allGather(Communicator& comm, const void* send, void* recv, size_t sendCoun
   });
 }
 
-void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recvCount, ncclDataType_t type,
-                   ncclRedOp_t op, KernelLayer& kernels) {
-  checkArguments(type, send, recv, recvCount, op, comm.size(), detail::Layout::kScatter, comm.rank());
+void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recvCount, ncclDataType_t type, ReduceOp op,
+                   KernelLayer& kernels) {
+  checkScalar(op);
+  checkArguments(type, send, recv, recvCount, op.op, comm.size(), detail::Layout::kScatter, comm.rank());
   checkDeviceAlignment(kernels, type, recvCount, send, recv);
   const size_t es = typeSize(type);
-  Call call = makeCall(comm, send, recv, type, op, kernels);
+  Call call = makeCall(comm, send, recv, type, op.op, kernels);
   if (isNoOp(comm, recvCount)) return;
-  comm.submit(describeCall("reducescatter", recvCount, type, opName(op)), [&] {
+  comm.submit(describeCall("reducescatter", recvCount, type, reduceOpName(op)), [&] {
     const int n = comm.size();
-    const bool scale = premultiplies(op, type);
+    const Premultiplier scale(op, type, n);
     if (n == 1) {
-      if (scale) return premultiplyInput(call, comm, recv, recvCount);
+      if (scale) return premultiplyInput(call, scale, recv, recvCount);
       kernels.copy(recv, send, recvCount * es);
-      if (op == ncclAvg) kernels.divide(recv, recvCount, type, 1);
+      if (op.op == ncclAvg) kernels.divide(recv, recvCount, type, 1);
       return;
     }
     // Working memory: partial sums unless they are forwarded from the slots; for avg then the premultiplied first
@@ -347,7 +368,7 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
     auto* memory = workBytes == 0 ? nullptr : workspace(comm, kernels, workBytes, send);
     auto* work = forward ? nullptr : memory;
     if (scale)
-      premultiplyInRing(call, comm, forward ? memory + partialBytes + blockBytes : nullptr, memory + partialBytes);
+      premultiplyInRing(call, scale, forward ? memory + partialBytes + blockBytes : nullptr, memory + partialBytes);
     const size_t round = roundElements(comm, comm.options().slotBytes, es);
     core::Plan& plan = comm.newPlan();
     for (int c = 0; c < comm.channels(); ++c) {
@@ -380,21 +401,23 @@ void broadcast(Communicator& comm, const void* send, void* recv, size_t count, n
   });
 }
 
-void reduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
-            int root, KernelLayer& kernels) {
+void reduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ReduceOp op, int root,
+            KernelLayer& kernels) {
   checkRoot(comm, root);
-  checkArguments(type, send, comm.rank() == root ? recv : send, count, op, 1,
+  checkScalar(op);
+  checkArguments(type, send, comm.rank() == root ? recv : send, count, op.op, 1,
                  comm.rank() == root ? detail::Layout::kSame : detail::Layout::kOne, comm.rank());
   checkDeviceAlignment(kernels, type, count, send, comm.rank() == root ? recv : nullptr);
   const size_t es = typeSize(type);
-  Call call = makeCall(comm, send, recv, type, op, kernels);
+  Call call = makeCall(comm, send, recv, type, op.op, kernels);
   if (isNoOp(comm, count)) return;
-  comm.submit(describeCall("reduce", count, type, opName(op), root), [&] {
-    const bool scale = premultiplies(op, type), isRoot = comm.rank() == root;
+  comm.submit(describeCall("reduce", count, type, reduceOpName(op), root), [&] {
+    const Premultiplier scale(op, type, comm.size());
+    const bool isRoot = comm.rank() == root;
     if (comm.size() == 1) {
-      if (scale) return premultiplyInput(call, comm, recv, count);
+      if (scale) return premultiplyInput(call, scale, recv, count);
       kernels.copy(recv, send, count * es);
-      if (op == ncclAvg) kernels.divide(recv, count, type, 1);
+      if (op.op == ncclAvg) kernels.divide(recv, count, type, 1);
       return;
     }
     // Only the ranks between the chain's ends pass partial results on: from the slots, or from `work`. A
@@ -404,7 +427,7 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
     const size_t workBytes = ((needsWork ? 1 : 0) + (scale && !isRoot ? 1 : 0)) * count * es;
     auto* memory = workBytes == 0 ? nullptr : workspace(comm, kernels, workBytes, send);
     auto* work = needsWork ? memory : nullptr;
-    if (scale) premultiplyInput(call, comm, isRoot ? recv : memory + (needsWork ? count * es : 0), count);
+    if (scale) premultiplyInput(call, scale, isRoot ? recv : memory + (needsWork ? count * es : 0), count);
     core::Plan& plan = comm.newPlan();
     for (int c = 0; c < comm.channels(); ++c) {
       auto [first, part] = channelPart(count, comm.channels(), c);

@@ -38,6 +38,15 @@
 struct nnsComm {
   std::unique_ptr<nns::core::Communicator> comm;
   int holds = 0;  // API calls using it now (liveMutex)
+  // Premultiplied sums made by nnsRedOpCreatePreMulSum: op ncclNumOps + i is ops[i] (opsMutex).
+  struct PreMulSum {
+    bool live = false;
+    ncclDataType_t type = ncclFloat32;
+    uint64_t value = 0;             // ncclScalarHostImmediate: the scalar, copied at creation
+    const void* pointer = nullptr;  // ncclScalarDevice: where it is read when a collective runs
+  };
+  std::mutex opsMutex;
+  std::vector<PreMulSum> ops;
 };
 
 // libnns is released with the SDK: its version code is the SDK's (nccl_net/sdk_version.h).
@@ -267,6 +276,17 @@ struct Operation {
   ncclRedOp_t op = ncclSum;
   int root = 0;
   P2POp p2p{};  // kPointToPoint
+  // A premultiplied sum (op is then ncclSum): its scalar as the call found it, copied (a queued call keeps it
+  // if the op is destroyed before nnsGroupEnd, as NCCL copies op state at enqueue) or, for ncclScalarDevice, where
+  // it is read when the collective runs.
+  bool premultiplied = false;
+  uint64_t scalarValue = 0;
+  const void* scalarPointer = nullptr;
+
+  nns::coll::ReduceOp reduceOp() const {
+    if (!premultiplied) return op;
+    return nns::coll::ReduceOp::preMulSum(scalarPointer != nullptr ? scalarPointer : &scalarValue);
+  }
 };
 thread_local std::vector<Operation> groupQueue;
 // nnsGroupEnd's own: the group being run, the communicators in it and their sends and receives (storage kept).
@@ -274,14 +294,37 @@ thread_local std::vector<Operation> groupRunning;
 thread_local std::vector<nnsComm_t> groupComms;
 thread_local std::vector<P2POp> groupP2P;
 
+// The op a reducing call names, into `o`: a built-in one as it is; a premultiplied sum made on this communicator for
+// this datatype as a sum with its scalar. Anything else is refused at the call, as NCCL does.
+ncclResult_t resolveOp(nnsComm_t comm, ncclRedOp_t op, ncclDataType_t type, Operation* o) {
+  o->op = op;
+  if (static_cast<int>(op) >= 0 && op < ncclNumOps) return ncclSuccess;
+  std::lock_guard<std::mutex> lock(comm->opsMutex);
+  const long index = static_cast<long>(op) - ncclNumOps;
+  if (index < 0 || index >= static_cast<long>(comm->ops.size()) || !comm->ops[index].live)
+    return failWith(ncclInvalidArgument, "reduction op " + std::to_string(static_cast<int>(op)) +
+                                             " is neither a built-in op nor one made on this communicator");
+  const nnsComm::PreMulSum& made = comm->ops[index];
+  if (made.type != type)
+    return failWith(ncclInvalidArgument, "reduction op " + std::to_string(static_cast<int>(op)) + " was made for " +
+                                             nns::coll::typeName(made.type) + ", not for " + nns::coll::typeName(type));
+  o->op = ncclSum;
+  o->premultiplied = true;
+  o->scalarValue = made.value;
+  o->scalarPointer = made.pointer;
+  return ncclSuccess;
+}
+
 void runCollective(const Operation& o) {
   nns::core::Communicator& comm = *o.comm->comm;
   switch (o.kind) {
-    case Operation::kAllReduce: nns::coll::allReduce(comm, o.send, o.recv, o.count, o.type, o.op); break;
+    case Operation::kAllReduce: nns::coll::allReduce(comm, o.send, o.recv, o.count, o.type, o.reduceOp()); break;
     case Operation::kBroadcast: nns::coll::broadcast(comm, o.send, o.recv, o.count, o.type, o.root); break;
-    case Operation::kReduce: nns::coll::reduce(comm, o.send, o.recv, o.count, o.type, o.op, o.root); break;
+    case Operation::kReduce: nns::coll::reduce(comm, o.send, o.recv, o.count, o.type, o.reduceOp(), o.root); break;
     case Operation::kAllGather: nns::coll::allGather(comm, o.send, o.recv, o.count, o.type); break;
-    case Operation::kReduceScatter: nns::coll::reduceScatter(comm, o.send, o.recv, o.count, o.type, o.op); break;
+    case Operation::kReduceScatter:
+      nns::coll::reduceScatter(comm, o.send, o.recv, o.count, o.type, o.reduceOp());
+      break;
     case Operation::kPointToPoint: nns::coll::sendRecv(comm, std::span(&o.p2p, 1)); break;
   }
 }
@@ -622,6 +665,48 @@ ncclResult_t nnsCommCount(const nnsComm_t comm, int* count) {
   return ncclSuccess;
 }
 
+ncclResult_t nnsRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                                     ncclScalarResidence_t residence, nnsComm_t comm) {
+  Hold hold(comm);
+  if (!hold) return notLive(comm);
+  if (op == nullptr || scalar == nullptr) return failWith(ncclInvalidArgument, "op or scalar is NULL");
+  const size_t bytes = nns::coll::typeSize(datatype);
+  if (bytes == 0)
+    return failWith(ncclInvalidArgument, "unknown data type " + std::to_string(static_cast<int>(datatype)));
+  if (residence != ncclScalarHostImmediate && residence != ncclScalarDevice)
+    return failWith(ncclInvalidArgument, "scalar residence " + std::to_string(static_cast<int>(residence)) +
+                                             " is neither ncclScalarHostImmediate nor ncclScalarDevice");
+  nnsComm::PreMulSum made;
+  made.live = true;
+  made.type = datatype;
+  if (residence == ncclScalarHostImmediate)
+    std::memcpy(&made.value, scalar, bytes);
+  else
+    made.pointer = scalar;
+  std::lock_guard<std::mutex> lock(comm->opsMutex);
+  size_t index = 0;
+  while (index < comm->ops.size() && comm->ops[index].live) ++index;  // a destroyed op's number is reused, as in NCCL
+  if (index == comm->ops.size()) comm->ops.emplace_back();
+  comm->ops[index] = made;
+  *op = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(index));
+  return ncclSuccess;
+}
+
+ncclResult_t nnsRedOpDestroy(ncclRedOp_t op, nnsComm_t comm) {
+  Hold hold(comm);
+  if (!hold) return notLive(comm);
+  if (static_cast<int>(op) >= 0 && op < ncclNumOps)
+    return failWith(ncclInvalidArgument, std::string("reduction op ") + nns::coll::opName(op) +
+                                             " is built in: only ops made by nnsRedOpCreatePreMulSum are destroyed");
+  std::lock_guard<std::mutex> lock(comm->opsMutex);
+  const long index = static_cast<long>(op) - ncclNumOps;
+  if (index < 0 || index >= static_cast<long>(comm->ops.size()) || !comm->ops[index].live)
+    return failWith(ncclInvalidArgument,
+                    "reduction op " + std::to_string(static_cast<int>(op)) + " was not made on this communicator");
+  comm->ops[index].live = false;
+  return ncclSuccess;
+}
+
 ncclResult_t nnsCommUserRank(const nnsComm_t comm, int* rank) {
   Hold hold(comm);
   if (!hold) return notLive(comm);
@@ -654,11 +739,13 @@ ncclResult_t nnsAllReduce(const void* sendbuff, void* recvbuff, size_t count, nc
   GroupOperation joining;
   Hold hold(comm);
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
+  Operation operation{Operation::kAllReduce, comm, sendbuff, recvbuff, count, datatype};
+  if (ncclResult_t r = resolveOp(comm, op, datatype, &operation); r != ncclSuccess) return r;
   if (ncclResult_t r =
-          checkArguments(comm, datatype, sendbuff, recvbuff, count, op, 1, nns::coll::detail::Layout::kSame);
+          checkArguments(comm, datatype, sendbuff, recvbuff, count, operation.op, 1, nns::coll::detail::Layout::kSame);
       r != ncclSuccess)
     return r;
-  return enqueueOrRun({Operation::kAllReduce, comm, sendbuff, recvbuff, count, datatype, op});
+  return enqueueOrRun(operation);
 }
 
 ncclResult_t nnsBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
@@ -682,11 +769,13 @@ ncclResult_t nnsReduce(const void* sendbuff, void* recvbuff, size_t count, ncclD
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
   if (ncclResult_t r = checkRank(comm, root, "root"); r != ncclSuccess) return r;
   const bool isRoot = comm->comm->rank() == root;  // only the root writes recvbuff
-  if (ncclResult_t r = checkArguments(comm, datatype, sendbuff, isRoot ? recvbuff : sendbuff, count, op, 1,
+  Operation operation{Operation::kReduce, comm, sendbuff, recvbuff, count, datatype, ncclSum, root};
+  if (ncclResult_t r = resolveOp(comm, op, datatype, &operation); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkArguments(comm, datatype, sendbuff, isRoot ? recvbuff : sendbuff, count, operation.op, 1,
                                       isRoot ? nns::coll::detail::Layout::kSame : nns::coll::detail::Layout::kOne);
       r != ncclSuccess)
     return r;
-  return enqueueOrRun({Operation::kReduce, comm, sendbuff, recvbuff, count, datatype, op, root});
+  return enqueueOrRun(operation);
 }
 
 ncclResult_t nnsAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
@@ -706,11 +795,13 @@ ncclResult_t nnsReduceScatter(const void* sendbuff, void* recvbuff, size_t recvc
   GroupOperation joining;
   Hold hold(comm);
   if (ncclResult_t r = checkCall(hold, comm, stream, datatype); r != ncclSuccess) return r;
-  if (ncclResult_t r = checkArguments(comm, datatype, sendbuff, recvbuff, recvcount, op,
+  Operation operation{Operation::kReduceScatter, comm, sendbuff, recvbuff, recvcount, datatype};
+  if (ncclResult_t r = resolveOp(comm, op, datatype, &operation); r != ncclSuccess) return r;
+  if (ncclResult_t r = checkArguments(comm, datatype, sendbuff, recvbuff, recvcount, operation.op,
                                       static_cast<size_t>(comm->comm->size()), nns::coll::detail::Layout::kScatter);
       r != ncclSuccess)
     return r;
-  return enqueueOrRun({Operation::kReduceScatter, comm, sendbuff, recvbuff, recvcount, datatype, op});
+  return enqueueOrRun(operation);
 }
 
 ncclResult_t nnsSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, nnsComm_t comm,

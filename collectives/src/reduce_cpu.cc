@@ -97,6 +97,21 @@ bool isFloatingPoint(ncclDataType_t type) {
     default: return false;
   }
 }
+bool avgScalar(ncclDataType_t type, int ranks, void* out) {
+  if (!isFloatingPoint(type) || ranks <= 0) return false;
+  const double exact = 1.0 / ranks;
+  const auto single = static_cast<float>(exact);
+  auto write = [out](auto value) { std::memcpy(out, &value, sizeof(value)); };
+  switch (type) {
+    case ncclFloat64: write(exact); break;
+    case ncclFloat32: write(single); break;
+    case ncclFloat16: write(floatToHalf(single)); break;
+    case ncclBfloat16: write(floatToBfloat16(single)); break;
+    case ncclFloat8e4m3: write(floatToFp8e4m3(single)); break;
+    default: write(floatToFp8e5m2(single)); break;
+  }
+  return true;
+}
 bool parseOp(const char* text, ncclRedOp_t* op) {
   for (const auto& o : kOps) {
     if (strcasecmp(text, o.name) == 0) {
@@ -347,25 +362,26 @@ void divideSmall(void* buf, size_t count, int divisor) {
   for (size_t i = 0; i < count; ++i) p[i] = Format::narrow(Format::widen(p[i]) / d);
 }
 
-// Floating-point avg's first step (NCCL's ncclDevPreMulSum): each element times the scalar the type holds for
-// 1/ranks, rounded once. NCCL rounds 1/ranks from double to float, then to the type (float64: the double itself).
+// NCCL's ncclDevPreMulSum before its sum (a premultiplied-sum op, and floating-point avg): each element times one
+// scalar of its type, as prod computes it (integers wrap; the formats below float widen, multiply exactly in float,
+// and round once).
 template <class T, bool kInPlace>
 void premultiplyLoop(T* __restrict dst, const T* __restrict src, T scalar, size_t count) {
   const T* in = firstOperand<kInPlace>(dst, src);
-  for (size_t i = 0; i < count; ++i) dst[i] = in[i] * scalar;
+  for (size_t i = 0; i < count; ++i) dst[i] = Prod::apply(in[i], scalar);
 }
 
 template <class T>
-void premultiplyTyped(void* dst, const void* src, size_t count, int ranks) {
-  const T scalar = std::is_same_v<T, double> ? 1.0 / ranks : static_cast<float>(1.0 / ranks);
+void premultiplyTyped(void* dst, const void* src, size_t count, const void* scalarBytes) {
+  T scalar;
+  std::memcpy(&scalar, scalarBytes, sizeof(scalar));
   if (dst == src)
     premultiplyLoop<T, true>(static_cast<T*>(dst), nullptr, scalar, count);
   else
     premultiplyLoop<T, false>(static_cast<T*>(dst), static_cast<const T*>(src), scalar, count);
 }
 
-// The formats below float: the product of two of their values is exact in float (p <= 11), so narrowing it rounds
-// once, as NCCL's __hmul2 and its fp8 path through float16 do. Word-wise like applySmallLoop, so it vectorizes.
+// Word-wise like applySmallLoop, so it vectorizes.
 template <class Format, bool kInPlace>
 void premultiplySmallLoop(typename Format::Bits* __restrict dst, const typename Format::Bits* __restrict src,
                           float scalar, size_t count) {
@@ -381,9 +397,11 @@ void premultiplySmallLoop(typename Format::Bits* __restrict dst, const typename 
 }
 
 template <class Format>
-void premultiplySmall(void* dst, const void* src, size_t count, int ranks) {
+void premultiplySmall(void* dst, const void* src, size_t count, const void* scalarBytes) {
   using Bits = typename Format::Bits;
-  const float scalar = Format::widen(Format::narrow(static_cast<float>(1.0 / ranks)));
+  Bits bits;
+  std::memcpy(&bits, scalarBytes, sizeof(bits));
+  const float scalar = Format::widen(bits);
   if (dst == src)
     premultiplySmallLoop<Format, true>(static_cast<Bits*>(dst), nullptr, scalar, count);
   else
@@ -828,15 +846,21 @@ void divideAny(void* buf, size_t count, ncclDataType_t type, int divisor) {
 }
 
 template <Isa kIsa>
-void premultiplyAny(void* dst, const void* src, size_t count, ncclDataType_t type, int ranks) {
+void premultiplyAny(void* dst, const void* src, size_t count, ncclDataType_t type, const void* scalar) {
   switch (type) {
-    case ncclFloat32: premultiplyTyped<float>(dst, src, count, ranks); break;
-    case ncclFloat64: premultiplyTyped<double>(dst, src, count, ranks); break;
-    case ncclFloat16: premultiplySmall<Half>(dst, src, count, ranks); break;
-    case ncclBfloat16: premultiplySmall<Bfloat16>(dst, src, count, ranks); break;
-    case ncclFloat8e4m3: premultiplySmall<Fp8e4m3>(dst, src, count, ranks); break;
-    case ncclFloat8e5m2: premultiplySmall<Fp8e5m2>(dst, src, count, ranks); break;
-    default: break;  // integers: HostKernels::premultiply refuses them
+    case ncclInt8: premultiplyTyped<int8_t>(dst, src, count, scalar); break;
+    case ncclUint8: premultiplyTyped<uint8_t>(dst, src, count, scalar); break;
+    case ncclInt32: premultiplyTyped<int32_t>(dst, src, count, scalar); break;
+    case ncclUint32: premultiplyTyped<uint32_t>(dst, src, count, scalar); break;
+    case ncclInt64: premultiplyTyped<int64_t>(dst, src, count, scalar); break;
+    case ncclUint64: premultiplyTyped<uint64_t>(dst, src, count, scalar); break;
+    case ncclFloat32: premultiplyTyped<float>(dst, src, count, scalar); break;
+    case ncclFloat64: premultiplyTyped<double>(dst, src, count, scalar); break;
+    case ncclFloat16: premultiplySmall<Half>(dst, src, count, scalar); break;
+    case ncclBfloat16: premultiplySmall<Bfloat16>(dst, src, count, scalar); break;
+    case ncclFloat8e4m3: premultiplySmall<Fp8e4m3>(dst, src, count, scalar); break;
+    case ncclFloat8e5m2: premultiplySmall<Fp8e5m2>(dst, src, count, scalar); break;
+    default: break;  // HostKernels::premultiply refuses it
   }
 }
 
@@ -848,7 +872,7 @@ void premultiplyAny(void* dst, const void* src, size_t count, ncclDataType_t typ
 // above).
 using ReduceFn = void (*)(void*, const void*, const void*, size_t, ncclDataType_t, ncclRedOp_t);
 using DivideFn = void (*)(void*, size_t, ncclDataType_t, int);
-using PremultiplyFn = void (*)(void*, const void*, size_t, ncclDataType_t, int);
+using PremultiplyFn = void (*)(void*, const void*, size_t, ncclDataType_t, const void*);
 struct Variant {
   const char* isa;
   ReduceFn reduce;
@@ -865,8 +889,8 @@ struct Variant {
     divideAny<isa>(b, n, t, divisor);                                                                             \
   }                                                                                                               \
   __attribute__((__VA_ARGS__ flatten)) void premultiply##name(void* d, const void* s, size_t n, ncclDataType_t t, \
-                                                              int ranks) {                                        \
-    premultiplyAny<isa>(d, s, n, t, ranks);                                                                       \
+                                                              const void* scalar) {                               \
+    premultiplyAny<isa>(d, s, n, t, scalar);                                                                      \
   }
 // The last argument is the variant's target attribute followed by a comma, or nothing for the baseline.
 NNS_HOST_VARIANT(Baseline, Isa::kBaseline, )
@@ -923,12 +947,12 @@ class HostKernels final : public KernelLayer {
   void divide(void* buf, size_t count, ncclDataType_t type, int divisor) override {
     variant().divide(buf, count, type, divisor);
   }
-  void premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, int ranks) override {
-    if (!isFloatingPoint(type) || ranks <= 0)
-      throw core::CommError(std::string("premultiply of ") + typeName(type) + " by 1/" + std::to_string(ranks) +
-                                ": floating-point types and a positive rank count only",
+  void premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, const void* scalar) override {
+    if (typeSize(type) == 0 || scalar == nullptr)
+      throw core::CommError(std::string("premultiply of ") + typeName(type) + " elements by " +
+                                (scalar == nullptr ? "no scalar" : "a scalar") + ": not a known type with a scalar",
                             ncclInternalError);
-    variant().premultiply(dst, src, count, type, ranks);
+    variant().premultiply(dst, src, count, type, scalar);
   }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (dst != src) std::memcpy(dst, src, bytes);

@@ -20,18 +20,18 @@ int mod(int a, int n) {
   return ((a % n) + n) % n;
 }
 
-// Sends this rank's own elements [own, own + bytes) unreduced, premultiplied for a floating-point avg: as each piece is
+// Sends this rank's own elements [own, own + bytes) unreduced, premultiplied for a premultiplied sum: as each piece is
 // staged into its slot (no pass of its own), or, when the plugin would send it from registered memory or the slots
 // are for a GPU layer, into `scaled` first and sent from there.
 void sendOwn(Communicator& comm, core::Plan& plan, const Call& call, int channel, const unsigned char* own,
              size_t bytes, unsigned char* scaled) {
-  if (call.premultiply == 0) return plan.send(comm.next(), channel, own, bytes);
+  if (call.scalar == nullptr) return plan.send(comm.next(), channel, own, bytes);
   if (!call.kernels->onDevice() && !comm.registered(own, bytes)) {
     return plan.send(comm.next(), channel, own, bytes, {}, [own, &call](size_t offset, void* slot, size_t len) {
-      call.kernels->premultiply(slot, own + offset, len / typeSize(call.type), call.type, call.premultiply);
+      call.kernels->premultiply(slot, own + offset, len / typeSize(call.type), call.type, call.scalar);
     });
   }
-  call.kernels->premultiply(scaled, own, bytes / typeSize(call.type), call.type, call.premultiply);
+  call.kernels->premultiply(scaled, own, bytes / typeSize(call.type), call.type, call.scalar);
   plan.send(comm.next(), channel, scaled, bytes);
 }
 
@@ -40,10 +40,10 @@ void sendOwn(Communicator& comm, core::Plan& plan, const Call& call, int channel
 void* reduceReceived(const Call& call, unsigned char* target, const unsigned char* own, size_t offset, void* piece,
                      size_t len) {
   const size_t count = len / typeSize(call.type);
-  if (call.premultiply > 0) {
-    // Own elements times 1/n first, into the target or beside the piece (still in cache), then the piece added.
+  if (call.scalar != nullptr) {
+    // Own elements premultiplied first, into the target or beside the piece (still in cache), then the piece added.
     void* scaled = target != nullptr ? target + offset : call.pieceScratch;
-    call.kernels->premultiply(scaled, own + offset, count, call.type, call.premultiply);
+    call.kernels->premultiply(scaled, own + offset, count, call.type, call.scalar);
     void* result = target != nullptr ? scaled : piece;
     call.kernels->reduce(result, result == piece ? scaled : piece, count, call.type, call.op);
     return result;

@@ -12,10 +12,10 @@ struct Call {
   ncclDataType_t type;
   ncclRedOp_t op;
   KernelLayer* kernels;
-  // Floating-point avg in the rings (NCCL's ncclDevPreMulSum, op then sum): the rank count n, and this rank's own
-  // elements enter the sum multiplied by 1/n piece by piece as they meet a received piece, and a block sent
-  // unreduced is premultiplied just before; 0 otherwise.
-  int premultiply = 0;
+  // A premultiplied sum in the rings (a premultiplied-sum op, or floating-point avg: NCCL's ncclDevPreMulSum, op
+  // then sum): this rank's own elements enter the sum multiplied by *scalar piece by piece as they meet a received
+  // piece, and a block sent unreduced is premultiplied as it is staged; null otherwise.
+  const void* scalar = nullptr;
   // Working memory for that: a piece's worth (host slots) where a forwarded piece's own elements are premultiplied,
   // and, for reduce-scatter, the elements of its first sends (indexed as the output).
   unsigned char* pieceScratch = nullptr;

@@ -141,6 +141,69 @@ TEST(CApi, CollectivesAndAGroupedRingExchangeOnThreeRanks) {
   });
 }
 
+// nnsRedOpCreatePreMulSum as ncclRedOpCreatePreMulSum: each rank's input times its own scalar, then summed, with
+// allreduce, reduce and reduce-scatter; an immediate scalar is read at creation, ncclScalarDevice's when the call
+// runs (host memory here), a call queued in a group keeps the op it was given; the op is for its datatype and
+// communicator only, a built-in op cannot be destroyed, a destroyed one is refused, and its number is reused.
+TEST(CApi, PremultipliedSumsAsNcclRedOpCreatePreMulSum) {
+  onRanks(3, [](int rank, nnsComm_t comm) {
+    // Rank r multiplies its input r + 1 by (r + 1) / 2: the sum of (r + 1)^2 / 2 is 7.
+    double weight = (rank + 1) / 2.0;
+    ncclRedOp_t immediate = ncclSum, pointed = ncclSum;
+    ASSERT_EQ(nnsRedOpCreatePreMulSum(&immediate, &weight, ncclFloat64, ncclScalarHostImmediate, comm), ncclSuccess)
+        << nnsGetLastError();
+    EXPECT_GE(static_cast<int>(immediate), static_cast<int>(ncclNumOps));
+    ASSERT_EQ(nnsRedOpCreatePreMulSum(&pointed, &weight, ncclFloat64, ncclScalarDevice, comm), ncclSuccess);
+    EXPECT_NE(immediate, pointed);
+    weight = 1.0;  // the immediate op keeps (r + 1) / 2; the pointed one reads 1 from now on
+    std::vector<double> in(1001, rank + 1.0), out(1001), block(1001 / 3 * 3, rank + 1.0), part(1001 / 3);
+    ASSERT_EQ(nnsAllReduce(in.data(), out.data(), in.size(), ncclFloat64, immediate, comm, nullptr), ncclSuccess)
+        << nnsGetLastError();
+    EXPECT_EQ(out.front(), 7.0);
+    EXPECT_EQ(out.back(), 7.0);
+    ASSERT_EQ(nnsAllReduce(in.data(), out.data(), in.size(), ncclFloat64, pointed, comm, nullptr), ncclSuccess);
+    EXPECT_EQ(out.back(), 6.0) << "1 + 2 + 3: the scalar read when the call ran";
+    ASSERT_EQ(nnsReduceScatter(block.data(), part.data(), part.size(), ncclFloat64, immediate, comm, nullptr),
+              ncclSuccess);
+    EXPECT_EQ(part.back(), 7.0);
+    ASSERT_EQ(nnsReduce(in.data(), out.data(), in.size(), ncclFloat64, immediate, 2, comm, nullptr), ncclSuccess);
+    if (rank == 2) {
+      EXPECT_EQ(out.front(), 7.0);
+    }
+    // Integers wrap as prod does: 3 x 100 on every rank, summed, is 900.
+    int32_t three = 3;
+    ncclRedOp_t integer = ncclSum;
+    ASSERT_EQ(nnsRedOpCreatePreMulSum(&integer, &three, ncclInt32, ncclScalarHostImmediate, comm), ncclSuccess);
+    int32_t hundred = 100, total = 0;
+    ASSERT_EQ(nnsAllReduce(&hundred, &total, 1, ncclInt32, integer, comm, nullptr), ncclSuccess);
+    EXPECT_EQ(total, 900);
+    // Queued in a group, then destroyed before nnsGroupEnd: the call keeps the op as it was.
+    ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+    ASSERT_EQ(nnsAllReduce(in.data(), out.data(), in.size(), ncclFloat64, immediate, comm, nullptr), ncclSuccess);
+    ASSERT_EQ(nnsRedOpDestroy(immediate, comm), ncclSuccess);
+    ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+    EXPECT_EQ(out.back(), 7.0);
+    // Refusals: another datatype, a destroyed op, a built-in op, no scalar, an unknown residence.
+    EXPECT_EQ(nnsAllReduce(in.data(), out.data(), 1, ncclFloat32, pointed, comm, nullptr), ncclInvalidArgument);
+    EXPECT_NE(std::string(nnsGetLastError()).find("was made for double, not for float"), std::string::npos)
+        << nnsGetLastError();
+    EXPECT_EQ(nnsAllReduce(in.data(), out.data(), 1, ncclFloat64, immediate, comm, nullptr), ncclInvalidArgument);
+    EXPECT_EQ(nnsRedOpDestroy(immediate, comm), ncclInvalidArgument);
+    EXPECT_EQ(nnsRedOpDestroy(ncclSum, comm), ncclInvalidArgument);
+    ncclRedOp_t unused = ncclSum;
+    EXPECT_EQ(nnsRedOpCreatePreMulSum(&unused, nullptr, ncclFloat64, ncclScalarHostImmediate, comm),
+              ncclInvalidArgument);
+    EXPECT_EQ(nnsRedOpCreatePreMulSum(&unused, &weight, ncclFloat64, static_cast<ncclScalarResidence_t>(7), comm),
+              ncclInvalidArgument);
+    // A destroyed op's number goes to the next op made.
+    ncclRedOp_t again = ncclSum;
+    ASSERT_EQ(nnsRedOpCreatePreMulSum(&again, &weight, ncclFloat64, ncclScalarHostImmediate, comm), ncclSuccess);
+    EXPECT_EQ(again, immediate);
+    for (ncclRedOp_t op : {again, pointed, integer}) EXPECT_EQ(nnsRedOpDestroy(op, comm), ncclSuccess);
+    expectHealthyThenDestroy(comm);
+  });
+}
+
 TEST(CApi, RegisteredBuffersGiveTheSameResultsAndDeregisterOnce) {
   onRanks(3, [](int rank, nnsComm_t comm) {
     // 300001 floats: many 32 KiB pieces per ring step, an odd count.

@@ -1322,6 +1322,48 @@ TEST(Communicator, FloatingPointAvgPremultipliesAsNcclDoes) {
   }
 }
 
+// A premultiplied sum (ReduceOp::preMulSum, NCCL's ncclRedOpCreatePreMulSum): rank r's input r + 1 times its own
+// scalar (r + 1) / 2, summed: 7 on 3 ranks, in every element, by ring, tree and doubling, with the rings forwarding
+// from their slots (two) and staging (one), and by reduce-scatter and reduce; a premultiplied sum without its scalar
+// is an argument error.
+TEST(Communicator, PremultipliedSumsByEveryAlgorithm) {
+  using A = coll::Algorithm;
+  constexpr size_t kCount = 3001;
+  for (int slots : {2, 1}) {
+    core::CommOptions options = socketOptions();
+    options.slots = slots;
+    std::vector<std::vector<double>> got(3);
+    auto errors = onEveryRank(3, options, [&](core::Communicator& comm, int r) {
+      const double scalar = (r + 1) / 2.0;
+      const auto op = coll::ReduceOp::preMulSum(&scalar);
+      std::vector<double> in(3 * kCount, r + 1.0), out(3 * kCount);
+      // The first element that is not 7 (in every block of every ring round), else 7.
+      auto first = [&](const std::vector<double>& v) {
+        auto wrong = std::find_if(v.begin(), v.begin() + kCount, [](double x) { return x != 7.0; });
+        return wrong == v.begin() + kCount ? 7.0 : *wrong;
+      };
+      for (A algorithm : {A::Ring, A::Tree, A::Doubling}) {
+        coll::allReduce(comm, in.data(), out.data(), kCount, ncclFloat64, op, coll::hostKernels(), algorithm);
+        got[r].push_back(first(out));
+      }
+      coll::reduceScatter(comm, in.data(), out.data(), kCount, ncclFloat64, op);
+      got[r].push_back(first(out));
+      coll::reduce(comm, in.data(), out.data(), kCount, ncclFloat64, op, 0);
+      if (r == 0) got[r].push_back(first(out));
+      try {
+        coll::allReduce(comm, in.data(), out.data(), kCount, ncclFloat64, coll::ReduceOp::preMulSum(nullptr));
+        got[r].push_back(-1);
+      } catch (const core::ArgumentError& e) {
+        if (std::string(e.what()).find("without its scalar") == std::string::npos) got[r].push_back(-2);
+      }
+    });
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(errors[r], "") << "rank " << r;
+      EXPECT_EQ(got[r], std::vector<double>(r == 0 ? 5 : 4, 7.0)) << "rank " << r << ", " << slots << " slots";
+    }
+  }
+}
+
 // What Algorithm::Auto picks by size: recursive doubling to 32 KiB (to 512 KiB on 2 ranks, where it is one exchange
 // against the ring's two steps), then the ring below 8 ranks; NNS_DOUBLING_MAX_BYTES moves the line for any count.
 TEST(Algorithms, AutoTakesDoublingFurtherOnTwoRanksAndTheEnvironmentMovesTheLine) {
@@ -1833,7 +1875,7 @@ class DeviceLayerStandIn final : public coll::KernelLayer {
  public:
   void reduce(void*, const void*, size_t, ncclDataType_t, ncclRedOp_t) override { ADD_FAILURE() << "ran"; }
   void divide(void*, size_t, ncclDataType_t, int) override { ADD_FAILURE() << "ran"; }
-  void premultiply(void*, const void*, size_t, ncclDataType_t, int) override { ADD_FAILURE() << "ran"; }
+  void premultiply(void*, const void*, size_t, ncclDataType_t, const void*) override { ADD_FAILURE() << "ran"; }
   void copy(void*, const void*, size_t) override { ADD_FAILURE() << "ran"; }
   bool onDevice() const override { return true; }
 };

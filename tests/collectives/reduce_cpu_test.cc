@@ -498,34 +498,63 @@ TEST(HostKernels, DivideMatchesTheScalarReference) {
   }
 }
 
-// A floating-point avg's first step: x times the scalar NCCL makes for 1/ranks (from double to float, then to the
-// type; float64: the double), the product correctly rounded once; out of place and in place; integers refused.
+// x times the reference's product with one value (integers wrapped through the unsigned type, as prod).
+template <class T>
+T wrappedProduct(T x, T s) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(static_cast<U>(x) * static_cast<U>(s)));
+}
+
+// A premultiplied sum's first step (NCCL's ncclDevPreMulSum): x times one scalar of the type, the product rounded
+// once (integers wrap); for floating-point types with avg's scalars, which avgScalar makes as NCCL does (1/n from
+// double to float, then to the type; float64: the double); out of place and in place.
 TEST(HostKernels, PremultiplyMatchesTheScalarReference) {
   for (ncclDataType_t type : kAllTypes) {
     size_t es = elementSize(type), count = 0;
     std::vector<uint8_t> a, b;
     makeInputs(type, &a, &b, &count);
-    if (!coll::isFloatingPoint(type)) {
-      std::vector<uint8_t> out(count * es);
-      EXPECT_THROW(coll::hostKernels().premultiply(out.data(), a.data(), count, type, 2), core::CommError)
-          << coll::typeName(type);
-      continue;
-    }
-    for (int ranks : {1, 2, 3, 5, 7, 8, 12, 1000}) {
+    const bool floating = coll::isFloatingPoint(type);
+    // Floating-point types: avg's scalar for these rank counts; integers: these factors.
+    for (long k : floating ? std::vector<long>{1, 2, 3, 5, 7, 8, 12, 1000} : std::vector<long>{0, 1, 3, -2, 200}) {
+      uint8_t scalar[8] = {};
+      if (floating) {
+        ASSERT_TRUE(coll::avgScalar(type, static_cast<int>(k), scalar));
+        const float single = static_cast<float>(1.0 / k);
+        uint8_t expected[8] = {};
+        if (type == ncclFloat32) store<float>(expected, single);
+        if (type == ncclFloat64) store<double>(expected, 1.0 / k);
+        if (const Format* f = smallFormat(type)) {
+          const uint32_t bits = refEncode(*f, single);
+          if (es == 2)
+            store<uint16_t>(expected, static_cast<uint16_t>(bits));
+          else
+            store<uint8_t>(expected, static_cast<uint8_t>(bits));
+        }
+        ASSERT_EQ(std::memcmp(scalar, expected, es), 0) << coll::typeName(type) << " avg over " << k;
+      } else {
+        EXPECT_FALSE(coll::avgScalar(type, 2, scalar)) << coll::typeName(type) << ": integer avg divides";
+        const uint64_t bits = static_cast<uint64_t>(k);  // two's complement, little-endian: the low es bytes
+        std::memcpy(scalar, &bits, es);
+      }
       std::vector<uint8_t> want(count * es);
-      const float scalar = static_cast<float>(1.0 / ranks);
       for (size_t i = 0; i < count; ++i) {
         const uint8_t* x = &a[i * es];
         uint8_t* w = &want[i * es];
         switch (type) {
-          case ncclFloat32: store<float>(w, load<float>(x) * scalar); break;
-          case ncclFloat64: store<double>(w, load<double>(x) * (1.0 / ranks)); break;
+          case ncclInt8: store<int8_t>(w, wrappedProduct(load<int8_t>(x), load<int8_t>(scalar))); break;
+          case ncclUint8: store<uint8_t>(w, wrappedProduct(load<uint8_t>(x), load<uint8_t>(scalar))); break;
+          case ncclInt32: store<int32_t>(w, wrappedProduct(load<int32_t>(x), load<int32_t>(scalar))); break;
+          case ncclUint32: store<uint32_t>(w, wrappedProduct(load<uint32_t>(x), load<uint32_t>(scalar))); break;
+          case ncclInt64: store<int64_t>(w, wrappedProduct(load<int64_t>(x), load<int64_t>(scalar))); break;
+          case ncclUint64: store<uint64_t>(w, wrappedProduct(load<uint64_t>(x), load<uint64_t>(scalar))); break;
+          case ncclFloat32: store<float>(w, load<float>(x) * load<float>(scalar)); break;
+          case ncclFloat64: store<double>(w, load<double>(x) * load<double>(scalar)); break;
           default: {
             const Format& f = *smallFormat(type);
-            const double s = refDecode(f, refEncode(f, scalar));
-            uint32_t bits = es == 2 ? load<uint16_t>(x) : load<uint8_t>(x);
-            uint32_t r = refEncode(f, refDecode(f, bits) * s);  // the product is exact in double
-            if (es == 2)
+            const bool wide = es == 2;
+            const double s = refDecode(f, wide ? load<uint16_t>(scalar) : load<uint8_t>(scalar));
+            const uint32_t r = refEncode(f, refDecode(f, wide ? load<uint16_t>(x) : load<uint8_t>(x)) * s);  // exact
+            if (wide)
               store<uint16_t>(w, static_cast<uint16_t>(r));
             else
               store<uint8_t>(w, static_cast<uint8_t>(r));
@@ -533,17 +562,20 @@ TEST(HostKernels, PremultiplyMatchesTheScalarReference) {
         }
       }
       std::vector<uint8_t> out(count * es, 0xa5), inPlace = a;
-      coll::hostKernels().premultiply(out.data(), a.data(), count, type, ranks);
-      coll::hostKernels().premultiply(inPlace.data(), inPlace.data(), count, type, ranks);
+      coll::hostKernels().premultiply(out.data(), a.data(), count, type, scalar);
+      coll::hostKernels().premultiply(inPlace.data(), inPlace.data(), count, type, scalar);
       size_t wrong = 0;
       for (size_t i = 0; i < count; ++i) {
         if (!sameResult(type, &out[i * es], &want[i * es]) && wrong++ < 5)
-          ADD_FAILURE() << coll::typeName(type) << " x 1/" << ranks << " element " << i;
+          ADD_FAILURE() << coll::typeName(type) << " x scalar " << k << " element " << i;
         if (!sameResult(type, &inPlace[i * es], &want[i * es]) && wrong++ < 5)
-          ADD_FAILURE() << coll::typeName(type) << " x 1/" << ranks << " in place, element " << i;
+          ADD_FAILURE() << coll::typeName(type) << " x scalar " << k << " in place, element " << i;
       }
-      EXPECT_EQ(wrong, 0u) << coll::typeName(type) << " x 1/" << ranks;
+      EXPECT_EQ(wrong, 0u) << coll::typeName(type) << " x scalar " << k;
     }
+    std::vector<uint8_t> out(count * es);
+    EXPECT_THROW(coll::hostKernels().premultiply(out.data(), a.data(), count, type, nullptr), core::CommError)
+        << coll::typeName(type) << ": no scalar";
   }
 }
 

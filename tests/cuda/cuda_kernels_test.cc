@@ -153,7 +153,7 @@ class DeviceLayerStandIn final : public nns::coll::KernelLayer {
  public:
   void reduce(void*, const void*, size_t, ncclDataType_t, ncclRedOp_t) override { ADD_FAILURE() << "ran"; }
   void divide(void*, size_t, ncclDataType_t, int) override { ADD_FAILURE() << "ran"; }
-  void premultiply(void*, const void*, size_t, ncclDataType_t, int) override { ADD_FAILURE() << "ran"; }
+  void premultiply(void*, const void*, size_t, ncclDataType_t, const void*) override { ADD_FAILURE() << "ran"; }
   void copy(void*, const void*, size_t) override { ADD_FAILURE() << "ran"; }
   bool onDevice() const override { return true; }
 };
@@ -224,9 +224,10 @@ TEST(CudaKernelLayer, DeviceBufferAvgReducesThenDivides) {
   cudaFree(src);
 }
 
-// A floating-point avg's first step on the GPU: float16 60000 premultiplied by half(1/2) is 30000, and the sum of
-// two of them 60000 (summing first would overflow to infinity); out of place and in place; integers are refused.
-TEST(CudaKernelLayer, DeviceBufferFloatAvgPremultipliesAsNccl) {
+// A premultiplied sum on the GPU (floating-point avg's first step): float16 60000 times half(1/2) is 30000, and the sum
+// of two of them 60000 (summing first would overflow to infinity); out of place and in place; integers wrap as prod
+// does; no scalar is refused.
+TEST(CudaKernelLayer, DeviceBufferPremultipliesAsNccl) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const uint16_t host[2] = {nns::coll::floatToHalf(60000.0f), nns::coll::floatToHalf(-3.0f)};
   void *dst = nullptr, *src = nullptr;
@@ -234,16 +235,24 @@ TEST(CudaKernelLayer, DeviceBufferFloatAvgPremultipliesAsNccl) {
   ASSERT_EQ(cudaMalloc(&src, sizeof(host)), cudaSuccess);
   nns::coll::KernelLayer& layer = nns::cuda::kernelsFor(dst);
   layer.copy(src, host, sizeof(host));
-  layer.premultiply(dst, src, 2, ncclFloat16, 2);
+  const uint16_t half = nns::coll::floatToHalf(0.5f), third = 0x3555;  // half(1/3)
+  layer.premultiply(dst, src, 2, ncclFloat16, &half);
   layer.reduce(dst, dst, 2, ncclFloat16, ncclSum);
   uint16_t result[2];
   layer.copy(result, dst, sizeof(result));
   EXPECT_EQ(nns::coll::halfToFloat(result[0]), 60000.0f);
   EXPECT_EQ(nns::coll::halfToFloat(result[1]), -3.0f);
-  layer.premultiply(src, src, 2, ncclFloat16, 3);  // in place; half(1/3) = 0x3555
+  layer.premultiply(src, src, 2, ncclFloat16, &third);  // in place
   layer.copy(result, src, sizeof(result));
-  EXPECT_EQ(result[1], nns::coll::floatToHalf(-3.0f * nns::coll::halfToFloat(0x3555)));
-  EXPECT_EQ(nns::cuda::premultiply(dst, src, 2, ncclInt32, 2, cudaStreamPerThread), cudaErrorInvalidValue);
+  EXPECT_EQ(result[1], nns::coll::floatToHalf(-3.0f * nns::coll::halfToFloat(third)));
+  const int32_t big[2] = {0x40000000, -7}, by = 4;
+  layer.copy(dst, big, sizeof(big));
+  layer.premultiply(dst, dst, 2, ncclInt32, &by);
+  int32_t wrapped[2];
+  layer.copy(wrapped, dst, sizeof(wrapped));
+  EXPECT_EQ(wrapped[0], 0) << "2^30 x 4 wraps to 0";
+  EXPECT_EQ(wrapped[1], -28);
+  EXPECT_EQ(nns::cuda::premultiply(dst, src, 2, ncclFloat16, nullptr, cudaStreamPerThread), cudaErrorInvalidValue);
   cudaFree(dst);
   cudaFree(src);
 }

@@ -349,13 +349,23 @@ std::string checkPremultiply(ncclDataType_t type, size_t count, int ranks, unsig
       default: return std::string("not a floating-point type: ") + typeName(type);
     }
   }
+  // The scalar as the kernel takes it: one value of the type.
+  uint8_t scalarBytes[8] = {};
+  if (type == ncclFloat32)
+    store<float>(scalarBytes, scalar);
+  else if (type == ncclFloat64)
+    store<double>(scalarBytes, 1.0 / ranks);
+  else if (es == 2)
+    store<uint16_t>(scalarBytes, static_cast<uint16_t>(narrowSmall(type, scalar)));
+  else
+    store<uint8_t>(scalarBytes, static_cast<uint8_t>(narrowSmall(type, scalar)));
   DeviceBuffer d(count * es), o(count * es);
   if (!d.ptr || !o.ptr) return "cudaMalloc failed";
   cudaError_t e;
   if ((e = cudaMemcpy(d.ptr, in.data(), in.size(), cudaMemcpyHostToDevice)) != cudaSuccess) return cudaText("copy", e);
-  if ((e = premultiply(o.ptr, d.ptr, count, type, ranks, nullptr)) != cudaSuccess)
+  if ((e = premultiply(o.ptr, d.ptr, count, type, scalarBytes, nullptr)) != cudaSuccess)
     return cudaText("premultiply launch", e);
-  if ((e = premultiply(d.ptr, d.ptr, count, type, ranks, nullptr)) != cudaSuccess)
+  if ((e = premultiply(d.ptr, d.ptr, count, type, scalarBytes, nullptr)) != cudaSuccess)
     return cudaText("premultiply launch (in place)", e);
   if ((e = cudaDeviceSynchronize()) != cudaSuccess) return cudaText("premultiply", e);
   for (auto [buffer, form] : {std::pair{o.ptr, ""}, std::pair{d.ptr, " (in place)"}}) {

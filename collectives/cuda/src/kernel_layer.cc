@@ -58,9 +58,9 @@ class DeviceKernels final : public coll::KernelLayer {
     throwOnError(cuda::divide(buf, count, type, divisor, cudaStreamPerThread), "divide launch");
     throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "divide");
   }
-  void premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, int ranks) override {
+  void premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, const void* scalar) override {
     OnDeviceOf on(dst, src);
-    throwOnError(cuda::premultiply(dst, src, count, type, ranks, cudaStreamPerThread), "premultiply launch");
+    throwOnError(cuda::premultiply(dst, src, count, type, scalar, cudaStreamPerThread), "premultiply launch");
     throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "premultiply");
   }
   void copy(void* dst, const void* src, size_t bytes) override {

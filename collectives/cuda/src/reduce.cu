@@ -3,6 +3,7 @@
 #include "nns/cuda/kernels.hpp"
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -298,38 +299,23 @@ cudaError_t launchDivide(void* buf, size_t count, int divisor, cudaStream_t stre
                           0, stream);  // this launch's own errors, as launch's
 }
 
-// Floating-point avg's first step (NCCL's ncclDevPreMulSum): x times the scalar the type holds for 1/ranks, the
-// product rounded once (a product of two 16-bit or fp8 values is exact in float, so widening to float first and
-// narrowing after is the same single rounding). Once per collective over the input, like divide: plain grid-stride.
-__device__ float premultiplyOne(float x, float s) {
-  return __fmul_rn(x, s);
-}
-__device__ double premultiplyOne(double x, double s) {
-  return __dmul_rn(x, s);
-}
-__device__ __half premultiplyOne(__half x, __half s) {
-  return __hmul(x, s);
-}
-__device__ Bf16 premultiplyOne(Bf16 x, Bf16 s) {
-  return __hmul(x, s);
-}
-template <__nv_fp8_interpretation_t K>
-__device__ Fp8<K> premultiplyOne(Fp8<K> x, Fp8<K> s) {
-  return narrow<K>(widen(x) * widen(s));
-}
-
+// NCCL's ncclDevPreMulSum before its sum (a premultiplied-sum op, and floating-point avg): x times one scalar of its
+// type, as prod computes it (integers wrap; one rounding). Once per collective over the input, like divide: plain
+// grid-stride.
 template <class T>
 __global__ void __launch_bounds__(kThreads) premultiplyKernel(T* dst, const T* src, size_t count, T scalar) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride)
-    dst[i] = premultiplyOne(src[i], scalar);
+    dst[i] = ProdOp<T>::apply(src[i], scalar);
 }
 
 template <class T>
-cudaError_t launchPremultiply(void* dst, const void* src, size_t count, T scalar, cudaStream_t stream) {
+cudaError_t launchPremultiply(void* dst, const void* src, size_t count, const void* scalarBytes, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   if (reinterpret_cast<uintptr_t>(dst) % sizeof(T) != 0 || reinterpret_cast<uintptr_t>(src) % sizeof(T) != 0)
     return cudaErrorInvalidValue;  // as launch: a sticky fault otherwise
+  T scalar;
+  std::memcpy(static_cast<void*>(&scalar), scalarBytes, sizeof(T));  // a host value, passed by value
   T* out = static_cast<T*>(dst);
   const T* in = static_cast<const T*>(src);
   void* args[] = {&out, &in, &count, &scalar};
@@ -377,20 +363,23 @@ cudaError_t divide(void* buf, size_t count, ncclDataType_t type, int divisor, cu
   }
 }
 
-cudaError_t premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, int ranks, cudaStream_t stream) {
-  if (ranks <= 0) return cudaErrorInvalidValue;
-  // The scalar as NCCL makes it: 1/ranks in double, rounded to float, then to the type (float64: the double).
-  const float scalar = static_cast<float>(1.0 / ranks);
+cudaError_t premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, const void* scalar,
+                        cudaStream_t stream) {
+  if (scalar == nullptr) return cudaErrorInvalidValue;
   switch (type) {
-    case ncclFloat16: return launchPremultiply(dst, src, count, __float2half_rn(scalar), stream);
-    case ncclBfloat16: return launchPremultiply(dst, src, count, __float2bfloat16_rn(scalar), stream);
-    case ncclFloat32: return launchPremultiply(dst, src, count, scalar, stream);
-    case ncclFloat64: return launchPremultiply(dst, src, count, 1.0 / ranks, stream);
-    case ncclFloat8e4m3:
-      return launchPremultiply(dst, src, count, E4m3{__nv_cvt_float_to_fp8(scalar, __NV_SATFINITE, __NV_E4M3)}, stream);
-    case ncclFloat8e5m2:
-      return launchPremultiply(dst, src, count, E5m2{__nv_cvt_float_to_fp8(scalar, __NV_SATFINITE, __NV_E5M2)}, stream);
-    default: return cudaErrorInvalidValue;  // integer avg sums, then divides
+    case ncclInt8: return launchPremultiply<int8_t>(dst, src, count, scalar, stream);
+    case ncclUint8: return launchPremultiply<uint8_t>(dst, src, count, scalar, stream);
+    case ncclInt32: return launchPremultiply<int32_t>(dst, src, count, scalar, stream);
+    case ncclUint32: return launchPremultiply<uint32_t>(dst, src, count, scalar, stream);
+    case ncclInt64: return launchPremultiply<int64_t>(dst, src, count, scalar, stream);
+    case ncclUint64: return launchPremultiply<uint64_t>(dst, src, count, scalar, stream);
+    case ncclFloat16: return launchPremultiply<__half>(dst, src, count, scalar, stream);
+    case ncclFloat32: return launchPremultiply<float>(dst, src, count, scalar, stream);
+    case ncclFloat64: return launchPremultiply<double>(dst, src, count, scalar, stream);
+    case ncclBfloat16: return launchPremultiply<Bf16>(dst, src, count, scalar, stream);
+    case ncclFloat8e4m3: return launchPremultiply<E4m3>(dst, src, count, scalar, stream);
+    case ncclFloat8e5m2: return launchPremultiply<E5m2>(dst, src, count, scalar, stream);
+    default: return cudaErrorInvalidValue;
   }
 }
 

@@ -65,6 +65,20 @@ ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError);
 ncclResult_t nnsCommRegister(const nnsComm_t comm, void* buff, size_t size, void** handle);
 ncclResult_t nnsCommDeregister(const nnsComm_t comm, void* handle);
 ncclResult_t nnsCommCount(const nnsComm_t comm, int* count);
+#ifndef NCCL_H_
+/* Where a premultiplied sum's scalar lives: nccl.h's ncclScalarResidence_t, defined here unless nccl.h came first. */
+typedef enum { ncclScalarDevice = 0, ncclScalarHostImmediate = 1 } ncclScalarResidence_t;
+#endif
+/* A premultiplied sum, as ncclRedOpCreatePreMulSum makes: the op multiplies each rank's input by that rank's own
+ * scalar (one value of `datatype`) before summing, the product rounded to the type once (integers wrap), as NCCL's
+ * ncclDevPreMulSum. It is used with nnsAllReduce, nnsReduce and nnsReduceScatter on `comm`, for `datatype` only
+ * (another datatype or communicator is refused with ncclInvalidArgument), until nnsRedOpDestroy; its number may then
+ * be given to the next op made. ncclScalarHostImmediate: *scalar is read now. ncclScalarDevice: `scalar` is read
+ * each time a collective with the op runs (a device pointer in NCCL; host memory here, as every buffer of this API,
+ * which must stay valid while the op is used). A call queued in a group keeps the op as it was at the call. */
+ncclResult_t nnsRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                                     ncclScalarResidence_t residence, nnsComm_t comm);
+ncclResult_t nnsRedOpDestroy(ncclRedOp_t op, nnsComm_t comm);
 ncclResult_t nnsCommUserRank(const nnsComm_t comm, int* rank);
 const char* nnsGetErrorString(ncclResult_t result);
 /* The text of the last error on this thread (what failed and why), or "". */

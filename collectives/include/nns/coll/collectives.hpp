@@ -35,18 +35,34 @@ constexpr int kTreeMinRanks = 8;
 // What Algorithm::Auto resolves to for `bytes` on `comm`; an explicit request wins, then $NNS_ALGO, then the size.
 Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requested);
 
-void allReduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+// A reduction: one of NCCL's ops (ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg), or NCCL's premultiplied sum
+// (ncclRedOpCreatePreMulSum): each rank's input times that rank's own scalar, then summed. The scalar is one value
+// of the call's type in host memory, read when the call runs.
+struct ReduceOp {
+  ncclRedOp_t op = ncclSum;
+  const void* scalar = nullptr;
+  bool premultiplied = false;
+  ReduceOp(ncclRedOp_t builtIn) : op(builtIn) {}  // NOLINT(google-explicit-constructor): ncclSum and the others
+  static ReduceOp preMulSum(const void* scalar) {
+    ReduceOp sum(ncclSum);
+    sum.scalar = scalar;
+    sum.premultiplied = true;
+    return sum;
+  }
+};
+
+void allReduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ReduceOp op,
                KernelLayer& kernels = hostKernels(), Algorithm algorithm = Algorithm::Auto);
 // recv holds size() blocks of sendCount elements, in rank order.
 void allGather(Communicator& comm, const void* send, void* recv, size_t sendCount, ncclDataType_t type,
                KernelLayer& kernels = hostKernels());
 // send holds size() blocks of recvCount elements; rank r gets the reduction of block r.
-void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recvCount, ncclDataType_t type,
-                   ncclRedOp_t op, KernelLayer& kernels = hostKernels());
+void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recvCount, ncclDataType_t type, ReduceOp op,
+                   KernelLayer& kernels = hostKernels());
 void broadcast(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root,
                KernelLayer& kernels = hostKernels());
-void reduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
-            int root, KernelLayer& kernels = hostKernels());
+void reduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ReduceOp op, int root,
+            KernelLayer& kernels = hostKernels());
 
 // Point to point, grouped like ncclGroupStart/End: every operation of the list progresses at once, so a rank may
 // send to and receive from the same peers without deadlock. Operations with the same peer and direction are

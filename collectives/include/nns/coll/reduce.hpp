@@ -20,6 +20,10 @@ bool parseOp(const char* text, ncclRedOp_t* op);
 // multiplying each rank's input by 1/n in the type first (ncclDevPreMulSum), then summing; the integer types sum,
 // then divide (ncclDevSumPostDiv).
 bool isFloatingPoint(ncclDataType_t type);
+// The scalar NCCL multiplies each input of a floating-point avg over `ranks` ranks by: 1/ranks in double, rounded
+// to float, then to the type (float64: the double itself). Written to `out` as one value of `type` (8 bytes hold
+// any); false for the other types.
+bool avgScalar(ncclDataType_t type, int ranks, void* out);
 
 // Conversions, inline in float_convert.hpp (shared with the CUDA kernels' check), all rounding to nearest even:
 //   float halfToFloat(uint16_t);     uint16_t floatToHalf(float);      overflow -> infinity, NaN stays NaN
@@ -43,11 +47,11 @@ class KernelLayer {
   }
   // buf[i] = buf[i] / divisor: integer avg's finalize.
   virtual void divide(void* buf, size_t count, ncclDataType_t type, int divisor) = 0;
-  // dst[i] = src[i] x s, with s = 1/ranks rounded to the type as NCCL rounds it (from float; double for float64)
-  // and the product rounded to the type once: floating-point avg's first step, NCCL's ncclDevPreMulSum, so that the
-  // sum that follows stays in range wherever the average is (float16 60000 averaged over 2 ranks is 60000, not the
-  // infinity its sum would be). Floating-point types only; dst may be src exactly.
-  virtual void premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, int ranks) = 0;
+  // dst[i] = src[i] x scalar, the product rounded to the type once (integers wrap, as prod does): NCCL's
+  // ncclDevPreMulSum before its sum, for a premultiplied-sum op and for floating-point avg (scalar: avgScalar), so
+  // that the sum stays in range wherever the average is (float16 60000 averaged over 2 ranks is 60000, not the
+  // infinity its sum would be). `scalar` is one value of `type` in host memory; dst may be src exactly.
+  virtual void premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, const void* scalar) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   // True when the buffers this layer works on are GPU memory (its kernels also read the communicator's slots, so
   // those must be memory the GPU can read).

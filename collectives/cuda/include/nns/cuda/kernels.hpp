@@ -10,8 +10,8 @@
 namespace nns::cuda {
 
 // dst[i] = a[i] op b[i] for every ncclDataType_t and ncclSum/Prod/Max/Min/Avg. Avg accumulates like sum here: an
-// integer avg's final step calls divide() once with the rank count, a floating-point avg's inputs went through
-// premultiply() first (NCCL's two ways).
+// integer avg's final step calls divide() once with the rank count, a floating-point avg's inputs go through
+// premultiply() (NCCL's two ways).
 // dst may alias a or b exactly (in place). Each pointer must be a multiple of the element size, as the GPU's typed
 // loads need (a misaligned element would fault and leave the CUDA context unusable): otherwise cudaErrorInvalidValue
 // and nothing is launched. Beyond that any offset works: 16-byte vectors where dst, a and b share one modulo 16,
@@ -21,9 +21,11 @@ cudaError_t reduce(void* dst, const void* a, const void* b, size_t count, ncclDa
 // buf[i] = buf[i] / divisor: integer division for integer types (as the CPU path), float division otherwise
 // (16-bit floats and fp8 computed in float and rounded to nearest even). buf must be aligned as for reduce().
 cudaError_t divide(void* buf, size_t count, ncclDataType_t type, int divisor, cudaStream_t stream);
-// dst[i] = src[i] x (1/ranks as the type holds it), rounded once: a floating-point avg's first step, as NCCL's
-// ncclDevPreMulSum. Floating-point types only (others: cudaErrorInvalidValue); dst may be src; aligned as reduce().
-cudaError_t premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, int ranks, cudaStream_t stream);
+// dst[i] = src[i] x *scalar (one value of `type`, read on the host at the call), as prod computes it: NCCL's
+// ncclDevPreMulSum before its sum, for a premultiplied-sum op and for a floating-point avg (scalar:
+// nns::coll::avgScalar). dst may be src; aligned as reduce().
+cudaError_t premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, const void* scalar,
+                        cudaStream_t stream);
 // A vectorized copy kernel (cudaMemcpyAsync is the alternative; this one keeps the copy on the compute engines). Any
 // byte offsets.
 cudaError_t copy(void* dst, const void* src, size_t bytes, cudaStream_t stream);
