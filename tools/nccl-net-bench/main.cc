@@ -46,6 +46,19 @@ bool isFp8(ncclDataType_t type) {
   return type == ncclFloat8e4m3 || type == ncclFloat8e5m2;
 }
 
+// nccl-tests' "mulsum": a premultiplied sum (ncclRedOpCreatePreMulSum), here coll::ReduceOp::preMulSum; the first
+// value past NCCL's built-in ops stands for it in the op lists.
+constexpr auto kMulSum = static_cast<ncclRedOp_t>(ncclNumOps);
+
+// Rank r's premultiplied-sum scalar: 1 on even ranks, 2 on odd ones, so that every type holds it and the products.
+double mulSumScalar(int r) {
+  return r % 2 == 0 ? 1.0 : 2.0;
+}
+
+const char* reductionName(ncclRedOp_t op) {
+  return op == kMulSum ? "mulsum" : coll::opName(op);
+}
+
 // How many factors of 2 a product may have and stay exact in `type` (no wrap, no saturation, no rounding).
 int exactDoublings(ncclDataType_t type) {
   switch (type) {
@@ -180,6 +193,7 @@ double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type) {
   for (int r = 1; r < n; ++r) {
     double v = inputValue(r, i, op, type);
     switch (op) {
+      case kMulSum: acc += v * mulSumScalar(r); break;
       case ncclSum:
       case ncclAvg: acc += v; break;
       case ncclProd: acc *= v; break;
@@ -225,7 +239,9 @@ int runTool(int argc, char** argv) {
   static constexpr const char* kTypeNames =
       "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double fp8e4m3 fp8e5m2, or all";
   app.add_option("-d,--datatype", typeText, kTypeNames);
-  app.add_option("-o,--op", opText, "sum prod max min avg, or all");
+  app.add_option(
+      "-o,--op", opText,
+      "sum prod max min avg, mulsum (a premultiplied sum: rank r's input times 1 or 2, r even or odd), or all");
   app.add_option("-r,--root", root, "root rank of broadcast/reduce")->check(nonNegative);
   // nccl-tests times both forms in one row; here one form per run, and -i is nccl-tests' step.
   app.add_option("-I,--inplace", inPlace, "1: in place (the input lives inside the output buffer, as nccl.h defines)")
@@ -292,11 +308,14 @@ int runTool(int argc, char** argv) {
     return 2;
   }
   if (opText == "all") {
-    ops = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
+    ops = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg, kMulSum};
+  } else if (opText == "mulsum" || opText == "premulsum") {
+    ops = {kMulSum};
   } else if (ncclRedOp_t op; coll::parseOp(opText.c_str(), &op)) {
     ops = {op};
   } else {
-    std::fprintf(stderr, "nccl-net-bench: unknown reduction %s (-o: sum prod max min avg, or all)\n", opText.c_str());
+    std::fprintf(stderr, "nccl-net-bench: unknown reduction %s (-o: sum prod max min avg mulsum, or all)\n",
+                 opText.c_str());
     return 2;
   }
   if (!coll::parseAlgorithm(algoText.c_str(), &algorithm)) {
@@ -535,10 +554,14 @@ int runTool(int argc, char** argv) {
           writeInputs();
           unsigned char* in = onDevice(input);
           unsigned char* out = onDevice(output);
+          // mulsum's scalar, one value of the type (host memory, as the kernel layers take it).
+          alignas(8) unsigned char scalar[8] = {};
+          store(scalar, 0, type, mulSumScalar(rank));
+          const coll::ReduceOp reduceOp = op == kMulSum ? coll::ReduceOp::preMulSum(scalar) : coll::ReduceOp(op);
           auto runOnce = [&] {
             coll::KernelLayer& k = *kernels;
             if (collective == "allreduce")
-              coll::allReduce(comm, in, out, count, type, op, k, algorithm);
+              coll::allReduce(comm, in, out, count, type, reduceOp, k, algorithm);
             else if (p2p)
               coll::sendRecv(comm,
                              {{coll::P2POp::Send, comm.next(), in, count, type},
@@ -547,11 +570,11 @@ int runTool(int argc, char** argv) {
             else if (collective == "allgather")
               coll::allGather(comm, in, out, perRank, type, k);
             else if (collective == "reducescatter")
-              coll::reduceScatter(comm, in, out, perRank, type, op, k);
+              coll::reduceScatter(comm, in, out, perRank, type, reduceOp, k);
             else if (collective == "broadcast")
               coll::broadcast(comm, in, out, count, type, root, k);
             else
-              coll::reduce(comm, in, out, count, type, op, root, k);
+              coll::reduce(comm, in, out, count, type, reduceOp, root, k);
           };
           // Out of place the first checked run is the last timed one; in place every run overwrites its own input, so
           // the runs are timed, then the input restored for an untimed checked one. Either way the sentinel goes in
@@ -630,7 +653,7 @@ int runTool(int argc, char** argv) {
             // The count column is nccl-tests': per rank for allgather and reducescatter (the size is the total).
             const size_t shownCount = collective == "allgather" || collective == "reducescatter" ? perRank : count;
             std::printf(" %11zu %12zu %8s %6s %5s %10.1f %8.3f %8.3f %7s\n", bytes, shownCount, coll::typeName(type),
-                        reducing ? coll::opName(op) : "none", rooted ? std::to_string(root).c_str() : "-",
+                        reducing ? reductionName(op) : "none", rooted ? std::to_string(root).c_str() : "-",
                         slowest * 1e6, algbw, algbw * busFactor, check ? std::to_string(totalWrong).c_str() : "N/A");
             std::fflush(stdout);
           }
