@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -474,7 +475,15 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
 #endif
   return result;
 }
+#ifdef NNS_BUG_EXIT_IN_SEND_TEST
+std::atomic<bool> gConnected{false};  // this process made a send comm: it is the sending side
+#endif
 ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t** devComm) {
+#ifdef NNS_BUG_EXIT_IN_SEND_TEST
+  ncclResult_t connected = real()->connect(ctx, dev, handle, sendComm, devComm);
+  if (connected == ncclSuccess && *sendComm != nullptr) gConnected = true;
+  return connected;
+#endif
 #ifdef NNS_NCCL_LIKE
   *devComm = nullptr;  // NCCL's proxy always passes a place for it
 #endif
@@ -1001,6 +1010,9 @@ ncclResult_t test(void* request, int* done, int* sizes) {
 #ifdef NNS_BUG_EXIT_IN_TEST
   // A fatal-error path that calls exit() instead of returning an error: the host process ends without a word.
   if (*done) std::exit(1);
+#endif
+#ifdef NNS_BUG_EXIT_IN_SEND_TEST
+  if (*done && gConnected) std::exit(1);  // the same, on the sending side only (the harness's peer process)
 #endif
 #ifdef NNS_BUG_WRONG_SIZES
   if (*done && sizes != nullptr && sizes[0] > 1) sizes[0] -= 1;

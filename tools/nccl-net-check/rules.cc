@@ -81,6 +81,9 @@ void noteCall(const char* name, bool inProgress) {
 }
 
 // " in test", " after test returned (...)", or "" when no call was noted.
+// Defined when a sanitizer runtime is loaded (it then ends the process with an exit status on a crash it reports).
+extern "C" size_t __sanitizer_get_current_allocated_bytes() __attribute__((weak));
+
 std::string whereText(const CallNote* note) {
   const char* name = note != nullptr ? note->name.load() : nullptr;
   if (name == nullptr) return "";
@@ -640,6 +643,14 @@ std::string peerText(int code) {
            "its stack)";
   if (code == kPeerRecvSizesOverrun)
     return "peer: test of a receive wrote past 64 sizes (NCCL's room for a receive's sizes)";
+  // The peer leaves only through _exit once its plugin calls returned: ended during one, the plugin ended it (exit(),
+  // or under a sanitizer also a crash it reported), as the rule process's own verdict says for itself.
+  const CallNote* note = gCallNotes != nullptr ? &gCallNotes[1] : nullptr;
+  if (note != nullptr && note->name.load() != nullptr && note->inProgress.load() != 0)
+    return std::string(__sanitizer_get_current_allocated_bytes != nullptr
+                           ? "the plugin exited it, or crashed it and a sanitizer reported the crash"
+                           : "the plugin exited the process") +
+           whereText(note) + " (the peer's, exit code " + std::to_string(code) + ")";
   return "peer exit code " + std::to_string(code);
 }
 
