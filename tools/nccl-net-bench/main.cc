@@ -202,8 +202,7 @@ double expectedReduction(int n, size_t i, ncclRedOp_t op, ncclDataType_t type) {
       default: break;
     }
   }
-  const bool integer =
-      type != ncclFloat16 && type != ncclBfloat16 && type != ncclFloat32 && type != ncclFloat64 && !isFp8(type);
+  const bool integer = !coll::isFloatingPoint(type);
   if (integer) acc = wrapped(acc, type);  // the sum as the type holds it; avg divides that
   if (op == ncclAvg) acc = integer ? std::trunc(acc / n) : acc / n;
   return acc;
