@@ -27,6 +27,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -120,7 +121,8 @@ std::unordered_set<const nnsComm*> liveComms;
 // Communicators asked for in a group whose creation failed at nnsGroupEnd: the caller holds the handle (NCCL's then
 // goes to ncclCommAbort or ncclCommDestroy), so it stays allocated, refused by every call but those two, which free
 // it. Freed at once, a later communicator could get its address and be destroyed through the stale handle.
-std::unordered_set<const nnsComm*> failedComms;
+// Each keeps its creation's result, which nnsCommGetAsyncError reports.
+std::unordered_map<const nnsComm*, ncclResult_t> failedComms;
 // Communicators asked for in a group whose nnsGroupEnd has not made them yet, on whichever thread: another thread (a
 // watchdog polling nnsCommGetAsyncError) learns that they are in progress rather than "not a live one".
 std::unordered_set<const nnsComm*> makingComms;
@@ -339,7 +341,9 @@ ncclResult_t enqueueOrRun(const Operation& operation) {
 
 // The address other ranks reach this host at: the first IPv4 address of an interface that is up, among those
 // NCCL_SOCKET_IFNAME selects when it is set (NCCL's bootstrap interface choice; loopback then only when named),
-// else among the non-loopback ones; 127.0.0.1 when none is. "" when NCCL_SOCKET_IFNAME selects none: its loopback
+// else among those that are running and neither loopback nor a bridge of this host's containers or VMs (docker0,
+// virbr0, ...: the bootstrap's own rule; a rank on another host waited out its timeout for such an address);
+// 127.0.0.1 when none is. "" when NCCL_SOCKET_IFNAME selects none: its loopback
 // stand-in would send every other host's ranks to their own loopback, to fail at their timeout.
 std::string firstIPv4() {
   const char* spec = std::getenv("NCCL_SOCKET_IFNAME");
@@ -350,7 +354,10 @@ std::string firstIPv4() {
   if (getifaddrs(&list) != 0) return found;
   for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
     if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP)) continue;
-    if (filtered ? !filter.matches(a->ifa_name) : (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    if (filtered ? !filter.matches(a->ifa_name)
+                 : (a->ifa_flags & IFF_LOOPBACK) != 0 || (a->ifa_flags & IFF_RUNNING) == 0 ||
+                       nns::core::hostOnlyInterface(a->ifa_name))
+      continue;
     char text[INET_ADDRSTRLEN];
     inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof(text));
     found = text;
@@ -485,7 +492,8 @@ ncclResult_t makePendingComms() {
       std::lock_guard<std::mutex> lock(liveMutex);
       for (size_t i = 0; i < inits.size(); ++i) {
         if (makingComms.erase(inits[i].comm) == 0) continue;
-        if (i >= results.size() || results[i] != ncclSuccess) failedComms.insert(inits[i].comm);
+        if (i >= results.size() || results[i] != ncclSuccess)
+          failedComms.emplace(inits[i].comm, i < results.size() ? results[i] : ncclSystemError);
       }
     }
   } settle{inits, results};
@@ -568,20 +576,26 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
 
 ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, int rank) {
   GroupOperation joining;
-  if (comm == nullptr) return failWith(ncclInvalidArgument, "comm is NULL");
-  *comm = nullptr;  // on any failure, as ncclCommInitRank leaves it
-  if (nranks < 1 || rank < 0 || rank >= nranks)
-    return failWith(ncclInvalidArgument, nranks < 1 ? "nranks " + std::to_string(nranks) + ": at least 1"
-                                                    : "rank " + std::to_string(rank) + " is not in 0.." +
-                                                          std::to_string(nranks - 1) + " (nranks " +
-                                                          std::to_string(nranks) + ")");
   std::string address(commId.internal, strnlen(commId.internal, sizeof(commId.internal)));
   nns::core::LaunchInfo launch;
   std::string why;
-  if (!nns::core::parseRootAddress(address, &launch.rootHost, &launch.rootPort, &why))
+  const bool parsed = nns::core::parseRootAddress(address, &launch.rootHost, &launch.rootPort, &why);
+  // A rank 0 refused here will not listen on the id's port: nnsGetUniqueId's listener is let go (kept, it stayed
+  // open for the life of the process, one more descriptor per refused call).
+  launch.rank = rank;
+  auto refuse = [&](const std::string& text) {
+    if (parsed) releaseUnusedRoot(launch);
+    return failWith(ncclInvalidArgument, text);
+  };
+  if (comm == nullptr) return refuse("comm is NULL");
+  *comm = nullptr;  // on any failure, as ncclCommInitRank leaves it
+  if (nranks < 1 || rank < 0 || rank >= nranks)
+    return refuse(nranks < 1 ? "nranks " + std::to_string(nranks) + ": at least 1"
+                             : "rank " + std::to_string(rank) + " is not in 0.." + std::to_string(nranks - 1) +
+                                   " (nranks " + std::to_string(nranks) + ")");
+  if (!parsed)
     return failWith(ncclInvalidArgument, "the unique id holds no host:port (\"" + address + "\": " + why +
                                              "; was it made by nnsGetUniqueId?)");
-  launch.rank = rank;
   launch.size = nranks;
   launch.source = "nnsCommInitRank";
   if (std::memcmp(commId.internal + kIdNonceAt, kIdNonceTag, sizeof(kIdNonceTag)) == 0)
@@ -633,6 +647,15 @@ ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError) {
   if (!hold && asyncError != nullptr && beingMade(comm)) {
     *asyncError = ncclInProgress;  // its group's nnsGroupEnd is making it, on this thread or another
     return ncclSuccess;
+  }
+  if (!hold && asyncError != nullptr) {
+    // Its creation failed at nnsGroupEnd: that is its error, as NCCL reports a failed non-blocking init (a watchdog
+    // polling for the end of ncclInProgress otherwise never saw one).
+    std::lock_guard<std::mutex> lock(liveMutex);
+    if (auto failed = failedComms.find(comm); failed != failedComms.end()) {
+      *asyncError = failed->second;
+      return ncclSuccess;
+    }
   }
   if (!hold) return notLive(comm);
   if (asyncError == nullptr) return failWith(ncclInvalidArgument, "comm or asyncError is NULL");
@@ -844,6 +867,8 @@ ncclResult_t nnsGroupEnd(void) {
   try {
     return groupEnd();
   } catch (const std::exception& e) {  // no memory for the group's own bookkeeping
+    // The group's operations are dropped, not left to run at the next group's end (their buffers may be gone).
+    groupQueue.clear();
     groupRunning.clear();
     return failWith(ncclSystemError, std::string("nnsGroupEnd: ") + e.what());
   }

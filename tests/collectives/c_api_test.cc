@@ -1,7 +1,9 @@
 // c_api_test.cc: the C API (nns/nns.h) through libnns.so: a unique id made on one rank, communicators made from it
 // in threads, errors with codes and text, groups, and an abort seen by the peers.
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -619,6 +621,57 @@ TEST(CApi, AUniqueIdsPortIsLetGoWhenNoBootstrapListensOnIt) {
   EXPECT_NE(nnsCommInitRank(&comm, 2, id, 0), ncclSuccess);
   unsetenv("NNS_SLOTS");
   EXPECT_TRUE(bindable(portOf(id))) << "a rank 0 that failed before its bootstrap kept the unique id's port";
+
+  // Refused at the call: a bad size, a NULL comm (the port stayed open, one more descriptor per refused call).
+  for (int nranks : {0, 2}) {
+    ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
+    ASSERT_FALSE(bindable(portOf(id)));
+    EXPECT_EQ(nranks == 0 ? nnsCommInitRank(&comm, nranks, id, 0) : nnsCommInitRank(nullptr, nranks, id, 0),
+              ncclInvalidArgument);
+    EXPECT_TRUE(bindable(portOf(id))) << "a rank 0 refused at its call (nranks " << nranks
+                                      << ") kept the unique id's port";
+  }
+}
+
+// Without NCCL_SOCKET_IFNAME, nnsGetUniqueId's address is one other hosts can reach: not a container bridge of this
+// host (docker0) nor an interface that is up without a carrier, even when they come first (an id holding docker0's
+// address left the ranks on other hosts to wait out their timeout). In a network namespace of its own (a child
+// process), veth pairs stand in for the interfaces.
+TEST(CApi, AUniqueIdSkipsContainerBridgesAndLinksWithoutACarrier) {
+  if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(out[0]);
+    auto say = [&](const std::string& text) {
+      (void)!write(out[1], text.data(), text.size());
+      _exit(0);
+    };
+    if (unshare(CLONE_NEWNET) != 0) say(std::string("skip: unshare(CLONE_NEWNET): ") + std::strerror(errno));
+    const char* setup =
+        "ip link add eth8 type veth peer name zzpeer8 && ip addr add 10.8.0.1/24 dev eth8 && ip link set eth8 up && "
+        "ip link add docker0 type veth peer name zzpeer0 && ip addr add 172.17.0.1/16 dev docker0 && "
+        "ip link set docker0 up && ip link set zzpeer0 up && "
+        "ip link add eth9 type veth peer name zzpeer9 && ip addr add 10.9.0.1/24 dev eth9 && ip link set eth9 up && "
+        "ip link set zzpeer9 up";  // eth8's peer stays down: eth8 is up with no carrier
+    if (std::system(setup) != 0) say("skip: no veth pairs here (`ip link add ... type veth` failed)");
+    unsetenv("NCCL_SOCKET_IFNAME");
+    unsetenv("NNS_ROOT_ADDR");
+    nnsUniqueId id;
+    if (nnsGetUniqueId(&id) != ncclSuccess) say(std::string("error: ") + nnsGetLastError());
+    say(std::string(id.internal, strnlen(id.internal, sizeof(id.internal))));
+  }
+  close(out[1]);
+  std::string said;
+  char buffer[256];
+  for (ssize_t n; (n = read(out[0], buffer, sizeof(buffer))) > 0;) said.append(buffer, static_cast<size_t>(n));
+  close(out[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  if (said.rfind("skip: ", 0) == 0) GTEST_SKIP() << said.substr(6);
+  EXPECT_EQ(said.substr(0, said.find(':')), "10.9.0.1") << "the unique id holds " << said;
 }
 
 // An id whose port nnsGetUniqueId picked carries a random value, as ncclUniqueId does: a rank holding another id for
@@ -743,8 +796,14 @@ TEST(CApi, ACommunicatorBeingMadeIsInProgressForOtherThreads) {
       << nnsGetLastError();
   maker.join();
   EXPECT_EQ(groupResult, ncclRemoteError);
-  EXPECT_EQ(nnsCommGetAsyncError(comm, &async), ncclInvalidArgument) << "a failed creation is no longer in progress";
+  // Then the creation's failure is its error, as NCCL reports a failed non-blocking init: a watchdog polling until
+  // the state leaves ncclInProgress saw the call refused and the state unchanged, and polled for good.
+  async = ncclInProgress;
+  EXPECT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess) << nnsGetLastError();
+  EXPECT_EQ(async, ncclRemoteError) << "a failed creation is no longer in progress";
+  EXPECT_EQ(nnsCommCount(comm, &count), ncclInvalidArgument) << "a failed creation is not a communicator to use";
   EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  EXPECT_EQ(nnsCommGetAsyncError(comm, &async), ncclInvalidArgument) << "a destroyed handle is refused";
   unsetenv("NNS_COMM_TIMEOUT_MS");
 }
 

@@ -33,9 +33,10 @@ typedef struct {
 ncclResult_t nnsGetVersion(int* version);
 /* Rank 0's address: $NNS_ROOT_ADDR if set (then every rank that makes an id gets the same one, as with NCCL_COMM_ID;
  * not nccl-net-run's own NNS_ROOT_ADDR, which is its job's rendezvous), else the first IPv4 address of an interface
- * that is up, among those $NCCL_SOCKET_IFNAME selects if set, else among the non-loopback ones (127.0.0.1 if none), and
- * a free port, which this process listens on from now: call it in the process that will be rank 0, as with
- * ncclGetUniqueId. */
+ * that is up and running, among those $NCCL_SOCKET_IFNAME selects if set, else among the non-loopback ones that are
+ * not a container's or VM's bridge on this host (docker*, br-*, virbr*, veth*, cni*, ...; 127.0.0.1 if none), and a
+ * free port, which this process listens on from now. Unlike ncclGetUniqueId, whose process serves the rendezvous
+ * whichever rank it is (or none), here rank 0 serves it: call it in the process that will be rank 0. */
 ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId);
 /* On a failure *comm is NULL, as with ncclCommInitRank. Inside a group the communicator is made at nnsGroupEnd; one
  * whose creation fails there keeps its handle, which every call refuses but nnsCommDestroy and nnsCommAbort (they
@@ -56,7 +57,9 @@ ncclResult_t nnsCommDestroy(nnsComm_t comm);
 ncclResult_t nnsCommAbort(nnsComm_t comm);
 /* ncclSuccess, or the code of the error that failed the communicator: ncclRemoteError for a dead peer or a timeout,
  * a failed plugin call's own code, ncclSystemError for a local failure (memory, CUDA). Later calls return it too.
- * ncclInProgress while the nnsGroupEnd of the group it was asked for in is making it (seen from any thread). */
+ * ncclInProgress while the nnsGroupEnd of the group it was asked for in is making it (seen from any thread), and
+ * then, if that failed, the failure's code (the handle is otherwise refused by every call but nnsCommDestroy and
+ * nnsCommAbort). */
 ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError);
 /* Registers host memory with the communicator, as ncclCommRegister does: collectives then send from it and receive
  * into it directly instead of through the communicator's staging slots. The memory must stay valid until

@@ -829,11 +829,7 @@ bool interfaceAddress(Address* out) {
       if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != family || (a->ifa_flags & IFF_UP) == 0 ||
           (a->ifa_flags & IFF_RUNNING) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0)
         continue;
-      // Bridges and virtual links of containers and VMs on this host, which other machines do not reach.
-      const char* name = a->ifa_name;
-      if (std::any_of(std::begin(kHostOnlyInterfaces), std::end(kHostOnlyInterfaces),
-                      [name](const char* prefix) { return std::strncmp(name, prefix, std::strlen(prefix)) == 0; }))
-        continue;
+      if (hostOnlyInterface(a->ifa_name)) continue;  // which other machines do not reach
       if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr))
         continue;
       *out = Address{};
@@ -868,6 +864,11 @@ std::string addressText(const Address& address) {
 }
 
 }  // namespace
+
+bool hostOnlyInterface(const char* name) {
+  return std::any_of(std::begin(kHostOnlyInterfaces), std::end(kHostOnlyInterfaces),
+                     [name](const char* prefix) { return std::strncmp(name, prefix, std::strlen(prefix)) == 0; });
+}
 
 struct Bootstrap::PointToPoint {
   std::mutex mutex;

@@ -73,6 +73,10 @@ void keepRootListener(int fd);
 // the process, and a rank that reached the port was accepted by the kernel and never answered.
 void releaseRootListener(int port);
 
+// Whether an interface by this name is a bridge or virtual link that only this host's containers and VMs reach
+// (docker0, br-<id>, virbr0, veth*, cni0, flannel.1, cali*, ...): an address on it is no address for another host.
+bool hostOnlyInterface(const char* name);
+
 // Splits a root address into host and port: host:port, a name or IPv4 address as the host, an IPv6 address in
 // brackets ([fd78::1]:29500), the port in decimal digits, 1..65535. Anything else returns false with `error` saying
 // what is wrong (the caller names where `text` came from): a lenient split turned `[::1:29816` into [::]:29816 and
