@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "free_port.hpp"
@@ -1991,6 +1992,53 @@ TEST(SlotMemory, SlotsPerConnectionComeFromTheOptionsTheEnvironmentOrTheSlotMemo
   unsetenv("NNS_SLOTS");
 }
 
+// A slot is one request in flight on its connection's comm: at most NCCL_NET_MAX_REQUESTS (32), as NCCL gives any
+// plugin, and 8 for a plugin loaded as ncclNet_v6 (NCCL 2.18 and before gave those 8; NCCL-derived plugins' pools
+// fail the next request). Up to 64 were taken, and such a plugin failed the communicator at its 9th or 33rd post.
+TEST(SlotMemory, SlotsAreAtMostTheRequestsNcclGivesThePlugin) {
+  auto make = [](const std::string& plugin, int slots) {
+    core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+    core::CommOptions options = socketOptions();
+    options.plugin = plugin;
+    options.slots = slots;
+    return std::make_unique<core::Communicator>(launch, options);
+  };
+  EXPECT_EQ(make("socket", 32)->options().slots, 32);
+  EXPECT_EQ(make("minimal-v6", 8)->options().slots, 8);
+  for (const auto& [plugin, slots, wanted] :
+       {std::tuple{"socket", 33, "slots 33 (CommOptions::slots): 0 (the slot memory's default) to 32"},
+        std::tuple{
+            "minimal-v6", 9,
+            "was loaded as ncclNet_v6, which NCCL gives at most 8 requests in flight per comm, a slot's each"}}) {
+    try {
+      make(plugin, slots);
+      ADD_FAILURE() << slots << " slots over " << plugin << " were taken";
+    } catch (const core::CommError& e) {
+      EXPECT_EQ(e.result(), ncclInvalidUsage);
+      EXPECT_NE(std::string(e.what()).find(wanted), std::string::npos) << e.what();
+    }
+  }
+}
+
+// CommOptions::timeout is checked as NNS_COMM_TIMEOUT_MS is: 0 or less failed every wait at once, and a "forever"
+// (milliseconds::max()) overflowed the deadlines into the past.
+TEST(Communicator, ATimeoutOutOfRangeIsRefusedByName) {
+  for (auto timeout : {std::chrono::milliseconds(0), std::chrono::milliseconds(-5), std::chrono::milliseconds::max()}) {
+    core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+    core::CommOptions options = socketOptions();
+    options.timeout = timeout;
+    try {
+      core::Communicator comm(launch, options);
+      ADD_FAILURE() << "a timeout of " << timeout.count() << " ms was taken";
+    } catch (const core::CommError& e) {
+      EXPECT_EQ(e.result(), ncclInvalidUsage);
+      EXPECT_NE(std::string(e.what()).find("(NNS_COMM_TIMEOUT_MS or CommOptions::timeout): 1 to 2147483647 ms"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // The communicator's environment knobs are read whole and in range: "4x", "abc", a negative spin or a count past
 // int are named errors, never a prefix or a silent 0.
 TEST(Communicator, EnvironmentKnobsAreCheckedWhole) {
@@ -2005,6 +2053,7 @@ TEST(Communicator, EnvironmentKnobsAreCheckedWhole) {
       {"NNS_SLOTS", "99999999999999999"},
       // In range as integers, out of the communicator's limits: named by the knob too, with its own range.
       {"NNS_SLOTS", "100"},
+      {"NNS_SLOTS", "33"},
       {"NNS_NCHANNELS", "33"},
       {"NNS_SLOT_BYTES", "512"},
       // Switches are 0 or 1: "yes" or "2" is not a silent "on".

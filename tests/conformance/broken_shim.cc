@@ -3,7 +3,9 @@
 // harness must name the rule it breaks. Each bug imitates a mistake real plugins make; the comment at each says which.
 // One build is no bug at all: NNS_NCCL_LIKE behaves as strictly as NCCL lets a plugin (NCCL's own IB plugin reads
 // the mhandle unchecked, writes *devComm unconditionally and leaves a send's size unset; vendor code prints from
-// init), and the harness must pass it on every rule.
+// init), and the harness must pass it on every rule. Another is a legitimate limit, not a bug: NNS_SMALL_MESSAGES
+// takes messages of at most 4 KiB and says so (maxCollBytes, maxP2pBytes), as a transport with a small MTU and no
+// segmentation of its own would; hosts must cut their messages to fit.
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -62,6 +64,10 @@ struct SendDescriptor {
 std::mutex gDescriptorsLock;
 std::map<void*, std::unique_ptr<SendDescriptor>> gInFlight;
 std::vector<std::unique_ptr<SendDescriptor>> gDone;
+#endif
+
+#ifdef NNS_SMALL_MESSAGES
+constexpr size_t kLargestMessage = 4096;
 #endif
 
 #ifdef NNS_BUG_LIMITED_REQUESTS
@@ -375,6 +381,10 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
   }
 #endif
   ncclResult_t result = real()->getProperties(dev, props);
+#ifdef NNS_SMALL_MESSAGES
+  props->maxCollBytes = kLargestMessage;
+  props->maxP2pBytes = kLargestMessage;
+#endif
 #ifdef NNS_BUG_MAXRECVS_OVERCLAIM
   props->maxRecvs = kAdvertisedRecvs;
 #endif
@@ -685,6 +695,13 @@ ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, 
   }
   mhandle = realOfCached(mhandle);
 #endif
+#ifdef NNS_SMALL_MESSAGES
+  if (size > kLargestMessage) {
+    std::fprintf(stderr, "WARN %s: isend of %zu bytes: messages are at most %zu (maxP2pBytes, maxCollBytes)\n",
+                 NNS_BUG_NAME, size, kLargestMessage);
+    return ncclInvalidArgument;
+  }
+#endif
 #ifdef NNS_BUG_ZERO_BYTE_ELIDED
   if (size == 0) {
     *request = new char;  // a request of our own, completed by test at once
@@ -749,6 +766,14 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
   for (int i = 0; i < n; ++i)
     if (mhandles == nullptr || mhandles[i] == nullptr) {
       std::fprintf(stderr, "WARN %s: irecv %d of %d without a memory handle\n", NNS_BUG_NAME, i, n);
+      return ncclInvalidArgument;
+    }
+#endif
+#ifdef NNS_SMALL_MESSAGES
+  for (int i = 0; i < n; ++i)
+    if (sizes[i] > kLargestMessage) {
+      std::fprintf(stderr, "WARN %s: irecv of %zu bytes: messages are at most %zu (maxP2pBytes, maxCollBytes)\n",
+                   NNS_BUG_NAME, sizes[i], kLargestMessage);
       return ncclInvalidArgument;
     }
 #endif

@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <random>
 #include <set>
 #include <string>
@@ -217,8 +218,40 @@ bool sentSizeWrong(int reported, size_t sent) {
 std::mutex gSendRequestsMutex;
 std::unordered_map<void*, void*> gSendRequests;  // request -> comm
 
+// The largest message device 0 takes (its maxP2pBytes; 0: none said): NCCL sends no larger one, so the harness does
+// not either. A rule that would is stopped at its first such post (the plugin is not called; the post returns
+// ncclInvalidArgument) and, unless it passed anyway, skipped with the size it needed: with fixed sizes of up to
+// 256 MiB, the rules failed a plugin that says it takes 4 KiB messages for refusing larger ones.
+size_t gLargestMessage = 0;
+// The largest message the rule posted past gLargestMessage, in its process or a peer forked from it (shared memory:
+// a peer's refused post ends the peer, whose exit the rule then reports as a failure of its own).
+std::atomic<size_t>* gOversized = nullptr;
+bool oversized(int n, const size_t* sizes) {
+  bool over = false;
+  for (int i = 0; i < n; ++i) {
+    if (gLargestMessage == 0 || sizes[i] <= gLargestMessage) continue;
+    over = true;
+    if (gOversized == nullptr) continue;
+    for (size_t seen = gOversized->load(); seen < sizes[i] && !gOversized->compare_exchange_weak(seen, sizes[i]);) {
+    }
+  }
+  return over;
+}
+// A failed rule's verdict, or a skip when it posted a message past gLargestMessage.
+Verdict sizedVerdict(Verdict v) {
+  if (gOversized == nullptr || gOversized->load() == 0 || v.status != Status::kFail) return v;
+  return skip("needs messages of " + std::to_string(gOversized->load()) + " bytes; device 0 takes at most " +
+              std::to_string(gLargestMessage) + " (maxP2pBytes), and NCCL sends none larger");
+}
+ncclResult_t irecvChecked(Net& net, void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
+                          void** request) {
+  if (oversized(n, sizes)) return ncclInvalidArgument;
+  return net.irecv(comm, n, data, sizes, tags, mhandles, nullptr, request);
+}
+
 // isend, noting the request as a send's.
 ncclResult_t isendNoted(Net& net, void* comm, void* data, size_t size, int tag, void* mhandle, void** request) {
+  if (oversized(1, &size)) return ncclInvalidArgument;
   const ncclResult_t result = net.isend(comm, data, size, tag, mhandle, nullptr, request);
   if (result == ncclSuccess && *request != nullptr) {
     std::lock_guard<std::mutex> lock(gSendRequestsMutex);
@@ -387,7 +420,7 @@ ncclResult_t postRecv(Context& c, void* comm, int n, void** data, size_t* sizes,
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   *request = nullptr;
   while (*request == nullptr) {
-    ncclResult_t result = CALL("irecv", c.net->irecv(comm, n, data, sizes, tags, mhandles, nullptr, request));
+    ncclResult_t result = CALL("irecv", irecvChecked(*c.net, comm, n, data, sizes, tags, mhandles, request));
     if (result != ncclSuccess) return result;
     if (*request == nullptr && Clock::now() > deadline) return ncclTimeout;
   }
@@ -870,7 +903,7 @@ Verdict maxRequestsInFlight(Context& c) {
     // A NULL request is "not now", which NCCL retries: only one still refused after 2 s counts as the limit.
     for (auto deadline = Clock::now() + std::chrono::seconds(2); requests[i] == nullptr && Clock::now() < deadline;) {
       ncclResult_t posted =
-          CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, &mhandles[i], nullptr, &requests[i]));
+          CALL("irecv", irecvChecked(*c.net, pair.recvComm, 1, &data, &size, &tag, &mhandles[i], &requests[i]));
       if (posted != ncclSuccess) return fail("irecv %d returned %s", i, resultText(posted).c_str());
     }
     if (requests[i] == nullptr) break;
@@ -1033,7 +1066,7 @@ Verdict receiveAfterTheHint(Context& c, void* recvComm, size_t secondBytes, uint
   for (auto deadline = Clock::now() + std::chrono::seconds(10); request == nullptr && v.status == Status::kPass;) {
     request = reinterpret_cast<void*>(NCCL_NET_OPTIONAL_RECV_COMPLETION);  // before every call, as NCCL sets it
     ++calls;
-    ncclResult_t result = CALL("irecv", c.net->irecv(recvComm, 1, &data, &size, &tag, &mhandles[0], nullptr, &request));
+    ncclResult_t result = CALL("irecv", irecvChecked(*c.net, recvComm, 1, &data, &size, &tag, &mhandles[0], &request));
     if (result != ncclSuccess) {
       v = fail("irecv given the optional-completion hint returned %s", resultText(result).c_str());
     } else if (request == reinterpret_cast<void*>(NCCL_NET_OPTIONAL_RECV_COMPLETION)) {
@@ -2311,7 +2344,7 @@ Verdict closeWithRequestsInFlight(Context& c) {
     // plugin takes no more now, and what is posted is what gets closed in flight.
     ncclResult_t result =
         i == 0 ? postRecv(c, pair.recvComm, 1, &data, &size, &tag, &mhandles[i], &request, 2)
-               : CALL("irecv", c.net->irecv(pair.recvComm, 1, &data, &size, &tag, &mhandles[i], nullptr, &request));
+               : CALL("irecv", irecvChecked(*c.net, pair.recvComm, 1, &data, &size, &tag, &mhandles[i], &request));
     if (i == 0 && result == ncclTimeout) result = ncclSuccess;  // still NULL after 2 s: failed below
     if (result != ncclSuccess) {
       (void)!write(goPipe[1], "g", 1);
@@ -2890,7 +2923,7 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
         size_t capacity = kThreadCapacity;
         int tag = 1;
         result = watchedCall(watch, "irecv", [&] {
-          return net->irecv(comm, 1, &data, &capacity, &tag, &mhandles[slot], nullptr, &requests[slot]);
+          return irecvChecked(*net, comm, 1, &data, &capacity, &tag, &mhandles[slot], &requests[slot]);
         });
       }
       if (result != ncclSuccess)
@@ -2966,7 +2999,8 @@ std::vector<std::unique_ptr<ThreadCall>> threadWatches() {
 
 // A verdict written at once, without the rule's usual cleanup: after a failure here threads may have left the
 // plugin's state broken, and closing comms or finalize could then hang or crash over the evidence.
-[[noreturn]] void verdictNow(const Verdict& v) {
+[[noreturn]] void verdictNow(const Verdict& given) {
+  const Verdict v = sizedVerdict(given);
   std::string text = std::string(statusText(v.status)) + "|" + v.evidence;
   (void)!write(gResultFd, text.data(), text.size());
   _exit(0);
@@ -3320,8 +3354,14 @@ const std::vector<Rule>& rules() {
     writeVerdict(fail("init returned %s", resultText(result).c_str()));
   if (ncclResult_t result = CALL("getProperties", net->getProperties(0, &c.props)); result != ncclSuccess)
     writeVerdict(fail("getProperties(0) returned %s", resultText(result).c_str()));
+  gLargestMessage = c.props.maxP2pBytes;
+  if (void* shared =
+          mmap(nullptr, sizeof(std::atomic<size_t>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+      shared != MAP_FAILED)
+    gOversized = new (shared) std::atomic<size_t>(0);
   Verdict verdict = rule.run(c);
   CALL("finalize", net->finalize(c.ctx));
+  verdict = sizedVerdict(verdict);
   if (verdict.status == Status::kPass && !gContractProblem.empty())
     verdict = fail("%s (the rule's own check passed: %s)", gContractProblem.c_str(),
                    verdict.evidence.empty() ? "-" : verdict.evidence.c_str());

@@ -54,7 +54,9 @@ CommError asCommError(const BootstrapError& e) {
 }
 
 // The slot limits, which the environment knobs and CommOptions share (the channels' is Communicator::kMaxChannels).
-constexpr int kMaxSlots = 64;
+// A slot is one request in flight on its connection's comm, and NCCL never has more than NCCL_NET_MAX_REQUESTS there
+// (its plugins' request pools hold that many and fail the next request; 8 for ncclNet_v6 plugins, Communicator()).
+constexpr int kMaxSlots = NCCL_NET_MAX_REQUESTS;
 constexpr long long kMinSlotBytes = 1024, kMaxSlotBytes = 1LL << 30;
 // Host memory: page-aligned slots, plain memcpy.
 class HostSlots final : public SlotMemory {
@@ -180,6 +182,12 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
   options_.slots = static_cast<int>(envKnob("NNS_SLOTS", options_.slots, 1, kMaxSlots));
   options_.channels = static_cast<int>(envKnob("NNS_NCHANNELS", options_.channels, 1, kMaxChannels));
   options_.timeout = std::chrono::milliseconds(envKnob("NNS_COMM_TIMEOUT_MS", options_.timeout.count()));
+  // Deadlines are now + timeout (and 4 x it for queued calls): 0 or less failed every wait at once, and a "forever"
+  // such as milliseconds::max() overflowed them into the past.
+  if (options_.timeout.count() < 1 || options_.timeout.count() > INT_MAX)
+    throw CommError("timeout " + std::to_string(options_.timeout.count()) +
+                        " ms (NNS_COMM_TIMEOUT_MS or CommOptions::timeout): 1 to " + std::to_string(INT_MAX) + " ms",
+                    ncclInvalidUsage);
   spin_ = std::chrono::microseconds(envKnob("NNS_PROGRESS_SPIN_US", spin_.count(), 0));
   inline_ = envKnob("NNS_PROGRESS_INLINE", inline_ ? 1 : 0, 0, 1) != 0;
   options_.device = static_cast<int>(envKnob("NNS_NET_DEVICE", options_.device, 0));
@@ -234,11 +242,18 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     slotMemoryDescription_ = slotMemory_->describe();
     if (options_.slots == 0) {
       options_.slots = slotMemory_->defaultSlots();
-      if (options_.slots < 1 || options_.slots > 64)
+      if (options_.slots < 1 || options_.slots > kMaxSlots)
         fail("slot memory \"" + slotMemoryDescription_ + "\" asks for " + std::to_string(options_.slots) +
-                 " slots per connection; 1..64 are possible",
+                 " slots per connection; 1.." + std::to_string(kMaxSlots) + " are possible",
              ncclInternalError);
     }
+    // Plugins made for NCCL 2.18 and before (ncclNet_v6) were given at most NCCL_NET_MAX_REQUESTS_V6 requests per
+    // comm; theirs may fail a ninth.
+    if (const int most = net_->version() >= 7 ? NCCL_NET_MAX_REQUESTS : NCCL_NET_MAX_REQUESTS_V6; options_.slots > most)
+      fail("slots " + std::to_string(options_.slots) + " (NNS_SLOTS or CommOptions::slots): " + net_->name() +
+               " was loaded as ncclNet_v" + std::to_string(net_->version()) + ", which NCCL gives at most " +
+               std::to_string(most) + " requests in flight per comm, a slot's each",
+           ncclInvalidUsage);
     connectRing();
   } catch (...) {
     // No destructor runs for a constructor that throws: close what was opened before the plugin is unloaded.
@@ -263,9 +278,12 @@ void Communicator::connectRing() {
   // A device whose receives NCCL's GPU kernels must finish (netDeviceType UNPACK: the data lands in the plugin's
   // bounce buffers, and only a kernel given the device handle copies it out) cannot serve a host engine: a completed
   // receive would not mean the data is in the buffer. NCCL loads such a plugin; this engine refuses it by name.
+  size_t largest = SIZE_MAX;  // the largest message every device used takes
   for (int c = 0; c < connectionChannels(); ++c) {
     ncclNetProperties_v12_t props{};
     check(net_->getProperties(deviceOf(c), &props), "getProperties");
+    for (size_t most : {props.maxCollBytes, props.maxP2pBytes})
+      if (most > 0) largest = std::min(largest, most);
     if (props.netDeviceType != NCCL_NET_DEVICE_HOST)
       fail(std::string(net_->name()) + " device " + std::to_string(deviceOf(c)) + " has netDeviceType " +
                std::to_string(static_cast<int>(props.netDeviceType)) +
@@ -273,6 +291,19 @@ void Communicator::connectRing() {
                ": its receives are finished by NCCL's GPU kernels through the device handle, which this engine has "
                "not; use a plugin whose devices are NCCL_NET_DEVICE_HOST",
            ncclInvalidUsage);
+  }
+  // No message is larger than a slot: a plugin that takes smaller ones (maxCollBytes, maxP2pBytes) gets slots of the
+  // largest it takes, a multiple of 64 bytes as every slot, before any connection allocates them.
+  if (options_.slotBytes > largest) {
+    const size_t fitting = largest - largest % 64;
+    if (fitting < static_cast<size_t>(kMinSlotBytes))
+      fail(std::string(net_->name()) + " takes messages of at most " + std::to_string(largest) +
+               " bytes (maxCollBytes/maxP2pBytes); a slot is at least " + std::to_string(kMinSlotBytes),
+           ncclInvalidUsage);
+    hostLogger(NCCL_LOG_INFO, NCCL_INIT, __FILE__, __LINE__,
+               "slots of %zu bytes, not %zu: %s takes messages of at most %zu bytes (maxCollBytes/maxP2pBytes)",
+               fitting, options_.slotBytes, net_->name(), largest);
+    options_.slotBytes = fitting;
   }
 
   if (size_ > 1) {
@@ -462,7 +493,10 @@ void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstr
       check(net_->accept(listen, &conn.comm, &deviceHandle), p2p ? "accept (send/recv)" : "accept", key.peer);
       // Accepted: the listen has served its one connection (NCCL closes it there too).
       if (conn.comm != nullptr) {
-        net_->closeListen(listen);
+        if (net_->closeListen(listen) != ncclSuccess)
+          hostLogger(NCCL_LOG_WARN, NCCL_ALL, __FILE__, __LINE__,
+                     "closeListen failed after accepting rank %d's connection (channel %d); carrying on", key.peer,
+                     key.channel);
         listen = nullptr;
       }
     }
@@ -958,7 +992,11 @@ void* Communicator::forwardHandle(const ConnKey& sendKey, const ConnKey& recvKey
 void Communicator::deregister(Registration& registration) {
   for (auto& [key, mhandle] : registration.mhandles) {
     auto conn = connections_.find(key);
-    if (conn != connections_.end() && conn->second.comm != nullptr) net_->deregMr(conn->second.comm, mhandle);
+    if (conn != connections_.end() && conn->second.comm != nullptr &&
+        net_->deregMr(conn->second.comm, mhandle) != ncclSuccess)
+      hostLogger(NCCL_LOG_WARN, NCCL_ALL, __FILE__, __LINE__,
+                 "deregMr of a user buffer failed on the %s connection with rank %d (channel %d)",
+                 key.sending ? "send" : "receive", key.peer, key.channel);
   }
   registration.mhandles.clear();
 }
