@@ -153,6 +153,20 @@ none_left grandchild
 grep -q "killing 2 rank process group(s)" "$dir/grandchild.err" ||
   fail "grandchild: no message: $(cat "$dir/grandchild.err")"
 
+# Under GNU timeout, which sends SIGTERM to the launcher and then to its own process group (the launcher again):
+# one request, so the ranks get their grace period and clean up. Taken as a second signal, they were killed at once.
+if command -v timeout >/dev/null; then
+  t0=$(now_ms)
+  timeout 2 $run -n 2 --kill-after 10 sh -c "trap 'sleep 0.5; echo cleaned > $dir/gnutimeout.\$NNS_RANK.done; exit 0' \
+    TERM; echo \$\$ > $dir/gnutimeout.\$NNS_RANK.pid; sleep 60 & wait" 2>"$dir/gnutimeout.err"
+  status=$?
+  [ $status -eq 124 ] || fail "gnutimeout: exit status $status, expected timeout's 124"
+  [ "$(ls "$dir"/gnutimeout.*.done 2>/dev/null | wc -l)" = 2 ] ||
+    fail "gnutimeout: the ranks did not get to clean up: $(cat "$dir/gnutimeout.err")"
+  grep -q "while stopping" "$dir/gnutimeout.err" && fail "gnutimeout: timeout's second SIGTERM killed the ranks"
+  none_left gnutimeout
+fi
+
 # The launcher's whole process group killed (kill -KILL -- -PGID: a batch system's or a shell's way of ending a job):
 # the keeper, in a group of its own, survives it and kills what the ranks started, here a wrapper script's background
 # command and its last one. It was in the launcher's group and died with it: the ranks went (PR_SET_PDEATHSIG), what

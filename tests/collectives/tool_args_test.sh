@@ -307,5 +307,29 @@ for tool_args in "nccl-net-check --call-timeout 0 socket" "nccl-net-check --rule
   fi
 done
 
+# nccl-net-perf names the option it refuses (one line for all before); -m above NCCL's 64 grouped receives is refused
+# before anything is allocated (300000000 allocated 1.2 GB first).
+for args_text in "-n 0|--iters" "-f 1|--stepfactor" "-m 0|--multi-recv" "-m 300000000|--multi-recv" "-w -1|--warmup" \
+                 "-b 100 -e 10|-b 100 is above -e 10"; do
+  out=$(timeout 20 "$bin/nccl-net-perf" minimal ${args_text%%|*} 2>&1)
+  status=$?
+  if [ "$status" -ne 2 ] || ! grep -qF -- "${args_text#*|}" <<<"$out"; then
+    echo "FAILED: nccl-net-perf minimal ${args_text%%|*} gave status $status and: $out (expected 2 and '${args_text#*|}')"
+    failures=$((failures + 1))
+  fi
+done
+
+# Output that cannot be written is a failure, not a success with a truncated report or JSON document.
+if [ -w /dev/full ]; then
+  for tool_args in "nccl-net-perf minimal -e 8 -n 2 --json" "nccl-net-info -p minimal --json" "nccl-net-info -p minimal"; do
+    out=$(timeout 60 "$bin/"$tool_args 2>&1 >/dev/full)
+    status=$?
+    if [ "$status" -eq 0 ] || ! grep -qF "could not write the output" <<<"$out"; then
+      echo "FAILED: '$tool_args > /dev/full' gave status $status and: $out (expected a failure saying so)"
+      failures=$((failures + 1))
+    fi
+  done
+fi
+
 [ "$failures" -eq 0 ] && echo "nccl-net-bench, nccl-net-run, nccl-net-check and nccl-net-perf arguments: every refusal and step as expected"
 exit $(( failures > 0 ))

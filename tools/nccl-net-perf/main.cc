@@ -163,6 +163,12 @@ class Side {
             "regMr");
       recvHandles_.push_back(recvHandle);
     }
+    // Both ready before either measures: the first size's first ping-pong waited for the slower side's buffers
+    // and registrations (1 ms for 8 bytes with -w 0 and -e 64M; 5.5 ms with -e 256M -W 4).
+    const char ready = 'r';
+    char theirsReady = 0;
+    writeAll(exchangeFd, &ready, 1);
+    readAll(exchangeFd, &theirsReady, 1);
   }
 
   // Results are ignored (the measurement is over); a close that hangs or crashes is still timed and named. A
@@ -253,7 +259,9 @@ class Side {
       roundTrips.push_back(now() - start);
     }
     std::sort(roundTrips.begin(), roundTrips.end());
-    return roundTrips[roundTrips.size() / 2] / 2 * 1e6;
+    const size_t half = roundTrips.size() / 2;  // an even count's median is the mean of the middle two
+    const double median = roundTrips.size() % 2 == 1 ? roundTrips[half] : (roundTrips[half - 1] + roundTrips[half]) / 2;
+    return median / 2 * 1e6;
   }
 
   // Streaming: `window` receives (each of n messages) kept in flight; the receiver acknowledges the end with a
@@ -685,13 +693,19 @@ int runTool(int argc, char** argv) {
   // test() reports a message's size as an int: a larger message could not be seen to arrive whole.
   nns::tools::addSizeOption(app, "-e,--maxbytes", settings.maxBytes, "largest message (default 64M, below 2G)")
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{INT_MAX}, "below 2 GiB: test() reports sizes as int"));
-  app.add_option("-f,--stepfactor", settings.factor, "size multiplier between steps (default 2)");
-  app.add_option("-n,--iters", settings.iterations, "timed iterations per size (default 20)");
-  app.add_option("-w,--warmup", settings.warmup, "untimed iterations per size (default 5)");
+  app.add_option("-f,--stepfactor", settings.factor, "size multiplier between steps (default 2)")
+      ->check(CLI::Range(2, INT_MAX));
+  app.add_option("-n,--iters", settings.iterations, "timed iterations per size (default 20)")
+      ->check(CLI::Range(1, INT_MAX));
+  app.add_option("-w,--warmup", settings.warmup, "untimed iterations per size (default 5)")
+      ->check(CLI::Range(0, INT_MAX));
   // More than NCCL_NET_MAX_REQUESTS receives in flight on one comm is more than NCCL posts or a plugin must take.
   app.add_option("-W,--window", settings.window, "receives kept in flight for bandwidth (default 8, at most 32)")
       ->check(CLI::Range(1, NCCL_NET_MAX_REQUESTS));
-  app.add_option("-m,--multi-recv", settings.multiRecv, "messages grouped in one irecv (default 1, <= maxRecvs)");
+  // NCCL groups at most NCCL_PROXY_MAX_SUBS (64) receives in one irecv; a larger -m allocated its sizes before the
+  // device's maxRecvs refused it (1.2 GB for -m 300000000).
+  app.add_option("-m,--multi-recv", settings.multiRecv, "messages grouped in one irecv (default 1, <= maxRecvs, <= 64)")
+      ->check(CLI::Range(1, 64));
   app.add_option("-d,--dev", settings.dev, "device index (default 0)")->check(CLI::Range(0, INT_MAX));
   app.add_option("--call-timeout", settings.callTimeoutSeconds,
                  "seconds any one plugin call may take (loading the plugin counts as one), and any operation the "
@@ -714,9 +728,8 @@ int runTool(int argc, char** argv) {
       "  4  a plugin call did not return within --call-timeout (the call and the process named)\n"
       "On 3 and 4 both processes are stopped, and where the other one was is said too.");
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
-  if (settings.iterations < 1 || settings.factor < 2 || settings.window < 1 || settings.multiRecv < 1 ||
-      settings.warmup < 0 || settings.minBytes > settings.maxBytes) {
-    std::fprintf(stderr, "nccl-net-perf: need -n >= 1, -f >= 2, -W >= 1, -m >= 1, -w >= 0 and -b <= -e\n");
+  if (settings.minBytes > settings.maxBytes) {
+    std::fprintf(stderr, "nccl-net-perf: -b %zu is above -e %zu\n", settings.minBytes, settings.maxBytes);
     return 2;
   }
   // Each process holds -W x -m buffers of -e bytes: refused up front when two of those do not fit this host's memory,

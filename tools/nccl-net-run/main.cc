@@ -442,6 +442,15 @@ int runTool(int argc, char** argv) {
   };
   if (exitCode != 0) stop(SIGTERM);
   Clock::time_point giveUpAt = Clock::time_point::max();  // a group SIGKILL did not empty (a process in D state)
+  // The signal that began the stop, and who sent it: SIGTERM again from the same process within a second is that one
+  // request twice, not a "kill them now". GNU timeout sends SIGTERM to its child, then to its whole process group,
+  // this launcher's included: taken as told twice, it killed every rank at once, with no grace period. A second
+  // SIGINT (Ctrl-C) or SIGHUP still kills at once.
+  struct {
+    int sig = 0;
+    pid_t sender = 0;
+    Clock::time_point at;
+  } firstStop;
   for (;;) {
     int status = 0;
     pid_t pid = 0;
@@ -537,11 +546,15 @@ int runTool(int argc, char** argv) {
     }
     if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
       if (exitCode == 0) exitCode = 128 + sig;
+      const pid_t sender = info.si_code == SI_USER || info.si_code == SI_QUEUE ? info.si_pid : 0;
+      const bool repeated = sig == SIGTERM && firstStop.sig == sig && sender != 0 && firstStop.sender == sender &&
+                            Clock::now() - firstStop.at < std::chrono::seconds(1);
       if (killAt == Clock::time_point::max()) {
         std::fprintf(stderr, "nccl-net-run: got %s; passing it to the ranks (SIGKILL in %d s)\n",
                      sigabbrev(sig).c_str(), killAfterSeconds);
+        firstStop = {sig, sender, Clock::now()};
         stop(sig);
-      } else if (!killed) {
+      } else if (!killed && !repeated) {  // (repeated: timeout's second SIGTERM; the grace period stands)
         // Told twice (a second Ctrl-C): the user will not wait out the grace period.
         killed = true;
         std::fprintf(stderr, "nccl-net-run: got %s while stopping; killing the ranks\n", sigabbrev(sig).c_str());
