@@ -8,6 +8,9 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 // The x86-64-v3/v4 variants need GCC 12 (target "arch=x86-64-v4", __builtin_cpu_supports("x86-64-v4")); clang
 // and other targets build the baseline only.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
@@ -869,7 +872,8 @@ void premultiplyAny(void* dst, const void* src, size_t count, ncclDataType_t typ
 // loop into each variant so each is compiled for that variant's ISA. Manual rather than target_clones so that
 // NNS_HOST_ISA can force a lower variant: tests run every variant on one machine, and benchmarks can compare them.
 // Every variant computes the same bits (integer and IEEE operations only, no contraction into FMA: see the pragma
-// above).
+// above), except which NaN comes out of a sum or product of two NaNs (always a quiet NaN; the compiler may put the
+// operands of a commutative operation either way round, and x86 returns the first one's payload and sign).
 using ReduceFn = void (*)(void*, const void*, const void*, size_t, ncclDataType_t, ncclRedOp_t);
 using DivideFn = void (*)(void*, size_t, ncclDataType_t, int);
 using PremultiplyFn = void (*)(void*, const void*, size_t, ncclDataType_t, const void*);
@@ -936,15 +940,40 @@ const Variant& variant() {
   return chosen;
 }
 
+// IEEE subnormals whatever the calling thread's SSE control register says, for as long as a kernel runs: a thread with
+// flush-to-zero or denormals-are-zero set (-ffast-math's startup code, oneDNN's worker threads,
+// torch.set_flush_denormal(True); the progress thread inherits its creator's) computed bfloat16 0x0001 + 0x0001 as 0
+// and float 1e-40 + 1e-40 as 0, where the reference and NCCL's GPU kernels keep them. The caller's setting is put back.
+class IeeeSubnormals {
+ public:
+#if defined(__x86_64__) || defined(__i386__)
+  IeeeSubnormals() : saved_(_mm_getcsr()) {
+    if ((saved_ & kFlush) != 0) _mm_setcsr(saved_ & ~kFlush);
+  }
+  ~IeeeSubnormals() {
+    if ((saved_ & kFlush) != 0) _mm_setcsr(saved_);
+  }
+  IeeeSubnormals(const IeeeSubnormals&) = delete;
+  IeeeSubnormals& operator=(const IeeeSubnormals&) = delete;
+
+ private:
+  static constexpr unsigned kFlush = 0x8040;  // MXCSR's FTZ (bit 15) and DAZ (bit 6)
+  unsigned saved_;
+#endif
+};
+
 class HostKernels final : public KernelLayer {
  public:
   void reduce(void* dst, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) override {
+    const IeeeSubnormals ieee;
     variant().reduce(dst, nullptr, src, count, type, op);
   }
   void reduceInto(void* dst, const void* a, const void* b, size_t count, ncclDataType_t type, ncclRedOp_t op) override {
+    const IeeeSubnormals ieee;
     variant().reduce(dst, a == dst ? nullptr : a, b, count, type, op);
   }
   void divide(void* buf, size_t count, ncclDataType_t type, int divisor) override {
+    const IeeeSubnormals ieee;
     variant().divide(buf, count, type, divisor);
   }
   void premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, const void* scalar) override {
@@ -952,6 +981,7 @@ class HostKernels final : public KernelLayer {
       throw core::CommError(std::string("premultiply of ") + typeName(type) + " elements by " +
                                 (scalar == nullptr ? "no scalar" : "a scalar") + ": not a known type with a scalar",
                             ncclInternalError);
+    const IeeeSubnormals ieee;
     variant().premultiply(dst, src, count, type, scalar);
   }
   void copy(void* dst, const void* src, size_t bytes) override {

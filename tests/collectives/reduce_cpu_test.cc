@@ -11,6 +11,9 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include "nns/coll/reduce.hpp"
 #include "nns/core/communicator.hpp"
@@ -671,6 +674,33 @@ TEST(HostKernels, Bfloat16SubnormalResultsKeepTheirBits) {
   coll::hostKernels().divide(buf.data(), kCount, ncclBfloat16, 2);
   EXPECT_EQ(buf, want);
 }
+
+#if defined(__x86_64__)
+// A thread that flushes subnormals (MXCSR's FTZ and DAZ, as -ffast-math's startup code, oneDNN's workers and
+// torch.set_flush_denormal set them) still gets IEEE results, and its setting back: bfloat16 0x0001 + 0x0001 was 0,
+// float 1e-40 + 1e-40 was 0 (in every variant, vector body and tail alike).
+TEST(HostKernels, SubnormalsSurviveAThreadThatFlushesThem) {
+  const unsigned saved = _mm_getcsr();
+  const unsigned flushing = saved | 0x8040;
+  _mm_setcsr(flushing);
+  constexpr size_t kCount = 64 + 7;
+  std::vector<uint16_t> a(kCount, 0x0001), b(kCount, 0x0001), out(kCount);
+  coll::hostKernels().reduceInto(out.data(), a.data(), b.data(), kCount, ncclBfloat16, ncclSum);
+  const unsigned after = _mm_getcsr();
+  std::vector<float> f(kCount, 1e-40f), g(kCount, 1e-40f);
+  coll::hostKernels().reduce(f.data(), g.data(), kCount, ncclFloat32, ncclSum);
+  std::vector<float> h(kCount, 4e-40f);
+  coll::hostKernels().divide(h.data(), kCount, ncclFloat32, 2);
+  _mm_setcsr(saved);
+  EXPECT_EQ(after, flushing) << "the caller's flush-to-zero setting was not put back";
+  for (size_t i = 0; i < kCount; ++i) {
+    ASSERT_EQ(out[i], 0x0002) << "bfloat16 element " << i;
+    volatile float twice = 1e-40f, half = 4e-40f;  // IEEE here: the setting is the test's own again
+    ASSERT_EQ(f[i], twice + twice) << "float element " << i;
+    ASSERT_EQ(h[i], half / 2) << "divided float element " << i;
+  }
+}
+#endif
 
 TEST(HostKernels, EmptyAndShortRangesTouchNothingElse) {
   for (ncclDataType_t type : kAllTypes) {

@@ -64,8 +64,10 @@ class KernelLayer {
 
 // Host memory: vectorized by the compiler (plain loops over restrict pointers at -O3), compiled for the baseline
 // ISA and, on x86-64, also for x86-64-v3 (AVX2) and x86-64-v4 (AVX-512), one picked at first use by CPUID; the
-// environment variable NNS_HOST_ISA=baseline|x86-64-v3|x86-64-v4 caps the choice. All compute the same bits. Both
-// functions throw core::CommError (ncclInvalidUsage) when NNS_HOST_ISA is set to anything else.
+// environment variable NNS_HOST_ISA=baseline|x86-64-v3|x86-64-v4 caps the choice. All compute the same bits (but for
+// the payload and sign of the quiet NaN a sum or product of two NaNs gives), with IEEE subnormals whatever the calling
+// thread's flush-to-zero setting. Both functions throw core::CommError (ncclInvalidUsage) when NNS_HOST_ISA is set to
+// anything else.
 KernelLayer& hostKernels();
 // The variant hostKernels() runs: "baseline", "x86-64-v3", "x86-64-v4" or "x86-64-v4+avx512bf16".
 const char* hostKernelIsa();
