@@ -3,6 +3,7 @@
 
 #include <poll.h>
 #include <sched.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -180,7 +181,10 @@ sdk::IoStatus DataSocket::drive(int* error) {
 }
 
 HelperThread::HelperThread(Comm* comm, std::vector<DataSocket*> sockets)
-    : comm_(comm), sockets_(std::move(sockets)), thread_([this] { run(); }) {}
+    : comm_(comm),
+      sockets_(std::move(sockets)),
+      wakeFd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      thread_([this] { run(); }) {}
 
 HelperThread::~HelperThread() {
   {
@@ -189,12 +193,16 @@ HelperThread::~HelperThread() {
   }
   wakeup_.notify_one();
   thread_.join();
+  if (wakeFd_ >= 0) close(wakeFd_);
 }
 
 void HelperThread::wake() {
   // Taking the mutex orders this wake-up after the waiter's predicate check, so it cannot be lost.
   { std::lock_guard<std::mutex> lock(mutex_); }
   wakeup_.notify_one();
+  // The helper may be in poll() for other sockets of its own rather than on the condition variable.
+  const uint64_t one = 1;
+  if (wakeFd_ >= 0) (void)!write(wakeFd_, &one, sizeof(one));
 }
 
 bool HelperThread::hasWork() const {
@@ -204,7 +212,7 @@ bool HelperThread::hasWork() const {
 }
 
 void HelperThread::run() {
-  pollfd waiters[kMaxDataSockets];
+  pollfd waiters[kMaxDataSockets + 1];
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
@@ -224,7 +232,11 @@ void HelperThread::run() {
         break;
       }
     }
-    if (blocked > 0) poll(waiters, static_cast<nfds_t>(blocked), kHelperPollMs);
+    if (blocked == 0) continue;
+    if (wakeFd_ >= 0) waiters[blocked++] = pollfd{wakeFd_, POLLIN, 0};
+    poll(waiters, static_cast<nfds_t>(blocked), kHelperPollMs);
+    uint64_t wakes = 0;
+    if (wakeFd_ >= 0) (void)!read(wakeFd_, &wakes, sizeof(wakes));  // emptied: the next pass looks at every socket
   }
 }
 

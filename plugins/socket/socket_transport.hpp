@@ -180,6 +180,9 @@ class HelperThread {
   std::mutex mutex_;
   std::condition_variable wakeup_;
   bool stopping_ = false;
+  // Written by wake() and polled beside the blocked sockets: work queued on another socket of this helper while it
+  // waits in poll() for the blocked ones wakes it (it waited out kHelperPollMs before). -1: no eventfd to be had.
+  int wakeFd_ = -1;
   std::thread thread_;
 };
 
