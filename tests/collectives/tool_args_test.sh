@@ -31,6 +31,7 @@ refuses "-n 0" "--iters"
 refuses "-n -3" "--iters"
 refuses "-w -1" "--warmup_iters"
 refuses "-f 0" "--stepfactor"
+refuses "-f nan" "--stepfactor: not a finite number"
 refuses "-f 1 -i 0" "--stepbytes"
 refuses "-c -1" "--check"
 refuses "-I 2" "--inplace"
@@ -326,6 +327,16 @@ if [ -w /dev/full ]; then
     status=$?
     if [ "$status" -eq 0 ] || ! grep -qF "could not write the output" <<<"$out"; then
       echo "FAILED: '$tool_args > /dev/full' gave status $status and: $out (expected a failure saying so)"
+      failures=$((failures + 1))
+    fi
+  done
+  # nccl-net-topo's files: a short one stays in the stream's buffer until it is closed, where the error shows.
+  topo="$(dirname "$0")/../data/topologies/azure-ncv4.xml"
+  for dump in "--dump-graph /dev/full --nranks 4" "--dump-xml /dev/full"; do
+    out=$(timeout 60 "$bin/nccl-net-topo" --topo-file "$topo" $dump 2>&1 >/dev/null)
+    status=$?
+    if [ "$status" -eq 0 ] || ! grep -qF "/dev/full: write failed" <<<"$out"; then
+      echo "FAILED: nccl-net-topo $dump gave status $status and: $out (expected a failed write)"
       failures=$((failures + 1))
     fi
   done

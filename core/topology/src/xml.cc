@@ -214,8 +214,11 @@ std::string writeXml(const XmlElement& root) {
 void writeXmlFile(const XmlElement& root, const std::string& path) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw TopologyError(path + ": cannot write: " + std::strerror(errno));
+  errno = 0;
   out << writeXml(root);
-  if (!out) throw TopologyError(path + ": write failed");
+  // A short file stays in the stream's buffer until close: its write error (a full disk) shows only there.
+  out.close();
+  if (!out) throw TopologyError(path + ": write failed" + (errno != 0 ? std::string(": ") + std::strerror(errno) : ""));
 }
 
 namespace {
