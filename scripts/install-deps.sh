@@ -28,9 +28,17 @@ if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+# As root apt runs directly; otherwise through sudo, with the non-interactive frontend passed explicitly (sudo's
+# env_reset drops an exported DEBIAN_FRONTEND, and iperf3's postinst then stopped at a debconf question).
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+  if ! command -v sudo >/dev/null; then
+    echo "install-deps: not root and no sudo: run this as root, or install these first: ${missing[*]}" >&2
+    exit 1
+  fi
+  SUDO=(sudo)
+fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"

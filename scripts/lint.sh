@@ -9,7 +9,14 @@ fix=0
 if [ "${1:-}" = "--fix-format" ]; then fix=1; shift; fi
 build="${1:-build/ci}"
 
-mapfile -t sources < <(git ls-files '*.c' '*.cc' '*.h' '*.hpp' '*.cu' '*.cuh')
+# Not `mapfile < <(git ...)`: set -e does not see a process substitution fail, and a git that refuses (no .git in a
+# tarball, "dubious ownership" under another user) left an empty list, which clang-format took as stdin and passed.
+listed=$(git ls-files '*.c' '*.cc' '*.h' '*.hpp' '*.cu' '*.cuh')
+mapfile -t sources <<<"$listed"
+if [ -z "$listed" ] || [ "${#sources[@]}" -eq 0 ]; then
+  echo "lint: git ls-files listed no sources: is this a git checkout of the project?"
+  exit 1
+fi
 if [ "$fix" = 1 ]; then
   clang-format -i "${sources[@]}"
   echo "lint: formatted ${#sources[@]} files"
@@ -18,7 +25,7 @@ fi
 
 status=0
 echo "lint: clang-format on ${#sources[@]} files"
-if ! clang-format --dry-run --Werror "${sources[@]}"; then
+if ! clang-format --dry-run --Werror "${sources[@]}" </dev/null; then
   echo "lint: the files above are not formatted; scripts/lint.sh --fix-format formats them"
   status=1
 fi
