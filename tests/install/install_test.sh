@@ -39,6 +39,16 @@ echo "cflags: $cflags"
 echo "libs: $libs"
 g++ -std=c++17 -fPIC -shared $cflags "$example" -o "$work/libnccl-net-minimal.so" $libs -lrt
 "$check_exports" "$work/libnccl-net-minimal.so"
+# A strict vendor build through pkg-config's flags: the SDK's headers and its log macros (a message with no arguments
+# among them) give no warning under -Wpedantic and -Wconversion (with a plain -I they gave hundreds).
+printf '%s\n' '#include <nccl_net/sdk.hpp>' 'void strictLog() {' '  NCCL_NET_WARN("no arguments");' \
+  '  NCCL_NET_INFO(NCCL_NET, "one argument: %d", 1);' '  NCCL_NET_TRACE(NCCL_NET, "no arguments");' '}' \
+  > "$work/strict.cc"
+for compiler in g++ clang++; do
+  command -v "$compiler" >/dev/null || continue
+  "$compiler" -std=c++17 -fsyntax-only -Wall -Wextra -Wpedantic -Wconversion -Wsign-conversion -Werror $cflags \
+    "$work/strict.cc"
+done
 
 # The C API, one rank (NNS_RANK=0 NNS_WORLD_SIZE=1 needs no root address), built both ways: the CMake target
 # nccl_net_sdk::nns above, and pkg-config's nns here. Each runs with the installed libraries only (the socket plugin,

@@ -1,4 +1,4 @@
-// expect: Coll has no iallreduce(void* collComm, void* sendData, void* recvData, size_t count
+// expect: Coll has no public iallreduce(void* collComm, void* sendData, void* recvData, size_t count
 // The int count of ncclCollNet_v6..v8: it compiled before, and a count above INT_MAX was truncated without a word.
 #include "vendor_coll.hpp"
 

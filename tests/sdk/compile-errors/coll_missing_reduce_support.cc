@@ -1,4 +1,4 @@
-// expect: Coll has no reduceSupport(ncclDataType_t dataType, ncclRedOp_t redOp, int* supported)
+// expect: Coll has no public reduceSupport(ncclDataType_t dataType, ncclRedOp_t redOp, int* supported)
 #include "vendor_coll.hpp"
 
 struct Coll {

@@ -1,4 +1,4 @@
-// expect: Net has no test(void* request, int* done, nccl_net::sdk::CompletedSizes& sizes)
+// expect: Net has no public test(void* request, int* done, nccl_net::sdk::CompletedSizes& sizes)
 #include "vendor_net.hpp"
 
 struct Net {

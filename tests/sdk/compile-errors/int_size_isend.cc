@@ -1,5 +1,5 @@
-// expect: Net has no isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle, void**
-// request) The v8 size type: it compiled before, and a 3 GiB send was truncated without a word.
+// expect: Net has no public isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle,
+// void** request) The v8 size type: it compiled before, and a 3 GiB send was truncated without a word.
 #include "vendor_net.hpp"
 
 struct Net {

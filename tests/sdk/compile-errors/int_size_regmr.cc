@@ -1,4 +1,4 @@
-// expect: Net has no regMr(void* comm, void* data, size_t size, int type, void** mhandle)
+// expect: Net has no public regMr(void* comm, void* data, size_t size, int type, void** mhandle)
 // The v7 size type: it compiled before, and a 4 GiB registration was truncated without a word.
 #include "vendor_net.hpp"
 

@@ -1,4 +1,4 @@
-// expect: Net has no init(const nccl_net::sdk::InitArgs& args, void** ctx)
+// expect: Net has no public init(const nccl_net::sdk::InitArgs& args, void** ctx)
 // The init of ncclNet_v6..v9.
 #include "vendor_net.hpp"
 

@@ -1,4 +1,4 @@
-// expect: Net has no kName
+// expect: Net has no public kName
 #include "vendor_net.hpp"
 
 struct Net {

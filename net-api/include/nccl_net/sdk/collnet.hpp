@@ -247,36 +247,42 @@ struct CollClassCheck {
   static constexpr bool kNameConstant = !kNamed || has_constant_kName<Coll>::value;
   static constexpr bool kNameNonEmpty = !nameIsEmpty<Coll>();
   static constexpr bool kConstructible = std::is_default_constructible_v<Coll>;
-  static constexpr bool kInit = callable_init<Coll, TypeList<void(const InitArgs&, void**)>>::value;
-  static constexpr bool kDevices = callable_devices<Coll, TypeList<void(int*)>>::value;
+  static constexpr bool kInit = callable_init<Coll, TypeList<void(const InitArgs&, ExactPointer<void**>)>>::value;
+  static constexpr bool kDevices = callable_devices<Coll, TypeList<void(ExactPointer<int*>)>>::value;
   static constexpr bool kGetProperties =
-      callable_getProperties<Coll, TypeList<void(int, ncclNetProperties_v12_t*)>>::value;
-  static constexpr bool kListen = callable_listen<Coll, TypeList<void(void*, int, void*, void**)>>::value;
-  static constexpr bool kConnect = callable_connect<Coll, TypeList<void(void**, int, int, void*, void**)>>::value;
+      callable_getProperties<Coll, TypeList<void(int, ExactPointer<ncclNetProperties_v12_t*>)>>::value;
+  static constexpr bool kListen = callable_listen<Coll, TypeList<void(void*, int, void*, ExactPointer<void**>)>>::value;
+  static constexpr bool kConnect =
+      callable_connect<Coll, TypeList<void(ExactPointer<void**>, int, int, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kReduceSupport =
-      callable_reduceSupport<Coll, TypeList<void(ncclDataType_t, ncclRedOp_t, int*)>>::value;
-  static constexpr bool kRegMr = callable_regMr<Coll, TypeList<void(void*, void*, S, int, void**)>>::value;
+      callable_reduceSupport<Coll, TypeList<void(ncclDataType_t, ncclRedOp_t, ExactPointer<int*>)>>::value;
+  static constexpr bool kRegMr =
+      callable_regMr<Coll, TypeList<void(void*, void*, S, int, ExactPointer<void**>)>>::value;
   static constexpr bool kDeregMr = callable_deregMr<Coll, TypeList<void(void*, void*)>>::value;
-  static constexpr bool kIallreduce = callable_iallreduce<
-      Coll, TypeList<void(void*, void*, void*, S, ncclDataType_t, ncclRedOp_t, void*, void*, void**)>>::value;
-  static constexpr bool kTest = callable_test<Coll, TypeList<void(void*, int*, CompletedSizes&)>>::value;
+  static constexpr bool kIallreduce =
+      callable_iallreduce<Coll, TypeList<void(void*, void*, void*, S, ncclDataType_t, ncclRedOp_t, void*, void*,
+                                              ExactPointer<void**>)>>::value;
+  static constexpr bool kTest = callable_test<Coll, TypeList<void(void*, ExactPointer<int*>, CompletedSizes&)>>::value;
   static constexpr bool kCloseColl = callable_closeColl<Coll, TypeList<void(void*)>>::value;
   static constexpr bool kCloseListen = callable_closeListen<Coll, TypeList<void(void*)>>::value;
   // Optional methods: checked only when the class declares one.
   static constexpr bool kIallgather =
       !has_iallgather_v<Coll> ||
-      callable_iallgather<Coll, TypeList<void(void*, void*, int, ncclNetSGE_v12_t*, S, S, S, void*, void**)>>::value;
+      callable_iallgather<Coll, TypeList<void(void*, void*, int, ExactPointer<ncclNetSGE_v12_t*>, S, S, S, void*,
+                                              ExactPointer<void**>)>>::value;
   static constexpr bool kIreducescatter =
       !has_ireducescatter_v<Coll> ||
-      callable_ireducescatter<Coll, TypeList<void(void*, int, ncclNetSGE_v12_t*, void*, S, S, S, ncclDataType_t,
-                                                  ncclRedOp_t, void*, void**)>>::value;
+      callable_ireducescatter<Coll, TypeList<void(void*, int, ExactPointer<ncclNetSGE_v12_t*>, void*, S, S, S,
+                                                  ncclDataType_t, ncclRedOp_t, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kRegMrDmaBuf =
       !has_regMrDmaBuf_v<Coll> ||
-      callable_regMrDmaBuf<Coll, TypeList<void(void*, void*, S, int, uint64_t, int, void**)>>::value;
+      callable_regMrDmaBuf<Coll, TypeList<void(void*, void*, S, int, uint64_t, int, ExactPointer<void**>)>>::value;
   static constexpr bool kIflush =
-      !has_iflush_v<Coll> || callable_iflush<Coll, TypeList<void(void*, void*, int, void*, void**)>>::value;
+      !has_iflush_v<Coll> ||
+      callable_iflush<Coll, TypeList<void(void*, void*, int, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kMakeVDevice =
-      !has_makeVDevice_v<Coll> || callable_makeVDevice<Coll, TypeList<void(int*, ncclNetVDeviceProps_v12_t*)>>::value;
+      !has_makeVDevice_v<Coll> ||
+      callable_makeVDevice<Coll, TypeList<void(ExactPointer<int*>, ExactPointer<ncclNetVDeviceProps_v12_t*>)>>::value;
   static constexpr bool kFinalize = !has_finalize_v<Coll> || callable_finalize<Coll, TypeList<void(void*)>>::value;
 
   static constexpr bool value = kNamed && kNameConstant && kNameNonEmpty && kConstructible && kInit && kDevices &&
@@ -308,7 +314,7 @@ template <class Coll>
 constexpr bool reportCollClass() {
   using C = CollClassCheck<Coll>;
   static_assert(C::kNamed,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no kName: add `static constexpr const char kName[] = "
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no public kName: add `static constexpr const char kName[] = "
                 "\"yourname\";`");
   static_assert(C::kNameConstant,
                 "NCCL_NET_SDK_EXPORT_COLLNET: Coll::kName is not a static constant string: declare it `static "
@@ -318,38 +324,44 @@ constexpr bool reportCollClass() {
                 "NCCL_NET_SDK_EXPORT_COLLNET: Coll is not default-constructible: the SDK makes the one instance on "
                 "first use");
   static_assert(C::kInit,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no init(const nccl_net::sdk::InitArgs& args, void** ctx) "
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no public init(const nccl_net::sdk::InitArgs& args, void** ctx) "
                 "returning ncclResult_t");
-  static_assert(C::kDevices, "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no devices(int* ndev) returning ncclResult_t");
-  static_assert(C::kGetProperties,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no getProperties(int dev, ncclNetProperties_v12_t* props) "
-                "returning ncclResult_t");
-  static_assert(C::kListen,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no listen(void* ctx, int dev, void* handle, void** listenComm) "
-                "returning ncclResult_t");
+  static_assert(C::kDevices,
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no public devices(int* ndev) returning ncclResult_t");
+  static_assert(
+      C::kGetProperties,
+      "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no public getProperties(int dev, ncclNetProperties_v12_t* props) "
+      "returning ncclResult_t");
+  static_assert(
+      C::kListen,
+      "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no public listen(void* ctx, int dev, void* handle, void** listenComm) "
+      "returning ncclResult_t");
   static_assert(C::kConnect,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no connect(void* handles[], int nranks, int rank, void* "
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no public connect(void* handles[], int nranks, int rank, void* "
                 "listenComm, void** collComm) returning ncclResult_t");
-  static_assert(C::kReduceSupport,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no reduceSupport(ncclDataType_t dataType, ncclRedOp_t redOp, "
-                "int* supported) returning ncclResult_t");
-  static_assert(C::kRegMr,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no regMr(void* collComm, void* data, size_t size, int type, "
-                "void** mhandle) returning ncclResult_t (size is size_t, not int)");
+  static_assert(
+      C::kReduceSupport,
+      "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no public reduceSupport(ncclDataType_t dataType, ncclRedOp_t redOp, "
+      "int* supported) returning ncclResult_t");
+  static_assert(
+      C::kRegMr,
+      "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no public regMr(void* collComm, void* data, size_t size, int type, "
+      "void** mhandle) returning ncclResult_t (size is size_t, not int)");
   static_assert(C::kDeregMr,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no deregMr(void* collComm, void* mhandle) returning "
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no public deregMr(void* collComm, void* mhandle) returning "
                 "ncclResult_t");
-  static_assert(C::kIallreduce,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no iallreduce(void* collComm, void* sendData, void* recvData, "
-                "size_t count, ncclDataType_t dataType, ncclRedOp_t redOp, void* sendMhandle, void* recvMhandle, "
-                "void** request) returning ncclResult_t (count is size_t, not int)");
+  static_assert(
+      C::kIallreduce,
+      "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no public iallreduce(void* collComm, void* sendData, void* recvData, "
+      "size_t count, ncclDataType_t dataType, ncclRedOp_t redOp, void* sendMhandle, void* recvMhandle, "
+      "void** request) returning ncclResult_t (count is size_t, not int)");
   static_assert(C::kTest,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no test(void* request, int* done, "
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no public test(void* request, int* done, "
                 "nccl_net::sdk::CompletedSizes& sizes) returning ncclResult_t");
   static_assert(C::kCloseColl,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no closeColl(void* collComm) returning ncclResult_t");
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no public closeColl(void* collComm) returning ncclResult_t");
   static_assert(C::kCloseListen,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no closeListen(void* listenComm) returning ncclResult_t");
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no public closeListen(void* listenComm) returning ncclResult_t");
   static_assert(C::kIallgather,
                 "NCCL_NET_SDK_EXPORT_COLLNET: Coll::iallgather is not iallgather(void* collComm, void* sendData, int "
                 "nRecvParts, ncclNetSGE_v12_t* recvParts, size_t bytesPerRank, size_t windowOffset, size_t "

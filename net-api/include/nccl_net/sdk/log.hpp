@@ -94,9 +94,11 @@ __attribute__((format(printf, 5, 6))) inline void logMessage(ncclDebugLogLevel l
 
 NCCL_NET_SDK_NAMESPACE_END
 
-#define NCCL_NET_WARN(fmt, ...) \
-  ::nccl_net::sdk::logMessage(NCCL_LOG_WARN, NCCL_ALL, __FILE__, __LINE__, fmt, ##__VA_ARGS__)
-#define NCCL_NET_INFO(flags, fmt, ...) \
-  ::nccl_net::sdk::logMessage(NCCL_LOG_INFO, (flags), __FILE__, __LINE__, fmt, ##__VA_ARGS__)
-#define NCCL_NET_TRACE(flags, fmt, ...) \
-  ::nccl_net::sdk::logMessage(NCCL_LOG_TRACE, (flags), __FILE__, __LINE__, fmt, ##__VA_ARGS__)
+// The format is part of __VA_ARGS__ (a message with no arguments needs no GNU ##__VA_ARGS__, which -Wpedantic flags in
+// a vendor's build), and the subsystem flags go to NCCL's `unsigned long` explicitly (-Wsign-conversion).
+#define NCCL_NET_WARN(...) \
+  ::nccl_net::sdk::logMessage(NCCL_LOG_WARN, static_cast<unsigned long>(NCCL_ALL), __FILE__, __LINE__, __VA_ARGS__)
+#define NCCL_NET_INFO(flags, ...) \
+  ::nccl_net::sdk::logMessage(NCCL_LOG_INFO, static_cast<unsigned long>(flags), __FILE__, __LINE__, __VA_ARGS__)
+#define NCCL_NET_TRACE(flags, ...) \
+  ::nccl_net::sdk::logMessage(NCCL_LOG_TRACE, static_cast<unsigned long>(flags), __FILE__, __LINE__, __VA_ARGS__)

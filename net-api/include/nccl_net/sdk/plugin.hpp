@@ -167,6 +167,17 @@ struct ExactSize {
     return 0;
   }
 };
+// A pointer argument of type P that converts to P and to nothing else: passed where NCCL passes an `int*`, a `void**`
+// or a struct pointer, so a method declared with `void*` there (an `irecv(.., void* data, ..)` written by analogy with
+// isend, a `test(void*, void* done, ..)`) is refused at compile time; it compiled, and NCCL's `void**` was then read as
+// a buffer. (`void*` parameters take NCCL's `void*` as they are.)
+template <class P>
+struct ExactPointer {
+  template <class T, std::enable_if_t<std::is_same_v<T, P>, int> = 0>
+  operator T() const {  // NOLINT(google-explicit-constructor): the implicit conversion is the point
+    return nullptr;
+  }
+};
 template <class T>
 struct TypeList {};
 
@@ -245,39 +256,45 @@ struct NetClassCheck {
   static constexpr bool kNameConstant = !kNamed || has_constant_kName<Net>::value;
   static constexpr bool kNameNonEmpty = !nameIsEmpty<Net>();
   static constexpr bool kConstructible = std::is_default_constructible_v<Net>;
-  static constexpr bool kInit = callable_init<Net, TypeList<void(const InitArgs&, void**)>>::value;
-  static constexpr bool kDevices = callable_devices<Net, TypeList<void(int*)>>::value;
+  static constexpr bool kInit = callable_init<Net, TypeList<void(const InitArgs&, ExactPointer<void**>)>>::value;
+  static constexpr bool kDevices = callable_devices<Net, TypeList<void(ExactPointer<int*>)>>::value;
   static constexpr bool kGetProperties =
-      callable_getProperties<Net, TypeList<void(int, ncclNetProperties_v12_t*)>>::value;
-  static constexpr bool kListen = callable_listen<Net, TypeList<void(void*, int, void*, void**)>>::value;
-  static constexpr bool kConnect =
-      callable_connect<Net, TypeList<void(void*, int, void*, void**, ncclNetDeviceHandle_v12_t**)>>::value;
+      callable_getProperties<Net, TypeList<void(int, ExactPointer<ncclNetProperties_v12_t*>)>>::value;
+  static constexpr bool kListen = callable_listen<Net, TypeList<void(void*, int, void*, ExactPointer<void**>)>>::value;
+  static constexpr bool kConnect = callable_connect<
+      Net, TypeList<void(void*, int, void*, ExactPointer<void**>, ExactPointer<ncclNetDeviceHandle_v12_t**>)>>::value;
   static constexpr bool kAccept =
-      callable_accept<Net, TypeList<void(void*, void**, ncclNetDeviceHandle_v12_t**)>>::value;
-  static constexpr bool kRegMr = callable_regMr<Net, TypeList<void(void*, void*, S, int, void**)>>::value;
+      callable_accept<Net,
+                      TypeList<void(void*, ExactPointer<void**>, ExactPointer<ncclNetDeviceHandle_v12_t**>)>>::value;
+  static constexpr bool kRegMr = callable_regMr<Net, TypeList<void(void*, void*, S, int, ExactPointer<void**>)>>::value;
   static constexpr bool kDeregMr = callable_deregMr<Net, TypeList<void(void*, void*)>>::value;
-  static constexpr bool kIsend = callable_isend<Net, TypeList<void(void*, void*, S, int, void*, void*, void**)>>::value;
+  static constexpr bool kIsend =
+      callable_isend<Net, TypeList<void(void*, void*, S, int, void*, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kIrecv =
-      callable_irecv<Net, TypeList<void(void*, int, void**, size_t*, int*, void**, void**, void**)>>::value;
-  static constexpr bool kTest = callable_test<Net, TypeList<void(void*, int*, CompletedSizes&)>>::value;
+      callable_irecv<Net, TypeList<void(void*, int, ExactPointer<void**>, ExactPointer<size_t*>, ExactPointer<int*>,
+                                        ExactPointer<void**>, ExactPointer<void**>, ExactPointer<void**>)>>::value;
+  static constexpr bool kTest = callable_test<Net, TypeList<void(void*, ExactPointer<int*>, CompletedSizes&)>>::value;
   static constexpr bool kCloseSend = callable_closeSend<Net, TypeList<void(void*)>>::value;
   static constexpr bool kCloseRecv = callable_closeRecv<Net, TypeList<void(void*)>>::value;
   static constexpr bool kCloseListen = callable_closeListen<Net, TypeList<void(void*)>>::value;
   // Optional methods: checked only when the class declares one.
   static constexpr bool kRegMrDmaBuf =
       !has_regMrDmaBuf_v<Net> ||
-      callable_regMrDmaBuf<Net, TypeList<void(void*, void*, S, int, uint64_t, int, void**)>>::value;
+      callable_regMrDmaBuf<Net, TypeList<void(void*, void*, S, int, uint64_t, int, ExactPointer<void**>)>>::value;
   static constexpr bool kIflush =
-      !has_iflush_v<Net> || callable_iflush<Net, TypeList<void(void*, int, void**, int*, void**, void**)>>::value;
+      !has_iflush_v<Net> || callable_iflush<Net, TypeList<void(void*, int, ExactPointer<void**>, ExactPointer<int*>,
+                                                               ExactPointer<void**>, ExactPointer<void**>)>>::value;
   static constexpr bool kGetDeviceMr =
-      !has_getDeviceMr_v<Net> || callable_getDeviceMr<Net, TypeList<void(void*, void*, void**)>>::value;
+      !has_getDeviceMr_v<Net> || callable_getDeviceMr<Net, TypeList<void(void*, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kIrecvConsumed =
       !has_irecvConsumed_v<Net> || callable_irecvConsumed<Net, TypeList<void(void*, int, void*)>>::value;
   static constexpr bool kMakeVDevice =
-      !has_makeVDevice_v<Net> || callable_makeVDevice<Net, TypeList<void(int*, ncclNetVDeviceProps_v12_t*)>>::value;
+      !has_makeVDevice_v<Net> ||
+      callable_makeVDevice<Net, TypeList<void(ExactPointer<int*>, ExactPointer<ncclNetVDeviceProps_v12_t*>)>>::value;
   static constexpr bool kFinalize = !has_finalize_v<Net> || callable_finalize<Net, TypeList<void(void*)>>::value;
   static constexpr bool kSetNetAttr =
-      !has_setNetAttr_v<Net> || callable_setNetAttr<Net, TypeList<void(void*, ncclNetAttr_v12_t*)>>::value;
+      !has_setNetAttr_v<Net> ||
+      callable_setNetAttr<Net, TypeList<void(void*, ExactPointer<ncclNetAttr_v12_t*>)>>::value;
 
   static constexpr bool value = kNamed && kNameConstant && kNameNonEmpty && kConstructible && kInit && kDevices &&
                                 kGetProperties && kListen && kConnect && kAccept && kRegMr && kDeregMr && kIsend &&
@@ -310,9 +327,10 @@ struct InvalidNet {
 template <class Net>
 constexpr bool reportNetClass() {
   using C = NetClassCheck<Net>;
-  static_assert(C::kNamed,
-                "NCCL_NET_SDK_EXPORT: Net has no kName: add `static constexpr const char kName[] = \"yourname\";` "
-                "(what users put in NCCL_NET=)");
+  static_assert(
+      C::kNamed,
+      "NCCL_NET_SDK_EXPORT: Net has no public kName: add `static constexpr const char kName[] = \"yourname\";` "
+      "(what users put in NCCL_NET=)");
   static_assert(C::kNameConstant,
                 "NCCL_NET_SDK_EXPORT: Net::kName is not a static constant string: declare it `static constexpr const "
                 "char kName[] = \"yourname\";` (the exported tables point to it)");
@@ -320,42 +338,49 @@ constexpr bool reportNetClass() {
   static_assert(C::kConstructible,
                 "NCCL_NET_SDK_EXPORT: Net is not default-constructible: the SDK makes the one instance on first use; "
                 "read settings in init, not in a constructor with arguments");
-  static_assert(C::kInit,
-                "NCCL_NET_SDK_EXPORT: Net has no init(const nccl_net::sdk::InitArgs& args, void** ctx) returning "
-                "ncclResult_t (the SDK's init for every ABI version; not the raw ncclNet_vN init)");
-  static_assert(C::kDevices, "NCCL_NET_SDK_EXPORT: Net has no devices(int* ndev) returning ncclResult_t");
-  static_assert(C::kGetProperties,
-                "NCCL_NET_SDK_EXPORT: Net has no getProperties(int dev, ncclNetProperties_v12_t* props) returning "
-                "ncclResult_t (the v12 struct: the SDK converts it for older versions)");
+  static_assert(
+      C::kInit,
+      "NCCL_NET_SDK_EXPORT: Net has no public init(const nccl_net::sdk::InitArgs& args, void** ctx) returning "
+      "ncclResult_t (the SDK's init for every ABI version; not the raw ncclNet_vN init)");
+  static_assert(C::kDevices, "NCCL_NET_SDK_EXPORT: Net has no public devices(int* ndev) returning ncclResult_t");
+  static_assert(
+      C::kGetProperties,
+      "NCCL_NET_SDK_EXPORT: Net has no public getProperties(int dev, ncclNetProperties_v12_t* props) returning "
+      "ncclResult_t (the v12 struct: the SDK converts it for older versions)");
   static_assert(C::kListen,
-                "NCCL_NET_SDK_EXPORT: Net has no listen(void* ctx, int dev, void* handle, void** listenComm) "
+                "NCCL_NET_SDK_EXPORT: Net has no public listen(void* ctx, int dev, void* handle, void** listenComm) "
                 "returning ncclResult_t");
   static_assert(C::kConnect,
-                "NCCL_NET_SDK_EXPORT: Net has no connect(void* ctx, int dev, void* handle, void** sendComm, "
+                "NCCL_NET_SDK_EXPORT: Net has no public connect(void* ctx, int dev, void* handle, void** sendComm, "
                 "ncclNetDeviceHandle_v12_t** sendDevComm) returning ncclResult_t");
   static_assert(C::kAccept,
-                "NCCL_NET_SDK_EXPORT: Net has no accept(void* listenComm, void** recvComm, "
+                "NCCL_NET_SDK_EXPORT: Net has no public accept(void* listenComm, void** recvComm, "
                 "ncclNetDeviceHandle_v12_t** recvDevComm) returning ncclResult_t");
-  static_assert(C::kRegMr,
-                "NCCL_NET_SDK_EXPORT: Net has no regMr(void* comm, void* data, size_t size, int type, void** mhandle) "
-                "returning ncclResult_t (size is size_t: an int would truncate registrations of 2 GiB and more)");
+  static_assert(
+      C::kRegMr,
+      "NCCL_NET_SDK_EXPORT: Net has no public regMr(void* comm, void* data, size_t size, int type, void** mhandle) "
+      "returning ncclResult_t (size is size_t: an int would truncate registrations of 2 GiB and more)");
   static_assert(C::kDeregMr,
-                "NCCL_NET_SDK_EXPORT: Net has no deregMr(void* comm, void* mhandle) returning ncclResult_t");
+                "NCCL_NET_SDK_EXPORT: Net has no public deregMr(void* comm, void* mhandle) returning ncclResult_t");
   static_assert(
       C::kIsend,
-      "NCCL_NET_SDK_EXPORT: Net has no isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, "
+      "NCCL_NET_SDK_EXPORT: Net has no public isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, "
       "void* phandle, void** request) returning ncclResult_t (size is size_t: an int would truncate "
       "messages of 2 GiB and more)");
-  static_assert(C::kIrecv,
-                "NCCL_NET_SDK_EXPORT: Net has no irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, "
-                "void** mhandles, void** phandles, void** request) returning ncclResult_t");
-  static_assert(C::kTest,
-                "NCCL_NET_SDK_EXPORT: Net has no test(void* request, int* done, nccl_net::sdk::CompletedSizes& sizes) "
-                "returning ncclResult_t (report sizes with sizes.set(i, bytes), not through int*)");
-  static_assert(C::kCloseSend, "NCCL_NET_SDK_EXPORT: Net has no closeSend(void* sendComm) returning ncclResult_t");
-  static_assert(C::kCloseRecv, "NCCL_NET_SDK_EXPORT: Net has no closeRecv(void* recvComm) returning ncclResult_t");
+  static_assert(
+      C::kIrecv,
+      "NCCL_NET_SDK_EXPORT: Net has no public irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, "
+      "void** mhandles, void** phandles, void** request) returning ncclResult_t");
+  static_assert(
+      C::kTest,
+      "NCCL_NET_SDK_EXPORT: Net has no public test(void* request, int* done, nccl_net::sdk::CompletedSizes& sizes) "
+      "returning ncclResult_t (report sizes with sizes.set(i, bytes), not through int*)");
+  static_assert(C::kCloseSend,
+                "NCCL_NET_SDK_EXPORT: Net has no public closeSend(void* sendComm) returning ncclResult_t");
+  static_assert(C::kCloseRecv,
+                "NCCL_NET_SDK_EXPORT: Net has no public closeRecv(void* recvComm) returning ncclResult_t");
   static_assert(C::kCloseListen,
-                "NCCL_NET_SDK_EXPORT: Net has no closeListen(void* listenComm) returning ncclResult_t");
+                "NCCL_NET_SDK_EXPORT: Net has no public closeListen(void* listenComm) returning ncclResult_t");
   static_assert(C::kRegMrDmaBuf,
                 "NCCL_NET_SDK_EXPORT: Net::regMrDmaBuf is not regMrDmaBuf(void* comm, void* data, size_t size, int "
                 "type, uint64_t offset, int fd, void** mhandle) returning ncclResult_t");
