@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -284,7 +285,7 @@ ncclResult_t sharedGone(const char* call) {
 constexpr int kAdvertisedRecvs = 16, kHandledRecvs = 8;
 #endif
 
-#ifdef NNS_BUG_PROPERTIES_REFUSED
+#if defined(NNS_BUG_PROPERTIES_REFUSED) || defined(NNS_BUG_CONNECT_FAILS)
 ncclDebugLogger_t gLogger = nullptr;
 #endif
 
@@ -317,7 +318,7 @@ ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, 
     _exit(0);
   }
 #endif
-#ifdef NNS_BUG_PROPERTIES_REFUSED
+#if defined(NNS_BUG_PROPERTIES_REFUSED) || defined(NNS_BUG_CONNECT_FAILS)
   gLogger = logger;
 #endif
 #ifdef NNS_NCCL_LIKE
@@ -390,6 +391,14 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
 #endif
 #ifdef NNS_BUG_TAGS_IGNORED
   props->maxRecvs = kMaxRecvs;
+#endif
+#ifdef NNS_BUG_DANGLING_NAME
+  // The name put together in a local std::string and its c_str() handed out: short, so it lives in the string object
+  // on this call's stack frame, and reads right until the caller's next calls use that stack again.
+  if (result == ncclSuccess) {
+    std::string local = "shm" + std::to_string(dev) + "-port1";
+    props->name = local.data();  // (char*: the v12 field is not const)
+  }
 #endif
 #ifdef NNS_BUG_NAN_LATENCY
   // A latency computed from a measurement that never ran: 0.0 / 0.0. NCCL sums latencies into its model.
@@ -489,6 +498,14 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
 std::atomic<bool> gConnected{false};  // this process made a send comm: it is the sending side
 #endif
 ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t** devComm) {
+#ifdef NNS_BUG_CONNECT_FAILS
+  // listen wrote a raw address where connect expects its own encoding (or the two disagree about the handle's
+  // layout): every connect fails at once, with a WARN, and the listener waits for a connection that never comes.
+  if (gLogger != nullptr)
+    gLogger(NCCL_LOG_WARN, NCCL_NET, __FILE__, __LINE__, "NET/%s : connect: the handle is not one of ours",
+            NNS_BUG_NAME);
+  return ncclInvalidArgument;
+#endif
 #ifdef NNS_BUG_EXIT_IN_SEND_TEST
   ncclResult_t connected = real()->connect(ctx, dev, handle, sendComm, devComm);
   if (connected == ncclSuccess && *sendComm != nullptr) gConnected = true;

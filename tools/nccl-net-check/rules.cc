@@ -514,18 +514,28 @@ int waitPeer(pid_t pid, double seconds) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
 }
 
-void* connectWithin(Context& c, void* handle, double seconds) {
+// The comm, or nullptr after `seconds` or an error (then in `*failed` when given).
+void* connectWithin(Context& c, void* handle, double seconds, ncclResult_t* failed = nullptr) {
   void* sendComm = nullptr;
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   while (sendComm == nullptr && Clock::now() < deadline) {
-    if (CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, deviceHandleSlot())) != ncclSuccess)
+    if (ncclResult_t result = CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, deviceHandleSlot()));
+        result != ncclSuccess) {
+      if (failed != nullptr) *failed = result;
       return nullptr;
+    }
   }
   return sendComm;
 }
 
-// The comm, or nullptr after `seconds` or an error (then in `*failed` when given).
-void* acceptWithin(Context& c, void* listenComm, double seconds, ncclResult_t* failed = nullptr) {
+// A peer whose connect returned an error exits with this plus the result (the connector's own failure, named at once
+// by the rule instead of as an accept that did not complete within 20 s).
+constexpr int kPeerConnectFailed = 230;
+
+// The comm, or nullptr after `seconds` or an error (then in `*failed` when given). With `peer`, a connecting process
+// that ends with a failure (exit code in `*peerCode`) ends the wait: nothing will connect any more.
+void* acceptWithin(Context& c, void* listenComm, double seconds, ncclResult_t* failed = nullptr, pid_t peer = -1,
+                   int* peerCode = nullptr) {
   void* recvComm = nullptr;
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   while (recvComm == nullptr && Clock::now() < deadline) {
@@ -533,6 +543,15 @@ void* acceptWithin(Context& c, void* listenComm, double seconds, ncclResult_t* f
     if (result != ncclSuccess) {
       if (failed != nullptr) *failed = result;
       return nullptr;
+    }
+    int status = 0;
+    if (recvComm == nullptr && peer > 0 && peerCode != nullptr && waitpid(peer, &status, WNOHANG) == peer) {
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      if (code != 0) {
+        *peerCode = code;
+        return nullptr;
+      }
+      peer = -1;  // ended well (its comm made and closed): the connection may still be accepted
     }
   }
   return recvComm;
@@ -546,6 +565,8 @@ struct Pair {
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
 };
 
+std::string peerText(int code);
+
 // `afterListen`, when given, runs between listen and the peer's start.
 bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& sender, std::string* why,
               const std::function<void()>& afterListen = {}) {
@@ -556,14 +577,22 @@ bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& 
   }
   if (afterListen) afterListen();
   pair.peer = startPeer(c, [&]() {
-    void* sendComm = connectWithin(c, pair.handle, 20);
-    if (sendComm == nullptr) return 20;
+    ncclResult_t connectFailed = ncclSuccess;
+    void* sendComm = connectWithin(c, pair.handle, 20, &connectFailed);
+    if (sendComm == nullptr)
+      return connectFailed != ncclSuccess ? kPeerConnectFailed + static_cast<int>(connectFailed) : 20;
     int code = sender(sendComm);
     closeSendComm(c, sendComm);
     return code;
   });
   ncclResult_t failed = ncclSuccess;
-  pair.recvComm = acceptWithin(c, pair.listenComm, 20, &failed);
+  int peerCode = 0;
+  pair.recvComm = acceptWithin(c, pair.listenComm, 20, &failed, pair.peer, &peerCode);
+  if (pair.recvComm == nullptr && peerCode != 0) {  // reaped already
+    *why = "the connecting process ended first: " + peerText(peerCode);
+    pair.peer = -1;
+    return false;
+  }
   if (pair.recvComm == nullptr) {
     *why = failed != ncclSuccess ? "accept returned " + resultText(failed) + " before the sender got through"
                                  : "accept did not complete within 20 s";
@@ -628,13 +657,18 @@ Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size
                                 ? waitDoneWatchingPeer(c, requests[slot], &size, gTransferWaitSeconds, *peer, &peerCode)
                                 : waitDone(c, requests[slot], &size, gTransferWaitSeconds);
       if (result != ncclSuccess && peerCode != 0)
-        return fail("message %zu (%zu B) never arrived: the sender gave up first: %s", index, messages[index].first,
+        return fail("message %zu (%zu B) never arrived: the sender ended first: %s", index, messages[index].first,
                     peerText(peerCode).c_str());
       if (result != ncclSuccess)
         return fail("message %zu (%zu B): %s", index, messages[index].first,
                     waitText(result, gTransferWaitSeconds).c_str());
       if (size != static_cast<int>(messages[index].first))
-        return fail("message %zu: test reported %d bytes, %zu were sent", index, size, messages[index].first);
+        return size == -1 ? fail(
+                                "message %zu (%zu B): test completed the receive without reporting its size "
+                                "(sizes.set / sizes[0] left as the harness set it, -1)",
+                                index, messages[index].first)
+                          : fail("message %zu: the receive's test reported %d bytes, %zu were sent", index, size,
+                                 messages[index].first);
       long bad = firstMismatch(buffers[slot], messages[index].first, messages[index].second);
       if (bad >= 0) return fail("message %zu (%zu B): wrong byte at offset %ld", index, messages[index].first, bad);
       requests[slot] = nullptr;
@@ -654,9 +688,13 @@ Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size
 std::string peerText(int code) {
   if (code == 0) return "peer ok";
   if (code == 124) return "peer did not finish (killed)";
-  if (code < 0)
-    return "peer died with signal " + std::to_string(-code) +
-           whereText(gCallNotes != nullptr ? &gCallNotes[1] : nullptr);
+  if (code < 0) {
+    // Killed by a signal during a plugin call: the plugin crashed it (the rule process says the same of itself).
+    const CallNote* note = gCallNotes != nullptr ? &gCallNotes[1] : nullptr;
+    if (note != nullptr && note->name.load() != nullptr && note->inProgress.load() != 0)
+      return "the plugin crashed the peer process (signal " + std::to_string(-code) + ")" + whereText(note);
+    return "peer died with signal " + std::to_string(-code) + whereText(note);
+  }
   if (code == 3) {
     const CallNote* note = gCallNotes != nullptr ? &gCallNotes[1] : nullptr;
     const char* name = note != nullptr ? note->name.load() : nullptr;
@@ -666,6 +704,11 @@ std::string peerText(int code) {
     return "peer: a plugin call did not return in time";
   }
   if (code == 31) return "the sender's test reported a size other than the one it sent";
+  if (code == 30) return "peer: a send did not complete (its test returned an error or said 'not done' too long)";
+  if (code == 32) return "peer: isend returned an error";
+  if (code == 20) return "peer: connect did not complete within 20 s";
+  if (code > kPeerConnectFailed && code <= kPeerConnectFailed + static_cast<int>(ncclNumResults))
+    return "peer: connect returned " + resultText(static_cast<ncclResult_t>(code - kPeerConnectFailed));
   if (code == kPeerNetnsFailed) return "peer: could not enter its network namespace";
   if (code == kPeerReopenFailed) return "peer: the plugin did not load or init in the peer's network namespace";
   if (code == kPeerCloseFailed)
@@ -732,6 +775,22 @@ Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t
 }
 
 // ---- the rules -------------------------------------------------------------------------------------------------
+// Writes over the stack below the caller's frame and over heap blocks freed earlier (allocated again, filled, freed).
+__attribute__((noinline)) void overwriteFreedMemory() {
+  volatile unsigned char stack[64 << 10];
+  for (size_t i = 0; i < sizeof(stack); ++i) stack[i] = 0x5a;
+  std::vector<void*> blocks;
+  for (size_t size = 16; size <= 4096; size += 16) {
+    for (int k = 0; k < 4; ++k) {
+      void* block = std::malloc(size);
+      if (block == nullptr) continue;
+      std::memset(block, 0x5a, size);
+      blocks.push_back(block);
+    }
+  }
+  for (void* block : blocks) std::free(block);
+}
+
 Verdict propertiesSane(Context& c) {
   int ndev = 0;
   if (ncclResult_t result = CALL("devices", c.net->devices(&ndev)); result != ncclSuccess)
@@ -795,13 +854,17 @@ Verdict propertiesSane(Context& c) {
                  " us: is it nanoseconds in the microseconds field?)";
     given.emplace_back(p.name, p.name);
   }
-  // NCCL keeps the pointers it is given: a name in a buffer the next call rewrites names every device the last one.
+  // NCCL keeps the pointers it is given: a name in a buffer the next call rewrites names every device the last one,
+  // and a name in a temporary (a std::string of getProperties': its stack frame, or a heap block it freed) reads right
+  // only until that memory is used again. So the stack and the heap are written over first, as the host's next calls
+  // would (with one device, a dangling name passed: nothing rewrote it before the comparison).
+  overwriteFreedMemory();
   for (int dev = 0; dev < ndev; ++dev) {
     const auto& [pointer, read] = given[static_cast<size_t>(dev)];
     if (read != pointer)
       return fail(
-          "device %d: name \"%s\" became \"%s\" after getProperties of the later devices (NCCL keeps the "
-          "pointer: each device's name must stay in its own memory)",
+          "device %d: name \"%s\" became \"%s\" after getProperties of the later devices and other calls (NCCL "
+          "keeps the pointer: each device's name must stay in memory of its own, not a temporary's)",
           dev, core::printable(read.c_str()).c_str(), core::printable(pointer).c_str());
   }
   return pass(std::to_string(ndev) + " device(s): " + summary);
