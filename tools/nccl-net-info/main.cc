@@ -1,6 +1,7 @@
 // nccl-net-info: what a cluster engineer runs first: which net plugins are found, which ABI versions each exports,
 // which one is chosen and why, every device's properties, and the chosen plugin's collNet (versions, the one taken or
 // why none, its devices). Human table by default, --json for machines.
+#include <dirent.h>
 #include <limits.h>
 #include <strings.h>
 #include <sys/stat.h>
@@ -182,6 +183,64 @@ void probeDevices(nns::tools::ProbeChannel& channel, Plugin& plugin, void* ctx, 
     channel.send({{errorKey, "init/devices returned " + std::to_string(static_cast<int>(result))}});
   channel.call(prefix + "finalize");
   plugin.finalize(ctx);
+}
+
+// RDMA devices the kernel lists (NCCL's internal IB net takes its devices from there through libibverbs).
+int countRdmaDevices() {
+  DIR* dir = opendir("/sys/class/infiniband");
+  if (dir == nullptr) return 0;
+  int count = 0;
+  while (const dirent* entry = readdir(dir))
+    if (entry->d_name[0] != '.') ++count;
+  closedir(dir);
+  return count;
+}
+
+// Whether `dir` is on LD_LIBRARY_PATH (the same directory, after resolving links), where NCCL's dlopen looks.
+bool onLibraryPath(const std::string& dir) {
+  const char* path = std::getenv("LD_LIBRARY_PATH");
+  if (path == nullptr) return false;
+  char wanted[PATH_MAX];
+  if (realpath(dir.c_str(), wanted) == nullptr) return false;
+  std::string entries = path;
+  for (size_t start = 0; start <= entries.size();) {
+    size_t end = entries.find(':', start);
+    if (end == std::string::npos) end = entries.size();
+    const std::string entry = entries.substr(start, end - start);
+    char resolved[PATH_MAX];
+    if (!entry.empty() && realpath(entry.c_str(), resolved) != nullptr && std::strcmp(resolved, wanted) == 0)
+      return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+// Which ncclNet version each NCCL release series takes from a plugin exporting `exported`: the newest one it exports
+// that the series knows (net-abi.md, section 1), 0 where it exports none the series knows (it cannot load it).
+// Newest series first; consecutive series that take the same version are one entry ("2.13-2.29").
+struct ReleaseChoice {
+  std::string low, high;  // high "" : and later
+  int version;
+  std::string label() const { return high.empty() ? low + "+" : low == high ? low : low + "-" + high; }
+};
+std::vector<ReleaseChoice> takenByNcclRelease(const std::vector<int>& exported) {
+  struct Series {
+    const char *low, *high;
+    int newest;
+  };
+  static const Series kSeries[] = {{"2.30", "", 12},    {"2.28", "2.29", 11}, {"2.26", "2.27", 10}, {"2.24", "2.25", 9},
+                                   {"2.20", "2.23", 8}, {"2.19", "2.19", 7},  {"2.13", "2.18", 6}};
+  std::vector<ReleaseChoice> taken;
+  for (const Series& series : kSeries) {
+    int best = 0;
+    for (int v : exported)
+      if (v >= 6 && v <= series.newest) best = std::max(best, v);
+    if (!taken.empty() && taken.back().version == best)
+      taken.back().low = series.low;
+    else
+      taken.push_back({series.low, series.high, best});
+  }
+  return taken;
 }
 
 void probeCandidate(nns::tools::ProbeChannel& channel, const std::string& entry, const std::vector<std::string>& dirs) {
@@ -377,6 +436,21 @@ int runTool(int argc, char** argv) {
       deviceError = probe.failure;
     }
   }
+  // What this tool's own answer assumes beyond NCCL: the library found in one of its search directories (NCCL only
+  // dlopen()s the name), and the newest ncclNet version this host knows (NCCL 2.30's; older NCCL takes older ones).
+  for (auto& c : candidates) {
+    const std::string loaded = c.value("loadedPath", "");
+    std::string toolDir;
+    if (!loaded.empty() && c["requested"].get<std::string>().find('/') == std::string::npos)
+      for (const auto& dir : dirs)
+        if (loaded.rfind(dir + "/", 0) == 0 && !onLibraryPath(dir)) toolDir = dir;
+    c["foundOnlyInToolSearchDir"] = toolDir.empty() ? json(nullptr) : json(toolDir);
+    json releases = json::array();
+    if (c["chosenVersion"].get<int>() != 0)
+      for (const ReleaseChoice& r : takenByNcclRelease(c["exportedVersions"].get<std::vector<int>>()))
+        releases.push_back({{"nccl", r.label()}, {"ncclNetVersion", r.version}});
+    c["byNcclRelease"] = releases;
+  }
   out["candidates"] = candidates;
   json ignored = ignoredEntries(given, entries);
   out["ignored"] = ignored;
@@ -435,9 +509,21 @@ int runTool(int argc, char** argv) {
       std::printf("    opened %s%s, exports ncclNet %s\n", c["loadedPath"].get<std::string>().c_str(), where.c_str(),
                   versionsText(c["exportedVersions"].get<std::vector<int>>()).c_str());
     }
+    if (!c["foundOnlyInToolSearchDir"].is_null())
+      std::printf(
+          "    (found in %s, a search directory of this tool's: NCCL, which dlopen()s the bare name, finds it\n"
+          "    only if that directory is on LD_LIBRARY_PATH or in the ld.so cache, or if NCCL_NET_PLUGIN is its "
+          "path)\n",
+          c["foundOnlyInToolSearchDir"].get<std::string>().c_str());
     if (c["chosenVersion"].get<int>() != 0) {
-      std::printf("    CHOSEN through ncclNet_v%d (the newest it exports that this host knows)\n",
+      std::printf("    CHOSEN through ncclNet_v%d (the newest it exports that NCCL 2.30 knows)\n",
                   c["chosenVersion"].get<int>());
+      std::string byRelease;
+      for (const auto& r : c["byNcclRelease"])
+        byRelease += (byRelease.empty() ? "" : ", ") + r["nccl"].get<std::string>() +
+                     (r["ncclNetVersion"].get<int>() > 0 ? " v" + std::to_string(r["ncclNetVersion"].get<int>())
+                                                         : std::string(" cannot load it"));
+      std::printf("    by NCCL release: %s\n", byRelease.c_str());
     } else if (c.value("notTried", false)) {
       std::printf("    %s\n", c["rejectReason"].get<std::string>().c_str());
     } else if (c.value("crashed", false) || c.value("hung", false)) {
@@ -465,11 +551,26 @@ int runTool(int argc, char** argv) {
   for (const auto& [reason, names] : ignoredByReason) std::printf("  ignored: %s: %s\n", names.c_str(), reason.c_str());
   if (chosen == nullptr) {
     if (stoppedAt.empty()) {
+      // NCCL's internal IB net finds its devices under /sys/class/infiniband; with none it has no device, and NCCL
+      // goes on to its Socket net (unless NCCL_NET asks for IB alone).
+      const int rdmaDevices = countRdmaDevices();
+      const std::string rdma = rdmaDevices > 0
+                                   ? std::to_string(rdmaDevices) + " RDMA device(s) in /sys/class/infiniband"
+                                   : "no RDMA device in /sys/class/infiniband";
       if (!netName) {
-        std::printf("\nNo plugin loaded: NCCL would fall back to its internal IB/Socket nets.\n");
-      } else if (strcasecmp(netName->c_str(), "IB") == 0 || strcasecmp(netName->c_str(), "Socket") == 0) {
-        std::printf("\nNo plugin loaded: NCCL would use its internal %s net (NCCL_NET=%s).\n",
-                    strcasecmp(netName->c_str(), "IB") == 0 ? "IB" : "Socket", netName->c_str());
+        std::printf("\nNo plugin loaded: NCCL would fall back to its internal %s (%s).\n",
+                    rdmaDevices > 0 ? "IB net" : "Socket net", rdma.c_str());
+      } else if (strcasecmp(netName->c_str(), "Socket") == 0) {
+        std::printf("\nNo plugin loaded: NCCL would use its internal Socket net (NCCL_NET=%s).\n", netName->c_str());
+      } else if (strcasecmp(netName->c_str(), "IB") == 0) {
+        if (rdmaDevices > 0)
+          std::printf("\nNo plugin loaded: NCCL would use its internal IB net (NCCL_NET=%s; %s).\n", netName->c_str(),
+                      rdma.c_str());
+        else
+          std::printf(
+              "\nNo plugin loaded, and NCCL_NET=%s asks for NCCL's internal IB net, but this machine has %s: NCCL "
+              "would fail (\"Failed to initialize any NET plugin\").\n",
+              netName->c_str(), rdma.c_str());
       } else {
         std::printf(
             "\nNo plugin loaded, and NCCL_NET=%s names neither internal net (IB, Socket): NCCL would fail "
@@ -494,7 +595,7 @@ int runTool(int argc, char** argv) {
     std::printf("  not used: %s\n", collNet["rejectReason"].get<std::string>().c_str());
     return 0;
   }
-  std::printf("  CHOSEN %s through ncclCollNet_v%d (the newest it exports that this host knows)\n",
+  std::printf("  CHOSEN %s through ncclCollNet_v%d (the newest it exports that NCCL 2.30 knows)\n",
               collNet["name"].get<std::string>().c_str(), collNet["chosenVersion"].get<int>());
   if (!collNet["error"].get<std::string>().empty()) std::printf("  %s\n", collNet["error"].get<std::string>().c_str());
   printDevices(collNet["devices"]);

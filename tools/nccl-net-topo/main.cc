@@ -360,7 +360,20 @@ int runTool(int argc, char** argv) {
       doc = nns::topo::discoverTopology(nns::topo::listSysfsNics(), &discovery);
       discovered = true;
     }
-    if (doc.root.name == "system") nns::topo::completeTopology(doc.root, fill);
+    if (doc.root.name == "system") {
+      const auto [addedGpus, addedNets] = nns::topo::completeTopology(doc.root, fill);
+      (void)addedNets;
+      // NCCL learns a GPU's NVLinks from NVML, which a file cannot stand in for: GPUs added without --gpu-nvlinks
+      // have none, and every GPU pair then goes through the CPU (SYS/PHB, no P2P, one slow ring), which reads like an
+      // answer. Said, since an NVLink machine's file needs the links said too.
+      if (addedGpus > 0 && fill.gpuNvlinks == 0)
+        std::fprintf(stderr,
+                     "nccl-net-topo: note: %d GPU(s) added by --gpu-sm with no NVLinks: on an NVLink machine give "
+                     "--gpu-nvlinks N (links to an NVSwitch), or <nvlink target=... count=... tclass=\"0x030200\"> "
+                     "elements in the file for GPU-to-GPU links (docs/topology.md); as it is, GPU pairs go through "
+                     "the CPU\n",
+                     addedGpus);
+    }
     if (!dumpXml.empty()) nns::topo::writeXmlFile(doc.root, dumpXml);
 
     if (benchIterations > 0) {
