@@ -129,6 +129,7 @@ json analysisJson(const Analysis& a) {
     nets.push_back({{"dev", net.dev},
                     {"name", net.name},
                     {"id", sys.idString(NET, n)},
+                    {"busId", nns::topo::netBusId(sys, n)},
                     {"bw", net.bw},
                     {"port", net.port},
                     {"guid", net.asic},

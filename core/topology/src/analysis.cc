@@ -287,9 +287,10 @@ std::string formatSummary(const Analysis& a) {
   }
   for (int n = 0; n < sys.count(NET); ++n) {
     const NetInfo& net = sys.node(NET, n).net;
-    o << fmt("  dev %d  %-12s %s  %.1f GB/s  port %d  guid 0x%llx  gdr %d  maxconn %d\n", net.dev,
+    const std::string pci = netBusId(sys, n);
+    o << fmt("  dev %d  %-12s %s  %.1f GB/s  port %d  guid 0x%llx  gdr %d  maxconn %d  pci %s\n", net.dev,
              net.name.empty() ? "-" : net.name.c_str(), sys.idString(NET, n).c_str(), net.bw, net.port,
-             static_cast<unsigned long long>(net.asic), net.gdr, net.maxChannels);
+             static_cast<unsigned long long>(net.asic), net.gdr, net.maxChannels, pci.empty() ? "-" : pci.c_str());
   }
   if (!a.localNets.empty()) {
     o << "\nNIC used by each GPU (ncclTopoGetLocalNet, channels 0.." << a.localNets[0].size() - 1 << "):\n";
@@ -438,6 +439,12 @@ std::string formatSearches(const Analysis& a, int rank) {
            "the node's index; NCCL prints that rank where -1 stands here, and Ring shows the other nodes as NET)\n";
   }
   return o.str();
+}
+
+std::string netBusId(const System& sys, int n) {
+  for (const Link& link : sys.node(NET, n).links)
+    if (link.remType == NIC) return sys.node(NIC, link.remIndex).busId;
+  return "";
 }
 
 std::string terminalSafe(std::string_view text) {

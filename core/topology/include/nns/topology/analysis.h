@@ -71,6 +71,9 @@ std::string formatDot(const Analysis& a);  // names quoted for dot: a '"' or '\\
 // `text` for a terminal: a control byte (an escape sequence's ESC, a carriage return, ...) is written as \xNN, so
 // that names read from a topology file are shown as they are and cannot rewrite the screen. Newlines and tabs stay.
 std::string terminalSafe(std::string_view text);
+// The PCI bus id of the NIC that NET `n` hangs off ("" when it has none: a virtual NIC made by fusion): what tells a
+// cluster engineer which physical port "NET 2" is (its number follows the file's or the plugin's device order).
+std::string netBusId(const System& sys, int n);
 
 }  // namespace nns::topo
 
