@@ -56,6 +56,10 @@ constexpr int kSendPoolSize = kSlots * kMaxRecvs;
 // flush without a request fails the job). Each takes one READ on each device's flush QP.
 constexpr int kFlushDepth = kSlots * kMaxRecvs;
 constexpr int kRecvPoolSize = kSlots + kFlushDepth;  // receives plus flushes
+// The flush QP's send queue and CQ hold as many READs as there can be flush requests: with no receive outstanding,
+// every request of the pool may be a flush (a queue only kFlushDepth deep failed the 257th with ENOMEM, or overran
+// the CQ on a provider that gives more than asked).
+constexpr int kFlushQueueDepth = kRecvPoolSize;
 constexpr auto kSideChannelCheckInterval = std::chrono::milliseconds(100);
 
 // wr_id layout: the kind in the top byte, an index below.
@@ -716,12 +720,12 @@ bool ensureFlushQps(RecvComm* comm, std::string* error) {
   for (int d = 0; d < comm->ndevs; ++d) {
     CommDevice& dev = comm->devs[d];
     if (dev.flushQp.load(std::memory_order_relaxed) != nullptr) continue;
-    ibv_cq* cq = verbs().createCq(dev.port->hca->context, kFlushDepth, static_cast<Comm*>(comm), nullptr, 0);
+    ibv_cq* cq = verbs().createCq(dev.port->hca->context, kFlushQueueDepth, static_cast<Comm*>(comm), nullptr, 0);
     if (cq == nullptr) {
       *error = "ibv_create_cq for the flush QP on " + dev.port->name + ": " + errnoText(errno);
       return false;
     }
-    ibv_qp* qp = createQp(comm, dev.port, cq, kFlushDepth, 1, error);
+    ibv_qp* qp = createQp(comm, dev.port, cq, kFlushQueueDepth, 1, error);
     if (qp == nullptr ||
         !connectQp(qp, dev.port, describeQp(qp, d, dev.port), comm->trafficClass, comm->serviceLevel, error)) {
       // Nothing half-made is published.
@@ -965,8 +969,12 @@ ncclResult_t postSlot(SendComm* comm, int slotIndex) {
     wr.wr.rdma.rkey = rkey;
   };
   // With splitting, an entry is cut into at most nqps chunks of >= NNS_IB_SPLIT_MIN_BYTES (128-byte aligned) on
-  // consecutive QPs; without, each entry goes whole to the next QP in round-robin order. A QP gets at most one
-  // chunk per entry, so kMaxRecvs data WRs, the size record and a zero-byte immediate fit its row of `wrs`.
+  // consecutive QPs, starting one QP further each slot (a fused vNIC's small messages, one chunk each, then take
+  // every NIC in turn instead of all going through the first); without, each entry goes whole to the next QP in
+  // round-robin order. A QP gets at most one chunk per entry, so kMaxRecvs data WRs, the size record and a zero-byte
+  // immediate fit its row of `wrs`.
+  const int splitStart =
+      params().splitDataOnQps ? static_cast<int>(comm->roundRobin++ % static_cast<uint64_t>(comm->nqps)) : 0;
   for (int r = 0; r < slot.nreqs; ++r) {
     const Request* request = slot.reqs[r];
     size_t size = request->size;
@@ -975,9 +983,9 @@ ncclResult_t postSlot(SendComm* comm, int slotIndex) {
     int chunks = 1;
     int firstQp;
     if (params().splitDataOnQps) {
-      size_t wanted = (size + params().splitMinBytes - 1) / params().splitMinBytes;
+      size_t wanted = std::max<size_t>(1, size / params().splitMinBytes);  // every chunk at least the minimum
       chunks = static_cast<int>(std::min<size_t>(wanted, static_cast<size_t>(comm->nqps)));
-      firstQp = r % comm->nqps;
+      firstQp = (splitStart + r) % comm->nqps;
     } else {
       firstQp = static_cast<int>(comm->roundRobin++ % static_cast<uint64_t>(comm->nqps));
     }
@@ -994,15 +1002,15 @@ ncclResult_t postSlot(SendComm* comm, int slotIndex) {
     }
   }
   // QP 0 finishes with the sizes (into the receiver's size record, slot by slot), unless a single size rides in the
-  // immediate; then QP 0 needs a write only if it carried no data (a zero-length one). Every QP with writes turns
-  // its last one into the immediate.
+  // immediate, which any QP's may carry; then QP 0 needs a write (a zero-length one) only if no QP carried data.
+  // Every QP with writes turns its last one into the immediate.
   const QpSlot& qp0 = comm->qps[0];
   bool sizeInline = slot.nreqs == 1 && slot.reqs[0]->size <= kImmMaxSize;
   uint64_t sizeRecord = comm->remoteControlAddr + static_cast<uint64_t>(slotIndex) * kMaxRecvs * sizeof(uint64_t);
   if (!sizeInline) {
     addWrite(0, reinterpret_cast<uint64_t>(sizes), static_cast<uint32_t>(slot.nreqs * sizeof(uint64_t)),
              comm->devs[qp0.device].controlMr->lkey, sizeRecord, comm->remoteControlRkey);
-  } else if (comm->wrCount[0] == 0) {
+  } else if (std::all_of(comm->wrCount, comm->wrCount + comm->nqps, [](int count) { return count == 0; })) {
     addWrite(0, 0, 0, 0, sizeRecord, comm->remoteControlRkey);
   }
   // Adaptive routing: past the threshold, a QP whose last write carries data gets a zero-byte one for the immediate.
@@ -1257,7 +1265,12 @@ class IbNet {
     props->speed = speed > 0 ? speed : 10000;
     props->port = first.port;
     props->latency = 0;
-    props->maxComms = first.hca->attr.max_qp / std::max(1, g.params.qpsPerConnection);
+    // A connection of this device takes max(QPs per connection, ports) QPs, counted against the HCA with the fewest
+    // (a fused device's ports may share one HCA).
+    int maxQps = first.hca->attr.max_qp;
+    for (int p : device.ports) maxQps = std::min(maxQps, g.ports[static_cast<size_t>(p)].hca->attr.max_qp);
+    props->maxComms =
+        maxQps / std::min(kMaxQps, std::max({1, g.params.qpsPerConnection, static_cast<int>(device.ports.size())}));
     props->maxRecvs = kMaxRecvs;
     props->netDeviceType = NCCL_NET_DEVICE_HOST;
     props->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
