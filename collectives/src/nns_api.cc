@@ -339,32 +339,20 @@ ncclResult_t enqueueOrRun(const Operation& operation) {
   return guarded([&] { runCollective(operation); });
 }
 
-// The address other ranks reach this host at: the first IPv4 address of an interface that is up, among those
-// NCCL_SOCKET_IFNAME selects when it is set (NCCL's bootstrap interface choice; loopback then only when named),
-// else among those that are running and neither loopback nor a bridge of this host's containers or VMs (docker0,
-// virbr0, ...: the bootstrap's own rule; a rank on another host waited out its timeout for such an address);
-// 127.0.0.1 when none is. "" when NCCL_SOCKET_IFNAME selects none: its loopback
-// stand-in would send every other host's ranks to their own loopback, to fail at their timeout.
+// The address other ranks reach this host at: the bootstrap's choice for a rank's own address (hostAddress: what
+// NCCL_SOCKET_IFNAME selects, else an interface neither loopback nor a container's or VM's bridge, else such a bridge
+// or veth; never link-local), IPv4, as nnsGetUniqueId's root listens on IPv4. 127.0.0.1 when there is none (a host
+// alone); "" when NCCL_SOCKET_IFNAME selects none: its loopback stand-in would send every other host's ranks to their
+// own loopback, to fail at their timeout.
 std::string firstIPv4() {
   const char* spec = std::getenv("NCCL_SOCKET_IFNAME");
   const bool filtered = spec != nullptr && *spec != '\0';
-  const nccl_net::sdk::InterfaceFilter filter(filtered ? spec : "");
-  ifaddrs* list = nullptr;
-  std::string found = filtered ? "" : "127.0.0.1";
-  if (getifaddrs(&list) != 0) return found;
-  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP)) continue;
-    if (filtered ? !filter.matches(a->ifa_name)
-                 : (a->ifa_flags & IFF_LOOPBACK) != 0 || (a->ifa_flags & IFF_RUNNING) == 0 ||
-                       nns::core::hostOnlyInterface(a->ifa_name))
-      continue;
-    char text[INET_ADDRSTRLEN];
-    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof(text));
-    found = text;
-    break;
-  }
-  freeifaddrs(list);
-  return found;
+  sockaddr_storage address{};
+  socklen_t length = 0;
+  if (!nns::core::hostAddress(AF_INET, &address, &length, nullptr)) return filtered ? "" : "127.0.0.1";
+  char text[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&address)->sin_addr, text, sizeof(text));
+  return text;
 }
 
 // A free port, listened on from now and kept for this process's rank 0 (keepRootListener): a port only looked up

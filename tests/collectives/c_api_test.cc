@@ -587,6 +587,25 @@ TEST(CApi, AUniqueIdsPortIsHeldUntilRankZeroListensOnIt) {
   expectGroupedSumAndDestroy(comms);
 }
 
+// An id made in a process that then creates only another rank (legal with ncclGetUniqueId, whose root thread serves
+// the rendezvous wherever it was called): the join reaches the id's port, held by this very process for a rank 0
+// that never comes, and the error says so (it said only "accepted the connection but never answered the join").
+TEST(CApi, ANonZeroRankInTheProcessThatMadeTheIdIsToldWhereRankZeroMustBe) {
+  pickPortOnLoopback();
+  nnsUniqueId id;
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(setenv("NNS_COMM_TIMEOUT_MS", "1000", 1), 0);
+  nnsComm_t comm = nullptr;
+  EXPECT_NE(nnsCommInitRank(&comm, 2, id, 1), ncclSuccess);
+  unsetenv("NNS_COMM_TIMEOUT_MS");
+  EXPECT_NE(std::string(nnsGetLastError()).find("rank 0 must be created in the process that made the id"),
+            std::string::npos)
+      << nnsGetLastError();
+  // A one-rank communicator from the id lets its port go.
+  ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError();
+  EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+}
+
 // The port nnsGetUniqueId holds is let go when no bootstrap will listen on it: a one-rank communicator (which meets no
 // one) and a rank 0 that fails before its bootstrap (a bad NNS_SLOTS here). It stayed open, listening, for the life of
 // the process (one more descriptor per communicator), and a rank that reached it hung until its timeout.
@@ -637,31 +656,39 @@ TEST(CApi, AUniqueIdsPortIsLetGoWhenNoBootstrapListensOnIt) {
 // host (docker0) nor an interface that is up without a carrier, even when they come first (an id holding docker0's
 // address left the ranks on other hosts to wait out their timeout). In a network namespace of its own (a child
 // process), veth pairs stand in for the interfaces.
-TEST(CApi, AUniqueIdSkipsContainerBridgesAndLinksWithoutACarrier) {
-  if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+// Runs nnsGetUniqueId in a child process in a network namespace of its own, made by the ip commands `setup`, once
+// per NCCL_SOCKET_IFNAME value in `ifnames` (nullptr: unset): the ids' addresses, one per line, or "skip: ..." where
+// namespaces or veth pairs cannot be made here.
+std::string uniqueIdsInNamespace(const char* setup, const std::vector<const char*>& ifnames) {
+  if (geteuid() != 0) return "skip: network namespaces need root";
   int out[2];
-  ASSERT_EQ(pipe(out), 0);
+  if (pipe(out) != 0) return "skip: pipe failed";
   const pid_t child = fork();
-  ASSERT_GE(child, 0);
+  if (child < 0) return "skip: fork failed";
   if (child == 0) {
     close(out[0]);
-    auto say = [&](const std::string& text) {
-      (void)!write(out[1], text.data(), text.size());
+    auto say = [&](const std::string& text) { (void)!write(out[1], text.data(), text.size()); };
+    if (unshare(CLONE_NEWNET) != 0) {
+      say(std::string("skip: unshare(CLONE_NEWNET): ") + std::strerror(errno));
       _exit(0);
-    };
-    if (unshare(CLONE_NEWNET) != 0) say(std::string("skip: unshare(CLONE_NEWNET): ") + std::strerror(errno));
-    const char* setup =
-        "ip link add eth8 type veth peer name zzpeer8 && ip addr add 10.8.0.1/24 dev eth8 && ip link set eth8 up && "
-        "ip link add docker0 type veth peer name zzpeer0 && ip addr add 172.17.0.1/16 dev docker0 && "
-        "ip link set docker0 up && ip link set zzpeer0 up && "
-        "ip link add eth9 type veth peer name zzpeer9 && ip addr add 10.9.0.1/24 dev eth9 && ip link set eth9 up && "
-        "ip link set zzpeer9 up";  // eth8's peer stays down: eth8 is up with no carrier
-    if (std::system(setup) != 0) say("skip: no veth pairs here (`ip link add ... type veth` failed)");
-    unsetenv("NCCL_SOCKET_IFNAME");
+    }
+    if (std::system(setup) != 0) {
+      say("skip: no veth pairs here (`ip link add ... type veth` failed)");
+      _exit(0);
+    }
     unsetenv("NNS_ROOT_ADDR");
-    nnsUniqueId id;
-    if (nnsGetUniqueId(&id) != ncclSuccess) say(std::string("error: ") + nnsGetLastError());
-    say(std::string(id.internal, strnlen(id.internal, sizeof(id.internal))));
+    for (const char* ifname : ifnames) {
+      if (ifname == nullptr)
+        unsetenv("NCCL_SOCKET_IFNAME");
+      else
+        setenv("NCCL_SOCKET_IFNAME", ifname, 1);
+      nnsUniqueId id;
+      const std::string text = nnsGetUniqueId(&id) == ncclSuccess
+                                   ? std::string(id.internal, strnlen(id.internal, sizeof(id.internal)))
+                                   : std::string("error: ") + nnsGetLastError();
+      say(text.substr(0, text.find(':')) + "\n");
+    }
+    _exit(0);
   }
   close(out[1]);
   std::string said;
@@ -669,9 +696,35 @@ TEST(CApi, AUniqueIdSkipsContainerBridgesAndLinksWithoutACarrier) {
   for (ssize_t n; (n = read(out[0], buffer, sizeof(buffer))) > 0;) said.append(buffer, static_cast<size_t>(n));
   close(out[0]);
   int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
+  waitpid(child, &status, 0);
+  return said;
+}
+
+TEST(CApi, AUniqueIdSkipsContainerBridgesAndLinksWithoutACarrier) {
+  const std::string said = uniqueIdsInNamespace(
+      "ip link add eth8 type veth peer name zzpeer8 && ip addr add 10.8.0.1/24 dev eth8 && ip link set eth8 up && "
+      "ip link add docker0 type veth peer name zzpeer0 && ip addr add 172.17.0.1/16 dev docker0 && "
+      "ip link set docker0 up && ip link set zzpeer0 up && "
+      "ip link add eth9 type veth peer name zzpeer9 && ip addr add 10.9.0.1/24 dev eth9 && ip link set eth9 up && "
+      "ip link set zzpeer9 up && ip link set lo up",  // eth8's peer stays down: eth8 is up with no carrier
+      {nullptr, "^docker"});
   if (said.rfind("skip: ", 0) == 0) GTEST_SKIP() << said.substr(6);
-  EXPECT_EQ(said.substr(0, said.find(':')), "10.9.0.1") << "the unique id holds " << said;
+  // "^docker" selects lo too: loopback only when nothing else is selected.
+  EXPECT_EQ(said, "10.9.0.1\n10.9.0.1\n") << "the unique ids hold " << said;
+}
+
+// A host whose only links are veth pairs (a network namespace's, a container's) and a link-local address (a BMC's
+// usb0, 169.254/16): the id holds the veth's address, not the link-local one, nor 127.0.0.1, which sent the other
+// hosts' ranks to their own loopback until their timeout.
+TEST(CApi, AUniqueIdTakesAVethBeforeLoopbackAndNeverALinkLocalAddress) {
+  const std::string said = uniqueIdsInNamespace(
+      "ip link add usb0 type veth peer name zzpeer0 && ip addr add 169.254.3.1/16 dev usb0 && ip link set usb0 up && "
+      "ip link set zzpeer0 up && "
+      "ip link add vethA type veth peer name zzpeerA && ip addr add 10.77.0.1/24 dev vethA && "
+      "ip link set vethA up && ip link set zzpeerA up && ip link set lo up",
+      {nullptr, "vethA"});
+  if (said.rfind("skip: ", 0) == 0) GTEST_SKIP() << said.substr(6);
+  EXPECT_EQ(said, "10.77.0.1\n10.77.0.1\n") << "the unique ids hold " << said;
 }
 
 // An id whose port nnsGetUniqueId picked carries a random value, as ncclUniqueId does: a rank holding another id for

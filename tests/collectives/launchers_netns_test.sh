@@ -16,7 +16,7 @@ tmp=$(mktemp -d)
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done
-  for ns in "$tag-0" "$tag-1" "$tag-2" "$sw"; do
+  for ns in "$tag-0" "$tag-1" "$tag-2" "$tag-3" "$sw"; do
     ip netns del "$ns" 2>/dev/null
     rm -rf "/etc/netns/$ns"
   done
@@ -35,6 +35,7 @@ for i in 0 1 2; do
     ip -n "$sw" link set "p$i" master br0 && ip -n "$sw" link set "p$i" up &&
     ip -n "$ns" addr add "10.78.0.$((i + 1))/24" dev eth0 &&
     ip -n "$ns" addr add "fd78::$((i + 1))/64" dev eth0 nodad &&
+    ip -n "$ns" addr add "fe80::78:$((i + 1))/64" dev eth0 nodad &&
     ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up || { echo "FAILED: host $i"; exit 1; }
   # `ip netns exec` shows /etc/netns/NAME/hosts as /etc/hosts. Host 0 names itself 127.0.1.1, as Debian's installer
   # writes it; the others know it by its address.
@@ -46,6 +47,21 @@ for i in 0 1 2; do
     done
   } > "/etc/netns/$ns/hosts"
 done
+
+# Host 3 has, listed before its eth0 (10.78.0.4), a BMC's link-local usb0 (169.254.1.1) and a tunnel no other host
+# reaches (tun0, 10.99.0.1), each a veth pair within the host, and names itself 127.0.1.1; the others know it by its
+# address.
+ns="$tag-3"
+ip netns add "$ns" && ip -n "$ns" link add usb0 type veth peer name zzusb0 &&
+  ip -n "$ns" addr add 169.254.1.1/16 dev usb0 && ip -n "$ns" link set usb0 up && ip -n "$ns" link set zzusb0 up &&
+  ip -n "$ns" link add tun0 type veth peer name zztun0 && ip -n "$ns" addr add 10.99.0.1/24 dev tun0 &&
+  ip -n "$ns" link set tun0 up && ip -n "$ns" link set zztun0 up && ip link add eth0 netns "$ns" type veth peer name p3 netns "$sw" &&
+  ip -n "$sw" link set p3 master br0 && ip -n "$sw" link set p3 up && ip -n "$ns" addr add 10.78.0.4/24 dev eth0 &&
+  ip -n "$ns" addr add fe80::78:4/64 dev eth0 nodad &&
+  ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up || { echo "FAILED: host 3"; exit 1; }
+mkdir -p "/etc/netns/$ns"
+printf '127.0.0.1 localhost\n127.0.1.1 nnlhost3\n' > "/etc/netns/$ns/hosts"
+for i in 0 1 2; do echo "10.78.0.4 nnlhost3" >> "/etc/netns/$tag-$i/hosts"; done
 
 failures=0
 fail() { echo "FAILED: $*"; failures=$((failures + 1)); }
@@ -143,6 +159,30 @@ done
 expect_error size_2 1 "rank 0 expects 3 ranks, and rank 2 says 4"
 expect_error size_0 6 "rank(s) 2 did not arrive within 2000 ms.*turned away: rank 2 of 4"
 expect_error size_1 6 "rank 0 gave up: rank(s) 2 did not arrive within 2000 ms"
+port=$((port + 1))
+
+# Ranks 0 and 1 on host 3, rank 2 on host 1, MASTER_ADDR host 3's name (127.0.1.1 there): rank 1 reaches rank 0 over
+# loopback and announces an interface's address instead, the one NCCL_SOCKET_IFNAME selects. It announced the first
+# interface up (usb0's 169.254.1.1), whatever NCCL_SOCKET_IFNAME said, and rank 2 found it unreachable.
+for r in 0 1 2; do
+  host=3; [ $r = 2 ] && host=1
+  start "ifname_$r" $host "${ok[@]}" $(torch $r 3) MASTER_ADDR=nnlhost3 MASTER_PORT=$port NCCL_SOCKET_IFNAME=eth0 -- \
+    "$example"
+done
+for r in 0 1 2; do expect_ok "ifname_$r" 20 "rank $r of 3: allreduce and ring exchange correct"; done
+grep -q "listens for the other ranks at 10.78.0.4:" "$tmp/ifname_1.log" || fail "ifname_1: not announced on eth0"
+port=$((port + 1))
+
+# A link-local IPv6 root address, rank 0 on host 3 (whose eth0 has another interface index than the others'): each
+# rank reaches the others' link-local listeners through its own eth0 (and the socket plugin is told eth0: it would take
+# host 3's usb0, the first interface, as NCCL's does). The scope of the address a rank announced was
+# taken as it was, its own interface index, and the others found no route.
+for r in 0 1 2; do
+  host=3; [ $r != 0 ] && host=$r
+  start "linklocal_$r" $host "${ok[@]}" $(torch $r 3) "MASTER_ADDR=fe80::78:4%eth0" MASTER_PORT=$port \
+    NCCL_SOCKET_IFNAME=eth0 -- "$example"
+done
+for r in 0 1 2; do expect_ok "linklocal_$r" 20 "rank $r of 3: allreduce and ring exchange correct"; done
 port=$((port + 1))
 
 # Rank 2 never arrives: every rank that did fails after the timeout, naming it.

@@ -33,6 +33,8 @@
 #include <thread>
 #include <vector>
 
+#include <nccl_net/sdk/socket.hpp>
+
 #include "nns/core/descriptors.hpp"
 
 namespace nns::core {
@@ -409,6 +411,12 @@ std::vector<int> keptListeners;
   keptListeners.push_back(fd);
   return true;
 }();
+
+// Whether a kept listener on `port` waits for its rank 0 in this process.
+bool keptListenerOn(int port) {
+  std::lock_guard<std::mutex> lock(keptListenersMutex);
+  return std::any_of(keptListeners.begin(), keptListeners.end(), [port](int fd) { return boundPort(fd) == port; });
+}
 
 // A kept listener on `port`, taken out of the list; -1 if none.
 int inheritedListener(int port) {
@@ -816,31 +824,63 @@ bool loopbackByName(const std::string& host) {
          (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0);
 }
 
-// The first address of an interface that is up, running, and neither loopback nor a container's or VM's bridge
-// (IPv4 before IPv6, no IPv6 link-local), for a rank that reached rank 0 over loopback through a root host name
-// (Debian's /etc/hosts gives the host's own name 127.0.1.1): ranks on other machines reached rank 0 by that name too,
-// and cannot reach this rank over loopback.
-bool interfaceAddress(Address* out) {
+// Link-local addresses (169.254/16, fe80::/10) that no other host's route reaches: a BMC's usb0, an interface that
+// got no DHCP lease.
+bool linkLocal(const sockaddr* address) {
+  if (address->sa_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(address)->sin_addr.s_addr) >> 16) == 0xa9fe;
+  return address->sa_family == AF_INET6 &&
+         IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr);
+}
+
+}  // namespace
+
+bool hostAddress(int family, sockaddr_storage* out, socklen_t* length, std::string* interfaceName) {
+  const char* spec = std::getenv("NCCL_SOCKET_IFNAME");
+  const bool filtered = spec != nullptr && *spec != '\0';
+  const nccl_net::sdk::InterfaceFilter filter(filtered ? spec : "");
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return false;
+  // Interfaces up and running (a carrier: a link without one connects nowhere), in two tiers, the first one's
+  // before the second's. With NCCL_SOCKET_IFNAME: what it selects, loopback last ("^docker" selects lo too). Without:
+  // an interface that is running, neither loopback nor a container's or VM's bridge or veth, then such a bridge or veth
+  // (a host whose only links are those: a network namespace's veth, a container's). Within a tier IPv4 before IPv6, in
+  // the kernel's order.
   bool found = false;
-  for (int family : {AF_INET, AF_INET6}) {
-    for (ifaddrs* a = list; a != nullptr && !found; a = a->ifa_next) {
-      if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != family || (a->ifa_flags & IFF_UP) == 0 ||
-          (a->ifa_flags & IFF_RUNNING) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0)
-        continue;
-      if (hostOnlyInterface(a->ifa_name)) continue;  // which other machines do not reach
-      if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr))
-        continue;
-      *out = Address{};
-      out->length = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-      std::memcpy(&out->address, a->ifa_addr, out->length);
-      found = true;
+  for (int tier = 0; tier < 2 && !found; ++tier) {
+    for (int candidateFamily : {AF_INET, AF_INET6}) {
+      if (family != AF_UNSPEC && candidateFamily != family) continue;
+      for (ifaddrs* a = list; a != nullptr && !found; a = a->ifa_next) {
+        if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != candidateFamily || (a->ifa_flags & IFF_UP) == 0 ||
+            (a->ifa_flags & IFF_RUNNING) == 0 || linkLocal(a->ifa_addr))
+          continue;
+        const bool loopback = (a->ifa_flags & IFF_LOOPBACK) != 0;
+        if (filtered ? !filter.matches(a->ifa_name) || loopback != (tier == 1)
+                     : loopback || hostOnlyInterface(a->ifa_name) != (tier == 1))
+          continue;
+        *length = candidateFamily == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+        *out = sockaddr_storage{};
+        std::memcpy(out, a->ifa_addr, *length);
+        if (interfaceName != nullptr) *interfaceName = a->ifa_name;
+        found = true;
+      }
+      if (found) break;
     }
-    if (found) break;
   }
   freeifaddrs(list);
   return found;
+}
+
+namespace {
+
+// hostAddress's, for a rank that reached rank 0 over loopback through a root host name (Debian's /etc/hosts gives
+// the host's own name 127.0.1.1): ranks on other machines reached rank 0 by that name too, and cannot reach this rank
+// over loopback.
+bool interfaceAddress(Address* out) {
+  Address address{};
+  if (!hostAddress(AF_UNSPEC, &address.address, &address.length, nullptr)) return false;
+  *out = address;
+  return true;
 }
 
 // "192.0.2.1:4000", "[fd78::1]:4000".
@@ -1105,7 +1145,10 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
         int err = errno;
         close(listener);
         fail("rank 0 cannot listen on " + listening + ": " + std::strerror(err) +
-                 (err == EADDRINUSE ? " (another job, or another program, holds that port)" : "") +
+                 (err == EADDRINUSE ? " (another job, or another program, holds that port; a unique id made by "
+                                      "nnsGetUniqueId in another process holds it for that process: rank 0 must "
+                                      "be created where the id was made)"
+                                    : "") +
                  (info.rootPortNote.empty() ? "" : "; the port is " + info.rootPortNote),
              Result::kSystemError);
       }
@@ -1308,6 +1351,12 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
           else
             lastProblem = Clock::now() >= deadline ? "it accepted the connection but never answered the join"
                                                    : "it closed the connection without answering the join";
+          // This process's own kept listener took the connection: no rank 0 of this process ever came for it.
+          if (keptListenerOn(info.rootPort))
+            lastProblem +=
+                "; the port is held by this process, which made the unique id (nnsGetUniqueId) for its "
+                "own rank 0: rank 0 must be created in the process that made the id (it serves the "
+                "rendezvous there; NCCL's ncclGetUniqueId may be called anywhere, this one may not)";
         }
         if (answered && reply == kJoined) {
           rootSocket_ = fd;
@@ -1354,6 +1403,11 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
   // 127.0.0.1.
   const bool rootNamed = !isNumericAddress(info.rootHost) && !loopbackByName(info.rootHost);
   const auto everyone = allGather(listenPointToPoint(rootNamed) + machine);
+  uint32_t ownScope = 0;  // this rank's listener's interface, where its address is link-local IPv6
+  if (Address own{}; localAddress(p2p_->listener, &own) && own.address.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&own.address);
+    if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr)) ownScope = in6->sin6_scope_id;
+  }
   p2p_->peers.resize(size_);
   p2p_->outgoing.assign(size_, -1);
   p2p_->gone.assign(size_, std::string());
@@ -1372,6 +1426,11 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
         !(family == AF_INET6 && length == sizeof(sockaddr_in6)))
       fail("rank " + std::to_string(r) + "'s point-to-point address is garbage", Result::kRemoteError);
     if (everyone[r].compare(kRoom, std::string::npos, machine) == 0) ++localRanks_;
+    // A link-local IPv6 address's scope is an interface index of the rank that announced it, which names another
+    // interface here, or none ("Network is unreachable" with a link-local root address): this rank reaches it
+    // through the interface of its own link-local listener, on the same link.
+    auto* peer = reinterpret_cast<sockaddr_in6*>(&p2p_->peers[r].address);
+    if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&peer->sin6_addr) && ownScope != 0) peer->sin6_scope_id = ownScope;
   }
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   spin_ = cpus > 0 && localRanks_ <= cpus ? kSpinBeforeSleep : std::chrono::microseconds(0);

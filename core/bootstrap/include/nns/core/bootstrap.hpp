@@ -3,6 +3,8 @@
 // demand). Every wait has a deadline.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -76,6 +78,14 @@ void releaseRootListener(int port);
 // Whether an interface by this name is a bridge or virtual link that only this host's containers and VMs reach
 // (docker0, br-<id>, virbr0, veth*, cni0, flannel.1, cali*, ...): an address on it is no address for another host.
 bool hostOnlyInterface(const char* name);
+
+// The address of this host that other hosts most likely reach, for a rank to announce (port 0): with
+// NCCL_SOCKET_IFNAME, the first interface up and running that it selects, loopback only when nothing else is;
+// without it, the first up and running and neither loopback nor hostOnlyInterface, else the first such bridge or
+// veth. IPv4 before IPv6 (`family` AF_INET or AF_INET6 takes only that one; AF_UNSPEC either), never a link-local
+// address (169.254/16, fe80::/10: a BMC's usb0). False when there is none: the caller's loopback stands.
+// `interfaceName` (may be null) gets the interface's name.
+bool hostAddress(int family, sockaddr_storage* out, socklen_t* length, std::string* interfaceName);
 
 // Splits a root address into host and port: host:port, a name or IPv4 address as the host, an IPv6 address in
 // brackets ([fd78::1]:29500), the port in decimal digits, 1..65535. Anything else returns false with `error` saying
