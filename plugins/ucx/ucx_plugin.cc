@@ -142,7 +142,8 @@ class DeviceTable {
 // fork by its pid and builds its own contexts, leaving the parent's untouched (they belong to the parent).
 struct DeviceContext {
   ucp_context_h handle = nullptr;
-  int workers = 0;         // live comms on it (under ContextTable's mutex): cleaned up when none is left
+  int workers = 0;         // live comms and mapped registrations on it (under ContextTable's mutex): cleaned up when
+                           // none is left
   bool mapMemory = false;  // regMr pins and registers with ucp_mem_map (RDMA devices, or NNS_UCX_MEM_MAP=yes)
 };
 
@@ -174,6 +175,13 @@ class ContextTable {
     ++slot->workers;
     *out = slot.get();
     return ncclSuccess;
+  }
+
+  // One more user of a context already acquired: a registration mapped on it, which may outlive its comm (ucp_cleanup
+  // under a mapped region aborted the process in UCX's registration cache).
+  void retain(DeviceContext* context) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++context->workers;
   }
 
   // The last comm of a context gone: clean the context up, so a process with no comms holds no UCX state (no async
@@ -303,8 +311,8 @@ struct Request {
 struct MemoryHandle {
   void* base;
   size_t size;
-  ucp_mem_h memh;  // NULL when registration does not pay off for the device (tcp, shared memory)
-  ucp_context_h context;
+  ucp_mem_h memh;          // NULL when registration does not pay off for the device (tcp, shared memory)
+  DeviceContext* context;  // retained while memh is mapped on it
 };
 
 // A send or receive comm: its own worker (progressed only by the thread that drives the comm, so the data path takes no
@@ -351,9 +359,10 @@ constexpr char kGoodbye = 'B';
 // writes a goodbye byte first (only when nothing of its own was pending), so end-of-stream without it means the peer
 // process is gone (the kernel closed its socket) or closed mid-transfer. A dead host rather than a dead process is
 // found by TCP keepalive on the socket (NNS_UCX_DEAD_PEER_MS). After a goodbye nothing more will come from the peer,
-// and it will take nothing more: a request still incomplete NNS_UCX_CLOSE_TIMEOUT_MS later (time for what the peer
-// flushed before its goodbye to be progressed here) fails; a live peer that closed is otherwise invisible to UCX's
-// shared-memory keepalive. Checked from test() while a request is incomplete, at most every 50 ms.
+// and it will take nothing more: a request still incomplete NNS_UCX_CLOSE_TIMEOUT_MS after the goodbye, or after the
+// last progress since (time for what the peer flushed before its goodbye to be progressed here), fails; a live peer
+// that closed is otherwise invisible to UCX's shared-memory keepalive. Checked from test() while a request is
+// incomplete, at most every 50 ms.
 void checkSideChannel(Comm* comm) {
   if (comm->sideFd < 0 || comm->failure.load() != UCS_OK) return;
   auto now = Clock::now();
@@ -524,7 +533,7 @@ class Lingering {
     adoptAfterFork();
     comms_.push_back(comm);
     if (started_) {
-      wake_.notify_one();
+      wake_->notify_one();
       return;
     }
     started_ = pthread_create(&thread_, nullptr, &Lingering::main, this) == 0;
@@ -543,7 +552,7 @@ class Lingering {
     bool started = started_;
     started_ = false;
     stopping_ = true;
-    wake_.notify_one();
+    wake_->notify_one();
     lock.unlock();
     if (started) pthread_join(thread_, nullptr);  // bounded: every comm ends by its linger deadline
     instance_ = nullptr;
@@ -558,13 +567,21 @@ class Lingering {
     (void)Config::get();
     (void)ContextTable::get();
     instance_ = this;
-    pthread_atfork(&Lingering::beforeFork, &Lingering::afterFork, &Lingering::afterFork);
+    pthread_atfork(&Lingering::beforeFork, &Lingering::afterFork, &Lingering::afterForkInChild);
   }
   static void beforeFork() {
     if (instance_ != nullptr) instance_->mutex_.lock();
   }
   static void afterFork() {
     if (instance_ != nullptr) instance_->mutex_.unlock();
+  }
+  // The child's copy of the condition variable counts the parent's thread, waiting in it, as a waiter that will never
+  // leave: destroying it (the child's exit) waited for ever. The child gets a fresh one; the copy is left alone.
+  static void afterForkInChild() {
+    if (instance_ == nullptr) return;
+    instance_->parentsWakes_.push_back(instance_->wake_.release());  // kept reachable, never destroyed
+    instance_->wake_ = std::make_unique<std::condition_variable>();
+    instance_->mutex_.unlock();
   }
 
   // In a forked child, the comms and the thread are the parent's: kept reachable, never touched.
@@ -585,7 +602,7 @@ class Lingering {
     std::vector<std::pair<Comm*, bool>> ending;  // comm, and whether its peer is gone (else its linger ran out)
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      wake_.wait(lock, [this] { return !comms_.empty() || stopping_; });
+      wake_->wait(lock, [this] { return !comms_.empty() || stopping_; });
       if (comms_.empty()) return;  // stopping, and nothing left to wait for
       auto now = Clock::now();
       for (size_t i = 0; i < comms_.size();) {
@@ -620,7 +637,9 @@ class Lingering {
   std::mutex mutex_;
   std::vector<Comm*> comms_;
   std::vector<Comm*> abandoned_;
-  std::condition_variable wake_;  // a comm was added, or the destructor wants the thread to end
+  // A comm was added, or the destructor wants the thread to end. On the heap: a forked child replaces it.
+  std::unique_ptr<std::condition_variable> wake_ = std::make_unique<std::condition_variable>();
+  std::vector<std::condition_variable*> parentsWakes_;  // a forked child's copies of its ancestors' wake_
   pthread_t thread_{};
   bool started_ = false;   // thread_ was created and not joined
   bool stopping_ = false;  // the destructor: end once no comm is left
@@ -708,7 +727,7 @@ ucp_mem_h memoryHandleFor(const Comm* comm, void* mhandle, const void* data, siz
   auto* memory = static_cast<MemoryHandle*>(mhandle);
   if (memory == nullptr || memory->memh == nullptr) return nullptr;
   // Registered through another device's comm (another UCP context): its memh means nothing here; let UCX register.
-  if (memory->context != comm->context->handle) return nullptr;
+  if (memory->context != comm->context) return nullptr;
   auto begin = static_cast<const char*>(data);
   auto base = static_cast<const char*>(memory->base);
   if (begin < base || begin + size > base + memory->size) return nullptr;  // outside the region: let UCX register
@@ -920,7 +939,7 @@ class UcxNet {
       return ncclInvalidArgument;
     }
     auto* owner = static_cast<Comm*>(comm);
-    auto memory = std::make_unique<MemoryHandle>(MemoryHandle{data, size, nullptr, owner->context->handle});
+    auto memory = std::make_unique<MemoryHandle>(MemoryHandle{data, size, nullptr, owner->context});
     // Over RDMA, pinning and registering once here keeps registration off the data path. tcp and shared memory
     // register nothing (they copy, or use CMA), so mapping there would only cost time and pinned pages.
     if (owner->context->mapMemory && size > 0) {
@@ -933,6 +952,7 @@ class UcxNet {
         NCCL_NET_WARN("regMr: ucp_mem_map(%p, %zu): %s", data, size, ucs_status_string(status));
         return ncclSystemError;
       }
+      ContextTable::get().retain(owner->context);
     }
     *mhandle = memory.release();
     return ncclSuccess;
@@ -943,11 +963,12 @@ class UcxNet {
     if (memory == nullptr) return ncclSuccess;
     ncclResult_t result = ncclSuccess;
     if (memory->memh != nullptr) {
-      ucs_status_t status = ucp_mem_unmap(memory->context, memory->memh);
+      ucs_status_t status = ucp_mem_unmap(memory->context->handle, memory->memh);
       if (status != UCS_OK) {
         NCCL_NET_WARN("deregMr: ucp_mem_unmap: %s", ucs_status_string(status));
         result = ncclSystemError;
       }
+      ContextTable::get().release(memory->context);
     }
     delete memory;
     return result;
@@ -1065,6 +1086,9 @@ class UcxNet {
     }
     int failedSub = firstFailed();
     if (!all && failedSub < 0) {
+      // After the peer's goodbye, what it sent before it is still arriving while progress finds events: the close
+      // timeout counts from the last of them, not from the goodbye (a receive whose bytes were still coming failed).
+      if (comm->peerClosed && events != 0) comm->peerClosedAt = Clock::now();
       // The endpoint failed: what has not completed never will. The request stays live; close cleans it up.
       checkSideChannel(comm);
       if (comm->failure.load() != UCS_OK) return commFailed(comm, "test");

@@ -283,4 +283,116 @@ TEST(UcxClose, ALingeringCommGoesWhenItsPeerCloses) {
   EXPECT_LT(seconds, 2.0) << "the lingering send comms outlived their peers' close by " << seconds << " s";
 }
 
+// A large message the sender completed before its close, still draining at the receiver when the goodbye is read:
+// tcp emulated slow (one 16 KiB segment per progress poll, large socket buffers) and the receiver testing every
+// 100 ms, as a busy proxy thread does. It arrives whole: the close timeout (500 ms) counts from the last progress, not
+// from the goodbye (the receive failed with "a request is still pending after the peer closed its comm").
+TEST(UcxClose, AMessageStillDrainingAfterTheGoodbyeArrivesWhole) {
+  applyEnv(Transport{"tcp, slow drain",
+                     {{"UCX_TLS", "tcp"},
+                      {"UCX_NET_DEVICES", "lo"},
+                      {"UCX_TCP_MAX_POLL", "1"},
+                      {"UCX_TCP_RX_SEG_SIZE", "16k"},
+                      {"UCX_TCP_SNDBUF", "8m"},
+                      {"UCX_TCP_RCVBUF", "8m"}}});
+  const ncclNet_v12_t* net = plugin();
+  ASSERT_NE(net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  void* ctx = initPlugin(net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  void *sendComm = nullptr, *recvComm = nullptr, *listenComm = nullptr;
+  ASSERT_EQ(connectPair(net, ctx, 0, &sendComm, &recvComm, &listenComm), ncclSuccess);
+  constexpr size_t kBytes = size_t{64} << 20;
+  std::vector<unsigned char> source(kBytes), target(kBytes, 0);
+  for (size_t i = 0; i < kBytes; ++i) source[i] = messageByte(1, i);
+  void* data = target.data();
+  size_t size = kBytes;
+  int tag = 1, sizes[8] = {}, recvDone = 0;
+  void *sendRequest = nullptr, *recvRequest = nullptr;
+  ASSERT_EQ(postRecv(net, recvComm, 1, &data, &size, &tag, &recvRequest), ncclSuccess);
+  ASSERT_EQ(postSend(net, sendComm, source.data(), kBytes, tag, &sendRequest), ncclSuccess);
+  // The receiver is progressed too (the rendezvous' first steps) while the sender completes.
+  auto deadline = Clock::now() + std::chrono::seconds(30);
+  for (int sendDone = 0; !sendDone;) {
+    ASSERT_EQ(net->test(sendRequest, &sendDone, nullptr), ncclSuccess);
+    if (!recvDone) ASSERT_EQ(net->test(recvRequest, &recvDone, sizes), ncclSuccess);
+    ASSERT_LT(Clock::now(), deadline) << "the send did not complete";
+  }
+  EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);  // its goodbye goes out; it lingers, progressed by the plugin
+  while (!recvDone) {
+    ASSERT_EQ(net->test(recvRequest, &recvDone, sizes), ncclSuccess) << "the message failed while still arriving";
+    ASSERT_LT(Clock::now(), deadline) << "the message did not arrive";
+    if (!recvDone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(sizes[0], static_cast<int>(kBytes));
+  EXPECT_TRUE(source == target) << "the message arrived damaged";
+  EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+}
+
+// A registration mapped with UCX (NNS_UCX_MEM_MAP=yes) deregistered after its comms closed (NCCL deregisters
+// first, but nothing in the ABI says so): the context stays until the registration goes. The last comm's close
+// cleaned the context up under the mapped region, and UCX's registration cache aborted the process.
+TEST(UcxClose, ARegistrationOutlivingItsCommsIsDeregisteredCleanly) {
+  applyEnv(kTcp);
+  setenv("NNS_UCX_MEM_MAP", "yes", 1);
+  const ncclNet_v12_t* net = plugin();
+  ASSERT_NE(net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  void* ctx = initPlugin(net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  void *sendComm = nullptr, *recvComm = nullptr, *listenComm = nullptr;
+  ASSERT_EQ(connectPair(net, ctx, 0, &sendComm, &recvComm, &listenComm), ncclSuccess);
+  std::vector<unsigned char> buffer(1 << 20);
+  void* mhandle = nullptr;
+  ASSERT_EQ(net->regMr(sendComm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mhandle), ncclSuccess);
+  EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+  EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the lingering send comm goes too
+  EXPECT_EQ(net->deregMr(sendComm, mhandle), ncclSuccess);      // the comm's pointer is stale; deregMr does not read it
+  // The device still works: a new pair, a message through it.
+  ASSERT_EQ(connectPair(net, ctx, 0, &sendComm, &recvComm, &listenComm), ncclSuccess);
+  std::vector<unsigned char> source(kMessageBytes, 9), target(kMessageBytes, 0);
+  ASSERT_NO_FATAL_FAILURE(transferOnce(net, sendComm, recvComm, source.data(), target.data(), 1));
+  EXPECT_EQ(source, target);
+  EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+  EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+}
+
+// A process whose lingering comms' thread has started and now waits for more, forked: the child, which never calls
+// the plugin, exits at once. Its copy of the thread's condition variable counted the parent's thread as a waiter, and
+// destroying it at the child's exit waited for ever.
+TEST(UcxClose, AChildForkedAfterALingeringCommExits) {
+  applyEnv(kTcp);
+  const ncclNet_v12_t* net = plugin();
+  ASSERT_NE(net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  void* ctx = initPlugin(net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  void *sendComm = nullptr, *recvComm = nullptr, *listenComm = nullptr;
+  ASSERT_EQ(connectPair(net, ctx, 0, &sendComm, &recvComm, &listenComm), ncclSuccess);
+  std::vector<unsigned char> source(kMessageBytes, 5), target(kMessageBytes, 0);
+  ASSERT_NO_FATAL_FAILURE(transferOnce(net, sendComm, recvComm, source.data(), target.data(), 1));
+  EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);  // lingers, and starts the thread
+  EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);  // its goodbye lets the lingering comm go
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the thread waits on its condition variable again
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) std::exit(0);  // static destructors: the plugin's list of lingering comms among them
+  int status = 0;
+  pid_t ended = 0;
+  const auto start = Clock::now();
+  while ((ended = waitpid(child, &status, WNOHANG)) == 0 && Clock::now() - start < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (ended == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+  }
+  EXPECT_EQ(ended, child) << "the forked child still had not exited after 10 s";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
 }  // namespace
