@@ -149,11 +149,18 @@ def child(via):
 
 def missing_libraries(path):
     """The shared libraries the plugin needs that this machine lacks (ldd's "not found"), e.g. UCX's for a plugin
-    built elsewhere; empty when ldd is not there."""
+    built elsewhere. Without ldd, a child process dlopen()s the plugin and the first library the loader names as
+    missing is returned."""
     try:
         run = subprocess.run(["ldd", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return []
+        try:
+            probe = subprocess.run([sys.executable, "-c", "import ctypes, sys; ctypes.CDLL(sys.argv[1])", path],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return []
+        found = re.search(r"([^\s:]+\.so[.\d]*): cannot open shared object file", probe.stdout.decode(errors="replace"))
+        return [found.group(1)] if found and found.group(1) not in (path, os.path.basename(path)) else []
     return [line.split()[0] for line in run.stdout.decode(errors="replace").splitlines() if "not found" in line]
 
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -397,13 +398,18 @@ bool isDevicePointer(const void* ptr) {
   return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
 }
 
-bool deviceAvailable() {
+std::string deviceUnavailableReason() {
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
+  cudaError_t status = cudaGetDeviceCount(&devices);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // no sticky error for the caller's next CUDA call
+    return std::string("cudaGetDeviceCount: ") + cudaGetErrorName(status) + ": " + cudaGetErrorString(status);
   }
-  return devices > 0;
+  return devices > 0 ? "" : "cudaGetDeviceCount: 0 devices";
+}
+
+bool deviceAvailable() {
+  return deviceUnavailableReason().empty();
 }
 
 }  // namespace nns::cuda

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include <cuda_runtime_api.h>
 #include <nccl_net/types.h>
@@ -42,6 +43,11 @@ inline constexpr int kReduceUnroll = 4;
 bool isDevicePointer(const void* ptr);
 // True when at least one CUDA device can be used by this process.
 bool deviceAvailable();
+// Why deviceAvailable() is false, with the CUDA error cudaGetDeviceCount returned: "cudaGetDeviceCount:
+// cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version", "cudaGetDeviceCount:
+// cudaErrorNoDevice: no CUDA-capable device is detected" or "cudaGetDeviceCount: 0 devices"; "" when a device can be
+// used. Tools print "no CUDA device (<reason>)".
+std::string deviceUnavailableReason();
 
 }  // namespace nns::cuda
 
