@@ -529,15 +529,22 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
   // nccl-net-run's NNS_ROOT_ADDR is its job's rendezvous, which nnsCommInitFromEnv uses; an id made inside that job
   // is for another communicator (a sub-communicator whose root can be any rank, several at once), so it gets a port
   // of its own, as under torchrun or mpirun.
+  // NCCL_COMM_ID, ncclGetUniqueId's fixed root, is read the same way where NNS_ROOT_ADDR is not set (or is the
+  // launcher's).
   const char* launcher = std::getenv("NNS_LAUNCHER");
   const bool launchersRoot = launcher != nullptr && std::strcmp(launcher, "nccl-net-run") == 0;
-  if (const char* root = std::getenv("NNS_ROOT_ADDR"); root != nullptr && *root != '\0' && !launchersRoot) {
+  const char* ownRoot = launchersRoot ? nullptr : std::getenv("NNS_ROOT_ADDR");
+  const char* ncclRoot = std::getenv("NCCL_COMM_ID");
+  const bool ownRootSet = ownRoot != nullptr && *ownRoot != '\0';
+  const char* rootVariable = ownRootSet ? "NNS_ROOT_ADDR" : "NCCL_COMM_ID";
+  if (const char* root = ownRootSet ? ownRoot : ncclRoot; root != nullptr && *root != '\0') {
     address = root;
     std::string host, why;
     int port = 0;
     if (!nns::core::parseRootAddress(address, &host, &port, &why))
-      return failWith(ncclInvalidUsage, "NNS_ROOT_ADDR must be host:port (port 1..65535) or [IPv6]:port, not \"" +
-                                            address + "\": " + why);
+      return failWith(ncclInvalidUsage, std::string(rootVariable) +
+                                            " must be host:port (port 1..65535) or [IPv6]:port, not \"" + address +
+                                            "\": " + why);
   } else {
     const std::string host = firstIPv4();
     if (host.empty())
@@ -551,10 +558,10 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
     address = host + ":" + std::to_string(port);
     pickedPort = true;
   }
-  if (address.size() >= kIdNonceAt) return failWith(ncclInvalidArgument, "NNS_ROOT_ADDR is too long");
+  if (address.size() >= kIdNonceAt) return failWith(ncclInvalidArgument, std::string(rootVariable) + " is too long");
   std::memset(uniqueId->internal, 0, sizeof(uniqueId->internal));
   std::memcpy(uniqueId->internal, address.c_str(), address.size());
-  if (!pickedPort) return ncclSuccess;  // NNS_ROOT_ADDR: the same id on every rank that makes one, as NCCL_COMM_ID
+  if (!pickedPort) return ncclSuccess;  // a fixed root: the same id on every rank that makes one, as NCCL_COMM_ID's
   uint64_t nonce = 0;
   while (nonce == 0) nonce = randomNonce();
   std::memcpy(uniqueId->internal + kIdNonceAt, kIdNonceTag, sizeof(kIdNonceTag));

@@ -755,6 +755,15 @@ TEST(CApi, ARankWithAnotherUniqueIdForTheSamePortIsTurnedAway) {
   ASSERT_EQ(nnsGetUniqueId(&second), ncclSuccess) << nnsGetLastError();
   unsetenv("NNS_ROOT_ADDR");
   EXPECT_EQ(std::memcmp(&first, &second, sizeof(first)), 0) << "NNS_ROOT_ADDR's ids differ from call to call";
+  // NCCL_COMM_ID, ncclGetUniqueId's fixed root, the same way (it was ignored: the id got an interface and a port).
+  const std::string commId = "127.0.0.1:" + std::to_string(nns::test::freeLoopbackPort());
+  setenv("NCCL_COMM_ID", commId.c_str(), 1);
+  ASSERT_EQ(nnsGetUniqueId(&first), ncclSuccess) << nnsGetLastError();
+  EXPECT_EQ(std::string(first.internal), commId);
+  setenv("NCCL_COMM_ID", "no-port-here", 1);
+  EXPECT_EQ(nnsGetUniqueId(&first), ncclInvalidUsage);
+  EXPECT_EQ(std::string(nnsGetLastError()).rfind("NCCL_COMM_ID must be host:port", 0), 0u) << nnsGetLastError();
+  unsetenv("NCCL_COMM_ID");
 }
 
 // NCCL_SOCKET_IFNAME naming no interface that is up with an IPv4 address: nnsGetUniqueId fails, naming it, as NCCL's

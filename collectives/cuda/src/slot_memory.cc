@@ -10,6 +10,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <nns/core/nccl_conf.hpp>
+#include <nns/cuda/kernels.hpp>
+
 #include "scoped_device.hpp"
 
 namespace nns::cuda {
@@ -30,11 +33,6 @@ class OnDevice {
  private:
   ScopedDevice device_;
 };
-
-bool envIs(const char* name, const char* value) {
-  const char* text = std::getenv(name);
-  return text != nullptr && std::strcmp(text, value) == 0;
-}
 
 // A 0/1 switch: `fallback` when unset or empty; anything but 0 or 1 is refused, as the communicator's own knobs are.
 bool envFlag(const char* name, bool fallback) {
@@ -142,9 +140,15 @@ class CudaSlots final : public core::SlotMemory {
 
 std::shared_ptr<core::SlotMemory> chooseSlotMemory(core::Net& net, int netDevice) {
   // Read first, so that a malformed value is refused on any machine.
-  const bool wantGdr = envFlag("NNS_GDR", true), forceFlush = envFlag("NNS_NET_FORCE_FLUSH", false);
-  int cudaDevice = 0, count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) throw core::CommError("no CUDA device", ncclSystemError);
+  // NCCL_NET_FORCE_FLUSH as NCCL reads it; NNS_NET_FORCE_FLUSH, when set, over it.
+  const bool wantGdr = envFlag("NNS_GDR", true);
+  const char* ownFlush = std::getenv("NNS_NET_FORCE_FLUSH");
+  const bool ownFlushSet = ownFlush != nullptr && *ownFlush != '\0';
+  const bool forceFlush = envFlag("NNS_NET_FORCE_FLUSH", envFlag("NCCL_NET_FORCE_FLUSH", false));
+  const char* forceFlushVariable = ownFlushSet ? "NNS_NET_FORCE_FLUSH=1" : "NCCL_NET_FORCE_FLUSH=1";
+  int cudaDevice = 0;
+  if (const std::string reason = deviceUnavailableReason(); !reason.empty())
+    throw core::CommError("no CUDA device (" + reason + ")", ncclSystemError);
   throwOnError(cudaGetDevice(&cudaDevice), "cudaGetDevice");
   cudaDeviceProp gpu{};
   throwOnError(cudaGetDeviceProperties(&gpu, cudaDevice), "cudaGetDeviceProperties");
@@ -164,7 +168,7 @@ std::shared_ptr<core::SlotMemory> chooseSlotMemory(core::Net& net, int netDevice
     // NCCL's rule (net-abi.md 5.4): always when the device asks (forceFlush) or NCCL_NET_FORCE_FLUSH=1, otherwise on
     // GPUs before compute capability 9.0.
     const char* flushWhy = props.forceFlush ? "the device sets forceFlush"
-                           : forceFlush     ? "NNS_NET_FORCE_FLUSH=1"
+                           : forceFlush     ? forceFlushVariable
                            : gpu.major < 9  ? "compute capability below 9.0"
                                             : nullptr;
     flush = flushWhy != nullptr;
@@ -175,7 +179,7 @@ std::shared_ptr<core::SlotMemory> chooseSlotMemory(core::Net& net, int netDevice
           (canGdr ? " supports CUDA pointers but NNS_GDR=0" : " moves host memory only (ptrSupport has no CUDA)") +
           "; staging " + where + " buffers through pinned host slots";
   }
-  if (envIs("NNS_DEBUG", "INFO") || envIs("NCCL_DEBUG", "INFO")) std::fprintf(stderr, "nns INFO %s\n", why.c_str());
+  if (core::debugInfo()) std::fprintf(stderr, "nns INFO %s\n", why.c_str());
   return std::make_shared<CudaSlots>(cudaDevice, gdr, flush, why);
 }
 

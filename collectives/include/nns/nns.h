@@ -31,11 +31,12 @@ typedef struct {
 } nnsUniqueId;
 
 ncclResult_t nnsGetVersion(int* version);
-/* Rank 0's address: $NNS_ROOT_ADDR if set (then every rank that makes an id gets the same one, as with NCCL_COMM_ID;
- * not nccl-net-run's own NNS_ROOT_ADDR, which is its job's rendezvous), else the first IPv4 address of an interface
- * that is up and running, among those $NCCL_SOCKET_IFNAME selects if set, else among the non-loopback ones that are
- * not a container's or VM's bridge on this host (docker*, br-*, virbr*, veth*, cni*, ...; 127.0.0.1 if none), and a
- * free port, which this process listens on from now. Unlike ncclGetUniqueId, whose process serves the rendezvous
+/* Rank 0's address: $NNS_ROOT_ADDR if set, else $NCCL_COMM_ID (then every rank that makes an id gets the same one,
+ * as with NCCL_COMM_ID; not nccl-net-run's own NNS_ROOT_ADDR, which is its job's rendezvous), else the first IPv4
+ * address of an interface that is up and running, among those $NCCL_SOCKET_IFNAME selects if set (loopback last),
+ * else among the non-loopback ones that are not a container's or VM's bridge on this host (docker*, br-*, virbr*,
+ * veth*, cni*, ...), then those bridges, never a link-local one (169.254/16), 127.0.0.1 if none; and a free port,
+ * which this process listens on from now. Unlike ncclGetUniqueId, whose process serves the rendezvous
  * whichever rank it is (or none), here rank 0 serves it: call it in the process that will be rank 0. */
 ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId);
 /* On a failure *comm is NULL, as with ncclCommInitRank. Inside a group the communicator is made at nnsGroupEnd; one

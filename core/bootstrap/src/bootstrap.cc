@@ -36,6 +36,7 @@
 #include <nccl_net/sdk/socket.hpp>
 
 #include "nns/core/descriptors.hpp"
+#include "nns/core/nccl_conf.hpp"
 
 namespace nns::core {
 
@@ -57,12 +58,6 @@ bool parseInt(const char* text, int* out) {
   if (end == text || *end != '\0' || value < 0 || value > 1 << 24) return false;
   *out = static_cast<int>(value);
   return true;
-}
-
-bool debugInfo() {
-  for (const char* name : {"NNS_DEBUG", "NCCL_DEBUG"})
-    if (const char* value = std::getenv(name); value != nullptr && std::strcmp(value, "INFO") == 0) return true;
-  return false;
 }
 
 using Result = BootstrapError::Result;

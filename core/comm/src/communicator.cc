@@ -327,6 +327,17 @@ void Communicator::connectRing() {
 // with different settings would cut messages differently, or wait for connections the others never make. Refused
 // by name.
 void Communicator::checkSameLayout() {
+  // NCCL's own algorithm and protocol choices are not this engine's: said once per process, rather than left to look
+  // as if they were taken.
+  static std::once_flag ncclKnobsNoted;
+  std::call_once(ncclKnobsNoted, [] {
+    for (const char* knob : {"NCCL_ALGO", "NCCL_PROTO"})
+      if (const char* value = std::getenv(knob); value != nullptr && *value != '\0')
+        std::fprintf(stderr,
+                     "nns: note: %s=%s is NCCL's and is not read here (NNS_ALGO=ring|tree|doubling|auto chooses the "
+                     "allreduce algorithm)\n",
+                     knob, value);
+  });
   // The collectives' schedule knobs too, as set at creation: ranks cutting the same call by other algorithms or
   // pieces fail on the wire ("received 151428 bytes from rank 1, expected 75712"), naming neither setting.
   std::string schedule;

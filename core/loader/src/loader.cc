@@ -68,7 +68,8 @@ void hostLogger(ncclDebugLogLevel level, unsigned long flags, const char* file, 
   va_end(args);
   if (probeWarnings != nullptr && (level == NCCL_LOG_WARN || level == NCCL_LOG_ABORT))
     *probeWarnings += (probeWarnings->empty() ? "" : "; ") + printable(message);
-  if (!nccl_net::sdk::detail::stderrShows(level)) return;
+  // ABORT shows as WARN; the level is the engine's ($NNS_DEBUG, else $NCCL_DEBUG), as for its own lines.
+  if ((level == NCCL_LOG_ABORT ? static_cast<int>(NCCL_LOG_WARN) : static_cast<int>(level)) > debugLevel()) return;
   const int rank = logRank();
   char label[24] = "";
   if (rank >= 0) std::snprintf(label, sizeof(label), "[rank %d] ", rank);

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include <nccl_net/sdk/log.hpp>
+
 namespace nns::core {
 
 namespace {
@@ -34,6 +36,16 @@ void applyConfFile(const std::string& path) {
 }
 
 }  // namespace
+
+int debugLevel() {
+  for (const char* name : {"NNS_DEBUG", "NCCL_DEBUG"})
+    if (const int level = nccl_net::sdk::detail::debugLevelOf(std::getenv(name)); level >= 0) return level;
+  return NCCL_LOG_WARN;
+}
+
+bool debugInfo() {
+  return debugLevel() >= NCCL_LOG_INFO;
+}
 
 bool readNcclConfFile(const std::string& path, std::vector<std::pair<std::string, std::string>>* settings) {
   FILE* file = std::fopen(path.c_str(), "r");

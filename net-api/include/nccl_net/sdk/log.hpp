@@ -21,15 +21,21 @@ inline std::atomic<const char*>& prefixSlot() {
   static std::atomic<const char*> prefix{"NET/SDK"};
   return prefix;
 }
+// The level an NCCL_DEBUG-style value asks for, as NCCL reads it (any case): VERSION, WARN, INFO, TRACE; -1 for
+// NULL or another word (NCCL then logs WARN).
+inline int debugLevelOf(const char* value) {
+  if (value == nullptr) return -1;
+  if (strcasecmp(value, "TRACE") == 0) return static_cast<int>(NCCL_LOG_TRACE);
+  if (strcasecmp(value, "INFO") == 0) return static_cast<int>(NCCL_LOG_INFO);
+  if (strcasecmp(value, "WARN") == 0) return static_cast<int>(NCCL_LOG_WARN);
+  if (strcasecmp(value, "VERSION") == 0) return static_cast<int>(NCCL_LOG_VERSION);
+  return -1;
+}
 // Without a host logger, WARN still reaches stderr; INFO/TRACE only when NCCL_DEBUG asks for them.
 inline int fallbackLevel() {
   static const int level = [] {
-    const char* env = std::getenv("NCCL_DEBUG");
-    if (env == nullptr) return static_cast<int>(NCCL_LOG_WARN);
-    if (strcasecmp(env, "TRACE") == 0) return static_cast<int>(NCCL_LOG_TRACE);
-    if (strcasecmp(env, "INFO") == 0) return static_cast<int>(NCCL_LOG_INFO);
-    if (strcasecmp(env, "VERSION") == 0) return static_cast<int>(NCCL_LOG_VERSION);
-    return static_cast<int>(NCCL_LOG_WARN);
+    const int asked = debugLevelOf(std::getenv("NCCL_DEBUG"));
+    return asked < 0 ? static_cast<int>(NCCL_LOG_WARN) : asked;
   }();
   return level;
 }

@@ -20,6 +20,13 @@ void applyNcclConfFiles();
 // read or changed.
 bool readNcclConfFile(const std::string& path, std::vector<std::pair<std::string, std::string>>* settings);
 
+// The engine's log level (NCCL_LOG_WARN, NCCL_LOG_INFO, ...): $NNS_DEBUG's when it names one, else $NCCL_DEBUG's,
+// else WARN; NCCL's words in any case (VERSION, WARN, INFO, TRACE: TRACE shows INFO too). Read at each call. Its own
+// lines and the plugins' (through the loader's logger) follow it alike.
+int debugLevel();
+// Whether debugLevel() shows INFO lines.
+bool debugInfo();
+
 // The file that set `variable`, or "" when it came from the environment or is unset.
 std::string ncclConfOrigin(const std::string& variable);
 // Every variable the files set, with the file, in the order they were applied.
