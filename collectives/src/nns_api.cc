@@ -522,8 +522,11 @@ ncclResult_t nnsGetVersion(int* version) {
   return ncclSuccess;
 }
 
-ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
-  if (uniqueId == nullptr) return failWith(ncclInvalidArgument, "uniqueId is NULL");
+namespace {
+
+// nnsGetUniqueId's work; without `fixedRootAllowed` (a split's new communicators, several at once) the root is always
+// a port of this process's own, whatever NNS_ROOT_ADDR or NCCL_COMM_ID say.
+ncclResult_t makeUniqueId(nnsUniqueId* uniqueId, bool fixedRootAllowed) {
   std::string address;
   bool pickedPort = false;
   // nccl-net-run's NNS_ROOT_ADDR is its job's rendezvous, which nnsCommInitFromEnv uses; an id made inside that job
@@ -533,8 +536,8 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
   // launcher's).
   const char* launcher = std::getenv("NNS_LAUNCHER");
   const bool launchersRoot = launcher != nullptr && std::strcmp(launcher, "nccl-net-run") == 0;
-  const char* ownRoot = launchersRoot ? nullptr : std::getenv("NNS_ROOT_ADDR");
-  const char* ncclRoot = std::getenv("NCCL_COMM_ID");
+  const char* ownRoot = launchersRoot || !fixedRootAllowed ? nullptr : std::getenv("NNS_ROOT_ADDR");
+  const char* ncclRoot = fixedRootAllowed ? std::getenv("NCCL_COMM_ID") : nullptr;
   const bool ownRootSet = ownRoot != nullptr && *ownRoot != '\0';
   const char* rootVariable = ownRootSet ? "NNS_ROOT_ADDR" : "NCCL_COMM_ID";
   if (const char* root = ownRootSet ? ownRoot : ncclRoot; root != nullptr && *root != '\0') {
@@ -567,6 +570,23 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
   std::memcpy(uniqueId->internal + kIdNonceAt, kIdNonceTag, sizeof(kIdNonceTag));
   std::memcpy(uniqueId->internal + kIdNonceAt + sizeof(kIdNonceTag), &nonce, sizeof(nonce));
   return ncclSuccess;
+}
+
+// Lets go the port an id made here holds for a rank 0 that will not come.
+void releaseUnusedRootOf(const nnsUniqueId& id) {
+  nns::core::LaunchInfo launch;
+  std::string why;
+  launch.rank = 0;
+  if (nns::core::parseRootAddress(std::string(id.internal, strnlen(id.internal, sizeof(id.internal))), &launch.rootHost,
+                                  &launch.rootPort, &why))
+    releaseUnusedRoot(launch);
+}
+
+}  // namespace
+
+ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId) {
+  if (uniqueId == nullptr) return failWith(ncclInvalidArgument, "uniqueId is NULL");
+  return makeUniqueId(uniqueId, true);
 }
 
 ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, int rank) {
@@ -609,6 +629,62 @@ ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm) {
 }
 
 // NULL is a no-op, as in ncclCommDestroy and ncclCommAbort: cleanup code may run for a communicator never made.
+ncclResult_t nnsCommSplit(nnsComm_t comm, int color, int key, nnsComm_t* newcomm, void* config) {
+  if (newcomm == nullptr) return failWith(ncclInvalidArgument, "newcomm is NULL");
+  *newcomm = nullptr;
+  if (config != nullptr)
+    return failWith(ncclInvalidArgument, "config is not NULL: nnsCommSplit takes no ncclConfig_t (pass NULL)");
+  if (groupDepth > 0)
+    return failWith(ncclInvalidUsage, "nnsCommSplit inside a group: call it outside (one thread per rank)");
+  if (color < 0 && color != NNS_SPLIT_NOCOLOR)
+    return failWith(ncclInvalidArgument, "color " + std::to_string(color) + ": >= 0 or NNS_SPLIT_NOCOLOR");
+  int size = 0, rank = 0;
+  if (ncclResult_t r = nnsCommCount(comm, &size); r != ncclSuccess) return r;
+  if (ncclResult_t r = nnsCommUserRank(comm, &rank); r != ncclSuccess) return r;
+  // Every rank's color and key; then the ids that each new communicator's rank 0 makes (empty from the others).
+  std::vector<int32_t> choices(2 * static_cast<size_t>(size));
+  const int32_t mine[2] = {color, key};
+  if (ncclResult_t r = nnsAllGather(mine, choices.data(), 2, ncclInt32, comm, nullptr); r != ncclSuccess) return r;
+  std::vector<int> members;  // this rank's new communicator, in new rank order
+  for (int r = 0; r < size; ++r)
+    if (color != NNS_SPLIT_NOCOLOR && choices[2 * static_cast<size_t>(r)] == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+    return choices[2 * static_cast<size_t>(a) + 1] < choices[2 * static_cast<size_t>(b) + 1];
+  });
+  const int newRank = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
+  nnsUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  ncclResult_t made = ncclSuccess;
+  std::string why;
+  if (!members.empty() && newRank == 0) {
+    made = makeUniqueId(&id, false);
+    if (made != ncclSuccess) {
+      why = lastError;
+      std::memset(&id, 0, sizeof(id));
+    }
+  }
+  std::vector<nnsUniqueId> ids(static_cast<size_t>(size));
+  if (ncclResult_t r = nnsAllGather(&id, ids.data(), sizeof(id), ncclInt8, comm, nullptr); r != ncclSuccess) {
+    if (made == ncclSuccess && !members.empty() && newRank == 0) releaseUnusedRootOf(id);
+    return r;
+  }
+  if (made != ncclSuccess) return failWith(made, "nnsCommSplit: the new communicator's unique id: " + why);
+  if (members.empty()) return ncclSuccess;  // NNS_SPLIT_NOCOLOR
+  const nnsUniqueId& rootsId = ids[static_cast<size_t>(members[0])];
+  if (rootsId.internal[0] == '\0')
+    return failWith(ncclSystemError, "nnsCommSplit: rank " + std::to_string(members[0]) +
+                                         ", the new communicator's rank 0, could not make its unique id");
+  return nnsCommInitRank(newcomm, static_cast<int>(members.size()), rootsId, newRank);
+}
+
+ncclResult_t nnsCommFinalize(nnsComm_t comm) {
+  Hold hold(comm);
+  if (!hold) return notLive(comm);
+  const ncclResult_t failed = comm->comm->asyncResult();
+  if (failed != ncclSuccess) return failWith(failed, "communicator failed earlier: " + comm->comm->asyncError());
+  return ncclSuccess;
+}
+
 ncclResult_t nnsCommDestroy(nnsComm_t comm) {
   if (comm == nullptr || freeFailed(comm)) return ncclSuccess;
   if (!retire(comm)) return notLive(comm);

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -460,6 +461,53 @@ TEST(CApi, OneThreadDrivesTwoRanksInOneGroup) {
   onRanks(2, [&](int rank, nnsComm_t comm) { comms[rank] = comm; });
   ASSERT_TRUE(comms[0] != nullptr && comms[1] != nullptr);
   expectGroupedSumAndDestroy(comms);
+}
+
+// nnsCommSplit as ncclCommSplit: ranks 0 and 2 (color 0) form one communicator ranked by key (rank 2 first), rank 1
+// (color 1) one of its own, rank 3 (NNS_SPLIT_NOCOLOR) none; each new one sums its members' values. NNS_ROOT_ADDR set
+// for the parent does not make the new ones share its root. nnsCommFinalize is a check that returns at once.
+TEST(CApi, SplitGroupsRanksByColorOrderedByKey) {
+  std::mutex mutex;
+  std::vector<std::string> seen;
+  const nnsUniqueId id = loopbackId();
+  setenv("NNS_ROOT_ADDR", "127.0.0.1:1", 1);  // a fixed root the split must not use (nothing listens there)
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r)
+    threads.emplace_back([&, rank = r] {
+      nnsComm_t comm = nullptr;
+      ASSERT_EQ(nnsCommInitRank(&comm, 4, id, rank), ncclSuccess) << nnsGetLastError();
+      const int color = rank == 3 ? NNS_SPLIT_NOCOLOR : rank % 2;
+      nnsComm_t sub = nullptr;
+      const ncclResult_t split = nnsCommSplit(comm, color, -rank, &sub, nullptr);
+      int newRank = -1, newSize = -1, sum = rank + 1;
+      if (split == ncclSuccess && sub != nullptr) {
+        EXPECT_EQ(nnsCommUserRank(sub, &newRank), ncclSuccess);
+        EXPECT_EQ(nnsCommCount(sub, &newSize), ncclSuccess);
+        EXPECT_EQ(nnsAllReduce(&sum, &sum, 1, ncclInt32, ncclSum, sub, nullptr), ncclSuccess) << nnsGetLastError();
+        EXPECT_EQ(nnsCommFinalize(sub), ncclSuccess);
+        EXPECT_EQ(nnsCommDestroy(sub), ncclSuccess);
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        EXPECT_EQ(split, ncclSuccess) << "rank " << rank << ": " << nnsGetLastError();
+        seen.push_back(std::to_string(rank) + ":" +
+                       (sub == nullptr
+                            ? "none"
+                            : std::to_string(newRank) + "/" + std::to_string(newSize) + " sum " + std::to_string(sum)));
+      }
+      EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+    });
+  for (auto& thread : threads) thread.join();
+  unsetenv("NNS_ROOT_ADDR");
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<std::string>{"0:1/2 sum 4", "1:0/1 sum 2", "2:0/2 sum 4", "3:none"}));
+  // Refused at once, before any rank meets: a config, a negative color, a NULL newcomm.
+  nnsComm_t none = nullptr;
+  int config = 0;
+  EXPECT_EQ(nnsCommSplit(nullptr, 0, 0, &none, &config), ncclInvalidArgument);
+  EXPECT_EQ(nnsCommSplit(nullptr, -5, 0, &none, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(nnsCommSplit(nullptr, 0, 0, nullptr, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(nnsCommFinalize(nullptr), ncclInvalidArgument);
 }
 
 // NCCL's other single-thread pattern: the communicators themselves made in a group. Made one by one, the first

@@ -45,6 +45,15 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId);
 ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, int rank);
 /* Rank, size and root from the launcher: NNS_RANK/NNS_WORLD_SIZE/NNS_ROOT_ADDR, Open MPI, Slurm, PMI, torchrun. */
 ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm);
+/* As ncclCommSplit: every rank of `comm` calls it (a collective over `comm`, outside a group); the ranks with the
+ * same color >= 0 get a new communicator of their own, ranked by key, then by their rank in `comm`; a rank with
+ * NNS_SPLIT_NOCOLOR gets *newcomm = NULL. The new communicators take their settings from the environment, as any
+ * communicator does. `config` must be NULL (there is no ncclConfig_t here). */
+#define NNS_SPLIT_NOCOLOR (-1)
+ncclResult_t nnsCommSplit(nnsComm_t comm, int color, int key, nnsComm_t* newcomm, void* config);
+/* As ncclCommFinalize: every operation on `comm` completes before its call returns, so nothing is left to finish;
+ * it checks the handle and returns ncclSuccess (or the communicator's error). Destroy it afterwards. */
+ncclResult_t nnsCommFinalize(nnsComm_t comm);
 /* A handle already destroyed (or aborted) is refused with ncclInvalidArgument, here and in every call: a handle's
  * address is not given to another communicator until 4096 more have been destroyed. NULL is a no-op (ncclSuccess)
  * here and in nnsCommAbort, as in NCCL. */
