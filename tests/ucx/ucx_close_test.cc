@@ -103,6 +103,22 @@ enum class SenderEnd { kStaysIdle, kExits };
 
 // The receiver: warm-up message, then nothing until the sender has closed, then a pause longer than
 // NNS_UCX_CLOSE_TIMEOUT_MS and UCX's keepalive (1 s), then every message must arrive whole.
+// The plugin loaded and initialized with `transport`'s environment, and one connected pair on device 0.
+struct LoadedPair {
+  const ncclNet_v12_t* net = nullptr;
+  void* ctx = nullptr;
+  void *sendComm = nullptr, *recvComm = nullptr, *listenComm = nullptr;
+};
+void openPair(const Transport& transport, LoadedPair* pair) {
+  applyEnv(transport);
+  pair->net = plugin();
+  ASSERT_NE(pair->net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  pair->ctx = initPlugin(pair->net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  ASSERT_EQ(connectPair(pair->net, pair->ctx, 0, &pair->sendComm, &pair->recvComm, &pair->listenComm), ncclSuccess);
+}
+
 // One kMessageBytes message from `source` through a connected pair into `target`, with `tag`: both requests tested
 // until done (20 s at most).
 void transferOnce(const ncclNet_v12_t* net, void* sendComm, void* recvComm, void* source, void* target, int tag) {
@@ -221,14 +237,10 @@ TEST(UcxClose, SharedMemorySendsCompletedBeforeCloseReachALateReceiver) {
 // The same in one process (the reviewer's reproducer): the sender's worker destroyed at close took the messages with
 // it.
 TEST(UcxClose, TcpSendsCompletedBeforeCloseReachALateReceiverInOneProcess) {
-  applyEnv(kTcp);
-  const ncclNet_v12_t* net = plugin();
-  ASSERT_NE(net, nullptr) << dlerror();
-  ncclResult_t result = ncclSuccess;
-  void* ctx = initPlugin(net, &result);
-  ASSERT_EQ(result, ncclSuccess);
-  void *sendComm = nullptr, *recvComm = nullptr, *listenComm = nullptr;
-  ASSERT_EQ(connectPair(net, ctx, 0, &sendComm, &recvComm, &listenComm), ncclSuccess);
+  LoadedPair pair;
+  ASSERT_NO_FATAL_FAILURE(openPair(kTcp, &pair));
+  const ncclNet_v12_t* net = pair.net;
+  void *sendComm = pair.sendComm, *recvComm = pair.recvComm, *listenComm = pair.listenComm;
   std::vector<std::vector<unsigned char>> messages(kMessages + 1, std::vector<unsigned char>(kMessageBytes));
   for (int m = 0; m <= kMessages; ++m)
     for (size_t i = 0; i < kMessageBytes; ++i) messages[m][i] = messageByte(m, i);
@@ -288,20 +300,17 @@ TEST(UcxClose, ALingeringCommGoesWhenItsPeerCloses) {
 // 100 ms, as a busy proxy thread does. It arrives whole: the close timeout (500 ms) counts from the last progress, not
 // from the goodbye (the receive failed with "a request is still pending after the peer closed its comm").
 TEST(UcxClose, AMessageStillDrainingAfterTheGoodbyeArrivesWhole) {
-  applyEnv(Transport{"tcp, slow drain",
-                     {{"UCX_TLS", "tcp"},
-                      {"UCX_NET_DEVICES", "lo"},
-                      {"UCX_TCP_MAX_POLL", "1"},
-                      {"UCX_TCP_RX_SEG_SIZE", "16k"},
-                      {"UCX_TCP_SNDBUF", "8m"},
-                      {"UCX_TCP_RCVBUF", "8m"}}});
-  const ncclNet_v12_t* net = plugin();
-  ASSERT_NE(net, nullptr) << dlerror();
-  ncclResult_t result = ncclSuccess;
-  void* ctx = initPlugin(net, &result);
-  ASSERT_EQ(result, ncclSuccess);
-  void *sendComm = nullptr, *recvComm = nullptr, *listenComm = nullptr;
-  ASSERT_EQ(connectPair(net, ctx, 0, &sendComm, &recvComm, &listenComm), ncclSuccess);
+  LoadedPair pair;
+  ASSERT_NO_FATAL_FAILURE(openPair(Transport{"tcp, slow drain",
+                                             {{"UCX_TLS", "tcp"},
+                                              {"UCX_NET_DEVICES", "lo"},
+                                              {"UCX_TCP_MAX_POLL", "1"},
+                                              {"UCX_TCP_RX_SEG_SIZE", "16k"},
+                                              {"UCX_TCP_SNDBUF", "8m"},
+                                              {"UCX_TCP_RCVBUF", "8m"}}},
+                                   &pair));
+  const ncclNet_v12_t* net = pair.net;
+  void *sendComm = pair.sendComm, *recvComm = pair.recvComm, *listenComm = pair.listenComm;
   constexpr size_t kBytes = size_t{64} << 20;
   std::vector<unsigned char> source(kBytes), target(kBytes, 0);
   for (size_t i = 0; i < kBytes; ++i) source[i] = messageByte(1, i);
@@ -315,7 +324,9 @@ TEST(UcxClose, AMessageStillDrainingAfterTheGoodbyeArrivesWhole) {
   auto deadline = Clock::now() + std::chrono::seconds(30);
   for (int sendDone = 0; !sendDone;) {
     ASSERT_EQ(net->test(sendRequest, &sendDone, nullptr), ncclSuccess);
-    if (!recvDone) ASSERT_EQ(net->test(recvRequest, &recvDone, sizes), ncclSuccess);
+    if (!recvDone) {
+      ASSERT_EQ(net->test(recvRequest, &recvDone, sizes), ncclSuccess);
+    }
     ASSERT_LT(Clock::now(), deadline) << "the send did not complete";
   }
   EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);  // its goodbye goes out; it lingers, progressed by the plugin
@@ -334,15 +345,12 @@ TEST(UcxClose, AMessageStillDrainingAfterTheGoodbyeArrivesWhole) {
 // first, but nothing in the ABI says so): the context stays until the registration goes. The last comm's close
 // cleaned the context up under the mapped region, and UCX's registration cache aborted the process.
 TEST(UcxClose, ARegistrationOutlivingItsCommsIsDeregisteredCleanly) {
-  applyEnv(kTcp);
   setenv("NNS_UCX_MEM_MAP", "yes", 1);
-  const ncclNet_v12_t* net = plugin();
-  ASSERT_NE(net, nullptr) << dlerror();
-  ncclResult_t result = ncclSuccess;
-  void* ctx = initPlugin(net, &result);
-  ASSERT_EQ(result, ncclSuccess);
-  void *sendComm = nullptr, *recvComm = nullptr, *listenComm = nullptr;
-  ASSERT_EQ(connectPair(net, ctx, 0, &sendComm, &recvComm, &listenComm), ncclSuccess);
+  LoadedPair pair;
+  ASSERT_NO_FATAL_FAILURE(openPair(kTcp, &pair));
+  const ncclNet_v12_t* net = pair.net;
+  void* ctx = pair.ctx;
+  void *sendComm = pair.sendComm, *recvComm = pair.recvComm, *listenComm = pair.listenComm;
   std::vector<unsigned char> buffer(1 << 20);
   void* mhandle = nullptr;
   ASSERT_EQ(net->regMr(sendComm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mhandle), ncclSuccess);
@@ -365,14 +373,10 @@ TEST(UcxClose, ARegistrationOutlivingItsCommsIsDeregisteredCleanly) {
 // the plugin, exits at once. Its copy of the thread's condition variable counted the parent's thread as a waiter, and
 // destroying it at the child's exit waited for ever.
 TEST(UcxClose, AChildForkedAfterALingeringCommExits) {
-  applyEnv(kTcp);
-  const ncclNet_v12_t* net = plugin();
-  ASSERT_NE(net, nullptr) << dlerror();
-  ncclResult_t result = ncclSuccess;
-  void* ctx = initPlugin(net, &result);
-  ASSERT_EQ(result, ncclSuccess);
-  void *sendComm = nullptr, *recvComm = nullptr, *listenComm = nullptr;
-  ASSERT_EQ(connectPair(net, ctx, 0, &sendComm, &recvComm, &listenComm), ncclSuccess);
+  LoadedPair pair;
+  ASSERT_NO_FATAL_FAILURE(openPair(kTcp, &pair));
+  const ncclNet_v12_t* net = pair.net;
+  void *sendComm = pair.sendComm, *recvComm = pair.recvComm, *listenComm = pair.listenComm;
   std::vector<unsigned char> source(kMessageBytes, 5), target(kMessageBytes, 0);
   ASSERT_NO_FATAL_FAILURE(transferOnce(net, sendComm, recvComm, source.data(), target.data(), 1));
   EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);  // lingers, and starts the thread

@@ -77,7 +77,7 @@ std::vector<Group> makeGroups() {
     }
     // Avg's two kernels, each over rank counts x kCounts x moderate and (to 4099 elements) edge values: `run` checks
     // one (ranks, count, seed, values).
-    auto sweep = [type](const char* name, std::vector<int> rankCounts, const char* what, auto run) {
+    auto sweep = [type](const char* name, const std::vector<int>& rankCounts, const char* what, auto run) {
       return Group([=](int& checks, bool& failed) {
         std::string failure;
         for (int ranks : rankCounts) {
