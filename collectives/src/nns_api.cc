@@ -628,7 +628,6 @@ ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm) {
   return makeComm(comm, launch);
 }
 
-// NULL is a no-op, as in ncclCommDestroy and ncclCommAbort: cleanup code may run for a communicator never made.
 ncclResult_t nnsCommSplit(nnsComm_t comm, int color, int key, nnsComm_t* newcomm, void* config) {
   if (newcomm == nullptr) return failWith(ncclInvalidArgument, "newcomm is NULL");
   *newcomm = nullptr;
@@ -685,6 +684,7 @@ ncclResult_t nnsCommFinalize(nnsComm_t comm) {
   return ncclSuccess;
 }
 
+// NULL is a no-op, as in ncclCommDestroy and ncclCommAbort: cleanup code may run for a communicator never made.
 ncclResult_t nnsCommDestroy(nnsComm_t comm) {
   if (comm == nullptr || freeFailed(comm)) return ncclSuccess;
   if (!retire(comm)) return notLive(comm);

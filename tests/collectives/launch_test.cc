@@ -58,6 +58,8 @@ const char* const kLauncherVariables[] = {"NNS_RANK",
                                           "MASTER_ADDR",
                                           "MASTER_PORT",
                                           "OMPI_MCA_ess_base_jobid",
+                                          "PMIX_NAMESPACE",
+                                          "PMI_JOBID",
                                           "NNS_LAUNCHER"};
 
 void clearLauncherVariables() {
@@ -136,6 +138,20 @@ TEST(LaunchPrecedence, RankAndWorldSizeWithoutTorchrunGiveWayToMpirun) {
                               {"TORCHELASTIC_RUN_ID", "run-b"}});
   EXPECT_EQ(torchrun.rank, 5);
   EXPECT_EQ(torchrun.size, 8);
+}
+
+// NNS_RANK without NNS_WORLD_SIZE under mpirun: Open MPI's rank and size are used, and the dropped variable is named
+// (it was dropped in silence).
+TEST(LaunchPrecedence, AHalfSetNnsRankIsNamedWhenAnotherLauncherIsUsed) {
+  testing::internal::CaptureStderr();
+  auto mpi = launchFrom({{"NNS_RANK", "1"}, {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
+  const std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(mpi.source, "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE");
+  EXPECT_EQ(mpi.rank, 0);
+  EXPECT_NE(said.find("nns WARN bootstrap: ignoring NNS_RANK=1: NNS_WORLD_SIZE is not set; "
+                      "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE (Open MPI) are used"),
+            std::string::npos)
+      << said;
 }
 
 // srun with RANK=0 WORLD_SIZE=1 exported before it (no torchrun: no TORCHELASTIC_RUN_ID): every task was rank 0 of a
@@ -245,6 +261,15 @@ TEST(LaunchPrecedence, OpenMpiInABatchScriptAndSrunAlone) {
   EXPECT_EQ(mpi.size, 4);
   EXPECT_EQ(mpi.localRank, 1);
   EXPECT_EQ(mpi.job, "OMPI_MCA_ess_base_jobid=1352597505");
+  // Open MPI 5 (PRRTE) names its job by the PMIx namespace; PMI under Slurm (srun --mpi=pmi2) by PMI_JOBID and
+  // Slurm's ids. Without them a second job on the same root port was taken for this one.
+  auto mpi5 = launchFrom(
+      {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"PMIX_NAMESPACE", "prterun-node0-4242@1"}});
+  EXPECT_EQ(mpi5.job, "PMIX_NAMESPACE=prterun-node0-4242@1");
+  auto pmi = launchFrom(
+      {{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"PMI_JOBID", "77.3"}, {"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "3"}});
+  EXPECT_EQ(pmi.source, "PMI_RANK/PMI_SIZE");
+  EXPECT_EQ(pmi.job, "PMI_JOBID=77.3 SLURM_JOB_ID=77 SLURM_STEP_ID=3");
   auto slurm = launchFrom({{"SLURM_PROCID", "5"},
                            {"SLURM_NTASKS", "8"},
                            {"SLURM_LOCALID", "1"},

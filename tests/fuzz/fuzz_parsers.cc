@@ -536,6 +536,8 @@ std::vector<EnvSlot>& launchSlots() {
                              "OMPI_COMM_WORLD_SIZE",
                              "OMPI_COMM_WORLD_LOCAL_RANK",
                              "OMPI_MCA_ess_base_jobid",
+                             "PMIX_NAMESPACE",
+                             "PMI_JOBID",
                              "PMI_RANK",
                              "PMI_SIZE",
                              "MPI_LOCALRANKID",

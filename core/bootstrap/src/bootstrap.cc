@@ -518,8 +518,12 @@ const Launcher kLaunchers[] = {
      "OMPI_COMM_WORLD_RANK",
      "OMPI_COMM_WORLD_SIZE",
      "OMPI_COMM_WORLD_LOCAL_RANK",
-     {"OMPI_MCA_ess_base_jobid"}},
-    {"PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", {}},
+     {"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}},  // Open MPI 4's ORTE sets the first, Open MPI 5's PRRTE the second
+    {"PMI",
+     "PMI_RANK",
+     "PMI_SIZE",
+     "MPI_LOCALRANKID",
+     {"PMI_JOBID", "PMIX_NAMESPACE", "SLURM_JOB_ID", "SLURM_STEP_ID"}},
     {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", {"SLURM_JOB_ID", "SLURM_STEP_ID"}},
 };
 
@@ -599,6 +603,12 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
       ignored += std::string(ignored.empty() ? "" : ", ") + l.rank + "=" + std::getenv(l.rank) + "/" + l.size + "=" +
                  std::getenv(l.size);
   }
+  // NNS_RANK or NNS_WORLD_SIZE alone is someone's intent, not a stale export: said, rather than dropped in silence.
+  if (chosen != nullptr && isSet("NNS_RANK") != isSet("NNS_WORLD_SIZE"))
+    std::fprintf(stderr, "nns WARN bootstrap: ignoring %s=%s: %s is not set; %s/%s (%s) are used\n",
+                 isSet("NNS_RANK") ? "NNS_RANK" : "NNS_WORLD_SIZE",
+                 std::getenv(isSet("NNS_RANK") ? "NNS_RANK" : "NNS_WORLD_SIZE"),
+                 isSet("NNS_RANK") ? "NNS_WORLD_SIZE" : "NNS_RANK", chosen->rank, chosen->size, chosen->name);
   if (chosen == nullptr) {
     *error =
         "no rank/size in the environment (set NNS_RANK and NNS_WORLD_SIZE, or run under mpirun, srun or "
