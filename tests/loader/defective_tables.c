@@ -131,6 +131,10 @@ EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {.name = NNS_TABLE_NAME,
 #elif defined(NNS_DEFECT_FUNCTION)
 /* The table's name on a function. */
 EXPORT void ncclNetPlugin_v12(void) {}
+#elif defined(NNS_DEFECT_CODE_LABEL)
+/* The table's name on a label in the library's code, as an assembler defines one: no symbol type, no size, and
+ * behind it instructions (int3 here), which read as pointers are garbage. */
+__asm__(".text\n.globl ncclNetPlugin_v12\nncclNetPlugin_v12:\n.fill 512, 1, 0xcc\n.previous\n");
 #elif defined(NNS_DEFECT_SHORT_OBJECT)
 /* The table's name on an object far smaller than the table. */
 EXPORT const char ncclNetPlugin_v12[24] = "a string, not a table";

@@ -346,6 +346,15 @@ TEST(Resolution, ASymbolThatIsNotATableIsRejectedUnread) {
             std::string::npos)
       << report.candidates[0].rejectReason;
 
+  // A label in code: its bytes were read as the table (a NULL name or entry refused it only by chance).
+  report = LoadReport{};
+  EXPECT_EQ(loadNet(inBuildTree("defective-code-label"), &report), nullptr);
+  ASSERT_EQ(report.candidates.size(), 1u);
+  EXPECT_NE(report.candidates[0].rejectReason.find(
+                "ncclNetPlugin_v12: it lies in the library's code, not its data: no ncclNet_v12_t"),
+            std::string::npos)
+      << report.candidates[0].rejectReason;
+
   report = LoadReport{};
   EXPECT_EQ(loadNet(inBuildTree("defective-short-object"), &report), nullptr);
   ASSERT_EQ(report.candidates.size(), 1u);

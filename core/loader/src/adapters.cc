@@ -666,19 +666,46 @@ class CollNetAdapter final : public CollNet {
 
 namespace {
 
-// What a table's exported symbol is, when the library's symbol table says: a function, or an object smaller than the
-// table, is refused before a byte of it is read as function pointers.
+// Whether `address` lies in a loaded segment that holds code (executable): an assembler label in .text, which has no
+// symbol type or size to tell it from a table. A real table, function pointers the dynamic linker fills in, is in
+// data (.data.rel.ro).
+bool inCode(const void* address) {
+  struct Search {
+    uintptr_t address;
+    bool executable = false;
+  } search{reinterpret_cast<uintptr_t>(address)};
+  dl_iterate_phdr(
+      [](dl_phdr_info* object, size_t, void* data) {
+        auto* s = static_cast<Search*>(data);
+        for (int i = 0; i < object->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& segment = object->dlpi_phdr[i];
+          const uintptr_t begin = object->dlpi_addr + segment.p_vaddr;
+          if (segment.p_type != PT_LOAD || s->address < begin || s->address - begin >= segment.p_memsz) continue;
+          s->executable = (segment.p_flags & PF_X) != 0;
+          return 1;
+        }
+        return 0;
+      },
+      &search);
+  return search.executable;
+}
+
+// What a table's exported symbol is, when the library's symbol table says: a function, an object smaller than the
+// table, or a label in code is refused before a byte of it is read as function pointers.
 std::string symbolDefect(const void* table, size_t tableBytes, const char* typeName) {
+  const std::string inCodeDefect =
+      inCode(table) ? std::string("it lies in the library's code, not its data: no ") + typeName : "";
   Dl_info info{};
   void* entry = nullptr;
-  if (dladdr1(table, &info, &entry, RTLD_DL_SYMENT) == 0 || entry == nullptr || info.dli_saddr != table) return "";
+  if (dladdr1(table, &info, &entry, RTLD_DL_SYMENT) == 0 || entry == nullptr || info.dli_saddr != table)
+    return inCodeDefect;
   const auto* symbol = static_cast<const ElfW(Sym)*>(entry);
   const int type = ELF64_ST_TYPE(symbol->st_info);
   if (type == STT_FUNC || type == STT_GNU_IFUNC) return std::string("it is a function, not an ") + typeName;
   if (type == STT_OBJECT && symbol->st_size != 0 && symbol->st_size < tableBytes)
     return "it is a " + std::to_string(symbol->st_size) + "-byte object; an " + typeName + " has " +
            std::to_string(tableBytes) + " (built against another version's header?)";
-  return "";
+  return inCodeDefect;
 }
 
 // One required entry of a table: where it is (to list the missing ones in table order), whether it is set, its name.
