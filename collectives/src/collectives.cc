@@ -64,13 +64,20 @@ void checkPlacement(const Communicator& comm, KernelLayer& kernels) {
 
 // GPU kernels load and store each element as its own type, which the GPU requires at a multiple of its size: a
 // misaligned element faults (cudaErrorMisalignedAddress), a sticky error that leaves the process's CUDA context
-// unusable. So a reduction's GPU buffers are refused here, before anything runs (the host layer takes any address).
+// unusable. So a reduction's GPU buffers are refused here, before anything runs (the host layer takes any address),
+// as is a plain host buffer beside a GPU one (an illegal address, as sticky).
 // The other collectives only copy (cudaMemcpyAsync), which takes any address. nullptr: a buffer the call ignores.
 void checkDeviceAlignment(const KernelLayer& kernels, ncclDataType_t type, size_t count, const void* send,
                           const void* recv) {
   if (!kernels.onDevice() || count == 0) return;
   const size_t es = typeSize(type);
   for (auto [name, buffer] : {std::pair{"send", send}, std::pair{"receive", recv}}) {
+    // A plain host buffer beside a GPU one: the layer is the GPU's, whose kernels fault on pageable host memory.
+    if (buffer != nullptr && !kernels.reaches(buffer))
+      throw core::ArgumentError(std::string("the ") + name +
+                                " buffer is plain host memory, which this call's GPU kernels cannot reach: a "
+                                "reduction on GPU buffers needs both in GPU memory (or in host memory pinned or "
+                                "registered with CUDA)");
     if (reinterpret_cast<uintptr_t>(buffer) % es == 0) continue;
     char text[200];
     std::snprintf(text, sizeof(text),

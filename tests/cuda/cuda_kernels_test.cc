@@ -147,10 +147,13 @@ TEST(CudaKernels, MisalignedPointersAreRefusedBeforeAnyLaunch) {
   EXPECT_EQ(nns::cuda::reduce(odd, odd, odd, 0, ncclFloat32, ncclSum, nullptr), cudaSuccess);  // nothing to do
 }
 
-// TEST DOUBLE for the GPU kernel layer (no device needed): says its buffers are GPU memory and fails the test if
-// the collective reaches it.
+// TEST DOUBLE for the GPU kernel layer (no device needed): says its buffers are GPU memory, but `unreachable` (plain
+// host memory, as the real layer finds with cudaPointerGetAttributes), and fails the test if the collective reaches
+// it.
 class DeviceLayerStandIn final : public nns::coll::KernelLayer {
  public:
+  const void* unreachable = nullptr;
+  bool reaches(const void* buffer) const override { return buffer != unreachable; }
   void reduce(void*, const void*, size_t, ncclDataType_t, ncclRedOp_t) override { ADD_FAILURE() << "ran"; }
   void divide(void*, size_t, ncclDataType_t, int) override { ADD_FAILURE() << "ran"; }
   void premultiply(void*, const void*, size_t, ncclDataType_t, const void*) override { ADD_FAILURE() << "ran"; }
@@ -159,8 +162,9 @@ class DeviceLayerStandIn final : public nns::coll::KernelLayer {
 };
 
 // Needs no device: the collectives refuse misaligned GPU buffers at the call, naming the buffer, its address and the
-// element size, before the slot placement check or anything else, and the communicator stays usable.
-TEST(CudaCollectives, MisalignedDeviceBuffersAreAnArgumentError) {
+// element size, and a plain host buffer beside a GPU one, before the slot placement check or anything else, and the
+// communicator stays usable.
+TEST(CudaCollectives, MisalignedOrUnreachableBuffersAreAnArgumentError) {
   nns::core::LaunchInfo launch{0, 1, "127.0.0.1", nns::test::freeLoopbackPort(), "test"};
   nns::core::CommOptions options;
   options.plugin = "socket";
@@ -201,6 +205,15 @@ TEST(CudaCollectives, MisalignedDeviceBuffersAreAnArgumentError) {
               nns::coll::allReduce(comm, odd, odd, 2, ncclFloat16, ncclSum, device);
             }).find("slots the GPU cannot read"),
             std::string::npos);
+  // A plain host buffer beside a GPU one: refused before a kernel faults on it (a sticky illegal address).
+  device.unreachable = memory + 8;
+  const std::string hostText =
+      " buffer is plain host memory, which this call's GPU kernels cannot reach: a reduction on GPU buffers needs "
+      "both in GPU memory (or in host memory pinned or registered with CUDA)";
+  EXPECT_EQ(refusal([&] { nns::coll::allReduce(comm, memory, memory + 8, 2, ncclFloat32, ncclSum, device); }),
+            "the receive" + hostText);
+  EXPECT_EQ(refusal([&] { nns::coll::reduceScatter(comm, memory + 8, memory, 2, ncclFloat32, ncclSum, device); }),
+            "the send" + hostText);
   EXPECT_EQ(comm.asyncError(), "") << "an argument error must not fail the communicator";
 }
 

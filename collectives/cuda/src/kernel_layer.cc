@@ -71,6 +71,7 @@ class DeviceKernels final : public coll::KernelLayer {
     throwOnError(cudaStreamSynchronize(cudaStreamPerThread), "copy");
   }
   bool onDevice() const override { return true; }
+  bool reaches(const void* buffer) const override { return deviceReachable(buffer); }
   void* scratch(size_t bytes, const void* near) override {
     // On the device of the operation's buffers: the calling thread's own device may be another (the progress
     // thread never sets one: device 0), and a kernel there would fault on the buffers without peer access. One

@@ -408,6 +408,15 @@ std::string deviceUnavailableReason() {
   return devices > 0 ? "" : "cudaGetDeviceCount: 0 devices";
 }
 
+bool deviceReachable(const void* ptr) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attributes.type != cudaMemoryTypeUnregistered;
+}
+
 bool deviceAvailable() {
   return deviceUnavailableReason().empty();
 }

@@ -56,6 +56,9 @@ class KernelLayer {
   // True when the buffers this layer works on are GPU memory (its kernels also read the communicator's slots, so
   // those must be memory the GPU can read).
   virtual bool onDevice() const { return false; }
+  // Whether this layer's kernels can work on `buffer` (a GPU layer: not plain pageable host memory). The host layer
+  // cannot tell GPU memory from its own, and says true.
+  virtual bool reaches(const void* /*buffer*/) const { return true; }
   // Working memory of at least `bytes` where this layer's buffers live, beside `near` (a buffer of the operation:
   // a GPU layer allocates on its device, whatever device the calling thread has), owned by the layer (grows, never
   // shrinks; one per thread and device). nullptr: host memory, and the communicator's scratch serves.

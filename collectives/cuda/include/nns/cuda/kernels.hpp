@@ -41,6 +41,9 @@ inline constexpr int kReduceUnroll = 4;
 // True when ptr is device memory (cudaMalloc, or managed) as seen by cudaPointerGetAttributes; host, pinned host and
 // unknown pointers are false, so the schedule can pick the kernel layer by buffer location.
 bool isDevicePointer(const void* ptr);
+// True when a kernel can read and write `ptr`: device or managed memory, or host memory pinned or registered with
+// CUDA; false for plain (pageable) host memory, which a kernel faults on with a sticky error.
+bool deviceReachable(const void* ptr);
 // True when at least one CUDA device can be used by this process.
 bool deviceAvailable();
 // Why deviceAvailable() is false, with the CUDA error cudaGetDeviceCount returned: "cudaGetDeviceCount:
