@@ -88,11 +88,11 @@ void checkDeviceAlignment(const KernelLayer& kernels, ncclDataType_t type, size_
   }
 }
 
-// Working memory where the kernel layer's buffers live: the layer's own (GPU: on the device of `near`, one of the
-// operation's buffers), or the communicator's (host).
+// Working memory where the kernel layer's buffers live, the communicator's: on the GPU of `near` (one of the
+// operation's buffers) for the GPU layer, else in host memory. Freed with the communicator (a GPU layer's own, kept
+// per thread, held the largest reduce-scatter's input on every calling thread until it ended).
 unsigned char* workspace(Communicator& comm, KernelLayer& kernels, size_t bytes, const void* near) {
-  void* memory = kernels.scratch(bytes, near);
-  return static_cast<unsigned char*>(memory != nullptr ? memory : comm.scratch(bytes));
+  return static_cast<unsigned char*>(kernels.onDevice() ? comm.deviceScratch(bytes, near) : comm.scratch(bytes));
 }
 
 // Premultiplied sums, as NCCL runs them (ncclDevPreMulSum): each rank's input times a scalar of the type, then

@@ -72,42 +72,6 @@ class DeviceKernels final : public coll::KernelLayer {
   }
   bool onDevice() const override { return true; }
   bool reaches(const void* buffer) const override { return deviceReachable(buffer); }
-  void* scratch(size_t bytes, const void* near) override {
-    // On the device of the operation's buffers: the calling thread's own device may be another (the progress
-    // thread never sets one: device 0), and a kernel there would fault on the buffers without peer access. One
-    // grow-only buffer per thread and device: an operation runs on one thread from start to end.
-    OnDeviceOf on(near);
-    int device = 0;
-    throwOnError(cudaGetDevice(&device), "cudaGetDevice");
-    struct Buffer {
-      int device = -1;
-      void* memory = nullptr;
-      size_t bytes = 0;
-    };
-    struct Buffers {
-      std::vector<Buffer> all;
-      ~Buffers() {
-        for (Buffer& buffer : all) {
-          if (buffer.memory == nullptr) continue;
-          ScopedDevice on(buffer.device);
-          cudaFree(buffer.memory);
-        }
-      }
-    };
-    thread_local Buffers buffers;
-    auto found = std::find_if(buffers.all.begin(), buffers.all.end(),
-                              [device](const Buffer& buffer) { return buffer.device == device; });
-    if (found == buffers.all.end()) found = buffers.all.insert(buffers.all.end(), Buffer{device});
-    Buffer& buffer = *found;
-    if (buffer.bytes < bytes) {
-      if (buffer.memory != nullptr) cudaFree(buffer.memory);
-      buffer.memory = nullptr;
-      buffer.bytes = 0;
-      throwOnError(cudaMalloc(&buffer.memory, bytes), "cudaMalloc of scratch");
-      buffer.bytes = bytes;
-    }
-    return buffer.memory;
-  }
 };
 
 }  // namespace

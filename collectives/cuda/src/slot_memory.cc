@@ -2,6 +2,7 @@
 // (staging), with copies into them on a stream of their own, polled through events.
 #include "nns/cuda/slot_memory.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -54,6 +55,10 @@ class CudaSlots final : public core::SlotMemory {
     throwOnError(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault), "stream for slot copies");
   }
   ~CudaSlots() override {
+    for (const Scratch& scratch : scratch_) {
+      ScopedDevice on(scratch.device);
+      cudaFree(scratch.memory);
+    }
     ScopedDevice on(device_);  // noexcept: a failed switch still destroys what it can
     for (cudaEvent_t event : events_) cudaEventDestroy(event);
     cudaStreamDestroy(stream_);
@@ -107,8 +112,37 @@ class CudaSlots final : public core::SlotMemory {
   }
   bool flushReceives() const override { return flush_; }
   bool deviceReadable() const override { return true; }
+  // On the device of `near` (the operation's buffers may be on another GPU than the slots: a kernel there would fault
+  // on memory of another device without peer access), one grow-only buffer per device. The communicator runs one
+  // operation at a time.
+  void* deviceScratch(size_t bytes, const void* near) override {
+    int device = device_;
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, near) != cudaSuccess)
+      (void)cudaGetLastError();  // not memory CUDA knows: the slots' device
+    else if (attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged)
+      device = attributes.device;
+    auto found = std::find_if(scratch_.begin(), scratch_.end(),
+                              [device](const Scratch& scratch) { return scratch.device == device; });
+    if (found == scratch_.end()) found = scratch_.insert(scratch_.end(), Scratch{device});
+    if (found->bytes < bytes) {
+      OnDevice on(device);
+      if (found->memory != nullptr) cudaFree(found->memory);
+      found->memory = nullptr;
+      found->bytes = 0;
+      throwOnError(cudaMalloc(&found->memory, bytes), "cudaMalloc of " + std::to_string(bytes) + " bytes of scratch");
+      found->bytes = bytes;
+    }
+    return found->memory;
+  }
 
  private:
+  struct Scratch {
+    int device = -1;
+    void* memory = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<Scratch> scratch_;  // deviceScratch's, by device
   cudaEvent_t takeEvent() {
     std::lock_guard lock(mutex_);
     if (!free_.empty()) {

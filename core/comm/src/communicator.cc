@@ -1058,6 +1058,15 @@ void* Communicator::scratch(size_t bytes) {
   return scratch_.data();
 }
 
+void* Communicator::deviceScratch(size_t bytes, const void* near) {
+  void* memory = slotMemory_->deviceScratch(bytes, near);
+  if (memory == nullptr)
+    throw CommError("rank " + std::to_string(rank_) + ": GPU scratch asked of slot memory that has none (" +
+                        slotMemoryDescription_ + ")",
+                    ncclInvalidUsage);
+  return memory;
+}
+
 // ---- The plan runner ----
 
 Plan& Communicator::newPlan() {

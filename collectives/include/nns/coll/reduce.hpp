@@ -59,10 +59,6 @@ class KernelLayer {
   // Whether this layer's kernels can work on `buffer` (a GPU layer: not plain pageable host memory). The host layer
   // cannot tell GPU memory from its own, and says true.
   virtual bool reaches(const void* /*buffer*/) const { return true; }
-  // Working memory of at least `bytes` where this layer's buffers live, beside `near` (a buffer of the operation:
-  // a GPU layer allocates on its device, whatever device the calling thread has), owned by the layer (grows, never
-  // shrinks; one per thread and device). nullptr: host memory, and the communicator's scratch serves.
-  virtual void* scratch(size_t /*bytes*/, const void* /*near*/) { return nullptr; }
 };
 
 // Host memory: vectorized by the compiler (plain loops over restrict pointers at -O3), compiled for the baseline

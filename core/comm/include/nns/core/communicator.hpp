@@ -54,6 +54,10 @@ class SlotMemory {
   // two (HostSlots): one core both moves and reduces their data, and every slot beyond double buffering only makes
   // the working set larger than its caches (docs/performance.md).
   virtual int defaultSlots() const { return 8; }
+  // Working memory of at least `bytes` where GPU kernels work, on the device of `near` (a buffer of the operation),
+  // owned by this slot memory and so by its communicator: grows, never shrinks, freed with it. nullptr: this slot
+  // memory has none (host slots), and the communicator's host scratch serves.
+  virtual void* deviceScratch(size_t /*bytes*/, const void* /*near*/) { return nullptr; }
 };
 
 struct CommOptions {
@@ -312,6 +316,9 @@ class Communicator {
   // Scratch memory owned by the communicator (grows, never shrinks), for schedules that need a working copy.
   // Only inside an operation given to submit().
   void* scratch(size_t bytes);
+  // The same on the GPU of `near` (SlotMemory::deviceScratch), for GPU buffers; throws CommError when the slot memory
+  // has none (GPU buffers on a communicator made without GPU slot memory).
+  void* deviceScratch(size_t bytes, const void* near);
 
   // Registers host memory for zero-copy transfers, like ncclCommRegister: sends from it and plain-copy receives
   // into it then skip the slots (and the copies through them). Each connection registers it with the plugin on
