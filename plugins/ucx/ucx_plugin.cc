@@ -579,7 +579,9 @@ class Lingering {
   // leave: destroying it (the child's exit) waited for ever. The child gets a fresh one; the copy is left alone.
   static void afterForkInChild() {
     if (instance_ == nullptr) return;
-    instance_->parentsWakes_.push_back(instance_->wake_.release());  // kept reachable, never destroyed
+    // Kept reachable (a leak checker at the child's exit counts them as held) and never destroyed.
+    static auto* parentsWakes = new std::vector<std::condition_variable*>;
+    parentsWakes->push_back(instance_->wake_.release());
     instance_->wake_ = std::make_unique<std::condition_variable>();
     instance_->mutex_.unlock();
   }
@@ -599,7 +601,7 @@ class Lingering {
   }
 
   void run() {
-    std::vector<std::pair<Comm*, bool>> ending;  // comm, and whether its peer is gone (else its linger ran out)
+    std::vector<std::pair<Comm*, bool>>& ending = ending_;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       wake_->wait(lock, [this] { return !comms_.empty() || stopping_; });
@@ -637,9 +639,12 @@ class Lingering {
   std::mutex mutex_;
   std::vector<Comm*> comms_;
   std::vector<Comm*> abandoned_;
+  // The thread's comms being closed: comm, and whether its peer is gone (else its linger ran out). A member, not the
+  // thread's local: a forked child has no such thread, and a leak checker at its exit took the buffer, reachable only
+  // from the parent's thread's stack, for a leak.
+  std::vector<std::pair<Comm*, bool>> ending_;
   // A comm was added, or the destructor wants the thread to end. On the heap: a forked child replaces it.
   std::unique_ptr<std::condition_variable> wake_ = std::make_unique<std::condition_variable>();
-  std::vector<std::condition_variable*> parentsWakes_;  // a forked child's copies of its ancestors' wake_
   pthread_t thread_{};
   bool started_ = false;   // thread_ was created and not joined
   bool stopping_ = false;  // the destructor: end once no comm is left
