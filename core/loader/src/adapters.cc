@@ -693,7 +693,7 @@ bool inCode(const void* address) {
 // What a table's exported symbol is, when the library's symbol table says: a function, an object smaller than the
 // table, or a label in code is refused before a byte of it is read as function pointers.
 std::string symbolDefect(const void* table, size_t tableBytes, const char* typeName) {
-  const std::string inCodeDefect =
+  std::string inCodeDefect =
       inCode(table) ? std::string("it lies in the library's code, not its data: no ") + typeName : "";
   Dl_info info{};
   void* entry = nullptr;
