@@ -471,22 +471,32 @@ long sentPackets(const char* device) {
   return packets;
 }
 
-TEST(IbVerbs, RandomSizesGroupedReceivesThroughFusedVnic) {
-  REQUIRE_RXE(2);
-  IntegrityPlan plan;
-  plan.seed = 14;
-  plan.fuse = true;
+// Runs `plan` through the fused vNIC (both sides on rxe0+rxe1) and gives the packets each device sent meanwhile;
+// false (said on stdout) where rxe has no hw_counters to tell.
+bool fusedIntegrityPackets(const IntegrityPlan& plan, long* sent0, long* sent1) {
   long before0 = sentPackets("rxe0"), before1 = sentPackets("rxe1");
   checkIntegrity(baseEnv(""), baseEnv(""), plan);
   long after0 = sentPackets("rxe0"), after1 = sentPackets("rxe1");
   if (before0 < 0 || before1 < 0) {
     std::printf("ib-test: no rxe hw_counters/sent_pkts; cannot check that the vNIC used both devices\n");
-    return;
+    return false;
   }
+  *sent0 = after0 - before0;
+  *sent1 = after1 - before1;
+  return true;
+}
+
+TEST(IbVerbs, RandomSizesGroupedReceivesThroughFusedVnic) {
+  REQUIRE_RXE(2);
+  IntegrityPlan plan;
+  plan.seed = 14;
+  plan.fuse = true;
+  long sent0 = 0, sent1 = 0;
+  if (!fusedIntegrityPackets(plan, &sent0, &sent1)) return;
   // ~11 MB crossed the vNIC: each port must have carried a real share, not a few control packets.
-  std::printf("ib-test: fused vNIC sent %ld packets on rxe0 and %ld on rxe1\n", after0 - before0, after1 - before1);
-  EXPECT_GT(after0 - before0, 1000) << "rxe0 carried almost nothing of the fused traffic";
-  EXPECT_GT(after1 - before1, 1000) << "rxe1 carried almost nothing of the fused traffic";
+  std::printf("ib-test: fused vNIC sent %ld packets on rxe0 and %ld on rxe1\n", sent0, sent1);
+  EXPECT_GT(sent0, 1000) << "rxe0 carried almost nothing of the fused traffic";
+  EXPECT_GT(sent1, 1000) << "rxe1 carried almost nothing of the fused traffic";
 }
 
 // Single receives of at most 8 KiB make one chunk each (below NNS_IB_SPLIT_MIN_BYTES): the fused vNIC still spreads
@@ -499,14 +509,8 @@ TEST(IbVerbs, SmallMessagesThroughFusedVnicTakeBothDevices) {
   plan.rounds = 400;
   plan.maxReceives = 1;
   plan.maxBytes = 8192;
-  long before0 = sentPackets("rxe0"), before1 = sentPackets("rxe1");
-  checkIntegrity(baseEnv(""), baseEnv(""), plan);
-  long after0 = sentPackets("rxe0"), after1 = sentPackets("rxe1");
-  if (before0 < 0 || before1 < 0) {
-    std::printf("ib-test: no rxe hw_counters/sent_pkts; cannot check that the vNIC used both devices\n");
-    return;
-  }
-  long sent0 = after0 - before0, sent1 = after1 - before1;
+  long sent0 = 0, sent1 = 0;
+  if (!fusedIntegrityPackets(plan, &sent0, &sent1)) return;
   std::printf("ib-test: fused vNIC, small messages: %ld packets on rxe0 and %ld on rxe1\n", sent0, sent1);
   // Both sides' acknowledgements count too: with every message on rxe0, rxe1 still sent about a third (800 of 2495).
   EXPECT_GT(sent1 * 5, (sent0 + sent1) * 2) << "rxe1 carried under 40% of the small messages' packets";

@@ -20,6 +20,7 @@
 #define NNS_SOCKET_PLUGIN_PATH NNS_UCX_PLUGIN_PATH  // plugin_harness.hpp loads the plugin named by this macro
 #include "../../tools/nccl-net-check/tcp_strangers.hpp"
 #include "../socket/plugin_harness.hpp"
+#include "ucx_pair.hpp"
 
 namespace {
 
@@ -101,24 +102,6 @@ enum class SenderEnd { kStaysIdle, kExits };
   _exit(!readAll(in, &go, 1) ? 9 : slow ? 7 : 0);
 }
 
-// The receiver: warm-up message, then nothing until the sender has closed, then a pause longer than
-// NNS_UCX_CLOSE_TIMEOUT_MS and UCX's keepalive (1 s), then every message must arrive whole.
-// The plugin loaded and initialized with `transport`'s environment, and one connected pair on device 0.
-struct LoadedPair {
-  const ncclNet_v12_t* net = nullptr;
-  void* ctx = nullptr;
-  void *sendComm = nullptr, *recvComm = nullptr, *listenComm = nullptr;
-};
-void openPair(const Transport& transport, LoadedPair* pair) {
-  applyEnv(transport);
-  pair->net = plugin();
-  ASSERT_NE(pair->net, nullptr) << dlerror();
-  ncclResult_t result = ncclSuccess;
-  pair->ctx = initPlugin(pair->net, &result);
-  ASSERT_EQ(result, ncclSuccess);
-  ASSERT_EQ(connectPair(pair->net, pair->ctx, 0, &pair->sendComm, &pair->recvComm, &pair->listenComm), ncclSuccess);
-}
-
 // One kMessageBytes message from `source` through a connected pair into `target`, with `tag`: both requests tested
 // until done (20 s at most).
 void transferOnce(const ncclNet_v12_t* net, void* sendComm, void* recvComm, void* source, void* target, int tag) {
@@ -163,6 +146,8 @@ void receiveLate(const ncclNet_v12_t* net, void* recvComm, const char* label) {
   std::printf("%s: %d of %d messages sent before the sender's close received\n", label, received, kMessages);
 }
 
+// The receiver: warm-up message, then nothing until the sender has closed, then a pause longer than
+// NNS_UCX_CLOSE_TIMEOUT_MS and UCX's keepalive (1 s), then every message must arrive whole.
 void runReceiver(const Transport& transport, SenderEnd end) {
   int toSender[2], fromSender[2];
   ASSERT_EQ(pipe(toSender), 0);
@@ -237,8 +222,8 @@ TEST(UcxClose, SharedMemorySendsCompletedBeforeCloseReachALateReceiver) {
 // The same in one process (the reviewer's reproducer): the sender's worker destroyed at close took the messages with
 // it.
 TEST(UcxClose, TcpSendsCompletedBeforeCloseReachALateReceiverInOneProcess) {
-  LoadedPair pair;
-  ASSERT_NO_FATAL_FAILURE(openPair(kTcp, &pair));
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(openUcxPair(kTcp.env, &pair));
   const ncclNet_v12_t* net = pair.net;
   void *sendComm = pair.sendComm, *recvComm = pair.recvComm, *listenComm = pair.listenComm;
   std::vector<std::vector<unsigned char>> messages(kMessages + 1, std::vector<unsigned char>(kMessageBytes));
@@ -300,15 +285,14 @@ TEST(UcxClose, ALingeringCommGoesWhenItsPeerCloses) {
 // 100 ms, as a busy proxy thread does. It arrives whole: the close timeout (500 ms) counts from the last progress, not
 // from the goodbye (the receive failed with "a request is still pending after the peer closed its comm").
 TEST(UcxClose, AMessageStillDrainingAfterTheGoodbyeArrivesWhole) {
-  LoadedPair pair;
-  ASSERT_NO_FATAL_FAILURE(openPair(Transport{"tcp, slow drain",
-                                             {{"UCX_TLS", "tcp"},
-                                              {"UCX_NET_DEVICES", "lo"},
-                                              {"UCX_TCP_MAX_POLL", "1"},
-                                              {"UCX_TCP_RX_SEG_SIZE", "16k"},
-                                              {"UCX_TCP_SNDBUF", "8m"},
-                                              {"UCX_TCP_RCVBUF", "8m"}}},
-                                   &pair));
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(openUcxPair({{"UCX_TLS", "tcp"},
+                                       {"UCX_NET_DEVICES", "lo"},
+                                       {"UCX_TCP_MAX_POLL", "1"},
+                                       {"UCX_TCP_RX_SEG_SIZE", "16k"},
+                                       {"UCX_TCP_SNDBUF", "8m"},
+                                       {"UCX_TCP_RCVBUF", "8m"}},
+                                      &pair));
   const ncclNet_v12_t* net = pair.net;
   void *sendComm = pair.sendComm, *recvComm = pair.recvComm, *listenComm = pair.listenComm;
   constexpr size_t kBytes = size_t{64} << 20;
@@ -346,8 +330,8 @@ TEST(UcxClose, AMessageStillDrainingAfterTheGoodbyeArrivesWhole) {
 // cleaned the context up under the mapped region, and UCX's registration cache aborted the process.
 TEST(UcxClose, ARegistrationOutlivingItsCommsIsDeregisteredCleanly) {
   setenv("NNS_UCX_MEM_MAP", "yes", 1);
-  LoadedPair pair;
-  ASSERT_NO_FATAL_FAILURE(openPair(kTcp, &pair));
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(openUcxPair(kTcp.env, &pair));
   const ncclNet_v12_t* net = pair.net;
   void* ctx = pair.ctx;
   void *sendComm = pair.sendComm, *recvComm = pair.recvComm, *listenComm = pair.listenComm;
@@ -373,8 +357,8 @@ TEST(UcxClose, ARegistrationOutlivingItsCommsIsDeregisteredCleanly) {
 // the plugin, exits at once. Its copy of the thread's condition variable counted the parent's thread as a waiter, and
 // destroying it at the child's exit waited for ever.
 TEST(UcxClose, AChildForkedAfterALingeringCommExits) {
-  LoadedPair pair;
-  ASSERT_NO_FATAL_FAILURE(openPair(kTcp, &pair));
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(openUcxPair(kTcp.env, &pair));
   const ncclNet_v12_t* net = pair.net;
   void *sendComm = pair.sendComm, *recvComm = pair.recvComm, *listenComm = pair.listenComm;
   std::vector<unsigned char> source(kMessageBytes, 5), target(kMessageBytes, 0);

@@ -15,6 +15,7 @@
 
 #define NNS_SOCKET_PLUGIN_PATH NNS_UCX_PLUGIN_PATH  // plugin_harness.hpp loads the plugin named by this macro
 #include "../socket/plugin_harness.hpp"
+#include "ucx_pair.hpp"
 
 namespace {
 int failRecvCall = 0;  // > 0: that many ucp_tag_recv_nbx calls from now, the last one fails
@@ -34,39 +35,14 @@ namespace {
 
 using namespace socket_test;
 
-struct Pair {
-  const ncclNet_v12_t* net = nullptr;
-  void* ctx = nullptr;
-  void* listenComm = nullptr;
-  void* sendComm = nullptr;
-  void* recvComm = nullptr;
-};
-
-void openPair(Pair* pair) {
-  setenv("UCX_TLS", "tcp", 1);
-  setenv("UCX_NET_DEVICES", "lo", 1);
-  pair->net = plugin();
-  ASSERT_NE(pair->net, nullptr) << dlerror();
-  ncclResult_t result = ncclSuccess;
-  pair->ctx = initPlugin(pair->net, &result);
-  ASSERT_EQ(result, ncclSuccess);
-  ASSERT_EQ(connectPair(pair->net, pair->ctx, 0, &pair->sendComm, &pair->recvComm, &pair->listenComm), ncclSuccess);
-}
-
-void closePair(const Pair& pair) {
-  EXPECT_EQ(pair.net->closeRecv(pair.recvComm), ncclSuccess);
-  EXPECT_EQ(pair.net->closeSend(pair.sendComm), ncclSuccess);
-  EXPECT_EQ(pair.net->closeListen(pair.listenComm), ncclSuccess);
-}
-
 // The second of three grouped receives cannot be posted: irecv fails and hands out no request, and the comm is
 // failed, so a receive posted earlier reports an error instead of waiting forever for a peer that NCCL abandons.
 TEST(UcxIrecv, FailedSubReceiveFailsTheComm) {
   setenv("NNS_UCX_CLOSE_TIMEOUT_MS", "3000", 1);
-  Pair pair;
-  ASSERT_NO_FATAL_FAILURE(openPair(&pair));
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(openUcxPair({{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}}, &pair));
   const ncclNet_v12_t* net = pair.net;
-  ASSERT_NE(net, nullptr);  // openPair checked it; said again for the static analyzer
+  ASSERT_NE(net, nullptr);  // openUcxPair checked it; said again for the static analyzer
   std::vector<char> earlier(4096), grouped(3 * 4096);
   void* earlierData = earlier.data();
   size_t earlierSize = earlier.size();
@@ -94,7 +70,7 @@ TEST(UcxIrecv, FailedSubReceiveFailsTheComm) {
 
   // The abandoned subs were cancelled and taken back: closing everything works and waits out no timeout.
   start = Clock::now();
-  closePair(pair);
+  closeUcxPair(pair);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
 }
 
@@ -104,10 +80,10 @@ TEST(UcxIrecv, FailedSubReceiveFailsTheComm) {
 // NNS_UCX_CLOSE_TIMEOUT_MS for a callback that already ran.
 TEST(UcxIrecv, SubCompletedAtPostHoldsNoUcxRequest) {
   setenv("NNS_UCX_CLOSE_TIMEOUT_MS", "3000", 1);
-  Pair pair;
-  ASSERT_NO_FATAL_FAILURE(openPair(&pair));
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(openUcxPair({{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}}, &pair));
   const ncclNet_v12_t* net = pair.net;
-  ASSERT_NE(net, nullptr);  // openPair checked it; said again for the static analyzer
+  ASSERT_NE(net, nullptr);  // openUcxPair checked it; said again for the static analyzer
   std::vector<char> message(64, 'm'), other(64), grouped(2 * 64);
   void* sendRequest = nullptr;
   ASSERT_EQ(postSend(net, pair.sendComm, message.data(), message.size(), 20, &sendRequest), ncclSuccess);
@@ -139,7 +115,7 @@ TEST(UcxIrecv, SubCompletedAtPostHoldsNoUcxRequest) {
 
   // Both receives are still in flight; closing cancels tag 21 and tag 99 and must not wait for tag 20's request.
   auto start = Clock::now();
-  closePair(pair);
+  closeUcxPair(pair);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
 }
 
@@ -148,10 +124,10 @@ TEST(UcxIrecv, SubCompletedAtPostHoldsNoUcxRequest) {
 // sub is cancelled and taken back, so closing waits for nothing. It waited for tag 2 for ever before.
 TEST(UcxIrecv, ATruncatedSubFailsTheGroupWithoutWaitingForTheOthers) {
   setenv("NNS_UCX_CLOSE_TIMEOUT_MS", "3000", 1);
-  Pair pair;
-  ASSERT_NO_FATAL_FAILURE(openPair(&pair));
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(openUcxPair({{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}}, &pair));
   const ncclNet_v12_t* net = pair.net;
-  ASSERT_NE(net, nullptr);  // openPair checked it; said again for the static analyzer
+  ASSERT_NE(net, nullptr);  // openUcxPair checked it; said again for the static analyzer
   std::vector<char> big(8192, 'b'), first(4096), second(4096);
   void* data[2] = {first.data(), second.data()};
   size_t sizes[2] = {4096, 4096};
@@ -176,7 +152,7 @@ TEST(UcxIrecv, ATruncatedSubFailsTheGroupWithoutWaitingForTheOthers) {
   EXPECT_TRUE(warnedAbout("the 8192-byte message is larger than the 4096-byte buffer"));
   // Sub 1 was cancelled: closing everything waits out no NNS_UCX_CLOSE_TIMEOUT_MS (3 s here).
   start = Clock::now();
-  closePair(pair);
+  closeUcxPair(pair);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
 }
 
