@@ -27,6 +27,21 @@ TEST(AbiCxx, EnumsAreIntSizedWithNcclValues) {
   EXPECT_EQ(NCCL_NET, 0x10);
 }
 
+// The flags and constants a plugin passes or reads, with NCCL's values; the GIN/RMA ones too, which no ncclNet_vN
+// call takes but NCCL's net header defines.
+TEST(AbiCxx, ConstantsHaveNcclValues) {
+  EXPECT_EQ(NCCL_NET_HANDLE_MAXSIZE, 128);
+  EXPECT_EQ(NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF, 0x7);
+  EXPECT_EQ(NCCL_NET_MAX_REQUESTS, 32);
+  EXPECT_EQ(NCCL_NET_OPTIONAL_RECV_COMPLETION, 0x1);
+  EXPECT_EQ(NCCL_NET_MULTI_REQUEST, 0x2);
+  EXPECT_EQ(NCCL_NET_MR_FLAG_FORCE_SO, 0x1);
+  EXPECT_EQ(NCCL_NET_MR_FLAG_SIGNAL_NEVER_RESET, 0x2);
+  EXPECT_EQ(NCCL_NET_SIGNAL_OP_INC, 0x1);
+  EXPECT_EQ(NCCL_NET_SIGNAL_OP_ADD, 0x2);
+  EXPECT_EQ(ncclProfilerNetEventUpdateAndStop, 3);
+}
+
 TEST(AbiCxx, TablesHaveOneSlotPerFunction) {
   // 8-byte slots: name + functions. v6 17, v7/v8 19, v9/v10 20, v11/v12 22.
   EXPECT_EQ(sizeof(ncclNet_v6_t) / 8, 17u);

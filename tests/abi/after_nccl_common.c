@@ -1,7 +1,7 @@
 /* after_nccl_common.c: the net headers compile after NCCL's own nccl_common.h, as in a plugin that is also a tuner
  * or profiler and includes NCCL's headers first. NCCL's header is guarded by NCCL_DEBUG_H_ (not the name of its
- * file) and defines the log levels, subsystems, logger and profiler callback; ours must then leave them out. The
- * lines below stand in for it: its guard and a few of its definitions. */
+ * file) and defines the log levels, subsystems, logger, the profiler's event types and callback; ours must then leave
+ * them out. The lines below stand in for it: its guard and a few of its definitions. */
 #ifndef NCCL_DEBUG_H_
 #define NCCL_DEBUG_H_
 #include <stdint.h>
@@ -18,6 +18,12 @@ typedef enum {
 typedef enum { NCCL_INIT = 1, NCCL_NET = 16, NCCL_ALL = ~0 } ncclDebugLogSubSys;
 typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
                                   const char* fmt, ...);
+enum {
+  ncclProfilerNetEventStart = 0,
+  ncclProfilerNetEventStop,
+  ncclProfilerNetEventUpdate,
+  ncclProfilerNetEventUpdateAndStop,
+};
 typedef ncclResult_t (*ncclProfilerCallback_t)(void** eHandle, int type, void* pHandle, int64_t pluginId,
                                                void* extData);
 #endif
@@ -26,5 +32,5 @@ typedef ncclResult_t (*ncclProfilerCallback_t)(void** eHandle, int type, void* p
 
 int main(void) {
   ncclNet_v12_t table = {0};
-  return table.name == 0 && NCCL_NET == 16 ? 0 : 1;
+  return table.name == 0 && NCCL_NET == 16 && ncclProfilerNetEventUpdateAndStop == 3 ? 0 : 1;
 }

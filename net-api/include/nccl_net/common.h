@@ -25,6 +25,13 @@
 #define NCCL_NET_OPTIONAL_RECV_COMPLETION 0x1
 #define NCCL_NET_MULTI_REQUEST 0x2
 
+/* Registration flags and signal operations of NCCL's GIN/RMA paths (NCCL 2.28.7 and 2.30): no ncclNet_vN call takes
+ * them; they are here so that code written against NCCL's net header finds every name it defines. */
+#define NCCL_NET_MR_FLAG_FORCE_SO (1 << 0)
+#define NCCL_NET_MR_FLAG_SIGNAL_NEVER_RESET (1 << 1)
+#define NCCL_NET_SIGNAL_OP_INC 0x1
+#define NCCL_NET_SIGNAL_OP_ADD 0x2
+
 /* Upper bound the host accepts for maxP2pBytes / maxCollBytes (1 TiB), and the defaults it fills for v6..v8. */
 #define NCCL_MAX_NET_SIZE_BYTES (1ULL * 1024 * 1024 * 1024 * 1024)
 #define NCCL_NET_DEFAULT_MAX_P2P_BYTES (1ULL << 30)

@@ -39,7 +39,8 @@ typedef enum {
 } ncclRedOp_t;
 #endif
 
-/* NCCL's nccl_common.h (guarded by NCCL_DEBUG_H_) defines these the same way; defer to it when it came first. */
+/* NCCL's nccl_common.h (guarded by NCCL_DEBUG_H_) defines these (the profiler's event types too) the same way; defer
+ * to it when it came first. */
 #if !defined(NCCL_COMMON_H_) && !defined(NCCL_DEBUG_H_)
 typedef enum {
   NCCL_LOG_NONE = 0,
@@ -79,13 +80,14 @@ typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags, 
 /* Since v10: the host's profiler callback. pHandle is the phandle the host passed to isend/irecv. */
 typedef ncclResult_t (*ncclProfilerCallback_t)(void** eHandle, int type, void* pHandle, int64_t pluginId,
                                                void* extData);
-#endif
 
+/* The event types the profiler callback takes. */
 enum {
   ncclProfilerNetEventStart = 0,
   ncclProfilerNetEventStop = 1,
   ncclProfilerNetEventUpdate = 2,
   ncclProfilerNetEventUpdateAndStop = 3
 };
+#endif
 
 #endif /* NCCL_NET_TYPES_H_ */

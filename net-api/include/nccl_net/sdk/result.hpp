@@ -6,8 +6,10 @@
 
 NCCL_NET_SDK_NAMESPACE_BEGIN
 
+// Switches on the value: an nccl.h included first (err.h then defers to it) has no ncclTimeout before NCCL 2.30.
 constexpr const char* resultName(ncclResult_t result) {
-  switch (result) {
+  constexpr int kTimeout = 8;  // ncclTimeout
+  switch (static_cast<int>(result)) {
     case ncclSuccess: return "ncclSuccess";
     case ncclUnhandledCudaError: return "ncclUnhandledCudaError";
     case ncclSystemError: return "ncclSystemError";
@@ -16,7 +18,7 @@ constexpr const char* resultName(ncclResult_t result) {
     case ncclInvalidUsage: return "ncclInvalidUsage";
     case ncclRemoteError: return "ncclRemoteError";
     case ncclInProgress: return "ncclInProgress";
-    case ncclTimeout: return "ncclTimeout";
+    case kTimeout: return "ncclTimeout";
     default: return "unknown ncclResult_t";
   }
 }
