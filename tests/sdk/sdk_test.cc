@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdarg>
 #include <cstring>
@@ -80,7 +81,7 @@ struct RecordingNet {
     props->speed = 200000 + dev;
     props->maxRecvs = 8;
     props->vProps.ndevs = calls.vdevs;
-    for (int i = 0; i < calls.vdevs; ++i) props->vProps.devs[i] = i;
+    for (int i = 0; i < std::min(calls.vdevs, NCCL_NET_MAX_DEVS_PER_NIC_V12); ++i) props->vProps.devs[i] = i;
     return ncclSuccess;
   }
   ncclResult_t listen(void* ctx, int, void*, void** listenComm) {
@@ -666,6 +667,18 @@ TEST(Export, EightDeviceVNicCannotBeShownToAFourDeviceVersion) {
   EXPECT_EQ(v12.vProps.ndevs, 8);
   ncclNetProperties_v11_t v11;
   EXPECT_EQ(NetTables<RecordingNet>::v11.getProperties(0, &v11), ncclInternalError);
+  calls.vdevs = 1;
+}
+
+// v12 hands the plugin's own struct to NCCL: a count past devs[8] would have it read maxP2pBytes as devices.
+TEST(Export, AVPropsCountOutsideOneToEightIsRefusedInEveryVersion) {
+  for (int vdevs : {0, -1, 9}) {
+    calls.vdevs = vdevs;
+    ncclNetProperties_v12_t v12;
+    EXPECT_EQ(NetTables<RecordingNet>::v12.getProperties(0, &v12), ncclInternalError) << vdevs << " devices";
+    ncclNetProperties_v6_t v6;
+    EXPECT_EQ(NetTables<RecordingNet>::v6.getProperties(0, &v6), ncclInternalError) << vdevs << " devices";
+  }
   calls.vdevs = 1;
 }
 

@@ -268,11 +268,11 @@ struct CollClassCheck {
   // Optional methods: checked only when the class declares one.
   static constexpr bool kIallgather =
       !has_iallgather_v<Coll> ||
-      callable_iallgather<Coll, TypeList<void(void*, void*, int, ExactPointer<ncclNetSGE_v12_t*>, S, S, S, void*,
+      callable_iallgather<Coll, TypeList<void(void*, void*, int, InputPointer<ncclNetSGE_v12_t*>, S, S, S, void*,
                                               ExactPointer<void**>)>>::value;
   static constexpr bool kIreducescatter =
       !has_ireducescatter_v<Coll> ||
-      callable_ireducescatter<Coll, TypeList<void(void*, int, ExactPointer<ncclNetSGE_v12_t*>, void*, S, S, S,
+      callable_ireducescatter<Coll, TypeList<void(void*, int, InputPointer<ncclNetSGE_v12_t*>, void*, S, S, S,
                                                   ncclDataType_t, ncclRedOp_t, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kRegMrDmaBuf =
       !has_regMrDmaBuf_v<Coll> ||
@@ -282,7 +282,7 @@ struct CollClassCheck {
       callable_iflush<Coll, TypeList<void(void*, void*, int, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kMakeVDevice =
       !has_makeVDevice_v<Coll> ||
-      callable_makeVDevice<Coll, TypeList<void(ExactPointer<int*>, ExactPointer<ncclNetVDeviceProps_v12_t*>)>>::value;
+      callable_makeVDevice<Coll, TypeList<void(ExactPointer<int*>, InputPointer<ncclNetVDeviceProps_v12_t*>)>>::value;
   static constexpr bool kFinalize = !has_finalize_v<Coll> || callable_finalize<Coll, TypeList<void(void*)>>::value;
 
   static constexpr bool value = kNamed && kNameConstant && kNameNonEmpty && kConstructible && kInit && kDevices &&

@@ -19,7 +19,8 @@
 //   closeSend(void* sendComm), closeRecv(void* recvComm), closeListen(void* listenComm)
 //
 // and optionally: regMrDmaBuf, iflush, getDeviceMr, irecvConsumed, makeVDevice(int*, ncclNetVDeviceProps_v12_t*),
-// finalize(void* ctx), setNetAttr(void* ctx, ncclNetAttr_v12_t*), each with its v12 signature. Absent optional
+// finalize(void* ctx), setNetAttr(void* ctx, ncclNetAttr_v12_t*), each with its v12 signature. What a method only
+// reads (irecv's and iflush's lists, makeVDevice's props, setNetAttr's attr) may be declared const. Absent optional
 // functions are NULL in the exported tables where NCCL checks for NULL (getDeviceMr, irecvConsumed, makeVDevice,
 // setNetAttr); otherwise the SDK supplies the behaviour NCCL expects (see the defaults below).
 //
@@ -178,6 +179,17 @@ struct ExactPointer {
     return nullptr;
   }
 };
+// The same for an array or struct the method only reads (irecv's and iflush's lists, makeVDevice's props, setNetAttr's
+// attr): it also converts to the pointer to const, so a const-correct declaration is taken.
+template <class P>
+struct InputPointer {
+  template <class T,
+            std::enable_if_t<std::is_same_v<T, P> || std::is_same_v<T, std::add_const_t<std::remove_pointer_t<P>>*>,
+                             int> = 0>
+  operator T() const {  // NOLINT(google-explicit-constructor): the implicit conversion is the point
+    return nullptr;
+  }
+};
 template <class T>
 struct TypeList {};
 
@@ -271,8 +283,8 @@ struct NetClassCheck {
   static constexpr bool kIsend =
       callable_isend<Net, TypeList<void(void*, void*, S, int, void*, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kIrecv =
-      callable_irecv<Net, TypeList<void(void*, int, ExactPointer<void**>, ExactPointer<size_t*>, ExactPointer<int*>,
-                                        ExactPointer<void**>, ExactPointer<void**>, ExactPointer<void**>)>>::value;
+      callable_irecv<Net, TypeList<void(void*, int, InputPointer<void**>, InputPointer<size_t*>, InputPointer<int*>,
+                                        InputPointer<void**>, InputPointer<void**>, ExactPointer<void**>)>>::value;
   static constexpr bool kTest = callable_test<Net, TypeList<void(void*, ExactPointer<int*>, CompletedSizes&)>>::value;
   static constexpr bool kCloseSend = callable_closeSend<Net, TypeList<void(void*)>>::value;
   static constexpr bool kCloseRecv = callable_closeRecv<Net, TypeList<void(void*)>>::value;
@@ -282,19 +294,19 @@ struct NetClassCheck {
       !has_regMrDmaBuf_v<Net> ||
       callable_regMrDmaBuf<Net, TypeList<void(void*, void*, S, int, uint64_t, int, ExactPointer<void**>)>>::value;
   static constexpr bool kIflush =
-      !has_iflush_v<Net> || callable_iflush<Net, TypeList<void(void*, int, ExactPointer<void**>, ExactPointer<int*>,
-                                                               ExactPointer<void**>, ExactPointer<void**>)>>::value;
+      !has_iflush_v<Net> || callable_iflush<Net, TypeList<void(void*, int, InputPointer<void**>, InputPointer<int*>,
+                                                               InputPointer<void**>, ExactPointer<void**>)>>::value;
   static constexpr bool kGetDeviceMr =
       !has_getDeviceMr_v<Net> || callable_getDeviceMr<Net, TypeList<void(void*, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kIrecvConsumed =
       !has_irecvConsumed_v<Net> || callable_irecvConsumed<Net, TypeList<void(void*, int, void*)>>::value;
   static constexpr bool kMakeVDevice =
       !has_makeVDevice_v<Net> ||
-      callable_makeVDevice<Net, TypeList<void(ExactPointer<int*>, ExactPointer<ncclNetVDeviceProps_v12_t*>)>>::value;
+      callable_makeVDevice<Net, TypeList<void(ExactPointer<int*>, InputPointer<ncclNetVDeviceProps_v12_t*>)>>::value;
   static constexpr bool kFinalize = !has_finalize_v<Net> || callable_finalize<Net, TypeList<void(void*)>>::value;
   static constexpr bool kSetNetAttr =
       !has_setNetAttr_v<Net> ||
-      callable_setNetAttr<Net, TypeList<void(void*, ExactPointer<ncclNetAttr_v12_t*>)>>::value;
+      callable_setNetAttr<Net, TypeList<void(void*, InputPointer<ncclNetAttr_v12_t*>)>>::value;
 
   static constexpr bool value = kNamed && kNameConstant && kNameNonEmpty && kConstructible && kInit && kDevices &&
                                 kGetProperties && kListen && kConnect && kAccept && kRegMr && kDeregMr && kIsend &&
@@ -695,6 +707,12 @@ struct NetEntry {
     NCCL_NET_SDK_REQUIRE(props->maxCollBytes > 0 && props->maxCollBytes <= NCCL_MAX_NET_SIZE_BYTES, ncclInternalError,
                          "getProperties: device %d reports maxCollBytes %zu outside (0, 1 TiB]", dev,
                          props->maxCollBytes);
+    // NCCL reads vProps.devs[0 .. ndevs) (a physical device lists itself, a vNIC its members): a count outside the
+    // array would have it read the fields after it as devices.
+    NCCL_NET_SDK_REQUIRE(props->vProps.ndevs >= 1 && props->vProps.ndevs <= NCCL_NET_MAX_DEVS_PER_NIC_V12,
+                         ncclInternalError,
+                         "getProperties: device %d lists %d physical devices in vProps; a device lists 1 to %d", dev,
+                         props->vProps.ndevs, NCCL_NET_MAX_DEVS_PER_NIC_V12);
     // A limit above what test() can report (its sizes are int) is one the SDK's isend would refuse: NCCL would post
     // a message that fails. Cut to NCCL's own default, with a word in the log.
     for (size_t* limit : {&props->maxP2pBytes, &props->maxCollBytes}) {
