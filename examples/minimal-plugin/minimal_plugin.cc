@@ -434,7 +434,7 @@ class MinimalNet {
   ncclResult_t regMr(void* /*comm*/, void* data, size_t size, int type, void** mhandle) {
     if (type != NCCL_PTR_HOST) {
       NCCL_NET_WARN("regMr: memory type %d is not supported; this plugin moves host memory only", type);
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     *mhandle = new MemoryRegion{data, size};
     return ncclSuccess;
@@ -454,7 +454,7 @@ class MinimalNet {
                      void** /*phandles*/, void** request) {
     if (n != 1) {
       NCCL_NET_WARN("irecv: %d grouped receives requested, this plugin advertises maxRecvs 1", n);
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     return post(static_cast<Comm*>(recvComm), data[0], sizes[0], tags[0], request);
   }
@@ -463,7 +463,7 @@ class MinimalNet {
     auto* r = static_cast<Request*>(request);
     if (r->magic != Request::kMagic || !r->comm->requests.owns(r)) {
       NCCL_NET_WARN("test: %p is not a live request of this plugin", request);
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     Comm* comm = r->comm;
     NCCL_NET_CHECK(progress(comm));

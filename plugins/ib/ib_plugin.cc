@@ -1291,13 +1291,13 @@ class IbNet {
       int dev = props->devs[i];
       if (dev < 0 || dev >= static_cast<int>(g.devices.size()) || g.devices[static_cast<size_t>(dev)].fused) {
         NCCL_NET_WARN("makeVDevice: device %d is not a device of this plugin, or is a vNIC already", dev);
-        return ncclInvalidArgument;
+        return ncclInternalError;
       }
       for (int port : g.devices[static_cast<size_t>(dev)].ports) {
         if (std::find(fused.ports.begin(), fused.ports.end(), port) != fused.ports.end()) {
           NCCL_NET_WARN("makeVDevice: device %d listed twice (or shares port %s with another)", dev,
                         g.ports[static_cast<size_t>(port)].name.c_str());
-          return ncclInvalidArgument;
+          return ncclInternalError;
         }
         fused.ports.push_back(port);
       }
@@ -1306,7 +1306,7 @@ class IbNet {
     }
     if (fused.ports.size() > static_cast<size_t>(kMaxDevs)) {
       NCCL_NET_WARN("makeVDevice: %zu ports, at most %d per vNIC", fused.ports.size(), kMaxDevs);
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     // One link layer per vNIC, as NCCL requires: an InfiniBand port and a RoCE one do not stripe to one peer.
     for (int port : fused.ports) {
@@ -1492,7 +1492,7 @@ class IbNet {
     if (mh == nullptr) return ncclSuccess;
     if (mh->magic != MemoryHandle::kMagic) {
       NCCL_NET_WARN("deregMr: %p is not a memory handle of this plugin", mhandle);
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     // A pending request still reads the handle (a grouped send posts its writes only once the whole group is there)
     // or has its buffer in the NIC's hands. Releasing it anyway is what an abort needs (NCCL deregisters, then
@@ -1541,7 +1541,7 @@ class IbNet {
     if (unusable(comm)) return unusableResult(comm);
     if (size > kMaxMessageBytes) {
       NCCL_NET_WARN("isend: %zu bytes exceeds maxP2pBytes (%zu): split the message", size, kMaxMessageBytes);
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     int slotIndex = static_cast<int>(comm->sequence % kSlots);
     SendSlot& slot = comm->slots[slotIndex];
@@ -1582,7 +1582,7 @@ class IbNet {
     if (size > 0 && mh == nullptr) mh = implicitRegistration(comm, data, size);
     if (size > 0 && (mh == nullptr || mh->magic != MemoryHandle::kMagic || mh->comm != comm)) {
       NCCL_NET_WARN("isend: %zu bytes with memory handle %p, which is not registered on this comm", size, mhandle);
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     Request* req = comm->requests.acquire();
     if (req == nullptr) return checkSideChannel(comm);
@@ -1609,7 +1609,7 @@ class IbNet {
     if (unusable(comm)) return unusableResult(comm);
     if (n > kMaxRecvs) {
       NCCL_NET_WARN("irecv: %d grouped receives, this plugin advertises maxRecvs %d", n, kMaxRecvs);
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     int slotIndex = static_cast<int>(comm->sequence % kSlots);
     RecvSlot& slot = comm->slots[slotIndex];
@@ -1627,7 +1627,7 @@ class IbNet {
         else
           NCCL_NET_WARN("irecv: receive %d of %zu bytes with memory handle %p, which is not registered on this comm", r,
                         sizes[r], mhandles[r]);
-        return ncclInvalidArgument;
+        return ncclInternalError;
       }
     }
     Request* req = comm->requests.acquire();
@@ -1691,7 +1691,7 @@ class IbNet {
       if (mh->magic != MemoryHandle::kMagic || mh->comm != comm) {
         NCCL_NET_WARN("iflush: receive %d of %d bytes with memory handle %p, which is not registered on this comm", r,
                       sizes[r], mhandles[r]);
-        return ncclInvalidArgument;
+        return ncclInternalError;
       }
       if (target < 0 && (mh->type & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0) target = r;
     }
@@ -1742,7 +1742,7 @@ class IbNet {
     auto* req = static_cast<Request*>(request);
     if (req->magic != Request::kMagic) {
       NCCL_NET_WARN("test: %p is not a live request of this plugin", request);
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     Comm* comm = req->comm;
     if (!req->done) {

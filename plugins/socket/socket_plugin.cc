@@ -117,11 +117,11 @@ class DeviceTable {
       if (child.children.size() != 1 || child.children[0] != props.devs[i]) {
         NCCL_NET_WARN("makeVDevice: device %d (%s) is itself virtual; fuse physical devices only", props.devs[i],
                       child.name.c_str());
-        return ncclInvalidArgument;
+        return ncclInternalError;
       }
       if (std::find(fused.children.begin(), fused.children.end(), props.devs[i]) != fused.children.end()) {
         NCCL_NET_WARN("makeVDevice: device %d listed twice", props.devs[i]);
-        return ncclInvalidArgument;
+        return ncclInternalError;
       }
       fused.name += (i == 0 ? "" : "+") + child.name;
       fused.children.push_back(props.devs[i]);
@@ -366,7 +366,7 @@ class SocketNet {
       NCCL_NET_CHECK(kHandleCodec.decode(handle, &fresh->target));
       if (!fresh->target.controlAddress.valid()) {
         NCCL_NET_WARN("connect: the handle carries no valid address");
-        return ncclInvalidArgument;
+        return ncclInternalError;
       }
       const Config& config = Config::get();
       fresh->device = DeviceTable::get().copy(dev);
@@ -413,7 +413,7 @@ class SocketNet {
   ncclResult_t regMr(void* /*comm*/, void* /*data*/, size_t /*size*/, int type, void** mhandle) {
     if (type != NCCL_PTR_HOST) {
       NCCL_NET_WARN("regMr: memory type %d is not supported; this plugin moves host memory only", type);
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     // TCP needs no registration; NCCL only needs a non-NULL handle to pass back.
     static int hostMemory = NCCL_PTR_HOST;
@@ -436,7 +436,7 @@ class SocketNet {
     auto* header = static_cast<RequestHeader*>(request);
     if (header->magic != RequestHeader::kLiveMagic) {
       NCCL_NET_WARN("test: %p is not a live request of this plugin", request);
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     if (header->isSend) {
       auto* comm = static_cast<SendComm*>(header->comm);
@@ -471,7 +471,7 @@ class SocketNet {
  private:
   static ncclResult_t foreignRequest(void* request) {
     NCCL_NET_WARN("test: %p is not a live request of its comm (already completed?)", request);
-    return ncclInvalidArgument;
+    return ncclInternalError;
   }
 
   // `here`: the failure was on this host (no socket could be opened), not on the way to the peer.

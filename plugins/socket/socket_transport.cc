@@ -448,7 +448,7 @@ ncclResult_t RecvComm::post(int n, void** data, size_t* sizes, int* tags, void**
     NCCL_NET_WARN(
         "irecv: %d grouped receives refused: this plugin advertises maxRecvs %d (NNS_SOCKET_MAX_RECVS, 1 .. %d)", n,
         maxRecvs, kMaxRecvs);
-    return ncclInvalidArgument;
+    return ncclInternalError;
   }
   RecvRequest* r = requests_.acquire();
   if (r == nullptr) return ncclSuccess;  // NCCL_NET_MAX_REQUESTS in flight: NCCL retries later

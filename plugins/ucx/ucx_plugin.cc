@@ -873,7 +873,7 @@ class UcxNet {
       NCCL_NET_CHECK(kHandleCodec.decode(handle, &fresh->target));
       if (!fresh->target.sideChannel.valid()) {
         NCCL_NET_WARN("connect: the handle carries no valid address");
-        return ncclInvalidArgument;
+        return ncclInternalError;
       }
       const Config& config = Config::get();
       fresh->deadline = Clock::now() + std::chrono::milliseconds(config.connectTimeoutMs);
@@ -941,7 +941,7 @@ class UcxNet {
   ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
     if (type != NCCL_PTR_HOST) {
       NCCL_NET_WARN("regMr: memory type %d is not supported; this plugin moves host memory only", type);
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     auto* owner = static_cast<Comm*>(comm);
     auto memory = std::make_unique<MemoryHandle>(MemoryHandle{data, size, nullptr, owner->context});
@@ -1022,7 +1022,7 @@ class UcxNet {
     auto* comm = static_cast<Comm*>(recvComm);
     if (n < 1 || n > kMaxRecvs) {
       NCCL_NET_WARN("irecv: %d grouped receives; this plugin takes 1 to %d (maxRecvs)", n, kMaxRecvs);
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     // A failed comm still takes receives: messages the peer sent before it went away may wait in the worker's
     // unexpected queue. test() reports an error for whatever does not arrive.
@@ -1067,7 +1067,7 @@ class UcxNet {
     auto* req = static_cast<Request*>(request);
     if (req->magic != Request::kLiveMagic || req->comm == nullptr || !req->comm->requests.owns(req)) {
       NCCL_NET_WARN("test: %p is not a live request of this plugin (already completed?)", request);
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     Comm* comm = req->comm;
     auto allDone = [req] {
@@ -1153,7 +1153,7 @@ class UcxNet {
  private:
   static ncclResult_t badDevice(const char* call, int dev) {
     NCCL_NET_WARN("%s: device %d does not exist (%d devices)", call, dev, DeviceTable::get().count());
-    return ncclInvalidArgument;
+    return ncclInternalError;
   }
 
   static ncclResult_t connectFailed(PendingConnect* pending, const std::string& what) {

@@ -197,12 +197,12 @@ TYPED_TEST(IntSizedVersion, OversizeMessageIsAnError) {
     char byte = 0;
     const int wrapped = static_cast<int>(static_cast<unsigned>(3u << 30));  // 3 GiB seen through an int
     void* request = nullptr;
-    EXPECT_EQ(net.isend(sendComm, &byte, wrapped, 0, nullptr, &request), ncclInvalidArgument);
+    EXPECT_EQ(net.isend(sendComm, &byte, wrapped, 0, nullptr, &request), ncclInternalError);
     EXPECT_EQ(request, nullptr);
-    EXPECT_EQ(net.irecv(recvComm, &byte, wrapped, 0, nullptr, &request), ncclInvalidArgument);
+    EXPECT_EQ(net.irecv(recvComm, &byte, wrapped, 0, nullptr, &request), ncclInternalError);
     if constexpr (V <= 7) {
       void* mhandle = nullptr;
-      EXPECT_EQ(net.regMr(sendComm, &byte, wrapped, &mhandle), ncclInvalidArgument);
+      EXPECT_EQ(net.regMr(sendComm, &byte, wrapped, &mhandle), ncclInternalError);
     }
     EXPECT_EQ(net.closeSend(sendComm), ncclSuccess);
     EXPECT_EQ(net.closeRecv(recvComm), ncclSuccess);
@@ -271,7 +271,7 @@ TEST_F(BadInput, CorruptHandleIsRejected) {
   std::memcpy(corrupt, handle, sizeof(corrupt));
   corrupt[20] ^= 0x40;  // one bit in the payload
   void* sendComm = nullptr;
-  EXPECT_EQ(table->connect(ctx, 0, corrupt, &sendComm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(table->connect(ctx, 0, corrupt, &sendComm, nullptr), ncclInternalError);
   EXPECT_EQ(sendComm, nullptr);
 }
 
@@ -284,45 +284,45 @@ TEST_F(BadInput, HandleFromAnotherPluginIsRejected) {
   unsigned char foreign[NCCL_NET_HANDLE_MAXSIZE];
   ASSERT_EQ(otherCodec.encode(payload, foreign), ncclSuccess);
   void* sendComm = nullptr;
-  EXPECT_EQ(table->connect(ctx, 0, foreign, &sendComm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(table->connect(ctx, 0, foreign, &sendComm, nullptr), ncclInternalError);
   unsigned char zeros[NCCL_NET_HANDLE_MAXSIZE] = {};
-  EXPECT_EQ(table->connect(ctx, 0, zeros, &sendComm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(table->connect(ctx, 0, zeros, &sendComm, nullptr), ncclInternalError);
   EXPECT_EQ(sendComm, nullptr);
 }
 
 TEST_F(BadInput, NullAndOutOfRangeArgumentsAreErrors) {
   ncclNetProperties_v12_t props;
-  EXPECT_EQ(table->getProperties(1, &props), ncclInvalidArgument);
-  EXPECT_EQ(table->getProperties(-1, &props), ncclInvalidArgument);
-  EXPECT_EQ(table->getProperties(0, nullptr), ncclInvalidArgument);
-  EXPECT_EQ(table->devices(nullptr), ncclInvalidArgument);
+  EXPECT_EQ(table->getProperties(1, &props), ncclInternalError);
+  EXPECT_EQ(table->getProperties(-1, &props), ncclInternalError);
+  EXPECT_EQ(table->getProperties(0, nullptr), ncclInternalError);
+  EXPECT_EQ(table->devices(nullptr), ncclInternalError);
   void* comm = nullptr;
-  EXPECT_EQ(table->listen(ctx, 0, nullptr, &comm), ncclInvalidArgument);
-  EXPECT_EQ(table->listen(ctx, 3, handle, &comm), ncclInvalidArgument);
-  EXPECT_EQ(table->connect(ctx, 0, nullptr, &comm, nullptr), ncclInvalidArgument);
-  EXPECT_EQ(table->accept(nullptr, &comm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(table->listen(ctx, 0, nullptr, &comm), ncclInternalError);
+  EXPECT_EQ(table->listen(ctx, 3, handle, &comm), ncclInternalError);
+  EXPECT_EQ(table->connect(ctx, 0, nullptr, &comm, nullptr), ncclInternalError);
+  EXPECT_EQ(table->accept(nullptr, &comm, nullptr), ncclInternalError);
   int done = 0;
-  EXPECT_EQ(table->test(nullptr, &done, nullptr), ncclInvalidArgument);
-  EXPECT_EQ(table->closeSend(nullptr), ncclInvalidArgument);
+  EXPECT_EQ(table->test(nullptr, &done, nullptr), ncclInternalError);
+  EXPECT_EQ(table->closeSend(nullptr), ncclInternalError);
 
   void* sendComm = nullptr;
   void* recvComm = nullptr;
   connectPair(&sendComm, &recvComm);
   void* request = nullptr;
-  EXPECT_EQ(table->isend(sendComm, nullptr, 16, 0, nullptr, nullptr, &request), ncclInvalidArgument);
+  EXPECT_EQ(table->isend(sendComm, nullptr, 16, 0, nullptr, nullptr, &request), ncclInternalError);
   char byte = 0;
   void* data[1] = {&byte};
   size_t sizes[1] = {1};
   int tags[1] = {0};
-  EXPECT_EQ(table->irecv(recvComm, 0, data, sizes, tags, nullptr, nullptr, &request), ncclInvalidArgument);
-  EXPECT_EQ(table->irecv(recvComm, 65, data, sizes, tags, nullptr, nullptr, &request), ncclInvalidArgument);
-  EXPECT_EQ(table->irecv(recvComm, 2, data, sizes, tags, nullptr, nullptr, &request), ncclInvalidArgument)
+  EXPECT_EQ(table->irecv(recvComm, 0, data, sizes, tags, nullptr, nullptr, &request), ncclInternalError);
+  EXPECT_EQ(table->irecv(recvComm, 65, data, sizes, tags, nullptr, nullptr, &request), ncclInternalError);
+  EXPECT_EQ(table->irecv(recvComm, 2, data, sizes, tags, nullptr, nullptr, &request), ncclInternalError)
       << "maxRecvs is 1";
   // A pointer that is not a live request (zeroed memory, so it is safe to read) is refused, not followed.
   alignas(64) unsigned char garbage[256] = {};
-  EXPECT_EQ(table->test(garbage, &done, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(table->test(garbage, &done, nullptr), ncclInternalError);
   void* mhandle = nullptr;
-  EXPECT_EQ(table->regMr(sendComm, &byte, 1, NCCL_PTR_CUDA, &mhandle), ncclInvalidArgument) << "host memory only";
+  EXPECT_EQ(table->regMr(sendComm, &byte, 1, NCCL_PTR_CUDA, &mhandle), ncclInternalError) << "host memory only";
   EXPECT_EQ(table->regMrDmaBuf(sendComm, &byte, 1, NCCL_PTR_CUDA, 0, -1, &mhandle), ncclInvalidUsage);
   EXPECT_EQ(table->closeSend(sendComm), ncclSuccess);
   EXPECT_EQ(table->closeRecv(recvComm), ncclSuccess);

@@ -567,7 +567,7 @@ int flushSide(const Channel& channel, bool receiver) {
         std::vector<unsigned char> garbage(512, 0xff);
         void* bogus = garbage.data();
         flush = nullptr;
-        CHILD_EXPECT(peer.net->iflush(comm, 1, datas, flushSizes, &bogus, &flush) == ncclInvalidArgument,
+        CHILD_EXPECT(peer.net->iflush(comm, 1, datas, flushSizes, &bogus, &flush) == ncclInternalError,
                      "iflush accepted a pointer that is not a memory handle");
         CHILD_EXPECT(flush == nullptr && warnedAbout("iflush: receive 0"), "no WARN named the bad handle");
         // Flushes posted without waiting use up the comm's requests: the one that finds none fails, never returns

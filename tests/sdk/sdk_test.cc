@@ -293,15 +293,15 @@ TEST(HandleCodec, RejectsEveryKindOfBadHandle) {
   constexpr sdk::HandleCodec<Address> otherPlugin(sdk::handleMagic("other-plugin"), 3);
   unsigned char foreign[NCCL_NET_HANDLE_MAXSIZE];
   ASSERT_EQ(otherPlugin.encode(Address{1, 2, 3}, foreign), ncclSuccess);
-  EXPECT_EQ(kCodec.decode(foreign, &out), ncclInvalidArgument);
+  EXPECT_EQ(kCodec.decode(foreign, &out), ncclInternalError);
   EXPECT_TRUE(logged("a handle from another plugin"));
   constexpr sdk::HandleCodec<Address> newerBuild(sdk::handleMagic("test-plugin"), 4);
   unsigned char newer[NCCL_NET_HANDLE_MAXSIZE];
   ASSERT_EQ(newerBuild.encode(Address{1, 2, 3}, newer), ncclSuccess);
   EXPECT_EQ(kCodec.decode(newer, &out), ncclInvalidUsage);
   EXPECT_TRUE(logged("version 4"));
-  EXPECT_EQ(kCodec.decode(nullptr, &out), ncclInvalidArgument);
-  EXPECT_EQ(kCodec.encode(Address{}, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(kCodec.decode(nullptr, &out), ncclInternalError);
+  EXPECT_EQ(kCodec.encode(Address{}, nullptr), ncclInternalError);
 }
 
 TEST(ConnectStage, StoresStateOnlyInAHandleThatCarriesIt) {
@@ -422,7 +422,7 @@ TEST(ConnectStage, EachInitIsItsOwnEvenForAPluginWithoutContexts) {
   sdk::setLogger(recordingLogger);
   logLines().clear();
   unsigned char h3[NCCL_NET_HANDLE_MAXSIZE] = {};
-  EXPECT_EQ(table.connect(reinterpret_cast<void*>(0x77), 0, h3, &sendComm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(table.connect(reinterpret_cast<void*>(0x77), 0, h3, &sendComm, nullptr), ncclInternalError);
   EXPECT_TRUE(logged("connect: ctx 0x77 is not one this plugin's init returned"));
 }
 
@@ -726,7 +726,7 @@ TEST(Export, IntSizesWidenAndPhandleIsNullBeforeV10) {
   EXPECT_EQ(calls.lastRecvSizes[1], static_cast<size_t>(INT_MAX));
   sizes[1] = -1;
   EXPECT_EQ(NetTables<RecordingNet>::v7.irecv(reinterpret_cast<void*>(1), 2, data, sizes, tags, nullptr, &request),
-            ncclInvalidArgument);
+            ncclInternalError);
 }
 
 // NCCL passes NCCL_NET_OPTIONAL_RECV_COMPLETION in *request for LL/LL128 receives: the class can ask for the hint,
@@ -758,7 +758,7 @@ TEST(Export, ASendAboveIntMaxIsRefusedAtIsend) {
   void* request = reinterpret_cast<void*>(0x1);
   EXPECT_EQ(NetTables<RecordingNet>::v12.isend(reinterpret_cast<void*>(1), &byte, (3ull << 30), 0, nullptr, nullptr,
                                                &request),
-            ncclInvalidArgument);
+            ncclInternalError);
   EXPECT_EQ(calls.lastSendSize, 0u) << "the class must not see it";
   EXPECT_TRUE(logged("exceeds INT_MAX"));
   EXPECT_EQ(NetTables<RecordingNet>::v12.isend(reinterpret_cast<void*>(1), &byte, static_cast<size_t>(INT_MAX), 0,
@@ -814,9 +814,9 @@ TEST(Export, OptionalCallsAreNullWhenAbsentAndWiredWhenPresent) {
   EXPECT_EQ(NetTables<FullNet>::v9.makeVDevice(&d, &props9), ncclSuccess);
   EXPECT_EQ(d, 102);
   ncclNetVDeviceProps_v12_t tooMany{9, {}};
-  EXPECT_EQ(NetTables<FullNet>::v12.makeVDevice(&d, &tooMany), ncclInvalidArgument);
+  EXPECT_EQ(NetTables<FullNet>::v12.makeVDevice(&d, &tooMany), ncclInternalError);
   ncclNetVDeviceProps_v12_t badDev{2, {0, 42}};
-  EXPECT_EQ(NetTables<FullNet>::v12.makeVDevice(&d, &badDev), ncclInvalidArgument);
+  EXPECT_EQ(NetTables<FullNet>::v12.makeVDevice(&d, &badDev), ncclInternalError);
   ncclNetAttr_v11_t attr{};
   attr.op = 7;
   ASSERT_NE(NetTables<FullNet>::v11.setNetAttr, nullptr);
@@ -836,8 +836,7 @@ TEST(Export, OptionalCallsDeclaredAsOverloadsOrTemplatesAreFound) {
   void* dptr = nullptr;
   EXPECT_EQ(NetTables<OverloadedNet>::v12.getDeviceMr(reinterpret_cast<void*>(1), nullptr, &dptr), ncclSuccess);
   EXPECT_EQ(dptr, reinterpret_cast<void*>(0x51));
-  EXPECT_EQ(NetTables<OverloadedNet>::v12.getDeviceMr(reinterpret_cast<void*>(1), nullptr, nullptr),
-            ncclInvalidArgument);
+  EXPECT_EQ(NetTables<OverloadedNet>::v12.getDeviceMr(reinterpret_cast<void*>(1), nullptr, nullptr), ncclInternalError);
   ASSERT_NE(NetTables<OverloadedNet>::v12.setNetAttr, nullptr);
   ncclNetAttr_v12_t attr{};
   attr.op = 9;
@@ -867,7 +866,7 @@ TEST(Export, DeviceChecksDoNotCallDevicesForKnownIndices) {
   CountingNet::ndevs = 3;  // a virtual device made since
   EXPECT_EQ(NetTables<CountingNet>::v12.getProperties(2, &props), ncclSuccess);
   EXPECT_EQ(CountingNet::devicesCalls, before + 1);
-  EXPECT_EQ(NetTables<CountingNet>::v12.getProperties(3, &props), ncclInvalidArgument);
+  EXPECT_EQ(NetTables<CountingNet>::v12.getProperties(3, &props), ncclInternalError);
   CountingNet::ndevs = 2;
 }
 
@@ -1002,7 +1001,7 @@ TEST(CollNetExport, TablesPerVersionWithOptionalCollectives) {
   EXPECT_EQ(ownComm, reinterpret_cast<void*>(0x10)) << "listen gets the ctx the plugin's init returned";
   void* netCtx = nullptr;
   ASSERT_EQ(NetTables<RecordingNet>::v12.init(&netCtx, 6, nullptr, recordingLogger, nullptr), ncclSuccess);
-  EXPECT_EQ(Coll::v12.listen(netCtx, 0, listenHandle, &ownComm), ncclInvalidArgument)
+  EXPECT_EQ(Coll::v12.listen(netCtx, 0, listenHandle, &ownComm), ncclInternalError)
       << "the ncclNet's ctx is not the collNet's";
   EXPECT_EQ(NetTables<RecordingNet>::v12.finalize(netCtx), ncclSuccess);
   EXPECT_NE(Coll::v12.iallgather, nullptr);
@@ -1026,14 +1025,14 @@ TEST(CollNetExport, CountsAndScatterGatherPartsWiden) {
   EXPECT_EQ(collCalls.lastCount, 1000u);
   EXPECT_EQ(Coll::v7.iallreduce(reinterpret_cast<void*>(1), nullptr, nullptr, -4, ncclFloat32, ncclSum, nullptr,
                                 nullptr, &request),
-            ncclInvalidArgument);
+            ncclInternalError);
   ncclNetSGE_v8_t parts[3] = {{nullptr, nullptr, 10}, {nullptr, nullptr, 20}, {nullptr, nullptr, 4000000000u}};
   ASSERT_EQ(Coll::v8.iallgather(reinterpret_cast<void*>(1), nullptr, 3, parts, 10, 0, 30, nullptr, &request),
             ncclSuccess);
   EXPECT_EQ(collCalls.lastParts, 3);
   EXPECT_EQ(collCalls.lastPartSizes[2], 4000000000u);
   EXPECT_EQ(Coll::v8.iallgather(reinterpret_cast<void*>(1), nullptr, 0, parts, 10, 0, 30, nullptr, &request),
-            ncclInvalidArgument);
+            ncclInternalError);
   // v9..v11 have v12's layout in types of their own: copied (not read through a cast), with the same bounds.
   ncclNetSGE_v11_t parts11[2] = {{nullptr, nullptr, 7}, {nullptr, nullptr, 5000000000ull}};
   ASSERT_EQ(Coll::v11.iallgather(reinterpret_cast<void*>(1), nullptr, 2, parts11, 10, 0, 30, nullptr, &request),
@@ -1041,7 +1040,7 @@ TEST(CollNetExport, CountsAndScatterGatherPartsWiden) {
   EXPECT_EQ(collCalls.lastParts, 2);
   EXPECT_EQ(collCalls.lastPartSizes[1], 5000000000ull);
   EXPECT_EQ(Coll::v11.iallgather(reinterpret_cast<void*>(1), nullptr, 0, parts11, 10, 0, 30, nullptr, &request),
-            ncclInvalidArgument);
+            ncclInternalError);
 }
 
 TEST(CollNetExport, ReduceSupportNeverClaimsUserOpsOrUnknownTypes) {

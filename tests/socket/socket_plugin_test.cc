@@ -829,7 +829,7 @@ TEST_F(SocketPlugin, AThreadLimitFailsTheCommCleanly) {
 
 // maxRecvs is 1 unless NNS_SOCKET_MAX_RECVS asks for more (1 .. 8): grouped receives let NCCL share a comm between
 // local ranks whose eager sends can stall the stream (README.md, "Grouped receives"). An irecv of more buffers than
-// advertised is refused with ncclInvalidArgument, leaving the comm usable. Run by socket.max_recvs_* with
+// advertised is refused with ncclInternalError, leaving the comm usable. Run by socket.max_recvs_* with
 // NNS_TEST_EXPECT_MAX_RECVS; the advertised maxRecvs was 8 before, whatever the environment.
 TEST_F(SocketPlugin, MaxRecvsFollowsTheKnob) {
   const char* expectedText = std::getenv("NNS_TEST_EXPECT_MAX_RECVS");
@@ -854,7 +854,7 @@ TEST_F(SocketPlugin, MaxRecvsFollowsTheKnob) {
     tags[i] = 1 + i;
   }
   void* request = nullptr;
-  EXPECT_EQ(net->irecv(recvComm, expected + 1, data, capacities, tags, nullptr, nullptr, &request), ncclInvalidArgument)
+  EXPECT_EQ(net->irecv(recvComm, expected + 1, data, capacities, tags, nullptr, nullptr, &request), ncclInternalError)
       << "an irecv of " << expected + 1 << " with maxRecvs " << expected;
   EXPECT_EQ(request, nullptr);
   EXPECT_TRUE(warnedAbout("grouped receives refused"));
@@ -953,7 +953,7 @@ TEST_F(SocketPlugin, ForeignHandleIsRejected) {
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
   for (size_t i = 0; i < sizeof(handle); ++i) handle[i] = static_cast<unsigned char>(i * 7 + 1);
   ncclNetDeviceHandle_v12_t* devHandle = nullptr;
-  EXPECT_EQ(net->connect(ctx, 0, handle, &sendComm, &devHandle), ncclInvalidArgument);
+  EXPECT_EQ(net->connect(ctx, 0, handle, &sendComm, &devHandle), ncclInternalError);
   EXPECT_EQ(sendComm, nullptr);
 }
 
@@ -993,7 +993,7 @@ TEST_F(SocketPlugin, OnlyHostMemoryRegisters) {
   EXPECT_EQ(net->regMr(sendComm, buffer, sizeof(buffer), NCCL_PTR_HOST, &mhandle), ncclSuccess);
   EXPECT_NE(mhandle, nullptr);
   EXPECT_EQ(net->deregMr(sendComm, mhandle), ncclSuccess);
-  EXPECT_EQ(net->regMr(sendComm, buffer, sizeof(buffer), NCCL_PTR_CUDA, &mhandle), ncclInvalidArgument);
+  EXPECT_EQ(net->regMr(sendComm, buffer, sizeof(buffer), NCCL_PTR_CUDA, &mhandle), ncclInternalError);
 }
 
 TEST_F(SocketPlugin, VirtualDeviceRefusesDuplicateChildren) {
@@ -1003,7 +1003,7 @@ TEST_F(SocketPlugin, VirtualDeviceRefusesDuplicateChildren) {
   props.devs[0] = 0;
   props.devs[1] = 0;
   int vdev = -1;
-  EXPECT_EQ(net->makeVDevice(&vdev, &props), ncclInvalidArgument);
+  EXPECT_EQ(net->makeVDevice(&vdev, &props), ncclInternalError);
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ struct CollEntry {
   static ncclResult_t initCtx(int version, void** ctx, uint64_t commId, ncclDebugLogger_t logger) {
     return guard("collnet init", [&] {
       setLogger(logger);
-      NCCL_NET_SDK_REQUIRE(ctx != nullptr, ncclInvalidArgument, "collnet init: ctx out-pointer is NULL");
+      NCCL_NET_SDK_REQUIRE(ctx != nullptr, ncclInternalError, "collnet init: ctx out-pointer is NULL");
       InitArgs args;
       args.abiVersion = version;
       args.commId = commId;
@@ -63,7 +63,7 @@ struct CollEntry {
   }
   static ncclResult_t listenOwn(void* own, int dev, void* handle, void** listenComm) {
     return guard("collnet listen", [&] {
-      NCCL_NET_SDK_REQUIRE(handle != nullptr && listenComm != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(handle != nullptr && listenComm != nullptr, ncclInternalError,
                            "collnet listen: handle or listenComm is NULL");
       NCCL_NET_CHECK(checkDevice<Coll>("collnet listen", dev));
       *listenComm = nullptr;
@@ -73,9 +73,9 @@ struct CollEntry {
 
   static ncclResult_t connect(void* handles[], int nranks, int rank, void* listenComm, void** collComm) {
     return guard("collnet connect", [&] {
-      NCCL_NET_SDK_REQUIRE(handles != nullptr && collComm != nullptr && listenComm != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(handles != nullptr && collComm != nullptr && listenComm != nullptr, ncclInternalError,
                            "collnet connect: handles, listenComm or collComm is NULL");
-      NCCL_NET_SDK_REQUIRE(nranks > 0 && rank >= 0 && rank < nranks, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(nranks > 0 && rank >= 0 && rank < nranks, ncclInternalError,
                            "collnet connect: rank %d of %d", rank, nranks);
       *collComm = nullptr;
       return coll().connect(handles, nranks, rank, listenComm, collComm);
@@ -84,7 +84,7 @@ struct CollEntry {
 
   static ncclResult_t reduceSupport(ncclDataType_t dataType, ncclRedOp_t redOp, int* supported) {
     return guard("reduceSupport", [&] {
-      NCCL_NET_SDK_REQUIRE(supported != nullptr, ncclInvalidArgument, "reduceSupport: supported is NULL");
+      NCCL_NET_SDK_REQUIRE(supported != nullptr, ncclInternalError, "reduceSupport: supported is NULL");
       *supported = 0;
       // User-created ops (>= ncclNumOps) and unknown types are never supported by a network. The host is C: read
       // the raw values, since an out-of-range value is not a valid C++ ncclDataType_t.
@@ -99,7 +99,7 @@ struct CollEntry {
 
   static ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
     return guard("collnet regMr", [&] {
-      NCCL_NET_SDK_REQUIRE(comm != nullptr && mhandle != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(comm != nullptr && mhandle != nullptr, ncclInternalError,
                            "collnet regMr: collComm or mhandle is NULL");
       return coll().regMr(comm, data, size, type, mhandle);
     });
@@ -112,7 +112,7 @@ struct CollEntry {
   static ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
                                   void** mhandle) {
     return guard("collnet regMrDmaBuf", [&]() -> ncclResult_t {
-      NCCL_NET_SDK_REQUIRE(comm != nullptr && mhandle != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(comm != nullptr && mhandle != nullptr, ncclInternalError,
                            "collnet regMrDmaBuf: collComm or mhandle is NULL");
       if constexpr (has_regMrDmaBuf_v<Coll>) {
         return coll().regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
@@ -126,7 +126,7 @@ struct CollEntry {
   }
   static ncclResult_t deregMr(void* comm, void* mhandle) {
     return guard("collnet deregMr", [&] {
-      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInvalidArgument, "collnet deregMr: collComm is NULL");
+      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInternalError, "collnet deregMr: collComm is NULL");
       return coll().deregMr(comm, mhandle);
     });
   }
@@ -134,7 +134,7 @@ struct CollEntry {
   static ncclResult_t iallreduce(void* comm, void* sendData, void* recvData, size_t count, ncclDataType_t dataType,
                                  ncclRedOp_t redOp, void* sendMhandle, void* recvMhandle, void** request) {
     return guard("iallreduce", [&] {
-      NCCL_NET_SDK_REQUIRE(comm != nullptr && request != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(comm != nullptr && request != nullptr, ncclInternalError,
                            "iallreduce: collComm or request is NULL");
       *request = nullptr;
       return coll().iallreduce(comm, sendData, recvData, count, dataType, redOp, sendMhandle, recvMhandle, request);
@@ -152,7 +152,7 @@ struct CollEntry {
                                  void** request) {
     return guard("iallgather", [&] {
       NCCL_NET_SDK_REQUIRE(comm != nullptr && request != nullptr && recvParts != nullptr && nRecvParts > 0,
-                           ncclInvalidArgument, "iallgather: NULL argument or %d parts", nRecvParts);
+                           ncclInternalError, "iallgather: NULL argument or %d parts", nRecvParts);
       *request = nullptr;
       return coll().iallgather(comm, sendData, nRecvParts, recvParts, bytesPerRank, windowOffset, windowBytes,
                                sendMhandle, request);
@@ -163,7 +163,7 @@ struct CollEntry {
                                      ncclDataType_t dataType, ncclRedOp_t redOp, void* recvMhandle, void** request) {
     return guard("ireducescatter", [&] {
       NCCL_NET_SDK_REQUIRE(comm != nullptr && request != nullptr && sendParts != nullptr && nSendParts > 0,
-                           ncclInvalidArgument, "ireducescatter: NULL argument or %d parts", nSendParts);
+                           ncclInternalError, "ireducescatter: NULL argument or %d parts", nSendParts);
       *request = nullptr;
       return coll().ireducescatter(comm, nSendParts, sendParts, recvData, bytesPerRank, windowOffset, windowBytes,
                                    dataType, redOp, recvMhandle, request);
@@ -173,7 +173,7 @@ struct CollEntry {
   // with v12's layout, copied too (reading them as ncclNetSGE_v12_t would read one type through another).
   template <class Sge>
   static ncclResult_t widenSges(const char* function, int n, const Sge* in, ncclNetSGE_v12_t* out) {
-    NCCL_NET_SDK_REQUIRE(in != nullptr && n > 0 && n <= kMaxSgeParts, ncclInvalidArgument,
+    NCCL_NET_SDK_REQUIRE(in != nullptr && n > 0 && n <= kMaxSgeParts, ncclInternalError,
                          "%s: %d scatter-gather parts, expected 1..%d", function, n, kMaxSgeParts);
     for (int i = 0; i < n; ++i) out[i] = ncclNetSGE_v12_t{in[i].mhandle, in[i].address, in[i].size};
     return ncclSuccess;
@@ -197,7 +197,7 @@ struct CollEntry {
 
   static ncclResult_t iflush(void* comm, void* data, int size, void* mhandle, void** request) {
     return guard("collnet iflush", [&]() -> ncclResult_t {
-      NCCL_NET_SDK_REQUIRE(request != nullptr, ncclInvalidArgument, "collnet iflush: request is NULL");
+      NCCL_NET_SDK_REQUIRE(request != nullptr, ncclInternalError, "collnet iflush: request is NULL");
       *request = nullptr;
       if constexpr (has_iflush_v<Coll>) {
         return coll().iflush(comm, data, size, mhandle, request);
@@ -210,7 +210,7 @@ struct CollEntry {
 
   static ncclResult_t test(void* request, int* done, int* size) {
     return guard("collnet test", [&] {
-      NCCL_NET_SDK_REQUIRE(request != nullptr && done != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(request != nullptr && done != nullptr, ncclInternalError,
                            "collnet test: request or done is NULL");
       CompletedSizes completed(size, 1);  // one size: a collective request is never grouped
       *done = 0;
@@ -226,13 +226,13 @@ struct CollEntry {
   }
   static ncclResult_t closeColl(void* comm) {
     return guard("closeColl", [&] {
-      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInvalidArgument, "closeColl: collComm is NULL");
+      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInternalError, "closeColl: collComm is NULL");
       return coll().closeColl(comm);
     });
   }
   static ncclResult_t closeListen(void* comm) {
     return guard("collnet closeListen", [&] {
-      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInvalidArgument, "collnet closeListen: listenComm is NULL");
+      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInternalError, "collnet closeListen: listenComm is NULL");
       return coll().closeListen(comm);
     });
   }

@@ -63,7 +63,7 @@ class HandleCodec {
   ncclResult_t encode(const Payload& payload, void* handle) const {
     if (handle == nullptr) {
       NCCL_NET_WARN("cannot write a connection handle to a NULL buffer");
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     auto* out = static_cast<unsigned char*>(handle);
     std::memset(out, 0, NCCL_NET_HANDLE_MAXSIZE);  // also clears the connect stage
@@ -78,7 +78,7 @@ class HandleCodec {
   ncclResult_t decode(const void* handle, Payload* payload) const {
     if (handle == nullptr || payload == nullptr) {
       NCCL_NET_WARN("cannot decode a NULL connection handle");
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     HandleHeader header;
     const auto* in = static_cast<const unsigned char*>(handle);
@@ -88,7 +88,7 @@ class HandleCodec {
           "connection handle magic 0x%08x is not this plugin's 0x%08x: a handle from another plugin, "
           "or not a handle at all",
           header.magic, magic_);
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     if (header.version != version_) {
       NCCL_NET_WARN("connection handle version %u, this plugin speaks version %u: mixed plugin builds across ranks?",
@@ -97,16 +97,16 @@ class HandleCodec {
     }
     if (header.length != sizeof(Payload)) {
       NCCL_NET_WARN("connection handle length %u, expected %zu: corrupt handle", header.length, sizeof(Payload));
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     if (header.reserved != 0) {
       NCCL_NET_WARN("connection handle reserved field 0x%x, expected 0: corrupt handle",
                     static_cast<unsigned>(header.reserved));
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     if (header.checksum != checksum(header, in + sizeof(header))) {
       NCCL_NET_WARN("connection handle checksum mismatch: the handle was corrupted in transit");
-      return ncclInvalidArgument;
+      return ncclInternalError;
     }
     std::memcpy(payload, in + sizeof(header), sizeof(Payload));
     return ncclSuccess;

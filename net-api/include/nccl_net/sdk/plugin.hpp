@@ -622,7 +622,7 @@ struct NetState {
 
 // ---- shared argument conversions --------------------------------------------------------------------------------
 inline ncclResult_t intSizeToSize(const char* function, int size, size_t* out) {
-  NCCL_NET_SDK_REQUIRE(size >= 0, ncclInvalidArgument,
+  NCCL_NET_SDK_REQUIRE(size >= 0, ncclInternalError,
                        "%s: size %d is negative: a size above 2 GiB cannot pass through this int-sized ABI version",
                        function, size);
   *out = static_cast<size_t>(size);
@@ -643,7 +643,7 @@ ncclResult_t checkDevice(const char* function, int dev) {
   int ndev = 0;
   NCCL_NET_CHECK(NetState<Net>::instance().devices(&ndev));
   knownDevices<Net>().store(ndev, std::memory_order_release);
-  NCCL_NET_SDK_REQUIRE(dev >= 0 && dev < ndev, ncclInvalidArgument, "%s: device %d out of range [0, %d)", function, dev,
+  NCCL_NET_SDK_REQUIRE(dev >= 0 && dev < ndev, ncclInternalError, "%s: device %d out of range [0, %d)", function, dev,
                        ndev);
   return ncclSuccess;
 }
@@ -654,7 +654,7 @@ inline ncclResult_t resolveContext(const char* function, const void* vendor, voi
   NCCL_NET_SDK_REQUIRE(found != ContextTokens::Lookup::kFinalized, ncclInvalidUsage,
                        "%s: ctx %p was finalized already (each init's ctx is finalized once, and not used after)",
                        function, ctx);
-  NCCL_NET_SDK_REQUIRE(found != ContextTokens::Lookup::kUnknown, ncclInvalidArgument,
+  NCCL_NET_SDK_REQUIRE(found != ContextTokens::Lookup::kUnknown, ncclInternalError,
                        "%s: ctx %p is not one this plugin's init returned", function, ctx);
   return ncclSuccess;
 }
@@ -668,7 +668,7 @@ struct NetEntry {
                               ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {
     return guard("init", [&] {
       setLogger(logger);
-      NCCL_NET_SDK_REQUIRE(ctx != nullptr, ncclInvalidArgument, "init: ctx out-pointer is NULL");
+      NCCL_NET_SDK_REQUIRE(ctx != nullptr, ncclInternalError, "init: ctx out-pointer is NULL");
       InitArgs args;
       args.abiVersion = version;
       args.commId = commId;
@@ -687,7 +687,7 @@ struct NetEntry {
 
   static ncclResult_t devices(int* ndev) {
     return guard("devices", [&] {
-      NCCL_NET_SDK_REQUIRE(ndev != nullptr, ncclInvalidArgument, "devices: ndev is NULL");
+      NCCL_NET_SDK_REQUIRE(ndev != nullptr, ncclInternalError, "devices: ndev is NULL");
       NCCL_NET_CHECK(net().devices(ndev));
       knownDevices<Net>().store(*ndev, std::memory_order_release);
       return ncclSuccess;
@@ -695,7 +695,7 @@ struct NetEntry {
   }
 
   static ncclResult_t properties(int dev, ncclNetProperties_v12_t* props) {
-    NCCL_NET_SDK_REQUIRE(props != nullptr, ncclInvalidArgument, "getProperties: props is NULL");
+    NCCL_NET_SDK_REQUIRE(props != nullptr, ncclInternalError, "getProperties: props is NULL");
     NCCL_NET_CHECK(checkDevice<Net>("getProperties", dev));
     defaultProperties(dev, props);
     NCCL_NET_CHECK(net().getProperties(dev, props));
@@ -742,7 +742,7 @@ struct NetEntry {
       if constexpr (V == 12) {
         return properties(dev, props);
       } else {
-        NCCL_NET_SDK_REQUIRE(props != nullptr, ncclInvalidArgument, "getProperties: props is NULL");
+        NCCL_NET_SDK_REQUIRE(props != nullptr, ncclInternalError, "getProperties: props is NULL");
         ncclNetProperties_v12_t newest;
         NCCL_NET_CHECK(properties(dev, &newest));
         return downgradeProperties<V>(newest, props);
@@ -763,7 +763,7 @@ struct NetEntry {
   }
   static ncclResult_t listenOwn(void* own, int dev, void* handle, void** listenComm) {
     return guard("listen", [&] {
-      NCCL_NET_SDK_REQUIRE(handle != nullptr && listenComm != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(handle != nullptr && listenComm != nullptr, ncclInternalError,
                            "listen: handle or listenComm is NULL");
       NCCL_NET_CHECK(checkDevice<Net>("listen", dev));
       *listenComm = nullptr;
@@ -787,7 +787,7 @@ struct NetEntry {
   static ncclResult_t connectOwn(void* own, void* key, int dev, void* handle, void** sendComm,
                                  ncclNetDeviceHandle_v12_t** sendDevComm) {
     return guard("connect", [&] {
-      NCCL_NET_SDK_REQUIRE(handle != nullptr && sendComm != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(handle != nullptr && sendComm != nullptr, ncclInternalError,
                            "connect: handle or sendComm is NULL");
       NCCL_NET_CHECK(checkDevice<Net>("connect", dev));
       *sendComm = nullptr;
@@ -798,7 +798,7 @@ struct NetEntry {
 
   static ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** recvDevComm) {
     return guard("accept", [&] {
-      NCCL_NET_SDK_REQUIRE(listenComm != nullptr && recvComm != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(listenComm != nullptr && recvComm != nullptr, ncclInternalError,
                            "accept: listenComm or recvComm is NULL");
       *recvComm = nullptr;
       return net().accept(listenComm, recvComm, recvDevComm);
@@ -807,8 +807,7 @@ struct NetEntry {
 
   static ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
     return guard("regMr", [&] {
-      NCCL_NET_SDK_REQUIRE(comm != nullptr && mhandle != nullptr, ncclInvalidArgument,
-                           "regMr: comm or mhandle is NULL");
+      NCCL_NET_SDK_REQUIRE(comm != nullptr && mhandle != nullptr, ncclInternalError, "regMr: comm or mhandle is NULL");
       return net().regMr(comm, data, size, type, mhandle);
     });
   }
@@ -820,7 +819,7 @@ struct NetEntry {
   static ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
                                   void** mhandle) {
     return guard("regMrDmaBuf", [&]() -> ncclResult_t {
-      NCCL_NET_SDK_REQUIRE(comm != nullptr && mhandle != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(comm != nullptr && mhandle != nullptr, ncclInternalError,
                            "regMrDmaBuf: comm or mhandle is NULL");
       if constexpr (has_regMrDmaBuf_v<Net>) {
         return net().regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
@@ -833,7 +832,7 @@ struct NetEntry {
   }
   static ncclResult_t deregMr(void* comm, void* mhandle) {
     return guard("deregMr", [&] {
-      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInvalidArgument, "deregMr: comm is NULL");
+      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInternalError, "deregMr: comm is NULL");
       return net().deregMr(comm, mhandle);
     });
   }
@@ -841,11 +840,11 @@ struct NetEntry {
   static ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle,
                             void** request) {
     return guard("isend", [&] {
-      NCCL_NET_SDK_REQUIRE(sendComm != nullptr && request != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(sendComm != nullptr && request != nullptr, ncclInternalError,
                            "isend: sendComm or request is NULL");
-      NCCL_NET_SDK_REQUIRE(data != nullptr || size == 0, ncclInvalidArgument, "isend: NULL data for %zu bytes", size);
+      NCCL_NET_SDK_REQUIRE(data != nullptr || size == 0, ncclInternalError, "isend: NULL data for %zu bytes", size);
       // test() could never report it (sizes are int in every version): refused before a byte moves.
-      NCCL_NET_SDK_REQUIRE(size <= static_cast<size_t>(INT_MAX), ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(size <= static_cast<size_t>(INT_MAX), ncclInternalError,
                            "isend: %zu bytes exceeds INT_MAX, which test() cannot report; keep messages below 2 GiB",
                            size);
       *request = nullptr;
@@ -864,11 +863,11 @@ struct NetEntry {
   static ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
                             void** phandles, void** request) {
     return guard("irecv", [&] {
-      NCCL_NET_SDK_REQUIRE(recvComm != nullptr && request != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(recvComm != nullptr && request != nullptr, ncclInternalError,
                            "irecv: recvComm or request is NULL");
-      NCCL_NET_SDK_REQUIRE(n >= 1 && n <= kMaxGroupedRecvs, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(n >= 1 && n <= kMaxGroupedRecvs, ncclInternalError,
                            "irecv: n = %d grouped receives, expected 1..%d", n, kMaxGroupedRecvs);
-      NCCL_NET_SDK_REQUIRE(data != nullptr && sizes != nullptr && tags != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(data != nullptr && sizes != nullptr && tags != nullptr, ncclInternalError,
                            "irecv: data, sizes or tags is NULL");
       detail::optionalRecvCompletionSlot() = *request == reinterpret_cast<void*>(NCCL_NET_OPTIONAL_RECV_COMPLETION);
       *request = nullptr;
@@ -881,9 +880,9 @@ struct NetEntry {
   }
   static ncclResult_t irecvInt(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
                                void** request) {
-    NCCL_NET_SDK_REQUIRE(n >= 1 && n <= kMaxGroupedRecvs, ncclInvalidArgument,
+    NCCL_NET_SDK_REQUIRE(n >= 1 && n <= kMaxGroupedRecvs, ncclInternalError,
                          "irecv: n = %d grouped receives, expected 1..%d", n, kMaxGroupedRecvs);
-    NCCL_NET_SDK_REQUIRE(sizes != nullptr, ncclInvalidArgument, "irecv: sizes is NULL");
+    NCCL_NET_SDK_REQUIRE(sizes != nullptr, ncclInternalError, "irecv: sizes is NULL");
     size_t wide[kMaxGroupedRecvs];
     for (int i = 0; i < n; ++i) NCCL_NET_CHECK(intSizeToSize("irecv", sizes[i], &wide[i]));
     return irecv(recvComm, n, data, wide, tags, mhandles, nullptr, request);
@@ -891,12 +890,12 @@ struct NetEntry {
 
   static ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
     return guard("iflush", [&]() -> ncclResult_t {
-      NCCL_NET_SDK_REQUIRE(recvComm != nullptr && request != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(recvComm != nullptr && request != nullptr, ncclInternalError,
                            "iflush: recvComm or request is NULL");
       if constexpr (has_iflush_v<Net>) {
-        NCCL_NET_SDK_REQUIRE(n >= 1 && n <= kMaxGroupedRecvs, ncclInvalidArgument,
+        NCCL_NET_SDK_REQUIRE(n >= 1 && n <= kMaxGroupedRecvs, ncclInternalError,
                              "iflush: n = %d grouped receives, expected 1..%d", n, kMaxGroupedRecvs);
-        NCCL_NET_SDK_REQUIRE(data != nullptr && sizes != nullptr && mhandles != nullptr, ncclInvalidArgument,
+        NCCL_NET_SDK_REQUIRE(data != nullptr && sizes != nullptr && mhandles != nullptr, ncclInternalError,
                              "iflush: data, sizes or mhandles is NULL");
         *request = nullptr;
         return net().iflush(recvComm, n, data, sizes, mhandles, request);
@@ -912,7 +911,7 @@ struct NetEntry {
 
   static ncclResult_t test(void* request, int* done, int* sizes) {
     return guard("test", [&] {
-      NCCL_NET_SDK_REQUIRE(request != nullptr && done != nullptr, ncclInvalidArgument, "test: request or done is NULL");
+      NCCL_NET_SDK_REQUIRE(request != nullptr && done != nullptr, ncclInternalError, "test: request or done is NULL");
       CompletedSizes completed(sizes);
       *done = 0;
       NCCL_NET_CHECK(net().test(request, done, completed));
@@ -929,35 +928,35 @@ struct NetEntry {
 
   static ncclResult_t closeSend(void* comm) {
     return guard("closeSend", [&] {
-      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInvalidArgument, "closeSend: comm is NULL");
+      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInternalError, "closeSend: comm is NULL");
       return net().closeSend(comm);
     });
   }
   static ncclResult_t closeRecv(void* comm) {
     return guard("closeRecv", [&] {
-      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInvalidArgument, "closeRecv: comm is NULL");
+      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInternalError, "closeRecv: comm is NULL");
       return net().closeRecv(comm);
     });
   }
   static ncclResult_t closeListen(void* comm) {
     return guard("closeListen", [&] {
-      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInvalidArgument, "closeListen: comm is NULL");
+      NCCL_NET_SDK_REQUIRE(comm != nullptr, ncclInternalError, "closeListen: comm is NULL");
       return net().closeListen(comm);
     });
   }
 
   static ncclResult_t getDeviceMr(void* comm, void* mhandle, void** dptrMhandle) {
     return guard("getDeviceMr", [&] {
-      NCCL_NET_SDK_REQUIRE(comm != nullptr && dptrMhandle != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(comm != nullptr && dptrMhandle != nullptr, ncclInternalError,
                            "getDeviceMr: comm or dptrMhandle is NULL");
       return net().getDeviceMr(comm, mhandle, dptrMhandle);
     });
   }
   static ncclResult_t irecvConsumed(void* recvComm, int n, void* request) {
     return guard("irecvConsumed", [&] {
-      NCCL_NET_SDK_REQUIRE(recvComm != nullptr && request != nullptr, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(recvComm != nullptr && request != nullptr, ncclInternalError,
                            "irecvConsumed: recvComm or request is NULL");
-      NCCL_NET_SDK_REQUIRE(n >= 1 && n <= kMaxGroupedRecvs, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(n >= 1 && n <= kMaxGroupedRecvs, ncclInternalError,
                            "irecvConsumed: n = %d grouped receives, expected 1..%d", n, kMaxGroupedRecvs);
       return net().irecvConsumed(recvComm, n, request);
     });
@@ -966,9 +965,9 @@ struct NetEntry {
   template <class VProps>
   static ncclResult_t makeVDevice(int* d, VProps* props) {
     return guard("makeVDevice", [&] {
-      NCCL_NET_SDK_REQUIRE(d != nullptr && props != nullptr, ncclInvalidArgument, "makeVDevice: d or props is NULL");
+      NCCL_NET_SDK_REQUIRE(d != nullptr && props != nullptr, ncclInternalError, "makeVDevice: d or props is NULL");
       constexpr int kMaxDevs = static_cast<int>(std::size(decltype(props->devs){}));
-      NCCL_NET_SDK_REQUIRE(props->ndevs >= 1 && props->ndevs <= kMaxDevs, ncclInvalidArgument,
+      NCCL_NET_SDK_REQUIRE(props->ndevs >= 1 && props->ndevs <= kMaxDevs, ncclInternalError,
                            "makeVDevice: ndevs %d outside 1..%d", props->ndevs, kMaxDevs);
       ncclNetVDeviceProps_v12_t newest{};
       newest.ndevs = props->ndevs;
@@ -1004,7 +1003,7 @@ struct NetEntry {
   }
   static ncclResult_t setNetAttr(void* ctx, ncclNetAttr_v12_t* attr) {
     return guard("setNetAttr", [&] {
-      NCCL_NET_SDK_REQUIRE(attr != nullptr, ncclInvalidArgument, "setNetAttr: attr is NULL");
+      NCCL_NET_SDK_REQUIRE(attr != nullptr, ncclInternalError, "setNetAttr: attr is NULL");
       void* own = nullptr;
       NCCL_NET_CHECK(resolveContext("setNetAttr", vendorTag<Net>(), ctx, &own));
       return net().setNetAttr(own, attr);
