@@ -426,6 +426,33 @@ TEST(ConnectStage, EachInitIsItsOwnEvenForAPluginWithoutContexts) {
   EXPECT_TRUE(logged("connect: ctx 0x77 is not one this plugin's init returned"));
 }
 
+// NCCL makes and finalizes a context per communicator: a finalized one is refused by name and takes no memory (each
+// used to stay listed, about 100 bytes per communicator for the life of the plugin).
+TEST(ConnectStage, FinalizedContextsAreRefusedAndTakeNoMemory) {
+  const auto& table = NetTables<NullContextNet>::v12;
+  auto& tokens = sdk::detail::ContextTokens::instance();
+  const size_t before = tokens.liveCount();
+  std::vector<void*> finalized;
+  for (int i = 0; i < 1000; ++i) {
+    void* ctx = nullptr;
+    ASSERT_EQ(table.init(&ctx, i, nullptr, recordingLogger, nullptr), ncclSuccess);
+    EXPECT_EQ(tokens.liveCount(), before + 1);
+    ASSERT_EQ(table.finalize(ctx), ncclSuccess);
+    finalized.push_back(ctx);
+  }
+  EXPECT_EQ(tokens.liveCount(), before);
+  sdk::setLogger(recordingLogger);
+  logLines().clear();
+  EXPECT_EQ(table.finalize(finalized.front()), ncclInvalidUsage);
+  EXPECT_EQ(table.finalize(finalized.back()), ncclInvalidUsage);
+  EXPECT_TRUE(logged("finalize: ctx 0x"));
+  // An address the host has (its own object, this plugin's) is no token, whatever the tokens made so far.
+  int hostObject = 0;
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* sendComm = nullptr;
+  EXPECT_EQ(table.connect(&hostObject, 0, handle, &sendComm, nullptr), ncclInternalError);
+}
+
 // A forked child inherits the parent's kept states but never finds, takes or deletes them: they hold the parent's
 // resources (a segment, QPs, a UCX worker).
 TEST(ConnectStage, AForkedChildLeavesItsParentsStatesAlone) {

@@ -157,19 +157,19 @@ const void* vendorTag() {
 // The contexts this plugin's init handed out (v11+). The host holds a token of the SDK's for every init, never the
 // plugin's own ctx: so each communicator is told apart (a plugin may return NULL, or the same object, from every
 // init), a ctx that init never returned is refused by name, and so is one already finalized. The plugin is handed the
-// ctx its init returned, as before. A token is never freed or reused while the plugin is loaded (a finalized one is
-// remembered as such: about 100 bytes per communicator), so a stale one cannot name a later communicator.
+// ctx its init returned, as before. A token is a number, never reused while the plugin is loaded, with high bits no
+// user-space address has (so no pointer the host has is mistaken for one): a token at or below the last one made that
+// is no longer listed was finalized, and a finalized one takes no memory.
 class ContextTokens {
  public:
   static ContextTokens& instance() { return Immortal<ContextTokens>::get(); }
 
   void* make(const void* vendor, void* pluginCtx) {
-    auto cell = std::make_unique<char>();
-    void* token = cell.get();
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) return pluginCtx;  // during exit: nothing to tell apart any more
-    tokens_.emplace(token, Entry{std::move(cell), vendor, pluginCtx, true});
-    return token;
+    const uint64_t number = ++lastNumber_;
+    tokens_.emplace(number, Entry{vendor, pluginCtx});
+    return tokenOf(number);
   }
   enum class Lookup { kLive, kFinalized, kUnknown };
   // What `ctx` from the host is; for a live one, *pluginCtx is what init returned. NULL is let through as NULL (hosts
@@ -179,38 +179,53 @@ class ContextTokens {
     if (ctx == nullptr) return Lookup::kLive;
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) return Lookup::kLive;
-    auto it = tokens_.find(ctx);
-    if (it == tokens_.end() || it->second.vendor != vendor) return Lookup::kUnknown;
-    if (!it->second.live) return Lookup::kFinalized;
+    const uint64_t number = numberOf(ctx);
+    if (number == 0) return Lookup::kUnknown;
+    auto it = tokens_.find(number);
+    if (it == tokens_.end()) return Lookup::kFinalized;
+    if (it->second.vendor != vendor) return Lookup::kUnknown;
     *pluginCtx = it->second.pluginCtx;
     return Lookup::kLive;
   }
-  // Marks a live token finalized; false if it was not live (finalized meanwhile by another thread).
+  // Forgets a live token (it reads as finalized from then on); false if it was not live (finalized meanwhile by
+  // another thread).
   bool finish(void* ctx) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (closed_) return true;
-    auto it = tokens_.find(ctx);
-    if (it == tokens_.end() || !it->second.live) return false;
-    it->second.live = false;
-    return true;
+    return tokens_.erase(numberOf(ctx)) == 1;
   }
   void close() {
-    std::unordered_map<void*, Entry> tokens;
     std::lock_guard<std::mutex> lock(mutex_);
     closed_ = true;
-    tokens.swap(tokens_);
+    tokens_.clear();
+  }
+  // How many tokens are live (not finalized).
+  size_t liveCount() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return tokens_.size();
   }
 
  private:
+  static_assert(sizeof(void*) == 8, "tokens are 64-bit addresses");
+  static constexpr uint64_t kTokenBits = 0xc7c0000000000000ull;  // above any user-space address (x86-64, AArch64)
+  static constexpr uint64_t kNumberMask = (1ull << 48) - 1;
+  static void* tokenOf(uint64_t number) { return reinterpret_cast<void*>(static_cast<uintptr_t>(kTokenBits | number)); }
+  // The token's number, or 0 for a pointer that is no token of this plugin's (or one not made yet).
+  uint64_t numberOf(const void* ctx) const {
+    const auto bits = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ctx));
+    const uint64_t number = bits & kNumberMask;
+    if ((bits & ~kNumberMask) != kTokenBits || number == 0 || number > lastNumber_) return 0;
+    return number;
+  }
+
   struct Entry {
-    std::unique_ptr<char> cell;  // the token is this cell's address
     const void* vendor;
     void* pluginCtx;
-    bool live;
   };
   mutable std::mutex mutex_;
   bool closed_ = false;
-  std::unordered_map<void*, Entry> tokens_;
+  uint64_t lastNumber_ = 0;
+  std::unordered_map<uint64_t, Entry> tokens_;
 };
 
 // Every state a connect left in a handle through ConnectStage and nobody has taken back, with the host ctx of the
