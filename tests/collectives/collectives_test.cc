@@ -205,6 +205,36 @@ TEST(Bootstrap, ARootThatNeverAnswersIsANamedErrorAfterTheTimeout) {
   close(listener);
 }
 
+// A rank that joined but never takes part in an exchange (stopped, or stuck elsewhere) is named, with the limit.
+TEST(Bootstrap, ARankThatJoinedButNeverExchangesIsNamedWithTheLimit) {
+  const int ranks = 3;
+  const int port = test::freeLoopbackPort();
+  std::vector<std::string> errors(ranks, "still running");
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        core::Bootstrap bootstrap(core::LaunchInfo{r, ranks, "127.0.0.1", port, "test"},
+                                  std::chrono::milliseconds(800));
+        if (r == 2) {
+          while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          errors[r] = "";
+          return;
+        }
+        bootstrap.allGather("rank" + std::to_string(r));
+        errors[r] = "no error: rank 2 never took part, yet the exchange completed";
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+      if (r == 0) done = true;
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_NE(errors[0].find("rank 2 sent nothing within 800 ms (NNS_COMM_TIMEOUT_MS)"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("rank 2 sent nothing within 800 ms"), std::string::npos) << errors[1];
+}
+
 TEST(Bootstrap, CountsTheRanksOnThisMachine) {
   // Three ranks, as threads of this process: one machine (one boot id), so each counts three, and the all-gathers
   // after the count still line up.

@@ -56,7 +56,9 @@ ncclResult_t nnsCommSplit(nnsComm_t comm, int color, int key, nnsComm_t* newcomm
 ncclResult_t nnsCommFinalize(nnsComm_t comm);
 /* A handle already destroyed (or aborted) is refused with ncclInvalidArgument, here and in every call: a handle's
  * address is not given to another communicator until 4096 more have been destroyed. NULL is a no-op (ncclSuccess)
- * here and in nnsCommAbort, as in NCCL. */
+ * here and in nnsCommAbort, as in NCCL. Destroying the process's last communicator on a plugin unloads the plugin,
+ * as NCCL does: nns-ucx then waits up to NNS_UCX_LINGER_MS (5 s) for peers that have not destroyed theirs yet, so
+ * that what it sent last still reaches them (see plugins/ucx/README.md). */
 ncclResult_t nnsCommDestroy(nnsComm_t comm);
 /* Fails the communicator now and frees it; its peers' operations that need it from then on fail too (within
  * NNS_COMM_TIMEOUT_MS at most). A peer's operation whose data this rank had already sent before the abort can still

@@ -1645,7 +1645,10 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
         std::string late;
         for (size_t i = 0; i < members.size(); ++i)
           if ((members[i].events & POLLIN) != 0) late += std::string(late.empty() ? "" : ", ") + std::to_string(i + 1);
-        const std::string why = "timed out receiving (from rank" + std::string(pending > 1 ? "s " : " ") + late + ")";
+        const std::string why = "rank" + std::string(pending > 1 ? "s " : " ") + late + " sent nothing within " +
+                                std::to_string(timeout_.count()) +
+                                " ms (NNS_COMM_TIMEOUT_MS) of an exchange among all ranks (stopped, stuck, or busy "
+                                "elsewhere?)";
         giveUp(0, why, Result::kRemoteError);
       }
       for (size_t i = 0; ready > 0 && i < members.size(); ++i) {
