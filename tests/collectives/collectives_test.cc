@@ -995,6 +995,23 @@ TEST(Descriptors, NoRaiseLeavesTheLimitAndSaysThereIsNoRoom) {
             0);
 }
 
+// The switch is 0 or 1, as every switch: "no" (meant to turn it off) was read as "raise".
+TEST(Descriptors, ASwitchValueOtherThanZeroOrOneIsRefused) {
+  EXPECT_EQ(exitStatusOf([] {
+              setenv("NNS_RAISE_FD_LIMIT", "no", 1);
+              core::LaunchInfo info{0, 2, "127.0.0.1", test::freeLoopbackPort(), "test"};
+              try {
+                core::Bootstrap bootstrap(info, std::chrono::milliseconds(200));
+              } catch (const core::BootstrapError& e) {
+                return std::string(e.what()).find("NNS_RAISE_FD_LIMIT=no is not an integer from 0 to 1") !=
+                           std::string::npos &&
+                       e.result() == core::BootstrapError::kInvalidUsage;
+              }
+              return false;
+            }),
+            0);
+}
+
 namespace {
 
 // Runs body(comm, rank) on every rank of a `ranks`-rank communicator, rank r made with optionsOf(r), one thread per

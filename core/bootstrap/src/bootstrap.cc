@@ -1087,6 +1087,10 @@ Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
 }
 
 void Bootstrap::reserveRoom() const {
+  // A switch, as the communicator's: anything but 0 or 1 (a "no" meant to turn it off) is refused, not read as 1.
+  const char* raise = std::getenv("NNS_RAISE_FD_LIMIT");
+  if (raise != nullptr && *raise != '\0' && std::strcmp(raise, "0") != 0 && std::strcmp(raise, "1") != 0)
+    fail(std::string("NNS_RAISE_FD_LIMIT=") + raise + " is not an integer from 0 to 1", Result::kInvalidUsage);
   // Rank 0 holds a connection to every rank; point-to-point messages take up to one connection per peer each way
   // (rarely: the communicator's connections are to its neighbours), and what a rank does besides needs some more.
   const size_t peers = static_cast<size_t>(size_) - 1;
