@@ -251,6 +251,33 @@ TEST(Ncv4TwoCpuNics, NicIdsKeepOnlyTheBusId) {
   EXPECT_EQ(pathText(gpuToNet(a, 1, 1)), "SYS/12.00");
 }
 
+// Two sm80 GPUs joined by NVLink and one NIC, beside GPU 0 (sm80_pxn_tree.xml: the GPUs on two switches of one CPU;
+// sm80_two_sockets_one_nic.xml: on two CPUs). GPU 1 sends to the NIC by PXN, but the NIC reaches GPU 1 only over the
+// CPU (PHB, SYS): the balanced tree, which receives on both GPUs, needs that path.
+TEST(Sm80InterTree, BalancedTreeMayReachItsNetOverTheCpu) {
+  // Rule (spec e, ncclTopoCompute): for the inter-node search maxTypeIntra = maxTypeInter (the GPUs' worst NET path),
+  // then, when the smallest sm is below 90, maxTypeInter = SYS. Without it the tree found nothing up to PXN and fell
+  // back to the simple order at 0.1 GB/s.
+  for (const auto& [file, typeInter] :
+       {std::pair{"sm80_pxn_tree.xml", "PHB"}, {"sm80_two_sockets_one_nic.xml", "SYS"}}) {
+    SCOPED_TRACE(file);
+    Analysis a = analyzePath(casePath(file), {});
+    ASSERT_EQ(a.searches.size(), 2u);
+    ASSERT_TRUE(a.searches[1].inter);
+    const Graph& tree = a.searches[1].tree;
+    EXPECT_FALSE(tree.fallback);
+    EXPECT_EQ(tree.pattern, PATTERN_BALANCED_TREE);
+    EXPECT_EQ(tree.nChannels, 1);
+    EXPECT_FLOAT_EQ(tree.bwInter, 24.0f);
+    EXPECT_EQ(pathTypeName(tree.typeIntra), "NVL");
+    EXPECT_EQ(pathTypeName(tree.typeInter), typeInter);
+    EXPECT_EQ(channelText(a, tree, 0, true), "NET/0 0 1 NET/0");
+    // The ring needs no such path: sending by PXN, it stays within PXN.
+    EXPECT_FALSE(a.searches[1].ring.fallback);
+    EXPECT_EQ(pathTypeName(a.searches[1].ring.typeInter), "PXN");
+  }
+}
+
 TEST(PartialFile, WithoutFillInsTheSummarySaysWhatIsMissing) {
   // A cloud file lists GPUs and NICs as bare PCI leaves; NCCL adds <gpu> from NVML and <nic><net> from the plugin.
   // Without --gpu-sm/--nic-speed the user must be told that, not shown an empty machine.

@@ -121,6 +121,45 @@ TEST(TopologyMalformed, HugeNumbers) {
             std::string::npos);
 }
 
+TEST(TopologyMalformed, NumbersBeyondAFloatAreNamed) {
+  // A latency or bandwidth is kept as a float: 1e39 was taken (finite as a double), became inf, and a graph dump wrote
+  // latencyinter="inf", which the reader then refused. Now the file's line says so; the largest float still loads and
+  // its dump reads back.
+  const std::string gpu = gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"");
+  for (const char* value : {"1e39", "-1e39", "3.5e38"})
+    EXPECT_EQ(loadError(wrap("<nic><net dev=\"0\" gdr=\"1\" latency=\"" + std::string(value) + "\"/></nic>" + gpu)),
+              "bad.xml:3: <net> attribute latency=\"" + std::string(value) +
+                  "\" is out of range (a float, at most 3.40282e+38)");
+  XmlDocument doc = parseXml(wrap("<nic><net dev=\"0\" gdr=\"1\" latency=\"3.4e38\"/></nic>" + gpu), "big.xml");
+  AnalysisOptions o;
+  o.nRanks = 16;
+  Analysis a = analyze(std::move(doc), o);
+  ASSERT_EQ(a.searches.size(), 2u);
+  const Graph& ring = a.searches[1].ring;
+  EXPECT_FLOAT_EQ(ring.latencyInter, 3.4e38f);
+  XmlDocument dumped = parseXml(writeXml(graphsToXml(a.system, {&ring})), "dump.xml");
+  std::vector<Graph> back = loadGraphXml(dumped, &a.system);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_NEAR(back[0].latencyInter, 3.4e38f, 1e33f);
+  // The graph reader's speeds and latency likewise.
+  for (const char* attr :
+       {"speedintra=\"1e39\" speedinter=\"12\"", "speedintra=\"12\" speedinter=\"12\" latencyinter=\"1e300\""}) {
+    XmlDocument graph = parseXml(std::string("<graphs version=\"1\">\n<graph id=\"0\" pattern=\"4\" crossnic=\"0\" "
+                                             "nchannels=\"1\" typeintra=\"SYS\" typeinter=\"PIX\" "
+                                             "samechannels=\"0\" ") +
+                                     attr + "/></graphs>",
+                                 "graph.xml");
+    try {
+      loadGraphXml(graph, nullptr);
+      ADD_FAILURE() << attr << " was taken";
+    } catch (const TopologyError& e) {
+      EXPECT_NE(std::string(e.what()).find("graph.xml:2: <graph> attribute "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("is out of range (a float, at most 3.40282e+38)"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(TopologyMalformed, AGpuAndANicInOnePciAreNamed) {
   // NCCL connected only the NIC: the GPU's paths were DIS, and a second GPU made it "no CPU close to GPU/0-1000".
   std::string error =

@@ -1,4 +1,6 @@
 // Small hand-built machines, one NCCL rule each: link rates, PXB, NVB, C2C/P2C, Broadcom switches, fusion, levels.
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 
@@ -228,6 +230,36 @@ TEST(TopologyRules, LocalNetMirrorsTheDevIndex) {
             "(NCCL_NETDEVS_POLICY=ALL); index = dev 1 bit-mirrored over 4 = 2, + channel % 4 = 3, mod 4 -> NET 3");
 }
 
+TEST(TopologyRules, PortsOfOneNicShareItsNode) {
+  // Rule (spec a, <nic>): multi-port NICs share one NIC node, the id ignoring the PCI function: 0000:12:00.0 and .1
+  // are NIC/0-12000 with two NETs (they were two NIC nodes, NIC/0-12001 the second), so the NETs reach each other
+  // through their NIC (LOC) rather than over the switch (PIX). Each NET keeps its own function's bus id.
+  std::string body = cpuOpen(0) +
+                     pci("0000:10:00.0", "0x060400",
+                         pci("0000:11:00.0", "0x030200", gpu(0), "16.0 GT/s PCIe") +
+                             pci("0000:12:00.0", "0x020700", net(0, "mlx5_0", 200000), "16.0 GT/s PCIe") +
+                             pci("0000:12:00.1", "0x020700", net(1, "mlx5_1", 200000), "16.0 GT/s PCIe") +
+                             pci("0000:13:00.0", "0x020700", net(2, "mlx5_2", 200000), "16.0 GT/s PCIe"),
+                         "16.0 GT/s PCIe") +
+                     "</cpu>";
+  Analysis a = run(body);
+  const System& s = a.system;
+  ASSERT_EQ(s.count(NIC), 2);
+  EXPECT_EQ(s.idString(NIC, 0), "NIC/0-12000");
+  EXPECT_EQ(s.idString(NIC, 1), "NIC/0-13000");
+  int ports = 0;
+  for (const Link& l : s.node(NIC, 0).links) ports += l.remType == NET;
+  EXPECT_EQ(ports, 2);
+  EXPECT_EQ(netBusId(s, s.netIndexOfDev(0)), "0000:12:00.0");
+  EXPECT_EQ(netBusId(s, s.netIndexOfDev(1)), "0000:12:00.1");
+  const auto netToNet = [&](int from, int to) {
+    return pathText(s.node(NET, s.netIndexOfDev(from)).paths[NET][static_cast<std::size_t>(s.netIndexOfDev(to))]);
+  };
+  EXPECT_EQ(netToNet(0, 1), "LOC/25.00");
+  EXPECT_EQ(netToNet(0, 2), "PIX/24.00");
+  EXPECT_EQ(pathText(gpuToNet(a, 0, 1)), "PIX/24.00");
+}
+
 TEST(TopologyRules, FusionGroupsByDistance) {
   // Two ports of one NIC (PCI functions .0 and .1), a second NIC on the same switch, a third NIC under the other CPU.
   std::string body =
@@ -253,6 +285,42 @@ TEST(TopologyRules, FusionGroupsByDistance) {
   EXPECT_TRUE(computeFusionGroups(doc.root, PATH_LOC).empty());
   EXPECT_EQ(computeFusionGroups(doc.root, PATH_LOC, "mlx5_0,mlx5_3")[0].devs, ints("0 3"));
   EXPECT_THROW(computeFusionGroups(doc.root, PATH_LOC, "mlx5_0,nope"), TopologyError);
+}
+
+TEST(TopologyRules, FusionReadsDevLikeTheSystemBuilder) {
+  // Rule (spec a): numeric attributes have their base detected as strtol(.., 0) does, by the builder and so by fusion:
+  // dev="0x1" is 1 (atoi made both ports 0 and printed the group {0,0}), "010" is 8.
+  auto port = [](const std::string& dev, int number) {
+    return "<nic><net name=\"mlx5_" + std::to_string(number) + "\" dev=\"" + dev + "\" port=\"" +
+           std::to_string(number) + "\" guid=\"0x100\" speed=\"200000\" gdr=\"1\"/></nic>";
+  };
+  XmlDocument doc = parseXml(
+      "<system version=\"1\">" + cpuOpen(0) +
+          pci("0000:10:00.0", "0x060400",
+              pci("0000:11:00.0", "0x030200", gpu(0)) + pci("0000:12:00.0", "0x020700", port("0x0", 1)) +
+                  pci("0000:12:00.1", "0x020700", port("0x1", 2)) + pci("0000:13:00.0", "0x020700", port("010", 3))) +
+          "</cpu></system>",
+      "hexdev.xml");
+  System sys = buildSystem(doc);
+  std::vector<int> built;
+  for (int n = 0; n < sys.count(NET); ++n) built.push_back(sys.node(NET, n).net.dev);
+  std::vector<int> listed;
+  for (const FusionDevice& d : listNetDevices(doc.root)) listed.push_back(d.dev);
+  EXPECT_EQ(listed, built);
+  EXPECT_EQ(listed, ints("0 1 8"));
+  auto groups = computeFusionGroups(doc.root, PATH_PORT);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].devs, ints("0 1"));
+  // A dev that is not a whole number is the file's error at its line, as the builder reports it.
+  XmlDocument bad = parseXml(
+      "<system version=\"1\">" + cpuOpen(0) + "\n" + pci("0000:12:00.0", "0x020700", port("1x", 1)) + "</cpu></system>",
+      "bad.xml");
+  try {
+    computeFusionGroups(bad.root, PATH_PORT, "", "bad.xml");
+    ADD_FAILURE() << "dev=\"1x\" was read as a number";
+  } catch (const TopologyError& e) {
+    EXPECT_STREQ(e.what(), "bad.xml:2: <net> attribute dev=\"1x\" is not an integer");
+  }
 }
 
 TEST(TopologyRules, FusionWalksDevicesInIndexOrderNotFileOrder) {
@@ -439,6 +507,65 @@ TEST(TopologyRules, SyntheticScaleSystem) {
   for (const auto& s : a.searches) EXPECT_GE(s.ring.nChannels, 1);
 }
 
+// GPUs and NICs side by side under one CPU, as a generated or flattened file has them (the review's flat_G_N.xml).
+std::string flatMachine(int gpus, int nets) {
+  std::string body =
+      "<cpu numaid=\"0\" affinity=\"ffffffff\" arch=\"x86_64\" vendor=\"GenuineIntel\" familyid=\"6\" "
+      "modelid=\"143\">";
+  char busId[32];
+  for (int i = 0; i < gpus; ++i) {
+    std::snprintf(busId, sizeof busId, "0000:%02x:%02x.0", (i >> 4) + 1, i & 15);
+    body += pci(busId, "0x030200", gpu(i), "16.0 GT/s PCIe");
+  }
+  for (int j = 0; j < nets; ++j) {
+    std::snprintf(busId, sizeof busId, "0001:%02x:%02x.0", (j >> 4) + 1, j & 15);
+    body += pci(busId, "0x020700", net(j, "mlx5_" + std::to_string(j), 200000), "16.0 GT/s PCIe");
+  }
+  return "<system version=\"1\">" + body + "</cpu></system>";
+}
+
+// NCCL's ncclTopoGetLocalGpu as the spec words it: for channel c = 0..63, for each of the NET's local GPUs in order,
+// the first GPU whose local NET on channel c is this NET.
+int ownerByDefinition(const System& sys, const TopoSettings& settings, int n) {
+  for (int c = 0; c < kMaxChannels; ++c)
+    for (int g : localNodes(sys, NET, n, GPU))
+      if (localNet(sys, settings, sys.node(GPU, g).gpu.rank, c).netIndex == n) return g;
+  return -1;
+}
+
+TEST(TopologyRules, NetOwnerIsNcclsLocalGpu) {
+  // The owner kept per NET (computed once, not per GPU) is the one the definition gives, for every NET policy.
+  std::vector<System> systems;
+  systems.push_back(buildSystem(parseXml(flatMachine(12, 6), "flat.xml")));
+  systems.push_back(buildSystem(parseXml(flatMachine(4, 8), "flat.xml")));
+  systems.push_back(buildSystem(makeSyntheticTopology(72, 18)));
+  for (int policy : {0, -1, 1, 3}) {
+    TopoSettings settings;
+    settings.netDevsPolicyMax = policy;
+    for (System& sys : systems) {
+      computePaths(sys, settings);
+      for (int n = 0; n < sys.count(NET); ++n)
+        EXPECT_EQ(localGpuOfNet(sys, settings, n), ownerByDefinition(sys, settings, n))
+            << sys.idString(NET, n) << " policy " << policy;
+    }
+  }
+}
+
+TEST(TopologyRules, PathsOfManyGpusAndNetsAreQuick) {
+  // computePaths' PXN step asks for each NET's owner for every GPU; recomputed each time (every candidate GPU's local
+  // NETs, per question), 256 GPUs and 128 NETs took 26 s and the tool's 640 x 640 ran for hours.
+  System sys = buildSystem(parseXml(flatMachine(256, 128), "flat_256_128.xml"));
+  const auto start = std::chrono::steady_clock::now();
+  computePaths(sys, TopoSettings{});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 3.0);
+  // Every GPU and NET sits on the CPU: all GPU-NET paths are PHB (no PXN without NVLinks), and the owner of NET 7 is
+  // the first GPU whose bit-mirrored dev over 128 NETs is 7: dev 112.
+  EXPECT_EQ(sys.node(GPU, 5).paths[NET][7].type, PATH_PHB);
+  EXPECT_EQ(localGpuOfNet(sys, TopoSettings{}, 7), 112);
+  EXPECT_EQ(ownerByDefinition(sys, TopoSettings{}, 7), 112);
+}
+
 }  // namespace
 }  // namespace nns::topo::testing
 
@@ -517,6 +644,64 @@ TEST(TopologySettings, ReadsNcclVariablesLikeNccl) {
   TopoSettings defaults = TopoSettings::fromEnvironment();
   EXPECT_EQ(defaults.p2pLevel, -2);
   EXPECT_EQ(defaults.crossNic, 2);
+}
+
+TEST(TopologySettings, ReadsIntegersAsNcclsStrtolWithBase0) {
+  // ncclGetLevel: `int disable = strtol(str, NULL, 0)`, P2P off when it is 1; an old integer level is
+  // strtol(str, NULL, 0) of a value that starts with a digit. ncclLoadParam (NCCL_PARAM): strtoll(str, NULL, 0), its
+  // default only on a range error.
+  {
+    ScopedEnv a("NCCL_P2P_DISABLE", "1x");
+    TopoSettings s = TopoSettings::fromEnvironment();
+    EXPECT_EQ(s.p2pLevel, PATH_LOC);
+    ASSERT_EQ(s.notes.size(), 1u);
+    EXPECT_NE(s.notes[0].find("NCCL_P2P_DISABLE=1x: NCCL reads the integer it starts with, 1"), std::string::npos);
+  }
+  {
+    ScopedEnv a("NCCL_P2P_DISABLE", "0x1");
+    EXPECT_EQ(TopoSettings::fromEnvironment().p2pLevel, PATH_LOC);
+  }
+  {
+    ScopedEnv a("NCCL_P2P_DISABLE", "2");  // not 1: the level decides
+    ScopedEnv b("NCCL_P2P_LEVEL", "0x3");
+    ScopedEnv c("NCCL_NET_GDR_LEVEL", "09");  // octal: reads 0
+    TopoSettings s = TopoSettings::fromEnvironment();
+    EXPECT_EQ(s.p2pLevel, PATH_PHB);
+    EXPECT_EQ(s.netGdrLevel, PATH_LOC);
+    ASSERT_EQ(s.notes.size(), 2u);
+    EXPECT_NE(s.notes[0].find("NCCL_P2P_LEVEL=0x3: NCCL reads the integer it starts with, 3 (PHB)"), std::string::npos)
+        << s.notes[0];
+    EXPECT_NE(s.notes[1].find("NCCL_NET_GDR_LEVEL=09: NCCL reads the integer it starts with, 0 (LOC)"),
+              std::string::npos)
+        << s.notes[1];
+  }
+  {
+    ScopedEnv a("NCCL_P2P_LEVEL", "4");  // plainly an old level: no note
+    ScopedEnv b("NCCL_NET_GDR_LEVEL", "010");
+    TopoSettings s = TopoSettings::fromEnvironment();
+    EXPECT_EQ(s.p2pLevel, PATH_SYS);
+    EXPECT_EQ(s.netGdrLevel, PATH_SYS);  // 8, clamped to the last old level
+    EXPECT_EQ(s.notes.size(), 1u);
+  }
+  {
+    ScopedEnv a("NCCL_CROSS_NIC", "1x");
+    ScopedEnv b("NCCL_P2P_PXN_LEVEL", "yes");
+    ScopedEnv c("NCCL_PXN_DISABLE", "0x1");
+    ScopedEnv d("NCCL_NET_GDR_READ", "99999999999999999999");
+    TopoSettings s = TopoSettings::fromEnvironment();
+    EXPECT_EQ(s.crossNic, 1);
+    EXPECT_EQ(s.p2pPxnLevel, 0);
+    EXPECT_TRUE(s.pxnDisable);
+    EXPECT_EQ(s.netGdrRead, -2);
+    ASSERT_EQ(s.notes.size(), 3u);
+    EXPECT_NE(s.notes[0].find("NCCL_NET_GDR_READ=99999999999999999999 is out of range: NCCL uses its default (-2)"),
+              std::string::npos)
+        << s.notes[0];
+    EXPECT_NE(s.notes[1].find("NCCL_P2P_PXN_LEVEL=yes does not start with an integer: NCCL reads 0"), std::string::npos)
+        << s.notes[1];
+    EXPECT_NE(s.notes[2].find("NCCL_CROSS_NIC=1x: NCCL reads the integer it starts with, 1"), std::string::npos)
+        << s.notes[2];
+  }
 }
 
 }  // namespace

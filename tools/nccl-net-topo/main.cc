@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,12 +32,22 @@ std::string pathName(int t) {
   return std::string(nns::topo::pathTypeName(t));
 }
 
+// A float as JSON shows it: the shortest decimal that reads back as the same float (0.1; widened to a double as it is,
+// it printed as 0.10000000149011612).
+double jsonFloat(float v) {
+  char text[32];
+  const auto [end, error] = std::to_chars(text, text + sizeof text, v);
+  if (error != std::errc()) return v;
+  *end = '\0';
+  return std::strtod(text, nullptr);
+}
+
 json graphJson(const Analysis& a, const nns::topo::Graph& g, bool inter) {
   json j;
   j["pattern"] = std::string(nns::topo::patternName(g.pattern));
   j["nChannels"] = g.nChannels;
-  j["bwIntra"] = g.bwIntra;
-  j["bwInter"] = g.bwInter;
+  j["bwIntra"] = jsonFloat(g.bwIntra);
+  j["bwInter"] = jsonFloat(g.bwInter);
   j["typeIntra"] = pathName(g.typeIntra);
   j["typeInter"] = pathName(g.typeInter);
   j["sameChannels"] = g.sameChannels;
@@ -60,8 +71,8 @@ json graphJson(const Analysis& a, const nns::topo::Graph& g, bool inter) {
   for (const auto& at : g.attempts)
     tried.push_back({{"pass", at.pass},
                      {"pattern", at.pattern},
-                     {"bwIntra", at.bwIntra},
-                     {"bwInter", at.bwInter},
+                     {"bwIntra", jsonFloat(at.bwIntra)},
+                     {"bwInter", jsonFloat(at.bwInter)},
                      {"typeIntra", pathName(at.typeIntra)},
                      {"typeInter", pathName(at.typeInter)},
                      {"sameChannels", at.sameChannels},
@@ -130,7 +141,7 @@ json analysisJson(const Analysis& a) {
                     {"name", net.name},
                     {"id", sys.idString(NET, n)},
                     {"busId", nns::topo::netBusId(sys, n)},
-                    {"bw", net.bw},
+                    {"bw", jsonFloat(net.bw)},
                     {"port", net.port},
                     {"guid", net.asic},
                     {"gdr", net.gdr},
@@ -151,7 +162,7 @@ json analysisJson(const Analysis& a) {
       for (int ct : {GPU, NET, CPU})
         for (int ci = 0; ci < sys.count(ct); ++ci) {
           const Path& p = sys.node(t, i).paths[ct][static_cast<std::size_t>(ci)];
-          row[sys.idString(ct, ci)] = {{"type", pathName(p.type)}, {"bw", p.bw}, {"hops", p.count()}};
+          row[sys.idString(ct, ci)] = {{"type", pathName(p.type)}, {"bw", jsonFloat(p.bw)}, {"hops", p.count()}};
         }
       paths[sys.idString(t, i)] = row;
     }
@@ -160,8 +171,8 @@ json analysisJson(const Analysis& a) {
   json searches = json::array();
   for (const auto& s : a.searches)
     searches.push_back({{"inter", s.inter},
-                        {"maxBw", s.maxBw},
-                        {"totalBw", s.totalBw},
+                        {"maxBw", jsonFloat(s.maxBw)},
+                        {"totalBw", jsonFloat(s.totalBw)},
                         {"ring", graphJson(a, s.ring, s.inter)},
                         {"tree", graphJson(a, s.tree, s.inter)}});
   j["searches"] = searches;
@@ -289,8 +300,8 @@ int runTool(int argc, char** argv) {
   app.add_flag("--ignore-env", ignoreEnv, "ignore NCCL_* variables (P2P/GDR/PXN levels, CROSS_NIC, ...)");
   app.add_option("--dump-xml", dumpXml, "write the (completed) topology in NCCL_TOPO_DUMP_FILE format");
   app.add_option("--dump-graph", dumpGraph, "write the searched graphs in NCCL_GRAPH_DUMP_FILE format");
+  // Not checked here either: a missing file is the reader's error, as through NCCL_GRAPH_FILE.
   app.add_option("--graph-file", graphFile, "read an NCCL_GRAPH_FILE and show its channels for this topology")
-      ->check(CLI::ExistingFile)
       ->excludes(jsonFlag)
       ->excludes(dotFlag);
   app.add_option("--bench", benchIterations, "time N runs of paths + decisions + search and print the mean")
@@ -318,7 +329,14 @@ int runTool(int argc, char** argv) {
         }
         return false;
       };
-      if (synthetic.empty() && fromEnv("NCCL_TOPO_FILE", topoFile)) topoFileVariable = topoFile;
+      // --synthetic and --plugin name the machine as --topo-file does: given on the command line, they win over the
+      // variable (it used to replace --plugin without a word, and the plugin was never loaded).
+      if (const char* v = std::getenv("NCCL_TOPO_FILE");
+          v != nullptr && *v != '\0' && topoFile.empty() && (!plugin.empty() || !synthetic.empty()))
+        std::fprintf(stderr, "nccl-net-topo: note: NCCL_TOPO_FILE=%s is ignored: %s was given\n",
+                     nns::topo::terminalSafe(v).c_str(), plugin.empty() ? "--synthetic" : "--plugin");
+      else if (fromEnv("NCCL_TOPO_FILE", topoFile))
+        topoFileVariable = topoFile;
       fromEnv("NCCL_TOPO_DUMP_FILE", dumpXml);
       fromEnv("NCCL_GRAPH_DUMP_FILE", dumpGraph);
       // NCCL takes a graph file's channels in place of its own search whenever the file gives any for this system.

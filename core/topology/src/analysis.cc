@@ -79,7 +79,7 @@ Analysis analyze(XmlDocument doc, const AnalysisOptions& options) {
     if (a.trim.inter && sys.count(NET) == 0)
       a.trim.reason += "; but the topology has no NET: no network decisions or search";
   }
-  a.fusion = computeFusionGroups(a.xml, st.netMergeLevel, options.forceMerge);
+  a.fusion = computeFusionGroups(a.xml, st.netMergeLevel, options.forceMerge, a.sourceName);
   int ng = sys.count(GPU), nn = sys.count(NET);
   for (int g = 0; g < ng; ++g) a.gpuRanks.push_back(sys.node(GPU, g).gpu.rank);
   for (int n = 0; n < nn; ++n) a.netDevs.push_back(sys.node(NET, n).net.dev);
@@ -106,8 +106,9 @@ Analysis analyze(XmlDocument doc, const AnalysisOptions& options) {
       for (int c = 0; c < std::max(1, options.channels); ++c)
         a.localNets[static_cast<std::size_t>(g)].push_back(localNet(sys, st, rank, c));
     }
+    LocalNetIndex owners(sys, st);
     for (int n = 0; n < nn; ++n) {
-      int owner = localGpuOfNet(sys, st, n);
+      int owner = owners.localGpuOfNet(n);
       a.netLocalGpuRank.push_back(owner >= 0 ? sys.node(GPU, owner).gpu.rank : -1);
     }
   }
@@ -415,11 +416,21 @@ std::string formatSearches(const Analysis& a, int rank) {
       << fmt(": maxBw %.1f totalBw %.1f\n", r.maxBw, r.totalBw);
     for (const Graph* g : {&r.ring, &r.tree}) {
       o << "  " << patternName(g->pattern) << (g->fallback ? " (no path found: simple order fallback)" : "") << "\n";
+      // The first attempts (where the search started) and the last (what decided it): a search that lowers its speed
+      // down the whole list makes hundreds of them, a line of tens of thousands of characters. --json has them all.
       o << "    tried:";
-      for (const auto& at : g->attempts)
+      constexpr std::size_t kShownAtEachEnd = 6;
+      const std::size_t count = g->attempts.size();
+      for (std::size_t i = 0; i < count; ++i) {
+        if (count > 2 * kShownAtEachEnd && i == kShownAtEachEnd) {
+          o << fmt(" [... %zu more; --json lists every attempt]", count - 2 * kShownAtEachEnd);
+          i = count - kShownAtEachEnd;
+        }
+        const SearchAttempt& at = g->attempts[i];
         o << fmt(" [%s %s/%s bw %g/%g same %d xnic %d -> best %d%s%s]", at.pass == 2 ? "p2" : "p1",
                  pn(at.typeIntra).c_str(), pn(at.typeInter).c_str(), at.bwIntra, at.bwInter, at.sameChannels,
                  at.crossNic, at.bestChannels, at.outcome.empty() ? "" : " ", at.outcome.c_str());
+      }
       o << "\n";
       for (const auto& line : graphLogLines(sys, *g)) o << "    " << line << "\n";
       int n = sys.count(GPU);
@@ -442,6 +453,7 @@ std::string formatSearches(const Analysis& a, int rank) {
 }
 
 std::string netBusId(const System& sys, int n) {
+  if (!sys.node(NET, n).net.busId.empty()) return sys.node(NET, n).net.busId;
   for (const Link& link : sys.node(NET, n).links)
     if (link.remType == NIC) return sys.node(NIC, link.remIndex).busId;
   return "";

@@ -2,6 +2,7 @@
 #include "nns/topology/fusion.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <sstream>
 
 #include "nns/topology/model.h"
@@ -19,15 +20,20 @@ bool chainTo(const XmlElement& node, const XmlElement& target, std::vector<const
   return false;
 }
 
-void collectNets(const XmlElement& e, std::vector<FusionDevice>& out) {
+void collectNets(const XmlElement& e, const std::string& source, std::vector<FusionDevice>& out) {
   if (e.name == "net" && e.hasAttr("dev")) {
     FusionDevice d;
-    d.dev = std::atoi(e.attr("dev")->c_str());
+    // Read as the system builder reads it (base auto-detected, the whole value a number): "0x1" is 1, not 0.
+    const std::int64_t dev = parseIntAttr(e, "dev", source);
+    if (dev < 0 || dev > INT32_MAX)
+      throw TopologyError(source + ":" + std::to_string(e.line) + ": <net> attribute dev=" + std::to_string(dev) +
+                          " is outside 0.." + std::to_string(INT32_MAX));
+    d.dev = static_cast<int>(dev);
     if (const std::string* n = e.attr("name")) d.name = *n;
     d.net = &e;
     out.push_back(d);
   }
-  for (const auto& c : e.children) collectNets(c, out);
+  for (const auto& c : e.children) collectNets(c, source, out);
 }
 
 bool differOnlyInFunction(const XmlElement& a, const XmlElement& b) {
@@ -50,9 +56,9 @@ std::string levelName(int level) {
 
 }  // namespace
 
-std::vector<FusionDevice> listNetDevices(const XmlElement& systemRoot) {
+std::vector<FusionDevice> listNetDevices(const XmlElement& systemRoot, const std::string& sourceName) {
   std::vector<FusionDevice> out;
-  collectNets(systemRoot, out);
+  collectNets(systemRoot, sourceName, out);
   return out;
 }
 
@@ -84,8 +90,9 @@ int netDistance(const XmlElement& root, const XmlElement& a, const XmlElement& b
   return PATH_SYS;
 }
 
-std::vector<FusionGroup> computeFusionGroups(const XmlElement& root, int mergeLevel, const std::string& forceMerge) {
-  std::vector<FusionDevice> devs = listNetDevices(root);
+std::vector<FusionGroup> computeFusionGroups(const XmlElement& root, int mergeLevel, const std::string& forceMerge,
+                                             const std::string& sourceName) {
+  std::vector<FusionDevice> devs = listNetDevices(root, sourceName);
   // NCCL walks the physical devices by index, which need not be the order of the <net> elements in the file.
   std::stable_sort(devs.begin(), devs.end(),
                    [](const FusionDevice& a, const FusionDevice& b) { return a.dev < b.dev; });

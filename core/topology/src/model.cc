@@ -325,12 +325,13 @@ struct Builder {
     return v;
   }
 
-  void addNet(const XmlElement& xmlNet, int nicIndex) {
+  void addNet(const XmlElement& xmlNet, int nicIndex, const std::string& pciBusId) {
     int dev = intAttr(xmlNet, "dev");
     if (dev < 0) throw TopologyError(at(xmlNet) + " attribute dev must not be negative");
     int n = addNodeAt(xmlNet, NET, makeTopoId(systemId, dev));
     NetInfo& net = sys.node(NET, n).net;
     net.dev = dev;
+    net.busId = pciBusId;
     if (const std::string* name = xmlNet.attr("name")) net.name = *name;
     if (const std::string* guid = xmlNet.attr("guid")) {
       // Hexadecimal with or without 0x, as NCCL reads it (strtoull base 16): "10" is 0x10, and a GUID uses all 64
@@ -346,7 +347,7 @@ struct Builder {
     int mbps = intAttrOr(xmlNet, "speed", 0);
     if (mbps <= 0) mbps = 10000;  // some NICs report -1
     net.bw = static_cast<float>(mbps / 8000.0);
-    net.latency = static_cast<float>(parseOptionalFloatAttr(xmlNet, "latency", source).value_or(0.0));
+    net.latency = parseOptionalFloatAttr(xmlNet, "latency", source).value_or(0.0f);
     if (net.latency < 0)
       throw TopologyError(at(xmlNet) + " attribute latency=" + std::to_string(net.latency) + " is negative");
     net.port = boundedAttrOr(xmlNet, "port", 0, 0, INT32_MAX);
@@ -357,11 +358,11 @@ struct Builder {
     sys.connect(NET, n, NIC, nicIndex, LINK_NET, net.bw);
   }
 
-  void addNic(const XmlElement& xmlNic, int nicIndex) {
+  void addNic(const XmlElement& xmlNic, int nicIndex, const std::string& pciBusId) {
     for (const auto& sub : xmlNic.children) {
       if (sub.name != "net") continue;
       if (!sub.hasAttr("dev")) continue;  // not a device of this plugin
-      addNet(sub, nicIndex);
+      addNet(sub, nicIndex, pciBusId);
     }
   }
 
@@ -413,9 +414,10 @@ struct Builder {
       }
     }
     if (const XmlElement* xmlNic = xmlPci.child("nic")) {
-      // Multi-port NICs share one NIC node; the id carries the NUMA node so one PCI NIC is distinct per NUMA.
-      std::int64_t localNicId =
-          static_cast<std::int64_t>((static_cast<std::uint64_t>(numaId) << 56) + static_cast<std::uint64_t>(busId));
+      // Multi-port NICs share one NIC node: the id ignores the PCI function (spec topology.md, `<nic>`: 0000:12:00.0
+      // and .1 are one NIC, each port a NET); it carries the NUMA node so one PCI NIC is distinct per NUMA.
+      std::int64_t localNicId = static_cast<std::int64_t>((static_cast<std::uint64_t>(numaId) << 56) +
+                                                          (static_cast<std::uint64_t>(busId) & ~std::uint64_t{0xf}));
       std::int64_t id = makeTopoId(systemId, localNicId);
       int nic = sys.indexOf(NIC, id);
       if (nic == -1) {
@@ -424,7 +426,7 @@ struct Builder {
         nodeType = NIC;
         nodeIndex = nic;
       }
-      addNic(*xmlNic, nic);
+      addNic(*xmlNic, nic, busIdText);
     } else if (type == PCI && nodeType == -1) {
       nodeType = PCI;
       nodeIndex = addNodeAt(xmlPci, PCI, makeTopoId(systemId, busId));
@@ -494,7 +496,7 @@ struct Builder {
           sys.connect(CPU, c, NIC, nic, LINK_PCI, LOC_BW);
           sys.connect(NIC, nic, CPU, c, LINK_PCI, LOC_BW);
         }
-        addNic(sub, nic);
+        addNic(sub, nic, "");
       }
     }
   }

@@ -28,57 +28,76 @@ std::string nameOf(int pathType) {
   return std::string(pathTypeName(pathType));
 }
 
-// A level variable as NCCL's ncclGetLevel reads it: a level name, else, when it starts with a digit, the integer it
-// starts with (pre-2.4 numbering; "1x" is 1, PIX), said in `notes` when there was more. Anything else NCCL cannot
-// read: an error naming the levels.
+// A level variable as NCCL's ncclGetLevel reads it: a level name, else, when it starts with a digit, the integer
+// strtol(str, NULL, 0) reads from its start (pre-2.4 numbering; the base is C's: "1x" is 1, PIX, "0x3" is 3, PHB, "09"
+// is 0, LOC), said in `notes` when the text is not that integer plainly written. Anything else NCCL cannot read: an
+// error naming the levels (NCCL would quietly keep its default).
 int envLevel(const char* name, int fallback, std::vector<std::string>& notes) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
-  int level = parsePathLevel(v);
-  if (level < 0 && v[0] >= '0' && v[0] <= '9') {
-    const long old = std::strtol(v, nullptr, 10);
-    level = parsePathLevel(std::to_string(std::min(old, 5L)));
-    notes.push_back(std::string(name) + "=" + v + ": NCCL reads the integer it starts with, " + std::to_string(old) +
-                    " (" + nameOf(level) + "), and so does this tool");
+  for (int t = PATH_LOC; t <= PATH_SYS; ++t)
+    if (pathTypeName(t) == v) return t;
+  if (v[0] >= '0' && v[0] <= '9') {
+    static constexpr int kOldLevels[] = {PATH_LOC, PATH_PIX, PATH_PXB, PATH_PHB, PATH_SYS, PATH_SYS};
+    const long old = std::strtol(v, nullptr, 0);
+    const int level = kOldLevels[std::min(old, 5L)];
+    if (std::to_string(old) != v)
+      notes.push_back(std::string(name) + "=" + v + ": NCCL reads the integer it starts with, " + std::to_string(old) +
+                      " (" + nameOf(level) + "), as C's strtol with base 0 reads it (0x.. hex, a leading 0 octal), " +
+                      "and so does this tool");
+    return level;
   }
-  if (level < 0)
-    throw TopologyError(std::string(name) + "=" + v +
-                        ": unknown level (LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS, or NCCL's old integers 0..5)");
-  return level;
+  throw TopologyError(std::string(name) + "=" + v +
+                      ": unknown level (LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS, or NCCL's old integers 0..5)");
 }
 
-// An integer variable as NCCL's parameters are read (strtoll, base 0): one that is not wholly an integer is NCCL's
-// default, with an INFO line there and a note here.
-int envInt(const char* name, int fallback, std::vector<std::string>& notes) {
+// An integer variable as NCCL's parameters (NCCL_PARAM, ncclLoadParam) are read: strtoll(str, NULL, 0), the integer
+// the value starts with ("1x" is 1, "0x10" is 16, "010" is 8, "yes" is 0: strtoll finds no digits), NCCL's default
+// only when it is out of range. A value that is not plainly an integer is said in `notes`.
+std::int64_t envInt(const char* name, std::int64_t fallback, std::vector<std::string>& notes) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
   char* end = nullptr;
   errno = 0;
-  long x = std::strtol(v, &end, 0);
-  if (*end != '\0' || errno != 0) {
-    notes.push_back(std::string(name) + "=" + v + " is not an integer: NCCL uses its default (" +
+  const long long x = std::strtoll(v, &end, 0);
+  if (errno != 0) {
+    notes.push_back(std::string(name) + "=" + v + " is out of range: NCCL uses its default (" +
                     std::to_string(fallback) + "), and so does this tool");
     return fallback;
   }
-  return static_cast<int>(x);
+  if (end == v)
+    notes.push_back(std::string(name) + "=" + v +
+                    " does not start with an integer: NCCL reads 0 (strtoll finds no digits), and so does this tool");
+  else if (*end != '\0')
+    notes.push_back(std::string(name) + "=" + v + ": NCCL reads the integer it starts with, " + std::to_string(x) +
+                    ", and so does this tool");
+  return x;
 }
 
 }  // namespace
 
 TopoSettings TopoSettings::fromEnvironment() {
   TopoSettings s;
-  if (envInt("NCCL_P2P_DISABLE", 0, s.notes) == 1)
+  // NCCL_P2P_DISABLE is ncclGetLevel's own read, not a parameter: `int disable = strtol(str, NULL, 0)`, disabled when
+  // that is 1 ("1x" disables, "0x1" too); out-of-range values are no error there (C's conversion to int).
+  const char* p2pDisable = std::getenv("NCCL_P2P_DISABLE");
+  const int disable = p2pDisable ? static_cast<int>(std::strtol(p2pDisable, nullptr, 0)) : 0;
+  if (p2pDisable && disable == 1 && std::strcmp(p2pDisable, "1") != 0)
+    s.notes.push_back(std::string("NCCL_P2P_DISABLE=") + p2pDisable +
+                      ": NCCL reads the integer it starts with, 1 (P2P disabled), and so does this tool");
+  if (disable == 1)
     s.p2pLevel = PATH_LOC;
   else
     s.p2pLevel = envLevel("NCCL_P2P_LEVEL", -2, s.notes);
+  // NCCL keeps some parameters in an int (C's conversion, modulo 2^32) and tests others as they are (64 bits).
   s.nvbDisable = envInt("NCCL_NVB_DISABLE", 0, s.notes) != 0;  // NCCL tests the value for non-zero
   s.netGdrLevel = envLevel("NCCL_NET_GDR_LEVEL", -2, s.notes);
-  s.netGdrRead = envInt("NCCL_NET_GDR_READ", -2, s.notes);
+  s.netGdrRead = static_cast<int>(envInt("NCCL_NET_GDR_READ", -2, s.notes));
   s.netGdrC2c = envInt("NCCL_NET_GDR_C2C", 1, s.notes) != 0;
-  s.pxnDisable = envInt("NCCL_PXN_DISABLE", 0, s.notes) == 1;
+  s.pxnDisable = static_cast<int>(envInt("NCCL_PXN_DISABLE", 0, s.notes)) == 1;
   s.pxnC2c = envInt("NCCL_PXN_C2C", 1, s.notes) != 0;
-  s.p2pPxnLevel = envInt("NCCL_P2P_PXN_LEVEL", 2, s.notes);
-  s.crossNic = envInt("NCCL_CROSS_NIC", 2, s.notes);
+  s.p2pPxnLevel = static_cast<int>(envInt("NCCL_P2P_PXN_LEVEL", 2, s.notes));
+  s.crossNic = static_cast<int>(envInt("NCCL_CROSS_NIC", 2, s.notes));
   if (const char* m = std::getenv("NCCL_NET_MERGE_LEVEL")) {
     // As NCCL reads it: the first of its names the value begins with (case matters), else LOC, which fuses nothing.
     static constexpr std::pair<const char*, int> kNames[] = {{"LOC", PATH_LOC}, {"PORT", PATH_PORT}, {"PIX", PATH_PIX},
@@ -140,7 +159,12 @@ void setPaths(System& sys, const TopoSettings& settings, int baseType, int baseI
   basePath.type = PATH_LOC;
 
   std::vector<std::pair<int, int>> frontier{{baseType, baseIndex}}, next;
+  // Whether a node is already in `next`, per type and index (a search of `next` made this quadratic in the nodes).
+  std::vector<std::vector<char>> queued(sys.nodes.size());
+  for (std::size_t t = 0; t < sys.nodes.size(); ++t) queued[t].assign(sys.nodes[t].size(), 0);
   while (!frontier.empty()) {
+    // The frontier is what the last level queued.
+    for (auto [type, index] : frontier) queued[static_cast<std::size_t>(type)][static_cast<std::size_t>(index)] = 0;
     next.clear();
     for (auto [type, index] : frontier) {
       Node& node = sys.node(type, index);
@@ -176,8 +200,11 @@ void setPaths(System& sys, const TopoSettings& settings, int baseType, int baseI
           if (link.type == LINK_PCI && (type == CPU || link.remType == CPU)) t = PATH_PHB;
           if (type == GPU && path.type == PATH_NVL && t == PATH_NVL && remPath.count() > 1) t = PATH_NVB;
           remPath.type = std::max(path.type, t);
-          if (std::find(next.begin(), next.end(), std::make_pair(link.remType, link.remIndex)) == next.end())
+          char& inNext = queued[static_cast<std::size_t>(link.remType)][static_cast<std::size_t>(link.remIndex)];
+          if (!inNext) {
+            inNext = 1;
             next.emplace_back(link.remType, link.remIndex);
+          }
         }
       }
     }
@@ -293,27 +320,95 @@ LocalNetChoice localNet(const System& sys, const TopoSettings& settings, int ran
 }
 
 int localGpuOfNet(const System& sys, const TopoSettings& settings, int netIndex) {
-  // Same result as asking localNet() for every channel and candidate GPU, but each GPU's local NET list is computed
-  // once: the choice on channel c is locals[(base + c % netsPerGpu) % count].
-  struct Plan {
-    int g;
-    std::vector<int> nets;
-    int base;
-    int netsPerGpu;
-  };
-  std::vector<Plan> plans;
-  for (int g : localNodes(sys, NET, netIndex, GPU)) {
-    LocalNetChoice c = localNet(sys, settings, sys.node(GPU, g).gpu.rank, 0);
-    std::vector<int> nets = localNodes(sys, GPU, g, NET);
-    plans.push_back({g, std::move(nets), c.mirroredIndex, c.netsPerGpu});
+  return LocalNetIndex(sys, settings).localGpuOfNet(netIndex);
+}
+
+LocalNetIndex::LocalNetIndex(const System& sys, const TopoSettings& settings)
+    : sys_(sys),
+      settings_(settings),
+      gpuNets_(static_cast<std::size_t>(sys.count(GPU))),
+      netGpus_(static_cast<std::size_t>(sys.count(NET))),
+      owner_(static_cast<std::size_t>(sys.count(NET)), -1),
+      ownerGeneration_(static_cast<std::size_t>(sys.count(NET)), 0) {}
+
+const std::vector<int>& LocalNetIndex::lists(std::vector<Lists>& all, int type, int index, int localType) {
+  Lists& l = all[static_cast<std::size_t>(index)];
+  if (!l.known) {
+    l.nodes = localNodes(sys_, type, index, localType);
+    l.known = true;
   }
-  for (int c = 0; c < kMaxChannels; ++c)
-    for (const Plan& p : plans) {
-      int count = static_cast<int>(p.nets.size());
-      const std::int64_t pick = static_cast<std::int64_t>(p.base) + c % p.netsPerGpu;
-      if (p.nets[static_cast<std::size_t>(pick % count)] == netIndex) return p.g;
+  return l.nodes;
+}
+
+const std::vector<int>& LocalNetIndex::netsOfGpu(int g) {
+  return lists(gpuNets_, GPU, g, NET);
+}
+
+const std::vector<int>& LocalNetIndex::gpusOfNet(int n) {
+  return lists(netGpus_, NET, n, GPU);
+}
+
+void LocalNetIndex::gpuPathsChanged(int g) {
+  Lists& l = gpuNets_[static_cast<std::size_t>(g)];
+  if (!l.known) return;  // no owner was computed from it
+  std::vector<int> now = localNodes(sys_, GPU, g, NET);
+  if (now != l.nodes) {
+    l.nodes = std::move(now);
+    ++generation_;
+  }
+}
+
+void LocalNetIndex::netPathsChanged(int n) {
+  Lists& l = netGpus_[static_cast<std::size_t>(n)];
+  if (!l.known) return;
+  std::vector<int> now = localNodes(sys_, NET, n, GPU);
+  if (now != l.nodes) {
+    l.nodes = std::move(now);
+    ++generation_;
+  }
+}
+
+int LocalNetIndex::firstChannel(int g, int n) {
+  // localNet()'s choice on channel c is nets[(index + c % netsPerGpu) % count]: the first c that lands on n.
+  const std::vector<int>& nets = netsOfGpu(g);
+  if (nets.empty())
+    throw TopologyError("no path from GPU rank " + std::to_string(sys_.node(GPU, g).gpu.rank) + " to any NET");
+  const auto at = std::lower_bound(nets.begin(), nets.end(), n);  // localNodes lists indices in increasing order
+  if (at == nets.end() || *at != n) return kMaxChannels;
+  const int count = static_cast<int>(nets.size());
+  const int localGpuCount = std::max<int>(1, static_cast<int>(gpusOfNet(nets[0]).size()));
+  int netsPerGpu = 0;
+  if (settings_.netDevsPolicyMax == 0)
+    netsPerGpu = (count + localGpuCount - 1) / localGpuCount;
+  else if (settings_.netDevsPolicyMax < 0)
+    netsPerGpu = count;
+  else
+    netsPerGpu = std::min(settings_.netDevsPolicyMax, count);
+  int index = sys_.node(GPU, g).gpu.dev;
+  if (isPow2(count)) index = mirrorBits(index, count);
+  const std::int64_t position = at - nets.begin();
+  // The smallest k >= 0 with (index + k) % count == position; channel c picks offset c % netsPerGpu, which is k
+  // first at c = k when k < netsPerGpu.
+  const std::int64_t k = ((position - index) % count + count) % count;
+  return k < std::min(netsPerGpu, kMaxChannels) ? static_cast<int>(k) : kMaxChannels;
+}
+
+int LocalNetIndex::localGpuOfNet(int netIndex) {
+  const auto n = static_cast<std::size_t>(netIndex);
+  if (ownerGeneration_[n] == generation_) return owner_[n];
+  // ncclTopoGetLocalGpu: for channel c = 0..63, the first of the NET's local GPUs (in order) whose NET on c is this
+  // one, i.e. the GPU with the smallest first channel, the earlier one on ties.
+  int best = -1, bestChannel = kMaxChannels;
+  for (int g : gpusOfNet(netIndex)) {
+    int c = firstChannel(g, netIndex);
+    if (c < bestChannel) {
+      best = g;
+      bestChannel = c;
     }
-  return -1;
+  }
+  owner_[n] = best;
+  ownerGeneration_[n] = generation_;
+  return best;
 }
 
 int intermediateRank(const System& sys, int rank, int netDev) {
@@ -487,19 +582,24 @@ void computePaths(System& sys, const TopoSettings& settings) {
       }
     }
   }
-  // 3. PXN, then 4. GDR fallback, per NET and GPU in NCCL's order (later decisions see earlier rewrites).
+  // 3. PXN, then 4. GDR fallback, per NET and GPU in NCCL's order (later decisions see earlier rewrites). NCCL asks
+  // for the NET's owner again for every GPU; the index gives the same answer without recomputing it unless a rewrite
+  // changed a GPU's local NETs or a NET's local GPUs.
+  LocalNetIndex owners(sys, settings);
   for (int n = 0; n < sys.count(NET); ++n) {
     for (int g = 0; g < sys.count(GPU); ++g) {
       if (!settings.pxnDisable) {
-        int peer = localGpuOfNet(sys, settings, n);
+        int peer = owners.localGpuOfNet(n);
         if (peer != g && peer != -1) {
           int pxnType = settings.pxnC2c ? PATH_P2C : PATH_PXB;
           const Path& peerNet = gpuPath(sys, peer, NET, n);
           const Path& gNet = gpuPath(sys, g, NET, n);
           if (peerNet.type <= pxnType && gpuPath(sys, peer, GPU, g).type <= PATH_NVL &&
               topoIdSystem(sys.node(GPU, peer).id) == topoIdSystem(sys.node(GPU, g).id) &&
-              (peerNet.bw > gNet.bw || gNet.type > PATH_PXN))
+              (peerNet.bw > gNet.bw || gNet.type > PATH_PXN)) {
             addInterStep(sys, GPU, peer, GPU, g, NET, n);
+            owners.gpuPathsChanged(g);
+          }
         }
       }
       if (gpuPath(sys, g, NET, n).type < PATH_PHB) {
@@ -509,6 +609,8 @@ void computePaths(System& sys, const TopoSettings& settings) {
           if (c < 0) throw TopologyError("no CPU close to " + sys.idString(GPU, g));
           addInterStep(sys, CPU, c, NET, n, GPU, g);
           addInterStep(sys, CPU, c, GPU, g, NET, n);
+          owners.netPathsChanged(n);
+          owners.gpuPathsChanged(g);
         }
       }
     }

@@ -500,6 +500,11 @@ void Searcher::compute(Graph& graph) {
     minMaxPath(NET, minTypeInter, maxTypeInter);
     maxTypeIntra = maxTypeInter;
   }
+  int ccMin = 1 << 30;
+  for (const auto& g : sys_.nodes[GPU]) ccMin = std::min(ccMin, g.gpu.sm);
+  // Before Hopper the balanced tree may need to come back to its NET over the CPU (PHB, SYS) even where every GPU has a
+  // closer NET: NCCL lets the inter-node type rise to SYS then (the intra-node limit stays the NETs' worst type).
+  if (ccMin < 90) maxTypeInter = PATH_SYS;
   graph.typeIntra = minTypeIntra;
   graph.typeInter = minTypeInter;
   int trySameChannels = graph.pattern == PATTERN_NVLS ? 0 : 1;
@@ -507,8 +512,6 @@ void Searcher::compute(Graph& graph) {
   if (n == 0) return;
   const CpuInfo* cpu0 = sys_.count(CPU) ? &sys_.node(CPU, 0).cpu : nullptr;
   bool amd = cpu0 && cpu0->arch == CpuArch::X86 && cpu0->vendor == CpuVendor::Amd;
-  int ccMin = 1 << 30;
-  for (const auto& g : sys_.nodes[GPU]) ccMin = std::min(ccMin, g.gpu.sm);
   if (graph.pattern == PATTERN_NVLS || graph.pattern == PATTERN_COLLNET_DIRECT)
     throw TopologyError(std::string("search pattern ") + std::string(patternName(graph.pattern)) +
                         " is not implemented (ring and tree patterns are)");
@@ -809,11 +812,11 @@ std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys, int c
     auto floatOf = [&](const char* key) {
       auto v = parseOptionalFloatAttr(ge, key, src);
       if (!v) throw TopologyError(src + ":" + std::to_string(ge.line) + ": <graph> is missing " + key);
-      return static_cast<float>(*v);
+      return *v;
     };
     g.bwIntra = floatOf("speedintra");
     g.bwInter = floatOf("speedinter");
-    g.latencyInter = static_cast<float>(parseOptionalFloatAttr(ge, "latencyinter", src).value_or(0.0));
+    g.latencyInter = parseOptionalFloatAttr(ge, "latencyinter", src).value_or(0.0f);
     g.typeIntra = typeOf(ge, "typeintra");
     g.typeInter = typeOf(ge, "typeinter");
     g.sameChannels = intOf("samechannels");

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string_view>
 #include <unordered_set>
@@ -265,8 +266,8 @@ std::optional<std::int64_t> parseOptionalIntAttr(const XmlElement& element, std:
   return parseIntText(element, key, *v, source);
 }
 
-std::optional<double> parseOptionalFloatAttr(const XmlElement& element, std::string_view key,
-                                             const std::string& source) {
+std::optional<float> parseOptionalFloatAttr(const XmlElement& element, std::string_view key,
+                                            const std::string& source) {
   const std::string* v = element.attr(key);
   if (!v) return std::nullopt;
   errno = 0;
@@ -275,7 +276,12 @@ std::optional<double> parseOptionalFloatAttr(const XmlElement& element, std::str
   if (end == v->c_str() || *end != '\0' || errno == ERANGE || !std::isfinite(d))
     throw TopologyError(where(element, source) + " attribute " + std::string(key) + "=\"" + *v +
                         "\" is not a finite number");
-  return d;
+  // Kept as a float (as NCCL keeps it): a larger value would become inf, which is written as "inf" in a dump that no
+  // reader then takes back.
+  if (std::fabs(d) > std::numeric_limits<float>::max())
+    throw TopologyError(where(element, source) + " attribute " + std::string(key) + "=\"" + *v +
+                        "\" is out of range (a float, at most 3.40282e+38)");
+  return static_cast<float>(d);
 }
 
 }  // namespace nns::topo

@@ -22,13 +22,15 @@ struct FusionGroup {
 
 inline constexpr int kMaxDevsPerNic = 4;  // NCCL_NET_MAX_DEVS_PER_NIC
 
-// Every <net> with a dev attribute, in document order.
-std::vector<FusionDevice> listNetDevices(const XmlElement& systemRoot);
+// Every <net> with a dev attribute, in document order; dev is read as the system builder reads numbers (0x.. hex),
+// and one that is not a number in 0..INT32_MAX throws TopologyError naming sourceName and the line.
+std::vector<FusionDevice> listNetDevices(const XmlElement& systemRoot, const std::string& sourceName = "<memory>");
 // NCCL's XML path distance between two <net> elements: PORT, PIX, PXB, PHB, SYS or DIS.
 int netDistance(const XmlElement& systemRoot, const XmlElement& a, const XmlElement& b);
 // Auto-merge at mergeLevel (LOC disables fusion); forceMerge is NCCL_NET_FORCE_MERGE ("a,b;c,d"), applied first.
 // Only groups of more than one device are returned. Throws TopologyError when a forced group does not match.
 std::vector<FusionGroup> computeFusionGroups(const XmlElement& systemRoot, int mergeLevel,
-                                             const std::string& forceMerge = "");
+                                             const std::string& forceMerge = "",
+                                             const std::string& sourceName = "<memory>");
 
 }  // namespace nns::topo

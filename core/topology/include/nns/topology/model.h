@@ -110,6 +110,7 @@ struct GpuInfo {
 struct NetInfo {
   int dev = 0;
   std::string name;
+  std::string busId;  // of the <pci> it is on (a port's own function; its NIC node is the first function's), or ""
   std::uint64_t asic = 0;
   int port = 0;
   float bw = 0;

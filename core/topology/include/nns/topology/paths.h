@@ -1,6 +1,7 @@
 // Path computation and NCCL's per-pair decisions: P2P, GDR, PXN, local NIC per GPU, trimming (paths.cc rules).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,8 @@ struct TopoSettings {
   std::vector<std::string> notes;
 
   // Reads the NCCL_* variables above from the environment. Values NCCL takes leniently are taken the same way (with a
-  // note); a P2P or GDR level NCCL cannot read, or a non-integer where NCCL wants one, throws TopologyError.
+  // note): integers as C's strtol/strtoll with base 0 read them ("1x" is 1, "0x10" 16). A P2P or GDR level NCCL
+  // cannot read throws TopologyError.
   static TopoSettings fromEnvironment();
 };
 
@@ -85,6 +87,38 @@ struct LocalNetChoice {
 LocalNetChoice localNet(const System& sys, const TopoSettings& settings, int rank, int channel);
 // ncclTopoGetLocalGpu: index of the GPU that "owns" a NET (first GPU whose local NET it is), -1 when none.
 int localGpuOfNet(const System& sys, const TopoSettings& settings, int netIndex);
+
+// localGpuOfNet for many NETs over the same paths: each GPU's local NETs and each NET's local GPUs (localNodes) are
+// computed once, when first needed, and each NET's owner is kept until one of those lists changes. Asking for every
+// NET and GPU pair, as computePaths' PXN step does, was localNet() per candidate GPU per question (hours at a few
+// hundred GPUs and NETs). After a path from GPU g to a NET, or from NET n to a GPU, changes: gpuPathsChanged(g),
+// netPathsChanged(n).
+class LocalNetIndex {
+ public:
+  LocalNetIndex(const System& sys, const TopoSettings& settings);
+  int localGpuOfNet(int netIndex);
+  void gpuPathsChanged(int g);
+  void netPathsChanged(int n);
+
+ private:
+  struct Lists {
+    bool known = false;
+    std::vector<int> nodes;
+  };
+  // all[index]: the `localType` nodes local to node (type, index), computed on first use.
+  const std::vector<int>& lists(std::vector<Lists>& all, int type, int index, int localType);
+  const std::vector<int>& netsOfGpu(int g);
+  const std::vector<int>& gpusOfNet(int n);
+  // The first channel (0..63) on which GPU g picks NET n, kMaxChannels when none.
+  int firstChannel(int g, int n);
+
+  const System& sys_;
+  const TopoSettings& settings_;
+  std::vector<Lists> gpuNets_, netGpus_;
+  std::vector<int> owner_;
+  std::vector<std::uint64_t> ownerGeneration_;
+  std::uint64_t generation_ = 1;  // owners computed in an older generation are recomputed
+};
 // ncclTopoGetIntermediateRank: the relay GPU when the path to the NET is PXN, else the rank itself.
 int intermediateRank(const System& sys, int rank, int netDev);
 

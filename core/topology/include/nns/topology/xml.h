@@ -55,12 +55,13 @@ XmlDocument readXmlFile(const std::string& path);
 std::string writeXml(const XmlElement& root);
 void writeXmlFile(const XmlElement& root, const std::string& path);
 
-// Strict numeric attribute reading with NCCL's base auto-detection (0x.. hex, else decimal). Errors name the line.
+// Strict numeric attribute reading with NCCL's base auto-detection (strtol base 0: 0x.. hex, a leading 0 octal, else
+// decimal). Errors name the line.
 std::int64_t parseIntAttr(const XmlElement& element, std::string_view key, const std::string& source);
 std::optional<std::int64_t> parseOptionalIntAttr(const XmlElement& element, std::string_view key,
                                                  const std::string& source);
-std::optional<double> parseOptionalFloatAttr(const XmlElement& element, std::string_view key,
-                                             const std::string& source);
+// A finite number that fits a float (NCCL keeps these as floats); anything else is the file's error at its line.
+std::optional<float> parseOptionalFloatAttr(const XmlElement& element, std::string_view key, const std::string& source);
 const std::string& requireAttr(const XmlElement& element, std::string_view key, const std::string& source);
 
 }  // namespace nns::topo
