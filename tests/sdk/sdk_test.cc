@@ -446,11 +446,19 @@ TEST(ConnectStage, FinalizedContextsAreRefusedAndTakeNoMemory) {
   EXPECT_EQ(table.finalize(finalized.front()), ncclInvalidUsage);
   EXPECT_EQ(table.finalize(finalized.back()), ncclInvalidUsage);
   EXPECT_TRUE(logged("finalize: ctx 0x"));
-  // An address the host has (its own object, this plugin's) is no token, whatever the tokens made so far.
+  // An address the host has (its own object, this plugin's) is no token, whatever the tokens made so far; nor is a
+  // live token's number under another table's salt (bits 36..47: another SDK-built plugin's token).
   int hostObject = 0;
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void* sendComm = nullptr;
   EXPECT_EQ(table.connect(&hostObject, 0, handle, &sendComm, nullptr), ncclInternalError);
+  void* live = nullptr;
+  ASSERT_EQ(table.init(&live, 1, nullptr, recordingLogger, nullptr), ncclSuccess);
+  void* otherSalt = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(live) ^ (uintptr_t{1} << 40));
+  logLines().clear();
+  EXPECT_EQ(table.connect(otherSalt, 0, handle, &sendComm, nullptr), ncclInternalError);
+  EXPECT_TRUE(logged("is not one this plugin's init returned"));
+  EXPECT_EQ(table.finalize(live), ncclSuccess);
 }
 
 // A forked child inherits the parent's kept states but never finds, takes or deletes them: they hold the parent's

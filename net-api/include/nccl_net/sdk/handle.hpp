@@ -158,15 +158,17 @@ const void* vendorTag() {
 // plugin's own ctx: so each communicator is told apart (a plugin may return NULL, or the same object, from every
 // init), a ctx that init never returned is refused by name, and so is one already finalized. The plugin is handed the
 // ctx its init returned, as before. A token is a number, never reused while the plugin is loaded, with high bits no
-// user-space address has (so no pointer the host has is mistaken for one): a token at or below the last one made that
-// is no longer listed was finalized, and a finalized one takes no memory.
+// user-space address has (so no pointer the host has is mistaken for one) and a salt of this table's (so another
+// SDK-built plugin's token is very likely refused too): a token at or below the last one made that is no longer
+// listed was finalized, and a finalized one takes no memory.
 class ContextTokens {
  public:
   static ContextTokens& instance() { return Immortal<ContextTokens>::get(); }
 
   void* make(const void* vendor, void* pluginCtx) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (closed_) return pluginCtx;  // during exit: nothing to tell apart any more
+    // During exit nothing is left to tell apart; after 2^36 inits (never, in practice) neither.
+    if (closed_ || lastNumber_ == kNumberMask) return pluginCtx;
     const uint64_t number = ++lastNumber_;
     tokens_.emplace(number, Entry{vendor, pluginCtx});
     return tokenOf(number);
@@ -208,13 +210,19 @@ class ContextTokens {
  private:
   static_assert(sizeof(void*) == 8, "tokens are 64-bit addresses");
   static constexpr uint64_t kTokenBits = 0xc7c0000000000000ull;  // above any user-space address (x86-64, AArch64)
-  static constexpr uint64_t kNumberMask = (1ull << 48) - 1;
-  static void* tokenOf(uint64_t number) { return reinterpret_cast<void*>(static_cast<uintptr_t>(kTokenBits | number)); }
-  // The token's number, or 0 for a pointer that is no token of this plugin's (or one not made yet).
+  static constexpr int kNumberBits = 36;
+  static constexpr uint64_t kNumberMask = (1ull << kNumberBits) - 1;
+  // 12 bits between the number and kTokenBits, from this table's address: each plugin's table is its own.
+  const uint64_t salt_ = ((static_cast<uint64_t>(reinterpret_cast<uintptr_t>(this)) >> 4) * 0x9e3779b97f4a7c15ull >> 52)
+                         << kNumberBits;
+  void* tokenOf(uint64_t number) const {
+    return reinterpret_cast<void*>(static_cast<uintptr_t>(kTokenBits | salt_ | number));
+  }
+  // The token's number, or 0 for a pointer that is no token of this table's (or one not made yet).
   uint64_t numberOf(const void* ctx) const {
     const auto bits = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ctx));
     const uint64_t number = bits & kNumberMask;
-    if ((bits & ~kNumberMask) != kTokenBits || number == 0 || number > lastNumber_) return 0;
+    if ((bits & ~kNumberMask) != (kTokenBits | salt_) || number == 0 || number > lastNumber_) return 0;
     return number;
   }
 
