@@ -284,4 +284,31 @@ TEST(SocketIo, PartialProgressThenEndOfStream) {
   close(pair[1]);
 }
 
+TEST(SocketIo, ScatteredReceiveFillsEachPartInStreamOrder) {
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, pair), 0);
+  char head[2] = {}, body[5] = {}, tail[3] = {};
+  iovec parts[4] = {{head, 2}, {nullptr, 0}, {body, 5}, {tail, 3}};  // a zero-length part is skipped
+  size_t received = 0;
+  int error = 0;
+  ASSERT_EQ(write(pair[0], "abc", 3), 3);
+  EXPECT_EQ(sdk::recvSomeScatter(pair[1], parts, 4, &received, &error), sdk::IoStatus::kWouldBlock);
+  EXPECT_EQ(received, 3u) << "what has arrived is taken, across the first part's end";
+  ASSERT_EQ(write(pair[0], "defghijk", 8), 8);
+  EXPECT_EQ(sdk::recvSomeScatter(pair[1], parts, 4, &received, &error), sdk::IoStatus::kDone);
+  EXPECT_EQ(received, 10u);
+  EXPECT_EQ(std::string(head, 2), "ab");
+  EXPECT_EQ(std::string(body, 5), "cdefg");
+  EXPECT_EQ(std::string(tail, 3), "hij");
+  // The byte after the parts stays in the stream for the next read.
+  char next = 0;
+  size_t one = 0;
+  EXPECT_EQ(sdk::recvSome(pair[1], &next, 1, &one, &error), sdk::IoStatus::kDone);
+  EXPECT_EQ(next, 'k');
+  close(pair[0]);
+  received = 0;
+  EXPECT_EQ(sdk::recvSomeScatter(pair[1], parts, 4, &received, &error), sdk::IoStatus::kClosed);
+  close(pair[1]);
+}
+
 }  // namespace

@@ -513,28 +513,38 @@ inline IoStatus sendSome(int fd, const void* data, size_t size, size_t* offset, 
   return IoStatus::kDone;
 }
 
+// The parts of a gathered or scattered transfer still to move: bytes [skip, total) of their concatenation, as at most
+// 8 iovecs in `remaining`. Returns how many.
+inline int remainingParts(const iovec* parts, int count, size_t skip, iovec* remaining) {
+  int used = 0;
+  for (int i = 0; i < count && used < 8; ++i) {
+    if (skip >= parts[i].iov_len) {
+      skip -= parts[i].iov_len;
+      continue;
+    }
+    remaining[used].iov_base = static_cast<unsigned char*>(parts[i].iov_base) + skip;
+    remaining[used].iov_len = parts[i].iov_len - skip;
+    skip = 0;
+    ++used;
+  }
+  return used;
+}
+
+inline size_t totalBytes(const iovec* parts, int count) {
+  size_t total = 0;
+  for (int i = 0; i < count; ++i) total += parts[i].iov_len;
+  return total;
+}
+
 // Gathers several buffers into one stream without copying them together: bytes [*offset, total) of the
 // concatenation of `parts`. At most 8 parts.
 inline IoStatus sendSomeGather(int fd, const iovec* parts, int count, size_t* offset, int* error) {
-  size_t total = 0;
-  for (int i = 0; i < count; ++i) total += parts[i].iov_len;
+  const size_t total = totalBytes(parts, count);
   while (*offset < total) {
     iovec remaining[8];
-    int used = 0;
-    size_t skip = *offset;
-    for (int i = 0; i < count && used < 8; ++i) {
-      if (skip >= parts[i].iov_len) {
-        skip -= parts[i].iov_len;
-        continue;
-      }
-      remaining[used].iov_base = static_cast<unsigned char*>(parts[i].iov_base) + skip;
-      remaining[used].iov_len = parts[i].iov_len - skip;
-      skip = 0;
-      ++used;
-    }
     msghdr message{};
     message.msg_iov = remaining;
-    message.msg_iovlen = static_cast<size_t>(used);
+    message.msg_iovlen = static_cast<size_t>(remainingParts(parts, count, *offset, remaining));
     ssize_t sent = ::sendmsg(fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (sent > 0) {
       *offset += static_cast<size_t>(sent);
@@ -543,6 +553,29 @@ inline IoStatus sendSomeGather(int fd, const iovec* parts, int count, size_t* of
     if (sent < 0 && errno == EINTR) continue;
     if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return IoStatus::kWouldBlock;
     *error = sent < 0 ? errno : EPIPE;
+    return IoStatus::kFailed;
+  }
+  return IoStatus::kDone;
+}
+
+// Scatters bytes [*offset, total) of a stream over `parts` (at most 8) without blocking; advances *offset. kClosed
+// when the peer closed the stream before all of them arrived.
+inline IoStatus recvSomeScatter(int fd, const iovec* parts, int count, size_t* offset, int* error) {
+  const size_t total = totalBytes(parts, count);
+  while (*offset < total) {
+    iovec remaining[8];
+    msghdr message{};
+    message.msg_iov = remaining;
+    message.msg_iovlen = static_cast<size_t>(remainingParts(parts, count, *offset, remaining));
+    ssize_t received = ::recvmsg(fd, &message, MSG_DONTWAIT);
+    if (received > 0) {
+      *offset += static_cast<size_t>(received);
+      continue;
+    }
+    if (received == 0) return IoStatus::kClosed;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return IoStatus::kWouldBlock;
+    *error = errno;
     return IoStatus::kFailed;
   }
   return IoStatus::kDone;
