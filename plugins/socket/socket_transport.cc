@@ -156,11 +156,16 @@ ChunkPlan planChunks(size_t size, int sockets, size_t minChunkBytes, uint32_t se
 // ---- data sockets and their helper threads
 // ---------------------------------------------------------------------------
 
+// Zero bytes that pad frames and chunks to kWireAlign (only ever read).
+alignas(kWireAlign) const unsigned char kZeros[kWireAlign] = {};
+
 sdk::IoStatus DataSocket::drive(int* error) {
   for (ChunkTask* task = tasks.front(); task != nullptr; task = tasks.front()) {
     const size_t before = task->done;
-    sdk::IoStatus status = sending ? sdk::sendSome(fd, task->data, task->size, &task->done, error)
-                                   : sdk::recvSome(fd, task->data, task->size, &task->done, error);
+    unsigned char* pad = sending ? const_cast<unsigned char*>(kZeros) : padding;
+    const iovec parts[3] = {{pad, task->lead}, {task->data, task->size}, {pad, task->trail}};
+    sdk::IoStatus status = sending ? sdk::sendSomeGather(fd, parts, 3, &task->done, error)
+                                   : sdk::recvSomeScatter(fd, parts, 3, &task->done, error);
     if (sending && task->done != before) stall.progressed();
     if (status == sdk::IoStatus::kWouldBlock && sending) {
       stall.blocked();
@@ -313,7 +318,8 @@ void Comm::failSocket(const DataSocket& socket, sdk::IoStatus status, int error)
   }
 }
 
-bool Comm::queueChunks(unsigned char* data, size_t size, uint32_t sequence, std::atomic<size_t>* pending) {
+bool Comm::queueChunks(unsigned char* data, size_t size, uint32_t sequence, uint32_t lead,
+                       std::atomic<size_t>* pending) {
   int sockets = static_cast<int>(dataSockets_.size());
   ChunkPlan plan = planChunks(size, sockets, minChunkBytes_, sequence);
   bool wake[kMaxHelperThreads] = {};
@@ -322,7 +328,9 @@ bool Comm::queueChunks(unsigned char* data, size_t size, uint32_t sequence, std:
     size_t index = static_cast<size_t>((plan.firstSocket + k) % sockets);
     size_t bytes = std::min(plan.chunkBytes, size - offset);
     // Cannot fail: each message queues at most one piece per socket and requests are bounded by the pools.
-    if (!dataSockets_[index]->tasks.push(ChunkTask{data + offset, bytes, 0, pending})) return false;
+    const uint32_t chunkLead = static_cast<uint32_t>((lead + offset) % kWireAlign);
+    const auto trail = static_cast<uint32_t>(padToUnit(chunkLead + bytes));
+    if (!dataSockets_[index]->tasks.push(ChunkTask{data + offset, bytes, chunkLead, trail, 0, pending})) return false;
     offset += bytes;
     int helper = helperOfSocket_[index];
     if (helper >= 0) wake[helper] = true;
@@ -363,10 +371,10 @@ ncclResult_t SendComm::post(void* data, size_t size, int tag, void** request) {
   r->header.comm = this;
   r->data = static_cast<unsigned char*>(data);
   r->size = size;
-  r->wire = MessageHeader{size, tag, nextSequence_++};
+  r->wire = MessageHeader{size, tag, nextSequence_++, leadOf(data), {}};
   if (!isInline(size)) {
     r->pendingBytes.store(size, std::memory_order_relaxed);
-    if (!queueChunks(r->data, size, r->wire.sequence, &r->pendingBytes)) {
+    if (!queueChunks(r->data, size, r->wire.sequence, r->wire.lead, &r->pendingBytes)) {
       fail(ncclInternalError, "a data socket's task queue overflowed");
       return ncclInternalError;
     }
@@ -383,10 +391,16 @@ ncclResult_t SendComm::post(void* data, size_t size, int tag, void** request) {
 ncclResult_t SendComm::progress() {
   while (controlCount_ > 0) {
     SendRequest* r = controlQueue_[controlHead_];
-    iovec parts[2] = {{&r->wire, sizeof(MessageHeader)}, {r->data, isInline(r->size) ? r->size : 0}};
+    const bool payloadInline = isInline(r->size);
+    const ControlFrame frame = controlFrame(r->wire, payloadInline);
+    auto* zeros = const_cast<unsigned char*>(kZeros);
+    const iovec parts[4] = {{&r->wire, sizeof(MessageHeader)},
+                            {zeros, frame.gap},
+                            {r->data, payloadInline ? r->size : 0},
+                            {zeros, frame.tail}};
     int error = 0;
     const size_t before = r->controlOffset;
-    sdk::IoStatus status = sdk::sendSomeGather(controlFd_, parts, 2, &r->controlOffset, &error);
+    sdk::IoStatus status = sdk::sendSomeGather(controlFd_, parts, 4, &r->controlOffset, &error);
     if (r->controlOffset != before) controlStall_.progressed();
     if (status == sdk::IoStatus::kWouldBlock) {
       controlStall_.blocked();
@@ -533,14 +547,17 @@ ncclResult_t RecvComm::matchHeader(bool* matched) {
 
 ncclResult_t RecvComm::receivePayload(unsigned char* data, size_t size, std::atomic<size_t>* pending) {
   ++expectedSequence_;
+  const ControlFrame frame = controlFrame(header_, isInline(size));
+  tailLeft_ = frame.tail;
   if (size == 0) return ncclSuccess;
   pending->fetch_add(size, std::memory_order_relaxed);
   if (isInline(size)) {
+    gapLeft_ = frame.gap;
     inlinePending_ = pending;
     inlineData_ = data;
     inlineSize_ = size;
     inlineOffset_ = 0;
-  } else if (!queueChunks(data, size, header_.sequence, pending)) {
+  } else if (!queueChunks(data, size, header_.sequence, header_.lead, pending)) {
     fail(ncclInternalError, "a data socket's task queue overflowed");
   }
   return failure();
@@ -622,20 +639,37 @@ sdk::IoStatus RecvComm::readControl(void* target, size_t size, size_t* offset, b
   return *offset == size ? sdk::IoStatus::kDone : sdk::IoStatus::kWouldBlock;
 }
 
+sdk::IoStatus RecvComm::skipControl(size_t* remaining, int* error) {
+  unsigned char dropped[kWireAlign];
+  size_t offset = 0;
+  sdk::IoStatus status = readControl(dropped, std::min(*remaining, sizeof(dropped)), &offset, true, error);
+  *remaining -= offset;
+  return status;
+}
+
+ncclResult_t RecvComm::failControlRead(sdk::IoStatus status, int error, const char* what) {
+  fail(ncclRemoteError, status == sdk::IoStatus::kClosed ? std::string("the peer closed the connection ") + what
+                                                         : "control socket: " + sdk::errnoText(error));
+  return failure();
+}
+
 ncclResult_t RecvComm::progress() {
   for (;;) {
     int error = 0;
     if (inlinePending_ != nullptr) {
-      sdk::IoStatus status = readControl(inlineData_, inlineSize_, &inlineOffset_, false, &error);
+      sdk::IoStatus status = sdk::IoStatus::kDone;
+      if (gapLeft_ > 0) status = skipControl(&gapLeft_, &error);
+      if (status == sdk::IoStatus::kDone) status = readControl(inlineData_, inlineSize_, &inlineOffset_, false, &error);
       if (status == sdk::IoStatus::kWouldBlock) break;
-      if (status != sdk::IoStatus::kDone) {
-        fail(ncclRemoteError, status == sdk::IoStatus::kClosed
-                                  ? "the peer closed the connection in the middle of a message"
-                                  : "control socket: " + sdk::errnoText(error));
-        return failure();
-      }
+      if (status != sdk::IoStatus::kDone) return failControlRead(status, error, "in the middle of a message");
       inlinePending_->fetch_sub(inlineSize_, std::memory_order_release);
       inlinePending_ = nullptr;
+      continue;
+    }
+    if (tailLeft_ > 0) {
+      sdk::IoStatus status = skipControl(&tailLeft_, &error);
+      if (status == sdk::IoStatus::kWouldBlock) break;
+      if (status != sdk::IoStatus::kDone) return failControlRead(status, error, "in the middle of a message");
       continue;
     }
     if (!anyUnmatchedSlot()) break;  // nothing to receive into: leave the stream in the kernel
@@ -654,9 +688,10 @@ ncclResult_t RecvComm::progress() {
         return failure();
       }
     }
-    if (header_.sequence != expectedSequence_) {
-      fail(ncclInternalError, "message sequence " + std::to_string(header_.sequence) + " where " +
-                                  std::to_string(expectedSequence_) + " was due: the stream is corrupt");
+    if (header_.sequence != expectedSequence_ || header_.lead >= kWireAlign) {
+      fail(ncclInternalError, "message sequence " + std::to_string(header_.sequence) + " (payload lead " +
+                                  std::to_string(header_.lead) + ") where " + std::to_string(expectedSequence_) +
+                                  " (lead below " + std::to_string(kWireAlign) + ") was due: the stream is corrupt");
       return failure();
     }
     bool taken = false;

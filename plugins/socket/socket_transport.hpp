@@ -58,7 +58,8 @@ struct Config {
 };
 
 // ---- wire formats ---------------------------------------------------------------------------------------------------
-inline constexpr uint32_t kWireMagic = sdk::handleMagic("nns-socket/wire/1");
+// Version 2 frames messages on 64-byte boundaries (kWireAlign); version 1 did not, and the two cannot talk.
+inline constexpr uint32_t kWireMagic = sdk::handleMagic("nns-socket/wire/2");
 
 enum SocketRole : uint32_t { kControlSocket = 1, kDataSocket = 2 };
 
@@ -88,7 +89,42 @@ struct MessageHeader {
   uint64_t size;
   int32_t tag;
   uint32_t sequence;  // catches a desynchronised stream instead of delivering garbage
+  uint32_t lead;      // the payload's address mod kWireAlign on the sender: the zero bytes that precede it (below)
+  uint32_t reserved[3];
 };
+static_assert(sizeof(MessageHeader) == 32);
+
+// Payload bytes land in the kernel's socket buffers at the offset their source has, mod kWireAlign.
+//
+// Why: the kernel copies a send into pages it fills in order, for all of a thread's TCP sockets together (the
+// thread's page fragment), and its `rep movsb` copy ran at half speed on the AMD Zen 5 core this was measured on when
+// the destination lay 1 to 63 bytes past the source, mod 4096. A 16-byte header sent just before a page-aligned payload
+// put every large send of a 2-rank allreduce there: it took up to twice as long as the same send without the header
+// (performance.md, "Framing on 64-byte boundaries"). So every send this plugin makes is a whole number of
+// kWireAlign-byte units, which keeps the thread's offset at a multiple of kWireAlign, and each payload is preceded by
+// as many zero bytes as its address lies past a multiple of kWireAlign:
+// - the control socket carries frames: header, `gap` zero bytes, the inline payload (if any), `tail` zero bytes;
+// - a data socket carries each chunk of a message as `lead` zero bytes, the chunk, `trail` zero bytes.
+// The receiver derives every pad from the header, so it reads them without a round trip.
+inline constexpr size_t kWireAlign = 64;
+
+inline uint32_t leadOf(const void* data) {
+  return static_cast<uint32_t>(reinterpret_cast<uintptr_t>(data) % kWireAlign);
+}
+// Zero bytes after `bytes` that end a unit of kWireAlign.
+inline size_t padToUnit(size_t bytes) {
+  return (kWireAlign - bytes % kWireAlign) % kWireAlign;
+}
+
+struct ControlFrame {
+  size_t gap;   // zero bytes between the header and an inline payload
+  size_t tail;  // zero bytes after the payload (or the header) that end the frame
+};
+inline ControlFrame controlFrame(const MessageHeader& header, bool payloadInline) {
+  const size_t payload = payloadInline ? header.size : 0;
+  const size_t gap = payload == 0 ? 0 : (header.lead + kWireAlign - sizeof(MessageHeader) % kWireAlign) % kWireAlign;
+  return ControlFrame{gap, padToUnit(sizeof(MessageHeader) + gap + payload)};
+}
 
 // How a message of `size` bytes is cut over `sockets` data sockets; both ends compute the same pieces.
 struct ChunkPlan {
@@ -100,10 +136,13 @@ ChunkPlan planChunks(size_t size, int sockets, size_t minChunkBytes, uint32_t se
 // ---- the data path
 // ----------------------------------------------------------------------------------------------------
 
-// A piece of a message moved by one data socket. `pending` is the owning request's outstanding byte count.
+// A piece of a message moved by one data socket, framed by `lead` and `trail` zero bytes (kWireAlign); `done` counts
+// the framed bytes moved. `pending` is the owning request's outstanding byte count, which `size` is part of.
 struct ChunkTask {
   unsigned char* data;
   size_t size;
+  uint32_t lead;
+  uint32_t trail;
   size_t done;
   std::atomic<size_t>* pending;
 };
@@ -157,7 +196,8 @@ struct DataSocket {
   int fd = -1;
   bool sending = false;
   TaskRing tasks;
-  SendStall stall;  // sending sockets only
+  SendStall stall;                      // sending sockets only
+  unsigned char padding[kWireAlign]{};  // receiving sockets read a chunk's lead and trail here
   // Moves bytes of queued tasks until the queue is empty (kDone) or the socket would block. *error on failure: a
   // sending socket whose peer stopped answering for the dead-peer timeout fails with ETIMEDOUT.
   sdk::IoStatus drive(int* error);
@@ -202,8 +242,8 @@ class Comm {
   void failSocket(const DataSocket& socket, sdk::IoStatus status, int error);
 
  protected:
-  // Queues a message's pieces on the data sockets (after `pending` was raised by `size`).
-  bool queueChunks(unsigned char* data, size_t size, uint32_t sequence, std::atomic<size_t>* pending);
+  // Queues a message's pieces on the data sockets (after `pending` was raised by `size`); `lead` is the header's.
+  bool queueChunks(unsigned char* data, size_t size, uint32_t sequence, uint32_t lead, std::atomic<size_t>* pending);
   // Without helper threads the caller's thread drives the data sockets here.
   void driveDataSocketsInline();
   // Shuts the sockets down and joins the helpers; the derived comms call it first, as their requests die first.
@@ -309,6 +349,10 @@ class RecvComm : public Comm {
  private:
   ncclResult_t progress();
   sdk::IoStatus readControl(void* target, size_t size, size_t* offset, bool readAhead, int* error);
+  // Reads and drops `*remaining` (< kWireAlign) bytes of the control stream, a frame's padding.
+  sdk::IoStatus skipControl(size_t* remaining, int* error);
+  // Fails the comm for a control-stream read that ended in `status` (kClosed or kFailed) while `what`.
+  ncclResult_t failControlRead(sdk::IoStatus status, int error, const char* what);
   bool anyUnmatchedSlot() const;
   ncclResult_t matchHeader(bool* matched);
   // Reads the payload of the message whose header was just taken into `data` (inline or over the data sockets).
@@ -336,6 +380,9 @@ class RecvComm : public Comm {
   size_t unexpectedBytes_ = 0;
   size_t unexpectedCount_ = 0;
   bool warnedUnexpectedLimit_ = false;
+  // The padding of the frame being read: before its inline payload, and after it (or after the header).
+  size_t gapLeft_ = 0;
+  size_t tailLeft_ = 0;
   // An inline payload being read from the control socket, and the byte count that learns of its arrival.
   std::atomic<size_t>* inlinePending_ = nullptr;
   unsigned char* inlineData_ = nullptr;
