@@ -109,48 +109,37 @@ void prepare(int fd) {
   if (fcntl(fd, F_SETFL, O_NONBLOCK) != 0) die("fcntl");
 }
 
+// One non-blocking attempt at bytes [*done, bytes) of `data`; dies on a socket error or the peer's close.
+void sendStep(int fd, const unsigned char* data, size_t bytes, size_t* done) {
+  ssize_t n = send(fd, data + *done, bytes - *done, MSG_NOSIGNAL);
+  if (n > 0)
+    *done += static_cast<size_t>(n);
+  else if (n < 0 && errno != EAGAIN && errno != EINTR)
+    die("send");
+}
+void recvStep(int fd, unsigned char* data, size_t bytes, size_t* done) {
+  ssize_t n = recv(fd, data + *done, bytes - *done, 0);
+  if (n > 0)
+    *done += static_cast<size_t>(n);
+  else if (n == 0)
+    die("the peer closed");
+  else if (errno != EAGAIN && errno != EINTR)
+    die("recv");
+}
+
 void sendAll(int fd, const unsigned char* data, size_t bytes) {
-  for (size_t done = 0; done < bytes;) {
-    ssize_t n = send(fd, data + done, bytes - done, MSG_NOSIGNAL);
-    if (n > 0)
-      done += static_cast<size_t>(n);
-    else if (n < 0 && errno != EAGAIN && errno != EINTR)
-      die("send");
-  }
+  for (size_t done = 0; done < bytes;) sendStep(fd, data, bytes, &done);
+}
+void recvAll(int fd, unsigned char* data, size_t bytes) {
+  for (size_t done = 0; done < bytes;) recvStep(fd, data, bytes, &done);
 }
 
 // Sends `bytes` on `out` while reading as many from `in`, so that neither process waits for the other to read.
 void exchange(int out, const unsigned char* sending, int in, unsigned char* receiving, size_t bytes) {
   size_t sent = 0, received = 0;
   while (sent < bytes || received < bytes) {
-    if (sent < bytes) {
-      ssize_t n = send(out, sending + sent, bytes - sent, MSG_NOSIGNAL);
-      if (n > 0)
-        sent += static_cast<size_t>(n);
-      else if (n < 0 && errno != EAGAIN && errno != EINTR)
-        die("send");
-    }
-    if (received < bytes) {
-      ssize_t n = recv(in, receiving + received, bytes - received, 0);
-      if (n > 0)
-        received += static_cast<size_t>(n);
-      else if (n == 0)
-        die("the peer closed");
-      else if (errno != EAGAIN && errno != EINTR)
-        die("recv");
-    }
-  }
-}
-
-void recvAll(int fd, unsigned char* data, size_t bytes) {
-  for (size_t done = 0; done < bytes;) {
-    ssize_t n = recv(fd, data + done, bytes - done, 0);
-    if (n > 0)
-      done += static_cast<size_t>(n);
-    else if (n == 0)
-      die("the peer closed");
-    else if (errno != EAGAIN && errno != EINTR)
-      die("recv");
+    if (sent < bytes) sendStep(out, sending, bytes, &sent);
+    if (received < bytes) recvStep(in, receiving, bytes, &received);
   }
 }
 
