@@ -74,7 +74,8 @@ void copyCase(size_t distance) {
       copyBytes(destination.get() + at + distance, source.get() + at % kSource, kCopy);
     best = std::min(best, secondsSince(start));
   }
-  const double bytes = static_cast<double>(kDestination / kStride * kCopy);
+  constexpr size_t kCopies = kDestination / kStride;
+  const double bytes = static_cast<double>(kCopies * kCopy);
   std::printf("copy  destination - source = %4zu mod 4096: %6.1f GB/s\n", distance, bytes / best / 1e9);
 }
 
