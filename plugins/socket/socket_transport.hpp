@@ -97,12 +97,12 @@ static_assert(sizeof(MessageHeader) == 32);
 // Payload bytes land in the kernel's socket buffers at the offset their source has, mod kWireAlign.
 //
 // Why: the kernel copies a send into pages it fills in order, for all of a thread's TCP sockets together (the
-// thread's page fragment), and its `rep movsb` copy ran at half speed on the AMD Zen 5 core this was measured on when
-// the destination lay 1 to 63 bytes past the source, mod 4096. A 16-byte header sent just before a page-aligned payload
-// put every large send of a 2-rank allreduce there: it took up to twice as long as the same send without the header
-// (performance.md, "Framing on 64-byte boundaries"). So every send this plugin makes is a whole number of
-// kWireAlign-byte units, which keeps the thread's offset at a multiple of kWireAlign, and each payload is preceded by
-// as many zero bytes as its address lies past a multiple of kWireAlign:
+// thread's page fragment), and on the AMD Zen 5 core this was measured on its `rep movsb` copy was up to twice as
+// slow when the destination lay 1 to 63 bytes past the source, mod 4096. A 16-byte header sent just before a
+// page-aligned payload put every large send of a 2-rank allreduce there (performance.md, "Framing on 64-byte
+// boundaries"). So every send this plugin makes is a whole number of kWireAlign-byte units, which keeps the thread's
+// offset at a multiple of kWireAlign, and each payload is preceded by as many zero bytes as its address lies past a
+// multiple of kWireAlign:
 // - the control socket carries frames: header, `gap` zero bytes, the inline payload (if any), `tail` zero bytes;
 // - a data socket carries each chunk of a message as `lead` zero bytes, the chunk, `trail` zero bytes.
 // The receiver derives every pad from the header, so it reads them without a round trip.
