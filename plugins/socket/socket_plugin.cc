@@ -162,15 +162,6 @@ uint64_t randomId() {
   return id;
 }
 
-// ---- handle
-// ------------------------------------------------------------------------------------------------------------
-
-struct HandlePayload {
-  uint64_t listenId;                  // random; a connector proves with it that it holds this listener's handle
-  sdk::SocketAddress controlAddress;  // where the listener waits for control sockets
-};
-constexpr sdk::HandleCodec<HandlePayload> kHandleCodec(sdk::handleMagic(kPluginName), 1);
-
 // NNS_SOCKET_SNDBUF/RCVBUF go on the listening sockets, before any peer connects: accepted sockets inherit them and
 // the receive window is scaled for them at the handshake. A receive buffer shrunk on an established connection
 // leaves the window out of step with that scale, and transfers crawl at a few KiB per 200 ms.

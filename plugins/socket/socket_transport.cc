@@ -648,8 +648,14 @@ sdk::IoStatus RecvComm::skipControl(size_t* remaining, int* error) {
 }
 
 ncclResult_t RecvComm::failControlRead(sdk::IoStatus status, int error, const char* what) {
-  fail(ncclRemoteError, status == sdk::IoStatus::kClosed ? std::string("the peer closed the connection ") + what
-                                                         : "control socket: " + sdk::errnoText(error));
+  if (status == sdk::IoStatus::kClosed) {
+    fail(ncclRemoteError, std::string("the peer closed the connection ") + what);
+  } else {
+    fail(ncclRemoteError,
+         "control socket: " + (error == ETIMEDOUT ? "no answer from the peer for " +
+                                                        std::to_string(Config::get().deadPeerTimeoutMs) + " ms"
+                                                  : sdk::errnoText(error)));
+  }
   return failure();
 }
 
@@ -676,17 +682,7 @@ ncclResult_t RecvComm::progress() {
     if (headerOffset_ < sizeof(MessageHeader)) {
       sdk::IoStatus status = readControl(&header_, sizeof(header_), &headerOffset_, true, &error);
       if (status == sdk::IoStatus::kWouldBlock) break;
-      if (status == sdk::IoStatus::kClosed) {
-        fail(ncclRemoteError, "the peer closed the connection while a receive was posted");
-        return failure();
-      }
-      if (status == sdk::IoStatus::kFailed) {
-        fail(ncclRemoteError,
-             "control socket: " + (error == ETIMEDOUT ? "no answer from the peer for " +
-                                                            std::to_string(Config::get().deadPeerTimeoutMs) + " ms"
-                                                      : sdk::errnoText(error)));
-        return failure();
-      }
+      if (status != sdk::IoStatus::kDone) return failControlRead(status, error, "while a receive was posted");
     }
     if (header_.sequence != expectedSequence_ || header_.lead >= kWireAlign) {
       fail(ncclInternalError, "message sequence " + std::to_string(header_.sequence) + " (payload lead " +

@@ -61,6 +61,13 @@ struct Config {
 // Version 2 frames messages on 64-byte boundaries (kWireAlign); version 1 did not, and the two cannot talk.
 inline constexpr uint32_t kWireMagic = sdk::handleMagic("nns-socket/wire/2");
 
+// The connection handle a listen gives out.
+struct HandlePayload {
+  uint64_t listenId;                  // random; a connector proves with it that it holds this listener's handle
+  sdk::SocketAddress controlAddress;  // where the listener waits for control sockets
+};
+inline constexpr sdk::HandleCodec<HandlePayload> kHandleCodec(sdk::handleMagic(kPluginName), 1);
+
 enum SocketRole : uint32_t { kControlSocket = 1, kDataSocket = 2 };
 
 // First bytes on every socket a connector opens: which listener it is for, which sender, and which socket.
