@@ -65,7 +65,7 @@ thread_local ncclResult_t groupRefusal = ncclSuccess;
 thread_local std::string groupRefusalText;
 
 // Whether refusals and failures are also written to stderr: as NCCL's WARN lines, when $NNS_DEBUG or $NCCL_DEBUG is
-// WARN or a level above it (INFO, ABORT, TRACE). By default the caller has the code and nnsGetLastError() only: a
+// WARN or a level above it (INFO, ABORT, TRACE). By default the caller has the code and nnsGetLastError only: a
 // refusal it expects and handles is not the program's output.
 bool warnLines() {
   for (const char* name : {"NNS_DEBUG", "NCCL_DEBUG"}) {
@@ -824,7 +824,7 @@ const char* nnsGetErrorString(ncclResult_t result) {
   }
 }
 
-const char* nnsGetLastError(void) {
+const char* nnsGetLastError(nnsComm_t /*comm*/) {
   return lastError.c_str();
 }
 

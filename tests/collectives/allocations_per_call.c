@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   nnsComm_t comm;
   int rank = -1, n = 0;
   if (nnsCommInitFromEnv(&comm) != ncclSuccess) {
-    fprintf(stderr, "init: %s\n", nnsGetLastError());
+    fprintf(stderr, "init: %s\n", nnsGetLastError(NULL));
     return 1;
   }
   nnsCommUserRank(comm, &rank);
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   void *sendHandle = NULL, *recvHandle = NULL;
   if (registered && (nnsCommRegister(comm, send, most * n * sizeof(float), &sendHandle) != ncclSuccess ||
                      nnsCommRegister(comm, recv, most * n * sizeof(float), &recvHandle) != ncclSuccess)) {
-    fprintf(stderr, "register: %s\n", nnsGetLastError());
+    fprintf(stderr, "register: %s\n", nnsGetLastError(NULL));
     return 1;
   }
   long counts[kKinds] = {0};
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
       for (int kind = 0; kind < kKinds; ++kind) {
         const long before = atomic_load(&allocations);
         if (call(kind, kCounts[s], send, recv, rank, n, comm) != ncclSuccess) {
-          fprintf(stderr, "rank %d: %s of %zu: %s\n", rank, kNames[kind], kCounts[s], nnsGetLastError());
+          fprintf(stderr, "rank %d: %s of %zu: %s\n", rank, kNames[kind], kCounts[s], nnsGetLastError(NULL));
           return 1;
         }
         if (round >= 0) counts[kind] += atomic_load(&allocations) - before;

@@ -51,7 +51,7 @@ void expectGroupedSumAndDestroy(nnsComm_t (&comms)[2]) {
   ASSERT_EQ(nnsGroupStart(), ncclSuccess);
   for (int r = 0; r < 2; ++r)  // EXPECT: the group is ended whatever happens, or later tests would run inside it
     EXPECT_EQ(nnsAllReduce(data[r].data(), data[r].data(), 1000, ncclInt32, ncclSum, comms[r], nullptr), ncclSuccess);
-  ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError(nullptr);
   EXPECT_EQ(data[0][999], 3);
   EXPECT_EQ(data[1][0], 3);
   for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
@@ -73,7 +73,7 @@ void onRanks(int ranks, const Body& body) {
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
       nnsComm_t comm = nullptr;
-      ASSERT_EQ(nnsCommInitRank(&comm, ranks, id, r), ncclSuccess) << nnsGetLastError();
+      ASSERT_EQ(nnsCommInitRank(&comm, ranks, id, r), ncclSuccess) << nnsGetLastError(nullptr);
       body(r, comm);
     });
   }
@@ -88,22 +88,22 @@ TEST(CApi, ArgumentErrorsAreCodesWithText) {
   EXPECT_EQ(version, NNS_VERSION_CODE);
   EXPECT_EQ(nnsGetVersion(nullptr), ncclInvalidArgument);
   EXPECT_EQ(nnsGroupEnd(), ncclInvalidUsage);
-  EXPECT_NE(std::string(nnsGetLastError()).find("without nnsGroupStart"), std::string::npos);
+  EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("without nnsGroupStart"), std::string::npos);
   nnsUniqueId junk;
   std::memset(&junk, 0, sizeof(junk));
   nnsComm_t comm = nullptr;
   EXPECT_EQ(nnsCommInitRank(&comm, 2, junk, 0), ncclInvalidArgument);
-  EXPECT_NE(std::string(nnsGetLastError()).find("host:port"), std::string::npos);
+  EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("host:port"), std::string::npos);
   EXPECT_EQ(nnsCommInitRank(&comm, 2, junk, 2), ncclInvalidArgument);
-  EXPECT_STREQ(nnsGetLastError(), "rank 2 is not in 0..1 (nranks 2)");  // was "rank 2 of 2"
+  EXPECT_STREQ(nnsGetLastError(nullptr), "rank 2 is not in 0..1 (nranks 2)");  // was "rank 2 of 2"
   EXPECT_EQ(nnsCommInitRank(&comm, 0, junk, 0), ncclInvalidArgument);
-  EXPECT_STREQ(nnsGetLastError(), "nranks 0: at least 1");
+  EXPECT_STREQ(nnsGetLastError(nullptr), "nranks 0: at least 1");
   float x = 0;
   EXPECT_EQ(nnsAllReduce(&x, &x, 1, ncclFloat32, ncclSum, nullptr, nullptr), ncclInvalidArgument);
   EXPECT_STRNE(nnsGetErrorString(ncclRemoteError), "");
 }
 
-// A refusal is the code and nnsGetLastError() only; on stderr too (NNS WARN) when NNS_DEBUG or NCCL_DEBUG asks for
+// A refusal is the code and nnsGetLastError only; on stderr too (NNS WARN) when NNS_DEBUG or NCCL_DEBUG asks for
 // warnings, as NCCL prints its WARN lines only then.
 TEST(CApi, RefusalsGoToStderrOnlyWhenWarningsAreAskedFor) {
   unsetenv("NNS_DEBUG");
@@ -137,7 +137,7 @@ TEST(CApi, CollectivesAndAGroupedRingExchangeOnThreeRanks) {
     ASSERT_EQ(nnsRecv(in.data(), in.size(), ncclInt32, (rank + 2) % 3, comm, nullptr), ncclSuccess);
     ASSERT_EQ(nnsBroadcast(bcast.data(), bcast.data(), bcast.size(), ncclInt32, 1, comm, nullptr), ncclSuccess);
     EXPECT_EQ(in[0], -1) << "nothing runs before nnsGroupEnd";
-    ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+    ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError(nullptr);
     EXPECT_EQ(in[8], (rank + 2) % 3);
     EXPECT_EQ(bcast[3], 42);
     expectHealthyThenDestroy(comm);
@@ -154,14 +154,14 @@ TEST(CApi, PremultipliedSumsAsNcclRedOpCreatePreMulSum) {
     double weight = (rank + 1) / 2.0;
     ncclRedOp_t immediate = ncclSum, pointed = ncclSum;
     ASSERT_EQ(nnsRedOpCreatePreMulSum(&immediate, &weight, ncclFloat64, ncclScalarHostImmediate, comm), ncclSuccess)
-        << nnsGetLastError();
+        << nnsGetLastError(nullptr);
     EXPECT_GE(static_cast<int>(immediate), static_cast<int>(ncclNumOps));
     ASSERT_EQ(nnsRedOpCreatePreMulSum(&pointed, &weight, ncclFloat64, ncclScalarDevice, comm), ncclSuccess);
     EXPECT_NE(immediate, pointed);
     weight = 1.0;  // the immediate op keeps (r + 1) / 2; the pointed one reads 1 from now on
     std::vector<double> in(1001, rank + 1.0), out(1001), block(1001 / 3 * 3, rank + 1.0), part(1001 / 3);
     ASSERT_EQ(nnsAllReduce(in.data(), out.data(), in.size(), ncclFloat64, immediate, comm, nullptr), ncclSuccess)
-        << nnsGetLastError();
+        << nnsGetLastError(nullptr);
     EXPECT_EQ(out.front(), 7.0);
     EXPECT_EQ(out.back(), 7.0);
     ASSERT_EQ(nnsAllReduce(in.data(), out.data(), in.size(), ncclFloat64, pointed, comm, nullptr), ncclSuccess);
@@ -184,12 +184,12 @@ TEST(CApi, PremultipliedSumsAsNcclRedOpCreatePreMulSum) {
     ASSERT_EQ(nnsGroupStart(), ncclSuccess);
     ASSERT_EQ(nnsAllReduce(in.data(), out.data(), in.size(), ncclFloat64, immediate, comm, nullptr), ncclSuccess);
     ASSERT_EQ(nnsRedOpDestroy(immediate, comm), ncclSuccess);
-    ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+    ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError(nullptr);
     EXPECT_EQ(out.back(), 7.0);
     // Refusals: another datatype, a destroyed op, a built-in op, no scalar, an unknown residence.
     EXPECT_EQ(nnsAllReduce(in.data(), out.data(), 1, ncclFloat32, pointed, comm, nullptr), ncclInvalidArgument);
-    EXPECT_NE(std::string(nnsGetLastError()).find("was made for double, not for float"), std::string::npos)
-        << nnsGetLastError();
+    EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("was made for double, not for float"), std::string::npos)
+        << nnsGetLastError(nullptr);
     EXPECT_EQ(nnsAllReduce(in.data(), out.data(), 1, ncclFloat64, immediate, comm, nullptr), ncclInvalidArgument);
     EXPECT_EQ(nnsRedOpDestroy(immediate, comm), ncclInvalidArgument);
     EXPECT_EQ(nnsRedOpDestroy(ncclSum, comm), ncclInvalidArgument);
@@ -214,10 +214,11 @@ TEST(CApi, RegisteredBuffersGiveTheSameResultsAndDeregisterOnce) {
     for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((rank + 1) * (i % 97));
     void* inHandle = nullptr;
     void* outHandle = nullptr;
-    ASSERT_EQ(nnsCommRegister(comm, in.data(), in.size() * sizeof(float), &inHandle), ncclSuccess) << nnsGetLastError();
+    ASSERT_EQ(nnsCommRegister(comm, in.data(), in.size() * sizeof(float), &inHandle), ncclSuccess)
+        << nnsGetLastError(comm);
     ASSERT_EQ(nnsCommRegister(comm, out.data(), out.size() * sizeof(float), &outHandle), ncclSuccess);
     ASSERT_EQ(nnsAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
-        << nnsGetLastError();
+        << nnsGetLastError(nullptr);
     for (size_t i = 0; i < out.size(); i += 1013) ASSERT_EQ(out[i], 6.0f * (i % 97)) << i;
     ASSERT_EQ(out.back(), 6.0f * ((out.size() - 1) % 97));
     // In place, in registered memory; then an all-gather whose receives land in the registered output directly.
@@ -227,7 +228,8 @@ TEST(CApi, RegisteredBuffersGiveTheSameResultsAndDeregisterOnce) {
     for (int r = 0; r < 3; ++r) ASSERT_EQ(out[r * (in.size() / 3) + 5], (r + 1) * 5.0f);
     ASSERT_EQ(nnsCommDeregister(comm, inHandle), ncclSuccess);
     EXPECT_EQ(nnsCommDeregister(comm, inHandle), ncclInvalidArgument);
-    EXPECT_NE(std::string(nnsGetLastError()).find("not a registration"), std::string::npos) << nnsGetLastError();
+    EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("not a registration"), std::string::npos)
+        << nnsGetLastError(nullptr);
     ASSERT_EQ(nnsCommDeregister(comm, outHandle), ncclSuccess);
     EXPECT_EQ(nnsCommRegister(comm, nullptr, 8, &inHandle), ncclInvalidArgument);
     // Memory that cannot be there: a size that wraps past the address space's end (it matched no buffer and was taken),
@@ -235,7 +237,7 @@ TEST(CApi, RegisteredBuffersGiveTheSameResultsAndDeregisterOnce) {
     auto refusedRange = [&](void* data, size_t bytes, const char* why) {
       void* handle = nullptr;
       EXPECT_EQ(nnsCommRegister(comm, data, bytes, &handle), ncclInvalidArgument) << bytes;
-      EXPECT_NE(std::string(nnsGetLastError()).find(why), std::string::npos) << nnsGetLastError();
+      EXPECT_NE(std::string(nnsGetLastError(nullptr)).find(why), std::string::npos) << nnsGetLastError(nullptr);
       EXPECT_EQ(handle, nullptr);
     };
     refusedRange(in.data(), SIZE_MAX, "past the end of the address space");
@@ -264,7 +266,7 @@ TEST(CApi, AnAbortFailsThePeersWithARemoteError) {
     ncclResult_t result = ncclSuccess;
     for (int i = 0; i < 1000 && result == ncclSuccess; ++i)
       result = nnsAllReduce(data.data(), data.data(), data.size(), ncclFloat32, ncclSum, comm, nullptr);
-    EXPECT_EQ(result, ncclRemoteError) << nnsGetLastError();
+    EXPECT_EQ(result, ncclRemoteError) << nnsGetLastError(nullptr);
     ncclResult_t async = ncclSuccess;
     ASSERT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess);
     EXPECT_EQ(async, ncclRemoteError);
@@ -285,7 +287,7 @@ TEST(CApi, AnAbortFromAnotherThreadFailsTheCallsInProgressAndWaitsForThem) {
     ASSERT_EQ(nnsAllReduce(data.data(), data.data(), data.size(), ncclFloat32, ncclSum, comm, nullptr), ncclSuccess);
     if (rank == 1) {  // never joins the next allreduces; leaves once rank 0 is through
       while (!released.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess) << nnsGetLastError();
+      EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess) << nnsGetLastError(nullptr);
       return;
     }
     ncclResult_t results[2] = {ncclSuccess, ncclSuccess};
@@ -297,7 +299,7 @@ TEST(CApi, AnAbortFromAnotherThreadFailsTheCallsInProgressAndWaitsForThem) {
         results[t] = nnsAllReduce(buffer.data(), buffer.data(), buffer.size(), ncclFloat32, ncclSum, comm, nullptr);
       });
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    EXPECT_EQ(nnsCommAbort(comm), ncclSuccess) << nnsGetLastError();
+    EXPECT_EQ(nnsCommAbort(comm), ncclSuccess) << nnsGetLastError(nullptr);
     for (auto& caller : callers) caller.join();
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_NE(results[0], ncclSuccess);
@@ -317,7 +319,7 @@ TEST(CApi, AnAbortWhileADestroyWaitsFailsTheCallItWaitsFor) {
   onRanks(2, [&](int rank, nnsComm_t comm) {
     if (rank == 1) {  // never joins the allreduce; leaves once rank 0 is through
       while (!released.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess) << nnsGetLastError();
+      EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess) << nnsGetLastError(nullptr);
       return;
     }
     const auto start = std::chrono::steady_clock::now();
@@ -333,7 +335,7 @@ TEST(CApi, AnAbortWhileADestroyWaitsFailsTheCallItWaitsFor) {
     std::thread destroy([&] { destroyed = nnsCommDestroy(comm); });
     int count = 0;  // the destroy has begun once the handle is no longer a live one
     while (nnsCommCount(comm, &count) == ncclSuccess) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    EXPECT_EQ(nnsCommAbort(comm), ncclSuccess) << nnsGetLastError();
+    EXPECT_EQ(nnsCommAbort(comm), ncclSuccess) << nnsGetLastError(nullptr);
     call.join();
     destroy.join();
     EXPECT_NE(reduced, ncclSuccess);
@@ -357,7 +359,7 @@ TEST(CApi, AnAbortFailsALongOperationSoon) {
     if (rank == 0)
       watchdog = std::thread([&] {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        EXPECT_EQ(nnsCommAbort(comm), ncclSuccess) << nnsGetLastError();
+        EXPECT_EQ(nnsCommAbort(comm), ncclSuccess) << nnsGetLastError(nullptr);
       });
     const auto start = std::chrono::steady_clock::now();
     const ncclResult_t result =
@@ -395,7 +397,7 @@ TEST(CApi, BadArgumentsAreRefusedAndTheCommunicatorStaysUsable) {
     std::vector<float> data(64, rank + 1.0f), gathered(128);
     auto refused = [](ncclResult_t result, const char* text) {
       EXPECT_EQ(result, ncclInvalidArgument) << text;
-      EXPECT_NE(std::string(nnsGetLastError()).find(text), std::string::npos) << nnsGetLastError();
+      EXPECT_NE(std::string(nnsGetLastError(nullptr)).find(text), std::string::npos) << nnsGetLastError(nullptr);
     };
     refused(nnsAllReduce(data.data(), data.data(), 64, ncclFloat32, static_cast<ncclRedOp_t>(42), comm, nullptr),
             "reduction op 42");
@@ -434,7 +436,7 @@ TEST(CApi, BadArgumentsAreRefusedAndTheCommunicatorStaysUsable) {
     ASSERT_EQ(nnsGroupStart(), ncclSuccess);
     ASSERT_EQ(nnsSend(data.data(), 64, ncclFloat32, rank, comm, nullptr), ncclSuccess);
     ASSERT_EQ(nnsRecv(mine.data(), 64, ncclFloat32, rank, comm, nullptr), ncclSuccess);
-    ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+    ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError(nullptr);
     EXPECT_EQ(mine, data);
     // A group's receive into memory that another of its operations sends from (or receives into) is refused: the
     // send read what the receive had already written (4096 of 4096 ints wrong on one rank, with no error).
@@ -447,9 +449,9 @@ TEST(CApi, BadArgumentsAreRefusedAndTheCommunicatorStaysUsable) {
     ASSERT_EQ(nnsGroupStart(), ncclSuccess);
     ASSERT_EQ(nnsSend(data.data(), 64, ncclFloat32, rank, comm, nullptr), ncclSuccess);
     ASSERT_EQ(nnsRecv(data.data(), 64, ncclFloat32, rank, comm, nullptr), ncclSuccess);
-    ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+    ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError(nullptr);
     ASSERT_EQ(nnsAllReduce(data.data(), data.data(), 64, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
-        << nnsGetLastError();
+        << nnsGetLastError(nullptr);
     EXPECT_EQ(data[63], 3.0f);
     expectHealthyThenDestroy(comm);
   });
@@ -475,7 +477,7 @@ TEST(CApi, SplitGroupsRanksByColorOrderedByKey) {
   for (int r = 0; r < 4; ++r)
     threads.emplace_back([&, rank = r] {
       nnsComm_t comm = nullptr;
-      ASSERT_EQ(nnsCommInitRank(&comm, 4, id, rank), ncclSuccess) << nnsGetLastError();
+      ASSERT_EQ(nnsCommInitRank(&comm, 4, id, rank), ncclSuccess) << nnsGetLastError(nullptr);
       const int color = rank == 3 ? NNS_SPLIT_NOCOLOR : rank % 2;
       nnsComm_t sub = nullptr;
       const ncclResult_t split = nnsCommSplit(comm, color, -rank, &sub, nullptr);
@@ -483,13 +485,14 @@ TEST(CApi, SplitGroupsRanksByColorOrderedByKey) {
       if (split == ncclSuccess && sub != nullptr) {
         EXPECT_EQ(nnsCommUserRank(sub, &newRank), ncclSuccess);
         EXPECT_EQ(nnsCommCount(sub, &newSize), ncclSuccess);
-        EXPECT_EQ(nnsAllReduce(&sum, &sum, 1, ncclInt32, ncclSum, sub, nullptr), ncclSuccess) << nnsGetLastError();
+        EXPECT_EQ(nnsAllReduce(&sum, &sum, 1, ncclInt32, ncclSum, sub, nullptr), ncclSuccess)
+            << nnsGetLastError(nullptr);
         EXPECT_EQ(nnsCommFinalize(sub), ncclSuccess);
         EXPECT_EQ(nnsCommDestroy(sub), ncclSuccess);
       }
       {
         std::lock_guard<std::mutex> lock(mutex);
-        EXPECT_EQ(split, ncclSuccess) << "rank " << rank << ": " << nnsGetLastError();
+        EXPECT_EQ(split, ncclSuccess) << "rank " << rank << ": " << nnsGetLastError(nullptr);
         seen.push_back(std::to_string(rank) + ":" +
                        (sub == nullptr
                             ? "none"
@@ -518,10 +521,11 @@ TEST(CApi, OneThreadMakesTwoRanksInOneGroup) {
   nnsComm_t comms[2] = {nullptr, nullptr};
   const auto start = std::chrono::steady_clock::now();
   ASSERT_EQ(nnsGroupStart(), ncclSuccess);
-  for (int r = 0; r < 2; ++r) ASSERT_EQ(nnsCommInitRank(&comms[r], 2, id, r), ncclSuccess) << nnsGetLastError();
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(nnsCommInitRank(&comms[r], 2, id, r), ncclSuccess) << nnsGetLastError(nullptr);
   int early = 1;
   EXPECT_EQ(nnsAllReduce(&early, &early, 1, ncclInt32, ncclSum, comms[0], nullptr), ncclInvalidArgument);
-  EXPECT_NE(std::string(nnsGetLastError()).find("made at the nnsGroupEnd"), std::string::npos) << nnsGetLastError();
+  EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("made at the nnsGroupEnd"), std::string::npos)
+      << nnsGetLastError(nullptr);
   // The refused call makes nnsGroupEnd report it, after the communicators were made.
   EXPECT_EQ(nnsGroupEnd(), ncclInvalidArgument);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << "made one after the other?";
@@ -541,8 +545,8 @@ TEST(CApi, OneThreadMakesTwoRanksInOneGroup) {
   for (nnsComm_t comm : broken) {
     ASSERT_NE(comm, nullptr);
     EXPECT_EQ(nnsAllReduce(&early, &early, 1, ncclInt32, ncclSum, comm, nullptr), ncclInvalidArgument);
-    EXPECT_NE(std::string(nnsGetLastError()).find("creation failed at nnsGroupEnd"), std::string::npos)
-        << nnsGetLastError();
+    EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("creation failed at nnsGroupEnd"), std::string::npos)
+        << nnsGetLastError(nullptr);
     EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
     EXPECT_EQ(nnsCommDestroy(comm), ncclInvalidArgument) << "freed by the first";
   }
@@ -565,7 +569,7 @@ TEST(CApi, ACollectiveBetweenASendAndItsReceiveInOneGroupDoesNotBlockThem) {
     ASSERT_EQ(nnsSend(out.data(), kCount, ncclFloat32, 1 - rank, comm, nullptr), ncclSuccess);
     ASSERT_EQ(nnsAllReduce(&sum, &sum, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
     ASSERT_EQ(nnsRecv(in.data(), kCount, ncclFloat32, 1 - rank, comm, nullptr), ncclSuccess);
-    if (nnsGroupEnd() != ncclSuccess) errors[rank] = nnsGetLastError();
+    if (nnsGroupEnd() != ncclSuccess) errors[rank] = nnsGetLastError(nullptr);
     EXPECT_EQ(sum, 3);
     EXPECT_EQ(in.front(), static_cast<float>(2 - rank));
     EXPECT_EQ(in.back(), static_cast<float>(2 - rank));
@@ -614,7 +618,7 @@ TEST(CApi, MaxAndMinGiveEveryRankTheSameBits) {
 TEST(CApi, AUniqueIdsPortIsHeldUntilRankZeroListensOnIt) {
   pickPortOnLoopback();
   nnsUniqueId id;
-  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError(nullptr);
   const std::string address(id.internal, strnlen(id.internal, sizeof(id.internal)));
   ASSERT_EQ(address.rfind("127.0.0.1:", 0), 0u) << address;
   const int port = std::atoi(address.c_str() + address.find(':') + 1);
@@ -631,7 +635,7 @@ TEST(CApi, AUniqueIdsPortIsHeldUntilRankZeroListensOnIt) {
   ASSERT_EQ(nnsGroupStart(), ncclSuccess);
   EXPECT_EQ(nnsCommInitRank(&comms[0], 2, id, 0), ncclSuccess);
   EXPECT_EQ(nnsCommInitRank(&comms[1], 2, id, 1), ncclSuccess);
-  ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError(nullptr);
   expectGroupedSumAndDestroy(comms);
 }
 
@@ -641,16 +645,16 @@ TEST(CApi, AUniqueIdsPortIsHeldUntilRankZeroListensOnIt) {
 TEST(CApi, ANonZeroRankInTheProcessThatMadeTheIdIsToldWhereRankZeroMustBe) {
   pickPortOnLoopback();
   nnsUniqueId id;
-  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError(nullptr);
   ASSERT_EQ(setenv("NNS_COMM_TIMEOUT_MS", "1000", 1), 0);
   nnsComm_t comm = nullptr;
   EXPECT_NE(nnsCommInitRank(&comm, 2, id, 1), ncclSuccess);
   unsetenv("NNS_COMM_TIMEOUT_MS");
-  EXPECT_NE(std::string(nnsGetLastError()).find("rank 0 must be created in the process that made the id"),
+  EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("rank 0 must be created in the process that made the id"),
             std::string::npos)
-      << nnsGetLastError();
+      << nnsGetLastError(nullptr);
   // A one-rank communicator from the id lets its port go.
-  ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError(nullptr);
   EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
 }
 
@@ -674,14 +678,14 @@ TEST(CApi, AUniqueIdsPortIsLetGoWhenNoBootstrapListensOnIt) {
     return ok;
   };
   nnsUniqueId id;
-  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError(nullptr);
   ASSERT_FALSE(bindable(portOf(id)));
   nnsComm_t comm = nullptr;
-  ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError(nullptr);
   EXPECT_TRUE(bindable(portOf(id))) << "a one-rank communicator kept the unique id's port";
   EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
 
-  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError(nullptr);
   ASSERT_FALSE(bindable(portOf(id)));
   setenv("NNS_SLOTS", "abc", 1);
   comm = nullptr;
@@ -691,7 +695,7 @@ TEST(CApi, AUniqueIdsPortIsLetGoWhenNoBootstrapListensOnIt) {
 
   // Refused at the call: a bad size, a NULL comm (the port stayed open, one more descriptor per refused call).
   for (int nranks : {0, 2}) {
-    ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
+    ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError(nullptr);
     ASSERT_FALSE(bindable(portOf(id)));
     EXPECT_EQ(nranks == 0 ? nnsCommInitRank(&comm, nranks, id, 0) : nnsCommInitRank(nullptr, nranks, id, 0),
               ncclInvalidArgument);
@@ -733,7 +737,7 @@ std::string uniqueIdsInNamespace(const char* setup, const std::vector<const char
       nnsUniqueId id;
       const std::string text = nnsGetUniqueId(&id) == ncclSuccess
                                    ? std::string(id.internal, strnlen(id.internal, sizeof(id.internal)))
-                                   : std::string("error: ") + nnsGetLastError();
+                                   : std::string("error: ") + nnsGetLastError(nullptr);
       say(text.substr(0, text.find(':')) + "\n");
     }
     _exit(0);
@@ -782,7 +786,7 @@ TEST(CApi, AUniqueIdTakesAVethBeforeLoopbackAndNeverALinkLocalAddress) {
 TEST(CApi, ARankWithAnotherUniqueIdForTheSamePortIsTurnedAway) {
   pickPortOnLoopback();
   nnsUniqueId id;
-  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError(nullptr);
   nnsUniqueId stale = id;  // the same address, another random value
   stale.internal[NNS_UNIQUE_ID_BYTES - 1] = static_cast<char>(stale.internal[NNS_UNIQUE_ID_BYTES - 1] ^ 1);
   ASSERT_EQ(setenv("NNS_COMM_TIMEOUT_MS", "2000", 1), 0);
@@ -792,25 +796,27 @@ TEST(CApi, ARankWithAnotherUniqueIdForTheSamePortIsTurnedAway) {
   EXPECT_EQ(nnsCommInitRank(&comms[1], 2, stale, 1), ncclSuccess);
   EXPECT_NE(nnsGroupEnd(), ncclSuccess) << "a rank of another unique id joined";
   unsetenv("NNS_COMM_TIMEOUT_MS");
-  EXPECT_NE(std::string(nnsGetLastError()).find("another unique id"), std::string::npos) << nnsGetLastError();
+  EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("another unique id"), std::string::npos)
+      << nnsGetLastError(nullptr);
   for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
 
   setenv("NNS_ROOT_ADDR", ("127.0.0.1:" + std::to_string(nns::test::freeLoopbackPort())).c_str(), 1);
   nnsUniqueId first, second;
   std::memset(&first, 0x55, sizeof(first));
   std::memset(&second, 0xaa, sizeof(second));
-  ASSERT_EQ(nnsGetUniqueId(&first), ncclSuccess) << nnsGetLastError();
-  ASSERT_EQ(nnsGetUniqueId(&second), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsGetUniqueId(&first), ncclSuccess) << nnsGetLastError(nullptr);
+  ASSERT_EQ(nnsGetUniqueId(&second), ncclSuccess) << nnsGetLastError(nullptr);
   unsetenv("NNS_ROOT_ADDR");
   EXPECT_EQ(std::memcmp(&first, &second, sizeof(first)), 0) << "NNS_ROOT_ADDR's ids differ from call to call";
   // NCCL_COMM_ID, ncclGetUniqueId's fixed root, the same way (it was ignored: the id got an interface and a port).
   const std::string commId = "127.0.0.1:" + std::to_string(nns::test::freeLoopbackPort());
   setenv("NCCL_COMM_ID", commId.c_str(), 1);
-  ASSERT_EQ(nnsGetUniqueId(&first), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsGetUniqueId(&first), ncclSuccess) << nnsGetLastError(nullptr);
   EXPECT_EQ(std::string(first.internal), commId);
   setenv("NCCL_COMM_ID", "no-port-here", 1);
   EXPECT_EQ(nnsGetUniqueId(&first), ncclInvalidUsage);
-  EXPECT_EQ(std::string(nnsGetLastError()).rfind("NCCL_COMM_ID must be host:port", 0), 0u) << nnsGetLastError();
+  EXPECT_EQ(std::string(nnsGetLastError(nullptr)).rfind("NCCL_COMM_ID must be host:port", 0), 0u)
+      << nnsGetLastError(nullptr);
   unsetenv("NCCL_COMM_ID");
 }
 
@@ -822,14 +828,15 @@ TEST(CApi, AUniqueIdNeedsAnInterfaceNcclSocketIfnameSelects) {
   nnsUniqueId id;
   std::memset(&id, 0, sizeof(id));
   EXPECT_EQ(nnsGetUniqueId(&id), ncclSystemError);
-  EXPECT_NE(std::string(nnsGetLastError()).find("matches NCCL_SOCKET_IFNAME=nns-no-such-interface"), std::string::npos)
-      << nnsGetLastError();
+  EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("matches NCCL_SOCKET_IFNAME=nns-no-such-interface"),
+            std::string::npos)
+      << nnsGetLastError(nullptr);
   EXPECT_EQ(id.internal[0], '\0') << "an id was written: " << id.internal;
   setenv("NCCL_SOCKET_IFNAME", "lo", 1);
-  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess) << nnsGetLastError(nullptr);
   EXPECT_EQ(std::string(id.internal).rfind("127.0.0.1:", 0), 0u) << id.internal;
   nnsComm_t comm = nullptr;  // a one-rank communicator lets the id's port go
-  ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError(nullptr);
   EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
 }
 
@@ -845,14 +852,14 @@ TEST(CApi, AFailedQueryInsideAGroupIsNotTheGroupsError) {
   int count = 0;
   EXPECT_NE(nnsCommCount(comms[0], &count), ncclSuccess) << "not made yet";
   EXPECT_EQ(nnsGetVersion(nullptr), ncclInvalidArgument);
-  ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError(nullptr);
   expectGroupedSumAndDestroy(comms);
   // A group operation's refusal still is the group's.
   const nnsUniqueId other = loopbackId();
   ASSERT_EQ(nnsGroupStart(), ncclSuccess);
   EXPECT_EQ(nnsCommInitRank(&comms[0], 2, other, 0), ncclSuccess);
   EXPECT_EQ(nnsCommInitRank(&comms[1], 2, other, 1), ncclSuccess);
-  EXPECT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+  EXPECT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError(nullptr);
   ASSERT_EQ(nnsGroupStart(), ncclSuccess);
   float x = 1;
   EXPECT_EQ(nnsAllReduce(&x, &x, 1, ncclFloat32, static_cast<ncclRedOp_t>(99), comms[0], nullptr), ncclInvalidArgument);
@@ -872,9 +879,9 @@ TEST(CApi, AGroupThatCannotStartAThreadFailsInsteadOfEndingTheProcess) {
   failThreadStarts = 1;  // the group's thread for rank 0
   EXPECT_EQ(nnsGroupEnd(), ncclSystemError);
   failThreadStarts = 0;
-  EXPECT_NE(std::string(nnsGetLastError()).find("communicator rank 0: could not start a thread for it"),
+  EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("communicator rank 0: could not start a thread for it"),
             std::string::npos)
-      << nnsGetLastError();
+      << nnsGetLastError(nullptr);
   for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
   unsetenv("NNS_COMM_TIMEOUT_MS");
 }
@@ -897,19 +904,19 @@ TEST(CApi, ACommunicatorBeingMadeIsInProgressForOtherThreads) {
   while (!asked) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ncclResult_t async = ncclSuccess;
-  EXPECT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess) << nnsGetLastError();
+  EXPECT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess) << nnsGetLastError(comm);
   EXPECT_EQ(async, ncclInProgress);
   int count = 0;
   EXPECT_EQ(nnsCommCount(comm, &count), ncclInvalidArgument);
-  EXPECT_NE(std::string(nnsGetLastError()).find("being made by the nnsGroupEnd of another thread's group"),
+  EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("being made by the nnsGroupEnd of another thread's group"),
             std::string::npos)
-      << nnsGetLastError();
+      << nnsGetLastError(nullptr);
   maker.join();
   EXPECT_EQ(groupResult, ncclRemoteError);
   // Then the creation's failure is its error, as NCCL reports a failed non-blocking init: a watchdog polling until
   // the state leaves ncclInProgress saw the call refused and the state unchanged, and polled for good.
   async = ncclInProgress;
-  EXPECT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess) << nnsGetLastError();
+  EXPECT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess) << nnsGetLastError(comm);
   EXPECT_EQ(async, ncclRemoteError) << "a failed creation is no longer in progress";
   EXPECT_EQ(nnsCommCount(comm, &count), ncclInvalidArgument) << "a failed creation is not a communicator to use";
   EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
@@ -927,7 +934,7 @@ TEST(CApi, ADestroyedHandleIsNotGivenToTheNextCommunicator) {
   for (const nnsUniqueId& id : ids) {
     const int i = static_cast<int>(&id - ids);
     nnsComm_t comm = nullptr;
-    ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError();
+    ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError(nullptr);
     for (nnsComm_t old : handles) {
       EXPECT_NE(comm, old) << "a destroyed handle's address was reused";
     }
@@ -941,7 +948,7 @@ TEST(CApi, ADestroyedHandleIsNotGivenToTheNextCommunicator) {
     EXPECT_EQ(nnsCommCount(handles[i], &count), ncclInvalidArgument) << "handle " << i;
     EXPECT_EQ(nnsCommDestroy(handles[i]), ncclInvalidArgument) << "handle " << i;
   }
-  EXPECT_EQ(nnsCommCount(handles[2], &count), ncclSuccess) << nnsGetLastError();
+  EXPECT_EQ(nnsCommCount(handles[2], &count), ncclSuccess) << nnsGetLastError(nullptr);
   EXPECT_EQ(count, 1);
   EXPECT_EQ(nnsCommDestroy(handles[2]), ncclSuccess);
 }
@@ -954,14 +961,14 @@ TEST(CApi, ADestroyedCommunicatorIsRefusedNotUsed) {
   ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess);
   unsetenv("NNS_ROOT_ADDR");
   nnsComm_t comm = nullptr;
-  ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError(nullptr);
   float x = 1;
   ASSERT_EQ(nnsAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess);
   ASSERT_EQ(nnsCommDestroy(comm), ncclSuccess);
   auto refused = [](ncclResult_t result) {
     EXPECT_EQ(result, ncclInvalidArgument);
-    EXPECT_NE(std::string(nnsGetLastError()).find("not a live one (destroyed already?)"), std::string::npos)
-        << nnsGetLastError();
+    EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("not a live one (destroyed already?)"), std::string::npos)
+        << nnsGetLastError(nullptr);
   };
   refused(nnsAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comm, nullptr));
   int count = 0;
@@ -984,26 +991,29 @@ TEST(CApi, ABadArgumentInAGroupIsRefusedAtTheCallAndTheRestOfTheGroupRuns) {
     if (rank == 0) {
       ASSERT_EQ(nnsGroupStart(), ncclSuccess);
       EXPECT_EQ(nnsAllReduce(nullptr, data.data(), 16, ncclFloat32, ncclSum, comm, nullptr), ncclInvalidArgument);
-      EXPECT_NE(std::string(nnsGetLastError()).find("the send buffer is NULL"), std::string::npos) << nnsGetLastError();
+      EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("the send buffer is NULL"), std::string::npos)
+          << nnsGetLastError(nullptr);
       EXPECT_EQ(nnsAllReduce(data.data(), data.data(), 16, ncclFloat32, static_cast<ncclRedOp_t>(9), comm, nullptr),
                 ncclInvalidArgument);
       EXPECT_EQ(nnsBroadcast(data.data(), data.data(), 16, ncclFloat32, 2, comm, nullptr), ncclInvalidArgument);
-      EXPECT_NE(std::string(nnsGetLastError()).find("root 2 is not a rank"), std::string::npos) << nnsGetLastError();
+      EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("root 2 is not a rank"), std::string::npos)
+          << nnsGetLastError(nullptr);
       EXPECT_EQ(nnsSend(data.data(), 16, ncclFloat32, -1, comm, nullptr), ncclInvalidArgument);
       EXPECT_EQ(nnsAllGather(data.data(), data.data(), size_t{1} << 61, ncclFloat32, comm, nullptr),
                 ncclInvalidArgument);
       ASSERT_EQ(nnsAllReduce(data.data(), data.data(), 16, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess);
       // The group's first refusal, once its other operation ran (a caller checking only nnsGroupEnd learns of it).
       EXPECT_EQ(nnsGroupEnd(), ncclInvalidArgument);
-      EXPECT_NE(std::string(nnsGetLastError()).find("refused (its other operations ran): the send buffer is NULL"),
-                std::string::npos)
-          << nnsGetLastError();
+      EXPECT_NE(
+          std::string(nnsGetLastError(nullptr)).find("refused (its other operations ran): the send buffer is NULL"),
+          std::string::npos)
+          << nnsGetLastError(nullptr);
       // The next group starts clean.
       ASSERT_EQ(nnsGroupStart(), ncclSuccess);
-      EXPECT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+      EXPECT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError(nullptr);
     } else {
       EXPECT_EQ(nnsAllReduce(data.data(), data.data(), 16, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
-          << nnsGetLastError();
+          << nnsGetLastError(nullptr);
     }
     EXPECT_EQ(data[15], 3.0f);
     expectHealthyThenDestroy(comm);
@@ -1027,7 +1037,8 @@ TEST(CApi, ASwapThroughCopiesToItselfIsRefusedAndTheGroupsCollectiveStillRuns) {
       ASSERT_EQ(nnsRecv(a.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
       ASSERT_EQ(nnsAllReduce(z.data(), z.data(), 16, ncclInt32, ncclSum, comm, nullptr), ncclSuccess);
       EXPECT_EQ(nnsGroupEnd(), ncclInvalidArgument);
-      EXPECT_NE(std::string(nnsGetLastError()).find("overlap in one group"), std::string::npos) << nnsGetLastError();
+      EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("overlap in one group"), std::string::npos)
+          << nnsGetLastError(nullptr);
       EXPECT_EQ(a[0], 1) << "copied by a refused group";
       EXPECT_EQ(b[0], 2) << "copied by a refused group";
       // A chain (A to B, then B to C) is refused the same way; the pairs on distinct memory run.
@@ -1044,12 +1055,12 @@ TEST(CApi, ASwapThroughCopiesToItselfIsRefusedAndTheGroupsCollectiveStillRuns) {
       ASSERT_EQ(nnsRecv(c.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
       ASSERT_EQ(nnsSend(b.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
       ASSERT_EQ(nnsRecv(b.data(), 64, ncclInt32, 0, comm, nullptr), ncclSuccess);
-      ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError();
+      ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError(nullptr);
       EXPECT_EQ(c[0], 1);
       EXPECT_EQ(b[0], 2);
     } else {
       ASSERT_EQ(nnsAllReduce(z.data(), z.data(), 16, ncclInt32, ncclSum, comm, nullptr), ncclSuccess)
-          << nnsGetLastError();
+          << nnsGetLastError(nullptr);
     }
     EXPECT_EQ(z[15], 3);
     expectHealthyThenDestroy(comm);
@@ -1068,20 +1079,23 @@ TEST(CApi, ASetUpFailureOnThisRankIsNotARemoteError) {
   nnsComm_t comm = nullptr;
 
   setenv("NCCL_SOCKET_IFNAME", "nns-no-such-if", 1);
-  EXPECT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSystemError) << nnsGetLastError();
-  EXPECT_NE(std::string(nnsGetLastError()).find("returned ncclSystemError"), std::string::npos) << nnsGetLastError();
+  EXPECT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSystemError) << nnsGetLastError(nullptr);
+  EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("returned ncclSystemError"), std::string::npos)
+      << nnsGetLastError(nullptr);
   setenv("NCCL_SOCKET_IFNAME", "lo", 1);
 
   setenv("NNS_SLOTS", "many", 1);
-  EXPECT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclInvalidUsage) << nnsGetLastError();
-  EXPECT_NE(std::string(nnsGetLastError()).find("NNS_SLOTS=many"), std::string::npos) << nnsGetLastError();
+  EXPECT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclInvalidUsage) << nnsGetLastError(nullptr);
+  EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("NNS_SLOTS=many"), std::string::npos)
+      << nnsGetLastError(nullptr);
   unsetenv("NNS_SLOTS");
 
   setenv("NCCL_NET_PLUGIN", "nns-no-such-plugin", 1);
-  EXPECT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSystemError) << nnsGetLastError();
-  EXPECT_NE(std::string(nnsGetLastError()).find("no net plugin loaded"), std::string::npos) << nnsGetLastError();
+  EXPECT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSystemError) << nnsGetLastError(nullptr);
+  EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("no net plugin loaded"), std::string::npos)
+      << nnsGetLastError(nullptr);
   setenv("NCCL_NET_PLUGIN", "socket", 1);
 
-  ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError();
+  ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError(nullptr);
   EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
 }

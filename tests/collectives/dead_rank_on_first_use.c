@@ -29,14 +29,14 @@ int main(int argc, char** argv) {
   nnsComm_t comm;
   int rank = -1, n = 0;
   if (nnsCommInitFromEnv(&comm) != ncclSuccess) {
-    printf("init failed: %s\n", nnsGetLastError());
+    printf("init failed: %s\n", nnsGetLastError(NULL));
     return 1;
   }
   nnsCommUserRank(comm, &rank);
   nnsCommCount(comm, &n);
   static float data[16384];
   if (nnsBroadcast(data, data, 16, ncclFloat32, 0, comm, NULL) != ncclSuccess) {
-    printf("rank %d: broadcast failed: %s\n", rank, nnsGetLastError());
+    printf("rank %d: broadcast failed: %s\n", rank, nnsGetLastError(NULL));
     return 1;
   }
   if (rank == victim) {
@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     fflush(stdout);
     _exit(1);
   }
-  printf("rank %d: %s in %.2f s: %s\n", rank, seconds < 3.0 ? "failed" : "late, failed", seconds, nnsGetLastError());
+  printf("rank %d: %s in %.2f s: %s\n", rank, seconds < 3.0 ? "failed" : "late, failed", seconds, nnsGetLastError(NULL));
   fflush(stdout);
   /* Not destroyed: the ranks fail one by one, and a clean exit is all this needs. */
   _exit(seconds < 3.0 ? 0 : 1);

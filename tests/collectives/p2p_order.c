@@ -24,7 +24,7 @@ static int descriptors(void) {
 }
 
 static int failed(int rank, const char* what, ncclResult_t result) {
-  printf("rank %d: %s failed: %s: %s\n", rank, what, nnsGetErrorString(result), nnsGetLastError());
+  printf("rank %d: %s failed: %s: %s\n", rank, what, nnsGetErrorString(result), nnsGetLastError(NULL));
   return 1;
 }
 
@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   nnsComm_t comm;
   int rank = -1;
   if (nnsCommInitFromEnv(&comm) != ncclSuccess) {
-    printf("init failed: %s\n", nnsGetLastError());
+    printf("init failed: %s\n", nnsGetLastError(NULL));
     return 1;
   }
   nnsCommUserRank(comm, &rank);

@@ -12,7 +12,7 @@ static int failures = 0;
 
 static void expect(int ok, int rank, const char* what) {
   if (!ok) ++failures;
-  printf("rank %d: %s: %s%s%s\n", rank, what, ok ? "as expected" : "NOT as expected (", ok ? "" : nnsGetLastError(),
+  printf("rank %d: %s: %s%s%s\n", rank, what, ok ? "as expected" : "NOT as expected (", ok ? "" : nnsGetLastError(NULL),
          ok ? "" : ")");
 }
 
@@ -41,7 +41,7 @@ int main(void) {
   nnsComm_t first, comm;
   int rank = -1, size = 0;
   if (nnsCommInitFromEnv(&first) != ncclSuccess) {
-    printf("init: %s\n", nnsGetLastError());
+    printf("init: %s\n", nnsGetLastError(NULL));
     return 1;
   }
   nnsCommUserRank(first, &rank);
@@ -53,18 +53,18 @@ int main(void) {
          "300 ints into 300");
   /* A receive of whole pieces fewer than the send. */
   comm = another(first, rank, size);
-  if (comm == NULL) return printf("rank %d: second communicator: %s\n", rank, nnsGetLastError()), 1;
+  if (comm == NULL) return printf("rank %d: second communicator: %s\n", rank, nnsGetLastError(NULL)), 1;
   ncclResult_t result = exchange(comm, rank, 768, 512, 7, data);
   if (rank == 1)
-    expect(result != ncclSuccess && strstr(nnsGetLastError(), "sent more than this receive takes") != NULL, rank,
+    expect(result != ncclSuccess && strstr(nnsGetLastError(NULL), "sent more than this receive takes") != NULL, rank,
            "768 ints into 512 fails on that receive");
   nnsCommDestroy(comm);
   /* A receive larger than the send, the send a whole piece. */
   comm = another(first, rank, size);
-  if (comm == NULL) return printf("rank %d: third communicator: %s\n", rank, nnsGetLastError()), 1;
+  if (comm == NULL) return printf("rank %d: third communicator: %s\n", rank, nnsGetLastError(NULL)), 1;
   result = exchange(comm, rank, 256, 512, 8, data);
   if (rank == 1)
-    expect(result != ncclSuccess && strstr(nnsGetLastError(), "received 0 bytes from rank 0, expected 1024") != NULL,
+    expect(result != ncclSuccess && strstr(nnsGetLastError(NULL), "received 0 bytes from rank 0, expected 1024") != NULL,
            rank, "256 ints into 512 fails on that receive");
   nnsCommDestroy(comm);
   nnsCommDestroy(first);

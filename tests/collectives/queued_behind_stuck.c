@@ -24,7 +24,7 @@ static void* receiveNeverSent(void* arg) {
 int main(void) {
   int rank = -1;
   if (nnsCommInitFromEnv(&comm) != ncclSuccess) {
-    printf("init: %s\n", nnsGetLastError());
+    printf("init: %s\n", nnsGetLastError(NULL));
     return 1;
   }
   nnsCommUserRank(comm, &rank);
@@ -45,9 +45,9 @@ int main(void) {
   clock_gettime(CLOCK_MONOTONIC, &end);
   const double seconds = (double)(end.tv_sec - start.tv_sec) + (double)(end.tv_nsec - start.tv_nsec) / 1e9;
   printf("rank 1: the queued allreduce returned after %.1f s: %s: %s\n", seconds, nnsGetErrorString(result),
-         nnsGetLastError());
+         nnsGetLastError(NULL));
   fflush(stdout);
-  if (result != ncclSuccess && strstr(nnsGetLastError(), "gave up waiting for the operation ahead of this one"))
+  if (result != ncclSuccess && strstr(nnsGetLastError(NULL), "gave up waiting for the operation ahead of this one"))
     printf("rank 1: a call queued behind a stuck plugin call gave up\n");
   fflush(stdout);
   _exit(0); /* the stuck thread stays in the plugin's accept */

@@ -9,7 +9,7 @@ int main(void) {
   nnsComm_t comm;
   int rank = -1, n = 0;
   if (nnsCommInitFromEnv(&comm) != ncclSuccess) {
-    fprintf(stderr, "init: %s\n", nnsGetLastError());
+    fprintf(stderr, "init: %s\n", nnsGetLastError(NULL));
     return 1;
   }
   nnsCommUserRank(comm, &rank);
@@ -20,7 +20,7 @@ int main(void) {
   for (int call = 0; call < 2000; ++call) {
     float in = mine, out = -5;
     if (nnsAllReduce(&in, &out, 1, ncclFloat32, ncclSum, comm, NULL) != ncclSuccess) {
-      fprintf(stderr, "allreduce: %s\n", nnsGetLastError());
+      fprintf(stderr, "allreduce: %s\n", nnsGetLastError(NULL));
       return 1;
     }
     if (call == 0) first = out;

@@ -11,7 +11,7 @@
 #include "nns/nns.h"
 
 static int failed(const char* what, int rank) {
-  printf("rank %d: %s: %s\n", rank, what, nnsGetLastError());
+  printf("rank %d: %s: %s\n", rank, what, nnsGetLastError(NULL));
   return 1;
 }
 

@@ -8,7 +8,7 @@
   do {                                                                                          \
     ncclResult_t r_ = (call);                                                                   \
     if (r_ != ncclSuccess) {                                                                    \
-      fprintf(stderr, "%s failed: %s (%s)\n", #call, nnsGetErrorString(r_), nnsGetLastError()); \
+      fprintf(stderr, "%s failed: %s (%s)\n", #call, nnsGetErrorString(r_), nnsGetLastError(NULL)); \
       return 1;                                                                                 \
     }                                                                                           \
   } while (0)
