@@ -87,7 +87,9 @@ class CompletedSizes {
   // NCCL passes NULL when it does not want sizes (flush requests); setting them is then a no-op.
   bool wanted() const { return sizes_ != nullptr; }
   // `index` is the grouped receive's (0 for a send: NCCL passes a single int for a send's size, and room for 64 for
-  // a receive's); one outside the host's room is refused too, as a write there would land on the host's stack.
+  // a receive's); one outside the host's room is refused too, as a write there would land on the host's stack. The
+  // request is the plugin's own, so the SDK cannot tell a send's from a receive's: for a send only index 0 is safe,
+  // and one above it passes this check (set only 0 for a send).
   bool set(int index, size_t bytes) {
     if (index < 0 || index >= room_) {
       badIndex_ = index;
