@@ -139,7 +139,14 @@ bool beingMade(const nnsComm* comm) {
 // once, malloc gave the next communicator the same address (every time), so a stale handle, destroyed twice or used
 // after nnsCommDestroy, was that new communicator: accepted, or destroying it.
 constexpr size_t kKeptHandles = 4096;
-void releaseHandle(nnsComm_t comm) {
+// Frees the handle and shuts its communicator down; false when a plugin call on the communicator's progress thread
+// did not return (Communicator::shutdown()), which leaves the communicator abandoned, allocated for that thread.
+bool releaseHandle(nnsComm_t comm) {
+  bool shutDown = true;
+  if (comm->comm != nullptr && !comm->comm->shutdown()) {
+    nns::core::Communicator::abandon(std::move(comm->comm));
+    shutDown = false;
+  }
   comm->comm.reset();
   static auto* kept = new std::deque<nnsComm_t>;  // never destroyed: a handle may be released during exit
   nnsComm_t oldest = nullptr;
@@ -152,6 +159,7 @@ void releaseHandle(nnsComm_t comm) {
     }
   }
   delete oldest;
+  return shutDown;
 }
 
 // Frees `comm` when it is a failed one (true), under liveMutex.
@@ -214,7 +222,12 @@ ncclResult_t freeRetired(nnsComm_t comm, std::chrono::steady_clock::time_point d
   }
   retiringComms.erase(comm);  // with the lock that saw no holder: no abort can take hold of it from here on
   lock.unlock();
-  releaseHandle(comm);
+  if (!releaseHandle(comm)) {
+    lastError =
+        "a plugin call on the communicator's progress thread has not returned: the handle is freed, the "
+        "communicator left allocated (its connections close if the call returns)";
+    return ncclInternalError;
+  }
   return ncclSuccess;
 }
 

@@ -2205,3 +2205,76 @@ TEST(Plan, AReceiveForwardedTwiceIsRefused) {
   for (size_t r = 0; r < errors.size(); ++r)
     EXPECT_NE(errors[r].find("a receive is forwarded twice"), std::string::npos) << "rank " << r << ": " << errors[r];
 }
+
+// A plugin call that does not return on the progress thread: shutdown() gives up after the timeout + 5 s and leaves
+// everything as it is, so that the communicator can be abandoned (kept allocated) for the thread to resume in. (The C
+// API's nnsCommAbort reaches that state through its queued close, which no call holds; nnsCommDestroy then abandons
+// it.) Rank 0's allreduce runs on the progress thread (NNS_PROGRESS_INLINE=0) over a plugin whose closeRecv waits for
+// the receives in flight (broken-blocking-close-recv): rank 1 takes no part, so the allreduce fails for want of
+// progress after 1 s and closes its connections from inside, in the plugin, which waits for rank 1. Freed there, as
+// the destructor did, the communicator was written by the thread once rank 1 closed (ASan: heap-use-after-free).
+TEST(Communicator, AShutdownThatFindsAPluginCallStuckLeavesTheCommunicatorToIt) {
+  setenv("NNS_PROGRESS_INLINE", "0", 1);
+  core::CommOptions options = socketOptions();
+  options.plugin = "broken-blocking-close-recv";
+  options.timeout = std::chrono::milliseconds(1000);
+  const core::LaunchInfo base{0, 2, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  std::unique_ptr<core::Communicator> comms[2];
+  std::string made[2];
+  std::vector<std::thread> makers;
+  for (int r = 0; r < 2; ++r) {
+    makers.emplace_back([&, r] {
+      core::LaunchInfo launch = base;
+      launch.rank = r;
+      try {
+        comms[r] = std::make_unique<core::Communicator>(launch, options);
+      } catch (const std::exception& e) {
+        made[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : makers) t.join();
+  ASSERT_TRUE(comms[0] != nullptr && comms[1] != nullptr) << made[0] << made[1];
+
+  std::string failure;
+  std::thread rank0([&, comm = comms[0].get()] {
+    std::vector<float> data(1024, 1.0f);
+    try {
+      coll::allReduce(*comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // failed at 1 s; its close waits in the plugin
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(comms[0]->shutdown());
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(waited, 5.5);  // the timeout + 5 s
+  EXPECT_LT(waited, 15.0);
+  core::Communicator* stuck = comms[0].get();
+  core::Communicator::abandon(std::move(comms[0]));
+
+  // Rank 1 closes: the plugin's close on rank 0 returns, and the thread finishes there.
+  EXPECT_TRUE(comms[1]->shutdown());
+  rank0.join();
+  EXPECT_NE(failure.find("rank 0"), std::string::npos) << failure;
+  EXPECT_TRUE(stuck->shutdown()) << "once the call returned";
+  EXPECT_TRUE(stuck->shutdown()) << "again: done before";
+}
+
+// Operations after a shutdown are refused, saying so; a second shutdown is a no-op, and the destructor after it too.
+TEST(Communicator, AnOperationAfterShutdownIsRefused) {
+  const core::LaunchInfo alone{0, 1, "", 0, "test"};
+  core::Communicator comm(alone, socketOptions());
+  float x = 3;
+  coll::allReduce(comm, &x, &x, 1, ncclFloat32, ncclSum);
+  EXPECT_TRUE(comm.shutdown());
+  EXPECT_TRUE(comm.shutdown());
+  try {
+    coll::allReduce(comm, &x, &x, 1, ncclFloat32, ncclSum);
+    ADD_FAILURE() << "ran after the shutdown";
+  } catch (const core::CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0: the communicator is shut down"), std::string::npos) << e.what();
+    EXPECT_EQ(e.result(), ncclInvalidUsage);
+  }
+}

@@ -719,23 +719,42 @@ Communicator::~Communicator() {
     (void)handoff_.release();
     return;
   }
-  bool stuck = false;
+  if (shutdown()) return;
+  // The object goes (a stack object cannot be kept) with the thread still inside the plugin: leave the thread and
+  // the plugin alone rather than hang, and say so.
+  std::fprintf(stderr,
+               "nns: rank %d: communicator destroyed while a plugin call on its progress thread has not returned for "
+               "%lld ms; the thread resumes in freed memory if the call ever returns (shut down a communicator on the "
+               "heap with shutdown(), and abandon() it when that fails)\n",
+               rank_, static_cast<long long>((options_.timeout + std::chrono::seconds(5)).count()));
+  progress_.detach();
+  (void)net_.release();
+}
+
+bool Communicator::shutdown() {
+  if (forkedCopy()) return true;
   {
     std::unique_lock lock(mutex_);
+    if (shutDown_) return true;
     stopping_ = true;
     wake_.notify_all();
     // An operation still running is bounded by its own no-progress timeout; one stuck inside a plugin call is not,
     // and then this thread leaves it (and the plugin) alone rather than hang.
-    stuck = !done_.wait_for(lock, options_.timeout + std::chrono::seconds(5), [this] { return !busy_; });
-  }
-  if (stuck) {
-    progress_.detach();
-    (void)net_.release();  // still in use by the stuck call
-    return;
+    if (!done_.wait_for(lock, options_.timeout + std::chrono::seconds(5), [this] { return !busy_; })) return false;
   }
   if (progress_.joinable()) progress_.join();
   closeConnections();
   if (net_ != nullptr) net_->finalize(ctx_);
+  std::lock_guard lock(mutex_);
+  shutDown_ = true;
+  return true;
+}
+
+void Communicator::abandon(std::unique_ptr<Communicator> comm) {
+  static auto* mutex = new std::mutex;  // never destroyed: a communicator may be abandoned during exit
+  static auto* abandoned = new std::vector<std::unique_ptr<Communicator>>;
+  std::lock_guard lock(*mutex);
+  abandoned->push_back(std::move(comm));
 }
 
 // ---- The progress thread ----
@@ -783,9 +802,14 @@ void Communicator::submit(OperationRef operation) {
                         "its own)",
                     ncclInvalidUsage);
   throwIfFailed();
+  auto refuseIfShutDown = [this] {  // under mutex_
+    if (stopping_)
+      throw CommError("rank " + std::to_string(rank_) + ": the communicator is shut down", ncclInvalidUsage);
+  };
   if (inline_) {
     std::unique_lock lock(mutex_);
-    if (queue_.empty() && !busy_ && !stopping_) {
+    refuseIfShutDown();
+    if (queue_.empty() && !busy_) {
       busy_ = true;
       lock.unlock();
       ncclResult_t result = ncclSuccess;
@@ -808,6 +832,7 @@ void Communicator::submit(OperationRef operation) {
   const auto submitted = Clock::now();
   {
     std::lock_guard guard(mutex_);
+    refuseIfShutDown();
     queue_.pushBack(&task);
     ++queued_;
   }
@@ -944,8 +969,9 @@ void Communicator::abort(const std::string& why, ncclResult_t result) {
       Communicator* self;
       Task task;
     };
-    auto* owned = new CloseTask(this);
     std::unique_lock lock(mutex_);
+    if (shutDown_) return;  // closed already
+    auto* owned = new CloseTask(this);
     queue_.pushFront(&owned->task);
     ++queued_;
     wake_.notify_one();

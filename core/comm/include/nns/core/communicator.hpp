@@ -272,9 +272,21 @@ class Communicator {
   // The most channels (CommOptions::channels, $NNS_NCHANNELS) a communicator takes.
   static constexpr int kMaxChannels = 32;
   Communicator(const LaunchInfo& launch, const CommOptions& options);
+  // Shuts the communicator down (shutdown()) and frees it. When shutdown() fails, the destructor cannot keep the
+  // object for the progress thread that is still inside a plugin call, so that thread resumes in freed memory when
+  // the call returns: a communicator on the heap is better shut down first and, if that fails, abandon()ed.
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
+
+  // Stops the progress thread, then closes every connection and finalizes the plugin: true once done (at once when
+  // done before). False when an operation stays inside a plugin call for the timeout + 5 s more (a plugin whose
+  // close waits for its peer, say): nothing is closed or freed then, and the call may be made again. Operations
+  // submitted after a shutdown are refused.
+  bool shutdown();
+  // Keeps a communicator whose shutdown() failed allocated for the rest of the process, reachable (not a leak to a
+  // leak checker): its progress thread resumes in it when the plugin call returns, then ends.
+  static void abandon(std::unique_ptr<Communicator> comm);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -518,6 +530,7 @@ class Communicator {
   };
   TaskQueue queue_;
   bool stopping_ = false;
+  bool shutDown_ = false;       // shutdown() completed: the thread joined, the connections and the plugin closed
   bool busy_ = false;           // an operation is running (on the progress thread or inline on its caller's thread)
   bool inline_ = true;          // $NNS_PROGRESS_INLINE=0: every operation goes through the progress thread
   std::atomic<int> queued_{0};  // queue_.size(), readable without the lock (the progress thread's short spin)
