@@ -617,10 +617,12 @@ ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, in
   };
   if (comm == nullptr) return refuse("comm is NULL");
   *comm = nullptr;  // on any failure, as ncclCommInitRank leaves it
-  if (nranks < 1 || rank < 0 || rank >= nranks)
+  if (nranks < 1 || nranks > nns::core::kMaxRanks || rank < 0 || rank >= nranks)
     return refuse(nranks < 1 ? "nranks " + std::to_string(nranks) + ": at least 1"
-                             : "rank " + std::to_string(rank) + " is not in 0.." + std::to_string(nranks - 1) +
-                                   " (nranks " + std::to_string(nranks) + ")");
+                  : nranks > nns::core::kMaxRanks
+                      ? "nranks " + std::to_string(nranks) + ": at most " + std::to_string(nns::core::kMaxRanks)
+                      : "rank " + std::to_string(rank) + " is not in 0.." + std::to_string(nranks - 1) + " (nranks " +
+                            std::to_string(nranks) + ")");
   if (!parsed)
     return failWith(ncclInvalidArgument, "the unique id holds no host:port (\"" + address + "\": " + why +
                                              "; was it made by nnsGetUniqueId?)");

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -98,6 +99,8 @@ TEST(CApi, ArgumentErrorsAreCodesWithText) {
   EXPECT_STREQ(nnsGetLastError(nullptr), "rank 2 is not in 0..1 (nranks 2)");  // was "rank 2 of 2"
   EXPECT_EQ(nnsCommInitRank(&comm, 0, junk, 0), ncclInvalidArgument);
   EXPECT_STREQ(nnsGetLastError(nullptr), "nranks 0: at least 1");
+  EXPECT_EQ(nnsCommInitRank(&comm, INT_MAX, junk, 0), ncclInvalidArgument);
+  EXPECT_STREQ(nnsGetLastError(nullptr), "nranks 2147483647: at most 16777216");
   float x = 0;
   EXPECT_EQ(nnsAllReduce(&x, &x, 1, ncclFloat32, ncclSum, nullptr, nullptr), ncclInvalidArgument);
   EXPECT_STRNE(nnsGetErrorString(ncclRemoteError), "");

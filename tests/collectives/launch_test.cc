@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -1012,11 +1013,25 @@ TEST(BootstrapErrorCodes, AForeignServiceOnTheRootPortIsNamedAsSuch) {
   EXPECT_EQ(got[0].result, BootstrapError::kInvalidUsage) << got[0].error;
 }
 
+// A timeout names the first 32 missing ranks and counts the rest (a 4096-rank job missing most printed them all).
+TEST(BootstrapErrorCodes, AMissingRankListNamesThirtyTwoAndCountsTheRest) {
+  const int port = nns::test::freeLoopbackPort();
+  auto got = outcomes({{0, 41, "127.0.0.1", port, "test"}}, kShort);
+  EXPECT_NE(got[0].error.find("rank(s) 1,2,3,"), std::string::npos) << got[0].error;
+  EXPECT_NE(got[0].error.find(",31,32 and 8 more did not arrive within 300 ms"), std::string::npos) << got[0].error;
+}
+
 // A LaunchInfo made in code (not from the environment) without a usable root address is refused as such.
 TEST(BootstrapErrorCodes, ALaunchInfoWithoutARootAddressIsInvalidUsage) {
-  auto got =
-      outcomes({{1, 2, "", 29500, "test"}, {1, 2, "127.0.0.1", 0, "test"}, {2, 2, "127.0.0.1", 1, "test"}}, kShort);
+  auto got = outcomes({{1, 2, "", 29500, "test"},
+                       {1, 2, "127.0.0.1", 0, "test"},
+                       {2, 2, "127.0.0.1", 1, "test"},
+                       {0, INT_MAX, "127.0.0.1", 1, "test"}},
+                      kShort);
   for (const auto& one : got) EXPECT_EQ(one.result, BootstrapError::kInvalidUsage) << one.error;
   EXPECT_NE(got[0].error.find("no root address: host \"\", port 29500"), std::string::npos) << got[0].error;
-  EXPECT_NE(got[2].error.find("rank 2 of 2: a rank is 0..size-1"), std::string::npos) << got[2].error;
+  EXPECT_NE(got[2].error.find("rank 2 of 2: a rank is 0..size-1 of a size of 1 to 16777216"), std::string::npos)
+      << got[2].error;
+  // Refused before rank 0 reserves room for every rank (it raised the descriptor limit and allocated 8 GiB).
+  EXPECT_NE(got[3].error.find("rank 0 of 2147483647: a rank is 0..size-1"), std::string::npos) << got[3].error;
 }

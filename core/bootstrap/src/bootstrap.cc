@@ -52,10 +52,13 @@ constexpr std::chrono::milliseconds kAttemptPerAddress{1000};
 // How much longer than rank 0 the other ranks wait in an all-gather (see allGather).
 constexpr auto kRootGrace = std::chrono::milliseconds(1000);
 
+// The missing ranks a timeout names; the rest are counted.
+constexpr int kRanksNamed = 32;
+
 bool parseInt(const char* text, int* out) {
   char* end = nullptr;
   long value = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || value < 0 || value > 1 << 24) return false;
+  if (end == text || *end != '\0' || value < 0 || value > kMaxRanks) return false;
   *out = static_cast<int>(value);
   return true;
 }
@@ -1057,9 +1060,9 @@ struct Bootstrap::PointToPoint {
 
 Bootstrap::Bootstrap(const LaunchInfo& info, std::chrono::milliseconds timeout)
     : rank_(info.rank), size_(info.size), timeout_(timeout) {
-  if (size_ < 1 || rank_ < 0 || rank_ >= size_)
-    fail("rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-             ": a rank is 0..size-1 of a size of 1 or more",
+  if (size_ < 1 || size_ > kMaxRanks || rank_ < 0 || rank_ >= size_)
+    fail("rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": a rank is 0..size-1 of a size of 1 to " +
+             std::to_string(kMaxRanks),
          Result::kInvalidUsage);
   if (size_ == 1) {
     if (info.rootPort > 0) releaseRootListener(info.rootPort);
@@ -1262,10 +1265,17 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
         for (const auto& p : pending) close(p.fd);
         std::string missing, refused;
         // Appended piece by piece: g++ 12 warns (-Wrestrict, a false positive) on "literal" + std::string&&.
+        int absent = 0;
         for (int r = 1; r < size_; ++r) {
           if (memberSockets_[r] >= 0) continue;
+          if (++absent > kRanksNamed) continue;
           if (!missing.empty()) missing += ',';
           missing += std::to_string(r);
+        }
+        if (absent > kRanksNamed) {
+          missing += " and ";
+          missing += std::to_string(absent - kRanksNamed);
+          missing += " more";
         }
         for (const auto& one : turnedAway) refused += (refused.empty() ? "" : "; ") + one;
         close(listener);

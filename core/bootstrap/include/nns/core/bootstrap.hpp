@@ -33,6 +33,9 @@ class BootstrapError : public std::runtime_error {
   Result result_;
 };
 
+// The most ranks a communicator takes (2^24, as the launchers' variables are read).
+inline constexpr int kMaxRanks = 1 << 24;
+
 struct LaunchInfo {
   int rank = -1;
   int size = -1;
