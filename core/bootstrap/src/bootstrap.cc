@@ -1690,7 +1690,9 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
     }
     for (int r = 1; r < size_; ++r) {
       try {
-        sendMessage(memberSockets_[r], packed, deadline, spin_);
+        // A deadline of its own for each rank: the wait above may have used up `deadline` (a rank that came late),
+        // and a large job's result goes out to one member after another.
+        sendMessage(memberSockets_[r], packed, Clock::now() + timeout_, spin_);
       } catch (const BootstrapError& e) {
         // As for a receive: the ranks not yet served hear why from rank 0 instead of a reset connection.
         const std::string why = std::string(e.what()) + " (sending the all-gather to rank " + std::to_string(r) + ")";
