@@ -5,13 +5,13 @@
 
 #include <nns/nns.h>
 
-#define CHECK(call)                                                                             \
-  do {                                                                                          \
-    ncclResult_t r_ = (call);                                                                   \
-    if (r_ != ncclSuccess) {                                                                    \
+#define CHECK(call)                                                                                 \
+  do {                                                                                              \
+    ncclResult_t r_ = (call);                                                                       \
+    if (r_ != ncclSuccess) {                                                                        \
       fprintf(stderr, "%s failed: %s (%s)\n", #call, nnsGetErrorString(r_), nnsGetLastError(NULL)); \
-      return 1;                                                                                 \
-    }                                                                                           \
+      return 1;                                                                                     \
+    }                                                                                               \
   } while (0)
 
 int main(void) {

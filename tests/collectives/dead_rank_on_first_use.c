@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
     fflush(stdout);
     _exit(1);
   }
-  printf("rank %d: %s in %.2f s: %s\n", rank, seconds < 3.0 ? "failed" : "late, failed", seconds, nnsGetLastError(NULL));
+  printf("rank %d: %s in %.2f s: %s\n", rank, seconds < 3.0 ? "failed" : "late, failed", seconds,
+         nnsGetLastError(NULL));
   fflush(stdout);
   /* Not destroyed: the ranks fail one by one, and a clean exit is all this needs. */
   _exit(seconds < 3.0 ? 0 : 1);

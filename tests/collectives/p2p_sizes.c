@@ -64,8 +64,9 @@ int main(void) {
   if (comm == NULL) return printf("rank %d: third communicator: %s\n", rank, nnsGetLastError(NULL)), 1;
   result = exchange(comm, rank, 256, 512, 8, data);
   if (rank == 1)
-    expect(result != ncclSuccess && strstr(nnsGetLastError(NULL), "received 0 bytes from rank 0, expected 1024") != NULL,
-           rank, "256 ints into 512 fails on that receive");
+    expect(
+        result != ncclSuccess && strstr(nnsGetLastError(NULL), "received 0 bytes from rank 0, expected 1024") != NULL,
+        rank, "256 ints into 512 fails on that receive");
   nnsCommDestroy(comm);
   nnsCommDestroy(first);
   if (failures == 0) printf("rank %d of %d: every receive's size checked against its send's\n", rank, size);
