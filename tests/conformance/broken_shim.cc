@@ -203,27 +203,37 @@ void* realOfCached(void* mhandle) {
 // request still pending on the comm until each one completes or fails. That returns only when the peer finishes
 // them or goes away; NCCL closes comms with requests in flight when it aborts a communicator, and a peer that is
 // alive but idle (hung, or aborting too) then holds the close forever.
+// One process may hold several comms on several threads (two ranks of a test): the maps are shared, so locked.
+std::mutex gPendingMutex;
 std::map<void*, std::set<void*>> gPendingByComm;  // comm -> its pending requests
 std::map<void*, void*> gCommOfRequest;            // request -> its comm
 void notePosted(void* comm, void* request) {
+  std::lock_guard<std::mutex> lock(gPendingMutex);
   gPendingByComm[comm].insert(request);
   gCommOfRequest[request] = comm;
 }
 void noteFinished(void* request) {
+  std::lock_guard<std::mutex> lock(gPendingMutex);
   auto found = gCommOfRequest.find(request);
   if (found == gCommOfRequest.end()) return;
   gPendingByComm[found->second].erase(request);
   gCommOfRequest.erase(found);
 }
 void drainPending(void* comm) {
-  auto pending = gPendingByComm.find(comm);
-  if (pending == gPendingByComm.end()) return;
-  for (void* request : pending->second) {
+  std::set<void*> requests;
+  {
+    std::lock_guard<std::mutex> lock(gPendingMutex);
+    auto pending = gPendingByComm.find(comm);
+    if (pending == gPendingByComm.end()) return;
+    requests = std::move(pending->second);
+    gPendingByComm.erase(pending);
+    for (void* request : requests) gCommOfRequest.erase(request);
+  }
+  // Waited for without the lock: another comm's calls go on meanwhile (the peer's close is what ends this one).
+  for (void* request : requests) {
     int done = 0, size = 0;
     while (real()->test(request, &done, &size) == ncclSuccess && !done) usleep(1000);
-    gCommOfRequest.erase(request);
   }
-  gPendingByComm.erase(pending);
 }
 #endif
 
