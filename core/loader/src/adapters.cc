@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -196,18 +197,41 @@ ncclResult_t checkVNicSize(const char* name, int dev, int ndevs, int version, in
   return ncclInternalError;
 }
 
+// getProperties writes into a struct of ncclNet_vV's size followed by a guard: a plugin that fills another
+// version's (larger) struct through this version's table would overwrite the caller's stack in NCCL, which passes
+// exactly that size; here it is a clear error instead of a corrupted caller or a misread field.
+template <class Props>
+struct GuardedProps {
+  static constexpr unsigned char kPattern = 0xa5;
+  Props props;
+  unsigned char guard[128];
+  GuardedProps() {
+    std::memset(&props, 0, sizeof(props));
+    std::memset(guard, kPattern, sizeof(guard));
+  }
+  bool overrun() const {
+    return std::any_of(std::begin(guard), std::end(guard), [](unsigned char b) { return b != kPattern; });
+  }
+};
+
 template <int V, class GetProperties>
-ncclResult_t readProperties(GetProperties getProperties, int dev, ncclNetProperties_v12_t* out) {
+ncclResult_t readProperties(const char* plugin, GetProperties getProperties, int dev, ncclNetProperties_v12_t* out) {
   using Props = typename Table<V>::Props;
+  GuardedProps<Props> guarded;
+  ncclResult_t result = getProperties(dev, &guarded.props);
+  if (result != ncclSuccess) return result;
+  if (guarded.overrun()) {
+    warn(plugin,
+         "getProperties(%d) wrote past the end of ncclNetProperties_v%d (%zu bytes): it fills "
+         "another version's struct through ncclNet_v%d's table",
+         dev, V, sizeof(Props), V);
+    return ncclInternalError;
+  }
   if constexpr (V == 12) {
-    ncclResult_t result = getProperties(dev, out);
-    if (result != ncclSuccess) return result;
+    *out = guarded.props;
     return checkVNicSize(out->name, dev, out->vProps.ndevs, V, NCCL_NET_MAX_DEVS_PER_NIC);
   } else {
-    Props in;
-    std::memset(&in, 0, sizeof(in));
-    ncclResult_t result = getProperties(dev, &in);
-    if (result != ncclSuccess) return result;
+    const Props& in = guarded.props;
     std::memset(out, 0, sizeof(*out));
     out->name = in.name;
     out->pciPath = in.pciPath;
@@ -299,7 +323,7 @@ class NetAdapter final : public Net {
   ncclResult_t devices(int* ndev) override { return t_->devices(ndev); }
 
   ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* out) override {
-    return readProperties<V>(t_->getProperties, dev, out);
+    return readProperties<V>(t_->name, t_->getProperties, dev, out);
   }
 
   ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) override {
@@ -367,6 +391,15 @@ class NetAdapter final : public Net {
   ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                      void** request) override {
     if constexpr (V >= 10) {
+      // NCCL always passes an array of n profiler handles (NULL entries when no profiler runs), and plugins index
+      // it unchecked: a caller without handles gets such an array rather than NULL.
+      if (phandles == nullptr && n > 0) {
+        constexpr int kOnStack = 64;  // NCCL groups at most NCCL_PROXY_MAX_SUBS (64) receives
+        void* none[kOnStack] = {};
+        if (n <= kOnStack) return t_->irecv(recvComm, n, data, sizes, tags, mhandles, none, request);
+        std::vector<void*> many(static_cast<size_t>(n), nullptr);
+        return t_->irecv(recvComm, n, data, sizes, tags, mhandles, many.data(), request);
+      }
       return t_->irecv(recvComm, n, data, sizes, tags, mhandles, phandles, request);
     } else if constexpr (V == 9) {
       (void)phandles;
@@ -497,7 +530,7 @@ class CollNetAdapter final : public CollNet {
   ncclResult_t devices(int* ndev) override { return t_->devices(ndev); }
 
   ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* out) override {
-    ncclResult_t result = readProperties<V>(t_->getProperties, dev, out);
+    ncclResult_t result = readProperties<V>(t_->name, t_->getProperties, dev, out);
     if constexpr (V == 7 || V == 8) {
       // NCCL's v7 and v8 collNet adapters do not copy the device type (its v8 net adapter does): a collNet is a
       // host-driven device there.
