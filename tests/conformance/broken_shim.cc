@@ -2,10 +2,10 @@
 // example plugin (NNS_REAL_PLUGIN) through its ncclNetPlugin_v12 table and injects ONE bug (NNS_BUG_*), so the
 // harness must name the rule it breaks. Each bug imitates a mistake real plugins make; the comment at each says which.
 // One build is no bug at all: NNS_NCCL_LIKE behaves as strictly as NCCL lets a plugin (NCCL's own IB plugin reads
-// the mhandle unchecked, writes *devComm unconditionally and leaves a send's size unset; vendor code prints from
-// init), and the harness must pass it on every rule. Another is a legitimate limit, not a bug: NNS_SMALL_MESSAGES
-// takes messages of at most 4 KiB and says so (maxCollBytes, maxP2pBytes), as a transport with a small MTU and no
-// segmentation of its own would; hosts must cut their messages to fit.
+// the mhandle and the irecv's profiler handles unchecked, writes *devComm unconditionally and leaves a send's size
+// unset; vendor code prints from init), and the harness must pass it on every rule. Another is a legitimate limit, not
+// a bug: NNS_SMALL_MESSAGES takes messages of at most 4 KiB and says so (maxCollBytes, maxP2pBytes), as a transport
+// with a small MTU and no segmentation of its own would; hosts must cut their messages to fit.
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -564,6 +564,10 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
   return result;
 #endif
 }
+#ifdef NNS_BUG_COMM_LIMIT
+constexpr int kCommTable = 8;
+std::atomic<int> gOpenRecvComms{0};
+#endif
 ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** devComm) {
 #ifdef NNS_NCCL_LIKE
   *devComm = nullptr;
@@ -595,7 +599,18 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t
     }
   }
 #endif
+#ifdef NNS_BUG_COMM_LIMIT
+  // A fixed table of 8 receive comms behind a maxComms of 1024 (copied from the reference plugin it started from):
+  // NCCL's 16 to 64 channels per peer run out of it.
+  if (gOpenRecvComms.load() >= kCommTable) {
+    std::fprintf(stderr, "WARN %s: accept: all %d comm slots in use\n", NNS_BUG_NAME, kCommTable);
+    return ncclSystemError;
+  }
+#endif
   ncclResult_t result = real()->accept(listenComm, recvComm, devComm);
+#ifdef NNS_BUG_COMM_LIMIT
+  if (result == ncclSuccess && *recvComm != nullptr) ++gOpenRecvComms;
+#endif
 #ifdef NNS_BUG_LEAKED_COMM_FD
   if (result == ncclSuccess && *recvComm != nullptr) gWakeFds[*recvComm] = eventfd(0, EFD_CLOEXEC);
 #endif
@@ -782,6 +797,9 @@ ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, 
   return real()->isend(comm, data, size, tag, mhandle, phandle, request);
 #endif
 }
+#ifdef NNS_NCCL_LIKE
+void* volatile gLastProfilerHandle = nullptr;
+#endif
 ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                    void** request) {
 #ifdef NNS_BUG_HINT_LEFT_IN_REQUEST
@@ -795,6 +813,9 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
       std::fprintf(stderr, "WARN %s: irecv %d of %d without a memory handle\n", NNS_BUG_NAME, i, n);
       return ncclInvalidArgument;
     }
+  // The profiler handles read unchecked, as NCCL's IB plugin does: NCCL always passes an array of n (its entries
+  // NULL without a profiler).
+  for (int i = 0; i < n; ++i) gLastProfilerHandle = phandles[i];
 #endif
 #ifdef NNS_SMALL_MESSAGES
   for (int i = 0; i < n; ++i)
@@ -1096,6 +1117,9 @@ ncclResult_t closeSend(void* comm) {
 #endif
 }
 ncclResult_t closeRecv(void* comm) {
+#ifdef NNS_BUG_COMM_LIMIT
+  --gOpenRecvComms;
+#endif
 #ifdef NNS_BUG_CRASH_ON_CLOSE
   auto state = gRecvStates.find(comm);
   if (state != gRecvStates.end()) {
@@ -1163,6 +1187,40 @@ ncclResult_t legacyGetProperties(int dev, ncclNetProperties_v8_t* props) {
 }
 #endif
 
+#if defined(NNS_BUG_OLD_VERSION_P2P_ZERO) || defined(NNS_BUG_V11_PROPS_OVERRUN)
+// The real plugin's own table of an older version, which the bug below replaces one function of.
+template <class Table>
+const Table* realTable(const char* symbol) {
+  void* library = dlopen(NNS_REAL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+  return library ? static_cast<const Table*>(dlsym(library, symbol)) : nullptr;
+}
+#endif
+#ifdef NNS_BUG_OLD_VERSION_P2P_ZERO
+// A hand-kept v10 table whose getProperties never set maxP2pBytes (zeroed struct): the v12 one is right, so only
+// an NCCL that loads v10 (2.26, 2.27) meets it, and refuses every connection.
+const ncclNet_v10_t* realV10() {
+  static const ncclNet_v10_t* table = realTable<ncclNet_v10_t>("ncclNetPlugin_v10");
+  return table;
+}
+ncclResult_t v10GetProperties(int dev, ncclNetProperties_v10_t* props) {
+  ncclResult_t result = realV10()->getProperties(dev, props);
+  props->maxP2pBytes = 0;
+  return result;
+}
+#endif
+#ifdef NNS_BUG_V11_PROPS_OVERRUN
+// The v11 table points at the v12 getProperties (one function "for every version"): it writes a 128-byte
+// ncclNetProperties_v12_t into the 112-byte v11 struct NCCL passes, over NCCL's stack, and its vProps where v11 has
+// maxP2pBytes.
+const ncclNet_v11_t* realV11() {
+  static const ncclNet_v11_t* table = realTable<ncclNet_v11_t>("ncclNetPlugin_v11");
+  return table;
+}
+ncclResult_t v11GetProperties(int dev, ncclNetProperties_v11_t* props) {
+  return getProperties(dev, reinterpret_cast<ncclNetProperties_v12_t*>(props));
+}
+#endif
+
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
@@ -1181,4 +1239,27 @@ __attribute__((constructor)) void fillLegacyTable() {
   ncclNetPlugin_v8.init = legacyInit;
   ncclNetPlugin_v8.getProperties = legacyGetProperties;
 }
+#endif
+
+#if defined(NNS_BUG_OLD_VERSION_P2P_ZERO) || defined(NNS_BUG_V11_PROPS_OVERRUN)
+// Filled when the library is loaded from the real plugin's table, with the one function replaced.
+#ifdef NNS_BUG_OLD_VERSION_P2P_ZERO
+extern "C" {
+__attribute__((visibility("default"))) ncclNet_v10_t ncclNetPlugin_v10 = {};
+}
+__attribute__((constructor)) void fillOlderTable() {
+  if (realV10() != nullptr) ncclNetPlugin_v10 = *realV10();
+  ncclNetPlugin_v10.name = NNS_BUG_NAME;
+  ncclNetPlugin_v10.getProperties = v10GetProperties;
+}
+#else
+extern "C" {
+__attribute__((visibility("default"))) ncclNet_v11_t ncclNetPlugin_v11 = {};
+}
+__attribute__((constructor)) void fillOlderTable() {
+  if (realV11() != nullptr) ncclNetPlugin_v11 = *realV11();
+  ncclNetPlugin_v11.name = NNS_BUG_NAME;
+  ncclNetPlugin_v11.getProperties = v11GetProperties;
+}
+#endif
 #endif

@@ -791,6 +791,47 @@ __attribute__((noinline)) void overwriteFreedMemory() {
   for (void* block : blocks) std::free(block);
 }
 
+// One device's properties against what NCCL accepts: a fail naming the first field it refuses, or a pass. Run on
+// the newest table's properties (properties-sane) and on every older table's (every-version-agrees): an NCCL that
+// loads an older version takes that table's values.
+Verdict deviceSane(int dev, const ncclNetProperties_v12_t& p) {
+  if (p.name == nullptr) return fail("device %d: name is NULL (NCCL keys NICs by name)", dev);
+  if (p.name[0] == '\0')
+    return fail(
+        "device %d: name \"\" is empty (NCCL keys NICs by name and logs them by it; a name pointing into a "
+        "temporary string often reads as empty once it is gone)",
+        dev);
+  if (size_t bad = 0; !core::isPrintableText(p.name, &bad))
+    return fail(
+        "device %d: name \"%s\" has byte 0x%02x at %zu, not printable ASCII (NCCL writes names into its "
+        "logs and topology XML as they are)",
+        dev, core::printable(p.name).c_str(), static_cast<unsigned char>(p.name[bad]), bad);
+  if (p.pciPath != nullptr && std::strncmp(p.pciPath, "/sys/", 5) != 0)
+    return fail("device %d: pciPath %s is not a /sys path", dev, core::printable(p.pciPath).c_str());
+  if (p.pciPath != nullptr && access(p.pciPath, F_OK) != 0)
+    return fail("device %d: pciPath %s does not exist (%s): NCCL would not find the device in the topology", dev,
+                core::printable(p.pciPath).c_str(), std::strerror(errno));
+  if (!(p.ptrSupport & NCCL_PTR_HOST)) return fail("device %d: ptrSupport 0x%x lacks NCCL_PTR_HOST", dev, p.ptrSupport);
+  if (p.maxComms <= 0 || p.maxRecvs < 1 || p.maxRecvs > 64)
+    return fail("device %d: maxComms %d, maxRecvs %d", dev, p.maxComms, p.maxRecvs);
+  if (!std::isfinite(p.latency) || p.latency < 0)
+    return fail("device %d: latency %f (a finite number of microseconds, 0 or more)", dev, p.latency);
+  if (p.maxP2pBytes == 0 || p.maxP2pBytes > NCCL_MAX_NET_SIZE_BYTES)
+    return fail("device %d: maxP2pBytes %zu outside (0, 1 TiB] (NCCL refuses the connection)", dev, p.maxP2pBytes);
+  if (p.vProps.ndevs < 1 || p.vProps.ndevs > NCCL_NET_MAX_DEVS_PER_NIC)
+    return fail("device %d: vProps.ndevs %d", dev, p.vProps.ndevs);
+  // NCCL 2.30 takes a v12 plugin's fields verbatim: these must be filled (-1 = undefined ids; 1 if unsure).
+  if (p.maxMultiRequestSize < 1)
+    return fail("device %d: maxMultiRequestSize %d (at least 1)", dev, p.maxMultiRequestSize);
+  if (p.railId < NCCL_NET_ID_UNDEF || p.planeId < NCCL_NET_ID_UNDEF)
+    return fail("device %d: railId %d / planeId %d (-1 when undefined)", dev, p.railId, p.planeId);
+  if (p.netDeviceType != NCCL_NET_DEVICE_HOST &&
+      !(p.netDeviceType == NCCL_NET_DEVICE_UNPACK && p.netDeviceVersion == NCCL_NET_DEVICE_UNPACK_VERSION))
+    return fail("device %d: netDeviceType %d version %d is not one NCCL accepts for ncclNet", dev, p.netDeviceType,
+                p.netDeviceVersion);
+  return pass("");
+}
+
 Verdict propertiesSane(Context& c) {
   int ndev = 0;
   if (ncclResult_t result = CALL("devices", c.net->devices(&ndev)); result != ncclSuccess)
@@ -806,40 +847,7 @@ Verdict propertiesSane(Context& c) {
     if (p.name == nullptr || !names.insert(p.name).second)
       return fail("device %d: name %s is missing or not unique (NCCL keys NICs by name)", dev,
                   core::printable(p.name).c_str());
-    if (p.name[0] == '\0')
-      return fail(
-          "device %d: name \"\" is empty (NCCL keys NICs by name and logs them by it; a name pointing into a "
-          "temporary string often reads as empty once it is gone)",
-          dev);
-    if (size_t bad = 0; !core::isPrintableText(p.name, &bad))
-      return fail(
-          "device %d: name \"%s\" has byte 0x%02x at %zu, not printable ASCII (NCCL writes names into its "
-          "logs and topology XML as they are)",
-          dev, core::printable(p.name).c_str(), static_cast<unsigned char>(p.name[bad]), bad);
-    if (p.pciPath != nullptr && std::strncmp(p.pciPath, "/sys/", 5) != 0)
-      return fail("device %d: pciPath %s is not a /sys path", dev, core::printable(p.pciPath).c_str());
-    if (p.pciPath != nullptr && access(p.pciPath, F_OK) != 0)
-      return fail("device %d: pciPath %s does not exist (%s): NCCL would not find the device in the topology", dev,
-                  core::printable(p.pciPath).c_str(), std::strerror(errno));
-    if (!(p.ptrSupport & NCCL_PTR_HOST))
-      return fail("device %d: ptrSupport 0x%x lacks NCCL_PTR_HOST", dev, p.ptrSupport);
-    if (p.maxComms <= 0 || p.maxRecvs < 1 || p.maxRecvs > 64)
-      return fail("device %d: maxComms %d, maxRecvs %d", dev, p.maxComms, p.maxRecvs);
-    if (!std::isfinite(p.latency) || p.latency < 0)
-      return fail("device %d: latency %f (a finite number of microseconds, 0 or more)", dev, p.latency);
-    if (p.maxP2pBytes == 0 || p.maxP2pBytes > NCCL_MAX_NET_SIZE_BYTES)
-      return fail("device %d: maxP2pBytes %zu outside (0, 1 TiB] (NCCL refuses the connection)", dev, p.maxP2pBytes);
-    if (p.vProps.ndevs < 1 || p.vProps.ndevs > NCCL_NET_MAX_DEVS_PER_NIC)
-      return fail("device %d: vProps.ndevs %d", dev, p.vProps.ndevs);
-    // NCCL 2.30 takes a v12 plugin's fields verbatim: these must be filled (-1 = undefined ids; 1 if unsure).
-    if (p.maxMultiRequestSize < 1)
-      return fail("device %d: maxMultiRequestSize %d (at least 1)", dev, p.maxMultiRequestSize);
-    if (p.railId < NCCL_NET_ID_UNDEF || p.planeId < NCCL_NET_ID_UNDEF)
-      return fail("device %d: railId %d / planeId %d (-1 when undefined)", dev, p.railId, p.planeId);
-    if (p.netDeviceType != NCCL_NET_DEVICE_HOST &&
-        !(p.netDeviceType == NCCL_NET_DEVICE_UNPACK && p.netDeviceVersion == NCCL_NET_DEVICE_UNPACK_VERSION))
-      return fail("device %d: netDeviceType %d version %d is not one NCCL accepts for ncclNet", dev, p.netDeviceType,
-                  p.netDeviceVersion);
+    if (Verdict sane = deviceSane(dev, p); sane.status != Status::kPass) return sane;
     summary += std::string(dev ? "; " : "") + core::printable(p.name) + " " + std::to_string(p.speed) +
                " Mbps maxRecvs " + std::to_string(p.maxRecvs);
     // Values NCCL accepts but that look like the wrong unit: said, not failed (a 100 Mb/s port exists). NCCL ranks
@@ -2669,6 +2677,9 @@ Verdict everyVersionAgrees(Context& c) {
     ncclNetProperties_v12_t p;
     if (ncclResult_t result = CALL("getProperties", net->getProperties(c.dev, &p)); result != ncclSuccess)
       return fail("ncclNet_v%d: getProperties returned %s", version, resultText(result).c_str());
+    // An NCCL that loads this version takes this table's values (maxP2pBytes, vProps, ...) as the newest's are taken.
+    if (Verdict sane = deviceSane(c.dev, p); sane.status != Status::kPass)
+      return fail("ncclNet_v%d: %s", version, sane.evidence.c_str());
     // Compared as printed, so a NULL name is a difference, not a crash.
     const std::string name = core::printable(p.name), newestName = core::printable(c.props.name);
     if (name != newestName || p.speed != c.props.speed || p.ptrSupport != c.props.ptrSupport ||
@@ -2708,10 +2719,11 @@ Verdict everyCallReturns(Context& c) {
 }
 
 Verdict manyCommsAtOnce(Context& c) {
-  // NCCL opens a connection per peer and channel, so two ranks hold several at once and use them interleaved. Each
-  // must carry its own messages only: 8 connections, 12 rounds of one message on each (sizes and bytes differ per
-  // connection and round), posted on all 8 before any is waited for.
-  constexpr int kComms = 8, kRounds = 12;
+  // NCCL opens a connection per peer and channel (up to 64 channels), so two ranks hold many at once and use them
+  // interleaved: as many as device 0 says it takes (maxComms), up to 64, each carrying only its own messages. Each
+  // round posts one message on every connection before any is waited for; sizes and bytes differ per connection and
+  // round. A plugin that fails past some count it does not advertise (a fixed table of comms) fails here.
+  const int kComms = std::clamp(c.props.maxComms, 1, 64), kRounds = std::max(4, 96 / kComms);
   auto sizeOf = [](int comm, int round) { return static_cast<size_t>(1000 + 997 * comm + 7919 * round); };
   auto seedOf = [](int comm, int round) { return static_cast<uint64_t>(100 * comm + round + 1); };
   const size_t capacity = sizeOf(kComms - 1, kRounds - 1);
@@ -2735,7 +2747,7 @@ Verdict manyCommsAtOnce(Context& c) {
     close(checkedPipe[1]);
     std::vector<void*> sendComms(kComms, nullptr);
     for (int i = 0; i < kComms; ++i)
-      if ((sendComms[i] = connectWithin(c, handles[i].data(), 20)) == nullptr) return 20;
+      if ((sendComms[i] = connectWithin(c, handles[i].data(), 20 + kComms / 4)) == nullptr) return 20;
     std::vector<std::vector<unsigned char>> buffers(kComms, std::vector<unsigned char>(capacity));
     std::vector<void*> mhandles(kComms);
     for (int i = 0; i < kComms; ++i) mhandles[i] = registerBuffer(c, sendComms[i], buffers[i].data(), capacity);
@@ -2763,7 +2775,8 @@ Verdict manyCommsAtOnce(Context& c) {
   });
   close(checkedPipe[0]);
   Verdict verdict = pass("");
-  auto deadline = Clock::now() + std::chrono::seconds(20);
+  const auto acceptWindow = std::chrono::seconds(20 + kComms / 4);
+  auto deadline = Clock::now() + acceptWindow;
   for (int accepted = 0; accepted < kComms && verdict.status == Status::kPass;) {
     accepted = 0;
     for (int i = 0; i < kComms; ++i) {
@@ -2777,7 +2790,8 @@ Verdict manyCommsAtOnce(Context& c) {
       accepted += recvComms[i] != nullptr ? 1 : 0;
     }
     if (accepted < kComms && Clock::now() > deadline)
-      verdict = fail("only %d of %d connections were accepted within 20 s", accepted, kComms);
+      verdict = fail("only %d of %d connections were accepted within %lld s (device 0's maxComms is %d)", accepted,
+                     kComms, static_cast<long long>(acceptWindow.count()), c.props.maxComms);
   }
   std::vector<std::vector<unsigned char>> buffers(kComms, std::vector<unsigned char>(capacity));
   std::vector<void*> mhandles(kComms);
@@ -2812,14 +2826,15 @@ Verdict manyCommsAtOnce(Context& c) {
     }
   }
   (void)!write(checkedPipe[1], "c", 1);
-  int code = waitPeer(peer, 30);
+  // Failed already: the peer may be waiting in a connect the receiver no longer accepts; its verdict is not needed.
+  int code = waitPeer(peer, verdict.status == Status::kPass ? 30 : 1);
   close(checkedPipe[1]);
   closeAll();
   if (verdict.status != Status::kPass) return verdict;
   if (code != 0) return fail("%s", peerText(code).c_str());
-  return pass(
-      "8 connections between the same two processes, 12 rounds of one message each posted on all 8 at once: "
-      "every message arrived on its own connection, sizes and bytes right");
+  return pass(std::to_string(kComms) + " connections between the same two processes (maxComms " +
+              std::to_string(c.props.maxComms) + "), " + std::to_string(kRounds) + " rounds of one message each " +
+              "posted on all at once: every message arrived on its own connection, sizes and bytes right");
 }
 
 // ---- comms-on-threads: each comm driven from a thread of its own ---------------------------------------------------
@@ -3337,7 +3352,8 @@ const std::vector<Rule>& rules() {
        sharedRegistrations},
       {{"close-with-requests-in-flight", "closing comms with requests pending returns and does not crash"},
        closeWithRequestsInFlight},
-      {{"every-version-agrees", "every exported ncclNetPlugin_vN reports the same device and moves data"},
+      {{"every-version-agrees",
+        "every exported ncclNetPlugin_vN reports the same device, with properties NCCL accepts, and moves data"},
        everyVersionAgrees},
       {{"peer-death-is-an-error", "a peer killed mid-transfer makes the pending test fail (within 30 s by default)"},
        peerDeathIsAnError},
@@ -3348,8 +3364,8 @@ const std::vector<Rule>& rules() {
       {{"every-call-returns", "each plugin call returns within the call timeout (a watchdog guards every rule)"},
        everyCallReturns},
       {{"many-comms-at-once",
-        "8 connections between two processes, used interleaved, each carry only their own "
-        "messages"},
+        "min(maxComms, 64) connections between two processes, open at once and used interleaved, each carry only "
+        "their own messages"},
        manyCommsAtOnce},
       {{"comms-on-threads",
         "4 connections, each made (connect, accept) and driven from its own thread on both sides (as NCCL's "
