@@ -38,6 +38,7 @@ refuses "-I 2" "--inplace"
 refuses "-R 7" "--local_register"
 refuses "-G 3" "--device-buffers"
 refuses "-r -1" "--root"
+refuses "-a 4" "--average"
 refuses "-d float17" "unknown data type float17 (-d: int8 uint8"
 # nccl-tests' per-process layout: 1 is what this bench does (below, a run with all three), anything else is named.
 refuses "-g 2" "-g 2: only 1 is supported (one GPU per rank here"
@@ -48,7 +49,7 @@ refuses "-A star" "unknown algorithm star"
 refuses "-b 1T -e 1T" "-e 1099511627776 needs two buffers of that size per rank"
 # An nccl-tests flag this tool lacks is named, also with no collective before it (its value was refused as the
 # collective: "collective: 1 not in {allreduce,...}"); an unknown collective is named as such.
-for args in "-z 1:argument was not expected: -z" "-a 1 allreduce:-a" "allred:unknown collective allred"; do
+for args in "-z 1:argument was not expected: -z" "-C 1 allreduce:-C" "allred:unknown collective allred"; do
   out=$(NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" ${args%%:*} 2>&1 >/dev/null)
   status=$?
   if [ "$status" -ne 2 ] || ! grep -qF -- "${args#*:}" <<<"$out"; then
@@ -182,6 +183,18 @@ if [ "$header" != "# buffers in host memory; slots in host memory" ]; then
   echo "FAILED: allgather header: '$header'"
   failures=$((failures + 1))
 fi
+
+# -a says whose time the column is: the slowest rank's unless asked (the references report that), nccl-tests' other
+# three on request.
+for a in "":"the slowest rank's (-a 3)" "-a 0":"rank 0's (-a 0)" "-a 1":"the average of the ranks' (-a 1)" \
+         "-a 2":"the fastest rank's (-a 2)"; do
+  header=$(NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" allreduce -p minimal -b 8 -e 8 -n 1 -w 0 \
+             ${a%%:*} | grep '^# time:')
+  if [ "$header" != "# time: ${a#*:}" ]; then
+    echo "FAILED: nccl-net-bench ${a%%:*} time header: '$header'"
+    failures=$((failures + 1))
+  fi
+done
 
 # Started by hand, with no launcher's rank or size set, the bench is a job of one rank (as nccl-tests without
 # mpirun), and says so; half a launcher's variables is still refused (it exited 2 on both).

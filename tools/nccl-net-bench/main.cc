@@ -1,6 +1,7 @@
-// nccl-net-bench: nccl-tests-style benchmark of the collectives over any net plugin: same flags (-b -e -f -n -w -c
-// -d -o -r) and columns (size, count, type, redop, root, time, algbw, busbw, #wrong). Run it under nccl-net-run,
-// mpirun, srun or torchrun; rank 0 prints the table.
+// nccl-net-bench: nccl-tests-style benchmark of the collectives over any net plugin: nccl-tests' flags (-b -e -f -i -n
+// -w -c -d -o -r -a) with their meanings, some defaults of its own (-b 8 -e 64M, where nccl-tests takes 32M for both;
+// -a 3, the slowest rank's time, where nccl-tests averages), and its columns (size, count, type, redop, root, time,
+// algbw, busbw, #wrong). Run it under nccl-net-run, mpirun, srun or torchrun; rank 0 prints the table.
 #include <limits.h>
 #include <unistd.h>
 
@@ -90,23 +91,43 @@ double inputValue(int r, size_t i, ncclRedOp_t op, ncclDataType_t type) {
   return isUnsigned ? plainValue(r, i) : plainValue(r, i) - 4;
 }
 
-// How far a result may be from the exact one: nothing for exact types; for the narrow floats, avg's rounding (1/n
-// and each rank's input times it are rounded to the type, as in NCCL, then each partial sum) with margin.
-double tolerance(ncclDataType_t type, double expected) {
+// Whether every partial result of `op` over n ranks is exact in a narrow float type, so that the result must be exact
+// too: min and max pick an input, prod's inputs keep it exact (inputValue), and a sum's partials stay within n times
+// the largest input, exact while that is within the type's run of consecutive integers. Avg rounds (1/n).
+bool exactIn(ncclDataType_t type, ncclRedOp_t op, int n) {
+  if (op == ncclMin || op == ncclMax || op == ncclProd) return true;
+  if (op != ncclSum) return false;
+  double consecutive = 0;  // every integer up to this is exact in the type
+  switch (type) {
+    case ncclFloat16: consecutive = 2048; break;
+    case ncclBfloat16: consecutive = 256; break;
+    case ncclFloat8e4m3: consecutive = 16; break;
+    case ncclFloat8e5m2: consecutive = 8; break;
+    default: return true;
+  }
+  return (isFp8(type) ? 1.0 : 4.0) * n <= consecutive;
+}
+
+// How far a result may be from the exact one: nothing for exact types, nor for the narrow floats where every partial
+// result is exact (one rounding step off is a wrong result there); otherwise, for the narrow floats, avg's rounding
+// (1/n and each rank's input times it are rounded to the type, as in NCCL, then each partial sum) or a sum's past
+// the type's consecutive integers, with margin.
+double tolerance(ncclDataType_t type, double expected, bool exact) {
   double scale = std::max(1.0, std::fabs(expected));
   switch (type) {
     case ncclFloat16:
-    case ncclBfloat16: return 1e-2 * scale;
-    case ncclFloat8e4m3: return 0.07 * scale;
-    case ncclFloat8e5m2: return 0.13 * scale;
+    case ncclBfloat16: return exact ? 0 : 1e-2 * scale;
+    case ncclFloat8e4m3: return exact ? 0 : 0.07 * scale;
+    case ncclFloat8e5m2: return exact ? 0 : 0.13 * scale;
     default: return 1e-6;
   }
 }
 
 // Whether a result is off by more than the type's rounding. A NaN is always wrong (every comparison with it is
-// false, so "differs by more than" would pass it); an exact match is right, infinities included.
-bool isWrong(double got, double expected, ncclDataType_t type) {
-  return !(got == expected || std::fabs(got - expected) <= tolerance(type, expected));
+// false, so "differs by more than" would pass it); an exact match is right, infinities included. `exact`: the
+// result has no rounding to allow for (exactIn; always so for collectives that only move data).
+bool isWrong(double got, double expected, ncclDataType_t type, bool exact) {
+  return !(got == expected || std::fabs(got - expected) <= tolerance(type, expected, exact));
 }
 
 void store(void* buffer, size_t i, ncclDataType_t type, double v) {
@@ -197,7 +218,8 @@ double sentinelFor(int n, ncclRedOp_t op, ncclDataType_t type) {
     store(cell, 0, type, candidate);
     const double held = load(cell, 0, type);
     bool clash = false;
-    for (size_t i = 0; i < 18 && !clash; ++i) clash = !isWrong(held, expectedReduction(n, i, op, type), type);
+    for (size_t i = 0; i < 18 && !clash; ++i)
+      clash = !isWrong(held, expectedReduction(n, i, op, type), type, exactIn(type, op, n));
     if (!clash) return candidate;
   }
   return 99.0;  // every candidate is some element's result: none of them can tell an unwritten element
@@ -274,6 +296,14 @@ int runTool(int argc, char** argv) {
                  "1: buffers in GPU memory (the current CUDA device), reduced by the CUDA kernels, moved by GPU Direct "
                  "RDMA where the plugin supports CUDA pointers, else staged through pinned host slots")
       ->check(CLI::IsMember({0, 1}));
+  // nccl-tests' -a, with its meanings; the default here is the slowest rank (3), not nccl-tests' average (1): the
+  // references this bench is compared with (mpi_allreduce_bench, gloo_allreduce_bench) report the slowest rank, and
+  // a collective is done when its last rank is.
+  int timeReport = 3;
+  app.add_option("-a,--average", timeReport,
+                 "time reported across the ranks: 0 rank 0's, 1 the average (nccl-tests' default), 2 the fastest, "
+                 "3 the slowest (default)")
+      ->check(CLI::IsMember({0, 1, 2, 3}));
   app.add_option("-p,--plugin", plugin, "net plugin (default: NCCL_NET_PLUGIN, else socket)");
   app.add_option("-A,--algo", algoText, "allreduce algorithm: auto (by size), ring, tree or doubling");
   // nccl-tests' per-process layout flags, so its command lines run here: one rank per process, one thread, one
@@ -457,6 +487,9 @@ int runTool(int argc, char** argv) {
                           "then the ring)"
                         : "");
       }
+      static const char* const kTimeReports[] = {"rank 0's", "the average of the ranks'", "the fastest rank's",
+                                                 "the slowest rank's"};
+      std::printf("# time: %s (-a %d)\n", kTimeReports[timeReport], timeReport);
       std::printf("#%11s %12s %8s %6s %5s %10s %8s %8s %7s\n", "size", "count", "type", "redop", "root", "time",
                   "algbw", "busbw", "#wrong");
       std::printf("#%11s %12s %8s %6s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
@@ -608,6 +641,8 @@ int runTool(int argc, char** argv) {
           // This rank's wrong elements in the output of the run just done.
           auto countWrong = [&] {
             long wrong = 0;
+            const bool reduces = collective == "allreduce" || collective == "reducescatter" || collective == "reduce";
+            const bool exact = !reduces || exactIn(type, op, n);
             download(output, (collective == "reducescatter" ? perRank : count) * es);
             for (size_t i = 0; i < count; ++i) {
               double expected, got;
@@ -619,7 +654,7 @@ int runTool(int argc, char** argv) {
                 if (i >= perRank) break;
                 expected = expectedReduction(n, rank * perRank + i, op, type);
                 got = load(output, i, type);
-                if (isWrong(got, expected, type)) ++wrong;
+                if (isWrong(got, expected, type, exact)) ++wrong;
                 continue;
               } else if (collective == "broadcast") {
                 expected = plainValue(root, i);
@@ -630,7 +665,7 @@ int runTool(int argc, char** argv) {
                 expected = expectedReduction(n, i, op, type);
               }
               got = load(output, i, type);
-              if (isWrong(got, expected, type)) ++wrong;
+              if (isWrong(got, expected, type, exact)) ++wrong;
             }
             return wrong;
           };
@@ -644,19 +679,26 @@ int runTool(int argc, char** argv) {
           };
           long wrong = 0;
           if (check > 0) wrong = inPlace ? checkedRun() : countWrong();
-          // The slowest rank's time and every rank's wrong count.
+          // The time -a asks for (the slowest rank's by default) and every rank's wrong count.
           char mine[64] = {};  // all 64 bytes travel
           std::snprintf(mine, sizeof(mine), "%.9f %ld", seconds, wrong);
           auto all = comm.bootstrap().allGather(std::string(mine, sizeof(mine)));
-          double slowest = 0;
+          double slowest = 0, fastest = std::numeric_limits<double>::infinity(), sum = 0, rankZero = 0;
           long totalWrong = 0;
-          for (const auto& entry : all) {
+          for (size_t r = 0; r < all.size(); ++r) {
             double s = 0;
             long w = 0;
-            std::sscanf(entry.c_str(), "%lf %ld", &s, &w);
+            std::sscanf(all[r].c_str(), "%lf %ld", &s, &w);
+            if (r == 0) rankZero = s;
             slowest = std::max(slowest, s);
+            fastest = std::min(fastest, s);
+            sum += s;
             totalWrong += w;
           }
+          const double reported = timeReport == 0   ? rankZero
+                                  : timeReport == 1 ? sum / static_cast<double>(all.size())
+                                  : timeReport == 2 ? fastest
+                                                    : slowest;
           // -c N: nccl-tests' further checked runs, each counted across the ranks so that all stop at the same one.
           for (int c = 1; c < check && totalWrong == 0; ++c) {
             char text[32] = {};  // all 32 bytes travel
@@ -667,14 +709,14 @@ int runTool(int argc, char** argv) {
           }
           wrongTotal += totalWrong;
           if (rank == 0) {
-            double algbw = bytes / slowest / 1e9;
+            double algbw = bytes / reported / 1e9;
             busbwSum += algbw * busFactor;
             ++rows;
             // The count column is nccl-tests': per rank for allgather and reducescatter (the size is the total).
             const size_t shownCount = collective == "allgather" || collective == "reducescatter" ? perRank : count;
             std::printf(" %11zu %12zu %8s %6s %5s %10.1f %8.3f %8.3f %7s\n", bytes, shownCount, coll::typeName(type),
                         reducing ? reductionName(op) : "none", std::to_string(rooted ? root : -1).c_str(),
-                        slowest * 1e6, algbw, algbw * busFactor, check ? std::to_string(totalWrong).c_str() : "N/A");
+                        reported * 1e6, algbw, algbw * busFactor, check ? std::to_string(totalWrong).c_str() : "N/A");
             std::fflush(stdout);
           }
           bytesD = next;
