@@ -177,6 +177,37 @@ TEST_F(Ncv4, GraphFileGpuDevIsTheWholeId) {
   }
 }
 
+TEST_F(Ncv4, GraphFileValuesNcclCannotHoldAreRefused) {
+  // Each of these loaded and printed as a graph: NCCL's arrays hold 64 channels, its patterns are 1..6, a ring that
+  // visits a GPU twice never completes, and a NET id that is no NET of the system is no channel's NIC.
+  std::ifstream in(dataPath("azure-ncv4-graph.xml"));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string changed = text;
+    changed.replace(changed.find(from), from.size(), to);
+    return changed;
+  };
+  const std::pair<std::string, std::string> cases[] = {
+      {replaced("pattern=\"4\"", "pattern=\"99\""), "graph.xml:2: pattern=99 is no NCCL search pattern"},
+      {replaced("crossnic=\"0\"", "crossnic=\"5\""), "graph.xml:2: crossnic=5 (0, 1 or 2)"},
+      {replaced("nchannels=\"2\"", "nchannels=\"100\""),
+       "graph.xml:2: nchannels=100: NCCL holds at most 64 channels (MAXCHANNELS)"},
+      {replaced("speedinter=\"12\"", "speedinter=\"-5\""),
+       "graph.xml:2: speedinter=-5: a bandwidth in GB/s, 0 or more"},
+      {replaced("<gpu dev=\"1\"/>", "<gpu dev=\"0\"/>"), "graph.xml:5: <gpu> dev=\"0\" is listed twice in one channel"},
+      {replaced("<gpu dev=\"3\"/>", "<gpu dev=\"3\"/><net dev=\"ff\"/>"),
+       "graph.xml:7: <net> dev=\"ff\" is no NET of this topology (NCCL: net not found)"},
+  };
+  for (const auto& [xml, expected] : cases) {
+    try {
+      loadGraphXml(parseXml(xml, "graph.xml"), &analysis->system);
+      ADD_FAILURE() << expected << ": expected an error";
+    } catch (const TopologyError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST_F(Ncv4, GraphFileTypesAreNcclGraphNames) {
   // typeintra/typeinter are read through NCCL's graph dictionary: LOC NVL NVB PIX PXB P2C PXN PHB SYS, no C2C and no
   // integer levels (those are P2P/GDR level spellings, not graph ones).

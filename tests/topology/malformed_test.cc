@@ -199,6 +199,29 @@ TEST(TopologyMalformed, AValueTooLongForNcclIsNamed) {
   EXPECT_EQ(loadError(text.substr(0, at) + " vendor=\"" + std::string(253, 'v') + "\"" + text.substr(at)), "");
 }
 
+TEST(TopologyMalformed, MoreAttributesOrChildrenThanNcclsReaderTakesAreNamed) {
+  // NCCL's reader holds 16 attributes per element and 640 children per element, and fails the file past them.
+  const std::string text = wrap(gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\""));
+  const size_t at = text.find("<system version=\"1\"") + std::strlen("<system version=\"1\"");
+  auto withAttributes = [&](int extra) {
+    std::string attrs;
+    for (int i = 0; i < extra; ++i) attrs += " a" + std::to_string(i) + "=\"1\"";
+    return text.substr(0, at) + attrs + text.substr(at);
+  };
+  EXPECT_EQ(loadError(withAttributes(15)), "");  // version and 15 more: 16
+  std::string error = loadError(withAttributes(16));
+  EXPECT_NE(error.find("bad.xml:1: <system> has 17 attributes; NCCL's XML reader takes at most 16"), std::string::npos)
+      << error;
+  auto withChildren = [&](int n) {
+    std::string children;
+    for (int i = 0; i < n; ++i) children += "<unknown/>\n";
+    return text.substr(0, at) + ">" + children + text.substr(at + 1);
+  };
+  EXPECT_EQ(loadError(withChildren(639)), "");  // and the <cpu>: 640
+  error = loadError(withChildren(640));
+  EXPECT_NE(error.find("<system> (line 1) has more than 640 child elements"), std::string::npos) << error;
+}
+
 TEST(TopologyMalformed, GpuRanksOutsideTheRangeAreNamed) {
   // -1 read as "no peer" in the Ring and Trees lines; 2147483647 overflowed the ranks given to GPUs added after it.
   for (const char* rank : {"-1", "16777216", "2147483647"}) {
@@ -313,8 +336,10 @@ TEST(TopologyMalformed, AOneSidedNvLinkNamesItsLine) {
 }
 
 TEST(TopologyMalformed, TooManyNodesOfOneType) {
+  // Two ports per NIC: 641 NICs under one <cpu> would be past NCCL's 640 children per element first.
   std::string nets;
-  for (int i = 0; i <= kMaxNodesPerType; ++i) nets += "<nic><net dev=\"" + std::to_string(i) + "\"/></nic>";
+  for (int i = 0; i <= kMaxNodesPerType; i += 2)
+    nets += "<nic><net dev=\"" + std::to_string(i) + "\"/><net dev=\"" + std::to_string(i + 1) + "\"/></nic>";
   EXPECT_NE(loadError(wrap(nets)).find("more than 640 NET nodes"), std::string::npos) << loadError(wrap(nets));
 }
 

@@ -222,12 +222,14 @@ TEST(TopologyRules, LocalNetMirrorsTheDevIndex) {
   EXPECT_EQ(rotation, ints("2 3 0 1"));
   // The reason names what set the share and shows the mirrored index, so "4 GPUs share 4 NETs -> 4 per GPU" is not a
   // riddle.
-  EXPECT_EQ(a.localNets[1][0].reason,
-            "4 NET(s) at the best bw 48.0/PIX from this GPU, shared by 4 GPU(s) -> 1 net(s) per GPU (ceil(4/4), "
-            "NCCL_NETDEVS_POLICY=AUTO); index = dev 1 bit-mirrored over 4 = 2, + channel % 1 = 2, mod 4 -> NET 2");
-  EXPECT_EQ(b.localNets[1][1].reason,
-            "4 NET(s) at the best bw 48.0/PIX from this GPU, shared by 4 GPU(s) -> 4 net(s) per GPU "
-            "(NCCL_NETDEVS_POLICY=ALL); index = dev 1 bit-mirrored over 4 = 2, + channel % 4 = 3, mod 4 -> NET 3");
+  EXPECT_EQ(
+      a.localNets[1][0].reason,
+      "4 NET(s) at the best bw 48.0/PIX from this GPU, shared by 4 GPU(s) -> 1 net(s) per GPU (ceil(4/4), "
+      "NCCL_NETDEVS_POLICY=AUTO); index = dev 1 bit-mirrored over 4 = 2, + (channel 0 % 1 = 0) = 2, mod 4 -> NET 2");
+  EXPECT_EQ(
+      b.localNets[1][1].reason,
+      "4 NET(s) at the best bw 48.0/PIX from this GPU, shared by 4 GPU(s) -> 4 net(s) per GPU "
+      "(NCCL_NETDEVS_POLICY=ALL); index = dev 1 bit-mirrored over 4 = 2, + (channel 1 % 4 = 1) = 3, mod 4 -> NET 3");
 }
 
 TEST(TopologyRules, PortsOfOneNicShareItsNode) {
@@ -438,6 +440,11 @@ TEST(TopologyRules, NcclLogShapes) {
   auto sysLines = systemLogLines(a.system);
   EXPECT_EQ(sysLines[0], "=== System : maxBw 12.0 totalBw 240.0 ===");
   EXPECT_EQ(sysLines[1], "CPU/0-0 (1/1/2)");
+  // NCCL numbers each vendor's CPU models from 1: a Zhaoxin Yongfeng (family 7, model 0x5B) logs as model 1.
+  const std::string yongfeng =
+      "<cpu numaid=\"0\" arch=\"x86_64\" vendor=\"CentaurHauls\" familyid=\"7\" modelid=\"91\">";
+  Analysis z = run(yongfeng + pci("0000:01:00.0", "0x030200", gpu(0), "16 GT/s", 8) + "</cpu>");
+  EXPECT_EQ(systemLogLines(z.system)[1], "CPU/0-0 (1/3/1)");
   auto paths = pathLogLines(a.system);
   EXPECT_EQ(paths[0].rfind("GPU/0-101c0 :GPU/0-101c0 (0/5000.0/LOC) GPU/0-101d0 (2/240.0/NVL) ", 0), 0u) << paths[0];
   EXPECT_EQ(a.gdrRead[0][0].ncclLog,

@@ -153,7 +153,7 @@ std::vector<std::string> systemLogLines(const System& sys) {
         line += fmt(" (%d)", n.gpu.rank);
       else if (type == CPU)
         line += fmt(" (%d/%d/%d)", static_cast<int>(n.cpu.arch), static_cast<int>(n.cpu.vendor),
-                    static_cast<int>(n.cpu.model));
+                    ncclCpuModelCode(n.cpu.model));
       else if (type == PCI)
         line += fmt(" (%llx)", static_cast<unsigned long long>(n.pciDevice));
       out.push_back(line);

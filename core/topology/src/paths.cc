@@ -313,9 +313,9 @@ LocalNetChoice localNet(const System& sys, const TopoSettings& settings, int ran
                           : fmt("dev %d", sys.node(GPU, g).gpu.dev);
   c.reason =
       fmt("%d NET(s) at the best bw %.1f/%s from this GPU, shared by %d GPU(s) -> %d net(s) per GPU (%s); "
-          "index = %s, + channel %% %d = %lld, mod %d -> NET %d",
+          "index = %s, + (channel %d %% %d = %d) = %lld, mod %d -> NET %d",
           count, c.localBw, nameOf(c.localPathType).c_str(), localGpuCount, c.netsPerGpu, share.c_str(), start.c_str(),
-          c.netsPerGpu, static_cast<long long>(pick), count, c.netDev);
+          channel, c.netsPerGpu, channel % c.netsPerGpu, static_cast<long long>(pick), count, c.netDev);
   return c;
 }
 

@@ -803,12 +803,21 @@ std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys, int c
         throw TopologyError(src + ":" + std::to_string(ge.line) + ": " + key + " out of range");
       return static_cast<int>(v);
     };
+    auto lineOf = [&](const XmlElement& e) { return src + ":" + std::to_string(e.line) + ": "; };
     g.id = intOf("id");
     g.pattern = intOf("pattern");
+    // NCCL_TOPO_PATTERN_BALANCED_TREE (1) .. COLLNET_DIRECT (6); crossnic is 0, 1 or 2 (NCCL_CROSS_NIC's values).
+    if (g.pattern < 1 || g.pattern > 6)
+      throw TopologyError(lineOf(ge) + "pattern=" + std::to_string(g.pattern) +
+                          " is no NCCL search pattern (1 balanced tree .. 4 ring, 5 NVLS, 6 CollNet direct)");
     g.crossNic = intOf("crossnic");
+    if (g.crossNic > 2) throw TopologyError(lineOf(ge) + "crossnic=" + std::to_string(g.crossNic) + " (0, 1 or 2)");
     // NCCL_CROSS_NIC=0 forbids changing NICs: NCCL skips a graph that was searched with crossnic=1.
     if (crossNicSetting == 0 && g.crossNic == 1) continue;
     int declared = intOf("nchannels");
+    if (declared > kMaxChannels)
+      throw TopologyError(lineOf(ge) + "nchannels=" + std::to_string(declared) + ": NCCL holds at most " +
+                          std::to_string(kMaxChannels) + " channels (MAXCHANNELS) and would write past them");
     auto floatOf = [&](const char* key) {
       auto v = parseOptionalFloatAttr(ge, key, src);
       if (!v) throw TopologyError(src + ":" + std::to_string(ge.line) + ": <graph> is missing " + key);
@@ -816,6 +825,10 @@ std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys, int c
     };
     g.bwIntra = floatOf("speedintra");
     g.bwInter = floatOf("speedinter");
+    for (const auto& [key, bw] : {std::pair<const char*, float>{"speedintra", g.bwIntra}, {"speedinter", g.bwInter}})
+      if (!(bw >= 0))
+        throw TopologyError(lineOf(ge) + key + "=" + fmtf("%g", static_cast<double>(bw)) +
+                            ": a bandwidth in GB/s, 0 or more");
     g.latencyInter = parseOptionalFloatAttr(ge, "latencyinter", src).value_or(0.0f);
     g.typeIntra = typeOf(ge, "typeintra");
     g.typeInter = typeOf(ge, "typeinter");
@@ -852,8 +865,16 @@ std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys, int c
             throw TopologyError(src + ":" + std::to_string(item.line) + ": <gpu> dev=\"" + devText + "\" is " +
                                 (sys ? "no GPU of this topology (NCCL: dev not found)"
                                      : "not a GPU id (NVML index 0.." + std::to_string(kMaxRanks - 1) + ")"));
+          if (std::find(ranks.begin(), ranks.end(), rank) != ranks.end())
+            throw TopologyError(lineOf(item) + "<gpu> dev=\"" + devText +
+                                "\" is listed twice in one channel (a ring or chain visits each GPU once)");
           ranks.push_back(rank);
         } else if (item.name == "net") {
+          // A NET's whole id (NCCL_TOPO_ID(system, dev)), looked up among the topology's NETs as NCCL does.
+          if (sys && std::none_of(sys->nodes[NET].begin(), sys->nodes[NET].end(),
+                                  [dev](const auto& net) { return net.id == dev; }))
+            throw TopologyError(lineOf(item) + "<net> dev=\"" + devText +
+                                "\" is no NET of this topology (NCCL: net not found)");
           nets.push_back(dev);
         }
       }

@@ -104,8 +104,17 @@ void convertElement(const pugi::xml_node& from, XmlElement& to, int depth, Conve
                           std::to_string(kMaxNcclValueChars) + " or more (\"value ... too long (max 255)\")");
     to.attrs.emplace_back(a.name(), a.value());
   }
+  if (to.attrs.size() > kNcclMaxAttributes)
+    throw TopologyError(state.source + ":" + std::to_string(to.line) + ": <" + to.name + "> has " +
+                        std::to_string(to.attrs.size()) + " attributes; NCCL's XML reader takes at most " +
+                        std::to_string(kNcclMaxAttributes) + " (MAX_ATTR_COUNT) and fails the file");
   for (const auto& c : from.children()) {
     if (c.type() == pugi::node_element) {
+      if (to.children.size() == kNcclMaxChildren)
+        throw TopologyError(state.source + ":" + std::to_string(state.lines.lineOf(c.offset_debug())) + ": <" +
+                            to.name + "> (line " + std::to_string(to.line) + ") has more than " +
+                            std::to_string(kNcclMaxChildren) +
+                            " child elements; NCCL's XML reader takes at most that many (MAX_SUBS) and fails the file");
       to.children.emplace_back();
       convertElement(c, to.children.back(), depth + 1, state);
     } else if (c.type() == pugi::node_pcdata || c.type() == pugi::node_cdata) {
@@ -119,6 +128,12 @@ void convertElement(const pugi::xml_node& from, XmlElement& to, int depth, Conve
 }
 
 }  // namespace
+
+std::size_t countElements(const XmlElement& root) {
+  std::size_t count = 1;
+  for (const auto& child : root.children) count += countElements(child);
+  return count;
+}
 
 XmlDocument parseXml(std::string_view text, std::string sourceName) {
   if (text.size() > kMaxXmlBytes)

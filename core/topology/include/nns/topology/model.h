@@ -68,6 +68,11 @@ enum class CpuArch : int { Unknown = 0, X86 = 1, Power = 2, Arm = 3 };
 enum class CpuVendor : int { Unknown = 0, Intel = 1, Amd = 2, Zhaoxin = 3 };
 // NCCL's CPU model classes (only Intel and Zhaoxin distinguish them).
 enum class CpuModel : int { Unknown = 0, IntelBdw = 1, IntelSkl = 2, IntelSrp = 3, IntelErp = 4, Yongfeng = 5 };
+// The number NCCL's log prints for a model: NCCL numbers each vendor's models from 1 (its Yongfeng is 1, as Intel's
+// Broadwell), so the enum above, which keeps them apart, is not it.
+inline constexpr int ncclCpuModelCode(CpuModel model) {
+  return model == CpuModel::Yongfeng ? 1 : static_cast<int>(model);
+}
 
 // Node ids: top 8 bits system (host) index, low 56 bits the local id (bus id, numa id, net dev). As NCCL's
 // NCCL_TOPO_ID, the local id is masked to its low 56 bits: a NIC's (numaid << 56) + busid keeps only the bus id, and

@@ -47,6 +47,16 @@ inline constexpr std::size_t kMaxXmlBytes = 16u << 20;
 inline constexpr int kMaxXmlDepth = 64;
 inline constexpr std::size_t kMaxXmlElements = 1u << 18;
 
+// NCCL's XML reader limits (graph/xml.h, topo.h): attributes per element (MAX_ATTR_COUNT), children per element
+// (MAX_SUBS), and elements in a topology file (NCCL_TOPO_XML_MAX_NODES) and a graph file (NCCL_GRAPH_XML_MAX_NODES).
+// The first two are enforced by parseXml for every file; the element counts by the callers that know the kind.
+inline constexpr std::size_t kNcclMaxAttributes = 16;
+inline constexpr std::size_t kNcclMaxChildren = 640;
+inline constexpr std::size_t kNcclMaxTopologyNodes = 256;
+inline constexpr std::size_t kNcclMaxGraphNodes = 65536;
+// Elements in the document, the root included (what NCCL's node count counts).
+std::size_t countElements(const XmlElement& root);
+
 // Parses text; throws TopologyError("<source>:<line>: ...") on malformed XML.
 XmlDocument parseXml(std::string_view text, std::string sourceName = "<memory>");
 // Reads and parses a file; throws TopologyError when it cannot be read or parsed.
