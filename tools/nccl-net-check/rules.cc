@@ -2724,6 +2724,7 @@ Verdict manyCommsAtOnce(Context& c) {
   // round posts one message on every connection before any is waited for; sizes and bytes differ per connection and
   // round. A plugin that fails past some count it does not advertise (a fixed table of comms) fails here.
   const int kComms = std::clamp(c.props.maxComms, 1, 64), kRounds = std::max(4, 96 / kComms);
+  const int windowSeconds = 20 + kComms / 4;  // to connect, and to accept them all: more connections, more time
   auto sizeOf = [](int comm, int round) { return static_cast<size_t>(1000 + 997 * comm + 7919 * round); };
   auto seedOf = [](int comm, int round) { return static_cast<uint64_t>(100 * comm + round + 1); };
   const size_t capacity = sizeOf(kComms - 1, kRounds - 1);
@@ -2747,7 +2748,7 @@ Verdict manyCommsAtOnce(Context& c) {
     close(checkedPipe[1]);
     std::vector<void*> sendComms(kComms, nullptr);
     for (int i = 0; i < kComms; ++i)
-      if ((sendComms[i] = connectWithin(c, handles[i].data(), 20 + kComms / 4)) == nullptr) return 20;
+      if ((sendComms[i] = connectWithin(c, handles[i].data(), windowSeconds)) == nullptr) return 20;
     std::vector<std::vector<unsigned char>> buffers(kComms, std::vector<unsigned char>(capacity));
     std::vector<void*> mhandles(kComms);
     for (int i = 0; i < kComms; ++i) mhandles[i] = registerBuffer(c, sendComms[i], buffers[i].data(), capacity);
@@ -2775,7 +2776,7 @@ Verdict manyCommsAtOnce(Context& c) {
   });
   close(checkedPipe[0]);
   Verdict verdict = pass("");
-  const auto acceptWindow = std::chrono::seconds(20 + kComms / 4);
+  const auto acceptWindow = std::chrono::seconds(windowSeconds);
   auto deadline = Clock::now() + acceptWindow;
   for (int accepted = 0; accepted < kComms && verdict.status == Status::kPass;) {
     accepted = 0;
