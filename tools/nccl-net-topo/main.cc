@@ -361,13 +361,8 @@ int runTool(int argc, char** argv) {
       doc = nns::topo::makeSyntheticTopology(synthetic[0], synthetic[1]);
     } else if (!topoFile.empty()) {
       doc = nns::topo::readXmlFile(topoFile);
-      // NCCL reads NCCL_TOPO_FILE into room for NCCL_TOPO_XML_MAX_NODES elements and fails the file past them
-      // ("too many XML nodes"): a file NCCL refuses gets no analysis here either.
-      if (const std::size_t elements = nns::topo::countElements(doc.root); elements > nns::topo::kNcclMaxTopologyNodes)
-        throw TopologyError(topoFile + ": " + std::to_string(elements) + " elements; NCCL reads at most " +
-                            std::to_string(nns::topo::kNcclMaxTopologyNodes) +
-                            " from a topology file (NCCL_TOPO_XML_MAX_NODES) and fails it (\"too many "
-                            "XML nodes\")");
+      // NCCL reads NCCL_TOPO_FILE into room for 256 elements and fails the file past them: no analysis here either.
+      nns::topo::requireNcclNodeLimit(doc, nns::topo::kNcclMaxTopologyNodes, "NCCL_TOPO_XML_MAX_NODES", "topology");
     } else if (!plugin.empty()) {
       std::string pluginName;
       doc = nns::topo::discoverTopology(pluginNics(plugin, pluginDirs, &pluginName), &discovery);
@@ -420,11 +415,7 @@ int runTool(int argc, char** argv) {
     std::vector<nns::topo::Graph> loadedGraphs;
     if (!graphFile.empty()) {
       const nns::topo::XmlDocument graphDoc = nns::topo::readXmlFile(graphFile);
-      if (const std::size_t elements = nns::topo::countElements(graphDoc.root);
-          elements > nns::topo::kNcclMaxGraphNodes)
-        throw TopologyError(graphFile + ": " + std::to_string(elements) + " elements; NCCL reads at most " +
-                            std::to_string(nns::topo::kNcclMaxGraphNodes) +
-                            " from a graph file (NCCL_GRAPH_XML_MAX_NODES) and fails it");
+      nns::topo::requireNcclNodeLimit(graphDoc, nns::topo::kNcclMaxGraphNodes, "NCCL_GRAPH_XML_MAX_NODES", "graph");
       loadedGraphs = nns::topo::loadGraphXml(graphDoc, &a.system, opts.settings.crossNic);
     }
     int rank = opts.rank >= 0 ? opts.rank : (a.gpuRanks.empty() ? 0 : a.gpuRanks[0]);

@@ -135,6 +135,13 @@ std::size_t countElements(const XmlElement& root) {
   return count;
 }
 
+void requireNcclNodeLimit(const XmlDocument& doc, std::size_t limit, const char* limitName, const char* kind) {
+  if (const std::size_t elements = countElements(doc.root); elements > limit)
+    throw TopologyError(doc.sourceName + ": " + std::to_string(elements) + " elements; NCCL reads at most " +
+                        std::to_string(limit) + " from a " + kind + " file (" + limitName +
+                        ") and fails it (\"too many XML nodes\")");
+}
+
 XmlDocument parseXml(std::string_view text, std::string sourceName) {
   if (text.size() > kMaxXmlBytes)
     throw TopologyError(sourceName + ": file is larger than " + std::to_string(kMaxXmlBytes) + " bytes");

@@ -56,6 +56,9 @@ inline constexpr std::size_t kNcclMaxTopologyNodes = 256;
 inline constexpr std::size_t kNcclMaxGraphNodes = 65536;
 // Elements in the document, the root included (what NCCL's node count counts).
 std::size_t countElements(const XmlElement& root);
+// Throws TopologyError when `doc` has more elements than NCCL's reader holds for its kind of file (`limit`, one of
+// the two above, named by `limitName`; `kind` is "topology" or "graph").
+void requireNcclNodeLimit(const XmlDocument& doc, std::size_t limit, const char* limitName, const char* kind);
 
 // Parses text; throws TopologyError("<source>:<line>: ...") on malformed XML.
 XmlDocument parseXml(std::string_view text, std::string sourceName = "<memory>");
