@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -190,6 +191,16 @@ bool forwardFromSlots(Communicator& comm, const KernelLayer& kernels, const void
   return !kernels.onDevice() && comm.options().slots >= 2 && (out == nullptr || !comm.registered(out, bytes));
 }
 
+// A call's host buffers lent to its operation as registered (Communicator::registerForCall), before its plan is
+// built: where the plugin's registration costs nothing, its sends then leave from them and its plain-copy receives
+// land in them, not copied through the slots. A local choice, as forwardFromSlots: the wire is the same. GPU kernel
+// layers stage through host slots or use GPU slots, which this is not for.
+void lendBuffers(Communicator& comm, const KernelLayer& kernels,
+                 std::initializer_list<std::pair<const void*, size_t>> buffers) {
+  if (kernels.onDevice()) return;
+  for (auto [data, bytes] : buffers) comm.registerForCall(data, bytes);
+}
+
 // Elements per block in one round of a ring whose pieces are `piece` bytes: half the slots' pieces, so a rank's
 // forwards never hold all its slots (Plan::forward). Every rank cuts the same rounds whether it forwards or not,
 // since they decide the segments on the wire; 0 (one round) with a single slot.
@@ -274,6 +285,7 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
       if (op.op == ncclAvg) kernels.divide(recv, count, type, 1);
       return;
     }
+    lendBuffers(comm, kernels, {{call.in, count * es}, {recv, count * es}});
     if (chosen == Algorithm::Ring) {
       core::Plan& plan = comm.newPlan();
       // Whole blocks up to a slot (512 KiB) per message measured best on loopback TCP for 2 and 4 ranks from 256 KiB
@@ -336,6 +348,7 @@ void allGather(Communicator& comm, const void* send, void* recv, size_t sendCoun
   comm.submit(describeCall("allgather", sendCount, type), [&] {
     kernels.copy(static_cast<unsigned char*>(recv) + comm.rank() * sendCount * es, send, sendCount * es);
     if (comm.size() == 1) return;
+    lendBuffers(comm, kernels, {{recv, comm.size() * sendCount * es}, {send, sendCount * es}});
     core::Plan& plan = comm.newPlan();
     const bool forward = forwardFromSlots(comm, kernels, recv, comm.size() * sendCount * es);
     const size_t round = roundElements(comm, comm.options().slotBytes, es);
@@ -366,6 +379,7 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
       if (op.op == ncclAvg) kernels.divide(recv, recvCount, type, 1);
       return;
     }
+    lendBuffers(comm, kernels, {{send, n * recvCount * es}, {recv, recvCount * es}});
     // Working memory: partial sums unless they are forwarded from the slots; for avg then the premultiplied first
     // sends (an output's worth) and, forwarding, a piece's worth (premultiplyInRing).
     const bool forward = forwardFromSlots(comm, kernels);
@@ -398,6 +412,8 @@ void broadcast(Communicator& comm, const void* send, void* recv, size_t count, n
   comm.submit(describeCall("broadcast", count, type, nullptr, root), [&] {
     if (comm.rank() == root) kernels.copy(recv, send, count * typeSize(type));
     if (comm.size() == 1) return;
+    lendBuffers(comm, kernels,
+                {{recv, count * typeSize(type)}, {comm.rank() == root ? send : nullptr, count * typeSize(type)}});
     core::Plan& plan = comm.newPlan();
     const bool forward = forwardFromSlots(comm, kernels, recv, count * typeSize(type));
     for (int c = 0; c < comm.channels(); ++c) {
@@ -427,6 +443,7 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
       if (op.op == ncclAvg) kernels.divide(recv, count, type, 1);
       return;
     }
+    lendBuffers(comm, kernels, {{send, count * es}, {isRoot ? recv : nullptr, isRoot ? count * es : 0}});
     // Only the ranks between the chain's ends pass partial results on: from the slots, or from `work`. A
     // premultiplied input goes to the root's output (the root then reduces in place) or after `work`.
     const bool forward = forwardFromSlots(comm, kernels);
@@ -536,6 +553,8 @@ void sendRecv(Communicator& comm, std::span<const P2POp> ops, KernelLayer& kerne
     call.operations = ops.size();
   }
   comm.submit(call, [&] {
+    for (const auto& op : ops)
+      if (op.peer != comm.rank()) lendBuffers(comm, kernels, {{op.buffer, op.count * typeSize(op.type)}});
     core::Plan& plan = comm.newPlan();
     plan.setEndMarks(true);  // each receive's size is checked against its send's, not only piece by piece
     for (const auto& op : ops) {

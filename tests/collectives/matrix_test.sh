@@ -12,10 +12,12 @@ case "$collective" in sendrecv) places="0" ;; esac
 combinations=0
 for ranks in $rank_counts; do
   for inplace in $places; do
-    # 1001 elements' worth of bytes of the widest type: odd, not a multiple of any rank count or vector width.
+    # 1001 elements' worth of bytes of the widest type: odd, not a multiple of any rank count or vector width
+    # ($NNS_MATRIX_BYTES: another size, such as 10001 elements' worth for buffers registered per call).
     status=0
+    bytes="${NNS_MATRIX_BYTES:-8008}"
     out=$("$bin/nccl-net-run" -n "$ranks" --timeout 120 "$bin/nccl-net-bench" "$collective" -p "$plugin" \
-      -b 8008 -e 8008 -n 1 -w 0 -c 1 -I "$inplace" -d all -o all -r $((ranks - 1)) "$@" 2>&1) || status=$?
+      -b "$bytes" -e "$bytes" -n 1 -w 0 -c 1 -I "$inplace" -d all -o all -r $((ranks - 1)) "$@" 2>&1) || status=$?
     # nccl-net-bench -G 1 exits 4 without a CUDA device: the whole matrix is skipped, not failed.
     if [ "$status" -eq 4 ]; then echo "SKIP: no CUDA device"; exit 4; fi
     # The rows: size count type redop root time algbw busbw #wrong.

@@ -5,7 +5,9 @@
 // the mhandle and the irecv's profiler handles unchecked, writes *devComm unconditionally and leaves a send's size
 // unset; vendor code prints from init), and the harness must pass it on every rule. Another is a legitimate limit, not
 // a bug: NNS_SMALL_MESSAGES takes messages of at most 4 KiB and says so (maxCollBytes, maxP2pBytes), as a transport
-// with a small MTU and no segmentation of its own would; hosts must cut their messages to fit.
+// with a small MTU and no segmentation of its own would; hosts must cut their messages to fit. And
+// NNS_SLOW_REGISTRATION takes 50 us per regMr, as a plugin that pins memory does (the collective engine then keeps
+// copying through its slots instead of registering each call's buffers).
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -18,6 +20,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -660,6 +663,13 @@ ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle
   *mhandle = region;
   return ncclSuccess;
 #else
+#ifdef NNS_SLOW_REGISTRATION
+  // 50 us per registration, as a plugin that pins and maps pages takes (ibv_reg_mr of 1 MiB: tens of microseconds
+  // and more).
+  for (const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+       std::chrono::steady_clock::now() < until;) {
+  }
+#endif
   ncclResult_t result = real()->regMr(comm, data, size, type, mhandle);
 #ifdef NNS_BUG_REGISTRATION_LEAKS_HEAP
   // A per-registration record (1 KB: a page list, a cache entry) allocated here and never freed by deregMr: 2 MB over

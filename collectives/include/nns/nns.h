@@ -76,7 +76,9 @@ ncclResult_t nnsCommGetAsyncError(nnsComm_t comm, ncclResult_t* asyncError);
 /* Registers host memory with the communicator, as ncclCommRegister does: collectives then send from it and receive
  * into it directly instead of through the communicator's staging slots. The memory must stay valid until
  * nnsCommDeregister or nnsCommDestroy. A range that runs past the end of the address space, or host memory that is
- * not all mapped, is refused with ncclInvalidArgument. */
+ * not all mapped, is refused with ncclInvalidArgument. Over a plugin whose registration costs nothing (TCP's), a
+ * call's buffers of 64 KiB and more are registered for that call anyway (NNS_CALL_REGISTRATION, docs/collectives.md);
+ * registering them once still saves the per-call regMr. */
 ncclResult_t nnsCommRegister(const nnsComm_t comm, void* buff, size_t size, void** handle);
 ncclResult_t nnsCommDeregister(const nnsComm_t comm, void* handle);
 ncclResult_t nnsCommCount(const nnsComm_t comm, int* count);

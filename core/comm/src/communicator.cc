@@ -192,6 +192,13 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
   inline_ = envKnob("NNS_PROGRESS_INLINE", inline_ ? 1 : 0, 0, 1) != 0;
   options_.device = static_cast<int>(envKnob("NNS_NET_DEVICE", options_.device, 0));
   options_.checkCalls = envKnob("NNS_CHECK_CALLS", options_.checkCalls ? 1 : 0, 0, 1) != 0;
+  options_.callRegistration = static_cast<int>(envKnob("NNS_CALL_REGISTRATION", options_.callRegistration, 0, 1));
+  if (options_.callRegistration < -1 || options_.callRegistration > 1)
+    throw CommError("callRegistration " + std::to_string(options_.callRegistration) +
+                        " (CommOptions::callRegistration): -1 (when registration costs nothing), 0 or 1",
+                    ncclInvalidUsage);
+  callRegistration_ = options_.callRegistration;
+  callRegistrations_.resize(kMaxCallRegistrations);
   // Named by both their sources: the knob (already range-checked above when set) or the CommOptions field.
   if (options_.slots < 0 || options_.slots > kMaxSlots)
     throw CommError("slots " + std::to_string(options_.slots) + " (CommOptions::slots): 0 (the slot memory's " +
@@ -457,6 +464,46 @@ void Communicator::registerSlots(Connection& conn, bool sending, int peer) {
   conn.slots.resize(options_.slots);
   for (int i = 0; i < options_.slots; ++i) conn.slots[i].memory = conn.memory + i * options_.slotBytes;
   (void)sending;
+  if (callRegistration_ < 0) decideCallRegistration(conn, bytes, peer);
+}
+
+void Communicator::decideCallRegistration(Connection& conn, size_t bytes, int peer) {
+  // Registering a call's buffers instead of copying them through the slots pays when registration costs nothing, as
+  // with TCP, whose plugins only hand back a handle: a 2-rank 2 MiB allreduce then makes no copy of its own but the
+  // reduction (about 25% faster at 1 MiB on loopback). A plugin that pins memory (verbs, UCX over RDMA) takes tens of
+  // microseconds or more per registration, more than the copies cost. Timed on memory of the slots' size and kind,
+  // not the slots themselves (a plugin that caches registrations by address without counting them would release
+  // the slots' with the probe's), the best of three pairs (a preempted one is not taken for the plugin's cost); a
+  // failure only means no.
+  callRegistration_ = 0;
+  if (slotMemory_->ptrType() != NCCL_PTR_HOST) return;
+  struct Probe {
+    SlotMemory& memory;
+    void* data;
+    ~Probe() { memory.release(data); }
+  } probe{*slotMemory_, slotMemory_->allocate(bytes)};
+  constexpr auto kFree = std::chrono::nanoseconds(1000);
+  auto best = std::chrono::nanoseconds::max();
+  for (int i = 0; i < 3; ++i) {
+    void* mhandle = nullptr;
+    const auto start = Clock::now();
+    if (net_->regMr(conn.comm, probe.data, bytes, NCCL_PTR_HOST, &mhandle) != ncclSuccess) return;
+    if (net_->deregMr(conn.comm, mhandle) != ncclSuccess) {
+      hostLogger(NCCL_LOG_WARN, NCCL_INIT, __FILE__, __LINE__,
+                 "deregMr of a probe registration failed on the connection with rank %d; buffers go through the slots",
+                 peer);
+      return;
+    }
+    best = std::min(best, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start));
+  }
+  callRegistration_ = best < kFree ? 1 : 0;
+  hostLogger(NCCL_LOG_INFO, NCCL_INIT, __FILE__, __LINE__,
+             callRegistration_ ? "%s registers %zu bytes and deregisters them in %.2f us: host buffers of %zu bytes "
+                                 "and more are registered for each call, not copied through the slots "
+                                 "(NNS_CALL_REGISTRATION=0 turns it off)"
+                               : "%s registers %zu bytes and deregisters them in %.2f us: host buffers are copied "
+                                 "through the slots (NNS_CALL_REGISTRATION=1 registers them for each call instead)",
+             net_->name(), bytes, static_cast<double>(best.count()) / 1000.0, kCallRegistrationMinBytes);
 }
 
 void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstrap) {
@@ -680,6 +727,7 @@ void Communicator::flush(Connection& conn, void* data, int bytes, void* mhandle,
 void Communicator::closeConnections() {
   if (net_ == nullptr) return;
   for (auto& registration : registrations_) deregister(*registration);
+  for (auto& registration : callRegistrations_) deregister(registration, /*keepKeys=*/true);
   // Forward registrations cover other connections' slots: all go before any slot memory does.
   for (auto& [key, conn] : connections_) {
     for (auto& [source, mhandle] : conn.forwardHandles) net_->deregMr(conn.comm, mhandle);
@@ -927,6 +975,7 @@ std::string Communicator::execute(OperationRef operation, bool always, ncclResul
     *result = ncclSystemError;  // not the communicator's own: memory, a kernel layer's CUDA error
   }
   if (!error.empty() && !always) abort(error, *result);
+  dropCallRegistrations();  // after an abort's close, which deregistered them already
   tlsRunning = nullptr;
   return error;
 }
@@ -994,19 +1043,44 @@ Communicator::Registration* Communicator::covering(const void* data, size_t byte
   const auto begin = reinterpret_cast<uintptr_t>(data);
   for (const auto& registration : registrations_)
     if (begin >= registration->begin && begin + bytes <= registration->end) return registration.get();
+  for (size_t i = 0; i < callRegistered_; ++i) {
+    const Registration& registration = callRegistrations_[i];
+    if (begin >= registration.begin && begin + bytes <= registration.end)
+      return const_cast<Registration*>(&registration);
+  }
   return nullptr;
+}
+
+bool Communicator::registerForCall(const void* data, size_t bytes) {
+  if (callRegistration_ != 1 || bytes < kCallRegistrationMinBytes || callRegistered_ == callRegistrations_.size() ||
+      slotMemory_->ptrType() != NCCL_PTR_HOST || covering(data, bytes) != nullptr)
+    return false;
+  Registration& registration = callRegistrations_[callRegistered_++];
+  registration.begin = reinterpret_cast<uintptr_t>(data);
+  registration.end = registration.begin + bytes;
+  registration.type = NCCL_PTR_HOST;
+  return true;
+}
+
+void Communicator::dropCallRegistrations() {
+  for (size_t i = 0; i < callRegistered_; ++i) deregister(callRegistrations_[i], /*keepKeys=*/true);
+  callRegistered_ = 0;
 }
 
 void* Communicator::registeredHandle(const ConnKey& key, const void* data, size_t bytes) {
   Registration* registration = covering(data, bytes);
   if (registration == nullptr) return nullptr;
   auto found = registration->mhandles.find(key);
-  if (found != registration->mhandles.end()) return found->second;
+  if (found != registration->mhandles.end() && found->second != nullptr) return found->second;
   void* mhandle = nullptr;
   check(net_->regMr(connections_[key].comm, reinterpret_cast<void*>(registration->begin),
                     registration->end - registration->begin, registration->type, &mhandle),
         "regMr(user buffer)", key.peer);
-  registration->mhandles[key] = mhandle;
+  // A lent buffer's entry stays from an earlier operation (no allocation then).
+  if (found != registration->mhandles.end())
+    found->second = mhandle;
+  else
+    registration->mhandles[key] = mhandle;
   return mhandle;
 }
 
@@ -1026,16 +1100,18 @@ void* Communicator::forwardHandle(const ConnKey& sendKey, const ConnKey& recvKey
   return mhandle;
 }
 
-void Communicator::deregister(Registration& registration) {
+void Communicator::deregister(Registration& registration, bool keepKeys) {
   for (auto& [key, mhandle] : registration.mhandles) {
+    if (mhandle == nullptr) continue;
     auto conn = connections_.find(key);
     if (conn != connections_.end() && conn->second.comm != nullptr &&
         net_->deregMr(conn->second.comm, mhandle) != ncclSuccess)
       hostLogger(NCCL_LOG_WARN, NCCL_ALL, __FILE__, __LINE__,
                  "deregMr of a user buffer failed on the %s connection with rank %d (channel %d)",
                  key.sending ? "send" : "receive", key.peer, key.channel);
+    mhandle = nullptr;
   }
-  registration.mhandles.clear();
+  if (!keepKeys) registration.mhandles.clear();
 }
 
 void* Communicator::registerBuffer(void* data, size_t bytes, int type) {
@@ -1140,7 +1216,7 @@ void Communicator::run(Plan& plan) {
   establish(keys);
   for (size_t f = 0; f < flows.size(); ++f)
     for (auto& segment : flows[f].segments)
-      segment.mhandle = segment.data == nullptr || registrations_.empty()
+      segment.mhandle = segment.data == nullptr || (registrations_.empty() && callRegistered_ == 0)
                             ? nullptr
                             : registeredHandle(keys[f], segment.data, segment.bytes);
   // Forwards: from the registered memory a receive went straight into, else from its slots (held until sent).

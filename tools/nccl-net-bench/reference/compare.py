@@ -2,7 +2,8 @@
 """compare.py: nccl-net-bench allreduce against Open MPI (TCP and shared memory) and Gloo (ring, ring_chunked),
 interleaved in one run on this host, one table of bus bandwidth per rank count (Python 3, standard library only).
 
-Each round runs, for each rank count: ours (socket plugin on lo), Open MPI MPI_Allreduce over TCP on lo
+Each round runs, for each rank count: ours (socket plugin on lo; also with the buffers registered once, -R 1, and
+copied through the slots, NNS_CALL_REGISTRATION=0), Open MPI MPI_Allreduce over TCP on lo
 (pml ob1, btl tcp,self), Open MPI's default (shared memory), gloo::AllreduceRing and gloo::AllreduceRingChunked
 (TCP on 127.0.0.1); the table shows the median over rounds per size.
 
@@ -23,9 +24,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-COLUMNS = ["ours", "ours_reg", "ompi_tcp", "ompi_sm", "gloo_ring", "gloo_ring_chunked"]
-TITLES = {"ours": "ours", "ours_reg": "ours -R 1", "ompi_tcp": "OMPI-tcp", "ompi_sm": "OMPI-sm", "gloo_ring": "gloo ring",
-          "gloo_ring_chunked": "gloo ring_chunked"}
+COLUMNS = ["ours", "ours_reg", "ours_copy", "ompi_tcp", "ompi_sm", "gloo_ring", "gloo_ring_chunked"]
+TITLES = {"ours": "ours", "ours_reg": "ours -R 1", "ours_copy": "ours copying", "ompi_tcp": "OMPI-tcp",
+          "ompi_sm": "OMPI-sm", "gloo_ring": "gloo ring", "gloo_ring_chunked": "gloo ring_chunked"}
 
 
 def parse_bytes(text):
@@ -123,6 +124,9 @@ def main():
         # -w too: the MPI bench's own default (5) gave Open MPI other warm-ups than the rest had.
         mpi_args = [mpi, str(min_bytes), str(max_bytes), str(args.f), str(args.n), str(args.w)]
         ours_env = dict(os.environ, NCCL_SOCKET_IFNAME="lo")
+        # Plain buffers copied through the slots, as over a plugin whose registration is not free (the socket
+        # plugin's is, so by default each call's buffers are registered for it).
+        copy_env = dict(ours_env, NNS_CALL_REGISTRATION="0")
         # results[ranks][column][size] = {round: (time_us, busbw)}
         results = {n: {c: {} for c in COLUMNS} for n in args.ranks}
         print(f"# compare.py {' '.join(sys.argv[1:])}")
@@ -137,6 +141,9 @@ def main():
                     ("ours_reg", lambda: run([launcher, "-n", str(n), bench, "allreduce", "-p", "socket", "-b", args.b,
                                               "-e", args.e, "-f", str(args.f), "-n", str(args.n), "-w", str(args.w),
                                               "-c", "0", "-R", "1"], env=ours_env)[0], (0, 5, 7)),
+                    ("ours_copy", lambda: run([launcher, "-n", str(n), bench, "allreduce", "-p", "socket", "-b",
+                                               args.b, "-e", args.e, "-f", str(args.f), "-n", str(args.n), "-w",
+                                               str(args.w), "-c", "0"], env=copy_env)[0], (0, 5, 7)),
                     ("ompi_tcp", lambda: run(mpirun + ["-np", str(n), "--mca", "pml", "ob1", "--mca", "btl",
                                                        "tcp,self", "--mca", "btl_tcp_if_include", "lo"] + mpi_args)[0],
                      (0, 1, 3)),
@@ -187,9 +194,8 @@ def print_table(n, result, rounds):
     # size are ratios of times.
     sizes = sorted(set().union(*(result[c].keys() for c in COLUMNS)))
     print(f"\n### {n} ranks: busbw GB/s (size / time x 2(n-1)/n), median time of {rounds} round(s)\n")
-    print("| size (B) | ours | ours -R 1 | OMPI-tcp | OMPI-sm | gloo ring | gloo ring_chunked | ours/gloo-best | "
-          "ours/OMPI-tcp |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| size (B) | " + " | ".join(TITLES[c] for c in COLUMNS) + " | ours/gloo-best | ours/OMPI-tcp |")
+    print("|" + " ---: |" * (len(COLUMNS) + 3))
     for size in sizes:
         t = {c: median(result[c].get(size, {}), 0) for c in COLUMNS}
         bw = {c: size / (t[c] * 1e-6) / 1e9 * 2 * (n - 1) / n if t[c] else None for c in COLUMNS}

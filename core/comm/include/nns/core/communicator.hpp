@@ -74,6 +74,11 @@ struct CommOptions {
   // aid like TORCH_DISTRIBUTED_DEBUG=DETAIL): a rank called with another count, type, op, root or algorithm is
   // refused by name on every rank instead of moving the wrong data. $NNS_CHECK_CALLS=1 turns it on.
   bool checkCalls = false;
+  // Host buffers registered with the plugin for the length of each call (Communicator::registerForCall), so sends
+  // leave from them and receives land in them instead of being copied through the slots: -1 when the plugin's
+  // registration costs nothing (timed when the first connection is made), 1 always, 0 never.
+  // $NNS_CALL_REGISTRATION=0|1 overrides.
+  int callRegistration = -1;
   // Chooses the slots' memory once the plugin is loaded (from its properties for `device`); unset or returning
   // nullptr: host memory.
   std::function<std::shared_ptr<SlotMemory>(Net& net, int device)> slotMemory;
@@ -345,6 +350,19 @@ class Communicator {
   // Whether [data, data + bytes) lies in one registered buffer (schedules that choose by it). Only inside an
   // operation given to submit().
   bool registered(const void* data, size_t bytes) const;
+  // Lends host memory [data, data + bytes) to the running operation as if it were registered: the plugin registers it
+  // on each connection's first use and deregisters it when the operation ends, and the operation's sends from it and
+  // plain-copy receives into it skip the slots. Only where that is cheaper than the copies: when the plugin's
+  // registration costs nothing (callRegistrationOn()), the slots are host memory, the buffer is at least
+  // kCallRegistrationMinBytes and no registration covers it yet, up to kMaxCallRegistrations per operation. Returns
+  // whether it lent it. Only inside an operation given to submit(), before the plan that should use it runs.
+  bool registerForCall(const void* data, size_t bytes);
+  static constexpr size_t kCallRegistrationMinBytes = 64 << 10;
+  static constexpr size_t kMaxCallRegistrations = 8;
+  // Whether registerForCall lends buffers: CommOptions::callRegistration or $NNS_CALL_REGISTRATION when set, else
+  // decided when the first connection registers its slots, by whether a regMr/deregMr pair of as many bytes took
+  // under 1 us (no pinning, no system call: TCP's). False until then.
+  bool callRegistrationOn() const { return callRegistration_ == 1; }
 
   // The first error this communicator hit, or empty: what ncclCommGetAsyncError reports.
   std::string asyncError() const;
@@ -395,7 +413,8 @@ class Communicator {
   Registration* covering(const void* data, size_t bytes) const;
   // The plugin handle of the registration covering [data, data + bytes) on `key`'s connection, or null.
   void* registeredHandle(const ConnKey& key, const void* data, size_t bytes);
-  void deregister(Registration& registration);
+  // Deregisters `registration`'s handles on their connections; `keepKeys`: the entries stay, with null handles.
+  void deregister(Registration& registration, bool keepKeys = false);
   // The sending connection `sendKey`'s registration of the receiving connection `recvKey`'s slots (forwards).
   void* forwardHandle(const ConnKey& sendKey, const ConnKey& recvKey);
 
@@ -460,6 +479,14 @@ class Communicator {
   std::vector<size_t> runFlowStart_, runPiecesBefore_;
   Plan plan_;                                                 // newPlan()'s
   std::vector<std::unique_ptr<Registration>> registrations_;  // changed only inside operations
+  // registerForCall's, the first callRegistered_ live: kept from operation to operation with their connections' keys
+  // (handles null between operations), so lending buffers allocates nothing once every connection has had one.
+  std::vector<Registration> callRegistrations_;
+  size_t callRegistered_ = 0;
+  int callRegistration_ = -1;  // -1 until decided (decideCallRegistration), then 0 or 1
+  void decideCallRegistration(Connection& conn, size_t bytes, int peer);
+  // Deregisters the lent buffers' handles (keeping their keys) and ends the loans; at each operation's end.
+  void dropCallRegistrations();
   std::shared_ptr<SlotMemory> slotMemory_;
   std::string slotMemoryDescription_;
 
