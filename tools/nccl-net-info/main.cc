@@ -243,10 +243,13 @@ std::vector<ReleaseChoice> takenByNcclRelease(const std::vector<int>& exported) 
   return taken;
 }
 
-void probeCandidate(nns::tools::ProbeChannel& channel, const std::string& entry, const std::vector<std::string>& dirs) {
+// `dirs` come before the dynamic linker's search (-L), or with `lastResort` after it (this tool's own lib/: NCCL
+// dlopen()s the bare name, so a copy on LD_LIBRARY_PATH or in the ld.so cache is the one it loads).
+void probeCandidate(nns::tools::ProbeChannel& channel, const std::string& entry, const std::vector<std::string>& dirs,
+                    bool lastResort) {
   nns::core::LoadOptions one;
   one.plugin = entry + ",";  // a list of one: an entry "none" is then a name to try, as within NCCL's list
-  one.searchDirs = dirs;
+  (lastResort ? one.fallbackDirs : one.searchDirs) = dirs;
   nns::core::LoadReport report;
   channel.call(kLoaderProbe);
   auto net = nns::core::loadNet(one, &report);
@@ -311,13 +314,12 @@ int runTool(int argc, char** argv) {
       std::fprintf(stderr, "nccl-net-info: warning: search directory %s is not a directory\n", dir.c_str());
     }
   }
-  if (dirs.empty()) {
-    dirs.push_back(nns::tools::libDirBesideExecutable());
-  }
+  const bool ownLib = dirs.empty();
+  if (ownLib) dirs.push_back(nns::tools::libDirBesideExecutable());
 
   nns::core::LoadOptions options;
   options.plugin = plugin;
-  options.searchDirs = dirs;
+  (ownLib ? options.fallbackDirs : options.searchDirs) = dirs;
   const char* env = std::getenv("NCCL_NET_PLUGIN");
   std::string given = !plugin.empty() ? plugin : env != nullptr ? env : "";
   std::string spec = !given.empty()   ? given
@@ -332,6 +334,7 @@ int runTool(int argc, char** argv) {
   out["spec"] = spec;
   out["netName"] = netName ? json(*netName) : json(nullptr);
   out["searchDirs"] = dirs;
+  out["searchDirsLast"] = ownLib;
   json found = json::array();
   for (const auto& path : nns::core::findPluginLibraries(dirs)) {
     auto probe = nns::tools::runIsolated(
@@ -391,7 +394,7 @@ int runTool(int argc, char** argv) {
       continue;
     }
     auto probe = nns::tools::runIsolated(
-        [&](nns::tools::ProbeChannel& channel) { probeCandidate(channel, entry, dirs); }, callTimeout, true);
+        [&](nns::tools::ProbeChannel& channel) { probeCandidate(channel, entry, dirs, ownLib); }, callTimeout, true);
     const json output = outputLines(probe.output);
     bool reported = false;
     for (const auto& record : probe.records) {
@@ -483,7 +486,9 @@ int runTool(int argc, char** argv) {
         netOrigin.empty() ? "" : (" (from " + netOrigin + ")").c_str());
   std::printf("search directories:");
   for (const auto& d : dirs) std::printf(" %s", d.c_str());
-  std::printf("\n\nPlugin libraries found:\n");
+  std::printf(ownLib ? " (a plugin named without a path is looked for here last, after the dynamic linker's search, "
+                       "which is all NCCL does)\n\nPlugin libraries found:\n"
+                     : " (looked in first, before the dynamic linker's search)\n\nPlugin libraries found:\n");
   if (found.empty()) std::printf("  (none)\n");
   for (const auto& f : found) {
     // A library dlopen refused exports nothing we could see: "none" would read as "looked, and found no table".
@@ -501,7 +506,12 @@ int runTool(int argc, char** argv) {
                                                       : "  (none: the setting names no library)\n");
   for (const auto& c : candidates) {
     std::printf("  %s\n", c["requested"].get<std::string>().c_str());
-    for (const auto& p : c["triedPaths"]) std::printf("    tried  %s\n", p.get<std::string>().c_str());
+    for (const auto& p : c["triedPaths"]) {
+      const std::string path = p.get<std::string>();
+      const bool last = ownLib && path.rfind(dirs.front() + "/", 0) == 0;
+      std::printf("    tried  %s%s\n", path.c_str(),
+                  last ? "  (this tool's last resort; NCCL does not look here)" : "");
+    }
     if (!c["loadedPath"].get<std::string>().empty()) {
       // Where the dynamic linker's search resolved a bare name, the file it opened too.
       const std::string file = c.value("openedFile", "");

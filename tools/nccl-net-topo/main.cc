@@ -186,7 +186,12 @@ std::vector<nns::topo::NicInfo> pluginNics(const std::string& spec, const std::v
                                            std::string* netName) {
   nns::core::LoadOptions load;
   load.plugin = spec;
-  load.searchDirs = dirs.empty() ? std::vector<std::string>{nns::tools::libDirBesideExecutable()} : dirs;
+  // -L first; this tool's own lib/ last, after the dynamic linker's search, which is all NCCL does: a copy of the
+  // plugin on LD_LIBRARY_PATH is the one whose NICs NCCL sees.
+  if (dirs.empty())
+    load.fallbackDirs = {nns::tools::libDirBesideExecutable()};
+  else
+    load.searchDirs = dirs;
   nns::core::LoadReport report;
   // What the plugin prints goes to stderr while it is called, so that --json and --dot stay what they say.
   fflush(stdout);
@@ -235,9 +240,13 @@ std::vector<nns::topo::NicInfo> pluginNics(const std::string& spec, const std::v
   }
   net->finalize(ctx);  // what it said is copied: its name and PCI paths are ours now
   *netName = net->name();
+  // The file itself where the dynamic linker's search resolved a bare name (which copy NCCL would see).
+  std::string file = net->path();
+  for (const auto& candidate : report.candidates)
+    if (candidate.chosenVersion != 0 && !candidate.openedFile.empty()) file = candidate.openedFile;
   std::fprintf(stderr, "nccl-net-topo: note: NICs from %s (ncclNet_v%d, %s): %d device(s)\n",
-               nns::topo::terminalSafe(net->name()).c_str(), net->version(),
-               nns::topo::terminalSafe(net->path()).c_str(), ndev);
+               nns::topo::terminalSafe(net->name()).c_str(), net->version(), nns::topo::terminalSafe(file).c_str(),
+               ndev);
   return nics;
 }
 
@@ -292,7 +301,9 @@ int runTool(int argc, char** argv) {
                  "does, instead of /sys/class/net: the plugin's variables (NCCL_IB_HCA, ...) then apply")
       ->excludes("--topo-file")
       ->excludes("--synthetic");
-  app.add_option("-L,--search-dir", pluginDirs, "directory searched for --plugin, one per -L (default ../lib)")
+  app.add_option("-L,--search-dir", pluginDirs,
+                 "directory searched first for --plugin, one per -L (default: ../lib beside this tool, searched "
+                 "last, after the dynamic linker's search that NCCL makes)")
       ->allow_extra_args(false);
   app.add_flag("--no-search", noSearch, "skip the ring/tree searches");
   bool noPaths = false;

@@ -209,7 +209,8 @@ std::vector<std::string> pluginSpecEntries(const LoadOptions& options) {
   return entries;
 }
 
-std::vector<std::string> candidateFiles(const std::string& entry, const std::vector<std::string>& searchDirs) {
+std::vector<std::string> candidateFiles(const std::string& entry, const std::vector<std::string>& searchDirs,
+                                        const std::vector<std::string>& fallbackDirs) {
   if (!entry.empty() && entry.size() <= std::strlen("STATIC_PLUGIN") &&
       strncasecmp(entry.c_str(), "STATIC_PLUGIN", entry.size()) == 0)
     return {kProgramItself};
@@ -222,6 +223,9 @@ std::vector<std::string> candidateFiles(const std::string& entry, const std::vec
     }
     tried.push_back(name);
   }
+  for (const auto& name : names)
+    if (name.find('/') == std::string::npos)
+      for (const auto& dir : fallbackDirs) tried.push_back(dir + "/" + name);
   return tried;
 }
 
@@ -381,7 +385,7 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
     candidate.requested = entry;
     void* handle = nullptr;
     std::string errors;
-    for (const std::string& file : candidateFiles(entry, options.searchDirs)) {
+    for (const std::string& file : candidateFiles(entry, options.searchDirs, options.fallbackDirs)) {
       candidate.triedPaths.push_back(file);
       std::string error;
       handle = openLibrary(file, &error);

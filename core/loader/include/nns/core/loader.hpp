@@ -19,6 +19,10 @@ struct LoadOptions {
   std::string plugin;
   // Extra directories searched before the dynamic linker's path (e.g. the build tree's lib/).
   std::vector<std::string> searchDirs;
+  // Directories searched only after the dynamic linker's own search, for every name of an entry, has found nothing:
+  // for a tool that describes what NCCL, which dlopen()s the bare name, would load, with its own lib/ as a last
+  // resort (a copy of the plugin on LD_LIBRARY_PATH or in the ld.so cache then wins, as it does in NCCL).
+  std::vector<std::string> fallbackDirs;
   // NCCL_NET semantics: only a net whose name is this (compared ignoring case) is taken; the others are skipped
   // before init, as NCCL skips them. Unset: NCCL_NET from the environment, when `readNcclNet`; set there, even to
   // "", it filters (an empty one matches no net, as in NCCL, whose init then fails).
@@ -51,9 +55,10 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report);
 std::vector<std::string> pluginSpecEntries(const LoadOptions& options);
 
 // The file names handed to dlopen for one entry, in order: a bare name in `searchDirs` first, then as given; a NAME
-// (no '/', not lib*.so) then as libnccl-net-NAME.so. An entry that is a prefix of "STATIC_PLUGIN" (any case) is
-// kProgramItself, as in NCCL.
-std::vector<std::string> candidateFiles(const std::string& entry, const std::vector<std::string>& searchDirs);
+// (no '/', not lib*.so) then as libnccl-net-NAME.so; after all of them each bare name in `fallbackDirs`. An entry
+// that is a prefix of "STATIC_PLUGIN" (any case) is kProgramItself, as in NCCL.
+std::vector<std::string> candidateFiles(const std::string& entry, const std::vector<std::string>& searchDirs,
+                                        const std::vector<std::string>& fallbackDirs = {});
 // What candidateFiles lists, and openLibrary opens, for the program itself (dlopen(NULL)).
 inline constexpr const char* kProgramItself = "(the program itself: NCCL opens a prefix of STATIC_PLUGIN so)";
 

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# A plugin named without a path is the copy NCCL's dlopen finds: with another libnccl-net-socket.so on
+# LD_LIBRARY_PATH (here the minimal plugin under that name), nccl-net-info and nccl-net-topo describe that copy, not
+# the one in their own ../lib, which they try last and mark as theirs. With -L, the directory given comes first.
+set -euo pipefail
+info="$1"; topo="$2"; lib="$3"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cp "$lib/libnccl-net-minimal.so" "$work/libnccl-net-socket.so"
+fail() { echo "FAILED: $1"; echo "$2"; exit 1; }
+
+out=$(LD_LIBRARY_PATH="$work" NCCL_SOCKET_IFNAME=lo "$info" -p socket 2>&1)
+grep -q "opened libnccl-net-socket.so ($work/libnccl-net-socket.so)" <<<"$out" ||
+  fail "nccl-net-info did not open the copy on LD_LIBRARY_PATH" "$out"
+json=$(LD_LIBRARY_PATH="$work" NCCL_SOCKET_IFNAME=lo "$info" -p socket --json)
+python3 - "$json" "$work" <<'PY'
+import json, sys
+out, work = json.loads(sys.argv[1]), sys.argv[2]
+chosen = out["chosen"]
+assert chosen["name"] == "minimal", chosen
+cand = out["candidates"][0]
+assert cand["openedFile"] == work + "/libnccl-net-socket.so", cand
+assert cand["foundOnlyInToolSearchDir"] is None, cand
+assert out["searchDirsLast"] is True, out["searchDirsLast"]
+PY
+
+# Without the copy: its own ../lib, tried last, marked as not NCCL's.
+out=$(LD_LIBRARY_PATH= NCCL_SOCKET_IFNAME=lo "$info" -p socket 2>&1)
+grep -q "tried  $lib/libnccl-net-socket.so  (this tool's last resort; NCCL does not look here)" <<<"$out" ||
+  fail "the tool's own lib/ is not tried last and marked" "$out"
+grep -q "opened $lib/libnccl-net-socket.so" <<<"$out" || fail "the tool's own copy did not open" "$out"
+
+# -L first, even with the copy on LD_LIBRARY_PATH.
+out=$(LD_LIBRARY_PATH="$work" NCCL_SOCKET_IFNAME=lo "$info" -p socket -L "$lib" 2>&1)
+grep -q "opened $lib/libnccl-net-socket.so" <<<"$out" || fail "-L did not come first" "$out"
+
+# nccl-net-topo takes the NICs of the copy NCCL would load.
+out=$(LD_LIBRARY_PATH="$work" NCCL_SOCKET_IFNAME=lo "$topo" -p socket 2>&1)
+grep -q "NICs from minimal (ncclNet_v12, $work/libnccl-net-socket.so)" <<<"$out" ||
+  fail "nccl-net-topo did not take the copy on LD_LIBRARY_PATH" "$out"
+echo "PASS: the copy on LD_LIBRARY_PATH is described; the tools' own lib/ comes last"
