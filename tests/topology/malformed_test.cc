@@ -335,6 +335,23 @@ TEST(TopologyMalformed, AOneSidedNvLinkNamesItsLine) {
       << error;
 }
 
+TEST(TopologyMalformed, AOneSidedPciLinkNamesItsLine) {
+  // Two switches under one CPU, the first linking the second, which lists no <pcilink> back.
+  auto sw = [](const std::string& busId, const std::string& inner) {
+    return "<pci busid=\"" + busId +
+           "\" class=\"0x060400\" vendor=\"0x1000\" device=\"0xc030\" subsystem_vendor=\"0x1000\" "
+           "subsystem_device=\"0x100b\" link_speed=\"32.0 GT/s PCIe\" link_width=\"16\">" +
+           inner + "</pci>";
+  };
+  std::string text = sw("0000:10:00.0", "<pcilink target=\"0000:20:00.0\"/>" +
+                                            gpuPci("0000:11:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"")) +
+                     sw("0000:20:00.0", gpuPci("0000:21:00.0", "dev=\"1\" sm=\"80\" rank=\"1\" gdr=\"1\""));
+  std::string error = loadError(wrap(text));
+  EXPECT_NE(error.find(":3: <pcilink> links PCI switch 0000:10:00.0 to 0000:20:00.0, which lists no <pcilink> back"),
+            std::string::npos)
+      << error;
+}
+
 TEST(TopologyMalformed, TooManyNodesOfOneType) {
   // Two ports per NIC: 641 NICs under one <cpu> would be past NCCL's 640 children per element first.
   std::string nets;

@@ -587,11 +587,28 @@ struct Builder {
       int p = sys.indexOf(PCI, makeTopoId(systemId, busIdToInt64(*parentBusId)));
       if (p == -1) throw TopologyError(at(e) + " parent " + *parentBusId + " is not a PCI switch");
       int r = sys.indexOf(PCI, makeTopoId(systemId, busIdToInt64(requireAttr(e, "target", source))));
-      if (r != -1 && r != p) sys.connect(PCI, p, PCI, r, LINK_LOC, LOC_BW);
+      if (r != -1 && r != p) {
+        sys.connect(PCI, p, PCI, r, LINK_LOC, LOC_BW);
+        pciLinks.push_back({p, r, &e});
+      }
       return;
     }
     const std::string* busId = e.attr("busid");
     for (const auto& c : e.children) addPciLinks(c, busId ? busId : parentBusId);
+  }
+
+  // As NVLinks: each switch lists its own side of a <pcilink>; one side missing is named at the line of the side
+  // that is there (path search failed on it later, with no line, as "no reverse link from PCI/...").
+  std::vector<std::tuple<int, int, const XmlElement*>> pciLinks = {};  // from, to, the <pcilink>
+  void checkPciLinksBothWays() {
+    for (const auto& [from, to, element] : pciLinks) {
+      bool back = false;
+      for (const Link& l : sys.node(PCI, to).links)
+        back = back || (l.type == LINK_LOC && l.remType == PCI && l.remIndex == from);
+      if (!back)
+        throw TopologyError(at(*element) + " links PCI switch " + sys.node(PCI, from).busId + " to " +
+                            sys.node(PCI, to).busId + ", which lists no <pcilink> back (each switch lists its side)");
+    }
   }
 
   static int bcmGen(std::uint64_t id, int level) {
@@ -689,6 +706,7 @@ System buildSystem(const XmlElement& root, const std::string& sourceName) {
   b.checkNvLinksBothWays();
   b.addC2c(root, nullptr);
   b.addPciLinks(root, nullptr);
+  b.checkPciLinksBothWays();
   b.flattenBcmSwitches();
   b.connectCpus();
   for (int c = 0; c < b.sys.count(CPU); ++c) b.sortRec(CPU, c, -1, -1, 0);
