@@ -9,9 +9,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "nns/core/loader.hpp"
 #include "nns/core/nccl_conf.hpp"
@@ -250,6 +253,25 @@ std::vector<nns::topo::NicInfo> pluginNics(const std::string& spec, const std::v
   return nics;
 }
 
+// A graph file naming one id twice: NCCL fills the search of that id from each such <graph> in turn, so the last
+// one is what it runs; the tool prints them all, and says which one NCCL keeps.
+void noteDuplicateGraphIds(const nns::topo::XmlDocument& graphs) {
+  std::map<std::string, std::vector<int>> lines;  // id -> the lines of its <graph> elements
+  for (const auto& graph : graphs.root.children)
+    if (graph.name == "graph")
+      if (const std::string* id = graph.attr("id")) lines[*id].push_back(graph.line);
+  for (const auto& [id, at] : lines) {
+    if (at.size() < 2) continue;
+    std::string list;
+    for (int line : at) list += (list.empty() ? "" : ", ") + std::to_string(line);
+    std::fprintf(stderr,
+                 "nccl-net-topo: note: %s has %zu graphs with id %s (lines %s): NCCL fills that search from each in "
+                 "turn and runs the last (line %d); all are shown\n",
+                 nns::topo::terminalSafe(graphs.sourceName).c_str(), at.size(), nns::topo::terminalSafe(id).c_str(),
+                 list.c_str(), at.back());
+  }
+}
+
 }  // namespace
 
 int runTool(int argc, char** argv) {
@@ -428,6 +450,7 @@ int runTool(int argc, char** argv) {
       const nns::topo::XmlDocument graphDoc = nns::topo::readXmlFile(graphFile);
       nns::topo::requireNcclNodeLimit(graphDoc, nns::topo::kNcclMaxGraphNodes, "NCCL_GRAPH_XML_MAX_NODES", "graph");
       loadedGraphs = nns::topo::loadGraphXml(graphDoc, &a.system, opts.settings.crossNic);
+      noteDuplicateGraphIds(graphDoc);
     }
     int rank = opts.rank >= 0 ? opts.rank : (a.gpuRanks.empty() ? 0 : a.gpuRanks[0]);
     // The graphs NCCL would dump are those of the job the trim decided: the single-node search when every rank is
