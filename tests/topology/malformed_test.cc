@@ -347,8 +347,10 @@ TEST(TopologyMalformed, AOneSidedPciLinkNamesItsLine) {
                                             gpuPci("0000:11:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"")) +
                      sw("0000:20:00.0", gpuPci("0000:21:00.0", "dev=\"1\" sm=\"80\" rank=\"1\" gdr=\"1\""));
   std::string error = loadError(wrap(text));
-  EXPECT_NE(error.find(":3: <pcilink> links PCI switch 0000:10:00.0 to 0000:20:00.0, which lists no <pcilink> back"),
-            std::string::npos)
+  EXPECT_NE(
+      error.find(
+          ":3: <pcilink> links PCI switch 0000:10:00.0 to PCI switch 0000:20:00.0, which lists no <pcilink> back"),
+      std::string::npos)
       << error;
 }
 

@@ -548,17 +548,23 @@ struct Builder {
     for (const auto& c : e.children) addNvLinks(c, busId ? busId : parentBusId);
   }
 
-  // Each GPU lists its own side of a GPU-GPU NVLink: one side missing is the file's mistake, named at the line of
-  // the side that is there (path search found it later, with no line, as "no reverse link").
-  std::vector<std::tuple<int, int, const XmlElement*>> gpuNvLinks = {};  // from, to, the <nvlink>
-  void checkNvLinksBothWays() {
-    for (const auto& [from, to, element] : gpuNvLinks) {
+  // Links each side lists for itself (a GPU its side of a GPU-GPU <nvlink>, a PCI switch its side of a <pcilink>):
+  // one side missing is the file's mistake, named at the line of the side that is there (path search found it
+  // later, with no line, as "no reverse link").
+  struct ListedLink {
+    int from, to;
+    const XmlElement* element;
+  };
+  std::vector<ListedLink> gpuNvLinks = {}, pciLinks = {};
+  void checkBothWays(const std::vector<ListedLink>& listed, int type, int linkType, const std::string& node) {
+    for (const auto& [from, to, element] : listed) {
       bool back = false;
-      for (const Link& l : sys.node(GPU, to).links)
-        back = back || (l.type == LINK_NVL && l.remType == GPU && l.remIndex == from);
+      for (const Link& l : sys.node(type, to).links)
+        back = back || (l.type == linkType && l.remType == type && l.remIndex == from);
       if (!back)
-        throw TopologyError(at(*element) + " links GPU " + sys.node(GPU, from).busId + " to GPU " +
-                            sys.node(GPU, to).busId + ", which lists no <nvlink> back (each GPU lists its side)");
+        throw TopologyError(at(*element) + " links " + node + " " + sys.node(type, from).busId + " to " + node + " " +
+                            sys.node(type, to).busId + ", which lists no <" + element->name + "> back (each " + node +
+                            " lists its side)");
     }
   }
 
@@ -595,20 +601,6 @@ struct Builder {
     }
     const std::string* busId = e.attr("busid");
     for (const auto& c : e.children) addPciLinks(c, busId ? busId : parentBusId);
-  }
-
-  // As NVLinks: each switch lists its own side of a <pcilink>; one side missing is named at the line of the side
-  // that is there (path search failed on it later, with no line, as "no reverse link from PCI/...").
-  std::vector<std::tuple<int, int, const XmlElement*>> pciLinks = {};  // from, to, the <pcilink>
-  void checkPciLinksBothWays() {
-    for (const auto& [from, to, element] : pciLinks) {
-      bool back = false;
-      for (const Link& l : sys.node(PCI, to).links)
-        back = back || (l.type == LINK_LOC && l.remType == PCI && l.remIndex == from);
-      if (!back)
-        throw TopologyError(at(*element) + " links PCI switch " + sys.node(PCI, from).busId + " to " +
-                            sys.node(PCI, to).busId + ", which lists no <pcilink> back (each switch lists its side)");
-    }
   }
 
   static int bcmGen(std::uint64_t id, int level) {
@@ -703,10 +695,10 @@ System buildSystem(const XmlElement& root, const std::string& sourceName) {
     if (c.name == "cpu") b.addCpu(c);
   }
   b.addNvLinks(root, nullptr);
-  b.checkNvLinksBothWays();
+  b.checkBothWays(b.gpuNvLinks, GPU, LINK_NVL, "GPU");
   b.addC2c(root, nullptr);
   b.addPciLinks(root, nullptr);
-  b.checkPciLinksBothWays();
+  b.checkBothWays(b.pciLinks, PCI, LINK_LOC, "PCI switch");
   b.flattenBcmSwitches();
   b.connectCpus();
   for (int c = 0; c < b.sys.count(CPU); ++c) b.sortRec(CPU, c, -1, -1, 0);
