@@ -1928,82 +1928,74 @@ TEST(SlotMemory, ACallsHostBuffersAreRegisteredForItWhereRegistrationCostsNothin
   constexpr int calls = 8;
   for (int setting : {-1, 0}) {
     SCOPED_TRACE("callRegistration " + std::to_string(setting));
-    core::LaunchInfo base{0, ranks, "127.0.0.1", test::freeLoopbackPort(), "test"};
-    std::string errors[ranks];
     long copies[ranks][calls] = {};
     bool on[ranks] = {};
-    std::vector<std::thread> threads;
-    for (int r = 0; r < ranks; ++r) {
-      threads.emplace_back([&, r] {
-        core::LaunchInfo launch = base;
-        launch.rank = r;
-        auto slots = std::make_shared<SlowCopySlots>();
-        core::CommOptions options = socketOptions();
-        options.slotMemory = [slots](core::Net&, int) { return slots; };
-        options.callRegistration = setting;
-        try {
-          core::Communicator comm(launch, options);
-          on[r] = comm.callRegistrationOn();
-          std::vector<int32_t> in(ranks * count), out(ranks * count, -1);
-          for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(i * (r + 1));
-          auto expect = [&](const char* call, size_t i, int32_t got, int32_t wanted) {
-            if (got != wanted)
-              throw std::runtime_error(std::string(call) + " wrong at " + std::to_string(i) + ": " +
-                                       std::to_string(got) + ", expected " + std::to_string(wanted));
-          };
-          auto counted = [&](int call, auto&& body) {
-            const long before = slots->started.load();
-            body();
-            copies[r][call] = slots->started.load() - before;
-          };
-          counted(0, [&] {
-            coll::allReduce(comm, in.data(), out.data(), count, ncclInt32, ncclSum, coll::hostKernels(),
-                            coll::Algorithm::Ring);
-            for (size_t i = 0; i < count; ++i) expect(names[0], i, out[i], static_cast<int32_t>(i * 6));
-          });
-          counted(1, [&] {
-            std::vector<int32_t> buffer(in.begin(), in.begin() + count);
-            coll::allReduce(comm, buffer.data(), buffer.data(), count, ncclInt32, ncclSum, coll::hostKernels(),
-                            coll::Algorithm::Ring);
-            for (size_t i = 0; i < count; ++i) expect(names[1], i, buffer[i], static_cast<int32_t>(i * 6));
-          });
-          counted(2, [&] {
-            coll::allGather(comm, in.data(), out.data(), count, ncclInt32);
-            for (int p = 0; p < ranks; ++p)
-              for (size_t i = 0; i < count; ++i)
-                expect(names[2], p * count + i, out[p * count + i], static_cast<int32_t>(i * (p + 1)));
-          });
-          counted(3, [&] {
-            coll::reduceScatter(comm, in.data(), out.data(), count, ncclInt32, ncclSum);
-            for (size_t i = 0; i < count; ++i) expect(names[3], i, out[i], static_cast<int32_t>((r * count + i) * 6));
-          });
-          counted(4, [&] {
-            coll::broadcast(comm, in.data(), out.data(), count, ncclInt32, 1);
-            for (size_t i = 0; i < count; ++i) expect(names[4], i, out[i], static_cast<int32_t>(i * 2));
-          });
-          counted(5, [&] {
-            std::fill(out.begin(), out.end(), -1);
-            coll::reduce(comm, in.data(), out.data(), count, ncclInt32, ncclSum, 2);
-            if (r == 2)
-              for (size_t i = 0; i < count; ++i) expect(names[5], i, out[i], static_cast<int32_t>(i * 6));
-          });
-          counted(6, [&] {
-            const int next = (r + 1) % ranks, prev = (r + ranks - 1) % ranks;
-            coll::sendRecv(comm, {coll::P2POp{coll::P2POp::Send, next, in.data(), count, ncclInt32},
-                                  coll::P2POp{coll::P2POp::Recv, prev, out.data(), count, ncclInt32}});
-            for (size_t i = 0; i < count; ++i) expect(names[6], i, out[i], static_cast<int32_t>(i * (prev + 1)));
-          });
-          counted(7, [&] {
-            coll::allReduce(comm, in.data(), out.data(), 1001, ncclInt32, ncclSum, coll::hostKernels(),
-                            coll::Algorithm::Ring);
-            for (size_t i = 0; i < 1001; ++i) expect(names[7], i, out[i], static_cast<int32_t>(i * 6));
-          });
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-        }
+    std::shared_ptr<SlowCopySlots> slotsOf[ranks];
+    for (auto& slots : slotsOf) slots = std::make_shared<SlowCopySlots>();
+    auto optionsOf = [&](int r) {
+      core::CommOptions options = socketOptions();
+      options.slotMemory = [slots = slotsOf[r]](core::Net&, int) { return slots; };
+      options.callRegistration = setting;
+      return options;
+    };
+    const auto errors = onEveryRankWith(ranks, optionsOf, [&](core::Communicator& comm, int r) {
+      SlowCopySlots& slots = *slotsOf[r];
+      on[r] = comm.callRegistrationOn();
+      std::vector<int32_t> in(ranks * count), out(ranks * count, -1);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(i * (r + 1));
+      auto expect = [&](const char* call, size_t i, int32_t got, int32_t wanted) {
+        if (got != wanted)
+          throw std::runtime_error(std::string(call) + " wrong at " + std::to_string(i) + ": " + std::to_string(got) +
+                                   ", expected " + std::to_string(wanted));
+      };
+      auto counted = [&](int call, auto&& body) {
+        const long before = slots.started.load();
+        body();
+        copies[r][call] = slots.started.load() - before;
+      };
+      counted(0, [&] {
+        coll::allReduce(comm, in.data(), out.data(), count, ncclInt32, ncclSum, coll::hostKernels(),
+                        coll::Algorithm::Ring);
+        for (size_t i = 0; i < count; ++i) expect(names[0], i, out[i], static_cast<int32_t>(i * 6));
       });
-    }
-    for (auto& t : threads) t.join();
+      counted(1, [&] {
+        std::vector<int32_t> buffer(in.begin(), in.begin() + count);
+        coll::allReduce(comm, buffer.data(), buffer.data(), count, ncclInt32, ncclSum, coll::hostKernels(),
+                        coll::Algorithm::Ring);
+        for (size_t i = 0; i < count; ++i) expect(names[1], i, buffer[i], static_cast<int32_t>(i * 6));
+      });
+      counted(2, [&] {
+        coll::allGather(comm, in.data(), out.data(), count, ncclInt32);
+        for (int p = 0; p < ranks; ++p)
+          for (size_t i = 0; i < count; ++i)
+            expect(names[2], p * count + i, out[p * count + i], static_cast<int32_t>(i * (p + 1)));
+      });
+      counted(3, [&] {
+        coll::reduceScatter(comm, in.data(), out.data(), count, ncclInt32, ncclSum);
+        for (size_t i = 0; i < count; ++i) expect(names[3], i, out[i], static_cast<int32_t>((r * count + i) * 6));
+      });
+      counted(4, [&] {
+        coll::broadcast(comm, in.data(), out.data(), count, ncclInt32, 1);
+        for (size_t i = 0; i < count; ++i) expect(names[4], i, out[i], static_cast<int32_t>(i * 2));
+      });
+      counted(5, [&] {
+        std::fill(out.begin(), out.end(), -1);
+        coll::reduce(comm, in.data(), out.data(), count, ncclInt32, ncclSum, 2);
+        if (r == 2)
+          for (size_t i = 0; i < count; ++i) expect(names[5], i, out[i], static_cast<int32_t>(i * 6));
+      });
+      counted(6, [&] {
+        const int next = (r + 1) % ranks, prev = (r + ranks - 1) % ranks;
+        coll::sendRecv(comm, {coll::P2POp{coll::P2POp::Send, next, in.data(), count, ncclInt32},
+                              coll::P2POp{coll::P2POp::Recv, prev, out.data(), count, ncclInt32}});
+        for (size_t i = 0; i < count; ++i) expect(names[6], i, out[i], static_cast<int32_t>(i * (prev + 1)));
+      });
+      counted(7, [&] {
+        coll::allReduce(comm, in.data(), out.data(), 1001, ncclInt32, ncclSum, coll::hostKernels(),
+                        coll::Algorithm::Ring);
+        for (size_t i = 0; i < 1001; ++i) expect(names[7], i, out[i], static_cast<int32_t>(i * 6));
+      });
+    });
     for (int r = 0; r < ranks; ++r) {
       EXPECT_EQ(errors[r], "") << "rank " << r;
       EXPECT_EQ(on[r], setting != 0) << "rank " << r;
@@ -2028,33 +2020,20 @@ TEST(SlotMemory, PerCallRegistrationIsLeftOffWhereRegistrationIsSlow) {
   constexpr size_t count = 50001;
   for (int setting : {-1, 1}) {
     SCOPED_TRACE("callRegistration " + std::to_string(setting));
-    core::LaunchInfo base{0, ranks, "127.0.0.1", test::freeLoopbackPort(), "test"};
-    std::string errors[ranks];
     bool on[ranks] = {};
-    std::vector<std::thread> threads;
-    for (int r = 0; r < ranks; ++r) {
-      threads.emplace_back([&, r] {
-        core::LaunchInfo launch = base;
-        launch.rank = r;
-        core::CommOptions options = socketOptions();
-        options.plugin = "slow-registration";
-        options.callRegistration = setting;
-        try {
-          core::Communicator comm(launch, options);
-          on[r] = comm.callRegistrationOn();
-          std::vector<float> in(count), out(count);
-          for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(i % 1000) * static_cast<float>(r + 1);
-          for (int repeat = 0; repeat < 3; ++repeat) {
-            coll::allReduce(comm, in.data(), out.data(), count, ncclFloat32, ncclSum);
-            for (size_t i = 0; i < count; ++i)
-              if (out[i] != static_cast<float>(i % 1000) * 3) throw std::runtime_error("wrong at " + std::to_string(i));
-          }
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
+    core::CommOptions options = socketOptions();
+    options.plugin = "slow-registration";
+    options.callRegistration = setting;
+    const auto errors = onEveryRank(ranks, options, [&](core::Communicator& comm, int r) {
+      on[r] = comm.callRegistrationOn();
+      std::vector<float> in(count), out(count);
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(i % 1000) * static_cast<float>(r + 1);
+      for (int repeat = 0; repeat < 3; ++repeat) {
+        coll::allReduce(comm, in.data(), out.data(), count, ncclFloat32, ncclSum);
+        for (size_t i = 0; i < count; ++i)
+          if (out[i] != static_cast<float>(i % 1000) * 3) throw std::runtime_error("wrong at " + std::to_string(i));
+      }
+    });
     for (int r = 0; r < ranks; ++r) {
       EXPECT_EQ(errors[r], "") << "rank " << r;
       EXPECT_EQ(on[r], setting == 1) << "rank " << r;

@@ -495,6 +495,7 @@ void Communicator::decideCallRegistration(Connection& conn, size_t bytes, int pe
       return;
     }
     best = std::min(best, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start));
+    if (best > 100 * kFree) break;  // pinning, not a preempted call: no more start-up spent on pinning it again
   }
   callRegistration_ = best < kFree ? 1 : 0;
   hostLogger(NCCL_LOG_INFO, NCCL_INIT, __FILE__, __LINE__,
