@@ -19,11 +19,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <map>
 #include <memory>
@@ -278,6 +280,91 @@ void releasePooled(PooledRequest* request) {
 int gRealDevices = 0;
 #endif
 
+#if defined(NNS_BUG_VDEVICE_NOT_COUNTED) || defined(NNS_BUG_VDEVICE_VPROPS_SELF) || defined(NNS_BUG_VDEVICE_UNCHECKED)
+#define NNS_VDEVICES 1
+// vNICs (makeVDevice) over the minimal plugin's devices: each vNIC listens and connects through its first part, is
+// named after its parts ("shm0+shm1") and as fast as their sum. One bug each:
+// - VDEVICE_NOT_COUNTED: the vNICs live in a table of their own that devices() does not count (written as if NCCL
+//   used the index makeVDevice hands back; it counts devices() instead, and never sees the vNIC);
+// - VDEVICE_VPROPS_SELF: every device's vProps lists the device itself, vNICs included (written once, for the
+//   physical ports), so NCCL cannot tell what a vNIC fuses nor place it;
+// - VDEVICE_UNCHECKED: the device list is trusted (NCCL only names devices it was given): a vNIC of no devices is
+//   made, and one of a device that does not exist too, its part read from past the device table when used.
+std::mutex gVirtualLock;
+std::deque<std::vector<int>> gVirtualParts;  // vNIC k is device (real devices + k)
+std::deque<std::string> gVirtualNames;       // stable storage: NCCL keeps the name pointers
+
+int realDeviceCount() {
+  int n = 0;
+  return real()->devices(&n) == ncclSuccess ? n : 0;
+}
+// The physical device a device index stands for (a vNIC's first part), or the index as given.
+int physicalDevice(int dev) {
+  const int physical = realDeviceCount();
+  std::lock_guard<std::mutex> lock(gVirtualLock);
+  const size_t k = static_cast<size_t>(dev - physical);
+  if (dev < physical || k >= gVirtualParts.size() || gVirtualParts[k].empty()) return dev;
+  return gVirtualParts[k][0];
+}
+ncclResult_t makeVDevice(int* d, ncclNetVDeviceProps_v12_t* props) {
+  const int physical = realDeviceCount();
+#ifndef NNS_BUG_VDEVICE_UNCHECKED
+  if (props->ndevs < 1 || props->ndevs > NCCL_NET_MAX_DEVS_PER_NIC) return ncclInvalidUsage;
+  for (int i = 0; i < props->ndevs; ++i)
+    if (props->devs[i] < 0 || props->devs[i] >= physical) return ncclInvalidUsage;
+#endif
+  std::vector<int> parts;
+  std::string name;
+  for (int i = 0; i < std::min(props->ndevs, NCCL_NET_MAX_DEVS_PER_NIC); ++i) {
+    parts.push_back(props->devs[i]);
+    ncclNetProperties_v12_t part{};
+    const bool known = props->devs[i] >= 0 && props->devs[i] < physical &&
+                       real()->getProperties(props->devs[i], &part) == ncclSuccess && part.name != nullptr;
+    if (i > 0) name += '+';
+    name += known ? std::string(part.name) : "dev" + std::to_string(props->devs[i]);
+  }
+  std::lock_guard<std::mutex> lock(gVirtualLock);
+  gVirtualParts.push_back(parts);
+  gVirtualNames.push_back(name);
+  *d = physical + static_cast<int>(gVirtualParts.size()) - 1;
+  return ncclSuccess;
+}
+// A vNIC's properties: its first part's, with its own name, speed and parts.
+ncclResult_t virtualProperties(int dev, ncclNetProperties_v12_t* props) {
+  const int physical = realDeviceCount();
+  std::vector<int> parts;
+  {
+    std::lock_guard<std::mutex> lock(gVirtualLock);
+    const size_t k = static_cast<size_t>(dev - physical);
+    if (k >= gVirtualParts.size()) return ncclInvalidArgument;
+    parts = gVirtualParts[k];
+    props->name = const_cast<char*>(gVirtualNames[k].c_str());  // (char*: the v12 field is not const)
+  }
+  char* name = props->name;
+  ncclNetProperties_v12_t part{};
+  if (parts.empty() || real()->getProperties(parts[0], &part) != ncclSuccess) return ncclInternalError;
+  *props = part;
+  props->name = name;
+  props->guid = 0x7600 + static_cast<uint64_t>(dev);
+  props->speed = 0;
+  for (int p : parts) {
+    ncclNetProperties_v12_t each{};
+    if (real()->getProperties(p, &each) == ncclSuccess) props->speed += each.speed;
+  }
+#ifdef NNS_BUG_VDEVICE_VPROPS_SELF
+  props->vProps.ndevs = 1;
+  props->vProps.devs[0] = dev;
+#else
+  props->vProps.ndevs = static_cast<int>(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) props->vProps.devs[i] = parts[i];
+#endif
+  return ncclSuccess;
+}
+#define NNS_MAKE_VDEVICE makeVDevice
+#else
+#define NNS_MAKE_VDEVICE nullptr
+#endif
+
 #ifdef NNS_BUG_FINALIZE_FREES_SHARED
 // Process-wide state (a device table, as most plugins keep) made by the first init and freed by any finalize: fine
 // while NCCL called init once per process, wrong since ncclNet_v11, where each communicator has a context of its
@@ -370,6 +457,11 @@ ncclResult_t devices(int* ndev) {
   ncclResult_t counted = real()->devices(ndev);
   *ndev += 1;
   return counted;
+#elif defined(NNS_VDEVICES) && !defined(NNS_BUG_VDEVICE_NOT_COUNTED)
+  ncclResult_t counted = real()->devices(ndev);
+  std::lock_guard<std::mutex> lock(gVirtualLock);
+  *ndev += static_cast<int>(gVirtualParts.size());
+  return counted;
 #else
   return real()->devices(ndev);
 #endif
@@ -393,6 +485,9 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
     props->name = name;
     return described;
   }
+#endif
+#ifdef NNS_VDEVICES
+  if (dev >= realDeviceCount()) return virtualProperties(dev, props);
 #endif
   ncclResult_t result = real()->getProperties(dev, props);
 #ifdef NNS_SMALL_MESSAGES
@@ -473,6 +568,9 @@ int sideListener(int flags) {
 #endif
 
 ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
+#ifdef NNS_VDEVICES
+  dev = physicalDevice(dev);
+#endif
 #ifdef NNS_BUG_FINALIZE_FREES_SHARED
   if (gShared == nullptr) return sharedGone("listen");
 #endif
@@ -511,6 +609,9 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
 std::atomic<bool> gConnected{false};  // this process made a send comm: it is the sending side
 #endif
 ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t** devComm) {
+#ifdef NNS_VDEVICES
+  dev = physicalDevice(dev);
+#endif
 #ifdef NNS_BUG_CONNECT_FAILS
   // listen wrote a raw address where connect expects its own encoding (or the two disagree about the handle's
   // layout): every connect fails at once, with a WARN, and the listener waits for a connection that never comes.
@@ -1234,9 +1335,10 @@ ncclResult_t v11GetProperties(int dev, ncclNetProperties_v11_t* props) {
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
-    NNS_BUG_NAME, init,    devices, getProperties, listen,   connect, accept,    regMr,
-    regMrDmaBuf,  deregMr, isend,   irecv,         iflush,   test,    closeSend, closeRecv,
-    closeListen,  nullptr, nullptr, nullptr,       finalize, nullptr};
+    NNS_BUG_NAME, init,        devices,     getProperties, listen,  connect,          accept,
+    regMr,        regMrDmaBuf, deregMr,     isend,         irecv,   iflush,           test,
+    closeSend,    closeRecv,   closeListen, nullptr,       nullptr, NNS_MAKE_VDEVICE, finalize,
+    nullptr};
 
 #ifdef NNS_BUG_OLD_VERSION_DIFFERS
 // Filled when the library is loaded: the real plugin's own v8 table with the hand-kept getProperties.

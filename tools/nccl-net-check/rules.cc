@@ -50,8 +50,12 @@ int gPeerDeathSeconds = 30;  // how long a pending test may take to notice a dea
 // rule names the message that never completed ("test still said 'not done' after N s") before its own timeout ends
 // it as "hung" with no more said.
 int gTransferWaitSeconds = 30;
-std::string gPeerNetns;                  // --netns: the namespace peers enter
-std::string gPeerLibrary;                // --netns: the copy of the plugin peers open
+std::string gPeerNetns;    // --netns: the namespace peers enter
+std::string gPeerLibrary;  // --netns: the copy of the plugin peers open
+// --netns: the vNIC the rule made (virtual-devices), which a peer opening its own copy of the plugin makes again
+// before it uses the rule's device, as every NCCL process fuses its own NICs.
+bool gMadeVirtualDevice = false;
+ncclNetVDeviceProps_v12_t gVirtualDevice{};
 volatile sig_atomic_t gRunningRule = 0;  // process group of the rule in progress (the harness's parent process)
 const char* volatile gRunningRuleName = nullptr;  // its name (a rules() entry's)
 
@@ -460,10 +464,13 @@ int becomeNetnsPeer(Context& c) {
   auto net = core::openNetVersion(gPeerLibrary, c.net->version(), &error);
   void* ctx = nullptr;
   ncclNetProperties_v12_t props;
+  int made = -1;
+  ncclNetVDeviceProps_v12_t fused = gVirtualDevice;
   if (net == nullptr || CALL("init", net->init(&ctx, 0x6e6e73, nullptr, nullptr, nullptr)) != ncclSuccess ||
+      (gMadeVirtualDevice && (CALL("makeVDevice", net->makeVDevice(&made, &fused)) != ncclSuccess || made != c.dev)) ||
       CALL("getProperties", net->getProperties(c.dev, &props)) != ncclSuccess) {
     std::fprintf(stderr, "nccl-net-check peer: %s in namespace %s: %s\n", gPeerLibrary.c_str(), gPeerNetns.c_str(),
-                 net == nullptr ? error.c_str() : "init or getProperties failed");
+                 net == nullptr ? error.c_str() : "init, makeVDevice or getProperties failed");
     return kPeerReopenFailed;
   }
   c = Context{net.release(), ctx, c.dev, props};  // lives until the peer exits
@@ -3238,6 +3245,131 @@ Verdict everyDeviceMovesData(Context& c) {
   return pass("listen/connect/accept and 2 checked messages (3 B, 70000 B) on every device: " + names);
 }
 
+// "0+1": a vNIC's device list.
+std::string deviceListText(int n, const int* devs) {
+  std::string text;
+  for (int i = 0; i < n; ++i) {
+    if (i > 0) text += '+';  // piece by piece: GCC 12 at -O3 reports a false -Wrestrict on "+" + std::to_string()
+    text += std::to_string(devs[i]);
+  }
+  return text.empty() ? "none" : text;
+}
+
+Verdict virtualDevices(Context& c) {
+  // NCCL (2.23+, ncclNet_v9+) fuses the ports of one NIC into a vNIC with makeVDevice, then counts the devices
+  // devices() lists beyond the physical ones as its vNICs, reads each one's properties (vProps names the physical
+  // devices, from whose places in the topology it places the vNIC; the name keys it in the topology XML) and uses only
+  // the vNICs from then on. Fused here: devices 0 and 1, or device 0 alone where there is one (NCCL_NET_FORCE_MERGE
+  // can ask for that; a plugin may refuse it, then the rule is skipped).
+  if (!c.net->hasMakeVDevice())
+    return skip(c.net->version() < 9
+                    ? "ncclNet_v" + std::to_string(c.net->version()) + " has no makeVDevice (NIC fusion came with v9)"
+                    : "makeVDevice is NULL: NCCL uses the devices as listed and fuses none");
+  int before = 0;
+  if (ncclResult_t result = CALL("devices", c.net->devices(&before)); result != ncclSuccess)
+    return fail("devices returned %s", resultText(result).c_str());
+  if (before <= 0) return fail("devices gave %d", before);
+  std::vector<ncclNetProperties_v12_t> physical(static_cast<size_t>(before));
+  for (int dev = 0; dev < before; ++dev)
+    if (ncclResult_t result = CALL("getProperties", c.net->getProperties(dev, &physical[static_cast<size_t>(dev)]));
+        result != ncclSuccess)
+      return fail("getProperties(%d) returned %s", dev, resultText(result).c_str());
+
+  // What no vNIC can be made of must be refused, and leave the device list as it was: an index read unchecked
+  // from devs[] is a read past the plugin's device table.
+  struct Refusal {
+    const char* what;
+    ncclNetVDeviceProps_v12_t props;
+  };
+  ncclNetVDeviceProps_v12_t none{}, missing{};
+  missing.ndevs = 1;
+  missing.devs[0] = before + 7;
+  const Refusal refusals[] = {{"no devices (ndevs 0)", none}, {"a device that does not exist", missing}};
+  for (const Refusal& refusal : refusals) {
+    ncclNetVDeviceProps_v12_t props = refusal.props;
+    int made = -1;
+    if (ncclResult_t result = CALL("makeVDevice", c.net->makeVDevice(&made, &props)); result == ncclSuccess)
+      return fail(
+          "makeVDevice of %s (devs {%s}, %d device(s) listed) succeeded and gave device %d: it must return an "
+          "error",
+          refusal.what, deviceListText(refusal.props.ndevs, refusal.props.devs).c_str(), before, made);
+  }
+  int now = 0;
+  if (ncclResult_t result = CALL("devices", c.net->devices(&now)); result != ncclSuccess)
+    return fail("devices returned %s", resultText(result).c_str());
+  if (now != before)
+    return fail("devices() lists %d after two refused makeVDevice calls, %d before: a refused vNIC must not be counted",
+                now, before);
+
+  ncclNetVDeviceProps_v12_t wanted{};
+  wanted.ndevs = before >= 2 ? 2 : 1;
+  for (int i = 0; i < wanted.ndevs; ++i) wanted.devs[i] = i;
+  const std::string parts = deviceListText(wanted.ndevs, wanted.devs);
+  ncclNetVDeviceProps_v12_t props = wanted;
+  int vdev = -1;
+  if (ncclResult_t result = CALL("makeVDevice", c.net->makeVDevice(&vdev, &props)); result != ncclSuccess) {
+    if (wanted.ndevs == 1)
+      return skip("one device, and makeVDevice of it alone returned " + resultText(result) +
+                  " (NCCL fuses two devices or more unless NCCL_NET_FORCE_MERGE names one)");
+    return fail("makeVDevice of devices %s returned %s", parts.c_str(), resultText(result).c_str());
+  }
+  if (ncclResult_t result = CALL("devices", c.net->devices(&now)); result != ncclSuccess)
+    return fail("devices returned %s after makeVDevice", resultText(result).c_str());
+  if (now != before + 1)
+    return fail(
+        "devices() lists %d after makeVDevice made device %d, %d before: NCCL counts the devices listed beyond "
+        "the physical ones as its vNICs, so it %s",
+        now, vdev, before, now == before ? "never sees this one" : "looks for vNICs that were never made");
+  if (vdev != before)
+    return fail(
+        "makeVDevice gave device %d; the new device is %d (the one after the %d listed), where NCCL looks for "
+        "it",
+        vdev, before, before);
+
+  ncclNetProperties_v12_t p;
+  if (ncclResult_t result = CALL("getProperties", c.net->getProperties(vdev, &p)); result != ncclSuccess)
+    return fail("getProperties(%d) of the vNIC returned %s", vdev, resultText(result).c_str());
+  if (Verdict sane = deviceSane(vdev, p); sane.status != Status::kPass) return fail("vNIC: %s", sane.evidence.c_str());
+  std::vector<int> listed(p.vProps.devs, p.vProps.devs + std::clamp(p.vProps.ndevs, 0, NCCL_NET_MAX_DEVS_PER_NIC));
+  std::vector<int> fused(wanted.devs, wanted.devs + wanted.ndevs);
+  std::sort(listed.begin(), listed.end());
+  if (listed != fused)
+    return fail("vNIC %d (devices %s) lists devices {%s} in vProps: NCCL places a vNIC by the devices vProps names",
+                vdev, parts.c_str(), deviceListText(p.vProps.ndevs, p.vProps.devs).c_str());
+  const std::string name = core::printable(p.name);
+  int fastest = 0;
+  long long total = 0;
+  for (int dev = 0; dev < before; ++dev) {
+    const ncclNetProperties_v12_t& part = physical[static_cast<size_t>(dev)];
+    const bool member = std::find(fused.begin(), fused.end(), dev) != fused.end();
+    if (member) fastest = std::max(fastest, part.speed), total += part.speed;
+    // A vNIC of one device may keep that device's name (it replaces it); otherwise one name would key two NICs.
+    if (name == core::printable(part.name) && !(member && wanted.ndevs == 1))
+      return fail(
+          "vNIC %d is named \"%s\", as device %d is: NCCL keys NICs by name in its topology and would take "
+          "one for the other",
+          vdev, name.c_str(), dev);
+  }
+  if (p.speed < fastest)
+    return fail("vNIC %d reports %d Mbps, less than its fastest device's %d: NCCL would rate it below a part of it",
+                vdev, p.speed, fastest);
+
+  // The data path, with a message large enough to be split over the parts where a plugin stripes.
+  gMadeVirtualDevice = true;
+  gVirtualDevice = wanted;
+  Context onVnic{c.net, c.ctx, vdev, p};
+  const size_t large = std::min<size_t>(1 << 20, p.maxP2pBytes);
+  Verdict v = transferChecked(onVnic, {{3, 0x7100}, {70000, 0x7200}, {large, 0x7300}}, large);
+  if (v.status != Status::kPass) return fail("vNIC %d (%s): %s", vdev, name.c_str(), v.evidence.c_str());
+  char text[400];
+  std::snprintf(
+      text, sizeof(text),
+      "makeVDevice refused no devices and a missing one; vNIC %d = devices %s (%s, %d Mbps against %lld for its parts, "
+      "vProps {%s}) counted by devices() and moved 3 checked messages (3 B, 70000 B, %zu B)",
+      vdev, parts.c_str(), name.c_str(), p.speed, total, deviceListText(p.vProps.ndevs, p.vProps.devs).c_str(), large);
+  return pass(text);
+}
+
 Verdict foreignHandleIsAnError(Context& c) {
   // Ranks that loaded different plugins, or versions of one, exchange handles the other cannot read, and NCCL hands
   // them to connect as they are. The plainest foreign handle, 128 zero bytes (no magic, no address; a plugin keeping
@@ -3375,6 +3507,11 @@ const std::vector<Rule>& rules() {
       {{"every-device-moves-data",
         "listen/connect/accept and checked messages work on every device the plugin lists, not only device 0"},
        everyDeviceMovesData},
+      {{"virtual-devices",
+        "v9+ with makeVDevice: a vNIC of devices 0 and 1 (0 alone with one device) is the next device, counted by "
+        "devices(), listing its parts in vProps under a name of its own, and moves data; a vNIC of no devices or of "
+        "a missing one is refused"},
+       virtualDevices},
       {{"foreign-handle-is-an-error",
         "connect with a handle of 128 zero bytes returns an error promptly, never a "
         "comm"},
