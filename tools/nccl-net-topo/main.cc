@@ -6,11 +6,13 @@
 
 #include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -24,6 +26,7 @@
 #include "nns/tools/parse_arguments.hpp"
 #include "nns/topology/analysis.h"
 #include "nns/topology/discovery.h"
+#include "nns/topology/xml.h"
 
 namespace {
 
@@ -254,21 +257,35 @@ std::vector<nns::topo::NicInfo> pluginNics(const std::string& spec, const std::v
 }
 
 // A graph file naming one id twice: NCCL fills the search of that id from each such <graph> in turn, so the last
-// one is what it runs; the tool prints them all, and says which one NCCL keeps.
-void noteDuplicateGraphIds(const nns::topo::XmlDocument& graphs) {
-  std::map<std::string, std::vector<int>> lines;  // id -> the lines of its <graph> elements
-  for (const auto& graph : graphs.root.children)
-    if (graph.name == "graph")
-      if (const std::string* id = graph.attr("id")) lines[*id].push_back(graph.line);
-  for (const auto& [id, at] : lines) {
-    if (at.size() < 2) continue;
-    std::string list;
-    for (int line : at) list += (list.empty() ? "" : ", ") + std::to_string(line);
+// one is what it runs; the tool prints them all, and says which one NCCL keeps. Ids compare as NCCL reads them
+// (numbers, "0" and "0x0" alike), and a graph NCCL skips (crossnic=1 under NCCL_CROSS_NIC=0) does not count.
+void noteDuplicateGraphIds(const nns::topo::XmlDocument& graphs, int crossNicSetting) {
+  struct Seen {
+    std::vector<int> lines;
+    std::set<std::string> spellings;
+  };
+  std::map<std::int64_t, Seen> ids;
+  for (const auto& graph : graphs.root.children) {
+    const std::string* id = graph.name == "graph" ? graph.attr("id") : nullptr;
+    if (id == nullptr) continue;
+    if (crossNicSetting == 0 && nns::topo::parseIntAttr(graph, "crossnic", graphs.sourceName) == 1) continue;
+    Seen& seen = ids[nns::topo::parseIntAttr(graph, "id", graphs.sourceName)];
+    seen.lines.push_back(graph.line);
+    seen.spellings.insert(*id);
+  }
+  for (const auto& [id, seen] : ids) {
+    if (seen.lines.size() < 2) continue;
+    std::string list, spelled;
+    for (int line : seen.lines) list += (list.empty() ? "" : ", ") + std::to_string(line);
+    if (seen.spellings.size() > 1) {
+      for (const std::string& text : seen.spellings) spelled += (spelled.empty() ? "" : ", ") + ("\"" + text + "\"");
+      spelled = "; written " + spelled;
+    }
     std::fprintf(stderr,
-                 "nccl-net-topo: note: %s has %zu graphs with id %s (lines %s): NCCL fills that search from each in "
-                 "turn and runs the last (line %d); all are shown\n",
-                 nns::topo::terminalSafe(graphs.sourceName).c_str(), at.size(), nns::topo::terminalSafe(id).c_str(),
-                 list.c_str(), at.back());
+                 "nccl-net-topo: note: %s has %zu graphs with id %lld (lines %s%s): NCCL fills that search from each "
+                 "in turn and runs the last (line %d); all are shown\n",
+                 nns::topo::terminalSafe(graphs.sourceName).c_str(), seen.lines.size(), static_cast<long long>(id),
+                 list.c_str(), nns::topo::terminalSafe(spelled).c_str(), seen.lines.back());
   }
 }
 
@@ -450,7 +467,7 @@ int runTool(int argc, char** argv) {
       const nns::topo::XmlDocument graphDoc = nns::topo::readXmlFile(graphFile);
       nns::topo::requireNcclNodeLimit(graphDoc, nns::topo::kNcclMaxGraphNodes, "NCCL_GRAPH_XML_MAX_NODES", "graph");
       loadedGraphs = nns::topo::loadGraphXml(graphDoc, &a.system, opts.settings.crossNic);
-      noteDuplicateGraphIds(graphDoc);
+      noteDuplicateGraphIds(graphDoc, opts.settings.crossNic);
     }
     int rank = opts.rank >= 0 ? opts.rank : (a.gpuRanks.empty() ? 0 : a.gpuRanks[0]);
     // The graphs NCCL would dump are those of the job the trim decided: the single-node search when every rank is
