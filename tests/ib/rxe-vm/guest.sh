@@ -106,10 +106,13 @@ if wanted check && [ "${NNS_IB_VM_CHECK:-1}" = 1 ]; then
     # Under a sanitizer 30000 messages per comm take minutes under TCG; 3000 still cross every path many times.
     thread_messages=""
     [ "${NNS_IB_VM_SANITIZED:-0}" = 1 ] && thread_messages="--thread-messages 3000"
-    for mode in one merged; do
+    # "two": both ports as devices 0 and 1, so virtual-devices fuses two devices with makeVDevice, as NCCL does with
+    # the ports of one NIC (the other modes have one device, which it fuses alone).
+    for mode in one merged two; do
       case $mode in
         one) setting="NCCL_IB_HCA==rxe0" rules="" ;;
         merged) setting="NNS_IB_MERGE_DEVICES=1" rules="--rules=$all_but" ;;
+        two) setting="NCCL_IB_HCA==rxe0,rxe1" rules="--rules=properties-sane,every-device-moves-data,virtual-devices" ;;
       esac
       # The plugin first: --rules takes a list and would swallow a path after it.
       env $setting NCCL_IB_TIMEOUT=14 timeout 400 "$check" "$NNS_IB_BUILD/lib/libnccl-net-ib.so" --call-timeout 30 \
