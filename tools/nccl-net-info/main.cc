@@ -255,8 +255,11 @@ void probeCandidate(nns::tools::ProbeChannel& channel, const std::string& entry,
   auto net = nns::core::loadNet(one, &report);
   for (const auto& c : report.candidates) channel.send({{"candidate", nns::tools::candidateJson(c)}});
   if (net == nullptr) return;
-  channel.send(
-      {{"chosen", {{"name", nns::core::printable(net->name())}, {"path", net->path()}, {"version", net->version()}}}});
+  channel.send({{"chosen",
+                 {{"name", nns::core::printable(net->name())},
+                  {"path", net->path()},
+                  {"version", net->version()},
+                  {"makeVDevice", net->hasMakeVDevice()}}}});
   void* ctx = nullptr;
   channel.call("init");
   ncclResult_t result = net->init(&ctx, 0, nullptr, nullptr, nullptr);
@@ -596,6 +599,17 @@ int runTool(int argc, char** argv) {
               chosen["version"].get<int>());
   if (!deviceError.empty()) std::printf("  %s\n", deviceError.c_str());
   printDevices(devices);
+  // NIC fusion: NCCL (2.23+, ncclNet_v9+) merges the ports of one NIC into a vNIC where the plugin can make one.
+  const int version = chosen["version"].get<int>();
+  if (chosen.value("makeVDevice", false))
+    std::printf(
+        "  NIC fusion: makeVDevice present: NCCL fuses devices as close as NCCL_NET_MERGE_LEVEL (default PORT: the\n"
+        "  ports of one NIC; NCCL_NET_FORCE_MERGE names groups) into vNICs and uses those instead (nccl-net-topo\n"
+        "  shows the groups)\n");
+  else
+    std::printf(
+        "  NIC fusion: none: %s, so NCCL uses each device as listed\n",
+        version < 9 ? ("ncclNet_v" + std::to_string(version) + " has no makeVDevice").c_str() : "makeVDevice is NULL");
   if (collNet == nullptr) return 0;  // the probe ended before the collNet's turn (the failure is above)
 
   std::printf("\nCollNet (in-network collectives) of %s:\n  exports ncclCollNet %s\n",

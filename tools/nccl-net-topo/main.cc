@@ -187,9 +187,10 @@ json analysisJson(const Analysis& a) {
 
 // The NICs as a net plugin reports them (NCCL_NET_PLUGIN semantics), which is where NCCL takes its NETs from: the
 // plugin's own variables (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, ...) apply. Loaded in this process; `netName` becomes the
-// plugin's name for the transport lines. Throws with the loader's reasons when no plugin loads or lists devices.
+// plugin's name for the transport lines, and `makesVNics` whether it can fuse them (makeVDevice). Throws with the
+// loader's reasons when no plugin loads or lists devices.
 std::vector<nns::topo::NicInfo> pluginNics(const std::string& spec, const std::vector<std::string>& dirs,
-                                           std::string* netName) {
+                                           std::string* netName, bool* makesVNics) {
   nns::core::LoadOptions load;
   load.plugin = spec;
   // -L first; this tool's own lib/ last, after the dynamic linker's search, which is all NCCL does: a copy of the
@@ -246,6 +247,7 @@ std::vector<nns::topo::NicInfo> pluginNics(const std::string& spec, const std::v
   }
   net->finalize(ctx);  // what it said is copied: its name and PCI paths are ours now
   *netName = net->name();
+  *makesVNics = net->hasMakeVDevice();
   // The file itself where the dynamic linker's search resolved a bare name (which copy NCCL would see).
   std::string file = net->path();
   for (const auto& candidate : report.candidates)
@@ -415,8 +417,11 @@ int runTool(int argc, char** argv) {
       nns::topo::requireNcclNodeLimit(doc, nns::topo::kNcclMaxTopologyNodes, "NCCL_TOPO_XML_MAX_NODES", "topology");
     } else if (!plugin.empty()) {
       std::string pluginName;
-      doc = nns::topo::discoverTopology(pluginNics(plugin, pluginDirs, &pluginName), &discovery);
+      bool makesVNics = false;
+      doc = nns::topo::discoverTopology(pluginNics(plugin, pluginDirs, &pluginName, &makesVNics), &discovery);
       if (netNameOption->count() == 0) netName = pluginName;
+      opts.fusingPlugin = pluginName;
+      opts.pluginMakesVNics = makesVNics;
       discovered = true;
     } else {
       // The plugin's variables select among its devices, which this listing does not know: said, with the way to

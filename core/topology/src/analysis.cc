@@ -80,6 +80,8 @@ Analysis analyze(XmlDocument doc, const AnalysisOptions& options) {
       a.trim.reason += "; but the topology has no NET: no network decisions or search";
   }
   a.fusion = computeFusionGroups(a.xml, st.netMergeLevel, options.forceMerge, a.sourceName);
+  a.fusingPlugin = options.fusingPlugin;
+  a.pluginMakesVNics = options.pluginMakesVNics;
   int ng = sys.count(GPU), nn = sys.count(NET);
   for (int g = 0; g < ng; ++g) a.gpuRanks.push_back(sys.node(GPU, g).gpu.rank);
   for (int n = 0; n < nn; ++n) a.netDevs.push_back(sys.node(NET, n).net.dev);
@@ -350,9 +352,15 @@ std::string formatSummary(const Analysis& a) {
     for (std::size_t i = 0; i < f.devs.size(); ++i) o << (i ? "," : "") << f.devs[i];
     o << "}: " << f.reason << "\n";
   }
-  if (!a.fusion.empty())
-    o << "  note: NCCL fuses them only when the net plugin can make virtual NICs (makeVDevice: IB can, socket "
-         "cannot);\n"
+  if (!a.fusion.empty() && !a.fusingPlugin.empty() && !a.pluginMakesVNics)
+    o << "  note: " << a.fusingPlugin
+      << ", whose devices these are, cannot make virtual NICs (no makeVDevice):\n"
+         "  NCCL uses the devices as listed, as shown here.\n";
+  else if (!a.fusion.empty())
+    o << "  note: NCCL fuses them only when the net plugin can make virtual NICs (makeVDevice: "
+      << (a.fusingPlugin.empty() ? "NCCL's IB can, its Socket cannot"
+                                 : a.fusingPlugin + ", whose devices these are, can")
+      << ");\n"
          "  it then routes, decides GDR and PXN and searches rings on each vNIC as one NET of the summed speed. The\n"
          "  NETs, paths, decisions and graphs shown here are for the physical devices (not modelled: a vNIC's PCI\n"
          "  placement is the plugin's), which is NCCL's result with a plugin that cannot fuse.\n";

@@ -19,6 +19,9 @@ struct AnalysisOptions {
   bool search = true;      // run ring and tree searches
   int channels = 4;        // channels shown for NIC choices
   std::string forceMerge;  // NCCL_NET_FORCE_MERGE
+  // The net plugin the NICs came from, and whether it can fuse them (makeVDevice); empty: not known (a file, sysfs).
+  std::string fusingPlugin;
+  bool pluginMakesVNics = false;
 };
 
 struct PxnRelay {
@@ -48,6 +51,8 @@ struct Analysis {
   std::vector<int> netLocalGpuRank;                    // [net] owner GPU rank, -1 when none
   std::vector<PxnRelay> pxn;                           // every GPU->NET path of type PXN
   std::vector<FusionGroup> fusion;
+  std::string fusingPlugin;  // AnalysisOptions' (the report says whether NCCL would fuse the groups)
+  bool pluginMakesVNics = false;
   std::vector<SearchResult> searches;  // single node (inter=0), then multi-node (inter=1) when there are NETs
 };
 
