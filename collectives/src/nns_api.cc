@@ -22,6 +22,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -36,18 +37,48 @@
 #include "nns/coll/collectives.hpp"
 #include "nns/core/bootstrap.hpp"
 
+namespace {
+// The numbers of premultiplied sums (op ncclNumOps + i), given out for the whole process rather than per
+// communicator: numbered per communicator, an op made on one and passed to another met the other's op of the same
+// number there, whose scalar was used without an error. The lowest free number goes first; a destroyed op's number
+// is given again, as in NCCL.
+std::mutex gOpNumbersMutex;
+std::vector<bool> gOpNumbersTaken;
+long takeOpNumber() {
+  std::lock_guard<std::mutex> lock(gOpNumbersMutex);
+  const auto free = std::find(gOpNumbersTaken.begin(), gOpNumbersTaken.end(), false);
+  const long index = free - gOpNumbersTaken.begin();
+  if (free == gOpNumbersTaken.end()) {
+    gOpNumbersTaken.push_back(true);
+  } else {
+    *free = true;
+  }
+  return index;
+}
+void releaseOpNumber(long index) {
+  std::lock_guard<std::mutex> lock(gOpNumbersMutex);
+  gOpNumbersTaken[static_cast<size_t>(index)] = false;
+}
+}  // namespace
+
 struct nnsComm {
   std::unique_ptr<nns::core::Communicator> comm;
   int holds = 0;  // API calls using it now (liveMutex)
-  // Premultiplied sums made by nnsRedOpCreatePreMulSum: op ncclNumOps + i is ops[i] (opsMutex).
+  // Premultiplied sums made on this communicator by nnsRedOpCreatePreMulSum: op ncclNumOps + i is ops[i]
+  // (opsMutex), i a process-wide number.
   struct PreMulSum {
-    bool live = false;
     ncclDataType_t type = ncclFloat32;
     uint64_t value = 0;             // ncclScalarHostImmediate: the scalar, copied at creation
     const void* pointer = nullptr;  // ncclScalarDevice: where it is read when a collective runs
   };
   std::mutex opsMutex;
-  std::vector<PreMulSum> ops;
+  std::map<long, PreMulSum> ops;
+  nnsComm() = default;
+  nnsComm(const nnsComm&) = delete;
+  nnsComm& operator=(const nnsComm&) = delete;
+  ~nnsComm() {
+    for (const auto& entry : ops) releaseOpNumber(entry.first);
+  }
 };
 
 // libnns is released with the SDK: its version code is the SDK's (nccl_net/sdk_version.h).
@@ -315,11 +346,11 @@ ncclResult_t resolveOp(nnsComm_t comm, ncclRedOp_t op, ncclDataType_t type, Oper
   o->op = op;
   if (static_cast<int>(op) >= 0 && op < ncclNumOps) return ncclSuccess;
   std::lock_guard<std::mutex> lock(comm->opsMutex);
-  const long index = static_cast<long>(op) - ncclNumOps;
-  if (index < 0 || index >= static_cast<long>(comm->ops.size()) || !comm->ops[index].live)
+  const auto found = comm->ops.find(static_cast<long>(op) - ncclNumOps);
+  if (found == comm->ops.end())
     return failWith(ncclInvalidArgument, "reduction op " + std::to_string(static_cast<int>(op)) +
                                              " is neither a built-in op nor one made on this communicator");
-  const nnsComm::PreMulSum& made = comm->ops[index];
+  const nnsComm::PreMulSum& made = found->second;
   if (made.type != type)
     return failWith(ncclInvalidArgument, "reduction op " + std::to_string(static_cast<int>(op)) + " was made for " +
                                              nns::coll::typeName(made.type) + ", not for " + nns::coll::typeName(type));
@@ -786,16 +817,17 @@ ncclResult_t nnsRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType
     return failWith(ncclInvalidArgument, "scalar residence " + std::to_string(static_cast<int>(residence)) +
                                              " is neither ncclScalarHostImmediate nor ncclScalarDevice");
   nnsComm::PreMulSum made;
-  made.live = true;
   made.type = datatype;
   if (residence == ncclScalarHostImmediate)
     std::memcpy(&made.value, scalar, bytes);
   else
     made.pointer = scalar;
   std::lock_guard<std::mutex> lock(comm->opsMutex);
-  size_t index = 0;
-  while (index < comm->ops.size() && comm->ops[index].live) ++index;  // a destroyed op's number is reused, as in NCCL
-  if (index == comm->ops.size()) comm->ops.emplace_back();
+  const long index = takeOpNumber();
+  if (index > static_cast<long>(ncclMaxRedOp) - ncclNumOps) {
+    releaseOpNumber(index);
+    return failWith(ncclInvalidUsage, "no reduction op number left (" + std::to_string(index) + " ops made and alive)");
+  }
   comm->ops[index] = made;
   *op = static_cast<ncclRedOp_t>(ncclNumOps + static_cast<int>(index));
   return ncclSuccess;
@@ -808,11 +840,12 @@ ncclResult_t nnsRedOpDestroy(ncclRedOp_t op, nnsComm_t comm) {
     return failWith(ncclInvalidArgument, std::string("reduction op ") + nns::coll::opName(op) +
                                              " is built in: only ops made by nnsRedOpCreatePreMulSum are destroyed");
   std::lock_guard<std::mutex> lock(comm->opsMutex);
-  const long index = static_cast<long>(op) - ncclNumOps;
-  if (index < 0 || index >= static_cast<long>(comm->ops.size()) || !comm->ops[index].live)
+  const auto found = comm->ops.find(static_cast<long>(op) - ncclNumOps);
+  if (found == comm->ops.end())
     return failWith(ncclInvalidArgument,
                     "reduction op " + std::to_string(static_cast<int>(op)) + " was not made on this communicator");
-  comm->ops[index].live = false;
+  releaseOpNumber(found->first);
+  comm->ops.erase(found);
   return ncclSuccess;
 }
 

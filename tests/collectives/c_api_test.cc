@@ -150,7 +150,8 @@ TEST(CApi, CollectivesAndAGroupedRingExchangeOnThreeRanks) {
 // nnsRedOpCreatePreMulSum as ncclRedOpCreatePreMulSum: each rank's input times its own scalar, then summed, with
 // allreduce, reduce and reduce-scatter; an immediate scalar is read at creation, ncclScalarDevice's when the call
 // runs (host memory here), a call queued in a group keeps the op it was given; the op is for its datatype and
-// communicator only, a built-in op cannot be destroyed, a destroyed one is refused, and its number is reused.
+// communicator only (numbers are the process's, so another communicator's op is never taken for it), a built-in op
+// cannot be destroyed, a destroyed one is refused, and its number is reused.
 TEST(CApi, PremultipliedSumsAsNcclRedOpCreatePreMulSum) {
   onRanks(3, [](int rank, nnsComm_t comm) {
     // Rank r multiplies its input r + 1 by (r + 1) / 2: the sum of (r + 1)^2 / 2 is 7.
@@ -161,6 +162,20 @@ TEST(CApi, PremultipliedSumsAsNcclRedOpCreatePreMulSum) {
     EXPECT_GE(static_cast<int>(immediate), static_cast<int>(ncclNumOps));
     ASSERT_EQ(nnsRedOpCreatePreMulSum(&pointed, &weight, ncclFloat64, ncclScalarDevice, comm), ncclSuccess);
     EXPECT_NE(immediate, pointed);
+    // Another communicator's op (each has one of its own): refused in a call and in a destroy, both ways, however
+    // the two were numbered (per communicator, both would be the first op, and one was taken for the other).
+    double x = 1, y = 0;
+    nnsComm_t other = nullptr;
+    ASSERT_EQ(nnsCommSplit(comm, 0, rank, &other, nullptr), ncclSuccess) << nnsGetLastError(nullptr);
+    ncclRedOp_t others = ncclSum;
+    ASSERT_EQ(nnsRedOpCreatePreMulSum(&others, &weight, ncclFloat64, ncclScalarHostImmediate, other), ncclSuccess);
+    EXPECT_EQ(nnsAllReduce(&x, &y, 1, ncclFloat64, pointed, other, nullptr), ncclInvalidArgument);
+    EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("nor one made on this communicator"), std::string::npos)
+        << nnsGetLastError(nullptr);
+    EXPECT_EQ(nnsAllReduce(&x, &y, 1, ncclFloat64, others, comm, nullptr), ncclInvalidArgument);
+    EXPECT_EQ(nnsRedOpDestroy(others, comm), ncclInvalidArgument);
+    EXPECT_EQ(nnsRedOpDestroy(pointed, other), ncclInvalidArgument);
+    EXPECT_EQ(nnsCommDestroy(other), ncclSuccess);  // its op goes with it
     weight = 1.0;  // the immediate op keeps (r + 1) / 2; the pointed one reads 1 from now on
     std::vector<double> in(1001, rank + 1.0), out(1001), block(1001 / 3 * 3, rank + 1.0), part(1001 / 3);
     ASSERT_EQ(nnsAllReduce(in.data(), out.data(), in.size(), ncclFloat64, immediate, comm, nullptr), ncclSuccess)
@@ -201,10 +216,19 @@ TEST(CApi, PremultipliedSumsAsNcclRedOpCreatePreMulSum) {
               ncclInvalidArgument);
     EXPECT_EQ(nnsRedOpCreatePreMulSum(&unused, &weight, ncclFloat64, static_cast<ncclScalarResidence_t>(7), comm),
               ncclInvalidArgument);
-    // A destroyed op's number goes to the next op made.
+    // A destroyed op's number is given again: made and destroyed 1000 times, the numbers stay few (the other ranks'
+    // threads make ops of their own meanwhile).
     ncclRedOp_t again = ncclSum;
+    int highest = 0;
+    for (int k = 0; k < 1000; ++k) {
+      ASSERT_EQ(nnsRedOpCreatePreMulSum(&again, &weight, ncclFloat64, ncclScalarHostImmediate, comm), ncclSuccess);
+      highest = std::max(highest, static_cast<int>(again));
+      ASSERT_EQ(nnsRedOpDestroy(again, comm), ncclSuccess);
+    }
+    EXPECT_LT(highest, ncclNumOps + 32);
     ASSERT_EQ(nnsRedOpCreatePreMulSum(&again, &weight, ncclFloat64, ncclScalarHostImmediate, comm), ncclSuccess);
-    EXPECT_EQ(again, immediate);
+    ASSERT_EQ(nnsAllReduce(in.data(), out.data(), in.size(), ncclFloat64, again, comm, nullptr), ncclSuccess);
+    EXPECT_EQ(out.back(), 1.0 + 2.0 + 3.0);
     for (ncclRedOp_t op : {again, pointed, integer}) EXPECT_EQ(nnsRedOpDestroy(op, comm), ncclSuccess);
     expectHealthyThenDestroy(comm);
   });
