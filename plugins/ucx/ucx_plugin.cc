@@ -1084,6 +1084,7 @@ class UcxNet {
       return -1;
     };
     unsigned events = ucp_worker_progress(comm->worker);
+    const bool progressed = events != 0;  // the loop below ends on a poll that found nothing
     bool all = allDone();
     for (int i = 0; i < 64 && !all && events != 0 && firstFailed() < 0; ++i) {
       events = ucp_worker_progress(comm->worker);
@@ -1093,7 +1094,7 @@ class UcxNet {
     if (!all && failedSub < 0) {
       // After the peer's goodbye, what it sent before it is still arriving while progress finds events: the close
       // timeout counts from the last of them, not from the goodbye (a receive whose bytes were still coming failed).
-      if (comm->peerClosed && events != 0) comm->peerClosedAt = Clock::now();
+      if (comm->peerClosed && progressed) comm->peerClosedAt = Clock::now();
       // The endpoint failed: what has not completed never will. The request stays live; close cleans it up.
       checkSideChannel(comm);
       if (comm->failure.load() != UCS_OK) return commFailed(comm, "test");
