@@ -3269,11 +3269,14 @@ Verdict virtualDevices(Context& c) {
   if (ncclResult_t result = CALL("devices", c.net->devices(&before)); result != ncclSuccess)
     return fail("devices returned %s", resultText(result).c_str());
   if (before <= 0) return fail("devices gave %d", before);
-  std::vector<ncclNetProperties_v12_t> physical(static_cast<size_t>(before));
-  for (int dev = 0; dev < before; ++dev)
-    if (ncclResult_t result = CALL("getProperties", c.net->getProperties(dev, &physical[static_cast<size_t>(dev)]));
-        result != ncclSuccess)
+  // Each device's name (copied: properties-sane judges the pointers) and speed.
+  std::vector<std::pair<std::string, int>> physical;
+  for (int dev = 0; dev < before; ++dev) {
+    ncclNetProperties_v12_t p;
+    if (ncclResult_t result = CALL("getProperties", c.net->getProperties(dev, &p)); result != ncclSuccess)
       return fail("getProperties(%d) returned %s", dev, resultText(result).c_str());
+    physical.emplace_back(core::printable(p.name), p.speed);
+  }
 
   // What no vNIC can be made of must be refused, and leave the device list as it was: an index read unchecked
   // from devs[] is a read past the plugin's device table.
@@ -3340,11 +3343,11 @@ Verdict virtualDevices(Context& c) {
   int fastest = 0;
   long long total = 0;
   for (int dev = 0; dev < before; ++dev) {
-    const ncclNetProperties_v12_t& part = physical[static_cast<size_t>(dev)];
+    const auto& [partName, partSpeed] = physical[static_cast<size_t>(dev)];
     const bool member = std::find(fused.begin(), fused.end(), dev) != fused.end();
-    if (member) fastest = std::max(fastest, part.speed), total += part.speed;
+    if (member) fastest = std::max(fastest, partSpeed), total += partSpeed;
     // A vNIC of one device may keep that device's name (it replaces it); otherwise one name would key two NICs.
-    if (name == core::printable(part.name) && !(member && wanted.ndevs == 1))
+    if (name == partName && !(member && wanted.ndevs == 1))
       return fail(
           "vNIC %d is named \"%s\", as device %d is: NCCL keys NICs by name in its topology and would take "
           "one for the other",
