@@ -190,11 +190,18 @@ for a in "":"the slowest rank's (-a 3)" "-a 0":"rank 0's (-a 0)" "-a 1":"the ave
          "-a 2":"the fastest rank's (-a 2)"; do
   header=$(NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" allreduce -p minimal -b 8 -e 8 -n 1 -w 0 \
              ${a%%:*} | grep '^# time:')
-  if [ "$header" != "# time: ${a#*:}" ]; then
+  if [ "$header" != "# time: ${a#*:}, out of place (-I 0)" ]; then
     echo "FAILED: nccl-net-bench ${a%%:*} time header: '$header'"
     failures=$((failures + 1))
   fi
 done
+
+header=$(NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" allreduce -p minimal -b 8 -e 8 -n 1 -w 0 -I 1 |
+           grep '^# time:')
+if [ "$header" != "# time: the slowest rank's (-a 3), in place (-I 1)" ]; then
+  echo "FAILED: nccl-net-bench -I 1 time header: '$header'"
+  failures=$((failures + 1))
+fi
 
 # Started by hand, with no launcher's rank or size set, the bench is a job of one rank (as nccl-tests without
 # mpirun), and says so; half a launcher's variables is still refused (it exited 2 on both).

@@ -962,10 +962,15 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
   // NNS_BUG_POISON=1: the caller's buffer gets all-ones bytes instead of keeping what it held (a NIC writing the
   // wrong data), which is NaN in every floating-point type: a check must count a NaN as wrong.
   static const bool poison = std::getenv("NNS_BUG_POISON") != nullptr && std::getenv("NNS_BUG_POISON")[0] == '1';
+  // NNS_BUG_DROP_AFTER=N: the process's first N such receives are copied out, the later ones lost (a copy-out done
+  // on the bounce buffer's first uses only): a check must not take what an early run left for a later run's result.
+  static const long deliverFirst =
+      std::getenv("NNS_BUG_DROP_AFTER") != nullptr ? std::strtol(std::getenv("NNS_BUG_DROP_AFTER"), nullptr, 10) : 0;
+  static std::atomic<long> staged{0};
   void* bounced[64];
   if (n >= 1 && n <= 64) {
     for (int i = 0; i < n; ++i) {
-      bool lost = sizes[i] >= 4096 && sizes[i] <= kBounceBytes;
+      bool lost = sizes[i] >= 4096 && sizes[i] <= kBounceBytes && staged.fetch_add(1) >= deliverFirst;
       if (lost && poison) std::memset(data[i], 0xff, sizes[i]);
       bounced[i] = lost ? bounce : data[i];
     }

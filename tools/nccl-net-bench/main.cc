@@ -489,7 +489,8 @@ int runTool(int argc, char** argv) {
       }
       static const char* const kTimeReports[] = {"rank 0's", "the average of the ranks'", "the fastest rank's",
                                                  "the slowest rank's"};
-      std::printf("# time: %s (-a %d)\n", kTimeReports[timeReport], timeReport);
+      std::printf("# time: %s (-a %d), %s (-I %d)\n", kTimeReports[timeReport], timeReport,
+                  inPlace ? "in place" : "out of place", inPlace);
       std::printf("#%11s %12s %8s %6s %5s %10s %8s %8s %7s\n", "size", "count", "type", "redop", "root", "time",
                   "algbw", "busbw", "#wrong");
       std::printf("#%11s %12s %8s %6s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)",
@@ -629,11 +630,11 @@ int runTool(int argc, char** argv) {
             else
               coll::reduce(comm, in, out, count, type, reduceOp, root, k);
           };
-          // Out of place the first checked run is the last timed one; in place every run overwrites its own input, so
-          // the runs are timed, then the input restored for an untimed checked one. Either way the sentinel goes in
-          // untimed, and the further runs of -c N are untimed too.
+          // The runs are timed, then checked in an untimed run of their own, as nccl-tests does: the sentinel first,
+          // so a run that writes nothing cannot pass with what an earlier one left (checking the last timed run
+          // out of place, where the sentinel went in before all of them, passed a plugin that dropped the data of
+          // every run but the first); in place the input restored too. The further runs of -c N are the same.
           for (int i = 0; i < warmup; ++i) runOnce();
-          if (check && !inPlace) writeSentinel();
           comm.bootstrap().barrier();
           auto start = Clock::now();
           for (int i = 0; i < iterations; ++i) runOnce();
@@ -678,7 +679,7 @@ int runTool(int argc, char** argv) {
             return countWrong();
           };
           long wrong = 0;
-          if (check > 0) wrong = inPlace ? checkedRun() : countWrong();
+          if (check > 0) wrong = checkedRun();
           // The time -a asks for (the slowest rank's by default) and every rank's wrong count.
           char mine[64] = {};  // all 64 bytes travel
           std::snprintf(mine, sizeof(mine), "%.9f %ld", seconds, wrong);
