@@ -198,7 +198,8 @@ bool forwardFromSlots(Communicator& comm, const KernelLayer& kernels, const void
 void lendBuffers(Communicator& comm, const KernelLayer& kernels,
                  std::initializer_list<std::pair<const void*, size_t>> buffers) {
   if (kernels.onDevice()) return;
-  for (auto [data, bytes] : buffers) comm.registerForCall(data, bytes);
+  for (auto [data, bytes] : buffers)
+    if (data != nullptr && bytes > 0) comm.registerForCall(data, bytes);  // a buffer this rank does not have: none
 }
 
 // Elements per block in one round of a ring whose pieces are `piece` bytes: half the slots' pieces, so a rank's
