@@ -6,7 +6,6 @@
 
 #include <charconv>
 #include <chrono>
-#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -26,7 +25,6 @@
 #include "nns/tools/parse_arguments.hpp"
 #include "nns/topology/analysis.h"
 #include "nns/topology/discovery.h"
-#include "nns/topology/xml.h"
 
 namespace {
 
@@ -259,21 +257,22 @@ std::vector<nns::topo::NicInfo> pluginNics(const std::string& spec, const std::v
 }
 
 // A graph file naming one id twice: NCCL fills the search of that id from each such <graph> in turn, so the last
-// one is what it runs; the tool prints them all, and says which one NCCL keeps. Ids compare as NCCL reads them
-// (numbers, "0" and "0x0" alike), and a graph NCCL skips (crossnic=1 under NCCL_CROSS_NIC=0) does not count.
-void noteDuplicateGraphIds(const nns::topo::XmlDocument& graphs, int crossNicSetting) {
+// one is what it runs; the tool prints them all, and says which one NCCL keeps. The graphs are those the loader took
+// (ids read as NCCL reads them, "0" and "0x0" alike; a graph NCCL skips, crossnic=1 under NCCL_CROSS_NIC=0, is not
+// there); the ids' spellings come from the file.
+void noteDuplicateGraphIds(const nns::topo::XmlDocument& graphs, const std::vector<nns::topo::Graph>& loaded) {
+  std::map<int, const std::string*> spellingAt;  // <graph> line -> its id as written
+  for (const auto& graph : graphs.root.children)
+    if (graph.name == "graph") spellingAt[graph.line] = graph.attr("id");
   struct Seen {
     std::vector<int> lines;
     std::set<std::string> spellings;
   };
-  std::map<std::int64_t, Seen> ids;
-  for (const auto& graph : graphs.root.children) {
-    const std::string* id = graph.name == "graph" ? graph.attr("id") : nullptr;
-    if (id == nullptr) continue;
-    if (crossNicSetting == 0 && nns::topo::parseIntAttr(graph, "crossnic", graphs.sourceName) == 1) continue;
-    Seen& seen = ids[nns::topo::parseIntAttr(graph, "id", graphs.sourceName)];
-    seen.lines.push_back(graph.line);
-    seen.spellings.insert(*id);
+  std::map<int, Seen> ids;
+  for (const nns::topo::Graph& g : loaded) {
+    Seen& seen = ids[g.id];
+    seen.lines.push_back(g.sourceLine);
+    if (const std::string* text = spellingAt[g.sourceLine]) seen.spellings.insert(*text);
   }
   for (const auto& [id, seen] : ids) {
     if (seen.lines.size() < 2) continue;
@@ -284,10 +283,10 @@ void noteDuplicateGraphIds(const nns::topo::XmlDocument& graphs, int crossNicSet
       spelled = "; written " + spelled;
     }
     std::fprintf(stderr,
-                 "nccl-net-topo: note: %s has %zu graphs with id %lld (lines %s%s): NCCL fills that search from each "
+                 "nccl-net-topo: note: %s has %zu graphs with id %d (lines %s%s): NCCL fills that search from each "
                  "in turn and runs the last (line %d); all are shown\n",
-                 nns::topo::terminalSafe(graphs.sourceName).c_str(), seen.lines.size(), static_cast<long long>(id),
-                 list.c_str(), nns::topo::terminalSafe(spelled).c_str(), seen.lines.back());
+                 nns::topo::terminalSafe(graphs.sourceName).c_str(), seen.lines.size(), id, list.c_str(),
+                 nns::topo::terminalSafe(spelled).c_str(), seen.lines.back());
   }
 }
 
@@ -472,7 +471,7 @@ int runTool(int argc, char** argv) {
       const nns::topo::XmlDocument graphDoc = nns::topo::readXmlFile(graphFile);
       nns::topo::requireNcclNodeLimit(graphDoc, nns::topo::kNcclMaxGraphNodes, "NCCL_GRAPH_XML_MAX_NODES", "graph");
       loadedGraphs = nns::topo::loadGraphXml(graphDoc, &a.system, opts.settings.crossNic);
-      noteDuplicateGraphIds(graphDoc, opts.settings.crossNic);
+      noteDuplicateGraphIds(graphDoc, loadedGraphs);
     }
     int rank = opts.rank >= 0 ? opts.rank : (a.gpuRanks.empty() ? 0 : a.gpuRanks[0]);
     // The graphs NCCL would dump are those of the job the trim decided: the single-node search when every rank is

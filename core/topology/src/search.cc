@@ -805,6 +805,7 @@ std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys, int c
     };
     auto lineOf = [&](const XmlElement& e) { return src + ":" + std::to_string(e.line) + ": "; };
     g.id = intOf("id");
+    g.sourceLine = ge.line;
     g.pattern = intOf("pattern");
     // NCCL_TOPO_PATTERN_BALANCED_TREE (1) .. COLLNET_DIRECT (6); crossnic is 0, 1 or 2 (NCCL_CROSS_NIC's values).
     if (g.pattern < 1 || g.pattern > 6)

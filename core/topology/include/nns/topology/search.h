@@ -52,6 +52,7 @@ struct Graph {
   bool withNets = false;            // channels enter and leave through NETs (searched with the network, or a
                                     // graph file whose channels list <net> elements)
   std::vector<SearchAttempt> attempts;
+  int sourceLine = 0;  // loaded from a graph file: its <graph> element's line
 
   int ranksAt(int channel, int step, int nGpus) const {
     return intra[static_cast<std::size_t>(channel * nGpus + step)];
