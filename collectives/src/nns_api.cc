@@ -664,6 +664,41 @@ ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, in
   return makeComm(comm, launch);
 }
 
+ncclResult_t nnsCommInitAll(nnsComm_t* comms, int ndev, const int* devlist) {
+  if (comms == nullptr) return failWith(ncclInvalidArgument, "comms is NULL");
+  if (groupDepth > 0)
+    return failWith(ncclInvalidUsage, "nnsCommInitAll inside a group: call it outside (it is a group of its own)");
+  if (ndev < 1 || ndev > nns::core::kMaxRanks)
+    return failWith(ncclInvalidArgument,
+                    "ndev " + std::to_string(ndev) + ": 1.." + std::to_string(nns::core::kMaxRanks));
+  if (devlist != nullptr) {
+    for (int i = 0; i < ndev; ++i) {
+      if (devlist[i] < 0)
+        return failWith(ncclInvalidArgument, "devlist[" + std::to_string(i) + "] is " + std::to_string(devlist[i]));
+      for (int j = 0; j < i; ++j)
+        if (devlist[j] == devlist[i])
+          return failWith(ncclInvalidUsage, "devlist[" + std::to_string(j) + "] and devlist[" + std::to_string(i) +
+                                                "] are both device " + std::to_string(devlist[i]) +
+                                                ": one rank per device, as ncclCommInitAll takes them");
+    }
+  }
+  for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
+  // All ranks are in this process: the root is a port of its own, whatever NNS_ROOT_ADDR or NCCL_COMM_ID say.
+  nnsUniqueId id;
+  if (const ncclResult_t r = makeUniqueId(&id, false); r != ncclSuccess) return r;
+  nnsGroupStart();
+  for (int i = 0; i < ndev; ++i) nnsCommInitRank(&comms[i], ndev, id, i);  // queued: made together at the end
+  const ncclResult_t made = nnsGroupEnd();
+  if (made == ncclSuccess) return ncclSuccess;
+  // All or nothing, as ncclCommInitAll: the ranks made are destroyed and every handle is NULL again.
+  const std::string why = lastError;
+  for (int i = 0; i < ndev; ++i) {
+    if (comms[i] != nullptr) nnsCommDestroy(comms[i]);
+    comms[i] = nullptr;
+  }
+  return failWith(made, "nnsCommInitAll: " + why);
+}
+
 ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm) {
   GroupOperation joining;
   if (comm == nullptr) return failWith(ncclInvalidArgument, "comm is NULL");

@@ -583,6 +583,57 @@ TEST(CApi, OneThreadMakesTwoRanksInOneGroup) {
   EXPECT_EQ(stale, nullptr);
 }
 
+// nnsCommInitAll as ncclCommInitAll: three ranks of one job made by one call, driven by one thread in a group; a
+// devlist is checked, not needed. Refused before anything is made: NULL comms, no ranks, a device twice, a call
+// inside a group (each leaves the handles as they were, or NULL).
+TEST(CApi, InitAllMakesEveryRankInOneCall) {
+  pickPortOnLoopback();
+  setenv("NNS_ROOT_ADDR", "127.0.0.1:1", 1);  // a fixed root nnsCommInitAll must not use (nothing listens there)
+  nnsComm_t comms[3] = {nullptr, nullptr, nullptr};
+  const int devices[3] = {2, 0, 1};
+  ASSERT_EQ(nnsCommInitAll(comms, 3, devices), ncclSuccess) << nnsGetLastError(nullptr);
+  unsetenv("NNS_ROOT_ADDR");
+  std::vector<std::vector<int>> data{std::vector<int>(999, 1), std::vector<int>(999, 2), std::vector<int>(999, 4)};
+  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+  for (int r = 0; r < 3; ++r)
+    EXPECT_EQ(nnsAllReduce(data[r].data(), data[r].data(), 999, ncclInt32, ncclSum, comms[r], nullptr), ncclSuccess);
+  ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError(nullptr);
+  for (int r = 0; r < 3; ++r) {
+    int rank = -1, count = -1;
+    EXPECT_EQ(nnsCommUserRank(comms[r], &rank), ncclSuccess);
+    EXPECT_EQ(nnsCommCount(comms[r], &count), ncclSuccess);
+    EXPECT_EQ(rank, r);
+    EXPECT_EQ(count, 3);
+    EXPECT_EQ(data[r][0], 7);
+    EXPECT_EQ(data[r][998], 7);
+    EXPECT_EQ(nnsCommDestroy(comms[r]), ncclSuccess);
+  }
+  nnsComm_t two[2] = {nullptr, nullptr};
+  ASSERT_EQ(nnsCommInitAll(two, 2, nullptr), ncclSuccess) << nnsGetLastError(nullptr);
+  expectGroupedSumAndDestroy(two);
+
+  EXPECT_EQ(nnsCommInitAll(nullptr, 2, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(nnsCommInitAll(two, 0, nullptr), ncclInvalidArgument);
+  const int twice[2] = {1, 1};
+  EXPECT_EQ(nnsCommInitAll(two, 2, twice), ncclInvalidUsage);
+  EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("both device 1"), std::string::npos) << nnsGetLastError(nullptr);
+  const int negative[2] = {0, -1};
+  EXPECT_EQ(nnsCommInitAll(two, 2, negative), ncclInvalidArgument);
+  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+  EXPECT_EQ(nnsCommInitAll(two, 2, nullptr), ncclInvalidUsage);
+  EXPECT_EQ(nnsGroupEnd(), ncclSuccess) << "the refusal is the call's own, not the group's";
+  // Ranks that fail as they are made (a plugin that is not there) leave every handle NULL, none of them to destroy,
+  // and the reason.
+  setenv("NCCL_NET_PLUGIN", "nns-no-such-plugin", 1);
+  nnsComm_t stale[2] = {two[0], two[1]};
+  EXPECT_NE(nnsCommInitAll(stale, 2, nullptr), ncclSuccess);
+  EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("nns-no-such-plugin"), std::string::npos)
+      << nnsGetLastError(nullptr);
+  setenv("NCCL_NET_PLUGIN", "socket", 1);
+  EXPECT_EQ(stale[0], nullptr);
+  EXPECT_EQ(stale[1], nullptr);
+}
+
 // A collective queued between a send and its receive: the sends and receives progress together before the
 // collective, so neither rank's send waits for a receive queued behind the collective. Run in call order, 16 MB sends
 // deadlocked both ranks until the timeout.

@@ -43,6 +43,11 @@ ncclResult_t nnsGetUniqueId(nnsUniqueId* uniqueId);
  * whose creation fails there keeps its handle, which every call refuses but nnsCommDestroy and nnsCommAbort (they
  * free it). */
 ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, int rank);
+/* As ncclCommInitAll: `ndev` communicators of one job, ranks 0..ndev-1, all in this process (made together in a
+ * group of their own, so call it outside one); one thread can then drive them in groups. `devlist` may be NULL; a
+ * list of devices is checked (ndev distinct ids >= 0) but binds nothing: an operation takes its buffers where they
+ * are. On a failure every comms[i] is NULL. */
+ncclResult_t nnsCommInitAll(nnsComm_t* comms, int ndev, const int* devlist);
 /* Rank, size and root from the launcher: NNS_RANK/NNS_WORLD_SIZE/NNS_ROOT_ADDR, Open MPI, Slurm, PMI, torchrun. */
 ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm);
 /* As ncclCommSplit: every rank of `comm` calls it (a collective over `comm`, outside a group); the ranks with the
