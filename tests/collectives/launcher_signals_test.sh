@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# launcher_signals_test.sh BIN_DIR: nccl-net-run never leaves a rank behind: SIGTERM, SIGINT and SIGHUP sent to it
-# are passed on to every rank and it exits 128+signal; a rank that ignores SIGTERM (after a failure, a signal or
-# --timeout) is killed --kill-after seconds later instead of holding the launcher until it ends on its own; a second
-# signal kills at once; what a rank started and left running goes too; and a launcher killed outright takes its ranks
-# with it, and what they started.
+# launcher_signals_test.sh BIN_DIR: nccl-net-run never leaves a rank behind: SIGTERM, SIGINT, SIGHUP and SIGQUIT sent
+# to it are passed on to every rank and it ends by that signal (128+signal); a rank that ignores SIGTERM (after a
+# failure, a signal or --timeout) is killed --kill-after seconds later instead of holding the launcher until it ends
+# on its own; a second signal kills at once; what a rank started and left running goes too; and a launcher killed
+# outright takes its ranks with it, and what they started. A crash is blamed on the rank that crashed; SIGUSR1 is
+# passed on; Ctrl-Z stops the ranks too.
 set -u
-run="$1/nccl-net-run"
+bin=$(cd "$1" && pwd)
+run="$bin/nccl-net-run"
 dir=$(mktemp -d)
 trap 'kill -KILL $(cat "$dir"/*.pid 2>/dev/null) 2>/dev/null; rm -rf "$dir"' EXIT
 set -m  # background jobs keep SIGINT (without job control bash starts them with it ignored, and so would the ranks)
@@ -194,5 +196,75 @@ done
 none_left pgroup
 grep -q "killing 2 rank process group(s)" "$dir/pgroup.err" || fail "pgroup: no message: $(cat "$dir/pgroup.err")"
 
-[ "$failures" -eq 0 ] && echo "PASS: nccl-net-run stops every rank on SIGTERM, SIGINT, SIGHUP, a failure and --timeout"
+# A crash blamed on the rank that crashed: rank 3 dies by SIGSEGV and the others exit 1 as it goes (as ranks whose
+# connections to it broke do), here a little before it. Reaped first (in one pass, lowest rank first, or earlier), a
+# rank that merely saw the crash was blamed ("rank 0 failed (status 1)") and the SIGSEGV went unsaid.
+for round in 1 2 3; do
+  $run -n 4 sh -c "m=$dir/crash.\$NNS_JOB_ID
+    if [ \$NNS_RANK = 3 ]; then sleep 0.3; : > \$m; sleep 0.02; kill -SEGV \$\$; fi
+    while [ ! -e \$m ]; do sleep 0.001; done; exit 1" 2>"$dir/crash.err"
+  status=$?
+  [ $status -eq 139 ] || fail "crash $round: launcher exit status $status, expected 139: $(cat "$dir/crash.err")"
+  grep -q "rank 3 was killed by SIGSEGV" "$dir/crash.err" || fail "crash $round: not blamed: $(cat "$dir/crash.err")"
+done
+
+# SIGUSR1 and SIGUSR2 (Slurm's --signal=USR1@60, a checkpoint request) are passed on and stop nothing: the ranks
+# take them and end well, status 0. The launcher died of them and SIGKILLed the ranks through its keeper.
+$run -n 2 sh -c "trap 'echo 1 > $dir/usr.\$NNS_RANK.got; exit 0' USR1; echo \$\$ > $dir/usr.\$NNS_RANK.pid
+  sleep 60 & wait" 2>"$dir/usr.err" &
+launcher=$!
+started usr 2 || fail "usr: the ranks did not start"
+kill -USR1 $launcher
+wait $launcher
+status=$?
+[ $status -eq 0 ] || fail "usr: launcher exit status $status, expected 0: $(cat "$dir/usr.err")"
+[ "$(ls "$dir"/usr.*.got 2>/dev/null | wc -l)" = 2 ] || fail "usr: SIGUSR1 did not reach both ranks"
+none_left usr
+
+# SIGQUIT (Ctrl-\) stops the job like SIGTERM, and the launcher ends by it too (status 131), leaving no core file.
+cd "$dir" || exit 1  # where a core file would be written
+signalled quit QUIT -n 2 sh -c "$(script quit)"
+cd - >/dev/null || exit 1
+expect quit $status 131 $elapsed 0 10000
+[ -n "$(ls "$dir"/core* 2>/dev/null)" ] && fail "quit: a core file was left"
+none_left quit
+
+# Ctrl-Z (SIGTSTP): the ranks, process groups of their own, stop with the launcher (they ran on while it was
+# stopped), and go on when it is continued.
+$run -n 2 sh -c "$(script tstp)" 2>"$dir/tstp.err" &
+launcher=$!
+started tstp 2 || fail "tstp: the ranks did not start"
+kill -TSTP $launcher
+stopped() { [[ "$(ps -o stat= -p "$1")" == T* ]]; }
+for _ in $(seq 50); do stopped $launcher && break; sleep 0.1; done
+for pid in $launcher $(cat "$dir"/tstp.*.pid); do stopped "$pid" || fail "tstp: pid $pid is not stopped"; done
+kill -CONT $launcher
+sleep 0.3
+for pid in $launcher $(cat "$dir"/tstp.*.pid); do stopped "$pid" && fail "tstp: pid $pid is still stopped"; done
+kill -TERM $launcher
+wait $launcher
+none_left tstp
+
+# The launcher ends by the SIGINT it passed on (not by exit 130), so a shell loop around it stops at Ctrl-C, as it
+# does for any command: with exit 130 the loop went on to its next iteration.
+bash -c "for i in 1 2 3; do echo \$i >> $dir/loop.iterations; $run -n 2 sleep 5; done" 2>"$dir/loop.err" &
+loop=$!
+for _ in $(seq 50); do [ -s "$dir/loop.iterations" ] && break; sleep 0.1; done
+sleep 0.5
+kill -INT -- -$loop  # the loop's process group, as a terminal's Ctrl-C
+wait $loop
+status=$?
+[ $status -eq 130 ] || fail "loop: status $status, expected the loop to end by SIGINT (130)"
+[ "$(wc -l < "$dir/loop.iterations")" = 1 ] || fail "loop: $(wc -l < "$dir/loop.iterations") iterations ran"
+
+# Started with stderr closed (2>&-, a daemon's closed stdio): the root listener took descriptor 2, which rank 0
+# could not be handed, and every job failed. A real bootstrap (nccl-net-bench over the socket plugin) must run.
+$run -n 2 "$bin/nccl-net-bench" allreduce -b 8 -e 8 -n 1 -w 0 >"$dir/closed.out" 2>&-
+status=$?
+[ $status -eq 0 ] || fail "closed stderr: status $status: $(cat "$dir/closed.out")"
+# An empty command is refused as one, not run as the bin folder ("cannot run : Permission denied", 126).
+$run -n 2 "" 2>"$dir/empty.err"
+[ $? -eq 2 ] && grep -q "the command is empty" "$dir/empty.err" || fail "empty: $(cat "$dir/empty.err")"
+
+[ "$failures" -eq 0 ] && echo "PASS: nccl-net-run stops every rank on SIGTERM, SIGINT, SIGHUP, SIGQUIT, a failure and --timeout, passes SIGUSR1 on and stops the ranks with Ctrl-Z"
 exit $((failures > 0))

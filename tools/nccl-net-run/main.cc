@@ -1,17 +1,19 @@
 // nccl-net-run: a local launcher: runs N copies of a command as ranks 0..N-1 on this host (NNS_RANK,
 // NNS_WORLD_SIZE, NNS_LOCAL_RANK, NNS_ROOT_ADDR), stops them all at the first failure, and exits with that rank's
-// status. Stopping is SIGTERM, then SIGKILL for what is left after a grace period (--kill-after); SIGTERM, SIGINT and
-// SIGHUP sent to the launcher are passed on to the ranks the same way. Each rank is a process group, and what a rank
-// started goes with it: whatever is left in the groups when the ranks have ended is stopped the same way (as Slurm
-// ends a step's processes with its tasks); a launcher killed outright, alone or with its process group, leaves a
-// keeper behind that kills the groups (Keeper, below). Like mpirun, it binds each rank to a share
-// of the CPUs when there are enough for all (--bind-to none: not).
+// status. Stopping is SIGTERM, then SIGKILL for what is left after a grace period (--kill-after); SIGTERM, SIGINT,
+// SIGHUP, SIGQUIT and SIGALRM sent to the launcher are passed on to the ranks the same way, and the launcher then ends
+// by that signal itself; SIGUSR1 and SIGUSR2 are passed on as they are; Ctrl-Z (SIGTSTP) stops the ranks with it. Each
+// rank is a process group, and what a rank started goes with it: whatever is left in the groups when the ranks have
+// ended is stopped the same way (as Slurm ends a step's processes with its tasks); a launcher killed outright, alone or
+// with its process group, leaves a keeper behind that kills the groups (Keeper, below). Like mpirun, it binds each rank
+// to a share of the CPUs when there are enough for all (--bind-to none: not).
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -166,8 +168,9 @@ void usage(const char* self, FILE* out) {
                "  COMMAND: a path, or a name looked up on PATH, then beside nccl-net-run (the project's tools)\n"
                "  --: ends the options (a command that starts with '-')\n"
                "  --timeout: kill every rank after this long (0, the default: no limit)\n"
-               "  --kill-after: when a rank fails or the launcher gets SIGTERM, SIGINT or SIGHUP, the ranks get\n"
-               "    SIGTERM (or that signal), then SIGKILL this long after (default %d s)\n"
+               "  --kill-after: when a rank fails or the launcher gets SIGTERM, SIGINT, SIGHUP, SIGQUIT or SIGALRM,\n"
+               "    the ranks get SIGTERM (or that signal), then SIGKILL this long after (default %d s)\n"
+               "  SIGUSR1 and SIGUSR2 are passed on to the ranks; Ctrl-Z (SIGTSTP) stops them with the launcher\n"
                "  --bind-to spread (the default): each rank gets its share of the CPUs, spread over the machine's\n"
                "    topology, when there are at least as many CPUs as ranks; none: ranks are not bound\n"
                "  --report-bindings: print each rank's CPUs (or why the ranks are not bound) before starting them\n",
@@ -191,9 +194,10 @@ bool parseCount(const char* text, long low, long high, int* value) {
 // end a rank most often; others by number.
 std::string sigabbrev(int sig) {
   static const std::pair<int, const char*> kNames[] = {
-      {SIGTERM, "SIGTERM"}, {SIGINT, "SIGINT"},   {SIGHUP, "SIGHUP"},  {SIGKILL, "SIGKILL"}, {SIGSEGV, "SIGSEGV"},
-      {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},  {SIGILL, "SIGILL"},   {SIGPIPE, "SIGPIPE"},
-      {SIGQUIT, "SIGQUIT"}, {SIGTRAP, "SIGTRAP"}, {SIGXCPU, "SIGXCPU"}};
+      {SIGTERM, "SIGTERM"}, {SIGINT, "SIGINT"},   {SIGHUP, "SIGHUP"},   {SIGKILL, "SIGKILL"}, {SIGSEGV, "SIGSEGV"},
+      {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},   {SIGILL, "SIGILL"},   {SIGPIPE, "SIGPIPE"},
+      {SIGQUIT, "SIGQUIT"}, {SIGTRAP, "SIGTRAP"}, {SIGXCPU, "SIGXCPU"}, {SIGALRM, "SIGALRM"}, {SIGUSR1, "SIGUSR1"},
+      {SIGUSR2, "SIGUSR2"}, {SIGTSTP, "SIGTSTP"}};
   for (const auto& [number, name] : kNames)
     if (number == sig) return name;
   return "signal " + std::to_string(sig);
@@ -203,9 +207,10 @@ std::string sigabbrev(int sig) {
 // reason once: "cannot run ./x: No such file or directory", naming the ranks only where some others started. The
 // wait is bounded (2 s; an exec takes milliseconds): a rank stopped before its exec (SIGSTOP, or SIGTTOU for its
 // "not bound" line under `stty tostop`) must not hold the launcher, whose signals wait meanwhile. After it, a failed
-// exec is said by its rank, which finds the pipe closed.
-void reportExecFailures(int fds[2], const char* command, int started) {
-  if (fds[0] < 0) return;
+// exec is said by its rank, which finds the pipe closed. Returns the ranks whose failure it said.
+std::vector<int> reportExecFailures(int fds[2], const char* command, int started) {
+  std::vector<int> said;
+  if (fds[0] < 0) return said;
   close(fds[1]);
   std::vector<std::pair<int, std::vector<int>>> reasons;  // errno, and the ranks that failed with it
   const auto giveUpAt = std::chrono::steady_clock::now() + std::chrono::seconds(2);
@@ -227,6 +232,7 @@ void reportExecFailures(int fds[2], const char* command, int started) {
   }
   close(fds[0]);
   for (auto& [error, failed] : reasons) {
+    said.insert(said.end(), failed.begin(), failed.end());
     std::string which;
     if (static_cast<int>(failed.size()) < started) {
       std::sort(failed.begin(), failed.end());
@@ -236,6 +242,18 @@ void reportExecFailures(int fds[2], const char* command, int started) {
     }
     std::fprintf(stderr, "nccl-net-run: cannot run %s: %s%s\n", command, std::strerror(error), which.c_str());
   }
+  return said;
+}
+
+// The signal that ended the job when it was one the launcher was sent (SIGINT, ...): main ends the launcher by it
+// too, once everything is stopped. A shell running a loop stops at a command killed by SIGINT (Ctrl-C), and goes on
+// after one that merely exits 130.
+int gEndingSignal = 0;
+
+// The signals the launcher is sent and passes on. Stopping ones end the job (as SIGTERM does); the others are passed
+// on as they are.
+bool stopsTheJob(int sig) {
+  return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT || sig == SIGALRM;
 }
 
 }  // namespace
@@ -300,10 +318,21 @@ int runTool(int argc, char** argv) {
       return 2;
     }
   }
-  if (ranks < 1 || first >= argc) {
-    std::fprintf(stderr, "nccl-net-run: %s\n", ranks < 1 ? "give the rank count: -n N" : "no command to run");
+  if (ranks < 1 || first >= argc || argv[first][0] == '\0') {
+    std::fprintf(stderr, "nccl-net-run: %s\n",
+                 ranks < 1       ? "give the rank count: -n N"
+                 : first >= argc ? "no command to run"
+                                 : "the command is empty");
     usage(argv[0], stderr);
     return 2;
+  }
+  // Started with stdin, stdout or stderr closed (`2>&-`, a daemon's closed stdio), the launcher's first descriptor
+  // would take its number: the root listener became fd 2, which rank 0 cannot be handed (its stderr), and every job
+  // failed. /dev/null fills the gap, as for the ranks, which inherit it.
+  for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; ++fd) {
+    if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    const int null = open("/dev/null", O_RDWR);  // the lowest free number: this one
+    if (null >= 0 && null != fd) close(null);
   }
   int port = 0;
   int listener = rootListener(ranks, &port);
@@ -328,7 +357,7 @@ int runTool(int argc, char** argv) {
   sigset_t waited, original;
   sigemptyset(&waited);
   sigaddset(&waited, SIGCHLD);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1, SIGUSR2, SIGTSTP}) {
     struct sigaction current {};
     if (sigaction(sig, nullptr, &current) == 0 && current.sa_handler != SIG_IGN) sigaddset(&waited, sig);
   }
@@ -402,7 +431,7 @@ int runTool(int argc, char** argv) {
     keeper.keep(pid);
   }
   close(listener);
-  reportExecFailures(execFailures, argv[first], static_cast<int>(children.size()));
+  const std::vector<int> execFailed = reportExecFailures(execFailures, argv[first], static_cast<int>(children.size()));
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   int exitCode = static_cast<int>(children.size()) < ranks ? 1 : 0;
@@ -441,6 +470,49 @@ int runTool(int argc, char** argv) {
     if (killAt == Clock::time_point::max()) killAt = Clock::now() + std::chrono::seconds(killAfterSeconds);
   };
   if (exitCode != 0) stop(SIGTERM);
+  // The ranks that failed before the others were told to stop. When one crashes, the others see its connections
+  // break and exit 1 within microseconds; all are then reaped in one pass, lowest rank first, and the first reaped was
+  // blamed (a rank that merely saw the crash). So failures are gathered for a moment first (kBlameWindow), and a rank
+  // ended by a signal, which none of them was sent yet, is blamed before those that exited with an error.
+  struct Failure {
+    int rank;
+    int status;  // as waitpid gave it
+  };
+  std::vector<Failure> failures;
+  constexpr auto kBlameWindow = std::chrono::milliseconds(100);
+  Clock::time_point blameAt = Clock::time_point::max();
+  auto blame = [&]() {
+    if (failures.empty()) return;
+    const auto byCrash =
+        std::find_if(failures.begin(), failures.end(), [](const Failure& f) { return WIFSIGNALED(f.status); });
+    const Failure chosen = byCrash != failures.end() ? *byCrash : failures.front();
+    auto codeOf = [](const Failure& f) {
+      return WIFEXITED(f.status) ? WEXITSTATUS(f.status) : 128 + WTERMSIG(f.status);
+    };
+    auto said = [&](const Failure& f) {  // its exec failure was said already ("cannot run ...")
+      return std::find(execFailed.begin(), execFailed.end(), f.rank) != execFailed.end();
+    };
+    if (exitCode == 0) exitCode = codeOf(chosen);
+    // A signal is named as a shell would (a segfault is SIGSEGV, not "status 139"); the status stays 128+N.
+    if (!said(chosen) && WIFSIGNALED(chosen.status))
+      std::fprintf(stderr, "nccl-net-run: rank %d was killed by %s%s (status %d); stopping the others\n", chosen.rank,
+                   sigabbrev(WTERMSIG(chosen.status)).c_str(), WCOREDUMP(chosen.status) ? ", core dumped" : "",
+                   codeOf(chosen));
+    else if (!said(chosen))
+      std::fprintf(stderr, "nccl-net-run: rank %d failed (status %d); stopping the others\n", chosen.rank,
+                   codeOf(chosen));
+    std::sort(failures.begin(), failures.end(), [](const Failure& a, const Failure& b) { return a.rank < b.rank; });
+    std::string others;
+    for (const Failure& f : failures) {
+      if (f.rank == chosen.rank || said(f)) continue;
+      others += (others.empty() ? "" : ", ") + std::string("rank ") + std::to_string(f.rank) + " (" +
+                (WIFSIGNALED(f.status) ? sigabbrev(WTERMSIG(f.status)) : "status " + std::to_string(codeOf(f))) + ")";
+    }
+    if (!others.empty())
+      std::fprintf(stderr, "nccl-net-run: also ended before the others were stopped: %s\n", others.c_str());
+    failures.clear();
+    stop(SIGTERM);
+  };
   Clock::time_point giveUpAt = Clock::time_point::max();  // a group SIGKILL did not empty (a process in D state)
   // The signal that began the stop, and who sent it: SIGTERM again from the same process within a second is that one
   // request twice, not a "kill them now". GNU timeout sends SIGTERM to its child, then to its whole process group,
@@ -484,18 +556,13 @@ int runTool(int argc, char** argv) {
         }
       if (rank < 0) continue;  // a process a rank left behind, reparented here
       --running;
-      int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       if (code != 0 && exitCode == 0) {
-        exitCode = code;
-        // A signal is named as a shell would (a segfault is SIGSEGV, not "status 139"); the status stays 128+N.
-        if (WIFSIGNALED(status))
-          std::fprintf(stderr, "nccl-net-run: rank %d was killed by %s%s (status %d); stopping the others\n", rank,
-                       sigabbrev(WTERMSIG(status)).c_str(), WCOREDUMP(status) ? ", core dumped" : "", code);
-        else
-          std::fprintf(stderr, "nccl-net-run: rank %d failed (status %d); stopping the others\n", rank, code);
-        stop(SIGTERM);
+        failures.push_back({rank, status});
+        if (blameAt == Clock::time_point::max()) blameAt = Clock::now() + kBlameWindow;
       }
     }
+    if (!failures.empty() && (running == 0 || Clock::now() >= blameAt)) blame();
     // What a rank left in its group may have ended since: its id is free for another process from now.
     for (size_t i = 0; i < children.size(); ++i) forgetIfEmpty(i);
     // The job ends with its ranks: what they left running in their groups is stopped like a rank (SIGTERM, then
@@ -516,6 +583,7 @@ int runTool(int argc, char** argv) {
     }
     const auto deadline = timeoutSeconds > 0 ? start + std::chrono::seconds(timeoutSeconds) : Clock::time_point::max();
     if (!timedOut && now >= deadline) {
+      blame();
       timedOut = killed = true;
       std::fprintf(stderr, "nccl-net-run: timeout after %d s, killing all ranks\n", timeoutSeconds);
       signalRanks(SIGKILL);
@@ -537,6 +605,7 @@ int runTool(int argc, char** argv) {
     int sig;
     auto next = killed ? Clock::time_point::max() : std::min(deadline, killAt);
     if (running == 0) next = std::min(next, now + std::chrono::milliseconds(50));
+    if (!failures.empty()) next = std::min(next, blameAt);
     if (next == Clock::time_point::max()) {
       sig = sigwaitinfo(&waited, &info);
     } else {
@@ -544,8 +613,23 @@ int runTool(int argc, char** argv) {
       const timespec ts{static_cast<time_t>(wait / 1000000000), static_cast<long>(wait % 1000000000)};
       sig = sigtimedwait(&waited, &info, &ts);
     }
-    if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
-      if (exitCode == 0) exitCode = 128 + sig;
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
+      // A note for the ranks (Slurm's --signal=USR1@60, a checkpoint request), not a stop: passed on as it is.
+      std::fprintf(stderr, "nccl-net-run: got %s; passing it to the ranks\n", sigabbrev(sig).c_str());
+      signalRanks(sig);
+    } else if (sig == SIGTSTP) {
+      // Ctrl-Z: the ranks are process groups of their own, not the terminal's foreground one, so the terminal's
+      // SIGTSTP stopped the launcher alone while the ranks ran (and wrote) on. They stop with it (SIGSTOP: a rank
+      // cannot ignore it) and go on when it is continued (fg, bg, SIGCONT).
+      signalRanks(SIGSTOP);
+      raise(SIGSTOP);
+      signalRanks(SIGCONT);
+    } else if (stopsTheJob(sig)) {
+      blame();  // a rank's failure seen first is still the job's status
+      if (exitCode == 0) {
+        exitCode = 128 + sig;
+        gEndingSignal = sig;
+      }
       const pid_t sender = info.si_code == SI_USER || info.si_code == SI_QUEUE ? info.si_pid : 0;
       const bool repeated = sig == SIGTERM && firstStop.sig == sig && sender != 0 && firstStop.sender == sender &&
                             Clock::now() - firstStop.at < std::chrono::seconds(1);
@@ -566,5 +650,21 @@ int runTool(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  return nns::tools::guardedMain("nccl-net-run", argc, argv, runTool);
+  const int status = nns::tools::guardedMain("nccl-net-run", argc, argv, runTool);
+  if (gEndingSignal != 0 && status == 128 + gEndingSignal) {
+    // Ended by the signal it was sent, as the ranks were: its parent sees that, not an exit status it could take for
+    // a failure the launcher had of its own. No core file for SIGQUIT: the launcher did nothing wrong.
+    std::fflush(stderr);
+    if (gEndingSignal == SIGQUIT) {
+      const rlimit none{0, 0};
+      setrlimit(RLIMIT_CORE, &none);
+    }
+    signal(gEndingSignal, SIG_DFL);
+    sigset_t only;
+    sigemptyset(&only);
+    sigaddset(&only, gEndingSignal);
+    sigprocmask(SIG_UNBLOCK, &only, nullptr);
+    raise(gEndingSignal);
+  }
+  return status;
 }
