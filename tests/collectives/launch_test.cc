@@ -49,6 +49,7 @@ const char* const kLauncherVariables[] = {"NNS_RANK",
                                           "SLURM_LOCALID",
                                           "SLURM_JOB_ID",
                                           "SLURM_STEP_ID",
+                                          "SLURM_STEPID",
                                           "PMI_RANK",
                                           "PMI_SIZE",
                                           "MPI_LOCALRANKID",
@@ -118,6 +119,42 @@ TEST(LaunchPrecedence, RankAndSizeNeverComeFromTwoLaunchers) {
   EXPECT_FALSE(nns::core::launchInfoFromEnvironment(&info, &error));
   EXPECT_NE(error.find("SLURM_PROCID is set but SLURM_NTASKS is not"), std::string::npos) << error;
   clearLauncherVariables();
+}
+
+// A Slurm batch script (or salloc's shell) has SLURM_PROCID=0 and the allocation's SLURM_NTASKS but no srun step's
+// SLURM_STEP_ID, and everything it starts inherits them: each process was rank 0 of SLURM_NTASKS, and a script's own
+// RANK/WORLD_SIZE for a smaller world were dropped as a stale export. Outside a step they are no launcher's; inside
+// one (a step id below the batch, extern and interactive steps' 0xfffffff0 and up) they are.
+TEST(LaunchPrecedence, SlurmsBatchScriptIsNoLauncher) {
+  const std::vector<std::pair<const char*, const char*>> batch = {
+      {"SLURM_JOB_ID", "77"}, {"SLURM_NTASKS", "8"}, {"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}};
+  auto with = [&](std::vector<std::pair<const char*, const char*>> more) {
+    more.insert(more.begin(), batch.begin(), batch.end());
+    return more;
+  };
+  testing::internal::CaptureStderr();
+  auto own = launchFrom(with({{"RANK", "1"}, {"WORLD_SIZE", "2"}}));
+  std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(own.source, "RANK/WORLD_SIZE");
+  EXPECT_EQ(own.rank, 1);
+  EXPECT_EQ(own.size, 2);
+  EXPECT_EQ(said.find("WARN"), std::string::npos) << said;
+  for (const char* step : {"", "4294967291", "4294967292"}) {  // no step id; the batch step's; the extern step's
+    clearLauncherVariables();
+    for (const auto& [name, value] : batch) setenv(name, value, 1);
+    if (*step != '\0') setenv("SLURM_STEP_ID", step, 1);
+    EXPECT_FALSE(nns::core::launcherVariablesSet()) << "step id '" << step << "'";
+    LaunchInfo info;
+    std::string error;
+    EXPECT_FALSE(nns::core::launchInfoFromEnvironment(&info, &error));
+    EXPECT_NE(error.find("the Slurm job's batch script's"), std::string::npos) << error;
+  }
+  clearLauncherVariables();
+  auto step = launchFrom(with({{"SLURM_STEP_ID", "0"}}));
+  EXPECT_EQ(step.source, "SLURM_PROCID/SLURM_NTASKS");
+  EXPECT_EQ(step.size, 8);
+  auto oldSlurm = launchFrom(with({{"SLURM_STEPID", "3"}}));
+  EXPECT_EQ(oldSlurm.source, "SLURM_PROCID/SLURM_NTASKS");
 }
 
 // mpirun with RANK and WORLD_SIZE exported by hand earlier (no torchrun: no TORCHELASTIC_RUN_ID): every local rank

@@ -535,13 +535,32 @@ bool isSet(const char* name) {
   return value != nullptr && *value != '\0';
 }
 
+// Inside a Slurm job but in none of its srun steps: the batch script (sbatch), salloc's shell, the extern step.
+// Slurm sets SLURM_PROCID=0 and SLURM_NTASKS (the allocation's) there too, and everything the script starts inherits
+// them: read as a step's, each process was rank 0 of SLURM_NTASKS, and a script's own RANK/WORLD_SIZE (a smaller
+// world) were dropped as a stale export. A step's tasks have its id in SLURM_STEP_ID (SLURM_STEPID before Slurm
+// 20.11); the batch, extern and interactive steps have ids from 0xfffffff0 up, where they are set at all.
+bool inSlurmJobOutsideASrunStep() {
+  if (!isSet("SLURM_JOB_ID")) return false;  // variables set by hand, as the tests and a user's experiments do
+  const char* step = isSet("SLURM_STEP_ID") ? std::getenv("SLURM_STEP_ID") : std::getenv("SLURM_STEPID");
+  if (step == nullptr || *step == '\0') return true;
+  char* end = nullptr;
+  const unsigned long long id = std::strtoull(step, &end, 10);
+  return end != step && *end == '\0' && id >= 0xfffffff0ULL;
+}
+
+// Whether the launcher's variables count: Slurm's only inside an srun step.
+bool counts(const Launcher& l) {
+  return std::strcmp(l.name, "Slurm") != 0 || !inSlurmJobOutsideASrunStep();
+}
+
 }  // namespace
 
 bool launcherVariablesSet() {
   // A root address is a launch's too: without it, a job whose ranks all lacked NNS_RANK ran as many one-rank jobs.
   return isSet("NNS_ROOT_ADDR") || isSet("MASTER_ADDR") ||
          std::any_of(std::begin(kLaunchers), std::end(kLaunchers),
-                     [](const Launcher& l) { return isSet(l.rank) || isSet(l.size); });
+                     [](const Launcher& l) { return counts(l) && (isSet(l.rank) || isSet(l.size)); });
 }
 
 namespace {
@@ -550,7 +569,8 @@ namespace {
 int sizeFrom(const Launcher& l) {
   const char* text = std::getenv(l.size);
   int size = 0;
-  return isSet(l.rank) && text != nullptr && *text != '\0' && parseInt(text, &size) && size >= 1 ? size : 0;
+  return counts(l) && isSet(l.rank) && text != nullptr && *text != '\0' && parseInt(text, &size) && size >= 1 ? size
+                                                                                                              : 0;
 }
 
 // The size of the launcher of that name in the table above, as sizeFrom gives it.
@@ -595,6 +615,7 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
                      std::getenv("SLURM_PROCID"), std::getenv("SLURM_NTASKS"));
       continue;
     }
+    if (!counts(l)) continue;
     const bool rankSet = isSet(l.rank), sizeSet = isSet(l.size);
     if (rankSet != sizeSet)
       halfSet += std::string(halfSet.empty() ? "" : "; ") + (rankSet ? l.rank : l.size) + " is set but " +
@@ -616,7 +637,11 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
     *error =
         "no rank/size in the environment (set NNS_RANK and NNS_WORLD_SIZE, or run under mpirun, srun or "
         "torchrun, or use nccl-net-run)" +
-        (halfSet.empty() ? std::string() : ": " + halfSet);
+        (halfSet.empty() ? std::string() : ": " + halfSet) +
+        (inSlurmJobOutsideASrunStep() && (isSet("SLURM_PROCID") || isSet("SLURM_NTASKS"))
+             ? "; SLURM_PROCID/SLURM_NTASKS here are the Slurm job's batch script's (SLURM_JOB_ID without an srun "
+               "step's SLURM_STEP_ID), not ranks: start them with srun"
+             : "");
     return false;
   }
   const char* rankVar = chosen->rank;

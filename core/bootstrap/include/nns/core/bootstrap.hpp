@@ -59,7 +59,9 @@ struct LaunchInfo {
 // or a Hydra proxy started by srun included; RANK/WORLD_SIZE without TORCHELASTIC_RUN_ID give way to Open MPI's and
 // PMI's (a stale export under mpirun), and to Slurm's where their world is smaller than the step's (a stale export
 // under srun); NNS_RANK/NNS_WORLD_SIZE set by hand always win, with a warning where their world is smaller than a
-// launcher's around them. The root from NNS_ROOT_ADDR (host:port) or MASTER_ADDR/MASTER_PORT (either set but empty
+// launcher's around them. Slurm's count only inside an srun step: in a Slurm job (SLURM_JOB_ID) without a step's
+// SLURM_STEP_ID (a batch script, salloc's shell) they are the allocation's, inherited by everything the script starts.
+// The root from NNS_ROOT_ADDR (host:port) or MASTER_ADDR/MASTER_PORT (either set but empty
 // is unset), under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True, the agent listening on MASTER_PORT)
 // MASTER_PORT+1.
 // Returns false with `error` set when something is missing or inconsistent.
