@@ -18,6 +18,9 @@ grep -q "tried  .*libnccl-net-minimal.so" <<<"$out" || fail "the file's plugin w
 # The environment wins over the file.
 out=$(env -u NCCL_NET NCCL_CONF_FILE="$work/nccl.conf" NCCL_NET_PLUGIN=socket "$info" 2>&1 || true)
 grep -q "^NCCL_NET_PLUGIN: socket$" <<<"$out" || fail "the environment's NCCL_NET_PLUGIN: $out"
+# -p, even -p '' (set but empty), replaces the file's value: no "(from FILE)" after it.
+out=$(env -u NCCL_NET_PLUGIN -u NCCL_NET NCCL_CONF_FILE="$work/nccl.conf" "$info" -p '' 2>&1 || true)
+grep -q "^NCCL_NET_PLUGIN: (set but empty.*)$" <<<"$out" || fail "-p '' was said to come from the file: $out"
 # A comment longer than any buffer stays a comment: one was cut after 4095 bytes, and its tail, "NCCL_NET_PLUGIN=...",
 # set the plugin from inside the comment.
 { printf '#'; head -c 4094 /dev/zero | tr '\0' x; printf 'NCCL_NET_PLUGIN=from-inside-a-comment\n'; } > "$work/long.conf"

@@ -34,6 +34,16 @@ grep -q "opened $lib/libnccl-net-socket.so" <<<"$out" || fail "the tool's own co
 out=$(LD_LIBRARY_PATH="$work" NCCL_SOCKET_IFNAME=lo "$info" -p socket -L "$lib" 2>&1)
 grep -q "opened $lib/libnccl-net-socket.so" <<<"$out" || fail "-L did not come first" "$out"
 
+# -L's directory reached through LD_LIBRARY_PATH as the dynamic linker splits it: an empty field is the working
+# directory (and ';' separates too), so the verdict must not say NCCL would not find it there.
+out=$(cd "$lib" && LD_LIBRARY_PATH=":/nonexistent" "$info" -p minimal -L . 2>&1)
+grep -q "only if that directory is on LD_LIBRARY_PATH" <<<"$out" &&
+  fail "an empty LD_LIBRARY_PATH field (the working directory) was not taken as the -L directory" "$out"
+out=$(LD_LIBRARY_PATH="/nonexistent;$lib" "$info" -p minimal -L "$lib" 2>&1)
+grep -q "only if that directory is on LD_LIBRARY_PATH" <<<"$out" && fail "';' did not separate LD_LIBRARY_PATH" "$out"
+out=$(cd "$lib" && LD_LIBRARY_PATH="/nonexistent" "$info" -p minimal -L . 2>&1)
+grep -q "only if that directory is on LD_LIBRARY_PATH" <<<"$out" || fail "the verdict's note went away" "$out"
+
 # nccl-net-topo takes the NICs of the copy NCCL would load.
 out=$(LD_LIBRARY_PATH="$work" NCCL_SOCKET_IFNAME=lo "$topo" -p socket 2>&1)
 grep -q "NICs from minimal (ncclNet_v12, $work/libnccl-net-socket.so)" <<<"$out" ||

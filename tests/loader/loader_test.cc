@@ -799,3 +799,65 @@ TEST(CollNet, ValuesAnOldVersionCannotCarryAreErrors) {
   EXPECT_EQ(openCollNetVersion(kDir + "/libnccl-net-minimal.so", 12, &error), nullptr);
   EXPECT_NE(error.find("does not export ncclCollNetPlugin_v12"), std::string::npos) << error;
 }
+
+// As in NCCL, the probe's init is the first user's (the first communicator's): a plugin that sets its state up once
+// and frees it at its last finalize works. Finalized after the probe and initialised again, it saw init, finalize,
+// init in one loaded copy, which NCCL never does, and that second init found its state freed. An init that asks for
+// another comm id gets a context of its own; the kept one is finalized with the Net when no init took it.
+TEST(Probe, TheProbesInitIsTheFirstInitsAsInNccl) {
+  const std::string path = kDir + "/libnccl-net-once-state.so";
+  LoadOptions options = inBuildTree(path);
+  options.commId = 7;
+  LoadReport report;
+  auto net = loadNet(options, &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);  // held: the record outlives the Net below
+  ASSERT_NE(library, nullptr);
+  const char* calls = static_cast<const char*>(dlsym(library, "nnsOnceStateCalls"));
+  ASSERT_NE(calls, nullptr);
+  void* ctx = nullptr;
+  ASSERT_EQ(net->init(&ctx, 7, nullptr, hostLogger, nullptr), ncclSuccess) << calls;
+  int ndev = 0;
+  EXPECT_EQ(net->devices(&ndev), ncclSuccess);
+  EXPECT_EQ(ndev, 1);
+  EXPECT_STREQ(calls, "init devices getProperties devices ");
+  void* other = nullptr;
+  EXPECT_EQ(net->init(&other, 8, nullptr, hostLogger, nullptr), ncclSuccess);  // a second communicator's
+  EXPECT_EQ(net->finalize(other), ncclSuccess);
+  EXPECT_EQ(net->finalize(ctx), ncclSuccess);
+  net.reset();
+  EXPECT_STREQ(calls, "init devices getProperties devices init finalize finalize ");
+  dlclose(library);
+
+  // Loaded and never initialised (a tool that only lists the devices): the probe's context is finalized with the Net.
+  net = loadNet(options, &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr);
+  calls = static_cast<const char*>(dlsym(library, "nnsOnceStateCalls"));
+  const std::string before = calls;
+  net.reset();
+  EXPECT_EQ(std::string(calls).substr(before.size()), "finalize ");
+  dlclose(library);
+}
+
+// A C++ plugin whose init or devices throws (a bug: nothing may cross the C ABI) is rejected with the reason, and the
+// loader is left sound: the probe's pointer to its warning text was left aimed at a dead string, which the next WARN
+// logged on the thread wrote through (ASan: a wild allocation size in std::string::append).
+TEST(Probe, APluginThatThrowsIsRejectedWithTheReason) {
+  for (const char* call : {"init", "devices"}) {
+    SCOPED_TRACE(call);
+    ASSERT_EQ(setenv("NNS_ONCE_STATE_THROW", call, 1), 0);
+    LoadReport report;
+    EXPECT_EQ(loadNet(inBuildTree(kDir + "/libnccl-net-once-state.so"), &report), nullptr);
+    unsetenv("NNS_ONCE_STATE_THROW");
+    ASSERT_EQ(report.candidates.size(), 1u);
+    EXPECT_NE(report.candidates[0].rejectReason.find(std::string(call) + " threw"), std::string::npos)
+        << report.candidates[0].rejectReason;
+    EXPECT_NE(report.candidates[0].rejectReason.find("no C entry point may"), std::string::npos)
+        << report.candidates[0].rejectReason;
+    testing::internal::CaptureStderr();
+    hostLogger(NCCL_LOG_WARN, NCCL_NET, __FILE__, __LINE__, "a warning after the rejection: %d", 1);
+    EXPECT_NE(testing::internal::GetCapturedStderr().find("a warning after the rejection: 1"), std::string::npos);
+  }
+}

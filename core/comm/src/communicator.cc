@@ -19,6 +19,9 @@ namespace nns::core {
 namespace {
 using Clock = std::chrono::steady_clock;
 
+// The comm id the plugin's context is made with ("nns"): the loader's probe and the communicator's init share it.
+constexpr uint64_t kCommId = 0x6e6e73;
+
 // A receive that completed while the segments it waits on were behind: its piece stays in the slot until then.
 void* const kArrived = reinterpret_cast<void*>(uintptr_t{1});
 
@@ -235,6 +238,7 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
   load.plugin = !options_.plugin.empty() ? options_.plugin : env != nullptr ? env : "socket";
   load.readNcclNet = options_.plugin.empty() && env != nullptr;  // not for the built-in default either
   load.searchDirs = options_.searchDirs;
+  load.commId = kCommId;  // the probe's init is this communicator's, as in NCCL
   LoadReport report;
   net_ = loadNet(load, &report);
   if (net_ == nullptr) {
@@ -242,7 +246,7 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     for (const auto& c : report.candidates) why += "; " + c.requested + ": " + c.rejectReason;
     fail("no net plugin loaded" + why, ncclSystemError);
   }
-  check(net_->init(&ctx_, 0x6e6e73, nullptr, hostLogger, nullptr), "init");
+  check(net_->init(&ctx_, kCommId, nullptr, hostLogger, nullptr), "init");
   try {
     if (options_.slotMemory) slotMemory_ = options_.slotMemory(*net_, options_.device);
     if (!slotMemory_) slotMemory_ = std::make_shared<HostSlots>();

@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -83,26 +85,6 @@ constexpr size_t kMaxEntries = NCCL_NET_MAX_PLUGINS - 2;   // NCCL keeps two slo
 
 bool isLibSoName(const std::string& name) {
   return name.size() >= 6 && name.rfind("lib", 0) == 0 && name.compare(name.size() - 3, 3, ".so") == 0;
-}
-
-// LD_LIBRARY_PATH's directories as the dynamic linker splits it: on ':' and ';', every field kept, an empty one (a
-// leading, doubled or trailing separator) being the working directory. Set but empty, it names none (the linker
-// ignores it; it is not the working directory).
-std::vector<std::string> libraryPathDirs() {
-  std::vector<std::string> dirs;
-  const char* path = std::getenv("LD_LIBRARY_PATH");
-  if (path == nullptr || *path == '\0') return dirs;
-  std::string field;
-  for (const char* p = path;; ++p) {
-    if (*p == ':' || *p == ';' || *p == '\0') {
-      dirs.push_back(field.empty() ? "." : field);
-      field.clear();
-      if (*p == '\0') break;
-    } else {
-      field += *p;
-    }
-  }
-  return dirs;
 }
 
 // What `file` is when it is there and not a regular file (after links), else empty.
@@ -332,6 +314,23 @@ std::unique_ptr<CollNet> openCollNetVersion(const std::string& path, int version
   return coll;
 }
 
+std::vector<std::string> libraryPathDirs() {
+  std::vector<std::string> dirs;
+  const char* path = std::getenv("LD_LIBRARY_PATH");
+  if (path == nullptr || *path == '\0') return dirs;
+  std::string field;
+  for (const char* p = path;; ++p) {
+    if (*p == ':' || *p == ';' || *p == '\0') {
+      dirs.push_back(field.empty() ? "." : field);
+      field.clear();
+      if (*p == '\0') break;
+    } else {
+      field += *p;
+    }
+  }
+  return dirs;
+}
+
 std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
   CollNetReport local;
   CollNetReport& out = report != nullptr ? *report : local;
@@ -360,7 +359,7 @@ std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
   // As NCCL does: init, then devices; a failure or no device disables collNet only (under the lifecycle lock).
   auto lifecycle = detail::lockPluginLifecycle();
   void* ctx = nullptr;
-  ncclResult_t result = coll->init(&ctx, 0, nullptr);
+  ncclResult_t result = coll->init(&ctx, 0, hostLogger);  // the net's logger: the plugin may keep one for both
   if (result != ncclSuccess) {
     out.rejectReason = "init through ncclCollNet_v" + std::to_string(version) + " returned " + resultText(result);
     return nullptr;
@@ -375,6 +374,120 @@ std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
   out.chosenVersion = version;
   return coll;
 }
+
+namespace {
+
+// Collects what a plugin logs as WARN (or ABORT) on this thread while it lives, for a rejection's reason; let go
+// however the probe ends (a plugin's exception left the thread's pointer aimed at a dead string, which the next
+// WARN logged on the thread wrote through).
+class CapturedWarnings {
+ public:
+  CapturedWarnings() { probeWarnings = &text; }
+  ~CapturedWarnings() { probeWarnings = nullptr; }
+  CapturedWarnings(const CapturedWarnings&) = delete;
+  CapturedWarnings& operator=(const CapturedWarnings&) = delete;
+  std::string text;
+};
+
+// The Net loadNet returns: the probe's init (its context) is kept for the first init that asks for the same thing,
+// as in NCCL, where the first communicator's init is the one that checks the plugin. Finalized at the probe and
+// initialised again, a v11+ plugin saw init, finalize, init in one loaded copy, which NCCL (unloading it with its
+// last communicator) never does: one that sets up its process state once (pthread_once) and frees it at its last
+// finalize was left without it. An init that asks for something else (another comm id, a config, its own logger)
+// gets a context of its own, and the kept one is finalized with the Net.
+class ProbedNet final : public Net {
+ public:
+  ProbedNet(std::unique_ptr<Net> net, void* ctx, uint64_t commId) : net_(std::move(net)), ctx_(ctx), commId_(commId) {}
+  ~ProbedNet() override {
+    if (!kept_) return;
+    auto lifecycle = detail::lockPluginLifecycle();
+    try {
+      net_->finalize(ctx_);
+    } catch (...) {  // a plugin's exception has nowhere to go from a destructor
+    }
+  }
+  ProbedNet(const ProbedNet&) = delete;
+  ProbedNet& operator=(const ProbedNet&) = delete;
+
+  const char* name() const override { return net_->name(); }
+  int version() const override { return net_->version(); }
+  const std::string& path() const override { return net_->path(); }
+  ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
+                    ncclProfilerCallback_t profiler) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (kept_ && ctx != nullptr && commId == commId_ && config == nullptr && logger == hostLogger &&
+          profiler == nullptr) {
+        kept_ = false;
+        *ctx = ctx_;
+        return ncclSuccess;
+      }
+    }
+    return net_->init(ctx, commId, config, logger, profiler);
+  }
+  ncclResult_t devices(int* ndev) override { return net_->devices(ndev); }
+  ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) override {
+    return net_->getProperties(dev, props);
+  }
+  ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) override {
+    return net_->listen(ctx, dev, handle, listenComm);
+  }
+  ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm,
+                       ncclNetDeviceHandle_v12_t** sendDevComm) override {
+    return net_->connect(ctx, dev, handle, sendComm, sendDevComm);
+  }
+  ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** recvDevComm) override {
+    return net_->accept(listenComm, recvComm, recvDevComm);
+  }
+  ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) override {
+    return net_->regMr(comm, data, size, type, mhandle);
+  }
+  ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                           void** mhandle) override {
+    return net_->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
+  }
+  ncclResult_t deregMr(void* comm, void* mhandle) override { return net_->deregMr(comm, mhandle); }
+  ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* phandle,
+                     void** request) override {
+    return net_->isend(sendComm, data, size, tag, mhandle, phandle, request);
+  }
+  ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
+                     void** request) override {
+    return net_->irecv(recvComm, n, data, sizes, tags, mhandles, phandles, request);
+  }
+  ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) override {
+    return net_->iflush(recvComm, n, data, sizes, mhandles, request);
+  }
+  ncclResult_t test(void* request, int* done, int* sizes) override { return net_->test(request, done, sizes); }
+  ncclResult_t closeSend(void* sendComm) override { return net_->closeSend(sendComm); }
+  ncclResult_t closeRecv(void* recvComm) override { return net_->closeRecv(recvComm); }
+  ncclResult_t closeListen(void* listenComm) override { return net_->closeListen(listenComm); }
+  bool hasMakeVDevice() const override { return net_->hasMakeVDevice(); }
+  ncclResult_t makeVDevice(int* d, ncclNetVDeviceProps_v12_t* props) override { return net_->makeVDevice(d, props); }
+  bool hasSetNetAttr() const override { return net_->hasSetNetAttr(); }
+  ncclResult_t setNetAttr(void* ctx, ncclNetAttr_v12_t* attr) override { return net_->setNetAttr(ctx, attr); }
+  ncclResult_t finalize(void* ctx) override { return net_->finalize(ctx); }
+
+ private:
+  std::unique_ptr<Net> net_;
+  void* ctx_;
+  uint64_t commId_;
+  std::mutex mutex_;
+  bool kept_ = true;
+};
+
+// What a plugin's C entry point threw (a C++ plugin's bug: nothing may cross the C ABI), as a rejection's reason.
+std::string thrownText(const char* call) {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return std::string(call) + " threw an exception (" + printable(e.what()) + "), which no C entry point may";
+  } catch (...) {
+    return std::string(call) + " threw an exception, which no C entry point may";
+  }
+}
+
+}  // namespace
 
 std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
   LoadReport local;
@@ -434,35 +547,51 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
     // holds the plugins' lifecycle lock, as NCCL's holds its plugin mutex.
     auto lifecycle = detail::lockPluginLifecycle();
     void* ctx = nullptr;
-    std::string warnings;
-    probeWarnings = &warnings;
-    ncclResult_t result = net->init(&ctx, 0, nullptr, hostLogger, nullptr);
-    probeWarnings = nullptr;
-    if (result != ncclSuccess) {
-      candidate.rejectReason = "init through ncclNet_v" + std::to_string(version) + " returned " + resultText(result) +
-                               (warnings.empty() ? "" : " (it logged: " + warnings + ")");
-      out.candidates.push_back(std::move(candidate));
-      continue;
+    const std::string initCall = "init through ncclNet_v" + std::to_string(version);
+    std::string refusal;
+    bool initialised = false;
+    {
+      CapturedWarnings warnings;
+      try {
+        const ncclResult_t result = net->init(&ctx, options.commId, nullptr, hostLogger, nullptr);
+        initialised = result == ncclSuccess;
+        if (!initialised) refusal = initCall + " returned " + resultText(result);
+      } catch (...) {
+        refusal = thrownText(initCall.c_str());
+      }
+      if (!refusal.empty() && !warnings.text.empty()) refusal += " (it logged: " + warnings.text + ")";
     }
     // What it logs while listing its devices explains a rejection there as much as at init (the SDK's WARN that
     // GPU support needs an iflush, say): kept with the reason, not only on stderr.
-    int ndev = 0;
-    warnings.clear();
-    probeWarnings = &warnings;
-    result = net->devices(&ndev);
-    std::string unusable = result != ncclSuccess ? "devices returned " + resultText(result)
-                           : ndev <= 0           ? "no devices"
-                                                 : deviceZeroUnusable(*net);
-    probeWarnings = nullptr;
-    net->finalize(ctx);
-    if (!unusable.empty()) {
-      candidate.rejectReason = unusable + (warnings.empty() ? "" : " (it logged: " + warnings + ")");
+    if (initialised) {
+      CapturedWarnings warnings;
+      const char* call = "devices";
+      try {
+        int ndev = 0;
+        const ncclResult_t result = net->devices(&ndev);
+        call = "getProperties";
+        refusal = result != ncclSuccess ? "devices returned " + resultText(result)
+                  : ndev <= 0           ? "no devices"
+                                        : deviceZeroUnusable(*net);
+      } catch (...) {
+        refusal = thrownText(call);
+      }
+      if (!refusal.empty() && !warnings.text.empty()) refusal += " (it logged: " + warnings.text + ")";
+      if (!refusal.empty()) {
+        try {
+          net->finalize(ctx);
+        } catch (...) {  // rejected already; its finalize's exception adds nothing
+        }
+      }
+    }
+    if (!refusal.empty()) {
+      candidate.rejectReason = refusal;
       out.candidates.push_back(std::move(candidate));
       continue;
     }
     candidate.chosenVersion = version;
     out.candidates.push_back(std::move(candidate));
-    return net;
+    return std::make_unique<ProbedNet>(std::move(net), ctx, options.commId);
   }
   return nullptr;
 }

@@ -29,6 +29,10 @@ struct LoadOptions {
   std::optional<std::string> netName;
   // false: no NCCL_NET filter unless `netName` is set (the tools that test or measure the one plugin they are given).
   bool readNcclNet = true;
+  // The comm id the probe's init passes. The probe's context is kept for the first init of the returned Net with
+  // this id, no config, hostLogger and no profiler (as NCCL's first communicator's init is its probe); another init
+  // gets a context of its own, and the kept one is finalized with the Net.
+  uint64_t commId = 0;
 };
 
 // Why each candidate was taken or rejected: the paths tried, dlopen's text, the symbols found, what init returned.
@@ -46,8 +50,10 @@ struct LoadReport {
   std::vector<CandidateReport> candidates;
 };
 
-// Loads the first candidate that opens, exports a known ncclNetPlugin_vN and has devices. Returns nullptr (with
-// every rejection explained in `report`) when none does. The returned Net owns the library handle.
+// Loads the first candidate that opens, exports a known ncclNetPlugin_vN and has devices (init, devices and device
+// 0's properties succeed; an exception thrown through the C ABI rejects it too). Returns nullptr (with every
+// rejection explained in `report`) when none does. The returned Net owns the library handle and the probe's
+// initialised context (LoadOptions::commId).
 std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report);
 
 // The plugin list NCCL would try for `options` (NCCL_NET_PLUGIN semantics): empty for "none" and for a value set
@@ -79,6 +85,11 @@ struct LibraryExports {
   std::string error;                 // dlopen's text when it did not open
 };
 LibraryExports inspectLibrary(const std::string& path);
+
+// LD_LIBRARY_PATH's directories as the dynamic linker splits it: on ':' and ';', every field kept, an empty one (a
+// leading, doubled or trailing separator) being the working directory ("."). Set but empty, it names none (the linker
+// ignores it; it is not the working directory).
+std::vector<std::string> libraryPathDirs();
 
 // Every libnccl-net*.so in `dirs` (and the directories of LD_LIBRARY_PATH, where an empty entry is the working
 // directory, as for the dynamic linker, and an empty value names none), sorted, without duplicates.
