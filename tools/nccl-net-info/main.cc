@@ -196,21 +196,14 @@ int countRdmaDevices() {
   return count;
 }
 
-// Whether `dir` is on LD_LIBRARY_PATH (the same directory, after resolving links), where NCCL's dlopen looks.
+// Whether `dir` is on LD_LIBRARY_PATH (the same directory, after resolving links), where NCCL's dlopen looks; split
+// as the dynamic linker splits it (an empty field is the working directory, ';' separates too).
 bool onLibraryPath(const std::string& dir) {
-  const char* path = std::getenv("LD_LIBRARY_PATH");
-  if (path == nullptr) return false;
   char wanted[PATH_MAX];
   if (realpath(dir.c_str(), wanted) == nullptr) return false;
-  std::string entries = path;
-  for (size_t start = 0; start <= entries.size();) {
-    size_t end = entries.find(':', start);
-    if (end == std::string::npos) end = entries.size();
-    const std::string entry = entries.substr(start, end - start);
+  for (const std::string& entry : nns::core::libraryPathDirs()) {
     char resolved[PATH_MAX];
-    if (!entry.empty() && realpath(entry.c_str(), resolved) != nullptr && std::strcmp(resolved, wanted) == 0)
-      return true;
-    start = end + 1;
+    if (realpath(entry.c_str(), resolved) != nullptr && std::strcmp(resolved, wanted) == 0) return true;
   }
   return false;
 }
@@ -472,7 +465,8 @@ int runTool(int argc, char** argv) {
 
   // Where NCCL itself would have found the value: a configuration file (NCCL_CONF_FILE, ~/.nccl.conf or
   // /etc/nccl.conf), applied to the environment as NCCL applies it.
-  const std::string pluginOrigin = plugin.empty() ? nns::core::ncclConfOrigin("NCCL_NET_PLUGIN") : "";
+  // -p (even -p '', which is set but empty) replaced what a file set.
+  const std::string pluginOrigin = pluginOption->count() == 0 ? nns::core::ncclConfOrigin("NCCL_NET_PLUGIN") : "";
   std::printf("NCCL_NET_PLUGIN: %s%s%s\n", nns::core::printable(spec.c_str()).c_str(),
               pluginOrigin.empty() ? "" : (" (from " + pluginOrigin + ")").c_str(),
               !spec.empty() && spec.back() == '\r'
