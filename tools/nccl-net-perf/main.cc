@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "nccl_net/sdk/plugin.hpp"
 #include "nns/core/cpus.hpp"
 #include "nns/core/loader.hpp"
 #include "nns/core/printable.hpp"
@@ -344,7 +345,10 @@ class Side {
   std::vector<std::vector<char>> buffers_;
   std::vector<void*> sendHandles_;
   std::vector<void*> recvHandles_;
-  std::vector<int> completedSizes_ = std::vector<int>(std::max(settings_.multiRecv, 1));  // test()'s sizes out
+  // test()'s sizes out: room for NCCL_PROXY_MAX_SUBS (64), as NCCL gives every test, not -m's worth. A plugin may
+  // fill a size for each receive its requests can hold (its maxRecvs) whatever this irecv's n: the nccl-like fixture
+  // writes 8, and with -m 1 it wrote past a one-int vector into the heap.
+  std::vector<int> completedSizes_ = std::vector<int>(nccl_net::sdk::kMaxGroupedRecvs);
 };
 
 std::vector<size_t> sweep(const Settings& settings) {
@@ -705,7 +709,7 @@ int runTool(int argc, char** argv) {
   // NCCL groups at most NCCL_PROXY_MAX_SUBS (64) receives in one irecv; a larger -m allocated its sizes before the
   // device's maxRecvs refused it (1.2 GB for -m 300000000).
   app.add_option("-m,--multi-recv", settings.multiRecv, "messages grouped in one irecv (default 1, <= maxRecvs, <= 64)")
-      ->check(CLI::Range(1, 64));
+      ->check(CLI::Range(1, nccl_net::sdk::kMaxGroupedRecvs));
   app.add_option("-d,--dev", settings.dev, "device index (default 0)")->check(CLI::Range(0, INT_MAX));
   app.add_option("--call-timeout", settings.callTimeoutSeconds,
                  "seconds any one plugin call may take (loading the plugin counts as one), and any operation the "
