@@ -186,10 +186,18 @@ class Side {
   Side(const Side&) = delete;
   Side& operator=(const Side&) = delete;
 
+  // A request as posted: a receive keeps what its test() must report (`receives` messages of `bytes` each); a send
+  // has none (0), as NCCL never reads a send's size.
+  struct Posted {
+    void* request = nullptr;
+    size_t bytes = 0;
+    int receives = 0;
+  };
+
   // A request posted and not yet seen complete, with the operation (bandwidth's op) that posted it: its buffer is free
   // again once it completes.
   struct Pending {
-    void* request;
+    Posted posted;
     int op;
   };
   using InFlight = std::deque<Pending>;
@@ -199,13 +207,14 @@ class Side {
   // plugin that moves data only inside test() frees nothing otherwise, and the post would be refused for ever. Each
   // completion restarts the --call-timeout clock; a post refused that long with nothing in flight, or with nothing in
   // flight completing, is the plugin's failure.
-  void* postSend(size_t slot, size_t bytes, int tag, InFlight* inFlight = nullptr) {
-    return postRetrying("isend", inFlight, [&](void** request) {
-      return net_.isend(sendComm_, buffers_[slot].data(), bytes, tag, sendHandles_[slot], nullptr, request);
+  Posted postSend(size_t slot, size_t bytes, int tag, InFlight* inFlight = nullptr) {
+    void* request = postRetrying("isend", inFlight, [&](void** posted) {
+      return net_.isend(sendComm_, buffers_[slot].data(), bytes, tag, sendHandles_[slot], nullptr, posted);
     });
+    return {request, bytes, 0};
   }
 
-  void* postRecv(size_t firstSlot, size_t bytes, int n, InFlight* inFlight = nullptr) {
+  Posted postRecv(size_t firstSlot, size_t bytes, int n, InFlight* inFlight = nullptr) {
     std::vector<void*> data(n), handles(n);
     std::vector<size_t> sizes(n, bytes);
     std::vector<int> tags(n);
@@ -214,22 +223,41 @@ class Side {
       handles[i] = recvHandles_[firstSlot + i];
       tags[i] = i;
     }
-    return postRetrying("irecv", inFlight, [&](void** request) {
-      return net_.irecv(recvComm_, n, data.data(), sizes.data(), tags.data(), handles.data(), nullptr, request);
+    void* request = postRetrying("irecv", inFlight, [&](void** posted) {
+      return net_.irecv(recvComm_, n, data.data(), sizes.data(), tags.data(), handles.data(), nullptr, posted);
     });
+    return {request, bytes, n};
   }
 
-  // One test() of a request: whether it completed (it is then no longer the caller's).
-  bool testOnce(void* request) {
+  // One test() of a request: whether it completed (it is then no longer the caller's). A completed receive must report
+  // the bytes sent for each of its messages: NCCL takes a receive's sizes as what arrived, and a bandwidth computed
+  // from the bytes posted would hide a plugin that delivers less (or says so wrongly).
+  bool testOnce(const Posted& posted) {
+    // Unwritten sizes read -1, which no message has: a completion that reports none is seen too.
+    std::fill_n(completedSizes_.begin(), posted.receives, -1);
     int done = 0;
-    check(call("test", [&] { return net_.test(request, &done, completedSizes_.data()); }), "test");
-    return done != 0;
+    check(call("test", [&] { return net_.test(posted.request, &done, completedSizes_.data()); }), "test");
+    if (done == 0) return false;
+    for (int i = 0; i < posted.receives; ++i) {
+      const int size = completedSizes_[static_cast<size_t>(i)];
+      if (size == static_cast<long long>(posted.bytes)) continue;
+      const std::string which =
+          posted.receives == 1 ? "a receive"
+                               : "message " + std::to_string(i) + " of a receive of " + std::to_string(posted.receives);
+      throw std::runtime_error(size == -1 ? "test completed " + which + " of " + std::to_string(posted.bytes) +
+                                                " bytes without reporting its size (sizes[" + std::to_string(i) +
+                                                "] left unwritten)"
+                                          : "test reported " + std::to_string(size) + " bytes for " + which + " of " +
+                                                std::to_string(posted.bytes) + " bytes (sizes[" + std::to_string(i) +
+                                                "]): the plugin's size is wrong");
+    }
+    return true;
   }
 
-  void wait(void* request) {
+  void wait(const Posted& posted) {
     double deadline = now() + settings_.callTimeoutSeconds;
     Poll poll;
-    while (!testOnce(request)) {
+    while (!testOnce(posted)) {
       if (now() > deadline) throw std::runtime_error("a request did not complete within the timeout");
       poll.next();
     }
@@ -239,14 +267,14 @@ class Side {
   double latency(size_t bytes, bool initiator) {
     auto once = [&] {
       if (initiator) {
-        void* s = postSend(0, bytes, 0);
-        void* r = postRecv(0, bytes, 1);
+        Posted s = postSend(0, bytes, 0);
+        Posted r = postRecv(0, bytes, 1);
         wait(s);
         wait(r);
       } else {
-        void* r = postRecv(0, bytes, 1);
+        Posted r = postRecv(0, bytes, 1);
         wait(r);
-        void* s = postSend(0, bytes, 0);
+        Posted s = postSend(0, bytes, 0);
         wait(s);
       }
     };
@@ -276,7 +304,7 @@ class Side {
       InFlight inFlight;
       for (int op = 0; op < count; ++op) {
         while (!inFlight.empty() && inFlight.front().op <= op - settings_.window) {
-          wait(inFlight.front().request);
+          wait(inFlight.front().posted);
           inFlight.pop_front();
         }
         size_t firstBuffer = static_cast<size_t>(op % settings_.window) * n;
@@ -286,7 +314,7 @@ class Side {
           inFlight.push_back({postRecv(firstBuffer, bytes, n, &inFlight), op});
         }
       }
-      for (const Pending& pending : inFlight) wait(pending.request);
+      for (const Pending& pending : inFlight) wait(pending.posted);
       if (sender) {
         wait(postRecv(0, 0, 1));
       } else {
@@ -317,7 +345,7 @@ class Side {
     for (;;) {
       check(call(name, [&] { return post(&request); }), name);
       if (request != nullptr) return request;
-      if (inFlight != nullptr && !inFlight->empty() && testOnce(inFlight->front().request)) {
+      if (inFlight != nullptr && !inFlight->empty() && testOnce(inFlight->front().posted)) {
         inFlight->pop_front();
         deadline = now() + settings_.callTimeoutSeconds;
         continue;  // a request freed: post again at once
@@ -724,8 +752,8 @@ int runTool(int argc, char** argv) {
   app.footer(
       "Exit status:\n"
       "  0  measured\n"
-      "  1  the run failed: a plugin call returned an error, an operation ran out of --call-timeout, or -e is above\n"
-      "     the device's maxP2pBytes\n"
+      "  1  the run failed: a plugin call returned an error, test() reported a received size other than the bytes\n"
+      "     sent (or none), an operation ran out of --call-timeout, or -e is above the device's maxP2pBytes\n"
       "  2  a refused argument, or the plugin did not load (also when it crashed or hung while loading: the call\n"
       "     is named)\n"
       "  3  a plugin call crashed the measuring or the peer process (the call and the process named)\n"
