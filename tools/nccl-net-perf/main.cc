@@ -559,38 +559,48 @@ void stopWorker(Worker& worker) {
   readRecords(worker);
 }
 
-// "plugin did not load:" and why, for each candidate the worker tried; `failure` (a crash or hang while loading, the
-// call named) last, under its entry.
-void printNotLoaded(const Worker& worker, const std::string& failure) {
-  std::fprintf(stderr, "nccl-net-perf: plugin did not load:\n");
-  bool any = false;
+// A run that failed, as superviseWorkers found it. runTool prints it after whatever was measured: a failure while
+// closing the connections comes after every row was sent, and those rows are still the run's results.
+struct Failure {
+  int status = 0;                  // the exit status (0: both workers finished)
+  std::string error;               // what failed, naming the process and the call
+  std::vector<std::string> notes;  // the other process: its own crash or hang, or where it was stopped
+  bool notLoaded = false;
+  // When the plugin did not load: each entry tried and why it was refused (or the crash or hang that ended it).
+  std::vector<std::pair<std::string, std::string>> candidates;
+};
+
+// "plugin did not load", with each candidate the worker tried; `failure` (a crash or hang while loading, the call
+// named) last, under its entry.
+Failure notLoaded(const Worker& worker, const std::string& failure) {
+  Failure result{kExitNotLoaded, "plugin did not load", {}, true, {}};
   for (const auto& record : worker.records) {
     if (!record.is_object() || !record.contains("candidate")) continue;
     auto c = nns::tools::candidateFromJson(record["candidate"]);
-    std::fprintf(stderr, "  %s: %s\n", c.requested.c_str(), c.rejectReason.c_str());
-    any = true;
+    result.candidates.emplace_back(c.requested, c.rejectReason);
   }
   if (!failure.empty()) {
     const nlohmann::json* entry = lastRecord(worker, "loading");
-    std::fprintf(stderr, "  %s: %s, in the %s\n", entry != nullptr ? entry->get<std::string>().c_str() : "?",
-                 failure.c_str(), workerName(worker.index));
-  } else if (!any) {
-    std::fprintf(stderr, "  (no candidate: the plugin setting names no library)\n");
+    result.candidates.emplace_back(entry != nullptr ? entry->get<std::string>() : "?",
+                                   failure + ", in the " + workerName(worker.index));
   }
+  return result;
 }
 
-// What the workers produced, when both finished.
+// What the workers produced: everything when both finished; what the measuring process sent before one failed.
 struct Measurement {
-  std::string name, path;  // the plugin's, as loaded in the measuring process
+  std::string name, path;  // the plugin's, as loaded in the measuring process (empty: not loaded)
   int version = 0;
   std::vector<Row> rows;
   std::string binding;  // replaced when the measuring process could not be bound
+  Failure failure;
 };
 
 // Watches both workers until both finish (then `result` holds the measurement and the return is 0) or one fails: a
 // worker that dies, exits before finishing, reports an error or spends more than --call-timeout in one plugin call
-// ends the run. Both are then stopped, the failure is printed naming the worker and the call, and its exit status
-// returned. Hangs are sampled every 100 ms, so one is seen at most that late.
+// ends the run. Both are then stopped, `result->failure` names the worker and the call, and its exit status is
+// returned; what the measuring process sent before is in `result` too. Hangs are sampled every 100 ms, so one is seen
+// at most that late.
 int superviseWorkers(std::vector<Worker>& workers, nns::tools::SharedCallNotes& notes, const Settings& settings,
                      const nns::core::LoadOptions& load, Measurement* result) {
   using Clock = nns::tools::CallWatch::Clock;
@@ -632,7 +642,8 @@ int superviseWorkers(std::vector<Worker>& workers, nns::tools::SharedCallNotes& 
     }
     break;
   }
-  if (failed < 0) {
+  // What the measuring process said, read once it has ended or been stopped.
+  auto takeMeasurement = [&] {
     const Worker& measuring = workers[0];
     if (const nlohmann::json* loaded = lastRecord(measuring, "loaded")) {
       result->name = loaded->value("name", "");
@@ -644,6 +655,9 @@ int superviseWorkers(std::vector<Worker>& workers, nns::tools::SharedCallNotes& 
         result->rows.push_back(
             {row.value("bytes", size_t{0}), row.value("latencyUs", 0.0), row.value("bandwidthGBs", 0.0)});
     if (const nlohmann::json* binding = lastRecord(measuring, "binding")) result->binding = binding->get<std::string>();
+  };
+  if (failed < 0) {
+    takeMeasurement();
     return 0;
   }
 
@@ -665,6 +679,7 @@ int superviseWorkers(std::vector<Worker>& workers, nns::tools::SharedCallNotes& 
                                        : "stopped between plugin calls (the last: " + call + ")";
   }
   for (Worker& worker : workers) stopWorker(worker);
+  takeMeasurement();
 
   const Worker& worker = workers[failed];
   const nns::tools::CallNote& note = notes[failed];
@@ -674,9 +689,10 @@ int superviseWorkers(std::vector<Worker>& workers, nns::tools::SharedCallNotes& 
   if (outcome == Outcome::kHung) failure = nns::tools::hungText(note, settings.callTimeoutSeconds);
   bool whileLoading = (outcome == Outcome::kDied || outcome == Outcome::kHung) && note.inProgress() &&
                       nns::tools::callName(note) == kLoaderProbe;
+  Failure& report = result->failure;
   if (outcome == Outcome::kNotLoaded) {
-    printNotLoaded(worker, "");
-    return kExitNotLoaded;
+    report = notLoaded(worker, "");
+    return report.status;
   }
   if (whileLoading) {
     // The loader's steps again, one by one in a child of their own, to name the call (as nccl-net-check does). A
@@ -685,27 +701,71 @@ int superviseWorkers(std::vector<Worker>& workers, nns::tools::SharedCallNotes& 
     if (entry != nullptr)
       failure =
           nns::tools::pinpointFailure(entry->get<std::string>(), load.searchDirs, failure, settings.callTimeoutSeconds);
-    printNotLoaded(worker, failure);
-    return kExitNotLoaded;
+    report = notLoaded(worker, failure);
+    return report.status;
   }
   if (outcome == Outcome::kError) {
-    std::fprintf(stderr, "nccl-net-perf: %s: %s\n", workerName(failed),
-                 lastRecord(worker, "error")->get<std::string>().c_str());
-    return kExitFailed;
+    report.status = kExitFailed;
+    report.error = std::string(workerName(failed)) + ": " + lastRecord(worker, "error")->get<std::string>();
+    return report.status;
   }
-  std::fprintf(stderr, "nccl-net-perf: %s: %s\n", workerName(failed), failure.c_str());
+  report.status = outcome == Outcome::kHung ? kExitHung : kExitCrashed;
+  report.error = std::string(workerName(failed)) + ": " + failure;
   // The other worker: its own crash or hang when it had one too, else where it was stopped.
   for (int i = 0; i < kWorkers; ++i) {
     if (i == failed) continue;
+    const std::string process = std::string(workerName(i)) + ": ";
     if (outcomes[i] == Outcome::kDied)
-      std::fprintf(stderr, "nccl-net-perf: %s: %s\n", workerName(i),
-                   nns::tools::deathText(workers[i].waitStatus, notes[i]).c_str());
+      report.notes.push_back(process + nns::tools::deathText(workers[i].waitStatus, notes[i]));
     if (outcomes[i] == Outcome::kHung)
-      std::fprintf(stderr, "nccl-net-perf: %s: %s\n", workerName(i),
-                   nns::tools::hungText(notes[i], settings.callTimeoutSeconds).c_str());
-    if (!stoppedIn[i].empty()) std::fprintf(stderr, "nccl-net-perf: %s: %s\n", workerName(i), stoppedIn[i].c_str());
+      report.notes.push_back(process + nns::tools::hungText(notes[i], settings.callTimeoutSeconds));
+    if (!stoppedIn[i].empty()) report.notes.push_back(process + stoppedIn[i]);
   }
-  return outcome == Outcome::kHung ? kExitHung : kExitCrashed;
+  return report.status;
+}
+
+// The run as one JSON object: the plugin, the settings and the rows measured; on a failure also "error" (what failed,
+// the same words as on stderr), "notes" (the other process) and, when the plugin did not load, "candidates" (each
+// entry tried and why it was refused), so that a pipeline reading --json learns why a run failed.
+nlohmann::json runJson(const std::string& requested, const Settings& settings, const std::string& binding,
+                       const Measurement& measured) {
+  const Failure& failure = measured.failure;
+  nlohmann::json out;
+  out["plugin"] = measured.name.empty() ? requested : measured.name;
+  out["path"] = measured.path;
+  out["version"] = measured.version;
+  out["dev"] = settings.dev;
+  out["iterations"] = settings.iterations;
+  out["warmup"] = settings.warmup;
+  out["window"] = settings.window;
+  out["multiRecv"] = settings.multiRecv;
+  out["binding"] = binding;
+  out["results"] = nlohmann::json::array();
+  for (const Row& row : measured.rows)
+    out["results"].push_back({{"bytes", row.bytes}, {"latencyUs", row.latencyUs}, {"bandwidthGBs", row.bandwidthGBs}});
+  if (failure.status == 0) return out;
+  out["error"] = failure.error;
+  out["notes"] = failure.notes;
+  out["exitStatus"] = failure.status;
+  if (failure.notLoaded) {
+    out["candidates"] = nlohmann::json::array();
+    for (const auto& [requestedEntry, reason] : failure.candidates)
+      out["candidates"].push_back({{"requested", requestedEntry}, {"rejectReason", reason}});
+  }
+  return out;
+}
+
+// The failure on stderr, as one line per process (and one per candidate when the plugin did not load).
+void printFailure(const Failure& failure) {
+  if (failure.notLoaded) {
+    std::fprintf(stderr, "nccl-net-perf: %s:\n", failure.error.c_str());
+    for (const auto& [requested, reason] : failure.candidates)
+      std::fprintf(stderr, "  %s: %s\n", requested.c_str(), reason.c_str());
+    if (failure.candidates.empty()) std::fprintf(stderr, "  (no candidate: the plugin setting names no library)\n");
+    return;
+  }
+  std::fprintf(stderr, "nccl-net-perf: %s\n", failure.error.c_str());
+  for (const std::string& note : failure.notes) std::fprintf(stderr, "nccl-net-perf: %s\n", note.c_str());
 }
 
 }  // namespace
@@ -760,22 +820,43 @@ int runTool(int argc, char** argv) {
       "  4  a plugin call did not return within --call-timeout (the call and the process named)\n"
       "On 3 and 4 both processes are stopped, and where the other one was is said too.");
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
-  if (settings.minBytes > settings.maxBytes) {
-    std::fprintf(stderr, "nccl-net-perf: -b %zu is above -e %zu\n", settings.minBytes, settings.maxBytes);
-    return 2;
-  }
+  // A failure from here on is said on stderr and, with --json, as the run's JSON object with its "error" (stdout
+  // was empty, where nccl-net-check and nccl-net-info still print one object).
+  std::string binding;
+  auto failRun = [&](Measurement& measured) {
+    if (asJson) {
+      std::printf("%s\n", runJson(plugin, settings, binding, measured)
+                              .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+                              .c_str());
+      std::fflush(stdout);
+    }
+    if (!measured.rows.empty())
+      std::fprintf(stderr, "nccl-net-perf: every size was measured (%s), then the run failed:\n",
+                   asJson ? "\"results\" in the JSON" : "the rows above");
+    printFailure(measured.failure);
+    return measured.failure.status;
+  };
+  auto refuse = [&](const std::string& text) {
+    Measurement refused;
+    refused.failure.status = kExitNotLoaded;  // 2: what the arguments ask cannot run here
+    refused.failure.error = text;
+    return failRun(refused);
+  };
+  if (settings.minBytes > settings.maxBytes)
+    return refuse("-b " + std::to_string(settings.minBytes) + " is above -e " + std::to_string(settings.maxBytes));
   // Each process holds -W x -m buffers of -e bytes: refused up front when two of those do not fit this host's memory,
   // rather than failing in the plugin's process with std::bad_alloc (or waking the OOM killer).
   long pages = sysconf(_SC_PHYS_PAGES), pageBytes = sysconf(_SC_PAGESIZE);
   double bufferBytes = static_cast<double>(settings.window) * settings.multiRecv *
                        static_cast<double>(std::max<size_t>(settings.maxBytes, 1));
   if (pages > 0 && pageBytes > 0 && 2 * bufferBytes > static_cast<double>(pages) * static_cast<double>(pageBytes)) {
-    std::fprintf(stderr,
-                 "nccl-net-perf: -e %zu with -W %d and -m %d needs %.1f GiB of buffers in each of the two processes; "
-                 "this host has %.1f GiB of memory\n",
-                 settings.maxBytes, settings.window, settings.multiRecv, bufferBytes / (1 << 30),
-                 static_cast<double>(pages) * static_cast<double>(pageBytes) / (1 << 30));
-    return 2;
+    char text[256];
+    std::snprintf(text, sizeof(text),
+                  "-e %zu with -W %d and -m %d needs %.1f GiB of buffers in each of the two processes; this host has "
+                  "%.1f GiB of memory",
+                  settings.maxBytes, settings.window, settings.multiRecv, bufferBytes / (1 << 30),
+                  static_cast<double>(pages) * static_cast<double>(pageBytes) / (1 << 30));
+    return refuse(text);
   }
   load.plugin = plugin;
   load.readNcclNet = false;  // the plugin named is the one measured, whatever NCCL_NET asks of NCCL
@@ -786,31 +867,26 @@ int runTool(int argc, char** argv) {
   std::string unbound = "--bind-to none";
   std::vector<cpu_set_t> shares =
       bindTo == "spread" ? nns::tools::cpuShares(2, "processes", &unbound) : std::vector<cpu_set_t>{};
-  std::string binding = shares.empty() ? "not bound (" + unbound + "); waits yield the CPU after 2 us"
-                                       : "measuring process on CPUs " + nns::core::cpuList(shares[0]) +
-                                             ", peer on CPUs " + nns::core::cpuList(shares[1]);
+  binding = shares.empty() ? "not bound (" + unbound + "); waits yield the CPU after 2 us"
+                           : "measuring process on CPUs " + nns::core::cpuList(shares[0]) + ", peer on CPUs " +
+                                 nns::core::cpuList(shares[1]);
 
   // Two worker processes, each loading the plugin itself (plugins may not survive a fork after init), each naming
   // the plugin call it is in where this process reads it: this one only watches them, so that neither a crash nor a
   // call that never returns can take the tool down or hold it.
   nns::tools::SharedCallNotes notes(kWorkers);
-  if (!notes.valid()) {
-    std::fprintf(stderr, "nccl-net-perf: no shared memory to watch the plugin calls in: mmap: %s\n",
-                 std::strerror(errno));
-    return 2;
-  }
+  if (!notes.valid())
+    return refuse(std::string("no shared memory to watch the plugin calls in: mmap: ") + std::strerror(errno));
   int exchange[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, exchange) != 0) {
-    std::perror("nccl-net-perf: socketpair");
-    return 2;
-  }
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, exchange) != 0)
+    return refuse(std::string("socketpair: ") + std::strerror(errno));
   std::vector<Worker> workers(kWorkers);
   auto giveUp = [&](const char* what) {
-    std::fprintf(stderr, "nccl-net-perf: %s: %s\n", what, std::strerror(errno));
+    const std::string text = std::string(what) + ": " + std::strerror(errno);
     for (Worker& worker : workers) stopWorker(worker);
     close(exchange[0]);
     close(exchange[1]);
-    return 2;
+    return refuse(text);
   };
   pid_t tool = getpid();
   for (int i = 0; i < kWorkers; ++i) {
@@ -849,28 +925,19 @@ int runTool(int argc, char** argv) {
   Measurement measured;
   int status = superviseWorkers(workers, notes, settings, load, &measured);
   for (Worker& worker : workers) close(worker.reportFd);
-  if (status != 0) return status;
   if (!measured.binding.empty()) binding = measured.binding;
   const std::string& name = measured.name;
   const std::string& path = measured.path;
   int version = measured.version;
   const std::vector<Row>& rows = measured.rows;
+  // A failure after the measuring process sent its rows (a close that hangs or crashes, the peer's last call failing)
+  // leaves the measurement whole: printed, then the failure, whose exit status the run keeps.
+  if (status != 0 && (asJson || rows.empty())) return failRun(measured);
 
   if (asJson) {
-    nlohmann::json out;
-    out["plugin"] = name;
-    out["path"] = path;
-    out["version"] = version;
-    out["dev"] = settings.dev;
-    out["iterations"] = settings.iterations;
-    out["warmup"] = settings.warmup;
-    out["window"] = settings.window;
-    out["multiRecv"] = settings.multiRecv;
-    out["binding"] = binding;
-    for (const Row& row : rows)
-      out["results"].push_back(
-          {{"bytes", row.bytes}, {"latencyUs", row.latencyUs}, {"bandwidthGBs", row.bandwidthGBs}});
-    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::printf("%s\n", runJson(plugin, settings, binding, measured)
+                            .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+                            .c_str());
     return 0;
   }
   std::printf("# nccl-net-perf: plugin %s (ncclNet_v%d, %s), dev %d, iters %d, warmup %d, window %d, multi-recv %d\n",
@@ -879,6 +946,10 @@ int runTool(int argc, char** argv) {
   std::printf("# processes: %s\n", binding.c_str());
   std::printf("# %12s %14s %14s\n", "size(B)", "lat(us)", "bw(GB/s)");
   for (const Row& row : rows) std::printf("  %12zu %14.2f %14.3f\n", row.bytes, row.latencyUs, row.bandwidthGBs);
+  if (status != 0) {
+    std::fflush(stdout);
+    return failRun(measured);
+  }
   return 0;
 }
 
