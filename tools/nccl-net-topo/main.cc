@@ -355,10 +355,29 @@ int runTool(int argc, char** argv) {
   app.add_option("--graph-file", graphFile, "read an NCCL_GRAPH_FILE and show its channels for this topology")
       ->excludes(jsonFlag)
       ->excludes(dotFlag);
+  // --bench prints one timing line and nothing of the analysis: the options that shape or add to that output, or write
+  // the searched graphs, are refused with it (--json printed the text line and exited 0; --dump-graph wrote nothing,
+  // without a word). --dump-xml is kept: the topology is written before the runs.
   app.add_option("--bench", benchIterations, "time N runs of paths + decisions + search and print the mean")
-      ->check(CLI::Range(1, 1000000));
+      ->check(CLI::Range(1, 1000000))
+      ->excludes(jsonFlag)
+      ->excludes(dotFlag)
+      ->excludes("--nccl-log")
+      ->excludes("--graph-file")
+      ->excludes("--dump-graph");
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
   showPaths = !noPaths;
+  const bool bench = benchIterations > 0;
+  // A failure from here on is one line on stderr and, with --json, a JSON object with the error on stdout, as
+  // nccl-net-check and nccl-net-info print one (stdout was empty).
+  auto fail = [&](const std::string& stderrLine, const std::string& error) {
+    std::cerr << stderrLine << "\n";
+    if (jsonOut) {
+      const json out = {{"error", error}, {"exitStatus", 1}};
+      std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    }
+    return 1;
+  };
 
   try {
     // NCCL's file variables stand in for the options, as they do for NCCL (an option given on the command line wins).
@@ -389,12 +408,18 @@ int runTool(int argc, char** argv) {
       else if (fromEnv("NCCL_TOPO_FILE", topoFile))
         topoFileVariable = topoFile;
       fromEnv("NCCL_TOPO_DUMP_FILE", dumpXml);
-      fromEnv("NCCL_GRAPH_DUMP_FILE", dumpGraph);
+      // --bench searches again and again and keeps no graph to write: the variable is said to be left alone, as
+      // --dump-graph is refused with --bench.
+      if (const char* v = std::getenv("NCCL_GRAPH_DUMP_FILE"); bench && v != nullptr && *v != '\0')
+        std::fprintf(stderr, "nccl-net-topo: note: NCCL_GRAPH_DUMP_FILE=%s is not written under --bench\n",
+                     nns::topo::terminalSafe(v).c_str());
+      else
+        fromEnv("NCCL_GRAPH_DUMP_FILE", dumpGraph);
       // NCCL takes a graph file's channels in place of its own search whenever the file gives any for this system.
       if (const char* v = std::getenv("NCCL_GRAPH_FILE"); v != nullptr && *v != '\0' && graphFile.empty()) {
-        if (jsonOut || dotOut) {
-          std::fprintf(stderr, "nccl-net-topo: note: NCCL_GRAPH_FILE=%s is not shown in --json or --dot output\n",
-                       nns::topo::terminalSafe(v).c_str());
+        if (jsonOut || dotOut || bench) {
+          std::fprintf(stderr, "nccl-net-topo: note: NCCL_GRAPH_FILE=%s is not shown in %s output\n",
+                       nns::topo::terminalSafe(v).c_str(), bench ? "--bench" : "--json or --dot");
         } else {
           graphFile = graphFileVariable = v;
         }
@@ -411,7 +436,14 @@ int runTool(int argc, char** argv) {
     if (!synthetic.empty()) {
       doc = nns::topo::makeSyntheticTopology(synthetic[0], synthetic[1]);
     } else if (!topoFile.empty()) {
-      doc = nns::topo::readXmlFile(topoFile);
+      try {
+        doc = nns::topo::readXmlFile(topoFile);
+      } catch (const TopologyError& e) {
+        // The path came from the environment, not the command line: said, or the error reads as a typo in an option
+        // that was never given.
+        if (topoFileVariable.empty()) throw;
+        throw TopologyError(std::string(e.what()) + " (the path is NCCL_TOPO_FILE's; --ignore-env ignores it)");
+      }
       // NCCL reads NCCL_TOPO_FILE into room for 256 elements and fails the file past them: no analysis here either.
       nns::topo::requireNcclNodeLimit(doc, nns::topo::kNcclMaxTopologyNodes, "NCCL_TOPO_XML_MAX_NODES", "topology");
     } else if (!plugin.empty()) {
@@ -451,7 +483,7 @@ int runTool(int argc, char** argv) {
     }
     if (!dumpXml.empty()) nns::topo::writeXmlFile(doc.root, dumpXml);
 
-    if (benchIterations > 0) {
+    if (bench) {
       // Paths, trimming, decisions and both searches, from the parsed document each time.
       auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < benchIterations; ++i) {
@@ -460,7 +492,7 @@ int runTool(int argc, char** argv) {
       }
       double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       std::printf("%s: %d run(s), %.3f ms per run (paths + trim + decisions + ring/tree searches)\n",
-                  doc.sourceName.c_str(), benchIterations, ms / benchIterations);
+                  nns::topo::terminalSafe(doc.sourceName).c_str(), benchIterations, ms / benchIterations);
       return 0;
     }
 
@@ -468,7 +500,13 @@ int runTool(int argc, char** argv) {
     // Read before anything is printed, so a graph file that does not fit this topology is the only output.
     std::vector<nns::topo::Graph> loadedGraphs;
     if (!graphFile.empty()) {
-      const nns::topo::XmlDocument graphDoc = nns::topo::readXmlFile(graphFile);
+      nns::topo::XmlDocument graphDoc;
+      try {
+        graphDoc = nns::topo::readXmlFile(graphFile, "graph");
+      } catch (const TopologyError& e) {
+        if (graphFileVariable.empty()) throw;
+        throw TopologyError(std::string(e.what()) + " (the path is NCCL_GRAPH_FILE's; --ignore-env ignores it)");
+      }
       nns::topo::requireNcclNodeLimit(graphDoc, nns::topo::kNcclMaxGraphNodes, "NCCL_GRAPH_XML_MAX_NODES", "graph");
       loadedGraphs = nns::topo::loadGraphXml(graphDoc, &a.system, opts.settings.crossNic);
       noteDuplicateGraphIds(graphDoc, loadedGraphs);
@@ -542,8 +580,10 @@ int runTool(int argc, char** argv) {
     }
     std::cout << nns::topo::terminalSafe(out.str());
   } catch (const TopologyError& e) {
-    std::cerr << "nccl-net-topo: " << nns::topo::terminalSafe(e.what()) << "\n";
-    return 1;
+    return fail("nccl-net-topo: " + nns::topo::terminalSafe(e.what()), e.what());
+  } catch (const std::exception& e) {
+    // What else fails here (a plugin that does not load or list its devices for --plugin): as guardedMain says it.
+    return fail("nccl-net-topo: error: " + nns::topo::terminalSafe(e.what()), e.what());
   }
   return 0;
 }

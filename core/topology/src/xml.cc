@@ -171,9 +171,9 @@ XmlDocument parseXml(std::string_view text, std::string sourceName) {
   return out;
 }
 
-XmlDocument readXmlFile(const std::string& path) {
+XmlDocument readXmlFile(const std::string& path, const char* kind) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw TopologyError(path + ": is a directory, not a topology file");
+  if (std::filesystem::is_directory(path, ec)) throw TopologyError(path + ": is a directory, not a " + kind + " file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TopologyError(path + ": cannot open: " + std::strerror(errno));
   // Read in pieces rather than by seeking to the end: a pipe (--topo-file <(...)) cannot seek. One byte past the limit
