@@ -1535,6 +1535,20 @@ class IbNet {
     return ncclSuccess;
   }
 
+  // Whether [data, data + size) leaves the registration it came with (logged). Posted anyway, the NIC refused the
+  // access only when the work ran: a local protection error on the sender, a remote access error on the peer when a
+  // receive buffer overran its handle, both ncclRemoteError, blaming the network for the caller's mistake. A handle
+  // that is not one of this plugin's is refused where it is used.
+  static bool outsideHandle(const char* call, const void* data, size_t size, const void* mhandle) {
+    const auto* mh = static_cast<const MemoryHandle*>(mhandle);
+    if (size == 0 || mh == nullptr || mh->magic != MemoryHandle::kMagic) return false;
+    const auto begin = reinterpret_cast<uintptr_t>(data);
+    if (begin >= mh->begin && begin <= mh->end && size <= mh->end - begin) return false;
+    NCCL_NET_WARN("%s: %zu bytes at %p lie outside memory handle %p (%zu bytes at %p)", call, size, data, mhandle,
+                  static_cast<size_t>(mh->end - mh->begin), reinterpret_cast<void*>(mh->begin));
+    return true;
+  }
+
   ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* /*phandle*/,
                      void** request) {
     auto* comm = static_cast<SendComm*>(sendComm);
@@ -1543,6 +1557,7 @@ class IbNet {
       NCCL_NET_WARN("isend: %zu bytes exceeds maxP2pBytes (%zu): split the message", size, kMaxMessageBytes);
       return ncclInternalError;
     }
+    if (outsideHandle("isend", data, size, mhandle)) return ncclInvalidUsage;
     int slotIndex = static_cast<int>(comm->sequence % kSlots);
     SendSlot& slot = comm->slots[slotIndex];
     // Every NULL answer below goes through checkSideChannel: NCCL retries isend until it gets a request, and a
@@ -1611,6 +1626,8 @@ class IbNet {
       NCCL_NET_WARN("irecv: %d grouped receives, this plugin advertises maxRecvs %d", n, kMaxRecvs);
       return ncclInternalError;
     }
+    for (int r = 0; r < n && mhandles != nullptr; ++r)
+      if (outsideHandle("irecv", data[r], sizes[r], mhandles[r])) return ncclInvalidUsage;
     int slotIndex = static_cast<int>(comm->sequence % kSlots);
     RecvSlot& slot = comm->slots[slotIndex];
     if (slot.request != nullptr) return ncclSuccess;  // kSlots receives in flight
@@ -1841,7 +1858,10 @@ class IbNet {
     mh->comm = comm;
     mh->type = type;
     mh->ndevs = comm->ndevs;
-    for (int d = 0; d < comm->ndevs; ++d) {
+    // 0 bytes: a handle without memory regions (the kernel refuses a region that covers no page, so regMr of a
+    // page-aligned empty buffer failed while an odd one passed); the data path never reads a 0-byte buffer's handle,
+    // and a buffer of any size is outside it.
+    for (int d = 0; d < comm->ndevs && size > 0; ++d) {
       Port* port = comm->devs[d].port;
       ibv_mr* mr = nullptr;
       std::string dmabufError;
@@ -1889,7 +1909,8 @@ class IbNet {
       }
       if (!ready) {
         NCCL_NET_WARN("regMr: cannot create the flush QP: %s", error.c_str());
-        for (int d = 0; d < comm->ndevs; ++d) verbs().deregMr(mh->mrs[d]);
+        for (int d = 0; d < comm->ndevs; ++d)
+          if (mh->mrs[d] != nullptr) verbs().deregMr(mh->mrs[d]);
         return ncclSystemError;
       }
     }

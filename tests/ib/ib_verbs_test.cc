@@ -1051,9 +1051,26 @@ int oddRegistrationSide(const Channel& channel, bool receiver) {
   CHILD_CHECK(peer.net->regMr(comm, buffer + 3, 1001, NCCL_PTR_HOST, &a));
   CHILD_CHECK(peer.net->regMr(comm, buffer + 500, 6001, NCCL_PTR_HOST, &b));
   CHILD_CHECK(peer.net->regMr(comm, buffer + 4097, 7, NCCL_PTR_HOST, &c));
-  ncclResult_t zero = peer.net->regMr(comm, buffer + 11, 0, NCCL_PTR_HOST, &empty);
-  std::printf("ib-test: regMr of 0 bytes: result %d\n", static_cast<int>(zero));
-  if (zero == ncclSuccess) CHILD_CHECK(peer.net->deregMr(comm, empty));
+  // 0 bytes, at an odd address and at a page-aligned one (which the kernel's ibv_reg_mr refused: EINVAL).
+  static unsigned char page[8192] __attribute__((aligned(4096)));
+  for (unsigned char* at : {buffer + 11, page}) {
+    CHILD_CHECK(peer.net->regMr(comm, at, 0, NCCL_PTR_HOST, &empty));
+    CHILD_CHECK(peer.net->deregMr(comm, empty));
+  }
+  // A buffer outside the handle it comes with is refused at the call (ncclInvalidUsage), nothing posted: posted, it
+  // failed at completion as a local protection error here or a remote access error on the peer (ncclRemoteError).
+  void* outside = nullptr;
+  if (receiver) {
+    void* data = buffer + 3 + 1000;
+    size_t size = 2;  // one byte past a's end
+    int tag = 99;
+    CHILD_EXPECT(peer.net->irecv(comm, 1, &data, &size, &tag, &a, nullptr, &outside) == ncclInvalidUsage,
+                 "irecv of a buffer outside its handle was not refused");
+  } else {
+    CHILD_EXPECT(peer.net->isend(comm, buffer + 2, 10, 99, a, nullptr, &outside) == ncclInvalidUsage,
+                 "isend of a buffer outside its handle was not refused");
+  }
+  CHILD_EXPECT(outside == nullptr, "a refused call gave a request");
   struct Piece {
     unsigned char* data;
     size_t size;
