@@ -540,8 +540,9 @@ void* connectWithin(Context& c, void* handle, double seconds, ncclResult_t* fail
 constexpr int kPeerConnectFailed = 230;
 
 // The comm, or nullptr after `seconds` or an error (then in `*failed` when given). With `peer`, a connecting process
-// that ends with a failure (exit code in `*peerCode`) ends the wait: nothing will connect any more.
-void* acceptWithin(Context& c, void* listenComm, double seconds, ncclResult_t* failed = nullptr, pid_t peer = -1,
+// that ends with a failure (exit code in `*peerCode`) ends the wait: nothing will connect any more. A peer reaped here
+// (ended well or not) is set to -1: its pid may be another process's from then on, which a later kill would hit.
+void* acceptWithin(Context& c, void* listenComm, double seconds, ncclResult_t* failed = nullptr, pid_t* peer = nullptr,
                    int* peerCode = nullptr) {
   void* recvComm = nullptr;
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
@@ -552,13 +553,15 @@ void* acceptWithin(Context& c, void* listenComm, double seconds, ncclResult_t* f
       return nullptr;
     }
     int status = 0;
-    if (recvComm == nullptr && peer > 0 && peerCode != nullptr && waitpid(peer, &status, WNOHANG) == peer) {
+    if (recvComm == nullptr && peer != nullptr && *peer > 0 && peerCode != nullptr &&
+        waitpid(*peer, &status, WNOHANG) == *peer) {
       const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      *peer = -1;
       if (code != 0) {
         *peerCode = code;
         return nullptr;
       }
-      peer = -1;  // ended well (its comm made and closed): the connection may still be accepted
+      // ended well (its comm made and closed): the connection may still be accepted
     }
   }
   return recvComm;
@@ -594,17 +597,18 @@ bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& 
   });
   ncclResult_t failed = ncclSuccess;
   int peerCode = 0;
-  pair.recvComm = acceptWithin(c, pair.listenComm, 20, &failed, pair.peer, &peerCode);
+  pair.recvComm = acceptWithin(c, pair.listenComm, 20, &failed, &pair.peer, &peerCode);
   if (pair.recvComm == nullptr && peerCode != 0) {  // reaped already
     *why = "the connecting process ended first: " + peerText(peerCode);
-    pair.peer = -1;
     return false;
   }
   if (pair.recvComm == nullptr) {
     *why = failed != ncclSuccess ? "accept returned " + resultText(failed) + " before the sender got through"
                                  : "accept did not complete within 20 s";
-    kill(pair.peer, SIGKILL);  // it would go on connecting to a listener that no longer accepts
-    waitpid(pair.peer, nullptr, 0);
+    if (pair.peer > 0) {  // it would go on connecting to a listener that no longer accepts
+      kill(pair.peer, SIGKILL);
+      waitpid(pair.peer, nullptr, 0);
+    }
     pair.peer = -1;
     return false;
   }
@@ -1202,13 +1206,21 @@ Verdict truncationIsAnError(Context& c) {
   struct Case {
     size_t sent, capacity;
   };
-  const Case cases[] = {{1000, 100}, {101, 100}, {(2u << 20), (1u << 20)}};
+  // The large case within maxP2pBytes: above it the harness refuses the send itself (oversized), and that refusal
+  // read as the plugin's.
+  const size_t large = std::min<size_t>(2u << 20, c.props.maxP2pBytes);
+  const Case cases[] = {{1000, 100}, {101, 100}, {large, large / 2}};
   // Watched bytes past the buffer: room for the whole message and 64 more, so a plugin that writes all of it lands
   // in memory of this rule's, which then names the overrun (a shorter guard let it corrupt the heap, and the rule
   // process died in a later free without a verdict).
   constexpr size_t kGuard = 64;
   std::string evidence;
   for (const Case& k : cases) {
+    if (k.sent > c.props.maxP2pBytes || k.capacity == 0) {
+      evidence += (evidence.empty() ? "" : ", ") + std::to_string(k.sent) + " into " + std::to_string(k.capacity) +
+                  ": not run (maxP2pBytes " + std::to_string(c.props.maxP2pBytes) + ")";
+      continue;
+    }
     Pair pair;
     std::string why;
     if (!openPair(
@@ -1294,6 +1306,7 @@ Verdict groupedReceive(Context& c, int n) {
             for (int k = 0; k < n; ++k) {
               int size = -1;
               if (waitDone(c, requests[k], &size, 20) != ncclSuccess) return 42;
+              if (sentSizeWrong(size, buffers[k].size())) return 31;  // as every other sender is checked
             }
             return 0;
           },
