@@ -131,6 +131,14 @@ std::set<GroupRequest*> gGroups;
 bool gSendPoolExhausted = false;
 #endif
 
+#ifdef NNS_BUG_NULL_REQUEST_BUT_SENT
+// A send queue whose "full" check runs after the enqueue: every fifth isend queues the message and then answers
+// NULL ("not now"), so the host's retry sends it a second time. The request the host never got is completed here.
+std::mutex gOrphansLock;
+std::vector<void*> gOrphanSends;
+int gSendCalls = 0;
+#endif
+
 #ifdef NNS_BUG_DIES_IN_CONNECT
 // Not a plugin's mistake: a test double for a rank that dies (a crash, the OOM killer) while its communicator makes
 // its connections, a moment nothing real can be timed to hit. The process whose NNS_RANK is $NNS_TEST_DYING_RANK ends
@@ -868,7 +876,24 @@ ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, 
 #ifdef NNS_BUG_SIZE_FIELD_30_BITS
   size &= kSizeFieldMask;
 #endif
-#ifdef NNS_BUG_NULL_REQUEST_FOREVER
+#ifdef NNS_BUG_NULL_REQUEST_BUT_SENT
+  {
+    std::lock_guard<std::mutex> lock(gOrphansLock);
+    for (auto it = gOrphanSends.begin(); it != gOrphanSends.end();) {
+      int done = 0, sent = 0;
+      if (real()->test(*it, &done, &sent) != ncclSuccess || done != 0)
+        it = gOrphanSends.erase(it);
+      else
+        ++it;
+    }
+    ncclResult_t result = real()->isend(comm, data, size, tag, mhandle, phandle, request);
+    if (result == ncclSuccess && *request != nullptr && ++gSendCalls % 5 == 0) {
+      gOrphanSends.push_back(*request);
+      *request = nullptr;
+    }
+    return result;
+  }
+#elif defined(NNS_BUG_NULL_REQUEST_FOREVER)
   if (gSendPoolExhausted) {
     *request = nullptr;
     return ncclSuccess;

@@ -1014,7 +1014,10 @@ Verdict nullRequestMeansRetry(Context& c) {
   // plugin may say so at once), or takes one beyond the request limit (NCCL_NET_MAX_REQUESTS per comm, times maxRecvs
   // on the send side). NCCL never posts more than the limit, so the one beyond may also be refused with an error, as
   // NCCL's socket transport refuses it. Then the receiver posts its receives, the sender retries and posts 4 more,
-  // never more than the limit in flight: everything accepted must complete.
+  // never more than the limit in flight: everything accepted must complete. Each send carries its number (the k-th
+  // accepted send carries k, and so does every refused attempt before it), and the receiver checks them in order: a
+  // plugin that queued or sent a message and still answered NULL sends it twice once the host retries, which
+  // identical messages hid.
   const int kLimit = NCCL_NET_MAX_REQUESTS * std::max(1, c.props.maxRecvs);
   constexpr int kMore = 4;
   constexpr int kRetrySeconds = 10;  // a posted receive must let a refused send through well within this
@@ -1025,13 +1028,20 @@ Verdict nullRequestMeansRetry(Context& c) {
   if (!openPair(
           c, pair,
           [&](void* comm) {
-            std::vector<unsigned char> bytes(16, 7);
+            // One 16-byte message per send, numbered, each left alone while its send is in flight.
+            std::vector<unsigned char> bytes(16 * static_cast<size_t>(kLimit + 1 + kMore), 7);
             void* mhandle = registerBuffer(c, comm, bytes.data(), bytes.size());
+            auto message = [&](size_t k) {
+              unsigned char* at = bytes.data() + 16 * k;
+              const auto number = static_cast<uint32_t>(k);
+              std::memcpy(at, &number, sizeof(number));
+              return at;
+            };
             std::vector<void*> requests;
             bool refused = false;
             for (int i = 0; i <= kLimit; ++i) {
               void* request = nullptr;
-              if (CALL("isend", isendNoted(*c.net, comm, bytes.data(), bytes.size(), 1, mhandle, &request)) !=
+              if (CALL("isend", isendNoted(*c.net, comm, message(requests.size()), 16, 1, mhandle, &request)) !=
                   ncclSuccess) {
                 refused = i < kLimit;  // an error for the one beyond the limit is the plugin's right
                 break;
@@ -1050,8 +1060,8 @@ Verdict nullRequestMeansRetry(Context& c) {
             for (int i = 0; i < kMore;) {
               void* request = nullptr;
               const bool full = requests.size() - oldest >= static_cast<size_t>(kLimit);
-              if (!full && CALL("isend", isendNoted(*c.net, comm, bytes.data(), bytes.size(), 1, mhandle, &request)) !=
-                               ncclSuccess)
+              if (!full && CALL("isend", isendNoted(*c.net, comm, message(requests.size()), 16, 1, mhandle,
+                                                    &request)) != ncclSuccess)
                 return 41;
               if (request != nullptr) {
                 requests.push_back(request);
@@ -1106,6 +1116,16 @@ Verdict nullRequestMeansRetry(Context& c) {
     if (!peerFailed && (result != ncclSuccess || got != 16))
       return fail("receive %d: %s, size %d (16 bytes were sent)", i,
                   result == ncclSuccess ? "completed" : waitText(result, gTransferWaitSeconds).c_str(), got);
+    uint32_t number = 0;
+    std::memcpy(&number, buffer.data(), sizeof(number));
+    if (!peerFailed && number != static_cast<uint32_t>(i)) {
+      closePair(c, pair);
+      return fail("receive %d carried send %u: %s", i, number,
+                  number < static_cast<uint32_t>(i)
+                      ? "a message went twice (isend answered NULL, \"not now\", after it had queued or sent it, so "
+                        "the host's retry sent it again)"
+                      : "messages were lost or reordered");
+    }
   }
   int code = peerFailed ? peerCode : closePair(c, pair);
   if (peerFailed) closePair(c, pair);
