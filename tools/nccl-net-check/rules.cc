@@ -777,11 +777,33 @@ Verdict sendAndReceive(Context& c, const std::vector<std::pair<size_t, uint64_t>
 
 // The messages received into `capacity`-byte buffers, sizes checked on both sides and every byte. Empty evidence on
 // success.
+// Where the device takes smaller messages (maxP2pBytes) than a rule's, those over it are left out and the buffers
+// cut to the limit, so the rest still runs (the whole rule was skipped, and a small-message transport's sizes, bytes
+// and other devices went unchecked); what was left out joins the verdict. A rule none of whose messages fit keeps
+// them, and is skipped as before.
+std::string gLeftOut;
 Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t>>& messages, size_t capacity,
                         const std::function<void()>& afterListen = {}) {
+  std::vector<std::pair<size_t, uint64_t>> fitting;
+  size_t largestLeftOut = 0;
+  for (const auto& m : messages) {
+    if (gLargestMessage == 0 || m.first <= gLargestMessage)
+      fitting.push_back(m);
+    else
+      largestLeftOut = std::max(largestLeftOut, m.first);
+  }
+  if (fitting.empty() || largestLeftOut == 0) {
+    fitting = messages;
+  } else {
+    const std::string note = std::to_string(messages.size() - fitting.size()) + " of " +
+                             std::to_string(messages.size()) + " messages over maxP2pBytes " +
+                             std::to_string(gLargestMessage) + " left out (the largest " +
+                             std::to_string(largestLeftOut) + " B)";
+    if (gLeftOut.find(note) == std::string::npos) gLeftOut += (gLeftOut.empty() ? "" : "; ") + note;
+    capacity = std::min(capacity, gLargestMessage);
+  }
   return sendAndReceive(
-      c, messages,
-      [&](void* recvComm, pid_t* peer) { return receiveMessages(c, recvComm, messages, capacity, 1, peer); },
+      c, fitting, [&](void* recvComm, pid_t* peer) { return receiveMessages(c, recvComm, fitting, capacity, 1, peer); },
       afterListen);
 }
 
@@ -3119,7 +3141,8 @@ std::vector<std::unique_ptr<ThreadCall>> threadWatches() {
 // A verdict written at once, without the rule's usual cleanup: after a failure here threads may have left the
 // plugin's state broken, and closing comms or finalize could then hang or crash over the evidence.
 [[noreturn]] void verdictNow(const Verdict& given) {
-  const Verdict v = sizedVerdict(given);
+  Verdict v = sizedVerdict(given);
+  if (v.status == Status::kPass && !gLeftOut.empty()) v.evidence += " (" + gLeftOut + ")";
   std::string text = std::string(statusText(v.status)) + "|" + v.evidence;
   (void)!write(gResultFd, text.data(), text.size());
   _exit(0);
@@ -3615,6 +3638,7 @@ const std::vector<Rule>& rules() {
   Verdict verdict = rule.run(c);
   CALL("finalize", net->finalize(c.ctx));
   verdict = sizedVerdict(verdict);
+  if (verdict.status == Status::kPass && !gLeftOut.empty()) verdict.evidence += " (" + gLeftOut + ")";
   if (verdict.status == Status::kPass && !gContractProblem.empty())
     verdict = fail("%s (the rule's own check passed: %s)", gContractProblem.c_str(),
                    verdict.evidence.empty() ? "-" : verdict.evidence.c_str());
