@@ -2759,9 +2759,12 @@ Verdict everyVersionAgrees(Context& c) {
     const std::string name = core::printable(p.name), newestName = core::printable(c.props.name);
     if (name != newestName || p.speed != c.props.speed || p.ptrSupport != c.props.ptrSupport ||
         p.maxComms != c.props.maxComms || p.maxRecvs != c.props.maxRecvs || p.guid != c.props.guid)
-      return fail("ncclNet_v%d reports %s %d Mbps ptr 0x%x maxRecvs %d, v%d reports %s %d Mbps ptr 0x%x maxRecvs %d",
-                  version, name.c_str(), p.speed, p.ptrSupport, p.maxRecvs, c.net->version(), newestName.c_str(),
-                  c.props.speed, c.props.ptrSupport, c.props.maxRecvs);
+      return fail(
+          "ncclNet_v%d reports %s %d Mbps ptr 0x%x maxComms %d maxRecvs %d guid 0x%llx, v%d reports %s %d Mbps ptr "
+          "0x%x maxComms %d maxRecvs %d guid 0x%llx",
+          version, name.c_str(), p.speed, p.ptrSupport, p.maxComms, p.maxRecvs, static_cast<unsigned long long>(p.guid),
+          c.net->version(), newestName.c_str(), c.props.speed, c.props.ptrSupport, c.props.maxComms, c.props.maxRecvs,
+          static_cast<unsigned long long>(c.props.guid));
     if (std::strcmp(net->name(), c.net->name()) != 0)
       return fail("ncclNet_v%d is named %s, not %s", version, core::printable(net->name()).c_str(),
                   core::printable(c.net->name()).c_str());
