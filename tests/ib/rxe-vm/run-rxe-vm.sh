@@ -6,7 +6,7 @@
 #
 # Exit: 0 all passed, 1 a test failed or the VM misbehaved, 77 skipped (packages cannot be installed, no kernel,
 # qemu cannot boot). Environment: NNS_IB_VM_NO_INSTALL=1 never runs apt-get; NNS_IB_VM_TIMEOUT (seconds, default
-# 540) bounds the VM; NNS_IB_VM_SMP (default 2) vCPUs; NNS_IB_VM_ONLY=<regex> runs only matching guest steps (gtest,
+# 720) bounds the VM; NNS_IB_VM_SMP (default 2) vCPUs; NNS_IB_VM_ONLY=<regex> runs only matching guest steps (gtest,
 # perf); NNS_IB_VM_PERF_ROUNDS (default 1) rounds of the interleaved perftest / nns-ib-bench comparison;
 # NNS_IB_VM_QEMU another qemu-system-x86_64 binary; NNS_IB_VM_CHECK=0 leaves out tools/nccl-net-check (step "check").
 # NNS_IB_VM_COMMAND='<shell command>' runs that command in the guest (busybox sh, once rxe0/rxe1 are up, with
@@ -21,7 +21,7 @@ build="${1:-}"
 [ -n "$build" ] && [ -d "$build" ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
 build="$(cd "$build" && pwd)"
 work="$build/ib-rxe-vm"
-timeout_s="${NNS_IB_VM_TIMEOUT:-540}"
+timeout_s="${NNS_IB_VM_TIMEOUT:-720}"
 qemu="${NNS_IB_VM_QEMU:-qemu-system-x86_64}"
 smp="${NNS_IB_VM_SMP:-2}"
 started=$(date +%s)
