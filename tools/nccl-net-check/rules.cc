@@ -50,7 +50,8 @@ int gPeerDeathSeconds = 30;  // how long a pending test may take to notice a dea
 // rule names the message that never completed ("test still said 'not done' after N s") before its own timeout ends
 // it as "hung" with no more said.
 int gTransferWaitSeconds = 30;
-std::string gPeerNetns;    // --netns: the namespace peers enter
+int gRuleSeconds = 60;   // --rule-timeout: a rule that runs long may stop itself a little before, saying how far it got
+std::string gPeerNetns;  // --netns: the namespace peers enter
 std::string gPeerLibrary;  // --netns: the copy of the plugin peers open
 // --netns: the vNIC the rule made (virtual-devices), which a peer opening its own copy of the plugin makes again
 // before it uses the rule's device, as every NCCL process fuses its own NICs.
@@ -2950,6 +2951,7 @@ ncclResult_t watchedCall(ThreadCall& watch, const char* name, Call&& call) {
   watch.deadline = steadyNanos() + int64_t{gCallTimeout} * 1000000000;
   noteCall(name, true);
   ncclResult_t result = call();
+  noteCall(name, false);  // the process's note is its last call on any thread: "still running" only while it runs
   watch.deadline = 0;
   return result;
 }
@@ -3004,9 +3006,19 @@ struct ThreadFailure {
   }
 };
 
+// How far a receiving thread got, read by the rule's main thread: a run that takes too long says whether traffic
+// stopped or crawled (retransmissions, a starved progress path), which "hung" alone cannot tell.
+struct ThreadProgress {
+  std::atomic<int> completed{0};
+  std::atomic<int64_t> longestWaitNanos{0};  // from a receive's post to the test that completed it
+  std::atomic<int> longestWaitMessage{-1};
+};
+
 // Drives one comm from the calling thread: posts every message (isend, or a 1-buffer irecv of kThreadCapacity),
-// kThreadInFlight at once, and checks each completion's size (and, receiving, its bytes).
-void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall& watch, ThreadFailure& failure) {
+// kThreadInFlight at once, and checks each completion's size (and, receiving, its bytes). `progress` (receiving
+// only, else nullptr) counts the completions.
+void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall& watch, ThreadFailure& failure,
+                       ThreadProgress* progress) {
   std::vector<std::vector<unsigned char>> buffers(kThreadInFlight, std::vector<unsigned char>(kThreadCapacity));
   std::vector<void*> mhandles(kThreadInFlight, nullptr);
   for (int slot = 0; slot < kThreadInFlight; ++slot) {  // from this thread, as NCCL's proxy threads register
@@ -3019,6 +3031,7 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
     rememberRegistration(comm, mhandles[slot]);  // deregistered when the comm closes
   }
   std::vector<void*> requests(kThreadInFlight, nullptr);
+  std::vector<int64_t> posted(kThreadInFlight, 0);
   const char* testName = sending ? "test (isend)" : "test (irecv)";
   for (int i = 0; i < gThreadMessages + kThreadInFlight && !failure.stop; ++i) {
     int slot = i % kThreadInFlight;
@@ -3047,6 +3060,13 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
             "comm %d message %d: %s reported %d bytes, %zu were sent (%s; state shared across "
             "comms without a lock?)",
             index, message, testName, size, expected, kThreadsNote);
+      if (progress != nullptr) {
+        int64_t waited = steadyNanos() - posted[slot];
+        if (waited > progress->longestWaitNanos) {
+          progress->longestWaitNanos = waited;
+          progress->longestWaitMessage = message;
+        }
+      }
       if (!sending) {
         long bad = firstMismatch(buffers[slot], expected, threadMessageSeed(index, message));
         if (bad >= 0) {
@@ -3064,6 +3084,7 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
         }
       }
       requests[slot] = nullptr;
+      if (progress != nullptr) ++progress->completed;
     }
     if (i >= gThreadMessages) continue;
     size_t size = threadMessageSize(index, i);
@@ -3091,6 +3112,7 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
                               sending ? "isend" : "irecv", kThreadsNote);
       if (requests[slot] == nullptr) std::this_thread::yield();
     }
+    posted[slot] = steadyNanos();
   }
 }
 
@@ -3164,7 +3186,27 @@ std::vector<std::unique_ptr<ThreadCall>> threadWatches() {
   _exit(0);
 }
 
+// A run about to overrun the rule's time: how far the receiving threads got, and the longest wait for one message.
+std::string slowText(const std::array<ThreadProgress, kThreadComms>& progress, int64_t seconds) {
+  std::string counts;
+  int slowest = 0;
+  for (int i = 0; i < kThreadComms; ++i) {
+    counts += (i ? ", " : "") + std::to_string(progress[static_cast<size_t>(i)].completed.load());
+    if (progress[static_cast<size_t>(i)].longestWaitNanos > progress[static_cast<size_t>(slowest)].longestWaitNanos)
+      slowest = i;
+  }
+  const ThreadProgress& worst = progress[static_cast<size_t>(slowest)];
+  char text[400];
+  std::snprintf(text, sizeof(text),
+                "too slow: after %lld s the receiving threads had completed %s of %d messages each; the longest any "
+                "completed receive waited was %.2f s (comm %d message %d) (%s)",
+                static_cast<long long>(seconds), counts.c_str(), gThreadMessages, worst.longestWaitNanos / 1e9, slowest,
+                worst.longestWaitMessage.load(), kThreadsNote);
+  return text;
+}
+
 Verdict commsOnThreads(Context& c) {
+  const int64_t started = steadyNanos();
   std::vector<std::array<unsigned char, NCCL_NET_HANDLE_MAXSIZE>> handles(kThreadComms);
   std::vector<void*> listenComms(kThreadComms, nullptr), recvComms(kThreadComms, nullptr);
   auto closeAll = [&]() {
@@ -3199,7 +3241,7 @@ Verdict commsOnThreads(Context& c) {
         threads.emplace_back([&, i] {
           sendComms[i] = openCommOnThread(c, i, true, handles[i].data(), nullptr, *watches[i], failure);
           if (i == 0) firstConnected = true;
-          if (sendComms[i] != nullptr) driveCommOnThread(c.net, sendComms[i], i, true, *watches[i], failure);
+          if (sendComms[i] != nullptr) driveCommOnThread(c.net, sendComms[i], i, true, *watches[i], failure, nullptr);
         });
       std::thread registrar([&] {
         while (!firstConnected) usleep(1000);  // comm 0 made (or failed): thread 0 always gets there
@@ -3243,6 +3285,7 @@ Verdict commsOnThreads(Context& c) {
   };
   auto watches = threadWatches();
   ThreadFailure failure;
+  std::array<ThreadProgress, kThreadComms> progress;
   std::atomic<bool> receiversDone{false};
   std::atomic<int> finished{0};
   long registrations = 0;
@@ -3255,7 +3298,8 @@ Verdict commsOnThreads(Context& c) {
       threads.emplace_back([&, i] {
         recvComms[i] = openCommOnThread(c, i, false, nullptr, listenComms[i], *watches[i], failure);
         if (i == 0) firstAccepted = true;
-        if (recvComms[i] != nullptr) driveCommOnThread(c.net, recvComms[i], i, false, *watches[i], failure);
+        if (recvComms[i] != nullptr)
+          driveCommOnThread(c.net, recvComms[i], i, false, *watches[i], failure, &progress[i]);
         ++finished;
       });
     std::thread registrar([&] {
@@ -3263,9 +3307,15 @@ Verdict commsOnThreads(Context& c) {
       if (recvComms[0] != nullptr)
         registrations = registerOnThread(c.net, recvComms[0], *watches[kThreadComms], failure, receiversDone);
     });
-    // Meanwhile: a peer that failed or died ends the run with its evidence.
+    // Meanwhile: a peer that failed or died ends the run with its evidence, and so does a run about to overrun the
+    // rule's time, with how far each comm got (the harness's "hung" would say nothing of it).
+    const int64_t giveUp = started + int64_t{std::max(1, gRuleSeconds - std::max(3, gRuleSeconds / 10))} * 1000000000;
     while (finished < kThreadComms && !failure.stop) {
       usleep(5000);
+      if (steadyNanos() > giveUp) {
+        failure.report("%s", slowText(progress, (steadyNanos() - started) / 1000000000).c_str());
+        break;
+      }
       int status = 0;
       if (peer > 0 && waitpid(peer, &status, WNOHANG) == peer) {
         peer = -1;
@@ -3622,6 +3672,7 @@ const std::vector<Rule>& rules() {
   gCallTimeout = options.callTimeoutSeconds;
   gPeerDeathSeconds = options.peerDeathSeconds;
   gTransferWaitSeconds = std::max(1, std::min(30, options.ruleTimeoutSeconds / 2));
+  gRuleSeconds = options.ruleTimeoutSeconds;
   gThreadMessages = options.threadMessages;
   signal(SIGALRM, onAlarm);
   signal(SIGPIPE, SIG_IGN);
