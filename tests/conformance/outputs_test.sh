@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The harness's machine outputs: --json parses with one entry per rule, --junit writes a JUnit testsuite, and the
-# JUnit file is a complete testsuite however the run ends: the plugin not loading (missing, or crashing in init), or
+# The harness's machine outputs: --json parses with one entry per rule, --junit writes a JUnit testsuite, and both
+# are complete however the run ends: the plugin not loading (missing, or crashing in init), or
 # a SIGTERM in the middle of a rule (the finished rules kept, the interrupted one an error).
 set -euo pipefail
 # A sanitizer build would turn the crashing plugin's SIGSEGV into its own report: let the signal kill the child.
@@ -66,8 +66,9 @@ not_loaded crash "$lib/misbehaving/libnccl-net-broken-crash-in-init.so" \
 # SIGTERM (a CI job's timeout) while a rule hangs (random-sizes-integrity waits 30 s for the lost completion), once
 # the first rule has finished: the report keeps the finished rule and names the interrupted one. The finished rule is
 # in the file as soon as its verdict is known.
+# --json too: stdout is still one object, with the finished rule and the interrupted one.
 "$check" broken-lost-completion --call-timeout 2 --rule-timeout 60 --rules zero-byte,random-sizes-integrity \
-  --junit "$work/interrupted.xml" > /dev/null 2>&1 &
+  --junit "$work/interrupted.xml" --json > "$work/interrupted.json" 2>/dev/null &
 harness=$!
 for _ in $(seq 300); do
   grep -q 'name="zero-byte"' "$work/interrupted.xml" 2>/dev/null && break
@@ -87,6 +88,29 @@ out=$(cases "$work/interrupted.xml") || fail "SIGTERM: the JUnit file does not p
 echo "$out"
 [ "$out" = $'zero-byte|pass|\nrandom-sizes-integrity|error|interrupted by signal 15' ] ||
   fail "SIGTERM: not the finished rule and the interrupted one"
+python3 - "$work/interrupted.json" <<'PY' || fail "SIGTERM: --json's object: $(cat "$work/interrupted.json")"
+import json, sys
+report = json.load(open(sys.argv[1]))
+assert [r["rule"] for r in report["rules"]] == ["zero-byte"] and report["passed"] == 1, report
+assert report["interrupted"] == {"signal": 15, "rule": "random-sizes-integrity"}, report
+PY
+# Interrupted while the plugin loads (its init hangs): the object says it did not load, and no rule ran.
+"$check" "$lib/misbehaving/libnccl-net-broken-hang-in-init.so" --call-timeout 30 --json > "$work/loading.json" \
+  2>/dev/null &
+harness=$!
+sleep 1
+kill -INT $harness || fail "SIGINT while loading: the harness had ended before the signal"
+set +e
+wait $harness
+status=$?
+set -e
+[ "$status" = 130 ] || fail "SIGINT while loading: exit status $status, expected 130"
+python3 - "$work/loading.json" <<'PY' || fail "SIGINT while loading: --json's object: $(cat "$work/loading.json")"
+import json, sys
+report = json.load(open(sys.argv[1]))
+assert report["loaded"] is False and report["rules"] == [], report
+assert report["interrupted"] == {"signal": 2, "rule": None}, report
+PY
 leftovers=$(find "$work" -name '*.tmp.*')
 [ -z "$leftovers" ] || fail "a temporary report was left behind: $leftovers"
 echo "json and junit outputs ok"

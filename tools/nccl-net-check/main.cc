@@ -121,6 +121,44 @@ bool writeJUnitFile(const std::string_view* pieces, size_t count) {
   return written;
 }
 
+// --json's object likewise: a pipeline reading stdout gets one object however the run ends. After every rule the
+// main flow renders the object so far (the rules finished, their counts) without its closing brace; the handler
+// writes it out with `"interrupted": {"signal": N, "rule": NAME or null}` to close it. Every rendering stays
+// allocated while the handler may read it (JsonProgress owns them).
+std::atomic<const std::string*> gJsonSnapshot{nullptr};
+static_assert(std::atomic<const std::string*>::is_always_lock_free, "read from a signal handler");
+
+bool writeAll(int fd, std::string_view text) {
+  while (!text.empty()) {
+    ssize_t n = write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// From onTerminate: the --json object so far, closed as interrupted by `sig`.
+void writeJsonInterrupted(int sig) {
+  const std::string* snapshot = gJsonSnapshot.load();
+  if (snapshot == nullptr) return;  // no --json, or the object is printed already
+  const char* running = nns::check::runningRuleName();
+  char number[4];
+  // Rule names are rules.cc's fixed names (letters, digits, dashes): no escaping needed.
+  writeAll(STDOUT_FILENO, *snapshot);
+  writeAll(STDOUT_FILENO, ",\n  \"interrupted\": {\n    \"signal\": ");
+  writeAll(STDOUT_FILENO, signalNumberText(sig, number));
+  writeAll(STDOUT_FILENO, ",\n    \"rule\": ");
+  if (running != nullptr) {
+    writeAll(STDOUT_FILENO, "\"");
+    writeAll(STDOUT_FILENO, running);
+    writeAll(STDOUT_FILENO, "\"");
+  } else {
+    writeAll(STDOUT_FILENO, "null");
+  }
+  writeAll(STDOUT_FILENO, "\n  }\n}\n");
+}
+
 // From onTerminate: the latest rendering with the case in progress as interrupted by `sig`.
 void writeJUnitInterrupted(int sig) {
   const JUnitSnapshot* snapshot = gJUnitSnapshot.load();
@@ -160,6 +198,7 @@ void onTerminate(int sig) {
   }
   nns::check::killRunningRule();
   writeJUnitInterrupted(sig);
+  writeJsonInterrupted(sig);
   nns::check::removeNetnsFromSignalHandler();
   removePeerCopy();
   _exit(128 + sig);
@@ -340,6 +379,38 @@ class JUnitReport {
   std::vector<std::unique_ptr<JUnitSnapshot>> renderings_;  // each one the handler may be reading
 };
 
+// --json's object for the signal handler (see gJsonSnapshot), and its printing. Without --json nothing is rendered.
+class JsonOutput {
+ public:
+  explicit JsonOutput(bool enabled) : enabled_(enabled) {}
+  JsonOutput(const JsonOutput&) = delete;
+  JsonOutput& operator=(const JsonOutput&) = delete;
+  ~JsonOutput() { gJsonSnapshot.store(nullptr); }  // before the renderings it may point to go
+
+  // The object as it stands, which an interruption completes.
+  void update(const nlohmann::json& object) {
+    if (!enabled_) return;
+    auto text = std::make_unique<std::string>(dump(object));
+    text->pop_back();  // an object dumped with an indent ends in "\n}"
+    text->pop_back();
+    gJsonSnapshot.store(text.get());
+    renderings_.push_back(std::move(text));
+  }
+  // The final object, on stdout; an interruption after this adds nothing.
+  void print(const nlohmann::json& object) {
+    gJsonSnapshot.store(nullptr);
+    std::printf("%s\n", dump(object).c_str());
+    std::fflush(stdout);
+  }
+
+ private:
+  static std::string dump(const nlohmann::json& object) {
+    return object.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  bool enabled_;
+  std::vector<std::unique_ptr<std::string>> renderings_;  // each one the handler may be reading
+};
+
 }  // namespace
 
 int runTool(int argc, char** argv) {
@@ -408,10 +479,13 @@ int runTool(int argc, char** argv) {
       return 2;
     }
   }
+  // With --json, one object on stdout however the run ends (an interruption closes the one so far).
+  JsonOutput json(asJson);
+  json.update({{"plugin", plugin}, {"loaded", false}, {"rules", nlohmann::json::array()}});
   // Interrupted (Ctrl-C, a CI job's timeout): the rule in progress goes with the harness, with its peers (each rule
-  // is a process group of its own, which a terminal's SIGINT does not reach), the --junit report is completed, and
-  // --netns's namespaces are removed. Set before the plugin is loaded, so that a plugin slow to load, interrupted,
-  // still leaves a report saying so.
+  // is a process group of its own, which a terminal's SIGINT does not reach), the --junit report is completed, the
+  // --json object closed, and --netns's namespaces are removed. Set before the plugin is loaded, so that a plugin slow
+  // to load, interrupted, still leaves a report saying so.
   gHarnessPid = getpid();
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, onTerminate);
   options.load.plugin = plugin;
@@ -479,7 +553,7 @@ int runTool(int argc, char** argv) {
                             {"passed", 0},
                             {"failed", 0},
                             {"skipped", 0}};
-      std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      json.print(out);
     }
     // As in --json, one case saying so, with each candidate's reason.
     std::string reasons;
@@ -511,7 +585,7 @@ int runTool(int argc, char** argv) {
                             {"passed", 0},
                             {"failed", 0},
                             {"skipped", 0}};
-      std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      json.print(out);
     }
     report.add("netns", status, text);
     report.write(true);
@@ -562,10 +636,32 @@ int runTool(int argc, char** argv) {
                  r.seconds);
     std::fflush(out);
   };
-  auto results = nns::check::runRules(options, [&](const nns::check::RuleResult& r) {
+  auto ruleJson = [](const nns::check::RuleResult& r) {
+    return nlohmann::json{{"rule", r.rule},
+                          {"status", nns::check::statusText(r.status)},
+                          {"evidence", r.evidence},
+                          {"seconds", r.seconds}};
+  };
+  nlohmann::json out = {{"plugin", name},     {"loaded", true},     {"path", path},
+                        {"version", version}, {"netns", netnsJson}, {"rules", nlohmann::json::array()}};
+  int failed = 0, passed = 0, skipped = 0;
+  auto count = [&]() {
+    out["passed"] = passed;
+    out["failed"] = failed;
+    out["skipped"] = skipped;
+  };
+  count();
+  json.update(out);
+  nns::check::runRules(options, [&](const nns::check::RuleResult& r) {
     printLine(asJson ? stderr : stdout, r);
     report.add(r);
     report.write(false);
+    failed += r.status == nns::check::Status::kFail;
+    passed += r.status == nns::check::Status::kPass;
+    skipped += r.status == nns::check::Status::kSkip;
+    out["rules"].push_back(ruleJson(r));
+    count();
+    json.update(out);
   });
   std::string trafficLine;
   if (netns) {
@@ -584,23 +680,9 @@ int runTool(int argc, char** argv) {
   }
   removePeerCopy();
   namespaces.remove();
-  int failed = 0, passed = 0, skipped = 0;
-  nlohmann::json out = {{"plugin", name},     {"loaded", true},     {"path", path},
-                        {"version", version}, {"netns", netnsJson}, {"rules", nlohmann::json::array()}};
-  for (const auto& r : results) {
-    failed += r.status == nns::check::Status::kFail;
-    passed += r.status == nns::check::Status::kPass;
-    skipped += r.status == nns::check::Status::kSkip;
-    out["rules"].push_back({{"rule", r.rule},
-                            {"status", nns::check::statusText(r.status)},
-                            {"evidence", r.evidence},
-                            {"seconds", r.seconds}});
-  }
   if (asJson) {
-    out["passed"] = passed;
-    out["failed"] = failed;
-    out["skipped"] = skipped;
-    std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    if (netns) out["netns"] = netnsJson;  // with the traffic counters
+    json.print(out);
   } else {
     std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     std::printf("%s", trafficLine.c_str());

@@ -3757,8 +3757,10 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
     // verdict's end of file never came and every rule read as hung.
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
-      result.evidence = "pipe failed";
+      result.status = Status::kFail;
+      result.evidence = std::string("the harness could not make a pipe: ") + std::strerror(errno);
       results.push_back(result);
+      if (onResult) onResult(result);  // printed and counted as every verdict is
       continue;
     }
     auto start = Clock::now();
