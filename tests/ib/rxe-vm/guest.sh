@@ -123,10 +123,11 @@ if wanted check && [ "${NNS_IB_VM_CHECK:-1}" = 1 ]; then
     # polling a comm's CQ from the registering thread (fixed; TSan in this VM showed the race).
     rules_but() { "$check" --list | awk -v skip="^($1)\$" '$1 !~ skip {print $1}' | tr '\n' ',' | sed 's/,$//'; }
     all_but=$(rules_but "one-gib-message")
-    # Under a sanitizer 30000 messages per comm take minutes under TCG; 1000 still lap every FIFO slot 30 times (the
-    # TSan build's own test, ib.rxe_vm_threads_tsan, runs 3000). 3000 took 13-20 s here, and 40-70 s with the host's
-    # other core busy.
-    thread_messages="" one_rules=""
+    # comms-on-threads is the rule most sensitive to the host's load (10 busy-polling threads on 2 emulated vCPUs):
+    # under ASan 3000 messages per comm took 13-20 s here, 40-70 s with the host's other core busy, and once over
+    # 120 s in CI. 10000 (not the default 30000) lap every FIFO slot 300 times; under a sanitizer 1000, 30 times (the
+    # TSan build's own test, ib.rxe_vm_threads_tsan, runs 3000).
+    thread_messages="--thread-messages 10000" one_rules=""
     [ "$sanitized" = 1 ] && { thread_messages="--thread-messages 1000"; one_rules="--rules=$all_but"; }
     # "two": both ports as devices 0 and 1, so virtual-devices fuses two devices with makeVDevice, as NCCL does with
     # the ports of one NIC (the other modes have one device, which it fuses alone).
