@@ -3,11 +3,11 @@
 // harness must name the rule it breaks. Each bug imitates a mistake real plugins make; the comment at each says which.
 // One build is no bug at all: NNS_NCCL_LIKE behaves as strictly as NCCL lets a plugin (NCCL's own IB plugin reads
 // the mhandle and the irecv's profiler handles unchecked, writes *devComm unconditionally and leaves a send's size
-// unset; vendor code prints from init), and the harness must pass it on every rule. Another is a legitimate limit, not
-// a bug: NNS_SMALL_MESSAGES takes messages of at most 4 KiB and says so (maxCollBytes, maxP2pBytes), as a transport
-// with a small MTU and no segmentation of its own would; hosts must cut their messages to fit. And
-// NNS_SLOW_REGISTRATION takes 50 us per regMr, as a plugin that pins memory does (the collective engine then keeps
-// copying through its slots instead of registering each call's buffers).
+// unset, as this one leaves a 0-byte receive's, which NCCL zeroes first; vendor code prints from init), and the harness
+// must pass it on every rule. Another is a legitimate limit, not a bug: NNS_SMALL_MESSAGES takes messages of at most 4
+// KiB and says so (maxCollBytes, maxP2pBytes), as a transport with a small MTU and no segmentation of its own would;
+// hosts must cut their messages to fit. And NNS_SLOW_REGISTRATION takes 50 us per regMr, as a plugin that pins memory
+// does (the collective engine then keeps copying through its slots instead of registering each call's buffers).
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -1121,7 +1121,9 @@ ncclResult_t test(void* request, int* done, int* sizes) {
     int room[64];
     for (int& size : room) size = -1;
     ncclResult_t tested = real()->test(request, done, room);
-    for (int i = 0; i < 8; ++i) sizes[i] = room[i];
+    // A 0-byte receive's size is left alone: NCCL zeroes the sizes before each receive's test.
+    for (int i = 0; i < 8; ++i)
+      if (!(*done && room[i] == 0)) sizes[i] = room[i];
     return tested;
   }
 #endif

@@ -286,9 +286,12 @@ void forgetSendRequests(void* comm) {
 // maxRecvs worth whatever the receive's n: harmless in NCCL; given one int, it overwrote the harness's stack, and the
 // verdict blamed the plugin for a hang or a leak), and a guard beyond. A send's test that writes past its one size,
 // or a receive's past 64, is noted as a breach of NCCL's contract (it writes over NCCL's stack). The caller gets
-// the first `count`.
+// the first `count`. A receive's sizes read as NCCL reads them: NCCL zeroes them before each receive's test
+// (recvProxyProgress), so one the plugin leaves unwritten is 0, right for a 0-byte message and wrong for any other;
+// tSizeLeftUnwritten says which it was, for the evidence.
 constexpr int kTestSizes = 64, kTestSizesGuard = 8;
 constexpr int kUnwrittenSize = 0x5a5a5a5a;
+thread_local bool tSizeLeftUnwritten = false;  // the last receive's test left one of its `count` sizes unwritten
 ncclResult_t testSizes(Net& net, void* request, int* done, int* sizes, int count = 1) {
   if (sizes == nullptr) return net.test(request, done, nullptr);
   bool send;
@@ -297,8 +300,14 @@ ncclResult_t testSizes(Net& net, void* request, int* done, int* sizes, int count
     send = gSendRequests.count(request) == 1;
   }
   int room[kTestSizes + kTestSizesGuard];
-  for (int i = 0; i < kTestSizes + kTestSizesGuard; ++i) room[i] = i < count ? sizes[i] : kUnwrittenSize;
+  for (int i = 0; i < kTestSizes + kTestSizesGuard; ++i) room[i] = i < count && send ? sizes[i] : kUnwrittenSize;
   const ncclResult_t result = net.test(request, done, room);
+  tSizeLeftUnwritten = false;
+  for (int i = 0; i < count && !send; ++i)
+    if (room[i] == kUnwrittenSize) {
+      room[i] = 0;
+      tSizeLeftUnwritten = tSizeLeftUnwritten || *done != 0;
+    }
   for (int i = send ? 1 : kTestSizes; i < kTestSizes + kTestSizesGuard; ++i) {
     if (room[i] == kUnwrittenSize) continue;
     noteContractProblem(send ? kPeerSendSizesOverrun : kPeerRecvSizesOverrun,
@@ -688,12 +697,13 @@ Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size
         return fail("message %zu (%zu B): %s", index, messages[index].first,
                     waitText(result, gTransferWaitSeconds).c_str());
       if (size != static_cast<int>(messages[index].first))
-        return size == -1 ? fail(
-                                "message %zu (%zu B): test completed the receive without reporting its size "
-                                "(sizes.set / sizes[0] left as the harness set it, -1)",
-                                index, messages[index].first)
-                          : fail("message %zu: the receive's test reported %d bytes, %zu were sent", index, size,
-                                 messages[index].first);
+        return tSizeLeftUnwritten
+                   ? fail(
+                         "message %zu (%zu B): test completed the receive without reporting its size (sizes.set / "
+                         "sizes[0] left unwritten: NCCL, which zeroes it first, would take the message as 0 bytes)",
+                         index, messages[index].first)
+                   : fail("message %zu: the receive's test reported %d bytes, %zu were sent", index, size,
+                          messages[index].first);
       long bad = firstMismatch(buffers[slot], messages[index].first, messages[index].second);
       if (bad >= 0) return fail("message %zu (%zu B): wrong byte at offset %ld", index, messages[index].first, bad);
       requests[slot] = nullptr;
