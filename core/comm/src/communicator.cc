@@ -60,6 +60,7 @@ CommError asCommError(const BootstrapError& e) {
 // A slot is one request in flight on its connection's comm, and NCCL never has more than NCCL_NET_MAX_REQUESTS there
 // (its plugins' request pools hold that many and fail the next request; 8 for ncclNet_v6 plugins, Communicator()).
 constexpr int kMaxSlots = NCCL_NET_MAX_REQUESTS;
+constexpr int kTestSizesRoom = 64;  // sizes NCCL's proxy hands a receive's test (NCCL_PROXY_MAX_SUBS)
 constexpr long long kMinSlotBytes = 1024, kMaxSlotBytes = 1LL << 30;
 // Host memory: page-aligned slots, plain memcpy.
 class HostSlots final : public SlotMemory {
@@ -1337,7 +1338,12 @@ void Communicator::run(Plan& plan) {
           done = 1;
           size = slot.arrivedBytes;
         } else {
-          check(net_->test(slot.request, &done, &size), flow.sending ? "test(send)" : "test(recv)", flow.peer);
+          // Room for 64 sizes, zeroed, as NCCL's proxy hands a receive's test (NCCL_PROXY_MAX_SUBS): a plugin may
+          // fill one per receive it can group (its maxRecvs) whatever this one's n, and a single int let such a
+          // plugin write over this stack (ASan: stack-buffer-overflow, with nccl-net-check's nccl-like shim).
+          int sizes[kTestSizesRoom] = {};
+          check(net_->test(slot.request, &done, sizes), flow.sending ? "test(send)" : "test(recv)", flow.peer);
+          size = sizes[0];
         }
         if (!done) break;
         slot.request = nullptr;
