@@ -78,12 +78,14 @@ if ! grep -q 'name="zero-byte"' "$work/interrupted.xml" 2>/dev/null; then
   kill -KILL $harness 2>/dev/null || true
   fail "SIGTERM: the finished rule zero-byte never reached the JUnit file: $(cat "$work/interrupted.xml" 2>&1)"
 fi
-kill -TERM $harness || fail "SIGTERM: the harness had ended before the signal"
-set +e
-wait $harness
-status=$?
-set -e
-[ "$status" = 143 ] || fail "SIGTERM: exit status $status, expected 143"
+# Signals the harness (pid $1) with $2 and requires it to end with status $3; $4 names the case.
+interrupt() {
+  kill "-$2" "$1" || fail "$4: the harness had ended before the signal"
+  local status=0
+  wait "$1" || status=$?
+  [ "$status" = "$3" ] || fail "$4: exit status $status, expected $3"
+}
+interrupt $harness TERM 143 SIGTERM
 out=$(cases "$work/interrupted.xml") || fail "SIGTERM: the JUnit file does not parse: $(cat "$work/interrupted.xml")"
 echo "$out"
 [ "$out" = $'zero-byte|pass|\nrandom-sizes-integrity|error|interrupted by signal 15' ] ||
@@ -99,12 +101,7 @@ PY
   2>/dev/null &
 harness=$!
 sleep 1
-kill -INT $harness || fail "SIGINT while loading: the harness had ended before the signal"
-set +e
-wait $harness
-status=$?
-set -e
-[ "$status" = 130 ] || fail "SIGINT while loading: exit status $status, expected 130"
+interrupt $harness INT 130 "SIGINT while loading"
 python3 - "$work/loading.json" <<'PY' || fail "SIGINT while loading: --json's object: $(cat "$work/loading.json")"
 import json, sys
 report = json.load(open(sys.argv[1]))
