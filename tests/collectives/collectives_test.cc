@@ -1920,13 +1920,27 @@ TEST(SlotMemory, AsynchronousCopiesIntoSlotsAndFlushedReceivesGiveExactResults) 
 // registration costs nothing, with the copies into slots counted (SlowCopySlots): registered for the call (the
 // default over this plugin), none of them stages a byte through the slots; with per-call registration off, every one
 // stages on some rank as before. A call below the minimum stages either way, and every result is right.
+// Under ThreadSanitizer the socket plugin's regMr/deregMr pair takes about 0.5 us against the decision's 1 us (the
+// sanitizer's cost, not the plugin's), and on a loaded CI host it once went over: there the registered path is
+// forced (1) instead of decided (-1); the decision itself is checked in every other build.
+#if defined(__SANITIZE_THREAD__)
+constexpr int kDecidedOrForced = 1;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr int kDecidedOrForced = 1;
+#else
+constexpr int kDecidedOrForced = -1;
+#endif
+#else
+constexpr int kDecidedOrForced = -1;
+#endif
 TEST(SlotMemory, ACallsHostBuffersAreRegisteredForItWhereRegistrationCostsNothing) {
   constexpr int ranks = 3;
   constexpr size_t count = 30001;  // int32: 120 KB, past the minimum; odd
   const char* const names[] = {"allreduce", "allreduce in place", "allgather",      "reducescatter", "broadcast",
                                "reduce",    "send/recv",          "small allreduce"};
   constexpr int calls = 8;
-  for (int setting : {-1, 0}) {
+  for (int setting : {kDecidedOrForced, 0}) {
     SCOPED_TRACE("callRegistration " + std::to_string(setting));
     long copies[ranks][calls] = {};
     bool on[ranks] = {};
