@@ -84,6 +84,20 @@ constexpr std::string_view kJUnitUnfinished =
     "\"><error message=\"unfinished: nccl-net-check was stopped (or is still running) before it completed this "
     "report\" type=\"unfinished\"/></testcase>\n";
 
+// Writes all of `text` to `fd` (async-signal-safe). False with errno set on failure (EIO for a write of nothing).
+bool writeAll(int fd, std::string_view text) {
+  while (!text.empty()) {
+    ssize_t n = write(fd, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
 // Writes `pieces` as the report (async-signal-safe: called from onTerminate too). False with errno set on failure,
 // the temporary file removed.
 bool writeJUnitFile(const std::string_view* pieces, size_t count) {
@@ -92,21 +106,7 @@ bool writeJUnitFile(const std::string_view* pieces, size_t count) {
   int fd = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) return false;
   bool written = true;
-  for (size_t i = 0; written && i < count; ++i) {
-    const char* data = pieces[i].data();
-    size_t left = pieces[i].size();
-    while (left > 0) {
-      ssize_t n = write(fd, data, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        if (n == 0) errno = EIO;
-        written = false;
-        break;
-      }
-      data += n;
-      left -= static_cast<size_t>(n);
-    }
-  }
+  for (size_t i = 0; written && i < count; ++i) written = writeAll(fd, pieces[i]);
   int saved = errno;
   if (close(fd) != 0 && written) {
     written = false;
@@ -124,19 +124,9 @@ bool writeJUnitFile(const std::string_view* pieces, size_t count) {
 // --json's object likewise: a pipeline reading stdout gets one object however the run ends. After every rule the
 // main flow renders the object so far (the rules finished, their counts) without its closing brace; the handler
 // writes it out with `"interrupted": {"signal": N, "rule": NAME or null}` to close it. Every rendering stays
-// allocated while the handler may read it (JsonProgress owns them).
+// allocated while the handler may read it (JsonOutput owns them).
 std::atomic<const std::string*> gJsonSnapshot{nullptr};
 static_assert(std::atomic<const std::string*>::is_always_lock_free, "read from a signal handler");
-
-bool writeAll(int fd, std::string_view text) {
-  while (!text.empty()) {
-    ssize_t n = write(fd, text.data(), text.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    text.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
 
 // From onTerminate: the --json object so far, closed as interrupted by `sig`.
 void writeJsonInterrupted(int sig) {
@@ -636,12 +626,6 @@ int runTool(int argc, char** argv) {
                  r.seconds);
     std::fflush(out);
   };
-  auto ruleJson = [](const nns::check::RuleResult& r) {
-    return nlohmann::json{{"rule", r.rule},
-                          {"status", nns::check::statusText(r.status)},
-                          {"evidence", r.evidence},
-                          {"seconds", r.seconds}};
-  };
   nlohmann::json out = {{"plugin", name},     {"loaded", true},     {"path", path},
                         {"version", version}, {"netns", netnsJson}, {"rules", nlohmann::json::array()}};
   int failed = 0, passed = 0, skipped = 0;
@@ -659,7 +643,10 @@ int runTool(int argc, char** argv) {
     failed += r.status == nns::check::Status::kFail;
     passed += r.status == nns::check::Status::kPass;
     skipped += r.status == nns::check::Status::kSkip;
-    out["rules"].push_back(ruleJson(r));
+    out["rules"].push_back({{"rule", r.rule},
+                            {"status", nns::check::statusText(r.status)},
+                            {"evidence", r.evidence},
+                            {"seconds", r.seconds}});
     count();
     json.update(out);
   });
