@@ -25,6 +25,7 @@
 #include "nns/core/printable.hpp"
 #include "nns/tools/executable_dir.hpp"
 #include "nns/tools/guarded_main.hpp"
+#include "nns/tools/guid_text.hpp"
 #include "nns/tools/isolated_probe.hpp"
 #include "nns/tools/parse_arguments.hpp"
 
@@ -90,6 +91,7 @@ json deviceJson(int dev, const ncclNetProperties_v12_t& p) {
               {"name", p.name != nullptr ? nns::core::printable(p.name) : ""},
               {"pciPath", p.pciPath != nullptr ? json(nns::core::printable(p.pciPath)) : json(nullptr)},
               {"guid", p.guid},
+              {"guidHex", nns::tools::guidText(p.guid)},
               {"speedMbps", p.speed},
               {"port", p.port},
               {"latencyUs", finiteOrText(p.latency)},

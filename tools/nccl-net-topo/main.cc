@@ -22,6 +22,7 @@
 #include "nns/core/net.hpp"
 #include "nns/tools/executable_dir.hpp"
 #include "nns/tools/guarded_main.hpp"
+#include "nns/tools/guid_text.hpp"
 #include "nns/tools/parse_arguments.hpp"
 #include "nns/topology/analysis.h"
 #include "nns/topology/discovery.h"
@@ -148,6 +149,7 @@ json analysisJson(const Analysis& a) {
                     {"bw", jsonFloat(net.bw)},
                     {"port", net.port},
                     {"guid", net.asic},
+                    {"guidHex", nns::tools::guidText(net.asic)},
                     {"gdr", net.gdr},
                     {"maxconn", net.maxChannels},
                     {"ownerRank", a.netLocalGpuRank.empty() ? -1 : a.netLocalGpuRank[static_cast<std::size_t>(n)]}});
