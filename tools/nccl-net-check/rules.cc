@@ -1649,9 +1649,24 @@ long long heapInUse();  // below, with messages-do-not-leak
 Verdict regmrDeregBalance(Context& c) {
   Pair pair;
   std::string why;
+  // The peer keeps its end connected until the pairs are done: NCCL registers only on live comms, and a plugin may
+  // rightly refuse regMr on a comm whose peer has closed (the peer used to close at once).
+  int donePipe[2];
+  if (pipe(donePipe) != 0) return fail("pipe failed");
   if (!openPair(
-          c, pair, [&](void*) { return 0; }, &why))
+          c, pair,
+          [&](void*) {
+            close(donePipe[1]);  // so a receiver that dies reads as a hang-up, not as silence
+            pollfd done{donePipe[0], POLLIN, 0};
+            poll(&done, 1, 120000);
+            return 0;
+          },
+          &why)) {
+    close(donePipe[0]);
+    close(donePipe[1]);
     return fail("%s", why.c_str());
+  }
+  close(donePipe[0]);
   std::vector<unsigned char> buffer(1 << 20);
   // Resident memory alone missed what an RDMA plugin leaks when it forgets ibv_dereg_mr: pinned pages (VmPin), the
   // kernel objects behind a descriptor, address space mapped and never touched.
@@ -1677,7 +1692,9 @@ Verdict regmrDeregBalance(Context& c) {
   const int fdsGrown = procEntries("/proc/self/fd") - fdsBefore;
   const long long heapAfter = heapInUse();
   const long long heapGrown = heapBefore >= 0 && heapAfter >= 0 ? heapAfter - heapBefore : 0;
+  (void)!write(donePipe[1], "d", 1);
   closePair(c, pair);
+  close(donePipe[1]);
   if (grown > 16 * 1024) return fail("2000 regMr/deregMr pairs grew the process by %ld KiB", grown);
   if (pinnedGrown > 16 * 1024) return fail("2000 regMr/deregMr pairs left %ld KiB pinned (VmPin)", pinnedGrown);
   if (fdsGrown > 16) return fail("2000 regMr/deregMr pairs left %d descriptors open", fdsGrown);
