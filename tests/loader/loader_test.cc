@@ -841,6 +841,73 @@ TEST(Probe, TheProbesInitIsTheFirstInitsAsInNccl) {
   dlclose(library);
 }
 
+// The same for a collNet: NCCL keeps the collNet context of the init that checked it, with the communicator. The
+// loader finalized it after the probe, so a collNet that frees its state at its last finalize found it gone at the
+// next init (init, finalize, init in one loaded copy, which NCCL never does).
+TEST(Probe, TheCollNetProbesInitIsTheFirstInitsAsInNccl) {
+  const std::string path = kDir + "/libnccl-net-once-state.so";
+  LoadReport report;
+  auto net = loadNet(inBuildTree(path), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);  // held: the record outlives the CollNet below
+  ASSERT_NE(library, nullptr);
+  const char* calls = static_cast<const char*>(dlsym(library, "nnsOnceStateCalls"));
+  ASSERT_NE(calls, nullptr);
+  const size_t mark = std::strlen(calls);
+  CollNetReport collReport;
+  auto coll = loadCollNet(*net, &collReport);
+  ASSERT_NE(coll, nullptr) << collReport.rejectReason;
+  void* ctx = nullptr;
+  ASSERT_EQ(coll->init(&ctx, 0, hostLogger), ncclSuccess) << calls;
+  int ndev = 0;
+  EXPECT_EQ(coll->devices(&ndev), ncclSuccess);
+  EXPECT_EQ(ndev, 1);
+  void* other = nullptr;
+  EXPECT_EQ(coll->init(&other, 1, hostLogger), ncclSuccess);  // a second communicator's
+  EXPECT_EQ(coll->finalize(other), ncclSuccess);
+  EXPECT_EQ(coll->finalize(ctx), ncclSuccess);
+  coll.reset();
+  EXPECT_STREQ(calls + mark, "coll-init coll-devices coll-devices coll-init coll-finalize coll-finalize ");
+  dlclose(library);
+}
+
+// Loaded and never initialised (a tool that only lists what is there): the probe's collNet context is finalized
+// with the CollNet, once.
+TEST(Probe, AProbedCollNetNeverInitialisedIsFinalizedWithIt) {
+  const std::string path = kDir + "/libnccl-net-once-state.so";
+  LoadReport report;
+  auto net = loadNet(inBuildTree(path), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr);
+  const char* calls = static_cast<const char*>(dlsym(library, "nnsOnceStateCalls"));
+  ASSERT_NE(calls, nullptr);
+  const size_t mark = std::strlen(calls);
+  CollNetReport collReport;
+  auto coll = loadCollNet(*net, &collReport);
+  ASSERT_NE(coll, nullptr) << collReport.rejectReason;
+  EXPECT_STREQ(calls + mark, "coll-init coll-devices ");
+  coll.reset();
+  EXPECT_STREQ(calls + mark, "coll-init coll-devices coll-finalize ");
+  dlclose(library);
+}
+
+// A plugin rejected after its init ran stays loaded, as in NCCL, which disables it and never unloads it: a v6..v10
+// plugin has no finalize in which to stop what its init started (a thread), and unloaded, that thread ran on in
+// unmapped code (SIGSEGV).
+TEST(Probe, APluginRejectedAfterItsInitStaysLoaded) {
+  const std::string path = kDir + "/libnccl-net-once-state.so";
+  ASSERT_EQ(setenv("NNS_ONCE_STATE_THROW", "devices", 1), 0);
+  LoadReport report;
+  EXPECT_EQ(loadNet(inBuildTree(path), &report), nullptr);
+  unsetenv("NNS_ONCE_STATE_THROW");
+  ASSERT_EQ(report.candidates.size(), 1u);
+  EXPECT_NE(report.candidates[0].rejectReason.find("devices threw"), std::string::npos);
+  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  EXPECT_NE(library, nullptr) << "unloaded after its init ran";
+  if (library != nullptr) dlclose(library);
+}
+
 // A C++ plugin whose init or devices throws (a bug: nothing may cross the C ABI) is rejected with the reason, and the
 // loader is left sound: the probe's pointer to its warning text was left aimed at a dead string, which the next WARN
 // logged on the thread wrote through (ASan: a wild allocation size in std::string::append).

@@ -1,9 +1,10 @@
 // once_state_plugin.cc: a test double of a ncclNet_v12 plugin that sets its process state up once (std::call_once,
 // at its first init) and frees it when its last context is finalized, as NCCL allows: NCCL unloads a plugin with its
 // last communicator, so one loaded copy never sees an init after its last finalize. A later init here fails
-// ("state freed"). Its calls are appended to nnsOnceStateCalls for loader_test. With NNS_ONCE_STATE_THROW=init (or
-// devices) set, that call throws a C++ exception through the C ABI, a bug the loader must reject cleanly. It moves no
-// data: the data path refuses with ncclInternalError.
+// ("state freed"). Its ncclCollNet_v12 does the same with state of its own (calls recorded as coll-init,
+// coll-devices, coll-finalize). Its calls are appended to nnsOnceStateCalls for loader_test. With
+// NNS_ONCE_STATE_THROW=init (or devices) set, that call throws a C++ exception through the C ABI, a bug the loader must
+// reject cleanly. It moves no data: the data path refuses with ncclInternalError.
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -108,6 +109,53 @@ ncclResult_t close(void*) {
   return ncclInternalError;
 }
 
+// The collNet: the same once-set-up state, its own.
+State* collState = nullptr;
+std::once_flag collOnce;
+int collContexts = 0;
+
+ncclResult_t collInit(void** ctx, uint64_t, ncclDebugLogger_t logger) {
+  record("coll-init");
+  std::call_once(collOnce, [] { collState = new State; });
+  if (collState == nullptr) {
+    logger(NCCL_LOG_WARN, NCCL_NET, __FILE__, __LINE__, "once-state: collNet init after its last finalize");
+    return ncclInternalError;
+  }
+  ++collContexts;
+  *ctx = collState;
+  return ncclSuccess;
+}
+ncclResult_t collDevices(int* ndev) {
+  record("coll-devices");
+  if (collState == nullptr) return ncclInternalError;
+  *ndev = collState->devices;
+  return ncclSuccess;
+}
+ncclResult_t collGetProperties(int dev, ncclNetProperties_v12_t* props) {
+  return collState == nullptr ? ncclInternalError : getProperties(dev, props);
+}
+ncclResult_t collFinalize(void*) {
+  record("coll-finalize");
+  if (--collContexts == 0) {
+    delete collState;
+    collState = nullptr;
+  }
+  return ncclSuccess;
+}
+ncclResult_t collConnect(void*[], int, int, void*, void**) {
+  return ncclInternalError;
+}
+ncclResult_t reduceSupport(ncclDataType_t, ncclRedOp_t, int* supported) {
+  *supported = 0;
+  return ncclSuccess;
+}
+ncclResult_t iallreduce(void*, void*, void*, size_t, ncclDataType_t, ncclRedOp_t, void*, void*, void**) {
+  return ncclInternalError;
+}
+ncclResult_t collIflush(void*, void*, int, void*, void**) {
+  return ncclInternalError;
+}
+
 }  // namespace
 
 // Declared extern first: a namespace-scope const is otherwise internal, and not exported.
@@ -136,4 +184,24 @@ const ncclNet_v12_t ncclNetPlugin_v12 = {"once-state",
                                          nullptr /* makeVDevice */,
                                          finalize,
                                          nullptr /* setNetAttr */};
+EXPORT extern const ncclCollNet_v12_t ncclCollNetPlugin_v12;
+const ncclCollNet_v12_t ncclCollNetPlugin_v12 = {"once-state",
+                                                 collInit,
+                                                 collDevices,
+                                                 collGetProperties,
+                                                 listen,
+                                                 collConnect,
+                                                 reduceSupport,
+                                                 regMr,
+                                                 nullptr /* regMrDmaBuf */,
+                                                 deregMr,
+                                                 iallreduce,
+                                                 nullptr /* iallgather */,
+                                                 nullptr /* ireducescatter */,
+                                                 collIflush,
+                                                 test,
+                                                 close,
+                                                 close,
+                                                 nullptr /* makeVDevice */,
+                                                 collFinalize};
 }

@@ -167,6 +167,7 @@ constexpr const char* kCollNetProbe = "the loader's collNet probe (ncclCollNet i
 template <class Plugin>
 void probeDevices(nns::tools::ProbeChannel& channel, Plugin& plugin, void* ctx, ncclResult_t result,
                   const std::string& prefix, const char* deviceKey, const char* errorKey) {
+  const bool initialised = result == ncclSuccess;  // a failed init gave no context to finalize
   int ndev = 0;
   if (result == ncclSuccess) {
     channel.call(prefix + "devices");
@@ -183,6 +184,7 @@ void probeDevices(nns::tools::ProbeChannel& channel, Plugin& plugin, void* ctx, 
   }
   if (result != ncclSuccess)
     channel.send({{errorKey, "init/devices returned " + std::to_string(static_cast<int>(result))}});
+  if (!initialised) return;
   channel.call(prefix + "finalize");
   plugin.finalize(ctx);
 }
@@ -255,9 +257,11 @@ void probeCandidate(nns::tools::ProbeChannel& channel, const std::string& entry,
                   {"path", net->path()},
                   {"version", net->version()},
                   {"makeVDevice", net->hasMakeVDevice()}}}});
+  // The host's logger and the probe's comm id: this init takes the context of the loader's probe, as NCCL's first
+  // communicator's does (init, devices, finalize: one communicator's whole life).
   void* ctx = nullptr;
   channel.call("init");
-  ncclResult_t result = net->init(&ctx, 0, nullptr, nullptr, nullptr);
+  ncclResult_t result = net->init(&ctx, 0, nullptr, nns::core::hostLogger, nullptr);
   probeDevices(channel, *net, ctx, result, "", "device", "deviceError");
 
   // NCCL looks for a collNet in the chosen net's library only; without one (or with one that fails) it runs
@@ -274,9 +278,10 @@ void probeCandidate(nns::tools::ProbeChannel& channel, const std::string& entry,
                   {"error", ""},
                   {"devices", json::array()}}}});
   if (coll == nullptr) return;
+  void* collCtx = nullptr;
   channel.call("ncclCollNet init");
-  result = coll->init(&ctx, 0, nullptr);
-  probeDevices(channel, *coll, ctx, result, "ncclCollNet ", "collDevice", "collError");
+  result = coll->init(&collCtx, 0, nns::core::hostLogger);
+  probeDevices(channel, *coll, collCtx, result, "ncclCollNet ", "collDevice", "collError");
 }
 
 }  // namespace

@@ -25,7 +25,7 @@
 namespace nns::core::detail {
 
 Library::~Library() {
-  if (handle != nullptr) dlclose(handle);
+  if (handle != nullptr && !keepLoaded) dlclose(handle);
 }
 
 namespace {
@@ -724,7 +724,9 @@ bool inCode(const void* address) {
 }
 
 // What a table's exported symbol is, when the library's symbol table says: a function, an object smaller than the
-// table, or a label in code is refused before a byte of it is read as function pointers.
+// table, or a label in code is refused before a byte of it is read as function pointers. An object of the table's
+// size is a table wherever it lies: a const table in a program that is not position-independent (STATIC_PLUGIN) is
+// in .rodata, which shares the code's executable segment under gold, -z noseparate-code, or on aarch64.
 std::string symbolDefect(const void* table, size_t tableBytes, const char* typeName) {
   std::string inCodeDefect =
       inCode(table) ? std::string("it lies in the library's code, not its data: no ") + typeName : "";
@@ -738,6 +740,7 @@ std::string symbolDefect(const void* table, size_t tableBytes, const char* typeN
   if (type == STT_OBJECT && symbol->st_size != 0 && symbol->st_size < tableBytes)
     return "it is a " + std::to_string(symbol->st_size) + "-byte object; an " + typeName + " has " +
            std::to_string(tableBytes) + " (built against another version's header?)";
+  if (type == STT_OBJECT && symbol->st_size != 0) return "";
   return inCodeDefect;
 }
 

@@ -20,6 +20,9 @@ struct Library {
   Library& operator=(const Library&) = delete;
   void* handle;
   std::string path;
+  // Never dlclose'd (kept for the process): a plugin whose init ran and that was then rejected stays loaded, as in
+  // NCCL, which only disables it. One before v11 has no finalize to stop the threads its init started.
+  bool keepLoaded = false;
 };
 
 // Wraps the table `table` (what dlsym gave for ncclNetPlugin_v<version>) of `library`. Returns nullptr, with the

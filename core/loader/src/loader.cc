@@ -331,50 +331,6 @@ std::vector<std::string> libraryPathDirs() {
   return dirs;
 }
 
-std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
-  CollNetReport local;
-  CollNetReport& out = report != nullptr ? *report : local;
-  out = CollNetReport{};
-  out.path = net.path();
-  std::string error;
-  void* handle = openLibrary(out.path, &error);  // the net's own library: already loaded
-  if (handle == nullptr) {
-    out.rejectReason = "could not open: " + error;
-    return nullptr;
-  }
-  auto library = std::make_shared<detail::Library>(handle, out.path);
-  out.exportedVersions = exportedVersions(handle, "ncclCollNetPlugin_v");
-  if (out.exportedVersions.empty()) {
-    out.rejectReason = "exports no ncclCollNetPlugin_v12..v6: no collNet (NCCL runs without in-network collectives)";
-    return nullptr;
-  }
-  int version = out.exportedVersions.front();
-  std::string symbol = "ncclCollNetPlugin_v" + std::to_string(version);
-  std::string defect;
-  auto coll = detail::makeCollNetAdapter(version, dlsym(handle, symbol.c_str()), library, &defect);
-  if (coll == nullptr) {
-    out.rejectReason = symbol + ": " + defect;
-    return nullptr;
-  }
-  // As NCCL does: init, then devices; a failure or no device disables collNet only (under the lifecycle lock).
-  auto lifecycle = detail::lockPluginLifecycle();
-  void* ctx = nullptr;
-  ncclResult_t result = coll->init(&ctx, 0, hostLogger);  // the net's logger: the plugin may keep one for both
-  if (result != ncclSuccess) {
-    out.rejectReason = "init through ncclCollNet_v" + std::to_string(version) + " returned " + resultText(result);
-    return nullptr;
-  }
-  int ndev = 0;
-  result = coll->devices(&ndev);
-  coll->finalize(ctx);
-  if (result != ncclSuccess || ndev <= 0) {
-    out.rejectReason = result != ncclSuccess ? "devices returned " + resultText(result) : "no devices";
-    return nullptr;
-  }
-  out.chosenVersion = version;
-  return coll;
-}
-
 namespace {
 
 // Collects what a plugin logs as WARN (or ABORT) on this thread while it lives, for a rejection's reason; let go
@@ -389,22 +345,49 @@ class CapturedWarnings {
   std::string text;
 };
 
-// The Net loadNet returns: the probe's init (its context) is kept for the first init that asks for the same thing,
-// as in NCCL, where the first communicator's init is the one that checks the plugin. Finalized at the probe and
-// initialised again, a v11+ plugin saw init, finalize, init in one loaded copy, which NCCL (unloading it with its
-// last communicator) never does: one that sets up its process state once (pthread_once) and frees it at its last
-// finalize was left without it. An init that asks for something else (another comm id, a config, its own logger)
-// gets a context of its own, and the kept one is finalized with the Net.
-class ProbedNet final : public Net {
+// The context of a probe's successful init, kept for the first init that asks for what the probe asked (as in
+// NCCL, where the first communicator's init is the one that checks the plugin), else finalized with the loaded
+// plugin. Finalized at the probe and initialised again, a v11+ plugin saw init, finalize, init in one loaded copy,
+// which NCCL (unloading it with its last communicator) never does: one that sets up its process state once
+// (pthread_once) and frees it at its last finalize was left without it. An init that asks for something else
+// (another comm id, a config, its own logger) gets a context of its own.
+class KeptContext {
  public:
-  ProbedNet(std::unique_ptr<Net> net, void* ctx, uint64_t commId) : net_(std::move(net)), ctx_(ctx), commId_(commId) {}
-  ~ProbedNet() override {
+  KeptContext(void* ctx, uint64_t commId) : ctx_(ctx), commId_(commId) {}
+  // Gives the kept context to an init for `commId` that asks for nothing else (`plain`); false: the init is the
+  // plugin's to run.
+  bool take(void** ctx, uint64_t commId, bool plain) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!kept_ || ctx == nullptr || commId != commId_ || !plain) return false;
+    kept_ = false;
+    *ctx = ctx_;
+    return true;
+  }
+  // Finalizes the context unless an init took it (from a destructor: a plugin's exception has nowhere to go).
+  template <class Finalize>
+  void release(const Finalize& finalize) noexcept {
     if (!kept_) return;
     auto lifecycle = detail::lockPluginLifecycle();
     try {
-      net_->finalize(ctx_);
-    } catch (...) {  // a plugin's exception has nowhere to go from a destructor
+      finalize(ctx_);
+    } catch (...) {
     }
+  }
+
+ private:
+  void* ctx_;
+  uint64_t commId_;
+  std::mutex mutex_;
+  bool kept_ = true;
+};
+
+// The Net loadNet returns: the probe's context kept (KeptContext) for an init for the probe's comm id with no config,
+// hostLogger and no profiler.
+class ProbedNet final : public Net {
+ public:
+  ProbedNet(std::unique_ptr<Net> net, void* ctx, uint64_t commId) : net_(std::move(net)), kept_(ctx, commId) {}
+  ~ProbedNet() override {
+    kept_.release([this](void* ctx) { net_->finalize(ctx); });
   }
   ProbedNet(const ProbedNet&) = delete;
   ProbedNet& operator=(const ProbedNet&) = delete;
@@ -414,15 +397,7 @@ class ProbedNet final : public Net {
   const std::string& path() const override { return net_->path(); }
   ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
                     ncclProfilerCallback_t profiler) override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (kept_ && ctx != nullptr && commId == commId_ && config == nullptr && logger == hostLogger &&
-          profiler == nullptr) {
-        kept_ = false;
-        *ctx = ctx_;
-        return ncclSuccess;
-      }
-    }
+    if (kept_.take(ctx, commId, config == nullptr && logger == hostLogger && profiler == nullptr)) return ncclSuccess;
     return net_->init(ctx, commId, config, logger, profiler);
   }
   ncclResult_t devices(int* ndev) override { return net_->devices(ndev); }
@@ -470,10 +445,80 @@ class ProbedNet final : public Net {
 
  private:
   std::unique_ptr<Net> net_;
-  void* ctx_;
-  uint64_t commId_;
-  std::mutex mutex_;
-  bool kept_ = true;
+  KeptContext kept_;
+};
+
+// The CollNet loadCollNet returns: the probe's context kept (KeptContext) for an init for comm id 0 with hostLogger,
+// as the net's. NCCL keeps a collNet's context with its communicator; finalized after the probe, a collNet that frees
+// its state at its last finalize found it gone at the next init.
+class ProbedCollNet final : public CollNet {
+ public:
+  ProbedCollNet(std::unique_ptr<CollNet> coll, void* ctx) : coll_(std::move(coll)), kept_(ctx, 0) {}
+  ~ProbedCollNet() override {
+    kept_.release([this](void* ctx) { coll_->finalize(ctx); });
+  }
+  ProbedCollNet(const ProbedCollNet&) = delete;
+  ProbedCollNet& operator=(const ProbedCollNet&) = delete;
+
+  const char* name() const override { return coll_->name(); }
+  int version() const override { return coll_->version(); }
+  const std::string& path() const override { return coll_->path(); }
+  ncclResult_t init(void** ctx, uint64_t commId, ncclDebugLogger_t logger) override {
+    if (kept_.take(ctx, commId, logger == hostLogger)) return ncclSuccess;
+    return coll_->init(ctx, commId, logger);
+  }
+  ncclResult_t devices(int* ndev) override { return coll_->devices(ndev); }
+  ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) override {
+    return coll_->getProperties(dev, props);
+  }
+  ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) override {
+    return coll_->listen(ctx, dev, handle, listenComm);
+  }
+  ncclResult_t connect(void* handles[], int nranks, int rank, void* listenComm, void** collComm) override {
+    return coll_->connect(handles, nranks, rank, listenComm, collComm);
+  }
+  ncclResult_t reduceSupport(ncclDataType_t dataType, ncclRedOp_t redOp, int* supported) override {
+    return coll_->reduceSupport(dataType, redOp, supported);
+  }
+  ncclResult_t regMr(void* collComm, void* data, size_t size, int type, void** mhandle) override {
+    return coll_->regMr(collComm, data, size, type, mhandle);
+  }
+  ncclResult_t regMrDmaBuf(void* collComm, void* data, size_t size, int type, uint64_t offset, int fd,
+                           void** mhandle) override {
+    return coll_->regMrDmaBuf(collComm, data, size, type, offset, fd, mhandle);
+  }
+  ncclResult_t deregMr(void* collComm, void* mhandle) override { return coll_->deregMr(collComm, mhandle); }
+  ncclResult_t iallreduce(void* collComm, void* sendData, void* recvData, size_t count, ncclDataType_t dataType,
+                          ncclRedOp_t redOp, void* sendMhandle, void* recvMhandle, void** request) override {
+    return coll_->iallreduce(collComm, sendData, recvData, count, dataType, redOp, sendMhandle, recvMhandle, request);
+  }
+  bool hasIallgather() const override { return coll_->hasIallgather(); }
+  ncclResult_t iallgather(void* collComm, void* sendData, int nRecvParts, ncclNetSGE_v12_t* recvParts,
+                          size_t bytesPerRank, size_t windowOffset, size_t windowBytes, void* sendMhandle,
+                          void** request) override {
+    return coll_->iallgather(collComm, sendData, nRecvParts, recvParts, bytesPerRank, windowOffset, windowBytes,
+                             sendMhandle, request);
+  }
+  bool hasIreducescatter() const override { return coll_->hasIreducescatter(); }
+  ncclResult_t ireducescatter(void* collComm, int nSendParts, ncclNetSGE_v12_t* sendParts, void* recvData,
+                              size_t bytesPerRank, size_t windowOffset, size_t windowBytes, ncclDataType_t dataType,
+                              ncclRedOp_t redOp, void* recvMhandle, void** request) override {
+    return coll_->ireducescatter(collComm, nSendParts, sendParts, recvData, bytesPerRank, windowOffset, windowBytes,
+                                 dataType, redOp, recvMhandle, request);
+  }
+  ncclResult_t iflush(void* collComm, void* data, int size, void* mhandle, void** request) override {
+    return coll_->iflush(collComm, data, size, mhandle, request);
+  }
+  ncclResult_t test(void* request, int* done, int* size) override { return coll_->test(request, done, size); }
+  ncclResult_t closeColl(void* collComm) override { return coll_->closeColl(collComm); }
+  ncclResult_t closeListen(void* listenComm) override { return coll_->closeListen(listenComm); }
+  bool hasMakeVDevice() const override { return coll_->hasMakeVDevice(); }
+  ncclResult_t makeVDevice(int* d, ncclNetVDeviceProps_v12_t* props) override { return coll_->makeVDevice(d, props); }
+  ncclResult_t finalize(void* ctx) override { return coll_->finalize(ctx); }
+
+ private:
+  std::unique_ptr<CollNet> coll_;
+  KeptContext kept_;
 };
 
 // What a plugin's C entry point threw (a C++ plugin's bug: nothing may cross the C ABI), as a rejection's reason.
@@ -488,6 +533,62 @@ std::string thrownText(const char* call) {
 }
 
 }  // namespace
+
+std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
+  CollNetReport local;
+  CollNetReport& out = report != nullptr ? *report : local;
+  out = CollNetReport{};
+  out.path = net.path();
+  std::string error;
+  void* handle = openLibrary(out.path, &error);  // the net's own library: already loaded
+  if (handle == nullptr) {
+    out.rejectReason = "could not open: " + error;
+    return nullptr;
+  }
+  auto library = std::make_shared<detail::Library>(handle, out.path);
+  out.exportedVersions = exportedVersions(handle, "ncclCollNetPlugin_v");
+  if (out.exportedVersions.empty()) {
+    out.rejectReason = "exports no ncclCollNetPlugin_v12..v6: no collNet (NCCL runs without in-network collectives)";
+    return nullptr;
+  }
+  int version = out.exportedVersions.front();
+  std::string symbol = "ncclCollNetPlugin_v" + std::to_string(version);
+  std::string defect;
+  auto coll = detail::makeCollNetAdapter(version, dlsym(handle, symbol.c_str()), library, &defect);
+  if (coll == nullptr) {
+    out.rejectReason = symbol + ": " + defect;
+    return nullptr;
+  }
+  // As NCCL does: init, then devices; a failure or no device disables collNet only (under the lifecycle lock). An
+  // exception thrown through the C ABI rejects it as in loadNet.
+  auto lifecycle = detail::lockPluginLifecycle();
+  void* ctx = nullptr;
+  const std::string initCall = "init through ncclCollNet_v" + std::to_string(version);
+  try {
+    const ncclResult_t result = coll->init(&ctx, 0, hostLogger);  // the net's logger: the plugin may keep one for both
+    if (result != ncclSuccess) out.rejectReason = initCall + " returned " + resultText(result);
+  } catch (...) {
+    out.rejectReason = thrownText(initCall.c_str());
+  }
+  if (!out.rejectReason.empty()) return nullptr;
+  try {
+    int ndev = 0;
+    const ncclResult_t result = coll->devices(&ndev);
+    if (result != ncclSuccess || ndev <= 0)
+      out.rejectReason = result != ncclSuccess ? "devices returned " + resultText(result) : "no devices";
+  } catch (...) {
+    out.rejectReason = thrownText("devices");
+  }
+  if (!out.rejectReason.empty()) {
+    try {
+      coll->finalize(ctx);
+    } catch (...) {  // rejected already; its finalize's exception adds nothing
+    }
+    return nullptr;
+  }
+  out.chosenVersion = version;
+  return std::make_unique<ProbedCollNet>(std::move(coll), ctx);
+}
 
 std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
   LoadReport local;
@@ -585,6 +686,10 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
       }
     }
     if (!refusal.empty()) {
+      // Once its init has been called, NCCL disables a plugin it rejects and does not unload it (net.cc's init
+      // failure path; its device-version rejection leaves the reference count below 0, so no unload there either):
+      // what the init started (a v6..v10 plugin's threads, with no finalize to stop them) must find its code mapped.
+      library->keepLoaded = true;
       candidate.rejectReason = refusal;
       out.candidates.push_back(std::move(candidate));
       continue;

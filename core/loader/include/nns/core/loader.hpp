@@ -110,7 +110,8 @@ struct CollNetReport {
 
 // Loads the collNet of the library `net` was loaded from: probes ncclCollNetPlugin_v12..v6 newest first, adapts the
 // chosen version to the v12 view, then calls init and devices as NCCL does (a failure or no device rejects it).
-// nullptr, with the reason in `report`, when there is none to use.
+// nullptr, with the reason in `report`, when there is none to use. As with loadNet, the probe's init is kept for the
+// first init that asks for the same (comm id 0, hostLogger), and finalized with the CollNet when none took it.
 std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report);
 
 // Opens `path` through exactly ncclCollNetPlugin_v<version>. nullptr and `error` set when the library or that
