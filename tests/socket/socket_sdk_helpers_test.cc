@@ -1,9 +1,11 @@
 // socket_sdk_helpers_test.cc: nccl_net/sdk/socket.hpp: interface filters, addresses, non-blocking connect/accept
 // with retries and timeouts, and the send/receive helpers' end-of-stream and error reporting.
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -259,6 +261,53 @@ TEST(SocketConnector, NoSocketIsAFailureOfThisHost) {
   // Started again, the flag is cleared with the rest.
   connector.start(bound, sdk::SocketAddress{}, std::chrono::seconds(10), std::chrono::milliseconds(20));
   EXPECT_FALSE(connector.failedHere());
+  close(listener);
+}
+
+volatile sig_atomic_t gAlarms = 0;
+void countAlarm(int) {
+  gAlarms = gAlarms + 1;
+}
+
+// A signal caught while a connect is still pending (a profiler's SIGPROF, a timer) makes poll() return EINTR, even
+// with no timeout and SA_RESTART: that is no answer from the socket. It was taken for the connect's error ("connect:
+// Interrupted system call"), which is not retryable, and failed the plugin's connect (ncclRemoteError for NCCL).
+TEST(SocketConnector, ASignalWhileTheConnectIsPendingIsNotItsFailure) {
+  std::string error;
+  sdk::SocketAddress bound{};
+  int listener = sdk::listenTcp(sdk::SocketAddress::loopback(AF_INET), 0, &bound, &error);
+  ASSERT_GE(listener, 0) << error;
+  // The accept queue filled (nothing accepts): a further connect's SYN is dropped, and that connect stays pending.
+  std::vector<int> filling;
+  for (int i = 0; i < 4; ++i) {
+    int fd = sdk::openTcpSocket(AF_INET, &error);
+    ASSERT_GE(fd, 0) << error;
+    (void)::connect(fd, bound.get(), bound.length());
+    filling.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  struct sigaction alarm {
+  }, before{};
+  alarm.sa_handler = countAlarm;
+  sigemptyset(&alarm.sa_mask);
+  alarm.sa_flags = 0;  // no SA_RESTART (poll is never restarted anyway)
+  ASSERT_EQ(sigaction(SIGALRM, &alarm, &before), 0);
+  itimerval every{{0, 50}, {0, 50}}, off{};
+  ASSERT_EQ(setitimer(ITIMER_REAL, &every, nullptr), 0);
+  sdk::TcpConnector connector;
+  connector.start(bound, sdk::SocketAddress{}, std::chrono::seconds(30), std::chrono::milliseconds(50));
+  sdk::IoStatus status = sdk::IoStatus::kWouldBlock;
+  const int alarmsBefore = gAlarms;
+  for (auto end = Clock::now() + std::chrono::milliseconds(300);
+       status == sdk::IoStatus::kWouldBlock && Clock::now() < end;)
+    status = connector.progress();
+  setitimer(ITIMER_REAL, &off, nullptr);
+  sigaction(SIGALRM, &before, nullptr);
+  const int alarms = gAlarms - alarmsBefore;
+  EXPECT_NE(status, sdk::IoStatus::kFailed) << connector.error() << " (" << alarms << " signals)";
+  EXPECT_GT(alarms, 10) << "the timer did not interrupt the connect's polls";
+  connector.reset();
+  for (int fd : filling) close(fd);
   close(listener);
 }
 

@@ -398,6 +398,8 @@ class TcpConnector {
     }
     pollfd waiter{fd_, POLLOUT, 0};
     int ready = poll(&waiter, 1, 0);
+    // EINTR: a signal caught meanwhile (even with no timeout), not the socket's answer; the next call asks again.
+    if (ready < 0 && errno == EINTR) ready = 0;
     if (ready == 0) return now >= deadline_ ? timedOut() : IoStatus::kWouldBlock;
     int socketError = 0;
     socklen_t length = sizeof(socketError);
