@@ -186,10 +186,14 @@ sdk::IoStatus DataSocket::drive(int* error) {
 }
 
 HelperThread::HelperThread(Comm* comm, std::vector<DataSocket*> sockets)
-    : comm_(comm),
-      sockets_(std::move(sockets)),
-      wakeFd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
-      thread_([this] { run(); }) {}
+    : comm_(comm), sockets_(std::move(sockets)), wakeFd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (...) {  // no thread (EAGAIN at a thread limit): no destructor will close the eventfd
+    if (wakeFd_ >= 0) close(wakeFd_);
+    throw;
+  }
+}
 
 HelperThread::~HelperThread() {
   {

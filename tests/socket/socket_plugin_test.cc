@@ -768,7 +768,7 @@ TEST_F(SocketPlugin, ManyPeersShareAFewEphemeralPorts) {
 // This process's open sockets: the descriptors in /proc/self/fd that name a socket. Files are left out: a runtime
 // (ASan's, glibc's) may hold one open for a moment in another thread, which made an exact count of all descriptors
 // fail at random in CI.
-static std::vector<std::string> openSockets() {
+static std::vector<std::string> openSockets(const char* kind = "socket:") {
   std::vector<std::string> sockets;
   if (DIR* dir = opendir("/proc/self/fd")) {
     while (dirent* entry = readdir(dir)) {
@@ -776,7 +776,7 @@ static std::vector<std::string> openSockets() {
       char target[256] = {};
       std::string link = std::string("/proc/self/fd/") + entry->d_name;
       ssize_t length = readlink(link.c_str(), target, sizeof(target) - 1);
-      if (length > 0 && std::strncmp(target, "socket:", 7) == 0)
+      if (length > 0 && std::strncmp(target, kind, std::strlen(kind)) == 0)
         sockets.push_back(std::string(entry->d_name) + " -> " + target);
     }
     closedir(dir);
@@ -815,14 +815,15 @@ TEST_F(SocketPlugin, NcclsThreadAndSocketVariablesAreRead) {
 }
 
 // A comm whose helper threads cannot start fails its connect or accept with ncclSystemError and a WARN, and leaves
-// nothing behind: no socket open, no connect state in the handle (a later connect with it starts afresh). The
-// exception escaped before, with the sockets and the half-made connect kept until the plugin was unloaded.
+// nothing behind: no socket or eventfd open, no connect state in the handle (a later connect with it starts afresh).
+// The exception escaped before, with the sockets and the half-made connect kept until the plugin was unloaded.
 // socket.thread_limit_fails_cleanly runs it with NNS_SOCKET_NTHREADS=2.
 TEST_F(SocketPlugin, AThreadLimitFailsTheCommCleanly) {
   if (std::getenv("NNS_SOCKET_NTHREADS") == nullptr) GTEST_SKIP() << "run by socket.thread_limit_fails_cleanly";
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
   const std::vector<std::string> before = openSockets();
+  const size_t eventFdsBefore = openSockets("anon_inode:[eventfd]").size();  // each helper thread's wake-up
   // Both ends, one after the other: the accept's comm is made first, then the connect's.
   ncclNetDeviceHandle_v12_t* devHandle = nullptr;
   ncclResult_t connectResult = ncclSuccess, acceptResult = ncclSuccess;
@@ -842,6 +843,7 @@ TEST_F(SocketPlugin, AThreadLimitFailsTheCommCleanly) {
   EXPECT_TRUE(warnedAbout("making the comm"));
   const std::vector<std::string> after = openSockets();
   EXPECT_EQ(after.size(), before.size()) << "sockets left open:" << newSockets(before, after);
+  EXPECT_EQ(openSockets("anon_inode:[eventfd]").size(), eventFdsBefore) << "a helper's eventfd left open";
   // The handle holds no stale connect: the next one with it connects and moves data.
   ASSERT_EQ(connectToListener(net, ctx, 0, handle, listenComm, &sendComm, &recvComm), ncclSuccess);
   int size = -1;
