@@ -396,6 +396,20 @@ constexpr int kAdvertisedRecvs = 16, kHandledRecvs = 8;
 #if defined(NNS_BUG_PROPERTIES_REFUSED) || defined(NNS_BUG_CONNECT_FAILS)
 ncclDebugLogger_t gLogger = nullptr;
 #endif
+#ifdef NNS_BUG_GROUPED_TRUNCATION
+// Grouped receives (n > 1) land in bounce buffers of at least 1 MiB, and test copies into the caller's buffers what
+// fits and reports that as the size: a message larger than its buffer is cut to fit and completes (a size check
+// written for one-buffer receives only, as the path of a message taken aside for a later receive can be). Over the
+// socket plugin with grouped receives on (NNS_SOCKET_MAX_RECVS=8).
+struct Bounced {
+  int n = 0;
+  void* user[8] = {};
+  size_t posted[8] = {};
+  std::vector<unsigned char> bounce[8];
+};
+std::mutex gBouncedMutex;
+std::map<void*, std::unique_ptr<Bounced>> gBounced;  // by request; freed at exit with the map
+#endif
 
 ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
                   ncclProfilerCallback_t profiler) {
@@ -1068,6 +1082,27 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
     return ncclInternalError;
   }
 #endif
+#ifdef NNS_BUG_GROUPED_TRUNCATION
+  if (n >= 2 && n <= 8) {
+    auto bounced = std::make_unique<Bounced>();
+    bounced->n = n;
+    void* landing[8];
+    size_t room[8];
+    for (int i = 0; i < n; ++i) {
+      bounced->user[i] = data[i];
+      bounced->posted[i] = sizes[i];
+      bounced->bounce[i].resize(std::max<size_t>(sizes[i], size_t{1} << 20));
+      landing[i] = bounced->bounce[i].data();
+      room[i] = bounced->bounce[i].size();
+    }
+    ncclResult_t result = real()->irecv(comm, n, landing, room, tags, mhandles, phandles, request);
+    if (result == ncclSuccess && *request != nullptr) {
+      std::lock_guard<std::mutex> lock(gBouncedMutex);
+      gBounced[*request] = std::move(bounced);
+    }
+    return result;
+  }
+#endif
 #ifdef NNS_BUG_SHARED_REQUEST_POOL
   PooledRequest* pooled = acquirePooled();
   *request = nullptr;
@@ -1204,6 +1239,23 @@ ncclResult_t test(void* request, int* done, int* sizes) {
   }
 #endif
   ncclResult_t result = real()->test(request, done, sizes);
+#ifdef NNS_BUG_GROUPED_TRUNCATION
+  if (result != ncclSuccess || *done) {
+    std::unique_ptr<Bounced> bounced;
+    {
+      std::lock_guard<std::mutex> lock(gBouncedMutex);
+      if (auto found = gBounced.find(request); found != gBounced.end()) {
+        bounced = std::move(found->second);
+        gBounced.erase(found);
+      }
+    }
+    for (int i = 0; bounced != nullptr && result == ncclSuccess && sizes != nullptr && i < bounced->n; ++i) {
+      const size_t kept = std::min(static_cast<size_t>(std::max(sizes[i], 0)), bounced->posted[i]);
+      std::memcpy(bounced->user[i], bounced->bounce[i].data(), kept);
+      sizes[i] = static_cast<int>(kept);
+    }
+  }
+#endif
 #ifdef NNS_BUG_LOST_COMPLETION
   if (result == ncclSuccess && *done && ++completions == 100) {
     lost = request;

@@ -1268,14 +1268,17 @@ Verdict optionalCompletionHint(Context& c) {
 // that only checks small receives, say).
 constexpr int kSenderRefused = 100;  // truncation-is-an-error's sender exits with this + the plugin's result
 
+Verdict truncationTakenAside(Context& c, std::string* evidence);  // below
+
 Verdict truncationIsAnError(Context& c) {
   struct Case {
     size_t sent, capacity;
+    bool late = false;  // the receive posted 0.3 s after the send: a plugin that receives eagerly holds it by then
   };
   // The large case within maxP2pBytes: above it the harness refuses the send itself (oversized), and that refusal
   // read as the plugin's.
   const size_t large = std::min<size_t>(2u << 20, c.props.maxP2pBytes);
-  const Case cases[] = {{1000, 100}, {101, 100}, {large, large / 2}};
+  const Case cases[] = {{1000, 100}, {101, 100}, {large, large / 2}, {1000, 100, true}};
   // Watched bytes past the buffer: room for the whole message and 64 more, so a plugin that writes all of it lands
   // in memory of this rule's, which then names the overrun (a shorter guard let it corrupt the heap, and the rule
   // process died in a later free without a verdict).
@@ -1314,6 +1317,7 @@ Verdict truncationIsAnError(Context& c) {
     int tag = 1;
     void* mhandle = registerBuffer(c, pair.recvComm, small.data(), k.capacity);  // the guard bytes are not the buffer's
     void* request = nullptr;
+    if (k.late) std::this_thread::sleep_for(std::chrono::milliseconds(300));
     ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &mhandle, &request);
     int got = -1, peerCode = 0;
     if (result == ncclSuccess) result = waitDoneWatchingPeer(c, request, &got, 10, pair.peer, &peerCode);
@@ -1340,10 +1344,123 @@ Verdict truncationIsAnError(Context& c) {
                   k.capacity, got);
     if (result == ncclTimeout)
       return fail("a %zu-byte message into a %zu-byte receive never completed nor failed", k.sent, k.capacity);
-    evidence += (evidence.empty() ? "" : ", ") + std::to_string(k.sent) + " into " + std::to_string(k.capacity) + ": " +
+    evidence += (evidence.empty() ? "" : ", ") + std::to_string(k.sent) + " into " + std::to_string(k.capacity) +
+                (k.late ? " posted after it was sent" : "") + ": " +
                 (senderRefused ? "the sender's isend or test returned " : "") + resultText(result);
   }
+  if (c.props.maxRecvs >= 2) {
+    Verdict v = truncationTakenAside(c, &evidence);
+    if (v.status != Status::kPass) return v;
+  }
   return pass("every oversized message failed, nothing written past the buffer (" + evidence + ")");
+}
+
+// truncation-is-an-error, for a message a plugin took aside (maxRecvs >= 2): NCCL's shared comms post one grouped
+// receive per step, and a sender that runs ahead delivers a message before its step is posted (tags-out-of-step). A
+// plugin that keeps such a message and copies it into the receive posted later must still refuse one larger than
+// that receive; a check only on the path of receives posted first let the copy cut it to fit and complete.
+// The sender: step 0's tag-1 message (1000 B), step 1's (1000 B, for a 100-byte receive) as far as isend takes it in
+// 0.3 s, then step 0's tag-2 message (100 B), then step 1's. Exit 0 when step 0's went through; kSenderRefused + the
+// result when the plugin refused step 1's tag-1 message (a receiver-driven one learns the 100 bytes).
+constexpr size_t kAsideBig = 1000, kAsideSmall = 100;
+
+int sendTakenAside(Context& c, void* comm) {
+  static std::vector<std::vector<unsigned char>> buffers;  // may be read until closeSend, after this returns
+  const size_t sizes[4] = {kAsideBig, kAsideBig, kAsideSmall, kAsideSmall};  // step 0 tag 1, step 1 tag 1, tag 2 ...
+  const int tags[4] = {1, 1, 2, 2};
+  buffers.assign(4, {});
+  for (int m = 0; m < 4; ++m) buffers[static_cast<size_t>(m)].assign(sizes[m], static_cast<unsigned char>(0x51 + m));
+  std::vector<void*> mhandles = registerBuffers(c, comm, buffers);
+  void* requests[4] = {};
+  auto send = [&](int m, double seconds) {
+    return postSend(c, comm, buffers[static_cast<size_t>(m)].data(), sizes[m], tags[m],
+                    mhandles[static_cast<size_t>(m)], &requests[m], seconds);
+  };
+  if (send(0, 10) != ncclSuccess) return 41;
+  if (ncclResult_t result = send(1, 0.3); result != ncclSuccess && result != ncclTimeout)
+    return kSenderRefused + static_cast<int>(result);
+  if (send(2, 10) != ncclSuccess) return 41;
+  if (requests[1] == nullptr)
+    if (ncclResult_t result = send(1, 10); result != ncclSuccess)
+      return result == ncclTimeout ? 45 : kSenderRefused + static_cast<int>(result);
+  (void)send(3, 10);  // may be refused once the receiver failed step 1: its verdict comes first
+  int size = -1;
+  if (waitDone(c, requests[0], &size, 10) != ncclSuccess || waitDone(c, requests[2], &size, 10) != ncclSuccess)
+    return 42;
+  const ncclResult_t result = waitDone(c, requests[1], &size, 5);
+  return result == ncclSuccess || result == ncclTimeout ? 0 : kSenderRefused + static_cast<int>(result);
+}
+
+Verdict truncationTakenAside(Context& c, std::string* evidence) {
+  Pair pair;
+  std::string why;
+  if (!openPair(
+          c, pair, [&](void* comm) { return sendTakenAside(c, comm); }, &why))
+    return fail("message taken aside: %s", why.c_str());
+  constexpr size_t kGuard = 64;
+  // Step 0: room for each message; step 1: tag 1's receive of 100 bytes, watched for kAsideBig + kGuard past it.
+  std::vector<std::vector<unsigned char>> buffers = {
+      std::vector<unsigned char>(2 * kAsideBig, 0), std::vector<unsigned char>(2 * kAsideBig, 0),
+      std::vector<unsigned char>(kAsideBig + kGuard, 0), std::vector<unsigned char>(2 * kAsideBig, 0)};
+  void* mhandles[4];
+  for (size_t b = 0; b < 4; ++b)
+    mhandles[b] = registerBuffer(c, pair.recvComm, buffers[b].data(), b == 2 ? kAsideSmall : buffers[b].size());
+  auto post = [&](int step, void** request) {
+    void* data[2] = {buffers[static_cast<size_t>(step * 2)].data(), buffers[static_cast<size_t>(step * 2 + 1)].data()};
+    size_t sizes[2] = {step == 0 ? 2 * kAsideBig : kAsideSmall, 2 * kAsideBig};
+    int tags[2] = {1, 2};
+    void* handles[2] = {mhandles[step * 2], mhandles[step * 2 + 1]};
+    return postRecv(c, pair.recvComm, 2, data, sizes, tags, handles, request);
+  };
+  void* request = nullptr;
+  int got[2] = {-1, -1};
+  ncclResult_t result = post(0, &request);
+  if (result == ncclSuccess) result = waitDone(c, request, got, 10, 2);
+  if (result != ncclSuccess || got[0] != static_cast<int>(kAsideBig) || got[1] != static_cast<int>(kAsideSmall)) {
+    if (pair.peer > 0) kill(pair.peer, SIGKILL);
+    closePair(c, pair, 1);
+    return fail("message taken aside: step 0 (tags 1 and 2, %zu and %zu B) %s", kAsideBig, kAsideSmall,
+                result != ncclSuccess
+                    ? ("returned " + resultText(result)).c_str()
+                    : ("reported sizes " + std::to_string(got[0]) + " and " + std::to_string(got[1])).c_str());
+  }
+  // Step 1, posted once step 0 is done: its tag-1 message (1000 B) was sent before this, for 100 bytes.
+  int peerCode = 0;
+  result = post(1, &request);
+  bool done = false;
+  for (auto deadline = Clock::now() + std::chrono::seconds(10); result == ncclSuccess && !done;) {
+    int finished = 0;
+    result = CALL("test", testSizes(*c.net, request, &finished, got, 2));
+    done = finished != 0;
+    int status = 0;
+    if (!done && result == ncclSuccess && pair.peer > 0 && waitpid(pair.peer, &status, WNOHANG) == pair.peer) {
+      pair.peer = -1;
+      peerCode = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      if (peerCode != 0) result = ncclTimeout;
+    }
+    if (!done && result == ncclSuccess && Clock::now() > deadline) result = ncclTimeout;
+  }
+  closePair(c, pair, 10);
+  const bool senderRefused = result == ncclTimeout && peerCode > kSenderRefused;
+  if (senderRefused) result = static_cast<ncclResult_t>(peerCode - kSenderRefused);
+  const auto& small = buffers[2];
+  for (size_t i = kAsideSmall; i < small.size(); ++i)
+    if (small[i] != 0)
+      return fail(
+          "message taken aside: step 1's %zu-byte message into its %zu-byte receive wrote past the buffer "
+          "(byte %zu after its start changed)",
+          kAsideBig, kAsideSmall, i);
+  if (done && result == ncclSuccess)
+    return fail(
+        "message taken aside: step 1's %zu-byte message, sent before its %zu-byte receive was posted, "
+        "completed (size %d): silent truncation on the path of a message kept for a later receive",
+        kAsideBig, kAsideSmall, got[0]);
+  if (result == ncclTimeout)
+    return fail("message taken aside: step 1's %zu-byte message into its %zu-byte receive never completed nor failed%s",
+                kAsideBig, kAsideSmall, peerCode != 0 ? (" (" + peerText(peerCode) + ")").c_str() : "");
+  *evidence += ", 1000 into 100 sent a step ahead of its grouped receive: " +
+               std::string(senderRefused ? "the sender's isend or test returned " : "") + resultText(result);
+  return pass("");
 }
 
 // One grouped irecv of `n` buffers (tags 10.., sizes 100*(k+1)+3) that the peer fills in reverse tag order. Empty
