@@ -414,7 +414,8 @@ int runTool(int argc, char** argv) {
                  "plugin name (libnccl-net-NAME.so) or path, NCCL_NET_PLUGIN semantics (default: $NCCL_NET_PLUGIN)");
   // One directory per -L (repeat it for more): taking several, -L DIR PLUGIN took the plugin as a second directory.
   app.add_option("-L,--search-dir", options.load.searchDirs,
-                 "directory searched for the plugin, one per -L, repeatable (default ../lib)")
+                 "directory searched first for the plugin, one per -L, repeatable (default ../lib beside this tool, "
+                 "searched before the dynamic linker's path; nccl-net-info searches it last, as NCCL would not)")
       ->allow_extra_args(false);
   app.add_option("--rules", options.only, "run only these rules")->delimiter(',');
   app.add_option("--skip", options.skip, "run every rule but these (applied after --rules)")->delimiter(',');

@@ -600,6 +600,15 @@ struct Pair {
 
 std::string peerText(int code);
 
+// A receiver's failed verdict with the sending peer's own failure, when it ended with one (`code`, its exit code): a
+// sender whose isend was refused for good gives up and closes its comm, and the receive then fails with
+// ncclRemoteError or waits out its time, which named the receive alone and sent a vendor to its receive path.
+Verdict withPeerFailure(Verdict v, int code) {
+  if (v.status != Status::kFail || code == 0 || code == 124) return v;  // 124: still running, killed here
+  v.evidence += " (the sending peer had failed: " + peerText(code) + ")";
+  return v;
+}
+
 // `afterListen`, when given, runs between listen and the peer's start.
 bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& sender, std::string* why,
               const std::function<void()>& afterListen = {}) {
@@ -665,8 +674,10 @@ int sendMessages(Context& c, void* comm, const std::vector<std::pair<size_t, uin
     if (i >= messages.size()) continue;
     fill(buffers[slot], messages[i].first, messages[i].second);
     sizes[slot] = messages[i].first;
-    if (postSend(c, comm, buffers[slot].data(), messages[i].first, tag, mhandles[slot], &requests[slot]) != ncclSuccess)
-      return 32;
+    if (ncclResult_t posted =
+            postSend(c, comm, buffers[slot].data(), messages[i].first, tag, mhandles[slot], &requests[slot]);
+        posted != ncclSuccess)
+      return posted == ncclTimeout ? 34 : 32;
   }
   deregisterNow(c, comm, mhandles);  // all done; after a failure they wait for closeSendComm
   return 0;
@@ -741,6 +752,7 @@ std::string peerText(int code) {
   if (code == 31) return "the sender's test reported a size other than the one it sent";
   if (code == 30) return "peer: a send did not complete (its test returned an error or said 'not done' too long)";
   if (code == 32) return "peer: isend returned an error";
+  if (code == 34) return "peer: isend answered NULL ('not now') for 10 s with the receives posted";
   if (code == 20) return "peer: connect did not complete within 20 s";
   if (code > kPeerConnectFailed && code <= kPeerConnectFailed + static_cast<int>(ncclNumResults))
     return "peer: connect returned " + resultText(static_cast<ncclResult_t>(code - kPeerConnectFailed));
@@ -794,7 +806,7 @@ Verdict sendAndReceive(Context& c, const std::vector<std::pair<size_t, uint64_t>
   int code = closePair(c, pair, v.status == Status::kPass ? 30 : 1);
   close(checkedPipe[0]);
   close(checkedPipe[1]);
-  if (v.status != Status::kPass) return v;
+  if (v.status != Status::kPass) return withPeerFailure(v, code);
   if (code != 0) return fail("%s", peerText(code).c_str());
   return v;
 }
@@ -1045,10 +1057,14 @@ Verdict maxRequestsInFlight(Context& c) {
   for (int i = 0; i < kRequests; ++i) {
     int size = -1;
     ncclResult_t result = waitDone(c, requests[i], &size, gTransferWaitSeconds);
-    if (result != ncclSuccess) return fail("receive %d: %s", i, waitText(result, gTransferWaitSeconds).c_str());
-    if (size != 1000 + i) return fail("receive %d: test reported %d bytes, %d were sent", i, size, 1000 + i);
-    if (long bad = firstMismatch(buffers[i], size, i); bad >= 0)
-      return fail("receive %d (%d B): wrong byte at offset %ld", i, size, bad);
+    Verdict v = pass("");
+    if (result != ncclSuccess)
+      v = fail("receive %d: %s", i, waitText(result, gTransferWaitSeconds).c_str());
+    else if (size != 1000 + i)
+      v = fail("receive %d: test reported %d bytes, %d were sent", i, size, 1000 + i);
+    else if (long bad = firstMismatch(buffers[i], size, i); bad >= 0)
+      v = fail("receive %d (%d B): wrong byte at offset %ld", i, size, bad);
+    if (v.status != Status::kPass) return withPeerFailure(v, closePair(c, pair, 1));
   }
   int code = closePair(c, pair);
   if (code != 0) return fail("%s", peerText(code).c_str());
@@ -1967,7 +1983,7 @@ Verdict messagesDoNotLeak(Context& c) {
   }
   int code = closePair(c, pair, v.status == Status::kPass ? 30 : 1);
   for (int fd : {grownPipe[0], checkedPipe[1], ackPipe[1]}) close(fd);
-  if (v.status != Status::kPass) return v;
+  if (v.status != Status::kPass) return withPeerFailure(v, code);
   if (code != 0) return fail("%s", peerText(code).c_str());
   std::string measured = "heap grew " + receiver.text() + " on the receiver and " + sender.text() +
                          " on the sender over " + std::to_string(kLeakMessages) +
@@ -2104,7 +2120,9 @@ Verdict commLifecycleLeaks(Context& c) {
       void* request = nullptr;
       fill(buffer, sizeOf(cycle), static_cast<uint64_t>(cycle) + 5);
       int size = -1;
-      if (postSend(c, sendComm, buffer.data(), sizeOf(cycle), 1, mhandle, &request) != ncclSuccess) return 32;
+      if (ncclResult_t posted = postSend(c, sendComm, buffer.data(), sizeOf(cycle), 1, mhandle, &request);
+          posted != ncclSuccess)
+        return posted == ncclTimeout ? 34 : 32;
       if (waitDone(c, request, &size, gTransferWaitSeconds) != ncclSuccess) return 30;
       if (sentSizeWrong(size, sizeOf(cycle))) return 31;
     }
@@ -2168,10 +2186,7 @@ Verdict commLifecycleLeaks(Context& c) {
       closeRecvComm(c, recvComm);
     }
     CALL("closeListen", c.net->closeListen(listenComm));
-    if (step.status != Status::kPass) {
-      endPeer();
-      return step;
-    }
+    if (step.status != Status::kPass) return withPeerFailure(step, endPeer().code);
   }
   ResourceCounts grown = lifecycleGrowth(base);
   PeerEnd peerEnd = endPeer();
@@ -2935,7 +2950,7 @@ Verdict everyCallReturns(Context& c) {
     return fail("%s", why.c_str());
   Verdict v = receiveMessages(c, pair.recvComm, messages, 64);  // registers its buffers; closeRecvComm deregisters
   int code = closePair(c, pair, v.status == Status::kPass ? 30 : 1);  // as transferChecked
-  if (v.status != Status::kPass) return v;
+  if (v.status != Status::kPass) return withPeerFailure(v, code);
   if (code != 0) return fail("%s", peerText(code).c_str());
   return pass("listen, connect, accept, regMr, isend, irecv, test, deregMr, close* each returned within " +
               std::to_string(gCallTimeout) + " s");
@@ -2980,8 +2995,10 @@ Verdict manyCommsAtOnce(Context& c) {
       std::vector<void*> requests(kComms, nullptr);
       for (int i = 0; i < kComms && code == 0; ++i) {
         fill(buffers[i], sizeOf(i, round), seedOf(i, round));
-        if (postSend(c, sendComms[i], buffers[i].data(), sizeOf(i, round), 1, mhandles[i], &requests[i]) != ncclSuccess)
-          code = 32;
+        if (ncclResult_t posted =
+                postSend(c, sendComms[i], buffers[i].data(), sizeOf(i, round), 1, mhandles[i], &requests[i]);
+            posted != ncclSuccess)
+          code = posted == ncclTimeout ? 34 : 32;
       }
       for (int i = 0; i < kComms && code == 0; ++i) {
         int size = -1;
@@ -3054,7 +3071,7 @@ Verdict manyCommsAtOnce(Context& c) {
   int code = waitPeer(peer, verdict.status == Status::kPass ? 30 : 1);
   close(checkedPipe[1]);
   closeAll();
-  if (verdict.status != Status::kPass) return verdict;
+  if (verdict.status != Status::kPass) return withPeerFailure(verdict, code);
   if (code != 0) return fail("%s", peerText(code).c_str());
   return pass(std::to_string(kComms) + " connections between the same two processes (maxComms " +
               std::to_string(c.props.maxComms) + "), " + std::to_string(kRounds) + " rounds of one message each " +
@@ -3189,7 +3206,8 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
             watchedCall(watch, testName, [&] { return testSizes(*net, requests[slot], &done, &size); });
         if (result != ncclSuccess)
           return failure.report(
-              "comm %d message %d (%zu B): %s returned %s (%s; state shared across comms without "
+              "comm %d message %d (%zu B): %s returned %s (%s; if the one-thread rules pass, state shared across comms "
+              "without "
               "a lock?)",
               index, message, expected, testName, resultText(result).c_str(), kThreadsNote);
         if (done) break;
@@ -3201,7 +3219,8 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
       if (failure.stop) return;
       if (sending ? sentSizeWrong(size, expected) : size != static_cast<int>(expected))
         return failure.report(
-            "comm %d message %d: %s reported %d bytes, %zu were sent (%s; state shared across "
+            "comm %d message %d: %s reported %d bytes, %zu were sent (%s; if the one-thread rules pass, state shared "
+            "across "
             "comms without a lock?)",
             index, message, testName, size, expected, kThreadsNote);
       if (progress != nullptr) {
@@ -3222,7 +3241,8 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
                   firstMismatch(buffers[slot], expected, threadMessageSeed(other, m)) < 0)
                 whose = ", the bytes of comm " + std::to_string(other) + "'s message " + std::to_string(m);
           return failure.report(
-              "comm %d message %d (%zu B): wrong byte at offset %ld%s (%s; state shared across "
+              "comm %d message %d (%zu B): wrong byte at offset %ld%s (%s; if the one-thread rules pass, state shared "
+              "across "
               "comms without a lock?)",
               index, message, expected, bad, whose.c_str(), kThreadsNote);
         }

@@ -98,7 +98,8 @@ class Poll {
 
 void check(ncclResult_t result, const char* what) {
   if (result != ncclSuccess)
-    throw std::runtime_error(std::string(what) + " returned ncclResult " + std::to_string(result));
+    throw std::runtime_error(std::string(what) + " returned " + std::to_string(static_cast<int>(result)) + " (" +
+                             nccl_net::sdk::resultName(result) + ")");
 }
 
 void writeAll(int fd, const void* data, size_t size) {
@@ -780,7 +781,8 @@ int runTool(int argc, char** argv) {
   app.add_option("plugin", plugin, "plugin name (libnccl-net-NAME.so) or path, NCCL_NET_PLUGIN semantics");
   // One directory per -L (repeat it for more): taking several, -L DIR PLUGIN took the plugin as a second directory.
   app.add_option("-L,--search-dir", load.searchDirs,
-                 "directory searched for the plugin, one per -L, repeatable (default ../lib)")
+                 "directory searched first for the plugin, one per -L, repeatable (default ../lib beside this tool, "
+                 "searched before the dynamic linker's path; nccl-net-info searches it last, as NCCL would not)")
       ->allow_extra_args(false);
   nns::tools::addSizeOption(app, "-b,--minbytes", settings.minBytes, "smallest message (K/M/G; default 8)");
   // test() reports a message's size as an int: a larger message could not be seen to arrive whole.
