@@ -11,6 +11,7 @@ install(FILES ${PROJECT_BINARY_DIR}/nccl_net_sdkConfig.cmake ${PROJECT_BINARY_DI
   DESTINATION ${NNS_CMAKE_DIR})
 # Relocatable: the prefix is found relative to the .pc file, so an install can be moved.
 file(RELATIVE_PATH NNS_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
+string(REGEX REPLACE "/$" "" NNS_PC_TO_PREFIX "${NNS_PC_TO_PREFIX}")  # "../../" (CMake 3.25): no "//include"
 configure_file(cmake/nccl-net-sdk.pc.in ${PROJECT_BINARY_DIR}/nccl-net-sdk.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/nccl-net-sdk.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 # The same from the build tree, without installing: nccl-net-sdk-uninstalled.pc beside it points at the sources, and

@@ -2933,9 +2933,9 @@ Verdict everyVersionAgrees(Context& c) {
     if (v.status != Status::kPass) return fail("ncclNet_v%d: %s", version, v.evidence.c_str());
     CALL("finalize", net->finalize(ctx));
     // Appended piece by piece: GCC 12 at -O3 reports a false -Wrestrict on "v" + std::to_string(...).
+    if (!summary.empty()) summary += ' ';
     summary += 'v';
     summary += std::to_string(version);
-    summary += ' ';
   }
   return pass("same name and properties, data moved through " + summary);
 }

@@ -778,7 +778,9 @@ int runTool(int argc, char** argv) {
   nns::core::LoadOptions load;
   std::string plugin;
   bool asJson = false;
-  app.add_option("plugin", plugin, "plugin name (libnccl-net-NAME.so) or path, NCCL_NET_PLUGIN semantics");
+  app.add_option("plugin", plugin,
+                 "plugin name (libnccl-net-NAME.so) or path, NCCL_NET_PLUGIN semantics (default: $NCCL_NET_PLUGIN, "
+                 "else libnccl-net.so, as NCCL)");
   // One directory per -L (repeat it for more): taking several, -L DIR PLUGIN took the plugin as a second directory.
   app.add_option("-L,--search-dir", load.searchDirs,
                  "directory searched first for the plugin, one per -L, repeatable (default ../lib beside this tool, "
@@ -816,7 +818,8 @@ int runTool(int argc, char** argv) {
       "Exit status:\n"
       "  0  measured\n"
       "  1  the run failed: a plugin call returned an error, test() reported a received size other than the bytes\n"
-      "     sent (or none), an operation ran out of --call-timeout, or -e is above the device's maxP2pBytes\n"
+      "     sent (or none), an operation ran out of --call-timeout, -e is above the device's maxP2pBytes, or -m\n"
+      "     above its maxRecvs\n"
       "  2  a refused argument, or the plugin did not load (also when it crashed or hung while loading: the call\n"
       "     is named)\n"
       "  3  a plugin call crashed the measuring or the peer process (the call and the process named)\n"
