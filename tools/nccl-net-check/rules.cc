@@ -3545,8 +3545,9 @@ Verdict virtualDevices(Context& c) {
   // NCCL (2.23+, ncclNet_v9+) fuses the ports of one NIC into a vNIC with makeVDevice, then counts the devices
   // devices() lists beyond the physical ones as its vNICs, reads each one's properties (vProps names the physical
   // devices, from whose places in the topology it places the vNIC; the name keys it in the topology XML) and uses only
-  // the vNICs from then on. Fused here: devices 0 and 1, or device 0 alone where there is one (NCCL_NET_FORCE_MERGE
-  // can ask for that; a plugin may refuse it, then the rule is skipped).
+  // the vNICs from then on. Fused here: devices 0 and 1, or device 0 alone where there is one, to check the data
+  // path of a vNIC on a one-NIC host (NCCL itself never makes a vNIC of one device: its ncclTopoMakeVnic skips size 1,
+  // forced merges too; a plugin may refuse it, then the rule is skipped).
   if (!c.net->hasMakeVDevice())
     return skip(c.net->version() < 9
                     ? "ncclNet_v" + std::to_string(c.net->version()) + " has no makeVDevice (NIC fusion came with v9)"
@@ -3600,7 +3601,7 @@ Verdict virtualDevices(Context& c) {
   if (ncclResult_t result = CALL("makeVDevice", c.net->makeVDevice(&vdev, &props)); result != ncclSuccess) {
     if (wanted.ndevs == 1)
       return skip("one device, and makeVDevice of it alone returned " + resultText(result) +
-                  " (NCCL fuses two devices or more unless NCCL_NET_FORCE_MERGE names one)");
+                  " (NCCL makes vNICs of two devices or more only)");
     return fail("makeVDevice of devices %s returned %s", parts.c_str(), resultText(result).c_str());
   }
   if (ncclResult_t result = CALL("devices", c.net->devices(&now)); result != ncclSuccess)
