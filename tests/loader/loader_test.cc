@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -841,24 +842,41 @@ TEST(Probe, TheProbesInitIsTheFirstInitsAsInNccl) {
   dlclose(library);
 }
 
+// The once-state test double loaded (its net), with its record of calls read from the calls made from here on.
+class OnceStateLoaded : public testing::Test {
+ protected:
+  void SetUp() override {
+    net = loadNet(inBuildTree(kPath), &report);
+    ASSERT_NE(net, nullptr) << reasons(report);
+    library = dlopen(kPath.c_str(), RTLD_NOW | RTLD_NOLOAD);  // held: the record outlives what a test unloads
+    ASSERT_NE(library, nullptr);
+    calls = static_cast<const char*>(dlsym(library, "nnsOnceStateCalls"));
+    ASSERT_NE(calls, nullptr);
+    mark = std::strlen(calls);
+  }
+  void TearDown() override {
+    if (library != nullptr) dlclose(library);
+  }
+  // The calls since SetUp.
+  std::string since() const { return calls + mark; }
+
+  const std::string kPath = kDir + "/libnccl-net-once-state.so";
+  LoadReport report;
+  std::unique_ptr<Net> net;
+  void* library = nullptr;
+  const char* calls = nullptr;
+  size_t mark = 0;
+};
+
 // The same for a collNet: NCCL keeps the collNet context of the init that checked it, with the communicator. The
 // loader finalized it after the probe, so a collNet that frees its state at its last finalize found it gone at the
 // next init (init, finalize, init in one loaded copy, which NCCL never does).
-TEST(Probe, TheCollNetProbesInitIsTheFirstInitsAsInNccl) {
-  const std::string path = kDir + "/libnccl-net-once-state.so";
-  LoadReport report;
-  auto net = loadNet(inBuildTree(path), &report);
-  ASSERT_NE(net, nullptr) << reasons(report);
-  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);  // held: the record outlives the CollNet below
-  ASSERT_NE(library, nullptr);
-  const char* calls = static_cast<const char*>(dlsym(library, "nnsOnceStateCalls"));
-  ASSERT_NE(calls, nullptr);
-  const size_t mark = std::strlen(calls);
+TEST_F(OnceStateLoaded, TheCollNetProbesInitIsTheFirstInitsAsInNccl) {
   CollNetReport collReport;
   auto coll = loadCollNet(*net, &collReport);
   ASSERT_NE(coll, nullptr) << collReport.rejectReason;
   void* ctx = nullptr;
-  ASSERT_EQ(coll->init(&ctx, 0, hostLogger), ncclSuccess) << calls;
+  ASSERT_EQ(coll->init(&ctx, 0, hostLogger), ncclSuccess) << since();
   int ndev = 0;
   EXPECT_EQ(coll->devices(&ndev), ncclSuccess);
   EXPECT_EQ(ndev, 1);
@@ -867,29 +885,18 @@ TEST(Probe, TheCollNetProbesInitIsTheFirstInitsAsInNccl) {
   EXPECT_EQ(coll->finalize(other), ncclSuccess);
   EXPECT_EQ(coll->finalize(ctx), ncclSuccess);
   coll.reset();
-  EXPECT_STREQ(calls + mark, "coll-init coll-devices coll-devices coll-init coll-finalize coll-finalize ");
-  dlclose(library);
+  EXPECT_EQ(since(), "coll-init coll-devices coll-devices coll-init coll-finalize coll-finalize ");
 }
 
 // Loaded and never initialised (a tool that only lists what is there): the probe's collNet context is finalized
 // with the CollNet, once.
-TEST(Probe, AProbedCollNetNeverInitialisedIsFinalizedWithIt) {
-  const std::string path = kDir + "/libnccl-net-once-state.so";
-  LoadReport report;
-  auto net = loadNet(inBuildTree(path), &report);
-  ASSERT_NE(net, nullptr) << reasons(report);
-  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  ASSERT_NE(library, nullptr);
-  const char* calls = static_cast<const char*>(dlsym(library, "nnsOnceStateCalls"));
-  ASSERT_NE(calls, nullptr);
-  const size_t mark = std::strlen(calls);
+TEST_F(OnceStateLoaded, AProbedCollNetNeverInitialisedIsFinalizedWithIt) {
   CollNetReport collReport;
   auto coll = loadCollNet(*net, &collReport);
   ASSERT_NE(coll, nullptr) << collReport.rejectReason;
-  EXPECT_STREQ(calls + mark, "coll-init coll-devices ");
+  EXPECT_EQ(since(), "coll-init coll-devices ");
   coll.reset();
-  EXPECT_STREQ(calls + mark, "coll-init coll-devices coll-finalize ");
-  dlclose(library);
+  EXPECT_EQ(since(), "coll-init coll-devices coll-finalize ");
 }
 
 // A plugin rejected after its init ran stays loaded, as in NCCL, which disables it and never unloads it: a v6..v10

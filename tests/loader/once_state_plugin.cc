@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "host_only_net.hpp"
 #include "nccl_net/net.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -60,17 +61,7 @@ ncclResult_t devices(int* ndev) {
 ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
   record("getProperties");
   if (state == nullptr || dev != 0) return ncclInternalError;
-  std::memset(props, 0, sizeof(*props));
-  props->name = const_cast<char*>("once0");
-  props->ptrSupport = NCCL_PTR_HOST;
-  props->speed = 1000;
-  props->maxComms = 1;
-  props->maxRecvs = 1;
-  props->vProps.ndevs = 1;
-  props->maxP2pBytes = 1 << 30;
-  props->maxCollBytes = 1 << 30;
-  props->maxMultiRequestSize = 1;
-  props->railId = props->planeId = -1;
+  host_only_net::fillProperties(props, "once0");
   return ncclSuccess;
 }
 ncclResult_t finalize(void*) {
@@ -80,33 +71,6 @@ ncclResult_t finalize(void*) {
     state = nullptr;  // the once flag stays set: this copy of the library is done
   }
   return ncclSuccess;
-}
-ncclResult_t listen(void*, int, void*, void**) {
-  return ncclInternalError;
-}
-ncclResult_t connect(void*, int, void*, void**, ncclNetDeviceHandle_v12_t**) {
-  return ncclInternalError;
-}
-ncclResult_t accept(void*, void**, ncclNetDeviceHandle_v12_t**) {
-  return ncclInternalError;
-}
-ncclResult_t regMr(void*, void*, size_t, int, void**) {
-  return ncclInternalError;
-}
-ncclResult_t deregMr(void*, void*) {
-  return ncclInternalError;
-}
-ncclResult_t isend(void*, void*, size_t, int, void*, void*, void**) {
-  return ncclInternalError;
-}
-ncclResult_t irecv(void*, int, void**, size_t*, int*, void**, void**, void**) {
-  return ncclInternalError;
-}
-ncclResult_t test(void*, int*, int*) {
-  return ncclInternalError;
-}
-ncclResult_t close(void*) {
-  return ncclInternalError;
 }
 
 // The collNet: the same once-set-up state, its own.
@@ -161,47 +125,26 @@ ncclResult_t collIflush(void*, void*, int, void*, void**) {
 // Declared extern first: a namespace-scope const is otherwise internal, and not exported.
 extern "C" {
 EXPORT extern const ncclNet_v12_t ncclNetPlugin_v12;
-// In the table's order (designated initializers are C++20).
-const ncclNet_v12_t ncclNetPlugin_v12 = {"once-state",
-                                         init,
-                                         devices,
-                                         getProperties,
-                                         listen,
-                                         connect,
-                                         accept,
-                                         regMr,
-                                         nullptr /* regMrDmaBuf */,
-                                         deregMr,
-                                         isend,
-                                         irecv,
-                                         nullptr /* iflush */,
-                                         test,
-                                         close,
-                                         close,
-                                         close,
-                                         nullptr /* getDeviceMr */,
-                                         nullptr /* irecvConsumed */,
-                                         nullptr /* makeVDevice */,
-                                         finalize,
-                                         nullptr /* setNetAttr */};
+const ncclNet_v12_t ncclNetPlugin_v12 = host_only_net::table("once-state", init, devices, getProperties, finalize);
 EXPORT extern const ncclCollNet_v12_t ncclCollNetPlugin_v12;
+// In the table's order (designated initializers are C++20); its data path refuses, as the net's.
 const ncclCollNet_v12_t ncclCollNetPlugin_v12 = {"once-state",
                                                  collInit,
                                                  collDevices,
                                                  collGetProperties,
-                                                 listen,
+                                                 host_only_net::listen,
                                                  collConnect,
                                                  reduceSupport,
-                                                 regMr,
+                                                 host_only_net::regMr,
                                                  nullptr /* regMrDmaBuf */,
-                                                 deregMr,
+                                                 host_only_net::deregMr,
                                                  iallreduce,
                                                  nullptr /* iallgather */,
                                                  nullptr /* ireducescatter */,
                                                  collIflush,
-                                                 test,
-                                                 close,
-                                                 close,
+                                                 host_only_net::test,
+                                                 host_only_net::close,
+                                                 host_only_net::close,
                                                  nullptr /* makeVDevice */,
                                                  collFinalize};
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "host_only_net.hpp"
 #include "nns/core/loader.hpp"
 
 namespace {
@@ -20,46 +21,8 @@ ncclResult_t devices(int* ndev) {
   return ncclSuccess;
 }
 ncclResult_t getProperties(int, ncclNetProperties_v12_t* props) {
-  std::memset(props, 0, sizeof(*props));
-  props->name = const_cast<char*>("static0");
-  props->ptrSupport = NCCL_PTR_HOST;
-  props->speed = 1000;
-  props->maxComms = 1;
-  props->maxRecvs = 1;
-  props->vProps.ndevs = 1;
-  props->maxP2pBytes = 1 << 20;
-  props->maxCollBytes = 1 << 20;
-  props->maxMultiRequestSize = 1;
-  props->railId = props->planeId = -1;
+  host_only_net::fillProperties(props, "static0");
   return ncclSuccess;
-}
-// The data path is not this test's: it refuses.
-ncclResult_t listen(void*, int, void*, void**) {
-  return ncclInternalError;
-}
-ncclResult_t connect(void*, int, void*, void**, ncclNetDeviceHandle_v12_t**) {
-  return ncclInternalError;
-}
-ncclResult_t accept(void*, void**, ncclNetDeviceHandle_v12_t**) {
-  return ncclInternalError;
-}
-ncclResult_t regMr(void*, void*, size_t, int, void**) {
-  return ncclInternalError;
-}
-ncclResult_t deregMr(void*, void*) {
-  return ncclInternalError;
-}
-ncclResult_t isend(void*, void*, size_t, int, void*, void*, void**) {
-  return ncclInternalError;
-}
-ncclResult_t irecv(void*, int, void**, size_t*, int*, void**, void**, void**) {
-  return ncclInternalError;
-}
-ncclResult_t test(void*, int*, int*) {
-  return ncclInternalError;
-}
-ncclResult_t close(void*) {
-  return ncclInternalError;
 }
 ncclResult_t finalize(void*) {
   return ncclSuccess;
@@ -69,28 +32,7 @@ ncclResult_t finalize(void*) {
 
 extern "C" {
 __attribute__((visibility("default"))) extern const ncclNet_v12_t ncclNetPlugin_v12;
-const ncclNet_v12_t ncclNetPlugin_v12 = {"static-program",
-                                         init,
-                                         devices,
-                                         getProperties,
-                                         listen,
-                                         connect,
-                                         accept,
-                                         regMr,
-                                         nullptr /* regMrDmaBuf */,
-                                         deregMr,
-                                         isend,
-                                         irecv,
-                                         nullptr /* iflush */,
-                                         test,
-                                         close,
-                                         close,
-                                         close,
-                                         nullptr /* getDeviceMr */,
-                                         nullptr /* irecvConsumed */,
-                                         nullptr /* makeVDevice */,
-                                         finalize,
-                                         nullptr /* setNetAttr */};
+const ncclNet_v12_t ncclNetPlugin_v12 = host_only_net::table("static-program", init, devices, getProperties, finalize);
 }
 
 int main() {
