@@ -1682,14 +1682,17 @@ class IbNet {
     if (sge.length <= comm->fifoInlineBytes) wr.send_flags |= IBV_SEND_INLINE;
     wr.wr.rdma.remote_addr = comm->remoteControlAddr + static_cast<uint64_t>(slotIndex) * kMaxRecvs * sizeof(FifoEntry);
     wr.wr.rdma.rkey = comm->remoteControlRkey;
+    // Counted before the post, as isend counts before it posts: a deregMr of one of these buffers on another thread
+    // meanwhile finds it in use, rather than freeing a handle this receive then counts on.
+    countUsers(req->mhandles, n, +1);
     ibv_send_wr* bad = nullptr;
     int rc = ibv_post_send(qp0.qp, &wr, &bad);
     if (rc != 0) {
+      countUsers(req->mhandles, n, -1);
       slot = RecvSlot{};
       comm->requests.release(req);
       return fail(comm, ncclSystemError, "ibv_post_send of the FIFO entry: " + errnoText(rc));
     }
-    countUsers(req->mhandles, n, +1);
     ++comm->sequence;
     ++comm->pending;
     *request = req;
