@@ -539,6 +539,7 @@ class Lingering {
     started_ = pthread_create(&thread_, nullptr, &Lingering::main, this) == 0;
     if (!started_) {  // no thread: release the comms now, as before lingering existed
       NCCL_NET_WARN("cannot start the thread that keeps closed comms for their peers; closing them at once");
+      std::lock_guard<std::mutex> tearing(teardown_);
       for (Comm* each : comms_) finish(each, false);
       comms_.clear();
     }
@@ -569,11 +570,18 @@ class Lingering {
     instance_ = this;
     pthread_atfork(&Lingering::beforeFork, &Lingering::afterFork, &Lingering::afterForkInChild);
   }
+  // Both locks: the list's, and the one the thread holds while it tears comms down (UCX calls, and the context table's
+  // lock in releaseComm). A child forked in the middle of a teardown inherited the table's lock held by a thread it
+  // does not have, and its first connect or accept waited for it for ever (and UCX's state half torn down).
   static void beforeFork() {
-    if (instance_ != nullptr) instance_->mutex_.lock();
+    if (instance_ == nullptr) return;
+    instance_->mutex_.lock();
+    instance_->teardown_.lock();
   }
   static void afterFork() {
-    if (instance_ != nullptr) instance_->mutex_.unlock();
+    if (instance_ == nullptr) return;
+    instance_->teardown_.unlock();
+    instance_->mutex_.unlock();
   }
   // The child's copy of the condition variable counts the parent's thread, waiting in it, as a waiter that will never
   // leave: destroying it (the child's exit) waited for ever. The child gets a fresh one; the copy is left alone.
@@ -583,6 +591,7 @@ class Lingering {
     static auto* parentsWakes = new std::vector<std::condition_variable*>;
     parentsWakes->push_back(instance_->wake_.release());
     instance_->wake_ = std::make_unique<std::condition_variable>();
+    instance_->teardown_.unlock();
     instance_->mutex_.unlock();
   }
 
@@ -619,7 +628,10 @@ class Lingering {
         comms_.erase(comms_.begin() + static_cast<long>(i));
       }
       lock.unlock();  // ending comms are this thread's alone now; close() need not wait for their teardown
-      for (const auto& [comm, gone] : ending) finish(comm, gone);
+      {
+        std::lock_guard<std::mutex> tearing(teardown_);  // a fork waits for it (beforeFork)
+        for (const auto& [comm, gone] : ending) finish(comm, gone);
+      }
       if (ending.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       ending.clear();
       lock.lock();
@@ -637,6 +649,7 @@ class Lingering {
 
   static inline Lingering* instance_ = nullptr;
   std::mutex mutex_;
+  std::mutex teardown_;  // held while the thread closes comms (after mutex_ where both are taken)
   std::vector<Comm*> comms_;
   std::vector<Comm*> abandoned_;
   // The thread's comms being closed: comm, and whether its peer is gone (else its linger ran out). A member, not the

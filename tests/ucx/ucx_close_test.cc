@@ -402,4 +402,38 @@ TEST(UcxClose, AChildForkedAfterALingeringCommExits) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
 
+// A child forked while the thread tears a closed comm down (endpoint close, worker destroy, ucp_cleanup, under the
+// context table's lock) inherited that lock held by a thread it does not have: its first connect waited for it for
+// ever. Forks spread over the teardown (0 .. 7.25 ms after the closes); each child makes a pair of its own and moves
+// a message, within 20 s. Before the fork handlers waited for a teardown, about one fork in ten hung.
+TEST(UcxClose, AChildForkedDuringALingeringTeardownMakesCommsOfItsOwn) {
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(openUcxPair(kTcp.env, &pair));
+  const ncclNet_v12_t* net = pair.net;
+  void *sendComm = pair.sendComm, *recvComm = pair.recvComm, *listenComm = pair.listenComm;
+  for (int round = 0; round < 30; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    if (round > 0) {
+      ASSERT_EQ(connectPair(net, pair.ctx, 0, &sendComm, &recvComm, &listenComm), ncclSuccess);
+    }
+    EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);  // lingers until the receiver's goodbye
+    EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);  // its goodbye: the thread tears the send comm down
+    EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+    std::this_thread::sleep_for(std::chrono::microseconds(250 * round));
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      alarm(20);  // a hang ends the child with SIGALRM
+      void *childSend = nullptr, *childRecv = nullptr, *childListen = nullptr;
+      if (connectPair(net, pair.ctx, 0, &childSend, &childRecv, &childListen) != ncclSuccess) _exit(1);
+      _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM ? "the child's connect hung for 20 s"
+                                                               : "child status " + std::to_string(status));
+  }
+}
+
 }  // namespace
