@@ -20,8 +20,8 @@ struct Library {
   Library& operator=(const Library&) = delete;
   void* handle;
   std::string path;
-  // Never dlclose'd (kept for the process): a plugin whose init ran and that was then rejected stays loaded, as in
-  // NCCL, which only disables it. One before v11 has no finalize to stop the threads its init started.
+  // Never dlclose'd (kept for the process): a plugin whose init succeeded and that was then rejected stays loaded, as
+  // in NCCL, which only disables it. One before v11 has no finalize to stop the threads its init started.
   bool keepLoaded = false;
 };
 

@@ -686,10 +686,13 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
       }
     }
     if (!refusal.empty()) {
-      // Once its init has been called, NCCL disables a plugin it rejects and does not unload it (net.cc's init
-      // failure path; its device-version rejection leaves the reference count below 0, so no unload there either):
-      // what the init started (a v6..v10 plugin's threads, with no finalize to stop them) must find its code mapped.
-      library->keepLoaded = true;
+      // Rejected after its init succeeded (devices failed or listed none, device 0 unusable), a plugin stays loaded:
+      // NCCL disables it and does not unload it (net.cc's init failure path; its device-version rejection leaves the
+      // reference count below 0, so no unload there either), and what the init started (a v6..v10 plugin's threads,
+      // with no finalize to stop them) must find its code mapped. One whose init failed started nothing to keep
+      // running, and is unloaded: a later load (another communicator, after the environment was put right) then
+      // starts it afresh, where a plugin that keeps what it found at its first init would fail again.
+      if (initialised) library->keepLoaded = true;
       candidate.rejectReason = refusal;
       out.candidates.push_back(std::move(candidate));
       continue;
