@@ -3206,9 +3206,8 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
             watchedCall(watch, testName, [&] { return testSizes(*net, requests[slot], &done, &size); });
         if (result != ncclSuccess)
           return failure.report(
-              "comm %d message %d (%zu B): %s returned %s (%s; if the one-thread rules pass, state shared across comms "
-              "without "
-              "a lock?)",
+              "comm %d message %d (%zu B): %s returned %s (%s; if the one-thread rules pass, state shared across "
+              "comms without a lock?)",
               index, message, expected, testName, resultText(result).c_str(), kThreadsNote);
         if (done) break;
         if (Clock::now() > deadline)
@@ -3219,9 +3218,8 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
       if (failure.stop) return;
       if (sending ? sentSizeWrong(size, expected) : size != static_cast<int>(expected))
         return failure.report(
-            "comm %d message %d: %s reported %d bytes, %zu were sent (%s; if the one-thread rules pass, state shared "
-            "across "
-            "comms without a lock?)",
+            "comm %d message %d: %s reported %d bytes, %zu were sent (%s; if the one-thread rules pass, state "
+            "shared across comms without a lock?)",
             index, message, testName, size, expected, kThreadsNote);
       if (progress != nullptr) {
         int64_t waited = steadyNanos() - posted[slot];
@@ -3241,9 +3239,8 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
                   firstMismatch(buffers[slot], expected, threadMessageSeed(other, m)) < 0)
                 whose = ", the bytes of comm " + std::to_string(other) + "'s message " + std::to_string(m);
           return failure.report(
-              "comm %d message %d (%zu B): wrong byte at offset %ld%s (%s; if the one-thread rules pass, state shared "
-              "across "
-              "comms without a lock?)",
+              "comm %d message %d (%zu B): wrong byte at offset %ld%s (%s; if the one-thread rules pass, state "
+              "shared across comms without a lock?)",
               index, message, expected, bad, whose.c_str(), kThreadsNote);
         }
       }
