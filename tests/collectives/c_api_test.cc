@@ -789,7 +789,11 @@ TEST(CApi, AUniqueIdsPortIsLetGoWhenNoBootstrapListensOnIt) {
 // Runs nnsGetUniqueId in a child process in a network namespace of its own, made by the ip commands `setup`, once
 // per NCCL_SOCKET_IFNAME value in `ifnames` (nullptr: unset): the ids' addresses, one per line, or "skip: ..." where
 // namespaces or veth pairs cannot be made here.
-std::string uniqueIdsInNamespace(const char* setup, const std::vector<const char*>& ifnames) {
+// `up` names the links that must be running before the ids are made: the kernel sets a link's operational state
+// (IFF_RUNNING) from a deferred work item up to a second after its carrier came on, so a just-made veth can still
+// read as without a carrier (this test failed so on a loaded CI host: "127.0.0.1" for the veth's address).
+std::string uniqueIdsInNamespace(const char* setup, const std::vector<const char*>& up,
+                                 const std::vector<const char*>& ifnames) {
   if (geteuid() != 0) return "skip: network namespaces need root";
   int out[2];
   if (pipe(out) != 0) return "skip: pipe failed";
@@ -805,6 +809,14 @@ std::string uniqueIdsInNamespace(const char* setup, const std::vector<const char
     if (std::system(setup) != 0) {
       say("skip: no veth pairs here (`ip link add ... type veth` failed)");
       _exit(0);
+    }
+    for (const char* link : up) {
+      const std::string wait = std::string("for i in $(seq 100); do ip -o link show dev ") + link +
+                               " | grep -q 'state UP' && exit 0; sleep 0.05; done; exit 1";
+      if (std::system(wait.c_str()) != 0) {
+        say(std::string("error: ") + link + " did not come up within 5 s\n");
+        _exit(0);
+      }
     }
     unsetenv("NNS_ROOT_ADDR");
     for (const char* ifname : ifnames) {
@@ -837,7 +849,7 @@ TEST(CApi, AUniqueIdSkipsContainerBridgesAndLinksWithoutACarrier) {
       "ip link set docker0 up && ip link set zzpeer0 up && "
       "ip link add eth9 type veth peer name zzpeer9 && ip addr add 10.9.0.1/24 dev eth9 && ip link set eth9 up && "
       "ip link set zzpeer9 up && ip link set lo up",  // eth8's peer stays down: eth8 is up with no carrier
-      {nullptr, "^docker"});
+      {"docker0", "eth9"}, {nullptr, "^docker"});
   if (said.rfind("skip: ", 0) == 0) GTEST_SKIP() << said.substr(6);
   // "^docker" selects lo too: loopback only when nothing else is selected.
   EXPECT_EQ(said, "10.9.0.1\n10.9.0.1\n") << "the unique ids hold " << said;
@@ -852,7 +864,7 @@ TEST(CApi, AUniqueIdTakesAVethBeforeLoopbackAndNeverALinkLocalAddress) {
       "ip link set zzpeer0 up && "
       "ip link add vethA type veth peer name zzpeerA && ip addr add 10.77.0.1/24 dev vethA && "
       "ip link set vethA up && ip link set zzpeerA up && ip link set lo up",
-      {nullptr, "vethA"});
+      {"usb0", "vethA"}, {nullptr, "vethA"});
   if (said.rfind("skip: ", 0) == 0) GTEST_SKIP() << said.substr(6);
   EXPECT_EQ(said, "10.77.0.1\n10.77.0.1\n") << "the unique ids hold " << said;
 }

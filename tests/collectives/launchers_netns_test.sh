@@ -63,6 +63,14 @@ mkdir -p "/etc/netns/$ns"
 printf '127.0.0.1 localhost\n127.0.1.1 nnlhost3\n' > "/etc/netns/$ns/hosts"
 for i in 0 1 2; do echo "10.78.0.4 nnlhost3" >> "/etc/netns/$tag-$i/hosts"; done
 
+# The kernel marks a link running (IFF_RUNNING, which the ranks' interface choice reads) from deferred work up to a
+# second after its carrier came on: wait for that, or a loaded host's first rank can see only loopback.
+for host in 0 1 2 3; do
+  for link in eth0 $([ "$host" = 3 ] && echo usb0 tun0); do
+    for _ in $(seq 100); do ip -n "$tag-$host" -o link show dev "$link" | grep -q 'state UP' && break; sleep 0.05; done
+  done
+done
+
 failures=0
 fail() { echo "FAILED: $*"; failures=$((failures + 1)); }
 # start NAME HOST VAR=VALUE... -- COMMAND...: one rank in host HOST's namespace, output in $tmp/NAME.log.
