@@ -2080,6 +2080,10 @@ class IbNet {
           *error = "waiting for the peer's ready: " + ioFailure(status, ioError);
           return ncclRemoteError;
         }
+        if (p->ready != 1) {  // our connect sends 1: anything else is not one of our peers, or a corrupt stream
+          *error = "the peer's ready word is " + std::to_string(p->ready) + ", not 1: not an nns-ib peer";
+          return ncclRemoteError;
+        }
         *finished = true;
         return ncclSuccess;
     }
