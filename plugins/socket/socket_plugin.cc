@@ -621,6 +621,18 @@ class SocketNet {
     return false;
   }
 
+  // Why a sender that has its Welcome but not yet all its data sockets is gone ("" while it is not): it sends nothing
+  // on its control socket before its comm is made, so a readable control socket means it closed it (a connect given
+  // up half way) or the connection broke. Without this its sockets stayed until the connect timeout.
+  static std::string senderGone(int controlFd) {
+    char byte;
+    const ssize_t n = ::recv(controlFd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return "closed its connection before opening all its data sockets";
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      return std::string("its connection broke before it opened all its data sockets: ") + std::strerror(errno);
+    return "";
+  }
+
   // Completes at most one sender per call (NCCL wants one recvComm per accept).
   static ncclResult_t finishSender(ListenComm* listener, std::chrono::milliseconds timeout, void** recvComm) {
     auto& senders = listener->senders;
@@ -632,6 +644,7 @@ class SocketNet {
       if (failed(status)) problem = "answering: " + error;
       bool complete = status == sdk::IoStatus::kDone &&
                       std::none_of(sender.dataFds.begin(), sender.dataFds.end(), [](int fd) { return fd < 0; });
+      if (problem.empty() && status == sdk::IoStatus::kDone && !complete) problem = senderGone(sender.controlFd);
       if (problem.empty() && !complete && Clock::now() - sender.since > timeout)
         problem = "did not open all its data sockets within the connect timeout";
       if (!problem.empty()) {

@@ -44,6 +44,12 @@ int connectTo(const nccl_net::sdk::SocketAddress& address) {
 class SocketWire : public ::testing::Test {
  protected:
   void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(startSender());
+    ASSERT_NO_FATAL_FAILURE(openDataSockets());
+  }
+
+  // Listens, then opens the control socket and sends its hello; returns once the listener's Welcome arrived.
+  void startSender() {
     net = plugin();
     ASSERT_NE(net, nullptr);
     ncclResult_t result;
@@ -55,10 +61,10 @@ class SocketWire : public ::testing::Test {
     ASSERT_EQ(wire::kHandleCodec.decode(handle, &target), ncclSuccess);
 
     // The control socket and its hello; the listener answers with a Welcome from within accept().
-    const uint64_t senderId = 0x5e11de4;
+    listenId = target.listenId;
     control = connectTo(target.controlAddress);
     ASSERT_GE(control, 0) << std::strerror(errno);
-    const wire::Hello hello{wire::kWireMagic, wire::kControlSocket, target.listenId, senderId, 0, 0};
+    const wire::Hello hello{wire::kWireMagic, wire::kControlSocket, listenId, kSenderId, 0, 0};
     ASSERT_TRUE(writeAll(control, &hello, sizeof(hello)));
     size_t got = 0;
     const auto deadline = Clock::now() + std::chrono::seconds(10);
@@ -73,11 +79,16 @@ class SocketWire : public ::testing::Test {
     }
     ASSERT_EQ(welcome.magic, wire::kWireMagic);
     ASSERT_GE(welcome.inlineBytes, 100u) << "the frames below are built inline";
+  }
+
+  // Opens the data sockets the Welcome asked for and accepts until the listener made the comm.
+  void openDataSockets() {
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
     for (uint32_t i = 0; i < welcome.dataSockets; ++i) {
       const int fd = connectTo(welcome.addresses[0]);
       ASSERT_GE(fd, 0) << std::strerror(errno);
       data.push_back(fd);
-      const wire::Hello dataHello{wire::kWireMagic, wire::kDataSocket, target.listenId, senderId, i, 0};
+      const wire::Hello dataHello{wire::kWireMagic, wire::kDataSocket, listenId, kSenderId, i, 0};
       ASSERT_TRUE(writeAll(fd, &dataHello, sizeof(dataHello)));
     }
     while (recvComm == nullptr) {
@@ -151,7 +162,30 @@ class SocketWire : public ::testing::Test {
   int control = -1;
   std::vector<int> data;
   wire::Welcome welcome{};
+  uint64_t listenId = 0;
+  static constexpr uint64_t kSenderId = 0x5e11de4;
 };
+
+// A sender that has its Welcome and then goes away (a connect given up half way: the host closed it, or the process
+// died) before opening its data sockets. The listener's accept notices at its next call and closes the control
+// socket, where it held it until NNS_SOCKET_CONNECT_TIMEOUT_MS (30 s) passed.
+class SocketWireHalfConnected : public SocketWire {
+ protected:
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(startSender()); }
+};
+
+TEST_F(SocketWireHalfConnected, ASenderGoneBeforeItsDataSocketsIsDroppedAtTheNextAccept) {
+  ASSERT_GT(welcome.dataSockets, 0u) << "the default configuration has data sockets";
+  ASSERT_EQ(::shutdown(control, SHUT_WR), 0);  // our FIN: the listener sees the end of the control stream
+  ASSERT_EQ(accept(), ncclSuccess);
+  EXPECT_EQ(recvComm, nullptr);
+  // The listener closed its end: our control socket reads the end of its stream, not "would block".
+  pollfd readable{control, POLLIN, 0};
+  ASSERT_EQ(poll(&readable, 1, 2000), 1) << "the listener still holds the control socket of a sender that left";
+  char byte;
+  EXPECT_EQ(::recv(control, &byte, 1, 0), 0);
+  EXPECT_TRUE(warnedAbout("closed its connection before opening all its data sockets"));
+}
 
 // The positive control for the tests below: frames built here from the header's definition are read as the
 // plugin's own, at several leads (so with gaps and tails of several lengths) and with an empty message.
