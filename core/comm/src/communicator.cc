@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "nccl_net/sdk/result.hpp"
 #include "nns/core/descriptors.hpp"
 
 namespace nns::core {
@@ -25,12 +26,7 @@ constexpr uint64_t kCommId = 0x6e6e73;
 // A receive that completed while the segments it waits on were behind: its piece stays in the slot until then.
 void* const kArrived = reinterpret_cast<void*>(uintptr_t{1});
 
-const char* resultName(ncclResult_t r) {
-  static const char* names[] = {"ncclSuccess",       "ncclUnhandledCudaError", "ncclSystemError",
-                                "ncclInternalError", "ncclInvalidArgument",    "ncclInvalidUsage",
-                                "ncclRemoteError",   "ncclInProgress",         "ncclTimeout"};
-  return static_cast<int>(r) >= 0 && static_cast<int>(r) < 9 ? names[r] : "unknown ncclResult_t";
-}
+using nccl_net::sdk::resultName;
 
 // Reads an integer knob of at least `minimum` from the environment; keeps `fallback` when unset, throws when
 // malformed.

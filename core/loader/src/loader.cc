@@ -23,6 +23,7 @@
 
 #include "adapters.hpp"
 #include "nccl_net/sdk/log.hpp"
+#include "nccl_net/sdk/result.hpp"
 #include "nns/core/printable.hpp"
 
 namespace nns::core {
@@ -109,12 +110,11 @@ std::string openedFile(void* handle, const std::string& file) {
   return std::string(origin) + "/" + file;
 }
 
+// The result's name; a code no NCCL names as "ncclResult_t N" (a plugin's own).
 std::string resultText(ncclResult_t result) {
-  static const char* names[] = {"ncclSuccess",       "ncclUnhandledCudaError", "ncclSystemError",
-                                "ncclInternalError", "ncclInvalidArgument",    "ncclInvalidUsage",
-                                "ncclRemoteError",   "ncclInProgress",         "ncclTimeout"};
-  int value = static_cast<int>(result);
-  return value >= 0 && value < 9 ? names[value] : "ncclResult_t " + std::to_string(value);
+  const char* name = nccl_net::sdk::resultName(result);
+  return std::strcmp(name, "unknown ncclResult_t") != 0 ? name
+                                                        : "ncclResult_t " + std::to_string(static_cast<int>(result));
 }
 
 // NCCL's check before it assigns a net plugin to a communicator (net.cc's ncclNetCheckDeviceVersion): device 0 must
