@@ -251,6 +251,9 @@ std::pair<int, int> completeTopology(XmlElement& systemRoot, const CompletionOpt
       net.setAttr("speed", std::to_string(options.nicSpeedMbps));
       net.setAttr("port", std::to_string(options.nicPort));
       net.setAttr("latency", "0.000000");
+      char guid[24];  // NCCL's dump always has one (the plugin's); this is what a <net> without one is read as
+      std::snprintf(guid, sizeof guid, "0x%x", static_cast<unsigned>(dev));
+      net.setAttr("guid", guid);
       if (options.nicMaxConn > 0) net.setAttr("maxconn", std::to_string(options.nicMaxConn));
       net.setAttr("gdr", std::to_string(options.nicGdr));
       ++addedNets;
