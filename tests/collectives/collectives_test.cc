@@ -1248,7 +1248,8 @@ TEST(Communicator, CheckCallsMustBeOnForEveryRankOrNone) {
 }
 
 // NCCL_NET filters only a plugin taken from NCCL_NET_PLUGIN, as NCCL's loader would; the built-in default and a
-// plugin named in the options are taken whatever it says. NCCL_NET_PLUGIN set but empty is refused, not read as unset.
+// plugin named in the options are taken whatever it says. NCCL_NET_PLUGIN set but empty is refused, not read as unset,
+// and "none" with its reason.
 TEST(Communicator, NcclNetFiltersOnlyAPluginTakenFromTheEnvironment) {
   core::LaunchInfo one;
   one.rank = 0;
@@ -1275,6 +1276,18 @@ TEST(Communicator, NcclNetFiltersOnlyAPluginTakenFromTheEnvironment) {
   } catch (const core::CommError& e) {
     EXPECT_EQ(e.result(), ncclInvalidUsage);
     EXPECT_NE(std::string(e.what()).find("NCCL_NET_PLUGIN is set but empty"), std::string::npos) << e.what();
+  }
+  // "none" likewise, with the reason (it said "no net plugin loaded" and nothing more).
+  setenv("NCCL_NET_PLUGIN", "None", 1);
+  try {
+    core::Communicator none(one, options);
+    ADD_FAILURE() << "NCCL_NET_PLUGIN=None loaded a plugin";
+  } catch (const core::CommError& e) {
+    EXPECT_EQ(e.result(), ncclInvalidUsage);
+    EXPECT_NE(std::string(e.what()).find("NCCL_NET_PLUGIN=None names no external plugin, so NCCL would run on its "
+                                         "internal nets alone"),
+              std::string::npos)
+        << e.what();
   }
   unsetenv("NCCL_NET_PLUGIN");
 }

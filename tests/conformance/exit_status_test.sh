@@ -27,6 +27,12 @@ expect 0 "^1 passed, 0 failed, 0 skipped" env NCCL_NET_PLUGIN=minimal "$bin/nccl
 expect 2 "no plugin given: name one .* or set NCCL_NET_PLUGIN" env -u NCCL_NET_PLUGIN "$bin/nccl-net-check" --rules zero-byte
 # nccl-net-info -p '' is NCCL_NET_PLUGIN set but empty (no external plugin), not unset.
 expect 1 "NCCL_NET_PLUGIN: \\(set but empty: no external plugin" env -u NCCL_NET_PLUGIN "$bin/nccl-net-info" -p ''
+# "none" names no external plugin: every tool says so (nccl-net-check, perf and topo printed no reason at all).
+none="names no external plugin, so NCCL would run on its internal nets alone"
+expect 2 "none: the plugin setting \"none\" $none" "$bin/nccl-net-check" none --rules zero-byte
+expect 2 "none: NCCL_NET_PLUGIN=none $none" env NCCL_NET_PLUGIN=none "$bin/nccl-net-perf" -b 8 -e 8
+[ -x "$bin/nccl-net-topo" ] && expect 1 "--plugin none: no net plugin loaded: the plugin setting \"none\" $none" \
+  "$bin/nccl-net-topo" -p none --no-paths --no-search
 # --skip applies after --rules: of the two rules named, only the one not skipped runs.
 expect 0 "^1 passed, 0 failed, 0 skipped" \
   "$bin/nccl-net-check" minimal --rules properties-sane,zero-byte --skip properties-sane

@@ -529,6 +529,10 @@ int runTool(int argc, char** argv) {
     }
   }
   if (version == 0) {
+    if (const std::string none = nns::core::noPluginReason(options.load); !none.empty()) {
+      loadFailure = none;  // no entry to try: say why, where the candidates' reasons go
+      failedEntry = plugin;
+    }
     std::fprintf(stderr, "nccl-net-check: %s did not load:\n", plugin.c_str());
     for (const auto& c : rejected) std::fprintf(stderr, "  %s: %s\n", c.requested.c_str(), c.rejectReason.c_str());
     if (!loadFailure.empty()) std::fprintf(stderr, "  %s: %s\n", failedEntry.c_str(), loadFailure.c_str());

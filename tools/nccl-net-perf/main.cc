@@ -694,6 +694,9 @@ int superviseWorkers(std::vector<Worker>& workers, nns::tools::SharedCallNotes& 
   Failure& report = result->failure;
   if (outcome == Outcome::kNotLoaded) {
     report = notLoaded(worker, "");
+    if (const std::string none = nns::core::noPluginReason(load); !none.empty() && report.candidates.empty())
+      report.candidates.emplace_back(
+          !load.plugin.empty() ? load.plugin : nns::core::printable(std::getenv("NCCL_NET_PLUGIN")), none);
     return report.status;
   }
   if (whileLoading) {

@@ -220,6 +220,7 @@ std::vector<nns::topo::NicInfo> pluginNics(const std::string& spec, const std::v
   if (net == nullptr) {
     std::string why;
     for (const auto& c : report.candidates) why += "; " + c.requested + ": " + c.rejectReason;
+    if (const std::string none = nns::core::noPluginReason(load); !none.empty()) why = ": " + none;
     throw std::runtime_error("--plugin " + spec + ": no net plugin loaded" + why);
   }
   void* ctx = nullptr;

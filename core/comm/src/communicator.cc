@@ -223,17 +223,15 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
     throw asCommError(e);
   }
   // The plugin named in the options is taken outright; one from NCCL_NET_PLUGIN as NCCL takes it, NCCL_NET's name
-  // filter included. Set but empty, NCCL_NET_PLUGIN means no external plugin to NCCL, and this communicator has no
-  // internal net to fall back on: said, rather than read as unset.
+  // filter included. "none" (or NCCL_NET_PLUGIN set but empty) means no external plugin to NCCL, and this
+  // communicator has no internal net to fall back on: said, rather than read as unset.
   LoadOptions load;
   const char* env = std::getenv("NCCL_NET_PLUGIN");
-  if (options_.plugin.empty() && env != nullptr && *env == '\0')
-    fail(
-        "NCCL_NET_PLUGIN is set but empty, which NCCL reads as no external plugin (as \"none\"): unset it for the "
-        "default (the socket plugin) or name one",
-        ncclInvalidUsage);
-  load.plugin = !options_.plugin.empty() ? options_.plugin : env != nullptr ? env : "socket";
+  load.plugin = !options_.plugin.empty() ? options_.plugin : env != nullptr ? "" : "socket";  // "": the loader reads it
   load.readNcclNet = options_.plugin.empty() && env != nullptr;  // not for the built-in default either
+  if (const std::string none = noPluginReason(load); !none.empty())
+    fail(none + ": name a plugin, or leave NCCL_NET_PLUGIN unset for the default (the socket plugin)",
+         ncclInvalidUsage);
   load.searchDirs = options_.searchDirs;
   load.commId = kCommId;  // the probe's init is this communicator's, as in NCCL
   LoadReport report;

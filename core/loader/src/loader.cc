@@ -191,6 +191,17 @@ std::vector<std::string> pluginSpecEntries(const LoadOptions& options) {
   return entries;
 }
 
+std::string noPluginReason(const LoadOptions& options) {
+  if (!pluginSpecEntries(options).empty()) return "";
+  // Empty entries only when the setting is "none", empty or only commas; unset, it names the default library.
+  const char* env = std::getenv("NCCL_NET_PLUGIN");
+  const std::string value = !options.plugin.empty() ? options.plugin : env != nullptr ? env : "";
+  const std::string setting = !options.plugin.empty() ? "the plugin setting \"" + value + "\" names"
+                              : value.empty() ? "NCCL_NET_PLUGIN is set but empty, which NCCL reads as \"none\":"
+                                              : "NCCL_NET_PLUGIN=" + value + " names";
+  return setting + " no external plugin, so NCCL would run on its internal nets alone, which are not part of this SDK";
+}
+
 std::vector<std::string> candidateFiles(const std::string& entry, const std::vector<std::string>& searchDirs,
                                         const std::vector<std::string>& fallbackDirs) {
   if (!entry.empty() && entry.size() <= std::strlen("STATIC_PLUGIN") &&

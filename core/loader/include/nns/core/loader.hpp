@@ -60,6 +60,11 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report);
 // but empty; entries as written (NCCL keeps spaces), empty ones skipped.
 std::vector<std::string> pluginSpecEntries(const LoadOptions& options);
 
+// Why pluginSpecEntries(options) is empty, for a message ("" when it is not): the setting ("none", or
+// NCCL_NET_PLUGIN set but empty) names no external plugin, and NCCL would run on its internal nets, which are not
+// part of this SDK. Callers add what to do instead (their defaults differ).
+std::string noPluginReason(const LoadOptions& options);
+
 // The file names handed to dlopen for one entry, in order: a bare name in `searchDirs` first, then as given; a NAME
 // (no '/', not lib*.so) then as libnccl-net-NAME.so; after all of them each bare name in `fallbackDirs`. An entry
 // that is a prefix of "STATIC_PLUGIN" (any case) is kProgramItself, as in NCCL.
