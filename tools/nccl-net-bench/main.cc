@@ -27,6 +27,7 @@
 #include "nns/core/cpus.hpp"
 #include "nns/tools/executable_dir.hpp"
 #include "nns/tools/guarded_main.hpp"
+#include "nns/tools/host_memory.hpp"
 #include "nns/tools/parse_arguments.hpp"
 #include "nns/tools/size_option.hpp"
 
@@ -190,22 +191,6 @@ double wrapped(double v, ncclDataType_t type) {
     case ncclUint32: return static_cast<uint32_t>(value);
     default: return v;
   }
-}
-
-// Bytes this host can give a process now without swapping: MemAvailable, else (kernels before 3.14) the physical
-// total; 0 when neither is known, and no check is made.
-double hostAvailableBytes() {
-  if (FILE* meminfo = std::fopen("/proc/meminfo", "r")) {
-    char line[256];
-    unsigned long long kib = 0;
-    bool found = false;
-    while (!found && std::fgets(line, sizeof(line), meminfo) != nullptr)
-      found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
-    std::fclose(meminfo);
-    if (found) return static_cast<double>(kib) * 1024.0;
-  }
-  const long pages = sysconf(_SC_PHYS_PAGES), pageBytes = sysconf(_SC_PAGESIZE);
-  return pages > 0 && pageBytes > 0 ? static_cast<double>(pages) * static_cast<double>(pageBytes) : 0;
 }
 
 // The sentinel for a checked run of `op` over n ranks in `type`: the first of a few values that, as the type holds it,
@@ -443,7 +428,7 @@ int runTool(int argc, char** argv) {
     // left no room for). Every rank reads before any allocates, and all stop if one refuses: a rank that went on
     // would wait in its first collective for one that left.
     const double buffersBytes = 2.0 * static_cast<double>(maxBytes + 64) * comm.bootstrap().localRanks();
-    const double availableBytes = hostAvailableBytes();
+    const double availableBytes = nns::tools::hostAvailableBytes();
     const bool tooBig = availableBytes > 0 && buffersBytes > availableBytes;
     bool anyTooBig = false;
     for (const auto& verdict : comm.bootstrap().allGather(tooBig ? "1" : "0")) anyTooBig |= verdict == "1";

@@ -36,6 +36,7 @@
 #include "nns/tools/cpu_shares.hpp"
 #include "nns/tools/executable_dir.hpp"
 #include "nns/tools/guarded_main.hpp"
+#include "nns/tools/host_memory.hpp"
 #include "nns/tools/isolated_probe.hpp"
 #include "nns/tools/parse_arguments.hpp"
 #include "nns/tools/size_option.hpp"
@@ -853,18 +854,19 @@ int runTool(int argc, char** argv) {
   };
   if (settings.minBytes > settings.maxBytes)
     return refuse("-b " + std::to_string(settings.minBytes) + " is above -e " + std::to_string(settings.maxBytes));
-  // Each process holds -W x -m buffers of -e bytes: refused up front when two of those do not fit this host's memory,
-  // rather than failing in the plugin's process with std::bad_alloc (or waking the OOM killer).
-  long pages = sysconf(_SC_PHYS_PAGES), pageBytes = sysconf(_SC_PAGESIZE);
+  // Each process holds -W x -m buffers of -e bytes: refused up front when two of those do not fit in the memory this
+  // host has available now, rather than failing in the plugin's process with std::bad_alloc (or waking the OOM
+  // killer).
+  const double available = nns::tools::hostAvailableBytes();
   double bufferBytes = static_cast<double>(settings.window) * settings.multiRecv *
                        static_cast<double>(std::max<size_t>(settings.maxBytes, 1));
-  if (pages > 0 && pageBytes > 0 && 2 * bufferBytes > static_cast<double>(pages) * static_cast<double>(pageBytes)) {
-    char text[256];
+  if (available > 0 && 2 * bufferBytes > available) {
+    char text[320];
     std::snprintf(text, sizeof(text),
-                  "-e %zu with -W %d and -m %d needs %.1f GiB of buffers in each of the two processes; this host has "
-                  "%.1f GiB of memory",
+                  "-e %zu with -W %d and -m %d needs %.1f GiB of buffers in each of the two processes, %.1f GiB in "
+                  "all; this host has %.1f GiB available (MemAvailable in /proc/meminfo)",
                   settings.maxBytes, settings.window, settings.multiRecv, bufferBytes / (1 << 30),
-                  static_cast<double>(pages) * static_cast<double>(pageBytes) / (1 << 30));
+                  2 * bufferBytes / (1 << 30), available / (1 << 30));
     return refuse(text);
   }
   load.plugin = plugin;
