@@ -184,6 +184,15 @@ if [ "$header" != "# buffers in host memory; slots in host memory" ]; then
   failures=$((failures + 1))
 fi
 
+# The header names the net devices the connections use, and nccl-net-run's loopback choice for the socket plugin
+# (NCCL_SOCKET_IFNAME=lo unless set): figures over lo are not an interface's.
+header=$(timeout 60 "$bin/nccl-net-run" -n 2 --timeout 50 "$bin/nccl-net-bench" allreduce -b 8 -e 8 -n 1 -w 0 |
+           grep "^# rank 0's net")
+if ! [[ "$header" =~ ^"# rank 0's net device 0 (lo, "[0-9]+" Mbps); NCCL_SOCKET_IFNAME=lo"$ ]]; then
+  echo "FAILED: the net device's header line: '$header'"
+  failures=$((failures + 1))
+fi
+
 # -a says whose time the column is: the slowest rank's unless asked (the references report that), nccl-tests' other
 # three on request.
 for a in "":"the slowest rank's (-a 3)" "-a 0":"rank 0's (-a 0)" "-a 1":"the average of the ranks' (-a 1)" \

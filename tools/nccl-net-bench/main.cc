@@ -25,6 +25,7 @@
 #include "nns/coll/collectives.hpp"
 #include "nns/coll/reduce.hpp"
 #include "nns/core/cpus.hpp"
+#include "nns/core/printable.hpp"
 #include "nns/tools/executable_dir.hpp"
 #include "nns/tools/guarded_main.hpp"
 #include "nns/tools/host_memory.hpp"
@@ -447,6 +448,12 @@ int runTool(int argc, char** argv) {
           collective.c_str(), comm.net().name(), comm.net().version(), comm.net().path().c_str(), n, n == 1 ? "" : "s",
           comm.channels(), comm.options().slots, comm.options().slotBytes,
           registerBuffers ? ", buffers registered (zero-copy)" : "");
+      // The devices the connections use, as the plugin names them: with nccl-net-run the socket plugin is on
+      // loopback (it sets NCCL_SOCKET_IFNAME=lo unless set), which a reader comparing figures must know.
+      const char* ifname = std::getenv("NCCL_SOCKET_IFNAME");
+      std::printf("# rank 0's net %s%s%s\n", comm.devicesDescription().c_str(),
+                  ifname != nullptr ? "; NCCL_SOCKET_IFNAME=" : "",
+                  ifname != nullptr ? core::printable(ifname).c_str() : "");
       const std::string where =
           deviceBuffers ? "GPU memory (rank 0 on CUDA device " + std::to_string(gpu) + ")" : std::string("host memory");
       // Host-memory reductions run one ISA variant of the kernels, picked by CPUID (NNS_HOST_ISA caps it).

@@ -162,19 +162,23 @@ class Keeper {
 constexpr int kDefaultKillAfterSeconds = 5;
 
 void usage(const char* self, FILE* out) {
-  std::fprintf(out,
-               "usage: %s -n RANKS [--timeout SECONDS] [--kill-after SECONDS] [--bind-to spread|none]\n"
-               "       [--report-bindings] [--] COMMAND [ARGS...]   (or --version)\n"
-               "  COMMAND: a path, or a name looked up on PATH, then beside nccl-net-run (the project's tools)\n"
-               "  --: ends the options (a command that starts with '-')\n"
-               "  --timeout: kill every rank after this long (0, the default: no limit)\n"
-               "  --kill-after: when a rank fails or the launcher gets SIGTERM, SIGINT, SIGHUP, SIGQUIT or SIGALRM,\n"
-               "    the ranks get SIGTERM (or that signal), then SIGKILL this long after (default %d s)\n"
-               "  SIGUSR1 and SIGUSR2 are passed on to the ranks; Ctrl-Z (SIGTSTP) stops them with the launcher\n"
-               "  --bind-to spread (the default): each rank gets its share of the CPUs, spread over the machine's\n"
-               "    topology, when there are at least as many CPUs as ranks; none: ranks are not bound\n"
-               "  --report-bindings: print each rank's CPUs (or why the ranks are not bound) before starting them\n",
-               self, kDefaultKillAfterSeconds);
+  std::fprintf(
+      out,
+      "usage: %s -n RANKS [--timeout SECONDS] [--kill-after SECONDS] [--bind-to spread|none]\n"
+      "       [--report-bindings] [--] COMMAND [ARGS...]   (or --version)\n"
+      "  COMMAND: a path, or a name looked up on PATH, then beside nccl-net-run (the project's tools)\n"
+      "  --: ends the options (a command that starts with '-')\n"
+      "  --timeout: kill every rank after this long (0, the default: no limit)\n"
+      "  --kill-after: when a rank fails or the launcher gets SIGTERM, SIGINT, SIGHUP, SIGQUIT or SIGALRM,\n"
+      "    the ranks get SIGTERM (or that signal), then SIGKILL this long after (default %d s)\n"
+      "  SIGUSR1 and SIGUSR2 are passed on to the ranks; Ctrl-Z (SIGTSTP) stops them with the launcher\n"
+      "  --bind-to spread (the default): each rank gets its share of the CPUs, spread over the machine's\n"
+      "    topology, when there are at least as many CPUs as ranks; none: ranks are not bound\n"
+      "  --report-bindings: print each rank's CPUs (or why the ranks are not bound) before starting them\n"
+      "  Each rank gets NNS_RANK, NNS_WORLD_SIZE, NNS_LOCAL_RANK, NNS_ROOT_ADDR, NNS_JOB_ID and NNS_LAUNCHER,\n"
+      "  and NCCL_SOCKET_IFNAME=lo unless it is set: the ranks share this host, so the socket plugin runs\n"
+      "  over loopback (set NCCL_SOCKET_IFNAME to measure an interface)\n",
+      self, kDefaultKillAfterSeconds);
 }
 
 // Ranks one host can start: far beyond its cores already, and short of the process and descriptor limits.

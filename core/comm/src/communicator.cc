@@ -14,6 +14,7 @@
 
 #include "nccl_net/sdk/result.hpp"
 #include "nns/core/descriptors.hpp"
+#include "nns/core/printable.hpp"
 
 namespace nns::core {
 
@@ -290,6 +291,10 @@ void Communicator::connectRing() {
     check(net_->getProperties(deviceOf(c), &props), "getProperties");
     for (size_t most : {props.maxCollBytes, props.maxP2pBytes})
       if (most > 0) largest = std::min(largest, most);
+    const std::string device = "device " + std::to_string(deviceOf(c)) + " (" + printable(props.name) + ", " +
+                               std::to_string(props.speed) + " Mbps)";
+    if (devicesDescription_.find(device) == std::string::npos)
+      devicesDescription_ += (devicesDescription_.empty() ? "" : ", ") + device;
     if (props.netDeviceType != NCCL_NET_DEVICE_HOST)
       fail(std::string(net_->name()) + " device " + std::to_string(deviceOf(c)) + " has netDeviceType " +
                std::to_string(static_cast<int>(props.netDeviceType)) +

@@ -307,6 +307,9 @@ class Communicator {
   Bootstrap& bootstrap() { return *bootstrap_; }
   // Where the slots live and why (SlotMemory::describe()).
   const std::string& slotMemoryDescription() const { return slotMemoryDescription_; }
+  // The plugin devices this rank's connections use, as the plugin names them: "device 0 (lo, 10000 Mbps)", or
+  // several, comma-separated, when the channels spread over devices.
+  const std::string& devicesDescription() const { return devicesDescription_; }
   bool slotsHostReadable() const { return slotMemory_->ptrType() == NCCL_PTR_HOST; }
   bool slotsDeviceReadable() const { return slotMemory_->deviceReadable(); }
 
@@ -489,6 +492,7 @@ class Communicator {
   void dropCallRegistrations();
   std::shared_ptr<SlotMemory> slotMemory_;
   std::string slotMemoryDescription_;
+  std::string devicesDescription_;
 
   // The process that made this communicator. A process forked from it holds a copy whose connections are the
   // parent's (shared sockets, a plugin whose threads stayed behind): its calls are refused and its destructor frees
