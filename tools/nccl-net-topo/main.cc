@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -472,7 +473,24 @@ int runTool(int argc, char** argv) {
     }
     if (doc.root.name == "system") {
       const auto [addedGpus, addedNets] = nns::topo::completeTopology(doc.root, fill);
-      (void)addedNets;
+      // The completion options only add the <gpu> and <nic><net> a partial file lacks: given for a file that lacks
+      // none, they change nothing, which is said (they read like "what if" options).
+      const auto given = [&](std::initializer_list<const char*> names) {
+        for (const char* name : names)
+          if (app.get_option(name)->count() > 0) return true;
+        return false;
+      };
+      if (addedGpus == 0 && given({"--gpu-sm", "--gpu-nvlinks", "--gpu-gdr"}))
+        std::fprintf(stderr, "nccl-net-topo: note: the --gpu-* options changed nothing: %s\n",
+                     fill.gpuSm == 0 ? "--gpu-nvlinks and --gpu-gdr describe the GPUs --gpu-sm adds"
+                                     : "every GPU-class PCI device here has its <gpu> already (they complete partial "
+                                       "files; edit the file to change a GPU)");
+      if (addedNets == 0 && given({"--nic-speed", "--nic-port", "--nic-maxconn", "--nic-gdr"}))
+        std::fprintf(stderr, "nccl-net-topo: note: the --nic-* options changed nothing: %s\n",
+                     fill.nicSpeedMbps == 0
+                         ? "--nic-port, --nic-maxconn and --nic-gdr describe the NETs --nic-speed adds"
+                         : "every NIC-class PCI device here has its <nic><net> already (they "
+                           "complete partial files; edit the file to change a NIC)");
       // NCCL learns a GPU's NVLinks from NVML, which a file cannot stand in for: GPUs added without --gpu-nvlinks
       // have none, and every GPU pair then goes through the CPU (SYS/PHB, no P2P, one slow ring), which reads like an
       // answer. Said, since an NVLink machine's file needs the links said too.
