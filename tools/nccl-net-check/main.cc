@@ -25,6 +25,7 @@
 #include "nns/tools/guarded_main.hpp"
 #include "nns/tools/isolated_probe.hpp"
 #include "nns/tools/parse_arguments.hpp"
+#include "nns/tools/search_dirs.hpp"
 
 namespace {
 
@@ -439,6 +440,7 @@ int runTool(int argc, char** argv) {
                "run the two sides in two network namespaces joined by a veth pair (needs root and iproute2); "
                "sets NCCL_SOCKET_IFNAME and NNS_SOCKET_IFNAME to the veth names unless already set");
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
+  nns::tools::warnUnusableSearchDirs("nccl-net-check", options.load.searchDirs);
 
   if (list) {
     for (const auto& rule : nns::check::allRules()) std::printf("%-30s %s\n", rule.name, rule.checks);

@@ -28,6 +28,7 @@
 #include "nns/tools/guid_text.hpp"
 #include "nns/tools/isolated_probe.hpp"
 #include "nns/tools/parse_arguments.hpp"
+#include "nns/tools/search_dirs.hpp"
 
 namespace {
 
@@ -308,15 +309,7 @@ int runTool(int argc, char** argv) {
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
   // -p '' is NCCL_NET_PLUGIN set but empty (no external plugin), not "unset": the probes read it from there.
   if (pluginOption->count() > 0 && plugin.empty()) setenv("NCCL_NET_PLUGIN", "", 1);
-  // A mistyped -L would otherwise look like a folder without plugins.
-  for (const auto& dir : dirs) {
-    struct stat status {};
-    if (stat(dir.c_str(), &status) != 0) {
-      std::fprintf(stderr, "nccl-net-info: warning: search directory %s: %s\n", dir.c_str(), std::strerror(errno));
-    } else if (!S_ISDIR(status.st_mode)) {
-      std::fprintf(stderr, "nccl-net-info: warning: search directory %s is not a directory\n", dir.c_str());
-    }
-  }
+  nns::tools::warnUnusableSearchDirs("nccl-net-info", dirs);
   const bool ownLib = dirs.empty();
   if (ownLib) dirs.push_back(nns::tools::libDirBesideExecutable());
 

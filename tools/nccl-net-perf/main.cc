@@ -39,6 +39,7 @@
 #include "nns/tools/host_memory.hpp"
 #include "nns/tools/isolated_probe.hpp"
 #include "nns/tools/parse_arguments.hpp"
+#include "nns/tools/search_dirs.hpp"
 #include "nns/tools/size_option.hpp"
 
 namespace {
@@ -830,6 +831,7 @@ int runTool(int argc, char** argv) {
       "  4  a plugin call did not return within --call-timeout (the call and the process named)\n"
       "On 3 and 4 both processes are stopped, and where the other one was is said too.");
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
+  nns::tools::warnUnusableSearchDirs("nccl-net-perf", load.searchDirs);
   // A failure from here on is said on stderr and, with --json, as the run's JSON object with its "error" (stdout
   // was empty, where nccl-net-check and nccl-net-info still print one object).
   std::string binding;

@@ -8,13 +8,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -25,6 +25,7 @@
 #include "nns/tools/guarded_main.hpp"
 #include "nns/tools/guid_text.hpp"
 #include "nns/tools/parse_arguments.hpp"
+#include "nns/tools/search_dirs.hpp"
 #include "nns/topology/analysis.h"
 #include "nns/topology/discovery.h"
 
@@ -370,6 +371,7 @@ int runTool(int argc, char** argv) {
       ->excludes("--graph-file")
       ->excludes("--dump-graph");
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
+  nns::tools::warnUnusableSearchDirs("nccl-net-topo", pluginDirs);
   showPaths = !noPaths;
   const bool bench = benchIterations > 0;
   // A failure from here on is one line on stderr and, with --json, a JSON object with the error on stdout, as
