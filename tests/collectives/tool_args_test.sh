@@ -19,13 +19,15 @@ refuses() {
 }
 
 refuses "-b 1G -e 8" "-b 1073741824 is larger than -e 8"
-refuses "-b x" "--minbytes: x unit not recognized"
+refuses "-b x" "--minbytes: a size is decimal digits with an optional K, M, G or T, not \"x\""
+refuses "-b 4Q" "--minbytes: q unit not recognized"
 refuses "-b -5" "--minbytes"
 # CLI11 reads sizes with strtoull(.., 0): a sign wrapped around 2^64 (this was 1 byte), a leading 0 was octal and 0x
 # hex (found by the parsers' fuzzer).
 refuses "-b -18446744073709551615" "--minbytes: a size is decimal digits"
 refuses "-e 010" "--maxbytes: a size is decimal, without a leading 0"
 refuses "-e 0x10" "--maxbytes: a size is decimal, without a leading 0"
+refuses "-b 1.5K" '--minbytes: a size is a whole number (of bytes, or of K, M, G or T), not "1.5K"'
 refuses "-e 2T" "--maxbytes"
 refuses "-n 0" "--iters"
 refuses "-n -3" "--iters"
@@ -331,7 +333,7 @@ for tool_args in "nccl-net-check --call-timeout 0 socket" "nccl-net-check --rule
                  "nccl-net-perf socket --call-timeout 0" "nccl-net-perf socket -e 2T" "nccl-net-perf socket -b x"; do
   out=$(timeout 20 "$bin/"$tool_args 2>&1)
   status=$?
-  if [ "$status" -eq 0 ] || ! grep -qE -- "not in range|unit not recognized" <<<"$out"; then
+  if [ "$status" -eq 0 ] || ! grep -qE -- "not in range|a size is decimal digits" <<<"$out"; then
     echo "FAILED: '$tool_args' gave status $status and: $out (expected a refusal)"
     failures=$((failures + 1))
   fi
