@@ -48,6 +48,13 @@ refuses "-t 4" "-t 4: only 1 is supported"
 refuses "-m 8" "-m 8: only 1 is supported"
 refuses "-o mean" "unknown reduction mean"
 refuses "-A star" "unknown algorithm star"
+# -A for a collective with one schedule was taken and changed nothing.
+out=$(NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" allgather -A tree 2>&1)
+status=$?
+if [ "$status" != 2 ] || ! grep -qF -- "-A tree: only allreduce has algorithms to choose from, not allgather" <<<"$out"; then
+  echo "FAILED: allgather -A tree gave status $status and: $out"
+  failures=$((failures + 1))
+fi
 refuses "-b 1T -e 1T" "-e 1099511627776 needs two buffers of that size per rank"
 # An nccl-tests flag this tool lacks is named, also with no collective before it (its value was refused as the
 # collective: "collective: 1 not in {allreduce,...}"); an unknown collective is named as such.

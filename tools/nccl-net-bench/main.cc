@@ -241,7 +241,15 @@ int runTool(int argc, char** argv) {
   int iterations = 20, warmup = 5, check = 1, root = 0, inPlace = 0, registerBuffers = 0, deviceBuffers = 0;
   // Checked after parsing: a check here would run before CLI11 names an unknown flag, so `nccl-net-bench -t 1` would
   // be refused for its collective "1" instead of for -t.
-  app.add_option("collective", collective, "allreduce, allgather, reducescatter, broadcast, reduce or sendrecv");
+  app.add_option("collective", collective,
+                 "allreduce (the default), allgather, reducescatter, broadcast, reduce or sendrecv");
+  app.footer(
+      "Exit status:\n"
+      "  0  measured (and, with -c 1, every element right)\n"
+      "  1  the run failed: a plugin or communicator error, a rank that died or did not arrive in time\n"
+      "  2  a refused argument, or buffers larger than the memory this host has available\n"
+      "  3  wrong results (-c 1): the rows' #wrong column and '# Out of bounds values' say how many\n"
+      "  4  -G 1 on a machine with no CUDA device");
   // nccl-tests' flags and meanings; sizes take K/M/G (powers of 1024).
   const auto nonNegative = CLI::Range(0, std::numeric_limits<int>::max());
   tools::addSizeOption(app, "-b,--minbytes", minBytes, "smallest size (default 8)");
@@ -355,6 +363,12 @@ int runTool(int argc, char** argv) {
   }
   if (!coll::parseAlgorithm(algoText.c_str(), &algorithm)) {
     std::fprintf(stderr, "nccl-net-bench: unknown algorithm %s (-A: auto ring tree doubling)\n", algoText.c_str());
+    return 2;
+  }
+  // The other collectives have one schedule each: an -A for them was taken and changed nothing.
+  if (algorithm != coll::Algorithm::Auto && collective != "allreduce") {
+    std::fprintf(stderr, "nccl-net-bench: -A %s: only allreduce has algorithms to choose from, not %s\n",
+                 algoText.c_str(), collective.c_str());
     return 2;
   }
   core::LaunchInfo launch;
