@@ -272,6 +272,19 @@ if [ "$status" != 126 ] || ! grep -q "cannot run $not_runnable: Permission denie
   failures=$((failures + 1))
 fi
 rm -f "$not_runnable"
+# A folder is said to be one (exec calls it "Permission denied").
+out=$(timeout 20 "$bin/nccl-net-run" -n 1 /tmp 2>&1)
+status=$?
+if [ "$status" != 126 ] || ! grep -qx "nccl-net-run: cannot run /tmp: Is a directory" <<<"$out"; then
+  echo "FAILED: a folder as the command: status $status, '$out'"
+  failures=$((failures + 1))
+fi
+# The rank count attached, as srun takes it: -n2.
+out=$(timeout 20 "$bin/nccl-net-run" -n2 sh -c 'echo "$NNS_RANK/$NNS_WORLD_SIZE"' 2>&1 | sort | tr '\n' ' ')
+if [ "$out" != "0/2 1/2 " ]; then
+  echo "FAILED: nccl-net-run -n2 ran '$out' (expected ranks 0/2 1/2)"
+  failures=$((failures + 1))
+fi
 
 # The algorithm line names NNS_ALGO's choice (it said "auto" while the tree ran); -A wins over it.
 for case in "tree::# algorithm: tree (from NNS_ALGO)" "tree:ring:# algorithm: ring" ":ring:# algorithm: ring"; do
@@ -313,6 +326,7 @@ launcher_refuses() {
 launcher_refuses "-n 0" "-n 0: a rank count from 1 to 4096"
 launcher_refuses "-n 4x" "-n 4x: a rank count"
 launcher_refuses "-n 5000" "-n 5000: a rank count"
+launcher_refuses "-n0" "-n0: a rank count from 1 to 4096"
 launcher_refuses "-n 2 --timeout -1" "--timeout -1: whole seconds"
 launcher_refuses "-n 2 --timeout soon" "--timeout soon: whole seconds"
 launcher_refuses "-n 2 --bind-to cores" "--bind-to cores: spread or none"

@@ -15,10 +15,12 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -164,7 +166,7 @@ constexpr int kDefaultKillAfterSeconds = 5;
 void usage(const char* self, FILE* out) {
   std::fprintf(
       out,
-      "usage: %s -n RANKS [--timeout SECONDS] [--kill-after SECONDS] [--bind-to spread|none]\n"
+      "usage: %s -n RANKS (or -nRANKS) [--timeout SECONDS] [--kill-after SECONDS] [--bind-to spread|none]\n"
       "       [--report-bindings] [--] COMMAND [ARGS...]   (or --version)\n"
       "  COMMAND: a path, or a name looked up on PATH, then beside nccl-net-run (the project's tools)\n"
       "  --: ends the options (a command that starts with '-')\n"
@@ -277,7 +279,14 @@ int runTool(int argc, char** argv) {
       std::printf("nccl-net-sdk %s\n", NCCL_NET_SDK_VERSION_STRING);
       return 0;
     }
-    if ((flag == "-n" || flag == "--ranks") && first + 1 < argc) {
+    if (flag.size() > 2 && flag.compare(0, 2, "-n") == 0 && std::isdigit(static_cast<unsigned char>(flag[2]))) {
+      // -n4, as srun and getopt-style launchers take it
+      if (!parseCount(flag.c_str() + 2, 1, kMaxRanks, &ranks)) {
+        std::fprintf(stderr, "nccl-net-run: %s: a rank count from 1 to %d\n", flag.c_str(), kMaxRanks);
+        return 2;
+      }
+      ++first;
+    } else if ((flag == "-n" || flag == "--ranks") && first + 1 < argc) {
       if (!parseCount(argv[first + 1], 1, kMaxRanks, &ranks)) {
         std::fprintf(stderr, "nccl-net-run: %s %s: a rank count from 1 to %d\n", flag.c_str(), argv[first + 1],
                      kMaxRanks);
@@ -419,6 +428,11 @@ int runTool(int argc, char** argv) {
         execv(sibling.c_str(), argv + first);
         if (errno != ENOENT) error = errno;
       }
+      // A folder named as the command is "Permission denied" to exec: said as what it is.
+      struct stat target {};
+      if (error == EACCES && std::strchr(argv[first], '/') != nullptr && stat(argv[first], &target) == 0 &&
+          S_ISDIR(target.st_mode))
+        error = EISDIR;
       const int failure[2] = {rank, error};
       signal(SIGPIPE, SIG_IGN);  // a launcher that stopped reading: said here instead
       if (execFailures[1] < 0 || write(execFailures[1], failure, sizeof(failure)) != sizeof(failure))
