@@ -42,6 +42,17 @@ void applyEnv(const Transport& transport) {
   for (const auto& [key, value] : transport.env) setenv(key, value, 1);
 }
 
+// For the tests that time a close: a close that waited (for the receiver, or for a flush it cannot finish) would take
+// NNS_UCX_CLOSE_TIMEOUT_MS or NNS_UCX_LINGER_MS, made far longer here than kCloseBound, which a close that returns at
+// once stays under even on a loaded host under ThreadSanitizer (a bound of 200 ms, under the default 500 ms flush
+// bound, failed there: 324 ms for a close that did not wait).
+Transport withLongCloseBounds(Transport transport) {
+  transport.env.emplace_back("NNS_UCX_CLOSE_TIMEOUT_MS", "5000");
+  transport.env.emplace_back("NNS_UCX_LINGER_MS", "20000");
+  return transport;
+}
+constexpr auto kCloseBound = std::chrono::milliseconds(2500);
+
 bool writeAll(int fd, const void* data, size_t size) {
   return write(fd, data, size) == static_cast<ssize_t>(size);
 }
@@ -96,7 +107,7 @@ enum class SenderEnd { kStaysIdle, kExits };
   if (net->closeSend(sendComm) != ncclSuccess) _exit(6);
   // Close must not wait for the receiver, which calls nothing of the plugin until it hears from us (told at the end,
   // so the receiver still checks the data).
-  const bool slow = Clock::now() - start > std::chrono::milliseconds(200);
+  const bool slow = Clock::now() - start > kCloseBound;
   if (!writeAll(out, "c", 1)) _exit(8);
   if (end == SenderEnd::kExits) std::exit(slow ? 7 : 0);
   char go = 0;
@@ -156,7 +167,7 @@ void runReceiver(const Transport& transport, SenderEnd end) {
   std::fflush(nullptr);  // the child may exit() and flush stdio: nothing of ours twice
   pid_t sender = fork();
   ASSERT_GE(sender, 0);
-  if (sender == 0) runSender(transport, end, toSender[0], fromSender[1]);
+  if (sender == 0) runSender(withLongCloseBounds(transport), end, toSender[0], fromSender[1]);
   applyEnv(transport);
   const ncclNet_v12_t* net = plugin();
   ASSERT_NE(net, nullptr) << dlerror();
@@ -189,24 +200,25 @@ void runReceiver(const Transport& transport, SenderEnd end) {
   if (end == SenderEnd::kStaysIdle) {
     EXPECT_TRUE(writeAll(toSender[1], "x", 1));
   }
-  // The sender's lingering comm ends when it sees our close: its process is done well before NNS_UCX_LINGER_MS (5 s).
+  // The sender's lingering comm ends when it sees our close: its process is done well before its NNS_UCX_LINGER_MS
+  // (20 s).
   auto closedAt = Clock::now();
   int status = 0;
   pid_t reaped = 0;
-  while ((reaped = waitpid(sender, &status, WNOHANG)) == 0 && Clock::now() - closedAt < std::chrono::seconds(10))
+  while ((reaped = waitpid(sender, &status, WNOHANG)) == 0 && Clock::now() - closedAt < std::chrono::seconds(15))
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   if (reaped == 0) {
     kill(sender, SIGKILL);
     waitpid(sender, &status, 0);
-    ADD_FAILURE() << "the sender did not finish within 10 s of the receiver's close";
+    ADD_FAILURE() << "the sender did not finish within 15 s of the receiver's close";
     return;
   }
   double seconds = std::chrono::duration<double>(Clock::now() - closedAt).count();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << "sender exit status " << (WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status))
-      << " (7: its closeSend took longer than 200 ms)";
+      << " (7: its closeSend took longer than " << kCloseBound.count() << " ms)";
   if (end == SenderEnd::kExits) {
-    EXPECT_LT(seconds, 2.0) << "the exiting sender waited out its linger bound";
+    EXPECT_LT(seconds, 10.0) << "the exiting sender waited out its linger bound";
   }
 }
 
@@ -240,7 +252,9 @@ TEST(UcxClose, TcpSendsCompletedBeforeCloseReachALateReceiverInOneProcess) {
   }
   auto start = Clock::now();
   EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
-  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(200)) << "closeSend waited for the receiver";
+  // Both ends share the configuration here, and the receive below relies on the default close timeout: the bound
+  // stays under the 500 ms a close that flushed would take.
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(450)) << "closeSend waited for the receiver";
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   receiveLate(net, recvComm, "tcp, one process");
   EXPECT_FALSE(warnedAbout("the peer failed")) << "the receive comm failed after the sender closed in order";
@@ -250,9 +264,9 @@ TEST(UcxClose, TcpSendsCompletedBeforeCloseReachALateReceiverInOneProcess) {
 
 // In one process, as NCCL closes a communicator's comms: every send comm first, then every receive comm. Each close
 // returns at once; the send comms linger until their receive comms close, and then go at once (their workers' tcp
-// listening sockets close), not when NNS_UCX_LINGER_MS (5 s) runs out.
+// listening sockets close), not when NNS_UCX_LINGER_MS (20 s here) runs out.
 TEST(UcxClose, ALingeringCommGoesWhenItsPeerCloses) {
-  applyEnv(kTcp);
+  applyEnv(withLongCloseBounds(kTcp));
   const ncclNet_v12_t* net = plugin();
   ASSERT_NE(net, nullptr) << dlerror();
   ncclResult_t result = ncclSuccess;
@@ -272,13 +286,14 @@ TEST(UcxClose, ALingeringCommGoesWhenItsPeerCloses) {
   for (auto& pair : comms) EXPECT_EQ(net->closeSend(pair[0]), ncclSuccess);
   for (auto& pair : comms) EXPECT_EQ(net->closeRecv(pair[1]), ncclSuccess);
   for (auto& pair : comms) EXPECT_EQ(net->closeListen(pair[2]), ncclSuccess);
-  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(300)) << "a close waited";
+  EXPECT_LT(Clock::now() - start, kCloseBound) << "a close waited";
   auto closed = Clock::now();
-  while (nns::check::listeningSockets().size() > before.size() && Clock::now() - closed < std::chrono::seconds(10))
+  while (nns::check::listeningSockets().size() > before.size() && Clock::now() - closed < std::chrono::seconds(15))
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   double seconds = std::chrono::duration<double>(Clock::now() - closed).count();
-  EXPECT_EQ(nns::check::listeningSockets().size(), before.size()) << "a worker is still there 10 s after close";
-  EXPECT_LT(seconds, 2.0) << "the lingering send comms outlived their peers' close by " << seconds << " s";
+  EXPECT_EQ(nns::check::listeningSockets().size(), before.size()) << "a worker is still there 15 s after close";
+  // NNS_UCX_LINGER_MS is 20 s here: a lingering comm that did not notice its peer's close would outlive it by that.
+  EXPECT_LT(seconds, 10.0) << "the lingering send comms outlived their peers' close by " << seconds << " s";
 }
 
 // A message of `bytes` the sender completed before its close, still draining at the receiver when the goodbye is
