@@ -31,10 +31,23 @@ started() {
 }
 # none_left CASE: no rank of CASE is still running (a zombie is dead: once the launcher is gone, reaping an orphan is
 # up to PID 1, which in some containers never does).
+# running PID: the process exists and is not a zombie. One ps call: with `kill -0` first, a zombie reaped between the
+# two read as an empty state, "not Z", and so as running (seen under load).
+running() {
+  local state
+  state=$(ps -o stat= -p "$1" 2>/dev/null)
+  [ -n "$state" ] && [[ "$state" != Z* ]]
+}
+# any_left CASE: some rank of CASE is running.
+any_left() {
+  local pid
+  for pid in $(cat "$dir"/"$1".*.pid 2>/dev/null); do running "$pid" && return 0; done
+  return 1
+}
 none_left() {
   local pid
   for pid in $(cat "$dir"/"$1".*.pid 2>/dev/null); do
-    if kill -0 "$pid" 2>/dev/null && [[ "$(ps -o stat= -p "$pid")" != Z* ]]; then
+    if running "$pid"; then
       fail "$1: rank pid $pid is still running after the launcher ended"
       kill -KILL "$pid" 2>/dev/null
     fi
@@ -134,7 +147,7 @@ launcher=$!
 started orphaned 2 || fail "orphaned: the ranks did not start"
 kill -KILL $launcher
 wait $launcher 2>/dev/null
-sleep 0.5
+for _ in $(seq 50); do any_left orphaned || break; sleep 0.1; done  # the kernel ends them after the launcher's death
 none_left orphaned
 # ... and what the ranks started too: here each rank is a shell that runs the sleeping command without exec (a
 # wrapper script's way). The rank dies with the launcher; the command it started, before, ran on under PID 1.
@@ -146,7 +159,7 @@ wait $launcher 2>/dev/null
 for _ in $(seq 50); do
   alive=0
   for pid in $(cat "$dir"/grandchild.*.pid 2>/dev/null); do
-    kill -0 "$pid" 2>/dev/null && [[ "$(ps -o stat= -p "$pid")" != Z* ]] && alive=1
+    running "$pid" && alive=1
   done
   [ $alive = 0 ] && break
   sleep 0.1
@@ -188,7 +201,7 @@ wait $launcher 2>/dev/null
 for _ in $(seq 50); do
   alive=0
   for pid in $(cat "$dir"/pgroup.*.pid 2>/dev/null); do
-    kill -0 "$pid" 2>/dev/null && [[ "$(ps -o stat= -p "$pid")" != Z* ]] && alive=1
+    running "$pid" && alive=1
   done
   [ $alive = 0 ] && break
   sleep 0.1
@@ -236,11 +249,16 @@ launcher=$!
 started tstp 2 || fail "tstp: the ranks did not start"
 kill -TSTP $launcher
 stopped() { [[ "$(ps -o stat= -p "$1")" == T* ]]; }
-for _ in $(seq 50); do stopped $launcher && break; sleep 0.1; done
-for pid in $launcher $(cat "$dir"/tstp.*.pid); do stopped "$pid" || fail "tstp: pid $pid is not stopped"; done
+# Each process stops (or goes on) once it is scheduled after the signal: polled, 5 s at most each.
+for pid in $launcher $(cat "$dir"/tstp.*.pid); do
+  for _ in $(seq 50); do stopped "$pid" && break; sleep 0.1; done
+  stopped "$pid" || fail "tstp: pid $pid is not stopped"
+done
 kill -CONT $launcher
-sleep 0.3
-for pid in $launcher $(cat "$dir"/tstp.*.pid); do stopped "$pid" && fail "tstp: pid $pid is still stopped"; done
+for pid in $launcher $(cat "$dir"/tstp.*.pid); do
+  for _ in $(seq 50); do stopped "$pid" || break; sleep 0.1; done
+  stopped "$pid" && fail "tstp: pid $pid is still stopped"
+done
 kill -TERM $launcher
 wait $launcher
 none_left tstp
