@@ -393,12 +393,14 @@ TEST(CApi, AnAbortFailsALongOperationSoon) {
         nnsAllReduce(data.data(), data.data(), data.size(), ncclFloat32, ncclSum, comm, nullptr);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_NE(result, ncclSuccess) << "finished in " << seconds << " s, before the abort: make it larger";
-    // About 0.2 s here, 13 s before; a sanitizer makes building the plan of 131072 pieces alone take seconds.
+    // About 0.2 s here, 13 s before; a sanitizer makes building the plan of 131072 pieces alone take seconds (15 s
+    // under TSan on an idle host, 40 s with the CPU shared: a reviewer's measure), so its bound only catches a plan
+    // that grows out of hand again. That the abort cut the operation short is the check below.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    constexpr double kBound = 60.0;
+    constexpr double kBound = 180.0;
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-    constexpr double kBound = 60.0;
+    constexpr double kBound = 180.0;
 #else
     constexpr double kBound = 10.0;
 #endif
