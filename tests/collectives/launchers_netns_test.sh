@@ -254,9 +254,9 @@ done
 # A root port already taken on host 0: rank 0 says so at once.
 ip netns exec "$tag-0" python3 -c "
 import socket, time
-s = socket.socket(); s.bind(('10.78.0.1', $port)); s.listen(); time.sleep(30)" &
+s = socket.socket(); s.bind(('10.78.0.1', $port)); s.listen(); open('$tmp/listening', 'w').close(); time.sleep(30)" &
 pids+=($!)
-sleep 0.3
+for _ in $(seq 100); do [ -e "$tmp/listening" ] && break; sleep 0.05; done  # the port is taken before rank 0 starts
 start busy_0 0 "${base[@]}" $(torch 0 2) MASTER_ADDR=10.78.0.1 MASTER_PORT=$port -- "$example"
 expect_error busy_0 2 "rank 0 cannot listen on 10.78.0.1:$port: Address already in use"
 
