@@ -60,9 +60,18 @@ fi
 # rxe0), two devices (rxe0 -> rxe1 over the veth wire), and the plugin through a vNIC fusing both.
 perftest_pair() {  # name tool server-dev client-dev size iterations -> prints the client's output file
   "$2" -d "$3" -x 1 -F -s "$5" -n "$6" >"$out/$1.server" 2>&1 &
-  sleep 0.5
-  timeout 60 "$2" -d "$4" -x 1 -F -s "$5" -n "$6" 127.0.0.1 >"$out/$1.txt" 2>&1
-  wait
+  server=$!
+  # The server listens once it has set its device up, which under TCG can take longer than the client's first try:
+  # the client tries again while it finds no listener (5 tries, 0.5 s apart).
+  for _ in 1 2 3 4 5; do
+    sleep 0.5
+    timeout 60 "$2" -d "$4" -x 1 -F -s "$5" -n "$6" 127.0.0.1 >"$out/$1.txt" 2>&1 && break
+    grep -q "Couldn't connect" "$out/$1.txt" || break
+  done
+  # The server ends after its client (10 s at most here); one that never got its client would wait for good.
+  for _ in $(seq 100); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
+  kill "$server" 2>/dev/null
+  wait "$server" 2>/dev/null
 }
 bench_run() {  # name args...
   name=$1; shift
