@@ -2,7 +2,7 @@
  * both are whole numbers of pieces (NNS_SLOT_BYTES=1024: 256 ints a piece). A receive of 512 ints from a send of 768
  * completed before, cut short, and the send's third piece went into the next receive. Equal sizes still pass, whole
  * pieces or not. Two ranks; each mismatch on a communicator of its own (made from rank 0's unique id, handed over the
- * first), as a mismatch fails the communicator. */
+ * first), as a mismatch fails the communicator. Every mismatch is ncclInvalidUsage, whichever side sees it. */
 #include <stdio.h>
 #include <string.h>
 
@@ -37,7 +37,7 @@ static nnsComm_t another(nnsComm_t first, int rank, int size) {
 }
 
 int main(void) {
-  static int data[1024];
+  static int data[32768];
   nnsComm_t first, comm;
   int rank = -1, size = 0;
   if (nnsCommInitFromEnv(&first) != ncclSuccess) {
@@ -56,17 +56,28 @@ int main(void) {
   if (comm == NULL) return printf("rank %d: second communicator: %s\n", rank, nnsGetLastError(NULL)), 1;
   ncclResult_t result = exchange(comm, rank, 768, 512, 7, data);
   if (rank == 1)
-    expect(result != ncclSuccess && strstr(nnsGetLastError(NULL), "sent more than this receive takes") != NULL, rank,
-           "768 ints into 512 fails on that receive");
+    expect(result == ncclInvalidUsage && strstr(nnsGetLastError(NULL), "sent more than this receive takes") != NULL,
+           rank, "768 ints into 512 fails on that receive");
   nnsCommDestroy(comm);
   /* A receive larger than the send, the send a whole piece. */
   comm = another(first, rank, size);
   if (comm == NULL) return printf("rank %d: third communicator: %s\n", rank, nnsGetLastError(NULL)), 1;
   result = exchange(comm, rank, 256, 512, 8, data);
   if (rank == 1)
-    expect(
-        result != ncclSuccess && strstr(nnsGetLastError(NULL), "received 0 bytes from rank 0, expected 1024") != NULL,
-        rank, "256 ints into 512 fails on that receive");
+    expect(result == ncclInvalidUsage &&
+               strstr(nnsGetLastError(NULL), "received 0 bytes from rank 0, expected 1024") != NULL,
+           rank, "256 ints into 512 fails on that receive");
+  nnsCommDestroy(comm);
+  /* A last piece larger than its receive, which the plugin refuses itself: the call's buffers, 64 KiB and more, are
+   * received into directly (NNS_CALL_REGISTRATION over TCP), so the receive is exactly the piece (20000 ints into
+   * 19990: the last piece's 128 bytes into 88). The same code, and the receive's size said (it said only "returned
+   * ncclInvalidUsage"). */
+  comm = another(first, rank, size);
+  if (comm == NULL) return printf("rank %d: fourth communicator: %s\n", rank, nnsGetLastError(NULL)), 1;
+  result = exchange(comm, rank, 20000, 19990, 9, data);
+  if (rank == 1)
+    expect(result == ncclInvalidUsage && strstr(nnsGetLastError(NULL), "for a receive of 88 bytes") != NULL, rank,
+           "20000 ints into 19990 fails on that receive");
   nnsCommDestroy(comm);
   nnsCommDestroy(first);
   if (failures == 0) printf("rank %d of %d: every receive's size checked against its send's\n", rank, size);

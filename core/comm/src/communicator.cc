@@ -1341,7 +1341,16 @@ void Communicator::run(Plan& plan) {
           // fill one per receive it can group (its maxRecvs) whatever this one's n, and a single int let such a
           // plugin write over this stack (ASan: stack-buffer-overflow, with nccl-net-check's nccl-like shim).
           int sizes[kTestSizesRoom] = {};
-          check(net_->test(slot.request, &done, sizes), flow.sending ? "test(send)" : "test(recv)", flow.peer);
+          const ncclResult_t tested = net_->test(slot.request, &done, sizes);
+          // A receive a plugin refuses as invalid usage is most often one its message does not fit (a rank's count
+          // or type that differs): the size expected is said here, the message's in the plugin's WARN line.
+          if (tested == ncclInvalidUsage && !flow.sending)
+            fail(std::string(net_->name()) + " test(recv) (peer rank " + std::to_string(flow.peer) +
+                     ") returned ncclInvalidUsage for a receive of " + std::to_string(slot.bytes) +
+                     " bytes: a plugin says so of a message larger than its receive (a count or type that differs "
+                     "between the ranks?); its WARN line names the message's size",
+                 ncclInvalidUsage);
+          check(tested, flow.sending ? "test(send)" : "test(recv)", flow.peer);
           size = sizes[0];
         }
         if (!done) break;
@@ -1358,13 +1367,14 @@ void Communicator::run(Plan& plan) {
           }
           if (static_cast<size_t>(size) != slot.bytes)
             fail("received " + std::to_string(size) + " bytes from rank " + std::to_string(flow.peer) + ", expected " +
-                 std::to_string(slot.bytes) +
-                 (!plan.endMarks_   ? ""
-                  : slot.bytes == 0 ? " where the message ends: rank " + std::to_string(flow.peer) +
-                                          " sent more than this receive takes (a count or type that differs "
-                                          "between its send and this receive?)"
-                                    : " (the send and this receive differ in size: a count or type that differs "
-                                      "between them?)"));
+                     std::to_string(slot.bytes) +
+                     (!plan.endMarks_   ? ""
+                      : slot.bytes == 0 ? " where the message ends: rank " + std::to_string(flow.peer) +
+                                              " sent more than this receive takes (a count or type that differs "
+                                              "between its send and this receive?)"
+                                        : " (the send and this receive differ in size: a count or type that differs "
+                                          "between them?)"),
+                 ncclInvalidUsage);  // the ranks' calls disagree, as when the plugin finds the message too large
           // GPU memory that the plugin wrote (a GPU slot, or a registered GPU buffer received into directly) is
           // flushed before anything reads it, where NCCL would flush.
           if (size > 0 && slotMemory_->flushReceives()) {
