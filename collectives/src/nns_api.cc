@@ -907,7 +907,17 @@ const char* nnsGetErrorString(ncclResult_t result) {
   }
 }
 
-const char* nnsGetLastError(nnsComm_t /*comm*/) {
+const char* nnsGetLastError(nnsComm_t comm) {
+  // The calling thread's last error, as NCCL's; and where this thread has none, a failed communicator's own: a
+  // watchdog thread that polls nnsCommGetAsyncError made no failing call itself, and got "" for the why.
+  if (lastError.empty() && comm != nullptr) {
+    Hold hold(comm);
+    if (hold && comm->comm->asyncResult() != ncclSuccess) {
+      thread_local std::string commError;  // valid until this thread's next nnsGetLastError
+      commError = comm->comm->asyncError();
+      return commError.c_str();
+    }
+  }
   return lastError.c_str();
 }
 

@@ -959,6 +959,36 @@ TEST(CApi, AFailedQueryInsideAGroupIsNotTheGroupsError) {
   for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
 }
 
+// A watchdog thread that made no failing call gets a failed communicator's own error from nnsGetLastError(comm) (it
+// got "": the text was only the failing thread's); with NULL, or where it has an error of its own, its own.
+TEST(CApi, AnotherThreadGetsAFailedCommunicatorsErrorFromIt) {
+  setenv("NNS_COMM_TIMEOUT_MS", "5000", 1);
+  const nnsUniqueId id = loopbackId();
+  nnsComm_t comms[2] = {nullptr, nullptr};
+  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+  EXPECT_EQ(nnsCommInitRank(&comms[0], 2, id, 0), ncclSuccess);
+  EXPECT_EQ(nnsCommInitRank(&comms[1], 2, id, 1), ncclSuccess);
+  ASSERT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError(nullptr);
+  std::vector<int> data(300, 7);
+  ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+  EXPECT_EQ(nnsSend(data.data(), 300, ncclInt32, 1, comms[0], nullptr), ncclSuccess);
+  EXPECT_EQ(nnsRecv(data.data(), 290, ncclInt32, 0, comms[1], nullptr), ncclSuccess);  // a count that differs
+  EXPECT_EQ(nnsGroupEnd(), ncclInvalidUsage);
+  ncclResult_t failure = ncclSuccess;
+  ASSERT_EQ(nnsCommGetAsyncError(comms[1], &failure), ncclSuccess);
+  ASSERT_EQ(failure, ncclInvalidUsage);
+  std::string fromComm, fromNull;
+  std::thread watchdog([&] {
+    fromNull = nnsGetLastError(nullptr);
+    fromComm = nnsGetLastError(comms[1]);
+  });
+  watchdog.join();
+  EXPECT_EQ(fromNull, "");
+  EXPECT_NE(fromComm.find("received 1200 bytes from rank 0, expected 1160"), std::string::npos) << fromComm;
+  for (nnsComm_t comm : comms) EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  unsetenv("NNS_COMM_TIMEOUT_MS");
+}
+
 // nnsGroupEnd that cannot start the thread a communicator of its group needs fails that communicator with
 // ncclSystemError and the reason; the std::system_error escaped the C API and ended the process (terminate).
 TEST(CApi, AGroupThatCannotStartAThreadFailsInsteadOfEndingTheProcess) {

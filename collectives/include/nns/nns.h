@@ -103,8 +103,10 @@ ncclResult_t nnsRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType
 ncclResult_t nnsRedOpDestroy(ncclRedOp_t op, nnsComm_t comm);
 ncclResult_t nnsCommUserRank(const nnsComm_t comm, int* rank);
 const char* nnsGetErrorString(ncclResult_t result);
-/* The text of the last error on this thread (what failed and why), or "". As in NCCL's ncclGetLastError, `comm` is
- * not used and may be NULL: the text is the calling thread's, whichever communicator the error came from. */
+/* The text of the last error on this thread (what failed and why), whichever communicator it came from, as NCCL's
+ * ncclGetLastError gives it; `comm` may be NULL. Where this thread has none and `comm` has failed, the
+ * communicator's own error (for a watchdog thread that polls nnsCommGetAsyncError and made no failing call itself);
+ * that text stays valid until this thread's next nnsGetLastError. Else "". */
 const char* nnsGetLastError(nnsComm_t comm);
 
 ncclResult_t nnsAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
