@@ -22,7 +22,7 @@ includedir=${srcdir}/include
 Name: nccl-net-sdk
 Description: @PROJECT_DESCRIPTION@ (headers and header-only C++17 SDK), from the build tree
 Version: @PROJECT_VERSION@
-Cflags: -I${includedir} -fvisibility=hidden -fvisibility-inlines-hidden
+Cflags: -I${includedir} -fvisibility=hidden
 Libs: -Wl,--version-script=${srcdir}/share/plugin-exports.map
 ]=])
 # The collective engine's C API (nns/nns.h, libnns.so): nns.pc beside it, for `pkg-config --cflags --libs nns`

@@ -50,6 +50,16 @@ for compiler in g++ clang++; do
     "$work/strict.cc"
 done
 
+# A plugin in C99 against the ABI headers alone, through the same flags: no C++-only flag among them (gcc -Werror
+# refused -fvisibility-inlines-hidden for C), and NCCL_NET_EXPORT keeps its table visible under -fvisibility=hidden.
+printf '%s\n' '#include <nccl_net/export.h>' '#include <nccl_net/net_v8.h>' \
+  'static ncclResult_t cInit(ncclDebugLogger_t logger) { (void)logger; return ncclSuccess; }' \
+  'NCCL_NET_EXPORT const ncclNet_v8_t ncclNetPlugin_v8 = {.name = "cplugin", .init = cInit};' > "$work/cplugin.c"
+gcc -std=c99 -Wall -Wextra -pedantic -Werror -fPIC -shared $cflags "$work/cplugin.c" -o "$work/libnccl-net-cplugin.so" \
+  $libs
+exported=$(nm -D --defined-only "$work/libnccl-net-cplugin.so" | awk '{print $3}' | grep -v '^_' | tr '\n' ' ')
+[ "$exported" = "ncclNetPlugin_v8 " ] || { echo "FAILED: the C plugin exports '$exported'"; exit 1; }
+
 # The C API, one rank (NNS_RANK=0 NNS_WORLD_SIZE=1 needs no root address), built both ways: the CMake target
 # nccl_net_sdk::nns above, and pkg-config's nns here. Each runs with the installed libraries only (the socket plugin,
 # the default, is found in the prefix's lib beside libnns.so or through LD_LIBRARY_PATH).
