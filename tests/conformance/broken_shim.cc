@@ -512,6 +512,9 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
   if (dev >= realDeviceCount()) return virtualProperties(dev, props);
 #endif
   ncclResult_t result = real()->getProperties(dev, props);
+#ifdef NNS_BUG_REG_IS_GLOBAL_GARBAGE
+  props->regIsGlobal = 10000;  // another field's value, as from a struct of another version filled through this one
+#endif
 #ifdef NNS_SMALL_MESSAGES
   props->maxCollBytes = kLargestMessage;
   props->maxP2pBytes = kLargestMessage;
@@ -601,6 +604,11 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
     std::fprintf(stderr, "WARN %s: listen: no address for device %d\n", NNS_BUG_NAME, dev);
     return ncclSystemError;
   }
+#endif
+#ifdef NNS_BUG_HANDLE_UNWRITTEN
+  // The address goes into a handle of the plugin's own, which is never copied into the one NCCL ships.
+  unsigned char own[NCCL_NET_HANDLE_MAXSIZE];
+  handle = own;
 #endif
   ncclResult_t result = real()->listen(ctx, dev, handle, listenComm);
 #ifdef NNS_BUG_HANDLE_OVERFLOW

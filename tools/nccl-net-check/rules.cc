@@ -882,7 +882,16 @@ Verdict deviceSane(int dev, const ncclNetProperties_v12_t& p) {
                 core::printable(p.pciPath).c_str(), std::strerror(errno));
   if (!(p.ptrSupport & NCCL_PTR_HOST)) return fail("device %d: ptrSupport 0x%x lacks NCCL_PTR_HOST", dev, p.ptrSupport);
   if (p.maxComms <= 0 || p.maxRecvs < 1 || p.maxRecvs > 64)
-    return fail("device %d: maxComms %d, maxRecvs %d", dev, p.maxComms, p.maxRecvs);
+    return fail(
+        "device %d: maxComms %d, maxRecvs %d (maxComms at least 1, maxRecvs 1 to 64; values of other fields "
+        "here mean the struct of another ABI version was filled)",
+        dev, p.maxComms, p.maxRecvs);
+  // A flag: NCCL reads any other value as true, and then takes one registration as valid on every comm.
+  if (p.regIsGlobal != 0 && p.regIsGlobal != 1)
+    return fail(
+        "device %d: regIsGlobal %d, not 0 or 1 (the struct of another ABI version filled, its fields "
+        "shifted?)",
+        dev, p.regIsGlobal);
   if (!std::isfinite(p.latency) || p.latency < 0)
     return fail("device %d: latency %f (a finite number of microseconds, 0 or more)", dev, p.latency);
   if (p.maxP2pBytes == 0 || p.maxP2pBytes > NCCL_MAX_NET_SIZE_BYTES)
@@ -957,7 +966,14 @@ Verdict listenHandleFits(Context& c) {
   CALL("closeListen", c.net->closeListen(listenComm));
   for (size_t i = NCCL_NET_HANDLE_MAXSIZE; i < sizeof(buffer); ++i)
     if (buffer[i] != 0xa5) return fail("listen wrote byte %zu of the handle (NCCL ships only 128)", i);
-  return pass("listen wrote within the 128-byte handle");
+  const auto handleEnd = buffer + NCCL_NET_HANDLE_MAXSIZE;
+  if (std::all_of(buffer, handleEnd, [](unsigned char b) { return b == 0xa5; }))
+    return fail("listen wrote nothing into the handle: the peer's connect gets what the buffer held before");
+  // All zero is legal, but it is also what a listen that clears the handle and never writes its address leaves:
+  // said, for when the other rules' connects fail.
+  const bool allZero = std::all_of(buffer, handleEnd, [](unsigned char b) { return b == 0; });
+  return pass(std::string("listen wrote within the 128-byte handle") +
+              (allZero ? " (note: all 128 bytes are zero: does listen fill in its address?)" : ""));
 }
 
 Verdict connectIsNonblocking(Context& c) {
