@@ -36,9 +36,23 @@ static nnsComm_t another(nnsComm_t first, int rank, int size) {
   return comm;
 }
 
+/* On a communicator of its own (a mismatch fails it): rank 0 sends `sendCount` ints, rank 1 receives `recvCount`,
+ * which must fail with ncclInvalidUsage and `text` in the error. 0 when the communicator could not be made. */
+static int mismatch(nnsComm_t first, int rank, int size, size_t sendCount, size_t recvCount, int* data,
+                    const char* text) {
+  char what[96];
+  nnsComm_t comm = another(first, rank, size);
+  if (comm == NULL) return printf("rank %d: another communicator: %s\n", rank, nnsGetLastError(NULL)), 0;
+  ncclResult_t result = exchange(comm, rank, sendCount, recvCount, 7, data);
+  snprintf(what, sizeof(what), "%zu ints into %zu fails on that receive", sendCount, recvCount);
+  if (rank == 1) expect(result == ncclInvalidUsage && strstr(nnsGetLastError(NULL), text) != NULL, rank, what);
+  nnsCommDestroy(comm);
+  return 1;
+}
+
 int main(void) {
   static int data[32768];
-  nnsComm_t first, comm;
+  nnsComm_t first;
   int rank = -1, size = 0;
   if (nnsCommInitFromEnv(&first) != ncclSuccess) {
     printf("init: %s\n", nnsGetLastError(NULL));
@@ -52,33 +66,14 @@ int main(void) {
   expect(exchange(first, rank, 300, 300, 6, data) == ncclSuccess && (rank == 0 || data[299] == 6), rank,
          "300 ints into 300");
   /* A receive of whole pieces fewer than the send. */
-  comm = another(first, rank, size);
-  if (comm == NULL) return printf("rank %d: second communicator: %s\n", rank, nnsGetLastError(NULL)), 1;
-  ncclResult_t result = exchange(comm, rank, 768, 512, 7, data);
-  if (rank == 1)
-    expect(result == ncclInvalidUsage && strstr(nnsGetLastError(NULL), "sent more than this receive takes") != NULL,
-           rank, "768 ints into 512 fails on that receive");
-  nnsCommDestroy(comm);
+  if (!mismatch(first, rank, size, 768, 512, data, "sent more than this receive takes")) return 1;
   /* A receive larger than the send, the send a whole piece. */
-  comm = another(first, rank, size);
-  if (comm == NULL) return printf("rank %d: third communicator: %s\n", rank, nnsGetLastError(NULL)), 1;
-  result = exchange(comm, rank, 256, 512, 8, data);
-  if (rank == 1)
-    expect(result == ncclInvalidUsage &&
-               strstr(nnsGetLastError(NULL), "received 0 bytes from rank 0, expected 1024") != NULL,
-           rank, "256 ints into 512 fails on that receive");
-  nnsCommDestroy(comm);
+  if (!mismatch(first, rank, size, 256, 512, data, "received 0 bytes from rank 0, expected 1024")) return 1;
   /* A last piece larger than its receive, which the plugin refuses itself: the call's buffers, 64 KiB and more, are
    * received into directly (NNS_CALL_REGISTRATION over TCP), so the receive is exactly the piece (20000 ints into
    * 19990: the last piece's 128 bytes into 88). The same code, and the receive's size said (it said only "returned
    * ncclInvalidUsage"). */
-  comm = another(first, rank, size);
-  if (comm == NULL) return printf("rank %d: fourth communicator: %s\n", rank, nnsGetLastError(NULL)), 1;
-  result = exchange(comm, rank, 20000, 19990, 9, data);
-  if (rank == 1)
-    expect(result == ncclInvalidUsage && strstr(nnsGetLastError(NULL), "for a receive of 88 bytes") != NULL, rank,
-           "20000 ints into 19990 fails on that receive");
-  nnsCommDestroy(comm);
+  if (!mismatch(first, rank, size, 20000, 19990, data, "for a receive of 88 bytes")) return 1;
   nnsCommDestroy(first);
   if (failures == 0) printf("rank %d of %d: every receive's size checked against its send's\n", rank, size);
   return failures != 0;
