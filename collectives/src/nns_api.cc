@@ -90,6 +90,8 @@ using nns::coll::P2POp;
 using nns::core::CommError;
 
 thread_local std::string lastError;
+// What nnsGetLastError(comm) last gave this thread from a failed communicator (valid until its next call).
+thread_local std::string commLastError;
 thread_local int groupDepth = 0;
 // The first call refused inside the current group (nnsGroupEnd returns it once the group's other operations ran).
 thread_local ncclResult_t groupRefusal = ncclSuccess;
@@ -910,15 +912,12 @@ const char* nnsGetErrorString(ncclResult_t result) {
 const char* nnsGetLastError(nnsComm_t comm) {
   // The calling thread's last error, as NCCL's; and where this thread has none, a failed communicator's own: a
   // watchdog thread that polls nnsCommGetAsyncError made no failing call itself, and got "" for the why.
-  if (lastError.empty() && comm != nullptr) {
+  if (!lastError.empty() || comm == nullptr) return lastError.c_str();
+  {
     Hold hold(comm);
-    if (hold && comm->comm->asyncResult() != ncclSuccess) {
-      thread_local std::string commError;  // valid until this thread's next nnsGetLastError
-      commError = comm->comm->asyncError();
-      return commError.c_str();
-    }
+    commLastError = hold && comm->comm->asyncResult() != ncclSuccess ? comm->comm->asyncError() : std::string();
   }
-  return lastError.c_str();
+  return commLastError.c_str();
 }
 
 ncclResult_t nnsAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
