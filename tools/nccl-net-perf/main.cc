@@ -768,7 +768,6 @@ void printFailure(const Failure& failure) {
     std::fprintf(stderr, "nccl-net-perf: %s:\n", failure.error.c_str());
     for (const auto& [requested, reason] : failure.candidates)
       std::fprintf(stderr, "  %s: %s\n", requested.c_str(), reason.c_str());
-    if (failure.candidates.empty()) std::fprintf(stderr, "  (no candidate: the plugin setting names no library)\n");
     return;
   }
   std::fprintf(stderr, "nccl-net-perf: %s\n", failure.error.c_str());
