@@ -52,8 +52,11 @@ expect 0 "lat\\(us\\)" "$bin/nccl-net-perf" -L "$lib" minimal -b 8 -e 8 -n 2 -w 
 missing="warning: search directory /nonexistent-nns-dir: No such file or directory"
 expect 0 "$missing" "$bin/nccl-net-check" -L /nonexistent-nns-dir -L "$lib" minimal --rules zero-byte
 expect 0 "$missing" "$bin/nccl-net-perf" -L /nonexistent-nns-dir -L "$lib" minimal -b 8 -e 8 -n 1 -w 0
+# nccl-net-topo keeps the plugin loaded on purpose and runs hwloc, whose unloaded components leave allocations
+# LeakSanitizer cannot attribute: leak checking is off for this one run in an ASan build (as tests/topology does).
 [ -x "$bin/nccl-net-topo" ] &&
-  expect 0 "$missing" "$bin/nccl-net-topo" -L /nonexistent-nns-dir -L "$lib" -p minimal --no-paths --no-search
+  expect 0 "$missing" env ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+    "$bin/nccl-net-topo" -L /nonexistent-nns-dir -L "$lib" -p minimal --no-paths --no-search
 expect 2 "--dev: Value -1 not in range 0" "$bin/nccl-net-perf" minimal -d -1
 expect 2 "--window: Value 33 not in range 1 to 32" "$bin/nccl-net-perf" minimal -W 33
 expect 2 "--maxbytes: Value 2147483648 not in range" "$bin/nccl-net-perf" minimal -e 2G
