@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -21,6 +22,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -175,6 +177,16 @@ std::map<void*, int> gSideChannels;
 // The connection lives in a global, written for one connection per pair of processes: irecv posts on the most
 // recently accepted comm, whichever comm it is given.
 void* gLastRecvComm = nullptr;
+#endif
+
+#ifdef NNS_BUG_RECV_NEEDS_LISTENER
+// Each listener owns an epoll instance that the connections it accepts wait on (one wait for all of them), and a
+// receive comm waits through its listener's: closeListen closes that descriptor, and every comm the listener accepted
+// then fails its next irecv (EBADF). A host that keeps listeners open to the end never sees it; NCCL closes each
+// listener as soon as its accept has returned a comm.
+std::mutex gEpollLock;
+std::map<void*, int> gListenerEpoll;  // listen comm -> its epoll descriptor
+std::map<void*, int> gRecvEpoll;      // recv comm -> its listener's epoll descriptor
 #endif
 
 #ifdef NNS_BUG_HANDLE_UNCHECKED
@@ -621,6 +633,14 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
     gSideChannels[*listenComm] = fd;
   }
 #endif
+#ifdef NNS_BUG_RECV_NEEDS_LISTENER
+  if (result == ncclSuccess) {
+    const int epoll = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll < 0) return ncclSystemError;
+    std::lock_guard<std::mutex> lock(gEpollLock);
+    gListenerEpoll[*listenComm] = epoll;
+  }
+#endif
 #ifdef NNS_BUG_BLOCKING_CLOSE_LISTEN
   if (result == ncclSuccess) {
     int fd = sideListener(0);
@@ -757,6 +777,12 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t
 #endif
 #ifdef NNS_BUG_GLOBAL_RECV_COMM
   if (result == ncclSuccess && *recvComm != nullptr) gLastRecvComm = *recvComm;
+#endif
+#ifdef NNS_BUG_RECV_NEEDS_LISTENER
+  if (result == ncclSuccess && *recvComm != nullptr) {
+    std::lock_guard<std::mutex> lock(gEpollLock);
+    gRecvEpoll[*recvComm] = gListenerEpoll.at(listenComm);
+  }
 #endif
 #ifdef NNS_BUG_CRASH_ON_CLOSE
   if (result == ncclSuccess && *recvComm != nullptr) {
@@ -960,6 +986,18 @@ void* volatile gLastProfilerHandle = nullptr;
 #endif
 ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                    void** request) {
+#ifdef NNS_BUG_RECV_NEEDS_LISTENER
+  {
+    std::lock_guard<std::mutex> lock(gEpollLock);
+    auto epoll = gRecvEpoll.find(comm);
+    epoll_event event{};
+    if (epoll != gRecvEpoll.end() && epoll_wait(epoll->second, &event, 1, 0) < 0) {
+      std::fprintf(stderr, "WARN %s: irecv: waiting on the connection's events: %s\n", NNS_BUG_NAME,
+                   std::strerror(errno));
+      return ncclSystemError;
+    }
+  }
+#endif
 #ifdef NNS_BUG_HINT_LEFT_IN_REQUEST
   // A "not now" path that returns before writing *request: harmless while hosts passed NULL there, but NCCL 2.24+
   // passes the optional-completion hint (0x1) before LL receives, and then tests (void*)0x1.
@@ -1342,10 +1380,26 @@ ncclResult_t closeRecv(void* comm) {
 #ifdef NNS_BUG_LEAKED_COMM_FD
   gWakeFds.erase(comm);  // the descriptor is not closed
 #endif
+#ifdef NNS_BUG_RECV_NEEDS_LISTENER
+  {
+    std::lock_guard<std::mutex> lock(gEpollLock);
+    gRecvEpoll.erase(comm);
+  }
+#endif
   return real()->closeRecv(comm);
 }
 ncclResult_t closeListen(void* comm) {
   ncclResult_t result = real()->closeListen(comm);
+#ifdef NNS_BUG_RECV_NEEDS_LISTENER
+  {
+    std::lock_guard<std::mutex> lock(gEpollLock);
+    auto epoll = gListenerEpoll.find(comm);
+    if (epoll != gListenerEpoll.end()) {
+      close(epoll->second);  // under the comms it accepted, which still wait on it
+      gListenerEpoll.erase(epoll);
+    }
+  }
+#endif
 #ifdef NNS_BUG_STRANGER_FAILS_ACCEPT
   auto side = gSideChannels.find(comm);
   if (side != gSideChannels.end()) {

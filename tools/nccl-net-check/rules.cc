@@ -777,12 +777,16 @@ std::string peerText(int code) {
   return "peer exit code " + std::to_string(code);
 }
 
+void overwriteFreedMemory();  // below
+
 // A peer process sends `messages` (size, seed) and keeps its comm open until `receive` (this process's side, given
 // the receive comm and the peer's pid) has returned, as NCCL closes comms only when the communicator goes: a plugin
-// may rightly fail pending receives once the sender closed. The receiver's verdict, or the sender's failure.
+// may rightly fail pending receives once the sender closed. The receiver's verdict, or the sender's failure. With
+// `closeListenerAtAccept`, the listener is closed as soon as accept has returned the comm, and the memory it may have
+// freed written over, before `receive` runs (NCCL's order); otherwise it stays open to the end.
 Verdict sendAndReceive(Context& c, const std::vector<std::pair<size_t, uint64_t>>& messages,
                        const std::function<Verdict(void* recvComm, pid_t* peer)>& receive,
-                       const std::function<void()>& afterListen = {}) {
+                       const std::function<void()>& afterListen = {}, bool closeListenerAtAccept = false) {
   Pair pair;
   std::string why;
   int checkedPipe[2];
@@ -798,7 +802,16 @@ Verdict sendAndReceive(Context& c, const std::vector<std::pair<size_t, uint64_t>
           },
           &why, afterListen))
     return fail("%s", why.c_str());
-  Verdict v = receive(pair.recvComm, &pair.peer);
+  Verdict v = pass("");
+  if (closeListenerAtAccept) {
+    const ncclResult_t closed = CALL("closeListen", c.net->closeListen(pair.listenComm));
+    pair.listenComm = nullptr;
+    if (closed != ncclSuccess)
+      v = fail("closeListen right after accept returned a comm returned %s", resultText(closed).c_str());
+    else
+      overwriteFreedMemory();
+  }
+  if (v.status == Status::kPass) v = receive(pair.recvComm, &pair.peer);
   (void)!write(checkedPipe[1], "c", 1);
   // Once the receiver has failed, the sender's exit code says nothing more, and it may wait for ever on sends this
   // side stopped receiving: a second, not the 30 s a passing sender gets to finish (which outlasted a 30 s rule
@@ -819,7 +832,7 @@ Verdict sendAndReceive(Context& c, const std::vector<std::pair<size_t, uint64_t>
 // them, and is skipped as before.
 std::string gLeftOut;
 Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t>>& messages, size_t capacity,
-                        const std::function<void()>& afterListen = {}) {
+                        const std::function<void()>& afterListen = {}, bool closeListenerAtAccept = false) {
   std::vector<std::pair<size_t, uint64_t>> fitting;
   size_t largestLeftOut = 0;
   for (const auto& m : messages) {
@@ -840,7 +853,7 @@ Verdict transferChecked(Context& c, const std::vector<std::pair<size_t, uint64_t
   }
   return sendAndReceive(
       c, fitting, [&](void* recvComm, pid_t* peer) { return receiveMessages(c, recvComm, fitting, capacity, 1, peer); },
-      afterListen);
+      afterListen, closeListenerAtAccept);
 }
 
 // ---- the rules -------------------------------------------------------------------------------------------------
@@ -1230,6 +1243,24 @@ Verdict zeroByte(Context& c) {
   std::vector<std::pair<size_t, uint64_t>> messages{{0, 0}, {5, 9}, {0, 0}};
   Verdict v = transferChecked(c, messages, 64);
   return v.status == Status::kPass ? pass("0-byte messages complete with size 0, in order with others") : v;
+}
+
+// NCCL's proxy closes a listener as soon as its accept has returned a comm, and only then moves data on the comm;
+// every other rule keeps its listener open to the end. A receive comm that still uses its listener's socket, event
+// channel, queue or memory fails here (or reads memory written over since the close, which a sanitizer build names).
+Verdict listenerClosedAfterAccept(Context& c) {
+  std::mt19937_64 random(4242);
+  std::vector<std::pair<size_t, uint64_t>> messages;
+  for (int i = 0; i < 40; ++i) messages.push_back({i % 8 == 7 ? random() % (256u << 10) : random() % 5000, random()});
+  messages.push_back({0, 0});
+  Verdict v = transferChecked(c, messages, 256u << 10, {}, true);
+  if (v.status == Status::kFail)
+    v.evidence = "with the listener closed once accept returned the comm, as NCCL's proxy closes it: " + v.evidence;
+  return v.status == Status::kPass
+             ? pass(
+                   "41 messages (0 B .. 256 KiB) received, every byte checked, after closeListen of the listener "
+                   "that accepted the comm")
+             : v;
 }
 
 // optional-completion-hint's receiving side: a one-buffer receive posted with the hint, then one without it that
@@ -3774,6 +3805,9 @@ const std::vector<Rule>& rules() {
       {{"max-requests-in-flight", "NCCL_NET_MAX_REQUESTS (32) receives can be posted at once and all complete"},
        maxRequestsInFlight},
       {{"zero-byte", "0-byte messages complete with size 0"}, zeroByte},
+      {{"listener-closed-after-accept",
+        "a receive comm works once its listener is closed, as NCCL closes it right after accept"},
+       listenerClosedAfterAccept},
       {{"optional-completion-hint",
         "v9+: irecv given NCCL's optional-completion hint (*request preset to 0x1, as before LL receives) writes "
         "*request, and the receive after it gets the next message"},
