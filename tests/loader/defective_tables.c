@@ -9,7 +9,7 @@
 #define EXPORT __attribute__((visibility("default")))
 
 #if defined(NNS_DEFECT_NULL_ENTRIES) || defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE) || \
-    defined(NNS_DEFECT_ODD_PROPERTIES) || defined(NNS_DEFECT_UNPACK_0X7)
+    defined(NNS_DEFECT_ODD_PROPERTIES) || defined(NNS_DEFECT_UNPACK_0X7) || defined(NNS_DEFECT_V11_PROPS_OVERRUN)
 /* What the tables below start from: an init and a devices that work. */
 static ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
                          ncclProfilerCallback_t profiler) {
@@ -38,12 +38,13 @@ static ncclResult_t collInit(void** ctx, uint64_t commId, ncclDebugLogger_t logg
 EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {.name = "half-table", .init = init, .devices = devices};
 EXPORT const ncclCollNet_v12_t ncclCollNetPlugin_v12 = {.init = collInit};
 #elif defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE) || defined(NNS_DEFECT_ODD_PROPERTIES) || \
-    defined(NNS_DEFECT_UNPACK_0X7)
+    defined(NNS_DEFECT_UNPACK_0X7) || defined(NNS_DEFECT_V11_PROPS_OVERRUN)
 /* NO_IFLUSH is not a defect: every entry NCCL calls unchecked is there, iflush (which NCCL calls only after
  * GPU-direct receives) is NULL. UNPACK_DEVICE is the same table with device 0 an UNPACK device at version 0x6, which
  * NCCL refuses to assign (it speaks 0x7 only), and UNPACK_0X7 one at 0x7, which NCCL takes (its kernels finish the
  * receives) and a host engine cannot serve; ODD_PROPERTIES is the table with properties a tool must print as they
- * are (below). A test double: the entries beside init, devices, getProperties and
+ * are (below); V11_PROPS_OVERRUN exports it as ncclNet_v11 with v12's getProperties (at the end). A test double:
+ * the entries beside init, devices, getProperties and
  * finalize refuse with ncclInternalError. */
 static ncclResult_t finalize(void* ctx) {
   (void)ctx;
@@ -103,6 +104,34 @@ static ncclResult_t test(void* request, int* done, int* sizes) {
 static ncclResult_t closeComm(void* comm) {
   return (void)comm, ncclInternalError;
 }
+#if defined(NNS_DEFECT_V11_PROPS_OVERRUN)
+/* A port to ncclNet_v11 that kept v12's getProperties: it fills a v12 struct (128 bytes) where NCCL passes v11's (112
+ * bytes), so 16 bytes land past it, on NCCL's stack. The loader refuses it, and the rejection must say why. */
+static ncclResult_t initV11(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t logger,
+                            ncclProfilerCallback_t profiler) {
+  (void)config;
+  return init(ctx, commId, NULL, logger, profiler);
+}
+static ncclResult_t getPropertiesV11(int dev, ncclNetProperties_v11_t* props) {
+  return getProperties(dev, (ncclNetProperties_v12_t*)props);
+}
+EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {.name = "v11-props-overrun",
+                                                .init = initV11,
+                                                .devices = devices,
+                                                .getProperties = getPropertiesV11,
+                                                .listen = listen,
+                                                .connect = connect,
+                                                .accept = accept,
+                                                .regMr = regMr,
+                                                .deregMr = deregMr,
+                                                .isend = isend,
+                                                .irecv = irecv,
+                                                .test = test,
+                                                .closeSend = closeComm,
+                                                .closeRecv = closeComm,
+                                                .closeListen = closeComm,
+                                                .finalize = finalize};
+#else
 #if defined(NNS_DEFECT_UNPACK_DEVICE)
 #define NNS_TABLE_NAME "unpack-0x6"
 #elif defined(NNS_DEFECT_UNPACK_0X7)
@@ -128,6 +157,7 @@ EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {.name = NNS_TABLE_NAME,
                                                 .closeRecv = closeComm,
                                                 .closeListen = closeComm,
                                                 .finalize = finalize};
+#endif
 #elif defined(NNS_DEFECT_FUNCTION)
 /* The table's name on a function. */
 EXPORT void ncclNetPlugin_v12(void) {}

@@ -339,6 +339,23 @@ TEST(Resolution, ADeviceTypeNcclWouldNotAssignRejectsTheCandidate) {
       << reasons(report);
 }
 
+// A v11 table with v12's getProperties writes past the v11 struct; the adapter's guard catches it and returns
+// ncclInternalError. The rejection says why (it said only "getProperties(0) returned 3 (ncclInternalError)", the cause
+// being in a WARN line on stderr), and the next candidate is taken.
+TEST(Resolution, APropertiesOverrunIsTheRejectionsReason) {
+  LoadReport report;
+  auto net = loadNet(inBuildTree("defective-v11-props-overrun,minimal"), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  EXPECT_STREQ(net->name(), "minimal");
+  ASSERT_EQ(report.candidates.size(), 2u);
+  EXPECT_EQ(report.candidates[0].chosenVersion, 0);
+  EXPECT_NE(report.candidates[0].rejectReason.find(
+                "getProperties(0) returned ncclInternalError: getProperties(0) wrote past the end of "
+                "ncclNetProperties_v11"),
+            std::string::npos)
+      << reasons(report);
+}
+
 TEST(Resolution, ASymbolThatIsNotATableIsRejectedUnread) {
   LoadReport report;
   EXPECT_EQ(loadNet(inBuildTree("defective-function"), &report), nullptr);

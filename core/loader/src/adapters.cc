@@ -123,6 +123,7 @@ void warn(const char* plugin, const char* format, ...) {
   std::vsnprintf(text, sizeof(text), format, args);
   va_end(args);
   std::fprintf(stderr, "WARN NET/Loader : plugin %s: %s\n", plugin != nullptr ? plugin : "(unnamed)", text);
+  noteAdapterWarning(text);
 }
 
 // The parameter types of a function-pointer type, to name each version's own SGE / vProps struct.

@@ -42,6 +42,10 @@ std::unique_ptr<CollNet> makeCollNetAdapter(int version, const void* table, std:
 // across a whole probe. Recursive: the probe's own calls take it again.
 std::unique_lock<std::recursive_mutex> lockPluginLifecycle();
 
+// Keeps `text` (a WARN of the adapters' own: a getProperties that wrote past its version's struct, say) for the
+// rejection of the plugin being probed on this thread, if one is; the adapters also print it.
+void noteAdapterWarning(const char* text);
+
 // The host-side ceiling NCCL puts on v6..v8 plugins' messages (MAX_NET_SIZE) and collectives (MAX_COLLNET_SIZE).
 inline constexpr size_t kLegacyMaxP2pBytes = 1ull << 30;
 inline constexpr size_t kLegacyMaxCollBytes = 512ull << 20;

@@ -42,6 +42,9 @@ namespace {
 // otherwise reached only stderr. Logged as the SDK's stderr logger does, too; a plugin keeps its logger, and later
 // calls (other threads, or after the probe) are only written out.
 thread_local std::string* probeWarnings = nullptr;
+// The loader's own WARNs about the plugin in that time (the adapters': a getProperties that wrote past its version's
+// struct), which explain a refusal the plugin's result code alone ("returned ncclInternalError") does not.
+thread_local std::string* probeAdapterWarnings = nullptr;
 
 std::atomic<int> processLogRank{-1};
 thread_local int threadLogRank = -1;
@@ -342,6 +345,13 @@ std::vector<std::string> libraryPathDirs() {
   return dirs;
 }
 
+namespace detail {
+void noteAdapterWarning(const char* text) {
+  if (probeAdapterWarnings != nullptr)
+    *probeAdapterWarnings += (probeAdapterWarnings->empty() ? "" : "; ") + printable(text);
+}
+}  // namespace detail
+
 namespace {
 
 // Collects what a plugin logs as WARN (or ABORT) on this thread while it lives, for a rejection's reason; let go
@@ -349,11 +359,24 @@ namespace {
 // WARN logged on the thread wrote through).
 class CapturedWarnings {
  public:
-  CapturedWarnings() { probeWarnings = &text; }
-  ~CapturedWarnings() { probeWarnings = nullptr; }
+  CapturedWarnings() {
+    probeWarnings = &text;
+    probeAdapterWarnings = &adapters;
+  }
+  ~CapturedWarnings() {
+    probeWarnings = nullptr;
+    probeAdapterWarnings = nullptr;
+  }
   CapturedWarnings(const CapturedWarnings&) = delete;
   CapturedWarnings& operator=(const CapturedWarnings&) = delete;
-  std::string text;
+  // What a refusal gets: the loader's own finding first (the cause behind the result code), then the plugin's words.
+  std::string reasons() const {
+    std::string out;
+    if (!adapters.empty()) out += ": " + adapters;
+    if (!text.empty()) out += " (it logged: " + text + ")";
+    return out;
+  }
+  std::string text, adapters;
 };
 
 // The context of a probe's successful init, kept for the first init that asks for what the probe asked (as in
@@ -671,7 +694,7 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
       } catch (...) {
         refusal = thrownText(initCall.c_str());
       }
-      if (!refusal.empty() && !warnings.text.empty()) refusal += " (it logged: " + warnings.text + ")";
+      if (!refusal.empty()) refusal += warnings.reasons();
     }
     // What it logs while listing its devices explains a rejection there as much as at init (the SDK's WARN that
     // GPU support needs an iflush, say): kept with the reason, not only on stderr.
@@ -688,7 +711,7 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
       } catch (...) {
         refusal = thrownText(call);
       }
-      if (!refusal.empty() && !warnings.text.empty()) refusal += " (it logged: " + warnings.text + ")";
+      if (!refusal.empty()) refusal += warnings.reasons();
       if (!refusal.empty()) {
         try {
           net->finalize(ctx);
