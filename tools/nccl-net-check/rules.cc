@@ -562,6 +562,12 @@ void* connectWithin(Context& c, void* handle, double seconds, ncclResult_t* fail
 // by the rule instead of as an accept that did not complete within 20 s).
 constexpr int kPeerConnectFailed = 230;
 
+// A connecting peer's exit code when connectWithin gave no comm: the result it returned, or 20 for a connect that did
+// not complete in time ("did not complete within 20 s" for a connect refused at once sent vendors to their timeouts).
+int connectFailureCode(ncclResult_t failed) {
+  return failed != ncclSuccess ? kPeerConnectFailed + static_cast<int>(failed) : 20;
+}
+
 // The comm, or nullptr after `seconds` or an error (then in `*failed` when given). With `peer`, a connecting process
 // that ends with a failure (exit code in `*peerCode`) ends the wait: nothing will connect any more. A peer reaped here
 // (ended well or not) is set to -1: its pid may be another process's from then on, which a later kill would hit.
@@ -621,8 +627,7 @@ bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& 
   pair.peer = startPeer(c, [&]() {
     ncclResult_t connectFailed = ncclSuccess;
     void* sendComm = connectWithin(c, pair.handle, 20, &connectFailed);
-    if (sendComm == nullptr)
-      return connectFailed != ncclSuccess ? kPeerConnectFailed + static_cast<int>(connectFailed) : 20;
+    if (sendComm == nullptr) return connectFailureCode(connectFailed);
     int code = sender(sendComm);
     closeSendComm(c, sendComm);
     return code;
@@ -2162,7 +2167,9 @@ Verdict commLifecycleLeaks(Context& c) {
       sendComm = nullptr;
       if (cycle == kLifecycleWarmup) base = ResourceCounts::now();
       if (!more) break;
-      if ((sendComm = connectWithin(c, token + 1, 20)) == nullptr) return 20;
+      ncclResult_t connectFailed = ncclSuccess;
+      if ((sendComm = connectWithin(c, token + 1, 20, &connectFailed)) == nullptr)
+        return connectFailureCode(connectFailed);
       void* mhandle = registerBuffer(c, sendComm, buffer.data(), buffer.size());
       void* request = nullptr;
       fill(buffer, sizeOf(cycle), static_cast<uint64_t>(cycle) + 5);
@@ -2193,7 +2200,7 @@ Verdict commLifecycleLeaks(Context& c) {
     pollfd ready{counts[0], POLLIN, 0};
     e.reported = poll(&ready, 1, 30000) == 1 && read(counts[0], &e.grown, sizeof(e.grown)) == sizeof(e.grown);
     close(counts[0]);
-    e.code = waitPeer(peer, 30);
+    e.code = peer > 0 ? waitPeer(peer, 30) : 0;
     return e;
   };
   std::vector<unsigned char> buffer(4096);
@@ -2209,8 +2216,15 @@ Verdict commLifecycleLeaks(Context& c) {
     }
     (void)!write(handles[1], token, sizeof(token));
     ncclResult_t failed = ncclSuccess;
-    void* recvComm = acceptWithin(c, listenComm, 20, &failed);
+    int peerCode = 0;
+    void* recvComm = acceptWithin(c, listenComm, 20, &failed, &peer, &peerCode);
     Verdict step = pass("");
+    if (recvComm == nullptr && peerCode != 0) {  // reaped: its connect failed, nothing will connect any more
+      CALL("closeListen", c.net->closeListen(listenComm));
+      close(handles[1]);
+      close(counts[0]);
+      return fail("comm %d: the connecting process ended first: %s", cycle + 1, peerText(peerCode).c_str());
+    }
     if (recvComm == nullptr) {
       step = fail("comm %d: %s", cycle + 1,
                   failed != ncclSuccess ? ("accept returned " + resultText(failed)).c_str()
@@ -2512,8 +2526,11 @@ ncclResult_t deregister(Context& c, void* const comms[2], void* handles[kHandles
 // The peer: connects to both listeners and sends each step's message from its registration.
 int sender(Context& c, unsigned char handlesIn[2][NCCL_NET_HANDLE_MAXSIZE], int checkedFd) {
   void* comms[2] = {};
-  for (int i = 0; i < 2; ++i)
-    if ((comms[i] = connectWithin(c, handlesIn[i], 20)) == nullptr) return 20;
+  for (int i = 0; i < 2; ++i) {
+    ncclResult_t connectFailed = ncclSuccess;
+    if ((comms[i] = connectWithin(c, handlesIn[i], 20, &connectFailed)) == nullptr)
+      return connectFailureCode(connectFailed);
+  }
   static std::vector<unsigned char> buffer(kBuffer);  // may be read until closeSend
   fill(buffer, kBuffer, kSeed);
   void* handles[kHandles] = {};
@@ -2586,16 +2603,18 @@ Verdict sharedRegistrations(Context& c) {
   });
   close(checkedPipe[0]);
   Verdict v = pass("");
+  int peerCode = 0;
   for (int i = 0; i < 2 && v.status == Status::kPass; ++i) {
     ncclResult_t failed = ncclSuccess;
-    if ((comms[i] = acceptWithin(c, listenComms[i], 20, &failed)) == nullptr)
+    if ((comms[i] = acceptWithin(c, listenComms[i], 20, &failed, &peer, &peerCode)) == nullptr)
       v = fail("connection %d: %s", i,
-               failed != ncclSuccess ? ("accept returned " + resultText(failed)).c_str()
-                                     : "accept did not complete within 20 s");
+               peerCode != 0           ? ("the connecting process ended first: " + peerText(peerCode)).c_str()
+               : failed != ncclSuccess ? ("accept returned " + resultText(failed)).c_str()
+                                       : "accept did not complete within 20 s");
   }
   std::vector<unsigned char> buffer(kBuffer, 0xee), expected(kBuffer, 0xee);
   void* handles[kHandles] = {};
-  int failedHandle = -1, peerCode = 0;
+  int failedHandle = -1;
   if (v.status == Status::kPass)
     if (ncclResult_t result = registerAll(c, comms, buffer.data(), handles, &failedHandle); result != ncclSuccess)
       v = fail("regMr of %s (after the ones before it) returned %s", kRegistrations[failedHandle].what,
@@ -2863,9 +2882,12 @@ Verdict receiverDeathIsAnError(Context& c) {
     peer = -1;
     return fail("the peer (listener) did not hand over its handle: %s", peerText(code).c_str());
   }
-  void* sendComm = connectWithin(c, handle, 20);
+  ncclResult_t connectFailed = ncclSuccess;
+  void* sendComm = connectWithin(c, handle, 20, &connectFailed);
   if (sendComm == nullptr) {
     killPeer();
+    if (connectFailed != ncclSuccess)
+      return fail("connect to the peer's listener returned %s", resultText(connectFailed).c_str());
     return fail("connect to the peer's listener did not complete within 20 s");
   }
   // The peer stops once its accept returned.
@@ -3032,8 +3054,11 @@ Verdict manyCommsAtOnce(Context& c) {
   pid_t peer = startPeer(c, [&]() {
     close(checkedPipe[1]);
     std::vector<void*> sendComms(kComms, nullptr);
-    for (int i = 0; i < kComms; ++i)
-      if ((sendComms[i] = connectWithin(c, handles[i].data(), windowSeconds)) == nullptr) return 20;
+    for (int i = 0; i < kComms; ++i) {
+      ncclResult_t connectFailed = ncclSuccess;
+      if ((sendComms[i] = connectWithin(c, handles[i].data(), windowSeconds, &connectFailed)) == nullptr)
+        return connectFailureCode(connectFailed);
+    }
     std::vector<std::vector<unsigned char>> buffers(kComms, std::vector<unsigned char>(capacity));
     std::vector<void*> mhandles(kComms);
     for (int i = 0; i < kComms; ++i) mhandles[i] = registerBuffer(c, sendComms[i], buffers[i].data(), capacity);
@@ -3077,6 +3102,15 @@ Verdict manyCommsAtOnce(Context& c) {
         verdict = fail("accept on listener %d returned %s", i, resultText(result).c_str());
       accepted += recvComms[i] != nullptr ? 1 : 0;
     }
+    // A connecting process that failed (its connect returned an error) ends the wait: nothing will connect any more.
+    if (int status = 0;
+        accepted < kComms && verdict.status == Status::kPass && peer > 0 && waitpid(peer, &status, WNOHANG) == peer) {
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      peer = -1;
+      if (code != 0)
+        verdict = fail("only %d of %d connections were accepted: the connecting process ended first: %s", accepted,
+                       kComms, peerText(code).c_str());
+    }
     if (accepted < kComms && Clock::now() > deadline)
       verdict = fail("only %d of %d connections were accepted within %lld s (device 0's maxComms is %d)", accepted,
                      kComms, static_cast<long long>(acceptWindow.count()), c.props.maxComms);
@@ -3115,7 +3149,7 @@ Verdict manyCommsAtOnce(Context& c) {
   }
   (void)!write(checkedPipe[1], "c", 1);
   // Failed already: the peer may be waiting in a connect the receiver no longer accepts; its verdict is not needed.
-  int code = waitPeer(peer, verdict.status == Status::kPass ? 30 : 1);
+  int code = peer > 0 ? waitPeer(peer, verdict.status == Status::kPass ? 30 : 1) : 0;
   close(checkedPipe[1]);
   closeAll();
   if (verdict.status != Status::kPass) return withPeerFailure(verdict, code);
@@ -3336,8 +3370,9 @@ void* openCommOnThread(const Context& c, int index, bool sending, void* handle, 
                               [&] { return c.net->connect(c.ctx, c.dev, handle, &comm, deviceHandleSlot()); })
                 : watchedCall(watch, "accept", [&] { return c.net->accept(listenComm, &comm, deviceHandleSlot()); });
     if (result != ncclSuccess) {
-      failure.report("comm %d: %s returned %s (%s; connection set-up state shared without a lock?)", index,
-                     sending ? "connect" : "accept", resultText(result).c_str(), kThreadsNote);
+      failure.report(
+          "comm %d: %s returned %s (%s; if it fails only here, connection set-up state shared without a lock?)", index,
+          sending ? "connect" : "accept", resultText(result).c_str(), kThreadsNote);
       return nullptr;
     }
     if (comm == nullptr && Clock::now() > deadline) {
