@@ -27,8 +27,8 @@ typedef struct {
   size_t maxCollBytes;
 } vendor_props_v9;
 
-NCCL_NET_ABI_CHECK_ncclNetProperties_v9_t(vendor_props_v9)
+NCCL_NET_ABI_CHECK_ncclNetProperties_v9_t(vendor_props_v9);
 
-    int main(void) {
+int main(void) {
   return 0;
 }

@@ -3,7 +3,7 @@
 #include <nccl_net/net.h>
 #include <stdio.h>
 
-NCCL_NET_ABI_CHECK_ALL()
+NCCL_NET_ABI_CHECK_ALL();
 
 int main(void) {
   /* The host's initializer for setNetAttr's argument: every hint unset. */

@@ -5,7 +5,7 @@
 
 #include <type_traits>
 
-NCCL_NET_ABI_CHECK_ALL()
+NCCL_NET_ABI_CHECK_ALL();
 
 TEST(AbiCxx, NewestAliasesAreV12) {
   EXPECT_TRUE((std::is_same_v<ncclNet_t, ncclNet_v12_t>));

@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define NNS_VERSION_CODE 200 /* 0.2.0 */
+#define NNS_VERSION_CODE 300 /* 0.3.0 */
 #define NNS_UNIQUE_ID_BYTES 128
 
 typedef struct nnsComm* nnsComm_t;
