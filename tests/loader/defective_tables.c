@@ -104,6 +104,11 @@ static ncclResult_t test(void* request, int* done, int* sizes) {
 static ncclResult_t closeComm(void* comm) {
   return (void)comm, ncclInternalError;
 }
+/* The entries after getProperties, alike in the v11 and v12 tables below. */
+#define NNS_TABLE_REST                                                                                        \
+  .listen = listen, .connect = connect, .accept = accept, .regMr = regMr, .deregMr = deregMr, .isend = isend, \
+  .irecv = irecv, .test = test, .closeSend = closeComm, .closeRecv = closeComm, .closeListen = closeComm,     \
+  .finalize = finalize
 #if defined(NNS_DEFECT_V11_PROPS_OVERRUN)
 /* A port to ncclNet_v11 that kept v12's getProperties: it fills a v12 struct (128 bytes) where NCCL passes v11's (112
  * bytes), so 16 bytes land past it, on NCCL's stack. The loader refuses it, and the rejection must say why. */
@@ -119,18 +124,7 @@ EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {.name = "v11-props-overrun",
                                                 .init = initV11,
                                                 .devices = devices,
                                                 .getProperties = getPropertiesV11,
-                                                .listen = listen,
-                                                .connect = connect,
-                                                .accept = accept,
-                                                .regMr = regMr,
-                                                .deregMr = deregMr,
-                                                .isend = isend,
-                                                .irecv = irecv,
-                                                .test = test,
-                                                .closeSend = closeComm,
-                                                .closeRecv = closeComm,
-                                                .closeListen = closeComm,
-                                                .finalize = finalize};
+                                                NNS_TABLE_REST};
 #else
 #if defined(NNS_DEFECT_UNPACK_DEVICE)
 #define NNS_TABLE_NAME "unpack-0x6"
@@ -141,22 +135,8 @@ EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {.name = "v11-props-overrun",
 #else
 #define NNS_TABLE_NAME "no-iflush"
 #endif
-EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {.name = NNS_TABLE_NAME,
-                                                .init = init,
-                                                .devices = devices,
-                                                .getProperties = getProperties,
-                                                .listen = listen,
-                                                .connect = connect,
-                                                .accept = accept,
-                                                .regMr = regMr,
-                                                .deregMr = deregMr,
-                                                .isend = isend,
-                                                .irecv = irecv,
-                                                .test = test,
-                                                .closeSend = closeComm,
-                                                .closeRecv = closeComm,
-                                                .closeListen = closeComm,
-                                                .finalize = finalize};
+EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {
+    .name = NNS_TABLE_NAME, .init = init, .devices = devices, .getProperties = getProperties, NNS_TABLE_REST};
 #endif
 #elif defined(NNS_DEFECT_FUNCTION)
 /* The table's name on a function. */

@@ -324,36 +324,33 @@ TEST(Resolution, ANullIflushLoadsAndAFlushIsAnError) {
   EXPECT_EQ(net->iflush(nullptr, 0, nullptr, nullptr, nullptr, &request), ncclInvalidUsage);
 }
 
+// Loads "`defective`,minimal": the defective library is rejected with a reason holding `reason`, and the minimal
+// plugin after it is taken.
+static void expectRejectedBeforeMinimal(const std::string& defective, const std::string& reason) {
+  LoadReport report;
+  auto net = loadNet(inBuildTree(defective + ",minimal"), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  EXPECT_STREQ(net->name(), "minimal");
+  ASSERT_EQ(report.candidates.size(), 2u);
+  EXPECT_EQ(report.candidates[0].chosenVersion, 0);
+  EXPECT_NE(report.candidates[0].rejectReason.find(reason), std::string::npos) << reasons(report);
+}
+
 // NCCL checks device 0 before it assigns a plugin: an UNPACK device at a version its kernels do not speak is passed
 // over for the next candidate, as here.
 TEST(Resolution, ADeviceTypeNcclWouldNotAssignRejectsTheCandidate) {
-  LoadReport report;
-  auto net = loadNet(inBuildTree("defective-unpack-device,minimal"), &report);
-  ASSERT_NE(net, nullptr) << reasons(report);
-  EXPECT_STREQ(net->name(), "minimal");
-  ASSERT_EQ(report.candidates.size(), 2u);
-  EXPECT_EQ(report.candidates[0].chosenVersion, 0);
-  EXPECT_NE(report.candidates[0].rejectReason.find("device 0 has netDeviceType 1 version 0x6; NCCL takes HOST (0), "
-                                                   "or UNPACK (1) at version 0x7 only"),
-            std::string::npos)
-      << reasons(report);
+  expectRejectedBeforeMinimal("defective-unpack-device",
+                              "device 0 has netDeviceType 1 version 0x6; NCCL takes HOST (0), or UNPACK (1) at "
+                              "version 0x7 only");
 }
 
 // A v11 table with v12's getProperties writes past the v11 struct; the adapter's guard catches it and returns
-// ncclInternalError. The rejection says why (it said only "getProperties(0) returned 3 (ncclInternalError)", the cause
+// ncclInternalError. The rejection says why (it said only "getProperties(0) returned ncclInternalError", the cause
 // being in a WARN line on stderr), and the next candidate is taken.
 TEST(Resolution, APropertiesOverrunIsTheRejectionsReason) {
-  LoadReport report;
-  auto net = loadNet(inBuildTree("defective-v11-props-overrun,minimal"), &report);
-  ASSERT_NE(net, nullptr) << reasons(report);
-  EXPECT_STREQ(net->name(), "minimal");
-  ASSERT_EQ(report.candidates.size(), 2u);
-  EXPECT_EQ(report.candidates[0].chosenVersion, 0);
-  EXPECT_NE(report.candidates[0].rejectReason.find(
-                "getProperties(0) returned ncclInternalError: getProperties(0) wrote past the end of "
-                "ncclNetProperties_v11"),
-            std::string::npos)
-      << reasons(report);
+  expectRejectedBeforeMinimal("defective-v11-props-overrun",
+                              "getProperties(0) returned ncclInternalError: getProperties(0) wrote past the end of "
+                              "ncclNetProperties_v11");
 }
 
 TEST(Resolution, ASymbolThatIsNotATableIsRejectedUnread) {
