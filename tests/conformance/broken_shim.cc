@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/epoll.h>
@@ -187,6 +188,76 @@ void* gLastRecvComm = nullptr;
 std::mutex gEpollLock;
 std::map<void*, int> gListenerEpoll;  // listen comm -> its epoll descriptor
 std::map<void*, int> gRecvEpoll;      // recv comm -> its listener's epoll descriptor
+#endif
+
+#ifdef NNS_BUG_CLOSE_DROPS_QUEUED
+// An eager protocol with a send queue: a send completes once it is copied into the plugin's queue, and a progress
+// thread puts the queue on the wire every 10 ms (a link's pace, a batching interval). closeSend frees the queue with
+// whatever it still holds, and returns: the last messages of a rank that destroys its communicator as soon as its
+// sends completed never leave. Every other rule keeps the sender's comm open until its messages were received.
+struct QueuedSend {
+  std::vector<unsigned char> bytes;
+  size_t size = 0;
+  int tag = 0;
+  void* mhandle = nullptr;
+  void* request = nullptr;
+};
+struct SendQueue {
+  std::deque<std::unique_ptr<QueuedSend>> waiting;
+  std::vector<std::unique_ptr<QueuedSend>> onWire;
+};
+std::mutex gQueueLock;  // over every call into the real plugin for a send comm: the progress thread calls it too
+std::map<void*, SendQueue> gSendQueues;
+std::map<void*, size_t> gEagerSends;  // the requests isend gave: complete, with their size
+bool gPacerRunning = false;
+void paceQueues() {  // under gQueueLock
+  for (auto& [comm, queue] : gSendQueues) {
+    for (auto it = queue.onWire.begin(); it != queue.onWire.end();) {
+      int done = 0, size = 0;
+      if (real()->test((*it)->request, &done, &size) != ncclSuccess || done) {
+        real()->deregMr(comm, (*it)->mhandle);
+        it = queue.onWire.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    while (!queue.waiting.empty()) {
+      QueuedSend& send = *queue.waiting.front();
+      if (send.mhandle == nullptr &&
+          real()->regMr(comm, send.bytes.data(), send.bytes.size(), NCCL_PTR_HOST, &send.mhandle) != ncclSuccess)
+        break;
+      if (real()->isend(comm, send.bytes.data(), send.size, send.tag, send.mhandle, nullptr, &send.request) !=
+              ncclSuccess ||
+          send.request == nullptr)
+        break;
+      queue.onWire.push_back(std::move(queue.waiting.front()));
+      queue.waiting.pop_front();
+    }
+  }
+}
+void startPacer() {  // under gQueueLock
+  if (gPacerRunning) return;
+  gPacerRunning = true;
+  static bool atFork = [] {
+    // A fork while the pacer holds the lock would leave the child's copy locked for good, and the child has no pacer.
+    pthread_atfork([] { gQueueLock.lock(); }, [] { gQueueLock.unlock(); },
+                   [] {
+                     gQueueLock.unlock();
+                     gPacerRunning = false;
+                   });
+    return true;
+  }();
+  (void)atFork;
+  std::thread([] {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(gQueueLock);
+        paceQueues();
+      }
+      usleep(10000);
+    }
+  }).detach();
+}
 #endif
 
 #ifdef NNS_BUG_HANDLE_UNCHECKED
@@ -795,6 +866,12 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t
 #endif
 }
 ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+#ifdef NNS_BUG_CLOSE_DROPS_QUEUED
+  {
+    std::lock_guard<std::mutex> lock(gQueueLock);
+    return real()->regMr(comm, data, size, type, mhandle);
+  }
+#endif
 #ifdef NNS_BUG_LEAKED_MHANDLE
   void* realHandle = nullptr;
   ncclResult_t result = real()->regMr(comm, data, size, type, &realHandle);
@@ -852,6 +929,12 @@ void* realMhandle(void* mhandle) {
 }
 #endif
 ncclResult_t deregMr(void* comm, void* mhandle) {
+#ifdef NNS_BUG_CLOSE_DROPS_QUEUED
+  {
+    std::lock_guard<std::mutex> lock(gQueueLock);
+    return real()->deregMr(comm, mhandle);
+  }
+#endif
 #ifdef NNS_BUG_LEAKED_MHANDLE
   auto* registration = static_cast<Registration*>(mhandle);
   ncclResult_t result = real()->deregMr(comm, registration->realHandle);
@@ -881,6 +964,23 @@ std::mutex gSendsMutex;
 std::set<void*> gSends;  // send requests in flight: their test leaves the size alone
 #endif
 ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request) {
+#ifdef NNS_BUG_CLOSE_DROPS_QUEUED
+  {
+    (void)mhandle, (void)phandle;
+    std::lock_guard<std::mutex> lock(gQueueLock);
+    auto send = std::make_unique<QueuedSend>();
+    send->bytes.assign(static_cast<unsigned char*>(data), static_cast<unsigned char*>(data) + size);
+    send->bytes.resize(std::max<size_t>(size, 1));
+    send->size = size;
+    send->tag = tag;
+    gSendQueues[comm].waiting.push_back(std::move(send));
+    auto* eager = new char;  // a request of its own: complete already
+    gEagerSends[eager] = size;
+    *request = eager;
+    startPacer();
+    return ncclSuccess;
+  }
+#endif
 #ifdef NNS_NCCL_LIKE
   if (mhandle == nullptr) {  // NCCL always passes the handle regMr gave; its IB plugin reads the lkey from it
     std::fprintf(stderr, "WARN %s: isend without a memory handle\n", NNS_BUG_NAME);
@@ -1181,6 +1281,18 @@ ncclResult_t iflush(void* comm, int n, void** data, int* sizes, void** mhandles,
   return real()->iflush(comm, n, data, sizes, mhandles, request);
 }
 ncclResult_t test(void* request, int* done, int* sizes) {
+#ifdef NNS_BUG_CLOSE_DROPS_QUEUED
+  {
+    std::lock_guard<std::mutex> lock(gQueueLock);
+    if (auto eager = gEagerSends.find(request); eager != gEagerSends.end()) {
+      *done = 1;
+      if (sizes != nullptr) sizes[0] = static_cast<int>(eager->second);
+      delete static_cast<char*>(request);
+      gEagerSends.erase(eager);
+      return ncclSuccess;
+    }
+  }
+#endif
 #ifdef NNS_NCCL_LIKE
   bool isSend;
   {
@@ -1347,6 +1459,18 @@ ncclResult_t test(void* request, int* done, int* sizes) {
   return result;
 }
 ncclResult_t closeSend(void* comm) {
+#ifdef NNS_BUG_CLOSE_DROPS_QUEUED
+  {
+    std::lock_guard<std::mutex> lock(gQueueLock);
+    if (auto queue = gSendQueues.find(comm); queue != gSendQueues.end()) {
+      for (auto& send : queue->second.onWire) real()->deregMr(comm, send->mhandle);
+      for (auto& send : queue->second.waiting)
+        if (send->mhandle != nullptr) real()->deregMr(comm, send->mhandle);
+      gSendQueues.erase(queue);  // what is still queued is dropped, not sent
+    }
+    return real()->closeSend(comm);
+  }
+#endif
 #ifdef NNS_BUG_BLOCKING_CLOSE_SEND
   drainPending(comm);
 #endif

@@ -1268,6 +1268,126 @@ Verdict listenerClosedAfterAccept(Context& c) {
              : v;
 }
 
+// sends-outlive-the-sender's peer: posts every message (in order, each isend retried while it answers NULL) and tests
+// them until all completed, then returns, and its caller closes the comm, finalizes the context (v11+: NCCL's destroy
+// of a communicator) and exits. Writes one byte to `waitingFd` when 2 s pass with sends not completed: they wait for
+// the receives (a receiver-driven plugin), which the receiver then posts.
+int sendAllThenLeave(Context& c, void* comm, const std::vector<std::pair<size_t, uint64_t>>& messages, int waitingFd) {
+  std::vector<std::vector<unsigned char>> buffers;
+  for (const auto& m : messages) {
+    buffers.emplace_back(std::max<size_t>(m.first, 1));
+    fill(buffers.back(), m.first, m.second);
+  }
+  std::vector<void*> mhandles = registerBuffers(c, comm, buffers);
+  std::vector<void*> requests(messages.size(), nullptr);
+  std::vector<bool> completed(messages.size(), false);
+  size_t posted = 0, done = 0;
+  bool told = false;
+  const auto start = Clock::now();
+  while (done < messages.size()) {
+    if (posted < messages.size()) {
+      ncclResult_t result = CALL("isend", isendNoted(*c.net, comm, buffers[posted].data(), messages[posted].first, 1,
+                                                     mhandles[posted], &requests[posted]));
+      if (result != ncclSuccess) return 32;
+      if (requests[posted] != nullptr) ++posted;
+    }
+    for (size_t i = 0; i < posted; ++i) {
+      if (completed[i]) continue;
+      int finished = 0, size = -1;
+      if (CALL("test", testSizes(*c.net, requests[i], &finished, &size)) != ncclSuccess) return 30;
+      if (!finished) continue;
+      if (sentSizeWrong(size, messages[i].first)) return 31;
+      completed[i] = true;
+      ++done;
+    }
+    if (!told && done < messages.size() && Clock::now() - start > std::chrono::seconds(2)) {
+      (void)!write(waitingFd, "w", 1);
+      told = true;
+    }
+    if (Clock::now() - start > std::chrono::seconds(gTransferWaitSeconds) + std::chrono::seconds(2)) return 30;
+  }
+  return 0;
+}
+
+// A send's completion gives its buffer back to the host and says nothing of the data's arrival: a rank whose last
+// sends completed destroys its communicator (closeSend, then finalize) and exits, while the next rank may not even
+// have posted the receives yet (the last step of a ring, the end of a job). What the plugin accepted must still
+// arrive; a close that drops what is queued or in the kernel's buffers (a reset sent for unread bytes, a queue freed
+// with the comm) loses the last messages of a job that then fails only on its other ranks.
+Verdict sendsOutliveTheSender(Context& c) {
+  std::vector<std::pair<size_t, uint64_t>> messages;
+  std::mt19937_64 random(777);
+  for (size_t size : {size_t{0}, size_t{1}, size_t{100}, size_t{4096}, size_t{65539}, size_t{1} << 20, size_t{3},
+                      size_t{70000}, size_t{512} << 10, size_t{8}, size_t{12345}, size_t{200000}})
+    if (gLargestMessage == 0 || size <= gLargestMessage) messages.push_back({size, random()});
+  size_t capacity = 1;
+  for (const auto& m : messages) capacity = std::max(capacity, m.first);
+  int waiting[2];
+  if (pipe(waiting) != 0) return fail("pipe failed");
+  Pair pair;
+  std::string why;
+  if (!openPair(
+          c, pair,
+          [&](void* comm) {
+            close(waiting[0]);
+            const int code = sendAllThenLeave(c, comm, messages, waiting[1]);
+            if (code != 0) return code;
+            int exitCode = closeSendComm(c, comm) == ncclSuccess ? 0 : kPeerCloseFailed;
+            if (c.net->version() >= 11 && CALL("finalize", c.net->finalize(c.ctx)) != ncclSuccess)
+              exitCode = kPeerCloseFailed;
+            if (exitCode == 0 && !gContractProblem.empty()) exitCode = gContractCode;
+            _exit(exitCode);  // as a rank exits after destroying its communicator (openPair would close it again)
+          },
+          &why)) {
+    close(waiting[0]);
+    close(waiting[1]);
+    return fail("%s", why.c_str());
+  }
+  close(waiting[1]);
+  // Until the sender has left (every send completed, the comm closed, the process gone) or says its sends wait for the
+  // receives.
+  bool receiverDriven = false;
+  int code = 0;
+  for (auto deadline = Clock::now() + std::chrono::seconds(gTransferWaitSeconds + 5);;) {
+    int status = 0;
+    if (waitpid(pair.peer, &status, WNOHANG) == pair.peer) {
+      code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      pair.peer = -1;
+      break;
+    }
+    pollfd said{waiting[0], POLLIN, 0};
+    if (poll(&said, 1, 1) == 1 && (said.revents & POLLIN) != 0) {
+      receiverDriven = true;
+      break;
+    }
+    if (Clock::now() > deadline) break;
+  }
+  close(waiting[0]);
+  Verdict v = pass("");
+  if (code != 0) v = fail("the sender failed before its sends completed: %s", peerText(code).c_str());
+  if (v.status == Status::kPass && !receiverDriven && pair.peer > 0)
+    v = fail("the sender neither finished nor said its sends wait for receives within %d s", gTransferWaitSeconds + 5);
+  if (v.status == Status::kPass) {
+    v = receiveMessages(c, pair.recvComm, messages, capacity, 1, pair.peer > 0 ? &pair.peer : nullptr);
+    if (v.status == Status::kFail && !receiverDriven)
+      v.evidence =
+          "after the sender's sends completed and it closed its comm and exited, before any receive was "
+          "posted: " +
+          v.evidence;
+  }
+  const int peerCode = closePair(c, pair, v.status == Status::kPass ? 30 : 1);
+  if (v.status != Status::kPass) return v;
+  if (peerCode != 0) return fail("%s", peerText(peerCode).c_str());
+  char text[300];
+  std::snprintf(text, sizeof(text),
+                receiverDriven ? "%zu messages (0 B .. %zu B): the sends waited for the receives (receiver-driven), "
+                                 "and every message arrived whole with the sender closing as its sends completed"
+                               : "%zu messages (0 B .. %zu B) arrived whole, received only after the sender's sends "
+                                 "had completed and it had closed its comm and exited",
+                messages.size(), capacity);
+  return pass(text);
+}
+
 // optional-completion-hint's receiving side: a one-buffer receive posted with the hint, then one without it that
 // must get the second message (`secondBytes` of seed `secondSeed`) whole.
 Verdict receiveAfterTheHint(Context& c, void* recvComm, size_t secondBytes, uint64_t secondSeed) {
@@ -3840,6 +3960,9 @@ const std::vector<Rule>& rules() {
       {{"max-requests-in-flight", "NCCL_NET_MAX_REQUESTS (32) receives can be posted at once and all complete"},
        maxRequestsInFlight},
       {{"zero-byte", "0-byte messages complete with size 0"}, zeroByte},
+      {{"sends-outlive-the-sender",
+        "messages whose sends completed arrive after the sender closed its comm and exited"},
+       sendsOutliveTheSender},
       {{"listener-closed-after-accept",
         "a receive comm works once its listener is closed, as NCCL closes it right after accept"},
        listenerClosedAfterAccept},
