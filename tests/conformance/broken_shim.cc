@@ -192,7 +192,8 @@ std::map<void*, int> gRecvEpoll;      // recv comm -> its listener's epoll descr
 
 #ifdef NNS_BUG_CLOSE_DROPS_QUEUED
 // An eager protocol with a send queue: a send completes once it is copied into the plugin's queue, and a progress
-// thread puts the queue on the wire every 10 ms (a link's pace, a batching interval). closeSend frees the queue with
+// thread puts each message on the wire 200 ms after it was queued (a batching interval: its first pass is then never
+// early enough to empty a queue a sender closes at once). closeSend frees the queue with
 // whatever it still holds, and returns: the last messages of a rank that destroys its communicator as soon as its
 // sends completed never leave. Every other rule keeps the sender's comm open until its messages were received.
 struct QueuedSend {
@@ -201,6 +202,7 @@ struct QueuedSend {
   int tag = 0;
   void* mhandle = nullptr;
   void* request = nullptr;
+  std::chrono::steady_clock::time_point queued = std::chrono::steady_clock::now();
 };
 struct SendQueue {
   std::deque<std::unique_ptr<QueuedSend>> waiting;
@@ -208,7 +210,8 @@ struct SendQueue {
 };
 std::mutex gQueueLock;  // over every call into the real plugin for a send comm: the progress thread calls it too
 std::map<void*, SendQueue> gSendQueues;
-std::map<void*, size_t> gEagerSends;  // the requests isend gave: complete, with their size
+std::map<void*, size_t> gEagerSends;                   // the requests isend gave: complete, with their size
+std::map<void*, SendQueue>* gParentsQueues = nullptr;  // in a forked child: the parent's queues, never touched
 bool gPacerRunning = false;
 void paceQueues() {  // under gQueueLock
   for (auto& [comm, queue] : gSendQueues) {
@@ -221,7 +224,8 @@ void paceQueues() {  // under gQueueLock
         ++it;
       }
     }
-    while (!queue.waiting.empty()) {
+    const auto due = std::chrono::steady_clock::now() - std::chrono::milliseconds(200);
+    while (!queue.waiting.empty() && queue.waiting.front()->queued <= due) {
       QueuedSend& send = *queue.waiting.front();
       if (send.mhandle == nullptr &&
           real()->regMr(comm, send.bytes.data(), send.bytes.size(), NCCL_PTR_HOST, &send.mhandle) != ncclSuccess)
@@ -242,6 +246,11 @@ void startPacer() {  // under gQueueLock
     // A fork while the pacer holds the lock would leave the child's copy locked for good, and the child has no pacer.
     pthread_atfork([] { gQueueLock.lock(); }, [] { gQueueLock.unlock(); },
                    [] {
+                     // The child has no pacer, and the queued sends are the parent's comms' (another writer on
+                     // their rings): left to the parent, without a call into the plugin.
+                     gParentsQueues = new std::map<void*, SendQueue>(std::move(gSendQueues));
+                     gSendQueues.clear();
+                     gEagerSends.clear();
                      gQueueLock.unlock();
                      gPacerRunning = false;
                    });

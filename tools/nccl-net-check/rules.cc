@@ -816,7 +816,11 @@ Verdict sendAndReceive(Context& c, const std::vector<std::pair<size_t, uint64_t>
     else
       overwriteFreedMemory();
   }
-  if (v.status == Status::kPass) v = receive(pair.recvComm, &pair.peer);
+  if (v.status == Status::kPass) {
+    v = receive(pair.recvComm, &pair.peer);
+    if (v.status == Status::kFail && closeListenerAtAccept)
+      v.evidence = "with the listener closed once accept returned the comm, as NCCL's proxy closes it: " + v.evidence;
+  }
   (void)!write(checkedPipe[1], "c", 1);
   // Once the receiver has failed, the sender's exit code says nothing more, and it may wait for ever on sends this
   // side stopped receiving: a second, not the 30 s a passing sender gets to finish (which outlasted a 30 s rule
@@ -1259,11 +1263,9 @@ Verdict listenerClosedAfterAccept(Context& c) {
   for (int i = 0; i < 40; ++i) messages.push_back({i % 8 == 7 ? random() % (256u << 10) : random() % 5000, random()});
   messages.push_back({0, 0});
   Verdict v = transferChecked(c, messages, 256u << 10, {}, true);
-  if (v.status == Status::kFail)
-    v.evidence = "with the listener closed once accept returned the comm, as NCCL's proxy closes it: " + v.evidence;
   return v.status == Status::kPass
              ? pass(
-                   "41 messages (0 B .. 256 KiB) received, every byte checked, after closeListen of the listener "
+                   "41 messages of 0 B .. 256 KiB received, every byte checked, after closeListen of the listener "
                    "that accepted the comm")
              : v;
 }
@@ -1319,7 +1321,10 @@ Verdict sendsOutliveTheSender(Context& c) {
   std::mt19937_64 random(777);
   for (size_t size : {size_t{0}, size_t{1}, size_t{100}, size_t{4096}, size_t{65539}, size_t{1} << 20, size_t{3},
                       size_t{70000}, size_t{512} << 10, size_t{8}, size_t{12345}, size_t{200000}})
-    if (gLargestMessage == 0 || size <= gLargestMessage) messages.push_back({size, random()});
+    if (gLargestMessage == 0 || size <= gLargestMessage)
+      messages.push_back({size, random()});
+    else
+      gLeftOut = "the messages over maxP2pBytes " + std::to_string(gLargestMessage) + " left out";
   size_t capacity = 1;
   for (const auto& m : messages) capacity = std::max(capacity, m.first);
   int waiting[2];
@@ -1348,7 +1353,8 @@ Verdict sendsOutliveTheSender(Context& c) {
   // receives.
   bool receiverDriven = false;
   int code = 0;
-  for (auto deadline = Clock::now() + std::chrono::seconds(gTransferWaitSeconds + 5);;) {
+  // pair.peer is -1 already when openPair's accept reaped a sender that had finished (0) before its comm was accepted.
+  for (auto deadline = Clock::now() + std::chrono::seconds(gTransferWaitSeconds + 5); pair.peer > 0;) {
     int status = 0;
     if (waitpid(pair.peer, &status, WNOHANG) == pair.peer) {
       code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
@@ -1364,7 +1370,7 @@ Verdict sendsOutliveTheSender(Context& c) {
   }
   close(waiting[0]);
   Verdict v = pass("");
-  if (code != 0) v = fail("the sender failed before its sends completed: %s", peerText(code).c_str());
+  if (code != 0) v = fail("the sender failed: %s", peerText(code).c_str());
   if (v.status == Status::kPass && !receiverDriven && pair.peer > 0)
     v = fail("the sender neither finished nor said its sends wait for receives within %d s", gTransferWaitSeconds + 5);
   if (v.status == Status::kPass) {

@@ -33,6 +33,7 @@
                          nccl_net_abi_##field##_has_the_wrong_size_)
 /* Ends every NCCL_NET_ABI_CHECK_* use: a declaration that the caller's semicolon completes, so a use reads as a
  * statement (NCCL_NET_ABI_CHECK_ALL();) and leaves no empty declaration behind, which ISO C refuses under -pedantic.
+ * At file or namespace scope (or in a function), not inside a class: a member may not be declared twice.
  * Declaring a struct tag again is allowed in C and C++ alike. */
 #define NCCL_NET_ABI_END_ struct nccl_net_abi_checks_end_
 
