@@ -72,8 +72,9 @@ int main(void) {
   /* A last piece larger than its receive, which the plugin refuses itself: the call's buffers, 64 KiB and more, are
    * received into directly (NNS_CALL_REGISTRATION over TCP), so the receive is exactly the piece (20000 ints into
    * 19990: the last piece's 128 bytes into 88). The same code, and the receive's size said (it said only "returned
-   * ncclInvalidUsage"). */
-  if (!mismatch(first, rank, size, 20000, 19990, data, "for a receive of 88 bytes")) return 1;
+   * ncclInvalidUsage"). The socket plugin fails the comm and may say so at the test of another receive of it (a
+   * 1024-byte piece under clang's timing), whose size is said as the one tested. */
+  if (!mismatch(first, rank, size, 20000, 19990, data, "returned ncclInvalidUsage, testing a receive of ")) return 1;
   nnsCommDestroy(first);
   if (failures == 0) printf("rank %d of %d: every receive's size checked against its send's\n", rank, size);
   return failures != 0;

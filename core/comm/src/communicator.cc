@@ -1343,12 +1343,14 @@ void Communicator::run(Plan& plan) {
           int sizes[kTestSizesRoom] = {};
           const ncclResult_t tested = net_->test(slot.request, &done, sizes);
           // A receive a plugin refuses as invalid usage is most often one its message does not fit (a rank's count
-          // or type that differs): the size expected is said here, the message's in the plugin's WARN line.
+          // or type that differs). The plugin may fail the whole comm and say so at the test of another of its
+          // receives than the refused one: the size of the one tested is said as such, the refused one's and its
+          // message's in the plugin's WARN line.
           if (tested == ncclInvalidUsage && !flow.sending)
             fail(std::string(net_->name()) + " test(recv) (peer rank " + std::to_string(flow.peer) +
-                     ") returned ncclInvalidUsage for a receive of " + std::to_string(slot.bytes) +
+                     ") returned ncclInvalidUsage, testing a receive of " + std::to_string(slot.bytes) +
                      " bytes: a plugin says so of a message larger than its receive (a count or type that differs "
-                     "between the ranks?); its WARN line names the message's size",
+                     "between the ranks?); its WARN line names the sizes of the message and of the receive",
                  ncclInvalidUsage);
           check(tested, flow.sending ? "test(send)" : "test(recv)", flow.peer);
           size = sizes[0];
