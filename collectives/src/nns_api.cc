@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -64,6 +65,9 @@ void releaseOpNumber(long index) {
 struct nnsComm {
   std::unique_ptr<nns::core::Communicator> comm;
   int holds = 0;  // API calls using it now (liveMutex)
+  // nnsCommFinalize was called: operations (collectives, sends, receives, splits) are refused from then on; the
+  // queries, registrations and nnsCommDestroy/nnsCommAbort still take it.
+  std::atomic<bool> finalized{false};
   // Premultiplied sums made on this communicator by nnsRedOpCreatePreMulSum: op ncclNumOps + i is ops[i]
   // (opsMutex), i a process-wide number.
   struct PreMulSum {
@@ -283,8 +287,17 @@ ncclResult_t notLive(nnsComm_t comm) {
                                       "nnsCommAbort takes it now (to free it)"
                                     : "the communicator is not a live one (destroyed already?)");
 }
+// An operation on a communicator nnsCommFinalize was called on (ncclInvalidUsage), or ncclSuccess.
+ncclResult_t refuseFinalized(nnsComm_t comm) {
+  if (!comm->finalized.load(std::memory_order_acquire)) return ncclSuccess;
+  return failWith(ncclInvalidUsage,
+                  "nnsCommFinalize was called on this communicator: no operation may follow it, only nnsCommDestroy "
+                  "(or nnsCommAbort)");
+}
+
 ncclResult_t checkCall(const Hold& hold, nnsComm_t comm, void* stream, ncclDataType_t type) {
   if (!hold) return notLive(comm);
+  if (ncclResult_t r = refuseFinalized(comm); r != ncclSuccess) return r;
   if (stream != nullptr) return failWith(ncclInvalidArgument, "streams are not supported: pass NULL (calls block)");
   if (nns::coll::typeSize(type) == 0)
     return failWith(ncclInvalidArgument, "unknown data type " + std::to_string(static_cast<int>(type)));
@@ -762,6 +775,8 @@ ncclResult_t nnsCommSplit(nnsComm_t comm, int color, int key, nnsComm_t* newcomm
 ncclResult_t nnsCommFinalize(nnsComm_t comm) {
   Hold hold(comm);
   if (!hold) return notLive(comm);
+  if (comm->finalized.exchange(true, std::memory_order_acq_rel))
+    return failWith(ncclInvalidUsage, "nnsCommFinalize was called on this communicator already");
   const ncclResult_t failed = comm->comm->asyncResult();
   if (failed != ncclSuccess) return failWith(failed, "communicator failed earlier: " + comm->comm->asyncError());
   return ncclSuccess;

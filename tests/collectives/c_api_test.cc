@@ -542,6 +542,46 @@ TEST(CApi, SplitGroupsRanksByColorOrderedByKey) {
   EXPECT_EQ(nnsCommFinalize(nullptr), ncclInvalidArgument);
 }
 
+// After nnsCommFinalize, a communicator only waits to be destroyed: an operation on it (collective, send, receive,
+// split, one queued in a group) and a second finalize are ncclInvalidUsage with the reason; the queries still answer.
+// They used to run. Both ranks are refused at the call, so neither waits for the other.
+TEST(CApi, OperationsAfterFinalizeAreRefused) {
+  onRanks(2, [](int rank, nnsComm_t comm) {
+    int value = rank + 1;
+    ASSERT_EQ(nnsAllReduce(&value, &value, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess)
+        << nnsGetLastError(nullptr);
+    EXPECT_EQ(value, 3);
+    ASSERT_EQ(nnsCommFinalize(comm), ncclSuccess) << nnsGetLastError(nullptr);
+    auto refused = [](const char* what, ncclResult_t result, const char* expected) {
+      EXPECT_EQ(result, ncclInvalidUsage) << what;
+      EXPECT_NE(std::string(nnsGetLastError(nullptr)).find(expected), std::string::npos)
+          << what << ": " << nnsGetLastError(nullptr);
+    };
+    const char* kAfter = "nnsCommFinalize was called on this communicator: no operation may follow it";
+    refused("allreduce", nnsAllReduce(&value, &value, 1, ncclInt32, ncclSum, comm, nullptr), kAfter);
+    refused("broadcast", nnsBroadcast(&value, &value, 1, ncclInt32, 0, comm, nullptr), kAfter);
+    refused("send", nnsSend(&value, 1, ncclInt32, 1 - rank, comm, nullptr), kAfter);
+    refused("recv", nnsRecv(&value, 1, ncclInt32, 1 - rank, comm, nullptr), kAfter);
+    nnsComm_t sub = nullptr;
+    refused("split", nnsCommSplit(comm, 0, rank, &sub, nullptr), kAfter);
+    EXPECT_EQ(sub, nullptr);
+    ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+    refused("allreduce in a group", nnsAllReduce(&value, &value, 1, ncclInt32, ncclSum, comm, nullptr), kAfter);
+    EXPECT_EQ(nnsGroupEnd(), ncclInvalidUsage);  // the refusal at the call, reported again
+    refused("a second finalize", nnsCommFinalize(comm), "nnsCommFinalize was called on this communicator already");
+    EXPECT_EQ(value, 3);
+    int count = 0, me = -1;
+    ncclResult_t async = ncclInternalError;
+    EXPECT_EQ(nnsCommCount(comm, &count), ncclSuccess);
+    EXPECT_EQ(nnsCommUserRank(comm, &me), ncclSuccess);
+    EXPECT_EQ(nnsCommGetAsyncError(comm, &async), ncclSuccess);
+    EXPECT_EQ(count, 2);
+    EXPECT_EQ(me, rank);
+    EXPECT_EQ(async, ncclSuccess) << "a refused call does not fail the communicator";
+    EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  });
+}
+
 // NCCL's other single-thread pattern: the communicators themselves made in a group. Made one by one, the first
 // would wait for the other rank until its timeout; made at nnsGroupEnd, together. An operation on one inside that
 // group is refused (it does not exist yet), and a failed init leaves the handle NULL.

@@ -57,7 +57,9 @@ ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm);
 #define NNS_SPLIT_NOCOLOR (-1)
 ncclResult_t nnsCommSplit(nnsComm_t comm, int color, int key, nnsComm_t* newcomm, void* config);
 /* As ncclCommFinalize: every operation on `comm` completes before its call returns, so nothing is left to finish;
- * it checks the handle and returns ncclSuccess (or the communicator's error). Destroy it afterwards. */
+ * it checks the handle and returns ncclSuccess (or the communicator's error). Destroy it afterwards: from then on
+ * an operation on `comm` (a collective, a send or receive, a split) and a second finalize are ncclInvalidUsage; the
+ * queries (count, rank, errors), registrations and nnsCommDestroy/nnsCommAbort still take it. */
 ncclResult_t nnsCommFinalize(nnsComm_t comm);
 /* A handle already destroyed (or aborted) is refused with ncclInvalidArgument, here and in every call: a handle's
  * address is not given to another communicator until 4096 more have been destroyed. NULL is a no-op (ncclSuccess)
