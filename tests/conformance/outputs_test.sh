@@ -100,7 +100,13 @@ PY
 "$check" "$lib/misbehaving/libnccl-net-broken-hang-in-init.so" --call-timeout 30 --json > "$work/loading.json" \
   2>/dev/null &
 harness=$!
-sleep 1
+# The signal goes once the harness has forked its loading probe (its handlers are set before that): a fixed second
+# raced a harness slow to start (a sanitizer build on a loaded machine), which SIGINT then ended with no report.
+for _ in $(seq 300); do
+  pgrep -P $harness > /dev/null && break
+  sleep 0.1
+done
+pgrep -P $harness > /dev/null || fail "SIGINT while loading: the harness forked no loading probe in 30 s"
 interrupt $harness INT 130 "SIGINT while loading"
 python3 - "$work/loading.json" <<'PY' || fail "SIGINT while loading: --json's object: $(cat "$work/loading.json")"
 import json, sys
