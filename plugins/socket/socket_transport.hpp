@@ -9,6 +9,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -336,7 +337,11 @@ class SendComm : public Comm {
   ncclResult_t checkReceiverAlive();
   SendStall controlStall_;
   static constexpr auto kLivenessCheckInterval = std::chrono::milliseconds(10);
+  // How long, after the receiver's close was seen, the helper threads have to count bytes they wrote
+  // (checkReceiverAlive).
+  static constexpr auto kReceiverClosedGrace = std::chrono::milliseconds(1000);
   Clock::time_point lastLivenessCheck_ = Clock::now();
+  std::optional<Clock::time_point> receiverClosedAt_;
   sdk::RequestPool<SendRequest, kMaxSendRequests> requests_;
   SendRequest* controlQueue_[kMaxSendRequests];  // waiting for their header on the control socket, oldest first
   size_t controlHead_ = 0;

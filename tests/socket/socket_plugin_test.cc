@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "../../tools/nccl-net-check/tcp_strangers.hpp"
+#include "../support/send_delay_double.hpp"
 #include "../support/thread_start_double.hpp"
 #include "plugin_harness.hpp"
 
@@ -849,6 +850,51 @@ TEST_F(SocketPlugin, AThreadLimitFailsTheCommCleanly) {
   int size = -1;
   transfer(1 << 20, 1 << 20, 1, &size);
   EXPECT_EQ(size, 1 << 20);
+}
+
+// The receiver takes a message whole and closes at once, as a rank does after its last receive, while the helper
+// thread that wrote the message's last bytes has not yet counted them (descheduled between its write and its count;
+// the double holds it 300 ms there). The send is complete, and its test must say so. It failed the comm before
+// ("the receiver closed the connection with sends pending"): the sender's liveness check saw the receiver's close
+// first. socket.send_completes_after_receiver_closes runs it with NNS_SOCKET_NTHREADS=2.
+TEST_F(SocketPlugin, ASendWhoseReceiverTookItAndClosedCompletes) {
+  if (std::getenv("NNS_SOCKET_NTHREADS") == nullptr)
+    GTEST_SKIP() << "run by socket.send_completes_after_receiver_closes";
+  connect();
+  constexpr size_t kSize = 256u << 10;  // over the inline limit (64 KiB): it goes on the data sockets
+  std::vector<unsigned char> source(kSize), target(kSize, 0);
+  for (size_t i = 0; i < kSize; ++i) source[i] = patternByte(i, kSize);
+  void* recvRequest = nullptr;
+  void* sendRequest = nullptr;
+  void* data[1] = {target.data()};
+  size_t sizes[1] = {kSize};
+  int tags[1] = {7};
+  undelayedThread = pthread_self();
+  delayOtherThreadsSendsMs = 300;
+  ASSERT_EQ(postRecv(net, recvComm, 1, data, sizes, tags, &recvRequest), ncclSuccess);
+  ASSERT_EQ(postSend(net, sendComm, source.data(), kSize, 7, &sendRequest), ncclSuccess);
+  int sendDone = 0, recvDone = 0, sendSize = -1, recvSize = -1;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (!recvDone && Clock::now() < deadline) {
+    ASSERT_EQ(net->test(recvRequest, &recvDone, &recvSize), ncclSuccess);
+    if (!sendDone) {
+      ASSERT_EQ(net->test(sendRequest, &sendDone, &sendSize), ncclSuccess);
+    }
+  }
+  ASSERT_TRUE(recvDone) << "the receive did not complete";
+  EXPECT_EQ(recvSize, static_cast<int>(kSize));
+  EXPECT_EQ(source, target);
+  const bool sendDoneFirst = sendDone != 0;
+  ASSERT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  recvComm = nullptr;
+  ncclResult_t tested = ncclSuccess;
+  while (!sendDone && tested == ncclSuccess && Clock::now() < deadline)
+    tested = net->test(sendRequest, &sendDone, &sendSize);
+  delayOtherThreadsSendsMs = 0;
+  EXPECT_EQ(tested, ncclSuccess) << "a send the receiver took whole failed once the receiver closed";
+  EXPECT_TRUE(sendDone) << "the send did not complete";
+  EXPECT_EQ(sendSize, static_cast<int>(kSize));
+  EXPECT_FALSE(sendDoneFirst) << "the send completed before the receiver closed: the test did not test the race";
 }
 
 // maxRecvs is 1 unless NNS_SOCKET_MAX_RECVS asks for more (1 .. 8): grouped receives let NCCL share a comm between
