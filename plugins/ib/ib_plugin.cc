@@ -61,6 +61,8 @@ constexpr int kRecvPoolSize = kSlots + kFlushDepth;  // receives plus flushes
 // the CQ on a provider that gives more than asked).
 constexpr int kFlushQueueDepth = kRecvPoolSize;
 constexpr auto kSideChannelCheckInterval = std::chrono::milliseconds(100);
+// How long requests may still complete after the peer's close was seen (see checkSideChannel).
+constexpr auto kPeerClosedGrace = std::chrono::seconds(1);
 
 // wr_id layout: the kind in the top byte, an index below.
 constexpr uint64_t kWrData = 1ull << 56;  // sender: last WR of a slot on one QP; index = slot
@@ -251,6 +253,7 @@ struct Comm {
   // before it acknowledges it (the QP or CQ, so the comm, cannot be destroyed until then).
   std::atomic<uint64_t> asyncFatal{0};
   Clock::time_point lastSideChannelCheck = Clock::now();
+  Clock::time_point peerClosedSeen{};  // when the side channel first read EOF; the epoch before
   // Sender: each QP's writes of a slot carrying more than NCCL_IB_AR_THRESHOLD bytes end in a separate zero-byte
   // WRITE_WITH_IMM, so the immediate never rides a large write an adaptively routed fabric may deliver in pieces.
   bool adaptiveRouting = false;
@@ -860,6 +863,10 @@ ncclResult_t checkAsyncFailures(Comm* comm) {
 // Notices a peer that closed or lost the side channel while requests wait (verbs alone cannot tell that a receiver
 // which posted nothing is gone), and the HCA's asynchronous events. Rate-limited: a syscall per test() would cost
 // more than the data path.
+// A peer closes as soon as its last request completes, and that close can be read here before the completion of
+// this side's matching request: the caller polled an empty CQ, was descheduled, and the CQE (or, for a send, the ACK
+// behind it) came in while the peer closed. So with requests pending, a close fails the comm only once they have had
+// kPeerClosedGrace to complete; the callers keep polling meanwhile. With none pending it fails the comm at once.
 ncclResult_t checkSideChannel(Comm* comm) {
   auto now = Clock::now();
   if (now - comm->lastSideChannelCheck < kSideChannelCheckInterval) return ncclSuccess;
@@ -867,10 +874,13 @@ ncclResult_t checkSideChannel(Comm* comm) {
   NCCL_NET_CHECK(checkAsyncFailures(comm));
   char byte;
   ssize_t got = recv(comm->fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
-  if (got == 0)
+  if (got == 0) {
+    if (comm->peerClosedSeen == Clock::time_point{}) comm->peerClosedSeen = now;
+    if (comm->pending > 0 && now - comm->peerClosedSeen < kPeerClosedGrace) return ncclSuccess;
     return fail(comm, ncclRemoteError,
                 "the peer closed the connection (process exited or failed) with " + std::to_string(comm->pending) +
                     " request(s) pending");
+  }
   if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
     return fail(comm, ncclRemoteError,
                 "side channel to the peer failed (" + errnoText(errno) + ") with " + std::to_string(comm->pending) +

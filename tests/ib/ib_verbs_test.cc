@@ -1,7 +1,8 @@
 // ib_verbs_test.cc: the nns-ib plugin on real verbs (soft-RoCE in the rxe VM: rxe0 on veth0, rxe1 on veth1): two
 // processes through every ABI version, random sizes with grouped receives on one device, across two and through a
 // fused vNIC, the RDMA READ flush, and faults (link down mid-transfer, peer killed, a receiver closed before posting,
-// handshakes that never finish) ending in an error in bounded time.
+// handshakes that never finish) ending in an error in bounded time, while a peer that closes right after its last
+// message fails nothing.
 // Skips where the host has no RDMA device (run it through tests/ib/rxe-vm/run-rxe-vm.sh).
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -30,6 +31,7 @@
 
 #include "../../tools/nccl-net-check/tcp_strangers.hpp"
 #include "../example-plugin/versioned_table.hpp"
+#include "../support/peek_hook_double.hpp"
 #include "two_process.hpp"
 
 namespace {
@@ -1331,6 +1333,120 @@ TEST(IbVerbs, CloseSendWithRequestsInFlightFailsTheReceiverWithinBound) {
   REQUIRE_RXE(1);
   PairResult r =
       runPair(baseEnv("=rxe0"), receiverOfClosingSender, baseEnv("=rxe0"), closingSender, std::chrono::seconds(90));
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.first, 0) << "receiver";
+  EXPECT_EQ(r.second, 0) << "sender";
+}
+
+// ---- a peer that closes right after its last message ---------------------------------------------------------------
+// A rank closes its comms as soon as its last request completes, so the other side may see that close on the side
+// channel before the completion of its own last request: it polled an empty CQ, was descheduled (on a loaded host),
+// and then peeked. The peek double (peek_hook_double.hpp) holds the first peek made while the request is pending until
+// the peer has finished and closed, which makes that order certain. The request finished on both ends, so it must
+// complete, not fail with "the peer closed the connection". `seer` is the side whose peek is held.
+constexpr size_t kLastMessageBytes = 4 << 20;
+
+struct LastMessageEnd {
+  Peer peer;
+  void *comm = nullptr, *listenComm = nullptr, *mh = nullptr, *request = nullptr;
+  std::vector<unsigned char> buffer = std::vector<unsigned char>(kLastMessageBytes);
+};
+
+// Connects and registers, and the receiver posts its receive.
+int openLastMessageEnd(const Channel& channel, bool receiver, LastMessageEnd* end) {
+  CHILD_EXPECT(end->peer.load(NNS_IB_PLUGIN_PATH), "load: %s", end->peer.error.c_str());
+  const ncclNet_v12_t* net = end->peer.net;
+  if (receiver) {
+    CHILD_CHECK(end->peer.acceptFrom(channel, 0, &end->comm, &end->listenComm));
+  } else {
+    CHILD_CHECK(end->peer.connectTo(channel, 0, &end->comm));
+    for (size_t i = 0; i < end->buffer.size(); ++i) end->buffer[i] = patternByte(i, 23);
+  }
+  CHILD_CHECK(net->regMr(end->comm, end->buffer.data(), end->buffer.size(), NCCL_PTR_HOST, &end->mh));
+  if (receiver) {
+    void* data = end->buffer.data();
+    size_t size = end->buffer.size();
+    int tag = 23;
+    CHILD_CHECK(end->peer.postRecv(end->comm, 1, &data, &size, &tag, &end->mh, &end->request));
+  }
+  return 0;
+}
+
+// The side that finishes first: completes its request and closes its comm at once, then says so.
+int closeAfterLastMessage(const Channel& channel, bool receiver) {
+  LastMessageEnd end;
+  if (int failed = openLastMessageEnd(channel, receiver, &end)) return failed;
+  if (receiver) {
+    signalStep(channel);  // posted
+  } else {
+    CHILD_EXPECT(awaitStep(channel), "the receiver did not get ready");
+    CHILD_CHECK(end.peer.postSend(end.comm, end.buffer.data(), end.buffer.size(), 23, end.mh, &end.request));
+  }
+  CHILD_CHECK(end.peer.wait(end.request, nullptr, std::chrono::seconds(20)));
+  if (receiver) {
+    CHILD_CHECK(end.peer.net->closeRecv(end.comm));
+  } else {
+    CHILD_CHECK(end.peer.net->closeSend(end.comm));
+  }
+  CHILD_CHECK(end.peer.net->deregMr(end.comm, end.mh));
+  signalStep(channel);  // closed
+  CHILD_EXPECT(awaitStep(channel), "the other side did not finish");
+  if (end.listenComm != nullptr) CHILD_CHECK(end.peer.net->closeListen(end.listenComm));
+  return 0;
+}
+
+// The side whose first peek is held until the other has closed.
+int seeTheCloseBeforeTheCompletion(const Channel& channel, bool receiver) {
+  LastMessageEnd end;
+  if (int failed = openLastMessageEnd(channel, receiver, &end)) return failed;
+  if (!receiver) {
+    CHILD_EXPECT(awaitStep(channel), "the receiver did not post");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its FIFO entry lands; the 100 ms check falls due
+    CHILD_CHECK(end.peer.postSend(end.comm, end.buffer.data(), end.buffer.size(), 23, end.mh, &end.request));
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the side channel's 100 ms check falls due
+  }
+  armPeekHook([&channel] { awaitStep(channel); });  // until the other side has finished and closed
+  if (receiver) signalStep(channel);                // the sender may send
+  auto start = Clock::now();
+  ncclResult_t result = end.peer.wait(end.request, nullptr, std::chrono::seconds(20));
+  double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const bool held = peekHooksRun.load() > 0;
+  if (!held) awaitStep(channel);  // the other side's "closed", which the held peek would have taken
+  std::printf("ib-test: %s whose peer closed right after it: result %d after %.2f s (peek held: %s)\n",
+              receiver ? "receive" : "send", static_cast<int>(result), seconds, held ? "yes" : "no");
+  signalStep(channel);
+  CHILD_EXPECT(result == ncclSuccess, "the %s that completed on the peer failed with %d", receiver ? "receive" : "send",
+               static_cast<int>(result));
+  if (receiver)
+    for (size_t i = 0; i < end.buffer.size(); ++i)
+      CHILD_EXPECT(end.buffer[i] == patternByte(i, 23), "byte %zu of the message is wrong", i);
+  CHILD_EXPECT(held, "the first test() found the request complete: the order this test needs did not happen");
+  CHILD_CHECK(end.peer.net->deregMr(end.comm, end.mh));
+  if (receiver) {
+    CHILD_CHECK(end.peer.net->closeRecv(end.comm));
+    CHILD_CHECK(end.peer.net->closeListen(end.listenComm));
+  } else {
+    CHILD_CHECK(end.peer.net->closeSend(end.comm));
+  }
+  return 0;
+}
+
+TEST(IbVerbs, ASendWhoseReceiverClosedRightAfterTakingItCompletes) {
+  REQUIRE_RXE(2);
+  PairResult r = runPair(
+      baseEnv("=rxe1"), [](const Channel& c) { return closeAfterLastMessage(c, true); }, baseEnv("=rxe0"),
+      [](const Channel& c) { return seeTheCloseBeforeTheCompletion(c, false); }, std::chrono::seconds(60));
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.first, 0) << "receiver";
+  EXPECT_EQ(r.second, 0) << "sender";
+}
+
+TEST(IbVerbs, AReceiveWhoseSenderClosedRightAfterSendingCompletes) {
+  REQUIRE_RXE(1);
+  PairResult r = runPair(
+      baseEnv("=rxe0"), [](const Channel& c) { return seeTheCloseBeforeTheCompletion(c, true); }, baseEnv("=rxe0"),
+      [](const Channel& c) { return closeAfterLastMessage(c, false); }, std::chrono::seconds(60));
   EXPECT_FALSE(r.timedOut);
   EXPECT_EQ(r.first, 0) << "receiver";
   EXPECT_EQ(r.second, 0) << "sender";
