@@ -1742,6 +1742,9 @@ class IbNet {
     req->comm = comm;
     req->pendingReads = comm->ndevs;
     req->mhandles[0] = mh;
+    // Counted before the posts, as irecv counts: the receive that used this buffer has completed, so a deregMr on
+    // another thread could otherwise free the handle between a post and the count.
+    countUsers(req->mhandles, 1, +1);
     for (int d = 0; d < comm->ndevs; ++d) {
       ibv_sge sge{};
       sge.addr = reinterpret_cast<uint64_t>(&comm->control->flushTarget[d]);
@@ -1758,11 +1761,13 @@ class IbNet {
       ibv_send_wr* bad = nullptr;
       int rc = ibv_post_send(comm->devs[d].flushQp.load(std::memory_order_acquire), &wr, &bad);
       if (rc != 0) {
-        if (d == 0) comm->requests.release(req);
+        if (d == 0) {  // nothing posted: the request and the count are undone (later, reads in flight keep both)
+          countUsers(req->mhandles, 1, -1);
+          comm->requests.release(req);
+        }
         return fail(comm, ncclSystemError, "ibv_post_send of the flush read: " + errnoText(rc));
       }
     }
-    countUsers(req->mhandles, 1, +1);
     ++comm->pending;
     *request = req;
     return ncclSuccess;
