@@ -260,9 +260,11 @@ struct Comm {
   // Receiver: FIFO writes up to this many bytes go inline (NCCL_IB_USE_INLINE; what QP 0 was granted).
   uint32_t fifoInlineBytes = 0;
   int pending = 0;  // requests handed out and not yet completed by test()
-  // Buffers a caller passed without a memory handle, registered on first use and kept until close. NCCL always
-  // registers (regMr) before isend/irecv, so it never takes this path; tools and tests that skip regMr do.
+  // Buffers a caller passed without a memory handle, each registered for its one request and deregistered when
+  // test() completes it (or at close). NCCL always registers (regMr) before isend/irecv, so it never takes this path;
+  // tools and tests that skip regMr do.
   std::vector<MemoryHandle*> implicitRegistrations;
+  bool announcedImplicit = false;  // the INFO line about them is said once per comm
   // Guards what regMr/deregMr touch from whichever thread calls them: `registrations`, `retired` and the creation of
   // the flush QPs. Never taken on the data path.
   std::mutex registrationMutex;
@@ -285,7 +287,8 @@ struct MemoryHandle {
   // The keys of `mrs`, which the data path reads (never the ibv_mr itself, which deregMr frees).
   uint32_t lkeys[kMaxDevs] = {};
   uint32_t rkeys[kMaxDevs] = {};
-  uintptr_t begin = 0, end = 0;  // registered range (used to find on-the-fly registrations)
+  uintptr_t begin = 0, end = 0;  // registered range
+  bool implicit = false;         // made for one request without a handle, and released with it
   // Requests posted with this handle that test() has not completed: counted by the thread driving the comm, read by
   // deregMr on any thread (NCCL deregisters from another thread than the one that tests).
   mutable std::atomic<int> users{0};
@@ -422,6 +425,24 @@ void countUsers(const MemoryHandle* const* handles, int n, int delta) {
     const MemoryHandle* mh = handles[r];
     if (mh == nullptr || std::find(handles, handles + r, mh) != handles + r) continue;
     mh->users.fetch_add(delta, std::memory_order_acq_rel);
+  }
+}
+
+// Deregisters and frees a registration made for one request of a caller without a memory handle.
+void freeImplicit(const MemoryHandle* mh) {
+  for (int d = 0; d < mh->ndevs; ++d)
+    if (mh->mrs[d] != nullptr) verbs().deregMr(mh->mrs[d]);
+  delete mh;
+}
+
+// Frees the registrations among `handles` that were made for their request alone (implicitRegistration), once it is
+// done; NULLs and the caller's own handles are left alone.
+void releaseImplicit(Comm* comm, const MemoryHandle* const* handles, int n) {
+  for (int r = 0; r < n; ++r) {
+    const MemoryHandle* mh = handles[r];
+    if (mh == nullptr || !mh->implicit) continue;
+    std::erase(comm->implicitRegistrations, mh);
+    freeImplicit(mh);
   }
 }
 
@@ -568,11 +589,7 @@ void destroyComm(Comm* comm) {
     for (MemoryHandle* mh : comm->registrations) mh->comm = nullptr;
     for (MemoryHandle* mh : comm->retired) delete mh;  // their MRs went at deregMr
   }
-  for (MemoryHandle* mh : comm->implicitRegistrations) {
-    for (int d = 0; d < mh->ndevs; ++d)
-      if (mh->mrs[d] != nullptr) verbs().deregMr(mh->mrs[d]);
-    delete mh;
-  }
+  for (MemoryHandle* mh : comm->implicitRegistrations) freeImplicit(mh);  // of requests never completed
   for (int i = 0; i < comm->nqps; ++i)
     if (comm->qps[i].qp != nullptr) verbs().destroyQp(comm->qps[i].qp);
   for (int d = 0; d < comm->ndevs; ++d) {
@@ -1602,15 +1619,18 @@ class IbNet {
                   "message of " + std::to_string(size) + " bytes (tag " + std::to_string(tag) +
                       ") exceeds the receive buffer the peer posted (" + std::to_string(entries[match].size) +
                       " bytes)");
+    // Taken before a registration for a buffer without a handle, which a NULL answer here would leak.
+    Request* req = comm->requests.acquire();
+    if (req == nullptr) return checkSideChannel(comm);
     // Nothing is read for 0 bytes: the handle is neither used nor looked at (it may be anything, even freed).
     auto* mh = size > 0 ? static_cast<const MemoryHandle*>(mhandle) : nullptr;
     if (size > 0 && mh == nullptr) mh = implicitRegistration(comm, data, size);
     if (size > 0 && (mh == nullptr || mh->magic != MemoryHandle::kMagic || mh->comm != comm)) {
+      comm->requests.release(req);
+      if (mhandle == nullptr) return ncclInternalError;  // implicitRegistration said why
       NCCL_NET_WARN("isend: %zu bytes with memory handle %p, which is not registered on this comm", size, mhandle);
       return ncclInternalError;
     }
-    Request* req = comm->requests.acquire();
-    if (req == nullptr) return checkSideChannel(comm);
     req->kind = Request::kSend;
     req->comm = comm;
     req->slot = slotIndex;
@@ -1641,7 +1661,10 @@ class IbNet {
     int slotIndex = static_cast<int>(comm->sequence % kSlots);
     RecvSlot& slot = comm->slots[slotIndex];
     if (slot.request != nullptr) return ncclSuccess;  // kSlots receives in flight
-    const MemoryHandle* handles[kMaxRecvs];
+    // Taken before a registration for a buffer without a handle, which a NULL answer here would leak.
+    Request* req = comm->requests.acquire();
+    if (req == nullptr) return ncclSuccess;
+    const MemoryHandle* handles[kMaxRecvs] = {};
     for (int r = 0; r < n; ++r) {
       // A 0-byte receive's handle is neither used nor looked at, as for isend.
       auto* mh = mhandles != nullptr && sizes[r] > 0 ? static_cast<const MemoryHandle*>(mhandles[r]) : nullptr;
@@ -1654,11 +1677,11 @@ class IbNet {
         else
           NCCL_NET_WARN("irecv: receive %d of %zu bytes with memory handle %p, which is not registered on this comm", r,
                         sizes[r], mhandles[r]);
+        releaseImplicit(comm, handles, r);
+        comm->requests.release(req);
         return ncclInternalError;
       }
     }
-    Request* req = comm->requests.acquire();
-    if (req == nullptr) return ncclSuccess;
     req->kind = Request::kRecv;
     req->comm = comm;
     req->slot = slotIndex;
@@ -1804,8 +1827,10 @@ class IbNet {
     --comm->pending;
     if (req->kind == Request::kSend) {
       countUsers(&req->mhandle, 1, -1);
+      releaseImplicit(comm, &req->mhandle, 1);
     } else {
       countUsers(req->mhandles, req->kind == Request::kRecv ? req->nreqs : 1, -1);
+      if (req->kind == Request::kRecv) releaseImplicit(comm, req->mhandles, req->nreqs);
     }
     req->magic = 0;
     if (comm->isSender) {
@@ -1938,31 +1963,31 @@ class IbNet {
     return ncclSuccess;
   }
 
-  // A registration covering [data, data + size) for a caller that passed no memory handle: an earlier one that
-  // covers it, or a new one over the whole pages (which are mapped, since the buffer lies in them).
+  // A registration of [data, data + size) for one request of a caller that passed no memory handle, over the
+  // buffer's whole pages (which are mapped, since the buffer lies in them). Never reused for a later request: the
+  // buffer may have been freed and mapped again at the same address meanwhile, and a registration pins the pages it
+  // was made on, so a reused one would move the old pages' bytes and lose the new ones.
   static const MemoryHandle* implicitRegistration(Comm* comm, void* data, size_t size) {
     auto begin = reinterpret_cast<uintptr_t>(data);
-    for (const MemoryHandle* mh : comm->implicitRegistrations)
-      if (mh->begin <= begin && begin + size <= mh->end) return mh;
-    constexpr size_t kMaxImplicitRegistrations = 4096;
-    if (comm->implicitRegistrations.size() >= kMaxImplicitRegistrations) {
-      NCCL_NET_WARN("%zu buffers passed without a memory handle on one comm: register them with regMr",
-                    comm->implicitRegistrations.size());
-      return nullptr;
-    }
-    if (comm->implicitRegistrations.empty())
+    if (!comm->announcedImplicit) {
+      comm->announcedImplicit = true;
       NCCL_NET_INFO(NCCL_NET,
-                    "a buffer came without a memory handle: registering it on the fly (NCCL always calls "
-                    "regMr first; this path serves tools and costs a registration per new buffer)");
+                    "a buffer came without a memory handle: registering it for its request alone (NCCL always "
+                    "calls regMr first; this path serves tools and costs a registration per message)");
+    }
     uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     uintptr_t first = begin / page * page;
     uintptr_t last = (begin + size + page - 1) / page * page;
     void* handle = nullptr;
     if (registerMemory(comm, reinterpret_cast<void*>(first), last - first, NCCL_PTR_HOST, -1, 0, &handle) !=
-        ncclSuccess)
+        ncclSuccess) {
+      NCCL_NET_WARN("%zu bytes at %p came without a memory handle and could not be registered here", size, data);
       return nullptr;
-    comm->implicitRegistrations.push_back(static_cast<MemoryHandle*>(handle));
-    return static_cast<MemoryHandle*>(handle);
+    }
+    auto* mh = static_cast<MemoryHandle*>(handle);
+    mh->implicit = true;
+    comm->implicitRegistrations.push_back(mh);
+    return mh;
   }
 
   // One non-blocking step of connect(). A non-empty *error ends the attempt.

@@ -1205,6 +1205,70 @@ TEST(IbVerbs, OddOverlappingAndBusyRegistrations) {
   expectBothSidesPass(oddRegistrationSide, std::chrono::seconds(90));
 }
 
+// A caller that skips regMr (NCCL never does; tools do) gets each buffer registered for its request alone, so a
+// buffer freed and mapped again at the same address between two messages is read and written where it is now. A
+// registration kept from the first message pinned the old pages: the receiver's new buffer stayed unwritten and the
+// sender's new bytes were never read, while both requests completed.
+constexpr size_t kRemappedBytes = 1 << 20;
+
+unsigned char* mapAgainAt(void* address) {
+  const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (address != nullptr ? MAP_FIXED_NOREPLACE : 0);
+  void* mapped = mmap(address, kRemappedBytes, PROT_READ | PROT_WRITE, flags, -1, 0);
+  return mapped == MAP_FAILED ? nullptr : static_cast<unsigned char*>(mapped);
+}
+
+int remappedBufferSide(const Channel& channel, bool receiver) {
+  Peer peer;
+  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+  void *comm = nullptr, *listenComm = nullptr;
+  if (receiver) {
+    CHILD_CHECK(peer.acceptFrom(channel, 0, &comm, &listenComm));
+  } else {
+    CHILD_CHECK(peer.connectTo(channel, 0, &comm));
+  }
+  void* address = nullptr;
+  for (int round = 0; round < 3; ++round) {
+    unsigned char* buffer = mapAgainAt(address);
+    CHILD_EXPECT(buffer != nullptr && (address == nullptr || buffer == address), "could not map %p again", address);
+    address = buffer;
+    const auto fill = static_cast<unsigned char>(0x11 * (round + 1));
+    std::memset(buffer, receiver ? 0 : fill, kRemappedBytes);
+    void* request = nullptr;
+    if (receiver) {
+      void* data = buffer;
+      size_t size = kRemappedBytes;
+      int tag = round;
+      CHILD_CHECK(peer.postRecv(comm, 1, &data, &size, &tag, nullptr, &request));
+    } else {
+      CHILD_CHECK(peer.postSend(comm, buffer, kRemappedBytes, round, nullptr, &request));
+    }
+    int sizes[64] = {};
+    CHILD_CHECK(peer.wait(request, sizes));
+    if (receiver) {
+      CHILD_EXPECT(sizes[0] == static_cast<int>(kRemappedBytes), "round %d: received %d bytes", round, sizes[0]);
+      size_t wrong = 0;
+      for (size_t i = 0; i < kRemappedBytes; ++i) wrong += buffer[i] != fill ? 1 : 0;
+      CHILD_EXPECT(wrong == 0, "round %d: %zu of %zu bytes are not the sender's 0x%02x (the first is 0x%02x)", round,
+                   wrong, kRemappedBytes, fill, buffer[0]);
+    }
+    munmap(buffer, kRemappedBytes);
+  }
+  if (receiver) {
+    signalStep(channel);
+    CHILD_CHECK(peer.net->closeRecv(comm));
+    CHILD_CHECK(peer.net->closeListen(listenComm));
+  } else {
+    CHILD_EXPECT(awaitStep(channel), "the receiver did not finish");
+    CHILD_CHECK(peer.net->closeSend(comm));
+  }
+  return 0;
+}
+
+TEST(IbVerbs, BuffersWithoutAHandleAreUsedWhereTheyAreNow) {
+  REQUIRE_RXE(1);
+  expectBothSidesPass(remappedBufferSide, std::chrono::seconds(60));
+}
+
 // 64 connections between two processes, used interleaved: each carries only its own messages.
 constexpr int kManyComms = 64;
 int manyCommsSide(const Channel& channel, bool receiver) {
