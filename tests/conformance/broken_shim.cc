@@ -303,7 +303,8 @@ void* realOfCached(void* mhandle) {
 }
 #endif
 
-#if defined(NNS_BUG_BLOCKING_CLOSE_RECV) || defined(NNS_BUG_BLOCKING_CLOSE_SEND)
+#if defined(NNS_BUG_BLOCKING_CLOSE_RECV) || defined(NNS_BUG_BLOCKING_CLOSE_SEND) || \
+    defined(NNS_BUG_LEAKED_PENDING_CLOSE)
 // close "drains" the comm first, so that no completion can land in memory it is about to free: it tests every
 // request still pending on the comm until each one completes or fails. That returns only when the peer finishes
 // them or goes away; NCCL closes comms with requests in flight when it aborts a communicator, and a peer that is
@@ -324,6 +325,7 @@ void noteFinished(void* request) {
   gPendingByComm[found->second].erase(request);
   gCommOfRequest.erase(found);
 }
+#ifndef NNS_BUG_LEAKED_PENDING_CLOSE
 void drainPending(void* comm) {
   std::set<void*> requests;
   {
@@ -340,6 +342,15 @@ void drainPending(void* comm) {
     while (real()->test(request, &done, &size) == ncclSuccess && !done) usleep(1000);
   }
 }
+#endif
+#endif
+
+#ifdef NNS_BUG_LEAKED_PENDING_CLOSE
+// Each receive comm maps a shared staging window at accept. closeRecv unmaps it only when no receive is pending: with
+// some pending it "frees it once they are done, when the NIC can no longer write there", which never comes once the
+// comm is closed. NCCL's abort closes comms with receives pending, job after job.
+std::map<void*, void*> gStagingWindows;  // comm -> its window
+constexpr size_t kStagingBytes = 64u << 10;
 #endif
 
 #ifdef NNS_BUG_SIZE_FIELD_30_BITS
@@ -848,6 +859,14 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t
 #ifdef NNS_BUG_LEAKED_COMM_FD
   if (result == ncclSuccess && *recvComm != nullptr) gWakeFds[*recvComm] = eventfd(0, EFD_CLOEXEC);
 #endif
+#ifdef NNS_BUG_LEAKED_PENDING_CLOSE
+  if (result == ncclSuccess && *recvComm != nullptr) {
+    void* window = mmap(nullptr, kStagingBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (window == MAP_FAILED) return ncclSystemError;
+    std::lock_guard<std::mutex> lock(gPendingMutex);
+    gStagingWindows[*recvComm] = window;
+  }
+#endif
 #ifdef NNS_BUG_LEAKED_COMM_MAPPING
   // Each receive comm maps a shared staging window at accept that closeRecv never unmaps (the munmap forgotten): no
   // descriptor is left behind, only memory, 64 KiB per comm here (an RDMA plugin's would be megabytes).
@@ -1273,7 +1292,7 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
 #ifdef NNS_BUG_LIMITED_REQUESTS
   if (result == ncclSuccess && *request != nullptr) gPendingRecvs.insert(*request);
 #endif
-#ifdef NNS_BUG_BLOCKING_CLOSE_RECV
+#if defined(NNS_BUG_BLOCKING_CLOSE_RECV) || defined(NNS_BUG_LEAKED_PENDING_CLOSE)
   if (result == ncclSuccess && *request != nullptr) notePosted(comm, *request);
 #endif
 #ifdef NNS_BUG_CRASH_ON_CLOSE
@@ -1457,7 +1476,8 @@ ncclResult_t test(void* request, int* done, int* sizes) {
 #ifdef NNS_BUG_LIMITED_REQUESTS
   if (result == ncclSuccess && *done) gPendingRecvs.erase(request);
 #endif
-#if defined(NNS_BUG_BLOCKING_CLOSE_RECV) || defined(NNS_BUG_BLOCKING_CLOSE_SEND)
+#if defined(NNS_BUG_BLOCKING_CLOSE_RECV) || defined(NNS_BUG_BLOCKING_CLOSE_SEND) || \
+    defined(NNS_BUG_LEAKED_PENDING_CLOSE)
   if (result != ncclSuccess || *done) noteFinished(request);
 #endif
 #ifdef NNS_BUG_CRASH_ON_CLOSE
@@ -1509,6 +1529,20 @@ ncclResult_t closeRecv(void* comm) {
 #endif
 #ifdef NNS_BUG_BLOCKING_CLOSE_RECV
   drainPending(comm);
+#endif
+#ifdef NNS_BUG_LEAKED_PENDING_CLOSE
+  {
+    std::lock_guard<std::mutex> lock(gPendingMutex);
+    auto pending = gPendingByComm.find(comm);
+    if (auto window = gStagingWindows.find(comm); window != gStagingWindows.end()) {
+      if (pending == gPendingByComm.end() || pending->second.empty()) munmap(window->second, kStagingBytes);
+      gStagingWindows.erase(window);  // with receives pending, "later": never
+    }
+    if (pending != gPendingByComm.end()) {
+      for (void* request : pending->second) gCommOfRequest.erase(request);
+      gPendingByComm.erase(pending);
+    }
+  }
 #endif
 #ifdef NNS_BUG_LEAKED_COMM_FD
   gWakeFds.erase(comm);  // the descriptor is not closed

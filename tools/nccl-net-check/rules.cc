@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -75,6 +76,9 @@ void onAlarm(int) {
 struct CallNote {
   std::atomic<const char*> name;  // a string literal: the same address in the forked harness
   std::atomic<int> inProgress;
+  // The exit code of a pair's sender (openPair) whose connect never gave it a comm, though accept gave the rule one:
+  // every later symptom of the rule (receives that never complete) follows from it, so the verdict leads with it.
+  std::atomic<int> connectGaveUp;
 };
 static_assert(std::atomic<const char*>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
 CallNote* gCallNotes = nullptr;  // two slots, MAP_SHARED
@@ -291,7 +295,8 @@ void forgetSendRequests(void* comm) {
 // tSizeLeftUnwritten says which it was, for the evidence.
 constexpr int kTestSizes = 64, kTestSizesGuard = 8;
 constexpr int kUnwrittenSize = 0x5a5a5a5a;
-thread_local bool tSizeLeftUnwritten = false;  // the last receive's test left one of its `count` sizes unwritten
+thread_local bool tSizeLeftUnwritten = false;   // the last receive's test left one of its `count` sizes unwritten
+thread_local uint64_t tSizesLeftUnwritten = 0;  // which ones (bit i: sizes[i])
 ncclResult_t testSizes(Net& net, void* request, int* done, int* sizes, int count = 1) {
   if (sizes == nullptr) return net.test(request, done, nullptr);
   bool send;
@@ -303,10 +308,12 @@ ncclResult_t testSizes(Net& net, void* request, int* done, int* sizes, int count
   for (int i = 0; i < kTestSizes + kTestSizesGuard; ++i) room[i] = i < count && send ? sizes[i] : kUnwrittenSize;
   const ncclResult_t result = net.test(request, done, room);
   tSizeLeftUnwritten = false;
+  tSizesLeftUnwritten = 0;
   for (int i = 0; i < count && !send; ++i)
     if (room[i] == kUnwrittenSize) {
       room[i] = 0;
       tSizeLeftUnwritten = tSizeLeftUnwritten || *done != 0;
+      if (*done != 0) tSizesLeftUnwritten |= uint64_t{1} << i;
     }
   for (int i = send ? 1 : kTestSizes; i < kTestSizes + kTestSizesGuard; ++i) {
     if (room[i] == kUnwrittenSize) continue;
@@ -627,7 +634,10 @@ bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& 
   pair.peer = startPeer(c, [&]() {
     ncclResult_t connectFailed = ncclSuccess;
     void* sendComm = connectWithin(c, pair.handle, 20, &connectFailed);
-    if (sendComm == nullptr) return connectFailureCode(connectFailed);
+    if (sendComm == nullptr) {
+      if (gMyNote != nullptr) gMyNote->connectGaveUp.store(connectFailureCode(connectFailed));
+      return connectFailureCode(connectFailed);
+    }
     int code = sender(sendComm);
     closeSendComm(c, sendComm);
     return code;
@@ -1185,8 +1195,11 @@ Verdict nullRequestMeansRetry(Context& c) {
     return fail("%s", why.c_str());
   int posted = 0;
   pollfd wait{resultPipe[0], POLLIN, 0};
-  if (poll(&wait, 1, 20000) != 1 || read(resultPipe[0], &posted, sizeof(posted)) != sizeof(posted))
-    return fail("the sender did not report how many sends it could post");
+  if (poll(&wait, 1, 20000) != 1 || read(resultPipe[0], &posted, sizeof(posted)) != sizeof(posted)) {
+    const int code = closePair(c, pair, 1);
+    return fail("the sender did not report how many sends it could post%s",
+                code != 0 && code != 124 ? (": " + peerText(code)).c_str() : "");
+  }
   (void)!write(goPipe[1], "g", 1);
   std::vector<unsigned char> buffer(64);
   void* mhandle = registerBuffer(c, pair.recvComm, buffer.data(), buffer.size());
@@ -1706,6 +1719,7 @@ Verdict groupedReceive(Context& c, int n) {
   (void)!write(goPipe[1], "g", 1);
   std::vector<int> got(64, -1);
   ncclResult_t result = posted == ncclSuccess ? waitDone(c, request, got.data(), 20, n) : posted;
+  const uint64_t unwritten = tSizesLeftUnwritten;  // of the test that completed it
   int code = closePair(c, pair);
   close(goPipe[0]);
   close(goPipe[1]);
@@ -1714,6 +1728,11 @@ Verdict groupedReceive(Context& c, int n) {
   if (result != ncclSuccess) return fail("grouped irecv of %d: %s", n, waitText(result, 20).c_str());
   for (int k = 0; k < n; ++k) {
     int expected = 100 * (k + 1) + 3;
+    if (got[k] != expected && (unwritten >> k & 1) != 0)
+      return fail(
+          "receive %d (tag %d) of %d: test completed the grouped receive without reporting its size (sizes[%d] "
+          "left unwritten: NCCL, which zeroes it first, would take the message as 0 bytes; %d were sent)",
+          k, 10 + k, n, k, expected);
     if (got[k] != expected) return fail("receive %d (tag %d): size %d, expected %d", k, 10 + k, got[k], expected);
     if (firstMismatch(buffers[k], expected, 50 + k) >= 0)
       return fail("receive %d (tag %d): wrong bytes (matched by tag?)", k, 10 + k);
@@ -1911,13 +1930,27 @@ Verdict oneGibMessage(Context& c) {
   auto start = Clock::now();
   ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &mhandle, &request);
   int got = -1;
-  if (result == ncclSuccess) result = waitDone(c, request, &got, 60);
+  // Ends before the rule's own timeout, so that a receive that never completes is said as that, not as a hung rule.
+  const int waitSeconds = std::max(1, gRuleSeconds - std::max(5, gRuleSeconds / 10));
+  int peerCode = 0;
+  if (result == ncclSuccess) result = waitDoneWatchingPeer(c, request, &got, waitSeconds, pair.peer, &peerCode);
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  // Checked before the sender is waited for: a receive that completed before its data arrived leaves a sender that
+  // may never finish, and waiting for it first let the rule's timeout say "hung" instead of what was wrong.
+  std::string problem;
+  if (result != ncclSuccess) {
+    problem = "1 GiB receive: " + waitText(result, waitSeconds);
+  } else if (got != static_cast<int>(kBytes)) {
+    problem = "1 GiB receive reported " + std::to_string(got) + " bytes";
+  } else {
+    for (size_t i = 0; i < kBytes && problem.empty(); i += kStampEvery)
+      if (!stampedAt(big, i))
+        problem = "1 GiB receive: the 8 bytes at offset " + std::to_string(i) + " are not the ones sent there";
+  }
+  const bool killed = !problem.empty() && pair.peer > 0;
+  if (killed) kill(pair.peer, SIGKILL);
   int code = closePair(c, pair, 60);
-  if (result != ncclSuccess) return fail("1 GiB receive: %s", waitText(result, 60).c_str());
-  if (got != static_cast<int>(kBytes)) return fail("1 GiB receive reported %d bytes", got);
-  for (size_t i = 0; i < kBytes; i += kStampEvery)
-    if (!stampedAt(big, i)) return fail("1 GiB receive: the 8 bytes at offset %zu are not the ones sent there", i);
+  if (!problem.empty()) return withPeerFailure(fail("%s", problem.c_str()), killed ? peerCode : code);
   if (code != 0) return fail("%s", peerText(code).c_str());
   char text[96];
   std::snprintf(text, sizeof(text), "1 GiB in %.2f s (%.2f GB/s), every 8-byte word's offset stamp checked", seconds,
@@ -2066,9 +2099,12 @@ long long heapInUse() {
 
 // A side's heap growth over the measured messages, in two halves; `known` is false when the side did not report.
 struct HeapGrowth {
+  // The heap could not be read. Not -1: a heap that shrank over a half (frees of the warm-up's memory) is negative,
+  // and was said as "not readable", which left that side unjudged.
+  static constexpr long long kUnread = std::numeric_limits<long long>::min();
   bool known = false;
-  long long first = -1, second = -1;  // -1: the heap could not be read
-  bool readable() const { return known && first >= 0 && second >= 0; }
+  long long first = kUnread, second = kUnread;
+  bool readable() const { return known && first != kUnread && second != kUnread; }
   long long total() const { return first + second; }
   // A leak grows in both halves; a pool's one-time step in only one.
   bool leaks() const { return readable() && std::min(first, second) > kLeakLimitBytes / 2; }
@@ -2369,6 +2405,14 @@ Verdict commLifecycleLeaks(Context& c) {
       } else if (size != static_cast<int>(sizeOf(cycle)) ||
                  firstMismatch(buffer, sizeOf(cycle), static_cast<uint64_t>(cycle) + 5) >= 0) {
         step = fail("comm %d: received %d bytes, expected %zu (or wrong bytes)", cycle + 1, size, sizeOf(cycle));
+      } else {
+        // Then a receive nothing will match, pending at the close as NCCL's abort leaves them: the close must release
+        // what the comm holds all the same (a plugin that frees a comm only once its requests are done never does).
+        void* spare = nullptr;
+        tag = 2;
+        if ((result = CALL("irecv", irecvChecked(*c.net, recvComm, 1, &data, &capacity, &tag, &mhandle, &spare))) !=
+            ncclSuccess)
+          step = fail("comm %d: irecv after the checked message returned %s", cycle + 1, resultText(result).c_str());
       }
       closeRecvComm(c, recvComm);
     }
@@ -2936,8 +2980,11 @@ Verdict peerDeathIsAnError(Context& c) {
         posted != ncclSuccess)
       return fail("irecv: %s", postText(posted).c_str());
     int status = 0;
-    if (waitpid(pair.peer, &status, WUNTRACED) != pair.peer || !WIFSTOPPED(status))
-      return fail("the sender did not reach its stop (status %d)", status);
+    if (waitpid(pair.peer, &status, WUNTRACED) != pair.peer || !WIFSTOPPED(status)) {
+      pair.peer = -1;  // reaped: it ended instead
+      return fail("the sender did not reach its stop: %s",
+                  peerText(WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status)).c_str());
+    }
     kill(pair.peer, SIGKILL);
     waitpid(pair.peer, nullptr, 0);
     pair.peer = -1;
@@ -3925,6 +3972,9 @@ Verdict strangersAreDropped(Context& c) {
   for (int fd : garbage) dropped += closedByPeer(fd, std::chrono::milliseconds(200)) ? 1 : 0;
   for (int fd : garbage) close(fd);
   for (int fd : silent) close(fd);
+  // With no port, no stranger was sent: a failed transfer is then the plugin's own, not the strangers' doing.
+  if (ports == 0 && v.status != Status::kPass)
+    return fail("%s (listen opened no TCP listening socket here, so no stranger was sent)", v.evidence.c_str());
   if (v.status != Status::kPass)
     return fail("with garbage, a truncated hello and a silent connection on each of its %zu TCP listening port(s): %s",
                 ports, v.evidence.c_str());
@@ -4024,7 +4074,8 @@ const std::vector<Rule>& rules() {
         "the real sender out"},
        strangersAreDropped},
       {{"comm-lifecycle-leaks",
-        "100 comms opened and closed one after another leave no descriptors or threads behind on either side"},
+        "100 comms opened and closed one after another, each receiver with a receive still pending, leave no "
+        "descriptors, threads or mappings behind on either side"},
        commLifecycleLeaks},
       {{"messages-do-not-leak",
         "20480 messages after a warm-up leave the heap no more than 2 MiB larger on either side (no per-message "
@@ -4148,6 +4199,7 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
       for (int side = 0; side < 2; ++side) {
         gCallNotes[side].name.store(nullptr);
         gCallNotes[side].inProgress.store(0);
+        gCallNotes[side].connectGaveUp.store(0);
       }
     std::fflush(nullptr);
     pid_t harness = getpid();
@@ -4237,6 +4289,17 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
       std::string status = text.substr(0, bar);
       result.status = status == "PASS" ? Status::kPass : status == "SKIP" ? Status::kSkip : Status::kFail;
       result.evidence = text.substr(bar + 1);
+      const int gaveUp = gCallNotes != nullptr ? gCallNotes[1].connectGaveUp.load() : 0;
+      const char* peerLast = gCallNotes != nullptr ? gCallNotes[1].name.load() : nullptr;
+      if (result.status == Status::kFail && gaveUp != 0) {
+        const std::string cause = peerText(gaveUp);
+        if (result.evidence.find(cause) == std::string::npos)
+          result.evidence = cause + ", though accept gave this side a comm; what the rule then saw: " + result.evidence;
+      } else if (result.status == Status::kFail && peerLast != nullptr && std::strcmp(peerLast, "connect") == 0 &&
+                 result.evidence.find("connect") == std::string::npos) {
+        // Still connecting when the rule gave up (before the peer's own 20 s): no call after connect, so no comm.
+        result.evidence += " (the connecting process's last plugin call was connect: it had no comm yet)";
+      }
     }
     results.push_back(result);
     if (onResult) onResult(result);
