@@ -2429,7 +2429,8 @@ Verdict commLifecycleLeaks(Context& c) {
   constexpr int kFdSlack = 2, kThreadSlack = 1, kMappingSlack = 24;
   char text[480];
   std::snprintf(text, sizeof(text),
-                "%d comms opened, used for one message and closed after %d warm-up comms: descriptors %+d on the "
+                "%d comms opened, used for one message and closed (each receiver with a receive pending) after %d "
+                "warm-up comms: descriptors %+d on the "
                 "listener/receiver and %+d on the connector/sender, threads %+d and %+d, shared mappings %+d and %+d",
                 kLifecycleCycles, kLifecycleWarmup, grown.fds, peerGrown.fds, grown.threads, peerGrown.threads,
                 grown.mappings, peerGrown.mappings);
