@@ -77,6 +77,18 @@ unsigned char patternByte(size_t index, uint64_t seed) {
     }                                                              \
   } while (0)
 
+// Loads the plugin and opens one side of a connection on device 0: the receiver listens and accepts (its listen comm
+// in `listenComm`), the sender connects. 0, or the CHILD_ code of what failed.
+int openSide(const Channel& channel, bool receiver, Peer* peer, void** comm, void** listenComm) {
+  CHILD_EXPECT(peer->load(NNS_IB_PLUGIN_PATH), "load: %s", peer->error.c_str());
+  if (receiver) {
+    CHILD_CHECK(peer->acceptFrom(channel, 0, comm, listenComm));
+  } else {
+    CHILD_CHECK(peer->connectTo(channel, 0, comm));
+  }
+  return 0;
+}
+
 // ---- devices
 // ---------------------------------------------------------------------------------------------------------- Runs
 // `body` in a child with `env` (the plugin reads its environment once, at init).
@@ -523,13 +535,8 @@ TEST(IbVerbs, SmallMessagesThroughFusedVnicTakeBothDevices) {
 // -----------------------------------------------------------------------------------------------------------
 int flushSide(const Channel& channel, bool receiver) {
   Peer peer;
-  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
   void *comm = nullptr, *listenComm = nullptr;
-  if (receiver) {
-    CHILD_CHECK(peer.acceptFrom(channel, 0, &comm, &listenComm));
-  } else {
-    CHILD_CHECK(peer.connectTo(channel, 0, &comm));
-  }
+  if (int failed = openSide(channel, receiver, &peer, &comm, &listenComm)) return failed;
   std::vector<unsigned char> host(8192), device(8192);
   void *hostMh = nullptr, *deviceMh = nullptr;
   CHILD_CHECK(peer.net->regMr(comm, host.data(), host.size(), NCCL_PTR_HOST, &hostMh));
@@ -645,13 +652,8 @@ TEST(IbVerbs, FlushReadsBackGpuRegisteredBuffersOnly) {
 // when the stream finished without any error, 21 when it hung past the bound.
 int streamUntilError(const Channel& channel, bool receiver, const char* dev, double boundSeconds) {
   Peer peer;
-  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
   void *comm = nullptr, *listenComm = nullptr;
-  if (receiver) {
-    CHILD_CHECK(peer.acceptFrom(channel, 0, &comm, &listenComm));
-  } else {
-    CHILD_CHECK(peer.connectTo(channel, 0, &comm));
-  }
+  if (int failed = openSide(channel, receiver, &peer, &comm, &listenComm)) return failed;
   const size_t bytes = 256 * 1024;
   const int window = 4;
   std::vector<unsigned char> buffer(bytes * window);
@@ -1038,13 +1040,8 @@ TEST(IbVerbs, GroupedReceiveWithATruncatedMemberFailsBothSides) {
 // before the sender read the freed handle when it posted the grouped writes.
 int oddRegistrationSide(const Channel& channel, bool receiver) {
   Peer peer;
-  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
   void *comm = nullptr, *listenComm = nullptr;
-  if (receiver) {
-    CHILD_CHECK(peer.acceptFrom(channel, 0, &comm, &listenComm));
-  } else {
-    CHILD_CHECK(peer.connectTo(channel, 0, &comm));
-  }
+  if (int failed = openSide(channel, receiver, &peer, &comm, &listenComm)) return failed;
   const size_t total = 3 * 4096 + 123;
   auto* buffer = static_cast<unsigned char*>(std::malloc(total));
   CHILD_EXPECT(buffer != nullptr, "malloc");
@@ -1191,13 +1188,17 @@ int oddRegistrationSide(const Channel& channel, bool receiver) {
 }
 
 // Runs side(c, true) as the receiver and side(c, false) as the sender, both on rxe0, and expects both to pass.
-void expectBothSidesPass(int (*side)(const Channel&, bool receiver), std::chrono::seconds limit) {
-  PairResult r = runPair(
-      baseEnv("=rxe0"), [side](const Channel& c) { return side(c, true); }, baseEnv("=rxe0"),
-      [side](const Channel& c) { return side(c, false); }, limit);
+void expectPairPasses(const Env& receiverEnv, const std::function<int(const Channel&)>& receiver, const Env& senderEnv,
+                      const std::function<int(const Channel&)>& sender, std::chrono::seconds limit) {
+  PairResult r = runPair(receiverEnv, receiver, senderEnv, sender, limit);
   EXPECT_FALSE(r.timedOut);
   EXPECT_EQ(r.first, 0) << "receiver";
   EXPECT_EQ(r.second, 0) << "sender";
+}
+void expectBothSidesPass(int (*side)(const Channel&, bool receiver), std::chrono::seconds limit) {
+  expectPairPasses(
+      baseEnv("=rxe0"), [side](const Channel& c) { return side(c, true); }, baseEnv("=rxe0"),
+      [side](const Channel& c) { return side(c, false); }, limit);
 }
 
 TEST(IbVerbs, OddOverlappingAndBusyRegistrations) {
@@ -1219,13 +1220,8 @@ unsigned char* mapAgainAt(void* address) {
 
 int remappedBufferSide(const Channel& channel, bool receiver) {
   Peer peer;
-  CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
   void *comm = nullptr, *listenComm = nullptr;
-  if (receiver) {
-    CHILD_CHECK(peer.acceptFrom(channel, 0, &comm, &listenComm));
-  } else {
-    CHILD_CHECK(peer.connectTo(channel, 0, &comm));
-  }
+  if (int failed = openSide(channel, receiver, &peer, &comm, &listenComm)) return failed;
   void* address = nullptr;
   for (int round = 0; round < 3; ++round) {
     unsigned char* buffer = mapAgainAt(address);
@@ -1418,14 +1414,10 @@ struct LastMessageEnd {
 
 // Connects and registers, and the receiver posts its receive.
 int openLastMessageEnd(const Channel& channel, bool receiver, LastMessageEnd* end) {
-  CHILD_EXPECT(end->peer.load(NNS_IB_PLUGIN_PATH), "load: %s", end->peer.error.c_str());
+  if (int failed = openSide(channel, receiver, &end->peer, &end->comm, &end->listenComm)) return failed;
   const ncclNet_v12_t* net = end->peer.net;
-  if (receiver) {
-    CHILD_CHECK(end->peer.acceptFrom(channel, 0, &end->comm, &end->listenComm));
-  } else {
-    CHILD_CHECK(end->peer.connectTo(channel, 0, &end->comm));
+  if (!receiver)
     for (size_t i = 0; i < end->buffer.size(); ++i) end->buffer[i] = patternByte(i, 23);
-  }
   CHILD_CHECK(net->regMr(end->comm, end->buffer.data(), end->buffer.size(), NCCL_PTR_HOST, &end->mh));
   if (receiver) {
     void* data = end->buffer.data();
@@ -1498,22 +1490,16 @@ int seeTheCloseBeforeTheCompletion(const Channel& channel, bool receiver) {
 
 TEST(IbVerbs, ASendWhoseReceiverClosedRightAfterTakingItCompletes) {
   REQUIRE_RXE(2);
-  PairResult r = runPair(
+  expectPairPasses(
       baseEnv("=rxe1"), [](const Channel& c) { return closeAfterLastMessage(c, true); }, baseEnv("=rxe0"),
       [](const Channel& c) { return seeTheCloseBeforeTheCompletion(c, false); }, std::chrono::seconds(60));
-  EXPECT_FALSE(r.timedOut);
-  EXPECT_EQ(r.first, 0) << "receiver";
-  EXPECT_EQ(r.second, 0) << "sender";
 }
 
 TEST(IbVerbs, AReceiveWhoseSenderClosedRightAfterSendingCompletes) {
   REQUIRE_RXE(1);
-  PairResult r = runPair(
+  expectPairPasses(
       baseEnv("=rxe0"), [](const Channel& c) { return seeTheCloseBeforeTheCompletion(c, true); }, baseEnv("=rxe0"),
       [](const Channel& c) { return closeAfterLastMessage(c, false); }, std::chrono::seconds(60));
-  EXPECT_FALSE(r.timedOut);
-  EXPECT_EQ(r.first, 0) << "receiver";
-  EXPECT_EQ(r.second, 0) << "sender";
 }
 
 // ---- traffic class: the communicator's, in both directions ---------------------------------------------------------
