@@ -288,7 +288,6 @@ struct MemoryHandle {
   uint32_t lkeys[kMaxDevs] = {};
   uint32_t rkeys[kMaxDevs] = {};
   uintptr_t begin = 0, end = 0;  // registered range
-  bool implicit = false;         // made for one request without a handle, and released with it
   // Requests posted with this handle that test() has not completed: counted by the thread driving the comm, read by
   // deregMr on any thread (NCCL deregisters from another thread than the one that tests).
   mutable std::atomic<int> users{0};
@@ -308,6 +307,10 @@ struct Request {
   // receive: each grouped buffer's handle; flush: the handle read back in [0]. deregMr of one of them (or of a
   // send's mhandle) before the request is done fails the comm.
   const MemoryHandle* mhandles[kMaxRecvs] = {};
+  // Which of its handles implicitRegistration made for this request alone (bit r: mhandles[r], bit 0 for a send's
+  // mhandle), released with it. Kept here rather than read from the handles: once test() has dropped their counts, a
+  // caller's own handle may be freed by a deregMr on another thread.
+  uint32_t implicitMask = 0;
   bool done = false;
   int pendingReads = 0;  // flush
 };
@@ -435,14 +438,13 @@ void freeImplicit(const MemoryHandle* mh) {
   delete mh;
 }
 
-// Frees the registrations among `handles` that were made for their request alone (implicitRegistration), once it is
-// done; NULLs and the caller's own handles are left alone.
-void releaseImplicit(Comm* comm, const MemoryHandle* const* handles, int n) {
+// Frees the registrations among `handles` that implicitRegistration made for their request alone (bit r of `mask`:
+// handles[r]), once it is done or was never posted. The others, the caller's own, are not looked at.
+void releaseImplicit(Comm* comm, const MemoryHandle* const* handles, int n, uint32_t mask) {
   for (int r = 0; r < n; ++r) {
-    const MemoryHandle* mh = handles[r];
-    if (mh == nullptr || !mh->implicit) continue;
-    std::erase(comm->implicitRegistrations, mh);
-    freeImplicit(mh);
+    if ((mask >> r & 1) == 0) continue;
+    std::erase(comm->implicitRegistrations, handles[r]);
+    freeImplicit(handles[r]);
   }
 }
 
@@ -1624,7 +1626,8 @@ class IbNet {
     if (req == nullptr) return checkSideChannel(comm);
     // Nothing is read for 0 bytes: the handle is neither used nor looked at (it may be anything, even freed).
     auto* mh = size > 0 ? static_cast<const MemoryHandle*>(mhandle) : nullptr;
-    if (size > 0 && mh == nullptr) mh = implicitRegistration(comm, data, size);
+    const bool implicit = size > 0 && mh == nullptr;
+    if (implicit) mh = implicitRegistration(comm, data, size);
     if (size > 0 && (mh == nullptr || mh->magic != MemoryHandle::kMagic || mh->comm != comm)) {
       comm->requests.release(req);
       if (mhandle == nullptr) return ncclInternalError;  // implicitRegistration said why
@@ -1637,6 +1640,7 @@ class IbNet {
     req->size = size;
     req->data = static_cast<unsigned char*>(data);
     req->mhandle = mh;
+    req->implicitMask = implicit ? 1 : 0;
     countUsers(&req->mhandle, 1, +1);
     slot.reqs[match] = req;
     ++comm->pending;
@@ -1665,10 +1669,14 @@ class IbNet {
     Request* req = comm->requests.acquire();
     if (req == nullptr) return ncclSuccess;
     const MemoryHandle* handles[kMaxRecvs] = {};
+    uint32_t implicitMask = 0;
     for (int r = 0; r < n; ++r) {
       // A 0-byte receive's handle is neither used nor looked at, as for isend.
       auto* mh = mhandles != nullptr && sizes[r] > 0 ? static_cast<const MemoryHandle*>(mhandles[r]) : nullptr;
-      if (sizes[r] > 0 && mh == nullptr) mh = implicitRegistration(comm, data[r], sizes[r]);
+      if (sizes[r] > 0 && mh == nullptr) {
+        mh = implicitRegistration(comm, data[r], sizes[r]);
+        if (mh != nullptr) implicitMask |= 1u << r;
+      }
       handles[r] = mh;
       if (sizes[r] > 0 && (mh == nullptr || mh->magic != MemoryHandle::kMagic || mh->comm != comm)) {
         if (mhandles == nullptr || mhandles[r] == nullptr)
@@ -1677,7 +1685,7 @@ class IbNet {
         else
           NCCL_NET_WARN("irecv: receive %d of %zu bytes with memory handle %p, which is not registered on this comm", r,
                         sizes[r], mhandles[r]);
-        releaseImplicit(comm, handles, r);
+        releaseImplicit(comm, handles, r, implicitMask);
         comm->requests.release(req);
         return ncclInternalError;
       }
@@ -1687,6 +1695,7 @@ class IbNet {
     req->slot = slotIndex;
     req->nreqs = n;
     for (int r = 0; r < n; ++r) req->mhandles[r] = handles[r];
+    req->implicitMask = implicitMask;
     FifoEntry* staging = comm->control->staging[slotIndex];
     for (int r = 0; r < n; ++r) {
       const MemoryHandle* mh = handles[r];
@@ -1827,10 +1836,10 @@ class IbNet {
     --comm->pending;
     if (req->kind == Request::kSend) {
       countUsers(&req->mhandle, 1, -1);
-      releaseImplicit(comm, &req->mhandle, 1);
+      releaseImplicit(comm, &req->mhandle, 1, req->implicitMask);
     } else {
       countUsers(req->mhandles, req->kind == Request::kRecv ? req->nreqs : 1, -1);
-      if (req->kind == Request::kRecv) releaseImplicit(comm, req->mhandles, req->nreqs);
+      releaseImplicit(comm, req->mhandles, req->kind == Request::kRecv ? req->nreqs : 1, req->implicitMask);
     }
     req->magic = 0;
     if (comm->isSender) {
@@ -1985,7 +1994,6 @@ class IbNet {
       return nullptr;
     }
     auto* mh = static_cast<MemoryHandle*>(handle);
-    mh->implicit = true;
     comm->implicitRegistrations.push_back(mh);
     return mh;
   }

@@ -76,8 +76,10 @@ void onAlarm(int) {
 struct CallNote {
   std::atomic<const char*> name;  // a string literal: the same address in the forked harness
   std::atomic<int> inProgress;
-  // The exit code of a pair's sender (openPair) whose connect never gave it a comm, though accept gave the rule one:
-  // every later symptom of the rule (receives that never complete) follows from it, so the verdict leads with it.
+  // A pair's sender (openPair): 1 while its connect has not given it a comm, and the exit code it gives up with when
+  // connect never does, though accept gave the rule one (openPair clears it when accept did not). Every later symptom
+  // of the rule (receives that never complete) follows from that, so the verdict says it.
+  std::atomic<int> pairConnecting;
   std::atomic<int> connectGaveUp;
 };
 static_assert(std::atomic<const char*>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
@@ -633,7 +635,9 @@ bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& 
   if (afterListen) afterListen();
   pair.peer = startPeer(c, [&]() {
     ncclResult_t connectFailed = ncclSuccess;
+    if (gMyNote != nullptr) gMyNote->pairConnecting.store(1);
     void* sendComm = connectWithin(c, pair.handle, 20, &connectFailed);
+    if (gMyNote != nullptr) gMyNote->pairConnecting.store(0);
     if (sendComm == nullptr) {
       if (gMyNote != nullptr) gMyNote->connectGaveUp.store(connectFailureCode(connectFailed));
       return connectFailureCode(connectFailed);
@@ -645,7 +649,14 @@ bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& 
   ncclResult_t failed = ncclSuccess;
   int peerCode = 0;
   pair.recvComm = acceptWithin(c, pair.listenComm, 20, &failed, &pair.peer, &peerCode);
+  // Without a comm here the connecting process's failure is this call's to say (below), not a note on the verdict.
+  auto forgetConnectNote = [] {
+    if (gCallNotes == nullptr) return;
+    gCallNotes[1].pairConnecting.store(0);
+    gCallNotes[1].connectGaveUp.store(0);
+  };
   if (pair.recvComm == nullptr && peerCode != 0) {  // reaped already
+    forgetConnectNote();
     *why = "the connecting process ended first: " + peerText(peerCode);
     return false;
   }
@@ -657,6 +668,7 @@ bool openPair(Context& c, Pair& pair, const std::function<int(void* sendComm)>& 
       waitpid(pair.peer, nullptr, 0);
     }
     pair.peer = -1;
+    forgetConnectNote();
     return false;
   }
   return true;
@@ -1903,6 +1915,13 @@ bool stampedAt(const std::vector<unsigned char>& buffer, size_t offset) {
 }
 
 Verdict oneGibMessage(Context& c) {
+  const auto ruleStarted = Clock::now();
+  // What the rule may still wait for, ending a margin before --rule-timeout: a wait that runs out is then said as what
+  // it waited for, not as a hung rule.
+  auto secondsLeft = [&] {
+    const double budget = gRuleSeconds - std::max(5, gRuleSeconds / 10);
+    return std::max(1.0, budget - std::chrono::duration<double>(Clock::now() - ruleStarted).count());
+  };
   constexpr size_t kBytes = 1ull << 30;
   if (c.props.maxP2pBytes < kBytes) return skip("maxP2pBytes " + std::to_string(c.props.maxP2pBytes) + " < 1 GiB");
   Pair pair;
@@ -1930,16 +1949,17 @@ Verdict oneGibMessage(Context& c) {
   auto start = Clock::now();
   ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &size, &tag, &mhandle, &request);
   int got = -1;
-  // Ends before the rule's own timeout, so that a receive that never completes is said as that, not as a hung rule.
-  const int waitSeconds = std::max(1, gRuleSeconds - std::max(5, gRuleSeconds / 10));
+  const double waitSeconds = secondsLeft();
   int peerCode = 0;
   if (result == ncclSuccess) result = waitDoneWatchingPeer(c, request, &got, waitSeconds, pair.peer, &peerCode);
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   // Checked before the sender is waited for: a receive that completed before its data arrived leaves a sender that
   // may never finish, and waiting for it first let the rule's timeout say "hung" instead of what was wrong.
   std::string problem;
-  if (result != ncclSuccess) {
-    problem = "1 GiB receive: " + waitText(result, waitSeconds);
+  if (result == ncclTimeout && peerCode != 0) {  // the sender ended (and was reaped) with a failure first
+    problem = "1 GiB receive: the sender ended before it completed";
+  } else if (result != ncclSuccess) {
+    problem = "1 GiB receive: " + waitText(result, static_cast<int>(waitSeconds));
   } else if (got != static_cast<int>(kBytes)) {
     problem = "1 GiB receive reported " + std::to_string(got) + " bytes";
   } else {
@@ -1949,8 +1969,10 @@ Verdict oneGibMessage(Context& c) {
   }
   const bool killed = !problem.empty() && pair.peer > 0;
   if (killed) kill(pair.peer, SIGKILL);
-  int code = closePair(c, pair, 60);
-  if (!problem.empty()) return withPeerFailure(fail("%s", problem.c_str()), killed ? peerCode : code);
+  int code = closePair(c, pair, killed ? 1 : secondsLeft());
+  // The sender's own failure, when it had one: reaped during the wait, or waited for here (not the kill's signal).
+  const int peerFailure = peerCode != 0 ? peerCode : killed ? 0 : code;
+  if (!problem.empty()) return withPeerFailure(fail("%s", problem.c_str()), peerFailure);
   if (code != 0) return fail("%s", peerText(code).c_str());
   char text[96];
   std::snprintf(text, sizeof(text), "1 GiB in %.2f s (%.2f GB/s), every 8-byte word's offset stamp checked", seconds,
@@ -4200,6 +4222,7 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
       for (int side = 0; side < 2; ++side) {
         gCallNotes[side].name.store(nullptr);
         gCallNotes[side].inProgress.store(0);
+        gCallNotes[side].pairConnecting.store(0);
         gCallNotes[side].connectGaveUp.store(0);
       }
     std::fflush(nullptr);
@@ -4291,15 +4314,14 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
       result.status = status == "PASS" ? Status::kPass : status == "SKIP" ? Status::kSkip : Status::kFail;
       result.evidence = text.substr(bar + 1);
       const int gaveUp = gCallNotes != nullptr ? gCallNotes[1].connectGaveUp.load() : 0;
-      const char* peerLast = gCallNotes != nullptr ? gCallNotes[1].name.load() : nullptr;
+      const bool connecting = gCallNotes != nullptr && gCallNotes[1].pairConnecting.load() != 0;
       if (result.status == Status::kFail && gaveUp != 0) {
         const std::string cause = peerText(gaveUp);
         if (result.evidence.find(cause) == std::string::npos)
           result.evidence = cause + ", though accept gave this side a comm; what the rule then saw: " + result.evidence;
-      } else if (result.status == Status::kFail && peerLast != nullptr && std::strcmp(peerLast, "connect") == 0 &&
-                 result.evidence.find("connect") == std::string::npos) {
-        // Still connecting when the rule gave up (before the peer's own 20 s): no call after connect, so no comm.
-        result.evidence += " (the connecting process's last plugin call was connect: it had no comm yet)";
+      } else if (result.status == Status::kFail && connecting) {
+        // The rule gave up before the connecting process's own 20 s did.
+        result.evidence += " (the connecting process's connect had not given it a comm yet, though accept had)";
       }
     }
     results.push_back(result);
