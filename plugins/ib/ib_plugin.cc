@@ -257,6 +257,7 @@ struct Comm {
   // Sender: each QP's writes of a slot carrying more than NCCL_IB_AR_THRESHOLD bytes end in a separate zero-byte
   // WRITE_WITH_IMM, so the immediate never rides a large write an adaptively routed fabric may deliver in pieces.
   bool adaptiveRouting = false;
+  bool announcedImplicit = false;  // the INFO line about buffers without a handle was said (once per comm)
   // Receiver: FIFO writes up to this many bytes go inline (NCCL_IB_USE_INLINE; what QP 0 was granted).
   uint32_t fifoInlineBytes = 0;
   int pending = 0;  // requests handed out and not yet completed by test()
@@ -264,7 +265,6 @@ struct Comm {
   // test() completes it (or at close). NCCL always registers (regMr) before isend/irecv, so it never takes this path;
   // tools and tests that skip regMr do.
   std::vector<MemoryHandle*> implicitRegistrations;
-  bool announcedImplicit = false;  // the INFO line about them is said once per comm
   // Guards what regMr/deregMr touch from whichever thread calls them: `registrations`, `retired` and the creation of
   // the flush QPs. Never taken on the data path.
   std::mutex registrationMutex;
