@@ -1630,8 +1630,10 @@ class IbNet {
     if (implicit) mh = implicitRegistration(comm, data, size);
     if (size > 0 && (mh == nullptr || mh->magic != MemoryHandle::kMagic || mh->comm != comm)) {
       comm->requests.release(req);
-      if (mhandle == nullptr) return ncclInternalError;  // implicitRegistration said why
-      NCCL_NET_WARN("isend: %zu bytes with memory handle %p, which is not registered on this comm", size, mhandle);
+      if (mhandle == nullptr)
+        NCCL_NET_WARN("isend: %zu bytes at %p without a memory handle could not be registered here", size, data);
+      else
+        NCCL_NET_WARN("isend: %zu bytes with memory handle %p, which is not registered on this comm", size, mhandle);
       return ncclInternalError;
     }
     req->kind = Request::kSend;
@@ -1989,10 +1991,8 @@ class IbNet {
     uintptr_t last = (begin + size + page - 1) / page * page;
     void* handle = nullptr;
     if (registerMemory(comm, reinterpret_cast<void*>(first), last - first, NCCL_PTR_HOST, -1, 0, &handle) !=
-        ncclSuccess) {
-      NCCL_NET_WARN("%zu bytes at %p came without a memory handle and could not be registered here", size, data);
-      return nullptr;
-    }
+        ncclSuccess)
+      return nullptr;  // registerMemory's WARN says why
     auto* mh = static_cast<MemoryHandle*>(handle);
     comm->implicitRegistrations.push_back(mh);
     return mh;
