@@ -650,7 +650,39 @@ TEST(IbVerbs, FlushReadsBackGpuRegisteredBuffersOnly) {
 // ----------------------------------------------------------------------------------------------------------- Streams
 // until an error; exit 0 when an error came within `boundSeconds` of the first failure signal and named the peer, 20
 // when the stream finished without any error, 21 when it hung past the bound.
-int streamUntilError(const Channel& channel, bool receiver, const char* dev, double boundSeconds) {
+// Each side tells `streaming` when its first message is through; the parent injects the fault once both have. (Faults
+// timed from the fork came before the connection under ASan in a loaded CI run: see the port test below.)
+struct StreamingSignal {
+  int fds[2] = {-1, -1};
+  StreamingSignal() {
+    if (pipe(fds) != 0) fds[0] = fds[1] = -1;
+  }
+  ~StreamingSignal() {
+    for (int fd : fds)
+      if (fd >= 0) close(fd);
+  }
+  StreamingSignal(const StreamingSignal&) = delete;
+  StreamingSignal& operator=(const StreamingSignal&) = delete;
+  void tell() const {
+    char byte = 1;
+    if (write(fds[1], &byte, 1) != 1) std::fprintf(stderr, "ib-test: could not tell the parent the stream runs\n");
+  }
+  // Waits until both sides have told (then lets them stream a moment more); fails the test after `timeout`.
+  void waitForBoth(std::chrono::seconds timeout) const {
+    const auto deadline = Clock::now() + timeout;
+    int told = 0;
+    while (told < 2 && Clock::now() < deadline) {
+      pollfd waiter{fds[0], POLLIN, 0};
+      char byte;
+      if (poll(&waiter, 1, 100) == 1 && read(fds[0], &byte, 1) == 1) ++told;
+    }
+    if (told < 2) ADD_FAILURE() << "only " << told << " of the 2 sides streamed within " << timeout.count() << " s";
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+};
+
+int streamUntilError(const Channel& channel, bool receiver, const char* dev, double boundSeconds,
+                     const StreamingSignal& streaming) {
   Peer peer;
   void *comm = nullptr, *listenComm = nullptr;
   if (int failed = openSide(channel, receiver, &peer, &comm, &listenComm)) return failed;
@@ -659,8 +691,6 @@ int streamUntilError(const Channel& channel, bool receiver, const char* dev, dou
   std::vector<unsigned char> buffer(bytes * window);
   void* mh = nullptr;
   CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
-  char ready = 1;
-  channel.sendValue(ready);  // the parent injects the fault once both sides stream
   std::vector<void*> inflight(window, nullptr);
   auto start = Clock::now();
   auto lastCompletion = Clock::now();
@@ -684,7 +714,7 @@ int streamUntilError(const Channel& channel, bool receiver, const char* dev, dou
         error = peer.net->test(request, &done, sizes);
         if (done) {
           request = nullptr;
-          ++completed;
+          if (++completed == 1) streaming.tell();
           lastCompletion = Clock::now();
         }
       }
@@ -1639,17 +1669,18 @@ void runCommand(const std::string& command) {
 TEST(IbVerbs, ReceiverKilledMidTransferFailsSenderWithinBound) {
   REQUIRE_RXE(2);
   pid_t receiverPid = 0;
+  StreamingSignal streaming;
   PairResult r = runPair(
       baseEnv("=rxe1"),
-      [](const Channel& c) {
-        streamUntilError(c, true, "rxe1", 30);
+      [&](const Channel& c) {
+        streamUntilError(c, true, "rxe1", 30, streaming);
         return 0;
       },
-      baseEnv("=rxe0"), [](const Channel& c) { return streamUntilError(c, false, "rxe0", 20); },
+      baseEnv("=rxe0"), [&](const Channel& c) { return streamUntilError(c, false, "rxe0", 20, streaming); },
       std::chrono::seconds(60), &receiverPid, nullptr,
       [&] {
-        // Let the stream run a moment, then kill the receiver outright (no close, no goodbye).
-        std::this_thread::sleep_for(std::chrono::seconds(3));
+        // Once the stream runs, kill the receiver outright (no close, no goodbye).
+        streaming.waitForBoth(std::chrono::seconds(60));
         kill(receiverPid, SIGKILL);
       });
   EXPECT_FALSE(r.timedOut);
@@ -1659,15 +1690,17 @@ TEST(IbVerbs, ReceiverKilledMidTransferFailsSenderWithinBound) {
 TEST(IbVerbs, SenderKilledMidTransferFailsReceiverWithinBound) {
   REQUIRE_RXE(2);
   pid_t senderPid = 0;
+  StreamingSignal streaming;
   PairResult r = runPair(
-      baseEnv("=rxe1"), [](const Channel& c) { return streamUntilError(c, true, "rxe1", 20); }, baseEnv("=rxe0"),
-      [](const Channel& c) {
-        streamUntilError(c, false, "rxe0", 30);
+      baseEnv("=rxe1"), [&](const Channel& c) { return streamUntilError(c, true, "rxe1", 20, streaming); },
+      baseEnv("=rxe0"),
+      [&](const Channel& c) {
+        streamUntilError(c, false, "rxe0", 30, streaming);
         return 0;
       },
       std::chrono::seconds(60), nullptr, &senderPid,
       [&] {
-        std::this_thread::sleep_for(std::chrono::seconds(3));
+        streaming.waitForBoth(std::chrono::seconds(60));
         kill(senderPid, SIGKILL);
       });
   EXPECT_FALSE(r.timedOut);
@@ -1677,12 +1710,13 @@ TEST(IbVerbs, SenderKilledMidTransferFailsReceiverWithinBound) {
 TEST(IbVerbs, LinkDownMidTransferFailsWithinBound) {
   REQUIRE_RXE(2);
   if (std::getenv("NNS_IB_TEST_IN_VM") == nullptr) GTEST_SKIP() << "brings veth0 down: only inside the rxe VM";
+  StreamingSignal streaming;
   PairResult r = runPair(
-      baseEnv("=rxe1"), [](const Channel& c) { return streamUntilError(c, true, "rxe1", 25); }, baseEnv("=rxe0"),
-      [](const Channel& c) { return streamUntilError(c, false, "rxe0", 25); }, std::chrono::seconds(90), nullptr,
-      nullptr,
-      [] {
-        std::this_thread::sleep_for(std::chrono::seconds(3));
+      baseEnv("=rxe1"), [&](const Channel& c) { return streamUntilError(c, true, "rxe1", 25, streaming); },
+      baseEnv("=rxe0"), [&](const Channel& c) { return streamUntilError(c, false, "rxe0", 25, streaming); },
+      std::chrono::seconds(90), nullptr, nullptr,
+      [&] {
+        streaming.waitForBoth(std::chrono::seconds(60));
         runCommand("/sbin/ip link set veth0 down");
       });
   // Restore the link and the policy route the kernel dropped with it, for whatever runs next.
@@ -1695,6 +1729,8 @@ TEST(IbVerbs, LinkDownMidTransferFailsWithinBound) {
 
 // The HCA's asynchronous events are read by the calls of a comm that waits (no thread of their own): a port that
 // goes down and comes back is logged both times while a sender waits for its receiver, which posts nothing.
+// The sender flaps veth0 itself once both sides hold their comm: a flap timed from the fork (2 s, as this test first
+// did) failed it under ASan in a loaded CI run, where loading the plugin and connecting can take longer than that.
 TEST(IbVerbs, APortGoingDownAndUpIsLoggedAsAsynchronousEvents) {
   REQUIRE_RXE(2);
   if (std::getenv("NNS_IB_TEST_IN_VM") == nullptr) GTEST_SKIP() << "brings veth0 down: only inside the rxe VM";
@@ -1705,6 +1741,8 @@ TEST(IbVerbs, APortGoingDownAndUpIsLoggedAsAsynchronousEvents) {
         CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
         void *comm = nullptr, *listenComm = nullptr;
         CHILD_CHECK(peer.acceptFrom(c, 0, &comm, &listenComm));
+        char accepted = 1;
+        CHILD_EXPECT(c.sendValue(accepted), "could not tell the sender the comm is accepted");
         char done = 0;
         c.recvValue(&done);  // the sender says when it has seen both events, or gave up
         CHILD_CHECK(peer.net->closeRecv(comm));
@@ -1720,32 +1758,37 @@ TEST(IbVerbs, APortGoingDownAndUpIsLoggedAsAsynchronousEvents) {
         std::vector<unsigned char> buffer(4096);
         void* mh = nullptr;
         CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
+        char accepted = 0;
+        CHILD_EXPECT(c.recvValue(&accepted), "the receiver never said it accepted the comm");
+        std::thread flap([] {
+          runCommand("/sbin/ip link set veth0 down");
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+          runCommand("/sbin/ip link set veth0 up");
+          runCommand("/sbin/ip route replace 10.0.0.2 dev veth0 src 10.0.0.1 table 100");
+        });
         const char* down = "port error (rxe0 port 1)";
         const char* up = "port active (rxe0 port 1)";
         // The receiver posts nothing: each isend answers "not yet" and looks at the events at most every 100 ms.
         const auto until = Clock::now() + std::chrono::seconds(20);
         void* request = nullptr;
-        while (Clock::now() < until && !(warnedAbout(down) && warnedAbout(up))) {
-          CHILD_CHECK(peer.net->isend(comm, buffer.data(), 64, 1, mh, nullptr, &request));
-          CHILD_EXPECT(request == nullptr, "a send completed with no receive posted");
+        ncclResult_t sent = ncclSuccess;
+        while (sent == ncclSuccess && request == nullptr && Clock::now() < until &&
+               !(warnedAbout(down) && warnedAbout(up))) {
+          sent = peer.net->isend(comm, buffer.data(), 64, 1, mh, nullptr, &request);
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
+        flap.join();
         char done = 1;
         c.sendValue(done);
+        CHILD_EXPECT(sent == ncclSuccess, "isend failed with %d while the port went down and up", sent);
+        CHILD_EXPECT(request == nullptr, "a send completed with no receive posted");
         CHILD_EXPECT(warnedAbout(std::string("asynchronous event ") + down), "no WARN for the port going down");
         CHILD_EXPECT(warnedAbout(std::string("asynchronous event ") + up), "no WARN for the port coming back");
         CHILD_CHECK(peer.net->deregMr(comm, mh));
         CHILD_CHECK(peer.net->closeSend(comm));
         return 0;
       },
-      std::chrono::seconds(60), nullptr, nullptr,
-      [] {
-        std::this_thread::sleep_for(std::chrono::seconds(2));
-        runCommand("/sbin/ip link set veth0 down");
-        std::this_thread::sleep_for(std::chrono::seconds(1));
-        runCommand("/sbin/ip link set veth0 up");
-        runCommand("/sbin/ip route replace 10.0.0.2 dev veth0 src 10.0.0.1 table 100");
-      });
+      std::chrono::seconds(60));
   EXPECT_FALSE(r.timedOut);
   EXPECT_EQ(r.first, 0) << "receiver";
   EXPECT_EQ(r.second, 0) << "sender: 11 = an event not logged within 20 s";

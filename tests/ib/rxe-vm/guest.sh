@@ -7,6 +7,8 @@ IP=/sbin/ip
 out="$NNS_IB_BUILD/ib-rxe-vm/out"
 rm -rf "$out"; mkdir -p "$out"
 result() { echo "IBVM-RESULT: $*"; echo "$*" >>"$out/results.txt"; }
+# What explains a FAIL, on the console as "IBVM-DETAIL: <line>" (the host passes only IBVM lines on to ctest's log).
+detail() { sed 's/^/IBVM-DETAIL: /'; }
 wanted() { [ -z "$NNS_IB_VM_ONLY" ] || echo "$1" | grep -Eq "$NNS_IB_VM_ONLY"; }
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
 # "IBVM: <step> took N s": where the VM's time bound goes (under a sanitizer the whole run once came within 5% of it).
@@ -78,7 +80,7 @@ bench_run() {  # name args...
   timeout 90 "$NNS_IB_BUILD/plugins/ib/bench/nns-ib-bench" "$@" >"$out/$name.txt" 2>&1
   status=$?
   line=$(grep '^bench:' "$out/$name.txt" | tr '\n' ' ')
-  [ $status -eq 0 ] && result "$name" PASS "$line" || { result "$name" FAIL "status $status"; tail -n 20 "$out/$name.txt"; }
+  [ $status -eq 0 ] && result "$name" PASS "$line" || { result "$name" FAIL "status $status"; tail -n 20 "$out/$name.txt" | detail; }
 }
 if wanted perf; then
   step_begin
@@ -153,7 +155,7 @@ if wanted check && [ "${NNS_IB_VM_CHECK:-1}" = 1 ]; then
       grep -E '^(PASS|FAIL|SKIP) ' "$out/check.$mode.txt" | while read -r verdict rule rest; do
         result "check.$mode.$rule" "$verdict" "$(echo "$rest" | cut -c1-160)"
       done
-      [ $status -eq 0 ] || { result "check.$mode" FAIL "exit status $status"; tail -n 5 "$out/check.$mode.txt"; }
+      [ $status -eq 0 ] || { result "check.$mode" FAIL "exit status $status"; tail -n 5 "$out/check.$mode.txt" | detail; }
     done
   else
     result check SKIP "tools/nccl-net-check is not built in $NNS_IB_BUILD"
@@ -181,7 +183,7 @@ if wanted coll; then
         if [ $status -eq 0 ] && grep -q "nns-ib" "$out/coll.$c.$slots.txt"; then
           result "coll.$c.$slots" PASS "3 ranks over nns-ib, 4 B..$max, $wrong wrong"
         else
-          result "coll.$c.$slots" FAIL "exit status $status"; tail -n 15 "$out/coll.$c.$slots.txt"
+          result "coll.$c.$slots" FAIL "exit status $status"; tail -n 15 "$out/coll.$c.$slots.txt" | detail
         fi
       done
     done
@@ -200,8 +202,13 @@ if wanted gtest; then
     case "$verdict" in OK) v=PASS ;; FAILED) v=FAIL ;; *) v=SKIP ;; esac
     result "ib_verbs_test.$name" $v ""
   done
-  grep -E 'ib-test:' "$out/ib_verbs_test.txt"
-  [ $status -eq 0 ] || { result ib_verbs_test FAIL "exit status $status"; tail -n 40 "$out/ib_verbs_test.txt"; }
+  grep -E 'ib-test:' "$out/ib_verbs_test.txt" | detail
+  # Each failed test's own output (its last 60 lines: the children's WARNs and checks, gtest's expectations), then
+  # the end of the run (a crash or the timeout cuts it short of a FAILED line).
+  awk '/^\[ RUN +\]/ { n = 0 } { kept[n++ % 60] = $0 }
+       /^\[ +FAILED +\] [A-Za-z].*\(/ { for (i = (n > 60 ? n - 60 : 0); i < n; ++i) print kept[i % 60] }' \
+    "$out/ib_verbs_test.txt" | detail
+  [ $status -eq 0 ] || { result ib_verbs_test FAIL "exit status $status"; tail -n 20 "$out/ib_verbs_test.txt" | detail; }
   step_end gtest
 fi
 
