@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <random>
@@ -1666,6 +1667,22 @@ void runCommand(const std::string& command) {
   if (status != 0) std::fprintf(stderr, "ib-test: '%s' exited %d\n", command.c_str(), status);
 }
 
+// Brings veth0 back up with the policy route the kernel dropped with it, and waits (10 s at most) until rxe0's port
+// is active again: the processes of whatever runs next skip a port that is not, as NCCL does, and find no device.
+void restoreVeth0() {
+  runCommand("/sbin/ip link set veth0 up");
+  runCommand("/sbin/ip route replace 10.0.0.2 dev veth0 src 10.0.0.1 table 100");
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  std::string state;
+  while (Clock::now() < deadline) {
+    std::ifstream file("/sys/class/infiniband/rxe0/ports/1/state");  // "4: ACTIVE"
+    std::getline(file, state);
+    if (state.find("ACTIVE") != std::string::npos) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::fprintf(stderr, "ib-test: rxe0 port 1 is '%s' 10 s after veth0 came back up\n", state.c_str());
+}
+
 TEST(IbVerbs, ReceiverKilledMidTransferFailsSenderWithinBound) {
   REQUIRE_RXE(2);
   pid_t receiverPid = 0;
@@ -1719,9 +1736,7 @@ TEST(IbVerbs, LinkDownMidTransferFailsWithinBound) {
         streaming.waitForBoth(std::chrono::seconds(60));
         runCommand("/sbin/ip link set veth0 down");
       });
-  // Restore the link and the policy route the kernel dropped with it, for whatever runs next.
-  runCommand("/sbin/ip link set veth0 up");
-  runCommand("/sbin/ip route replace 10.0.0.2 dev veth0 src 10.0.0.1 table 100");
+  restoreVeth0();
   EXPECT_FALSE(r.timedOut);
   EXPECT_EQ(r.first, 0) << "receiver: 20 = no error, 21 = hang past the bound";
   EXPECT_EQ(r.second, 0) << "sender: 20 = no error, 21 = hang past the bound";
@@ -1763,8 +1778,7 @@ TEST(IbVerbs, APortGoingDownAndUpIsLoggedAsAsynchronousEvents) {
         std::thread flap([] {
           runCommand("/sbin/ip link set veth0 down");
           std::this_thread::sleep_for(std::chrono::seconds(1));
-          runCommand("/sbin/ip link set veth0 up");
-          runCommand("/sbin/ip route replace 10.0.0.2 dev veth0 src 10.0.0.1 table 100");
+          restoreVeth0();
         });
         const char* down = "port error (rxe0 port 1)";
         const char* up = "port active (rxe0 port 1)";

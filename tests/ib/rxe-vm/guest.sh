@@ -202,7 +202,7 @@ if wanted gtest; then
     case "$verdict" in OK) v=PASS ;; FAILED) v=FAIL ;; *) v=SKIP ;; esac
     result "ib_verbs_test.$name" $v ""
   done
-  grep -E 'ib-test:' "$out/ib_verbs_test.txt" | detail
+  grep -E 'ib-test:' "$out/ib_verbs_test.txt"  # figures, kept in the console log (ib-rxe-vm/console.log)
   # Each failed test's own output (its last 60 lines: the children's WARNs and checks, gtest's expectations), then
   # the end of the run (a crash or the timeout cuts it short of a FAILED line).
   awk '/^\[ RUN +\]/ { n = 0 } { kept[n++ % 60] = $0 }
