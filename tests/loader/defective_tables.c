@@ -148,6 +148,10 @@ __asm__(".text\n.globl ncclNetPlugin_v12\nncclNetPlugin_v12:\n.fill 512, 1, 0xcc
 #elif defined(NNS_DEFECT_SHORT_OBJECT)
 /* The table's name on an object far smaller than the table. */
 EXPORT const char ncclNetPlugin_v12[24] = "a string, not a table";
+#elif defined(NNS_DEFECT_POINTER)
+/* The table's name on a pointer to a table (a plugin that exports `ncclNet_v12_t* ncclNetPlugin_v12 = &table`). */
+static const ncclNet_v12_t table = {.name = "pointed-at"};
+EXPORT const ncclNet_v12_t* const ncclNetPlugin_v12 = &table;
 #elif defined(NNS_DEFECT_ONLY_V5)
 /* A plugin of an ABI older than any this host loads: only its version's symbol (the table's contents do not matter:
  * the loader must not read it). */

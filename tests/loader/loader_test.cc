@@ -377,6 +377,17 @@ TEST(Resolution, ASymbolThatIsNotATableIsRejectedUnread) {
                                                    std::to_string(sizeof(ncclNet_v12_t))),
             std::string::npos)
       << report.candidates[0].rejectReason;
+
+  // A pointer to a table: it was "an 8-byte object ... (built against another version's header?)", which no
+  // version's table is.
+  report = LoadReport{};
+  EXPECT_EQ(loadNet(inBuildTree("defective-pointer"), &report), nullptr);
+  ASSERT_EQ(report.candidates.size(), 1u);
+  EXPECT_NE(report.candidates[0].rejectReason.find(
+                "ncclNetPlugin_v12: it is a pointer-sized object, not an ncclNet_v12_t (" +
+                std::to_string(sizeof(ncclNet_v12_t)) + " bytes): a pointer to the table?"),
+            std::string::npos)
+      << report.candidates[0].rejectReason;
 }
 
 TEST(Resolution, InitFailureRejectsTheCandidate) {
@@ -927,6 +938,34 @@ TEST(Probe, APluginRejectedAfterItsInitStaysLoaded) {
   void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
   EXPECT_NE(library, nullptr) << "unloaded after its init ran";
   if (library != nullptr) dlclose(library);
+}
+
+// ... and disabled for the process, as NCCL disables it: a later load (another communicator's) refuses it with the
+// first reason and does not initialise it again. It called init a second time on the same loaded copy (a v6..v10
+// plugin's, which this one refuses: "init through ncclNet_v9 returned ncclInternalError").
+TEST(Probe, APluginRejectedAfterItsInitIsNotInitialisedAgain) {
+  const std::string path = kDir + "/libnccl-net-shared-init.so";
+  ASSERT_EQ(setenv("NNS_SHARED_INIT_NO_DEVICES", "1", 1), 0);
+  for (int load = 1; load <= 3; ++load) {
+    LoadReport report;
+    EXPECT_EQ(loadNet(inBuildTree(path), &report), nullptr);
+    ASSERT_EQ(report.candidates.size(), 1u);
+    const std::string& reason = report.candidates[0].rejectReason;
+    if (load == 1) {
+      EXPECT_EQ(reason.rfind("no devices", 0), 0u) << reason;
+    } else {
+      EXPECT_EQ(
+          reason.rfind("disabled for this process: an earlier load rejected it after its init ran (no devices", 0), 0u)
+          << "load " << load << ": " << reason;
+    }
+  }
+  unsetenv("NNS_SHARED_INIT_NO_DEVICES");
+  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr) << "unloaded after its init ran";
+  const auto* inits = static_cast<const int*>(dlsym(library, "nnsSharedInits"));
+  ASSERT_NE(inits, nullptr);
+  EXPECT_EQ(*inits, 1) << "init called again on the loaded copy";
+  dlclose(library);
 }
 
 // A C++ plugin whose init or devices throws (a bug: nothing may cross the C ABI) is rejected with the reason, and the

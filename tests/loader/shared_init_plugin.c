@@ -1,8 +1,10 @@
 /* shared_init_plugin.c: a test double of a plugin that exports ncclNet_v9 and ncclNet_v8 sharing one init, as plugins
  * built for several NCCL versions commonly do, and whose init refuses a second call (NCCL, which loads one version,
- * calls it once per process). It counts its init calls in nnsSharedInits for loader_test. It moves no data: every
+ * calls it once per process). It counts its init calls in nnsSharedInits for loader_test, and lists no device when
+ * NNS_SHARED_INIT_NO_DEVICES is set. It moves no data: every
  * other call refuses with ncclInternalError. */
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nccl_net/net.h"
@@ -16,7 +18,7 @@ static ncclResult_t init(ncclDebugLogger_t logger) {
   return ++nnsSharedInits == 1 ? ncclSuccess : ncclInternalError;
 }
 static ncclResult_t devices(int* ndev) {
-  *ndev = 1;
+  *ndev = getenv("NNS_SHARED_INIT_NO_DEVICES") != NULL ? 0 : 1; /* a plugin that finds no device once initialised */
   return ncclSuccess;
 }
 #define FILL_PROPERTIES(props)          \

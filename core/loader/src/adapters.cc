@@ -738,6 +738,9 @@ std::string symbolDefect(const void* table, size_t tableBytes, const char* typeN
   const auto* symbol = static_cast<const ElfW(Sym)*>(entry);
   const int type = ELF64_ST_TYPE(symbol->st_info);
   if (type == STT_FUNC || type == STT_GNU_IFUNC) return std::string("it is a function, not an ") + typeName;
+  if (type == STT_OBJECT && symbol->st_size == sizeof(void*))
+    return std::string("it is a pointer-sized object, not an ") + typeName + " (" + std::to_string(tableBytes) +
+           " bytes): a pointer to the table? NCCL reads the exported symbol as the table itself";
   if (type == STT_OBJECT && symbol->st_size != 0 && symbol->st_size < tableBytes)
     return "it is a " + std::to_string(symbol->st_size) + "-byte object; an " + typeName + " has " +
            std::to_string(tableBytes) + " (built against another version's header?)";

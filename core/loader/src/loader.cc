@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -555,6 +556,33 @@ class ProbedCollNet final : public CollNet {
   KeptContext kept_;
 };
 
+// The libraries rejected after their init ran, by dlopen handle (theirs for good: they are never unloaded), with the
+// reason. NCCL disables such a plugin for the process and never initialises it again; a later load here refuses it at
+// once, where it called init again on the same loaded copy (a second init of a v6..v10 plugin, which has no finalize;
+// an init after the finalize of a v11+ one that frees what it keeps there).
+class DisabledLibraries {
+ public:
+  static void add(void* handle, const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mutex());
+    reasons().emplace(handle, reason);
+  }
+  static std::string reason(void* handle) {
+    std::lock_guard<std::mutex> lock(mutex());
+    auto found = reasons().find(handle);
+    return found != reasons().end() ? found->second : std::string();
+  }
+
+ private:
+  static std::mutex& mutex() {
+    static auto* m = new std::mutex;  // never destroyed: a load may come from a static destructor
+    return *m;
+  }
+  static std::map<void*, std::string>& reasons() {
+    static auto* r = new std::map<void*, std::string>;
+    return *r;
+  }
+};
+
 // What a plugin's C entry point threw (a C++ plugin's bug: nothing may cross the C ABI), as a rejection's reason.
 std::string thrownText(const char* call) {
   try {
@@ -651,6 +679,13 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
       out.candidates.push_back(std::move(candidate));
       continue;
     }
+    if (const std::string disabled = DisabledLibraries::reason(handle); !disabled.empty()) {
+      dlclose(handle);  // this load's reference; the library stays loaded
+      candidate.rejectReason = "disabled for this process: an earlier load rejected it after its init ran (" +
+                               disabled + "), and NCCL does not initialise such a plugin again";
+      out.candidates.push_back(std::move(candidate));
+      continue;
+    }
     auto library = std::make_shared<detail::Library>(handle, candidate.loadedPath);
     candidate.exportedVersions = exportedVersions(handle, "ncclNetPlugin_v");
     if (candidate.exportedVersions.empty()) {
@@ -726,7 +761,10 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
       // with no finalize to stop them) must find its code mapped. One whose init failed started nothing to keep
       // running, and is unloaded: a later load (another communicator, after the environment was put right) then
       // starts it afresh, where a plugin that keeps what it found at its first init would fail again.
-      if (initialised) library->keepLoaded = true;
+      if (initialised) {
+        library->keepLoaded = true;
+        DisabledLibraries::add(handle, refusal);
+      }
       candidate.rejectReason = refusal;
       out.candidates.push_back(std::move(candidate));
       continue;
