@@ -1,5 +1,8 @@
 // NCCL 2.29.7's own results on azure-ndv4.xml and aws-p4d.24xlarge.xml (shared/spec/topologies/EXPECTED-nccl-2.29.md).
+#include <cstdint>
 #include <map>
+#include <set>
+#include <utility>
 
 #include "topology_test_util.h"
 
@@ -50,6 +53,24 @@ void expectGraph(const Analysis& a, const Graph& g, bool inter, const ExpectedGr
   }
 }
 
+// Each rank's PXN relays as the EXPECTED file lists them ("nets 0 via r0; nets 1 via r1; ..."), parsed, against the
+// analysis's: the same (NET dev, relay rank) pairs, no more, for every rank.
+using RelayPairs = std::set<std::pair<int, int>>;
+RelayPairs relaysListed(const std::string& text) {
+  RelayPairs pairs;
+  std::istringstream in(text);
+  std::string nets, via, relay;
+  int net = -1;
+  while (in >> nets >> net >> via >> relay) pairs.emplace(net, std::stoi(relay.substr(1)));  // "r6;" -> 6
+  return pairs;
+}
+void expectRelays(const Analysis& a, const std::map<int, std::string>& listed) {
+  std::map<int, RelayPairs> found;
+  for (const auto& p : a.pxn) found[p.rank].emplace(p.netDev, p.relayRank);
+  for (const auto& [rank, text] : listed) EXPECT_EQ(found[rank], relaysListed(text)) << "rank " << rank;
+  EXPECT_EQ(found.size(), listed.size());
+}
+
 class Ndv4Expected : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { analysis = new Analysis(analyzeFile("azure-ndv4.xml", ndv4Fill())); }
@@ -77,7 +98,15 @@ TEST_F(Ndv4Expected, SystemShapeAndGpuOrder) {
   EXPECT_FLOAT_EQ(s.totalBw, 240.0f);
   // NCCL's GPU order is XML order: numaid 0 holds GPUs 0003 and 0004 (ranks 2 and 3).
   EXPECT_EQ(analysis->gpuRanks, ints("2 3 0 1 6 7 4 5"));
-  EXPECT_EQ(s.node(GPU, 0).id, 0x300000);
+  const std::int64_t ids[8] = {0x300000, 0x400000, 0x100000, 0x200000, 0xd00000, 0xe00000, 0xb00000, 0xc00000};
+  for (int g = 0; g < 8; ++g) {
+    EXPECT_EQ(s.node(GPU, g).id, ids[g]) << "GPU " << g;
+    EXPECT_EQ(s.node(GPU, g).gpu.sm, 80) << "GPU " << g;
+  }
+  // The NETs in NCCL's order (its NETs and NET->GPU blocks): each switch's pair, in the GPUs' order.
+  std::vector<int> netDevs;
+  for (int n = 0; n < s.count(NET); ++n) netDevs.push_back(s.node(NET, n).net.dev);
+  EXPECT_EQ(netDevs, ints("2 3 0 1 6 7 4 5"));
   for (int n = 0; n < s.count(NET); ++n) {
     EXPECT_FLOAT_EQ(s.node(NET, n).net.bw, 25.0f);
     EXPECT_EQ(s.node(NET, n).net.gdr, 1);
@@ -127,12 +156,16 @@ TEST_F(Ndv4Expected, GdrP2pLocalNetPxn) {
   }
   // Each NET is owned by the GPU whose rank equals its dev; PXN relays are those owners.
   for (int n = 0; n < 8; ++n) EXPECT_EQ(analysis->netLocalGpuRank[n], s.node(NET, n).net.dev);
-  int relays = 0;
-  for (const auto& p : analysis->pxn) {
-    EXPECT_EQ(p.relayRank, p.netDev);
-    ++relays;
-  }
-  EXPECT_EQ(relays, 8 * 6);
+  expectRelays(*analysis,
+               {{2, "nets 0 via r0; nets 1 via r1; nets 6 via r6; nets 7 via r7; nets 4 via r4; nets 5 via r5"},
+                {3, "nets 0 via r0; nets 1 via r1; nets 6 via r6; nets 7 via r7; nets 4 via r4; nets 5 via r5"},
+                {0, "nets 2 via r2; nets 3 via r3; nets 6 via r6; nets 7 via r7; nets 4 via r4; nets 5 via r5"},
+                {1, "nets 2 via r2; nets 3 via r3; nets 6 via r6; nets 7 via r7; nets 4 via r4; nets 5 via r5"},
+                {6, "nets 2 via r2; nets 3 via r3; nets 0 via r0; nets 1 via r1; nets 4 via r4; nets 5 via r5"},
+                {7, "nets 2 via r2; nets 3 via r3; nets 0 via r0; nets 1 via r1; nets 4 via r4; nets 5 via r5"},
+                {4, "nets 2 via r2; nets 3 via r3; nets 0 via r0; nets 1 via r1; nets 6 via r6; nets 7 via r7"},
+                {5, "nets 2 via r2; nets 3 via r3; nets 0 via r0; nets 1 via r1; nets 6 via r6; nets 7 via r7"}});
+  EXPECT_EQ(analysis->pxn.size(), 8u * 6u);
 }
 
 TEST_F(Ndv4Expected, SearchSingleNode) {
@@ -223,10 +256,19 @@ TEST_F(P4dExpected, SystemShape) {
   EXPECT_EQ(s.count(PCI), 4);
   EXPECT_FLOAT_EQ(s.maxBw, 12.0f);
   EXPECT_FLOAT_EQ(s.totalBw, 240.0f);
+  EXPECT_TRUE(s.inter);
   EXPECT_EQ(analysis->gpuRanks, ints("0 1 2 3 4 5 6 7"));
-  EXPECT_EQ(s.node(GPU, 0).id, 0x101c0);
-  EXPECT_FLOAT_EQ(s.node(NET, 0).net.bw, 12.5f);
-  EXPECT_EQ(s.node(NET, 0).net.maxChannels, 1024);
+  const std::int64_t ids[8] = {0x101c0, 0x101d0, 0x201c0, 0x201d0, 0x901c0, 0x901d0, 0xa01c0, 0xa01d0};
+  for (int g = 0; g < 8; ++g) {
+    EXPECT_EQ(s.node(GPU, g).id, ids[g]) << "GPU " << g;
+    EXPECT_EQ(s.node(GPU, g).gpu.sm, 80) << "GPU " << g;
+  }
+  for (int n = 0; n < 4; ++n) {
+    EXPECT_EQ(s.node(NET, n).net.dev, n);
+    EXPECT_FLOAT_EQ(s.node(NET, n).net.bw, 12.5f) << "NET " << n;
+    EXPECT_EQ(s.node(NET, n).net.gdr, 1) << "NET " << n;
+    EXPECT_EQ(s.node(NET, n).net.maxChannels, 1024) << "NET " << n;
+  }
 }
 
 TEST_F(P4dExpected, PathsGdrP2pLocalNetPxn) {
@@ -253,6 +295,13 @@ TEST_F(P4dExpected, PathsGdrP2pLocalNetPxn) {
     EXPECT_EQ(pathText(gpuToCpu(*analysis, rank, 1 - cpu)), "SYS/10.00");
     int g = analysis->system.gpuIndexOfRank(rank);
     for (int c = 0; c < 4; ++c) EXPECT_EQ(analysis->localNets[g][c].netDev, own);
+    EXPECT_EQ(analysis->localNets[g][0].localNetDevs, std::vector<int>{own}) << "rank " << rank;
+    EXPECT_EQ(pathTypeName(analysis->localNets[g][0].localPathType), "PIX") << "rank " << rank;
+    for (int peer = 0; peer < 8; ++peer) {
+      if (peer != rank) {
+        EXPECT_EQ(pathText(gpuToGpu(*analysis, rank, peer)), "NVL/240.00") << rank << "->" << peer;
+      }
+    }
     for (int n = 0; n < 4; ++n) {
       EXPECT_NE(analysis->gdrRead[g][n].mode, GdrMode::Disabled);
       EXPECT_NE(analysis->gdrWrite[g][n].mode, GdrMode::Disabled);
@@ -266,15 +315,29 @@ TEST_F(P4dExpected, PathsGdrP2pLocalNetPxn) {
   }
   // Each NIC goes to the even GPU of its pair; PXN relays are always that GPU.
   EXPECT_EQ(analysis->netLocalGpuRank, ints("0 2 4 6"));
-  for (const auto& p : analysis->pxn) EXPECT_EQ(p.relayRank, 2 * p.netDev);
+  expectRelays(*analysis, {{0, "nets 1 via r2; nets 2 via r4; nets 3 via r6"},
+                           {1, "nets 1 via r2; nets 2 via r4; nets 3 via r6"},
+                           {2, "nets 0 via r0; nets 2 via r4; nets 3 via r6"},
+                           {3, "nets 0 via r0; nets 2 via r4; nets 3 via r6"},
+                           {4, "nets 0 via r0; nets 1 via r2; nets 3 via r6"},
+                           {5, "nets 0 via r0; nets 1 via r2; nets 3 via r6"},
+                           {6, "nets 0 via r0; nets 1 via r2; nets 2 via r4"},
+                           {7, "nets 0 via r0; nets 1 via r2; nets 2 via r4"}});
   EXPECT_EQ(analysis->pxn.size(), 8u * 3u);
 }
 
 TEST_F(P4dExpected, Searches) {
+  ASSERT_EQ(analysis->searches.size(), 2u);
   const SearchResult& intra = analysis->searches[0];
+  EXPECT_FALSE(intra.inter);
+  EXPECT_FLOAT_EQ(intra.maxBw, 240.0f);
+  EXPECT_FLOAT_EQ(intra.totalBw, 240.0f);
   expectGraph(*analysis, intra.ring, false, {12, 20, 20, "NVL", "PIX", 1, 0, {"0 1 2 3 4 5 6 7"}});
   expectGraph(*analysis, intra.tree, false, {12, 20, 20, "NVL", "PIX", 1, 0, {"0 1 2 3 4 5 6 7"}});
   const SearchResult& inter = analysis->searches[1];
+  EXPECT_TRUE(inter.inter);
+  EXPECT_FLOAT_EQ(inter.maxBw, 12.0f);
+  EXPECT_FLOAT_EQ(inter.totalBw, 240.0f);
   expectGraph(*analysis, inter.ring, true,
               {4,
                12,
