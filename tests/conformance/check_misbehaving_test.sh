@@ -40,8 +40,12 @@ for sig in TERM KILL; do
   sleep 2
   kill -$sig $harness
   wait $harness 2>/dev/null
-  sleep 1
-  left=$(pgrep -f "$work/libnccl-net-broken-blocking-accept.so" || true)
+  # They go at once; a sanitized build's processes may take a moment to end: 10 s at most.
+  for _ in $(seq 100); do
+    left=$(pgrep -f "$work/libnccl-net-broken-blocking-accept.so" || true)
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
   if [ -n "$left" ]; then
     kill -KILL $left 2>/dev/null
     fail "SIG$sig to the harness left its rule processes running: $left"
