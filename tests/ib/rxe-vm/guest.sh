@@ -64,8 +64,8 @@ perftest_pair() {  # name tool server-dev client-dev size iterations -> prints t
   "$2" -d "$3" -x 1 -F -s "$5" -n "$6" >"$out/$1.server" 2>&1 &
   server=$!
   # The server listens once it has set its device up, which under TCG can take longer than the client's first try:
-  # the client tries again while it finds no listener (5 tries, 0.5 s apart).
-  for _ in 1 2 3 4 5; do
+  # the client tries again while it finds no listener (20 tries, 0.5 s apart: a loaded host slows TCG further).
+  for _ in $(seq 20); do
     sleep 0.5
     timeout 60 "$2" -d "$4" -x 1 -F -s "$5" -n "$6" 127.0.0.1 >"$out/$1.txt" 2>&1 && break
     grep -q "Couldn't connect" "$out/$1.txt" || break
