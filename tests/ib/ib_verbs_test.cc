@@ -666,17 +666,16 @@ struct StreamingSignal {
   StreamingSignal(const StreamingSignal&) = delete;
   StreamingSignal& operator=(const StreamingSignal&) = delete;
   void tell() const {
-    char byte = 1;
-    if (write(fds[1], &byte, 1) != 1) std::fprintf(stderr, "ib-test: could not tell the parent the stream runs\n");
+    if (!Channel{fds[1]}.sendValue(char{1}))
+      std::fprintf(stderr, "ib-test: could not tell the parent the stream runs\n");
   }
   // Waits until both sides have told (then lets them stream a moment more); fails the test after `timeout`.
   void waitForBoth(std::chrono::seconds timeout) const {
     const auto deadline = Clock::now() + timeout;
     int told = 0;
-    while (told < 2 && Clock::now() < deadline) {
-      pollfd waiter{fds[0], POLLIN, 0};
-      char byte;
-      if (poll(&waiter, 1, 100) == 1 && read(fds[0], &byte, 1) == 1) ++told;
+    for (char byte = 0; told < 2; ++told) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (!Channel{fds[0]}.recvValue(&byte, static_cast<int>(left))) break;
     }
     if (told < 2) ADD_FAILURE() << "only " << told << " of the 2 sides streamed within " << timeout.count() << " s";
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
