@@ -50,7 +50,7 @@ struct Config {
   int keepaliveMs;
   int connectTimeoutMs;
   int closeTimeoutMs;
-  int lingerMs;  // how long a comm closed in order keeps its worker and endpoint for the peer (see Lingering)
+  int lingerMs;  // how long a comm closed in order keeps its worker and endpoint for the peer (see Keeper)
   int retryIntervalMs;
   int deadPeerMs;
   int sharedMemorySpeedMbps;
@@ -315,8 +315,9 @@ struct MemoryHandle {
   DeviceContext* context;  // retained while memh is mapped on it
 };
 
-// A send or receive comm: its own worker (progressed only by the thread that drives the comm, so the data path takes no
-// lock) and one endpoint to the peer's worker in peer error-handling mode.
+// A send or receive comm: its own worker and one endpoint to the peer's worker in peer error-handling mode. A receive
+// comm's worker is progressed only by the thread that drives the comm, so its data path takes no lock; a send comm's
+// is also progressed by the keeper thread while the comm is idle (see Keeper), so its calls hold callLock.
 struct Comm {
   bool isSend;
   int dev;
@@ -330,10 +331,22 @@ struct Comm {
   int sideFd = -1;                   // the side channel, kept open as a process-death detector (see checkSideChannel)
   bool peerClosed = false;           // the peer said goodbye on the side channel: its end closed in order
   Clock::time_point peerClosedAt{};
-  std::atomic<bool> closed{false};  // NCCL closed it: it lingers (see Lingering), and a failure is no news
+  std::atomic<bool> closed{false};  // NCCL closed it: it lingers (see Keeper), and a failure is no news
   Clock::time_point lingerUntil{};
   Clock::time_point nextSideCheck{};
   sdk::RequestPool<Request, kRequestsPerComm> requests;
+
+  // A send comm open and registered with the Keeper: its worker is progressed by two threads, the owner's (isend,
+  // test) and the keeper's (while the owner is idle), one at a time under callLock.
+  std::mutex callLock;
+  std::atomic<uint64_t> calls{0};  // the owner's isend and test calls: the keeper leaves a comm alone while they count
+  uint64_t sends = 0;              // sends posted (under callLock)
+  bool owed = false;  // a send was posted that the keeper has not seen handed to the kernel (under both locks)
+  // The keeper's own, under its lock:
+  bool kept = false;          // registered as an open send comm
+  uint64_t seenCalls = 0;     // calls at the keeper's last look
+  uint64_t flushedSends = 0;  // sends when flushRequest was posted
+  ucs_status_ptr_t flushRequest = nullptr;
 
   explicit Comm(bool send, int device) : isSend(send), dev(device) {}
   uint64_t tagFor(int tag) const { return (static_cast<uint64_t>(connectionTag) << 32) | static_cast<uint32_t>(tag); }
@@ -502,52 +515,97 @@ bool peerGone(Comm* comm) {
   return true;
 }
 
-// Comms closed in order, lingering for their peers. Over tcp a send is complete when UCX has its bytes (in its own
-// buffer or the socket's), not when the peer has them: a comm that destroyed its worker at once took with it what the
-// peer had not yet progressed (the peer's endpoint then fails, "Connection refused" or "Endpoint timeout", and so do
-// its receives). So a comm closed in order (nothing pending, no failure) whose peer is still open writes its goodbye
-// at once, returns, and keeps its worker and endpoint here, progressed by a thread of this list, until the peer's side
-// channel shows that the peer closed too (its goodbye, or end-of-stream) or failed, or NNS_UCX_LINGER_MS passed; only
-// then are the endpoint (forced: nothing is left to deliver) and the worker destroyed. The peer closes its comm only
-// once it is done with it (NCCL closes a receive comm after its last receive completed), so what was sent is
-// delivered if the peer receives it within NNS_UCX_LINGER_MS. The second of two comms to close sees the first's
-// goodbye and does not linger, so the first is released as soon as the second closes. Close never waits for the peer:
-// NCCL may close every send comm before any receive comm, on both ranks, from one thread each.
+// The keeper: one thread that moves the bytes of comms NCCL is not calling. Over tcp a send is complete when UCX has
+// its bytes, in its own buffer or the socket's, not when the peer has them: what the socket had no room for stays in
+// UCX's buffer, and only progress of the sender's worker writes it out. NCCL calls a comm only while it has requests
+// pending on it, so two kinds of comms would strand bytes without this thread:
+//
+// Open send comms that went idle. A send reported done can still be partly in UCX's buffer when NCCL stops calling the
+// comm (its peer was slower than it). Every connected send comm is registered here; a send marks it owed. Once the
+// owner has made no call on it for a whole tick (1 ms), the thread takes its callLock (only if free: the owner never
+// waits for more than one progress call), posts an endpoint flush and progresses the worker, tick after tick, until the
+// flush completes with no send posted since: then all that was sent is in the kernel, which delivers it by itself.
+// The flush never holds anyone up (unlike a flush inside test(), which made sends wait for receivers that were not
+// being progressed). A comm with nothing owed costs nothing, and the thread sleeps while no comm is owed or lingering.
+//
+// Comms closed in order. A comm that destroyed its worker at once took with it what the peer had not yet progressed
+// (the peer's endpoint then fails, "Connection refused" or "Endpoint timeout", and so do its receives). So a comm
+// closed in order (nothing pending, no failure) whose peer is still open writes its goodbye at once, returns, and keeps
+// its worker and endpoint here, progressed every tick, until the peer's side channel shows that the peer closed too
+// (its goodbye, or end-of-stream) or failed, or NNS_UCX_LINGER_MS passed; only then are the endpoint (forced: nothing
+// is left to deliver) and the worker destroyed. The peer closes its comm only once it is done with it (NCCL closes a
+// receive comm after its last receive completed), so what was sent is delivered if the peer receives it within
+// NNS_UCX_LINGER_MS. The second of two comms to close sees the first's goodbye and does not linger, so the first is
+// released as soon as the second closes. Close never waits for the peer: NCCL may close every send comm before any
+// receive comm, on both ranks, from one thread each.
 //
 // Why a thread rather than progress from the plugin's other calls: delivery must not depend on what the process does
-// after close (it may call the plugin no more, or wait in a barrier for its peer), and tcp needs progress to write
-// what UCX still buffers. The thread starts with the first lingering comm and sleeps on a condition variable while
-// none lingers. A process that exits waits for them (the destructor joins the thread, which ends within
-// NNS_UCX_LINGER_MS + NNS_UCX_CLOSE_TIMEOUT_MS); one that forks leaves them to the parent, as it does the UCP
-// contexts (the list's lock is held across fork by pthread_atfork).
-class Lingering {
+// next (it may call the plugin no more, or wait in a barrier for its peer). The thread starts with the first comm
+// registered. A process that exits waits for the lingering comms (the destructor joins the thread, which ends within
+// NNS_UCX_LINGER_MS + NNS_UCX_CLOSE_TIMEOUT_MS), not for open ones; one that forks leaves all of them to the parent, as
+// it does the UCP contexts (the keeper's locks are held across fork by pthread_atfork).
+class Keeper {
  public:
-  static Lingering& get() {
-    static Lingering list;
-    return list;
+  static Keeper& get() {
+    static Keeper keeper;
+    return keeper;
+  }
+
+  // Registers a send comm just connected. Without the thread (it could not start) nothing is registered, and an idle
+  // comm's bytes wait for its next call, as before the keeper existed.
+  void open(Comm* comm) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    adoptAfterFork();
+    if (!start()) return;
+    comm->kept = true;
+    open_.push_back(comm);
+  }
+
+  // A send posted on a registered comm (the caller holds its callLock): the keeper looks at it once it is idle.
+  void owe(Comm* comm) {
+    if (comm->owed || !comm->kept) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    adoptAfterFork();
+    if (!comm->kept) return;  // the parent's comm, in a forked child
+    comm->owed = true;
+    if (owed_++ == 0) wake_->notify_one();
+  }
+
+  // Unregisters a comm being closed (one never registered is left alone), before close touches its worker. Once this
+  // returns the thread no longer touches the comm: it works on open comms only while it holds mutex_.
+  void forget(Comm* comm) {
+    if (!comm->kept) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    comm->kept = false;
+    for (size_t i = 0; i < open_.size(); ++i) {
+      if (open_[i] != comm) continue;
+      open_.erase(open_.begin() + static_cast<long>(i));
+      if (comm->owed) --owed_;
+      break;
+    }
+    comm->owed = false;
+    // Freed, not waited for: UCX releases it when it completes (the close that follows completes or cancels it).
+    if (comm->flushRequest != nullptr) ucp_request_free(comm->flushRequest);
+    comm->flushRequest = nullptr;
   }
 
   // Takes a comm closed in order, its goodbye already written.
-  void add(Comm* comm) {
+  void linger(Comm* comm) {
     std::lock_guard<std::mutex> lock(mutex_);
     adoptAfterFork();
-    comms_.push_back(comm);
-    if (started_) {
+    if (start()) {
+      lingering_.push_back(comm);
       wake_->notify_one();
       return;
     }
-    started_ = pthread_create(&thread_, nullptr, &Lingering::main, this) == 0;
-    if (!started_) {  // no thread: release the comms now, as before lingering existed
-      NCCL_NET_WARN("cannot start the thread that keeps closed comms for their peers; closing them at once");
-      std::lock_guard<std::mutex> tearing(teardown_);
-      for (Comm* each : comms_) finish(each, false);
-      comms_.clear();
-    }
+    // No thread: release the comm now, as before lingering existed.
+    std::lock_guard<std::mutex> tearing(teardown_);
+    finish(comm, false);
   }
 
   // The thread, once started, waits (without polling) for comms until this destructor: a thread that ended by itself
   // and was never joined is a leak to a process that leaves by _exit (its forked children do), as TSan says.
-  ~Lingering() {
+  ~Keeper() {
     std::unique_lock<std::mutex> lock(mutex_);
     adoptAfterFork();
     bool started = started_;
@@ -555,24 +613,39 @@ class Lingering {
     stopping_ = true;
     wake_->notify_one();
     lock.unlock();
-    if (started) pthread_join(thread_, nullptr);  // bounded: every comm ends by its linger deadline
+    if (started) pthread_join(thread_, nullptr);  // bounded: every lingering comm ends by its linger deadline
     instance_ = nullptr;
   }
 
-  Lingering(const Lingering&) = delete;
-  Lingering& operator=(const Lingering&) = delete;
+  Keeper(const Keeper&) = delete;
+  Keeper& operator=(const Keeper&) = delete;
 
  private:
-  Lingering() {
+  Keeper() {
     // Built after what it uses, so destroyed (joined) before them at exit or unload.
     (void)Config::get();
     (void)ContextTable::get();
     instance_ = this;
-    pthread_atfork(&Lingering::beforeFork, &Lingering::afterFork, &Lingering::afterForkInChild);
+    pthread_atfork(&Keeper::beforeFork, &Keeper::afterFork, &Keeper::afterForkInChild);
   }
-  // Both locks: the list's, and the one the thread holds while it tears comms down (UCX calls, and the context table's
-  // lock in releaseComm). A child forked in the middle of a teardown inherited the table's lock held by a thread it
-  // does not have, and its first connect or accept waited for it for ever (and UCX's state half torn down).
+
+  // Under mutex_: the thread, started on first use. False (after one warning) when it cannot be started.
+  bool start() {
+    if (started_) return true;
+    if (stopping_) return false;
+    started_ = pthread_create(&thread_, nullptr, &Keeper::main, this) == 0;
+    if (!started_ && !warned_) {
+      warned_ = true;
+      NCCL_NET_WARN(
+          "cannot start the thread that progresses idle and closed comms; closed comms close at once, and "
+          "idle send comms move their last bytes only when called again");
+    }
+    return started_;
+  }
+
+  // Both locks: the keeper's, and the one the thread holds while it tears comms down (UCX calls, and the context
+  // table's lock in releaseComm). A child forked in the middle of a teardown inherited the table's lock held by a
+  // thread it does not have, and its first connect or accept waited for it for ever (and UCX's state half torn down).
   static void beforeFork() {
     if (instance_ == nullptr) return;
     instance_->mutex_.lock();
@@ -598,14 +671,18 @@ class Lingering {
   // In a forked child, the comms and the thread are the parent's: kept reachable, never touched.
   void adoptAfterFork() {
     if (owner_ == getpid()) return;
-    abandoned_.insert(abandoned_.end(), comms_.begin(), comms_.end());
-    comms_.clear();
+    for (Comm* comm : open_) comm->kept = false;  // the child's copies: owe() and forget() leave them alone
+    abandoned_.insert(abandoned_.end(), lingering_.begin(), lingering_.end());
+    abandoned_.insert(abandoned_.end(), open_.begin(), open_.end());
+    lingering_.clear();
+    open_.clear();
+    owed_ = 0;
     started_ = false;  // the parent's thread does not exist here
     owner_ = getpid();
   }
 
   static void* main(void* self) {
-    static_cast<Lingering*>(self)->run();
+    static_cast<Keeper*>(self)->run();
     return nullptr;
   }
 
@@ -613,11 +690,12 @@ class Lingering {
     std::vector<std::pair<Comm*, bool>>& ending = ending_;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      wake_->wait(lock, [this] { return !comms_.empty() || stopping_; });
-      if (comms_.empty()) return;  // stopping, and nothing left to wait for
+      wake_->wait(lock, [this] { return !lingering_.empty() || owed_ > 0 || stopping_; });
+      if (stopping_ && lingering_.empty()) return;  // an exiting process waits for no open comm
+      pushIdleSends();
       auto now = Clock::now();
-      for (size_t i = 0; i < comms_.size();) {
-        Comm* comm = comms_[i];
+      for (size_t i = 0; i < lingering_.size();) {
+        Comm* comm = lingering_[i];
         progress(comm);
         bool gone = peerGone(comm);
         if (!gone && now < comm->lingerUntil) {
@@ -625,7 +703,7 @@ class Lingering {
           continue;
         }
         ending.emplace_back(comm, gone);
-        comms_.erase(comms_.begin() + static_cast<long>(i));
+        lingering_.erase(lingering_.begin() + static_cast<long>(i));
       }
       lock.unlock();  // ending comms are this thread's alone now; close() need not wait for their teardown
       {
@@ -638,6 +716,42 @@ class Lingering {
     }
   }
 
+  // Under mutex_: every owed send comm its owner left alone for a whole tick gets one progress call under its
+  // callLock, and an endpoint flush posted to tell when all it was given is out of UCX's hands.
+  void pushIdleSends() {
+    for (Comm* comm : open_) {
+      uint64_t calls = comm->calls.load(std::memory_order_relaxed);
+      if (calls != comm->seenCalls) {  // called since the last tick: its owner progresses it
+        comm->seenCalls = calls;
+        continue;
+      }
+      if (!comm->owed || !comm->callLock.try_lock()) continue;
+      if (flushed(comm)) {
+        comm->owed = false;
+        --owed_;
+      }
+      comm->callLock.unlock();
+    }
+  }
+
+  // Under both locks: true once every send posted on the comm is out of UCX's buffers (or the comm failed, and test()
+  // reports that).
+  static bool flushed(Comm* comm) {
+    if (comm->flushRequest == nullptr) {
+      if (comm->ep == nullptr || comm->failure.load() != UCS_OK) return true;
+      ucp_request_param_t param{};
+      ucs_status_ptr_t request = ucp_ep_flush_nbx(comm->ep, &param);
+      comm->flushedSends = comm->sends;
+      if (request == nullptr || UCS_PTR_IS_ERR(request)) return true;  // done at once, or failed (test() reports it)
+      comm->flushRequest = request;
+    }
+    progress(comm);
+    if (ucp_request_check_status(comm->flushRequest) == UCS_INPROGRESS) return false;
+    ucp_request_free(comm->flushRequest);
+    comm->flushRequest = nullptr;
+    return comm->flushedSends == comm->sends;  // else sends came since: the next idle tick flushes again
+  }
+
   static void finish(Comm* comm, bool peerGone) {
     if (!peerGone)
       NCCL_NET_INFO(NCCL_NET, "%s comm to %s: the peer did not close within NNS_UCX_LINGER_MS (%d ms); closing",
@@ -647,27 +761,50 @@ class Lingering {
     releaseComm(comm, false, deadline);  // the goodbye went out at close
   }
 
-  static inline Lingering* instance_ = nullptr;
+  static inline Keeper* instance_ = nullptr;
   std::mutex mutex_;
   std::mutex teardown_;  // held while the thread closes comms (after mutex_ where both are taken)
-  std::vector<Comm*> comms_;
+  std::vector<Comm*> lingering_;
+  std::vector<Comm*> open_;  // send comms connected and not yet closed
+  size_t owed_ = 0;          // how many of them are owed
   std::vector<Comm*> abandoned_;
   // The thread's comms being closed: comm, and whether its peer is gone (else its linger ran out). A member, not the
   // thread's local: a forked child has no such thread, and a leak checker at its exit took the buffer, reachable only
   // from the parent's thread's stack, for a leak.
   std::vector<std::pair<Comm*, bool>> ending_;
-  // A comm was added, or the destructor wants the thread to end. On the heap: a forked child replaces it.
+  // A comm was owed or added, or the destructor wants the thread to end. On the heap: a forked child replaces it.
   std::unique_ptr<std::condition_variable> wake_ = std::make_unique<std::condition_variable>();
   pthread_t thread_{};
   bool started_ = false;   // thread_ was created and not joined
-  bool stopping_ = false;  // the destructor: end once no comm is left
+  bool stopping_ = false;  // the destructor: end once no comm lingers
+  bool warned_ = false;    // the thread could not be started, and a warning said so
   pid_t owner_ = getpid();
+};
+
+// The owner's side of callLock: held across an isend or test on a send comm, and counted for the keeper's idle test.
+// A receive comm is never touched by the keeper and takes no lock.
+class OwnerCall {
+ public:
+  explicit OwnerCall(Comm* comm) : comm_(comm->isSend ? comm : nullptr) {
+    if (comm_ == nullptr) return;
+    comm_->callLock.lock();
+    comm_->calls.store(comm_->calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  ~OwnerCall() {
+    if (comm_ != nullptr) comm_->callLock.unlock();
+  }
+  OwnerCall(const OwnerCall&) = delete;
+  OwnerCall& operator=(const OwnerCall&) = delete;
+
+ private:
+  Comm* comm_;
 };
 
 // Tears a comm down without hanging: cancel what can be cancelled, close the endpoint (flushing when nothing is
 // pending, forcing otherwise or when the flush outlives NNS_UCX_CLOSE_TIMEOUT_MS), then release it. A comm closed in
-// order whose peer is still open lingers instead (see Lingering), and close returns at once.
+// order whose peer is still open lingers instead (see Keeper), and close returns at once.
 void destroyComm(Comm* comm) {
+  Keeper::get().forget(comm);
   bool clean = true;
   auto deadline = Clock::now() + std::chrono::milliseconds(Config::get().closeTimeoutMs);
   if (comm->worker != nullptr) {
@@ -684,7 +821,7 @@ void destroyComm(Comm* comm) {
       comm->closed = true;
       comm->lingerUntil = Clock::now() + std::chrono::milliseconds(Config::get().lingerMs);
       (void)!send(comm->sideFd, &kGoodbye, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-      Lingering::get().add(comm);
+      Keeper::get().linger(comm);
       return;
     }
     // The peer closed already (or lingering is off): a flush that did not finish (the peer did not progress in time,
@@ -996,6 +1133,7 @@ class UcxNet {
                      void** request) {
     *request = nullptr;
     auto* comm = static_cast<Comm*>(sendComm);
+    OwnerCall call(comm);
     if (comm->failure.load() != UCS_OK) return commFailed(comm, "isend");
     Request* req = comm->requests.acquire();
     if (req == nullptr) return ncclSuccess;  // full: NCCL retries later
@@ -1025,6 +1163,8 @@ class UcxNet {
     } else {
       sub.ucx = posted;
     }
+    ++comm->sends;
+    Keeper::get().owe(comm);  // done or not, some of it may stay in UCX's buffer after the comm goes idle
     *request = req;
     return ncclSuccess;
   }
@@ -1083,6 +1223,7 @@ class UcxNet {
       return ncclInternalError;
     }
     Comm* comm = req->comm;
+    OwnerCall call(comm);
     auto allDone = [req] {
       for (int i = 0; i < req->count; ++i)
         if (!req->subs[i].done) return false;
@@ -1214,6 +1355,7 @@ class UcxNet {
     comm->sideFd = p->fd;
     p->fd = -1;
     sdk::setDeadPeerTimeout(comm->sideFd, Config::get().deadPeerMs);
+    Keeper::get().open(comm);
     NCCL_NET_INFO(NCCL_NET, "connected to %s (worker address %zu bytes)", comm->peer.c_str(), p->remoteAddress.size());
     *sendComm = comm;
     return ncclSuccess;

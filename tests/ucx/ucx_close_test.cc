@@ -465,8 +465,9 @@ TEST(UcxClose, AChildForkedDuringALingeringTeardownMakesCommsOfItsOwn) {
 // A sender that goes idle, its comm open, once test() said its sends were done (NCCL stops calling a comm with nothing
 // pending): every one of them reaches the receiver, which calls the plugin only from then on. Over tcp, UCX completes
 // a send once its last fragment is in its own buffer, the socket having taken what it had room for, and only the
-// sender's worker pushes the rest out: a send reported done stayed half-sent, and its receive never completed (the
-// sends that filled the sockets, 951 of 4 KiB here, were all done and 950 arrived).
+// sender's worker pushes the rest out: before the plugin's keeper thread progressed idle send comms, a send reported
+// done stayed half-sent, and its receive never completed (the sends that filled the sockets, 951 of 4 KiB here, were
+// all done and 950 arrived).
 //
 // Pair A finds how many 4 KiB sends the sockets take while the receiver calls nothing; pair B then sends that many, so
 // that its last one is likely the one the sockets take only part of. Each send is tested until done (200 ms at most:
@@ -526,8 +527,7 @@ void receiveAfterTheSender(const UcxPair& pair, const IdleSenderRun& run, const 
   EXPECT_EQ(target, source) << label << ": the pending message";
 }
 
-// Disabled: it fails on the plugin as it is (a known bug, plugins/ucx/README.md "Limits"); enable it with the fix.
-TEST(UcxIdleSender, DISABLED_SendsReportedDoneArriveWhileTheSenderCallsNothing) {
+TEST(UcxIdleSender, SendsReportedDoneArriveWhileTheSenderCallsNothing) {
   const std::vector<unsigned char> source(kMessageBytes, 0x5a);
   std::vector<unsigned char> warm(kMessageBytes, 1), warmTarget(kMessageBytes);
   UcxPair a, b;
