@@ -725,26 +725,43 @@ ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm) {
 }
 
 ncclResult_t nnsCommSplit(nnsComm_t comm, int color, int key, nnsComm_t* newcomm, void* config) {
-  if (newcomm == nullptr) return failWith(ncclInvalidArgument, "newcomm is NULL");
-  *newcomm = nullptr;
-  if (config != nullptr)
-    return failWith(ncclInvalidArgument, "config is not NULL: nnsCommSplit takes no ncclConfig_t (pass NULL)");
-  if (groupDepth > 0)
+  // This rank's own argument error. With a live communicator it still takes part in the exchange below, flagged, so
+  // that every rank fails at once instead of waiting out the timeout for a rank that never came.
+  std::string refused;
+  if (newcomm == nullptr)
+    refused = "newcomm is NULL";
+  else if (config != nullptr)
+    refused = "config is not NULL: nnsCommSplit takes no ncclConfig_t (pass NULL)";
+  else if (color < 0 && color != NNS_SPLIT_NOCOLOR)
+    refused = "color " + std::to_string(color) + ": >= 0 or NNS_SPLIT_NOCOLOR";
+  if (newcomm != nullptr) *newcomm = nullptr;
+  if (groupDepth > 0)  // the exchange cannot run inside a group
     return failWith(ncclInvalidUsage, "nnsCommSplit inside a group: call it outside (one thread per rank)");
-  if (color < 0 && color != NNS_SPLIT_NOCOLOR)
-    return failWith(ncclInvalidArgument, "color " + std::to_string(color) + ": >= 0 or NNS_SPLIT_NOCOLOR");
   int size = 0, rank = 0;
-  if (ncclResult_t r = nnsCommCount(comm, &size); r != ncclSuccess) return r;
-  if (ncclResult_t r = nnsCommUserRank(comm, &rank); r != ncclSuccess) return r;
-  // Every rank's color and key; then the ids that each new communicator's rank 0 makes (empty from the others).
-  std::vector<int32_t> choices(2 * static_cast<size_t>(size));
-  const int32_t mine[2] = {color, key};
-  if (ncclResult_t r = nnsAllGather(mine, choices.data(), 2, ncclInt32, comm, nullptr); r != ncclSuccess) return r;
+  ncclResult_t known = nnsCommCount(comm, &size);
+  if (known == ncclSuccess) known = nnsCommUserRank(comm, &rank);
+  if (known != ncclSuccess) return refused.empty() ? known : failWith(ncclInvalidArgument, refused);
+  // Every rank's color, key and refusal flag; then the ids that each new communicator's rank 0 makes (empty from the
+  // others).
+  constexpr size_t kFields = 3;
+  std::vector<int32_t> choices(kFields * static_cast<size_t>(size));
+  const int32_t mine[kFields] = {color, key, refused.empty() ? 0 : 1};
+  if (ncclResult_t r = nnsAllGather(mine, choices.data(), kFields, ncclInt32, comm, nullptr); r != ncclSuccess)
+    return r;
+  if (!refused.empty()) return failWith(ncclInvalidArgument, refused + " (the other ranks' nnsCommSplit fail too)");
+  for (int r = 0; r < size; ++r) {
+    const int32_t* theirs = &choices[kFields * static_cast<size_t>(r)];
+    if (theirs[2] == 0) continue;
+    const bool badColor = theirs[0] < 0 && theirs[0] != NNS_SPLIT_NOCOLOR;
+    const std::string what = badColor ? "color " + std::to_string(theirs[0]) : "newcomm NULL or a config";
+    return failWith(ncclInvalidUsage, "nnsCommSplit: rank " + std::to_string(r) + "'s call was refused (" + what +
+                                          "; see that rank's error), so no rank makes a communicator");
+  }
   std::vector<int> members;  // this rank's new communicator, in new rank order
   for (int r = 0; r < size; ++r)
-    if (color != NNS_SPLIT_NOCOLOR && choices[2 * static_cast<size_t>(r)] == color) members.push_back(r);
+    if (color != NNS_SPLIT_NOCOLOR && choices[kFields * static_cast<size_t>(r)] == color) members.push_back(r);
   std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
-    return choices[2 * static_cast<size_t>(a) + 1] < choices[2 * static_cast<size_t>(b) + 1];
+    return choices[kFields * static_cast<size_t>(a) + 1] < choices[kFields * static_cast<size_t>(b) + 1];
   });
   const int newRank = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
   nnsUniqueId id;

@@ -542,6 +542,45 @@ TEST(CApi, SplitGroupsRanksByColorOrderedByKey) {
   EXPECT_EQ(nnsCommFinalize(nullptr), ncclInvalidArgument);
 }
 
+// One rank's nnsCommSplit with a bad argument (a negative color, a config) fails every rank at once: the refusing
+// rank still takes part in the exchange of colors, flagged, so the others do not wait out the timeout for it. Every
+// rank then goes on using the parent communicator. Before, the refusing rank returned without the exchange and the
+// others waited in it until NNS_COMM_TIMEOUT_MS (60 s by default), and the communicator failed.
+TEST(CApi, ARanksRefusedSplitFailsEveryRankAtOnce) {
+  for (const bool badColor : {true, false}) {
+    SCOPED_TRACE(badColor ? "rank 1: color -5" : "rank 1: a config");
+    std::mutex mutex;
+    std::vector<std::string> seen(3);
+    onRanks(3, [&](int rank, nnsComm_t comm) {
+      int config = 0;
+      nnsComm_t sub = nullptr;
+      const auto start = std::chrono::steady_clock::now();
+      const ncclResult_t split = rank == 1
+                                     ? nnsCommSplit(comm, badColor ? -5 : 0, 0, &sub, badColor ? nullptr : &config)
+                                     : nnsCommSplit(comm, 0, rank, &sub, nullptr);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        seen[static_cast<size_t>(rank)] = nnsGetLastError(nullptr);
+        EXPECT_EQ(split, rank == 1 ? ncclInvalidArgument : ncclInvalidUsage) << "rank " << rank;
+        EXPECT_EQ(sub, nullptr) << "rank " << rank;
+        EXPECT_LT(seconds, 10.0) << "rank " << rank << " waited for the refusing rank";
+      }
+      int value = rank + 1;
+      EXPECT_EQ(nnsAllReduce(&value, &value, 1, ncclInt32, ncclSum, comm, nullptr), ncclSuccess)
+          << nnsGetLastError(nullptr);
+      EXPECT_EQ(value, 6) << "rank " << rank;
+      EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
+    });
+    EXPECT_NE(seen[1].find(badColor ? "color -5: >= 0 or NNS_SPLIT_NOCOLOR" : "config is not NULL"), std::string::npos)
+        << seen[1];
+    const std::string told =
+        badColor ? "rank 1's call was refused (color -5;" : "rank 1's call was refused (newcomm NULL or a config;";
+    EXPECT_NE(seen[0].find(told), std::string::npos) << seen[0];
+    EXPECT_NE(seen[2].find(told), std::string::npos) << seen[2];
+  }
+}
+
 // After nnsCommFinalize, a communicator only waits to be destroyed: an operation on it (collective, send, receive,
 // split, one queued in a group) and a second finalize are ncclInvalidUsage with the reason; the queries still answer.
 // They used to run. Both ranks are refused at the call, so neither waits for the other.

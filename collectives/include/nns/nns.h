@@ -53,7 +53,9 @@ ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm);
 /* As ncclCommSplit: every rank of `comm` calls it (a collective over `comm`, outside a group); the ranks with the
  * same color >= 0 get a new communicator of their own, ranked by key, then by their rank in `comm`; a rank with
  * NNS_SPLIT_NOCOLOR gets *newcomm = NULL. The new communicators take their settings from the environment, as any
- * communicator does. `config` must be NULL (there is no ncclConfig_t here). */
+ * communicator does. `config` must be NULL (there is no ncclConfig_t here). A rank refused for its own arguments
+ * (ncclInvalidArgument) still meets the others, so their calls fail at once too (ncclInvalidUsage) and `comm` stays
+ * usable. */
 #define NNS_SPLIT_NOCOLOR (-1)
 ncclResult_t nnsCommSplit(nnsComm_t comm, int color, int key, nnsComm_t* newcomm, void* config);
 /* As ncclCommFinalize: every operation on `comm` completes before its call returns, so nothing is left to finish;
