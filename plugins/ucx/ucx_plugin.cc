@@ -341,7 +341,9 @@ struct Comm {
   std::mutex callLock;
   std::atomic<uint64_t> calls{0};  // the owner's isend and test calls: the keeper leaves a comm alone while they count
   uint64_t sends = 0;              // sends posted (under callLock)
-  bool owed = false;  // a send was posted that the keeper has not seen handed to the kernel (under both locks)
+  // A send was posted that the keeper has not seen handed to the kernel: set by the owner under callLock, cleared by
+  // the keeper under callLock (or by close, under the keeper's lock, when nothing else runs on the comm).
+  std::atomic<bool> owed{false};
   // The keeper's own, under its lock:
   bool kept = false;          // registered as an open send comm
   uint64_t seenCalls = 0;     // calls at the keeper's last look
@@ -522,9 +524,11 @@ bool peerGone(Comm* comm) {
 //
 // Open send comms that went idle. A send reported done can still be partly in UCX's buffer when NCCL stops calling the
 // comm (its peer was slower than it). Every connected send comm is registered here; a send marks it owed. Once the
-// owner has made no call on it for a whole tick (1 ms), the thread takes its callLock (only if free: the owner never
-// waits for more than one progress call), posts an endpoint flush and progresses the worker, tick after tick, until the
-// flush completes with no send posted since: then all that was sent is in the kernel, which delivers it by itself.
+// owner has made no call on it for a whole tick (1 ms), the thread takes its callLock (only if free: an owner that
+// calls again waits at most for one flush post and one bounded progress, up to 64 polls of the worker), posts an
+// endpoint flush and progresses the worker, tick after tick, until the flush completes with no send posted since: then
+// all that was sent is in the kernel, which delivers it by itself. Marking a comm owed takes no lock but the comm's
+// own; only the first comm owed while none was takes the keeper's lock, to wake the thread.
 // The flush never holds anyone up (unlike a flush inside test(), which made sends wait for receivers that were not
 // being progressed). A comm with nothing owed costs nothing, and the thread sleeps while no comm is owed or lingering.
 //
@@ -563,12 +567,12 @@ class Keeper {
 
   // A send posted on a registered comm (the caller holds its callLock): the keeper looks at it once it is idle.
   void owe(Comm* comm) {
-    if (comm->owed || !comm->kept) return;
+    if (comm->owed.load(std::memory_order_relaxed) || !comm->kept) return;
+    comm->owed.store(true, std::memory_order_relaxed);
+    if (owed_.fetch_add(1, std::memory_order_relaxed) != 0) return;  // the thread is awake already
+    // The thread may be asleep: wake it under its lock, so the wake cannot fall between its check and its wait.
     std::lock_guard<std::mutex> lock(mutex_);
-    adoptAfterFork();
-    if (!comm->kept) return;  // the parent's comm, in a forked child
-    comm->owed = true;
-    if (owed_++ == 0) wake_->notify_one();
+    wake_->notify_one();
   }
 
   // Unregisters a comm being closed (one never registered is left alone), before close touches its worker. Once this
@@ -580,10 +584,9 @@ class Keeper {
     for (size_t i = 0; i < open_.size(); ++i) {
       if (open_[i] != comm) continue;
       open_.erase(open_.begin() + static_cast<long>(i));
-      if (comm->owed) --owed_;
+      if (comm->owed.exchange(false)) owed_.fetch_sub(1, std::memory_order_relaxed);
       break;
     }
-    comm->owed = false;
     // Freed, not waited for: UCX releases it when it completes (the close that follows completes or cancels it).
     if (comm->flushRequest != nullptr) ucp_request_free(comm->flushRequest);
     comm->flushRequest = nullptr;
@@ -674,9 +677,13 @@ class Keeper {
     for (Comm* comm : open_) comm->kept = false;  // the child's copies: owe() and forget() leave them alone
     abandoned_.insert(abandoned_.end(), lingering_.begin(), lingering_.end());
     abandoned_.insert(abandoned_.end(), open_.begin(), open_.end());
+    // A fork between the thread's taking comms off the list and its finishing them (or after, before it cleared
+    // ending_): the parent's thread tears them down (or did); the child's own thread must not finish them again.
+    for (const auto& entry : ending_) abandoned_.push_back(entry.first);
     lingering_.clear();
     open_.clear();
-    owed_ = 0;
+    ending_.clear();
+    owed_.store(0, std::memory_order_relaxed);
     started_ = false;  // the parent's thread does not exist here
     owner_ = getpid();
   }
@@ -690,7 +697,8 @@ class Keeper {
     std::vector<std::pair<Comm*, bool>>& ending = ending_;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      wake_->wait(lock, [this] { return !lingering_.empty() || owed_ > 0 || stopping_; });
+      wake_->wait(lock,
+                  [this] { return !lingering_.empty() || owed_.load(std::memory_order_relaxed) > 0 || stopping_; });
       if (stopping_ && lingering_.empty()) return;  // an exiting process waits for no open comm
       pushIdleSends();
       auto now = Clock::now();
@@ -725,10 +733,10 @@ class Keeper {
         comm->seenCalls = calls;
         continue;
       }
-      if (!comm->owed || !comm->callLock.try_lock()) continue;
+      if (!comm->owed.load(std::memory_order_relaxed) || !comm->callLock.try_lock()) continue;
       if (flushed(comm)) {
-        comm->owed = false;
-        --owed_;
+        comm->owed.store(false, std::memory_order_relaxed);
+        owed_.fetch_sub(1, std::memory_order_relaxed);
       }
       comm->callLock.unlock();
     }
@@ -765,8 +773,8 @@ class Keeper {
   std::mutex mutex_;
   std::mutex teardown_;  // held while the thread closes comms (after mutex_ where both are taken)
   std::vector<Comm*> lingering_;
-  std::vector<Comm*> open_;  // send comms connected and not yet closed
-  size_t owed_ = 0;          // how many of them are owed
+  std::vector<Comm*> open_;      // send comms connected and not yet closed
+  std::atomic<size_t> owed_{0};  // how many of them are owed
   std::vector<Comm*> abandoned_;
   // The thread's comms being closed: comm, and whether its peer is gone (else its linger ran out). A member, not the
   // thread's local: a forked child has no such thread, and a leak checker at its exit took the buffer, reachable only
