@@ -471,6 +471,7 @@ ncclResult_t reopenAfterFork() {
     if (pd == nullptr) {
       NCCL_NET_WARN("re-opening %s in forked process %d failed: %s", hca->name.c_str(), static_cast<int>(getpid()),
                     std::strerror(errno));
+      if (context != nullptr) verbs().closeDevice(context);  // a later attempt opens it afresh
       result = ncclSystemError;
       break;
     }
@@ -492,7 +493,9 @@ ncclResult_t reopenAfterFork() {
 // ---- QP setup -------------------------------------------------------------------------------------------------------
 // `inlineBytes`: what the QP should accept inline (0 for none); a device that refuses it gets one FIFO entry's worth,
 // then none. *grantedInline (when given) receives what it has.
-ibv_qp* createQp(Comm* comm, Port* port, ibv_cq* cq, int maxSendWr, int maxRecvWr, std::string* error,
+// `remoteRead`: the QP answers RDMA READs (the flush QP, which reads through itself); data QPs take RDMA WRITEs only,
+// as NCCL's, so a peer cannot read this process's registered memory through them.
+ibv_qp* createQp(Comm* comm, Port* port, ibv_cq* cq, int maxSendWr, int maxRecvWr, bool remoteRead, std::string* error,
                  uint32_t inlineBytes = 0, uint32_t* grantedInline = nullptr) {
   ibv_qp_init_attr init{};
   init.qp_context = comm;  // where an asynchronous event naming this QP is told (drainAsyncEvents)
@@ -519,7 +522,7 @@ ibv_qp* createQp(Comm* comm, Port* port, ibv_cq* cq, int maxSendWr, int maxRecvW
   attr.qp_state = IBV_QPS_INIT;
   attr.pkey_index = static_cast<uint16_t>(params().pkeyIndex);
   attr.port_num = static_cast<uint8_t>(port->port);
-  attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | (remoteRead ? IBV_ACCESS_REMOTE_READ : 0);
   int rc = verbs().modifyQp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
   if (rc != 0) {
     *error = "ibv_modify_qp to INIT on " + port->name + ": " + errnoText(rc);
@@ -648,7 +651,7 @@ bool buildComm(Comm* comm, const NetDevice& device, int nqps, std::string* error
     CommDevice& dev = comm->devs[slot.device];
     // The receiver's QP 0 writes the FIFO entries: inline when asked (NCCL_IB_USE_INLINE), as much as it takes.
     bool fifoQp = !comm->isSender && i == 0 && params().useInline;
-    slot.qp = createQp(comm, dev.port, dev.cq, sendDepth, comm->isSender ? 1 : kRecvDepth, error,
+    slot.qp = createQp(comm, dev.port, dev.cq, sendDepth, comm->isSender ? 1 : kRecvDepth, false, error,
                        fifoQp ? kMaxRecvs * sizeof(FifoEntry) : 0, fifoQp ? &comm->fifoInlineBytes : nullptr);
     if (slot.qp == nullptr) return false;
   }
@@ -747,7 +750,7 @@ bool ensureFlushQps(RecvComm* comm, std::string* error) {
       *error = "ibv_create_cq for the flush QP on " + dev.port->name + ": " + errnoText(errno);
       return false;
     }
-    ibv_qp* qp = createQp(comm, dev.port, cq, kFlushQueueDepth, 1, error);
+    ibv_qp* qp = createQp(comm, dev.port, cq, kFlushQueueDepth, 1, true, error);
     if (qp == nullptr ||
         !connectQp(qp, dev.port, describeQp(qp, d, dev.port), comm->trafficClass, comm->serviceLevel, error)) {
       // Nothing half-made is published.
@@ -1192,6 +1195,11 @@ class IbNet {
       g.initialised = true;
       g.params = Params::fromEnvironment();
       g.verbs = nns_ib::loadVerbs(&g.initError);
+      // It returns an errno value; it fails once a device was opened in this process (by the host's own IB
+      // transport, say), which made the choice already: nothing is left to do here.
+      if (int rc = g.verbs != nullptr && g.verbs->forkInit != nullptr ? g.verbs->forkInit() : 0; rc != 0)
+        NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "ibv_fork_init: %s (devices opened before this plugin's init?)",
+                      std::strerror(rc));
       if (g.verbs != nullptr) {
         nns_ib::DiscoveryOptions options;
         options.hcaSpec = g.params.hcaSpec;
@@ -1761,8 +1769,12 @@ class IbNet {
     }
     if (target < 0) return ncclSuccess;
     auto* mh = static_cast<const MemoryHandle*>(mhandles[target]);
-    if (comm->devs[0].flushQp.load(std::memory_order_acquire) == nullptr) {
-      NCCL_NET_WARN("iflush: this comm has no flush QP (regMr of the GPU buffer could not make it; its WARN says why)");
+    for (int d = 0; d < comm->ndevs; ++d) {
+      if (comm->devs[d].flushQp.load(std::memory_order_acquire) != nullptr) continue;
+      NCCL_NET_WARN(
+          "iflush: this comm has no flush QP on %s (regMr of the GPU buffer could not make it; its WARN "
+          "says why)",
+          comm->devs[d].port->name.c_str());
       return ncclInternalError;
     }
     // No request free: an error, never a NULL request, which would tell the caller the flush is complete (and it

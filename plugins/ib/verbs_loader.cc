@@ -68,6 +68,7 @@ LoadedVerbs load() {
   std::string optional;
   bind(library, "ibv_reg_dmabuf_mr", &v.regDmabufMr, &optional);  // absent before rdma-core 34: no DMA-BUF
   bind(library, "ibv_reg_mr_iova2", &v.regMrIova2, &optional);    // absent before rdma-core 28: no relaxed ordering
+  bind(library, "ibv_fork_init", &v.forkInit, &optional);
   // Never dlclose a working library: MRs and QPs created through it live until the process ends.
   loaded.ok = true;
   return loaded;

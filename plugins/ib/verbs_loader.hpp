@@ -27,6 +27,10 @@ struct Verbs {
   // IBVERBS_1.8 (rdma-core >= 28): the registration that honours optional access flags such as
   // IBV_ACCESS_RELAXED_ORDERING. Absent on older libraries.
   ibv_mr* (*regMrIova2)(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) = nullptr;
+  // Called once in init, before any device is opened, as NCCL's IB transport does: on older kernels, which do not
+  // copy pinned pages at fork, it keeps a fork() (or system()) from leaving registered pages copy-on-write,
+  // where the NIC would go on using the old page; rdma-core makes it a no-op where the kernel needs none.
+  int (*forkInit)() = nullptr;
   int (*deregMr)(ibv_mr* mr) = nullptr;
   ibv_cq* (*createCq)(ibv_context* context, int cqe, void* cqContext, ibv_comp_channel* channel,
                       int compVector) = nullptr;
