@@ -525,12 +525,13 @@ bool peerGone(Comm* comm) {
 // Open send comms that went idle. A send reported done can still be partly in UCX's buffer when NCCL stops calling the
 // comm (its peer was slower than it). Every connected send comm is registered here; a send marks it owed. Once the
 // owner has made no call on it for a whole tick (1 ms), the thread takes its callLock (only if free: an owner that
-// calls again waits at most for one flush post and one bounded progress, up to 64 polls of the worker), posts an
-// endpoint flush and progresses the worker, tick after tick, until the flush completes with no send posted since: then
-// all that was sent is in the kernel, which delivers it by itself. Marking a comm owed takes no lock but the comm's
-// own; only the first comm owed while none was takes the keeper's lock, to wake the thread.
-// The flush never holds anyone up (unlike a flush inside test(), which made sends wait for receivers that were not
-// being progressed). A comm with nothing owed costs nothing, and the thread sleeps while no comm is owed or lingering.
+// calls again waits at most for one flush post and one bounded progress, up to 64 polls of the worker) and progresses
+// the worker, tick after tick, while a send is in flight (its protocol may need this worker: a rendezvous sends its
+// data when the receiver asks), then posts an endpoint flush and goes on until the flush completes with no send posted
+// since: then all that was sent is in the kernel, which delivers it by itself. Marking a comm owed takes no lock but
+// the comm's own; only the first comm owed while none was takes the keeper's lock, to wake the thread. The flush never
+// holds anyone up (unlike a flush inside test(), which made sends wait for receivers that were not being progressed). A
+// comm with nothing owed costs nothing, and the thread sleeps while no comm is owed or lingering.
 //
 // Comms closed in order. A comm that destroyed its worker at once took with it what the peer had not yet progressed
 // (the peer's endpoint then fails, "Connection refused" or "Endpoint timeout", and so do its receives). So a comm
@@ -742,22 +743,31 @@ class Keeper {
     }
   }
 
-  // Under both locks: true once every send posted on the comm is out of UCX's buffers (or the comm failed, and test()
-  // reports that).
+  // Under both locks: true once every send posted on the comm is complete and out of UCX's buffers (or the comm
+  // failed, and test() reports that). A send UCX has not completed may need this worker for the rest of its protocol
+  // (a rendezvous answering the receiver's request for the data, over sm without CMA: 64 KiB waited for ever while
+  // the sender's owner tested nothing), so the worker is progressed until none is left, then flushed.
   static bool flushed(Comm* comm) {
+    if (comm->ep == nullptr || comm->failure.load() != UCS_OK) {
+      if (comm->flushRequest != nullptr) ucp_request_free(comm->flushRequest);
+      comm->flushRequest = nullptr;
+      return true;
+    }
+    progress(comm);
     if (comm->flushRequest == nullptr) {
-      if (comm->ep == nullptr || comm->failure.load() != UCS_OK) return true;
+      bool inFlight = false;
+      comm->requests.forEachLive([&](Request& request) { inFlight = inFlight || request.subs[0].ucx != nullptr; });
+      if (inFlight) return false;
       ucp_request_param_t param{};
       ucs_status_ptr_t request = ucp_ep_flush_nbx(comm->ep, &param);
       comm->flushedSends = comm->sends;
       if (request == nullptr || UCS_PTR_IS_ERR(request)) return true;  // done at once, or failed (test() reports it)
       comm->flushRequest = request;
     }
-    progress(comm);
     if (ucp_request_check_status(comm->flushRequest) == UCS_INPROGRESS) return false;
     ucp_request_free(comm->flushRequest);
     comm->flushRequest = nullptr;
-    return comm->flushedSends == comm->sends;  // else sends came since: the next idle tick flushes again
+    return comm->flushedSends == comm->sends;  // else sends came since: the next idle tick looks again
   }
 
   static void finish(Comm* comm, bool peerGone) {

@@ -546,4 +546,42 @@ TEST(UcxIdleSender, SendsReportedDoneArriveWhileTheSenderCallsNothing) {
   closeUcxPair(b);
 }
 
+// Each end completes while the other calls nothing: the receive while its sender's owner tests nothing (the keeper
+// progresses the sender's worker as long as a send is in flight, then flushes), and then the send while its receiver,
+// its receive done, calls nothing. Over sm a 64 KiB message goes by rendezvous, whose data the sender's worker sends
+// only once the receiver asked for it: the receive waited for ever while the keeper, its endpoint flush complete
+// (a flush covers what UCX buffers, not a send still in its protocol), left the sender alone. The other way round,
+// where the receiver fetches the data, the send completes only on the receiver's acknowledgement, which UCX sends
+// from the receiver's worker. Each size over tcp and sm.
+class UcxOneEndIdle : public ::testing::TestWithParam<const Transport*> {};
+
+TEST_P(UcxOneEndIdle, EachEndCompletesWhileThePeerCallsNothing) {
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(openUcxPair(GetParam()->env, &pair));
+  for (const size_t bytes : {size_t{8}, size_t{64} << 10, size_t{4} << 20}) {
+    SCOPED_TRACE(std::to_string(bytes) + " bytes");
+    std::vector<unsigned char> source(bytes), target(bytes);
+    for (size_t i = 0; i < bytes; ++i) source[i] = static_cast<unsigned char>(i * 7 + 1);
+    void* data = target.data();
+    size_t size = bytes;
+    int tag = 5, sizes[8] = {}, done = 0;
+    void *sendRequest = nullptr, *recvRequest = nullptr;
+    ASSERT_EQ(postRecv(pair.net, pair.recvComm, 1, &data, &size, &tag, &recvRequest), ncclSuccess);
+    ASSERT_EQ(postSend(pair.net, pair.sendComm, source.data(), bytes, tag, &sendRequest), ncclSuccess);
+    ASSERT_EQ(waitRequest(pair.net, recvRequest, sizes, std::chrono::seconds(10)), ncclSuccess)
+        << "the receive did not complete while its sender's owner called nothing";
+    EXPECT_EQ(target, source);
+    for (auto deadline = Clock::now() + std::chrono::seconds(10); !done;) {
+      ASSERT_EQ(pair.net->test(sendRequest, &done, nullptr), ncclSuccess);
+      ASSERT_LT(Clock::now(), deadline) << "the send did not complete while its receiver called nothing";
+    }
+  }
+  closeUcxPair(pair);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, UcxOneEndIdle, ::testing::Values(&kTcp, &kSharedMemory),
+                         [](const ::testing::TestParamInfo<const Transport*>& info) {
+                           return std::string(info.param->name);
+                         });
+
 }  // namespace
