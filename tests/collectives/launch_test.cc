@@ -831,6 +831,43 @@ TEST(BootstrapFailures, ARankThatStopsReadingCannotHoldRankZeroPastItsTimeout) {
   EXPECT_LT(seconds, 5.0) << error;
 }
 
+// A joined rank that sends rank 0's failure marker in place of its message's length (a foreign or corrupt peer) is
+// garbage from that rank, named as such. Rank 0 read it as its own giving up and failed with "rank 0 gave up:"
+// followed by the peer's bytes as the reason.
+TEST(BootstrapFailures, AFailureMarkerFromAJoinedRankIsGarbageFromIt) {
+  const int port = nns::test::freeLoopbackPort();
+  std::string peerProblem;
+  std::thread peer([&] {
+    const int fd = connectLoopback(port);
+    if (fd < 0) {
+      peerProblem = "could not reach rank 0";
+      return;
+    }
+    struct {
+      uint32_t magic = 0x4e4e5342, version = 3;  // the bootstrap's kJoinVersion
+      int32_t rank = 1, size = 2;
+      uint64_t job = 0;
+    } join;
+    const uint32_t marker = 0xFFFFFFFFu;
+    if (!sendBytes(fd, std::string(reinterpret_cast<const char*>(&join), sizeof(join))) || !recvBytes(fd, 4) ||
+        !sendBytes(fd, std::string(reinterpret_cast<const char*>(&marker), sizeof(marker)) + lengthPrefixed("hello")))
+      peerProblem = "the hand-made rank 1 could not join";
+    recvBytes(fd, 1 << 16);  // until rank 0 closes
+    close(fd);
+  });
+  std::string error;
+  try {
+    Bootstrap bootstrap(LaunchInfo{0, 2, "127.0.0.1", port, "test"}, std::chrono::milliseconds(3000));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  peer.join();
+  ASSERT_EQ(peerProblem, "");
+  EXPECT_NE(error.find("garbage: a failure marker, which only rank 0 sends"), std::string::npos) << error;
+  EXPECT_NE(error.find("(from rank 1)"), std::string::npos) << error;
+  EXPECT_EQ(error.find("rank 0 gave up: hello"), std::string::npos) << error;
+}
+
 // Garbage where rank 0's refusal and its reason belong (a failure marker where the reason's length should be, over
 // and over) is an error naming it. Each marker made the reader call itself again, and 4 MB of them overflowed the
 // stack.

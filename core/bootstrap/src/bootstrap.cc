@@ -179,12 +179,27 @@ void sendMessage(int fd, const std::string& text, Clock::time_point deadline, st
 // In place of a message's length: rank 0 gave up, and a message with its reason follows.
 constexpr uint32_t kFailureMarker = 0xFFFFFFFFu;
 
-// A message; after a failure marker, the reason that follows it (`reason`), where a second marker is garbage.
-std::string recvMessage(int fd, Clock::time_point deadline, std::chrono::microseconds spin, bool reason = false) {
+// Who a message comes from, for what a failure marker in place of its length means.
+enum class Sender {
+  kRoot,        // rank 0: it gave up, and its reason follows
+  kRootReason,  // rank 0's reason after its marker: a second marker is garbage
+  kMember,      // a rank that joined (read by rank 0): only rank 0 sends the marker, so it is garbage here
+};
+
+// A message, or the error a failure marker in its place says (see Sender).
+std::string recvMessage(int fd, Clock::time_point deadline, std::chrono::microseconds spin,
+                        Sender sender = Sender::kRoot) {
   uint32_t length = 0;
   recvAll(fd, &length, sizeof(length), deadline, spin);
-  if (length == kFailureMarker && reason) fail("garbage in place of rank 0's reason", Result::kRemoteError);
-  if (length == kFailureMarker) fail("rank 0 gave up: " + recvMessage(fd, deadline, spin, true), Result::kRemoteError);
+  if (length == kFailureMarker && sender == Sender::kRootReason)
+    fail("garbage in place of rank 0's reason", Result::kRemoteError);
+  if (length == kFailureMarker && sender == Sender::kMember)
+    fail(
+        "garbage: a failure marker, which only rank 0 sends, in place of the length of the rank's message (not a "
+        "rank of this build?)",
+        Result::kRemoteError);
+  if (length == kFailureMarker)
+    fail("rank 0 gave up: " + recvMessage(fd, deadline, spin, Sender::kRootReason), Result::kRemoteError);
   if (length > Bootstrap::kMaxMessageBytes)
     fail("a bootstrap message announced as " + std::to_string(length) + " bytes, over the " +
              std::to_string(Bootstrap::kMaxMessageBytes >> 20) + " MiB the bootstrap moves (not from a rank?)",
@@ -1364,6 +1379,12 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
       }
     }
     for (const auto& p : pending) close(p.fd);  // strangers still silent when every rank is in
+    // Shut down, not only closed: the listener nccl-net-run hands rank 0 has copies in whatever rank 0's process was
+    // started through (a wrapper shell forks the program and keeps its own), and while one is open the port stays in
+    // listening state with nobody accepting: the job's next communicator could not listen there ("Address already in
+    // use") and its other ranks connected into the dead queue. Shutting a listening socket down ends the listening
+    // for every copy.
+    shutdown(listener, SHUT_RDWR);
     close(listener);
   } else {
     // Non-root: retry while rank 0 is not listening yet, trying each of the root's addresses in turn. A connection
@@ -1698,7 +1719,7 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
           giveUp(r, "rank " + std::to_string(r) + " " + hangUp(p.fd), Result::kRemoteError);
         }
         try {
-          all[r] = recvMessage(p.fd, deadline, spin_);
+          all[r] = recvMessage(p.fd, deadline, spin_, Sender::kMember);
         } catch (const BootstrapError& e) {
           // A rank died or stalled: the others hear it from rank 0 instead of waiting out their own timeouts.
           giveUp(r, withoutPrefix(e.what()) + " (from rank " + std::to_string(r) + ")", e.result());

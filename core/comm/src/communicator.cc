@@ -827,7 +827,10 @@ void Communicator::progressLoop() {
     }
     // An operation running inline on its caller's thread has the communicator: queued tasks wait for it.
     wake_.wait(lock, [this] { return (stopping_ && !busy_) || (!queue_.empty() && !busy_); });
-    if (queue_.empty()) return;  // stopping, nothing left
+    if (queue_.empty()) {  // stopping, nothing left
+      progressEnded_ = true;
+      return;
+    }
     Task* task = queue_.front();
     queue_.popFront();
     --queued_;
@@ -1026,7 +1029,10 @@ void Communicator::abort(const std::string& why, ncclResult_t result) {
       Task task;
     };
     std::unique_lock lock(mutex_);
-    if (shutDown_) return;  // closed already
+    // Closed already, or about to be: once the progress thread has returned, nothing would run a queued close, and
+    // this abort waited its whole bound (4 x the timeout + 30 s) for it; shutdown(), which joined that thread, closes
+    // the connections itself.
+    if (shutDown_ || progressEnded_) return;
     auto* owned = new CloseTask(this);
     queue_.pushFront(&owned->task);
     ++queued_;

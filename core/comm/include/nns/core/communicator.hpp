@@ -562,6 +562,7 @@ class Communicator {
   TaskQueue queue_;
   bool stopping_ = false;
   bool shutDown_ = false;       // shutdown() completed: the thread joined, the connections and the plugin closed
+  bool progressEnded_ = false;  // the progress thread returned (shutdown() closes the connections itself next)
   bool busy_ = false;           // an operation is running (on the progress thread or inline on its caller's thread)
   bool inline_ = true;          // $NNS_PROGRESS_INLINE=0: every operation goes through the progress thread
   std::atomic<int> queued_{0};  // queue_.size(), readable without the lock (the progress thread's short spin)
