@@ -776,6 +776,27 @@ std::string lengthPrefixed(const std::string& text) {
   return std::string(reinterpret_cast<const char*>(&length), sizeof(length)) + text;
 }
 
+// A hand-made rank 1 of 2 (no launcher job: job id 0) connected to rank 0 on `port` and joined (rank 0's 4-byte
+// answer read): the socket, or -1 with `problem` set.
+int joinAsRankOne(int port, std::string* problem) {
+  const int fd = connectLoopback(port);
+  if (fd < 0) {
+    *problem = "could not reach rank 0";
+    return -1;
+  }
+  struct {
+    uint32_t magic = 0x4e4e5342, version = 3;  // the bootstrap's kJoinVersion
+    int32_t rank = 1, size = 2;
+    uint64_t job = 0;
+  } join;
+  if (!sendBytes(fd, std::string(reinterpret_cast<const char*>(&join), sizeof(join))) || !recvBytes(fd, 4)) {
+    *problem = "the hand-made rank 1 could not join";
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
 
 // A rank that joined, sent its part of an all-gather and then stopped reading (stopped, swapped out, wedged) does
@@ -787,16 +808,8 @@ TEST(BootstrapFailures, ARankThatStopsReadingCannotHoldRankZeroPastItsTimeout) {
   std::atomic<bool> finished{false};
   std::string stuckProblem;
   std::thread stuck([&] {
-    const int fd = connectLoopback(port);
-    if (fd < 0) {
-      stuckProblem = "could not reach rank 0";
-      return;
-    }
-    struct {
-      uint32_t magic = 0x4e4e5342, version = 3;  // the bootstrap's kJoinVersion
-      int32_t rank = 1, size = 2;
-      uint64_t job = 0;
-    } join;
+    const int fd = joinAsRankOne(port, &stuckProblem);
+    if (fd < 0) return;
     // Its part of the rendezvous' all-gather: its point-to-point address (a length, then a sockaddr's room), then
     // its machine.
     std::string announced(4 + sizeof(sockaddr_storage), '\0');
@@ -808,8 +821,7 @@ TEST(BootstrapFailures, ARankThatStopsReadingCannotHoldRankZeroPastItsTimeout) {
     std::memcpy(announced.data(), &length, sizeof(length));
     std::memcpy(announced.data() + sizeof(length), &nowhere, sizeof(nowhere));
     std::string packed;
-    if (!sendBytes(fd, std::string(reinterpret_cast<const char*>(&join), sizeof(join))) || !recvBytes(fd, 4) ||
-        !sendBytes(fd, lengthPrefixed(announced + "another machine\n")) || !recvBytes(fd, 4, &packed) ||
+    if (!sendBytes(fd, lengthPrefixed(announced + "another machine\n")) || !recvBytes(fd, 4, &packed) ||
         !recvBytes(fd, *reinterpret_cast<const uint32_t*>(packed.data())) || !sendBytes(fd, lengthPrefixed("y")))
       stuckProblem = "the hand-made rank 1 could not join";
     while (!finished) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // and never reads again
@@ -838,20 +850,11 @@ TEST(BootstrapFailures, AFailureMarkerFromAJoinedRankIsGarbageFromIt) {
   const int port = nns::test::freeLoopbackPort();
   std::string peerProblem;
   std::thread peer([&] {
-    const int fd = connectLoopback(port);
-    if (fd < 0) {
-      peerProblem = "could not reach rank 0";
-      return;
-    }
-    struct {
-      uint32_t magic = 0x4e4e5342, version = 3;  // the bootstrap's kJoinVersion
-      int32_t rank = 1, size = 2;
-      uint64_t job = 0;
-    } join;
+    const int fd = joinAsRankOne(port, &peerProblem);
+    if (fd < 0) return;
     const uint32_t marker = 0xFFFFFFFFu;
-    if (!sendBytes(fd, std::string(reinterpret_cast<const char*>(&join), sizeof(join))) || !recvBytes(fd, 4) ||
-        !sendBytes(fd, std::string(reinterpret_cast<const char*>(&marker), sizeof(marker)) + lengthPrefixed("hello")))
-      peerProblem = "the hand-made rank 1 could not join";
+    if (!sendBytes(fd, std::string(reinterpret_cast<const char*>(&marker), sizeof(marker)) + lengthPrefixed("hello")))
+      peerProblem = "the hand-made rank 1 could not send";
     recvBytes(fd, 1 << 16);  // until rank 0 closes
     close(fd);
   });
