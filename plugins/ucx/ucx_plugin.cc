@@ -725,8 +725,8 @@ class Keeper {
     }
   }
 
-  // Under mutex_: every owed send comm its owner left alone for a whole tick gets one progress call under its
-  // callLock, and an endpoint flush posted to tell when all it was given is out of UCX's hands.
+  // Under mutex_: every owed send comm its owner left alone for a whole tick is progressed under its callLock (see
+  // flushed()) and stops being owed once all it was given is out of UCX's hands.
   void pushIdleSends() {
     for (Comm* comm : open_) {
       uint64_t calls = comm->calls.load(std::memory_order_relaxed);
