@@ -121,6 +121,28 @@ TEST(LaunchPrecedence, RankAndSizeNeverComeFromTwoLaunchers) {
   clearLauncherVariables();
 }
 
+// A rank or size is decimal digits and nothing else: strtol read NNS_RANK=" 1", "+1" and an overflowing size as
+// numbers, so a hand-made typo ran as a rank it never said.
+TEST(LaunchPrecedence, RankAndSizeAreDecimalDigitsOnly) {
+  const std::pair<const char*, const char*> bad[] = {{" 1", "2"},      {"+1", "2"}, {"1 ", "2"},
+                                                     {"1", "0x2"},     {"-0", "2"}, {"1", "99999999999999999999"},
+                                                     {"0", "16777217"}};
+  for (const auto& [rank, size] : bad) {
+    clearLauncherVariables();
+    setenv("NNS_RANK", rank, 1);
+    setenv("NNS_WORLD_SIZE", size, 1);
+    setenv("NNS_ROOT_ADDR", "127.0.0.1:29500", 1);
+    LaunchInfo info;
+    std::string error;
+    EXPECT_FALSE(nns::core::launchInfoFromEnvironment(&info, &error)) << "NNS_RANK=\"" << rank << "\"";
+    EXPECT_NE(error.find(std::string("NNS_RANK=\"") + rank + "\" NNS_WORLD_SIZE=\"" + size + "\""), std::string::npos)
+        << error;
+  }
+  auto got = launchFrom({{"NNS_RANK", "0007"}, {"NNS_WORLD_SIZE", "16777216"}});
+  EXPECT_EQ(got.rank, 7);
+  EXPECT_EQ(got.size, 16777216);
+}
+
 // A Slurm batch script (or salloc's shell) has SLURM_PROCID=0 and the allocation's SLURM_NTASKS but no srun step's
 // SLURM_STEP_ID, and everything it starts inherits them: each process was rank 0 of SLURM_NTASKS, and a script's own
 // RANK/WORLD_SIZE for a smaller world were dropped as a stale export. Outside a step they are no launcher's; inside

@@ -55,10 +55,16 @@ constexpr auto kRootGrace = std::chrono::milliseconds(1000);
 // The missing ranks a timeout names; the rest are counted.
 constexpr int kRanksNamed = 32;
 
+// A rank or size in decimal digits, 0..kMaxRanks: strtol would take " 1" or "+1" as 1 (a value a launcher never
+// writes, so a hand-made typo), and strtol's clamping on overflow is beside the point.
 bool parseInt(const char* text, int* out) {
-  char* end = nullptr;
-  long value = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || value < 0 || value > kMaxRanks) return false;
+  if (text == nullptr || *text == '\0') return false;
+  long value = 0;
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c < '0' || *c > '9') return false;
+    value = std::min(value * 10 + (*c - '0'), static_cast<long>(kMaxRanks) + 1);  // capped: no overflow
+  }
+  if (value > kMaxRanks) return false;
   *out = static_cast<int>(value);
   return true;
 }
@@ -664,7 +670,8 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
   const char* rank = std::getenv(rankVar);
   const char* size = std::getenv(sizeVar);
   if (!parseInt(rank, &info->rank) || !parseInt(size, &info->size) || info->size < 1 || info->rank >= info->size) {
-    *error = std::string("bad rank/size: ") + rankVar + "=" + rank + " " + sizeVar + "=" + size;
+    *error = std::string("bad rank/size: ") + rankVar + "=\"" + rank + "\" " + sizeVar + "=\"" + size +
+             "\" (wanted decimal digits only, a size of 1.." + std::to_string(kMaxRanks) + " and a rank below it)";
     return false;
   }
   info->localRank = -1;
