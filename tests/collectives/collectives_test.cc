@@ -411,6 +411,36 @@ INSTANTIATE_TEST_SUITE_P(Failure, DeathWhileConnecting, ::testing::Values(0, 1, 
 
 INSTANTIATE_TEST_SUITE_P(Failure, DeadRank, ::testing::Values("minimal", "socket"));
 
+// A plugin's failed close (here closeSend, which the test-double plugin fails after closing) was dropped in silence
+// at the communicator's end: now each rank says it in one line, naming the first failed call and its connection.
+TEST(CloseFailure, IsSaidInOneLineNamingTheCall) {
+  const std::string shim = std::string(NNS_BIN_DIR) + "/../lib/libnccl-net-broken-close-send-fails.so";
+  if (access(shim.c_str(), R_OK) != 0) GTEST_SKIP() << "no " << shim << " (the conformance shims are not built)";
+  const int ranks = 2;
+  const std::string root = "127.0.0.1:" + std::to_string(test::freeLoopbackPort());
+  const std::string err = ::testing::TempDir() + "close-fails-" + std::to_string(getpid()) + ".err";
+  pid_t pids[ranks];
+  for (int r = 0; r < ranks; ++r)
+    pids[r] = startBenchRank(r, ranks, root, "", err + std::to_string(r), {},
+                             {"allreduce", "-p", shim, "-b", "8", "-e", "8", "-n", "1", "-w", "0"});
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (int r = 0; r < ranks; ++r) {
+    int status = 0;
+    EXPECT_TRUE(reapBy(pids[r], until, &status)) << "rank " << r << " still running after 60 s";
+    std::ifstream in(err + std::to_string(r));
+    int said = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("failed while closing the communicator's connections") == std::string::npos) continue;
+      ++said;
+      EXPECT_NE(line.find("the first: closeSend on the send connection with rank " + std::to_string(1 - r)),
+                std::string::npos)
+          << line;
+    }
+    EXPECT_EQ(said, 1) << "rank " << r;
+    std::remove((err + std::to_string(r)).c_str());
+  }
+}
+
 namespace {
 
 // Rank 0 of a 2-rank bootstrap on its own thread: all-gathers "zero" and checks that rank 1 gave "one!". `error`

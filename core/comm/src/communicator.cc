@@ -735,18 +735,35 @@ void Communicator::closeConnections() {
   if (net_ == nullptr) return;
   for (auto& registration : registrations_) deregister(*registration);
   for (auto& registration : callRegistrations_) deregister(registration, /*keepKeys=*/true);
+  // A failed close or deregMr cannot be undone here, but a plugin that fails them (a leak, a handle it does not know)
+  // is worth a word: one line for all, naming the first.
+  int failures = 0;
+  std::string firstFailure;
+  auto note = [&](ncclResult_t result, const char* call, const ConnKey* key) {
+    if (result == ncclSuccess) return;
+    if (failures++ == 0) {
+      char what[160];
+      if (key != nullptr)
+        std::snprintf(what, sizeof(what), "%s on the %s connection with rank %d (channel %d) returned %s", call,
+                      key->sending ? "send" : "receive", key->peer, key->channel, resultName(result));
+      else
+        std::snprintf(what, sizeof(what), "%s returned %s", call, resultName(result));
+      firstFailure = what;
+    }
+  };
   // Forward registrations cover other connections' slots: all go before any slot memory does.
   for (auto& [key, conn] : connections_) {
-    for (auto& [source, mhandle] : conn.forwardHandles) net_->deregMr(conn.comm, mhandle);
+    for (auto& [source, mhandle] : conn.forwardHandles)
+      note(net_->deregMr(conn.comm, mhandle), "deregMr (forward)", &key);
     conn.forwardHandles.clear();
   }
   for (auto& [key, conn] : connections_) {
     if (conn.comm == nullptr) continue;
-    if (conn.mhandle != nullptr) net_->deregMr(conn.comm, conn.mhandle);
+    if (conn.mhandle != nullptr) note(net_->deregMr(conn.comm, conn.mhandle), "deregMr (slots)", &key);
     if (key.sending) {
-      net_->closeSend(conn.comm);
+      note(net_->closeSend(conn.comm), "closeSend", &key);
     } else {
-      net_->closeRecv(conn.comm);
+      note(net_->closeRecv(conn.comm), "closeRecv", &key);
     }
   }
   // Only once every comm is closed: a send still in flight may read another connection's slots (a forward). One
@@ -755,9 +772,13 @@ void Communicator::closeConnections() {
   for (auto& [key, conn] : connections_) releaseSlots(conn, deadline);
   connections_.clear();
   for (void*& listen : listenComms_) {
-    if (listen != nullptr) net_->closeListen(listen);
+    if (listen != nullptr) note(net_->closeListen(listen), "closeListen", nullptr);
     listen = nullptr;
   }
+  if (failures > 0)
+    hostLogger(NCCL_LOG_WARN, NCCL_ALL, __FILE__, __LINE__,
+               "%d plugin call%s failed while closing the communicator's connections; the first: %s", failures,
+               failures == 1 ? "" : "s", firstFailure.c_str());
 }
 
 bool Communicator::forkedCopy() const {
