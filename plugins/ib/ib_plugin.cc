@@ -1741,6 +1741,7 @@ class IbNet {
     int rc = ibv_post_send(qp0.qp, &wr, &bad);
     if (rc != 0) {
       countUsers(req->mhandles, n, -1);
+      releaseImplicit(comm, handles, n, implicitMask);  // this receive's alone: no request will complete to free them
       slot = RecvSlot{};
       comm->requests.release(req);
       return fail(comm, ncclSystemError, "ibv_post_send of the FIFO entry: " + errnoText(rc));
