@@ -64,7 +64,7 @@ bool nvidiaDriverPresent() {
 }
 
 int chooseGidIndex(const Verbs& verbs, ibv_context* context, const std::string& hcaName, int port, int tableLength,
-                   const GidPreference& preference, std::string* type) {
+                   const GidPreference& preference, std::string* type, bool warn) {
   const std::string typesDir =
       "/sys/class/infiniband/" + hcaName + "/ports/" + std::to_string(port) + "/gid_attrs/types/";
   std::vector<GidEntry> table;
@@ -85,7 +85,7 @@ int chooseGidIndex(const Verbs& verbs, ibv_context* context, const std::string& 
   if (chosen < 0) return 0;  // no GID with an address: the caller reports the port as unusable
   for (size_t i = 0; i < table.size(); ++i)
     if (table[i].index == chosen && type != nullptr) *type = types[i];
-  if (!fitted) {
+  if (!fitted && warn) {
     std::string range;
     if (preference.hasRange) {
       char text[INET6_ADDRSTRLEN] = {};
@@ -101,6 +101,24 @@ int chooseGidIndex(const Verbs& verbs, ibv_context* context, const std::string& 
                   gidText(gid).c_str());
   }
   return chosen;
+}
+
+bool currentGid(const Verbs& verbs, const Port& port, const DiscoveryOptions& options, int* index, ibv_gid* gid,
+                std::string* error) {
+  *index = port.gidIndex;
+  *gid = port.gid;
+  if (!port.isEthernet()) return true;
+  ibv_context* context = port.hca->context;
+  if (options.gidIndex < 0)
+    *index = chooseGidIndex(verbs, context, port.hca->name, port.port, port.attr.gid_tbl_len, options.gidPreference,
+                            nullptr, /*warn=*/false);
+  if (verbs.queryGid(context, static_cast<uint8_t>(port.port), *index, gid) != 0 || isZeroGid(*gid)) {
+    *error = port.name + " has no usable GID now (index " + std::to_string(*index) +
+             (options.gidIndex < 0 ? ", the best of its table" : ", NCCL_IB_GID_INDEX") +
+             ", is empty or unreadable): did its netdev lose its IP address?";
+    return false;
+  }
+  return true;
 }
 
 std::vector<Port> discoverPorts(const Verbs& verbs, const DiscoveryOptions& options, std::vector<Hca*>* hcas,

@@ -67,9 +67,16 @@ std::vector<Port> discoverPorts(const Verbs& verbs, const DiscoveryOptions& opti
                                 std::string* why);
 
 // Picks a GID index for a RoCE port by `preference` (chooseGid: by default a routable IPv4-mapped RoCE v2 GID), with
-// a WARN where none is of the asked family and range; 0 where no GID has an address.
+// a WARN (where `warn`) when none is of the asked family and range; 0 where no GID has an address.
 int chooseGidIndex(const Verbs& verbs, ibv_context* context, const std::string& hcaName, int port, int tableLength,
-                   const GidPreference& preference, std::string* type);
+                   const GidPreference& preference, std::string* type, bool warn = true);
+
+// The GID a new connection on `port` uses: on RoCE chosen again from the table as discoverPorts chose it (as NCCL
+// chooses per connection), since an address added, removed or moved after init changes the table and a GID taken at
+// init may name an address the host no longer has; on InfiniBand the one of init. False, with *error, where the
+// port has no usable GID now.
+bool currentGid(const Verbs& verbs, const Port& port, const DiscoveryOptions& options, int* index, ibv_gid* gid,
+                std::string* error);
 
 // "::ffff:10.0.0.1"-style text of a GID.
 std::string gidText(const ibv_gid& gid);

@@ -107,6 +107,15 @@ struct Params {
   size_t arThreshold = 8192;  // NCCL_IB_AR_THRESHOLD
   bool useInline = false;     // NCCL_IB_USE_INLINE: FIFO entries written inline
 
+  // What discoverPorts chooses ports and GIDs by (currentGid too, per connection).
+  nns_ib::DiscoveryOptions discovery() const {
+    nns_ib::DiscoveryOptions options;
+    options.hcaSpec = hcaSpec;
+    options.gidIndex = gidIndex;
+    options.gidPreference = gidPreference;
+    return options;
+  }
+
   static Params fromEnvironment() {
     Params p;
     const char* hca = std::getenv("NCCL_IB_HCA");
@@ -214,6 +223,9 @@ struct Request;
 
 struct CommDevice {
   Port* port = nullptr;
+  // The port's GID as this comm found it (nns_ib::currentGid): RoCE addresses may change after init.
+  int gidIndex = 0;
+  ibv_gid gid{};
   ibv_cq* cq = nullptr;
   ibv_mr* controlMr = nullptr;
   // Receiver, once a GPU buffer was registered. regMr may run on another thread than the one driving the comm (NCCL
@@ -532,19 +544,21 @@ ibv_qp* createQp(Comm* comm, Port* port, ibv_cq* cq, int maxSendWr, int maxRecvW
   return qp;
 }
 
-QpWire describeQp(ibv_qp* qp, int device, Port* port) {
+QpWire describeQp(ibv_qp* qp, int device, const CommDevice& dev) {
   QpWire wire{};
   wire.qpn = qp->qp_num;
   wire.device = static_cast<uint32_t>(device);
-  wire.lid = port->attr.lid;
-  wire.linkLayer = port->attr.link_layer;
-  wire.mtu = static_cast<uint8_t>(port->attr.active_mtu);
-  std::memcpy(wire.gid, port->gid.raw, 16);
+  wire.lid = dev.port->attr.lid;
+  wire.linkLayer = dev.port->attr.link_layer;
+  wire.mtu = static_cast<uint8_t>(dev.port->attr.active_mtu);
+  std::memcpy(wire.gid, dev.gid.raw, 16);
   return wire;
 }
 
 // INIT -> RTR -> RTS towards `remote`.
-bool connectQp(ibv_qp* qp, Port* port, const QpWire& remote, int trafficClass, int serviceLevel, std::string* error) {
+bool connectQp(ibv_qp* qp, const CommDevice& dev, const QpWire& remote, int trafficClass, int serviceLevel,
+               std::string* error) {
+  const Port* port = dev.port;
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_RTR;
   attr.path_mtu = static_cast<ibv_mtu>(std::min<int>(port->attr.active_mtu, remote.mtu));
@@ -557,7 +571,7 @@ bool connectQp(ibv_qp* qp, Port* port, const QpWire& remote, int trafficClass, i
   if (port->isEthernet()) {
     attr.ah_attr.is_global = 1;
     std::memcpy(attr.ah_attr.grh.dgid.raw, remote.gid, 16);
-    attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(port->gidIndex);
+    attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(dev.gidIndex);
     attr.ah_attr.grh.hop_limit = 255;
     attr.ah_attr.grh.traffic_class = static_cast<uint8_t>(trafficClass);
   } else {
@@ -632,6 +646,11 @@ bool buildComm(Comm* comm, const NetDevice& device, int nqps, std::string* error
   for (int d = 0; d < comm->ndevs; ++d) {
     CommDevice& dev = comm->devs[d];
     dev.port = &global().ports[device.ports[d]];
+    if (!nns_ib::currentGid(verbs(), *dev.port, params().discovery(), &dev.gidIndex, &dev.gid, error)) return false;
+    if (dev.gidIndex != dev.port->gidIndex || std::memcmp(dev.gid.raw, dev.port->gid.raw, 16) != 0)
+      NCCL_NET_INFO(NCCL_NET, "%s: GID %d %s for this connection (at init: GID %d %s): its addresses changed",
+                    dev.port->name.c_str(), dev.gidIndex, nns_ib::gidText(dev.gid).c_str(), dev.port->gidIndex,
+                    nns_ib::gidText(dev.port->gid).c_str());
     int cqDepth = std::min(qpsPerDevice * (kRecvDepth + sendDepth), dev.port->hca->attr.max_cqe);
     dev.cq = verbs().createCq(dev.port->hca->context, cqDepth, comm, nullptr, 0);
     if (dev.cq == nullptr) {
@@ -673,7 +692,7 @@ void describeComm(const Comm* comm, ConnectInfo* info, uint64_t controlAddr) {
   info->serviceLevel = static_cast<uint8_t>(comm->serviceLevel);
   info->flags = kPathSettings;
   for (int i = 0; i < comm->nqps; ++i)
-    info->qps[i] = describeQp(comm->qps[i].qp, comm->qps[i].device, comm->devs[comm->qps[i].device].port);
+    info->qps[i] = describeQp(comm->qps[i].qp, comm->qps[i].device, comm->devs[comm->qps[i].device]);
   info->controlAddr = controlAddr;
   info->controlRkey = comm->devs[comm->qps[0].device].controlMr->rkey;
   std::snprintf(info->deviceName, sizeof(info->deviceName), "%s", comm->devs[0].port->name.c_str());
@@ -693,7 +712,7 @@ bool connectAllQps(Comm* comm, const ConnectInfo& remote, std::string* error) {
                ": select ports of one link layer on both sides (NCCL_IB_HCA)";
       return false;
     }
-    if (!connectQp(slot.qp, comm->devs[slot.device].port, remote.qps[i], comm->trafficClass, comm->serviceLevel, error))
+    if (!connectQp(slot.qp, comm->devs[slot.device], remote.qps[i], comm->trafficClass, comm->serviceLevel, error))
       return false;
   }
   return true;
@@ -751,8 +770,7 @@ bool ensureFlushQps(RecvComm* comm, std::string* error) {
       return false;
     }
     ibv_qp* qp = createQp(comm, dev.port, cq, kFlushQueueDepth, 1, true, error);
-    if (qp == nullptr ||
-        !connectQp(qp, dev.port, describeQp(qp, d, dev.port), comm->trafficClass, comm->serviceLevel, error)) {
+    if (qp == nullptr || !connectQp(qp, dev, describeQp(qp, d, dev), comm->trafficClass, comm->serviceLevel, error)) {
       // Nothing half-made is published.
       if (qp != nullptr) verbs().destroyQp(qp);
       verbs().destroyCq(cq);
@@ -1201,10 +1219,7 @@ class IbNet {
         NCCL_NET_INFO(NCCL_INIT | NCCL_NET, "ibv_fork_init: %s (devices opened before this plugin's init?)",
                       std::strerror(rc));
       if (g.verbs != nullptr) {
-        nns_ib::DiscoveryOptions options;
-        options.hcaSpec = g.params.hcaSpec;
-        options.gidIndex = g.params.gidIndex;
-        options.gidPreference = g.params.gidPreference;
+        nns_ib::DiscoveryOptions options = g.params.discovery();
         for (const std::string& problem : options.gidPreference.problems)
           NCCL_NET_WARN("%s; the default is used", problem.c_str());
         std::vector<Port> found = nns_ib::discoverPorts(*g.verbs, options, &g.hcas, &g.initError);

@@ -1683,6 +1683,93 @@ void restoreVeth0() {
   std::fprintf(stderr, "ib-test: rxe0 port 1 is '%s' 10 s after veth0 came back up\n", state.c_str());
 }
 
+// rxe0's GID table holds ::ffff:10.0.0.<host> (as sysfs writes it), or `timeout` passed.
+bool rxe0HasIpv4Gid(int host, std::chrono::seconds timeout) {
+  char wanted[64];
+  std::snprintf(wanted, sizeof(wanted), "0000:0000:0000:0000:0000:ffff:0a00:%04x", host);
+  const auto deadline = Clock::now() + timeout;
+  do {
+    for (int index = 0; index < 16; ++index) {
+      std::ifstream file("/sys/class/infiniband/rxe0/ports/1/gids/" + std::to_string(index));
+      std::string gid;
+      if (std::getline(file, gid) && gid == wanted) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  } while (Clock::now() < deadline);
+  return false;
+}
+
+// veth0 from 10.0.0.<from> to 10.0.0.<to>, with the policy routes that keep traffic between the two rxe devices on
+// the veth wire (guest.sh) following the address.
+void moveVeth0Address(int from, int to) {
+  const std::string a = "10.0.0." + std::to_string(from), b = "10.0.0." + std::to_string(to);
+  // Deleted first: deleting a primary address deletes the secondaries of its subnet with it.
+  runCommand("/sbin/ip addr del " + a + "/24 dev veth0");
+  runCommand("/sbin/ip addr add " + b + "/24 dev veth0");
+  runCommand("/sbin/ip route replace 10.0.0.2 dev veth0 src " + b + " table 100");
+  runCommand("/sbin/ip rule del pref 10 iif lo to " + a + " lookup 101");
+  runCommand("/sbin/ip rule add pref 10 iif lo to " + b + " lookup 101");
+  runCommand("/sbin/ip route del " + a + " dev veth1 table 101");
+  runCommand("/sbin/ip route replace " + b + " dev veth1 src 10.0.0.2 table 101");
+}
+
+// A RoCE port's address moved after the plugin's init (a DHCP renewal, an address added by hand): the GID chosen at
+// init named an address the host no longer had, and every later connection's packets went to it and were lost (the
+// QP's retries ran out). Each connection now chooses its GID again, as NCCL does.
+TEST(IbVerbs, ARoceAddressMovedAfterInitIsTheNextConnections) {
+  REQUIRE_RXE(2);
+  if (std::getenv("NNS_IB_TEST_IN_VM") == nullptr) GTEST_SKIP() << "readdresses veth0: only inside the rxe VM";
+  ASSERT_TRUE(rxe0HasIpv4Gid(1, std::chrono::seconds(5))) << "rxe0 has no GID for 10.0.0.1";
+  auto side = [](const Channel& channel, bool receiver) {
+    Peer peer;
+    CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
+    if (!receiver) {
+      moveVeth0Address(1, 3);
+      CHILD_EXPECT(rxe0HasIpv4Gid(3, std::chrono::seconds(10)), "rxe0 has no GID for 10.0.0.3 10 s after the move");
+    }
+    void *comm = nullptr, *listenComm = nullptr;
+    if (receiver) {
+      CHILD_CHECK(peer.acceptFrom(channel, 0, &comm, &listenComm));
+    } else {
+      CHILD_CHECK(peer.connectTo(channel, 0, &comm));
+    }
+    std::vector<unsigned char> buffer(65536);
+    for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = receiver ? 0 : patternByte(i, 3);
+    void* mh = nullptr;
+    CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
+    void* request = nullptr;
+    if (receiver) {
+      void* data = buffer.data();
+      size_t size = buffer.size();
+      int tag = 5;
+      CHILD_CHECK(peer.postRecv(comm, 1, &data, &size, &tag, &mh, &request));
+    } else {
+      CHILD_CHECK(peer.postSend(comm, buffer.data(), buffer.size(), 5, mh, &request));
+    }
+    int sizes[64] = {};
+    CHILD_CHECK(peer.wait(request, sizes));
+    if (receiver) {
+      size_t wrong = 0;
+      for (size_t i = 0; i < buffer.size(); ++i) wrong += buffer[i] != patternByte(i, 3) ? 1 : 0;
+      CHILD_EXPECT(sizes[0] == 65536 && wrong == 0, "received %d bytes, %zu of them wrong", sizes[0], wrong);
+    }
+    signalStep(channel);
+    CHILD_EXPECT(awaitStep(channel), "the peer did not finish");
+    CHILD_CHECK(peer.net->deregMr(comm, mh));
+    CHILD_CHECK(receiver ? peer.net->closeRecv(comm) : peer.net->closeSend(comm));
+    if (listenComm != nullptr) CHILD_CHECK(peer.net->closeListen(listenComm));
+    return 0;
+  };
+  PairResult r = runPair(
+      baseEnv("=rxe1"), [&](const Channel& c) { return side(c, true); }, baseEnv("=rxe0"),
+      [&](const Channel& c) { return side(c, false); }, std::chrono::seconds(60));
+  moveVeth0Address(3, 1);
+  EXPECT_TRUE(rxe0HasIpv4Gid(1, std::chrono::seconds(10))) << "rxe0 has no GID for 10.0.0.1 again";
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.first, 0) << "receiver";
+  EXPECT_EQ(r.second, 0) << "sender";
+}
+
 TEST(IbVerbs, ReceiverKilledMidTransferFailsSenderWithinBound) {
   REQUIRE_RXE(2);
   pid_t receiverPid = 0;
