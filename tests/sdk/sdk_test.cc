@@ -172,6 +172,25 @@ struct OverloadedNet : RecordingNet {
   static inline uint32_t lastOp = 0;
 };
 
+// Test double: the same in a final class, where no probe can derive from the class to find the name.
+struct FinalOverloadedNet final : RecordingNet {
+  static constexpr const char kName[] = "final-overloaded";
+  ncclResult_t getDeviceMr(void*, void*, void** dptrMhandle) {
+    *dptrMhandle = reinterpret_cast<void*>(0x61);
+    return ncclSuccess;
+  }
+  ncclResult_t getDeviceMr(void*, void*, void** dptrMhandle) const {
+    *dptrMhandle = reinterpret_cast<void*>(0x62);
+    return ncclSuccess;
+  }
+  template <class Handle>
+  ncclResult_t irecvConsumed(void*, int n, Handle*) {
+    consumed = n;
+    return ncclSuccess;
+  }
+  static inline int consumed = 0;
+};
+
 // Test double: says DMA-BUF without a regMrDmaBuf to register through.
 struct DmaBufWithoutRegistrationNet : RecordingNet {
   static constexpr const char kName[] = "dmabuf-no-reg";
@@ -880,6 +899,19 @@ TEST(Export, OptionalCallsDeclaredAsOverloadsOrTemplatesAreFound) {
   EXPECT_EQ(NetTables<OverloadedNet>::v12.irecvConsumed, nullptr) << "still NULL when not declared at all";
 }
 
+// In a final class too: the probe that finds overloads derives from the class, so they were exported as NULL.
+TEST(Export, OptionalOverloadsAndTemplatesOfAFinalClassAreFound) {
+  ASSERT_NE(NetTables<FinalOverloadedNet>::v12.getDeviceMr, nullptr);
+  void* dptr = nullptr;
+  EXPECT_EQ(NetTables<FinalOverloadedNet>::v12.getDeviceMr(reinterpret_cast<void*>(1), nullptr, &dptr), ncclSuccess);
+  EXPECT_EQ(dptr, reinterpret_cast<void*>(0x61));
+  ASSERT_NE(NetTables<FinalOverloadedNet>::v12.irecvConsumed, nullptr);
+  EXPECT_EQ(NetTables<FinalOverloadedNet>::v12.irecvConsumed(reinterpret_cast<void*>(1), 3, reinterpret_cast<void*>(2)),
+            ncclSuccess);
+  EXPECT_EQ(FinalOverloadedNet::consumed, 3);
+  EXPECT_EQ(NetTables<FinalOverloadedNet>::v12.setNetAttr, nullptr) << "still NULL when not declared at all";
+}
+
 TEST(Export, DmaBufWithoutRegMrDmaBufIsRefused) {
   sdk::setLogger(recordingLogger);
   logLines().clear();
@@ -1137,4 +1169,18 @@ TEST(Sysfs, PhysicalNicsResolveToAPciFunction) {
     ++checked;
   }
   if (checked == 0) GTEST_SKIP() << "no PCI network interface on this machine";
+}
+
+// A size above INT_MAX cannot be reported, so set() refuses it; but where the host asked for no sizes (a flush's
+// test passes NULL), there is nothing to report, and refusing failed the test() of a flush over 2 GiB.
+TEST(CompletedSizesTest, ASizeNobodyAskedForCannotOverflow) {
+  const size_t huge = size_t{3} << 30;
+  sdk::CompletedSizes none(nullptr);
+  EXPECT_TRUE(none.set(0, huge));
+  EXPECT_FALSE(none.overflowed());
+  int sizes[sdk::kMaxGroupedRecvs] = {};
+  sdk::CompletedSizes some(sizes);
+  EXPECT_FALSE(some.set(0, huge));
+  EXPECT_TRUE(some.overflowed());
+  EXPECT_EQ(some.overflowBytes(), huge);
 }

@@ -95,12 +95,13 @@ class CompletedSizes {
       badIndex_ = index;
       return false;
     }
+    if (sizes_ == nullptr) return true;  // no size asked for: none to overflow (a flush's test of > 2 GiB failed)
     if (bytes > static_cast<size_t>(INT_MAX)) {
       overflowIndex_ = index;
       overflowBytes_ = bytes;
       return false;
     }
-    if (sizes_ != nullptr) sizes_[index] = static_cast<int>(bytes);
+    sizes_[index] = static_cast<int>(bytes);
     return true;
   }
   bool badIndex(int* index) const {
@@ -126,7 +127,8 @@ namespace detail {
 // Whether the class declares a member of that name in any form. `&T::member` alone misses an overload set (a const
 // and a non-const getDeviceMr) and a member template, and the SDK would then export NULL or its own default without
 // a word. So a class derived from T and from one with a data member of the name is probed too: naming the member
-// there is ambiguous exactly when T has one (not possible for a final class, which only the first probe sees).
+// there is ambiguous exactly when T has one (not possible for a final class, which only the first probe sees; see
+// has_<member>_v below for what is done about that).
 // NOLINTBEGIN(bugprone-macro-parentheses): `member` is a name being declared; (member) would not declare it.
 #define NCCL_NET_SDK_DETECT(member)                                                                     \
   template <class T, class = void>                                                                      \
@@ -143,7 +145,7 @@ namespace detail {
   template <class T>                                                                                    \
   struct ambiguous_##member<T, std::void_t<decltype(&probe_##member<T>::member)>> : std::false_type {}; \
   template <class T>                                                                                    \
-  inline constexpr bool has_##member##_v =                                                              \
+  inline constexpr bool declared_##member##_v =                                                         \
       std::disjunction_v<address_##member<T>,                                                           \
                          std::conjunction<std::is_class<T>, std::negation<std::is_final<T>>, ambiguous_##member<T>>>;
 NCCL_NET_SDK_DETECT(regMrDmaBuf)
@@ -233,6 +235,43 @@ NCCL_NET_SDK_DETECT_CALL(iallgather)
 NCCL_NET_SDK_DETECT_CALL(ireducescatter)
 NCCL_NET_SDK_DETECT_CALL(closeColl)
 #undef NCCL_NET_SDK_DETECT_CALL
+
+// has_<member>_v: the class has that optional member, in any form. declared_<member>_v misses an overload set or a
+// member template in a final class (no probe can derive from it), which was then exported as NULL without a word; a
+// member callable with NCCL's own arguments (ncclNet's or ncclCollNet's, v12) counts too. A final class whose
+// overloads all take other arguments stays unseen: nothing can look into it.
+template <class T>
+inline constexpr bool has_regMrDmaBuf_v =
+    declared_regMrDmaBuf_v<T> ||
+    callable_regMrDmaBuf<T, TypeList<void(void*, void*, size_t, int, uint64_t, int, void**)>>::value;
+template <class T>
+inline constexpr bool has_iflush_v =
+    declared_iflush_v<T> || callable_iflush<T, TypeList<void(void*, int, void**, int*, void**, void**)>>::value ||
+    callable_iflush<T, TypeList<void(void*, void*, int, void*, void**)>>::value;
+template <class T>
+inline constexpr bool has_getDeviceMr_v =
+    declared_getDeviceMr_v<T> || callable_getDeviceMr<T, TypeList<void(void*, void*, void**)>>::value;
+template <class T>
+inline constexpr bool has_irecvConsumed_v =
+    declared_irecvConsumed_v<T> || callable_irecvConsumed<T, TypeList<void(void*, int, void*)>>::value;
+template <class T>
+inline constexpr bool has_makeVDevice_v =
+    declared_makeVDevice_v<T> || callable_makeVDevice<T, TypeList<void(int*, ncclNetVDeviceProps_v12_t*)>>::value;
+template <class T>
+inline constexpr bool has_finalize_v = declared_finalize_v<T> || callable_finalize<T, TypeList<void(void*)>>::value;
+template <class T>
+inline constexpr bool has_setNetAttr_v =
+    declared_setNetAttr_v<T> || callable_setNetAttr<T, TypeList<void(void*, ncclNetAttr_v12_t*)>>::value;
+template <class T>
+inline constexpr bool has_iallgather_v =
+    declared_iallgather_v<T> ||
+    callable_iallgather<
+        T, TypeList<void(void*, void*, int, ncclNetSGE_v12_t*, size_t, size_t, size_t, void*, void**)>>::value;
+template <class T>
+inline constexpr bool has_ireducescatter_v =
+    declared_ireducescatter_v<T> ||
+    callable_ireducescatter<T, TypeList<void(void*, int, ncclNetSGE_v12_t*, void*, size_t, size_t, size_t,
+                                             ncclDataType_t, ncclRedOp_t, void*, void**)>>::value;
 
 template <class T, class = void>
 struct has_kName : std::false_type {};
