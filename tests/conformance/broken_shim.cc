@@ -499,6 +499,18 @@ constexpr int kAdvertisedRecvs = 16, kHandledRecvs = 8;
 #if defined(NNS_BUG_PROPERTIES_REFUSED) || defined(NNS_BUG_CONNECT_FAILS)
 ncclDebugLogger_t gLogger = nullptr;
 #endif
+#ifdef NNS_BUG_CHUNKS_SWAPPED
+// A receive of 8 KiB or more completes with its first two 4 KiB chunks in each other's place (a NIC or a
+// reassembly that put two segments back in the wrong order): sizes, completions and every byte's value are right,
+// only where they landed is not. A data pattern that repeats within 4 KiB cannot see it.
+struct SwapTarget {
+  int n = 0;
+  void* data[8] = {};
+  size_t sizes[8] = {};
+};
+std::mutex gSwapMutex;
+std::map<void*, SwapTarget> gSwapTargets;  // by request
+#endif
 #ifdef NNS_BUG_GROUPED_TRUNCATION
 // Grouped receives (n > 1) land in bounce buffers of at least 1 MiB, and test copies into the caller's buffers what
 // fits and reports that as the size: a message larger than its buffer is cut to fit and completes (a size check
@@ -1289,6 +1301,15 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
   return pooledResult;
 #endif
   ncclResult_t result = real()->irecv(comm, n, data, sizes, tags, mhandles, phandles, request);
+#ifdef NNS_BUG_CHUNKS_SWAPPED
+  if (result == ncclSuccess && *request != nullptr && n >= 1 && n <= 8) {
+    SwapTarget target;
+    target.n = n;
+    for (int i = 0; i < n; ++i) target.data[i] = data[i], target.sizes[i] = sizes[i];
+    std::lock_guard<std::mutex> lock(gSwapMutex);
+    gSwapTargets[*request] = target;
+  }
+#endif
 #ifdef NNS_BUG_LIMITED_REQUESTS
   if (result == ncclSuccess && *request != nullptr) gPendingRecvs.insert(*request);
 #endif
@@ -1425,6 +1446,23 @@ ncclResult_t test(void* request, int* done, int* sizes) {
   }
 #endif
   ncclResult_t result = real()->test(request, done, sizes);
+#ifdef NNS_BUG_CHUNKS_SWAPPED
+  if (result != ncclSuccess || *done) {
+    SwapTarget target;
+    {
+      std::lock_guard<std::mutex> lock(gSwapMutex);
+      if (auto found = gSwapTargets.find(request); found != gSwapTargets.end()) {
+        target = found->second;
+        gSwapTargets.erase(found);
+      }
+    }
+    for (int i = 0; result == ncclSuccess && sizes != nullptr && i < target.n; ++i) {
+      if (sizes[i] < 8192 || static_cast<size_t>(sizes[i]) > target.sizes[i]) continue;
+      auto* bytes = static_cast<unsigned char*>(target.data[i]);
+      std::swap_ranges(bytes, bytes + 4096, bytes + 4096);
+    }
+  }
+#endif
 #ifdef NNS_BUG_GROUPED_TRUNCATION
   if (result != ncclSuccess || *done) {
     std::unique_ptr<Bounced> bounced;

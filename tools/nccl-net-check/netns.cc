@@ -130,6 +130,7 @@ bool NetnsPair::create(std::string* error, bool* unsupported) {
   }
   std::snprintf(gIpPath, sizeof(gIpPath), "%s", ip.c_str());
   created_ = true;  // from the first command on, remove() cleans up whatever exists
+  creator_ = getpid();
   std::snprintf(gLiveNamespaces[0], sizeof(gLiveNamespaces[0]), "%s", nsA_.c_str());
   std::snprintf(gLiveNamespaces[1], sizeof(gLiveNamespaces[1]), "%s", nsB_.c_str());
   const std::string a = std::string(kListenerAddress) + "/24", b = std::string(kPeerAddress) + "/24";
@@ -156,7 +157,7 @@ bool NetnsPair::create(std::string* error, bool* unsupported) {
 }
 
 void NetnsPair::remove() {
-  if (!created_) return;
+  if (!created_ || getpid() != creator_) return;
   created_ = false;
   std::string ignored;
   // Deleting a namespace deletes the veth end inside it, and with it the pair. A namespace that was never made

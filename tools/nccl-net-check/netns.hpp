@@ -36,6 +36,7 @@ class NetnsPair {
  private:
   std::string nsA_, nsB_, ifA_, ifB_, prefix_;
   bool created_ = false;
+  int creator_ = 0;  // the pid that made them: a forked copy of the object (a rule's process) removes nothing
 };
 
 // Moves the calling process (single-threaded) into the named namespace (/var/run/netns/NAME).

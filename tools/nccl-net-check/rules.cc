@@ -217,15 +217,31 @@ struct Context {
 };
 
 // ---- building blocks -------------------------------------------------------------------------------------------
+// A message's bytes: each 8-byte word a hash of the whole seed and the word's offset, so no stretch of a message
+// equals another stretch of it or of another message. The pattern before this one kept 8 bits of index * constant
+// ^ seed and repeated every 256 bytes: a plugin delivering 4 KiB chunks in the wrong order, or message m's data for
+// message m + 256, passed every data check.
+uint64_t patternWord(size_t word, uint64_t seed) {
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull + word + 0x632be59bd9b4e019ull;  // splitmix64's finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 unsigned char patternByte(size_t index, uint64_t seed) {
-  return static_cast<unsigned char>((index * 2654435761u) ^ seed);
+  return static_cast<unsigned char>(patternWord(index / 8, seed) >> (8 * (index % 8)));
 }
 void fill(std::vector<unsigned char>& buffer, size_t bytes, uint64_t seed) {
-  for (size_t i = 0; i < bytes; ++i) buffer[i] = patternByte(i, seed);
+  for (size_t at = 0; at < bytes; at += 8) {
+    const uint64_t word = patternWord(at / 8, seed);
+    for (size_t k = 0; k < 8 && at + k < bytes; ++k) buffer[at + k] = static_cast<unsigned char>(word >> (8 * k));
+  }
 }
 long firstMismatch(const std::vector<unsigned char>& buffer, size_t bytes, uint64_t seed) {
-  for (size_t i = 0; i < bytes; ++i)
-    if (buffer[i] != patternByte(i, seed)) return static_cast<long>(i);
+  for (size_t at = 0; at < bytes; at += 8) {
+    const uint64_t word = patternWord(at / 8, seed);
+    for (size_t k = 0; k < 8 && at + k < bytes; ++k)
+      if (buffer[at + k] != static_cast<unsigned char>(word >> (8 * k))) return static_cast<long>(at + k);
+  }
   return -1;
 }
 
@@ -484,6 +500,7 @@ ncclResult_t waitDoneWatchingPeer(Context& c, void* request, int* size, double s
 }
 
 constexpr int kPeerNetnsFailed = 50, kPeerReopenFailed = 51;  // 52-54: kPeerCloseFailed and the like, above
+constexpr int kPeerHarnessFault = 55;                         // an exception in the harness's own code
 
 // With --netns, turns the forked peer into a host of its own: it enters the peer namespace and swaps `c` (its copy
 // of the rule's context) for a fresh instance of the plugin, through the same ABI version, initialised there.
@@ -528,7 +545,15 @@ pid_t startPeer(Context& c, const std::function<int()>& body) {
       int code = becomeNetnsPeer(c);
       if (code != 0) _exit(code);
     }
-    int code = body();
+    int code = kPeerHarnessFault;
+    // An exception must not unwind into the harness's main in this copy of it (its destructors would remove the
+    // run's network namespaces and its error would read as the plugin's exit).
+    try {
+      code = body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "nccl-net-check: peer: the harness failed (not the plugin): %s\n", e.what());
+      _exit(kPeerHarnessFault);
+    }
     if (code == 0 && !gContractProblem.empty()) {
       std::fprintf(stderr, "nccl-net-check: peer: %s\n", gContractProblem.c_str());
       code = gContractCode;
@@ -784,6 +809,7 @@ std::string peerText(int code) {
   if (code > kPeerConnectFailed && code <= kPeerConnectFailed + static_cast<int>(ncclNumResults))
     return "peer: connect returned " + resultText(static_cast<ncclResult_t>(code - kPeerConnectFailed));
   if (code == kPeerNetnsFailed) return "peer: could not enter its network namespace";
+  if (code == kPeerHarnessFault) return "peer: the harness itself failed there (its stderr says how), not the plugin";
   if (code == kPeerReopenFailed) return "peer: the plugin did not load or init in the peer's network namespace";
   if (code == kPeerCloseFailed)
     return "peer: a close (closeSend, closeListen) returned an error with no call failed before it (NCCL fails the "
@@ -1140,7 +1166,8 @@ Verdict nullRequestMeansRetry(Context& c) {
   // accepted send carries k, and so does every refused attempt before it), and the receiver checks them in order: a
   // plugin that queued or sent a message and still answered NULL sends it twice once the host retries, which
   // identical messages hid.
-  const int kLimit = NCCL_NET_MAX_REQUESTS * std::max(1, c.props.maxRecvs);
+  // maxRecvs as properties-sane bounds it (1..64): a garbage one overflowed the sizes below.
+  const int kLimit = NCCL_NET_MAX_REQUESTS * std::clamp(c.props.maxRecvs, 1, 64);
   constexpr int kMore = 4;
   constexpr int kRetrySeconds = 10;  // a posted receive must let a refused send through well within this
   Pair pair;
@@ -1503,8 +1530,10 @@ Verdict truncationIsAnError(Context& c) {
   // process died in a later free without a verdict).
   constexpr size_t kGuard = 64;
   std::string evidence;
+  int ran = 0;
   for (const Case& k : cases) {
     if (k.sent > c.props.maxP2pBytes || k.capacity == 0) {
+      if (k.capacity == 0) continue;  // maxP2pBytes 0 or 1: no message smaller than it to send
       evidence += (evidence.empty() ? "" : ", ") + std::to_string(k.sent) + " into " + std::to_string(k.capacity) +
                   ": not run (maxP2pBytes " + std::to_string(c.props.maxP2pBytes) + ")";
       continue;
@@ -1530,6 +1559,7 @@ Verdict truncationIsAnError(Context& c) {
             },
             &why))
       return fail("%s", why.c_str());
+    ++ran;
     std::vector<unsigned char> small(k.sent + kGuard, 0);
     void* data = small.data();
     size_t size = k.capacity;
@@ -1567,6 +1597,9 @@ Verdict truncationIsAnError(Context& c) {
                 (k.late ? " posted after it was sent" : "") + ": " +
                 (senderRefused ? "the sender's isend or test returned " : "") + resultText(result);
   }
+  if (ran == 0)
+    return skip("maxP2pBytes " + std::to_string(c.props.maxP2pBytes) +
+                " leaves no message larger than a receive buffer to send");
   if (c.props.maxRecvs >= 2) {
     Verdict v = truncationTakenAside(c, &evidence);
     if (v.status != Status::kPass) return v;
@@ -2969,11 +3002,18 @@ Verdict closeWithRequestsInFlight(Context& c) {
               "alive, posting none) returned, no crash");
 }
 
+// The message a peer dies in the middle of: 256 MiB, or the largest the device takes where that is less (a fixed
+// 256 MiB made both peer-death rules a SKIP for any plugin with a smaller maxP2pBytes).
+constexpr size_t kPeerDeathFullBytes = 256u << 20;
+size_t peerDeathBytes() {
+  return gLargestMessage > 0 ? std::min(kPeerDeathFullBytes, gLargestMessage) : kPeerDeathFullBytes;
+}
+
 Verdict peerDeathIsAnError(Context& c) {
   // The sender is killed with the receive pending, twice: once after posting a large message (it stops itself at
   // once, so the transfer is surely unfinished), once before posting anything (a plugin that watches for death only
   // while a message is arriving never notices). Each time the pending receive must fail (not complete, not hang).
-  constexpr size_t kBytes = 256u << 20;
+  const size_t bytes = peerDeathBytes();
   std::string evidence;
   for (bool postsFirst : {true, false}) {
     Pair pair;
@@ -2982,7 +3022,7 @@ Verdict peerDeathIsAnError(Context& c) {
             c, pair,
             [&](void* comm) {
               if (postsFirst) {
-                static std::vector<unsigned char> big(kBytes, 1);
+                static std::vector<unsigned char> big(bytes, 1);
                 void* mhandle = registerBuffer(c, comm, big.data(), big.size());
                 void* request = nullptr;
                 postSend(c, comm, big.data(), big.size(), 1, mhandle, &request);
@@ -2993,7 +3033,7 @@ Verdict peerDeathIsAnError(Context& c) {
             },
             &why))
       return fail("%s", why.c_str());
-    std::vector<unsigned char> big(kBytes);
+    std::vector<unsigned char> big(bytes);
     void* data = big.data();
     size_t size = big.size();
     int tag = 1;
@@ -3020,7 +3060,7 @@ Verdict peerDeathIsAnError(Context& c) {
     // A path that moves the whole message at isend (a single copy into the receiver, an RDMA write that goes on
     // while the sending process is stopped) may have delivered it before the kill: every byte right is no failure,
     // and the case with nothing sent carries the verdict.
-    if (result == ncclSuccess && postsFirst && got == static_cast<int>(kBytes) &&
+    if (result == ncclSuccess && postsFirst && got == static_cast<int>(bytes) &&
         std::all_of(big.begin(), big.end(), [](unsigned char b) { return b == 1; })) {
       evidence += (evidence.empty() ? "" : "; ") + std::string(
                                                        "the message was delivered in full before the sender "
@@ -3028,7 +3068,7 @@ Verdict peerDeathIsAnError(Context& c) {
       continue;
     }
     if (result == ncclSuccess)
-      return fail("a %zu-byte receive completed (size %d) although the sender was killed %s", kBytes, got, when);
+      return fail("a %zu-byte receive completed (size %d) although the sender was killed %s", bytes, got, when);
     if (result == ncclTimeout)
       return fail(
           "test still said 'not done' %d s after the peer's death (killed %s), never an error: the receive "
@@ -3045,10 +3085,10 @@ Verdict peerDeathIsAnError(Context& c) {
 Verdict receiverDeathIsAnError(Context& c) {
   // The other side of peer-death-is-an-error: the receiver dies before it posts a receive, while the sender has a
   // message it cannot deliver. Here the peer listens and accepts (the usual roles reversed) and stops itself; this
-  // process connects and keeps posting a 256 MiB send (isend, then test) for 0.2 s, kills the peer, and goes on.
-  // isend or test must return an error within --peer-death-timeout. A receiver-driven plugin answers isend with
-  // NULL until the receiver's ready-to-receive arrives, and NCCL retries it for ever: nothing else will tell it.
-  constexpr size_t kBytes = 256u << 20;
+  // process connects and keeps posting a 256 MiB send (or maxP2pBytes) (isend, then test) for 0.2 s, kills the peer,
+  // and goes on. isend or test must return an error within --peer-death-timeout. A receiver-driven plugin answers isend
+  // with NULL until the receiver's ready-to-receive arrives, and NCCL retries it for ever: nothing else will tell it.
+  const size_t bytes = peerDeathBytes();
   int handlePipe[2];
   if (pipe(handlePipe) != 0) return fail("pipe failed");
   pid_t peer = startPeer(c, [&]() {
@@ -3104,12 +3144,13 @@ Verdict receiverDeathIsAnError(Context& c) {
     closeSendComm(c, sendComm);
     return fail("the peer's accept did not complete within 20 s");
   }
-  std::vector<unsigned char> big(kBytes, 1);
+  std::vector<unsigned char> big(bytes, 1);
   void* mhandle = registerBuffer(c, sendComm, big.data(), big.size());
   void* request = nullptr;
   auto start = Clock::now();
   Clock::time_point killed{};
-  int isends = 0, tests = 0;
+  int isends = 0, tests = 0, completed = 0;
+  bool lastCompleted = false;
   Verdict verdict = pass("");
   for (;;) {
     ncclResult_t result;
@@ -3139,13 +3180,26 @@ Verdict receiverDeathIsAnError(Context& c) {
                       : pass(text);
       break;
     }
+    lastCompleted = done != 0;
     if (done) {
-      verdict = fail("a %zu-byte send completed (size %d) although its receiver never posted a receive%s", kBytes, size,
-                     alive ? "" : " and was killed");
-      break;
+      // A message the device caps below 256 MiB may complete eagerly (buffered on its way, as small messages are):
+      // the next one is posted, and sends must start failing once the receiver is dead.
+      if (bytes < kPeerDeathFullBytes) {
+        ++completed;
+        request = nullptr;
+      } else {
+        verdict = fail("a %zu-byte send completed (size %d) although its receiver never posted a receive%s", bytes,
+                       size, alive ? "" : " and was killed");
+        break;
+      }
     }
     if (!alive && since > gPeerDeathSeconds) {
-      if (request == nullptr) {
+      if (lastCompleted) {
+        verdict = fail(
+            "sends of %zu bytes still completed %d s after the receiver's death (%d completed in all, none "
+            "received), never an error: what NCCL sends to a dead rank is lost without a word",
+            bytes, gPeerDeathSeconds, completed);
+      } else if (request == nullptr) {
         verdict = fail(
             "isend still answered NULL ('not yet') %d s after the receiver's death (%d calls), never an "
             "error: NCCL would retry it for ever",
@@ -4154,7 +4208,13 @@ const std::vector<Rule>& rules() {
           mmap(nullptr, sizeof(std::atomic<size_t>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
       shared != MAP_FAILED)
     gOversized = new (shared) std::atomic<size_t>(0);
-  Verdict verdict = rule.run(c);
+  // As in startPeer: an exception stays in this process, as the harness's own failure.
+  Verdict verdict{Status::kFail, ""};
+  try {
+    verdict = rule.run(c);
+  } catch (const std::exception& e) {
+    writeVerdict(fail("the harness itself failed in this rule (not the plugin): %s", e.what()));
+  }
   CALL("finalize", net->finalize(c.ctx));
   verdict = sizedVerdict(verdict);
   if (verdict.status == Status::kPass && !gLeftOut.empty()) verdict.evidence += " (" + gLeftOut + ")";
