@@ -499,6 +499,24 @@ constexpr int kAdvertisedRecvs = 16, kHandledRecvs = 8;
 #if defined(NNS_BUG_PROPERTIES_REFUSED) || defined(NNS_BUG_CONNECT_FAILS)
 ncclDebugLogger_t gLogger = nullptr;
 #endif
+#ifdef NNS_BUG_HANDLE_INDEX_ONLY
+// The handle NCCL ships carries only a slot number in a table of this process's, which keeps the real one (a plugin
+// that put a pointer to its listen state in the handle): it connects from this process and its forks, from no other.
+constexpr uint32_t kIndexMagic = 0x1d0c5107;
+std::mutex gHandleTableMutex;
+std::vector<std::vector<unsigned char>> gHandleTable;  // by slot: the real plugin's handle
+// The connector's copy of the real handle, per shipped handle (the real plugin may keep connect state in it).
+std::map<void*, std::vector<unsigned char>> gConnectHandles;
+void* realHandleOf(void* shipped) {
+  std::lock_guard<std::mutex> lock(gHandleTableMutex);
+  if (auto found = gConnectHandles.find(shipped); found != gConnectHandles.end()) return found->second.data();
+  uint32_t magic = 0, slot = 0;
+  std::memcpy(&magic, shipped, sizeof(magic));
+  std::memcpy(&slot, static_cast<char*>(shipped) + 4, sizeof(slot));
+  if (magic != kIndexMagic || slot >= gHandleTable.size()) return nullptr;
+  return (gConnectHandles[shipped] = gHandleTable[slot]).data();
+}
+#endif
 #ifdef NNS_BUG_CHUNKS_SWAPPED
 // A receive of 8 KiB or more completes with its first two 4 KiB chunks in each other's place (a NIC or a
 // reassembly that put two segments back in the wrong order): sizes, completions and every byte's value are right,
@@ -726,6 +744,17 @@ ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) {
   handle = own;
 #endif
   ncclResult_t result = real()->listen(ctx, dev, handle, listenComm);
+#ifdef NNS_BUG_HANDLE_INDEX_ONLY
+  if (result == ncclSuccess) {
+    std::lock_guard<std::mutex> lock(gHandleTableMutex);
+    auto* bytes = static_cast<unsigned char*>(handle);
+    gHandleTable.emplace_back(bytes, bytes + NCCL_NET_HANDLE_MAXSIZE);
+    const auto slot = static_cast<uint32_t>(gHandleTable.size() - 1);
+    std::memset(bytes, 0, NCCL_NET_HANDLE_MAXSIZE);
+    std::memcpy(bytes, &kIndexMagic, sizeof(kIndexMagic));
+    std::memcpy(bytes + 4, &slot, sizeof(slot));
+  }
+#endif
 #ifdef NNS_BUG_HANDLE_OVERFLOW
   std::memset(static_cast<char*>(handle) + NCCL_NET_HANDLE_MAXSIZE, 0x42, 16);  // 144-byte handle
 #endif
@@ -764,6 +793,13 @@ std::atomic<bool> gConnected{false};  // this process made a send comm: it is th
 ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t** devComm) {
 #ifdef NNS_VDEVICES
   dev = physicalDevice(dev);
+#endif
+#ifdef NNS_BUG_HANDLE_INDEX_ONLY
+  handle = realHandleOf(handle);
+  if (handle == nullptr) {
+    std::fprintf(stderr, "WARN %s: connect: the handle names no listener of this process\n", NNS_BUG_NAME);
+    return ncclInvalidArgument;
+  }
 #endif
 #ifdef NNS_BUG_CONNECT_FAILS
   // listen wrote a raw address where connect expects its own encoding (or the two disagree about the handle's

@@ -616,6 +616,12 @@ int runTool(int argc, char** argv) {
                    {"address", nns::check::NetnsPair::kPeerAddress}}},
                  {"NCCL_SOCKET_IFNAME", std::getenv("NCCL_SOCKET_IFNAME")},
                  {"NNS_SOCKET_IFNAME", std::getenv("NNS_SOCKET_IFNAME")}};
+  } else {
+    // handle-is-self-contained's peer opens this copy: a second instance of the plugin.
+    std::string error;
+    options.peerLibrary = copyPluginForPeers(filePath, &error);
+    if (options.peerLibrary.empty())
+      std::fprintf(stderr, "nccl-net-check: no second instance for handle-is-self-contained: %s\n", error.c_str());
   }
 
   if (!asJson) std::printf("nccl-net-check: %s (%s) through ncclNet_v%d\n", name.c_str(), path.c_str(), version);

@@ -53,7 +53,11 @@ int gPeerDeathSeconds = 30;  // how long a pending test may take to notice a dea
 int gTransferWaitSeconds = 30;
 int gRuleSeconds = 60;   // --rule-timeout: a rule that runs long may stop itself a little before, saying how far it got
 std::string gPeerNetns;  // --netns: the namespace peers enter
-std::string gPeerLibrary;  // --netns: the copy of the plugin peers open
+std::string
+    gPeerLibrary;  // the copy of the plugin peers open: every peer's with --netns, else handle-is-self-contained's
+// Set by handle-is-self-contained: its peer opens gPeerLibrary, a second instance of the plugin, as --netns's peers
+// do, instead of going on with the instance of the rule process it was forked from.
+bool gFreshPeer = false;
 // --netns: the vNIC the rule made (virtual-devices), which a peer opening its own copy of the plugin makes again
 // before it uses the rule's device, as every NCCL process fuses its own NICs.
 bool gMadeVirtualDevice = false;
@@ -504,9 +508,9 @@ constexpr int kPeerHarnessFault = 55;                         // an exception in
 
 // With --netns, turns the forked peer into a host of its own: it enters the peer namespace and swaps `c` (its copy
 // of the rule's context) for a fresh instance of the plugin, through the same ABI version, initialised there.
-int becomeNetnsPeer(Context& c) {
+int becomeFreshPeer(Context& c) {
   std::string error;
-  if (!enterNetns(gPeerNetns, &error)) {
+  if (!gPeerNetns.empty() && !enterNetns(gPeerNetns, &error)) {
     std::fprintf(stderr, "nccl-net-check peer: %s\n", error.c_str());
     return kPeerNetnsFailed;
   }
@@ -518,7 +522,8 @@ int becomeNetnsPeer(Context& c) {
   if (net == nullptr || CALL("init", net->init(&ctx, 0x6e6e73, nullptr, nullptr, nullptr)) != ncclSuccess ||
       (gMadeVirtualDevice && (CALL("makeVDevice", net->makeVDevice(&made, &fused)) != ncclSuccess || made != c.dev)) ||
       CALL("getProperties", net->getProperties(c.dev, &props)) != ncclSuccess) {
-    std::fprintf(stderr, "nccl-net-check peer: %s in namespace %s: %s\n", gPeerLibrary.c_str(), gPeerNetns.c_str(),
+    std::fprintf(stderr, "nccl-net-check peer: %s%s%s: %s\n", gPeerLibrary.c_str(),
+                 gPeerNetns.empty() ? "" : " in namespace ", gPeerNetns.c_str(),
                  net == nullptr ? error.c_str() : "init, makeVDevice or getProperties failed");
     return kPeerReopenFailed;
   }
@@ -541,8 +546,8 @@ pid_t startPeer(Context& c, const std::function<int()>& body) {
       gMyNote = &gCallNotes[1];
       noteCall(nullptr, false);
     }
-    if (!gPeerNetns.empty()) {
-      int code = becomeNetnsPeer(c);
+    if (!gPeerNetns.empty() || gFreshPeer) {
+      int code = becomeFreshPeer(c);
       if (code != 0) _exit(code);
     }
     int code = kPeerHarnessFault;
@@ -3990,6 +3995,27 @@ Verdict virtualDevices(Context& c) {
   return pass(text);
 }
 
+Verdict handleIsSelfContained(Context& c) {
+  // Every other rule's peer (without --netns) is forked from the rule process after its listen and so shares the
+  // listener's plugin state: a handle that only names something of the listener's process (a pointer, a slot in a
+  // table of its own) connects there, and from no other process. NCCL ships the handle to another process, usually
+  // on another host. Here the connector is a second instance of the plugin (a copy of its file, opened afresh), which
+  // shares nothing with the listener but the handle's bytes.
+  if (gPeerLibrary.empty())
+    return skip("no copy of the plugin could be made to open as a second instance (the run's first lines say why)");
+  gFreshPeer = true;
+  Verdict v = transferChecked(c, {{3, 0x5300}, {70000, 0x5301}}, 70000);
+  gFreshPeer = false;
+  if (v.status != Status::kPass)
+    return fail(
+        "with a second instance of the plugin connecting (it shares nothing with the listener but the "
+        "handle): %s",
+        v.evidence.c_str());
+  return pass(
+      "a second instance of the plugin (a copy of its file) connected with the handle alone and moved 2 checked "
+      "messages (3 B, 70000 B)");
+}
+
 Verdict foreignHandleIsAnError(Context& c) {
   // Ranks that loaded different plugins, or versions of one, exchange handles the other cannot read, and NCCL hands
   // them to connect as they are. The plainest foreign handle, 128 zero bytes (no magic, no address; a plugin keeping
@@ -4142,6 +4168,10 @@ const std::vector<Rule>& rules() {
         "devices(), listing its parts in vProps under a name of its own, and moves data; a vNIC of no devices or of "
         "a missing one is refused"},
        virtualDevices},
+      {{"handle-is-self-contained",
+        "a second instance of the plugin, sharing nothing with the listener but the handle, connects with it and "
+        "moves data"},
+       handleIsSelfContained},
       {{"foreign-handle-is-an-error",
         "connect with a handle of 128 zero bytes returns an error promptly, never a "
         "comm"},
