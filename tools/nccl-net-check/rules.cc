@@ -3249,6 +3249,19 @@ Verdict everyVersionAgrees(Context& c) {
           version, name.c_str(), p.speed, p.ptrSupport, p.maxComms, p.maxRecvs, static_cast<unsigned long long>(p.guid),
           c.net->version(), newestName.c_str(), c.props.speed, c.props.ptrSupport, c.props.maxComms, c.props.maxRecvs,
           static_cast<unsigned long long>(c.props.guid));
+    // What NCCL places and tunes the NIC by (its PCI path in the topology, its port and latency), and from v8 on
+    // whether a registration serves every comm: a table kept by hand for an old version drifts there as well.
+    const std::string pciPath = core::printable(p.pciPath), newestPciPath = core::printable(c.props.pciPath);
+    const bool bothHaveRegIsGlobal = version >= 8 && c.net->version() >= 8;
+    if (pciPath != newestPciPath || p.port != c.props.port || !(p.latency == c.props.latency) ||
+        (bothHaveRegIsGlobal && p.regIsGlobal != c.props.regIsGlobal))
+      return fail(
+          "ncclNet_v%d reports pciPath %s port %d latency %g regIsGlobal %s, v%d reports pciPath %s port %d latency %g "
+          "regIsGlobal %s",
+          version, pciPath.c_str(), p.port, static_cast<double>(p.latency),
+          bothHaveRegIsGlobal ? std::to_string(p.regIsGlobal).c_str() : "-", c.net->version(), newestPciPath.c_str(),
+          c.props.port, static_cast<double>(c.props.latency),
+          bothHaveRegIsGlobal ? std::to_string(c.props.regIsGlobal).c_str() : "-");
     if (std::strcmp(net->name(), c.net->name()) != 0)
       return fail("ncclNet_v%d is named %s, not %s", version, core::printable(net->name()).c_str(),
                   core::printable(c.net->name()).c_str());
