@@ -202,6 +202,31 @@ if ! [[ "$header" =~ ^"# rank 0's net device 0 (lo, "[0-9]+" Mbps); NCCL_SOCKET_
   failures=$((failures + 1))
 fi
 
+# Set but empty is no interface named (the socket plugin would take its default): nccl-net-run sets lo then too.
+header=$(NCCL_SOCKET_IFNAME= timeout 60 "$bin/nccl-net-run" -n 2 --timeout 50 "$bin/nccl-net-bench" allreduce -b 8 \
+           -e 8 -n 1 -w 0 | grep "^# rank 0's net")
+if ! [[ "$header" =~ ^"# rank 0's net device 0 (lo, "[0-9]+" Mbps); NCCL_SOCKET_IFNAME=lo"$ ]]; then
+  echo "FAILED: with NCCL_SOCKET_IFNAME set but empty, the net device's header line: '$header'"
+  failures=$((failures + 1))
+fi
+
+# nccl-net-run's long options take --name=VALUE too (it was "not an option"); a flag without a value refuses one.
+rows=$(timeout 60 "$bin/nccl-net-run" --ranks=2 --timeout=30 "$bin/nccl-net-bench" allreduce -p minimal -b 8 -e 8 \
+         -n 1 -w 0 | grep -cE '^ +8 ')
+if [ "$rows" != 1 ]; then
+  echo "FAILED: nccl-net-run --ranks=2 --timeout=30 gave $rows rows of 8 B (expected 1)"
+  failures=$((failures + 1))
+fi
+for args in "--ranks=0 true:--ranks 0: a rank count" "--ranks= true:--ranks : a rank count" \
+            "-n 1 --report-bindings=yes true:--report-bindings takes no value"; do
+  out=$(timeout 20 "$bin/nccl-net-run" ${args%%:*} 2>&1)
+  status=$?
+  if [ "$status" != 2 ] || ! grep -qF -- "${args#*:}" <<<"$out"; then
+    echo "FAILED: nccl-net-run ${args%%:*} gave status $status and: $out (expected status 2 saying '${args#*:}')"
+    failures=$((failures + 1))
+  fi
+done
+
 # -a says whose time the column is: the slowest rank's unless asked (the references report that), nccl-tests' other
 # three on request.
 for a in "":"the slowest rank's (-a 3)" "-a 0":"rank 0's (-a 0)" "-a 1":"the average of the ranks' (-a 1)" \

@@ -169,7 +169,7 @@ void usage(const char* self, FILE* out) {
       "usage: %s -n RANKS (or -nRANKS) [--timeout SECONDS] [--kill-after SECONDS] [--bind-to spread|none]\n"
       "       [--report-bindings] [--] COMMAND [ARGS...]   (or --version)\n"
       "  COMMAND: a path, or a name looked up on PATH, then beside nccl-net-run (the project's tools)\n"
-      "  --: ends the options (a command that starts with '-')\n"
+      "  --: ends the options (a command that starts with '-'); long options take --name VALUE or --name=VALUE\n"
       "  --timeout: kill every rank after this long (0, the default: no limit)\n"
       "  --kill-after: when a rank fails or the launcher gets SIGTERM, SIGINT, SIGHUP, SIGQUIT or SIGALRM,\n"
       "    the ranks get SIGTERM (or that signal), then SIGKILL this long after (default %d s)\n"
@@ -178,7 +178,8 @@ void usage(const char* self, FILE* out) {
       "    topology, when there are at least as many CPUs as ranks; none: ranks are not bound\n"
       "  --report-bindings: print each rank's CPUs (or why the ranks are not bound) before starting them\n"
       "  Each rank gets NNS_RANK, NNS_WORLD_SIZE, NNS_LOCAL_RANK, NNS_ROOT_ADDR, NNS_JOB_ID and NNS_LAUNCHER,\n"
-      "  and NCCL_SOCKET_IFNAME=lo unless it is set: the ranks share this host, so the socket plugin runs\n"
+      "  and NCCL_SOCKET_IFNAME=lo unless it is set and not empty: the ranks share this host, so the socket plugin "
+      "runs\n"
       "  over loopback (set NCCL_SOCKET_IFNAME to measure an interface)\n",
       self, kDefaultKillAfterSeconds);
 }
@@ -271,6 +272,20 @@ int runTool(int argc, char** argv) {
   int first = 1;
   while (first < argc && argv[first][0] == '-') {
     std::string flag = argv[first];
+    // --ranks=4 as well as --ranks 4 (GNU style): the value is then this argument's, and one argument is used.
+    std::string attached;
+    const bool hasAttached = flag.size() > 2 && flag.compare(0, 2, "--") == 0 && flag.find('=') != std::string::npos;
+    if (hasAttached) {
+      attached = flag.substr(flag.find('=') + 1);
+      flag.resize(flag.find('='));
+    }
+    const bool hasValue = hasAttached || first + 1 < argc;
+    const char* value = hasAttached ? attached.c_str() : first + 1 < argc ? argv[first + 1] : "";
+    const int used = hasAttached ? 1 : 2;
+    if (hasAttached && (flag == "--help" || flag == "--version" || flag == "--report-bindings")) {
+      std::fprintf(stderr, "nccl-net-run: %s takes no value (--help lists the options)\n", flag.c_str());
+      return 2;
+    }
     if (flag == "-h" || flag == "--help") {
       usage(argv[0], stdout);
       return 0;
@@ -286,33 +301,32 @@ int runTool(int argc, char** argv) {
         return 2;
       }
       ++first;
-    } else if ((flag == "-n" || flag == "--ranks") && first + 1 < argc) {
-      if (!parseCount(argv[first + 1], 1, kMaxRanks, &ranks)) {
-        std::fprintf(stderr, "nccl-net-run: %s %s: a rank count from 1 to %d\n", flag.c_str(), argv[first + 1],
-                     kMaxRanks);
+    } else if ((flag == "-n" || flag == "--ranks") && hasValue) {
+      if (!parseCount(value, 1, kMaxRanks, &ranks)) {
+        std::fprintf(stderr, "nccl-net-run: %s %s: a rank count from 1 to %d\n", flag.c_str(), value, kMaxRanks);
         return 2;
       }
-      first += 2;
-    } else if (flag == "--timeout" && first + 1 < argc) {
-      if (!parseCount(argv[first + 1], 0, 1000000, &timeoutSeconds)) {
-        std::fprintf(stderr, "nccl-net-run: --timeout %s: whole seconds (0: none)\n", argv[first + 1]);
+      first += used;
+    } else if (flag == "--timeout" && hasValue) {
+      if (!parseCount(value, 0, 1000000, &timeoutSeconds)) {
+        std::fprintf(stderr, "nccl-net-run: --timeout %s: whole seconds (0: none)\n", value);
         return 2;
       }
-      first += 2;
-    } else if (flag == "--kill-after" && first + 1 < argc) {
-      if (!parseCount(argv[first + 1], 0, 1000000, &killAfterSeconds)) {
-        std::fprintf(stderr, "nccl-net-run: --kill-after %s: whole seconds (0: SIGKILL at once)\n", argv[first + 1]);
+      first += used;
+    } else if (flag == "--kill-after" && hasValue) {
+      if (!parseCount(value, 0, 1000000, &killAfterSeconds)) {
+        std::fprintf(stderr, "nccl-net-run: --kill-after %s: whole seconds (0: SIGKILL at once)\n", value);
         return 2;
       }
-      first += 2;
-    } else if (flag == "--bind-to" && first + 1 < argc) {
-      std::string policy = argv[first + 1];
+      first += used;
+    } else if (flag == "--bind-to" && hasValue) {
+      std::string policy = value;
       if (policy != "spread" && policy != "none") {
         std::fprintf(stderr, "nccl-net-run: --bind-to %s: spread or none\n", policy.c_str());
         return 2;
       }
       bind = policy == "spread";
-      first += 2;
+      first += used;
     } else if (flag == "--report-bindings") {
       report = true;
       ++first;
@@ -418,7 +432,10 @@ int runTool(int argc, char** argv) {
       } else {
         close(listener);
       }
-      setenv("NCCL_SOCKET_IFNAME", "lo", 0);  // one host: keep the socket plugin on loopback unless told otherwise
+      // One host: keep the socket plugin on loopback unless told otherwise (set but empty is no interface named: the
+      // plugin would take its default, the first non-loopback one).
+      if (const char* ifname = std::getenv("NCCL_SOCKET_IFNAME"); ifname == nullptr || *ifname == '\0')
+        setenv("NCCL_SOCKET_IFNAME", "lo", 1);
       execvp(argv[first], argv + first);
       int error = errno;
       // A bare name that PATH does not hold: this launcher's own folder has the project's other tools (an install's
