@@ -1594,6 +1594,32 @@ void sniffRoceTos(const char* interface, const std::atomic<bool>& stop, RoceTosC
   close(fd);
 }
 
+// One message of the whole `buffer` (registered as `mh`) with `tag`, sent or received and waited for; the sizes test
+// reported land in `sizes` (room for 64). 0, or the CHILD_ code of what failed.
+int moveOneMessage(Peer& peer, void* comm, bool receiver, std::vector<unsigned char>& buffer, void* mh, int tag,
+                   int* sizes) {
+  void* request = nullptr;
+  if (receiver) {
+    void* data = buffer.data();
+    size_t size = buffer.size();
+    CHILD_CHECK(peer.postRecv(comm, 1, &data, &size, &tag, &mh, &request));
+  } else {
+    CHILD_CHECK(peer.postSend(comm, buffer.data(), buffer.size(), tag, mh, &request));
+  }
+  CHILD_CHECK(peer.wait(request, sizes));
+  return 0;
+}
+
+// Both sides say they are done; then `mh` is deregistered and the comms closed. 0, or the CHILD_ code of what failed.
+int closeAfterThePeer(const Channel& channel, Peer& peer, bool receiver, void* comm, void* listenComm, void* mh) {
+  signalStep(channel);
+  CHILD_EXPECT(awaitStep(channel), "the peer did not finish");
+  CHILD_CHECK(peer.net->deregMr(comm, mh));
+  CHILD_CHECK(receiver ? peer.net->closeRecv(comm) : peer.net->closeSend(comm));
+  if (listenComm != nullptr) CHILD_CHECK(peer.net->closeListen(listenComm));
+  return 0;
+}
+
 int trafficClassSide(const Channel& channel, bool receiver) {
   void* library = dlopen(NNS_IB_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
   CHILD_EXPECT(library != nullptr, "dlopen: %s", dlerror());
@@ -1613,24 +1639,10 @@ int trafficClassSide(const Channel& channel, bool receiver) {
   void* mh = nullptr;
   CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
   for (int round = 0; round < 20; ++round) {
-    void* request = nullptr;
-    if (receiver) {
-      void* data = buffer.data();
-      size_t size = buffer.size();
-      int tag = 3;
-      CHILD_CHECK(peer.postRecv(comm, 1, &data, &size, &tag, &mh, &request));
-    } else {
-      CHILD_CHECK(peer.postSend(comm, buffer.data(), buffer.size(), 3, mh, &request));
-    }
     int reported[64] = {};
-    CHILD_CHECK(peer.wait(request, reported));
+    if (int failed = moveOneMessage(peer, comm, receiver, buffer, mh, 3, reported)) return failed;
   }
-  signalStep(channel);
-  CHILD_EXPECT(awaitStep(channel), "the peer did not finish");
-  CHILD_CHECK(peer.net->deregMr(comm, mh));
-  CHILD_CHECK(receiver ? peer.net->closeRecv(comm) : peer.net->closeSend(comm));
-  if (listenComm != nullptr) CHILD_CHECK(peer.net->closeListen(listenComm));
-  return 0;
+  return closeAfterThePeer(channel, peer, receiver, comm, listenComm, mh);
 }
 
 TEST(IbVerbs, TheSendersTrafficClassAppliesToBothDirections) {
@@ -1737,28 +1749,14 @@ TEST(IbVerbs, ARoceAddressMovedAfterInitIsTheNextConnections) {
     for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = receiver ? 0 : patternByte(i, 3);
     void* mh = nullptr;
     CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
-    void* request = nullptr;
-    if (receiver) {
-      void* data = buffer.data();
-      size_t size = buffer.size();
-      int tag = 5;
-      CHILD_CHECK(peer.postRecv(comm, 1, &data, &size, &tag, &mh, &request));
-    } else {
-      CHILD_CHECK(peer.postSend(comm, buffer.data(), buffer.size(), 5, mh, &request));
-    }
     int sizes[64] = {};
-    CHILD_CHECK(peer.wait(request, sizes));
+    if (int failed = moveOneMessage(peer, comm, receiver, buffer, mh, 5, sizes)) return failed;
     if (receiver) {
       size_t wrong = 0;
       for (size_t i = 0; i < buffer.size(); ++i) wrong += buffer[i] != patternByte(i, 3) ? 1 : 0;
       CHILD_EXPECT(sizes[0] == 65536 && wrong == 0, "received %d bytes, %zu of them wrong", sizes[0], wrong);
     }
-    signalStep(channel);
-    CHILD_EXPECT(awaitStep(channel), "the peer did not finish");
-    CHILD_CHECK(peer.net->deregMr(comm, mh));
-    CHILD_CHECK(receiver ? peer.net->closeRecv(comm) : peer.net->closeSend(comm));
-    if (listenComm != nullptr) CHILD_CHECK(peer.net->closeListen(listenComm));
-    return 0;
+    return closeAfterThePeer(channel, peer, receiver, comm, listenComm, mh);
   };
   PairResult r = runPair(
       baseEnv("=rxe1"), [&](const Channel& c) { return side(c, true); }, baseEnv("=rxe0"),
