@@ -41,7 +41,7 @@ struct CollEntry {
       *ctx = nullptr;
       void* own = nullptr;
       NCCL_NET_CHECK(coll().init(args, &own));
-      *ctx = ContextTokens::instance().make(vendorTag<Coll>(), own);  // the host holds a token per init
+      *ctx = contextToken(coll(), own);  // the host holds a token per init
       return ncclSuccess;
     });
   }

@@ -689,6 +689,18 @@ ncclResult_t checkDevice(const char* function, int dev) {
   return ncclSuccess;
 }
 
+// The host's token for a ctx the vendor's init just returned. Without one (out of memory: the exception goes on to the
+// entry's guard) the host gets an error and never finalizes that ctx, so it is finalized here.
+template <class Vendor>
+void* contextToken(Vendor& vendor, void* own) {
+  try {
+    return ContextTokens::instance().make(vendorTag<Vendor>(), own);
+  } catch (...) {
+    if constexpr (has_finalize_v<Vendor>) (void)vendor.finalize(own);
+    throw;
+  }
+}
+
 // The plugin's own ctx for a ctx from the host (see detail::ContextTokens): what init returned, or a clear error.
 inline ncclResult_t resolveContext(const char* function, const void* vendor, void* ctx, void** own) {
   const ContextTokens::Lookup found = ContextTokens::instance().find(vendor, ctx, own);
@@ -718,7 +730,7 @@ struct NetEntry {
       *ctx = nullptr;
       void* own = nullptr;
       NCCL_NET_CHECK(net().init(args, &own));
-      *ctx = ContextTokens::instance().make(vendorTag<Net>(), own);  // the host holds a token per init
+      *ctx = contextToken(net(), own);  // the host holds a token per init
       return ncclSuccess;
     });
   }
