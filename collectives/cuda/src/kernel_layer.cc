@@ -6,14 +6,17 @@
 #include <string>
 #include <vector>
 
+#include "nns/core/communicator.hpp"
 #include "nns/cuda/kernels.hpp"
 #include "scoped_device.hpp"
 
 namespace nns::cuda {
 namespace {
 
+// A CUDA failure fails the communicator with NCCL's code for it (ncclUnhandledCudaError), as the slot memory's do.
 void throwOnError(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw std::runtime_error(std::string("CUDA ") + what + ": " + cudaGetErrorString(status));
+  if (status != cudaSuccess)
+    throw core::CommError(std::string("CUDA ") + what + ": " + cudaGetErrorString(status), ncclUnhandledCudaError);
 }
 
 // The device holding the first of `a`, `b` that is GPU memory CUDA knows, or -1. A kernel launched on another device
@@ -82,7 +85,19 @@ coll::KernelLayer& deviceKernels() {
 }
 
 coll::KernelLayer& kernelsFor(const void* buffer) {
-  return isDevicePointer(buffer) ? deviceKernels() : coll::hostKernels();
+  cudaPointerAttributes attributes{};
+  const cudaError_t status = cudaPointerGetAttributes(&attributes, buffer);
+  if (status == cudaSuccess)
+    return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged ? deviceKernels()
+                                                                                               : coll::hostKernels();
+  (void)cudaGetLastError();
+  // CUDA 11 and later answer cudaMemoryTypeUnregistered for plain host memory, so a failure is no answer about the
+  // buffer. Without a usable device (no GPU or no driver, as in CI) every buffer is host memory; with one, it is the
+  // device's failure (a fault left its context unusable), and taking the buffer for host memory would send a device
+  // pointer to the CPU's loops (SIGSEGV) instead of saying what went wrong.
+  if (!deviceAvailable()) return coll::hostKernels();
+  throwOnError(status, "cudaPointerGetAttributes (the buffer's location is unknown: an earlier CUDA fault?)");
+  return coll::hostKernels();  // not reached: throwOnError threw
 }
 
 }  // namespace nns::cuda

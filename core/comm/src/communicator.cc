@@ -1003,7 +1003,7 @@ std::string Communicator::execute(OperationRef operation, bool always, ncclResul
     *result = e.result();
   } catch (const std::exception& e) {
     error = e.what();
-    *result = ncclSystemError;  // not the communicator's own: memory, a kernel layer's CUDA error
+    *result = ncclSystemError;  // not the communicator's own: memory, say (a kernel layer's CUDA error is a CommError)
   }
   if (!error.empty() && !always) abort(error, *result);
   dropCallRegistrations();  // after an abort's close, which deregistered them already

@@ -88,7 +88,8 @@ struct CommOptions {
 // communicator that failed earlier (the error is sticky, as NCCL's asynchronous errors are). result() is the
 // ncclResult_t it stands for (what the C API returns): a failed plugin call's own result, ncclInvalidUsage for a
 // setting this rank cannot run with or that differs between the ranks, ncclSystemError for a set-up failure on this
-// rank (no plugin, no device, no memory), ncclRemoteError for a peer, a timeout or an earlier failure.
+// rank (no plugin, no device, no memory), ncclUnhandledCudaError for a CUDA call that failed (the kernel layer's),
+// ncclRemoteError for a peer, a timeout or an earlier failure.
 class CommError : public std::runtime_error {
  public:
   explicit CommError(const std::string& what, ncclResult_t result = ncclRemoteError)
