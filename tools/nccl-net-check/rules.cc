@@ -53,8 +53,8 @@ int gPeerDeathSeconds = 30;  // how long a pending test may take to notice a dea
 int gTransferWaitSeconds = 30;
 int gRuleSeconds = 60;   // --rule-timeout: a rule that runs long may stop itself a little before, saying how far it got
 std::string gPeerNetns;  // --netns: the namespace peers enter
-std::string
-    gPeerLibrary;  // the copy of the plugin peers open: every peer's with --netns, else handle-is-self-contained's
+// The copy of the plugin peers open: every peer's with --netns, else handle-is-self-contained's.
+std::string gPeerLibrary;
 // Set by handle-is-self-contained: its peer opens gPeerLibrary, a second instance of the plugin, as --netns's peers
 // do, instead of going on with the instance of the rule process it was forked from.
 bool gFreshPeer = false;
