@@ -45,6 +45,9 @@ run "$perf" broken-blocking-close-listen -b 8 -e 64 -n 2 -w 0 --call-timeout 2 -
 [ "$status" = 4 ] || fail "--json: a close that hangs gave exit status $status, expected 4"
 json_holds '[r["bytes"] for r in d["results"]] == [8, 16, 32, 64] and "hung: closeListen" in d["error"] and d["exitStatus"] == 4' ||
   fail "--json: the rows and the hang are not both in the JSON object"
+# The sweep as asked, so that the run can be repeated from its JSON alone.
+json_holds '(d["minBytes"], d["maxBytes"], d["factor"], d["iterations"], d["warmup"], d["callTimeout"]) == (8, 64, 2, 2, 0, 2)' ||
+  fail "--json: the sweep's settings (-b -e -f -n -w --call-timeout) are not in the JSON object"
 
 # Failures with no row measured: still one JSON object, with the error.
 run "$perf" no-such-plugin --json

@@ -742,6 +742,11 @@ nlohmann::json runJson(const std::string& requested, const Settings& settings, c
   out["path"] = measured.path;
   out["version"] = measured.version;
   out["dev"] = settings.dev;
+  // The sweep as asked (-b -e -f), so that a run can be repeated from its JSON alone.
+  out["minBytes"] = settings.minBytes;
+  out["maxBytes"] = settings.maxBytes;
+  out["factor"] = settings.factor;
+  out["callTimeout"] = settings.callTimeoutSeconds;
   out["iterations"] = settings.iterations;
   out["warmup"] = settings.warmup;
   out["window"] = settings.window;
