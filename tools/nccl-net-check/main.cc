@@ -17,6 +17,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <vector>
 
 #include "harness.hpp"
 #include "netns.hpp"
@@ -198,13 +199,16 @@ void onTerminate(int sig) {
 // Copies the plugin into a fresh directory so that each peer opens a distinct instance (dlopen of the same file
 // would return the already-initialised one). Empty on failure, with the reason in `error`.
 std::string copyPluginForPeers(const std::string& path, std::string* error) {
-  char dir[] = "/tmp/nccl-net-check-XXXXXX";
-  if (mkdtemp(dir) == nullptr) {
-    *error = std::string("mkdtemp: ") + std::strerror(errno);
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/nccl-net-check-XXXXXX";
+  std::vector<char> dir(pattern.begin(), pattern.end());
+  dir.push_back('\0');
+  if (mkdtemp(dir.data()) == nullptr) {
+    *error = "mkdtemp " + pattern + ": " + std::strerror(errno);
     return "";
   }
-  std::string copy = std::string(dir) + "/" + std::filesystem::path(path).filename().string();
-  std::snprintf(gPeerCopyDir, sizeof(gPeerCopyDir), "%s", dir);
+  std::string copy = std::string(dir.data()) + "/" + std::filesystem::path(path).filename().string();
+  std::snprintf(gPeerCopyDir, sizeof(gPeerCopyDir), "%s", dir.data());
   std::error_code failed;
   std::filesystem::copy_file(path, copy, failed);
   if (failed) {
