@@ -1534,6 +1534,11 @@ ncclResult_t test(void* request, int* done, int* sizes) {
     return ncclSuccess;
   }
 #endif
+#ifdef NNS_BUG_TEST_TIMES_OUT
+  // A watchdog whose limit is read as 0 (a unit mix-up): every request not done at its first test is given up with
+  // NCCL 2.30's ncclTimeout. The harness must report the plugin's code, not its own deadline.
+  if (result == ncclSuccess && !*done) return ncclTimeout;
+#endif
 #ifdef NNS_BUG_CRASH_IN_TEST
   if (*done) raise(SIGSEGV);
 #endif

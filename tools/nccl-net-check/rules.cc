@@ -201,15 +201,19 @@ std::string resultText(ncclResult_t result) {
   return std::to_string(static_cast<int>(result)) + " (" + nccl_net::sdk::resultName(result) + ")";
 }
 
-// What a wait (waitDone and the like) ended with: the harness's own deadline is ncclTimeout, any other code is
-// test()'s.
+// The harness's own "the wait ran out" (or "the peer failed first"), as the waits below return it: no NCCL version
+// defines this code (15, within the enum's range), so a plugin's own ncclTimeout (NCCL 2.30's 8) is reported as the
+// plugin's, not read as the harness's deadline.
+constexpr ncclResult_t kDeadline = static_cast<ncclResult_t>(15);
+
+// What a wait (waitDone and the like) ended with: the harness's own deadline is kDeadline, any other code is test()'s.
 std::string waitText(ncclResult_t result, int seconds) {
-  if (result == ncclTimeout) return "test still said 'not done' after " + std::to_string(seconds) + " s";
+  if (result == kDeadline) return "test still said 'not done' after " + std::to_string(seconds) + " s";
   return "test returned " + resultText(result);
 }
 // Likewise for postSend/postRecv, whose deadline (10 s) runs while the plugin answers with a NULL request.
 std::string postText(ncclResult_t result) {
-  if (result == ncclTimeout) return "still a NULL request (not posted) after 10 s";
+  if (result == kDeadline) return "still a NULL request (not posted) after 10 s";
   return "returned " + resultText(result);
 }
 
@@ -354,7 +358,7 @@ ncclResult_t testSizes(Net& net, void* request, int* done, int* sizes, int count
   return result;
 }
 
-// Polls test() until done, an error, or `seconds`; returns the plugin's result or ncclTimeout. `size` holds `count`
+// Polls test() until done, an error, or `seconds`; returns the plugin's result or kDeadline. `size` holds `count`
 // sizes (a grouped receive's).
 ncclResult_t waitDone(Context& c, void* request, int* size, double seconds, int count = 1) {
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
@@ -362,7 +366,7 @@ ncclResult_t waitDone(Context& c, void* request, int* size, double seconds, int 
   while (!done) {
     ncclResult_t result = CALL("test", testSizes(*c.net, request, &done, size, count));
     if (result != ncclSuccess) return result;
-    if (!done && Clock::now() > deadline) return ncclTimeout;
+    if (!done && Clock::now() > deadline) return kDeadline;
   }
   return ncclSuccess;
 }
@@ -466,7 +470,7 @@ ncclResult_t postSend(Context& c, void* comm, void* data, size_t size, int tag, 
   while (*request == nullptr) {
     ncclResult_t result = CALL("isend", isendNoted(*c.net, comm, data, size, tag, mhandle, request));
     if (result != ncclSuccess) return result;
-    if (*request == nullptr && Clock::now() > deadline) return ncclTimeout;
+    if (*request == nullptr && Clock::now() > deadline) return kDeadline;
   }
   return ncclSuccess;
 }
@@ -478,13 +482,13 @@ ncclResult_t postRecv(Context& c, void* comm, int n, void** data, size_t* sizes,
   while (*request == nullptr) {
     ncclResult_t result = CALL("irecv", irecvChecked(*c.net, comm, n, data, sizes, tags, mhandles, request));
     if (result != ncclSuccess) return result;
-    if (*request == nullptr && Clock::now() > deadline) return ncclTimeout;
+    if (*request == nullptr && Clock::now() > deadline) return kDeadline;
   }
   return ncclSuccess;
 }
 
 // Like waitDone, but also watches the peer process: when it exits with a non-zero code before the request is done,
-// returns ncclTimeout at once with the code in *peerCode and `peer` set to -1 (reaped).
+// returns kDeadline at once with the code in *peerCode and `peer` set to -1 (reaped).
 ncclResult_t waitDoneWatchingPeer(Context& c, void* request, int* size, double seconds, pid_t& peer, int* peerCode) {
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   int done = 0;
@@ -496,9 +500,9 @@ ncclResult_t waitDoneWatchingPeer(Context& c, void* request, int* size, double s
     if (peer > 0 && waitpid(peer, &status, WNOHANG) == peer) {
       peer = -1;
       *peerCode = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-      if (*peerCode != 0) return ncclTimeout;
+      if (*peerCode != 0) return kDeadline;
     }
-    if (Clock::now() > deadline) return ncclTimeout;
+    if (Clock::now() > deadline) return kDeadline;
   }
   return ncclSuccess;
 }
@@ -737,7 +741,7 @@ int sendMessages(Context& c, void* comm, const std::vector<std::pair<size_t, uin
     if (ncclResult_t posted =
             postSend(c, comm, buffers[slot].data(), messages[i].first, tag, mhandles[slot], &requests[slot]);
         posted != ncclSuccess)
-      return posted == ncclTimeout ? 34 : 32;
+      return posted == kDeadline ? 34 : 32;
   }
   deregisterNow(c, comm, mhandles);  // all done; after a failure they wait for closeSendComm
   return 0;
@@ -1096,10 +1100,15 @@ Verdict acceptIsNonblocking(Context& c) {
   for (int i = 0; i < 20; ++i) {
     void* recvComm = nullptr;
     auto start = Clock::now();
-    if (CALL("accept", c.net->accept(listenComm, &recvComm, deviceHandleSlot())) != ncclSuccess)
-      return fail("accept returned an error");
+    const ncclResult_t result = CALL("accept", c.net->accept(listenComm, &recvComm, deviceHandleSlot()));
     slowest = std::max(slowest, std::chrono::duration<double>(Clock::now() - start).count());
-    if (recvComm != nullptr) return fail("accept returned a comm although nobody connected");
+    const char* wrong = result != ncclSuccess ? "accept returned an error"
+                        : recvComm != nullptr ? "accept returned a comm although nobody connected"
+                                              : nullptr;
+    if (wrong != nullptr) {  // the listen comm is closed all the same, so the plugin's close of it is exercised too
+      CALL("closeListen", c.net->closeListen(listenComm));
+      return fail("%s (call %d of 20: %s)", wrong, i + 1, resultText(result).c_str());
+    }
   }
   CALL("closeListen", c.net->closeListen(listenComm));
   if (slowest > 1.0) return fail("an accept call took %.2f s with nobody connecting", slowest);
@@ -1559,11 +1568,11 @@ Verdict truncationIsAnError(Context& c) {
               // fails isend or test with ncclInvalidUsage) says so by its exit code: kSenderRefused + the result.
               if (ncclResult_t result = postSend(c, comm, big.data(), big.size(), 1, mhandle, &request);
                   result != ncclSuccess)
-                return result == ncclTimeout ? 0 : kSenderRefused + static_cast<int>(result);
+                return result == kDeadline ? 0 : kSenderRefused + static_cast<int>(result);
               int size = -1;
               ncclResult_t result = waitDone(c, request, &size, 5);
               // It may fail once the receiver rejected the message too: the receiver's verdict comes first.
-              return result == ncclSuccess || result == ncclTimeout ? 0 : kSenderRefused + static_cast<int>(result);
+              return result == ncclSuccess || result == kDeadline ? 0 : kSenderRefused + static_cast<int>(result);
             },
             &why))
       return fail("%s", why.c_str());
@@ -1581,7 +1590,7 @@ Verdict truncationIsAnError(Context& c) {
     closePair(c, pair, 10);
     // Refused on the sending side (the receive then waits for a message that never comes, and NCCL, seeing the
     // sender's error, tears the communicator down): as good as a failed receive, if nothing was written.
-    const bool senderRefused = result == ncclTimeout && peerCode > kSenderRefused;
+    const bool senderRefused = result == kDeadline && peerCode > kSenderRefused;
     if (senderRefused) result = static_cast<ncclResult_t>(peerCode - kSenderRefused);
     size_t firstPast = small.size(), lastPast = 0;
     for (size_t i = k.capacity; i < small.size(); ++i) {
@@ -1599,7 +1608,7 @@ Verdict truncationIsAnError(Context& c) {
     if (result == ncclSuccess)
       return fail("a %zu-byte message into a %zu-byte receive completed (size %d): silent truncation", k.sent,
                   k.capacity, got);
-    if (result == ncclTimeout)
+    if (result == kDeadline)
       return fail("a %zu-byte message into a %zu-byte receive never completed nor failed", k.sent, k.capacity);
     evidence += (evidence.empty() ? "" : ", ") + std::to_string(k.sent) + " into " + std::to_string(k.capacity) +
                 (k.late ? " posted after it was sent" : "") + ": " +
@@ -1637,18 +1646,18 @@ int sendTakenAside(Context& c, void* comm) {
                     mhandles[static_cast<size_t>(m)], &requests[m], seconds);
   };
   if (send(0, 10) != ncclSuccess) return 41;
-  if (ncclResult_t result = send(1, 0.3); result != ncclSuccess && result != ncclTimeout)
+  if (ncclResult_t result = send(1, 0.3); result != ncclSuccess && result != kDeadline)
     return kSenderRefused + static_cast<int>(result);
   if (send(2, 10) != ncclSuccess) return 41;
   if (requests[1] == nullptr)
     if (ncclResult_t result = send(1, 10); result != ncclSuccess)
-      return result == ncclTimeout ? 45 : kSenderRefused + static_cast<int>(result);
+      return result == kDeadline ? 45 : kSenderRefused + static_cast<int>(result);
   (void)send(3, 10);  // may be refused once the receiver failed step 1: its verdict comes first
   int size = -1;
   if (waitDone(c, requests[0], &size, 10) != ncclSuccess || waitDone(c, requests[2], &size, 10) != ncclSuccess)
     return 42;
   const ncclResult_t result = waitDone(c, requests[1], &size, 5);
-  return result == ncclSuccess || result == ncclTimeout ? 0 : kSenderRefused + static_cast<int>(result);
+  return result == ncclSuccess || result == kDeadline ? 0 : kSenderRefused + static_cast<int>(result);
 }
 
 Verdict truncationTakenAside(Context& c, std::string* evidence) {
@@ -1696,12 +1705,12 @@ Verdict truncationTakenAside(Context& c, std::string* evidence) {
     if (!done && result == ncclSuccess && pair.peer > 0 && waitpid(pair.peer, &status, WNOHANG) == pair.peer) {
       pair.peer = -1;
       peerCode = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-      if (peerCode != 0) result = ncclTimeout;
+      if (peerCode != 0) result = kDeadline;
     }
-    if (!done && result == ncclSuccess && Clock::now() > deadline) result = ncclTimeout;
+    if (!done && result == ncclSuccess && Clock::now() > deadline) result = kDeadline;
   }
   closePair(c, pair, 10);
-  const bool senderRefused = result == ncclTimeout && peerCode > kSenderRefused;
+  const bool senderRefused = result == kDeadline && peerCode > kSenderRefused;
   if (senderRefused) result = static_cast<ncclResult_t>(peerCode - kSenderRefused);
   const auto& small = buffers[2];
   for (size_t i = kAsideSmall; i < small.size(); ++i)
@@ -1715,7 +1724,7 @@ Verdict truncationTakenAside(Context& c, std::string* evidence) {
         "message taken aside: step 1's %zu-byte message, sent before its %zu-byte receive was posted, "
         "completed (size %d): silent truncation on the path of a message kept for a later receive",
         kAsideBig, kAsideSmall, got[0]);
-  if (result == ncclTimeout)
+  if (result == kDeadline)
     return fail("message taken aside: step 1's %zu-byte message into its %zu-byte receive never completed nor failed%s",
                 kAsideBig, kAsideSmall, peerCode != 0 ? (" (" + peerText(peerCode) + ")").c_str() : "");
   *evidence += ", 1000 into 100 sent a step ahead of its grouped receive: " +
@@ -1909,7 +1918,7 @@ Verdict tagsOutOfStep(Context& c) {
     int got[2] = {-1, -1};
     double left = std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
     ncclResult_t result = waitDone(c, requests[static_cast<size_t>(step)], got, left, 2);
-    if (result == ncclTimeout) {
+    if (result == kDeadline) {
       problem = "step " + std::to_string(step) + " of " + std::to_string(kOutOfStepSteps) +
                 " never completed within 10 s (tag 1's sends ran ahead of tag 2's, receives were posted " +
                 std::to_string(kOutOfStepDepth) +
@@ -1997,7 +2006,7 @@ Verdict oneGibMessage(Context& c) {
   // Checked before the sender is waited for: a receive that completed before its data arrived leaves a sender that
   // may never finish, and waiting for it first let the rule's timeout say "hung" instead of what was wrong.
   std::string problem;
-  if (result == ncclTimeout && peerCode != 0) {  // the sender ended (and was reaped) with a failure first
+  if (result == kDeadline && peerCode != 0) {  // the sender ended (and was reaped) with a failure first
     problem = "1 GiB receive: the sender ended before it completed";
   } else if (result != ncclSuccess) {
     problem = "1 GiB receive: " + waitText(result, static_cast<int>(waitSeconds));
@@ -2401,7 +2410,7 @@ Verdict commLifecycleLeaks(Context& c) {
       int size = -1;
       if (ncclResult_t posted = postSend(c, sendComm, buffer.data(), sizeOf(cycle), 1, mhandle, &request);
           posted != ncclSuccess)
-        return posted == ncclTimeout ? 34 : 32;
+        return posted == kDeadline ? 34 : 32;
       if (waitDone(c, request, &size, gTransferWaitSeconds) != ncclSuccess) return 30;
       if (sentSizeWrong(size, sizeOf(cycle))) return 31;
     }
@@ -2874,7 +2883,7 @@ Verdict sharedRegistrations(Context& c) {
       break;
     }
     ncclResult_t result = waitDoneWatchingPeer(c, request, &size, gTransferWaitSeconds, peer, &peerCode);
-    if (result == ncclTimeout && peer < 0) {
+    if (result == kDeadline && peer < 0) {
       v = fail("%s: nothing arrived: %s", what, peerStepText(peerCode).c_str());
       break;
     }
@@ -2951,7 +2960,7 @@ Verdict closeWithRequestsInFlight(Context& c) {
     ncclResult_t result =
         i == 0 ? postRecv(c, pair.recvComm, 1, &data, &size, &tag, &mhandles[i], &request, 2)
                : CALL("irecv", irecvChecked(*c.net, pair.recvComm, 1, &data, &size, &tag, &mhandles[i], &request));
-    if (i == 0 && result == ncclTimeout) result = ncclSuccess;  // still NULL after 2 s: failed below
+    if (i == 0 && result == kDeadline) result = ncclSuccess;  // still NULL after 2 s: failed below
     if (result != ncclSuccess) {
       (void)!write(goPipe[1], "g", 1);
       close(goPipe[1]);
@@ -3077,7 +3086,7 @@ Verdict peerDeathIsAnError(Context& c) {
     }
     if (result == ncclSuccess)
       return fail("a %zu-byte receive completed (size %d) although the sender was killed %s", bytes, got, when);
-    if (result == ncclTimeout)
+    if (result == kDeadline)
       return fail(
           "test still said 'not done' %d s after the peer's death (killed %s), never an error: the receive "
           "would hang NCCL",
@@ -3341,7 +3350,7 @@ Verdict manyCommsAtOnce(Context& c) {
         if (ncclResult_t posted =
                 postSend(c, sendComms[i], buffers[i].data(), sizeOf(i, round), 1, mhandles[i], &requests[i]);
             posted != ncclSuccess)
-          code = posted == ncclTimeout ? 34 : 32;
+          code = posted == kDeadline ? 34 : 32;
       }
       for (int i = 0; i < kComms && code == 0; ++i) {
         int size = -1;
@@ -3405,7 +3414,7 @@ Verdict manyCommsAtOnce(Context& c) {
       ncclResult_t result = waitDone(c, requests[i], &size, 10);
       if (result != ncclSuccess) {
         verdict = fail("connection %d, round %d: %s", i, round,
-                       result == ncclTimeout ? "nothing arrived within 10 s" : waitText(result, 10).c_str());
+                       result == kDeadline ? "nothing arrived within 10 s" : waitText(result, 10).c_str());
       } else if (size != static_cast<int>(sizeOf(i, round)) || firstMismatch(buffers[i], size, seedOf(i, round)) >= 0) {
         // Whose message it was, when it was another connection's: the evidence of crossed connections.
         std::string whose;
