@@ -9,7 +9,6 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -34,6 +33,7 @@
 #include <vector>
 
 #include "arguments.hpp"
+#include "nccl_net/sdk/log.hpp"
 #include "nccl_net/sdk/socket.hpp"
 #include "nns/coll/collectives.hpp"
 #include "nns/core/bootstrap.hpp"
@@ -94,23 +94,19 @@ using nns::coll::P2POp;
 using nns::core::CommError;
 
 thread_local std::string lastError;
-// What nnsGetLastError(comm) last gave this thread from a failed communicator (valid until its next call).
-thread_local std::string commLastError;
 thread_local int groupDepth = 0;
 // The first call refused inside the current group (nnsGroupEnd returns it once the group's other operations ran).
 thread_local ncclResult_t groupRefusal = ncclSuccess;
 thread_local std::string groupRefusalText;
 
-// Whether refusals and failures are also written to stderr: as NCCL's WARN lines, when $NNS_DEBUG or $NCCL_DEBUG is
-// WARN or a level above it (INFO, ABORT, TRACE). By default the caller has the code and nnsGetLastError only: a
-// refusal it expects and handles is not the program's output.
+// Whether refusals and failures are also written to stderr: as NCCL's WARN lines, when the debug level asked for is
+// WARN or above it (INFO, ABORT, TRACE): $NNS_DEBUG's where it names a level, else $NCCL_DEBUG's, as for every other
+// line (NNS_DEBUG=VERSION keeps them off whatever NCCL_DEBUG says). By default (neither names a level) the caller has
+// the code and nnsGetLastError only: a refusal it expects and handles is not the program's output.
 bool warnLines() {
-  for (const char* name : {"NNS_DEBUG", "NCCL_DEBUG"}) {
-    const char* level = std::getenv(name);
-    if (level == nullptr) continue;
-    for (const char* shown : {"WARN", "INFO", "ABORT", "TRACE"})
-      if (strcasecmp(level, shown) == 0) return true;
-  }
+  for (const char* name : {"NNS_DEBUG", "NCCL_DEBUG"})
+    if (const int level = nccl_net::sdk::detail::debugLevelOf(std::getenv(name)); level >= 0)
+      return level >= NCCL_LOG_WARN;
   return false;
 }
 
@@ -185,6 +181,11 @@ bool releaseHandle(nnsComm_t comm) {
     shutDown = false;
   }
   comm->comm.reset();
+  {  // its premultiplied sums' numbers are free now, not when the handle's bytes go (4096 destroys later)
+    std::lock_guard<std::mutex> lock(comm->opsMutex);
+    for (const auto& entry : comm->ops) releaseOpNumber(entry.first);
+    comm->ops.clear();
+  }
   static auto* kept = new std::deque<nnsComm_t>;  // never destroyed: a handle may be released during exit
   nnsComm_t oldest = nullptr;
   {
@@ -681,11 +682,14 @@ ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, in
 
 ncclResult_t nnsCommInitAll(nnsComm_t* comms, int ndev, const int* devlist) {
   if (comms == nullptr) return failWith(ncclInvalidArgument, "comms is NULL");
-  if (groupDepth > 0)
-    return failWith(ncclInvalidUsage, "nnsCommInitAll inside a group: call it outside (it is a group of its own)");
   if (ndev < 1 || ndev > nns::core::kMaxRanks)
     return failWith(ncclInvalidArgument,
                     "ndev " + std::to_string(ndev) + ": 1.." + std::to_string(nns::core::kMaxRanks));
+  // Every handle NULL on any failure, as nns.h says, also on the refusals below (they were left as the caller had
+  // them, and a caller that destroyed them after a failure destroyed what its array held).
+  for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
+  if (groupDepth > 0)
+    return failWith(ncclInvalidUsage, "nnsCommInitAll inside a group: call it outside (it is a group of its own)");
   if (devlist != nullptr) {
     for (int i = 0; i < ndev; ++i) {
       if (devlist[i] < 0)
@@ -697,7 +701,6 @@ ncclResult_t nnsCommInitAll(nnsComm_t* comms, int ndev, const int* devlist) {
                                                 ": one rank per device, as ncclCommInitAll takes them");
     }
   }
-  for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
   // All ranks are in this process: the root is a port of its own, whatever NNS_ROOT_ADDR or NCCL_COMM_ID say.
   nnsUniqueId id;
   if (const ncclResult_t r = makeUniqueId(&id, false); r != ncclSuccess) return r;
@@ -941,15 +944,31 @@ const char* nnsGetErrorString(ncclResult_t result) {
   }
 }
 
+namespace {
+// What nnsGetLastError hands out, as NCCL's ncclGetLastError does: a fixed buffer of the thread's, so that a pointer
+// the caller keeps stays a string (it pointed into lastError, which the next failing call's longer text reallocated: a
+// read after free for a caller that saved the text, cleaned up, then logged it).
+thread_local char handedOutError[4096];
+const char* handOut(const std::string& text) {
+  constexpr size_t kRoom = sizeof(handedOutError) - 1;
+  constexpr char kCut[] = " [...]";
+  if (text.size() <= kRoom) {
+    std::memcpy(handedOutError, text.data(), text.size());
+    handedOutError[text.size()] = '\0';
+  } else {
+    std::memcpy(handedOutError, text.data(), kRoom - (sizeof(kCut) - 1));
+    std::memcpy(handedOutError + kRoom - (sizeof(kCut) - 1), kCut, sizeof(kCut));
+  }
+  return handedOutError;
+}
+}  // namespace
+
 const char* nnsGetLastError(nnsComm_t comm) {
   // The calling thread's last error, as NCCL's; and where this thread has none, a failed communicator's own: a
   // watchdog thread that polls nnsCommGetAsyncError made no failing call itself, and got "" for the why.
-  if (!lastError.empty() || comm == nullptr) return lastError.c_str();
-  {
-    Hold hold(comm);
-    commLastError = hold && comm->comm->asyncResult() != ncclSuccess ? comm->comm->asyncError() : std::string();
-  }
-  return commLastError.c_str();
+  if (!lastError.empty() || comm == nullptr) return handOut(lastError);
+  Hold hold(comm);
+  return handOut(hold && comm->comm->asyncResult() != ncclSuccess ? comm->comm->asyncError() : std::string());
 }
 
 ncclResult_t nnsAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,

@@ -106,6 +106,34 @@ TEST(CApi, ArgumentErrorsAreCodesWithText) {
   EXPECT_STRNE(nnsGetErrorString(ncclRemoteError), "");
 }
 
+// The pointer nnsGetLastError gives stays a string, as NCCL's does, when later calls fail with longer texts (it pointed
+// into a string the next failure reallocated: ASan's heap-use-after-free); its text changes at the next
+// nnsGetLastError only, and a text past the buffer is cut with a mark.
+TEST(CApi, TheLastErrorsPointerOutlivesLaterFailures) {
+  nnsUniqueId junk;
+  std::memset(&junk, 0, sizeof(junk));
+  nnsComm_t comm = nullptr;
+  EXPECT_EQ(nnsCommInitRank(&comm, 0, junk, 0), ncclInvalidArgument);
+  const char* saved = nnsGetLastError(nullptr);
+  EXPECT_STREQ(saved, "nranks 0: at least 1");
+  EXPECT_EQ(nnsCommInitRank(&comm, 2, junk, 2), ncclInvalidArgument);
+  EXPECT_EQ(nnsCommInitRank(&comm, INT_MAX, junk, 0), ncclInvalidArgument);
+  EXPECT_STREQ(saved, "nranks 0: at least 1") << "changed before the next nnsGetLastError";
+  EXPECT_STREQ(nnsGetLastError(nullptr), "nranks 2147483647: at most 16777216");
+  EXPECT_STREQ(saved, "nranks 2147483647: at most 16777216") << "one buffer per thread, as NCCL's";
+  // A plugin name of 6000 bytes: the refusal quotes it, past the 4095 bytes handed out.
+  const std::string name = "nns-" + std::string(6000, 'x');
+  setenv("NCCL_NET_PLUGIN", name.c_str(), 1);
+  nnsUniqueId id;
+  ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess);
+  EXPECT_NE(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess);
+  unsetenv("NCCL_NET_PLUGIN");
+  const std::string text = nnsGetLastError(nullptr);
+  EXPECT_EQ(text.size(), 4095u);
+  EXPECT_EQ(text.substr(text.size() - 6), " [...]") << text.substr(0, 200);
+  EXPECT_NE(text.find("nns-xxxx"), std::string::npos) << text.substr(0, 200);
+}
+
 // A refusal is the code and nnsGetLastError only; on stderr too (NNS WARN) when NNS_DEBUG or NCCL_DEBUG asks for
 // warnings, as NCCL prints its WARN lines only then.
 TEST(CApi, RefusalsGoToStderrOnlyWhenWarningsAreAskedFor) {
@@ -120,7 +148,27 @@ TEST(CApi, RefusalsGoToStderrOnlyWhenWarningsAreAskedFor) {
     EXPECT_EQ(nnsGetVersion(nullptr), ncclInvalidArgument);
     EXPECT_EQ(testing::internal::GetCapturedStderr(), "NNS WARN version is NULL\n") << "NCCL_DEBUG=" << level;
   }
-  unsetenv("NCCL_DEBUG");
+  // NNS_DEBUG, where it names a level, wins over NCCL_DEBUG (both ways), as for every other line; a word that is no
+  // level leaves it to NCCL_DEBUG.
+  const struct {
+    const char* nns;
+    const char* nccl;
+    bool shown;
+  } cases[] = {{"VERSION", "WARN", false},
+               {"WARN", "VERSION", true},
+               {"abort", nullptr, true},
+               {"bogus", "INFO", true},
+               {"bogus", nullptr, false}};
+  for (const auto& c : cases) {
+    setenv("NNS_DEBUG", c.nns, 1);
+    if (c.nccl != nullptr) setenv("NCCL_DEBUG", c.nccl, 1);
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(nnsGetVersion(nullptr), ncclInvalidArgument);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), c.shown ? "NNS WARN version is NULL\n" : "")
+        << "NNS_DEBUG=" << c.nns << " NCCL_DEBUG=" << (c.nccl != nullptr ? c.nccl : "(unset)");
+    unsetenv("NCCL_DEBUG");
+  }
+  unsetenv("NNS_DEBUG");
 }
 
 TEST(CApi, CollectivesAndAGroupedRingExchangeOnThreeRanks) {
@@ -232,6 +280,25 @@ TEST(CApi, PremultipliedSumsAsNcclRedOpCreatePreMulSum) {
     for (ncclRedOp_t op : {again, pointed, integer}) EXPECT_EQ(nnsRedOpDestroy(op, comm), ncclSuccess);
     expectHealthyThenDestroy(comm);
   });
+}
+
+// A destroyed communicator's premultiplied sums free their numbers at once (they were freed only when the handle's own
+// bytes went, 4096 destroys later): op numbers of a program that makes a communicator per phase stay few, as NCCL's.
+TEST(CApi, ADestroyedCommunicatorsOpsFreeTheirNumbers) {
+  setenv("NCCL_NET_PLUGIN", "socket", 1);
+  std::vector<int> first;
+  for (int round = 0; round < 4; ++round) {
+    nnsUniqueId id;
+    ASSERT_EQ(nnsGetUniqueId(&id), ncclSuccess);
+    nnsComm_t comm = nullptr;
+    ASSERT_EQ(nnsCommInitRank(&comm, 1, id, 0), ncclSuccess) << nnsGetLastError(nullptr);
+    double weight = 2;
+    ncclRedOp_t op = ncclSum;
+    ASSERT_EQ(nnsRedOpCreatePreMulSum(&op, &weight, ncclFloat64, ncclScalarHostImmediate, comm), ncclSuccess);
+    first.push_back(static_cast<int>(op));  // not destroyed: the communicator's destruction frees it
+    ASSERT_EQ(nnsCommDestroy(comm), ncclSuccess);
+  }
+  EXPECT_EQ(first, std::vector<int>(4, first[0]));
 }
 
 TEST(CApi, RegisteredBuffersGiveTheSameResultsAndDeregisterOnce) {
@@ -453,6 +520,9 @@ TEST(CApi, BadArgumentsAreRefusedAndTheCommunicatorStaysUsable) {
     refused(nnsAllReduce(data.data(), data.data(), (size_t{1} << 62) + 1, ncclFloat32, ncclSum, comm, nullptr),
             "more bytes than a buffer can hold");
     refused(nnsAllGather(data.data(), gathered.data(), size_t{1} << 61, ncclFloat32, comm, nullptr), "times 2 ranks");
+    // Below PTRDIFF_MAX but past any address space (2^57 bytes): named as such, not as the buffers overlapping.
+    refused(nnsAllGather(data.data(), gathered.data(), (SIZE_MAX / 8) + 1, ncclUint8, comm, nullptr),
+            "a count of 2305843009213693952 elements of 1 bytes times 2 ranks is more bytes than a buffer can hold");
     // A send to itself with no receive from itself is this rank's own mistake.
     refused(nnsSend(data.data(), 64, ncclFloat32, rank, comm, nullptr), "1 sends to itself but 0 receives");
     // ... and so is one whose receive from itself has another size: nothing is copied.
@@ -695,19 +765,27 @@ TEST(CApi, InitAllMakesEveryRankInOneCall) {
 
   EXPECT_EQ(nnsCommInitAll(nullptr, 2, nullptr), ncclInvalidArgument);
   EXPECT_EQ(nnsCommInitAll(two, 0, nullptr), ncclInvalidArgument);
+  // Each refusal leaves every handle NULL, as a failure does (they were left as the caller's array held them).
+  auto garbage = [](nnsComm_t* comms) {
+    comms[0] = comms[1] = reinterpret_cast<nnsComm_t>(uintptr_t{0xdead});
+    return comms;
+  };
   const int twice[2] = {1, 1};
-  EXPECT_EQ(nnsCommInitAll(two, 2, twice), ncclInvalidUsage);
+  EXPECT_EQ(nnsCommInitAll(garbage(two), 2, twice), ncclInvalidUsage);
   EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("both device 1"), std::string::npos) << nnsGetLastError(nullptr);
+  EXPECT_TRUE(two[0] == nullptr && two[1] == nullptr) << "a devlist refusal";
   const int negative[2] = {0, -1};
-  EXPECT_EQ(nnsCommInitAll(two, 2, negative), ncclInvalidArgument);
+  EXPECT_EQ(nnsCommInitAll(garbage(two), 2, negative), ncclInvalidArgument);
+  EXPECT_TRUE(two[0] == nullptr && two[1] == nullptr) << "a negative device";
   ASSERT_EQ(nnsGroupStart(), ncclSuccess);
-  EXPECT_EQ(nnsCommInitAll(two, 2, nullptr), ncclInvalidUsage);
+  EXPECT_EQ(nnsCommInitAll(garbage(two), 2, nullptr), ncclInvalidUsage);
   EXPECT_EQ(nnsGroupEnd(), ncclSuccess) << "the refusal is the call's own, not the group's";
+  EXPECT_TRUE(two[0] == nullptr && two[1] == nullptr) << "inside a group";
   // Ranks that fail as they are made (a plugin that is not there) leave every handle NULL, none of them to destroy,
   // and the reason.
   setenv("NCCL_NET_PLUGIN", "nns-no-such-plugin", 1);
-  nnsComm_t stale[2] = {two[0], two[1]};
-  EXPECT_NE(nnsCommInitAll(stale, 2, nullptr), ncclSuccess);
+  nnsComm_t stale[2];
+  EXPECT_NE(nnsCommInitAll(garbage(stale), 2, nullptr), ncclSuccess);
   EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("nns-no-such-plugin"), std::string::npos)
       << nnsGetLastError(nullptr);
   setenv("NCCL_NET_PLUGIN", "socket", 1);

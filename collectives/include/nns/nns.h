@@ -48,7 +48,8 @@ ncclResult_t nnsCommInitRank(nnsComm_t* comm, int nranks, nnsUniqueId commId, in
  * list of devices is checked (ndev distinct ids >= 0) but binds nothing: an operation takes its buffers where they
  * are. On a failure every comms[i] is NULL. */
 ncclResult_t nnsCommInitAll(nnsComm_t* comms, int ndev, const int* devlist);
-/* Rank, size and root from the launcher: NNS_RANK/NNS_WORLD_SIZE/NNS_ROOT_ADDR, Open MPI, Slurm, PMI, torchrun. */
+/* Rank, size and root from the launcher: NNS_RANK/NNS_WORLD_SIZE/NNS_ROOT_ADDR, Open MPI, Slurm, PMI, torchrun.
+ * Without any of them, ncclInvalidUsage naming them (not a guessed one-rank job). */
 ncclResult_t nnsCommInitFromEnv(nnsComm_t* comm);
 /* As ncclCommSplit: every rank of `comm` calls it (a collective over `comm`, outside a group); the ranks with the
  * same color >= 0 get a new communicator of their own, ranked by key, then by their rank in `comm`; a rank with
@@ -109,8 +110,9 @@ ncclResult_t nnsCommUserRank(const nnsComm_t comm, int* rank);
 const char* nnsGetErrorString(ncclResult_t result);
 /* The text of the last error on this thread (what failed and why), whichever communicator it came from, as NCCL's
  * ncclGetLastError gives it; `comm` may be NULL. Where this thread has none and `comm` has failed, the
- * communicator's own error (for a watchdog thread that polls nnsCommGetAsyncError and made no failing call itself);
- * that text stays valid until this thread's next nnsGetLastError. Else "". */
+ * communicator's own error (for a watchdog thread that polls nnsCommGetAsyncError and made no failing call itself).
+ * Else "". As NCCL's, the pointer is to a buffer of this thread's that stays valid for the thread's life; its text
+ * changes at this thread's next nnsGetLastError only (at most 4095 bytes; a longer text ends in " [...]"). */
 const char* nnsGetLastError(nnsComm_t comm);
 
 ncclResult_t nnsAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,

@@ -21,11 +21,12 @@ inline std::atomic<const char*>& prefixSlot() {
   static std::atomic<const char*> prefix{"NET/SDK"};
   return prefix;
 }
-// The level an NCCL_DEBUG-style value asks for, as NCCL reads it (any case): VERSION, WARN, INFO, TRACE; -1 for
-// NULL or another word (NCCL then logs WARN).
+// The level an NCCL_DEBUG-style value asks for, as NCCL reads it (any case): VERSION, WARN, INFO, ABORT (INFO's lines
+// too, as NCCL's ABORT is above INFO), TRACE; -1 for NULL or another word (NCCL then logs WARN).
 inline int debugLevelOf(const char* value) {
   if (value == nullptr) return -1;
   if (strcasecmp(value, "TRACE") == 0) return static_cast<int>(NCCL_LOG_TRACE);
+  if (strcasecmp(value, "ABORT") == 0) return static_cast<int>(NCCL_LOG_ABORT);
   if (strcasecmp(value, "INFO") == 0) return static_cast<int>(NCCL_LOG_INFO);
   if (strcasecmp(value, "WARN") == 0) return static_cast<int>(NCCL_LOG_WARN);
   if (strcasecmp(value, "VERSION") == 0) return static_cast<int>(NCCL_LOG_VERSION);
