@@ -245,22 +245,30 @@ bool parseAlgorithm(const char* text, Algorithm* algorithm) {
   return false;
 }
 
+AllReduceLimits allReduceLimits(const Communicator& comm) {
+  return {envBytes("NNS_DOUBLING_MAX_BYTES", comm.size() == 2 ? kTwoRankDoublingMaxBytes : kDefaultDoublingMaxBytes),
+          envBytes("NNS_TREE_MAX_BYTES", kDefaultTreeMaxBytes), kTreeMinRanks};
+}
+
 Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requested) {
+  // An enum value cast from an integer that names no algorithm ran as the tree and was called "auto" in messages.
+  if (requested != Algorithm::Auto && requested != Algorithm::Ring && requested != Algorithm::Tree &&
+      requested != Algorithm::Doubling)
+    throw core::ArgumentError("algorithm " + std::to_string(static_cast<int>(requested)) +
+                              " is none of Auto, Ring, Tree, Doubling");
   // Every knob is read at every call, whichever of them decides: a malformed one is refused at once, not first on the
   // day a size or rank count reaches it.
   Algorithm fromEnv = Algorithm::Auto;
   if (const char* env = std::getenv("NNS_ALGO"); env != nullptr && *env != '\0' && !parseAlgorithm(env, &fromEnv))
     throw core::CommError(std::string("NNS_ALGO=") + env + ": ring, tree, doubling or auto", ncclInvalidUsage);
-  const size_t doublingMax =
-      envBytes("NNS_DOUBLING_MAX_BYTES", comm.size() == 2 ? kTwoRankDoublingMaxBytes : kDefaultDoublingMaxBytes);
-  const size_t treeMax = envBytes("NNS_TREE_MAX_BYTES", kDefaultTreeMaxBytes);
+  const AllReduceLimits limits = allReduceLimits(comm);
   if (requested != Algorithm::Auto) return requested;
   if (fromEnv != Algorithm::Auto) return fromEnv;
   // Latency first: recursive doubling's log2(n) exchanges beat the tree's 2 log2(n) hops and the ring's 2(n-1) for
   // small messages; the tree moves half the data per tree with log-depth latency; the ring uses every link fully
   // both ways, which wins for large messages.
-  if (bytes <= doublingMax) return Algorithm::Doubling;
-  if (comm.size() >= kTreeMinRanks && bytes <= treeMax) return Algorithm::Tree;
+  if (bytes <= limits.doublingMaxBytes) return Algorithm::Doubling;
+  if (comm.size() >= limits.treeMinRanks && bytes <= limits.treeMaxBytes) return Algorithm::Tree;
   return Algorithm::Ring;
 }
 
@@ -533,7 +541,9 @@ void sendRecv(Communicator& comm, std::span<const P2POp> ops, KernelLayer& kerne
   checkP2POverlaps(ops, pairs, comm.rank());
   if (selfSends.size() != selfRecvs.size())
     throw core::ArgumentError("rank " + std::to_string(comm.rank()) + ": " + std::to_string(selfSends.size()) +
-                              " sends to itself but " + std::to_string(selfRecvs.size()) + " receives from itself");
+                              " sends to itself but " + std::to_string(selfRecvs.size()) +
+                              " receives from itself (each needs its match in the same group of operations: "
+                              "nnsGroupStart/nnsGroupEnd in the C API)");
   for (size_t i = 0; i < selfSends.size(); ++i) {
     size_t sendBytes = selfSends[i]->count * typeSize(selfSends[i]->type);
     size_t recvBytes = selfRecvs[i]->count * typeSize(selfRecvs[i]->type);
@@ -597,7 +607,10 @@ std::string argumentProblem(ncclDataType_t type, const void* send, const void* r
   if (es == 0) return "data type " + std::to_string(static_cast<int>(type)) + " is not supported";
   if (op != ncclSum && op != ncclProd && op != ncclMax && op != ncclMin && op != ncclAvg)
     return "reduction op " + std::to_string(static_cast<int>(op)) + " is not supported";
-  if (count > static_cast<size_t>(PTRDIFF_MAX) / es / blocks)
+  // No buffer is larger than a process's address space: 2^57 bytes with x86-64's 5-level paging, less elsewhere
+  // (a count below PTRDIFF_MAX but past it was reported as the two buffers overlapping).
+  constexpr auto kLargestBuffer = static_cast<size_t>(std::min<uint64_t>(uint64_t{1} << 57, PTRDIFF_MAX));
+  if (count > kLargestBuffer / es / blocks)
     return "a count of " + std::to_string(count) + " elements of " + std::to_string(es) + " bytes" +
            (blocks > 1 ? " times " + std::to_string(blocks) + " ranks" : "") + " is more bytes than a buffer can hold";
   if (count == 0) return "";

@@ -1509,6 +1509,24 @@ TEST(Algorithms, AutoTakesDoublingFurtherOnTwoRanksAndTheEnvironmentMovesTheLine
   unsetenv("NNS_TREE_MAX_BYTES");
 }
 
+// An Algorithm cast from an integer that names none is refused at the call (it ran as the tree and was called "auto"
+// in messages and in NNS_CHECK_CALLS' comparison); the communicator stays usable.
+TEST(Algorithms, AValueOutsideTheEnumIsAnArgumentError) {
+  unsetenv("NNS_ALGO");
+  core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  core::Communicator comm(launch, socketOptions());
+  float x = 1;
+  try {
+    coll::allReduce(comm, &x, &x, 1, ncclFloat32, ncclSum, coll::hostKernels(), static_cast<coll::Algorithm>(42));
+    ADD_FAILURE() << "Algorithm 42 was accepted";
+  } catch (const core::ArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("algorithm 42 is none of Auto, Ring, Tree, Doubling"), std::string::npos)
+        << e.what();
+  }
+  coll::allReduce(comm, &x, &x, 1, ncclFloat32, ncclSum, coll::hostKernels(), coll::Algorithm::Ring);
+  EXPECT_EQ(x, 1.0f);
+}
+
 // NNS_PIECE_BYTES is read inside the operation; a malformed value is refused at the call (it failed the communicator
 // for good, on every rank, from inside the first ring or tree), and the communicator stays usable.
 TEST(Algorithms, AMalformedPieceSizeIsRefusedAtTheCall) {

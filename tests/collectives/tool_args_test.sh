@@ -322,6 +322,15 @@ for case in "tree::# algorithm: tree (from NNS_ALGO)" "tree:ring:# algorithm: ri
   fi
 done
 
+# Auto's limits as numbers, knobs applied (the line named the knobs only): one rank, so the tree is out.
+header=$(NNS_DOUBLING_MAX_BYTES=4096 NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" allreduce -p minimal \
+           -b 8 -e 8 -n 1 -w 0 | grep '^# algorithm')
+want="# algorithm: auto (recursive doubling up to 4096 B (NNS_DOUBLING_MAX_BYTES), the tree only from 8 ranks, then the ring)"
+if [ "$header" != "$want" ]; then
+  echo "FAILED: NNS_DOUBLING_MAX_BYTES=4096: header '$header' (expected '$want')"
+  failures=$((failures + 1))
+fi
+
 # Ranks whose schedule knobs differ (NNS_ALGO here) are refused at creation with both settings, rather than failing
 # on the wire with a size mismatch that names neither.
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -486,12 +486,25 @@ int runTool(int argc, char** argv) {
         const char* env = std::getenv("NNS_ALGO");
         const bool fromEnv = algorithm == coll::Algorithm::Auto && env != nullptr && *env != '\0' &&
                              coll::parseAlgorithm(env, &shown) && shown != coll::Algorithm::Auto;
-        std::printf("# algorithm: %s%s\n", coll::algorithmName(shown),
-                    fromEnv ? " (from NNS_ALGO)"
-                    : shown == coll::Algorithm::Auto
-                        ? " (recursive doubling to NNS_DOUBLING_MAX_BYTES, the tree to NNS_TREE_MAX_BYTES on 8+ ranks, "
-                          "then the ring)"
-                        : "");
+        // Auto's limits as this communicator has them (knobs applied): which rows ran which algorithm.
+        std::string how = fromEnv ? " (from NNS_ALGO)" : "";
+        if (shown == coll::Algorithm::Auto) {
+          try {
+            const coll::AllReduceLimits limits = coll::allReduceLimits(comm);
+            const std::string tree =
+                comm.size() < limits.treeMinRanks
+                    ? "the tree only from " + std::to_string(limits.treeMinRanks) + " ranks"
+                : limits.treeMaxBytes <= limits.doublingMaxBytes
+                    ? "the tree never (NNS_TREE_MAX_BYTES " + std::to_string(limits.treeMaxBytes) +
+                          " B is not above it)"
+                    : "the tree up to " + std::to_string(limits.treeMaxBytes) + " B (NNS_TREE_MAX_BYTES)";
+            how = " (recursive doubling up to " + std::to_string(limits.doublingMaxBytes) +
+                  " B (NNS_DOUBLING_MAX_BYTES), " + tree + ", then the ring)";
+          } catch (const std::exception& error) {
+            how = std::string(" (its limits unknown: ") + error.what() + "; the first call fails on it)";
+          }
+        }
+        std::printf("# algorithm: %s%s\n", coll::algorithmName(shown), how.c_str());
       }
       static const char* const kTimeReports[] = {"rank 0's", "the average of the ranks'", "the fastest rank's",
                                                  "the slowest rank's"};

@@ -32,7 +32,17 @@ constexpr size_t kDefaultDoublingMaxBytes = 32 * 1024;
 constexpr size_t kTwoRankDoublingMaxBytes = 512 * 1024;
 constexpr size_t kDefaultTreeMaxBytes = 128 * 1024;
 constexpr int kTreeMinRanks = 8;
+// The limits Algorithm::Auto uses on `comm`, knobs applied (a malformed knob throws CommError, ncclInvalidUsage):
+// recursive doubling up to doublingMaxBytes, then the tree up to treeMaxBytes where the communicator has treeMinRanks
+// ranks or more, then the ring. What nccl-net-bench's header prints.
+struct AllReduceLimits {
+  size_t doublingMaxBytes;
+  size_t treeMaxBytes;
+  int treeMinRanks;
+};
+AllReduceLimits allReduceLimits(const Communicator& comm);
 // What Algorithm::Auto resolves to for `bytes` on `comm`; an explicit request wins, then $NNS_ALGO, then the size.
+// A value outside the enum is an ArgumentError.
 Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requested);
 
 // A reduction: one of NCCL's ops (ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg), or NCCL's premultiplied sum
