@@ -54,11 +54,14 @@ done
 # refused -fvisibility-inlines-hidden for C), and NCCL_NET_EXPORT keeps its table visible under -fvisibility=hidden.
 printf '%s\n' '#include <nccl_net/export.h>' '#include <nccl_net/net_v8.h>' \
   'static ncclResult_t cInit(ncclDebugLogger_t logger) { (void)logger; return ncclSuccess; }' \
-  'NCCL_NET_EXPORT const ncclNet_v8_t ncclNetPlugin_v8 = {.name = "cplugin", .init = cInit};' > "$work/cplugin.c"
+  'NCCL_NET_EXPORT const ncclNet_v8_t ncclNetPlugin_v8 = {.name = "cplugin", .init = cInit};' \
+  '/* A library that is also a tuner keeps the tuner symbol NCCL looks for there (a stand-in for its table, only the' \
+  '   symbol is checked); any other symbol stays hidden, marked or not. */' \
+  'NCCL_NET_EXPORT const int ncclTunerPlugin_v4 = 4;' 'NCCL_NET_EXPORT int cpluginHelperCount = 0;' > "$work/cplugin.c"
 gcc -std=c99 -Wall -Wextra -pedantic -Werror -fPIC -shared $cflags "$work/cplugin.c" -o "$work/libnccl-net-cplugin.so" \
   $libs
 exported=$(nm -D --defined-only "$work/libnccl-net-cplugin.so" | awk '{print $3}' | grep -v '^_' | tr '\n' ' ')
-[ "$exported" = "ncclNetPlugin_v8 " ] || { echo "FAILED: the C plugin exports '$exported'"; exit 1; }
+[ "$exported" = "ncclNetPlugin_v8 ncclTunerPlugin_v4 " ] || { echo "FAILED: the C plugin exports '$exported'"; exit 1; }
 
 # The C API, one rank (NNS_RANK=0 NNS_WORLD_SIZE=1 needs no root address), built both ways: the CMake target
 # nccl_net_sdk::nns above, and pkg-config's nns here. Each runs with the installed libraries only (the socket plugin,

@@ -1,6 +1,7 @@
 // nccl_net/sdk.hpp: the whole plugin SDK in one include.
 #pragma once
 
+#include "export.h"  // NCCL_NET_EXPORT, for a table of the plugin's own beside the SDK's (a tuner's)
 #include "sdk_version.h"
 
 #include "sdk/collnet.hpp"

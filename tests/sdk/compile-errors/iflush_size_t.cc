@@ -1,4 +1,4 @@
-// expect: Net::iflush is not iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request)
+// expect: Net::iflush is not a public iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles
 // An optional method with the wrong sizes type (size_t* as in irecv; iflush takes int*).
 #include "vendor_net.hpp"
 

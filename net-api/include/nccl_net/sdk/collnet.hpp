@@ -243,6 +243,7 @@ struct CollEntry {
 template <class Coll>
 struct CollClassCheck {
   using S = ExactSize;
+  using I = ExactInt;
   static constexpr bool kNamed = has_kName<Coll>::value;
   static constexpr bool kNameConstant = !kNamed || has_constant_kName<Coll>::value;
   static constexpr bool kNameNonEmpty = !nameIsEmpty<Coll>();
@@ -250,14 +251,13 @@ struct CollClassCheck {
   static constexpr bool kInit = callable_init<Coll, TypeList<void(const InitArgs&, ExactPointer<void**>)>>::value;
   static constexpr bool kDevices = callable_devices<Coll, TypeList<void(ExactPointer<int*>)>>::value;
   static constexpr bool kGetProperties =
-      callable_getProperties<Coll, TypeList<void(int, ExactPointer<ncclNetProperties_v12_t*>)>>::value;
-  static constexpr bool kListen = callable_listen<Coll, TypeList<void(void*, int, void*, ExactPointer<void**>)>>::value;
+      callable_getProperties<Coll, TypeList<void(I, ExactPointer<ncclNetProperties_v12_t*>)>>::value;
+  static constexpr bool kListen = callable_listen<Coll, TypeList<void(void*, I, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kConnect =
-      callable_connect<Coll, TypeList<void(ExactPointer<void**>, int, int, void*, ExactPointer<void**>)>>::value;
+      callable_connect<Coll, TypeList<void(ExactPointer<void**>, I, I, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kReduceSupport =
       callable_reduceSupport<Coll, TypeList<void(ncclDataType_t, ncclRedOp_t, ExactPointer<int*>)>>::value;
-  static constexpr bool kRegMr =
-      callable_regMr<Coll, TypeList<void(void*, void*, S, int, ExactPointer<void**>)>>::value;
+  static constexpr bool kRegMr = callable_regMr<Coll, TypeList<void(void*, void*, S, I, ExactPointer<void**>)>>::value;
   static constexpr bool kDeregMr = callable_deregMr<Coll, TypeList<void(void*, void*)>>::value;
   static constexpr bool kIallreduce =
       callable_iallreduce<Coll, TypeList<void(void*, void*, void*, S, ncclDataType_t, ncclRedOp_t, void*, void*,
@@ -268,18 +268,17 @@ struct CollClassCheck {
   // Optional methods: checked only when the class declares one.
   static constexpr bool kIallgather =
       !has_iallgather_v<Coll> ||
-      callable_iallgather<Coll, TypeList<void(void*, void*, int, InputPointer<ncclNetSGE_v12_t*>, S, S, S, void*,
+      callable_iallgather<Coll, TypeList<void(void*, void*, I, InputPointer<ncclNetSGE_v12_t*>, S, S, S, void*,
                                               ExactPointer<void**>)>>::value;
   static constexpr bool kIreducescatter =
       !has_ireducescatter_v<Coll> ||
-      callable_ireducescatter<Coll, TypeList<void(void*, int, InputPointer<ncclNetSGE_v12_t*>, void*, S, S, S,
+      callable_ireducescatter<Coll, TypeList<void(void*, I, InputPointer<ncclNetSGE_v12_t*>, void*, S, S, S,
                                                   ncclDataType_t, ncclRedOp_t, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kRegMrDmaBuf =
       !has_regMrDmaBuf_v<Coll> ||
-      callable_regMrDmaBuf<Coll, TypeList<void(void*, void*, S, int, uint64_t, int, ExactPointer<void**>)>>::value;
+      callable_regMrDmaBuf<Coll, TypeList<void(void*, void*, S, I, S, I, ExactPointer<void**>)>>::value;
   static constexpr bool kIflush =
-      !has_iflush_v<Coll> ||
-      callable_iflush<Coll, TypeList<void(void*, void*, int, void*, ExactPointer<void**>)>>::value;
+      !has_iflush_v<Coll> || callable_iflush<Coll, TypeList<void(void*, void*, I, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kMakeVDevice =
       !has_makeVDevice_v<Coll> ||
       callable_makeVDevice<Coll, TypeList<void(ExactPointer<int*>, InputPointer<ncclNetVDeviceProps_v12_t*>)>>::value;
@@ -288,7 +287,7 @@ struct CollClassCheck {
   static constexpr bool value = kNamed && kNameConstant && kNameNonEmpty && kConstructible && kInit && kDevices &&
                                 kGetProperties && kListen && kConnect && kReduceSupport && kRegMr && kDeregMr &&
                                 kIallreduce && kTest && kCloseColl && kCloseListen && kIallgather && kIreducescatter &&
-                                kRegMrDmaBuf && kIflush && kMakeVDevice && kFinalize;
+                                kRegMrDmaBuf && kIflush && kMakeVDevice && kFinalize && SpelledRight<Coll>::value;
 };
 
 // Stands in for a class that failed CollClassCheck, so that only the static_asserts are reported.
@@ -362,26 +361,32 @@ constexpr bool reportCollClass() {
                 "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no public closeColl(void* collComm) returning ncclResult_t");
   static_assert(C::kCloseListen,
                 "NCCL_NET_SDK_EXPORT_COLLNET: Coll has no public closeListen(void* listenComm) returning ncclResult_t");
-  static_assert(C::kIallgather,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll::iallgather is not iallgather(void* collComm, void* sendData, int "
-                "nRecvParts, ncclNetSGE_v12_t* recvParts, size_t bytesPerRank, size_t windowOffset, size_t "
-                "windowBytes, void* sendMhandle, void** request) returning ncclResult_t");
+  static_assert(
+      C::kIallgather,
+      "NCCL_NET_SDK_EXPORT_COLLNET: Coll::iallgather is not a public iallgather(void* collComm, void* sendData, int "
+      "nRecvParts, ncclNetSGE_v12_t* recvParts, size_t bytesPerRank, size_t windowOffset, size_t "
+      "windowBytes, void* sendMhandle, void** request) returning ncclResult_t");
   static_assert(C::kIreducescatter,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll::ireducescatter is not ireducescatter(void* collComm, int "
+                "NCCL_NET_SDK_EXPORT_COLLNET: Coll::ireducescatter is not a public ireducescatter(void* collComm, int "
                 "nSendParts, ncclNetSGE_v12_t* sendParts, void* recvData, size_t bytesPerRank, size_t windowOffset, "
                 "size_t windowBytes, ncclDataType_t dataType, ncclRedOp_t redOp, void* recvMhandle, void** request) "
                 "returning ncclResult_t");
-  static_assert(C::kRegMrDmaBuf,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll::regMrDmaBuf is not regMrDmaBuf(void* collComm, void* data, size_t "
-                "size, int type, uint64_t offset, int fd, void** mhandle) returning ncclResult_t");
-  static_assert(C::kIflush,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll::iflush is not iflush(void* collComm, void* data, int size, void* "
-                "mhandle, void** request) returning ncclResult_t");
-  static_assert(C::kMakeVDevice,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll::makeVDevice is not makeVDevice(int* d, ncclNetVDeviceProps_v12_t* "
-                "props) returning ncclResult_t");
-  static_assert(C::kFinalize,
-                "NCCL_NET_SDK_EXPORT_COLLNET: Coll::finalize is not finalize(void* ctx) returning ncclResult_t");
+  static_assert(
+      C::kRegMrDmaBuf,
+      "NCCL_NET_SDK_EXPORT_COLLNET: Coll::regMrDmaBuf is not a public regMrDmaBuf(void* collComm, void* data, size_t "
+      "size, int type, uint64_t offset, int fd, void** mhandle) returning ncclResult_t");
+  static_assert(
+      C::kIflush,
+      "NCCL_NET_SDK_EXPORT_COLLNET: Coll::iflush is not a public iflush(void* collComm, void* data, int size, void* "
+      "mhandle, void** request) returning ncclResult_t");
+  static_assert(
+      C::kMakeVDevice,
+      "NCCL_NET_SDK_EXPORT_COLLNET: Coll::makeVDevice is not a public makeVDevice(int* d, ncclNetVDeviceProps_v12_t* "
+      "props) returning ncclResult_t");
+  static_assert(
+      C::kFinalize,
+      "NCCL_NET_SDK_EXPORT_COLLNET: Coll::finalize is not a public finalize(void* ctx) returning ncclResult_t");
+  reportSpelling<Coll>();
   return C::value;
 }
 template <class Coll>

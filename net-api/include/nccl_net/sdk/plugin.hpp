@@ -157,6 +157,15 @@ NCCL_NET_SDK_DETECT(finalize)
 NCCL_NET_SDK_DETECT(setNetAttr)
 NCCL_NET_SDK_DETECT(iallgather)
 NCCL_NET_SDK_DETECT(ireducescatter)
+// Misspellings of optional methods: the SDK cannot tell one from an absent method and would supply its default (a
+// vendor's `finalise` never ran). Names a class has no other reason to declare; each is refused, naming the right one.
+NCCL_NET_SDK_DETECT(finalise)
+NCCL_NET_SDK_DETECT(iFlush)
+NCCL_NET_SDK_DETECT(regMrDmabuf)
+NCCL_NET_SDK_DETECT(makeVdevice)
+NCCL_NET_SDK_DETECT(setNetAttrs)
+NCCL_NET_SDK_DETECT(getDeviceMR)
+NCCL_NET_SDK_DETECT(irecvconsumed)
 #undef NCCL_NET_SDK_DETECT
 // NOLINTEND(bugprone-macro-parentheses)
 
@@ -167,6 +176,16 @@ NCCL_NET_SDK_DETECT(ireducescatter)
 struct ExactSize {
   template <class T, std::enable_if_t<std::is_integral_v<T> && std::is_unsigned_v<T> && !std::is_same_v<T, bool> &&
                                           sizeof(T) >= sizeof(size_t),
+                                      int> = 0>
+  operator T() const {  // NOLINT(google-explicit-constructor): the implicit conversion is the point
+    return 0;
+  }
+};
+// An int argument (a device, a tag, a count of receives, a memory type, a file descriptor) that converts to int or a
+// wider integer and to nothing narrower: a method declared with `int16_t tag` or `char dev` is refused at compile
+// time; it compiled, and the SDK's call narrowed NCCL's value inside this header, where no warning reaches the vendor.
+struct ExactInt {
+  template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool> && sizeof(T) >= sizeof(int),
                                       int> = 0>
   operator T() const {  // NOLINT(google-explicit-constructor): the implicit conversion is the point
     return 0;
@@ -300,11 +319,52 @@ constexpr bool nameIsEmpty() {
   }
 }
 
+// No misspelt optional method (see the detectors above); for ncclNet and ncclCollNet classes alike.
+template <class T>
+struct SpelledRight {
+  static constexpr bool kFinalise = !declared_finalise_v<T>;
+  static constexpr bool kIFlush = !declared_iFlush_v<T>;
+  static constexpr bool kRegMrDmabuf = !declared_regMrDmabuf_v<T>;
+  static constexpr bool kMakeVdevice = !declared_makeVdevice_v<T>;
+  static constexpr bool kSetNetAttrs = !declared_setNetAttrs_v<T>;
+  static constexpr bool kGetDeviceMR = !declared_getDeviceMR_v<T>;
+  static constexpr bool kIrecvconsumed = !declared_irecvconsumed_v<T>;
+  static constexpr bool value =
+      kFinalise && kIFlush && kRegMrDmabuf && kMakeVdevice && kSetNetAttrs && kGetDeviceMR && kIrecvconsumed;
+};
+// One static_assert per misspelling (reportNetClass and reportCollClass call it).
+template <class T>
+constexpr void reportSpelling() {
+  using M = SpelledRight<T>;
+  static_assert(M::kFinalise,
+                "NCCL_NET_SDK: the class declares finalise, which nothing calls: the optional method "
+                "is finalize (the SDK would run its own default)");
+  static_assert(M::kIFlush,
+                "NCCL_NET_SDK: the class declares iFlush, which nothing calls: the optional method is "
+                "iflush (the SDK would report NULL: no flush)");
+  static_assert(M::kRegMrDmabuf,
+                "NCCL_NET_SDK: the class declares regMrDmabuf, which nothing calls: the optional "
+                "method is regMrDmaBuf (the SDK would report NULL: no DMA-BUF)");
+  static_assert(M::kMakeVdevice,
+                "NCCL_NET_SDK: the class declares makeVdevice, which nothing calls: the optional "
+                "method is makeVDevice");
+  static_assert(M::kSetNetAttrs,
+                "NCCL_NET_SDK: the class declares setNetAttrs, which nothing calls: the optional "
+                "method is setNetAttr");
+  static_assert(M::kGetDeviceMR,
+                "NCCL_NET_SDK: the class declares getDeviceMR, which nothing calls: the optional "
+                "method is getDeviceMr");
+  static_assert(M::kIrecvconsumed,
+                "NCCL_NET_SDK: the class declares irecvconsumed, which nothing calls: the "
+                "optional method is irecvConsumed");
+}
+
 // Each requirement of NCCL_NET_SDK_EXPORT(Net) as a named constant, so that one mistake gives one error naming the
 // method and its expected signature (the static_asserts below), not a page of template instantiation context.
 template <class Net>
 struct NetClassCheck {
   using S = ExactSize;
+  using I = ExactInt;
   static constexpr bool kNamed = has_kName<Net>::value;
   static constexpr bool kNameConstant = !kNamed || has_constant_kName<Net>::value;
   static constexpr bool kNameNonEmpty = !nameIsEmpty<Net>();
@@ -312,19 +372,19 @@ struct NetClassCheck {
   static constexpr bool kInit = callable_init<Net, TypeList<void(const InitArgs&, ExactPointer<void**>)>>::value;
   static constexpr bool kDevices = callable_devices<Net, TypeList<void(ExactPointer<int*>)>>::value;
   static constexpr bool kGetProperties =
-      callable_getProperties<Net, TypeList<void(int, ExactPointer<ncclNetProperties_v12_t*>)>>::value;
-  static constexpr bool kListen = callable_listen<Net, TypeList<void(void*, int, void*, ExactPointer<void**>)>>::value;
+      callable_getProperties<Net, TypeList<void(I, ExactPointer<ncclNetProperties_v12_t*>)>>::value;
+  static constexpr bool kListen = callable_listen<Net, TypeList<void(void*, I, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kConnect = callable_connect<
-      Net, TypeList<void(void*, int, void*, ExactPointer<void**>, ExactPointer<ncclNetDeviceHandle_v12_t**>)>>::value;
+      Net, TypeList<void(void*, I, void*, ExactPointer<void**>, ExactPointer<ncclNetDeviceHandle_v12_t**>)>>::value;
   static constexpr bool kAccept =
       callable_accept<Net,
                       TypeList<void(void*, ExactPointer<void**>, ExactPointer<ncclNetDeviceHandle_v12_t**>)>>::value;
-  static constexpr bool kRegMr = callable_regMr<Net, TypeList<void(void*, void*, S, int, ExactPointer<void**>)>>::value;
+  static constexpr bool kRegMr = callable_regMr<Net, TypeList<void(void*, void*, S, I, ExactPointer<void**>)>>::value;
   static constexpr bool kDeregMr = callable_deregMr<Net, TypeList<void(void*, void*)>>::value;
   static constexpr bool kIsend =
-      callable_isend<Net, TypeList<void(void*, void*, S, int, void*, void*, ExactPointer<void**>)>>::value;
+      callable_isend<Net, TypeList<void(void*, void*, S, I, void*, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kIrecv =
-      callable_irecv<Net, TypeList<void(void*, int, InputPointer<void**>, InputPointer<size_t*>, InputPointer<int*>,
+      callable_irecv<Net, TypeList<void(void*, I, InputPointer<void**>, InputPointer<size_t*>, InputPointer<int*>,
                                         InputPointer<void**>, InputPointer<void**>, ExactPointer<void**>)>>::value;
   static constexpr bool kTest = callable_test<Net, TypeList<void(void*, ExactPointer<int*>, CompletedSizes&)>>::value;
   static constexpr bool kCloseSend = callable_closeSend<Net, TypeList<void(void*)>>::value;
@@ -333,14 +393,14 @@ struct NetClassCheck {
   // Optional methods: checked only when the class declares one.
   static constexpr bool kRegMrDmaBuf =
       !has_regMrDmaBuf_v<Net> ||
-      callable_regMrDmaBuf<Net, TypeList<void(void*, void*, S, int, uint64_t, int, ExactPointer<void**>)>>::value;
+      callable_regMrDmaBuf<Net, TypeList<void(void*, void*, S, I, S, I, ExactPointer<void**>)>>::value;
   static constexpr bool kIflush =
-      !has_iflush_v<Net> || callable_iflush<Net, TypeList<void(void*, int, InputPointer<void**>, InputPointer<int*>,
+      !has_iflush_v<Net> || callable_iflush<Net, TypeList<void(void*, I, InputPointer<void**>, InputPointer<int*>,
                                                                InputPointer<void**>, ExactPointer<void**>)>>::value;
   static constexpr bool kGetDeviceMr =
       !has_getDeviceMr_v<Net> || callable_getDeviceMr<Net, TypeList<void(void*, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kIrecvConsumed =
-      !has_irecvConsumed_v<Net> || callable_irecvConsumed<Net, TypeList<void(void*, int, void*)>>::value;
+      !has_irecvConsumed_v<Net> || callable_irecvConsumed<Net, TypeList<void(void*, I, void*)>>::value;
   static constexpr bool kMakeVDevice =
       !has_makeVDevice_v<Net> ||
       callable_makeVDevice<Net, TypeList<void(ExactPointer<int*>, InputPointer<ncclNetVDeviceProps_v12_t*>)>>::value;
@@ -349,10 +409,13 @@ struct NetClassCheck {
       !has_setNetAttr_v<Net> ||
       callable_setNetAttr<Net, TypeList<void(void*, InputPointer<ncclNetAttr_v12_t*>)>>::value;
 
+  static constexpr bool kSpelled = SpelledRight<Net>::value;
+
   static constexpr bool value = kNamed && kNameConstant && kNameNonEmpty && kConstructible && kInit && kDevices &&
                                 kGetProperties && kListen && kConnect && kAccept && kRegMr && kDeregMr && kIsend &&
                                 kIrecv && kTest && kCloseSend && kCloseRecv && kCloseListen && kRegMrDmaBuf &&
-                                kIflush && kGetDeviceMr && kIrecvConsumed && kMakeVDevice && kFinalize && kSetNetAttr;
+                                kIflush && kGetDeviceMr && kIrecvConsumed && kMakeVDevice && kFinalize && kSetNetAttr &&
+                                kSpelled;
 };
 
 // Stands in for a vendor class that failed NetClassCheck, so the tables still instantiate and the compiler reports
@@ -419,7 +482,7 @@ constexpr bool reportNetClass() {
       C::kIsend,
       "NCCL_NET_SDK_EXPORT: Net has no public isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, "
       "void* phandle, void** request) returning ncclResult_t (size is size_t: an int would truncate "
-      "messages of 2 GiB and more)");
+      "messages of 2 GiB and more; int parameters take an int or a wider integer, not a narrower one)");
   static_assert(
       C::kIrecv,
       "NCCL_NET_SDK_EXPORT: Net has no public irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, "
@@ -434,25 +497,32 @@ constexpr bool reportNetClass() {
                 "NCCL_NET_SDK_EXPORT: Net has no public closeRecv(void* recvComm) returning ncclResult_t");
   static_assert(C::kCloseListen,
                 "NCCL_NET_SDK_EXPORT: Net has no public closeListen(void* listenComm) returning ncclResult_t");
-  static_assert(C::kRegMrDmaBuf,
-                "NCCL_NET_SDK_EXPORT: Net::regMrDmaBuf is not regMrDmaBuf(void* comm, void* data, size_t size, int "
-                "type, uint64_t offset, int fd, void** mhandle) returning ncclResult_t");
-  static_assert(C::kIflush,
-                "NCCL_NET_SDK_EXPORT: Net::iflush is not iflush(void* recvComm, int n, void** data, int* sizes, void** "
-                "mhandles, void** request) returning ncclResult_t (sizes are int* here, unlike irecv's)");
+  static_assert(
+      C::kRegMrDmaBuf,
+      "NCCL_NET_SDK_EXPORT: Net::regMrDmaBuf is not a public regMrDmaBuf(void* comm, void* data, size_t size, int "
+      "type, uint64_t offset, int fd, void** mhandle) returning ncclResult_t");
+  static_assert(
+      C::kIflush,
+      "NCCL_NET_SDK_EXPORT: Net::iflush is not a public iflush(void* recvComm, int n, void** data, int* sizes, void** "
+      "mhandles, void** request) returning ncclResult_t (sizes are int* here, unlike irecv's)");
   static_assert(C::kGetDeviceMr,
-                "NCCL_NET_SDK_EXPORT: Net::getDeviceMr is not getDeviceMr(void* comm, void* mhandle, void** "
+                "NCCL_NET_SDK_EXPORT: Net::getDeviceMr is not a public getDeviceMr(void* comm, void* mhandle, void** "
                 "dptrMhandle) returning ncclResult_t");
-  static_assert(C::kIrecvConsumed,
-                "NCCL_NET_SDK_EXPORT: Net::irecvConsumed is not irecvConsumed(void* recvComm, int n, void* request) "
-                "returning ncclResult_t");
-  static_assert(C::kMakeVDevice,
-                "NCCL_NET_SDK_EXPORT: Net::makeVDevice is not makeVDevice(int* d, ncclNetVDeviceProps_v12_t* props) "
-                "returning ncclResult_t");
-  static_assert(C::kFinalize, "NCCL_NET_SDK_EXPORT: Net::finalize is not finalize(void* ctx) returning ncclResult_t");
-  static_assert(C::kSetNetAttr,
-                "NCCL_NET_SDK_EXPORT: Net::setNetAttr is not setNetAttr(void* ctx, ncclNetAttr_v12_t* attr) returning "
-                "ncclResult_t");
+  static_assert(
+      C::kIrecvConsumed,
+      "NCCL_NET_SDK_EXPORT: Net::irecvConsumed is not a public irecvConsumed(void* recvComm, int n, void* request) "
+      "returning ncclResult_t");
+  static_assert(
+      C::kMakeVDevice,
+      "NCCL_NET_SDK_EXPORT: Net::makeVDevice is not a public makeVDevice(int* d, ncclNetVDeviceProps_v12_t* props) "
+      "returning ncclResult_t");
+  static_assert(C::kFinalize,
+                "NCCL_NET_SDK_EXPORT: Net::finalize is not a public finalize(void* ctx) returning ncclResult_t");
+  static_assert(
+      C::kSetNetAttr,
+      "NCCL_NET_SDK_EXPORT: Net::setNetAttr is not a public setNetAttr(void* ctx, ncclNetAttr_v12_t* attr) returning "
+      "ncclResult_t");
+  reportSpelling<Net>();
   return C::value;
 }
 // The class NCCL_NET_SDK_EXPORT builds tables for: Net itself, or InvalidNet after the assertions named its mistakes.

@@ -1,0 +1,14 @@
+// expect: the class declares finalise, which nothing calls: the optional method is finalize
+// A misspelt optional method: it compiled, the SDK supplied its own default finalize, and the vendor's never ran.
+#include "vendor_net.hpp"
+
+struct Net {
+  static constexpr const char kName[] = "vendor";
+  VENDOR_NET_INIT
+  VENDOR_NET_REGMR
+  VENDOR_NET_ISEND
+  VENDOR_NET_TEST
+  VENDOR_NET_OTHERS
+  ncclResult_t finalise(void*) { return ncclSuccess; }
+};
+NCCL_NET_SDK_EXPORT(Net)
