@@ -253,6 +253,14 @@ long firstMismatch(const std::vector<unsigned char>& buffer, size_t bytes, uint6
   return -1;
 }
 
+// Why a received message is not the one sent: the size its test reported, else its first wrong byte ("" when neither).
+std::string receivedWrong(const std::vector<unsigned char>& buffer, int reported, size_t sent, uint64_t seed) {
+  if (reported != static_cast<int>(sent))
+    return "the receive's test reported " + std::to_string(reported) + " bytes, " + std::to_string(sent) + " were sent";
+  const long at = firstMismatch(buffer, sent, seed);
+  return at < 0 ? std::string() : "wrong byte at offset " + std::to_string(at);
+}
+
 // Whether a sender's test reported a size other than `sent`. Its size starts at -1 and may stay so: the API says
 // test reports the size sent, but NCCL never reads it on the send side, and NCCL's own IB plugin fills sizes for
 // receives only. A size written wrong is still a bug (state crossed between requests, a wrapped counter).
@@ -1503,9 +1511,8 @@ Verdict receiveAfterTheHint(Context& c, void* recvComm, size_t secondBytes, uint
     if (result == ncclSuccess) result = waitDone(c, next, &got, gTransferWaitSeconds);
     if (result != ncclSuccess)
       v = fail("the receive after the hinted one: %s", waitText(result, gTransferWaitSeconds).c_str());
-    else if (got != static_cast<int>(secondBytes) || firstMismatch(buffers[1], secondBytes, secondSeed) >= 0)
-      v = fail("the receive after the hinted one got %d bytes (or wrong bytes), not the next message's %zu", got,
-               secondBytes);
+    else if (const std::string wrong = receivedWrong(buffers[1], got, secondBytes, secondSeed); !wrong.empty())
+      v = fail("the receive after the hinted one, meant for the next message (%zu B): %s", secondBytes, wrong.c_str());
   }
   if (v.status != Status::kPass) return v;
   return pass("irecv wrote *request over NCCL's optional-completion hint (" + std::to_string(calls) +
@@ -2474,9 +2481,9 @@ Verdict commLifecycleLeaks(Context& c) {
         step = fail("comm %d: irecv %s", cycle + 1, postText(result).c_str());
       } else if ((result = waitDone(c, request, &size, gTransferWaitSeconds)) != ncclSuccess) {
         step = fail("comm %d: %s", cycle + 1, waitText(result, gTransferWaitSeconds).c_str());
-      } else if (size != static_cast<int>(sizeOf(cycle)) ||
-                 firstMismatch(buffer, sizeOf(cycle), static_cast<uint64_t>(cycle) + 5) >= 0) {
-        step = fail("comm %d: received %d bytes, expected %zu (or wrong bytes)", cycle + 1, size, sizeOf(cycle));
+      } else if (const std::string wrong = receivedWrong(buffer, size, sizeOf(cycle), static_cast<uint64_t>(cycle) + 5);
+                 !wrong.empty()) {
+        step = fail("comm %d: %s", cycle + 1, wrong.c_str());
       } else {
         // Then a receive nothing will match, pending at the close as NCCL's abort leaves them: the close must release
         // what the comm holds all the same (a plugin that frees a comm only once its requests are done never does).
@@ -3422,8 +3429,8 @@ Verdict manyCommsAtOnce(Context& c) {
           for (int r = 0; r < kRounds && whose.empty(); ++r)
             if (size == static_cast<int>(sizeOf(j, r)) && firstMismatch(buffers[i], size, seedOf(j, r)) < 0)
               whose = ": it was connection " + std::to_string(j) + "'s message of round " + std::to_string(r);
-        verdict = fail("connection %d, round %d: received %d bytes, expected %zu%s", i, round, size, sizeOf(i, round),
-                       whose.empty() ? " (or wrong bytes)" : whose.c_str());
+        verdict = fail("connection %d, round %d: %s%s", i, round,
+                       receivedWrong(buffers[i], size, sizeOf(i, round), seedOf(i, round)).c_str(), whose.c_str());
       }
     }
   }
