@@ -405,6 +405,42 @@ TEST(Resolution, InitFailureRejectsTheCandidate) {
       << report.candidates[0].rejectReason;
 }
 
+// What a library exports beyond NCCL's tables, read from its file: nothing for a plugin built with the SDK's flags; a
+// leaky one's own helpers, and (GCC) its GNU-unique symbols; a clear error for a file that is not a whole ELF library.
+TEST(Inspect, SymbolsBeyondNcclsTablesAreNamed) {
+  const LibraryExports socket = inspectLibrary(kDir + "/libnccl-net-socket.so");
+  EXPECT_EQ(socket.symbolsError, "");
+  EXPECT_EQ(socket.symbols.other, std::vector<std::string>{});
+  EXPECT_EQ(socket.symbols.unique, std::vector<std::string>{});
+
+  ElfExports leaky;
+  std::string error;
+  ASSERT_TRUE(readElfExports(NNS_LEAKY_LIBRARY, &leaky, &error)) << error;
+  auto has = [](const std::vector<std::string>& names, const std::string& name) {
+    for (const auto& n : names)
+      if (n == name) return true;
+    return false;
+  };
+  EXPECT_TRUE(has(leaky.other, "_Z11leakyHelperi")) << leaky.other.size() << " others";
+  EXPECT_FALSE(has(leaky.other, "_init") || has(leaky.other, "_fini"));
+#if defined(__GNUC__) && !defined(__clang__)
+  EXPECT_TRUE(has(leaky.unique, "_ZZ11leakySharedvE6shared")) << leaky.unique.size() << " unique";
+#endif
+
+  // Cut short, and not ELF at all: an error each, no read past the bytes.
+  std::FILE* file = std::fopen(NNS_LEAKY_LIBRARY, "rb");
+  ASSERT_NE(file, nullptr);
+  std::vector<unsigned char> bytes(1 << 20);
+  bytes.resize(std::fread(bytes.data(), 1, bytes.size(), file));
+  std::fclose(file);
+  ASSERT_GT(bytes.size(), 4096u);
+  EXPECT_FALSE(readElfExports(bytes.data(), 64, &leaky, &error));
+  EXPECT_EQ(error, "its section headers lie outside the file");
+  EXPECT_FALSE(readElfExports(reinterpret_cast<const unsigned char*>("#!/bin/sh\n"), 10, &leaky, &error));
+  EXPECT_EQ(error, "not an ELF file");
+  EXPECT_FALSE(readElfExports("/proc/self/status", &leaky, &error));  // not a regular file of that size: stat says 0
+}
+
 TEST(Inspect, ListsPluginsAndTheirVersions) {
   auto libraries = findPluginLibraries({kDir});
   bool sawV6 = false;

@@ -128,6 +128,42 @@ void printOutput(const json& entry) {
   for (const auto& line : entry["output"]) std::printf("    printed: %s\n", line.get<std::string>().c_str());
 }
 
+// Symbol names as the file has them may be any bytes: JSON takes UTF-8 only, and a terminal should not take escapes.
+json printableNames(const std::vector<std::string>& names) {
+  json list = json::array();
+  for (const std::string& name : names) list.push_back(nns::core::printable(name.c_str()));
+  return list;
+}
+
+// What a library exports beyond NCCL's tables, when it exports anything more: a few names and the count, and what
+// each kind does in a host's process.
+void printLeakedSymbols(const json& library) {
+  auto names = [](const json& list) {
+    std::string text;
+    size_t shown = 0;
+    for (const auto& name : list) {
+      if (shown == 3) break;
+      std::string one = name.get<std::string>();
+      if (one.size() > 60) one = one.substr(0, 57) + "...";
+      text += (shown++ == 0 ? "" : ", ") + one;
+    }
+    return list.size() > shown ? text + ", ..." : text;
+  };
+  const json& other = library.value("otherExports", json::array());
+  const json& unique = library.value("uniqueExports", json::array());
+  if (!other.empty())
+    std::printf(
+        "    also exports %zu other symbol(s) (%s): a host or library loaded first that defines one of these names "
+        "takes its place in this plugin (interposition); build with -fvisibility=hidden and the SDK's "
+        "version script\n",
+        other.size(), names(other).c_str());
+  if (!unique.empty())
+    std::printf(
+        "    %zu GNU-unique symbol(s) (%s): shared by every library of the process that has one, and dlclose "
+        "cannot unload this plugin\n",
+        unique.size(), names(unique).c_str());
+}
+
 // The entries of `spec` NCCL skips without a word, each with why: those past the 14 it reads (NCCL_NET_MAX_PLUGINS
 // less the two slots of its internal nets) and names of 255 characters or more (NCCL 2.30's src/plugin/net.cc).
 // Which entries are kept is the loader's decision (`used`, from pluginSpecEntries); the ones it did not keep are
@@ -339,7 +375,10 @@ int runTool(int argc, char** argv) {
           auto exports = nns::core::inspectLibrary(path);
           channel.send({{"netVersions", versionsJson(exports.netVersions)},
                         {"collNetVersions", versionsJson(exports.collNetVersions)},
-                        {"error", exports.error}});
+                        {"error", exports.error},
+                        {"otherExports", printableNames(exports.symbols.other)},
+                        {"uniqueExports", printableNames(exports.symbols.unique)},
+                        {"exportsError", exports.symbolsError}});
           // The verdict NCCL would reach on this library alone: loads (and through which version), or why not.
           nns::core::LoadOptions alone;
           alone.plugin = path;
@@ -495,6 +534,7 @@ int runTool(int argc, char** argv) {
                                     : std::string("exports unknown: it could not be opened");
     std::printf("  %s\n    %s\n    %s\n", f["path"].get<std::string>().c_str(), exports.c_str(),
                 f["verdict"].get<std::string>().c_str());
+    printLeakedSymbols(f);
     printOutput(f);
   }
   std::printf("\nCandidates, in the order NCCL tries them:\n");

@@ -4,6 +4,7 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -267,7 +268,13 @@ LibraryExports inspectLibrary(const std::string& path) {
   if (handle == nullptr) return exports;
   exports.netVersions = exportedVersions(handle, "ncclNetPlugin_v");
   exports.collNetVersions = exportedVersions(handle, "ncclCollNetPlugin_v");
+  // The file the name resolved to (a bare name goes through the linker's search), read after the close.
+  std::string file = path;
+  if (link_map* map = nullptr;
+      dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr && map->l_name[0] != '\0')
+    file = map->l_name;
   dlclose(handle);
+  readElfExports(file, &exports.symbols, &exports.symbolsError);
   return exports;
 }
 

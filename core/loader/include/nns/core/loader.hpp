@@ -82,12 +82,26 @@ std::optional<std::string> requiredNetName(const LoadOptions& options);
 // set (dlopen's text, or what the file is) when it does not open.
 void* openLibrary(const std::string& file, std::string* error);
 
+// The dynamic symbols a library defines for others beyond the tables NCCL looks up (ncclNetPlugin_vN,
+// ncclCollNetPlugin_vN, ncclTunerPlugin_vN, ncclProfiler_vN) and the linker's own markers, read from its file: names
+// the host's own definitions take the place of (interposition), and GNU-unique ones, which every library of the process
+// shares and which keep dlclose from unloading it. ELF64 little-endian; false with `error` set for anything else or a
+// table outside the file.
+struct ElfExports {
+  std::vector<std::string> other;   // global or weak, default or protected visibility
+  std::vector<std::string> unique;  // STB_GNU_UNIQUE
+};
+bool readElfExports(const unsigned char* data, size_t size, ElfExports* out, std::string* error);
+bool readElfExports(const std::string& path, ElfExports* out, std::string* error);
+
 // What one library exports, found without initialising it.
 struct LibraryExports {
   std::string path;
   std::vector<int> netVersions;      // ncclNetPlugin_vN, newest first
   std::vector<int> collNetVersions;  // ncclCollNetPlugin_vN, newest first
   std::string error;                 // dlopen's text when it did not open
+  ElfExports symbols;                // the rest of what it exports (read when it opened)
+  std::string symbolsError;          // why those could not be read
 };
 LibraryExports inspectLibrary(const std::string& path);
 

@@ -1,0 +1,119 @@
+// elf_exports.cc: the dynamic symbols a plugin library defines beyond NCCL's tables, read from its file (.dynsym), so
+// that nccl-net-info can say when a plugin leaks its code's names (interposable by the host's own) or holds GNU-unique
+// symbols (shared by every library of the process, and the reason dlclose cannot unload it). Reads ELF64
+// little-endian only, every offset and size checked against the bytes there are: the file is the user's input.
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "nns/core/loader.hpp"
+
+namespace nns::core {
+
+namespace {
+
+// The names NCCL itself looks up in a net plugin's library (the SDK's export map keeps exactly these).
+bool isNcclTable(const std::string& name) {
+  for (const char* prefix : {"ncclNetPlugin_v", "ncclCollNetPlugin_v", "ncclTunerPlugin_v", "ncclProfiler_v"})
+    if (name.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// Whether [offset, offset + length) lies within `size` bytes.
+bool within(uint64_t offset, uint64_t length, size_t size) {
+  return offset <= size && length <= size - offset;
+}
+
+}  // namespace
+
+bool readElfExports(const unsigned char* data, size_t size, ElfExports* out, std::string* error) {
+  *out = ElfExports{};
+  Elf64_Ehdr header;
+  if (size < sizeof(header) || std::memcmp(data, ELFMAG, SELFMAG) != 0) {
+    *error = "not an ELF file";
+    return false;
+  }
+  std::memcpy(&header, data, sizeof(header));
+  if (header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_ident[EI_DATA] != ELFDATA2LSB) {
+    *error = "not a 64-bit little-endian ELF file: its symbols were not read";
+    return false;
+  }
+  if (header.e_shentsize != sizeof(Elf64_Shdr) ||
+      !within(header.e_shoff, uint64_t{header.e_shnum} * sizeof(Elf64_Shdr), size)) {
+    *error = "its section headers lie outside the file";
+    return false;
+  }
+  auto section = [&](size_t index) {
+    Elf64_Shdr s;
+    std::memcpy(&s, data + header.e_shoff + index * sizeof(Elf64_Shdr), sizeof(s));
+    return s;
+  };
+  for (size_t i = 0; i < header.e_shnum; ++i) {
+    const Elf64_Shdr dynsym = section(i);
+    if (dynsym.sh_type != SHT_DYNSYM) continue;
+    if (dynsym.sh_entsize != sizeof(Elf64_Sym) || !within(dynsym.sh_offset, dynsym.sh_size, size) ||
+        dynsym.sh_link >= header.e_shnum) {
+      *error = "its dynamic symbol table lies outside the file";
+      return false;
+    }
+    const Elf64_Shdr strings = section(dynsym.sh_link);
+    if (!within(strings.sh_offset, strings.sh_size, size)) {
+      *error = "its dynamic string table lies outside the file";
+      return false;
+    }
+    const char* names = reinterpret_cast<const char*>(data + strings.sh_offset);
+    for (uint64_t at = 0; at + sizeof(Elf64_Sym) <= dynsym.sh_size; at += sizeof(Elf64_Sym)) {
+      Elf64_Sym symbol;
+      std::memcpy(&symbol, data + dynsym.sh_offset + at, sizeof(symbol));
+      const unsigned binding = ELF64_ST_BIND(symbol.st_info);
+      const unsigned visibility = ELF64_ST_VISIBILITY(symbol.st_other);
+      // Defined here and visible to others: not an import, not a version name (absolute), not hidden or internal.
+      if (symbol.st_shndx == SHN_UNDEF || symbol.st_shndx == SHN_ABS ||
+          (binding != STB_GLOBAL && binding != STB_WEAK && binding != STB_GNU_UNIQUE) ||
+          (visibility != STV_DEFAULT && visibility != STV_PROTECTED))
+        continue;
+      if (symbol.st_name >= strings.sh_size) continue;  // a name outside its table: nothing to say about it
+      const size_t room = strings.sh_size - symbol.st_name;
+      const std::string name(names + symbol.st_name, strnlen(names + symbol.st_name, room));
+      if (name.empty() || isNcclTable(name)) continue;
+      // The linker's own markers of every shared library.
+      if (name == "_init" || name == "_fini" || name == "_edata" || name == "_end" || name == "__bss_start") continue;
+      (binding == STB_GNU_UNIQUE ? out->unique : out->other).push_back(name);
+    }
+    return true;
+  }
+  return true;  // no dynamic symbol table: it exports nothing
+}
+
+bool readElfExports(const std::string& path, ElfExports* out, std::string* error) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fd >= 0) close(fd);
+    *error = path + ": not a regular file that can be read";
+    return false;
+  }
+  // Only the headers and the two tables are needed, but a plugin is a few MB at most: read it whole (up to 1 GiB).
+  constexpr off_t kLargest = off_t{1} << 30;
+  if (st.st_size > kLargest) {
+    close(fd);
+    *error = path + ": larger than 1 GiB, its symbols were not read";
+    return false;
+  }
+  std::vector<unsigned char> bytes(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  close(fd);
+  return readElfExports(bytes.data(), done, out, error);
+}
+
+}  // namespace nns::core
