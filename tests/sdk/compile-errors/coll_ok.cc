@@ -5,11 +5,7 @@
 
 struct Net {
   static constexpr const char kName[] = "vendor";
-  VENDOR_NET_INIT
-  VENDOR_NET_REGMR
-  VENDOR_NET_ISEND
-  VENDOR_NET_TEST
-  VENDOR_NET_OTHERS
+  VENDOR_NET_REQUIRED
 };
 struct Coll {
   VENDOR_COLL_OTHERS

@@ -4,10 +4,6 @@
 
 struct Net {
   static constexpr const char kName[] = "";
-  VENDOR_NET_INIT
-  VENDOR_NET_REGMR
-  VENDOR_NET_ISEND
-  VENDOR_NET_TEST
-  VENDOR_NET_OTHERS
+  VENDOR_NET_REQUIRED
 };
 NCCL_NET_SDK_EXPORT(Net)

@@ -4,11 +4,7 @@
 
 struct Net {
   static constexpr const char kName[] = "vendor";
-  VENDOR_NET_INIT
-  VENDOR_NET_REGMR
-  VENDOR_NET_ISEND
-  VENDOR_NET_TEST
-  VENDOR_NET_OTHERS
+  VENDOR_NET_REQUIRED
   ncclResult_t finalise(void*) { return ncclSuccess; }
 };
 NCCL_NET_SDK_EXPORT(Net)

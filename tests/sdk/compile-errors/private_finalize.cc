@@ -6,11 +6,7 @@
 class Net {
  public:
   static constexpr const char kName[] = "vendor";
-  VENDOR_NET_INIT
-  VENDOR_NET_REGMR
-  VENDOR_NET_ISEND
-  VENDOR_NET_TEST
-  VENDOR_NET_OTHERS
+  VENDOR_NET_REQUIRED
 
  private:
   ncclResult_t finalize(void*) { return ncclSuccess; }

@@ -53,3 +53,10 @@
   ncclResult_t test(void*, int*, nccl_net::sdk::CompletedSizes&) { \
     return ncclSuccess;                                            \
   }
+// All of them, for a case whose mistake is elsewhere (its name, an optional method, its access).
+#define VENDOR_NET_REQUIRED \
+  VENDOR_NET_INIT           \
+  VENDOR_NET_REGMR          \
+  VENDOR_NET_ISEND          \
+  VENDOR_NET_TEST           \
+  VENDOR_NET_OTHERS
