@@ -1535,9 +1535,10 @@ ncclResult_t test(void* request, int* done, int* sizes) {
   }
 #endif
 #ifdef NNS_BUG_TEST_TIMES_OUT
-  // A watchdog whose limit is read as 0 (a unit mix-up): every request not done at its first test is given up with
-  // NCCL 2.30's ncclTimeout. The harness must report the plugin's code, not its own deadline.
-  if (result == ncclSuccess && !*done) return ncclTimeout;
+  // A watchdog whose limit is read as 0 (a unit mix-up): every request is given up at its first test with NCCL 2.30's
+  // ncclTimeout, done or not (a request not yet done only there made the bug depend on timing: a 0-byte receive that
+  // had arrived before its first test passed). The harness must report the plugin's code, not its own deadline.
+  if (result == ncclSuccess) return ncclTimeout;
 #endif
 #ifdef NNS_BUG_CRASH_IN_TEST
   if (*done) raise(SIGSEGV);
