@@ -42,7 +42,8 @@ namespace {
 // The numbers of premultiplied sums (op ncclNumOps + i), given out for the whole process rather than per
 // communicator: numbered per communicator, an op made on one and passed to another met the other's op of the same
 // number there, whose scalar was used without an error. The lowest free number goes first; a destroyed op's number
-// is given again, as in NCCL.
+// is given again, as in NCCL, and so are a destroyed communicator's: an op kept from it may then meet a newer
+// communicator's op of that number (a use after destroy, which NCCL does not catch either).
 std::mutex gOpNumbersMutex;
 std::vector<bool> gOpNumbersTaken;
 long takeOpNumber() {

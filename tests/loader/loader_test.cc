@@ -1,6 +1,7 @@
 // loader_test.cc: the loader on real libraries: NCCL_NET_PLUGIN forms, newest-first probing, rejections with their
 // reasons, and each old version's adapter filling the v12 view as NCCL does, with data moved through it.
 #include <dlfcn.h>
+#include <elf.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -408,7 +409,9 @@ TEST(Resolution, InitFailureRejectsTheCandidate) {
 // What a library exports beyond NCCL's tables, read from its file: nothing for a plugin built with the SDK's flags; a
 // leaky one's own helpers, and (GCC) its GNU-unique symbols; a clear error for a file that is not a whole ELF library.
 TEST(Inspect, SymbolsBeyondNcclsTablesAreNamed) {
-  const LibraryExports socket = inspectLibrary(kDir + "/libnccl-net-socket.so");
+  const LibraryExports socket = inspectLibrary(kDir + "/libnccl-net-socket.so", true);
+  ASSERT_EQ(socket.error, "");  // opened, so the empty lists below were read, not skipped
+  ASSERT_FALSE(socket.netVersions.empty());
   EXPECT_EQ(socket.symbolsError, "");
   EXPECT_EQ(socket.symbols.other, std::vector<std::string>{});
   EXPECT_EQ(socket.symbols.unique, std::vector<std::string>{});
@@ -439,6 +442,17 @@ TEST(Inspect, SymbolsBeyondNcclsTablesAreNamed) {
   EXPECT_FALSE(readElfExports(reinterpret_cast<const unsigned char*>("#!/bin/sh\n"), 10, &leaky, &error));
   EXPECT_EQ(error, "not an ELF file");
   EXPECT_FALSE(readElfExports("/proc/self/status", &leaky, &error));  // not a regular file of that size: stat says 0
+  // Not read unless asked for (the other callers want the versions only).
+  EXPECT_TRUE(inspectLibrary(kDir + "/libnccl-net-socket.so").symbols.other.empty());
+  // A library stripped of its section headers: said so, not "exports nothing".
+  std::vector<unsigned char> stripped = bytes;
+  Elf64_Ehdr header;
+  std::memcpy(&header, stripped.data(), sizeof(header));
+  header.e_shnum = 0;
+  header.e_shoff = 0;
+  std::memcpy(stripped.data(), &header, sizeof(header));
+  EXPECT_FALSE(readElfExports(stripped.data(), stripped.size(), &leaky, &error));
+  EXPECT_EQ(error, "it has no section headers: its symbols were not read");
 }
 
 TEST(Inspect, ListsPluginsAndTheirVersions) {

@@ -1113,7 +1113,8 @@ Verdict acceptIsNonblocking(Context& c) {
     const char* wrong = result != ncclSuccess ? "accept returned an error"
                         : recvComm != nullptr ? "accept returned a comm although nobody connected"
                                               : nullptr;
-    if (wrong != nullptr) {  // the listen comm is closed all the same, so the plugin's close of it is exercised too
+    if (wrong != nullptr) {  // what it gave is closed all the same, so the plugin's closes are exercised too
+      if (recvComm != nullptr) CALL("closeRecv", c.net->closeRecv(recvComm));
       CALL("closeListen", c.net->closeListen(listenComm));
       return fail("%s (call %d of 20: %s)", wrong, i + 1, resultText(result).c_str());
     }

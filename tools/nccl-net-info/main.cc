@@ -372,7 +372,7 @@ int runTool(int argc, char** argv) {
     auto probe = nns::tools::runIsolated(
         [&](nns::tools::ProbeChannel& channel) {
           channel.call(nns::tools::openCallName(path));
-          auto exports = nns::core::inspectLibrary(path);
+          auto exports = nns::core::inspectLibrary(path, true);
           channel.send({{"netVersions", versionsJson(exports.netVersions)},
                         {"collNetVersions", versionsJson(exports.collNetVersions)},
                         {"error", exports.error},
@@ -391,9 +391,15 @@ int runTool(int argc, char** argv) {
                                         : "rejected: " + verdictReport.candidates[0].rejectReason}});
         },
         callTimeout, true);
-    json library = {
-        {"path", path},  {"netVersions", json::array()},       {"collNetVersions", json::array()}, {"error", ""},
-        {"verdict", ""}, {"output", outputLines(probe.output)}};
+    json library = {{"path", path},
+                    {"netVersions", json::array()},
+                    {"collNetVersions", json::array()},
+                    {"error", ""},
+                    {"verdict", ""},
+                    {"output", outputLines(probe.output)},
+                    {"otherExports", json::array()},
+                    {"uniqueExports", json::array()},
+                    {"exportsError", ""}};
     for (const auto& record : probe.records)
       for (const auto& item : record.items()) library[item.key()] = item.value();
     if (!probe.failure.empty()) {

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -21,6 +22,14 @@ namespace {
 bool isNcclTable(const std::string& name) {
   for (const char* prefix : {"ncclNetPlugin_v", "ncclCollNetPlugin_v", "ncclTunerPlugin_v", "ncclProfiler_v"})
     if (name.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// The markers GNU ld defines in every shared library (x86-64's, and aarch64's longer set).
+bool isLinkerMarker(const std::string& name) {
+  for (const char* marker :
+       {"_init", "_fini", "_edata", "_end", "__bss_start", "__bss_start__", "_bss_end__", "__bss_end__", "__end__"})
+    if (name == marker) return true;
   return false;
 }
 
@@ -41,6 +50,10 @@ bool readElfExports(const unsigned char* data, size_t size, ElfExports* out, std
   std::memcpy(&header, data, sizeof(header));
   if (header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_ident[EI_DATA] != ELFDATA2LSB) {
     *error = "not a 64-bit little-endian ELF file: its symbols were not read";
+    return false;
+  }
+  if (header.e_shnum == 0) {  // stripped of them (sstrip): the loader goes by PT_DYNAMIC, which is not read here
+    *error = "it has no section headers: its symbols were not read";
     return false;
   }
   if (header.e_shentsize != sizeof(Elf64_Shdr) ||
@@ -81,10 +94,11 @@ bool readElfExports(const unsigned char* data, size_t size, ElfExports* out, std
       const size_t room = strings.sh_size - symbol.st_name;
       const std::string name(names + symbol.st_name, strnlen(names + symbol.st_name, room));
       if (name.empty() || isNcclTable(name)) continue;
-      // The linker's own markers of every shared library.
-      if (name == "_init" || name == "_fini" || name == "_edata" || name == "_end" || name == "__bss_start") continue;
+      if (isLinkerMarker(name)) continue;
       (binding == STB_GNU_UNIQUE ? out->unique : out->other).push_back(name);
     }
+    std::sort(out->other.begin(), out->other.end());  // the table's order is its hash's: sorted, the output is stable
+    std::sort(out->unique.begin(), out->unique.end());
     return true;
   }
   return true;  // no dynamic symbol table: it exports nothing

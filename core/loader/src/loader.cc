@@ -261,13 +261,17 @@ void* openLibrary(const std::string& file, std::string* error) {
   return handle;
 }
 
-LibraryExports inspectLibrary(const std::string& path) {
+LibraryExports inspectLibrary(const std::string& path, bool withSymbols) {
   LibraryExports exports;
   exports.path = path;
   void* handle = openLibrary(path, &exports.error);
   if (handle == nullptr) return exports;
   exports.netVersions = exportedVersions(handle, "ncclNetPlugin_v");
   exports.collNetVersions = exportedVersions(handle, "ncclCollNetPlugin_v");
+  if (!withSymbols) {
+    dlclose(handle);
+    return exports;
+  }
   // The file the name resolved to (a bare name goes through the linker's search), read after the close.
   std::string file = path;
   if (link_map* map = nullptr;

@@ -276,7 +276,7 @@ struct CollClassCheck {
                                                   ncclDataType_t, ncclRedOp_t, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kRegMrDmaBuf =
       !has_regMrDmaBuf_v<Coll> ||
-      callable_regMrDmaBuf<Coll, TypeList<void(void*, void*, S, I, S, I, ExactPointer<void**>)>>::value;
+      callable_regMrDmaBuf<Coll, TypeList<void(void*, void*, S, I, ExactOffset, I, ExactPointer<void**>)>>::value;
   static constexpr bool kIflush =
       !has_iflush_v<Coll> || callable_iflush<Coll, TypeList<void(void*, void*, I, void*, ExactPointer<void**>)>>::value;
   static constexpr bool kMakeVDevice =
@@ -287,7 +287,8 @@ struct CollClassCheck {
   static constexpr bool value = kNamed && kNameConstant && kNameNonEmpty && kConstructible && kInit && kDevices &&
                                 kGetProperties && kListen && kConnect && kReduceSupport && kRegMr && kDeregMr &&
                                 kIallreduce && kTest && kCloseColl && kCloseListen && kIallgather && kIreducescatter &&
-                                kRegMrDmaBuf && kIflush && kMakeVDevice && kFinalize && SpelledRight<Coll>::value;
+                                kRegMrDmaBuf && kIflush && kMakeVDevice && kFinalize &&
+                                SpelledRight<Coll, false>::value;
 };
 
 // Stands in for a class that failed CollClassCheck, so that only the static_asserts are reported.
@@ -386,7 +387,7 @@ constexpr bool reportCollClass() {
   static_assert(
       C::kFinalize,
       "NCCL_NET_SDK_EXPORT_COLLNET: Coll::finalize is not a public finalize(void* ctx) returning ncclResult_t");
-  reportSpelling<Coll>();
+  reportSpelling<Coll, false>();
   return C::value;
 }
 template <class Coll>

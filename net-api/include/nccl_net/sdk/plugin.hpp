@@ -184,9 +184,23 @@ struct ExactSize {
 // An int argument (a device, a tag, a count of receives, a memory type, a file descriptor) that converts to int or a
 // wider integer and to nothing narrower: a method declared with `int16_t tag` or `char dev` is refused at compile
 // time; it compiled, and the SDK's call narrowed NCCL's value inside this header, where no warning reaches the vendor.
+// A class of the vendor's that is built from an int (a `DevIndex` wrapping the device) takes it too, as it took the
+// plain int before.
 struct ExactInt {
   template <class T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool> && sizeof(T) >= sizeof(int),
                                       int> = 0>
+  operator T() const {  // NOLINT(google-explicit-constructor): the implicit conversion is the point
+    return 0;
+  }
+  template <class T, std::enable_if_t<std::is_class_v<T> && std::is_constructible_v<T, int>, int> = 0>
+  operator T() const {  // NOLINT(google-explicit-constructor): the implicit conversion is the point
+    return T(0);
+  }
+};
+// regMrDmaBuf's offset (NCCL's uint64_t): any integer of 64 bits, signed or not (an off_t loses nothing), and nothing
+// narrower (an int offset turned 3 GiB into -1 GiB).
+struct ExactOffset {
+  template <class T, std::enable_if_t<std::is_integral_v<T> && sizeof(T) >= sizeof(uint64_t), int> = 0>
   operator T() const {  // NOLINT(google-explicit-constructor): the implicit conversion is the point
     return 0;
   }
@@ -319,45 +333,47 @@ constexpr bool nameIsEmpty() {
   }
 }
 
-// No misspelt optional method (see the detectors above); for ncclNet and ncclCollNet classes alike.
-template <class T>
+// No misspelt optional method (see the detectors above): those of ncclNet for a net class (kNet), those a collNet has
+// too for a collNet class. A member meant by such a name (a base class's `finalise`, an enumerator `iFlush`) is let
+// through by defining NCCL_NET_SDK_NO_SPELLING_CHECK before the SDK is included.
+#ifdef NCCL_NET_SDK_NO_SPELLING_CHECK
+inline constexpr bool kCheckSpelling = false;
+#else
+inline constexpr bool kCheckSpelling = true;
+#endif
+template <class T, bool kNet>
 struct SpelledRight {
-  static constexpr bool kFinalise = !declared_finalise_v<T>;
-  static constexpr bool kIFlush = !declared_iFlush_v<T>;
-  static constexpr bool kRegMrDmabuf = !declared_regMrDmabuf_v<T>;
-  static constexpr bool kMakeVdevice = !declared_makeVdevice_v<T>;
-  static constexpr bool kSetNetAttrs = !declared_setNetAttrs_v<T>;
-  static constexpr bool kGetDeviceMR = !declared_getDeviceMR_v<T>;
-  static constexpr bool kIrecvconsumed = !declared_irecvconsumed_v<T>;
+  static constexpr bool kFinalise = !kCheckSpelling || !declared_finalise_v<T>;
+  static constexpr bool kIFlush = !kCheckSpelling || !declared_iFlush_v<T>;
+  static constexpr bool kRegMrDmabuf = !kCheckSpelling || !declared_regMrDmabuf_v<T>;
+  static constexpr bool kMakeVdevice = !kCheckSpelling || !declared_makeVdevice_v<T>;
+  static constexpr bool kSetNetAttrs = !kCheckSpelling || !kNet || !declared_setNetAttrs_v<T>;
+  static constexpr bool kGetDeviceMR = !kCheckSpelling || !kNet || !declared_getDeviceMR_v<T>;
+  static constexpr bool kIrecvconsumed = !kCheckSpelling || !kNet || !declared_irecvconsumed_v<T>;
   static constexpr bool value =
       kFinalise && kIFlush && kRegMrDmabuf && kMakeVdevice && kSetNetAttrs && kGetDeviceMR && kIrecvconsumed;
 };
+#define NCCL_NET_SDK_SPELLING(wrong, right, effect)                                                            \
+  "NCCL_NET_SDK: the class declares " wrong ", which nothing calls: the optional method is " right " (" effect \
+  "); if the member is meant by that name, define NCCL_NET_SDK_NO_SPELLING_CHECK before including the SDK"
 // One static_assert per misspelling (reportNetClass and reportCollClass call it).
-template <class T>
+template <class T, bool kNet>
 constexpr void reportSpelling() {
-  using M = SpelledRight<T>;
-  static_assert(M::kFinalise,
-                "NCCL_NET_SDK: the class declares finalise, which nothing calls: the optional method "
-                "is finalize (the SDK would run its own default)");
-  static_assert(M::kIFlush,
-                "NCCL_NET_SDK: the class declares iFlush, which nothing calls: the optional method is "
-                "iflush (the SDK would report NULL: no flush)");
+  using M = SpelledRight<T, kNet>;
+  static_assert(M::kFinalise, NCCL_NET_SDK_SPELLING("finalise", "finalize", "the SDK would run its own default"));
+  static_assert(M::kIFlush, NCCL_NET_SDK_SPELLING("iFlush", "iflush", "the SDK would report NULL: no flush"));
   static_assert(M::kRegMrDmabuf,
-                "NCCL_NET_SDK: the class declares regMrDmabuf, which nothing calls: the optional "
-                "method is regMrDmaBuf (the SDK would report NULL: no DMA-BUF)");
+                NCCL_NET_SDK_SPELLING("regMrDmabuf", "regMrDmaBuf", "the SDK would report NULL: no DMA-BUF"));
   static_assert(M::kMakeVdevice,
-                "NCCL_NET_SDK: the class declares makeVdevice, which nothing calls: the optional "
-                "method is makeVDevice");
+                NCCL_NET_SDK_SPELLING("makeVdevice", "makeVDevice", "the SDK would report NULL: no NIC fusion"));
   static_assert(M::kSetNetAttrs,
-                "NCCL_NET_SDK: the class declares setNetAttrs, which nothing calls: the optional "
-                "method is setNetAttr");
+                NCCL_NET_SDK_SPELLING("setNetAttrs", "setNetAttr", "the SDK would report NULL: attributes unheard"));
   static_assert(M::kGetDeviceMR,
-                "NCCL_NET_SDK: the class declares getDeviceMR, which nothing calls: the optional "
-                "method is getDeviceMr");
-  static_assert(M::kIrecvconsumed,
-                "NCCL_NET_SDK: the class declares irecvconsumed, which nothing calls: the "
-                "optional method is irecvConsumed");
+                NCCL_NET_SDK_SPELLING("getDeviceMR", "getDeviceMr", "the SDK would report NULL: no device handle"));
+  static_assert(M::kIrecvconsumed, NCCL_NET_SDK_SPELLING("irecvconsumed", "irecvConsumed",
+                                                         "the SDK would report NULL: consumption unheard"));
 }
+#undef NCCL_NET_SDK_SPELLING
 
 // Each requirement of NCCL_NET_SDK_EXPORT(Net) as a named constant, so that one mistake gives one error naming the
 // method and its expected signature (the static_asserts below), not a page of template instantiation context.
@@ -393,7 +409,7 @@ struct NetClassCheck {
   // Optional methods: checked only when the class declares one.
   static constexpr bool kRegMrDmaBuf =
       !has_regMrDmaBuf_v<Net> ||
-      callable_regMrDmaBuf<Net, TypeList<void(void*, void*, S, I, S, I, ExactPointer<void**>)>>::value;
+      callable_regMrDmaBuf<Net, TypeList<void(void*, void*, S, I, ExactOffset, I, ExactPointer<void**>)>>::value;
   static constexpr bool kIflush =
       !has_iflush_v<Net> || callable_iflush<Net, TypeList<void(void*, I, InputPointer<void**>, InputPointer<int*>,
                                                                InputPointer<void**>, ExactPointer<void**>)>>::value;
@@ -409,7 +425,7 @@ struct NetClassCheck {
       !has_setNetAttr_v<Net> ||
       callable_setNetAttr<Net, TypeList<void(void*, InputPointer<ncclNetAttr_v12_t*>)>>::value;
 
-  static constexpr bool kSpelled = SpelledRight<Net>::value;
+  static constexpr bool kSpelled = SpelledRight<Net, true>::value;
 
   static constexpr bool value = kNamed && kNameConstant && kNameNonEmpty && kConstructible && kInit && kDevices &&
                                 kGetProperties && kListen && kConnect && kAccept && kRegMr && kDeregMr && kIsend &&
@@ -522,7 +538,7 @@ constexpr bool reportNetClass() {
       C::kSetNetAttr,
       "NCCL_NET_SDK_EXPORT: Net::setNetAttr is not a public setNetAttr(void* ctx, ncclNetAttr_v12_t* attr) returning "
       "ncclResult_t");
-  reportSpelling<Net>();
+  reportSpelling<Net, true>();
   return C::value;
 }
 // The class NCCL_NET_SDK_EXPORT builds tables for: Net itself, or InvalidNet after the assertions named its mistakes.

@@ -100,10 +100,11 @@ struct LibraryExports {
   std::vector<int> netVersions;      // ncclNetPlugin_vN, newest first
   std::vector<int> collNetVersions;  // ncclCollNetPlugin_vN, newest first
   std::string error;                 // dlopen's text when it did not open
-  ElfExports symbols;                // the rest of what it exports (read when it opened)
+  ElfExports symbols;                // the rest of what it exports (withSymbols, when it opened)
   std::string symbolsError;          // why those could not be read
 };
-LibraryExports inspectLibrary(const std::string& path);
+// withSymbols: also read the file's dynamic symbols (the whole file: only nccl-net-info asks).
+LibraryExports inspectLibrary(const std::string& path, bool withSymbols = false);
 
 // LD_LIBRARY_PATH's directories as the dynamic linker splits it: on ':' and ';', every field kept, an empty one (a
 // leading, doubled or trailing separator) being the working directory ("."). Set but empty, it names none (the linker
