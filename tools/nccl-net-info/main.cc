@@ -129,9 +129,11 @@ void printOutput(const json& entry) {
 }
 
 // Symbol names as the file has them may be any bytes: JSON takes UTF-8 only, and a terminal should not take escapes.
+// The first 100 (sorted): a library that links a whole toolkit statically exports thousands; the count says how many.
 json printableNames(const std::vector<std::string>& names) {
+  constexpr size_t kListed = 100;
   json list = json::array();
-  for (const std::string& name : names) list.push_back(nns::core::printable(name.c_str()));
+  for (size_t i = 0; i < names.size() && i < kListed; ++i) list.push_back(nns::core::printable(names[i].c_str()));
   return list;
 }
 
@@ -151,17 +153,19 @@ void printLeakedSymbols(const json& library) {
   };
   const json& other = library.value("otherExports", json::array());
   const json& unique = library.value("uniqueExports", json::array());
+  const size_t otherCount = library.value("otherExportsCount", other.size());  // the lists hold the first 100
+  const size_t uniqueCount = library.value("uniqueExportsCount", unique.size());
   if (!other.empty())
     std::printf(
         "    also exports %zu other symbol(s) (%s): a host or library loaded first that defines one of these names "
         "takes its place in this plugin (interposition); build with -fvisibility=hidden and the SDK's "
         "version script\n",
-        other.size(), names(other).c_str());
+        otherCount, names(other).c_str());
   if (!unique.empty())
     std::printf(
         "    %zu GNU-unique symbol(s) (%s): shared by every library of the process that has one, and dlclose "
         "cannot unload this plugin\n",
-        unique.size(), names(unique).c_str());
+        uniqueCount, names(unique).c_str());
 }
 
 // The entries of `spec` NCCL skips without a word, each with why: those past the 14 it reads (NCCL_NET_MAX_PLUGINS
@@ -377,7 +381,9 @@ int runTool(int argc, char** argv) {
                         {"collNetVersions", versionsJson(exports.collNetVersions)},
                         {"error", exports.error},
                         {"otherExports", printableNames(exports.symbols.other)},
+                        {"otherExportsCount", exports.symbols.other.size()},
                         {"uniqueExports", printableNames(exports.symbols.unique)},
+                        {"uniqueExportsCount", exports.symbols.unique.size()},
                         {"exportsError", exports.symbolsError}});
           // The verdict NCCL would reach on this library alone: loads (and through which version), or why not.
           nns::core::LoadOptions alone;
@@ -398,7 +404,9 @@ int runTool(int argc, char** argv) {
                     {"verdict", ""},
                     {"output", outputLines(probe.output)},
                     {"otherExports", json::array()},
+                    {"otherExportsCount", 0},
                     {"uniqueExports", json::array()},
+                    {"uniqueExportsCount", 0},
                     {"exportsError", ""}};
     for (const auto& record : probe.records)
       for (const auto& item : record.items()) library[item.key()] = item.value();
