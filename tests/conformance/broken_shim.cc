@@ -1729,6 +1729,23 @@ ncclResult_t v11GetProperties(int dev, ncclNetProperties_v11_t* props) {
 
 }  // namespace
 
+#ifdef NNS_BUG_LEAKS_SYMBOLS
+// Built without the SDK's flags (default visibility, no version script), as a plugin whose build started from a
+// library template does: its own helper is exported (the host's `shimLogLine`, if it had one, would run in its place)
+// and, under GCC, a function-local static of an inline function is a GNU-unique symbol that keeps dlclose from
+// unloading it. Neither changes what the plugin does; symbols-stay-private names both.
+__attribute__((visibility("default"))) int shimLogLine(int level) {
+  return level + 1;
+}
+__attribute__((visibility("default"))) inline int& shimLogLevel() {
+  static int level = 0;
+  return level;
+}
+__attribute__((visibility("default"))) int shimRaiseLogLevel() {
+  return ++shimLogLevel();
+}
+#endif
+
 extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
     NNS_BUG_NAME, init,        devices,     getProperties, listen,  connect,          accept,
     regMr,        regMrDmaBuf, deregMr,     isend,         irecv,   iflush,           test,

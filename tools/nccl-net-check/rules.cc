@@ -3297,6 +3297,33 @@ Verdict everyVersionAgrees(Context& c) {
   return pass("same name and properties, data moved through " + summary);
 }
 
+// The plugin's file exports NCCL's tables and nothing of its own: where the host, or a library loaded before the
+// plugin, defines one of the same names, the dynamic linker binds the plugin's own calls of it to that definition
+// (interposition: the plugin then runs someone else's function), and a GNU-unique symbol (a function-local static or
+// an inline variable under GCC) keeps dlclose from unloading the plugin, so the state of one NCCL load survives into
+// the next. Read from the file the loader opened, as nccl-net-info does.
+Verdict symbolsStayPrivate(Context& c) {
+  auto exports = core::inspectLibrary(c.net->path(), true);
+  if (!exports.error.empty()) return fail("the library did not open again: %s", exports.error.c_str());
+  if (!exports.symbolsError.empty()) return skip("its dynamic symbols were not read: " + exports.symbolsError);
+  const auto& other = exports.symbols.other;
+  const auto& unique = exports.symbols.unique;
+  std::string tables;
+  for (int version : exports.netVersions) tables += " ncclNetPlugin_v" + std::to_string(version);
+  for (int version : exports.collNetVersions) tables += " ncclCollNetPlugin_v" + std::to_string(version);
+  if (other.empty() && unique.empty()) return pass("exports NCCL's tables only:" + tables);
+  std::string text;
+  if (!other.empty())
+    text = std::to_string(other.size()) + " symbol(s) beyond NCCL's tables (" + core::namesPreview(other) +
+           "): the host's or an earlier library's definitions of these names take their place inside the plugin";
+  if (!unique.empty())
+    text += (text.empty() ? "" : "; ") + std::to_string(unique.size()) + " GNU-unique symbol(s) (" +
+            core::namesPreview(unique) + "): dlclose cannot unload the plugin";
+  // Built whole, not through fail()'s 512 bytes: six names of up to 60 characters each.
+  return {Status::kFail,
+          "exports " + text + "; build with -fvisibility=hidden and the SDK's version script (plugin-exports.map)"};
+}
+
 Verdict everyCallReturns(Context& c) {
   // The watchdog guards every plugin call of every rule; this rule drives one full lifecycle under it.
   std::vector<std::pair<size_t, uint64_t>> messages{{10, 1}};
@@ -4180,6 +4207,10 @@ const std::vector<Rule>& rules() {
       {{"every-version-agrees",
         "every exported ncclNetPlugin_vN reports the same device, with properties NCCL accepts, and moves data"},
        everyVersionAgrees},
+      {{"symbols-stay-private",
+        "the library exports NCCL's tables and nothing else: no name the host could interpose, no GNU-unique "
+        "symbol (which keeps dlclose from unloading it)"},
+       symbolsStayPrivate},
       {{"peer-death-is-an-error", "a peer killed mid-transfer makes the pending test fail (within 30 s by default)"},
        peerDeathIsAnError},
       {{"receiver-death-is-an-error",

@@ -140,17 +140,7 @@ json printableNames(const std::vector<std::string>& names) {
 // What a library exports beyond NCCL's tables, when it exports anything more: a few names and the count, and what
 // each kind does in a host's process.
 void printLeakedSymbols(const json& library) {
-  auto names = [](const json& list) {
-    std::string text;
-    size_t shown = 0;
-    for (const auto& name : list) {
-      if (shown == 3) break;
-      std::string one = name.get<std::string>();
-      if (one.size() > 60) one = one.substr(0, 57) + "...";
-      text += (shown++ == 0 ? "" : ", ") + one;
-    }
-    return list.size() > shown ? text + ", ..." : text;
-  };
+  auto names = [](const json& list) { return nns::core::namesPreview(list.get<std::vector<std::string>>()); };
   const json& other = library.value("otherExports", json::array());
   const json& unique = library.value("uniqueExports", json::array());
   const size_t otherCount = library.value("otherExportsCount", other.size());  // the lists hold the first 100

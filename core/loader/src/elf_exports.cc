@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "nns/core/loader.hpp"
+#include "nns/core/printable.hpp"
 
 namespace nns::core {
 
@@ -128,6 +129,16 @@ bool readElfExports(const std::string& path, ElfExports* out, std::string* error
   }
   close(fd);
   return readElfExports(bytes.data(), done, out, error);
+}
+
+std::string namesPreview(const std::vector<std::string>& names, size_t shown) {
+  std::string text;
+  for (size_t i = 0; i < names.size() && i < shown; ++i) {
+    std::string one = printable(names[i].c_str());
+    if (one.size() > 60) one = one.substr(0, 57) + "...";
+    text += (i == 0 ? "" : ", ") + one;
+  }
+  return names.size() > shown ? text + ", ..." : text;
 }
 
 }  // namespace nns::core

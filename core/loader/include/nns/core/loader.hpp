@@ -93,6 +93,9 @@ struct ElfExports {
 };
 bool readElfExports(const unsigned char* data, size_t size, ElfExports* out, std::string* error);
 bool readElfExports(const std::string& path, ElfExports* out, std::string* error);
+// The first `shown` of `names` (each made printable and cut to 60 characters), joined by ", ", with ", ..." after
+// them when there are more: how nccl-net-info and nccl-net-check name a library's leaked symbols.
+std::string namesPreview(const std::vector<std::string>& names, size_t shown = 3);
 
 // What one library exports, found without initialising it.
 struct LibraryExports {
