@@ -40,6 +40,13 @@ TEST(AbiCxx, ConstantsHaveNcclValues) {
   EXPECT_EQ(NCCL_NET_SIGNAL_OP_INC, 0x1);
   EXPECT_EQ(NCCL_NET_SIGNAL_OP_ADD, 0x2);
   EXPECT_EQ(ncclProfilerNetEventUpdateAndStop, 3);
+  // The size limits, under NCCL's names as well (signed long there, as here).
+  EXPECT_EQ(NCCL_MAX_NET_SIZE_BYTES, 1ULL << 40);
+  EXPECT_EQ(MAX_NET_SIZE, 1L << 30);
+  EXPECT_EQ(MAX_COLLNET_SIZE, 1L << 29);
+  static_assert(std::is_same_v<decltype(MAX_NET_SIZE), long>, "NCCL's MAX_NET_SIZE is a long");
+  EXPECT_EQ(static_cast<unsigned long long>(MAX_NET_SIZE), NCCL_NET_DEFAULT_MAX_P2P_BYTES);
+  EXPECT_EQ(static_cast<unsigned long long>(MAX_COLLNET_SIZE), NCCL_NET_DEFAULT_MAX_COLL_BYTES);
 }
 
 TEST(AbiCxx, TablesHaveOneSlotPerFunction) {

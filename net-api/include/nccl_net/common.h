@@ -25,8 +25,9 @@
 #define NCCL_NET_OPTIONAL_RECV_COMPLETION 0x1
 #define NCCL_NET_MULTI_REQUEST 0x2
 
-/* Registration flags and signal operations of NCCL's GIN/RMA paths (NCCL 2.28.7 and 2.30): no ncclNet_vN call takes
- * them; they are here so that code written against NCCL's net header finds every name it defines. */
+/* Registration flags and signal operations of NCCL's GIN/RMA paths (FORCE_SO and the signal operations since NCCL
+ * 2.28, SIGNAL_NEVER_RESET since 2.30.7; 2.30's early builds lack it): no ncclNet_vN call takes them; they are here so
+ * that code written against NCCL's net header finds every name it defines. */
 #define NCCL_NET_MR_FLAG_FORCE_SO (1 << 0)
 #define NCCL_NET_MR_FLAG_SIGNAL_NEVER_RESET (1 << 1)
 #define NCCL_NET_SIGNAL_OP_INC 0x1
@@ -36,6 +37,14 @@
 #define NCCL_MAX_NET_SIZE_BYTES (1ULL * 1024 * 1024 * 1024 * 1024)
 #define NCCL_NET_DEFAULT_MAX_P2P_BYTES (1ULL << 30)
 #define NCCL_NET_DEFAULT_MAX_COLL_BYTES (512ULL << 20)
+/* The same two defaults under the names NCCL's own nccl_net.h gives them (signed long there, as here), for code
+ * ported from NCCL's plugins. */
+#ifndef MAX_NET_SIZE
+#define MAX_NET_SIZE (1024 * 1024 * 1024L)
+#endif
+#ifndef MAX_COLLNET_SIZE
+#define MAX_COLLNET_SIZE (512 * 1024 * 1024L)
+#endif
 
 #define NCCL_NET_TRAFFIC_CLASS_UNDEF (-1)
 #define NCCL_NET_ATTR_UNDEF (-1)

@@ -39,8 +39,10 @@ typedef enum {
 } ncclRedOp_t;
 #endif
 
-/* NCCL's nccl_common.h (guarded by NCCL_DEBUG_H_) defines these (the profiler's event types too) the same way; defer
- * to it when it came first. */
+/* NCCL's nccl_common.h (guarded by NCCL_DEBUG_H_) defines these the same way; defer to it when it came first. Its
+ * newer copies (2.30's) hold the profiler's callback and event types too; older ones (the logger alone, under the
+ * same guard) do not, and the v10+ tables then lack ncclProfilerCallback_t: use a newer nccl_common.h, or none (these
+ * headers define all that it holds). */
 #if !defined(NCCL_COMMON_H_) && !defined(NCCL_DEBUG_H_)
 typedef enum {
   NCCL_LOG_NONE = 0,
