@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The bootstrap across three "hosts" (network namespaces on one bridge) under each launcher's environment: mpirun
-# (when installed), srun running torchrun (both launchers' variables present), torchrun with MASTER_ADDR a host name
-# that rank 0's /etc/hosts maps to 127.0.1.1 (Debian's habit) and as an IPv6 address; then the failures: a wrong
+# (which scripts/install-deps.sh installs; its absence fails the test), srun running torchrun (both launchers'
+# variables present), torchrun with MASTER_ADDR a host name that rank 0's /etc/hosts maps to 127.0.1.1 (Debian's
+# habit) and as an IPv6 address; then the failures: a wrong
 # WORLD_SIZE on one rank, a rank that never arrives, a DNS server that never answers, two jobs on one root port, a
 # rank killed mid-allreduce, a link taken down mid-run. Every rank must end with the result or a clear error in
 # bounded time. Exit 4 (a ctest SKIP) with the reason when namespaces cannot be made here; everything made is removed
@@ -130,7 +131,7 @@ if command -v mpirun > /dev/null; then
   [ $code = 0 ] && grep -qE "^ +262144 .* 0$" "$tmp/mpirun.log" || { fail "mpirun: status $code"; cat "$tmp/mpirun.log"; }
   grep -q "listening on 127\." "$tmp/mpirun.log" && fail "mpirun: loopback chosen across hosts"
 else
-  echo "mpirun not installed: its case skipped"
+  fail "mpirun is not installed (scripts/install-deps.sh installs openmpi-bin): its case cannot run"
 fi
 port=$((port + 1))
 

@@ -26,6 +26,7 @@ grep -q "^NCCL_NET_PLUGIN: (set but empty.*)$" <<<"$out" || fail "-p '' was said
 { printf '#'; head -c 4094 /dev/zero | tr '\0' x; printf 'NCCL_NET_PLUGIN=from-inside-a-comment\n'; } > "$work/long.conf"
 out=$(env -u NCCL_NET_PLUGIN -u NCCL_NET NCCL_CONF_FILE="$work/long.conf" "$info" 2>&1 || true)
 if grep -q "from-inside-a-comment" <<<"$out"; then fail "a long comment's tail was read as a line: $out"; fi
+grep -q "^NCCL_NET_PLUGIN: (unset: libnccl-net.so)$" <<<"$out" || fail "a file of one long comment: $out"
 # Windows line endings: NCCL keeps the CR in the value (and so finds no library of that name); the tool says so.
 printf 'NCCL_NET_PLUGIN=minimal\r\n' > "$work/crlf.conf"
 out=$(env -u NCCL_NET_PLUGIN -u NCCL_NET NCCL_CONF_FILE="$work/crlf.conf" "$info" 2>&1 || true)

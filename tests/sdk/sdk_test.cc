@@ -1,5 +1,6 @@
 // sdk_test.cc: unit tests of the plugin SDK: handle codec, connect stage, request pool, logging, and the
 // down-conversions of NCCL_NET_SDK_EXPORT, driven through in-process test-double plugin classes.
+#include <dirent.h>
 #include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1157,8 +1158,14 @@ TEST(Sysfs, PhysicalNicsResolveToAPciFunction) {
   // Every interface with a device link on a PCI bus must resolve to a path ending in a bus id (virtio NICs walk up
   // from ".../0000:00:03.0/virtio0").
   int checked = 0;
-  for (const char* ifname : {"eth0", "eth1", "ens3", "ens4", "enp0s3", "eno1"}) {
-    std::string link = std::string("/sys/class/net/") + ifname + "/device";
+  std::vector<std::string> interfaces;  // every interface of this machine, whatever its naming scheme
+  if (DIR* dir = opendir("/sys/class/net"); dir != nullptr) {
+    while (const dirent* entry = readdir(dir))
+      if (entry->d_name[0] != '.') interfaces.emplace_back(entry->d_name);
+    closedir(dir);
+  }
+  for (const std::string& ifname : interfaces) {
+    std::string link = "/sys/class/net/" + ifname + "/device";
     char resolved[PATH_MAX];
     if (realpath(link.c_str(), resolved) == nullptr) continue;
     std::string target(resolved);

@@ -511,6 +511,7 @@ TEST(TopologyRules, SyntheticScaleSystem) {
   EXPECT_EQ(a.system.count(NET), 18);
   // Rule: 4 GPUs share each switch's NIC; each GPU's local NET is its switch's.
   EXPECT_EQ(a.localNets[5][0].netDev, 1);
+  ASSERT_FALSE(a.searches.empty());
   for (const auto& s : a.searches) EXPECT_GE(s.ring.nChannels, 1);
 }
 
