@@ -427,8 +427,9 @@ TEST(UcxClose, AChildForkedAfterALingeringCommExits) {
 
 // A child forked while the thread tears a closed comm down (endpoint close, worker destroy, ucp_cleanup, under the
 // context table's lock) inherited that lock held by a thread it does not have: its first connect waited for it for
-// ever. Forks spread over the teardown (0 .. 7.25 ms after the closes); each child makes a pair of its own and moves
-// a message, within 20 s. Before the fork handlers waited for a teardown, about one fork in ten hung.
+// ever. Forks spread over the teardown (0 .. 7.25 ms after the closes); each child makes a pair of its own (listen,
+// connect, accept: where the lock was waited for) within 20 s. Before the fork handlers waited for a teardown, about
+// one fork in ten hung.
 TEST(UcxClose, AChildForkedDuringALingeringTeardownMakesCommsOfItsOwn) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "ThreadSanitizer refuses new threads in a child forked from a threaded process (UCX starts some)";
