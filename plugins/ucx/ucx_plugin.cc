@@ -289,9 +289,11 @@ struct Reply {
 struct Comm;
 
 struct Request;
+struct MemoryHandle;
 struct SubRequest {
   Request* owner = nullptr;
-  void* ucx = nullptr;  // the UCP request while in flight
+  void* ucx = nullptr;             // the UCP request while in flight
+  MemoryHandle* memory = nullptr;  // the registration whose memh UCX was given: held until the request is released
   bool done = false;
   ucs_status_t status = UCS_OK;
   size_t bytes = 0;
@@ -308,12 +310,30 @@ struct Request {
   ~Request() { magic = 0; }
 };
 
+// What regMr hands out. A send or receive given its memh holds a reference until the request goes back to the pool, so
+// a deregMr while one is in flight (NCCL's teardown after an abort deregisters before it closes the comm) leaves the
+// unmapping to the last of them: UCX reads the memh when a rendezvous's data arrives, and found it unmapped.
 struct MemoryHandle {
   void* base;
   size_t size;
-  ucp_mem_h memh;          // NULL when registration does not pay off for the device (tcp, shared memory)
-  DeviceContext* context;  // retained while memh is mapped on it
+  ucp_mem_h memh;                  // NULL when registration does not pay off for the device (tcp, shared memory)
+  DeviceContext* context;          // retained while memh is mapped on it
+  std::atomic<int> references{1};  // the registration's own, until deregMr, and one per request using memh
 };
+
+// Drops one reference; the last unmaps the region and frees the handle. Returns how the unmap went (UCS_OK when
+// nothing was unmapped).
+ucs_status_t unreference(MemoryHandle* memory) {
+  if (memory->references.fetch_sub(1, std::memory_order_acq_rel) != 1) return UCS_OK;
+  ucs_status_t status = UCS_OK;
+  if (memory->memh != nullptr) {
+    status = ucp_mem_unmap(memory->context->handle, memory->memh);
+    if (status != UCS_OK) NCCL_NET_WARN("deregMr: ucp_mem_unmap: %s", ucs_status_string(status));
+    ContextTable::get().release(memory->context);
+  }
+  delete memory;
+  return status;
+}
 
 // A send or receive comm: its own worker and one endpoint to the peer's worker in peer error-handling mode. A receive
 // comm's worker is progressed only by the thread that drives the comm, so its data path takes no lock; a send comm's
@@ -345,14 +365,21 @@ struct Comm {
   // the keeper under callLock (or by close, under the keeper's lock, when nothing else runs on the comm).
   std::atomic<bool> owed{false};
   // The keeper's own, under its lock:
-  bool kept = false;          // registered as an open send comm
-  uint64_t seenCalls = 0;     // calls at the keeper's last look
-  uint64_t flushedSends = 0;  // sends when flushRequest was posted
+  std::atomic<bool> kept{false};  // registered as an open send comm (cleared by forget, or ~Keeper at exit)
+  uint64_t seenCalls = 0;         // calls at the keeper's last look
+  uint64_t flushedSends = 0;      // sends when flushRequest was posted
   ucs_status_ptr_t flushRequest = nullptr;
 
   explicit Comm(bool send, int device) : isSend(send), dev(device) {}
   uint64_t tagFor(int tag) const { return (static_cast<uint64_t>(connectionTag) << 32) | static_cast<uint32_t>(tag); }
 };
+
+// Returns a request whose subs UCX is done with to the pool, with the memory references its subs held.
+void releaseRequest(Comm* comm, Request* req) {
+  for (int i = 0; i < req->count; ++i)
+    if (req->subs[i].memory != nullptr) (void)unreference(req->subs[i].memory);
+  comm->requests.release(req);
+}
 
 void markFailed(Comm* comm, ucs_status_t status, const char* who) {
   int expected = UCS_OK;
@@ -496,6 +523,13 @@ void releaseComm(Comm* comm, bool goodbye, Clock::time_point deadline) {
     while (inFlight() && Clock::now() < deadline) progress(comm);
     ucp_worker_destroy(comm->worker);
     comm->worker = nullptr;
+    // No UCX request of the comm exists now: the memory its requests still held can be unmapped.
+    comm->requests.forEachLive([](Request& request) {
+      for (int i = 0; i < request.count; ++i) {
+        if (request.subs[i].memory != nullptr) (void)unreference(request.subs[i].memory);
+        request.subs[i].memory = nullptr;
+      }
+    });
     ContextTable::get().release(comm->context);
   }
   if (comm->sideFd >= 0) {
@@ -559,6 +593,7 @@ class Keeper {
   // Registers a send comm just connected. Without the thread (it could not start) nothing is registered, and an idle
   // comm's bytes wait for its next call, as before the keeper existed.
   void open(Comm* comm) {
+    if (gone_.load()) return;  // connected during the process's exit: left unregistered
     std::lock_guard<std::mutex> lock(mutex_);
     adoptAfterFork();
     if (!start()) return;
@@ -568,7 +603,7 @@ class Keeper {
 
   // A send posted on a registered comm (the caller holds its callLock): the keeper looks at it once it is idle.
   void owe(Comm* comm) {
-    if (comm->owed.load(std::memory_order_relaxed) || !comm->kept) return;
+    if (comm->owed.load(std::memory_order_relaxed) || !comm->kept.load()) return;
     comm->owed.store(true, std::memory_order_relaxed);
     if (owed_.fetch_add(1, std::memory_order_relaxed) != 0) return;  // the thread is awake already
     // The thread may be asleep: wake it under its lock, so the wake cannot fall between its check and its wait.
@@ -579,7 +614,7 @@ class Keeper {
   // Unregisters a comm being closed (one never registered is left alone), before close touches its worker. Once this
   // returns the thread no longer touches the comm: it works on open comms only while it holds mutex_.
   void forget(Comm* comm) {
-    if (!comm->kept) return;
+    if (!comm->kept.load()) return;
     std::lock_guard<std::mutex> lock(mutex_);
     comm->kept = false;
     for (size_t i = 0; i < open_.size(); ++i) {
@@ -595,6 +630,10 @@ class Keeper {
 
   // Takes a comm closed in order, its goodbye already written.
   void linger(Comm* comm) {
+    if (gone_.load()) {  // closed during the process's exit, after the keeper: released now, as without a thread
+      finish(comm, true);
+      return;
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     adoptAfterFork();
     if (start()) {
@@ -615,6 +654,11 @@ class Keeper {
     bool started = started_;
     started_ = false;
     stopping_ = true;
+    // A thread still inside a call on an open comm while static destructors run (the process exits under it) must
+    // not reach this object once it is gone: its send comms are unregistered, so owe() and forget() leave them alone,
+    // and open() and linger() see gone_, which outlives the object.
+    for (Comm* comm : open_) comm->kept = false;
+    gone_ = true;
     wake_->notify_one();
     lock.unlock();
     if (started) pthread_join(thread_, nullptr);  // bounded: every lingering comm ends by its linger deadline
@@ -780,6 +824,7 @@ class Keeper {
   }
 
   static inline Keeper* instance_ = nullptr;
+  static inline std::atomic<bool> gone_{false};  // set by ~Keeper
   std::mutex mutex_;
   std::mutex teardown_;  // held while the thread closes comms (after mutex_ where both are taken)
   std::vector<Comm*> lingering_;
@@ -887,7 +932,7 @@ void abandonReceives(Comm* comm, Request* req, int posted) {
   };
   auto deadline = Clock::now() + std::chrono::milliseconds(Config::get().closeTimeoutMs);
   while (inFlight() && Clock::now() < deadline) progress(comm);
-  if (!inFlight()) comm->requests.release(req);
+  if (!inFlight()) releaseRequest(comm, req);
 }
 
 ncclResult_t commFailed(Comm* comm, const char* what) {
@@ -896,15 +941,21 @@ ncclResult_t commFailed(Comm* comm, const char* what) {
   return ncclRemoteError;
 }
 
-ucp_mem_h memoryHandleFor(const Comm* comm, void* mhandle, const void* data, size_t size) {
+// Gives a send or receive the region's memh when it can use it, and holds the region for it until the request is
+// released (releaseRequest, or releaseComm once the worker is gone).
+void useMemoryHandle(const Comm* comm, void* mhandle, const void* data, size_t size, SubRequest* sub,
+                     ucp_request_param_t* param) {
   auto* memory = static_cast<MemoryHandle*>(mhandle);
-  if (memory == nullptr || memory->memh == nullptr) return nullptr;
+  if (memory == nullptr || memory->memh == nullptr) return;
   // Registered through another device's comm (another UCP context): its memh means nothing here; let UCX register.
-  if (memory->context != comm->context) return nullptr;
+  if (memory->context != comm->context) return;
   auto begin = static_cast<const char*>(data);
   auto base = static_cast<const char*>(memory->base);
-  if (begin < base || begin + size > base + memory->size) return nullptr;  // outside the region: let UCX register
-  return memory->memh;
+  if (begin < base || begin + size > base + memory->size) return;  // outside the region: let UCX register
+  memory->references.fetch_add(1, std::memory_order_relaxed);
+  sub->memory = memory;
+  param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+  param->memh = memory->memh;
 }
 
 // ---- connection establishment state
@@ -1112,7 +1163,7 @@ class UcxNet {
       return ncclInternalError;
     }
     auto* owner = static_cast<Comm*>(comm);
-    auto memory = std::make_unique<MemoryHandle>(MemoryHandle{data, size, nullptr, owner->context});
+    std::unique_ptr<MemoryHandle> memory(new MemoryHandle{data, size, nullptr, owner->context});
     // Over RDMA, pinning and registering once here keeps registration off the data path. tcp and shared memory
     // register nothing (they copy, or use CMA), so mapping there would only cost time and pinned pages.
     if (owner->context->mapMemory && size > 0) {
@@ -1131,20 +1182,11 @@ class UcxNet {
     return ncclSuccess;
   }
 
+  // A region a send or receive still uses is unmapped when the last of them is released (see MemoryHandle).
   ncclResult_t deregMr(void* /*comm*/, void* mhandle) {
     auto* memory = static_cast<MemoryHandle*>(mhandle);
     if (memory == nullptr) return ncclSuccess;
-    ncclResult_t result = ncclSuccess;
-    if (memory->memh != nullptr) {
-      ucs_status_t status = ucp_mem_unmap(memory->context->handle, memory->memh);
-      if (status != UCS_OK) {
-        NCCL_NET_WARN("deregMr: ucp_mem_unmap: %s", ucs_status_string(status));
-        result = ncclSystemError;
-      }
-      ContextTable::get().release(memory->context);
-    }
-    delete memory;
-    return result;
+    return unreference(memory) == UCS_OK ? ncclSuccess : ncclSystemError;
   }
 
   ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void* /*phandle*/,
@@ -1165,13 +1207,10 @@ class UcxNet {
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send = onSendDone;
     param.user_data = &sub;
-    if (ucp_mem_h memh = memoryHandleFor(comm, mhandle, data, size)) {
-      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-      param.memh = memh;
-    }
+    useMemoryHandle(comm, mhandle, data, size, &sub, &param);
     ucs_status_ptr_t posted = ucp_tag_send_nbx(comm->ep, data, size, comm->tagFor(tag), &param);
     if (UCS_PTR_IS_ERR(posted)) {
-      comm->requests.release(req);
+      releaseRequest(comm, req);
       NCCL_NET_WARN("isend of %zu bytes to %s: %s", size, comm->peer.c_str(),
                     ucs_status_string(UCS_PTR_STATUS(posted)));
       return ncclRemoteError;
@@ -1211,13 +1250,12 @@ class UcxNet {
       param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
       param.cb.recv = onRecvDone;
       param.user_data = &sub;
-      if (ucp_mem_h memh = memoryHandleFor(comm, mhandles != nullptr ? mhandles[i] : nullptr, data[i], sizes[i])) {
-        param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        param.memh = memh;
-      }
+      useMemoryHandle(comm, mhandles != nullptr ? mhandles[i] : nullptr, data[i], sizes[i], &sub, &param);
       ucs_status_ptr_t posted =
           ucp_tag_recv_nbx(comm->worker, data[i], sizes[i], comm->tagFor(tags[i]), ~static_cast<ucp_tag_t>(0), &param);
       if (UCS_PTR_IS_ERR(posted)) {
+        if (sub.memory != nullptr) (void)unreference(sub.memory);  // never posted: abandonReceives takes 0..i-1
+        sub.memory = nullptr;
         NCCL_NET_WARN("irecv %d/%d of %zu bytes: %s", i, n, sizes[i], ucs_status_string(UCS_PTR_STATUS(posted)));
         // The caller gets no request, so nothing would ever complete or free subs 0..i-1, and a message meant for
         // this group could land in one of them: fail the comm (NCCL aborts on the error) and take the subs back.
@@ -1292,14 +1330,14 @@ class UcxNet {
                       comm->peer.c_str(), ucs_status_string(sub.status));
       }
       if (all)
-        comm->requests.release(req);
+        releaseRequest(comm, req);
       else
         abandonReceives(comm, req, req->count);
       return result;
     }
     for (int i = 0; i < req->count; ++i)
       if (!sizes.set(i, req->subs[i].bytes)) return ncclSuccess;  // the SDK reports the overflow
-    comm->requests.release(req);
+    releaseRequest(comm, req);
     *done = 1;
     return ncclSuccess;
   }
