@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # nccl-net-info shows the chosen plugin's collNet: its versions, the one taken and its devices (human and --json),
-# an old-only collNet taken through its version, and why none is used (none exported, no devices).
+# an old-only collNet taken through its version, which collectives each offers, and why none is used (none exported, no
+# devices).
 set -euo pipefail
 info="$1"
 json_check() {  # $1 plugin, $2 python assertion on d["collNet"] as c
   "$info" --json -p "$1" | python3 -c "import json,sys; c=json.load(sys.stdin)['collNet']; assert $2, c"
 }
-json_check one-rank-coll "c['chosenVersion']==12 and c['exportedVersions']==[12,11,10,9,8,7,6] and c['name']=='one-rank-coll' and c['devices'][0]['name']=='coll0' and c['devices'][0]['maxCollBytes']==512*2**20"
-json_check one-rank-coll-v6 "c['chosenVersion']==6 and c['exportedVersions']==[6] and c['devices'][0]['railId']==-1"
+json_check one-rank-coll "c['iallgather'] and c['ireducescatter'] and c['chosenVersion']==12 and c['exportedVersions']==[12,11,10,9,8,7,6] and c['name']=='one-rank-coll' and c['devices'][0]['name']=='coll0' and c['devices'][0]['maxCollBytes']==512*2**20"
+json_check one-rank-coll-v6 "not c['iallgather'] and not c['ireducescatter'] and c['chosenVersion']==6 and c['exportedVersions']==[6] and c['devices'][0]['railId']==-1"
 json_check minimal "c['chosenVersion']==0 and c['exportedVersions']==[] and 'exports no ncclCollNetPlugin' in c['rejectReason']"
 out=$("$info" -p one-rank-coll)
 grep -q "CHOSEN one-rank-coll through ncclCollNet_v12" <<<"$out"
 grep -qE "^  0   coll0 " <<<"$out"
+grep -qx "  collectives: iallreduce, iallgather, ireducescatter" <<<"$out"
+grep -qx "  collectives: iallreduce (ncclCollNet_v6 and v7 have no all-gather or reduce-scatter)" \
+  <<<"$("$info" -p one-rank-coll-v6)"
 out=$(NNS_TEST_COLLNET_DEVICES=0 "$info" -p one-rank-coll)
 grep -q "not used: no devices" <<<"$out"
 echo "collNet shown for every case"

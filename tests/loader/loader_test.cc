@@ -732,6 +732,71 @@ void reduceOnOneRank(CollNet& coll, void* ctx) {
   EXPECT_EQ(coll.closeListen(listenComm), ncclSuccess);
 }
 
+// Waits for a one-rank collNet request; the size it reports.
+int completedSize(CollNet& coll, void* request) {
+  int done = 0, size = -1;
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (!done && Clock::now() < deadline) {
+    if (coll.test(request, &done, &size) != ncclSuccess) return -2;
+  }
+  return done ? size : -3;
+}
+
+// An all-gather and a reduce-scatter of one rank through `coll`: a window of 700 of 1001 bytes per rank, at offset 101
+// (neither a multiple of anything), carried by `nParts` scatter-gather parts (v8 tables take one). The bytes of the
+// window arrive where they belong, and nothing outside it is written.
+void gatherAndScatterOnOneRank(CollNet& coll, void* ctx, int nParts) {
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* listenComm = nullptr;
+  ASSERT_EQ(coll.listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  void* handles[1] = {handle};
+  void* collComm = nullptr;
+  ASSERT_EQ(coll.connect(handles, 1, 0, listenComm, &collComm), ncclSuccess);
+  constexpr size_t kPerRank = 1001, kOffset = 101, kWindow = 700;
+  std::vector<unsigned char> in(kPerRank), out(kPerRank, 0xee);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i * 31 + 7);
+  void* inMr = nullptr;
+  void* outMr = nullptr;
+  ASSERT_EQ(coll.regMr(collComm, in.data(), in.size(), NCCL_PTR_HOST, &inMr), ncclSuccess);
+  ASSERT_EQ(coll.regMr(collComm, out.data(), out.size(), NCCL_PTR_HOST, &outMr), ncclSuccess);
+  // The window split into nParts parts of unequal sizes, one after another in the registered buffer.
+  auto partsOf = [&](std::vector<unsigned char>& buffer, void* mr) {
+    std::vector<ncclNetSGE_v12_t> parts;
+    size_t at = kOffset;
+    for (int i = 0; i < nParts; ++i) {
+      size_t size = i + 1 < nParts ? kWindow / (2 * nParts) + static_cast<size_t>(i) : kWindow - (at - kOffset);
+      parts.push_back(ncclNetSGE_v12_t{mr, buffer.data() + at, size});
+      at += size;
+    }
+    return parts;
+  };
+  std::vector<unsigned char> expected(kPerRank, 0xee);
+  std::copy(in.begin() + kOffset, in.begin() + kOffset + kWindow, expected.begin() + kOffset);
+
+  std::vector<ncclNetSGE_v12_t> recvParts = partsOf(out, outMr);
+  void* request = nullptr;
+  ASSERT_EQ(coll.iallgather(collComm, in.data(), nParts, recvParts.data(), kPerRank, kOffset, kWindow, inMr, &request),
+            ncclSuccess);
+  ASSERT_NE(request, nullptr);
+  EXPECT_EQ(completedSize(coll, request), static_cast<int>(kWindow));
+  EXPECT_EQ(out, expected) << "all-gather: the window of the one rank's bytes, in its parts";
+
+  std::fill(out.begin(), out.end(), 0xee);
+  std::vector<ncclNetSGE_v12_t> sendParts = partsOf(in, inMr);
+  request = nullptr;
+  ASSERT_EQ(coll.ireducescatter(collComm, nParts, sendParts.data(), out.data(), kPerRank, kOffset, kWindow, ncclUint8,
+                                ncclSum, outMr, &request),
+            ncclSuccess);
+  ASSERT_NE(request, nullptr);
+  EXPECT_EQ(completedSize(coll, request), static_cast<int>(kWindow));
+  EXPECT_EQ(out, expected) << "reduce-scatter: the window of the one rank's block, at its offset";
+
+  EXPECT_EQ(coll.deregMr(collComm, inMr), ncclSuccess);
+  EXPECT_EQ(coll.deregMr(collComm, outMr), ncclSuccess);
+  EXPECT_EQ(coll.closeColl(collComm), ncclSuccess);
+  EXPECT_EQ(coll.closeListen(listenComm), ncclSuccess);
+}
+
 }  // namespace
 
 TEST(CollNet, ProbedNewestFirstInTheNetsLibrary) {
@@ -790,9 +855,13 @@ TEST(CollNet, EveryVersionLoadsAndReduces) {
     EXPECT_EQ(props.maxMultiRequestSize, 1);
     EXPECT_EQ(props.maxCollBytes, 512ull << 20);
     EXPECT_EQ(props.vProps.ndevs, 1);
-    EXPECT_FALSE(coll->hasIallgather()) << "the one-rank collNet offers all-reduce only";
+    EXPECT_EQ(coll->hasIallgather(), version >= 8) << "v6 and v7 tables have no iallgather";
+    EXPECT_EQ(coll->hasIreducescatter(), version >= 8);
     EXPECT_FALSE(coll->hasMakeVDevice());
     reduceOnOneRank(*coll, ctx);
+    // Through v8's table the one part's size is narrowed to its 32 bits (and v8 takes one part); v9+ take several.
+    if (version >= 8) gatherAndScatterOnOneRank(*coll, ctx, 1);
+    if (version >= 9) gatherAndScatterOnOneRank(*coll, ctx, 3);
     EXPECT_EQ(coll->finalize(ctx), ncclSuccess);
   }
 }
@@ -864,8 +933,14 @@ TEST(CollNet, ValuesAnOldVersionCannotCarryAreErrors) {
   EXPECT_EQ(v8->iallreduce(&byte, &byte, &byte, (2ull << 30), ncclInt8, ncclSum, nullptr, nullptr, &request),
             ncclInternalError);
   ncclNetSGE_v12_t parts[2] = {{nullptr, &byte, 1}, {nullptr, &byte, 1}};
-  EXPECT_EQ(v8->iallgather(&byte, &byte, 2, parts, 1, 0, 1, nullptr, &request), ncclInvalidUsage)
-      << "this collNet has no iallgather";
+  EXPECT_EQ(v8->iallgather(&byte, &byte, 2, parts, 1, 0, 1, nullptr, &request), ncclInternalError)
+      << "ncclCollNet_v8 takes one scatter-gather part";
+  EXPECT_EQ(v8->ireducescatter(&byte, 2, parts, &byte, 1, 0, 1, ncclInt8, ncclSum, nullptr, &request),
+            ncclInternalError);
+  ncclNetSGE_v12_t huge = {nullptr, &byte, 8ull << 30};
+  EXPECT_EQ(v8->iallgather(&byte, &byte, 1, &huge, 8ull << 30, 0, 8ull << 30, nullptr, &request), ncclInternalError)
+      << "a part beyond v8's 32-bit size";
+  EXPECT_EQ(request, nullptr);
   auto v6 = openCollNetVersion(kDir + "/libnccl-net-one-rank-coll.so", 6, &error);
   ASSERT_NE(v6, nullptr) << error;
   void* mhandle = nullptr;
@@ -972,6 +1047,28 @@ TEST_F(OnceStateLoaded, AProbedCollNetNeverInitialisedIsFinalizedWithIt) {
   EXPECT_EQ(since(), "coll-init coll-devices ");
   coll.reset();
   EXPECT_EQ(since(), "coll-init coll-devices coll-finalize ");
+}
+
+// A collNet rejected after its init ran (no devices) is disabled for the process, as NCCL disables it: a later load
+// refuses it with the first reason, and what the plugin logged then, without initialising it again. It called init a
+// second time, which this one (having freed its state at the rejection's finalize) refused for another reason.
+TEST_F(OnceStateLoaded, ACollNetRejectedAfterItsInitIsDisabledForTheProcess) {
+  CollNetReport collReport;
+  ASSERT_EQ(setenv("NNS_ONCE_STATE_COLL_NO_DEVICES", "1", 1), 0);
+  EXPECT_EQ(loadCollNet(*net, &collReport), nullptr);
+  unsetenv("NNS_ONCE_STATE_COLL_NO_DEVICES");
+  EXPECT_EQ(collReport.rejectReason, "no devices (it logged: once-state: the collNet lists no device (asked to))");
+  EXPECT_EQ(since(), "coll-init coll-devices coll-finalize ");
+  CollNetReport again;
+  EXPECT_EQ(loadCollNet(*net, &again), nullptr);
+  EXPECT_EQ(again.rejectReason, "disabled for this process: an earlier load rejected its collNet after its init ran (" +
+                                    collReport.rejectReason + "), and NCCL does not initialise it again");
+  EXPECT_EQ(again.exportedVersions, std::vector<int>{12});
+  EXPECT_EQ(since(), "coll-init coll-devices coll-finalize ") << "the disabled collNet was initialised again";
+  // The net itself is still in use.
+  int ndev = 0;
+  EXPECT_EQ(net->devices(&ndev), ncclSuccess);
+  EXPECT_EQ(ndev, 1);
 }
 
 // A plugin rejected after its init ran stays loaded, as in NCCL, which disables it and never unloads it: a v6..v10

@@ -4,7 +4,8 @@
 // ("state freed"). Its ncclCollNet_v12 does the same with state of its own (calls recorded as coll-init,
 // coll-devices, coll-finalize). Its calls are appended to nnsOnceStateCalls for loader_test. With
 // NNS_ONCE_STATE_THROW=init (or devices) set, that call throws a C++ exception through the C ABI, a bug the loader must
-// reject cleanly. It moves no data: the data path refuses with ncclInternalError.
+// reject cleanly; with NNS_ONCE_STATE_COLL_NO_DEVICES=1 its collNet lists no device and logs a WARN saying so. It moves
+// no data: the data path refuses with ncclInternalError.
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -77,9 +78,11 @@ ncclResult_t finalize(void*) {
 State* collState = nullptr;
 std::once_flag collOnce;
 int collContexts = 0;
+ncclDebugLogger_t collLogger = nullptr;
 
 ncclResult_t collInit(void** ctx, uint64_t, ncclDebugLogger_t logger) {
   record("coll-init");
+  collLogger = logger;
   std::call_once(collOnce, [] { collState = new State; });
   if (collState == nullptr) {
     logger(NCCL_LOG_WARN, NCCL_NET, __FILE__, __LINE__, "once-state: collNet init after its last finalize");
@@ -93,6 +96,11 @@ ncclResult_t collDevices(int* ndev) {
   record("coll-devices");
   if (collState == nullptr) return ncclInternalError;
   *ndev = collState->devices;
+  if (std::getenv("NNS_ONCE_STATE_COLL_NO_DEVICES") != nullptr) {
+    if (collLogger != nullptr)
+      collLogger(NCCL_LOG_WARN, NCCL_NET, __FILE__, __LINE__, "once-state: the collNet lists no device (asked to)");
+    *ndev = 0;
+  }
   return ncclSuccess;
 }
 ncclResult_t collGetProperties(int dev, ncclNetProperties_v12_t* props) {

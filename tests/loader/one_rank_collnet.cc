@@ -1,6 +1,7 @@
 // one_rank_collnet.cc: a collNet for the loader's tests, built into one library with the minimal net plugin: it
 // really reduces, for a communicator of one rank (the all-reduce of one contribution is that contribution), and
-// answers anything larger with ncclInvalidUsage and a WARN saying why. In-network reduction needs switch hardware
+// answers anything larger with ncclInvalidUsage and a WARN saying why; its all-gather and reduce-scatter (v8 and newer
+// tables) are that one rank's too. In-network reduction needs switch hardware
 // this project cannot run; this is the smallest collNet whose results can be checked.
 //
 // NNS_COLLNET_ONLY_VERSION=N exports ncclCollNetPlugin_vN alone (beside the minimal net's NNS_MINIMAL_ONLY_VERSION), so
@@ -141,15 +142,44 @@ class OneRankColl {
       NCCL_NET_WARN("iallreduce: data type %d is not supported", static_cast<int>(dataType));
       return ncclInvalidArgument;
     }
-    auto* comm = static_cast<CollComm*>(collComm);
-    CollRequest* r = comm->requests.acquire();
-    if (r == nullptr) return ncclSuccess;  // all requests in flight: *request stays NULL, the host retries
     // Sum, product, max, min and average of a single contribution are that contribution.
-    if (bytes > 0 && sendData != recvData) std::memmove(recvData, sendData, bytes);
-    r->comm = comm;
-    r->bytes = bytes;
-    *request = r;
-    return ncclSuccess;
+    return post(collComm, bytes, request, [&] {
+      if (bytes > 0 && sendData != recvData) std::memmove(recvData, sendData, bytes);
+    });
+  }
+
+  // One rank's all-gather is its own contribution (bytesPerRank bytes). The call moves the window [windowOffset,
+  // windowOffset + windowBytes) of the result into recvParts, one part after another.
+  ncclResult_t iallgather(void* collComm, void* sendData, int nRecvParts, ncclNetSGE_v12_t* recvParts,
+                          size_t bytesPerRank, size_t windowOffset, size_t windowBytes, void* /*sendMhandle*/,
+                          void** request) {
+    NCCL_NET_CHECK(checkWindow("iallgather", nRecvParts, recvParts, bytesPerRank, windowOffset, windowBytes));
+    return post(collComm, windowBytes, request, [&] {
+      const char* from = static_cast<const char*>(sendData) + windowOffset;
+      for (int i = 0; i < nRecvParts; ++i) {
+        if (recvParts[i].size > 0) std::memcpy(recvParts[i].address, from, recvParts[i].size);
+        from += recvParts[i].size;
+      }
+    });
+  }
+
+  // One rank's reduce-scatter is its own input, whose block (all of it) is the result: sendParts carry the window
+  // [windowOffset, windowOffset + windowBytes) of the input, which lands at the same offset of recvData.
+  ncclResult_t ireducescatter(void* collComm, int nSendParts, ncclNetSGE_v12_t* sendParts, void* recvData,
+                              size_t bytesPerRank, size_t windowOffset, size_t windowBytes, ncclDataType_t dataType,
+                              ncclRedOp_t /*redOp*/, void* /*recvMhandle*/, void** request) {
+    if (typeBytes(dataType) == 0) {
+      NCCL_NET_WARN("ireducescatter: data type %d is not supported", static_cast<int>(dataType));
+      return ncclInvalidArgument;
+    }
+    NCCL_NET_CHECK(checkWindow("ireducescatter", nSendParts, sendParts, bytesPerRank, windowOffset, windowBytes));
+    return post(collComm, windowBytes, request, [&] {
+      char* to = static_cast<char*>(recvData) + windowOffset;
+      for (int i = 0; i < nSendParts; ++i) {
+        if (sendParts[i].size > 0) std::memcpy(to, sendParts[i].address, sendParts[i].size);
+        to += sendParts[i].size;
+      }
+    });
   }
 
   ncclResult_t test(void* request, int* done, sdk::CompletedSizes& sizes) {
@@ -172,6 +202,32 @@ class OneRankColl {
   }
   ncclResult_t closeListen(void* listenComm) {
     delete static_cast<ListenComm*>(listenComm);
+    return ncclSuccess;
+  }
+
+ private:
+  // The parts hold the window exactly, and the window lies within one rank's bytes.
+  static ncclResult_t checkWindow(const char* call, int nParts, const ncclNetSGE_v12_t* parts, size_t bytesPerRank,
+                                  size_t windowOffset, size_t windowBytes) {
+    size_t total = 0;
+    for (int i = 0; i < nParts; ++i) total += parts[i].size;
+    if (windowOffset > bytesPerRank || windowBytes > bytesPerRank - windowOffset || total != windowBytes) {
+      NCCL_NET_WARN("%s: a window of %zu bytes at %zu in %zu bytes per rank, carried by %d part(s) of %zu bytes", call,
+                    windowBytes, windowOffset, bytesPerRank, nParts, total);
+      return ncclInvalidArgument;
+    }
+    return ncclSuccess;
+  }
+  // A request done at once: `move` does the one rank's work.
+  template <class Move>
+  static ncclResult_t post(void* collComm, size_t bytes, void** request, const Move& move) {
+    auto* comm = static_cast<CollComm*>(collComm);
+    CollRequest* r = comm->requests.acquire();
+    if (r == nullptr) return ncclSuccess;  // all requests in flight: *request stays NULL, the host retries
+    move();
+    r->comm = comm;
+    r->bytes = bytes;
+    *request = r;
     return ncclSuccess;
   }
 };

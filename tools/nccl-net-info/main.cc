@@ -306,6 +306,8 @@ void probeCandidate(nns::tools::ProbeChannel& channel, const std::string& entry,
                   {"chosenVersion", collReport.chosenVersion},
                   {"name", coll != nullptr ? json(nns::core::printable(coll->name())) : json(nullptr)},
                   {"rejectReason", collReport.rejectReason},
+                  {"iallgather", coll != nullptr && coll->hasIallgather()},
+                  {"ireducescatter", coll != nullptr && coll->hasIreducescatter()},
                   {"error", ""},
                   {"devices", json::array()}}}});
   if (coll == nullptr) return;
@@ -470,6 +472,8 @@ int runTool(int argc, char** argv) {
                  {"chosenVersion", 0},
                  {"name", nullptr},
                  {"rejectReason", probe.failure},
+                 {"iallgather", false},
+                 {"ireducescatter", false},
                  {"error", ""},
                  {"devices", json::array()}};
     } else if (collNet != nullptr) {
@@ -659,6 +663,13 @@ int runTool(int argc, char** argv) {
   }
   std::printf("  CHOSEN %s through ncclCollNet_v%d (the newest it exports that NCCL 2.30 knows)\n",
               collNet["name"].get<std::string>().c_str(), collNet["chosenVersion"].get<int>());
+  // NCCL offloads all-gather and reduce-scatter to the network only where the table has them (v8 and newer).
+  const bool gathers = collNet.value("iallgather", false), scatters = collNet.value("ireducescatter", false);
+  std::printf("  collectives: iallreduce%s%s%s\n", gathers ? ", iallgather" : "", scatters ? ", ireducescatter" : "",
+              gathers && scatters ? ""
+              : collNet["chosenVersion"].get<int>() < 8
+                  ? " (ncclCollNet_v6 and v7 have no all-gather or reduce-scatter)"
+                  : " (the rest are NULL in its table: NCCL does not offload them)");
   if (!collNet["error"].get<std::string>().empty()) std::printf("  %s\n", collNet["error"].get<std::string>().c_str());
   printDevices(collNet["devices"]);
   return 0;

@@ -567,19 +567,20 @@ class ProbedCollNet final : public CollNet {
   KeptContext kept_;
 };
 
-// The libraries rejected after their init ran, by dlopen handle (theirs for good: they are never unloaded), with the
-// reason. NCCL disables such a plugin for the process and never initialises it again; a later load here refuses it at
-// once, where it called init again on the same loaded copy (a second init of a v6..v10 plugin, which has no finalize;
-// an init after the finalize of a v11+ one that frees what it keeps there).
+// The nets and collNets rejected after their init ran, by dlopen handle (theirs for good: they are never unloaded) and
+// table, with the reason. NCCL disables such a plugin (or its collNet) for the process and never initialises it
+// again; a later load here refuses it at once, where it called init again on the same loaded copy (a second init of a
+// v6..v10 plugin, which has no finalize; an init after the finalize of a v11+ one that frees what it keeps there).
 class DisabledLibraries {
  public:
-  static void add(void* handle, const std::string& reason) {
+  enum class Table { kNet, kCollNet };
+  static void add(void* handle, Table table, const std::string& reason) {
     std::lock_guard<std::mutex> lock(mutex());
-    reasons().emplace(handle, reason);
+    reasons().emplace(std::make_pair(handle, table), reason);
   }
-  static std::string reason(void* handle) {
+  static std::string reason(void* handle, Table table) {
     std::lock_guard<std::mutex> lock(mutex());
-    auto found = reasons().find(handle);
+    auto found = reasons().find(std::make_pair(handle, table));
     return found != reasons().end() ? found->second : std::string();
   }
 
@@ -588,8 +589,8 @@ class DisabledLibraries {
     static auto* m = new std::mutex;  // never destroyed: a load may come from a static destructor
     return *m;
   }
-  static std::map<void*, std::string>& reasons() {
-    static auto* r = new std::map<void*, std::string>;
+  static std::map<std::pair<void*, Table>, std::string>& reasons() {
+    static auto* r = new std::map<std::pair<void*, Table>, std::string>;
     return *r;
   }
 };
@@ -624,6 +625,12 @@ std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
     out.rejectReason = "exports no ncclCollNetPlugin_v12..v6: no collNet (NCCL runs without in-network collectives)";
     return nullptr;
   }
+  if (const std::string disabled = DisabledLibraries::reason(handle, DisabledLibraries::Table::kCollNet);
+      !disabled.empty()) {
+    out.rejectReason = "disabled for this process: an earlier load rejected its collNet after its init ran (" +
+                       disabled + "), and NCCL does not initialise it again";
+    return nullptr;
+  }
   int version = out.exportedVersions.front();
   std::string symbol = "ncclCollNetPlugin_v" + std::to_string(version);
   std::string defect;
@@ -633,30 +640,44 @@ std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
     return nullptr;
   }
   // As NCCL does: init, then devices; a failure or no device disables collNet only (under the lifecycle lock). An
-  // exception thrown through the C ABI rejects it as in loadNet.
+  // exception thrown through the C ABI rejects it as in loadNet, and what the plugin logs as WARN meanwhile is kept
+  // with the reason, as there.
   auto lifecycle = detail::lockPluginLifecycle();
   void* ctx = nullptr;
   const std::string initCall = "init through ncclCollNet_v" + std::to_string(version);
-  try {
-    const ncclResult_t result = coll->init(&ctx, 0, hostLogger);  // the net's logger: the plugin may keep one for both
-    if (result != ncclSuccess) out.rejectReason = initCall + " returned " + resultText(result);
-  } catch (...) {
-    out.rejectReason = thrownText(initCall.c_str());
+  {
+    CapturedWarnings warnings;
+    try {
+      const ncclResult_t result = coll->init(&ctx, 0, hostLogger);  // the net's logger: the plugin may keep one
+      if (result != ncclSuccess) out.rejectReason = initCall + " returned " + resultText(result);
+    } catch (...) {
+      out.rejectReason = thrownText(initCall.c_str());
+    }
+    if (!out.rejectReason.empty()) {
+      out.rejectReason += warnings.reasons();
+      return nullptr;
+    }
   }
-  if (!out.rejectReason.empty()) return nullptr;
-  try {
-    int ndev = 0;
-    const ncclResult_t result = coll->devices(&ndev);
-    if (result != ncclSuccess || ndev <= 0)
-      out.rejectReason = result != ncclSuccess ? "devices returned " + resultText(result) : "no devices";
-  } catch (...) {
-    out.rejectReason = thrownText("devices");
+  {
+    CapturedWarnings warnings;
+    try {
+      int ndev = 0;
+      const ncclResult_t result = coll->devices(&ndev);
+      if (result != ncclSuccess || ndev <= 0)
+        out.rejectReason = result != ncclSuccess ? "devices returned " + resultText(result) : "no devices";
+    } catch (...) {
+      out.rejectReason = thrownText("devices");
+    }
+    if (!out.rejectReason.empty()) out.rejectReason += warnings.reasons();
   }
   if (!out.rejectReason.empty()) {
     try {
       coll->finalize(ctx);
     } catch (...) {  // rejected already; its finalize's exception adds nothing
     }
+    // Rejected after its init ran: disabled for the process and kept loaded, as loadNet does with a net.
+    library->keepLoaded = true;
+    DisabledLibraries::add(handle, DisabledLibraries::Table::kCollNet, out.rejectReason);
     return nullptr;
   }
   out.chosenVersion = version;
@@ -690,7 +711,8 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
       out.candidates.push_back(std::move(candidate));
       continue;
     }
-    if (const std::string disabled = DisabledLibraries::reason(handle); !disabled.empty()) {
+    if (const std::string disabled = DisabledLibraries::reason(handle, DisabledLibraries::Table::kNet);
+        !disabled.empty()) {
       dlclose(handle);  // this load's reference; the library stays loaded
       candidate.rejectReason = "disabled for this process: an earlier load rejected it after its init ran (" +
                                disabled + "), and NCCL does not initialise such a plugin again";
@@ -774,7 +796,7 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
       // starts it afresh, where a plugin that keeps what it found at its first init would fail again.
       if (initialised) {
         library->keepLoaded = true;
-        DisabledLibraries::add(handle, refusal);
+        DisabledLibraries::add(handle, DisabledLibraries::Table::kNet, refusal);
       }
       candidate.rejectReason = refusal;
       out.candidates.push_back(std::move(candidate));
