@@ -655,9 +655,16 @@ class Keeper {
     started_ = false;
     stopping_ = true;
     // A thread still inside a call on an open comm while static destructors run (the process exits under it) must
-    // not reach this object once it is gone: its send comms are unregistered, so owe() and forget() leave them alone,
-    // and open() and linger() see gone_, which outlives the object.
-    for (Comm* comm : open_) comm->kept = false;
+    // not reach this object once it is gone: its send comms are unregistered (as forget() does, but for their flush
+    // requests, which such a thread may be progressing: UCX frees them with the process), so owe() and forget() leave
+    // them alone and the thread, still finishing lingering comms, no longer progresses them; open() and linger() see
+    // gone_, which outlives the object.
+    for (Comm* comm : open_) {
+      comm->kept = false;
+      comm->owed = false;
+    }
+    open_.clear();
+    owed_.store(0, std::memory_order_relaxed);
     gone_ = true;
     wake_->notify_one();
     lock.unlock();
