@@ -743,8 +743,9 @@ int completedSize(CollNet& coll, void* request) {
 }
 
 // An all-gather and a reduce-scatter of one rank through `coll`: a window of 700 of 1001 bytes per rank, at offset 101
-// (neither a multiple of anything), carried by `nParts` scatter-gather parts (v8 tables take one). The bytes of the
-// window arrive where they belong, and nothing outside it is written.
+// (neither a multiple of anything), carried by `nParts` scatter-gather parts (v8 tables take one), called as NCCL's
+// proxy calls them: the buffer of this rank's side (all-gather's send, reduce-scatter's receive) passed at the
+// window's start. The bytes of the window arrive where they belong, and nothing outside it is written.
 void gatherAndScatterOnOneRank(CollNet& coll, void* ctx, int nParts) {
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void* listenComm = nullptr;
@@ -775,7 +776,8 @@ void gatherAndScatterOnOneRank(CollNet& coll, void* ctx, int nParts) {
 
   std::vector<ncclNetSGE_v12_t> recvParts = partsOf(out, outMr);
   void* request = nullptr;
-  ASSERT_EQ(coll.iallgather(collComm, in.data(), nParts, recvParts.data(), kPerRank, kOffset, kWindow, inMr, &request),
+  ASSERT_EQ(coll.iallgather(collComm, in.data() + kOffset, nParts, recvParts.data(), kPerRank, kOffset, kWindow, inMr,
+                            &request),
             ncclSuccess);
   ASSERT_NE(request, nullptr);
   EXPECT_EQ(completedSize(coll, request), static_cast<int>(kWindow));
@@ -784,8 +786,8 @@ void gatherAndScatterOnOneRank(CollNet& coll, void* ctx, int nParts) {
   std::fill(out.begin(), out.end(), 0xee);
   std::vector<ncclNetSGE_v12_t> sendParts = partsOf(in, inMr);
   request = nullptr;
-  ASSERT_EQ(coll.ireducescatter(collComm, nParts, sendParts.data(), out.data(), kPerRank, kOffset, kWindow, ncclUint8,
-                                ncclSum, outMr, &request),
+  ASSERT_EQ(coll.ireducescatter(collComm, nParts, sendParts.data(), out.data() + kOffset, kPerRank, kOffset, kWindow,
+                                ncclUint8, ncclSum, outMr, &request),
             ncclSuccess);
   ASSERT_NE(request, nullptr);
   EXPECT_EQ(completedSize(coll, request), static_cast<int>(kWindow));
@@ -1049,10 +1051,11 @@ TEST_F(OnceStateLoaded, AProbedCollNetNeverInitialisedIsFinalizedWithIt) {
   EXPECT_EQ(since(), "coll-init coll-devices coll-finalize ");
 }
 
-// A collNet rejected after its init ran (no devices) is disabled for the process, as NCCL disables it: a later load
-// refuses it with the first reason, and what the plugin logged then, without initialising it again. It called init a
-// second time, which this one (having freed its state at the rejection's finalize) refused for another reason.
-TEST_F(OnceStateLoaded, ACollNetRejectedAfterItsInitIsDisabledForTheProcess) {
+// A collNet rejected after its init succeeded (no devices) is disabled while its library stays loaded, as NCCL
+// disables it: a later load refuses it with the first reason, and what the plugin logged then, without initialising
+// it again. It called init a second time, which this one (having freed its state at the rejection's finalize) refused
+// for another reason.
+TEST_F(OnceStateLoaded, ACollNetRejectedAfterItsInitIsDisabledWhileLoaded) {
   CollNetReport collReport;
   ASSERT_EQ(setenv("NNS_ONCE_STATE_COLL_NO_DEVICES", "1", 1), 0);
   EXPECT_EQ(loadCollNet(*net, &collReport), nullptr);
@@ -1061,14 +1064,43 @@ TEST_F(OnceStateLoaded, ACollNetRejectedAfterItsInitIsDisabledForTheProcess) {
   EXPECT_EQ(since(), "coll-init coll-devices coll-finalize ");
   CollNetReport again;
   EXPECT_EQ(loadCollNet(*net, &again), nullptr);
-  EXPECT_EQ(again.rejectReason, "disabled for this process: an earlier load rejected its collNet after its init ran (" +
-                                    collReport.rejectReason + "), and NCCL does not initialise it again");
+  EXPECT_EQ(
+      again.rejectReason,
+      "disabled while its library stays loaded: an earlier load rejected this collNet after its init succeeded (" +
+          collReport.rejectReason + "), and NCCL does not initialise it again");
   EXPECT_EQ(again.exportedVersions, std::vector<int>{12});
   EXPECT_EQ(since(), "coll-init coll-devices coll-finalize ") << "the disabled collNet was initialised again";
   // The net itself is still in use.
   int ndev = 0;
   EXPECT_EQ(net->devices(&ndev), ncclSuccess);
   EXPECT_EQ(ndev, 1);
+}
+
+// ... and forgotten with the library, as NCCL resets a collNet's state when it unloads the plugin with its last
+// communicator: the collNet of a fresh load of the library is probed again (here, and taken). The rejection kept the
+// library loaded for the process at first, which also made every later load of the net an init after its finalize.
+TEST(Probe, ADisabledCollNetIsForgottenWithItsLibrary) {
+  const std::string path = kDir + "/libnccl-net-once-state.so";
+  ASSERT_EQ(setenv("NNS_ONCE_STATE_COLL_NO_DEVICES", "1", 1), 0);
+  {
+    LoadReport report;
+    auto net = loadNet(inBuildTree(path), &report);
+    ASSERT_NE(net, nullptr) << reasons(report);
+    CollNetReport collReport;
+    EXPECT_EQ(loadCollNet(*net, &collReport), nullptr);
+    EXPECT_EQ(loadCollNet(*net, &collReport), nullptr);
+    EXPECT_NE(collReport.rejectReason.find("disabled while its library stays loaded"), std::string::npos)
+        << collReport.rejectReason;
+  }
+  unsetenv("NNS_ONCE_STATE_COLL_NO_DEVICES");
+  void* still = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  EXPECT_EQ(still, nullptr) << "the library stayed loaded after its net and collNet were gone";
+  if (still != nullptr) dlclose(still);
+  LoadReport report;
+  auto net = loadNet(inBuildTree(path), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  CollNetReport collReport;
+  EXPECT_NE(loadCollNet(*net, &collReport), nullptr) << collReport.rejectReason;
 }
 
 // A plugin rejected after its init ran stays loaded, as in NCCL, which disables it and never unloads it: a v6..v10

@@ -149,13 +149,15 @@ class OneRankColl {
   }
 
   // One rank's all-gather is its own contribution (bytesPerRank bytes). The call moves the window [windowOffset,
-  // windowOffset + windowBytes) of the result into recvParts, one part after another.
+  // windowOffset + windowBytes) of the result (all ranks' bytes, rank by rank) into recvParts, one part after another.
+  // As NCCL calls it, sendData points at this rank's bytes of the window already (its buffer + windowOffset %
+  // bytesPerRank when the window starts in this rank's part), so one rank copies from sendData as it is.
   ncclResult_t iallgather(void* collComm, void* sendData, int nRecvParts, ncclNetSGE_v12_t* recvParts,
                           size_t bytesPerRank, size_t windowOffset, size_t windowBytes, void* /*sendMhandle*/,
                           void** request) {
     NCCL_NET_CHECK(checkWindow("iallgather", nRecvParts, recvParts, bytesPerRank, windowOffset, windowBytes));
     return post(collComm, windowBytes, request, [&] {
-      const char* from = static_cast<const char*>(sendData) + windowOffset;
+      const char* from = static_cast<const char*>(sendData);
       for (int i = 0; i < nRecvParts; ++i) {
         if (recvParts[i].size > 0) std::memcpy(recvParts[i].address, from, recvParts[i].size);
         from += recvParts[i].size;
@@ -164,7 +166,8 @@ class OneRankColl {
   }
 
   // One rank's reduce-scatter is its own input, whose block (all of it) is the result: sendParts carry the window
-  // [windowOffset, windowOffset + windowBytes) of the input, which lands at the same offset of recvData.
+  // [windowOffset, windowOffset + windowBytes) of the input, and recvData is where the window's part of this rank's
+  // block goes (NCCL passes it positioned, as sendData above).
   ncclResult_t ireducescatter(void* collComm, int nSendParts, ncclNetSGE_v12_t* sendParts, void* recvData,
                               size_t bytesPerRank, size_t windowOffset, size_t windowBytes, ncclDataType_t dataType,
                               ncclRedOp_t /*redOp*/, void* /*recvMhandle*/, void** request) {
@@ -174,7 +177,7 @@ class OneRankColl {
     }
     NCCL_NET_CHECK(checkWindow("ireducescatter", nSendParts, sendParts, bytesPerRank, windowOffset, windowBytes));
     return post(collComm, windowBytes, request, [&] {
-      char* to = static_cast<char*>(recvData) + windowOffset;
+      char* to = static_cast<char*>(recvData);
       for (int i = 0; i < nSendParts; ++i) {
         if (sendParts[i].size > 0) std::memcpy(to, sendParts[i].address, sendParts[i].size);
         to += sendParts[i].size;

@@ -25,7 +25,13 @@
 namespace nns::core::detail {
 
 Library::~Library() {
-  if (handle != nullptr && !keepLoaded) dlclose(handle);
+  if (handle == nullptr || keepLoaded) return;
+  dlclose(handle);
+  // Another load (or the host) may still hold it; gone only when it can no longer be found without loading it.
+  if (void* still = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD); still != nullptr)
+    dlclose(still);
+  else
+    libraryUnloaded(handle);
 }
 
 namespace {

@@ -25,6 +25,10 @@ struct Library {
   bool keepLoaded = false;
 };
 
+// Called once a Library's dlclose unloaded the library: the loader forgets what it recorded against the handle (a
+// collNet disabled for the process, which NCCL forgets when it unloads the plugin with its last communicator).
+void libraryUnloaded(void* handle);
+
 // Wraps the table `table` (what dlsym gave for ncclNetPlugin_v<version>) of `library`. Returns nullptr, with the
 // reason in *defect, for an unknown version or a table that must not be used: an exported symbol that is a function
 // or an object smaller than the table, a NULL name, or NULL entries that NCCL calls without a check (net-abi.md

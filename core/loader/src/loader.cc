@@ -567,10 +567,13 @@ class ProbedCollNet final : public CollNet {
   KeptContext kept_;
 };
 
-// The nets and collNets rejected after their init ran, by dlopen handle (theirs for good: they are never unloaded) and
-// table, with the reason. NCCL disables such a plugin (or its collNet) for the process and never initialises it
-// again; a later load here refuses it at once, where it called init again on the same loaded copy (a second init of a
-// v6..v10 plugin, which has no finalize; an init after the finalize of a v11+ one that frees what it keeps there).
+// The nets and collNets rejected after their init succeeded, by dlopen handle and table, with the reason. NCCL disables
+// such a plugin (or its collNet) and never initialises it again while it stays loaded; a later load here refuses it
+// at once, where it called init again on the same loaded copy (a second init of a v6..v10 plugin, which has no
+// finalize; an init after the finalize of a v11+ one that frees what it keeps there). A rejected net is never
+// unloaded, so its record lasts; a collNet's library is its accepted net's, and NCCL forgets the collNet's state when
+// it unloads that library with its last communicator: so is the record here, when the last Library of the handle
+// unloads it (libraryUnloaded).
 class DisabledLibraries {
  public:
   enum class Table { kNet, kCollNet };
@@ -582,6 +585,11 @@ class DisabledLibraries {
     std::lock_guard<std::mutex> lock(mutex());
     auto found = reasons().find(std::make_pair(handle, table));
     return found != reasons().end() ? found->second : std::string();
+  }
+  static void forget(void* handle) {
+    std::lock_guard<std::mutex> lock(mutex());
+    reasons().erase(std::make_pair(handle, Table::kNet));
+    reasons().erase(std::make_pair(handle, Table::kCollNet));
   }
 
  private:
@@ -627,8 +635,10 @@ std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
   }
   if (const std::string disabled = DisabledLibraries::reason(handle, DisabledLibraries::Table::kCollNet);
       !disabled.empty()) {
-    out.rejectReason = "disabled for this process: an earlier load rejected its collNet after its init ran (" +
-                       disabled + "), and NCCL does not initialise it again";
+    out.rejectReason =
+        "disabled while its library stays loaded: an earlier load rejected this collNet after its init "
+        "succeeded (" +
+        disabled + "), and NCCL does not initialise it again";
     return nullptr;
   }
   int version = out.exportedVersions.front();
@@ -675,8 +685,7 @@ std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
       coll->finalize(ctx);
     } catch (...) {  // rejected already; its finalize's exception adds nothing
     }
-    // Rejected after its init ran: disabled for the process and kept loaded, as loadNet does with a net.
-    library->keepLoaded = true;
+    // Rejected after its init succeeded: disabled while the library stays loaded (the accepted net holds it).
     DisabledLibraries::add(handle, DisabledLibraries::Table::kCollNet, out.rejectReason);
     return nullptr;
   }
@@ -808,5 +817,11 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
   }
   return nullptr;
 }
+
+namespace detail {
+void libraryUnloaded(void* handle) {
+  DisabledLibraries::forget(handle);
+}
+}  // namespace detail
 
 }  // namespace nns::core
