@@ -99,6 +99,23 @@ struct Registration {
 };
 #endif
 
+#ifdef NNS_BUG_READS_DEREGISTERED
+// regMr keeps each registration's record (the real handle, as an RDMA plugin keeps its keys and page list) in a page
+// of its own, which deregMr unmaps; a receive keeps the record of its buffer and reads it when it completes (to count
+// the region's completions). A deregMr while the receive is pending, as NCCL's teardown after an abort does, leaves
+// the completion reading an unmapped page.
+struct PagedRegistration {
+  void* realHandle;
+  uint64_t completions;
+};
+constexpr size_t kRecordBytes = 4096;
+std::mutex gPagedMutex;
+std::map<void*, PagedRegistration*> gRecvRecords;  // receive request -> the record of its first buffer
+void* realOfPaged(void* mhandle) {
+  return mhandle != nullptr ? static_cast<PagedRegistration*>(mhandle)->realHandle : nullptr;
+}
+#endif
+
 #ifdef NNS_BUG_CRASH_ON_CLOSE
 // Each receive comm has a completion page where posted receives get a slot; closeRecv unmaps the page first and
 // then "cancels" the pending receives by writing into their slots.
@@ -942,6 +959,20 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t
 #endif
 }
 ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+#ifdef NNS_BUG_READS_DEREGISTERED
+  {
+    void* realHandle = nullptr;
+    ncclResult_t registered = real()->regMr(comm, data, size, type, &realHandle);
+    if (registered != ncclSuccess) return registered;
+    void* page = mmap(nullptr, kRecordBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (page == MAP_FAILED) {
+      real()->deregMr(comm, realHandle);
+      return ncclSystemError;
+    }
+    *mhandle = new (page) PagedRegistration{realHandle, 0};
+    return ncclSuccess;
+  }
+#endif
 #ifdef NNS_BUG_CLOSE_DROPS_QUEUED
   {
     std::lock_guard<std::mutex> lock(gQueueLock);
@@ -1005,6 +1036,14 @@ void* realMhandle(void* mhandle) {
 }
 #endif
 ncclResult_t deregMr(void* comm, void* mhandle) {
+#ifdef NNS_BUG_READS_DEREGISTERED
+  {
+    auto* record = static_cast<PagedRegistration*>(mhandle);
+    ncclResult_t result = real()->deregMr(comm, record->realHandle);
+    munmap(record, kRecordBytes);  // the bug: a pending receive still holds it
+    return result;
+  }
+#endif
 #ifdef NNS_BUG_CLOSE_DROPS_QUEUED
   {
     std::lock_guard<std::mutex> lock(gQueueLock);
@@ -1071,6 +1110,9 @@ ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, 
 #endif
 #ifdef NNS_BUG_LEAKED_MHANDLE
   mhandle = realMhandle(mhandle);
+#endif
+#ifdef NNS_BUG_READS_DEREGISTERED
+  mhandle = realOfPaged(mhandle);
 #endif
 #ifdef NNS_BUG_REGISTRATION_CACHE_UNCOUNTED
   if (releasedRegion(mhandle)) {
@@ -1269,6 +1311,12 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
   for (int i = 0; mhandles != nullptr && i < n && i < 64; ++i) unwrapped[i] = realMhandle(mhandles[i]);
   if (mhandles != nullptr) mhandles = unwrapped;
 #endif
+#ifdef NNS_BUG_READS_DEREGISTERED
+  auto* record = mhandles != nullptr && n >= 1 ? static_cast<PagedRegistration*>(mhandles[0]) : nullptr;
+  void* unpaged[64];
+  for (int i = 0; mhandles != nullptr && i < n && i < 64; ++i) unpaged[i] = realOfPaged(mhandles[i]);
+  if (mhandles != nullptr) mhandles = unpaged;
+#endif
 #ifdef NNS_BUG_LIMITED_REQUESTS
   if (gPendingRecvs.size() >= NCCL_NET_MAX_REQUESTS_V6) {
     *request = nullptr;
@@ -1349,6 +1397,12 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
 #ifdef NNS_BUG_LIMITED_REQUESTS
   if (result == ncclSuccess && *request != nullptr) gPendingRecvs.insert(*request);
 #endif
+#ifdef NNS_BUG_READS_DEREGISTERED
+  if (result == ncclSuccess && *request != nullptr && record != nullptr) {
+    std::lock_guard<std::mutex> lock(gPagedMutex);
+    gRecvRecords[*request] = record;
+  }
+#endif
 #if defined(NNS_BUG_BLOCKING_CLOSE_RECV) || defined(NNS_BUG_LEAKED_PENDING_CLOSE)
   if (result == ncclSuccess && *request != nullptr) notePosted(comm, *request);
 #endif
@@ -1366,6 +1420,23 @@ ncclResult_t iflush(void* comm, int n, void** data, int* sizes, void** mhandles,
   return real()->iflush(comm, n, data, sizes, mhandles, request);
 }
 ncclResult_t test(void* request, int* done, int* sizes) {
+#ifdef NNS_BUG_READS_DEREGISTERED
+  {
+    ncclResult_t tested = real()->test(request, done, sizes);
+    if (tested != ncclSuccess || *done) {
+      PagedRegistration* record = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(gPagedMutex);
+        if (auto found = gRecvRecords.find(request); found != gRecvRecords.end()) {
+          record = found->second;
+          gRecvRecords.erase(found);
+        }
+      }
+      if (record != nullptr && tested == ncclSuccess) ++record->completions;  // SIGSEGV once deregMr unmapped it
+    }
+    return tested;
+  }
+#endif
 #ifdef NNS_BUG_CLOSE_DROPS_QUEUED
   {
     std::lock_guard<std::mutex> lock(gQueueLock);

@@ -3027,6 +3027,84 @@ Verdict closeWithRequestsInFlight(Context& c) {
               "alive, posting none) returned, no crash");
 }
 
+Verdict deregmrUnderAReceive(Context& c) {
+  // NCCL's teardown after an abort deregisters a receive comm's buffers before it closes the comm (recvProxyFree),
+  // with receives still posted, while the peer, not aborting yet, may still send into them. A plugin that keeps a
+  // pointer to the registration in the pending receive and reads it when the message lands reads freed memory (a
+  // crash, or a sanitizer report in a sanitizer build; nns-ucx let UCX read an unmapped memh). The receive may
+  // complete with every byte right, fail (as a NIC fails a write into a deregistered region), or stay pending until
+  // the close; reporting done with the wrong bytes or size, crashing, or a close that fails or blocks is a FAIL.
+  constexpr size_t kBytes = 1u << 20;
+  constexpr uint64_t kSeed = 0x64657267;
+  int goPipe[2];
+  if (pipe(goPipe) != 0) return fail("pipe failed");
+  Pair pair;
+  std::string why;
+  if (!openPair(
+          c, pair,
+          [&](void* comm) {
+            close(goPipe[1]);
+            pollfd go{goPipe[0], POLLIN, 0};
+            poll(&go, 1, 60000);  // the receiver deregistered its buffer (or died: a hang-up)
+            close(goPipe[0]);
+            static std::vector<unsigned char> message(kBytes);
+            fill(message, kBytes, kSeed);
+            void* mhandle = registerBuffer(c, comm, message.data(), kBytes);
+            void* request = nullptr;
+            if (postSend(c, comm, message.data(), kBytes, 1, mhandle, &request) != ncclSuccess) return 0;
+            int size = -1;
+            (void)waitDone(c, request, &size, gTransferWaitSeconds);  // any outcome: the receiver judges
+            return 0;
+          },
+          &why)) {
+    close(goPipe[0]);
+    close(goPipe[1]);
+    return fail("%s", why.c_str());
+  }
+  close(goPipe[0]);
+  auto release = [&] {
+    (void)!write(goPipe[1], "g", 1);
+    close(goPipe[1]);
+  };
+  std::vector<unsigned char> buffer(kBytes, 0);
+  void* mhandle = registerBuffer(c, pair.recvComm, buffer.data(), kBytes);
+  void* data = buffer.data();
+  size_t capacity = kBytes;
+  int tag = 1;
+  void* request = nullptr;
+  if (ncclResult_t result = postRecv(c, pair.recvComm, 1, &data, &capacity, &tag, &mhandle, &request);
+      result != ncclSuccess) {
+    release();
+    closePair(c, pair);
+    return fail("irecv of 1 MiB on a fresh comm returned %s", resultText(result).c_str());
+  }
+  deregisterNow(c, pair.recvComm, {mhandle});
+  release();
+  int size = -1;
+  const ncclResult_t result = waitDone(c, request, &size, gTransferWaitSeconds);
+  std::string outcome;
+  if (result == ncclSuccess) {
+    if (std::string wrong = receivedWrong(buffer, size, kBytes, kSeed); !wrong.empty()) {
+      closePair(c, pair, gCallTimeout + 10);
+      return fail("the receive whose buffer was deregistered while it was pending reported done, but %s",
+                  wrong.c_str());
+    }
+    outcome = "completed, every byte right";
+  } else if (result == kDeadline) {
+    outcome = "was still pending after " + std::to_string(gTransferWaitSeconds) + " s, and closed so";
+  } else {
+    outcome = "failed (" + resultText(result) + ")";
+  }
+  ncclResult_t closed = closeRecvComm(c, pair.recvComm);
+  pair.recvComm = nullptr;
+  int code = closePair(c, pair, gCallTimeout + 10);
+  if (closed != ncclSuccess)
+    return fail("closeRecv after the receive %s returned %s", outcome.c_str(), resultText(closed).c_str());
+  if (code != 0) return fail("the sender: %s", peerText(code).c_str());
+  return pass("a 1 MiB receive whose buffer was deregistered while it was pending, its message sent after, " + outcome +
+              "; closeRecv returned");
+}
+
 // The message a peer dies in the middle of: 256 MiB, or the largest the device takes where that is less (a fixed
 // 256 MiB made both peer-death rules a SKIP for any plugin with a smaller maxP2pBytes).
 constexpr size_t kPeerDeathFullBytes = 256u << 20;
@@ -4204,6 +4282,10 @@ const std::vector<Rule>& rules() {
        sharedRegistrations},
       {{"close-with-requests-in-flight", "closing comms with requests pending returns and does not crash"},
        closeWithRequestsInFlight},
+      {{"deregmr-under-a-receive",
+        "a receive whose buffer is deregistered while it is pending (NCCL's teardown after an abort) and whose "
+        "message then comes completes whole, fails or stays pending: never wrong bytes, a crash or a stuck close"},
+       deregmrUnderAReceive},
       {{"every-version-agrees",
         "every exported ncclNetPlugin_vN reports the same device, with properties NCCL accepts, and moves data"},
        everyVersionAgrees},
