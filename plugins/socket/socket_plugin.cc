@@ -67,6 +67,10 @@ class DeviceTable {
             "NCCL_SOCKET_IFNAME=%s is ignored, as NCCL ignores a value of one character; choosing "
             "interfaces automatically",
             nccls);
+      if (const char* spec = std::getenv(ifnameVariable);
+          sdk::interfaceSpecGiven(spec) && sdk::InterfaceFilter(spec).names().empty())
+        NCCL_NET_WARN("%s=%s names no interface: NCCL reads that as %s", ifnameVariable, spec,
+                      sdk::InterfaceFilter(spec).excludes() ? "every interface excluded" : "every interface selected");
       const char* familyVariable = isSet("NNS_SOCKET_FAMILY") ? "NNS_SOCKET_FAMILY" : "NCCL_SOCKET_FAMILY";
       bool unknownFamily = false;
       sdk::socketFamilyFromEnv(familyVariable, &unknownFamily);

@@ -83,8 +83,10 @@ int ncclCount(const char* name, int automatic, int cap, bool warnAboveCap, bool*
 int ncclThreads(int automatic, bool* none) {
   return ncclCount("NCCL_SOCKET_NTHREADS", automatic, kMaxHelperThreads, true, none);
 }
+// Not capped at 64 here (only against int overflow): the check of threads x sockets below cuts it, with a WARN, also
+// where no helper thread runs (capped here silently, 100 became 64 without a word).
 int ncclSocketsPerThread(bool* none) {
-  return ncclCount("NCCL_NSOCKS_PERTHREAD", 1, kMaxDataSockets, false, none);
+  return ncclCount("NCCL_NSOCKS_PERTHREAD", 1, 1 << 20, false, none);
 }
 
 // SO_SNDBUF / SO_RCVBUF: ours (0 = the kernel's default, else 1 .. 1 GiB), else NCCL's NCCL_SOCKET_SNDBUF /
@@ -127,8 +129,12 @@ const Config& Config::get() {
       c.socketsPerThread = 1;  // our 0 sockets per thread with helpers: a helper needs a socket to drive
     }
     if (c.dataSockets() > kMaxDataSockets) {
-      NCCL_NET_WARN("%s x %s = %d exceeds %d sockets; using %d per thread", c.threadsVariable, c.socketsVariable,
-                    c.dataSockets(), kMaxDataSockets, kMaxDataSockets / std::max(1, c.helperThreads));
+      if (c.helperThreads > 0)
+        NCCL_NET_WARN("%s x %s = %d exceeds %d sockets; using %d per thread", c.threadsVariable, c.socketsVariable,
+                      c.dataSockets(), kMaxDataSockets, kMaxDataSockets / c.helperThreads);
+      else
+        NCCL_NET_WARN("%s=%d exceeds %d sockets; using %d", c.socketsVariable, c.socketsPerThread, kMaxDataSockets,
+                      kMaxDataSockets);
       c.socketsPerThread = kMaxDataSockets / std::max(1, c.helperThreads);
     }
     // Grouped receives make NCCL share comms between local ranks, whose eager sends can then run further ahead of
@@ -369,6 +375,13 @@ SendComm::~SendComm() {
 
 ncclResult_t SendComm::post(void* data, size_t size, int tag, void** request) {
   if (failure() != ncclSuccess) return failure();
+  // A receiver that closed its comm takes no more messages, but the kernel still takes the writes after its close: a
+  // send posted then was reported complete and lost (the next one failed). Its close is looked for before each post.
+  char byte;
+  if (recv(controlFd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+    fail(ncclRemoteError, "the receiver closed the connection before this send was posted");
+    return failure();
+  }
   SendRequest* r = requests_.acquire();
   if (r == nullptr) return ncclSuccess;  // every slot in flight: *request stays NULL and NCCL retries later
   r->header.isSend = true;

@@ -897,6 +897,20 @@ TEST_F(SocketPlugin, ASendWhoseReceiverTookItAndClosedCompletes) {
   EXPECT_FALSE(sendDoneFirst) << "the send completed before the receiver closed: the test did not test the race";
 }
 
+// A send posted after the receiver closed its comm: the kernel still takes the write (the receiver's close is only
+// a FIN), so the send was reported complete and the message lost; only the send after it failed. isend must say so.
+TEST_F(SocketPlugin, ASendPostedAfterTheReceiverClosedFails) {
+  connect();
+  ASSERT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  recvComm = nullptr;
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the close has reached the sender's socket
+  std::vector<unsigned char> message(100, 5);
+  void* request = nullptr;
+  EXPECT_EQ(net->isend(sendComm, message.data(), message.size(), 1, nullptr, nullptr, &request), ncclRemoteError);
+  EXPECT_EQ(request, nullptr);
+  EXPECT_TRUE(warnedAbout("the receiver closed the connection before this send was posted"));
+}
+
 // maxRecvs is 1 unless NNS_SOCKET_MAX_RECVS asks for more (1 .. 8): grouped receives let NCCL share a comm between
 // local ranks whose eager sends can stall the stream (README.md, "Grouped receives"). An irecv of more buffers than
 // advertised is refused with ncclInternalError, leaving the comm usable. Run by socket.max_recvs_* with

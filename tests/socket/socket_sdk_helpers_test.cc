@@ -1,15 +1,18 @@
 // socket_sdk_helpers_test.cc: nccl_net/sdk/socket.hpp: interface filters, addresses, non-blocking connect/accept
 // with retries and timeouts, and the send/receive helpers' end-of-stream and error reporting.
 #include <dlfcn.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -219,6 +222,19 @@ TEST(SocketAccept, NetworkErrorsOfANewConnectionAreRetried) {
   close(listener);
 }
 
+// A list with no name in it matches every interface, as NCCL's matchIfList does ("no user list"): so "^=" excludes
+// them all and "=," selects them all (the other way round before, loopback taken silently for "^=").
+TEST(SocketInterfaceFilter, AListWithNoNameMatchesEveryInterfaceAsInNccl) {
+  for (const char* none : {"^=", "^,", "^:1"}) {
+    EXPECT_FALSE(sdk::InterfaceFilter(none).matches("lo")) << none;
+    EXPECT_FALSE(sdk::InterfaceFilter(none).matches("eth0")) << none;
+  }
+  for (const char* all : {"=,", ",,", "=:0"}) {
+    EXPECT_TRUE(sdk::InterfaceFilter(all).matches("lo")) << all;
+    EXPECT_TRUE(sdk::InterfaceFilter(all).matches("eth0")) << all;
+  }
+}
+
 TEST(SocketConnector, GivesUpAfterTheTimeoutWithTheAddressInTheError) {
   std::string error;
   sdk::SocketAddress bound{};
@@ -237,6 +253,54 @@ TEST(SocketConnector, GivesUpAfterTheTimeoutWithTheAddressInTheError) {
   EXPECT_NE(connector.error().find("timed out"), std::string::npos) << connector.error();
   EXPECT_NE(connector.error().find(bound.toString()), std::string::npos) << connector.error();
   EXPECT_FALSE(connector.failedHere()) << "the peer was tried: a network failure";
+}
+
+// A listener of this host that is gone, when the kernel picks its port as the connect's source port: the socket
+// connects to itself (TCP's simultaneous open), and a peer waiting for the listener's answer read its own hello back
+// and waited for the rest for ever, past the connect timeout. Made certain in a network namespace of its own whose
+// ephemeral range is that one port (the listener's port 0 is taken from it too); the connect must fail as a refusal.
+TEST(SocketConnector, ASocketConnectedToItselfIsARefusal) {
+  if (geteuid() != 0) GTEST_SKIP() << "a network namespace needs root";
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(out[0]);
+    auto say = [&](const std::string& text) {
+      (void)!write(out[1], text.data(), text.size());
+      _exit(0);
+    };
+    if (unshare(CLONE_NEWNET) != 0) say(std::string("skip: unshare(CLONE_NEWNET): ") + std::strerror(errno));
+    if (std::system("ip link set lo up") != 0) say("skip: ip link set lo up failed");
+    std::ofstream("/proc/sys/net/ipv4/ip_local_port_range") << "40001 40001\n";
+    std::string error;
+    sdk::SocketAddress bound{};
+    int listener = sdk::listenTcp(sdk::SocketAddress::loopback(AF_INET), 1, &bound, &error);
+    if (listener < 0) say("error: listen: " + error);
+    if (bound.port() != 40001) say("skip: the listener got port " + std::to_string(bound.port()) + ", not 40001");
+    close(listener);
+    sdk::TcpConnector connector;
+    connector.start(bound, sdk::SocketAddress{}, std::chrono::milliseconds(500), std::chrono::milliseconds(20));
+    sdk::IoStatus status;
+    auto start = Clock::now();
+    do {
+      status = connector.progress();
+    } while (status == sdk::IoStatus::kWouldBlock && Clock::now() - start < std::chrono::seconds(5));
+    say(status == sdk::IoStatus::kDone     ? std::string("connected")
+        : status == sdk::IoStatus::kFailed ? "failed: " + connector.error()
+                                           : std::string("still connecting after 5 s"));
+  }
+  close(out[1]);
+  std::string said;
+  char buffer[512];
+  for (ssize_t n; (n = read(out[0], buffer, sizeof(buffer))) > 0;) said.append(buffer, static_cast<size_t>(n));
+  close(out[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (said.rfind("skip: ", 0) == 0) GTEST_SKIP() << said.substr(6);
+  EXPECT_EQ(said.rfind("failed: ", 0), 0u) << said;
+  EXPECT_NE(said.find("connected the socket to itself"), std::string::npos) << said;
 }
 
 // Out of descriptors, no socket is opened: the connect fails at once, as this host's failure (a plugin returns

@@ -892,7 +892,7 @@ bool linkLocal(const sockaddr* address) {
 
 bool hostAddress(int family, sockaddr_storage* out, socklen_t* length, std::string* interfaceName) {
   const char* spec = std::getenv("NCCL_SOCKET_IFNAME");
-  const bool filtered = spec != nullptr && *spec != '\0';
+  const bool filtered = nccl_net::sdk::interfaceSpecGiven(spec);  // NCCL ignores a value of one character
   const nccl_net::sdk::InterfaceFilter filter(filtered ? spec : "");
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return false;

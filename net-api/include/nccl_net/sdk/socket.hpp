@@ -123,7 +123,8 @@ inline SocketAddress peerAddressOf(int fd) {
 // "eth,ib" selects interfaces whose name starts with eth or ib; "^docker,lo" every interface except those prefixes;
 // "=eth0,eth1" exactly those names; "^=eth0" every interface but eth0. As in NCCL, an entry's ":port" suffix is no
 // part of its name ("eth0:1" is eth0: NCCL's list parser shares it with NCCL_IB_HCA, where it names the port, and an
-// interface has none); empty entries, ":1" included, are ignored.
+// interface has none); empty entries, ":1" included, are ignored. A list left with no name matches every interface, as
+// NCCL's matchIfList does: "=," selects all of them, and "^=" none.
 class InterfaceFilter {
  public:
   explicit InterfaceFilter(const std::string& spec) {
@@ -146,7 +147,7 @@ class InterfaceFilter {
     }
   }
   bool matches(const std::string& interfaceName) const {
-    bool listed = false;
+    bool listed = names_.empty();
     for (const std::string& name : names_) {
       bool hit = exact_ ? interfaceName == name : interfaceName.compare(0, name.size(), name) == 0;
       if (hit) {
@@ -380,6 +381,7 @@ class TcpConnector {
     deadline_ = Clock::now() + timeout;
     nextAttempt_ = Clock::now();
     attempts_ = 0;
+    selfConnects_ = 0;
     failedHere_ = false;
     started_ = true;
   }
@@ -404,10 +406,7 @@ class TcpConnector {
     int socketError = 0;
     socklen_t length = sizeof(socketError);
     if (ready < 0 || getsockopt(fd_, SOL_SOCKET, SO_ERROR, &socketError, &length) != 0) socketError = errno;
-    if (socketError == 0) {
-      connected_ = true;
-      return IoStatus::kDone;
-    }
+    if (socketError == 0) return connected();
     return failedAttempt(socketError);
   }
 
@@ -457,12 +456,25 @@ class TcpConnector {
         return IoStatus::kFailed;
       }
     }
-    if (::connect(fd_, remote_.get(), remote_.length()) == 0) {
-      connected_ = true;
-      return IoStatus::kDone;
-    }
+    if (::connect(fd_, remote_.get(), remote_.length()) == 0) return connected();
     if (errno == EINPROGRESS || errno == EINTR) return IoStatus::kWouldBlock;
     return failedAttempt(errno);
+  }
+
+  // A connect to a port of this host where nothing listens any more can connect the socket to itself, when the kernel
+  // picks that very port as the source port (TCP's simultaneous open): the peer would read its own hello back as the
+  // listener's answer and wait for the rest for ever. Taken as the refusal it stands for, and retried.
+  IoStatus connected() {
+    sockaddr_storage self{}, peer{};
+    socklen_t selfLength = sizeof(self), peerLength = sizeof(peer);
+    if (getsockname(fd_, reinterpret_cast<sockaddr*>(&self), &selfLength) == 0 &&
+        getpeername(fd_, reinterpret_cast<sockaddr*>(&peer), &peerLength) == 0 && selfLength == peerLength &&
+        std::memcmp(&self, &peer, selfLength) == 0) {
+      ++selfConnects_;
+      return failedAttempt(ECONNREFUSED);
+    }
+    connected_ = true;
+    return IoStatus::kDone;
   }
 
   IoStatus failedAttempt(int error) {
@@ -479,6 +491,9 @@ class TcpConnector {
 
   IoStatus timedOut() {
     std::string last = error_.empty() ? "" : "; last error: " + error_;
+    if (selfConnects_ > 0)
+      last += "; " + std::to_string(selfConnects_) +
+              " attempt(s) connected the socket to itself (its source port was the port tried): nothing listens there";
     error_ = "connect(" + remote_.toString() + ") timed out after " + std::to_string(attempts_) + " attempt(s)" + last;
     reset();
     return IoStatus::kFailed;
@@ -491,6 +506,7 @@ class TcpConnector {
   Clock::time_point nextAttempt_{};
   int fd_ = -1;
   int attempts_ = 0;
+  int selfConnects_ = 0;  // attempts that connected the socket to itself (see connected())
   bool started_ = false;
   bool connected_ = false;
   bool failedHere_ = false;
