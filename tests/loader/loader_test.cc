@@ -697,14 +697,19 @@ TEST(Adapters, APluginGetsTheLoggerConfigAndDeviceListNcclWouldPass) {
 namespace {
 
 // One rank's whole collNet lifecycle through `coll`: listen, connect, a checked all-reduce, teardown.
-void reduceOnOneRank(CollNet& coll, void* ctx) {
+// A one-rank collNet communicator: its listener and its comm.
+void connectOneRank(CollNet& coll, void* ctx, void** listenComm, void** collComm) {
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-  void* listenComm = nullptr;
-  ASSERT_EQ(coll.listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  ASSERT_EQ(coll.listen(ctx, 0, handle, listenComm), ncclSuccess);
   void* handles[1] = {handle};
+  ASSERT_EQ(coll.connect(handles, 1, 0, *listenComm, collComm), ncclSuccess);
+  ASSERT_NE(*collComm, nullptr);
+}
+
+void reduceOnOneRank(CollNet& coll, void* ctx) {
+  void* listenComm = nullptr;
   void* collComm = nullptr;
-  ASSERT_EQ(coll.connect(handles, 1, 0, listenComm, &collComm), ncclSuccess);
-  ASSERT_NE(collComm, nullptr);
+  ASSERT_NO_FATAL_FAILURE(connectOneRank(coll, ctx, &listenComm, &collComm));
   int supported = -1;
   EXPECT_EQ(coll.reduceSupport(ncclFloat32, ncclSum, &supported), ncclSuccess);
   EXPECT_EQ(supported, 1);
@@ -747,12 +752,9 @@ int completedSize(CollNet& coll, void* request) {
 // proxy calls them: the buffer of this rank's side (all-gather's send, reduce-scatter's receive) passed at the
 // window's start. The bytes of the window arrive where they belong, and nothing outside it is written.
 void gatherAndScatterOnOneRank(CollNet& coll, void* ctx, int nParts) {
-  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void* listenComm = nullptr;
-  ASSERT_EQ(coll.listen(ctx, 0, handle, &listenComm), ncclSuccess);
-  void* handles[1] = {handle};
   void* collComm = nullptr;
-  ASSERT_EQ(coll.connect(handles, 1, 0, listenComm, &collComm), ncclSuccess);
+  ASSERT_NO_FATAL_FAILURE(connectOneRank(coll, ctx, &listenComm, &collComm));
   constexpr size_t kPerRank = 1001, kOffset = 101, kWindow = 700;
   std::vector<unsigned char> in(kPerRank), out(kPerRank, 0xee);
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i * 31 + 7);

@@ -46,6 +46,22 @@ namespace {
 
 using namespace socket_test;
 
+// Tests a send and a receive until both are done (20 s at most), from this one thread: a rendezvous needs both workers
+// progressed. *received: the receive's size.
+void driveBoth(const ncclNet_v12_t* net, void* sendRequest, void* recvRequest, int* received) {
+  int sendDone = 0, recvDone = 0;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (!sendDone || !recvDone) {
+    if (!sendDone) {
+      ASSERT_EQ(net->test(sendRequest, &sendDone, nullptr), ncclSuccess);
+    }
+    if (!recvDone) {
+      ASSERT_EQ(net->test(recvRequest, &recvDone, received), ncclSuccess);
+    }
+    ASSERT_LT(Clock::now(), deadline) << "the transfer did not complete";
+  }
+}
+
 // The second of three grouped receives cannot be posted: irecv fails and hands out no request, and the comm is
 // failed, so a receive posted earlier reports an error instead of waiting forever for a peer that NCCL abandons.
 TEST(UcxIrecv, FailedSubReceiveFailsTheComm) {
@@ -201,17 +217,8 @@ TEST(UcxIrecv, AMemoryHandleOfAnotherDeviceIsNotUsed) {
   ASSERT_EQ(net->isend(comms[1][0], source.data(), kBytes, 5, sendHandle, nullptr, &sendRequest), ncclSuccess);
   ASSERT_NE(recvRequest, nullptr);
   ASSERT_NE(sendRequest, nullptr);
-  int received = -1, sendDone = 0, recvDone = 0;
-  auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (!sendDone || !recvDone) {  // one thread drives both ends: a rendezvous needs both workers progressed
-    if (!sendDone) {
-      ASSERT_EQ(net->test(sendRequest, &sendDone, nullptr), ncclSuccess);
-    }
-    if (!recvDone) {
-      ASSERT_EQ(net->test(recvRequest, &recvDone, &received), ncclSuccess);
-    }
-    ASSERT_LT(Clock::now(), deadline) << "the transfer did not complete";
-  }
+  int received = -1;
+  ASSERT_NO_FATAL_FAILURE(driveBoth(net, sendRequest, recvRequest, &received));
   EXPECT_EQ(received, static_cast<int>(kBytes));
   EXPECT_TRUE(target == source);
   EXPECT_EQ(net->deregMr(comms[0][0], sendHandle), ncclSuccess);
@@ -249,17 +256,8 @@ TEST(UcxIrecv, DeregisteringUnderAPostedReceiveUnmapsWhenItEnds) {
 
   void* sendRequest = nullptr;
   ASSERT_EQ(postSend(net, pair.sendComm, source.data(), kBytes, 7, &sendRequest), ncclSuccess);
-  int received = -1, sendDone = 0, recvDone = 0;
-  auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (!sendDone || !recvDone) {  // one thread drives both ends: a rendezvous needs both workers progressed
-    if (!sendDone) {
-      ASSERT_EQ(net->test(sendRequest, &sendDone, nullptr), ncclSuccess);
-    }
-    if (!recvDone) {
-      ASSERT_EQ(net->test(recvRequest, &recvDone, &received), ncclSuccess);
-    }
-    ASSERT_LT(Clock::now(), deadline) << "the transfer did not complete";
-  }
+  int received = -1;
+  ASSERT_NO_FATAL_FAILURE(driveBoth(net, sendRequest, recvRequest, &received));
   EXPECT_EQ(received, static_cast<int>(kBytes));
   EXPECT_TRUE(target == source);
   EXPECT_EQ(unmapCalls, 1) << "the receive's release did not unmap the deregistered region";
