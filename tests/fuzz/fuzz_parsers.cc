@@ -157,7 +157,7 @@ void fuzzInterfaceFilter(const std::string& input) {
   const sdk::InterfaceFilter filter(spec);
 
   // Reference: "[^][=]name[:port],name[:port],...", the ":port" suffix dropped (NCCL's list syntax), empty names
-  // dropped, nothing else trimmed.
+  // dropped, nothing else trimmed; a list left with no name matches every interface (NCCL's matchIfList).
   const SpecPrefix prefix = specPrefix(spec);
   const bool exclude = prefix.exclude, exact = prefix.exact;
   std::string rest = prefix.rest;
@@ -171,7 +171,7 @@ void fuzzInterfaceFilter(const std::string& input) {
   FUZZ_CHECK(filter.names() == names);
 
   auto expected = [&](const std::string& name) {
-    bool listed = false;
+    bool listed = names.empty();
     for (const std::string& n : names) listed = listed || (exact ? name == n : startsWith(name, n));
     return exclude ? !listed : listed;
   };
