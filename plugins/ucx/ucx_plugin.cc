@@ -608,6 +608,7 @@ class Keeper {
     if (owed_.fetch_add(1, std::memory_order_relaxed) != 0) return;  // the thread is awake already
     // The thread may be asleep: wake it under its lock, so the wake cannot fall between its check and its wait.
     std::lock_guard<std::mutex> lock(mutex_);
+    if (gone_.load()) return;  // ~Keeper ran between the check above and this lock: its wake_ is gone
     wake_->notify_one();
   }
 
@@ -616,6 +617,7 @@ class Keeper {
   void forget(Comm* comm) {
     if (!comm->kept.load()) return;
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!comm->kept.load()) return;  // ~Keeper unregistered it between the check above and this lock
     comm->kept = false;
     for (size_t i = 0; i < open_.size(); ++i) {
       if (open_[i] != comm) continue;
@@ -831,12 +833,15 @@ class Keeper {
   }
 
   static inline Keeper* instance_ = nullptr;
-  static inline std::atomic<bool> gone_{false};  // set by ~Keeper
-  std::mutex mutex_;
+  static inline std::atomic<bool> gone_{false};  // set by ~Keeper, under mutex_
+  // Static, like gone_, so that a thread that saw a comm registered just before ~Keeper (the process exiting under it)
+  // locks a live mutex and then sees the comm unregistered. std::mutex is constant-initialised and, with glibc,
+  // trivially destroyed: it outlives every other static.
+  static inline std::mutex mutex_;
   std::mutex teardown_;  // held while the thread closes comms (after mutex_ where both are taken)
   std::vector<Comm*> lingering_;
-  std::vector<Comm*> open_;      // send comms connected and not yet closed
-  std::atomic<size_t> owed_{0};  // how many of them are owed
+  std::vector<Comm*> open_;                    // send comms connected and not yet closed
+  static inline std::atomic<size_t> owed_{0};  // how many of them are owed (static for owe() after ~Keeper)
   std::vector<Comm*> abandoned_;
   // The thread's comms being closed: comm, and whether its peer is gone (else its linger ran out). A member, not the
   // thread's local: a forked child has no such thread, and a leak checker at its exit took the buffer, reachable only
