@@ -1,5 +1,5 @@
 // ucx_irecv_test.cc: nns-ucx receives in one process over tcp loopback: grouped receives whose posting goes wrong
-// part-way, and memory deregistered under a posted receive.
+// part-way, and memory deregistered under a posted receive or send.
 //
 // UCX gives no way to make ucp_tag_recv_nbx fail on demand, so this executable defines ucp_tag_recv_nbx itself and
 // exports it (ENABLE_EXPORTS): the plugin's call binds to it first (the executable leads the global lookup scope),
@@ -286,6 +286,42 @@ TEST(UcxIrecv, DeregisteringUnderAPostedReceiveUnmapsAtClose) {
   EXPECT_EQ(unmapCalls, 0) << "the region was unmapped under the posted receive";
   closeUcxPair(pair);
   EXPECT_EQ(unmapCalls, 1) << "closing the comm did not unmap the deregistered region";
+}
+
+// The same on the sending side: a send's region deregistered while the send waits for its receiver (a rendezvous
+// reads the sender's memh when the receiver asks for the data). The send still moves every byte, and its test unmaps.
+TEST(UcxIsend, DeregisteringUnderAPostedSendUnmapsWhenItEnds) {
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(
+      openUcxPair({{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}, {"NNS_UCX_MEM_MAP", "yes"}}, &pair));
+  const ncclNet_v12_t* net = pair.net;
+  ASSERT_NE(net, nullptr);  // openUcxPair checked it; said again for the static analyzer
+  constexpr size_t kBytes = 1u << 20;
+  std::vector<unsigned char> source(kBytes), target(kBytes, 0);
+  for (size_t i = 0; i < kBytes; ++i) source[i] = static_cast<unsigned char>(i * 7 + 3);
+  void* sendHandle = nullptr;
+  ASSERT_EQ(net->regMr(pair.sendComm, source.data(), kBytes, NCCL_PTR_HOST, &sendHandle), ncclSuccess);
+  void* sendRequest = nullptr;
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (sendRequest == nullptr && Clock::now() < deadline)
+    ASSERT_EQ(net->isend(pair.sendComm, source.data(), kBytes, 9, sendHandle, nullptr, &sendRequest), ncclSuccess);
+  ASSERT_NE(sendRequest, nullptr) << "the send was not posted in 20 s";
+  unmapCalls = 0;
+  EXPECT_EQ(net->deregMr(pair.sendComm, sendHandle), ncclSuccess);
+  EXPECT_EQ(unmapCalls, 0) << "the region was unmapped under the posted send";
+
+  void* data[1] = {target.data()};
+  size_t sizes[1] = {kBytes};
+  int tags[1] = {9};
+  void* recvRequest = nullptr;
+  ASSERT_EQ(postRecv(net, pair.recvComm, 1, data, sizes, tags, &recvRequest), ncclSuccess);
+  int received = -1;
+  ASSERT_NO_FATAL_FAILURE(driveBoth(net, sendRequest, recvRequest, &received));
+  EXPECT_EQ(received, static_cast<int>(kBytes));
+  EXPECT_TRUE(target == source);
+  EXPECT_EQ(unmapCalls, 1) << "the send's release did not unmap the deregistered region";
+  closeUcxPair(pair);
+  EXPECT_EQ(unmapCalls, 1);
 }
 
 }  // namespace
