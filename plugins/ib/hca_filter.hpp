@@ -9,8 +9,9 @@ namespace nns_ib {
 
 // "mlx5" selects every port of every HCA whose name starts with mlx5; "mlx5_0:1" only port 1 of those;
 // "=mlx5_0" the HCA named exactly mlx5_0 (not mlx5_01); a leading "^" turns the list into an exclusion list.
-// An empty or unset spec selects everything. Entries with an unparsable port are reported through invalid() and
-// left out; an include list left with no entry at all selects nothing.
+// An empty or unset spec selects everything; "^" with no name after it selects nothing, as in NCCL (its empty list
+// matches every device, and the "^" inverts that). Entries with an unparsable port are reported through invalid()
+// and left out; an include list left with no entry at all selects nothing.
 class HcaFilter {
  public:
   struct Entry {
@@ -62,9 +63,10 @@ class HcaFilter {
   }
 
   bool selects(const std::string& device, int port) const {
-    // Unset, empty, or "^" alone: everything. A list to select from whose every entry was malformed: nothing (a
-    // typo must not turn a restriction into "every HCA"; NCCL's parser selects nothing there too).
-    if (entries_.empty()) return exclude_ || invalid_.empty();
+    // Unset or empty: everything; "^" alone: nothing (NCCL's reading). A list to select from whose every entry was
+    // malformed: nothing (a typo must not turn a restriction into "every HCA"; NCCL's parser selects nothing there
+    // too); one to exclude from: everything (NCCL reads a bad port as 0, which no port has).
+    if (entries_.empty()) return exclude_ ? !invalid_.empty() : invalid_.empty();
     bool listed = false;
     for (const Entry& entry : entries_) {
       bool nameHit = exact_ ? device == entry.name : device.compare(0, entry.name.size(), entry.name) == 0;
@@ -77,6 +79,8 @@ class HcaFilter {
   }
 
   bool excludes() const { return exclude_; }
+  // "^" (or "^=", "^,") with no entry at all: a list that excludes every device.
+  bool excludesEverything() const { return exclude_ && entries_.empty() && invalid_.empty(); }
   bool exact() const { return exact_; }
   const std::vector<Entry>& entries() const { return entries_; }
   const std::vector<std::string>& invalid() const { return invalid_; }

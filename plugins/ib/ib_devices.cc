@@ -127,6 +127,9 @@ std::vector<Port> discoverPorts(const Verbs& verbs, const DiscoveryOptions& opti
   HcaFilter filter(options.hcaSpec);
   for (const std::string& bad : filter.invalid())
     NCCL_NET_WARN("NCCL_IB_HCA entry \"%s\" is not dev[:port] with a port in 1..255; ignored", bad.c_str());
+  if (filter.excludesEverything())
+    NCCL_NET_WARN("NCCL_IB_HCA=\"%s\" names no device after '^': as NCCL reads it, every device is excluded",
+                  options.hcaSpec.c_str());
 
   int count = 0;
   ibv_device** list = verbs.getDeviceList(&count);
@@ -200,7 +203,9 @@ std::vector<Port> discoverPorts(const Verbs& verbs, const DiscoveryOptions& opti
         port.speedMbps = rate ? rateTextMbps(*rate) : 0;
       }
       port.pciPath = sdk::pciPathOfIbDevice(hcaName);
-      port.guid = hca->attr.node_guid;
+      // The ASIC's id, as NCCL's own transport reports it: the PCI functions of one multi-port card share it (NCCL
+      // then shares the card's bandwidth between them and trims the slower port); the node GUID is each function's.
+      port.guid = hca->attr.sys_image_guid != 0 ? hca->attr.sys_image_guid : hca->attr.node_guid;
       hcaPorts.push_back(port);
     }
     if (hcaPorts.empty()) {

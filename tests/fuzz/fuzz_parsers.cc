@@ -338,7 +338,9 @@ void fuzzHcaFilter(const std::string& input) {
   for (const std::string& bad : filter.invalid()) FUZZ_CHECK(!bad.empty());
 
   auto expected = [&](const std::string& device, int port) {
-    if (filter.entries().empty()) return exclude || filter.invalid().empty();
+    // No entry: NCCL's empty list matches every device, inverted by '^'; only malformed entries: the list to select
+    // from selects nothing, the one to exclude from excludes nothing.
+    if (filter.entries().empty()) return exclude ? !filter.invalid().empty() : filter.invalid().empty();
     bool listed = false;
     for (const auto& entry : filter.entries()) {
       const bool nameHit = exact ? device == entry.name : startsWith(device, entry.name);

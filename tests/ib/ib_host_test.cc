@@ -97,7 +97,21 @@ TEST(IbHcaFilter, EmptySelectsEverything) {
   HcaFilter filter("");
   EXPECT_TRUE(filter.selects("mlx5_0", 1));
   EXPECT_TRUE(filter.selects("rxe1", 2));
-  EXPECT_TRUE(HcaFilter("^").selects("mlx5_0", 1));
+  EXPECT_FALSE(filter.excludesEverything());
+}
+
+// NCCL matches an empty list against every device and then applies '^': "^" alone excludes everything.
+TEST(IbHcaFilter, CaretAloneExcludesEverything) {
+  for (const char* spec : {"^", "^=", "^,", "^ , "}) {
+    HcaFilter filter(spec);
+    EXPECT_FALSE(filter.selects("mlx5_0", 1)) << spec;
+    EXPECT_FALSE(filter.selects("rxe1", 2)) << spec;
+    EXPECT_TRUE(filter.excludesEverything()) << spec;
+  }
+  // Excluding only malformed entries excludes nothing (NCCL reads the bad port as 0, which no port has).
+  HcaFilter malformed("^mlx5_0:x");
+  EXPECT_TRUE(malformed.selects("mlx5_0", 1));
+  EXPECT_FALSE(malformed.excludesEverything());
 }
 
 TEST(IbHcaFilter, PrefixMatchesByDefault) {
