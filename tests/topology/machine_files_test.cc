@@ -197,6 +197,11 @@ TEST_F(Ncv4, GraphFileValuesNcclCannotHoldAreRefused) {
       {replaced("<gpu dev=\"1\"/>", "<gpu dev=\"0\"/>"), "graph.xml:5: <gpu> dev=\"0\" is listed twice in one channel"},
       {replaced("<gpu dev=\"3\"/>", "<gpu dev=\"3\"/><net dev=\"ff\"/>"),
        "graph.xml:7: <net> dev=\"ff\" is no NET of this topology (NCCL: net not found)"},
+      // NCCL stores <net>s in turn: one leaves the channel's exit to an earlier value, a third overruns its slots.
+      {replaced("<gpu dev=\"3\"/>", "<gpu dev=\"3\"/><net dev=\"0\"/>"),
+       "graph.xml:3: <channel> lists 1 <net>(s); a channel lists none, or two"},
+      {replaced("<gpu dev=\"3\"/>", "<net dev=\"0\"/><gpu dev=\"3\"/><net dev=\"0\"/><net dev=\"0\"/>"),
+       "graph.xml:3: <channel> lists 3 <net>(s)"},
   };
   for (const auto& [xml, expected] : cases) {
     try {

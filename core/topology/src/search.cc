@@ -887,9 +887,15 @@ std::vector<Graph> loadGraphXml(const XmlDocument& doc, const System* sys, int c
       if (width == 0) width = static_cast<int>(ranks.size());
       if (static_cast<int>(ranks.size()) != width)
         throw TopologyError(src + ":" + std::to_string(ch.line) + ": channels have different GPU counts");
+      // NCCL stores each <net> in turn (inter[c * 2 + n++]): one leaves the exit slot to an earlier value, a third
+      // runs into the next channel's entry (or past the array on the last channel).
+      if (!nets.empty() && nets.size() != 2)
+        throw TopologyError(
+            src + ":" + std::to_string(ch.line) + ": <channel> lists " + std::to_string(nets.size()) +
+            " <net>(s); a channel lists none, or two (the NET it enters by, then the one it leaves by)");
       if (!nets.empty()) g.withNets = true;
-      inter.push_back(nets.empty() ? 0 : nets.front());
-      inter.push_back(nets.empty() ? 0 : nets.back());
+      inter.push_back(nets.empty() ? 0 : nets[0]);
+      inter.push_back(nets.empty() ? 0 : nets[1]);
       channels.push_back(std::move(ranks));
     }
     if (static_cast<int>(channels.size()) != declared)
