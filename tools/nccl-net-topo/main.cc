@@ -589,6 +589,11 @@ int runTool(int argc, char** argv) {
         out << "  (NCCL_CROSS_NIC=0: a graph with crossnic=\"1\" is skipped, as NCCL skips it)\n";
       for (const auto& g : loadedGraphs) {
         out << "  Search " << g.id << " : " << g.nChannels << " channels loaded from XML graph\n";
+        // NCCL applies a graph only to its search of the same id: 0 ring, 1 tree, 2 CollNet chain, and higher ids
+        // its CollNet direct and NVLS searches, which need a collNet or NVSwitch multicast.
+        if (g.id != 0 && g.id != 1)
+          out << "    (NCCL applies it only to its search with id " << g.id
+              << ", CollNet or NVLS, which this tool does not search; 0 is the ring, 1 the tree)\n";
         for (const auto& line : nns::topo::graphLogLines(a.system, g)) out << "    " << line << "\n";
       }
     }
