@@ -1,6 +1,7 @@
 // libFuzzer target: any bytes through the XML reader, system builder, path computation and (small) searches.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string_view>
 
 #include "nns/topology/fusion.h"
@@ -24,7 +25,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       for (const Graph& g : loadGraphXml(doc, &twoGpus)) (void)graphLogLines(twoGpus, g);
       return 0;
     }
-    (void)writeXml(doc.root);
+    // What is written reads back as what was read: writing again gives the same text.
+    const std::string written = writeXml(doc.root);
+    if (writeXml(parseXml(written, "written.xml").root) != written) abort();
     computeFusionGroups(doc.root, PATH_SYS);
     System sys = buildSystem(doc);
     // Path tables grow with the square of the node count; the fuzzer's job is the reader and the rules, so very

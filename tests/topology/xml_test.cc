@@ -96,6 +96,16 @@ TEST(TopologyXml, EscapesSpecialCharacters) {
   EXPECT_EQ(*parseXml(text).root.attr("name"), "a<b>&\"c\"");
 }
 
+TEST(TopologyXml, ControlCharactersAreWrittenAsReferences) {
+  // Raw, a newline or tab read back as a space (attribute normalisation) and ESC is no XML character.
+  XmlElement e;
+  e.name = "net";
+  e.setAttr("name", "\x1b[31mRED\nx\ty\r");
+  std::string text = writeXml(e);
+  EXPECT_EQ(text, "<net name=\"&#27;[31mRED&#10;x&#9;y&#13;\"/>\n");
+  EXPECT_EQ(*parseXml(text).root.attr("name"), "\x1b[31mRED\nx\ty\r");
+}
+
 TEST(TopologyXml, CommentsAndUnknownElementsAreTolerated) {
   // NCCL skips comments and ignores elements it has no handler for.
   const char* text =

@@ -198,7 +198,14 @@ void appendEscaped(std::string& out, const std::string& value) {
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
-      default: out += c;
+      default:
+        // A raw newline or tab in an attribute reads back as a space (XML's attribute normalisation), and other
+        // control characters are no XML characters at all: written as references, they read back as they were.
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += "&#" + std::to_string(static_cast<int>(c)) + ";";
+        } else {
+          out += c;
+        }
     }
   }
 }
