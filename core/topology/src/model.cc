@@ -31,18 +31,6 @@ std::string_view pathTypeName(int type) {
   return type >= 0 && type < 12 ? kPathNames[static_cast<std::size_t>(type)] : "???";
 }
 
-int parsePathLevel(std::string_view text) {
-  for (int t = PATH_LOC; t <= PATH_SYS; ++t)
-    if (text == kPathNames[static_cast<std::size_t>(t)]) return t;
-  // NCCL's pre-2.4 integer levels: 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 SYS, larger values clamp to SYS.
-  if (!text.empty() && text.find_first_not_of("0123456789") == std::string_view::npos && text.size() < 6) {
-    int v = std::stoi(std::string(text));
-    static constexpr int kOld[] = {PATH_LOC, PATH_PIX, PATH_PXB, PATH_PHB, PATH_SYS, PATH_SYS};
-    return v <= 5 ? kOld[v] : PATH_SYS;
-  }
-  return -1;
-}
-
 float nvlinkBandwidth(int sm) {
   if (sm >= 100) return SM100_NVLINK_BW;
   if (sm >= 90) return SM90_NVLINK_BW;
@@ -418,7 +406,8 @@ struct Builder {
     }
     if (const XmlElement* xmlNic = xmlPci.child("nic")) {
       // Multi-port NICs share one NIC node: the id ignores the PCI function (spec topology.md, `<nic>`: 0000:12:00.0
-      // and .1 are one NIC, each port a NET); it carries the NUMA node so one PCI NIC is distinct per NUMA.
+      // and .1 are one NIC, each port a NET). Its NUMA part (numaId << 56) is what the spec names, but makeTopoId
+      // keeps only the low 56 bits, as NCCL_TOPO_ID does: NCCL's id, and so this one, is the bus id alone.
       std::int64_t localNicId = static_cast<std::int64_t>((static_cast<std::uint64_t>(numaId) << 56) +
                                                           (static_cast<std::uint64_t>(busId) & ~std::uint64_t{0xf}));
       std::int64_t id = makeTopoId(systemId, localNicId);
@@ -491,7 +480,9 @@ struct Builder {
                             (sub.name == "gpu" ? "a <pci>" : "a <nic>"));
       if (sub.name == "pci") addPci(sub, CPU, c, numaId);
       if (sub.name == "nic") {
-        // A NIC without a PCI parent (virtual) hangs off the CPU with a local-bandwidth link.
+        // A NIC without a PCI parent (virtual) hangs off the CPU with a local-bandwidth link. Its id's NUMA part is
+        // masked off as NCCL_TOPO_ID masks it: such NICs under two NUMA nodes are one NIC node (the first CPU's), as
+        // in NCCL.
         std::int64_t id = makeTopoId(systemId, static_cast<std::int64_t>(static_cast<std::uint64_t>(numaId) << 56));
         int nic = sys.indexOf(NIC, id);
         if (nic == -1) {

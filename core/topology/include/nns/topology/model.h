@@ -37,8 +37,6 @@ inline constexpr int PATH_PORT = PATH_NVL;
 std::string_view nodeTypeName(int type);
 std::string_view linkTypeName(int type);
 std::string_view pathTypeName(int type);
-// Parses a level name (LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS) or NCCL's old integers 0..5; -1 when unknown.
-int parsePathLevel(std::string_view text);
 
 // Bandwidths in GB/s (NCCL topo.h).
 inline constexpr float LOC_BW = 5000.0f;
