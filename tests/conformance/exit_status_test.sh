@@ -36,6 +36,8 @@ expect 2 "none: NCCL_NET_PLUGIN=none $none" env NCCL_NET_PLUGIN=none "$bin/nccl-
 # --skip applies after --rules: of the two rules named, only the one not skipped runs.
 expect 0 "^1 passed, 0 failed, 0 skipped" \
   "$bin/nccl-net-check" minimal --rules properties-sane,zero-byte --skip properties-sane
+# ... and a selection that leaves nothing is refused: "0 passed, 0 failed" with exit 0 was a green run of nothing.
+expect 2 "--rules and --skip leave no rule to run" "$bin/nccl-net-check" minimal --rules zero-byte --skip zero-byte
 expect 2 "--junit /nonexistent-dir/x.xml: cannot write there" \
   "$bin/nccl-net-check" minimal --rules zero-byte --junit /nonexistent-dir/x.xml
 expect 2 "not expected: --bogus" "$bin/nccl-net-perf" minimal --bogus

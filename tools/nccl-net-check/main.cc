@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -466,6 +467,21 @@ int runTool(int argc, char** argv) {
         std::fprintf(stderr, "nccl-net-check: no rule named '%s' (--list shows them)\n", wanted.c_str());
         return 2;
       }
+    }
+  }
+  // A selection that leaves nothing to run would report "0 passed, 0 failed" and exit 0: a green run that tested
+  // nothing.
+  {
+    bool any = false;
+    for (const auto& rule : nns::check::allRules()) {
+      auto named = [&](const std::vector<std::string>& names) {
+        return std::find(names.begin(), names.end(), rule.name) != names.end();
+      };
+      any = any || ((options.only.empty() || named(options.only)) && !named(options.skip));
+    }
+    if (!any) {
+      std::fprintf(stderr, "nccl-net-check: --rules and --skip leave no rule to run\n");
+      return 2;
     }
   }
   // The JUnit file is written before any rule runs: a path that cannot be written is refused here.
