@@ -24,8 +24,8 @@ cmake -S "$source_dir/tests/install/consumer" -B "$work/cmake-build" -DCMAKE_PRE
 cmake --build "$work/cmake-build" > "$work/build.log"
 "$check_exports" "$work/cmake-build/libnccl-net-minimal.so"
 
-echo "--- examples/minimal-plugin copied out of the tree, built on its own (its CMakeLists.txt's standalone branch)"
-cp -r "$source_dir/examples/minimal-plugin" "$work/minimal-copy"
+echo "--- the installed copy of examples/minimal-plugin (share/nccl_net_sdk), built on its own (its CMakeLists.txt's standalone branch)"
+cp -r "$work/prefix/share/nccl_net_sdk/examples/minimal-plugin" "$work/minimal-copy"
 cmake -S "$work/minimal-copy" -B "$work/minimal-copy/build" -DCMAKE_PREFIX_PATH="$work/prefix" > "$work/copy-configure.log"
 cmake --build "$work/minimal-copy/build" > "$work/copy-build.log"
 "$check_exports" "$work/minimal-copy/build/libnccl-net-minimal.so"
