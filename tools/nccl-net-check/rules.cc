@@ -4568,11 +4568,13 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
       }
     }
     // The pipe's end of file came: the rule's process is ending, or the plugin closed the descriptor and went on (a
-    // close-every-descriptor routine) and may block for good: waited for until the same deadline, never longer.
+    // close-every-descriptor routine) and may block for good: waited for until the rule's deadline (or 5 s, for a
+    // verdict written just before it), never longer.
+    const auto exitBy = std::max(deadline, Clock::now() + std::chrono::seconds(5));
     while (!hung && !reaped) {
       if (waitpid(pid, &status, WNOHANG) == pid) {
         reaped = true;
-      } else if (Clock::now() >= deadline) {
+      } else if (Clock::now() >= exitBy) {
         hung = true;
       } else {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
