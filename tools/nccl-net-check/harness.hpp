@@ -38,6 +38,8 @@ struct RuleInfo {
   const char* checks;  // one line: what the rule checks and why NCCL needs it
 };
 const std::vector<RuleInfo>& allRules();
+// Whether --rules and --skip leave the rule named `name` to run.
+bool ruleSelected(const Options& options, const std::string& name);
 
 // Runs the selected rules against the plugin `options.load` names. The plugin is loaded in each rule's process.
 // `onResult`, when given, is called with each rule's result as soon as it is known, in the order of the returned list.

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -473,12 +472,7 @@ int runTool(int argc, char** argv) {
   // nothing.
   {
     bool any = false;
-    for (const auto& rule : nns::check::allRules()) {
-      auto named = [&](const std::vector<std::string>& names) {
-        return std::find(names.begin(), names.end(), rule.name) != names.end();
-      };
-      any = any || ((options.only.empty() || named(options.only)) && !named(options.skip));
-    }
+    for (const auto& rule : nns::check::allRules()) any = any || nns::check::ruleSelected(options, rule.name);
     if (!any) {
       std::fprintf(stderr, "nccl-net-check: --rules and --skip leave no rule to run\n");
       return 2;

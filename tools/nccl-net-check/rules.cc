@@ -4482,13 +4482,17 @@ const std::vector<RuleInfo>& allRules() {
   return infos;
 }
 
+bool ruleSelected(const Options& options, const std::string& name) {
+  auto named = [&](const std::vector<std::string>& names) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  return (options.only.empty() || named(options.only)) && !named(options.skip);
+}
+
 std::vector<RuleResult> runRules(const Options& options, const std::function<void(const RuleResult&)>& onResult) {
   std::vector<RuleResult> results;
   for (const auto& rule : rules()) {
-    auto named = [&](const std::vector<std::string>& names) {
-      return std::find(names.begin(), names.end(), rule.info.name) != names.end();
-    };
-    if ((!options.only.empty() && !named(options.only)) || named(options.skip)) continue;
+    if (!ruleSelected(options, rule.info.name)) continue;
     RuleResult result;
     result.rule = rule.info.name;
     // Close-on-exec: a helper process the plugin starts (posix_spawn from init) must not hold the write end, or the
