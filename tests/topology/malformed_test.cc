@@ -325,6 +325,23 @@ TEST(TopologyMalformed, ABusIdThatIsNotOneIsNamed) {
   }
 }
 
+TEST(TopologyMalformed, BusIdsEqualInTheirKeptDigitsNameTheLength) {
+  // 15 hex digits each, differing only in the first: the 56-bit id keeps the last 14, so both are one node.
+  std::string text = gpuPci("1000:000000:17:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"") +
+                     gpuPci("2000:000000:17:00.0", "dev=\"1\" sm=\"80\" rank=\"1\" gdr=\"1\"");
+  std::string error = loadError(wrap(text));
+  EXPECT_NE(
+      error.find("<pci> duplicate node GPU/0-17000 (busid=\"2000:000000:17:00.0\" has 15 hex digits; NCCL's node id "
+                 "keeps the last 14 of the first 16"),
+      std::string::npos)
+      << error;
+  // An ordinary duplicate says nothing of digits.
+  error = loadError(wrap(gpuPci("0000:17:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"") +
+                         gpuPci("0000:17:00.0", "dev=\"1\" sm=\"80\" rank=\"1\" gdr=\"1\"")));
+  EXPECT_NE(error.find("<pci> duplicate node GPU/0-17000"), std::string::npos) << error;
+  EXPECT_EQ(error.find("hex digits"), std::string::npos) << error;
+}
+
 TEST(TopologyMalformed, AOneSidedNvLinkNamesItsLine) {
   std::string text = gpuPci("0000:01:00.0", "dev=\"0\" sm=\"80\" rank=\"0\" gdr=\"1\"",
                             "<nvlink target=\"0000:02:00.0\" count=\"12\" tclass=\"0x030200\"/>") +

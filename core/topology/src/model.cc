@@ -2,6 +2,7 @@
 #include "nns/topology/model.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -284,11 +285,21 @@ struct Builder {
 
   std::string at(const XmlElement& e) const { return source + ":" + std::to_string(e.line) + ": <" + e.name + ">"; }
 
-  int addNodeAt(const XmlElement& e, int type, std::int64_t id) {
+  // busIdText: the <pci>'s busid, when the id was made from it. Its id keeps 56 bits (14 hex digits), so two bus ids
+  // that differ only past those give one node; the error then says so instead of naming only the shortened id.
+  int addNodeAt(const XmlElement& e, int type, std::int64_t id, const std::string* busIdText = nullptr) {
     try {
       return sys.addNode(type, id);
     } catch (const TopologyError& err) {
-      throw TopologyError(at(e) + " " + err.what());
+      std::string why = at(e) + " " + err.what();
+      if (busIdText) {
+        const auto digits = std::count_if(busIdText->begin(), busIdText->end(),
+                                          [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+        if (digits > 14)
+          why += " (busid=\"" + *busIdText + "\" has " + std::to_string(digits) +
+                 " hex digits; NCCL's node id keeps the last 14 of the first 16, so it reads as an id seen earlier)";
+      }
+      throw TopologyError(why);
     }
   }
 
@@ -377,7 +388,7 @@ struct Builder {
     if (const XmlElement* xmlGpu = xmlPci.child("gpu")) {
       if (!xmlGpu->hasAttr("rank")) return;  // GPU of another process: not part of this communicator
       nodeType = GPU;
-      nodeIndex = addNodeAt(xmlPci, GPU, makeTopoId(systemId, busId));
+      nodeIndex = addNodeAt(xmlPci, GPU, makeTopoId(systemId, busId), &busIdText);
       Node& g = sys.node(GPU, nodeIndex);
       g.busId = busIdText;
       g.gpu.sm = intAttr(*xmlGpu, "sm");
@@ -413,7 +424,7 @@ struct Builder {
       std::int64_t id = makeTopoId(systemId, localNicId);
       int nic = sys.indexOf(NIC, id);
       if (nic == -1) {
-        nic = addNodeAt(xmlPci, NIC, id);
+        nic = addNodeAt(xmlPci, NIC, id, &busIdText);
         sys.node(NIC, nic).busId = busIdText;
         nodeType = NIC;
         nodeIndex = nic;
@@ -421,7 +432,7 @@ struct Builder {
       addNic(*xmlNic, nic, busIdText);
     } else if (type == PCI && nodeType == -1) {
       nodeType = PCI;
-      nodeIndex = addNodeAt(xmlPci, PCI, makeTopoId(systemId, busId));
+      nodeIndex = addNodeAt(xmlPci, PCI, makeTopoId(systemId, busId), &busIdText);
       std::uint64_t device = 0;
       static const std::pair<std::string_view, int> kIdParts[] = {
           {"vendor", 48}, {"device", 32}, {"subsystem_vendor", 16}, {"subsystem_device", 0}};
