@@ -65,12 +65,14 @@ ncclNetVDeviceProps_v12_t gVirtualDevice{};
 volatile sig_atomic_t gRunningRule = 0;  // process group of the rule in progress (the harness's parent process)
 const char* volatile gRunningRuleName = nullptr;  // its name (a rules() entry's)
 
+[[noreturn]] void harnessExit(int code);  // below
+
 void onAlarm(int) {
   char text[256];
   int n = std::snprintf(text, sizeof(text), "FAIL|%s did not return within %d s (a blocking call)", gCurrentCall,
                         gCallTimeout);
   if (gResultFd >= 0 && n > 0) (void)!write(gResultFd, text, static_cast<size_t>(n));
-  _exit(3);
+  harnessExit(3);
 }
 
 // The plugin call each process of a rule is in, kept in memory shared with the harness (slot 0: the rule process,
@@ -85,10 +87,20 @@ struct CallNote {
   // of the rule (receives that never complete) follows from that, so the verdict says it.
   std::atomic<int> pairConnecting;
   std::atomic<int> connectGaveUp;
+  // 1 once the harness itself ends the process (harnessExit): an exit status it did not set came from the plugin, even
+  // one that equals a harness code (a plugin's exit(3) is not a call that timed out).
+  std::atomic<int> harnessExit;
 };
 static_assert(std::atomic<const char*>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
 CallNote* gCallNotes = nullptr;  // two slots, MAP_SHARED
 CallNote* gMyNote = nullptr;     // this process's slot
+
+// The process's exit when the harness ends it (a verdict's code, a watchdog's 3): marked first, so the harness tells
+// it from an exit the plugin made with the same status. Async-signal-safe.
+[[noreturn]] void harnessExit(int code) {
+  if (gMyNote != nullptr) gMyNote->harnessExit.store(1, std::memory_order_relaxed);
+  _exit(code);
+}
 
 void noteCall(const char* name, bool inProgress) {
   if (gMyNote == nullptr) return;
@@ -589,10 +601,11 @@ pid_t startPeer(Context& c, const std::function<int()>& body) {
     if (gCallNotes != nullptr) {
       gMyNote = &gCallNotes[1];
       noteCall(nullptr, false);
+      gMyNote->harnessExit.store(0, std::memory_order_relaxed);
     }
     if (!gPeerNetns.empty() || gFreshPeer) {
       int code = becomeFreshPeer(c);
-      if (code != 0) _exit(code);
+      if (code != 0) harnessExit(code);
     }
     int code = kPeerHarnessFault;
     // An exception must not unwind into the harness's main in this copy of it (its destructors would remove the
@@ -601,13 +614,13 @@ pid_t startPeer(Context& c, const std::function<int()>& body) {
       code = body();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nccl-net-check: peer: the harness failed (not the plugin): %s\n", e.what());
-      _exit(kPeerHarnessFault);
+      harnessExit(kPeerHarnessFault);
     }
     if (code == 0 && !gContractProblem.empty()) {
       std::fprintf(stderr, "nccl-net-check: peer: %s\n", gContractProblem.c_str());
       code = gContractCode;
     }
-    _exit(code);
+    harnessExit(code);
   }
   return pid;
 }
@@ -835,6 +848,14 @@ Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size
 std::string peerText(int code) {
   if (code == 0) return "peer ok";
   if (code == 124) return "peer did not finish (killed)";
+  // An exit the harness did not make, with any status: the plugin's (exit(), or a crash a sanitizer reported). The
+  // statuses the harness gives its own meanings to (3, 20, 30-34, ...) would otherwise be read as those.
+  if (const CallNote* note = gCallNotes != nullptr ? &gCallNotes[1] : nullptr;
+      code > 0 && note != nullptr && note->harnessExit.load() == 0 && note->name.load() != nullptr)
+    return std::string(__sanitizer_get_current_allocated_bytes != nullptr
+                           ? "the plugin exited it, or crashed it and a sanitizer reported the crash"
+                           : "the plugin exited the process") +
+           whereText(note) + " (the peer's, exit code " + std::to_string(code) + ")";
   if (code < 0) {
     // Killed by a signal during a plugin call: the plugin crashed it (the rule process says the same of itself).
     const CallNote* note = gCallNotes != nullptr ? &gCallNotes[1] : nullptr;
@@ -1452,7 +1473,7 @@ Verdict sendsOutliveTheSender(Context& c) {
             if (c.net->version() >= 11 && CALL("finalize", c.net->finalize(c.ctx)) != ncclSuccess)
               exitCode = kPeerCloseFailed;
             if (exitCode == 0 && !gContractProblem.empty()) exitCode = gContractCode;
-            _exit(exitCode);  // as a rank exits after destroying its communicator (openPair would close it again)
+            harnessExit(exitCode);  // as a rank exits after destroying its communicator (openPair would close it again)
           },
           &why)) {
     close(waiting[0]);
@@ -3660,7 +3681,7 @@ class ThreadWatchdog {
         int n = std::snprintf(text, sizeof(text), "%s%s: %s did not return within %d s (%s; a blocking call)", prefix_,
                               watch->who.c_str(), watch->call.load(), gCallTimeout, kThreadsNote);
         if (fd_ >= 0 && n > 0) (void)!write(fd_, text, std::min(static_cast<size_t>(n), sizeof(text) - 1));
-        _exit(3);
+        harnessExit(3);
       }
     }
   }
