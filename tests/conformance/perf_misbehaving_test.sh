@@ -65,7 +65,7 @@ for side in measuring peer; do
     fail "blocking connect: the $side process's call is not named"
 done
 
-expect 3 "nccl-net-perf: $process: crashed: SIGSEGV in test" \
+expect 3 "nccl-net-perf: $process, at 8 bytes \\(latency\\): crashed: SIGSEGV in test" \
   "$perf" "$work/libnccl-net-broken-crash-in-test.so" -e 64 --call-timeout 2
 
 [ "$failures" -eq 0 ] && echo "every hang and crash named with its call and process, within seconds, nothing left behind"

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -65,6 +66,10 @@ struct Settings {
   int multiRecv = 1;
   int dev = 0;
   int callTimeoutSeconds = 30;
+  // A worker's own waits for what the plugin keeps answering 'not yet' (connect and accept, a post, a completion):
+  // --call-timeout plus a second. A plugin call that hangs in one worker leaves the other waiting for its messages;
+  // the tool's process sees that hang (sampling every 100 ms) before the waiting worker gives up, and names it.
+  double ownWaitSeconds() const { return callTimeoutSeconds + 1.0; }
 };
 
 struct Row {
@@ -140,7 +145,7 @@ class Side {
     readAll(exchangeFd, theirs, sizeof(theirs));
     // connect and accept are non-blocking: both sides drive both until each has its comm. Each call is timed on its
     // own (a connect that blocks until the peer accepts never returns here: the peer is connecting too).
-    double deadline = now() + settings_.callTimeoutSeconds;
+    double deadline = now() + settings_.ownWaitSeconds();
     Poll poll;
     while (sendComm_ == nullptr || recvComm_ == nullptr) {
       if (sendComm_ == nullptr)
@@ -259,7 +264,7 @@ class Side {
   }
 
   void wait(const Posted& posted) {
-    double deadline = now() + settings_.callTimeoutSeconds;
+    double deadline = now() + settings_.ownWaitSeconds();
     Poll poll;
     while (!testOnce(posted)) {
       if (now() > deadline) throw std::runtime_error("a request did not complete within the timeout");
@@ -344,14 +349,14 @@ class Side {
   template <class Post>
   void* postRetrying(const char* name, InFlight* inFlight, Post&& post) {
     void* request = nullptr;
-    double deadline = now() + settings_.callTimeoutSeconds;
+    double deadline = now() + settings_.ownWaitSeconds();
     Poll poll;
     for (;;) {
       check(call(name, [&] { return post(&request); }), name);
       if (request != nullptr) return request;
       if (inFlight != nullptr && !inFlight->empty() && testOnce(inFlight->front().posted)) {
         inFlight->pop_front();
-        deadline = now() + settings_.callTimeoutSeconds;
+        deadline = now() + settings_.ownWaitSeconds();
         continue;  // a request freed: post again at once
       }
       if (now() > deadline) {
@@ -394,17 +399,24 @@ std::vector<size_t> sweep(const Settings& settings) {
 
 // Both workers run this; the measuring one starts each ping-pong and sends in the bandwidth test, the peer mirrors
 // it. Steps are in lockstep: the same sizes in the same order, so no extra synchronisation is needed beyond the
-// plugin's own messages.
-std::vector<Row> measure(Side& side, const Settings& settings, bool measuring) {
-  std::vector<Row> rows;
+// plugin's own messages. `step` is told each phase before it starts (outside what is timed), `measured` each row as
+// it is done: a failure part-way keeps the rows before it and names the size and phase it came in.
+void measure(Side& side, const Settings& settings, bool measuring,
+             const std::function<void(const char* phase, size_t bytes)>& step,
+             const std::function<void(const Row&)>& measured) {
   for (size_t bytes : sweep(settings)) {
     Row row;
     row.bytes = bytes;
+    step("latency", bytes);
     row.latencyUs = side.latency(bytes, measuring);
+    step("bandwidth", bytes);
     row.bandwidthGBs = side.bandwidth(bytes, measuring);
-    rows.push_back(row);
+    measured(row);
   }
-  return rows;
+}
+
+nlohmann::json rowJson(const Row& row) {
+  return {{"bytes", row.bytes}, {"latencyUs", row.latencyUs}, {"bandwidthGBs", row.bandwidthGBs}};
 }
 
 // ---- the two worker processes, and the tool's process that watches them ---------------------------------------------
@@ -434,8 +446,9 @@ struct WorkerSetup {
 }
 
 // A worker's life: bind, load the plugin (each process its own: plugins may not survive a fork after init), measure,
-// and send what it found to the tool's process, which prints it. It says "finished" last, so that a plugin calling
-// exit(0) half-way is not taken for a finished run. Exit status 0 when finished, 1 after an "error" record, 2 when
+// and send what it found to the tool's process, which prints it: each phase as it starts ("step"), each row as it is
+// measured ("row", the measuring process). It says "finished" last, so that a plugin calling exit(0) half-way is not
+// taken for a finished run. Exit status 0 when finished, 1 after an "error" record, 2 when
 // the plugin did not load (its candidates sent, then "notLoaded").
 [[noreturn]] void runWorker(const WorkerSetup& setup) {
   bool measuring = setup.index == 0;
@@ -449,7 +462,6 @@ struct WorkerSetup {
   }
   std::unique_ptr<nns::core::Net> net;
   std::optional<Side> side;
-  std::vector<Row> rows;
   try {
     // Each entry of the list alone, as nccl-net-check loads it: when the loader crashes or hangs, the tool's process
     // knows which entry, and probes it again step by step to name the call.
@@ -471,18 +483,20 @@ struct WorkerSetup {
           {{"loaded",
             {{"name", nns::core::printable(net->name())}, {"path", net->path()}, {"version", net->version()}}}});
     side.emplace(*net, setup.settings, setup.exchangeFd, *setup.note);
-    rows = measure(*side, setup.settings, measuring);
+    measure(
+        *side, setup.settings, measuring,
+        [&](const char* phase, size_t bytes) {
+          channel.send({{"step", {{"phase", phase}, {"bytes", bytes}}}});
+        },
+        [&](const Row& row) {
+          if (measuring) channel.send({{"row", rowJson(row)}});
+        });
+    channel.send({{"step", {{"phase", "close"}}}});
   } catch (const std::exception& e) {
     // Said before anything is closed: the tool's process stops both workers on it, since closing comms whose peer
     // may be gone could only hang.
     channel.send({{"error", e.what()}});
     finishWorker(kExitFailed);
-  }
-  if (measuring) {
-    nlohmann::json results = nlohmann::json::array();
-    for (const Row& row : rows)
-      results.push_back({{"bytes", row.bytes}, {"latencyUs", row.latencyUs}, {"bandwidthGBs", row.bandwidthGBs}});
-    channel.send({{"rows", results}});
   }
   side.reset();  // the closes and finalize, timed and named like every other call
   channel.send({{"finished", true}});
@@ -596,6 +610,7 @@ struct Measurement {
   std::string name, path;  // the plugin's, as loaded in the measuring process (empty: not loaded)
   int version = 0;
   std::vector<Row> rows;
+  bool swept = false;   // every size was measured (the failure, if any, came while closing)
   std::string binding;  // replaced when the measuring process could not be bound
   Failure failure;
 };
@@ -654,10 +669,13 @@ int superviseWorkers(std::vector<Worker>& workers, nns::tools::SharedCallNotes& 
       result->path = loaded->value("path", "");
       result->version = loaded->value("version", 0);
     }
-    if (const nlohmann::json* rows = lastRecord(measuring, "rows"))
-      for (const auto& row : *rows)
-        result->rows.push_back(
-            {row.value("bytes", size_t{0}), row.value("latencyUs", 0.0), row.value("bandwidthGBs", 0.0)});
+    for (const auto& record : measuring.records) {
+      if (!record.is_object() || !record.contains("row")) continue;
+      const auto& row = record["row"];
+      result->rows.push_back(
+          {row.value("bytes", size_t{0}), row.value("latencyUs", 0.0), row.value("bandwidthGBs", 0.0)});
+    }
+    if (const nlohmann::json* step = lastRecord(measuring, "step")) result->swept = step->value("phase", "") == "close";
     if (const nlohmann::json* binding = lastRecord(measuring, "binding")) result->binding = binding->get<std::string>();
   };
   if (failed < 0) {
@@ -711,13 +729,21 @@ int superviseWorkers(std::vector<Worker>& workers, nns::tools::SharedCallNotes& 
     report = notLoaded(worker, failure);
     return report.status;
   }
+  // Where in the sweep the worker failed: the size and phase, or the closing; nothing before the first size (the
+  // call named says it: init, listen, connect, ...).
+  std::string where;
+  if (const nlohmann::json* step = lastRecord(worker, "step")) {
+    const std::string phase = step->value("phase", "");
+    where = phase == "close" ? ", closing the connections"
+                             : ", at " + std::to_string(step->value("bytes", size_t{0})) + " bytes (" + phase + ")";
+  }
   if (outcome == Outcome::kError) {
     report.status = kExitFailed;
-    report.error = std::string(workerName(failed)) + ": " + lastRecord(worker, "error")->get<std::string>();
-    return report.status;
+    failure = lastRecord(worker, "error")->get<std::string>();
+  } else {
+    report.status = outcome == Outcome::kHung ? kExitHung : kExitCrashed;
   }
-  report.status = outcome == Outcome::kHung ? kExitHung : kExitCrashed;
-  report.error = std::string(workerName(failed)) + ": " + failure;
+  report.error = std::string(workerName(failed)) + where + ": " + failure;
   // The other worker: its own crash or hang when it had one too, else where it was stopped.
   for (int i = 0; i < kWorkers; ++i) {
     if (i == failed) continue;
@@ -726,6 +752,8 @@ int superviseWorkers(std::vector<Worker>& workers, nns::tools::SharedCallNotes& 
       report.notes.push_back(process + nns::tools::deathText(workers[i].waitStatus, notes[i]));
     if (outcomes[i] == Outcome::kHung)
       report.notes.push_back(process + nns::tools::hungText(notes[i], settings.callTimeoutSeconds));
+    if (outcomes[i] == Outcome::kError)
+      report.notes.push_back(process + "also failed: " + lastRecord(workers[i], "error")->get<std::string>());
     if (!stoppedIn[i].empty()) report.notes.push_back(process + stoppedIn[i]);
   }
   return report.status;
@@ -753,8 +781,7 @@ nlohmann::json runJson(const std::string& requested, const Settings& settings, c
   out["multiRecv"] = settings.multiRecv;
   out["binding"] = binding;
   out["results"] = nlohmann::json::array();
-  for (const Row& row : measured.rows)
-    out["results"].push_back({{"bytes", row.bytes}, {"latencyUs", row.latencyUs}, {"bandwidthGBs", row.bandwidthGBs}});
+  for (const Row& row : measured.rows) out["results"].push_back(rowJson(row));
   if (failure.status == 0) return out;
   out["error"] = failure.error;
   out["notes"] = failure.notes;
@@ -846,9 +873,12 @@ int runTool(int argc, char** argv) {
                               .c_str());
       std::fflush(stdout);
     }
-    if (!measured.rows.empty())
+    if (measured.swept)
       std::fprintf(stderr, "nccl-net-perf: every size was measured (%s), then the run failed:\n",
                    asJson ? "\"results\" in the JSON" : "the rows above");
+    else if (!measured.rows.empty())
+      std::fprintf(stderr, "nccl-net-perf: the sizes up to %zu bytes were measured (%s), then the run failed:\n",
+                   measured.rows.back().bytes, asJson ? "\"results\" in the JSON" : "the rows above");
     printFailure(measured.failure);
     return measured.failure.status;
   };
@@ -947,8 +977,8 @@ int runTool(int argc, char** argv) {
   const std::string& path = measured.path;
   int version = measured.version;
   const std::vector<Row>& rows = measured.rows;
-  // A failure after the measuring process sent its rows (a close that hangs or crashes, the peer's last call failing)
-  // leaves the measurement whole: printed, then the failure, whose exit status the run keeps.
+  // A failure keeps the rows measured before it (every one, when it came while closing the connections): printed,
+  // then the failure, whose exit status the run keeps.
   if (status != 0 && (asJson || rows.empty())) return failRun(measured);
 
   if (asJson) {
