@@ -33,4 +33,11 @@ out=$(env -u NCCL_NET_PLUGIN -u NCCL_NET NCCL_CONF_FILE="$work/crlf.conf" "$info
 grep -q "^NCCL_NET_PLUGIN: minimal\\\\x0d (from $work/crlf.conf) -- it ends in a carriage return" <<<"$out" ||
   fail "a CRLF file's value: $out"
 if grep -q "tried  .*libnccl-net-minimal.so" <<<"$out"; then fail "a CRLF file's value was taken without its CR: $out"; fi
+# The candidate's lines (its name, each path tried, the reason) write the CR as the header does, never raw.
+grep -q "^    tried  libnccl-net-minimal\\\\x0d.so$" <<<"$out" || fail "a CRLF file's value: the path tried is not escaped: $out"
+if grep -q $'\r' <<<"$out"; then fail "a raw carriage return reached the output: $out"; fi
+# A terminal escape in NCCL_NET_PLUGIN itself: escaped on every line.
+out=$(env -u NCCL_NET NCCL_NET_PLUGIN=$'ab\x1b[31mc' "$info" 2>&1 || true)
+if grep -q $'\x1b' <<<"$out"; then fail "an escape character in NCCL_NET_PLUGIN reached the output raw: $out"; fi
+grep -q '^  ab\\x1b\[31mc$' <<<"$out" || fail "the candidate's name is not shown escaped: $out"
 echo "configuration file: ok"

@@ -546,22 +546,26 @@ int runTool(int argc, char** argv) {
     printOutput(f);
   }
   std::printf("\nCandidates, in the order NCCL tries them:\n");
+  // Names, paths and reasons come from the environment and the file system: written as \xNN outside printable ASCII,
+  // as the header line writes NCCL_NET_PLUGIN, so that none can drive the terminal.
+  auto shown = [](const nlohmann::json& text) { return nns::core::printable(text.get<std::string>().c_str()); };
   if (candidates.empty())
     std::printf(strcasecmp(spec.c_str(), "none") == 0 ? "  (none: NCCL_NET_PLUGIN=none, only NCCL's internal nets)\n"
                                                       : "  (none: the setting names no library)\n");
   for (const auto& c : candidates) {
-    std::printf("  %s\n", c["requested"].get<std::string>().c_str());
+    std::printf("  %s\n", shown(c["requested"]).c_str());
     for (const auto& p : c["triedPaths"]) {
       const std::string path = p.get<std::string>();
       const bool last = ownLib && path.rfind(dirs.front() + "/", 0) == 0;
-      std::printf("    tried  %s%s\n", path.c_str(),
+      std::printf("    tried  %s%s\n", shown(p).c_str(),
                   last ? "  (this tool's last resort; NCCL does not look here)" : "");
     }
     if (!c["loadedPath"].get<std::string>().empty()) {
       // Where the dynamic linker's search resolved a bare name, the file it opened too.
       const std::string file = c.value("openedFile", "");
-      const std::string where = !file.empty() && file != c["loadedPath"].get<std::string>() ? " (" + file + ")" : "";
-      std::printf("    opened %s%s, exports ncclNet %s\n", c["loadedPath"].get<std::string>().c_str(), where.c_str(),
+      const std::string where =
+          !file.empty() && file != c["loadedPath"].get<std::string>() ? " (" + shown(file) + ")" : "";
+      std::printf("    opened %s%s, exports ncclNet %s\n", shown(c["loadedPath"]).c_str(), where.c_str(),
                   versionsText(c["exportedVersions"].get<std::vector<int>>()).c_str());
     }
     if (!c["foundOnlyInToolSearchDir"].is_null())
@@ -569,7 +573,7 @@ int runTool(int argc, char** argv) {
           "    (found in %s, a search directory of this tool's: NCCL, which dlopen()s the bare name, finds it\n"
           "    only if that directory is on LD_LIBRARY_PATH or in the ld.so cache, or if NCCL_NET_PLUGIN is its "
           "path)\n",
-          c["foundOnlyInToolSearchDir"].get<std::string>().c_str());
+          shown(c["foundOnlyInToolSearchDir"]).c_str());
     if (c["chosenVersion"].get<int>() != 0) {
       std::printf("    CHOSEN through ncclNet_v%d (the newest it exports that NCCL 2.30 knows)\n",
                   c["chosenVersion"].get<int>());
@@ -580,21 +584,21 @@ int runTool(int argc, char** argv) {
                                                          : std::string(" cannot load it"));
       std::printf("    by NCCL release: %s\n", byRelease.c_str());
     } else if (c.value("notTried", false)) {
-      std::printf("    %s\n", c["rejectReason"].get<std::string>().c_str());
+      std::printf("    %s\n", shown(c["rejectReason"]).c_str());
     } else if (c.value("crashed", false) || c.value("hung", false)) {
-      std::printf("    %s: NCCL would %s here too\n", c["rejectReason"].get<std::string>().c_str(),
+      std::printf("    %s: NCCL would %s here too\n", shown(c["rejectReason"]).c_str(),
                   c.value("crashed", false) ? "crash" : "hang");
     } else {
-      std::printf("    rejected: %s\n", c["rejectReason"].get<std::string>().c_str());
+      std::printf("    rejected: %s\n", shown(c["rejectReason"]).c_str());
     }
     printOutput(c);
   }
   // One line per reason, naming its entries (a long name cut short).
   std::vector<std::pair<std::string, std::string>> ignoredByReason;  // reason, entries
   for (const auto& i : ignored) {
-    std::string name = i["requested"].get<std::string>();
+    std::string name = shown(i["requested"]);
     if (name.size() > 60) name = name.substr(0, 57) + "...";
-    const std::string& reason = i["reason"].get_ref<const std::string&>();
+    const std::string reason = shown(i["reason"]);
     auto same =
         std::find_if(ignoredByReason.begin(), ignoredByReason.end(), [&](const auto& r) { return r.first == reason; });
     if (same == ignoredByReason.end()) {
