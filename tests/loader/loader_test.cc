@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -622,6 +623,35 @@ TEST(Adapters, OldVersionsOfOneLibraryShareOneInit) {
   dlclose(library);
 }
 
+// Old tables of one library with an init each: every table's init runs before that table is used (keyed by the
+// library alone, only the first table opened ran its init, and the other was used uninitialised).
+TEST(Adapters, OldVersionsWithInitsOfTheirOwnEachRunTheirs) {
+  const std::string path = kDir + "/libnccl-net-separate-inits.so";
+  std::string error;
+  auto v9 = openNetVersion(path, 9, &error);
+  ASSERT_NE(v9, nullptr) << error;
+  auto v8 = openNetVersion(path, 8, &error);
+  ASSERT_NE(v8, nullptr) << error;
+  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr);
+  const auto* inits9 = static_cast<const int*>(dlsym(library, "nnsSharedInits"));
+  const auto* inits8 = static_cast<const int*>(dlsym(library, "nnsSeparateInits8"));
+  ASSERT_NE(inits9, nullptr);
+  ASSERT_NE(inits8, nullptr);
+  const int before9 = *inits9, before8 = *inits8;
+  void* ctx = nullptr;
+  EXPECT_EQ(v9->init(&ctx, 1, nullptr, nullptr, nullptr), ncclSuccess);
+  EXPECT_EQ(v8->init(&ctx, 2, nullptr, nullptr, nullptr), ncclSuccess);
+  // A second adapter of each version finds its own init done.
+  auto again = openNetVersion(path, 8, &error);
+  ASSERT_NE(again, nullptr) << error;
+  EXPECT_EQ(again->init(&ctx, 3, nullptr, nullptr, nullptr), ncclSuccess);
+  EXPECT_EQ(*inits9 - before9, before9 == 0 ? 1 : 0);
+  EXPECT_EQ(*inits8 - before8, before8 == 0 ? 1 : 0);
+  EXPECT_EQ(*inits8, 1);
+  dlclose(library);
+}
+
 // NCCL runs a plugin's init and finalize one at a time (under its plugin mutex), so a plugin written for NCCL may keep
 // unsynchronised state there. Communicators made on several threads at once called a v11+ plugin's init
 // concurrently; the adapters now hold one lock across those calls.
@@ -1109,7 +1139,10 @@ TEST(Probe, ADisabledCollNetIsForgottenWithItsLibrary) {
 // plugin has no finalize in which to stop what its init started (a thread), and unloaded, that thread ran on in
 // unmapped code (SIGSEGV).
 TEST(Probe, APluginRejectedAfterItsInitStaysLoaded) {
-  const std::string path = kDir + "/libnccl-net-once-state.so";
+  // Process-wide state is its subject: a second run in one process (--gtest_repeat) finds the library disabled.
+  static bool ran = false;
+  if (std::exchange(ran, true)) GTEST_SKIP() << "the first run in this process disabled its library for the process";
+  const std::string path = kDir + "/libnccl-net-once-state-rejected.so";  // a build of its own: see CMakeLists.txt
   ASSERT_EQ(setenv("NNS_ONCE_STATE_THROW", "devices", 1), 0);
   LoadReport report;
   EXPECT_EQ(loadNet(inBuildTree(path), &report), nullptr);
@@ -1125,7 +1158,10 @@ TEST(Probe, APluginRejectedAfterItsInitStaysLoaded) {
 // first reason and does not initialise it again. It called init a second time on the same loaded copy (a v6..v10
 // plugin's, which this one refuses: "init through ncclNet_v9 returned ncclInternalError").
 TEST(Probe, APluginRejectedAfterItsInitIsNotInitialisedAgain) {
-  const std::string path = kDir + "/libnccl-net-shared-init.so";
+  // Process-wide state is its subject: a second run in one process (--gtest_repeat) finds the library disabled.
+  static bool ran = false;
+  if (std::exchange(ran, true)) GTEST_SKIP() << "the first run in this process disabled its library for the process";
+  const std::string path = kDir + "/libnccl-net-shared-init-rejected.so";  // a build of its own: see CMakeLists.txt
   ASSERT_EQ(setenv("NNS_SHARED_INIT_NO_DEVICES", "1", 1), 0);
   for (int load = 1; load <= 3; ++load) {
     LoadReport report;
@@ -1153,11 +1189,15 @@ TEST(Probe, APluginRejectedAfterItsInitIsNotInitialisedAgain) {
 // loader is left sound: the probe's pointer to its warning text was left aimed at a dead string, which the next WARN
 // logged on the thread wrote through (ASan: a wild allocation size in std::string::append).
 TEST(Probe, APluginThatThrowsIsRejectedWithTheReason) {
+  // Process-wide state is its subject: a second run in one process (--gtest_repeat) finds the library disabled.
+  static bool ran = false;
+  if (std::exchange(ran, true)) GTEST_SKIP() << "the first run in this process disabled its library for the process";
+  const std::string path = kDir + "/libnccl-net-once-state-throws.so";  // a build of its own: see CMakeLists.txt
   for (const char* call : {"init", "devices"}) {
     SCOPED_TRACE(call);
     ASSERT_EQ(setenv("NNS_ONCE_STATE_THROW", call, 1), 0);
     LoadReport report;
-    EXPECT_EQ(loadNet(inBuildTree(kDir + "/libnccl-net-once-state.so"), &report), nullptr);
+    EXPECT_EQ(loadNet(inBuildTree(path), &report), nullptr);
     unsetenv("NNS_ONCE_STATE_THROW");
     ASSERT_EQ(report.candidates.size(), 1u);
     EXPECT_NE(report.candidates[0].rejectReason.find(std::string(call) + " threw"), std::string::npos)

@@ -1,7 +1,8 @@
 /* shared_init_plugin.c: a test double of a plugin that exports ncclNet_v9 and ncclNet_v8 sharing one init, as plugins
  * built for several NCCL versions commonly do, and whose init refuses a second call (NCCL, which loads one version,
  * calls it once per process). It counts its init calls in nnsSharedInits for loader_test, and lists no device when
- * NNS_SHARED_INIT_NO_DEVICES is set. It moves no data: every
+ * NNS_SHARED_INIT_NO_DEVICES is set. Built with NNS_SEPARATE_INITS, each table has an init of its own instead (the
+ * v8 one counting in nnsSeparateInits8), each refusing a second call of itself. It moves no data: every
  * other call refuses with ncclInternalError. */
 #include <stddef.h>
 #include <stdlib.h>
@@ -17,6 +18,15 @@ static ncclResult_t init(ncclDebugLogger_t logger) {
   (void)logger;
   return ++nnsSharedInits == 1 ? ncclSuccess : ncclInternalError;
 }
+#ifdef NNS_SEPARATE_INITS
+EXPORT int nnsSeparateInits8 = 0;
+static ncclResult_t init8(ncclDebugLogger_t logger) {
+  (void)logger;
+  return ++nnsSeparateInits8 == 1 ? ncclSuccess : ncclInternalError;
+}
+#else
+#define init8 init
+#endif
 static ncclResult_t devices(int* ndev) {
   *ndev = getenv("NNS_SHARED_INIT_NO_DEVICES") != NULL ? 0 : 1; /* a plugin that finds no device once initialised */
   return ncclSuccess;
@@ -88,5 +98,5 @@ EXPORT const ncclNet_v9_t ncclNetPlugin_v9 = {
     "shared-init", init,   devices, getProperties9, listen,    connect9,  accept9,   regMr, NULL, deregMr,
     isend9,        irecv9, iflush,  test,           closeComm, closeComm, closeComm, NULL,  NULL, NULL};
 EXPORT const ncclNet_v8_t ncclNetPlugin_v8 = {
-    "shared-init", init,   devices, getProperties8, listen,    connect8,  accept8,   regMr, NULL, deregMr,
+    "shared-init", init8,  devices, getProperties8, listen,    connect8,  accept8,   regMr, NULL, deregMr,
     isend8,        irecv8, iflush,  test,           closeComm, closeComm, closeComm, NULL,  NULL};

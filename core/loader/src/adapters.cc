@@ -14,6 +14,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -37,9 +38,11 @@ Library::~Library() {
 namespace {
 
 // A plugin before v11 is initialised once per process (its init has no context to give back): the first adapter
-// calls it, the others find it done. The record is the loaded library's, one flag for its net and one for its
-// collNet: a plugin's old versions commonly share one init, which NCCL (loading one version) never calls twice, while
-// the conformance harness opens several versions of one library. Each communicator loads the plugin and gets an
+// calls it, the others find it done. The record is the loaded library's, one flag for each init function of its net
+// and of its collNet: a plugin's old versions commonly share one init, which NCCL (loading one version) never calls
+// twice, while the conformance harness opens several versions of one library. A version table with an init of its
+// own is initialised on its own: keyed by the library alone, only the first table opened ran its init, and the
+// others were used uninitialised. Each communicator loads the plugin and gets an
 // adapter of its own, so a flag per adapter called a v6..v10 plugin's init once per communicator. The record lasts
 // while an adapter of the library lives (net or collNet); with the last one the library may be unloaded, and a later
 // load initialises it again, as NCCL does when its last communicator is gone.
@@ -58,22 +61,22 @@ class InitOnce {
   InitOnce(const InitOnce&) = delete;
   InitOnce& operator=(const InitOnce&) = delete;
 
-  // Runs `init` unless this library's net (or collNet) has been initialised already; a failed init is tried again
-  // next time.
+  // Runs `init` unless this library's net (or collNet) init function `entry` has run already; a failed init is
+  // tried again next time.
   template <class Init>
-  ncclResult_t run(const Init& init) {
+  ncclResult_t run(const void* entry, const Init& init) {
     std::lock_guard<std::mutex> lock(mutex());
-    bool& initialised = libraries()[library_].initialised[kind_];
-    if (initialised) return ncclSuccess;
+    auto& initialised = libraries()[library_].initialised[kind_];
+    if (initialised.count(entry) != 0) return ncclSuccess;
     const ncclResult_t result = init();
-    if (result == ncclSuccess) initialised = true;
+    if (result == ncclSuccess) initialised.insert(entry);
     return result;
   }
 
  private:
   struct Record {
     int adapters = 0;
-    bool initialised[2] = {false, false};
+    std::set<const void*> initialised[2];  // the init functions that have run, of the net and of the collNet
   };
   static std::mutex& mutex() {
     static std::mutex* m = new std::mutex;  // never destroyed: adapters may outlive static destruction
@@ -313,7 +316,7 @@ class NetAdapter final : public Net {
       // Before v11 a plugin is initialised once per process; the ctx is the host's own record of the config,
       // which v10's connect takes.
       (void)commId;
-      const ncclResult_t result = initOnce_.run([&] {
+      const ncclResult_t result = initOnce_.run(reinterpret_cast<const void*>(t_->init), [&] {
         if constexpr (V == 10) {
           return t_->init(logger, profiler);
         } else {
@@ -527,7 +530,8 @@ class CollNetAdapter final : public CollNet {
     } else {
       // Before v11 a collNet is initialised once per process and has no per-communicator context.
       (void)commId;
-      const ncclResult_t result = initOnce_.run([&] { return t_->init(logger); });
+      const ncclResult_t result =
+          initOnce_.run(reinterpret_cast<const void*>(t_->init), [&] { return t_->init(logger); });
       if (result != ncclSuccess) return result;
       if (ctx != nullptr) *ctx = nullptr;
       return ncclSuccess;
