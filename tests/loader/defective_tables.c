@@ -9,7 +9,8 @@
 #define EXPORT __attribute__((visibility("default")))
 
 #if defined(NNS_DEFECT_NULL_ENTRIES) || defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE) || \
-    defined(NNS_DEFECT_ODD_PROPERTIES) || defined(NNS_DEFECT_UNPACK_0X7) || defined(NNS_DEFECT_V11_PROPS_OVERRUN)
+    defined(NNS_DEFECT_ODD_PROPERTIES) || defined(NNS_DEFECT_UNPACK_0X7) || defined(NNS_DEFECT_V11_PROPS_OVERRUN) || \
+    defined(NNS_DEFECT_UNREADABLE_NAME)
 /* What the tables below start from: an init and a devices that work. */
 static ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
                          ncclProfilerCallback_t profiler) {
@@ -38,12 +39,13 @@ static ncclResult_t collInit(void** ctx, uint64_t commId, ncclDebugLogger_t logg
 EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {.name = "half-table", .init = init, .devices = devices};
 EXPORT const ncclCollNet_v12_t ncclCollNetPlugin_v12 = {.init = collInit};
 #elif defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE) || defined(NNS_DEFECT_ODD_PROPERTIES) || \
-    defined(NNS_DEFECT_UNPACK_0X7) || defined(NNS_DEFECT_V11_PROPS_OVERRUN)
+    defined(NNS_DEFECT_UNPACK_0X7) || defined(NNS_DEFECT_V11_PROPS_OVERRUN) || defined(NNS_DEFECT_UNREADABLE_NAME)
 /* NO_IFLUSH is not a defect: every entry NCCL calls unchecked is there, iflush (which NCCL calls only after
  * GPU-direct receives) is NULL. UNPACK_DEVICE is the same table with device 0 an UNPACK device at version 0x6, which
  * NCCL refuses to assign (it speaks 0x7 only), and UNPACK_0X7 one at 0x7, which NCCL takes (its kernels finish the
  * receives) and a host engine cannot serve; ODD_PROPERTIES is the table with properties a tool must print as they
- * are (below); V11_PROPS_OVERRUN exports it as ncclNet_v11 with v12's getProperties (at the end). A test double:
+ * are (below); V11_PROPS_OVERRUN exports it as ncclNet_v11 with v12's getProperties (at the end); UNREADABLE_NAME
+ * the NO_IFLUSH table with a name pointer aimed at no memory (0x10). A test double:
  * the entries beside init, devices, getProperties and
  * finalize refuse with ncclInternalError. */
 static ncclResult_t finalize(void* ctx) {
@@ -132,6 +134,8 @@ EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {.name = "v11-props-overrun",
 #define NNS_TABLE_NAME "unpack-0x7"
 #elif defined(NNS_DEFECT_ODD_PROPERTIES)
 #define NNS_TABLE_NAME "odd-properties"
+#elif defined(NNS_DEFECT_UNREADABLE_NAME)
+#define NNS_TABLE_NAME ((const char*)0x10)
 #else
 #define NNS_TABLE_NAME "no-iflush"
 #endif

@@ -317,6 +317,19 @@ TEST(Resolution, ATableWithNullEntriesIsRejectedBeforeAnyCall) {
   EXPECT_NE(error.find("ncclCollNetPlugin_v12: its name is NULL; devices, getProperties"), std::string::npos) << error;
 }
 
+// A name pointer that is not NULL but aims at no memory: refused with the reason, before anything prints or compares
+// the name (nccl-net-info reported the plugin chosen, then crashed printing it and said no plugin had loaded).
+TEST(Resolution, ATableWhoseNameCannotBeReadIsRejected) {
+  LoadReport report;
+  auto net = loadNet(inBuildTree("defective-unreadable-name,minimal"), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  EXPECT_STREQ(net->name(), "minimal");
+  const std::string& reason = report.candidates[0].rejectReason;
+  EXPECT_NE(reason.find("ncclNetPlugin_v12: its name (at 0x10) is not a string this process can read"),
+            std::string::npos)
+      << reason;
+}
+
 // iflush may be NULL (NCCL calls it only after GPU-direct receives): the table loads, and a flush is a clear error.
 TEST(Resolution, ANullIflushLoadsAndAFlushIsAnError) {
   std::string error;

@@ -4,10 +4,14 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -738,6 +742,30 @@ bool inCode(const void* address) {
 // table, or a label in code is refused before a byte of it is read as function pointers. An object of the table's
 // size is a table wherever it lies: a const table in a program that is not position-independent (STATIC_PLUGIN) is
 // in .rodata, which shares the code's executable segment under gold, -z noseparate-code, or on aarch64.
+// Whether `text` is a NUL-terminated string this process can read, within `limit` bytes. Read through
+// process_vm_readv on this process, which answers EFAULT where a plain read would fault: a table's name pointer
+// that is not NULL but aims at no mapping (0x10, a freed heap block's unmapped page) crashed the first printf of it.
+bool readableString(const char* text, size_t limit) {
+  const pid_t self = getpid();
+  char chunk[256];
+  for (size_t done = 0; done < limit;) {
+    const auto at = reinterpret_cast<std::uintptr_t>(text) + done;
+    // One page at a time: a read across into an unmapped page fails as a whole.
+    const size_t toPageEnd = 4096 - (at % 4096);
+    const size_t want = std::min({sizeof(chunk), toPageEnd, limit - done});
+    iovec local{chunk, want};
+    iovec remote{reinterpret_cast<void*>(at), want};
+    const ssize_t got = process_vm_readv(self, &local, 1, &remote, 1, 0);
+    // Only EFAULT says the memory is not there; a sandbox that refuses the call (EPERM, ENOSYS) leaves it unknown,
+    // taken as readable, as before this check.
+    if (got < 0) return errno != EFAULT;
+    if (got == 0) return false;
+    if (std::memchr(chunk, '\0', static_cast<size_t>(got)) != nullptr) return true;
+    done += static_cast<size_t>(got);
+  }
+  return false;
+}
+
 std::string symbolDefect(const void* table, size_t tableBytes, const char* typeName) {
   std::string inCodeDefect =
       inCode(table) ? std::string("it lies in the library's code, not its data: no ") + typeName : "";
@@ -787,6 +815,14 @@ std::string tableDefect(const void* table, const char* kind, Own own) {
   std::sort(entries.begin(), entries.end(),
             [](const Entry& a, const Entry& b) { return std::less<const void*>()(a.field, b.field); });
   std::string text = t.name == nullptr ? "its name is NULL" : "";
+  if (t.name != nullptr && !readableString(t.name, 4096)) {
+    char where[32];
+    std::snprintf(where, sizeof(where), "%p", static_cast<const void*>(t.name));
+    text = std::string("its name (at ") + where +
+           ") is not a string this process can read (no memory there, or no end within 4096 bytes): refused here; "
+           "NCCL would take the plugin and crash when it first reads the name, to log it (NCCL_DEBUG=INFO) or to "
+           "compare it with NCCL_NET";
+  }
   std::string list;
   int missing = 0;
   for (const Entry& e : entries) {
