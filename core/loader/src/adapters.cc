@@ -26,12 +26,16 @@
 #include <vector>
 
 #include "nccl_net/sdk/log.hpp"
+#include "nns/core/loader.hpp"
 
 namespace nns::core::detail {
 
 Library::~Library() {
   if (handle == nullptr || keepLoaded) return;
   dlclose(handle);
+  // The program itself (STATIC_PLUGIN) is never unloaded: what was recorded against it (a collNet disabled after its
+  // init ran) stays. Its path is a placeholder no dlopen finds, so the test below took it as unloaded at once.
+  if (path == nns::core::kProgramItself) return;
   // Another load (or the host) may still hold it; gone only when it can no longer be found without loading it.
   if (void* still = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD); still != nullptr)
     dlclose(still);
