@@ -229,6 +229,17 @@ struct StagedConnect {
   static inline int deleted = 0;
   ~StagedConnect() { ++deleted; }
 };
+// Test double: its devices are UNPACK devices (receives land in bounce buffers for NCCL's kernels to finish).
+struct UnpackNet : RecordingNet {
+  static constexpr const char kName[] = "unpack";
+  ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
+    const ncclResult_t result = RecordingNet::getProperties(dev, props);
+    props->netDeviceType = NCCL_NET_DEVICE_UNPACK;
+    props->netDeviceVersion = NCCL_NET_DEVICE_UNPACK_VERSION;
+    return result;
+  }
+};
+
 struct StagingNet : RecordingNet {
   static constexpr const char kName[] = "staging";
   ncclResult_t connect(void*, int, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t**) {
@@ -715,6 +726,18 @@ TEST(Export, PropertiesAreDowngradedFieldByField) {
   EXPECT_EQ(v12.maxMultiRequestSize, 1);
 }
 
+// ncclNet_v6 has no device type, and its hosts take every device as HOST: an UNPACK device is refused there, and
+// given its type from v7 on.
+TEST(Export, AnUnpackDeviceIsRefusedToV6) {
+  calls.vdevs = 1;
+  ncclNetProperties_v6_t v6;
+  EXPECT_EQ(NetTables<UnpackNet>::v6.getProperties(0, &v6), ncclInternalError);
+  ncclNetProperties_v7_t v7;
+  ASSERT_EQ(NetTables<UnpackNet>::v7.getProperties(0, &v7), ncclSuccess);
+  EXPECT_EQ(v7.netDeviceType, NCCL_NET_DEVICE_UNPACK);
+  EXPECT_EQ(v7.netDeviceVersion, NCCL_NET_DEVICE_UNPACK_VERSION);
+}
+
 TEST(Export, EightDeviceVNicCannotBeShownToAFourDeviceVersion) {
   calls.vdevs = 8;
   ncclNetProperties_v12_t v12;
@@ -802,6 +825,19 @@ TEST(Export, TheOptionalRecvCompletionHintReachesTheClass) {
       NetTables<RecordingNet>::v12.irecv(reinterpret_cast<void*>(1), 1, data, sizes, tags, nullptr, nullptr, &request),
       ncclSuccess);
   EXPECT_FALSE(calls.optionalCompletion);
+}
+
+// ncclNet_v6..v8 define no hint: a value left in *request by such a host is not taken for one.
+TEST(Export, TheOptionalRecvCompletionHintIsNotReadBeforeV9) {
+  char byte = 0;
+  void* data[1] = {&byte};
+  int sizes[1] = {1};
+  int tags[1] = {0};
+  void* request = reinterpret_cast<void*>(NCCL_NET_OPTIONAL_RECV_COMPLETION);
+  ASSERT_EQ(NetTables<RecordingNet>::v8.irecv(reinterpret_cast<void*>(1), 1, data, sizes, tags, nullptr, &request),
+            ncclSuccess);
+  EXPECT_FALSE(calls.optionalCompletion);
+  EXPECT_EQ(request, reinterpret_cast<void*>(0x5));
 }
 
 // A send test() could never report is refused at isend, before the plugin moves a byte.

@@ -620,6 +620,13 @@ ncclResult_t downgradeProperties(const ncclNetProperties_v12_t& in, Props* out) 
   if constexpr (V >= 7) {
     out->netDeviceType = in.netDeviceType;
     out->netDeviceVersion = in.netDeviceVersion;
+  } else {
+    // ncclNet_v6 has no device type: its hosts (NCCL 2.13-2.18) take every device as HOST and would read an UNPACK
+    // device's receives, which land in bounce buffers for NCCL's kernels to finish, as complete in place.
+    NCCL_NET_SDK_REQUIRE(in.netDeviceType == NCCL_NET_DEVICE_HOST, ncclInternalError,
+                         "device %s has netDeviceType %d; ncclNet_v%d has no device type, and its hosts would take "
+                         "it as a HOST device",
+                         in.name, static_cast<int>(in.netDeviceType), V);
   }
   if constexpr (V >= 8) out->regIsGlobal = in.regIsGlobal;
   if constexpr (V >= 9) {
@@ -1024,6 +1031,8 @@ struct NetEntry {
     NCCL_NET_SDK_REQUIRE(sizes != nullptr, ncclInternalError, "irecv: sizes is NULL");
     size_t wide[kMaxGroupedRecvs];
     for (int i = 0; i < n; ++i) NCCL_NET_CHECK(intSizeToSize("irecv", sizes[i], &wide[i]));
+    // ncclNet_v6..v8 define no hint in *request (NCCL clears it for them): whatever a host left there is not one.
+    if (request != nullptr) *request = nullptr;
     return irecv(recvComm, n, data, wide, tags, mhandles, nullptr, request);
   }
 
