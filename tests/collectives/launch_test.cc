@@ -425,6 +425,68 @@ TEST(BootstrapFailures, AnAllGatherOverTheLimitIsRefusedByItsSizeOnEveryRank) {
   }
 }
 
+// Rank 0 cannot deliver the all-gather's result to rank 2 (a process stopped after it sent its part) after rank 1
+// was served: rank 1 fails too, with rank 0's reason. It returned the result, and heard of the failure only at its
+// next exchange, as a reset connection.
+TEST(BootstrapFailures, AResultOneRankNeverGotIsAFailureOnEveryRank) {
+  const int port = nns::test::freeLoopbackPort();
+  const pid_t rank2 = fork();
+  ASSERT_GE(rank2, 0);
+  if (rank2 == 0) {
+    try {
+      Bootstrap bootstrap(LaunchInfo{2, 3, "127.0.0.1", port, "test"}, std::chrono::milliseconds(10000));
+      bootstrap.allGather(std::string(8u << 20, 'c'));
+    } catch (const std::exception&) {
+    }
+    _exit(0);
+  }
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        // Rank 1 contributes once rank 2 is stopped, so rank 0 serves rank 1 first and then waits on rank 2.
+        Bootstrap bootstrap(LaunchInfo{r, 3, "127.0.0.1", port, "test"},
+                            std::chrono::milliseconds(r == 0 ? 3000 : 10000));
+        if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+        bootstrap.allGather(std::string(8u << 20, static_cast<char>('a' + r)));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // rank 2 has sent its part by then, on loopback
+  kill(rank2, SIGSTOP);
+  for (auto& thread : threads) thread.join();
+  kill(rank2, SIGKILL);
+  waitpid(rank2, nullptr, 0);
+  EXPECT_NE(errors[0].find("(sending the all-gather to rank 2)"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("rank 0 gave up: "), std::string::npos) << "rank 1: " << errors[1];
+  EXPECT_NE(errors[1].find("(sending the all-gather to rank 2)"), std::string::npos) << "rank 1: " << errors[1];
+}
+
+// Rank 2 gives up waiting and leaves before rank 1 has sent its part: rank 0 gives up on it, and rank 1, whose send
+// then fails, reads rank 0's reason (it said only "send failed: Broken pipe").
+TEST(BootstrapFailures, ALateRankHearsWhyRankZeroGaveUp) {
+  const int port = nns::test::freeLoopbackPort();
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Bootstrap bootstrap(LaunchInfo{r, 3, "127.0.0.1", port, "test"},
+                            std::chrono::milliseconds(r == 2 ? 300 : 10000));
+        if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+        bootstrap.allGather(std::string(4u << 20, static_cast<char>('a' + r)));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& thread : threads) thread.join();
+  EXPECT_NE(errors[0].find("rank 2 closed its bootstrap connection"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("rank 0 gave up: rank 2 closed its bootstrap connection"), std::string::npos)
+      << "rank 1: " << errors[1];
+}
+
 // A test double for getaddrinfo (a name with two addresses, one of them dropping SYNs, cannot be made for real here
 // without root and /etc/hosts): "nns-two-addresses.test" resolves to 127.0.0.2, then 127.0.0.1; everything else
 // goes to the real one. The list is two of the real function's lists chained, so the real freeaddrinfo frees it.
@@ -951,6 +1013,26 @@ TEST(BootstrapErrorCodes, ARankNumberGivenTwiceIsInvalidUsage) {
   EXPECT_TRUE(got[1].error.empty() || got[2].error.empty()) << got[1].error << " / " << got[2].error;
   EXPECT_NE(second.error.find("rank 0 already has a rank 1"), std::string::npos) << second.error;
   EXPECT_EQ(second.result, BootstrapError::kInvalidUsage) << second.error;
+}
+
+// A connection that sends part of a join message and closes (an HTTP request line: 16 bytes) is named by what it
+// sent: its half-filled fields read as "rank 825184340 of 168636462" in the error.
+TEST(BootstrapErrorCodes, AConnectionThatSentPartOfAJoinIsNotCalledARank) {
+  const int port = nns::test::freeLoopbackPort();
+  std::thread stranger([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const int fd = connectLoopback(port);
+    if (fd < 0) return;
+    sendBytes(fd, "GET / HTTP/1.0\r\n");
+    close(fd);
+  });
+  auto got = outcomes({{0, 2, "127.0.0.1", port, "test"}}, std::chrono::milliseconds(1500));
+  stranger.join();
+  EXPECT_NE(got[0].error.find("turned away: a connection that sent 16 of the 24 bytes of a rank's join message: it "
+                              "closed"),
+            std::string::npos)
+      << got[0].error;
+  EXPECT_EQ(got[0].error.find("turned away: rank "), std::string::npos) << got[0].error;
 }
 
 // A connection that sends bytes that are not a join of this bootstrap (zeros here: they read as "rank 0 of 0") is a

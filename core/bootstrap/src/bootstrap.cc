@@ -1227,14 +1227,21 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
       std::fprintf(stderr, "nns bootstrap: rank 0 turned away %s%s\n", said, claim.c_str());
       if (turnedAway.size() < 8) turnedAway.push_back(claim);
     };
-    auto admit = [&](int fd, const JoinMessage& join, bool spoke) {
+    // `unheard`: why a connection whose join message did not come whole is turned away ("" when it came). What it
+    // sent is no rank's claim (the fields half filled: "rank 825184340 of 168636462"), so only its length is said.
+    auto admit = [&](int fd, const JoinMessage& join, size_t got, const char* unheard) {
+      const bool spoke = unheard[0] == '\0';
       const int peer = join.rank;
       JoinReply reply = kJoined;
       std::string why;
       if (!spoke) {
-        reply = kRefused;
-        why = "it closed, or said nothing for 5 s, without saying which rank it is";
-      } else if (join.magic != kJoinMagic) {
+        noteTurnedAway("a connection that sent " + std::to_string(got) + " of the " +
+                           std::to_string(sizeof(JoinMessage)) + " bytes of a rank's join message: " + unheard,
+                       "");
+        close(fd);
+        return;
+      }
+      if (join.magic != kJoinMagic) {
         noteTurnedAway("a connection that is not a rank of this bootstrap (it does not speak it)", "");
         close(fd);  // nothing to tell it: it would not understand
         return;
@@ -1272,14 +1279,12 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
       }
       noteTurnedAway("rank " + std::to_string(peer) + " of " + std::to_string(join.size) + ": " + why,
                      "a connection claiming ");
-      if (spoke && reply == kRefused) refusedForSettings = true;
-      if (spoke) {
-        try {
-          const auto soon = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
-          sendAll(fd, &reply, sizeof(reply), soon);
-          sendMessage(fd, why, soon, std::chrono::microseconds(0));
-        } catch (const BootstrapError&) {
-        }
+      if (reply == kRefused) refusedForSettings = true;
+      try {
+        const auto soon = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
+        sendAll(fd, &reply, sizeof(reply), soon);
+        sendMessage(fd, why, soon, std::chrono::microseconds(0));
+      } catch (const BootstrapError&) {
       }
       close(fd);
     };
@@ -1361,9 +1366,9 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
           closed = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
         }
         if (p.got == sizeof(p.join)) {
-          admit(p.fd, p.join, true);
+          admit(p.fd, p.join, p.got, "");
         } else if (closed || Clock::now() >= p.since + kSpeakWithin) {
-          admit(p.fd, p.join, false);
+          admit(p.fd, p.join, p.got, closed ? "it closed" : "it said nothing more for 5 s");
         } else {
           still.push_back(p);
         }
@@ -1374,7 +1379,8 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
         if (fd >= 0) {
           outOfDescriptorsSince.reset();
           if (pending.size() >= maxPending) {
-            admit(pending.front().fd, pending.front().join, false);
+            admit(pending.front().fd, pending.front().join, pending.front().got,
+                  "the oldest of too many connections waiting to speak");
             pending.erase(pending.begin());
           }
           pending.push_back(Pending{fd, Clock::now()});
@@ -1747,10 +1753,19 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
         // and a large job's result goes out to one member after another.
         sendMessage(memberSockets_[r], packed, Clock::now() + timeout_, spin_);
       } catch (const BootstrapError& e) {
-        // As for a receive: the ranks not yet served hear why from rank 0 instead of a reset connection.
+        // As for a receive: every other rank hears why from rank 0, those served already too (they wait for the
+        // word below), so that no rank returns a result some rank never got.
         const std::string why = std::string(e.what()) + " (sending the all-gather to rank " + std::to_string(r) + ")";
-        for (int other = r; other < size_; ++other) tellFailure(memberSockets_[other], why);
-        fail(withoutPrefix(why), e.result());
+        giveUp(0, withoutPrefix(why), e.result());  // rank r too: the failure may be the result's, not its
+      }
+    }
+    // The result reached every rank: the word that lets each return it (an empty message). A rank served early
+    // returned at once, and succeeded where rank 0 then failed to reach a later one. Best effort: a rank that took
+    // the result and died since is found by the next exchange, as a rank dying after the all-gather would be.
+    for (int r = 1; r < size_; ++r) {
+      try {
+        sendMessage(memberSockets_[r], std::string(), Clock::now() + kRootGrace, std::chrono::microseconds(0));
+      } catch (const BootstrapError&) {
       }
     }
     return all;
@@ -1759,10 +1774,20 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
   try {
     sendMessage(rootSocket_, mine, deadline, spin_);
     packed = recvMessage(rootSocket_, deadline, spin_);
+    // Rank 0's word that every rank got the result (or its reason for giving up, thrown as such).
+    if (!recvMessage(rootSocket_, deadline, spin_).empty())
+      fail("garbage after the all-gather's result in place of rank 0's word that every rank has it",
+           Result::kRemoteError);
   } catch (const BootstrapError& e) {
     // Whose connection it was: this rank's to rank 0 (a reset said only "Connection reset by peer").
     const std::string what = withoutPrefix(e.what());
     if (what.rfind("rank 0 gave up", 0) == 0) throw;
+    // A send refused because rank 0 gave up before this rank's part came: its reason is read if it is here (a late
+    // rank said only "send failed: Broken pipe").
+    uint32_t marker = 0;
+    if (recv(rootSocket_, &marker, sizeof(marker), MSG_PEEK | MSG_DONTWAIT) == static_cast<ssize_t>(sizeof(marker)) &&
+        marker == kFailureMarker)
+      recvMessage(rootSocket_, Clock::now() + kRootGrace, std::chrono::microseconds(0));  // throws its reason
     fail(what + " (rank 0)", e.result());
   }
   size_t offset = 0;
