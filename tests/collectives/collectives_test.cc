@@ -2143,7 +2143,48 @@ class StuckCopySlots final : public core::SlotMemory {
   char token_ = 0;
 };
 
+// Test double: a slot memory whose copies throw something that is not a std::exception.
+class ThrowingCopySlots final : public core::SlotMemory {
+ public:
+  std::string describe() const override { return "host memory, copies that throw an int (test double)"; }
+  int ptrType() const override { return NCCL_PTR_HOST; }
+  void* allocate(size_t bytes) override { return std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096); }
+  void release(void* memory) noexcept override { std::free(memory); }
+  void* startCopy(void*, const void*, size_t) override { throw 42; }
+  bool copyDone(void*) override { return true; }
+};
+
 }  // namespace
+
+// An operation that throws something that is no std::exception fails like any other error: the caller gets a
+// CommError, later calls fail at once, and the communicator closes. It escaped the communicator's catch, and the
+// operation stayed "running": every later call and the close waited for it. In a child process, with an alarm.
+TEST(SlotMemory, AnOperationThrowingANonStandardExceptionFailsTheCommunicator) {
+  const int status = exitStatusOf([&] {
+    alarm(60);
+    auto slots = std::make_shared<ThrowingCopySlots>();
+    core::CommOptions options = socketOptions();
+    options.timeout = std::chrono::milliseconds(2000);
+    options.slotMemory = [slots](core::Net&, int) { return slots; };
+    std::atomic<int> failed{0}, failedAgain{0};
+    auto errors = onEveryRank(2, options, [&](core::Communicator& comm, int) {
+      std::vector<float> data(4096, 1.0f);
+      for (int call = 0; call < 2; ++call) {
+        try {
+          coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum, coll::hostKernels(),
+                          coll::Algorithm::Ring);
+        } catch (const core::CommError&) {
+          ++(call == 0 ? failed : failedAgain);
+        }
+      }
+    });
+    for (const auto& error : errors) CHILD_EXPECT(error.empty());
+    CHILD_EXPECT(failed.load() == 2);
+    CHILD_EXPECT(failedAgain.load() == 2);
+    return true;
+  });
+  EXPECT_EQ(status, 0) << (status == 128 + SIGALRM ? "a call or the close hung after the throw" : "");
+}
 
 // A copy into a slot that never completes fails the operation after the timeout (no progress), and closing the
 // communicator gives up on it after the timeout too, with a warning, leaking the slot memory rather than freeing it

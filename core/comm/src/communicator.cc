@@ -1004,6 +1004,11 @@ std::string Communicator::execute(OperationRef operation, bool always, ncclResul
   } catch (const std::exception& e) {
     error = e.what();
     *result = ncclSystemError;  // not the communicator's own: memory, say (a kernel layer's CUDA error is a CommError)
+  } catch (...) {
+    // Something that is no std::exception (from a custom slot memory, say): an error like any other. Let through,
+    // it skipped what follows, and the operation stayed "running" for every later call and shutdown().
+    error = "an operation threw something that is not a std::exception";
+    *result = ncclSystemError;
   }
   if (!error.empty() && !always) abort(error, *result);
   dropCallRegistrations();  // after an abort's close, which deregistered them already
