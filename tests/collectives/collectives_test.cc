@@ -725,7 +725,7 @@ TEST(Bootstrap, StrangersOnThePointToPointPortAreClosedUnread) {
       const std::string address = bootstrap.pointToPointAddress();
       std::vector<int> strangers;
       // Garbage, and a hello of this bootstrap's shape claiming rank 1 of another job; each followed by a message.
-      const uint32_t hello[8] = {0x4e4e5350, 3, 0xdead, 0xbeef, 1, 0, 9, 4};      // magic, version, job, from 1, to 0,
+      const uint32_t hello[8] = {0x4e4e5350, 4, 0xdead, 0xbeef, 1, 0, 9, 4};      // magic, version, job, from 1, to 0,
       std::string otherJob(reinterpret_cast<const char*>(hello), sizeof(hello));  // then a frame: tag 9, 4 bytes
       otherJob += "fake";
       for (const std::string& bytes :
@@ -890,7 +890,7 @@ TEST(Bootstrap, AnOversizedPointToPointMessageIsAnErrorNamingItsSize) {
     if (rank == 0) {
       const int fd = connectToLoopbackPort(portOf(bootstrap.pointToPointAddress()));
       ASSERT_GE(fd, 0);
-      const uint32_t bytes[8] = {0x4e4e5350, 3, 0, 0, 1, 0, 9, 1u << 30};  // hello from 1 to 0, a frame of 1 GiB
+      const uint32_t bytes[8] = {0x4e4e5350, 4, 0, 0, 1, 0, 9, 1u << 30};  // hello from 1 to 0, a frame of 1 GiB
       ASSERT_EQ(::send(fd, bytes, sizeof(bytes), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(bytes)));
       std::string data;
       for (auto start = std::chrono::steady_clock::now();

@@ -376,7 +376,9 @@ constexpr uint32_t kJoinMagic = 0x4e4e5342;  // "NNSB"
 // take for the next message's first piece.
 // 3: the rendezvous' all-gather carries each rank's point-to-point address, and connection handles travel point to
 // point, made on demand, instead of in one all-gather.
-constexpr uint32_t kJoinVersion = 3;
+// 4: an all-gather's result is followed by rank 0's word that every rank has it (an empty message), which a rank of
+// version 3 would take for the next all-gather's result.
+constexpr uint32_t kJoinVersion = 4;
 struct JoinMessage {
   uint32_t magic;
   uint32_t version;
@@ -1771,21 +1773,27 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
     return all;
   }
   std::string packed;
+  bool sent = false;
   try {
     sendMessage(rootSocket_, mine, deadline, spin_);
+    sent = true;
     packed = recvMessage(rootSocket_, deadline, spin_);
-    // Rank 0's word that every rank got the result (or its reason for giving up, thrown as such).
-    if (!recvMessage(rootSocket_, deadline, spin_).empty())
+    // Rank 0's word that every rank got the result (or its reason for giving up, thrown as such). Rank 0 serves the
+    // ranks one after another, each within a timeout of its own: this wait starts with the result, not with the
+    // all-gather (an early rank ran out its deadline while rank 0 was still serving the others, and failed alone).
+    if (!recvMessage(rootSocket_, Clock::now() + timeout_ + kRootGrace, spin_).empty())
       fail("garbage after the all-gather's result in place of rank 0's word that every rank has it",
            Result::kRemoteError);
   } catch (const BootstrapError& e) {
     // Whose connection it was: this rank's to rank 0 (a reset said only "Connection reset by peer").
     const std::string what = withoutPrefix(e.what());
     if (what.rfind("rank 0 gave up", 0) == 0) throw;
-    // A send refused because rank 0 gave up before this rank's part came: its reason is read if it is here (a late
-    // rank said only "send failed: Broken pipe").
+    // This rank's own send refused because rank 0 gave up before its part came: rank 0's reason is read if it is
+    // here (a late rank said only "send failed: Broken pipe"). Only then: once the send went through, what is
+    // unread is part of a result, whose bytes could read as the marker.
     uint32_t marker = 0;
-    if (recv(rootSocket_, &marker, sizeof(marker), MSG_PEEK | MSG_DONTWAIT) == static_cast<ssize_t>(sizeof(marker)) &&
+    if (!sent &&
+        recv(rootSocket_, &marker, sizeof(marker), MSG_PEEK | MSG_DONTWAIT) == static_cast<ssize_t>(sizeof(marker)) &&
         marker == kFailureMarker)
       recvMessage(rootSocket_, Clock::now() + kRootGrace, std::chrono::microseconds(0));  // throws its reason
     fail(what + " (rank 0)", e.result());
