@@ -702,6 +702,9 @@ void Communicator::releaseSlots(Connection& conn, Clock::time_point deadline) {
       }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "nns: rank %d: releasing a slot: %s\n", rank_, e.what());
+    } catch (...) {  // from the destructor too: nothing may escape
+      std::fprintf(stderr, "nns: rank %d: releasing a slot: the slot memory threw something not a std::exception\n",
+                   rank_);
     }
     slot.copy = nullptr;
   }
