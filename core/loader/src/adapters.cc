@@ -4,7 +4,6 @@
 
 #include <dlfcn.h>
 #include <link.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -746,28 +745,40 @@ bool inCode(const void* address) {
 // table, or a label in code is refused before a byte of it is read as function pointers. An object of the table's
 // size is a table wherever it lies: a const table in a program that is not position-independent (STATIC_PLUGIN) is
 // in .rodata, which shares the code's executable segment under gold, -z noseparate-code, or on aarch64.
-// Whether `text` is a NUL-terminated string this process can read, within `limit` bytes. Read through
-// process_vm_readv on this process, which answers EFAULT where a plain read would fault: a table's name pointer
-// that is not NULL but aims at no mapping (0x10, a freed heap block's unmapped page) crashed the first printf of it.
+// Whether `text` is a NUL-terminated string this process can read, within `limit` bytes: its bytes are written into a
+// pipe a page at a time, which answers EFAULT where reading them would fault (a table's name pointer that is not NULL
+// but aims at no mapping, 0x10, crashed the first printf of it). A pipe, not process_vm_readv: that call is in the
+// debugging group a sandbox's system call filter may kill the process for.
 bool readableString(const char* text, size_t limit) {
-  const pid_t self = getpid();
+  int fds[2];
+  // Blocking is no matter: at most 256 bytes go into the empty pipe at a time, and are read back at once.
+  if (pipe(fds) != 0) return true;  // cannot tell: taken as readable, as before this check
+  bool readable = false;
   char chunk[256];
   for (size_t done = 0; done < limit;) {
     const auto at = reinterpret_cast<std::uintptr_t>(text) + done;
-    // One page at a time: a read across into an unmapped page fails as a whole.
+    // Within one page: a write across into an unmapped page would copy part and stop short.
     const size_t toPageEnd = 4096 - (at % 4096);
     const size_t want = std::min({sizeof(chunk), toPageEnd, limit - done});
-    iovec local{chunk, want};
-    iovec remote{reinterpret_cast<void*>(at), want};
-    const ssize_t got = process_vm_readv(self, &local, 1, &remote, 1, 0);
-    // Only EFAULT says the memory is not there; a sandbox that refuses the call (EPERM, ENOSYS) leaves it unknown,
-    // taken as readable, as before this check.
-    if (got < 0) return errno != EFAULT;
-    if (got == 0) return false;
-    if (std::memchr(chunk, '\0', static_cast<size_t>(got)) != nullptr) return true;
+    const ssize_t wrote = write(fds[1], reinterpret_cast<const void*>(at), want);
+    if (wrote < 0) {
+      readable = errno != EFAULT;  // only EFAULT says the memory is not there
+      break;
+    }
+    const ssize_t got = read(fds[0], chunk, static_cast<size_t>(wrote));
+    if (got <= 0) {
+      readable = true;  // cannot tell
+      break;
+    }
+    if (std::memchr(chunk, '\0', static_cast<size_t>(got)) != nullptr) {
+      readable = true;
+      break;
+    }
     done += static_cast<size_t>(got);
   }
-  return false;
+  close(fds[0]);
+  close(fds[1]);
+  return readable;
 }
 
 std::string symbolDefect(const void* table, size_t tableBytes, const char* typeName) {
