@@ -529,7 +529,7 @@ int runTool(int argc, char** argv) {
             : (nns::core::printable(netName->c_str()) + " (only a net of that name is taken, ignoring case)").c_str(),
         netOrigin.empty() ? "" : (" (from " + netOrigin + ")").c_str());
   std::printf("search directories:");
-  for (const auto& d : dirs) std::printf(" %s", d.c_str());
+  for (const auto& d : dirs) std::printf(" %s", nns::core::printable(d.c_str()).c_str());
   std::printf(ownLib ? " (a plugin named without a path is looked for here last, after the dynamic linker's search, "
                        "which is all NCCL does)\n\nPlugin libraries found:\n"
                      : " (looked in first, before the dynamic linker's search)\n\nPlugin libraries found:\n");
@@ -540,8 +540,8 @@ int runTool(int argc, char** argv) {
                                     ? "ncclNet " + versionsText(f["netVersions"].get<std::vector<int>>()) +
                                           "; ncclCollNet " + versionsText(f["collNetVersions"].get<std::vector<int>>())
                                     : std::string("exports unknown: it could not be opened");
-    std::printf("  %s\n    %s\n    %s\n", f["path"].get<std::string>().c_str(), exports.c_str(),
-                f["verdict"].get<std::string>().c_str());
+    std::printf("  %s\n    %s\n    %s\n", nns::core::printable(f["path"].get<std::string>().c_str()).c_str(),
+                exports.c_str(), nns::core::printable(f["verdict"].get<std::string>().c_str()).c_str());
     printLeakedSymbols(f);
     printOutput(f);
   }
@@ -596,8 +596,9 @@ int runTool(int argc, char** argv) {
   // One line per reason, naming its entries (a long name cut short).
   std::vector<std::pair<std::string, std::string>> ignoredByReason;  // reason, entries
   for (const auto& i : ignored) {
-    std::string name = shown(i["requested"]);
-    if (name.size() > 60) name = name.substr(0, 57) + "...";
+    std::string name = i["requested"].get<std::string>();
+    if (name.size() > 60) name = name.substr(0, 57) + "...";  // cut before escaping: never inside a \xNN
+    name = nns::core::printable(name.c_str());
     const std::string reason = shown(i["reason"]);
     auto same =
         std::find_if(ignoredByReason.begin(), ignoredByReason.end(), [&](const auto& r) { return r.first == reason; });
@@ -637,13 +638,13 @@ int runTool(int argc, char** argv) {
             nns::core::printable(netName->c_str()).c_str());
       }
     } else {
-      std::printf("\nNo plugin loaded: NCCL would not get past %s.\n", stoppedAt.c_str());
+      std::printf("\nNo plugin loaded: NCCL would not get past %s.\n", nns::core::printable(stoppedAt.c_str()).c_str());
     }
     return 1;
   }
   std::printf("\nDevices of %s (ncclNet_v%d):\n", chosen["name"].get<std::string>().c_str(),
               chosen["version"].get<int>());
-  if (!deviceError.empty()) std::printf("  %s\n", deviceError.c_str());
+  if (!deviceError.empty()) std::printf("  %s\n", nns::core::printable(deviceError.c_str()).c_str());
   printDevices(devices);
   // NIC fusion: NCCL (2.23+, ncclNet_v9+) merges the ports of one NIC into a vNIC where the plugin can make one.
   const int version = chosen["version"].get<int>();
@@ -659,10 +660,10 @@ int runTool(int argc, char** argv) {
   if (collNet == nullptr) return 0;  // the probe ended before the collNet's turn (the failure is above)
 
   std::printf("\nCollNet (in-network collectives) of %s:\n  exports ncclCollNet %s\n",
-              chosen["path"].get<std::string>().c_str(),
+              nns::core::printable(chosen["path"].get<std::string>().c_str()).c_str(),
               versionsText(collNet["exportedVersions"].get<std::vector<int>>()).c_str());
   if (collNet["chosenVersion"].get<int>() == 0) {
-    std::printf("  not used: %s\n", collNet["rejectReason"].get<std::string>().c_str());
+    std::printf("  not used: %s\n", nns::core::printable(collNet["rejectReason"].get<std::string>().c_str()).c_str());
     return 0;
   }
   std::printf("  CHOSEN %s through ncclCollNet_v%d (the newest it exports that NCCL 2.30 knows)\n",
@@ -674,7 +675,8 @@ int runTool(int argc, char** argv) {
               : collNet["chosenVersion"].get<int>() < 8
                   ? " (ncclCollNet_v6 and v7 have no all-gather or reduce-scatter)"
                   : " (the rest are NULL in its table: NCCL does not offload them)");
-  if (!collNet["error"].get<std::string>().empty()) std::printf("  %s\n", collNet["error"].get<std::string>().c_str());
+  if (!collNet["error"].get<std::string>().empty())
+    std::printf("  %s\n", nns::core::printable(collNet["error"].get<std::string>().c_str()).c_str());
   printDevices(collNet["devices"]);
   return 0;
 }
