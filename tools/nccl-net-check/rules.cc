@@ -1592,6 +1592,11 @@ Verdict optionalCompletionHint(Context& c) {
 // far larger, one byte larger (a size check rounded up to a word or line lets it through), and large (a plugin
 // that only checks small receives, say).
 constexpr int kSenderRefused = 100;  // truncation-is-an-error's sender exits with this + the plugin's result
+// Whether the pair's peer ended through the harness (so its exit status is one of the harness's codes): a plugin's
+// own exit(105) in the sender is not "the sender's isend returned 5".
+bool peerExitIsTheHarnesss() {
+  return gCallNotes != nullptr && gCallNotes[1].harnessExit.load() == 1;
+}
 
 Verdict truncationTakenAside(Context& c, std::string* evidence);  // below
 
@@ -1652,7 +1657,7 @@ Verdict truncationIsAnError(Context& c) {
     closePair(c, pair, 10);
     // Refused on the sending side (the receive then waits for a message that never comes, and NCCL, seeing the
     // sender's error, tears the communicator down): as good as a failed receive, if nothing was written.
-    const bool senderRefused = result == kDeadline && peerCode > kSenderRefused;
+    const bool senderRefused = result == kDeadline && peerCode > kSenderRefused && peerExitIsTheHarnesss();
     if (senderRefused) result = static_cast<ncclResult_t>(peerCode - kSenderRefused);
     size_t firstPast = small.size(), lastPast = 0;
     for (size_t i = k.capacity; i < small.size(); ++i) {
@@ -1772,7 +1777,7 @@ Verdict truncationTakenAside(Context& c, std::string* evidence) {
     if (!done && result == ncclSuccess && Clock::now() > deadline) result = kDeadline;
   }
   closePair(c, pair, 10);
-  const bool senderRefused = result == kDeadline && peerCode > kSenderRefused;
+  const bool senderRefused = result == kDeadline && peerCode > kSenderRefused && peerExitIsTheHarnesss();
   if (senderRefused) result = static_cast<ncclResult_t>(peerCode - kSenderRefused);
   const auto& small = buffers[2];
   for (size_t i = kAsideSmall; i < small.size(); ++i)
@@ -4537,6 +4542,7 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
         gCallNotes[side].inProgress.store(0);
         gCallNotes[side].pairConnecting.store(0);
         gCallNotes[side].connectGaveUp.store(0);
+        gCallNotes[side].harnessExit.store(0);
       }
     std::fflush(nullptr);
     pid_t harness = getpid();
