@@ -1763,10 +1763,11 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
     }
     // The result reached every rank: the word that lets each return it (an empty message). A rank served early
     // returned at once, and succeeded where rank 0 then failed to reach a later one. Best effort: a rank that took
-    // the result and died since is found by the next exchange, as a rank dying after the all-gather would be.
+    // the result and died since is found by the next exchange, as a rank dying after the all-gather would be. Each
+    // within the timeout, as the result was: a rank still draining a large result has not made room for it yet.
     for (int r = 1; r < size_; ++r) {
       try {
-        sendMessage(memberSockets_[r], std::string(), Clock::now() + kRootGrace, std::chrono::microseconds(0));
+        sendMessage(memberSockets_[r], std::string(), Clock::now() + timeout_, std::chrono::microseconds(0));
       } catch (const BootstrapError&) {
       }
     }
