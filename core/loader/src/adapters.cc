@@ -741,10 +741,6 @@ bool inCode(const void* address) {
   return search.executable;
 }
 
-// What a table's exported symbol is, when the library's symbol table says: a function, an object smaller than the
-// table, or a label in code is refused before a byte of it is read as function pointers. An object of the table's
-// size is a table wherever it lies: a const table in a program that is not position-independent (STATIC_PLUGIN) is
-// in .rodata, which shares the code's executable segment under gold, -z noseparate-code, or on aarch64.
 // Whether `text` is a NUL-terminated string this process can read, within `limit` bytes: its bytes are written into a
 // pipe a page at a time, which answers EFAULT where reading them would fault (a table's name pointer that is not NULL
 // but aims at no mapping, 0x10, crashed the first printf of it). A pipe, not process_vm_readv: that call is in the
@@ -781,6 +777,10 @@ bool readableString(const char* text, size_t limit) {
   return readable;
 }
 
+// What a table's exported symbol is, when the library's symbol table says: a function, an object smaller than the
+// table, or a label in code is refused before a byte of it is read as function pointers. An object of the table's
+// size is a table wherever it lies: a const table in a program that is not position-independent (STATIC_PLUGIN) is
+// in .rodata, which shares the code's executable segment under gold, -z noseparate-code, or on aarch64.
 std::string symbolDefect(const void* table, size_t tableBytes, const char* typeName) {
   std::string inCodeDefect =
       inCode(table) ? std::string("it lies in the library's code, not its data: no ") + typeName : "";
