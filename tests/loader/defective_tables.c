@@ -8,7 +8,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-#if defined(NNS_DEFECT_NULL_ENTRIES) || defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE) || \
+#if defined(NNS_DEFECT_NULL_ENTRIES) || defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE) ||        \
     defined(NNS_DEFECT_ODD_PROPERTIES) || defined(NNS_DEFECT_UNPACK_0X7) || defined(NNS_DEFECT_V11_PROPS_OVERRUN) || \
     defined(NNS_DEFECT_UNREADABLE_NAME)
 /* What the tables below start from: an init and a devices that work. */
