@@ -742,35 +742,29 @@ bool inCode(const void* address) {
 }
 
 // Whether `text` is a NUL-terminated string this process can read, within `limit` bytes: its bytes are written into a
-// pipe a page at a time, which answers EFAULT where reading them would fault (a table's name pointer that is not NULL
-// but aims at no mapping, 0x10, crashed the first printf of it). A pipe, not process_vm_readv: that call is in the
-// debugging group a sandbox's system call filter may kill the process for.
+// pipe one at a time, which answers EFAULT where reading one would fault (a table's name pointer that is not NULL but
+// aims at no mapping, 0x10, crashed the first printf of it). A pipe, not process_vm_readv: that call is in the
+// debugging group a sandbox's system call filter may kill the process for. One byte at a time, not past the NUL: a
+// larger write read past the end of the string (AddressSanitizer's global-buffer-overflow on a string literal).
 bool readableString(const char* text, size_t limit) {
   int fds[2];
-  // Blocking is no matter: at most 256 bytes go into the empty pipe at a time, and are read back at once.
+  // Blocking is no matter: one byte goes into the empty pipe at a time, and is read back at once.
   if (pipe(fds) != 0) return true;  // cannot tell: taken as readable, as before this check
   bool readable = false;
-  char chunk[256];
-  for (size_t done = 0; done < limit;) {
-    const auto at = reinterpret_cast<std::uintptr_t>(text) + done;
-    // Within one page: a write across into an unmapped page would copy part and stop short.
-    const size_t toPageEnd = 4096 - (at % 4096);
-    const size_t want = std::min({sizeof(chunk), toPageEnd, limit - done});
-    const ssize_t wrote = write(fds[1], reinterpret_cast<const void*>(at), want);
-    if (wrote < 0) {
+  for (size_t i = 0; i < limit; ++i) {
+    if (write(fds[1], text + i, 1) != 1) {
       readable = errno != EFAULT;  // only EFAULT says the memory is not there
       break;
     }
-    const ssize_t got = read(fds[0], chunk, static_cast<size_t>(wrote));
-    if (got <= 0) {
+    char byte = 1;
+    if (read(fds[0], &byte, 1) != 1) {
       readable = true;  // cannot tell
       break;
     }
-    if (std::memchr(chunk, '\0', static_cast<size_t>(got)) != nullptr) {
+    if (byte == '\0') {
       readable = true;
       break;
     }
-    done += static_cast<size_t>(got);
   }
   close(fds[0]);
   close(fds[1]);
