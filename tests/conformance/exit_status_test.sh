@@ -82,5 +82,28 @@ assert d["loaded"] is False and d["rules"] == [] and "could not open" in d["cand
   echo "FAILED: nccl-net-check no-such-plugin --json gave status $status and: $out"
   failures=$((failures + 1))
 fi
+# An integer option given something that is not a whole number says so ("-n abc" read "Value abc not in range"), and
+# nccl-net-perf's -n stops where the latency's kept round trips would not fit (-n 2147483647 ended in bad_alloc).
+expect 2 "--iters: Value abc is not a whole number" "$bin/nccl-net-perf" minimal -n abc
+expect 2 "--iters: Value 2.5 is not a whole number" "$bin/nccl-net-bench" -n 2.5
+expect 2 "--iters: Value 2147483647 not in range 1 to 10000000" "$bin/nccl-net-perf" minimal -n 2147483647
+expect 2 "--call-timeout: Value 99999999999 not in range 1 to 3600" "$bin/nccl-net-info" --call-timeout 99999999999
+# --json with an argument refused: the refusal is a JSON object on stdout too (stdout was empty), for every tool that
+# takes --json.
+for command in "nccl-net-check minimal --call-timeout abc" "nccl-net-info --call-timeout abc" \
+  "nccl-net-perf minimal -n abc" "nccl-net-topo --gpu-sm abc"; do
+  [ -x "$bin/${command%% *}" ] || continue
+  # shellcheck disable=SC2086 # the command is its words
+  out=$("$bin"/$command --json 2>/dev/null)
+  status=$?
+  if [ "$status" != 2 ] || ! python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+assert "is not a whole number" in d["error"] and d["exitStatus"] == 2, d
+' "$out"; then
+    echo "FAILED: $command --json (a refused argument) gave status $status and stdout: $out"
+    failures=$((failures + 1))
+  fi
+done
 [ "$failures" -eq 0 ] && echo "every exit status and refusal as documented"
 exit $((failures > 0))

@@ -251,7 +251,7 @@ int runTool(int argc, char** argv) {
       "  3  wrong results (-c 1): the rows' #wrong column and '# Out of bounds values' say how many\n"
       "  4  -G 1 on a machine with no CUDA device");
   // nccl-tests' flags and meanings; sizes take K/M/G (powers of 1024).
-  const auto nonNegative = CLI::Range(0, std::numeric_limits<int>::max());
+  const auto nonNegative = nns::tools::integerIn(0, std::numeric_limits<int>::max());
   tools::addSizeOption(app, "-b,--minbytes", minBytes, "smallest size (default 8)");
   tools::addSizeOption(app, "-e,--maxbytes", maxBytes, "largest size (default 64M)");
   app.add_option("-f,--stepfactor", factor,
@@ -264,7 +264,7 @@ int runTool(int argc, char** argv) {
           "FINITE"));
   tools::addSizeOption(app, "-i,--stepbytes", stepBytes, "size increment between rows when -f is 1 (default 1M)", 1);
   app.add_option("-n,--iters", iterations, "timed iterations per size (default 20)")
-      ->check(CLI::Range(1, std::numeric_limits<int>::max()));
+      ->check(nns::tools::integerIn(1, std::numeric_limits<int>::max()));
   app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size (default 5)")->check(nonNegative);
   // nccl-tests' datacheck is a count: up to N checked runs after the timed ones, stopping at the first that finds a
   // wrong element (whose count the row shows), so `-c 2` from its command lines is taken with that meaning.

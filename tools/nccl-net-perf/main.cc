@@ -51,6 +51,7 @@ constexpr int kExitFailed = 1;
 constexpr int kExitNotLoaded = 2;
 constexpr int kExitCrashed = 3;  // a plugin call crashed a process (or it ended in one, as under a sanitizer)
 constexpr int kExitHung = 4;     // a plugin call did not return within --call-timeout
+constexpr int kMaxIterations = 10'000'000;  // -n: the latency keeps each round trip (80 MB at most)
 
 // The loader's own steps, timed as one call; when it crashes or hangs, isolated_probe.hpp's pinpointFailure names
 // the step. The same words as nccl-net-check and nccl-net-info use.
@@ -291,6 +292,7 @@ class Side {
     for (int i = 0; i < settings_.warmup; ++i) once();
     // The median round trip: on a shared host one descheduled iteration would dominate a mean.
     std::vector<double> roundTrips;
+    roundTrips.reserve(static_cast<size_t>(settings_.iterations));
     for (int i = 0; i < settings_.iterations; ++i) {
       double start = now();
       once();
@@ -830,26 +832,29 @@ int runTool(int argc, char** argv) {
   nns::tools::addSizeOption(app, "-e,--maxbytes", settings.maxBytes, "largest message (default 64M, below 2G)")
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{INT_MAX}, "below 2 GiB: test() reports sizes as int"));
   app.add_option("-f,--stepfactor", settings.factor, "size multiplier between steps (default 2)")
-      ->check(CLI::Range(2, INT_MAX));
-  app.add_option("-n,--iters", settings.iterations, "timed iterations per size (default 20)")
-      ->check(CLI::Range(1, INT_MAX));
+      ->check(nns::tools::integerIn(2, INT_MAX));
+  // The latency's median keeps every round trip (8 bytes each): -n 2147483647 asked for 16 GiB of them, a
+  // std::bad_alloc in the measuring process.
+  app.add_option("-n,--iters", settings.iterations,
+                 "timed iterations per size (default 20, at most " + std::to_string(kMaxIterations) + ")")
+      ->check(nns::tools::integerIn(1, kMaxIterations));
   app.add_option(
          "-w,--warmup", settings.warmup,
          "untimed iterations per size (default 5; the bandwidth test's are at least -W, so that every buffer is used "
          "once before the clock runs; 0: none)")
-      ->check(CLI::Range(0, INT_MAX));
+      ->check(nns::tools::integerIn(0, INT_MAX));
   // More than NCCL_NET_MAX_REQUESTS receives in flight on one comm is more than NCCL posts or a plugin must take.
   app.add_option("-W,--window", settings.window, "receives kept in flight for bandwidth (default 8, at most 32)")
-      ->check(CLI::Range(1, NCCL_NET_MAX_REQUESTS));
+      ->check(nns::tools::integerIn(1, NCCL_NET_MAX_REQUESTS));
   // NCCL groups at most NCCL_PROXY_MAX_SUBS (64) receives in one irecv; a larger -m allocated its sizes before the
   // device's maxRecvs refused it (1.2 GB for -m 300000000).
   app.add_option("-m,--multi-recv", settings.multiRecv, "messages grouped in one irecv (default 1, <= maxRecvs, <= 64)")
-      ->check(CLI::Range(1, nccl_net::sdk::kMaxGroupedRecvs));
-  app.add_option("-d,--dev", settings.dev, "device index (default 0)")->check(CLI::Range(0, INT_MAX));
+      ->check(nns::tools::integerIn(1, nccl_net::sdk::kMaxGroupedRecvs));
+  app.add_option("-d,--dev", settings.dev, "device index (default 0)")->check(nns::tools::integerIn(0, INT_MAX));
   app.add_option("--call-timeout", settings.callTimeoutSeconds,
                  "seconds any one plugin call may take (loading the plugin counts as one), and any operation the "
                  "plugin keeps answering 'not yet' (connect and accept, a post, a request's completion) (default 30)")
-      ->check(CLI::Range(1, 3600));
+      ->check(nns::tools::integerIn(1, 3600));
   std::string bindTo = "spread";
   app.add_option("--bind-to", bindTo,
                  "spread: each process on CPUs of its own when there are 2 or more (hwloc's spread, as nccl-net-run); "
