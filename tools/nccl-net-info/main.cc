@@ -128,6 +128,15 @@ void printOutput(const json& entry) {
   for (const auto& line : entry["output"]) std::printf("    printed: %s\n", line.get<std::string>().c_str());
 }
 
+// Names, paths and reasons from the environment, the file system or a plugin, as the text output writes them: \xNN
+// outside printable ASCII (as the header line writes NCCL_NET_PLUGIN), so that none can drive the terminal.
+std::string shown(const std::string& text) {
+  return nns::core::printable(text.c_str());
+}
+std::string shown(const json& text) {
+  return shown(text.get<std::string>());
+}
+
 // Symbol names as the file has them may be any bytes: JSON takes UTF-8 only, and a terminal should not take escapes.
 // The first 100 (sorted): a library that links a whole toolkit statically exports thousands; the count says how many.
 json printableNames(const std::vector<std::string>& names) {
@@ -514,7 +523,7 @@ int runTool(int argc, char** argv) {
   // /etc/nccl.conf), applied to the environment as NCCL applies it.
   // -p (even -p '', which is set but empty) replaced what a file set.
   const std::string pluginOrigin = pluginOption->count() == 0 ? nns::core::ncclConfOrigin("NCCL_NET_PLUGIN") : "";
-  std::printf("NCCL_NET_PLUGIN: %s%s%s\n", nns::core::printable(spec.c_str()).c_str(),
+  std::printf("NCCL_NET_PLUGIN: %s%s%s\n", shown(spec).c_str(),
               pluginOrigin.empty() ? "" : (" (from " + pluginOrigin + ")").c_str(),
               !spec.empty() && spec.back() == '\r'
                   ? " -- it ends in a carriage return (\\x0d): the file has Windows line endings, whose CR NCCL "
@@ -522,14 +531,12 @@ int runTool(int argc, char** argv) {
                   : "");
   const std::string netOrigin = nns::core::ncclConfOrigin("NCCL_NET");
   if (netName)
-    std::printf(
-        "NCCL_NET: %s%s\n",
-        netName->empty()
-            ? "(set but empty: it matches no net, and NCCL fails)"
-            : (nns::core::printable(netName->c_str()) + " (only a net of that name is taken, ignoring case)").c_str(),
-        netOrigin.empty() ? "" : (" (from " + netOrigin + ")").c_str());
+    std::printf("NCCL_NET: %s%s\n",
+                netName->empty() ? "(set but empty: it matches no net, and NCCL fails)"
+                                 : (shown(*netName) + " (only a net of that name is taken, ignoring case)").c_str(),
+                netOrigin.empty() ? "" : (" (from " + netOrigin + ")").c_str());
   std::printf("search directories:");
-  for (const auto& d : dirs) std::printf(" %s", nns::core::printable(d.c_str()).c_str());
+  for (const auto& d : dirs) std::printf(" %s", shown(d).c_str());
   std::printf(ownLib ? " (a plugin named without a path is looked for here last, after the dynamic linker's search, "
                        "which is all NCCL does)\n\nPlugin libraries found:\n"
                      : " (looked in first, before the dynamic linker's search)\n\nPlugin libraries found:\n");
@@ -540,15 +547,11 @@ int runTool(int argc, char** argv) {
                                     ? "ncclNet " + versionsText(f["netVersions"].get<std::vector<int>>()) +
                                           "; ncclCollNet " + versionsText(f["collNetVersions"].get<std::vector<int>>())
                                     : std::string("exports unknown: it could not be opened");
-    std::printf("  %s\n    %s\n    %s\n", nns::core::printable(f["path"].get<std::string>().c_str()).c_str(),
-                exports.c_str(), nns::core::printable(f["verdict"].get<std::string>().c_str()).c_str());
+    std::printf("  %s\n    %s\n    %s\n", shown(f["path"]).c_str(), exports.c_str(), shown(f["verdict"]).c_str());
     printLeakedSymbols(f);
     printOutput(f);
   }
   std::printf("\nCandidates, in the order NCCL tries them:\n");
-  // Names, paths and reasons come from the environment and the file system: written as \xNN outside printable ASCII,
-  // as the header line writes NCCL_NET_PLUGIN, so that none can drive the terminal.
-  auto shown = [](const nlohmann::json& text) { return nns::core::printable(text.get<std::string>().c_str()); };
   if (candidates.empty())
     std::printf(strcasecmp(spec.c_str(), "none") == 0 ? "  (none: NCCL_NET_PLUGIN=none, only NCCL's internal nets)\n"
                                                       : "  (none: the setting names no library)\n");
@@ -598,7 +601,7 @@ int runTool(int argc, char** argv) {
   for (const auto& i : ignored) {
     std::string name = i["requested"].get<std::string>();
     if (name.size() > 60) name = name.substr(0, 57) + "...";  // cut before escaping: never inside a \xNN
-    name = nns::core::printable(name.c_str());
+    name = shown(name);
     const std::string reason = shown(i["reason"]);
     auto same =
         std::find_if(ignoredByReason.begin(), ignoredByReason.end(), [&](const auto& r) { return r.first == reason; });
@@ -635,16 +638,16 @@ int runTool(int argc, char** argv) {
         std::printf(
             "\nNo plugin loaded, and NCCL_NET=%s names neither internal net (IB, Socket): NCCL would fail "
             "(\"Failed to initialize any NET plugin\").\n",
-            nns::core::printable(netName->c_str()).c_str());
+            shown(*netName).c_str());
       }
     } else {
-      std::printf("\nNo plugin loaded: NCCL would not get past %s.\n", nns::core::printable(stoppedAt.c_str()).c_str());
+      std::printf("\nNo plugin loaded: NCCL would not get past %s.\n", shown(stoppedAt).c_str());
     }
     return 1;
   }
   std::printf("\nDevices of %s (ncclNet_v%d):\n", chosen["name"].get<std::string>().c_str(),
               chosen["version"].get<int>());
-  if (!deviceError.empty()) std::printf("  %s\n", nns::core::printable(deviceError.c_str()).c_str());
+  if (!deviceError.empty()) std::printf("  %s\n", shown(deviceError).c_str());
   printDevices(devices);
   // NIC fusion: NCCL (2.23+, ncclNet_v9+) merges the ports of one NIC into a vNIC where the plugin can make one.
   const int version = chosen["version"].get<int>();
@@ -659,11 +662,10 @@ int runTool(int argc, char** argv) {
         version < 9 ? ("ncclNet_v" + std::to_string(version) + " has no makeVDevice").c_str() : "makeVDevice is NULL");
   if (collNet == nullptr) return 0;  // the probe ended before the collNet's turn (the failure is above)
 
-  std::printf("\nCollNet (in-network collectives) of %s:\n  exports ncclCollNet %s\n",
-              nns::core::printable(chosen["path"].get<std::string>().c_str()).c_str(),
+  std::printf("\nCollNet (in-network collectives) of %s:\n  exports ncclCollNet %s\n", shown(chosen["path"]).c_str(),
               versionsText(collNet["exportedVersions"].get<std::vector<int>>()).c_str());
   if (collNet["chosenVersion"].get<int>() == 0) {
-    std::printf("  not used: %s\n", nns::core::printable(collNet["rejectReason"].get<std::string>().c_str()).c_str());
+    std::printf("  not used: %s\n", shown(collNet["rejectReason"]).c_str());
     return 0;
   }
   std::printf("  CHOSEN %s through ncclCollNet_v%d (the newest it exports that NCCL 2.30 knows)\n",
@@ -675,8 +677,7 @@ int runTool(int argc, char** argv) {
               : collNet["chosenVersion"].get<int>() < 8
                   ? " (ncclCollNet_v6 and v7 have no all-gather or reduce-scatter)"
                   : " (the rest are NULL in its table: NCCL does not offload them)");
-  if (!collNet["error"].get<std::string>().empty())
-    std::printf("  %s\n", nns::core::printable(collNet["error"].get<std::string>().c_str()).c_str());
+  if (!collNet["error"].get<std::string>().empty()) std::printf("  %s\n", shown(collNet["error"]).c_str());
   printDevices(collNet["devices"]);
   return 0;
 }
