@@ -1822,6 +1822,53 @@ __attribute__((visibility("default"))) int shimRaiseLogLevel() {
 }
 #endif
 
+#ifdef NNS_LEGACY_INIT_ONCE
+namespace {
+// Not a bug: beside ncclNet_v12, the tables kept for NCCL 2.23-2.27 (v10, v9), each version's init a wrapper of one
+// common init that refuses a second call, as NCCL loads one version and calls its init once per process. The real
+// plugin's own v10 and v9 tables move the data.
+int gCommonInits = 0;
+template <class Table>
+const Table* realOlderTable(const char* symbol) {
+  void* library = dlopen(NNS_REAL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+  return library ? static_cast<const Table*>(dlsym(library, symbol)) : nullptr;
+}
+const ncclNet_v10_t* realV10() {
+  static const ncclNet_v10_t* table = realOlderTable<ncclNet_v10_t>("ncclNetPlugin_v10");
+  return table;
+}
+const ncclNet_v9_t* realV9() {
+  static const ncclNet_v9_t* table = realOlderTable<ncclNet_v9_t>("ncclNetPlugin_v9");
+  return table;
+}
+ncclResult_t commonInit(int version, ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {
+  if (++gCommonInits > 1) return ncclInvalidUsage;  // "already initialised"
+  if (version == 10) return realV10() != nullptr ? realV10()->init(logger, profiler) : ncclSystemError;
+  return realV9() != nullptr ? realV9()->init(logger) : ncclSystemError;
+}
+// Two wrappers, two functions: the loader runs an old table's init once per function, as NCCL runs the one it loads.
+ncclResult_t initV10(ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {
+  return commonInit(10, logger, profiler);
+}
+ncclResult_t initV9(ncclDebugLogger_t logger) {
+  // For the harness's own test of a crash in a version's process (NNS_SHIM_V9_INIT_CRASHES set).
+  if (std::getenv("NNS_SHIM_V9_INIT_CRASHES") != nullptr) raise(SIGSEGV);
+  return commonInit(9, logger, nullptr);
+}
+}  // namespace
+extern "C" {
+__attribute__((visibility("default"))) ncclNet_v10_t ncclNetPlugin_v10 = {};
+__attribute__((visibility("default"))) ncclNet_v9_t ncclNetPlugin_v9 = {};
+}
+__attribute__((constructor)) void fillTables() {
+  if (realV10() != nullptr) ncclNetPlugin_v10 = *realV10();
+  if (realV9() != nullptr) ncclNetPlugin_v9 = *realV9();
+  ncclNetPlugin_v10.name = ncclNetPlugin_v9.name = NNS_BUG_NAME;
+  ncclNetPlugin_v10.init = initV10;
+  ncclNetPlugin_v9.init = initV9;
+}
+#endif
+
 extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
     NNS_BUG_NAME, init,        devices,     getProperties, listen,  connect,          accept,
     regMr,        regMrDmaBuf, deregMr,     isend,         irecv,   iflush,           test,

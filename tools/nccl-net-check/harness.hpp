@@ -31,6 +31,9 @@ struct Options {
   // opens its own copy of the plugin (`peerLibrary`, a copy of the file so it starts fresh rather than inheriting
   // the listener's interface choice). Empty: both sides share this host's network.
   std::string listenerNetns, peerNetns, peerLibrary;
+  // every-version-agrees opens each version on this copy, in a process of its own: a fresh instance, as NCCL loads
+  // one version per process. Empty: the rule's own instance.
+  std::string versionsLibrary;
 };
 
 struct RuleInfo {

@@ -33,14 +33,25 @@ namespace {
 constexpr int kExitNetnsSetupFailed = 3;
 constexpr int kExitNetnsUnavailable = 4;
 
-// The peers' copy of the plugin (--netns), kept in paths a signal handler can remove without allocating.
-char gPeerCopyFile[PATH_MAX] = "";
-char gPeerCopyDir[PATH_MAX] = "";
+// The copies of the plugin and their folders, in the order made, kept in buffers a signal handler can remove them
+// from without allocating: removed in the reverse order (files unlinked, folders removed).
+struct MadePath {
+  char path[PATH_MAX];
+  bool folder;
+};
+MadePath gMadePaths[4];
+volatile sig_atomic_t gMadeCount = 0;
 
 void removePeerCopy() {
-  if (gPeerCopyFile[0] != '\0') unlink(gPeerCopyFile);
-  if (gPeerCopyDir[0] != '\0') rmdir(gPeerCopyDir);
-  gPeerCopyFile[0] = gPeerCopyDir[0] = '\0';
+  for (int i = gMadeCount - 1; i >= 0; --i)
+    gMadePaths[i].folder ? rmdir(gMadePaths[i].path) : unlink(gMadePaths[i].path);
+  gMadeCount = 0;
+}
+void noteMade(const std::string& path, bool folder) {
+  MadePath& made = gMadePaths[gMadeCount];
+  std::snprintf(made.path, sizeof(made.path), "%s", path.c_str());
+  made.folder = folder;
+  gMadeCount = gMadeCount + 1;
 }
 
 // Appends `text` to `out` (async-signal-safe pieces for onTerminate).
@@ -197,8 +208,11 @@ void onTerminate(int sig) {
 }
 
 // Copies the plugin into a fresh directory so that each peer opens a distinct instance (dlopen of the same file
-// would return the already-initialised one). Empty on failure, with the reason in `error`.
-std::string copyPluginForPeers(const std::string& path, std::string* error) {
+// would return the already-initialised one), and once more into a folder of that one for every-version-agrees, which
+// opens each version on a fresh instance (and whose peers, with --netns, open the first copy). The peers' copy, or
+// empty on failure with the reason in `error`; `versionsCopy` is empty when only the second copy failed.
+std::string copyPluginForPeers(const std::string& path, std::string* error, std::string* versionsCopy) {
+  versionsCopy->clear();
   const char* tmp = std::getenv("TMPDIR");
   std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/nccl-net-check-XXXXXX";
   std::vector<char> dir(pattern.begin(), pattern.end());
@@ -207,8 +221,9 @@ std::string copyPluginForPeers(const std::string& path, std::string* error) {
     *error = "mkdtemp " + pattern + ": " + std::strerror(errno);
     return "";
   }
-  std::string copy = std::string(dir.data()) + "/" + std::filesystem::path(path).filename().string();
-  std::snprintf(gPeerCopyDir, sizeof(gPeerCopyDir), "%s", dir.data());
+  noteMade(dir.data(), true);
+  const std::string file = std::filesystem::path(path).filename().string();
+  std::string copy = std::string(dir.data()) + "/" + file;
   std::error_code failed;
   std::filesystem::copy_file(path, copy, failed);
   if (failed) {
@@ -216,7 +231,15 @@ std::string copyPluginForPeers(const std::string& path, std::string* error) {
     removePeerCopy();
     return "";
   }
-  std::snprintf(gPeerCopyFile, sizeof(gPeerCopyFile), "%s", copy.c_str());
+  noteMade(copy, false);
+  const std::string versions = std::string(dir.data()) + "/versions";
+  if (mkdir(versions.c_str(), 0700) == 0) {
+    noteMade(versions, true);
+    if (std::filesystem::copy_file(path, versions + "/" + file, failed)) {
+      *versionsCopy = versions + "/" + file;
+      noteMade(*versionsCopy, false);
+    }
+  }
   return copy;
 }
 
@@ -613,7 +636,7 @@ int runTool(int argc, char** argv) {
                             kExitNetnsUnavailable);
       return netnsFailure("--netns setup failed: " + error, "error", kExitNetnsSetupFailed);
     }
-    options.peerLibrary = copyPluginForPeers(filePath, &error);
+    options.peerLibrary = copyPluginForPeers(filePath, &error, &options.versionsLibrary);
     if (options.peerLibrary.empty()) return netnsFailure("--netns: " + error, "error", kExitNetnsSetupFailed);
     options.listenerNetns = namespaces.listenerNamespace();
     options.peerNetns = namespaces.peerNamespace();
@@ -633,7 +656,7 @@ int runTool(int argc, char** argv) {
   } else {
     // handle-is-self-contained's peer opens this copy: a second instance of the plugin.
     std::string error;
-    options.peerLibrary = copyPluginForPeers(filePath, &error);
+    options.peerLibrary = copyPluginForPeers(filePath, &error, &options.versionsLibrary);
     if (options.peerLibrary.empty())
       std::fprintf(stderr, "nccl-net-check: no second instance for handle-is-self-contained: %s\n", error.c_str());
   }

@@ -55,6 +55,7 @@ int gRuleSeconds = 60;   // --rule-timeout: a rule that runs long may stop itsel
 std::string gPeerNetns;  // --netns: the namespace peers enter
 // The copy of the plugin peers open: every peer's with --netns, else handle-is-self-contained's.
 std::string gPeerLibrary;
+std::string gVersionsLibrary;  // every-version-agrees's fresh instance (Options::versionsLibrary)
 // Set by handle-is-self-contained: its peer opens gPeerLibrary, a second instance of the plugin, as --netns's peers
 // do, instead of going on with the instance of the rule process it was forked from.
 bool gFreshPeer = false;
@@ -3388,58 +3389,166 @@ Verdict receiverDeathIsAnError(Context& c) {
   return verdict;
 }
 
+// Runs `body` in a process of its own, forked from the rule's, and returns its verdict with what the body left for
+// the rule's own (a post stopped at maxP2pBytes, messages left out, a breach of NCCL's calling contract). A call that
+// does not return ends that process with the watchdog's verdict, as it ends a rule's; a crash or an exit of the
+// plugin's own is named with the call it was in. The rule's timeout still bounds the whole (one process group).
+Verdict inOwnProcess(const std::function<Verdict()>& body) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return fail("the harness could not make a pipe: %s", std::strerror(errno));
+  std::fflush(nullptr);
+  const pid_t rule = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const int error = errno;
+    close(fds[0]);
+    close(fds[1]);
+    return fail("the harness could not fork: %s", std::strerror(error));
+  }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the rule's process
+    if (getppid() != rule) _exit(124);
+    close(fds[0]);
+    gResultFd = fds[1];  // where the watchdog writes, should a call not return
+    Verdict v{Status::kFail, ""};
+    try {
+      v = body();
+    } catch (const std::exception& e) {
+      v = fail("the harness itself failed (not the plugin): %s", e.what());
+    }
+    // The verdict as a rule's ("STATUS|evidence"), then, NUL-separated, what the rule's own verdict takes from it.
+    std::string text = std::string(statusText(v.status)) + "|" + v.evidence;
+    for (const std::string& field :
+         {std::string(gOversizedHere ? "1" : "0"), gLeftOut, std::to_string(gContractCode), gContractProblem}) {
+      text += '\0';
+      text += field;
+    }
+    for (size_t done = 0; done < text.size();) {
+      const ssize_t n = write(fds[1], text.data() + done, text.size() - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    harnessExit(0);
+  }
+  close(fds[1]);
+  // Read until the process has ended: a process the plugin forked may hold the pipe open for good.
+  std::string text;
+  char buffer[1024];
+  int status = 0;
+  bool reaped = false;
+  for (pollfd wait{fds[0], POLLIN, 0};;) {
+    if (poll(&wait, 1, 100) > 0) {
+      const ssize_t n = read(fds[0], buffer, sizeof(buffer));
+      if (n > 0) {
+        text.append(buffer, static_cast<size_t>(n));
+        continue;
+      }
+      break;  // end of file: the process is ending
+    }
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      reaped = true;
+      ssize_t n;
+      while (poll(&wait, 1, 0) > 0 && (wait.revents & POLLIN) != 0 && (n = read(fds[0], buffer, sizeof(buffer))) > 0)
+        text.append(buffer, static_cast<size_t>(n));
+      break;
+    }
+  }
+  close(fds[0]);
+  if (!reaped) waitpid(pid, &status, 0);
+  // The process wrote this process's call note (slot 0): its mark of a harness exit is not this process's.
+  const bool harnessEnded = gMyNote != nullptr && gMyNote->harnessExit.exchange(0) != 0;
+  const size_t bar = text.find('|');
+  if (bar == std::string::npos) {
+    if (WIFSIGNALED(status))
+      return fail("the plugin crashed the process (signal %d, %s)%s", WTERMSIG(status), strsignal(WTERMSIG(status)),
+                  whereText(gMyNote).c_str());
+    return fail("the process ended without a verdict (exit status %d)%s%s", WEXITSTATUS(status),
+                harnessEnded ? "" : ": the plugin exited it, or crashed it and a sanitizer reported the crash",
+                harnessEnded ? "" : whereText(gMyNote).c_str());
+  }
+  std::vector<std::string> fields;
+  for (size_t start = 0;;) {
+    const size_t end = text.find('\0', start);
+    fields.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  const std::string head = fields[0].substr(0, bar);
+  Verdict v{head == "PASS" ? Status::kPass : head == "SKIP" ? Status::kSkip : Status::kFail, fields[0].substr(bar + 1)};
+  if (fields.size() == 5) {  // absent after the watchdog's verdict
+    gOversizedHere = gOversizedHere || fields[1] == "1";
+    if (!fields[2].empty() && gLeftOut.find(fields[2]) == std::string::npos)
+      gLeftOut += (gLeftOut.empty() ? "" : "; ") + fields[2];
+    if (!fields[4].empty()) noteContractProblem(std::atoi(fields[3].c_str()), fields[4]);
+  }
+  return v;
+}
+
+// One exported version against the newest's properties, on `library` (`c` is the rule's newest table).
+Verdict versionAgrees(Context& c, const std::string& library, int version) {
+  std::string error;
+  auto net = core::openNetVersion(library, version, &error);
+  if (net == nullptr) return fail("%s", error.c_str());
+  void* ctx = nullptr;
+  if (ncclResult_t result = CALL("init", net->init(&ctx, 1, nullptr, nullptr, nullptr)); result != ncclSuccess)
+    return fail("init returned %s", resultText(result).c_str());
+  ncclNetProperties_v12_t p;
+  if (ncclResult_t result = CALL("getProperties", net->getProperties(c.dev, &p)); result != ncclSuccess)
+    return fail("getProperties returned %s", resultText(result).c_str());
+  // An NCCL that loads this version takes this table's values (maxP2pBytes, vProps, ...) as the newest's are taken.
+  if (Verdict sane = deviceSane(c.dev, p); sane.status != Status::kPass) return sane;
+  // Compared as printed, so a NULL name is a difference, not a crash.
+  const std::string name = core::printable(p.name), newestName = core::printable(c.props.name);
+  if (name != newestName || p.speed != c.props.speed || p.ptrSupport != c.props.ptrSupport ||
+      p.maxComms != c.props.maxComms || p.maxRecvs != c.props.maxRecvs || p.guid != c.props.guid)
+    return fail(
+        "reports %s %d Mbps ptr 0x%x maxComms %d maxRecvs %d guid 0x%llx, v%d reports %s %d Mbps ptr 0x%x maxComms "
+        "%d maxRecvs %d guid 0x%llx",
+        name.c_str(), p.speed, p.ptrSupport, p.maxComms, p.maxRecvs, static_cast<unsigned long long>(p.guid),
+        c.net->version(), newestName.c_str(), c.props.speed, c.props.ptrSupport, c.props.maxComms, c.props.maxRecvs,
+        static_cast<unsigned long long>(c.props.guid));
+  // What NCCL places and tunes the NIC by (its PCI path in the topology, its port and latency), and from v8 on
+  // whether a registration serves every comm: a table kept by hand for an old version drifts there as well.
+  const std::string pciPath = core::printable(p.pciPath), newestPciPath = core::printable(c.props.pciPath);
+  const bool bothHaveRegIsGlobal = version >= 8 && c.net->version() >= 8;
+  if (pciPath != newestPciPath || p.port != c.props.port || !(p.latency == c.props.latency) ||
+      (bothHaveRegIsGlobal && p.regIsGlobal != c.props.regIsGlobal))
+    return fail(
+        "reports pciPath %s port %d latency %g regIsGlobal %s, v%d reports pciPath %s port %d latency %g "
+        "regIsGlobal %s",
+        pciPath.c_str(), p.port, static_cast<double>(p.latency),
+        bothHaveRegIsGlobal ? std::to_string(p.regIsGlobal).c_str() : "-", c.net->version(), newestPciPath.c_str(),
+        c.props.port, static_cast<double>(c.props.latency),
+        bothHaveRegIsGlobal ? std::to_string(c.props.regIsGlobal).c_str() : "-");
+  if (std::strcmp(net->name(), c.net->name()) != 0)
+    return fail("is named %s, not %s", core::printable(net->name()).c_str(), core::printable(c.net->name()).c_str());
+  Context other{net.get(), ctx, c.dev, p};
+  Verdict v = transferChecked(other, {{3, 1}, {70000, 2}}, 1 << 17);
+  if (v.status != Status::kPass) return v;
+  CALL("finalize", net->finalize(ctx));
+  return v;
+}
+
+// Each version in a process of its own, on a fresh instance of the plugin (a copy of its file), as NCCL
+// loads one version per process: a plugin whose old tables wrap one common init that refuses a second call, or share
+// other once-only state, is right to fail a second table opened beside the first, and is not judged by that.
 Verdict everyVersionAgrees(Context& c) {
   auto exports = core::inspectLibrary(c.net->path());
+  const bool fresh = !gVersionsLibrary.empty();
+  const std::string library = fresh ? gVersionsLibrary : c.net->path();
   std::string summary;
   for (int version : exports.netVersions) {
-    std::string error;
-    auto net = core::openNetVersion(c.net->path(), version, &error);
-    if (net == nullptr) return fail("ncclNet_v%d: %s", version, error.c_str());
-    void* ctx = nullptr;
-    if (ncclResult_t result = CALL("init", net->init(&ctx, 1, nullptr, nullptr, nullptr)); result != ncclSuccess)
-      return fail("ncclNet_v%d: init returned %s", version, resultText(result).c_str());
-    ncclNetProperties_v12_t p;
-    if (ncclResult_t result = CALL("getProperties", net->getProperties(c.dev, &p)); result != ncclSuccess)
-      return fail("ncclNet_v%d: getProperties returned %s", version, resultText(result).c_str());
-    // An NCCL that loads this version takes this table's values (maxP2pBytes, vProps, ...) as the newest's are taken.
-    if (Verdict sane = deviceSane(c.dev, p); sane.status != Status::kPass)
-      return fail("ncclNet_v%d: %s", version, sane.evidence.c_str());
-    // Compared as printed, so a NULL name is a difference, not a crash.
-    const std::string name = core::printable(p.name), newestName = core::printable(c.props.name);
-    if (name != newestName || p.speed != c.props.speed || p.ptrSupport != c.props.ptrSupport ||
-        p.maxComms != c.props.maxComms || p.maxRecvs != c.props.maxRecvs || p.guid != c.props.guid)
-      return fail(
-          "ncclNet_v%d reports %s %d Mbps ptr 0x%x maxComms %d maxRecvs %d guid 0x%llx, v%d reports %s %d Mbps ptr "
-          "0x%x maxComms %d maxRecvs %d guid 0x%llx",
-          version, name.c_str(), p.speed, p.ptrSupport, p.maxComms, p.maxRecvs, static_cast<unsigned long long>(p.guid),
-          c.net->version(), newestName.c_str(), c.props.speed, c.props.ptrSupport, c.props.maxComms, c.props.maxRecvs,
-          static_cast<unsigned long long>(c.props.guid));
-    // What NCCL places and tunes the NIC by (its PCI path in the topology, its port and latency), and from v8 on
-    // whether a registration serves every comm: a table kept by hand for an old version drifts there as well.
-    const std::string pciPath = core::printable(p.pciPath), newestPciPath = core::printable(c.props.pciPath);
-    const bool bothHaveRegIsGlobal = version >= 8 && c.net->version() >= 8;
-    if (pciPath != newestPciPath || p.port != c.props.port || !(p.latency == c.props.latency) ||
-        (bothHaveRegIsGlobal && p.regIsGlobal != c.props.regIsGlobal))
-      return fail(
-          "ncclNet_v%d reports pciPath %s port %d latency %g regIsGlobal %s, v%d reports pciPath %s port %d latency %g "
-          "regIsGlobal %s",
-          version, pciPath.c_str(), p.port, static_cast<double>(p.latency),
-          bothHaveRegIsGlobal ? std::to_string(p.regIsGlobal).c_str() : "-", c.net->version(), newestPciPath.c_str(),
-          c.props.port, static_cast<double>(c.props.latency),
-          bothHaveRegIsGlobal ? std::to_string(c.props.regIsGlobal).c_str() : "-");
-    if (std::strcmp(net->name(), c.net->name()) != 0)
-      return fail("ncclNet_v%d is named %s, not %s", version, core::printable(net->name()).c_str(),
-                  core::printable(c.net->name()).c_str());
-    Context other{net.get(), ctx, c.dev, p};
-    Verdict v = transferChecked(other, {{3, 1}, {70000, 2}}, 1 << 17);
-    if (v.status != Status::kPass) return fail("ncclNet_v%d: %s", version, v.evidence.c_str());
-    CALL("finalize", net->finalize(ctx));
+    Verdict v = inOwnProcess([&] { return versionAgrees(c, library, version); });
+    if (v.status != Status::kPass) return {v.status, "ncclNet_v" + std::to_string(version) + ": " + v.evidence};
     // Appended piece by piece: GCC 12 at -O3 reports a false -Wrestrict on "v" + std::to_string(...).
     if (!summary.empty()) summary += ' ';
     summary += 'v';
     summary += std::to_string(version);
   }
-  return pass("same name and properties, data moved through " + summary);
+  return pass("same name and properties, data moved through " + summary +
+              (fresh ? ", each in a process of its own"
+                     : ", each in a process of its own on the rule's instance of the plugin (it could not be copied "
+                       "for a fresh one)"));
 }
 
 // The plugin's file exports NCCL's tables and nothing of its own: where the host, or a library loaded before the
@@ -4441,6 +4550,7 @@ const std::vector<Rule>& rules() {
   };
   gPeerNetns = options.peerNetns;
   gPeerLibrary = options.peerLibrary;
+  gVersionsLibrary = options.versionsLibrary;
   std::string netnsError;
   if (!options.listenerNetns.empty() && !enterNetns(options.listenerNetns, &netnsError))
     writeVerdict(fail("could not enter network namespace %s: %s", options.listenerNetns.c_str(), netnsError.c_str()));
