@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# gpu-checks.sh [kernels] [tree] [bench] [load]: everything that needs a GPU, on the lent GPU machine (all four steps
-# by default, or those named; a later call on the same machine can rerun some, the builds stay in $NNS_GPU_WORK).
+# gpu-checks.sh [kernels] [tree] [load] [bench]: everything that needs a GPU, on the lent GPU machine (all four steps
+# by default, in this order, or those named; a later call on the same machine, while it is still warm, can rerun
+# some: the builds stay in $NNS_GPU_WORK, e.g. `bash scripts/gpu-checks.sh load`).
 #
 # On the device tool (one H200, 16 CPUs; see /work/.library/device/): first, here, `bash scripts/gpu-prepare.sh`
 # (CLI11's headers and the prebuilt IB and UCX plugins into build/gpu-deps, which .gitignore's /build/ keeps out of
 # the working tree that travels), then this one call, as is:
-#   run(command="bash scripts/gpu-checks.sh", carry=["build/gpu-deps"], timeout_s=540)
+#   run(command="bash scripts/gpu-checks.sh", carry=["build/gpu-deps"], timeout_s=420)
 # Expected about 4-5 minutes of command time (a minute or two more for the machine's start): the kernels' build
-# ~10 s, their check ~15 s on 16 threads, their bench ~10 s, the tree ~45 s (collectives/src/reduce_cpu.cc alone
-# compiles for 30-45 s; 55-65 s with -j2 on the 2-CPU dev machine), 18 bench runs ~1-2 min (65 s on host buffers
-# there), load ~1 min.
-# Every step stops at a deadline ($NNS_GPU_DEADLINE, 420 s after the start: later steps and bench runs are skipped
+# ~10 s, their check ~15 s on 16 threads, their bench ~10 s, the GoogleTest CUDA tests ~10 s, the tree ~45 s
+# (collectives/src/reduce_cpu.cc alone compiles for 30-45 s; 55-65 s with -j2 on the 2-CPU dev machine), load ~1
+# min, 18 bench runs ~1-2 min (65 s on host buffers there). load runs before bench: it is short, and the only proof
+# that NCCL loads the plugins, which a slow bench must not starve.
+# Every step stops at a deadline ($NNS_GPU_DEADLINE, 300 s after the start: later steps and bench runs are skipped
 # with a line saying so, and each command's own limit is cut to end within 60 s of it), so the script ends by about
-# 480 s plus the tarball, inside timeout_s=540. Only the last 12,000 characters of the output and 8 files under
+# 360 s plus the tarball, inside timeout_s=420, which with the machine's start leaves the session's 15 minutes room
+# for a second call. A bench run that times out stops the bench (the rest would likely wait the same way). Only
+# the last 12,000 characters of the output and 8 files under
 # $OUT come back: the console has one line per step or run, then the report (report.txt) last; $OUT gets
 # report.txt, summary.txt, bench.txt (the kernel bandwidth table) and gpu-checks-logs.tar.gz (every log).
 #
@@ -40,7 +44,7 @@
 # Needs nvcc (PATH or /usr/local/cuda/bin); cmake (PATH, else pip's cmake module of $PYTHON) and ninja (else make)
 # for the tree; CLI11's headers (CLI/CLI.hpp) for the tree: $NNS_CLI11_INCLUDE, <repo>/build/gpu-deps/include,
 # /usr/include or /usr/local/include; python3 with PyTorch (CUDA) for load.
-# Knobs: NNS_GPU_WORK (builds and logs, default /tmp/nns-gpu-checks), NNS_GPU_DEADLINE (seconds, default 420),
+# Knobs: NNS_GPU_WORK (builds and logs, default /tmp/nns-gpu-checks), NNS_GPU_DEADLINE (seconds, default 300),
 # NNS_GPU_BENCH_DEVICE_BUFFERS=0 (the bench step on host buffers: to try the run list on a machine without a GPU).
 # Exit status 0 when every step run passed, 1 otherwise.
 set -uo pipefail
@@ -51,8 +55,8 @@ tree=${NNS_GPU_TREE_BUILD:-$work/tree}
 logs=$work/logs
 out=${OUT:-$work/out}
 python=${PYTHON:-python3}
-steps=${*:-kernels tree bench load}
-deadline=${NNS_GPU_DEADLINE:-420}
+steps=${*:-kernels tree load bench}
+deadline=${NNS_GPU_DEADLINE:-300}
 grace=60
 device_buffers=${NNS_GPU_BENCH_DEVICE_BUFFERS:-1}
 rm -rf "$logs"
@@ -82,7 +86,8 @@ left() {
 }
 # The first line of a log that says what went wrong (else its last line), cut to fit a summary line.
 first_error() {
-  { grep -m 1 -iE "error|fatal|not found|No such|SKIP|FAIL" "$1" || tail -n 1 "$1"; } 2>/dev/null | cut -c 1-200
+  { grep -m 1 -iE "error|fatal|not found|No such|SKIP|FAIL" "$1" || grep -v '^[[:space:]]*$' "$1" | tail -n 1; } \
+    2>/dev/null | cut -c 1-200
 }
 
 # pip's cmake and ninja put their programs beside the interpreter or in the modules' own folders.
@@ -181,8 +186,27 @@ kernels_step() {
     problems+=("bench: $verdict")
   }
   say "kernels: bench: $verdict"
+  # The GoogleTest CUDA tests of the kernel layer and the pointer classification, built with CUDA on the CPU machine
+  # and carried (gpu-prepare.sh): the tree here builds no tests. A skip fails here too (there is a device).
+  local gtest=${NNS_GPU_GTEST:-$root/build/gpu-deps/bin/cuda_kernels_test} tests=""
+  if [ -x "$gtest" ]; then
+    LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+      timeout "$(left 120)" "$gtest" >"$logs/kernels-gtest.txt" 2>&1
+    rc=$?
+    tests=$(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$logs/kernels-gtest.txt" | tr -s ' ' | paste -sd' ' -)
+    if [ "$rc" != 0 ] || grep -qE '^\[ +(FAILED|SKIPPED) +\] [0-9]+ test' "$logs/kernels-gtest.txt" || [ -z "$tests" ]; then
+      result=FAIL
+      problems+=("cuda_kernels_test: exit $rc: ${tests:-$(first_error "$logs/kernels-gtest.txt")}")
+      details+=("kernels: cuda_kernels_test, exit $rc|$logs/kernels-gtest.txt|12")
+    fi
+    say "kernels: cuda_kernels_test: ${tests:-no summary} (exit $rc)"
+    tests="; cuda_kernels_test: $tests"
+  else
+    say "kernels: no $gtest (gpu-prepare.sh copies it from a build with CUDA): no GoogleTest run"
+    tests="; no cuda_kernels_test carried"
+  fi
   if [ "$result" = PASS ]; then
-    note kernels PASS "$(tail -n 1 "$logs/kernels-check.txt"); ${verdict#PASS: }"
+    note kernels PASS "$(tail -n 1 "$logs/kernels-check.txt"); ${verdict#PASS: }$tests"
   else
     note kernels FAIL "$(printf '%s; ' "${problems[@]}")"
   fi
@@ -231,6 +255,7 @@ EOF
   timeout "$(left 300)" cmake --build "$tree" -j"$jobs" --target "${present[@]}" >"$logs/tree-build.log" 2>&1
   rc=$?
   if [ "$rc" != 0 ]; then
+    [ "$rc" = 124 ] && sleep 1  # ninja, signalled through timeout's group, may still be writing its log
     details+=("tree: build, exit $rc|$logs/tree-build.log|15")
     note tree FAIL "build failed (exit $rc$([ "$rc" = 124 ] && echo ', timed out')):" \
       "$(first_error "$logs/tree-build.log")"
@@ -245,13 +270,14 @@ bench_failed=()
 bench_skipped=0
 bench_runs=0
 bench_no_device=
+bench_timed_out=
 # bench_run LABEL RANKS ENV COLLECTIVE ARGS...: one nccl-net-run launch of nccl-net-bench; ENV: "NAME=VALUE ..." or
 # "". Fails on a non-zero exit (3: a wrong element), no result rows, a row with wrong elements, or a missing
 # "# buffers in GPU memory" header.
 bench_run() {
   local label=$1 ranks=$2 environment=$3 collective=$4 log=$logs/bench-$1.txt rc limit rows wrong start=$SECONDS
   shift 4
-  if [ -n "$bench_no_device" ] || past_deadline; then
+  if [ -n "$bench_no_device" ] || [ -n "$bench_timed_out" ] || past_deadline; then
     bench_skipped=$((bench_skipped + 1))
     return
   fi
@@ -275,6 +301,9 @@ bench_run() {
   details+=("bench $label ($ranks ranks, $environment $collective $*), exit $rc|$log|8")
   # nccl-net-bench -G 1 exits 4 without a CUDA device: the other runs would say the same.
   if [ "$rc" = 4 ] || grep -q "no CUDA device" "$log"; then bench_no_device=$label; fi
+  # A run that timed out (timeout's 124, or 137 once it killed) would likely be followed by more: each costs a
+  # minute of the device's time.
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then bench_timed_out=$label; fi
 }
 
 bench_step() {
@@ -307,6 +336,8 @@ bench_step() {
   local total=$((bench_runs + bench_skipped)) why=
   if [ -n "$bench_no_device" ]; then
     why="no CUDA device (bench $bench_no_device): $bench_skipped more runs not started"
+  elif [ -n "$bench_timed_out" ]; then
+    why="bench $bench_timed_out timed out: $bench_skipped more runs not started"
   elif [ "$bench_skipped" != 0 ]; then
     why="$bench_skipped runs skipped: past the ${deadline}s deadline"
   fi
@@ -342,7 +373,7 @@ load_step() {
   done
 }
 
-for step in kernels tree bench load; do
+for step in kernels tree load bench; do
   wants $step || continue
   if past_deadline && [ $step != load ]; then  # load says so per route
     note $step SKIP "past the ${deadline}s deadline"

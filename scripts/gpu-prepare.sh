@@ -4,7 +4,12 @@
 #   build/gpu-deps/include/CLI/   CLI11's headers ($NNS_CLI11_INCLUDE, default /usr/include): the tree step's
 #                                 nccl-net-bench and nccl-net-run need them
 #   build/gpu-deps/lib/           libnccl-net-ib.so and libnccl-net-ucx.so prebuilt here (PLUGIN_DIR, default
-#                                 <repo>/build/release/lib), for the load step: the GPU machine cannot build them
+#                                 <repo>/build/release/lib, else <repo>/build/ci/lib), for the load step: the GPU
+#                                 machine cannot build them; and UCX's own libraries (libucp, libucs, libuct, libucm,
+#                                 and libnuma: about 2 MB), which the GPU machine's image is not known to have
+#   build/gpu-deps/bin/           cuda_kernels_test (the GoogleTest CUDA tests of the kernel layer and the pointer
+#                                 classification; from PLUGIN_DIR/../tests/cuda, when built with CUDA): the tree step
+#                                 builds no tests there (no GoogleTest), so the kernels step runs this one
 # .gitignore's /build/ keeps build/gpu-deps out of the working tree that travels: the device call names it in carry
 # (the exact call is at the top of scripts/gpu-checks.sh and printed at the end here). Says, for each plugin, which
 # shared libraries it needs and which of those the GPU machine may lack; rebuild the plugins first
@@ -13,13 +18,14 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 deps=$root/build/gpu-deps
 plugins=${1:-$root/build/release/lib}
+[ $# -gt 0 ] || [ -d "$plugins" ] || plugins=$root/build/ci/lib  # the CI preset's build, where no release one is
 cli11=${NNS_CLI11_INCLUDE:-/usr/include}
 # Libraries every Linux machine with a C++ runtime has (the GPU machine's image is a newer glibc and libstdc++ than
 # the ones the plugins were built against, which they accept).
 base='^(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux-x86-64)\.so'
 
 rm -rf "$deps"
-mkdir -p "$deps/include" "$deps/lib"
+mkdir -p "$deps/include" "$deps/lib" "$deps/bin"
 if [ ! -f "$cli11/CLI/CLI.hpp" ]; then
   echo "gpu-prepare: no $cli11/CLI/CLI.hpp (apt-get install libcli11-dev, or set NNS_CLI11_INCLUDE)" >&2
   exit 1
@@ -45,8 +51,8 @@ for name in ib ucx; do
     here=$(for lib in $extra; do ldconfig -p | grep -q "^[[:space:]]*$lib " && echo "$lib: here" ||
       echo "$lib: NOT here"; done | paste -sd, - | sed "s/,/, /g")
     echo "gpu-prepare: $name: beyond the C/C++ runtime it links $extra ($here); the GPU machine's image is not" \
-      "known to have them (UCX's libucp/libucs come from libucx0): without them the load step reports $name" \
-      "SKIP with the missing names (nccl-load-check.py reads ldd), not a failure"
+      "known to have them: they are copied beside it (below), and the load step puts that folder on" \
+      "LD_LIBRARY_PATH (a library still missing there makes $name SKIP with its name, not a failure)"
   fi
   if [ "$name" = ib ]; then
     echo "gpu-prepare: ib: dlopen()s libibverbs.so.1 when NCCL initializes it (no NEEDED entry), which the GPU" \
@@ -61,8 +67,29 @@ for name in ib ucx; do
   fi
 done
 
+# UCX's libraries beside the plugin (the load step puts build/gpu-deps/lib on LD_LIBRARY_PATH): without them nns-ucx
+# was SKIP there. Its transport modules (ucx/libuct_*.so: ib, rdmacm, cma) stay behind: tcp, self and shared memory
+# are in libuct itself, and the GPU machine has no RDMA device.
+if [ -f "$deps/lib/libnccl-net-ucx.so" ]; then
+  copied=()
+  for lib in $(ldd "$deps/lib/libnccl-net-ucx.so" | awk '$3 ~ /^\// {print $1 " " $3}' | grep -vE "$base" |
+    awk '{print $2}'); do
+    cp -L "$lib" "$deps/lib/" && copied+=("$(basename "$lib")")
+  done
+  echo "gpu-prepare: ucx: its libraries copied beside it: ${copied[*]:-none}"
+fi
+# The CUDA tests of the kernel layer, built here with CUDA: linked statically but for libcudart (found through
+# /usr/local/cuda there).
+tests_binary=$(dirname "$plugins")/tests/cuda/cuda_kernels_test
+if [ -x "$tests_binary" ]; then
+  cp "$tests_binary" "$deps/bin/"
+  echo "gpu-prepare: cuda_kernels_test from $tests_binary ($(date -r "$tests_binary" '+%Y-%m-%d %H:%M'))"
+else
+  echo "gpu-prepare: no $tests_binary (a build with CUDA and tests): the kernels step runs no GoogleTest"
+fi
+
 if ! git -C "$root" check-ignore -q "$deps/include/CLI/CLI.hpp"; then
   echo "gpu-prepare: WARNING: build/gpu-deps is not ignored by git: it would travel twice (tree and carry)" >&2
 fi
 echo "gpu-prepare: $deps: $(du -sh "$deps" | cut -f 1) (carry's limit: 64 MiB with the working tree)"
-echo 'gpu-prepare: device call: run(command="bash scripts/gpu-checks.sh", carry=["build/gpu-deps"], timeout_s=540)'
+echo 'gpu-prepare: device call: run(command="bash scripts/gpu-checks.sh", carry=["build/gpu-deps"], timeout_s=420)'

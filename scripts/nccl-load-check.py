@@ -147,16 +147,26 @@ def child(via):
     return 0 if ok else 1
 
 
+def beside_plugin(path):
+    """The environment with the plugin's own folder first on LD_LIBRARY_PATH: scripts/gpu-prepare.sh copies the
+    libraries a prebuilt plugin needs beyond the C/C++ runtime (UCX's) beside it."""
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [os.path.dirname(path), env.get("LD_LIBRARY_PATH")]))
+    return env
+
+
 def missing_libraries(path):
     """The shared libraries the plugin needs that this machine lacks (ldd's "not found"), e.g. UCX's for a plugin
     built elsewhere. Without ldd, a child process dlopen()s the plugin and the first library the loader names as
     missing is returned."""
     try:
-        run = subprocess.run(["ldd", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+        run = subprocess.run(["ldd", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30,
+                             env=beside_plugin(path))
     except (OSError, subprocess.TimeoutExpired):
         try:
             probe = subprocess.run([sys.executable, "-c", "import ctypes, sys; ctypes.CDLL(sys.argv[1])", path],
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30,
+                                   env=beside_plugin(path))
         except (OSError, subprocess.TimeoutExpired):
             return []
         found = re.search(r"([^\s:]+\.so[.\d]*): cannot open shared object file", probe.stdout.decode(errors="replace"))
@@ -178,17 +188,24 @@ def check_plugin(short, lib_dirs, via, required, log_dir, timeout):
         print("%s %s: %s needs %s, not on this machine" % ("FAIL" if short in required else "SKIP", short, path,
                                                           ", ".join(missing)), flush=True)
         return "fail" if short in required else "skip"
-    env = dict(os.environ)
+    env = beside_plugin(path)
     env.update({"NCCL_NET_PLUGIN": path, "NCCL_NET": name, "NCCL_DEBUG": "INFO",
                 "NCCL_DEBUG_SUBSYS": "INIT,ENV,NET"})
-    env.pop("NCCL_DEBUG_FILE", None)  # the INFO lines must come to this pipe
     env.setdefault("NCCL_SOCKET_IFNAME", "lo")  # NCCL's bootstrap and the socket plugin: one host, loopback
     command = [sys.executable, os.path.abspath(__file__), "--child", via]
-    try:
-        run = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
-        output, status = run.stdout.decode(errors="replace"), run.returncode
-    except subprocess.TimeoutExpired as expired:
-        output, status = (expired.stdout or b"").decode(errors="replace"), None
+    # NCCL's lines go to a file of their own, which NCCL writes unbuffered: on stdout they sit in C's stdio buffer,
+    # and a child that crashes or is killed on the timeout lost them ("did not load" for a plugin that loaded, then
+    # crashed).
+    with tempfile.TemporaryDirectory() as scratch:
+        env["NCCL_DEBUG_FILE"] = os.path.join(scratch, "nccl.%p.log")
+        try:
+            run = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+            output, status = run.stdout.decode(errors="replace"), run.returncode
+        except subprocess.TimeoutExpired as expired:
+            output, status = (expired.stdout or b"").decode(errors="replace"), None
+        for debug in sorted(glob.glob(os.path.join(scratch, "nccl.*.log"))):
+            with open(debug, errors="replace") as lines:
+                output = lines.read() + output
     if log_dir:
         with open(os.path.join(log_dir, "nccl-load-%s-%s.log" % (short, via)), "w") as log:
             log.write(output)

@@ -403,14 +403,14 @@ int runTool(int argc, char** argv) {
     if (deviceBuffers) {
 #ifdef NNS_BENCH_CUDA
       if (!cuda::deviceAvailable()) {
-        std::fprintf(stderr, "nccl-net-bench: -G 1: no CUDA device\n");
+        std::fprintf(stderr, "nccl-net-bench: -G 1: no CUDA device (%s)\n", cuda::deviceUnavailableReason().c_str());
         return 4;
       }
       // One GPU per local rank where there are several, shared round-robin where there are fewer GPUs than ranks
       // (every rank on device 0 with one GPU). Before the communicator: its slots go on the current device.
       int gpus = 0;
       if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) {
-        std::fprintf(stderr, "nccl-net-bench: -G 1: no CUDA device\n");
+        std::fprintf(stderr, "nccl-net-bench: -G 1: no CUDA device (%s)\n", cuda::deviceUnavailableReason().c_str());
         return 4;
       }
       gpu = localRank(launch) % gpus;
