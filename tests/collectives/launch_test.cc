@@ -339,6 +339,16 @@ TEST(LaunchPrecedence, OpenMpiInABatchScriptAndSrunAlone) {
   EXPECT_EQ(slurm.rank, 5);
   EXPECT_EQ(slurm.localRank, 1);
   EXPECT_EQ(slurm.job, "SLURM_JOB_ID=77 SLURM_STEP_ID=2");
+  // Slurm before 20.11: the step is SLURM_STEPID (taken only where SLURM_STEP_ID is not set).
+  auto oldSlurm =
+      launchFrom({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_JOB_ID", "77"}, {"SLURM_STEPID", "4"}});
+  EXPECT_EQ(oldSlurm.job, "SLURM_JOB_ID=77 SLURM_STEPID=4");
+  auto bothNames = launchFrom({{"SLURM_PROCID", "5"},
+                               {"SLURM_NTASKS", "8"},
+                               {"SLURM_JOB_ID", "77"},
+                               {"SLURM_STEP_ID", "2"},
+                               {"SLURM_STEPID", "2"}});
+  EXPECT_EQ(bothNames.job, "SLURM_JOB_ID=77 SLURM_STEP_ID=2");
 }
 
 namespace {

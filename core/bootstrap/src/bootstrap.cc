@@ -680,9 +680,13 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
   if (const char* local = std::getenv(chosen->localRank); local != nullptr && !parseInt(local, &info->localRank))
     info->localRank = -1;
   info->job.clear();
-  for (const char* name : chosen->job)
+  for (const char* listed : chosen->job) {
+    // Slurm before 20.11 names a task's step SLURM_STEPID: without it, two steps of one job on the same root port
+    // were taken for one job.
+    const char* name = std::strcmp(listed, "SLURM_STEP_ID") == 0 && !isSet(listed) ? "SLURM_STEPID" : listed;
     if (const char* value = std::getenv(name); value != nullptr && *value != '\0')
       info->job += std::string(info->job.empty() ? "" : " ") + name + "=" + value;
+  }
   if (debugInfo())
     std::fprintf(stderr, "nns INFO bootstrap: rank %d of %d from %s/%s (%s), local rank %d%s%s\n", info->rank,
                  info->size, rankVar, sizeVar, chosen->name, info->localRank, ignored.empty() ? "" : "; ignored ",
