@@ -1121,29 +1121,6 @@ TEST(CollNetExport, TablesPerVersionWithOptionalCollectives) {
   EXPECT_STREQ(props.name, "coll0");
 }
 
-// ncclCollNet_v7 hosts take every collNet device as HOST (spec: net-abi.md 5.3): an UNPACK device is refused there,
-// and given its type from v8 on.
-struct UnpackColl : RecordingColl {
-  static constexpr const char kName[] = "unpack-coll";
-  ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
-    const ncclResult_t result = RecordingColl::getProperties(dev, props);
-    props->netDeviceType = NCCL_NET_DEVICE_UNPACK;
-    props->netDeviceVersion = NCCL_NET_DEVICE_UNPACK_VERSION;
-    return result;
-  }
-};
-TEST(CollNetExport, AnUnpackDeviceIsRefusedToV7) {
-  using UnpackTables = sdk::detail::CollNetTables<UnpackColl>;
-  ncclNetProperties_v7_t v7;
-  EXPECT_EQ(UnpackTables::v7.getProperties(0, &v7), ncclInternalError);
-  ncclNetProperties_v8_t v8;
-  ASSERT_EQ(UnpackTables::v8.getProperties(0, &v8), ncclSuccess);
-  EXPECT_EQ(v8.netDeviceType, NCCL_NET_DEVICE_UNPACK);
-  ncclNetProperties_v7_t host;
-  ASSERT_EQ(Coll::v7.getProperties(0, &host), ncclSuccess) << "a HOST device is given as before";
-  EXPECT_EQ(host.netDeviceType, NCCL_NET_DEVICE_HOST);
-}
-
 TEST(CollNetExport, CountsAndScatterGatherPartsWiden) {
   void* request = nullptr;
   ASSERT_EQ(Coll::v8.iallreduce(reinterpret_cast<void*>(1), nullptr, nullptr, 1000, ncclFloat32, ncclSum, nullptr,

@@ -31,17 +31,6 @@ template <class Coll>
 struct CollEntry {
   static Coll& coll() { return NetState<Coll>::instance(); }
 
-  // ncclCollNet_v7's struct carries the device type, but its hosts (NCCL 2.19) set every collNet device to HOST
-  // whatever it says: an UNPACK device, whose receives land in bounce buffers for NCCL's kernels to finish, would be
-  // read as complete in place. Refused there, as ncclNet_v6 refuses one; v8 on pass the type on.
-  static ncclResult_t getPropertiesV7(int dev, ncclNetProperties_v7_t* props) {
-    NCCL_NET_CHECK((NetEntry<Coll>::template getProperties<7, ncclNetProperties_v7_t>(dev, props)));
-    NCCL_NET_SDK_REQUIRE(props->netDeviceType == NCCL_NET_DEVICE_HOST, ncclInternalError,
-                         "collnet device %s has netDeviceType %d; ncclCollNet_v7 hosts take every device as HOST",
-                         props->name, static_cast<int>(props->netDeviceType));
-    return ncclSuccess;
-  }
-
   static ncclResult_t initCtx(int version, void** ctx, uint64_t commId, ncclDebugLogger_t logger) {
     return guard("collnet init", [&] {
       setLogger(logger);
@@ -512,7 +501,7 @@ struct CollNetTables {
   };
   static constexpr ncclCollNet_v7_t v7 = {
       Coll::kName,      [](ncclDebugLogger_t logger) { return E::initLegacy(7, logger); },
-      N::devices,       E::getPropertiesV7,
+      N::devices,       N::template getProperties<7, ncclNetProperties_v7_t>,
       E::listenLegacy,  E::connect,
       E::reduceSupport, E::regMrInt,
       E::regMrDmaBuf,   E::deregMr,
