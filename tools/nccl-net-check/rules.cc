@@ -3389,6 +3389,17 @@ Verdict receiverDeathIsAnError(Context& c) {
   return verdict;
 }
 
+// Appends to `text` what the pipe `fd` holds now, without waiting: after its writer's exit, a process the plugin
+// forked (no exec, so close-on-exec spared the write end) may hold it open for good, and a blocking read then never
+// returned.
+void readWhatIsThere(int fd, std::string& text) {
+  char buffer[1024];
+  pollfd wait{fd, POLLIN, 0};
+  ssize_t n;
+  while (poll(&wait, 1, 0) > 0 && (wait.revents & POLLIN) != 0 && (n = read(fd, buffer, sizeof(buffer))) > 0)
+    text.append(buffer, static_cast<size_t>(n));
+}
+
 // Runs `body` in a process of its own, forked from the rule's, and returns its verdict with what the body left for
 // the rule's own (a post stopped at maxP2pBytes, messages left out, a breach of NCCL's calling contract). A call that
 // does not return ends that process with the watchdog's verdict, as it ends a rule's; a crash or an exit of the
@@ -3447,9 +3458,7 @@ Verdict inOwnProcess(const std::function<Verdict()>& body) {
     }
     if (waitpid(pid, &status, WNOHANG) == pid) {
       reaped = true;
-      ssize_t n;
-      while (poll(&wait, 1, 0) > 0 && (wait.revents & POLLIN) != 0 && (n = read(fds[0], buffer, sizeof(buffer))) > 0)
-        text.append(buffer, static_cast<size_t>(n));
+      readWhatIsThere(fds[0], text);
       break;
     }
   }
@@ -4697,14 +4706,10 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
         continue;
       }
       // The rule's process has ended but something it started keeps the pipe open (a peer left behind): what it
-      // wrote is all there is.
-      // Only what is there already is read: a process the plugin forked (no exec, so close-on-exec spared the write
-      // end) may hold the pipe open for good, and a blocking read then never returned, past every timeout.
+      // wrote is all there is, and only what is there already is read.
       if (waitpid(pid, &status, WNOHANG) == pid) {
         reaped = true;
-        ssize_t n;
-        while (poll(&wait, 1, 0) > 0 && (wait.revents & POLLIN) != 0 && (n = read(fds[0], buffer, sizeof(buffer))) > 0)
-          text.append(buffer, static_cast<size_t>(n));
+        readWhatIsThere(fds[0], text);
         break;
       }
     }
