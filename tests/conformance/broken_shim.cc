@@ -1769,8 +1769,9 @@ ncclResult_t legacyGetProperties(int dev, ncclNetProperties_v8_t* props) {
 }
 #endif
 
-#if defined(NNS_BUG_OLD_VERSION_P2P_ZERO) || defined(NNS_BUG_V11_PROPS_OVERRUN)
-// The real plugin's own table of an older version, which the bug below replaces one function of.
+#if defined(NNS_BUG_OLD_VERSION_P2P_ZERO) || defined(NNS_BUG_V11_PROPS_OVERRUN) || defined(NNS_LEGACY_INIT_ONCE)
+// The real plugin's own table of an older version, which the bug (or legacy-init-once's init) replaces one function
+// of.
 template <class Table>
 const Table* realTable(const char* symbol) {
   void* library = dlopen(NNS_REAL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
@@ -1828,17 +1829,12 @@ namespace {
 // common init that refuses a second call, as NCCL loads one version and calls its init once per process. The real
 // plugin's own v10 and v9 tables move the data.
 int gCommonInits = 0;
-template <class Table>
-const Table* realOlderTable(const char* symbol) {
-  void* library = dlopen(NNS_REAL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
-  return library ? static_cast<const Table*>(dlsym(library, symbol)) : nullptr;
-}
 const ncclNet_v10_t* realV10() {
-  static const ncclNet_v10_t* table = realOlderTable<ncclNet_v10_t>("ncclNetPlugin_v10");
+  static const ncclNet_v10_t* table = realTable<ncclNet_v10_t>("ncclNetPlugin_v10");
   return table;
 }
 const ncclNet_v9_t* realV9() {
-  static const ncclNet_v9_t* table = realOlderTable<ncclNet_v9_t>("ncclNetPlugin_v9");
+  static const ncclNet_v9_t* table = realTable<ncclNet_v9_t>("ncclNetPlugin_v9");
   return table;
 }
 ncclResult_t commonInit(int version, ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) {

@@ -410,7 +410,7 @@ int runTool(int argc, char** argv) {
       // (every rank on device 0 with one GPU). Before the communicator: its slots go on the current device.
       int gpus = 0;
       if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 1) {
-        std::fprintf(stderr, "nccl-net-bench: -G 1: no CUDA device (%s)\n", cuda::deviceUnavailableReason().c_str());
+        std::fprintf(stderr, "nccl-net-bench: -G 1: no CUDA device\n");
         return 4;
       }
       gpu = localRank(launch) % gpus;
