@@ -67,11 +67,14 @@ void checkPlacement(const Communicator& comm, KernelLayer& kernels) {
 // misaligned element faults (cudaErrorMisalignedAddress), a sticky error that leaves the process's CUDA context
 // unusable. So a reduction's GPU buffers are refused here, before anything runs (the host layer takes any address),
 // as is a plain host buffer beside a GPU one (an illegal address, as sticky).
+// So is a GPU buffer on another GPU than GPU Direct slots: the kernels run on the buffer's GPU and read the slots,
+// another GPU's memory, which faults without peer access (as sticky). NCCL binds a communicator to one GPU too.
 // The other collectives only copy (cudaMemcpyAsync), which takes any address. nullptr: a buffer the call ignores.
-void checkDeviceAlignment(const KernelLayer& kernels, ncclDataType_t type, size_t count, const void* send,
-                          const void* recv) {
+void checkDeviceAlignment(const Communicator& comm, const KernelLayer& kernels, ncclDataType_t type, size_t count,
+                          const void* send, const void* recv) {
   if (!kernels.onDevice() || count == 0) return;
   const size_t es = typeSize(type);
+  const int slotsGpu = comm.slotsGpu();
   for (auto [name, buffer] : {std::pair{"send", send}, std::pair{"receive", recv}}) {
     // A plain host buffer beside a GPU one: the layer is the GPU's, whose kernels fault on pageable host memory.
     if (buffer != nullptr && !kernels.reaches(buffer))
@@ -79,6 +82,13 @@ void checkDeviceAlignment(const KernelLayer& kernels, ncclDataType_t type, size_
                                 " buffer is plain host memory, which this call's GPU kernels cannot reach: a "
                                 "reduction on GPU buffers needs both in GPU memory (or in host memory pinned or "
                                 "registered with CUDA)");
+    if (const int gpu = buffer != nullptr && slotsGpu >= 0 ? kernels.gpuOf(buffer) : -1; gpu >= 0 && gpu != slotsGpu)
+      throw core::ArgumentError(std::string("the ") + name + " buffer is on GPU " + std::to_string(gpu) +
+                                ", and this communicator's slots are GPU " + std::to_string(slotsGpu) +
+                                "'s memory (GPU Direct), which kernels on GPU " + std::to_string(gpu) +
+                                " cannot read without peer access: make the communicator with GPU " +
+                                std::to_string(gpu) + " current (cudaSetDevice), or use buffers on GPU " +
+                                std::to_string(slotsGpu));
     if (reinterpret_cast<uintptr_t>(buffer) % es == 0) continue;
     char text[200];
     std::snprintf(text, sizeof(text),
@@ -276,7 +286,7 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
                KernelLayer& kernels, Algorithm algorithm) {
   checkScalar(op);
   checkArguments(type, send, recv, count, op.op, 1, detail::Layout::kSame, comm.rank());
-  checkDeviceAlignment(kernels, type, count, send, recv);
+  checkDeviceAlignment(comm, kernels, type, count, send, recv);
   const size_t es = typeSize(type);
   const int n = comm.size();
   Call call = makeCall(comm, send, recv, type, op.op, kernels);
@@ -375,7 +385,7 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
                    KernelLayer& kernels) {
   checkScalar(op);
   checkArguments(type, send, recv, recvCount, op.op, comm.size(), detail::Layout::kScatter, comm.rank());
-  checkDeviceAlignment(kernels, type, recvCount, send, recv);
+  checkDeviceAlignment(comm, kernels, type, recvCount, send, recv);
   const size_t es = typeSize(type);
   Call call = makeCall(comm, send, recv, type, op.op, kernels);
   if (isNoOp(comm, recvCount)) return;
@@ -439,7 +449,7 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
   checkScalar(op);
   checkArguments(type, send, comm.rank() == root ? recv : send, count, op.op, 1,
                  comm.rank() == root ? detail::Layout::kSame : detail::Layout::kOne, comm.rank());
-  checkDeviceAlignment(kernels, type, count, send, comm.rank() == root ? recv : nullptr);
+  checkDeviceAlignment(comm, kernels, type, count, send, comm.rank() == root ? recv : nullptr);
   const size_t es = typeSize(type);
   Call call = makeCall(comm, send, recv, type, op.op, kernels);
   if (isNoOp(comm, count)) return;

@@ -1984,7 +1984,7 @@ TEST(SlotMemory, AsynchronousCopiesIntoSlotsAndFlushedReceivesGiveExactResults) 
 // Under ThreadSanitizer the socket plugin's regMr/deregMr pair takes about 0.5 us against the decision's 1 us (the
 // sanitizer's cost, not the plugin's), and on a loaded CI host it once went over; under AddressSanitizer it went
 // over once too (its allocator's cost, on a loaded host): there the registered path is forced (1) instead of decided
-// (-1); the decision itself is checked in the release and clang builds.
+// (-1); the decision itself is checked in the release build.
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 constexpr int kDecidedOrForced = 1;
 #elif defined(__has_feature)
@@ -2244,6 +2244,115 @@ TEST(SlotMemory, GpuBuffersOnACommunicatorWithHostSlotsAreAClearError) {
   EXPECT_EQ(comm.asyncError(), "") << "an argument error must not fail the communicator";
   coll::allReduce(comm, &x, &x, 1, ncclFloat32, ncclSum);
   EXPECT_EQ(x, 1.0f);
+}
+
+namespace {
+
+// TEST DOUBLE for GPU Direct slots (CI has no GPU): host memory that says it is GPU 0's own memory, as cudaMalloc'd
+// slots would be; copies into it and its scratch are plain host memory.
+class GpuZeroSlotsStandIn final : public core::SlotMemory {
+ public:
+  std::string describe() const override { return "GPU 0 memory (test double: host memory)"; }
+  int ptrType() const override { return NCCL_PTR_HOST; }  // what the socket plugin registers
+  void* allocate(size_t bytes) override { return std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096); }
+  void release(void* memory) noexcept override { std::free(memory); }
+  void* startCopy(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return nullptr;
+  }
+  bool copyDone(void*) override { return true; }
+  bool deviceReadable() const override { return true; }
+  int gpu() const override { return 0; }
+  void* deviceScratch(size_t bytes, const void*) override {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return scratch_.data();
+  }
+
+ private:
+  std::vector<unsigned char> scratch_;
+};
+
+// TEST DOUBLE for a GPU kernel layer whose buffers are GPU `gpu`'s memory: the host layer's work, said to be on it.
+class KernelsOnGpuStandIn final : public coll::KernelLayer {
+ public:
+  explicit KernelsOnGpuStandIn(int gpu) : gpu_(gpu) {}
+  void reduce(void* dst, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) override {
+    coll::hostKernels().reduce(dst, src, count, type, op);
+  }
+  void reduceInto(void* dst, const void* a, const void* b, size_t count, ncclDataType_t type, ncclRedOp_t op) override {
+    coll::hostKernels().reduceInto(dst, a, b, count, type, op);
+  }
+  void divide(void* buf, size_t count, ncclDataType_t type, int divisor) override {
+    coll::hostKernels().divide(buf, count, type, divisor);
+  }
+  void premultiply(void* dst, const void* src, size_t count, ncclDataType_t type, const void* scalar) override {
+    coll::hostKernels().premultiply(dst, src, count, type, scalar);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override { coll::hostKernels().copy(dst, src, bytes); }
+  bool onDevice() const override { return true; }
+  int gpuOf(const void*) const override { return gpu_; }
+
+ private:
+  int gpu_;
+};
+
+}  // namespace
+
+// A reduction's GPU buffers on another GPU than the communicator's GPU Direct slots are refused by name, before
+// anything moves: its kernels run on the buffers' GPU and would fault reading the slots (a sticky CUDA error). The
+// communicator stays usable, and buffers on the slots' GPU run.
+TEST(SlotMemory, GpuBuffersOnAnotherGpuThanGpuDirectSlotsAreRefusedByName) {
+  core::CommOptions options = socketOptions();
+  options.slotMemory = [](core::Net&, int) { return std::make_shared<GpuZeroSlotsStandIn>(); };
+  auto errors = onEveryRank(2, options, [](core::Communicator& comm, int rank) {
+    KernelsOnGpuStandIn onGpu1(1), onGpu0(0);
+    std::vector<float> in(1001, static_cast<float>(rank + 1)), out(in.size(), 0.0f);
+    const std::string expected = " buffer is on GPU 1, and this communicator's slots are GPU 0's memory (GPU Direct)";
+    auto refused = [&](const char* call, const std::function<void()>& run) {
+      try {
+        run();
+      } catch (const core::ArgumentError& e) {
+        if (std::string(e.what()).find(expected) == std::string::npos)
+          throw std::runtime_error(std::string(call) + ": " + e.what());
+        return;
+      }
+      throw std::runtime_error(std::string(call) + " on GPU 1 buffers was accepted");
+    };
+    refused("allReduce", [&] { coll::allReduce(comm, in.data(), out.data(), 1001, ncclFloat32, ncclSum, onGpu1); });
+    refused("reduceScatter",
+            [&] { coll::reduceScatter(comm, in.data(), out.data(), 500, ncclFloat32, ncclSum, onGpu1); });
+    refused("reduce", [&] { coll::reduce(comm, in.data(), out.data(), 1001, ncclFloat32, ncclSum, 0, onGpu1); });
+    if (!comm.asyncError().empty()) throw std::runtime_error("the refusal failed the communicator");
+    coll::allReduce(comm, in.data(), out.data(), 1001, ncclFloat32, ncclSum, onGpu0);
+    for (float v : out)
+      if (v != 3.0f) throw std::runtime_error("allreduce on GPU 0 buffers gave " + std::to_string(v));
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// GPU memory is registered with the plugin only where the slots are GPU memory (GPU Direct), whose received pieces
+// are flushed as NCCL would; a communicator that stages GPU buffers through host slots refuses it, and a type that is
+// neither host nor CUDA, and stays usable.
+TEST(Communicator, RegisterBufferTakesGpuMemoryOnlyWithGpuDirectSlots) {
+  auto errors = onEveryRank(1, socketOptions(), [](core::Communicator& comm, int) {
+    std::vector<float> buffer(4096, 1.0f);
+    auto refused = [&](int type, const std::string& expected) {
+      try {
+        comm.registerBuffer(buffer.data(), buffer.size() * sizeof(float), type);
+      } catch (const core::ArgumentError& e) {
+        if (std::string(e.what()).find(expected) == std::string::npos)
+          throw std::runtime_error("type " + std::to_string(type) + ": " + e.what());
+        return;
+      }
+      throw std::runtime_error("type " + std::to_string(type) + " was registered");
+    };
+    refused(NCCL_PTR_CUDA, "of GPU memory (NCCL_PTR_CUDA) on a communicator without GPU Direct slots (host memory)");
+    refused(7, "type 7 is neither NCCL_PTR_HOST (1) nor NCCL_PTR_CUDA (2)");
+    void* handle = comm.registerBuffer(buffer.data(), buffer.size() * sizeof(float), NCCL_PTR_HOST);
+    coll::allReduce(comm, buffer.data(), buffer.data(), buffer.size(), ncclFloat32, ncclSum);
+    if (!comm.deregisterBuffer(handle) || buffer[4095] != 1.0f) throw std::runtime_error("host registration broke");
+  });
+  EXPECT_EQ(errors[0], "");
 }
 
 // How many slots a connection gets: an explicit option or $NNS_SLOTS, else what the slot memory asks for (two in

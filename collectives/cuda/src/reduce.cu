@@ -167,10 +167,12 @@ __device__ __forceinline__ Vec<T> applyVec(const Vec<T>& x, const Vec<T>& y) {
 // dst, a and b share the same offset modulo 16 bytes when vectorized: the host splits off the unaligned head, hands
 // the aligned middle as whole vectors, and the scalar loop covers head and tail (and everything when offsets differ).
 // Every pointer is a multiple of sizeof(T) (launch refuses others): the scalar loop's loads and stores are typed.
+// No __restrict__: dst is a itself in place (KernelLayer::reduce, and reduceInto where a is dst), and a restrict
+// promise on aliased pointers is undefined behaviour, which lets nvcc read a through the read-only (non-coherent)
+// cache while dst's stores go around it. Each thread already loads its elements before it stores any.
 template <class T, class Op>
 __global__ void __launch_bounds__(kThreads)
-    reduceKernel(T* __restrict__ dst, const T* __restrict__ a, const T* __restrict__ b, size_t head, size_t vecCount,
-                 size_t count) {
+    reduceKernel(T* dst, const T* a, const T* b, size_t head, size_t vecCount, size_t count) {
   constexpr int V = Vec<T>::kElems;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;

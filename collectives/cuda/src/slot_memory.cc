@@ -112,6 +112,7 @@ class CudaSlots final : public core::SlotMemory {
   }
   bool flushReceives() const override { return flush_; }
   bool deviceReadable() const override { return true; }
+  int gpu() const override { return gpuMemory_ ? device_ : -1; }
   // On the device of `near` (the operation's buffers may be on another GPU than the slots: a kernel there would fault
   // on memory of another device without peer access), one grow-only buffer per device. The communicator runs one
   // operation at a time.

@@ -1167,6 +1167,17 @@ void* Communicator::registerBuffer(void* data, size_t bytes, int type) {
   std::snprintf(range, sizeof(range), "%zu bytes at %p", bytes, data);
   if (bytes > UINTPTR_MAX - begin)
     throw ArgumentError(std::string("registerBuffer: ") + range + " run past the end of the address space");
+  if (type != NCCL_PTR_HOST && type != NCCL_PTR_CUDA)
+    throw ArgumentError("registerBuffer: type " + std::to_string(type) +
+                        " is neither NCCL_PTR_HOST (1) nor NCCL_PTR_CUDA (2)");
+  // GPU memory goes to the plugin only where the slots do (GPU Direct): that is where received pieces are flushed as
+  // NCCL would. On a communicator that stages GPU buffers through host slots (the plugin moves host memory only, or
+  // NNS_GDR=0) the plugin would write the GPU buffer with no flush, or refuse it at the first call, failing the
+  // communicator; NCCL too registers user buffers with the network only under GPU Direct.
+  if (type == NCCL_PTR_CUDA && slotMemory_->ptrType() != NCCL_PTR_CUDA)
+    throw ArgumentError(std::string("registerBuffer: ") + range +
+                        " of GPU memory (NCCL_PTR_CUDA) on a communicator without GPU Direct slots (" +
+                        slotMemoryDescription_ + "): its GPU buffers go through the slots, unregistered");
   if (type == NCCL_PTR_HOST) {
     const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE)), first = begin & ~(page - 1);
     if (msync(reinterpret_cast<void*>(first), begin + bytes - first, MS_ASYNC) != 0 && errno == ENOMEM)

@@ -59,6 +59,9 @@ class KernelLayer {
   // Whether this layer's kernels can work on `buffer` (a GPU layer: not plain pageable host memory). The host layer
   // cannot tell GPU memory from its own, and says true.
   virtual bool reaches(const void* /*buffer*/) const { return true; }
+  // The CUDA device whose own memory (cudaMalloc) `buffer` is, where this layer's kernels run for it; -1 for any
+  // other memory (host, pinned, managed) and for a layer that cannot tell (the host layer).
+  virtual int gpuOf(const void* /*buffer*/) const { return -1; }
 };
 
 // Host memory: vectorized by the compiler (plain loops over restrict pointers at -O3), compiled for the baseline

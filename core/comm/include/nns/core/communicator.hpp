@@ -50,6 +50,9 @@ class SlotMemory {
   // Whether GPU kernels can read the slots (GPU memory, or mapped pinned host memory). Host code can read them when
   // ptrType() is NCCL_PTR_HOST.
   virtual bool deviceReadable() const { return false; }
+  // The CUDA device whose own memory the slots are (GPU Direct), or -1 where they are host memory (pinned or not),
+  // which a kernel on any GPU reads. A kernel on another GPU faults on them without peer access.
+  virtual int gpu() const { return -1; }
   // Slots per connection when CommOptions::slots and $NNS_SLOTS leave it open: NCCL's eight steps. Host slots take
   // two (HostSlots): one core both moves and reduces their data, and every slot beyond double buffering only makes
   // the working set larger than its caches (docs/performance.md).
@@ -313,6 +316,7 @@ class Communicator {
   const std::string& devicesDescription() const { return devicesDescription_; }
   bool slotsHostReadable() const { return slotMemory_->ptrType() == NCCL_PTR_HOST; }
   bool slotsDeviceReadable() const { return slotMemory_->deviceReadable(); }
+  int slotsGpu() const { return slotMemory_->gpu(); }  // SlotMemory::gpu
 
   // Runs `operation` with the communicator to itself and waits for it: on the calling thread when nothing else is
   // queued or running, otherwise on the progress thread in submission order. An exception there (a CommError from
@@ -346,8 +350,10 @@ class Communicator {
   // first use (regMr), so the cost is paid once per connection, not per call. The memory must stay valid until
   // deregisterBuffer (or the communicator's end). Returns the handle for deregisterBuffer. Any thread, not inside
   // an operation; throws CommError (a failed communicator) or ArgumentError (a NULL or empty buffer, a range past the
-  // end of the address space, host memory not all mapped).
-  // `type` is what regMr is told: NCCL_PTR_HOST, or NCCL_PTR_CUDA for GPU memory (the plugin must support it).
+  // end of the address space, host memory not all mapped, a type that is neither below, GPU memory on a communicator
+  // whose slots are not GPU memory).
+  // `type` is what regMr is told: NCCL_PTR_HOST, or NCCL_PTR_CUDA for GPU memory, taken only where the slot memory is
+  // GPU memory (GPU Direct: SlotMemory::ptrType() NCCL_PTR_CUDA), whose received pieces are flushed as NCCL would.
   void* registerBuffer(void* data, size_t bytes, int type = NCCL_PTR_HOST);
   // False when `handle` is not a live registration of this communicator (the communicator stays usable).
   bool deregisterBuffer(void* handle);
