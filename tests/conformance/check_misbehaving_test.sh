@@ -30,12 +30,14 @@ grep -qE "^FAIL properties-sane +the plugin crashed the process \(signal 11, [^)
 grep -qE "^PASS zero-byte " <<<"$out" || fail "the other rule did not run on"
 grep -q "^1 passed, 1 failed, 0 skipped" <<<"$out" || fail "no summary"
 # Stopped mid-rule: accept blocks for good (the call timeout is far off); nothing of the run may be left.
+# TMPDIR: the harness's copies of the plugin (nccl-net-check-XXXXXX) go under $work, so that the SIGKILL case, which
+# leaves them, leaves nothing in /tmp; the SIGTERM case must remove them itself.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp "$misbehaving/../libnccl-net-broken-blocking-accept.so" "$work/"
 for sig in TERM KILL; do
-  "$check" "$work/libnccl-net-broken-blocking-accept.so" --rules accept-is-nonblocking --call-timeout 600 \
-    --rule-timeout 600 >/dev/null 2>&1 &
+  TMPDIR="$work" "$check" "$work/libnccl-net-broken-blocking-accept.so" --rules accept-is-nonblocking \
+    --call-timeout 600 --rule-timeout 600 >/dev/null 2>&1 &
   harness=$!
   sleep 2
   kill -$sig $harness
@@ -50,5 +52,23 @@ for sig in TERM KILL; do
     kill -KILL $left 2>/dev/null
     fail "SIG$sig to the harness left its rule processes running: $left"
   fi
+  if [ "$sig" = TERM ]; then
+    copies=$(find "$work" -mindepth 1 -maxdepth 1 -name 'nccl-net-check-*')
+    [ -z "$copies" ] || fail "SIGTERM to the harness left its copies of the plugin: $(find "$work" -path '*nccl-net-check-*')"
+  fi
 done
+# A TMPDIR mounted noexec (hardened hosts): the harness's copies of the plugin do not load. every-version-agrees then
+# runs on the rule's instance and says why (it failed the plugin, "failed to map segment"); the peer rules skip.
+# Needs root for the mount (as CI has); said and left out where it is refused.
+noexec="$work/noexec"
+mkdir -p "$noexec"
+if mount -t tmpfs -o noexec,size=64m tmpfs "$noexec" 2>/dev/null; then
+  run env TMPDIR="$noexec" "$check" "$misbehaving/../libnccl-net-socket.so" --rules every-version-agrees --call-timeout 10
+  umount "$noexec"
+  [ "$status" = 0 ] || fail "TMPDIR noexec: exit status $status, expected 0"
+  grep -qE "^PASS every-version-agrees .*on the rule's instance of the plugin \(its fresh copy did not load: .*\)" \
+    <<<"$out" || fail "TMPDIR noexec: every-version-agrees did not fall back to the rule's instance, saying why"
+else
+  echo "left out: a TMPDIR mounted noexec (mount -t tmpfs was refused: not root?)"
+fi
 echo "every crash and hang reported, the harness went on"

@@ -86,6 +86,11 @@ fi
 # nccl-net-perf's -n stops where the latency's kept round trips would not fit (-n 2147483647 ended in bad_alloc).
 expect 2 "--iters: Value abc is not a whole number" "$bin/nccl-net-perf" minimal -n abc
 expect 2 "--iters: Value 2.5 is not a whole number" "$bin/nccl-net-bench" -n 2.5
+# A whole number in range written otherwise is refused for its form, not as out of range (it read "not in range 1 to
+# 10000000"); one out of range is out of range however written.
+expect 2 "--iters: Value 2.0 is not written as a whole number" "$bin/nccl-net-perf" minimal -n 2.0
+expect 2 "--iters: Value 1e3 is not written as a whole number" "$bin/nccl-net-perf" minimal -n 1e3
+expect 2 "--iters: Value 1e9 not in range 1 to 10000000" "$bin/nccl-net-perf" minimal -n 1e9
 expect 2 "--iters: Value 2147483647 not in range 1 to 10000000" "$bin/nccl-net-perf" minimal -n 2147483647
 expect 2 "--call-timeout: Value 99999999999 not in range 1 to 3600" "$bin/nccl-net-info" --call-timeout 99999999999
 # --json with an argument refused: the refusal is a JSON object on stdout too (stdout was empty), for every tool that

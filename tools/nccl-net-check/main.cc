@@ -238,6 +238,11 @@ std::string copyPluginForPeers(const std::string& path, std::string* error, std:
     if (std::filesystem::copy_file(path, versions + "/" + file, failed)) {
       *versionsCopy = versions + "/" + file;
       noteMade(*versionsCopy, false);
+    } else {
+      // A copy cut short (a full disk) is removed, or the directory would stay behind with it.
+      std::remove((versions + "/" + file).c_str());
+      std::fprintf(stderr, "nccl-net-check: copying %s to %s/: %s (every-version-agrees runs on the rule's instance)\n",
+                   path.c_str(), versions.c_str(), failed.message().c_str());
     }
   }
   return copy;

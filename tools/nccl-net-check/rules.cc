@@ -1,5 +1,6 @@
 // rules.cc: the conformance rules, each named after what it checks, and the process machinery that runs them.
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
@@ -112,6 +113,13 @@ void noteCall(const char* name, bool inProgress) {
 // " in test", " after test returned (...)", or "" when no call was noted.
 // Defined when a sanitizer runtime is loaded (it then ends the process with an exit status on a crash it reports).
 extern "C" size_t __sanitizer_get_current_allocated_bytes() __attribute__((weak));
+
+// What an exit the harness did not make means: under a sanitizer also a crash it reported (and exited on).
+const char* pluginExitedText() {
+  return __sanitizer_get_current_allocated_bytes != nullptr
+             ? "the plugin exited it, or crashed it and a sanitizer reported the crash"
+             : "the plugin exited the process";
+}
 
 std::string whereText(const CallNote* note) {
   const char* name = note != nullptr ? note->name.load() : nullptr;
@@ -853,10 +861,7 @@ std::string peerText(int code) {
   // statuses the harness gives its own meanings to (3, 20, 30-34, ...) would otherwise be read as those.
   if (const CallNote* note = gCallNotes != nullptr ? &gCallNotes[1] : nullptr;
       code > 0 && note != nullptr && note->harnessExit.load() == 0 && note->name.load() != nullptr)
-    return std::string(__sanitizer_get_current_allocated_bytes != nullptr
-                           ? "the plugin exited it, or crashed it and a sanitizer reported the crash"
-                           : "the plugin exited the process") +
-           whereText(note) + " (the peer's, exit code " + std::to_string(code) + ")";
+    return std::string(pluginExitedText()) + whereText(note) + " (the peer's, exit code " + std::to_string(code) + ")";
   if (code < 0) {
     // Killed by a signal during a plugin call: the plugin crashed it (the rule process says the same of itself).
     const CallNote* note = gCallNotes != nullptr ? &gCallNotes[1] : nullptr;
@@ -894,10 +899,7 @@ std::string peerText(int code) {
   // or under a sanitizer also a crash it reported), as the rule process's own verdict says for itself.
   const CallNote* note = gCallNotes != nullptr ? &gCallNotes[1] : nullptr;
   if (note != nullptr && note->name.load() != nullptr && note->inProgress.load() != 0)
-    return std::string(__sanitizer_get_current_allocated_bytes != nullptr
-                           ? "the plugin exited it, or crashed it and a sanitizer reported the crash"
-                           : "the plugin exited the process") +
-           whereText(note) + " (the peer's, exit code " + std::to_string(code) + ")";
+    return std::string(pluginExitedText()) + whereText(note) + " (the peer's, exit code " + std::to_string(code) + ")";
   return "peer exit code " + std::to_string(code);
 }
 
@@ -3420,7 +3422,8 @@ Verdict inOwnProcess(const std::function<Verdict()>& body) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the rule's process
     if (getppid() != rule) _exit(124);
     close(fds[0]);
-    gResultFd = fds[1];  // where the watchdog writes, should a call not return
+    noteCall(nullptr, false);  // the rule's last call is not this process's: a crash before its first is named so
+    gResultFd = fds[1];        // where the watchdog writes, should a call not return
     Verdict v{Status::kFail, ""};
     try {
       v = body();
@@ -3471,8 +3474,8 @@ Verdict inOwnProcess(const std::function<Verdict()>& body) {
     if (WIFSIGNALED(status))
       return fail("the plugin crashed the process (signal %d, %s)%s", WTERMSIG(status), strsignal(WTERMSIG(status)),
                   whereText(gMyNote).c_str());
-    return fail("the process ended without a verdict (exit status %d)%s%s", WEXITSTATUS(status),
-                harnessEnded ? "" : ": the plugin exited it, or crashed it and a sanitizer reported the crash",
+    return fail("the process ended without a verdict (exit status %d)%s%s%s", WEXITSTATUS(status),
+                harnessEnded ? "" : ": ", harnessEnded ? "" : pluginExitedText(),
                 harnessEnded ? "" : whereText(gMyNote).c_str());
   }
   std::vector<std::string> fields;
@@ -3493,10 +3496,23 @@ Verdict inOwnProcess(const std::function<Verdict()>& body) {
   return v;
 }
 
+constexpr const char* kLoadingTheCopy = "dlopen (the plugin's constructors, on a fresh copy of its file)";
+
+// Opens `library` as NCCL's loader does, with the watchdog and the call note on: a constructor that crashes or hangs
+// there is named as such.
+std::unique_ptr<core::Net> openWatched(const std::string& library, int version, std::string* error) {
+  noteCall(kLoadingTheCopy, true);
+  alarm(gCallTimeout);
+  auto net = core::openNetVersion(library, version, error);
+  alarm(0);
+  noteCall(kLoadingTheCopy, false);
+  return net;
+}
+
 // One exported version against the newest's properties, on `library` (`c` is the rule's newest table).
 Verdict versionAgrees(Context& c, const std::string& library, int version) {
   std::string error;
-  auto net = core::openNetVersion(library, version, &error);
+  auto net = openWatched(library, version, &error);
   if (net == nullptr) return fail("%s", error.c_str());
   void* ctx = nullptr;
   if (ncclResult_t result = CALL("init", net->init(&ctx, 1, nullptr, nullptr, nullptr)); result != ncclSuccess)
@@ -3543,7 +3559,27 @@ Verdict versionAgrees(Context& c, const std::string& library, int version) {
 // other once-only state, is right to fail a second table opened beside the first, and is not judged by that.
 Verdict everyVersionAgrees(Context& c) {
   auto exports = core::inspectLibrary(c.net->path());
-  const bool fresh = !gVersionsLibrary.empty();
+  bool fresh = !gVersionsLibrary.empty();
+  std::string notLoaded;  // why the copy did not load, where it did not
+  if (fresh) {
+    // The copy lies in TMPDIR, which a host may mount noexec: a copy that does not load is the harness's limit, not
+    // the plugin's failure, and the versions then run on the rule's instance, as without a copy.
+    Verdict loads = inOwnProcess([&] {
+      noteCall(kLoadingTheCopy, true);
+      alarm(gCallTimeout);
+      void* handle = dlopen(gVersionsLibrary.c_str(), RTLD_NOW | RTLD_LOCAL);
+      alarm(0);
+      noteCall(kLoadingTheCopy, false);
+      if (handle != nullptr) return pass("");
+      const char* why = dlerror();
+      return skip(why != nullptr ? why : "dlopen failed");
+    });
+    if (loads.status == Status::kFail) return {loads.status, "ncclNet: " + loads.evidence};
+    if (loads.status == Status::kSkip) {
+      fresh = false;
+      notLoaded = loads.evidence;
+    }
+  }
   const std::string library = fresh ? gVersionsLibrary : c.net->path();
   std::string summary;
   for (int version : exports.netVersions) {
@@ -3555,9 +3591,12 @@ Verdict everyVersionAgrees(Context& c) {
     summary += std::to_string(version);
   }
   return pass("same name and properties, data moved through " + summary +
-              (fresh ? ", each in a process of its own"
-                     : ", each in a process of its own on the rule's instance of the plugin (it could not be copied "
-                       "for a fresh one)"));
+              (fresh               ? ", each in a process of its own"
+               : notLoaded.empty() ? ", each in a process of its own on the rule's instance of the plugin (it could "
+                                     "not be copied for a fresh one)"
+                                   : ", each in a process of its own on the rule's instance of the plugin (its fresh "
+                                     "copy did not load: " +
+                                         core::printable(notLoaded.c_str()) + ")"));
 }
 
 // The plugin's file exports NCCL's tables and nothing of its own: where the host, or a library loaded before the

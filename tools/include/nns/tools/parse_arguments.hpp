@@ -27,10 +27,14 @@ CLI::Validator integerIn(Integer minimum, Integer maximum) {
           if (value < minimum || value > maximum) return "Value " + text + " not in range " + range;
           return {};
         }
-        // Not this type: a whole number too large for it is out of range; anything else is not a whole number.
+        // Not this type: a whole number too large for it is out of range; one in range but written otherwise ("2.0",
+        // "1e3") is refused for its form (the option takes digits); anything else is not a whole number.
         double number = 0;
-        if (CLI::detail::lexical_cast(text, number) && std::isfinite(number) && std::trunc(number) == number)
-          return "Value " + text + " not in range " + range;
+        if (CLI::detail::lexical_cast(text, number) && std::isfinite(number) && std::trunc(number) == number) {
+          if (number < static_cast<double>(minimum) || number > static_cast<double>(maximum))
+            return "Value " + text + " not in range " + range;
+          return "Value " + text + " is not written as a whole number (digits only)";
+        }
         return "Value " + text + " is not a whole number";
       },
       "INT in [" + std::to_string(minimum) + " - " + std::to_string(maximum) + "]");
