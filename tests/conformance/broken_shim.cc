@@ -1849,6 +1849,9 @@ ncclResult_t initV10(ncclDebugLogger_t logger, ncclProfilerCallback_t profiler) 
 ncclResult_t initV9(ncclDebugLogger_t logger) {
   // For the harness's own test of a crash in a version's process (NNS_SHIM_V9_INIT_CRASHES set).
   if (std::getenv("NNS_SHIM_V9_INIT_CRASHES") != nullptr) raise(SIGSEGV);
+  // And of a call that never returns there (NNS_SHIM_V9_INIT_HANGS set): the watchdog's verdict comes back.
+  if (std::getenv("NNS_SHIM_V9_INIT_HANGS") != nullptr)
+    for (;;) pause();
   return commonInit(9, logger, nullptr);
 }
 }  // namespace

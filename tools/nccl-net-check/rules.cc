@@ -3423,7 +3423,10 @@ Verdict inOwnProcess(const std::function<Verdict()>& body) {
     if (getppid() != rule) _exit(124);
     close(fds[0]);
     noteCall(nullptr, false);  // the rule's last call is not this process's: a crash before its first is named so
-    gResultFd = fds[1];        // where the watchdog writes, should a call not return
+    // The rule's verdict pipe is not this process's to hold open (the harness reads it until the last writer is gone);
+    // the watchdog writes here instead, should a call not return.
+    if (gResultFd >= 0) close(gResultFd);
+    gResultFd = fds[1];
     Verdict v{Status::kFail, ""};
     try {
       v = body();
