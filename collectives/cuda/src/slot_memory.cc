@@ -201,14 +201,24 @@ std::shared_ptr<core::SlotMemory> chooseSlotMemory(core::Net& net, int netDevice
   bool flush = false;
   if (gdr) {
     // NCCL's rule (net-abi.md 5.4): always when the device asks (forceFlush) or NCCL_NET_FORCE_FLUSH=1, otherwise on
-    // GPUs before compute capability 9.0.
+    // GPUs before compute capability 9.0, and on newer ones attached to their CPU by C2C (Grace) when the NIC is at
+    // most a PCIe switch away ("DataDirect"). This layer does not look the NIC's distance up, so a C2C-attached GPU
+    // (one whose pageable memory access goes through the host's page tables, which C2C's ATS gives) is flushed
+    // whatever it is: a flush too many costs a round trip, one too few lets a kernel read a piece not yet landed.
+    int c2c = 0;
+    if (cudaDeviceGetAttribute(&c2c, cudaDevAttrPageableMemoryAccessUsesHostPageTables, cudaDevice) != cudaSuccess) {
+      (void)cudaGetLastError();
+      c2c = 0;
+    }
     const char* flushWhy = props.forceFlush ? "the device sets forceFlush"
                            : forceFlush     ? forceFlushVariable
                            : gpu.major < 9  ? "compute capability below 9.0"
+                           : c2c != 0       ? "GPU attached to its CPU by C2C, where NCCL flushes for a near NIC"
                                             : nullptr;
     flush = flushWhy != nullptr;
     why = "GPU Direct RDMA enabled: slots in " + where + " memory, " + nic + " supports CUDA pointers; " +
-          (flush ? std::string("receives flushed (") + flushWhy + ")" : "no flush (compute capability 9.0+)");
+          (flush ? std::string("receives flushed (") + flushWhy + ")"
+                 : "no flush (compute capability 9.0+, attached by PCIe)");
   } else {
     why = "GPU Direct RDMA disabled: " + nic +
           (canGdr ? " supports CUDA pointers but NNS_GDR=0" : " moves host memory only (ptrSupport has no CUDA)") +
