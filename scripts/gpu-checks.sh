@@ -302,8 +302,9 @@ bench_run() {
   # nccl-net-bench -G 1 exits 4 without a CUDA device: the other runs would say the same.
   if [ "$rc" = 4 ] || grep -q "no CUDA device" "$log"; then bench_no_device=$label; fi
   # A run that timed out (timeout's 124, or 137 once it killed) would likely be followed by more: each costs a
-  # minute of the device's time.
-  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then bench_timed_out=$label; fi
+  # minute of the device's time. nccl-net-run returns a failed rank's status instead of 124 when one rank failed
+  # and another hung until the limit, so the time it took counts too.
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ] || [ $((SECONDS - start)) -ge "$limit" ]; then bench_timed_out=$label; fi
 }
 
 bench_step() {
