@@ -33,7 +33,7 @@ grep -q "^1 passed, 1 failed, 0 skipped" <<<"$out" || fail "no summary"
 # TMPDIR: the harness's copies of the plugin (nccl-net-check-XXXXXX) go under $work, so that the SIGKILL case, which
 # leaves them, leaves nothing in /tmp; the SIGTERM case must remove them itself.
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'umount "$work/noexec" 2>/dev/null; rm -rf "$work"' EXIT
 cp "$misbehaving/../libnccl-net-broken-blocking-accept.so" "$work/"
 for sig in TERM KILL; do
   TMPDIR="$work" "$check" "$work/libnccl-net-broken-blocking-accept.so" --rules accept-is-nonblocking \
