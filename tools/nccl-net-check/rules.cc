@@ -3501,21 +3501,22 @@ Verdict inOwnProcess(const std::function<Verdict()>& body) {
 
 constexpr const char* kLoadingTheCopy = "dlopen (the plugin's constructors, on a fresh copy of its file)";
 
-// Opens `library` as NCCL's loader does, with the watchdog and the call note on: a constructor that crashes or hangs
-// there is named as such.
-std::unique_ptr<core::Net> openWatched(const std::string& library, int version, std::string* error) {
+// Returns load() (a dlopen of the copy, and what follows it) run with the watchdog and the call note on, as a plugin
+// call: a constructor that crashes or hangs there is named as such.
+template <class Load>
+auto whileLoadingTheCopy(Load&& load) {
   noteCall(kLoadingTheCopy, true);
   alarm(gCallTimeout);
-  auto net = core::openNetVersion(library, version, error);
+  auto loaded = load();
   alarm(0);
   noteCall(kLoadingTheCopy, false);
-  return net;
+  return loaded;
 }
 
 // One exported version against the newest's properties, on `library` (`c` is the rule's newest table).
 Verdict versionAgrees(Context& c, const std::string& library, int version) {
   std::string error;
-  auto net = openWatched(library, version, &error);
+  auto net = whileLoadingTheCopy([&] { return core::openNetVersion(library, version, &error); });
   if (net == nullptr) return fail("%s", error.c_str());
   void* ctx = nullptr;
   if (ncclResult_t result = CALL("init", net->init(&ctx, 1, nullptr, nullptr, nullptr)); result != ncclSuccess)
@@ -3568,11 +3569,7 @@ Verdict everyVersionAgrees(Context& c) {
     // The copy lies in TMPDIR, which a host may mount noexec: a copy that does not load is the harness's limit, not
     // the plugin's failure, and the versions then run on the rule's instance, as without a copy.
     Verdict loads = inOwnProcess([&] {
-      noteCall(kLoadingTheCopy, true);
-      alarm(gCallTimeout);
-      void* handle = dlopen(gVersionsLibrary.c_str(), RTLD_NOW | RTLD_LOCAL);
-      alarm(0);
-      noteCall(kLoadingTheCopy, false);
+      void* handle = whileLoadingTheCopy([&] { return dlopen(gVersionsLibrary.c_str(), RTLD_NOW | RTLD_LOCAL); });
       if (handle != nullptr) return pass("");
       const char* why = dlerror();
       return skip(why != nullptr ? why : "dlopen failed");
