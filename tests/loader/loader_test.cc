@@ -503,6 +503,9 @@ TEST(Adapters, OldVersionsPropertiesAreFilledAsNcclDoes) {
     EXPECT_EQ(props.railId, -1);
     EXPECT_EQ(props.planeId, -1);
     EXPECT_EQ(props.netDeviceType, NCCL_NET_DEVICE_HOST);
+    if (version == 6) {
+      EXPECT_EQ(props.netDeviceVersion, NCCL_NET_DEVICE_INVALID_VERSION) << "v6 has no such field";
+    }
     EXPECT_EQ(props.maxMultiRequestSize, 1);
     EXPECT_EQ(props.vProps.ndevs, 1);
     EXPECT_EQ(props.vProps.devs[0], 0);
@@ -533,6 +536,16 @@ TEST(Adapters, SizesAnIntSizedVersionCannotCarryAreErrors) {
   size_t size = (2ull << 30);
   int tag = 0;
   EXPECT_EQ(net->irecv(&byte, 1, &data, &size, &tag, nullptr, nullptr, &request), ncclInternalError);
+  // In a group, every receive's size is checked, not the first's only; and a group of none is refused too.
+  void* datas[2] = {&byte, &byte};
+  size_t sizes[2] = {1, 2ull << 30};
+  int tags[2] = {0, 0};
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(net->irecv(&byte, 2, datas, sizes, tags, nullptr, nullptr, &request), ncclInternalError);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("irecv of 2147483648 bytes exceeds"), std::string::npos);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(net->irecv(&byte, 0, datas, sizes, tags, nullptr, nullptr, &request), ncclInternalError);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("irecv of 0 grouped receives (1..64)"), std::string::npos);
   EXPECT_EQ(net->makeVDevice(nullptr, nullptr), ncclInvalidUsage) << "v8 has no makeVDevice";
   auto v6 = openNetVersion(kDir + "/libnccl-net-minimal-v6.so", 6, &error);
   ASSERT_NE(v6, nullptr) << error;
@@ -544,7 +557,8 @@ TEST(Adapters, SizesAnIntSizedVersionCannotCarryAreErrors) {
 
 // What the strict-host test double records (NnsStrictRecord in strict_host_plugin.c).
 struct StrictRecord {
-  int inits, nullLogger, nullConfig, trafficClass, vndevs, vdevs[NCCL_NET_MAX_DEVS_PER_NIC], nullProfiler, overlaps;
+  int inits, nullLogger, nullConfig, trafficClass, vndevs, vdevs[NCCL_NET_MAX_DEVS_PER_NIC], nullProfiler, overlaps,
+      irecvs, nullPhandles;
 };
 
 // The strict-host test double of one version (strict_host_plugin.c), opened through that version's adapter, and
@@ -732,6 +746,144 @@ TEST(Adapters, APluginGetsTheLoggerConfigAndDeviceListNcclWouldPass) {
     EXPECT_EQ(record->vdevs[0], 1);
     EXPECT_EQ(record->vdevs[1], 0);
     if (ctx != nullptr) net->finalize(ctx);
+  }
+}
+
+// Every field a v9..v12 plugin reports reaches the v12 view as it was written (the strict-host double gives each a
+// value no adapter fills in by default): an adapter that dropped one, or copied the vNIC list's first device into
+// every entry, showed nothing with the minimal plugin's zeros. What v9 and v10 lack (maxMultiRequestSize) is NCCL's 1.
+TEST(Adapters, EveryPropertyOfANewerVersionIsCopied) {
+  for (int version : {9, 10, 11, 12}) {
+    SCOPED_TRACE("ncclNet_v" + std::to_string(version));
+    StrictHost strict(version);
+    ASSERT_NE(strict.net, nullptr) << strict.error;
+    auto* size = strict.symbol<int>("nnsStrictVNicSize");
+    ASSERT_NE(size, nullptr);
+    *size = 3;
+    ncclNetProperties_v12_t props;
+    std::memset(&props, 0x5a, sizeof(props));
+    ASSERT_EQ(strict.net->getProperties(1, &props), ncclSuccess);
+    *size = 0;
+    EXPECT_STREQ(props.name, "strict1");
+    EXPECT_STREQ(props.pciPath, "/sys/devices/pci0000:00/0000:00:02.0/strict");
+    EXPECT_EQ(props.guid, 0x5eed0001u);
+    EXPECT_EQ(props.ptrSupport, NCCL_PTR_HOST);
+    EXPECT_EQ(props.regIsGlobal, 1);
+    EXPECT_EQ(props.forceFlush, 1);
+    EXPECT_EQ(props.speed, 1000);
+    EXPECT_EQ(props.port, 3);
+    EXPECT_EQ(props.latency, 2.5f);
+    EXPECT_EQ(props.maxComms, 7);
+    EXPECT_EQ(props.maxRecvs, 1);
+    EXPECT_EQ(props.netDeviceType, NCCL_NET_DEVICE_HOST);
+    ASSERT_EQ(props.vProps.ndevs, 3);
+    EXPECT_EQ(props.vProps.devs[0], 2);
+    EXPECT_EQ(props.vProps.devs[1], 1);
+    EXPECT_EQ(props.vProps.devs[2], 0);
+    EXPECT_EQ(props.maxP2pBytes, (1ull << 31) + 1);
+    EXPECT_EQ(props.maxCollBytes, 3ull << 30);
+    EXPECT_EQ(props.maxMultiRequestSize, version >= 11 ? 8 : 1);
+    EXPECT_TRUE(strict.net->hasMakeVDevice()) << "v9 and later tables have makeVDevice";
+    // The table has no regMrDmaBuf: an error, not a success with no handle.
+    void* mhandle = nullptr;
+    char byte = 0;
+    testing::internal::CaptureStderr();
+    EXPECT_EQ(strict.net->regMrDmaBuf(&byte, &byte, 1, NCCL_PTR_CUDA, 0, -1, &mhandle), ncclInvalidUsage);
+    EXPECT_NE(testing::internal::GetCapturedStderr().find("has no regMrDmaBuf"), std::string::npos);
+  }
+}
+
+// A vNIC of more devices than an old version's list holds (4 before v12) is refused before the plugin sees it: the
+// adapter's copy into the old struct would write past its end. v12's list holds 8.
+TEST(Adapters, AVirtualNicAnOldVersionCannotListIsRefused) {
+  for (int version : {9, 10, 11, 12}) {
+    SCOPED_TRACE("ncclNet_v" + std::to_string(version));
+    StrictHost strict(version);
+    ASSERT_NE(strict.net, nullptr) << strict.error;
+    const auto* record = strict.symbol<const StrictRecord>("nnsStrictRecord");
+    ASSERT_NE(record, nullptr);
+    ncclNetVDeviceProps_v12_t props{};
+    props.ndevs = NCCL_NET_MAX_DEVS_PER_NIC_V11 + 1;
+    for (int i = 0; i < props.ndevs; ++i) props.devs[i] = i % 2;
+    const int before = record->vndevs;
+    int d = -1;
+    testing::internal::CaptureStderr();
+    const ncclResult_t result = strict.net->makeVDevice(&d, &props);
+    const std::string said = testing::internal::GetCapturedStderr();
+    if (version == 12) {
+      EXPECT_EQ(result, ncclSuccess);
+      EXPECT_EQ(record->vndevs, props.ndevs);
+    } else {
+      EXPECT_EQ(result, ncclInvalidUsage);
+      EXPECT_EQ(record->vndevs, before) << "the plugin was called";
+      EXPECT_NE(said.find("a vNIC of 5 devices does not fit ncclNet_v" + std::to_string(version)), std::string::npos)
+          << said;
+    }
+  }
+}
+
+// A v10 plugin gets its config in connect (the host's record from init): the config the host gave init arrives, not
+// the unset one.
+TEST(Adapters, AV10PluginsConnectGetsTheConfigInitWasGiven) {
+  StrictHost strict(10);
+  ASSERT_NE(strict.net, nullptr) << strict.error;
+  const auto* record = strict.symbol<const StrictRecord>("nnsStrictRecord");
+  ASSERT_NE(record, nullptr);
+  ncclNetCommConfig_v12_t config{5};
+  void* ctx = nullptr;
+  ASSERT_EQ(strict.net->init(&ctx, 1, &config, nullptr, nullptr), ncclSuccess);
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* sendComm = nullptr;
+  ncclNetDeviceHandle_v12_t* devComm = nullptr;
+  EXPECT_EQ(strict.net->connect(ctx, 0, handle, &sendComm, &devComm), ncclInternalError) << "the double moves no data";
+  EXPECT_EQ(record->trafficClass, 5);
+  EXPECT_EQ(strict.net->finalize(ctx), ncclSuccess);
+}
+
+// NCCL always hands irecv an array of profiler handles, and plugins index it unchecked (NCCL's example plugin does):
+// a host that passes none gets an array of NULL handles handed on, not NULL.
+TEST(Adapters, AnIrecvWithoutProfilerHandlesHandsThePluginAnArray) {
+  for (int version : {10, 11, 12}) {
+    SCOPED_TRACE("ncclNet_v" + std::to_string(version));
+    StrictHost strict(version);
+    ASSERT_NE(strict.net, nullptr) << strict.error;
+    auto* record = strict.symbol<StrictRecord>("nnsStrictRecord");
+    ASSERT_NE(record, nullptr);
+    record->nullPhandles = 0;
+    const int before = record->irecvs;
+    char byte = 0;
+    void* data = &byte;
+    size_t size = 1;
+    int tag = 0;
+    void* request = nullptr;
+    EXPECT_EQ(strict.net->irecv(&byte, 1, &data, &size, &tag, nullptr, nullptr, &request), ncclInternalError)
+        << "the double moves no data";
+    EXPECT_EQ(record->irecvs - before, 1);
+    EXPECT_EQ(record->nullPhandles, 0);
+  }
+}
+
+// A pre-v11 plugin's init that failed is tried again at the next init, not recorded as done (which would use the
+// plugin uninitialised from then on).
+TEST(Adapters, AFailedInitBeforeV11IsTriedAgain) {
+  for (int version : {9, 10}) {
+    SCOPED_TRACE("ncclNet_v" + std::to_string(version));
+    StrictHost strict(version);
+    ASSERT_NE(strict.net, nullptr) << strict.error;
+    const auto* record = strict.symbol<const StrictRecord>("nnsStrictRecord");
+    auto* failInits = strict.symbol<int>("nnsStrictFailInits");
+    ASSERT_NE(record, nullptr);
+    ASSERT_NE(failInits, nullptr);
+    *failInits = 1;
+    const int before = record->inits;
+    void* ctx = nullptr;
+    EXPECT_EQ(strict.net->init(&ctx, 1, nullptr, nullptr, nullptr), ncclSystemError);
+    EXPECT_EQ(strict.net->init(&ctx, 1, nullptr, nullptr, nullptr), ncclSuccess);
+    EXPECT_EQ(record->inits - before, 2) << "the second init did not reach the plugin";
+    *failInits = 0;
+    if (ctx != nullptr) {
+      EXPECT_EQ(strict.net->finalize(ctx), ncclSuccess);
+    }
   }
 }
 

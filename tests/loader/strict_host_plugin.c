@@ -3,7 +3,8 @@
  * takes makeVDevice's device list as given. Built once per version (NNS_STRICT_VERSION, 9..12). Where a careless
  * plugin would crash on a NULL logger or config, this one refuses with ncclInvalidArgument, and it records what the
  * host handed it in nnsStrictRecord for loader_test to read. It moves no data: listen, connect (after recording its
- * config) and the data calls refuse with ncclInternalError. */
+ * config), irecv (after recording its profiler handles) and the other data calls refuse with ncclInternalError. Its
+ * properties are all distinct from what an adapter fills in by default, so a field an adapter drops shows. */
 #include <stddef.h>
 #include <string.h>
 
@@ -24,6 +25,8 @@ typedef struct {
   int vdevs[NCCL_NET_MAX_DEVS_PER_NIC];
   int nullProfiler; /* a v10+ init got a NULL profiler callback */
   int overlaps;     /* an init or finalize began while another was running (NCCL runs them one at a time) */
+  int irecvs;       /* irecv calls */
+  int nullPhandles; /* a v10+ irecv got a NULL array of profiler handles (NCCL always passes one) */
 } NnsStrictRecord;
 
 EXPORT NnsStrictRecord nnsStrictRecord;
@@ -42,8 +45,15 @@ __attribute__((unused)) static void leave(void) {
   __atomic_fetch_sub(&inside, 1, __ATOMIC_ACQ_REL);
 }
 
+/* Inits to fail before one succeeds (loader_test sets it: a failed init is tried again, not taken as done). */
+EXPORT int nnsStrictFailInits = 0;
+
 static ncclResult_t keepLogger(ncclDebugLogger_t logger) {
   __atomic_fetch_add(&nnsStrictRecord.inits, 1, __ATOMIC_RELAXED);
+  if (nnsStrictFailInits > 0) {
+    --nnsStrictFailInits;
+    return ncclSystemError;
+  }
   if (logger == NULL) {
     nnsStrictRecord.nullLogger = 1;
     return ncclInvalidArgument;
@@ -106,14 +116,29 @@ static ncclResult_t devices(int* ndev) {
 /* The virtual NIC size getProperties reports (loader_test sets it: a count beyond the version's list). */
 EXPORT int nnsStrictVNicSize = 0;
 
+/* Every field differs from an adapter's default (loader_test checks each): the vNIC's devices listed from the
+ * highest down, as many as fit the version's list. */
 static ncclResult_t getProperties(int dev, T(ncclNetProperties) * props) {
   memset(props, 0, sizeof(*props));
   props->name = dev == 0 ? "strict0" : "strict1";
-  props->vProps.ndevs = nnsStrictVNicSize;
+  props->pciPath = "/sys/devices/pci0000:00/0000:00:02.0/strict";
+  props->guid = 0x5eed0000u + (unsigned)dev;
   props->ptrSupport = NCCL_PTR_HOST;
+  props->regIsGlobal = 1;
+  props->forceFlush = 1;
   props->speed = 1000;
-  props->maxComms = 1;
+  props->port = 3;
+  props->latency = 2.5f;
+  props->maxComms = 7;
   props->maxRecvs = 1;
+  props->vProps.ndevs = nnsStrictVNicSize;
+  for (int i = 0; i < nnsStrictVNicSize && i < (int)(sizeof(props->vProps.devs) / sizeof(props->vProps.devs[0])); ++i)
+    props->vProps.devs[i] = nnsStrictVNicSize - 1 - i;
+  props->maxP2pBytes = (1ull << 31) + (size_t)dev;
+  props->maxCollBytes = 3ull << 30;
+#if V >= 11
+  props->maxMultiRequestSize = 8;
+#endif
   return ncclSuccess;
 }
 
@@ -157,8 +182,9 @@ static ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mh
 }
 static ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                           void** request) {
-  return (void)comm, (void)n, (void)data, (void)sizes, (void)tags, (void)mhandles, (void)phandles, (void)request,
-         ncclInternalError;
+  __atomic_fetch_add(&nnsStrictRecord.irecvs, 1, __ATOMIC_RELAXED);
+  if (phandles == NULL) nnsStrictRecord.nullPhandles = 1; /* NCCL's example plugin would index it */
+  return (void)comm, (void)n, (void)data, (void)sizes, (void)tags, (void)mhandles, (void)request, ncclInternalError;
 }
 #else
 static ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, void** request) {
