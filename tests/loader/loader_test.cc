@@ -793,6 +793,39 @@ TEST(Adapters, EveryPropertyOfANewerVersionIsCopied) {
   }
 }
 
+// A v8 plugin's fields reach the v12 view, and what v8 lacks is filled as NCCL fills it: its own device as the one
+// entry of the vNIC list (device 1 lists 1, not 0), MAX_NET_SIZE and 512 MiB as the largest messages, no forceFlush,
+// one request per irecv. Its irecv's "not yet" (success, no request) comes back as no request, whatever the caller's
+// variable held before.
+TEST(Adapters, AV8PluginsPropertiesAreCopiedAndTheRestFilledAsNcclDoes) {
+  StrictHost strict(8);
+  ASSERT_NE(strict.net, nullptr) << strict.error;
+  ncclNetProperties_v12_t props;
+  std::memset(&props, 0x5a, sizeof(props));
+  ASSERT_EQ(strict.net->getProperties(1, &props), ncclSuccess);
+  EXPECT_STREQ(props.name, "strict1");
+  EXPECT_STREQ(props.pciPath, "/sys/devices/pci0000:00/0000:00:02.0/strict");
+  EXPECT_EQ(props.guid, 0x5eed0001u);
+  EXPECT_EQ(props.regIsGlobal, 1) << "v8 has regIsGlobal";
+  EXPECT_EQ(props.port, 3);
+  EXPECT_EQ(props.latency, 2.5f);
+  EXPECT_EQ(props.maxComms, 7);
+  EXPECT_EQ(props.forceFlush, 0);
+  ASSERT_EQ(props.vProps.ndevs, 1);
+  EXPECT_EQ(props.vProps.devs[0], 1);
+  EXPECT_EQ(props.maxP2pBytes, 1ull << 30);
+  EXPECT_EQ(props.maxCollBytes, 512ull << 20);
+  EXPECT_EQ(props.maxMultiRequestSize, 1);
+  EXPECT_FALSE(strict.net->hasMakeVDevice());
+  char byte = 0;
+  void* data = &byte;
+  size_t size = 1;
+  int tag = 0;
+  void* request = &byte;  // what a caller's variable may hold before
+  EXPECT_EQ(strict.net->irecv(&byte, 1, &data, &size, &tag, nullptr, nullptr, &request), ncclSuccess);
+  EXPECT_EQ(request, nullptr) << "the plugin's \"not yet\" came back as a request";
+}
+
 // A vNIC of more devices than an old version's list holds (4 before v12) is refused before the plugin sees it: the
 // adapter's copy into the old struct would write past its end. v12's list holds 8.
 TEST(Adapters, AVirtualNicAnOldVersionCannotListIsRefused) {

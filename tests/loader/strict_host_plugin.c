@@ -1,6 +1,7 @@
 /* strict_host_plugin.c: a test double of a plugin that trusts its host as NCCL's own example plugin does: it logs
  * through the logger init was given, reads the config NCCL always passes (init's since v11, connect's in v10), and
- * takes makeVDevice's device list as given. Built once per version (NNS_STRICT_VERSION, 9..12). Where a careless
+ * takes makeVDevice's device list as given. Built once per version (NNS_STRICT_VERSION, 8..12; v8 has no vNIC list
+ * and no makeVDevice, int sizes, and an irecv that answers "not yet": success with no request). Where a careless
  * plugin would crash on a NULL logger or config, this one refuses with ncclInvalidArgument, and it records what the
  * host handed it in nnsStrictRecord for loader_test to read. It moves no data: listen, connect (after recording its
  * config), irecv (after recording its profiler handles) and the other data calls refuse with ncclInternalError. Its
@@ -125,17 +126,19 @@ static ncclResult_t getProperties(int dev, T(ncclNetProperties) * props) {
   props->guid = 0x5eed0000u + (unsigned)dev;
   props->ptrSupport = NCCL_PTR_HOST;
   props->regIsGlobal = 1;
-  props->forceFlush = 1;
   props->speed = 1000;
   props->port = 3;
   props->latency = 2.5f;
   props->maxComms = 7;
   props->maxRecvs = 1;
+#if V >= 9
+  props->forceFlush = 1;
   props->vProps.ndevs = nnsStrictVNicSize;
   for (int i = 0; i < nnsStrictVNicSize && i < (int)(sizeof(props->vProps.devs) / sizeof(props->vProps.devs[0])); ++i)
     props->vProps.devs[i] = nnsStrictVNicSize - 1 - i;
   props->maxP2pBytes = (1ull << 31) + (size_t)dev;
   props->maxCollBytes = 3ull << 30;
+#endif
 #if V >= 11
   props->maxMultiRequestSize = 8;
 #endif
@@ -161,7 +164,7 @@ static ncclResult_t connect(int dev, ncclNetCommConfig_v10_t* config, void* hand
   return result != ncclSuccess ? result : ncclInternalError;
 }
 #else
-static ncclResult_t connect(int dev, void* handle, void** comm, ncclNetDeviceHandle_v9_t** devComm) {
+static ncclResult_t connect(int dev, void* handle, void** comm, T(ncclNetDeviceHandle) * *devComm) {
   return (void)dev, (void)handle, (void)comm, (void)devComm, ncclInternalError;
 }
 #endif
@@ -186,12 +189,21 @@ static ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* ta
   if (phandles == NULL) nnsStrictRecord.nullPhandles = 1; /* NCCL's example plugin would index it */
   return (void)comm, (void)n, (void)data, (void)sizes, (void)tags, (void)mhandles, (void)request, ncclInternalError;
 }
-#else
+#elif V == 9
 static ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, void** request) {
   return (void)comm, (void)data, (void)size, (void)tag, (void)mhandle, (void)request, ncclInternalError;
 }
 static ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** request) {
   return (void)comm, (void)n, (void)data, (void)sizes, (void)tags, (void)mhandles, (void)request, ncclInternalError;
+}
+#else
+static ncclResult_t isend(void* comm, void* data, int size, int tag, void* mhandle, void** request) {
+  return (void)comm, (void)data, (void)size, (void)tag, (void)mhandle, (void)request, ncclInternalError;
+}
+/* "Not yet": success with no request, *request left as it was (NCCL sets it to NULL before the call). */
+static ncclResult_t irecv(void* comm, int n, void** data, int* sizes, int* tags, void** mhandles, void** request) {
+  __atomic_fetch_add(&nnsStrictRecord.irecvs, 1, __ATOMIC_RELAXED);
+  return (void)comm, (void)n, (void)data, (void)sizes, (void)tags, (void)mhandles, (void)request, ncclSuccess;
 }
 #endif
 static ncclResult_t test(void* request, int* done, int* sizes) {
@@ -210,6 +222,7 @@ static ncclResult_t finalize(void* ctx) {
 }
 #endif
 
+#if V >= 9
 static ncclResult_t makeVDevice(int* d, T(ncclNetVDeviceProps) * props) {
   if (props->ndevs < 1 || props->ndevs > (int)(sizeof(props->devs) / sizeof(props->devs[0])))
     return ncclInvalidArgument;
@@ -218,6 +231,7 @@ static ncclResult_t makeVDevice(int* d, T(ncclNetVDeviceProps) * props) {
   *d = 2;
   return ncclSuccess;
 }
+#endif
 
 EXPORT const T(ncclNet) VERSIONED(ncclNetPlugin, _v, V, ) = {
     .name = "strict-host",
@@ -235,7 +249,9 @@ EXPORT const T(ncclNet) VERSIONED(ncclNetPlugin, _v, V, ) = {
     .closeSend = closeComm,
     .closeRecv = closeComm,
     .closeListen = closeComm,
+#if V >= 9
     .makeVDevice = makeVDevice,
+#endif
 #if V >= 11
     .finalize = finalize,
 #endif
