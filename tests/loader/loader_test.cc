@@ -1172,6 +1172,20 @@ TEST(CollNet, ValuesAnOldVersionCannotCarryAreErrors) {
   ncclNetSGE_v12_t huge = {nullptr, &byte, 8ull << 30};
   EXPECT_EQ(v8->iallgather(&byte, &byte, 1, &huge, 8ull << 30, 0, 8ull << 30, nullptr, &request), ncclInternalError)
       << "a part beyond v8's 32-bit size";
+  // At the limits' edges, not far past them: a count one over MAX_NET_SIZE, a part one byte over 512 MiB, each
+  // refused by the adapter (its warning), not by the plugin.
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(v8->iallreduce(&byte, &byte, &byte, (1ull << 30) + 1, ncclInt8, ncclSum, nullptr, nullptr, &request),
+            ncclInternalError);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("iallreduce of 1073741825 elements exceeds the limit"),
+            std::string::npos);
+  ncclNetSGE_v12_t justOver = {nullptr, &byte, (512ull << 20) + 1};
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(v8->iallgather(&byte, &byte, 1, &justOver, justOver.size, 0, justOver.size, nullptr, &request),
+            ncclInternalError);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("takes one part of at most 536870912 bytes (got 1 part(s), "
+                                                        "536870913 bytes)"),
+            std::string::npos);
   EXPECT_EQ(request, nullptr);
   auto v6 = openCollNetVersion(kDir + "/libnccl-net-one-rank-coll.so", 6, &error);
   ASSERT_NE(v6, nullptr) << error;
