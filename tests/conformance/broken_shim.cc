@@ -1860,12 +1860,16 @@ __attribute__((visibility("default"))) ncclNet_v10_t ncclNetPlugin_v10 = {};
 __attribute__((visibility("default"))) ncclNet_v9_t ncclNetPlugin_v9 = {};
 }
 __attribute__((constructor)) void fillTables() {
-  // For the harness's test of a crash while its fresh copy of the plugin loads (NNS_SHIM_COPY_LOAD_CRASHES set):
-  // only the copy every-version-agrees makes (".../versions/"), so the rule's own load goes through.
+  // For the harness's tests of a crash or a hang while its fresh copy of the plugin loads (NNS_SHIM_COPY_LOAD_CRASHES
+  // or NNS_SHIM_COPY_LOAD_HANGS set): only the copy every-version-agrees makes (".../versions/"), so the rule's own
+  // load goes through.
   Dl_info self{};
-  if (std::getenv("NNS_SHIM_COPY_LOAD_CRASHES") != nullptr && dladdr(reinterpret_cast<void*>(&fillTables), &self) &&
-      self.dli_fname != nullptr && std::strstr(self.dli_fname, "/versions/") != nullptr)
-    raise(SIGSEGV);
+  if (dladdr(reinterpret_cast<void*>(&fillTables), &self) && self.dli_fname != nullptr &&
+      std::strstr(self.dli_fname, "/versions/") != nullptr) {
+    if (std::getenv("NNS_SHIM_COPY_LOAD_CRASHES") != nullptr) raise(SIGSEGV);
+    if (std::getenv("NNS_SHIM_COPY_LOAD_HANGS") != nullptr)
+      for (;;) pause();
+  }
   if (realV10() != nullptr) ncclNetPlugin_v10 = *realV10();
   if (realV9() != nullptr) ncclNetPlugin_v9 = *realV9();
   ncclNetPlugin_v10.name = ncclNetPlugin_v9.name = NNS_BUG_NAME;

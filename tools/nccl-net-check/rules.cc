@@ -3500,23 +3500,29 @@ Verdict inOwnProcess(const std::function<Verdict()>& body) {
 }
 
 constexpr const char* kLoadingTheCopy = "dlopen (the plugin's constructors, on a fresh copy of its file)";
+constexpr const char* kLoadingTheInstance = "dlopen (the rule's instance of the plugin)";
 
-// Returns load() (a dlopen of the copy, and what follows it) run with the watchdog and the call note on, as a plugin
-// call: a constructor that crashes or hangs there is named as such.
+// Returns load() (a dlopen, and what follows it) run as a plugin call named `name`: with the watchdog, whose verdict
+// names it, and the call note, so a constructor that crashes or hangs there is named as such.
 template <class Load>
-auto whileLoadingTheCopy(Load&& load) {
-  noteCall(kLoadingTheCopy, true);
+auto whileLoading(const char* name, Load&& load) {
+  const char* before = gCurrentCall;
+  gCurrentCall = name;
+  noteCall(name, true);
   alarm(gCallTimeout);
   auto loaded = load();
   alarm(0);
-  noteCall(kLoadingTheCopy, false);
+  noteCall(name, false);
+  gCurrentCall = before;
   return loaded;
 }
 
-// One exported version against the newest's properties, on `library` (`c` is the rule's newest table).
-Verdict versionAgrees(Context& c, const std::string& library, int version) {
+// One exported version against the newest's properties, on `library` (`c` is the rule's newest table; `fresh`: the
+// library is the fresh copy, not the rule's instance).
+Verdict versionAgrees(Context& c, const std::string& library, bool fresh, int version) {
   std::string error;
-  auto net = whileLoadingTheCopy([&] { return core::openNetVersion(library, version, &error); });
+  auto net = whileLoading(fresh ? kLoadingTheCopy : kLoadingTheInstance,
+                          [&] { return core::openNetVersion(library, version, &error); });
   if (net == nullptr) return fail("%s", error.c_str());
   void* ctx = nullptr;
   if (ncclResult_t result = CALL("init", net->init(&ctx, 1, nullptr, nullptr, nullptr)); result != ncclSuccess)
@@ -3569,7 +3575,8 @@ Verdict everyVersionAgrees(Context& c) {
     // The copy lies in TMPDIR, which a host may mount noexec: a copy that does not load is the harness's limit, not
     // the plugin's failure, and the versions then run on the rule's instance, as without a copy.
     Verdict loads = inOwnProcess([&] {
-      void* handle = whileLoadingTheCopy([&] { return dlopen(gVersionsLibrary.c_str(), RTLD_NOW | RTLD_LOCAL); });
+      void* handle =
+          whileLoading(kLoadingTheCopy, [&] { return dlopen(gVersionsLibrary.c_str(), RTLD_NOW | RTLD_LOCAL); });
       if (handle != nullptr) return pass("");
       const char* why = dlerror();
       return skip(why != nullptr ? why : "dlopen failed");
@@ -3583,8 +3590,15 @@ Verdict everyVersionAgrees(Context& c) {
   const std::string library = fresh ? gVersionsLibrary : c.net->path();
   std::string summary;
   for (int version : exports.netVersions) {
-    Verdict v = inOwnProcess([&] { return versionAgrees(c, library, version); });
-    if (v.status != Status::kPass) return {v.status, "ncclNet_v" + std::to_string(version) + ": " + v.evidence};
+    Verdict v = inOwnProcess([&] { return versionAgrees(c, library, fresh, version); });
+    // On the rule's instance, already initialised through the newest table, a plugin whose old inits refuse a second
+    // call fails where NCCL would load it: the verdict says which instance it was, and why.
+    if (v.status != Status::kPass)
+      return {v.status,
+              "ncclNet_v" + std::to_string(version) + ": " + v.evidence +
+                  (notLoaded.empty() ? ""
+                                     : " (on the rule's instance of the plugin: its fresh copy did not load: " +
+                                           core::printable(notLoaded.c_str()) + ")")};
     // Appended piece by piece: GCC 12 at -O3 reports a false -Wrestrict on "v" + std::to_string(...).
     if (!summary.empty()) summary += ' ';
     summary += 'v';
