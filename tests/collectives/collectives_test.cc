@@ -2252,8 +2252,10 @@ namespace {
 // slots would be; copies into it and its scratch are plain host memory.
 class GpuZeroSlotsStandIn final : public core::SlotMemory {
  public:
+  // ptrType: what regMr is told; NCCL_PTR_HOST (the default) is what the socket plugin registers.
+  explicit GpuZeroSlotsStandIn(int ptrType = NCCL_PTR_HOST) : ptrType_(ptrType) {}
   std::string describe() const override { return "GPU 0 memory (test double: host memory)"; }
-  int ptrType() const override { return NCCL_PTR_HOST; }  // what the socket plugin registers
+  int ptrType() const override { return ptrType_; }
   void* allocate(size_t bytes) override { return std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096); }
   void release(void* memory) noexcept override { std::free(memory); }
   void* startCopy(void* dst, const void* src, size_t bytes) override {
@@ -2269,13 +2271,15 @@ class GpuZeroSlotsStandIn final : public core::SlotMemory {
   }
 
  private:
+  int ptrType_;
   std::vector<unsigned char> scratch_;
 };
 
-// TEST DOUBLE for a GPU kernel layer whose buffers are GPU `gpu`'s memory: the host layer's work, said to be on it.
+// TEST DOUBLE for a GPU kernel layer: the host layer's work, with the buffers named in `onGpu1` said to be GPU 1's
+// memory and every other one GPU 0's.
 class KernelsOnGpuStandIn final : public coll::KernelLayer {
  public:
-  explicit KernelsOnGpuStandIn(int gpu) : gpu_(gpu) {}
+  explicit KernelsOnGpuStandIn(std::vector<const void*> onGpu1) : onGpu1_(std::move(onGpu1)) {}
   void reduce(void* dst, const void* src, size_t count, ncclDataType_t type, ncclRedOp_t op) override {
     coll::hostKernels().reduce(dst, src, count, type, op);
   }
@@ -2290,25 +2294,29 @@ class KernelsOnGpuStandIn final : public coll::KernelLayer {
   }
   void copy(void* dst, const void* src, size_t bytes) override { coll::hostKernels().copy(dst, src, bytes); }
   bool onDevice() const override { return true; }
-  int gpuOf(const void*) const override { return gpu_; }
+  int gpuOf(const void* buffer) const override {
+    return std::find(onGpu1_.begin(), onGpu1_.end(), buffer) != onGpu1_.end() ? 1 : 0;
+  }
 
  private:
-  int gpu_;
+  std::vector<const void*> onGpu1_;
 };
 
 }  // namespace
 
 // A reduction's GPU buffers on another GPU than the communicator's GPU Direct slots are refused by name, before
-// anything moves: its kernels run on the buffers' GPU and would fault reading the slots (a sticky CUDA error). The
-// communicator stays usable, and buffers on the slots' GPU run.
+// anything moves, send or receive buffer: its kernels run on the buffers' GPU and would fault reading the slots (a
+// sticky CUDA error). A receive buffer the call ignores (a reduce's, off the root) is not looked at. The communicator
+// stays usable, and buffers on the slots' GPU run.
 TEST(SlotMemory, GpuBuffersOnAnotherGpuThanGpuDirectSlotsAreRefusedByName) {
   core::CommOptions options = socketOptions();
   options.slotMemory = [](core::Net&, int) { return std::make_shared<GpuZeroSlotsStandIn>(); };
   auto errors = onEveryRank(2, options, [](core::Communicator& comm, int rank) {
-    KernelsOnGpuStandIn onGpu1(1), onGpu0(0);
-    std::vector<float> in(1001, static_cast<float>(rank + 1)), out(in.size(), 0.0f);
-    const std::string expected = " buffer is on GPU 1, and this communicator's slots are GPU 0's memory (GPU Direct)";
-    auto refused = [&](const char* call, const std::function<void()>& run) {
+    std::vector<float> in(1001, static_cast<float>(rank + 1)), out(in.size(), 0.0f), elsewhere(in.size(), 0.0f);
+    KernelsOnGpuStandIn layer({elsewhere.data()});  // `elsewhere` is GPU 1's memory, the others GPU 0's
+    auto refused = [&](const char* call, const char* buffer, const std::function<void()>& run) {
+      const std::string expected = std::string("the ") + buffer +
+                                   " buffer is on GPU 1, and this communicator's slots are GPU 0's memory (GPU Direct)";
       try {
         run();
       } catch (const core::ArgumentError& e) {
@@ -2316,14 +2324,21 @@ TEST(SlotMemory, GpuBuffersOnAnotherGpuThanGpuDirectSlotsAreRefusedByName) {
           throw std::runtime_error(std::string(call) + ": " + e.what());
         return;
       }
-      throw std::runtime_error(std::string(call) + " on GPU 1 buffers was accepted");
+      throw std::runtime_error(std::string(call) + " with a " + buffer + " buffer on GPU 1 was accepted");
     };
-    refused("allReduce", [&] { coll::allReduce(comm, in.data(), out.data(), 1001, ncclFloat32, ncclSum, onGpu1); });
-    refused("reduceScatter",
-            [&] { coll::reduceScatter(comm, in.data(), out.data(), 500, ncclFloat32, ncclSum, onGpu1); });
-    refused("reduce", [&] { coll::reduce(comm, in.data(), out.data(), 1001, ncclFloat32, ncclSum, 0, onGpu1); });
+    refused("allReduce", "send",
+            [&] { coll::allReduce(comm, elsewhere.data(), out.data(), 1001, ncclFloat32, ncclSum, layer); });
+    refused("allReduce", "receive",
+            [&] { coll::allReduce(comm, in.data(), elsewhere.data(), 1001, ncclFloat32, ncclSum, layer); });
+    refused("reduceScatter", "receive",
+            [&] { coll::reduceScatter(comm, in.data(), elsewhere.data(), 500, ncclFloat32, ncclSum, layer); });
+    refused("reduce", "send",
+            [&] { coll::reduce(comm, elsewhere.data(), out.data(), 1001, ncclFloat32, ncclSum, 0, layer); });
     if (!comm.asyncError().empty()) throw std::runtime_error("the refusal failed the communicator");
-    coll::allReduce(comm, in.data(), out.data(), 1001, ncclFloat32, ncclSum, onGpu0);
+    // Off the root (rank 1), the receive buffer is ignored, wherever it is.
+    coll::reduce(comm, in.data(), rank == 0 ? out.data() : elsewhere.data(), 1001, ncclFloat32, ncclSum, 0, layer);
+    if (rank == 0 && out[1000] != 3.0f) throw std::runtime_error("reduce gave " + std::to_string(out[1000]));
+    coll::allReduce(comm, in.data(), out.data(), 1001, ncclFloat32, ncclSum, layer);
     for (float v : out)
       if (v != 3.0f) throw std::runtime_error("allreduce on GPU 0 buffers gave " + std::to_string(v));
   });
@@ -2351,6 +2366,16 @@ TEST(Communicator, RegisterBufferTakesGpuMemoryOnlyWithGpuDirectSlots) {
     void* handle = comm.registerBuffer(buffer.data(), buffer.size() * sizeof(float), NCCL_PTR_HOST);
     coll::allReduce(comm, buffer.data(), buffer.data(), buffer.size(), ncclFloat32, ncclSum);
     if (!comm.deregisterBuffer(handle) || buffer[4095] != 1.0f) throw std::runtime_error("host registration broke");
+  });
+  EXPECT_EQ(errors[0], "");
+  // With GPU Direct slots (a stand-in whose slots say NCCL_PTR_CUDA; one rank, so no connection ever registers them)
+  // GPU memory is taken. registerBuffer itself calls no regMr: each connection does at first use.
+  core::CommOptions gdr = socketOptions();
+  gdr.slotMemory = [](core::Net&, int) { return std::make_shared<GpuZeroSlotsStandIn>(NCCL_PTR_CUDA); };
+  errors = onEveryRank(1, gdr, [](core::Communicator& comm, int) {
+    std::vector<float> buffer(4096, 1.0f);
+    void* handle = comm.registerBuffer(buffer.data(), buffer.size() * sizeof(float), NCCL_PTR_CUDA);
+    if (handle == nullptr || !comm.deregisterBuffer(handle)) throw std::runtime_error("GPU memory was not registered");
   });
   EXPECT_EQ(errors[0], "");
 }

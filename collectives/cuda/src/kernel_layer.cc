@@ -75,14 +75,7 @@ class DeviceKernels final : public coll::KernelLayer {
   }
   bool onDevice() const override { return true; }
   bool reaches(const void* buffer) const override { return deviceReachable(buffer); }
-  int gpuOf(const void* buffer) const override {
-    cudaPointerAttributes attributes{};
-    if (cudaPointerGetAttributes(&attributes, buffer) != cudaSuccess) {
-      (void)cudaGetLastError();  // not memory CUDA knows: host memory
-      return -1;
-    }
-    return attributes.type == cudaMemoryTypeDevice ? attributes.device : -1;
-  }
+  int gpuOf(const void* buffer) const override { return deviceOf(buffer); }
 };
 
 }  // namespace

@@ -59,8 +59,9 @@ class KernelLayer {
   // Whether this layer's kernels can work on `buffer` (a GPU layer: not plain pageable host memory). The host layer
   // cannot tell GPU memory from its own, and says true.
   virtual bool reaches(const void* /*buffer*/) const { return true; }
-  // The CUDA device whose own memory (cudaMalloc) `buffer` is, where this layer's kernels run for it; -1 for any
-  // other memory (host, pinned, managed) and for a layer that cannot tell (the host layer).
+  // The CUDA device this layer's kernels run on for `buffer`: the one whose memory it is (cudaMalloc), or the one a
+  // managed buffer was allocated on; -1 for host memory (pinned or not), which kernels on any GPU read, and for a
+  // layer that cannot tell (the host layer).
   virtual int gpuOf(const void* /*buffer*/) const { return -1; }
 };
 
