@@ -91,6 +91,16 @@ expect 2 "--iters: Value 2.5 is not a whole number" "$bin/nccl-net-bench" -n 2.5
 expect 2 "--iters: Value 2.0 is not written as a whole number" "$bin/nccl-net-perf" minimal -n 2.0
 expect 2 "--iters: Value 1e3 is not written as a whole number" "$bin/nccl-net-perf" minimal -n 1e3
 expect 2 "--iters: Value 1e9 not in range 1 to 10000000" "$bin/nccl-net-perf" minimal -n 1e9
+# Decimal only: CLI11's strtoll took "0x10" as 16 and "010" as 8.
+expect 2 "--iters: Value 0x10 is not written as a whole number in decimal digits" "$bin/nccl-net-perf" minimal -n 0x10
+if [ -x "$bin/nccl-net-perf" ]; then
+  iterations=$("$bin/nccl-net-perf" minimal -n 010 -b 8 -e 8 --json 2>/dev/null |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["iterations"])')
+  if [ "$iterations" != 10 ]; then
+    echo "FAILED: nccl-net-perf -n 010 ran $iterations iterations, not 10"
+    failures=$((failures + 1))
+  fi
+fi
 expect 2 "--iters: Value 2147483647 not in range 1 to 10000000" "$bin/nccl-net-perf" minimal -n 2147483647
 expect 2 "--call-timeout: Value 99999999999 not in range 1 to 3600" "$bin/nccl-net-info" --call-timeout 99999999999
 # --json with an argument refused: the refusal is a JSON object on stdout too (stdout was empty), for every tool that

@@ -264,20 +264,20 @@ int runTool(int argc, char** argv) {
           "FINITE"));
   tools::addSizeOption(app, "-i,--stepbytes", stepBytes, "size increment between rows when -f is 1 (default 1M)", 1);
   app.add_option("-n,--iters", iterations, "timed iterations per size (default 20)")
-      ->check(nns::tools::integerIn(1, std::numeric_limits<int>::max()));
-  app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size (default 5)")->check(nonNegative);
+      ->transform(nns::tools::integerIn(1, std::numeric_limits<int>::max()));
+  app.add_option("-w,--warmup_iters", warmup, "untimed iterations per size (default 5)")->transform(nonNegative);
   // nccl-tests' datacheck is a count: up to N checked runs after the timed ones, stopping at the first that finds a
   // wrong element (whose count the row shows), so `-c 2` from its command lines is taken with that meaning.
   app.add_option("-c,--check", check,
                  "checked runs per size: 0 none, N up to N, stopping at the first with wrong elements (default 1)")
-      ->check(nonNegative);
+      ->transform(nonNegative);
   static constexpr const char* kTypeNames =
       "int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double fp8e4m3 fp8e5m2, or all";
   app.add_option("-d,--datatype", typeText, kTypeNames);
   app.add_option(
       "-o,--op", opText,
       "sum prod max min avg, mulsum (a premultiplied sum: rank r's input times 1 or 2, r even or odd), or all");
-  app.add_option("-r,--root", root, "root rank of broadcast/reduce")->check(nonNegative);
+  app.add_option("-r,--root", root, "root rank of broadcast/reduce")->transform(nonNegative);
   // nccl-tests times both forms in one row; here one form per run, and -i is nccl-tests' step.
   app.add_option("-I,--inplace", inPlace, "1: in place (the input lives inside the output buffer, as nccl.h defines)")
       ->check(CLI::IsMember({0, 1}));

@@ -454,16 +454,16 @@ int runTool(int argc, char** argv) {
   app.add_option("--skip", options.skip, "run every rule but these (applied after --rules)")->delimiter(',');
   // Zero or less would fail every rule as "hung" and blame the plugin for a typo.
   app.add_option("--call-timeout", options.callTimeoutSeconds, "seconds any one plugin call may take (default 5)")
-      ->check(nns::tools::integerIn(1, 3600));
+      ->transform(nns::tools::integerIn(1, 3600));
   app.add_option("--rule-timeout", options.ruleTimeoutSeconds, "seconds one rule may take (default 60)")
-      ->check(nns::tools::integerIn(1, 24 * 3600));
+      ->transform(nns::tools::integerIn(1, 24 * 3600));
   app.add_option("--peer-death-timeout", options.peerDeathSeconds,
                  "seconds a pending test may take to report a killed peer (default 30: an RDMA NIC's retry timeout)")
-      ->check(nns::tools::integerIn(1, 3600));
+      ->transform(nns::tools::integerIn(1, 3600));
   app.add_option("--thread-messages", options.threadMessages,
                  "messages per comm in comms-on-threads (default 30000; fewer where every call is slow, as under "
                  "ThreadSanitizer or an emulated NIC)")
-      ->check(nns::tools::integerIn(100, 10000000));
+      ->transform(nns::tools::integerIn(100, 10000000));
   app.add_flag("--json", asJson, "machine-readable output");
   app.add_option("--junit", junit, "also write JUnit XML to this file");
   app.add_flag("--list", list, "list the rules and what each checks");

@@ -346,7 +346,7 @@ int runTool(int argc, char** argv) {
   app.add_option("--call-timeout", callTimeout,
                  "seconds one plugin call (or a library's loading) may take before the plugin is reported hung "
                  "(default 10)")
-      ->check(nns::tools::integerIn(1, 3600));
+      ->transform(nns::tools::integerIn(1, 3600));
   if (int status = nns::tools::parseArguments(app, argc, argv); status >= 0) return status;
   // -p '' is NCCL_NET_PLUGIN set but empty (no external plugin), not "unset": the probes read it from there.
   if (pluginOption->count() > 0 && plugin.empty()) setenv("NCCL_NET_PLUGIN", "", 1);

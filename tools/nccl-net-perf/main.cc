@@ -832,29 +832,29 @@ int runTool(int argc, char** argv) {
   nns::tools::addSizeOption(app, "-e,--maxbytes", settings.maxBytes, "largest message (default 64M, below 2G)")
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{INT_MAX}, "below 2 GiB: test() reports sizes as int"));
   app.add_option("-f,--stepfactor", settings.factor, "size multiplier between steps (default 2)")
-      ->check(nns::tools::integerIn(2, INT_MAX));
+      ->transform(nns::tools::integerIn(2, INT_MAX));
   // The latency's median keeps every round trip (8 bytes each): -n 2147483647 asked for 16 GiB of them, a
   // std::bad_alloc in the measuring process.
   app.add_option("-n,--iters", settings.iterations,
                  "timed iterations per size (default 20, at most " + std::to_string(kMaxIterations) + ")")
-      ->check(nns::tools::integerIn(1, kMaxIterations));
+      ->transform(nns::tools::integerIn(1, kMaxIterations));
   app.add_option(
          "-w,--warmup", settings.warmup,
          "untimed iterations per size (default 5; the bandwidth test's are at least -W, so that every buffer is used "
          "once before the clock runs; 0: none)")
-      ->check(nns::tools::integerIn(0, INT_MAX));
+      ->transform(nns::tools::integerIn(0, INT_MAX));
   // More than NCCL_NET_MAX_REQUESTS receives in flight on one comm is more than NCCL posts or a plugin must take.
   app.add_option("-W,--window", settings.window, "receives kept in flight for bandwidth (default 8, at most 32)")
-      ->check(nns::tools::integerIn(1, NCCL_NET_MAX_REQUESTS));
+      ->transform(nns::tools::integerIn(1, NCCL_NET_MAX_REQUESTS));
   // NCCL groups at most NCCL_PROXY_MAX_SUBS (64) receives in one irecv; a larger -m allocated its sizes before the
   // device's maxRecvs refused it (1.2 GB for -m 300000000).
   app.add_option("-m,--multi-recv", settings.multiRecv, "messages grouped in one irecv (default 1, <= maxRecvs, <= 64)")
-      ->check(nns::tools::integerIn(1, nccl_net::sdk::kMaxGroupedRecvs));
-  app.add_option("-d,--dev", settings.dev, "device index (default 0)")->check(nns::tools::integerIn(0, INT_MAX));
+      ->transform(nns::tools::integerIn(1, nccl_net::sdk::kMaxGroupedRecvs));
+  app.add_option("-d,--dev", settings.dev, "device index (default 0)")->transform(nns::tools::integerIn(0, INT_MAX));
   app.add_option("--call-timeout", settings.callTimeoutSeconds,
                  "seconds any one plugin call may take (loading the plugin counts as one), and any operation the "
                  "plugin keeps answering 'not yet' (connect and accept, a post, a request's completion) (default 30)")
-      ->check(nns::tools::integerIn(1, 3600));
+      ->transform(nns::tools::integerIn(1, 3600));
   std::string bindTo = "spread";
   app.add_option("--bind-to", bindTo,
                  "spread: each process on CPUs of its own when there are 2 or more (hwloc's spread, as nccl-net-run); "

@@ -315,22 +315,22 @@ int runTool(int argc, char** argv) {
   // Each value in its range: a 0 or negative one would otherwise read as "not given" (and the report would then ask
   // for the very option the user gave).
   app.add_option("--gpu-sm", fill.gpuSm, "add <gpu> with this sm to GPU-class PCI leaves (partial files, discovery)")
-      ->check(nns::tools::integerIn(1, 1000));
+      ->transform(nns::tools::integerIn(1, 1000));
   app.add_option("--gpu-nvlinks", fill.gpuNvlinks, "NVLinks to an NVSwitch for each added GPU")
-      ->check(nns::tools::integerIn(0, 64));
+      ->transform(nns::tools::integerIn(0, 64));
   app.add_option("--gpu-gdr", fill.gpuGdr, "gdr attribute of added GPUs (0/1)")->check(CLI::IsMember({0, 1}));
   app.add_option("--nic-speed", fill.nicSpeedMbps, "add <nic><net> with this speed (Mb/s) to NIC-class PCI leaves")
-      ->check(nns::tools::integerIn(1, 100000000));
-  app.add_option("--nic-port", fill.nicPort, "port attribute of added NETs")->check(nns::tools::integerIn(0, 255));
+      ->transform(nns::tools::integerIn(1, 100000000));
+  app.add_option("--nic-port", fill.nicPort, "port attribute of added NETs")->transform(nns::tools::integerIn(0, 255));
   app.add_option("--nic-maxconn", fill.nicMaxConn, "maxconn attribute of added NETs")
-      ->check(nns::tools::integerIn(1, 1 << 20));
+      ->transform(nns::tools::integerIn(1, 1 << 20));
   app.add_option("--nic-gdr", fill.nicGdr, "gdr attribute of added NETs (0/1)")->check(CLI::IsMember({0, 1}));
   app.add_option("--rank", opts.rank, "our rank (trimming and per-rank Ring/Trees lines); default: first GPU")
-      ->check(nns::tools::integerIn(0, (1 << 24) - 1));
+      ->transform(nns::tools::integerIn(0, (1 << 24) - 1));
   app.add_option("--nranks", opts.nRanks, "communicator size; default: twice the local GPUs (multi-node)")
-      ->check(nns::tools::integerIn(1, 1 << 24));
+      ->transform(nns::tools::integerIn(1, 1 << 24));
   app.add_option("--channels", opts.channels, "channels shown for the NIC choice of each GPU")
-      ->check(nns::tools::integerIn(1, 64));
+      ->transform(nns::tools::integerIn(1, 64));
   auto* jsonFlag = app.add_flag("--json", jsonOut, "machine-readable output");
   auto* dotFlag = app.add_flag("--dot", dotOut, "Graphviz DOT of the graph and each GPU's NIC (render with dot -Tpng)")
                       ->excludes(jsonFlag);
@@ -365,7 +365,7 @@ int runTool(int argc, char** argv) {
   // the searched graphs, are refused with it (--json printed the text line and exited 0; --dump-graph wrote nothing,
   // without a word). --dump-xml is kept: the topology is written before the runs.
   app.add_option("--bench", benchIterations, "time N runs of paths + decisions + search and print the mean")
-      ->check(nns::tools::integerIn(1, 1000000))
+      ->transform(nns::tools::integerIn(1, 1000000))
       ->excludes(jsonFlag)
       ->excludes(dotFlag)
       ->excludes("--nccl-log")

@@ -7,6 +7,8 @@
 #include <nccl_net/sdk_version.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -16,24 +18,34 @@
 namespace nns::tools {
 
 // An integer option's check, in place of CLI::Range: a value that is not a whole number says so ("-n abc" read as
-// "Value abc not in range 1 to 2147483647"), and one outside the range keeps CLI11's wording.
+// "Value abc not in range 1 to 2147483647"), and one outside the range keeps CLI11's wording. Decimal only: CLI11
+// reads integers with strtoll's base 0, so "010" was 8 and "0x10" 16; the text is handed on as plain decimal digits,
+// which needs the option's ->transform() (->check() hands CLI11 the text as it was given).
 template <class Integer>
 CLI::Validator integerIn(Integer minimum, Integer maximum) {
   const std::string range = std::to_string(minimum) + " to " + std::to_string(maximum);
   return CLI::Validator(
       [minimum, maximum, range](std::string& text) -> std::string {
-        Integer value{};
-        if (CLI::detail::lexical_cast(text, value)) {
-          if (value < minimum || value > maximum) return "Value " + text + " not in range " + range;
+        // Digits, after one optional sign (from_chars takes no '+').
+        const char* begin = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
+        const char* end = text.data() + text.size();
+        const char* digits = begin != end && *begin == '-' ? begin + 1 : begin;
+        const auto isDigit = [](char c) { return c >= '0' && c <= '9'; };
+        if (digits != end && std::all_of(digits, end, isDigit)) {
+          Integer value{};
+          const auto [stop, error] = std::from_chars(begin, end, value, 10);
+          if (error != std::errc() || stop != end || value < minimum || value > maximum)
+            return "Value " + text + " not in range " + range;  // too large for the type, or outside the range
+          text = std::to_string(value);                         // "010" as 10, not strtoll's octal 8
           return {};
         }
-        // Not this type: a whole number too large for it is out of range; one in range but written otherwise ("2.0",
-        // "1e3") is refused for its form (the option takes digits); anything else is not a whole number.
+        // A whole number written otherwise ("2.0", "1e3", "0x10") is refused for its form, or as out of range
+        // where it is; anything else is not a whole number.
         double number = 0;
         if (CLI::detail::lexical_cast(text, number) && std::isfinite(number) && std::trunc(number) == number) {
           if (number < static_cast<double>(minimum) || number > static_cast<double>(maximum))
             return "Value " + text + " not in range " + range;
-          return "Value " + text + " is not written as a whole number (digits only)";
+          return "Value " + text + " is not written as a whole number in decimal digits";
         }
         return "Value " + text + " is not a whole number";
       },
