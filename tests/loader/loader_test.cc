@@ -749,6 +749,25 @@ TEST(Adapters, APluginGetsTheLoggerConfigAndDeviceListNcclWouldPass) {
   }
 }
 
+namespace {
+
+// The fields every version of the strict-host double reports alike (device 1), as they reach the v12 view.
+void expectStrictHostsFields(const ncclNetProperties_v12_t& props) {
+  EXPECT_STREQ(props.name, "strict1");
+  EXPECT_STREQ(props.pciPath, "/sys/devices/pci0000:00/0000:00:02.0/strict");
+  EXPECT_EQ(props.guid, 0x5eed0001u);
+  EXPECT_EQ(props.ptrSupport, NCCL_PTR_HOST);
+  EXPECT_EQ(props.regIsGlobal, 1) << "v8 and later have regIsGlobal";
+  EXPECT_EQ(props.speed, 1000);
+  EXPECT_EQ(props.port, 3);
+  EXPECT_EQ(props.latency, 2.5f);
+  EXPECT_EQ(props.maxComms, 7);
+  EXPECT_EQ(props.maxRecvs, 1);
+  EXPECT_EQ(props.netDeviceType, NCCL_NET_DEVICE_HOST);
+}
+
+}  // namespace
+
 // Every field a v9..v12 plugin reports reaches the v12 view as it was written (the strict-host double gives each a
 // value no adapter fills in by default): an adapter that dropped one, or copied the vNIC list's first device into
 // every entry, showed nothing with the minimal plugin's zeros. What v9 and v10 lack (maxMultiRequestSize) is NCCL's 1.
@@ -764,18 +783,8 @@ TEST(Adapters, EveryPropertyOfANewerVersionIsCopied) {
     std::memset(&props, 0x5a, sizeof(props));
     ASSERT_EQ(strict.net->getProperties(1, &props), ncclSuccess);
     *size = 0;
-    EXPECT_STREQ(props.name, "strict1");
-    EXPECT_STREQ(props.pciPath, "/sys/devices/pci0000:00/0000:00:02.0/strict");
-    EXPECT_EQ(props.guid, 0x5eed0001u);
-    EXPECT_EQ(props.ptrSupport, NCCL_PTR_HOST);
-    EXPECT_EQ(props.regIsGlobal, 1);
+    expectStrictHostsFields(props);
     EXPECT_EQ(props.forceFlush, 1);
-    EXPECT_EQ(props.speed, 1000);
-    EXPECT_EQ(props.port, 3);
-    EXPECT_EQ(props.latency, 2.5f);
-    EXPECT_EQ(props.maxComms, 7);
-    EXPECT_EQ(props.maxRecvs, 1);
-    EXPECT_EQ(props.netDeviceType, NCCL_NET_DEVICE_HOST);
     ASSERT_EQ(props.vProps.ndevs, 3);
     EXPECT_EQ(props.vProps.devs[0], 2);
     EXPECT_EQ(props.vProps.devs[1], 1);
@@ -803,13 +812,7 @@ TEST(Adapters, AV8PluginsPropertiesAreCopiedAndTheRestFilledAsNcclDoes) {
   ncclNetProperties_v12_t props;
   std::memset(&props, 0x5a, sizeof(props));
   ASSERT_EQ(strict.net->getProperties(1, &props), ncclSuccess);
-  EXPECT_STREQ(props.name, "strict1");
-  EXPECT_STREQ(props.pciPath, "/sys/devices/pci0000:00/0000:00:02.0/strict");
-  EXPECT_EQ(props.guid, 0x5eed0001u);
-  EXPECT_EQ(props.regIsGlobal, 1) << "v8 has regIsGlobal";
-  EXPECT_EQ(props.port, 3);
-  EXPECT_EQ(props.latency, 2.5f);
-  EXPECT_EQ(props.maxComms, 7);
+  expectStrictHostsFields(props);
   EXPECT_EQ(props.forceFlush, 0);
   ASSERT_EQ(props.vProps.ndevs, 1);
   EXPECT_EQ(props.vProps.devs[0], 1);
