@@ -70,8 +70,8 @@ void checkPlacement(const Communicator& comm, KernelLayer& kernels) {
 // So is a GPU buffer on another GPU than GPU Direct slots: the kernels run on the buffer's GPU and read the slots,
 // another GPU's memory, which faults without peer access (as sticky). NCCL binds a communicator to one GPU too.
 // The other collectives only copy (cudaMemcpyAsync), which takes any address. nullptr: a buffer the call ignores.
-void checkDeviceAlignment(const Communicator& comm, const KernelLayer& kernels, ncclDataType_t type, size_t count,
-                          const void* send, const void* recv) {
+void checkDeviceBuffers(const Communicator& comm, const KernelLayer& kernels, ncclDataType_t type, size_t count,
+                        const void* send, const void* recv) {
   if (!kernels.onDevice() || count == 0) return;
   const size_t es = typeSize(type);
   const int slotsGpu = comm.slotsGpu();
@@ -286,7 +286,7 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
                KernelLayer& kernels, Algorithm algorithm) {
   checkScalar(op);
   checkArguments(type, send, recv, count, op.op, 1, detail::Layout::kSame, comm.rank());
-  checkDeviceAlignment(comm, kernels, type, count, send, recv);
+  checkDeviceBuffers(comm, kernels, type, count, send, recv);
   const size_t es = typeSize(type);
   const int n = comm.size();
   Call call = makeCall(comm, send, recv, type, op.op, kernels);
@@ -385,7 +385,7 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
                    KernelLayer& kernels) {
   checkScalar(op);
   checkArguments(type, send, recv, recvCount, op.op, comm.size(), detail::Layout::kScatter, comm.rank());
-  checkDeviceAlignment(comm, kernels, type, recvCount, send, recv);
+  checkDeviceBuffers(comm, kernels, type, recvCount, send, recv);
   const size_t es = typeSize(type);
   Call call = makeCall(comm, send, recv, type, op.op, kernels);
   if (isNoOp(comm, recvCount)) return;
@@ -449,7 +449,7 @@ void reduce(Communicator& comm, const void* send, void* recv, size_t count, nccl
   checkScalar(op);
   checkArguments(type, send, comm.rank() == root ? recv : send, count, op.op, 1,
                  comm.rank() == root ? detail::Layout::kSame : detail::Layout::kOne, comm.rank());
-  checkDeviceAlignment(comm, kernels, type, count, send, comm.rank() == root ? recv : nullptr);
+  checkDeviceBuffers(comm, kernels, type, count, send, comm.rank() == root ? recv : nullptr);
   const size_t es = typeSize(type);
   Call call = makeCall(comm, send, recv, type, op.op, kernels);
   if (isNoOp(comm, count)) return;
