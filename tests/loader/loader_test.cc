@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1198,6 +1199,57 @@ TEST(CollNet, ValuesAnOldVersionCannotCarryAreErrors) {
       << "v6 has no iallgather";
   EXPECT_EQ(openCollNetVersion(kDir + "/libnccl-net-minimal.so", 12, &error), nullptr);
   EXPECT_NE(error.find("does not export ncclCollNetPlugin_v12"), std::string::npos) << error;
+}
+
+// The limits' edges themselves are handed on to the plugin: through v8's table an all-reduce of exactly
+// MAX_COLLNET_SIZE elements and an all-gather of one part of exactly 512 MiB, through v6's a regMr of INT_MAX bytes.
+TEST(CollNet, ValuesAtAnOldVersionsLimitsAreHandedOn) {
+  std::string error;
+  auto v8 = openCollNetVersion(kDir + "/libnccl-net-one-rank-coll.so", 8, &error);
+  ASSERT_NE(v8, nullptr) << error;
+  void* ctx = nullptr;
+  ASSERT_EQ(v8->init(&ctx, 1, nullptr), ncclSuccess);
+  void* listenComm = nullptr;
+  void* collComm = nullptr;
+  ASSERT_NO_FATAL_FAILURE(connectOneRank(*v8, ctx, &listenComm, &collComm));
+  // One rank's all-reduce in place moves nothing, so one byte stands for 2^30 int8 elements the plugin never reads.
+  char byte = 0;
+  void* request = nullptr;
+  ASSERT_EQ(v8->iallreduce(collComm, &byte, &byte, 1ull << 30, ncclInt8, ncclSum, nullptr, nullptr, &request),
+            ncclSuccess);
+  ASSERT_NE(request, nullptr);
+  EXPECT_EQ(completedSize(*v8, request), 1 << 30);
+  // The all-gather copies its part: two 512 MiB mappings, paged in by the copy only (in huge pages where the kernel
+  // has them: 4 KiB pages made the copy take seconds).
+  constexpr size_t kPart = 512ull << 20;
+  auto map = [] {
+    void* p = mmap(nullptr, kPart, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) madvise(p, kPart, MADV_HUGEPAGE);
+    return p;
+  };
+  void* in = map();
+  void* out = map();
+  ASSERT_NE(in, MAP_FAILED);
+  ASSERT_NE(out, MAP_FAILED);
+  static_cast<char*>(in)[kPart - 1] = 7;
+  ncclNetSGE_v12_t part = {nullptr, out, kPart};
+  request = nullptr;
+  ASSERT_EQ(v8->iallgather(collComm, in, 1, &part, kPart, 0, kPart, nullptr, &request), ncclSuccess);
+  ASSERT_NE(request, nullptr);
+  EXPECT_EQ(completedSize(*v8, request), static_cast<int>(kPart));
+  EXPECT_EQ(static_cast<char*>(out)[kPart - 1], 7);
+  munmap(in, kPart);
+  munmap(out, kPart);
+  EXPECT_EQ(v8->closeColl(collComm), ncclSuccess);
+  EXPECT_EQ(v8->closeListen(listenComm), ncclSuccess);
+  EXPECT_EQ(v8->finalize(ctx), ncclSuccess);
+
+  auto v6 = openCollNetVersion(kDir + "/libnccl-net-one-rank-coll.so", 6, &error);
+  ASSERT_NE(v6, nullptr) << error;
+  void* mhandle = nullptr;  // the plugin's regMr keeps the range and touches none of it, so any comm will do
+  ASSERT_EQ(v6->regMr(&byte, &byte, INT_MAX, NCCL_PTR_HOST, &mhandle), ncclSuccess);
+  EXPECT_NE(mhandle, nullptr);
+  EXPECT_EQ(v6->deregMr(&byte, mhandle), ncclSuccess);
 }
 
 // As in NCCL, the probe's init is the first user's (the first communicator's): a plugin that sets its state up once
