@@ -10,7 +10,7 @@
 # Expected about 4-5 minutes of command time (a minute or two more for the machine's start): the kernels' build
 # ~10 s, their check ~15 s on 16 threads, their bench ~10 s, the GoogleTest CUDA tests ~10 s, the tree ~45 s
 # (collectives/src/reduce_cpu.cc alone compiles for 30-45 s; 55-65 s with -j2 on the 2-CPU dev machine), load ~1
-# min, 18 bench runs ~1-2 min (65 s on host buffers there). load runs before bench: it is short, and the only proof
+# min, 20 bench runs ~1-2 min (65 s on host buffers there). load runs before bench: it is short, and the only proof
 # that NCCL loads the plugins, which a slow bench must not starve.
 # Every step stops at a deadline ($NNS_GPU_DEADLINE, 300 s after the start: later steps and bench runs are skipped
 # with a line saying so, and each command's own limit is cut to end within 60 s of it), so the script ends by about
@@ -32,10 +32,14 @@
 #            nccl-net-run and the plugins it has the dependencies for (socket; ib and ucx only with their headers)
 #   bench    nccl-net-bench -G 1 (GPU buffers, staged through pinned host slots by the socket plugin) under
 #            nccl-net-run, 2 to 4 ranks sharing the GPU, -c 1 (every result checked against the serial reference;
-#            any wrong element fails): 18 runs, most with -d all -o all (every type x every op in one launch):
+#            any wrong element fails): 20 runs, most with -d all -o all (every type x every op in one launch):
 #            allreduce at 2, 3 and 4 ranks, in place, each algorithm (ring, tree, doubling), on the progress thread
 #            (NNS_PROGRESS_INLINE=0), up to 64 MiB; allgather, reducescatter, broadcast, reduce and sendrecv at 3
-#            ranks (root 2), the first four in place at 2 ranks (root 1). 60 s per run at most.
+#            ranks (root 2), the first four in place at 2 ranks (root 1). 60 s per run at most. Two of the runs
+#            go over the GPU Direct stand-in (tests/cuda/gdr_standin_plugin.cc, a test double of a NIC that takes
+#            CUDA pointers, which the tree step builds with nvcc): device slots registered as CUDA memory, every
+#            received piece flushed; they fail unless the engine says "GPU Direct RDMA enabled ... receives flushed"
+#            and each rank's plugin flushed.
 #   load     real NCCL (PyTorch's, from the nvidia-nccl-cu13 wheel) loads each plugin by path in a one-rank
 #            communicator (scripts/nccl-load-check.py, through torch.distributed and through ctypes); plugins the
 #            tree did not build are taken from $NNS_GPU_PLUGIN_DIR (default <repo>/build/gpu-deps/lib). socket must
@@ -254,6 +258,14 @@ EOF
   done
   timeout "$(left 300)" cmake --build "$tree" -j"$jobs" --target "${present[@]}" >"$logs/tree-build.log" 2>&1
   rc=$?
+  # The GPU Direct stand-in (a test double, tests/cuda), which a tree without tests lacks: the example plugin and
+  # the SDK's headers, CUDA's runtime linked statically, exporting only the plugin tables.
+  if [ "$rc" = 0 ]; then
+    timeout "$(left 120)" nvcc -std=c++20 -O2 -shared -Xcompiler -fPIC,-fvisibility=hidden,-fvisibility-inlines-hidden \
+      -I"$root/net-api/include" -I"$root/examples/minimal-plugin" "$root/tests/cuda/gdr_standin_plugin.cc" \
+      -Xlinker "--version-script=$root/net-api/share/plugin-exports.map" -lrt \
+      -o "$tree/lib/libnccl-net-gdr-standin.so" >>"$logs/tree-build.log" 2>&1 || rc=$?
+  fi
   if [ "$rc" != 0 ]; then
     [ "$rc" = 124 ] && sleep 1  # ninja, signalled through timeout's group, may still be writing its log
     details+=("tree: build, exit $rc|$logs/tree-build.log|15")
@@ -262,7 +274,7 @@ EOF
   elif [ ! -x "$tree/bin/nccl-net-bench" ] || [ ! -x "$tree/bin/nccl-net-run" ]; then
     note tree FAIL "nccl-net-bench or nccl-net-run not built (CLI11 not found?): tree-configure.log"
   else
-    note tree PASS "built for sm_$arch: ${present[*]}"
+    note tree PASS "built for sm_$arch: ${present[*]} nccl-net-gdr-standin"
   fi
 }
 
@@ -271,9 +283,11 @@ bench_skipped=0
 bench_runs=0
 bench_no_device=
 bench_timed_out=
+bench_plugin=socket  # -p of the runs (a name or a path)
+bench_expect=()      # extended regular expressions each run's output must match
 # bench_run LABEL RANKS ENV COLLECTIVE ARGS...: one nccl-net-run launch of nccl-net-bench; ENV: "NAME=VALUE ..." or
-# "". Fails on a non-zero exit (3: a wrong element), no result rows, a row with wrong elements, or a missing
-# "# buffers in GPU memory" header.
+# "". Fails on a non-zero exit (3: a wrong element), no result rows, a row with wrong elements, a missing
+# "# buffers in GPU memory" header, or output that misses one of bench_expect.
 bench_run() {
   local label=$1 ranks=$2 environment=$3 collective=$4 log=$logs/bench-$1.txt rc limit rows wrong start=$SECONDS
   shift 4
@@ -285,19 +299,23 @@ bench_run() {
   limit=$(left 60)
   # shellcheck disable=SC2086 # ENV is a list of NAME=VALUE words
   env $environment NCCL_SOCKET_IFNAME=lo timeout $((limit + 5)) "$tree/bin/nccl-net-run" -n "$ranks" \
-    --timeout "$limit" "$tree/bin/nccl-net-bench" "$collective" -p socket -G "$device_buffers" -c 1 "$@" >"$log" 2>&1
+    --timeout "$limit" "$tree/bin/nccl-net-bench" "$collective" -p "$bench_plugin" -G "$device_buffers" -c 1 "$@" \
+    >"$log" 2>&1
   rc=$?
   rows=$(grep -cE '^ +[0-9]+ +[0-9]+ ' "$log")
   wrong=$(awk '/^ +[0-9]+ +[0-9]+ / && $9 != "0"' "$log" | wc -l)
-  local header="# buffers in GPU memory"
+  local header="# buffers in GPU memory" pattern missing=
   [ "$device_buffers" = 1 ] || header="# buffers in host memory"
-  if [ "$rc" = 0 ] && [ "$wrong" = 0 ] && [ "$rows" -gt 0 ] && grep -q "^$header" "$log"; then
+  for pattern in "${bench_expect[@]}"; do
+    grep -qE "$pattern" "$log" || missing="${missing:+$missing; }no line matching '$pattern'"
+  done
+  if [ "$rc" = 0 ] && [ "$wrong" = 0 ] && [ "$rows" -gt 0 ] && grep -q "^$header" "$log" && [ -z "$missing" ]; then
     say "bench $label: ok ($ranks ranks, $rows rows, $((SECONDS - start)) s)"
     return
   fi
   bench_failed+=("$label")
   say "bench $label: FAILED (exit $rc$([ "$rc" = 124 ] && echo ', timed out'), $rows rows, $wrong with wrong" \
-    "elements): $(first_error "$log")"
+    "elements${missing:+; $missing}): $(first_error "$log")"
   details+=("bench $label ($ranks ranks, $environment $collective $*), exit $rc|$log|8")
   # nccl-net-bench -G 1 exits 4 without a CUDA device: the other runs would say the same.
   if [ "$rc" = 4 ] || grep -q "no CUDA device" "$log"; then bench_no_device=$label; fi
@@ -318,6 +336,21 @@ bench_step() {
   # The first run says where the slots are and why (NNS_DEBUG=INFO), and covers sizes up to 64 MiB.
   bench_run n2-float-sum-to-64M 2 NNS_DEBUG=INFO allreduce -d float -o sum -b 4 -e 64M -f 4 -n 5 -w 1
   bench_run n2-all 2 "" allreduce "${all[@]}" "${small[@]}"
+  # The GPU Direct path, through the stand-in NIC (a test double that reads and writes GPU memory through host
+  # shadows: tests/cuda/gdr_standin_plugin.cc; built by the tree step): device slots registered as CUDA memory, every
+  # received piece flushed (a piece read unflushed is read before its copy lands: wrong elements), then with the
+  # users' buffers registered too (-R 1).
+  if [ -f "$tree/lib/libnccl-net-gdr-standin.so" ] || [ "$device_buffers" != 1 ]; then
+    bench_plugin=$tree/lib/libnccl-net-gdr-standin.so
+    [ "$device_buffers" = 1 ] && bench_expect=('GPU Direct RDMA enabled.*receives flushed \(the device sets forceFlush\)'
+      '[1-9][0-9]* flushes, [1-9][0-9]* receives into GPU memory')
+    bench_run n2-gpu-direct-all 2 NNS_DEBUG=INFO allreduce "${all[@]}" "${small[@]}"
+    bench_run n3-gpu-direct-registered 3 NNS_DEBUG=INFO allreduce -A ring -d float -o sum -R 1 "${large[@]}"
+    bench_plugin=socket
+    bench_expect=()
+  else
+    bench_failed+=("gpu-direct (no libnccl-net-gdr-standin.so: tree-build.log)")
+  fi
   bench_run n3-all 3 "" allreduce "${all[@]}" "${small[@]}"
   bench_run n4-all 4 "" allreduce "${all[@]}" "${small[@]}"
   bench_run n2-all-inplace 2 "" allreduce "${all[@]}" -I 1 "${small[@]}"
@@ -404,6 +437,10 @@ verdict="gpu-checks: $([ $status = 0 ] && echo PASS || echo FAIL) ($SECONDS s; l
     echo "---- bench: where the slots are (nccl-net-bench's header, NNS_DEBUG=INFO), the largest allreduce row"
     { grep -m 4 -E '^# (nccl-net-bench|buffers)|GPU Direct RDMA' "$logs/bench-n2-float-sum-to-64M.txt"
       grep -E '^ +[0-9]+ +[0-9]+ ' "$logs/bench-n2-float-sum-to-64M.txt" | tail -n 1; } | cut -c 1-200
+  fi
+  if [ -s "$logs/bench-n2-gpu-direct-all.txt" ]; then
+    echo "---- bench over the GPU Direct stand-in: the engine's choice and the plugin's flushes (NNS_DEBUG=INFO)"
+    grep -m 4 -E 'GPU Direct RDMA|flushes, ' "$logs/bench-n2-gpu-direct-all.txt" | cut -c 1-200
   fi
   if [ -s "$logs/kernels-bench.txt" ]; then
     echo "---- kernel bandwidth (nns-cuda-reduce-bench; also bench.txt)"

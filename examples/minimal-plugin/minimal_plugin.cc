@@ -530,7 +530,9 @@ class MinimalNet {
   }
 };
 
-#ifdef NNS_MINIMAL_ONLY_VERSION
+#if defined(NNS_MINIMAL_NO_EXPORT)
+// Built into a test double that exports tables of its own (tests/cuda/gdr_standin_plugin.cc).
+#elif defined(NNS_MINIMAL_ONLY_VERSION)
 // Test builds export one old version alone, so hosts' adapters for it can be exercised (tests/loader).
 NCCL_NET_SDK_EXPORT_NET_VERSION(MinimalNet, NNS_MINIMAL_ONLY_VERSION)
 #else
