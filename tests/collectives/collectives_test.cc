@@ -2463,6 +2463,44 @@ TEST(Communicator, ATimeoutOutOfRangeIsRefusedByName) {
   }
 }
 
+// CommOptions' slot and channel fields out of range are refused by name, one past each edge (more slots than NCCL
+// gives a plugin: SlotMemory.SlotsAreAtMostTheRequestsNcclGivesThePlugin); the edges themselves make a communicator.
+TEST(Communicator, CommOptionsOutOfRangeAreRefusedByName) {
+  struct Case {
+    int channels, slots;
+    size_t slotBytes;
+    const char* said;  // empty: taken
+  };
+  const Case cases[] = {
+      {0, 0, 512u << 10, "channels 0 (CommOptions::channels): 1 to 32"},
+      {core::Communicator::kMaxChannels + 1, 0, 512u << 10, "channels 33 (CommOptions::channels): 1 to 32"},
+      {1, -1, 512u << 10, "slots -1 (CommOptions::slots): 0 (the slot memory's default) to 32"},
+      {1, 0, 1023, "slot bytes 1023 (NNS_SLOT_BYTES or CommOptions::slotBytes): 1 KiB to 1 GiB and a multiple of 64"},
+      {1, 0, 1100, "slot bytes 1100 (NNS_SLOT_BYTES or CommOptions::slotBytes): 1 KiB to 1 GiB and a multiple of 64"},
+      {1, 0, (1u << 30) + 64, "slot bytes 1073741888 (NNS_SLOT_BYTES or CommOptions::slotBytes): 1 KiB to 1 GiB"},
+      {core::Communicator::kMaxChannels, NCCL_NET_MAX_REQUESTS, 1024, ""},
+      {1, 1, 1024, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("channels " + std::to_string(c.channels) + ", slots " + std::to_string(c.slots) + ", slot bytes " +
+                 std::to_string(c.slotBytes));
+    core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+    core::CommOptions options = socketOptions();
+    options.channels = c.channels;
+    options.slots = c.slots;
+    options.slotBytes = c.slotBytes;
+    try {
+      core::Communicator comm(launch, options);
+      EXPECT_STREQ(c.said, "") << "taken";
+      EXPECT_EQ(comm.channels(), c.channels);
+    } catch (const core::CommError& e) {
+      EXPECT_EQ(e.result(), ncclInvalidUsage);
+      EXPECT_NE(std::string(c.said), "") << "refused: " << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.said), std::string::npos) << e.what();
+    }
+  }
+}
+
 // The communicator's environment knobs are read whole and in range: "4x", "abc", a negative spin or a count past
 // int are named errors, never a prefix or a silent 0.
 TEST(Communicator, EnvironmentKnobsAreCheckedWhole) {
