@@ -1601,7 +1601,7 @@ bool peerExitIsTheHarnesss() {
   return gCallNotes != nullptr && gCallNotes[1].harnessExit.load() == 1;
 }
 
-Verdict truncationTakenAside(Context& c, std::string* evidence);  // below
+Verdict truncationTakenAside(Context& c, size_t big, std::string* evidence);  // below
 
 Verdict truncationIsAnError(Context& c) {
   struct Case {
@@ -1611,7 +1611,9 @@ Verdict truncationIsAnError(Context& c) {
   // The large case within maxP2pBytes: above it the harness refuses the send itself (oversized), and that refusal
   // read as the plugin's.
   const size_t large = std::min<size_t>(2u << 20, c.props.maxP2pBytes);
-  const Case cases[] = {{1000, 100}, {101, 100}, {large, large / 2}, {1000, 100, true}};
+  // One byte over is tried both ways: a plugin that holds a message sent before its receive checks it on a path of
+  // its own (an off-by-one there went unseen with 1000 bytes into 100 as its only case).
+  const Case cases[] = {{1000, 100}, {101, 100}, {large, large / 2}, {1000, 100, true}, {101, 100, true}};
   // Watched bytes past the buffer: room for the whole message and 64 more, so a plugin that writes all of it lands
   // in memory of this rule's, which then names the overrun (a shorter guard let it corrupt the heap, and the rule
   // process died in a later free without a verdict).
@@ -1688,8 +1690,11 @@ Verdict truncationIsAnError(Context& c) {
     return skip("maxP2pBytes " + std::to_string(c.props.maxP2pBytes) +
                 " leaves no message larger than a receive buffer to send");
   if (c.props.maxRecvs >= 2) {
-    Verdict v = truncationTakenAside(c, &evidence);
-    if (v.status != Status::kPass) return v;
+    // 1000 bytes, then one byte over: the held message's own size check, off by one, passed the first alone.
+    for (size_t big : {size_t{1000}, size_t{101}}) {
+      Verdict v = truncationTakenAside(c, big, &evidence);
+      if (v.status != Status::kPass) return v;
+    }
   }
   return pass("every oversized message failed, nothing written past the buffer (" + evidence + ")");
 }
@@ -1698,14 +1703,14 @@ Verdict truncationIsAnError(Context& c) {
 // receive per step, and a sender that runs ahead delivers a message before its step is posted (tags-out-of-step). A
 // plugin that keeps such a message and copies it into the receive posted later must still refuse one larger than
 // that receive; a check only on the path of receives posted first let the copy cut it to fit and complete.
-// The sender: step 0's tag-1 message (1000 B), step 1's (1000 B, for a 100-byte receive) as far as isend takes it in
+// The sender: step 0's tag-1 message (1000 B), step 1's (`big` B, for a 100-byte receive) as far as isend takes it in
 // 0.3 s, then step 0's tag-2 message (100 B), then step 1's. Exit 0 when step 0's went through; kSenderRefused + the
 // result when the plugin refused step 1's tag-1 message (a receiver-driven one learns the 100 bytes).
 constexpr size_t kAsideBig = 1000, kAsideSmall = 100;
 
-int sendTakenAside(Context& c, void* comm) {
+int sendTakenAside(Context& c, void* comm, size_t big) {
   static std::vector<std::vector<unsigned char>> buffers;  // may be read until closeSend, after this returns
-  const size_t sizes[4] = {kAsideBig, kAsideBig, kAsideSmall, kAsideSmall};  // step 0 tag 1, step 1 tag 1, tag 2 ...
+  const size_t sizes[4] = {kAsideBig, big, kAsideSmall, kAsideSmall};  // step 0 tag 1, step 1 tag 1, tag 2 ...
   const int tags[4] = {1, 1, 2, 2};
   buffers.assign(4, {});
   for (int m = 0; m < 4; ++m) buffers[static_cast<size_t>(m)].assign(sizes[m], static_cast<unsigned char>(0x51 + m));
@@ -1730,11 +1735,11 @@ int sendTakenAside(Context& c, void* comm) {
   return result == ncclSuccess || result == kDeadline ? 0 : kSenderRefused + static_cast<int>(result);
 }
 
-Verdict truncationTakenAside(Context& c, std::string* evidence) {
+Verdict truncationTakenAside(Context& c, size_t big, std::string* evidence) {
   Pair pair;
   std::string why;
   if (!openPair(
-          c, pair, [&](void* comm) { return sendTakenAside(c, comm); }, &why))
+          c, pair, [&](void* comm) { return sendTakenAside(c, comm, big); }, &why))
     return fail("message taken aside: %s", why.c_str());
   constexpr size_t kGuard = 64;
   // Step 0: room for each message; step 1: tag 1's receive of 100 bytes, watched for kAsideBig + kGuard past it.
@@ -1763,7 +1768,7 @@ Verdict truncationTakenAside(Context& c, std::string* evidence) {
                     ? ("returned " + resultText(result)).c_str()
                     : ("reported sizes " + std::to_string(got[0]) + " and " + std::to_string(got[1])).c_str());
   }
-  // Step 1, posted once step 0 is done: its tag-1 message (1000 B) was sent before this, for 100 bytes.
+  // Step 1, posted once step 0 is done: its tag-1 message (`big` B) was sent before this, for 100 bytes.
   int peerCode = 0;
   result = post(1, &request);
   bool done = false;
@@ -1788,16 +1793,16 @@ Verdict truncationTakenAside(Context& c, std::string* evidence) {
       return fail(
           "message taken aside: step 1's %zu-byte message into its %zu-byte receive wrote past the buffer "
           "(byte %zu after its start changed)",
-          kAsideBig, kAsideSmall, i);
+          big, kAsideSmall, i);
   if (done && result == ncclSuccess)
     return fail(
         "message taken aside: step 1's %zu-byte message, sent before its %zu-byte receive was posted, "
         "completed (size %d): silent truncation on the path of a message kept for a later receive",
-        kAsideBig, kAsideSmall, got[0]);
+        big, kAsideSmall, got[0]);
   if (result == kDeadline)
     return fail("message taken aside: step 1's %zu-byte message into its %zu-byte receive never completed nor failed%s",
-                kAsideBig, kAsideSmall, peerCode != 0 ? (" (" + peerText(peerCode) + ")").c_str() : "");
-  *evidence += ", 1000 into 100 sent a step ahead of its grouped receive: " +
+                big, kAsideSmall, peerCode != 0 ? (" (" + peerText(peerCode) + ")").c_str() : "");
+  *evidence += ", " + std::to_string(big) + " into 100 sent a step ahead of its grouped receive: " +
                std::string(senderRefused ? "the sender's isend or test returned " : "") + resultText(result);
   return pass("");
 }
