@@ -1852,7 +1852,8 @@ TEST(Failure, AnAbortedRankFailsItsPeersQuicklyAndTheErrorSticks) {
 // and asyncResult() (nnsCommGetAsyncError) say ncclSystemError too. They said ncclRemoteError, as if a peer had died.
 TEST(Failure, TheStickyErrorKeepsTheFirstFailuresCode) {
   ncclResult_t thrown = ncclSuccess, later = ncclSuccess, async = ncclSuccess, before = ncclInternalError;
-  std::string laterWhat;
+  ncclResult_t afterAbort = ncclSuccess;
+  std::string laterWhat, firstWhat, afterAbortWhat;
   auto setup = onEveryRank(2, socketOptions(), [&](core::Communicator& comm, int r) {
     std::vector<float> data(1024, 1.0f);
     coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum);
@@ -1872,6 +1873,11 @@ TEST(Failure, TheStickyErrorKeepsTheFirstFailuresCode) {
       thrown = e.result();
     }
     async = comm.asyncResult();
+    // A later abort (nnsCommAbort after the failure, say) keeps the first error and its code.
+    firstWhat = comm.asyncError();
+    comm.abort("a later abort", ncclRemoteError);
+    afterAbort = comm.asyncResult();
+    afterAbortWhat = comm.asyncError();
     try {
       coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum);
     } catch (const core::CommError& e) {
@@ -1883,8 +1889,36 @@ TEST(Failure, TheStickyErrorKeepsTheFirstFailuresCode) {
   EXPECT_EQ(before, ncclSuccess);
   EXPECT_EQ(thrown, ncclSystemError);
   EXPECT_EQ(async, ncclSystemError);
+  EXPECT_EQ(afterAbort, ncclSystemError);
+  EXPECT_EQ(afterAbortWhat, firstWhat);
+  EXPECT_EQ(afterAbortWhat.find("a later abort"), std::string::npos) << afterAbortWhat;
   EXPECT_EQ(later, ncclSystemError) << laterWhat;
   EXPECT_NE(laterWhat.find("failed earlier"), std::string::npos) << laterWhat;
+}
+
+// A failure is never reported as ncclSuccess: an abort given ncclSuccess, and an operation that throws a CommError
+// carrying it (a custom slot memory's, say), fail with ncclInternalError, the call as well as the communicator.
+TEST(Failure, AFailureCarryingNcclSuccessIsAnInternalError) {
+  {
+    core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+    core::Communicator comm(launch, socketOptions());
+    comm.abort("aborted with no code", ncclSuccess);
+    EXPECT_EQ(comm.asyncResult(), ncclInternalError);
+    EXPECT_EQ(comm.asyncError(), "aborted with no code");
+  }
+  core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  core::Communicator comm(launch, socketOptions());
+  ncclResult_t thrown = ncclSuccess;
+  std::string what;
+  try {
+    comm.submit([] { throw core::CommError("failed without a code", ncclSuccess); });
+  } catch (const core::CommError& e) {
+    thrown = e.result();
+    what = e.what();
+  }
+  EXPECT_EQ(thrown, ncclInternalError) << what;
+  EXPECT_NE(what.find("failed without a code"), std::string::npos) << what;
+  EXPECT_EQ(comm.asyncResult(), ncclInternalError);
 }
 
 namespace {

@@ -997,13 +997,16 @@ std::string Communicator::execute(OperationRef operation, bool always, ncclResul
     *result = asyncResult();
     return "communicator failed earlier: " + asyncError();
   }
+  // Restored, not cleared, at the end: an operation that ran another communicator's inline leaves this thread
+  // still running its own.
+  const Communicator* const outer = tlsRunning;
   tlsRunning = this;
   progressStamp_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   try {
     operation();
   } catch (const CommError& e) {
     error = e.what();
-    *result = e.result();
+    *result = e.result() == ncclSuccess ? ncclInternalError : e.result();  // a failure is never a success
   } catch (const std::exception& e) {
     error = e.what();
     *result = ncclSystemError;  // not the communicator's own: memory, say (a kernel layer's CUDA error is a CommError)
@@ -1015,7 +1018,7 @@ std::string Communicator::execute(OperationRef operation, bool always, ncclResul
   }
   if (!error.empty() && !always) abort(error, *result);
   dropCallRegistrations();  // after an abort's close, which deregistered them already
-  tlsRunning = nullptr;
+  tlsRunning = outer;
   return error;
 }
 
