@@ -1,6 +1,7 @@
 // collectives_test.cc: 16-bit float rounding, launcher environments, and failures that must surface as errors in
 // bounded time: a rank that never arrives, a rank killed mid-collective.
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -1894,6 +1895,32 @@ TEST(Failure, TheStickyErrorKeepsTheFirstFailuresCode) {
   EXPECT_EQ(afterAbortWhat.find("a later abort"), std::string::npos) << afterAbortWhat;
   EXPECT_EQ(later, ncclSystemError) << laterWhat;
   EXPECT_NE(laterWhat.find("failed earlier"), std::string::npos) << laterWhat;
+}
+
+// shutdown() finalizes the context its init made, once: a plugin that frees its state at its last finalize (as
+// NCCL lets it) kept it for the process's life when the finalize was skipped.
+TEST(Communicator, ShutdownFinalizesThePluginsContextOnce) {
+  const std::string path = std::string(NNS_BIN_DIR) + "/../lib/libnccl-net-once-state.so";
+  void* held = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);  // the record outlives the communicator's copy
+  if (held == nullptr) GTEST_SKIP() << "once-state test plugin not built (tests/loader): " << dlerror();
+  const char* calls = static_cast<const char*>(dlsym(held, "nnsOnceStateCalls"));
+  ASSERT_NE(calls, nullptr);
+  {
+    core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+    core::CommOptions options = socketOptions();
+    options.plugin = path;
+    core::Communicator comm(launch, options);
+    const std::string made = calls;
+    EXPECT_EQ(made.find("finalize"), std::string::npos) << made;
+    EXPECT_TRUE(comm.shutdown());
+    EXPECT_TRUE(comm.shutdown()) << "a second shutdown is done at once";
+  }
+  const std::string all = calls;
+  dlclose(held);
+  EXPECT_NE(all.find("init"), std::string::npos) << all;
+  const size_t finalize = all.find("finalize ");
+  EXPECT_NE(finalize, std::string::npos) << all;
+  EXPECT_EQ(all.find("finalize ", finalize + 1), std::string::npos) << "finalized twice: " << all;
 }
 
 // A failure is never reported as ncclSuccess: an abort given ncclSuccess, and an operation that throws a CommError
