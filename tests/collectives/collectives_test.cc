@@ -1923,6 +1923,35 @@ TEST(Communicator, ShutdownFinalizesThePluginsContextOnce) {
   EXPECT_EQ(all.find("finalize ", finalize + 1), std::string::npos) << "finalized twice: " << all;
 }
 
+// A collective whose peer stays alive but never joins fails once nothing has progressed for the timeout, and not
+// much later: with 1000 ms, in under 1.8 s ("no progress for 1000 ms"). A doubled bound went unseen.
+TEST(Failure, ACollectiveWhosePeerNeverJoinsFailsAtItsTimeout) {
+  core::CommOptions options = socketOptions();
+  options.timeout = std::chrono::milliseconds(1000);
+  double seconds = -1;
+  std::string what;
+  auto errors = onEveryRank(2, options, [&](core::Communicator& comm, int r) {
+    std::vector<float> data(1024, 1.0f);
+    coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum);  // the connections made
+    comm.bootstrap().barrier();
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(3));  // alive, its connections open, never calling
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      coll::allReduce(comm, data.data(), data.data(), data.size(), ncclFloat32, ncclSum);
+    } catch (const core::CommError& e) {
+      what = e.what();
+    }
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  EXPECT_NE(what.find("no progress for 1000 ms"), std::string::npos) << what;
+  EXPECT_GE(seconds, 0.9) << what;
+  EXPECT_LT(seconds, 1.8) << what;
+}
+
 // A failure is never reported as ncclSuccess: an abort given ncclSuccess, and an operation that throws a CommError
 // carrying it (a custom slot memory's, say), fail with ncclInternalError, the call as well as the communicator.
 TEST(Failure, AFailureCarryingNcclSuccessIsAnInternalError) {
