@@ -404,6 +404,32 @@ TEST(CApi, AnAbortFromAnotherThreadFailsTheCallsInProgressAndWaitsForThem) {
   unsetenv("NNS_COMM_TIMEOUT_MS");
 }
 
+// The same while the call is still making its connection (a send's, on first use: the peer never joins, so its
+// listen handle never comes): the abort ends the wait, not the 20 s timeout.
+TEST(CApi, AnAbortFailsASendStillMakingItsConnection) {
+  setenv("NNS_COMM_TIMEOUT_MS", "20000", 1);
+  std::atomic<bool> released{false};
+  onRanks(2, [&](int rank, nnsComm_t comm) {
+    if (rank == 1) {  // never receives; leaves once rank 0 is through
+      while (!released.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess) << nnsGetLastError(nullptr);
+      return;
+    }
+    std::vector<int> data(1024, 7);
+    ncclResult_t result = ncclSuccess;
+    auto start = std::chrono::steady_clock::now();
+    std::thread sender([&] { result = nnsSend(data.data(), data.size(), ncclInt32, 1, comm, nullptr); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(nnsCommAbort(comm), ncclSuccess) << nnsGetLastError(nullptr);
+    sender.join();
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_NE(result, ncclSuccess);
+    EXPECT_LT(seconds, 10.0) << "the send waited for its timeout instead of failing on the abort";
+    released = true;
+  });
+  unsetenv("NNS_COMM_TIMEOUT_MS");
+}
+
 // An abort from another thread while nnsCommDestroy waits for a call in progress fails that call, and the destroy then
 // frees the communicator: a watchdog's abort was refused ("not a live one") once the destroy had begun, and both
 // waited for the call's timeout.
