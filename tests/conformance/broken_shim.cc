@@ -958,6 +958,28 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t
   return result;
 #endif
 }
+#ifdef NNS_NCCL_LIKE
+// Each live registration's range, as an RDMA NIC's memory region bounds what its key reaches: a send or receive
+// outside the region its handle names fails there (a local protection error), and so it does here. A handle
+// deregistered twice or never given is an error too.
+std::mutex gRegionsMutex;
+std::map<void*, std::pair<const unsigned char*, size_t>> gRegions;
+bool withinRegion(const char* call, void* mhandle, const void* data, size_t size) {
+  if (size == 0) return true;  // nothing read or written
+  std::lock_guard<std::mutex> lock(gRegionsMutex);
+  auto region = gRegions.find(mhandle);
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  if (region != gRegions.end() && bytes >= region->second.first && size <= region->second.second &&
+      static_cast<size_t>(bytes - region->second.first) <= region->second.second - size)
+    return true;
+  if (region == gRegions.end())
+    std::fprintf(stderr, "WARN %s: %s with a memory handle that is not registered\n", NNS_BUG_NAME, call);
+  else
+    std::fprintf(stderr, "WARN %s: %s of %zu bytes at %p outside its handle's region (%zu bytes at %p)\n", NNS_BUG_NAME,
+                 call, size, data, region->second.second, static_cast<const void*>(region->second.first));
+  return false;
+}
+#endif
 ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
 #ifdef NNS_BUG_READS_DEREGISTERED
   {
@@ -1024,11 +1046,24 @@ ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle
 #ifdef NNS_BUG_OFFSET_IN_REGION_IGNORED
   if (result == ncclSuccess) gRegionStart[*mhandle] = data;
 #endif
+#ifdef NNS_NCCL_LIKE
+  if (result == ncclSuccess) {
+    std::lock_guard<std::mutex> lock(gRegionsMutex);
+    gRegions[*mhandle] = {static_cast<const unsigned char*>(data), size};
+  }
+#endif
   return result;
 #endif
 }
 ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
-  return real()->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
+  ncclResult_t result = real()->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
+#ifdef NNS_NCCL_LIKE
+  if (result == ncclSuccess) {
+    std::lock_guard<std::mutex> lock(gRegionsMutex);
+    gRegions[*mhandle] = {static_cast<const unsigned char*>(data), size};
+  }
+#endif
+  return result;
 }
 #ifdef NNS_BUG_LEAKED_MHANDLE
 void* realMhandle(void* mhandle) {
@@ -1071,6 +1106,15 @@ ncclResult_t deregMr(void* comm, void* mhandle) {
 #ifdef NNS_BUG_OFFSET_IN_REGION_IGNORED
   gRegionStart.erase(mhandle);
 #endif
+#ifdef NNS_NCCL_LIKE
+  {
+    std::lock_guard<std::mutex> lock(gRegionsMutex);
+    if (gRegions.erase(mhandle) == 0) {
+      std::fprintf(stderr, "WARN %s: deregMr of a memory handle that is not registered\n", NNS_BUG_NAME);
+      return ncclInvalidArgument;
+    }
+  }
+#endif
   return real()->deregMr(comm, mhandle);
 #endif
 }
@@ -1101,6 +1145,7 @@ ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, 
     std::fprintf(stderr, "WARN %s: isend without a memory handle\n", NNS_BUG_NAME);
     return ncclInvalidArgument;
   }
+  if (!withinRegion("isend", mhandle, data, size)) return ncclInvalidArgument;
   ncclResult_t sent = real()->isend(comm, data, size, tag, mhandle, phandle, request);
   if (sent == ncclSuccess && *request != nullptr) {
     std::lock_guard<std::mutex> lock(gSendsMutex);
@@ -1227,6 +1272,8 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
       std::fprintf(stderr, "WARN %s: irecv %d of %d without a memory handle\n", NNS_BUG_NAME, i, n);
       return ncclInvalidArgument;
     }
+  for (int i = 0; i < n; ++i)
+    if (!withinRegion("irecv", mhandles[i], data[i], sizes[i])) return ncclInvalidArgument;
   // The profiler handles read unchecked, as NCCL's IB plugin does: NCCL always passes an array of n (its entries
   // NULL without a profiler).
   for (int i = 0; i < n; ++i) gLastProfilerHandle = phandles[i];
