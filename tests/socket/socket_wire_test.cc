@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -108,6 +109,21 @@ class SocketWire : public ::testing::Test {
     for (int fd : data) close(fd);
   }
 
+  // Accepts until `fd` reads the end of its stream (the listener closed its end), for up to `seconds`: true if it
+  // did.
+  bool closedByListener(int fd, double seconds) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    while (Clock::now() < deadline) {
+      if (accept() != ncclSuccess) return false;
+      pollfd readable{fd, POLLIN, 0};
+      if (poll(&readable, 1, 20) != 1) continue;
+      char byte;
+      const ssize_t n = ::recv(fd, &byte, 1, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+    }
+    return false;
+  }
+
   ncclResult_t accept() {
     ncclNetDeviceHandle_v12_t* devHandle = nullptr;
     return recvComm != nullptr ? ncclSuccess : net->accept(listenComm, &recvComm, &devHandle);
@@ -187,6 +203,44 @@ TEST_F(SocketWireHalfConnected, ASenderGoneBeforeItsDataSocketsIsDroppedAtTheNex
   EXPECT_TRUE(warnedAbout("closed its connection before opening all its data sockets"));
 }
 
+// Data sockets the listener must not take: one whose index is past the sockets the Welcome asked for (filed, it
+// wrote past the sender's list), one with another listener's id (a stale connect that reached a new listener on the
+// same port; filed, it took a real socket's place). Each is closed, said by name, and the sender's own data sockets
+// still make its comm.
+TEST_F(SocketWireHalfConnected, DataSocketsOfAnotherListenerOrPastTheWelcomesCountAreDroppedByName) {
+  ASSERT_GT(welcome.dataSockets, 0u) << "the default configuration has data sockets";
+  const int pastTheEnd = connectTo(welcome.addresses[0]);
+  ASSERT_GE(pastTheEnd, 0) << std::strerror(errno);
+  const wire::Hello pastHello{wire::kWireMagic, wire::kDataSocket, listenId, kSenderId, welcome.dataSockets, 0};
+  ASSERT_TRUE(writeAll(pastTheEnd, &pastHello, sizeof(pastHello)));
+  EXPECT_TRUE(closedByListener(pastTheEnd, 2)) << "a data socket past the Welcome's count was kept";
+  EXPECT_TRUE(warnedAbout("out-of-range data socket index " + std::to_string(welcome.dataSockets)));
+  close(pastTheEnd);
+
+  const int stale = connectTo(welcome.addresses[0]);
+  ASSERT_GE(stale, 0) << std::strerror(errno);
+  const wire::Hello staleHello{wire::kWireMagic, wire::kDataSocket, listenId + 1, kSenderId, 0, 0};
+  ASSERT_TRUE(writeAll(stale, &staleHello, sizeof(staleHello)));
+  EXPECT_TRUE(closedByListener(stale, 2)) << "a data socket for another listener was kept";
+  EXPECT_TRUE(warnedAbout("is not a connection for this listener"));
+  close(stale);
+
+  ASSERT_NO_FATAL_FAILURE(openDataSockets());
+  EXPECT_NE(recvComm, nullptr);
+}
+
+// A sender that has its Welcome and stays connected, but never opens its data sockets (a peer stuck, or not this
+// plugin): dropped once the connect timeout (2 s here) passes, where it held its socket until closeListen.
+TEST_F(SocketWireHalfConnected, ASenderThatNeverOpensItsDataSocketsIsDroppedAtTheConnectTimeout) {
+  ASSERT_GT(welcome.dataSockets, 0u) << "the default configuration has data sockets";
+  const auto start = Clock::now();
+  EXPECT_TRUE(closedByListener(control, 6)) << "the silent sender's control socket was kept";
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_GE(seconds, 1.5);
+  EXPECT_TRUE(warnedAbout("did not open all its data sockets within the connect timeout"));
+  EXPECT_EQ(recvComm, nullptr);
+}
+
 // The positive control for the tests below: frames built here from the header's definition are read as the
 // plugin's own, at several leads (so with gaps and tails of several lengths) and with an empty message.
 TEST_F(SocketWire, FramesBuiltFromTheFormatArriveIntact) {
@@ -252,7 +306,9 @@ TEST_F(SocketWire, APeerGoneInTheMiddleOfATailFailsTheReceive) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  setenv("NCCL_SOCKET_IFNAME", "lo", 1);  // read once by the plugin: loopback only
+  // Read once by the plugin: loopback only, and a connect timeout a test can wait out.
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  setenv("NNS_SOCKET_CONNECT_TIMEOUT_MS", "2000", 1);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
