@@ -527,4 +527,23 @@ TEST_F(TwoHosts, LinkDownMidTransferFailsBothEnds) {
   std::printf("link down seen by both ends after %ld ms (NNS_SOCKET_TIMEOUT_MS=%d)\n", detected, kDeadPeerTimeoutMs);
 }
 
+// The same over one device with both links down: nothing either end sends can reach the other, so each must see the
+// fault by itself (its stalled sends, keepalive). Over the fused pair the link left up carried the receiver's close
+// to the sender, and a sender that never checked for a stall still failed in time.
+TEST_F(TwoHosts, EveryLinkDownFailsBothEndsByThemselves) {
+  Pair pair;
+  pair.start(receiverRole(false, {}), senderRole(false, {}));
+  char mark[2];
+  ASSERT_TRUE(readAll(pair.progress.read, mark, 2, 20000)) << "the transfer never started";
+  auto downAt = Clock::now();
+  ASSERT_TRUE(shell("ip -n " + hostA + " link set vna0 down && ip -n " + hostA + " link set vna1 down"));
+  long detected = detectionMs(pair.progress.read, 2, downAt);
+  EXPECT_EQ(waitChild(pair.sender, std::chrono::seconds(20)), 0) << "sender";
+  EXPECT_EQ(waitChild(pair.receiver, std::chrono::seconds(20)), 0) << "receiver";
+  EXPECT_GE(detected, 0) << "an end never saw the fault";
+  EXPECT_LT(detected, kDeadPeerTimeoutMs + 2000) << "faults seen after " << detected << " ms";
+  std::printf("every link down seen by both ends after %ld ms (NNS_SOCKET_TIMEOUT_MS=%d)\n", detected,
+              kDeadPeerTimeoutMs);
+}
+
 }  // namespace
