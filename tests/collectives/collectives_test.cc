@@ -1262,6 +1262,31 @@ TEST(Communicator, CheckCallsGivesUpOnARankThatNeverCalls) {
   EXPECT_NE(afterwards, "") << "a later call ran on the failed communicator";
 }
 
+// The ranks that called learn from rank 0 which one did not: rank 1's error names rank 2 too, rather than its own
+// wait's end (rank 0's reason reaches it within its grace beyond the timeout).
+TEST(Communicator, CheckCallsTellsEveryRankWhichRankNeverCalled) {
+  core::CommOptions options = socketOptions();
+  options.checkCalls = true;
+  options.timeout = std::chrono::milliseconds(1000);
+  std::string refused[2];
+  auto errors = onEveryRank(3, options, [&](core::Communicator& comm, int r) {
+    if (r == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(3500));  // never calls, outlives the others' waits
+      return;
+    }
+    std::vector<float> data(8, 1.0f);
+    try {
+      coll::broadcast(comm, data.data(), data.data(), data.size(), ncclFloat32, 0);
+    } catch (const std::exception& e) {
+      refused[r] = e.what();
+    }
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_NE(refused[0].find("rank 2 sent nothing within 1000 ms"), std::string::npos) << refused[0];
+  EXPECT_NE(refused[1].find("rank 0 gave up: rank 2 sent nothing within 1000 ms"), std::string::npos) << refused[1];
+}
+
 // A rank that checks calls and one that does not would wait for each other's all-gather: refused at creation.
 TEST(Communicator, CheckCallsMustBeOnForEveryRankOrNone) {
   auto errors = onEveryRankWith(
