@@ -964,6 +964,10 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t
 // deregistered twice or never given is an error too.
 std::mutex gRegionsMutex;
 std::map<void*, std::pair<const unsigned char*, size_t>> gRegions;
+void recordRegion(void* mhandle, const void* data, size_t size) {
+  std::lock_guard<std::mutex> lock(gRegionsMutex);
+  gRegions[mhandle] = {static_cast<const unsigned char*>(data), size};
+}
 bool withinRegion(const char* call, void* mhandle, const void* data, size_t size) {
   if (size == 0) return true;  // nothing read or written
   std::lock_guard<std::mutex> lock(gRegionsMutex);
@@ -1047,10 +1051,7 @@ ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle
   if (result == ncclSuccess) gRegionStart[*mhandle] = data;
 #endif
 #ifdef NNS_NCCL_LIKE
-  if (result == ncclSuccess) {
-    std::lock_guard<std::mutex> lock(gRegionsMutex);
-    gRegions[*mhandle] = {static_cast<const unsigned char*>(data), size};
-  }
+  if (result == ncclSuccess) recordRegion(*mhandle, data, size);
 #endif
   return result;
 #endif
@@ -1058,10 +1059,7 @@ ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle
 ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
   ncclResult_t result = real()->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
 #ifdef NNS_NCCL_LIKE
-  if (result == ncclSuccess) {
-    std::lock_guard<std::mutex> lock(gRegionsMutex);
-    gRegions[*mhandle] = {static_cast<const unsigned char*>(data), size};
-  }
+  if (result == ncclSuccess) recordRegion(*mhandle, data, size);
 #endif
   return result;
 }
