@@ -11,8 +11,9 @@
 //   stream: like a NIC's DMA writes, the bytes are not yet visible to the GPU's kernels when test says done;
 // - iflush makes them visible: its request completes once every copy queued before it has, as NCCL's flush (a
 //   read issued after the writes) completes once they have landed.
-// A host that read a received piece without flushing it would read it before the copy: the checked bench
-// (nccl-net-bench -c 1) then finds wrong elements. Each flush is counted; finalize says how many at INFO level.
+// A host that read a received piece without flushing it could read it before the copy: the checked bench
+// (nccl-net-bench -c 1) finds wrong elements when that race shows. Each flush is counted; finalize says how many at
+// INFO level, which the GPU checks require on every rank.
 #include <cuda_runtime_api.h>
 
 #include <mutex>
