@@ -16,7 +16,6 @@ set -uo pipefail
 
 SKIP=77
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-repo="$(cd "$here/../../.." && pwd)"
 build="${1:-}"
 [ -n "$build" ] && [ -d "$build" ] || { echo "usage: $0 BUILD_DIR" >&2; exit 2; }
 build="$(cd "$build" && pwd)"
@@ -176,7 +175,15 @@ if [ -n "${NNS_IB_VM_COMMAND:-}" ]; then
   exit 1
 fi
 # grep the file itself: with pipefail, `tr | grep -q` can fail on tr's SIGPIPE once grep has found its line.
-if grep -aq 'IBVM-RESULT: [^ ]* FAIL' "$console"; then exit 1; fi
+if grep -aq 'IBVM-RESULT: [^ ]* FAIL' "$console"; then
+  # The failures once more, last: a CI log shortened in its middle keeps its end, and the cause with it. Each FAIL
+  # line, then what its test printed about itself (the children's checks, WARNs and figures, gtest's expectations).
+  echo "rxe-vm: the failures again (full console: $console)"
+  tr -d '\r' <"$console" | grep -aE 'IBVM-RESULT: [^ ]+ FAIL' | cut -c1-300
+  tr -d '\r' <"$console" | grep -aE '^IBVM-DETAIL: .*(ib-test:|WARN|Failure|Expected|Which is|Value of|  Actual|FAILED)' |
+    grep -v 'FAILED  ] [0-9]* test' | tail -n 30 | cut -c1-300
+  exit 1
+fi
 # The devices coming up (rxe_setup) is not a test: at least one test must have passed (the tools and the verbs test
 # missing from the build left only SKIP lines and passed).
 grep -aE 'IBVM-RESULT: [^ ]+ PASS' "$console" >"$work/passed.txt" || true
