@@ -31,6 +31,10 @@ struct Hca {
   // async_fd was made non-blocking: its events are read only then (a blocking read would hang the thread that
   // drives a comm while no event is pending).
   std::atomic<bool> eventsReadable{false};
+  // When each port (by its number; ports past kTrackedPorts are not tracked) last went down, from its port error
+  // event, in steady-clock nanoseconds; 0 while it is up (port active).
+  static constexpr int kTrackedPorts = 16;
+  std::atomic<int64_t> portDownSinceNs[kTrackedPorts]{};
 };
 
 // Makes the context's async_fd non-blocking, so its events are read without a thread of their own.

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -847,6 +848,15 @@ void drainAsyncEvents(nns_ib::Hca* hca) {
         break;
       case IBV_EVENT_PORT_ACTIVE:
       case IBV_EVENT_PORT_ERR:
+        port = static_cast<int>(event.element.port_num);
+        if (port > 0 && port < nns_ib::Hca::kTrackedPorts) {
+          int64_t since = 0;
+          if (type == IBV_EVENT_PORT_ACTIVE)
+            hca->portDownSinceNs[port].store(0, std::memory_order_release);
+          else  // the first of several port errors dates the outage
+            hca->portDownSinceNs[port].compare_exchange_strong(since, Clock::now().time_since_epoch().count());
+        }
+        break;
       case IBV_EVENT_LID_CHANGE:
       case IBV_EVENT_PKEY_CHANGE:
       case IBV_EVENT_GID_CHANGE:
@@ -877,15 +887,45 @@ void drainAsyncEvents(nns_ib::Hca* hca) {
   }
 }
 
-// Fails the comm if an asynchronous event broke one of its QPs or CQs, or the device of one of its ports.
+// How long a port of a comm may stay down while the comm waits: twice the QP's retry bound (4.096 us x 2^timeout x
+// (retries + 1)), plus a second. A working HCA has failed every work request posted on that port by then; this bounds
+// the waits it has nothing to fail (a receive whose message was never sent, with the peer alive) and a provider that
+// never fails them (soft-RoCE's send path can stall for good when the link drops).
+std::chrono::nanoseconds portDownBound() {
+  const double retrySeconds = 4.096e-6 * std::ldexp(1.0, params().timeout) * (params().retryCount + 1);
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(2 * retrySeconds + 1));
+}
+
+// Fails the comm if an asynchronous event broke one of its QPs or CQs, or the device of one of its ports, or one of
+// its ports has been down past portDownBound().
 ncclResult_t checkAsyncFailures(Comm* comm) {
   for (int d = 0; d < comm->ndevs; ++d) {
-    nns_ib::Hca* hca = comm->devs[d].port->hca;
+    const nns_ib::Port* port = comm->devs[d].port;
+    nns_ib::Hca* hca = port->hca;
     drainAsyncEvents(hca);
     if (hca->deviceFatal.load(std::memory_order_acquire))
       return fail(comm, ncclSystemError,
                   "asynchronous event " + std::string(verbs().eventTypeStr(IBV_EVENT_DEVICE_FATAL)) + " (" + hca->name +
                       ") with " + std::to_string(comm->pending) + " request(s) pending");
+    if (port->port <= 0 || port->port >= nns_ib::Hca::kTrackedPorts) continue;
+    const int64_t downSince = hca->portDownSinceNs[port->port].load(std::memory_order_acquire);
+    if (downSince == 0) continue;
+    const auto down = Clock::now().time_since_epoch() - std::chrono::nanoseconds(downSince);
+    const auto bound = portDownBound();
+    if (down <= bound) continue;
+    // Asked once more, the port itself has the last word: an up event this process never read (it went to a
+    // parent before a fork, say) must not fail a comm.
+    ibv_port_attr attr{};
+    if (verbs().queryPort(hca->context, static_cast<uint8_t>(port->port), &attr) == 0 &&
+        attr.state == IBV_PORT_ACTIVE) {
+      hca->portDownSinceNs[port->port].store(0, std::memory_order_release);
+      continue;
+    }
+    char what[160];
+    std::snprintf(what, sizeof(what), "port %d of %s down for %.1f s (bound %.1f s) with %d request(s) pending",
+                  port->port, hca->name.c_str(), std::chrono::duration<double>(down).count(),
+                  std::chrono::duration<double>(bound).count(), comm->pending);
+    return fail(comm, ncclRemoteError, what);
   }
   const uint64_t code = comm->asyncFatal.load(std::memory_order_acquire);
   if (code == 0) return ncclSuccess;

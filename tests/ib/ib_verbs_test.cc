@@ -1827,6 +1827,119 @@ TEST(IbVerbs, LinkDownMidTransferFailsWithinBound) {
   EXPECT_EQ(r.second, 0) << "sender: 20 = no error, 21 = hang past the bound";
 }
 
+// A link that goes down while both sides wait with no work request on the wire: the HCA has nothing to fail, the side
+// channel (over loopback here) stays up, and the peer is alive. The receiver waits on a receive the sender has no
+// message for (tag 6), the sender on a receive for its tag 5. Each fails by the port-down bound (twice the QP retry
+// bound plus a second: 2.07 s at timeout 14), naming the port, instead of waiting for good; the side channel's
+// keepalive, which would find the lost link too, is set past the test's end. The bound also covers soft-RoCE's send
+// path, which can stall without an error when the link drops: LinkDownMidTransferFailsWithinBound's receiver hung
+// once in CI (under ASan), and 1 run in 24 here with the VM slowed by two busy loops on the host.
+TEST(IbVerbs, APortDownPastItsBoundFailsCommsThatWaitWithNothingOnTheWire) {
+  REQUIRE_RXE(2);
+  if (std::getenv("NNS_IB_TEST_IN_VM") == nullptr) GTEST_SKIP() << "brings veth0 down: only inside the rxe VM";
+  // Waits on `request` (or on isend's NULL answers) until an error; returns the seconds from the link going down
+  // (told by the sender over the channel, or measured by it) to the error, or -1 past 20 s.
+  auto waitForError = [](const Peer& peer, const Channel& c, bool receiver, void* comm, void* request, void* mh,
+                         unsigned char* data, Clock::time_point downAt) {
+    bool told = !receiver;
+    ncclResult_t result = ncclSuccess;
+    const auto until = Clock::now() + std::chrono::seconds(30);
+    while (result == ncclSuccess && Clock::now() < until) {
+      if (!told) {
+        pollfd waiter{c.fd, POLLIN, 0};
+        char down = 0;
+        if (poll(&waiter, 1, 0) == 1 && c.recvValue(&down)) told = true, downAt = Clock::now();
+      }
+      if (receiver) {
+        int done = 0, sizes[1] = {};
+        result = peer.net->test(request, &done, sizes);
+        if (done) return -2.0;  // nothing was sent for this receive
+      } else {
+        void* sent = nullptr;
+        result = peer.net->isend(comm, data, 64, 5, mh, nullptr, &sent);
+        if (sent != nullptr) return -2.0;  // the receiver posted tag 6 only
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (result == ncclSuccess || !told) return -1.0;
+    return std::chrono::duration<double>(Clock::now() - downAt).count();
+  };
+  auto env = [](const char* hca) {
+    Env e = baseEnv(hca);
+    e.emplace_back("NNS_IB_PEER_TIMEOUT_MS", "60000");  // the later setting wins (setenv in order)
+    return e;
+  };
+  PairResult r = runPair(
+      env("=rxe1"),
+      [&](const Channel& c) {
+        Peer peer;
+        void *comm = nullptr, *listenComm = nullptr;
+        if (int failed = openSide(c, true, &peer, &comm, &listenComm)) return failed;
+        std::vector<unsigned char> buffer(4096);
+        void* mh = nullptr;
+        CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
+        void* data = buffer.data();
+        size_t size = buffer.size();
+        int tag = 5;
+        void* request = nullptr;
+        int done = 0, sizes[1] = {};
+        CHILD_CHECK(peer.net->irecv(comm, 1, &data, &size, &tag, &mh, nullptr, &request));
+        for (auto until = Clock::now() + std::chrono::seconds(20); !done && Clock::now() < until;)
+          CHILD_CHECK(peer.net->test(request, &done, sizes));
+        CHILD_EXPECT(done && sizes[0] == 64, "the first message did not arrive");
+        tag = 6;
+        CHILD_CHECK(peer.net->irecv(comm, 1, &data, &size, &tag, &mh, nullptr, &request));
+        char posted = 1;
+        CHILD_EXPECT(c.sendValue(posted), "could not tell the sender");
+        double seconds = waitForError(peer, c, true, comm, request, mh, nullptr, Clock::now());
+        std::printf("ib-test: receiver on rxe1 failed %.2f s after the link went down\n", seconds);
+        CHILD_EXPECT(seconds >= 1.9 && seconds < 10,
+                     "the receive failed %.2f s after the link went down, not by "
+                     "the 2.07 s bound (-1: never, -2: it completed)",
+                     seconds);
+        CHILD_EXPECT(warnedAbout("port 1 of rxe1 down for"), "no WARN named the port that was down");
+        return 0;
+      },
+      env("=rxe0"),
+      [&](const Channel& c) {
+        Peer peer;
+        void* comm = nullptr;
+        if (int failed = openSide(c, false, &peer, &comm, nullptr)) return failed;
+        std::vector<unsigned char> buffer(4096, 7);
+        void* mh = nullptr;
+        CHILD_CHECK(peer.net->regMr(comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh));
+        void* request = nullptr;
+        for (auto until = Clock::now() + std::chrono::seconds(20); request == nullptr && Clock::now() < until;)
+          CHILD_CHECK(peer.net->isend(comm, buffer.data(), 64, 5, mh, nullptr, &request));
+        int done = 0, sizes[1] = {};
+        for (auto until = Clock::now() + std::chrono::seconds(20); request != nullptr && !done && Clock::now() < until;)
+          CHILD_CHECK(peer.net->test(request, &done, sizes));
+        CHILD_EXPECT(done, "the first message was not sent");
+        char posted = 0;
+        CHILD_EXPECT(c.recvValue(&posted), "the receiver never posted its second receive");
+        // Its FIFO entry (an RDMA WRITE) has landed here once isend sees the slot; give its ACK time to get back.
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        runCommand("/sbin/ip link set veth0 down");
+        const auto downAt = Clock::now();
+        char down = 1;
+        CHILD_EXPECT(c.sendValue(down), "could not tell the receiver");
+        double seconds = waitForError(peer, c, false, comm, nullptr, mh, buffer.data(), downAt);
+        std::printf("ib-test: sender on rxe0 failed %.2f s after the link went down\n", seconds);
+        CHILD_EXPECT(seconds >= 1.9 && seconds < 10,
+                     "isend failed %.2f s after the link went down, not by the 2.07 s "
+                     "bound (-1: never, -2: it was accepted)",
+                     seconds);
+        CHILD_EXPECT(warnedAbout("port 1 of rxe0 down for"), "no WARN named the port that was down");
+        return 0;
+      },
+      std::chrono::seconds(90));
+  restoreVeth0();
+  EXPECT_TRUE(rxe0HasIpv4Gid(1, std::chrono::seconds(10))) << "rxe0 has no GID for 10.0.0.1 again";
+  EXPECT_FALSE(r.timedOut);
+  EXPECT_EQ(r.first, 0) << "receiver";
+  EXPECT_EQ(r.second, 0) << "sender";
+}
+
 // The HCA's asynchronous events are read by the calls of a comm that waits (no thread of their own): a port that
 // goes down and comes back is logged both times while a sender waits for its receiver, which posts nothing.
 // The sender flaps veth0 itself once both sides hold their comm. The test first flapped it 2 s after the fork, from the
@@ -1835,8 +1948,14 @@ TEST(IbVerbs, LinkDownMidTransferFailsWithinBound) {
 TEST(IbVerbs, APortGoingDownAndUpIsLoggedAsAsynchronousEvents) {
   REQUIRE_RXE(2);
   if (std::getenv("NNS_IB_TEST_IN_VM") == nullptr) GTEST_SKIP() << "brings veth0 down: only inside the rxe VM";
+  // A QP timeout of 16 puts the port-down bound (see the test above) at 5.3 s, well past the 1 s flap.
+  auto env = [](const char* hca) {
+    Env e = baseEnv(hca);
+    e.emplace_back("NCCL_IB_TIMEOUT", "16");  // the later setting wins (setenv in order)
+    return e;
+  };
   PairResult r = runPair(
-      baseEnv("=rxe1"),
+      env("=rxe1"),
       [](const Channel& c) {
         Peer peer;
         CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
@@ -1850,7 +1969,7 @@ TEST(IbVerbs, APortGoingDownAndUpIsLoggedAsAsynchronousEvents) {
         CHILD_CHECK(peer.net->closeListen(listenComm));
         return 0;
       },
-      baseEnv("=rxe0"),
+      env("=rxe0"),
       [](const Channel& c) {
         Peer peer;
         CHILD_EXPECT(peer.load(NNS_IB_PLUGIN_PATH), "load: %s", peer.error.c_str());
