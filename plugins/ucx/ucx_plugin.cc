@@ -424,10 +424,16 @@ void checkSideChannel(Comm* comm) {
     return;
   }
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (n < 0) {
+    // Named as the socket saw it: ETIMEDOUT is the keepalive finding a dead host or link, not a reset.
+    const int error = errno;
+    const std::string who = std::string("the side channel failed (") + std::strerror(error) +
+                            (error == ETIMEDOUT ? ": no answer within NNS_UCX_DEAD_PEER_MS" : "") + "):";
+    markFailed(comm, error == ETIMEDOUT ? UCS_ERR_ENDPOINT_TIMEOUT : UCS_ERR_CONNECTION_RESET, who.c_str());
+    return;
+  }
   markFailed(comm, UCS_ERR_CONNECTION_RESET,
-             n == 0   ? "the side channel closed without a goodbye:"
-             : n == 1 ? "the side channel carried a stray byte:"
-                      : "the side channel failed:");
+             n == 0 ? "the side channel closed without a goodbye:" : "the side channel carried a stray byte:");
 }
 
 ncclResult_t createWorker(int dev, Comm* comm) {

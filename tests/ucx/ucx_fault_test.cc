@@ -1,15 +1,23 @@
 // ucx_fault_test.cc: nns-ucx between two processes when one is killed mid-message: the survivor's test() must fail
-// (not hang, not succeed) within a bound, in both directions, over UCX's tcp and shared-memory transports.
+// (not hang, not succeed) within a bound, in both directions, over UCX's tcp and shared-memory transports. And a dead
+// link rather than a dead process: two network-namespace hosts whose veth goes down mid-stream (UcxTwoHosts).
 //
 // Every process loads the plugin itself after fork and after setting UCX_TLS, so UCX reads the environment of the
 // test (gtest_discover_tests runs each test in its own process).
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -185,6 +193,229 @@ TEST(UcxFaults, SharedMemoryReceiverSeesSenderCloseWithTheReceivePending) {
 }
 TEST(UcxFaults, TcpReceiverSeesSenderCloseWithTheReceivePending) {
   runSurvivor(kTcp, false, true);
+}
+
+// ---- a dead link between two hosts: both processes stay alive
+// -----------------------------------------------------------
+
+// Network namespaces "hosts" A (vua0 10.202.0.1) and B (vub0 10.202.0.2) joined by one veth pair; the receiver runs
+// in B, the sender in A, over UCX's tcp on the veth. Mid-transfer vua0 goes down: no FIN or RST ever arrives, and
+// both processes live on, so each end must find the fault by itself. The detectors (README, Faults): UCX's keepalive
+// (NNS_UCX_KEEPALIVE_MS) and the side channel's TCP keepalive, which fails its socket within NNS_UCX_DEAD_PEER_MS of
+// silence (checked by test() every 50 ms). The bound is the latter plus 2 s of probe and timer granularity, as the
+// socket plugin's TwoHosts.EveryLinkDownFailsBothEndsByThemselves.
+constexpr int kDeadPeerMs = 2000;           // NNS_UCX_DEAD_PEER_MS in both children
+constexpr int kKeepaliveMs = 1000;          // NNS_UCX_KEEPALIVE_MS in both children
+constexpr size_t kStreamBytes = 64u << 20;  // each message of the stream: rendezvous, so it needs both ends to the end
+
+// What a child tells the parent: when it saw the fault (the steady clock is shared by the processes), as what.
+struct Detection {
+  int64_t steadyNanoseconds;
+  int32_t result;  // the ncclResult_t test(), isend or irecv returned; ncclTimeout: no error within 30 s
+  char who;        // 's' sender, 'r' receiver
+};
+
+// Reads exactly `size` bytes within `timeoutMs`.
+bool readWithin(int fd, void* data, size_t size, int timeoutMs) {
+  auto* bytes = static_cast<unsigned char*>(data);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
+  while (size > 0) {
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    pollfd waiter{fd, POLLIN, 0};
+    if (left <= 0 || poll(&waiter, 1, left) <= 0) return false;
+    ssize_t got = read(fd, bytes, size);
+    if (got <= 0) return false;
+    bytes += got;
+    size -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+bool shell(const std::string& command) {
+  return std::system((command + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+#define LINK_CHECK(cond, code, ...)                             \
+  do {                                                          \
+    if (!(cond)) {                                              \
+      std::fprintf(stderr, "child check failed: " __VA_ARGS__); \
+      std::fprintf(stderr, " (%s)\n", #cond);                   \
+      return code;                                              \
+    }                                                           \
+  } while (0)
+
+// One end of the stream, in `netns` on `device`: the receiver (listens, hands its handle out on `handleFd`) or the
+// sender (reads the handle from `handleFd`). Moves kStreamBytes messages until a call fails or a message does not
+// complete within 30 s; writes its role letter to `progressFd` once the first message is through, then a Detection.
+int runStreamEnd(const std::string& netns, const char* device, bool receives, int handleFd, int progressFd) {
+  int nsFd = open(("/var/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
+  LINK_CHECK(nsFd >= 0 && setns(nsFd, CLONE_NEWNET) == 0, 2, "entering netns %s", netns.c_str());
+  close(nsFd);
+  // As `ip netns exec`: a sysfs of the namespace's own, since UCX lists its tcp devices from /sys/class/net, and the
+  // /sys mounted outside shows the host's interfaces, not vua0 or vub0.
+  LINK_CHECK(unshare(CLONE_NEWNS) == 0 && mount("", "/", nullptr, MS_SLAVE | MS_REC, nullptr) == 0 &&
+                 umount2("/sys", MNT_DETACH) == 0 && mount(netns.c_str(), "/sys", "sysfs", 0, nullptr) == 0,
+             2, "mounting the namespace's sysfs: %s", std::strerror(errno));
+  setenv("UCX_TLS", "tcp", 1);
+  setenv("UCX_NET_DEVICES", device, 1);  // the plugin offers it as device 0; its address carries the side channel
+  unsetenv("UCX_KEEPALIVE_INTERVAL");
+  setenv("NNS_UCX_DEAD_PEER_MS", std::to_string(kDeadPeerMs).c_str(), 1);
+  setenv("NNS_UCX_KEEPALIVE_MS", std::to_string(kKeepaliveMs).c_str(), 1);
+  const ncclNet_v12_t* net = plugin();
+  LINK_CHECK(net != nullptr, 3, "loading the plugin: %s", dlerror());
+  ncclResult_t result = ncclSuccess;
+  void* ctx = initPlugin(net, &result);
+  LINK_CHECK(result == ncclSuccess, 4, "init");
+  int ndev = 0;
+  LINK_CHECK(net->devices(&ndev) == ncclSuccess && ndev == 1, 4, "one device expected, found %d", ndev);
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void *comm = nullptr, *listenComm = nullptr;
+  if (receives) {
+    LINK_CHECK(net->listen(ctx, 0, handle, &listenComm) == ncclSuccess, 5, "listen");
+    LINK_CHECK(writeAll(handleFd, handle, sizeof(handle)), 5, "handing out the handle");
+    LINK_CHECK(acceptUntilDone(net, listenComm, &comm) == ncclSuccess, 6, "accept");
+  } else {
+    LINK_CHECK(readWithin(handleFd, handle, sizeof(handle), 20000), 5, "no handle from the receiver");
+    LINK_CHECK(connectUntilDone(net, ctx, 0, handle, &comm) == ncclSuccess, 6, "connect");
+  }
+  static std::vector<unsigned char> buffer(kStreamBytes, 3);
+  const char who = receives ? 'r' : 's';
+  for (long index = 0;; ++index) {
+    void* request = nullptr;
+    int tag = 42, sizes[8] = {};
+    if (receives) {
+      void* data = buffer.data();
+      size_t size = kStreamBytes;
+      result = postRecv(net, comm, 1, &data, &size, &tag, &request);
+    } else {
+      result = postSend(net, comm, buffer.data(), kStreamBytes, tag, &request);
+    }
+    if (result == ncclSuccess) result = waitRequest(net, request, sizes, std::chrono::seconds(30));
+    if (result == ncclSuccess) {
+      if (index == 0) LINK_CHECK(writeAll(progressFd, &who, 1), 7, "progress");
+      continue;
+    }
+    Detection d{std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(),
+                static_cast<int32_t>(result), who};
+    LINK_CHECK(writeAll(progressFd, &d, sizeof(d)), 8, "reporting the detection");
+    std::fprintf(stderr, "%s: message %ld failed with %d\n", receives ? "receiver" : "sender", index, result);
+    LINK_CHECK(result != ncclTimeout, 9, "no error within 30 s");
+    LINK_CHECK(warnedAbout("10.202.0."), 10, "no WARN names the peer");
+    // With the failed request in flight, as NCCL's abort: close must not wait for the unreachable peer.
+    if (receives) {
+      net->closeRecv(comm);
+      net->closeListen(listenComm);
+    } else {
+      net->closeSend(comm);
+    }
+    return 0;
+  }
+}
+
+// The child's exit code, or -1 if it did not exit within the timeout (it is then killed).
+int waitChild(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (Clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+class UcxTwoHosts : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+    const std::string base = "nns-ucx-" + std::to_string(getpid());
+    hostA = base + "-a";
+    hostB = base + "-b";
+    if (!shell("ip netns add " + hostA)) GTEST_SKIP() << "`ip netns add` failed: no network-namespace support here";
+    createdA = true;
+    ASSERT_TRUE(shell("ip netns add " + hostB));
+    createdB = true;
+    ASSERT_TRUE(shell("ip link add vua0 netns " + hostA + " type veth peer name vub0 netns " + hostB));
+    ASSERT_TRUE(shell("ip -n " + hostA + " addr add 10.202.0.1/24 dev vua0"));
+    ASSERT_TRUE(shell("ip -n " + hostB + " addr add 10.202.0.2/24 dev vub0"));
+    for (const std::string& host : {hostA, hostB}) ASSERT_TRUE(shell("ip -n " + host + " link set lo up"));
+    ASSERT_TRUE(shell("ip -n " + hostA + " link set vua0 up"));
+    ASSERT_TRUE(shell("ip -n " + hostB + " link set vub0 up"));
+    // UCX takes only running interfaces, and a veth's carrier comes up a little after both ends are set up.
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (!shell("ip -n " + hostA + " link show vua0 | grep -q 'state UP'") ||
+           !shell("ip -n " + hostB + " link show vub0 | grep -q 'state UP'")) {
+      ASSERT_LT(Clock::now(), deadline) << "the veth pair did not come up";
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  void TearDown() override {
+    for (pid_t& pid : children)  // an assertion that ended the test early leaves them running
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+        pid = -1;
+      }
+    if (createdA) shell("ip netns del " + hostA);  // deleting a namespace deletes its veth end too
+    if (createdB) shell("ip netns del " + hostB);
+    for (const std::string& host : {hostA, hostB}) {
+      if (!host.empty()) {
+        EXPECT_NE(access(("/var/run/netns/" + host).c_str(), F_OK), 0) << "namespace " << host << " is left";
+      }
+    }
+  }
+  pid_t spawn(const std::string& netns, const char* device, bool receives, int handleFd, int progressFd) {
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) _exit(runStreamEnd(netns, device, receives, handleFd, progressFd));
+    return pid;
+  }
+  std::string hostA, hostB;
+  bool createdA = false, createdB = false;
+  pid_t children[2] = {-1, -1};
+};
+
+TEST_F(UcxTwoHosts, TcpLinkDownFailsBothEndsByThemselves) {
+  int handle[2], progress[2];
+  ASSERT_EQ(pipe2(handle, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(progress, O_CLOEXEC), 0);
+  children[0] = spawn(hostB, "vub0", true, handle[1], progress[1]);
+  ASSERT_GT(children[0], 0);
+  children[1] = spawn(hostA, "vua0", false, handle[0], progress[1]);
+  ASSERT_GT(children[1], 0);
+  close(progress[1]);  // a child that exits early then shows as end-of-file, not as a wait to the timeout
+  char marks[2];
+  ASSERT_TRUE(readWithin(progress[0], marks, 2, 30000)) << "the transfer never got going";
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // well inside the stream
+  const auto downAt = Clock::now();
+  ASSERT_TRUE(shell("ip -n " + hostA + " link set vua0 down"));
+  const long boundMs = kDeadPeerMs + 2000;
+  bool seen[2] = {false, false};
+  for (int i = 0; i < 2; ++i) {
+    Detection d{};
+    // Every child gives up on a message after 30 s: waiting a little longer tells a hang from a dead child.
+    if (!readWithin(progress[0], &d, sizeof(d), 40000)) break;
+    const Clock::time_point at{
+        std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(d.steadyNanoseconds))};
+    const long ms = std::chrono::duration_cast<std::chrono::milliseconds>(at - downAt).count();
+    const char* end = d.who == 'r' ? "receiver" : "sender";
+    seen[d.who == 'r' ? 0 : 1] = true;
+    std::printf("%s: result %d %ld ms after the link went down (NNS_UCX_DEAD_PEER_MS=%d, NNS_UCX_KEEPALIVE_MS=%d)\n",
+                end, d.result, ms, kDeadPeerMs, kKeepaliveMs);
+    EXPECT_NE(d.result, ncclTimeout) << "the " << end << " saw no error within 30 s of the link going down";
+    EXPECT_NE(d.result, ncclSuccess) << end;
+    EXPECT_LT(ms, boundMs) << "the " << end << " saw the dead link only after " << ms << " ms";
+  }
+  EXPECT_TRUE(seen[0]) << "the receiver never reported";
+  EXPECT_TRUE(seen[1]) << "the sender never reported";
+  EXPECT_EQ(waitChild(children[0], std::chrono::seconds(20)), 0) << "receiver";
+  children[0] = -1;
+  EXPECT_EQ(waitChild(children[1], std::chrono::seconds(20)), 0) << "sender";
+  children[1] = -1;
+  for (int fd : {handle[0], handle[1], progress[0]}) close(fd);
 }
 
 // Strangers on the side channel's listen port (garbage, a truncated hello, silence) are dropped with a WARN while
