@@ -39,7 +39,8 @@ struct ExpectedGraph {
 };
 
 void expectGraph(const Analysis& a, const Graph& g, bool inter, const ExpectedGraph& e) {
-  EXPECT_EQ(g.nChannels, e.nChannels);
+  // Fatal here: the channels below are read by the expected count (more found than listed read past the list).
+  ASSERT_EQ(g.nChannels, e.nChannels);
   EXPECT_FLOAT_EQ(g.bwIntra, e.bwIntra);
   EXPECT_FLOAT_EQ(g.bwInter, e.bwInter);
   EXPECT_EQ(pathTypeName(g.typeIntra), e.typeIntra);
@@ -166,6 +167,23 @@ TEST_F(Ndv4Expected, GdrP2pLocalNetPxn) {
                 {4, "nets 2 via r2; nets 3 via r3; nets 0 via r0; nets 1 via r1; nets 6 via r6; nets 7 via r7"},
                 {5, "nets 2 via r2; nets 3 via r3; nets 0 via r0; nets 1 via r1; nets 6 via r6; nets 7 via r7"}});
   EXPECT_EQ(analysis->pxn.size(), 8u * 6u);
+}
+
+TEST_F(Ndv4Expected, P2pPxnLevel1TakesThePeersNicWithinPxn) {
+  // Rule (ncclTopoGetNetDev without a graph, NCCL_P2P_PXN_LEVEL=1): rank 0 takes the NIC its peer's equivalent GPU
+  // (dev 2) uses, NET 2, since its own path there is PXN (through GPU 2), with the relay as proxy. Level 0 keeps NET 0.
+  TopoSettings level1 = analysis->settings;
+  level1.p2pPxnLevel = 1;
+  NetDevChoice c = netDevForPeer(analysis->system, level1, 0, 0, 2);
+  EXPECT_EQ(pathTypeName(gpuToNet(*analysis, 0, 2).type), "PXN");
+  EXPECT_EQ(c.netDev, 2) << c.reason;
+  EXPECT_EQ(c.proxyRank, 2) << c.reason;
+  TopoSettings level0 = analysis->settings;
+  level0.p2pPxnLevel = 0;
+  level0.crossNic = 1;
+  NetDevChoice own = netDevForPeer(analysis->system, level0, 0, 0, 2);
+  EXPECT_EQ(own.netDev, 0) << own.reason;
+  EXPECT_EQ(own.proxyRank, 0) << own.reason;
 }
 
 TEST_F(Ndv4Expected, SearchSingleNode) {

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <set>
+#include <utility>
 
 #include "topology_test_util.h"
 
@@ -112,6 +114,115 @@ TEST(TopologyRules, NvlinkThroughOneGpuIsNvb) {
   Analysis b = run(body, noNvb);
   EXPECT_EQ(pathTypeName(gpuToGpu(b, 0, 2).type), "PHB");
   EXPECT_FALSE(b.p2p[0][2].p2p);
+}
+
+// Four GPUs on an NVLink line 0-1-2-3, each behind a switch of its own under one CPU; the NIC shares GPU 3's switch,
+// and with `nicByGpu0` a second one shares GPU 0's.
+std::string nvlinkLine(bool nicByGpu0 = false) {
+  auto leaf = [](int g, const std::string& links) {
+    const std::string bus = "0000:" + std::to_string(g + 1) + "0:00.0";
+    const std::string dev = "0000:" + std::to_string(g + 1) + "1:00.0";
+    return std::make_pair(bus, pci(dev, "0x030200", gpu(g, 80, links)));
+  };
+  auto bus = [](int g) { return "0000:" + std::to_string(g + 1) + "1:00.0"; };
+  std::string body = cpuOpen(0);
+  for (int g = 0; g < 4; ++g) {
+    std::string links;
+    if (g > 0) links += nvlink(bus(g - 1), 2);
+    if (g < 3) links += nvlink(bus(g + 1), 2);
+    auto [switchBus, gpuLeaf] = leaf(g, links);
+    std::string nic;
+    if (g == 3) nic = pci("0000:42:00.0", "0x020700", net(0, "mlx5_0", 200000));
+    if (g == 0 && nicByGpu0) nic = pci("0000:12:00.0", "0x020700", net(1, "mlx5_1", 200000));
+    body += pci(switchBus, "0x060400", gpuLeaf + nic);
+  }
+  return body + "</cpu>";
+}
+
+TEST(TopologyRules, NvlinkRelaysThroughOneGpuOnly) {
+  // Rule (ncclTopoSetPaths): a path crosses at most one GPU, over NVLink. On the line 0-1-2-3, GPU 0 reaches GPU 2
+  // through GPU 1 (NVB, P2P with GPU 1 as relay) but GPU 3 only over PCI through the CPU (PHB: no P2P at the default
+  // level).
+  Analysis a = run(nvlinkLine());
+  EXPECT_EQ(pathTypeName(gpuToGpu(a, 0, 1).type), "NVL");
+  EXPECT_EQ(pathTypeName(gpuToGpu(a, 0, 2).type), "NVB");
+  EXPECT_EQ(pathTypeName(gpuToGpu(a, 0, 3).type), "PHB");
+  EXPECT_EQ(pathTypeName(gpuToGpu(a, 3, 0).type), "PHB");
+  EXPECT_TRUE(checkP2p(a.system, {}, 0, 2).p2p);
+  EXPECT_FALSE(checkP2p(a.system, {}, 0, 3).p2p);
+  EXPECT_FALSE(a.p2p[0][3].p2p);
+}
+
+TEST(TopologyRules, PxnRelaysOnlyThroughADirectNvlinkPeer) {
+  // Rule (computePaths, PXN): GPU g sends through the NET's owner only when the two are joined by NVLink directly
+  // (path <= NVL). The NIC is GPU 3's: GPU 2 (one NVLink away) goes through it, GPU 1 (NVB, through GPU 2) does not.
+  // With GDR allowed at any distance, no GDR fallback reroutes GPU 1's path through the CPU either: it stays PHB.
+  TopoSettings anyGdr;
+  anyGdr.netGdrLevel = PATH_SYS;
+  for (const TopoSettings& settings : {TopoSettings{}, anyGdr}) {
+    Analysis a = run(nvlinkLine(), settings);
+    std::set<std::pair<int, int>> relays;
+    for (const PxnRelay& p : a.pxn) relays.emplace(p.rank, p.relayRank);
+    EXPECT_EQ(relays, (std::set<std::pair<int, int>>{{2, 3}})) << "NCCL_NET_GDR_LEVEL " << settings.netGdrLevel;
+    EXPECT_EQ(pathTypeName(gpuToNet(a, 2, 0).type), "PXN");
+    EXPECT_EQ(pathTypeName(gpuToNet(a, 1, 0).type), "PHB");
+  }
+}
+
+TEST(TopologyRules, P2pNetDevAdoptsThePeersNicOnlyThroughADirectNvlinkOwner) {
+  // Rule (ncclTopoGetNetDev without a graph, NCCL_P2P_PXN_LEVEL 2): a rank takes the NIC its peer's equivalent GPU
+  // would use, with that NIC's owner as proxy, only when the owner is NVLink-connected to it. Peer dev 3 uses GPU 3's
+  // NIC (dev 0): rank 2 (NVL to GPU 3) takes it through GPU 3; rank 1 (NVB) keeps a NIC of its own, as its own proxy.
+  Analysis a = run(nvlinkLine(true));
+  NetDevChoice near = netDevForPeer(a.system, a.settings, 2, 0, 3);
+  EXPECT_EQ(near.netDev, 0) << near.reason;
+  EXPECT_EQ(near.proxyRank, 3) << near.reason;
+  NetDevChoice far = netDevForPeer(a.system, a.settings, 1, 0, 3);
+  EXPECT_EQ(far.proxyRank, 1) << far.reason;
+}
+
+TEST(TopologyRules, NetsPerGpuIsRoundedUp) {
+  // Rule (ncclTopoGetLocalNet, NCCL_NETDEVS_POLICY=AUTO): netsPerGpu = ceil(#local NETs / #GPUs sharing them). Three
+  // NICs beside two GPUs give each GPU two (not one), taken by channel: 3 is not a power of two, so no bit mirroring.
+  std::string leaves = pci("0000:11:00.0", "0x030200", gpu(0, 80)) + pci("0000:12:00.0", "0x030200", gpu(1, 80));
+  for (int n = 0; n < 3; ++n)
+    leaves += pci("0000:1" + std::to_string(n + 3) + ":00.0", "0x020700", net(n, "mlx5_" + std::to_string(n), 200000));
+  Analysis a = run(cpuOpen(0) + pci("0000:10:00.0", "0x060400", leaves) + "</cpu>");
+  std::vector<int> rank0, rank1;
+  for (int c = 0; c < 4; ++c) {
+    rank0.push_back(a.localNets[0][static_cast<size_t>(c)].netDev);
+    rank1.push_back(a.localNets[1][static_cast<size_t>(c)].netDev);
+  }
+  EXPECT_EQ(rank0, ints("0 1 0 1"));
+  EXPECT_EQ(rank1, ints("1 2 1 2"));
+  EXPECT_EQ(a.localNets[0][0].netsPerGpu, 2) << a.localNets[0][0].reason;
+}
+
+TEST(TopologyRules, P2pReadIsForDirectNvlinkBetweenSm80GpusOnly) {
+  // Rule (ncclTopoCheckP2p): read is enabled for an NVL path whose GPUs are both sm 80, not sm 90 nor a mix.
+  auto pair = [](int sm0, int sm1) {
+    return cpuOpen(0) + pci("0000:01:00.0", "0x030200", gpu(0, sm0, nvlink("0000:02:00.0"))) +
+           pci("0000:02:00.0", "0x030200", gpu(1, sm1, nvlink("0000:01:00.0"))) + "</cpu>";
+  };
+  EXPECT_TRUE(checkP2p(run(pair(80, 80)).system, {}, 0, 1).read);
+  for (auto [sm0, sm1] : {std::pair{90, 90}, std::pair{80, 90}, std::pair{100, 100}}) {
+    P2pDecision d = checkP2p(run(pair(sm0, sm1)).system, {}, 0, 1);
+    EXPECT_TRUE(d.p2p) << sm0 << "/" << sm1;
+    EXPECT_FALSE(d.read) << sm0 << "/" << sm1;
+  }
+}
+
+TEST(TopologyRules, FlushIsNeededForGdrReceivesBeforeHopper) {
+  // Rule: a GDR receive needs a flush when the GPU is older than sm 90 (or reaches its CPU over C2C with the NIC
+  // PCI-close: GraceC2cGivesP2cAndGdr); not on an sm 90 GPU over PCI.
+  auto machine = [](int sm) {
+    return cpuOpen(0) +
+           pci("0000:10:00.0", "0x060400",
+               pci("0000:11:00.0", "0x030200", gpu(0, sm)) + pci("0000:12:00.0", "0x020700", net(0))) +
+           "</cpu>";
+  };
+  for (int sm : {70, 80, 89}) EXPECT_TRUE(needsFlush(run(machine(sm)).system, 0, 0)) << "sm " << sm;
+  for (int sm : {90, 100}) EXPECT_FALSE(needsFlush(run(machine(sm)).system, 0, 0)) << "sm " << sm;
 }
 
 TEST(TopologyRules, TwoNvlinkIslandsMakeTheRingStartAtTwoChannels) {
