@@ -1,6 +1,8 @@
 // Every public machine file: expectations derived by hand from NCCL's rules, each with the rule that makes it so.
+#include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include "topology_test_util.h"
 
@@ -312,6 +314,98 @@ TEST(Sm80InterTree, BalancedTreeMayReachItsNetOverTheCpu) {
     EXPECT_FALSE(a.searches[1].ring.fallback);
     EXPECT_EQ(pathTypeName(a.searches[1].ring.typeInter), "PXN");
   }
+}
+
+// Searches no EXPECTED file covers, as this engine finds them by NCCL's rules today (regression values, not NCCL's
+// own output): sm 90 and sm 70 fills of the public machines and synthetic systems. Each pins a rule that no other test
+// does (the topology mutation run of stop 71 changed one rule at a time and nothing else saw it): the sm 90 speed
+// tables, the pre-Ampere 1/8 charge on a link's reverse direction, the inter-node type relaxation, channel
+// duplication, the tree's n/(n-1) scaling and the order the GPUs are tried in.
+std::string graphText(const Analysis& a, const Graph& g, bool inter) {
+  std::ostringstream o;
+  o << g.nChannels << " ch, intra " << g.bwIntra << "/" << pathTypeName(g.typeIntra) << ", inter " << g.bwInter << "/"
+    << pathTypeName(g.typeInter) << (g.fallback ? ", fallback" : "") << ":";
+  for (int c = 0; c < g.nChannels; ++c) o << (c ? " |" : "") << " " << channelText(a, g, c, inter);
+  return o.str();
+}
+CompletionOptions fillOf(int sm, int nvlinks, int nicMbps) {
+  CompletionOptions f;
+  f.gpuSm = sm;
+  f.gpuNvlinks = nvlinks;
+  f.nicSpeedMbps = nicMbps;
+  f.nicPort = 1;
+  return f;
+}
+std::string attemptsText(const Graph& g, size_t count) {
+  std::ostringstream o;
+  for (size_t i = 0; i < std::min(count, g.attempts.size()); ++i) {
+    const SearchAttempt& t = g.attempts[i];
+    o << (i ? " " : "") << "[p" << t.pass << " " << pathTypeName(t.typeIntra) << "/" << pathTypeName(t.typeInter)
+      << " bw " << t.bwIntra << "/" << t.bwInter << " same " << t.sameChannels << " xnic " << t.crossNic << "]";
+  }
+  return o.str();
+}
+Analysis analyzeSynthetic(int gpus, int nics, int nRanks) {
+  AnalysisOptions o;
+  o.nRanks = nRanks;
+  return analyze(makeSyntheticTopology(gpus, nics), o);
+}
+
+TEST(SearchRegression, Sm90AndSm70FillsOfThePublicMachines) {
+  Analysis sm90 = analyzeFile("azure-ndv4.xml", fillOf(90, 12, 200000));
+  EXPECT_EQ(graphText(sm90, sm90.searches[0].ring, false),
+            "8 ch, intra 30/NVL, inter 30/PIX: 2 3 0 1 6 7 4 5 | 2 3 0 1 6 7 4 5 | 2 3 0 1 6 7 4 5 | 2 3 0 1 6 7 4 5 | "
+            "2 3 0 1 6 7 4 5 | 2 3 0 1 6 7 4 5 | 2 3 0 1 6 7 4 5 | 2 3 0 1 6 7 4 5");
+  EXPECT_EQ(graphText(sm90, sm90.searches[1].ring, true),
+            "8 ch, intra 24/NVL, inter 24/PIX: NET/2 2 5 4 7 6 1 0 3 NET/2 | NET/3 3 0 1 6 7 4 5 2 NET/3 | NET/0 0 3 2 "
+            "5 4 7 6 1 NET/0 | NET/1 1 6 7 4 5 2 3 0 NET/1 | NET/6 6 1 0 3 2 5 4 7 NET/6 | NET/7 7 4 5 2 3 0 1 6 NET/7 "
+            "| NET/4 4 7 6 1 0 3 2 5 NET/4 | NET/5 5 2 3 0 1 6 7 4 NET/5");
+  Analysis sm70 = analyzeFile("azure-ndv4.xml", fillOf(70, 0, 200000));
+  EXPECT_EQ(graphText(sm70, sm70.searches[1].tree, true),
+            "1 ch, intra 15/SYS, inter 12/SYS: NET/2 2 3 0 1 6 7 4 5 NET/2");
+  EXPECT_EQ(graphText(sm70, sm70.searches[1].ring, true),
+            "1 ch, intra 15/SYS, inter 15/SYS: NET/2 2 3 0 1 6 7 4 5 NET/2");
+  Analysis p4d = analyzeFile("aws-p4d.24xlarge.xml", fillOf(90, 0, 100000));
+  EXPECT_EQ(graphText(p4d, p4d.searches[1].ring, true),
+            "9 ch, intra 1.2/SYS, inter 1.2/SYS: NET/0 0 1 2 3 4 5 6 7 NET/3 | NET/3 6 7 4 5 3 2 1 0 NET/0 | NET/2 4 5 "
+            "6 7 3 2 1 0 NET/0 | NET/0 0 3 1 2 6 7 5 4 NET/2 | NET/0 0 1 2 3 7 6 5 4 NET/2 | NET/2 4 5 6 7 3 2 1 0 "
+            "NET/0 | NET/2 4 5 6 7 1 0 3 2 NET/1 | NET/1 2 3 0 1 6 7 5 4 NET/2 | NET/0 0 1 4 5 6 7 3 2 NET/1");
+  EXPECT_EQ(graphText(p4d, p4d.searches[1].tree, true),
+            "9 ch, intra 0.24/SYS, inter 0.24/SYS: NET/2 0 1 2 3 4 5 6 7 NET/2 | NET/1 0 1 2 3 4 5 6 7 NET/1 | NET/2 0 "
+            "1 2 3 4 5 6 7 NET/2 | NET/3 0 1 2 3 4 5 6 7 NET/3 | NET/0 0 1 2 3 4 5 6 7 NET/0 | NET/1 0 1 2 3 4 5 6 7 "
+            "NET/1 | NET/0 0 1 2 3 4 5 6 7 NET/0 | NET/0 0 1 2 3 4 5 6 7 NET/0 | NET/0 0 1 2 3 4 5 6 7 NET/0");
+}
+
+TEST(SearchRegression, SyntheticSystems) {
+  Analysis eight = analyzeSynthetic(8, 4, 16);
+  EXPECT_EQ(graphText(eight, eight.searches[1].ring, true),
+            "8 ch, intra 24/NVL, inter 24/PIX: NET/0 0 7 6 5 4 3 2 1 NET/0 | NET/1 2 1 0 7 6 5 4 3 NET/1 | NET/2 4 3 2 "
+            "1 0 7 6 5 NET/2 | NET/3 6 5 4 3 2 1 0 7 NET/3 | NET/0 0 7 6 5 4 3 2 1 NET/0 | NET/1 2 1 0 7 6 5 4 3 NET/1 "
+            "| NET/2 4 3 2 1 0 7 6 5 NET/2 | NET/3 6 5 4 3 2 1 0 7 NET/3");
+  EXPECT_EQ(graphText(eight, eight.searches[1].tree, true),
+            "8 ch, intra 48/NVL, inter 24/PIX: NET/0 0 1 2 3 4 5 6 7 NET/0 | NET/1 2 3 4 5 6 7 0 1 NET/1 | NET/2 4 5 6 "
+            "7 0 1 2 3 NET/2 | NET/3 6 7 0 1 2 3 4 5 NET/3 | NET/0 1 0 7 6 5 4 3 2 NET/0 | NET/1 3 2 1 0 7 6 5 4 NET/1 "
+            "| NET/2 5 4 3 2 1 0 7 6 NET/2 | NET/3 7 6 5 4 3 2 1 0 NET/3");
+  // The order of the attempts: the inter-node type is relaxed (up to PXN) before crossNic is tried.
+  EXPECT_EQ(attemptsText(eight.searches[1].ring, 4),
+            "[p1 NVL/PIX bw 48/48 same 1 xnic 0] [p1 NVL/PIX bw 48/48 same 0 xnic 0] [p1 NVL/PXB bw 48/48 same 1 xnic "
+            "0] [p1 NVL/PXB bw 48/48 same 0 xnic 0]");
+  EXPECT_EQ(attemptsText(eight.searches[1].tree, 4),
+            "[p1 NVL/PIX bw 48/48 same 1 xnic 0] [p1 NVL/PIX bw 48/48 same 0 xnic 0] [p1 NVL/PIX bw 48/48 same 1 xnic "
+            "0] [p1 NVL/PIX bw 48/48 same 0 xnic 0]");
+  Analysis four = analyzeSynthetic(4, 1, 8);
+  EXPECT_EQ(graphText(four, four.searches[1].ring, true),
+            "2 ch, intra 24/NVL, inter 24/PIX: NET/0 0 3 2 1 NET/0 | NET/0 0 3 2 1 NET/0");
+}
+
+TEST(SearchRegression, TreeSpeedIsScaledByNOverNMinusOne) {
+  // The single-node tree starts from totalBw scaled by n/(n-1) (NCCL's ncclTopoCompute for trees): 40, not 20.
+  Analysis a = analyzePath(casePath("sm80_pxn_tree.xml"), {});
+  EXPECT_EQ(attemptsText(a.searches[0].tree, 2),
+            "[p1 NVL/PIX bw 40/40 same 1 xnic 0] [p1 NVL/PIX bw 40/40 same 0 xnic 0]");
+  EXPECT_EQ(graphText(a, a.searches[0].tree, false),
+            "12 ch, intra 40/NVL, inter 40/PIX: 0 1 | 0 1 | 0 1 | 0 1 | 0 1 | 0 1 | 1 0 | 1 0 | 1 0 | 1 0 | 1 0 | 1 0");
+  EXPECT_EQ(graphText(a, a.searches[1].tree, true), "1 ch, intra 48/NVL, inter 24/PHB: NET/0 0 1 NET/0");
 }
 
 TEST(PartialFile, WithoutFillInsTheSummarySaysWhatIsMissing) {
