@@ -316,6 +316,23 @@ TEST(Sm80InterTree, BalancedTreeMayReachItsNetOverTheCpu) {
   }
 }
 
+TEST(Sm80InterTree, ANicExactlyAsFastAsTheChannelCarriesIt) {
+  // Rule (ncclTopoSearchRecNet): a NET is skipped when its bandwidth is below the channel's, not when it equals it.
+  // With 192 Gb/s NICs (24 GB/s, one of the speed steps) the multi-node ring runs at 24, not at the next step down.
+  std::ifstream in(casePath("sm80_pxn_tree.xml"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (size_t at = text.find("speed=\"200000\""); at != std::string::npos; at = text.find("speed=\"200000\"", at))
+    text.replace(at, 14, "speed=\"192000\"");
+  AnalysisOptions options;
+  options.nRanks = 16;
+  Analysis a = analyze(parseXml(text, "sm80_pxn_tree-192g.xml"), options);
+  ASSERT_EQ(a.searches.size(), 2u);
+  const Graph& ring = a.searches[1].ring;
+  EXPECT_EQ(ring.nChannels, 1);
+  EXPECT_FLOAT_EQ(ring.bwInter, 24.0f);
+  EXPECT_EQ(pathTypeName(ring.typeInter), "PXN");
+}
+
 // Searches no EXPECTED file covers, as this engine finds them by NCCL's rules today (regression values, not NCCL's
 // own output): sm 90 and sm 70 fills of the public machines and synthetic systems. Each pins a rule that no other test
 // does (the topology mutation run of stop 71 changed one rule at a time and nothing else saw it): the sm 90 speed
