@@ -28,31 +28,24 @@ static ncclResult_t devices(int* ndev) {
 }
 #endif
 
-#if defined(NNS_DEFECT_NULL_ENTRIES)
-/* A table half filled in: init and devices work (so a loader that only calls those would accept it), everything
- * NCCL calls later is NULL. The collNet beside it has no name and only init. */
-static ncclResult_t collInit(void** ctx, uint64_t commId, ncclDebugLogger_t logger) {
-  (void)commId, (void)logger;
-  *ctx = NULL;
-  return ncclSuccess;
-}
-EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {.name = "half-table", .init = init, .devices = devices};
-EXPORT const ncclCollNet_v12_t ncclCollNetPlugin_v12 = {.init = collInit};
-#elif defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE) || defined(NNS_DEFECT_ODD_PROPERTIES) || \
-    defined(NNS_DEFECT_UNPACK_0X7) || defined(NNS_DEFECT_V11_PROPS_OVERRUN) || defined(NNS_DEFECT_UNREADABLE_NAME)
+#if defined(NNS_DEFECT_NULL_ENTRIES) || defined(NNS_DEFECT_NO_IFLUSH) || defined(NNS_DEFECT_UNPACK_DEVICE) ||        \
+    defined(NNS_DEFECT_ODD_PROPERTIES) || defined(NNS_DEFECT_UNPACK_0X7) || defined(NNS_DEFECT_V11_PROPS_OVERRUN) || \
+    defined(NNS_DEFECT_UNREADABLE_NAME)
 /* NO_IFLUSH is not a defect: every entry NCCL calls unchecked is there, iflush (which NCCL calls only after
  * GPU-direct receives) is NULL. UNPACK_DEVICE is the same table with device 0 an UNPACK device at version 0x6, which
  * NCCL refuses to assign (it speaks 0x7 only), and UNPACK_0X7 one at 0x7, which NCCL takes (its kernels finish the
  * receives) and a host engine cannot serve; ODD_PROPERTIES is the table with properties a tool must print as they
  * are (below); V11_PROPS_OVERRUN exports it as ncclNet_v11 with v12's getProperties (at the end); UNREADABLE_NAME
- * the NO_IFLUSH table with a name pointer aimed at no memory (0x10). A test double:
+ * the NO_IFLUSH table with a name pointer aimed at no memory (0x10); NULL_ENTRIES a v12 table of init and devices
+ * only, beside a whole v11 table (at the end). A test double:
  * the entries beside init, devices, getProperties and
  * finalize refuse with ncclInternalError. */
 static ncclResult_t finalize(void* ctx) {
   (void)ctx;
   return ncclSuccess;
 }
-static ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
+/* Unused by NULL_ENTRIES, whose v12 table stops at devices. */
+__attribute__((unused)) static ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
 #if defined(NNS_DEFECT_ODD_PROPERTIES)
   /* ODD_PROPERTIES: device 1 answers success and writes nothing (a plugin that forgot a device), device 0 has a
    * 2.5 Gb/s link and a latency that is not a number: a tool must show what it got, not crash on it. */
@@ -111,14 +104,40 @@ static ncclResult_t closeComm(void* comm) {
   .listen = listen, .connect = connect, .accept = accept, .regMr = regMr, .deregMr = deregMr, .isend = isend, \
   .irecv = irecv, .test = test, .closeSend = closeComm, .closeRecv = closeComm, .closeListen = closeComm,     \
   .finalize = finalize
-#if defined(NNS_DEFECT_V11_PROPS_OVERRUN)
-/* A port to ncclNet_v11 that kept v12's getProperties: it fills a v12 struct (128 bytes) where NCCL passes v11's (112
- * bytes), so 16 bytes land past it, on NCCL's stack. The loader refuses it, and the rejection must say why. */
+#if defined(NNS_DEFECT_NULL_ENTRIES) || defined(NNS_DEFECT_V11_PROPS_OVERRUN)
 static ncclResult_t initV11(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config, ncclDebugLogger_t logger,
                             ncclProfilerCallback_t profiler) {
   (void)config;
   return init(ctx, commId, NULL, logger, profiler);
 }
+#endif
+#if defined(NNS_DEFECT_NULL_ENTRIES)
+/* A table half filled in: init and devices work (so a loader that only calls those would accept it), everything
+ * NCCL calls later is NULL. The collNet beside it has no name and only init. And beside them a whole ncclNet_v11
+ * table, as a plugin built for several versions exports: NCCL takes the newest version it finds and never looks at
+ * an older one, so the library is refused, not loaded at v11. */
+static ncclResult_t collInit(void** ctx, uint64_t commId, ncclDebugLogger_t logger) {
+  (void)commId, (void)logger;
+  *ctx = NULL;
+  return ncclSuccess;
+}
+static ncclResult_t getPropertiesWholeV11(int dev, ncclNetProperties_v11_t* props) {
+  (void)dev;
+  memset(props, 0, sizeof(*props));
+  props->name = (char*)"whole-v11";
+  props->ptrSupport = NCCL_PTR_HOST;
+  props->speed = 1000;
+  props->maxComms = 1;
+  props->maxRecvs = 1;
+  return ncclSuccess;
+}
+EXPORT const ncclNet_v12_t ncclNetPlugin_v12 = {.name = "half-table", .init = init, .devices = devices};
+EXPORT const ncclCollNet_v12_t ncclCollNetPlugin_v12 = {.init = collInit};
+EXPORT const ncclNet_v11_t ncclNetPlugin_v11 = {
+    .name = "whole-v11", .init = initV11, .devices = devices, .getProperties = getPropertiesWholeV11, NNS_TABLE_REST};
+#elif defined(NNS_DEFECT_V11_PROPS_OVERRUN)
+/* A port to ncclNet_v11 that kept v12's getProperties: it fills a v12 struct (128 bytes) where NCCL passes v11's (112
+ * bytes), so 16 bytes land past it, on NCCL's stack. The loader refuses it, and the rejection must say why. */
 static ncclResult_t getPropertiesV11(int dev, ncclNetProperties_v11_t* props) {
   return getProperties(dev, (ncclNetProperties_v12_t*)props);
 }
@@ -152,6 +171,9 @@ __asm__(".text\n.globl ncclNetPlugin_v12\nncclNetPlugin_v12:\n.fill 512, 1, 0xcc
 #elif defined(NNS_DEFECT_SHORT_OBJECT)
 /* The table's name on an object far smaller than the table. */
 EXPORT const char ncclNetPlugin_v12[24] = "a string, not a table";
+#elif defined(NNS_DEFECT_ONE_ENTRY_SHORT)
+/* An object one entry shorter than the table, as a table built against a header with one entry fewer. */
+EXPORT const char ncclNetPlugin_v12[sizeof(ncclNet_v12_t) - sizeof(void*)] = "one entry short";
 #elif defined(NNS_DEFECT_POINTER)
 /* The table's name on a pointer to a table (a plugin that exports `ncclNet_v12_t* ncclNetPlugin_v12 = &table`). */
 static const ncclNet_v12_t table = {.name = "pointed-at"};

@@ -310,6 +310,8 @@ TEST(Resolution, ATableWithNullEntriesIsRejectedBeforeAnyCall) {
             std::string::npos)
       << reason;
   EXPECT_EQ(reason.find("init,"), std::string::npos) << "init is there: " << reason;
+  // Its whole ncclNetPlugin_v11 beside is not taken instead: NCCL uses the newest version it finds, or nothing.
+  EXPECT_EQ(report.candidates[0].exportedVersions, (std::vector<int>{12, 11}));
 
   std::string error;
   EXPECT_EQ(openNetVersion(kDir + "/libnccl-net-defective-null-entries.so", 12, &error), nullptr);
@@ -390,6 +392,15 @@ TEST(Resolution, ASymbolThatIsNotATableIsRejectedUnread) {
   EXPECT_EQ(loadNet(inBuildTree("defective-short-object"), &report), nullptr);
   ASSERT_EQ(report.candidates.size(), 1u);
   EXPECT_NE(report.candidates[0].rejectReason.find("it is a 24-byte object; an ncclNet_v12_t has " +
+                                                   std::to_string(sizeof(ncclNet_v12_t))),
+            std::string::npos)
+      << report.candidates[0].rejectReason;
+  // One entry short, as a table built against a header with one entry fewer: refused too, not read one past its end.
+  report = LoadReport{};
+  EXPECT_EQ(loadNet(inBuildTree("defective-one-entry-short"), &report), nullptr);
+  ASSERT_EQ(report.candidates.size(), 1u);
+  EXPECT_NE(report.candidates[0].rejectReason.find("it is a " + std::to_string(sizeof(ncclNet_v12_t) - sizeof(void*)) +
+                                                   "-byte object; an ncclNet_v12_t has " +
                                                    std::to_string(sizeof(ncclNet_v12_t))),
             std::string::npos)
       << report.candidates[0].rejectReason;
@@ -552,6 +563,12 @@ TEST(Adapters, SizesAnIntSizedVersionCannotCarryAreErrors) {
   ASSERT_NE(v6, nullptr) << error;
   void* mhandle = nullptr;
   EXPECT_EQ(v6->regMr(&byte, &byte, static_cast<size_t>(INT_MAX) + 1, NCCL_PTR_HOST, &mhandle), ncclInternalError);
+  // A size whose low 32 bits are a small int: cast rather than checked, it reached the plugin as 1 byte, and the
+  // registration of 4 GiB + 1 succeeded over one byte.
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(v6->regMr(&byte, &byte, (1ull << 32) + 1, NCCL_PTR_HOST, &mhandle), ncclInternalError);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("regMr of 4294967297 bytes does not fit ncclNet_v6's int size"),
+            std::string::npos);
   EXPECT_EQ(openNetVersion(kDir + "/libnccl-net-minimal-v6.so", 12, &error), nullptr);
   EXPECT_NE(error.find("does not export ncclNetPlugin_v12"), std::string::npos) << error;
 }
@@ -560,6 +577,7 @@ TEST(Adapters, SizesAnIntSizedVersionCannotCarryAreErrors) {
 struct StrictRecord {
   int inits, nullLogger, nullConfig, trafficClass, vndevs, vdevs[NCCL_NET_MAX_DEVS_PER_NIC], nullProfiler, overlaps,
       irecvs, nullPhandles;
+  long long sendSize;
 };
 
 // The strict-host test double of one version (strict_host_plugin.c), opened through that version's adapter, and
@@ -583,6 +601,27 @@ struct StrictHost {
   void* library;
 };
 
+// Through v6..v8's int sizes, isend hands on exactly 1 GiB (NCCL's limit for them) and refuses one byte more before
+// the plugin sees it: one past it fits an int and would have reached the plugin as it was.
+TEST(Adapters, AnIntSizedIsendTakesOneGibAndNotAByteMore) {
+  StrictHost strict(8);
+  ASSERT_NE(strict.net, nullptr) << strict.error;
+  auto* record = strict.symbol<StrictRecord>("nnsStrictRecord");
+  ASSERT_NE(record, nullptr);
+  char byte = 0;
+  void* request = nullptr;
+  record->sendSize = -1;
+  EXPECT_EQ(strict.net->isend(&byte, &byte, 1ull << 30, 0, nullptr, nullptr, &request), ncclInternalError);
+  EXPECT_EQ(record->sendSize, 1ll << 30) << "exactly 1 GiB reaches the plugin (which refuses all sends)";
+  record->sendSize = -1;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(strict.net->isend(&byte, &byte, (1ull << 30) + 1, 0, nullptr, nullptr, &request), ncclInternalError);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find(
+                "isend of 1073741825 bytes exceeds the 1073741824-byte limit of ncclNet_v8's int sizes"),
+            std::string::npos);
+  EXPECT_EQ(record->sendSize, -1) << "the plugin was called";
+}
+
 // A virtual NIC of more devices than the version's list holds (4 before v12, 8 in v12) is an error: the adapter
 // copied the count and listed device 0 for the entries the plugin never wrote.
 TEST(Adapters, AVirtualNicBeyondTheVersionsListIsRefused) {
@@ -598,11 +637,13 @@ TEST(Adapters, AVirtualNicBeyondTheVersionsListIsRefused) {
     *size = most;
     EXPECT_EQ(net->getProperties(0, &props), ncclSuccess);
     EXPECT_EQ(props.vProps.ndevs, most);
-    *size = most + 2;
-    testing::internal::CaptureStderr();
-    EXPECT_EQ(net->getProperties(0, &props), ncclInternalError);
-    EXPECT_NE(testing::internal::GetCapturedStderr().find("a virtual NIC of " + std::to_string(most + 2) + " devices"),
-              std::string::npos);
+    for (int over : {most + 1, most + 2}) {
+      *size = over;
+      testing::internal::CaptureStderr();
+      EXPECT_EQ(net->getProperties(0, &props), ncclInternalError) << over;
+      EXPECT_NE(testing::internal::GetCapturedStderr().find("a virtual NIC of " + std::to_string(over) + " devices"),
+                std::string::npos);
+    }
     *size = -1;
     EXPECT_EQ(net->getProperties(0, &props), ncclInternalError);
     *size = 0;
@@ -763,7 +804,7 @@ void expectStrictHostsFields(const ncclNetProperties_v12_t& props) {
   EXPECT_EQ(props.port, 3);
   EXPECT_EQ(props.latency, 2.5f);
   EXPECT_EQ(props.maxComms, 7);
-  EXPECT_EQ(props.maxRecvs, 1);
+  EXPECT_EQ(props.maxRecvs, 8);
   EXPECT_EQ(props.netDeviceType, NCCL_NET_DEVICE_HOST);
 }
 
@@ -1195,6 +1236,13 @@ TEST(CollNet, ValuesAnOldVersionCannotCarryAreErrors) {
   ASSERT_NE(v6, nullptr) << error;
   void* mhandle = nullptr;
   EXPECT_EQ(v6->regMr(&byte, &byte, static_cast<size_t>(INT_MAX) + 1, NCCL_PTR_HOST, &mhandle), ncclInternalError);
+  // A size whose low 32 bits are a small int: cast rather than checked, it reached the plugin as 1 byte, and the
+  // registration of 4 GiB + 1 succeeded over one byte.
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(v6->regMr(&byte, &byte, (1ull << 32) + 1, NCCL_PTR_HOST, &mhandle), ncclInternalError);
+  EXPECT_NE(
+      testing::internal::GetCapturedStderr().find("regMr of 4294967297 bytes does not fit ncclCollNet_v6's int size"),
+      std::string::npos);
   EXPECT_EQ(v6->iallgather(&byte, &byte, 1, parts, 1, 0, 1, nullptr, &request), ncclInvalidUsage)
       << "v6 has no iallgather";
   EXPECT_EQ(openCollNetVersion(kDir + "/libnccl-net-minimal.so", 12, &error), nullptr);

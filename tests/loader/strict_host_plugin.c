@@ -24,10 +24,11 @@ typedef struct {
   int trafficClass; /* from the last config seen */
   int vndevs;       /* the last makeVDevice's list */
   int vdevs[NCCL_NET_MAX_DEVS_PER_NIC];
-  int nullProfiler; /* a v10+ init got a NULL profiler callback */
-  int overlaps;     /* an init or finalize began while another was running (NCCL runs them one at a time) */
-  int irecvs;       /* irecv calls */
-  int nullPhandles; /* a v10+ irecv got a NULL array of profiler handles (NCCL always passes one) */
+  int nullProfiler;   /* a v10+ init got a NULL profiler callback */
+  int overlaps;       /* an init or finalize began while another was running (NCCL runs them one at a time) */
+  int irecvs;         /* irecv calls */
+  int nullPhandles;   /* a v10+ irecv got a NULL array of profiler handles (NCCL always passes one) */
+  long long sendSize; /* the size the last isend was given */
 } NnsStrictRecord;
 
 EXPORT NnsStrictRecord nnsStrictRecord;
@@ -130,7 +131,7 @@ static ncclResult_t getProperties(int dev, T(ncclNetProperties) * props) {
   props->port = 3;
   props->latency = 2.5f;
   props->maxComms = 7;
-  props->maxRecvs = 1;
+  props->maxRecvs = 8;
 #if V >= 9
   props->forceFlush = 1;
   props->vProps.ndevs = nnsStrictVNicSize;
@@ -181,7 +182,8 @@ static ncclResult_t deregMr(void* comm, void* mhandle) {
 }
 #if V >= 10
 static ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request) {
-  return (void)comm, (void)data, (void)size, (void)tag, (void)mhandle, (void)phandle, (void)request, ncclInternalError;
+  nnsStrictRecord.sendSize = (long long)size;
+  return (void)comm, (void)data, (void)tag, (void)mhandle, (void)phandle, (void)request, ncclInternalError;
 }
 static ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                           void** request) {
@@ -191,14 +193,16 @@ static ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* ta
 }
 #elif V == 9
 static ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, void** request) {
-  return (void)comm, (void)data, (void)size, (void)tag, (void)mhandle, (void)request, ncclInternalError;
+  nnsStrictRecord.sendSize = (long long)size;
+  return (void)comm, (void)data, (void)tag, (void)mhandle, (void)request, ncclInternalError;
 }
 static ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** request) {
   return (void)comm, (void)n, (void)data, (void)sizes, (void)tags, (void)mhandles, (void)request, ncclInternalError;
 }
 #else
 static ncclResult_t isend(void* comm, void* data, int size, int tag, void* mhandle, void** request) {
-  return (void)comm, (void)data, (void)size, (void)tag, (void)mhandle, (void)request, ncclInternalError;
+  nnsStrictRecord.sendSize = size;
+  return (void)comm, (void)data, (void)tag, (void)mhandle, (void)request, ncclInternalError;
 }
 /* "Not yet": success with no request, *request left as it was (NCCL sets it to NULL before the call). */
 static ncclResult_t irecv(void* comm, int n, void** data, int* sizes, int* tags, void** mhandles, void** request) {
