@@ -604,9 +604,11 @@ inline void defaultProperties(int dev, ncclNetProperties_v12_t* props) {
   props->planeId = NCCL_NET_ID_UNDEF;
 }
 
-// Copies the newest properties into an older version's struct, field by field where the version has it.
+// Copies the newest properties into an older version's struct, field by field where the version has it. (v12's own
+// struct is the newest: getProperties hands it out as it is.)
 template <int V, class Props>
 ncclResult_t downgradeProperties(const ncclNetProperties_v12_t& in, Props* out) {
+  static_assert(V >= 6 && V < 12, "only an older version's properties are downgraded");
   std::memset(out, 0, sizeof(*out));
   out->name = in.name;
   out->pciPath = in.pciPath;
@@ -641,10 +643,6 @@ ncclResult_t downgradeProperties(const ncclNetProperties_v12_t& in, Props* out) 
     out->maxCollBytes = in.maxCollBytes;
   }
   if constexpr (V >= 11) out->maxMultiRequestSize = in.maxMultiRequestSize;
-  if constexpr (V >= 12) {
-    out->railId = in.railId;
-    out->planeId = in.planeId;
-  }
   return ncclSuccess;
 }
 
