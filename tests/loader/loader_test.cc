@@ -1450,6 +1450,27 @@ TEST(Probe, ADisabledCollNetIsForgottenWithItsLibrary) {
   EXPECT_NE(loadCollNet(*net, &collReport), nullptr) << collReport.rejectReason;
 }
 
+// A collNet table's makeVDevice is handed on (v9 and later tables have the entry): the loader said it had none.
+TEST(Probe, ACollNetsMakeVDeviceIsHandedOn) {
+  LoadReport report;
+  auto net = loadNet(inBuildTree(kDir + "/libnccl-net-once-state.so"), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  CollNetReport collReport;
+  auto coll = loadCollNet(*net, &collReport);
+  ASSERT_NE(coll, nullptr) << collReport.rejectReason;
+  ASSERT_TRUE(coll->hasMakeVDevice());
+  int before = 0;
+  ASSERT_EQ(coll->devices(&before), ncclSuccess);
+  ncclNetVDeviceProps_v12_t props{};
+  props.ndevs = 1;
+  int d = -1;
+  EXPECT_EQ(coll->makeVDevice(&d, &props), ncclSuccess);
+  EXPECT_EQ(d, before);
+  int after = 0;
+  EXPECT_EQ(coll->devices(&after), ncclSuccess);
+  EXPECT_EQ(after, before + 1);
+}
+
 // A plugin rejected after its init ran stays loaded, as in NCCL, which disables it and never unloads it: a v6..v10
 // plugin has no finalize in which to stop what its init started (a thread), and unloaded, that thread ran on in
 // unmapped code (SIGSEGV).

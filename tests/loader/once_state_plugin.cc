@@ -114,6 +114,13 @@ ncclResult_t collFinalize(void*) {
   }
   return ncclSuccess;
 }
+// A virtual collNet device over its one device: it counts as the next device, as NCCL expects of makeVDevice.
+ncclResult_t collMakeVDevice(int* d, ncclNetVDeviceProps_v12_t* props) {
+  record("coll-makeVDevice");
+  if (collState == nullptr || props == nullptr || props->ndevs != 1 || props->devs[0] != 0) return ncclInvalidArgument;
+  *d = collState->devices++;
+  return ncclSuccess;
+}
 ncclResult_t collConnect(void*[], int, int, void*, void**) {
   return ncclInternalError;
 }
@@ -153,6 +160,6 @@ const ncclCollNet_v12_t ncclCollNetPlugin_v12 = {"once-state",
                                                  host_only_net::test,
                                                  host_only_net::close,
                                                  host_only_net::close,
-                                                 nullptr /* makeVDevice */,
+                                                 collMakeVDevice,
                                                  collFinalize};
 }
