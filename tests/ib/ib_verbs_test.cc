@@ -56,6 +56,12 @@ Env baseEnv(const std::string& hca) {
   if (!hca.empty()) env.emplace_back("NCCL_IB_HCA", hca);
   return env;
 }
+// baseEnv with one variable set otherwise (the later setting wins: the children set them in order).
+Env baseEnvWith(const std::string& hca, const char* name, const char* value) {
+  Env env = baseEnv(hca);
+  env.emplace_back(name, value);
+  return env;
+}
 
 unsigned char patternByte(size_t index, uint64_t seed) {
   return static_cast<unsigned char>((index * 2654435761u + seed * 40503u) >> 7);
@@ -1864,11 +1870,7 @@ TEST(IbVerbs, APortDownPastItsBoundFailsCommsThatWaitWithNothingOnTheWire) {
     if (result == ncclSuccess || !told) return -1.0;
     return std::chrono::duration<double>(Clock::now() - downAt).count();
   };
-  auto env = [](const char* hca) {
-    Env e = baseEnv(hca);
-    e.emplace_back("NNS_IB_PEER_TIMEOUT_MS", "60000");  // the later setting wins (setenv in order)
-    return e;
-  };
+  auto env = [](const char* hca) { return baseEnvWith(hca, "NNS_IB_PEER_TIMEOUT_MS", "60000"); };
   PairResult r = runPair(
       env("=rxe1"),
       [&](const Channel& c) {
@@ -1949,11 +1951,7 @@ TEST(IbVerbs, APortGoingDownAndUpIsLoggedAsAsynchronousEvents) {
   REQUIRE_RXE(2);
   if (std::getenv("NNS_IB_TEST_IN_VM") == nullptr) GTEST_SKIP() << "brings veth0 down: only inside the rxe VM";
   // A QP timeout of 16 puts the port-down bound (see the test above) at 5.3 s, well past the 1 s flap.
-  auto env = [](const char* hca) {
-    Env e = baseEnv(hca);
-    e.emplace_back("NCCL_IB_TIMEOUT", "16");  // the later setting wins (setenv in order)
-    return e;
-  };
+  auto env = [](const char* hca) { return baseEnvWith(hca, "NCCL_IB_TIMEOUT", "16"); };
   PairResult r = runPair(
       env("=rxe1"),
       [](const Channel& c) {

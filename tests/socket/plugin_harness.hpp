@@ -14,6 +14,16 @@
 
 #include <nccl_net/net.h>
 
+// In a forked child that returns its exit code: when `cond` fails, says so on stderr and returns `code`.
+#define CHILD_CHECK(cond, code, ...)                            \
+  do {                                                          \
+    if (!(cond)) {                                              \
+      std::fprintf(stderr, "child check failed: " __VA_ARGS__); \
+      std::fprintf(stderr, " (%s)\n", #cond);                   \
+      return code;                                              \
+    }                                                           \
+  } while (0)
+
 namespace socket_test {
 
 using Clock = std::chrono::steady_clock;

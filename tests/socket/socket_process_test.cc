@@ -138,15 +138,6 @@ unsigned long long receivedBytesOf(const std::string& interfaceName) {
   return 0;
 }
 
-#define CHILD_CHECK(cond, code, ...)                            \
-  do {                                                          \
-    if (!(cond)) {                                              \
-      std::fprintf(stderr, "child check failed: " __VA_ARGS__); \
-      std::fprintf(stderr, " (%s)\n", #cond);                   \
-      return code;                                              \
-    }                                                           \
-  } while (0)
-
 // Enters the namespace, sets the environment, loads and initialises the plugin, and picks the device.
 int setUpChild(const Role& role, const ncclNet_v12_t** net, void** ctx, int* dev) {
   if (!role.netns.empty()) {

@@ -235,48 +235,39 @@ bool shell(const std::string& command) {
   return std::system((command + " >/dev/null 2>&1").c_str()) == 0;
 }
 
-#define LINK_CHECK(cond, code, ...)                             \
-  do {                                                          \
-    if (!(cond)) {                                              \
-      std::fprintf(stderr, "child check failed: " __VA_ARGS__); \
-      std::fprintf(stderr, " (%s)\n", #cond);                   \
-      return code;                                              \
-    }                                                           \
-  } while (0)
-
 // One end of the stream, in `netns` on `device`: the receiver (listens, hands its handle out on `handleFd`) or the
 // sender (reads the handle from `handleFd`). Moves kStreamBytes messages until a call fails or a message does not
 // complete within 30 s; writes its role letter to `progressFd` once the first message is through, then a Detection.
 int runStreamEnd(const std::string& netns, const char* device, bool receives, int handleFd, int progressFd) {
   int nsFd = open(("/var/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
-  LINK_CHECK(nsFd >= 0 && setns(nsFd, CLONE_NEWNET) == 0, 2, "entering netns %s", netns.c_str());
+  CHILD_CHECK(nsFd >= 0 && setns(nsFd, CLONE_NEWNET) == 0, 2, "entering netns %s", netns.c_str());
   close(nsFd);
   // As `ip netns exec`: a sysfs of the namespace's own, since UCX lists its tcp devices from /sys/class/net, and the
   // /sys mounted outside shows the host's interfaces, not vua0 or vub0.
-  LINK_CHECK(unshare(CLONE_NEWNS) == 0 && mount("", "/", nullptr, MS_SLAVE | MS_REC, nullptr) == 0 &&
-                 umount2("/sys", MNT_DETACH) == 0 && mount(netns.c_str(), "/sys", "sysfs", 0, nullptr) == 0,
-             2, "mounting the namespace's sysfs: %s", std::strerror(errno));
+  CHILD_CHECK(unshare(CLONE_NEWNS) == 0 && mount("", "/", nullptr, MS_SLAVE | MS_REC, nullptr) == 0 &&
+                  umount2("/sys", MNT_DETACH) == 0 && mount(netns.c_str(), "/sys", "sysfs", 0, nullptr) == 0,
+              2, "mounting the namespace's sysfs: %s", std::strerror(errno));
   setenv("UCX_TLS", "tcp", 1);
   setenv("UCX_NET_DEVICES", device, 1);  // the plugin offers it as device 0; its address carries the side channel
   unsetenv("UCX_KEEPALIVE_INTERVAL");
   setenv("NNS_UCX_DEAD_PEER_MS", std::to_string(kDeadPeerMs).c_str(), 1);
   setenv("NNS_UCX_KEEPALIVE_MS", std::to_string(kKeepaliveMs).c_str(), 1);
   const ncclNet_v12_t* net = plugin();
-  LINK_CHECK(net != nullptr, 3, "loading the plugin: %s", dlerror());
+  CHILD_CHECK(net != nullptr, 3, "loading the plugin: %s", dlerror());
   ncclResult_t result = ncclSuccess;
   void* ctx = initPlugin(net, &result);
-  LINK_CHECK(result == ncclSuccess, 4, "init");
+  CHILD_CHECK(result == ncclSuccess, 4, "init");
   int ndev = 0;
-  LINK_CHECK(net->devices(&ndev) == ncclSuccess && ndev == 1, 4, "one device expected, found %d", ndev);
+  CHILD_CHECK(net->devices(&ndev) == ncclSuccess && ndev == 1, 4, "one device expected, found %d", ndev);
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void *comm = nullptr, *listenComm = nullptr;
   if (receives) {
-    LINK_CHECK(net->listen(ctx, 0, handle, &listenComm) == ncclSuccess, 5, "listen");
-    LINK_CHECK(writeAll(handleFd, handle, sizeof(handle)), 5, "handing out the handle");
-    LINK_CHECK(acceptUntilDone(net, listenComm, &comm) == ncclSuccess, 6, "accept");
+    CHILD_CHECK(net->listen(ctx, 0, handle, &listenComm) == ncclSuccess, 5, "listen");
+    CHILD_CHECK(writeAll(handleFd, handle, sizeof(handle)), 5, "handing out the handle");
+    CHILD_CHECK(acceptUntilDone(net, listenComm, &comm) == ncclSuccess, 6, "accept");
   } else {
-    LINK_CHECK(readWithin(handleFd, handle, sizeof(handle), 20000), 5, "no handle from the receiver");
-    LINK_CHECK(connectUntilDone(net, ctx, 0, handle, &comm) == ncclSuccess, 6, "connect");
+    CHILD_CHECK(readWithin(handleFd, handle, sizeof(handle), 20000), 5, "no handle from the receiver");
+    CHILD_CHECK(connectUntilDone(net, ctx, 0, handle, &comm) == ncclSuccess, 6, "connect");
   }
   static std::vector<unsigned char> buffer(kStreamBytes, 3);
   const char who = receives ? 'r' : 's';
@@ -292,15 +283,15 @@ int runStreamEnd(const std::string& netns, const char* device, bool receives, in
     }
     if (result == ncclSuccess) result = waitRequest(net, request, sizes, std::chrono::seconds(30));
     if (result == ncclSuccess) {
-      if (index == 0) LINK_CHECK(writeAll(progressFd, &who, 1), 7, "progress");
+      if (index == 0) CHILD_CHECK(writeAll(progressFd, &who, 1), 7, "progress");
       continue;
     }
     Detection d{std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(),
                 static_cast<int32_t>(result), who};
-    LINK_CHECK(writeAll(progressFd, &d, sizeof(d)), 8, "reporting the detection");
+    CHILD_CHECK(writeAll(progressFd, &d, sizeof(d)), 8, "reporting the detection");
     std::fprintf(stderr, "%s: message %ld failed with %d\n", receives ? "receiver" : "sender", index, result);
-    LINK_CHECK(result != ncclTimeout, 9, "no error within 30 s");
-    LINK_CHECK(warnedAbout("10.202.0."), 10, "no WARN names the peer");
+    CHILD_CHECK(result != ncclTimeout, 9, "no error within 30 s");
+    CHILD_CHECK(warnedAbout("10.202.0."), 10, "no WARN names the peer");
     // With the failed request in flight, as NCCL's abort: close must not wait for the unreachable peer.
     if (receives) {
       net->closeRecv(comm);
