@@ -1871,6 +1871,15 @@ TEST(IbVerbs, APortDownPastItsBoundFailsCommsThatWaitWithNothingOnTheWire) {
     return std::chrono::duration<double>(Clock::now() - downAt).count();
   };
   auto env = [](const char* hca) { return baseEnvWith(hca, "NNS_IB_PEER_TIMEOUT_MS", "60000"); };
+  // Each side's error came by the bound (-1: never, -2: its request completed or its send was accepted), naming
+  // the port.
+  auto failedByTheBound = [](double seconds, const char* side, const char* port) {
+    std::printf("ib-test: %s failed %.2f s after the link went down\n", side, seconds);
+    CHILD_EXPECT(seconds >= 1.9 && seconds < 10, "%s failed %.2f s after the link went down, not by the 2.07 s bound",
+                 side, seconds);
+    CHILD_EXPECT(warnedAbout(std::string("port 1 of ") + port + " down for"), "no WARN named the port that was down");
+    return 0;
+  };
   PairResult r = runPair(
       env("=rxe1"),
       [&](const Channel& c) {
@@ -1894,13 +1903,7 @@ TEST(IbVerbs, APortDownPastItsBoundFailsCommsThatWaitWithNothingOnTheWire) {
         char posted = 1;
         CHILD_EXPECT(c.sendValue(posted), "could not tell the sender");
         double seconds = waitForError(peer, c, true, comm, request, mh, nullptr, Clock::now());
-        std::printf("ib-test: receiver on rxe1 failed %.2f s after the link went down\n", seconds);
-        CHILD_EXPECT(seconds >= 1.9 && seconds < 10,
-                     "the receive failed %.2f s after the link went down, not by "
-                     "the 2.07 s bound (-1: never, -2: it completed)",
-                     seconds);
-        CHILD_EXPECT(warnedAbout("port 1 of rxe1 down for"), "no WARN named the port that was down");
-        return 0;
+        return failedByTheBound(seconds, "receiver on rxe1", "rxe1");
       },
       env("=rxe0"),
       [&](const Channel& c) {
@@ -1926,13 +1929,7 @@ TEST(IbVerbs, APortDownPastItsBoundFailsCommsThatWaitWithNothingOnTheWire) {
         char down = 1;
         CHILD_EXPECT(c.sendValue(down), "could not tell the receiver");
         double seconds = waitForError(peer, c, false, comm, nullptr, mh, buffer.data(), downAt);
-        std::printf("ib-test: sender on rxe0 failed %.2f s after the link went down\n", seconds);
-        CHILD_EXPECT(seconds >= 1.9 && seconds < 10,
-                     "isend failed %.2f s after the link went down, not by the 2.07 s "
-                     "bound (-1: never, -2: it was accepted)",
-                     seconds);
-        CHILD_EXPECT(warnedAbout("port 1 of rxe0 down for"), "no WARN named the port that was down");
-        return 0;
+        return failedByTheBound(seconds, "sender on rxe0", "rxe0");
       },
       std::chrono::seconds(90));
   restoreVeth0();
