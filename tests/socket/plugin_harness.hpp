@@ -3,10 +3,15 @@
 #pragma once
 
 #include <dlfcn.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -27,6 +32,43 @@
 namespace socket_test {
 
 using Clock = std::chrono::steady_clock;
+
+// ---- for tests that fork their peers -----------------------------------------------------------------------------
+// Reads exactly `size` bytes from `fd` within `timeoutMs`.
+inline bool readWithin(int fd, void* data, size_t size, int timeoutMs) {
+  auto* bytes = static_cast<unsigned char*>(data);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
+  while (size > 0) {
+    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    pollfd waiter{fd, POLLIN, 0};
+    if (left <= 0 || poll(&waiter, 1, left) <= 0) return false;
+    ssize_t got = ::read(fd, bytes, size);
+    if (got <= 0) return false;
+    bytes += got;
+    size -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+// The child's exit code, or -1 if it did not exit within the timeout (it is then killed).
+inline int waitChild(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (Clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// Runs a shell command quietly; true when it exited 0.
+inline bool shell(const std::string& command) {
+  return std::system((command + " >/dev/null 2>&1").c_str()) == 0;
+}
 
 // WARN lines the plugin logged through our logger (so tests can check that a fault names the peer).
 inline std::mutex& warningsMutex() {

@@ -66,47 +66,11 @@ bool writeAll(int fd, const void* data, size_t size) {
   return true;
 }
 
-// Reads exactly `size` bytes within `timeoutMs`.
-bool readAll(int fd, void* data, size_t size, int timeoutMs) {
-  auto* bytes = static_cast<unsigned char*>(data);
-  auto deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
-  while (size > 0) {
-    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    pollfd waiter{fd, POLLIN, 0};
-    if (left <= 0 || poll(&waiter, 1, left) <= 0) return false;
-    ssize_t got = ::read(fd, bytes, size);
-    if (got <= 0) return false;
-    bytes += got;
-    size -= static_cast<size_t>(got);
-  }
-  return true;
-}
-
 pid_t spawn(const std::function<int()>& body) {
   std::fflush(nullptr);
   pid_t pid = fork();
   if (pid == 0) _exit(body());
   return pid;
-}
-
-// The child's exit code, or -1 if it did not exit within the timeout (it is then killed).
-int waitChild(pid_t pid, std::chrono::milliseconds timeout) {
-  auto deadline = Clock::now() + timeout;
-  for (;;) {
-    int status = 0;
-    pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (Clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-}
-
-bool shell(const std::string& command) {
-  return std::system((command + " >/dev/null 2>&1").c_str()) == 0;
 }
 
 // ---- what a child does
@@ -245,7 +209,7 @@ int senderMain(const Role& role, int handleIn, int progressOut) {
   int dev;
   if (int code = setUpChild(role, &net, &ctx, &dev)) return code;
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
-  CHILD_CHECK(readAll(handleIn, handle, sizeof(handle), 20000), 20, "no handle from the receiver");
+  CHILD_CHECK(readWithin(handleIn, handle, sizeof(handle), 20000), 20, "no handle from the receiver");
   void* sendComm = nullptr;
   CHILD_CHECK(connectUntilDone(net, ctx, dev, handle, &sendComm) == ncclSuccess, 21, "connect");
   size_t largest = role.sizes.empty() ? size_t{64} << 20 : 1;
@@ -283,7 +247,7 @@ long detectionMs(int progressIn, int count, Clock::time_point since) {
   long latest = 0;
   for (int i = 0; i < count; ++i) {
     Detection d{};
-    if (!readAll(progressIn, &d, sizeof(d), 20000)) return -1;
+    if (!readWithin(progressIn, &d, sizeof(d), 20000)) return -1;
     Clock::time_point at{std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(d.steadyNanoseconds))};
     latest = std::max<long>(latest, std::chrono::duration_cast<std::chrono::milliseconds>(at - since).count());
   }
@@ -358,7 +322,7 @@ void killMidTransfer(bool killSender) {
   Pair pair;
   pair.start(role, role);
   char mark[2];
-  ASSERT_TRUE(readAll(pair.progress.read, mark, 2, 20000)) << "the transfer never started";
+  ASSERT_TRUE(readWithin(pair.progress.read, mark, 2, 20000)) << "the transfer never started";
   pid_t victim = killSender ? pair.sender : pair.receiver;
   pid_t survivor = killSender ? pair.receiver : pair.sender;
   kill(victim, SIGKILL);
@@ -506,7 +470,7 @@ TEST_F(TwoHosts, LinkDownMidTransferFailsBothEnds) {
   Pair pair;
   pair.start(receiverRole(true, {}), senderRole(true, {}));
   char mark[2];
-  ASSERT_TRUE(readAll(pair.progress.read, mark, 2, 20000)) << "the transfer never started";
+  ASSERT_TRUE(readWithin(pair.progress.read, mark, 2, 20000)) << "the transfer never started";
   auto downAt = Clock::now();
   ASSERT_TRUE(shell("ip -n " + hostA + " link set vna1 down"));
   long detected = detectionMs(pair.progress.read, 2, downAt);
@@ -525,7 +489,7 @@ TEST_F(TwoHosts, EveryLinkDownFailsBothEndsByThemselves) {
   Pair pair;
   pair.start(receiverRole(false, {}), senderRole(false, {}));
   char mark[2];
-  ASSERT_TRUE(readAll(pair.progress.read, mark, 2, 20000)) << "the transfer never started";
+  ASSERT_TRUE(readWithin(pair.progress.read, mark, 2, 20000)) << "the transfer never started";
   auto downAt = Clock::now();
   ASSERT_TRUE(shell("ip -n " + hostA + " link set vna0 down && ip -n " + hostA + " link set vna1 down"));
   long detected = detectionMs(pair.progress.read, 2, downAt);

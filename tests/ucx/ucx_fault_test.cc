@@ -215,26 +215,6 @@ struct Detection {
   char who;        // 's' sender, 'r' receiver
 };
 
-// Reads exactly `size` bytes within `timeoutMs`.
-bool readWithin(int fd, void* data, size_t size, int timeoutMs) {
-  auto* bytes = static_cast<unsigned char*>(data);
-  const auto deadline = Clock::now() + std::chrono::milliseconds(timeoutMs);
-  while (size > 0) {
-    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    pollfd waiter{fd, POLLIN, 0};
-    if (left <= 0 || poll(&waiter, 1, left) <= 0) return false;
-    ssize_t got = read(fd, bytes, size);
-    if (got <= 0) return false;
-    bytes += got;
-    size -= static_cast<size_t>(got);
-  }
-  return true;
-}
-
-bool shell(const std::string& command) {
-  return std::system((command + " >/dev/null 2>&1").c_str()) == 0;
-}
-
 // One end of the stream, in `netns` on `device`: the receiver (listens, hands its handle out on `handleFd`) or the
 // sender (reads the handle from `handleFd`). Moves kStreamBytes messages until a call fails or a message does not
 // complete within 30 s; writes its role letter to `progressFd` once the first message is through, then a Detection.
@@ -300,21 +280,6 @@ int runStreamEnd(const std::string& netns, const char* device, bool receives, in
       net->closeSend(comm);
     }
     return 0;
-  }
-}
-
-// The child's exit code, or -1 if it did not exit within the timeout (it is then killed).
-int waitChild(pid_t pid, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (Clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
 
