@@ -81,6 +81,7 @@ struct RecordingNet {
     if (calls.maxCollBytes != 0) props->maxCollBytes = calls.maxCollBytes;
     props->speed = 200000 + dev;
     props->maxRecvs = 8;
+    props->forceFlush = 1;
     props->vProps.ndevs = calls.vdevs;
     for (int i = 0; i < std::min(calls.vdevs, NCCL_NET_MAX_DEVS_PER_NIC_V12); ++i) props->vProps.devs[i] = i;
     return ncclSuccess;
@@ -720,6 +721,10 @@ TEST(Export, PropertiesAreDowngradedFieldByField) {
   ASSERT_EQ(NetTables<RecordingNet>::v9.getProperties(0, &v9), ncclSuccess);
   EXPECT_EQ(v9.maxP2pBytes, NCCL_NET_DEFAULT_MAX_P2P_BYTES);
   EXPECT_EQ(v9.vProps.ndevs, 1);
+  EXPECT_EQ(v9.forceFlush, 1);
+  ncclNetProperties_v11_t v11;
+  ASSERT_EQ(NetTables<RecordingNet>::v11.getProperties(0, &v11), ncclSuccess);
+  EXPECT_EQ(v11.forceFlush, 1);
   ncclNetProperties_v12_t v12;
   ASSERT_EQ(NetTables<RecordingNet>::v12.getProperties(0, &v12), ncclSuccess);
   EXPECT_EQ(v12.railId, -1);
@@ -738,13 +743,22 @@ TEST(Export, AnUnpackDeviceIsRefusedToV6) {
   EXPECT_EQ(v7.netDeviceVersion, NCCL_NET_DEVICE_UNPACK_VERSION);
 }
 
-TEST(Export, EightDeviceVNicCannotBeShownToAFourDeviceVersion) {
+TEST(Export, AVNicIsShownToAVersionOnlyUpToTheDevicesItCarries) {
   calls.vdevs = 8;
   ncclNetProperties_v12_t v12;
   EXPECT_EQ(NetTables<RecordingNet>::v12.getProperties(0, &v12), ncclSuccess);
   EXPECT_EQ(v12.vProps.ndevs, 8);
   ncclNetProperties_v11_t v11;
   EXPECT_EQ(NetTables<RecordingNet>::v11.getProperties(0, &v11), ncclInternalError);
+  // v9 to v11 carry four: the fourth fits, one more does not.
+  calls.vdevs = 4;
+  ASSERT_EQ(NetTables<RecordingNet>::v11.getProperties(0, &v11), ncclSuccess);
+  EXPECT_EQ(v11.vProps.ndevs, 4);
+  EXPECT_EQ(v11.vProps.devs[3], 3);
+  calls.vdevs = 5;
+  EXPECT_EQ(NetTables<RecordingNet>::v11.getProperties(0, &v11), ncclInternalError);
+  ncclNetProperties_v9_t v9;
+  EXPECT_EQ(NetTables<RecordingNet>::v9.getProperties(0, &v9), ncclInternalError);
   calls.vdevs = 1;
 }
 
