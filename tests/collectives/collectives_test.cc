@@ -2738,6 +2738,30 @@ TEST(Plan, AReceiveForwardedTwiceIsRefused) {
     EXPECT_NE(errors[r].find("a receive is forwarded twice"), std::string::npos) << "rank " << r << ": " << errors[r];
 }
 
+// A piece is at most a slot: a plan that asks for larger pieces (setPieceBytes) gets whole slots, and its bytes
+// arrive as they were sent. Pieces of 8 KiB in 4 KiB slots had each receive write past its slot.
+TEST(Plan, PiecesLargerThanASlotAreCutToTheSlot) {
+  std::vector<unsigned char> sent[2], got[2];
+  for (int r = 0; r < 2; ++r) {
+    sent[r].resize(4 * 4096 + 100);
+    for (size_t i = 0; i < sent[r].size(); ++i) sent[r][i] = static_cast<unsigned char>(i * 7 + r * 31 + i / 251);
+    got[r].assign(sent[r].size(), 0);
+  }
+  auto errors = runPlanOnTwoRanks([&](core::Communicator& comm, core::Plan& plan) {
+    const int r = comm.rank();
+    plan.setPieceBytes(8192);
+    plan.recv(comm.prev(), 0, got[r].size(), [&, r](size_t offset, void* slot, size_t bytes) {
+      ASSERT_LE(bytes, 4096u) << "a piece larger than its slot";
+      std::memcpy(got[r].data() + offset, slot, bytes);
+    });
+    plan.send(comm.next(), 0, sent[r].data(), sent[r].size());
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_TRUE(got[r] == sent[1 - r]) << "rank " << r << " received other bytes than rank " << 1 - r << " sent";
+  }
+}
+
 // A plugin call that does not return on the progress thread: shutdown() gives up after the timeout + 5 s and leaves
 // everything as it is, so that the communicator can be abandoned (kept allocated) for the thread to resume in. (The C
 // API's nnsCommAbort reaches that state through its queued close, which no call holds; nnsCommDestroy then abandons

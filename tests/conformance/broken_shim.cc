@@ -961,26 +961,53 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t
 #ifdef NNS_NCCL_LIKE
 // Each live registration's range, as an RDMA NIC's memory region bounds what its key reaches: a send or receive
 // outside the region its handle names fails there (a local protection error), and so it does here. A handle
-// deregistered twice or never given is an error too.
+// deregistered twice or never given is an error too, and so is a comm closed with handles still registered on it:
+// NCCL deregisters each before it closes the comm, and a plugin may free the comm's protection domain at close.
+struct Region {
+  const unsigned char* data;
+  size_t size;
+  void* comm;
+};
 std::mutex gRegionsMutex;
-std::map<void*, std::pair<const unsigned char*, size_t>> gRegions;
-void recordRegion(void* mhandle, const void* data, size_t size) {
+std::map<void*, Region> gRegions;
+void recordRegion(void* comm, void* mhandle, const void* data, size_t size) {
   std::lock_guard<std::mutex> lock(gRegionsMutex);
-  gRegions[mhandle] = {static_cast<const unsigned char*>(data), size};
+  gRegions[mhandle] = {static_cast<const unsigned char*>(data), size, comm};
+}
+// Before a close: the handles still registered on `comm`, deregistered here (so the real plugin frees them), and
+// whether there were none.
+bool noRegionsLeft(const char* call, void* comm) {
+  std::vector<void*> left;
+  {
+    std::lock_guard<std::mutex> lock(gRegionsMutex);
+    for (auto it = gRegions.begin(); it != gRegions.end();) {
+      if (it->second.comm != comm) {
+        ++it;
+        continue;
+      }
+      left.push_back(it->first);
+      it = gRegions.erase(it);
+    }
+  }
+  for (void* mhandle : left) real()->deregMr(comm, mhandle);
+  if (left.empty()) return true;
+  std::fprintf(stderr, "WARN %s: %s with %zu memory handle(s) still registered on the comm\n", NNS_BUG_NAME, call,
+               left.size());
+  return false;
 }
 bool withinRegion(const char* call, void* mhandle, const void* data, size_t size) {
   if (size == 0) return true;  // nothing read or written
   std::lock_guard<std::mutex> lock(gRegionsMutex);
   auto region = gRegions.find(mhandle);
   const auto* bytes = static_cast<const unsigned char*>(data);
-  if (region != gRegions.end() && bytes >= region->second.first && size <= region->second.second &&
-      static_cast<size_t>(bytes - region->second.first) <= region->second.second - size)
+  if (region != gRegions.end() && bytes >= region->second.data && size <= region->second.size &&
+      static_cast<size_t>(bytes - region->second.data) <= region->second.size - size)
     return true;
   if (region == gRegions.end())
     std::fprintf(stderr, "WARN %s: %s with a memory handle that is not registered\n", NNS_BUG_NAME, call);
   else
     std::fprintf(stderr, "WARN %s: %s of %zu bytes at %p outside its handle's region (%zu bytes at %p)\n", NNS_BUG_NAME,
-                 call, size, data, region->second.second, static_cast<const void*>(region->second.first));
+                 call, size, data, region->second.size, static_cast<const void*>(region->second.data));
   return false;
 }
 #endif
@@ -1051,7 +1078,7 @@ ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle
   if (result == ncclSuccess) gRegionStart[*mhandle] = data;
 #endif
 #ifdef NNS_NCCL_LIKE
-  if (result == ncclSuccess) recordRegion(*mhandle, data, size);
+  if (result == ncclSuccess) recordRegion(comm, *mhandle, data, size);
 #endif
   return result;
 #endif
@@ -1059,7 +1086,7 @@ ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle
 ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle) {
   ncclResult_t result = real()->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
 #ifdef NNS_NCCL_LIKE
-  if (result == ncclSuccess) recordRegion(*mhandle, data, size);
+  if (result == ncclSuccess) recordRegion(comm, *mhandle, data, size);
 #endif
   return result;
 }
@@ -1704,6 +1731,12 @@ ncclResult_t closeSend(void* comm) {
 #ifdef NNS_BUG_BLOCKING_CLOSE_SEND
   drainPending(comm);
 #endif
+#ifdef NNS_NCCL_LIKE
+  if (!noRegionsLeft("closeSend", comm)) {
+    (void)real()->closeSend(comm);
+    return ncclInvalidUsage;
+  }
+#endif
 #ifdef NNS_BUG_CLOSE_SEND_FAILS
   // Closes, then reports a failure of its own teardown (a flush or a goodbye it could not send) on a healthy comm:
   // NCCL fails the communicator's destroy on it.
@@ -1730,6 +1763,12 @@ ncclResult_t closeRecv(void* comm) {
 #endif
 #ifdef NNS_BUG_BLOCKING_CLOSE_RECV
   drainPending(comm);
+#endif
+#ifdef NNS_NCCL_LIKE
+  if (!noRegionsLeft("closeRecv", comm)) {
+    (void)real()->closeRecv(comm);
+    return ncclInvalidUsage;
+  }
 #endif
 #ifdef NNS_BUG_LEAKED_PENDING_CLOSE
   {
