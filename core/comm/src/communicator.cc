@@ -148,13 +148,22 @@ void Plan::forward(int peer, int channel, RecvRef from, Refs after) {
 
 // ---- Communicator: setup and teardown ----
 
-void Communicator::check(ncclResult_t result, const char* call, int peer) {
+void Communicator::check(ncclResult_t result, const char* call, int peer, std::chrono::nanoseconds inCall) {
   if (result == ncclSuccess) return;
   // The plugin's own result is the error's code; one that is not a failure NCCL defines is an internal error.
   const bool known = result > ncclSuccess && result <= ncclTimeout && result != ncclInProgress;
+  // A connect or accept that waits for its peer instead of returning at once fails only when the plugin gives up
+  // (two ranks connecting to each other both wait), and its error seldom says why: the time it held the thread does.
+  std::string held;
+  if (inCall >= std::chrono::seconds(1)) {
+    char text[48];
+    std::snprintf(text, sizeof(text), "%.1f", std::chrono::duration<double>(inCall).count());
+    held = std::string(" after ") + text + " s inside the call (connect and accept must return at once, the comm " +
+           "left NULL while the peer is not there yet, to be called again, as NCCL's proxy does)";
+  }
   // A plugin out of descriptors seldom says so: where this process is at its limit, the error does.
   fail(std::string(net_->name()) + " " + call + (peer >= 0 ? " (peer rank " + std::to_string(peer) + ")" : "") +
-           " returned " + resultName(result) + (nearDescriptorLimit() ? "; " + descriptorUse() : ""),
+           " returned " + resultName(result) + held + (nearDescriptorLimit() ? "; " + descriptorUse() : ""),
        known ? result : ncclInternalError);
 }
 
@@ -546,8 +555,9 @@ void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstr
     if (key.sending) {
       unsigned char* handle = handleOf(key.peer, key.channel);
       if (handle == nullptr) return false;  // the peer has not listened yet
-      check(net_->connect(ctx_, deviceOf(key.channel), handle, &conn.comm, &deviceHandle),
-            p2p ? "connect (send/recv)" : "connect", key.peer);
+      const auto called = Clock::now();
+      const ncclResult_t connected = net_->connect(ctx_, deviceOf(key.channel), handle, &conn.comm, &deviceHandle);
+      check(connected, p2p ? "connect (send/recv)" : "connect", key.peer, Clock::now() - called);
     } else {
       offerListen(key.peer, key.channel);
       // Accepting only once the peer says it connects: over a plugin whose accept blocks until the peer connects
@@ -555,7 +565,9 @@ void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstr
       // this rank's own connects, which the peer may be waiting for, are never made.
       if (!peerConnecting(key.peer, key.channel)) return false;
       void*& listen = listenComms_[static_cast<size_t>(key.peer) * connectionChannels() + key.channel];
-      check(net_->accept(listen, &conn.comm, &deviceHandle), p2p ? "accept (send/recv)" : "accept", key.peer);
+      const auto called = Clock::now();
+      const ncclResult_t accepted = net_->accept(listen, &conn.comm, &deviceHandle);
+      check(accepted, p2p ? "accept (send/recv)" : "accept", key.peer, Clock::now() - called);
       // Accepted: the listen has served its one connection (NCCL closes it there too).
       if (conn.comm != nullptr) {
         if (net_->closeListen(listen) != ncclSuccess)

@@ -428,7 +428,9 @@ class Communicator {
   // The sending connection `sendKey`'s registration of the receiving connection `recvKey`'s slots (forwards).
   void* forwardHandle(const ConnKey& sendKey, const ConnKey& recvKey);
 
-  void check(ncclResult_t result, const char* call, int peer = -1);
+  // Throws a CommError naming the plugin, the call and the peer unless `result` is ncclSuccess. `inCall`: how long the
+  // call took, said where it kept the thread a second or more (a connect or accept that waits for its peer).
+  void check(ncclResult_t result, const char* call, int peer = -1, std::chrono::nanoseconds inCall = {});
   [[noreturn]] void fail(const std::string& what, ncclResult_t result = ncclRemoteError);
   void connectRing();  // connects the ring (constructor)
   // `watchBootstrap`: while every rank is on its way to the next all-gather (creation), a dead rank fails it early.
