@@ -501,6 +501,87 @@ TEST(HostKernels, DivideMatchesTheScalarReference) {
   }
 }
 
+// Every code of the 8- and 16-bit floating-point types divided, as avg divides a sum by the rank count, each quotient
+// rounded once to the type: every divisor from 1 to 4096 for fp8 (its conversion instructions hold an 8-bit
+// quotient exact only up to 127, where a divisor of 139 turned 0x2d into 0x02, not 0x01), and for the 16-bit types a
+// few divisors, over the whole table at once and in calls of 1 and 17 elements, so that every code also goes
+// through the vector loop's tail (which divided by multiplying with 1/d there: half 0x8c9c / 1000 came out one
+// unit off).
+TEST(HostKernels, DivideRoundsEveryCodeOnceInTheLoopAndInItsTail) {
+  for (ncclDataType_t type : {ncclFloat8e4m3, ncclFloat8e5m2, ncclFloat16, ncclBfloat16}) {
+    const Format& f = *smallFormat(type);
+    const size_t es = elementSize(type), count = es == 1 ? 256 : 65536;
+    std::vector<uint8_t> codes(count * es);
+    for (size_t i = 0; i < count; ++i) {
+      if (es == 1)
+        store<uint8_t>(&codes[i], static_cast<uint8_t>(i));
+      else
+        store<uint16_t>(&codes[i * 2], static_cast<uint16_t>(i));
+    }
+    std::vector<int> divisors;
+    if (es == 1) {
+      for (int d = 1; d <= 4096; ++d) divisors.push_back(d);
+    } else {
+      divisors = {3, 7, 139, 143, 1000, 4095};
+    }
+    for (int divisor : divisors) {
+      for (size_t call : {count, size_t{1}, size_t{17}}) {
+        if (es == 1 && call != count && divisor % 97 != 1) continue;  // fp8's tails: every 97th divisor
+        std::vector<uint8_t> buf = codes;
+        for (size_t at = 0; at < count; at += call)
+          coll::hostKernels().divide(buf.data() + at * es, std::min(call, count - at), type, divisor);
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; ++i) {
+          uint8_t want[2];
+          const uint32_t r = refEncode(f, refDecode(f, static_cast<uint32_t>(i)) / divisor);
+          if (es == 1)
+            store<uint8_t>(want, static_cast<uint8_t>(r));
+          else
+            store<uint16_t>(want, static_cast<uint16_t>(r));
+          if (!sameResult(type, &buf[i * es], want) && wrong++ < 3)
+            ADD_FAILURE() << coll::typeName(type) << " " << hex(static_cast<uint32_t>(i)) << " / " << divisor
+                          << " in calls of " << call << " gave " << hex(es == 1 ? buf[i] : load<uint16_t>(&buf[i * 2]))
+                          << ", want " << hex(r);
+        }
+        ASSERT_EQ(wrong, 0u) << coll::typeName(type) << " / " << divisor << " in calls of " << call;
+      }
+    }
+  }
+}
+
+// A sum, product or quotient with one NaN operand gives the same NaN bits in every variant (the baseline's bit code,
+// F16C's and AVX-512's conversions): float16's sign | 0x7e00, bfloat16's input quieted (0x40 set), whatever payload
+// came in. Only two NaNs may give either one's. Each case fills a whole vector step and a tail.
+TEST(HostKernels, ANanResultHasTheSameBitsInEveryVariant) {
+  struct Case {
+    ncclDataType_t type;
+    uint16_t nan, want;
+  };
+  const uint16_t one[] = {0x3c00, 0x3f80};  // 1.0 in float16, bfloat16
+  for (const Case& c :
+       {Case{ncclFloat16, 0x7d01, 0x7e00}, Case{ncclFloat16, 0xfc01, 0xfe00}, Case{ncclFloat16, 0x7fff, 0x7e00},
+        Case{ncclBfloat16, 0x7f81, 0x7fc1}, Case{ncclBfloat16, 0xff81, 0xffc1}}) {
+    const uint16_t other = one[c.type == ncclBfloat16 ? 1 : 0];
+    for (ncclRedOp_t op : {ncclSum, ncclProd}) {
+      for (size_t count : {size_t{67}, size_t{3}}) {
+        std::vector<uint16_t> dst(count, c.nan), src(count, other);
+        coll::hostKernels().reduce(dst.data(), src.data(), count, c.type, op);
+        for (size_t i = 0; i < count; ++i)
+          ASSERT_EQ(dst[i], c.want) << coll::typeName(c.type) << " " << hex(c.nan) << " " << coll::opName(op) << " "
+                                    << hex(other) << ", element " << i << " of " << count << ", variant "
+                                    << coll::hostKernelIsa();
+      }
+    }
+    for (size_t count : {size_t{67}, size_t{3}}) {
+      std::vector<uint16_t> buf(count, c.nan);
+      coll::hostKernels().divide(buf.data(), count, c.type, 3);
+      for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(buf[i], c.want) << coll::typeName(c.type) << " " << hex(c.nan) << " / 3, element " << i << " of "
+                                  << count << ", variant " << coll::hostKernelIsa();
+    }
+  }
+}
+
 // x times the reference's product with one value (integers wrapped through the unsigned type, as prod).
 template <class T>
 T wrappedProduct(T x, T s) {
