@@ -546,6 +546,9 @@ TEST(CApi, BadArgumentsAreRefusedAndTheCommunicatorStaysUsable) {
     refused(nnsAllReduce(data.data(), data.data(), (size_t{1} << 62) + 1, ncclFloat32, ncclSum, comm, nullptr),
             "more bytes than a buffer can hold");
     refused(nnsAllGather(data.data(), gathered.data(), size_t{1} << 61, ncclFloat32, comm, nullptr), "times 2 ranks");
+    // A count each buffer could hold alone, but not the gathered result of both ranks: 2^54 + 1 floats.
+    refused(nnsAllGather(data.data(), gathered.data(), (size_t{1} << 54) + 1, ncclFloat32, comm, nullptr),
+            "a count of 18014398509481985 elements of 4 bytes times 2 ranks is more bytes than a buffer can hold");
     // Below PTRDIFF_MAX but past any address space (2^57 bytes): named as such, not as the buffers overlapping.
     refused(nnsAllGather(data.data(), gathered.data(), (SIZE_MAX / 8) + 1, ncclUint8, comm, nullptr),
             "a count of 2305843009213693952 elements of 1 bytes times 2 ranks is more bytes than a buffer can hold");
@@ -1318,6 +1321,19 @@ TEST(CApi, ABadArgumentInAGroupIsRefusedAtTheCallAndTheRestOfTheGroupRuns) {
       // The next group starts clean.
       ASSERT_EQ(nnsGroupStart(), ncclSuccess);
       EXPECT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError(nullptr);
+      // A group nested inside one whose call was refused leaves the refusal to the outer end: the inner start
+      // belongs to the same group, and its end runs nothing yet.
+      ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+      EXPECT_EQ(nnsAllReduce(nullptr, data.data(), 16, ncclFloat32, ncclSum, comm, nullptr), ncclInvalidArgument);
+      ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+      EXPECT_EQ(nnsGroupEnd(), ncclSuccess) << nnsGetLastError(nullptr);
+      EXPECT_EQ(nnsGroupEnd(), ncclInvalidArgument) << "the nested group forgot the refusal";
+      // The root's buffers of a broadcast that overlap without being in place are refused at the call, inside a
+      // group too (not first at its end, once the other ranks had started theirs).
+      ASSERT_EQ(nnsGroupStart(), ncclSuccess);
+      EXPECT_EQ(nnsBroadcast(data.data(), data.data() + 1, 4, ncclFloat32, 0, comm, nullptr), ncclInvalidArgument);
+      EXPECT_NE(std::string(nnsGetLastError(nullptr)).find("overlap"), std::string::npos) << nnsGetLastError(nullptr);
+      EXPECT_EQ(nnsGroupEnd(), ncclInvalidArgument);
     } else {
       EXPECT_EQ(nnsAllReduce(data.data(), data.data(), 16, ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
           << nnsGetLastError(nullptr);

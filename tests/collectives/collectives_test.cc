@@ -1535,6 +1535,55 @@ TEST(Algorithms, AutoTakesDoublingFurtherOnTwoRanksAndTheEnvironmentMovesTheLine
   unsetenv("NNS_TREE_MAX_BYTES");
 }
 
+// Auto takes the tree for messages past recursive doubling's reach from kTreeMinRanks (8) ranks on, and the ring below
+// that; an algorithm the caller names wins over NNS_ALGO, which only says what Auto resolves to.
+TEST(Algorithms, TheTreeStartsAtEightRanksAndACallersChoiceBeatsNnsAlgo) {
+  using A = coll::Algorithm;
+  for (const char* knob : {"NNS_ALGO", "NNS_DOUBLING_MAX_BYTES", "NNS_TREE_MAX_BYTES"}) unsetenv(knob);
+  for (int ranks : {7, 8}) {
+    std::vector<A> picked(ranks);
+    auto errors = onEveryRank(ranks, socketOptions(), [&](core::Communicator& comm, int r) {
+      picked[r] = coll::chooseAllReduce(comm, 64 << 10, A::Auto);
+    });
+    for (int r = 0; r < ranks; ++r) {
+      EXPECT_EQ(errors[r], "") << ranks << " ranks, rank " << r;
+      EXPECT_EQ(picked[r], ranks >= coll::kTreeMinRanks ? A::Tree : A::Ring) << ranks << " ranks, rank " << r;
+    }
+  }
+  core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  core::Communicator comm(launch, socketOptions());
+  setenv("NNS_ALGO", "ring", 1);
+  EXPECT_EQ(coll::chooseAllReduce(comm, 8, A::Tree), A::Tree);
+  EXPECT_EQ(coll::chooseAllReduce(comm, 8, A::Doubling), A::Doubling);
+  EXPECT_EQ(coll::chooseAllReduce(comm, 8, A::Auto), A::Ring);
+  unsetenv("NNS_ALGO");
+}
+
+// The C++ API's send and receive refuse a peer outside the communicator by name, before anything moves: the
+// communicator's size is one past its last rank.
+TEST(PointToPoint, APeerOutsideTheCommunicatorIsAnArgumentError) {
+  core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  core::Communicator comm(launch, socketOptions());
+  int32_t x[4] = {1, 2, 3, 4};
+  for (int peer : {1, -1}) {
+    for (bool sending : {true, false}) {
+      try {
+        if (sending)
+          coll::send(comm, x, 4, ncclInt32, peer);
+        else
+          coll::recv(comm, x, 4, ncclInt32, peer);
+        ADD_FAILURE() << (sending ? "a send to" : "a receive from") << " peer " << peer << " was accepted";
+      } catch (const core::ArgumentError& e) {
+        EXPECT_NE(
+            std::string(e.what()).find("peer " + std::to_string(peer) + " is not a rank of this communicator of 1"),
+            std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  EXPECT_EQ(comm.asyncResult(), ncclSuccess) << comm.asyncError();
+}
+
 // An Algorithm cast from an integer that names none is refused at the call (it ran as the tree and was called "auto"
 // in messages and in NNS_CHECK_CALLS' comparison); the communicator stays usable.
 TEST(Algorithms, AValueOutsideTheEnumIsAnArgumentError) {
@@ -1632,6 +1681,33 @@ TEST(Trees, DoubleBinaryTreeIsTwoTreesOverEveryRank) {
   EXPECT_EQ(four[0].parent, 0);
   EXPECT_EQ(four[0].children[0], 1);
   EXPECT_EQ(four[0].children[1], 3);
+}
+
+// NCCL's second tree: the first one's shape over the ranks mirrored (r -> n-1-r) when n is even, shifted by one
+// (r -> r+1) when it is odd. On 4 ranks: tree 0 is 0 -> 2 -> {1, 3}, tree 1 is 3 -> 1 -> {2, 0}.
+TEST(Trees, TheSecondTreeIsTheFirstMirroredForEvenCountsAndShiftedForOdd) {
+  for (int n = 2; n <= 130; ++n) {
+    std::vector<coll::TreeLinks> first(n), second(n);
+    for (int r = 0; r < n; ++r) {
+      coll::TreeLinks both[2];
+      coll::doubleBinaryTree(n, r, both);
+      first[r] = both[0];
+      second[r] = both[1];
+    }
+    auto relabel = [n](int r) { return r < 0 ? -1 : n % 2 == 0 ? n - 1 - r : (r + 1) % n; };
+    for (int r = 0; r < n; ++r) {
+      const coll::TreeLinks& shape = first[r];
+      const coll::TreeLinks& image = second[relabel(r)];
+      ASSERT_EQ(image.parent, relabel(shape.parent)) << "n " << n << ", rank " << relabel(r);
+      ASSERT_EQ(image.children[0], relabel(shape.children[0])) << "n " << n << ", rank " << relabel(r);
+      ASSERT_EQ(image.children[1], relabel(shape.children[1])) << "n " << n << ", rank " << relabel(r);
+    }
+  }
+  coll::TreeLinks four[2];
+  coll::doubleBinaryTree(4, 1, four);
+  EXPECT_EQ(four[1].parent, 3);
+  EXPECT_EQ(four[1].children[0], 2);
+  EXPECT_EQ(four[1].children[1], 0);
 }
 
 // A process forked after its communicators were made (a data loader's worker, a subprocess launched by fork) holds
