@@ -78,17 +78,29 @@ int exactDoublings(ncclDataType_t type) {
   }
 }
 
-// What element i of a non-reducing collective holds on rank r: 0..8, exact in every type.
+// What element i of a non-reducing collective holds on rank r: 0..8, exact in every type. The r x i term makes each
+// rank's step from one element to the next its own, so that no rank count reduces every element to the same result:
+// with (7r + 3i) mod 9 alone, 3 ranks' inputs summed to 12 for every element (and their prod, and fp8's sums, were
+// the same for every element too), so a collective that combined the wrong elements on 3 ranks went unseen.
 double plainValue(int r, size_t i) {
-  return static_cast<int>((r * 7 + i * 3) % 9);
+  const auto rank = static_cast<size_t>(r);
+  return static_cast<int>((rank * 7 + i * 3 + rank * i) % 9);
 }
 
-// Input value of element i on rank r: small integers, so every type and op has an exact expected result (for fp8,
-// -1..1, so that every partial sum of up to 8 ranks is exact in e5m2's 2 mantissa bits). For prod, a 2 on every third
-// rank, among the first ranks only, so that the product stays exact in the type however many ranks there are.
+// 0..2, mixed the same way (for prod's factors of 2): 0 comes at most once in every three consecutive ranks.
+size_t third(int r, size_t i) {
+  const auto rank = static_cast<size_t>(r);
+  return (rank + i + rank * i) % 3;
+}
+
+// Input value of element i on rank r: small integers, so every type and op has an exact expected result. For prod, a
+// 2 on at most every third rank, among the first ranks only, so that the product stays exact in the type however
+// many ranks there are. For fp8, -1..1 so that every partial sum of up to 8 ranks (a premultiplied one too, whose
+// scalars are 1 and 2) is exact in e5m2's 2 mantissa bits: -1, 0 and 1 in turn along the ranks, and on every third
+// element a 1 on every third rank and 0 elsewhere, so that 3 ranks' sums differ from element to element.
 double inputValue(int r, size_t i, ncclRedOp_t op, ncclDataType_t type) {
-  if (op == ncclProd) return ((r + i) % 3 == 0 && r < 3 * exactDoublings(type)) ? 2.0 : 1.0;
-  if (isFp8(type)) return static_cast<int>((r + i) % 3) - 1;
+  if (op == ncclProd) return (third(r, i) == 0 && r < 3 * exactDoublings(type)) ? 2.0 : 1.0;
+  if (isFp8(type)) return i % 3 == 2 ? (r % 3 == 0 ? 1 : 0) : static_cast<int>((static_cast<size_t>(r) + i) % 3) - 1;
   const bool isUnsigned = type == ncclUint8 || type == ncclUint32 || type == ncclUint64;
   return isUnsigned ? plainValue(r, i) : plainValue(r, i) - 4;
 }
