@@ -179,6 +179,19 @@ TEST(IbHcaFilter, AnIncludeListOfOnlyBadEntriesSelectsNothing) {
   EXPECT_TRUE(HcaFilter("^mlx5_0:x").selects("mlx5_0", 1));
 }
 
+// A port is a number from 1 to 255 (ibv_query_port takes a uint8_t) and nothing after it: "mlx5_0:256" would wrap to
+// port 0, and "mlx5_0:1x" is a typo, not port 1.
+TEST(IbHcaFilter, APortIsOneTo255WithNothingAfterIt) {
+  EXPECT_EQ(HcaFilter("mlx5_0:255").entries().size(), 1u);
+  EXPECT_TRUE(HcaFilter("mlx5_0:255").selects("mlx5_0", 255));
+  for (const char* bad : {"mlx5_0:256", "mlx5_0:1x", "mlx5_0:1 2"}) {
+    HcaFilter filter(bad);
+    EXPECT_TRUE(filter.entries().empty()) << bad;
+    EXPECT_EQ(filter.invalid().size(), 1u) << bad;
+    EXPECT_FALSE(filter.selects("mlx5_0", 1)) << bad;
+  }
+}
+
 TEST(IbHcaFilter, EmptyEntriesAndSpacesAreIgnored) {
   HcaFilter filter(" mlx5_0 ,, rxe1:1 ");
   ASSERT_EQ(filter.entries().size(), 2u);
@@ -193,6 +206,18 @@ TEST(IbPortSpeed, VerbsCodesAndTheKernelsRateText) {
   EXPECT_EQ(nns_ib::portSpeedMbps(128, 2), 400000);  // NDR x4
   EXPECT_EQ(nns_ib::portSpeedMbps(64, 2), 200000);   // HDR x4
   EXPECT_EQ(nns_ib::portSpeedMbps(0, 2), 0);         // unknown code: the caller asks sysfs
+  // Every lane speed (SDR, DDR, QDR, FDR10, FDR, EDR, HDR, NDR) times every width (1x, 4x, 8x, 12x, 2x), as NCCL's
+  // tables give them; a width code none of them is makes 0 too.
+  const int speeds[][2] = {{1, 2500},   {2, 5000},   {4, 10000},  {8, 10000},
+                           {16, 14000}, {32, 25000}, {64, 50000}, {128, 100000}};
+  const int widths[][2] = {{1, 1}, {2, 4}, {4, 8}, {8, 12}, {16, 2}};
+  for (const auto& [speed, lane] : speeds) {
+    for (const auto& [width, lanes] : widths)
+      EXPECT_EQ(nns_ib::portSpeedMbps(speed, width), lane * lanes) << "speed " << speed << ", width " << width;
+    EXPECT_EQ(nns_ib::portSpeedMbps(speed, 3), 0) << "speed " << speed << ", width 3";
+  }
+  EXPECT_EQ(nns_ib::rateTextMbps("1000000 Gb/sec"), 1000000000);
+  EXPECT_EQ(nns_ib::rateTextMbps("2000000 Gb/sec"), 0) << "past any port, and past an int of Mbps";
   EXPECT_EQ(nns_ib::rateTextMbps("800 Gb/sec (4X XDR)"), 800000);
   EXPECT_EQ(nns_ib::rateTextMbps("2.5 Gb/sec (1X SDR)"), 2500);
   EXPECT_EQ(nns_ib::rateTextMbps("100 Gb/sec (2X HDR)\n"), 100000);
@@ -266,6 +291,34 @@ TEST(IbGidChoice, FamilyRangeAndVersionAsNcclTakesThem) {
   EXPECT_EQ(chosen(linkLocal, nullptr, nullptr, nullptr, &fitted), 1);
   EXPECT_FALSE(fitted);
   EXPECT_EQ(chosen({table[4]}, nullptr, nullptr, nullptr), -1) << "an empty table has no GID";
+}
+
+// The edges of the choice's classes: link-local is fe80::/10 (fe90:: is link-local, not routable); IPv4-mapped is
+// ::ffff:a.b.c.d only (an IPv4-compatible ::a.b.c.d GID is IPv6); a /8 range covers every address whose first byte
+// matches; and the RoCE version comes from the kernel's type text.
+TEST(IbGidChoice, LinkLocalMappedAndRangeEdges) {
+  auto entry = [](int index, const char* address, int version) {
+    nns_ib::GidEntry e;
+    e.index = index;
+    in6_addr raw{};
+    EXPECT_EQ(inet_pton(AF_INET6, address, &raw), 1) << address;
+    std::memcpy(e.raw, &raw, sizeof(e.raw));
+    e.roceVersion = version;
+    return e;
+  };
+  EXPECT_EQ(chosen({entry(0, "fe90::1", 2), entry(1, "fd00::1", 1)}, "AF_INET6", nullptr, nullptr), 1)
+      << "fe90::1 is link-local: the routable RoCE v1 GID comes first";
+  EXPECT_EQ(chosen({entry(0, "::10.1.0.33", 2), entry(1, "::ffff:10.1.0.33", 1)}, nullptr, nullptr, nullptr), 1)
+      << "::10.1.0.33 is not IPv4-mapped";
+  bool fitted = false;
+  EXPECT_EQ(chosen({entry(0, "::ffff:10.128.0.1", 2)}, "AF_INET", "10.0.0.0/8", nullptr, &fitted), 0);
+  EXPECT_TRUE(fitted) << "10.128.0.1 is in 10.0.0.0/8";
+  EXPECT_EQ(chosen({entry(0, "::ffff:11.0.0.1", 2)}, "AF_INET", "10.0.0.0/8", nullptr, &fitted), 0);
+  EXPECT_FALSE(fitted) << "11.0.0.1 is not";
+  EXPECT_EQ(nns_ib::roceVersionOfType("RoCE v2"), 2);
+  EXPECT_EQ(nns_ib::roceVersionOfType("IB/RoCE v1"), 1);
+  EXPECT_EQ(nns_ib::roceVersionOfType(""), 0);
+  EXPECT_EQ(nns_ib::roceVersionOfType("RoCE v3"), 0);
 }
 
 TEST(IbGidChoice, MalformedSettingsAreNamedAndTheDefaultsKept) {
