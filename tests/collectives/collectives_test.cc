@@ -866,6 +866,11 @@ TEST(Bootstrap, AFloodOfSilentConnectionsOnThePointToPointPortDoesNotFailTheRank
 // A rank other than 0 took the first interface that is up (a container bridge as likely as not) beside rank 0's
 // 127.0.0.1.
 TEST(Bootstrap, ARootNamedLocalhostKeepsThePointToPointAddressesOnLoopback) {
+  // Without NCCL_SOCKET_IFNAME, which the other tests of this process set to lo (socketOptions) and which would keep
+  // the addresses on loopback whatever the root is called.
+  const char* setting = std::getenv("NCCL_SOCKET_IFNAME");
+  const std::string saved = setting != nullptr ? setting : "";
+  unsetenv("NCCL_SOCKET_IFNAME");
   std::mutex mutex;
   std::vector<std::string> addresses(2);
   const auto errors = onEveryBootstrapRank(
@@ -880,6 +885,7 @@ TEST(Bootstrap, ARootNamedLocalhostKeepsThePointToPointAddressesOnLoopback) {
     EXPECT_TRUE(addresses[r].rfind("127.", 0) == 0 || addresses[r].rfind("[::1]:", 0) == 0)
         << "rank " << r << " listens at " << addresses[r];
   }
+  if (setting != nullptr) setenv("NCCL_SOCKET_IFNAME", saved.c_str(), 1);
 }
 
 // A connection that says it is rank 1 of this job (the tests' ranks have no job id) and then announces a message over

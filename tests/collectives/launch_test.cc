@@ -756,6 +756,64 @@ TEST(RootAddress, WellFormedAddressesAreSplitIntoHostAndPort) {
 }
 
 // MASTER_PORT is read as strictly, and an empty MASTER_ADDR is named instead of failing later to resolve "".
+// A rank equal to the size is one past the last rank: refused where the environment is read, naming the variables
+// that said it (the Bootstrap refused it later, naming neither).
+TEST(LaunchPrecedence, ARankEqualToTheSizeIsRefusedNamingItsVariables) {
+  for (const auto& [variables, named] :
+       std::vector<std::pair<std::vector<std::pair<const char*, const char*>>, const char*>>{
+           {{{"NNS_RANK", "4"}, {"NNS_WORLD_SIZE", "4"}}, "bad rank/size: NNS_RANK=\"4\" NNS_WORLD_SIZE=\"4\""},
+           {{{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "2"}},
+            "bad rank/size: OMPI_COMM_WORLD_RANK=\"2\" OMPI_COMM_WORLD_SIZE=\"2\""}}) {
+    clearLauncherVariables();
+    for (const auto& [name, value] : variables) setenv(name, value, 1);
+    LaunchInfo info;
+    std::string error;
+    EXPECT_FALSE(nns::core::launchInfoFromEnvironment(&info, &error)) << named;
+    EXPECT_NE(error.find(named), std::string::npos) << error;
+  }
+  clearLauncherVariables();
+}
+
+// MASTER_ADDR without MASTER_PORT is half a root address: refused, not completed with torchrun's default port (a job
+// whose launcher exported only the host would meet at 29500, where another job's may be).
+TEST(RootAddress, MasterAddrWithoutMasterPortIsRefused) {
+  clearLauncherVariables();
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("TORCHELASTIC_RUN_ID", "r", 1);
+  setenv("MASTER_ADDR", "node0", 1);
+  LaunchInfo info;
+  std::string error;
+  EXPECT_FALSE(nns::core::launchInfoFromEnvironment(&info, &error));
+  EXPECT_NE(error.find("MASTER_ADDR is set but MASTER_PORT is missing or not a port (1..65535): it is not set"),
+            std::string::npos)
+      << error;
+  clearLauncherVariables();
+}
+
+// NNS_ROOT_ADDR, given by hand, wins over torchrun's MASTER_ADDR and MASTER_PORT (with or without its agent store):
+// it is how a user moves this library's rendezvous off torchrun's port.
+TEST(RootAddress, NnsRootAddrWinsOverMasterAddr) {
+  for (const char* agentStore : {"False", "True"}) {
+    clearLauncherVariables();
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("TORCHELASTIC_RUN_ID", "r", 1);
+    setenv("MASTER_ADDR", "10.0.0.1", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    setenv("NNS_ROOT_ADDR", "127.0.0.1:5000", 1);
+    setenv("TORCHELASTIC_USE_AGENT_STORE", agentStore, 1);
+    LaunchInfo info;
+    std::string error;
+    EXPECT_TRUE(nns::core::launchInfoFromEnvironment(&info, &error)) << error;
+    EXPECT_EQ(info.rootHost, "127.0.0.1") << "agent store " << agentStore;
+    EXPECT_EQ(info.rootPort, 5000) << "agent store " << agentStore;
+    EXPECT_EQ(info.rootPortNote, "") << "agent store " << agentStore;
+  }
+  unsetenv("TORCHELASTIC_USE_AGENT_STORE");
+  clearLauncherVariables();
+}
+
 TEST(RootAddress, MasterAddrAndPortAreCheckedToo) {
   const std::vector<std::tuple<const char*, const char*, const char*>> cases = {
       {"node0", "80x", "MASTER_PORT=80x: the port \"80x\" is not a number"},
