@@ -920,6 +920,42 @@ TEST(Bootstrap, AnOversizedPointToPointMessageIsAnErrorNamingItsSize) {
       << error;
 }
 
+// A point-to-point connection of this job whose hello is addressed to another rank (a stale address, a rank's port
+// reused) is closed unread: its frame never becomes a message from the rank it names, and a real send still arrives.
+TEST(Bootstrap, AHelloAddressedToAnotherRankIsClosedUnread) {
+  std::string received, real;
+  bool closed = false;
+  const auto errors = onEveryBootstrapRank(3, [&](core::Bootstrap& bootstrap, int rank) {
+    if (rank == 1) {
+      const int fd = connectToLoopbackPort(portOf(bootstrap.pointToPointAddress()));
+      ASSERT_GE(fd, 0);
+      // Hello from rank 0 to rank 2 (version 4, no job), then a frame of tag 7 with 4 bytes.
+      const uint32_t bytes[8] = {0x4e4e5350, 4, 0, 0, 0, 2, 7, 4};
+      ASSERT_EQ(::send(fd, bytes, sizeof(bytes), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(bytes)));
+      ASSERT_EQ(::send(fd, "abcd", 4, MSG_NOSIGNAL), 4);
+      for (auto start = std::chrono::steady_clock::now();
+           !closed && std::chrono::steady_clock::now() - start < std::chrono::seconds(3); usleep(1000)) {
+        std::string data;
+        if (bootstrap.tryRecv(0, 7, &data)) received += data;
+        char byte;
+        closed = ::recv(fd, &byte, 1, MSG_DONTWAIT) == 0;
+      }
+      close(fd);
+    }
+    bootstrap.barrier();
+    if (rank == 0) bootstrap.send(1, 7, "real");
+    if (rank == 1) {
+      const auto start = std::chrono::steady_clock::now();
+      while (!bootstrap.tryRecv(0, 7, &real) && std::chrono::steady_clock::now() - start < std::chrono::seconds(10))
+        usleep(1000);
+    }
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  EXPECT_TRUE(closed) << "rank 1 kept the connection";
+  EXPECT_EQ(received, "") << "a frame addressed to rank 2 was taken as rank 0's";
+  EXPECT_EQ(real, "real");
+}
+
 TEST(Bootstrap, PointToPointRefusesWhatItCannotDo) {
   std::vector<std::string> said;
   const auto errors = onEveryBootstrapRank(2, [&](core::Bootstrap& bootstrap, int rank) {

@@ -1152,6 +1152,42 @@ TEST(BootstrapErrorCodes, AStrangersBytesAreNotARankWithWrongSettings) {
   }
 }
 
+// A join of this job that claims rank 0 (rank 0 is the one that listens; no rank joins as it) is refused with the
+// reason, and rank 0 goes on waiting for its rank 1, whose absence it reports: the claim was taken as rank 0's first
+// member, and the rendezvous ended one rank short.
+TEST(BootstrapErrorCodes, AJoinClaimingRankZeroIsRefused) {
+  unsetenv("NNS_JOB_ID");
+  const int port = nns::test::freeLoopbackPort();
+  std::string reply, reason;
+  std::thread stranger([&] {
+    const int fd = connectLoopback(port);
+    if (fd < 0) return;
+    const uint64_t job = 0;  // the tests' ranks name no job
+    const struct {
+      uint32_t magic, version;
+      int32_t rank, size;
+      uint64_t job;
+    } join{0x4e4e5342, 4, 0, 2, job};
+    std::string bytes(sizeof(join), '\0');
+    std::memcpy(bytes.data(), &join, sizeof(join));
+    if (sendBytes(fd, bytes) && recvBytes(fd, 4, &reply)) {
+      char text[256];
+      const ssize_t n = recv(fd, text, sizeof(text), MSG_WAITALL);
+      if (n > 0) reason.assign(text, static_cast<size_t>(n));
+    }
+    close(fd);
+  });
+  auto got = outcomes({{0, 2, "127.0.0.1", port, "test"}}, std::chrono::milliseconds(1500));
+  stranger.join();
+  ASSERT_EQ(reply.size(), 4u) << "no answer to the join";
+  uint32_t code = 0;
+  std::memcpy(&code, reply.data(), sizeof(code));
+  EXPECT_EQ(code, 2u) << "not refused";
+  EXPECT_NE(reason.find("rank 0 is not a joining rank of 2"), std::string::npos) << reason;
+  EXPECT_NE(got[0].error.find("rank 0 is not a joining rank of 2"), std::string::npos) << got[0].error;
+  EXPECT_NE(got[0].error.find("rank(s) 1 did not arrive"), std::string::npos) << got[0].error;
+}
+
 // Rank 0 out of descriptors while connections keep coming (a flood of them, a low `ulimit -n`): accept fails with
 // EMFILE, and the listener stays readable. Rank 0 pauses accepting instead of spinning on it (30000 failed accepts in
 // 3 s, a core busy), and its error names the failure. Run in a child process, whose descriptor limit is lowered.
