@@ -1037,6 +1037,12 @@ TEST(Descriptors, TheSoftLimitIsRaisedForWhatIsAskedNeverPastTheHardLimit) {
               // Within the room made: left as it is.
               const core::DescriptorRoom again = core::reserveDescriptors(10);
               CHILD_EXPECT(!again.raised() && again.enough && again.soft == room.soft);
+              // Past the soft limit by a little: doubled, so that the next communicator fits too, not raised by just
+              // what this one asks.
+              CHILD_EXPECT(setDescriptorLimit(256));
+              const core::DescriptorRoom doubled = core::reserveDescriptors(300);
+              CHILD_EXPECT(doubled.raised() && doubled.enough);
+              CHILD_EXPECT(doubled.soft == std::max<rlim_t>(static_cast<rlim_t>(doubled.open) + 300, 512));
               // A hard limit below what is asked: raised up to it, and not enough.
               CHILD_EXPECT(setDescriptorLimit(64, 100));
               const core::DescriptorRoom capped = core::reserveDescriptors(200);
