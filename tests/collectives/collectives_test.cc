@@ -530,6 +530,31 @@ TEST(Bootstrap, ASilentConnectionOnTheRootPortHoldsUpNoRank) {
   EXPECT_LT(seconds, 2.0) << "rank 1 waited behind the silent connections";
 }
 
+// ... and is turned away once it has said nothing for 5 s, which rank 0's error names when its ranks do not come: a
+// connection that never speaks does not hold a descriptor and a slot for the whole rendezvous.
+TEST(Bootstrap, ASilentConnectionOnTheRootPortIsTurnedAwayAfterFiveSeconds) {
+  core::LaunchInfo root{0, 2, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  std::string rootError;
+  std::thread rankZero = bootstrapRankZero(root, std::chrono::milliseconds(7000), &rootError);
+  const int silent = connectToLoopbackPort(root.rootPort);
+  ASSERT_GE(silent, 0);
+  const auto start = std::chrono::steady_clock::now();
+  char byte;
+  timeval wait{10, 0};
+  setsockopt(silent, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+  const ssize_t got = ::recv(silent, &byte, 1, 0);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  rankZero.join();
+  close(silent);
+  EXPECT_EQ(got, 0) << "rank 0 did not close the silent connection";
+  EXPECT_GT(seconds, 4.5);
+  EXPECT_LT(seconds, 6.5);
+  EXPECT_NE(rootError.find("a connection that sent 0 of the 24 bytes of a rank's join message: it said nothing more "
+                           "for 5 s"),
+            std::string::npos)
+      << rootError;
+}
+
 namespace {
 
 // Runs body(bootstrap, rank) on every rank of a `ranks`-rank bootstrap, one thread per rank; returns each rank's
