@@ -970,6 +970,87 @@ int joinAsRankOne(int port, std::string* problem) {
 
 }  // namespace
 
+namespace {
+
+// A hand-made rank 0 on `listener` for one joining rank: reads its join, admits it, reads its part of the
+// rendezvous' all-gather, then sends `answer` as it is and waits (up to 10 s) for the rank to close. False, with
+// *problem, where the exchange broke before the answer.
+bool fakeRankZero(int listener, const std::string& answer, std::string* problem) {
+  const int fd = accept(listener, nullptr, nullptr);
+  std::string length;
+  if (fd < 0 || !recvBytes(fd, 24) || !sendBytes(fd, std::string(4, '\0')) || !recvBytes(fd, 4, &length) ||
+      !recvBytes(fd, *reinterpret_cast<const uint32_t*>(length.data())) || !sendBytes(fd, answer)) {
+    *problem = "the joining rank did not speak the join and its all-gather part";
+    if (fd >= 0) close(fd);
+    return false;
+  }
+  timeval wait{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+  char byte;
+  while (recv(fd, &byte, 1, 0) > 0) {
+  }
+  close(fd);
+  return true;
+}
+
+// Rank 1 of 2 (timeout 20 s) against fakeRankZero sending `answer`: its error and how long it took.
+std::pair<std::string, double> joinAFakeRankZero(const std::string& answer, std::string* problem, int* result) {
+  const auto [listener, port] = listenerOnAFreePort(4);
+  if (listener < 0) return {"no listener", 0};
+  std::thread rankZero([&, listener = listener] { fakeRankZero(listener, answer, problem); });
+  const auto start = Clock::now();
+  std::string error;
+  try {
+    Bootstrap bootstrap(LaunchInfo{1, 2, "127.0.0.1", port, "test"}, std::chrono::milliseconds(20000));
+  } catch (const BootstrapError& e) {
+    error = e.what();
+    *result = e.result();
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  rankZero.join();
+  close(listener);
+  return {error, seconds};
+}
+
+}  // namespace
+
+// A rank 0 that announces a message larger than any the bootstrap sends (garbage, another program on the port) fails
+// the joining rank at once, naming the size, rather than have it allocate 4 GiB and wait out its timeout for them.
+TEST(BootstrapErrorCodes, AMessageAnnouncedOverTheLimitFailsAtOnce) {
+  const uint32_t huge = 0xfffffff0u;
+  std::string problem;
+  int result = -1;
+  const auto [error, seconds] =
+      joinAFakeRankZero(std::string(reinterpret_cast<const char*>(&huge), sizeof(huge)), &problem, &result);
+  EXPECT_EQ(problem, "");
+  EXPECT_NE(error.find("announced as 4294967280 bytes, over the"), std::string::npos) << error;
+  EXPECT_EQ(result, BootstrapError::kRemoteError) << error;
+  EXPECT_LT(seconds, 5.0) << error;
+}
+
+// An all-gather result whose last part announces more bytes than follow is rank 0's garbage, named as truncated,
+// not a shorter part taken as the rank's.
+TEST(BootstrapErrorCodes, ATruncatedAllGatherResultIsAnError) {
+  std::string packed;
+  auto part = [&packed](const std::string& bytes, uint32_t announced) {
+    packed.append(reinterpret_cast<const char*>(&announced), sizeof(announced));
+    packed += bytes;
+  };
+  part("zero", 4);
+  part("x", 100);
+  const auto length = static_cast<uint32_t>(packed.size());
+  std::string problem;
+  int result = -1;
+  // The result, then rank 0's word that every rank has it (an empty message).
+  const auto [error, seconds] = joinAFakeRankZero(
+      std::string(reinterpret_cast<const char*>(&length), sizeof(length)) + packed + std::string(4, '\0'), &problem,
+      &result);
+  EXPECT_EQ(problem, "");
+  EXPECT_NE(error.find("truncated all-gather from rank 0"), std::string::npos) << error;
+  EXPECT_EQ(result, BootstrapError::kRemoteError) << error;
+  EXPECT_LT(seconds, 5.0) << error;
+}
+
 // A rank that joined, sent its part of an all-gather and then stopped reading (stopped, swapped out, wedged) does
 // not hold rank 0 past its timeout: the packed answer (32 MiB here) is larger than the socket buffers, and rank 0's
 // send of the rest, blocking once poll said "some room", waited for ever. The hand-made rank 1 speaks the join
