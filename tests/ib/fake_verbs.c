@@ -184,20 +184,19 @@ static struct FakeHca* hcaOf(struct ibv_context* context) {
 
 /* ---- discovery: what the double actually implements ---------------------------------------------------------- */
 
+/* One list, NULL-terminated, for every caller (the plugin asks once per process); freeing it is a no-op. */
+static struct ibv_device* deviceList[kMaxHcas + 1];
+
 FAKE_EXPORT struct ibv_device** ibv_get_device_list(int* num_devices) {
   readEnvironment();
-  struct ibv_device** list = calloc((size_t)hcaCount + 1, sizeof(*list));
-  if (list == NULL) {
-    errno = ENOMEM;
-    return NULL;
-  }
-  for (int i = 0; i < hcaCount; ++i) list[i] = &hcas[i].device;
+  for (int i = 0; i < hcaCount; ++i) deviceList[i] = &hcas[i].device;
+  deviceList[hcaCount] = NULL;
   if (num_devices != NULL) *num_devices = hcaCount;
-  return list;
+  return deviceList;
 }
 
 FAKE_EXPORT void ibv_free_device_list(struct ibv_device** list) {
-  free(list);
+  (void)list;
 }
 
 FAKE_EXPORT const char* ibv_get_device_name(struct ibv_device* device) {
