@@ -755,7 +755,6 @@ TEST(RootAddress, WellFormedAddressesAreSplitIntoHostAndPort) {
   }
 }
 
-// MASTER_PORT is read as strictly, and an empty MASTER_ADDR is named instead of failing later to resolve "".
 // A rank equal to the size is one past the last rank: refused where the environment is read, naming the variables
 // that said it (the Bootstrap refused it later, naming neither).
 TEST(LaunchPrecedence, ARankEqualToTheSizeIsRefusedNamingItsVariables) {
@@ -814,6 +813,7 @@ TEST(RootAddress, NnsRootAddrWinsOverMasterAddr) {
   clearLauncherVariables();
 }
 
+// MASTER_PORT is read as strictly, and an empty MASTER_ADDR is named instead of failing later to resolve "".
 TEST(RootAddress, MasterAddrAndPortAreCheckedToo) {
   const std::vector<std::tuple<const char*, const char*, const char*>> cases = {
       {"node0", "80x", "MASTER_PORT=80x: the port \"80x\" is not a number"},
