@@ -23,7 +23,8 @@ struct ProbeRun {
   std::string output;       // everything it printed, for failure messages
   std::vector<std::string> warnings;
   int initReturned = -1;
-  std::vector<std::string> devices;  // "name=... guid=0x... speed=... port=..." per device, in order
+  std::vector<std::string> devices;  // "name=... guid=0x... speed=... port=..." per device, in order (vNICs last)
+  std::vector<int> vnics;            // what each makeVDevice the probe was asked for returned
 };
 
 bool startsWith(const std::string& text, const char* prefix) {
@@ -33,7 +34,9 @@ bool startsWith(const std::string& text, const char* prefix) {
 // Runs the probe with `settings` ("NAME=value") over the fake libibverbs in `fakeDir`. The child gets this process's
 // environment (NNS_MUT included) less every NCCL_* and NNS_IB_* setting and any NNS_FAKE_VERBS, so only the case's
 // settings count; without NNS_FAKE_VERBS among them the double lists no device.
-ProbeRun runProbe(const std::vector<std::string>& settings, const char* fakeDir = NNS_FAKE_VERBS_DIR) {
+// `arguments` go to the probe (vnic=A,B,... asks it for a vNIC of those devices).
+ProbeRun runProbe(const std::vector<std::string>& settings, const char* fakeDir = NNS_FAKE_VERBS_DIR,
+                  std::vector<std::string> arguments = {}) {
   std::vector<std::string> env;
   std::string libraryPath = std::string("LD_LIBRARY_PATH=") + fakeDir;
   for (char** entry = environ; *entry != nullptr; ++entry) {
@@ -51,7 +54,9 @@ ProbeRun runProbe(const std::vector<std::string>& settings, const char* fakeDir 
   for (std::string& text : env) envp.push_back(&text[0]);
   envp.push_back(nullptr);
   std::string probe = NNS_IB_INIT_PROBE;
-  char* argv[] = {&probe[0], nullptr};
+  std::vector<char*> argv{&probe[0]};
+  for (std::string& argument : arguments) argv.push_back(&argument[0]);
+  argv.push_back(nullptr);
 
   ProbeRun run;
   int fds[2];
@@ -66,7 +71,7 @@ ProbeRun runProbe(const std::vector<std::string>& settings, const char* fakeDir 
     close(fds[0]);
     close(fds[1]);
     alarm(30);  // kept across execve: a hung probe dies rather than hanging the test
-    execve(argv[0], argv, envp.data());
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   close(fds[1]);
@@ -89,6 +94,8 @@ ProbeRun runProbe(const std::vector<std::string>& settings, const char* fakeDir 
     start = end + 1;
     if (startsWith(line, "WARN ")) run.warnings.push_back(line.substr(5));
     if (startsWith(line, "init returned ")) run.initReturned = std::atoi(line.c_str() + 14);
+    if (startsWith(line, "vnic=") && line.find(": returned ") != std::string::npos)
+      run.vnics.push_back(std::atoi(line.c_str() + line.find(": returned ") + 11));
     if (startsWith(line, "device ")) {
       size_t colon = line.find(": ");
       if (colon != std::string::npos) run.devices.push_back(line.substr(colon + 2));
@@ -109,6 +116,8 @@ bool warnedAbout(const ProbeRun& run, const char* variable) {
 
 constexpr int kNcclSuccess = 0;
 constexpr int kNcclSystemError = 2;
+constexpr int kNcclInternalError = 3;
+constexpr int kNcclInvalidUsage = 5;
 
 // A port is named by its HCA alone when it is the HCA's only selected port ("mlx5_0"), and "hca:port" when the HCA has
 // several ("mlx5_1:1", "mlx5_1:2"), as NCCL names its IB devices: the names key NICs in NCCL's topology and appear in
@@ -254,6 +263,36 @@ TEST(IbFakeVerbs, AMalformedAddressFamilyIsWarnedAndTheDefaultUsed) {
   EXPECT_TRUE(warned(run, "NCCL_IB_ADDR_FAMILY=AF_INET4 is neither AF_INET nor AF_INET6; the default is used"))
       << run.output;
   EXPECT_EQ(run.initReturned, kNcclSuccess) << run.output;
+}
+
+// makeVDevice fuses ports into one device named by its members ("mlx5_0+mlx5_1"), up to the 8 a v12 vNIC carries;
+// the vNIC is a device of its own after the physical ones, with the first port's properties.
+TEST(IbFakeVerbs, AVNicFusesUpToEightPortsIntoOneDevice) {
+  ProbeRun two = runProbe({"NNS_FAKE_VERBS=mlx5_0;mlx5_1"}, NNS_FAKE_VERBS_DIR, {"vnic=0,1"});
+  ASSERT_TRUE(two.exitedZero) << two.output;
+  ASSERT_EQ(two.vnics, std::vector<int>{kNcclSuccess}) << two.output;
+  ASSERT_EQ(two.devices.size(), 3u) << two.output;
+  EXPECT_TRUE(startsWith(two.devices[2], "name=mlx5_0+mlx5_1 ")) << two.output;
+  ProbeRun eight = runProbe({"NNS_FAKE_VERBS=h0;h1;h2;h3;h4;h5;h6;h7"}, NNS_FAKE_VERBS_DIR, {"vnic=0,1,2,3,4,5,6,7"});
+  ASSERT_TRUE(eight.exitedZero) << eight.output;
+  EXPECT_EQ(eight.vnics, std::vector<int>{kNcclSuccess}) << eight.output;
+  ASSERT_EQ(eight.devices.size(), 9u) << eight.output;
+  EXPECT_TRUE(startsWith(eight.devices[8], "name=h0+h1+h2+h3+h4+h5+h6+h7 ")) << eight.output;
+}
+
+// A vNIC is made of physical devices only (a vNIC inside another would count its ports twice), and of one link layer:
+// an InfiniBand port and a RoCE one cannot stripe one connection, as NCCL requires too. Each is refused by name.
+TEST(IbFakeVerbs, AVNicOfAVNicOrOfMixedLinkLayersIsRefused) {
+  ProbeRun nested = runProbe({"NNS_FAKE_VERBS=mlx5_0;mlx5_1;mlx5_2"}, NNS_FAKE_VERBS_DIR, {"vnic=0,1", "vnic=3,2"});
+  ASSERT_TRUE(nested.exitedZero) << nested.output;
+  EXPECT_EQ(nested.vnics, (std::vector<int>{kNcclSuccess, kNcclInternalError})) << nested.output;
+  EXPECT_TRUE(warned(nested, "makeVDevice: device 3 is not a device of this plugin, or is a vNIC already"))
+      << nested.output;
+  ProbeRun mixed = runProbe({"NNS_FAKE_VERBS=mlx5_0;mlx5_1 link=roce"}, NNS_FAKE_VERBS_DIR, {"vnic=0,1"});
+  ASSERT_TRUE(mixed.exitedZero) << mixed.output;
+  EXPECT_EQ(mixed.vnics, std::vector<int>{kNcclInvalidUsage}) << mixed.output;
+  EXPECT_TRUE(warned(mixed, "a vNIC fuses ports of one link layer")) << mixed.output;
+  EXPECT_EQ(mixed.devices.size(), 2u) << mixed.output;
 }
 
 }  // namespace

@@ -3,13 +3,17 @@
 // with the fake libibverbs (fake_verbs.c) first on LD_LIBRARY_PATH and NNS_FAKE_VERBS describing the devices.
 //
 // Output, one line each: "WARN <text>" and "INFO <text>" as the plugin logs them, "init returned <n>", then on success
-// "device <i>: name=<name> guid=0x<hex> speed=<mbps> port=<port>" per device from getProperties.
-// Usage: ib_init_probe [plugin.so] (default: the plugin of this build).
+// "device <i>: name=<name> guid=0x<hex> speed=<mbps> port=<port>" per device from getProperties; then for each
+// argument vnic=A,B,... one makeVDevice of those devices, "vnic A,B,...: returned <n>" and, where it made one, the
+// new device's line.
+// Usage: ib_init_probe [plugin.so] [vnic=A,B,...]... (default: the plugin of this build).
 #include <dlfcn.h>
 
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include <nccl_net/net.h>
 
@@ -25,10 +29,20 @@ void printLog(ncclDebugLogLevel level, unsigned long, const char*, int, const ch
   std::printf("%s %s\n", level == NCCL_LOG_WARN ? "WARN" : "INFO", text);
 }
 
+void printDevice(const ncclNet_v12_t* net, int i) {
+  ncclNetProperties_v12_t props{};
+  if (net->getProperties(i, &props) != ncclSuccess) {
+    std::printf("device %d: getProperties failed\n", i);
+    return;
+  }
+  std::printf("device %d: name=%s guid=0x%" PRIx64 " speed=%d port=%d\n", i, props.name, props.guid, props.speed,
+              props.port);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* path = argc > 1 ? argv[1] : NNS_IB_PLUGIN_PATH;
+  const char* path = argc > 1 && std::strncmp(argv[1], "vnic=", 5) != 0 ? argv[1] : NNS_IB_PLUGIN_PATH;
   void* library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
     std::printf("cannot load %s: %s\n", path, dlerror());
@@ -45,14 +59,19 @@ int main(int argc, char** argv) {
   if (rc == ncclSuccess) {
     int ndev = 0;
     if (net->devices(&ndev) != ncclSuccess) std::printf("devices failed\n");
-    for (int i = 0; i < ndev; ++i) {
-      ncclNetProperties_v12_t props{};
-      if (net->getProperties(i, &props) != ncclSuccess) {
-        std::printf("device %d: getProperties failed\n", i);
-        continue;
+    for (int i = 0; i < ndev; ++i) printDevice(net, i);
+    for (int a = 1; a < argc; ++a) {
+      if (std::strncmp(argv[a], "vnic=", 5) != 0) continue;
+      ncclNetVDeviceProps_v12_t props{};
+      for (const char* at = argv[a] + 5; *at != '\0' && props.ndevs < NCCL_NET_MAX_DEVS_PER_NIC_V12;) {
+        char* end = nullptr;
+        props.devs[props.ndevs++] = static_cast<int>(std::strtol(at, &end, 10));
+        at = *end == ',' ? end + 1 : end;
       }
-      std::printf("device %d: name=%s guid=0x%" PRIx64 " speed=%d port=%d\n", i, props.name, props.guid, props.speed,
-                  props.port);
+      int d = -1;
+      const ncclResult_t made = net->makeVDevice(&d, &props);
+      std::printf("%s: returned %d\n", argv[a], static_cast<int>(made));
+      if (made == ncclSuccess) printDevice(net, d);
     }
     net->finalize(ctx);
   }
