@@ -30,6 +30,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../support/sanitizer.hpp"
 #include "free_port.hpp"
 #include "nns/coll/collectives.hpp"
 #include "nns/core/bootstrap.hpp"
@@ -2256,17 +2257,7 @@ TEST(SlotMemory, AsynchronousCopiesIntoSlotsAndFlushedReceivesGiveExactResults) 
 // sanitizer's cost, not the plugin's), and on a loaded CI host it once went over; under AddressSanitizer it went
 // over once too (its allocator's cost, on a loaded host): there the registered path is forced (1) instead of decided
 // (-1); the decision itself is checked in the release build.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr int kDecidedOrForced = 1;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-constexpr int kDecidedOrForced = 1;
-#else
-constexpr int kDecidedOrForced = -1;
-#endif
-#else
-constexpr int kDecidedOrForced = -1;
-#endif
+constexpr int kDecidedOrForced = nns::test::kUnderSanitizer ? 1 : -1;
 TEST(SlotMemory, ACallsHostBuffersAreRegisteredForItWhereRegistrationCostsNothing) {
   constexpr int ranks = 3;
   constexpr size_t count = 30001;  // int32: 120 KB, past the minimum; odd

@@ -1,4 +1,5 @@
 // nccl-net-topo: shows NCCL's view of a machine (from a topology file or discovery): NICs, GDR, PXN, paths, rings.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -202,9 +203,11 @@ std::vector<nns::topo::NicInfo> pluginNics(const std::string& spec, const std::v
   else
     load.searchDirs = dirs;
   nns::core::LoadReport report;
-  // What the plugin prints goes to stderr while it is called, so that --json and --dot stay what they say.
+  // What the plugin prints goes to stderr while it is called, so that --json and --dot stay what they say. The saved
+  // stdout is close-on-exec: a helper process the plugin starts must not inherit it (a plugin starting a daemon at
+  // init held a reader of this tool's output, `nccl-net-topo --json | ...`, until the daemon ended: 30 s).
   fflush(stdout);
-  const int savedStdout = dup(STDOUT_FILENO);
+  const int savedStdout = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
   dup2(STDERR_FILENO, STDOUT_FILENO);
   struct RestoreStdout {
     int saved;
