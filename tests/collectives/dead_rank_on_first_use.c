@@ -7,7 +7,9 @@
  *         NNS_COMM_TIMEOUT_MS, 10 s of 10 s where the others failed in 0.2 s.
  *   send: rank 0 sends to the victim, which it has no connection to of any kind (not its ring neighbour), while the
  *         victim exits; the other ranks leave after the broadcast.
- * Run with NNS_COMM_TIMEOUT_MS=20000: every rank that waits must fail within 3 s. Each says "rank R: failed in S s:
+ * Run with NNS_COMM_TIMEOUT_MS=20000: every rank that waits must fail within 8 s (they fail in 0.2-1.3 s; once, in a
+ * CI run, every rank took 5.9 s, which no rerun showed again: 8 s still tells early from the 20 s timeout). Each says
+ * "rank R: failed in S s:
  * why", or "rank R: late ..." / "rank R: succeeded ..." and exits 1. The victim exits 0, so that a launcher lets the
  * others run on. */
 #include <nns/nns.h>
@@ -57,9 +59,9 @@ int main(int argc, char** argv) {
     fflush(stdout);
     _exit(1);
   }
-  printf("rank %d: %s in %.2f s: %s\n", rank, seconds < 3.0 ? "failed" : "late, failed", seconds,
+  printf("rank %d: %s in %.2f s: %s\n", rank, seconds < 8.0 ? "failed" : "late, failed", seconds,
          nnsGetLastError(NULL));
   fflush(stdout);
   /* Not destroyed: the ranks fail one by one, and a clean exit is all this needs. */
-  _exit(seconds < 3.0 ? 0 : 1);
+  _exit(seconds < 8.0 ? 0 : 1);
 }
