@@ -475,8 +475,8 @@ TEST(CApi, AnAbortFailsALongOperationSoon) {
   setenv("NNS_SLOT_BYTES", "1024", 1);
   setenv("NNS_COMM_TIMEOUT_MS", "20000", 1);
   onRanks(2, [&](int rank, nnsComm_t comm) {
-    // 256 MiB: about 0.4 s here, against the abort at 50 ms. Under a sanitizer 32 MiB (ASan: about 0.7 s; TSan:
-    // seconds): there the test is the abort's race with the operation, and 256 MiB took 86 s of CI's TSan stage.
+    // 256 MiB: about 0.4 s here, against the abort at 50 ms. Under a sanitizer 32 MiB (the test took 1-3 s under ASan
+    // and 11 s under TSan in CI): there the test is the abort's race with the operation; 256 MiB took 86 s under TSan.
     std::vector<float> data(nns::test::kUnderSanitizer ? size_t{8} << 20 : size_t{64} << 20, 1.0f);
     std::thread watchdog;
     if (rank == 0)
