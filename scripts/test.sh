@@ -17,7 +17,7 @@ cmake --build --preset "$preset" -j "$(nproc)"
 # the CPU time the tests leave, which is much: they wait on sockets, peers and timeouts). CI lints this way. Its
 # output follows the tests' summary, and its failure fails this script. Not SCHED_IDLE, which starves a task harder:
 # one holding something a test waits for would stall it longer (a stall of 5.7 s hit one CI test once; it did not
-# come back in 250 reruns, and its cause is not known).
+# come back in 127 reruns, and its cause is not known).
 beside_pid=""
 if [ -n "${NNS_BESIDE_TESTS:-}" ]; then
   beside_log="$(mktemp)"
