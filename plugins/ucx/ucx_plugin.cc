@@ -22,6 +22,7 @@
 #include <nccl_net/sdk.hpp>
 
 #include "ucx_devices.hpp"
+#include "ucx_wire.hpp"
 
 namespace nns_ucx {
 namespace sdk = nccl_net::sdk;
@@ -29,12 +30,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr const char kPluginName[] = "nns-ucx";
-constexpr int kMaxRecvs = 8;                  // grouped receives per irecv, as NCCL's IB transport
-constexpr size_t kRequestsPerComm = 64;       // NCCL keeps at most NCCL_NET_MAX_REQUESTS (32) in flight per comm
-constexpr uint32_t kWireMagic = 0x4e55435au;  // "NUCZ"
-constexpr uint32_t kWireVersion = 1;
-constexpr uint32_t kMaxWorkerAddressBytes = 64 * 1024;
+constexpr int kMaxRecvs = 8;             // grouped receives per irecv, as NCCL's IB transport
+constexpr size_t kRequestsPerComm = 64;  // NCCL keeps at most NCCL_NET_MAX_REQUESTS (32) in flight per comm
 constexpr int kListenBacklog = 512;
 
 // ---- configuration (read once; every variable is documented in plugins/ucx/README.md)
@@ -261,27 +258,7 @@ uint64_t randomId() {
 // ---- handle and side-channel messages
 // ------------------------------------------------------------------------------
 
-struct HandlePayload {
-  uint64_t listenId;               // random; a connector proves with it that it holds this listener's handle
-  sdk::SocketAddress sideChannel;  // where the listener accepts the worker-address exchange
-};
-constexpr sdk::HandleCodec<HandlePayload> kHandleCodec(sdk::handleMagic(kPluginName), 1);
-
-// connector -> listener, followed by the sender worker's address
-struct Hello {
-  uint32_t magic;
-  uint32_t version;
-  uint64_t listenId;
-  uint32_t addressBytes;
-  uint32_t reserved;
-};
-// listener -> connector, followed by the receiver worker's address
-struct Reply {
-  uint32_t magic;
-  uint32_t connectionTag;  // the high 32 bits of every UCP tag on this connection
-  uint32_t addressBytes;
-  uint32_t reserved;
-};
+// HandlePayload, Hello and Reply: ucx_wire.hpp.
 
 // ---- comms, workers, requests
 // --------------------------------------------------------------------------------------
