@@ -28,6 +28,18 @@ TEST(UcxDevices, ParsesEveryResourceLine) {
   EXPECT_TRUE(nns_ucx::parseResources("garbage\n# resource 1 : no dashes\n").empty());
 }
 
+// A resource line cut off after the transport's slash, or with nothing before it, names no device: it is skipped, not
+// offered as a device with an empty name (NCCL keys NICs by name) or one named after the transport.
+TEST(UcxDevices, AResourceLineNamingNoDeviceIsSkipped) {
+  auto resources = nns_ucx::parseResources(
+      "#      resource 1  :  md 1  dev 1  flags -- tcp/\n"
+      "#      resource 2  :  md 1  dev 2  flags -- tcp/  \n"
+      "#      resource 3  :  md 1  dev 3  flags -- /eth0\n"
+      "#      resource 4  :  md 1  dev 4  flags -- tcp/eth1\n");
+  ASSERT_EQ(resources.size(), 1u);
+  EXPECT_EQ(resources[0], std::make_pair(std::string("tcp"), std::string("eth1")));
+}
+
 // A RoCE port listed by UCX twice, as rc_mlx5/mlx5_0:1 and as tcp/eth2 (its Ethernet port, the same PCI function), is
 // one NIC; the management interface and a second adapter's port stay; an interface named in UCX_NET_DEVICES stays.
 TEST(UcxDevices, AnRdmaPortSeenThroughTcpIsOneDevice) {

@@ -4,7 +4,9 @@
 //
 // Every process loads the plugin itself after fork and after setting UCX_TLS, so UCX reads the environment of the
 // test (gtest_discover_tests runs each test in its own process).
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -27,6 +29,7 @@
 #define NNS_SOCKET_PLUGIN_PATH NNS_UCX_PLUGIN_PATH  // plugin_harness.hpp loads the plugin named by this macro
 #include "../../tools/nccl-net-check/tcp_strangers.hpp"
 #include "../socket/plugin_harness.hpp"
+#include "ucx_wire.hpp"
 
 namespace {
 
@@ -98,6 +101,18 @@ void runSurvivor(const Transport& transport, bool victimReceives, bool victimClo
   pid_t victim = fork();
   ASSERT_GE(victim, 0);
   if (victim == 0) runVictim(transport, victimReceives, victimCloses, toVictim[0], fromVictim[1]);
+  // Kills the victim once, here or at any return: a failed assertion returns early, and a victim left alive waits for
+  // ever and holds ctest's output open past the test's timeout.
+  struct Reaper {
+    pid_t pid;
+    void reap() {
+      if (pid <= 0) return;
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      pid = -1;
+    }
+    ~Reaper() { reap(); }
+  } reaper{victim};
   applyEnv(transport);
   const ncclNet_v12_t* net = plugin();
   ASSERT_NE(net, nullptr) << dlerror();
@@ -133,16 +148,12 @@ void runSurvivor(const Transport& transport, bool victimReceives, bool victimClo
   if (victimCloses) {
     ASSERT_TRUE(writeAll(toVictim[1], "c", 1));
   } else {
-    kill(victim, SIGKILL);
-    waitpid(victim, nullptr, 0);
+    reaper.reap();
   }
   auto killed = Clock::now();
   result = waitRequest(net, request, sizes, kBound);
   double seconds = std::chrono::duration<double>(Clock::now() - killed).count();
-  if (victimCloses) {
-    kill(victim, SIGKILL);
-    waitpid(victim, nullptr, 0);
-  }
+  reaper.reap();
   const char* fate = victimCloses ? "closed its comm" : "died";
   // The sender's plugin progresses an idle comm's sends from its own thread (the keeper), so the whole message may
   // have left it before its close or death: a receive that then completes with every byte the sender's (7) lost
@@ -424,6 +435,167 @@ TEST(UcxStrangers, DroppedWhileRealSendersStillConnect) {
   close(strangers.silent);
   EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
   EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+}
+
+using nns_ucx::HandlePayload;
+using nns_ucx::kHandleCodec;
+
+// A handle that names this listener's side channel but another listen id (a stale handle whose port a new listener
+// took, or a peer holding another job's handle) is refused at the address exchange: accept drops the connection with a
+// WARN and returns no comm, and the connect fails instead of joining a listener it was not meant for. The listener
+// still takes the real handle's connection afterwards. In one process, over tcp.
+TEST(UcxStrangers, AHandleWithAnotherListenIdIsRefused) {
+  applyEnv(kTcp);
+  const ncclNet_v12_t* net = plugin();
+  ASSERT_NE(net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  void* ctx = initPlugin(net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void *listenComm = nullptr, *sendComm = nullptr, *recvComm = nullptr;
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  HandlePayload payload{};
+  ASSERT_EQ(kHandleCodec.decode(handle, &payload), ncclSuccess) << "the plugin's handle layout changed";
+  payload.listenId ^= 0x5a5a5a5a5a5a5a5aull;
+  unsigned char forged[NCCL_NET_HANDLE_MAXSIZE] = {};
+  ASSERT_EQ(kHandleCodec.encode(payload, forged), ncclSuccess);
+
+  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+  ncclResult_t connected = ncclSuccess;
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (connected == ncclSuccess && sendComm == nullptr && Clock::now() < deadline) {
+    connected = net->connect(ctx, 0, forged, &sendComm, &devHandle);
+    ASSERT_EQ(net->accept(listenComm, &recvComm, &devHandle), ncclSuccess);
+    ASSERT_EQ(recvComm, nullptr) << "accept took a connection made with another listener's id";
+  }
+  EXPECT_NE(connected, ncclSuccess) << "the connect with the forged handle did not fail";
+  EXPECT_EQ(sendComm, nullptr) << "the connect with the forged handle yielded a comm";
+  EXPECT_TRUE(warnedAbout("not a connection for this listener"));
+  if (sendComm != nullptr) {
+    EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+  }
+  sendComm = nullptr;
+
+  ASSERT_EQ(connectToListener(net, ctx, 0, handle, listenComm, &sendComm, &recvComm), ncclSuccess);
+  EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
+  EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+}
+
+// A hello that carries this listener's id but announces a worker address larger than any UCX worker's (64 KiB at
+// most: a corrupt or hostile peer) is dropped at once with a WARN naming the size: the listener neither allocates the
+// announced bytes nor waits NNS_UCX_CONNECT_TIMEOUT_MS (30 s, the default, here) for them. In one process, over tcp.
+TEST(UcxStrangers, AHelloAnnouncingAnOversizedWorkerAddressIsDropped) {
+  applyEnv(kTcp);
+  const ncclNet_v12_t* net = plugin();
+  ASSERT_NE(net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  void* ctx = initPlugin(net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* listenComm = nullptr;
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  HandlePayload payload{};
+  ASSERT_EQ(kHandleCodec.decode(handle, &payload), ncclSuccess) << "the plugin's handle layout changed";
+  sockaddr_storage address{};
+  std::memcpy(&address, &payload.sideChannel.storage, payload.sideChannel.length());
+  const int fd = nns::check::connectTcp(address);
+  ASSERT_GE(fd, 0);
+  const nns_ucx::Hello hello{nns_ucx::kWireMagic, nns_ucx::kWireVersion, payload.listenId,
+                             nns_ucx::kMaxWorkerAddressBytes + 1, 0};
+  ASSERT_EQ(send(fd, &hello, sizeof(hello), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(hello)));
+  EXPECT_TRUE(acceptUntilWarned(net, listenComm,
+                                "announced a worker address of " + std::to_string(hello.addressBytes) + " bytes"));
+  EXPECT_TRUE(nns::check::closedByPeer(fd, std::chrono::seconds(2))) << "the listener kept the connection";
+  close(fd);
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+}
+
+// The connector's side of the same check: whatever answers at the handle's address with a reply that does not start
+// with the wire magic (another service on a reused port, another plugin version) fails the connect with a WARN saying
+// so, before its bytes reach UCX as a worker address. The "listener" is a plain socket of the test's own.
+TEST(UcxStrangers, AReplyWithoutTheWireMagicFailsTheConnect) {
+  applyEnv(kTcp);
+  const ncclNet_v12_t* net = plugin();
+  ASSERT_NE(net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  void* ctx = initPlugin(net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* listenComm = nullptr;
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  HandlePayload payload{};
+  ASSERT_EQ(kHandleCodec.decode(handle, &payload), ncclSuccess) << "the plugin's handle layout changed";
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);  // only its handle was wanted
+
+  const int server = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(server, 0);
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(local);
+  ASSERT_EQ(bind(server, reinterpret_cast<sockaddr*>(&local), sizeof(local)), 0);
+  ASSERT_EQ(listen(server, 4), 0);
+  ASSERT_EQ(getsockname(server, reinterpret_cast<sockaddr*>(&local), &length), 0);
+  payload.sideChannel = nccl_net::sdk::SocketAddress{};
+  std::memcpy(&payload.sideChannel.storage, &local, sizeof(local));
+  unsigned char forged[NCCL_NET_HANDLE_MAXSIZE] = {};
+  ASSERT_EQ(kHandleCodec.encode(payload, forged), ncclSuccess);
+
+  void* sendComm = nullptr;
+  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+  int peer = -1;
+  ncclResult_t connected = ncclSuccess;
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (connected == ncclSuccess && sendComm == nullptr && Clock::now() < deadline) {
+    connected = net->connect(ctx, 0, forged, &sendComm, &devHandle);
+    if (peer < 0) {
+      pollfd p{server, POLLIN, 0};
+      if (poll(&p, 1, 10) == 1) {
+        peer = accept(server, nullptr, nullptr);
+        // A reply-sized answer with a plausible address length, but not the plugin's magic; then 64 address bytes.
+        const nns_ucx::Reply reply{0x12345678u, 1, 64, 0};
+        std::vector<unsigned char> answer(sizeof(reply) + 64, 0x5a);
+        std::memcpy(answer.data(), &reply, sizeof(reply));
+        ASSERT_EQ(send(peer, answer.data(), answer.size(), MSG_NOSIGNAL), static_cast<ssize_t>(answer.size()));
+      }
+    }
+  }
+  EXPECT_GE(peer, 0) << "the connect never reached the test's socket";
+  EXPECT_NE(connected, ncclSuccess) << "the connect did not fail";
+  EXPECT_EQ(sendComm, nullptr);
+  EXPECT_TRUE(warnedAbout("malformed reply")) << "the connect failed, but not on the reply's magic";
+  if (sendComm != nullptr) {
+    EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+  }
+  if (peer >= 0) close(peer);
+  close(server);
+}
+
+// A listener that never answers (its process stopped calling accept, or hangs): the kernel takes the side channel's
+// connection and our worker address, and no reply ever comes. connect fails once NNS_UCX_CONNECT_TIMEOUT_MS (1 s here)
+// has passed, naming the variable, instead of returning "not yet" for ever. In one process, over tcp.
+TEST(UcxConnect, AListenerThatNeverAnswersFailsTheConnectWithinTheTimeout) {
+  applyEnv(kTcp);
+  setenv("NNS_UCX_CONNECT_TIMEOUT_MS", "1000", 1);
+  const ncclNet_v12_t* net = plugin();
+  ASSERT_NE(net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  void* ctx = initPlugin(net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void *listenComm = nullptr, *sendComm = nullptr;
+  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  const auto start = Clock::now();
+  EXPECT_NE(connectUntilDone(net, ctx, 0, handle, &sendComm, std::chrono::seconds(10)), ncclTimeout)
+      << "connect still waits after 10 s for a listener that never answers";
+  EXPECT_EQ(sendComm, nullptr);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+  EXPECT_TRUE(warnedAbout("NNS_UCX_CONNECT_TIMEOUT_MS"));
+  if (sendComm != nullptr) {
+    EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
+  }
   EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
 }
 

@@ -1,5 +1,6 @@
 // ucx_irecv_test.cc: nns-ucx receives in one process over tcp loopback: grouped receives whose posting goes wrong
-// part-way, and memory deregistered under a posted receive or send.
+// part-way, grouped receives beyond maxRecvs, the device's properties, memory deregistered under a posted receive or
+// send, and memory types regMr must refuse.
 //
 // UCX gives no way to make ucp_tag_recv_nbx fail on demand, so this executable defines ucp_tag_recv_nbx itself and
 // exports it (ENABLE_EXPORTS): the plugin's call binds to it first (the executable leads the global lookup scope),
@@ -7,6 +8,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -146,6 +148,65 @@ TEST(UcxIrecv, SubCompletedAtPostHoldsNoUcxRequest) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
 }
 
+// maxRecvs is what irecv takes: a group of maxRecvs receives is posted and completes, one more is refused with an error
+// and no request (the plugin's request holds maxRecvs subs: a larger group would write past them).
+TEST(UcxIrecv, AGroupOfMaxRecvsIsTakenAndOneMoreIsRefused) {
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(openUcxPair({{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}}, &pair));
+  const ncclNet_v12_t* net = pair.net;
+  ASSERT_NE(net, nullptr);  // openUcxPair checked it; said again for the static analyzer
+  ncclNetProperties_v12_t props{};
+  ASSERT_EQ(net->getProperties(0, &props), ncclSuccess);
+  ASSERT_GE(props.maxRecvs, 2) << "nns-ucx groups receives (NCCL's IB transport groups 8)";
+  ASSERT_LE(props.maxRecvs, 63);
+  const int n = props.maxRecvs;
+  std::vector<std::vector<char>> buffers(static_cast<size_t>(n) + 1, std::vector<char>(64));
+  std::vector<void*> data;
+  std::vector<size_t> sizes(static_cast<size_t>(n) + 1, 64);
+  std::vector<int> tags;
+  std::vector<void*> mhandles(static_cast<size_t>(n) + 1, nullptr);
+  for (int i = 0; i <= n; ++i) {
+    data.push_back(buffers[static_cast<size_t>(i)].data());
+    tags.push_back(100 + i);
+  }
+  void* request = nullptr;
+  EXPECT_NE(
+      net->irecv(pair.recvComm, n + 1, data.data(), sizes.data(), tags.data(), mhandles.data(), nullptr, &request),
+      ncclSuccess)
+      << "irecv took " << n + 1 << " grouped receives with maxRecvs " << n;
+  EXPECT_EQ(request, nullptr);
+
+  ASSERT_EQ(postRecv(net, pair.recvComm, n, data.data(), sizes.data(), tags.data(), &request), ncclSuccess);
+  std::vector<std::vector<char>> messages;
+  std::vector<void*> sendRequests(static_cast<size_t>(n), nullptr);
+  for (int i = 0; i < n; ++i) {
+    messages.emplace_back(64, static_cast<char>('a' + i));
+    ASSERT_EQ(postSend(net, pair.sendComm, messages.back().data(), 10 + static_cast<size_t>(i), 100 + i,
+                       &sendRequests[static_cast<size_t>(i)]),
+              ncclSuccess);
+  }
+  // Both workers progressed from this one thread until every send and the group are done.
+  int received[64] = {};
+  int recvDone = 0;
+  std::vector<int> sendDone(static_cast<size_t>(n), 0);
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (!recvDone || std::count(sendDone.begin(), sendDone.end(), 0) > 0) {
+    for (size_t i = 0; i < sendDone.size(); ++i)
+      if (!sendDone[i]) {
+        ASSERT_EQ(net->test(sendRequests[i], &sendDone[i], nullptr), ncclSuccess);
+      }
+    if (!recvDone) {
+      ASSERT_EQ(net->test(request, &recvDone, received), ncclSuccess);
+    }
+    ASSERT_LT(Clock::now(), deadline) << "the group did not complete";
+  }
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(received[i], 10 + i) << "receive " << i;
+    EXPECT_EQ(buffers[static_cast<size_t>(i)][0], static_cast<char>('a' + i)) << "receive " << i;
+  }
+  closeUcxPair(pair);
+}
+
 // A grouped receive whose first sub is truncated while its second sub's message never comes: test() reports the
 // truncation (ncclInvalidUsage) as soon as it happened, not when (if ever) every sub completed, and the request's other
 // sub is cancelled and taken back, so closing waits for nothing. It waited for tag 2 for ever before.
@@ -230,6 +291,44 @@ TEST(UcxIrecv, AMemoryHandleOfAnotherDeviceIsNotUsed) {
   }
 }
 
+// getProperties reports speed in Mbps, as NCCL reads it: loopback's link states no speed (reading its sysfs speed
+// fails), so lo reports NCCL's own default for such links, 10 Gb/s, as 10000 (not 10: Gb/s). The name is UCX's.
+TEST(UcxProperties, LoopbackReportsItsSpeedInMbps) {
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(openUcxPair({{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}}, &pair));
+  const ncclNet_v12_t* net = pair.net;
+  ASSERT_NE(net, nullptr);  // openUcxPair checked it; said again for the static analyzer
+  ncclNetProperties_v12_t props{};
+  ASSERT_EQ(net->getProperties(0, &props), ncclSuccess);
+  ASSERT_NE(props.name, nullptr);
+  EXPECT_STREQ(props.name, "lo");
+  EXPECT_EQ(props.speed, 10000);
+  EXPECT_EQ(props.pciPath, nullptr) << "loopback is no PCI function";
+  closeUcxPair(pair);
+}
+
+// nns-ucx moves host memory only (ptrSupport is NCCL_PTR_HOST): regMr of any other memory type fails and hands out
+// no handle, so a caller that ignored ptrSupport learns it at registration, not from UCX reading device memory.
+TEST(UcxRegMr, MemoryOtherThanHostIsRefused) {
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(openUcxPair({{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}}, &pair));
+  const ncclNet_v12_t* net = pair.net;
+  ASSERT_NE(net, nullptr);  // openUcxPair checked it; said again for the static analyzer
+  ncclNetProperties_v12_t props{};
+  ASSERT_EQ(net->getProperties(0, &props), ncclSuccess);
+  EXPECT_EQ(props.ptrSupport, NCCL_PTR_HOST);
+  std::vector<char> buffer(4096);
+  for (int type : {NCCL_PTR_CUDA, NCCL_PTR_DMABUF}) {
+    void* mhandle = nullptr;
+    EXPECT_NE(net->regMr(pair.sendComm, buffer.data(), buffer.size(), type, &mhandle), ncclSuccess) << "type " << type;
+    EXPECT_EQ(mhandle, nullptr) << "type " << type;
+  }
+  void* mhandle = nullptr;
+  ASSERT_EQ(net->regMr(pair.sendComm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mhandle), ncclSuccess);
+  EXPECT_EQ(net->deregMr(pair.sendComm, mhandle), ncclSuccess);
+  closeUcxPair(pair);
+}
+
 // NCCL's teardown after an abort deregisters a receive buffer before it closes the comm, with a receive still posted
 // into it. The region stays mapped for that receive: it still completes, correctly, and its release unmaps the region.
 // deregMr unmapped it at once before, and UCX read the freed memh when the rendezvous data arrived (valgrind).
@@ -286,6 +385,73 @@ TEST(UcxIrecv, DeregisteringUnderAPostedReceiveUnmapsAtClose) {
   EXPECT_EQ(unmapCalls, 0) << "the region was unmapped under the posted receive";
   closeUcxPair(pair);
   EXPECT_EQ(unmapCalls, 1) << "closing the comm did not unmap the deregistered region";
+}
+
+// A send comm that failed takes no more sends: once test() reported the failure (here: the receiver closed its comm
+// and a send was still waiting for it NNS_UCX_CLOSE_TIMEOUT_MS later), isend fails at once and hands out no request,
+// rather than posting to a peer that is gone and leaving the error to a later test().
+TEST(UcxIsend, ASendCommThatFailedRefusesFurtherSends) {
+  setenv("NNS_UCX_CLOSE_TIMEOUT_MS", "200", 1);
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(openUcxPair({{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}}, &pair));
+  const ncclNet_v12_t* net = pair.net;
+  ASSERT_NE(net, nullptr);               // openUcxPair checked it; said again for the static analyzer
+  std::vector<char> big(1u << 20, 'x');  // a rendezvous over tcp: done only once a receive takes it
+  void* sendRequest = nullptr;
+  ASSERT_EQ(postSend(net, pair.sendComm, big.data(), big.size(), 3, &sendRequest), ncclSuccess);
+  EXPECT_EQ(net->closeRecv(pair.recvComm), ncclSuccess);  // no receive was ever posted for tag 3
+  ncclResult_t result = waitRequest(net, sendRequest, nullptr, std::chrono::seconds(10));
+  ASSERT_NE(result, ncclSuccess) << "the send completed although its receiver closed without receiving it";
+  ASSERT_NE(result, ncclTimeout) << "the send still waits for a receiver that closed";
+
+  std::vector<char> small(64, 's');
+  void* request = nullptr;
+  EXPECT_NE(net->isend(pair.sendComm, small.data(), small.size(), 4, nullptr, nullptr, &request), ncclSuccess)
+      << "isend took a send on a comm that failed";
+  EXPECT_EQ(request, nullptr);
+  EXPECT_EQ(net->closeSend(pair.sendComm), ncclSuccess);
+  EXPECT_EQ(net->closeListen(pair.listenComm), ncclSuccess);
+}
+
+// closeSend with a send still waiting for its receiver (NCCL aborting): the send is dropped, not left to linger, since
+// the caller may free its buffer once close returns. The receive for it, posted only after the close, fails at once
+// (well within NNS_UCX_CLOSE_TIMEOUT_MS, 5 s here) instead of completing with bytes read from the buffer after the
+// close. Over tcp and over shared memory, in one process.
+void sendPendingAtCloseIsDropped(const std::vector<std::pair<const char*, const char*>>& env) {
+  setenv("NNS_UCX_CLOSE_TIMEOUT_MS", "5000", 1);
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(openUcxPair(env, &pair));
+  const ncclNet_v12_t* net = pair.net;
+  ASSERT_NE(net, nullptr);             // openUcxPair checked it; said again for the static analyzer
+  constexpr size_t kBytes = 4u << 20;  // a rendezvous: no byte moves before a receive is posted
+  std::vector<unsigned char> source(kBytes, 's'), target(kBytes, 0);
+  void* sendRequest = nullptr;
+  ASSERT_EQ(postSend(net, pair.sendComm, source.data(), kBytes, 6, &sendRequest), ncclSuccess);
+  int sendDone = 0;
+  ASSERT_EQ(net->test(sendRequest, &sendDone, nullptr), ncclSuccess);
+  ASSERT_FALSE(sendDone) << "the send completed with no receive posted";
+  EXPECT_EQ(net->closeSend(pair.sendComm), ncclSuccess);
+  std::fill(source.begin(), source.end(), 'f');  // what a caller does with a buffer it owns again
+
+  void* data[1] = {target.data()};
+  size_t sizes[1] = {kBytes};
+  int tags[1] = {6};
+  void* recvRequest = nullptr;
+  ASSERT_EQ(postRecv(net, pair.recvComm, 1, data, sizes, tags, &recvRequest), ncclSuccess);
+  const auto start = Clock::now();
+  int received[8] = {};
+  ncclResult_t result = waitRequest(net, recvRequest, received, std::chrono::seconds(10));
+  EXPECT_NE(result, ncclSuccess) << "the receive completed with a send that its sender closed before it moved";
+  EXPECT_NE(result, ncclTimeout);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2)) << "the receiver waited as if the sender said goodbye";
+  EXPECT_EQ(net->closeRecv(pair.recvComm), ncclSuccess);
+  EXPECT_EQ(net->closeListen(pair.listenComm), ncclSuccess);
+}
+TEST(UcxIsend, TcpSendPendingAtCloseIsDroppedAndItsReceiverFailsAtOnce) {
+  sendPendingAtCloseIsDropped({{"UCX_TLS", "tcp"}, {"UCX_NET_DEVICES", "lo"}});
+}
+TEST(UcxIsend, SharedMemorySendPendingAtCloseIsDroppedAndItsReceiverFailsAtOnce) {
+  sendPendingAtCloseIsDropped({{"UCX_TLS", "sm"}});
 }
 
 // The same on the sending side: a send's region deregistered while the send waits for its receiver (a rendezvous
