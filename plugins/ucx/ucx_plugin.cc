@@ -327,8 +327,9 @@ struct Comm {
   std::string peer;                  // side-channel address of the peer, for messages
   int sideFd = -1;                   // the side channel, kept open as a process-death detector (see checkSideChannel)
   bool peerClosed = false;           // the peer said goodbye on the side channel: its end closed in order
-  Clock::time_point peerClosedAt{};
-  std::atomic<bool> closed{false};  // NCCL closed it: it lingers (see Keeper), and a failure is no news
+  bool peerReleased = false;         // then its side channel ended too: its worker is destroyed
+  Clock::time_point peerClosedAt{};  // the goodbye, the last progress since, or the release: the close timeout's start
+  std::atomic<bool> closed{false};   // NCCL closed it: it lingers (see Keeper), and a failure is no news
   Clock::time_point lingerUntil{};
   Clock::time_point nextSideCheck{};
   sdk::RequestPool<Request, kRequestsPerComm> requests;
@@ -380,27 +381,34 @@ constexpr char kGoodbye = 'B';
 // found by TCP keepalive on the socket (NNS_UCX_DEAD_PEER_MS). After a goodbye nothing more will come from the peer,
 // and it will take nothing more: a request still incomplete NNS_UCX_CLOSE_TIMEOUT_MS after the goodbye, or after the
 // last progress since (time for what the peer flushed before its goodbye to be progressed here), fails; a live peer
-// that closed is otherwise invisible to UCX's shared-memory keepalive. Checked from test() while a request is
-// incomplete, at most every 50 ms.
+// that closed is otherwise invisible to UCX's shared-memory keepalive. The peer's comm may linger after its goodbye
+// (see Keeper); its side channel ends once its worker is destroyed (releaseComm destroys the worker first). From then
+// on nothing more can arrive, and progress no longer postpones the failure: this worker's own keepalive finds events
+// too, and over shared memory, with NNS_UCX_CLOSE_TIMEOUT_MS at or above the keepalive interval, they held a receive
+// posted after the peer's goodbye for ever. Checked from test() while a request is incomplete, at most every 50 ms.
 void checkSideChannel(Comm* comm) {
   if (comm->sideFd < 0 || comm->failure.load() != UCS_OK) return;
   auto now = Clock::now();
-  if (comm->peerClosed) {
-    if (now - comm->peerClosedAt >= std::chrono::milliseconds(Config::get().closeTimeoutMs))
-      markFailed(comm, UCS_ERR_CONNECTION_RESET,
-                 "a request is still pending after the peer closed its comm (NNS_UCX_CLOSE_TIMEOUT_MS ago):");
+  if (comm->peerClosed && now - comm->peerClosedAt >= std::chrono::milliseconds(Config::get().closeTimeoutMs)) {
+    markFailed(comm, UCS_ERR_CONNECTION_RESET,
+               "a request is still pending after the peer closed its comm (NNS_UCX_CLOSE_TIMEOUT_MS ago):");
     return;
   }
-  if (now < comm->nextSideCheck) return;
+  if (comm->peerReleased || now < comm->nextSideCheck) return;
   comm->nextSideCheck = now + std::chrono::milliseconds(50);
   char byte = 0;
   ssize_t n = recv(comm->sideFd, &byte, 1, MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (comm->peerClosed && n <= 0) {
+    comm->peerReleased = true;
+    comm->peerClosedAt = now;
+    return;
+  }
   if (n == 1 && byte == kGoodbye) {
     comm->peerClosed = true;
     comm->peerClosedAt = now;
     return;
   }
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
   if (n < 0) {
     // Named as the socket saw it: ETIMEDOUT is the keepalive finding a dead host or link, not a reset.
     const int error = errno;
@@ -1299,7 +1307,7 @@ class UcxNet {
     if (!all && failedSub < 0) {
       // After the peer's goodbye, what it sent before it is still arriving while progress finds events: the close
       // timeout counts from the last of them, not from the goodbye (a receive whose bytes were still coming failed).
-      if (comm->peerClosed && progressed) comm->peerClosedAt = Clock::now();
+      if (comm->peerClosed && !comm->peerReleased && progressed) comm->peerClosedAt = Clock::now();
       // The endpoint failed: what has not completed never will. The request stays live; close cleans it up.
       checkSideChannel(comm);
       if (comm->failure.load() != UCS_OK) return commFailed(comm, "test");

@@ -367,6 +367,38 @@ TEST(UcxClose, AMessageTricklingInOverASlowLinkAfterTheGoodbyeArrivesWhole) {
       size_t{16} << 20, std::chrono::milliseconds(10));
 }
 
+// A receive posted for a message the sender never sent, after the sender closed in order (its goodbye written, its
+// worker lingering): over sm, with NNS_UCX_CLOSE_TIMEOUT_MS above the keepalive interval, every test() found events
+// (this worker's own keepalive), each postponed the close timeout, and the receive waited for ever once the sender's
+// worker was gone. It now fails once the sender's worker is destroyed (its side channel ends, here after
+// NNS_UCX_LINGER_MS) and the close timeout has passed: about 1 + 1 s here.
+TEST(UcxClose, AReceivePostedAfterTheSendersGoodbyeFailsOnceItsWorkerIsGone) {
+  setenv("NNS_UCX_KEEPALIVE_MS", "200", 1);
+  setenv("NNS_UCX_CLOSE_TIMEOUT_MS", "1000", 1);
+  setenv("NNS_UCX_LINGER_MS", "1000", 1);
+  UcxPair pair;
+  ASSERT_NO_FATAL_FAILURE(openUcxPair(kSharedMemory.env, &pair));
+  const ncclNet_v12_t* net = pair.net;
+  ASSERT_NE(net, nullptr);  // openUcxPair checked it; said again for the static analyzer
+  std::vector<unsigned char> target(64);
+  void* data = target.data();
+  size_t size = target.size();
+  int tag = 9, sizes[8] = {};
+  void* request = nullptr;
+  ASSERT_EQ(postRecv(net, pair.recvComm, 1, &data, &size, &tag, &request), ncclSuccess);
+  EXPECT_EQ(net->closeSend(pair.sendComm), ncclSuccess);  // nothing pending: the goodbye, and the worker lingers
+  const auto closed = Clock::now();
+  const ncclResult_t result = waitRequest(net, request, sizes, std::chrono::seconds(15));
+  const double seconds = std::chrono::duration<double>(Clock::now() - closed).count();
+  EXPECT_NE(result, ncclSuccess) << "a receive completed that nobody sent";
+  EXPECT_NE(result, ncclTimeout) << "the receive still waited 15 s after the sender's close";
+  EXPECT_LT(seconds, 6.0) << "well past NNS_UCX_LINGER_MS + NNS_UCX_CLOSE_TIMEOUT_MS (2 s)";
+  EXPECT_TRUE(warnedAbout("after the peer closed its comm")) << "failed, but not for the peer's close";
+  std::printf("the receive failed %.3f s after the sender's close\n", seconds);
+  EXPECT_EQ(net->closeRecv(pair.recvComm), ncclSuccess);
+  EXPECT_EQ(net->closeListen(pair.listenComm), ncclSuccess);
+}
+
 // A registration mapped with UCX (NNS_UCX_MEM_MAP=yes) deregistered after its comms closed (NCCL deregisters
 // first, but nothing in the ABI says so): the context stays until the registration goes. The last comm's close
 // cleaned the context up under the mapped region, and UCX's registration cache aborted the process.
