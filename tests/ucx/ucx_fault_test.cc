@@ -441,22 +441,38 @@ TEST(UcxStrangers, DroppedWhileRealSendersStillConnect) {
 using nns_ucx::HandlePayload;
 using nns_ucx::kHandleCodec;
 
+// The plugin over tcp in this process, a listener on device 0, and its handle decoded: for the tests that forge a
+// handle or a side-channel message from the real one.
+struct DecodedListener {
+  const ncclNet_v12_t* net = nullptr;
+  void* ctx = nullptr;
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* listenComm = nullptr;
+  HandlePayload payload{};
+};
+void openDecodedListener(DecodedListener* listener) {
+  applyEnv(kTcp);
+  listener->net = plugin();
+  ASSERT_NE(listener->net, nullptr) << dlerror();
+  ncclResult_t result = ncclSuccess;
+  listener->ctx = initPlugin(listener->net, &result);
+  ASSERT_EQ(result, ncclSuccess);
+  ASSERT_EQ(listener->net->listen(listener->ctx, 0, listener->handle, &listener->listenComm), ncclSuccess);
+  ASSERT_EQ(kHandleCodec.decode(listener->handle, &listener->payload), ncclSuccess)
+      << "the plugin's handle layout changed";
+}
+
 // A handle that names this listener's side channel but another listen id (a stale handle whose port a new listener
 // took, or a peer holding another job's handle) is refused at the address exchange: accept drops the connection with a
 // WARN and returns no comm, and the connect fails instead of joining a listener it was not meant for. The listener
 // still takes the real handle's connection afterwards. In one process, over tcp.
 TEST(UcxStrangers, AHandleWithAnotherListenIdIsRefused) {
-  applyEnv(kTcp);
-  const ncclNet_v12_t* net = plugin();
-  ASSERT_NE(net, nullptr) << dlerror();
-  ncclResult_t result = ncclSuccess;
-  void* ctx = initPlugin(net, &result);
-  ASSERT_EQ(result, ncclSuccess);
-  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-  void *listenComm = nullptr, *sendComm = nullptr, *recvComm = nullptr;
-  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
-  HandlePayload payload{};
-  ASSERT_EQ(kHandleCodec.decode(handle, &payload), ncclSuccess) << "the plugin's handle layout changed";
+  DecodedListener listener;
+  ASSERT_NO_FATAL_FAILURE(openDecodedListener(&listener));
+  const ncclNet_v12_t* net = listener.net;
+  void* ctx = listener.ctx;
+  void *listenComm = listener.listenComm, *sendComm = nullptr, *recvComm = nullptr;
+  HandlePayload payload = listener.payload;
   payload.listenId ^= 0x5a5a5a5a5a5a5a5aull;
   unsigned char forged[NCCL_NET_HANDLE_MAXSIZE] = {};
   ASSERT_EQ(kHandleCodec.encode(payload, forged), ncclSuccess);
@@ -477,7 +493,7 @@ TEST(UcxStrangers, AHandleWithAnotherListenIdIsRefused) {
   }
   sendComm = nullptr;
 
-  ASSERT_EQ(connectToListener(net, ctx, 0, handle, listenComm, &sendComm, &recvComm), ncclSuccess);
+  ASSERT_EQ(connectToListener(net, ctx, 0, listener.handle, listenComm, &sendComm, &recvComm), ncclSuccess);
   EXPECT_EQ(net->closeRecv(recvComm), ncclSuccess);
   EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
   EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
@@ -487,17 +503,11 @@ TEST(UcxStrangers, AHandleWithAnotherListenIdIsRefused) {
 // most: a corrupt or hostile peer) is dropped at once with a WARN naming the size: the listener neither allocates the
 // announced bytes nor waits NNS_UCX_CONNECT_TIMEOUT_MS (30 s, the default, here) for them. In one process, over tcp.
 TEST(UcxStrangers, AHelloAnnouncingAnOversizedWorkerAddressIsDropped) {
-  applyEnv(kTcp);
-  const ncclNet_v12_t* net = plugin();
-  ASSERT_NE(net, nullptr) << dlerror();
-  ncclResult_t result = ncclSuccess;
-  void* ctx = initPlugin(net, &result);
-  ASSERT_EQ(result, ncclSuccess);
-  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-  void* listenComm = nullptr;
-  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
-  HandlePayload payload{};
-  ASSERT_EQ(kHandleCodec.decode(handle, &payload), ncclSuccess) << "the plugin's handle layout changed";
+  DecodedListener listener;
+  ASSERT_NO_FATAL_FAILURE(openDecodedListener(&listener));
+  const ncclNet_v12_t* net = listener.net;
+  void* listenComm = listener.listenComm;
+  const HandlePayload& payload = listener.payload;
   sockaddr_storage address{};
   std::memcpy(&address, &payload.sideChannel.storage, payload.sideChannel.length());
   const int fd = nns::check::connectTcp(address);
@@ -516,17 +526,12 @@ TEST(UcxStrangers, AHelloAnnouncingAnOversizedWorkerAddressIsDropped) {
 // with the wire magic (another service on a reused port, another plugin version) fails the connect with a WARN saying
 // so, before its bytes reach UCX as a worker address. The "listener" is a plain socket of the test's own.
 TEST(UcxStrangers, AReplyWithoutTheWireMagicFailsTheConnect) {
-  applyEnv(kTcp);
-  const ncclNet_v12_t* net = plugin();
-  ASSERT_NE(net, nullptr) << dlerror();
-  ncclResult_t result = ncclSuccess;
-  void* ctx = initPlugin(net, &result);
-  ASSERT_EQ(result, ncclSuccess);
-  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-  void* listenComm = nullptr;
-  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
-  HandlePayload payload{};
-  ASSERT_EQ(kHandleCodec.decode(handle, &payload), ncclSuccess) << "the plugin's handle layout changed";
+  DecodedListener listener;
+  ASSERT_NO_FATAL_FAILURE(openDecodedListener(&listener));
+  const ncclNet_v12_t* net = listener.net;
+  void* ctx = listener.ctx;
+  HandlePayload payload = listener.payload;
+  void* listenComm = listener.listenComm;
   EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);  // only its handle was wanted
 
   const int server = socket(AF_INET, SOCK_STREAM, 0);
