@@ -1,6 +1,8 @@
 // ucx_fault_test.cc: nns-ucx between two processes when one is killed mid-message: the survivor's test() must fail
 // (not hang, not succeed) within a bound, in both directions, over UCX's tcp and shared-memory transports. And a dead
-// link rather than a dead process: two network-namespace hosts whose veth goes down mid-stream (UcxTwoHosts).
+// link rather than a dead process: two network-namespace hosts whose veth goes down mid-stream (UcxTwoHosts). And
+// strangers on the side channel (UcxStrangers, UcxConnect): garbage, a stale or forged handle, a hostile hello or
+// reply, a listener that never answers.
 //
 // Every process loads the plugin itself after fork and after setting UCX_TLS, so UCX reads the environment of the
 // test (gtest_discover_tests runs each test in its own process).
