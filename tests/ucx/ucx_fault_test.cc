@@ -6,9 +6,7 @@
 //
 // Every process loads the plugin itself after fork and after setting UCX_TLS, so UCX reads the environment of the
 // test (gtest_discover_tests runs each test in its own process).
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -444,7 +442,7 @@ using nns_ucx::HandlePayload;
 using nns_ucx::kHandleCodec;
 
 // The plugin over tcp in this process, a listener on device 0, and its handle decoded: for the tests that forge a
-// handle or a side-channel message from the real one.
+// handle or a side-channel message from the real one, and for the connect that is never answered.
 struct DecodedListener {
   const ncclNet_v12_t* net = nullptr;
   void* ctx = nullptr;
@@ -536,17 +534,10 @@ TEST(UcxStrangers, AReplyWithoutTheWireMagicFailsTheConnect) {
   void* listenComm = listener.listenComm;
   EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);  // only its handle was wanted
 
-  const int server = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(server, 0);
-  sockaddr_in local{};
-  local.sin_family = AF_INET;
-  local.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(local);
-  ASSERT_EQ(bind(server, reinterpret_cast<sockaddr*>(&local), sizeof(local)), 0);
-  ASSERT_EQ(listen(server, 4), 0);
-  ASSERT_EQ(getsockname(server, reinterpret_cast<sockaddr*>(&local), &length), 0);
-  payload.sideChannel = nccl_net::sdk::SocketAddress{};
-  std::memcpy(&payload.sideChannel.storage, &local, sizeof(local));
+  std::string error;
+  const int server =
+      nccl_net::sdk::listenTcp(nccl_net::sdk::SocketAddress::loopback(AF_INET), 4, &payload.sideChannel, &error);
+  ASSERT_GE(server, 0) << error;
   unsigned char forged[NCCL_NET_HANDLE_MAXSIZE] = {};
   ASSERT_EQ(kHandleCodec.encode(payload, forged), ncclSuccess);
 
@@ -584,18 +575,13 @@ TEST(UcxStrangers, AReplyWithoutTheWireMagicFailsTheConnect) {
 // connection and our worker address, and no reply ever comes. connect fails once NNS_UCX_CONNECT_TIMEOUT_MS (1 s here)
 // has passed, naming the variable, instead of returning "not yet" for ever. In one process, over tcp.
 TEST(UcxConnect, AListenerThatNeverAnswersFailsTheConnectWithinTheTimeout) {
-  applyEnv(kTcp);
   setenv("NNS_UCX_CONNECT_TIMEOUT_MS", "1000", 1);
-  const ncclNet_v12_t* net = plugin();
-  ASSERT_NE(net, nullptr) << dlerror();
-  ncclResult_t result = ncclSuccess;
-  void* ctx = initPlugin(net, &result);
-  ASSERT_EQ(result, ncclSuccess);
-  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-  void *listenComm = nullptr, *sendComm = nullptr;
-  ASSERT_EQ(net->listen(ctx, 0, handle, &listenComm), ncclSuccess);
+  DecodedListener listener;
+  ASSERT_NO_FATAL_FAILURE(openDecodedListener(&listener));
+  const ncclNet_v12_t* net = listener.net;
+  void *listenComm = listener.listenComm, *sendComm = nullptr;
   const auto start = Clock::now();
-  EXPECT_NE(connectUntilDone(net, ctx, 0, handle, &sendComm, std::chrono::seconds(10)), ncclTimeout)
+  EXPECT_NE(connectUntilDone(net, listener.ctx, 0, listener.handle, &sendComm, std::chrono::seconds(10)), ncclTimeout)
       << "connect still waits after 10 s for a listener that never answers";
   EXPECT_EQ(sendComm, nullptr);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
