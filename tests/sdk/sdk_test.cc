@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <climits>
 #include <cstdarg>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -48,6 +50,7 @@ struct Calls {
   int inits = 0;
   int lastTrafficClass = -100;
   int lastAbi = 0;
+  uint64_t lastCommId = 0;
   size_t lastSendSize = 0;
   size_t lastRecvSizes[4] = {};
   void* lastPhandle = reinterpret_cast<void*>(0x1);
@@ -68,6 +71,7 @@ struct RecordingNet {
     ++calls.inits;
     calls.lastTrafficClass = args.trafficClass;
     calls.lastAbi = args.abiVersion;
+    calls.lastCommId = args.commId;
     *ctx = reinterpret_cast<void*>(static_cast<intptr_t>(1000 + calls.inits));
     return ncclSuccess;
   }
@@ -274,6 +278,38 @@ struct NullContextNet : StagingNet {
   static inline void* seen = reinterpret_cast<void*>(0x1);  // the ctx the last connect or finalize was given
 };
 
+// Test double: every property field a value of its own, so a field a version has and the SDK left out shows.
+struct EveryFieldNet : RecordingNet {
+  static constexpr const char kName[] = "every-field";
+  ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
+    props->name = const_cast<char*>("all0");
+    props->pciPath = const_cast<char*>("/sys/devices/pci0000:00/0000:00:02.0");
+    props->guid = 0x1122334455667788ull;
+    props->regIsGlobal = 1;
+    props->forceFlush = 1;
+    props->speed = 400000 + dev;
+    props->port = 2;
+    props->latency = 1.5f;
+    props->maxComms = 4242;
+    props->maxRecvs = 6;
+    props->netDeviceVersion = 7;
+    props->maxP2pBytes = size_t{1} << 20;
+    props->maxCollBytes = size_t{1} << 21;
+    props->maxMultiRequestSize = 4;
+    return ncclSuccess;
+  }
+};
+
+// Test double: its listen throws what `thrown` says: 0 std::bad_alloc, 1 an int.
+struct ThrowingNet : RecordingNet {
+  static constexpr const char kName[] = "throwing";
+  ncclResult_t listen(void*, int, void*, void**) {
+    if (thrown == 0) throw std::bad_alloc();
+    throw 42;
+  }
+  static inline int thrown = 0;
+};
+
 }  // namespace
 
 // ---- handle codec
@@ -336,6 +372,44 @@ TEST(HandleCodec, RejectsEveryKindOfBadHandle) {
   EXPECT_EQ(kCodec.encode(Address{}, nullptr), ncclInternalError);
 }
 
+// The checksum catches corruption, not a writer that fills the header differently: a handle whose reserved field or
+// length is not what encode() writes is refused though its checksum matches its bytes.
+TEST(HandleCodec, AReservedFieldOrLengthEncodeNeverWritesIsRefusedWithAMatchingChecksum) {
+  sdk::setLogger(recordingLogger);
+  unsigned char good[NCCL_NET_HANDLE_MAXSIZE];
+  ASSERT_EQ(kCodec.encode(Address{1, 2, 3}, good), ncclSuccess);
+  auto forge = [&](auto change, unsigned char* out) {
+    std::memcpy(out, good, NCCL_NET_HANDLE_MAXSIZE);
+    sdk::HandleHeader header;
+    std::memcpy(&header, out, sizeof(header));
+    change(header);
+    header.checksum = 0;
+    uint32_t hash = sdk::fnv1a(reinterpret_cast<const unsigned char*>(&header), sizeof(header));
+    header.checksum = sdk::fnv1a(out + sizeof(header), sizeof(Address), hash);
+    std::memcpy(out, &header, sizeof(header));
+  };
+  Address out{};
+  unsigned char forged[NCCL_NET_HANDLE_MAXSIZE];
+  forge([](sdk::HandleHeader& header) { (void)header; }, forged);
+  ASSERT_EQ(kCodec.decode(forged, &out), ncclSuccess) << "the forging itself is right";
+  logLines().clear();
+  forge([](sdk::HandleHeader& header) { header.reserved = 1; }, forged);
+  EXPECT_EQ(kCodec.decode(forged, &out), ncclInternalError);
+  EXPECT_TRUE(logged("reserved field 0x1, expected 0"));
+  forge([](sdk::HandleHeader& header) { header.length = sizeof(Address) - 1; }, forged);
+  EXPECT_EQ(kCodec.decode(forged, &out), ncclInternalError);
+  EXPECT_TRUE(logged("connection handle length"));
+}
+
+// encode() leaves nothing of what the buffer held: the connect stage's tail is zero, so get() finds no state there.
+TEST(HandleCodec, EncodeZeroesEveryByteAfterThePayloadTheConnectStageIncluded) {
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+  std::memset(handle, 0xee, sizeof(handle));
+  ASSERT_EQ(kCodec.encode(Address{1, 2, 3}, handle), ncclSuccess);
+  for (size_t byte = kCodec.kEncodedSize; byte < NCCL_NET_HANDLE_MAXSIZE; ++byte)
+    EXPECT_EQ(handle[byte], 0) << "byte " << byte;
+}
+
 TEST(ConnectStage, StoresStateOnlyInAHandleThatCarriesIt) {
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
   ASSERT_EQ(kCodec.encode(Address{1, 2, 3}, handle), ncclSuccess);
@@ -378,6 +452,16 @@ TEST(ConnectStage, ATailNamingNoKeptStateIsNotFollowed) {
                                         << ")";
   EXPECT_EQ(sdk::ConnectStage<long>::get(handle), nullptr) << "a state is found only as the type it was kept as";
   Stage::take(handle);
+}
+
+// take() ends the stage: the handle's tail is zero again, as encode() left it.
+TEST(ConnectStage, TakeZeroesTheHandlesTail) {
+  using Stage = sdk::ConnectStage<int>;
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  Stage::adopt(handle, std::make_unique<int>(3));
+  ASSERT_NE(Stage::take(handle), nullptr);
+  for (size_t byte = NCCL_NET_HANDLE_MAXSIZE - sdk::kConnectStageBytes; byte < NCCL_NET_HANDLE_MAXSIZE; ++byte)
+    EXPECT_EQ(handle[byte], 0) << "byte " << byte;
 }
 
 // ncclNet cannot cancel a connect: a host that gives up frees the handle. The SDK deletes what such connects left
@@ -490,6 +574,23 @@ TEST(ConnectStage, FinalizedContextsAreRefusedAndTakeNoMemory) {
   logLines().clear();
   EXPECT_EQ(table.connect(otherSalt, 0, handle, &sendComm, nullptr), ncclInternalError);
   EXPECT_TRUE(logged("is not one this plugin's init returned"));
+  EXPECT_EQ(table.finalize(live), ncclSuccess);
+}
+
+// A token of this table's shape whose number no init has reached yet is no ctx this plugin's init returned (not one
+// finalized already): ncclInternalError, with its name.
+TEST(ConnectStage, ATokenNumberNoInitReachedIsUnknownNotFinalized) {
+  const auto& table = NetTables<NullContextNet>::v12;
+  void* live = nullptr;
+  ASSERT_EQ(table.init(&live, 1, nullptr, recordingLogger, nullptr), ncclSuccess);
+  void* ahead = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(live) + 1000);
+  sdk::setLogger(recordingLogger);
+  logLines().clear();
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* sendComm = nullptr;
+  EXPECT_EQ(table.connect(ahead, 0, handle, &sendComm, nullptr), ncclInternalError);
+  EXPECT_TRUE(logged("is not one this plugin's init returned"));
+  EXPECT_FALSE(logged("was finalized already"));
   EXPECT_EQ(table.finalize(live), ncclSuccess);
 }
 
@@ -628,6 +729,21 @@ TEST(RequestPool, FixedCapacityAndOwnership) {
   EXPECT_NE(pool.acquire(), nullptr);
 }
 
+// The address just past the last slot is no request of the pool's (nor is anything beyond it).
+TEST(RequestPool, TheAddressJustPastTheLastSlotIsNotOwned) {
+  struct Request {
+    int value;
+  };
+  sdk::RequestPool<Request, 2> pool;
+  ASSERT_NE(pool.acquire(Request{1}), nullptr);
+  Request* last = pool.acquire(Request{2});
+  ASSERT_NE(last, nullptr);
+  EXPECT_TRUE(pool.owns(last));
+  EXPECT_FALSE(pool.owns(last + 1));
+  EXPECT_FALSE(pool.release(last + 1));
+  EXPECT_EQ(pool.inUse(), 2u);
+}
+
 // A constructor that throws leaves the slot free and nothing live (the slot was marked live first, and the pool's
 // destructor then destroyed an object never made).
 struct Fussy {
@@ -676,6 +792,22 @@ TEST(Logging, NullLoggerFallsBackToStderrAndHostLoggerGetsPrefix) {
   EXPECT_TRUE(err.empty()) << "with a host logger nothing goes to stderr";
 }
 
+// Every init since v11 passes the host's logger: the first one stays, whatever a later init passes.
+TEST(Logging, TheFirstHostLoggerStaysWhenALaterInitPassesAnother) {
+  sdk::detail::loggerSlot().store(nullptr);
+  sdk::setLogger(recordingLogger);
+  sdk::setLogger(silentLogger);
+  EXPECT_EQ(sdk::logger(), &recordingLogger);
+}
+
+// ABORT lines reach stderr without a host logger wherever WARN lines do (NCCL's ABORT is above INFO, not below WARN).
+TEST(Logging, AbortLinesReachStderrWhereWarnLinesDo) {
+  if (!sdk::detail::stderrShows(NCCL_LOG_WARN)) GTEST_SKIP() << "NCCL_DEBUG hides WARN lines here";
+  testing::internal::CaptureStderr();
+  sdk::stderrLogger(NCCL_LOG_ABORT, 0, __FILE__, __LINE__, "fatal %d", 3);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "ABORT fatal 3\n");
+}
+
 // ---- environment settings
 // ----------------------------------------------------------------------------------------------------------
 TEST(Environment, IntegersAreWholeAndInRangeOrReportedAndDefaulted) {
@@ -708,6 +840,23 @@ TEST(Environment, IntegersAreWholeAndInRangeOrReportedAndDefaulted) {
   EXPECT_EQ(sdk::envInteger("NNS_SDK_TEST_SETTING", 7, -3, 20), 7) << "unset";
 }
 
+// Both ends of the range are in it; and a number strtol cannot hold is reported even where the range is all of long
+// (strtol then returns LONG_MAX, inside the range).
+TEST(Environment, TheRangesEndsAreInItAndAnOverflowIsReportedWhateverTheRange) {
+  sdk::setLogger(recordingLogger);
+  setenv("NNS_SDK_TEST_SETTING", "20", 1);
+  EXPECT_EQ(sdk::envInteger("NNS_SDK_TEST_SETTING", 7, -3, 20), 20);
+  setenv("NNS_SDK_TEST_SETTING", "-3", 1);
+  EXPECT_EQ(sdk::envInteger("NNS_SDK_TEST_SETTING", 7, -3, 20), -3);
+  setenv("NNS_SDK_TEST_SETTING", "99999999999999999999", 1);
+  logLines().clear();
+  EXPECT_EQ(sdk::envInteger("NNS_SDK_TEST_SETTING", 7, LONG_MIN, LONG_MAX), 7);
+  EXPECT_TRUE(logged("NNS_SDK_TEST_SETTING=99999999999999999999 is not an integer"));
+  setenv("NNS_SDK_TEST_SETTING", "-99999999999999999999", 1);
+  EXPECT_EQ(sdk::envInteger("NNS_SDK_TEST_SETTING", 7, LONG_MIN, LONG_MAX), 7);
+  unsetenv("NNS_SDK_TEST_SETTING");
+}
+
 // ---- down-conversions through the exported tables
 // ------------------------------------------------------------------------
 TEST(Export, PropertiesAreDowngradedFieldByField) {
@@ -729,6 +878,49 @@ TEST(Export, PropertiesAreDowngradedFieldByField) {
   ASSERT_EQ(NetTables<RecordingNet>::v12.getProperties(0, &v12), ncclSuccess);
   EXPECT_EQ(v12.railId, -1);
   EXPECT_EQ(v12.maxMultiRequestSize, 1);
+}
+
+// Each version's struct gets every field it has (EveryFieldNet sets each to a value of its own).
+template <int V, class Props, class Table>
+void expectEveryField(const Table& table) {
+  Props p;
+  std::memset(&p, 0xa5, sizeof(p));
+  ASSERT_EQ(table.getProperties(1, &p), ncclSuccess) << "v" << V;
+  EXPECT_STREQ(p.name, "all0") << "v" << V;
+  EXPECT_STREQ(p.pciPath, "/sys/devices/pci0000:00/0000:00:02.0") << "v" << V;
+  EXPECT_EQ(p.guid, 0x1122334455667788ull) << "v" << V;
+  EXPECT_EQ(p.ptrSupport, NCCL_PTR_HOST) << "v" << V;
+  EXPECT_EQ(p.speed, 400001) << "v" << V;
+  EXPECT_EQ(p.port, 2) << "v" << V;
+  EXPECT_EQ(p.latency, 1.5f) << "v" << V;
+  EXPECT_EQ(p.maxComms, 4242) << "v" << V;
+  EXPECT_EQ(p.maxRecvs, 6) << "v" << V;
+  if constexpr (V >= 7) {
+    EXPECT_EQ(p.netDeviceType, NCCL_NET_DEVICE_HOST) << "v" << V;
+    EXPECT_EQ(p.netDeviceVersion, 7) << "v" << V;
+  }
+  if constexpr (V >= 8) {
+    EXPECT_EQ(p.regIsGlobal, 1) << "v" << V;
+  }
+  if constexpr (V >= 9) {
+    EXPECT_EQ(p.forceFlush, 1) << "v" << V;
+    EXPECT_EQ(p.vProps.ndevs, 1) << "v" << V;
+    EXPECT_EQ(p.vProps.devs[0], 1) << "v" << V;
+    EXPECT_EQ(p.maxP2pBytes, size_t{1} << 20) << "v" << V;
+    EXPECT_EQ(p.maxCollBytes, size_t{1} << 21) << "v" << V;
+  }
+  if constexpr (V >= 11) {
+    EXPECT_EQ(p.maxMultiRequestSize, 4) << "v" << V;
+  }
+}
+TEST(Export, EveryPropertyFieldAVersionHasReachesItsStruct) {
+  expectEveryField<6, ncclNetProperties_v6_t>(NetTables<EveryFieldNet>::v6);
+  expectEveryField<7, ncclNetProperties_v7_t>(NetTables<EveryFieldNet>::v7);
+  expectEveryField<8, ncclNetProperties_v8_t>(NetTables<EveryFieldNet>::v8);
+  expectEveryField<9, ncclNetProperties_v9_t>(NetTables<EveryFieldNet>::v9);
+  expectEveryField<10, ncclNetProperties_v10_t>(NetTables<EveryFieldNet>::v10);
+  expectEveryField<11, ncclNetProperties_v11_t>(NetTables<EveryFieldNet>::v11);
+  expectEveryField<12, ncclNetProperties_v12_t>(NetTables<EveryFieldNet>::v12);
 }
 
 // ncclNet_v6 has no device type, and its hosts take every device as HOST: an UNPACK device is refused there, and
@@ -801,6 +993,59 @@ TEST(Export, V11InitPassesCommIdAndConfig) {
   EXPECT_EQ(calls.lastTrafficClass, 3);
   EXPECT_EQ(calls.lastAbi, 11);
   EXPECT_NE(ctx, nullptr);
+}
+
+// The communicator's hash reaches the class's init from v11 on (v12's and v11's tables).
+TEST(Export, InitPassesTheCommIdFromV11On) {
+  void* ctx = nullptr;
+  ASSERT_EQ(NetTables<RecordingNet>::v12.init(&ctx, 0xabcdef12345ull, nullptr, recordingLogger, nullptr), ncclSuccess);
+  EXPECT_EQ(calls.lastCommId, 0xabcdef12345ull);
+  EXPECT_EQ(NetTables<RecordingNet>::v12.finalize(ctx), ncclSuccess);
+  ASSERT_EQ(NetTables<RecordingNet>::v11.init(&ctx, 0x5566ull, nullptr, recordingLogger, nullptr), ncclSuccess);
+  EXPECT_EQ(calls.lastCommId, 0x5566ull);
+  EXPECT_EQ(NetTables<RecordingNet>::v11.finalize(ctx), ncclSuccess);
+}
+
+// Size 0 is a size: an empty message or registration passes through the int-sized versions (v6..v8) as 0.
+TEST(Export, AnEmptyMessageOrRegistrationPassesThroughTheIntSizedVersions) {
+  char byte = 0;
+  void* request = nullptr;
+  calls.lastSendSize = 99;
+  ASSERT_EQ(NetTables<RecordingNet>::v8.isend(reinterpret_cast<void*>(1), &byte, 0, 0, nullptr, &request), ncclSuccess);
+  EXPECT_EQ(calls.lastSendSize, 0u);
+  int sizes[1] = {0};
+  void* data[1] = {&byte};
+  int tags[1] = {0};
+  calls.lastRecvSizes[0] = 99;
+  ASSERT_EQ(NetTables<RecordingNet>::v7.irecv(reinterpret_cast<void*>(1), 1, data, sizes, tags, nullptr, &request),
+            ncclSuccess);
+  EXPECT_EQ(calls.lastRecvSizes[0], 0u);
+  void* mhandle = nullptr;
+  EXPECT_EQ(NetTables<RecordingNet>::v6.regMr(reinterpret_cast<void*>(1), &byte, 0, NCCL_PTR_HOST, &mhandle),
+            ncclSuccess);
+}
+
+// NCCL groups up to NCCL_PROXY_MAX_SUBS = 64 receives in one irecv: 64 is taken in every version, 65 refused.
+TEST(Export, AGroupedReceiveOfSixtyFourIsTakenAndOfSixtyFiveRefused) {
+  char byte = 0;
+  void* data[65];
+  size_t sizes[65];
+  int intSizes[65];
+  int tags[65];
+  for (int i = 0; i < 65; ++i) {
+    data[i] = &byte;
+    sizes[i] = 1;
+    intSizes[i] = 1;
+    tags[i] = i;
+  }
+  void* request = nullptr;
+  const auto& v12 = NetTables<RecordingNet>::v12;
+  EXPECT_EQ(v12.irecv(reinterpret_cast<void*>(1), 64, data, sizes, tags, nullptr, nullptr, &request), ncclSuccess);
+  EXPECT_EQ(v12.irecv(reinterpret_cast<void*>(1), 65, data, sizes, tags, nullptr, nullptr, &request),
+            ncclInternalError);
+  const auto& v8 = NetTables<RecordingNet>::v8;
+  EXPECT_EQ(v8.irecv(reinterpret_cast<void*>(1), 64, data, intSizes, tags, nullptr, &request), ncclSuccess);
+  EXPECT_EQ(v8.irecv(reinterpret_cast<void*>(1), 65, data, intSizes, tags, nullptr, &request), ncclInternalError);
 }
 
 TEST(Export, IntSizesWidenAndPhandleIsNullBeforeV10) {
@@ -889,6 +1134,17 @@ TEST(Export, CompletedSizeAboveIntMaxIsAnErrorNotATruncation) {
       << "NCCL passes NULL sizes for flush requests";
 }
 
+// INT_MAX itself is what test()'s int holds: reported as it is.
+TEST(Export, ACompletedSizeOfExactlyIntMaxIsReported) {
+  calls.reportSize = static_cast<size_t>(INT_MAX);
+  int done = 0;
+  int size = 0;
+  EXPECT_EQ(NetTables<RecordingNet>::v12.test(reinterpret_cast<void*>(4), &done, &size), ncclSuccess);
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(size, INT_MAX);
+  calls.reportSize = 0;
+}
+
 TEST(Export, ExceptionsBecomeAnErrorAndOneWarn) {
   sdk::setLogger(recordingLogger);
   logLines().clear();
@@ -898,6 +1154,21 @@ TEST(Export, ExceptionsBecomeAnErrorAndOneWarn) {
   EXPECT_EQ(NetTables<RecordingNet>::v12.listen(nullptr, 0, handle, &listenComm), ncclInternalError);
   EXPECT_TRUE(logged("listen: unexpected exception: listen exploded"));
   calls.throwInListen = false;
+}
+
+// Out of memory is the host's ncclSystemError; anything else thrown, a non-standard exception included, an
+// ncclInternalError; each with its WARN.
+TEST(Export, OutOfMemoryIsASystemErrorAndANonStandardExceptionAnInternalOne) {
+  sdk::setLogger(recordingLogger);
+  logLines().clear();
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listenComm = nullptr;
+  ThrowingNet::thrown = 0;
+  EXPECT_EQ(NetTables<ThrowingNet>::v12.listen(nullptr, 0, handle, &listenComm), ncclSystemError);
+  EXPECT_TRUE(logged("listen: out of memory"));
+  ThrowingNet::thrown = 1;
+  EXPECT_EQ(NetTables<ThrowingNet>::v12.listen(nullptr, 0, handle, &listenComm), ncclInternalError);
+  EXPECT_TRUE(logged("listen: unexpected non-standard exception"));
 }
 
 TEST(Export, OptionalCallsAreNullWhenAbsentAndWiredWhenPresent) {
@@ -935,6 +1206,20 @@ TEST(Export, OptionalCallsAreNullWhenAbsentAndWiredWhenPresent) {
   EXPECT_EQ(NetTables<FullNet>::v8.getDeviceMr, nullptr);
 }
 
+// A virtual device of as many physical devices as the version's props carry (4 before v12, 8 in v12) is made.
+TEST(Export, AVirtualDeviceOfAsManyDevicesAsTheVersionCarriesIsMade) {
+  int d = 0;
+  ncclNetVDeviceProps_v9_t four{4, {0, 1, 2, 3}};
+  EXPECT_EQ(NetTables<FullNet>::v9.makeVDevice(&d, &four), ncclSuccess);
+  EXPECT_EQ(d, 104);
+  ncclNetVDeviceProps_v11_t fourAgain{4, {3, 2, 1, 0}};
+  EXPECT_EQ(NetTables<FullNet>::v11.makeVDevice(&d, &fourAgain), ncclSuccess);
+  EXPECT_EQ(d, 104);
+  ncclNetVDeviceProps_v12_t eight{8, {0, 1, 2, 3, 4, 5, 6, 7}};
+  EXPECT_EQ(NetTables<FullNet>::v12.makeVDevice(&d, &eight), ncclSuccess);
+  EXPECT_EQ(d, 108);
+}
+
 // An optional call declared as an overload set or a template is found (it was exported as NULL without a word).
 TEST(Export, OptionalCallsDeclaredAsOverloadsOrTemplatesAreFound) {
   ASSERT_NE(NetTables<OverloadedNet>::v12.getDeviceMr, nullptr);
@@ -961,6 +1246,17 @@ TEST(Export, OptionalOverloadsAndTemplatesOfAFinalClassAreFound) {
             ncclSuccess);
   EXPECT_EQ(FinalOverloadedNet::consumed, 3);
   EXPECT_EQ(NetTables<FinalOverloadedNet>::v12.setNetAttr, nullptr) << "still NULL when not declared at all";
+}
+
+// irecvConsumed of no receive at all is refused before the class sees it; 1 to 64 are passed on.
+TEST(Export, IrecvConsumedOfNoReceiveIsRefused) {
+  const auto& v12 = NetTables<FinalOverloadedNet>::v12;
+  FinalOverloadedNet::consumed = -1;
+  EXPECT_EQ(v12.irecvConsumed(reinterpret_cast<void*>(1), 0, reinterpret_cast<void*>(2)), ncclInternalError);
+  EXPECT_EQ(FinalOverloadedNet::consumed, -1) << "the class must not see it";
+  EXPECT_EQ(v12.irecvConsumed(reinterpret_cast<void*>(1), 64, reinterpret_cast<void*>(2)), ncclSuccess);
+  EXPECT_EQ(FinalOverloadedNet::consumed, 64);
+  EXPECT_EQ(v12.irecvConsumed(reinterpret_cast<void*>(1), 65, reinterpret_cast<void*>(2)), ncclInternalError);
 }
 
 TEST(Export, DmaBufWithoutRegMrDmaBufIsRefused) {
@@ -1049,7 +1345,10 @@ struct CollCalls {
   size_t lastCount = 0;
   size_t lastPartSizes[3] = {};
   int lastParts = 0;
+  void* lastPartMhandles[3] = {};
+  void* lastPartAddresses[3] = {};
   int reduceQueries = 0;
+  int testIndex = 0;  // the size index test() sets
 };
 CollCalls collCalls;
 
@@ -1094,12 +1393,16 @@ struct RecordingColl {
   }
   ncclResult_t iallgather(void*, void*, int n, ncclNetSGE_v12_t* parts, size_t, size_t, size_t, void*, void** request) {
     collCalls.lastParts = n;
-    for (int i = 0; i < n && i < 3; ++i) collCalls.lastPartSizes[i] = parts[i].size;
+    for (int i = 0; i < n && i < 3; ++i) {
+      collCalls.lastPartSizes[i] = parts[i].size;
+      collCalls.lastPartMhandles[i] = parts[i].mhandle;
+      collCalls.lastPartAddresses[i] = parts[i].address;
+    }
     *request = reinterpret_cast<void*>(0x14);
     return ncclSuccess;
   }
   ncclResult_t test(void*, int* done, sdk::CompletedSizes& sizes) {
-    sizes.set(0, 64);
+    if (!sizes.set(collCalls.testIndex, 64)) return ncclSuccess;
     *done = 1;
     return ncclSuccess;
   }
@@ -1177,6 +1480,66 @@ TEST(CollNetExport, ReduceSupportNeverClaimsUserOpsOrUnknownTypes) {
   EXPECT_EQ(size, 64);
 }
 
+// The first value past the known ops and types is as unknown as any other: the plugin is not asked.
+TEST(CollNetExport, ReduceSupportStopsAtTheFirstUnknownOpAndType) {
+  int supported = -1;
+  const int before = collCalls.reduceQueries;
+  ASSERT_EQ(Coll::v12.reduceSupport(ncclFloat32, static_cast<ncclRedOp_t>(ncclNumOps), &supported), ncclSuccess);
+  EXPECT_EQ(supported, 0);
+  ASSERT_EQ(Coll::v12.reduceSupport(static_cast<ncclDataType_t>(ncclNumTypes), ncclSum, &supported), ncclSuccess);
+  EXPECT_EQ(supported, 0);
+  EXPECT_EQ(collCalls.reduceQueries, before) << "the plugin is not even asked";
+  ASSERT_EQ(Coll::v12.reduceSupport(static_cast<ncclDataType_t>(ncclNumTypes - 1), ncclSum, &supported), ncclSuccess);
+  EXPECT_EQ(collCalls.reduceQueries, before + 1) << "the last known type is asked about";
+}
+
+// A rank is one of 0..nranks-1: rank == nranks is refused before the class sees it.
+TEST(CollNetExport, ConnectRefusesARankOutsideTheCommunicator) {
+  void* handles[4] = {};
+  void* collComm = nullptr;
+  EXPECT_EQ(Coll::v12.connect(handles, 4, 4, reinterpret_cast<void*>(1), &collComm), ncclInternalError);
+  EXPECT_EQ(collComm, nullptr);
+  EXPECT_EQ(Coll::v12.connect(handles, 4, 3, reinterpret_cast<void*>(1), &collComm), ncclSuccess);
+  EXPECT_EQ(collComm, reinterpret_cast<void*>(0x11));
+}
+
+// Through an old table, 256 scatter-gather parts are taken (257 refused), each with its handle, address and size.
+TEST(CollNetExport, OldTablesCarryUpTo256PartsWithTheirHandlesAndAddresses) {
+  static ncclNetSGE_v8_t parts[257];
+  static char buffers[257];
+  for (int i = 0; i < 257; ++i)
+    parts[i] = {reinterpret_cast<void*>(static_cast<uintptr_t>(0x1000 + i)), &buffers[i], static_cast<uint32_t>(i)};
+  void* request = nullptr;
+  ASSERT_EQ(Coll::v8.iallgather(reinterpret_cast<void*>(1), nullptr, 256, parts, 1, 0, 256, nullptr, &request),
+            ncclSuccess);
+  EXPECT_EQ(collCalls.lastParts, 256);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(collCalls.lastPartMhandles[i], parts[i].mhandle) << "part " << i;
+    EXPECT_EQ(collCalls.lastPartAddresses[i], parts[i].address) << "part " << i;
+    EXPECT_EQ(collCalls.lastPartSizes[i], static_cast<size_t>(i)) << "part " << i;
+  }
+  EXPECT_EQ(Coll::v8.iallgather(reinterpret_cast<void*>(1), nullptr, 257, parts, 1, 0, 257, nullptr, &request),
+            ncclInternalError);
+  ncclNetSGE_v11_t parts11[1] = {{reinterpret_cast<void*>(0x77), &buffers[0], 9}};
+  ASSERT_EQ(Coll::v11.iallgather(reinterpret_cast<void*>(1), nullptr, 1, parts11, 1, 0, 9, nullptr, &request),
+            ncclSuccess);
+  EXPECT_EQ(collCalls.lastPartMhandles[0], reinterpret_cast<void*>(0x77));
+  EXPECT_EQ(collCalls.lastPartAddresses[0], &buffers[0]);
+}
+
+// A collective's test() has one size (NCCL passes a single int): a size set at index 1 is an error, not a write past
+// the host's int.
+TEST(CollNetExport, ACollectivesTestHasRoomForOneSizeOnly) {
+  int sizes[2] = {0, -7};
+  int done = 0;
+  collCalls.testIndex = 1;
+  EXPECT_EQ(Coll::v12.test(reinterpret_cast<void*>(0x13), &done, sizes), ncclInternalError);
+  EXPECT_EQ(sizes[1], -7);
+  collCalls.testIndex = 0;
+  EXPECT_EQ(Coll::v12.test(reinterpret_cast<void*>(0x13), &done, sizes), ncclSuccess);
+  EXPECT_EQ(sizes[0], 64);
+}
+
 // ---- sysfs helpers, on this machine's real /sys
 // ---------------------------------------------------------------------------
 TEST(Sysfs, VirtualDevicesHaveNoPciPathAndFallbackSpeed) {
@@ -1188,6 +1551,28 @@ TEST(Sysfs, VirtualDevicesHaveNoPciPathAndFallbackSpeed) {
   auto mtu = sdk::readSysfsLong("/sys/class/net/lo/mtu");
   ASSERT_TRUE(mtu.has_value());
   EXPECT_GT(*mtu, 0);
+}
+
+// A value that is no number is no value (it read as 0); a number is read with its trailing newline.
+TEST(Sysfs, AFileThatHoldsNoNumberHasNoValue) {
+  char path[] = "/tmp/nns-sysfs-test-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  auto write = [&](const char* text) {
+    FILE* file = std::fopen(path, "w");
+    ASSERT_NE(file, nullptr);
+    std::fputs(text, file);
+    std::fclose(file);
+  };
+  write("unknown\n");
+  EXPECT_FALSE(sdk::readSysfsLong(path).has_value());
+  write("25000\n");
+  EXPECT_EQ(sdk::readSysfsLong(path), std::optional<long>(25000));
+  write("0x10 \n");
+  EXPECT_EQ(sdk::readSysfsString(path), std::optional<std::string>("0x10"));
+  EXPECT_EQ(sdk::readSysfsLong(path), std::optional<long>(16));
+  unlink(path);
 }
 
 TEST(Sysfs, PciBusIdShape) {

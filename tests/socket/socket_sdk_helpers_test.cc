@@ -1,6 +1,8 @@
 // socket_sdk_helpers_test.cc: nccl_net/sdk/socket.hpp: interface filters, addresses, non-blocking connect/accept
 // with retries and timeouts, and the send/receive helpers' end-of-stream and error reporting.
 #include <dlfcn.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -10,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -124,6 +127,44 @@ TEST(SocketInterfaceSelection, AutomaticChoiceSkipsLoopbackWhenAnythingElseIsUp)
   } else {
     for (const auto& i : found) EXPECT_NE(i.name, "lo");
   }
+}
+
+// An interface with several addresses is offered by its best: IPv4 over IPv6, and with IPv6 forced a global address
+// over a link-local one; whatever order the kernel lists them in. Checked on this machine's interfaces.
+TEST(SocketInterfaceSelection, AnInterfaceIsOfferedByItsBestAddress) {
+  struct Has {
+    bool v4 = false, globalV6 = false;
+  };
+  std::vector<std::pair<std::string, Has>> has;
+  ifaddrs* list = nullptr;
+  ASSERT_EQ(getifaddrs(&list), 0);
+  for (ifaddrs* entry = list; entry != nullptr; entry = entry->ifa_next) {
+    if (entry->ifa_addr == nullptr || (entry->ifa_flags & IFF_UP) == 0) continue;
+    const int family = entry->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    auto it = std::find_if(has.begin(), has.end(), [&](const auto& h) { return h.first == entry->ifa_name; });
+    if (it == has.end()) it = has.insert(has.end(), {entry->ifa_name, Has{}});
+    const sdk::SocketAddress address = sdk::SocketAddress::fromSockaddr(entry->ifa_addr);
+    if (family == AF_INET) it->second.v4 = true;
+    if (family == AF_INET6 && !address.isLinkLocal() && !address.isLoopback()) it->second.globalV6 = true;
+  }
+  freeifaddrs(list);
+  int checked = 0;
+  for (const auto& found : sdk::listInterfaces(sdk::InterfaceFilter(""), AF_UNSPEC, 64)) {
+    for (const auto& [name, h] : has) {
+      if (name != found.name || !h.v4) continue;
+      EXPECT_EQ(found.address.family(), AF_INET) << name << ": " << found.address.toString();
+      ++checked;
+    }
+  }
+  for (const auto& found : sdk::listInterfaces(sdk::InterfaceFilter(""), AF_INET6, 64)) {
+    for (const auto& [name, h] : has) {
+      if (name != found.name || !h.globalV6) continue;
+      EXPECT_FALSE(found.address.isLinkLocal()) << name << ": " << found.address.toString();
+      ++checked;
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no interface here has an IPv4 or a global IPv6 address";
 }
 
 TEST(SocketAddress, PortAndText) {
@@ -253,6 +294,35 @@ TEST(SocketConnector, GivesUpAfterTheTimeoutWithTheAddressInTheError) {
   EXPECT_NE(connector.error().find("timed out"), std::string::npos) << connector.error();
   EXPECT_NE(connector.error().find(bound.toString()), std::string::npos) << connector.error();
   EXPECT_FALSE(connector.failedHere()) << "the peer was tried: a network failure";
+}
+
+// A connect the peer never answers (its listener's accept queue is full, so the SYN is dropped) stays pending; it
+// fails at the timeout, naming the address, as a failure of the network rather than of this host.
+TEST(SocketConnector, AConnectThatStaysPendingFailsAtTheTimeout) {
+  std::string error;
+  sdk::SocketAddress bound{};
+  int listener = sdk::listenTcp(sdk::SocketAddress::loopback(AF_INET), 0, &bound, &error);
+  ASSERT_GE(listener, 0) << error;
+  // Nothing accepts: once one connection has completed, the queue is full and a further SYN is dropped.
+  int filling = sdk::openTcpSocket(AF_INET, &error);
+  ASSERT_GE(filling, 0) << error;
+  (void)::connect(filling, bound.get(), bound.length());
+  ASSERT_TRUE(sdk::waitForSocket(filling, POLLOUT, 5000));
+  sdk::TcpConnector connector;
+  connector.start(bound, sdk::SocketAddress{}, std::chrono::milliseconds(300), std::chrono::milliseconds(20));
+  auto start = Clock::now();
+  sdk::IoStatus status;
+  do {
+    status = connector.progress();
+  } while (status == sdk::IoStatus::kWouldBlock && Clock::now() - start < std::chrono::seconds(5));
+  EXPECT_EQ(status, sdk::IoStatus::kFailed);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(connector.attempts(), 1) << "one attempt, never answered: " << connector.error();
+  EXPECT_NE(connector.error().find("timed out"), std::string::npos) << connector.error();
+  EXPECT_NE(connector.error().find(bound.toString()), std::string::npos) << connector.error();
+  EXPECT_FALSE(connector.failedHere());
+  close(filling);
+  close(listener);
 }
 
 // A listener of this host that is gone, when the kernel picks its port as the connect's source port: the socket
