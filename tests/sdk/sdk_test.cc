@@ -756,6 +756,8 @@ struct Fussy {
   static inline int destroyed = 0;
 };
 TEST(RequestPool, AThrowingConstructorLeavesThePoolAsItWas) {
+  Fussy::made = 0;
+  Fussy::destroyed = 0;
   {
     sdk::RequestPool<Fussy, 2> pool;
     EXPECT_THROW(pool.acquire(true), std::runtime_error);
@@ -1538,6 +1540,19 @@ TEST(CollNetExport, ACollectivesTestHasRoomForOneSizeOnly) {
   collCalls.testIndex = 0;
   EXPECT_EQ(Coll::v12.test(reinterpret_cast<void*>(0x13), &done, sizes), ncclSuccess);
   EXPECT_EQ(sizes[0], 64);
+}
+
+// A collNet flush refuses a NULL collComm as every other collNet call does (it was handed to the class); without an
+// iflush of the class's, a flush on a real comm completes at once with no request.
+TEST(CollNetExport, AFlushWithoutACommIsRefused) {
+  sdk::setLogger(recordingLogger);
+  logLines().clear();
+  char byte = 0;
+  void* request = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(Coll::v12.iflush(nullptr, &byte, 1, nullptr, &request), ncclInternalError);
+  EXPECT_TRUE(logged("collnet iflush: collComm or request is NULL"));
+  EXPECT_EQ(Coll::v12.iflush(reinterpret_cast<void*>(0x11), &byte, 1, nullptr, &request), ncclSuccess);
+  EXPECT_EQ(request, nullptr);
 }
 
 // ---- sysfs helpers, on this machine's real /sys

@@ -197,7 +197,8 @@ struct CollEntry {
 
   static ncclResult_t iflush(void* comm, void* data, int size, void* mhandle, void** request) {
     return guard("collnet iflush", [&]() -> ncclResult_t {
-      NCCL_NET_SDK_REQUIRE(request != nullptr, ncclInternalError, "collnet iflush: request is NULL");
+      NCCL_NET_SDK_REQUIRE(comm != nullptr && request != nullptr, ncclInternalError,
+                           "collnet iflush: collComm or request is NULL");
       *request = nullptr;
       if constexpr (has_iflush_v<Coll>) {
         return coll().iflush(comm, data, size, mhandle, request);
