@@ -46,6 +46,7 @@ refuses "-d float17" "unknown data type float17 (-d: int8 uint8"
 refuses "-g 2" "-g 2: only 1 is supported (one GPU per rank here"
 refuses "-t 4" "-t 4: only 1 is supported"
 refuses "-m 8" "-m 8: only 1 is supported"
+refuses "-m 0" "-m 0: only 1 is supported"
 refuses "-o mean" "unknown reduction mean"
 refuses "-A star" "unknown algorithm star"
 # -A for a collective with one schedule was taken and changed nothing.
@@ -360,6 +361,7 @@ launcher_refuses() {
 launcher_refuses "-n 0" "-n 0: a rank count from 1 to 4096"
 launcher_refuses "-n 4x" "-n 4x: a rank count"
 launcher_refuses "-n 5000" "-n 5000: a rank count"
+launcher_refuses "-n 4097" "-n 4097: a rank count from 1 to 4096"
 launcher_refuses "-n0" "-n0: a rank count from 1 to 4096"
 launcher_refuses "-n 2 --timeout -1" "--timeout -1: whole seconds"
 launcher_refuses "-n 2 --timeout soon" "--timeout soon: whole seconds"
@@ -378,6 +380,11 @@ if [ "$status" -ne 2 ] || ! grep -qF "no command to run" <<<"$out"; then
 fi
 if ! out=$(timeout 20 "$bin/nccl-net-run" -n 2 -- /bin/echo ran 2>&1) || [ "$(grep -c '^ran$' <<<"$out")" != 2 ]; then
   echo "FAILED: nccl-net-run -n 2 -- /bin/echo ran gave: $out (expected two lines 'ran')"
+  failures=$((failures + 1))
+fi
+# The lowest values each flag takes: --timeout 0 (no limit) and --kill-after 0 (SIGKILL at once) run the command.
+if ! out=$(timeout 20 "$bin/nccl-net-run" -n 1 --timeout 0 --kill-after 0 /bin/echo ran 2>&1) || [ "$out" != ran ]; then
+  echo "FAILED: nccl-net-run -n 1 --timeout 0 --kill-after 0 /bin/echo ran gave: $out (expected 'ran')"
   failures=$((failures + 1))
 fi
 
