@@ -479,7 +479,8 @@ int runTool(int argc, char** argv) {
   auto signalRanks = [&](int sig) {
     for (size_t i = 0; i < children.size(); ++i) {
       if (forgotten[i]) continue;
-      // A rank that left its group (setsid) is still signalled itself, while it is not reaped.
+      // A rank that left its group (setpgid into another group of its session; setsid fails for the group leader
+      // each rank is made) is still signalled itself, while it is not reaped.
       if (kill(-children[i], sig) != 0 && errno == ESRCH && alive[i]) kill(children[i], sig);
     }
   };
