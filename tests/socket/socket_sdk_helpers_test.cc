@@ -276,14 +276,10 @@ TEST(SocketInterfaceFilter, AListWithNoNameMatchesEveryInterfaceAsInNccl) {
   }
 }
 
-TEST(SocketConnector, GivesUpAfterTheTimeoutWithTheAddressInTheError) {
-  std::string error;
-  sdk::SocketAddress bound{};
-  int probe = sdk::listenTcp(sdk::SocketAddress::loopback(AF_INET), 1, &bound, &error);
-  ASSERT_GE(probe, 0);
-  close(probe);
-  sdk::TcpConnector connector;
-  connector.start(bound, sdk::SocketAddress{}, std::chrono::milliseconds(300), std::chrono::milliseconds(20));
+// Connects to `peer` with a 300 ms timeout (retrying refusals every 20 ms) until the connector ends: it must fail
+// within 2 s, saying it timed out and naming the address, as a failure of the network rather than of this host.
+void expectConnectTimesOut(const sdk::SocketAddress& peer, sdk::TcpConnector& connector) {
+  connector.start(peer, sdk::SocketAddress{}, std::chrono::milliseconds(300), std::chrono::milliseconds(20));
   auto start = Clock::now();
   sdk::IoStatus status;
   do {
@@ -292,8 +288,18 @@ TEST(SocketConnector, GivesUpAfterTheTimeoutWithTheAddressInTheError) {
   EXPECT_EQ(status, sdk::IoStatus::kFailed);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
   EXPECT_NE(connector.error().find("timed out"), std::string::npos) << connector.error();
-  EXPECT_NE(connector.error().find(bound.toString()), std::string::npos) << connector.error();
+  EXPECT_NE(connector.error().find(peer.toString()), std::string::npos) << connector.error();
   EXPECT_FALSE(connector.failedHere()) << "the peer was tried: a network failure";
+}
+
+TEST(SocketConnector, GivesUpAfterTheTimeoutWithTheAddressInTheError) {
+  std::string error;
+  sdk::SocketAddress bound{};
+  int probe = sdk::listenTcp(sdk::SocketAddress::loopback(AF_INET), 1, &bound, &error);
+  ASSERT_GE(probe, 0);
+  close(probe);
+  sdk::TcpConnector connector;
+  expectConnectTimesOut(bound, connector);
 }
 
 // A connect the peer never answers (its listener's accept queue is full, so the SYN is dropped) stays pending; it
@@ -309,18 +315,8 @@ TEST(SocketConnector, AConnectThatStaysPendingFailsAtTheTimeout) {
   (void)::connect(filling, bound.get(), bound.length());
   ASSERT_TRUE(sdk::waitForSocket(filling, POLLOUT, 5000));
   sdk::TcpConnector connector;
-  connector.start(bound, sdk::SocketAddress{}, std::chrono::milliseconds(300), std::chrono::milliseconds(20));
-  auto start = Clock::now();
-  sdk::IoStatus status;
-  do {
-    status = connector.progress();
-  } while (status == sdk::IoStatus::kWouldBlock && Clock::now() - start < std::chrono::seconds(5));
-  EXPECT_EQ(status, sdk::IoStatus::kFailed);
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+  expectConnectTimesOut(bound, connector);
   EXPECT_EQ(connector.attempts(), 1) << "one attempt, never answered: " << connector.error();
-  EXPECT_NE(connector.error().find("timed out"), std::string::npos) << connector.error();
-  EXPECT_NE(connector.error().find(bound.toString()), std::string::npos) << connector.error();
-  EXPECT_FALSE(connector.failedHere());
   close(filling);
   close(listener);
 }
