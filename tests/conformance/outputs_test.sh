@@ -46,6 +46,18 @@ for case in cases:
 PY
 }
 
+# A skipped rule: its evidence in --json, and in JUnit a "skipped" case the suite counts (a skip written as a pass,
+# or left out of the count, would go unseen otherwise).
+"$check" minimal --rules multi-recv-tags --call-timeout 2 --json --junit "$work/skip.xml" > "$work/skip.json"
+python3 - "$work/skip.json" <<'PY' || fail "a skipped rule in --json: $(cat "$work/skip.json")"
+import json, sys
+report = json.load(open(sys.argv[1]))
+assert report["skipped"] == 1 and report["rules"][0]["status"] == "SKIP", report
+assert report["rules"][0]["evidence"].startswith("maxRecvs is 1"), report
+PY
+out=$(cases "$work/skip.xml") || fail "a skipped rule: the JUnit file does not parse: $(cat "$work/skip.xml")"
+[ "$out" = "multi-recv-tags|skipped|maxRecvs is 1: no grouped receives to check" ] || fail "a skipped rule in JUnit: $out"
+
 # The plugin does not load: still a testsuite, one "load" case with the reason, as --json gives one object.
 # not_loaded NAME PLUGIN PATTERN: nccl-net-check PLUGIN exits 2 and its JUnit file's load case matches PATTERN.
 not_loaded() {
