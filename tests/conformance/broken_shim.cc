@@ -561,6 +561,182 @@ std::mutex gBouncedMutex;
 std::map<void*, std::unique_ptr<Bounced>> gBounced;  // by request; freed at exit with the map
 #endif
 
+#ifdef NNS_BUG_SEND_DONE_BEFORE_READ
+// "Completion at post", as an RDMA plugin that signals a send's completion when its work request is queued: a
+// send's test reports done at once, while the NIC (a progress thread here, driving the real send) still reads the
+// user's buffer. NCCL rewrites that buffer (a FIFO slot) as soon as test says done, so the receiver gets bytes of the
+// next message. Only sends larger than the room in the connection show it (the real plugin copies what fits at isend).
+std::mutex gEarlyLock;                // over every real call of a send: the progress thread makes them too
+std::map<void*, size_t> gEarlySends;  // requests isend gave, not yet reported, with their size
+std::vector<void*> gStillReading;     // real sends reported done whose bytes are still being read
+bool gEarlyThread = false;
+void driveStillReading() {  // under gEarlyLock
+  for (auto it = gStillReading.begin(); it != gStillReading.end();) {
+    int done = 0, size = 0;
+    if (real()->test(*it, &done, &size) != ncclSuccess || done)
+      it = gStillReading.erase(it);
+    else
+      ++it;
+  }
+}
+void startEarlyThread() {  // under gEarlyLock
+  if (gEarlyThread) return;
+  gEarlyThread = true;
+  static bool atFork = [] {
+    pthread_atfork([] { gEarlyLock.lock(); }, [] { gEarlyLock.unlock(); },
+                   [] {
+                     gStillReading.clear();  // the parent's
+                     gEarlySends.clear();
+                     gEarlyThread = false;
+                     gEarlyLock.unlock();
+                   });
+    return true;
+  }();
+  (void)atFork;
+  std::thread([] {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(gEarlyLock);
+        driveStillReading();
+      }
+      usleep(200);
+    }
+  }).detach();
+}
+#endif
+
+#ifdef NNS_BUG_SEND_BUFFER_SCRIBBLED
+// The send path stamps its sequence number into the first 8 bytes of the user's send buffer once the send is done
+// (a debugging aid left on, or a header written in place to save a gather entry and never restored). NCCL sends from
+// buffers it still reads: a user's const sendbuff, an in-place collective's output.
+std::mutex gScribbleLock;
+std::map<void*, std::pair<unsigned char*, size_t>> gScribbleSends;  // send request -> its buffer
+uint64_t gScribbleSequence = 0x5e00;
+#endif
+
+#if defined(NNS_BUG_RECV_WRITES_PAST_BUFFER) || defined(NNS_BUG_RECV_DONE_BEFORE_DATA) || \
+    defined(NNS_BUG_LARGE_MESSAGE_SHIFTED) || defined(NNS_BUG_GROUPED_SIZES_FIRST_ONLY)
+// The receives in flight: their buffers, posted sizes and comm, for the bugs that act at a receive's completion.
+struct PostedRecv {
+  void* comm = nullptr;
+  int n = 0;
+  unsigned char* data[8] = {};
+  size_t posted[8] = {};
+};
+std::mutex gPostedLock;
+std::map<void*, PostedRecv> gPostedRecvs;
+void notePostedRecv(void* comm, int n, void** data, size_t* sizes, void* request) {
+  if (request == nullptr || n < 1 || n > 8) return;
+  PostedRecv posted{comm, n, {}, {}};
+  for (int i = 0; i < n; ++i) posted.data[i] = static_cast<unsigned char*>(data[i]), posted.posted[i] = sizes[i];
+  std::lock_guard<std::mutex> lock(gPostedLock);
+  gPostedRecvs[request] = posted;
+}
+// The receive `request` was, once its test ended it (done or failed); false for a send.
+bool takePostedRecv(void* request, PostedRecv* out) {
+  std::lock_guard<std::mutex> lock(gPostedLock);
+  auto found = gPostedRecvs.find(request);
+  if (found == gPostedRecvs.end()) return false;
+  *out = found->second;
+  gPostedRecvs.erase(found);
+  return true;
+}
+#endif
+
+#ifdef NNS_BUG_RECV_DONE_BEFORE_DATA
+// The completion is reported before the last bytes of the message are in the buffer (a completion polled before the
+// data's last write is visible: a missing fence, or a flush skipped): the last 64 bytes land at the plugin's
+// next call. NCCL hands the buffer to the GPU, or to the user, as soon as test says done.
+struct LateTail {
+  unsigned char* at;
+  std::vector<unsigned char> bytes;
+};
+std::vector<LateTail> gLateTails;  // under gPostedLock
+void landLateTails() {             // at the plugin's next receive or test: too late for the host, which read the buffer
+  std::lock_guard<std::mutex> lock(gPostedLock);
+  for (auto& tail : gLateTails) std::memcpy(tail.at, tail.bytes.data(), tail.bytes.size());
+  gLateTails.clear();
+}
+#endif
+
+#ifdef NNS_BUG_SEND_STALLS_WHEN_IDLE
+// Sends are copied into the plugin's queue and complete at once (an eager protocol: the user's buffer is free), but
+// nothing moves the queue except the plugin's own calls: there is no progress thread, and the queue drains a little
+// at each isend, irecv and test (and wholly at closeSend). NCCL's proxy stops calling the plugin once its operations
+// are done: the last messages of a step stay queued until the next collective, which waits for them.
+struct StalledSend {
+  std::vector<unsigned char> bytes;
+  size_t size = 0;
+  int tag = 0;
+  void* mhandle = nullptr;
+  void* request = nullptr;
+};
+std::mutex gStallLock;
+std::map<void*, std::deque<std::unique_ptr<StalledSend>>> gStalled;  // send comm -> its queue, oldest first
+std::map<void*, size_t> gStallRequests;                              // requests isend gave (complete), with size
+// One pass over every queue: test the real sends on the wire, post what waits (in order). Under gStallLock.
+void driveStalled() {
+  for (auto& [comm, queue] : gStalled) {
+    for (auto& send : queue) {
+      if (send->request == nullptr) {
+        if (send->mhandle == nullptr &&
+            real()->regMr(comm, send->bytes.data(), send->bytes.size(), NCCL_PTR_HOST, &send->mhandle) != ncclSuccess)
+          break;
+        if (real()->isend(comm, send->bytes.data(), send->size, send->tag, send->mhandle, nullptr, &send->request) !=
+                ncclSuccess ||
+            send->request == nullptr)
+          break;
+      }
+    }
+    while (!queue.empty() && queue.front()->request != nullptr) {
+      int done = 0, size = 0;
+      ncclResult_t tested = real()->test(queue.front()->request, &done, &size);
+      if (tested == ncclSuccess && !done) break;
+      real()->deregMr(comm, queue.front()->mhandle);
+      queue.pop_front();
+    }
+  }
+}
+#endif
+
+#ifdef NNS_BUG_COMM_IDS_NEVER_REUSED
+// Each connection gets an 8-bit id from a counter that never takes back the ids of closed connections (a wire header
+// with an 8-bit connection field): the 256th receive comm the process ever accepts fails, however few are open. A
+// job that builds communicators again and again (splits, one per pipeline stage) gets there.
+std::atomic<int> gConnectionIds{0};
+#endif
+
+#ifdef NNS_BUG_OVERLAP_REG_REFUSED
+// Registrations are kept per comm in an interval map that refuses a range overlapping one already registered (written
+// for NCCL's own buffers, which never overlap). NCCL also registers user buffers (ncclCommRegister, user-buffer
+// registration of p2p and collectives), which overlap each other and its own.
+std::mutex gRangesLock;
+std::map<void*, std::pair<void*, std::pair<uintptr_t, uintptr_t>>> gRanges;  // mhandle -> comm, [begin, end)
+#endif
+
+#ifdef NNS_BUG_CONNECT_RESTARTS
+// connect keeps its in-progress state in a local, not in the handle's tail: each call that returns "not yet" forgets
+// the attempt it started, and the next call starts another. The listener then holds one connection per call (NCCL
+// calls connect until it returns a comm), accept hands out the first, and the connector's comm is the last.
+#endif
+
+#ifdef NNS_BUG_ISEND_BLOCKS
+// A rendezvous send done synchronously: isend waits inside the call until the message has left (the receiver posted
+// its receive and took the data), and returns a request that is complete already. NCCL's one proxy thread is then
+// held in isend, and stops driving every other comm (the receive the peer's send waits on): a ring deadlocks.
+std::mutex gFinishedLock;
+std::map<void*, size_t> gFinishedSends;  // requests isend gave (complete), with their size
+#endif
+
+#ifdef NNS_BUG_IRECV_NULL_BUT_POSTED
+// The receive side of NULL_REQUEST_BUT_SENT: a receive queue whose "full" check runs after the post. Every fifth irecv
+// posts the receive and then answers NULL ("not now"): the host posts it again, and the receive it never got takes
+// the next message into the buffer, the host's own the one after. The lost requests are collected here.
+std::mutex gRecvOrphansLock;
+std::vector<std::pair<void*, void*>> gRecvOrphans;  // comm, request
+int gRecvCalls = 0;
+#endif
+
 ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
                   ncclProfilerCallback_t profiler) {
   if (real() == nullptr) {
@@ -865,6 +1041,11 @@ ncclResult_t connect(void* ctx, int dev, void* handle, void** sendComm, ncclNetD
     }
   }
 #endif
+#ifdef NNS_BUG_CONNECT_RESTARTS
+  if (result == ncclSuccess &&
+      *sendComm == nullptr)  // the attempt's state (the tail) forgotten: the next call restarts
+    std::memset(static_cast<unsigned char*>(handle) + NCCL_NET_HANDLE_MAXSIZE - 16, 0, 16);
+#endif
 #ifdef NNS_BUG_HANDLE_UNCHECKED
   if (result == ncclInternalError) {
     *sendComm = nullptr;  // "not yet": the listener may still come up
@@ -917,9 +1098,18 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t
     return ncclSystemError;
   }
 #endif
+#ifdef NNS_BUG_COMM_IDS_NEVER_REUSED
+  if (gConnectionIds.load() >= 255) {
+    std::fprintf(stderr, "WARN %s: accept: no connection id left (255 handed out)\n", NNS_BUG_NAME);
+    return ncclSystemError;
+  }
+#endif
   ncclResult_t result = real()->accept(listenComm, recvComm, devComm);
 #ifdef NNS_BUG_COMM_LIMIT
   if (result == ncclSuccess && *recvComm != nullptr) ++gOpenRecvComms;
+#endif
+#ifdef NNS_BUG_COMM_IDS_NEVER_REUSED
+  if (result == ncclSuccess && *recvComm != nullptr) ++gConnectionIds;
 #endif
 #ifdef NNS_BUG_LEAKED_COMM_FD
   if (result == ncclSuccess && *recvComm != nullptr) gWakeFds[*recvComm] = eventfd(0, EFD_CLOEXEC);
@@ -1064,6 +1254,18 @@ ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle
        std::chrono::steady_clock::now() < until;) {
   }
 #endif
+#ifdef NNS_BUG_OVERLAP_REG_REFUSED
+  const auto begin = reinterpret_cast<uintptr_t>(data), end = begin + size;
+  {
+    std::lock_guard<std::mutex> lock(gRangesLock);
+    for (const auto& [handle, range] : gRanges)
+      if (range.first == comm && begin < range.second.second && range.second.first < end) {
+        std::fprintf(stderr, "WARN %s: regMr of %zu bytes at %p overlaps a registration of this comm\n", NNS_BUG_NAME,
+                     size, data);
+        return ncclSystemError;
+      }
+  }
+#endif
   ncclResult_t result = real()->regMr(comm, data, size, type, mhandle);
 #ifdef NNS_BUG_REGISTRATION_LEAKS_HEAP
   // A per-registration record (1 KB: a page list, a cache entry) allocated here and never freed by deregMr: 2 MB over
@@ -1072,6 +1274,12 @@ ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle
     static std::vector<char*>* records = new std::vector<char*>;
     records->push_back(static_cast<char*>(std::malloc(1000)));
     std::memset(records->back(), 1, 1000);
+  }
+#endif
+#ifdef NNS_BUG_OVERLAP_REG_REFUSED
+  if (result == ncclSuccess) {
+    std::lock_guard<std::mutex> lock(gRangesLock);
+    gRanges[*mhandle] = {comm, {begin, end}};
   }
 #endif
 #ifdef NNS_BUG_OFFSET_IN_REGION_IGNORED
@@ -1128,6 +1336,12 @@ ncclResult_t deregMr(void* comm, void* mhandle) {
     }
   return real()->deregMr(region->comm, region->real);
 #else
+#ifdef NNS_BUG_OVERLAP_REG_REFUSED
+  {
+    std::lock_guard<std::mutex> lock(gRangesLock);
+    gRanges.erase(mhandle);
+  }
+#endif
 #ifdef NNS_BUG_OFFSET_IN_REGION_IGNORED
   gRegionStart.erase(mhandle);
 #endif
@@ -1148,6 +1362,56 @@ std::mutex gSendsMutex;
 std::set<void*> gSends;  // send requests in flight: their test leaves the size alone
 #endif
 ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request) {
+#ifdef NNS_BUG_SEND_DONE_BEFORE_READ
+  {
+    std::lock_guard<std::mutex> lock(gEarlyLock);
+    startEarlyThread();
+    ncclResult_t result = real()->isend(comm, data, size, tag, mhandle, phandle, request);
+    if (result == ncclSuccess && *request != nullptr) gEarlySends[*request] = size;
+    return result;
+  }
+#endif
+#ifdef NNS_BUG_SEND_BUFFER_SCRIBBLED
+  {
+    ncclResult_t result = real()->isend(comm, data, size, tag, mhandle, phandle, request);
+    if (result == ncclSuccess && *request != nullptr) {
+      std::lock_guard<std::mutex> lock(gScribbleLock);
+      gScribbleSends[*request] = {static_cast<unsigned char*>(data), size};
+    }
+    return result;
+  }
+#endif
+#ifdef NNS_BUG_SEND_STALLS_WHEN_IDLE
+  {
+    (void)mhandle, (void)phandle;
+    std::lock_guard<std::mutex> lock(gStallLock);
+    auto send = std::make_unique<StalledSend>();
+    send->bytes.assign(static_cast<unsigned char*>(data), static_cast<unsigned char*>(data) + size);
+    send->bytes.resize(std::max<size_t>(size, 1));
+    send->size = size;
+    send->tag = tag;
+    gStalled[comm].push_back(std::move(send));
+    auto* eager = new char;  // a request of its own: complete already
+    gStallRequests[eager] = size;
+    *request = eager;
+    driveStalled();
+    return ncclSuccess;
+  }
+#endif
+#ifdef NNS_BUG_ISEND_BLOCKS
+  {
+    ncclResult_t result = real()->isend(comm, data, size, tag, mhandle, phandle, request);
+    if (result != ncclSuccess || *request == nullptr) return result;
+    int done = 0, sent = 0;
+    while ((result = real()->test(*request, &done, &sent)) == ncclSuccess && !done) usleep(100);
+    if (result != ncclSuccess) return result;
+    auto* finished = new char;
+    std::lock_guard<std::mutex> lock(gFinishedLock);
+    gFinishedSends[finished] = size;
+    *request = finished;
+    return ncclSuccess;
+  }
+#endif
 #ifdef NNS_BUG_CLOSE_DROPS_QUEUED
   {
     (void)mhandle, (void)phandle;
@@ -1274,6 +1538,26 @@ void* volatile gLastProfilerHandle = nullptr;
 #endif
 ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                    void** request) {
+#ifdef NNS_BUG_SEND_STALLS_WHEN_IDLE
+  {
+    std::lock_guard<std::mutex> lock(gStallLock);
+    driveStalled();
+  }
+#endif
+#ifdef NNS_BUG_RECV_DONE_BEFORE_DATA
+  landLateTails();
+#endif
+#ifdef NNS_BUG_UNALIGNED_RECV
+  // The receive's address goes into a descriptor field in units of 8 bytes (its low 3 bits dropped): a receive into
+  // an address that is not 8-byte aligned lands up to 7 bytes before it. NCCL receives into slots at any offset of
+  // a registered buffer, and into user buffers at any address.
+  void* alignedDown[64];
+  if (n >= 1 && n <= 64) {
+    for (int i = 0; i < n; ++i)
+      alignedDown[i] = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(data[i]) & ~uintptr_t{7});
+    data = alignedDown;
+  }
+#endif
 #ifdef NNS_BUG_RECV_NEEDS_LISTENER
   {
     std::lock_guard<std::mutex> lock(gEpollLock);
@@ -1456,7 +1740,29 @@ ncclResult_t irecv(void* comm, int n, void** data, size_t* sizes, int* tags, voi
     *request = pooled;
   return pooledResult;
 #endif
+#ifdef NNS_BUG_IRECV_NULL_BUT_POSTED
+  {
+    std::lock_guard<std::mutex> lock(gRecvOrphansLock);
+    for (auto it = gRecvOrphans.begin(); it != gRecvOrphans.end();) {
+      int done = 0, received[NCCL_NET_MAX_REQUESTS] = {};
+      if (it->first == comm && (real()->test(it->second, &done, received) != ncclSuccess || done != 0))
+        it = gRecvOrphans.erase(it);
+      else
+        ++it;
+    }
+    ncclResult_t posted = real()->irecv(comm, n, data, sizes, tags, mhandles, phandles, request);
+    if (posted == ncclSuccess && *request != nullptr && ++gRecvCalls % 5 == 0) {
+      gRecvOrphans.emplace_back(comm, *request);
+      *request = nullptr;
+    }
+    return posted;
+  }
+#endif
   ncclResult_t result = real()->irecv(comm, n, data, sizes, tags, mhandles, phandles, request);
+#if defined(NNS_BUG_RECV_WRITES_PAST_BUFFER) || defined(NNS_BUG_RECV_DONE_BEFORE_DATA) || \
+    defined(NNS_BUG_LARGE_MESSAGE_SHIFTED) || defined(NNS_BUG_GROUPED_SIZES_FIRST_ONLY)
+  if (result == ncclSuccess && *request != nullptr) notePostedRecv(comm, n, data, sizes, *request);
+#endif
 #ifdef NNS_BUG_CHUNKS_SWAPPED
   if (result == ncclSuccess && *request != nullptr && n >= 1 && n <= 8) {
     SwapTarget target;
@@ -1492,6 +1798,74 @@ ncclResult_t iflush(void* comm, int n, void** data, int* sizes, void** mhandles,
   return real()->iflush(comm, n, data, sizes, mhandles, request);
 }
 ncclResult_t test(void* request, int* done, int* sizes) {
+#ifdef NNS_BUG_SEND_DONE_BEFORE_READ
+  {
+    std::lock_guard<std::mutex> lock(gEarlyLock);
+    if (auto early = gEarlySends.find(request); early != gEarlySends.end()) {
+      const size_t size = early->second;
+      gEarlySends.erase(early);
+      ncclResult_t tested = real()->test(request, done, sizes);
+      if (tested != ncclSuccess) return tested;
+      if (!*done) gStillReading.push_back(request);  // the bug: reported done while its bytes are still being read
+      *done = 1;
+      if (sizes != nullptr) sizes[0] = static_cast<int>(size);
+      return ncclSuccess;
+    }
+  }
+#endif
+#ifdef NNS_BUG_SEND_BUFFER_SCRIBBLED
+  {
+    ncclResult_t tested = real()->test(request, done, sizes);
+    if (tested != ncclSuccess || *done) {
+      std::lock_guard<std::mutex> lock(gScribbleLock);
+      if (auto send = gScribbleSends.find(request); send != gScribbleSends.end()) {
+        if (tested == ncclSuccess && send->second.second >= sizeof(gScribbleSequence))
+          std::memcpy(send->second.first, &gScribbleSequence, sizeof(gScribbleSequence));
+        ++gScribbleSequence;
+        gScribbleSends.erase(send);
+      }
+    }
+    return tested;
+  }
+#endif
+#ifdef NNS_BUG_SEND_STALLS_WHEN_IDLE
+  {
+    std::lock_guard<std::mutex> lock(gStallLock);
+    driveStalled();
+    if (auto eager = gStallRequests.find(request); eager != gStallRequests.end()) {
+      *done = 1;
+      if (sizes != nullptr) sizes[0] = static_cast<int>(eager->second);
+      delete static_cast<char*>(request);
+      gStallRequests.erase(eager);
+      return ncclSuccess;
+    }
+  }
+#endif
+#ifdef NNS_BUG_ISEND_BLOCKS
+  {
+    std::lock_guard<std::mutex> lock(gFinishedLock);
+    if (auto finished = gFinishedSends.find(request); finished != gFinishedSends.end()) {
+      *done = 1;
+      if (sizes != nullptr) sizes[0] = static_cast<int>(finished->second);
+      delete static_cast<char*>(request);
+      gFinishedSends.erase(finished);
+      return ncclSuccess;
+    }
+  }
+#endif
+#ifdef NNS_BUG_TEST_BLOCKS
+  // test waits for the request to finish (a blocking poll of the completion queue, written for a thread per request):
+  // NCCL's one proxy thread is held in the first request it tests, and stops driving every other comm, among them
+  // the one whose progress the awaited request needs.
+  {
+    ncclResult_t tested;
+    while ((tested = real()->test(request, done, sizes)) == ncclSuccess && !*done) usleep(100);
+    return tested;
+  }
+#endif
+#ifdef NNS_BUG_RECV_DONE_BEFORE_DATA
+  landLateTails();
+#endif
 #ifdef NNS_BUG_READS_DEREGISTERED
   {
     ncclResult_t tested = real()->test(request, done, sizes);
@@ -1625,6 +1999,41 @@ ncclResult_t test(void* request, int* done, int* sizes) {
   }
 #endif
   ncclResult_t result = real()->test(request, done, sizes);
+#if defined(NNS_BUG_RECV_WRITES_PAST_BUFFER) || defined(NNS_BUG_RECV_DONE_BEFORE_DATA) || \
+    defined(NNS_BUG_LARGE_MESSAGE_SHIFTED) || defined(NNS_BUG_GROUPED_SIZES_FIRST_ONLY)
+  if (PostedRecv posted; (result != ncclSuccess || *done) && takePostedRecv(request, &posted) &&
+                         result == ncclSuccess && sizes != nullptr) {
+    for (int i = 0; i < posted.n; ++i) {
+      const size_t size = static_cast<size_t>(std::max(sizes[i], 0));
+      unsigned char* bytes = posted.data[i];
+      (void)bytes, (void)size;
+#ifdef NNS_BUG_RECV_WRITES_PAST_BUFFER
+      // The NIC writes whole 64-byte lines: the bytes from the message's end to the next 64-byte boundary are
+      // written too (zeros), past the posted buffer when the message fills it. NCCL receives into user buffers of
+      // exactly the message's size (user-buffer registration), and into slots packed one after the other.
+      if (size > 0) std::memset(bytes + size, 0, ((size + 63) & ~size_t{63}) - size);
+#endif
+#ifdef NNS_BUG_RECV_DONE_BEFORE_DATA
+      if (size >= 64) {
+        LateTail tail{bytes + size - 64, std::vector<unsigned char>(bytes + size - 64, bytes + size)};
+        std::memset(tail.at, 0, 64);  // not there yet: what the buffer held (zeros, here)
+        std::lock_guard<std::mutex> lock(gPostedLock);
+        gLateTails.push_back(std::move(tail));
+      }
+#endif
+#ifdef NNS_BUG_LARGE_MESSAGE_SHIFTED
+      // Messages over 4 MiB go by a rendezvous path in 4 MiB chunks whose second chunk is placed one byte early: the
+      // byte at 4 MiB is lost and every later byte lands one place before its own.
+      constexpr size_t kChunk = 4u << 20;
+      if (size > kChunk + 1) std::memmove(bytes + kChunk, bytes + kChunk + 1, size - kChunk - 1);
+#endif
+#ifdef NNS_BUG_GROUPED_SIZES_FIRST_ONLY
+      // The completion carries one size: each receive of a group is reported with the first one's size.
+      if (i > 0) sizes[i] = sizes[0];
+#endif
+    }
+  }
+#endif
 #ifdef NNS_BUG_CHUNKS_SWAPPED
   if (result != ncclSuccess || *done) {
     SwapTarget target;
@@ -1716,6 +2125,25 @@ ncclResult_t test(void* request, int* done, int* sizes) {
   return result;
 }
 ncclResult_t closeSend(void* comm) {
+#ifdef NNS_BUG_SEND_DONE_BEFORE_READ
+  {
+    std::lock_guard<std::mutex> lock(gEarlyLock);
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+         !gStillReading.empty() && std::chrono::steady_clock::now() < until;)
+      driveStillReading();
+  }
+#endif
+#ifdef NNS_BUG_SEND_STALLS_WHEN_IDLE
+  {
+    std::lock_guard<std::mutex> lock(gStallLock);
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+         !gStalled[comm].empty() && std::chrono::steady_clock::now() < until;)
+      driveStalled();
+    for (auto& send : gStalled[comm])
+      if (send->mhandle != nullptr) real()->deregMr(comm, send->mhandle);
+    gStalled.erase(comm);
+  }
+#endif
 #ifdef NNS_BUG_CLOSE_DROPS_QUEUED
   {
     std::lock_guard<std::mutex> lock(gQueueLock);
