@@ -570,6 +570,8 @@ constexpr const char* kCopyDidNotOpen =
     "peer: its own copy of the plugin did not load or init (its stderr says why: a copy in a TMPDIR mounted noexec "
     "does not load)";
 constexpr int kPeerHarnessFault = 55;  // an exception in the harness's own code
+// A completed send's buffer no longer holds the message: the plugin wrote into memory it was only given to read.
+constexpr int kPeerSendBufferChanged = 56;
 
 // With --netns, turns the forked peer into a host of its own: it enters the peer namespace and swaps `c` (its copy
 // of the rule's context) for a fresh instance of the plugin, through the same ABI version, initialised there.
@@ -786,17 +788,22 @@ int sendMessages(Context& c, void* comm, const std::vector<std::pair<size_t, uin
   std::vector<void*> mhandles = registerBuffers(c, comm, buffers);
   std::vector<void*> requests(kInFlight, nullptr);
   std::vector<size_t> sizes(kInFlight, 0);
+  std::vector<uint64_t> seeds(kInFlight, 0);
   for (size_t i = 0; i < messages.size() + kInFlight; ++i) {
     size_t slot = i % kInFlight;
     if (requests[slot] != nullptr) {
       int size = -1;
       if (waitDone(c, requests[slot], &size, gTransferWaitSeconds) != ncclSuccess) return 30;
       if (sentSizeWrong(size, sizes[slot])) return 31;
+      // A send only reads its buffer: NCCL sends from the user's (const) sendbuff and from in-place collectives'
+      // outputs, which must still hold what was sent.
+      if (firstMismatch(buffers[slot], sizes[slot], seeds[slot]) >= 0) return kPeerSendBufferChanged;
       requests[slot] = nullptr;
     }
     if (i >= messages.size()) continue;
     fill(buffers[slot], messages[i].first, messages[i].second);
     sizes[slot] = messages[i].first;
+    seeds[slot] = messages[i].second;
     if (ncclResult_t posted =
             postSend(c, comm, buffers[slot].data(), messages[i].first, tag, mhandles[slot], &requests[slot]);
         posted != ncclSuccess)
@@ -886,6 +893,9 @@ std::string peerText(int code) {
     return "peer: connect returned " + resultText(static_cast<ncclResult_t>(code - kPeerConnectFailed));
   if (code == kPeerNetnsFailed) return "peer: could not enter its network namespace";
   if (code == kPeerHarnessFault) return "peer: the harness itself failed there (its stderr says how), not the plugin";
+  if (code == kPeerSendBufferChanged)
+    return "peer: a completed send's buffer no longer held the message it sent (the plugin wrote into memory it "
+           "was given to read: NCCL sends from the user's sendbuff and from in-place collectives' outputs)";
   if (code == kPeerReopenFailed) return kCopyDidNotOpen;
   if (code == kPeerCloseFailed)
     return "peer: a close (closeSend, closeListen) returned an error with no call failed before it (NCCL fails the "
