@@ -1149,18 +1149,34 @@ Verdict connectIsNonblocking(Context& c) {
   }
   if (slowest > 1.0) return fail("a connect call took %.2f s with no accept on the other side", slowest);
   // Complete the pair so the plugin can clean up: both sides progress together from here.
+  // It must still complete: NCCL calls connect again and again before the peer accepts, and a connect that forgets
+  // its attempt at each "not yet" (its state in a local, not in the handle) starts another one each call, while the
+  // listener accepts the first: that connect never completes.
   void* recvComm = nullptr;
+  ncclResult_t acceptResult = ncclSuccess, connectResult = ncclSuccess;
   auto deadline = Clock::now() + std::chrono::seconds(10);
   while ((sendComm == nullptr || recvComm == nullptr) && Clock::now() < deadline) {
-    if (recvComm == nullptr && CALL("accept", c.net->accept(listenComm, &recvComm, deviceHandleSlot())) != ncclSuccess)
+    if (recvComm == nullptr &&
+        (acceptResult = CALL("accept", c.net->accept(listenComm, &recvComm, deviceHandleSlot()))) != ncclSuccess)
       break;
-    if (sendComm == nullptr &&
-        CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, deviceHandleSlot())) != ncclSuccess)
+    if (sendComm == nullptr && (connectResult = CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm,
+                                                                               deviceHandleSlot()))) != ncclSuccess)
       break;
   }
+  const bool connected = sendComm != nullptr && recvComm != nullptr;
   if (sendComm != nullptr) closeSendComm(c, sendComm);
   if (recvComm != nullptr) closeRecvComm(c, recvComm);
   CALL("closeListen", c.net->closeListen(listenComm));
+  if (!connected)
+    return fail(
+        "after 50 connect calls before accept, the connection was not made once the listener accepted: %s, %s "
+        "(NCCL calls connect until it gives a comm, however long the peer takes to accept)",
+        acceptResult != ncclSuccess ? ("accept returned " + resultText(acceptResult)).c_str()
+        : recvComm != nullptr       ? "accept gave its comm"
+                                    : "accept gave no comm within 10 s",
+        connectResult != ncclSuccess ? ("connect returned " + resultText(connectResult)).c_str()
+        : sendComm != nullptr        ? "connect gave its comm"
+                                     : "connect gave no comm within 10 s");
   char text[96];
   std::snprintf(text, sizeof(text), "slowest connect call %.1f ms before accept", slowest * 1e3);
   return pass(text);
