@@ -2479,8 +2479,10 @@ ResourceCounts lifecycleGrowth(const ResourceCounts& base) {
   return {end.fds - base.fds, end.threads - base.threads, end.mappings - base.mappings};
 }
 
-Verdict commLifecycleLeaks(Context& c) {
-  constexpr int kTotal = kLifecycleWarmup + kLifecycleCycles;
+// Comms opened, used for one checked message and closed one after another (`warmup` + `cycles` of them); with
+// `judgeGrowth`, the descriptors, threads and mappings the `cycles` after the warm-up left behind are judged too.
+Verdict cycleComms(Context& c, int warmup, int cycles, bool judgeGrowth) {
+  const int kTotal = warmup + cycles;
   auto sizeOf = [](int cycle) { return static_cast<size_t>(1 + (cycle * 131) % 4096); };
   // This process listens (a new listener per cycle, as NCCL listens per connection) and passes each handle to the
   // peer over `handles`; a 0 byte ends the run. The peer's growth comes back over `counts`.
@@ -2501,7 +2503,7 @@ Verdict commLifecycleLeaks(Context& c) {
       // The previous comm closes only now, once the receiver has checked its message.
       if (sendComm != nullptr) closeSendComm(c, sendComm);
       sendComm = nullptr;
-      if (cycle == kLifecycleWarmup) base = ResourceCounts::now();
+      if (cycle == warmup) base = ResourceCounts::now();
       if (!more) break;
       ncclResult_t connectFailed = ncclSuccess;
       if ((sendComm = connectWithin(c, token + 1, 20, &connectFailed)) == nullptr)
@@ -2542,7 +2544,7 @@ Verdict commLifecycleLeaks(Context& c) {
   std::vector<unsigned char> buffer(4096);
   ResourceCounts base;
   for (int cycle = 0; cycle < kTotal; ++cycle) {
-    if (cycle == kLifecycleWarmup) base = ResourceCounts::now();
+    if (cycle == warmup) base = ResourceCounts::now();
     unsigned char token[1 + NCCL_NET_HANDLE_MAXSIZE] = {1};
     void* listenComm = nullptr;
     if (ncclResult_t result = CALL("listen", c.net->listen(c.ctx, c.dev, token + 1, &listenComm));
@@ -2597,6 +2599,7 @@ Verdict commLifecycleLeaks(Context& c) {
   PeerEnd peerEnd = endPeer();
   if (peerEnd.code != 0) return fail("%s", peerText(peerEnd.code).c_str());
   if (!peerEnd.reported) return fail("the peer did not report its descriptor and thread counts");
+  if (!judgeGrowth) return pass("");
   const ResourceCounts& peerGrown = peerEnd.grown;
   // A descriptor or two may be opened lazily once (a cache, an event channel), a shared mapping or a few likewise (a
   // library's pool); a leak per comm shows as ~100.
@@ -2606,14 +2609,41 @@ Verdict commLifecycleLeaks(Context& c) {
                 "%d comms opened, used for one message and closed (each receiver with a receive pending) after %d "
                 "warm-up comms: descriptors %+d on the "
                 "listener/receiver and %+d on the connector/sender, threads %+d and %+d, shared mappings %+d and %+d",
-                kLifecycleCycles, kLifecycleWarmup, grown.fds, peerGrown.fds, grown.threads, peerGrown.threads,
-                grown.mappings, peerGrown.mappings);
+                cycles, warmup, grown.fds, peerGrown.fds, grown.threads, peerGrown.threads, grown.mappings,
+                peerGrown.mappings);
   if (grown.fds > kFdSlack || peerGrown.fds > kFdSlack || grown.threads > kThreadSlack ||
       peerGrown.threads > kThreadSlack || grown.mappings > kMappingSlack || peerGrown.mappings > kMappingSlack)
     return fail("%s: about %.1f descriptors, %.1f threads and %.1f shared mappings left behind per closed comm", text,
-                std::max(grown.fds, peerGrown.fds) / static_cast<double>(kLifecycleCycles),
-                std::max(grown.threads, peerGrown.threads) / static_cast<double>(kLifecycleCycles),
-                std::max(grown.mappings, peerGrown.mappings) / static_cast<double>(kLifecycleCycles));
+                std::max(grown.fds, peerGrown.fds) / static_cast<double>(cycles),
+                std::max(grown.threads, peerGrown.threads) / static_cast<double>(cycles),
+                std::max(grown.mappings, peerGrown.mappings) / static_cast<double>(cycles));
+  return pass(text);
+}
+
+Verdict commLifecycleLeaks(Context& c) {
+  return cycleComms(c, kLifecycleWarmup, kLifecycleCycles, true);
+}
+
+// ---- many-comms-over-time: the comms of a long job, opened and closed one after another, keep connecting --------
+// A job opens and closes comms for as long as it runs: NCCL makes a connection per channel and peer for every
+// communicator, and jobs build communicators again and again (ncclCommSplit, a process group per pipeline stage,
+// restarts after a fault). A plugin that hands each connection an id, a port, a QP number or a table slot and never
+// takes back those of closed comms (a counter in a narrow field: 256 or 1024 of them) works for the first
+// communicators and then fails every connect, with never more than a few comms open. comm-lifecycle-leaks' 105 do not
+// reach that; 1100 pass a 10-bit counter, one comm open at a time.
+constexpr int kReopenedComms = 1100;
+Verdict manyCommsOverTime(Context& c) {
+  const auto start = Clock::now();
+  Verdict v = cycleComms(c, 0, kReopenedComms, false);
+  if (v.status != Status::kPass)
+    return fail(
+        "%s (comms opened and closed one after another, one open at a time: ids, ports or slots of closed comms "
+        "must be reused, since a job opens and closes comms for as long as it runs)",
+        v.evidence.c_str());
+  char text[160];
+  std::snprintf(text, sizeof(text),
+                "%d comms opened, used for one checked message and closed one after another, in %.1f s", kReopenedComms,
+                std::chrono::duration<double>(Clock::now() - start).count());
   return pass(text);
 }
 
@@ -4610,6 +4640,10 @@ const std::vector<Rule>& rules() {
         "100 comms opened and closed one after another, each receiver with a receive still pending, leave no "
         "descriptors, threads or mappings behind on either side"},
        commLifecycleLeaks},
+      {{"many-comms-over-time",
+        "1100 comms opened, used and closed one after another all connect and move their message (the ids, ports "
+        "or slots of closed comms are reused)"},
+       manyCommsOverTime},
       {{"messages-do-not-leak",
         "20480 messages after a warm-up, in two halves: on neither side does the heap grow by more than 1 MiB in "
         "both (no per-message allocation that is never freed)"},
