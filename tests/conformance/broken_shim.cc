@@ -838,6 +838,13 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
   if (dev >= realDeviceCount()) return virtualProperties(dev, props);
 #endif
   ncclResult_t result = real()->getProperties(dev, props);
+#ifdef NNS_BUG_PROPERTIES_DRIFT
+  // The guid is minted at each call from a counter (meant to run once per device, at init): every getProperties
+  // describes a NIC NCCL has never seen. NCCL reads a device's properties at topology detection and again when it
+  // connects, in each process, and keys the NIC by them (ports of one NIC share a guid).
+  static std::atomic<uint64_t> minted{0};
+  if (result == ncclSuccess) props->guid = 0x6e6e730000000000ull + ++minted;
+#endif
 #ifdef NNS_BUG_REG_IS_GLOBAL_GARBAGE
   props->regIsGlobal = 10000;  // another field's value, as from a struct of another version filled through this one
 #endif
