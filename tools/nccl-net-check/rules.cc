@@ -1096,6 +1096,33 @@ Verdict propertiesSane(Context& c) {
       summary += " (note: latency " + std::to_string(static_cast<long>(p.latency)) +
                  " us: is it nanoseconds in the microseconds field?)";
     given.emplace_back(p.name, p.name);
+    // Asked again, the device must be the same one: NCCL reads a device's properties at topology detection and again
+    // when it connects (and every rank of a node in its own process), and keys the NIC by them. (The name is judged
+    // below, once the stack and heap were written over: a dangling one can read either way here.)
+    ncclNetProperties_v12_t again;
+    if (ncclResult_t result = CALL("getProperties", c.net->getProperties(dev, &again)); result != ncclSuccess)
+      return fail("getProperties(%d) returned %s when called a second time", dev, resultText(result).c_str());
+    const auto sameText = [](const char* a, const char* b) {
+      return (a == nullptr) == (b == nullptr) && (a == nullptr || std::strcmp(a, b) == 0);
+    };
+    const char* changed = !sameText(p.pciPath, again.pciPath)                            ? "pciPath"
+                          : p.guid != again.guid                                         ? "guid"
+                          : p.ptrSupport != again.ptrSupport                             ? "ptrSupport"
+                          : p.speed != again.speed                                       ? "speed"
+                          : p.port != again.port                                         ? "port"
+                          : p.maxComms != again.maxComms || p.maxRecvs != again.maxRecvs ? "maxComms or maxRecvs"
+                          : p.regIsGlobal != again.regIsGlobal                           ? "regIsGlobal"
+                          : p.maxP2pBytes != again.maxP2pBytes || p.maxCollBytes != again.maxCollBytes
+                              ? "maxP2pBytes or maxCollBytes"
+                          : p.netDeviceType != again.netDeviceType ? "netDeviceType"
+                                                                   : nullptr;
+    if (changed != nullptr)
+      return fail(
+          "device %d: a second getProperties gave another %s (guid 0x%llx then 0x%llx, speed %d then %d, ptrSupport "
+          "0x%x then 0x%x): NCCL reads the properties at topology detection and again when it connects, and keys the "
+          "NIC by them",
+          dev, changed, static_cast<unsigned long long>(p.guid), static_cast<unsigned long long>(again.guid), p.speed,
+          again.speed, p.ptrSupport, again.ptrSupport);
   }
   // NCCL keeps the pointers it is given: a name in a buffer the next call rewrites names every device the last one,
   // and a name in a temporary (a std::string of getProperties': its stack frame, or a heap block it freed) reads right
