@@ -2171,6 +2171,24 @@ Verdict randomSizesIntegrity(Context& c) {
                                    : v;
 }
 
+// ---- sender-may-go-idle: what a completed send still holds moves without further calls -------------------------
+// NCCL's proxy thread stops calling the plugin once its operations are done (it sleeps until the next one): a send
+// reported done must reach the receiver with no more calls from the sender. A plugin that copies a send aside,
+// completes it, and moves the copy only during its own later calls (no progress thread) delivers the last messages
+// of a step only when the next collective calls it, and that collective waits for them: a hang. A large message
+// (more than the transport takes in one call) and a small one after it, then a sender that makes no call until the
+// receiver is done (sendAndReceive's sender).
+Verdict senderMayGoIdle(Context& c) {
+  std::vector<std::pair<size_t, uint64_t>> messages = {{size_t{64} << 20, 4242}, {100, 4343}};
+  Verdict v = transferChecked(c, messages, size_t{64} << 20);
+  if (v.status != Status::kPass)
+    return fail(
+        "%s (the sender made no plugin call once its sends had completed, as NCCL's proxy makes none once its "
+        "operations are done: a send reported done must be delivered without more calls)",
+        v.evidence.c_str());
+  return pass("a 64 MiB and a 100-byte message arrived whole with the sender making no call once its sends completed");
+}
+
 // A "Vm...:  N kB" line of /proc/self/status (VmRSS, VmSize, VmPin), or -1.
 long statusKiB(const char* field) {
   FILE* status = std::fopen("/proc/self/status", "r");
@@ -4614,6 +4632,9 @@ const std::vector<Rule>& rules() {
        optionalCompletionHint},
       {{"one-gib-message", "a 1 GiB message arrives whole"}, oneGibMessage},
       {{"random-sizes-integrity", "300 random-size messages arrive in order, every byte right"}, randomSizesIntegrity},
+      {{"sender-may-go-idle",
+        "a 64 MiB and a 100-byte message arrive whole while the sender, its sends completed, makes no more calls"},
+       senderMayGoIdle},
       {{"regmr-dereg-balance", "regMr/deregMr pairs do not leak"}, regmrDeregBalance},
       {{"registered-buffer-offsets",
         "sends and receives at offsets within registered buffers, with their mhandles, land at those offsets"},
