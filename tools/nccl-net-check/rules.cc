@@ -274,6 +274,27 @@ long firstMismatch(const std::vector<unsigned char>& buffer, size_t bytes, uint6
   return -1;
 }
 
+// A completed send's buffer: whether it still holds the message (a send only reads its buffer: NCCL sends from the
+// user's const sendbuff and from in-place collectives' outputs), and then written over, as NCCL reuses a completed
+// send's buffer (a FIFO slot) at once. A plugin still reading it (a send completed when posted, a NIC or a thread
+// reading after) sends the new bytes, and the receiver sees them. From the end back, block by block: a late reader
+// moves forward from where it is, and meets overwritten bytes however fast it goes.
+bool intactThenOverwritten(std::vector<unsigned char>& buffer, size_t bytes, uint64_t seed) {
+  constexpr size_t kBlock = 64 << 10;
+  bool intact = true;
+  for (size_t end = bytes; end > 0;) {
+    const size_t begin = (end - 1) / kBlock * kBlock;
+    for (size_t at = begin; at < end && intact; at += 8) {
+      const uint64_t word = patternWord(at / 8, seed);
+      for (size_t k = 0; k < 8 && at + k < end; ++k)
+        if (buffer[at + k] != static_cast<unsigned char>(word >> (8 * k))) intact = false;
+    }
+    std::memset(buffer.data() + begin, 0xe5, end - begin);
+    end = begin;
+  }
+  return intact;
+}
+
 // Why a received message is not the one sent: the size its test reported, else its first wrong byte ("" when neither).
 std::string receivedWrong(const std::vector<unsigned char>& buffer, int reported, size_t sent, uint64_t seed) {
   if (reported != static_cast<int>(sent))
@@ -795,9 +816,7 @@ int sendMessages(Context& c, void* comm, const std::vector<std::pair<size_t, uin
       int size = -1;
       if (waitDone(c, requests[slot], &size, gTransferWaitSeconds) != ncclSuccess) return 30;
       if (sentSizeWrong(size, sizes[slot])) return 31;
-      // A send only reads its buffer: NCCL sends from the user's (const) sendbuff and from in-place collectives'
-      // outputs, which must still hold what was sent.
-      if (firstMismatch(buffers[slot], sizes[slot], seeds[slot]) >= 0) return kPeerSendBufferChanged;
+      if (!intactThenOverwritten(buffers[slot], sizes[slot], seeds[slot])) return kPeerSendBufferChanged;
       requests[slot] = nullptr;
     }
     if (i >= messages.size()) continue;
