@@ -1368,6 +1368,24 @@ ncclResult_t deregMr(void* comm, void* mhandle) {
 std::mutex gSendsMutex;
 std::set<void*> gSends;  // send requests in flight: their test leaves the size alone
 #endif
+#if defined(NNS_BUG_SEND_STALLS_WHEN_IDLE) || defined(NNS_BUG_ISEND_BLOCKS) || defined(NNS_BUG_CLOSE_DROPS_QUEUED)
+// Sends the shim reports complete itself (queued or finished inside isend): a request of its own, kept in `completed`
+// with its size until test reports it done and frees it. Under the lock that guards `completed`.
+void* completedRequest(std::map<void*, size_t>& completed, size_t size) {
+  auto* request = new char;
+  completed[request] = size;
+  return request;
+}
+bool reportCompleted(std::map<void*, size_t>& completed, void* request, int* done, int* sizes) {
+  auto found = completed.find(request);
+  if (found == completed.end()) return false;
+  *done = 1;
+  if (sizes != nullptr) sizes[0] = static_cast<int>(found->second);
+  delete static_cast<char*>(request);
+  completed.erase(found);
+  return true;
+}
+#endif
 ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request) {
 #ifdef NNS_BUG_SEND_DONE_BEFORE_READ
   {
@@ -1398,9 +1416,7 @@ ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, 
     send->size = size;
     send->tag = tag;
     gStalled[comm].push_back(std::move(send));
-    auto* eager = new char;  // a request of its own: complete already
-    gStallRequests[eager] = size;
-    *request = eager;
+    *request = completedRequest(gStallRequests, size);
     driveStalled();
     return ncclSuccess;
   }
@@ -1412,10 +1428,8 @@ ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, 
     int done = 0, sent = 0;
     while ((result = real()->test(*request, &done, &sent)) == ncclSuccess && !done) usleep(100);
     if (result != ncclSuccess) return result;
-    auto* finished = new char;
     std::lock_guard<std::mutex> lock(gFinishedLock);
-    gFinishedSends[finished] = size;
-    *request = finished;
+    *request = completedRequest(gFinishedSends, size);
     return ncclSuccess;
   }
 #endif
@@ -1429,9 +1443,7 @@ ncclResult_t isend(void* comm, void* data, size_t size, int tag, void* mhandle, 
     send->size = size;
     send->tag = tag;
     gSendQueues[comm].waiting.push_back(std::move(send));
-    auto* eager = new char;  // a request of its own: complete already
-    gEagerSends[eager] = size;
-    *request = eager;
+    *request = completedRequest(gEagerSends, size);
     startPacer();
     return ncclSuccess;
   }
@@ -1839,25 +1851,13 @@ ncclResult_t test(void* request, int* done, int* sizes) {
   {
     std::lock_guard<std::mutex> lock(gStallLock);
     driveStalled();
-    if (auto eager = gStallRequests.find(request); eager != gStallRequests.end()) {
-      *done = 1;
-      if (sizes != nullptr) sizes[0] = static_cast<int>(eager->second);
-      delete static_cast<char*>(request);
-      gStallRequests.erase(eager);
-      return ncclSuccess;
-    }
+    if (reportCompleted(gStallRequests, request, done, sizes)) return ncclSuccess;
   }
 #endif
 #ifdef NNS_BUG_ISEND_BLOCKS
   {
     std::lock_guard<std::mutex> lock(gFinishedLock);
-    if (auto finished = gFinishedSends.find(request); finished != gFinishedSends.end()) {
-      *done = 1;
-      if (sizes != nullptr) sizes[0] = static_cast<int>(finished->second);
-      delete static_cast<char*>(request);
-      gFinishedSends.erase(finished);
-      return ncclSuccess;
-    }
+    if (reportCompleted(gFinishedSends, request, done, sizes)) return ncclSuccess;
   }
 #endif
 #ifdef NNS_BUG_TEST_BLOCKS
@@ -1893,13 +1893,7 @@ ncclResult_t test(void* request, int* done, int* sizes) {
 #ifdef NNS_BUG_CLOSE_DROPS_QUEUED
   {
     std::lock_guard<std::mutex> lock(gQueueLock);
-    if (auto eager = gEagerSends.find(request); eager != gEagerSends.end()) {
-      *done = 1;
-      if (sizes != nullptr) sizes[0] = static_cast<int>(eager->second);
-      delete static_cast<char*>(request);
-      gEagerSends.erase(eager);
-      return ncclSuccess;
-    }
+    if (reportCompleted(gEagerSends, request, done, sizes)) return ncclSuccess;
   }
 #endif
 #ifdef NNS_NCCL_LIKE
