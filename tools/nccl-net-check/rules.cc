@@ -672,11 +672,18 @@ int waitPeer(pid_t pid, double seconds) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
 }
 
-// The comm, or nullptr after `seconds` or an error (then in `*failed` when given).
-void* connectWithin(Context& c, void* handle, double seconds, ncclResult_t* failed = nullptr) {
+bool fdReadable(int fd) {
+  pollfd ready{fd, POLLIN, 0};
+  return poll(&ready, 1, 0) == 1;
+}
+
+// The comm, or nullptr after `seconds` or an error (then in `*failed` when given). With a `stopFd`, also nullptr as
+// soon as it is readable: the other side has failed and nothing will accept any more.
+void* connectWithin(Context& c, void* handle, double seconds, ncclResult_t* failed = nullptr, int stopFd = -1) {
   void* sendComm = nullptr;
   auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   while (sendComm == nullptr && Clock::now() < deadline) {
+    if (stopFd >= 0 && fdReadable(stopFd)) return nullptr;
     if (ncclResult_t result = CALL("connect", c.net->connect(c.ctx, c.dev, handle, &sendComm, deviceHandleSlot()));
         result != ncclSuccess) {
       if (failed != nullptr) *failed = result;
@@ -2572,8 +2579,9 @@ Verdict cycleComms(Context& c, int warmup, int cycles, bool judgeGrowth, double 
       if (cycle == warmup) base = ResourceCounts::now();
       if (!more) break;
       ncclResult_t connectFailed = ncclSuccess;
-      if ((sendComm = connectWithin(c, token + 1, 20, &connectFailed)) == nullptr)
-        return connectFailureCode(connectFailed);
+      // Told to stop while connecting (the listener's accept failed: its failure is the one to report): ends well.
+      if ((sendComm = connectWithin(c, token + 1, 20, &connectFailed, handles[0])) == nullptr)
+        return connectFailed == ncclSuccess && fdReadable(handles[0]) ? 0 : connectFailureCode(connectFailed);
       void* mhandle = registerBuffer(c, sendComm, buffer.data(), buffer.size());
       void* request = nullptr;
       fill(buffer, sizeOf(cycle), static_cast<uint64_t>(cycle) + 5);
