@@ -310,11 +310,18 @@ bool sentSizeWrong(int reported, size_t sent) {
   return reported != -1 && reported != static_cast<int>(sent);
 }
 
-// Send requests in flight, with their comm: NCCL's proxy tests a send with one int for its size (sendProxyProgress's
-// `int size`) and a receive with 64 (NCCL_PROXY_MAX_SUBS), so test must know which it is to check what the plugin
-// wrote. Entries go when test says done or failed, or when their comm closes.
-std::mutex gSendRequestsMutex;
-std::unordered_map<void*, void*> gSendRequests;  // request -> comm
+// Requests in flight (posted; not yet reported done or failed; their comm open), with their comm and kind. NCCL's
+// proxy tests a send with one int for its size (sendProxyProgress's `int size`) and a receive with 64
+// (NCCL_PROXY_MAX_SUBS), so test must know which it is to check what the plugin wrote. And a post that returns a
+// request still in flight is a breach: NCCL keeps each request in a slot of its own and tests it until it is done,
+// so it would test one operation for the other. Entries go when test says done or failed, or when their comm closes.
+struct InFlight {
+  void* comm;
+  bool send;
+};
+std::mutex gRequestsMutex;
+std::unordered_map<void*, InFlight> gRequests;  // request -> its comm and kind
+constexpr int kPeerRequestReused = 57;
 
 // The largest message device 0 takes (its maxP2pBytes; 0: none said): NCCL sends no larger one, so the harness does
 // not either. A rule that would is stopped at its first such post (the plugin is not called; the post returns
@@ -370,25 +377,39 @@ size_t fitted(size_t wanted, size_t slack = 0) {
   if (gLargestMessage == 0 || wanted + slack <= gLargestMessage) return wanted;
   return gLargestMessage > slack + 1 ? gLargestMessage - slack : 1;
 }
+void notePosted(void* comm, void* request, bool send) {
+  if (request == nullptr || request == reinterpret_cast<void*>(NCCL_NET_OPTIONAL_RECV_COMPLETION)) return;
+  std::lock_guard<std::mutex> lock(gRequestsMutex);
+  auto [entry, added] = gRequests.try_emplace(request, InFlight{comm, send});
+  if (added) return;
+  noteContractProblem(kPeerRequestReused,
+                      std::string(send ? "isend" : "irecv") + " returned a request that the " +
+                          (entry->second.send ? "send" : "receive") + " posted before it on " +
+                          (entry->second.comm == comm ? "the same comm" : "another comm") +
+                          " still held (test had not said it was done): NCCL tests each request until it is done, "
+                          "so it would take one operation's completion for the other's");
+  entry->second = {comm, send};
+}
+
 ncclResult_t irecvChecked(Net& net, void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
                           void** request) {
   if (oversized(n, sizes)) return ncclInvalidArgument;
-  return net.irecv(comm, n, data, sizes, tags, mhandles, nullptr, request);
+  const ncclResult_t result = net.irecv(comm, n, data, sizes, tags, mhandles, nullptr, request);
+  if (result == ncclSuccess) notePosted(comm, *request, false);
+  return result;
 }
 
 // isend, noting the request as a send's.
 ncclResult_t isendNoted(Net& net, void* comm, void* data, size_t size, int tag, void* mhandle, void** request) {
   if (oversized(1, &size)) return ncclInvalidArgument;
   const ncclResult_t result = net.isend(comm, data, size, tag, mhandle, nullptr, request);
-  if (result == ncclSuccess && *request != nullptr) {
-    std::lock_guard<std::mutex> lock(gSendRequestsMutex);
-    gSendRequests[*request] = comm;
-  }
+  if (result == ncclSuccess) notePosted(comm, *request, true);
   return result;
 }
-void forgetSendRequests(void* comm) {
-  std::lock_guard<std::mutex> lock(gSendRequestsMutex);
-  std::erase_if(gSendRequests, [comm](const auto& entry) { return entry.second == comm; });
+// A closed comm's requests are gone with it (NCCL's abort closes comms with requests in flight).
+void forgetRequests(void* comm) {
+  std::lock_guard<std::mutex> lock(gRequestsMutex);
+  std::erase_if(gRequests, [comm](const auto& entry) { return entry.second.comm == comm; });
 }
 
 // test() as NCCL calls it: with room for 64 sizes, which NCCL hands every receive's test (a plugin may fill its
@@ -403,11 +424,11 @@ constexpr int kUnwrittenSize = 0x5a5a5a5a;
 thread_local bool tSizeLeftUnwritten = false;   // the last receive's test left one of its `count` sizes unwritten
 thread_local uint64_t tSizesLeftUnwritten = 0;  // which ones (bit i: sizes[i])
 ncclResult_t testSizes(Net& net, void* request, int* done, int* sizes, int count = 1) {
-  if (sizes == nullptr) return net.test(request, done, nullptr);
   bool send;
   {
-    std::lock_guard<std::mutex> lock(gSendRequestsMutex);
-    send = gSendRequests.count(request) == 1;
+    std::lock_guard<std::mutex> lock(gRequestsMutex);
+    const auto entry = gRequests.find(request);
+    send = entry != gRequests.end() && entry->second.send;
   }
   int room[kTestSizes + kTestSizesGuard];
   for (int i = 0; i < kTestSizes + kTestSizesGuard; ++i) room[i] = i < count && send ? sizes[i] : kUnwrittenSize;
@@ -429,9 +450,9 @@ ncclResult_t testSizes(Net& net, void* request, int* done, int* sizes, int count
                                   : " (NCCL gives a receive's test room for 64: the rest lands on its stack)"));
     break;
   }
-  if (send && (result != ncclSuccess || *done != 0)) {
-    std::lock_guard<std::mutex> lock(gSendRequestsMutex);
-    gSendRequests.erase(request);
+  if (result != ncclSuccess || *done != 0) {
+    std::lock_guard<std::mutex> lock(gRequestsMutex);
+    gRequests.erase(request);
   }
   for (int i = 0; i < count; ++i) sizes[i] = room[i];
   return result;
@@ -534,11 +555,12 @@ void deregisterAll(Context& c, void* comm) {
 // closeSend and closeRecv after deregistering the comm's buffers.
 ncclResult_t closeSendComm(Context& c, void* comm) {
   deregisterAll(c, comm);
-  forgetSendRequests(comm);
+  forgetRequests(comm);
   return CALL("closeSend", c.net->closeSend(comm));
 }
 ncclResult_t closeRecvComm(Context& c, void* comm) {
   deregisterAll(c, comm);
+  forgetRequests(comm);
   return CALL("closeRecv", c.net->closeRecv(comm));
 }
 
@@ -630,6 +652,7 @@ pid_t startPeer(Context& c, const std::function<int()>& body) {
     // Not the peer's to write, nor to hold open: the harness reads the verdict until the last writer is gone.
     if (gResultFd >= 0) close(gResultFd);
     gResultFd = -1;
+    gRequests.clear();  // the rule process's, not this one's (one thread here: no lock)
     if (gCallNotes != nullptr) {
       gMyNote = &gCallNotes[1];
       noteCall(nullptr, false);
@@ -648,7 +671,9 @@ pid_t startPeer(Context& c, const std::function<int()>& body) {
       std::fprintf(stderr, "nccl-net-check: peer: the harness failed (not the plugin): %s\n", e.what());
       harnessExit(kPeerHarnessFault);
     }
-    if (code == 0 && !gContractProblem.empty()) {
+    // A request handed out twice is named even where the peer failed after it: what went wrong next (a completion
+    // taken for another's) followed from it.
+    if (!gContractProblem.empty() && (code == 0 || gContractCode == kPeerRequestReused)) {
       std::fprintf(stderr, "nccl-net-check: peer: %s\n", gContractProblem.c_str());
       code = gContractCode;
     }
@@ -931,6 +956,9 @@ std::string peerText(int code) {
            "its stack)";
   if (code == kPeerRecvSizesOverrun)
     return "peer: test of a receive wrote past 64 sizes (NCCL's room for a receive's sizes)";
+  if (code == kPeerRequestReused)
+    return "peer: a post returned a request that an earlier post still held (test had not said it was done): NCCL "
+           "tests each request until it is done, so it would take one operation's completion for the other's";
   // The peer leaves only through _exit once its plugin calls returned: ended during one, the plugin ended it (exit(),
   // or under a sanitizer also a crash it reported), as the rule process's own verdict says for itself.
   const CallNote* note = gCallNotes != nullptr ? &gCallNotes[1] : nullptr;
@@ -4795,6 +4823,9 @@ const std::vector<Rule>& rules() {
   if (verdict.status == Status::kPass && !gContractProblem.empty())
     verdict = fail("%s (the rule's own check passed: %s)", gContractProblem.c_str(),
                    verdict.evidence.empty() ? "-" : verdict.evidence.c_str());
+  else if (verdict.status == Status::kFail && gContractCode == kPeerRequestReused &&
+           verdict.evidence.find(gContractProblem) == std::string::npos)
+    verdict.evidence += " (before it: " + gContractProblem + ")";
   writeVerdict(verdict);
   _exit(0);  // writeVerdict exits; this keeps [[noreturn]] visibly true
 }
