@@ -2420,7 +2420,32 @@ std::map<void*, size_t> gPickedSends;                                 // send re
 std::vector<void*> gPickedKept;                                       // per-message-leak's records, never freed
 std::atomic<int> gPickedConnects{0}, gPickedAccepts{0}, gPickedIsends{0}, gPickedRegistrations{0};
 char gPickedNobody;  // the comm accept-from-nobody and zero-handle-comm hand out
-
+// send-ring-4 and recv-ring-4: send (or receive) descriptors from a ring of 4 taken in turn, with no check that the
+// one taken is free (the depth the vendor's own test kept in flight): the 5th in flight is handed the 1st's
+// descriptor, whose test then answers for the 5th. The overwritten operation is still driven to its end (the NIC
+// completes it all the same). As NCCL's own IB plugin, a send's test writes no size (NCCL reads none).
+struct RingRequest {
+  void* comm = nullptr;
+  void* real = nullptr;  // nullptr: nothing pending (done): test says done
+};
+struct Ring {
+  RingRequest slots[4];
+  unsigned next = 0;
+  std::vector<std::pair<void*, void*>> overwritten;  // (comm, real request) of operations whose slot was retaken
+  void* take(void* comm, void* real) {
+    RingRequest& slot = slots[next++ % 4];
+    if (slot.real != nullptr) overwritten.emplace_back(slot.comm, slot.real);
+    slot = {comm, real};
+    return &slot;
+  }
+  bool holds(void* request) const { return request >= &slots[0] && request <= &slots[3]; }
+  void forget(void* comm) {
+    std::erase_if(overwritten, [comm](const auto& entry) { return entry.first == comm; });
+    for (RingRequest& slot : slots)
+      if (slot.comm == comm) slot = {};
+  }
+};
+Ring gSendRing, gRecvRing;
 ncclResult_t pickedDevices(int* ndev) {
   const ncclResult_t result = devices(ndev);
   if (result == ncclSuccess && pickedBug("duplicate-name")) *ndev += 1;  // a second port, described as the first
@@ -2469,6 +2494,10 @@ ncclResult_t pickedIsend(void* comm, void* data, size_t size, int tag, void* mha
   if (pickedBug("isend-error-once") && ++gPickedIsends == 5) return ncclInternalError;  // "full", said as an error
   const ncclResult_t result = isend(comm, data, size, tag, mhandle, phandle, request);
   std::lock_guard<std::mutex> lock(gPickedLock);
+  if (pickedBug("send-ring-4") && result == ncclSuccess && *request != nullptr) {
+    *request = gSendRing.take(comm, *request);
+    return result;
+  }
   if (result == ncclSuccess && *request != nullptr) gPickedSends[*request] = size;
   if (result == ncclSuccess && pickedBug("per-message-leak")) gPickedKept.push_back(std::malloc(256));
   return result;
@@ -2486,9 +2515,34 @@ ncclResult_t pickedIrecv(void* comm, int n, void** data, size_t* sizes, int* tag
                     std::chrono::steady_clock::now() - accepted->second > std::chrono::milliseconds(200);
   if (result == ncclSuccess && *request != nullptr)
     gPickedRecvs[*request] = {std::vector<void*>(data, data + n), sizes[0], late};
+  if (pickedBug("recv-ring-4") && result == ncclSuccess && *request != nullptr)
+    *request = gRecvRing.take(comm, *request);
   return result;
 }
 ncclResult_t pickedTest(void* request, int* done, int* sizes) {
+  if (pickedBug("send-ring-4") || pickedBug("recv-ring-4")) {
+    std::lock_guard<std::mutex> lock(gPickedLock);
+    Ring& ring = pickedBug("send-ring-4") ? gSendRing : gRecvRing;
+    std::erase_if(ring.overwritten, [](const auto& entry) {
+      int finished = 0, unread[64];
+      return test(entry.second, &finished, unread) != ncclSuccess || finished;
+    });
+    if (ring.holds(request)) {
+      auto& slot = *static_cast<RingRequest*>(request);
+      if (slot.real == nullptr) {
+        *done = 1;
+        return ncclSuccess;
+      }
+      int unread = 0;
+      const bool send = &ring == &gSendRing;
+      const ncclResult_t result = test(slot.real, done, send ? &unread : sizes);
+      if (result != ncclSuccess || *done) {
+        gPickedRecvs.erase(slot.real);
+        slot.real = nullptr;
+      }
+      return result;
+    }
+  }
   ncclResult_t result = test(request, done, sizes);
   std::lock_guard<std::mutex> lock(gPickedLock);
   if (auto send = gPickedSends.find(request); send != gPickedSends.end() && (result != ncclSuccess || *done)) {
@@ -2523,11 +2577,16 @@ ncclResult_t pickedTest(void* request, int* done, int* sizes) {
   return result;
 }
 ncclResult_t pickedCloseSend(void* comm) {
+  {
+    std::lock_guard<std::mutex> lock(gPickedLock);
+    gSendRing.forget(comm);
+  }
   return comm == &gPickedNobody ? ncclSuccess : closeSend(comm);
 }
 ncclResult_t pickedCloseRecv(void* comm) {
   std::lock_guard<std::mutex> lock(gPickedLock);
   gPickedComms.erase(comm);
+  gRecvRing.forget(comm);
   return comm == &gPickedNobody ? ncclSuccess : closeRecv(comm);
 }
 }  // namespace
