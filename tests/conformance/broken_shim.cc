@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -2520,6 +2521,17 @@ ncclResult_t pickedIrecv(void* comm, int n, void** data, size_t* sizes, int* tag
   return result;
 }
 ncclResult_t pickedTest(void* request, int* done, int* sizes) {
+  // wait-fails-on-eintr: test first waits up to 0.1 ms on its completion channel (an eventfd here), and takes the
+  // wait's EINTR (a signal caught meanwhile) for the channel's failure.
+  if (pickedBug("wait-fails-on-eintr")) {
+    static const int channel = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    pollfd ready{channel, POLLIN, 0};
+    const timespec wait{0, 100000};
+    if (ppoll(&ready, 1, &wait, nullptr) < 0) {
+      std::fprintf(stderr, "WARN %s: waiting on the completion channel: %s\n", NNS_BUG_NAME, std::strerror(errno));
+      return ncclSystemError;
+    }
+  }
   if (pickedBug("send-ring-4") || pickedBug("recv-ring-4")) {
     std::lock_guard<std::mutex> lock(gPickedLock);
     Ring& ring = pickedBug("send-ring-4") ? gSendRing : gRecvRing;

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -641,6 +642,78 @@ int becomeFreshPeer(Context& c) {
   return 0;
 }
 
+// ---- signals arriving at every thread -----------------------------------------------------------------------------
+// A handler installed without SA_RESTART (as Python installs its handlers: PyTorch's DataLoader catches SIGCHLD in
+// every training process), and a thread that sends the signal to every other thread of the process every `period`:
+// a blocking call of the plugin's (read, recv, accept, epoll_wait, a completion channel's read) then returns EINTR
+// at random moments. The thread makes no allocation nor takes a lock (open, getdents64, tgkill, nanosleep), so a
+// fork beside it is safe. Its signals are counted.
+std::atomic<long> gSignalsCaught{0};
+void onStormSignal(int) {
+  gSignalsCaught.fetch_add(1, std::memory_order_relaxed);
+}
+constexpr int kStormSignal = SIGCHLD;
+constexpr auto kStormPeriod = std::chrono::microseconds(200);
+
+class SignalStorm {
+ public:
+  SignalStorm() {
+    struct sigaction action = {};
+    action.sa_handler = onStormSignal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = 0;  // no SA_RESTART: interrupted calls return EINTR
+    sigaction(kStormSignal, &action, &previous_);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~SignalStorm() {
+    stop_.store(true);
+    thread_.join();
+    sigaction(kStormSignal, &previous_, nullptr);
+  }
+  SignalStorm(const SignalStorm&) = delete;
+  SignalStorm& operator=(const SignalStorm&) = delete;
+
+ private:
+  // The process's threads (/proc/self/task) into `tids`, at most `capacity` of them.
+  static int listThreads(pid_t* tids, int capacity) {
+    const int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int count = 0;
+    alignas(8) char entries[4096];
+    for (long got; count < capacity && (got = syscall(SYS_getdents64, fd, entries, sizeof(entries))) > 0;) {
+      for (long at = 0; at < got && count < capacity;) {
+        // struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name
+        unsigned short length = 0;
+        std::memcpy(&length, entries + at + 16, sizeof(length));
+        const char* name = entries + at + 19;
+        if (name[0] >= '1' && name[0] <= '9') tids[count++] = static_cast<pid_t>(std::atol(name));
+        at += length;
+      }
+    }
+    close(fd);
+    return count;
+  }
+  void run() {
+    const pid_t pid = getpid();
+    const auto self = static_cast<pid_t>(syscall(SYS_gettid));
+    pid_t tids[256];
+    int count = 0;
+    for (unsigned tick = 0; !stop_.load(); ++tick) {
+      if (tick % 50 == 0) count = listThreads(tids, 256);  // new helper threads join within 10 ms
+      for (int i = 0; i < count; ++i)
+        if (tids[i] != self) syscall(SYS_tgkill, pid, tids[i], kStormSignal);
+      std::this_thread::sleep_for(kStormPeriod);
+    }
+  }
+  struct sigaction previous_ = {};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+// Set by signals-break-nothing: every peer started meanwhile runs a storm of its own from its first instruction, for
+// its whole life (it leaves by _exit, the storm with it).
+bool gPeersCatchSignals = false;
+SignalStorm* gPeerStorm = nullptr;
+
 // A peer process: runs `body` (which returns an exit code) with the per-call watchdog active.
 pid_t startPeer(Context& c, const std::function<int()>& body) {
   std::fflush(nullptr);
@@ -653,6 +726,7 @@ pid_t startPeer(Context& c, const std::function<int()>& body) {
     if (gResultFd >= 0) close(gResultFd);
     gResultFd = -1;
     gRequests.clear();  // the rule process's, not this one's (one thread here: no lock)
+    if (gPeersCatchSignals) gPeerStorm = new SignalStorm();
     if (gCallNotes != nullptr) {
       gMyNote = &gCallNotes[1];
       noteCall(nullptr, false);
@@ -987,7 +1061,8 @@ Verdict sendAndReceive(Context& c, const std::vector<std::pair<size_t, uint64_t>
             close(checkedPipe[1]);  // so a receiver that dies reads as a hang-up, not as silence
             int code = sendMessages(c, comm, messages);
             pollfd checked{checkedPipe[0], POLLIN, 0};
-            poll(&checked, 1, 60000);
+            while (poll(&checked, 1, 60000) < 0 && errno == EINTR) {  // signals-break-nothing's signals
+            }
             return code;
           },
           &why, afterListen))
@@ -2241,6 +2316,37 @@ Verdict senderMayGoIdle(Context& c) {
         "operations are done: a send reported done must be delivered without more calls)",
         v.evidence.c_str());
   return pass("a 64 MiB and a 100-byte message arrived whole with the sender making no call once its sends completed");
+}
+
+// ---- signals-break-nothing: a signal caught by any thread fails no call and loses no byte --------------------------
+// Processes that run NCCL catch signals: Python installs its handlers without SA_RESTART, and PyTorch's DataLoader
+// catches SIGCHLD, which every worker's exit raises at whatever thread the kernel picks, NCCL's proxy thread and the
+// plugin's own threads among them. A plugin whose blocking call (read, recv, accept, epoll_wait, a completion
+// channel's read) takes EINTR for a failure fails the communicator; one that retries a connect after EINTR as if it
+// had not started (EALREADY) never connects. Both processes catch a signal at every thread every 0.2 ms from before
+// listen and connect to the end; the connection is made and messages of every size class arrive, bytes checked.
+Verdict signalsBreakNothing(Context& c) {
+  const std::vector<size_t> sizes = {0, 1, 100, 4096, 65537, size_t{1} << 20, (size_t{4} << 20) + 3};
+  std::vector<std::pair<size_t, uint64_t>> messages;
+  for (int i = 0; i < 140; ++i) messages.push_back({sizes[static_cast<size_t>(i) % sizes.size()], 9000u + i});
+  gPeersCatchSignals = true;
+  std::unique_ptr<SignalStorm> storm;
+  const long before = gSignalsCaught.load();
+  Verdict v = transferChecked(c, messages, (size_t{4} << 20) + 3, [&] { storm = std::make_unique<SignalStorm>(); });
+  storm.reset();
+  gPeersCatchSignals = false;
+  const long caught = gSignalsCaught.load() - before;
+  if (v.status != Status::kPass)
+    return fail(
+        "%s (every thread of both processes caught a signal every 0.2 ms, its handler installed without "
+        "SA_RESTART, as Python installs them: %ld caught here; a blocking call must retry on EINTR)",
+        v.evidence.c_str(), caught);
+  char text[200];
+  std::snprintf(text, sizeof(text),
+                "connected and 140 messages (0 B .. 4 MiB) arrived whole while every thread of both processes caught "
+                "a signal every 0.2 ms (%ld here), without SA_RESTART",
+                caught);
+  return pass(text);
 }
 
 // A "Vm...:  N kB" line of /proc/self/status (VmRSS, VmSize, VmPin), or -1.
@@ -4690,6 +4796,10 @@ const std::vector<Rule>& rules() {
       {{"sender-may-go-idle",
         "a 64 MiB and a 100-byte message arrive whole while the sender, its sends completed, makes no more calls"},
        senderMayGoIdle},
+      {{"signals-break-nothing",
+        "a connection and messages of every size class while every thread of both processes catches a signal every "
+        "0.2 ms (handler without SA_RESTART, as Python's): no call fails, no byte is lost"},
+       signalsBreakNothing},
       {{"regmr-dereg-balance", "regMr/deregMr pairs do not leak"}, regmrDeregBalance},
       {{"registered-buffer-offsets",
         "sends and receives at offsets within registered buffers, with their mhandles, land at those offsets"},
