@@ -20,6 +20,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -2447,6 +2448,45 @@ struct Ring {
   }
 };
 Ring gSendRing, gRecvRing;
+// registration-cache-stale: registrations kept in a cache keyed by comm, address and length past deregMr (lazy
+// deregistration, nothing watching munmap), and handed back by a later regMr of the same range. What such a
+// registration pins are the pages the buffer had when it was made, no longer the buffer's once it was unmapped and
+// mapped again: modelled by a copy of the buffer taken at deregMr, through which data then moves (a receive lands
+// in it, a send reads it). registration-cache-stale-sends: the same, with receives moving through the buffer's
+// own pages (so the stale send is what shows).
+bool staleRegistrations() {
+  return pickedBug("registration-cache-stale") || pickedBug("registration-cache-stale-sends");
+}
+struct CachedRegistration {
+  void* comm;
+  void* real;
+  unsigned char* base;
+  size_t size;
+  bool live = true;
+  std::vector<unsigned char> pages;  // empty while the buffer's own pages are the registered ones
+};
+std::vector<std::unique_ptr<CachedRegistration>> gRegistrationCache;
+CachedRegistration* cachedRegistration(void* mhandle) {
+  for (auto& entry : gRegistrationCache)
+    if (entry.get() == mhandle) return entry.get();
+  return nullptr;
+}
+// Where the registration `mhandle` moves the bytes of `data`: into its pinned copy once it went stale.
+void* throughRegistration(void* mhandle, void* data) {
+  CachedRegistration* entry = cachedRegistration(mhandle);
+  if (entry == nullptr || entry->pages.empty()) return data;
+  return entry->pages.data() + (static_cast<unsigned char*>(data) - entry->base);
+}
+void* realHandle(void* mhandle) {
+  CachedRegistration* entry = cachedRegistration(mhandle);
+  return entry != nullptr ? entry->real : mhandle;
+}
+void dropCachedRegistrations(void* comm) {
+  std::erase_if(gRegistrationCache, [comm](const auto& entry) {
+    if (entry->comm == comm) deregMr(comm, entry->real);
+    return entry->comm == comm;
+  });
+}
 ncclResult_t pickedDevices(int* ndev) {
   const ncclResult_t result = devices(ndev);
   if (result == ncclSuccess && pickedBug("duplicate-name")) *ndev += 1;  // a second port, described as the first
@@ -2484,6 +2524,22 @@ ncclResult_t pickedAccept(void* listenComm, void** recvComm, ncclNetDeviceHandle
   return result;
 }
 ncclResult_t pickedRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  if (staleRegistrations()) {
+    std::lock_guard<std::mutex> lock(gPickedLock);
+    for (auto& entry : gRegistrationCache)
+      if (!entry->live && entry->comm == comm && entry->base == data && entry->size == size) {
+        entry->live = true;
+        *mhandle = entry.get();
+        return ncclSuccess;
+      }
+    void* real = nullptr;
+    const ncclResult_t result = regMr(comm, data, size, type, &real);
+    if (result != ncclSuccess) return result;
+    gRegistrationCache.push_back(std::make_unique<CachedRegistration>(
+        CachedRegistration{comm, real, static_cast<unsigned char*>(data), size, true, {}}));
+    *mhandle = gRegistrationCache.back().get();
+    return ncclSuccess;
+  }
   const ncclResult_t result = regMr(comm, data, size, type, mhandle);
   if (result == ncclSuccess && pickedBug("registration-fd") && gPickedRegistrations++ % 8 == 0)
     (void)eventfd(0, EFD_CLOEXEC);
@@ -2491,8 +2547,29 @@ ncclResult_t pickedRegMr(void* comm, void* data, size_t size, int type, void** m
     (void)mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return result;
 }
+ncclResult_t pickedDeregMr(void* comm, void* mhandle) {
+  if (staleRegistrations()) {
+    std::lock_guard<std::mutex> lock(gPickedLock);
+    if (CachedRegistration* entry = cachedRegistration(mhandle); entry != nullptr) {
+      entry->live = false;  // kept, and its pages with it: they hold what the buffer held now
+      if (entry->pages.empty()) {
+        // Read where the buffer may be gone already (NCCL frees buffers before it deregisters them): zeros then.
+        entry->pages.assign(entry->size, 0);
+        iovec to{entry->pages.data(), entry->size}, from{entry->base, entry->size};
+        (void)process_vm_readv(getpid(), &to, 1, &from, 1, 0);
+      }
+      return ncclSuccess;
+    }
+  }
+  return deregMr(comm, mhandle);
+}
 ncclResult_t pickedIsend(void* comm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request) {
   if (pickedBug("isend-error-once") && ++gPickedIsends == 5) return ncclInternalError;  // "full", said as an error
+  if (staleRegistrations()) {
+    std::lock_guard<std::mutex> lock(gPickedLock);
+    data = throughRegistration(mhandle, data);
+    mhandle = realHandle(mhandle);
+  }
   const ncclResult_t result = isend(comm, data, size, tag, mhandle, phandle, request);
   std::lock_guard<std::mutex> lock(gPickedLock);
   if (pickedBug("send-ring-4") && result == ncclSuccess && *request != nullptr) {
@@ -2510,7 +2587,13 @@ ncclResult_t pickedIrecv(void* comm, int n, void** data, size_t* sizes, int* tag
     *request = nullptr;
     return ncclSuccess;
   }
-  const ncclResult_t result = irecv(comm, n, data, sizes, tags, mhandles, phandles, request);
+  std::vector<void*> targets(data, data + n), realHandles(mhandles, mhandles + n);
+  for (int i = 0; i < n && staleRegistrations(); ++i) {
+    if (pickedBug("registration-cache-stale"))
+      targets[static_cast<size_t>(i)] = throughRegistration(mhandles[i], data[i]);
+    realHandles[static_cast<size_t>(i)] = realHandle(mhandles[i]);
+  }
+  const ncclResult_t result = irecv(comm, n, targets.data(), sizes, tags, realHandles.data(), phandles, request);
   const auto accepted = gPickedComms.find(comm);
   const bool late = accepted != gPickedComms.end() &&
                     std::chrono::steady_clock::now() - accepted->second > std::chrono::milliseconds(200);
@@ -2592,6 +2675,7 @@ ncclResult_t pickedCloseSend(void* comm) {
   {
     std::lock_guard<std::mutex> lock(gPickedLock);
     gSendRing.forget(comm);
+    dropCachedRegistrations(comm);
   }
   return comm == &gPickedNobody ? ncclSuccess : closeSend(comm);
 }
@@ -2599,13 +2683,14 @@ ncclResult_t pickedCloseRecv(void* comm) {
   std::lock_guard<std::mutex> lock(gPickedLock);
   gPickedComms.erase(comm);
   gRecvRing.forget(comm);
+  dropCachedRegistrations(comm);
   return comm == &gPickedNobody ? ncclSuccess : closeRecv(comm);
 }
 }  // namespace
 extern "C" __attribute__((visibility("default")))
 const ncclNet_v12_t ncclNetPlugin_v12 = {NNS_BUG_NAME, init,          pickedDevices,   pickedGetProperties,
                                          listen,       pickedConnect, pickedAccept,    pickedRegMr,
-                                         regMrDmaBuf,  deregMr,       pickedIsend,     pickedIrecv,
+                                         regMrDmaBuf,  pickedDeregMr, pickedIsend,     pickedIrecv,
                                          iflush,       pickedTest,    pickedCloseSend, pickedCloseRecv,
                                          closeListen,  nullptr,       nullptr,         NNS_MAKE_VDEVICE,
                                          finalize,     nullptr};

@@ -260,19 +260,25 @@ uint64_t patternWord(size_t word, uint64_t seed) {
 unsigned char patternByte(size_t index, uint64_t seed) {
   return static_cast<unsigned char>(patternWord(index / 8, seed) >> (8 * (index % 8)));
 }
-void fill(std::vector<unsigned char>& buffer, size_t bytes, uint64_t seed) {
+void fill(unsigned char* buffer, size_t bytes, uint64_t seed) {
   for (size_t at = 0; at < bytes; at += 8) {
     const uint64_t word = patternWord(at / 8, seed);
     for (size_t k = 0; k < 8 && at + k < bytes; ++k) buffer[at + k] = static_cast<unsigned char>(word >> (8 * k));
   }
 }
-long firstMismatch(const std::vector<unsigned char>& buffer, size_t bytes, uint64_t seed) {
+void fill(std::vector<unsigned char>& buffer, size_t bytes, uint64_t seed) {
+  fill(buffer.data(), bytes, seed);
+}
+long firstMismatch(const unsigned char* buffer, size_t bytes, uint64_t seed) {
   for (size_t at = 0; at < bytes; at += 8) {
     const uint64_t word = patternWord(at / 8, seed);
     for (size_t k = 0; k < 8 && at + k < bytes; ++k)
       if (buffer[at + k] != static_cast<unsigned char>(word >> (8 * k))) return static_cast<long>(at + k);
   }
   return -1;
+}
+long firstMismatch(const std::vector<unsigned char>& buffer, size_t bytes, uint64_t seed) {
+  return firstMismatch(buffer.data(), bytes, seed);
 }
 
 // A completed send's buffer: whether it still holds the message (a send only reads its buffer: NCCL sends from the
@@ -3176,6 +3182,129 @@ std::string peerStepText(int code) {
 }
 }  // namespace shared
 
+// ---- remapped-buffers-register-anew: a buffer unmapped and mapped again at its address gets a new registration ---
+// Memory is unmapped and mapped again all the time (a caching allocator giving pages back, host buffers freed and
+// allocated), and the new pages often come at the old address; NCCL deregisters the old buffer before it goes and
+// registers the new one. A plugin that keeps registrations in a cache keyed by address and length past deregMr
+// (lazy deregistration, without watching munmap) hands the NIC the old registration, whose pages it still pins but
+// which are no longer the buffer's: a receive lands in them (the buffer keeps what it held), a send reads the bytes
+// they held. Both sides, 3 rounds each: map 256 KiB (rounds 2 and 3 at round 1's address), write it, register it,
+// move one message, deregister it, unmap it.
+namespace remap {
+constexpr int kRounds = 3;
+constexpr int kPeerFailed = 61;  // the peer's own failure, its text sent over the report pipe
+constexpr uint64_t kSeed = 7100;
+
+// Fresh pages at `at` (anywhere for nullptr), or nullptr.
+unsigned char* mapAt(void* at, size_t bytes) {
+  void* mapped = mmap(at, bytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | (at != nullptr ? MAP_FIXED_NOREPLACE : 0), -1, 0);
+  if (mapped == MAP_FAILED) return nullptr;
+  if (at != nullptr && mapped != at) {  // a kernel without MAP_FIXED_NOREPLACE takes it as a hint
+    munmap(mapped, bytes);
+    return nullptr;
+  }
+  return static_cast<unsigned char*>(mapped);
+}
+
+std::string roundText(int round, const unsigned char* first, const unsigned char* now) {
+  return "round " + std::to_string(round + 1) + " of " + std::to_string(kRounds) +
+         (round > 0 && first == now ? " (a buffer mapped again at the address of the one unmapped before it)" : "");
+}
+}  // namespace remap
+
+Verdict remappedBuffersRegisterAnew(Context& c) {
+  using namespace remap;
+  const size_t bytes = fitted(size_t{256} << 10);
+  int report[2];
+  if (pipe(report) != 0) return fail("pipe failed");
+  Pair pair;
+  std::string why;
+  if (!openPair(
+          c, pair,
+          [&](void* comm) {
+            close(report[0]);
+            auto failed = [&](const std::string& text) {
+              (void)!write(report[1], text.data(), text.size());
+              return kPeerFailed;
+            };
+            unsigned char* first = nullptr;
+            for (int round = 0; round < kRounds; ++round) {
+              unsigned char* data = mapAt(first, bytes);
+              if (data == nullptr) return failed("sender: could not map its buffer again at its old address");
+              if (round == 0) first = data;
+              fill(data, bytes, kSeed + static_cast<uint64_t>(round));
+              void* mhandle = registerBuffer(c, comm, data, bytes);
+              void* request = nullptr;
+              int size = -1;
+              if (ncclResult_t posted = postSend(c, comm, data, bytes, 1, mhandle, &request); posted != ncclSuccess)
+                return failed("sender, " + roundText(round, first, data) + ": isend " + postText(posted));
+              if (ncclResult_t result = waitDone(c, request, &size, gTransferWaitSeconds); result != ncclSuccess)
+                return failed("sender, " + roundText(round, first, data) + ": " +
+                              waitText(result, gTransferWaitSeconds));
+              deregisterNow(c, comm, {mhandle});
+              munmap(data, bytes);
+            }
+            return 0;
+          },
+          &why)) {
+    close(report[0]);
+    close(report[1]);
+    return fail("%s", why.c_str());
+  }
+  close(report[1]);
+  Verdict v = pass("");
+  unsigned char* first = nullptr;
+  for (int round = 0; round < kRounds && v.status == Status::kPass; ++round) {
+    unsigned char* data = mapAt(first, bytes);
+    if (data == nullptr) {
+      v = skip("could not map a buffer again at the address of the one unmapped before it (MAP_FIXED_NOREPLACE)");
+      break;
+    }
+    if (round == 0) first = data;
+    std::memset(data, 0xa5, bytes);  // the pages are the process's own from here on (not the shared zero page)
+    void* mhandle = registerBuffer(c, pair.recvComm, data, bytes);
+    void* request = nullptr;
+    void* target = data;
+    size_t capacity = bytes;
+    int tag = 1, size = -1;
+    const std::string where = roundText(round, first, data);
+    if (ncclResult_t posted = postRecv(c, pair.recvComm, 1, &target, &capacity, &tag, &mhandle, &request);
+        posted != ncclSuccess) {
+      v = fail("%s: irecv %s", where.c_str(), postText(posted).c_str());
+    } else if (ncclResult_t result = waitDone(c, request, &size, gTransferWaitSeconds); result != ncclSuccess) {
+      v = fail("%s: %s", where.c_str(), waitText(result, gTransferWaitSeconds).c_str());
+    } else if (size != static_cast<int>(bytes)) {
+      v = fail("%s: the receive's test reported %d bytes, %zu were sent", where.c_str(), size, bytes);
+    } else if (const long at = firstMismatch(data, bytes, kSeed + static_cast<uint64_t>(round)); at >= 0) {
+      const bool untouched = std::all_of(data, data + bytes, [](unsigned char b) { return b == 0xa5; });
+      const bool older = round > 0 && firstMismatch(data, bytes, kSeed + static_cast<uint64_t>(round - 1)) < 0;
+      v = fail("%s: wrong byte at offset %ld%s", where.c_str(), at,
+               older       ? ": the buffer holds the previous round's message (the sender's registration still read "
+                             "the pages it had before deregMr: a registration cache that outlived deregMr)"
+               : untouched ? ": the buffer still holds what it held before the receive (it landed elsewhere: in the "
+                             "pages a registration kept past deregMr?)"
+                           : "");
+    }
+    deregisterNow(c, pair.recvComm, {mhandle});
+    munmap(data, bytes);
+  }
+  char text[256] = {};
+  const ssize_t got = read(report[0], text, sizeof(text) - 1);
+  close(report[0]);
+  int code = closePair(c, pair, v.status == Status::kPass ? 30 : 1);
+  if (v.status != Status::kPass) return withPeerFailure(v, code == kPeerFailed ? 0 : code);
+  if (code == kPeerFailed && got > 0 && std::strstr(text, "could not map") != nullptr) return skip(text);
+  if (code == kPeerFailed) return fail("%s", got > 0 ? text : "the sender failed");
+  if (code != 0) return fail("%s", peerText(code).c_str());
+  char passed[200];
+  std::snprintf(passed, sizeof(passed),
+                "%d rounds each side of a %zu-byte buffer mapped, registered, used, deregistered and unmapped, the "
+                "last %d at the first's address: every byte checked",
+                kRounds, bytes, kRounds - 1);
+  return pass(passed);
+}
+
 Verdict sharedRegistrations(Context& c) {
   using namespace shared;
   unsigned char handlesOut[2][NCCL_NET_HANDLE_MAXSIZE] = {};
@@ -4810,6 +4939,10 @@ const std::vector<Rule>& rules() {
         "one buffer registered on two comms, twice on one and over an overlapping part stays usable through each "
         "registration until its own deregMr"},
        sharedRegistrations},
+      {{"remapped-buffers-register-anew",
+        "a buffer unmapped and mapped again at its address, then registered, is the one data moves through (no "
+        "registration outlives deregMr)"},
+       remappedBuffersRegisterAnew},
       {{"close-with-requests-in-flight", "closing comms with requests pending returns and does not crash"},
        closeWithRequestsInFlight},
       {{"deregmr-under-a-receive",
