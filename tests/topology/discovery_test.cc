@@ -2,6 +2,7 @@
 #include <hwloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -161,6 +162,117 @@ TEST(TopologyDiscovery, APcieSwitchIsOneNodeAsInNccl) {
   ASSERT_EQ(a.system.count(NET), 1);
   EXPECT_EQ(std::string(pathTypeName(gpuToNet(a, 0, 0).type)), "PIX");  // the GPU beside the NIC under the switch
   EXPECT_EQ(std::string(pathTypeName(gpuToNet(a, 1, 0).type)), "PHB");  // the GPU under its own root port
+}
+
+// hwloc reads a made-up two-socket machine (tests/data/hwloc/two-sockets.xml): NUMA nodes 1 and 3 (OS indexes, as
+// NCCL's numaid, not hwloc's logical 0 and 1), two cores of two hardware threads per socket; a VGA controller that is
+// not NVIDIA's on socket 0 (no GPU), and on socket 1 an NVIDIA GPU of the VGA class (0300, a GPU as much as a 3D
+// controller's 0302) and a two-port NIC. Every attribute discovery writes is checked against what hwloc and the NICs
+// said: the counts, each CPU's numaid, affinity and identity, each PCI device's ids, and each NET's fields.
+TEST(TopologyDiscovery, TwoSocketsEachDeviceUnderItsNumaNode) {
+  ASSERT_EQ(setenv("HWLOC_XMLFILE", NNS_TOPOLOGY_DATA_DIR "/../hwloc/two-sockets.xml", 1), 0);
+  std::vector<NicInfo> nics(4);
+  nics[0].name = "mlx5_0";  // port 1 of the NIC at 82:00.0
+  nics[0].pciPath = "/sys/devices/pci0000:80/0000:80:02.0/0000:82:00.0";
+  nics[0].speedMbps = 200000;
+  nics[0].port = 1;
+  nics[0].guid = 0xe8ebd30300a1b2c3ull;
+  nics[0].maxComms = 65536;
+  nics[0].latency = 1.5f;
+  nics[0].gpuDirect = true;
+  nics[1] = nics[0];  // port 2 of the same NIC: the same <pci> and <nic>
+  nics[1].name = "mlx5_1";
+  nics[1].port = 2;
+  nics[2].name = "veth0";  // virtual, no speed, no maxComms: each virtual NIC a <nic> of its own on the first node
+  nics[3].name = "veth1";
+  nics[3].speedMbps = 10000;
+  DiscoveryReport report;
+  XmlDocument doc = discoverTopology(nics, &report);
+  unsetenv("HWLOC_XMLFILE");
+  const std::string xml = writeXml(doc.root);
+  auto attr = [](const XmlElement& e, const char* key) { return e.attr(key) ? *e.attr(key) : std::string("(none)"); };
+  auto names = [](const XmlElement& e) {
+    std::vector<std::string> out;
+    for (const auto& c : e.children) out.push_back(c.name + (c.attr("busid") ? " " + *c.attr("busid") : ""));
+    return out;
+  };
+
+  EXPECT_EQ(report.numaNodes, 2);
+  EXPECT_EQ(report.cpuCores, 4);
+  EXPECT_EQ(report.processingUnits, 8);
+  EXPECT_EQ(report.cpuVendor, "AuthenticAMD");
+  EXPECT_EQ(report.cpuModelName, "Made-up EPYC");
+  ASSERT_EQ(doc.root.children.size(), 2u) << xml;
+  const XmlElement& cpu0 = doc.root.children[0];
+  const XmlElement& cpu1 = doc.root.children[1];
+  EXPECT_EQ(attr(cpu0, "numaid"), "1") << xml;
+  EXPECT_EQ(attr(cpu1, "numaid"), "3") << xml;
+  EXPECT_EQ(attr(cpu0, "affinity"), "0000000f") << xml;
+  EXPECT_EQ(attr(cpu1, "affinity"), "000000f0") << xml;
+  if (attr(cpu0, "arch") == "x86_64") {  // the host's architecture (uname): the CPU identity is written for x86 only
+    EXPECT_EQ(attr(cpu1, "vendor"), "AuthenticAMD") << xml;
+    EXPECT_EQ(attr(cpu1, "familyid"), "25") << xml;
+    EXPECT_EQ(attr(cpu1, "modelid"), "1") << xml;
+  }
+  // Socket 0: the two virtual NICs, each a <nic>; the VGA controller that is not NVIDIA's is no GPU and is left out.
+  ASSERT_EQ(names(cpu0), (std::vector<std::string>{"nic", "nic"})) << xml;
+  // Socket 1: the GPU and the NIC, each right under the CPU (root ports are no nodes, as in NCCL).
+  ASSERT_EQ(names(cpu1), (std::vector<std::string>{"pci 0000:81:00.0", "pci 0000:82:00.0"})) << xml;
+  const XmlElement& gpu = cpu1.children[0];
+  EXPECT_EQ(attr(gpu, "class"), "0x030000") << xml;
+  EXPECT_EQ(attr(gpu, "vendor"), "0x10de") << xml;
+  EXPECT_EQ(attr(gpu, "device"), "0x1db6") << xml;
+  EXPECT_EQ(attr(gpu, "subsystem_vendor"), "0x10de") << xml;
+  EXPECT_EQ(attr(gpu, "subsystem_device"), "0x124a") << xml;
+  const XmlElement& nicPci = cpu1.children[1];
+  EXPECT_EQ(attr(nicPci, "class"), "0x020700") << xml;
+  EXPECT_EQ(attr(nicPci, "vendor"), "0x15b3") << xml;
+  ASSERT_EQ(names(nicPci), (std::vector<std::string>{"nic"})) << xml;
+  const XmlElement& nic = nicPci.children[0];
+  ASSERT_EQ(names(nic), (std::vector<std::string>{"net", "net"})) << xml;
+  const XmlElement& port1 = nic.children[0];
+  EXPECT_EQ(attr(port1, "name"), "mlx5_0");
+  EXPECT_EQ(attr(port1, "dev"), "0");
+  EXPECT_EQ(attr(port1, "speed"), "200000");
+  EXPECT_EQ(attr(port1, "port"), "1");
+  EXPECT_EQ(attr(port1, "latency"), "1.500000");
+  EXPECT_EQ(attr(port1, "guid"), "0xe8ebd30300a1b2c3");
+  EXPECT_EQ(attr(port1, "maxconn"), "65536");
+  EXPECT_EQ(attr(port1, "gdr"), "1");
+  EXPECT_EQ(attr(nic.children[1], "dev"), "1");
+  EXPECT_EQ(attr(nic.children[1], "port"), "2");
+  const XmlElement& veth0 = *cpu0.children[0].child("net");
+  EXPECT_EQ(attr(veth0, "name"), "veth0");
+  EXPECT_EQ(attr(veth0, "dev"), "2");
+  EXPECT_EQ(attr(veth0, "maxconn"), "(none)");  // a plugin's maxComms 0 is "not said": NCCL's default applies
+  EXPECT_EQ(attr(veth0, "guid"), "(none)");
+  EXPECT_EQ(attr(veth0, "gdr"), "0");
+  EXPECT_EQ(attr(*cpu0.children[1].child("net"), "dev"), "3");
+  auto noted = [&](const std::string& text) {
+    return std::find(report.notes.begin(), report.notes.end(), text) != report.notes.end();
+  };
+  EXPECT_TRUE(noted("NIC veth0 reports no speed: NCCL assumes 10000 Mb/s")) << ::testing::PrintToString(report.notes);
+  EXPECT_FALSE(noted("NIC veth1 reports no speed: NCCL assumes 10000 Mb/s")) << ::testing::PrintToString(report.notes);
+  EXPECT_TRUE(noted("NIC veth0 has no PCI device: attached to NUMA node 1")) << ::testing::PrintToString(report.notes);
+}
+
+// An interface's speed and PCI device as sysfs gives them: /sys/class/net/<if>/speed, and the device link resolved.
+TEST(TopologyDiscovery, InterfaceSpeedAndPciDeviceComeFromSysfs) {
+  fs::path root = fs::temp_directory_path() / ("nns-topo-sysfs-dev-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  const fs::path device = root / "devices/pci0000:80/0000:80:02.0/0000:82:00.0";
+  fs::create_directories(device);
+  writeFile(root / "class/net/eth0/flags", "0x1003");
+  writeFile(root / "class/net/eth0/operstate", "up");
+  writeFile(root / "class/net/eth0/speed", "25000");
+  fs::create_directory_symlink("../../../devices/pci0000:80/0000:80:02.0/0000:82:00.0", root / "class/net/eth0/device");
+  std::vector<NicInfo> nics = listSysfsNics(root.string());
+  const std::string expectedPath = fs::canonical(device).string();
+  fs::remove_all(root);
+  ASSERT_EQ(nics.size(), 1u);
+  EXPECT_EQ(nics[0].name, "eth0");
+  EXPECT_EQ(nics[0].speedMbps, 25000);
+  EXPECT_EQ(nics[0].pciPath, expectedPath);
 }
 
 TEST(TopologyDiscovery, AnUnreadableLinkSpeedLosesTheMinimum) {
