@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # nccl-net-topo's refusals and failures: --bench refuses the options whose output it would drop (--json printed its
-# text line and exited 0, --dump-graph wrote nothing without a word) and shows a file name through terminalSafe; with
-# --json a failure is one JSON object with the error on stdout (stdout was empty); a directory given as --graph-file
-# is said to be no graph file, and a path that came from NCCL_TOPO_FILE is said to come from there.
+# text line and exited 0, --dump-graph wrote nothing without a word), shows a file name through terminalSafe and prints
+# the mean time of its runs; with --json a failure is one JSON object with the error on stdout (stdout was empty); a
+# directory given as --graph-file is said to be no graph file, and a path that came from NCCL_TOPO_FILE is said to
+# come from there.
 set -uo pipefail
 topo="$1"
 data="$2"  # tests/data/topologies
@@ -49,6 +50,18 @@ run "$topo" --ignore-env --topo-file "$escaped" --bench 1
 [ "$status" = 0 ] || fail "--bench of a file with an escape in its name: exit status $status"
 grep -qF 'esc\x1b[31m.xml: 1 run(s)' <<<"$out" || fail "--bench: the file name is not shown with \\x1b"
 if grep -q $'\033' <<<"$out"; then fail "--bench: an escape byte of the file name reached stdout"; fi
+
+# --bench N prints the mean of its N runs: N times it is at most the time the whole process took (the total, printed
+# as the mean, is N times more).
+python3 - "$topo" "$file" <<'EOF' || fail "--bench 20: the time printed per run is not the mean (above)"
+import re, subprocess, sys, time
+start = time.monotonic()
+out = subprocess.run([sys.argv[1], "--ignore-env", "--topo-file", sys.argv[2], "--bench", "20"], capture_output=True,
+                     text=True, check=True, timeout=60).stdout
+wall_ms = (time.monotonic() - start) * 1000
+per_run = float(re.search(r": 20 run\(s\), ([0-9.]+) ms per run ", out).group(1))
+assert 20 * per_run <= wall_ms, f"{out.strip()}: 20 x {per_run} ms > the process's {wall_ms:.1f} ms"
+EOF
 
 # --json failures: one JSON object on stdout, the error also on stderr.
 json_error_is() {
