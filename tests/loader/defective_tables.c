@@ -20,7 +20,7 @@ static ncclResult_t init(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* c
 }
 static ncclResult_t devices(int* ndev) {
 #if defined(NNS_DEFECT_ODD_PROPERTIES)
-  *ndev = 2;
+  *ndev = 4;
 #else
   *ndev = 1;
 #endif
@@ -48,8 +48,10 @@ static ncclResult_t finalize(void* ctx) {
 __attribute__((unused)) static ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
 #if defined(NNS_DEFECT_ODD_PROPERTIES)
   /* ODD_PROPERTIES: device 1 answers success and writes nothing (a plugin that forgot a device), device 0 has a
-   * 2.5 Gb/s link and a latency that is not a number: a tool must show what it got, not crash on it. */
+   * 2.5 Gb/s link and a latency that is not a number, device 2 (below) more, and device 3 cannot be described (its
+   * getProperties fails): a tool must show what it got, not crash on it. */
   if (dev == 1) return ncclSuccess;
+  if (dev == 3) return ncclInternalError;
 #endif
   (void)dev;
   memset(props, 0, sizeof(*props));
@@ -67,6 +69,14 @@ __attribute__((unused)) static ncclResult_t getProperties(int dev, ncclNetProper
 #elif defined(NNS_DEFECT_ODD_PROPERTIES)
   props->speed = 2500;
   props->latency = __builtin_nanf("");
+  /* Device 2: exactly 1 Gb/s, an infinite latency, and pointer support beyond the host's: DMA-BUF and a bit NCCL does
+   * not define. */
+  if (dev == 2) {
+    props->name = (char*)"defective2";
+    props->speed = 1000;
+    props->latency = __builtin_inff();
+    props->ptrSupport = NCCL_PTR_HOST | NCCL_PTR_DMABUF | 0x40;
+  }
 #endif
   return ncclSuccess;
 }
