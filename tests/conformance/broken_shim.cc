@@ -2404,7 +2404,9 @@ __attribute__((constructor)) void fillTables() {
 // here has, the one bug picked at run time by NNS_PICKED_BUG. Each is one a check catches that nothing
 // else here exercised: a field NCCL refuses, a corrupted last byte, a size misreported by a send, a call slow but
 // not blocked, a limit just under NCCL's, a descriptor or mapping leaked where the existing leaks were not, an error
-// hidden, raised where a NULL request belongs, or turned into a completion.
+// hidden, raised where a NULL request belongs, or turned into a completion. Five serve nccl-net-perf's tests: a slow
+// network (slow-receives, no bug), more than NCCL's 32 requests in flight an error (over-32-requests-error, no bug
+// either), a group's last size one short, a receive's sizes left unwritten, every irecv refused.
 namespace {
 bool pickedBug(const char* name) {
   static const char* bug = std::getenv("NNS_PICKED_BUG");
@@ -2415,6 +2417,7 @@ struct PickedRecv {
   std::vector<void*> data;
   size_t capacity;
   bool late;  // posted over 0.2 s after its comm was accepted
+  std::chrono::steady_clock::time_point posted;
 };
 std::map<void*, PickedRecv> gPickedRecvs;                             // receive request -> what it was posted with
 std::map<void*, std::chrono::steady_clock::time_point> gPickedComms;  // receive comm -> when accept returned it
@@ -2487,6 +2490,8 @@ void dropCachedRegistrations(void* comm) {
     return entry->comm == comm;
   });
 }
+constexpr auto kSlowReceive = std::chrono::milliseconds(50);  // slow-receives: no receive done sooner
+
 ncclResult_t pickedDevices(int* ndev) {
   const ncclResult_t result = devices(ndev);
   if (result == ncclSuccess && pickedBug("duplicate-name")) *ndev += 1;  // a second port, described as the first
@@ -2565,10 +2570,13 @@ ncclResult_t pickedDeregMr(void* comm, void* mhandle) {
 }
 ncclResult_t pickedIsend(void* comm, void* data, size_t size, int tag, void* mhandle, void* phandle, void** request) {
   if (pickedBug("isend-error-once") && ++gPickedIsends == 5) return ncclInternalError;  // "full", said as an error
-  if (staleRegistrations()) {
+  {
     std::lock_guard<std::mutex> lock(gPickedLock);
-    data = throughRegistration(mhandle, data);
-    mhandle = realHandle(mhandle);
+    if (pickedBug("over-32-requests-error") && gPickedSends.size() >= NCCL_NET_MAX_REQUESTS) return ncclInvalidUsage;
+    if (staleRegistrations()) {
+      data = throughRegistration(mhandle, data);
+      mhandle = realHandle(mhandle);
+    }
   }
   const ncclResult_t result = isend(comm, data, size, tag, mhandle, phandle, request);
   std::lock_guard<std::mutex> lock(gPickedLock);
@@ -2583,6 +2591,12 @@ ncclResult_t pickedIsend(void* comm, void* data, size_t size, int tag, void* mha
 ncclResult_t pickedIrecv(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
                          void** request) {
   std::lock_guard<std::mutex> lock(gPickedLock);
+  // More requests in flight than NCCL ever posts (NCCL_NET_MAX_REQUESTS) are an error: strict, as a plugin may be.
+  if (pickedBug("over-32-requests-error") && gPickedRecvs.size() >= NCCL_NET_MAX_REQUESTS) return ncclInvalidUsage;
+  if (pickedBug("irecv-refused")) {  // "not now" for ever, with nothing in flight to wait for
+    *request = nullptr;
+    return ncclSuccess;
+  }
   if (pickedBug("request-pool-31") && gPickedRecvs.size() >= 31) {  // a pool one short of NCCL_NET_MAX_REQUESTS
     *request = nullptr;
     return ncclSuccess;
@@ -2598,7 +2612,7 @@ ncclResult_t pickedIrecv(void* comm, int n, void** data, size_t* sizes, int* tag
   const bool late = accepted != gPickedComms.end() &&
                     std::chrono::steady_clock::now() - accepted->second > std::chrono::milliseconds(200);
   if (result == ncclSuccess && *request != nullptr)
-    gPickedRecvs[*request] = {std::vector<void*>(data, data + n), sizes[0], late};
+    gPickedRecvs[*request] = {std::vector<void*>(data, data + n), sizes[0], late, std::chrono::steady_clock::now()};
   if (pickedBug("recv-ring-4") && result == ncclSuccess && *request != nullptr)
     *request = gRecvRing.take(comm, *request);
   return result;
@@ -2638,7 +2652,23 @@ ncclResult_t pickedTest(void* request, int* done, int* sizes) {
       return result;
     }
   }
+  if (pickedBug("slow-receives")) {  // a slow network, not a bug: no receive is done within 50 ms of its posting
+    std::lock_guard<std::mutex> lock(gPickedLock);
+    if (auto recv = gPickedRecvs.find(request);
+        recv != gPickedRecvs.end() && std::chrono::steady_clock::now() - recv->second.posted < kSlowReceive) {
+      *done = 0;
+      return ncclSuccess;
+    }
+  }
+  // size-unwritten: a receive's test that completes it leaves its sizes as they were (what the caller put there).
+  std::vector<int> before;
+  if (pickedBug("size-unwritten") && sizes != nullptr) {
+    std::lock_guard<std::mutex> lock(gPickedLock);
+    if (auto recv = gPickedRecvs.find(request); recv != gPickedRecvs.end())
+      before.assign(sizes, sizes + recv->second.data.size());
+  }
   ncclResult_t result = test(request, done, sizes);
+  if (result == ncclSuccess && *done && !before.empty()) std::copy(before.begin(), before.end(), sizes);
   std::lock_guard<std::mutex> lock(gPickedLock);
   if (auto send = gPickedSends.find(request); send != gPickedSends.end() && (result != ncclSuccess || *done)) {
     if (result == ncclSuccess && sizes != nullptr && pickedBug("send-size"))
@@ -2668,6 +2698,10 @@ ncclResult_t pickedTest(void* request, int* done, int* sizes) {
   if (result == ncclSuccess && *done && sizes != nullptr && pickedBug("last-byte"))
     for (size_t i = 0; i < recv->second.data.size(); ++i)
       if (sizes[i] > 0) static_cast<unsigned char*>(recv->second.data[i])[sizes[i] - 1] ^= 0x10;
+  // The last receive of a group reported one byte short (an off-by-one on the group's last size), the others right.
+  if (result == ncclSuccess && *done && sizes != nullptr && pickedBug("grouped-last-short") &&
+      recv->second.data.size() > 1 && sizes[recv->second.data.size() - 1] > 0)
+    sizes[recv->second.data.size() - 1] -= 1;
   if (result != ncclSuccess || *done) gPickedRecvs.erase(recv);
   return result;
 }
