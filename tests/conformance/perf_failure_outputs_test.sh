@@ -87,5 +87,46 @@ run "$perf" broken-crash-in-test -e 64 --call-timeout 2 --json
 json_holds '"crashed: SIGSEGV in test" in d["error"] and len(d["notes"]) >= 1' ||
   fail "--json, a crash in test: no JSON object naming the crash and the other process"
 
+# A failure before the first row, without --json: nothing on stdout (no header of an empty table), the failure on
+# stderr.
+run "$perf" broken-wrong-sizes -b 8 -e 64 -n 2 -w 0 --call-timeout 10
+[ "$status" = 1 ] && [ -z "$out" ] || fail "a failure at the first size: exit status $status and stdout '$out', expected 1 and nothing"
+
+# A receive's test that completes it without writing its size: a 0-byte message passes (NCCL reads 0, right for it),
+# a 1-byte one fails, said as unwritten rather than as a size (the tool's -1 is no plugin's).
+run env NNS_PICKED_BUG=size-unwritten "$perf" broken-picked -b 0 -e 8 -n 2 -w 0 --call-timeout 10 --json
+[ "$status" = 1 ] || fail "size-unwritten: exit status $status, expected 1"
+json_holds '[r["bytes"] for r in d["results"]] == [0] and d["error"].endswith("process, at 1 bytes (latency): test completed a receive of 1 bytes without reporting its size (sizes[0] left unwritten: NCCL, which zeroes it first, would take 0)")' ||
+  fail "size-unwritten: not the 0-byte row, then the 1-byte receive's size named as unwritten"
+
+# A completion never reported (broken-lost-completion's 100th, here in the 50th round trip at 8 bytes): the run fails
+# after --call-timeout plus a second, naming the wait, rather than testing the request for ever.
+start=$SECONDS
+run "$perf" broken-lost-completion -b 8 -e 8 -n 200 -w 0 --call-timeout 1
+[ "$status" = 1 ] || fail "a lost completion: exit status $status, expected 1"
+grep -qE "^nccl-net-perf: (measuring|peer) process, at 8 bytes \(latency\): a request did not complete within the timeout$" <<<"$err" ||
+  fail "a lost completion: the wait that ran out is not named"
+(( SECONDS - start <= 30 )) || fail "a lost completion took $((SECONDS - start)) s with --call-timeout 1"
+
+# Every irecv answered NULL ("not now") with nothing in flight: refused until --call-timeout plus a second, said so.
+run env NNS_PICKED_BUG=irecv-refused "$perf" broken-picked -b 8 -e 8 -n 2 -w 0 --call-timeout 1
+[ "$status" = 1 ] || fail "every irecv refused: exit status $status, expected 1"
+grep -qE "^nccl-net-perf: (measuring|peer) process, at 8 bytes \(latency\): irecv refused until the timeout$" <<<"$err" ||
+  fail "every irecv refused: the refused post is not named"
+# Both processes refused alike (their clocks started together, at the first size): when the tool saw both (the
+# second within 100 ms of the first, usually), the measuring process is the one named, the peer's a note.
+grep -q "also failed" <<<"$err" && ! grep -qE "^nccl-net-perf: measuring process, at 8 bytes \(latency\): irecv refused until the timeout$" <<<"$err" &&
+  fail "every irecv refused, in both processes: the measuring process is not the one named"
+
+# A plugin that ends its process with exit(0) half-way is no finished run: the exit and the call are named, status 3.
+run env NNS_SHIM_EXIT_STATUS=0 "$perf" broken-exit-in-send-test -b 8 -e 8 -n 2 -w 0 --call-timeout 10
+[ "$status" = 3 ] || fail "exit(0) in test: exit status $status, expected 3"
+grep -qE "^nccl-net-perf: (measuring|peer) process, at 8 bytes \(latency\): the process ended \(exit status 0\) in test$" <<<"$err" ||
+  fail "exit(0) in test: the exit and the call are not named"
+# Where the other process was stopped (when it had not ended too) says how long it had been in its call only from 1 s
+# on: it polls test, a call of microseconds.
+grep -qE "^nccl-net-perf: (measuring|peer) process: stopped in [a-zA-Z]+, 0\.[0-9] s into it$" <<<"$err" &&
+  fail "exit(0) in test: the other process's call is given a time under 1 s"
+
 [ "$failures" -eq 0 ] && echo "rows kept through a failing close, and every failure one JSON object under --json"
 exit $((failures > 0))
