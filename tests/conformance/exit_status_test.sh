@@ -65,6 +65,43 @@ expect 2 "--maxbytes: Value 2147483648 not in range" "$bin/nccl-net-perf" minima
 expect 2 "needs [0-9.]+ GiB of buffers in each of the two processes" \
   "$bin/nccl-net-perf" minimal -b 1G -e 2147483647 -W 32 -m 64
 expect 2 "--bind-to: bogus not in" "$bin/nccl-net-perf" minimal --bind-to bogus
+# The ends of each range: -m 65 is past NCCL's 64 grouped receives, -W 0 keeps no receive in flight, and a call may
+# take an hour at most.
+expect 2 "--multi-recv: Value 65 not in range 1 to 64" "$bin/nccl-net-perf" minimal -m 65
+expect 2 "--window: Value 0 not in range 1 to 32" "$bin/nccl-net-perf" minimal -W 0
+expect 2 "--call-timeout: Value 3601 not in range 1 to 3600" "$bin/nccl-net-perf" minimal --call-timeout 3601
+# The buffers counted: -W x -m of -e bytes in each of the two processes (a host with 256 GiB available runs it).
+if [ "$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)" -lt $((256 << 20)) ]; then
+  expect 2 "^nccl-net-perf: -e 2147483647 with -W 1 and -m 64 needs 128.0 GiB of buffers in each of the two processes, 256.0 GiB in all; this host has [0-9.]+ GiB available" \
+    "$bin/nccl-net-perf" minimal -b 8 -e 2147483647 -W 1 -m 64
+fi
+# Two processes' buffers, not one: about 0.75 of the memory available in each is refused. (Were it taken, the minimal
+# plugin's maxRecvs of 1 would refuse -m 2 before any buffer is allocated.)
+available_kib=$(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo)
+each=$((available_kib * 3 / 4 / 2 / 32))  # KiB per buffer of -W 32 -m 2
+if [ "$each" -ge 1 ] && [ "$each" -le $((2147483647 >> 10)) ]; then
+  expect 2 "needs [0-9.]+ GiB of buffers in each of the two processes" \
+    "$bin/nccl-net-perf" minimal -b 8 -e "${each}K" -W 32 -m 2
+fi
+# What the device allows, from its properties: a device the plugin has, -e up to its maxP2pBytes (small-messages:
+# 4096), -m up to its maxRecvs (minimal: 1). Both processes refuse it; the measuring one is named, the peer's
+# refusal a note when it came in time.
+expect 0 '"bytes": 4096' "$bin/nccl-net-perf" small-messages -b 4096 -e 4096 -n 2 -w 0 --json
+expect 1 "^nccl-net-perf: (measuring|peer) process: -e 4097 exceeds the device's maxP2pBytes 4096 \\(NCCL never sends more in one message\\)" \
+  "$bin/nccl-net-perf" small-messages -b 4096 -e 4097
+expect 1 "^nccl-net-perf: (measuring|peer) process: -m 2 exceeds the device's maxRecvs 1$" "$bin/nccl-net-perf" minimal -m 2 -e 8
+expect 1 "^nccl-net-perf: (measuring|peer) process: device 1 absent$" "$bin/nccl-net-perf" minimal -d 1 -e 8
+# Both failed alike: when the peer's refusal is noted too ("also failed", when it reaches the tool's process within
+# 100 ms of the first: not always on a busy host, so up to 3 runs), the measuring process is the one named.
+for _ in 1 2 3; do
+  out=$(timeout 60 "$bin/nccl-net-perf" minimal -d 1 -e 8 2>&1)
+  grep -q "also failed" <<<"$out" || continue
+  if [ "$out" != $'nccl-net-perf: measuring process: device 1 absent\nnccl-net-perf: peer process: also failed: device 1 absent' ]; then
+    echo "FAILED: nccl-net-perf minimal -d 1: both processes failed, and not the measuring process first: $out"
+    failures=$((failures + 1))
+  fi
+  break
+done
 # The header says where the two processes run: bound on 2 or more CPUs, unbound (and why) on one or with none.
 expect 0 "# processes: (measuring process on CPUs [0-9,-]+, peer on CPUs [0-9,-]+|not bound)" \
   "$bin/nccl-net-perf" minimal -b 8 -e 8 -n 2 -w 0
