@@ -68,5 +68,22 @@ done
 expect 3 "nccl-net-perf: $process, at 8 bytes \\(latency\\): crashed: SIGSEGV in test" \
   "$perf" "$work/libnccl-net-broken-crash-in-test.so" -e 64 --call-timeout 2
 
+# The tool killed (SIGKILL: no handler runs) while both workers block in a plugin call: the workers end with it, not
+# left connecting for ever.
+"$perf" "$work/libnccl-net-broken-blocking-connect.so" -e 64 --call-timeout 60 >/dev/null 2>&1 &
+tool=$!
+for _ in $(seq 100); do  # both workers started: the tool and its 2 workers run the copy's path
+  [ "$(leftovers | wc -l)" -ge 3 ] && break
+  sleep 0.1
+done
+[ "$(leftovers | wc -l)" -ge 3 ] || fail "the tool's 2 workers did not start within 10 s"
+{ kill -KILL "$tool" && wait "$tool"; } 2>/dev/null  # (bash's "Killed" notice too)
+for _ in $(seq 100); do
+  [ -z "$(leftovers)" ] && break
+  sleep 0.1
+done
+left=$(leftovers)
+[ -z "$left" ] || fail "the tool killed, its workers went on: $(ps -o pid=,args= -p "${left//$'\n'/,}")"
+
 [ "$failures" -eq 0 ] && echo "every hang and crash named with its call and process, within seconds, nothing left behind"
 exit $((failures > 0))
