@@ -51,6 +51,14 @@ json_holds '[r["bytes"] for r in d["results"]] == [8, 16, 32, 64] and "hung: clo
 json_holds '(d["minBytes"], d["maxBytes"], d["factor"], d["iterations"], d["warmup"], d["callTimeout"]) == (8, 64, 2, 2, 0, 2)' ||
   fail "--json: the sweep's settings (-b -e -f -n -w --call-timeout) are not in the JSON object"
 
+# A close that returns an error after every size was measured (broken-close-send-fails): the rows, then the failure
+# named as coming while closing, exit status 1 (NCCL checks closes: a failed one fails the communicator's destroy).
+run "$perf" broken-close-send-fails -b 8 -e 64 -n 2 -w 0 --call-timeout 10
+[ "$status" = 1 ] || fail "a close that returns an error gave exit status $status, expected 1"
+grep -qE "^ +64 +[0-9.]+ +[0-9.]+$" <<<"$out" || fail "no row for 64 bytes on stdout before the failing close"
+grep -qE "(measuring|peer) process, closing the connections: closeSend returned 3 \(ncclInternalError\)" <<<"$err" ||
+  fail "the failing closeSend is not named, as coming while closing"
+
 # A failure part-way (test reports 1 byte short from 2 bytes on): the rows before it are kept, and the failure names
 # the size and the phase it came in.
 run "$perf" broken-wrong-sizes -b 0 -e 64 -n 2 -w 0 --call-timeout 10

@@ -181,16 +181,32 @@ class Side {
     readAll(exchangeFd, &theirsReady, 1);
   }
 
-  // Results are ignored (the measurement is over); a close that hangs or crashes is still timed and named. A
-  // constructor that threw runs none of this: its worker process is stopped rather than left to close comms whose
-  // peer may be gone.
+  // The registrations, comms and context released, each call timed and named like every other (a close that hangs
+  // or crashes is reported as such); every one is made, and then the first that returned an error is thrown: NCCL
+  // checks these results, and a failed close fails its communicator's destroy. A constructor that threw runs none
+  // of this: its worker process is stopped rather than left to close comms whose peer may be gone.
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    std::string failure;
+    auto note = [&](const char* name, ncclResult_t result) {
+      if (result != ncclSuccess && failure.empty())
+        failure = std::string(name) + " returned " + std::to_string(static_cast<int>(result)) + " (" +
+                  nccl_net::sdk::resultName(result) + ")";
+    };
+    for (void* handle : sendHandles_) note("deregMr", call("deregMr", [&] { return net_.deregMr(sendComm_, handle); }));
+    for (void* handle : recvHandles_) note("deregMr", call("deregMr", [&] { return net_.deregMr(recvComm_, handle); }));
+    if (sendComm_ != nullptr) note("closeSend", call("closeSend", [&] { return net_.closeSend(sendComm_); }));
+    if (recvComm_ != nullptr) note("closeRecv", call("closeRecv", [&] { return net_.closeRecv(recvComm_); }));
+    if (listenComm_ != nullptr) note("closeListen", call("closeListen", [&] { return net_.closeListen(listenComm_); }));
+    note("finalize", call("finalize", [&] { return net_.finalize(ctx_); }));
+    if (!failure.empty()) throw std::runtime_error(failure);
+  }
   ~Side() {
-    for (void* handle : sendHandles_) call("deregMr", [&] { return net_.deregMr(sendComm_, handle); });
-    for (void* handle : recvHandles_) call("deregMr", [&] { return net_.deregMr(recvComm_, handle); });
-    if (sendComm_ != nullptr) call("closeSend", [&] { return net_.closeSend(sendComm_); });
-    if (recvComm_ != nullptr) call("closeRecv", [&] { return net_.closeRecv(recvComm_); });
-    if (listenComm_ != nullptr) call("closeListen", [&] { return net_.closeListen(listenComm_); });
-    call("finalize", [&] { return net_.finalize(ctx_); });
+    try {
+      close();
+    } catch (const std::exception&) {  // the results of a close the worker did not ask for are not its verdict
+    }
   }
   Side(const Side&) = delete;
   Side& operator=(const Side&) = delete;
@@ -384,6 +400,7 @@ class Side {
   void* sendComm_ = nullptr;
   void* recvComm_ = nullptr;
   ncclNetDeviceHandle_v12_t* deviceHandle_ = nullptr;  // where connect and accept may write one, as under NCCL
+  bool closed_ = false;
   std::vector<std::vector<char>> buffers_;
   std::vector<void*> sendHandles_;
   std::vector<void*> recvHandles_;
@@ -497,13 +514,14 @@ struct WorkerSetup {
           if (measuring) channel.send({{"row", rowJson(row)}});
         });
     channel.send({{"step", {{"phase", "close"}}}});
+    side->close();
   } catch (const std::exception& e) {
     // Said before anything is closed: the tool's process stops both workers on it, since closing comms whose peer
     // may be gone could only hang.
     channel.send({{"error", e.what()}});
     finishWorker(kExitFailed);
   }
-  side.reset();  // the closes and finalize, timed and named like every other call
+  side.reset();
   channel.send({{"finished", true}});
   finishWorker(0);
 }
