@@ -7,31 +7,8 @@ set -uo pipefail
 # The crash below must kill the process with its signal, as it does without a sanitizer (see perf_misbehaving_test.sh).
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0"
 perf="$1"
-failures=0
-fail() {
-  echo "FAILED: $*"
-  failures=$((failures + 1))
-}
-# Runs the command with stdout in $out and stderr in $err, its status in $status.
-run() {
-  local errFile
-  errFile=$(mktemp)
-  out=$(timeout 60 "$@" 2>"$errFile")
-  status=$?
-  err=$(cat "$errFile")
-  rm -f "$errFile"
-  echo "\$ $* -> exit status $status"
-  echo "$out"
-  echo "$err"
-}
-# $1: a Python expression over d (the JSON object on stdout) that must hold.
-json_holds() {
-  python3 -c '
-import json, sys
-d = json.loads(sys.argv[1])
-assert eval(sys.argv[2]), d
-' "$out" "$1" 2>&1
-}
+# shellcheck source=tests/conformance/perf_test_lib.sh
+source "$(dirname "$0")/perf_test_lib.sh"  # fail, run, json_holds
 
 # closeListen never returns (broken-blocking-close-listen): the four rows, then the hang.
 run "$perf" broken-blocking-close-listen -b 8 -e 64 -n 2 -w 0 --call-timeout 2

@@ -13,31 +13,8 @@
 set -uo pipefail
 perf="$1"
 lib=$(cd "$(dirname "$perf")/../lib" && pwd)
-failures=0
-fail() {
-  echo "FAILED: $*"
-  failures=$((failures + 1))
-}
-# Runs the command with stdout in $out and stderr in $err, its status in $status.
-run() {
-  local errFile
-  errFile=$(mktemp)
-  out=$(timeout 60 "$@" 2>"$errFile")
-  status=$?
-  err=$(cat "$errFile")
-  rm -f "$errFile"
-  echo "\$ $* -> exit status $status"
-  echo "$out"
-  echo "$err"
-}
-# $1: a Python expression over d (the JSON object on stdout) that must hold.
-json_holds() {
-  python3 -c '
-import json, sys
-d = json.loads(sys.argv[1])
-assert eval(sys.argv[2]), d
-' "$out" "$1" 2>&1
-}
+# shellcheck source=tests/conformance/perf_test_lib.sh
+source "$(dirname "$0")/perf_test_lib.sh"  # fail, run, json_holds
 # The sizes a run reported, as "0 1 4 16 64".
 sizes_of() { python3 -c 'import json, sys; print(*[r["bytes"] for r in json.loads(sys.argv[1])["results"]])' "$out"; }
 
