@@ -97,8 +97,8 @@ if [ -e "$lib/libnccl-net-socket.so" ]; then
 fi
 if [ -e "$lib/libnccl-net-broken-picked-socket.so" ]; then
   # The last of each group of 8 reported one byte short: seen at the first grouped receive (latency receives one), by
-  # the receiving peer. The measuring process may fail too, on the peer's exit (ncclRemoteError), and be the one named
-  # (the measuring process first among two errors): the peer's is then its note.
+  # the receiving peer. The measuring process may fail too, on the peer's exit (ncclRemoteError): named after the
+  # peer's when both are seen, but it can be seen alone first, and the peer's is then its note.
   run env NNS_SOCKET_MAX_RECVS=8 NNS_PICKED_BUG=grouped-last-short "$perf" broken-picked-socket -b 8 -e 64 -m 8 -n 2 \
     -w 0 --call-timeout 10
   [ "$status" = 1 ] || fail "grouped-last-short: exit status $status, expected 1"

@@ -664,10 +664,20 @@ int superviseWorkers(std::vector<Worker>& workers, nns::tools::SharedCallNotes& 
       if (outcomes[i] == Outcome::kRunning) outcomes[i] = outcomeOf(workers[i], watches[i], now);
   };
   // The worker whose failure to report: the most telling outcome, the measuring process first among equals.
+  // Of two errors, one saying the other process is gone (ncclRemoteError) is the other's consequence: the other's
+  // own error is the cause, and is named first.
+  auto remoteOnly = [&](int i) {
+    const nlohmann::json* error = lastRecord(workers[i], "error");
+    return error != nullptr && error->is_string() &&
+           error->get<std::string>().find("(ncclRemoteError)") != std::string::npos;
+  };
   auto mostTelling = [&] {
     int failed = -1;
     for (int i = 0; i < kWorkers; ++i)
-      if (isFailure(outcomes[i]) && (failed < 0 || outcomes[i] < outcomes[failed])) failed = i;
+      if (isFailure(outcomes[i]) && (failed < 0 || outcomes[i] < outcomes[failed] ||
+                                     (outcomes[i] == Outcome::kError && outcomes[failed] == Outcome::kError &&
+                                      remoteOnly(failed) && !remoteOnly(i))))
+        failed = i;
     return failed;
   };
   int failed = -1;
