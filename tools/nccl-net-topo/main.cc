@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
@@ -248,6 +249,14 @@ std::vector<nns::topo::NicInfo> pluginNics(const std::string& spec, const std::v
     nic.guid = props.guid;
     nic.maxComms = props.maxComms;
     nic.latency = props.latency;
+    if (!std::isfinite(props.latency) || props.latency < 0) {
+      // NCCL carries it into its tuning; the paths and rings here do not depend on it.
+      std::fprintf(stderr,
+                   "nccl-net-topo: note: device %d (%s) reports a latency of %g us, not a finite number >= 0: taken "
+                   "as 0 here (NCCL would sum it into its tuning model; nccl-net-check's properties-sane fails it)\n",
+                   dev, nns::topo::terminalSafe(nic.name).c_str(), static_cast<double>(props.latency));
+      nic.latency = 0;
+    }
     nic.gpuDirect = (props.ptrSupport & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0;
     nics.push_back(nic);
   }
