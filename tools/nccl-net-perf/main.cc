@@ -513,6 +513,13 @@ struct WorkerSetup {
         [&](const Row& row) {
           if (measuring) channel.send({{"row", rowJson(row)}});
         });
+    // Both done before either closes, as a communicator is destroyed once its operations are: the peer, done with
+    // its last acknowledgement, closed (and failed to) while the measuring process still timed the last size, whose
+    // row the stopped run then lost.
+    const char done = 'd';
+    char theirsDone = 0;
+    writeAll(setup.exchangeFd, &done, 1);
+    readAll(setup.exchangeFd, &theirsDone, 1);
     channel.send({{"step", {{"phase", "close"}}}});
     side->close();
   } catch (const std::exception& e) {
