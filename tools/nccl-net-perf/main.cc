@@ -110,14 +110,16 @@ void check(ncclResult_t result, const char* what) {
                              nccl_net::sdk::resultName(result) + ")");
 }
 
-void writeAll(int fd, const void* data, size_t size) {
-  if (write(fd, data, size) != static_cast<ssize_t>(size)) throw std::runtime_error("handle exchange: write failed");
+// The workers' own channel (the listen handles, "ready", "done"); `what` names the exchange in an error.
+void writeAll(int fd, const void* data, size_t size, const char* what = "handle exchange") {
+  if (write(fd, data, size) != static_cast<ssize_t>(size))
+    throw std::runtime_error(std::string(what) + ": write failed");
 }
-void readAll(int fd, void* data, size_t size) {
+void readAll(int fd, void* data, size_t size, const char* what = "handle exchange") {
   size_t got = 0;
   while (got < size) {
     ssize_t n = read(fd, static_cast<char*>(data) + got, size - got);
-    if (n <= 0) throw std::runtime_error("handle exchange: the peer process went away");
+    if (n <= 0) throw std::runtime_error(std::string(what) + ": the other process went away");
     got += n;
   }
 }
@@ -518,13 +520,13 @@ struct WorkerSetup {
     // row the stopped run then lost.
     const char done = 'd';
     char theirsDone = 0;
-    writeAll(setup.exchangeFd, &done, 1);
-    readAll(setup.exchangeFd, &theirsDone, 1);
+    writeAll(setup.exchangeFd, &done, 1, "end of the sweep");
+    readAll(setup.exchangeFd, &theirsDone, 1, "end of the sweep");
     channel.send({{"step", {{"phase", "close"}}}});
     side->close();
   } catch (const std::exception& e) {
-    // Said before anything is closed: the tool's process stops both workers on it, since closing comms whose peer
-    // may be gone could only hang.
+    // Said before anything is closed (but for a failed close, said once every release call was made): the tool's
+    // process stops both workers on it, since closing comms whose peer may be gone could only hang.
     channel.send({{"error", e.what()}});
     finishWorker(kExitFailed);
   }
