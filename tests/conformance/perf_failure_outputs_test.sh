@@ -7,8 +7,8 @@ set -uo pipefail
 # The crash below must kill the process with its signal, as it does without a sanitizer (see perf_misbehaving_test.sh).
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0"
 perf="$1"
-# shellcheck source=tests/conformance/perf_test_lib.sh
-source "$(dirname "$0")/perf_test_lib.sh"  # fail, run, json_holds
+# shellcheck source=tests/support/tool_test_lib.sh
+source "$(dirname "$0")/../support/tool_test_lib.sh"  # fail, run, json_holds
 
 # closeListen never returns (broken-blocking-close-listen): the four rows, then the hang.
 run "$perf" broken-blocking-close-listen -b 8 -e 64 -n 2 -w 0 --call-timeout 2

@@ -13,8 +13,8 @@
 set -uo pipefail
 perf="$1"
 lib=$(cd "$(dirname "$perf")/../lib" && pwd)
-# shellcheck source=tests/conformance/perf_test_lib.sh
-source "$(dirname "$0")/perf_test_lib.sh"  # fail, run, json_holds
+# shellcheck source=tests/support/tool_test_lib.sh
+source "$(dirname "$0")/../support/tool_test_lib.sh"  # fail, run, json_holds
 # The sizes a run reported, as "0 1 4 16 64".
 sizes_of() { python3 -c 'import json, sys; print(*[r["bytes"] for r in json.loads(sys.argv[1])["results"]])' "$out"; }
 

@@ -5,25 +5,13 @@
 # directory given as --graph-file is said to be no graph file, and a path that came from NCCL_TOPO_FILE is said to
 # come from there.
 set -uo pipefail
+# shellcheck source=tests/support/tool_test_lib.sh
+source "$(dirname "$0")/../support/tool_test_lib.sh"  # fail, run
 topo="$1"
 data="$2"  # tests/data/topologies
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
-failures=0
-fail() {
-  echo "FAILED: $*"
-  failures=$((failures + 1))
-}
-# Runs the command with stdout in $out and stderr in $err, its status in $status.
-run() {
-  out=$(timeout 60 "$@" 2>"$work/stderr")
-  status=$?
-  err=$(cat "$work/stderr")
-  echo "\$ $* -> exit status $status"
-  echo "$out"
-  echo "$err"
-}
 file="$data/azure-ncv4.xml"
 
 for option in --json --dot --nccl-log "--graph-file $data/azure-ncv4-graph.xml" "--dump-graph bench_graph.xml"; do

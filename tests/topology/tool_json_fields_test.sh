@@ -6,17 +6,14 @@
 # without NVLink: NCCL reads through no NIC, writes through the PIX ones), with a flush only where GDR writes, and the
 # PCI mode of a C2C GPU's GDR that of the receive side; and --ignore-env leaving NCCL's settings alone.
 set -uo pipefail
+# shellcheck source=tests/support/tool_test_lib.sh
+source "$(dirname "$0")/../support/tool_test_lib.sh"  # fail
 topo="$1"
 data="$2"  # tests/data/topologies
 own="$3"   # tests/topology/data
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work" || exit 1
-failures=0
-fail() {
-  echo "FAILED: $*"
-  failures=$((failures + 1))
-}
 ndv4=(--topo-file "$data/azure-ndv4.xml" --gpu-sm 80 --gpu-nvlinks 12 --nic-speed 200000)
 
 # The completed file as NCCL's completion would have it: port 1, maxconn 131072; each NET owned by the GPU of its

@@ -1,5 +1,5 @@
-# Sourced by nccl-net-perf's test scripts (perf_failure_outputs_test.sh, perf_measurement_test.sh): counting
-# failures, running the tool with its outputs kept apart, and checking its --json object.
+# Sourced by the tools' test scripts (nccl-net-perf's in tests/conformance, nccl-net-topo's in tests/topology):
+# counting failures, running a tool with its outputs kept apart, and checking its --json object.
 # shellcheck shell=bash
 failures=0
 fail() {
