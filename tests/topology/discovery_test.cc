@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -38,6 +39,55 @@ std::set<std::string> sysfsRunningInterfacesWithoutLoopback() {
 void writeFile(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());
   std::ofstream(p) << text << "\n";
+}
+
+// A file system tree for discovery's own reads (link speeds and widths, NUMA nodes, classes) beside an hwloc XML
+// fixture, which hwloc reads in place of the tree (HWLOC_XMLFILE wins over the root, as in hwloc's tools): the paths
+// every tree must have, and the files a test writes into it.
+class SysfsTree {
+ public:
+  explicit SysfsTree(const std::string& tag)
+      : root_(fs::temp_directory_path() / ("nns-topo-fsroot-" + tag + "-" + std::to_string(::getpid()))) {
+    fs::remove_all(root_);
+    fs::create_directories(root_ / "sys/devices/system/cpu");
+    fs::create_directories(root_ / "sys/bus/pci/devices");
+    writeFile(root_ / "proc/cpuinfo", "");
+  }
+  SysfsTree(const SysfsTree&) = delete;
+  SysfsTree& operator=(const SysfsTree&) = delete;
+  ~SysfsTree() { fs::remove_all(root_); }
+  void device(const std::string& busId, const std::string& file, const std::string& text) const {
+    writeFile(root_ / "sys/bus/pci/devices" / busId / file, text);
+  }
+  void link(const std::string& busId, const std::string& speed, const std::string& width) const {
+    device(busId, "max_link_speed", speed);
+    device(busId, "max_link_width", width);
+  }
+  std::string root() const { return root_.string(); }
+
+ private:
+  fs::path root_;
+};
+
+// Sets HWLOC_XMLFILE for a scope.
+class HwlocXml {
+ public:
+  explicit HwlocXml(const char* file) { EXPECT_EQ(setenv("HWLOC_XMLFILE", file, 1), 0); }
+  HwlocXml(const HwlocXml&) = delete;
+  HwlocXml& operator=(const HwlocXml&) = delete;
+  ~HwlocXml() { unsetenv("HWLOC_XMLFILE"); }
+};
+
+std::string attr(const XmlElement& e, const char* name) {
+  return e.attr(name) ? *e.attr(name) : "(none)";
+}
+
+// The <pci> of a bus id anywhere below e, or nullptr.
+const XmlElement* findPci(const XmlElement& e, const std::string& busId) {
+  if (e.name == "pci" && attr(e, "busid") == busId) return &e;
+  for (const auto& c : e.children)
+    if (const XmlElement* found = findPci(c, busId)) return found;
+  return nullptr;
 }
 
 int sysfsNumaNodes() {
@@ -126,15 +176,35 @@ TEST(TopologyDiscovery, InterfacesThatAreNotRunningAreLeftOut) {
 // walk makes the switch one <pci> (its upstream port) with both devices under it, so they are PIX apart, and leaves
 // root and downstream ports out; a device under a root port hangs off the CPU.
 TEST(TopologyDiscovery, APcieSwitchIsOneNodeAsInNccl) {
-  ASSERT_EQ(setenv("HWLOC_XMLFILE", NNS_TOPOLOGY_DATA_DIR "/../hwloc/pcie-switch.xml", 1), 0);
+  const HwlocXml hwlocXml(NNS_TOPOLOGY_DATA_DIR "/../hwloc/pcie-switch.xml");
+  // Each node's link is the slower speed and the narrower width of its own and the port right above it, as NCCL
+  // reads sysfs's max_link_speed and max_link_width: the switch's own port against its root port, each device's
+  // against its downstream port; "Unknown" and a missing file lose.
+  const SysfsTree tree("switch");
+  tree.link("0000:00:01.0", "16.0 GT/s PCIe", "16");  // root port above the switch
+  tree.link("0000:01:00.0", "32.0 GT/s PCIe", "8");   // the switch's upstream port
+  tree.link("0000:02:00.0", "8.0 GT/s PCIe", "16");   // downstream port above the GPU
+  tree.link("0000:03:00.0", "16.0 GT/s PCIe", "16");  // GPU under the switch
+  tree.link("0000:02:01.0", "Unknown", "4");          // downstream port above the NIC
+  tree.link("0000:04:00.0", "32.0 GT/s PCIe", "16");  // NIC
+  tree.link("0000:05:00.0", "16.0 GT/s PCIe", "16");  // GPU under root port 00:02.0, which has no files
   std::vector<NicInfo> nics(1);
   nics[0].name = "mlx5_0";
   nics[0].pciPath = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0";
   nics[0].speedMbps = 200000;
   nics[0].gpuDirect = true;  // without GDR NCCL routes GPU-NIC traffic through the CPU (PHB) whatever the tree
-  XmlDocument doc = discoverTopology(nics);
-  unsetenv("HWLOC_XMLFILE");
+  XmlDocument doc = discoverTopology(nics, nullptr, tree.root());
   std::string xml = writeXml(doc.root);
+  const std::vector<std::array<std::string, 3>> links = {{"0000:01:00.0", "16.0 GT/s PCIe", "8"},
+                                                         {"0000:03:00.0", "8.0 GT/s PCIe", "16"},
+                                                         {"0000:04:00.0", "32.0 GT/s PCIe", "4"},
+                                                         {"0000:05:00.0", "16.0 GT/s PCIe", "16"}};
+  for (const auto& [busId, speed, width] : links) {
+    const XmlElement* pci = findPci(doc.root, busId);
+    ASSERT_NE(pci, nullptr) << busId << "\n" << xml;
+    EXPECT_EQ(attr(*pci, "link_speed"), speed) << busId;
+    EXPECT_EQ(attr(*pci, "link_width"), width) << busId;
+  }
   for (const char* skipped : {"0000:00:01.0", "0000:00:02.0", "0000:02:00.0", "0000:02:01.0"})
     EXPECT_EQ(xml.find(std::string("busid=\"") + skipped + "\""), std::string::npos) << skipped << "\n" << xml;
   ASSERT_EQ(doc.root.children.size(), 1u) << xml;
@@ -143,15 +213,6 @@ TEST(TopologyDiscovery, APcieSwitchIsOneNodeAsInNccl) {
   for (const auto& c : cpu.children)
     if (c.name == "pci") top.push_back(*c.attr("busid"));
   EXPECT_EQ(top, (std::vector<std::string>{"0000:01:00.0", "0000:05:00.0"})) << xml;
-  // The links as sysfs would give them (this host has no such devices to read).
-  std::function<void(XmlElement&)> setLinks = [&](XmlElement& e) {
-    if (e.name == "pci") {
-      e.setAttr("link_speed", "16.0 GT/s PCIe");
-      e.setAttr("link_width", "16");
-    }
-    for (auto& c : e.children) setLinks(c);
-  };
-  setLinks(doc.root);
   CompletionOptions fill;
   fill.gpuSm = 80;
   completeTopology(doc.root, fill);
@@ -190,7 +251,6 @@ TEST(TopologyDiscovery, TwoSocketsEachDeviceUnderItsNumaNode) {
   XmlDocument doc = discoverTopology(nics, &report);
   unsetenv("HWLOC_XMLFILE");
   const std::string xml = writeXml(doc.root);
-  auto attr = [](const XmlElement& e, const char* key) { return e.attr(key) ? *e.attr(key) : std::string("(none)"); };
   auto names = [](const XmlElement& e) {
     std::vector<std::string> out;
     for (const auto& c : e.children) out.push_back(c.name + (c.attr("busid") ? " " + *c.attr("busid") : ""));
@@ -209,11 +269,12 @@ TEST(TopologyDiscovery, TwoSocketsEachDeviceUnderItsNumaNode) {
   EXPECT_EQ(attr(cpu1, "numaid"), "3") << xml;
   EXPECT_EQ(attr(cpu0, "affinity"), "0000000f") << xml;
   EXPECT_EQ(attr(cpu1, "affinity"), "000000f0") << xml;
-  if (attr(cpu0, "arch") == "x86_64") {  // the host's architecture (uname): the CPU identity is written for x86 only
-    EXPECT_EQ(attr(cpu1, "vendor"), "AuthenticAMD") << xml;
-    EXPECT_EQ(attr(cpu1, "familyid"), "25") << xml;
-    EXPECT_EQ(attr(cpu1, "modelid"), "1") << xml;
-  }
+  // The architecture is the fixture's (hwloc's Architecture), whatever this host is; NCCL's XML has the CPU's
+  // identity for x86 only.
+  EXPECT_EQ(attr(cpu0, "arch"), "x86_64") << xml;
+  EXPECT_EQ(attr(cpu1, "vendor"), "AuthenticAMD") << xml;
+  EXPECT_EQ(attr(cpu1, "familyid"), "25") << xml;
+  EXPECT_EQ(attr(cpu1, "modelid"), "1") << xml;
   // Socket 0: the two virtual NICs, each a <nic>; the VGA controller that is not NVIDIA's is no GPU and is left out.
   ASSERT_EQ(names(cpu0), (std::vector<std::string>{"nic", "nic"})) << xml;
   // Socket 1: the GPU and the NIC, each right under the CPU (root ports are no nodes, as in NCCL).
@@ -254,6 +315,73 @@ TEST(TopologyDiscovery, TwoSocketsEachDeviceUnderItsNumaNode) {
   EXPECT_TRUE(noted("NIC veth0 reports no speed: NCCL assumes 10000 Mb/s")) << ::testing::PrintToString(report.notes);
   EXPECT_FALSE(noted("NIC veth1 reports no speed: NCCL assumes 10000 Mb/s")) << ::testing::PrintToString(report.notes);
   EXPECT_TRUE(noted("NIC veth0 has no PCI device: attached to NUMA node 1")) << ::testing::PrintToString(report.notes);
+}
+
+// A NIC on a PCI device hwloc does not list (hidden from it, or hot-plugged after it read) goes right under the CPU of
+// its sysfs numa_node, with the class and link sysfs gives; a numa_node of -1 (no affinity) or of no node here puts
+// it on the first node. Each is said in a note.
+TEST(TopologyDiscovery, ADeviceHwlocDoesNotSeeIsPlacedBySysfs) {
+  const HwlocXml hwlocXml(NNS_TOPOLOGY_DATA_DIR "/../hwloc/two-sockets.xml");
+  const SysfsTree tree("unseen");
+  const std::vector<std::array<std::string, 2>> devices = {
+      {"0000:c1:00.0", "3"}, {"0000:c2:00.0", "-1"}, {"0000:c3:00.0", "7"}};
+  std::vector<NicInfo> nics;
+  for (const auto& [busId, numaNode] : devices) {
+    tree.device(busId, "numa_node", numaNode);
+    tree.device(busId, "class", "0x020000");
+    tree.link(busId, "16.0 GT/s PCIe", "8");
+    NicInfo nic;
+    nic.name = "eth-" + busId.substr(5, 2);
+    nic.pciPath = "/sys/devices/pci0000:c0/0000:c0:01.0/" + busId;
+    nic.speedMbps = 100000;
+    nics.push_back(nic);
+  }
+  DiscoveryReport report;
+  XmlDocument doc = discoverTopology(nics, &report, tree.root());
+  const std::string xml = writeXml(doc.root);
+  ASSERT_EQ(doc.root.children.size(), 2u) << xml;
+  const std::vector<std::array<std::string, 2>> placed = {
+      {"0000:c1:00.0", "3"}, {"0000:c2:00.0", "1"}, {"0000:c3:00.0", "1"}};
+  for (const auto& [busId, numaid] : placed) {
+    const XmlElement& cpu = doc.root.children[numaid == "1" ? 0 : 1];
+    ASSERT_EQ(attr(cpu, "numaid"), numaid) << xml;
+    const XmlElement* pci = nullptr;
+    for (const auto& c : cpu.children)
+      if (c.name == "pci" && attr(c, "busid") == busId) pci = &c;
+    ASSERT_NE(pci, nullptr) << busId << " not right under numa " << numaid << "\n" << xml;
+    EXPECT_EQ(attr(*pci, "class"), "0x020000") << busId;
+    EXPECT_EQ(attr(*pci, "link_speed"), "16.0 GT/s PCIe") << busId;
+    EXPECT_EQ(attr(*pci, "link_width"), "8") << busId;
+    ASSERT_NE(pci->child("nic"), nullptr) << xml;
+    EXPECT_EQ(attr(*pci->child("nic")->child("net"), "name"), "eth-" + busId.substr(5, 2));
+    EXPECT_NE(std::find(report.notes.begin(), report.notes.end(),
+                        "hwloc does not see PCI device " + busId + ": placed directly under its NUMA node"),
+              report.notes.end())
+        << ::testing::PrintToString(report.notes);
+  }
+}
+
+// A root that is not a Linux file system tree is refused by name (hwloc would read an empty one as a machine of one
+// processor and no devices, a silent wrong answer).
+TEST(TopologyDiscovery, ARootThatIsNoLinuxTreeIsRefused) {
+  const fs::path empty = fs::temp_directory_path() / ("nns-topo-fsroot-empty-" + std::to_string(::getpid()));
+  fs::remove_all(empty);
+  fs::create_directories(empty / "sys");
+  const auto refusal = [](const std::string& root) {
+    try {
+      discoverTopology({}, nullptr, root);
+    } catch (const TopologyError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(refusal(empty.string()), empty.string() +
+                                         ": no sys/devices/system/cpu (not a Linux file system tree as "
+                                         "hwloc-gather-topology saves one)");
+  EXPECT_EQ(refusal((empty / "none").string()),
+            (empty / "none").string() +
+                ": not a directory (a Linux file system tree: unpack hwloc-gather-topology's tarball)");
+  fs::remove_all(empty);
 }
 
 // An interface's speed and PCI device as sysfs gives them: /sys/class/net/<if>/speed, and the device link resolved.

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <initializer_list>
 #include <iostream>
 #include <map>
@@ -359,6 +360,13 @@ int runTool(int argc, char** argv) {
                  "does, instead of /sys/class/net: the plugin's variables (NCCL_IB_HCA, ...) then apply")
       ->excludes("--topo-file")
       ->excludes("--synthetic");
+  std::string fsRoot;
+  app.add_option("--fsroot", fsRoot,
+                 "discover another machine from a copy of its /sys and /proc: the directory hwloc-gather-topology's "
+                 "tarball unpacks to (its NICs are the copy's /sys/class/net interfaces)")
+      ->excludes("--topo-file")
+      ->excludes("--synthetic")
+      ->excludes("--plugin");
   app.add_option("-L,--search-dir", pluginDirs,
                  "directory searched first for --plugin, one per -L (default: ../lib beside this tool, searched "
                  "last, after the dynamic linker's search that NCCL makes)")
@@ -418,12 +426,15 @@ int runTool(int argc, char** argv) {
         }
         return false;
       };
-      // --synthetic and --plugin name the machine as --topo-file does: given on the command line, they win over the
-      // variable (it used to replace --plugin without a word, and the plugin was never loaded).
+      // --synthetic, --plugin and --fsroot name the machine as --topo-file does: given on the command line, they win
+      // over the variable (it used to replace --plugin without a word, and the plugin was never loaded).
       if (const char* v = std::getenv("NCCL_TOPO_FILE");
-          v != nullptr && *v != '\0' && topoFile.empty() && (!plugin.empty() || !synthetic.empty()))
+          v != nullptr && *v != '\0' && topoFile.empty() && (!plugin.empty() || !synthetic.empty() || !fsRoot.empty()))
         std::fprintf(stderr, "nccl-net-topo: note: NCCL_TOPO_FILE=%s is ignored: %s was given\n",
-                     nns::topo::terminalSafe(v).c_str(), plugin.empty() ? "--synthetic" : "--plugin");
+                     nns::topo::terminalSafe(v).c_str(),
+                     !plugin.empty()   ? "--plugin"
+                     : !fsRoot.empty() ? "--fsroot"
+                                       : "--synthetic");
       else if (fromEnv("NCCL_TOPO_FILE", topoFile))
         topoFileVariable = topoFile;
       fromEnv("NCCL_TOPO_DUMP_FILE", dumpXml);
@@ -472,6 +483,10 @@ int runTool(int argc, char** argv) {
       if (netNameOption->count() == 0) netName = pluginName;
       opts.fusingPlugin = pluginName;
       opts.pluginMakesVNics = makesVNics;
+      discovered = true;
+    } else if (!fsRoot.empty()) {
+      doc = nns::topo::discoverTopology(nns::topo::listSysfsNics((std::filesystem::path(fsRoot) / "sys").string()),
+                                        &discovery, fsRoot);
       discovered = true;
     } else {
       // The plugin's variables select among its devices, which this listing does not know: said, with the way to
@@ -569,7 +584,8 @@ int runTool(int argc, char** argv) {
                           {"processingUnits", discovery.processingUnits},
                           {"cpuVendor", discovery.cpuVendor},
                           {"cpuModel", discovery.cpuModelName},
-                          {"notes", discovery.notes}};
+                          {"notes", discovery.notes},
+                          {"fsroot", fsRoot.empty() ? json(nullptr) : json(fsRoot)}};
       std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
       return 0;
     }
@@ -581,9 +597,10 @@ int runTool(int argc, char** argv) {
     // sequence is shown, not run by the terminal.
     std::ostringstream out;
     if (discovered) {
-      out << "Discovered this machine (hwloc + sysfs): " << discovery.numaNodes << " NUMA node(s), "
-          << discovery.cpuCores << " core(s), " << discovery.processingUnits << " hardware thread(s), "
-          << discovery.cpuVendor << " " << discovery.cpuModelName << "\n";
+      out << "Discovered " << (fsRoot.empty() ? "this machine" : nns::topo::terminalSafe(fsRoot))
+          << " (hwloc + sysfs): " << discovery.numaNodes << " NUMA node(s), " << discovery.cpuCores << " core(s), "
+          << discovery.processingUnits << " hardware thread(s), " << discovery.cpuVendor << " "
+          << discovery.cpuModelName << "\n";
       for (const auto& note : discovery.notes) out << "  note: " << note << "\n";
       out << "\n";
     }

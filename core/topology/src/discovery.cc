@@ -6,12 +6,15 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <regex>
+#include <utility>
 
 #include "nns/topology/model.h"
 
@@ -121,6 +124,46 @@ void fillPci(XmlElement& pci, hwloc_obj_t obj, hwloc_obj_t upstream, const std::
   pci.setAttr("link_width", std::to_string(width));
 }
 
+// Sets an environment variable (unsets it for nullptr) for a scope, then puts back what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ScopedEnv(ScopedEnv&& o) noexcept : name_(std::exchange(o.name_, nullptr)), old_(std::move(o.old_)) {}
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(ScopedEnv&&) = delete;
+  ~ScopedEnv() {
+    if (!name_) return;
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// A root hwloc can read a machine from: sys/devices/system/cpu and proc/ (hwloc would otherwise fall back to this
+// process's own view, a silent wrong answer).
+void requireLinuxTree(const std::string& fsRoot) {
+  std::error_code ec;
+  if (!fs::is_directory(fsRoot, ec))
+    throw TopologyError(fsRoot +
+                        ": not a directory (a Linux file system tree: unpack hwloc-gather-topology's tarball)");
+  for (const char* needed : {"sys/devices/system/cpu", "sys/bus/pci/devices", "proc/cpuinfo"})
+    if (!fs::exists(fs::path(fsRoot) / needed, ec))
+      throw TopologyError(fsRoot + ": no " + needed +
+                          " (not a Linux file system tree as hwloc-gather-topology saves one)");
+}
+
 }  // namespace
 
 std::vector<NicInfo> listSysfsNics(const std::string& sysfsRoot) {
@@ -149,22 +192,43 @@ std::vector<NicInfo> listSysfsNics(const std::string& sysfsRoot) {
   return out;
 }
 
-XmlDocument discoverTopology(const std::vector<NicInfo>& nics, DiscoveryReport* report) {
-  const std::string sysfsRoot = "/sys";
+XmlDocument discoverTopology(const std::vector<NicInfo>& nics, DiscoveryReport* report, const std::string& fsRoot) {
+  const std::string sysfsRoot = fsRoot.empty() ? "/sys" : (fs::path(fsRoot) / "sys").string();
+  if (!fsRoot.empty()) requireLinuxTree(fsRoot);
   DiscoveryReport local;
   DiscoveryReport& rep = report ? *report : local;
   HwlocTopology h;
   if (hwloc_topology_init(&h.topo) != 0) throw TopologyError("hwloc: topology init failed");
   hwloc_topology_set_io_types_filter(h.topo, HWLOC_TYPE_FILTER_KEEP_ALL);
-  if (hwloc_topology_load(h.topo) != 0) throw TopologyError("hwloc: topology load failed");
+  {
+    // hwloc 2 takes another root from the environment only. Its x86 backend would read this CPU's cpuid and its pci
+    // backend this machine's devices (libpciaccess): left out, so the tree's cpuid dump (when gathered) and the Linux
+    // backend's reading of the tree's sysfs give them. An HWLOC_XMLFILE set by the user gives hwloc's part instead
+    // (hwloc would take the root over it).
+    std::vector<ScopedEnv> env;
+    const char* hwlocXml = std::getenv("HWLOC_XMLFILE");
+    if (!fsRoot.empty() && (hwlocXml == nullptr || *hwlocXml == '\0')) {
+      env.emplace_back("HWLOC_FSROOT", fsRoot.c_str());
+      const fs::path cpuid = fs::path(fsRoot) / "cpuid";
+      std::error_code ec;
+      env.emplace_back("HWLOC_CPUID_PATH", fs::is_directory(cpuid, ec) ? cpuid.c_str() : nullptr);
+      if (!fs::is_directory(cpuid, ec))
+        hwloc_topology_set_components(h.topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "x86");
+      hwloc_topology_set_components(h.topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "pci");
+    }
+    if (hwloc_topology_load(h.topo) != 0) throw TopologyError("hwloc: topology load failed");
+  }
 
   XmlDocument doc;
   doc.sourceName = "<discovery>";
   doc.root.name = "system";
   doc.root.setAttr("version", "1");
 
+  // The architecture hwloc read (uname here, the tree's record of it in a gathered tree, the file's in an XML), else
+  // this machine's.
+  const char* hwlocArch = hwloc_obj_get_info_by_name(hwloc_get_root_obj(h.topo), "Architecture");
   struct utsname uts {};
-  std::string arch = uname(&uts) == 0 ? uts.machine : "";
+  std::string arch = hwlocArch ? hwlocArch : uname(&uts) == 0 ? uts.machine : "";
   if (arch == "aarch64") arch = "arm64";
   hwloc_obj_t package = hwloc_get_next_obj_by_type(h.topo, HWLOC_OBJ_PACKAGE, nullptr);
   auto info = [&](const char* key) -> std::string {

@@ -42,6 +42,13 @@ std::string minPciLinkSpeed(const std::string& deviceSpeed, const std::string& u
 // arch, vendor, family, model), the PCI switches leading to each NIC and NVIDIA GPU (as NCCL's sysfs walk keeps them),
 // a <nic><net> per NicInfo (dev in list order). GPUs are left as bare <pci> leaves: without NVML their compute
 // capability is unknown (see CompletionOptions). Throws TopologyError when hwloc cannot load the topology.
-XmlDocument discoverTopology(const std::vector<NicInfo>& nics, DiscoveryReport* report = nullptr);
+//
+// fsRoot: discover another machine from a copy of its file system tree instead of this one, as hwloc's tools do
+// with `-i DIR`: the directory hwloc-gather-topology's tarball unpacks to (sys/, proc/, and cpuid/ when gathered).
+// hwloc then reads that tree (set through HWLOC_FSROOT for the load: call it from one thread), and the link widths,
+// speeds and NUMA nodes come from its sys/. HWLOC_XMLFILE, where set, still gives hwloc's part, as in hwloc's own
+// tools. Throws TopologyError when fsRoot is no such tree. Empty: this machine.
+XmlDocument discoverTopology(const std::vector<NicInfo>& nics, DiscoveryReport* report = nullptr,
+                             const std::string& fsRoot = "");
 
 }  // namespace nns::topo
