@@ -2403,8 +2403,9 @@ __attribute__((constructor)) void fillTables() {
 // broken-picked (and broken-picked-socket, over the socket plugin): one plugin for the bugs no other broken plugin
 // here has, the one bug picked at run time by NNS_PICKED_BUG. Each is one a check catches that nothing
 // else here exercised: a field NCCL refuses, a corrupted last byte, a size misreported by a send, a call slow but
-// not blocked, a limit just under NCCL's, a descriptor or mapping leaked where the existing leaks were not, an error
-// hidden, raised where a NULL request belongs, or turned into a completion. Five serve nccl-net-perf's tests: a slow
+// not blocked, a limit just under NCCL's, a descriptor or mapping leaked where the existing leaks were not, a
+// descriptor a started program inherits, an error hidden, raised where a NULL request belongs, or turned into a
+// completion. Five serve nccl-net-perf's tests: a slow
 // network (slow-receives, no bug), more than NCCL's 32 requests in flight an error (over-32-requests-error, no bug
 // either), a group's last size one short, a receive's sizes left unwritten, every irecv refused.
 namespace {
@@ -2425,6 +2426,20 @@ std::map<void*, size_t> gPickedSends;                                 // send re
 std::vector<void*> gPickedKept;                                       // per-message-leak's records, never freed
 std::atomic<int> gPickedConnects{0}, gPickedAccepts{0}, gPickedIsends{0}, gPickedRegistrations{0};
 char gPickedNobody;  // the comm accept-from-nobody and zero-handle-comm hand out
+// comm-channel-inheritable: each comm gets a completion channel of its own (an eventfd) made without EFD_CLOEXEC,
+// closed with its comm: no leak, but every program the process starts meanwhile inherits it.
+std::map<void*, int> gPickedChannels;
+void openPickedChannel(void* comm) {
+  if (!pickedBug("comm-channel-inheritable") || comm == nullptr) return;
+  std::lock_guard<std::mutex> lock(gPickedLock);
+  gPickedChannels[comm] = eventfd(0, 0);
+}
+void closePickedChannel(void* comm) {  // gPickedLock held
+  if (auto channel = gPickedChannels.find(comm); channel != gPickedChannels.end()) {
+    if (channel->second >= 0) close(channel->second);
+    gPickedChannels.erase(channel);
+  }
+}
 // send-ring-4 and recv-ring-4: send (or receive) descriptors from a ring of 4 taken in turn, with no check that the
 // one taken is free (the depth the vendor's own test kept in flight): the 5th in flight is handed the 1st's
 // descriptor, whose test then answers for the 5th. The overwritten operation is still driven to its end (the NIC
@@ -2517,6 +2532,7 @@ ncclResult_t pickedConnect(void* ctx, int dev, void* handle, void** sendComm, nc
   if (pickedBug("slow-first-call") && gPickedConnects++ == 0) usleep(1300000);
   const ncclResult_t result = connect(ctx, dev, handle, sendComm, devComm);
   if (pickedBug("send-comm-fd") && result == ncclSuccess && *sendComm != nullptr) (void)eventfd(0, EFD_CLOEXEC);
+  if (result == ncclSuccess) openPickedChannel(*sendComm);
   return result;
 }
 ncclResult_t pickedAccept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** devComm) {
@@ -2526,6 +2542,8 @@ ncclResult_t pickedAccept(void* listenComm, void** recvComm, ncclNetDeviceHandle
   const ncclResult_t result = accept(listenComm, recvComm, devComm);
   if (result == ncclSuccess && *recvComm != nullptr) gPickedComms[*recvComm] = std::chrono::steady_clock::now();
   if (pickedBug("accept-from-nobody") && result == ncclSuccess && *recvComm == nullptr) *recvComm = &gPickedNobody;
+  if (result == ncclSuccess && pickedBug("comm-channel-inheritable") && *recvComm != nullptr)
+    gPickedChannels[*recvComm] = eventfd(0, 0);  // gPickedLock held
   return result;
 }
 ncclResult_t pickedRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
@@ -2710,6 +2728,7 @@ ncclResult_t pickedCloseSend(void* comm) {
     std::lock_guard<std::mutex> lock(gPickedLock);
     gSendRing.forget(comm);
     dropCachedRegistrations(comm);
+    closePickedChannel(comm);
   }
   return comm == &gPickedNobody ? ncclSuccess : closeSend(comm);
 }
@@ -2718,6 +2737,7 @@ ncclResult_t pickedCloseRecv(void* comm) {
   gPickedComms.erase(comm);
   gRecvRing.forget(comm);
   dropCachedRegistrations(comm);
+  closePickedChannel(comm);
   return comm == &gPickedNobody ? ncclSuccess : closeRecv(comm);
 }
 }  // namespace

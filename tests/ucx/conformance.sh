@@ -13,13 +13,17 @@
 # one-gib-message: over 120 s). It also
 # runs comms-on-threads with 3000 messages per comm: 30000 ran past the 30 s watchdog in CI under TSan, busy in
 # regMr/deregMr, which the fifth thread calls back to back.
+#
+# descriptors-close-on-exec is left out of every run: UCX 1.13 makes its pipes, epoll instances and sockets without
+# close-on-exec, which the plugin cannot change (they are UCX's). ucx.descriptors_close_on_exec_known_limit runs it
+# alone and expects that failure, naming only such descriptors (plugins/ucx/README.md, Limits).
 set -euo pipefail
 check="$1"
 plugin="$2"
-skip="one-gib-message"
+skip="one-gib-message,descriptors-close-on-exec"
 tsan=()
 if [ "${3:-}" = "--tsan" ]; then
-  skip="one-gib-message,random-sizes-integrity,sender-may-go-idle"
+  skip="one-gib-message,descriptors-close-on-exec,random-sizes-integrity,sender-may-go-idle"
   tsan=(--thread-messages 3000)
 fi
 status=0

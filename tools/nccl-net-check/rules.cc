@@ -722,6 +722,43 @@ bool gPeersCatchSignals = false;
 SignalStorm* gPeerStorm = nullptr;
 std::unique_ptr<SignalStorm> gRuleStorm;
 
+// ---- descriptors a program started from this process would inherit -----------------------------------------------
+// The descriptors open now without FD_CLOEXEC, each with what /proc names it (socket:[...], anon_inode:[eventfd],
+// /dev/infiniband/uverbs0, ...).
+std::map<int, std::string> inheritableDescriptors() {
+  std::map<int, std::string> out;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return out;
+  const int own = dirfd(dir);
+  while (const dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    const int fd = std::atoi(entry->d_name);
+    const int flags = fcntl(fd, F_GETFD);
+    if (fd == own || flags < 0 || (flags & FD_CLOEXEC) != 0) continue;
+    char target[256];
+    const ssize_t length = readlinkat(own, entry->d_name, target, sizeof(target) - 1);
+    out[fd] = length > 0 ? std::string(target, static_cast<size_t>(length)) : "?";
+  }
+  closedir(dir);
+  return out;
+}
+// Those of `now` that `before` did not have (a number reused for something else counts), as "2: 7 (socket:[123]),
+// 9 (anon_inode:[eventfd])", the first four named; empty when there are none.
+std::string newInheritable(const std::map<int, std::string>& before, const std::map<int, std::string>& now) {
+  std::string named;
+  int count = 0;
+  for (const auto& [fd, target] : now)
+    if (auto was = before.find(fd); was == before.end() || was->second != target)
+      if (++count <= 4) named += (named.empty() ? "" : ", ") + std::to_string(fd) + " (" + target + ")";
+  if (count == 0) return "";
+  return std::to_string(count) + ": " + named + (count > 4 ? " and " + std::to_string(count - 4) + " more" : "");
+}
+// Set by descriptors-close-on-exec: each peer lists the inheritable descriptors it has at its start, and after its
+// sends (its comm still open) writes the ones that appeared meanwhile to gDescriptorReportFd.
+bool gPeerListsDescriptors = false;
+int gDescriptorReportFd = -1;
+std::map<int, std::string> gPeerDescriptorsAtStart;
+
 // A peer process: runs `body` (which returns an exit code) with the per-call watchdog active.
 pid_t startPeer(Context& c, const std::function<int()>& body) {
   std::fflush(nullptr);
@@ -735,6 +772,7 @@ pid_t startPeer(Context& c, const std::function<int()>& body) {
     gResultFd = -1;
     gRequests.clear();  // the rule process's, not this one's (one thread here: no lock)
     if (gPeersCatchSignals) gPeerStorm = new SignalStorm();
+    if (gPeerListsDescriptors) gPeerDescriptorsAtStart = inheritableDescriptors();  // before a fresh instance's init
     if (gCallNotes != nullptr) {
       gMyNote = &gCallNotes[1];
       noteCall(nullptr, false);
@@ -1063,12 +1101,17 @@ Verdict sendAndReceive(Context& c, const std::vector<std::pair<size_t, uint64_t>
   Pair pair;
   std::string why;
   int checkedPipe[2];
-  if (pipe(checkedPipe) != 0) return fail("pipe failed");
+  // Close-on-exec: none of the harness's descriptors is taken for the plugin's by descriptors-close-on-exec.
+  if (pipe2(checkedPipe, O_CLOEXEC) != 0) return fail("pipe failed");
   if (!openPair(
           c, pair,
           [&](void* comm) {
             close(checkedPipe[1]);  // so a receiver that dies reads as a hang-up, not as silence
             int code = sendMessages(c, comm, messages);
+            if (gPeerListsDescriptors && code == 0) {
+              const std::string found = newInheritable(gPeerDescriptorsAtStart, inheritableDescriptors());
+              (void)!write(gDescriptorReportFd, found.data(), found.size());
+            }
             pollfd checked{checkedPipe[0], POLLIN, 0};
             while (poll(&checked, 1, 60000) < 0 && errno == EINTR) {  // signals-break-nothing's signals
             }
@@ -2355,6 +2398,72 @@ Verdict signalsBreakNothing(Context& c) {
                 "a signal every 0.2 ms (%ld here), without SA_RESTART",
                 caught);
   return pass(text);
+}
+
+// ---- descriptors-close-on-exec: a program this process starts inherits none of the plugin's descriptors ----------
+// Processes that run NCCL start programs: a launcher's health check, os.system and popen in a training script, a
+// profiler's helper. A descriptor without close-on-exec goes to every program started: an inherited connection
+// socket keeps the connection open when this process dies (its peer's pending test waits for the program to end,
+// not for this process's death); an inherited listening socket keeps the port; an inherited verbs context keeps its
+// queue pairs and pinned memory. A plugin makes its descriptors with SOCK_CLOEXEC, accept4(SOCK_CLOEXEC),
+// EFD_CLOEXEC, O_CLOEXEC. Both sides list what appeared during their part and is open without FD_CLOEXEC while the
+// comm lives: here listen, accept, regMr and receives; in the connecting process connect, regMr and sends, and init
+// too where the connector is a fresh instance (a copy of the plugin's file; the rule process's init ran before any
+// rule, where nothing can be told apart from the harness's own).
+//
+// One pair made and used with the lists taken: the transfer's verdict, what appeared here in `*here` and what
+// appeared in the connector in `*there`.
+Verdict listInheritedDescriptors(Context& c, bool freshPeer, std::string* here, std::string* there) {
+  const std::vector<std::pair<size_t, uint64_t>> messages = {{3, 0x7e00}, {70000, 0x7e01}};
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) return fail("the harness could not make a pipe: %s", std::strerror(errno));
+  const std::map<int, std::string> before = inheritableDescriptors();
+  gPeerListsDescriptors = true;
+  gDescriptorReportFd = report[1];
+  gFreshPeer = freshPeer;
+  Verdict v = sendAndReceive(c, messages, [&](void* recvComm, pid_t* peer) {
+    Verdict received = receiveMessages(c, recvComm, messages, 70000, 1, peer);
+    *here = newInheritable(before, inheritableDescriptors());
+    return received;
+  });
+  gPeerListsDescriptors = false;
+  gDescriptorReportFd = -1;
+  gFreshPeer = false;
+  close(report[1]);  // the peer has exited: what it wrote is in the pipe (the wait is for a process it left behind)
+  char buffer[512];
+  for (pollfd ready{report[0], POLLIN, 0}; poll(&ready, 1, 2000) > 0;) {
+    const ssize_t n = read(report[0], buffer, sizeof(buffer));
+    if (n <= 0) break;
+    there->append(buffer, static_cast<size_t>(n));
+  }
+  close(report[0]);
+  return v;
+}
+
+Verdict descriptorsCloseOnExec(Context& c) {
+  std::string here, there;
+  bool fresh = !gPeerLibrary.empty();
+  Verdict v = listInheritedDescriptors(c, fresh, &here, &there);
+  if (fresh && v.status != Status::kPass && v.evidence.find(kCopyDidNotOpen) != std::string::npos) {
+    fresh = false;  // no second instance here (a TMPDIR mounted noexec): the forked connector's part, without init
+    here.clear();
+    there.clear();
+    v = listInheritedDescriptors(c, fresh, &here, &there);
+  }
+  if (v.status != Status::kPass) return v;
+  const std::string connector = fresh ? "a fresh instance connecting (init, connect, regMr, sends)"
+                                      : "the connecting process (connect, regMr, sends)";
+  if (!here.empty() || !there.empty()) {
+    std::string found;
+    if (!here.empty()) found = "listener and receiver (listen, accept, regMr, receives): " + here;
+    if (!there.empty()) found += (found.empty() ? "" : "; ") + connector + ": " + there;
+    return fail(
+        "descriptors without close-on-exec, which every program this process starts (system(), popen, a "
+        "launcher's helper) inherits and holds open after it dies: %s",
+        found.c_str());
+  }
+  return pass("no descriptor opened here (listen, accept, regMr, receives) nor by " + connector +
+              " lacks close-on-exec");
 }
 
 // A "Vm...:  N kB" line of /proc/self/status (VmRSS, VmSize, VmPin), or -1.
@@ -4931,6 +5040,10 @@ const std::vector<Rule>& rules() {
         "a connection and messages of every size class while every thread of both processes catches a signal every "
         "0.2 ms (handler without SA_RESTART, as Python's): no call fails, no byte is lost"},
        signalsBreakNothing},
+      {{"descriptors-close-on-exec",
+        "every descriptor the plugin opens (init, listen, connect, accept, regMr, transfers) is close-on-exec: a "
+        "program the process starts holds none of its connections open"},
+       descriptorsCloseOnExec},
       {{"regmr-dereg-balance", "regMr/deregMr pairs do not leak"}, regmrDeregBalance},
       {{"registered-buffer-offsets",
         "sends and receives at offsets within registered buffers, with their mhandles, land at those offsets"},
