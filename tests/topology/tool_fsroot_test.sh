@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# nccl-net-topo --fsroot: a machine discovered from a copy of its /sys and /proc, as hwloc-gather-topology saves one
-# (tests/data/fsroot/vm-2cores-virtio.tar.gz, gathered on the build VM: 2 cores, one NUMA node, a virtio NIC eth0 at
-# 0000:00:03.0). The copy is then changed where this machine cannot follow (the interface renamed, the CPU's cpuid
-# dump taken out and its name changed in cpuinfo, the NIC's device id and link changed), and the output must follow
-# the copy, not this machine. A directory
-# that is no such tree, and --fsroot beside another source of the machine, are refused.
+# nccl-net-topo --fsroot: a machine discovered from a copy of its /sys and /proc as hwloc-gather-topology saves one,
+# given as the directory the tarball unpacks to or as the tarball (tests/data/fsroot/vm-2cores-virtio.tar.gz, gathered
+# on the build VM: 2 cores, one NUMA node, a virtio NIC eth0 at 0000:00:03.0). The copy is then changed where this
+# machine cannot follow (the interface renamed, the CPU's cpuid dump taken out and its name changed in cpuinfo, the
+# NIC's device id and link changed), and the output must follow the copy, not this machine. A directory that is no
+# such tree, a file that is no tarball, and --fsroot beside another source of the machine are refused.
 set -uo pipefail
 # shellcheck source=tests/support/tool_test_lib.sh
 source "$(dirname "$0")/../support/tool_test_lib.sh"  # fail, run, json_holds
@@ -28,6 +28,19 @@ grep -qF '<cpu numaid="0" affinity="00000003" arch="x86_64" vendor="AuthenticAMD
   gathered.xml || fail "--fsroot: the CPU in the dumped XML is not the gathered one: $(grep '<cpu' gathered.xml)"
 grep -qF '<pci busid="0000:00:03.0" class="0x020000" vendor="0x1af4" device="0x1041"' gathered.xml ||
   fail "--fsroot: the NIC's PCI device in the dumped XML is not the gathered one"
+
+# The tarball itself, as lstopo -i takes one: unpacked aside, the same machine, and nothing left behind.
+mkdir unpack
+run env TMPDIR="$work/unpack" "$topo" --ignore-env --fsroot "$tarball" --json --no-paths --no-search
+[ "$status" = 0 ] || fail "--fsroot TARBALL: exit status $status"
+json_holds "(([(n['name'], n['busId']) for n in d['nets']], d['discovery']['cpuModel'], d['discovery']['fsroot']) ==
+  ([('eth0', '0000:00:03.0')], 'AMD EPYC', '$tarball'))" || fail "--fsroot TARBALL: not the gathered machine"
+[ -z "$(ls -A unpack)" ] || fail "--fsroot TARBALL left $(ls unpack) behind"
+echo "not a tarball" >not-a-tarball.tar.gz
+run "$topo" --ignore-env --fsroot not-a-tarball.tar.gz
+[ "$status" = 1 ] || fail "--fsroot of a file that is no tarball: exit status $status, expected 1"
+grep -qF "not-a-tarball.tar.gz: not a directory, and tar could not unpack it" <<<"$err" ||
+  fail "--fsroot of a file that is no tarball: the error does not say so"
 
 # The copy changed: hwloc must read the CPU from the copy's cpuinfo, the NICs come from the copy's class/net.
 mv "$tree/sys/class/net/eth0" "$tree/sys/class/net/gathered0"

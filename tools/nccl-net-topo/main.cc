@@ -1,20 +1,24 @@
 // nccl-net-topo: shows NCCL's view of a machine (from a topology file or discovery): NICs, GDR, PXN, paths, rings.
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <initializer_list>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -308,6 +312,45 @@ void noteDuplicateGraphIds(const nns::topo::XmlDocument& graphs, const std::vect
   }
 }
 
+// --fsroot given hwloc-gather-topology's tarball itself (as lstopo -i takes one): unpacked by tar into a directory
+// of its own, removed when the tool ends; the tree is the one directory in it that holds sys/.
+class UnpackedTree {
+ public:
+  explicit UnpackedTree(const std::string& tarball) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/nccl-net-topo-XXXXXX";
+    if (mkdtemp(pattern.data()) == nullptr)
+      throw TopologyError("cannot make a directory to unpack " + tarball + " in: " + std::strerror(errno));
+    directory_ = pattern;
+    pid_t pid = fork();
+    if (pid == 0) {
+      execlp("tar", "tar", "-xf", tarball.c_str(), "-C", directory_.c_str(), static_cast<char*>(nullptr));
+      std::fprintf(stderr, "nccl-net-topo: cannot run tar: %s\n", std::strerror(errno));
+      _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      throw TopologyError(tarball +
+                          ": not a directory, and tar could not unpack it (--fsroot takes the directory "
+                          "hwloc-gather-topology's tarball unpacks to, or the tarball)");
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(directory_, ec))
+      if (std::filesystem::is_directory(entry.path() / "sys", ec)) root_ = entry.path().string();
+    if (root_.empty())
+      throw TopologyError(tarball + ": the tarball holds no directory with sys/ in it (not hwloc-gather-topology's)");
+  }
+  UnpackedTree(const UnpackedTree&) = delete;
+  UnpackedTree& operator=(const UnpackedTree&) = delete;
+  ~UnpackedTree() {
+    std::error_code ec;
+    std::filesystem::remove_all(directory_, ec);
+  }
+  const std::string& root() const { return root_; }
+
+ private:
+  std::string directory_, root_;
+};
+
 }  // namespace
 
 int runTool(int argc, char** argv) {
@@ -362,8 +405,8 @@ int runTool(int argc, char** argv) {
       ->excludes("--synthetic");
   std::string fsRoot;
   app.add_option("--fsroot", fsRoot,
-                 "discover another machine from a copy of its /sys and /proc: the directory hwloc-gather-topology's "
-                 "tarball unpacks to (its NICs are the copy's /sys/class/net interfaces)")
+                 "discover another machine from a copy of its /sys and /proc: hwloc-gather-topology's tarball or the "
+                 "directory it unpacks to (its NICs are the copy's /sys/class/net interfaces)")
       ->excludes("--topo-file")
       ->excludes("--synthetic")
       ->excludes("--plugin");
@@ -485,8 +528,12 @@ int runTool(int argc, char** argv) {
       opts.pluginMakesVNics = makesVNics;
       discovered = true;
     } else if (!fsRoot.empty()) {
-      doc = nns::topo::discoverTopology(nns::topo::listSysfsNics((std::filesystem::path(fsRoot) / "sys").string()),
-                                        &discovery, fsRoot);
+      std::error_code ec;
+      std::optional<UnpackedTree> unpacked;
+      if (std::filesystem::is_regular_file(fsRoot, ec)) unpacked.emplace(fsRoot);
+      const std::string& root = unpacked ? unpacked->root() : fsRoot;
+      doc = nns::topo::discoverTopology(nns::topo::listSysfsNics((std::filesystem::path(root) / "sys").string()),
+                                        &discovery, root);
       discovered = true;
     } else {
       // The plugin's variables select among its devices, which this listing does not know: said, with the way to
