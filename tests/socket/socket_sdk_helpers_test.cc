@@ -1,6 +1,7 @@
 // socket_sdk_helpers_test.cc: nccl_net/sdk/socket.hpp: interface filters, addresses, non-blocking connect/accept
 // with retries and timeouts, and the send/receive helpers' end-of-stream and error reporting.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <sched.h>
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <thread>
 #include <vector>
@@ -209,6 +211,8 @@ TEST(SocketConnector, RetriesRefusedConnectsUntilTheListenerAppears) {
     ASSERT_TRUE(sdk::waitForSocket(listener, POLLIN, 5000));
   }
   EXPECT_TRUE(peer.isLoopback());
+  // Each socket close-on-exec: a program the process starts must not hold the connection or the port.
+  for (int fd : {listener, client, server}) EXPECT_NE(fcntl(fd, F_GETFD) & FD_CLOEXEC, 0) << "descriptor " << fd;
   close(client);
   close(server);
   close(listener);
