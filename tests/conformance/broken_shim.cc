@@ -2404,10 +2404,10 @@ __attribute__((constructor)) void fillTables() {
 // here has, the one bug picked at run time by NNS_PICKED_BUG. Each is one a check catches that nothing
 // else here exercised: a field NCCL refuses, a corrupted last byte, a size misreported by a send, a call slow but
 // not blocked, a limit just under NCCL's, a descriptor or mapping leaked where the existing leaks were not, a
-// descriptor a started program inherits, an error hidden, raised where a NULL request belongs, or turned into a
-// completion. Five serve nccl-net-perf's tests: a slow
-// network (slow-receives, no bug), more than NCCL's 32 requests in flight an error (over-32-requests-error, no bug
-// either), a group's last size one short, a receive's sizes left unwritten, every irecv refused.
+// descriptor a started program inherits, signal handlers installed at init, an error hidden, raised where a NULL
+// request belongs, or turned into a completion. Five serve nccl-net-perf's tests: a slow network (slow-receives, no
+// bug), more than NCCL's 32 requests in flight an error (over-32-requests-error, no bug either), a group's last size
+// one short, a receive's sizes left unwritten, every irecv refused.
 namespace {
 bool pickedBug(const char* name) {
   static const char* bug = std::getenv("NNS_PICKED_BUG");
@@ -2507,6 +2507,20 @@ void dropCachedRegistrations(void* comm) {
 }
 constexpr auto kSlowReceive = std::chrono::milliseconds(50);  // slow-receives: no receive done sooner
 
+// crash-handler-at-init: init installs a SIGSEGV and a SIGTERM handler of the plugin's own (a vendor's crash
+// reporter that prints a backtrace and a clean-stop hook), replacing the application's.
+void pickedCrashHandler(int signal) {
+  static const char kText[] = "plugin: fatal signal\n";
+  (void)!write(2, kText, sizeof(kText) - 1);
+  ::signal(signal, SIG_DFL);
+  raise(signal);
+}
+ncclResult_t pickedInit(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
+                        ncclProfilerCallback_t profiler) {
+  if (pickedBug("crash-handler-at-init"))
+    for (int signal : {SIGSEGV, SIGTERM}) ::signal(signal, pickedCrashHandler);
+  return init(ctx, commId, config, logger, profiler);
+}
 ncclResult_t pickedDevices(int* ndev) {
   const ncclResult_t result = devices(ndev);
   if (result == ncclSuccess && pickedBug("duplicate-name")) *ndev += 1;  // a second port, described as the first
@@ -2742,7 +2756,7 @@ ncclResult_t pickedCloseRecv(void* comm) {
 }
 }  // namespace
 extern "C" __attribute__((visibility("default")))
-const ncclNet_v12_t ncclNetPlugin_v12 = {NNS_BUG_NAME, init,          pickedDevices,   pickedGetProperties,
+const ncclNet_v12_t ncclNetPlugin_v12 = {NNS_BUG_NAME, pickedInit,    pickedDevices,   pickedGetProperties,
                                          listen,       pickedConnect, pickedAccept,    pickedRegMr,
                                          regMrDmaBuf,  pickedDeregMr, pickedIsend,     pickedIrecv,
                                          iflush,       pickedTest,    pickedCloseSend, pickedCloseRecv,

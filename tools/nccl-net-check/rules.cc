@@ -36,6 +36,7 @@
 #include "nccl_net/sdk/result.hpp"
 #include "netns.hpp"
 #include "nns/core/printable.hpp"
+#include "nns/tools/signal_state.hpp"
 #include "tcp_strangers.hpp"
 
 namespace nns::check {
@@ -753,6 +754,11 @@ std::string newInheritable(const std::map<int, std::string>& before, const std::
   if (count == 0) return "";
   return std::to_string(count) + ": " + named + (count > 4 ? " and " + std::to_string(count - 4) + " more" : "");
 }
+
+// signal-handlers-untouched's "before": the rule process's signal actions and mask before the plugin is loaded (after
+// the harness's own SIGALRM and SIGPIPE settings).
+nns::tools::SignalState gSignalsBeforeLoad;
+
 // Set by descriptors-close-on-exec: each peer lists the inheritable descriptors it has at its start, and after its
 // sends (its comm still open) writes the ones that appeared meanwhile to gDescriptorReportFd.
 bool gPeerListsDescriptors = false;
@@ -2464,6 +2470,28 @@ Verdict descriptorsCloseOnExec(Context& c) {
   }
   return pass("no descriptor opened here (listen, accept, regMr, receives) nor by " + connector +
               " lacks close-on-exec");
+}
+
+// ---- signal-handlers-untouched: the application's signal handlers stay its own -----------------------------------
+// NCCL installs no signal handler and blocks no signal in the application's threads: the application's (Python's
+// faulthandler, a JVM's own SIGSEGV handling, a crash reporter, a launcher's SIGTERM for a clean stop) stay in place.
+// A plugin whose library or init installs handlers replaces them from the moment NCCL loads it until the process
+// ends: a crash is then reported by the plugin's handler, or not at all, and a SIGHUP or SIGTERM meant to stop the
+// job is caught. The rule process's signal actions and mask are taken before the plugin is loaded; after loading,
+// init, a comm pair and two messages, every signal's action and the mask must be as they were (SIGPIPE and SIGALRM
+// excepted: the harness sets them itself).
+Verdict signalHandlersUntouched(Context& c) {
+  Verdict v = transferChecked(c, {{3, 0x5150}, {70000, 0x5151}}, 70000);
+  if (v.status != Status::kPass) return v;
+  const auto changes = gSignalsBeforeLoad.changesIn(nns::tools::SignalState::now(), {SIGPIPE, SIGALRM});
+  if (!changes.empty())
+    return fail(
+        "loading the plugin and its calls (init, listen, accept, transfers) changed how the process handles "
+        "signals, for the life of the process: %s",
+        nns::tools::signalChangesText(changes).c_str());
+  return pass(
+      "loading the plugin, init, a comm pair and 2 messages left every signal's action and the thread's mask "
+      "as they were");
 }
 
 // A "Vm...:  N kB" line of /proc/self/status (VmRSS, VmSize, VmPin), or -1.
@@ -5044,6 +5072,10 @@ const std::vector<Rule>& rules() {
         "every descriptor the plugin opens (init, listen, connect, accept, regMr, transfers) is close-on-exec: a "
         "program the process starts holds none of its connections open"},
        descriptorsCloseOnExec},
+      {{"signal-handlers-untouched",
+        "loading the plugin, init and transfers install no signal handler and block no signal: the application's "
+        "handlers stay its own"},
+       signalHandlersUntouched},
       {{"regmr-dereg-balance", "regMr/deregMr pairs do not leak"}, regmrDeregBalance},
       {{"registered-buffer-offsets",
         "sends and receives at offsets within registered buffers, with their mhandles, land at those offsets"},
@@ -5139,6 +5171,7 @@ const std::vector<Rule>& rules() {
   gThreadMessages = options.threadMessages;
   signal(SIGALRM, onAlarm);
   signal(SIGPIPE, SIG_IGN);
+  gSignalsBeforeLoad = nns::tools::SignalState::now();  // signal-handlers-untouched's "before"
   auto writeVerdict = [&](const Verdict& v) {
     std::string text = std::string(statusText(v.status)) + "|" + v.evidence;
     (void)!write(fd, text.data(), text.size());

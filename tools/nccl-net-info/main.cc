@@ -29,6 +29,7 @@
 #include "nns/tools/isolated_probe.hpp"
 #include "nns/tools/parse_arguments.hpp"
 #include "nns/tools/search_dirs.hpp"
+#include "nns/tools/signal_state.hpp"
 
 namespace {
 
@@ -288,6 +289,7 @@ void probeCandidate(nns::tools::ProbeChannel& channel, const std::string& entry,
   one.plugin = entry + ",";  // a list of one: an entry "none" is then a name to try, as within NCCL's list
   (lastResort ? one.fallbackDirs : one.searchDirs) = dirs;
   nns::core::LoadReport report;
+  const nns::tools::SignalState signalsBefore = nns::tools::SignalState::now();
   channel.call(kLoaderProbe);
   auto net = nns::core::loadNet(one, &report);
   for (const auto& c : report.candidates) channel.send({{"candidate", nns::tools::candidateJson(c)}});
@@ -303,6 +305,11 @@ void probeCandidate(nns::tools::ProbeChannel& channel, const std::string& entry,
   channel.call("init");
   ncclResult_t result = net->init(&ctx, 0, nullptr, nns::core::hostLogger, nullptr);
   probeDevices(channel, *net, ctx, result, "", "device", "deviceError");
+  // What loading it and its init did to the process's signal handling (NCCL itself changes nothing there).
+  json signalChanges = json::array();
+  for (const auto& change : signalsBefore.changesIn(nns::tools::SignalState::now()))
+    signalChanges.push_back({{"signal", change.signal}, {"before", change.before}, {"after", change.after}});
+  channel.send({{"signalChanges", signalChanges}});
 
   // NCCL looks for a collNet in the chosen net's library only; without one (or with one that fails) it runs
   // without in-network collectives.
@@ -454,6 +461,7 @@ int runTool(int argc, char** argv) {
         reported = true;
       }
       if (record.contains("chosen")) chosen = record["chosen"];
+      if (record.contains("signalChanges") && chosen != nullptr) chosen["signalChanges"] = record["signalChanges"];
       if (record.contains("device")) devices.push_back(record["device"]);
       if (record.contains("deviceError")) deviceError = record["deviceError"].get<std::string>();
       if (record.contains("collNet")) collNet = record["collNet"];
@@ -660,6 +668,18 @@ int runTool(int argc, char** argv) {
     std::printf(
         "  NIC fusion: none: %s, so NCCL uses each device as listed\n",
         version < 9 ? ("ncclNet_v" + std::to_string(version) + " has no makeVDevice").c_str() : "makeVDevice is NULL");
+  // A plugin (or its transport library) that installs signal handlers replaces the application's for the life of
+  // every process NCCL loads it into.
+  if (chosen.contains("signalChanges") && !chosen["signalChanges"].empty()) {
+    std::vector<nns::tools::SignalChange> changes;
+    for (const auto& c : chosen["signalChanges"]) changes.push_back({c["signal"], c["before"], c["after"]});
+    std::printf(
+        "  Signals: loading it and its init changed how the process handles signals, replacing the application's "
+        "handlers\n  for the life of the process (NCCL changes none): %s\n",
+        shown(nns::tools::signalChangesText(changes, changes.size())).c_str());
+  } else if (chosen.contains("signalChanges")) {
+    std::printf("  Signals: loading it and its init left every signal's handler and the mask as they were\n");
+  }
   if (collNet == nullptr) return 0;  // the probe ended before the collNet's turn (the failure is above)
 
   std::printf("\nCollNet (in-network collectives) of %s:\n  exports ncclCollNet %s\n", shown(chosen["path"]).c_str(),
