@@ -37,10 +37,16 @@ json_holds "(([(n['name'], n['busId']) for n in d['nets']], d['discovery']['cpuM
   ([('eth0', '0000:00:03.0')], 'AMD EPYC', '$tarball'))" || fail "--fsroot TARBALL: not the gathered machine"
 [ -z "$(ls -A unpack)" ] || fail "--fsroot TARBALL left $(ls unpack) behind"
 echo "not a tarball" >not-a-tarball.tar.gz
-run "$topo" --ignore-env --fsroot not-a-tarball.tar.gz
+run env TMPDIR="$work/unpack" "$topo" --ignore-env --fsroot not-a-tarball.tar.gz
 [ "$status" = 1 ] || fail "--fsroot of a file that is no tarball: exit status $status, expected 1"
 grep -qF "not-a-tarball.tar.gz: not a directory, and tar could not unpack it" <<<"$err" ||
   fail "--fsroot of a file that is no tarball: the error does not say so"
+tar czf no-tree.tar.gz not-a-tarball.tar.gz
+run env TMPDIR="$work/unpack" "$topo" --ignore-env --fsroot no-tree.tar.gz
+[ "$status" = 1 ] || fail "--fsroot of a tarball without a tree: exit status $status, expected 1"
+grep -qF "no-tree.tar.gz: the tarball holds no directory with sys/ in it" <<<"$err" ||
+  fail "--fsroot of a tarball without a tree: the error does not say so"
+[ -z "$(ls -A unpack)" ] || fail "a refused --fsroot TARBALL left $(ls unpack) behind"
 
 # The copy changed: hwloc must read the CPU from the copy's cpuinfo, the NICs come from the copy's class/net.
 mv "$tree/sys/class/net/eth0" "$tree/sys/class/net/gathered0"

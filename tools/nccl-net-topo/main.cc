@@ -330,14 +330,14 @@ class UnpackedTree {
     }
     int status = 0;
     if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      throw TopologyError(tarball +
-                          ": not a directory, and tar could not unpack it (--fsroot takes the directory "
-                          "hwloc-gather-topology's tarball unpacks to, or the tarball)");
+      refuse(tarball +
+             ": not a directory, and tar could not unpack it (--fsroot takes the directory hwloc-gather-topology's "
+             "tarball unpacks to, or the tarball)");
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(directory_, ec))
       if (std::filesystem::is_directory(entry.path() / "sys", ec)) root_ = entry.path().string();
     if (root_.empty())
-      throw TopologyError(tarball + ": the tarball holds no directory with sys/ in it (not hwloc-gather-topology's)");
+      refuse(tarball + ": the tarball holds no directory with sys/ in it (not hwloc-gather-topology's)");
   }
   UnpackedTree(const UnpackedTree&) = delete;
   UnpackedTree& operator=(const UnpackedTree&) = delete;
@@ -348,6 +348,12 @@ class UnpackedTree {
   const std::string& root() const { return root_; }
 
  private:
+  // Throws, removing what was unpacked first (no destructor runs for a constructor that throws).
+  [[noreturn]] void refuse(const std::string& why) {
+    std::error_code ec;
+    std::filesystem::remove_all(directory_, ec);
+    throw TopologyError(why);
+  }
   std::string directory_, root_;
 };
 

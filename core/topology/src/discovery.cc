@@ -151,8 +151,8 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-// A root hwloc can read a machine from: sys/devices/system/cpu and proc/ (hwloc would otherwise fall back to this
-// process's own view, a silent wrong answer).
+// A root hwloc can read a machine from: its CPUs, PCI devices and cpuinfo (hwloc reads a tree without them as a
+// machine of one processor and no devices, a silent wrong answer).
 void requireLinuxTree(const std::string& fsRoot) {
   std::error_code ec;
   if (!fs::is_directory(fsRoot, ec))
