@@ -2429,10 +2429,8 @@ char gPickedNobody;  // the comm accept-from-nobody and zero-handle-comm hand ou
 // comm-channel-inheritable: each comm gets a completion channel of its own (an eventfd) made without EFD_CLOEXEC,
 // closed with its comm: no leak, but every program the process starts meanwhile inherits it.
 std::map<void*, int> gPickedChannels;
-void openPickedChannel(void* comm) {
-  if (!pickedBug("comm-channel-inheritable") || comm == nullptr) return;
-  std::lock_guard<std::mutex> lock(gPickedLock);
-  gPickedChannels[comm] = eventfd(0, 0);
+void openPickedChannel(void* comm) {  // gPickedLock held
+  if (pickedBug("comm-channel-inheritable") && comm != nullptr) gPickedChannels[comm] = eventfd(0, 0);
 }
 void closePickedChannel(void* comm) {  // gPickedLock held
   if (auto channel = gPickedChannels.find(comm); channel != gPickedChannels.end()) {
@@ -2508,7 +2506,9 @@ void dropCachedRegistrations(void* comm) {
 constexpr auto kSlowReceive = std::chrono::milliseconds(50);  // slow-receives: no receive done sooner
 
 // crash-handler-at-init: init installs a SIGSEGV and a SIGTERM handler of the plugin's own (a vendor's crash
-// reporter that prints a backtrace and a clean-stop hook), replacing the application's.
+// reporter that prints a backtrace and a clean-stop hook), replacing the application's. signal-blocked-at-init: init
+// blocks SIGUSR1 in the calling thread (meant for the helper thread it starts, which inherits the mask) and leaves it
+// blocked, so the application's thread no longer takes it.
 void pickedCrashHandler(int signal) {
   static const char kText[] = "plugin: fatal signal\n";
   (void)!write(2, kText, sizeof(kText) - 1);
@@ -2519,6 +2519,12 @@ ncclResult_t pickedInit(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* co
                         ncclProfilerCallback_t profiler) {
   if (pickedBug("crash-handler-at-init"))
     for (int signal : {SIGSEGV, SIGTERM}) ::signal(signal, pickedCrashHandler);
+  if (pickedBug("signal-blocked-at-init")) {  // blocked for a helper thread to inherit, and never unblocked
+    sigset_t blocked;
+    sigemptyset(&blocked);
+    sigaddset(&blocked, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
+  }
   return init(ctx, commId, config, logger, profiler);
 }
 ncclResult_t pickedDevices(int* ndev) {
@@ -2546,7 +2552,10 @@ ncclResult_t pickedConnect(void* ctx, int dev, void* handle, void** sendComm, nc
   if (pickedBug("slow-first-call") && gPickedConnects++ == 0) usleep(1300000);
   const ncclResult_t result = connect(ctx, dev, handle, sendComm, devComm);
   if (pickedBug("send-comm-fd") && result == ncclSuccess && *sendComm != nullptr) (void)eventfd(0, EFD_CLOEXEC);
-  if (result == ncclSuccess) openPickedChannel(*sendComm);
+  if (result == ncclSuccess) {
+    std::lock_guard<std::mutex> lock(gPickedLock);
+    openPickedChannel(*sendComm);
+  }
   return result;
 }
 ncclResult_t pickedAccept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** devComm) {
@@ -2556,8 +2565,7 @@ ncclResult_t pickedAccept(void* listenComm, void** recvComm, ncclNetDeviceHandle
   const ncclResult_t result = accept(listenComm, recvComm, devComm);
   if (result == ncclSuccess && *recvComm != nullptr) gPickedComms[*recvComm] = std::chrono::steady_clock::now();
   if (pickedBug("accept-from-nobody") && result == ncclSuccess && *recvComm == nullptr) *recvComm = &gPickedNobody;
-  if (result == ncclSuccess && pickedBug("comm-channel-inheritable") && *recvComm != nullptr)
-    gPickedChannels[*recvComm] = eventfd(0, 0);  // gPickedLock held
+  if (result == ncclSuccess) openPickedChannel(*recvComm);
   return result;
 }
 ncclResult_t pickedRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
