@@ -25,6 +25,7 @@ struct Options {
   int ruleTimeoutSeconds = 60;    // a whole rule, peer included
   int peerDeathSeconds = 30;      // peer-death-is-an-error: time a pending test has to report the dead peer
   int threadMessages = 30000;     // comms-on-threads: messages per comm (fewer under sanitizers or emulated NICs)
+  int collRanks = 3;              // the collNet rules: processes (ranks) in each collective, 1..8
   std::vector<std::string> only;  // rule names to run (all when empty)
   std::vector<std::string> skip;  // rule names not to run
   // --netns: each rule process enters `listenerNetns` before loading the plugin; each peer enters `peerNetns` and
@@ -41,6 +42,8 @@ struct RuleInfo {
   const char* checks;  // one line: what the rule checks and why NCCL needs it
 };
 const std::vector<RuleInfo>& allRules();
+// The collNet rules (collnet-*), which apply to a library that exports ncclCollNetPlugin_vN.
+bool isCollNetRule(const std::string& name);
 // Whether --rules and --skip leave the rule named `name` to run.
 bool ruleSelected(const Options& options, const std::string& name);
 

@@ -464,6 +464,10 @@ int runTool(int argc, char** argv) {
                  "messages per comm in comms-on-threads (default 30000; fewer where every call is slow, as under "
                  "ThreadSanitizer or an emulated NIC)")
       ->transform(nns::tools::integerIn(100, 10000000));
+  app.add_option("--coll-ranks", options.collRanks,
+                 "processes (ranks) in each collective of the collnet-* rules, which run when the library exports "
+                 "ncclCollNetPlugin_vN (default 3)")
+      ->transform(nns::tools::integerIn(1, 8));
   app.add_flag("--json", asJson, "machine-readable output");
   app.add_option("--junit", junit, "also write JUnit XML to this file");
   app.add_flag("--list", list, "list the rules and what each checks");
@@ -532,6 +536,7 @@ int runTool(int argc, char** argv) {
   constexpr const char* kLoaderProbe = "the loader's probe (dlopen, init, devices, getProperties(0), finalize)";
   std::string name, path, filePath;
   int version = 0;
+  std::vector<int> collNetVersions;
   std::vector<nns::core::CandidateReport> rejected;
   std::string loadFailure, failedEntry;
   for (const auto& entry : nns::core::pluginSpecEntries(options.load)) {
@@ -551,7 +556,8 @@ int runTool(int argc, char** argv) {
             channel.send({{"name", nns::core::printable(net->name())},
                           {"path", net->path()},
                           {"version", net->version()},
-                          {"filePath", file}});
+                          {"filePath", file},
+                          {"collNetVersions", nns::core::inspectLibrary(net->path()).collNetVersions}});
           }
         },
         options.callTimeoutSeconds);
@@ -562,6 +568,7 @@ int runTool(int argc, char** argv) {
         path = record["path"].get<std::string>();
         version = record["version"].get<int>();
         filePath = record["filePath"].get<std::string>();
+        collNetVersions = record["collNetVersions"].get<std::vector<int>>();
       }
     }
     if (version != 0) break;
@@ -667,6 +674,26 @@ int runTool(int argc, char** argv) {
   }
 
   if (!asJson) std::printf("nccl-net-check: %s (%s) through ncclNet_v%d\n", name.c_str(), path.c_str(), version);
+  // The collnet-* rules apply to a library with a collNet: without one, they are left out of a run that did not
+  // name them (a run that names one gets its SKIP, saying why).
+  std::string collNetLine;
+  if (collNetVersions.empty()) {
+    int leftOut = 0;
+    for (const auto& rule : nns::check::allRules())
+      if (nns::check::isCollNetRule(rule.name) && nns::check::ruleSelected(options, rule.name) &&
+          options.only.empty()) {
+        options.skip.push_back(rule.name);
+        ++leftOut;
+      }
+    if (leftOut > 0)
+      collNetLine =
+          "no ncclCollNetPlugin_vN in the library: its " + std::to_string(leftOut) + " collnet-* rules do not apply";
+  } else {
+    collNetLine = "collNet: the library exports ncclCollNetPlugin_v" + std::to_string(collNetVersions.front()) +
+                  (collNetVersions.size() > 1 ? " .. v" + std::to_string(collNetVersions.back()) : "") +
+                  "; its rules run " + std::to_string(options.collRanks) + " rank(s) (--coll-ranks)";
+  }
+  if (!asJson && !collNetLine.empty()) std::printf("%s\n", collNetLine.c_str());
   if (!asJson && netns)
     std::printf("netns: listener in %s (%s %s), peer in %s (%s %s), NCCL_SOCKET_IFNAME=%s NNS_SOCKET_IFNAME=%s\n",
                 namespaces.listenerNamespace().c_str(), namespaces.listenerInterface().c_str(),
@@ -681,8 +708,14 @@ int runTool(int argc, char** argv) {
                  r.seconds);
     std::fflush(out);
   };
-  nlohmann::json out = {{"plugin", name},     {"loaded", true},     {"path", path},
-                        {"version", version}, {"netns", netnsJson}, {"rules", nlohmann::json::array()}};
+  nlohmann::json out = {{"plugin", name},
+                        {"loaded", true},
+                        {"path", path},
+                        {"version", version},
+                        {"netns", netnsJson},
+                        {"collNetVersions", collNetVersions},
+                        {"collRanks", options.collRanks},
+                        {"rules", nlohmann::json::array()}};
   int failed = 0, passed = 0, skipped = 0;
   auto count = [&]() {
     out["passed"] = passed;

@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "collnet_rules.hpp"
 #include "harness.hpp"
 #include "nccl_net/sdk/result.hpp"
 #include "netns.hpp"
@@ -54,6 +55,7 @@ int gPeerDeathSeconds = 30;  // how long a pending test may take to notice a dea
 // rule names the message that never completed ("test still said 'not done' after N s") before its own timeout ends
 // it as "hung" with no more said.
 int gTransferWaitSeconds = 30;
+int gCollRanks = 3;      // --coll-ranks: processes in each collNet collective
 int gRuleSeconds = 60;   // --rule-timeout: a rule that runs long may stop itself a little before, saying how far it got
 std::string gPeerNetns;  // --netns: the namespace peers enter
 // The copy of the plugin peers open: every peer's with --netns, else handle-is-self-contained's.
@@ -5022,6 +5024,21 @@ Verdict strangersAreDropped(Context& c) {
   return pass(text);
 }
 
+// ---- the collNet rules (collnet_rules.cc), on the collNet of the library the net came from ------------------------
+collnet::Settings collNetSettings() {
+  collnet::Settings settings;
+  settings.ranks = gCollRanks;
+  settings.callTimeout = gCallTimeout;
+  settings.ruleSeconds = gRuleSeconds;
+  settings.peerDeathSeconds = gPeerDeathSeconds;
+  return settings;
+}
+template <collnet::Outcome (*Check)(const core::Net&, const collnet::Settings&)>
+Verdict collNetRule(Context& c) {
+  collnet::Outcome outcome = Check(*c.net, collNetSettings());
+  return {outcome.status, outcome.evidence};
+}
+
 struct Rule {
   RuleInfo info;
   Verdict (*run)(Context&);
@@ -5157,6 +5174,30 @@ const std::vector<Rule>& rules() {
         "v11+: connects given up unfinished (the host stops calling connect, closes its listeners and finalizes "
         "the context) leave no descriptor, thread or shared mapping behind"},
        abandonedConnectsAreReleased},
+      {{"collnet-properties-sane",
+        "collNet: init and devices work (NCCL disables the collNet otherwise), each device's properties are values "
+        "NCCL uses, and reduceSupport answers 0 or 1 for every type and op, the same when asked again"},
+       collNetRule<collnet::propertiesSane>},
+      {{"collnet-allreduce-every-type",
+        "collNet: --coll-ranks processes connect with every rank's handle; iallreduce of every type and op "
+        "reduceSupport accepts, 1, 1023 (in place) and 65539 elements, gives every rank the reduction"},
+       collNetRule<collnet::allreduceEveryType>},
+      {{"collnet-allgather",
+        "collNet v8+ with iallgather: 1, 4097 (in place) and 262147 bytes per rank land in each rank's place on every "
+        "rank"},
+       collNetRule<collnet::allgatherGathers>},
+      {{"collnet-reducescatter",
+        "collNet v8+ with ireducescatter: every rank gets its own block of the reduction, for each type "
+        "reduceSupport accepts"},
+       collNetRule<collnet::reduceScatterScatters>},
+      {{"collnet-ops-in-flight",
+        "collNet: 8 all-reduces posted before the first test (NCCL's proxy keeps NCCL_STEPS in flight) complete in "
+        "order, each right"},
+       collNetRule<collnet::operationsInFlight>},
+      {{"collnet-rank-death-is-an-error",
+        "collNet: a rank killed while the others have an all-reduce pending makes their test fail (within 30 s by "
+        "default), never report a result or 'not done' for ever"},
+       collNetRule<collnet::rankDeathIsAnError>},
   };
   return list;
 }
@@ -5169,6 +5210,7 @@ const std::vector<Rule>& rules() {
   gTransferWaitSeconds = std::max(1, std::min(30, options.ruleTimeoutSeconds / 2));
   gRuleSeconds = options.ruleTimeoutSeconds;
   gThreadMessages = options.threadMessages;
+  gCollRanks = options.collRanks;
   signal(SIGALRM, onAlarm);
   signal(SIGPIPE, SIG_IGN);
   gSignalsBeforeLoad = nns::tools::SignalState::now();  // signal-handlers-untouched's "before"
@@ -5222,6 +5264,32 @@ const std::vector<Rule>& rules() {
 }
 
 }  // namespace
+
+namespace detail {
+ncclResult_t watchedCall(const char* name, int seconds, const std::function<ncclResult_t()>& call) {
+  gCurrentCall = name;
+  noteCall(name, true);
+  const int before = gCallTimeout;
+  gCallTimeout = seconds;  // what the watchdog's verdict says
+  alarm(static_cast<unsigned>(seconds));
+  ncclResult_t result = call();
+  alarm(0);
+  gCallTimeout = before;
+  noteCall(name, false);
+  noteResult(name, result);
+  return result;
+}
+void becomeRankProcess() {
+  if (gResultFd >= 0) close(gResultFd);
+  gResultFd = -1;
+  gMyNote = nullptr;  // slot 0 is the rule process's (rank 0's), slot 1 a net rule's peer
+  gRequests.clear();
+}
+}  // namespace detail
+
+bool isCollNetRule(const std::string& name) {
+  return name.rfind("collnet-", 0) == 0;
+}
 
 const char* statusText(Status status) {
   switch (status) {
@@ -5308,9 +5376,11 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
     // peer-death-is-an-error waits up to --peer-death-timeout in each of its two cases: its own allowance comes on
     // top (with the defaults, 2 x 30 s left nothing of the 60 s rule timeout for the set-up).
     // receiver-death-is-an-error waits up to it once.
-    const int extra = std::strcmp(rule.info.name, "peer-death-is-an-error") == 0       ? 2 * options.peerDeathSeconds
-                      : std::strcmp(rule.info.name, "receiver-death-is-an-error") == 0 ? options.peerDeathSeconds
-                                                                                       : 0;
+    const int extra = std::strcmp(rule.info.name, "peer-death-is-an-error") == 0 ? 2 * options.peerDeathSeconds
+                      : std::strcmp(rule.info.name, "receiver-death-is-an-error") == 0 ||
+                              std::strcmp(rule.info.name, "collnet-rank-death-is-an-error") == 0
+                          ? options.peerDeathSeconds
+                          : 0;
     auto deadline = start + std::chrono::seconds(options.ruleTimeoutSeconds + extra);
     bool hung = false, reaped = false;
     int status = 0;

@@ -1,0 +1,984 @@
+// collnet_rules.cc: the collNet rules. A collNet's collectives need every rank: the rule process is rank 0 and forks
+// the others; each loads the collNet, listens, publishes its handle in memory shared with the others, and connects
+// with all the handles, as NCCL's proxies do. Each rank computes every rank's input from the rank number alone, so
+// each checks its own result against a serial reference without any traffic of the harness's own.
+#include "collnet_rules.hpp"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nccl_net/sdk/result.hpp"
+#include "nns/coll/float_convert.hpp"
+#include "nns/core/collnet.hpp"
+#include "nns/core/printable.hpp"
+
+namespace nns::check::collnet {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kMaxRanks = 8;
+constexpr int kBarriers = 8;
+
+std::string format(const char* text, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* text, ...) {
+  char buffer[768];
+  va_list args;
+  va_start(args, text);
+  std::vsnprintf(buffer, sizeof(buffer), text, args);
+  va_end(args);
+  return buffer;
+}
+
+std::string resultText(ncclResult_t result) {
+  return std::to_string(static_cast<int>(result)) + " (" + nccl_net::sdk::resultName(result) + ")";
+}
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// ---- data types: each rank's inputs, and the result every rank must see -----------------------------------------
+const char* kTypeNames[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",      "uint64",
+                            "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+const char* kOpNames[] = {"sum", "prod", "max", "min", "avg"};
+static_assert(sizeof(kTypeNames) / sizeof(kTypeNames[0]) == ncclNumTypes);
+static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == ncclNumOps);
+
+size_t typeBytes(int type) {
+  switch (type) {
+    case ncclInt8:
+    case ncclUint8:
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2: return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32: return 4;
+    default: return 8;
+  }
+}
+bool isFloat(int type) {
+  return type == ncclFloat16 || type == ncclFloat32 || type == ncclFloat64 || type == ncclBfloat16 ||
+         type == ncclFloat8e4m3 || type == ncclFloat8e5m2;
+}
+bool isUnsigned(int type) {
+  return type == ncclUint8 || type == ncclUint32 || type == ncclUint64;
+}
+
+uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+
+// Rank `rank`'s input element `index` of the collective seeded `seed`: a small integer (or 0.5 in a float product),
+// so that every partial result is exact in every type, whatever order the plugin (or a switch) combines the ranks
+// in. fp8 e5m2 holds the integers up to 8 exactly, e4m3 up to 16: their sums draw from {-1, 0, 1}.
+double inputValue(int type, int op, int rank, size_t index, uint64_t seed) {
+  uint64_t h = mix(seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(rank) * 0x632be59bd9b4e019ull + index);
+  if (op == ncclProd) {
+    if (isUnsigned(type)) return static_cast<double>(1 + h % 3);
+    static const double kFactors[] = {1, 2, -1, 0.5};
+    return isFloat(type) ? kFactors[h % 4] : kFactors[h % 3];
+  }
+  const int span = (type == ncclFloat8e4m3 || type == ncclFloat8e5m2) ? 1 : 3;
+  const int value = static_cast<int>(h % static_cast<uint64_t>(2 * span + 1));
+  return isUnsigned(type) ? value : value - span;
+}
+
+void storeValue(int type, double value, unsigned char* out) {
+  auto put = [&](auto v) { std::memcpy(out, &v, sizeof(v)); };
+  switch (type) {
+    case ncclInt8: put(static_cast<int8_t>(static_cast<int64_t>(value))); break;
+    case ncclUint8: put(static_cast<uint8_t>(static_cast<int64_t>(value))); break;
+    case ncclInt32: put(static_cast<int32_t>(static_cast<int64_t>(value))); break;
+    case ncclUint32: put(static_cast<uint32_t>(static_cast<int64_t>(value))); break;
+    case ncclInt64: put(static_cast<int64_t>(value)); break;
+    case ncclUint64: put(static_cast<uint64_t>(static_cast<int64_t>(value))); break;
+    case ncclFloat16: put(coll::floatToHalf(static_cast<float>(value))); break;
+    case ncclFloat32: put(static_cast<float>(value)); break;
+    case ncclFloat64: put(value); break;
+    case ncclBfloat16: put(coll::floatToBfloat16(static_cast<float>(value))); break;
+    case ncclFloat8e4m3: put(coll::floatToFp8e4m3(static_cast<float>(value))); break;
+    default: put(coll::floatToFp8e5m2(static_cast<float>(value))); break;
+  }
+}
+
+double loadValue(int type, const unsigned char* in) {
+  auto get = [&](auto v) {
+    std::memcpy(&v, in, sizeof(v));
+    return v;
+  };
+  switch (type) {
+    case ncclInt8: return get(int8_t{});
+    case ncclUint8: return get(uint8_t{});
+    case ncclInt32: return get(int32_t{});
+    case ncclUint32: return get(uint32_t{});
+    case ncclInt64: return static_cast<double>(get(int64_t{}));
+    case ncclUint64: return static_cast<double>(get(uint64_t{}));
+    case ncclFloat16: return coll::halfToFloat(get(uint16_t{}));
+    case ncclFloat32: return get(float{});
+    case ncclFloat64: return get(double{});
+    case ncclBfloat16: return coll::bfloat16ToFloat(get(uint16_t{}));
+    case ncclFloat8e4m3: return coll::fp8e4m3ToFloat(get(uint8_t{}));
+    default: return coll::fp8e5m2ToFloat(get(uint8_t{}));
+  }
+}
+
+// The integer types wrap (a product of 8 ranks' 3s overflows int8): their expected value is taken modulo the type,
+// as storing it does.
+double wrapped(int type, double value) {
+  if (isFloat(type)) return value;
+  unsigned char bytes[8];
+  storeValue(type, value, bytes);
+  return loadValue(type, bytes);
+}
+
+// The exact result of `op` over every rank's element (avg: NCCL's, the integer types truncating the quotient).
+double expectedValue(int type, int op, int ranks, size_t index, uint64_t seed) {
+  double acc = inputValue(type, op, 0, index, seed);
+  for (int r = 1; r < ranks; ++r) {
+    const double v = inputValue(type, op, r, index, seed);
+    switch (op) {
+      case ncclProd: acc *= v; break;
+      case ncclMax: acc = std::max(acc, v); break;
+      case ncclMin: acc = std::min(acc, v); break;
+      default: acc += v; break;
+    }
+  }
+  if (op == ncclAvg) acc = isFloat(type) ? acc / ranks : std::trunc(acc / ranks);
+  return wrapped(type, acc);
+}
+
+// A floating-point avg is NCCL's premultiplied sum (each input times 1/n rounded to the type, then summed in the
+// type): its rounding depends on the order the ranks are added in, so it may miss the exact quotient by an ulp or so
+// per rank of the type.
+bool closeEnough(int type, int op, int ranks, double got, double want) {
+  if (got == want) return true;
+  if (op != ncclAvg || !isFloat(type)) return false;
+  const int mantissa = type == ncclFloat64      ? 52
+                       : type == ncclFloat32    ? 23
+                       : type == ncclFloat16    ? 10
+                       : type == ncclBfloat16   ? 7
+                       : type == ncclFloat8e4m3 ? 3
+                                                : 2;
+  const double ulp = std::ldexp(std::max(std::fabs(want), 1.0), -mantissa);
+  return std::fabs(got - want) <= 2.0 * ranks * ulp;
+}
+
+std::string valueText(int type, double value) {
+  return isFloat(type) ? format("%g", value) : format("%.0f", value);
+}
+
+// ---- the ranks: processes sharing one page of coordination ------------------------------------------------------
+struct RankSlot {
+  std::atomic<int> failed;    // 1 once the rank's text says what went wrong
+  std::atomic<int> finished;  // 1 once the rank wrote its last word
+  const char* call;           // a string literal (the same address in every forked rank)
+  std::atomic<int> inCall;
+  char text[640];  // its evidence, or what went wrong
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
+};
+struct Shared {
+  std::atomic<int> abort;        // a rank failed: the others stop waiting for what will not come
+  std::atomic<int> firstFailed;  // its rank, -1 before
+  std::atomic<int> arrived[kBarriers];
+  RankSlot slot[kMaxRanks];
+};
+
+class Rank;
+using Body = std::function<bool(Rank&)>;
+
+class Rank {
+ public:
+  Rank(const core::Net& net, const Settings& settings, Shared* shared, int rank)
+      : net_(net), settings_(settings), shared_(shared), rank_(rank), slot_(shared->slot[rank]) {}
+
+  int rank() const { return rank_; }
+  int ranks() const { return settings_.ranks; }
+  core::CollNet& coll() { return *coll_; }
+  void* comm() const { return comm_; }
+  const ncclNetProperties_v12_t& props() const { return props_; }
+
+  // `name` must be a string literal: a rank's last call is read by rank 0 from the shared page.
+  ncclResult_t call(const char* name, const std::function<ncclResult_t()>& fn, int seconds = 0) {
+    slot_.call = name;
+    slot_.inCall.store(1);
+    const ncclResult_t result = detail::watchedCall(name, seconds > 0 ? seconds : settings_.callTimeout, fn);
+    slot_.inCall.store(0);
+    return result;
+  }
+
+  bool fail(const std::string& text) {
+    std::snprintf(slot_.text, sizeof(slot_.text), "%s", text.c_str());
+    int none = -1;
+    shared_->firstFailed.compare_exchange_strong(none, rank_);
+    slot_.failed.store(1);
+    shared_->abort.store(1);
+    return false;
+  }
+  void note(const std::string& text) { std::snprintf(slot_.text, sizeof(slot_.text), "%s", text.c_str()); }
+  bool aborted() const { return shared_->abort.load() != 0; }
+
+  // Every rank waits here for all to arrive (barrier `index` is used once per rule); false when a rank failed or
+  // the wait ran past `seconds`.
+  bool barrier(int index, double seconds) {
+    shared_->arrived[index].fetch_add(1);
+    auto start = Clock::now();
+    while (shared_->arrived[index].load() < ranks()) {
+      if (aborted()) return false;
+      if (secondsSince(start) > seconds)
+        return fail(format("the other ranks did not reach step %d within %.0f s", index, seconds));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return true;
+  }
+
+  // Waits for `request`: ncclSuccess when done, test's error, or kStopped (another rank failed) / kDeadline.
+  static constexpr ncclResult_t kDeadline = static_cast<ncclResult_t>(15);
+  static constexpr ncclResult_t kStopped = static_cast<ncclResult_t>(16);
+  ncclResult_t wait(void* request, double seconds, int* size, bool stopOnAbort = true) {
+    auto start = Clock::now();
+    for (int spins = 0;; ++spins) {
+      int done = 0;
+      int reported = -1;
+      ncclResult_t result = call("collnet test", [&] { return coll_->test(request, &done, &reported); });
+      if (result != ncclSuccess) return result;
+      if (done != 0) {
+        if (size != nullptr) *size = reported;
+        return ncclSuccess;
+      }
+      if (stopOnAbort && aborted()) return kStopped;
+      if (secondsSince(start) > seconds) return kDeadline;
+      if (spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+  // What a post (Rank::post) ended with.
+  static std::string postText(const char* call, ncclResult_t result) {
+    if (result == kDeadline) return std::string(call) + " still gave a NULL request (not posted) after 10 s";
+    if (result == kStopped) return "stopped: another rank failed first";
+    return std::string(call) + " returned " + resultText(result);
+  }
+  std::string waitText(ncclResult_t result, double seconds) const {
+    if (result == kDeadline) return format("test still said 'not done' after %.0f s", seconds);
+    if (result == kStopped) return "stopped: another rank failed first";
+    return "test returned " + resultText(result);
+  }
+
+  // Posts through `post` until it gives a request: a NULL one means "again" as for ncclNet (NCCL's collNet proxy
+  // posts again). Bounded.
+  ncclResult_t post(const char* name, const std::function<ncclResult_t(void**)>& post, void** request) {
+    auto start = Clock::now();
+    for (;;) {
+      *request = nullptr;
+      ncclResult_t result = call(name, [&] { return post(request); });
+      if (result != ncclSuccess || *request != nullptr) return result;
+      if (aborted()) return kStopped;
+      if (secondsSince(start) > 10) return kDeadline;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  void* reg(void* data, size_t bytes, std::string* why) {
+    void* mhandle = nullptr;
+    ncclResult_t result =
+        call("collnet regMr", [&] { return coll_->regMr(comm_, data, bytes, NCCL_PTR_HOST, &mhandle); });
+    if (result != ncclSuccess)
+      *why = format("regMr of %zu bytes of host memory returned %s", bytes, resultText(result).c_str());
+    return result == ncclSuccess ? mhandle : nullptr;
+  }
+  void dereg(void* mhandle) {
+    if (mhandle != nullptr) call("collnet deregMr", [&] { return coll_->deregMr(comm_, mhandle); });
+  }
+
+  // Loads and initialises the collNet, listens on device 0, publishes the handle, and connects with every rank's.
+  bool setUp() {
+    core::CollNetReport report;
+    call("the loader's collNet probe (dlsym, init, devices)", [&] {
+      coll_ = core::loadCollNet(net_, &report);
+      return ncclSuccess;
+    });
+    if (coll_ == nullptr) return fail("the collNet did not load: " + report.rejectReason);
+    ncclResult_t result = call("collnet init", [&] { return coll_->init(&ctx_, 0, core::hostLogger); });
+    if (result != ncclSuccess) return fail("init returned " + resultText(result));
+    inited_ = true;
+    result = call("collnet getProperties", [&] { return coll_->getProperties(0, &props_); });
+    if (result != ncclSuccess) return fail("getProperties(0) returned " + resultText(result));
+    result = call("collnet listen", [&] { return coll_->listen(ctx_, 0, slot_.handle, &listen_); });
+    if (result != ncclSuccess) return fail("listen on device 0 returned " + resultText(result));
+    if (!barrier(0, settings_.ruleSeconds / 3.0)) return false;
+    void* handles[kMaxRanks];
+    for (int r = 0; r < ranks(); ++r) handles[r] = shared_->slot[r].handle;
+    // connect is a collective: it returns once every rank has called it, so it may take as long as the slowest
+    // rank's arrival (NCCL calls it once, from its proxy thread, and waits).
+    const int connectSeconds = std::max(settings_.callTimeout, settings_.ruleSeconds / 3);
+    auto start = Clock::now();
+    result = call(
+        "collnet connect", [&] { return coll_->connect(handles, ranks(), rank_, listen_, &comm_); }, connectSeconds);
+    if (result != ncclSuccess)
+      return fail(format("connect as rank %d of %d returned %s after %.1f s", rank_, ranks(),
+                         resultText(result).c_str(), secondsSince(start)));
+    if (comm_ == nullptr) return fail(format("connect as rank %d of %d returned success but no comm", rank_, ranks()));
+    return barrier(1, settings_.ruleSeconds / 3.0);
+  }
+
+  void tearDown(bool closeComm = true) {
+    if (comm_ != nullptr && closeComm) {
+      ncclResult_t result = call("collnet closeColl", [&] { return coll_->closeColl(comm_); });
+      if (result != ncclSuccess && slot_.failed.load() == 0)
+        fail("closeColl returned " + resultText(result) + " after every collective succeeded");
+    }
+    comm_ = nullptr;
+    if (listen_ != nullptr) call("collnet closeListen", [&] { return coll_->closeListen(listen_); });
+    listen_ = nullptr;
+    if (inited_) call("collnet finalize", [&] { return coll_->finalize(ctx_); });
+    inited_ = false;
+  }
+
+ private:
+  const core::Net& net_;
+  const Settings& settings_;
+  Shared* shared_;
+  int rank_;
+  RankSlot& slot_;
+  std::unique_ptr<core::CollNet> coll_;
+  void* ctx_ = nullptr;
+  bool inited_ = false;
+  void* listen_ = nullptr;
+  void* comm_ = nullptr;
+  ncclNetProperties_v12_t props_{};
+};
+
+// Runs `body` on every rank after setUp; `victim` (a rank > 0, or -1) is killed by rank 0 when its body says so
+// through `killVictim`. Returns the verdict: a PASS with rank 0's note, or the first rank's failure.
+struct Run {
+  Shared* shared = nullptr;
+  pid_t pids[kMaxRanks] = {};
+};
+
+Outcome runRanks(const core::Net& net, const Settings& settings, const Body& body, Run* run = nullptr,
+                 int victim = -1) {
+  if (settings.ranks < 1 || settings.ranks > kMaxRanks)
+    return {Status::kFail, format("--coll-ranks %d: 1 to %d ranks", settings.ranks, kMaxRanks)};
+  if (!libraryHasCollNet(net)) return {Status::kSkip, "the library exports no ncclCollNetPlugin_vN"};
+  void* page = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) return {Status::kFail, std::string("the harness could not map memory: ") + strerror(errno)};
+  auto* shared = new (page) Shared();
+  shared->firstFailed.store(-1);
+  Run local;
+  if (run == nullptr) run = &local;
+  run->shared = shared;
+  auto start = Clock::now();
+  auto rankMain = [&](int r) {
+    Rank rank(net, settings, shared, r);
+    bool ok = rank.setUp() && body(rank);
+    rank.tearDown();
+    shared->slot[r].finished.store(1);
+    return ok && shared->slot[r].failed.load() == 0;
+  };
+  std::fflush(nullptr);
+  const pid_t parent = getpid();
+  for (int r = 1; r < settings.ranks; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(124);
+      detail::becomeRankProcess();
+      bool ok = false;
+      try {
+        ok = rankMain(r);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "nccl-net-check: rank %d: the harness failed (not the plugin): %s\n", r, e.what());
+      }
+      _exit(ok ? 0 : 1);
+    }
+    if (pid < 0) {
+      shared->abort.store(1);
+      for (int k = 1; k < r; ++k) kill(run->pids[k], SIGKILL), waitpid(run->pids[k], nullptr, 0);
+      munmap(page, sizeof(Shared));
+      return {Status::kFail, std::string("the harness could not fork a rank: ") + strerror(errno)};
+    }
+    run->pids[r] = pid;
+  }
+  const bool rootOk = rankMain(0);
+  // The other ranks: each has until the rule's time is nearly up (a rank stuck in a call is ended by its watchdog).
+  std::string trouble;
+  const double budget = std::max(5.0, settings.ruleSeconds - 3 - secondsSince(start));
+  auto deadline = Clock::now() + std::chrono::duration<double>(budget);
+  for (int r = 1; r < settings.ranks; ++r) {
+    if (run->pids[r] <= 0) continue;  // reaped by the body (the killed rank)
+    int status = 0;
+    pid_t got = 0;
+    while ((got = waitpid(run->pids[r], &status, WNOHANG)) == 0 && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    RankSlot& slot = shared->slot[r];
+    if (got == 0) {
+      kill(run->pids[r], SIGKILL);
+      waitpid(run->pids[r], &status, 0);
+      if (slot.failed.load() == 0)
+        trouble += format("; rank %d did not finish (last call: %s%s)", r, slot.call ? slot.call : "none",
+                          slot.inCall.load() ? ", still running" : "");
+      continue;
+    }
+    if (r == victim) continue;
+    if (WIFSIGNALED(status) && slot.failed.load() == 0) {
+      int none = -1;
+      shared->firstFailed.compare_exchange_strong(none, r);
+      std::snprintf(slot.text, sizeof(slot.text), "the plugin crashed the process (signal %d, %s)%s%s",
+                    WTERMSIG(status), strsignal(WTERMSIG(status)), slot.inCall.load() ? " in " : "",
+                    slot.inCall.load() && slot.call ? slot.call : "");
+      slot.failed.store(1);
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && slot.failed.load() == 0) {
+      int none = -1;
+      shared->firstFailed.compare_exchange_strong(none, r);
+      std::snprintf(slot.text, sizeof(slot.text), "%s",
+                    WEXITSTATUS(status) == 3 && slot.call != nullptr
+                        ? format("%s did not return within its time (a blocking call)", slot.call).c_str()
+                        : format("the process ended with status %d%s%s", WEXITSTATUS(status),
+                                 slot.call ? ", last call " : "", slot.call ? slot.call : "")
+                              .c_str());
+      slot.failed.store(1);
+    }
+  }
+  Outcome outcome{Status::kPass, shared->slot[0].text};
+  const int first = shared->firstFailed.load();
+  if (first >= 0 || !rootOk || !trouble.empty()) {
+    const int shown = first >= 0 ? first : 0;
+    outcome.status = Status::kFail;
+    outcome.evidence = format("rank %d of %d: %s", shown, settings.ranks, shared->slot[shown].text);
+    std::string others;  // the ranks that failed on their own too (not merely stopped by the first)
+    for (int r = 0; r < settings.ranks; ++r)
+      if (r != shown && r != victim && shared->slot[r].failed.load() != 0 &&
+          std::strstr(shared->slot[r].text, "another rank failed first") == nullptr)
+        others += (others.empty() ? "" : ", ") + std::to_string(r);
+    if (!others.empty()) outcome.evidence += " (rank(s) " + others + " failed too)";
+    outcome.evidence += trouble;
+  }
+  munmap(page, sizeof(Shared));
+  return outcome;
+}
+
+// The (type, op) pairs reduceSupport says yes to, asked in this rank.
+struct Pair {
+  int type;
+  int op;
+};
+std::vector<Pair> supportedPairs(Rank& rank, std::string* why) {
+  std::vector<Pair> pairs;
+  for (int type = 0; type < ncclNumTypes; ++type)
+    for (int op = 0; op < ncclNumOps; ++op) {
+      int supported = 0;
+      ncclResult_t result = rank.call("collnet reduceSupport", [&] {
+        return rank.coll().reduceSupport(static_cast<ncclDataType_t>(type), static_cast<ncclRedOp_t>(op), &supported);
+      });
+      if (result != ncclSuccess) {
+        *why = format("reduceSupport(%s, %s) returned %s", kTypeNames[type], kOpNames[op], resultText(result).c_str());
+        return {};
+      }
+      if (supported != 0) pairs.push_back({type, op});
+    }
+  return pairs;
+}
+
+// "sum/prod/max/min of int8, uint8, int32; sum of float32": types grouped by the ops they take.
+std::string pairsText(const std::vector<Pair>& pairs) {
+  std::vector<std::pair<unsigned, std::string>> groups;  // op mask -> types
+  for (int type = 0; type < ncclNumTypes; ++type) {
+    unsigned mask = 0;
+    for (const auto& p : pairs)
+      if (p.type == type) mask |= 1u << p.op;
+    if (mask == 0) continue;
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == mask; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {mask, ""});
+    group->second += std::string(group->second.empty() ? "" : ", ") + kTypeNames[type];
+  }
+  std::string text;
+  for (const auto& [mask, types] : groups) {
+    std::string ops;
+    for (int op = 0; op < ncclNumOps; ++op)
+      if (mask & (1u << op)) ops += std::string(ops.empty() ? "" : "/") + kOpNames[op];
+    text += std::string(text.empty() ? "" : "; ") + ops + " of " + types;
+  }
+  return text.empty() ? "none" : text;
+}
+
+void fillInputs(unsigned char* data, int type, int op, int rank, size_t first, size_t count, uint64_t seed) {
+  const size_t bytes = typeBytes(type);
+  for (size_t i = 0; i < count; ++i) storeValue(type, inputValue(type, op, rank, first + i, seed), data + i * bytes);
+}
+
+// The first element of `data` (elements first..first+count of the reduced vector) that is not the reduction.
+std::string firstWrongElement(const unsigned char* data, int type, int op, int ranks, size_t first, size_t count,
+                              uint64_t seed) {
+  const size_t bytes = typeBytes(type);
+  for (size_t i = 0; i < count; ++i) {
+    const double got = loadValue(type, data + i * bytes);
+    const double want = expectedValue(type, op, ranks, first + i, seed);
+    if (!closeEnough(type, op, ranks, got, want)) {
+      std::string inputs;
+      for (int r = 0; r < ranks && r < 4; ++r)
+        inputs += (r ? ", " : "") + valueText(type, wrapped(type, inputValue(type, op, r, first + i, seed)));
+      return format("element %zu is %s, expected %s (the ranks' inputs %s%s)", i, valueText(type, got).c_str(),
+                    valueText(type, want).c_str(), inputs.c_str(), ranks > 4 ? ", ..." : "");
+    }
+  }
+  return "";
+}
+
+// One all-reduce on every rank, checked here: false (with the rank's failure) when it failed or came out wrong.
+bool allreduceOnce(Rank& rank, int type, int op, size_t count, bool inPlace, uint64_t seed) {
+  const size_t bytes = count * typeBytes(type);
+  std::vector<unsigned char> send(std::max<size_t>(bytes, 1)), recv(std::max<size_t>(bytes, 1), 0xa5);
+  fillInputs(send.data(), type, op, rank.rank(), 0, count, seed);
+  unsigned char* out = inPlace ? send.data() : recv.data();
+  const std::string what = format("%s %s of %zu element(s), %s", kTypeNames[type], kOpNames[op], count,
+                                  inPlace ? "in place" : "out of place");
+  std::string why;
+  void* sendMh = rank.reg(send.data(), send.size(), &why);
+  void* recvMh = inPlace ? sendMh : (sendMh ? rank.reg(recv.data(), recv.size(), &why) : nullptr);
+  if (sendMh == nullptr || recvMh == nullptr) {
+    rank.dereg(sendMh);
+    return rank.fail(what + ": " + why);
+  }
+  void* request = nullptr;
+  ncclResult_t result = rank.post(
+      "collnet iallreduce",
+      [&](void** r) {
+        return rank.coll().iallreduce(rank.comm(), send.data(), out, count, static_cast<ncclDataType_t>(type),
+                                      static_cast<ncclRedOp_t>(op), sendMh, recvMh, r);
+      },
+      &request);
+  const bool posted = result == ncclSuccess;
+  if (posted) result = rank.wait(request, 30, nullptr);
+  if (!inPlace) rank.dereg(recvMh);
+  rank.dereg(sendMh);
+  if (result != ncclSuccess)
+    return rank.fail(what + ": " + (posted ? rank.waitText(result, 30) : Rank::postText("iallreduce", result)));
+  std::string wrong = firstWrongElement(out, type, op, rank.ranks(), 0, count, seed);
+  if (!wrong.empty()) return rank.fail(what + ": " + wrong);
+  return true;
+}
+
+bool hostPointers(Rank& rank, std::string* why) {
+  if ((rank.props().ptrSupport & NCCL_PTR_HOST) != 0) return true;
+  *why = format("device 0 does not take host memory (ptrSupport 0x%x): the harness has no GPU buffers to give it",
+                rank.props().ptrSupport);
+  return false;
+}
+
+// A rule's body may find that it does not apply (a SKIP): every rank asks the same question and answers alike, so
+// each returns early, and rank 0's answer (set in the rule process) is the verdict.
+Outcome withSkip(const Outcome& outcome, const std::string& skip) {
+  if (outcome.status == Status::kPass && !skip.empty()) return {Status::kSkip, skip};
+  return outcome;
+}
+
+}  // namespace
+
+bool libraryHasCollNet(const core::Net& net) {
+  auto exports = core::inspectLibrary(net.path());
+  return !exports.collNetVersions.empty();
+}
+
+Outcome propertiesSane(const core::Net& net, const Settings& settings) {
+  core::CollNetReport report;
+  std::unique_ptr<core::CollNet> coll;
+  detail::watchedCall("the loader's collNet probe (dlsym, init, devices)", settings.callTimeout, [&] {
+    coll = core::loadCollNet(net, &report);
+    return ncclSuccess;
+  });
+  if (coll == nullptr) {
+    if (report.exportedVersions.empty()) return {Status::kSkip, "the library exports no ncclCollNetPlugin_vN"};
+    return {Status::kFail, "NCCL would disable this collNet: " + report.rejectReason};
+  }
+  void* ctx = nullptr;
+  ncclResult_t result =
+      detail::watchedCall("collnet init", settings.callTimeout, [&] { return coll->init(&ctx, 0, core::hostLogger); });
+  if (result != ncclSuccess) return {Status::kFail, "init returned " + resultText(result)};
+  auto finish = [&](Outcome outcome) {
+    detail::watchedCall("collnet finalize", settings.callTimeout, [&] { return coll->finalize(ctx); });
+    return outcome;
+  };
+  int ndev = 0;
+  result = detail::watchedCall("collnet devices", settings.callTimeout, [&] { return coll->devices(&ndev); });
+  if (result != ncclSuccess) return finish({Status::kFail, "devices returned " + resultText(result)});
+  std::string text = format("ncclCollNet_v%d '%s', %d device(s)", coll->version(), coll->name(), ndev);
+  for (int dev = 0; dev < ndev; ++dev) {
+    ncclNetProperties_v12_t p{};
+    result = detail::watchedCall("collnet getProperties", settings.callTimeout,
+                                 [&] { return coll->getProperties(dev, &p); });
+    if (result != ncclSuccess)
+      return finish({Status::kFail, format("getProperties(%d) returned %s", dev, resultText(result).c_str())});
+    if (p.name == nullptr || p.name[0] == '\0')
+      return finish({Status::kFail, format("device %d has no name (NCCL prints it in every collNet line)", dev)});
+    const std::string name = core::printable(p.name);
+    if (p.speed <= 0)
+      return finish({Status::kFail, format("device %d (%s): speed %d Mb/s (NCCL's tuning divides by it)", dev,
+                                           name.c_str(), p.speed)});
+    if (p.maxComms < 1)
+      return finish({Status::kFail, format("device %d (%s): maxComms %d (NCCL makes one collNet comm per channel)", dev,
+                                           name.c_str(), p.maxComms)});
+    if ((p.ptrSupport & (NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) == 0)
+      return finish({Status::kFail,
+                     format("device %d (%s): ptrSupport 0x%x names no memory type", dev, name.c_str(), p.ptrSupport)});
+    if (p.maxCollBytes == 0)
+      return finish(
+          {Status::kFail, format("device %d (%s): maxCollBytes 0 (NCCL cuts collectives to it)", dev, name.c_str())});
+    text += format("; %d: %s, %d Mb/s, ptrSupport 0x%x, maxCollBytes %zu", dev, name.c_str(), p.speed, p.ptrSupport,
+                   p.maxCollBytes);
+  }
+  if (ndev < 1) return finish({Status::kFail, "devices() says 0 (NCCL disables the collNet)"});
+  // reduceSupport: an answer for every type and op, the same when asked again (NCCL asks once per communicator).
+  std::vector<Pair> pairs;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int type = 0; type < ncclNumTypes; ++type)
+      for (int op = 0; op < ncclNumOps; ++op) {
+        int supported = -7;
+        result = detail::watchedCall("collnet reduceSupport", settings.callTimeout, [&] {
+          return coll->reduceSupport(static_cast<ncclDataType_t>(type), static_cast<ncclRedOp_t>(op), &supported);
+        });
+        if (result != ncclSuccess)
+          return finish({Status::kFail, format("reduceSupport(%s, %s) returned %s (NCCL fails the communicator)",
+                                               kTypeNames[type], kOpNames[op], resultText(result).c_str())});
+        if (supported != 0 && supported != 1)
+          return finish({Status::kFail, format("reduceSupport(%s, %s) wrote %d (0 or 1 expected)", kTypeNames[type],
+                                               kOpNames[op], supported)});
+        const bool before =
+            std::any_of(pairs.begin(), pairs.end(), [&](const Pair& q) { return q.type == type && q.op == op; });
+        if (pass == 0 && supported) pairs.push_back({type, op});
+        if (pass == 1 && before != (supported == 1))
+          return finish({Status::kFail, format("reduceSupport(%s, %s) answered %d, then %d", kTypeNames[type],
+                                               kOpNames[op], before ? 1 : 0, supported)});
+      }
+  text += "; reduces " + pairsText(pairs);
+  return finish({Status::kPass, text});
+}
+
+Outcome allreduceEveryType(const core::Net& net, const Settings& settings) {
+  std::string skipText;
+  Outcome outcome = runRanks(net, settings, [&](Rank& rank) {
+    std::string why;
+    if (!hostPointers(rank, &why)) return rank.note(why), skipText = why, true;
+    auto pairs = supportedPairs(rank, &why);
+    if (!why.empty()) return rank.fail(why);
+    if (pairs.empty()) {
+      skipText = "reduceSupport says no to every type and op: there is no all-reduce to check";
+      return true;
+    }
+    const size_t counts[] = {1, 1023, 65539};
+    int done = 0;
+    uint64_t seed = 1;
+    for (const Pair& p : pairs)
+      for (size_t count : counts) {
+        if (count * typeBytes(p.type) > rank.props().maxCollBytes) continue;
+        if (!allreduceOnce(rank, p.type, p.op, count, count == 1023, seed++)) return false;
+        ++done;
+      }
+    rank.note(
+        format("%d all-reduces over %d rank(s), each rank's result right: %s; 1, 1023 (in place) and 65539 "
+               "elements",
+               done, rank.ranks(), pairsText(pairs).c_str()));
+    return true;
+  });
+  return withSkip(outcome, skipText);
+}
+
+Outcome allgatherGathers(const core::Net& net, const Settings& settings) {
+  std::string skipText;
+  Outcome outcome = runRanks(net, settings, [&](Rank& rank) {
+    std::string why;
+    if (!hostPointers(rank, &why)) return skipText = why, true;
+    if (!rank.coll().hasIallgather()) {
+      skipText = format("ncclCollNet_v%d has no iallgather (v8+, optional)", rank.coll().version());
+      return true;
+    }
+    const size_t sizes[] = {1, 4097, 262147};
+    const int n = rank.ranks();
+    for (size_t bytesPerRank : sizes) {
+      if (bytesPerRank * n > rank.props().maxCollBytes) continue;
+      const bool inPlace = bytesPerRank == 4097;
+      std::vector<unsigned char> send(bytesPerRank), recv(bytesPerRank * n, 0xa5);
+      auto fillBlock = [&](unsigned char* out, int r) {
+        for (size_t i = 0; i < bytesPerRank; ++i)
+          out[i] = static_cast<unsigned char>(mix(bytesPerRank * 131 + static_cast<size_t>(r) * 7919 + i));
+      };
+      unsigned char* source = inPlace ? recv.data() + bytesPerRank * rank.rank() : send.data();
+      fillBlock(source, rank.rank());
+      const std::string what =
+          format("all-gather of %zu byte(s) per rank%s", bytesPerRank, inPlace ? ", in place" : "");
+      void* recvMh = rank.reg(recv.data(), recv.size(), &why);
+      void* sendMh = inPlace ? recvMh : (recvMh ? rank.reg(send.data(), send.size(), &why) : nullptr);
+      if (recvMh == nullptr || sendMh == nullptr) {
+        rank.dereg(recvMh);
+        return rank.fail(what + ": " + why);
+      }
+      ncclNetSGE_v12_t part{recvMh, recv.data(), recv.size()};
+      void* request = nullptr;
+      ncclResult_t result = rank.post(
+          "collnet iallgather",
+          [&](void** r) {
+            return rank.coll().iallgather(rank.comm(), source, 1, &part, bytesPerRank, 0, recv.size(), sendMh, r);
+          },
+          &request);
+      const bool posted = result == ncclSuccess;
+      if (posted) result = rank.wait(request, 30, nullptr);
+      if (!inPlace) rank.dereg(sendMh);
+      rank.dereg(recvMh);
+      if (result != ncclSuccess)
+        return rank.fail(what + ": " + (posted ? rank.waitText(result, 30) : Rank::postText("iallgather", result)));
+      std::vector<unsigned char> block(bytesPerRank);
+      for (int r = 0; r < n; ++r) {
+        fillBlock(block.data(), r);
+        const unsigned char* got = recv.data() + bytesPerRank * r;
+        if (std::memcmp(got, block.data(), bytesPerRank) != 0) {
+          size_t i = 0;
+          while (got[i] == block[i]) ++i;
+          return rank.fail(format("%s: byte %zu of rank %d's block (offset %zu) is 0x%02x, rank %d sent 0x%02x",
+                                  what.c_str(), i, r, bytesPerRank * r + i, got[i], r, block[i]));
+        }
+      }
+    }
+    rank.note(
+        format("all-gathers of 1, 4097 (in place) and 262147 bytes per rank over %d rank(s), every block in its "
+               "rank's place",
+               n));
+    return true;
+  });
+  return withSkip(outcome, skipText);
+}
+
+Outcome reduceScatterScatters(const core::Net& net, const Settings& settings) {
+  std::string skipText;
+  Outcome outcome = runRanks(net, settings, [&](Rank& rank) {
+    std::string why;
+    if (!hostPointers(rank, &why)) return skipText = why, true;
+    if (!rank.coll().hasIreducescatter()) {
+      skipText = format("ncclCollNet_v%d has no ireducescatter (v8+, optional)", rank.coll().version());
+      return true;
+    }
+    auto pairs = supportedPairs(rank, &why);
+    if (!why.empty()) return rank.fail(why);
+    // Each type once, with sum where it is supported, else its first supported op.
+    std::vector<Pair> chosen;
+    for (const Pair& p : pairs) {
+      auto same = std::find_if(chosen.begin(), chosen.end(), [&](const Pair& q) { return q.type == p.type; });
+      if (same == chosen.end()) chosen.push_back(p);
+    }
+    if (chosen.empty()) {
+      skipText = "reduceSupport says no to every type and op: there is no reduce-scatter to check";
+      return true;
+    }
+    const int n = rank.ranks();
+    const size_t counts[] = {1, 1027, 32771};
+    int done = 0;
+    uint64_t seed = 1000;
+    for (const Pair& p : chosen)
+      for (size_t count : counts) {
+        const size_t elementBytes = typeBytes(p.type);
+        const size_t blockBytes = count * elementBytes;
+        if (blockBytes * n > rank.props().maxCollBytes) continue;
+        std::vector<unsigned char> send(blockBytes * n), recv(blockBytes, 0xa5);
+        fillInputs(send.data(), p.type, p.op, rank.rank(), 0, count * n, seed);
+        const std::string what =
+            format("reduce-scatter %s %s of %zu element(s) per rank", kTypeNames[p.type], kOpNames[p.op], count);
+        void* sendMh = rank.reg(send.data(), send.size(), &why);
+        void* recvMh = sendMh ? rank.reg(recv.data(), recv.size(), &why) : nullptr;
+        if (sendMh == nullptr || recvMh == nullptr) {
+          rank.dereg(sendMh);
+          return rank.fail(what + ": " + why);
+        }
+        ncclNetSGE_v12_t part{sendMh, send.data(), send.size()};
+        void* request = nullptr;
+        ncclResult_t result = rank.post(
+            "collnet ireducescatter",
+            [&](void** r) {
+              return rank.coll().ireducescatter(rank.comm(), 1, &part, recv.data(), blockBytes, 0, send.size(),
+                                                static_cast<ncclDataType_t>(p.type), static_cast<ncclRedOp_t>(p.op),
+                                                recvMh, r);
+            },
+            &request);
+        const bool posted = result == ncclSuccess;
+        if (posted) result = rank.wait(request, 30, nullptr);
+        rank.dereg(recvMh);
+        rank.dereg(sendMh);
+        if (result != ncclSuccess)
+          return rank.fail(what + ": " +
+                           (posted ? rank.waitText(result, 30) : Rank::postText("ireducescatter", result)));
+        std::string wrong =
+            firstWrongElement(recv.data(), p.type, p.op, n, count * static_cast<size_t>(rank.rank()), count, seed);
+        if (!wrong.empty()) return rank.fail(what + ": this rank's block: " + wrong);
+        ++seed;
+        ++done;
+      }
+    rank.note(
+        format("%d reduce-scatters over %d rank(s), each rank given its own block reduced: %s; 1, 1027 and "
+               "32771 elements per rank",
+               done, n, pairsText(chosen).c_str()));
+    return true;
+  });
+  return withSkip(outcome, skipText);
+}
+
+// NCCL's collNet proxy keeps up to NCCL_STEPS (8) collectives posted per comm before it tests the first.
+Outcome operationsInFlight(const core::Net& net, const Settings& settings) {
+  std::string skipText;
+  Outcome outcome = runRanks(net, settings, [&](Rank& rank) {
+    std::string why;
+    if (!hostPointers(rank, &why)) return skipText = why, true;
+    auto pairs = supportedPairs(rank, &why);
+    if (!why.empty()) return rank.fail(why);
+    if (pairs.empty()) {
+      skipText = "reduceSupport says no to every type and op: there is no all-reduce to post";
+      return true;
+    }
+    Pair p = pairs.front();
+    for (const Pair& q : pairs)
+      if (q.type == ncclInt32 && q.op == ncclSum) p = q;
+    constexpr int kInFlight = 8;
+    const size_t count = std::min<size_t>(4099, rank.props().maxCollBytes / typeBytes(p.type));
+    const size_t bytes = count * typeBytes(p.type);
+    std::vector<std::vector<unsigned char>> send(kInFlight, std::vector<unsigned char>(bytes)),
+        recv(kInFlight, std::vector<unsigned char>(bytes, 0xa5));
+    std::vector<void*> handles;
+    void* requests[kInFlight] = {};
+    auto release = [&] {
+      for (void* mh : handles) rank.dereg(mh);
+    };
+    for (int k = 0; k < kInFlight; ++k) {
+      fillInputs(send[k].data(), p.type, p.op, rank.rank(), 0, count, 500 + k);
+      void* sendMh = rank.reg(send[k].data(), bytes, &why);
+      void* recvMh = sendMh ? rank.reg(recv[k].data(), bytes, &why) : nullptr;
+      if (sendMh) handles.push_back(sendMh);
+      if (recvMh) handles.push_back(recvMh);
+      if (recvMh == nullptr) return release(), rank.fail(why);
+      ncclResult_t result = rank.post(
+          "collnet iallreduce",
+          [&](void** r) {
+            return rank.coll().iallreduce(rank.comm(), send[k].data(), recv[k].data(), count,
+                                          static_cast<ncclDataType_t>(p.type), static_cast<ncclRedOp_t>(p.op), sendMh,
+                                          recvMh, r);
+          },
+          &requests[k]);
+      if (result != ncclSuccess)
+        return release(), rank.fail(format("all-reduce %d of %d posted before any test: %s", k + 1, kInFlight,
+                                           Rank::postText("iallreduce", result).c_str()));
+    }
+    for (int k = 0; k < kInFlight; ++k) {
+      ncclResult_t result = rank.wait(requests[k], 30, nullptr);
+      if (result != ncclSuccess) {
+        release();
+        return rank.fail(
+            format("collective %d of %d posted at once: %s", k + 1, kInFlight, rank.waitText(result, 30).c_str()));
+      }
+      std::string wrong = firstWrongElement(recv[k].data(), p.type, p.op, rank.ranks(), 0, count, 500 + k);
+      if (!wrong.empty()) {
+        release();
+        return rank.fail(format("collective %d of %d posted at once (%s %s): %s", k + 1, kInFlight, kTypeNames[p.type],
+                                kOpNames[p.op], wrong.c_str()));
+      }
+    }
+    release();
+    rank.note(
+        format("%d all-reduces (%s %s, %zu elements) posted before the first test, completed in order and "
+               "right on %d rank(s)",
+               kInFlight, kTypeNames[p.type], kOpNames[p.op], count, rank.ranks()));
+    return true;
+  });
+  return withSkip(outcome, skipText);
+}
+
+// A rank that dies (a crashed process, a lost node) must fail the others' pending collectives, never leave them
+// "not done" for ever: NCCL has no other way to learn of it from inside a collective.
+Outcome rankDeathIsAnError(const core::Net& net, const Settings& settings) {
+  if (settings.ranks < 2) return {Status::kSkip, "needs 2 or more ranks (--coll-ranks)"};
+  const int victim = settings.ranks - 1;
+  std::string skipText;
+  Run run;
+  Outcome outcome = runRanks(
+      net, settings,
+      [&](Rank& rank) {
+        std::string why;
+        if (!hostPointers(rank, &why)) return skipText = why, true;
+        auto pairs = supportedPairs(rank, &why);
+        if (!why.empty()) return rank.fail(why);
+        if (pairs.empty()) {
+          skipText = "reduceSupport says no to every type and op: there is no all-reduce to post";
+          return true;
+        }
+        const Pair p = pairs.front();
+        // One all-reduce that works first, so the comm is known to move data.
+        if (!allreduceOnce(rank, p.type, p.op, 1023, false, 77)) return false;
+        if (rank.rank() == victim) {
+          // Posts nothing more: waits to be killed (bounded: rank 0 kills it at once, or gives up the rule).
+          rank.barrier(2, settings.ruleSeconds / 2.0);
+          std::this_thread::sleep_for(std::chrono::seconds(settings.ruleSeconds));
+          return true;
+        }
+        const size_t count = 1 << 16;
+        std::vector<unsigned char> send(count * typeBytes(p.type)), recv(send.size());
+        fillInputs(send.data(), p.type, p.op, rank.rank(), 0, count, 78);
+        void* sendMh = rank.reg(send.data(), send.size(), &why);
+        void* recvMh = sendMh ? rank.reg(recv.data(), recv.size(), &why) : nullptr;
+        if (recvMh == nullptr) return rank.dereg(sendMh), rank.fail(why);
+        void* request = nullptr;
+        ncclResult_t result = rank.post(
+            "collnet iallreduce",
+            [&](void** r) {
+              return rank.coll().iallreduce(rank.comm(), send.data(), recv.data(), count,
+                                            static_cast<ncclDataType_t>(p.type), static_cast<ncclRedOp_t>(p.op), sendMh,
+                                            recvMh, r);
+            },
+            &request);
+        if (result != ncclSuccess)
+          return rank.fail("the all-reduce before the kill: " + Rank::postText("iallreduce", result));
+        if (!rank.barrier(2, settings.ruleSeconds / 2.0)) return false;
+        if (rank.rank() == 0) {
+          kill(run.pids[victim], SIGKILL);
+          waitpid(run.pids[victim], nullptr, 0);
+          run.pids[victim] = -1;
+        }
+        auto start = Clock::now();
+        const double allowed = settings.peerDeathSeconds;
+        int size = -1;
+        result = rank.wait(request, allowed, &size, false);
+        const double took = secondsSince(start);
+        // Left registered: the comm is broken; closeColl (in tearDown) must still return.
+        if (result == ncclSuccess)
+          return rank.fail(
+              format("test reported the all-reduce done (size %d) after rank %d was killed before it "
+                     "posted its part: a result without rank %d's data",
+                     size, victim, victim));
+        if (result == Rank::kDeadline)
+          return rank.fail(format("test still said 'not done' %.0f s after rank %d was killed (--peer-death-timeout)",
+                                  allowed, victim));
+        rank.note(
+            format("rank %d killed with an all-reduce pending on the others: rank 0's test returned %s after "
+                   "%.2f s",
+                   victim, resultText(result).c_str(), took));
+        return true;
+      },
+      &run, victim);
+  return withSkip(outcome, skipText);
+}
+
+}  // namespace nns::check::collnet
