@@ -12,7 +12,7 @@ echo "$out" | grep -v '^WARN'
 if grep -q -- "--netns unavailable" <<<"$out"; then exit 4; fi
 pid=$(sed -n 's/^PID=//p' <<<"$out")
 grep -q '^EXIT=0$' <<<"$out" || { echo "FAILED: the socket plugin did not pass every rule across namespaces"; exit 1; }
-rules=$("$check" --list | wc -l)
+rules=$("$check" --list | grep -vc '^collnet-')  # the socket library has no collNet: its rules do not apply
 grep -q "^$rules passed, 0 failed, 0 skipped\$" <<<"$out" || { echo "FAILED: not all $rules rules PASS"; exit 1; }
 grep -qE "^PASS properties-sane +1 device\(s\): nnsc${pid}a " <<<"$out" || { echo "FAILED: listener not on its veth"; exit 1; }
 grep -qE "^netns: nnsc${pid}a received [0-9]{4,}\.[0-9] MB" <<<"$out" || { echo "FAILED: no GiB crossed the veth"; exit 1; }

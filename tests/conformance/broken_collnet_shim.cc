@@ -1,0 +1,101 @@
+// broken_collnet_shim.cc: a collNet with one bug picked at run time (NNS_PICKED_BUG), for the collnet-* rules' own
+// tests. It forwards the net and the collNet of the real star example (NNS_REAL_PLUGIN) through their v12 tables and
+// changes one thing, a mistake real collNets make:
+//   collnet-min-as-max         iallreduce reduces min as max (an op table off by one)
+//   collnet-support-unsupported reduceSupport says yes to float16 sum, which the data path refuses (the support
+//                              matrix and the reduction code out of step)
+//   collnet-four-in-flight     a fifth all-reduce posted before the first completes is refused (a queue of 4)
+//   collnet-death-swallowed    test reports an operation done, with success, when the plugin found it failed (an
+//                              error path that forgets to return the error)
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include <nccl_net/net.h>
+
+namespace {
+
+void* library() {
+  static void* handle = dlopen(NNS_REAL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+  return handle;
+}
+const ncclNet_v12_t* realNet() {
+  static auto* table = library() ? static_cast<const ncclNet_v12_t*>(dlsym(library(), "ncclNetPlugin_v12")) : nullptr;
+  return table;
+}
+const ncclCollNet_v12_t* realColl() {
+  static auto* table =
+      library() ? static_cast<const ncclCollNet_v12_t*>(dlsym(library(), "ncclCollNetPlugin_v12")) : nullptr;
+  return table;
+}
+
+bool picked(const char* name) {
+  const char* bug = std::getenv("NNS_PICKED_BUG");
+  return bug != nullptr && std::strcmp(bug, name) == 0;
+}
+
+std::atomic<int> gPending{0};  // all-reduces posted and not yet completed, in this process
+
+ncclResult_t netInit(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* config, ncclDebugLogger_t logger,
+                     ncclProfilerCallback_t profiler) {
+  if (realNet() == nullptr || realColl() == nullptr) return ncclSystemError;
+  return realNet()->init(ctx, commId, config, logger, profiler);
+}
+
+ncclResult_t collInit(void** ctx, uint64_t commId, ncclDebugLogger_t logger) {
+  if (realColl() == nullptr) return ncclSystemError;
+  return realColl()->init(ctx, commId, logger);
+}
+
+ncclResult_t reduceSupport(ncclDataType_t type, ncclRedOp_t op, int* supported) {
+  ncclResult_t result = realColl()->reduceSupport(type, op, supported);
+  if (result == ncclSuccess && picked("collnet-support-unsupported") && type == ncclFloat16 && op == ncclSum)
+    *supported = 1;
+  return result;
+}
+
+ncclResult_t iallreduce(void* comm, void* sendData, void* recvData, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                        void* sendMhandle, void* recvMhandle, void** request) {
+  if (picked("collnet-min-as-max") && op == ncclMin) op = ncclMax;
+  if (picked("collnet-four-in-flight") && gPending.load() >= 4) return ncclInternalError;
+  ncclResult_t result =
+      realColl()->iallreduce(comm, sendData, recvData, count, type, op, sendMhandle, recvMhandle, request);
+  if (result == ncclSuccess && *request != nullptr) gPending.fetch_add(1);
+  return result;
+}
+
+ncclResult_t test(void* request, int* done, int* size) {
+  ncclResult_t result = realColl()->test(request, done, size);
+  if (result != ncclSuccess && picked("collnet-death-swallowed")) {
+    *done = 1;
+    result = ncclSuccess;
+  }
+  if (result != ncclSuccess || *done) gPending.fetch_sub(1);
+  return result;
+}
+
+}  // namespace
+
+extern "C" {
+__attribute__((visibility("default"))) ncclNet_v12_t ncclNetPlugin_v12;
+__attribute__((visibility("default"))) ncclCollNet_v12_t ncclCollNetPlugin_v12;
+}
+
+// Filled at load: the real tables with this shim's functions in the places its bugs live.
+__attribute__((constructor)) static void fillTables() {
+  if (realNet() == nullptr || realColl() == nullptr) {
+    ncclNetPlugin_v12 = ncclNet_v12_t{};
+    ncclNetPlugin_v12.name = "broken-collnet (no real plugin)";
+    ncclNetPlugin_v12.init = netInit;
+    return;
+  }
+  ncclNetPlugin_v12 = *realNet();
+  ncclNetPlugin_v12.init = netInit;
+  ncclCollNetPlugin_v12 = *realColl();
+  ncclCollNetPlugin_v12.init = collInit;
+  ncclCollNetPlugin_v12.reduceSupport = reduceSupport;
+  ncclCollNetPlugin_v12.iallreduce = iallreduce;
+  ncclCollNetPlugin_v12.test = test;
+}
