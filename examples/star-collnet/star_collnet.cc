@@ -761,7 +761,7 @@ class StarColl {
   static ncclResult_t acquire(StarComm* comm, const char* call, StarRequest** request) {
     if (comm->failed) {
       NCCL_NET_WARN("%s: this communicator failed earlier: %s", call, comm->failureText.c_str());
-      return comm->failure;
+      return comm->failure != ncclSuccess ? comm->failure : ncclInternalError;
     }
     *request = comm->requests.acquire();
     if (*request == nullptr) {
@@ -954,15 +954,19 @@ class StarColl {
     for (int p = 1; p < n; ++p) comm->peers[static_cast<size_t>(p)].result.clear();
     switch (r->collective) {
       case Collective::kAllReduce: {
+        const size_t element = typeBytes(r->type);  // checked when posted: never 0 here
+        if (element == 0) break;
         comm->sources[0] = static_cast<const char*>(r->input.iov_base);
         for (int p = 1; p < n; ++p)
           comm->sources[static_cast<size_t>(p)] = comm->peers[static_cast<size_t>(p)].staging.data();
-        reduce(static_cast<char*>(r->output.iov_base), comm->sources.data(), n, r->payloadBytes / typeBytes(r->type),
-               r->type, r->op);
+        reduce(static_cast<char*>(r->output.iov_base), comm->sources.data(), n, r->payloadBytes / element, r->type,
+               r->op);
         for (int p = 1; p < n; ++p) comm->peers[static_cast<size_t>(p)].result.push_back(r->output);
         break;
       }
       case Collective::kReduceScatter: {
+        const size_t element = typeBytes(r->type);  // checked when posted: never 0 here
+        if (element == 0) break;
         const size_t block = r->bytesPerRank;
         for (int b = 0; b < n; ++b) {
           for (int q = 0; q < n; ++q)
@@ -971,7 +975,7 @@ class StarColl {
           // Block b's result lands on rank 0's own copy of block b (the first operand), or in recvData for block 0.
           char* dst = b == 0 ? static_cast<char*>(r->output.iov_base)
                              : comm->peers[0].staging.data() + static_cast<size_t>(b) * block;
-          reduce(dst, comm->sources.data(), n, block / typeBytes(r->type), r->type, r->op);
+          reduce(dst, comm->sources.data(), n, block / element, r->type, r->op);
           if (b > 0) comm->peers[static_cast<size_t>(b)].result.push_back(iovec{dst, block});
         }
         break;

@@ -268,7 +268,7 @@ constexpr ncclDataType_t typeOf() {
 template <class T>
 std::string compare(const std::vector<T>& got, const std::vector<T>& want, const char* what) {
   for (size_t i = 0; i < want.size(); ++i)
-    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0)
+    if (got[i] != want[i])  // the inputs keep every result exact: equal values, not merely close
       return format("%s: element %zu of %zu is %.17g, expected %.17g", what, i, want.size(),
                     static_cast<double>(got[i]), static_cast<double>(want[i]));
   return "";
@@ -566,7 +566,7 @@ TEST_P(StarMissing, ConnectFailsAfterTheTimeout) {
   options.inChild = [] { setenv("NNS_STAR_CONNECT_TIMEOUT", "2", 1); };  // read at init
   EXPECT_EQ(runRanks(
                 nranks,
-                [missing, nranks](Rank& rank) -> std::string {
+                [missing](Rank& rank) -> std::string {
                   std::string error = rank.listen();
                   if (error.empty()) error = rank.publishAndWait();
                   if (!error.empty()) return error;
