@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "nccl_net/sdk/result.hpp"
-#include "nns/coll/float_convert.hpp"
+#include "nns/coll/reduce.hpp"
 #include "nns/core/collnet.hpp"
 #include "nns/core/printable.hpp"
 
@@ -55,29 +55,18 @@ double secondsSince(Clock::time_point start) {
 }
 
 // ---- data types: each rank's inputs, and the result every rank must see -----------------------------------------
-const char* kTypeNames[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",      "uint64",
-                            "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
-const char* kOpNames[] = {"sum", "prod", "max", "min", "avg"};
-static_assert(sizeof(kTypeNames) / sizeof(kTypeNames[0]) == ncclNumTypes);
-static_assert(sizeof(kOpNames) / sizeof(kOpNames[0]) == ncclNumOps);
-
+// Types and ops by NCCL's numbers, named as nccl-net-bench names them (nns/coll/reduce.hpp).
+const char* typeText(int type) {
+  return coll::typeName(static_cast<ncclDataType_t>(type));
+}
+const char* opText(int op) {
+  return coll::opName(static_cast<ncclRedOp_t>(op));
+}
 size_t typeBytes(int type) {
-  switch (type) {
-    case ncclInt8:
-    case ncclUint8:
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2: return 1;
-    case ncclFloat16:
-    case ncclBfloat16: return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32: return 4;
-    default: return 8;
-  }
+  return coll::typeSize(static_cast<ncclDataType_t>(type));
 }
 bool isFloat(int type) {
-  return type == ncclFloat16 || type == ncclFloat32 || type == ncclFloat64 || type == ncclBfloat16 ||
-         type == ncclFloat8e4m3 || type == ncclFloat8e5m2;
+  return coll::isFloatingPoint(static_cast<ncclDataType_t>(type));
 }
 bool isUnsigned(int type) {
   return type == ncclUint8 || type == ncclUint32 || type == ncclUint64;
@@ -492,7 +481,7 @@ std::vector<Pair> supportedPairs(Rank& rank, std::string* why) {
         return rank.coll().reduceSupport(static_cast<ncclDataType_t>(type), static_cast<ncclRedOp_t>(op), &supported);
       });
       if (result != ncclSuccess) {
-        *why = format("reduceSupport(%s, %s) returned %s", kTypeNames[type], kOpNames[op], resultText(result).c_str());
+        *why = format("reduceSupport(%s, %s) returned %s", typeText(type), opText(op), resultText(result).c_str());
         return {};
       }
       if (supported != 0) pairs.push_back({type, op});
@@ -510,13 +499,13 @@ std::string pairsText(const std::vector<Pair>& pairs) {
     if (mask == 0) continue;
     auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == mask; });
     if (group == groups.end()) group = groups.insert(groups.end(), {mask, ""});
-    group->second += std::string(group->second.empty() ? "" : ", ") + kTypeNames[type];
+    group->second += std::string(group->second.empty() ? "" : ", ") + typeText(type);
   }
   std::string text;
   for (const auto& [mask, types] : groups) {
     std::string ops;
     for (int op = 0; op < ncclNumOps; ++op)
-      if (mask & (1u << op)) ops += std::string(ops.empty() ? "" : "/") + kOpNames[op];
+      if (mask & (1u << op)) ops += std::string(ops.empty() ? "" : "/") + opText(op);
     text += std::string(text.empty() ? "" : "; ") + ops + " of " + types;
   }
   return text.empty() ? "none" : text;
@@ -551,8 +540,8 @@ bool allreduceOnce(Rank& rank, int type, int op, size_t count, bool inPlace, uin
   std::vector<unsigned char> send(std::max<size_t>(bytes, 1)), recv(std::max<size_t>(bytes, 1), 0xa5);
   fillInputs(send.data(), type, op, rank.rank(), 0, count, seed);
   unsigned char* out = inPlace ? send.data() : recv.data();
-  const std::string what = format("%s %s of %zu element(s), %s", kTypeNames[type], kOpNames[op], count,
-                                  inPlace ? "in place" : "out of place");
+  const std::string what =
+      format("%s %s of %zu element(s), %s", typeText(type), opText(op), count, inPlace ? "in place" : "out of place");
   std::string why;
   void* sendMh = rank.reg(send.data(), send.size(), &why);
   void* recvMh = inPlace ? sendMh : (sendMh ? rank.reg(recv.data(), recv.size(), &why) : nullptr);
@@ -584,6 +573,23 @@ bool hostPointers(Rank& rank, std::string* why) {
   *why = format("device 0 does not take host memory (ptrSupport 0x%x): the harness has no GPU buffers to give it",
                 rank.props().ptrSupport);
   return false;
+}
+
+// The first steps of a rule that reduces: host memory, then the pairs reduceSupport accepts. false where the rule
+// stops: skipped (`skipText` says why) or failed (the rank's failure recorded).
+bool reductionPairs(Rank& rank, std::string* skipText, std::vector<Pair>* pairs) {
+  std::string why;
+  if (!hostPointers(rank, &why)) {
+    *skipText = why;
+    return false;
+  }
+  *pairs = supportedPairs(rank, &why);
+  if (!why.empty()) return rank.fail(why);
+  if (pairs->empty()) {
+    *skipText = "reduceSupport says no to every type and op: there is nothing to reduce";
+    return false;
+  }
+  return true;
 }
 
 // A rule's body may find that it does not apply (a SKIP): every rank asks the same question and answers alike, so
@@ -659,16 +665,16 @@ Outcome propertiesSane(const core::Net& net, const Settings& settings) {
         });
         if (result != ncclSuccess)
           return finish({Status::kFail, format("reduceSupport(%s, %s) returned %s (NCCL fails the communicator)",
-                                               kTypeNames[type], kOpNames[op], resultText(result).c_str())});
+                                               typeText(type), opText(op), resultText(result).c_str())});
         if (supported != 0 && supported != 1)
-          return finish({Status::kFail, format("reduceSupport(%s, %s) wrote %d (0 or 1 expected)", kTypeNames[type],
-                                               kOpNames[op], supported)});
+          return finish({Status::kFail, format("reduceSupport(%s, %s) wrote %d (0 or 1 expected)", typeText(type),
+                                               opText(op), supported)});
         const bool before =
             std::any_of(pairs.begin(), pairs.end(), [&](const Pair& q) { return q.type == type && q.op == op; });
         if (pass == 0 && supported) pairs.push_back({type, op});
         if (pass == 1 && before != (supported == 1))
-          return finish({Status::kFail, format("reduceSupport(%s, %s) answered %d, then %d", kTypeNames[type],
-                                               kOpNames[op], before ? 1 : 0, supported)});
+          return finish({Status::kFail, format("reduceSupport(%s, %s) answered %d, then %d", typeText(type), opText(op),
+                                               before ? 1 : 0, supported)});
       }
   text += "; reduces " + pairsText(pairs);
   return finish({Status::kPass, text});
@@ -677,14 +683,8 @@ Outcome propertiesSane(const core::Net& net, const Settings& settings) {
 Outcome allreduceEveryType(const core::Net& net, const Settings& settings) {
   std::string skipText;
   Outcome outcome = runRanks(net, settings, [&](Rank& rank) {
-    std::string why;
-    if (!hostPointers(rank, &why)) return rank.note(why), skipText = why, true;
-    auto pairs = supportedPairs(rank, &why);
-    if (!why.empty()) return rank.fail(why);
-    if (pairs.empty()) {
-      skipText = "reduceSupport says no to every type and op: there is no all-reduce to check";
-      return true;
-    }
+    std::vector<Pair> pairs;
+    if (!reductionPairs(rank, &skipText, &pairs)) return !skipText.empty();
     const size_t counts[] = {1, 1023, 65539};
     int done = 0;
     uint64_t seed = 1;
@@ -770,23 +770,18 @@ Outcome allgatherGathers(const core::Net& net, const Settings& settings) {
 Outcome reduceScatterScatters(const core::Net& net, const Settings& settings) {
   std::string skipText;
   Outcome outcome = runRanks(net, settings, [&](Rank& rank) {
-    std::string why;
-    if (!hostPointers(rank, &why)) return skipText = why, true;
     if (!rank.coll().hasIreducescatter()) {
       skipText = format("ncclCollNet_v%d has no ireducescatter (v8+, optional)", rank.coll().version());
       return true;
     }
-    auto pairs = supportedPairs(rank, &why);
-    if (!why.empty()) return rank.fail(why);
+    std::string why;
+    std::vector<Pair> pairs;
+    if (!reductionPairs(rank, &skipText, &pairs)) return !skipText.empty();
     // Each type once, with sum where it is supported, else its first supported op.
     std::vector<Pair> chosen;
     for (const Pair& p : pairs) {
       auto same = std::find_if(chosen.begin(), chosen.end(), [&](const Pair& q) { return q.type == p.type; });
       if (same == chosen.end()) chosen.push_back(p);
-    }
-    if (chosen.empty()) {
-      skipText = "reduceSupport says no to every type and op: there is no reduce-scatter to check";
-      return true;
     }
     const int n = rank.ranks();
     const size_t counts[] = {1, 1027, 32771};
@@ -800,7 +795,7 @@ Outcome reduceScatterScatters(const core::Net& net, const Settings& settings) {
         std::vector<unsigned char> send(blockBytes * n), recv(blockBytes, 0xa5);
         fillInputs(send.data(), p.type, p.op, rank.rank(), 0, count * n, seed);
         const std::string what =
-            format("reduce-scatter %s %s of %zu element(s) per rank", kTypeNames[p.type], kOpNames[p.op], count);
+            format("reduce-scatter %s %s of %zu element(s) per rank", typeText(p.type), opText(p.op), count);
         void* sendMh = rank.reg(send.data(), send.size(), &why);
         void* recvMh = sendMh ? rank.reg(recv.data(), recv.size(), &why) : nullptr;
         if (sendMh == nullptr || recvMh == nullptr) {
@@ -844,13 +839,8 @@ Outcome operationsInFlight(const core::Net& net, const Settings& settings) {
   std::string skipText;
   Outcome outcome = runRanks(net, settings, [&](Rank& rank) {
     std::string why;
-    if (!hostPointers(rank, &why)) return skipText = why, true;
-    auto pairs = supportedPairs(rank, &why);
-    if (!why.empty()) return rank.fail(why);
-    if (pairs.empty()) {
-      skipText = "reduceSupport says no to every type and op: there is no all-reduce to post";
-      return true;
-    }
+    std::vector<Pair> pairs;
+    if (!reductionPairs(rank, &skipText, &pairs)) return !skipText.empty();
     Pair p = pairs.front();
     for (const Pair& q : pairs)
       if (q.type == ncclInt32 && q.op == ncclSum) p = q;
@@ -893,15 +883,15 @@ Outcome operationsInFlight(const core::Net& net, const Settings& settings) {
       std::string wrong = firstWrongElement(recv[k].data(), p.type, p.op, rank.ranks(), 0, count, 500 + k);
       if (!wrong.empty()) {
         release();
-        return rank.fail(format("collective %d of %d posted at once (%s %s): %s", k + 1, kInFlight, kTypeNames[p.type],
-                                kOpNames[p.op], wrong.c_str()));
+        return rank.fail(format("collective %d of %d posted at once (%s %s): %s", k + 1, kInFlight, typeText(p.type),
+                                opText(p.op), wrong.c_str()));
       }
     }
     release();
     rank.note(
         format("%d all-reduces (%s %s, %zu elements) posted before the first test, completed in order and "
                "right on %d rank(s)",
-               kInFlight, kTypeNames[p.type], kOpNames[p.op], count, rank.ranks()));
+               kInFlight, typeText(p.type), opText(p.op), count, rank.ranks()));
     return true;
   });
   return withSkip(outcome, skipText);
@@ -918,13 +908,8 @@ Outcome rankDeathIsAnError(const core::Net& net, const Settings& settings) {
       net, settings,
       [&](Rank& rank) {
         std::string why;
-        if (!hostPointers(rank, &why)) return skipText = why, true;
-        auto pairs = supportedPairs(rank, &why);
-        if (!why.empty()) return rank.fail(why);
-        if (pairs.empty()) {
-          skipText = "reduceSupport says no to every type and op: there is no all-reduce to post";
-          return true;
-        }
+        std::vector<Pair> pairs;
+        if (!reductionPairs(rank, &skipText, &pairs)) return !skipText.empty();
         const Pair p = pairs.front();
         // One all-reduce that works first, so the comm is known to move data.
         if (!allreduceOnce(rank, p.type, p.op, 1023, false, 77)) return false;
