@@ -7,7 +7,12 @@
 //   collnet-four-in-flight     a fifth all-reduce posted before the first completes is refused (a queue of 4)
 //   collnet-death-swallowed    test reports an operation done, with success, when the plugin found it failed (an
 //                              error path that forgets to return the error)
+//   collnet-leaked-descriptor  each comm opens a descriptor (a completion channel) that closeColl forgets
+//   collnet-old-version-differs the v6 table (exported beside v12, as the real one's) names its device otherwise (an
+//                              old table kept by hand that drifted from the new one)
 #include <dlfcn.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -23,6 +28,11 @@ void* library() {
 }
 const ncclNet_v12_t* realNet() {
   static auto* table = library() ? static_cast<const ncclNet_v12_t*>(dlsym(library(), "ncclNetPlugin_v12")) : nullptr;
+  return table;
+}
+const ncclCollNet_v6_t* realCollV6() {
+  static auto* table =
+      library() ? static_cast<const ncclCollNet_v6_t*>(dlsym(library(), "ncclCollNetPlugin_v6")) : nullptr;
   return table;
 }
 const ncclCollNet_v12_t* realColl() {
@@ -66,6 +76,18 @@ ncclResult_t iallreduce(void* comm, void* sendData, void* recvData, size_t count
   return result;
 }
 
+ncclResult_t connect(void* handles[], int nranks, int rank, void* listenComm, void** collComm) {
+  ncclResult_t result = realColl()->connect(handles, nranks, rank, listenComm, collComm);
+  if (result == ncclSuccess && picked("collnet-leaked-descriptor")) (void)eventfd(0, EFD_CLOEXEC);
+  return result;
+}
+
+ncclResult_t getPropertiesV6(int dev, ncclNetProperties_v6_t* props) {
+  ncclResult_t result = realCollV6()->getProperties(dev, props);
+  if (result == ncclSuccess && picked("collnet-old-version-differs")) props->name = const_cast<char*>("star0-v6");
+  return result;
+}
+
 ncclResult_t test(void* request, int* done, int* size) {
   ncclResult_t result = realColl()->test(request, done, size);
   if (result != ncclSuccess && picked("collnet-death-swallowed")) {
@@ -81,6 +103,7 @@ ncclResult_t test(void* request, int* done, int* size) {
 extern "C" {
 __attribute__((visibility("default"))) ncclNet_v12_t ncclNetPlugin_v12;
 __attribute__((visibility("default"))) ncclCollNet_v12_t ncclCollNetPlugin_v12;
+__attribute__((visibility("default"))) ncclCollNet_v6_t ncclCollNetPlugin_v6;
 }
 
 // Filled at load: the real tables with this shim's functions in the places its bugs live.
@@ -98,4 +121,9 @@ __attribute__((constructor)) static void fillTables() {
   ncclCollNetPlugin_v12.reduceSupport = reduceSupport;
   ncclCollNetPlugin_v12.iallreduce = iallreduce;
   ncclCollNetPlugin_v12.test = test;
+  ncclCollNetPlugin_v12.connect = connect;
+  if (realCollV6() != nullptr) {
+    ncclCollNetPlugin_v6 = *realCollV6();
+    ncclCollNetPlugin_v6.getProperties = getPropertiesV6;
+  }
 }

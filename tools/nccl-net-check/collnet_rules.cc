@@ -4,6 +4,7 @@
 // each checks its own result against a serial reference without any traffic of the harness's own.
 #include "collnet_rules.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -34,7 +35,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxRanks = 8;
-constexpr int kBarriers = 8;
 
 std::string format(const char* text, ...) __attribute__((format(printf, 1, 2)));
 std::string format(const char* text, ...) {
@@ -191,7 +191,7 @@ struct RankSlot {
 struct Shared {
   std::atomic<int> abort;        // a rank failed: the others stop waiting for what will not come
   std::atomic<int> firstFailed;  // its rank, -1 before
-  std::atomic<int> arrived[kBarriers];
+  std::atomic<int> arrivals;     // every barrier call of every rank (each rank makes the same calls)
   RankSlot slot[kMaxRanks];
 };
 
@@ -229,15 +229,15 @@ class Rank {
   void note(const std::string& text) { std::snprintf(slot_.text, sizeof(slot_.text), "%s", text.c_str()); }
   bool aborted() const { return shared_->abort.load() != 0; }
 
-  // Every rank waits here for all to arrive (barrier `index` is used once per rule); false when a rank failed or
-  // the wait ran past `seconds`.
-  bool barrier(int index, double seconds) {
-    shared_->arrived[index].fetch_add(1);
+  // Every rank waits here for all to arrive; false when a rank failed or the wait ran past `seconds`.
+  bool barrier(double seconds) {
+    const int step = ++barriers_;
+    shared_->arrivals.fetch_add(1);
     auto start = Clock::now();
-    while (shared_->arrived[index].load() < ranks()) {
+    while (shared_->arrivals.load() < ranks() * step) {
       if (aborted()) return false;
       if (secondsSince(start) > seconds)
-        return fail(format("the other ranks did not reach step %d within %.0f s", index, seconds));
+        return fail(format("the other ranks did not reach step %d within %.0f s", step, seconds));
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     return true;
@@ -300,22 +300,36 @@ class Rank {
     if (mhandle != nullptr) call("collnet deregMr", [&] { return coll_->deregMr(comm_, mhandle); });
   }
 
-  // Loads and initialises the collNet, listens on device 0, publishes the handle, and connects with every rank's.
-  bool setUp() {
-    core::CollNetReport report;
+  // Loads and initialises the collNet (through Settings::version when set, else as NCCL chooses), then joins the
+  // others on device 0.
+  bool setUp() { return load() && join(); }
+
+  bool load() {
+    std::string error;
     call("the loader's collNet probe (dlsym, init, devices)", [&] {
-      coll_ = core::loadCollNet(net_, &report);
+      core::CollNetReport report;
+      if (settings_.version != 0) {
+        coll_ = core::openCollNetVersion(net_.path(), settings_.version, &error);
+      } else {
+        coll_ = core::loadCollNet(net_, &report);
+        error = report.rejectReason;
+      }
       return ncclSuccess;
     });
-    if (coll_ == nullptr) return fail("the collNet did not load: " + report.rejectReason);
+    if (coll_ == nullptr) return fail("the collNet did not load: " + error);
     ncclResult_t result = call("collnet init", [&] { return coll_->init(&ctx_, 0, core::hostLogger); });
     if (result != ncclSuccess) return fail("init returned " + resultText(result));
     inited_ = true;
     result = call("collnet getProperties", [&] { return coll_->getProperties(0, &props_); });
     if (result != ncclSuccess) return fail("getProperties(0) returned " + resultText(result));
-    result = call("collnet listen", [&] { return coll_->listen(ctx_, 0, slot_.handle, &listen_); });
+    return true;
+  }
+
+  // Listens, publishes the handle, and connects with every rank's (a comm each time it is called).
+  bool join() {
+    ncclResult_t result = call("collnet listen", [&] { return coll_->listen(ctx_, 0, slot_.handle, &listen_); });
     if (result != ncclSuccess) return fail("listen on device 0 returned " + resultText(result));
-    if (!barrier(0, settings_.ruleSeconds / 3.0)) return false;
+    if (!barrier(settings_.ruleSeconds / 3.0)) return false;
     void* handles[kMaxRanks];
     for (int r = 0; r < ranks(); ++r) handles[r] = shared_->slot[r].handle;
     // connect is a collective: it returns once every rank has called it, so it may take as long as the slowest
@@ -328,11 +342,13 @@ class Rank {
       return fail(format("connect as rank %d of %d returned %s after %.1f s", rank_, ranks(),
                          resultText(result).c_str(), secondsSince(start)));
     if (comm_ == nullptr) return fail(format("connect as rank %d of %d returned success but no comm", rank_, ranks()));
-    return barrier(1, settings_.ruleSeconds / 3.0);
+    // Nobody rewrites its handle (the next join) before every rank's connect has returned.
+    return barrier(settings_.ruleSeconds / 3.0);
   }
 
-  void tearDown(bool closeComm = true) {
-    if (comm_ != nullptr && closeComm) {
+  // Closes the comm and the listener (a close that fails where every call before it succeeded is a failure).
+  void leave() {
+    if (comm_ != nullptr) {
       ncclResult_t result = call("collnet closeColl", [&] { return coll_->closeColl(comm_); });
       if (result != ncclSuccess && slot_.failed.load() == 0)
         fail("closeColl returned " + resultText(result) + " after every collective succeeded");
@@ -340,6 +356,10 @@ class Rank {
     comm_ = nullptr;
     if (listen_ != nullptr) call("collnet closeListen", [&] { return coll_->closeListen(listen_); });
     listen_ = nullptr;
+  }
+
+  void tearDown() {
+    leave();
     if (inited_) call("collnet finalize", [&] { return coll_->finalize(ctx_); });
     inited_ = false;
   }
@@ -356,6 +376,7 @@ class Rank {
   void* listen_ = nullptr;
   void* comm_ = nullptr;
   ncclNetProperties_v12_t props_{};
+  int barriers_ = 0;
 };
 
 // Runs `body` on every rank after setUp; `victim` (a rank > 0, or -1) is killed by rank 0 when its body says so
@@ -915,7 +936,7 @@ Outcome rankDeathIsAnError(const core::Net& net, const Settings& settings) {
         if (!allreduceOnce(rank, p.type, p.op, 1023, false, 77)) return false;
         if (rank.rank() == victim) {
           // Posts nothing more: waits to be killed (bounded: rank 0 kills it at once, or gives up the rule).
-          rank.barrier(2, settings.ruleSeconds / 2.0);
+          rank.barrier(settings.ruleSeconds / 2.0);
           std::this_thread::sleep_for(std::chrono::seconds(settings.ruleSeconds));
           return true;
         }
@@ -936,7 +957,7 @@ Outcome rankDeathIsAnError(const core::Net& net, const Settings& settings) {
             &request);
         if (result != ncclSuccess)
           return rank.fail("the all-reduce before the kill: " + Rank::postText("iallreduce", result));
-        if (!rank.barrier(2, settings.ruleSeconds / 2.0)) return false;
+        if (!rank.barrier(settings.ruleSeconds / 2.0)) return false;
         if (rank.rank() == 0) {
           kill(run.pids[victim], SIGKILL);
           waitpid(run.pids[victim], nullptr, 0);
@@ -963,6 +984,100 @@ Outcome rankDeathIsAnError(const core::Net& net, const Settings& settings) {
         return true;
       },
       &run, victim);
+  return withSkip(outcome, skipText);
+}
+
+// Each version NCCL could load the collNet through (a host older than the plugin takes an older table), in processes
+// of its own, as NCCL loads one version per process: the same device, and an all-reduce that comes out right.
+Outcome everyVersionAgrees(const core::Net& net, const Settings& settings) {
+  const std::vector<int> versions = core::inspectLibrary(net.path()).collNetVersions;
+  if (versions.empty()) return {Status::kSkip, "the library exports no ncclCollNetPlugin_vN"};
+  std::string newestName, summary;
+  for (int version : versions) {
+    Settings one = settings;
+    one.version = version;
+    // Rank 0 of this version is a process of its own too (a process initialises one version's table).
+    int channel[2];
+    if (pipe2(channel, O_CLOEXEC) != 0)
+      return {Status::kFail, std::string("the harness could not make a pipe: ") + strerror(errno)};
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(channel[0]);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      detail::becomeRankProcess();
+      std::string name, skipText;
+      Outcome outcome = runRanks(net, one, [&](Rank& rank) {
+        if (rank.rank() == 0) name = core::printable(rank.props().name);
+        std::vector<Pair> pairs;
+        if (!reductionPairs(rank, &skipText, &pairs)) return !skipText.empty();
+        return allreduceOnce(rank, pairs.front().type, pairs.front().op, 1023, false, 4000 + version);
+      });
+      std::string text = std::string(outcome.status == Status::kFail ? "F" : "P") + name + "|" + outcome.evidence;
+      (void)!write(channel[1], text.data(), text.size());
+      _exit(0);
+    }
+    close(channel[1]);
+    if (pid < 0) {
+      close(channel[0]);
+      return {Status::kFail, std::string("the harness could not fork: ") + strerror(errno)};
+    }
+    std::string text;
+    char buffer[512];
+    for (ssize_t n; (n = read(channel[0], buffer, sizeof(buffer))) > 0;) text.append(buffer, static_cast<size_t>(n));
+    close(channel[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const std::string label = "ncclCollNet_v" + std::to_string(version);
+    if (text.empty())
+      return {Status::kFail, label + ": its rank 0 ended without a word (" +
+                                 (WIFSIGNALED(status) ? std::string("signal ") + strsignal(WTERMSIG(status))
+                                                      : "exit status " + std::to_string(WEXITSTATUS(status))) +
+                                 ")"};
+    const size_t bar = text.find('|');
+    const std::string name = text.substr(1, bar - 1);
+    if (text[0] == 'F') return {Status::kFail, label + ": " + text.substr(bar + 1)};
+    if (newestName.empty()) newestName = name;
+    if (name != newestName)
+      return {Status::kFail, format("%s names device 0 '%s', ncclCollNet_v%d '%s' (NCCL's logs and topology name "
+                                    "the device by the version it loaded)",
+                                    label.c_str(), name.c_str(), versions.front(), newestName.c_str())};
+    summary += (summary.empty() ? "v" : ", v") + std::to_string(version);
+  }
+  return {Status::kPass, format("%s: each, in processes of its own, names device 0 '%s' and all-reduces right over %d "
+                                "rank(s)",
+                                summary.c_str(), newestName.c_str(), settings.ranks)};
+}
+
+// NCCL connects collNet comms when a communicator is made and closes them when it is destroyed: a socket, a thread or
+// a mapping left by each closed comm adds up over a job's communicators.
+Outcome commsComeAndGo(const core::Net& net, const Settings& settings) {
+  std::string skipText;
+  constexpr int kWarmup = 3, kCycles = 20;
+  Outcome outcome = runRanks(net, settings, [&](Rank& rank) {
+    std::vector<Pair> pairs;
+    if (!reductionPairs(rank, &skipText, &pairs)) return !skipText.empty();
+    const Pair p = pairs.front();
+    detail::Resources base;
+    for (int cycle = 0; cycle < kWarmup + kCycles; ++cycle) {
+      rank.leave();
+      if (cycle == kWarmup) base = detail::resourcesNow();  // with no comm open, as at the end
+      if (!rank.join()) return false;
+      if (!allreduceOnce(rank, p.type, p.op, 1023, false, 6000 + cycle)) return false;
+    }
+    rank.leave();
+    const detail::Resources grown = detail::resourceGrowthSince(base);
+    if (grown.fds > 0 || grown.threads > 0 || grown.mappings > 0)
+      return rank.fail(
+          format("%d more comms (listen, connect, an all-reduce, closeColl, closeListen) left %d "
+                 "descriptor(s), %d thread(s) and %d shared mapping(s) more on this rank",
+                 kCycles, std::max(0, grown.fds), std::max(0, grown.threads), std::max(0, grown.mappings)));
+    rank.note(
+        format("%d comms after a warm-up of %d, each connected, used for an all-reduce and closed, left no "
+               "descriptor, thread or shared mapping on any of %d rank(s)",
+               kCycles, kWarmup, rank.ranks()));
+    return true;
+  });
   return withSkip(outcome, skipText);
 }
 

@@ -17,6 +17,13 @@ namespace detail {
 ncclResult_t watchedCall(const char* name, int seconds, const std::function<ncclResult_t()>& call);
 // In a process forked from the rule process (a rank): the verdict pipe is the rule process's alone.
 void becomeRankProcess();
+// The process's open descriptors, threads and shared mappings (as comm-lifecycle-leaks counts them), and their growth
+// since `base`, looked at again for up to half a second while it is above 0 (a helper thread may still be exiting).
+struct Resources {
+  int fds = 0, threads = 0, mappings = 0;
+};
+Resources resourcesNow();
+Resources resourceGrowthSince(const Resources& base);
 }  // namespace detail
 
 namespace collnet {
@@ -26,6 +33,7 @@ struct Settings {
   int callTimeout = 5;        // seconds any call but connect may take
   int ruleSeconds = 60;       // the whole rule
   int peerDeathSeconds = 30;  // rank-death: time a pending test has to report the killed rank
+  int version = 0;            // the ncclCollNet_vN every rank opens; 0: the one NCCL would (newest first)
 };
 
 struct Outcome {
@@ -40,6 +48,8 @@ Outcome allgatherGathers(const core::Net& net, const Settings& settings);
 Outcome reduceScatterScatters(const core::Net& net, const Settings& settings);
 Outcome operationsInFlight(const core::Net& net, const Settings& settings);
 Outcome rankDeathIsAnError(const core::Net& net, const Settings& settings);
+Outcome everyVersionAgrees(const core::Net& net, const Settings& settings);
+Outcome commsComeAndGo(const core::Net& net, const Settings& settings);
 
 // Whether the library `net` came from exports any ncclCollNetPlugin_vN (read without initialising it).
 bool libraryHasCollNet(const core::Net& net);

@@ -5198,6 +5198,14 @@ const std::vector<Rule>& rules() {
         "collNet: a rank killed while the others have an all-reduce pending makes their test fail (within 30 s by "
         "default), never report a result or 'not done' for ever"},
        collNetRule<collnet::rankDeathIsAnError>},
+      {{"collnet-every-version-agrees",
+        "collNet: every exported ncclCollNetPlugin_vN, each in processes of its own, names device 0 as the newest "
+        "does and all-reduces right"},
+       collNetRule<collnet::everyVersionAgrees>},
+      {{"collnet-comms-come-and-go",
+        "collNet: 20 comms connected, used for an all-reduce and closed one after another leave no descriptor, "
+        "thread or shared mapping behind on any rank (NCCL makes collNet comms per communicator)"},
+       collNetRule<collnet::commsComeAndGo>},
   };
   return list;
 }
@@ -5278,6 +5286,14 @@ ncclResult_t watchedCall(const char* name, int seconds, const std::function<nccl
   noteCall(name, false);
   noteResult(name, result);
   return result;
+}
+Resources resourcesNow() {
+  ResourceCounts now = ResourceCounts::now();
+  return {now.fds, now.threads, now.mappings};
+}
+Resources resourceGrowthSince(const Resources& base) {
+  ResourceCounts grown = lifecycleGrowth({base.fds, base.threads, base.mappings});
+  return {grown.fds, grown.threads, grown.mappings};
 }
 void becomeRankProcess() {
   if (gResultFd >= 0) close(gResultFd);
