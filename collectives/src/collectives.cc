@@ -1,9 +1,12 @@
 // collectives.cc: the public collective calls: argument checks, the one-rank cases, the algorithm choice, channel
 // split, and running the schedules' plans on the communicator's progress thread.
+#include <sched.h>
 #include <strings.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -237,6 +240,7 @@ const char* algorithmName(Algorithm algorithm) {
     case Algorithm::Ring: return "ring";
     case Algorithm::Tree: return "tree";
     case Algorithm::Doubling: return "doubling";
+    case Algorithm::CollNet: return "collnet";
     default: return "auto";
   }
 }
@@ -246,7 +250,7 @@ bool parseAlgorithm(const char* text, Algorithm* algorithm) {
     *algorithm = Algorithm::Doubling;
     return true;
   }
-  for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::Tree, Algorithm::Doubling}) {
+  for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::Tree, Algorithm::Doubling, Algorithm::CollNet}) {
     if (strcasecmp(text, algorithmName(a)) == 0) {
       *algorithm = a;
       return true;
@@ -260,20 +264,118 @@ AllReduceLimits allReduceLimits(const Communicator& comm) {
           envBytes("NNS_TREE_MAX_BYTES", kDefaultTreeMaxBytes), kTreeMinRanks};
 }
 
+namespace {
+// chooseAllReduce, saying whether the collNet was chosen by NCCL_COLLNET_ENABLE (a choice Auto may take back where
+// the collNet cannot serve the call) rather than by name.
+Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requested, bool* collNetByEnable);
+}  // namespace
+
 Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requested) {
+  bool byEnable = false;
+  return chooseAllReduce(comm, bytes, requested, &byEnable);
+}
+
+namespace {
+Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requested, bool* collNetByEnable) {
+  *collNetByEnable = false;
   // An enum value cast from an integer that names no algorithm ran as the tree and was called "auto" in messages.
   if (requested != Algorithm::Auto && requested != Algorithm::Ring && requested != Algorithm::Tree &&
-      requested != Algorithm::Doubling)
+      requested != Algorithm::Doubling && requested != Algorithm::CollNet)
     throw core::ArgumentError("algorithm " + std::to_string(static_cast<int>(requested)) +
-                              " is none of Auto, Ring, Tree, Doubling");
+                              " is none of Auto, Ring, Tree, Doubling, CollNet");
   // Every knob is read at every call, whichever of them decides: a malformed one is refused at once, not first on the
   // day a size or rank count reaches it.
   Algorithm fromEnv = Algorithm::Auto;
   if (const char* env = std::getenv("NNS_ALGO"); env != nullptr && *env != '\0' && !parseAlgorithm(env, &fromEnv))
-    throw core::CommError(std::string("NNS_ALGO=") + env + ": ring, tree, doubling or auto", ncclInvalidUsage);
+    throw core::CommError(std::string("NNS_ALGO=") + env + ": ring, tree, doubling, collnet or auto", ncclInvalidUsage);
   const AllReduceLimits limits = allReduceLimits(comm);
   if (requested != Algorithm::Auto) return requested;
   if (fromEnv != Algorithm::Auto) return fromEnv;
+  if (collNetEnabled()) {
+    *collNetByEnable = true;
+    return Algorithm::CollNet;
+  }
+  return bySize(comm, bytes, limits);
+}
+
+// Why the collNet cannot take this call ("" when it can): the same answer on every rank, each asking the same of the
+// same plugin about the same call.
+std::string collNetRefusal(Communicator& comm, KernelLayer& kernels, ncclDataType_t type, const ReduceOp& op) {
+  if (kernels.onDevice()) return "the collNet path takes host buffers, and these are GPU memory";
+  if (op.premultiplied) return "a premultiplied sum is no op a collNet reduces";
+  std::string why;
+  return comm.collNetReduces(type, op.op, &why) ? "" : why;
+}
+
+// Through the collNet: each part of the input copied into a send slot, reduced by iallreduce into its receive slot,
+// copied out, with as many parts in flight as there are slot pairs (NCCL's proxy keeps NCCL_STEPS), completed in
+// order. No allocation: the parts in flight are kept in a fixed array.
+void collNetAllReduce(Communicator& comm, Communicator::CollNetLink& link, KernelLayer& kernels, const void* send,
+                      void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op) {
+  struct Part {
+    size_t first = 0, elements = 0;
+    void* request = nullptr;
+  };
+  std::array<Part, NCCL_NET_MAX_REQUESTS> parts;
+  const size_t es = typeSize(type);
+  const size_t perPart = link.slotBytes / es;  // slotBytes is a multiple of 8: every type's size divides it
+  const size_t slots = std::min(link.sendSlots.size(), parts.size());
+  const auto* in = static_cast<const unsigned char*>(send);
+  auto* out = static_cast<unsigned char*>(recv);
+  size_t next = 0, head = 0, inFlight = 0;
+  auto deadline = std::chrono::steady_clock::now() + comm.options().timeout;
+  while (next < count || inFlight > 0) {
+    bool moved = false;
+    while (next < count && inFlight < slots) {
+      const size_t slot = (head + inFlight) % slots;
+      const size_t elements = std::min(perPart, count - next);
+      kernels.copy(link.sendSlots[slot], in + next * es, elements * es);
+      void* request = nullptr;
+      comm.checkCollNet(link.coll->iallreduce(link.comm, link.sendSlots[slot], link.recvSlots[slot], elements, type, op,
+                                              link.mhandle, link.mhandle, &request),
+                        "iallreduce");
+      if (request == nullptr) break;  // "not now": posted again on the next round, as NCCL's proxy does
+      parts[slot] = {next, elements, request};
+      next += elements;
+      ++inFlight;
+      moved = true;
+    }
+    if (inFlight > 0) {
+      int done = 0, size = 0;
+      comm.checkCollNet(link.coll->test(parts[head].request, &done, &size), "test");
+      if (done != 0) {
+        kernels.copy(out + parts[head].first * es, link.recvSlots[head], parts[head].elements * es);
+        head = (head + 1) % slots;
+        --inFlight;
+        moved = true;
+      }
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (moved) {
+      deadline = now + comm.options().timeout;
+      continue;
+    }
+    // The other ranks' processes (and, with the star example, the rank that reduces) need the core more than a
+    // busy test loop does: with more ranks than cores, spinning held each part for a whole time slice (4 ms).
+    sched_yield();
+    if (now > deadline) {
+      throw core::CommError("rank " + std::to_string(comm.rank()) + ": allreduce through the collNet: no part " +
+                                "completed within " + std::to_string(comm.options().timeout.count()) + " ms (" +
+                                std::to_string(next) + " of " + std::to_string(count) + " elements posted)",
+                            ncclRemoteError);
+    }
+  }
+}
+}  // namespace
+
+bool collNetEnabled() {
+  const char* env = std::getenv("NCCL_COLLNET_ENABLE");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "0") == 0) return false;
+  if (std::strcmp(env, "1") == 0) return true;
+  throw core::CommError(std::string("NCCL_COLLNET_ENABLE=") + env + ": 0 or 1", ncclInvalidUsage);
+}
+
+Algorithm bySize(const Communicator& comm, size_t bytes, const AllReduceLimits& limits) {
   // Latency first: recursive doubling's log2(n) exchanges beat the tree's 2 log2(n) hops and the ring's 2(n-1) for
   // small messages; the tree moves half the data per tree with log-depth latency; the ring uses every link fully
   // both ways, which wins for large messages.
@@ -290,9 +392,33 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
   const size_t es = typeSize(type);
   const int n = comm.size();
   Call call = makeCall(comm, send, recv, type, op.op, kernels);
-  const Algorithm chosen = chooseAllReduce(comm, count * es, algorithm);
+  bool collNetByEnable = false;
+  Algorithm chosen = chooseAllReduce(comm, count * es, algorithm, &collNetByEnable);
+  if (chosen == Algorithm::CollNet) {
+    // What this rank can tell alone, before anything moves: asked by name, a refusal is the caller's error (the
+    // communicator stays usable); chosen by NCCL_COLLNET_ENABLE, the size rule takes over.
+    if (std::string refusal = collNetRefusal(comm, kernels, type, op); !refusal.empty()) {
+      if (!collNetByEnable)
+        throw core::ArgumentError("rank " + std::to_string(comm.rank()) +
+                                  ": allreduce through the collNet: " + refusal);
+      chosen = bySize(comm, count * es, allReduceLimits(comm));
+    }
+  }
   if (isNoOp(comm, count)) return;
   comm.submit(describeCall("allreduce", count, type, reduceOpName(op), -1, algorithmName(chosen)), [&] {
+    if (chosen == Algorithm::CollNet) {
+      // Connected at the first such call, on every rank at once (they all run this call): all learn alike whether
+      // every rank has a collNet to use.
+      std::string why;
+      if (Communicator::CollNetLink* link = comm.collNet(&why); link != nullptr) {
+        collNetAllReduce(comm, *link, kernels, send, recv, count, type, op.op);
+        return;
+      }
+      if (!collNetByEnable)
+        throw core::CommError("rank " + std::to_string(comm.rank()) + ": allreduce through the collNet: " + why,
+                              ncclInvalidUsage);
+      chosen = bySize(comm, count * es, allReduceLimits(comm));
+    }
     const Premultiplier scale(op, type, n);
     if (scale && (n == 1 || chosen != Algorithm::Ring)) {
       // Into the output, and the rest runs in place there.

@@ -1633,6 +1633,50 @@ TEST(Algorithms, TheTreeStartsAtEightRanksAndACallersChoiceBeatsNnsAlgo) {
   unsetenv("NNS_ALGO");
 }
 
+// NCCL_COLLNET_ENABLE=1 makes Auto take the collNet (as NCCL does), below an explicit choice and NNS_ALGO; any value
+// but 0 and 1 is refused by name. Where the library has no collNet, Auto's choice falls back to the size rule and the
+// call runs; named, the collNet is the caller's error, before anything moves, and the communicator stays usable.
+TEST(Algorithms, NcclCollNetEnableMakesAutoTakeTheCollNet) {
+  using A = coll::Algorithm;
+  for (const char* knob : {"NNS_ALGO", "NCCL_COLLNET_ENABLE"}) unsetenv(knob);
+  A parsed = A::Auto;
+  EXPECT_TRUE(coll::parseAlgorithm("CollNet", &parsed));
+  EXPECT_EQ(parsed, A::CollNet);
+  EXPECT_STREQ(coll::algorithmName(A::CollNet), "collnet");
+  core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  core::Communicator comm(launch, socketOptions());
+  EXPECT_EQ(coll::chooseAllReduce(comm, 8, A::Auto), A::Doubling);
+  setenv("NCCL_COLLNET_ENABLE", "1", 1);
+  EXPECT_EQ(coll::chooseAllReduce(comm, 8, A::Auto), A::CollNet);
+  EXPECT_EQ(coll::chooseAllReduce(comm, 8, A::Ring), A::Ring);
+  setenv("NNS_ALGO", "tree", 1);
+  EXPECT_EQ(coll::chooseAllReduce(comm, 8, A::Auto), A::Tree);
+  unsetenv("NNS_ALGO");
+  // The socket library has no collNet: Auto's pick runs by size instead, and the result is right.
+  int32_t in[3] = {1, -2, 3}, out[3] = {};
+  coll::allReduce(comm, in, out, 3, ncclInt32, ncclSum);
+  EXPECT_EQ(out[1], -2);
+  setenv("NCCL_COLLNET_ENABLE", "yes", 1);
+  try {
+    coll::chooseAllReduce(comm, 8, A::Auto);
+    ADD_FAILURE() << "NCCL_COLLNET_ENABLE=yes was accepted";
+  } catch (const core::CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("NCCL_COLLNET_ENABLE=yes: 0 or 1"), std::string::npos) << e.what();
+  }
+  unsetenv("NCCL_COLLNET_ENABLE");
+  try {
+    coll::allReduce(comm, in, out, 3, ncclInt32, ncclSum, coll::hostKernels(), A::CollNet);
+    ADD_FAILURE() << "an allreduce through a collNet the library does not have ran";
+  } catch (const core::ArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("allreduce through the collNet: no collNet: exports no ncclCollNetPlugin"),
+              std::string::npos)
+        << e.what();
+  }
+  out[1] = 0;
+  coll::allReduce(comm, in, out, 3, ncclInt32, ncclSum);  // still usable
+  EXPECT_EQ(out[1], -2);
+}
+
 // The C++ API's send and receive refuse a peer outside the communicator by name, before anything moves: the
 // communicator's size is one past its last rank.
 TEST(PointToPoint, APeerOutsideTheCommunicatorIsAnArgumentError) {

@@ -311,7 +311,9 @@ int runTool(int argc, char** argv) {
                  "3 the slowest (default)")
       ->check(CLI::IsMember({0, 1, 2, 3}));
   app.add_option("-p,--plugin", plugin, "net plugin (default: NCCL_NET_PLUGIN, else socket)");
-  app.add_option("-A,--algo", algoText, "allreduce algorithm: auto (by size), ring, tree or doubling");
+  app.add_option("-A,--algo", algoText,
+                 "allreduce algorithm: auto (by size; the collNet first where NCCL_COLLNET_ENABLE=1), ring, tree, "
+                 "doubling or collnet (the plugin's collNet: in-network reduction)");
   // nccl-tests' per-process layout flags, so its command lines run here: one rank per process, one thread, one
   // operation per timed step is what this bench does, so 1 is taken and anything else is refused by name.
   int gpusPerProcess = 1, threadsPerProcess = 1, aggregated = 1;
@@ -374,7 +376,8 @@ int runTool(int argc, char** argv) {
     return 2;
   }
   if (!coll::parseAlgorithm(algoText.c_str(), &algorithm)) {
-    std::fprintf(stderr, "nccl-net-bench: unknown algorithm %s (-A: auto ring tree doubling)\n", algoText.c_str());
+    std::fprintf(stderr, "nccl-net-bench: unknown algorithm %s (-A: auto ring tree doubling collnet)\n",
+                 algoText.c_str());
     return 2;
   }
   // The other collectives have one schedule each: an -A for them was taken and changed nothing.
@@ -510,8 +513,12 @@ int runTool(int argc, char** argv) {
                     ? "the tree never (NNS_TREE_MAX_BYTES " + std::to_string(limits.treeMaxBytes) +
                           " B is not above it)"
                     : "the tree up to " + std::to_string(limits.treeMaxBytes) + " B (NNS_TREE_MAX_BYTES)";
-            how = " (recursive doubling up to " + std::to_string(limits.doublingMaxBytes) +
-                  " B (NNS_DOUBLING_MAX_BYTES), " + tree + ", then the ring)";
+            const std::string bySize = "recursive doubling up to " + std::to_string(limits.doublingMaxBytes) +
+                                       " B (NNS_DOUBLING_MAX_BYTES), " + tree + ", then the ring";
+            how = coll::collNetEnabled() ? " (the collNet for the types and ops it reduces (NCCL_COLLNET_ENABLE=1); "
+                                           "the others by size: " +
+                                               bySize + ")"
+                                         : " (" + bySize + ")";
           } catch (const std::exception& error) {
             how = std::string(" (its limits unknown: ") + error.what() + "; the first call fails on it)";
           }

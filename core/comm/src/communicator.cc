@@ -748,6 +748,10 @@ void Communicator::flush(Connection& conn, void* data, int bytes, void* mhandle,
 
 void Communicator::closeConnections() {
   if (net_ == nullptr) return;
+  {
+    std::lock_guard lock(collNetMutex_);
+    closeCollNet();
+  }
   for (auto& registration : registrations_) deregister(*registration);
   for (auto& registration : callRegistrations_) deregister(registration, /*keepKeys=*/true);
   // A failed close or deregMr cannot be undone here, but a plugin that fails them (a leak, a handle it does not know)
@@ -794,6 +798,144 @@ void Communicator::closeConnections() {
     hostLogger(NCCL_LOG_WARN, NCCL_ALL, __FILE__, __LINE__,
                "%d plugin call%s failed while closing the communicator's connections; the first: %s", failures,
                failures == 1 ? "" : "s", firstFailure.c_str());
+}
+
+// ---- The collNet (in-network all-reduce) ----
+
+bool Communicator::collNetReduces(ncclDataType_t type, ncclRedOp_t op, std::string* why) {
+  std::lock_guard lock(collNetMutex_);
+  if (!collNetTried_) {
+    collNetTried_ = true;
+    CollNetReport report;
+    collNetPlugin_ = loadCollNet(*net_, &report);
+    if (collNetPlugin_ == nullptr) {
+      collNetWhy_ = "no collNet: " + report.rejectReason;
+    } else if (ncclResult_t result = collNetPlugin_->init(&collNetCtx_, 0, hostLogger);  // the loader's probe's
+               result != ncclSuccess) {
+      collNetWhy_ = std::string("the collNet's init returned ") + resultName(result);
+      collNetPlugin_.reset();
+    } else {
+      ncclNetProperties_v12_t props{};
+      const ncclResult_t got = collNetPlugin_->getProperties(0, &props);
+      if (got != ncclSuccess) {
+        collNetWhy_ = std::string("the collNet's getProperties(0) returned ") + resultName(got);
+      } else if ((props.ptrSupport & NCCL_PTR_HOST) == 0) {
+        collNetWhy_ = "the collNet's device 0 takes no host memory (ptrSupport " + std::to_string(props.ptrSupport) +
+                      "), and this engine gives it host slots";
+      } else if (props.maxCollBytes < 8) {
+        collNetWhy_ = "the collNet's device 0 takes " + std::to_string(props.maxCollBytes) + " bytes at most";
+      }
+      collNetMaxBytes_ = props.maxCollBytes;
+      if (!collNetWhy_.empty()) {
+        collNetPlugin_->finalize(collNetCtx_);
+        collNetPlugin_.reset();
+      }
+    }
+    if (!collNetWhy_.empty()) {
+      collNetConnected_ = -1;
+      hostLogger(NCCL_LOG_INFO, NCCL_INIT | NCCL_NET, __FILE__, __LINE__, "collNet not used: %s", collNetWhy_.c_str());
+    }
+  }
+  if (collNetConnected_ < 0 || collNetPlugin_ == nullptr) {
+    *why = collNetWhy_;
+    return false;
+  }
+  int supported = 0;
+  if (ncclResult_t result = collNetPlugin_->reduceSupport(type, op, &supported); result != ncclSuccess) {
+    *why = std::string("the collNet's reduceSupport returned ") + resultName(result);
+    return false;
+  }
+  if (supported == 0) *why = std::string(collNetPlugin_->name()) + "'s reduceSupport says no to this type and op";
+  return supported != 0;
+}
+
+void Communicator::checkCollNet(ncclResult_t result, const char* call) {
+  if (result == ncclSuccess) return;
+  const bool known = result > ncclSuccess && result <= ncclTimeout && result != ncclInProgress;
+  fail(std::string("collNet ") + (collNetPlugin_ != nullptr ? collNetPlugin_->name() : "?") + " " + call +
+           " returned " + resultName(result),
+       known ? result : ncclInternalError);
+}
+
+Communicator::CollNetLink* Communicator::collNet(std::string* why) {
+  std::string unusable;
+  // Every rank says whether it can take part; nothing is connected unless all can.
+  (void)collNetReduces(ncclInt8, ncclSum, &unusable);
+  {
+    std::lock_guard lock(collNetMutex_);
+    if (collNetConnected_ > 0) return &collNetLink_;
+  }
+  std::string mine(1, '!');
+  if (collNetPlugin_ != nullptr && collNetConnected_ == 0) {
+    unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    if (ncclResult_t result = collNetPlugin_->listen(collNetCtx_, 0, handle, &collNetListen_); result != ncclSuccess)
+      mine += std::string("the collNet's listen returned ") + resultName(result);
+    else
+      mine.assign(reinterpret_cast<const char*>(handle), sizeof(handle)).insert(0, 1, 'H');
+  } else {
+    mine += collNetWhy_;
+  }
+  std::vector<std::string> all;
+  try {
+    all = bootstrap_->allGather(mine);
+  } catch (const BootstrapError& e) {
+    throw asCommError(e);
+  }
+  for (int r = 0; r < size_; ++r) {
+    if (all[r].empty() || all[r][0] != 'H' || all[r].size() != 1 + NCCL_NET_HANDLE_MAXSIZE) {
+      std::lock_guard lock(collNetMutex_);
+      collNetWhy_ = "rank " + std::to_string(r) + " has no collNet to use (" +
+                    (all[r].size() > 1 ? all[r].substr(1) : std::string("no reason given")) + ")";
+      hostLogger(NCCL_LOG_INFO, NCCL_INIT | NCCL_NET, __FILE__, __LINE__, "collNet not used: %s", collNetWhy_.c_str());
+      collNetConnected_ = -1;
+      closeCollNet();
+      *why = collNetWhy_;
+      return nullptr;
+    }
+  }
+  std::vector<void*> handles(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) handles[static_cast<size_t>(r)] = all[static_cast<size_t>(r)].data() + 1;
+  // NCCL calls connect once, from its proxy thread, and waits: a collective that returns once every rank is there.
+  checkCollNet(collNetPlugin_->connect(handles.data(), size_, rank_, collNetListen_, &collNetLink_.comm), "connect");
+  if (collNetLink_.comm == nullptr) fail("the collNet's connect returned success without a comm", ncclInternalError);
+  // Slots: as many pairs as a connection has, each a multiple of 8 bytes no larger than the device takes.
+  const size_t slotBytes = std::min(options_.slotBytes, collNetMaxBytes_) / 8 * 8;
+  const size_t pairs = static_cast<size_t>(options_.slots);
+  collNetMemoryBytes_ = 2 * pairs * slotBytes;
+  void* memory = mmap(nullptr, collNetMemoryBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) fail("no memory for the collNet's slots: " + std::string(strerror(errno)), ncclSystemError);
+  collNetMemory_ = static_cast<unsigned char*>(memory);
+  checkCollNet(collNetPlugin_->regMr(collNetLink_.comm, collNetMemory_, collNetMemoryBytes_, NCCL_PTR_HOST,
+                                     &collNetLink_.mhandle),
+               "regMr");
+  collNetLink_.coll = collNetPlugin_.get();
+  collNetLink_.slotBytes = slotBytes;
+  for (size_t i = 0; i < pairs; ++i) {
+    collNetLink_.sendSlots.push_back(collNetMemory_ + 2 * i * slotBytes);
+    collNetLink_.recvSlots.push_back(collNetMemory_ + (2 * i + 1) * slotBytes);
+  }
+  hostLogger(NCCL_LOG_INFO, NCCL_INIT | NCCL_NET, __FILE__, __LINE__,
+             "collNet %s (ncclCollNet_v%d) connected: %d ranks, %zu pairs of %zu-byte host slots registered",
+             collNetPlugin_->name(), collNetPlugin_->version(), size_, pairs, slotBytes);
+  std::lock_guard lock(collNetMutex_);
+  collNetConnected_ = 1;
+  return &collNetLink_;
+}
+
+// Part of closeConnections: the comm closes before the plugin goes, and an abort's close reaches the other ranks.
+void Communicator::closeCollNet() {
+  if (collNetPlugin_ == nullptr) return;
+  if (collNetLink_.mhandle != nullptr) (void)collNetPlugin_->deregMr(collNetLink_.comm, collNetLink_.mhandle);
+  if (collNetLink_.comm != nullptr) (void)collNetPlugin_->closeColl(collNetLink_.comm);
+  if (collNetListen_ != nullptr) (void)collNetPlugin_->closeListen(collNetListen_);
+  (void)collNetPlugin_->finalize(collNetCtx_);
+  collNetPlugin_.reset();
+  collNetLink_ = CollNetLink{};
+  collNetListen_ = nullptr;
+  if (collNetMemory_ != nullptr) munmap(collNetMemory_, collNetMemoryBytes_);
+  collNetMemory_ = nullptr;
+  if (collNetConnected_ > 0) collNetWhy_ = "closed with the communicator's connections";
+  collNetConnected_ = -1;
 }
 
 bool Communicator::forkedCopy() const {

@@ -17,9 +17,12 @@ namespace nns::coll {
 
 using core::Communicator;
 
-enum class Algorithm { Auto, Ring, Tree, Doubling };
+// CollNet: through the plugin's collNet (in-network reduction, NCCL's CollNet algorithm), for host buffers and the
+// types and ops its reduceSupport accepts. Chosen by name, or by Auto where NCCL_COLLNET_ENABLE=1 (as NCCL does);
+// Auto falls back to its size rule where the collNet cannot take the call.
+enum class Algorithm { Auto, Ring, Tree, Doubling, CollNet };
 const char* algorithmName(Algorithm algorithm);
-// "auto", "ring", "tree", "doubling" (recursive doubling; also "rd"), any case.
+// "auto", "ring", "tree", "doubling" (recursive doubling; also "rd"), "collnet", any case.
 bool parseAlgorithm(const char* text, Algorithm* algorithm);
 
 // Auto: recursive doubling up to kDefaultDoublingMaxBytes, or kTwoRankDoublingMaxBytes on 2 ranks
@@ -41,9 +44,14 @@ struct AllReduceLimits {
   int treeMinRanks;
 };
 AllReduceLimits allReduceLimits(const Communicator& comm);
-// What Algorithm::Auto resolves to for `bytes` on `comm`; an explicit request wins, then $NNS_ALGO, then the size.
-// A value outside the enum is an ArgumentError.
+// What Algorithm::Auto resolves to for `bytes` on `comm`; an explicit request wins, then $NNS_ALGO, then
+// NCCL_COLLNET_ENABLE=1 (CollNet), then the size. A value outside the enum is an ArgumentError.
 Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requested);
+// Whether NCCL_COLLNET_ENABLE asks for the collNet: "1"; unset, empty or "0" do not; anything else is a CommError
+// (ncclInvalidUsage).
+bool collNetEnabled();
+// What Algorithm::Auto picks by size alone: recursive doubling, the tree or the ring (`limits`: allReduceLimits).
+Algorithm bySize(const Communicator& comm, size_t bytes, const AllReduceLimits& limits);
 
 // A reduction: one of NCCL's ops (ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg), or NCCL's premultiplied sum
 // (ncclRedOpCreatePreMulSum): each rank's input times that rank's own scalar, then summed. The scalar is one value

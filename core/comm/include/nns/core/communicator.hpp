@@ -374,6 +374,26 @@ class Communicator {
   // under 1 us (no pinning, no system call: TCP's). False until then.
   bool callRegistrationOn() const { return callRegistration_ == 1; }
 
+  // The collNet beside the plugin's net (in-network all-reduce: NCCL's CollNet), as the collectives use it: one comm
+  // over every rank, and `slots` pairs of host slots (send, receive) registered with it once.
+  struct CollNetLink {
+    CollNet* coll = nullptr;
+    void* comm = nullptr;
+    void* mhandle = nullptr;  // one registration covers every slot
+    size_t slotBytes = 0;     // each slot's; no operation posted is larger (a multiple of 8, so of every type's size)
+    std::vector<unsigned char*> sendSlots, recvSlots;
+  };
+  // Whether the collNet reduces `type` with `op` (its reduceSupport): loaded at the first ask (init and device 0's
+  // properties: host memory is needed), a local step. False, with `why`, when it cannot (none in the library, a
+  // failed init, a device without host memory, the pair not supported). Any thread.
+  bool collNetReduces(ncclDataType_t type, ncclRedOp_t op, std::string* why);
+  // The collNet connected, on first use: a collective step (every rank calls it at the same point, inside an
+  // operation given to submit()). Every rank all-gathers its handle, or why it has none, so all agree: nullptr with
+  // `why` when any rank cannot use it, kept for the communicator's life. A connect that fails fails the communicator.
+  CollNetLink* collNet(std::string* why);
+  // Throws a CommError naming the collNet and `call` unless `result` is ncclSuccess.
+  void checkCollNet(ncclResult_t result, const char* call);
+
   // The first error this communicator hit, or empty: what ncclCommGetAsyncError reports.
   std::string asyncError() const;
   // That error's code (CommError::result() of the failure that came first), ncclSuccess while there is none; every
@@ -462,6 +482,7 @@ class Communicator {
   // A point-to-point failure of the bootstrap while making connections, as a CommError (see the definition).
   [[noreturn]] void failMakingConnections(const BootstrapError& e);
   bool watchingBootstrap_ = false;  // establish(..., watchBootstrap = true) is running
+  bool collNetTried_ = false;       // the collNet loaded, or found unusable (collNetWhy_), under collNetMutex_
   int deviceOf(int channel) const { return (options_.device + channel) % std::max(devices_, 1); }
   int connectionChannels() const { return options_.channels + 1; }  // the collectives' and p2pChannel()
 
@@ -489,13 +510,25 @@ class Communicator {
   std::vector<ConnKey> runKeys_;
   std::vector<Cursor> runCursors_;
   std::vector<size_t> runFlowStart_, runPiecesBefore_;
-  Plan plan_;                                                 // newPlan()'s
+  Plan plan_;  // newPlan()'s
+  // The collNet (collNetReduces, collNet()): loaded under collNetMutex_ at the first ask; connected by collNet().
+  void closeCollNet();
+  std::mutex collNetMutex_;
+  std::string collNetWhy_;
+  std::unique_ptr<CollNet> collNetPlugin_;
+  void* collNetCtx_ = nullptr;
+  void* collNetListen_ = nullptr;
+  unsigned char* collNetMemory_ = nullptr;
+  size_t collNetMemoryBytes_ = 0;
+  size_t collNetMaxBytes_ = 0;  // device 0's maxCollBytes
+  CollNetLink collNetLink_;
   std::vector<std::unique_ptr<Registration>> registrations_;  // changed only inside operations
   // registerForCall's, the first callRegistered_ live: kept from operation to operation with their connections' keys
   // (handles null between operations), so lending buffers allocates nothing once every connection has had one.
   std::vector<Registration> callRegistrations_;
   size_t callRegistered_ = 0;
   int callRegistration_ = -1;  // -1 until decided (decideCallRegistration), then 0 or 1
+  int collNetConnected_ = 0;   // 1: collNetLink_ is live; -1: unusable on some rank, or closed (collNetWhy_)
   void decideCallRegistration(Connection& conn, size_t bytes, int peer);
   // Deregisters the lent buffers' handles (keeping their keys) and ends the loans; at each operation's end.
   void dropCallRegistrations();

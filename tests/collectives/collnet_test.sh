@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Allreduce through a plugin's collNet (NCCL's CollNet algorithm) over the star example (examples/star-collnet): by
+# name (-A collnet) and by NCCL_COLLNET_ENABLE=1, results checked by nccl-net-bench (-c 1), the connection said in
+# NCCL_DEBUG=INFO; what the collNet cannot take is refused by name, or left to the size rule under
+# NCCL_COLLNET_ENABLE; a library without a collNet is named.
+# Usage: collnet_test.sh BIN_DIR
+set -uo pipefail
+bin="$1"
+export NNS_STAR_IFNAME=lo
+fail() { echo "FAILED: $1"; echo "$2" | tail -20; exit 1; }
+bench() { "$bin/nccl-net-run" -n "$1" --timeout 120 "$bin/nccl-net-bench" allreduce "${@:2}" 2>&1; }
+has_wrong() {  # true when the output has no result row, or a row with a wrong element
+  ! grep -qE '^ +[0-9]+ +[0-9]+ ' <<<"$1" || awk '/^ +[0-9]+ +[0-9]+ / && $9 != "0" {found = 1} END {exit !found}' <<<"$1"
+}
+
+# By name: each op the star reduces, each with another type (avg and mulsum are not the star's: the refusal is
+# checked below), 8 B to 2 MiB (4 parts of 512 KiB through 2 slot pairs, each slot used twice), on 1, 2 and 4 ranks, in
+# place and not.
+runs=("1 sum int32 0")
+for ranks in 2 4; do
+  runs+=("$ranks sum int32 0" "$ranks prod float 1" "$ranks max double 0" "$ranks min uint8 1")
+done
+for run in "${runs[@]}"; do
+  read -r ranks op type inplace <<<"$run"
+  out=$(NCCL_DEBUG=INFO bench "$ranks" -p star -A collnet -d "$type" -o "$op" -b 8 -e 8M -f 8 -c 1 -n 1 -w 0 \
+        -I "$inplace") || fail "-A collnet: $run" "$out"
+  grep -q "collNet star (ncclCollNet_v12) connected: $ranks ranks" <<<"$out" || fail "no collNet connected: $run" "$out"
+  has_wrong "$out" && fail "a wrong element through the collNet: $run" "$out"
+done
+echo "allreduce through the star collNet: right on 1, 2 and 4 ranks, in place and not"
+
+# By name, a type the star does not reduce: refused by name before anything moves.
+out=$(bench 2 -p star -A collnet -d half -b 8 -e 8) && fail "-A collnet -d half passed" "$out"
+grep -q "allreduce through the collNet: star's reduceSupport says no to this type and op" <<<"$out" ||
+  fail "the refusal does not say why" "$out"
+
+# NCCL_COLLNET_ENABLE=1: the collNet where it reduces, the size rule elsewhere; every type and op right.
+out=$(NCCL_DEBUG=INFO NCCL_COLLNET_ENABLE=1 bench 3 -p star -d all -o all -b 8 -e 1M -f 32 -c 1 -n 1 -w 0) ||
+  fail "NCCL_COLLNET_ENABLE=1 over star" "$out"
+grep -q "collNet star (ncclCollNet_v12) connected: 3 ranks" <<<"$out" || fail "NCCL_COLLNET_ENABLE=1: no collNet" "$out"
+grep -q "# algorithm: auto (the collNet for the types and ops it reduces (NCCL_COLLNET_ENABLE=1)" <<<"$out" ||
+  fail "the header does not say the collNet comes first" "$out"
+has_wrong "$out" && fail "a wrong element under NCCL_COLLNET_ENABLE=1" "$out"
+echo "NCCL_COLLNET_ENABLE=1: every type and op right, the collNet's through it"
+
+# A library without a collNet: by name, an error naming it; under NCCL_COLLNET_ENABLE=1, the size rule, said once.
+out=$(bench 2 -p minimal -A collnet -d int32 -b 8 -e 8) && fail "-A collnet over minimal passed" "$out"
+grep -q "allreduce through the collNet: no collNet: exports no ncclCollNetPlugin" <<<"$out" ||
+  fail "the missing collNet is not named" "$out"
+out=$(NCCL_DEBUG=INFO NCCL_COLLNET_ENABLE=1 bench 2 -p minimal -d int32 -b 8 -e 64K -c 1 -n 1 -w 0) ||
+  fail "NCCL_COLLNET_ENABLE=1 over minimal" "$out"
+grep -q "collNet not used: no collNet" <<<"$out" || fail "NCCL_COLLNET_ENABLE=1 over minimal: not said" "$out"
+has_wrong "$out" && fail "a wrong element over minimal" "$out"
+out=$(NCCL_COLLNET_ENABLE=2 bench 1 -p star -d int32 -b 8 -e 8) && fail "NCCL_COLLNET_ENABLE=2 passed" "$out"
+grep -q "NCCL_COLLNET_ENABLE=2: 0 or 1" <<<"$out" || fail "NCCL_COLLNET_ENABLE=2 not refused by name" "$out"
+echo "refusals named; a library without a collNet falls back"
