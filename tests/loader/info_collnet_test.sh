@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# nccl-net-info shows the chosen plugin's collNet: its versions, the one taken and its devices (human and --json),
-# an old-only collNet (v6, v7) taken through its version, which collectives each offers, and why none is used (none
-# exported, no devices).
+# nccl-net-info shows the chosen plugin's collNet: its versions, the one taken, what it reduces and its devices
+# (human and --json), an old-only collNet (v6, v7) taken through its version, which collectives each offers, and why
+# none is used (none exported, no devices).
 set -euo pipefail
 info="$1"
 json_check() {  # $1 plugin, $2 python assertion on d["collNet"] as c
@@ -18,6 +18,13 @@ for version in 6 7; do
   grep -qx "  collectives: iallreduce (ncclCollNet_v6 and v7 have no all-gather or reduce-scatter)" \
     <<<"$("$info" -p one-rank-coll-v$version)"
 done
+# reduceSupport's answers: every type and op for the one-rank collNet, the star example's subset (examples/star-collnet).
+json_check one-rank-coll "len(c['reduceSupport'])==60 and {'type': 'bfloat16', 'op': 'avg'} in c['reduceSupport']"
+grep -qx "  reduces: sum/prod/max/min/avg of int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16, fp8e4m3, fp8e5m2 (reduceSupport: NCCL offloads only these types and ops)" <<<"$("$info" -p one-rank-coll)"
+if [ -e "$(dirname "$info")/../lib/libnccl-net-star.so" ]; then
+  grep -qx "  reduces: sum/prod/max/min of int8, uint8, int32, uint32, int64, uint64, float, double (reduceSupport: NCCL offloads only these types and ops)" <<<"$("$info" -p star)"
+  json_check star "len(c['reduceSupport'])==32 and {'type': 'half', 'op': 'sum'} not in c['reduceSupport']"
+fi
 out=$(NNS_TEST_COLLNET_DEVICES=0 "$info" -p one-rank-coll)
 grep -q "not used: no devices" <<<"$out"
 echo "collNet shown for every case"

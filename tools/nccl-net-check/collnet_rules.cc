@@ -28,6 +28,7 @@
 #include "nns/coll/reduce.hpp"
 #include "nns/core/collnet.hpp"
 #include "nns/core/printable.hpp"
+#include "nns/tools/reduce_support.hpp"
 
 namespace nns::check::collnet {
 namespace {
@@ -489,47 +490,24 @@ Outcome runRanks(const core::Net& net, const Settings& settings, const Body& bod
 }
 
 // The (type, op) pairs reduceSupport says yes to, asked in this rank.
-struct Pair {
-  int type;
-  int op;
-};
+using Pair = tools::ReducePair;
 std::vector<Pair> supportedPairs(Rank& rank, std::string* why) {
   std::vector<Pair> pairs;
-  for (int type = 0; type < ncclNumTypes; ++type)
-    for (int op = 0; op < ncclNumOps; ++op) {
-      int supported = 0;
-      ncclResult_t result = rank.call("collnet reduceSupport", [&] {
-        return rank.coll().reduceSupport(static_cast<ncclDataType_t>(type), static_cast<ncclRedOp_t>(op), &supported);
-      });
-      if (result != ncclSuccess) {
-        *why = format("reduceSupport(%s, %s) returned %s", typeText(type), opText(op), resultText(result).c_str());
-        return {};
-      }
-      if (supported != 0) pairs.push_back({type, op});
-    }
+  int type = 0, op = 0;
+  ncclResult_t result = tools::supportedPairs(
+      [&](ncclDataType_t t, ncclRedOp_t o, int* supported) {
+        return rank.call("collnet reduceSupport", [&] { return rank.coll().reduceSupport(t, o, supported); });
+      },
+      &pairs, &type, &op);
+  if (result != ncclSuccess) {
+    *why = format("reduceSupport(%s, %s) returned %s", typeText(type), opText(op), resultText(result).c_str());
+    return {};
+  }
   return pairs;
 }
 
-// "sum/prod/max/min of int8, uint8, int32; sum of float32": types grouped by the ops they take.
 std::string pairsText(const std::vector<Pair>& pairs) {
-  std::vector<std::pair<unsigned, std::string>> groups;  // op mask -> types
-  for (int type = 0; type < ncclNumTypes; ++type) {
-    unsigned mask = 0;
-    for (const auto& p : pairs)
-      if (p.type == type) mask |= 1u << p.op;
-    if (mask == 0) continue;
-    auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == mask; });
-    if (group == groups.end()) group = groups.insert(groups.end(), {mask, ""});
-    group->second += std::string(group->second.empty() ? "" : ", ") + typeText(type);
-  }
-  std::string text;
-  for (const auto& [mask, types] : groups) {
-    std::string ops;
-    for (int op = 0; op < ncclNumOps; ++op)
-      if (mask & (1u << op)) ops += std::string(ops.empty() ? "" : "/") + opText(op);
-    text += std::string(text.empty() ? "" : "; ") + ops + " of " + types;
-  }
-  return text.empty() ? "none" : text;
+  return tools::reducePairsText(pairs);
 }
 
 void fillInputs(unsigned char* data, int type, int op, int rank, size_t first, size_t count, uint64_t seed) {

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "nccl_net/sdk/result.hpp"
 #include "nns/core/loader.hpp"
 #include "nns/core/printable.hpp"
 #include "nns/tools/executable_dir.hpp"
@@ -28,6 +29,7 @@
 #include "nns/tools/guid_text.hpp"
 #include "nns/tools/isolated_probe.hpp"
 #include "nns/tools/parse_arguments.hpp"
+#include "nns/tools/reduce_support.hpp"
 #include "nns/tools/search_dirs.hpp"
 #include "nns/tools/signal_state.hpp"
 
@@ -330,6 +332,26 @@ void probeCandidate(nns::tools::ProbeChannel& channel, const std::string& entry,
   void* collCtx = nullptr;
   channel.call("ncclCollNet init");
   result = coll->init(&collCtx, 0, nns::core::hostLogger);
+  if (result == ncclSuccess) {
+    // NCCL builds its CollNet support matrix from these answers: the pairs it may offload.
+    std::vector<nns::tools::ReducePair> pairs;
+    int failedType = 0, failedOp = 0;
+    channel.call("ncclCollNet reduceSupport");
+    const ncclResult_t asked = nns::tools::supportedPairs(
+        [&](ncclDataType_t type, ncclRedOp_t op, int* supported) { return coll->reduceSupport(type, op, supported); },
+        &pairs, &failedType, &failedOp);
+    json list = json::array();
+    for (const auto& p : pairs)
+      list.push_back({{"type", nns::coll::typeName(static_cast<ncclDataType_t>(p.type))},
+                      {"op", nns::coll::opName(static_cast<ncclRedOp_t>(p.op))}});
+    channel.send({{"collReduces", list},
+                  {"collReducesText", asked == ncclSuccess
+                                          ? nns::tools::reducePairsText(pairs)
+                                          : std::string("reduceSupport(") +
+                                                nns::coll::typeName(static_cast<ncclDataType_t>(failedType)) + ", " +
+                                                nns::coll::opName(static_cast<ncclRedOp_t>(failedOp)) + ") returned " +
+                                                nccl_net::sdk::resultName(asked) + " (NCCL fails the communicator)"}});
+  }
   probeDevices(channel, *coll, collCtx, result, "ncclCollNet ", "collDevice", "collError");
 }
 
@@ -467,6 +489,10 @@ int runTool(int argc, char** argv) {
       if (record.contains("collNet")) collNet = record["collNet"];
       if (record.contains("collDevice")) collNet["devices"].push_back(record["collDevice"]);
       if (record.contains("collError")) collNet["error"] = record["collError"];
+      if (record.contains("collReduces")) {
+        collNet["reduceSupport"] = record["collReduces"];
+        collNet["reduces"] = record["collReducesText"];
+      }
     }
     if (probe.failure.empty()) continue;
     if (!reported) {
@@ -697,6 +723,9 @@ int runTool(int argc, char** argv) {
               : collNet["chosenVersion"].get<int>() < 8
                   ? " (ncclCollNet_v6 and v7 have no all-gather or reduce-scatter)"
                   : " (the rest are NULL in its table: NCCL does not offload them)");
+  if (collNet.contains("reduces"))
+    std::printf("  reduces: %s (reduceSupport: NCCL offloads only these types and ops)\n",
+                shown(collNet["reduces"]).c_str());
   if (!collNet["error"].get<std::string>().empty()) std::printf("  %s\n", shown(collNet["error"]).c_str());
   printDevices(collNet["devices"]);
   return 0;
