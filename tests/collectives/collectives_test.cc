@@ -308,11 +308,19 @@ TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
   // slow machine cannot kill rank 2 during setup (which the bootstrap's own timeout covers, not this test).
   const std::string header = ::testing::TempDir() + "deadrank-" + std::to_string(getpid()) + "-" + GetParam();
   std::remove(header.c_str());
+  // "star": allreduce through the star example's collNet (-A collnet), whose rank 0 reduces for the others: rank 2's
+  // death reaches rank 0 through its connection, and the others through rank 0 closing theirs.
+  const bool collNet = std::string(GetParam()) == "star";
+  std::vector<std::string> arguments = {"allreduce", "-p",      GetParam(), "-b", "1M", "-e", "1M",
+                                        "-n",        "1000000", "-w",       "0",  "-c", "0"};
+  if (collNet) arguments.insert(arguments.end(), {"-A", "collnet"});
+  const std::vector<std::pair<const char*, std::string>> environment =
+      collNet ? std::vector<std::pair<const char*, std::string>>{{"NNS_STAR_IFNAME", "lo"}}
+              : std::vector<std::pair<const char*, std::string>>{};
   pid_t pids[ranks];
   for (int r = 0; r < ranks; ++r)
-    pids[r] =
-        startBenchRank(r, ranks, root, r == 0 ? header : "", header + ".err" + std::to_string(r), {},
-                       {"allreduce", "-p", GetParam(), "-b", "1M", "-e", "1M", "-n", "1000000", "-w", "0", "-c", "0"});
+    pids[r] = startBenchRank(r, ranks, root, r == 0 ? header : "", header + ".err" + std::to_string(r), environment,
+                             arguments);
   auto isSetUp = [&] {
     FILE* file = std::fopen(header.c_str(), "r");
     if (file == nullptr) return false;
@@ -353,7 +361,7 @@ TEST_P(DeadRank, MakesEverySurvivorFailOnItsOwnInBoundedTime) {
     }
     std::remove(path.c_str());
   }
-  if (std::string(GetParam()) == "socket") {
+  if (std::string(GetParam()) == "socket" || collNet) {
     EXPECT_GT(labelled, 0) << "no survivor's plugin said what it saw";
   }
 }
@@ -411,7 +419,7 @@ TEST_P(DeathWhileConnecting, FailsEveryRankLongBeforeTheTimeout) {
 
 INSTANTIATE_TEST_SUITE_P(Failure, DeathWhileConnecting, ::testing::Values(0, 1, 2));
 
-INSTANTIATE_TEST_SUITE_P(Failure, DeadRank, ::testing::Values("minimal", "socket"));
+INSTANTIATE_TEST_SUITE_P(Failure, DeadRank, ::testing::Values("minimal", "socket", "star"));
 
 // A plugin's failed close (here closeSend, which the test-double plugin fails after closing) was dropped in silence
 // at the communicator's end: now each rank says it in one line, naming the first failed call and its connection.
