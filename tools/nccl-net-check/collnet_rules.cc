@@ -182,9 +182,8 @@ std::string valueText(int type, double value) {
 
 // ---- the ranks: processes sharing one page of coordination ------------------------------------------------------
 struct RankSlot {
-  std::atomic<int> failed;    // 1 once the rank's text says what went wrong
-  std::atomic<int> finished;  // 1 once the rank wrote its last word
-  const char* call;           // a string literal (the same address in every forked rank)
+  std::atomic<int> failed;  // 1 once the rank's text says what went wrong
+  const char* call;         // a string literal (the same address in every forked rank)
   std::atomic<int> inCall;
   char text[640];  // its evidence, or what went wrong
   unsigned char handle[NCCL_NET_HANDLE_MAXSIZE];
@@ -380,13 +379,13 @@ class Rank {
   int barriers_ = 0;
 };
 
-// Runs `body` on every rank after setUp; `victim` (a rank > 0, or -1) is killed by rank 0 when its body says so
-// through `killVictim`. Returns the verdict: a PASS with rank 0's note, or the first rank's failure.
+// The ranks' processes, for a body on rank 0 that kills one (pids[0] is unused: rank 0 is the rule process).
 struct Run {
-  Shared* shared = nullptr;
   pid_t pids[kMaxRanks] = {};
 };
 
+// Runs `body` on every rank after setUp, then tearDown. `victim` (a rank > 0 that rank 0's body kills, or -1) is not
+// judged by how its process ended. Returns the verdict: a PASS with rank 0's note, or the first rank's failure.
 Outcome runRanks(const core::Net& net, const Settings& settings, const Body& body, Run* run = nullptr,
                  int victim = -1) {
   if (settings.ranks < 1 || settings.ranks > kMaxRanks)
@@ -398,13 +397,11 @@ Outcome runRanks(const core::Net& net, const Settings& settings, const Body& bod
   shared->firstFailed.store(-1);
   Run local;
   if (run == nullptr) run = &local;
-  run->shared = shared;
   auto start = Clock::now();
   auto rankMain = [&](int r) {
     Rank rank(net, settings, shared, r);
     bool ok = rank.setUp() && body(rank);
     rank.tearDown();
-    shared->slot[r].finished.store(1);
     return ok && shared->slot[r].failed.load() == 0;
   };
   std::fflush(nullptr);
@@ -473,7 +470,9 @@ Outcome runRanks(const core::Net& net, const Settings& settings, const Body& bod
   }
   Outcome outcome{Status::kPass, shared->slot[0].text};
   const int first = shared->firstFailed.load();
-  if (first >= 0 || !rootOk || !trouble.empty()) {
+  if (first < 0 && rootOk && !trouble.empty()) {
+    outcome = {Status::kFail, trouble.substr(2)};  // every rank's own checks passed, but one never ended
+  } else if (first >= 0 || !rootOk || !trouble.empty()) {
     const int shown = first >= 0 ? first : 0;
     outcome.status = Status::kFail;
     outcome.evidence = format("rank %d of %d: %s", shown, settings.ranks, shared->slot[shown].text);
