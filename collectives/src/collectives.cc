@@ -298,11 +298,18 @@ Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requ
   return bySize(comm, bytes, limits);
 }
 
-// Why the collNet cannot take this call ("" when it can): the same answer on every rank, each asking the same of the
-// same plugin about the same call.
-std::string collNetRefusal(Communicator& comm, KernelLayer& kernels, ncclDataType_t type, const ReduceOp& op) {
+// Why no collNet can take this call ("" when one could): the call's own properties, alike on every rank.
+std::string callRefusal(KernelLayer& kernels, const ReduceOp& op) {
   if (kernels.onDevice()) return "the collNet path takes host buffers, and these are GPU memory";
   if (op.premultiplied) return "a premultiplied sum is no op a collNet reduces";
+  return "";
+}
+
+// Why this rank's collNet cannot take this call ("" when it can). Where it did not load on this rank alone, the
+// others' answer differs: a refusal here is the caller's error (the collNet was asked for by name), never a silent
+// choice of another algorithm, which the other ranks would not make.
+std::string collNetRefusal(Communicator& comm, KernelLayer& kernels, ncclDataType_t type, const ReduceOp& op) {
+  if (std::string refusal = callRefusal(kernels, op); !refusal.empty()) return refusal;
   std::string why;
   return comm.collNetReduces(type, op.op, &why) ? "" : why;
 }
@@ -396,8 +403,10 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
   Algorithm chosen = chooseAllReduce(comm, count * es, algorithm, &collNetByEnable);
   if (chosen == Algorithm::CollNet) {
     // What this rank can tell alone, before anything moves: asked by name, a refusal is the caller's error (the
-    // communicator stays usable); chosen by NCCL_COLLNET_ENABLE, the size rule takes over.
-    if (std::string refusal = collNetRefusal(comm, kernels, type, op); !refusal.empty()) {
+    // communicator stays usable); chosen by NCCL_COLLNET_ENABLE, the size rule takes over where the call itself
+    // rules the collNet out, and otherwise every rank decides inside the operation, on what all of them said.
+    if (std::string refusal = collNetByEnable ? callRefusal(kernels, op) : collNetRefusal(comm, kernels, type, op);
+        !refusal.empty()) {
       if (!collNetByEnable)
         throw core::ArgumentError("rank " + std::to_string(comm.rank()) +
                                   ": allreduce through the collNet: " + refusal);
@@ -410,7 +419,10 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
       // Connected at the first such call, on every rank at once (they all run this call): all learn alike whether
       // every rank has a collNet to use.
       std::string why;
-      if (Communicator::CollNetLink* link = comm.collNet(&why); link != nullptr) {
+      Communicator::CollNetLink* link = comm.collNet(&why);
+      // Every rank's collNet loaded (collNet() agreed so), so each answers alike for the pair.
+      if (link != nullptr && !comm.collNetReduces(type, op.op, &why)) link = nullptr;
+      if (link != nullptr) {
         collNetAllReduce(comm, *link, kernels, send, recv, count, type, op.op);
         return;
       }

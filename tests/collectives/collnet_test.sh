@@ -43,6 +43,20 @@ grep -q "# algorithm: auto (the collNet for the types and ops it reduces (NCCL_C
 has_wrong "$out" && fail "a wrong element under NCCL_COLLNET_ENABLE=1" "$out"
 echo "NCCL_COLLNET_ENABLE=1: every type and op right, the collNet's through it"
 
+# One rank whose collNet does not load (no interface for the star on it) while the others' do: every rank learns so at
+# the first call and runs by size, all alike (the rank used to fall back alone while the others waited for it to
+# connect, until the launcher's timeout).
+out=$(NCCL_DEBUG=INFO NCCL_COLLNET_ENABLE=1 "$bin/nccl-net-run" -n 3 --timeout 60 sh -c \
+  'if [ "$NNS_RANK" = 1 ]; then export NNS_STAR_IFNAME=nosuch0; fi; exec "$0" "$@"' \
+  "$bin/nccl-net-bench" allreduce -p star -d int32 -o all -b 8 -e 64K -c 1 -n 1 -w 0 2>&1) ||
+  fail "NCCL_COLLNET_ENABLE=1 with one rank's collNet unloaded" "$out"
+for rank in 0 2; do
+  grep -q "\[rank $rank\] INFO collNet not used: rank 1 has no collNet to use (no collNet: init through" <<<"$out" ||
+    fail "rank $rank was not told of rank 1's missing collNet" "$out"
+done
+has_wrong "$out" && fail "a wrong element with one rank's collNet unloaded" "$out"
+echo "one rank without a collNet: every rank runs by size"
+
 # A library without a collNet: by name, an error naming it; under NCCL_COLLNET_ENABLE=1, the size rule, said once.
 out=$(bench 2 -p minimal -A collnet -d int32 -b 8 -e 8) && fail "-A collnet over minimal passed" "$out"
 grep -q "allreduce through the collNet: no collNet: exports no ncclCollNetPlugin" <<<"$out" ||

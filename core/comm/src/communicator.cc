@@ -802,51 +802,62 @@ void Communicator::closeConnections() {
 
 // ---- The collNet (in-network all-reduce) ----
 
-bool Communicator::collNetReduces(ncclDataType_t type, ncclRedOp_t op, std::string* why) {
-  std::lock_guard lock(collNetMutex_);
-  if (!collNetTried_) {
-    collNetTried_ = true;
-    CollNetReport report;
-    collNetPlugin_ = loadCollNet(*net_, &report);
-    if (collNetPlugin_ == nullptr) {
-      collNetWhy_ = "no collNet: " + report.rejectReason;
-    } else if (ncclResult_t result = collNetPlugin_->init(&collNetCtx_, 0, hostLogger);  // the loader's probe's
-               result != ncclSuccess) {
-      collNetWhy_ = std::string("the collNet's init returned ") + resultName(result);
-      collNetPlugin_.reset();
-    } else {
-      ncclNetProperties_v12_t props{};
-      const ncclResult_t got = collNetPlugin_->getProperties(0, &props);
-      if (got != ncclSuccess) {
-        collNetWhy_ = std::string("the collNet's getProperties(0) returned ") + resultName(got);
-      } else if ((props.ptrSupport & NCCL_PTR_HOST) == 0) {
-        collNetWhy_ = "the collNet's device 0 takes no host memory (ptrSupport " + std::to_string(props.ptrSupport) +
-                      "), and this engine gives it host slots";
-      } else if (props.maxCollBytes < 8) {
-        collNetWhy_ = "the collNet's device 0 takes " + std::to_string(props.maxCollBytes) + " bytes at most";
-      }
-      collNetMaxBytes_ = props.maxCollBytes;
-      if (!collNetWhy_.empty()) {
-        collNetPlugin_->finalize(collNetCtx_);
-        collNetPlugin_.reset();
-      }
+void Communicator::loadCollNetOnce() {
+  if (collNetTried_) return;
+  collNetTried_ = true;
+  CollNetReport report;
+  collNetPlugin_ = loadCollNet(*net_, &report);
+  if (collNetPlugin_ == nullptr) {
+    collNetWhy_ = "no collNet: " + report.rejectReason;
+  } else if (ncclResult_t result = collNetPlugin_->init(&collNetCtx_, 0, hostLogger);  // the loader's probe's
+             result != ncclSuccess) {
+    collNetWhy_ = std::string("the collNet's init returned ") + resultName(result);
+    collNetPlugin_.reset();
+  } else {
+    ncclNetProperties_v12_t props{};
+    const ncclResult_t got = collNetPlugin_->getProperties(0, &props);
+    if (got != ncclSuccess) {
+      collNetWhy_ = std::string("the collNet's getProperties(0) returned ") + resultName(got);
+    } else if ((props.ptrSupport & NCCL_PTR_HOST) == 0) {
+      collNetWhy_ = "the collNet's device 0 takes no host memory (ptrSupport " + std::to_string(props.ptrSupport) +
+                    "), and this engine gives it host slots";
+    } else if (props.maxCollBytes < 8) {
+      collNetWhy_ = "the collNet's device 0 takes " + std::to_string(props.maxCollBytes) + " bytes at most";
     }
+    collNetMaxBytes_ = props.maxCollBytes;
+    // NCCL asks reduceSupport once per communicator for its support matrix; so does this, not once per call.
+    for (int type = 0; type < ncclNumTypes && collNetWhy_.empty(); ++type)
+      for (int op = 0; op < ncclNumOps && collNetWhy_.empty(); ++op) {
+        int supported = 0;
+        if (ncclResult_t result = collNetPlugin_->reduceSupport(static_cast<ncclDataType_t>(type),
+                                                                static_cast<ncclRedOp_t>(op), &supported);
+            result != ncclSuccess)
+          collNetWhy_ = std::string("the collNet's reduceSupport returned ") + resultName(result);
+        collNetSupport_[static_cast<size_t>(type * ncclNumOps + op)] = supported != 0 ? 1 : 0;
+      }
     if (!collNetWhy_.empty()) {
-      collNetConnected_ = -1;
-      hostLogger(NCCL_LOG_INFO, NCCL_INIT | NCCL_NET, __FILE__, __LINE__, "collNet not used: %s", collNetWhy_.c_str());
+      collNetPlugin_->finalize(collNetCtx_);
+      collNetPlugin_.reset();
     }
   }
+  if (!collNetWhy_.empty()) {
+    collNetConnected_ = -1;
+    hostLogger(NCCL_LOG_INFO, NCCL_INIT | NCCL_NET, __FILE__, __LINE__, "collNet not used: %s", collNetWhy_.c_str());
+  }
+}
+
+bool Communicator::collNetReduces(ncclDataType_t type, ncclRedOp_t op, std::string* why) {
+  std::lock_guard lock(collNetMutex_);
+  loadCollNetOnce();
   if (collNetConnected_ < 0 || collNetPlugin_ == nullptr) {
     *why = collNetWhy_;
     return false;
   }
-  int supported = 0;
-  if (ncclResult_t result = collNetPlugin_->reduceSupport(type, op, &supported); result != ncclSuccess) {
-    *why = std::string("the collNet's reduceSupport returned ") + resultName(result);
-    return false;
-  }
-  if (supported == 0) *why = std::string(collNetPlugin_->name()) + "'s reduceSupport says no to this type and op";
-  return supported != 0;
+  const int t = static_cast<int>(type), o = static_cast<int>(op);
+  const bool known = t >= 0 && t < ncclNumTypes && o >= 0 && o < ncclNumOps;
+  if (known && collNetSupport_[static_cast<size_t>(t * ncclNumOps + o)] != 0) return true;
+  *why = std::string(collNetPlugin_->name()) + "'s reduceSupport says no to this type and op";
+  return false;
 }
 
 void Communicator::checkCollNet(ncclResult_t result, const char* call) {
@@ -858,13 +869,18 @@ void Communicator::checkCollNet(ncclResult_t result, const char* call) {
 }
 
 Communicator::CollNetLink* Communicator::collNet(std::string* why) {
-  std::string unusable;
-  // Every rank says whether it can take part; nothing is connected unless all can.
-  (void)collNetReduces(ncclInt8, ncclSum, &unusable);
   {
     std::lock_guard lock(collNetMutex_);
-    if (collNetConnected_ > 0) return &collNetLink_;
+    // Decided at the first call on every rank at once: the rest answer without a word to the others.
+    if (collNetAgreed_) {
+      if (collNetConnected_ > 0) return &collNetLink_;
+      *why = collNetAgreedWhy_;
+      return nullptr;
+    }
+    collNetAgreed_ = true;
+    loadCollNetOnce();
   }
+  // Every rank says whether it can take part; nothing is connected unless all can.
   std::string mine(1, '!');
   if (collNetPlugin_ != nullptr && collNetConnected_ == 0) {
     unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
@@ -884,12 +900,13 @@ Communicator::CollNetLink* Communicator::collNet(std::string* why) {
   for (int r = 0; r < size_; ++r) {
     if (all[r].empty() || all[r][0] != 'H' || all[r].size() != 1 + NCCL_NET_HANDLE_MAXSIZE) {
       std::lock_guard lock(collNetMutex_);
-      collNetWhy_ = "rank " + std::to_string(r) + " has no collNet to use (" +
-                    (all[r].size() > 1 ? all[r].substr(1) : std::string("no reason given")) + ")";
-      hostLogger(NCCL_LOG_INFO, NCCL_INIT | NCCL_NET, __FILE__, __LINE__, "collNet not used: %s", collNetWhy_.c_str());
+      collNetAgreedWhy_ = "rank " + std::to_string(r) + " has no collNet to use (" +
+                          (all[r].size() > 1 ? all[r].substr(1) : std::string("no reason given")) + ")";
+      hostLogger(NCCL_LOG_INFO, NCCL_INIT | NCCL_NET, __FILE__, __LINE__, "collNet not used: %s",
+                 collNetAgreedWhy_.c_str());
       collNetConnected_ = -1;
       closeCollNet();
-      *why = collNetWhy_;
+      *why = collNetAgreedWhy_;
       return nullptr;
     }
   }
@@ -934,7 +951,9 @@ void Communicator::closeCollNet() {
   collNetListen_ = nullptr;
   if (collNetMemory_ != nullptr) munmap(collNetMemory_, collNetMemoryBytes_);
   collNetMemory_ = nullptr;
-  if (collNetConnected_ > 0) collNetWhy_ = "closed with the communicator's connections";
+  // Closed (shutdown, or an abort): neither this rank's answer nor the agreed one is "usable" any more.
+  for (std::string* said : {&collNetWhy_, &collNetAgreedWhy_})
+    if (said->empty()) *said = "the collNet was closed with the communicator's connections";
   collNetConnected_ = -1;
 }
 

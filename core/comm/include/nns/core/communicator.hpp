@@ -383,13 +383,16 @@ class Communicator {
     size_t slotBytes = 0;     // each slot's; no operation posted is larger (a multiple of 8, so of every type's size)
     std::vector<unsigned char*> sendSlots, recvSlots;
   };
-  // Whether the collNet reduces `type` with `op` (its reduceSupport): loaded at the first ask (init and device 0's
-  // properties: host memory is needed), a local step. False, with `why`, when it cannot (none in the library, a
-  // failed init, a device without host memory, the pair not supported). Any thread.
+  // Whether this rank's collNet reduces `type` with `op` (its reduceSupport, asked for every pair once, when the
+  // collNet is loaded at the first ask: init and device 0's properties; host memory is needed), a local step. False,
+  // with `why`, when it cannot (none in the library, a failed init, a device without host memory, the pair not
+  // supported). Another rank's answer may differ where its collNet did not load: collNet() is what all agree on.
+  // Any thread.
   bool collNetReduces(ncclDataType_t type, ncclRedOp_t op, std::string* why);
-  // The collNet connected, on first use: a collective step (every rank calls it at the same point, inside an
+  // The collNet connected, at the first call: a collective step (every rank calls it at the same point, inside an
   // operation given to submit()). Every rank all-gathers its handle, or why it has none, so all agree: nullptr with
-  // `why` when any rank cannot use it, kept for the communicator's life. A connect that fails fails the communicator.
+  // `why` when any rank cannot use it. Decided once: later calls answer at once, with no traffic. A connect that
+  // fails fails the communicator.
   CollNetLink* collNet(std::string* why);
   // Throws a CommError naming the collNet and `call` unless `result` is ncclSuccess.
   void checkCollNet(ncclResult_t result, const char* call);
@@ -483,6 +486,7 @@ class Communicator {
   [[noreturn]] void failMakingConnections(const BootstrapError& e);
   bool watchingBootstrap_ = false;  // establish(..., watchBootstrap = true) is running
   bool collNetTried_ = false;       // the collNet loaded, or found unusable (collNetWhy_), under collNetMutex_
+  bool collNetAgreed_ = false;      // collNet() has all-gathered every rank's answer (collNetConnected_ is the outcome)
   int deviceOf(int channel) const { return (options_.device + channel) % std::max(devices_, 1); }
   int connectionChannels() const { return options_.channels + 1; }  // the collectives' and p2pChannel()
 
@@ -513,8 +517,12 @@ class Communicator {
   Plan plan_;  // newPlan()'s
   // The collNet (collNetReduces, collNet()): loaded under collNetMutex_ at the first ask; connected by collNet().
   void closeCollNet();
+  void loadCollNetOnce();  // under collNetMutex_
   std::mutex collNetMutex_;
-  std::string collNetWhy_;
+  std::array<signed char, static_cast<size_t>(ncclNumTypes) * static_cast<size_t>(ncclNumOps)>
+      collNetSupport_{};          // [type][op]
+  std::string collNetWhy_;        // why this rank's collNet is unusable (collNetReduces)
+  std::string collNetAgreedWhy_;  // why collNet() gave no link: a rank's reason, or a close
   std::unique_ptr<CollNet> collNetPlugin_;
   void* collNetCtx_ = nullptr;
   void* collNetListen_ = nullptr;
