@@ -298,60 +298,87 @@ Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requ
   return bySize(comm, bytes, limits);
 }
 
-// Why no collNet can take this call ("" when one could): the call's own properties, alike on every rank.
-std::string callRefusal(KernelLayer& kernels, const ReduceOp& op) {
+// Why no collNet can take this call ("" when one could): the call's own properties, alike on every rank, so known
+// before anything moves.
+std::string callRefusal(KernelLayer& kernels, const ReduceOp* op) {
   if (kernels.onDevice()) return "the collNet path takes host buffers, and these are GPU memory";
-  if (op.premultiplied) return "a premultiplied sum is no op a collNet reduces";
+  if (op != nullptr && op->premultiplied) return "a premultiplied sum is no op a collNet reduces";
   return "";
 }
 
-// Why this rank's collNet cannot take this call ("" when it can). Where it did not load on this rank alone, the
-// others' answer differs: a refusal here is the caller's error (the collNet was asked for by name), never a silent
-// choice of another algorithm, which the other ranks would not make.
-std::string collNetRefusal(Communicator& comm, KernelLayer& kernels, ncclDataType_t type, const ReduceOp& op) {
-  if (std::string refusal = callRefusal(kernels, op); !refusal.empty()) return refusal;
-  std::string why;
-  return comm.collNetReduces(type, op.op, &why) ? "" : why;
+// The collNet for `collective` ("allreduce", "allgather" or "reducescatter"), connected at the first such call on
+// every rank at once (they all run this call); nullptr with `why` where it cannot take the call. Decided on what
+// every rank's collNet said (Communicator::collNet), so every rank answers alike. `perRank`: the elements each rank
+// puts in an operation at most, set when the link is returned.
+Communicator::CollNetLink* collNetFor(Communicator& comm, const char* collective, ncclDataType_t type,
+                                      const ReduceOp* op, size_t* perRank, std::string* why) {
+  Communicator::CollNetLink* link = comm.collNet(why);
+  if (link == nullptr) return nullptr;
+  const std::string name = link->coll->name();
+  const bool gathers = std::strcmp(collective, "allgather") == 0,
+             scatters = std::strcmp(collective, "reducescatter") == 0;
+  if ((gathers && !link->allGather) || (scatters && !link->reduceScatter)) {
+    const char* call = gathers ? "iallgather" : "ireducescatter";
+    const bool mine = gathers ? link->coll->hasIallgather() : link->coll->hasIreducescatter();
+    *why = (mine ? std::string("another rank's collNet")
+                 : name + " (ncclCollNet_v" + std::to_string(link->coll->version()) + ")") +
+           " has no " + call + " (ncclCollNet_v8 and later may have one)";
+    return nullptr;
+  }
+  if (op != nullptr && !link->canReduce(type, op->op)) {
+    *why = name + "'s reduceSupport says no to this type and op";
+    return nullptr;
+  }
+  // An all-gather's or a reduce-scatter's operation holds every rank's part in one slot.
+  const size_t ranks = gathers || scatters ? static_cast<size_t>(comm.size()) : 1;
+  *perRank = link->slotBytes / typeSize(type) / ranks;
+  if (*perRank == 0) {
+    *why = "the collNet's " + std::to_string(link->slotBytes) + "-byte slots hold no element from each of " +
+           std::to_string(ranks) + " ranks";
+    return nullptr;
+  }
+  return link;
 }
 
-// Through the collNet: each part of the input copied into a send slot, reduced by iallreduce into its receive slot,
-// copied out, with as many parts in flight as there are slot pairs (NCCL's proxy keeps NCCL_STEPS), completed in
-// order. No allocation: the parts in flight are kept in a fixed array.
-void collNetAllReduce(Communicator& comm, Communicator::CollNetLink& link, KernelLayer& kernels, const void* send,
-                      void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op) {
+// `count` elements through the collNet in parts of `perPart` at most, each in a slot pair, with as many parts in
+// flight as there are pairs (NCCL's proxy keeps NCCL_STEPS), completed in order. stage(slot, first, elements) copies
+// a part into the send slot, once; post(slot, elements, &request) posts it (a NULL request is "not now": posted again
+// on the next round, as NCCL's proxy does); finish(slot, first, elements) copies its result out of the receive slot.
+// No allocation: the parts in flight are kept in a fixed array.
+template <class Stage, class Post, class Finish>
+void throughCollNet(Communicator& comm, Communicator::CollNetLink& link, const char* collective, size_t count,
+                    size_t perPart, Stage stage, Post post, Finish finish) {
   struct Part {
     size_t first = 0, elements = 0;
     void* request = nullptr;
   };
   std::array<Part, NCCL_NET_MAX_REQUESTS> parts;
-  const size_t es = typeSize(type);
-  const size_t perPart = link.slotBytes / es;  // slotBytes is a multiple of 8: every type's size divides it
   const size_t slots = std::min(link.sendSlots.size(), parts.size());
-  const auto* in = static_cast<const unsigned char*>(send);
-  auto* out = static_cast<unsigned char*>(recv);
   size_t next = 0, head = 0, inFlight = 0;
+  bool staged = false;                                     // the next part is in its send slot already
+  const std::string call = std::string("i") + collective;  // the plugin's call (within the short-string buffer)
   auto deadline = std::chrono::steady_clock::now() + comm.options().timeout;
   while (next < count || inFlight > 0) {
     bool moved = false;
     while (next < count && inFlight < slots) {
       const size_t slot = (head + inFlight) % slots;
       const size_t elements = std::min(perPart, count - next);
-      kernels.copy(link.sendSlots[slot], in + next * es, elements * es);
+      if (!staged) stage(slot, next, elements);
+      staged = true;
       void* request = nullptr;
-      comm.checkCollNet(link.coll->iallreduce(link.comm, link.sendSlots[slot], link.recvSlots[slot], elements, type, op,
-                                              link.mhandle, link.mhandle, &request),
-                        "iallreduce");
-      if (request == nullptr) break;  // "not now": posted again on the next round, as NCCL's proxy does
+      comm.checkCollNet(post(slot, elements, &request), call.c_str());
+      if (request == nullptr) break;
       parts[slot] = {next, elements, request};
       next += elements;
       ++inFlight;
+      staged = false;
       moved = true;
     }
     if (inFlight > 0) {
       int done = 0, size = 0;
       comm.checkCollNet(link.coll->test(parts[head].request, &done, &size), "test");
       if (done != 0) {
-        kernels.copy(out + parts[head].first * es, link.recvSlots[head], parts[head].elements * es);
+        finish(head, parts[head].first, parts[head].elements);
         head = (head + 1) % slots;
         --inFlight;
         moved = true;
@@ -366,12 +393,131 @@ void collNetAllReduce(Communicator& comm, Communicator::CollNetLink& link, Kerne
     // busy test loop does: with more ranks than cores, spinning held each part for a whole time slice (4 ms).
     sched_yield();
     if (now > deadline) {
-      throw core::CommError("rank " + std::to_string(comm.rank()) + ": allreduce through the collNet: no part " +
-                                "completed within " + std::to_string(comm.options().timeout.count()) + " ms (" +
+      throw core::CommError("rank " + std::to_string(comm.rank()) + ": " + collective + " through the collNet: no " +
+                                "part completed within " + std::to_string(comm.options().timeout.count()) + " ms (" +
                                 std::to_string(next) + " of " + std::to_string(count) + " elements posted)",
                             ncclRemoteError);
     }
   }
+}
+
+void collNetAllReduce(Communicator& comm, Communicator::CollNetLink& link, KernelLayer& kernels, const void* send,
+                      void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, size_t perPart) {
+  const size_t es = typeSize(type);
+  const auto* in = static_cast<const unsigned char*>(send);
+  auto* out = static_cast<unsigned char*>(recv);
+  throughCollNet(
+      comm, link, "allreduce", count, perPart,
+      [&](size_t slot, size_t first, size_t elements) {
+        kernels.copy(link.sendSlots[slot], in + first * es, elements * es);
+      },
+      [&](size_t slot, size_t elements, void** request) {
+        return link.coll->iallreduce(link.comm, link.sendSlots[slot], link.recvSlots[slot], elements, type, op,
+                                     link.mhandle, link.mhandle, request);
+      },
+      [&](size_t slot, size_t first, size_t elements) {
+        kernels.copy(out + first * es, link.recvSlots[slot], elements * es);
+      });
+}
+
+// Each operation gathers the full window: `elements` of every rank's block, rank by rank, in the receive slot (one
+// part), so no operation depends on how a collNet reads a partial window's sendData.
+void collNetAllGather(Communicator& comm, Communicator::CollNetLink& link, KernelLayer& kernels, const void* send,
+                      void* recv, size_t sendCount, ncclDataType_t type, size_t perRank) {
+  const size_t es = typeSize(type), n = static_cast<size_t>(comm.size());
+  const auto* in = static_cast<const unsigned char*>(send);
+  auto* out = static_cast<unsigned char*>(recv);
+  std::array<ncclNetSGE_v12_t, NCCL_NET_MAX_REQUESTS> receive{};  // kept until the part completes
+  throughCollNet(
+      comm, link, "allgather", sendCount, perRank,
+      [&](size_t slot, size_t first, size_t elements) {
+        kernels.copy(link.sendSlots[slot], in + first * es, elements * es);
+      },
+      [&](size_t slot, size_t elements, void** request) {
+        receive[slot] = {link.mhandle, link.recvSlots[slot], n * elements * es};
+        return link.coll->iallgather(link.comm, link.sendSlots[slot], 1, &receive[slot], elements * es, 0,
+                                     n * elements * es, link.mhandle, request);
+      },
+      [&](size_t slot, size_t first, size_t elements) {
+        for (size_t r = 0; r < n; ++r)
+          kernels.copy(out + (r * sendCount + first) * es, link.recvSlots[slot] + r * elements * es, elements * es);
+      });
+}
+
+// Each operation reduces the full window: `elements` of every rank's block r, rank by rank, in the send slot (one
+// part); this rank gets its block's.
+void collNetReduceScatter(Communicator& comm, Communicator::CollNetLink& link, KernelLayer& kernels, const void* send,
+                          void* recv, size_t recvCount, ncclDataType_t type, ncclRedOp_t op, size_t perRank) {
+  const size_t es = typeSize(type), n = static_cast<size_t>(comm.size());
+  const auto* in = static_cast<const unsigned char*>(send);
+  auto* out = static_cast<unsigned char*>(recv);
+  std::array<ncclNetSGE_v12_t, NCCL_NET_MAX_REQUESTS> input{};  // kept until the part completes
+  throughCollNet(
+      comm, link, "reducescatter", recvCount, perRank,
+      [&](size_t slot, size_t first, size_t elements) {
+        for (size_t r = 0; r < n; ++r)
+          kernels.copy(link.sendSlots[slot] + r * elements * es, in + (r * recvCount + first) * es, elements * es);
+      },
+      [&](size_t slot, size_t elements, void** request) {
+        input[slot] = {link.mhandle, link.sendSlots[slot], n * elements * es};
+        return link.coll->ireducescatter(link.comm, 1, &input[slot], link.recvSlots[slot], elements * es, 0,
+                                         n * elements * es, type, op, link.mhandle, request);
+      },
+      [&](size_t slot, size_t first, size_t elements) {
+        kernels.copy(out + first * es, link.recvSlots[slot], elements * es);
+      });
+}
+
+// How an all-gather or a reduce-scatter goes: the ring, or through the collNet by name (`algorithm`, else
+// NNS_ALGO=collnet) or by NCCL_COLLNET_ENABLE=1 (where Auto falls back to the ring). Any other NNS_ALGO means the
+// ring, their only other algorithm; an explicit tree or doubling is the caller's error.
+enum class Route { Ring, CollNetByName, CollNetByEnable };
+Route chooseRoute(const char* collective, Algorithm requested) {
+  if (requested != Algorithm::Auto && requested != Algorithm::Ring && requested != Algorithm::CollNet) {
+    const bool named = requested == Algorithm::Tree || requested == Algorithm::Doubling;
+    throw core::ArgumentError(
+        std::string(collective) + " runs as the ring or through the collNet, not " +
+        (named ? algorithmName(requested) : "algorithm " + std::to_string(static_cast<int>(requested))));
+  }
+  Algorithm fromEnv = Algorithm::Auto;
+  if (const char* env = std::getenv("NNS_ALGO"); env != nullptr && *env != '\0' && !parseAlgorithm(env, &fromEnv))
+    throw core::CommError(std::string("NNS_ALGO=") + env + ": ring, tree, doubling, collnet or auto", ncclInvalidUsage);
+  const bool enabled = collNetEnabled();  // read at every call, like every knob
+  if (requested == Algorithm::CollNet) return Route::CollNetByName;
+  if (requested == Algorithm::Ring) return Route::Ring;
+  if (fromEnv == Algorithm::CollNet) return Route::CollNetByName;
+  if (fromEnv != Algorithm::Auto) return Route::Ring;
+  return enabled ? Route::CollNetByEnable : Route::Ring;
+}
+
+// The route once the call's own properties are known: by name, a call no collNet can take is the caller's error
+// before anything moves; by NCCL_COLLNET_ENABLE, it takes the ring.
+Route checkRoute(Route route, Communicator& comm, const char* collective, KernelLayer& kernels, const ReduceOp* op) {
+  if (route == Route::Ring) return route;
+  const std::string refusal = callRefusal(kernels, op);
+  if (refusal.empty()) return route;
+  if (route == Route::CollNetByEnable) return Route::Ring;
+  throw core::ArgumentError("rank " + std::to_string(comm.rank()) + ": " + collective +
+                            " through the collNet: " + refusal);
+}
+
+// Inside the operation, on every rank at once: `collective` through the collNet where `route` says so and every
+// rank's collNet takes the call, run(link, perRank). True when the call is done: it ran, or (by name) the collNet
+// cannot take it, said in `refused` (the caller's error, thrown once the operation has left: the communicator stays
+// usable). False: the call takes the other path (by NCCL_COLLNET_ENABLE).
+template <class Run>
+bool ranThroughCollNet(Communicator& comm, Route route, const char* collective, ncclDataType_t type, const ReduceOp* op,
+                       std::string* refused, Run run) {
+  if (route == Route::Ring) return false;
+  std::string why;
+  size_t perRank = 0;
+  if (Communicator::CollNetLink* link = collNetFor(comm, collective, type, op, &perRank, &why)) {
+    run(*link, perRank);
+    return true;
+  }
+  if (route == Route::CollNetByEnable) return false;
+  *refused = "rank " + std::to_string(comm.rank()) + ": " + collective + " through the collNet: " + why;
+  return true;
 }
 }  // namespace
 
@@ -401,36 +547,20 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
   Call call = makeCall(comm, send, recv, type, op.op, kernels);
   bool collNetByEnable = false;
   Algorithm chosen = chooseAllReduce(comm, count * es, algorithm, &collNetByEnable);
+  Route route = Route::Ring;  // through the collNet, or not
   if (chosen == Algorithm::CollNet) {
-    // What this rank can tell alone, before anything moves: asked by name, a refusal is the caller's error (the
-    // communicator stays usable); chosen by NCCL_COLLNET_ENABLE, the size rule takes over where the call itself
-    // rules the collNet out, and otherwise every rank decides inside the operation, on what all of them said.
-    if (std::string refusal = collNetByEnable ? callRefusal(kernels, op) : collNetRefusal(comm, kernels, type, op);
-        !refusal.empty()) {
-      if (!collNetByEnable)
-        throw core::ArgumentError("rank " + std::to_string(comm.rank()) +
-                                  ": allreduce through the collNet: " + refusal);
-      chosen = bySize(comm, count * es, allReduceLimits(comm));
-    }
+    route =
+        checkRoute(collNetByEnable ? Route::CollNetByEnable : Route::CollNetByName, comm, "allreduce", kernels, &op);
+    if (route == Route::Ring) chosen = bySize(comm, count * es, allReduceLimits(comm));
   }
   if (isNoOp(comm, count)) return;
+  std::string refused;
   comm.submit(describeCall("allreduce", count, type, reduceOpName(op), -1, algorithmName(chosen)), [&] {
-    if (chosen == Algorithm::CollNet) {
-      // Connected at the first such call, on every rank at once (they all run this call): all learn alike whether
-      // every rank has a collNet to use.
-      std::string why;
-      Communicator::CollNetLink* link = comm.collNet(&why);
-      // Every rank's collNet loaded (collNet() agreed so), so each answers alike for the pair.
-      if (link != nullptr && !comm.collNetReduces(type, op.op, &why)) link = nullptr;
-      if (link != nullptr) {
-        collNetAllReduce(comm, *link, kernels, send, recv, count, type, op.op);
-        return;
-      }
-      if (!collNetByEnable)
-        throw core::CommError("rank " + std::to_string(comm.rank()) + ": allreduce through the collNet: " + why,
-                              ncclInvalidUsage);
-      chosen = bySize(comm, count * es, allReduceLimits(comm));
-    }
+    if (ranThroughCollNet(comm, route, "allreduce", type, &op, &refused, [&](auto& link, size_t perPart) {
+          collNetAllReduce(comm, link, kernels, send, recv, count, type, op.op, perPart);
+        }))
+      return;
+    if (chosen == Algorithm::CollNet) chosen = bySize(comm, count * es, allReduceLimits(comm));
     const Premultiplier scale(op, type, n);
     if (scale && (n == 1 || chosen != Algorithm::Ring)) {
       // Into the output, and the rest runs in place there.
@@ -494,15 +624,23 @@ void allReduce(Communicator& comm, const void* send, void* recv, size_t count, n
     }
     comm.run(plan);
   });
+  if (!refused.empty()) throw core::ArgumentError(refused);
 }
 
 void allGather(Communicator& comm, const void* send, void* recv, size_t sendCount, ncclDataType_t type,
-               KernelLayer& kernels) {
+               KernelLayer& kernels, Algorithm algorithm) {
   checkArguments(type, send, recv, sendCount, ncclSum, comm.size(), detail::Layout::kGather, comm.rank());
   const size_t es = typeSize(type);
   const Call call = makeCall(comm, send, recv, type, ncclSum, kernels);
+  const Route route = checkRoute(chooseRoute("allgather", algorithm), comm, "allgather", kernels, nullptr);
   if (isNoOp(comm, sendCount)) return;
-  comm.submit(describeCall("allgather", sendCount, type), [&] {
+  std::string refused;
+  const char* shown = route == Route::Ring ? nullptr : "collnet";
+  comm.submit(describeCall("allgather", sendCount, type, nullptr, -1, shown), [&] {
+    if (ranThroughCollNet(comm, route, "allgather", type, nullptr, &refused, [&](auto& link, size_t perRank) {
+          collNetAllGather(comm, link, kernels, send, recv, sendCount, type, perRank);
+        }))
+      return;
     kernels.copy(static_cast<unsigned char*>(recv) + comm.rank() * sendCount * es, send, sendCount * es);
     if (comm.size() == 1) return;
     lendBuffers(comm, kernels, {{recv, comm.size() * sendCount * es}, {send, sendCount * es}});
@@ -517,17 +655,25 @@ void allGather(Communicator& comm, const void* send, void* recv, size_t sendCoun
     }
     comm.run(plan);
   });
+  if (!refused.empty()) throw core::ArgumentError(refused);
 }
 
 void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recvCount, ncclDataType_t type, ReduceOp op,
-                   KernelLayer& kernels) {
+                   KernelLayer& kernels, Algorithm algorithm) {
   checkScalar(op);
   checkArguments(type, send, recv, recvCount, op.op, comm.size(), detail::Layout::kScatter, comm.rank());
   checkDeviceBuffers(comm, kernels, type, recvCount, send, recv);
   const size_t es = typeSize(type);
   Call call = makeCall(comm, send, recv, type, op.op, kernels);
+  const Route route = checkRoute(chooseRoute("reducescatter", algorithm), comm, "reducescatter", kernels, &op);
   if (isNoOp(comm, recvCount)) return;
-  comm.submit(describeCall("reducescatter", recvCount, type, reduceOpName(op)), [&] {
+  std::string refused;
+  const char* shown = route == Route::Ring ? nullptr : "collnet";
+  comm.submit(describeCall("reducescatter", recvCount, type, reduceOpName(op), -1, shown), [&] {
+    if (ranThroughCollNet(comm, route, "reducescatter", type, &op, &refused, [&](auto& link, size_t perRank) {
+          collNetReduceScatter(comm, link, kernels, send, recv, recvCount, type, op.op, perRank);
+        }))
+      return;
     const int n = comm.size();
     const Premultiplier scale(op, type, n);
     if (n == 1) {
@@ -557,6 +703,7 @@ void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recv
     }
     comm.run(plan);
   });
+  if (!refused.empty()) throw core::ArgumentError(refused);
 }
 
 void broadcast(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root,

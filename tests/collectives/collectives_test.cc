@@ -1676,13 +1676,74 @@ TEST(Algorithms, NcclCollNetEnableMakesAutoTakeTheCollNet) {
     coll::allReduce(comm, in, out, 3, ncclInt32, ncclSum, coll::hostKernels(), A::CollNet);
     ADD_FAILURE() << "an allreduce through a collNet the library does not have ran";
   } catch (const core::ArgumentError& e) {
-    EXPECT_NE(std::string(e.what()).find("allreduce through the collNet: no collNet: exports no ncclCollNetPlugin"),
+    EXPECT_NE(std::string(e.what()).find("allreduce through the collNet: rank 0 has no collNet to use (no collNet: "
+                                         "exports no ncclCollNetPlugin"),
               std::string::npos)
         << e.what();
   }
   out[1] = 0;
   coll::allReduce(comm, in, out, 3, ncclInt32, ncclSum);  // still usable
   EXPECT_EQ(out[1], -2);
+}
+
+// Allgather and reducescatter run as the ring or through the collNet: by name, by NNS_ALGO=collnet, or by
+// NCCL_COLLNET_ENABLE=1 where the collNet can take the call (the socket library has none: the ring, right); a tree
+// or doubling asked for by name is the caller's error, and the communicator stays usable after every refusal.
+TEST(Algorithms, AllGatherAndReduceScatterRunAsTheRingOrThroughTheCollNet) {
+  using A = coll::Algorithm;
+  for (const char* knob : {"NNS_ALGO", "NCCL_COLLNET_ENABLE"}) unsetenv(knob);
+  core::LaunchInfo launch{0, 1, "127.0.0.1", test::freeLoopbackPort(), "test"};
+  core::Communicator comm(launch, socketOptions());
+  int32_t in[3] = {4, -5, 6}, out[3] = {};
+  auto refused = [&](A algorithm, const char* expected) {
+    for (const bool gather : {true, false}) {
+      try {
+        if (gather)
+          coll::allGather(comm, in, out, 3, ncclInt32, coll::hostKernels(), algorithm);
+        else
+          coll::reduceScatter(comm, in, out, 3, ncclInt32, ncclSum, coll::hostKernels(), algorithm);
+        ADD_FAILURE() << (gather ? "allgather" : "reducescatter") << " with " << coll::algorithmName(algorithm)
+                      << " ran";
+      } catch (const core::ArgumentError& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string(gather ? "allgather" : "reducescatter") + expected),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  };
+  auto rightByRing = [&] {
+    out[0] = out[1] = out[2] = 0;
+    coll::allGather(comm, in, out, 3, ncclInt32);
+    EXPECT_EQ(out[1], -5);
+    out[1] = 0;
+    coll::reduceScatter(comm, in, out, 3, ncclInt32, ncclMax);
+    EXPECT_EQ(out[1], -5);
+  };
+  refused(A::Tree, " runs as the ring or through the collNet, not tree");
+  refused(A::Doubling, " runs as the ring or through the collNet, not doubling");
+  refused(static_cast<A>(42), " runs as the ring or through the collNet, not algorithm 42");
+  refused(A::CollNet, " through the collNet: rank 0 has no collNet to use (no collNet: exports no");
+  rightByRing();
+  setenv("NNS_ALGO", "collnet", 1);
+  refused(A::Auto, " through the collNet: rank 0 has no collNet to use");
+  setenv("NNS_ALGO", "tree", 1);  // means the ring here, their only other algorithm
+  rightByRing();
+  unsetenv("NNS_ALGO");
+  setenv("NCCL_COLLNET_ENABLE", "1", 1);
+  rightByRing();
+  // A premultiplied sum is refused by name before anything moves, and takes the ring under NCCL_COLLNET_ENABLE.
+  const int32_t two = 2;
+  coll::reduceScatter(comm, in, out, 3, ncclInt32, coll::ReduceOp::preMulSum(&two));
+  EXPECT_EQ(out[2], 12);
+  try {
+    coll::reduceScatter(comm, in, out, 3, ncclInt32, coll::ReduceOp::preMulSum(&two), coll::hostKernels(), A::CollNet);
+    ADD_FAILURE() << "a premultiplied sum went through the collNet";
+  } catch (const core::ArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("a premultiplied sum is no op a collNet reduces"), std::string::npos)
+        << e.what();
+  }
+  unsetenv("NCCL_COLLNET_ENABLE");
+  rightByRing();
 }
 
 // The C++ API's send and receive refuse a peer outside the communicator by name, before anything moves: the

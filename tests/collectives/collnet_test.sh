@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Allreduce through a plugin's collNet (NCCL's CollNet algorithm) over the star example (examples/star-collnet): by
-# name (-A collnet) and by NCCL_COLLNET_ENABLE=1, results checked by nccl-net-bench (-c 1), the connection said in
-# NCCL_DEBUG=INFO; what the collNet cannot take is refused by name, or left to the size rule under
-# NCCL_COLLNET_ENABLE; a library without a collNet is named.
+# Allreduce, allgather and reducescatter through a plugin's collNet (NCCL's CollNet algorithm) over the star example
+# (examples/star-collnet): by name (-A collnet, NNS_ALGO=collnet) and by NCCL_COLLNET_ENABLE=1, results checked by
+# nccl-net-bench (-c 1), the connection said in NCCL_DEBUG=INFO; what the collNet cannot take is refused by name on
+# every rank, or left to the other algorithms under NCCL_COLLNET_ENABLE; a library without a collNet is named.
 # Usage: collnet_test.sh BIN_DIR
 set -uo pipefail
 bin="$1"
 export NNS_STAR_IFNAME=lo
 fail() { echo "FAILED: $1"; echo "$2" | tail -20; exit 1; }
-bench() { "$bin/nccl-net-run" -n "$1" --timeout 120 "$bin/nccl-net-bench" allreduce "${@:2}" 2>&1; }
+collective=allreduce
+bench() { "$bin/nccl-net-run" -n "$1" --timeout 120 "$bin/nccl-net-bench" "$collective" "${@:2}" 2>&1; }
 has_wrong() {  # true when the output has no result row, or a row with a wrong element
   ! grep -qE '^ +[0-9]+ +[0-9]+ ' <<<"$1" || awk '/^ +[0-9]+ +[0-9]+ / && $9 != "0" {found = 1} END {exit !found}' <<<"$1"
 }
@@ -24,23 +25,67 @@ for run in "${runs[@]}"; do
   read -r ranks op type inplace <<<"$run"
   out=$(NCCL_DEBUG=INFO bench "$ranks" -p star -A collnet -d "$type" -o "$op" -b 8 -e 8M -f 8 -c 1 -n 1 -w 0 \
         -I "$inplace") || fail "-A collnet: $run" "$out"
-  grep -q "collNet star (ncclCollNet_v12) connected: $ranks ranks" <<<"$out" || fail "no collNet connected: $run" "$out"
+  grep -q "collNet star (ncclCollNet_v12) connected: $ranks ranks.*through it: allreduce, allgather, reducescatter" \
+    <<<"$out" || fail "no collNet connected: $run" "$out"
   has_wrong "$out" && fail "a wrong element through the collNet: $run" "$out"
 done
 echo "allreduce through the star collNet: right on 1, 2 and 4 ranks, in place and not"
 
-# By name, a type the star does not reduce: refused by name before anything moves.
-out=$(bench 2 -p star -A collnet -d half -b 8 -e 8) && fail "-A collnet -d half passed" "$out"
-grep -q "allreduce through the collNet: star's reduceSupport says no to this type and op" <<<"$out" ||
-  fail "the refusal does not say why" "$out"
+# Allgather and reducescatter by name: each operation a full window of every rank's part (a 512 KiB slot holds
+# 512 KiB / ranks of each), so up to 5.6 MiB is up to 11 parts through 2 slot pairs; counts not a multiple of
+# anything (-f 7); in place and not; 1 to 4 ranks.
+runs=("allgather 1 sum int32 0" "reducescatter 1 sum float 1")
+for ranks in 2 3 4; do
+  runs+=("allgather $ranks sum int8 0" "allgather $ranks sum double 1"
+         "reducescatter $ranks sum int32 0" "reducescatter $ranks prod float 1" "reducescatter $ranks max uint64 1"
+         "reducescatter $ranks min int8 0")
+done
+for run in "${runs[@]}"; do
+  read -r collective ranks op type inplace <<<"$run"
+  out=$(NCCL_DEBUG=INFO bench "$ranks" -p star -A collnet -d "$type" -o "$op" -b 1 -e 8M -f 7 -c 1 -n 1 -w 0 \
+        -I "$inplace") || fail "-A collnet: $run" "$out"
+  grep -q "collNet star (ncclCollNet_v12) connected: $ranks ranks" <<<"$out" || fail "no collNet connected: $run" "$out"
+  grep -q "^# algorithm: collnet$" <<<"$out" || fail "the header does not say collnet: $run" "$out"
+  has_wrong "$out" && fail "a wrong element through the collNet: $run" "$out"
+done
+collective=allgather
+out=$(NNS_ALGO=collnet NCCL_DEBUG=INFO bench 2 -p star -d int32 -b 8 -e 64K -c 1 -n 1 -w 0) ||
+  fail "NNS_ALGO=collnet allgather" "$out"
+grep -q "^# algorithm: collnet (from NNS_ALGO)$" <<<"$out" || fail "NNS_ALGO=collnet: not in the header" "$out"
+grep -q "collNet star (ncclCollNet_v12) connected" <<<"$out" || fail "NNS_ALGO=collnet: no collNet" "$out"
+has_wrong "$out" && fail "a wrong element with NNS_ALGO=collnet" "$out"
+out=$(bench 2 -p star -A tree -b 8 -e 8) && fail "allgather -A tree passed" "$out"
+grep -q "allgather runs as the ring or through the collNet" <<<"$out" || fail "allgather -A tree: not named" "$out"
+echo "allgather and reducescatter through the star collNet: right on 1 to 4 ranks, in place and not"
 
-# NCCL_COLLNET_ENABLE=1: the collNet where it reduces, the size rule elsewhere; every type and op right.
-out=$(NCCL_DEBUG=INFO NCCL_COLLNET_ENABLE=1 bench 3 -p star -d all -o all -b 8 -e 1M -f 32 -c 1 -n 1 -w 0) ||
-  fail "NCCL_COLLNET_ENABLE=1 over star" "$out"
-grep -q "collNet star (ncclCollNet_v12) connected: 3 ranks" <<<"$out" || fail "NCCL_COLLNET_ENABLE=1: no collNet" "$out"
-grep -q "# algorithm: auto (the collNet for the types and ops it reduces (NCCL_COLLNET_ENABLE=1)" <<<"$out" ||
-  fail "the header does not say the collNet comes first" "$out"
-has_wrong "$out" && fail "a wrong element under NCCL_COLLNET_ENABLE=1" "$out"
+# By name, a type the star does not reduce: refused by name on every rank, the communicator left usable.
+for collective in allreduce reducescatter; do
+  out=$(bench 2 -p star -A collnet -d half -b 8 -e 8) && fail "$collective -A collnet -d half passed" "$out"
+  for rank in 0 1; do
+    grep -q "rank $rank: $collective through the collNet: star's reduceSupport says no to this type and op" \
+      <<<"$out" || fail "$collective: the refusal does not say why on rank $rank" "$out"
+  done
+done
+# A collNet without iallgather (ncclCollNet_v6): named.
+collective=allgather
+out=$(bench 1 -p one-rank-coll-v6 -A collnet -b 8 -e 8) && fail "allgather through a v6 collNet passed" "$out"
+grep -q "allgather through the collNet: one-rank-coll (ncclCollNet_v6) has no iallgather" <<<"$out" ||
+  fail "the missing iallgather is not named" "$out"
+collective=allreduce
+
+# NCCL_COLLNET_ENABLE=1: the collNet where it reduces, the size rule (allreduce) or the ring elsewhere; every type
+# and op right.
+for collective in allreduce reducescatter allgather; do
+  out=$(NCCL_DEBUG=INFO NCCL_COLLNET_ENABLE=1 bench 3 -p star -d all -o all -b 8 -e 1M -f 32 -c 1 -n 1 -w 0) ||
+    fail "NCCL_COLLNET_ENABLE=1 $collective over star" "$out"
+  grep -q "collNet star (ncclCollNet_v12) connected: 3 ranks" <<<"$out" ||
+    fail "NCCL_COLLNET_ENABLE=1 $collective: no collNet" "$out"
+  header="auto (the collNet for the types and ops it reduces (NCCL_COLLNET_ENABLE=1)"
+  [ "$collective" = allreduce ] || header="auto (the collNet where it takes the call (NCCL_COLLNET_ENABLE=1), else"
+  grep -qF "# algorithm: $header" <<<"$out" || fail "$collective: the header does not say the collNet comes first" "$out"
+  has_wrong "$out" && fail "a wrong element under NCCL_COLLNET_ENABLE=1 ($collective)" "$out"
+done
+collective=allreduce
 echo "NCCL_COLLNET_ENABLE=1: every type and op right, the collNet's through it"
 
 # One rank whose collNet does not load (no interface for the star on it) while the others' do: every rank learns so at
@@ -57,9 +102,24 @@ done
 has_wrong "$out" && fail "a wrong element with one rank's collNet unloaded" "$out"
 echo "one rank without a collNet: every rank runs by size"
 
+# The same by name: every rank refuses the call, naming the rank, at once (the ranks that had a collNet used to wait
+# for it at the collNet's connect until the launcher's timeout).
+start=$SECONDS
+out=$("$bin/nccl-net-run" -n 3 --timeout 60 sh -c \
+  'if [ "$NNS_RANK" = 1 ]; then export NNS_STAR_IFNAME=nosuch0; fi; exec "$0" "$@"' \
+  "$bin/nccl-net-bench" allreduce -p star -A collnet -d int32 -b 8 -e 8 2>&1) &&
+  fail "-A collnet with one rank's collNet unloaded passed" "$out"
+for rank in 0 1 2; do
+  grep -q "rank $rank: allreduce through the collNet: rank 1 has no collNet to use (no collNet: init through" \
+    <<<"$out" || fail "rank $rank did not refuse the call naming rank 1" "$out"
+done
+((SECONDS - start < 30)) || fail "the refusal took $((SECONDS - start)) s" "$out"
+echo "one rank without a collNet, by name: every rank refuses at once"
+
 # A library without a collNet: by name, an error naming it; under NCCL_COLLNET_ENABLE=1, the size rule, said once.
 out=$(bench 2 -p minimal -A collnet -d int32 -b 8 -e 8) && fail "-A collnet over minimal passed" "$out"
-grep -q "allreduce through the collNet: no collNet: exports no ncclCollNetPlugin" <<<"$out" ||
+grep -q "allreduce through the collNet: rank 0 has no collNet to use (no collNet: exports no ncclCollNetPlugin" \
+  <<<"$out" ||
   fail "the missing collNet is not named" "$out"
 out=$(NCCL_DEBUG=INFO NCCL_COLLNET_ENABLE=1 bench 2 -p minimal -d int32 -b 8 -e 64K -c 1 -n 1 -w 0) ||
   fail "NCCL_COLLNET_ENABLE=1 over minimal" "$out"

@@ -312,8 +312,9 @@ int runTool(int argc, char** argv) {
       ->check(CLI::IsMember({0, 1, 2, 3}));
   app.add_option("-p,--plugin", plugin, "net plugin (default: NCCL_NET_PLUGIN, else socket)");
   app.add_option("-A,--algo", algoText,
-                 "allreduce algorithm: auto (by size; the collNet first where NCCL_COLLNET_ENABLE=1), ring, tree, "
-                 "doubling or collnet (the plugin's collNet: in-network reduction)");
+                 "algorithm: for allreduce auto (by size; the collNet first where NCCL_COLLNET_ENABLE=1), ring, tree, "
+                 "doubling or collnet (the plugin's collNet: in-network reduction); for allgather and reducescatter "
+                 "auto (the ring; the collNet first where NCCL_COLLNET_ENABLE=1), ring or collnet");
   // nccl-tests' per-process layout flags, so its command lines run here: one rank per process, one thread, one
   // operation per timed step is what this bench does, so 1 is taken and anything else is refused by name.
   int gpusPerProcess = 1, threadsPerProcess = 1, aggregated = 1;
@@ -381,9 +382,14 @@ int runTool(int argc, char** argv) {
     return 2;
   }
   // The other collectives have one schedule each: an -A for them was taken and changed nothing.
-  if (algorithm != coll::Algorithm::Auto && collective != "allreduce") {
-    std::fprintf(stderr, "nccl-net-bench: -A %s: only allreduce has algorithms to choose from, not %s\n",
-                 algoText.c_str(), collective.c_str());
+  const bool ringOrCollNet = collective == "allgather" || collective == "reducescatter";
+  if (algorithm != coll::Algorithm::Auto && collective != "allreduce" &&
+      !(ringOrCollNet && (algorithm == coll::Algorithm::Ring || algorithm == coll::Algorithm::CollNet))) {
+    std::fprintf(stderr, "nccl-net-bench: -A %s: %s\n", algoText.c_str(),
+                 ringOrCollNet
+                     ? (collective + " runs as the ring or through the collNet (-A ring or collnet)").c_str()
+                     : ("only allreduce, allgather and reducescatter have algorithms to choose from, not " + collective)
+                           .c_str());
     return 2;
   }
   core::LaunchInfo launch;
@@ -524,6 +530,26 @@ int runTool(int argc, char** argv) {
           }
         }
         std::printf("# algorithm: %s%s\n", coll::algorithmName(shown), how.c_str());
+      } else if (ringOrCollNet) {
+        // The same order (-A, NNS_ALGO, NCCL_COLLNET_ENABLE); any NNS_ALGO but collnet means the ring here.
+        coll::Algorithm fromEnv = coll::Algorithm::Auto;
+        const char* env = std::getenv("NNS_ALGO");
+        if (env != nullptr && *env != '\0') coll::parseAlgorithm(env, &fromEnv);
+        std::string shown;
+        if (algorithm != coll::Algorithm::Auto) {
+          shown = coll::algorithmName(algorithm);
+        } else if (fromEnv != coll::Algorithm::Auto) {
+          shown = std::string(fromEnv == coll::Algorithm::CollNet ? "collnet" : "ring") + " (from NNS_ALGO)";
+        } else {
+          bool enabled = false;
+          try {
+            enabled = coll::collNetEnabled();
+          } catch (const std::exception&) {  // malformed: the first call fails on it, named there
+          }
+          shown =
+              enabled ? "auto (the collNet where it takes the call (NCCL_COLLNET_ENABLE=1), else the ring)" : "ring";
+        }
+        std::printf("# algorithm: %s\n", shown.c_str());
       }
       static const char* const kTimeReports[] = {"rank 0's", "the average of the ranks'", "the fastest rank's",
                                                  "the slowest rank's"};
@@ -660,9 +686,9 @@ int runTool(int argc, char** argv) {
                               {coll::P2POp::Recv, comm.prev(), out, count, type}},
                              k);
             else if (collective == "allgather")
-              coll::allGather(comm, in, out, perRank, type, k);
+              coll::allGather(comm, in, out, perRank, type, k, algorithm);
             else if (collective == "reducescatter")
-              coll::reduceScatter(comm, in, out, perRank, type, reduceOp, k);
+              coll::reduceScatter(comm, in, out, perRank, type, reduceOp, k, algorithm);
             else if (collective == "broadcast")
               coll::broadcast(comm, in, out, count, type, root, k);
             else

@@ -846,20 +846,6 @@ void Communicator::loadCollNetOnce() {
   }
 }
 
-bool Communicator::collNetReduces(ncclDataType_t type, ncclRedOp_t op, std::string* why) {
-  std::lock_guard lock(collNetMutex_);
-  loadCollNetOnce();
-  if (collNetConnected_ < 0 || collNetPlugin_ == nullptr) {
-    *why = collNetWhy_;
-    return false;
-  }
-  const int t = static_cast<int>(type), o = static_cast<int>(op);
-  const bool known = t >= 0 && t < ncclNumTypes && o >= 0 && o < ncclNumOps;
-  if (known && collNetSupport_[static_cast<size_t>(t * ncclNumOps + o)] != 0) return true;
-  *why = std::string(collNetPlugin_->name()) + "'s reduceSupport says no to this type and op";
-  return false;
-}
-
 void Communicator::checkCollNet(ncclResult_t result, const char* call) {
   if (result == ncclSuccess) return;
   const bool known = result > ncclSuccess && result <= ncclTimeout && result != ncclInProgress;
@@ -880,14 +866,21 @@ Communicator::CollNetLink* Communicator::collNet(std::string* why) {
     collNetAgreed_ = true;
     loadCollNetOnce();
   }
-  // Every rank says whether it can take part; nothing is connected unless all can.
+  // Every rank says whether it can take part, and what its collNet does: 'H', the handle, the reduceSupport matrix
+  // and a byte of capabilities (1: iallgather, 2: ireducescatter); or '!' and why not. Nothing is connected unless
+  // all can, and the link does what all do.
+  constexpr size_t kSaid = 1 + NCCL_NET_HANDLE_MAXSIZE + kReducePairs + 1;
   std::string mine(1, '!');
   if (collNetPlugin_ != nullptr && collNetConnected_ == 0) {
     unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-    if (ncclResult_t result = collNetPlugin_->listen(collNetCtx_, 0, handle, &collNetListen_); result != ncclSuccess)
+    if (ncclResult_t result = collNetPlugin_->listen(collNetCtx_, 0, handle, &collNetListen_); result != ncclSuccess) {
       mine += std::string("the collNet's listen returned ") + resultName(result);
-    else
-      mine.assign(reinterpret_cast<const char*>(handle), sizeof(handle)).insert(0, 1, 'H');
+    } else {
+      mine.assign(1, 'H').append(reinterpret_cast<const char*>(handle), sizeof(handle));
+      mine.append(reinterpret_cast<const char*>(collNetSupport_.data()), collNetSupport_.size());
+      mine.push_back(
+          static_cast<char>((collNetPlugin_->hasIallgather() ? 1 : 0) | (collNetPlugin_->hasIreducescatter() ? 2 : 0)));
+    }
   } else {
     mine += collNetWhy_;
   }
@@ -897,11 +890,14 @@ Communicator::CollNetLink* Communicator::collNet(std::string* why) {
   } catch (const BootstrapError& e) {
     throw asCommError(e);
   }
+  collNetLink_.reduces.fill(1);
+  collNetLink_.allGather = collNetLink_.reduceScatter = true;
   for (int r = 0; r < size_; ++r) {
-    if (all[r].empty() || all[r][0] != 'H' || all[r].size() != 1 + NCCL_NET_HANDLE_MAXSIZE) {
+    const std::string& said = all[static_cast<size_t>(r)];
+    if (said.empty() || said[0] != 'H' || said.size() != kSaid) {
       std::lock_guard lock(collNetMutex_);
       collNetAgreedWhy_ = "rank " + std::to_string(r) + " has no collNet to use (" +
-                          (all[r].size() > 1 ? all[r].substr(1) : std::string("no reason given")) + ")";
+                          (said.size() > 1 && said[0] == '!' ? said.substr(1) : std::string("no reason given")) + ")";
       hostLogger(NCCL_LOG_INFO, NCCL_INIT | NCCL_NET, __FILE__, __LINE__, "collNet not used: %s",
                  collNetAgreedWhy_.c_str());
       collNetConnected_ = -1;
@@ -909,6 +905,11 @@ Communicator::CollNetLink* Communicator::collNet(std::string* why) {
       *why = collNetAgreedWhy_;
       return nullptr;
     }
+    for (size_t pair = 0; pair < kReducePairs; ++pair)
+      collNetLink_.reduces[pair] &= static_cast<unsigned char>(said[1 + NCCL_NET_HANDLE_MAXSIZE + pair] == 1);
+    const auto capabilities = static_cast<unsigned char>(said[kSaid - 1]);
+    collNetLink_.allGather = collNetLink_.allGather && (capabilities & 1) != 0;
+    collNetLink_.reduceScatter = collNetLink_.reduceScatter && (capabilities & 2) != 0;
   }
   std::vector<void*> handles(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) handles[static_cast<size_t>(r)] = all[static_cast<size_t>(r)].data() + 1;
@@ -932,8 +933,10 @@ Communicator::CollNetLink* Communicator::collNet(std::string* why) {
     collNetLink_.recvSlots.push_back(collNetMemory_ + (2 * i + 1) * slotBytes);
   }
   hostLogger(NCCL_LOG_INFO, NCCL_INIT | NCCL_NET, __FILE__, __LINE__,
-             "collNet %s (ncclCollNet_v%d) connected: %d ranks, %zu pairs of %zu-byte host slots registered",
-             collNetPlugin_->name(), collNetPlugin_->version(), size_, pairs, slotBytes);
+             "collNet %s (ncclCollNet_v%d) connected: %d ranks, %zu pairs of %zu-byte host slots registered; "
+             "through it: allreduce%s%s",
+             collNetPlugin_->name(), collNetPlugin_->version(), size_, pairs, slotBytes,
+             collNetLink_.allGather ? ", allgather" : "", collNetLink_.reduceScatter ? ", reducescatter" : "");
   std::lock_guard lock(collNetMutex_);
   collNetConnected_ = 1;
   return &collNetLink_;

@@ -17,9 +17,12 @@ namespace nns::coll {
 
 using core::Communicator;
 
-// CollNet: through the plugin's collNet (in-network reduction, NCCL's CollNet algorithm), for host buffers and the
-// types and ops its reduceSupport accepts. Chosen by name, or by Auto where NCCL_COLLNET_ENABLE=1 (as NCCL does);
-// Auto falls back to its size rule where the collNet cannot take the call.
+// CollNet: through the plugin's collNet (in-network reduction, NCCL's CollNet algorithm), for host buffers, the
+// types and ops every rank's reduceSupport accepts, and (allgather, reducescatter) collNets with iallgather or
+// ireducescatter. Chosen by name, or by Auto where NCCL_COLLNET_ENABLE=1 (as NCCL does); Auto falls back to its own
+// choice where the collNet cannot take the call. By name, a call the collNet cannot take is an ArgumentError on every
+// rank (the communicator stays usable): at once for what the call itself shows (GPU buffers, a premultiplied sum),
+// else after the ranks have agreed, at the first call, on what their collNets do.
 enum class Algorithm { Auto, Ring, Tree, Doubling, CollNet };
 const char* algorithmName(Algorithm algorithm);
 // "auto", "ring", "tree", "doubling" (recursive doubling; also "rd"), "collnet", any case.
@@ -71,12 +74,14 @@ struct ReduceOp {
 
 void allReduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ReduceOp op,
                KernelLayer& kernels = hostKernels(), Algorithm algorithm = Algorithm::Auto);
-// recv holds size() blocks of sendCount elements, in rank order.
+// recv holds size() blocks of sendCount elements, in rank order. `algorithm`: Auto, Ring or CollNet (each operation
+// gathers a full window: the collNet's slot holds every rank's part); Auto is the ring unless $NNS_ALGO=collnet, or
+// NCCL_COLLNET_ENABLE=1 where the collNet can take the call.
 void allGather(Communicator& comm, const void* send, void* recv, size_t sendCount, ncclDataType_t type,
-               KernelLayer& kernels = hostKernels());
-// send holds size() blocks of recvCount elements; rank r gets the reduction of block r.
+               KernelLayer& kernels = hostKernels(), Algorithm algorithm = Algorithm::Auto);
+// send holds size() blocks of recvCount elements; rank r gets the reduction of block r. `algorithm` as allGather's.
 void reduceScatter(Communicator& comm, const void* send, void* recv, size_t recvCount, ncclDataType_t type, ReduceOp op,
-                   KernelLayer& kernels = hostKernels());
+                   KernelLayer& kernels = hostKernels(), Algorithm algorithm = Algorithm::Auto);
 void broadcast(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, int root,
                KernelLayer& kernels = hostKernels());
 void reduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ReduceOp op, int root,

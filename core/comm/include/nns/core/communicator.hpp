@@ -374,25 +374,29 @@ class Communicator {
   // under 1 us (no pinning, no system call: TCP's). False until then.
   bool callRegistrationOn() const { return callRegistration_ == 1; }
 
-  // The collNet beside the plugin's net (in-network all-reduce: NCCL's CollNet), as the collectives use it: one comm
-  // over every rank, and `slots` pairs of host slots (send, receive) registered with it once.
+  // The collNet beside the plugin's net (in-network reduction: NCCL's CollNet), as the collectives use it: one comm
+  // over every rank, and `slots` pairs of host slots (send, receive) registered with it once. What it can do is what
+  // every rank's collNet can: their answers were all-gathered when it connected, so every rank holds the same.
+  static constexpr size_t kReducePairs = static_cast<size_t>(ncclNumTypes) * static_cast<size_t>(ncclNumOps);
   struct CollNetLink {
     CollNet* coll = nullptr;
     void* comm = nullptr;
     void* mhandle = nullptr;  // one registration covers every slot
     size_t slotBytes = 0;     // each slot's; no operation posted is larger (a multiple of 8, so of every type's size)
     std::vector<unsigned char*> sendSlots, recvSlots;
+    std::array<unsigned char, kReducePairs> reduces{};  // [type][op]: 1 where every rank's reduceSupport said yes
+    bool allGather = false;                             // every rank's collNet has iallgather (v8 and later)
+    bool reduceScatter = false;                         // ... and ireducescatter
+    bool canReduce(ncclDataType_t type, ncclRedOp_t op) const {
+      const int t = static_cast<int>(type), o = static_cast<int>(op);
+      return t >= 0 && t < ncclNumTypes && o >= 0 && o < ncclNumOps && reduces[static_cast<size_t>(t * ncclNumOps + o)];
+    }
   };
-  // Whether this rank's collNet reduces `type` with `op` (its reduceSupport, asked for every pair once, when the
-  // collNet is loaded at the first ask: init and device 0's properties; host memory is needed), a local step. False,
-  // with `why`, when it cannot (none in the library, a failed init, a device without host memory, the pair not
-  // supported). Another rank's answer may differ where its collNet did not load: collNet() is what all agree on.
-  // Any thread.
-  bool collNetReduces(ncclDataType_t type, ncclRedOp_t op, std::string* why);
   // The collNet connected, at the first call: a collective step (every rank calls it at the same point, inside an
-  // operation given to submit()). Every rank all-gathers its handle, or why it has none, so all agree: nullptr with
-  // `why` when any rank cannot use it. Decided once: later calls answer at once, with no traffic. A connect that
-  // fails fails the communicator.
+  // operation given to submit()). Every rank loads its collNet (init, device 0's properties: host memory is needed,
+  // reduceSupport for every pair), then all-gathers its handle and what it supports, or why it has none, so all
+  // agree: nullptr with `why` when any rank cannot use it. Decided once: later calls answer at once, with no traffic.
+  // A connect that fails fails the communicator.
   CollNetLink* collNet(std::string* why);
   // Throws a CommError naming the collNet and `call` unless `result` is ncclSuccess.
   void checkCollNet(ncclResult_t result, const char* call);
@@ -515,14 +519,13 @@ class Communicator {
   std::vector<Cursor> runCursors_;
   std::vector<size_t> runFlowStart_, runPiecesBefore_;
   Plan plan_;  // newPlan()'s
-  // The collNet (collNetReduces, collNet()): loaded under collNetMutex_ at the first ask; connected by collNet().
+  // The collNet (collNet()): loaded under collNetMutex_ and connected at the first ask.
   void closeCollNet();
   void loadCollNetOnce();  // under collNetMutex_
   std::mutex collNetMutex_;
-  std::array<signed char, static_cast<size_t>(ncclNumTypes) * static_cast<size_t>(ncclNumOps)>
-      collNetSupport_{};          // [type][op]
-  std::string collNetWhy_;        // why this rank's collNet is unusable (collNetReduces)
-  std::string collNetAgreedWhy_;  // why collNet() gave no link: a rank's reason, or a close
+  std::array<unsigned char, kReducePairs> collNetSupport_{};  // this rank's reduceSupport, [type][op]
+  std::string collNetWhy_;                                    // why this rank's collNet is unusable
+  std::string collNetAgreedWhy_;                              // why collNet() gave no link: a rank's reason, or a close
   std::unique_ptr<CollNet> collNetPlugin_;
   void* collNetCtx_ = nullptr;
   void* collNetListen_ = nullptr;
