@@ -10,6 +10,8 @@
 //   collnet-leaked-descriptor  each comm opens a descriptor (a completion channel) that closeColl forgets
 //   collnet-old-version-differs the v6 table (exported beside v12, as the real one's) names its device otherwise (an
 //                              old table kept by hand that drifted from the new one)
+//   collnet-parts-reversed     iallgather and ireducescatter walk a window's parts last to first (an SGE loop
+//                              running backwards; a window of one part is right)
 #include <dlfcn.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -76,6 +78,32 @@ ncclResult_t iallreduce(void* comm, void* sendData, void* recvData, size_t count
   return result;
 }
 
+// The parts given to the real collNet, last first, where collnet-parts-reversed is picked (at most 8 parts: the
+// rules pass 3).
+struct Parts {
+  ncclNetSGE_v12_t sge[8];
+  ncclNetSGE_v12_t* reorder(int n, ncclNetSGE_v12_t* parts) {
+    if (!picked("collnet-parts-reversed") || n < 2 || n > 8) return parts;
+    for (int i = 0; i < n; ++i) sge[i] = parts[n - 1 - i];
+    return sge;
+  }
+};
+
+ncclResult_t iallgather(void* comm, void* sendData, int nRecvParts, ncclNetSGE_v12_t* recvParts, size_t bytesPerRank,
+                        size_t windowOffset, size_t windowBytes, void* sendMhandle, void** request) {
+  Parts parts;  // the real one copies the list at the post
+  return realColl()->iallgather(comm, sendData, nRecvParts, parts.reorder(nRecvParts, recvParts), bytesPerRank,
+                                windowOffset, windowBytes, sendMhandle, request);
+}
+
+ncclResult_t ireducescatter(void* comm, int nSendParts, ncclNetSGE_v12_t* sendParts, void* recvData,
+                            size_t bytesPerRank, size_t windowOffset, size_t windowBytes, ncclDataType_t type,
+                            ncclRedOp_t op, void* recvMhandle, void** request) {
+  Parts parts;
+  return realColl()->ireducescatter(comm, nSendParts, parts.reorder(nSendParts, sendParts), recvData, bytesPerRank,
+                                    windowOffset, windowBytes, type, op, recvMhandle, request);
+}
+
 ncclResult_t connect(void* handles[], int nranks, int rank, void* listenComm, void** collComm) {
   ncclResult_t result = realColl()->connect(handles, nranks, rank, listenComm, collComm);
   if (result == ncclSuccess && picked("collnet-leaked-descriptor")) (void)eventfd(0, EFD_CLOEXEC);
@@ -122,6 +150,8 @@ __attribute__((constructor)) static void fillTables() {
   ncclCollNetPlugin_v12.iallreduce = iallreduce;
   ncclCollNetPlugin_v12.test = test;
   ncclCollNetPlugin_v12.connect = connect;
+  ncclCollNetPlugin_v12.iallgather = iallgather;
+  ncclCollNetPlugin_v12.ireducescatter = ireducescatter;
   if (realCollV6() != nullptr) {
     ncclCollNetPlugin_v6 = *realCollV6();
     ncclCollNetPlugin_v6.getProperties = getPropertiesV6;

@@ -701,6 +701,56 @@ Outcome allreduceEveryType(const core::Net& net, const Settings& settings) {
   return withSkip(outcome, skipText);
 }
 
+// Where a window of `bytes` is cut into `parts` (1 or 3) parts of uneven sizes, none empty, none on a rank's block
+// boundary by design: cut[i]..cut[i+1], in multiples of `unit` bytes.
+std::vector<size_t> windowCuts(size_t bytes, int parts, size_t unit) {
+  if (parts == 1) return {0, bytes};
+  const size_t units = bytes / unit;
+  return {0, (units / 4 + 1) * unit, (units * 3 / 4 - 2) * unit, bytes};
+}
+
+// Registered buffers for a window cut by windowCuts, as the SGE list NCCL passes (v9+: several parts, one after
+// another); part i is its own allocation and registration unless `whole` (then all of it, one part).
+struct WindowParts {
+  explicit WindowParts(Rank& owner) : rank(owner) {}
+  WindowParts(const WindowParts&) = delete;
+  WindowParts& operator=(const WindowParts&) = delete;
+  ~WindowParts() {
+    for (const ncclNetSGE_v12_t& sge : sges) rank.dereg(sge.mhandle);
+  }
+  // Registers a part of each cut (cut[i]..cut[i+1]), each its own allocation.
+  bool add(const std::vector<size_t>& cuts, std::string* why) {
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      memory.emplace_back(cuts[i + 1] - cuts[i], 0xa5);
+      void* mhandle = rank.reg(memory.back().data(), memory.back().size(), why);
+      if (mhandle == nullptr) return false;
+      sges.push_back({mhandle, memory.back().data(), memory.back().size()});
+    }
+    return true;
+  }
+  // The parts' bytes, one after another, into `out`; or the window's bytes from `in` into the parts.
+  void gather(unsigned char* out) const {
+    for (const ncclNetSGE_v12_t& sge : sges) {
+      std::memcpy(out, sge.address, sge.size);
+      out += sge.size;
+    }
+  }
+  void scatter(const unsigned char* in) {
+    for (const ncclNetSGE_v12_t& sge : sges) {
+      std::memcpy(sge.address, in, sge.size);
+      in += sge.size;
+    }
+  }
+  Rank& rank;
+  std::vector<std::vector<unsigned char>> memory;
+  std::vector<ncclNetSGE_v12_t> sges;  // deregistered with this
+};
+
+// A v8 collNet takes one part (its SGE has a 32-bit size and the adapter passes one); later ones take several.
+bool takesParts(Rank& rank) {
+  return rank.coll().version() >= 9;
+}
+
 Outcome allgatherGathers(const core::Net& net, const Settings& settings) {
   std::string skipText;
   Outcome outcome = runRanks(net, settings, [&](Rank& rank) {
@@ -710,40 +760,48 @@ Outcome allgatherGathers(const core::Net& net, const Settings& settings) {
       skipText = format("ncclCollNet_v%d has no iallgather (v8+, optional)", rank.coll().version());
       return true;
     }
-    const size_t sizes[] = {1, 4097, 262147};
+    struct Case {
+      size_t bytesPerRank;
+      bool inPlace;
+      int parts;  // the receive window in this many separately registered parts
+    };
+    const Case cases[] = {{1, false, 1}, {4097, true, 1}, {262147, false, 1}, {4099, false, 3}};
     const int n = rank.ranks();
-    for (size_t bytesPerRank : sizes) {
-      if (bytesPerRank * n > rank.props().maxCollBytes) continue;
-      const bool inPlace = bytesPerRank == 4097;
+    for (const Case& c : cases) {
+      const size_t bytesPerRank = c.bytesPerRank;
+      if (bytesPerRank * n > rank.props().maxCollBytes || (c.parts > 1 && !takesParts(rank))) continue;
       std::vector<unsigned char> send(bytesPerRank), recv(bytesPerRank * n, 0xa5);
       auto fillBlock = [&](unsigned char* out, int r) {
         for (size_t i = 0; i < bytesPerRank; ++i)
           out[i] = static_cast<unsigned char>(mix(bytesPerRank * 131 + static_cast<size_t>(r) * 7919 + i));
       };
-      unsigned char* source = inPlace ? recv.data() + bytesPerRank * rank.rank() : send.data();
+      unsigned char* source = c.inPlace ? recv.data() + bytesPerRank * rank.rank() : send.data();
       fillBlock(source, rank.rank());
-      const std::string what =
-          format("all-gather of %zu byte(s) per rank%s", bytesPerRank, inPlace ? ", in place" : "");
-      void* recvMh = rank.reg(recv.data(), recv.size(), &why);
-      void* sendMh = inPlace ? recvMh : (recvMh ? rank.reg(send.data(), send.size(), &why) : nullptr);
-      if (recvMh == nullptr || sendMh == nullptr) {
+      const std::string how = c.inPlace ? ", in place" : c.parts > 1 ? format(" into %d parts", c.parts) : "";
+      const std::string what = format("all-gather of %zu byte(s) per rank%s", bytesPerRank, how.c_str());
+      WindowParts parts(rank);
+      void* recvMh = c.parts == 1 ? rank.reg(recv.data(), recv.size(), &why) : nullptr;
+      const bool registered = c.parts == 1 ? recvMh != nullptr : parts.add(windowCuts(recv.size(), c.parts, 1), &why);
+      void* sendMh = c.inPlace ? recvMh : (registered ? rank.reg(send.data(), send.size(), &why) : nullptr);
+      if (!registered || sendMh == nullptr) {
         rank.dereg(recvMh);
         return rank.fail(what + ": " + why);
       }
-      ncclNetSGE_v12_t part{recvMh, recv.data(), recv.size()};
+      if (c.parts == 1) parts.sges.push_back({recvMh, recv.data(), recv.size()});  // deregistered by parts
       void* request = nullptr;
       ncclResult_t result = rank.post(
           "collnet iallgather",
           [&](void** r) {
-            return rank.coll().iallgather(rank.comm(), source, 1, &part, bytesPerRank, 0, recv.size(), sendMh, r);
+            return rank.coll().iallgather(rank.comm(), source, static_cast<int>(parts.sges.size()), parts.sges.data(),
+                                          bytesPerRank, 0, recv.size(), sendMh, r);
           },
           &request);
       const bool posted = result == ncclSuccess;
       if (posted) result = rank.wait(request, 30, nullptr);
-      if (!inPlace) rank.dereg(sendMh);
-      rank.dereg(recvMh);
+      if (!c.inPlace) rank.dereg(sendMh);
       if (result != ncclSuccess)
         return rank.fail(what + ": " + (posted ? rank.waitText(result, 30) : Rank::postText("iallgather", result)));
+      if (c.parts > 1) parts.gather(recv.data());
       std::vector<unsigned char> block(bytesPerRank);
       for (int r = 0; r < n; ++r) {
         fillBlock(block.data(), r);
@@ -757,9 +815,9 @@ Outcome allgatherGathers(const core::Net& net, const Settings& settings) {
       }
     }
     rank.note(
-        format("all-gathers of 1, 4097 (in place) and 262147 bytes per rank over %d rank(s), every block in its "
-               "rank's place",
-               n));
+        format("all-gathers of 1, 4097 (in place) and 262147 bytes per rank over %d rank(s)%s, every block in "
+               "its rank's place",
+               n, takesParts(rank) ? ", and of 4099 into 3 separately registered parts" : ""));
     return true;
   });
   return withSkip(outcome, skipText);
@@ -782,51 +840,58 @@ Outcome reduceScatterScatters(const core::Net& net, const Settings& settings) {
       if (same == chosen.end()) chosen.push_back(p);
     }
     const int n = rank.ranks();
-    const size_t counts[] = {1, 1027, 32771};
     int done = 0;
     uint64_t seed = 1000;
+    // One reduce-scatter of `count` elements per rank, its input window in `partCount` separately registered parts.
+    auto once = [&](const Pair& p, size_t count, int partCount) {
+      const size_t elementBytes = typeBytes(p.type);
+      const size_t blockBytes = count * elementBytes;
+      std::vector<unsigned char> send(blockBytes * n), recv(blockBytes, 0xa5);
+      fillInputs(send.data(), p.type, p.op, rank.rank(), 0, count * n, seed);
+      const std::string how = partCount > 1 ? format(", its input in %d parts", partCount) : "";
+      const std::string what = format("reduce-scatter %s %s of %zu element(s) per rank%s", typeText(p.type),
+                                      opText(p.op), count, how.c_str());
+      WindowParts parts(rank);
+      const bool registered = parts.add(windowCuts(send.size(), partCount, elementBytes), &why);
+      void* recvMh = registered ? rank.reg(recv.data(), recv.size(), &why) : nullptr;
+      if (recvMh == nullptr) return rank.fail(what + ": " + why);
+      parts.scatter(send.data());
+      void* request = nullptr;
+      ncclResult_t result = rank.post(
+          "collnet ireducescatter",
+          [&](void** r) {
+            return rank.coll().ireducescatter(
+                rank.comm(), static_cast<int>(parts.sges.size()), parts.sges.data(), recv.data(), blockBytes, 0,
+                send.size(), static_cast<ncclDataType_t>(p.type), static_cast<ncclRedOp_t>(p.op), recvMh, r);
+          },
+          &request);
+      const bool posted = result == ncclSuccess;
+      if (posted) result = rank.wait(request, 30, nullptr);
+      rank.dereg(recvMh);
+      if (result != ncclSuccess)
+        return rank.fail(what + ": " + (posted ? rank.waitText(result, 30) : Rank::postText("ireducescatter", result)));
+      std::string wrong =
+          firstWrongElement(recv.data(), p.type, p.op, n, count * static_cast<size_t>(rank.rank()), count, seed);
+      if (!wrong.empty()) return rank.fail(what + ": this rank's block: " + wrong);
+      ++seed;
+      ++done;
+      return true;
+    };
+    const size_t counts[] = {1, 1027, 32771};
     for (const Pair& p : chosen)
-      for (size_t count : counts) {
-        const size_t elementBytes = typeBytes(p.type);
-        const size_t blockBytes = count * elementBytes;
-        if (blockBytes * n > rank.props().maxCollBytes) continue;
-        std::vector<unsigned char> send(blockBytes * n), recv(blockBytes, 0xa5);
-        fillInputs(send.data(), p.type, p.op, rank.rank(), 0, count * n, seed);
-        const std::string what =
-            format("reduce-scatter %s %s of %zu element(s) per rank", typeText(p.type), opText(p.op), count);
-        void* sendMh = rank.reg(send.data(), send.size(), &why);
-        void* recvMh = sendMh ? rank.reg(recv.data(), recv.size(), &why) : nullptr;
-        if (sendMh == nullptr || recvMh == nullptr) {
-          rank.dereg(sendMh);
-          return rank.fail(what + ": " + why);
-        }
-        ncclNetSGE_v12_t part{sendMh, send.data(), send.size()};
-        void* request = nullptr;
-        ncclResult_t result = rank.post(
-            "collnet ireducescatter",
-            [&](void** r) {
-              return rank.coll().ireducescatter(rank.comm(), 1, &part, recv.data(), blockBytes, 0, send.size(),
-                                                static_cast<ncclDataType_t>(p.type), static_cast<ncclRedOp_t>(p.op),
-                                                recvMh, r);
-            },
-            &request);
-        const bool posted = result == ncclSuccess;
-        if (posted) result = rank.wait(request, 30, nullptr);
-        rank.dereg(recvMh);
-        rank.dereg(sendMh);
-        if (result != ncclSuccess)
-          return rank.fail(what + ": " +
-                           (posted ? rank.waitText(result, 30) : Rank::postText("ireducescatter", result)));
-        std::string wrong =
-            firstWrongElement(recv.data(), p.type, p.op, n, count * static_cast<size_t>(rank.rank()), count, seed);
-        if (!wrong.empty()) return rank.fail(what + ": this rank's block: " + wrong);
-        ++seed;
-        ++done;
-      }
+      for (size_t count : counts)
+        if (count * typeBytes(p.type) * n <= rank.props().maxCollBytes && !once(p, count, 1)) return false;
+    const bool inParts =
+        takesParts(rank) && !chosen.empty() && 1031 * typeBytes(chosen.back().type) * n <= rank.props().maxCollBytes;
+    if (inParts && !once(chosen.back(), 1031, 3)) return false;
+    const std::string partsNote = inParts
+                                      ? format(", and 1031 of %s %s with the input in 3 separately registered parts",
+                                               typeText(chosen.back().type), opText(chosen.back().op))
+                                      : "";
     rank.note(
         format("%d reduce-scatters over %d rank(s), each rank given its own block reduced: %s; 1, 1027 and "
-               "32771 elements per rank",
-               done, n, pairsText(chosen).c_str()));
+               "32771 elements per rank%s",
+               done, n, pairsText(chosen).c_str(), partsNote.c_str()));
     return true;
   });
   return withSkip(outcome, skipText);
