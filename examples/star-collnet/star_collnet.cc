@@ -67,7 +67,7 @@ struct WireHeader {
   uint32_t kind;  // collective | data type << 8 | op << 16: the ranks must all have posted the same
   uint64_t sequence;
   uint64_t payloadBytes;
-  uint64_t windowOffset;  // all-gather: the part of the gathered output this rank wants
+  uint64_t windowOffset;  // all-gather: the part of the gathered output wanted (the same on every rank)
   uint64_t windowBytes;
 };
 
@@ -93,7 +93,7 @@ struct StarRequest {
   ncclDataType_t type = ncclInt8;
   ncclRedOp_t op = ncclSum;
   uint64_t sequence = 0;
-  size_t payloadBytes = 0;  // every rank's contribution
+  size_t payloadBytes = 0;  // this rank's contribution (all-gather: its bytes inside the window; else alike on all)
   size_t resultBytes = 0;   // what this rank receives: the size test() reports
   size_t bytesPerRank = 0;
   size_t windowOffset = 0;
@@ -430,8 +430,11 @@ class StarColl {
     return post(comm, r, request);
   }
 
-  // The gathered output is nranks * bytesPerRank bytes, rank r's sendData at r * bytesPerRank; this call delivers
-  // the window [windowOffset, windowOffset + windowBytes) of it into recvParts, one part after another.
+  // The gathered output is nranks * bytesPerRank bytes, rank r's block at r * bytesPerRank; this call delivers the
+  // window [windowOffset, windowOffset + windowBytes) of it into recvParts, one part after another. As NCCL's proxy
+  // posts it (src/transport/coll_net.cc), sendData points at this rank's first byte inside the window: its block's
+  // start, or, where the window starts inside its block, that byte. Only this rank's bytes inside the window are
+  // read, and every rank must post the same window.
   ncclResult_t iallgather(void* collComm, void* sendData, int nRecvParts, ncclNetSGE_v12_t* recvParts,
                           size_t bytesPerRank, size_t windowOffset, size_t windowBytes, void* sendMhandle,
                           void** request) {
@@ -444,14 +447,16 @@ class StarColl {
                     windowBytes, windowOffset, comm->nranks, bytesPerRank);
       return ncclInvalidArgument;
     }
-    NCCL_NET_CHECK(checkRegion("iallgather", "sendData", sendMhandle, sendData, bytesPerRank));
+    const size_t mine = inWindow(comm->rank, bytesPerRank, windowOffset, windowBytes);
+    NCCL_NET_CHECK(checkRegion("iallgather", "sendData", sendMhandle, sendData, mine));
     StarRequest* r = nullptr;
     NCCL_NET_CHECK(acquire(comm, "iallgather", &r));
     r->collective = Collective::kAllGather;
-    r->payloadBytes = r->bytesPerRank = bytesPerRank;
+    r->payloadBytes = mine;
+    r->bytesPerRank = bytesPerRank;
     r->windowOffset = windowOffset;
     r->windowBytes = r->resultBytes = windowBytes;
-    r->input = iovec{sendData, bytesPerRank};
+    r->input = iovec{sendData, mine};
     copySges(recvParts, nRecvParts, r);
     return post(comm, r, request);
   }
@@ -704,6 +709,18 @@ class StarColl {
     return ncclInvalidArgument;
   }
 
+  // How many bytes of rank q's block lie in the all-gather window [offset, offset + bytes).
+  static size_t inWindow(int q, size_t bytesPerRank, size_t offset, size_t bytes) {
+    const size_t begin = static_cast<size_t>(q) * bytesPerRank;
+    const size_t from = std::max(begin, offset), to = std::min(begin + bytesPerRank, offset + bytes);
+    return from < to ? to - from : 0;
+  }
+  // What rank 0 receives from rank p for `r`: p's bytes in the window for an all-gather, else r's payload size.
+  static size_t payloadOf(const StarRequest* r, int p) {
+    return r->collective == Collective::kAllGather ? inWindow(p, r->bytesPerRank, r->windowOffset, r->windowBytes)
+                                                   : r->payloadBytes;
+  }
+
   static ncclResult_t checkRegion(const char* call, const char* what, void* mhandle, const void* data, size_t size) {
     if (mhandle == nullptr || size == 0) return ncclSuccess;
     auto* region = static_cast<const Region*>(mhandle);
@@ -811,7 +828,7 @@ class StarColl {
       Peer& peer = comm->peers[static_cast<size_t>(p)];
       peer.headerOffset = peer.payloadOffset = peer.sentOffset = 0;
       peer.received = peer.sent = false;
-      if (peer.staging.size() < r->payloadBytes) peer.staging.resize(r->payloadBytes);
+      if (peer.staging.size() < payloadOf(r, p)) peer.staging.resize(payloadOf(r, p));
     }
     if (r->collective == Collective::kReduceScatter) {  // rank 0's own input, gathered from its parts, as block 0's
       Peer& self = comm->peers[0];
@@ -882,7 +899,7 @@ class StarColl {
         if (status == sdk::IoStatus::kDone && !headerMatches(comm, p, r)) return false;
       }
       if (status == sdk::IoStatus::kDone)
-        status = sdk::recvSome(peer.fd, peer.staging.data(), r->payloadBytes, &peer.payloadOffset, &error);
+        status = sdk::recvSome(peer.fd, peer.staging.data(), payloadOf(r, p), &peer.payloadOffset, &error);
       if (sdk::failed(status)) {
         peerFailed(comm, p, status, error);
         return false;
@@ -908,7 +925,7 @@ class StarColl {
     }
     if (!allSent) return false;
     if (r->collective == Collective::kAllGather) {  // after the sends: an in-place output may overlap the input
-      windowParts(comm, r, r->windowOffset, r->windowBytes, &comm->ownWindow);
+      windowParts(comm, r, &comm->ownWindow);
       copyParts(comm->ownWindow.data(), static_cast<int>(comm->ownWindow.size()), r->parts, r->nParts);
     }
     return true;
@@ -916,35 +933,34 @@ class StarColl {
 
   static bool headerMatches(StarComm* comm, int p, const StarRequest* r) {
     const WireHeader& got = comm->peers[static_cast<size_t>(p)].header;
-    bool windowInside = r->collective != Collective::kAllGather ||
-                        (got.windowOffset <= r->bytesPerRank * static_cast<size_t>(comm->nranks) &&
-                         got.windowBytes <= r->bytesPerRank * static_cast<size_t>(comm->nranks) - got.windowOffset);
+    const bool sameWindow = r->collective != Collective::kAllGather ||
+                            (got.windowOffset == r->windowOffset && got.windowBytes == r->windowBytes);
     if (got.magic == kWireMagic && got.kind == r->header.kind && got.sequence == r->sequence &&
-        got.payloadBytes == r->payloadBytes && windowInside)
+        got.payloadBytes == payloadOf(r, p) && sameWindow)
       return true;
     char text[320];
     std::snprintf(text, sizeof(text),
                   "rank %d posted operation #%llu (kind 0x%x, %llu bytes, window %llu+%llu) while rank 0 runs #%llu "
-                  "(%s, kind 0x%x, %zu bytes): the ranks called different collectives",
+                  "(%s, kind 0x%x, %zu bytes, window %zu+%zu): the ranks called different collectives",
                   p, static_cast<unsigned long long>(got.sequence), got.kind,
                   static_cast<unsigned long long>(got.payloadBytes), static_cast<unsigned long long>(got.windowOffset),
                   static_cast<unsigned long long>(got.windowBytes), static_cast<unsigned long long>(r->sequence),
-                  collectiveName(r->collective), r->header.kind, r->payloadBytes);
+                  collectiveName(r->collective), r->header.kind, payloadOf(r, p), r->windowOffset, r->windowBytes);
     fail(comm, ncclInternalError, text);
     return false;
   }
 
-  // The pieces of the gathered output [offset, offset + bytes): rank 0's from its sendData, the others' from staging.
-  static void windowParts(StarComm* comm, const StarRequest* r, size_t offset, size_t bytes, std::vector<iovec>* out) {
+  // The pieces of r's all-gather window: rank 0's from its sendData, the others' from staging, each holding that
+  // rank's bytes inside the window from their first.
+  static void windowParts(StarComm* comm, const StarRequest* r, std::vector<iovec>* out) {
     out->clear();
-    const size_t perRank = r->bytesPerRank;
-    for (int q = 0; q < comm->nranks && bytes > 0; ++q) {
+    const size_t perRank = r->bytesPerRank, offset = r->windowOffset, end = r->windowOffset + r->windowBytes;
+    for (int q = 0; q < comm->nranks; ++q) {
       const size_t begin = static_cast<size_t>(q) * perRank;
-      const size_t from = std::max(begin, offset);
-      const size_t to = std::min(begin + perRank, offset + bytes);
+      const size_t from = std::max(begin, offset), to = std::min(begin + perRank, end);
       if (from >= to) continue;
       char* base = q == 0 ? static_cast<char*>(r->input.iov_base) : comm->peers[static_cast<size_t>(q)].staging.data();
-      out->push_back(iovec{base + (from - begin), to - from});
+      out->push_back(iovec{base, to - from});
     }
   }
 
@@ -981,10 +997,7 @@ class StarColl {
         break;
       }
       case Collective::kAllGather:
-        for (int p = 1; p < n; ++p) {
-          Peer& peer = comm->peers[static_cast<size_t>(p)];
-          windowParts(comm, r, peer.header.windowOffset, peer.header.windowBytes, &peer.result);
-        }
+        for (int p = 1; p < n; ++p) windowParts(comm, r, &comm->peers[static_cast<size_t>(p)].result);
         break;
     }
   }

@@ -361,8 +361,8 @@ std::string pipelined(Rank& rank) {
   return "";
 }
 
-// All-gather: the full window in one part, then a window in the middle over 2 parts; reduce-scatter: the full window
-// (input in 2 parts) for int32 sum and float32 max, and a partial window refused.
+// All-gather: the full window in one part, then a window in the middle over 2 parts, and the output walked in windows;
+// reduce-scatter: the full window (input in 2 parts) for int32 sum and float32 max, and a partial window refused.
 std::string gatherAndScatter(Rank& rank) {
   std::string error = rank.setUp();
   if (!error.empty()) return error;
@@ -385,15 +385,31 @@ std::string gatherAndScatter(Rank& rank) {
   RANK_CHECK(waitDone(request, &size) == ncclSuccess && size == static_cast<int>(all.size()), "size %d", size);
   RANK_CHECK(all == want, "the full all-gather differs");
 
-  const size_t offset = 500, bytes = want.size() - 700;  // from inside rank 0's part to inside the last rank's
-  std::vector<char> first(bytes / 3, 0), second(bytes - bytes / 3, 0);
-  ncclNetSGE_v12_t parts[2] = {{nullptr, first.data(), first.size()}, {nullptr, second.data(), second.size()}};
-  result = coll().iallgather(rank.collComm, send.data(), 2, parts, perRank, offset, bytes, nullptr, &request);
-  RANK_CHECK(result == ncclSuccess, "iallgather of a window returned %d", result);
-  RANK_CHECK(waitDone(request, &size) == ncclSuccess && size == static_cast<int>(bytes), "size %d", size);
-  first.insert(first.end(), second.begin(), second.end());
-  RANK_CHECK(std::equal(first.begin(), first.end(), want.begin() + static_cast<long>(offset)),
-             "the windowed all-gather differs");
+  // Partial windows as NCCL's proxy posts them: sendData at this rank's first byte inside the window (its block's
+  // start, or the byte where the window starts inside its block).
+  auto windowed = [&](size_t offset, size_t bytes, int nParts) -> std::string {
+    const size_t begin = static_cast<size_t>(rank.rank) * perRank;
+    char* sendData = send.data() + (offset > begin && offset < begin + perRank ? offset - begin : 0);
+    // One part: all in `second`; two: a third in `first`, the rest in `second`.
+    const size_t firstBytes = nParts == 1 ? 0 : bytes / 3;
+    std::vector<char> first(firstBytes, 0), second(bytes - firstBytes, 0);
+    ncclNetSGE_v12_t parts[2] = {{nullptr, first.data(), first.size()}, {nullptr, second.data(), second.size()}};
+    ncclNetSGE_v12_t* from = nParts == 1 ? &parts[1] : parts;
+    ncclResult_t posted =
+        coll().iallgather(rank.collComm, sendData, nParts, from, perRank, offset, bytes, nullptr, &request);
+    RANK_CHECK(posted == ncclSuccess, "iallgather of the window %zu+%zu returned %d", offset, bytes, posted);
+    RANK_CHECK(waitDone(request, &size) == ncclSuccess && size == static_cast<int>(bytes), "size %d", size);
+    first.insert(first.end(), second.begin(), second.end());
+    RANK_CHECK(std::equal(first.begin(), first.end(), want.begin() + static_cast<long>(offset)),
+               "the all-gather of the window %zu+%zu differs", offset, bytes);
+    return "";
+  };
+  // From inside rank 0's block to inside the last rank's, over 2 parts.
+  if (!(error = windowed(500, want.size() - 700, 2)).empty()) return error;
+  // The whole output walked in windows of 700 bytes (not a divisor of a block), as NCCL's registered path walks it
+  // in windows of maxCollBytes: each starts inside some rank's block, and one touches no byte of some ranks.
+  for (size_t offset = 0; offset < want.size(); offset += 700)
+    if (!(error = windowed(offset, std::min<size_t>(700, want.size() - offset), 1)).empty()) return error;
 
   // The full output over 20 parts (more than one sendmsg/recvmsg takes at once).
   constexpr int kParts = 20;
