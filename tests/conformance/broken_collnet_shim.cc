@@ -12,6 +12,11 @@
 //                              old table kept by hand that drifted from the new one)
 //   collnet-parts-reversed     iallgather and ireducescatter walk a window's parts last to first (an SGE loop
 //                              running backwards; a window of one part is right)
+//   collnet-one-part-only      not a bug: iallgather and ireducescatter refuse several parts with ncclInvalidArgument
+//                              (NCCL posts one), which the rules allow and say so
+//   collnet-window-from-block-start iallgather reads sendData as the start of the rank's block where NCCL points it
+//                              at the rank's first byte inside a window that starts inside the block (this
+//                              example's own reading before NCCL's was checked; full windows are right)
 #include <dlfcn.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -19,6 +24,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include <nccl_net/net.h>
 
@@ -89,8 +96,21 @@ struct Parts {
   }
 };
 
+// Each comm's rank, from connect (collnet-window-from-block-start needs it).
+std::mutex gRanksMutex;
+std::map<void*, int> gRanks;
+
 ncclResult_t iallgather(void* comm, void* sendData, int nRecvParts, ncclNetSGE_v12_t* recvParts, size_t bytesPerRank,
                         size_t windowOffset, size_t windowBytes, void* sendMhandle, void** request) {
+  if (picked("collnet-window-from-block-start")) {
+    // Taking sendData as the block's start, the rank's bytes in the window are sendData + (the window's offset
+    // inside the block): what the real one is handed instead of sendData.
+    std::lock_guard<std::mutex> lock(gRanksMutex);
+    const size_t begin = bytesPerRank * static_cast<size_t>(gRanks[comm]);
+    if (windowOffset > begin && windowOffset < begin + bytesPerRank)
+      sendData = static_cast<char*>(sendData) + (windowOffset - begin);
+  }
+  if (picked("collnet-one-part-only") && nRecvParts > 1) return ncclInvalidArgument;
   Parts parts;  // the real one copies the list at the post
   return realColl()->iallgather(comm, sendData, nRecvParts, parts.reorder(nRecvParts, recvParts), bytesPerRank,
                                 windowOffset, windowBytes, sendMhandle, request);
@@ -99,6 +119,7 @@ ncclResult_t iallgather(void* comm, void* sendData, int nRecvParts, ncclNetSGE_v
 ncclResult_t ireducescatter(void* comm, int nSendParts, ncclNetSGE_v12_t* sendParts, void* recvData,
                             size_t bytesPerRank, size_t windowOffset, size_t windowBytes, ncclDataType_t type,
                             ncclRedOp_t op, void* recvMhandle, void** request) {
+  if (picked("collnet-one-part-only") && nSendParts > 1) return ncclInvalidArgument;
   Parts parts;
   return realColl()->ireducescatter(comm, nSendParts, parts.reorder(nSendParts, sendParts), recvData, bytesPerRank,
                                     windowOffset, windowBytes, type, op, recvMhandle, request);
@@ -107,7 +128,19 @@ ncclResult_t ireducescatter(void* comm, int nSendParts, ncclNetSGE_v12_t* sendPa
 ncclResult_t connect(void* handles[], int nranks, int rank, void* listenComm, void** collComm) {
   ncclResult_t result = realColl()->connect(handles, nranks, rank, listenComm, collComm);
   if (result == ncclSuccess && picked("collnet-leaked-descriptor")) (void)eventfd(0, EFD_CLOEXEC);
+  if (result == ncclSuccess) {
+    std::lock_guard<std::mutex> lock(gRanksMutex);
+    gRanks[*collComm] = rank;
+  }
   return result;
+}
+
+ncclResult_t closeColl(void* collComm) {
+  {
+    std::lock_guard<std::mutex> lock(gRanksMutex);
+    gRanks.erase(collComm);
+  }
+  return realColl()->closeColl(collComm);
 }
 
 ncclResult_t getPropertiesV6(int dev, ncclNetProperties_v6_t* props) {
@@ -151,6 +184,7 @@ __attribute__((constructor)) static void fillTables() {
   ncclCollNetPlugin_v12.test = test;
   ncclCollNetPlugin_v12.connect = connect;
   ncclCollNetPlugin_v12.iallgather = iallgather;
+  ncclCollNetPlugin_v12.closeColl = closeColl;
   ncclCollNetPlugin_v12.ireducescatter = ireducescatter;
   if (realCollV6() != nullptr) {
     ncclCollNetPlugin_v6 = *realCollV6();
