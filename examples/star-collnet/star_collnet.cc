@@ -425,6 +425,7 @@ class StarColl {
     r->type = dataType;
     r->op = redOp;
     r->payloadBytes = r->resultBytes = bytes;
+    r->windowOffset = r->windowBytes = 0;  // the header's window: compared on rank 0, whatever a reused request held
     r->input = iovec{sendData, bytes};
     r->output = iovec{recvData, bytes};
     return post(comm, r, request);
@@ -442,11 +443,6 @@ class StarColl {
     size_t outputBytes = 0;
     NCCL_NET_CHECK(
         checkWindow("iallgather", comm, nRecvParts, recvParts, bytesPerRank, windowOffset, windowBytes, &outputBytes));
-    if (windowOffset > outputBytes || windowBytes > outputBytes - windowOffset) {
-      NCCL_NET_WARN("iallgather: the window of %zu bytes at %zu is not inside the output of %d x %zu bytes",
-                    windowBytes, windowOffset, comm->nranks, bytesPerRank);
-      return ncclInvalidArgument;
-    }
     const size_t mine = inWindow(comm->rank, bytesPerRank, windowOffset, windowBytes);
     NCCL_NET_CHECK(checkRegion("iallgather", "sendData", sendMhandle, sendData, mine));
     StarRequest* r = nullptr;
@@ -461,8 +457,11 @@ class StarColl {
     return post(comm, r, request);
   }
 
-  // Only the full window: sendParts carry this rank's whole input (nranks blocks of bytesPerRank), and rank r gets
-  // in recvData the reduction of every rank's block r.
+  // sendParts carry the window [windowOffset, windowOffset + windowBytes) of this rank's input (nranks blocks of
+  // bytesPerRank), the same window on every rank; rank r gets in recvData the reduction of its block's bytes inside
+  // the window. As NCCL's proxy posts it (src/transport/coll_net.cc), recvData points at the rank's first byte inside
+  // the window: its block's start, or the byte where the window starts inside its block. The window's edges and the
+  // blocks are whole elements.
   ncclResult_t ireducescatter(void* collComm, int nSendParts, ncclNetSGE_v12_t* sendParts, void* recvData,
                               size_t bytesPerRank, size_t windowOffset, size_t windowBytes, ncclDataType_t dataType,
                               ncclRedOp_t redOp, void* recvMhandle, void** request) {
@@ -470,21 +469,28 @@ class StarColl {
     NCCL_NET_CHECK(checkReduction("ireducescatter", dataType, redOp));
     size_t inputBytes = 0;
     NCCL_NET_CHECK(checkWindow("ireducescatter", comm, nSendParts, sendParts, bytesPerRank, windowOffset, windowBytes,
-                               &inputBytes, /*fullWindowOnly=*/true));
-    if (bytesPerRank % typeBytes(dataType) != 0) {
-      NCCL_NET_WARN("ireducescatter: %zu bytes per rank is not a whole number of %zu-byte elements", bytesPerRank,
-                    typeBytes(dataType));
+                               &inputBytes));
+    const size_t element = typeBytes(dataType);
+    if (bytesPerRank % element != 0 || windowOffset % element != 0 || windowBytes % element != 0) {
+      NCCL_NET_WARN(
+          "ireducescatter: %zu bytes per rank and the window of %zu bytes at %zu are not all whole numbers "
+          "of %zu-byte elements",
+          bytesPerRank, windowBytes, windowOffset, element);
       return ncclInvalidArgument;
     }
-    NCCL_NET_CHECK(checkRegion("ireducescatter", "recvData", recvMhandle, recvData, bytesPerRank));
+    const size_t mine = inWindow(comm->rank, bytesPerRank, windowOffset, windowBytes);
+    NCCL_NET_CHECK(checkRegion("ireducescatter", "recvData", recvMhandle, recvData, mine));
     StarRequest* r = nullptr;
     NCCL_NET_CHECK(acquire(comm, "ireducescatter", &r));
     r->collective = Collective::kReduceScatter;
     r->type = dataType;
     r->op = redOp;
-    r->payloadBytes = inputBytes;
-    r->bytesPerRank = r->resultBytes = bytesPerRank;
-    r->output = iovec{recvData, bytesPerRank};
+    r->payloadBytes = windowBytes;
+    r->bytesPerRank = bytesPerRank;
+    r->windowOffset = windowOffset;
+    r->windowBytes = windowBytes;
+    r->resultBytes = mine;
+    r->output = iovec{recvData, mine};
     copySges(sendParts, nSendParts, r);
     return post(comm, r, request);
   }
@@ -733,10 +739,9 @@ class StarColl {
     return ncclInvalidArgument;
   }
 
-  // The parts carry the window exactly; *totalBytes = nranks * bytesPerRank. A reduce-scatter takes the full window.
+  // The window lies inside the nranks blocks (*totalBytes = nranks * bytesPerRank), and the parts carry it exactly.
   static ncclResult_t checkWindow(const char* call, const StarComm* comm, int nParts, const ncclNetSGE_v12_t* parts,
-                                  size_t bytesPerRank, size_t windowOffset, size_t windowBytes, size_t* totalBytes,
-                                  bool fullWindowOnly = false) {
+                                  size_t bytesPerRank, size_t windowOffset, size_t windowBytes, size_t* totalBytes) {
     if (nParts < 1 || nParts > kMaxParts) {
       NCCL_NET_WARN("%s: %d scatter-gather parts; this collNet takes 1..%d", call, nParts, kMaxParts);
       return ncclInvalidArgument;
@@ -746,12 +751,10 @@ class StarColl {
       return ncclInvalidArgument;
     }
     *totalBytes = bytesPerRank * static_cast<size_t>(comm->nranks);
-    if (fullWindowOnly && (windowOffset != 0 || windowBytes != *totalBytes)) {
-      NCCL_NET_WARN(
-          "%s: a window of %zu bytes at %zu of %zu: partial reduce-scatter windows are not implemented by "
-          "this example",
-          call, windowBytes, windowOffset, *totalBytes);
-      return ncclInvalidUsage;
+    if (windowOffset > *totalBytes || windowBytes > *totalBytes - windowOffset) {
+      NCCL_NET_WARN("%s: the window of %zu bytes at %zu is not inside the %d x %zu bytes of every rank's blocks", call,
+                    windowBytes, windowOffset, comm->nranks, bytesPerRank);
+      return ncclInvalidArgument;
     }
     size_t carried = 0;
     for (int i = 0; i < nParts; ++i) {
@@ -933,8 +936,7 @@ class StarColl {
 
   static bool headerMatches(StarComm* comm, int p, const StarRequest* r) {
     const WireHeader& got = comm->peers[static_cast<size_t>(p)].header;
-    const bool sameWindow = r->collective != Collective::kAllGather ||
-                            (got.windowOffset == r->windowOffset && got.windowBytes == r->windowBytes);
+    const bool sameWindow = got.windowOffset == r->windowOffset && got.windowBytes == r->windowBytes;
     if (got.magic == kWireMagic && got.kind == r->header.kind && got.sequence == r->sequence &&
         got.payloadBytes == payloadOf(r, p) && sameWindow)
       return true;
@@ -983,16 +985,20 @@ class StarColl {
       case Collective::kReduceScatter: {
         const size_t element = typeBytes(r->type);  // checked when posted: never 0 here
         if (element == 0) break;
-        const size_t block = r->bytesPerRank;
+        // Every staging buffer holds its rank's window from the window's first byte; each block's part inside it is
+        // reduced across the ranks and goes to that block's rank.
+        const size_t block = r->bytesPerRank, offset = r->windowOffset, end = r->windowOffset + r->windowBytes;
         for (int b = 0; b < n; ++b) {
+          const size_t from = std::max(static_cast<size_t>(b) * block, offset);
+          const size_t to = std::min(static_cast<size_t>(b + 1) * block, end);
+          if (from >= to) continue;
           for (int q = 0; q < n; ++q)
             comm->sources[static_cast<size_t>(q)] =
-                comm->peers[static_cast<size_t>(q)].staging.data() + static_cast<size_t>(b) * block;
-          // Block b's result lands on rank 0's own copy of block b (the first operand), or in recvData for block 0.
-          char* dst = b == 0 ? static_cast<char*>(r->output.iov_base)
-                             : comm->peers[0].staging.data() + static_cast<size_t>(b) * block;
-          reduce(dst, comm->sources.data(), n, block / element, r->type, r->op);
-          if (b > 0) comm->peers[static_cast<size_t>(b)].result.push_back(iovec{dst, block});
+                comm->peers[static_cast<size_t>(q)].staging.data() + (from - offset);
+          // Block b's result lands on rank 0's own copy of it (the first operand), or in recvData for block 0.
+          char* dst = b == 0 ? static_cast<char*>(r->output.iov_base) : comm->peers[0].staging.data() + (from - offset);
+          reduce(dst, comm->sources.data(), n, (to - from) / element, r->type, r->op);
+          if (b > 0) comm->peers[static_cast<size_t>(b)].result.push_back(iovec{dst, to - from});
         }
         break;
       }

@@ -362,7 +362,8 @@ std::string pipelined(Rank& rank) {
 }
 
 // All-gather: the full window in one part, then a window in the middle over 2 parts, and the output walked in windows;
-// reduce-scatter: the full window (input in 2 parts) for int32 sum and float32 max, and a partial window refused.
+// reduce-scatter: the full window (input in 2 parts) for int32 sum and float32 max, the input walked in windows, and
+// a window off the elements refused.
 std::string gatherAndScatter(Rank& rank) {
   std::string error = rank.setUp();
   if (!error.empty()) return error;
@@ -454,12 +455,40 @@ std::string gatherAndScatter(Rank& rank) {
   if (!(error = scatter(int32_t{}, ncclSum, 7)).empty()) return error;
   if (!(error = scatter(float{}, ncclMax, 8)).empty()) return error;
 
+  // Partial reduce-scatter windows as NCCL's proxy posts them: the input walked in windows of 100 elements (not a
+  // divisor of a block), each window's bytes as the send part, recvData at this rank's first byte inside the window.
+  {
+    const size_t blockCount = 257, windowCount = 100;
+    std::vector<int64_t> input = inputOf<int64_t>(rank.rank, blockCount * static_cast<size_t>(n), 9);
+    std::vector<int64_t> out(blockCount, -1);
+    const size_t begin = blockCount * static_cast<size_t>(rank.rank);
+    for (size_t first = 0; first < input.size(); first += windowCount) {
+      const size_t count = std::min(windowCount, input.size() - first);
+      ncclNetSGE_v12_t window{nullptr, input.data() + first, count * sizeof(int64_t)};
+      int64_t* recvData = out.data() + (first > begin && first < begin + blockCount ? first - begin : 0);
+      void* req = nullptr;
+      result =
+          coll().ireducescatter(rank.collComm, 1, &window, recvData, blockCount * sizeof(int64_t),
+                                first * sizeof(int64_t), count * sizeof(int64_t), ncclInt64, ncclMin, nullptr, &req);
+      RANK_CHECK(result == ncclSuccess, "ireducescatter of the window at element %zu returned %d", first, result);
+      const size_t mine = std::min(first + count, begin + blockCount) > std::max(first, begin)
+                              ? std::min(first + count, begin + blockCount) - std::max(first, begin)
+                              : 0;
+      RANK_CHECK(waitDone(req, &size) == ncclSuccess && size == static_cast<int>(mine * sizeof(int64_t)),
+                 "the window at element %zu: size %d, expected %zu", first, size, mine * sizeof(int64_t));
+    }
+    std::vector<int64_t> full = reference<int64_t>(n, blockCount * static_cast<size_t>(n), 9, ncclMin);
+    std::vector<int64_t> want(full.begin() + static_cast<long>(begin),
+                              full.begin() + static_cast<long>(begin + blockCount));
+    if (!(error = compare(out, want, "reduce-scatter in windows")).empty()) return error;
+  }
+  // A window whose edge is not on an element: refused, nothing posted.
   std::vector<int32_t> input(64 * static_cast<size_t>(n)), out(64);
-  ncclNetSGE_v12_t half{nullptr, input.data(), 64 * sizeof(int32_t)};
+  ncclNetSGE_v12_t odd{nullptr, reinterpret_cast<char*>(input.data()) + 2, 64 * sizeof(int32_t)};
   request = nullptr;
-  result = coll().ireducescatter(rank.collComm, 1, &half, out.data(), 64 * sizeof(int32_t), 0, 64 * sizeof(int32_t),
+  result = coll().ireducescatter(rank.collComm, 1, &odd, out.data(), 64 * sizeof(int32_t), 2, 64 * sizeof(int32_t),
                                  ncclInt32, ncclSum, nullptr, &request);
-  RANK_CHECK(result == ncclInvalidUsage && request == nullptr, "a partial reduce-scatter window returned %d", result);
+  RANK_CHECK(result == ncclInvalidArgument && request == nullptr, "a window off the elements returned %d", result);
   // Unsupported reductions are refused when posted.
   std::vector<uint16_t> halves(8);
   result = coll().iallreduce(rank.collComm, halves.data(), halves.data(), 8, ncclFloat16, ncclSum, nullptr, nullptr,
