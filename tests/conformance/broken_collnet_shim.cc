@@ -14,9 +14,10 @@
 //                              running backwards; a window of one part is right)
 //   collnet-one-part-only      not a bug: iallgather and ireducescatter refuse several parts with ncclInvalidArgument
 //                              (NCCL posts one), which the rules allow and say so
-//   collnet-window-from-block-start iallgather reads sendData as the start of the rank's block where NCCL points it
-//                              at the rank's first byte inside a window that starts inside the block (this
-//                              example's own reading before NCCL's was checked; full windows are right)
+//   collnet-window-from-block-start iallgather reads sendData, and ireducescatter writes recvData, as the start of
+//                              the rank's block where NCCL points it at the rank's first byte inside a window
+//                              that starts inside the block (the star example's own reading of sendData before
+//                              NCCL's was checked; full windows are right)
 #include <dlfcn.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -100,16 +101,20 @@ struct Parts {
 std::mutex gRanksMutex;
 std::map<void*, int> gRanks;
 
+// Where collnet-window-from-block-start is picked: taking `data` as the rank's block's start, its bytes in a window
+// that starts inside the block are at data + (the window's offset inside the block), which the real one is handed.
+void* fromBlockStart(void* comm, void* data, size_t bytesPerRank, size_t windowOffset) {
+  if (!picked("collnet-window-from-block-start")) return data;
+  std::lock_guard<std::mutex> lock(gRanksMutex);
+  const size_t begin = bytesPerRank * static_cast<size_t>(gRanks[comm]);
+  if (windowOffset > begin && windowOffset < begin + bytesPerRank)
+    return static_cast<char*>(data) + (windowOffset - begin);
+  return data;
+}
+
 ncclResult_t iallgather(void* comm, void* sendData, int nRecvParts, ncclNetSGE_v12_t* recvParts, size_t bytesPerRank,
                         size_t windowOffset, size_t windowBytes, void* sendMhandle, void** request) {
-  if (picked("collnet-window-from-block-start")) {
-    // Taking sendData as the block's start, the rank's bytes in the window are sendData + (the window's offset
-    // inside the block): what the real one is handed instead of sendData.
-    std::lock_guard<std::mutex> lock(gRanksMutex);
-    const size_t begin = bytesPerRank * static_cast<size_t>(gRanks[comm]);
-    if (windowOffset > begin && windowOffset < begin + bytesPerRank)
-      sendData = static_cast<char*>(sendData) + (windowOffset - begin);
-  }
+  sendData = fromBlockStart(comm, sendData, bytesPerRank, windowOffset);
   if (picked("collnet-one-part-only") && nRecvParts > 1) return ncclInvalidArgument;
   Parts parts;  // the real one copies the list at the post
   return realColl()->iallgather(comm, sendData, nRecvParts, parts.reorder(nRecvParts, recvParts), bytesPerRank,
@@ -120,6 +125,7 @@ ncclResult_t ireducescatter(void* comm, int nSendParts, ncclNetSGE_v12_t* sendPa
                             size_t bytesPerRank, size_t windowOffset, size_t windowBytes, ncclDataType_t type,
                             ncclRedOp_t op, void* recvMhandle, void** request) {
   if (picked("collnet-one-part-only") && nSendParts > 1) return ncclInvalidArgument;
+  recvData = fromBlockStart(comm, recvData, bytesPerRank, windowOffset);
   Parts parts;
   return realColl()->ireducescatter(comm, nSendParts, parts.reorder(nSendParts, sendParts), recvData, bytesPerRank,
                                     windowOffset, windowBytes, type, op, recvMhandle, request);

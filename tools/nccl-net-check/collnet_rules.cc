@@ -951,10 +951,61 @@ Outcome reduceScatterScatters(const core::Net& net, const Settings& settings) {
     const bool inParts =
         takesParts(rank) && !chosen.empty() && 1031 * typeBytes(chosen.back().type) * n <= rank.props().maxCollBytes;
     if (inParts && !once(chosen.back(), 1031, 3)) return false;
+    // Partial windows, as NCCL's proxy walks the input in windows of maxCollBytes: 1003 elements per rank of the
+    // widest type in windows of 400 elements (each starting inside some rank's block), recvData at this rank's first
+    // byte inside the window (its block's start, or the byte where the window starts inside its block).
+    std::string windowsNote;
+    if (!chosen.empty()) {
+      const Pair& p = chosen.back();
+      const size_t es = typeBytes(p.type), count = 1003, windowCount = 400, total = count * n;
+      std::vector<unsigned char> send(total * es), recv(count * es, 0xa5);
+      fillInputs(send.data(), p.type, p.op, rank.rank(), 0, total, seed);
+      void* sendMh = rank.reg(send.data(), send.size(), &why);
+      void* recvMh = sendMh != nullptr ? rank.reg(recv.data(), recv.size(), &why) : nullptr;
+      if (recvMh == nullptr) {
+        rank.dereg(sendMh);
+        return rank.fail("reduce-scatter in windows: " + why);
+      }
+      int windows = 0;
+      const size_t begin = count * static_cast<size_t>(rank.rank());
+      for (size_t first = 0; first < total; first += windowCount, ++windows) {
+        const size_t elements = std::min(windowCount, total - first);
+        ncclNetSGE_v12_t part{sendMh, send.data() + first * es, elements * es};
+        unsigned char* recvData = recv.data() + (first > begin && first < begin + count ? (first - begin) * es : 0);
+        void* request = nullptr;
+        ncclResult_t result = rank.post(
+            "collnet ireducescatter",
+            [&](void** r) {
+              return rank.coll().ireducescatter(rank.comm(), 1, &part, recvData, count * es, first * es, elements * es,
+                                                static_cast<ncclDataType_t>(p.type), static_cast<ncclRedOp_t>(p.op),
+                                                recvMh, r);
+            },
+            &request);
+        const bool posted = result == ncclSuccess;
+        if (posted) result = rank.wait(request, 30, nullptr);
+        if (result != ncclSuccess) {
+          rank.dereg(recvMh);
+          rank.dereg(sendMh);
+          const std::string what = format("reduce-scatter %s %s of %zu elements per rank, the window of %zu at %zu",
+                                          typeText(p.type), opText(p.op), count, elements, first);
+          return rank.fail(what + ": " +
+                           (posted ? rank.waitText(result, 30) : Rank::postText("ireducescatter", result)));
+        }
+      }
+      rank.dereg(recvMh);
+      rank.dereg(sendMh);
+      std::string wrong = firstWrongElement(recv.data(), p.type, p.op, n, begin, count, seed);
+      if (!wrong.empty())
+        return rank.fail(format("reduce-scatter %s %s of %zu elements per rank in windows of %zu: this rank's block: ",
+                                typeText(p.type), opText(p.op), count, windowCount) +
+                         wrong);
+      windowsNote = format("; and %zu of %s %s per rank in %d windows of %zu elements as NCCL walks them", count,
+                           typeText(p.type), opText(p.op), windows, windowCount);
+    }
     rank.note(
         format("%d reduce-scatters over %d rank(s), each rank given its own block reduced: %s; 1, 1027 and "
-               "32771 elements per rank%s",
-               done, n, pairsText(chosen).c_str(), partsNote.c_str()));
+               "32771 elements per rank%s%s",
+               done, n, pairsText(chosen).c_str(), partsNote.c_str(), windowsNote.c_str()));
     return true;
   });
   return withSkip(outcome, skipText);

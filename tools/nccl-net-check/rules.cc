@@ -5184,11 +5184,12 @@ const std::vector<Rule>& rules() {
        collNetRule<collnet::allreduceEveryType>},
       {{"collnet-allgather",
         "collNet v8+ with iallgather: 1, 4097 (in place) and 262147 bytes per rank land in each rank's place on every "
-        "rank; from v9 also into 3 separately registered receive parts"},
+        "rank; also in partial windows as NCCL posts them, and from v9 into 3 separately registered receive parts"},
        collNetRule<collnet::allgatherGathers>},
       {{"collnet-reducescatter",
         "collNet v8+ with ireducescatter: every rank gets its own block of the reduction, for each type "
-        "reduceSupport accepts; from v9 also from 3 separately registered send parts"},
+        "reduceSupport accepts; also in partial windows as NCCL posts them, and from v9 from 3 separately registered "
+        "send parts"},
        collNetRule<collnet::reduceScatterScatters>},
       {{"collnet-ops-in-flight",
         "collNet: 8 all-reduces posted before the first test (NCCL's proxy keeps NCCL_STEPS in flight) complete in "
