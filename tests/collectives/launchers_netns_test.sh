@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2046  # $(torch ...) is split on purpose: it prints VAR=VALUE words without spaces
 # The bootstrap across three "hosts" (network namespaces on one bridge) under each launcher's environment: mpirun
 # (which scripts/install-deps.sh installs; its absence fails the test), srun running torchrun (both launchers'
 # variables present), torchrun with MASTER_ADDR a host name that rank 0's /etc/hosts maps to 127.0.1.1 (Debian's
@@ -246,6 +247,7 @@ for case in kill linkdown; do
   for _ in $(seq 200); do grep -q "^# nccl-net-bench" "$tmp/${case}_0.log" && break; sleep 0.05; done
   sleep 0.5
   if [ $case = kill ]; then
+    # shellcheck disable=SC2154  # pid_kill_2 is set by start() (eval "pid_$name=$!")
     kill -9 "$pid_kill_2"
     expect_error kill_0 5 "returned ncclRemoteError\|no progress"
     expect_error kill_1 5 "returned ncclRemoteError\|no progress"

@@ -49,13 +49,17 @@ refuses "-m 8" "-m 8: only 1 is supported"
 refuses "-m 0" "-m 0: only 1 is supported"
 refuses "-o mean" "unknown reduction mean"
 refuses "-A star" "unknown algorithm star"
-# -A for a collective with one schedule was taken and changed nothing.
-out=$(NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" allgather -A tree 2>&1)
-status=$?
-if [ "$status" != 2 ] || ! grep -qF -- "-A tree: only allreduce has algorithms to choose from, not allgather" <<<"$out"; then
-  echo "FAILED: allgather -A tree gave status $status and: $out"
-  failures=$((failures + 1))
-fi
+# -A for a collective with one schedule (or an algorithm it does not have) was taken and changed nothing.
+for case in "allgather -A tree:-A tree: allgather runs as the ring or through the collNet (-A ring or collnet)" \
+            "broadcast -A ring:-A ring: only allreduce, allgather and reducescatter have algorithms to choose from, not broadcast"; do
+  read -ra args <<<"${case%%:*}"
+  out=$(NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" "${args[@]}" 2>&1)
+  status=$?
+  if [ "$status" != 2 ] || ! grep -qF -- "${case#*:}" <<<"$out"; then
+    echo "FAILED: ${case%%:*} gave status $status and: $out"
+    failures=$((failures + 1))
+  fi
+done
 refuses "-b 1T -e 1T" "-e 1099511627776 needs two buffers of that size per rank"
 # An nccl-tests flag this tool lacks is named, also with no collective before it (its value was refused as the
 # collective: "collective: 1 not in {allreduce,...}"); an unknown collective is named as such.
@@ -204,7 +208,7 @@ if ! [[ "$header" =~ ^"# rank 0's net device 0 (lo, "[0-9]+" Mbps); NCCL_SOCKET_
 fi
 
 # Set but empty is no interface named (the socket plugin would take its default): nccl-net-run sets lo then too.
-header=$(NCCL_SOCKET_IFNAME= timeout 60 "$bin/nccl-net-run" -n 2 --timeout 50 "$bin/nccl-net-bench" allreduce -b 8 \
+header=$(NCCL_SOCKET_IFNAME='' timeout 60 "$bin/nccl-net-run" -n 2 --timeout 50 "$bin/nccl-net-bench" allreduce -b 8 \
            -e 8 -n 1 -w 0 | grep "^# rank 0's net")
 if ! [[ "$header" =~ ^"# rank 0's net device 0 (lo, "[0-9]+" Mbps); NCCL_SOCKET_IFNAME=lo"$ ]]; then
   echo "FAILED: with NCCL_SOCKET_IFNAME set but empty, the net device's header line: '$header'"
@@ -230,12 +234,14 @@ done
 
 # -a says whose time the column is: the slowest rank's unless asked (the references report that), nccl-tests' other
 # three on request.
-for a in "":"the slowest rank's (-a 3)" "-a 0":"rank 0's (-a 0)" "-a 1":"the average of the ranks' (-a 1)" \
-         "-a 2":"the fastest rank's (-a 2)"; do
+flags=("" "-a 0" "-a 1" "-a 2")
+whose=("the slowest rank's (-a 3)" "rank 0's (-a 0)" "the average of the ranks' (-a 1)" "the fastest rank's (-a 2)")
+for i in "${!flags[@]}"; do
+  read -ra flag <<<"${flags[$i]}"
   header=$(NNS_RANK=0 NNS_WORLD_SIZE=1 timeout 20 "$bin/nccl-net-bench" allreduce -p minimal -b 8 -e 8 -n 1 -w 0 \
-             ${a%%:*} | grep '^# time:')
-  if [ "$header" != "# time: ${a#*:}, out of place (-I 0)" ]; then
-    echo "FAILED: nccl-net-bench ${a%%:*} time header: '$header'"
+             "${flag[@]}" | grep '^# time:')
+  if [ "$header" != "# time: ${whose[$i]}, out of place (-I 0)" ]; then
+    echo "FAILED: nccl-net-bench ${flags[$i]} time header: '$header'"
     failures=$((failures + 1))
   fi
 done
@@ -336,8 +342,10 @@ fi
 # on the wire with a size mismatch that names neither.
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 for r in 0 1; do
+  knob=()
+  [ "$r" = 0 ] && knob=(NNS_ALGO=ring)
   env NNS_ROOT_ADDR="127.0.0.1:$port" NNS_WORLD_SIZE=2 NNS_RANK=$r NNS_COMM_TIMEOUT_MS=10000 \
-    $([ "$r" = 0 ] && echo NNS_ALGO=ring) timeout 30 "$bin/nccl-net-bench" allreduce -p minimal -b 8 -e 8 -n 1 -w 0 \
+    "${knob[@]}" timeout 30 "$bin/nccl-net-bench" allreduce -p minimal -b 8 -e 8 -n 1 -w 0 \
     > "/tmp/knobs.$$.$r" 2>&1 &
 done
 wait

@@ -18,7 +18,7 @@ done
 cp "$lib/libnccl-net-broken-garbled-name.so" "$work/"
 cp "$(ldconfig -p | awk '/libm.so.6 .*x86-64/ {print $NF; exit}')" "$work/libnccl-net-notaplugin.so"
 ln -s "$work/no-such-file.so" "$work/libnccl-net-dangling.so"
-out=$(NNS_SOCKET_IFNAME==no-such-interface "$info" -L "$work" -p "$work/libnccl-net-working.so")
+out=$(NNS_SOCKET_IFNAME='=no-such-interface' "$info" -L "$work" -p "$work/libnccl-net-working.so")
 echo "$out"
 expect() { grep -A2 "$1" <<<"$out" | grep -q -- "$2" || { echo "MISSING for $1: $2"; exit 1; }; }
 expect libnccl-net-working.so "loads through ncclNet_v12"
@@ -36,14 +36,14 @@ expect libnccl-net-dangling.so "rejected: could not open"
 # not loose on stderr, where it would belong to none of them.
 grep -A3 libnccl-net-noiface.so <<<"$out" | grep -q "printed: WARN NET/nns-socket : no usable network interface" ||
   { echo "the socket plugin's WARN line is not under its library"; exit 1; }
-errors=$(NNS_SOCKET_IFNAME==no-such-interface "$info" -L "$work" -p "$work/libnccl-net-working.so" 2>&1 >/dev/null)
+errors=$(NNS_SOCKET_IFNAME='=no-such-interface' "$info" -L "$work" -p "$work/libnccl-net-working.so" 2>&1 >/dev/null)
 if grep -q "WARN" <<<"$errors"; then echo "a plugin's WARN line reached stderr: $errors"; exit 1; fi
 # The garbled name, printed: its bytes escaped, never raw.
 garbled=$("$info" -L "$work" -p "$work/libnccl-net-broken-garbled-name.so")
 grep -q 'shm\\xff\\x070' <<<"$garbled" || { echo "the garbled name is not escaped:"; echo "$garbled"; exit 1; }
 if LC_ALL=C grep -q $'\xff' <<<"$garbled"; then echo "a raw 0xff byte reached the output"; exit 1; fi
 # And as JSON: valid, every library present.
-NNS_SOCKET_IFNAME==no-such-interface "$info" --json -L "$work" -p "$work/libnccl-net-broken-garbled-name.so" |
+NNS_SOCKET_IFNAME='=no-such-interface' "$info" --json -L "$work" -p "$work/libnccl-net-broken-garbled-name.so" |
   python3 -c '
 import json, sys
 d = json.load(sys.stdin)
@@ -105,7 +105,7 @@ else
 fi
 # Set but empty: no external plugin, as NCCL reads it.
 set +e
-out=$(NCCL_NET_PLUGIN= "$info" -L "$work" 2>&1)
+out=$(NCCL_NET_PLUGIN='' "$info" -L "$work" 2>&1)
 set -e
 grep -qF 'NCCL_NET_PLUGIN: (set but empty: no external plugin, as NCCL reads it)' <<<"$out" ||
   fail "an empty NCCL_NET_PLUGIN is not read as NCCL reads it: $out"

@@ -27,7 +27,7 @@ assert out["searchDirsLast"] is True, out["searchDirsLast"]
 PY
 
 # Without the copy: its own ../lib, tried last, marked as not NCCL's.
-out=$(LD_LIBRARY_PATH= NCCL_SOCKET_IFNAME=lo "$info" -p socket 2>&1)
+out=$(LD_LIBRARY_PATH='' NCCL_SOCKET_IFNAME=lo "$info" -p socket 2>&1)
 grep -q "tried  $lib/libnccl-net-socket.so  (this tool's last resort; NCCL does not look here)" <<<"$out" ||
   fail "the tool's own lib/ is not tried last and marked" "$out"
 grep -q "opened $lib/libnccl-net-socket.so" <<<"$out" || fail "the tool's own copy did not open" "$out"

@@ -14,6 +14,7 @@ g++ -std=c++17 -O2 -shared -fPIC -fvisibility=hidden -fvisibility-inlines-hidden
   -Wl,--version-script=net-api/share/plugin-exports.map -Wl,--no-undefined
 g++ -std=c++17 -O2 -I"$cuda/include" plugins/socket/bench/nccl_allreduce_check.cc -o "$out/nccl_allreduce_check" \
   -L"$cuda/lib64" -lcudart -lnccl
+# shellcheck disable=SC2054  # the comma is inside one value (NCCL_DEBUG_SUBSYS's list), not between elements
 common=(NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET)
 echo "=== nns-socket through NCCL $(ls /usr/lib/x86_64-linux-gnu/libnccl.so.2.* 2>/dev/null | sed 's/.*so\.//')"
 env "${common[@]}" NCCL_NET_PLUGIN="$out/libnccl-net-socket.so" NCCL_NET=nns-socket \

@@ -41,7 +41,7 @@ $IP rule add pref 10 iif lo to 10.0.0.1 lookup 101
 $IP route add 10.0.0.1 dev veth1 src 10.0.0.2 table 101
 $IP rule del pref 0 lookup local
 $IP rule add pref 100 lookup local
-for i in 1 2 3 4 5 6 7 8 9 10; do
+for _ in 1 2 3 4 5 6 7 8 9 10; do
   ibv_devinfo -d rxe1 2>/dev/null | grep -q PORT_ACTIVE && ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE && break
   sleep 0.5
 done
