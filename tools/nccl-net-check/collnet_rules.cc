@@ -288,6 +288,21 @@ class Rank {
     }
   }
 
+  // post() of `name` ("collnet iallreduce", ...: a string literal, as for call()) and then wait() up to 30 s:
+  // ncclSuccess once the operation is done; else the result, with *failure saying why in the harness's words.
+  // *posted: whether the post itself took.
+  ncclResult_t complete(const char* name, const std::function<ncclResult_t(void**)>& poster, std::string* failure,
+                        bool* posted = nullptr) {
+    void* request = nullptr;
+    ncclResult_t result = post(name, poster, &request);
+    const char* call = std::strncmp(name, "collnet ", 8) == 0 ? name + 8 : name;
+    const bool took = result == ncclSuccess;
+    if (posted != nullptr) *posted = took;
+    if (took) result = wait(request, 30, nullptr);
+    if (result != ncclSuccess) *failure = took ? waitText(result, 30) : postText(call, result);
+    return result;
+  }
+
   void* reg(void* data, size_t bytes, std::string* why) {
     void* mhandle = nullptr;
     ncclResult_t result =
@@ -547,20 +562,17 @@ bool allreduceOnce(Rank& rank, int type, int op, size_t count, bool inPlace, uin
     rank.dereg(sendMh);
     return rank.fail(what + ": " + why);
   }
-  void* request = nullptr;
-  ncclResult_t result = rank.post(
+  std::string failure;
+  ncclResult_t result = rank.complete(
       "collnet iallreduce",
       [&](void** r) {
         return rank.coll().iallreduce(rank.comm(), send.data(), out, count, static_cast<ncclDataType_t>(type),
                                       static_cast<ncclRedOp_t>(op), sendMh, recvMh, r);
       },
-      &request);
-  const bool posted = result == ncclSuccess;
-  if (posted) result = rank.wait(request, 30, nullptr);
+      &failure);
   if (!inPlace) rank.dereg(recvMh);
   rank.dereg(sendMh);
-  if (result != ncclSuccess)
-    return rank.fail(what + ": " + (posted ? rank.waitText(result, 30) : Rank::postText("iallreduce", result)));
+  if (result != ncclSuccess) return rank.fail(what + ": " + failure);
   std::string wrong = firstWrongElement(out, type, op, rank.ranks(), 0, count, seed);
   if (!wrong.empty()) return rank.fail(what + ": " + wrong);
   return true;
@@ -746,6 +758,23 @@ struct WindowParts {
   std::vector<ncclNetSGE_v12_t> sges;  // deregistered with this
 };
 
+// Where a rank's part of a partial window starts inside its block [begin, begin + blockSize) when the window starts
+// at `offset` (the same unit): NCCL points sendData (all-gather) and recvData (reduce-scatter) there, at the window's
+// start where it lies inside the block, else at the block's start.
+size_t firstInWindow(size_t begin, size_t blockSize, size_t offset) {
+  return offset > begin && offset < begin + blockSize ? offset - begin : 0;
+}
+
+// Registers `send` and then `recv`: true with both handles, or false with neither and *why said.
+bool registerBoth(Rank& rank, std::vector<unsigned char>& send, std::vector<unsigned char>& recv, void** sendMh,
+                  void** recvMh, std::string* why) {
+  *sendMh = rank.reg(send.data(), send.size(), why);
+  *recvMh = *sendMh != nullptr ? rank.reg(recv.data(), recv.size(), why) : nullptr;
+  if (*recvMh != nullptr) return true;
+  rank.dereg(*sendMh);
+  return false;
+}
+
 // A v8 collNet takes one part (its SGE has a 32-bit size and the adapter passes one); later ones take several.
 bool takesParts(Rank& rank) {
   return rank.coll().version() >= 9;
@@ -794,24 +823,22 @@ Outcome allgatherGathers(const core::Net& net, const Settings& settings) {
         return rank.fail(what + ": " + why);
       }
       if (c.parts == 1) parts.sges.push_back({recvMh, recv.data(), recv.size()});  // deregistered by parts
-      void* request = nullptr;
-      ncclResult_t result = rank.post(
+      bool posted = false;
+      std::string failure;
+      ncclResult_t result = rank.complete(
           "collnet iallgather",
           [&](void** r) {
             return rank.coll().iallgather(rank.comm(), source, static_cast<int>(parts.sges.size()), parts.sges.data(),
                                           bytesPerRank, 0, recv.size(), sendMh, r);
           },
-          &request);
-      const bool posted = result == ncclSuccess;
-      if (posted) result = rank.wait(request, 30, nullptr);
+          &failure, &posted);
       if (!c.inPlace) rank.dereg(sendMh);
       if (refusedParts(c.parts, posted, result)) {
         partsNote =
             format(", %d parts refused (iallgather returned %s; NCCL posts one)", c.parts, resultText(result).c_str());
         continue;
       }
-      if (result != ncclSuccess)
-        return rank.fail(what + ": " + (posted ? rank.waitText(result, 30) : Rank::postText("iallgather", result)));
+      if (result != ncclSuccess) return rank.fail(what + ": " + failure);
       if (c.parts > 1) partsNote = format(", of %zu into %d separately registered parts", bytesPerRank, c.parts);
       if (c.parts > 1) parts.gather(recv.data());
       std::vector<unsigned char> block(bytesPerRank);
@@ -834,32 +861,25 @@ Outcome allgatherGathers(const core::Net& net, const Settings& settings) {
     std::vector<unsigned char> send(perRank), recv(perRank * n, 0xa5), want(perRank * n);
     for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<unsigned char>(mix(i * 31 + 17));
     std::memcpy(send.data(), want.data() + perRank * rank.rank(), perRank);
-    void* sendMh = rank.reg(send.data(), send.size(), &why);
-    void* recvMh = sendMh != nullptr ? rank.reg(recv.data(), recv.size(), &why) : nullptr;
-    if (recvMh == nullptr) {
-      rank.dereg(sendMh);
-      return rank.fail("all-gather in windows: " + why);
-    }
+    void *sendMh = nullptr, *recvMh = nullptr;
+    if (!registerBoth(rank, send, recv, &sendMh, &recvMh, &why)) return rank.fail("all-gather in windows: " + why);
     int windows = 0;
     for (size_t offset = 0; offset < recv.size(); offset += windowBytes, ++windows) {
       const size_t bytes = std::min(windowBytes, recv.size() - offset);
-      const size_t begin = perRank * rank.rank();
-      unsigned char* sendData = send.data() + (offset > begin && offset < begin + perRank ? offset - begin : 0);
+      unsigned char* sendData = send.data() + firstInWindow(perRank * rank.rank(), perRank, offset);
       ncclNetSGE_v12_t part{recvMh, recv.data() + offset, bytes};
-      void* request = nullptr;
-      ncclResult_t result = rank.post(
+      std::string failure;
+      ncclResult_t result = rank.complete(
           "collnet iallgather",
           [&](void** r) {
             return rank.coll().iallgather(rank.comm(), sendData, 1, &part, perRank, offset, bytes, sendMh, r);
           },
-          &request);
-      const bool posted = result == ncclSuccess;
-      if (posted) result = rank.wait(request, 30, nullptr);
+          &failure);
       if (result != ncclSuccess) {
         rank.dereg(recvMh);
         rank.dereg(sendMh);
         const std::string what = format("all-gather of %zu bytes per rank, the window %zu+%zu", perRank, offset, bytes);
-        return rank.fail(what + ": " + (posted ? rank.waitText(result, 30) : Rank::postText("iallgather", result)));
+        return rank.fail(what + ": " + failure);
       }
     }
     rank.dereg(recvMh);
@@ -915,25 +935,23 @@ Outcome reduceScatterScatters(const core::Net& net, const Settings& settings) {
       void* recvMh = registered ? rank.reg(recv.data(), recv.size(), &why) : nullptr;
       if (recvMh == nullptr) return rank.fail(what + ": " + why);
       parts.scatter(send.data());
-      void* request = nullptr;
-      ncclResult_t result = rank.post(
+      bool posted = false;
+      std::string failure;
+      ncclResult_t result = rank.complete(
           "collnet ireducescatter",
           [&](void** r) {
             return rank.coll().ireducescatter(
                 rank.comm(), static_cast<int>(parts.sges.size()), parts.sges.data(), recv.data(), blockBytes, 0,
                 send.size(), static_cast<ncclDataType_t>(p.type), static_cast<ncclRedOp_t>(p.op), recvMh, r);
           },
-          &request);
-      const bool posted = result == ncclSuccess;
-      if (posted) result = rank.wait(request, 30, nullptr);
+          &failure, &posted);
       rank.dereg(recvMh);
       if (refusedParts(partCount, posted, result)) {
         partsNote = format(", %d parts refused (ireducescatter returned %s; NCCL posts one)", partCount,
                            resultText(result).c_str());
         return true;
       }
-      if (result != ncclSuccess)
-        return rank.fail(what + ": " + (posted ? rank.waitText(result, 30) : Rank::postText("ireducescatter", result)));
+      if (result != ncclSuccess) return rank.fail(what + ": " + failure);
       if (partCount > 1)
         partsNote = format(", and %zu of %s %s with the input in %d separately registered parts", count,
                            typeText(p.type), opText(p.op), partCount);
@@ -960,36 +978,30 @@ Outcome reduceScatterScatters(const core::Net& net, const Settings& settings) {
       const size_t es = typeBytes(p.type), count = 1003, windowCount = 400, total = count * n;
       std::vector<unsigned char> send(total * es), recv(count * es, 0xa5);
       fillInputs(send.data(), p.type, p.op, rank.rank(), 0, total, seed);
-      void* sendMh = rank.reg(send.data(), send.size(), &why);
-      void* recvMh = sendMh != nullptr ? rank.reg(recv.data(), recv.size(), &why) : nullptr;
-      if (recvMh == nullptr) {
-        rank.dereg(sendMh);
+      void *sendMh = nullptr, *recvMh = nullptr;
+      if (!registerBoth(rank, send, recv, &sendMh, &recvMh, &why))
         return rank.fail("reduce-scatter in windows: " + why);
-      }
       int windows = 0;
       const size_t begin = count * static_cast<size_t>(rank.rank());
       for (size_t first = 0; first < total; first += windowCount, ++windows) {
         const size_t elements = std::min(windowCount, total - first);
         ncclNetSGE_v12_t part{sendMh, send.data() + first * es, elements * es};
-        unsigned char* recvData = recv.data() + (first > begin && first < begin + count ? (first - begin) * es : 0);
-        void* request = nullptr;
-        ncclResult_t result = rank.post(
+        unsigned char* recvData = recv.data() + firstInWindow(begin, count, first) * es;
+        std::string failure;
+        ncclResult_t result = rank.complete(
             "collnet ireducescatter",
             [&](void** r) {
               return rank.coll().ireducescatter(rank.comm(), 1, &part, recvData, count * es, first * es, elements * es,
                                                 static_cast<ncclDataType_t>(p.type), static_cast<ncclRedOp_t>(p.op),
                                                 recvMh, r);
             },
-            &request);
-        const bool posted = result == ncclSuccess;
-        if (posted) result = rank.wait(request, 30, nullptr);
+            &failure);
         if (result != ncclSuccess) {
           rank.dereg(recvMh);
           rank.dereg(sendMh);
           const std::string what = format("reduce-scatter %s %s of %zu elements per rank, the window of %zu at %zu",
                                           typeText(p.type), opText(p.op), count, elements, first);
-          return rank.fail(what + ": " +
-                           (posted ? rank.waitText(result, 30) : Rank::postText("ireducescatter", result)));
+          return rank.fail(what + ": " + failure);
         }
       }
       rank.dereg(recvMh);
