@@ -119,8 +119,7 @@ echo "one rank without a collNet, by name: every rank refuses at once"
 # A library without a collNet: by name, an error naming it; under NCCL_COLLNET_ENABLE=1, the size rule, said once.
 out=$(bench 2 -p minimal -A collnet -d int32 -b 8 -e 8) && fail "-A collnet over minimal passed" "$out"
 grep -q "allreduce through the collNet: rank 0 has no collNet to use (no collNet: exports no ncclCollNetPlugin" \
-  <<<"$out" ||
-  fail "the missing collNet is not named" "$out"
+  <<<"$out" || fail "the missing collNet is not named" "$out"
 out=$(NCCL_DEBUG=INFO NCCL_COLLNET_ENABLE=1 bench 2 -p minimal -d int32 -b 8 -e 64K -c 1 -n 1 -w 0) ||
   fail "NCCL_COLLNET_ENABLE=1 over minimal" "$out"
 grep -q "collNet not used: no collNet" <<<"$out" || fail "NCCL_COLLNET_ENABLE=1 over minimal: not said" "$out"
