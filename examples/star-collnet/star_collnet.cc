@@ -67,7 +67,7 @@ struct WireHeader {
   uint32_t kind;  // collective | data type << 8 | op << 16: the ranks must all have posted the same
   uint64_t sequence;
   uint64_t payloadBytes;
-  uint64_t windowOffset;  // all-gather: the part of the gathered output wanted (the same on every rank)
+  uint64_t windowOffset;  // all-gather, reduce-scatter: the part of the blocks in this operation (alike on all ranks)
   uint64_t windowBytes;
 };
 
@@ -715,7 +715,7 @@ class StarColl {
     return ncclInvalidArgument;
   }
 
-  // How many bytes of rank q's block lie in the all-gather window [offset, offset + bytes).
+  // How many bytes of rank q's block lie in the window [offset, offset + bytes).
   static size_t inWindow(int q, size_t bytesPerRank, size_t offset, size_t bytes) {
     const size_t begin = static_cast<size_t>(q) * bytesPerRank;
     const size_t from = std::max(begin, offset), to = std::min(begin + bytesPerRank, offset + bytes);
