@@ -265,6 +265,14 @@ AllReduceLimits allReduceLimits(const Communicator& comm) {
 }
 
 namespace {
+// $NNS_ALGO (Auto when unset or empty); a malformed value is a CommError (ncclInvalidUsage).
+Algorithm algorithmFromEnv() {
+  Algorithm fromEnv = Algorithm::Auto;
+  if (const char* env = std::getenv("NNS_ALGO"); env != nullptr && *env != '\0' && !parseAlgorithm(env, &fromEnv))
+    throw core::CommError(std::string("NNS_ALGO=") + env + ": ring, tree, doubling, collnet or auto", ncclInvalidUsage);
+  return fromEnv;
+}
+
 // chooseAllReduce, saying whether the collNet was chosen by NCCL_COLLNET_ENABLE (a choice Auto may take back where
 // the collNet cannot serve the call) rather than by name.
 Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requested, bool* collNetByEnable);
@@ -285,9 +293,7 @@ Algorithm chooseAllReduce(const Communicator& comm, size_t bytes, Algorithm requ
                               " is none of Auto, Ring, Tree, Doubling, CollNet");
   // Every knob is read at every call, whichever of them decides: a malformed one is refused at once, not first on the
   // day a size or rank count reaches it.
-  Algorithm fromEnv = Algorithm::Auto;
-  if (const char* env = std::getenv("NNS_ALGO"); env != nullptr && *env != '\0' && !parseAlgorithm(env, &fromEnv))
-    throw core::CommError(std::string("NNS_ALGO=") + env + ": ring, tree, doubling, collnet or auto", ncclInvalidUsage);
+  const Algorithm fromEnv = algorithmFromEnv();
   const AllReduceLimits limits = allReduceLimits(comm);
   if (requested != Algorithm::Auto) return requested;
   if (fromEnv != Algorithm::Auto) return fromEnv;
@@ -314,19 +320,18 @@ Communicator::CollNetLink* collNetFor(Communicator& comm, const char* collective
                                       const ReduceOp* op, size_t* perRank, std::string* why) {
   Communicator::CollNetLink* link = comm.collNet(why);
   if (link == nullptr) return nullptr;
-  const std::string name = link->coll->name();
   const bool gathers = std::strcmp(collective, "allgather") == 0,
              scatters = std::strcmp(collective, "reducescatter") == 0;
   if ((gathers && !link->allGather) || (scatters && !link->reduceScatter)) {
     const char* call = gathers ? "iallgather" : "ireducescatter";
     const bool mine = gathers ? link->coll->hasIallgather() : link->coll->hasIreducescatter();
     *why = (mine ? std::string("another rank's collNet")
-                 : name + " (ncclCollNet_v" + std::to_string(link->coll->version()) + ")") +
+                 : link->coll->name() + std::string(" (ncclCollNet_v") + std::to_string(link->coll->version()) + ")") +
            " has no " + call + " (ncclCollNet_v8 and later may have one)";
     return nullptr;
   }
   if (op != nullptr && !link->canReduce(type, op->op)) {
-    *why = name + "'s reduceSupport says no to this type and op";
+    *why = link->coll->name() + std::string("'s reduceSupport says no to this type and op");
     return nullptr;
   }
   // An all-gather's or a reduce-scatter's operation holds every rank's part in one slot.
@@ -479,9 +484,7 @@ Route chooseRoute(const char* collective, Algorithm requested) {
         std::string(collective) + " runs as the ring or through the collNet, not " +
         (named ? algorithmName(requested) : "algorithm " + std::to_string(static_cast<int>(requested))));
   }
-  Algorithm fromEnv = Algorithm::Auto;
-  if (const char* env = std::getenv("NNS_ALGO"); env != nullptr && *env != '\0' && !parseAlgorithm(env, &fromEnv))
-    throw core::CommError(std::string("NNS_ALGO=") + env + ": ring, tree, doubling, collnet or auto", ncclInvalidUsage);
+  const Algorithm fromEnv = algorithmFromEnv();
   const bool enabled = collNetEnabled();  // read at every call, like every knob
   if (requested == Algorithm::CollNet) return Route::CollNetByName;
   if (requested == Algorithm::Ring) return Route::Ring;
