@@ -347,9 +347,10 @@ Communicator::CollNetLink* collNetFor(Communicator& comm, const char* collective
 
 // `count` elements through the collNet in parts of `perPart` at most, each in a slot pair, with as many parts in
 // flight as there are pairs (NCCL's proxy keeps NCCL_STEPS), completed in order. stage(slot, first, elements) copies
-// a part into the send slot, once; post(slot, elements, &request) posts it (a NULL request is "not now": posted again
-// on the next round, as NCCL's proxy does); finish(slot, first, elements) copies its result out of the receive slot.
-// No allocation: the parts in flight are kept in a fixed array.
+// a part into the send slot, once; post(slot, first, elements, &request) posts it (a NULL request is "not now": posted
+// again on the next round, as NCCL's proxy does); finish(slot, first, elements) copies its result out of the receive
+// slot. Registered calls stage and finish nothing: their parts are windows of the call's own buffers. No allocation:
+// the parts in flight are kept in a fixed array.
 template <class Stage, class Post, class Finish>
 void throughCollNet(Communicator& comm, Communicator::CollNetLink& link, const char* collective, size_t count,
                     size_t perPart, Stage stage, Post post, Finish finish) {
@@ -371,7 +372,7 @@ void throughCollNet(Communicator& comm, Communicator::CollNetLink& link, const c
       if (!staged) stage(slot, next, elements);
       staged = true;
       void* request = nullptr;
-      comm.checkCollNet(post(slot, elements, &request), call.c_str());
+      comm.checkCollNet(post(slot, next, elements, &request), call.c_str());
       if (request == nullptr) break;
       parts[slot] = {next, elements, request};
       next += elements;
@@ -406,17 +407,78 @@ void throughCollNet(Communicator& comm, Communicator::CollNetLink& link, const c
   }
 }
 
+// A call's host buffers registered with the collNet for the call (NCCL's registered path), deregistered when it
+// ends, even by an exception: `outer`, and `inner` unless it lies inside `outer` (in place), where outer's
+// registration serves both.
+class CollNetCallBuffers {
+ public:
+  CollNetCallBuffers(Communicator& comm, Communicator::CollNetLink& link, const void* outer, size_t outerBytes,
+                     const void* inner, size_t innerBytes)
+      : link_(link) {
+    comm.checkCollNet(link.coll->regMr(link.comm, const_cast<void*>(outer), outerBytes, NCCL_PTR_HOST, &outer_),
+                      "regMr");
+    const auto* o = static_cast<const unsigned char*>(outer);
+    const auto* i = static_cast<const unsigned char*>(inner);
+    if (i >= o && i + innerBytes <= o + outerBytes) {
+      inner_ = outer_;
+      return;
+    }
+    ncclResult_t result = link.coll->regMr(link.comm, const_cast<void*>(inner), innerBytes, NCCL_PTR_HOST, &inner_);
+    if (result != ncclSuccess) {
+      (void)link.coll->deregMr(link.comm, outer_);
+      comm.checkCollNet(result, "regMr");
+    }
+  }
+  ~CollNetCallBuffers() {
+    if (inner_ != outer_) (void)link_.coll->deregMr(link_.comm, inner_);
+    (void)link_.coll->deregMr(link_.comm, outer_);
+  }
+  CollNetCallBuffers(const CollNetCallBuffers&) = delete;
+  CollNetCallBuffers& operator=(const CollNetCallBuffers&) = delete;
+  void* outer() const { return outer_; }
+  void* inner() const { return inner_; }
+
+ private:
+  Communicator::CollNetLink& link_;
+  void* outer_ = nullptr;
+  void* inner_ = nullptr;
+};
+
+// Whether a call whose every rank puts in `bytes` goes through the collNet from its own buffers: the same answer on
+// every rank (the link's registersCalls was agreed, and every rank has the same `bytes`).
+bool registersCall(const Communicator::CollNetLink& link, size_t bytes) {
+  return link.registersCalls && bytes >= Communicator::kCallRegistrationMinBytes;
+}
+
+// Where a rank's part of a window starts inside its block [begin, begin + blockSize) when the window starts at
+// `offset` (the same unit): NCCL's proxy points sendData (all-gather) and recvData (reduce-scatter) there, at the
+// window's start where it lies inside the block, else at the block's start.
+size_t firstInWindow(size_t begin, size_t blockSize, size_t offset) {
+  return offset > begin && offset < begin + blockSize ? offset - begin : 0;
+}
+
 void collNetAllReduce(Communicator& comm, Communicator::CollNetLink& link, KernelLayer& kernels, const void* send,
                       void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, size_t perPart) {
   const size_t es = typeSize(type);
-  const auto* in = static_cast<const unsigned char*>(send);
+  auto* in = static_cast<unsigned char*>(const_cast<void*>(send));
   auto* out = static_cast<unsigned char*>(recv);
+  if (registersCall(link, count * es)) {
+    const CollNetCallBuffers registered(comm, link, recv, count * es, send, count * es);
+    throughCollNet(
+        comm, link, "allreduce", count, perPart, [](size_t, size_t, size_t) {},
+        [&](size_t, size_t first, size_t elements, void** request) {
+          return link.coll->iallreduce(link.comm, in + first * es, out + first * es, elements, type, op,
+                                       registered.inner(), registered.outer(), request);
+        },
+        [](size_t, size_t, size_t) {});
+    return;
+  }
   throughCollNet(
       comm, link, "allreduce", count, perPart,
       [&](size_t slot, size_t first, size_t elements) {
         kernels.copy(link.sendSlots[slot], in + first * es, elements * es);
       },
-      [&](size_t slot, size_t elements, void** request) {
+      [&](size_t slot, size_t, size_t elements, void** request) {
         return link.coll->iallreduce(link.comm, link.sendSlots[slot], link.recvSlots[slot], elements, type, op,
                                      link.mhandle, link.mhandle, request);
       },
@@ -425,20 +487,35 @@ void collNetAllReduce(Communicator& comm, Communicator::CollNetLink& link, Kerne
       });
 }
 
-// Each operation gathers the full window: `elements` of every rank's block, rank by rank, in the receive slot (one
-// part), so no operation depends on how a collNet reads a partial window's sendData.
+// Copied through the slots, each operation gathers the full window: `perRank` elements of every rank's block, rank
+// by rank, in the receive slot (one part). Registered, the operations walk the output in windows of a slot, each
+// rank's sendData at its first byte inside the window, as NCCL's proxy posts them.
 void collNetAllGather(Communicator& comm, Communicator::CollNetLink& link, KernelLayer& kernels, const void* send,
                       void* recv, size_t sendCount, ncclDataType_t type, size_t perRank) {
-  const size_t es = typeSize(type), n = static_cast<size_t>(comm.size());
-  const auto* in = static_cast<const unsigned char*>(send);
+  const size_t es = typeSize(type), n = static_cast<size_t>(comm.size()), block = sendCount * es;
+  auto* in = static_cast<unsigned char*>(const_cast<void*>(send));
   auto* out = static_cast<unsigned char*>(recv);
   std::array<ncclNetSGE_v12_t, NCCL_NET_MAX_REQUESTS> receive{};  // kept until the part completes
+  if (registersCall(link, block)) {
+    const CollNetCallBuffers registered(comm, link, recv, n * block, send, block);
+    const size_t mine = static_cast<size_t>(comm.rank()) * block;
+    throughCollNet(
+        comm, link, "allgather", n * sendCount, link.slotBytes / es, [](size_t, size_t, size_t) {},
+        [&](size_t slot, size_t first, size_t elements, void** request) {
+          const size_t offset = first * es, bytes = elements * es;
+          receive[slot] = {registered.outer(), out + offset, bytes};
+          return link.coll->iallgather(link.comm, in + firstInWindow(mine, block, offset), 1, &receive[slot], block,
+                                       offset, bytes, registered.inner(), request);
+        },
+        [](size_t, size_t, size_t) {});
+    return;
+  }
   throughCollNet(
       comm, link, "allgather", sendCount, perRank,
       [&](size_t slot, size_t first, size_t elements) {
         kernels.copy(link.sendSlots[slot], in + first * es, elements * es);
       },
-      [&](size_t slot, size_t elements, void** request) {
+      [&](size_t slot, size_t, size_t elements, void** request) {
         receive[slot] = {link.mhandle, link.recvSlots[slot], n * elements * es};
         return link.coll->iallgather(link.comm, link.sendSlots[slot], 1, &receive[slot], elements * es, 0,
                                      n * elements * es, link.mhandle, request);
@@ -449,21 +526,36 @@ void collNetAllGather(Communicator& comm, Communicator::CollNetLink& link, Kerne
       });
 }
 
-// Each operation reduces the full window: `elements` of every rank's block r, rank by rank, in the send slot (one
-// part); this rank gets its block's.
+// Copied through the slots, each operation reduces the full window: `perRank` elements of every rank's block r, rank
+// by rank, in the send slot (one part); this rank gets its block's. Registered, the operations walk the input in
+// windows of a slot, each rank's recvData at its first element inside the window, as NCCL's proxy posts them.
 void collNetReduceScatter(Communicator& comm, Communicator::CollNetLink& link, KernelLayer& kernels, const void* send,
                           void* recv, size_t recvCount, ncclDataType_t type, ncclRedOp_t op, size_t perRank) {
   const size_t es = typeSize(type), n = static_cast<size_t>(comm.size());
   const auto* in = static_cast<const unsigned char*>(send);
   auto* out = static_cast<unsigned char*>(recv);
   std::array<ncclNetSGE_v12_t, NCCL_NET_MAX_REQUESTS> input{};  // kept until the part completes
+  if (registersCall(link, recvCount * es)) {
+    const CollNetCallBuffers registered(comm, link, send, n * recvCount * es, recv, recvCount * es);
+    const size_t mine = static_cast<size_t>(comm.rank()) * recvCount;
+    throughCollNet(
+        comm, link, "reducescatter", n * recvCount, link.slotBytes / es, [](size_t, size_t, size_t) {},
+        [&](size_t slot, size_t first, size_t elements, void** request) {
+          input[slot] = {registered.outer(), const_cast<unsigned char*>(in) + first * es, elements * es};
+          return link.coll->ireducescatter(link.comm, 1, &input[slot], out + firstInWindow(mine, recvCount, first) * es,
+                                           recvCount * es, first * es, elements * es, type, op, registered.inner(),
+                                           request);
+        },
+        [](size_t, size_t, size_t) {});
+    return;
+  }
   throughCollNet(
       comm, link, "reducescatter", recvCount, perRank,
       [&](size_t slot, size_t first, size_t elements) {
         for (size_t r = 0; r < n; ++r)
           kernels.copy(link.sendSlots[slot] + r * elements * es, in + (r * recvCount + first) * es, elements * es);
       },
-      [&](size_t slot, size_t elements, void** request) {
+      [&](size_t slot, size_t, size_t elements, void** request) {
         input[slot] = {link.mhandle, link.sendSlots[slot], n * elements * es};
         return link.coll->ireducescatter(link.comm, 1, &input[slot], link.recvSlots[slot], elements * es, 0,
                                          n * elements * es, type, op, link.mhandle, request);

@@ -14,40 +14,70 @@ has_wrong() {  # true when the output has no result row, or a row with a wrong e
   ! grep -qE '^ +[0-9]+ +[0-9]+ ' <<<"$1" || awk '/^ +[0-9]+ +[0-9]+ / && $9 != "0" {found = 1} END {exit !found}' <<<"$1"
 }
 
+# How a run's buffers of 64 KiB and more go (the last field of each run): registered with the star for each call and
+# walked in windows (its registration costs nothing: the default), or copied through the slots
+# (NNS_CALL_REGISTRATION=0); said on the connection's INFO line.
+how() {  # how copy|register: sets the environment for the next runs
+  if [ "$1" = copy ]; then export NNS_CALL_REGISTRATION=0; else unset NNS_CALL_REGISTRATION; fi
+}
+registration() {
+  if [ "$1" = copy ]; then
+    echo "are copied through the slots (NNS_CALL_REGISTRATION=0)"
+  else
+    echo "are registered with it for each call and walked in slot-sized windows (a regMr/deregMr pair takes"
+  fi
+}
+
 # By name: each op the star reduces, each with another type (avg and mulsum are not the star's: the refusal is
-# checked below), 8 B to 2 MiB (4 parts of 512 KiB through 2 slot pairs, each slot used twice), on 1, 2 and 4 ranks, in
-# place and not.
-runs=("1 sum int32 0")
+# checked below), 8 B to 8 MiB (16 parts of 512 KiB through 2 slot pairs), on 1, 2 and 4 ranks, in place and not, the
+# buffers registered or copied.
+runs=("1 sum int32 0 register" "1 sum int32 1 copy")
 for ranks in 2 4; do
-  runs+=("$ranks sum int32 0" "$ranks prod float 1" "$ranks max double 0" "$ranks min uint8 1")
+  runs+=("$ranks sum int32 0 register" "$ranks prod float 1 copy" "$ranks max double 0 copy" "$ranks min uint8 1 register")
 done
 for run in "${runs[@]}"; do
-  read -r ranks op type inplace <<<"$run"
+  read -r ranks op type inplace how <<<"$run"
+  how "$how"
   out=$(NCCL_DEBUG=INFO bench "$ranks" -p star -A collnet -d "$type" -o "$op" -b 8 -e 8M -f 8 -c 1 -n 1 -w 0 \
         -I "$inplace") || fail "-A collnet: $run" "$out"
   grep -q "collNet star (ncclCollNet_v12) connected: $ranks ranks.*through it: allreduce, allgather, reducescatter" \
     <<<"$out" || fail "no collNet connected: $run" "$out"
+  grep -qF "$(registration "$how")" <<<"$out" || fail "the buffers are not said to be ${how}ed: $run" "$out"
   has_wrong "$out" && fail "a wrong element through the collNet: $run" "$out"
 done
-echo "allreduce through the star collNet: right on 1, 2 and 4 ranks, in place and not"
+how register
+echo "allreduce through the star collNet: right on 1, 2 and 4 ranks, in place and not, registered and copied"
 
-# Allgather and reducescatter by name: each operation a full window of every rank's part (a 512 KiB slot holds
-# 512 KiB / ranks of each), so up to 5.6 MiB is up to 11 parts through 2 slot pairs; counts not a multiple of
-# anything (-f 7); in place and not; 1 to 4 ranks.
-runs=("allgather 1 sum int32 0" "reducescatter 1 sum float 1")
+# Allgather and reducescatter by name, up to 5.6 MiB (-e 8M -f 7), counts not a multiple of anything; in place and
+# not; 1 to 4 ranks. Copied, each operation is a full window of every rank's part (a 512 KiB slot holds 512 KiB /
+# ranks of each): up to 11 parts through 2 slot pairs. Registered (64 KiB and more per rank), the operations walk
+# the output (input) in windows of 512 KiB that start and end inside ranks' blocks, as NCCL's proxy posts them.
+runs=("allgather 1 sum int32 0 register" "reducescatter 1 sum float 1 copy")
 for ranks in 2 3 4; do
-  runs+=("allgather $ranks sum int8 0" "allgather $ranks sum double 1"
-         "reducescatter $ranks sum int32 0" "reducescatter $ranks prod float 1" "reducescatter $ranks max uint64 1"
-         "reducescatter $ranks min int8 0")
+  runs+=("allgather $ranks sum int8 0 copy" "allgather $ranks sum double 1 register"
+         "reducescatter $ranks sum int32 0 register" "reducescatter $ranks prod float 1 register"
+         "reducescatter $ranks max uint64 1 copy" "reducescatter $ranks min int8 0 copy")
 done
 for run in "${runs[@]}"; do
-  read -r collective ranks op type inplace <<<"$run"
+  read -r collective ranks op type inplace how <<<"$run"
+  how "$how"
   out=$(NCCL_DEBUG=INFO bench "$ranks" -p star -A collnet -d "$type" -o "$op" -b 1 -e 8M -f 7 -c 1 -n 1 -w 0 \
         -I "$inplace") || fail "-A collnet: $run" "$out"
   grep -q "collNet star (ncclCollNet_v12) connected: $ranks ranks" <<<"$out" || fail "no collNet connected: $run" "$out"
+  grep -qF "$(registration "$how")" <<<"$out" || fail "the buffers are not said to be ${how}ed: $run" "$out"
   grep -q "^# algorithm: collnet$" <<<"$out" || fail "the header does not say collnet: $run" "$out"
   has_wrong "$out" && fail "a wrong element through the collNet: $run" "$out"
 done
+how register
+# One rank that copies (NNS_CALL_REGISTRATION=0 on rank 2 alone): every rank copies, all alike (registered and copied
+# operations are other windows).
+out=$(NCCL_DEBUG=INFO "$bin/nccl-net-run" -n 3 --timeout 60 sh -c \
+  'if [ "$NNS_RANK" = 2 ]; then export NNS_CALL_REGISTRATION=0; fi; exec "$0" "$@"' \
+  "$bin/nccl-net-bench" allgather -p star -A collnet -d int32 -b 1M -e 4M -f 2 -c 1 -n 1 -w 0 2>&1) ||
+  fail "allgather with rank 2 copying" "$out"
+grep -q "\[rank 0\] INFO collNet star.*are copied through the slots (rank 2 copies them)" <<<"$out" ||
+  fail "rank 0 does not say that rank 2 copies" "$out"
+has_wrong "$out" && fail "a wrong element with rank 2 copying" "$out"
 collective=allgather
 out=$(NNS_ALGO=collnet NCCL_DEBUG=INFO bench 2 -p star -d int32 -b 8 -e 64K -c 1 -n 1 -w 0) ||
   fail "NNS_ALGO=collnet allgather" "$out"
@@ -56,7 +86,7 @@ grep -q "collNet star (ncclCollNet_v12) connected" <<<"$out" || fail "NNS_ALGO=c
 has_wrong "$out" && fail "a wrong element with NNS_ALGO=collnet" "$out"
 out=$(bench 2 -p star -A tree -b 8 -e 8) && fail "allgather -A tree passed" "$out"
 grep -q "allgather runs as the ring or through the collNet" <<<"$out" || fail "allgather -A tree: not named" "$out"
-echo "allgather and reducescatter through the star collNet: right on 1 to 4 ranks, in place and not"
+echo "allgather and reducescatter through the star collNet: right on 1 to 4 ranks, in place and not, registered and copied"
 
 # By name, a type the star does not reduce: refused by name on every rank, the communicator left usable.
 for collective in allreduce reducescatter; do

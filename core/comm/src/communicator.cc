@@ -932,14 +932,68 @@ Communicator::CollNetLink* Communicator::collNet(std::string* why) {
     collNetLink_.sendSlots.push_back(collNetMemory_ + 2 * i * slotBytes);
     collNetLink_.recvSlots.push_back(collNetMemory_ + (2 * i + 1) * slotBytes);
   }
+  // Registered calls post other windows than copied ones: every rank must take the same path.
+  std::string registration;
+  const bool registers = collNetFreeRegistration(&registration);
+  std::vector<std::string> saidRegisters;
+  try {
+    saidRegisters = bootstrap_->allGather(std::string(1, registers ? '1' : '0'));
+  } catch (const BootstrapError& e) {
+    throw asCommError(e);
+  }
+  collNetLink_.registersCalls = true;
+  for (int r = 0; r < size_ && collNetLink_.registersCalls; ++r) {
+    if (saidRegisters[static_cast<size_t>(r)] == "1") continue;
+    collNetLink_.registersCalls = false;
+    if (registers) registration = "rank " + std::to_string(r) + " copies them";
+  }
   hostLogger(NCCL_LOG_INFO, NCCL_INIT | NCCL_NET, __FILE__, __LINE__,
              "collNet %s (ncclCollNet_v%d) connected: %d ranks, %zu pairs of %zu-byte host slots registered; "
-             "through it: allreduce%s%s",
+             "through it: allreduce%s%s; host buffers of %zu bytes and more %s (%s)",
              collNetPlugin_->name(), collNetPlugin_->version(), size_, pairs, slotBytes,
-             collNetLink_.allGather ? ", allgather" : "", collNetLink_.reduceScatter ? ", reducescatter" : "");
+             collNetLink_.allGather ? ", allgather" : "", collNetLink_.reduceScatter ? ", reducescatter" : "",
+             kCallRegistrationMinBytes,
+             collNetLink_.registersCalls ? "are registered with it for each call and walked in slot-sized windows"
+                                         : "are copied through the slots",
+             registration.c_str());
   std::lock_guard lock(collNetMutex_);
   collNetConnected_ = 1;
   return &collNetLink_;
+}
+
+// Like decideCallRegistration, for the collNet's connected comm: CommOptions::callRegistration when set, else whether
+// a regMr/deregMr pair of a slot's bytes took under 1 us (the best of three, on memory of its own).
+bool Communicator::collNetFreeRegistration(std::string* why) {
+  if (options_.callRegistration >= 0) {
+    *why = "NNS_CALL_REGISTRATION=" + std::to_string(options_.callRegistration);
+    return options_.callRegistration == 1;
+  }
+  const size_t bytes = collNetLink_.slotBytes;
+  void* probe = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (probe == MAP_FAILED) {
+    *why = "no memory to time a registration on";
+    return false;
+  }
+  auto best = std::chrono::nanoseconds::max();
+  for (int i = 0; i < 3; ++i) {
+    void* mhandle = nullptr;
+    const auto start = Clock::now();
+    if (collNetPlugin_->regMr(collNetLink_.comm, probe, bytes, NCCL_PTR_HOST, &mhandle) != ncclSuccess) {
+      *why = "its regMr of host memory failed";
+      break;
+    }
+    if (collNetPlugin_->deregMr(collNetLink_.comm, mhandle) != ncclSuccess) {
+      *why = "its deregMr failed";
+      break;
+    }
+    best = std::min(best, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start));
+  }
+  munmap(probe, bytes);
+  if (!why->empty()) return false;
+  char took[96];
+  std::snprintf(took, sizeof(took), "a regMr/deregMr pair takes %.2f us", static_cast<double>(best.count()) / 1000.0);
+  *why = took;
+  return best < std::chrono::nanoseconds(1000);
 }
 
 // Part of closeConnections: the comm closes before the plugin goes, and an abort's close reaches the other ranks.

@@ -74,9 +74,10 @@ struct ReduceOp {
 
 void allReduce(Communicator& comm, const void* send, void* recv, size_t count, ncclDataType_t type, ReduceOp op,
                KernelLayer& kernels = hostKernels(), Algorithm algorithm = Algorithm::Auto);
-// recv holds size() blocks of sendCount elements, in rank order. `algorithm`: Auto, Ring or CollNet (each operation
-// gathers a full window: the collNet's slot holds every rank's part); Auto is the ring unless $NNS_ALGO=collnet, or
-// NCCL_COLLNET_ENABLE=1 where the collNet can take the call.
+// recv holds size() blocks of sendCount elements, in rank order. `algorithm`: Auto, Ring or CollNet (the buffers
+// registered with the collNet and walked in windows as NCCL's proxy walks them, or copied through its slots, a full
+// window per operation); Auto is the ring unless $NNS_ALGO=collnet, or NCCL_COLLNET_ENABLE=1 where the collNet can
+// take the call.
 void allGather(Communicator& comm, const void* send, void* recv, size_t sendCount, ncclDataType_t type,
                KernelLayer& kernels = hostKernels(), Algorithm algorithm = Algorithm::Auto);
 // send holds size() blocks of recvCount elements; rank r gets the reduction of block r. `algorithm` as allGather's.

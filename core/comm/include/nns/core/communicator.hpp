@@ -79,8 +79,8 @@ struct CommOptions {
   bool checkCalls = false;
   // Host buffers registered with the plugin for the length of each call (Communicator::registerForCall), so sends
   // leave from them and receives land in them instead of being copied through the slots: -1 when the plugin's
-  // registration costs nothing (timed when the first connection is made), 1 always, 0 never.
-  // $NNS_CALL_REGISTRATION=0|1 overrides.
+  // registration costs nothing (timed when the first connection is made), 1 always, 0 never. The same for the
+  // collNet (CollNetLink::registersCalls), timed on its own registration. $NNS_CALL_REGISTRATION=0|1 overrides.
   int callRegistration = -1;
   // Chooses the slots' memory once the plugin is loaded (from its properties for `device`); unset or returning
   // nullptr: host memory.
@@ -387,6 +387,10 @@ class Communicator {
     std::array<unsigned char, kReducePairs> reduces{};  // [type][op]: 1 where every rank's reduceSupport said yes
     bool allGather = false;                             // every rank's collNet has iallgather (v8 and later)
     bool reduceScatter = false;                         // ... and ireducescatter
+    // Every rank registers a call's host buffers of kCallRegistrationMinBytes and more with the collNet for the call
+    // and posts from and into them in windows of a slot (NCCL's registered path), instead of copying them through
+    // the slots: CommOptions::callRegistration, else where a regMr/deregMr pair costs every rank nothing.
+    bool registersCalls = false;
     bool canReduce(ncclDataType_t type, ncclRedOp_t op) const {
       const int t = static_cast<int>(type), o = static_cast<int>(op);
       return t >= 0 && t < ncclNumTypes && o >= 0 && o < ncclNumOps && reduces[static_cast<size_t>(t * ncclNumOps + o)];
@@ -395,8 +399,8 @@ class Communicator {
   // The collNet connected, at the first call: a collective step (every rank calls it at the same point, inside an
   // operation given to submit()). Every rank loads its collNet (init, device 0's properties: host memory is needed,
   // reduceSupport for every pair), then all-gathers its handle and what it supports, or why it has none, so all
-  // agree: nullptr with `why` when any rank cannot use it. Decided once: later calls answer at once, with no traffic.
-  // A connect that fails fails the communicator.
+  // agree: nullptr with `why` when any rank cannot use it. Once connected, they agree on registersCalls the same way.
+  // Decided once: later calls answer at once, with no traffic. A connect that fails fails the communicator.
   CollNetLink* collNet(std::string* why);
   // Throws a CommError naming the collNet and `call` unless `result` is ncclSuccess.
   void checkCollNet(ncclResult_t result, const char* call);
@@ -532,6 +536,8 @@ class Communicator {
   unsigned char* collNetMemory_ = nullptr;
   size_t collNetMemoryBytes_ = 0;
   size_t collNetMaxBytes_ = 0;  // device 0's maxCollBytes
+  // Whether this rank would register calls' buffers with the connected collNet (CollNetLink::registersCalls), and why.
+  bool collNetFreeRegistration(std::string* why);
   CollNetLink collNetLink_;
   std::vector<std::unique_ptr<Registration>> registrations_;  // changed only inside operations
   // registerForCall's, the first callRegistered_ live: kept from operation to operation with their connections' keys
