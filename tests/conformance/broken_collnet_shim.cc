@@ -18,10 +18,14 @@
 //                              the rank's block where NCCL points it at the rank's first byte inside a window
 //                              that starts inside the block (the star example's own reading of sendData before
 //                              NCCL's was checked; full windows are right)
+//   collnet-output-cleared-first ireducescatter zeroes the rank's part of the window at recvData before it reads the
+//                              window (an output used as the accumulator): wrong only in place, where that part is
+//                              the rank's own input
 #include <dlfcn.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -97,7 +101,7 @@ struct Parts {
   }
 };
 
-// Each comm's rank, from connect (collnet-window-from-block-start needs it).
+// Each comm's rank, from connect (collnet-window-from-block-start and collnet-output-cleared-first need it).
 std::mutex gRanksMutex;
 std::map<void*, int> gRanks;
 
@@ -126,6 +130,12 @@ ncclResult_t ireducescatter(void* comm, int nSendParts, ncclNetSGE_v12_t* sendPa
                             ncclRedOp_t op, void* recvMhandle, void** request) {
   if (picked("collnet-one-part-only") && nSendParts > 1) return ncclInvalidArgument;
   recvData = fromBlockStart(comm, recvData, bytesPerRank, windowOffset);
+  if (picked("collnet-output-cleared-first")) {
+    std::lock_guard<std::mutex> lock(gRanksMutex);
+    const size_t begin = bytesPerRank * static_cast<size_t>(gRanks[comm]);
+    const size_t from = std::max(begin, windowOffset), to = std::min(begin + bytesPerRank, windowOffset + windowBytes);
+    if (from < to) std::memset(recvData, 0, to - from);
+  }
   Parts parts;
   return realColl()->ireducescatter(comm, nSendParts, parts.reorder(nSendParts, sendParts), recvData, bytesPerRank,
                                     windowOffset, windowBytes, type, op, recvMhandle, request);

@@ -971,22 +971,35 @@ Outcome reduceScatterScatters(const core::Net& net, const Settings& settings) {
     if (inParts && !once(chosen.back(), 1031, 3)) return false;
     // Partial windows, as NCCL's proxy walks the input in windows of maxCollBytes: 1003 elements per rank of the
     // widest type in windows of 400 elements (each starting inside some rank's block), recvData at this rank's first
-    // byte inside the window (its block's start, or the byte where the window starts inside its block).
+    // byte inside the window (its block's start, or the byte where the window starts inside its block). Out of place,
+    // then in place (NCCL's ncclReduceScatter with recvbuff = sendbuff + rank * recvcount): each window's result for
+    // this rank lands inside the window's own input, so a collNet must read a window whole before it writes there.
     std::string windowsNote;
-    if (!chosen.empty()) {
+    for (bool inPlace : {false, true}) {
+      if (chosen.empty()) break;
       const Pair& p = chosen.back();
       const size_t es = typeBytes(p.type), count = 1003, windowCount = 400, total = count * n;
-      std::vector<unsigned char> send(total * es), recv(count * es, 0xa5);
-      fillInputs(send.data(), p.type, p.op, rank.rank(), 0, total, seed);
-      void *sendMh = nullptr, *recvMh = nullptr;
-      if (!registerBoth(rank, send, recv, &sendMh, &recvMh, &why))
-        return rank.fail("reduce-scatter in windows: " + why);
-      int windows = 0;
       const size_t begin = count * static_cast<size_t>(rank.rank());
+      std::vector<unsigned char> send(total * es), recv(inPlace ? 0 : count * es, 0xa5);
+      fillInputs(send.data(), p.type, p.op, rank.rank(), 0, total, seed);
+      unsigned char* out = inPlace ? send.data() + begin * es : recv.data();
+      const char* where = inPlace ? " in place" : "";
+      void *sendMh = nullptr, *recvMh = nullptr;
+      if (inPlace) {
+        sendMh = recvMh = rank.reg(send.data(), send.size(), &why);
+        if (sendMh == nullptr) return rank.fail("reduce-scatter in windows in place: " + why);
+      } else if (!registerBoth(rank, send, recv, &sendMh, &recvMh, &why)) {
+        return rank.fail("reduce-scatter in windows: " + why);
+      }
+      auto release = [&] {
+        if (recvMh != sendMh) rank.dereg(recvMh);
+        rank.dereg(sendMh);
+      };
+      int windows = 0;
       for (size_t first = 0; first < total; first += windowCount, ++windows) {
         const size_t elements = std::min(windowCount, total - first);
         ncclNetSGE_v12_t part{sendMh, send.data() + first * es, elements * es};
-        unsigned char* recvData = recv.data() + firstInWindow(begin, count, first) * es;
+        unsigned char* recvData = out + firstInWindow(begin, count, first) * es;
         std::string failure;
         ncclResult_t result = rank.complete(
             "collnet ireducescatter",
@@ -997,22 +1010,25 @@ Outcome reduceScatterScatters(const core::Net& net, const Settings& settings) {
             },
             &failure);
         if (result != ncclSuccess) {
-          rank.dereg(recvMh);
-          rank.dereg(sendMh);
-          const std::string what = format("reduce-scatter %s %s of %zu elements per rank, the window of %zu at %zu",
-                                          typeText(p.type), opText(p.op), count, elements, first);
+          release();
+          const std::string what = format("reduce-scatter %s %s of %zu elements per rank%s, the window of %zu at %zu",
+                                          typeText(p.type), opText(p.op), count, where, elements, first);
           return rank.fail(what + ": " + failure);
         }
       }
-      rank.dereg(recvMh);
-      rank.dereg(sendMh);
-      std::string wrong = firstWrongElement(recv.data(), p.type, p.op, n, begin, count, seed);
+      release();
+      std::string wrong = firstWrongElement(out, p.type, p.op, n, begin, count, seed);
       if (!wrong.empty())
-        return rank.fail(format("reduce-scatter %s %s of %zu elements per rank in windows of %zu: this rank's block: ",
-                                typeText(p.type), opText(p.op), count, windowCount) +
+        return rank.fail(format("reduce-scatter %s %s of %zu elements per rank%s in windows of %zu: this rank's "
+                                "block: ",
+                                typeText(p.type), opText(p.op), count, where, windowCount) +
                          wrong);
-      windowsNote = format("; and %zu of %s %s per rank in %d windows of %zu elements as NCCL walks them", count,
-                           typeText(p.type), opText(p.op), windows, windowCount);
+      ++seed;
+      if (inPlace)
+        windowsNote += ", out of place and in place";
+      else
+        windowsNote = format("; and %zu of %s %s per rank in %d windows of %zu elements as NCCL walks them", count,
+                             typeText(p.type), opText(p.op), windows, windowCount);
     }
     rank.note(
         format("%d reduce-scatters over %d rank(s), each rank given its own block reduced: %s; 1, 1027 and "

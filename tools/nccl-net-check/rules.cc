@@ -5188,8 +5188,8 @@ const std::vector<Rule>& rules() {
        collNetRule<collnet::allgatherGathers>},
       {{"collnet-reducescatter",
         "collNet v8+ with ireducescatter: every rank gets its own block of the reduction, for each type "
-        "reduceSupport accepts; also in partial windows as NCCL posts them, and from v9 from 3 separately registered "
-        "send parts"},
+        "reduceSupport accepts; also in partial windows as NCCL posts them, out of place and in place, and from v9 "
+        "from 3 separately registered send parts"},
        collNetRule<collnet::reduceScatterScatters>},
       {{"collnet-ops-in-flight",
         "collNet: 8 all-reduces posted before the first test (NCCL's proxy keeps NCCL_STEPS in flight) complete in "
