@@ -18,6 +18,9 @@
 //                              the rank's block where NCCL points it at the rank's first byte inside a window
 //                              that starts inside the block (the star example's own reading of sendData before
 //                              NCCL's was checked; full windows are right)
+//   collnet-data-at-registration-start iallreduce reads and writes from the start of the registrations its handles
+//                              name, not at sendData and recvData (an address taken from the memory key): right
+//                              where a buffer is posted whole, wrong for NCCL's chunks of a registered buffer
 //   collnet-output-cleared-first ireducescatter zeroes the rank's part of the window at recvData before it reads the
 //                              window (an output used as the accumulator): wrong only in place, where that part is
 //                              the rank's own input
@@ -80,9 +83,40 @@ ncclResult_t reduceSupport(ncclDataType_t type, ncclRedOp_t op, int* supported) 
   return result;
 }
 
+// Where each live registration starts (collnet-data-at-registration-start needs it).
+std::mutex gStartsMutex;
+std::map<void*, void*> gStarts;
+
+ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  ncclResult_t result = realColl()->regMr(comm, data, size, type, mhandle);
+  if (result == ncclSuccess) {
+    std::lock_guard<std::mutex> lock(gStartsMutex);
+    gStarts[*mhandle] = data;
+  }
+  return result;
+}
+
+ncclResult_t deregMr(void* comm, void* mhandle) {
+  {
+    std::lock_guard<std::mutex> lock(gStartsMutex);
+    gStarts.erase(mhandle);
+  }
+  return realColl()->deregMr(comm, mhandle);
+}
+
+void* registrationStart(void* mhandle, void* data) {
+  std::lock_guard<std::mutex> lock(gStartsMutex);
+  auto found = gStarts.find(mhandle);
+  return found == gStarts.end() ? data : found->second;
+}
+
 ncclResult_t iallreduce(void* comm, void* sendData, void* recvData, size_t count, ncclDataType_t type, ncclRedOp_t op,
                         void* sendMhandle, void* recvMhandle, void** request) {
   if (picked("collnet-min-as-max") && op == ncclMin) op = ncclMax;
+  if (picked("collnet-data-at-registration-start")) {
+    sendData = registrationStart(sendMhandle, sendData);
+    recvData = registrationStart(recvMhandle, recvData);
+  }
   if (picked("collnet-four-in-flight") && gPending.load() >= 4) return ncclInternalError;
   ncclResult_t result =
       realColl()->iallreduce(comm, sendData, recvData, count, type, op, sendMhandle, recvMhandle, request);
@@ -197,6 +231,8 @@ __attribute__((constructor)) static void fillTables() {
   ncclCollNetPlugin_v12.init = collInit;
   ncclCollNetPlugin_v12.reduceSupport = reduceSupport;
   ncclCollNetPlugin_v12.iallreduce = iallreduce;
+  ncclCollNetPlugin_v12.regMr = regMr;
+  ncclCollNetPlugin_v12.deregMr = deregMr;
   ncclCollNetPlugin_v12.test = test;
   ncclCollNetPlugin_v12.connect = connect;
   ncclCollNetPlugin_v12.iallgather = iallgather;

@@ -578,6 +578,63 @@ bool allreduceOnce(Rank& rank, int type, int op, size_t count, bool inPlace, uin
   return true;
 }
 
+// Registers `send` and then `recv`: true with both handles, or false with neither and *why said.
+bool registerBoth(Rank& rank, std::vector<unsigned char>& send, std::vector<unsigned char>& recv, void** sendMh,
+                  void** recvMh, std::string* why) {
+  *sendMh = rank.reg(send.data(), send.size(), why);
+  *recvMh = *sendMh != nullptr ? rank.reg(recv.data(), recv.size(), why) : nullptr;
+  if (*recvMh != nullptr) return true;
+  rank.dereg(*sendMh);
+  return false;
+}
+
+// NCCL's registered path posts a registered buffer in chunks: sendData and recvData at offsets inside one
+// registration each, with its handles. 65539 elements of pair `p` in parts of 4099 (fewer where maxCollBytes says),
+// one after another; false (with the rank's failure) when one failed or the result came out wrong.
+bool allreduceInParts(Rank& rank, const Pair& p, uint64_t seed, std::string* note) {
+  const size_t es = typeBytes(p.type), count = 65539;
+  const size_t perPart = std::min<size_t>(4099, rank.props().maxCollBytes / es);
+  if (perPart == 0) return true;
+  std::vector<unsigned char> send(count * es), recv(count * es, 0xa5);
+  fillInputs(send.data(), p.type, p.op, rank.rank(), 0, count, seed);
+  std::string why;
+  void *sendMh = nullptr, *recvMh = nullptr;
+  if (!registerBoth(rank, send, recv, &sendMh, &recvMh, &why)) return rank.fail("all-reduce in parts: " + why);
+  int parts = 0;
+  for (size_t first = 0; first < count; first += perPart, ++parts) {
+    const size_t elements = std::min(perPart, count - first);
+    std::string failure;
+    ncclResult_t result = rank.complete(
+        "collnet iallreduce",
+        [&](void** r) {
+          return rank.coll().iallreduce(rank.comm(), send.data() + first * es, recv.data() + first * es, elements,
+                                        static_cast<ncclDataType_t>(p.type), static_cast<ncclRedOp_t>(p.op), sendMh,
+                                        recvMh, r);
+        },
+        &failure);
+    if (result != ncclSuccess) {
+      rank.dereg(recvMh);
+      rank.dereg(sendMh);
+      return rank.fail(format("all-reduce %s %s of %zu elements, the part of %zu at element %zu inside one "
+                              "registration: ",
+                              typeText(p.type), opText(p.op), count, elements, first) +
+                       failure);
+    }
+  }
+  rank.dereg(recvMh);
+  rank.dereg(sendMh);
+  std::string wrong = firstWrongElement(recv.data(), p.type, p.op, rank.ranks(), 0, count, seed);
+  if (!wrong.empty())
+    return rank.fail(format("all-reduce %s %s of %zu elements in parts of %zu inside one registration: ",
+                            typeText(p.type), opText(p.op), count, perPart) +
+                     wrong);
+  *note = format(
+      "; and %zu of %s %s in %d parts at offsets inside one registration of each buffer, as NCCL posts "
+      "a registered buffer",
+      count, typeText(p.type), opText(p.op), parts);
+  return true;
+}
+
 bool hostPointers(Rank& rank, std::string* why) {
   if ((rank.props().ptrSupport & NCCL_PTR_HOST) != 0) return true;
   *why = format("device 0 does not take host memory (ptrSupport 0x%x): the harness has no GPU buffers to give it",
@@ -704,10 +761,12 @@ Outcome allreduceEveryType(const core::Net& net, const Settings& settings) {
         if (!allreduceOnce(rank, p.type, p.op, count, count == 1023, seed++)) return false;
         ++done;
       }
+    std::string partsNote;
+    if (!allreduceInParts(rank, pairs.back(), seed, &partsNote)) return false;
     rank.note(
         format("%d all-reduces over %d rank(s), each rank's result right: %s; 1, 1023 (in place) and 65539 "
-               "elements",
-               done, rank.ranks(), pairsText(pairs).c_str()));
+               "elements%s",
+               done, rank.ranks(), pairsText(pairs).c_str(), partsNote.c_str()));
     return true;
   });
   return withSkip(outcome, skipText);
@@ -763,16 +822,6 @@ struct WindowParts {
 // start where it lies inside the block, else at the block's start.
 size_t firstInWindow(size_t begin, size_t blockSize, size_t offset) {
   return offset > begin && offset < begin + blockSize ? offset - begin : 0;
-}
-
-// Registers `send` and then `recv`: true with both handles, or false with neither and *why said.
-bool registerBoth(Rank& rank, std::vector<unsigned char>& send, std::vector<unsigned char>& recv, void** sendMh,
-                  void** recvMh, std::string* why) {
-  *sendMh = rank.reg(send.data(), send.size(), why);
-  *recvMh = *sendMh != nullptr ? rank.reg(recv.data(), recv.size(), why) : nullptr;
-  if (*recvMh != nullptr) return true;
-  rank.dereg(*sendMh);
-  return false;
 }
 
 // A v8 collNet takes one part (its SGE has a 32-bit size and the adapter passes one); later ones take several.

@@ -5180,7 +5180,8 @@ const std::vector<Rule>& rules() {
        collNetRule<collnet::propertiesSane>},
       {{"collnet-allreduce-every-type",
         "collNet: --coll-ranks processes connect with every rank's handle; iallreduce of every type and op "
-        "reduceSupport accepts, 1, 1023 (in place) and 65539 elements, gives every rank the reduction"},
+        "reduceSupport accepts, 1, 1023 (in place) and 65539 elements, gives every rank the reduction; also in parts "
+        "at offsets inside one registration, as NCCL posts a registered buffer"},
        collNetRule<collnet::allreduceEveryType>},
       {{"collnet-allgather",
         "collNet v8+ with iallgather: 1, 4097 (in place) and 262147 bytes per rank land in each rank's place on every "
