@@ -324,9 +324,10 @@ Communicator::CollNetLink* collNetFor(Communicator& comm, const char* collective
              scatters = std::strcmp(collective, "reducescatter") == 0;
   if ((gathers && !link->allGather) || (scatters && !link->reduceScatter)) {
     const char* call = gathers ? "iallgather" : "ireducescatter";
-    const bool mine = gathers ? link->coll->hasIallgather() : link->coll->hasIreducescatter();
-    *why = (mine ? std::string("another rank's collNet")
-                 : link->coll->name() + std::string(" (ncclCollNet_v") + std::to_string(link->coll->version()) + ")") +
+    const int without = gathers ? link->withoutAllGather : link->withoutReduceScatter;
+    *why = (without != comm.rank()
+                ? "rank " + std::to_string(without) + "'s collNet"
+                : link->coll->name() + std::string(" (ncclCollNet_v") + std::to_string(link->coll->version()) + ")") +
            " has no " + call + " (ncclCollNet_v8 and later may have one)";
     return nullptr;
   }

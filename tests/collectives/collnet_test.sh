@@ -110,6 +110,32 @@ grep -q "allgather through the collNet: one-rank-coll (ncclCollNet_v6) has no ia
   fail "the missing iallgather is not named" "$out"
 collective=allreduce
 
+# Ranks whose collNets differ: rank 1's (the star through broken-collnet's collnet-without-iallgather, no bug: a v12
+# table without iallgather and ireducescatter, both optional) lacks what the others' have. By name every rank refuses,
+# naming rank 1; under NCCL_COLLNET_ENABLE=1 allgather and reducescatter take the ring on every rank, right.
+differing() {  # differing COLLECTIVE BENCH_ARGS...: 3 ranks, rank 1 over broken-collnet
+  "$bin/nccl-net-run" -n 3 --timeout 60 sh -c 'c=$1; shift; p=star
+    if [ "$NNS_RANK" = 1 ]; then p=broken-collnet; export NNS_PICKED_BUG=collnet-without-iallgather; fi
+    exec "$0" "$c" -p "$p" "$@"' "$bin/nccl-net-bench" "$@" 2>&1
+}
+for collective in allgather reducescatter; do
+  call=iallgather
+  [ "$collective" = reducescatter ] && call=ireducescatter
+  out=$(differing "$collective" -A collnet -d int32 -b 12 -e 12) && fail "$collective with rank 1 lacking $call passed" "$out"
+  grep -q "rank 1: $collective through the collNet: star (ncclCollNet_v12) has no $call" <<<"$out" ||
+    fail "rank 1 does not name its own collNet's missing $call" "$out"
+  for rank in 0 2; do
+    grep -q "rank $rank: $collective through the collNet: rank 1's collNet has no $call" <<<"$out" ||
+      fail "rank $rank does not name rank 1's missing $call" "$out"
+  done
+  out=$(NCCL_COLLNET_ENABLE=1 NCCL_DEBUG=INFO differing "$collective" -d int32 -b 12 -e 1M -f 16 -c 1 -n 1 -w 0) ||
+    fail "NCCL_COLLNET_ENABLE=1 $collective with rank 1 lacking $call" "$out"
+  grep -q "\[rank 0\] INFO collNet star (ncclCollNet_v12) connected: 3 ranks.*through it: allreduce;" <<<"$out" ||
+    fail "the link does not say allreduce alone ($collective)" "$out"
+  has_wrong "$out" && fail "a wrong element with rank 1 lacking $call" "$out"
+done
+echo "ranks whose collNets differ: named by name, the ring under NCCL_COLLNET_ENABLE=1"
+
 # NCCL_COLLNET_ENABLE=1: the collNet where it reduces, the size rule (allreduce) or the ring elsewhere; every type
 # and op right.
 for collective in allreduce reducescatter allgather; do

@@ -21,6 +21,8 @@
 //   collnet-data-at-registration-start iallreduce reads and writes from the start of the registrations its handles
 //                              name, not at sendData and recvData (an address taken from the memory key): right
 //                              where a buffer is posted whole, wrong for NCCL's chunks of a registered buffer
+//   collnet-without-iallgather not a bug: a v12 table without iallgather and ireducescatter (both optional), for
+//                              the engine's tests of ranks whose collNets differ in what they have
 //   collnet-output-cleared-first ireducescatter zeroes the rank's part of the window at recvData before it reads the
 //                              window (an output used as the accumulator): wrong only in place, where that part is
 //                              the rank's own input
@@ -238,6 +240,10 @@ __attribute__((constructor)) static void fillTables() {
   ncclCollNetPlugin_v12.iallgather = iallgather;
   ncclCollNetPlugin_v12.closeColl = closeColl;
   ncclCollNetPlugin_v12.ireducescatter = ireducescatter;
+  if (picked("collnet-without-iallgather")) {
+    ncclCollNetPlugin_v12.iallgather = nullptr;
+    ncclCollNetPlugin_v12.ireducescatter = nullptr;
+  }
   if (realCollV6() != nullptr) {
     ncclCollNetPlugin_v6 = *realCollV6();
     ncclCollNetPlugin_v6.getProperties = getPropertiesV6;

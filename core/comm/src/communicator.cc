@@ -891,7 +891,6 @@ Communicator::CollNetLink* Communicator::collNet(std::string* why) {
     throw asCommError(e);
   }
   collNetLink_.reduces.fill(1);
-  collNetLink_.allGather = collNetLink_.reduceScatter = true;
   for (int r = 0; r < size_; ++r) {
     const std::string& said = all[static_cast<size_t>(r)];
     if (said.empty() || said[0] != 'H' || said.size() != kSaid) {
@@ -908,9 +907,11 @@ Communicator::CollNetLink* Communicator::collNet(std::string* why) {
     for (size_t pair = 0; pair < kReducePairs; ++pair)
       collNetLink_.reduces[pair] &= static_cast<unsigned char>(said[1 + NCCL_NET_HANDLE_MAXSIZE + pair] == 1);
     const auto capabilities = static_cast<unsigned char>(said[kSaid - 1]);
-    collNetLink_.allGather = collNetLink_.allGather && (capabilities & 1) != 0;
-    collNetLink_.reduceScatter = collNetLink_.reduceScatter && (capabilities & 2) != 0;
+    if ((capabilities & 1) == 0 && collNetLink_.withoutAllGather < 0) collNetLink_.withoutAllGather = r;
+    if ((capabilities & 2) == 0 && collNetLink_.withoutReduceScatter < 0) collNetLink_.withoutReduceScatter = r;
   }
+  collNetLink_.allGather = collNetLink_.withoutAllGather < 0;
+  collNetLink_.reduceScatter = collNetLink_.withoutReduceScatter < 0;
   std::vector<void*> handles(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) handles[static_cast<size_t>(r)] = all[static_cast<size_t>(r)].data() + 1;
   // NCCL calls connect once, from its proxy thread, and waits: a collective that returns once every rank is there.

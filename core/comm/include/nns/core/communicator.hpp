@@ -384,9 +384,10 @@ class Communicator {
     void* mhandle = nullptr;  // one registration covers every slot
     size_t slotBytes = 0;     // each slot's; no operation posted is larger (a multiple of 8, so of every type's size)
     std::vector<unsigned char*> sendSlots, recvSlots;
-    std::array<unsigned char, kReducePairs> reduces{};  // [type][op]: 1 where every rank's reduceSupport said yes
-    bool allGather = false;                             // every rank's collNet has iallgather (v8 and later)
-    bool reduceScatter = false;                         // ... and ireducescatter
+    std::array<unsigned char, kReducePairs> reduces{};     // [type][op]: 1 where every rank's reduceSupport said yes
+    bool allGather = false;                                // every rank's collNet has iallgather (v8 and later)
+    bool reduceScatter = false;                            // ... and ireducescatter
+    int withoutAllGather = -1, withoutReduceScatter = -1;  // the first rank whose collNet lacks it, else -1
     // Every rank registers a call's host buffers of kCallRegistrationMinBytes and more with the collNet for the call
     // and posts from and into them in windows of a slot (NCCL's registered path), instead of copying them through
     // the slots: CommOptions::callRegistration, else where a regMr/deregMr pair costs every rank nothing.
