@@ -82,9 +82,15 @@ int exactDoublings(ncclDataType_t type) {
 // rank's step from one element to the next its own, so that no rank count reduces every element to the same result:
 // with (7r + 3i) mod 9 alone, 3 ranks' inputs summed to 12 for every element (and their prod, and fp8's sums, were
 // the same for every element too), so a collective that combined the wrong elements on 3 ranks went unseen.
+//
+// gSalt, added to every value mod 9 (mod 3 for fp8), differs between the timed runs (0) and each checked run (1, 2,
+// ...): every element's input, and so its result, differs from the earlier runs', so a plugin that leaves an earlier
+// message where a lost one should have landed (a bounce buffer or a slot not copied out) is caught as surely as one
+// that leaves the output untouched. Prod's inputs stay unsalted: their exactness rests on where the 2s fall.
+int gSalt = 0;
 double plainValue(int r, size_t i) {
   const auto rank = static_cast<size_t>(r);
-  return static_cast<int>((rank * 7 + i * 3 + rank * i) % 9);
+  return static_cast<int>((rank * 7 + i * 3 + rank * i + static_cast<size_t>(gSalt)) % 9);
 }
 
 // 0..2, mixed the same way (for prod's factors of 2): 0 comes at most once in every three consecutive ranks.
@@ -100,7 +106,10 @@ size_t third(int r, size_t i) {
 // element a 1 on every third rank and 0 elsewhere, so that 3 ranks' sums differ from element to element.
 double inputValue(int r, size_t i, ncclRedOp_t op, ncclDataType_t type) {
   if (op == ncclProd) return (third(r, i) == 0 && r < 3 * exactDoublings(type)) ? 2.0 : 1.0;
-  if (isFp8(type)) return i % 3 == 2 ? (r % 3 == 0 ? 1 : 0) : static_cast<int>((static_cast<size_t>(r) + i) % 3) - 1;
+  if (isFp8(type)) {
+    const auto rank = static_cast<size_t>(r) + static_cast<size_t>(gSalt);
+    return i % 3 == 2 ? (rank % 3 == 0 ? 1 : 0) : static_cast<int>((rank + i) % 3) - 1;
+  }
   const bool isUnsigned = type == ncclUint8 || type == ncclUint32 || type == ncclUint64;
   return isUnsigned ? plainValue(r, i) : plainValue(r, i) - 4;
 }
@@ -664,11 +673,12 @@ int runTool(int argc, char** argv) {
           // (sentinelFor): the results of earlier runs left there (the warmup's, the timed ones', in place the other
           // ranks' blocks of an allgather) must not pass for its own.
           const size_t outputCount = collective == "reducescatter" ? perRank : count;
-          const double sentinel = sentinelFor(n, op, type);
           auto writeSentinel = [&] {
+            const double sentinel = sentinelFor(n, op, type);  // for this run's salt
             for (size_t i = 0; i < outputCount; ++i) store(output, i, type, sentinel);
             upload(output, outputCount * es);
           };
+          gSalt = 0;
           writeInputs();
           unsigned char* in = onDevice(input);
           unsigned char* out = onDevice(output);
@@ -697,7 +707,8 @@ int runTool(int argc, char** argv) {
           // The runs are timed, then checked in an untimed run of their own, as nccl-tests does: the sentinel first,
           // so a run that writes nothing cannot pass with what an earlier one left (checking the last timed run
           // out of place, where the sentinel went in before all of them, passed a plugin that dropped the data of
-          // every run but the first); in place the input restored too. The further runs of -c N are the same.
+          // every run but the first); then its inputs, salted apart from the timed runs' (gSalt). The further runs of
+          // -c N are the same, each salted apart from the one before.
           for (int i = 0; i < warmup; ++i) runOnce();
           comm.bootstrap().barrier();
           auto start = Clock::now();
@@ -734,11 +745,12 @@ int runTool(int argc, char** argv) {
             }
             return wrong;
           };
-          // An untimed checked run: the sentinel first (in place the input lies inside the output), then the input
-          // restored where a run overwrote it.
+          // An untimed checked run with inputs of its own (the next salt): the sentinel first (in place the input lies
+          // inside the output), then the inputs.
           auto checkedRun = [&] {
+            ++gSalt;
             writeSentinel();
-            if (inPlace) writeInputs();
+            writeInputs();
             runOnce();
             return countWrong();
           };
