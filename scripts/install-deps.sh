@@ -14,6 +14,8 @@ packages=(
   clang-format clang-tidy
   # tools used by tests and benchmarks
   iproute2 iperf3 procps graphviz openmpi-bin libopenmpi-dev libgloo-dev
+  # a hung child's stacks in a test's failure (tests/support/hung_child.hpp)
+  gdb
   # the IB plugin's soft-RoCE VM (tests/ib/rxe-vm/run-rxe-vm.sh)
   qemu-system-x86 linux-image-amd64 busybox-static cpio kmod perftest ibverbs-utils
 )

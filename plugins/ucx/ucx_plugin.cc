@@ -136,7 +136,11 @@ class DeviceTable {
 // One ucp_context per device and process, restricted to that device with NET_DEVICES so a comm on device d moves its
 // bytes over d. Created on first use, not in init: NCCL's tools and our harness fork after init, and a UCP context
 // (its shared-memory segments, sockets, async thread) does not survive into a forked child. A child notices the
-// fork by its pid and builds its own contexts, leaving the parent's untouched (they belong to the parent).
+// fork by its pid and leaves the parent's contexts untouched (they belong to the parent). It builds its own only where
+// the parent held none at the fork: libucs runs one async thread per process, started by the first worker and
+// counted, and a child inherits the count but not the thread. Its workers' events (a tcp connection to accept) were
+// never handled: its comms connected, then no message ever arrived (a child forked while a closed comm lingered hung
+// so). Such a child is refused instead, at listen, connect and accept.
 struct DeviceContext {
   ucp_context_h handle = nullptr;
   int workers = 0;         // live comms and mapped registrations on it (under ContextTable's mutex): cleaned up when
@@ -151,17 +155,17 @@ class ContextTable {
     return table;
   }
 
+  // ncclInvalidUsage, with a WARN naming `call`, in a process forked while its parent held a UCP context (see above);
+  // ncclSuccess elsewhere.
+  ncclResult_t usableHere(const char* call) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return usableLocked(call);
+  }
+
   // The device's context, created on first use; every successful acquire is paired with a release.
   ncclResult_t acquire(int dev, DeviceContext** out) {
     std::lock_guard<std::mutex> lock(mutex_);
-    pid_t self = getpid();
-    if (owner_ != self) {
-      // Kept reachable on purpose (never cleaned up here): the parent's UCX objects are not ours to tear down.
-      for (auto& context : contexts_)
-        if (context) abandoned_.push_back(std::move(context));
-      contexts_.clear();
-      owner_ = self;
-    }
+    NCCL_NET_CHECK(usableLocked("a comm's worker"));
     if (contexts_.size() <= static_cast<size_t>(dev)) contexts_.resize(static_cast<size_t>(dev) + 1);
     auto& slot = contexts_[static_cast<size_t>(dev)];
     if (!slot) {
@@ -240,8 +244,34 @@ class ContextTable {
     return ncclSuccess;
   }
 
+  // Under mutex_: first in a forked child, takes the parent's live contexts out of use; then refuses if there were any
+  // (here or in an earlier generation: the inherited count of UCX's async thread never drops in this process).
+  ncclResult_t usableLocked(const char* call) {
+    const pid_t self = getpid();
+    if (owner_ != self) {
+      // Kept reachable on purpose (never cleaned up here): the parent's UCX objects are not ours to tear down.
+      for (auto& context : contexts_) {
+        if (!context) continue;
+        abandoned_.push_back(std::move(context));
+        if (forkedFrom_ == 0) forkedFrom_ = owner_;
+      }
+      contexts_.clear();
+      owner_ = self;
+    }
+    if (forkedFrom_ == 0) return ncclSuccess;
+    NCCL_NET_WARN(
+        "%s: this process (pid %d) was forked from pid %d while that process held a UCP context (an open comm, a "
+        "closed one still lingering, or a registration mapped on one); UCX does not carry across fork (the child "
+        "inherits the count of UCX's async thread but not the thread), so comms here would connect and then never "
+        "move a byte. Fork before the parent's first comm or after its last one is gone (a closed comm lingers until "
+        "its peer closes, NNS_UCX_LINGER_MS at most; NNS_UCX_LINGER_MS=0 ends it at close)",
+        call, static_cast<int>(self), static_cast<int>(forkedFrom_));
+    return ncclInvalidUsage;
+  }
+
   std::mutex mutex_;
   pid_t owner_ = getpid();
+  pid_t forkedFrom_ = 0;  // the process whose live contexts this one inherited, if any
   std::vector<std::unique_ptr<DeviceContext>> contexts_;
   std::vector<std::unique_ptr<DeviceContext>> abandoned_;
 };
@@ -1065,6 +1095,7 @@ class UcxNet {
 
   ncclResult_t listen(void* /*ctx*/, int dev, void* handle, void** listenComm) {
     if (!DeviceTable::get().valid(dev)) return badDevice("listen", dev);
+    NCCL_NET_CHECK(ContextTable::get().usableHere("listen"));
     const UcxDevice& device = DeviceTable::get().device(dev);
     auto listener = std::make_unique<ListenComm>();
     listener->dev = dev;
@@ -1089,6 +1120,7 @@ class UcxNet {
                        ncclNetDeviceHandle_v12_t** /*sendDevComm*/) {
     *sendComm = nullptr;
     if (!DeviceTable::get().valid(dev)) return badDevice("connect", dev);
+    NCCL_NET_CHECK(ContextTable::get().usableHere("connect"));
     PendingConnect* pending = ConnectStage::get(handle);
     if (pending == nullptr) {
       auto fresh = std::make_unique<PendingConnect>();
@@ -1119,6 +1151,7 @@ class UcxNet {
 
   ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v12_t** /*recvDevComm*/) {
     *recvComm = nullptr;
+    NCCL_NET_CHECK(ContextTable::get().usableHere("accept"));
     auto* listener = static_cast<ListenComm*>(listenComm);
     for (;;) {
       Incoming incoming;
