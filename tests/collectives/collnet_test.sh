@@ -136,6 +136,19 @@ for collective in allgather reducescatter; do
 done
 echo "ranks whose collNets differ: named by name, the ring under NCCL_COLLNET_ENABLE=1"
 
+# A call's buffers that one rank's collNet cannot register (rank 1's regMr refuses more than 1 MiB: broken-collnet's
+# collnet-registration-limit, no bug): that rank's call fails naming the regMr, and every rank ends at once rather
+# than at the launcher's timeout (the others learn it from the failed rank's bootstrap connection).
+start=$SECONDS
+out=$(NNS_CALL_REGISTRATION=1 "$bin/nccl-net-run" -n 3 --timeout 60 sh -c 'p=star
+    if [ "$NNS_RANK" = 1 ]; then p=broken-collnet; export NNS_PICKED_BUG=collnet-registration-limit; fi
+    exec "$0" allreduce -p "$p" "$@"' "$bin/nccl-net-bench" -A collnet -d float -b 4M -e 4M -c 1 -n 1 -w 0 2>&1) &&
+  fail "a 4 MiB allreduce whose buffers rank 1 cannot register passed" "$out"
+grep -q "rank 1, in allreduce(count 1048576, float, sum, collnet): collNet star regMr returned ncclSystemError" \
+  <<<"$out" || fail "rank 1 does not name its failed regMr" "$out"
+((SECONDS - start < 30)) || fail "the failed registration took $((SECONDS - start)) s to end every rank" "$out"
+echo "a call's buffers one rank cannot register: that rank names the regMr, every rank ends at once"
+
 # NCCL_COLLNET_ENABLE=1: the collNet where it reduces, the size rule (allreduce) or the ring elsewhere; every type
 # and op right.
 for collective in allreduce reducescatter allgather; do
