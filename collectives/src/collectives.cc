@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "arguments.hpp"
+#include "nccl_net/sdk/result.hpp"
+#include "nns/core/loader.hpp"
 #include "schedule.hpp"
 
 namespace nns::coll {
@@ -410,32 +412,46 @@ void throughCollNet(Communicator& comm, Communicator::CollNetLink& link, const c
 
 // A call's host buffers registered with the collNet for the call (NCCL's registered path), deregistered when it
 // ends, even by an exception: `outer`, and `inner` unless it lies inside `outer` (in place), where outer's
-// registration serves both.
+// registration serves both. A regMr that fails leaves neither registered (held() false): the rank then stages the
+// same windows through its slots (as NCCL's proxy does a buffer it could not register), since the other ranks post
+// theirs as agreed; said at WARN the first time on the communicator, at INFO after.
 class CollNetCallBuffers {
  public:
   CollNetCallBuffers(Communicator& comm, Communicator::CollNetLink& link, const void* outer, size_t outerBytes,
                      const void* inner, size_t innerBytes)
       : link_(link) {
-    comm.checkCollNet(link.coll->regMr(link.comm, const_cast<void*>(outer), outerBytes, NCCL_PTR_HOST, &outer_),
-                      "regMr");
+    ncclResult_t result = link.coll->regMr(link.comm, const_cast<void*>(outer), outerBytes, NCCL_PTR_HOST, &outer_);
+    size_t failedBytes = outerBytes;
     const auto* o = static_cast<const unsigned char*>(outer);
     const auto* i = static_cast<const unsigned char*>(inner);
-    if (i >= o && i + innerBytes <= o + outerBytes) {
+    if (result == ncclSuccess && i >= o && i + innerBytes <= o + outerBytes) {
       inner_ = outer_;
       return;
     }
-    ncclResult_t result = link.coll->regMr(link.comm, const_cast<void*>(inner), innerBytes, NCCL_PTR_HOST, &inner_);
-    if (result != ncclSuccess) {
+    if (result == ncclSuccess) {
+      result = link.coll->regMr(link.comm, const_cast<void*>(inner), innerBytes, NCCL_PTR_HOST, &inner_);
+      if (result == ncclSuccess) return;
+      failedBytes = innerBytes;
       (void)link.coll->deregMr(link.comm, outer_);
-      comm.checkCollNet(result, "regMr");
     }
+    outer_ = inner_ = nullptr;
+    const bool first = !link.registrationFailed;
+    link.registrationFailed = true;
+    core::hostLogger(
+        first ? NCCL_LOG_WARN : NCCL_LOG_INFO, NCCL_COLL | NCCL_NET, __FILE__, __LINE__,
+        "rank %d: collNet %s regMr of a call's buffer (%zu bytes) returned %s: this rank stages the call's "
+        "windows through its slots, as it does each call whose buffers it cannot register (the other ranks "
+        "are unaffected)",
+        comm.rank(), link.coll->name(), failedBytes, nccl_net::sdk::resultName(result));
   }
   ~CollNetCallBuffers() {
+    if (outer_ == nullptr) return;
     if (inner_ != outer_) (void)link_.coll->deregMr(link_.comm, inner_);
     (void)link_.coll->deregMr(link_.comm, outer_);
   }
   CollNetCallBuffers(const CollNetCallBuffers&) = delete;
   CollNetCallBuffers& operator=(const CollNetCallBuffers&) = delete;
+  bool held() const { return outer_ != nullptr; }
   void* outer() const { return outer_; }
   void* inner() const { return inner_; }
 
@@ -465,15 +481,18 @@ void collNetAllReduce(Communicator& comm, Communicator::CollNetLink& link, Kerne
   auto* out = static_cast<unsigned char*>(recv);
   if (registersCall(link, count * es)) {
     const CollNetCallBuffers registered(comm, link, recv, count * es, send, count * es);
-    throughCollNet(
-        comm, link, "allreduce", count, perPart, [](size_t, size_t, size_t) {},
-        [&](size_t, size_t first, size_t elements, void** request) {
-          return link.coll->iallreduce(link.comm, in + first * es, out + first * es, elements, type, op,
-                                       registered.inner(), registered.outer(), request);
-        },
-        [](size_t, size_t, size_t) {});
-    return;
+    if (registered.held()) {
+      throughCollNet(
+          comm, link, "allreduce", count, perPart, [](size_t, size_t, size_t) {},
+          [&](size_t, size_t first, size_t elements, void** request) {
+            return link.coll->iallreduce(link.comm, in + first * es, out + first * es, elements, type, op,
+                                         registered.inner(), registered.outer(), request);
+          },
+          [](size_t, size_t, size_t) {});
+      return;
+    }
   }
+  // Copied through the slots: also where this rank could not register the call's buffers (the same parts).
   throughCollNet(
       comm, link, "allreduce", count, perPart,
       [&](size_t slot, size_t first, size_t elements) {
@@ -500,15 +519,34 @@ void collNetAllGather(Communicator& comm, Communicator::CollNetLink& link, Kerne
   if (registersCall(link, block)) {
     const CollNetCallBuffers registered(comm, link, recv, n * block, send, block);
     const size_t mine = static_cast<size_t>(comm.rank()) * block;
+    if (registered.held()) {
+      throughCollNet(
+          comm, link, "allgather", n * sendCount, link.slotBytes / es, [](size_t, size_t, size_t) {},
+          [&](size_t slot, size_t first, size_t elements, void** request) {
+            const size_t offset = first * es, bytes = elements * es;
+            receive[slot] = {registered.outer(), out + offset, bytes};
+            return link.coll->iallgather(link.comm, in + firstInWindow(mine, block, offset), 1, &receive[slot], block,
+                                         offset, bytes, registered.inner(), request);
+          },
+          [](size_t, size_t, size_t) {});
+      return;
+    }
+    // The same windows staged: this rank's bytes inside each in its send slot, the window gathered in its receive
+    // slot and copied out.
     throughCollNet(
-        comm, link, "allgather", n * sendCount, link.slotBytes / es, [](size_t, size_t, size_t) {},
-        [&](size_t slot, size_t first, size_t elements, void** request) {
-          const size_t offset = first * es, bytes = elements * es;
-          receive[slot] = {registered.outer(), out + offset, bytes};
-          return link.coll->iallgather(link.comm, in + firstInWindow(mine, block, offset), 1, &receive[slot], block,
-                                       offset, bytes, registered.inner(), request);
+        comm, link, "allgather", n * sendCount, link.slotBytes / es,
+        [&](size_t slot, size_t first, size_t elements) {
+          const size_t from = std::max(first * es, mine), to = std::min((first + elements) * es, mine + block);
+          if (from < to) kernels.copy(link.sendSlots[slot], in + (from - mine), to - from);
         },
-        [](size_t, size_t, size_t) {});
+        [&](size_t slot, size_t first, size_t elements, void** request) {
+          receive[slot] = {link.mhandle, link.recvSlots[slot], elements * es};
+          return link.coll->iallgather(link.comm, link.sendSlots[slot], 1, &receive[slot], block, first * es,
+                                       elements * es, link.mhandle, request);
+        },
+        [&](size_t slot, size_t first, size_t elements) {
+          kernels.copy(out + first * es, link.recvSlots[slot], elements * es);
+        });
     return;
   }
   throughCollNet(
@@ -539,15 +577,34 @@ void collNetReduceScatter(Communicator& comm, Communicator::CollNetLink& link, K
   if (registersCall(link, recvCount * es)) {
     const CollNetCallBuffers registered(comm, link, send, n * recvCount * es, recv, recvCount * es);
     const size_t mine = static_cast<size_t>(comm.rank()) * recvCount;
+    if (registered.held()) {
+      throughCollNet(
+          comm, link, "reducescatter", n * recvCount, link.slotBytes / es, [](size_t, size_t, size_t) {},
+          [&](size_t slot, size_t first, size_t elements, void** request) {
+            input[slot] = {registered.outer(), const_cast<unsigned char*>(in) + first * es, elements * es};
+            return link.coll->ireducescatter(link.comm, 1, &input[slot],
+                                             out + firstInWindow(mine, recvCount, first) * es, recvCount * es,
+                                             first * es, elements * es, type, op, registered.inner(), request);
+          },
+          [](size_t, size_t, size_t) {});
+      return;
+    }
+    // The same windows staged: each window of the input in the send slot, this rank's part of the result in its
+    // receive slot and copied out.
     throughCollNet(
-        comm, link, "reducescatter", n * recvCount, link.slotBytes / es, [](size_t, size_t, size_t) {},
-        [&](size_t slot, size_t first, size_t elements, void** request) {
-          input[slot] = {registered.outer(), const_cast<unsigned char*>(in) + first * es, elements * es};
-          return link.coll->ireducescatter(link.comm, 1, &input[slot], out + firstInWindow(mine, recvCount, first) * es,
-                                           recvCount * es, first * es, elements * es, type, op, registered.inner(),
-                                           request);
+        comm, link, "reducescatter", n * recvCount, link.slotBytes / es,
+        [&](size_t slot, size_t first, size_t elements) {
+          kernels.copy(link.sendSlots[slot], in + first * es, elements * es);
         },
-        [](size_t, size_t, size_t) {});
+        [&](size_t slot, size_t first, size_t elements, void** request) {
+          input[slot] = {link.mhandle, link.sendSlots[slot], elements * es};
+          return link.coll->ireducescatter(link.comm, 1, &input[slot], link.recvSlots[slot], recvCount * es, first * es,
+                                           elements * es, type, op, link.mhandle, request);
+        },
+        [&](size_t slot, size_t first, size_t elements) {
+          const size_t from = std::max(first, mine), to = std::min(first + elements, mine + recvCount);
+          if (from < to) kernels.copy(out + (from - mine) * es, link.recvSlots[slot], (to - from) * es);
+        });
     return;
   }
   throughCollNet(

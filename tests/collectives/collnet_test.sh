@@ -113,22 +113,23 @@ collective=allreduce
 # Ranks whose collNets differ: rank 1's (the star through broken-collnet's collnet-without-iallgather, no bug: a v12
 # table without iallgather and ireducescatter, both optional) lacks what the others' have. By name every rank refuses,
 # naming rank 1; under NCCL_COLLNET_ENABLE=1 allgather and reducescatter take the ring on every rank, right.
-differing() {  # differing COLLECTIVE BENCH_ARGS...: 3 ranks, rank 1 over broken-collnet
-  "$bin/nccl-net-run" -n 3 --timeout 60 sh -c 'c=$1; shift; p=star
-    if [ "$NNS_RANK" = 1 ]; then p=broken-collnet; export NNS_PICKED_BUG=collnet-without-iallgather; fi
+differing() {  # differing COLLECTIVE BUG BENCH_ARGS...: 3 ranks, rank 1 over broken-collnet with NNS_PICKED_BUG=BUG
+  "$bin/nccl-net-run" -n 3 --timeout 60 sh -c 'c=$1; bug=$2; shift 2; p=star
+    if [ "$NNS_RANK" = 1 ]; then p=broken-collnet; export NNS_PICKED_BUG="$bug"; fi
     exec "$0" "$c" -p "$p" "$@"' "$bin/nccl-net-bench" "$@" 2>&1
 }
 for collective in allgather reducescatter; do
   call=iallgather
   [ "$collective" = reducescatter ] && call=ireducescatter
-  out=$(differing "$collective" -A collnet -d int32 -b 12 -e 12) && fail "$collective with rank 1 lacking $call passed" "$out"
+  out=$(differing "$collective" collnet-without-iallgather -A collnet -d int32 -b 12 -e 12) && fail "$collective with rank 1 lacking $call passed" "$out"
   grep -q "rank 1: $collective through the collNet: star (ncclCollNet_v12) has no $call" <<<"$out" ||
     fail "rank 1 does not name its own collNet's missing $call" "$out"
   for rank in 0 2; do
     grep -q "rank $rank: $collective through the collNet: rank 1's collNet has no $call" <<<"$out" ||
       fail "rank $rank does not name rank 1's missing $call" "$out"
   done
-  out=$(NCCL_COLLNET_ENABLE=1 NCCL_DEBUG=INFO differing "$collective" -d int32 -b 12 -e 1M -f 16 -c 1 -n 1 -w 0) ||
+  out=$(NCCL_COLLNET_ENABLE=1 NCCL_DEBUG=INFO differing "$collective" collnet-without-iallgather -d int32 -b 12 -e 1M \
+        -f 16 -c 1 -n 1 -w 0) ||
     fail "NCCL_COLLNET_ENABLE=1 $collective with rank 1 lacking $call" "$out"
   grep -q "\[rank 0\] INFO collNet star (ncclCollNet_v12) connected: 3 ranks.*through it: allreduce;" <<<"$out" ||
     fail "the link does not say allreduce alone ($collective)" "$out"
@@ -136,18 +137,29 @@ for collective in allgather reducescatter; do
 done
 echo "ranks whose collNets differ: named by name, the ring under NCCL_COLLNET_ENABLE=1"
 
-# A call's buffers that one rank's collNet cannot register (rank 1's regMr refuses more than 1 MiB: broken-collnet's
-# collnet-registration-limit, no bug): that rank's call fails naming the regMr, and every rank ends at once rather
-# than at the launcher's timeout (the others learn it from the failed rank's bootstrap connection).
+# A call's buffers that one rank's collNet cannot register (rank 1's regMr refuses more than 2 MiB: broken-collnet's
+# collnet-registration-limit, no bug; the slots' 2 MiB still register): that rank stages the same windows through its
+# slots, as NCCL's proxy does a buffer it could not register, while the others post from their registered buffers;
+# said at WARN once. Calls from 64 KiB (registered everywhere) to 8 MiB (not on rank 1), in place and not.
+for collective in allreduce allgather reducescatter; do
+  for inplace in 0 1; do
+    out=$(NNS_CALL_REGISTRATION=1 differing "$collective" collnet-registration-limit -A collnet -d float -b 64K -e 8M \
+          -f 4 -c 1 -n 1 -w 0 -I "$inplace") ||
+      fail "$collective -I $inplace with rank 1 unable to register its buffers" "$out"
+    [ "$(grep -c "WARN rank 1: collNet star regMr of a call's buffer ([0-9]* bytes) returned ncclSystemError: this rank stages the call's windows through its slots" <<<"$out")" = 1 ] ||
+      fail "$collective -I $inplace: rank 1 does not say once that it stages its windows" "$out"
+    has_wrong "$out" && fail "a wrong element with rank 1 staging ($collective -I $inplace)" "$out"
+  done
+done
+echo "a rank that cannot register a call's buffers stages the same windows: right, said once"
+# Its slots themselves (4 pairs of 512 KiB with NNS_SLOTS=4: 4 MiB) refused at connect: the communicator fails on that
+# rank naming the regMr, and every rank ends at once rather than at the launcher's timeout.
 start=$SECONDS
-out=$(NNS_CALL_REGISTRATION=1 "$bin/nccl-net-run" -n 3 --timeout 60 sh -c 'p=star
-    if [ "$NNS_RANK" = 1 ]; then p=broken-collnet; export NNS_PICKED_BUG=collnet-registration-limit; fi
-    exec "$0" allreduce -p "$p" "$@"' "$bin/nccl-net-bench" -A collnet -d float -b 4M -e 4M -c 1 -n 1 -w 0 2>&1) &&
-  fail "a 4 MiB allreduce whose buffers rank 1 cannot register passed" "$out"
-grep -q "rank 1, in allreduce(count 1048576, float, sum, collnet): collNet star regMr returned ncclSystemError" \
-  <<<"$out" || fail "rank 1 does not name its failed regMr" "$out"
-((SECONDS - start < 30)) || fail "the failed registration took $((SECONDS - start)) s to end every rank" "$out"
-echo "a call's buffers one rank cannot register: that rank names the regMr, every rank ends at once"
+out=$(NNS_SLOTS=4 differing allreduce collnet-registration-limit -A collnet -d float -b 8 -e 8) &&
+  fail "a collNet whose slots rank 1 cannot register passed" "$out"
+grep -q "rank 1, in allreduce(count 2, float, sum, collnet): collNet star regMr returned ncclSystemError" <<<"$out" ||
+  fail "rank 1 does not name the regMr of its slots" "$out"
+((SECONDS - start < 30)) || fail "the slots' failed registration took $((SECONDS - start)) s to end every rank" "$out"
 
 # NCCL_COLLNET_ENABLE=1: the collNet where it reduces, the size rule (allreduce) or the ring elsewhere; every type
 # and op right.

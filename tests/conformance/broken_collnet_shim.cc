@@ -23,7 +23,7 @@
 //                              where a buffer is posted whole, wrong for NCCL's chunks of a registered buffer
 //   collnet-without-iallgather not a bug: a v12 table without iallgather and ireducescatter (both optional), for
 //                              the engine's tests of ranks whose collNets differ in what they have
-//   collnet-registration-limit not a bug: regMr of more than 1 MiB fails with ncclSystemError (an adapter's largest
+//   collnet-registration-limit not a bug: regMr of more than 2 MiB fails with ncclSystemError (an adapter's largest
 //                              memory region), for the engine's tests of a call whose buffers one rank cannot register
 //   collnet-output-cleared-first ireducescatter zeroes the rank's part of the window at recvData before it reads the
 //                              window (an output used as the accumulator): wrong only in place, where that part is
@@ -92,7 +92,7 @@ std::mutex gStartsMutex;
 std::map<void*, void*> gStarts;
 
 ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
-  if (picked("collnet-registration-limit") && size > (1u << 20)) return ncclSystemError;
+  if (picked("collnet-registration-limit") && size > (2u << 20)) return ncclSystemError;
   ncclResult_t result = realColl()->regMr(comm, data, size, type, mhandle);
   if (result == ncclSuccess) {
     std::lock_guard<std::mutex> lock(gStartsMutex);

@@ -392,6 +392,7 @@ class Communicator {
     // and posts from and into them in windows of a slot (NCCL's registered path), instead of copying them through
     // the slots: CommOptions::callRegistration, else where a regMr/deregMr pair costs every rank nothing.
     bool registersCalls = false;
+    bool registrationFailed = false;  // a call's regMr failed on this rank (said at WARN once, at INFO after)
     bool canReduce(ncclDataType_t type, ncclRedOp_t op) const {
       const int t = static_cast<int>(type), o = static_cast<int>(op);
       return t >= 0 && t < ncclNumTypes && o >= 0 && o < ncclNumOps && reduces[static_cast<size_t>(t * ncclNumOps + o)];
