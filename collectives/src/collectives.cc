@@ -426,11 +426,13 @@ class CollNetCallBuffers {
     const auto* i = static_cast<const unsigned char*>(inner);
     if (result == ncclSuccess && i >= o && i + innerBytes <= o + outerBytes) {
       inner_ = outer_;
+      held_ = true;
       return;
     }
     if (result == ncclSuccess) {
       result = link.coll->regMr(link.comm, const_cast<void*>(inner), innerBytes, NCCL_PTR_HOST, &inner_);
-      if (result == ncclSuccess) return;
+      held_ = result == ncclSuccess;
+      if (held_) return;
       failedBytes = innerBytes;
       (void)link.coll->deregMr(link.comm, outer_);
     }
@@ -445,13 +447,13 @@ class CollNetCallBuffers {
         comm.rank(), link.coll->name(), failedBytes, nccl_net::sdk::resultName(result));
   }
   ~CollNetCallBuffers() {
-    if (outer_ == nullptr) return;
+    if (!held_) return;
     if (inner_ != outer_) (void)link_.coll->deregMr(link_.comm, inner_);
     (void)link_.coll->deregMr(link_.comm, outer_);
   }
   CollNetCallBuffers(const CollNetCallBuffers&) = delete;
   CollNetCallBuffers& operator=(const CollNetCallBuffers&) = delete;
-  bool held() const { return outer_ != nullptr; }
+  bool held() const { return held_; }  // not outer_ != nullptr: a collNet may hand back a NULL mhandle
   void* outer() const { return outer_; }
   void* inner() const { return inner_; }
 
@@ -459,6 +461,7 @@ class CollNetCallBuffers {
   Communicator::CollNetLink& link_;
   void* outer_ = nullptr;
   void* inner_ = nullptr;
+  bool held_ = false;
 };
 
 // Whether a call whose every rank puts in `bytes` goes through the collNet from its own buffers: the same answer on
