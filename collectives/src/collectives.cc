@@ -426,7 +426,7 @@ class CollNetCallBuffers {
     const auto* i = static_cast<const unsigned char*>(inner);
     if (result == ncclSuccess && i >= o && i + innerBytes <= o + outerBytes) {
       inner_ = outer_;
-      held_ = true;
+      held_ = innerInOuter_ = true;
       return;
     }
     if (result == ncclSuccess) {
@@ -448,7 +448,7 @@ class CollNetCallBuffers {
   }
   ~CollNetCallBuffers() {
     if (!held_) return;
-    if (inner_ != outer_) (void)link_.coll->deregMr(link_.comm, inner_);
+    if (!innerInOuter_) (void)link_.coll->deregMr(link_.comm, inner_);
     (void)link_.coll->deregMr(link_.comm, outer_);
   }
   CollNetCallBuffers(const CollNetCallBuffers&) = delete;
@@ -462,6 +462,7 @@ class CollNetCallBuffers {
   void* outer_ = nullptr;
   void* inner_ = nullptr;
   bool held_ = false;
+  bool innerInOuter_ = false;  // not inner_ == outer_: two registrations may both have a NULL mhandle
 };
 
 // Whether a call whose every rank puts in `bytes` goes through the collNet from its own buffers: the same answer on

@@ -152,6 +152,19 @@ for collective in allreduce allgather reducescatter; do
   done
 done
 echo "a rank that cannot register a call's buffers stages the same windows: right, said once"
+# Its second buffer refused after its first registered (broken-collnet's collnet-two-registrations, no bug: a comm
+# holds 2 registrations at most, and the slots hold one): the first is deregistered and the call staged, right. Each
+# call's message names the second buffer (128 KiB per rank); one naming the first (384 KiB) would mean the first was
+# still held from a call before.
+for collective in allgather reducescatter; do
+  out=$(NNS_CALL_REGISTRATION=1 NCCL_DEBUG=INFO differing "$collective" collnet-two-registrations -A collnet -d float \
+        -b 384K -e 384K -n 2 -w 1 -c 1) || fail "$collective with rank 1 unable to register its second buffer" "$out"
+  said=$(grep -c "rank 1: collNet star regMr of a call's buffer (131072 bytes) returned ncclSystemError" <<<"$out")
+  ((said >= 3)) && [ "$(grep -c "regMr of a call's buffer" <<<"$out")" = "$said" ] ||
+    fail "$collective: rank 1 does not name its second buffer at each call" "$out"
+  has_wrong "$out" && fail "a wrong element with rank 1 staging after its second regMr failed ($collective)" "$out"
+done
+echo "a rank whose second buffer cannot register releases the first and stages: right"
 # Its slots themselves (4 pairs of 512 KiB with NNS_SLOTS=4: 4 MiB) refused at connect: the communicator fails on that
 # rank naming the regMr, and every rank ends at once rather than at the launcher's timeout.
 start=$SECONDS

@@ -25,6 +25,9 @@
 //                              the engine's tests of ranks whose collNets differ in what they have
 //   collnet-registration-limit not a bug: regMr of more than 2 MiB fails with ncclSystemError (an adapter's largest
 //                              memory region), for the engine's tests of a call whose buffers one rank cannot register
+//   collnet-two-registrations  not a bug: a comm holds at most 2 registrations at once, a third regMr fails with
+//                              ncclSystemError (an adapter whose table of memory regions is nearly full), for the
+//                              engine's tests of a call whose second buffer a rank cannot register after its first
 //   collnet-output-cleared-first ireducescatter zeroes the rank's part of the window at recvData before it reads the
 //                              window (an output used as the accumulator): wrong only in place, where that part is
 //                              the rank's own input
@@ -87,26 +90,32 @@ ncclResult_t reduceSupport(ncclDataType_t type, ncclRedOp_t op, int* supported) 
   return result;
 }
 
-// Where each live registration starts (collnet-data-at-registration-start needs it).
+// Where each live registration starts (collnet-data-at-registration-start needs it), and how many each comm holds
+// (collnet-two-registrations).
 std::mutex gStartsMutex;
 std::map<void*, void*> gStarts;
+std::map<void*, int> gHeld;
 
 ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle) {
   if (picked("collnet-registration-limit") && size > (2u << 20)) return ncclSystemError;
+  std::lock_guard<std::mutex> lock(gStartsMutex);
+  if (picked("collnet-two-registrations") && gHeld[comm] >= 2) return ncclSystemError;
   ncclResult_t result = realColl()->regMr(comm, data, size, type, mhandle);
   if (result == ncclSuccess) {
-    std::lock_guard<std::mutex> lock(gStartsMutex);
     gStarts[*mhandle] = data;
+    ++gHeld[comm];
   }
   return result;
 }
 
 ncclResult_t deregMr(void* comm, void* mhandle) {
-  {
-    std::lock_guard<std::mutex> lock(gStartsMutex);
+  std::lock_guard<std::mutex> lock(gStartsMutex);
+  ncclResult_t result = realColl()->deregMr(comm, mhandle);
+  if (result == ncclSuccess) {
     gStarts.erase(mhandle);
+    --gHeld[comm];
   }
-  return realColl()->deregMr(comm, mhandle);
+  return result;
 }
 
 void* registrationStart(void* mhandle, void* data) {
