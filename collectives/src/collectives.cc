@@ -368,6 +368,7 @@ void throughCollNet(Communicator& comm, Communicator::CollNetLink& link, const c
   const std::string call = std::string("i") + collective;  // the plugin's call (within the short-string buffer)
   auto deadline = std::chrono::steady_clock::now() + comm.options().timeout;
   while (next < count || inFlight > 0) {
+    comm.stopIfAborted();  // nnsCommAbort from another thread ends the call at once, as on the ring
     bool moved = false;
     while (next < count && inFlight < slots) {
       const size_t slot = (head + inFlight) % slots;

@@ -67,10 +67,12 @@ void expectHealthyThenDestroy(nnsComm_t comm) {
   EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess);
 }
 
-// Runs `body(rank, comm)` on `ranks` threads, each with its communicator made from one unique id.
+// Runs `body(rank, comm)` on `ranks` threads, each with its communicator made from one unique id, over the socket
+// plugin or `plugin`.
 template <class Body>
-void onRanks(int ranks, const Body& body) {
+void onRanks(int ranks, const Body& body, const char* plugin = nullptr) {
   const nnsUniqueId id = loopbackId();
+  if (plugin != nullptr) setenv("NCCL_NET_PLUGIN", plugin, 1);
   std::vector<std::thread> threads;
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
@@ -403,6 +405,45 @@ TEST(CApi, AnAbortFromAnotherThreadFailsTheCallsInProgressAndWaitsForThem) {
     released = true;
   });
   unsetenv("NNS_COMM_TIMEOUT_MS");
+}
+
+// The same through the star example's collNet (its rank 0 reduces for the others; rank 1 never posts, so no part
+// completes): the call stops at the abort, as on the ring. Before, its polling loop never looked at the abort and
+// waited out its 20 s timeout.
+TEST(CApi, AnAbortFailsACallGoingThroughTheCollNet) {
+  setenv("NNS_COMM_TIMEOUT_MS", "20000", 1);
+  setenv("NNS_STAR_IFNAME", "lo", 1);
+  setenv("NNS_ALGO", "collnet", 1);
+  std::atomic<bool> released{false};
+  onRanks(
+      2,
+      [&](int rank, nnsComm_t comm) {
+        std::vector<float> data(1 << 18, 1.0f);
+        ASSERT_EQ(nnsAllReduce(data.data(), data.data(), data.size(), ncclFloat32, ncclSum, comm, nullptr), ncclSuccess)
+            << nnsGetLastError(nullptr);
+        if (rank == 1) {  // never joins the next allreduce; leaves once rank 0 is through
+          while (!released.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          EXPECT_EQ(nnsCommDestroy(comm), ncclSuccess) << nnsGetLastError(nullptr);
+          return;
+        }
+        std::thread watchdog([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          EXPECT_EQ(nnsCommAbort(comm), ncclSuccess) << nnsGetLastError(nullptr);
+        });
+        const auto start = std::chrono::steady_clock::now();
+        const ncclResult_t result =
+            nnsAllReduce(data.data(), data.data(), data.size(), ncclFloat32, ncclSum, comm, nullptr);
+        const std::string error = nnsGetLastError(nullptr);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        watchdog.join();
+        EXPECT_NE(result, ncclSuccess);
+        EXPECT_NE(error.find("collnet): aborted"), std::string::npos) << error;
+        EXPECT_LT(seconds, 10.0) << "the collNet call waited for its timeout instead of stopping at the abort: "
+                                 << error;
+        released = true;
+      },
+      "star");
+  for (const char* name : {"NNS_COMM_TIMEOUT_MS", "NCCL_NET_PLUGIN", "NNS_STAR_IFNAME", "NNS_ALGO"}) unsetenv(name);
 }
 
 // The same while the call is still making its connection (a send's, on first use: the peer never joins, so its

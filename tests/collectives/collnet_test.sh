@@ -165,6 +165,23 @@ for collective in allgather reducescatter; do
   has_wrong "$out" && fail "a wrong element with rank 1 staging after its second regMr failed ($collective)" "$out"
 done
 echo "a rank whose second buffer cannot register releases the first and stages: right"
+
+# Ranks whose devices take operations of different sizes (rank 1's maxCollBytes is 64 KiB: broken-collnet's
+# collnet-small-operations, no bug; the star's take 512 MiB): every rank cuts its slots, and so its parts and windows,
+# to the smallest, and says whose it is; cut each to its own, rank 1 posted parts of other counts than the others.
+for collective in allreduce allgather reducescatter; do
+  for registration in 0 1; do
+    out=$(NNS_CALL_REGISTRATION=$registration NCCL_DEBUG=INFO differing "$collective" collnet-small-operations \
+          -A collnet -d float -b 8 -e 4M -f 8 -c 1 -n 1 -w 0) ||
+      fail "$collective (NNS_CALL_REGISTRATION=$registration) with rank 1's operations smaller" "$out"
+    for rank in 0 1 2; do
+      grep -q "\[rank $rank\] INFO collNet star (ncclCollNet_v12) connected: 3 ranks, [0-9]* pairs of 65536-byte host slots registered (rank 1's device takes 65536 bytes at most)" <<<"$out" ||
+        fail "$collective: rank $rank does not cut its slots to rank 1's 64 KiB, or does not say so" "$out"
+    done
+    has_wrong "$out" && fail "a wrong element with rank 1's operations smaller ($collective)" "$out"
+  done
+done
+echo "ranks whose devices take operations of different sizes: cut to the smallest, right"
 # Its slots themselves (4 pairs of 512 KiB with NNS_SLOTS=4: 4 MiB) refused at connect: the communicator fails on that
 # rank naming the regMr, and every rank ends at once rather than at the launcher's timeout.
 start=$SECONDS

@@ -28,6 +28,8 @@
 //   collnet-two-registrations  not a bug: a comm holds at most 2 registrations at once, a third regMr fails with
 //                              ncclSystemError (an adapter whose table of memory regions is nearly full), for the
 //                              engine's tests of a call whose second buffer a rank cannot register after its first
+//   collnet-small-operations   not a bug: device 0's maxCollBytes is 64 KiB (a device whose operations are
+//                              smaller than its peers'), for the engine's tests of ranks whose devices differ in it
 //   collnet-output-cleared-first ireducescatter zeroes the rank's part of the window at recvData before it reads the
 //                              window (an output used as the accumulator): wrong only in place, where that part is
 //                              the rank's own input
@@ -213,6 +215,12 @@ ncclResult_t getPropertiesV6(int dev, ncclNetProperties_v6_t* props) {
   return result;
 }
 
+ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
+  ncclResult_t result = realColl()->getProperties(dev, props);
+  if (result == ncclSuccess && picked("collnet-small-operations")) props->maxCollBytes = 64 << 10;
+  return result;
+}
+
 ncclResult_t test(void* request, int* done, int* size) {
   ncclResult_t result = realColl()->test(request, done, size);
   if (result != ncclSuccess && picked("collnet-death-swallowed")) {
@@ -244,6 +252,7 @@ __attribute__((constructor)) static void fillTables() {
   ncclCollNetPlugin_v12 = *realColl();
   ncclCollNetPlugin_v12.init = collInit;
   ncclCollNetPlugin_v12.reduceSupport = reduceSupport;
+  ncclCollNetPlugin_v12.getProperties = getProperties;
   ncclCollNetPlugin_v12.iallreduce = iallreduce;
   ncclCollNetPlugin_v12.regMr = regMr;
   ncclCollNetPlugin_v12.deregMr = deregMr;

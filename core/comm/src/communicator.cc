@@ -617,7 +617,7 @@ void Communicator::establish(const std::vector<ConnKey>& keys, bool watchBootstr
       if (key.sending && key.channel == p2pChannel()) advance({key.peer, key.channel, false});
     }
     if (all) return;
-    if (failed_.load()) fail("aborted: " + asyncError(), asyncResult());
+    stopIfAborted();
     // A rank that died on the way (its bootstrap connection closed) fails the connections now, on every rank, not
     // when the wait for a peer that will never connect runs out.
     if (watchBootstrap && Clock::now() - watched > std::chrono::milliseconds(20)) {
@@ -867,9 +867,11 @@ Communicator::CollNetLink* Communicator::collNet(std::string* why) {
     loadCollNetOnce();
   }
   // Every rank says whether it can take part, and what its collNet does: 'H', the handle, the reduceSupport matrix
-  // and a byte of capabilities (1: iallgather, 2: ireducescatter); or '!' and why not. Nothing is connected unless
-  // all can, and the link does what all do.
-  constexpr size_t kSaid = 1 + NCCL_NET_HANDLE_MAXSIZE + kReducePairs + 1;
+  // a byte of capabilities (1: iallgather, 2: ireducescatter) and its device's maxCollBytes (8 bytes, little-endian);
+  // or '!' and why not. Nothing is connected unless all can, and the link does what all do: its slots, and so every
+  // part and window, are cut to the smallest maxCollBytes, or ranks would post parts of different counts.
+  constexpr size_t kCapabilities = 1 + NCCL_NET_HANDLE_MAXSIZE + kReducePairs, kMaxBytes = kCapabilities + 1,
+                   kSaid = kMaxBytes + 8;
   std::string mine(1, '!');
   if (collNetPlugin_ != nullptr && collNetConnected_ == 0) {
     unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
@@ -880,6 +882,8 @@ Communicator::CollNetLink* Communicator::collNet(std::string* why) {
       mine.append(reinterpret_cast<const char*>(collNetSupport_.data()), collNetSupport_.size());
       mine.push_back(
           static_cast<char>((collNetPlugin_->hasIallgather() ? 1 : 0) | (collNetPlugin_->hasIreducescatter() ? 2 : 0)));
+      for (int byte = 0; byte < 8; ++byte)
+        mine.push_back(static_cast<char>((static_cast<uint64_t>(collNetMaxBytes_) >> (8 * byte)) & 0xff));
     }
   } else {
     mine += collNetWhy_;
@@ -906,9 +910,16 @@ Communicator::CollNetLink* Communicator::collNet(std::string* why) {
     }
     for (size_t pair = 0; pair < kReducePairs; ++pair)
       collNetLink_.reduces[pair] &= static_cast<unsigned char>(said[1 + NCCL_NET_HANDLE_MAXSIZE + pair] == 1);
-    const auto capabilities = static_cast<unsigned char>(said[kSaid - 1]);
+    const auto capabilities = static_cast<unsigned char>(said[kCapabilities]);
     if ((capabilities & 1) == 0 && collNetLink_.withoutAllGather < 0) collNetLink_.withoutAllGather = r;
     if ((capabilities & 2) == 0 && collNetLink_.withoutReduceScatter < 0) collNetLink_.withoutReduceScatter = r;
+    uint64_t maxBytes = 0;
+    for (int byte = 0; byte < 8; ++byte)
+      maxBytes |= static_cast<uint64_t>(static_cast<unsigned char>(said[kMaxBytes + byte])) << (8 * byte);
+    if (maxBytes < collNetLink_.maxBytes) {
+      collNetLink_.maxBytes = static_cast<size_t>(maxBytes);
+      collNetLink_.maxBytesRank = r;
+    }
   }
   collNetLink_.allGather = collNetLink_.withoutAllGather < 0;
   collNetLink_.reduceScatter = collNetLink_.withoutReduceScatter < 0;
@@ -918,7 +929,7 @@ Communicator::CollNetLink* Communicator::collNet(std::string* why) {
   checkCollNet(collNetPlugin_->connect(handles.data(), size_, rank_, collNetListen_, &collNetLink_.comm), "connect");
   if (collNetLink_.comm == nullptr) fail("the collNet's connect returned success without a comm", ncclInternalError);
   // Slots: as many pairs as a connection has, each a multiple of 8 bytes no larger than the device takes.
-  const size_t slotBytes = std::min(options_.slotBytes, collNetMaxBytes_) / 8 * 8;
+  const size_t slotBytes = std::min(options_.slotBytes, collNetLink_.maxBytes) / 8 * 8;
   const size_t pairs = static_cast<size_t>(options_.slots);
   collNetMemoryBytes_ = 2 * pairs * slotBytes;
   void* memory = mmap(nullptr, collNetMemoryBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -948,10 +959,14 @@ Communicator::CollNetLink* Communicator::collNet(std::string* why) {
     collNetLink_.registersCalls = false;
     if (registers) registration = "rank " + std::to_string(r) + " copies them";
   }
+  const std::string slotsCut = collNetLink_.maxBytes < options_.slotBytes
+                                   ? " (rank " + std::to_string(collNetLink_.maxBytesRank) + "'s device takes " +
+                                         std::to_string(collNetLink_.maxBytes) + " bytes at most)"
+                                   : "";
   hostLogger(NCCL_LOG_INFO, NCCL_INIT | NCCL_NET, __FILE__, __LINE__,
-             "collNet %s (ncclCollNet_v%d) connected: %d ranks, %zu pairs of %zu-byte host slots registered; "
+             "collNet %s (ncclCollNet_v%d) connected: %d ranks, %zu pairs of %zu-byte host slots registered%s; "
              "through it: allreduce%s%s; host buffers of %zu bytes and more %s (%s)",
-             collNetPlugin_->name(), collNetPlugin_->version(), size_, pairs, slotBytes,
+             collNetPlugin_->name(), collNetPlugin_->version(), size_, pairs, slotBytes, slotsCut.c_str(),
              collNetLink_.allGather ? ", allgather" : "", collNetLink_.reduceScatter ? ", reducescatter" : "",
              kCallRegistrationMinBytes,
              collNetLink_.registersCalls ? "are registered with it for each call and walked in slot-sized windows"
@@ -1266,6 +1281,10 @@ ncclResult_t Communicator::asyncResult() const {
 void Communicator::throwIfFailed() const {
   if (failed_.load())
     throw CommError("rank " + std::to_string(rank_) + ": communicator failed earlier: " + asyncError(), asyncResult());
+}
+
+void Communicator::stopIfAborted() {
+  if (failed_.load(std::memory_order_relaxed)) fail("aborted: " + asyncError(), asyncResult());
 }
 
 void Communicator::abort(const std::string& why, ncclResult_t result) {
@@ -1679,9 +1698,7 @@ void Communicator::run(Plan& plan) {
       if (cursor.postSegment < flow.segments.size() || cursor.tail < cursor.head) finished = false;
     }
     if (finished) return;
-    // Checked on every pass, also on those that moved data: an operation that always finds something to do still
-    // stops at an abort.
-    if (failed_.load(std::memory_order_relaxed)) fail("aborted: " + asyncError(), asyncResult());
+    stopIfAborted();
     if (progressed) {
       lastProgress = Clock::now();
       progressStamp_.store(lastProgress.time_since_epoch().count(), std::memory_order_relaxed);

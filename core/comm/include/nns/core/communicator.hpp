@@ -388,6 +388,9 @@ class Communicator {
     bool allGather = false;                                // every rank's collNet has iallgather (v8 and later)
     bool reduceScatter = false;                            // ... and ireducescatter
     int withoutAllGather = -1, withoutReduceScatter = -1;  // the first rank whose collNet lacks it, else -1
+    // The smallest maxCollBytes of the ranks' devices (the slots are cut to it), and the first rank that has it.
+    size_t maxBytes = SIZE_MAX;
+    int maxBytesRank = -1;
     // Every rank registers a call's host buffers of kCallRegistrationMinBytes and more with the collNet for the call
     // and posts from and into them in windows of a slot (NCCL's registered path), instead of copying them through
     // the slots: CommOptions::callRegistration, else where a regMr/deregMr pair costs every rank nothing.
@@ -414,6 +417,10 @@ class Communicator {
   ncclResult_t asyncResult() const;
   // Throws that error (CommError "communicator failed earlier", with asyncResult()) once the communicator failed.
   void throwIfFailed() const;
+  // Inside an operation: throws CommError "aborted: <the error>" (naming the call) once the communicator failed, from
+  // this operation or an abort elsewhere. Checked on every pass of a polling loop, also on those that moved data, so
+  // an operation that always finds something to do still stops at an abort.
+  void stopIfAborted();
   // Fails the communicator now (ncclCommAbort): closes every connection so peers see the error too. Nothing in a
   // process forked from the one that made it (the connections are the parent's; the copy's calls are refused).
   // `result` is the code asyncResult() reports when this is the first failure.
