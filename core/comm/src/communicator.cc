@@ -1064,8 +1064,14 @@ bool Communicator::shutdown() {
     stopping_ = true;
     wake_.notify_all();
     // An operation still running is bounded by its own no-progress timeout; one stuck inside a plugin call is not,
-    // and then this thread leaves it (and the plugin) alone rather than hang.
-    if (!done_.wait_for(lock, options_.timeout + std::chrono::seconds(5), [this] { return !busy_; })) return false;
+    // and then this thread leaves it (and the plugin) alone rather than hang. Operations still queued run before the
+    // progress thread returns, so its end is waited for under the same bound: waiting for !busy_ alone, a shutdown
+    // that came in between an inline call's end and the queued call after it hung in the join below when that call
+    // stayed in the plugin.
+    const bool threadRuns = progress_.joinable();
+    if (!done_.wait_for(lock, options_.timeout + std::chrono::seconds(5),
+                        [&] { return !busy_ && (!threadRuns || progressEnded_); }))
+      return false;
   }
   if (progress_.joinable()) progress_.join();
   closeConnections();
@@ -1099,6 +1105,7 @@ void Communicator::progressLoop() {
     wake_.wait(lock, [this] { return (stopping_ && !busy_) || (!queue_.empty() && !busy_); });
     if (queue_.empty()) {  // stopping, nothing left
       progressEnded_ = true;
+      done_.notify_all();  // shutdown() waits for this
       return;
     }
     Task* task = queue_.front();
