@@ -208,9 +208,11 @@ ncclResult_t adaptRegMrDmaBuf(const TableT* t, const char* abi, void* comm, void
 // way NCCL 2.30 fills it (net-abi.md §5.3). ncclNet and ncclCollNet share the properties struct of each version.
 // A virtual NIC's count beyond the version's list (`most`) would name devices the plugin never wrote (zeros:
 // device 0): an error.
-ncclResult_t checkVNicSize(const char* name, int dev, int ndevs, int version, int most) {
+// `plugin` is the table's name, `abi` "ncclNet" or "ncclCollNet".
+ncclResult_t checkVNicSize(const char* plugin, const char* abi, int dev, int ndevs, int version, int most) {
   if (ndevs >= 0 && ndevs <= most) return ncclSuccess;
-  warn(name, "device %d reports a virtual NIC of %d devices; ncclNet_v%d lists at most %d", dev, ndevs, version, most);
+  warn(plugin, "device %d reports a virtual NIC of %d devices; %s_v%d lists at most %d", dev, ndevs, abi, version,
+       most);
   return ncclInternalError;
 }
 
@@ -232,7 +234,8 @@ struct GuardedProps {
 };
 
 template <int V, class GetProperties>
-ncclResult_t readProperties(const char* plugin, GetProperties getProperties, int dev, ncclNetProperties_v12_t* out) {
+ncclResult_t readProperties(const char* plugin, const char* abi, GetProperties getProperties, int dev,
+                            ncclNetProperties_v12_t* out) {
   using Props = typename Table<V>::Props;
   GuardedProps<Props> guarded;
   ncclResult_t result = getProperties(dev, &guarded.props);
@@ -240,13 +243,13 @@ ncclResult_t readProperties(const char* plugin, GetProperties getProperties, int
   if (guarded.overrun()) {
     warn(plugin,
          "getProperties(%d) wrote past the end of ncclNetProperties_v%d (%zu bytes): it fills "
-         "another version's struct through ncclNet_v%d's table",
-         dev, V, sizeof(Props), V);
+         "another version's struct through %s_v%d's table",
+         dev, V, sizeof(Props), abi, V);
     return ncclInternalError;
   }
   if constexpr (V == 12) {
     *out = guarded.props;
-    return checkVNicSize(out->name, dev, out->vProps.ndevs, V, NCCL_NET_MAX_DEVS_PER_NIC);
+    return checkVNicSize(plugin, abi, dev, out->vProps.ndevs, V, NCCL_NET_MAX_DEVS_PER_NIC);
   } else {
     const Props& in = guarded.props;
     std::memset(out, 0, sizeof(*out));
@@ -271,7 +274,7 @@ ncclResult_t readProperties(const char* plugin, GetProperties getProperties, int
     if constexpr (V >= 8) out->regIsGlobal = in.regIsGlobal;
     if constexpr (V >= 9) {
       out->forceFlush = in.forceFlush;
-      if (ncclResult_t checked = checkVNicSize(in.name, dev, in.vProps.ndevs, V, NCCL_NET_MAX_DEVS_PER_NIC_V11);
+      if (ncclResult_t checked = checkVNicSize(plugin, abi, dev, in.vProps.ndevs, V, NCCL_NET_MAX_DEVS_PER_NIC_V11);
           checked != ncclSuccess)
         return checked;
       out->vProps.ndevs = in.vProps.ndevs;
@@ -340,7 +343,7 @@ class NetAdapter final : public Net {
   ncclResult_t devices(int* ndev) override { return t_->devices(ndev); }
 
   ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* out) override {
-    return readProperties<V>(t_->name, t_->getProperties, dev, out);
+    return readProperties<V>(t_->name, "ncclNet", t_->getProperties, dev, out);
   }
 
   ncclResult_t listen(void* ctx, int dev, void* handle, void** listenComm) override {
@@ -548,7 +551,7 @@ class CollNetAdapter final : public CollNet {
   ncclResult_t devices(int* ndev) override { return t_->devices(ndev); }
 
   ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* out) override {
-    ncclResult_t result = readProperties<V>(t_->name, t_->getProperties, dev, out);
+    ncclResult_t result = readProperties<V>(t_->name, "ncclCollNet", t_->getProperties, dev, out);
     if constexpr (V == 7 || V == 8) {
       // NCCL's v7 and v8 collNet adapters do not copy the device type (its v8 net adapter does): a collNet is a
       // host-driven device there.
