@@ -30,10 +30,13 @@
 //                              engine's tests of a call whose second buffer a rank cannot register after its first
 //   collnet-small-operations   not a bug: device 0's maxCollBytes is 64 KiB (a device whose operations are
 //                              smaller than its peers'), for the engine's tests of ranks whose devices differ in it
+//   collnet-init-crashes       init raises SIGSEGV (a crash in the collNet's setup), for nccl-net-info's report of
+//                              a collNet that ends the process
 //   collnet-output-cleared-first ireducescatter zeroes the rank's part of the window at recvData before it reads the
 //                              window (an output used as the accumulator): wrong only in place, where that part is
 //                              the rank's own input
 #include <dlfcn.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -82,6 +85,7 @@ ncclResult_t netInit(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* confi
 
 ncclResult_t collInit(void** ctx, uint64_t commId, ncclDebugLogger_t logger) {
   if (realColl() == nullptr) return ncclSystemError;
+  if (picked("collnet-init-crashes")) raise(SIGSEGV);
   return realColl()->init(ctx, commId, logger);
 }
 

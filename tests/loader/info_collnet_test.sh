@@ -27,4 +27,19 @@ if [ -e "$(dirname "$info")/../lib/libnccl-net-star.so" ]; then
 fi
 out=$(NNS_TEST_COLLNET_DEVICES=0 "$info" -p one-rank-coll)
 grep -q "not used: no devices" <<<"$out"
+# A collNet whose init crashes (broken-collnet's collnet-init-crashes): the versions it exports, and a FAILED that
+# says NCCL would crash too (it was "exports ncclCollNet none" and "not used"); exit status 1, as for a net that crashes.
+# (SIGSEGV, or SIGABRT under ASan with abort_on_error=1.)
+if [ -e "$(dirname "$info")/../lib/libnccl-net-broken-collnet.so" ]; then
+  status=0
+  out=$(NNS_PICKED_BUG=collnet-init-crashes "$info" -p broken-collnet 2>&1) || status=$?
+  [ "$status" = 1 ] || { echo "a crashing collNet: exit status $status"; exit 1; }
+  grep -qx "  exports ncclCollNet v12 v6" <<<"$out" || { echo "$out"; exit 1; }
+  grep -qE "^  FAILED: crashed: SIG[A-Z]+ in the loader's collNet probe .*; NCCL runs the same probe when it loads the net, and would crash there too" <<<"$out" ||
+    { echo "$out"; exit 1; }
+  status=0
+  json=$(NNS_PICKED_BUG=collnet-init-crashes "$info" --json -p broken-collnet 2>/dev/null) || status=$?
+  [ "$status" = 1 ] || { echo "a crashing collNet, --json: exit status $status"; exit 1; }
+  python3 -c "import json,sys; c=json.load(sys.stdin)['collNet']; assert c['exportedVersions']==[12,6] and c['crashed'] and not c['hung'], c" <<<"$json"
+fi
 echo "collNet shown for every case"

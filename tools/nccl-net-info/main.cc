@@ -316,6 +316,9 @@ void probeCandidate(nns::tools::ProbeChannel& channel, const std::string& entry,
   // NCCL looks for a collNet in the chosen net's library only; without one (or with one that fails) it runs
   // without in-network collectives.
   nns::core::CollNetReport collReport;
+  // What the library exports, sent before the probe runs any collNet code: a probe that crashes or hangs still
+  // leaves the versions for the report.
+  channel.send({{"collNetExported", versionsJson(nns::core::inspectLibrary(net->path(), false).collNetVersions)}});
   channel.call(kCollNetProbe);
   auto coll = nns::core::loadCollNet(*net, &collReport);
   channel.send({{"collNet",
@@ -458,6 +461,7 @@ int runTool(int argc, char** argv) {
   json devices = json::array();
   std::string deviceError;
   json collNet = nullptr;
+  json collNetExported = json::array();
   std::string stoppedAt;
   const std::vector<std::string> entries = nns::core::pluginSpecEntries(options);
   for (const auto& entry : entries) {
@@ -486,6 +490,7 @@ int runTool(int argc, char** argv) {
       if (record.contains("signalChanges") && chosen != nullptr) chosen["signalChanges"] = record["signalChanges"];
       if (record.contains("device")) devices.push_back(record["device"]);
       if (record.contains("deviceError")) deviceError = record["deviceError"].get<std::string>();
+      if (record.contains("collNetExported")) collNetExported = record["collNetExported"];
       if (record.contains("collNet")) collNet = record["collNet"];
       if (record.contains("collDevice")) collNet["devices"].push_back(record["collDevice"]);
       if (record.contains("collError")) collNet["error"] = record["collError"];
@@ -510,11 +515,16 @@ int runTool(int argc, char** argv) {
                             {"output", output}});
       stoppedAt = entry;
     } else if (probe.lastCall == kCollNetProbe) {
+      // NCCL probes the collNet the same way, inside the init of the net it loaded: it would end there too, not run
+      // without in-network collectives.
       collNet = {{"path", chosen.value("path", "")},
-                 {"exportedVersions", json::array()},
+                 {"exportedVersions", collNetExported},
                  {"chosenVersion", 0},
                  {"name", nullptr},
-                 {"rejectReason", probe.failure},
+                 {"rejectReason", probe.failure + "; NCCL runs the same probe when it loads the net, and would " +
+                                      (probe.hung ? "hang" : "crash") + " there too"},
+                 {"crashed", probe.crashed},
+                 {"hung", probe.hung},
                  {"iallgather", false},
                  {"ireducescatter", false},
                  {"error", ""},
@@ -550,7 +560,8 @@ int runTool(int argc, char** argv) {
 
   if (asJson) {
     std::printf("%s\n", out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    return chosen != nullptr ? 0 : 1;
+    const bool collNetEnded = collNet != nullptr && (collNet.value("crashed", false) || collNet.value("hung", false));
+    return chosen != nullptr && !collNetEnded ? 0 : 1;
   }
 
   // Where NCCL itself would have found the value: a configuration file (NCCL_CONF_FILE, ~/.nccl.conf or
@@ -711,8 +722,9 @@ int runTool(int argc, char** argv) {
   std::printf("\nCollNet (in-network collectives) of %s:\n  exports ncclCollNet %s\n", shown(chosen["path"]).c_str(),
               versionsText(collNet["exportedVersions"].get<std::vector<int>>()).c_str());
   if (collNet["chosenVersion"].get<int>() == 0) {
-    std::printf("  not used: %s\n", shown(collNet["rejectReason"]).c_str());
-    return 0;
+    const bool ended = collNet.value("crashed", false) || collNet.value("hung", false);
+    std::printf("  %s: %s\n", ended ? "FAILED" : "not used", shown(collNet["rejectReason"]).c_str());
+    return ended ? 1 : 0;  // NCCL would end there, as with a net that crashes
   }
   std::printf("  CHOSEN %s through ncclCollNet_v%d (the newest it exports that NCCL 2.30 knows)\n",
               collNet["name"].get<std::string>().c_str(), collNet["chosenVersion"].get<int>());
