@@ -1312,6 +1312,20 @@ TEST(Export, GpuSupportWithoutIflushIsRefused) {
   EXPECT_TRUE(logged("supports GPU memory but the plugin has no iflush"));
 }
 
+// A device whose plugin leaves guid alone is a card of its own (guid = its index, as NCCL's socket transport says), in
+// every version: with 0 for all, NCCL took two such NICs for ports of one card and counted one NIC's bandwidth.
+TEST(Export, DefaultGuidIsTheDeviceIndex) {
+  ncclNetProperties_v12_t props;
+  ncclNetProperties_v6_t old;
+  for (int dev : {0, 1}) {
+    ASSERT_EQ(NetTables<RecordingNet>::v12.getProperties(dev, &props), ncclSuccess);
+    EXPECT_EQ(props.guid, static_cast<uint64_t>(dev));
+    EXPECT_EQ(props.port, 0);
+    ASSERT_EQ(NetTables<RecordingNet>::v6.getProperties(dev, &old), ncclSuccess);
+    EXPECT_EQ(old.guid, static_cast<uint64_t>(dev));
+  }
+}
+
 // Limits NCCL acts on are checked as it checks them, and kept to what test() can report: a limit above INT_MAX (NCCL's
 // own plugins say 1 TiB) is cut to NCCL's default with a word in the log, since the SDK's isend refuses a message
 // above INT_MAX (the SDK's own default was 1 TiB, so NCCL could post a message that failed). No name, or a

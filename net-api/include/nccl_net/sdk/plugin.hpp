@@ -586,6 +586,10 @@ ncclResult_t guard(const char* function, F&& body) noexcept {
 // something NCCL accepts rather than garbage.
 inline void defaultProperties(int dev, ncclNetProperties_v12_t* props) {
   std::memset(props, 0, sizeof(*props));
+  // Each device a card of its own, as NCCL's socket transport says (guid = device index): NCCL counts devices of one
+  // guid and port as one NIC's bandwidth, so a guid of 0 for all made a multi-NIC plugin look like one NIC. A vendor
+  // gives the ports of one card that card's guid (and their port numbers).
+  props->guid = static_cast<uint64_t>(dev);
   props->ptrSupport = NCCL_PTR_HOST;
   props->speed = 10000;
   props->maxComms = 65536;
