@@ -10,9 +10,13 @@
 #                     SOURCES <files...> [DEPENDS <headers...>] [FLAGS <compiler flags...>] [LIBS <link flags...>]
 #                     DICT <dictionary> SEEDS <seed folders...> RUNS <n> MAX_LEN <bytes>)
 #
-# Returns without a target, saying why, where clang++ or its fuzzer runtime is missing.
+# Returns without a target, saying why, where clang++ or its fuzzer runtime is missing or NNS_BUILD_FUZZERS is OFF.
 function(nns_add_libfuzzer)
   cmake_parse_arguments(PARSE_ARGV 0 F "" "NAME;TEST;WHAT;DICT;RUNS;MAX_LEN" "SOURCES;DEPENDS;FLAGS;LIBS;SEEDS")
+  if(NOT NNS_BUILD_FUZZERS)
+    message(STATUS "nccl-net-sdk: ${F_WHAT} not built: NNS_BUILD_FUZZERS is OFF (the same binary, whatever the build's flags, is built where it is ON)")
+    return()
+  endif()
   find_program(NNS_CLANGXX NAMES clang++-14 clang++)
   set(_runtime "")
   if(NNS_CLANGXX)
