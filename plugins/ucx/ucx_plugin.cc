@@ -1169,14 +1169,23 @@ class UcxNet {
     for (size_t i = 0; i < listener->incoming.size();) {
       Incoming& in = listener->incoming[i];
       std::string problem;
-      bool complete = progressIncoming(listener, in, &problem);
+      bool local = false;
+      bool complete = progressIncoming(listener, in, &problem, &local);
       if (problem.empty() && !complete && Clock::now() - in.since > timeout)
         problem = "did not complete the address exchange within NNS_UCX_CONNECT_TIMEOUT_MS";
       if (!problem.empty()) {
-        NCCL_NET_WARN("accept: dropping connection from %s: %s", in.peer.toString().c_str(), problem.c_str());
+        const std::string peer = in.peer.toString();
         closeIfOpen(in.fd);
         if (in.comm != nullptr) destroyComm(in.comm);
         listener->incoming.erase(listener->incoming.begin() + static_cast<long>(i));
+        // A failure of this side's own (no UCP worker: descriptors or memory run out) is this accept's error: the
+        // sender's connect fails as the connection drops and will not come again, so accept answering "nothing yet"
+        // would keep NCCL calling it for ever. What a peer sent wrong only drops that peer.
+        if (local) {
+          NCCL_NET_WARN("accept: could not take the connection from %s: %s", peer.c_str(), problem.c_str());
+          return ncclSystemError;
+        }
+        NCCL_NET_WARN("accept: dropping connection from %s: %s", peer.c_str(), problem.c_str());
         continue;
       }
       if (!complete) {
@@ -1453,8 +1462,9 @@ class UcxNet {
     return ncclSuccess;
   }
 
-  // Advances one side-channel exchange; true once the reply is fully written and the comm is ready.
-  static bool progressIncoming(ListenComm* listener, Incoming& in, std::string* problem) {
+  // Advances one side-channel exchange; true once the reply is fully written and the comm is ready. A problem is the
+  // peer's unless *local says it is this side's own.
+  static bool progressIncoming(ListenComm* listener, Incoming& in, std::string* problem, bool* local) {
     std::string error;
     if (in.helloReceived < sizeof(in.hello)) {
       sdk::IoStatus status = readSome(in.fd, &in.hello, sizeof(in.hello), &in.helloReceived, &error);
@@ -1481,8 +1491,13 @@ class UcxNet {
       in.comm = comm;
       // The receiver's own endpoint to the sender exists for one reason: UCX reports a dead peer per endpoint, and
       // a tagged receive belongs to no endpoint until a message matches it.
-      if (createWorker(listener->dev, comm) != ncclSuccess || createEndpoint(comm, in.remoteAddress) != ncclSuccess) {
-        *problem = "could not create the UCP worker or endpoint (see above)";
+      if (createWorker(listener->dev, comm) != ncclSuccess) {
+        *problem = "could not create its UCP worker (see above)";
+        *local = true;
+        return false;
+      }
+      if (createEndpoint(comm, in.remoteAddress) != ncclSuccess) {
+        *problem = "could not create an endpoint to the worker address it sent (see above)";
         return false;
       }
       Reply reply{kWireMagic, comm->connectionTag, static_cast<uint32_t>(comm->address.size()), 0};

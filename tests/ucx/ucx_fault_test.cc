@@ -12,10 +12,12 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -589,6 +591,48 @@ TEST(UcxConnect, AListenerThatNeverAnswersFailsTheConnectWithinTheTimeout) {
   if (sendComm != nullptr) {
     EXPECT_EQ(net->closeSend(sendComm), ncclSuccess);
   }
+  EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
+}
+
+// The lowest descriptor numbers free in this process, `count` of them.
+std::vector<int> freeDescriptors(size_t count) {
+  std::vector<int> found;
+  for (int fd = 0; found.size() < count; ++fd)
+    if (fcntl(fd, F_GETFD) == -1 && errno == EBADF) found.push_back(fd);
+  return found;
+}
+
+// A failure on the receiver's own side while accepting (here no UCP worker: RLIMIT_NOFILE lowered so that the
+// accepted connection and accept's next look for one take the last two descriptors) is accept's error, with a WARN
+// saying whose connection it could not take. accept answered "nothing yet" and dropped the connection, so NCCL kept
+// calling it for ever while the sender's connect failed. In one process, over tcp.
+TEST(UcxAccept, AWorkerThisSideCannotCreateFailsTheAccept) {
+  DecodedListener listener;
+  ASSERT_NO_FATAL_FAILURE(openDecodedListener(&listener));
+  const ncclNet_v12_t* net = listener.net;
+  void *listenComm = listener.listenComm, *sendComm = nullptr, *recvComm = nullptr;
+  ncclNetDeviceHandle_v12_t* devHandle = nullptr;
+  // The sender's hello and worker address go out once its TCP connect completes; it then waits for the reply.
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(net->connect(listener.ctx, 0, listener.handle, &sendComm, &devHandle), ncclSuccess);
+    ASSERT_EQ(sendComm, nullptr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(freeDescriptors(3)[2]);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  ncclResult_t accepted = ncclSuccess;
+  for (const auto deadline = Clock::now() + std::chrono::seconds(5);
+       accepted == ncclSuccess && recvComm == nullptr && Clock::now() < deadline;) {
+    accepted = net->accept(listenComm, &recvComm, &devHandle);
+  }
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_EQ(accepted, ncclSystemError);
+  EXPECT_EQ(recvComm, nullptr);
+  EXPECT_TRUE(warnedAbout("accept: could not take the connection from")) << "another failure than the worker's";
+  EXPECT_TRUE(warnedAbout("could not create its UCP worker"));
   EXPECT_EQ(net->closeListen(listenComm), ncclSuccess);
 }
 
