@@ -358,6 +358,10 @@ struct Comm {
   int sideFd = -1;                   // the side channel, kept open as a process-death detector (see checkSideChannel)
   bool peerClosed = false;           // the peer said goodbye on the side channel: its end closed in order
   bool peerReleased = false;         // then its side channel ended too: its worker is destroyed
+  // A receive comm on which a grouped receive failed and its other receives were cancelled: their messages still
+  // come, and would wait in the worker for the next receives of their tags, which would take them as their own. So
+  // irecv takes no more (NCCL aborts on the first error; a host that goes on gets an error, not another's bytes).
+  bool groupAbandoned = false;
   Clock::time_point peerClosedAt{};  // the goodbye, the last progress since, or the release: the close timeout's start
   std::atomic<bool> closed{false};   // NCCL closed it: it lingers (see Keeper), and a failure is no news
   Clock::time_point lingerUntil{};
@@ -1279,6 +1283,13 @@ class UcxNet {
       NCCL_NET_WARN("irecv: %d grouped receives; this plugin takes 1 to %d (maxRecvs)", n, kMaxRecvs);
       return ncclInternalError;
     }
+    if (comm->groupAbandoned) {
+      NCCL_NET_WARN(
+          "irecv on the receive comm to %s: a grouped receive failed on it earlier and the others of its "
+          "group were cancelled, so a message of theirs could land here; it takes no more receives",
+          comm->peer.c_str());
+      return ncclInvalidUsage;
+    }
     // A failed comm still takes receives: messages the peer sent before it went away may wait in the worker's
     // unexpected queue. test() reports an error for whatever does not arrive.
     Request* req = comm->requests.acquire();
@@ -1305,6 +1316,7 @@ class UcxNet {
         // The caller gets no request, so nothing would ever complete or free subs 0..i-1, and a message meant for
         // this group could land in one of them: fail the comm (NCCL aborts on the error) and take the subs back.
         markFailed(comm, UCS_PTR_STATUS(posted), "irecv could not post a receive, failing the comm as if");
+        comm->groupAbandoned = true;
         abandonReceives(comm, req, i);
         return ncclSystemError;
       }
@@ -1374,10 +1386,12 @@ class UcxNet {
         NCCL_NET_WARN("test: %s %d of %d with %s: %s", req->isSend ? "send" : "receive", failedSub, req->count,
                       comm->peer.c_str(), ucs_status_string(sub.status));
       }
-      if (all)
+      if (all) {
         releaseRequest(comm, req);
-      else
+      } else {
+        comm->groupAbandoned = true;
         abandonReceives(comm, req, req->count);
+      }
       return result;
     }
     for (int i = 0; i < req->count; ++i)

@@ -209,7 +209,9 @@ TEST(UcxIrecv, AGroupOfMaxRecvsIsTakenAndOneMoreIsRefused) {
 
 // A grouped receive whose first sub is truncated while its second sub's message never comes: test() reports the
 // truncation (ncclInvalidUsage) as soon as it happened, not when (if ever) every sub completed, and the request's other
-// sub is cancelled and taken back, so closing waits for nothing. It waited for tag 2 for ever before.
+// sub is cancelled and taken back, so closing waits for nothing. It waited for tag 2 for ever before. And the comm
+// takes no more receives: the cancelled sub's message, sent after, waited in the worker and a later receive of tag 2
+// took it as its own.
 TEST(UcxIrecv, ATruncatedSubFailsTheGroupWithoutWaitingForTheOthers) {
   setenv("NNS_UCX_CLOSE_TIMEOUT_MS", "3000", 1);
   UcxPair pair;
@@ -238,6 +240,14 @@ TEST(UcxIrecv, ATruncatedSubFailsTheGroupWithoutWaitingForTheOthers) {
   EXPECT_FALSE(done);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
   EXPECT_TRUE(warnedAbout("the 8192-byte message is larger than the 4096-byte buffer"));
+  std::vector<char> stale(100, 's');
+  void* staleRequest = nullptr;
+  ASSERT_EQ(postSend(net, pair.sendComm, stale.data(), stale.size(), 2, &staleRequest), ncclSuccess);
+  void* later = nullptr;
+  EXPECT_EQ(postRecv(net, pair.recvComm, 1, data + 1, sizes + 1, tags + 1, &later), ncclInvalidUsage)
+      << "a receive of tag 2 was posted on the comm after its group failed";
+  EXPECT_EQ(later, nullptr);
+  EXPECT_TRUE(warnedAbout("a grouped receive failed on it earlier"));
   // Sub 1 was cancelled: closing everything waits out no NNS_UCX_CLOSE_TIMEOUT_MS (3 s here).
   start = Clock::now();
   closeUcxPair(pair);
