@@ -91,11 +91,13 @@ bool parse(int argc, char** argv, Options* o) {
   if (o->rank < 0) o->rank = envInt("RANK", "OMPI_COMM_WORLD_RANK");
   if (o->size < 0) o->size = envInt("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE");
   if (o->store.empty() && std::getenv("GLOO_STORE_DIR")) o->store = std::getenv("GLOO_STORE_DIR");
+  // A minimum below one float would stay 0 under the factor: rows of 0 bytes for ever.
   if (o->rank < 0 || o->size < 1 || o->rank >= o->size || o->store.empty() || o->factor < 2 ||
+      o->minBytes < sizeof(float) || o->iterations < 1 || o->warmup < 0 ||
       (o->algo != "ring" && o->algo != "ring_chunked")) {
     std::fprintf(stderr,
                  "usage: gloo_allreduce_bench --rank R --size N --store DIR [--algo ring|ring_chunked] "
-                 "[--host ADDR] [-b 8] [-e 64M] [-f 8] [-n 20] [-w 5]\n");
+                 "[--host ADDR] [-b 8 (>= 4)] [-e 64M] [-f 8 (>= 2)] [-n 20 (>= 1)] [-w 5]\n");
     return false;
   }
   return true;

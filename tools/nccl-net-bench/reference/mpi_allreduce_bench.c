@@ -15,8 +15,22 @@ int main(int argc, char** argv) {
          maxBytes = argc > 2 ? strtoull(argv[2], NULL, 10) : 1 << 26;
   int factor = argc > 3 ? atoi(argv[3]) : 4, iterations = argc > 4 ? atoi(argv[4]) : 20,
       warmup = argc > 5 ? atoi(argv[5]) : 5;
+  /* A minimum below one float would stay 0 under the factor (rows of 0 bytes for ever), and a factor below 2 would
+     never reach the maximum. */
+  if (minBytes < sizeof(float) || factor < 2 || iterations < 1 || warmup < 0) {
+    if (rank == 0)
+      fprintf(stderr,
+              "usage: mpi_allreduce_bench [MIN_BYTES >= 4 [MAX_BYTES [FACTOR >= 2 [ITERATIONS >= 1 "
+              "[WARMUP >= 0]]]]]\n");
+    MPI_Finalize();
+    return 2;
+  }
   float* send = malloc(maxBytes + 4);
   float* recv = malloc(maxBytes + 4);
+  if (send == NULL || recv == NULL) {
+    fprintf(stderr, "mpi_allreduce_bench: rank %d: no memory for two buffers of %zu bytes\n", rank, maxBytes + 4);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   for (size_t i = 0; i < maxBytes / sizeof(float); ++i) send[i] = (float)((rank * 7 + i * 3) % 9) - 4;
   if (rank == 0)
     printf("# MPI_Allreduce float sum, %d ranks\n#%11s %10s %8s %8s\n", size, "size(B)", "time(us)", "algbw", "busbw");
