@@ -490,6 +490,72 @@ TEST(BootstrapFailures, AResultOneRankNeverGotIsAFailureOnEveryRank) {
   EXPECT_NE(errors[1].find("(sending the all-gather to rank 2)"), std::string::npos) << "rank 1: " << errors[1];
 }
 
+// Every rank on time, but rank 0 halfway through the 6 s timeout, and rank 1 (in from the start, its part sent) then
+// stopped until 8 s in, not reading the 56 MiB result (more than the socket buffers hold: loopback's receive buffer
+// may grow to 32 MiB). Rank 0 serves rank 1 first, within a timeout of its own, so rank 2 (in from the start too)
+// gets the result about 8 s in: it waited 7 s (the timeout and a second) and failed the job while no rank was late.
+TEST(BootstrapFailures, ARankServedAfterASlowOneStillGetsTheResult) {
+  const int port = nns::test::freeLoopbackPort();
+  constexpr auto kTimeout = std::chrono::milliseconds(6000);
+  int sent[2], outcome[2];
+  ASSERT_EQ(pipe(sent), 0);
+  ASSERT_EQ(pipe(outcome), 0);
+  const pid_t rank1 = fork();
+  ASSERT_GE(rank1, 0);
+  if (rank1 == 0) {
+    close(sent[0]);
+    close(outcome[0]);
+    char ok = 'n';
+    try {
+      Bootstrap bootstrap(LaunchInfo{1, 3, "127.0.0.1", port, "test"}, kTimeout);
+      (void)!write(sent[1], "s", 1);
+      // A part small enough to sit in the socket's buffer at once: it reaches rank 0 while this process is stopped.
+      const auto all = bootstrap.allGather("b");
+      if (all.size() == 3 && all[1] == "b" && all[2].size() == (28u << 20)) ok = 'y';
+    } catch (const std::exception&) {
+    }
+    (void)!write(outcome[1], &ok, 1);
+    _exit(0);
+  }
+  close(sent[1]);
+  close(outcome[1]);
+  std::vector<std::string> errors(3);
+  std::vector<size_t> sizes(3, 0);
+  std::vector<std::thread> threads;
+  const auto start = Clock::now();
+  for (int r : {0, 2})
+    threads.emplace_back([&, r] {
+      try {
+        Bootstrap bootstrap(LaunchInfo{r, 3, "127.0.0.1", port, "test"}, kTimeout);
+        if (r == 0) std::this_thread::sleep_for(kTimeout / 2);
+        sizes[r] = bootstrap.allGather(std::string(28u << 20, static_cast<char>('a' + r))).size();
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  char byte = 0;
+  pollfd wait{sent[0], POLLIN, 0};
+  const bool rank1Sent = poll(&wait, 1, 20000) == 1 && read(sent[0], &byte, 1) == 1;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its part goes out microseconds after the byte
+  kill(rank1, SIGSTOP);
+  std::this_thread::sleep_until(start + std::chrono::milliseconds(8000));
+  kill(rank1, SIGCONT);
+  for (auto& thread : threads) thread.join();
+  wait = {outcome[0], POLLIN, 0};
+  char rank1Outcome = 0;
+  const bool rank1Said = poll(&wait, 1, 20000) == 1 && read(outcome[0], &rank1Outcome, 1) == 1;
+  kill(rank1, SIGKILL);
+  waitpid(rank1, nullptr, 0);
+  close(sent[0]);
+  close(outcome[0]);
+  ASSERT_TRUE(rank1Sent) << errors[0];
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[2], "") << "rank 2";
+  EXPECT_EQ(sizes[0], 3u);
+  EXPECT_EQ(sizes[2], 3u);
+  EXPECT_TRUE(rank1Said && rank1Outcome == 'y') << "rank 1 did not get the result";
+}
+
 // Rank 2 leaves after the rendezvous, before the all-gather: rank 0 gives up on it, and rank 1, whose part comes
 // after that and whose send then fails, reads rank 0's reason (it said only "send failed: Broken pipe").
 TEST(BootstrapFailures, ALateRankHearsWhyRankZeroGaveUp) {

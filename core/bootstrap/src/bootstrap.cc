@@ -1782,7 +1782,11 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
   try {
     sendMessage(rootSocket_, mine, deadline, spin_);
     sent = true;
-    packed = recvMessage(rootSocket_, deadline, spin_);
+    // The result comes once every part is in (up to a timeout after rank 0 began waiting, so about this rank's
+    // deadline), and rank 0 then serves the ranks one after another, each within a timeout of its own: a rank served
+    // after a slow one, in an all-gather whose last part came late but in time, ran out its deadline and failed the
+    // job while every rank was on time. A timeout more covers that; rank 0's reason comes as soon as it gives up.
+    packed = recvMessage(rootSocket_, deadline + timeout_, spin_);
     // Rank 0's word that every rank got the result (or its reason for giving up, thrown as such). Rank 0 serves the
     // ranks one after another, each within a timeout of its own: this wait starts with the result, not with the
     // all-gather (an early rank ran out its deadline while rank 0 was still serving the others, and failed alone).
