@@ -462,6 +462,14 @@ TEST(TopologyMalformed, DevicesOutsideACpuAreNamed) {
       << loadError(gpuUnderCpu);
   // A virtual NIC (<nic> in a <cpu>) is fine.
   EXPECT_EQ(loadError(wrap("<nic>" + net + "</nic>")), "");
+  // Inside a switch only <pci> (and <pcilink>): NCCL reads any other child as a <pci> and fails on its missing class;
+  // the NET below was left out, and the tool said the machine had none.
+  const std::string netInSwitch =
+      wrap("<pci busid=\"0000:16:00.0\" class=\"0x060400\" link_speed=\"16.0 GT/s PCIe\" link_width=\"16\">\n" + net +
+           "\n</pci>");
+  EXPECT_NE(loadError(netInSwitch).find("bad.xml:4: <net> inside a PCI switch's <pci> is not read by NCCL"),
+            std::string::npos)
+      << loadError(netInSwitch);
 }
 
 TEST(TopologyMalformed, DirectoryIsNamedAsOne) {

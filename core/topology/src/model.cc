@@ -440,8 +440,16 @@ struct Builder {
         if (auto v = parseOptionalIntAttr(xmlPci, key, source)) device += static_cast<std::uint64_t>(*v) << shift;
       sys.node(PCI, nodeIndex).pciDevice = device;
       sys.node(PCI, nodeIndex).busId = busIdText;
-      for (const auto& sub : xmlPci.children)
-        if (sub.name == "pci") addPci(sub, PCI, nodeIndex, numaId);
+      // NCCL reads every child of a switch but <pcilink> as a <pci>, and fails the file on one without a class: a
+      // <net> or <gpu> here (a hand-edited file without its <pci><nic> or <pci> wrapper) was silently left out.
+      for (const auto& sub : xmlPci.children) {
+        if (sub.name == "pci")
+          addPci(sub, PCI, nodeIndex, numaId);
+        else if (sub.name != "pcilink")
+          throw TopologyError(at(sub) + " inside a PCI switch's <pci> is not read by NCCL, which fails the file: a " +
+                              "switch holds <pci> (and <pcilink>) only; a NET goes in <pci><nic><net>, a GPU in " +
+                              "<pci><gpu>");
+      }
     }
     if (nodeType != -1) {
       // link_width "" or 0 means unknown: NCCL assumes x16.
