@@ -23,6 +23,7 @@ json_holds "((d['discovery']['numaNodes'], d['discovery']['cores'], d['discovery
   (1, 2, 2, 'AuthenticAMD', 'AMD EPYC', '$tree'))" || fail "--fsroot: the machine is not the gathered one"
 json_holds "[(n['name'], n['busId']) for n in d['nets']] == [('eth0', '0000:00:03.0')]" ||
   fail "--fsroot: the NICs are not the gathered interfaces"
+json_holds "'paths' not in d" || fail "--json --no-paths: the JSON still has the paths"
 # The CPU as NCCL's XML has it: the architecture the tree recorded, the identity from its cpuid dump.
 grep -qF '<cpu numaid="0" affinity="00000003" arch="x86_64" vendor="AuthenticAMD" familyid="25" modelid="17">' \
   gathered.xml || fail "--fsroot: the CPU in the dumped XML is not the gathered one: $(grep '<cpu' gathered.xml)"

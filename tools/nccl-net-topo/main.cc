@@ -97,7 +97,7 @@ json graphJson(const Analysis& a, const nns::topo::Graph& g, bool inter) {
   return j;
 }
 
-json analysisJson(const Analysis& a) {
+json analysisJson(const Analysis& a, bool withPaths) {
   using namespace nns::topo;
   const System& sys = a.system;
   json j;
@@ -170,19 +170,21 @@ json analysisJson(const Analysis& a) {
   json fusion = json::array();
   for (const auto& f : a.fusion) fusion.push_back({{"devs", f.devs}, {"reason", f.reason}});
   j["fusion"] = fusion;
-  json paths = json::object();
-  for (int t : {GPU, NET}) {
-    for (int i = 0; i < sys.count(t); ++i) {
-      json row = json::object();
-      for (int ct : {GPU, NET, CPU})
-        for (int ci = 0; ci < sys.count(ct); ++ci) {
-          const Path& p = sys.node(t, i).paths[ct][static_cast<std::size_t>(ci)];
-          row[sys.idString(ct, ci)] = {{"type", pathName(p.type)}, {"bw", jsonFloat(p.bw)}, {"hops", p.count()}};
-        }
-      paths[sys.idString(t, i)] = row;
+  if (withPaths) {  // --no-paths leaves them out of the JSON too
+    json paths = json::object();
+    for (int t : {GPU, NET}) {
+      for (int i = 0; i < sys.count(t); ++i) {
+        json row = json::object();
+        for (int ct : {GPU, NET, CPU})
+          for (int ci = 0; ci < sys.count(ct); ++ci) {
+            const Path& p = sys.node(t, i).paths[ct][static_cast<std::size_t>(ci)];
+            row[sys.idString(ct, ci)] = {{"type", pathName(p.type)}, {"bw", jsonFloat(p.bw)}, {"hops", p.count()}};
+          }
+        paths[sys.idString(t, i)] = row;
+      }
     }
+    j["paths"] = paths;
   }
-  j["paths"] = paths;
   json searches = json::array();
   for (const auto& s : a.searches)
     searches.push_back({{"inter", s.inter},
@@ -422,7 +424,7 @@ int runTool(int argc, char** argv) {
       ->allow_extra_args(false);
   app.add_flag("--no-search", noSearch, "skip the ring/tree searches");
   bool noPaths = false;
-  app.add_flag("--no-paths", noPaths, "skip the path matrix");
+  app.add_flag("--no-paths", noPaths, "skip the path matrix (and, with --json, the \"paths\" object)");
   app.add_flag("--ignore-env", ignoreEnv, "ignore NCCL_* variables (P2P/GDR/PXN levels, CROSS_NIC, ...)");
   app.add_option("--dump-xml", dumpXml, "write the (completed) topology in NCCL_TOPO_DUMP_FILE format");
   app.add_option("--dump-graph", dumpGraph, "write the searched graphs in NCCL_GRAPH_DUMP_FILE format");
@@ -630,7 +632,7 @@ int runTool(int argc, char** argv) {
                                         : "the job needs the network and the topology has no NET to search with");
     }
     if (jsonOut) {
-      json j = analysisJson(a);
+      json j = analysisJson(a, showPaths);
       if (discovered)
         j["discovery"] = {{"numaNodes", discovery.numaNodes},
                           {"cores", discovery.cpuCores},
