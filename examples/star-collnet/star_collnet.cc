@@ -539,6 +539,11 @@ class StarColl {
     std::call_once(chosen_, [this] {
       ifnameVariable_ =
           sdk::interfaceSpecGiven(std::getenv("NNS_STAR_IFNAME")) ? "NNS_STAR_IFNAME" : "NCCL_SOCKET_IFNAME";
+      bool unknownFamily = false;
+      sdk::socketFamilyFromEnv("NCCL_SOCKET_FAMILY", &unknownFamily);
+      if (unknownFamily)
+        NCCL_NET_WARN("NCCL_SOCKET_FAMILY=%s is neither AF_INET nor AF_INET6; using both",
+                      std::getenv("NCCL_SOCKET_FAMILY"));
       auto found = sdk::findInterfaces(ifnameVariable_, "NCCL_SOCKET_FAMILY", 1);
       if (found.empty()) return;
       interfaceFound_ = true;
