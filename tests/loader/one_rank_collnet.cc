@@ -8,6 +8,7 @@
 // a plugin of that era can be loaded; otherwise v6..v12. NNS_TEST_COLLNET_DEVICES (read at devices()) overrides the
 // device count, so a collNet with no device can be shown rejected; NNS_TEST_COLLNET_DEVICE_TYPE=unpack (read at
 // getProperties) makes its device an UNPACK one, which hosts of v7 and v8 collNets take for a host device.
+// NNS_COLLNET_WITHOUT_GATHERS leaves iallgather and ireducescatter out (NULL in every table).
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -148,6 +149,7 @@ class OneRankColl {
     });
   }
 
+#ifndef NNS_COLLNET_WITHOUT_GATHERS
   // One rank's all-gather is its own contribution (bytesPerRank bytes). The call moves the window [windowOffset,
   // windowOffset + windowBytes) of the result (all ranks' bytes, rank by rank) into recvParts, one part after another.
   // As NCCL calls it, sendData points at this rank's bytes of the window already (its buffer + windowOffset %
@@ -184,6 +186,7 @@ class OneRankColl {
       }
     });
   }
+#endif
 
   ncclResult_t test(void* request, int* done, sdk::CompletedSizes& sizes) {
     auto* r = static_cast<CollRequest*>(request);

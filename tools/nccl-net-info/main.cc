@@ -728,12 +728,24 @@ int runTool(int argc, char** argv) {
   }
   std::printf("  CHOSEN %s through ncclCollNet_v%d (the newest it exports that NCCL 2.30 knows)\n",
               collNet["name"].get<std::string>().c_str(), collNet["chosenVersion"].get<int>());
-  // NCCL offloads all-gather and reduce-scatter to the network only where the table has them (v8 and newer).
+  // NCCL offloads all-gather and reduce-scatter to the network only where the table has them (v8 and newer). But its
+  // adapter for v8..v10 tables (src/plugin/net/net_v8.cc .. net_v10.cc) installs its own iallgather and
+  // ireducescatter whatever the table holds, and NCCL's check for a NULL sees those: on several nodes, where it picks
+  // CollNet for an all-gather or a reduce-scatter, the adapter calls the table's NULL.
   const bool gathers = collNet.value("iallgather", false), scatters = collNet.value("ireducescatter", false);
+  const int collVersion = collNet["chosenVersion"].get<int>();
+  const std::string missing = !gathers && !scatters ? "iallgather and ireducescatter are"
+                              : !gathers            ? "iallgather is"
+                                                    : "ireducescatter is";
   std::printf("  collectives: iallreduce%s%s%s\n", gathers ? ", iallgather" : "", scatters ? ", ireducescatter" : "",
               gathers && scatters ? ""
-              : collNet["chosenVersion"].get<int>() < 8
-                  ? " (ncclCollNet_v6 and v7 have no all-gather or reduce-scatter)"
+              : collVersion < 8   ? " (ncclCollNet_v6 and v7 have no all-gather or reduce-scatter)"
+              : collVersion <= 10
+                  ? (" (" + missing +
+                     " NULL in its table, but NCCL 2.30's adapter for ncclCollNet_v8..v10 calls them all the same: a "
+                     "job of several nodes that uses CollNet crashes in them; give them, or export ncclCollNet_v11 or "
+                     "newer, whose NULL NCCL checks)")
+                        .c_str()
                   : " (the rest are NULL in its table: NCCL does not offload them)");
   if (collNet.contains("reduces"))
     std::printf("  reduces: %s (reduceSupport: NCCL offloads only these types and ops)\n",
