@@ -40,7 +40,7 @@ fi
 # CI's clang check (e.g. an unused lambda capture, which g++ does not warn about, fails here).
 # Each source once: a file built several times with other definitions (the 94 broken plugins of
 # tests/conformance/broken_shim.cc, each with one NNS_BUG_*; the minimal plugin's and the loader tests' variants) is
-# checked in its first build's form. All of them took 250 of the lint's 1100 CPU-seconds on the 2-core host, for code
+# checked in its first build's form. All of them took 250 of the lint's 1050 CPU-seconds on the 2-core host, for code
 # the compiler builds under -Werror in every variant anyway; the bug branches of the shim are deliberate bugs.
 lint_db="$build/lint-db"
 mkdir -p "$lint_db"
