@@ -741,10 +741,10 @@ int runTool(int argc, char** argv) {
               gathers && scatters ? ""
               : collVersion < 8   ? " (ncclCollNet_v6 and v7 have no all-gather or reduce-scatter)"
               : collVersion <= 10
-                  ? (" (" + missing +
-                     " NULL in its table, but NCCL 2.30's adapter for ncclCollNet_v8..v10 calls them all the same: a "
-                     "job of several nodes that uses CollNet crashes in them; give them, or export ncclCollNet_v11 or "
-                     "newer, whose NULL NCCL checks)")
+                  ? (" (" + missing + " NULL in its table, but NCCL 2.30's adapter for ncclCollNet_v8..v10 calls " +
+                     (gathers || scatters ? "it" : "them") +
+                     " all the same: a job of several nodes that uses CollNet crashes there; give the entries, or "
+                     "export ncclCollNet_v11 or newer, whose NULLs NCCL checks)")
                         .c_str()
                   : " (the rest are NULL in its table: NCCL does not offload them)");
   if (collNet.contains("reduces"))
