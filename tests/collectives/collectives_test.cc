@@ -3078,6 +3078,32 @@ TEST(Communicator, AShutdownThatFindsAPluginCallStuckLeavesTheCommunicatorToIt) 
   EXPECT_TRUE(stuck->shutdown()) << "again: done before";
 }
 
+// shutdown() from two threads at once: one joins the progress thread and closes every comm, the other waits for it
+// (both joined the thread and closed the comms, the second close on comms the first had freed). Ten rounds of two
+// ranks with connections, so that the sanitizer builds see the calls overlap.
+TEST(Communicator, AShutdownFromTwoThreadsAtOnceClosesOnce) {
+  for (int round = 0; round < 10; ++round) {
+    std::vector<int> shut(4, -1);
+    auto errors = onEveryRank(2, socketOptions(), [&](core::Communicator& comm, int r) {
+      float x = 1;
+      coll::allReduce(comm, &x, &x, 1, ncclFloat32, ncclSum);
+      std::atomic<int> ready{0};
+      std::thread other([&] {
+        ++ready;
+        while (ready.load() < 2) std::this_thread::yield();
+        shut[2 * r + 1] = comm.shutdown() ? 1 : 0;
+      });
+      ++ready;
+      while (ready.load() < 2) std::this_thread::yield();
+      shut[2 * r] = comm.shutdown() ? 1 : 0;
+      other.join();
+      EXPECT_EQ(x, 2.0f);
+    });
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "round " << round << ", rank " << r;
+    EXPECT_EQ(shut, std::vector<int>(4, 1)) << "round " << round;
+  }
+}
+
 // Operations after a shutdown are refused, saying so; a second shutdown is a no-op, and the destructor after it too.
 TEST(Communicator, AnOperationAfterShutdownIsRefused) {
   const core::LaunchInfo alone{0, 1, "", 0, "test"};

@@ -1067,25 +1067,48 @@ bool Communicator::shutdown() {
     // and then this thread leaves it (and the plugin) alone rather than hang. Operations still queued run before the
     // progress thread returns, so its end is waited for under the same bound: waiting for !busy_ alone, a shutdown
     // that came in between an inline call's end and the queued call after it hung in the join below when that call
-    // stayed in the plugin.
-    const bool threadRuns = progress_.joinable();
+    // stayed in the plugin. One caller closes (closing_): another thread's shutdown() meanwhile waits for its end,
+    // under the same bound, instead of joining the thread and closing every comm a second time beside it.
     if (!done_.wait_for(lock, options_.timeout + std::chrono::seconds(5),
-                        [&] { return !busy_ && (!threadRuns || progressEnded_); }))
+                        [&] { return shutDown_ || (!closing_ && !busy_ && progressEnded_); }))
       return false;
+    if (shutDown_) return true;
+    closing_ = true;
   }
-  if (progress_.joinable()) progress_.join();
+  closeOnce();
+  return true;
+}
+
+void Communicator::closeOnce() {
+  // The progress thread has returned, or is returning (this may be that thread: see progressLoop), and closing_
+  // keeps every other closer out: progress_ and the connections are this caller's alone.
+  if (progress_.joinable() && progress_.get_id() != std::this_thread::get_id()) progress_.join();
   closeConnections();
   if (net_ != nullptr) net_->finalize(ctx_);
   std::lock_guard lock(mutex_);
+  closing_ = false;
   shutDown_ = true;
-  return true;
+  done_.notify_all();
 }
 
 void Communicator::abandon(std::unique_ptr<Communicator> comm) {
   static auto* mutex = new std::mutex;  // never destroyed: a communicator may be abandoned during exit
   static auto* abandoned = new std::vector<std::unique_ptr<Communicator>>;
-  std::lock_guard lock(*mutex);
-  abandoned->push_back(std::move(comm));
+  Communicator* kept = comm.get();
+  {
+    std::lock_guard lock(*mutex);
+    abandoned->push_back(std::move(comm));
+  }
+  // Whoever the stuck call returns to ends the communicator: its progress thread closes the connections and the
+  // plugin as it returns (no caller is left to shut it down); if it returned already, before the flag, that is
+  // done here.
+  bool ended = false;
+  {
+    std::lock_guard lock(kept->mutex_);
+    kept->abandoned_ = true;
+    ended = kept->progressEnded_;
+  }
+  if (ended) (void)kept->shutdown();
 }
 
 // ---- The progress thread ----
@@ -1105,6 +1128,13 @@ void Communicator::progressLoop() {
     wake_.wait(lock, [this] { return (stopping_ && !busy_) || (!queue_.empty() && !busy_); });
     if (queue_.empty()) {  // stopping, nothing left
       progressEnded_ = true;
+      // abandon()ed after a shutdown() that gave up on a stuck call: that call has returned, nobody else will close.
+      if (abandoned_ && !shutDown_ && !closing_) {
+        closing_ = true;
+        lock.unlock();
+        closeOnce();
+        return;
+      }
       done_.notify_all();  // shutdown() waits for this
       return;
     }

@@ -291,10 +291,12 @@ class Communicator {
   // Stops the progress thread, then closes every connection and finalizes the plugin: true once done (at once when
   // done before). False when an operation stays inside a plugin call for the timeout + 5 s more (a plugin whose
   // close waits for its peer, say): nothing is closed or freed then, and the call may be made again. Operations
-  // submitted after a shutdown are refused.
+  // submitted after a shutdown are refused. Safe to call from several threads at once: one closes, the others wait
+  // for it (under the same bound).
   bool shutdown();
   // Keeps a communicator whose shutdown() failed allocated for the rest of the process, reachable (not a leak to a
-  // leak checker): its progress thread resumes in it when the plugin call returns, then ends.
+  // leak checker): its progress thread resumes in it when the plugin call returns, then closes the connections and
+  // the plugin (as shutdown() would) and ends.
   static void abandon(std::unique_ptr<Communicator> comm);
 
   int rank() const { return rank_; }
@@ -478,6 +480,9 @@ class Communicator {
   void reserveRoomFor(size_t connections);  // raises the descriptor limit for as many connections to make
   void registerSlots(Connection& conn, bool sending, int peer);
   void closeConnections();
+  // The end of a shutdown, by the one caller that set closing_: joins the progress thread (unless it is this one),
+  // closes the connections, finalizes the plugin and marks the communicator shut down.
+  void closeOnce();
   void releaseSlots(Connection& conn, std::chrono::steady_clock::time_point deadline);
   void flush(Connection& conn, void* data, int bytes, void* mhandle, int peer);
   void progressLoop();
@@ -630,6 +635,8 @@ class Communicator {
   TaskQueue queue_;
   bool stopping_ = false;
   bool shutDown_ = false;       // shutdown() completed: the thread joined, the connections and the plugin closed
+  bool closing_ = false;        // a caller (or the abandoned communicator's progress thread) is closing: closeOnce
+  bool abandoned_ = false;      // abandon()ed: the progress thread closes everything as it returns
   bool progressEnded_ = false;  // the progress thread returned (shutdown() closes the connections itself next)
   bool busy_ = false;           // an operation is running (on the progress thread or inline on its caller's thread)
   bool inline_ = true;          // $NNS_PROGRESS_INLINE=0: every operation goes through the progress thread
