@@ -245,3 +245,17 @@ has_wrong "$out" && fail "a wrong element over minimal" "$out"
 out=$(NCCL_COLLNET_ENABLE=2 bench 1 -p star -d int32 -b 8 -e 8) && fail "NCCL_COLLNET_ENABLE=2 passed" "$out"
 grep -q "NCCL_COLLNET_ENABLE=2: 0 or 1" <<<"$out" || fail "NCCL_COLLNET_ENABLE=2 not refused by name" "$out"
 echo "refusals named; a library without a collNet falls back"
+
+# NCCL_COLLNET_ENABLE=1 on one rank only: refused at creation, naming it, where rank 1 waited in the collNet's
+# connect while the others ran the ring, until both timed out naming neither. 0 is the same as unset.
+start=$SECONDS
+out=$("$bin/nccl-net-run" -n 2 --timeout 60 sh -c '[ "$NNS_RANK" = 1 ] && export NCCL_COLLNET_ENABLE=1
+  exec "$0" allreduce -p star -d int32 -b 8 -e 8 -c 1 -n 1 -w 0' "$bin/nccl-net-bench" 2>&1) &&
+  fail "NCCL_COLLNET_ENABLE=1 on rank 1 only passed" "$out"
+grep -q "rank 1: rank 0 runs with plugin .*, this rank with plugin .*NCCL_COLLNET_ENABLE=1: every rank needs the same" \
+  <<<"$out" || fail "NCCL_COLLNET_ENABLE on one rank only: not named" "$out"
+((SECONDS - start < 30)) || fail "the refusal took $((SECONDS - start)) s" "$out"
+out=$("$bin/nccl-net-run" -n 2 --timeout 60 sh -c '[ "$NNS_RANK" = 1 ] && export NCCL_COLLNET_ENABLE=0
+  exec "$0" allreduce -p star -d int32 -b 8 -e 8 -c 1 -n 1 -w 0' "$bin/nccl-net-bench" 2>&1) ||
+  fail "NCCL_COLLNET_ENABLE=0 on rank 1 only (the same as unset) failed" "$out"
+echo "NCCL_COLLNET_ENABLE on one rank only: refused by name at creation; 0 is unset"

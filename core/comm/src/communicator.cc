@@ -364,6 +364,11 @@ void Communicator::checkSameLayout() {
   for (const char* knob : {"NNS_ALGO", "NNS_PIECE_BYTES", "NNS_DOUBLING_MAX_BYTES", "NNS_TREE_MAX_BYTES"})
     if (const char* value = std::getenv(knob); value != nullptr && *value != '\0')
       schedule += std::string(", ") + knob + "=" + value;
+  // NCCL_COLLNET_ENABLE too (read at each call; unset and 0 alike): a rank that takes the collNet waits in its
+  // connect's all-gather while the others run the ring, and both fail at the timeout naming neither.
+  if (const char* value = std::getenv("NCCL_COLLNET_ENABLE");
+      value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0)
+    schedule += std::string(", NCCL_COLLNET_ENABLE=") + value;
   char layout[384] = {};
   std::snprintf(layout, sizeof(layout),
                 "plugin %s, NNS_NCHANNELS=%d, NNS_SLOT_BYTES=%zu, NNS_SLOTS=%d, NNS_CHECK_CALLS=%d%s", net_->name(),
