@@ -271,6 +271,7 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
                std::to_string(most) + " requests in flight per comm, a slot's each",
            ncclInvalidUsage);
     connectRing();
+    progress_ = std::thread([this] { progressLoop(); });  // inside: a thread that cannot start closes what is open
   } catch (...) {
     // No destructor runs for a constructor that throws: close what was opened before the plugin is unloaded.
     closeConnections();
@@ -281,7 +282,6 @@ Communicator::Communicator(const LaunchInfo& launch, const CommOptions& options)
       throw CommError("rank " + std::to_string(rank_) + ": " + e.what(), static_cast<ncclResult_t>(e.result()));
     }
   }
-  progress_ = std::thread([this] { progressLoop(); });
 }
 
 void Communicator::connectRing() {
@@ -746,6 +746,7 @@ void Communicator::flush(Connection& conn, void* data, int bytes, void* mhandle,
   check(net_->iflush(conn.comm, 1, &data, &bytes, &mhandle, &request), "iflush", peer);
   auto deadline = Clock::now() + options_.timeout;
   for (int done = 0; request != nullptr && !done;) {
+    stopIfAborted();  // an abort from another thread ends the wait at once, as in the operations' own loops
     check(net_->test(request, &done, nullptr), "test(flush)", peer);
     if (!done && Clock::now() > deadline) fail("iflush did not complete within the timeout");
   }
