@@ -30,6 +30,8 @@
 //                              engine's tests of a call whose second buffer a rank cannot register after its first
 //   collnet-small-operations   not a bug: device 0's maxCollBytes is 64 KiB (a device whose operations are
 //                              smaller than its peers'), for the engine's tests of ranks whose devices differ in it
+//   collnet-coll-bytes-over-1tib device 0's maxCollBytes is 1 TiB + 1 (a bound taken as exclusive): NCCL
+//                              refuses the collNet connection on anything above 1 TiB
 //   collnet-init-crashes       init raises SIGSEGV (a crash in the collNet's setup), for nccl-net-info's report of
 //                              a collNet that ends the process
 //   collnet-output-cleared-first ireducescatter zeroes the rank's part of the window at recvData before it reads the
@@ -222,6 +224,8 @@ ncclResult_t getPropertiesV6(int dev, ncclNetProperties_v6_t* props) {
 ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
   ncclResult_t result = realColl()->getProperties(dev, props);
   if (result == ncclSuccess && picked("collnet-small-operations")) props->maxCollBytes = 64 << 10;
+  if (result == ncclSuccess && picked("collnet-coll-bytes-over-1tib"))
+    props->maxCollBytes = size_t{NCCL_MAX_NET_SIZE_BYTES} + 1;
   return result;
 }
 

@@ -714,9 +714,12 @@ Outcome propertiesSane(const core::Net& net, const Settings& settings) {
     if ((p.ptrSupport & (NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) == 0)
       return finish({Status::kFail,
                      format("device %d (%s): ptrSupport 0x%x names no memory type", dev, name.c_str(), p.ptrSupport)});
-    if (p.maxCollBytes == 0)
-      return finish(
-          {Status::kFail, format("device %d (%s): maxCollBytes 0 (NCCL cuts collectives to it)", dev, name.c_str())});
+    // (0, 1 TiB], as maxP2pBytes: NCCL cuts collectives to it, and refuses the collNet connection on a value above
+    // NCCL_MAX_NET_SIZE_BYTES (2.30's coll_net.cc) as it refuses a net's maxP2pBytes.
+    if (p.maxCollBytes == 0 || p.maxCollBytes > NCCL_MAX_NET_SIZE_BYTES)
+      return finish({Status::kFail, format("device %d (%s): maxCollBytes %zu outside (0, 1 TiB] (NCCL cuts collectives "
+                                           "to it, and refuses the connection above 1 TiB)",
+                                           dev, name.c_str(), p.maxCollBytes)});
     text += format("; %d: %s, %d Mb/s, ptrSupport 0x%x, maxCollBytes %zu", dev, name.c_str(), p.speed, p.ptrSupport,
                    p.maxCollBytes);
   }
