@@ -1425,9 +1425,19 @@ Verdict acceptIsNonblocking(Context& c) {
   return pass(text);
 }
 
+// Requests in flight per comm that NCCL may post through the table under test: NCCL_NET_MAX_REQUESTS (32) from v7,
+// NCCL_NET_MAX_REQUESTS_V6 (8) through ncclNet_v6, whose plugins were made for NCCL 2.18 and before (the project's
+// communicator gives a v6 plugin no more either). A v6 plugin sized for 8 failed both rules below for refusing a 9th.
+int requestLimit(const Context& c) {
+  return c.net->version() >= 7 ? NCCL_NET_MAX_REQUESTS : NCCL_NET_MAX_REQUESTS_V6;
+}
+const char* requestLimitName(const Context& c) {
+  return c.net->version() >= 7 ? "NCCL_NET_MAX_REQUESTS" : "NCCL_NET_MAX_REQUESTS_V6, ncclNet_v6's";
+}
+
 Verdict maxRequestsInFlight(Context& c) {
-  // NCCL keeps up to NCCL_NET_MAX_REQUESTS receives posted per comm; they must all be accepted, then complete.
-  constexpr int kRequests = NCCL_NET_MAX_REQUESTS;
+  // NCCL keeps up to its request limit of receives posted per comm; they must all be accepted, then complete.
+  const int kRequests = requestLimit(c);
   std::vector<std::pair<size_t, uint64_t>> messages;
   for (int i = 0; i < kRequests; ++i) messages.push_back({static_cast<size_t>(1000 + i), static_cast<uint64_t>(i)});
   Pair pair;
@@ -1463,7 +1473,7 @@ Verdict maxRequestsInFlight(Context& c) {
   (void)!write(goPipe[1], "g", 1);
   if (accepted < kRequests) {
     closePair(c, pair, 5);
-    return fail("only %d of %d receives could be posted at once (NCCL_NET_MAX_REQUESTS)", accepted, kRequests);
+    return fail("only %d of %d receives could be posted at once (%s)", accepted, kRequests, requestLimitName(c));
   }
   for (int i = 0; i < kRequests; ++i) {
     int size = -1;
@@ -1479,20 +1489,21 @@ Verdict maxRequestsInFlight(Context& c) {
   }
   int code = closePair(c, pair);
   if (code != 0) return fail("%s", peerText(code).c_str());
-  return pass("32 receives posted at once, all completed in order with the right sizes and bytes");
+  return pass(std::to_string(kRequests) + " receives (" + requestLimitName(c) +
+              ") posted at once, all completed in order with the right sizes and bytes");
 }
 
 Verdict nullRequestMeansRetry(Context& c) {
   // The sender posts with nobody receiving until the plugin says "not now" (a NULL request; a receiver-driven RDMA
-  // plugin may say so at once), or takes one beyond the request limit (NCCL_NET_MAX_REQUESTS per comm, times maxRecvs
-  // on the send side). NCCL never posts more than the limit, so the one beyond may also be refused with an error, as
+  // plugin may say so at once), or takes one beyond the request limit (requestLimit per comm, times maxRecvs on the
+  // send side). NCCL never posts more than the limit, so the one beyond may also be refused with an error, as
   // NCCL's socket transport refuses it. Then the receiver posts its receives, the sender retries and posts 4 more,
   // never more than the limit in flight: everything accepted must complete. Each send carries its number (the k-th
   // accepted send carries k, and so does every refused attempt before it), and the receiver checks them in order: a
   // plugin that queued or sent a message and still answered NULL sends it twice once the host retries, which
   // identical messages hid.
   // maxRecvs as properties-sane bounds it (1..64): a garbage one overflowed the sizes below.
-  const int kLimit = NCCL_NET_MAX_REQUESTS * std::clamp(c.props.maxRecvs, 1, 64);
+  const int kLimit = requestLimit(c) * std::clamp(c.props.maxRecvs, 1, 64);
   constexpr int kMore = 4;
   constexpr int kRetrySeconds = 10;  // a posted receive must let a refused send through well within this
   Pair pair;
@@ -5063,7 +5074,8 @@ const std::vector<Rule>& rules() {
        tagsOutOfStep},
       {{"truncation-is-an-error", "a message larger than the posted buffer is an error, never a truncation"},
        truncationIsAnError},
-      {{"max-requests-in-flight", "NCCL_NET_MAX_REQUESTS (32) receives can be posted at once and all complete"},
+      {{"max-requests-in-flight",
+        "NCCL_NET_MAX_REQUESTS (32; 8 through ncclNet_v6) receives can be posted at once and all complete"},
        maxRequestsInFlight},
       {{"zero-byte", "0-byte messages complete with size 0"}, zeroByte},
       {{"sends-outlive-the-sender",
