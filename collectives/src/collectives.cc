@@ -397,6 +397,7 @@ void throughCollNet(Communicator& comm, Communicator::CollNetLink& link, const c
     const auto now = std::chrono::steady_clock::now();
     if (moved) {
       deadline = now + comm.options().timeout;
+      comm.noteProgress();
       continue;
     }
     // The other ranks' processes (and, with the star example, the rank that reduces) need the core more than a

@@ -32,6 +32,8 @@
 //                              smaller than its peers'), for the engine's tests of ranks whose devices differ in it
 //   collnet-coll-bytes-over-1tib device 0's maxCollBytes is 1 TiB + 1 (a bound taken as exclusive): NCCL
 //                              refuses the collNet connection on anything above 1 TiB
+//   collnet-slow-test          not a bug: each test call takes 0.1 s (an adapter whose completion poll is slow),
+//                              for the engine's test of a call that keeps a caller queued behind it for long
 //   collnet-init-crashes       init raises SIGSEGV (a crash in the collNet's setup), for nccl-net-info's report of
 //                              a collNet that ends the process
 //   collnet-output-cleared-first ireducescatter zeroes the rank's part of the window at recvData before it reads the
@@ -230,6 +232,7 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
 }
 
 ncclResult_t test(void* request, int* done, int* size) {
+  if (picked("collnet-slow-test")) usleep(100 * 1000);
   ncclResult_t result = realColl()->test(request, done, size);
   if (result != ncclSuccess && picked("collnet-death-swallowed")) {
     *done = 1;

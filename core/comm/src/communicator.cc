@@ -1290,7 +1290,7 @@ std::string Communicator::execute(OperationRef operation, bool always, ncclResul
   // still running its own.
   const Communicator* const outer = tlsRunning;
   tlsRunning = this;
-  progressStamp_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  noteProgress();
   try {
     operation();
   } catch (const CommError& e) {
@@ -1324,6 +1324,10 @@ ncclResult_t Communicator::asyncResult() const {
 void Communicator::throwIfFailed() const {
   if (failed_.load())
     throw CommError("rank " + std::to_string(rank_) + ": communicator failed earlier: " + asyncError(), asyncResult());
+}
+
+void Communicator::noteProgress() {
+  progressStamp_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
 }
 
 void Communicator::stopIfAborted() {

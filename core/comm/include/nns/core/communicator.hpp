@@ -423,6 +423,9 @@ class Communicator {
   // this operation or an abort elsewhere. Checked on every pass of a polling loop, also on those that moved data, so
   // an operation that always finds something to do still stops at an abort.
   void stopIfAborted();
+  // Inside an operation that moves data outside the communicator's own loop (through the collNet): says it moved, so
+  // a caller queued behind it (whose wait gives up when nothing has progressed for 4 x the timeout + 30 s) waits on.
+  void noteProgress();
   // Fails the communicator now (ncclCommAbort): closes every connection so peers see the error too. Nothing in a
   // process forked from the one that made it (the connections are the parent's; the copy's calls are refused).
   // `result` is the code asyncResult() reports when this is the first failure.
