@@ -2407,7 +2407,8 @@ __attribute__((constructor)) void fillTables() {
 // descriptor a started program inherits, signal handlers installed at init, an error hidden, raised where a NULL
 // request belongs, or turned into a completion. Five serve nccl-net-perf's tests: a slow network (slow-receives, no
 // bug), more than NCCL's 32 requests in flight an error (over-32-requests-error, no bug either), a group's last size
-// one short, a receive's sizes left unwritten, every irecv refused.
+// one short, a receive's sizes left unwritten, every irecv refused. And a regMr that fails on send comms (isend takes
+// the NULL handle).
 namespace {
 bool pickedBug(const char* name) {
   static const char* bug = std::getenv("NNS_PICKED_BUG");
@@ -2543,6 +2544,10 @@ ncclResult_t pickedGetProperties(int dev, ncclNetProperties_v12_t* props) {
   if (pickedBug("rail-id-2")) props->railId = -2;
   return result;
 }
+// regmr-fails-on-send-comms: registrations hang off the receive side's table (written for a receiver-driven
+// transport); regMr looks the comm up there and fails on a send comm, and isend copies through a bounce buffer and
+// never reads its handle. NCCL registers its send buffers when it connects and fails the connection on the error.
+std::set<void*> gPickedSendComms;
 ncclResult_t pickedConnect(void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v12_t** devComm) {
   const auto* bytes = static_cast<const unsigned char*>(handle);
   if (pickedBug("zero-handle-comm") && std::all_of(bytes, bytes + NCCL_NET_HANDLE_MAXSIZE, [](auto b) { return !b; })) {
@@ -2555,6 +2560,7 @@ ncclResult_t pickedConnect(void* ctx, int dev, void* handle, void** sendComm, nc
   if (result == ncclSuccess) {
     std::lock_guard<std::mutex> lock(gPickedLock);
     openPickedChannel(*sendComm);
+    if (*sendComm != nullptr) gPickedSendComms.insert(*sendComm);
   }
   return result;
 }
@@ -2569,6 +2575,13 @@ ncclResult_t pickedAccept(void* listenComm, void** recvComm, ncclNetDeviceHandle
   return result;
 }
 ncclResult_t pickedRegMr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  if (pickedBug("regmr-fails-on-send-comms")) {
+    std::lock_guard<std::mutex> lock(gPickedLock);
+    if (gPickedSendComms.count(comm) != 0) {
+      std::fprintf(stderr, "WARN %s: regMr: comm %p is not a receive comm\n", NNS_BUG_NAME, comm);
+      return ncclSystemError;
+    }
+  }
   if (staleRegistrations()) {
     std::lock_guard<std::mutex> lock(gPickedLock);
     for (auto& entry : gRegistrationCache)

@@ -96,8 +96,13 @@ struct CallNote {
   // 1 once the harness itself ends the process (harnessExit): an exit status it did not set came from the plugin, even
   // one that equals a harness code (a plugin's exit(3) is not a call that timed out).
   std::atomic<int> harnessExit;
+  // A regMr that failed in this process (registerBuffer): its result (0: none) and the buffer's size, for the verdict
+  // of a peer that ended on it.
+  std::atomic<int> regMrFailed;
+  std::atomic<size_t> regMrFailedBytes;
 };
-static_assert(std::atomic<const char*>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
+static_assert(std::atomic<const char*>::is_always_lock_free && std::atomic<int>::is_always_lock_free &&
+              std::atomic<size_t>::is_always_lock_free);
 CallNote* gCallNotes = nullptr;  // two slots, MAP_SHARED
 CallNote* gMyNote = nullptr;     // this process's slot
 
@@ -504,16 +509,51 @@ void rememberRegistration(void* comm, void* mhandle) {
   gRegistrations[comm].push_back(mhandle);
 }
 
+// A regMr that fails ends the rule that made it, as a FAIL naming the call, the size and the result: NCCL fails the
+// connection (its buffers are registered when it connects) or the registration of the user's buffer on it, and moves
+// no data. The harness went on with a NULL handle, and a plugin whose regMr failed (an unaligned address, a 1 GiB
+// buffer, any on a send comm) passed every data rule when its isend and irecv took NULL. In the rule's own process the
+// verdict is written at once; a peer ends with kPeerRegMrFailed and leaves the size and result in its call note, which
+// the verdict then leads with. Within a RegistrationMayBeRefused scope (a registration NCCL would not make: on a comm
+// whose peer has gone) a refusal is said on stderr and the rule goes on with a NULL handle.
+constexpr int kPeerRegMrFailed = 58;
+int gRegistrationMayBeRefused = 0;
+class RegistrationMayBeRefused {
+ public:
+  RegistrationMayBeRefused() { ++gRegistrationMayBeRefused; }
+  ~RegistrationMayBeRefused() { --gRegistrationMayBeRefused; }
+  RegistrationMayBeRefused(const RegistrationMayBeRefused&) = delete;
+  RegistrationMayBeRefused& operator=(const RegistrationMayBeRefused&) = delete;
+};
+std::string regMrFailedText(size_t bytes, int result) {
+  return "regMr of a " + std::to_string(bytes) + "-byte host buffer returned " +
+         resultText(static_cast<ncclResult_t>(result)) +
+         " (NCCL fails the connection, or the buffer's registration, on a failed regMr: no data would move)";
+}
+
 // The handle of a new registration of [data, data + bytes) on `comm` (at least one byte: NCCL never registers
-// none), or NULL when regMr failed, which is then said on stderr (the rule goes on with a NULL handle, and
-// regmr-dereg-balance names the failure).
+// none); a failure ends the rule (above).
 void* registerBuffer(Context& c, void* comm, void* data, size_t bytes) {
   void* mhandle = nullptr;
   ncclResult_t result = CALL("regMr", c.net->regMr(comm, data, std::max<size_t>(bytes, 1), NCCL_PTR_HOST, &mhandle));
-  if (result != ncclSuccess) {
+  if (result != ncclSuccess && gRegistrationMayBeRefused > 0) {
     std::fprintf(stderr, "nccl-net-check: regMr of a %zu-byte host buffer returned %s; going on with a NULL handle\n",
                  bytes, resultText(result).c_str());
     return nullptr;
+  }
+  if (result != ncclSuccess) {
+    const std::string text = regMrFailedText(bytes, static_cast<int>(result));
+    std::fprintf(stderr, "nccl-net-check: %s\n", text.c_str());
+    if (gResultFd >= 0) {  // the rule's process (or one of its own, inOwnProcess): the verdict
+      const std::string verdict = "FAIL|" + text;
+      (void)!write(gResultFd, verdict.data(), verdict.size());
+      harnessExit(0);
+    }
+    if (gMyNote != nullptr) {
+      gMyNote->regMrFailedBytes.store(bytes);
+      gMyNote->regMrFailed.store(static_cast<int>(result));
+    }
+    harnessExit(kPeerRegMrFailed);
   }
   rememberRegistration(comm, mhandle);
   return mhandle;
@@ -785,6 +825,7 @@ pid_t startPeer(Context& c, const std::function<int()>& body) {
       gMyNote = &gCallNotes[1];
       noteCall(nullptr, false);
       gMyNote->harnessExit.store(0, std::memory_order_relaxed);
+      gMyNote->regMrFailed.store(0, std::memory_order_relaxed);
     }
     if (!gPeerNetns.empty() || gFreshPeer) {
       int code = becomeFreshPeer(c);
@@ -1077,6 +1118,12 @@ std::string peerText(int code) {
     return "peer: a completed send's buffer no longer held the message it sent (the plugin wrote into memory it "
            "was given to read: NCCL sends from the user's sendbuff and from in-place collectives' outputs)";
   if (code == kPeerReopenFailed) return kCopyDidNotOpen;
+  if (code == kPeerRegMrFailed) {
+    const CallNote* note = gCallNotes != nullptr ? &gCallNotes[1] : nullptr;
+    if (note != nullptr && note->regMrFailed.load() != 0)
+      return "peer: " + regMrFailedText(note->regMrFailedBytes.load(), note->regMrFailed.load());
+    return "peer: a regMr failed (NCCL fails the connection on a failed regMr)";
+  }
   if (code == kPeerCloseFailed)
     return "peer: a close (closeSend, closeListen) returned an error with no call failed before it (NCCL fails the "
            "communicator's destroy on it)";
@@ -1762,6 +1809,9 @@ Verdict sendsOutliveTheSender(Context& c) {
   if (v.status == Status::kPass && !receiverDriven && pair.peer > 0)
     v = fail("the sender neither finished nor said its sends wait for receives within %d s", gTransferWaitSeconds + 5);
   if (v.status == Status::kPass) {
+    // Registered once the sender has gone: NCCL registers on live comms only, and a plugin may refuse this one.
+    std::unique_ptr<RegistrationMayBeRefused> mayBeRefused;
+    if (pair.peer <= 0) mayBeRefused = std::make_unique<RegistrationMayBeRefused>();
     v = receiveMessages(c, pair.recvComm, messages, capacity, 1, pair.peer > 0 ? &pair.peer : nullptr);
     if (v.status == Status::kFail && !receiverDriven)
       v.evidence =
@@ -5383,6 +5433,8 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
         gCallNotes[side].pairConnecting.store(0);
         gCallNotes[side].connectGaveUp.store(0);
         gCallNotes[side].harnessExit.store(0);
+        gCallNotes[side].regMrFailed.store(0);
+        gCallNotes[side].regMrFailedBytes.store(0);
       }
     std::fflush(nullptr);
     pid_t harness = getpid();
@@ -5483,6 +5535,19 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
       std::string status = text.substr(0, bar);
       result.status = status == "PASS" ? Status::kPass : status == "SKIP" ? Status::kSkip : Status::kFail;
       result.evidence = text.substr(bar + 1);
+      // A peer's regMr that failed ended it there: what the rule saw after (a message that never came) follows from
+      // it, and a rule that did not wait for the peer's messages fails on it too.
+      if (gCallNotes != nullptr && gCallNotes[1].regMrFailed.load() != 0) {
+        const std::string cause =
+            "peer: " + regMrFailedText(gCallNotes[1].regMrFailedBytes.load(), gCallNotes[1].regMrFailed.load());
+        if (result.evidence.find(cause) == std::string::npos)
+          result.evidence = cause + (result.evidence.empty() ? ""
+                                     : result.status == Status::kFail
+                                         ? "; what the rule then saw: " + result.evidence
+                                         : " (the rule's own verdict: " + std::string(statusText(result.status)) + " " +
+                                               result.evidence + ")");
+        result.status = Status::kFail;
+      }
       const int gaveUp = gCallNotes != nullptr ? gCallNotes[1].connectGaveUp.load() : 0;
       const bool connecting = gCallNotes != nullptr && gCallNotes[1].pairConnecting.load() != 0;
       if (result.status == Status::kFail && gaveUp != 0) {
