@@ -2407,8 +2407,9 @@ __attribute__((constructor)) void fillTables() {
 // descriptor a started program inherits, signal handlers installed at init, an error hidden, raised where a NULL
 // request belongs, or turned into a completion. Five serve nccl-net-perf's tests: a slow network (slow-receives, no
 // bug), more than NCCL's 32 requests in flight an error (over-32-requests-error, no bug either), a group's last size
-// one short, a receive's sizes left unwritten, every irecv refused. And a regMr that fails on send comms (isend takes
-// the NULL handle).
+// one short, a receive's sizes left unwritten, every irecv refused. And: a regMr that fails on send comms (isend takes
+// the NULL handle), two ports whose fusion makeVDevice refuses (vdevice-refused, ncclInvalidUsage: no bug) or fails
+// (vdevice-fails, ncclInternalError).
 namespace {
 bool pickedBug(const char* name) {
   static const char* bug = std::getenv("NNS_PICKED_BUG");
@@ -2528,15 +2529,39 @@ ncclResult_t pickedInit(void** ctx, uint64_t commId, ncclNetCommConfig_v12_t* co
   }
   return init(ctx, commId, config, logger, profiler);
 }
+// vdevice-refused and vdevice-fails: a second port (the first one's properties under a name of its own) and a
+// makeVDevice that will not fuse the two: with ncclInvalidUsage, NCCL's refusal (ports of another link layer, as
+// NCCL's IB plugin refuses them; not a bug), or with ncclInternalError (a fusion that broke: a bug).
+bool pickedSecondPort() {
+  return pickedBug("vdevice-refused") || pickedBug("vdevice-fails");
+}
+ncclResult_t pickedMakeVDevice(int* d, ncclNetVDeviceProps_v12_t* props) {
+  int physical = 0;
+  if (devices(&physical) != ncclSuccess) return ncclInternalError;
+  ++physical;  // the second port
+  if (props->ndevs < 1 || props->ndevs > NCCL_NET_MAX_DEVS_PER_NIC) return ncclInvalidUsage;
+  for (int i = 0; i < props->ndevs; ++i)
+    if (props->devs[i] < 0 || props->devs[i] >= physical) return ncclInvalidUsage;
+  *d = -1;
+  return pickedBug("vdevice-refused") ? ncclInvalidUsage : ncclInternalError;
+}
 ncclResult_t pickedDevices(int* ndev) {
   const ncclResult_t result = devices(ndev);
-  if (result == ncclSuccess && pickedBug("duplicate-name")) *ndev += 1;  // a second port, described as the first
+  if (result == ncclSuccess && (pickedBug("duplicate-name") || pickedSecondPort()))
+    *ndev += 1;  // a second port, described as the first
   return result;
 }
 ncclResult_t pickedGetProperties(int dev, ncclNetProperties_v12_t* props) {
   int real = 1;
-  if (pickedBug("duplicate-name") && devices(&real) == ncclSuccess && dev >= real) dev = 0;
+  const bool secondPort =
+      (pickedBug("duplicate-name") || pickedSecondPort()) && devices(&real) == ncclSuccess && dev >= real;
+  if (secondPort) dev = 0;
   const ncclResult_t result = getProperties(dev, props);
+  if (secondPort && pickedSecondPort() && result == ncclSuccess) {
+    static std::string name = std::string(props->name != nullptr ? props->name : "dev") + "-port2";
+    props->name = name.data();
+    props->guid += 1;
+  }
   if (pickedBug("pci-path-missing")) props->pciPath = const_cast<char*>("/sys/devices/pci0000:00/0000:00:1f.7");
   if (pickedBug("max-recvs-65")) props->maxRecvs = 65;
   if (pickedBug("p2p-over-1tib")) props->maxP2pBytes = size_t{NCCL_MAX_NET_SIZE_BYTES} + 1;
@@ -2776,13 +2801,20 @@ ncclResult_t pickedCloseRecv(void* comm) {
   return comm == &gPickedNobody ? ncclSuccess : closeRecv(comm);
 }
 }  // namespace
-extern "C" __attribute__((visibility("default")))
-const ncclNet_v12_t ncclNetPlugin_v12 = {NNS_BUG_NAME, pickedInit,    pickedDevices,   pickedGetProperties,
-                                         listen,       pickedConnect, pickedAccept,    pickedRegMr,
-                                         regMrDmaBuf,  pickedDeregMr, pickedIsend,     pickedIrecv,
-                                         iflush,       pickedTest,    pickedCloseSend, pickedCloseRecv,
-                                         closeListen,  nullptr,       nullptr,         NNS_MAKE_VDEVICE,
-                                         finalize,     nullptr};
+extern "C" {
+__attribute__((visibility("default")))
+ncclNet_v12_t ncclNetPlugin_v12 = {NNS_BUG_NAME, pickedInit,    pickedDevices,   pickedGetProperties,
+                                   listen,       pickedConnect, pickedAccept,    pickedRegMr,
+                                   regMrDmaBuf,  pickedDeregMr, pickedIsend,     pickedIrecv,
+                                   iflush,       pickedTest,    pickedCloseSend, pickedCloseRecv,
+                                   closeListen,  nullptr,       nullptr,         NNS_MAKE_VDEVICE,
+                                   finalize,     nullptr};
+}
+// A makeVDevice only where a picked bug is about one (the other cases keep the minimal plugin's NULL: NCCL fuses
+// nothing, and virtual-devices is skipped as before).
+__attribute__((constructor)) void pickVDevice() {
+  if (pickedSecondPort()) ncclNetPlugin_v12.makeVDevice = pickedMakeVDevice;
+}
 #else
 extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlugin_v12 = {
     NNS_BUG_NAME, init,        devices,     getProperties, listen,  connect,          accept,

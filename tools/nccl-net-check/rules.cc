@@ -4925,7 +4925,28 @@ Verdict virtualDevices(Context& c) {
     if (wanted.ndevs == 1)
       return skip("one device, and makeVDevice of it alone returned " + resultText(result) +
                   " (NCCL makes vNICs of two devices or more only)");
-    return fail("makeVDevice of devices %s returned %s", parts.c_str(), resultText(result).c_str());
+    // NCCL's automatic fusion (ncclTopoAutoMerge, 2.30) takes a refusal as "these cannot be fused": it marks the two
+    // as apart and goes on with them as separate NICs (NCCL_NET_FORCE_MERGE naming them fails the communicator).
+    // ncclInvalidUsage is the refusal NCCL's IB plugin gives (ports of another link layer, NCCL_IB_MERGE_NICS=0):
+    // not applicable here, once the refused vNIC is not counted. Any other code says the plugin broke and fails.
+    if (result == ncclInvalidUsage) {
+      int after = 0;
+      if (ncclResult_t listed = CALL("devices", c.net->devices(&after)); listed != ncclSuccess)
+        return fail("devices returned %s after makeVDevice refused devices %s", resultText(listed).c_str(),
+                    parts.c_str());
+      if (after != before)
+        return fail(
+            "devices() lists %d after makeVDevice of devices %s was refused, %d before: a refused vNIC must not "
+            "be counted",
+            after, parts.c_str(), before);
+      return skip("makeVDevice of devices " + parts + " returned " + resultText(result) +
+                  ": the plugin will not fuse them, and NCCL then uses them as separate NICs (refusals of no devices "
+                  "and of a missing one checked; no vNIC's data path to check)");
+    }
+    return fail(
+        "makeVDevice of devices %s returned %s (a refusal is ncclInvalidUsage, which NCCL takes as 'these "
+        "cannot be fused')",
+        parts.c_str(), resultText(result).c_str());
   }
   if (ncclResult_t result = CALL("devices", c.net->devices(&now)); result != ncclSuccess)
     return fail("devices returned %s after makeVDevice", resultText(result).c_str());
