@@ -2409,7 +2409,8 @@ __attribute__((constructor)) void fillTables() {
 // bug), more than NCCL's 32 requests in flight an error (over-32-requests-error, no bug either), a group's last size
 // one short, a receive's sizes left unwritten, every irecv refused. And: a regMr that fails on send comms (isend takes
 // the NULL handle), two ports whose fusion makeVDevice refuses (vdevice-refused, ncclInvalidUsage: no bug) or fails
-// (vdevice-fails, ncclInternalError).
+// (vdevice-fails, ncclInternalError), a grouped receive's sizes packed over its 0-byte entries, a flush request
+// whose test writes sizes[0] (NCCL passes NULL there), and a large send's test that loops until the send is out.
 namespace {
 bool pickedBug(const char* name) {
   static const char* bug = std::getenv("NNS_PICKED_BUG");
@@ -2695,7 +2696,48 @@ ncclResult_t pickedIrecv(void* comm, int n, void** data, size_t* sizes, int* tag
     *request = gRecvRing.take(comm, *request);
   return result;
 }
+// flush-test-writes-sizes: a flush gets a request of its own, completed through the receive's completion path,
+// which writes sizes[0] (0 bytes flushed): NCCL tests a flush with sizes NULL.
+std::set<void*> gPickedFlushes;
+ncclResult_t pickedIflush(void* comm, int n, void** data, int* sizes, void** mhandles, void** request) {
+  const ncclResult_t result = iflush(comm, n, data, sizes, mhandles, request);
+  if (result == ncclSuccess && *request == nullptr && pickedBug("flush-test-writes-sizes")) {
+    std::lock_guard<std::mutex> lock(gPickedLock);
+    *request = new char;
+    gPickedFlushes.insert(*request);
+  }
+  return result;
+}
+// send-test-drains-ring: the test of a send larger than the connection's ring (the minimal plugin's 4 MiB) loops
+// until the whole message is in the ring ("finish what was started"), as the receiver drains it: fine while the
+// receiver runs in another thread or process, a deadlock where each side sends and receives from one thread and
+// both are inside such a test at once.
+constexpr size_t kPickedRingBytes = 4u << 20;
 ncclResult_t pickedTest(void* request, int* done, int* sizes) {
+  {
+    std::lock_guard<std::mutex> lock(gPickedLock);
+    if (gPickedFlushes.erase(request) == 1) {
+      delete static_cast<char*>(request);
+      *done = 1;
+      sizes[0] = 0;
+      return ncclSuccess;
+    }
+  }
+  if (pickedBug("send-test-drains-ring")) {
+    bool large = false;
+    {
+      std::lock_guard<std::mutex> lock(gPickedLock);
+      const auto send = gPickedSends.find(request);
+      large = send != gPickedSends.end() && send->second > kPickedRingBytes;
+      if (large) gPickedSends.erase(send);
+    }
+    if (large) {
+      ncclResult_t result;
+      while ((result = test(request, done, sizes)) == ncclSuccess && *done == 0) {
+      }
+      return result;
+    }
+  }
   // wait-fails-on-eintr: test first waits up to 0.1 ms on its completion channel (an eventfd here), and takes the
   // wait's EINTR (a signal caught meanwhile) for the channel's failure.
   if (pickedBug("wait-fails-on-eintr")) {
@@ -2780,6 +2822,16 @@ ncclResult_t pickedTest(void* request, int* done, int* sizes) {
   if (result == ncclSuccess && *done && sizes != nullptr && pickedBug("grouped-last-short") &&
       recv->second.data.size() > 1 && sizes[recv->second.data.size() - 1] > 0)
     sizes[recv->second.data.size() - 1] -= 1;
+  // grouped-zero-sizes-packed: the completion record lists the sizes of the messages that carried bytes, in order (a
+  // 0-byte message goes as a bare header and writes no record), and test copies the record to the front of sizes.
+  if (result == ncclSuccess && *done && sizes != nullptr && pickedBug("grouped-zero-sizes-packed") &&
+      recv->second.data.size() > 1) {
+    const int n = static_cast<int>(recv->second.data.size());
+    int packed = 0;
+    for (int i = 0; i < n; ++i)
+      if (sizes[i] > 0) sizes[packed++] = sizes[i];
+    for (; packed < n; ++packed) sizes[packed] = 0;
+  }
   if (result != ncclSuccess || *done) gPickedRecvs.erase(recv);
   return result;
 }
@@ -2806,7 +2858,7 @@ __attribute__((visibility("default")))
 ncclNet_v12_t ncclNetPlugin_v12 = {NNS_BUG_NAME, pickedInit,    pickedDevices,   pickedGetProperties,
                                    listen,       pickedConnect, pickedAccept,    pickedRegMr,
                                    regMrDmaBuf,  pickedDeregMr, pickedIsend,     pickedIrecv,
-                                   iflush,       pickedTest,    pickedCloseSend, pickedCloseRecv,
+                                   pickedIflush, pickedTest,    pickedCloseSend, pickedCloseRecv,
                                    closeListen,  nullptr,       nullptr,         NNS_MAKE_VDEVICE,
                                    finalize,     nullptr};
 }

@@ -2197,6 +2197,350 @@ Verdict multiRecvTags(Context& c) {
   return pass("irecv of " + counts + " tags, sent in reverse order: every buffer got its tag's message");
 }
 
+// One grouped receive of messages of `sent` sizes, a tag each (20 + k), sent in reverse tag order into buffers of
+// 8 KiB: each buffer must get its tag's message, test() its size. Empty on success, else what was wrong.
+std::string groupedReceiveOfSizes(Context& c, const std::vector<size_t>& sent, uint64_t seedBase) {
+  const int n = static_cast<int>(sent.size());
+  const size_t kCapacity = fitted(8192);  // no larger than device 0 takes (maxP2pBytes)
+  Pair pair;
+  std::string why;
+  int goPipe[2];
+  if (pipe(goPipe) != 0) return "pipe failed";
+  if (!openPair(
+          c, pair,
+          [&](void* comm) {
+            char go;
+            if (read(goPipe[0], &go, 1) != 1) return 40;
+            std::vector<std::vector<unsigned char>> buffers(n);
+            for (int k = 0; k < n; ++k) buffers[k].resize(std::max<size_t>(sent[k], 1));
+            std::vector<void*> mhandles = registerBuffers(c, comm, buffers);
+            std::vector<void*> requests(n, nullptr);
+            for (int k = n - 1; k >= 0; --k) {
+              fill(buffers[k], sent[k], seedBase + k);
+              if (postSend(c, comm, buffers[k].data(), sent[k], 20 + k, mhandles[k], &requests[k]) != ncclSuccess)
+                return 41;
+            }
+            for (int k = 0; k < n; ++k) {
+              int size = -1;
+              if (waitDone(c, requests[k], &size, 20) != ncclSuccess) return 42;
+              if (sentSizeWrong(size, sent[k])) return 31;
+            }
+            return 0;
+          },
+          &why))
+    return why;
+  // Each buffer starts as bytes no message has, so a 0-byte receive that takes another's bytes shows.
+  std::vector<std::vector<unsigned char>> buffers(n, std::vector<unsigned char>(kCapacity, 0xa7));
+  std::vector<void*> mhandles = registerBuffers(c, pair.recvComm, buffers);
+  std::vector<void*> data(n);
+  std::vector<size_t> sizes(n, kCapacity);
+  std::vector<int> tags(n);
+  for (int k = 0; k < n; ++k) {
+    data[k] = buffers[k].data();
+    tags[k] = 20 + k;
+  }
+  void* request = nullptr;
+  ncclResult_t posted =
+      postRecv(c, pair.recvComm, n, data.data(), sizes.data(), tags.data(), mhandles.data(), &request);
+  if (posted != ncclSuccess && pair.peer > 0) kill(pair.peer, SIGKILL);
+  (void)!write(goPipe[1], "g", 1);
+  std::vector<int> got(64, -1);
+  ncclResult_t result = posted == ncclSuccess ? waitDone(c, request, got.data(), 20, n) : posted;
+  const uint64_t unwritten = tSizesLeftUnwritten;
+  std::string problem;
+  if (posted != ncclSuccess)
+    problem = "irecv " + postText(posted);
+  else if (result != ncclSuccess)
+    problem = waitText(result, 20);
+  for (int k = 0; k < n && problem.empty(); ++k) {
+    const std::string which = "receive " + std::to_string(k) + " (tag " + std::to_string(20 + k) + ", " +
+                              std::to_string(sent[k]) + " B sent)";
+    if (got[k] != static_cast<int>(sent[k]))
+      problem = which + ": test reported " + std::to_string(got[k]) + " bytes" +
+                ((unwritten >> k & 1) != 0 ? " (sizes[" + std::to_string(k) + "] left unwritten)" : "");
+    else if (const long bad = firstMismatch(buffers[k], sent[k], seedBase + k); bad >= 0)
+      problem = which + ": wrong byte at offset " + std::to_string(bad);
+    else if (sent[k] == 0 && buffers[k][0] != 0xa7)
+      problem = which + ": the buffer was written (another message's bytes landed in it)";
+  }
+  if (!problem.empty() && pair.peer > 0) kill(pair.peer, SIGKILL);
+  const int code = closePair(c, pair, problem.empty() ? 30 : 1);
+  close(goPipe[0]);
+  close(goPipe[1]);
+  if (problem.empty() && code != 0) problem = peerText(code);
+  return problem;
+}
+
+std::string sizesText(const std::vector<size_t>& sizes) {
+  std::string text;
+  for (size_t size : sizes) text += (text.empty() ? "{" : ", ") + std::to_string(size);
+  return text + "}";
+}
+
+Verdict groupedZeroByte(Context& c) {
+  // NCCL groups the receives of one step from several peers (shared comms, PXN), and a peer with nothing to send in
+  // that step sends 0 bytes: a grouped receive then holds 0-byte entries beside others. A plugin whose completion
+  // record lists only the messages that carried bytes, or that lets a 0-byte message take the next buffer, reports
+  // sizes to the wrong entries or fills the wrong buffer; the 0-byte rule (n = 1) does not show it.
+  if (c.props.maxRecvs < 2)
+    return skip("maxRecvs is " + std::to_string(c.props.maxRecvs) + ": no grouped receives to check");
+  const int n = std::min(c.props.maxRecvs, 3);
+  std::vector<std::vector<size_t>> groups;
+  if (n >= 3)
+    groups = {{0, 100, 0}, {4099, 0, 3}, {0, 0, 0}};
+  else
+    groups = {{0, 100}, {100, 0}, {0, 0}};
+  for (auto& group : groups)
+    for (size_t& size : group) size = std::min(size, fitted(size));
+  std::string done;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::string problem = groupedReceiveOfSizes(c, groups[g], 0x2e00 + 16 * g);
+    if (!problem.empty()) return fail("grouped irecv of sizes %s: %s", sizesText(groups[g]).c_str(), problem.c_str());
+    done += (done.empty() ? "" : ", ") + sizesText(groups[g]);
+  }
+  return pass("grouped receives of " + std::to_string(n) + " with 0-byte entries (" + done +
+              ", sent in reverse tag order): every size and byte right, 0-byte buffers untouched");
+}
+
+// The exported table's iflush and regMrDmaBuf slots, read from the library itself: the loader's wrapper answers a
+// NULL one with ncclInvalidUsage, which a plugin's own iflush may return too. Both slots sit at the same offsets in
+// every version (v6..v12), so v6's struct reads them. `known` false when the table could not be found.
+struct OptionalSlots {
+  bool known = false;
+  bool iflush = false;
+  bool regMrDmaBuf = false;
+};
+OptionalSlots optionalSlots(const Context& c) {
+  OptionalSlots slots;
+  void* library = dlopen(c.net->path().c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (library == nullptr) return slots;
+  const std::string symbol = "ncclNetPlugin_v" + std::to_string(c.net->version());
+  if (const auto* table = static_cast<const ncclNet_v6_t*>(dlsym(library, symbol.c_str())); table != nullptr) {
+    slots = {true, table->iflush != nullptr, table->regMrDmaBuf != nullptr};
+  }
+  dlclose(library);  // NOLOAD's reference only: the loader's keeps it loaded
+  return slots;
+}
+
+Verdict iflushAfterReceive(Context& c) {
+  // NCCL calls iflush after a completed receive into GPU memory (forceFlush, or a GPU and NIC that need it), and
+  // reads a NULL request as "done"; otherwise it tests the request with sizes NULL (net.cc's flush path) until done.
+  // Where the device says it takes GPU memory or must flush, NCCL calls the entries unchecked: a NULL iflush (or
+  // regMrDmaBuf, for DMABUF) is a crash at the first GPU receive. Called here on host memory, as the table allows.
+  const OptionalSlots slots = optionalSlots(c);
+  const bool gpu = (c.props.ptrSupport & (NCCL_PTR_CUDA | NCCL_PTR_DMABUF)) != 0;
+  char props[96];
+  std::snprintf(props, sizeof(props), "ptrSupport 0x%x, forceFlush %d", c.props.ptrSupport, c.props.forceFlush);
+  if (slots.known && !slots.iflush && (gpu || c.props.forceFlush != 0))
+    return fail("device 0 says %s, but iflush is NULL: NCCL flushes %s with it, unchecked", props,
+                c.props.forceFlush != 0 ? "every GPU receive" : "GPU receives where the GPU and NIC need it");
+  if (slots.known && !slots.regMrDmaBuf && (c.props.ptrSupport & NCCL_PTR_DMABUF) != 0)
+    return fail("device 0 says %s (DMABUF), but regMrDmaBuf is NULL: NCCL registers GPU buffers with it, unchecked",
+                props);
+  if (slots.known && !slots.iflush)
+    return pass(std::string("iflush is NULL, and device 0 needs none (") + props +
+                ": host memory only): NCCL never calls it");
+  const size_t bytes = fitted(70000);
+  constexpr uint64_t kSeed = 0x1f1a;
+  std::string how;
+  Verdict v = sendAndReceive(c, {{bytes, kSeed}}, [&](void* recvComm, pid_t* peer) -> Verdict {
+    std::vector<unsigned char> buffer(bytes);
+    void* mhandle = registerBuffer(c, recvComm, buffer.data(), buffer.size());
+    void* data = buffer.data();
+    size_t size = bytes;
+    int tag = 1;
+    void* request = nullptr;
+    if (ncclResult_t posted = postRecv(c, recvComm, 1, &data, &size, &tag, &mhandle, &request); posted != ncclSuccess)
+      return fail("irecv: %s", postText(posted).c_str());
+    int got = -1, peerCode = 0;
+    ncclResult_t result = waitDoneWatchingPeer(c, request, &got, gTransferWaitSeconds, *peer, &peerCode);
+    if (result != ncclSuccess && peerCode != 0)
+      return fail("the message never arrived: the sender ended first: %s", peerText(peerCode).c_str());
+    if (result != ncclSuccess) return fail("the receive: %s", waitText(result, gTransferWaitSeconds).c_str());
+    if (std::string wrong = receivedWrong(buffer, got, bytes, kSeed); !wrong.empty())
+      return fail("before the flush: %s", wrong.c_str());
+    // As NCCL: the receive's buffers, int sizes from its test, its handles.
+    int sizes[1] = {got};
+    void* flush = nullptr;
+    if (ncclResult_t flushed = CALL("iflush", c.net->iflush(recvComm, 1, &data, sizes, &mhandle, &flush));
+        flushed != ncclSuccess) {
+      if (!slots.known && flushed == ncclInvalidUsage)
+        return skip("iflush returned " + resultText(flushed) +
+                    " (the harness could not read the table to tell a NULL iflush from a refusal)");
+      return fail("iflush after a completed %zu-byte receive returned %s", bytes, resultText(flushed).c_str());
+    }
+    if (flush == nullptr) {
+      how = "iflush after a completed " + std::to_string(bytes) + "-byte receive answered a NULL request (done)";
+      return pass("");
+    }
+    int tests = 0;
+    for (auto deadline = Clock::now() + std::chrono::seconds(gTransferWaitSeconds);;) {
+      int done = 0;
+      ++tests;
+      // NCCL tests a flush with sizes NULL: a plugin that writes them crashes it (named by this call's note).
+      const ncclResult_t tested =
+          CALL("test of iflush's request (sizes NULL, as NCCL passes them)", c.net->test(flush, &done, nullptr));
+      if (tested != ncclSuccess) return fail("test of iflush's request returned %s", resultText(tested).c_str());
+      if (done != 0) break;
+      if (Clock::now() > deadline)
+        return fail("test of iflush's request still said 'not done' after %d s", gTransferWaitSeconds);
+    }
+    if (long bad = firstMismatch(buffer, bytes, kSeed); bad >= 0)
+      return fail("the flush changed the received message: wrong byte at offset %ld", bad);
+    how = "iflush after a completed " + std::to_string(bytes) + "-byte receive gave a request, done after " +
+          std::to_string(tests) + " test(s) with sizes NULL, the message intact";
+    return pass("");
+  });
+  if (v.status != Status::kPass) return v;
+  return pass(how + " (" + props + ")");
+}
+
+// both-directions-one-thread: one side's half. It connects to `peerHandle` and accepts on `listenComm` in one loop
+// (both sides connect before either accepts, as NCCL's ranks do), posts an isend of `bytes` (seed `sendSeed`) and
+// then an irecv of as many, and drives both with test() from this one thread until both are done, posting again
+// whatever was answered NULL, as NCCL's proxy does. Empty on success, else what went wrong; `seconds` bounds the
+// transfer. The comms are left in *sendComm and *recvComm for the caller to close.
+std::string exchangeBothWays(Context& c, void* listenComm, void* peerHandle, size_t bytes, uint64_t sendSeed,
+                             uint64_t recvSeed, int seconds, void** sendComm, void** recvComm) {
+  *sendComm = *recvComm = nullptr;
+  for (auto deadline = Clock::now() + std::chrono::seconds(20); *sendComm == nullptr || *recvComm == nullptr;) {
+    if (*sendComm == nullptr) {
+      if (ncclResult_t result = CALL("connect", c.net->connect(c.ctx, c.dev, peerHandle, sendComm, deviceHandleSlot()));
+          result != ncclSuccess)
+        return "connect returned " + resultText(result);
+    }
+    if (*recvComm == nullptr) {
+      if (ncclResult_t result = CALL("accept", c.net->accept(listenComm, recvComm, deviceHandleSlot()));
+          result != ncclSuccess)
+        return "accept returned " + resultText(result);
+    }
+    if (Clock::now() > deadline)
+      return std::string("no connection within 20 s (") + (*sendComm == nullptr ? "connect" : "accept") +
+             " still gave no comm, with this side connecting and accepting from one thread)";
+  }
+  std::vector<unsigned char> out(bytes), in(bytes, 0);
+  fill(out, bytes, sendSeed);
+  void* sendHandle = registerBuffer(c, *sendComm, out.data(), out.size());
+  void* recvHandle = registerBuffer(c, *recvComm, in.data(), in.size());
+  void* sendRequest = nullptr;
+  void* recvRequest = nullptr;
+  int sendDone = 0, recvDone = 0, sent = -1, received = -1;
+  void* data = in.data();
+  size_t capacity = bytes;
+  int tag = 1;
+  for (auto deadline = Clock::now() + std::chrono::seconds(seconds); !sendDone || !recvDone;) {
+    if (sendRequest == nullptr) {
+      if (ncclResult_t result =
+              CALL("isend", isendNoted(*c.net, *sendComm, out.data(), bytes, tag, sendHandle, &sendRequest));
+          result != ncclSuccess)
+        return "isend returned " + resultText(result);
+    }
+    if (recvRequest == nullptr) {
+      if (ncclResult_t result =
+              CALL("irecv", irecvChecked(*c.net, *recvComm, 1, &data, &capacity, &tag, &recvHandle, &recvRequest));
+          result != ncclSuccess)
+        return "irecv returned " + resultText(result);
+    }
+    if (sendRequest != nullptr && !sendDone) {
+      if (ncclResult_t result = CALL("test", testSizes(*c.net, sendRequest, &sendDone, &sent)); result != ncclSuccess)
+        return "test of the send returned " + resultText(result);
+    }
+    if (recvRequest != nullptr && !recvDone) {
+      if (ncclResult_t result = CALL("test", testSizes(*c.net, recvRequest, &recvDone, &received));
+          result != ncclSuccess)
+        return "test of the receive returned " + resultText(result);
+    }
+    if (Clock::now() > deadline) {
+      auto state = [](void* request, int done) {
+        return request == nullptr ? "not posted (NULL)" : done ? "done" : "not done";
+      };
+      return "after " + std::to_string(seconds) + " s the send was " + state(sendRequest, sendDone) +
+             " and the receive " + state(recvRequest, recvDone) +
+             ", both driven from one thread (a send that moves only while it is tested, or that waits for the "
+             "other side to read before this side's receive can progress, deadlocks both sides)";
+    }
+  }
+  if (sentSizeWrong(sent, bytes))
+    return "the send's test reported " + std::to_string(sent) + " bytes, " + std::to_string(bytes) + " were sent";
+  if (std::string wrong = receivedWrong(in, received, bytes, recvSeed); !wrong.empty()) return wrong;
+  return "";
+}
+
+Verdict bothDirectionsOneThread(Context& c) {
+  // NCCL's proxy drives all of a rank's connections from one thread, and a rank both sends to and receives from its
+  // neighbours: it posts a step's send and its receive and tests them in turn. Every other rule moves data one way,
+  // with each direction's side in a process of its own, which hides a plugin whose send can only finish while the
+  // other side reads it (a test that loops until its send is out, a rendezvous waiting on a reply the peer's thread,
+  // itself inside such a test, never sends). Here each side listens and connects, posts a large isend and then an
+  // irecv, and tests both from one thread.
+  const size_t bytes = fitted(size_t{16} << 20);
+  constexpr uint64_t kRuleSeed = 0xb0d1, kPeerSeed = 0xb0d2;
+  void* listenComm = nullptr;
+  unsigned char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  if (ncclResult_t result = CALL("listen", c.net->listen(c.ctx, c.dev, handle, &listenComm)); result != ncclSuccess)
+    return fail("listen returned %s", resultText(result).c_str());
+  int handlePipe[2], textPipe[2], donePipe[2];
+  if (pipe2(handlePipe, O_CLOEXEC) != 0 || pipe2(textPipe, O_CLOEXEC) != 0 || pipe2(donePipe, O_CLOEXEC) != 0)
+    return fail("pipe failed");
+  // The peer: its own listener, whose handle goes to this side, then the same half of the exchange. What went wrong
+  // there comes back as text; it keeps its comms open until this side is done.
+  const pid_t peer = startPeer(c, [&]() {
+    void* peerListen = nullptr;
+    unsigned char peerHandle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    if (CALL("listen", c.net->listen(c.ctx, c.dev, peerHandle, &peerListen)) != ncclSuccess) return 60;
+    if (write(handlePipe[1], peerHandle, sizeof(peerHandle)) != static_cast<ssize_t>(sizeof(peerHandle))) return 60;
+    void* sendComm = nullptr;
+    void* recvComm = nullptr;
+    const std::string problem = exchangeBothWays(c, peerListen, handle, bytes, kPeerSeed, kRuleSeed,
+                                                 gTransferWaitSeconds, &sendComm, &recvComm);
+    (void)!write(textPipe[1], problem.data(), problem.size());
+    close(textPipe[1]);
+    char doneByte;
+    pollfd done{donePipe[0], POLLIN, 0};
+    while (poll(&done, 1, 60000) < 0 && errno == EINTR) {
+    }
+    (void)!read(donePipe[0], &doneByte, 1);
+    if (sendComm != nullptr) closeSendComm(c, sendComm);
+    if (recvComm != nullptr) closeRecvComm(c, recvComm);
+    CALL("closeListen", c.net->closeListen(peerListen));
+    return problem.empty() ? 0 : 61;
+  });
+  close(textPipe[1]);
+  unsigned char peerHandle[NCCL_NET_HANDLE_MAXSIZE];
+  pollfd ready{handlePipe[0], POLLIN, 0};
+  std::string problem;
+  if (poll(&ready, 1, 20000) != 1 || read(handlePipe[0], peerHandle, sizeof(peerHandle)) != sizeof(peerHandle))
+    problem = "the peer gave no listen handle within 20 s";
+  void* sendComm = nullptr;
+  void* recvComm = nullptr;
+  if (problem.empty())
+    problem = exchangeBothWays(c, listenComm, peerHandle, bytes, kRuleSeed, kPeerSeed, gTransferWaitSeconds, &sendComm,
+                               &recvComm);
+  // The peer's own account (it ran the same checks), once it has one: read until its end of the pipe closes.
+  std::string peerProblem;
+  char buffer[512];
+  for (pollfd said{textPipe[0], POLLIN, 0}; poll(&said, 1, problem.empty() ? 30000 : 1000) == 1;) {
+    const ssize_t n = read(textPipe[0], buffer, sizeof(buffer));
+    if (n <= 0) break;
+    peerProblem.append(buffer, static_cast<size_t>(n));
+  }
+  (void)!write(donePipe[1], "d", 1);
+  const int code = waitPeer(peer, problem.empty() ? 30 : 1);
+  if (sendComm != nullptr) closeSendComm(c, sendComm);
+  if (recvComm != nullptr) closeRecvComm(c, recvComm);
+  CALL("closeListen", c.net->closeListen(listenComm));
+  for (int fd : {handlePipe[0], handlePipe[1], textPipe[0], donePipe[0], donePipe[1]}) close(fd);
+  if (!problem.empty())
+    return fail("this side: %s%s", problem.c_str(),
+                !peerProblem.empty()                     ? ("; the peer: " + peerProblem).c_str()
+                : code != 0 && code != 124 && code != 61 ? ("; " + peerText(code)).c_str()
+                                                         : "");
+  if (!peerProblem.empty()) return fail("the peer: %s", peerProblem.c_str());
+  if (code != 0) return fail("%s", peerText(code).c_str());
+  return pass("each side listened and connected, posted a " + std::to_string(bytes) +
+              "-byte isend then an irecv and tested both from one thread: both messages arrived whole");
+}
+
 // NCCL shares one comm between the local ranks that send to the same peer (NCCL_NET_SHARED_COMMS, with PXN) and
 // posts one grouped receive per step, a tag per rank, two steps ahead with eight ranks. The ranks send on their own
 // schedules, so one rank's later steps may be sent before another's first. Here tag 1 sends as far ahead as the
@@ -5139,6 +5483,10 @@ const std::vector<Rule>& rules() {
        nullRequestMeansRetry},
       {{"test-reports-sizes", "test reports the sent size on both sides, into larger buffers"}, testReportsSizes},
       {{"multi-recv-tags", "a grouped irecv matches messages to buffers by tag"}, multiRecvTags},
+      {{"grouped-zero-byte",
+        "grouped receives with 0-byte entries ({0, 100, 0}, {4099, 0, 3}, {0, 0, 0}): test reports each entry's size "
+        "and every buffer gets its own message"},
+       groupedZeroByte},
       {{"tags-out-of-step",
         "grouped receives posted two steps ahead complete while one tag's sends run ahead of another's (NCCL's "
         "shared comms)"},
@@ -5149,6 +5497,15 @@ const std::vector<Rule>& rules() {
         "NCCL_NET_MAX_REQUESTS (32; 8 through ncclNet_v6) receives can be posted at once and all complete"},
        maxRequestsInFlight},
       {{"zero-byte", "0-byte messages complete with size 0"}, zeroByte},
+      {{"iflush-after-receive",
+        "iflush is there where device 0 needs it (forceFlush, GPU memory; regMrDmaBuf for DMABUF); when there, after "
+        "a completed receive it answers a NULL request or one whose test with sizes NULL (as NCCL's) completes"},
+       iflushAfterReceive},
+      {{"both-directions-one-thread",
+        "each side listens and connects, posts a 16 MiB isend then an irecv and drives both with test() from one "
+        "thread, as NCCL's proxy does: both messages arrive whole (no send that can only finish while the other side "
+        "reads it)"},
+       bothDirectionsOneThread},
       {{"sends-outlive-the-sender",
         "messages whose sends completed arrive after the sender closed its comm and exited"},
        sendsOutliveTheSender},
