@@ -194,8 +194,13 @@ kernels_step() {
   # and carried (gpu-prepare.sh): the tree here builds no tests. A skip fails here too (there is a device).
   local gtest=${NNS_GPU_GTEST:-$root/build/gpu-deps/bin/cuda_kernels_test} tests=""
   if [ -x "$gtest" ]; then
-    LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-      timeout "$(left 120)" "$gtest" >"$logs/kernels-gtest.txt" 2>&1
+    # CudaReduce and CudaDivide are nns-cuda-reduce-check's work above on one thread (about 100 s): left out. Two
+    # tests load the socket plugin, carried beside the others (NNS_TEST_PLUGIN_DIR: the binary names this machine's
+    # build tree).
+    NNS_TEST_PLUGIN_DIR=$root/build/gpu-deps/lib \
+      LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+      timeout -k 10 "$(left 120)" "$gtest" --gtest_filter='-*CudaReduce.*:*CudaDivide.*' \
+      >"$logs/kernels-gtest.txt" 2>&1
     rc=$?
     tests=$(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$logs/kernels-gtest.txt" | tr -s ' ' | paste -sd' ' -)
     if [ "$rc" != 0 ] || grep -qE '^\[ +(FAILED|SKIPPED) +\] [0-9]+ test' "$logs/kernels-gtest.txt" || [ -z "$tests" ]; then

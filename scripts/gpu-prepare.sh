@@ -3,13 +3,17 @@
 # which has CUDA, PyTorch, CMake and ninja but no CLI11, no verbs or UCX headers, and no network:
 #   build/gpu-deps/include/CLI/   CLI11's headers ($NNS_CLI11_INCLUDE, default /usr/include): the tree step's
 #                                 nccl-net-bench and nccl-net-run need them
-#   build/gpu-deps/lib/           libnccl-net-ib.so and libnccl-net-ucx.so prebuilt here (PLUGIN_DIR, default
-#                                 <repo>/build/release/lib, else <repo>/build/ci/lib), for the load step: the GPU
-#                                 machine cannot build them; and UCX's own libraries (libucp, libucs, libuct, libucm,
-#                                 and libnuma: about 2 MB), which the GPU machine's image is not known to have
+#   build/gpu-deps/lib/           libnccl-net-ib.so and libnccl-net-ucx.so prebuilt here (PLUGIN_DIR, default: the
+#                                 lib/ of <repo>/build/release or <repo>/build/ci, the first that holds
+#                                 tests/cuda/cuda_kernels_test and the ib plugin; scripts/main-job.sh's release build
+#                                 holds neither), for the load step: the GPU machine cannot build them; UCX's own
+#                                 libraries (libucp, libucs, libuct, libucm, and libnuma: about 2 MB), which the GPU
+#                                 machine's image is not known to have; and libnccl-net-socket.so, which two of
+#                                 cuda_kernels_test's tests load (NNS_TEST_PLUGIN_DIR points them here)
 #   build/gpu-deps/bin/           cuda_kernels_test (the GoogleTest CUDA tests of the kernel layer and the pointer
 #                                 classification; from PLUGIN_DIR/../tests/cuda, when built with CUDA): the tree step
-#                                 builds no tests there (no GoogleTest), so the kernels step runs this one
+#                                 builds no tests there (no GoogleTest), so the kernels step runs this one. Without it
+#                                 this script fails: the device's minutes are too few to spend on a partial run
 # .gitignore's /build/ keeps build/gpu-deps out of the working tree that travels: the device call names it in carry
 # (the exact call is at the top of scripts/gpu-checks.sh and printed at the end here). Says, for each plugin, which
 # shared libraries it needs and which of those the GPU machine may lack; rebuild the plugins first
@@ -17,8 +21,17 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 deps=$root/build/gpu-deps
-plugins=${1:-$root/build/release/lib}
-[ $# -gt 0 ] || [ -d "$plugins" ] || plugins=$root/build/ci/lib  # the CI preset's build, where no release one is
+if [ $# -gt 0 ]; then
+  plugins=$1
+else
+  plugins=$root/build/ci/lib
+  for build in "$root/build/release" "$root/build/ci"; do
+    if [ -x "$build/tests/cuda/cuda_kernels_test" ] && [ -f "$build/lib/libnccl-net-ib.so" ]; then
+      plugins=$build/lib
+      break
+    fi
+  done
+fi
 cli11=${NNS_CLI11_INCLUDE:-/usr/include}
 # Libraries every Linux machine with a C++ runtime has (the GPU machine's image is a newer glibc and libstdc++ than
 # the ones the plugins were built against, which they accept).
@@ -81,12 +94,18 @@ fi
 # The CUDA tests of the kernel layer, built here with CUDA: linked statically but for libcudart (found through
 # /usr/local/cuda there).
 tests_binary=$(dirname "$plugins")/tests/cuda/cuda_kernels_test
-if [ -x "$tests_binary" ]; then
-  cp "$tests_binary" "$deps/bin/"
-  echo "gpu-prepare: cuda_kernels_test from $tests_binary ($(date -r "$tests_binary" '+%Y-%m-%d %H:%M'))"
-else
-  echo "gpu-prepare: no $tests_binary (a build with CUDA and tests): the kernels step runs no GoogleTest"
+if [ ! -x "$tests_binary" ]; then
+  echo "gpu-prepare: no $tests_binary: build it first (CUDACXX=/usr/local/cuda/bin/nvcc cmake --preset ci &&" \
+    "cmake --build build/ci --target cuda_kernels_test nccl-net-socket nccl-net-ib nccl-net-ucx)" >&2
+  exit 1
 fi
+cp "$tests_binary" "$deps/bin/"
+echo "gpu-prepare: cuda_kernels_test from $tests_binary ($(date -r "$tests_binary" '+%Y-%m-%d %H:%M'))"
+if [ ! -f "$plugins/libnccl-net-socket.so" ]; then
+  echo "gpu-prepare: no $plugins/libnccl-net-socket.so, which cuda_kernels_test loads" >&2
+  exit 1
+fi
+cp "$plugins/libnccl-net-socket.so" "$deps/lib/"
 
 if ! git -C "$root" check-ignore -q "$deps/include/CLI/CLI.hpp"; then
   echo "gpu-prepare: WARNING: build/gpu-deps is not ignored by git: it would travel twice (tree and carry)" >&2

@@ -23,6 +23,13 @@ using namespace nns::cuda::check;
 #define SKIP_WITHOUT_CUDA_DEVICE() \
   if (!nns::cuda::deviceAvailable()) GTEST_SKIP() << "no CUDA device"
 
+// Where the socket plugin is: the build tree's lib/, or $NNS_TEST_PLUGIN_DIR where the binary was carried to another
+// machine without it (scripts/gpu-checks.sh).
+std::string pluginDir() {
+  const char* carried = std::getenv("NNS_TEST_PLUGIN_DIR");
+  return carried != nullptr && *carried != '\0' ? carried : NNS_PLUGIN_DIR;
+}
+
 class CudaReduce : public ::testing::TestWithParam<std::tuple<ncclDataType_t, ncclRedOp_t>> {};
 
 const char* outputName(Output output) {
@@ -116,7 +123,7 @@ TEST(CudaKernelLayer, HostBufferGetsHostKernels) {
 TEST(CudaSlotMemory, AMalformedSwitchIsRefused) {
   nns::core::LoadOptions load;
   load.plugin = "socket";
-  load.searchDirs = {NNS_PLUGIN_DIR};
+  load.searchDirs = {pluginDir()};
   nns::core::LoadReport report;
   auto net = nns::core::loadNet(load, &report);
   ASSERT_NE(net, nullptr);
@@ -131,6 +138,21 @@ TEST(CudaSlotMemory, AMalformedSwitchIsRefused) {
     }
     unsetenv(name);
   }
+  // NCCL's own variable as NCCL reads it: any integer (2 is on), and only a non-integer refused.
+  setenv("NCCL_NET_FORCE_FLUSH", "yes", 1);
+  try {
+    nns::cuda::chooseSlotMemory(*net, 0);
+    ADD_FAILURE() << "NCCL_NET_FORCE_FLUSH=yes was accepted";
+  } catch (const nns::core::CommError& e) {
+    EXPECT_EQ(std::string(e.what()), "NCCL_NET_FORCE_FLUSH=yes is not an integer");
+  }
+  setenv("NCCL_NET_FORCE_FLUSH", "2", 1);
+  try {
+    nns::cuda::chooseSlotMemory(*net, 0);  // on a machine with a device, slots are chosen
+  } catch (const nns::core::CommError& e) {
+    EXPECT_EQ(std::string(e.what()).find("NCCL_NET_FORCE_FLUSH"), std::string::npos) << e.what();  // no device here
+  }
+  unsetenv("NCCL_NET_FORCE_FLUSH");
 }
 
 // Needs no device: a misaligned element would fault on the GPU (cudaErrorMisalignedAddress, sticky for the whole
@@ -168,7 +190,7 @@ TEST(CudaCollectives, MisalignedOrUnreachableBuffersAreAnArgumentError) {
   nns::core::LaunchInfo launch{0, 1, "127.0.0.1", nns::test::freeLoopbackPort(), "test"};
   nns::core::CommOptions options;
   options.plugin = "socket";
-  options.searchDirs = {NNS_PLUGIN_DIR};
+  options.searchDirs = {pluginDir()};
   setenv("NCCL_SOCKET_IFNAME", "lo", 1);
   nns::core::Communicator comm(launch, options);
   DeviceLayerStandIn device;

@@ -3,6 +3,7 @@
 #include "nns/cuda/slot_memory.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -42,6 +43,19 @@ bool envFlag(const char* name, bool fallback) {
   if (std::strcmp(text, "0") != 0 && std::strcmp(text, "1") != 0)
     throw core::CommError(std::string(name) + "=" + text + " is not 0 or 1", ncclInvalidUsage);
   return text[0] == '1';
+}
+
+// NCCL's own integer parameters as NCCL reads them: any integer, non-zero meaning on (NCCL_NET_FORCE_FLUSH=2 is on
+// there); anything else is refused by name, where NCCL would warn and take its default.
+bool ncclIntegerFlag(const char* name, bool fallback) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(text, &end, 0);
+  if (errno != 0 || end == text || *end != '\0')
+    throw core::CommError(std::string(name) + "=" + text + " is not an integer", ncclInvalidUsage);
+  return value != 0;
 }
 
 class CudaSlots final : public core::SlotMemory {
@@ -179,8 +193,11 @@ std::shared_ptr<core::SlotMemory> chooseSlotMemory(core::Net& net, int netDevice
   const bool wantGdr = envFlag("NNS_GDR", true);
   const char* ownFlush = std::getenv("NNS_NET_FORCE_FLUSH");
   const bool ownFlushSet = ownFlush != nullptr && *ownFlush != '\0';
-  const bool forceFlush = envFlag("NNS_NET_FORCE_FLUSH", envFlag("NCCL_NET_FORCE_FLUSH", false));
-  const char* forceFlushVariable = ownFlushSet ? "NNS_NET_FORCE_FLUSH=1" : "NCCL_NET_FORCE_FLUSH=1";
+  const bool forceFlush = envFlag("NNS_NET_FORCE_FLUSH", ncclIntegerFlag("NCCL_NET_FORCE_FLUSH", false));
+  const char* ncclFlush = std::getenv("NCCL_NET_FORCE_FLUSH");
+  const std::string forceFlushVariable = ownFlushSet
+                                             ? std::string("NNS_NET_FORCE_FLUSH=1")
+                                             : std::string("NCCL_NET_FORCE_FLUSH=") + (ncclFlush ? ncclFlush : "");
   int cudaDevice = 0;
   if (const std::string reason = deviceUnavailableReason(); !reason.empty())
     throw core::CommError("no CUDA device (" + reason + ")", ncclSystemError);
@@ -211,7 +228,7 @@ std::shared_ptr<core::SlotMemory> chooseSlotMemory(core::Net& net, int netDevice
       c2c = 0;
     }
     const char* flushWhy = props.forceFlush ? "the device sets forceFlush"
-                           : forceFlush     ? forceFlushVariable
+                           : forceFlush     ? forceFlushVariable.c_str()
                            : gpu.major < 9  ? "compute capability below 9.0"
                            : c2c != 0       ? "GPU attached to its CPU by C2C, where NCCL flushes for a near NIC"
                                             : nullptr;
