@@ -619,13 +619,12 @@ int runTool(int argc, char** argv) {
       };
     }
 #endif
-    if (registerBuffers && deviceBuffers) {
-      std::fprintf(stderr, "nccl-net-bench: -R 1 registers host buffers; not with -G 1\n");
-      return 2;
-    }
     if (registerBuffers) {
-      comm.registerBuffer(sendBuffer.data(), sendBuffer.size());
-      comm.registerBuffer(recvBuffer.data(), recvBuffer.size());
+      // With -G 1 the GPU buffers, as NCCL_PTR_CUDA: the communicator takes them under GPU Direct (its slots in GPU
+      // memory, where received pieces are flushed) and refuses them by name otherwise.
+      const int type = deviceBuffers ? NCCL_PTR_CUDA : NCCL_PTR_HOST;
+      comm.registerBuffer(onDevice(sendBuffer.data()), sendBuffer.size(), type);
+      comm.registerBuffer(onDevice(recvBuffer.data()), recvBuffer.size(), type);
     }
     // Rows as nccl-tests steps them: from -b, times -f while -f > 1, else plus -i, up to -e. Sizes round down to
     // whole elements (to a multiple of the ranks for allgather and reduce-scatter); a size that rounds to the row
