@@ -2110,6 +2110,31 @@ Verdict truncationTakenAside(Context& c, size_t big, std::string* evidence) {
   return pass("");
 }
 
+// The peer's side of a grouped receive, once `goFd` says the receive is posted: one message per entry of `sizes`,
+// tag firstTag + k, its bytes filled from seedBase + k, posted in reverse tag order, then each waited for and its
+// reported size checked as every other sender's is. 0, or the peer's exit code for what went wrong.
+int sendInReverseTagOrder(Context& c, void* comm, int goFd, const std::vector<size_t>& sizes, int firstTag,
+                          uint64_t seedBase) {
+  char go;
+  if (read(goFd, &go, 1) != 1) return 40;
+  const int n = static_cast<int>(sizes.size());
+  std::vector<std::vector<unsigned char>> buffers(n);
+  for (int k = 0; k < n; ++k) buffers[k].resize(std::max<size_t>(sizes[k], 1));
+  std::vector<void*> mhandles = registerBuffers(c, comm, buffers);
+  std::vector<void*> requests(n, nullptr);
+  for (int k = n - 1; k >= 0; --k) {
+    fill(buffers[k], sizes[k], seedBase + k);
+    if (postSend(c, comm, buffers[k].data(), sizes[k], firstTag + k, mhandles[k], &requests[k]) != ncclSuccess)
+      return 41;
+  }
+  for (int k = 0; k < n; ++k) {
+    int size = -1;
+    if (waitDone(c, requests[k], &size, 20) != ncclSuccess) return 42;
+    if (sentSizeWrong(size, sizes[k])) return 31;
+  }
+  return 0;
+}
+
 // One grouped irecv of `n` buffers (tags 10.., sizes 100*(k+1)+3) that the peer fills in reverse tag order. Empty
 // evidence on success.
 Verdict groupedReceive(Context& c, int n) {
@@ -2121,24 +2146,9 @@ Verdict groupedReceive(Context& c, int n) {
   if (!openPair(
           c, pair,
           [&](void* comm) {
-            char go;
-            if (read(goPipe[0], &go, 1) != 1) return 40;
-            std::vector<std::vector<unsigned char>> buffers(n);
-            for (int k = 0; k < n; ++k) buffers[k].resize(100 * (k + 1) + 3);
-            std::vector<void*> mhandles = registerBuffers(c, comm, buffers);
-            std::vector<void*> requests(n, nullptr);
-            for (int k = n - 1; k >= 0; --k) {
-              fill(buffers[k], buffers[k].size(), 50 + k);
-              if (postSend(c, comm, buffers[k].data(), buffers[k].size(), 10 + k, mhandles[k], &requests[k]) !=
-                  ncclSuccess)
-                return 41;
-            }
-            for (int k = 0; k < n; ++k) {
-              int size = -1;
-              if (waitDone(c, requests[k], &size, 20) != ncclSuccess) return 42;
-              if (sentSizeWrong(size, buffers[k].size())) return 31;  // as every other sender is checked
-            }
-            return 0;
+            std::vector<size_t> sizes(n);
+            for (int k = 0; k < n; ++k) sizes[k] = 100 * (k + 1) + 3;
+            return sendInReverseTagOrder(c, comm, goPipe[0], sizes, 10, 50);
           },
           &why))
     return fail("%s", why.c_str());
@@ -2207,27 +2217,7 @@ std::string groupedReceiveOfSizes(Context& c, const std::vector<size_t>& sent, u
   int goPipe[2];
   if (pipe(goPipe) != 0) return "pipe failed";
   if (!openPair(
-          c, pair,
-          [&](void* comm) {
-            char go;
-            if (read(goPipe[0], &go, 1) != 1) return 40;
-            std::vector<std::vector<unsigned char>> buffers(n);
-            for (int k = 0; k < n; ++k) buffers[k].resize(std::max<size_t>(sent[k], 1));
-            std::vector<void*> mhandles = registerBuffers(c, comm, buffers);
-            std::vector<void*> requests(n, nullptr);
-            for (int k = n - 1; k >= 0; --k) {
-              fill(buffers[k], sent[k], seedBase + k);
-              if (postSend(c, comm, buffers[k].data(), sent[k], 20 + k, mhandles[k], &requests[k]) != ncclSuccess)
-                return 41;
-            }
-            for (int k = 0; k < n; ++k) {
-              int size = -1;
-              if (waitDone(c, requests[k], &size, 20) != ncclSuccess) return 42;
-              if (sentSizeWrong(size, sent[k])) return 31;
-            }
-            return 0;
-          },
-          &why))
+          c, pair, [&](void* comm) { return sendInReverseTagOrder(c, comm, goPipe[0], sent, 20, seedBase); }, &why))
     return why;
   // Each buffer starts as bytes no message has, so a 0-byte receive that takes another's bytes shows.
   std::vector<std::vector<unsigned char>> buffers(n, std::vector<unsigned char>(kCapacity, 0xa7));
