@@ -1087,8 +1087,12 @@ bool Communicator::shutdown() {
 
 void Communicator::closeOnce() {
   // The progress thread has returned, or is returning (this may be that thread: see progressLoop), and closing_
-  // keeps every other closer out: progress_ and the connections are this caller's alone.
-  if (progress_.joinable() && progress_.get_id() != std::this_thread::get_id()) progress_.join();
+  // keeps every other closer out: progress_ and the connections are this caller's alone. The thread closing its own
+  // abandoned communicator detaches itself (nobody is left to join it, and the object is never freed).
+  if (progress_.get_id() == std::this_thread::get_id())
+    progress_.detach();
+  else if (progress_.joinable())
+    progress_.join();
   closeConnections();
   if (net_ != nullptr) net_->finalize(ctx_);
   std::lock_guard lock(mutex_);
