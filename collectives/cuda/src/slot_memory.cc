@@ -46,7 +46,8 @@ bool envFlag(const char* name, bool fallback) {
 }
 
 // NCCL's own integer parameters as NCCL reads them: any integer, non-zero meaning on (NCCL_NET_FORCE_FLUSH=2 is on
-// there); anything else is refused by name, where NCCL would warn and take its default.
+// there). A value that is not plainly an integer is refused by name: NCCL reads the integer it starts with ("yes" is
+// 0, off), and a typo here would silently leave GPU Direct receives unflushed.
 bool ncclIntegerFlag(const char* name, bool fallback) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return fallback;
