@@ -2719,6 +2719,9 @@ ncclResult_t pickedTest(void* request, int* done, int* sizes) {
     if (gPickedFlushes.erase(request) == 1) {
       delete static_cast<char*>(request);
       *done = 1;
+      // The write through NULL, as an unsanitized plugin makes it: a SIGSEGV. Raised, not made: in the sanitized
+      // builds UBSan or ASan would report the store first, and the tests take any such report for their failure.
+      if (sizes == nullptr) raise(SIGSEGV);
       sizes[0] = 0;
       return ncclSuccess;
     }
