@@ -2755,6 +2755,22 @@ TEST(Communicator, RegisterBufferTakesGpuMemoryOnlyWithGpuDirectSlots) {
   EXPECT_EQ(errors[0], "");
 }
 
+// GPU Direct slots (registered as NCCL_PTR_CUDA) over a device that moves host memory only: refused by name on every
+// rank when the communicator is made, naming the device and the ways out, instead of a failed regMr at first use.
+// The slot memory is chosen from one device; every device a channel uses is checked.
+TEST(SlotMemory, GpuDirectSlotsOverADeviceWithoutCudaPointersAreRefusedByName) {
+  core::CommOptions gdr = socketOptions();
+  gdr.slotMemory = [](core::Net&, int) { return std::make_shared<GpuZeroSlotsStandIn>(NCCL_PTR_CUDA); };
+  auto errors = onEveryRank(2, gdr, [](core::Communicator&, int) {});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("nns-socket device 0 (lo), channel 0's, moves host memory only (ptrSupport 1), and the "
+                             "slots are GPU memory (GPU 0 memory (test double: host memory), chosen for device 0)"),
+              std::string::npos)
+        << "rank " << r << ": " << errors[r];
+    EXPECT_NE(errors[r].find("host slots (NNS_GDR=0)"), std::string::npos) << "rank " << r << ": " << errors[r];
+  }
+}
+
 // How many slots a connection gets: an explicit option or $NNS_SLOTS, else what the slot memory asks for (two in
 // host memory, NCCL's eight in any other unless it says otherwise).
 TEST(SlotMemory, SlotsPerConnectionComeFromTheOptionsTheEnvironmentOrTheSlotMemory) {

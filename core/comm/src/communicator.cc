@@ -295,9 +295,26 @@ void Communicator::connectRing() {
   // bounce buffers, and only a kernel given the device handle copies it out) cannot serve a host engine: a completed
   // receive would not mean the data is in the buffer. NCCL loads such a plugin; this engine refuses it by name.
   size_t largest = SIZE_MAX;  // the largest message every device used takes
+  // The slot memory was chosen from options_.device's properties; channels may use other devices (deviceOf). GPU
+  // slots (NCCL_PTR_CUDA) need every one of them to take CUDA pointers, and receives are flushed when any of them
+  // asks (forceFlush), as NCCL decides per connection.
+  const bool gpuSlots = slotMemory_->ptrType() == NCCL_PTR_CUDA && size_ > 1;  // one rank: no connection registers
+  flushReceives_ = slotMemory_->flushReceives();
   for (int c = 0; c < connectionChannels(); ++c) {
     ncclNetProperties_v12_t props{};
     check(net_->getProperties(deviceOf(c), &props), "getProperties");
+    if (gpuSlots && (props.ptrSupport & NCCL_PTR_CUDA) == 0)
+      fail(std::string(net_->name()) + " device " + std::to_string(deviceOf(c)) + " (" + printable(props.name) +
+               "), channel " + std::to_string(c) + "'s, moves host memory only (ptrSupport " +
+               std::to_string(props.ptrSupport) + "), and the slots are GPU memory (" + slotMemory_->describe() +
+               ", chosen for device " + std::to_string(options_.device) +
+               "): use devices alike, fewer channels (NNS_NCHANNELS), or host slots (NNS_GDR=0)",
+           ncclInvalidUsage);
+    if (gpuSlots && props.forceFlush && !flushReceives_) {
+      flushReceives_ = true;
+      hostLogger(NCCL_LOG_INFO, NCCL_INIT, __FILE__, __LINE__,
+                 "receives flushed: %s device %d (channel %d's) sets forceFlush", net_->name(), deviceOf(c), c);
+    }
     for (size_t most : {props.maxCollBytes, props.maxP2pBytes})
       if (most > 0) largest = std::min(largest, most);
     const std::string device = "device " + std::to_string(deviceOf(c)) + " (" + printable(props.name) + ", " +
@@ -1729,7 +1746,7 @@ void Communicator::run(Plan& plan) {
                  ncclInvalidUsage);  // the ranks' calls disagree, as when the plugin finds the message too large
           // GPU memory that the plugin wrote (a GPU slot, or a registered GPU buffer received into directly) is
           // flushed before anything reads it, where NCCL would flush.
-          if (size > 0 && slotMemory_->flushReceives()) {
+          if (size > 0 && flushReceives_) {
             if (segment.mhandle == nullptr) {
               flush(conn, slot.memory, size, conn.mhandle, flow.peer);
             } else if (const Registration* r = covering(segment.data, segment.bytes); r && r->type == NCCL_PTR_CUDA) {

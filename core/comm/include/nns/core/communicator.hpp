@@ -522,6 +522,7 @@ class Communicator {
   std::unique_ptr<Net> net_;
   void* ctx_ = nullptr;
   int devices_ = 1;
+  bool flushReceives_ = false;      // SlotMemory::flushReceives, or a channel's device sets forceFlush (connectRing)
   std::vector<void*> listenComms_;  // [peer * channels + channel]: where that peer connects to this rank, until it has
   // The handles peers sent this rank, by (peer, channel), each kept where connect's calls find it again.
   std::map<std::pair<int, int>, std::array<unsigned char, NCCL_NET_HANDLE_MAXSIZE>> peerHandles_;
