@@ -276,6 +276,28 @@ TEST(LaunchPrecedence, NnsRankAndSizeSmallerThanTheLaunchersAreWarnedOf) {
   }
 }
 
+// The same size as the launcher's and another rank: a stale export gives every process one rank, and the job then
+// fails on a rank given twice, which does not point at the export. Warned of; the launcher's own rank is not.
+TEST(LaunchPrecedence, NnsRankOtherThanTheLaunchersAtTheSameSizeIsWarnedOf) {
+  testing::internal::CaptureStderr();
+  auto stale = launchFrom(
+      {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"NNS_RANK", "0"}, {"NNS_WORLD_SIZE", "2"}});
+  std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(stale.rank, 0);
+  EXPECT_EQ(stale.source, "NNS_RANK/NNS_WORLD_SIZE");
+  EXPECT_NE(said.find("nns WARN bootstrap: rank 0 of 2 from NNS_RANK=0/NNS_WORLD_SIZE=2, set by hand, while Open MPI "
+                      "says OMPI_COMM_WORLD_RANK=1/OMPI_COMM_WORLD_SIZE=2: the same size, another rank"),
+            std::string::npos)
+      << said;
+  EXPECT_NE(said.find("which rank 0 refuses as given twice"), std::string::npos) << said;
+  testing::internal::CaptureStderr();
+  auto agreeing = launchFrom(
+      {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"NNS_RANK", "1"}, {"NNS_WORLD_SIZE", "2"}});
+  said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(agreeing.rank, 1);
+  EXPECT_EQ(said.find("WARN"), std::string::npos) << said;
+}
+
 // torchrun's agent keeps its TCP store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), so rank 0 could not
 // listen there: every rank takes MASTER_PORT+1 instead, and NNS_ROOT_ADDR still overrides.
 TEST(LaunchPrecedence, UnderTorchrunsAgentStoreTheRootIsTheNextPort) {
@@ -1416,6 +1438,12 @@ TEST(BootstrapErrorCodes, AMissingRankAndAnUnreachableRootAreRemoteErrors) {
   auto unreachable = outcomes({{1, 2, "127.0.0.1", nns::test::freeLoopbackPort(), "test"}}, kShort);
   EXPECT_NE(unreachable[0].error.find("rank 1 could not reach rank 0 at 127.0.0.1:"), std::string::npos)
       << unreachable[0].error;
+  // Nothing listens: the error says what that can mean, a latecomer after a complete rendezvous included.
+  EXPECT_NE(unreachable[0].error.find("Connection refused (nothing listens there: rank 0 has not started"),
+            std::string::npos)
+      << unreachable[0].error;
+  EXPECT_NE(unreachable[0].error.find("it has all 2 ranks already and stopped listening"), std::string::npos)
+      << unreachable[0].error;
   EXPECT_EQ(unreachable[0].result, BootstrapError::kRemoteError) << unreachable[0].error;
 }
 
@@ -1485,4 +1513,52 @@ TEST(BootstrapErrorCodes, ALaunchInfoWithoutARootAddressIsInvalidUsage) {
       << got[2].error;
   // Refused before rank 0 reserves room for every rank (it raised the descriptor limit and allocated 8 GiB).
   EXPECT_NE(got[3].error.find("rank 0 of 2147483647: a rank is 0..size-1"), std::string::npos) << got[3].error;
+}
+
+namespace {
+
+// The local address of the socket listening on `port` (/proc/net/tcp and tcp6, as ss reads them), in their hex form:
+// "0100007F" for 127.0.0.1, "00000000" for every IPv4 address, 32 digits for IPv6. "" when none listens yet.
+std::string listeningAddress(int port) {
+  char portHex[8];
+  std::snprintf(portHex, sizeof(portHex), "%04X", port);
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    FILE* file = std::fopen(table, "r");
+    if (file == nullptr) continue;
+    char line[512];
+    std::string found;
+    while (found.empty() && std::fgets(line, sizeof(line), file) != nullptr) {
+      char local[64] = "", remote[64] = "", state[8] = "";
+      if (std::sscanf(line, " %*d: %63s %63s %7s", local, remote, state) != 3 || std::strcmp(state, "0A") != 0)
+        continue;  // not a LISTEN entry
+      const std::string address = local;
+      const size_t colon = address.find(':');
+      if (colon != std::string::npos && address.substr(colon + 1) == portHex) found = address.substr(0, colon);
+    }
+    std::fclose(file);
+    if (!found.empty()) return found;
+  }
+  return "";
+}
+
+}  // namespace
+
+// A root named "localhost" is on this machine for every rank: rank 0 listens on loopback only, not on every address
+// (as for other names), so the job cannot be joined from another host. The ranks still meet.
+TEST(RootAddress, ARootNamedLocalhostListensOnLoopbackOnly) {
+  const int port = nns::test::freeLoopbackPort();
+  auto run = std::async(std::launch::async, [port] {
+    return outcomes({{0, 2, "localhost", port, "test"}, {1, 2, "localhost", port, "test"}},
+                    std::chrono::milliseconds(10000), {0, 1500});
+  });
+  std::string address;
+  for (int i = 0; i < 100 && address.empty(); ++i) {
+    address = listeningAddress(port);
+    if (address.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const auto got = run.get();
+  EXPECT_EQ(got[0].error, "");
+  EXPECT_EQ(got[1].error, "");
+  // 127.0.0.1, or ::1 where localhost resolves to it first.
+  EXPECT_TRUE(address == "0100007F" || address == "00000000000000000000000001000000") << "listening on " << address;
 }

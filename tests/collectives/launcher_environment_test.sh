@@ -24,5 +24,15 @@ out=$(NCCL_SOCKET_IFNAME=eth9 "$run" -n 2 --timeout 30 sh -c 'echo "rank $NNS_RA
 out=$(NCCL_SOCKET_IFNAME='' "$run" -n 2 --timeout 30 sh -c 'echo "rank $NNS_RANK ifname=$NCCL_SOCKET_IFNAME"' 2>&1)
 [ "$(grep -c 'ifname=lo$' <<<"$out")" -eq 2 ] || fail "an empty NCCL_SOCKET_IFNAME did not become lo: $out"
 
+# Rank 0 behind a wrapper that closes inherited descriptors (Python's subprocess by default) never gets the
+# launcher's listener, which still holds the root port: its bind fails, and the error says why and what to do.
+if command -v python3 >/dev/null; then
+  out=$(NCCL_SOCKET_IFNAME=lo "$run" -n 2 --timeout 60 python3 -c \
+    'import subprocess, sys; sys.exit(subprocess.run(sys.argv[1:]).returncode)' \
+    "$1/nccl-net-bench" allreduce -b 8 -e 8 -n 1 -w 0 2>&1)
+  grep -q "did not reach this process: a program between the launcher and this rank closed the descriptors it inherited" <<<"$out" ||
+    fail "rank 0 behind a descriptor-closing wrapper: $out"
+fi
+
 [ "$status" -eq 0 ] && echo "launcher environment: every rank's as documented"
 exit "$status"

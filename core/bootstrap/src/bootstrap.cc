@@ -415,6 +415,9 @@ int boundPort(int fd) {
 // keepRootListener (nnsGetUniqueId) and from the launcher.
 std::mutex keptListenersMutex;
 std::vector<int> keptListeners;
+// Set when $NNS_ROOT_LISTEN_FD named a descriptor that is not a listening socket here: something between nccl-net-run
+// and this process closed the descriptors it inherited, and the launcher's listener still holds the root port.
+int launcherListenerLost = -1;
 
 // The launcher's ($NNS_ROOT_LISTEN_FD, nccl-net-run's rank 0) joins them when this library is loaded, before any
 // thread of ours runs: the variable is read and unset once, not by each bootstrap (unsetenv while another thread's
@@ -427,7 +430,10 @@ std::vector<int> keptListeners;
   unsetenv("NNS_ROOT_LISTEN_FD");
   int accepting = 0;
   socklen_t size = sizeof(accepting);
-  if (fd <= 2 || getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &size) != 0 || !accepting) return false;
+  if (fd <= 2 || getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &size) != 0 || !accepting) {
+    launcherListenerLost = fd;
+    return false;
+  }
   fcntl(fd, F_SETFD, FD_CLOEXEC);
   keptListeners.push_back(fd);
   return true;
@@ -707,13 +713,24 @@ bool launchInfoFromEnvironment(LaunchInfo* info, std::string* error) {
   for (const Launcher* l = chosen + 1; byHand && l != std::end(kLaunchers); ++l) {
     if (std::strcmp(l->name, "torchrun") == 0 && (staleTorchVariables || !isSet("TORCHELASTIC_RUN_ID"))) continue;
     const int outer = sizeFrom(*l);
-    if (outer <= info->size) continue;
-    std::fprintf(stderr,
-                 "nns WARN bootstrap: rank %d of %d from %s=%s/%s=%s, set by hand, while %s says %s=%s/%s=%s: more "
-                 "processes than ranks, so this job is one of several (a stale export of %s/%s makes each process a "
-                 "job of its own); unset them to take %s's rank and size\n",
-                 info->rank, info->size, rankVar, rank, sizeVar, size, l->name, l->rank, std::getenv(l->rank), l->size,
-                 std::getenv(l->size), rankVar, sizeVar, l->name);
+    int outerRank = -1;
+    // The same size and another rank, from NNS_RANK (RANK set by a job script to its own order is common): every
+    // process of a stale export claims the same rank, and the job fails on "rank given twice" or a missing rank,
+    // which does not point here.
+    const bool sameSizeOtherRank = outer == info->size && std::strcmp(chosen->name, "nns") == 0 &&
+                                   parseInt(std::getenv(l->rank), &outerRank) && outerRank != info->rank;
+    if (outer < info->size || (outer == info->size && !sameSizeOtherRank)) continue;
+    std::fprintf(
+        stderr,
+        "nns WARN bootstrap: rank %d of %d from %s=%s/%s=%s, set by hand, while %s says %s=%s/%s=%s: %s (a "
+        "stale export of %s/%s %s); unset them to take %s's rank and size\n",
+        info->rank, info->size, rankVar, rank, sizeVar, size, l->name, l->rank, std::getenv(l->rank), l->size,
+        std::getenv(l->size),
+        outer > info->size ? "more processes than ranks, so this job is one of several" : "the same size, another rank",
+        rankVar, sizeVar,
+        outer > info->size ? "makes each process a job of its own"
+                           : "gives every process the same rank, which rank 0 refuses as given twice",
+        l->name);
     break;
   }
   // Set but empty is unset, as launcherVariablesSet and nnsGetUniqueId read them (a script's NNS_ROOT_ADDR=$ADDR
@@ -1179,9 +1196,11 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
     if (listener < 0) {
       // A host name may resolve to another address on rank 0 than on the others (Debian's /etc/hosts gives the host's
       // own name 127.0.1.1): rank 0 then listens on every address, as torchrun's store does. A numeric address is
-      // the one the user chose, and is used as given.
+      // the one the user chose, and is used as given. So is a loopback name's first address (localhost: 127.0.0.1
+      // or ::1, the same on every rank, since all are on this machine; members try each address in turn): the
+      // job stays unreachable from other hosts, as the name says.
       Address bindTo = roots.front();
-      const bool any = !isNumericAddress(info.rootHost);
+      const bool any = !isNumericAddress(info.rootHost) && !loopbackByName(info.rootHost);
       if (any) {
         bindTo = Address{};
         auto* v6 = reinterpret_cast<sockaddr_in6*>(&bindTo.address);
@@ -1210,10 +1229,15 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
         int err = errno;
         close(listener);
         fail("rank 0 cannot listen on " + listening + ": " + std::strerror(err) +
-                 (err == EADDRINUSE ? " (another job, or another program, holds that port; a unique id made by "
-                                      "nnsGetUniqueId in another process holds it for that process: rank 0 must "
-                                      "be created where the id was made)"
-                                    : "") +
+                 (err != EADDRINUSE ? ""
+                  : launcherListenerLost >= 0
+                      ? " (nccl-net-run holds it for this rank, and its listener, descriptor " +
+                            std::to_string(launcherListenerLost) +
+                            " (NNS_ROOT_LISTEN_FD), did not reach this process: a program between the launcher and "
+                            "this rank closed the descriptors it inherited, as Python's subprocess does unless given "
+                            "pass_fds or close_fds=False)"
+                      : " (another job, or another program, holds that port; a unique id made by nnsGetUniqueId in "
+                        "another process holds it for that process: rank 0 must be created where the id was made)") +
                  (info.rootPortNote.empty() ? "" : "; the port is " + info.rootPortNote),
              Result::kSystemError);
       }
@@ -1285,7 +1309,7 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
       }
       noteTurnedAway("rank " + std::to_string(peer) + " of " + std::to_string(join.size) + ": " + why,
                      "a connection claiming ");
-      if (reply == kRefused) refusedForSettings = true;
+      if (reply == kRefused && join.job == mine.job) refusedForSettings = true;  // this job's rank, not a stranger
       try {
         const auto soon = std::min(deadline, Clock::now() + std::chrono::milliseconds(500));
         sendAll(fd, &reply, sizeof(reply), soon);
@@ -1468,6 +1492,13 @@ void Bootstrap::rendezvous(const LaunchInfo& info) {
       } else {
         close(fd);
         lastProblem = std::strerror(err);
+        if (err == ECONNREFUSED)
+          lastProblem +=
+              " (nothing listens there: rank 0 has not started, or listens at another address or port; or "
+              "it has all " +
+              std::to_string(size_) +
+              " ranks already and stopped listening: this rank number given twice, or a process left "
+              "from an earlier job that took its place)";
       }
       if (Clock::now() >= deadline)
         fail("rank " + std::to_string(rank_) + " could not reach rank 0 at " + rootText + " within " +
