@@ -215,6 +215,15 @@ if ! [[ "$header" =~ ^"# rank 0's net device 0 (lo, "[0-9]+" Mbps); NCCL_SOCKET_
   failures=$((failures + 1))
 fi
 
+# Another plugin than the socket plugin: NCCL_SOCKET_IFNAME, which nccl-net-run sets, picks none of its devices and
+# is not in the header (the minimal plugin has no selecting variable).
+header=$(timeout 60 "$bin/nccl-net-run" -n 2 --timeout 50 "$bin/nccl-net-bench" allreduce -p minimal -b 8 -e 8 -n 1 \
+           -w 0 | grep "^# rank 0's net")
+if ! [[ "$header" =~ ^"# rank 0's net device 0 (shm0, "[0-9]+" Mbps)"$ ]]; then
+  echo "FAILED: the minimal plugin's net device header line: '$header'"
+  failures=$((failures + 1))
+fi
+
 # nccl-net-run's long options take --name=VALUE too (it was "not an option"); a flag without a value refuses one.
 rows=$(timeout 60 "$bin/nccl-net-run" --ranks=2 --timeout=30 "$bin/nccl-net-bench" allreduce -p minimal -b 8 -e 8 \
          -n 1 -w 0 | grep -cE '^ +8 ')

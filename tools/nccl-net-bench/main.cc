@@ -492,12 +492,17 @@ int runTool(int argc, char** argv) {
           collective.c_str(), comm.net().name(), comm.net().version(), comm.net().path().c_str(), n, n == 1 ? "" : "s",
           comm.channels(), comm.options().slots, comm.options().slotBytes,
           registerBuffers ? ", buffers registered (zero-copy)" : "");
-      // The devices the connections use, as the plugin names them: with nccl-net-run the socket plugin is on
-      // loopback (it sets NCCL_SOCKET_IFNAME=lo unless set), which a reader comparing figures must know.
-      const char* ifname = std::getenv("NCCL_SOCKET_IFNAME");
-      std::printf("# rank 0's net %s%s%s\n", comm.devicesDescription().c_str(),
-                  ifname != nullptr ? "; NCCL_SOCKET_IFNAME=" : "",
-                  ifname != nullptr ? core::printable(ifname).c_str() : "");
+      // The devices the connections use, as the plugin names them, and the variable that picked them where the
+      // plugin is one of this project's: with nccl-net-run the socket plugin is on loopback (it sets
+      // NCCL_SOCKET_IFNAME=lo unless set), which a reader comparing figures must know; UCX and verbs ignore that one.
+      const std::string plugin = comm.net().name();
+      const char* selector = plugin == "nns-socket" ? "NCCL_SOCKET_IFNAME"
+                             : plugin == "nns-ucx"  ? "UCX_NET_DEVICES"
+                             : plugin == "nns-ib"   ? "NCCL_IB_HCA"
+                                                    : nullptr;
+      const char* selected = selector != nullptr ? std::getenv(selector) : nullptr;
+      std::printf("# rank 0's net %s%s\n", comm.devicesDescription().c_str(),
+                  selected != nullptr ? ("; " + std::string(selector) + "=" + core::printable(selected)).c_str() : "");
       const std::string where =
           deviceBuffers ? "GPU memory (rank 0 on CUDA device " + std::to_string(gpu) + ")" : std::string("host memory");
       // Host-memory reductions run one ISA variant of the kernels, picked by CPUID (NNS_HOST_ISA caps it).
