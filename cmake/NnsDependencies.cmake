@@ -21,7 +21,11 @@ if(NNS_WITH_CUDA)
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
 else()
-  message(STATUS "nccl-net-sdk: NNS_WITH_CUDA OFF: no CUDA compiler found")
+  if(CMAKE_CUDA_COMPILER)
+    message(STATUS "nccl-net-sdk: NNS_WITH_CUDA OFF: CUDA disabled (${CMAKE_CUDA_COMPILER} found, not used)")
+  else()
+    message(STATUS "nccl-net-sdk: NNS_WITH_CUDA OFF: no CUDA compiler found")
+  endif()
 endif()
 
 # libibverbs: the IB/RoCE plugin (opened at run time, headers needed at build time).
