@@ -1562,3 +1562,39 @@ TEST(RootAddress, ARootNamedLocalhostListensOnLoopbackOnly) {
   // 127.0.0.1, or ::1 where localhost resolves to it first.
   EXPECT_TRUE(address == "0100007F" || address == "00000000000000000000000001000000") << "listening on " << address;
 }
+
+// A root that takes the join (answers kJoined) and then says nothing: the rank gives up after its timeouts, saying
+// which wait it was (its part sent, the result never came), not only "timed out receiving (rank 0)".
+TEST(BootstrapErrorCodes, ARootThatJoinsARankAndFallsSilentIsNamedByTheWait) {
+  const std::pair<int, int> listener = listenerOnAFreePort(4);
+  const int server = listener.first, port = listener.second;
+  ASSERT_GE(server, 0) << std::strerror(errno);
+  // Reads the 24-byte join, answers 0 (joined), then drains the connection until the rank closes it (3 s at most).
+  std::thread silent([server] {
+    pollfd ready{server, POLLIN, 0};
+    if (poll(&ready, 1, 2000) != 1) return;
+    const int fd = accept(server, nullptr, nullptr);
+    if (fd < 0) return;
+    char join[24];
+    size_t got = 0;
+    pollfd peer{fd, POLLIN, 0};
+    while (got < sizeof(join) && poll(&peer, 1, 2000) == 1) {
+      const ssize_t n = recv(fd, join + got, sizeof(join) - got, 0);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    const uint32_t joined = 0;
+    (void)send(fd, &joined, sizeof(joined), MSG_NOSIGNAL);
+    char sink[256];
+    while (poll(&peer, 1, 3000) == 1 && recv(fd, sink, sizeof(sink), 0) > 0) {
+    }
+    close(fd);
+  });
+  auto got = outcomes({{1, 2, "127.0.0.1", port, "test"}}, kShort);
+  silent.join();
+  close(server);
+  EXPECT_NE(got[0].error.find("(rank 0, waiting for the all-gather's result: this rank's part was sent)"),
+            std::string::npos)
+      << got[0].error;
+  EXPECT_EQ(got[0].result, BootstrapError::kRemoteError) << got[0].error;
+}

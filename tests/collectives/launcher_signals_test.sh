@@ -284,5 +284,12 @@ status=$?
 $run -n 2 "" 2>"$dir/empty.err"
 [ $? -eq 2 ] && grep -q "the command is empty" "$dir/empty.err" || fail "empty: $(cat "$dir/empty.err")"
 
+# A keeper that cannot run (stopped) does not hold the launcher's exit: it is waited for 2 s, then killed, named.
+start=$(date +%s)
+timeout 30 $run -n 1 sh -c 'kill -STOP $(pgrep -P $PPID -x nccl-net-keeper)' 2>"$dir/keeper.err"
+status=$?
+[ $status -eq 0 ] && [ $(($(date +%s) - start)) -lt 15 ] && grep -q "the keeper (pid [0-9]*) did not end within 2 s" "$dir/keeper.err" ||
+  fail "stopped keeper: status $status after $(($(date +%s) - start)) s: $(cat "$dir/keeper.err")"
+
 [ "$failures" -eq 0 ] && echo "PASS: nccl-net-run stops every rank on SIGTERM, SIGINT, SIGHUP, SIGQUIT, a failure and --timeout, passes SIGUSR1 on and stops the ranks with Ctrl-Z"
 exit $((failures > 0))

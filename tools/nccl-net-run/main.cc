@@ -109,6 +109,16 @@ class Keeper {
     if (fd_ < 0) return;
     if (std::uncaught_exceptions() == uncaught_) tell(0);
     close(fd_);
+    // Bounded: a keeper that cannot run (stopped by SIGSTOP, or starved) must not hold the launcher's exit. It has
+    // nothing left to do once told 0; when not told, its kills are done within this wait or never.
+    for (int i = 0; i < 200; ++i) {
+      const pid_t reaped = waitpid(pid_, nullptr, WNOHANG);
+      if (reaped == pid_ || (reaped < 0 && errno != EINTR)) return;
+      usleep(10000);
+    }
+    std::fprintf(stderr, "nccl-net-run: the keeper (pid %d) did not end within 2 s (stopped?); killing it\n",
+                 static_cast<int>(pid_));
+    kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
   }
   void keep(pid_t group) { tell(static_cast<int32_t>(group)); }

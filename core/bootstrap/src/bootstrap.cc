@@ -1836,7 +1836,11 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
         recv(rootSocket_, &marker, sizeof(marker), MSG_PEEK | MSG_DONTWAIT) == static_cast<ssize_t>(sizeof(marker)) &&
         marker == kFailureMarker)
       recvMessage(rootSocket_, Clock::now() + kRootGrace, std::chrono::microseconds(0));  // throws its reason
-    fail(what + " (rank 0)", e.result());
+    // Which wait it was: a rank 0 that took the join and then says nothing (another program answering the join's
+    // bytes, a rank 0 stuck) ended as "timed out receiving (rank 0)", about twice the timeout after the call began.
+    fail(what + (sent ? " (rank 0, waiting for the all-gather's result: this rank's part was sent)"
+                      : " (rank 0, sending this rank's part of the all-gather)"),
+         e.result());
   }
   size_t offset = 0;
   for (int r = 0; r < size_; ++r) {
