@@ -63,6 +63,13 @@ class SysfsTree {
     device(busId, "max_link_speed", speed);
     device(busId, "max_link_width", width);
   }
+  // A device where the kernel puts it, under sys/devices/<parents> (e.g. "pci0000:c0/0000:c0:01.0"), with the
+  // bus/pci/devices entry a link to it: its "..", which NCCL reads the upstream port's link from, is its parent.
+  void placed(const std::string& busId, const std::string& parents) const {
+    fs::create_directories(root_ / "sys/devices" / parents / busId);
+    fs::create_directory_symlink(fs::path("../../../devices") / parents / busId, root_ / "sys/bus/pci/devices" / busId);
+  }
+  void file(const std::string& relative, const std::string& text) const { writeFile(root_ / relative, text); }
   std::string root() const { return root_.string(); }
 
  private:
@@ -179,7 +186,8 @@ TEST(TopologyDiscovery, APcieSwitchIsOneNodeAsInNccl) {
   const HwlocXml hwlocXml(NNS_TOPOLOGY_DATA_DIR "/../hwloc/pcie-switch.xml");
   // Each node's link is the slower speed and the narrower width of its own and the port right above it, as NCCL
   // reads sysfs's max_link_speed and max_link_width: the switch's own port against its root port, each device's
-  // against its downstream port; "Unknown" and a missing file lose.
+  // against its downstream port. A speed that does not read ("Unknown", a missing file) loses; a width that does not
+  // read is 0 and wins (NCCL's std::min of two strtol's), which NCCL's loader then takes as x16.
   const SysfsTree tree("switch");
   tree.link("0000:00:01.0", "16.0 GT/s PCIe", "16");  // root port above the switch
   tree.link("0000:01:00.0", "32.0 GT/s PCIe", "8");   // the switch's upstream port
@@ -198,7 +206,7 @@ TEST(TopologyDiscovery, APcieSwitchIsOneNodeAsInNccl) {
   const std::vector<std::array<std::string, 3>> links = {{"0000:01:00.0", "16.0 GT/s PCIe", "8"},
                                                          {"0000:03:00.0", "8.0 GT/s PCIe", "16"},
                                                          {"0000:04:00.0", "32.0 GT/s PCIe", "4"},
-                                                         {"0000:05:00.0", "16.0 GT/s PCIe", "16"}};
+                                                         {"0000:05:00.0", "16.0 GT/s PCIe", "0"}};
   for (const auto& [busId, speed, width] : links) {
     const XmlElement* pci = findPci(doc.root, busId);
     ASSERT_NE(pci, nullptr) << busId << "\n" << xml;
@@ -319,20 +327,29 @@ TEST(TopologyDiscovery, TwoSocketsEachDeviceUnderItsNumaNode) {
 
 // A NIC on a PCI device hwloc does not list (hidden from it, or hot-plugged after it read) goes right under the CPU of
 // its sysfs numa_node, with the class and link sysfs gives; a numa_node of -1 (no affinity) or of no node here puts
-// it on the first node. Each is said in a note.
+// it on the first node. Each is said in a note. Its link is, as NCCL writes it, the slower speed and the narrower width
+// of its own and its sysfs parent's (the root port above it): c0:01.0 is x4 Gen3, c0:02.0 has no link files (the
+// width reads 0 and wins, the speed loses), c0:03.0 is x16 Gen4.
 TEST(TopologyDiscovery, ADeviceHwlocDoesNotSeeIsPlacedBySysfs) {
   const HwlocXml hwlocXml(NNS_TOPOLOGY_DATA_DIR "/../hwloc/two-sockets.xml");
   const SysfsTree tree("unseen");
   const std::vector<std::array<std::string, 2>> devices = {
       {"0000:c1:00.0", "3"}, {"0000:c2:00.0", "-1"}, {"0000:c3:00.0", "7"}};
+  tree.file("sys/devices/pci0000:c0/0000:c0:01.0/max_link_speed", "8.0 GT/s PCIe");
+  tree.file("sys/devices/pci0000:c0/0000:c0:01.0/max_link_width", "4");
+  fs::create_directories(fs::path(tree.root()) / "sys/devices/pci0000:c0/0000:c0:02.0");
+  tree.file("sys/devices/pci0000:c0/0000:c0:03.0/max_link_speed", "16.0 GT/s PCIe");
+  tree.file("sys/devices/pci0000:c0/0000:c0:03.0/max_link_width", "16");
   std::vector<NicInfo> nics;
   for (const auto& [busId, numaNode] : devices) {
+    const std::string rootPort = "pci0000:c0/0000:c0:0" + busId.substr(6, 1) + ".0";
+    tree.placed(busId, rootPort);
     tree.device(busId, "numa_node", numaNode);
     tree.device(busId, "class", "0x020000");
     tree.link(busId, "16.0 GT/s PCIe", "8");
     NicInfo nic;
     nic.name = "eth-" + busId.substr(5, 2);
-    nic.pciPath = "/sys/devices/pci0000:c0/0000:c0:01.0/" + busId;
+    nic.pciPath = "/sys/devices/" + rootPort + "/" + busId;
     nic.speedMbps = 100000;
     nics.push_back(nic);
   }
@@ -340,9 +357,10 @@ TEST(TopologyDiscovery, ADeviceHwlocDoesNotSeeIsPlacedBySysfs) {
   XmlDocument doc = discoverTopology(nics, &report, tree.root());
   const std::string xml = writeXml(doc.root);
   ASSERT_EQ(doc.root.children.size(), 2u) << xml;
-  const std::vector<std::array<std::string, 2>> placed = {
-      {"0000:c1:00.0", "3"}, {"0000:c2:00.0", "1"}, {"0000:c3:00.0", "1"}};
-  for (const auto& [busId, numaid] : placed) {
+  const std::vector<std::array<std::string, 4>> placed = {{"0000:c1:00.0", "3", "8.0 GT/s PCIe", "4"},
+                                                          {"0000:c2:00.0", "1", "16.0 GT/s PCIe", "0"},
+                                                          {"0000:c3:00.0", "1", "16.0 GT/s PCIe", "8"}};
+  for (const auto& [busId, numaid, speed, width] : placed) {
     const XmlElement& cpu = doc.root.children[numaid == "1" ? 0 : 1];
     ASSERT_EQ(attr(cpu, "numaid"), numaid) << xml;
     const XmlElement* pci = nullptr;
@@ -350,8 +368,8 @@ TEST(TopologyDiscovery, ADeviceHwlocDoesNotSeeIsPlacedBySysfs) {
       if (c.name == "pci" && attr(c, "busid") == busId) pci = &c;
     ASSERT_NE(pci, nullptr) << busId << " not right under numa " << numaid << "\n" << xml;
     EXPECT_EQ(attr(*pci, "class"), "0x020000") << busId;
-    EXPECT_EQ(attr(*pci, "link_speed"), "16.0 GT/s PCIe") << busId;
-    EXPECT_EQ(attr(*pci, "link_width"), "8") << busId;
+    EXPECT_EQ(attr(*pci, "link_speed"), speed) << busId;
+    EXPECT_EQ(attr(*pci, "link_width"), width) << busId;
     ASSERT_NE(pci->child("nic"), nullptr) << xml;
     EXPECT_EQ(attr(*pci->child("nic")->child("net"), "name"), "eth-" + busId.substr(5, 2));
     EXPECT_NE(std::find(report.notes.begin(), report.notes.end(),

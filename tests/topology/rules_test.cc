@@ -26,8 +26,11 @@ std::string gpu(int rank, int sm = 90, const std::string& inner = "") {
          "\" gdr=\"1\">" + inner + "</gpu>";
 }
 std::string net(int dev, const std::string& name = "", int speed = 400000) {
-  return "<nic><net name=\"" + (name.empty() ? "n" + std::to_string(dev) : name) + "\" dev=\"" + std::to_string(dev) +
-         "\" speed=\"" + std::to_string(speed) + "\" gdr=\"1\"/></nic>";
+  // Built by appending: GCC 12's -Wrestrict took the one long concatenation for an overlapping copy at -O3.
+  std::string text = "<nic><net name=\"";
+  text += name.empty() ? "n" + std::to_string(dev) : name;
+  text += "\" dev=\"" + std::to_string(dev) + "\" speed=\"" + std::to_string(speed) + "\" gdr=\"1\"/></nic>";
+  return text;
 }
 std::string nvlink(const std::string& target, int count = 4) {
   return "<nvlink target=\"" + target + "\" count=\"" + std::to_string(count) + "\" tclass=\"0x030200\"/>";
@@ -267,8 +270,88 @@ TEST(TopologyRules, GraceC2cGivesP2cAndGdr) {
   Analysis b = run(body, noC2c);
   EXPECT_EQ(b.gdrWrite[0][0].mode, GdrMode::Disabled);
   EXPECT_NE(b.gdrWrite[0][0].reason.find("level PXB"), std::string::npos) << b.gdrWrite[0][0].reason;
-  // Rule: flush is needed for GDR receives before sm90, or on C2C systems when the NIC is PCI-close.
+  // Rule: flush is needed for GDR receives before sm90, or on C2C systems when the NIC is PCI-close: here the NIC
+  // hangs off the CPU (P2C), so none.
   EXPECT_FALSE(needsFlush(a.system, 0, 0));
+  // The same sm 90 GPU on C2C with the NIC under its own PCIe switch (PIX, <= PXB): NCCL's ncclTopoNeedFlush keeps the
+  // flush on receives (the DataDirect case: control over C2C, data over PCIe).
+  Analysis pix = analyze(readXmlFile(casePath("c2c-gpu-nic-on-one-switch.xml")), AnalysisOptions{});
+  ASSERT_EQ(pathTypeName(gpuToNet(pix, 0, 0).type), "PIX");
+  ASSERT_EQ(pathTypeName(gpuToCpu(pix, 0, 0).type), "C2C");
+  EXPECT_TRUE(needsFlush(pix.system, 0, 0));
+  EXPECT_NE(pix.gdrWrite[0][0].mode, GdrMode::Disabled) << pix.gdrWrite[0][0].reason;
+}
+
+TEST(TopologyRules, NetAttributeZeroMakesNoNetAndGinIsSaid) {
+  // spec a, <net>: `net` (default 1) makes the NET node and `gin` (default 0) a GIN node (GPU-initiated networking),
+  // as NCCL's ncclTopoAddNic reads them. net="0" gives no NET; a GIN node, which this engine does not model, is left
+  // out with a note naming the <net>.
+  auto port = [](int dev, const std::string& attrs) {
+    return "<nic><net name=\"n" + std::to_string(dev) + "\" dev=\"" + std::to_string(dev) +
+           "\" speed=\"400000\" gdr=\"1\" " + attrs + "/></nic>";
+  };
+  std::string body = cpuOpen(0) + "\n" + pci("0000:11:00.0", "0x030200", gpu(0)) + "\n" +
+                     pci("0000:21:00.0", "0x020700", port(0, "")) + "\n" +
+                     pci("0000:22:00.0", "0x020700", port(1, "net=\"0\" gin=\"1\"")) + "\n" +
+                     pci("0000:23:00.0", "0x020700", port(2, "net=\"0\"")) + "\n" +
+                     pci("0000:24:00.0", "0x020700", port(3, "gin=\"1\"")) + "\n" +
+                     pci("0000:25:00.0", "0x020700", port(4, "net=\"1\" gin=\"0\"")) + "</cpu>";
+  System sys = buildSystem(parseXml("<system version=\"1\">" + body + "</system>", "gin.xml"));
+  std::vector<int> nets;
+  for (int n = 0; n < sys.count(NET); ++n) nets.push_back(sys.node(NET, n).net.dev);
+  EXPECT_EQ(nets, ints("0 3 4"));
+  EXPECT_EQ(sys.count(NIC), 5);  // NCCL makes the NIC node before it reads the <net>s
+  ASSERT_EQ(sys.notes.size(), 2u) << ::testing::PrintToString(sys.notes);
+  EXPECT_EQ(sys.notes[0],
+            "gin.xml:4: <net> dev 1 (n1) has gin=\"1\": NCCL makes a GIN node (GPU-initiated networking) for it, "
+            "which this engine does not model: left out (it has net=\"0\": no NET either)");
+  EXPECT_EQ(sys.notes[1],
+            "gin.xml:6: <net> dev 3 (n3) has gin=\"1\": NCCL makes a GIN node (GPU-initiated networking) for it, "
+            "which this engine does not model: left out (its NET is shown)");
+}
+
+TEST(TopologyRules, BranchesWithoutAGpuOrNetAreTrimmed) {
+  // ncclTopoTrimXml: a <cpu>, <pci>, <nic> or <net> with no kept element below it (a <gpu> of a rank, a <net> of a
+  // plugin device, i.e. with a dev) is removed before the system is built. Here: a switch holding only a GPU-class
+  // leaf without <gpu>, a switch whose NIC lists no device, and a second NUMA node whose GPU has no rank.
+  std::string body =
+      cpuOpen(0) +
+      pci("0000:10:00.0", "0x060400",
+          pci("0000:11:00.0", "0x030200", gpu(0)) + pci("0000:12:00.0", "0x060400", pci("0000:13:00.0", "0x030200"))) +
+      pci("0000:20:00.0", "0x060400", pci("0000:21:00.0", "0x020000", "<nic><net name=\"unlisted\"/></nic>")) +
+      pci("0000:30:00.0", "0x020000", net(0, "mlx5_0")) + "</cpu>" + cpuOpen(1) +
+      pci("0000:80:00.0", "0x060400", pci("0000:81:00.0", "0x030200", "<gpu dev=\"1\" sm=\"90\" gdr=\"1\"/>")) +
+      "</cpu>";
+  System sys = buildSystem(parseXml("<system version=\"1\">" + body + "</system>", "trim.xml"));
+  EXPECT_EQ(sys.count(CPU), 1);
+  ASSERT_EQ(sys.count(PCI), 1);
+  EXPECT_EQ(sys.node(PCI, 0).busId, "0000:10:00.0");
+  EXPECT_EQ(sys.count(GPU), 1);
+  ASSERT_EQ(sys.count(NIC), 1);
+  EXPECT_EQ(sys.node(NIC, 0).busId, "0000:30:00.0");
+  // The CPU's links: the switch and the NIC, and no SYS link to the trimmed NUMA node.
+  EXPECT_EQ(sys.node(CPU, 0).links.size(), 2u);
+  // A <pcilink> to a trimmed switch goes with it: the kept switch has its PCI links only.
+  std::string bcm = "vendor=\"0x1000\" device=\"0xc030\" subsystem_vendor=\"0x1000\" subsystem_device=\"0x100b\"";
+  std::string linked =
+      cpuOpen(0) +
+      pci("0000:10:00.0", "0x060400", "<pcilink target=\"0000:20:00.0\"/>" + pci("0000:11:00.0", "0x030200", gpu(0)),
+          "32.0 GT/s PCIe", 16, bcm) +
+      pci("0000:20:00.0", "0x060400", "<pcilink target=\"0000:10:00.0\"/>", "32.0 GT/s PCIe", 16, bcm) + "</cpu>";
+  System withLink = buildSystem(parseXml("<system version=\"1\">" + linked + "</system>", "pcilink.xml"));
+  ASSERT_EQ(withLink.count(PCI), 1);
+  for (const Link& l : withLink.node(PCI, 0).links) EXPECT_EQ(l.type, LINK_PCI);
+  // What is trimmed is still read: a file's mistake there is named (the tool reads a file alone, which NCCL fuses
+  // with its detection), as here a switch with nothing kept below it and no class.
+  try {
+    buildSystem(parseXml("<system version=\"1\">" + cpuOpen(0) + "\n" + pci("0000:11:00.0", "0x030200", gpu(0)) +
+                             "\n<pci busid=\"0000:20:00.0\" link_speed=\"\" link_width=\"0\"/></cpu></system>",
+                         "gap.xml"));
+    ADD_FAILURE() << "a <pci> without class was read";
+  } catch (const TopologyError& e) {
+    EXPECT_NE(std::string(e.what()).find("gap.xml:3: <pci> is missing required attribute class"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(TopologyRules, BroadcomGen5SwitchLevelsAreFlattened) {
@@ -480,6 +563,32 @@ TEST(TopologyRules, ForcedFusionNamesWithoutAPortTakeEveryPort) {
   auto onePort = computeFusionGroups(doc.root, PATH_LOC, "mlx5_0:2,mlx5_2");
   ASSERT_EQ(onePort.size(), 1u);
   EXPECT_EQ(onePort[0].devs, ints("1 2"));
+  // NCCL's parseStringList reads the port with atoi: "02" is port 2 and "0x1" port 0; a <net> without a port
+  // attribute is port 0 (its default), so "mlx5_2:0" names it.
+  EXPECT_EQ(computeFusionGroups(doc.root, PATH_LOC, "mlx5_0:02,mlx5_2")[0].devs, ints("1 2"));
+  EXPECT_EQ(computeFusionGroups(doc.root, PATH_LOC, "mlx5_0:1,mlx5_2:0")[0].devs, ints("0 2"));
+  EXPECT_THROW(computeFusionGroups(doc.root, PATH_LOC, "mlx5_0:0x1,mlx5_2"), TopologyError);  // port 0: none
+}
+
+TEST(TopologyRules, AForcedFusionGroupOfOneDeviceMakesNoVnicAndIsSaid) {
+  // ncclTopoForceMerge hands every group to ncclTopoMakeVnic, which makes no vNIC of one device, and marks the
+  // device placed: the automatic fusion leaves it alone. The tool says so rather than dropping the group silently.
+  XmlDocument doc = parseXml("<system version=\"1\">" + cpuOpen(0) +
+                             pci("0000:10:00.0", "0x060400",
+                                 pci("0000:11:00.0", "0x020700", net(0, "mlx5_0")) +
+                                     pci("0000:11:00.1", "0x020700", net(1, "mlx5_1")) +
+                                     pci("0000:12:00.0", "0x020700", net(2, "mlx5_2"))) +
+                             "</cpu></system>");
+  EXPECT_EQ(computeFusionGroups(doc.root, PATH_PIX)[0].devs, ints("0 1 2"));
+  std::vector<std::string> notes;
+  auto groups = computeFusionGroups(doc.root, PATH_PIX, "mlx5_2", "<memory>", &notes);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].devs, ints("0 1"));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("NCCL_NET_FORCE_MERGE group \"mlx5_2\" is one device (dev 2): NCCL makes no vNIC of one "
+                          "device, and keeps it out of the automatic fusion"),
+            std::string::npos)
+      << notes[0];
 }
 
 TEST(TopologyRules, PreferredNetsAreTakenGpuByGpuOnOneHost) {
@@ -732,8 +841,18 @@ TEST(TopologySettings, ReadsNcclVariablesLikeNccl) {
     EXPECT_EQ(TopoSettings::fromEnvironment().p2pLevel, PATH_LOC);
   }
   {
-    ScopedEnv a("NCCL_P2P_LEVEL", "FAST");
-    EXPECT_THROW(TopoSettings::fromEnvironment(), TopologyError);
+    // Refused, but saying what NCCL does with it: nothing, silently (ncclGetLevel keeps its default).
+    ScopedEnv a("NCCL_P2P_LEVEL", "pix");
+    try {
+      TopoSettings::fromEnvironment();
+      ADD_FAILURE() << "NCCL_P2P_LEVEL=pix was read";
+    } catch (const TopologyError& e) {
+      EXPECT_NE(std::string(e.what()).find("NCCL_P2P_LEVEL=pix: unknown level (LOC NVL"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("NCCL itself silently ignores a value it cannot read and uses its default"),
+                std::string::npos)
+          << e.what();
+    }
   }
   {
     // As NCCL: the merge level by name prefix (case matters), anything else LOC; the policy ignoring case, anything
@@ -804,6 +923,33 @@ TEST(TopologySettings, ReadsIntegersAsNcclsStrtolWithBase0) {
     EXPECT_EQ(s.p2pLevel, PATH_SYS);
     EXPECT_EQ(s.netGdrLevel, PATH_SYS);  // 8, clamped to the last old level
     EXPECT_EQ(s.notes.size(), 1u);
+  }
+  {
+    // ncclGetLevel keeps strtol's long in an int: 4294967296 is 0 there (LOC), said in a note.
+    ScopedEnv a("NCCL_P2P_LEVEL", "4294967296");
+    ScopedEnv b("NCCL_NET_GDR_LEVEL", "4294967300");  // 4 in an int: SYS
+    TopoSettings s = TopoSettings::fromEnvironment();
+    EXPECT_EQ(s.p2pLevel, PATH_LOC);
+    EXPECT_EQ(s.netGdrLevel, PATH_SYS);
+    ASSERT_EQ(s.notes.size(), 2u);
+    EXPECT_NE(s.notes[0].find("NCCL_P2P_LEVEL=4294967296: NCCL reads the integer it starts with, 4294967296, into an "
+                              "int, where it is 0 (LOC)"),
+              std::string::npos)
+        << s.notes[0];
+  }
+  // One that is negative in an int (2^31, 2^32 - 1, strtol's LONG_MAX for a longer number) would index NCCL's table
+  // of old levels out of range: refused, saying so.
+  for (const char* negative : {"2147483648", "4294967295", "99999999999999999999"}) {
+    ScopedEnv a("NCCL_NET_GDR_LEVEL", negative);
+    try {
+      TopoSettings::fromEnvironment();
+      ADD_FAILURE() << negative << ": expected an error";
+    } catch (const TopologyError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("NCCL_NET_GDR_LEVEL=") + negative + ": NCCL reads"),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+    }
   }
   {
     ScopedEnv a("NCCL_CROSS_NIC", "1x");

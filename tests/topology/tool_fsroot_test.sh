@@ -56,13 +56,14 @@ sed -i 's/^model name.*/model name\t: Gathered CPU 9999/' "$tree/proc/cpuinfo"
 nic="$tree/sys/bus/pci/devices/0000:00:03.0"
 echo 0x10ff >"$nic/device"  # hwloc's PCI ids from the copy
 echo "16.0 GT/s PCIe" >"$nic/max_link_speed"  # the link from the copy (a virtio device has none)
-echo 8 >"$nic/max_link_width"
+echo 8 >"$nic/max_link_width"  # but the NIC sits right on pci0000:00, which has no max_link_width: NCCL reads
+# the upstream port's width as 0 and writes the minimum, link_width="0" (which its loader takes as x16)
 run "$topo" --ignore-env --fsroot "$tree" --no-paths --no-search --dump-xml changed.xml
 [ "$status" = 0 ] || fail "--fsroot on the changed copy: exit status $status"
 grep -qF "Discovered $tree (hwloc + sysfs): 1 NUMA node(s), 2 core(s), 2 hardware thread(s), AuthenticAMD Gathered CPU 9999" <<<"$out" ||
   fail "--fsroot: the discovered line does not follow the copy's cpuinfo"
 grep -qE "dev 0 +gathered0 .* pci 0000:00:03.0" <<<"$out" || fail "--fsroot: the renamed interface is not listed"
-grep -qF 'vendor="0x1af4" device="0x10ff" subsystem_vendor="0x1af4" subsystem_device="0x1041" link_speed="16.0 GT/s PCIe" link_width="8"' \
+grep -qF 'vendor="0x1af4" device="0x10ff" subsystem_vendor="0x1af4" subsystem_device="0x1041" link_speed="16.0 GT/s PCIe" link_width="0"' \
   changed.xml || fail "--fsroot: the PCI device's ids or link do not follow the copy: $(grep '<pci' changed.xml)"
 
 # Refusals: a directory that is no Linux tree (exit status 1, the missing part named); --fsroot beside another

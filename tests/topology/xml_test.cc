@@ -107,10 +107,12 @@ TEST(TopologyXml, ControlCharactersAreWrittenAsReferences) {
 }
 
 TEST(TopologyXml, CommentsAndUnknownElementsAreTolerated) {
-  // NCCL skips comments and ignores elements it has no handler for.
+  // NCCL skips comments and ignores elements it has no handler for. (The <cpu> holds a NIC: one with nothing NCCL
+  // keeps below it would be trimmed.)
   const char* text =
       "<!-- a machine -->\n<system version=\"1\" name=\"box\">\n  <extra what=\"ignored\"/>\n"
-      "  <cpu numaid=\"0\" arch=\"arm64\">\n    <!-- nothing -->\n    <unknown/>\n  </cpu>\n</system>\n";
+      "  <cpu numaid=\"0\" arch=\"arm64\">\n    <!-- nothing -->\n    <unknown/>\n"
+      "    <nic><net name=\"eth0\" dev=\"0\"/></nic>\n  </cpu>\n</system>\n";
   System s = buildSystem(parseXml(text, "t.xml"));
   EXPECT_EQ(s.name, "box");
   EXPECT_EQ(s.count(CPU), 1);

@@ -314,6 +314,16 @@ void noteDuplicateGraphIds(const nns::topo::XmlDocument& graphs, const std::vect
   }
 }
 
+// The <pci> elements anywhere below e whose class begins with `prefix` ("0x03": GPU-class, "0x02": NIC-class), as
+// NCCL's class table reads them.
+int countPciOfClass(const nns::topo::XmlElement& e, const char* prefix) {
+  int n = 0;
+  if (e.name == "pci")
+    if (const std::string* cls = e.attr("class"); cls != nullptr && cls->rfind(prefix, 0) == 0) ++n;
+  for (const auto& c : e.children) n += countPciOfClass(c, prefix);
+  return n;
+}
+
 // --fsroot given hwloc-gather-topology's tarball itself (as lstopo -i takes one): unpacked by tar into a directory
 // of its own, removed when the tool ends; the tree is the one directory in it that holds sys/.
 class UnpackedTree {
@@ -525,6 +535,15 @@ int runTool(int argc, char** argv) {
         if (topoFileVariable.empty()) throw;
         throw TopologyError(std::string(e.what()) + " (the path is NCCL_TOPO_FILE's; --ignore-env ignores it)");
       }
+      // A graph file (NCCL_GRAPH_FILE) given for the topology: said with the option it belongs to (the model's error
+      // only said what it is not).
+      if (doc.root.name == "graphs")
+        throw TopologyError(
+            topoFile + ": root element <graphs>: this is a graph file (NCCL_GRAPH_FILE), not a topology " +
+            "file; give it as --graph-file" +
+            (topoFileVariable.empty() ? ", with the machine's topology file as --topo-file"
+                                      : " or NCCL_GRAPH_FILE, with the machine's topology file as NCCL_TOPO_FILE or "
+                                        "--topo-file (the path is NCCL_TOPO_FILE's; --ignore-env ignores it)"));
       // NCCL reads NCCL_TOPO_FILE into room for 256 elements and fails the file past them: no analysis here either.
       nns::topo::requireNcclNodeLimit(doc, nns::topo::kNcclMaxTopologyNodes, "NCCL_TOPO_XML_MAX_NODES", "topology");
     } else if (!plugin.empty()) {
@@ -565,17 +584,31 @@ int runTool(int argc, char** argv) {
           if (app.get_option(name)->count() > 0) return true;
         return false;
       };
+      // Why: no device of that class at all (a machine or file without GPUs), or every one complete already; only a
+      // file can be edited (discovery and --synthetic have none).
+      const auto why = [&](const char* prefix, const char* device, const char* element, const char* edit) {
+        if (countPciOfClass(doc.root, prefix) == 0)
+          return std::string("no ") + device + "-class PCI device found" +
+                 (!topoFile.empty() ? " in " + topoFile
+                  : discovered && std::string(device) == "GPU"
+                      ? " (discovery takes NVIDIA's display and 3D controllers, class 0x03, for GPUs)"
+                      : "");
+        return std::string("every ") + device + "-class PCI device here has its " + element +
+               " already (they complete partial files" + (topoFile.empty() ? ")" : std::string("; ") + edit + ")");
+      };
       if (addedGpus == 0 && given({"--gpu-sm", "--gpu-nvlinks", "--gpu-gdr"}))
-        std::fprintf(stderr, "nccl-net-topo: note: the --gpu-* options changed nothing: %s\n",
-                     fill.gpuSm == 0 ? "--gpu-nvlinks and --gpu-gdr describe the GPUs --gpu-sm adds"
-                                     : "every GPU-class PCI device here has its <gpu> already (they complete partial "
-                                       "files; edit the file to change a GPU)");
+        std::fprintf(
+            stderr, "nccl-net-topo: note: the --gpu-* options changed nothing: %s\n",
+            nns::topo::terminalSafe(fill.gpuSm == 0 ? "--gpu-nvlinks and --gpu-gdr describe the GPUs --gpu-sm adds"
+                                                    : why("0x03", "GPU", "<gpu>", "edit the file to change a GPU"))
+                .c_str());
       if (addedNets == 0 && given({"--nic-speed", "--nic-port", "--nic-maxconn", "--nic-gdr"}))
-        std::fprintf(stderr, "nccl-net-topo: note: the --nic-* options changed nothing: %s\n",
-                     fill.nicSpeedMbps == 0
-                         ? "--nic-port, --nic-maxconn and --nic-gdr describe the NETs --nic-speed adds"
-                         : "every NIC-class PCI device here has its <nic><net> already (they "
-                           "complete partial files; edit the file to change a NIC)");
+        std::fprintf(
+            stderr, "nccl-net-topo: note: the --nic-* options changed nothing: %s\n",
+            nns::topo::terminalSafe(fill.nicSpeedMbps == 0
+                                        ? "--nic-port, --nic-maxconn and --nic-gdr describe the NETs --nic-speed adds"
+                                        : why("0x02", "NIC", "<nic><net>", "edit the file to change a NIC"))
+                .c_str());
       // NCCL learns a GPU's NVLinks from NVML, which a file cannot stand in for: GPUs added without --gpu-nvlinks
       // have none, and every GPU pair then goes through the CPU (SYS/PHB, no P2P, one slow ring), which reads like an
       // answer. Said, since an NVLink machine's file needs the links said too.
@@ -617,6 +650,9 @@ int runTool(int argc, char** argv) {
       loadedGraphs = nns::topo::loadGraphXml(graphDoc, &a.system, opts.settings.crossNic);
       noteDuplicateGraphIds(graphDoc, loadedGraphs);
     }
+    // What the topology asks of NCCL that the engine leaves out (GIN devices).
+    for (const std::string& note : a.system.notes)
+      std::fprintf(stderr, "nccl-net-topo: note: %s\n", nns::topo::terminalSafe(note).c_str());
     int rank = opts.rank >= 0 ? opts.rank : (a.gpuRanks.empty() ? 0 : a.gpuRanks[0]);
     // The graphs NCCL would dump are those of the job the trim decided: the single-node search when every rank is
     // local, the one with the network otherwise (not simply the last search made).
@@ -664,7 +700,7 @@ int runTool(int argc, char** argv) {
           << " (no --topo-file given; --ignore-env ignores it)\n";
     out << nns::topo::formatSummary(a);
     if (showPaths) out << "\n" << nns::topo::formatPathMatrix(a);
-    if (!a.searches.empty()) out << "\n" << nns::topo::formatSearches(a, rank);
+    if (!a.searches.empty()) out << "\n" << nns::topo::formatSearches(a, rank, app.get_option("--rank")->count() > 0);
     if (!graphFile.empty()) {
       out << "\nGraphs from " << (graphFileVariable.empty() ? "" : "NCCL_GRAPH_FILE=") << graphFile
           << (graphFileVariable.empty() ? ":\n"

@@ -79,7 +79,7 @@ Analysis analyze(XmlDocument doc, const AnalysisOptions& options) {
     if (a.trim.inter && sys.count(NET) == 0)
       a.trim.reason += "; but the topology has no NET: no network decisions or search";
   }
-  a.fusion = computeFusionGroups(a.xml, st.netMergeLevel, options.forceMerge, a.sourceName);
+  a.fusion = computeFusionGroups(a.xml, st.netMergeLevel, options.forceMerge, a.sourceName, &a.fusionNotes);
   a.fusingPlugin = options.fusingPlugin;
   a.pluginMakesVNics = options.pluginMakesVNics;
   int ng = sys.count(GPU), nn = sys.count(NET);
@@ -352,6 +352,7 @@ std::string formatSummary(const Analysis& a) {
     for (std::size_t i = 0; i < f.devs.size(); ++i) o << (i ? "," : "") << f.devs[i];
     o << "}: " << f.reason << "\n";
   }
+  for (const auto& note : a.fusionNotes) o << "  note: " << note << "\n";
   if (!a.fusion.empty() && !a.fusingPlugin.empty() && !a.pluginMakesVNics)
     o << "  note: " << a.fusingPlugin
       << ", whose devices these are, cannot make virtual NICs (no makeVDevice):\n"
@@ -416,7 +417,7 @@ std::string formatPathMatrix(const Analysis& a) {
   return o.str();
 }
 
-std::string formatSearches(const Analysis& a, int rank) {
+std::string formatSearches(const Analysis& a, int rank, bool rankGiven) {
   const System& sys = a.system;
   std::ostringstream o;
   for (const auto& r : a.searches) {
@@ -451,6 +452,10 @@ std::string formatSearches(const Analysis& a, int rank) {
       }
       o << "\n";
     }
+    // NCCL prints these per rank: whose they are is said (they read as the whole job's otherwise).
+    o << "  Ring/Trees lines for rank " << rank
+      << (rankGiven ? fmt(" (--rank %d):\n", rank)
+                    : " (the first GPU in NCCL's order; --rank R shows another rank's):\n");
     for (const auto& line : ringLogLines(sys, r.ring, rank)) o << "    " << line << "\n";
     o << "    " << treeLogLine(sys, r.tree, rank) << "\n";
     if (r.inter)

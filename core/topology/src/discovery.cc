@@ -98,8 +98,27 @@ std::string busIdText(const hwloc_obj_t obj) {
   return buf;
 }
 
+// A max_link_width as NCCL reads it (strtol base 0): 0 when the file is missing or does not start with a number.
+int linkWidth(const fs::path& file) {
+  return static_cast<int>(std::strtol(readLine(file).c_str(), nullptr, 0));
+}
+
+// The link NCCL writes for a PCI device: the slower speed and the narrower width of the device's own max_link_* and
+// those of the port above it (its sysfs "../max_link_*"). A speed that does not read loses (linkSpeedGts); a width
+// that does not read is 0 and wins, as NCCL takes std::min of the two strtol's: so a device with no port above it
+// (right on a root bus, pci0000:00, as in most VMs) or under a port without the file gets link_width="0", which
+// NCCL's loader then takes as x16. `up` empty: no such port.
+void setMinLink(XmlElement& pci, const fs::path& dev, const std::optional<fs::path>& up) {
+  std::string speed = readLine(dev / "max_link_speed");
+  const int width = linkWidth(dev / "max_link_width");
+  const int upWidth = up ? linkWidth(*up / "max_link_width") : 0;
+  if (up) speed = minPciLinkSpeed(speed, readLine(*up / "max_link_speed"));
+  pci.setAttr("link_speed", speed);
+  pci.setAttr("link_width", std::to_string(std::min(width, upWidth)));
+}
+
 // Fills class/ids/link attributes of a <pci> from hwloc and sysfs; the link is the minimum of the device and its
-// upstream port, as NCCL writes it.
+// upstream port (hwloc's bridge right above it, the one sysfs has as its parent), as NCCL writes it.
 void fillPci(XmlElement& pci, hwloc_obj_t obj, hwloc_obj_t upstream, const std::string& sysfsRoot) {
   const auto& a = obj->attr->pcidev;
   std::string busId = busIdText(obj);
@@ -109,19 +128,9 @@ void fillPci(XmlElement& pci, hwloc_obj_t obj, hwloc_obj_t upstream, const std::
   pci.setAttr("device", hexOf(a.device_id, 4));
   pci.setAttr("subsystem_vendor", hexOf(a.subvendor_id, 4));
   pci.setAttr("subsystem_device", hexOf(a.subdevice_id, 4));
-  fs::path dev = fs::path(sysfsRoot) / "bus/pci/devices" / busId;
-  std::string speed = readLine(dev / "max_link_speed");
-  std::string widthText = readLine(dev / "max_link_width");
-  int width = std::atoi(widthText.c_str());
-  if (upstream) {
-    fs::path up = fs::path(sysfsRoot) / "bus/pci/devices" / busIdText(upstream);
-    std::string upSpeed = readLine(up / "max_link_speed");
-    int upWidth = std::atoi(readLine(up / "max_link_width").c_str());
-    speed = minPciLinkSpeed(speed, upSpeed);
-    if (upWidth > 0 && (width == 0 || upWidth < width)) width = upWidth;
-  }
-  pci.setAttr("link_speed", speed);
-  pci.setAttr("link_width", std::to_string(width));
+  const fs::path devices = fs::path(sysfsRoot) / "bus/pci/devices";
+  setMinLink(pci, devices / busId,
+             upstream ? std::optional<fs::path>(devices / busIdText(upstream)) : std::optional<fs::path>());
 }
 
 // Sets an environment variable (unsets it for nullptr) for a scope, then puts back what was there.
@@ -286,11 +295,11 @@ XmlDocument discoverTopology(const std::vector<NicInfo>& nics, DiscoveryReport* 
       rep.notes.push_back("hwloc does not see PCI device " + busId + ": placed directly under its NUMA node");
       XmlElement& pci = parent->addChild("pci");
       pci.setAttr("busid", busId);
-      pci.setAttr("class", readLine(fs::path(sysfsRoot) / "bus/pci/devices" / busId / "class"));
-      pci.setAttr("link_speed", readLine(fs::path(sysfsRoot) / "bus/pci/devices" / busId / "max_link_speed"));
-      pci.setAttr("link_width",
-                  std::to_string(
-                      std::atoi(readLine(fs::path(sysfsRoot) / "bus/pci/devices" / busId / "max_link_width").c_str())));
+      const fs::path dev = fs::path(sysfsRoot) / "bus/pci/devices" / busId;
+      pci.setAttr("class", readLine(dev / "class"));
+      // The port above it is sysfs's parent of the device, which "<link>/.." reaches (the kernel resolves the link
+      // first), as NCCL's "../max_link_*" does.
+      setMinLink(pci, dev, dev / "..");
       return &pci;
     }
     // The PCI-to-PCI bridges above the device, nearest first (a PCIe switch is an upstream port above its downstream

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <sstream>
 
 #include "nns/topology/model.h"
@@ -91,20 +92,22 @@ int netDistance(const XmlElement& root, const XmlElement& a, const XmlElement& b
 }
 
 std::vector<FusionGroup> computeFusionGroups(const XmlElement& root, int mergeLevel, const std::string& forceMerge,
-                                             const std::string& sourceName) {
+                                             const std::string& sourceName, std::vector<std::string>* notes) {
   std::vector<FusionDevice> devs = listNetDevices(root, sourceName);
   // NCCL walks the physical devices by index, which need not be the order of the <net> elements in the file.
   std::stable_sort(devs.begin(), devs.end(),
                    [](const FusionDevice& a, const FusionDevice& b) { return a.dev < b.dev; });
   std::vector<bool> placed(devs.size(), false);
   std::vector<FusionGroup> groups;
-  // As NCCL's matchIfList with exact names: "name" is every port of that device, "name:port" the one port.
-  auto matches = [](const FusionDevice& d, const std::string& token) {
-    const size_t colon = token.rfind(':');
+  // As NCCL's parseStringList and matchIfList with exact names: "name" is every port of that device, "name:port" the
+  // one port, the name ending at the first ':' and the port read with atoi ("01" is 1, "x" 0). A device's port is its
+  // <net port> read as the builder reads it, 0 when absent (NCCL's default, and what the plugin reports there).
+  auto matches = [&](const FusionDevice& d, const std::string& token) {
+    const size_t colon = token.find(':');
     if (colon == std::string::npos) return token == d.name;
-    const std::string* port = d.net->attr("port");
-    return token.compare(0, colon, d.name) == 0 && colon == d.name.size() && port != nullptr &&
-           *port == token.substr(colon + 1);
+    const int port = static_cast<int>(parseOptionalIntAttr(*d.net, "port", sourceName).value_or(0));
+    return token.compare(0, colon, d.name) == 0 && colon == d.name.size() &&
+           port == std::atoi(token.c_str() + colon + 1);
   };
   if (!forceMerge.empty()) {
     std::stringstream groupsIn(forceMerge);
@@ -115,7 +118,7 @@ std::vector<FusionGroup> computeFusionGroups(const XmlElement& root, int mergeLe
       std::vector<std::string> names;
       int dropped = 0;
       for (std::string name; std::getline(namesIn, name, ',');) {
-        if (name.empty()) continue;
+        if (name.empty() || name[0] == ':') continue;  // NCCL's parser skips one with no name before ':'
         if (names.size() < static_cast<std::size_t>(kMaxDevsPerNic)) {
           names.push_back(name);
         } else {
@@ -143,7 +146,14 @@ std::vector<FusionGroup> computeFusionGroups(const XmlElement& root, int mergeLe
       if (dropped > 0)
         g.reason += " (" + std::to_string(dropped) + " name(s) past the " + std::to_string(kMaxDevsPerNic) +
                     "th ignored, as NCCL's parser keeps " + std::to_string(kMaxDevsPerNic) + ")";
-      if (g.devs.size() > 1) groups.push_back(std::move(g));
+      if (g.devs.size() > 1) {
+        groups.push_back(std::move(g));
+      } else if (notes != nullptr) {
+        // ncclTopoMakeVnic makes no vNIC of one device, and the device stays placed: not merged automatically.
+        notes->push_back("NCCL_NET_FORCE_MERGE group \"" + groupText + "\" is one device (dev " +
+                         std::to_string(g.devs[0]) + "): NCCL makes no vNIC of one device, and keeps it out of the " +
+                         "automatic fusion (it is used as it is)");
+      }
     }
   }
   if (mergeLevel <= PATH_LOC) return groups;

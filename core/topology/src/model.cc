@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <map>
 #include <tuple>
+#include <unordered_set>
 
 namespace nns::topo {
 
@@ -364,9 +365,37 @@ struct Builder {
     for (const auto& sub : xmlNic.children) {
       if (sub.name != "net") continue;
       if (!sub.hasAttr("dev")) continue;  // not a device of this plugin
-      addNet(sub, nicIndex, pciBusId);
+      // As ncclTopoAddNic: `net` (default 1) makes the NET node, `gin` (default 0) a GIN node (GPU-initiated
+      // networking, NCCL 2.28+), each when not 0. A GIN node is not modelled here: said, rather than the device
+      // silently missing (or, before `net` was read, shown as a NET that NCCL does not make).
+      const bool isNet = intAttrOr(sub, "net", 1) != 0;
+      if (isNet) addNet(sub, nicIndex, pciBusId);
+      if (intAttrOr(sub, "gin", 0) != 0) {
+        const std::string* name = sub.attr("name");
+        sys.notes.push_back(at(sub) + " dev " + std::to_string(intAttr(sub, "dev")) +
+                            (name ? " (" + *name + ")" : std::string()) + " has gin=\"" + *sub.attr("gin") +
+                            "\": NCCL makes a GIN node (GPU-initiated networking) for it, which this engine does not " +
+                            "model: left out (" + (isNet ? "its NET is shown" : "it has net=\"0\": no NET either") +
+                            ")");
+      }
     }
   }
+
+  // ncclTopoTrimXml, before the system is built: a <cpu>, <pci>, <nic> or <net> with nothing kept at or below it is
+  // removed. Kept are what NCCL marks keep="1": the GPUs of the communicator (a <gpu> with a rank) and the net plugin's
+  // devices (a <net> with a dev), and an element a file marks so itself (with all below it). So a NUMA node or a
+  // PCI switch with neither, and a NIC no plugin lists, make no node, as in NCCL (they were kept, with their links).
+  std::unordered_set<const XmlElement*> trimmed = {};
+  bool trim(const XmlElement& e) {
+    const std::string* keep = e.attr("keep");
+    if ((keep && *keep == "1") || (e.name == "gpu" && e.hasAttr("rank")) || (e.name == "net" && e.hasAttr("dev")))
+      return true;
+    bool kept = false;
+    for (const auto& c : e.children) kept = trim(c) || kept;
+    if (!kept && (e.name == "pci" || e.name == "cpu" || e.name == "nic" || e.name == "net")) trimmed.insert(&e);
+    return kept;
+  }
+  bool isTrimmed(const XmlElement& e) const { return trimmed.count(&e) != 0; }
 
   void addPci(const XmlElement& xmlPci, int parentType, int parentIndex, int numaId) {
     int type = pciClassToType(requireAttr(xmlPci, "class", source));
@@ -443,12 +472,13 @@ struct Builder {
       // NCCL reads every child of a switch but <pcilink> as a <pci>, and fails the file on one without a class: a
       // <net> or <gpu> here (a hand-edited file without its <pci><nic> or <pci> wrapper) was silently left out.
       for (const auto& sub : xmlPci.children) {
-        if (sub.name == "pci")
-          addPci(sub, PCI, nodeIndex, numaId);
-        else if (sub.name != "pcilink")
+        if (sub.name == "pci") {
+          if (!isTrimmed(sub)) addPci(sub, PCI, nodeIndex, numaId);
+        } else if (sub.name != "pcilink") {
           throw TopologyError(at(sub) + " inside a PCI switch's <pci> is not read by NCCL, which fails the file: a " +
                               "switch holds <pci> (and <pcilink>) only; a NET goes in <pci><nic><net>, a GPU in " +
                               "<pci><gpu>");
+        }
       }
     }
     if (nodeType != -1) {
@@ -497,6 +527,7 @@ struct Builder {
       if (sub.name == "gpu" || sub.name == "net")
         throw TopologyError(at(sub) + " directly under <cpu> is not read by NCCL: a <" + sub.name + "> goes inside " +
                             (sub.name == "gpu" ? "a <pci>" : "a <nic>"));
+      if (isTrimmed(sub)) continue;
       if (sub.name == "pci") addPci(sub, CPU, c, numaId);
       if (sub.name == "nic") {
         // A NIC without a PCI parent (virtual) hangs off the CPU with a local-bandwidth link. Its id's NUMA part is
@@ -612,6 +643,7 @@ struct Builder {
       }
       return;
     }
+    if (isTrimmed(e)) return;  // a switch with nothing kept below it is gone, and so are its <pcilink>s
     const std::string* busId = e.attr("busid");
     for (const auto& c : e.children) addPciLinks(c, busId ? busId : parentBusId);
   }
@@ -687,7 +719,10 @@ struct Builder {
 
 }  // namespace
 
-System buildSystem(const XmlElement& root, const std::string& sourceName) {
+namespace {
+
+// ncclTopoGetSystemFromXml on the whole document, or (trim) on what ncclTopoTrimXml keeps of it.
+System buildFrom(const XmlElement& root, const std::string& sourceName, bool trim) {
   Builder b{System{}, sourceName};
   if (root.name == "graphs")
     throw TopologyError(sourceName + ":" + std::to_string(root.line) +
@@ -700,12 +735,13 @@ System buildSystem(const XmlElement& root, const std::string& sourceName) {
     throw TopologyError(sourceName + ":" + std::to_string(root.line) + ": XML topology has wrong version " +
                         std::to_string(version) + " (expected 1)");
   if (const std::string* name = root.attr("name")) b.sys.name = *name;
+  if (trim) b.trim(root);
   for (const auto& c : root.children) {
     // NCCL reads only <cpu> here; a device placed beside the CPUs would silently vanish from the machine.
     if (c.name == "pci" || c.name == "nic" || c.name == "gpu" || c.name == "net")
       throw TopologyError(sourceName + ":" + std::to_string(c.line) + ": <" + c.name +
                           "> directly under <system> is not read by NCCL: devices go inside a <cpu>");
-    if (c.name == "cpu") b.addCpu(c);
+    if (c.name == "cpu" && !b.isTrimmed(c)) b.addCpu(c);
   }
   b.addNvLinks(root, nullptr);
   b.checkBothWays(b.gpuNvLinks, GPU, LINK_NVL, "GPU");
@@ -716,6 +752,17 @@ System buildSystem(const XmlElement& root, const std::string& sourceName) {
   b.connectCpus();
   for (int c = 0; c < b.sys.count(CPU); ++c) b.sortRec(CPU, c, -1, -1, 0);
   return std::move(b.sys);
+}
+
+}  // namespace
+
+System buildSystem(const XmlElement& root, const std::string& sourceName) {
+  // Every element is read first, trimmed or not: this reads a file alone, where NCCL fuses it with detection, so a
+  // file's mistake is named wherever it is (a skeleton such as AWS's g5 file, whose <cpu>s lack arch and whose <pci>s
+  // lack class, is refused at its first gap rather than trimmed to an empty machine). The system is then built from
+  // what NCCL keeps.
+  buildFrom(root, sourceName, false);
+  return buildFrom(root, sourceName, true);
 }
 
 System buildSystem(const XmlDocument& doc) {

@@ -30,8 +30,10 @@ std::string nameOf(int pathType) {
 
 // A level variable as NCCL's ncclGetLevel reads it: a level name, else, when it starts with a digit, the integer
 // strtol(str, NULL, 0) reads from its start (pre-2.4 numbering; the base is C's: "1x" is 1, PIX, "0x3" is 3, PHB, "09"
-// is 0, LOC), said in `notes` when the text is not that integer plainly written. Anything else NCCL cannot read: an
-// error naming the levels (NCCL would quietly keep its default).
+// is 0, LOC), kept in an int as NCCL keeps it (4294967296 is 0 there), said in `notes` when the text is not that
+// integer plainly written. Anything else NCCL cannot read: an error naming the levels (NCCL ignores such a value
+// without a word and keeps its default), and so is an integer that is negative in an int (2147483648), with which
+// NCCL would read its table of old levels out of range.
 int envLevel(const char* name, int fallback, std::vector<std::string>& notes) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
@@ -39,16 +41,27 @@ int envLevel(const char* name, int fallback, std::vector<std::string>& notes) {
     if (pathTypeName(t) == v) return t;
   if (v[0] >= '0' && v[0] <= '9') {
     static constexpr int kOldLevels[] = {PATH_LOC, PATH_PIX, PATH_PXB, PATH_PHB, PATH_SYS, PATH_SYS};
-    const long old = std::strtol(v, nullptr, 0);
-    const int level = kOldLevels[std::min(old, 5L)];
+    const long read = std::strtol(v, nullptr, 0);
+    // NCCL's `int oldLevel = strtol(...)`: the low 32 bits, two's complement (as C++20 defines the conversion).
+    const int old = static_cast<int>(static_cast<std::uint32_t>(static_cast<unsigned long>(read)));
+    const std::string readText =
+        std::to_string(read) + (read == old ? "" : ", into an int, where it is " + std::to_string(old));
+    if (old < 0)
+      throw TopologyError(std::string(name) + "=" + v + ": NCCL reads the integer it starts with, " + readText +
+                          " (strtol with base 0, kept in an int): a negative old level, with which NCCL would read "
+                          "its table of old levels (0..5) out of range; give a level name (LOC NVL NVB C2C PIX PXB "
+                          "P2C PXN PHB SYS) or 0..5");
+    const int level = kOldLevels[std::min(old, 5)];
     if (std::to_string(old) != v)
-      notes.push_back(std::string(name) + "=" + v + ": NCCL reads the integer it starts with, " + std::to_string(old) +
-                      " (" + nameOf(level) + "), as C's strtol with base 0 reads it (0x.. hex, a leading 0 octal), " +
+      notes.push_back(std::string(name) + "=" + v + ": NCCL reads the integer it starts with, " + readText + " (" +
+                      nameOf(level) + "), as C's strtol with base 0 reads it (0x.. hex, a leading 0 octal), " +
                       "and so does this tool");
     return level;
   }
   throw TopologyError(std::string(name) + "=" + v +
-                      ": unknown level (LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS, or NCCL's old integers 0..5)");
+                      ": unknown level (LOC NVL NVB C2C PIX PXB P2C PXN PHB SYS, upper case, or NCCL's old integers "
+                      "0..5). NCCL itself silently ignores a value it cannot read and uses its default, so this "
+                      "setting has no effect there; refused here so that the mistake is seen");
 }
 
 // An integer variable as NCCL's parameters (NCCL_PARAM, ncclLoadParam) are read: strtoll(str, NULL, 0), the integer

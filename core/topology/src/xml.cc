@@ -1,6 +1,7 @@
 // XML DOM for topology files: parsing through pugixml with line numbers, NCCL-style writing, strict attribute reads.
 #include "nns/topology/xml.h"
 
+#include <sys/stat.h>
 #include <pugixml.hpp>
 
 #include <algorithm>
@@ -171,9 +172,59 @@ XmlDocument parseXml(std::string_view text, std::string sourceName) {
   return out;
 }
 
+namespace {
+
+// A pipe made by the shell (--topo-file <(ssh host cat dump.xml), or /dev/stdin of `cat dump.xml | ...`): a chain of
+// links ending at /proc/self/fd/N, which the kernel shows as "pipe:[inode]". It has its writer (or had it: then it
+// reads empty), where a named FIFO may have none.
+bool isAnonymousPipe(const std::string& path) {
+  std::filesystem::path at = path;
+  for (int hops = 0; hops < 8; ++hops) {
+    std::error_code ec;
+    const std::filesystem::path target = std::filesystem::read_symlink(at, ec);
+    if (ec) return false;
+    if (target.native().rfind("pipe:[", 0) == 0) return true;
+    at = target.is_absolute() ? target : at.parent_path() / target;
+  }
+  return false;
+}
+
+// Refuses, before any open, what is no regular file (after links) nor such a pipe: a directory, a FIFO (its open
+// waits for a writer, forever when none comes), a device (a read from one may wait or never end), a socket.
+void requireReadableFile(const std::string& path, const char* kind) {
+  struct stat status {};
+  if (stat(path.c_str(), &status) != 0 || S_ISREG(status.st_mode)) return;  // a missing file: the open says so
+  const std::string notA = std::string(", not a ") + kind + " file";
+  if (S_ISDIR(status.st_mode)) throw TopologyError(path + ": is a directory" + notA);
+  if (S_ISFIFO(status.st_mode) && isAnonymousPipe(path)) return;
+  throw TopologyError(path + ": " +
+                      (S_ISFIFO(status.st_mode)  ? "a FIFO" + notA + ": not opened, as its open would wait for a writer"
+                       : S_ISCHR(status.st_mode) ? "a character device" + notA + ": not read, as a read may never end"
+                       : S_ISBLK(status.st_mode) ? "a block device" + notA
+                       : S_ISSOCK(status.st_mode) ? "a socket" + notA
+                                                  : "no regular file" + notA) +
+                      " (give a regular file)");
+}
+
+// NCCL and pugixml read the file as XML in UTF-8 (or ASCII): a UTF-16 file, which Windows tools write, failed with
+// pugixml's "Could not determine tag type" at line 1. Said as what it is: a UTF-16 byte order mark, or NUL bytes near
+// the start (UTF-16 without a mark, or a binary file).
+void requireUtf8Text(const std::string& path, const std::string& text) {
+  if (text.size() >= 2 && ((text[0] == '\xff' && text[1] == '\xfe') || (text[0] == '\xfe' && text[1] == '\xff')))
+    throw TopologyError(path +
+                        ": starts with a UTF-16 byte order mark: a UTF-16 file, not XML in UTF-8, which NCCL reads "
+                        "(convert it: iconv -f UTF-16 -t UTF-8)");
+  constexpr std::size_t kLooked = 512;
+  if (text.find('\0') < kLooked)
+    throw TopologyError(path +
+                        ": NUL bytes in its first bytes: UTF-16 or a binary file, not XML in UTF-8, which NCCL " +
+                        "reads (a UTF-16 file converts with iconv -f UTF-16LE -t UTF-8)");
+}
+
+}  // namespace
+
 XmlDocument readXmlFile(const std::string& path, const char* kind) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw TopologyError(path + ": is a directory, not a " + kind + " file");
+  requireReadableFile(path, kind);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TopologyError(path + ": cannot open: " + std::strerror(errno));
   // Read in pieces rather than by seeking to the end: a pipe (--topo-file <(...)) cannot seek. One byte past the limit
@@ -186,6 +237,7 @@ XmlDocument readXmlFile(const std::string& path, const char* kind) {
       throw TopologyError(path + ": file is larger than " + std::to_string(kMaxXmlBytes) + " bytes");
   }
   if (in.bad()) throw TopologyError(path + ": cannot read: " + std::strerror(errno));
+  requireUtf8Text(path, text);
   return parseXml(text, path);
 }
 

@@ -51,7 +51,8 @@ struct Analysis {
   std::vector<int> netLocalGpuRank;                    // [net] owner GPU rank, -1 when none
   std::vector<PxnRelay> pxn;                           // every GPU->NET path of type PXN
   std::vector<FusionGroup> fusion;
-  std::string fusingPlugin;  // AnalysisOptions' (the report says whether NCCL would fuse the groups)
+  std::vector<std::string> fusionNotes;  // forced groups NCCL makes no vNIC of (one device)
+  std::string fusingPlugin;              // AnalysisOptions' (the report says whether NCCL would fuse the groups)
   bool pluginMakesVNics = false;
   std::vector<SearchResult> searches;  // single node (inter=0), then multi-node (inter=1) when there are NETs
 };
@@ -70,7 +71,9 @@ std::vector<std::string> transportLogLines(const Analysis& a, const std::string&
 // Human outputs.
 std::string formatSummary(const Analysis& a);
 std::string formatPathMatrix(const Analysis& a);
-std::string formatSearches(const Analysis& a, int rank);
+// The Ring/Trees lines are those of `rank`, under a heading naming it: rankGiven says it came from --rank (else it is
+// the first GPU in NCCL's order, the default).
+std::string formatSearches(const Analysis& a, int rank, bool rankGiven = false);
 std::string formatDot(const Analysis& a);  // names quoted for dot: a '"' or '\\' in them cannot end a label
 
 // `text` for a terminal: a control byte (an escape sequence's ESC, a carriage return, ...) is written as \xNN, so

@@ -28,9 +28,12 @@ std::vector<FusionDevice> listNetDevices(const XmlElement& systemRoot, const std
 // NCCL's XML path distance between two <net> elements: PORT, PIX, PXB, PHB, SYS or DIS.
 int netDistance(const XmlElement& systemRoot, const XmlElement& a, const XmlElement& b);
 // Auto-merge at mergeLevel (LOC disables fusion); forceMerge is NCCL_NET_FORCE_MERGE ("a,b;c,d"), applied first.
-// Only groups of more than one device are returned. Throws TopologyError when a forced group does not match.
+// Only groups of more than one device are returned: a forced group of one device is no vNIC in NCCL either (its
+// ncclTopoMakeVnic skips it) but keeps that device out of the automatic fusion, which is said in `notes` when given.
+// Throws TopologyError when a forced group does not match.
 std::vector<FusionGroup> computeFusionGroups(const XmlElement& systemRoot, int mergeLevel,
                                              const std::string& forceMerge = "",
-                                             const std::string& sourceName = "<memory>");
+                                             const std::string& sourceName = "<memory>",
+                                             std::vector<std::string>* notes = nullptr);
 
 }  // namespace nns::topo

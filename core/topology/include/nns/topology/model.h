@@ -158,6 +158,8 @@ class System {
   float maxBw = 0;
   float totalBw = 0;
   std::string name;
+  // What the file asks of NCCL that this engine leaves out (a GIN node), one sentence each with the file and line.
+  std::vector<std::string> notes;
 
   int count(int type) const { return static_cast<int>(nodes[type].size()); }
   Node& node(int type, int index) { return nodes[type][static_cast<std::size_t>(index)]; }

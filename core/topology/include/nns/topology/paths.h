@@ -27,8 +27,9 @@ struct TopoSettings {
   std::vector<std::string> notes;
 
   // Reads the NCCL_* variables above from the environment. Values NCCL takes leniently are taken the same way (with a
-  // note): integers as C's strtol/strtoll with base 0 read them ("1x" is 1, "0x10" 16). A P2P or GDR level NCCL
-  // cannot read throws TopologyError.
+  // note): integers as C's strtol/strtoll with base 0 read them ("1x" is 1, "0x10" 16), an old integer level kept in
+  // an int as NCCL keeps it (4294967296 is 0). A P2P or GDR level NCCL cannot read (which NCCL silently ignores), or
+  // an old integer level that is negative in an int (which NCCL would index its table with), throws TopologyError.
   static TopoSettings fromEnvironment();
 };
 

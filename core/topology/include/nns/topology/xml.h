@@ -63,7 +63,9 @@ void requireNcclNodeLimit(const XmlDocument& doc, std::size_t limit, const char*
 // Parses text; throws TopologyError("<source>:<line>: ...") on malformed XML.
 XmlDocument parseXml(std::string_view text, std::string sourceName = "<memory>");
 // Reads and parses a file; throws TopologyError when it cannot be read or parsed. `kind` ("topology" or "graph") is
-// what the error calls the file the path should have named, when it names a directory.
+// what the error calls the file the path should have named, when it names something else. Only a regular file, or
+// the pipe of a shell's process substitution, is opened: a directory, a FIFO (whose open would wait for a writer) or
+// a device is refused up front; a UTF-16 or binary file is refused as such, not as malformed XML.
 XmlDocument readXmlFile(const std::string& path, const char* kind = "topology");
 // Writes in NCCL's dump format: 2-space indentation, attributes in order, leaf elements as <x .../>, no declaration.
 std::string writeXml(const XmlElement& root);
