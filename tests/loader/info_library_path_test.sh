@@ -32,6 +32,15 @@ grep -q "tried  $lib/libnccl-net-socket.so  (this tool's last resort; NCCL does 
   fail "the tool's own lib/ is not tried last and marked" "$out"
 grep -q "opened $lib/libnccl-net-socket.so" <<<"$out" || fail "the tool's own copy did not open" "$out"
 
+# A path is the very file NCCL opens, even one in the tool's own lib/: not the tool's last resort (it was, as the
+# tool's own lib/ prefix was all the mark went by), given with -p or in NCCL_NET_PLUGIN, as a copy elsewhere is not.
+for out in "$(LD_LIBRARY_PATH='' NCCL_SOCKET_IFNAME=lo "$info" -p "$lib/libnccl-net-socket.so" 2>&1)" \
+           "$(LD_LIBRARY_PATH='' NCCL_SOCKET_IFNAME=lo NCCL_NET_PLUGIN="$lib/libnccl-net-socket.so" "$info" 2>&1)"; do
+  grep -qx "    tried  $lib/libnccl-net-socket.so" <<<"$out" || fail "a path in the tool's lib/ was marked" "$out"
+  grep -q "last resort" <<<"$out" && fail "a path given was called the tool's last resort" "$out"
+  grep -q "    CHOSEN through ncclNet_v12" <<<"$out" || fail "the path given was not chosen" "$out"
+done
+
 # -L first, even with the copy on LD_LIBRARY_PATH.
 out=$(LD_LIBRARY_PATH="$work" NCCL_SOCKET_IFNAME=lo "$info" -p socket -L "$lib" 2>&1)
 grep -q "opened $lib/libnccl-net-socket.so" <<<"$out" || fail "-L did not come first" "$out"

@@ -178,6 +178,37 @@ TEST(Resolution, APluginOfAnUnknownVersionIsNamedAsSuch) {
       << newer.candidates[0].rejectReason;
 }
 
+// A C table defined without NCCL_NET_EXPORT under -fvisibility=hidden (or static) is in the library's static symbol
+// table, not among its exports: the reason names it and the fix, where it read "not a net plugin" as a library with no
+// table does. A stripped library has no static symbol table, and keeps that reason. The same for a hidden collNet
+// beside an exported net (tests/loader/hidden_table_plugin.c).
+TEST(Resolution, ATableDefinedButNotExportedIsNamed) {
+  const std::string dir = NNS_HIDDEN_TABLE_DIR;
+  for (const char* name : {"hidden-table", "static-table"}) {
+    LoadReport report;
+    EXPECT_EQ(loadNet(inBuildTree(dir + "/libnccl-net-" + name + ".so"), &report), nullptr) << name;
+    ASSERT_EQ(report.candidates.size(), 1u);
+    EXPECT_EQ(report.candidates[0].rejectReason,
+              "defines ncclNetPlugin_v8 but does not export it (hidden or static): mark it with NCCL_NET_EXPORT "
+              "(nccl_net/export.h) or default visibility")
+        << name;
+  }
+  LoadReport stripped;
+  EXPECT_EQ(loadNet(inBuildTree(dir + "/libnccl-net-hidden-table-stripped.so"), &stripped), nullptr);
+  ASSERT_EQ(stripped.candidates.size(), 1u);
+  EXPECT_EQ(stripped.candidates[0].rejectReason, "exports no ncclNetPlugin_v12..v6: not a net plugin");
+
+  LoadReport report;
+  auto net = loadNet(inBuildTree(dir + "/libnccl-net-hidden-collnet.so"), &report);
+  ASSERT_NE(net, nullptr) << reasons(report);
+  CollNetReport coll;
+  EXPECT_EQ(loadCollNet(*net, &coll), nullptr);
+  EXPECT_EQ(coll.rejectReason,
+            "defines ncclCollNetPlugin_v8 but does not export it (hidden or static): mark it with NCCL_NET_EXPORT "
+            "(nccl_net/export.h) or default visibility; as it is, NCCL finds no collNet and runs without in-network "
+            "collectives");
+}
+
 // NCCL_NET takes only the net of that name (ignoring case), skipping the others before init; so a cluster's
 // NCCL_NET=IB makes NCCL pass over a plugin named otherwise, and the report says so.
 TEST(Resolution, NcclNetSkipsNetsOfAnotherName) {

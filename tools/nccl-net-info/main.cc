@@ -198,6 +198,17 @@ json ignoredEntries(const std::string& spec, const std::vector<std::string>& use
   return ignored;
 }
 
+// The files the loader tries for `entry` only because this tool joined its own ../lib (`fallbackDirs`) to one of the
+// entry's bare names: NCCL never looks there. A path the entry gives is the very file NCCL opens, even one in that
+// directory.
+std::vector<std::string> lastResortFiles(const std::string& entry, const std::vector<std::string>& fallbackDirs) {
+  const std::vector<std::string> asNcclTries = nns::core::candidateFiles(entry, {});
+  std::vector<std::string> own;
+  for (const std::string& file : nns::core::candidateFiles(entry, {}, fallbackDirs))
+    if (std::find(asNcclTries.begin(), asNcclTries.end(), file) == asNcclTries.end()) own.push_back(file);
+  return own;
+}
+
 // What the loader runs for one candidate, named as one call: a crash or hang inside it is pinned to the exact call
 // by probing the candidate again step by step (nns::tools::pinpointFailure).
 constexpr const char* kLoaderProbe = "the loader's probe (dlopen, init, devices, getProperties(0), finalize)";
@@ -396,6 +407,9 @@ int runTool(int argc, char** argv) {
                                       : "(unset: libnccl-net.so)";
   const std::optional<std::string> netName = nns::core::requiredNetName(options);
 
+  // A probe's child is in a process group of its own (a process the plugin forks is killed with it); one the tool
+  // is ended during (Ctrl-C, `timeout`) is killed too.
+  nns::tools::killProbeGroupsOnEndingSignals();
   // Every plugin is loaded and called in a child process of its own: one that crashes or hangs gets that verdict,
   // and the others are still listed. What each prints (its WARN lines: often the reason behind a rejection) is kept
   // with its library or candidate rather than left on stderr, where it would belong to none of them.
@@ -503,7 +517,11 @@ int runTool(int argc, char** argv) {
     if (!reported) {
       // The loader itself crashed or hung on this candidate: so would NCCL. Listed as the loader would have listed
       // it, from the same probe step by step.
-      auto pinpoint = nns::tools::pinpointCandidate(entry, dirs, probe.failure, callTimeout);
+      // In the loader's order: this tool's own ../lib last (LoadOptions::fallbackDirs), or the step-by-step probe
+      // could open another copy than the loader did.
+      const std::vector<std::string> none;
+      auto pinpoint =
+          nns::tools::pinpointCandidate(entry, ownLib ? none : dirs, probe.failure, callTimeout, ownLib ? dirs : none);
       candidates.push_back({{"requested", entry},
                             {"triedPaths", pinpoint.tried},
                             {"loadedPath", pinpoint.opened},
@@ -602,9 +620,11 @@ int runTool(int argc, char** argv) {
                                                       : "  (none: the setting names no library)\n");
   for (const auto& c : candidates) {
     std::printf("  %s\n", shown(c["requested"]).c_str());
+    const std::vector<std::string> own =
+        ownLib ? lastResortFiles(c["requested"].get<std::string>(), dirs) : std::vector<std::string>{};
     for (const auto& p : c["triedPaths"]) {
       const std::string path = p.get<std::string>();
-      const bool last = ownLib && path.rfind(dirs.front() + "/", 0) == 0;
+      const bool last = std::find(own.begin(), own.end(), path) != own.end();
       std::printf("    tried  %s%s\n", shown(p).c_str(),
                   last ? "  (this tool's last resort; NCCL does not look here)" : "");
     }

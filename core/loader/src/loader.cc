@@ -148,9 +148,31 @@ std::vector<int> exportedVersions(void* handle, const char* prefix) {
   return versions;
 }
 
-// Why a library with none of the known versions' symbols is refused: a plugin of an older or a newer ABI says so
-// (rebuilding it, or a newer host, is the fix), anything else is not a net plugin.
-std::string unknownVersionsText(void* handle) {
+// The known versions' tables named `prefix`N that the library's file (`loadedPath`, as handed to dlopen) defines
+// but does not export, as a reason: "defines ncclNetPlugin_v8 but does not export it (hidden or static): ...". ""
+// when it defines none, or when that cannot be told (a stripped library, the program itself).
+std::string unexportedTablesText(void* handle, const std::string& loadedPath, const std::string& prefix) {
+  const std::string file = openedFile(handle, loadedPath);
+  if (file.empty() || file == kProgramItself) return "";
+  std::string names;
+  size_t count = 0;
+  for (int version : unexportedVersions(file, prefix)) {
+    const auto& known = knownNetVersions();
+    if (std::find(known.begin(), known.end(), version) == known.end()) continue;
+    names += (names.empty() ? "" : ", ") + prefix + std::to_string(version);
+    ++count;
+  }
+  if (count == 0) return "";
+  const char* them = count == 1 ? "it" : "them";
+  return "defines " + names + " but does not export " + them + " (hidden or static): mark " + them +
+         " with NCCL_NET_EXPORT (nccl_net/export.h) or default visibility";
+}
+
+// Why a library with none of the known versions' symbols is refused: one that defines such a table without
+// exporting it says so (exporting it is the fix); a plugin of an older or a newer ABI says so (rebuilding it, or a
+// newer host, is the fix); anything else is not a net plugin.
+std::string unknownVersionsText(void* handle, const std::string& loadedPath) {
+  if (std::string hidden = unexportedTablesText(handle, loadedPath, "ncclNetPlugin_v"); !hidden.empty()) return hidden;
   std::vector<int> older, newer;
   for (int version = 1; version < knownNetVersions().back(); ++version)
     if (dlsym(handle, ("ncclNetPlugin_v" + std::to_string(version)).c_str()) != nullptr) older.push_back(version);
@@ -630,7 +652,11 @@ std::unique_ptr<CollNet> loadCollNet(const Net& net, CollNetReport* report) {
   auto library = std::make_shared<detail::Library>(handle, out.path);
   out.exportedVersions = exportedVersions(handle, "ncclCollNetPlugin_v");
   if (out.exportedVersions.empty()) {
-    out.rejectReason = "exports no ncclCollNetPlugin_v12..v6: no collNet (NCCL runs without in-network collectives)";
+    const std::string hidden = unexportedTablesText(handle, out.path, "ncclCollNetPlugin_v");
+    out.rejectReason = hidden.empty()
+                           ? "exports no ncclCollNetPlugin_v12..v6: no collNet (NCCL runs without in-network "
+                             "collectives)"
+                           : hidden + "; as it is, NCCL finds no collNet and runs without in-network collectives";
     return nullptr;
   }
   if (const std::string disabled = DisabledLibraries::reason(handle, DisabledLibraries::Table::kCollNet);
@@ -732,8 +758,8 @@ std::unique_ptr<Net> loadNet(const LoadOptions& options, LoadReport* report) {
     candidate.exportedVersions = exportedVersions(handle, "ncclNetPlugin_v");
     if (candidate.exportedVersions.empty()) {
       // The path only where the request did not name it already (a plugin name resolved by the search).
-      candidate.rejectReason =
-          (candidate.loadedPath != candidate.requested ? candidate.loadedPath + " " : "") + unknownVersionsText(handle);
+      candidate.rejectReason = (candidate.loadedPath != candidate.requested ? candidate.loadedPath + " " : "") +
+                               unknownVersionsText(handle, candidate.loadedPath);
       out.candidates.push_back(std::move(candidate));
       continue;
     }

@@ -13,11 +13,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -65,6 +67,40 @@ inline std::string signalName(int sig) {
   return abbreviation != nullptr ? std::string("SIG") + abbreviation : "signal " + std::to_string(sig);
 }
 
+// The process group of the probe in progress (its child's pid), 0 when none: for a tool's ending-signal handler.
+inline std::atomic<pid_t>& probeGroupInProgress() {
+  static std::atomic<pid_t> group{0};
+  return group;
+}
+
+// The signals that end a tool (a terminal's, `timeout`'s): with a probe in progress, its group is killed first, then
+// the tool ends by the signal as it would have. Its child dies with the tool anyway (PR_SET_PDEATHSIG); a process the
+// plugin forked, in the child's group, does not. Signals the tool was started with ignored (nohup) stay ignored.
+constexpr int kToolEndingSignals[] = {SIGINT, SIGTERM, SIGHUP};
+inline struct sigaction toolEndingBefore[std::size(kToolEndingSignals)];
+inline pid_t probingTool = 0;
+
+inline void killProbeGroupAndEnd(int sig) {
+  if (getpid() == probingTool) {
+    const pid_t group = probeGroupInProgress().exchange(0);
+    if (group > 0) kill(-group, SIGKILL);
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);  // delivered once the handler returns
+}
+
+inline void killProbeGroupsOnEndingSignals() {
+  probingTool = getpid();
+  for (size_t i = 0; i < std::size(kToolEndingSignals); ++i) {
+    sigaction(kToolEndingSignals[i], nullptr, &toolEndingBefore[i]);
+    if (toolEndingBefore[i].sa_handler == SIG_IGN) continue;
+    struct sigaction ending {};
+    ending.sa_handler = killProbeGroupAndEnd;
+    sigemptyset(&ending.sa_mask);
+    sigaction(kToolEndingSignals[i], &ending, nullptr);
+  }
+}
+
 // Runs `body` in a child process. Each call the body names must return within `callTimeoutSeconds`. The child's
 // stdout goes to stderr, so that a plugin that prints cannot break the tool's own output (--json); with
 // `captureOutput` both go to `outcome.output` instead, so that the tool can say which plugin printed what (a WARN
@@ -100,6 +136,15 @@ inline ProbeOutcome runIsolated(const std::function<void(ProbeChannel&)>& body, 
     // Dies with the tool (killed, or interrupted at a terminal): a plugin hanging here must not outlive it.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(121);
+    // A process group of its own, killed when the probe ends: a process the plugin forks (a monitor forked at init,
+    // without an exec) is in it, and outlived the tool under PID 1 otherwise. Out of the terminal's foreground group,
+    // a write to it under `stty tostop` would stop the probe (SIGTTOU), read as hung: ignored. The ending signals are
+    // handled as before the tool took them (killProbeGroupsOnEndingSignals).
+    setpgid(0, 0);
+    signal(SIGTTOU, SIG_IGN);
+    if (probingTool != 0)
+      for (size_t i = 0; i < std::size(kToolEndingSignals); ++i)
+        sigaction(kToolEndingSignals[i], &toolEndingBefore[i], nullptr);
     if (captureOutput) {
       close(output[0]);
       dup2(output[1], STDERR_FILENO);
@@ -116,6 +161,8 @@ inline ProbeOutcome runIsolated(const std::function<void(ProbeChannel&)>& body, 
     _exit(0);
   }
   close(fds[1]);
+  setpgid(pid, pid);  // here too, so that the kill below finds the group whichever of the two ran first
+  probeGroupInProgress().store(pid);
   bool cut = false;
   // Reads what the child printed so far, keeping up to kOutputCap; false once its end is closed.
   auto drainOutput = [&] {
@@ -181,6 +228,10 @@ inline ProbeOutcome runIsolated(const std::function<void(ProbeChannel&)>& body, 
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  // The child is reaped; its pid stays taken while any process of its group lives (Linux reuses no pid that is still
+  // a process group's id), so this reaches the plugin's helpers, or no process at all.
+  probeGroupInProgress().store(0);
+  kill(-pid, SIGKILL);
   std::string where = outcome.lastCall.empty() ? "" : " in " + outcome.lastCall;
   if (outcome.hung) {
     outcome.failure = "hung: " + (outcome.lastCall.empty() ? std::string("the probe") : outcome.lastCall) +
@@ -273,9 +324,11 @@ struct Pinpoint {
   std::string failure;
 };
 
+// `fallbackDirs`: directories the loader tries last (LoadOptions::fallbackDirs), after the dynamic linker's search.
 inline Pinpoint pinpointCandidate(const std::string& entry, const std::vector<std::string>& dirs,
-                                  const std::string& loaderFailure, int callTimeoutSeconds) {
-  auto files = core::candidateFiles(entry, dirs);
+                                  const std::string& loaderFailure, int callTimeoutSeconds,
+                                  const std::vector<std::string>& fallbackDirs = {}) {
+  auto files = core::candidateFiles(entry, dirs, fallbackDirs);
   ProbeOutcome steps = runIsolated([&](ProbeChannel& channel) { probeStepByStep(channel, files); }, callTimeoutSeconds);
   Pinpoint found;
   for (const auto& record : steps.records) {

@@ -93,6 +93,12 @@ struct ElfExports {
 };
 bool readElfExports(const unsigned char* data, size_t size, ElfExports* out, std::string* error);
 bool readElfExports(const std::string& path, ElfExports* out, std::string* error);
+// The versions N of the tables named `prefix`N (ncclNetPlugin_v, ncclCollNetPlugin_v) a library defines without
+// exporting them, newest first: local (static) or hidden in its static symbol table (.symtab), as a C table defined
+// without NCCL_NET_EXPORT under -fvisibility=hidden is; dlsym finds none of them, and neither does NCCL. Empty for
+// a stripped library (no .symtab: nothing to tell) and for a file that cannot be read.
+std::vector<int> unexportedVersions(const unsigned char* data, size_t size, const std::string& prefix);
+std::vector<int> unexportedVersions(const std::string& path, const std::string& prefix);
 // The first `shown` of `names` (each made printable and cut to 60 characters), joined by ", ", with ", ..." after
 // them when there are more: how nccl-net-info and nccl-net-check name a library's leaked symbols.
 std::string namesPreview(const std::vector<std::string>& names, size_t shown = 3);
