@@ -2410,7 +2410,8 @@ __attribute__((constructor)) void fillTables() {
 // one short, a receive's sizes left unwritten, every irecv refused. And: a regMr that fails on send comms (isend takes
 // the NULL handle), two ports whose fusion makeVDevice refuses (vdevice-refused, ncclInvalidUsage: no bug) or fails
 // (vdevice-fails, ncclInternalError), a grouped receive's sizes packed over its 0-byte entries, a flush request
-// whose test writes sizes[0] (NCCL passes NULL there), and a large send's test that loops until the send is out.
+// whose test writes sizes[0] (NCCL passes NULL there), a large send's test that loops until the send is out, and a
+// receive's sizes reported as the sizes it was posted with.
 namespace {
 bool pickedBug(const char* name) {
   static const char* bug = std::getenv("NNS_PICKED_BUG");
@@ -2419,8 +2420,8 @@ bool pickedBug(const char* name) {
 std::mutex gPickedLock;
 struct PickedRecv {
   std::vector<void*> data;
-  size_t capacity;
-  bool late;  // posted over 0.2 s after its comm was accepted
+  std::vector<size_t> capacity;  // each buffer's posted size
+  bool late;                     // posted over 0.2 s after its comm was accepted
   std::chrono::steady_clock::time_point posted;
 };
 std::map<void*, PickedRecv> gPickedRecvs;                             // receive request -> what it was posted with
@@ -2691,7 +2692,8 @@ ncclResult_t pickedIrecv(void* comm, int n, void** data, size_t* sizes, int* tag
   const bool late = accepted != gPickedComms.end() &&
                     std::chrono::steady_clock::now() - accepted->second > std::chrono::milliseconds(200);
   if (result == ncclSuccess && *request != nullptr)
-    gPickedRecvs[*request] = {std::vector<void*>(data, data + n), sizes[0], late, std::chrono::steady_clock::now()};
+    gPickedRecvs[*request] = {std::vector<void*>(data, data + n), std::vector<size_t>(sizes, sizes + n), late,
+                              std::chrono::steady_clock::now()};
   if (pickedBug("recv-ring-4") && result == ncclSuccess && *request != nullptr)
     *request = gRecvRing.take(comm, *request);
   return result;
@@ -2815,9 +2817,14 @@ ncclResult_t pickedTest(void* request, int* done, int* sizes) {
   // A message that was waiting when its receive came, too large for it: cut to fit on that path alone.
   if (result == ncclInvalidUsage && recv->second.late && pickedBug("late-truncation")) {
     *done = 1;
-    if (sizes != nullptr) sizes[0] = static_cast<int>(recv->second.capacity);
+    if (sizes != nullptr) sizes[0] = static_cast<int>(recv->second.capacity[0]);
     result = ncclSuccess;
   }
+  // posted-size-reported: a completed receive's sizes are the sizes its buffers were posted with, not what arrived
+  // (the receive's descriptor read back instead of the completion's byte count): right whenever a message fills its
+  // buffer, as every benchmark's does.
+  if (result == ncclSuccess && *done && sizes != nullptr && pickedBug("posted-size-reported"))
+    for (size_t i = 0; i < recv->second.capacity.size(); ++i) sizes[i] = static_cast<int>(recv->second.capacity[i]);
   if (result == ncclSuccess && *done && sizes != nullptr && pickedBug("last-byte"))
     for (size_t i = 0; i < recv->second.data.size(); ++i)
       if (sizes[i] > 0) static_cast<unsigned char*>(recv->second.data[i])[sizes[i] - 1] ^= 0x10;

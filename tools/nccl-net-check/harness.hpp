@@ -44,6 +44,10 @@ struct RuleInfo {
 const std::vector<RuleInfo>& allRules();
 // The collNet rules (collnet-*), which apply to a library that exports ncclCollNetPlugin_vN.
 bool isCollNetRule(const std::string& name);
+// The basic data rules: plain messages, sizes and bytes checked (test-reports-sizes, zero-byte,
+// random-sizes-integrity). Every rule that moves data builds on what they check, so once one has failed, a later
+// rule's failure is most likely its bug again: the later FAIL lines, and the summary, say to fix it first.
+bool isBasicRule(const std::string& name);
 // Whether --rules and --skip leave the rule named `name` to run.
 bool ruleSelected(const Options& options, const std::string& name);
 

@@ -70,6 +70,14 @@ bool gMadeVirtualDevice = false;
 ncclNetVDeviceProps_v12_t gVirtualDevice{};
 volatile sig_atomic_t gRunningRule = 0;  // process group of the rule in progress (the harness's parent process)
 const char* volatile gRunningRuleName = nullptr;  // its name (a rules() entry's)
+// The first basic rule (isBasicRule) that failed earlier in this run, or nullptr: set by runRules before it forks each
+// rule's process. A later rule's failure is then most likely that rule's bug met again (a plugin whose test reported
+// the posted size failed 25 rules, each with a hint of its own: EINTR, a lock, ids never reused), so the rules' own
+// hints at a cause (ownHintsApply) give way to the line's "fix the first failing basic rule first".
+const char* gEarlierBasicFailure = nullptr;
+bool ownHintsApply() {
+  return gEarlierBasicFailure == nullptr;
+}
 
 [[noreturn]] void harnessExit(int code);  // below
 
@@ -310,10 +318,18 @@ bool intactThenOverwritten(std::vector<unsigned char>& buffer, size_t bytes, uin
   return intact;
 }
 
+// A receive's test that reported `reported` bytes for a message of `sent` into a buffer posted at `posted`: said with
+// a guess when the size is the posted one, which a plugin that reads the receive's descriptor back instead of the
+// completion's byte count reports (right for every message that fills its buffer, as a benchmark's do).
+std::string sizeWrongText(int reported, size_t sent, size_t posted) {
+  return "the receive's test reported " + std::to_string(reported) + " bytes, " + std::to_string(sent) + " were sent" +
+         (posted != sent && reported == static_cast<long>(posted) ? " (the posted size, not the received one?)" : "");
+}
+
 // Why a received message is not the one sent: the size its test reported, else its first wrong byte ("" when neither).
+// `buffer` is the receive's, posted at its size.
 std::string receivedWrong(const std::vector<unsigned char>& buffer, int reported, size_t sent, uint64_t seed) {
-  if (reported != static_cast<int>(sent))
-    return "the receive's test reported " + std::to_string(reported) + " bytes, " + std::to_string(sent) + " were sent";
+  if (reported != static_cast<int>(sent)) return sizeWrongText(reported, sent, buffer.size());
   const long at = firstMismatch(buffer, sent, seed);
   return at < 0 ? std::string() : "wrong byte at offset " + std::to_string(at);
 }
@@ -1036,6 +1052,12 @@ int sendMessages(Context& c, void* comm, const std::vector<std::pair<size_t, uin
 
 std::string peerText(int code);
 
+// How receiveMessages failed, for the rules whose hint names a cause of their own: a signal taken for an error or a
+// sender gone idle shows as a receive that fails or never completes, not as a size or a byte, which a plain transfer
+// gets wrong too (signals-break-nothing blamed EINTR for a plugin reporting the posted size).
+enum class ReceiveSymptom { kNone, kError, kNotDone, kWrongSize, kWrongByte };
+ReceiveSymptom gReceiveSymptom = ReceiveSymptom::kNone;
+
 // Receives the same messages in order into buffers of `capacity`, checking sizes and bytes. With `peer` (the sender's
 // process), a sender that exits with an error while a receive waits ends the wait with its reason, not a timeout.
 Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size_t, uint64_t>>& messages,
@@ -1052,22 +1074,28 @@ Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size
       ncclResult_t result = peer != nullptr
                                 ? waitDoneWatchingPeer(c, requests[slot], &size, gTransferWaitSeconds, *peer, &peerCode)
                                 : waitDone(c, requests[slot], &size, gTransferWaitSeconds);
+      if (result != ncclSuccess)
+        gReceiveSymptom = result == kDeadline ? ReceiveSymptom::kNotDone : ReceiveSymptom::kError;
       if (result != ncclSuccess && peerCode != 0)
         return fail("message %zu (%zu B) never arrived: the sender ended first: %s", index, messages[index].first,
                     peerText(peerCode).c_str());
       if (result != ncclSuccess)
         return fail("message %zu (%zu B): %s", index, messages[index].first,
                     waitText(result, gTransferWaitSeconds).c_str());
-      if (size != static_cast<int>(messages[index].first))
+      if (size != static_cast<int>(messages[index].first)) {
+        gReceiveSymptom = ReceiveSymptom::kWrongSize;
         return tSizeLeftUnwritten
                    ? fail(
                          "message %zu (%zu B): test completed the receive without reporting its size (sizes.set / "
                          "sizes[0] left unwritten: NCCL, which zeroes it first, would take the message as 0 bytes)",
                          index, messages[index].first)
-                   : fail("message %zu: the receive's test reported %d bytes, %zu were sent", index, size,
-                          messages[index].first);
+                   : fail("message %zu: %s", index, sizeWrongText(size, messages[index].first, capacity).c_str());
+      }
       long bad = firstMismatch(buffers[slot], messages[index].first, messages[index].second);
-      if (bad >= 0) return fail("message %zu (%zu B): wrong byte at offset %ld", index, messages[index].first, bad);
+      if (bad >= 0) {
+        gReceiveSymptom = ReceiveSymptom::kWrongByte;
+        return fail("message %zu (%zu B): wrong byte at offset %ld", index, messages[index].first, bad);
+      }
       requests[slot] = nullptr;
     }
     if (i >= messages.size()) continue;
@@ -1075,8 +1103,10 @@ Verdict receiveMessages(Context& c, void* comm, const std::vector<std::pair<size
     size_t size = capacity;
     int tags[1] = {tag};
     if (ncclResult_t posted = postRecv(c, comm, 1, &data, &size, tags, &mhandles[slot], &requests[slot]);
-        posted != ncclSuccess)
+        posted != ncclSuccess) {
+      gReceiveSymptom = ReceiveSymptom::kError;
       return fail("irecv %zu: %s", i, postText(posted).c_str());
+    }
   }
   deregisterNow(c, comm, mhandles);  // all done; after a failure they wait for closeRecvComm
   return pass("");
@@ -2765,11 +2795,14 @@ Verdict randomSizesIntegrity(Context& c) {
 Verdict senderMayGoIdle(Context& c) {
   std::vector<std::pair<size_t, uint64_t>> messages = {{size_t{64} << 20, 4242}, {100, 4343}};
   Verdict v = transferChecked(c, messages, size_t{64} << 20);
-  if (v.status != Status::kPass)
+  // The idle sender is the cause to name only for a message that never completed: a wrong size or byte (or an
+  // error) shows the same with a sender that keeps calling.
+  if (v.status != Status::kPass && gReceiveSymptom == ReceiveSymptom::kNotDone && ownHintsApply())
     return fail(
         "%s (the sender made no plugin call once its sends had completed, as NCCL's proxy makes none once its "
         "operations are done: a send reported done must be delivered without more calls)",
         v.evidence.c_str());
+  if (v.status != Status::kPass) return v;
   return pass("a 64 MiB and a 100-byte message arrived whole with the sender making no call once its sends completed");
 }
 
@@ -2790,11 +2823,15 @@ Verdict signalsBreakNothing(Context& c) {
   gRuleStorm.reset();
   gPeersCatchSignals = false;
   const long caught = gSignalsCaught.load() - before;
+  // EINTR is the cause to name for a call that failed or a message that never came (or a connection never made);
+  // a wrong size or byte is what a plain transfer gets wrong too.
+  const bool interruptedCall =
+      gReceiveSymptom != ReceiveSymptom::kWrongSize && gReceiveSymptom != ReceiveSymptom::kWrongByte;
   if (v.status != Status::kPass)
     return fail(
         "%s (every thread of both processes caught a signal every 0.2 ms, its handler installed without "
-        "SA_RESTART, as Python installs them: %ld caught here; a blocking call must retry on EINTR)",
-        v.evidence.c_str(), caught);
+        "SA_RESTART, as Python installs them: %ld caught here%s)",
+        v.evidence.c_str(), caught, interruptedCall && ownHintsApply() ? "; a blocking call must retry on EINTR" : "");
   char text[200];
   std::snprintf(text, sizeof(text),
                 "connected and 140 messages (0 B .. 4 MiB) arrived whole while every thread of both processes caught "
@@ -3390,11 +3427,14 @@ Verdict manyCommsOverTime(Context& c) {
   const auto start = Clock::now();
   int made = 0;
   Verdict v = cycleComms(c, 0, kReopenedComms, false, kReopenBudgetSeconds, &made);
-  if (v.status != Status::kPass)
+  // Ids never taken back show once comms before the failing one connected and moved their message: a failure at the
+  // first comm is a plain transfer's.
+  if (v.status != Status::kPass && made > 0 && ownHintsApply())
     return fail(
         "%s (comms opened and closed one after another, one open at a time: ids, ports or slots of closed comms "
         "must be reused, since a job opens and closes comms for as long as it runs)",
         v.evidence.c_str());
+  if (v.status != Status::kPass) return v;
   char text[256];
   std::snprintf(
       text, sizeof(text), "%d comms opened, used for one checked message and closed one after another, in %.1f s%s",
@@ -4746,6 +4786,14 @@ constexpr int kThreadComms = 4, kThreadInFlight = 4;
 int gThreadMessages = 30000;  // --thread-messages
 constexpr size_t kThreadCapacity = 65536;
 constexpr const char* kThreadsNote = "4 comms driven from 4 threads";
+// The cause this rule looks for, where a failure does not name it: none once a basic rule failed earlier in the run,
+// whose bug then fails this rule too (ownHintsApply).
+const char* sharedStateHint() {
+  return ownHintsApply() ? "; if the one-thread rules pass, state shared across comms without a lock?" : "";
+}
+const char* setupStateHint() {
+  return ownHintsApply() ? "; if it fails only here, connection set-up state shared without a lock?" : "";
+}
 size_t threadMessageSize(int comm, int message) {
   size_t mix = 31 * static_cast<size_t>(message) + 977 * static_cast<size_t>(comm);
   return 1 + (message % 16 == 15 ? mix * 97 % kThreadCapacity : mix % 4096);
@@ -4863,10 +4911,8 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
         ncclResult_t result =
             watchedCall(watch, testName, [&] { return testSizes(*net, requests[slot], &done, &size); });
         if (result != ncclSuccess)
-          return failure.report(
-              "comm %d message %d (%zu B): %s returned %s (%s; if the one-thread rules pass, state shared across "
-              "comms without a lock?)",
-              index, message, expected, testName, resultText(result).c_str(), kThreadsNote);
+          return failure.report("comm %d message %d (%zu B): %s returned %s (%s%s)", index, message, expected, testName,
+                                resultText(result).c_str(), kThreadsNote, sharedStateHint());
         if (done) break;
         if (Clock::now() > deadline)
           return failure.report("comm %d message %d (%zu B): %s still said 'not done' after 15 s (%s)", index, message,
@@ -4874,11 +4920,12 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
         std::this_thread::yield();
       }
       if (failure.stop) return;
+      // A receive reported at its posted size is a plain transfer's bug (sizeWrongText), not state crossed.
+      const bool postedSize = !sending && size == static_cast<int>(kThreadCapacity) && expected != kThreadCapacity;
       if (sending ? sentSizeWrong(size, expected) : size != static_cast<int>(expected))
-        return failure.report(
-            "comm %d message %d: %s reported %d bytes, %zu were sent (%s; if the one-thread rules pass, state "
-            "shared across comms without a lock?)",
-            index, message, testName, size, expected, kThreadsNote);
+        return failure.report("comm %d message %d: %s reported %d bytes, %zu were sent (%s%s)", index, message,
+                              testName, size, expected, kThreadsNote,
+                              postedSize ? "; the posted size, not the received one?" : sharedStateHint());
       if (progress != nullptr) {
         int64_t waited = steadyNanos() - posted[slot];
         if (waited > progress->longestWaitNanos) {
@@ -4896,10 +4943,8 @@ void driveCommOnThread(Net* net, void* comm, int index, bool sending, ThreadCall
               if (other != index && threadMessageSize(other, m) >= expected &&
                   firstMismatch(buffers[slot], expected, threadMessageSeed(other, m)) < 0)
                 whose = ", the bytes of comm " + std::to_string(other) + "'s message " + std::to_string(m);
-          return failure.report(
-              "comm %d message %d (%zu B): wrong byte at offset %ld%s (%s; if the one-thread rules pass, state "
-              "shared across comms without a lock?)",
-              index, message, expected, bad, whose.c_str(), kThreadsNote);
+          return failure.report("comm %d message %d (%zu B): wrong byte at offset %ld%s (%s%s)", index, message,
+                                expected, bad, whose.c_str(), kThreadsNote, sharedStateHint());
         }
       }
       requests[slot] = nullptr;
@@ -4947,9 +4992,8 @@ void* openCommOnThread(const Context& c, int index, bool sending, void* handle, 
                               [&] { return c.net->connect(c.ctx, c.dev, handle, &comm, deviceHandleSlot()); })
                 : watchedCall(watch, "accept", [&] { return c.net->accept(listenComm, &comm, deviceHandleSlot()); });
     if (result != ncclSuccess) {
-      failure.report(
-          "comm %d: %s returned %s (%s; if it fails only here, connection set-up state shared without a lock?)", index,
-          sending ? "connect" : "accept", resultText(result).c_str(), kThreadsNote);
+      failure.report("comm %d: %s returned %s (%s%s)", index, sending ? "connect" : "accept",
+                     resultText(result).c_str(), kThreadsNote, setupStateHint());
       return nullptr;
     }
     if (comm == nullptr && Clock::now() > deadline) {
@@ -5642,6 +5686,120 @@ const std::vector<Rule>& rules() {
   return list;
 }
 
+// The stderr of a rule's processes (the rule's, its peers', the plugin's threads and helpers), passed on to the
+// harness's stderr as it comes, with the plugin's last WARN (or ABORT) lines kept: a rule whose plugin call returned
+// an error quotes them, as the loader quotes what a plugin logged when it refuses it ("it logged: ..."). The plugin's
+// explanation of an error went to stderr with no rule name, and the FAIL said only "test returned 5
+// (ncclInvalidUsage)". Read from stderr rather than through a logger of the harness's own: the loader's probe gives
+// the plugin the loader's logger first, and a plugin keeps the first logger it is given (the SDK's does); that logger
+// prints WARN lines to stderr, as NCCL's does, and so do the SDK's fallback and a plugin printing its own. Under
+// NCCL_DEBUG=VERSION, which prints none, there is nothing to quote.
+class LogRelay {
+ public:
+  // The lines quoted, and the bytes kept of each: a line or two, not the log.
+  static constexpr size_t kKept = 2, kLineBytes = 200;
+
+  // `fd`: the pipe's read end (made non-blocking here); owned and closed.
+  explicit LogRelay(int fd) : fd_(fd) {
+    if (fd_ >= 0) fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) | O_NONBLOCK);
+  }
+  ~LogRelay() { close(); }
+  LogRelay(const LogRelay&) = delete;
+  LogRelay& operator=(const LogRelay&) = delete;
+
+  int fd() const { return fd_; }
+  // Passes on what the pipe holds now, without waiting (a helper the plugin forked may hold it open for good); at
+  // its end of file (every writer gone), stops reading it.
+  void drain() {
+    char buffer[4096];
+    while (fd_ >= 0) {
+      const ssize_t n = read(fd_, buffer, sizeof(buffer));
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0) close();
+      if (n <= 0) break;
+      for (ssize_t done = 0; done < n;) {  // on, whole: a failed write (stderr closed) loses only the copy
+        const ssize_t written = write(STDERR_FILENO, buffer + done, static_cast<size_t>(n - done));
+        if (written < 0 && errno == EINTR) continue;
+        if (written <= 0) break;
+        done += written;
+      }
+      scan(buffer, static_cast<size_t>(n));
+    }
+  }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  // The WARN lines kept, oldest first, joined with "; ", each without its level ("" when none).
+  std::string warnings() const {
+    std::string out;
+    for (const auto& line : warnings_) out += (out.empty() ? "" : "; ") + line;
+    return out;
+  }
+
+ private:
+  void scan(const char* data, size_t size) {
+    for (size_t i = 0; i < size; ++i) {
+      if (data[i] != '\n') {
+        if (line_.size() < 4096) line_ += data[i];  // a line longer than that is judged by its start
+        continue;
+      }
+      keepIfWarning(line_);
+      line_.clear();
+    }
+  }
+  // "WARN text" or "ABORT text", after the "[rank N] " the loader's logger may put first.
+  void keepIfWarning(std::string line) {
+    if (line.rfind("[rank ", 0) == 0 && line.find("] ") != std::string::npos) line.erase(0, line.find("] ") + 2);
+    for (const char* level : {"WARN ", "ABORT "}) {
+      if (line.rfind(level, 0) != 0) continue;
+      std::string text = core::printable(line.c_str() + std::strlen(level));
+      if (text.size() > kLineBytes) text = text.substr(0, kLineBytes) + "...";
+      if (!warnings_.empty() && warnings_.back() == text) return;  // the same line again says nothing more
+      warnings_.push_back(text);
+      if (warnings_.size() > kKept) warnings_.erase(warnings_.begin());
+      return;
+    }
+  }
+  int fd_;
+  std::string line_;
+  std::vector<std::string> warnings_;
+};
+
+// Whether a verdict's evidence says a plugin call returned an error (a result's name: "returned 5
+// (ncclInvalidUsage)"), the failures the plugin's WARN lines explain.
+bool callReturnedError(const std::string& evidence) {
+  for (size_t at = evidence.find("returned "); at != std::string::npos; at = evidence.find("returned ", at + 1)) {
+    size_t i = at + std::strlen("returned ");
+    if (evidence.compare(i, 9, "an error ") == 0) return true;  // a peer's, said without its code
+    if (evidence.compare(i, 6, "error ") == 0) i += 6;          // "returned error 3 (ncclInternalError)"
+    const size_t digits = i;
+    while (i < evidence.size() && evidence[i] >= '0' && evidence[i] <= '9') ++i;
+    if (i > digits && evidence.compare(i, 6, " (nccl") == 0) return true;
+  }
+  return false;
+}
+
+// Whether a FAIL's evidence is a crash (the rule's process or a peer's, by a signal or a sanitizer's report).
+bool crashEvidence(const std::string& evidence) {
+  for (const char* crash : {"crashed the", "died with signal", "a sanitizer reported"})
+    if (evidence.find(crash) != std::string::npos) return true;
+  return false;
+}
+
+// The rules whose failure says the plugin writes where it must not, into the host's memory, with the part of their
+// evidence that shows such a write: a later rule's crash may be that write's doing (every rule that listens gets its
+// handle written past), and says so. Only listen-handle-fits: the other writes the rules see land in their guards.
+struct CorruptingRule {
+  const char* rule;
+  const char* evidence;
+  const char* note;
+};
+constexpr CorruptingRule kCorruptingRules[] = {
+    {"listen-handle-fits", "listen wrote byte",
+     "listen-handle-fits failed earlier: a handle written past its 128 bytes corrupts memory; fix that first"},
+};
+
 // Runs one rule in this (child) process and writes "STATUS|evidence" to `fd`.
 [[noreturn]] void runRuleProcess(const Rule& rule, const Options& options, int fd) {
   gResultFd = fd;
@@ -5739,6 +5897,10 @@ bool isCollNetRule(const std::string& name) {
   return name.rfind("collnet-", 0) == 0;
 }
 
+bool isBasicRule(const std::string& name) {
+  return name == "test-reports-sizes" || name == "zero-byte" || name == "random-sizes-integrity";
+}
+
 const char* statusText(Status status) {
   switch (status) {
     case Status::kPass: return "PASS";
@@ -5775,13 +5937,19 @@ bool ruleSelected(const Options& options, const std::string& name) {
 
 std::vector<RuleResult> runRules(const Options& options, const std::function<void(const RuleResult&)>& onResult) {
   std::vector<RuleResult> results;
+  // What earlier rules' failures say of the later ones: the first basic rule that failed (the later rules build on
+  // its transfers), and the notes of rules that saw the plugin write into the host's memory (a later crash may be it).
+  std::string firstBasicFailure;
+  std::vector<std::string> corruptionNotes;
   for (const auto& rule : rules()) {
     if (!ruleSelected(options, rule.info.name)) continue;
     RuleResult result;
     result.rule = rule.info.name;
+    gEarlierBasicFailure = firstBasicFailure.empty() ? nullptr : firstBasicFailure.c_str();  // the rule's process's
     // Close-on-exec: a helper process the plugin starts (posix_spawn from init) must not hold the write end, or the
-    // verdict's end of file never came and every rule read as hung.
-    int fds[2];
+    // verdict's end of file never came and every rule read as hung. Likewise the log pipe, whose write end becomes
+    // the rule's stderr (dup2 clears close-on-exec there, as for any stderr).
+    int fds[2], logs[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
       result.status = Status::kFail;
       result.evidence = std::string("the harness could not make a pipe: ") + std::strerror(errno);
@@ -5789,6 +5957,8 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
       if (onResult) onResult(result);  // printed and counted as every verdict is
       continue;
     }
+    if (pipe2(logs, O_CLOEXEC) != 0) logs[0] = logs[1] = -1;  // the rule's stderr is then the harness's own
+    LogRelay relay(logs[0]);
     auto start = Clock::now();
     if (gCallNotes == nullptr) {
       void* shared = mmap(nullptr, 2 * sizeof(CallNote), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -5812,6 +5982,11 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
       prctl(PR_SET_PDEATHSIG, SIGKILL);  // a harness killed outright takes its rule (and so the peers) with it
       if (getppid() != harness) _exit(124);
       gMyNote = gCallNotes != nullptr ? &gCallNotes[0] : nullptr;
+      if (logs[1] >= 0) {
+        dup2(logs[1], STDERR_FILENO);
+        close(logs[0]);
+        close(logs[1]);
+      }
       // Whatever the plugin prints goes to stderr, here and in the rule's peers: stdout is the harness's own (the
       // verdict lines, or --json's one document), and a plugin that prints from init must not break it.
       dup2(STDERR_FILENO, STDOUT_FILENO);
@@ -5819,6 +5994,7 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
       runRuleProcess(rule, options, fds[1]);
     }
     close(fds[1]);
+    if (logs[1] >= 0) close(logs[1]);
     gRunningRule = pid;
     gRunningRuleName = rule.info.name;
     std::string text;
@@ -5841,8 +6017,10 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
         hung = true;
         break;
       }
-      pollfd wait{fds[0], POLLIN, 0};
-      if (poll(&wait, 1, std::min(left, 100)) > 0) {
+      pollfd wait[2] = {{fds[0], POLLIN, 0}, {relay.fd(), POLLIN, 0}};  // a closed relay's -1 is not polled
+      if (poll(wait, 2, std::min(left, 100)) > 0) {
+        if (wait[1].revents != 0) relay.drain();  // before the verdict, so the rule's lines come before its own
+        if (wait[0].revents == 0) continue;
         ssize_t n = read(fds[0], buffer, sizeof(buffer));
         if (n <= 0) break;
         text.append(buffer, static_cast<size_t>(n));
@@ -5861,6 +6039,7 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
     // verdict written just before it), never longer.
     const auto exitBy = std::max(deadline, Clock::now() + std::chrono::seconds(5));
     while (!hung && !reaped) {
+      relay.drain();  // a process still logging must not block on a full pipe
       if (waitpid(pid, &status, WNOHANG) == pid) {
         reaped = true;
       } else if (Clock::now() >= exitBy) {
@@ -5876,6 +6055,8 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
     }
     if (!reaped) waitpid(pid, &status, 0);  // killed: at once
     kill(-pid, SIGKILL);                    // leftover peers of the rule
+    relay.drain();                          // what they wrote before they went
+    relay.close();
     gRunningRule = 0;
     gRunningRuleName = nullptr;
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -5926,6 +6107,19 @@ std::vector<RuleResult> runRules(const Options& options, const std::function<voi
         // The rule gave up before the connecting process's own 20 s did.
         result.evidence += " (the connecting process's connect had not given it a comm yet, though accept had)";
       }
+    }
+    if (result.status == Status::kFail) {
+      if (const std::string logged = relay.warnings(); !logged.empty() && callReturnedError(result.evidence))
+        result.evidence += " (the plugin logged: " + logged + ")";
+      if (crashEvidence(result.evidence))
+        for (const auto& note : corruptionNotes) result.evidence += " (" + note + ")";
+      if (!firstBasicFailure.empty())
+        result.evidence +=
+            " (fix the first failing basic rule (" + firstBasicFailure + ") first: later rules build on it)";
+      if (firstBasicFailure.empty() && isBasicRule(result.rule)) firstBasicFailure = result.rule;
+      for (const auto& corrupting : kCorruptingRules)
+        if (result.rule == corrupting.rule && result.evidence.find(corrupting.evidence) != std::string::npos)
+          corruptionNotes.push_back(corrupting.note);
     }
     results.push_back(result);
     if (onResult) onResult(result);
