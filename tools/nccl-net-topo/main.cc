@@ -392,13 +392,16 @@ int runTool(int argc, char** argv) {
       ->transform(nns::tools::integerIn(1, 1000));
   app.add_option("--gpu-nvlinks", fill.gpuNvlinks, "NVLinks to an NVSwitch for each added GPU")
       ->transform(nns::tools::integerIn(0, 64));
-  app.add_option("--gpu-gdr", fill.gpuGdr, "gdr attribute of added GPUs (0/1)")->check(CLI::IsMember({0, 1}));
+  app.add_option("--gpu-gdr", fill.gpuGdr, "gdr attribute of added GPUs (0/1; default 1)")
+      ->check(CLI::IsMember({0, 1}));
   app.add_option("--nic-speed", fill.nicSpeedMbps, "add <nic><net> with this speed (Mb/s) to NIC-class PCI leaves")
       ->transform(nns::tools::integerIn(1, 100000000));
-  app.add_option("--nic-port", fill.nicPort, "port attribute of added NETs")->transform(nns::tools::integerIn(0, 255));
-  app.add_option("--nic-maxconn", fill.nicMaxConn, "maxconn attribute of added NETs")
+  app.add_option("--nic-port", fill.nicPort, "port attribute of added NETs (default 0)")
+      ->transform(nns::tools::integerIn(0, 255));
+  app.add_option("--nic-maxconn", fill.nicMaxConn, "maxconn attribute of added NETs (default: none written, NCCL's 64)")
       ->transform(nns::tools::integerIn(1, 1 << 20));
-  app.add_option("--nic-gdr", fill.nicGdr, "gdr attribute of added NETs (0/1)")->check(CLI::IsMember({0, 1}));
+  app.add_option("--nic-gdr", fill.nicGdr, "gdr attribute of added NETs (0/1; default 1)")
+      ->check(CLI::IsMember({0, 1}));
   app.add_option("--rank", opts.rank, "our rank (trimming and per-rank Ring/Trees lines); default: first GPU")
       ->transform(nns::tools::integerIn(0, (1 << 24) - 1));
   app.add_option("--nranks", opts.nRanks, "communicator size; default: twice the local GPUs (multi-node)")
